@@ -1,0 +1,302 @@
+"""``cairn.App``: where workflows and steps are registered and runs started.
+
+An App owns one store connection and the registry of workflows. It can run
+workflows inline in the calling process (``app.run``: the embedded mode,
+zero setup) or hand them to worker processes (``app.start``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar, overload
+
+from cairn.api.handles import RunHandle
+from cairn.api.workflow import Workflow
+from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
+from cairn.engine.definitions import StepDef, WorkflowDef
+from cairn.engine.executor import Outcome, execute
+from cairn.engine.retry import NO_RETRY, RetryPolicy
+from cairn.engine.runtime import Runtime
+from cairn.engine.steps import Step
+from cairn.errors import InvalidRunState, PayloadError, RunNotFound, UnknownWorkflow
+from cairn.store import open_store
+from cairn.store.contract import Store
+from cairn.store.records import Claim, Durability, HistoryEvent, NewRun, RunFilter, RunRecord, RunStatus
+from cairn.worker.leases import LeaseKeeper
+from cairn.worker.worker import Worker, WorkerSettings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class App:
+    """Registry of workflows and steps bound to one store.
+
+    ``db`` is a URL (``sqlite:///path.db``, ``memory://``) defaulting to
+    ``$CAIRN_DB`` and then ``./.cairn/cairn.db``. ``durability`` is
+    ``"process"`` (survive any process crash; the default) or ``"power"``
+    (fsync every commit).
+    """
+
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        durability: Durability | str = Durability.PROCESS,
+        store: Store | None = None,
+        lease_seconds: float = 30.0,
+        max_recoveries: int = 5,
+        inline_limit: int = DEFAULT_INLINE_LIMIT,
+        check_inputs: bool = True,
+    ) -> None:
+        self.store = store if store is not None else open_store(db, durability)
+        self.runtime = Runtime(
+            store=self.store,
+            payloads=PayloadCodec(self.store, inline_limit),
+            max_recoveries=max_recoveries,
+            check_inputs=check_inputs,
+        )
+        self.lease_seconds = lease_seconds
+        self._inline_id = f"inline-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._keeper: LeaseKeeper | None = None
+        self._keeper_lock = threading.Lock()
+
+    # -- registration ---------------------------------------------------------------
+
+    @overload
+    def workflow(self, fn: Callable[..., R], /) -> Workflow[R]: ...
+
+    @overload
+    def workflow(
+        self, *, name: str | None = None, version: str = "1"
+    ) -> Callable[[Callable[..., R]], Workflow[R]]: ...
+
+    def workflow(
+        self, fn: Callable[..., R] | None = None, /, *, name: str | None = None, version: str = "1"
+    ) -> Workflow[R] | Callable[[Callable[..., R]], Workflow[R]]:
+        """Register a workflow: a sync or async function taking a ``Context`` first."""
+
+        def register(f: Callable[..., R]) -> Workflow[R]:
+            definition = WorkflowDef.build(f, name, version)
+            existing = self.runtime.workflows.get(definition.name)
+            if existing is not None and existing.fn is not f:
+                raise ValueError(f"workflow {definition.name!r} is already registered")
+            self.runtime.workflows[definition.name] = definition
+            return Workflow(definition)
+
+        return register(fn) if fn is not None else register
+
+    @overload
+    def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...
+
+    @overload
+    def step(
+        self, *, name: str | None = None, retry: RetryPolicy | None = None
+    ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
+
+    def step(
+        self, fn: Callable[P, R] | None = None, /, *, name: str | None = None, retry: RetryPolicy | None = None
+    ) -> Step[P, R] | Callable[[Callable[P, R]], Step[P, R]]:
+        """Make a function a journaled step (sync or async). Without ``retry``
+        a failing step is not retried: retrying side effects must be a choice."""
+
+        def register(f: Callable[P, R]) -> Step[P, R]:
+            return Step(StepDef.build(f, name, retry or NO_RETRY))
+
+        return register(fn) if fn is not None else register
+
+    def definition(self, workflow: Workflow[Any] | str) -> WorkflowDef:
+        name = workflow if isinstance(workflow, str) else workflow.definition.name
+        try:
+            return self.runtime.workflows[name]
+        except KeyError:
+            raise UnknownWorkflow(name, list(self.runtime.workflows)) from None
+
+    # -- starting runs ---------------------------------------------------------------------
+
+    def start(
+        self,
+        workflow: Workflow[R] | str,
+        *args: Any,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        tenant: str = "default",
+        queue: str = "default",
+        priority: int = 0,
+        **kwargs: Any,
+    ) -> RunHandle[R]:
+        """Create a run for a worker to execute. Idempotent on ``run_id``:
+        starting an existing id returns a handle on that run, unchanged."""
+        new = self._new_run(workflow, args, kwargs, run_id, thread_id, tenant, queue, priority)
+        self.store.create_run(new)
+        return RunHandle(self, new.run_id)
+
+    def start_json(self, workflow: str, data: Any, **options: Any) -> RunHandle[Any]:
+        """Start ``workflow`` with inputs given as JSON values (see the CLI)."""
+        definition = self.definition(workflow)
+        try:
+            arguments = definition.inputs_from_json(data)
+        except TypeError as exc:
+            raise PayloadError(f"input does not fit workflow {workflow!r}: {exc}") from None
+        return self.start(workflow, **arguments, **options)
+
+    def run(
+        self,
+        workflow: Workflow[R] | str,
+        *args: Any,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        tenant: str = "default",
+        **kwargs: Any,
+    ) -> R:
+        """Start a run and execute it here, in this thread, to the end.
+
+        The embedded mode: the run is durable exactly as with a worker (kill
+        this process and any worker finishes it), but nothing else needs to be
+        running. Timers are waited out here; children run here too. Starting an
+        existing ``run_id`` resumes or awaits that run.
+        """
+        new = self._new_run(workflow, args, kwargs, run_id, thread_id, tenant, "default", 0)
+        claim = self.store.create_claimed_run(new, self._inline_id, self.lease_seconds)
+        return self._drive(new.run_id, claim)
+
+    def resume(self, run_id: str) -> Any:
+        """Execute an existing run here until it ends (see ``run``)."""
+        if self.store.get_run(run_id) is None:
+            raise RunNotFound(run_id)
+        return self._drive(run_id, None)
+
+    def _new_run(
+        self,
+        workflow: Workflow[Any] | str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        run_id: str | None,
+        thread_id: str | None,
+        tenant: str,
+        queue: str,
+        priority: int,
+    ) -> NewRun:
+        definition = self.definition(workflow)
+        try:
+            arguments = definition.bind(args, kwargs)
+        except TypeError as exc:
+            raise PayloadError(f"arguments do not fit workflow {definition.name!r}: {exc}") from None
+        payload, _ = self.runtime.payloads.dump(arguments)
+        return NewRun(
+            run_id=run_id or str(uuid.uuid4()), workflow=definition.name, workflow_version=definition.version,
+            tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
+        )
+
+    def _drive(self, run_id: str, claim: Claim | None) -> Any:
+        """Execute ``run_id`` inline until it is terminal, driving children too."""
+        keeper = self._lease_keeper()
+        delay = 0.0
+        while True:
+            if claim is None:
+                claim = self.store.claim_run(run_id, self._inline_id, self.lease_seconds,
+                                             self.runtime.max_recoveries)
+            if claim is not None:
+                outcome = execute(self.runtime, claim, self._inline_id, keeper)
+                claim = None
+                if outcome.status in ("completed", "failed", "lost"):
+                    return RunHandle[Any](self, run_id).result()
+                delay = self._after_suspension(outcome)
+                continue
+            record = self.get_run(run_id)
+            if record.status.terminal:
+                return RunHandle[Any](self, run_id).result()
+            if record.status is RunStatus.SUSPENDED and record.waiting_on:
+                self._drive_child(record.waiting_on)
+                continue
+            time.sleep(delay or 0.01)  # held elsewhere, or a timer not yet due
+
+    def _after_suspension(self, outcome: Outcome) -> float:
+        if outcome.waiting_on is not None:
+            self._drive_child(outcome.waiting_on)
+            return 0.0
+        if outcome.wake_at is not None:
+            return max(0.0, min(outcome.wake_at - time.time(), 1.0))
+        return 0.01
+
+    def _drive_child(self, child_id: str) -> None:
+        child = self.store.get_run(child_id)
+        if child is not None and not child.status.terminal:
+            try:
+                self._drive(child_id, None)
+            except Exception:  # noqa: S110 - the parent observes the child's failure itself
+                pass
+
+    def _lease_keeper(self) -> LeaseKeeper:
+        with self._keeper_lock:
+            if self._keeper is None:
+                self._keeper = LeaseKeeper(self.store, self._inline_id, self.lease_seconds)
+            return self._keeper
+
+    # -- inspecting and operating on runs ---------------------------------------------
+
+    def handle(self, run_id: str) -> RunHandle[Any]:
+        return RunHandle(self, run_id)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        record = self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(run_id)
+        return record
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        tenant: str | None = None,
+        workflow: str | None = None,
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        statuses = (RunStatus(status),) if status is not None else None
+        return self.store.list_runs(RunFilter(statuses, tenant, workflow, thread_id, None, limit))
+
+    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        self.get_run(run_id)
+        return self.store.history(run_id, after_seq, limit)
+
+    def cancel(self, run_id: str, reason: str = "cancelled by operator") -> RunRecord:
+        """Cancel a run and its children. A worker executing it is fenced out
+        and stops at its next step boundary."""
+        return self.store.cancel_run(run_id, reason)
+
+    def retry(self, run_id: str) -> RunRecord:
+        """Resume a failed or quarantined run from its last good step."""
+        record = self.get_run(run_id)
+        if record.status not in (RunStatus.FAILED, RunStatus.QUARANTINED):
+            raise InvalidRunState(f"run {run_id!r} is {record.status.value}; only failed or quarantined "
+                                  "runs can be retried")
+        return self.store.retry_run(run_id)
+
+    def worker(
+        self,
+        *,
+        concurrency: int = 4,
+        worker_id: str | None = None,
+        poll_interval: float = 0.1,
+        queues: tuple[str, ...] | None = None,
+    ) -> Worker:
+        """A worker serving every workflow registered on this app."""
+        settings = WorkerSettings(concurrency, self.lease_seconds, poll_interval, queues)
+        return Worker(self.runtime, settings, worker_id)
+
+    def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.close()
+        self.store.close()
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,158 @@
+"""The context a workflow receives as its first argument.
+
+Every helper here is journaled: its value is recorded the first time and
+returned from the record on replay, so a workflow that takes its clock, its
+randomness and its ids from the context replays deterministically. None of
+them blocks: each either returns at once or suspends the run, so the same
+calls work unchanged in ``async def`` workflows.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import time
+import uuid as _uuid
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from cairn.codec import values
+from cairn.engine.execution import Execution
+from cairn.engine.signals import Suspend
+from cairn.engine.steps import input_hash
+from cairn.errors import ChildFailed, RunNotFound, UnknownWorkflow
+from cairn.store.records import EventType, NewRun, RunStatus
+
+if TYPE_CHECKING:
+    from cairn.api.workflow import Workflow
+    from cairn.engine.definitions import WorkflowDef
+
+R = TypeVar("R")
+
+
+class Context:
+    """Identity of the run plus journaled helpers; one per execution."""
+
+    def __init__(self, execution: Execution) -> None:
+        self._ex = execution
+        run = execution.run
+        self.run_id = run.run_id
+        self.tenant = run.tenant
+        self.thread_id = run.thread_id
+        self.workflow = run.workflow
+        self.workflow_version = run.workflow_version
+        self.parent_run_id = run.parent_run_id
+
+    # -- deterministic values ----------------------------------------------------
+
+    def now(self) -> datetime:
+        """The current UTC time, recorded once."""
+        return self._record("now", lambda: datetime.now(UTC), datetime)
+
+    def uuid(self) -> _uuid.UUID:
+        """A random UUID (v4), recorded once."""
+        return self._record("uuid", _uuid.uuid4, _uuid.UUID)
+
+    def random(self) -> float:
+        """A float in [0, 1), recorded once."""
+        return self._record("random", _random.random, float)
+
+    def _record(self, kind: str, produce: Any, type_: Any) -> Any:
+        call = self._ex.begin(kind, kind)
+        if call.recorded is not None:
+            return self._ex.replay(call, type_)
+        return self._ex.complete_call(call, produce(), type_)
+
+    # -- durable timers ----------------------------------------------------------
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` without holding a worker.
+
+        The deadline is recorded; the run suspends and its worker is freed; any
+        worker resumes it once the deadline has passed, even after restarts.
+        """
+        call = self._ex.begin("sleep", "sleep")
+        if call.recorded is not None:
+            wake_at = float(self._ex.replay(call, float))
+        else:
+            wake_at = float(self._ex.complete_call(call, time.time() + max(0.0, seconds), float))
+        if time.time() < wake_at:
+            raise Suspend("sleep", wake_at=wake_at)
+
+    # -- child workflows ----------------------------------------------------------
+
+    def start_child(
+        self, workflow: Workflow[Any, R] | str, *args: Any, run_id: str | None = None, **kwargs: Any
+    ) -> ChildHandle[R]:
+        """Start a child workflow with its own journal; returns at once.
+
+        The child's id is recorded, so replay never starts a second child. It
+        inherits the tenant and thread of this run.
+        """
+        definition = self._resolve(workflow)
+        arguments = definition.bind(args, kwargs)
+        call = self._ex.begin("child", definition.name, input_hash((), arguments))
+        if call.recorded is not None:
+            return ChildHandle(self._ex, str(self._ex.replay(call, str)), definition)
+        child_id = run_id or f"{self.run_id}:{call.position}"
+        payloads = self._ex.runtime.payloads
+        input_payload, _ = payloads.dump(arguments)
+        result_payload, _ = payloads.dump(child_id)
+        event = self._ex.entry(
+            EventType.STEP_COMPLETED, position=call.position, step_kind="child", name=definition.name,
+            input_hash=call.input_hash, attempt=1, started_at=call.started_at, payload=result_payload,
+        )
+        child = NewRun(
+            run_id=child_id, workflow=definition.name, workflow_version=definition.version,
+            tenant=self.tenant, thread_id=self.thread_id, input=input_payload, parent_run_id=self.run_id,
+        )
+        self._ex.store.start_child(self.run_id, self._ex.epoch, event, child)
+        self._ex.seq += 1
+        return ChildHandle(self._ex, child_id, definition)
+
+    def child(self, workflow: Workflow[Any, R] | str, *args: Any, run_id: str | None = None, **kwargs: Any) -> R:
+        """Start a child workflow and wait for its result (durably)."""
+        return self.start_child(workflow, *args, run_id=run_id, **kwargs).result()
+
+    def _resolve(self, workflow: Workflow[Any, Any] | str) -> WorkflowDef:
+        name = workflow if isinstance(workflow, str) else workflow.definition.name
+        known = self._ex.runtime.workflows
+        if name not in known:
+            raise UnknownWorkflow(name, list(known))
+        return known[name]
+
+
+class ChildHandle(Generic[R]):
+    """A started child workflow."""
+
+    def __init__(self, execution: Execution, run_id: str, definition: WorkflowDef) -> None:
+        self._ex = execution
+        self.run_id = run_id
+        self._definition = definition
+
+    def result(self) -> R:
+        """The child's result. Suspends this run (freeing its worker) until the
+        child finishes; raises ``ChildFailed`` if it failed or was cancelled."""
+        ex = self._ex
+        call = ex.begin("wait", self.run_id)
+        if call.recorded is not None:
+            replayed: R = ex.replay(call, self._definition.result_type)
+            return replayed
+        child = ex.store.get_run(self.run_id)
+        if child is None:
+            raise RunNotFound(self.run_id)
+        if child.status is RunStatus.COMPLETED:
+            ex.record_outcome(call, child.result)
+            raw = ex.runtime.payloads.raw(child.result, what=f"result of child run {self.run_id!r}") \
+                if child.result is not None else b"null"
+            decoded: R = values.decode(raw, self._definition.result_type, what=f"child run {self.run_id!r}")
+            return decoded
+        if child.status.terminal:
+            message = (child.error or {}).get("message", child.status.value)
+            error = ChildFailed(self.run_id, child.status.value, message)
+            ex.append(ex.entry(
+                EventType.STEP_FAILED, position=call.position, step_kind="wait", name=self.run_id,
+                attempt=1, started_at=call.started_at,
+                detail={"error": {"type": "ChildFailed", "status": child.status.value, "message": message}},
+            ))
+            raise error
+        raise Suspend("child", waiting_on=self.run_id)

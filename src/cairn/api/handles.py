@@ -1,0 +1,66 @@
+"""Handles on runs, for the code that started them."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from cairn.errors import RunFailed, RunNotFound
+from cairn.store.records import RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from cairn.api.app import App
+
+R = TypeVar("R")
+
+
+class RunHandle(Generic[R]):
+    """A run by id. Cheap to create; every call reads the store afresh."""
+
+    def __init__(self, app: App, run_id: str) -> None:
+        self.app = app
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.run_id!r})"
+
+    def get(self) -> RunRecord:
+        record = self.app.store.get_run(self.run_id)
+        if record is None:
+            raise RunNotFound(self.run_id)
+        return record
+
+    def status(self) -> RunStatus:
+        return self.get().status
+
+    def result(self, timeout: float | None = None, poll_interval: float = 0.02) -> R:
+        """Wait for the run to end and return its result.
+
+        Raises ``RunFailed`` if it failed, was cancelled or was quarantined,
+        and ``TimeoutError`` if it is still going after ``timeout`` seconds.
+        Waiting polls the store, so the run may execute on any worker.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = poll_interval
+        while True:
+            record = self.get()
+            if record.status.terminal:
+                return self._outcome(record)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.run_id!r} is still {record.status.value} after {timeout}s")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def _outcome(self, record: RunRecord) -> R:
+        if record.status is RunStatus.COMPLETED:
+            definition = self.app.runtime.workflows.get(record.workflow)
+            result_type: Any = definition.result_type if definition else Any
+            if record.result is None:
+                return None  # type: ignore[return-value]
+            value: R = self.app.runtime.payloads.load(
+                record.result, result_type, what=f"result of run {self.run_id!r}"
+            )
+            return value
+        error = record.error or {}
+        message = f"{error.get('type', 'Error')}: {error.get('message', '')}"
+        raise RunFailed(self.run_id, record.status.value, message)

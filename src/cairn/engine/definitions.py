@@ -1,0 +1,118 @@
+"""What ``@app.workflow`` and ``@app.step`` record about a function.
+
+Type hints are read once, at decoration time: they drive typed decoding of
+inputs and results (so replay hands back the same types the first run saw)
+and let bad annotations fail at import rather than mid-run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from cairn.codec import values
+from cairn.engine.retry import RetryPolicy
+from cairn.errors import PayloadError
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to plain JSON
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class StepDef:
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    retry: RetryPolicy
+    result_type: Any
+
+    @classmethod
+    def build(cls, fn: Callable[..., Any], name: str | None, retry: RetryPolicy) -> StepDef:
+        result_type = _hints(fn).get("return", Any)  # for async def: the awaited type
+        values.decoder_for(result_type)  # fail now on an undecodable annotation
+        return cls(name or fn.__qualname__, fn, inspect.iscoroutinefunction(fn), retry, result_type)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDef:
+    """A registered workflow. Inputs are stored as ``{param: value}``."""
+
+    name: str
+    version: str
+    fn: Callable[..., Any]
+    is_async: bool
+    signature: inspect.Signature  # without the leading context parameter
+    param_types: dict[str, Any]
+    result_type: Any
+
+    @classmethod
+    def build(cls, fn: Callable[..., Any], name: str | None, version: str) -> WorkflowDef:
+        sig = inspect.signature(fn)
+        params = list(sig.parameters.values())
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            raise TypeError(f"workflow {fn.__qualname__} must take the context as its first parameter")
+        hints = _hints(fn)
+        rest = params[1:]
+        types: dict[str, Any] = {}
+        for p in rest:
+            annotation = hints.get(p.name, Any)
+            if p.kind is inspect.Parameter.VAR_POSITIONAL:
+                annotation = list[annotation]  # type: ignore[valid-type]
+            elif p.kind is inspect.Parameter.VAR_KEYWORD:
+                annotation = dict[str, annotation]  # type: ignore[valid-type]
+            types[p.name] = annotation
+        result_type = hints.get("return", Any)
+        values.decoder_for(result_type)
+        return cls(
+            name=name or fn.__qualname__,
+            version=version,
+            fn=fn,
+            is_async=inspect.iscoroutinefunction(fn),
+            signature=sig.replace(parameters=rest),
+            param_types=types,
+            result_type=result_type,
+        )
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Map call arguments to ``{param: value}``; ``TypeError`` if they do not fit."""
+        bound = self.signature.bind(*args, **kwargs)
+        return dict(bound.arguments)
+
+    def inputs_from_json(self, data: Any) -> dict[str, Any]:
+        """Inputs given as JSON (the CLI's ``--input``): an object names the
+        parameters, an array lists them in order, anything else is the only
+        argument. Values are validated against the annotations."""
+        if isinstance(data, dict):
+            arguments = self.bind((), data)
+        elif isinstance(data, list):
+            arguments = self.bind(tuple(data), {})
+        else:
+            arguments = self.bind((data,), {})
+        return self.convert(arguments)
+
+    def convert(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Turn plain JSON values into the annotated types (validating them)."""
+        out: dict[str, Any] = {}
+        for name, value in arguments.items():
+            try:
+                out[name] = msgspec.convert(value, self.param_types.get(name, Any), dec_hook=values.dec_hook)
+            except (msgspec.ValidationError, NotImplementedError, ValueError) as exc:
+                raise PayloadError(f"input {name!r} of workflow {self.name!r}: {exc}") from None
+        return out
+
+    def call_args(self, arguments: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Positional and keyword arguments for calling the function."""
+        bound = inspect.BoundArguments(self.signature, arguments)  # type: ignore[arg-type]
+        return bound.args, bound.kwargs

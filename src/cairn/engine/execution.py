@@ -1,0 +1,220 @@
+"""One execution of a claimed run: the journal cursor and every fenced write.
+
+An ``Execution`` lives from a claim to the end of that claim (completion,
+failure, suspension, release, or loss of the lease). All writes for the run
+go through it, each fenced on the claim's epoch and numbered with the next
+history ``seq``; the counter only advances once a write is durable, so a
+failed write never leaves a gap.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from cairn.codec import values
+from cairn.engine.journal import Journal
+from cairn.engine.runtime import Runtime
+from cairn.engine.signals import Abandon, Release, Suspend
+from cairn.errors import CairnError, ChildFailed, NonDeterminismError, StepFailed
+from cairn.store.records import Claim, EventType, HistoryEvent, Payload, RunStatus
+
+#: The execution whose workflow code is running in this context.
+CURRENT: contextvars.ContextVar[Execution] = contextvars.ContextVar("cairn_execution")
+
+_OPERATION_NS = uuid.UUID("6f1d3c2e-8a4b-4c7d-9e0f-0c41a1b2c3d4")
+
+
+def operation_id(run_id: str, position: int) -> str:
+    """The idempotency key of the journaled call at ``position`` of ``run_id``.
+
+    Derived, not generated: it is the same on every attempt, after every crash
+    and on every worker, so an external system can deduplicate with it.
+    """
+    return str(uuid.uuid5(_OPERATION_NS, f"{run_id}\x00{position}"))
+
+
+def error_detail(exc: BaseException, **extra: Any) -> dict[str, Any]:
+    detail: dict[str, Any] = {"type": type(exc).__qualname__, "message": str(exc)}
+    detail.update(extra)
+    return detail
+
+
+@dataclass(slots=True)
+class Call:
+    """A journaled call in progress: where it is and what replay knows of it."""
+
+    position: int
+    kind: str
+    name: str
+    input_hash: str | None
+    recorded: HistoryEvent | None
+    attempt: int = 1
+    started_at: float = field(default_factory=time.time)
+
+
+class Execution:
+    """The cursor over a run's journal, and the only writer for the claim."""
+
+    def __init__(self, runtime: Runtime, claim: Claim, worker: str, *, is_async: bool = False) -> None:
+        self.runtime = runtime
+        self.is_async = is_async
+        self.store = runtime.store
+        self.run = claim.run
+        self.run_id = claim.run.run_id
+        self.epoch = claim.run.epoch
+        self.worker = worker
+        self.journal = Journal(claim.history)
+        self.seq = claim.next_seq
+        self.position = 0
+        #: set from other threads (heartbeat, drain, cancel); checked at each boundary
+        self.stop_reason: str | None = None
+
+    # -- history -------------------------------------------------------------
+
+    def entry(self, event: EventType, **fields: Any) -> HistoryEvent:
+        return HistoryEvent(
+            run_id=self.run_id, seq=self.seq, event=event, at=time.time(), epoch=self.epoch,
+            worker=self.worker, **fields,
+        )
+
+    def append(self, event: HistoryEvent) -> None:
+        try:
+            self.store.append(self.run_id, self.epoch, (event,))
+        except (CairnError, sqlite3.Error, OSError) as exc:
+            raise Abandon(f"cannot record {event.event} for run {self.run_id}: {exc}") from exc
+        self.seq += 1
+
+    # -- journaled calls -------------------------------------------------------
+
+    def begin(self, kind: str, name: str, input_hash: str | None = None) -> Call:
+        """Claim the next position and compare it with the journal.
+
+        Raises ``NonDeterminismError`` if the journal recorded a different
+        call there, and ``Suspend`` if a retry of this call is not yet due.
+        """
+        position = self.position
+        self.position += 1
+        recorded = self.journal.outcomes.get(position)
+        if recorded is None:
+            recorded_retry = self.journal.retries.get(position)
+            if recorded_retry is not None:
+                self._check(position, recorded_retry, kind, name, input_hash)
+                due = float((recorded_retry.detail or {}).get("next_at", 0.0))
+                if due > time.time():
+                    raise Suspend("retry", wake_at=due)
+            self.checkpoint()
+            attempt = self.journal.attempts_before(position) + 1
+            return Call(position, kind, name, input_hash, None, attempt)
+        self._check(position, recorded, kind, name, input_hash)
+        return Call(position, kind, name, input_hash, recorded, recorded.attempt or 1)
+
+    def _check(self, position: int, recorded: HistoryEvent, kind: str, name: str, input_hash: str | None) -> None:
+        same_call = recorded.step_kind == kind and recorded.name == name
+        same_input = (
+            not self.runtime.check_inputs
+            or input_hash is None
+            or recorded.input_hash is None
+            or recorded.input_hash == input_hash
+        )
+        if not (same_call and same_input):
+            raise NonDeterminismError(
+                self.run_id,
+                position,
+                recorded=_describe(recorded.step_kind, recorded.name, recorded.input_hash),
+                requested=_describe(kind, name, input_hash),
+            )
+
+    def checkpoint(self) -> None:
+        """A step boundary: stop here if the worker or an operator asked to."""
+        reason = self.stop_reason
+        if reason is None:
+            return
+        if reason == "draining":
+            raise Release("worker is draining")
+        raise Abandon(reason)
+
+    def replay(self, call: Call, result_type: Any) -> Any:
+        """The recorded outcome of ``call``: its value, or its recorded failure."""
+        recorded = call.recorded
+        assert recorded is not None
+        if recorded.event is EventType.STEP_FAILED:
+            error = (recorded.detail or {}).get("error", {})
+            if call.kind == "wait":
+                raise ChildFailed(call.name, error.get("status", "failed"), error.get("message", ""))
+            raise StepFailed(call.name, error.get("type", "Error"), error.get("message", ""), call.attempt)
+        if recorded.payload is None:
+            return None
+        return self.runtime.payloads.load(recorded.payload, result_type, what=self._what(call))
+
+    def complete_call(self, call: Call, value: Any, result_type: Any) -> Any:
+        """Record ``value`` as the outcome of ``call`` and return it *as replay
+        will see it* (decoded from the recorded bytes), so the first run and
+        every replay observe the very same value."""
+        payload, raw = self.runtime.payloads.dump(value)
+        self.record_outcome(call, payload)
+        return values.decode(raw, result_type, what=self._what(call))
+
+    def record_outcome(self, call: Call, payload: Payload | None) -> None:
+        self.append(self.entry(
+            EventType.STEP_COMPLETED, position=call.position, step_kind=call.kind, name=call.name,
+            input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at, payload=payload,
+        ))
+
+    def fail_call(self, call: Call, exc: BaseException, retryable: bool, retry_delay: float | None) -> NoReturn:
+        """Record a failed attempt; raise ``Suspend`` until the retry is due,
+        or ``StepFailed`` if this was the last attempt."""
+        error = error_detail(exc, retryable=retryable)
+        if retry_delay is not None:
+            next_at = time.time() + retry_delay
+            self.append(self.entry(
+                EventType.STEP_RETRIED, position=call.position, step_kind=call.kind, name=call.name,
+                input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at,
+                detail={"error": error, "next_at": next_at},
+            ))
+            raise Suspend("retry", wake_at=next_at)
+        self.append(self.entry(
+            EventType.STEP_FAILED, position=call.position, step_kind=call.kind, name=call.name,
+            input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at,
+            detail={"error": error},
+        ))
+        raise StepFailed(call.name, error["type"], error["message"], call.attempt) from exc
+
+    def _what(self, call: Call) -> str:
+        return f"result of {call.kind} {call.name!r} at position {call.position} of run {self.run_id!r}"
+
+    # -- ending the claim --------------------------------------------------------
+
+    def complete(self, value: Any) -> None:
+        payload, _ = self.runtime.payloads.dump(value)
+        event = self.entry(EventType.RUN_COMPLETED)
+        self.store.finish_run(self.run_id, self.epoch, event, RunStatus.COMPLETED, payload, None)
+
+    def fail(self, exc: BaseException) -> None:
+        error = error_detail(exc)
+        if isinstance(exc, StepFailed):
+            error["step"] = exc.step
+        event = self.entry(EventType.RUN_FAILED, detail={"error": error})
+        self.store.finish_run(self.run_id, self.epoch, event, RunStatus.FAILED, None, error)
+
+    def suspend(self, signal: Suspend) -> None:
+        detail = {"reason": signal.reason, "wake_at": signal.wake_at, "waiting_on": signal.waiting_on}
+        event = self.entry(EventType.RUN_SUSPENDED, detail=detail)
+        self.store.suspend_run(self.run_id, self.epoch, event, signal.wake_at, signal.waiting_on)
+
+    def release(self) -> None:
+        self.store.release_run(self.run_id, self.epoch, self.entry(EventType.RUN_RELEASED))
+
+
+def _describe(kind: str | None, name: str | None, input_hash: str | None) -> str:
+    text = f"{kind} {name!r}"
+    return f"{text} (input #{input_hash})" if input_hash else text
+
+
+def current() -> Execution | None:
+    """The execution running in this context, if any."""
+    return CURRENT.get(None)

@@ -1,0 +1,20 @@
+"""What an execution needs from its surroundings, bundled once per process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cairn.codec.payloads import PayloadCodec
+from cairn.engine.definitions import WorkflowDef
+from cairn.store.contract import Store
+
+
+@dataclass(slots=True)
+class Runtime:
+    store: Store
+    payloads: PayloadCodec
+    workflows: dict[str, WorkflowDef] = field(default_factory=dict)
+    #: a run taken over more often than this is quarantined
+    max_recoveries: int = 5
+    #: strict replay also compares the recorded arguments of each step
+    check_inputs: bool = True

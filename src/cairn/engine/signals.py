@@ -1,0 +1,27 @@
+"""Control-flow signals raised through user workflow code.
+
+They derive from ``BaseException`` so that a workflow's ``except Exception``
+cannot swallow them: a suspension or an abandoned execution must reach the
+executor no matter what the code in between does.
+"""
+
+from __future__ import annotations
+
+
+class Suspend(BaseException):  # noqa: N818 - a signal, not an error
+    """Park the run until ``wake_at`` or until run ``waiting_on`` finishes."""
+
+    def __init__(self, reason: str, wake_at: float | None = None, waiting_on: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wake_at = wake_at
+        self.waiting_on = waiting_on
+
+
+class Release(BaseException):  # noqa: N818
+    """Give the run back unfinished (the worker is draining)."""
+
+
+class Abandon(BaseException):  # noqa: N818
+    """The store failed under us: stop without writing; the lease will expire
+    and the run will be taken over, replaying everything recorded so far."""

@@ -1,0 +1,106 @@
+"""Every exception Cairn raises on purpose, in one place.
+
+``CairnError`` subclasses are user-facing and carry a one-line message fit for
+the CLI. ``LeaseLost`` is deliberately a ``BaseException``: like
+``asyncio.CancelledError`` it must travel through user code that catches
+``Exception``, because a worker that has lost its lease must stop at once.
+"""
+
+from __future__ import annotations
+
+
+class CairnError(Exception):
+    """Base class of Cairn's user-facing errors."""
+
+
+class ConfigError(CairnError):
+    """Bad configuration: an unknown database URL, an unloadable app, ..."""
+
+
+class StoreError(CairnError):
+    """The database could not be opened or used."""
+
+
+class RunNotFound(CairnError):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run with id {run_id!r}")
+        self.run_id = run_id
+
+
+class InvalidRunState(CairnError):
+    """An operation that the run's current status does not allow."""
+
+
+class UnknownWorkflow(CairnError):
+    def __init__(self, name: str, known: list[str] | None = None) -> None:
+        hint = f" (known: {', '.join(sorted(known))})" if known else ""
+        super().__init__(f"unknown workflow {name!r}{hint}")
+        self.name = name
+
+
+class NonDeterminismError(CairnError):
+    """The workflow asked for a different step than its journal records.
+
+    Raised on replay; the run fails and nothing recorded is overwritten.
+    """
+
+    def __init__(self, run_id: str, position: int, recorded: str, requested: str) -> None:
+        super().__init__(
+            f"non-determinism in run {run_id!r} at position {position}: "
+            f"journal recorded {recorded}, workflow requested {requested}"
+        )
+        self.run_id = run_id
+        self.position = position
+        self.recorded = recorded
+        self.requested = requested
+
+
+class PayloadError(CairnError):
+    """A value could not be encoded, or stored bytes could not be decoded."""
+
+
+class StepFailed(CairnError):
+    """A step failed for good (terminal error, or retries exhausted).
+
+    Raised inside the workflow both on first execution and on replay, so code
+    that handles step failures behaves the same both times. The original
+    exception type is kept by name only: recreating arbitrary exception
+    classes from stored data would mean trusting that data.
+    """
+
+    def __init__(self, step: str, error_type: str, message: str, attempts: int) -> None:
+        super().__init__(f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}")
+        self.step = step
+        self.error_type = error_type
+        self.message = message
+        self.attempts = attempts
+
+
+class ChildFailed(CairnError):
+    """A child workflow ended without a result (failed or cancelled)."""
+
+    def __init__(self, run_id: str, status: str, error: str) -> None:
+        super().__init__(f"child run {run_id!r} {status}: {error}")
+        self.run_id = run_id
+        self.status = status
+        self.error = error
+
+
+class RunFailed(CairnError):
+    """Raised by ``RunHandle.result()`` when the run ended without a result."""
+
+    def __init__(self, run_id: str, status: str, error: str) -> None:
+        super().__init__(f"run {run_id!r} {status}: {error}")
+        self.run_id = run_id
+        self.status = status
+        self.error = error
+
+
+class LeaseLost(BaseException):  # noqa: N818 - a signal, named for what happened
+    """A fenced write was rejected: another worker (or an operator) now owns
+    the run, so everything this holder still wants to write is void."""
+
+    def __init__(self, run_id: str, epoch: int) -> None:
+        super().__init__(f"lease on run {run_id!r} at epoch {epoch} is no longer held")
+        self.run_id = run_id
+        self.epoch = epoch

@@ -1,0 +1,49 @@
+"""Store backends behind one contract; ``open_store`` picks one from a URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cairn.errors import ConfigError
+from cairn.store.contract import Store
+from cairn.store.records import Durability
+
+#: Where an App keeps its data when neither ``db=`` nor ``$CAIRN_DB`` says.
+DEFAULT_DB = "sqlite:///.cairn/cairn.db"
+
+
+def resolve_url(db: str | None) -> str:
+    return db or os.environ.get("CAIRN_DB") or DEFAULT_DB
+
+
+def open_store(db: str | None = None, durability: Durability | str = Durability.PROCESS) -> Store:
+    """Open the store named by ``db`` (``sqlite:///path``, ``memory://``, or a
+    plain file path), defaulting to ``$CAIRN_DB`` then ``./.cairn/cairn.db``."""
+    url = resolve_url(db)
+    try:
+        mode = Durability(durability)
+    except ValueError:
+        raise ConfigError(f"unknown durability {durability!r} (use 'process' or 'power')") from None
+    if url.startswith("memory://"):
+        from cairn.store.memory import MemoryStore
+
+        return MemoryStore(durability=mode)
+    if url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite://")
+        if not path.startswith("/") or path == "/":
+            raise ConfigError(f"malformed SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////abs.db")
+        path = path[1:]  # sqlite:///x.db -> x.db ; sqlite:////abs/x.db -> /abs/x.db
+        if path in ("", ":memory:"):
+            raise ConfigError("in-memory SQLite is not supported: use memory:// for a throwaway store")
+    elif "://" in url:
+        scheme = url.split("://", 1)[0]
+        raise ConfigError(f"unsupported database URL scheme {scheme!r} (supported: sqlite, memory)")
+    else:
+        path = url
+    from cairn.store.sqlite import SQLiteStore
+
+    return SQLiteStore(Path(path), durability=mode)
+
+
+__all__ = ["DEFAULT_DB", "Store", "open_store", "resolve_url"]

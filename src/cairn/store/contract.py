@@ -1,0 +1,212 @@
+"""The store contract: the only way from Cairn to a database.
+
+Every backend (``memory``, ``sqlite``, later ``postgres``) implements this
+protocol and passes the same contract test suite (``tests/store/``). Domain
+rules live here, in the documentation of each method, so that a backend is a
+translation of these rules into its own dialect and nothing more.
+
+Rules common to every method:
+
+* **Fencing.** Each claim of a run increments its ``epoch``. A method that
+  takes ``epoch`` is a *fenced write*: it is applied only if the run is still
+  ``running`` at exactly that epoch, otherwise it raises ``LeaseLost`` and
+  changes nothing. Takeovers, cancellations and operator actions bump the
+  epoch, so a stale holder cannot write after them.
+* **Atomicity.** Each method is one transaction: it happens entirely or not
+  at all.
+* **History.** Every run has one append-only history; ``seq`` starts at 1 and
+  has no gaps. Only the lease holder appends with explicit ``seq`` values (it
+  knows the next one from its ``Claim``); writers that bump the epoch append
+  after the current maximum.
+* **Clock.** Backends read time from the ``clock`` they were built with, so
+  tests can drive lease expiry and timers deterministically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from cairn.store.records import (
+    Claim,
+    Durability,
+    HistoryEvent,
+    NewRun,
+    Payload,
+    RunFilter,
+    RunRecord,
+    RunStatus,
+)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A durable home for runs, their histories and large payloads."""
+
+    durability: Durability
+
+    # -- creating and reading runs -------------------------------------------
+
+    def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
+        """Create ``run`` as ``pending`` (epoch 0) with history ``[run.created]``.
+
+        Idempotent on ``run_id``: if a run with that id exists it is returned
+        unchanged with ``False``; otherwise the new record with ``True``.
+        """
+        ...
+
+    def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
+        """Create ``run`` already held by ``worker`` (status ``running``, epoch 1).
+
+        The embedded fast path: one transaction instead of create + claim.
+        History is ``[run.created, lease.claimed, run.started]``. Returns
+        ``None`` and changes nothing if the run id already exists.
+        """
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run with this id, or ``None``."""
+        ...
+
+    def list_runs(self, filter: RunFilter) -> list[RunRecord]:
+        """Runs matching ``filter``, newest first, at most ``filter.limit``."""
+        ...
+
+    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        """History entries of ``run_id`` with ``seq > after_seq``, in order."""
+        ...
+
+    # -- claiming and leases -----------------------------------------------
+
+    def claim_runs(
+        self,
+        worker: str,
+        workflows: Collection[str],
+        limit: int,
+        lease_seconds: float,
+        max_recoveries: int,
+        queues: Collection[str] | None = None,
+    ) -> list[Claim]:
+        """Claim up to ``limit`` runnable runs of the given workflows.
+
+        Runnable means: ``pending``; ``suspended`` with ``wake_at`` due; or
+        ``running`` under an expired lease (its holder is presumed dead).
+        Higher ``priority`` first, then the longest-runnable. Each claimed run
+        becomes ``running``, owned by ``worker`` until now + ``lease_seconds``,
+        at ``epoch + 1``. Appended history: ``lease.claimed`` (+ ``run.started``
+        the first time, ``run.woken`` after a suspension); a takeover appends
+        ``lease.lost`` (naming the old holder) and ``lease.taken_over`` and
+        increments ``recoveries``. A takeover that would exceed
+        ``max_recoveries`` moves the run to ``quarantined`` (appending
+        ``run.quarantined``) and does not return it. No run is ever returned
+        to two concurrent callers.
+        """
+        ...
+
+    def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
+        """Claim one specific run by the rules of ``claim_runs``; ``None`` if it
+        is not runnable now."""
+        ...
+
+    def reclaim_owned(self, worker: str) -> int:
+        """Make runs still ``running`` under ``worker`` runnable at once.
+
+        Called when a worker (re)starts with a fixed id: whatever it held
+        before is from a dead incarnation. They are claimed later as
+        takeovers. Returns how many runs were affected.
+        """
+        ...
+
+    def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
+        """Extend each lease in ``leases`` (run id -> epoch) still held by
+        ``worker`` at that epoch to now + ``lease_seconds``. Returns the run
+        ids whose lease is no longer held (those are not touched)."""
+        ...
+
+    # -- fenced writes by the lease holder -----------------------------------
+
+    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+        """Append ``events`` (consecutive ``seq`` from the holder's counter).
+
+        Fenced. A ``seq`` that already exists means another writer appended:
+        ``LeaseLost`` is raised and nothing is written.
+        """
+        ...
+
+    def suspend_run(
+        self,
+        run_id: str,
+        epoch: int,
+        event: HistoryEvent,
+        wake_at: float | None,
+        waiting_on: str | None,
+    ) -> None:
+        """Release the lease and park the run: ``suspended`` until ``wake_at``,
+        or until run ``waiting_on`` finishes (it is runnable at once if that
+        run is already terminal). Fenced; appends ``event``."""
+        ...
+
+    def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
+        """Give the run back unfinished (a draining worker): ``pending`` and
+        runnable at once, no owner. Fenced; appends ``event``."""
+        ...
+
+    def finish_run(
+        self,
+        run_id: str,
+        epoch: int,
+        event: HistoryEvent,
+        status: RunStatus,
+        result: Payload | None,
+        error: dict[str, Any] | None,
+    ) -> None:
+        """End the run as ``completed`` (with ``result``) or ``failed`` (with
+        ``error``). Fenced; appends ``event``. A parent suspended waiting on
+        this run becomes runnable in the same transaction."""
+        ...
+
+    def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
+        """Append the parent's journal ``event`` and create ``child`` (with
+        ``parent_run_id`` set) in one transaction. Fenced on the parent. If
+        the child run id exists already it is left unchanged. Returns the
+        child's record."""
+        ...
+
+    # -- operator actions (bump the epoch) ------------------------------------
+
+    def cancel_run(self, run_id: str, reason: str) -> RunRecord:
+        """Cancel the run and every non-terminal descendant.
+
+        Bumps each cancelled run's epoch (fencing out any holder) and appends
+        ``run.cancelled``. A parent suspended waiting on a cancelled run
+        becomes runnable. A terminal run is returned unchanged. Raises
+        ``RunNotFound``.
+        """
+        ...
+
+    def retry_run(self, run_id: str) -> RunRecord:
+        """Make a ``failed`` or ``quarantined`` run ``pending`` again.
+
+        Appends ``run.retried`` whose detail holds ``from_position``: the
+        position of the last ``step.failed`` entry (or ``None``). Replay
+        ignores journal entries at or after that position recorded before the
+        retry, so the run resumes from its last good step. Resets
+        ``recoveries`` and clears ``error``; bumps the epoch. Raises
+        ``RunNotFound`` or ``InvalidRunState``.
+        """
+        ...
+
+    # -- payloads too large to keep inline -------------------------------------
+
+    def put_artifact(self, data: bytes) -> str:
+        """Store ``data`` content-addressed; return its reference. Idempotent;
+        durable before it returns (so a journal entry may point to it)."""
+        ...
+
+    def get_artifact(self, ref: str) -> bytes:
+        """The bytes stored under ``ref``; ``PayloadError`` if absent."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files. The store is unusable afterwards."""
+        ...

@@ -1,0 +1,656 @@
+"""The in-process backend: every run and history in Python dictionaries.
+
+Why it exists: unit tests and quick experiments need a store with the exact
+semantics of the durable backends but none of their setup, and the contract
+suite (``tests/store/``) needs a second implementation so that it pins the
+*protocol* rather than one backend's accidents. It is durable only for the
+life of the process, whatever ``durability`` says; the attribute is kept so
+that code reading it behaves the same on every backend.
+
+Design notes:
+
+* One ``RLock`` around every public method makes each call a single atomic
+  transaction, the memory analogue of ``BEGIN IMMEDIATE`` ... ``COMMIT``. Every
+  method validates everything that can fail *before* it mutates anything, so a
+  raised exception always means "nothing changed".
+* Like the SQLite backend, each run keeps a ``runnable_at`` time (``None``
+  while it cannot be claimed): pending runs, due timers and expired leases are
+  all "``runnable_at <= now``", which keeps claiming one rule.
+* Records are frozen, but their ``error`` and ``detail`` dicts are not. They
+  are copied through a JSON round trip on the way in and out, so callers can
+  never mutate stored state, and a value the SQLite backend could not store
+  (it keeps these dicts as JSON) fails here too instead of only in production.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store.records import (
+    Claim,
+    Durability,
+    EventType,
+    HistoryEvent,
+    NewRun,
+    Payload,
+    RunFilter,
+    RunRecord,
+    RunStatus,
+)
+
+_T = TypeVar("_T")
+
+_FINISH_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED)
+_RETRYABLE = (RunStatus.FAILED, RunStatus.QUARANTINED)
+
+
+@dataclass(slots=True)
+class _Run:
+    """Everything the store keeps about one run (never handed out as is)."""
+
+    record: RunRecord
+    #: When the run may next be claimed; ``None`` while it cannot be.
+    runnable_at: float | None
+    #: Creation order: breaks ties between runs created at the same clock time.
+    order: int
+    history: list[HistoryEvent] = field(default_factory=list)
+
+    @property
+    def max_seq(self) -> int:
+        return self.history[-1].seq if self.history else 0
+
+
+class MemoryStore:
+    """Store contract in process memory (see ``contract.Store``); thread-safe."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        durability: Durability = Durability.PROCESS,
+    ) -> None:
+        self.clock = clock
+        self.durability = durability
+        self._lock = threading.RLock()
+        self._runs: dict[str, _Run] = {}
+        #: parent run id -> child run ids, for the cancel cascade.
+        self._children: dict[str, list[str]] = {}
+        self._artifacts: dict[str, bytes] = {}
+        self._order = itertools.count()
+        self._closed = False
+
+    def close(self) -> None:
+        """Drop everything; later calls raise ``StoreError`` (as on SQLite,
+        using a closed store is a bug, not something to paper over)."""
+        with self._lock:
+            self._closed = True
+            self._runs.clear()
+            self._children.clear()
+            self._artifacts.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("store is closed")
+
+    # -- creating and reading runs -------------------------------------------
+
+    def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
+        with self._lock:
+            self._check_open()
+            existing = self._runs.get(run.run_id)
+            if existing is not None:
+                return _copy_record(existing.record), False
+            now = self.clock()
+            entry = self._insert(run, now, status=RunStatus.PENDING, runnable_at=now)
+            self._append_auto(entry, EventType.RUN_CREATED, now, 0, None, _created_detail(run))
+            return _copy_record(entry.record), True
+
+    def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
+        with self._lock:
+            self._check_open()
+            if run.run_id in self._runs:
+                return None
+            now = self.clock()
+            until = now + lease_seconds
+            entry = self._insert(
+                run,
+                now,
+                status=RunStatus.RUNNING,
+                runnable_at=until,
+                epoch=1,
+                owner=worker,
+                lease_until=until,
+            )
+            self._append_auto(entry, EventType.RUN_CREATED, now, 1, None, _created_detail(run))
+            self._append_auto(entry, EventType.LEASE_CLAIMED, now, 1, worker, {"lease_until": until})
+            self._append_auto(entry, EventType.RUN_STARTED, now, 1, worker, None)
+            return self._claim_of(entry)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        with self._lock:
+            self._check_open()
+            entry = self._runs.get(run_id)
+            return _copy_record(entry.record) if entry is not None else None
+
+    def list_runs(self, filter: RunFilter) -> list[RunRecord]:
+        with self._lock:
+            self._check_open()
+            matching = [entry for entry in self._runs.values() if _matches(entry.record, filter)]
+            matching.sort(key=lambda e: (e.record.created_at, e.order), reverse=True)
+            return [_copy_record(e.record) for e in _limited(matching, filter.limit)]
+
+    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        with self._lock:
+            self._check_open()
+            entry = self._runs.get(run_id)
+            if entry is None:
+                return []
+            # seq is gap-free from 1, so seq n lives at index n - 1.
+            tail = entry.history[max(after_seq, 0) :]
+            return [_copy_event(e) for e in _limited(tail, limit)]
+
+    # -- claiming and leases -----------------------------------------------
+
+    def claim_runs(
+        self,
+        worker: str,
+        workflows: Collection[str],
+        limit: int,
+        lease_seconds: float,
+        max_recoveries: int,
+        queues: Collection[str] | None = None,
+    ) -> list[Claim]:
+        with self._lock:
+            self._check_open()
+            if limit <= 0:
+                return []
+            now = self.clock()
+            wanted = set(workflows)
+            queue_set = set(queues) if queues is not None else None
+            candidates = [
+                entry
+                for entry in self._runs.values()
+                if entry.runnable_at is not None
+                and entry.runnable_at <= now
+                and entry.record.workflow in wanted
+                and (queue_set is None or entry.record.queue in queue_set)
+            ]
+            candidates.sort(key=_claim_order)
+            claims: list[Claim] = []
+            # A takeover may quarantine its run instead of returning it, so keep
+            # going past ``limit`` candidates until ``limit`` claims are made.
+            for entry in candidates:
+                claim = self._claim(entry, worker, now, lease_seconds, max_recoveries)
+                if claim is not None:
+                    claims.append(claim)
+                    if len(claims) == limit:
+                        break
+            return claims
+
+    def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
+        with self._lock:
+            self._check_open()
+            entry = self._runs.get(run_id)
+            now = self.clock()
+            if entry is None or entry.runnable_at is None or entry.runnable_at > now:
+                return None
+            return self._claim(entry, worker, now, lease_seconds, max_recoveries)
+
+    def reclaim_owned(self, worker: str) -> int:
+        with self._lock:
+            self._check_open()
+            now = self.clock()
+            count = 0
+            for entry in self._runs.values():
+                rec = entry.record
+                if rec.status is RunStatus.RUNNING and rec.owner == worker:
+                    # The lease is treated as expired now: the next claim is a
+                    # takeover, which counts a recovery and fences the old epoch.
+                    entry.record = replace(rec, lease_expires_at=now, updated_at=now)
+                    entry.runnable_at = now
+                    count += 1
+            return count
+
+    def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
+        with self._lock:
+            self._check_open()
+            now = self.clock()
+            until = now + lease_seconds
+            lost: set[str] = set()
+            for run_id, epoch in leases.items():
+                entry = self._runs.get(run_id)
+                if entry is None or not _held(entry.record, worker, epoch):
+                    lost.add(run_id)
+                    continue
+                entry.record = replace(entry.record, lease_expires_at=until, updated_at=now)
+                entry.runnable_at = until
+            return lost
+
+    # -- fenced writes by the lease holder -----------------------------------
+
+    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+        with self._lock:
+            self._check_open()
+            entry = self._fenced(run_id, epoch)
+            prepared = self._prepare_appends(entry, epoch, events)
+            entry.history.extend(prepared)
+
+    def suspend_run(
+        self,
+        run_id: str,
+        epoch: int,
+        event: HistoryEvent,
+        wake_at: float | None,
+        waiting_on: str | None,
+    ) -> None:
+        with self._lock:
+            self._check_open()
+            entry = self._fenced(run_id, epoch)
+            prepared = self._prepare_appends(entry, epoch, [event])
+            now = self.clock()
+            runnable_at: float | None
+            if waiting_on is not None:
+                # Waiting on a child: runnable when it ends, or now if it
+                # already has (the child's finish cannot wake us twice).
+                child = self._runs.get(waiting_on)
+                runnable_at = now if child is not None and child.record.status.terminal else None
+            else:
+                runnable_at = wake_at
+            entry.history.extend(prepared)
+            entry.record = replace(
+                entry.record,
+                status=RunStatus.SUSPENDED,
+                owner=None,
+                lease_expires_at=None,
+                wake_at=wake_at,
+                waiting_on=waiting_on,
+                updated_at=now,
+            )
+            entry.runnable_at = runnable_at
+
+    def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
+        with self._lock:
+            self._check_open()
+            entry = self._fenced(run_id, epoch)
+            prepared = self._prepare_appends(entry, epoch, [event])
+            now = self.clock()
+            entry.history.extend(prepared)
+            entry.record = replace(
+                entry.record, status=RunStatus.PENDING, owner=None, lease_expires_at=None, updated_at=now
+            )
+            entry.runnable_at = now
+
+    def finish_run(
+        self,
+        run_id: str,
+        epoch: int,
+        event: HistoryEvent,
+        status: RunStatus,
+        result: Payload | None,
+        error: dict[str, Any] | None,
+    ) -> None:
+        if status not in _FINISH_STATUSES:
+            raise ValueError(f"finish_run takes completed or failed, not {status}")
+        with self._lock:
+            self._check_open()
+            entry = self._fenced(run_id, epoch)
+            prepared = self._prepare_appends(entry, epoch, [event])
+            stored_error = _copy_json(error)
+            now = self.clock()
+            entry.history.extend(prepared)
+            entry.record = replace(
+                entry.record,
+                status=status,
+                owner=None,
+                lease_expires_at=None,
+                result=_norm_payload(result),
+                error=stored_error,
+                updated_at=now,
+            )
+            entry.runnable_at = None
+            self._wake_waiting_parent(entry.record, now)
+
+    def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
+        if child.parent_run_id != parent_run_id:
+            child = replace(child, parent_run_id=parent_run_id)
+        with self._lock:
+            self._check_open()
+            parent = self._fenced(parent_run_id, epoch)
+            prepared = self._prepare_appends(parent, epoch, [event])
+            parent.history.extend(prepared)
+            existing = self._runs.get(child.run_id)
+            if existing is not None:
+                return _copy_record(existing.record)
+            now = self.clock()
+            entry = self._insert(child, now, status=RunStatus.PENDING, runnable_at=now)
+            self._append_auto(entry, EventType.RUN_CREATED, now, 0, None, _created_detail(child))
+            return _copy_record(entry.record)
+
+    # -- operator actions (bump the epoch) ------------------------------------
+
+    def cancel_run(self, run_id: str, reason: str) -> RunRecord:
+        with self._lock:
+            self._check_open()
+            root = self._runs.get(run_id)
+            if root is None:
+                raise RunNotFound(run_id)
+            now = self.clock()
+            error = {"type": "Cancelled", "message": reason}
+            for entry in self._tree(run_id):
+                rec = entry.record
+                if rec.status.terminal:
+                    continue
+                epoch = rec.epoch + 1
+                entry.record = replace(
+                    rec,
+                    status=RunStatus.CANCELLED,
+                    owner=None,
+                    epoch=epoch,
+                    lease_expires_at=None,
+                    wake_at=None,
+                    error=dict(error),
+                    updated_at=now,
+                )
+                entry.runnable_at = None
+                self._append_auto(entry, EventType.RUN_CANCELLED, now, epoch, None, {"reason": reason})
+                self._wake_waiting_parent(entry.record, now)
+            return _copy_record(root.record)
+
+    def retry_run(self, run_id: str) -> RunRecord:
+        with self._lock:
+            self._check_open()
+            entry = self._runs.get(run_id)
+            if entry is None:
+                raise RunNotFound(run_id)
+            rec = entry.record
+            if rec.status not in _RETRYABLE:
+                raise InvalidRunState(
+                    f"run {run_id!r} is {rec.status.value}; only failed or quarantined runs can be retried"
+                )
+            from_position = next(
+                (e.position for e in reversed(entry.history) if e.event is EventType.STEP_FAILED), None
+            )
+            now = self.clock()
+            epoch = rec.epoch + 1
+            entry.record = replace(
+                rec,
+                status=RunStatus.PENDING,
+                owner=None,
+                epoch=epoch,
+                lease_expires_at=None,
+                wake_at=None,
+                waiting_on=None,
+                recoveries=0,
+                error=None,
+                updated_at=now,
+            )
+            entry.runnable_at = now
+            detail = {"from_position": from_position, "previous_status": rec.status.value}
+            self._append_auto(entry, EventType.RUN_RETRIED, now, epoch, None, detail)
+            return _copy_record(entry.record)
+
+    # -- payloads too large to keep inline -------------------------------------
+
+    def put_artifact(self, data: bytes) -> str:
+        ref = hashlib.sha256(data).hexdigest()
+        with self._lock:
+            self._check_open()
+            self._artifacts.setdefault(ref, bytes(data))
+        return ref
+
+    def get_artifact(self, ref: str) -> bytes:
+        with self._lock:
+            self._check_open()
+            try:
+                return self._artifacts[ref]
+            except KeyError:
+                raise PayloadError(f"artifact {ref!r} is missing from the memory store") from None
+
+    # -- internals: each runs under the caller's lock ----------------------------
+
+    def _insert(
+        self,
+        run: NewRun,
+        now: float,
+        *,
+        status: RunStatus,
+        runnable_at: float | None,
+        epoch: int = 0,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> _Run:
+        record = RunRecord(
+            run_id=run.run_id,
+            workflow=run.workflow,
+            workflow_version=run.workflow_version,
+            tenant=run.tenant,
+            thread_id=run.thread_id,
+            status=status,
+            input=run.input,
+            result=None,
+            error=None,
+            epoch=epoch,
+            owner=owner,
+            lease_expires_at=lease_until,
+            wake_at=None,
+            waiting_on=None,
+            recoveries=0,
+            queue=run.queue,
+            priority=run.priority,
+            parent_run_id=run.parent_run_id,
+            created_at=now,
+            updated_at=now,
+        )
+        entry = _Run(record=record, runnable_at=runnable_at, order=next(self._order))
+        self._runs[run.run_id] = entry
+        if run.parent_run_id is not None:
+            self._children.setdefault(run.parent_run_id, []).append(run.run_id)
+        return entry
+
+    def _append_auto(
+        self,
+        entry: _Run,
+        event: EventType,
+        at: float,
+        epoch: int,
+        worker: str | None,
+        detail: dict[str, Any] | None,
+    ) -> None:
+        """Append after the current maximum: for the store's own entries."""
+        entry.history.append(
+            HistoryEvent(
+                run_id=entry.record.run_id,
+                seq=entry.max_seq + 1,
+                event=event,
+                at=at,
+                epoch=epoch,
+                worker=worker,
+                detail=_copy_json(detail),
+            )
+        )
+
+    def _fenced(self, run_id: str, epoch: int) -> _Run:
+        """The run, if it is ``running`` at exactly ``epoch``; else ``LeaseLost``."""
+        entry = self._runs.get(run_id)
+        if entry is None or entry.record.status is not RunStatus.RUNNING or entry.record.epoch != epoch:
+            raise LeaseLost(run_id, epoch)
+        return entry
+
+    def _prepare_appends(self, entry: _Run, epoch: int, events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+        """Validate and copy a holder's events without storing them yet, so a
+        failure leaves the history exactly as it was."""
+        run_id = entry.record.run_id
+        expected = entry.max_seq + 1
+        prepared: list[HistoryEvent] = []
+        for event in events:
+            if event.run_id != run_id:
+                raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")
+            if event.seq != expected:
+                # Someone else appended (seq taken) or the holder's counter is
+                # off: either way its view of the history is not the store's.
+                raise LeaseLost(run_id, epoch)
+            prepared.append(_copy_event(event))
+            expected += 1
+        return prepared
+
+    def _claim(
+        self, entry: _Run, worker: str, now: float, lease_seconds: float, max_recoveries: int
+    ) -> Claim | None:
+        rec = entry.record
+        takeover = rec.status is RunStatus.RUNNING
+        recoveries = rec.recoveries
+        if takeover:
+            recoveries += 1
+            lost = {"worker": rec.owner, "epoch": rec.epoch, "reason": "expired"}
+            self._append_auto(entry, EventType.LEASE_LOST, now, rec.epoch, rec.owner, lost)
+            if recoveries > max_recoveries:
+                error = {
+                    "type": "Quarantined",
+                    "message": f"run lost its worker {recoveries} times (limit {max_recoveries})",
+                }
+                entry.record = replace(
+                    rec,
+                    status=RunStatus.QUARANTINED,
+                    owner=None,
+                    epoch=rec.epoch + 1,
+                    lease_expires_at=None,
+                    recoveries=recoveries,
+                    error=dict(error),
+                    updated_at=now,
+                )
+                entry.runnable_at = None
+                self._append_auto(entry, EventType.RUN_QUARANTINED, now, rec.epoch + 1, None, error)
+                return None
+        until = now + lease_seconds
+        epoch = rec.epoch + 1
+        entry.record = replace(
+            rec,
+            status=RunStatus.RUNNING,
+            owner=worker,
+            epoch=epoch,
+            lease_expires_at=until,
+            wake_at=None,
+            waiting_on=None,
+            recoveries=recoveries,
+            updated_at=now,
+        )
+        entry.runnable_at = until
+        if takeover:
+            taken = {"from_worker": rec.owner, "lease_until": until}
+            self._append_auto(entry, EventType.LEASE_TAKEN_OVER, now, epoch, worker, taken)
+        else:
+            self._append_auto(entry, EventType.LEASE_CLAIMED, now, epoch, worker, {"lease_until": until})
+            if rec.status is RunStatus.PENDING and rec.epoch == 0:
+                self._append_auto(entry, EventType.RUN_STARTED, now, epoch, worker, None)
+            elif rec.status is RunStatus.SUSPENDED:
+                self._append_auto(entry, EventType.RUN_WOKEN, now, epoch, worker, None)
+        return self._claim_of(entry)
+
+    def _claim_of(self, entry: _Run) -> Claim:
+        return Claim(
+            run=_copy_record(entry.record),
+            history=[_copy_event(e) for e in entry.history],
+            next_seq=entry.max_seq + 1,
+        )
+
+    def _wake_waiting_parent(self, child: RunRecord, now: float) -> None:
+        """Make the parent runnable if it is suspended waiting on ``child``."""
+        if child.parent_run_id is None:
+            return
+        parent = self._runs.get(child.parent_run_id)
+        if (
+            parent is not None
+            and parent.record.status is RunStatus.SUSPENDED
+            and parent.record.waiting_on == child.run_id
+        ):
+            parent.runnable_at = now
+            parent.record = replace(parent.record, updated_at=now)
+
+    def _tree(self, run_id: str) -> Iterator[_Run]:
+        """The run and all its descendants, parents before children.
+
+        Walks through terminal runs too: a finished child may have left live
+        grandchildren behind, and those still belong to the cancelled tree.
+        """
+        stack = [run_id]
+        seen: set[str] = set()
+        while stack:
+            rid = stack.pop()
+            if rid in seen:
+                continue
+            seen.add(rid)
+            entry = self._runs.get(rid)
+            if entry is None:
+                continue
+            yield entry
+            stack.extend(reversed(self._children.get(rid, [])))
+
+
+# -- pure helpers ---------------------------------------------------------------
+
+
+def _claim_order(entry: _Run) -> tuple[int, float, int]:
+    assert entry.runnable_at is not None
+    return (-entry.record.priority, entry.runnable_at, entry.order)
+
+
+def _held(rec: RunRecord, worker: str, epoch: int) -> bool:
+    return rec.status is RunStatus.RUNNING and rec.owner == worker and rec.epoch == epoch
+
+
+def _matches(rec: RunRecord, f: RunFilter) -> bool:
+    return (
+        (f.statuses is None or rec.status in f.statuses)
+        and (f.tenant is None or rec.tenant == f.tenant)
+        and (f.workflow is None or rec.workflow == f.workflow)
+        and (f.thread_id is None or rec.thread_id == f.thread_id)
+        and (f.parent_run_id is None or rec.parent_run_id == f.parent_run_id)
+    )
+
+
+def _limited(items: list[_T], limit: int | None) -> list[_T]:
+    """``items[:limit]``, with SQL's reading of a negative limit: no limit."""
+    if limit is None or limit < 0:
+        return items
+    return items[:limit]
+
+
+def _created_detail(run: NewRun) -> dict[str, Any]:
+    detail: dict[str, Any] = {"workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant}
+    if run.parent_run_id:
+        detail["parent_run_id"] = run.parent_run_id
+    return detail
+
+
+def _copy_json(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A private copy of a JSON-shaped dict, normalised the way a JSON column
+    would normalise it (tuples become lists, keys become strings)."""
+    if value is None:
+        return None
+    copied: dict[str, Any] = json.loads(json.dumps(value))
+    return copied
+
+
+def _norm_payload(payload: Payload | None) -> Payload | None:
+    """An empty payload reads back as ``None``, as it does from SQL columns."""
+    if payload is None or (payload.data is None and payload.ref is None):
+        return None
+    return payload
+
+
+def _copy_record(rec: RunRecord) -> RunRecord:
+    return replace(rec, error=_copy_json(rec.error)) if rec.error is not None else rec
+
+
+def _copy_event(event: HistoryEvent) -> HistoryEvent:
+    payload = _norm_payload(event.payload)
+    if event.detail is None and payload is event.payload:
+        return event
+    return replace(event, detail=_copy_json(event.detail), payload=payload)

@@ -1,0 +1,167 @@
+"""Plain records exchanged between the engine and a store backend.
+
+The store speaks only in these frozen dataclasses and in bytes: it never sees
+user objects, so every backend stores exactly what the codec layer produced.
+Times are Unix seconds as floats (``time.time()``), the same on every backend.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class RunStatus(enum.StrEnum):
+    """Where a run is in its life. Terminal statuses never change again, except
+    that ``failed`` and ``quarantined`` runs may be retried by an operator."""
+
+    PENDING = "pending"  # runnable, waiting for a worker
+    RUNNING = "running"  # held by a worker under a lease
+    SUSPENDED = "suspended"  # waiting for a timer or a child; holds no worker
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    QUARANTINED = "quarantined"  # crashed its worker too often; needs an operator
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.QUARANTINED}
+)
+
+
+class EventType(enum.StrEnum):
+    """The kinds of entry in a run's history (its single ordered event stream).
+
+    Journal entries (what replay reads) are the ``step.*`` entries that carry a
+    position; everything else is lifecycle information for people and tools.
+    """
+
+    RUN_CREATED = "run.created"
+    RUN_STARTED = "run.started"
+    RUN_SUSPENDED = "run.suspended"
+    RUN_WOKEN = "run.woken"
+    RUN_RELEASED = "run.released"
+    RUN_COMPLETED = "run.completed"
+    RUN_FAILED = "run.failed"
+    RUN_CANCELLED = "run.cancelled"
+    RUN_RETRIED = "run.retried"
+    RUN_QUARANTINED = "run.quarantined"
+    LEASE_CLAIMED = "lease.claimed"
+    LEASE_LOST = "lease.lost"
+    LEASE_TAKEN_OVER = "lease.taken_over"
+    STEP_COMPLETED = "step.completed"
+    STEP_FAILED = "step.failed"
+    STEP_RETRIED = "step.retried"  # one attempt failed; another is scheduled
+
+
+#: History entries that replay reads as the journal.
+JOURNAL_EVENTS = frozenset({EventType.STEP_COMPLETED, EventType.STEP_FAILED, EventType.STEP_RETRIED})
+
+
+class Durability(enum.StrEnum):
+    """What a committed write survives (see docs/design.md)."""
+
+    PROCESS = "process"  # survives a crash of any process; the default
+    POWER = "power"  # survives power loss or an OS crash: fsync on every commit
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """An encoded value: inline bytes, or a reference into the artifact store."""
+
+    data: bytes | None = None
+    ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """Everything needed to create a run."""
+
+    run_id: str
+    workflow: str
+    workflow_version: str
+    tenant: str
+    thread_id: str | None
+    input: Payload
+    queue: str = "default"
+    priority: int = 0
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One run as stored."""
+
+    run_id: str
+    workflow: str
+    workflow_version: str
+    tenant: str
+    thread_id: str | None
+    status: RunStatus
+    input: Payload
+    result: Payload | None
+    error: dict[str, Any] | None
+    epoch: int
+    owner: str | None
+    lease_expires_at: float | None
+    wake_at: float | None
+    waiting_on: str | None
+    recoveries: int
+    queue: str
+    priority: int
+    parent_run_id: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEvent:
+    """One entry of a run's append-only history.
+
+    ``seq`` is gap-free and monotonic per run. ``epoch`` and ``worker`` record
+    under which lease the entry was written, so an audit can tell which worker
+    did what. Journal entries also carry ``position``, ``step_kind``, ``name``,
+    ``input_hash``, ``attempt`` and the step's result ``payload``.
+    """
+
+    run_id: str
+    seq: int
+    event: EventType
+    at: float
+    epoch: int
+    worker: str | None = None
+    position: int | None = None
+    step_kind: str | None = None
+    name: str | None = None
+    input_hash: str | None = None
+    attempt: int | None = None
+    started_at: float | None = None
+    payload: Payload | None = None
+    detail: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A run a worker now holds: its record after the claim, its history, and
+    the next sequence number the holder must use for appends."""
+
+    run: RunRecord
+    history: list[HistoryEvent]
+    next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Selects runs for listing; ``None`` fields do not filter."""
+
+    statuses: tuple[RunStatus, ...] | None = None
+    tenant: str | None = None
+    workflow: str | None = None
+    thread_id: str | None = None
+    parent_run_id: str | None = None
+    limit: int = 100

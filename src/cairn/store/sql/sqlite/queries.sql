@@ -1,0 +1,133 @@
+-- Named queries for the SQLite backend, loaded by cairn.store.sqlfiles.
+-- Parameters are named (:run_id); each block ends at the next "-- name:".
+
+-- name: insert_run
+INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
+                  parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
+                  runnable_at, created_at, updated_at)
+VALUES (:run_id, :tenant, :workflow, :workflow_version, :thread_id, :queue, :priority,
+        :parent_run_id, :status, :input, :input_ref, :epoch, :owner, :lease_expires_at,
+        :runnable_at, :now, :now)
+ON CONFLICT (run_id) DO NOTHING
+
+-- name: select_run
+SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       priority, parent_run_id, created_at, updated_at
+FROM runs WHERE run_id = :run_id
+
+-- name: list_runs
+SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       priority, parent_run_id, created_at, updated_at
+FROM runs
+WHERE (:tenant IS NULL OR tenant = :tenant)
+  AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:thread_id IS NULL OR thread_id = :thread_id)
+  AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+  AND (:statuses IS NULL OR status IN (SELECT value FROM json_each(:statuses)))
+ORDER BY created_at DESC, run_id DESC
+LIMIT :limit
+
+-- name: select_history
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, payload, payload_ref, detail
+FROM history WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
+
+-- name: max_seq
+SELECT COALESCE(MAX(seq), 0) FROM history WHERE run_id = :run_id
+
+-- name: insert_event
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                     attempt, started_at, payload, payload_ref, detail)
+VALUES (:run_id, :seq, :event, :at, :epoch, :worker, :position, :step_kind, :name, :input_hash,
+        :attempt, :started_at, :payload, :payload_ref, :detail)
+
+-- The hot path: one statement both checks the fence and appends.
+-- name: insert_event_fenced
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                     attempt, started_at, payload, payload_ref, detail)
+SELECT :run_id, :seq, :event, :at, :epoch, :worker, :position, :step_kind, :name, :input_hash,
+       :attempt, :started_at, :payload, :payload_ref, :detail
+WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch AND status = 'running')
+
+-- name: select_runnable
+SELECT run_id FROM runs
+WHERE runnable_at IS NOT NULL AND runnable_at <= :now
+  AND workflow IN (SELECT value FROM json_each(:workflows))
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+ORDER BY priority DESC, runnable_at
+LIMIT :limit
+
+-- name: select_claim_state
+SELECT status, owner, epoch, recoveries, runnable_at FROM runs WHERE run_id = :run_id
+
+-- name: claim
+UPDATE runs SET status = 'running', owner = :worker, epoch = epoch + 1,
+       lease_expires_at = :lease_until, runnable_at = :lease_until, wake_at = NULL,
+       waiting_on = NULL, recoveries = :recoveries, updated_at = :now
+WHERE run_id = :run_id
+
+-- name: quarantine
+UPDATE runs SET status = 'quarantined', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = NULL, recoveries = :recoveries, updated_at = :now,
+       error = :error
+WHERE run_id = :run_id
+
+-- name: reclaim_owned
+UPDATE runs SET runnable_at = :now, lease_expires_at = :now, updated_at = :now
+WHERE owner = :worker AND status = 'running'
+
+-- name: renew_lease
+UPDATE runs SET lease_expires_at = :lease_until, runnable_at = :lease_until
+WHERE run_id = :run_id AND owner = :worker AND epoch = :epoch AND status = 'running'
+
+-- name: suspend
+UPDATE runs SET status = 'suspended', owner = NULL, lease_expires_at = NULL, wake_at = :wake_at,
+       waiting_on = :waiting_on, updated_at = :now,
+       runnable_at = CASE
+           WHEN :waiting_on IS NOT NULL THEN
+               (SELECT :now FROM runs AS child WHERE child.run_id = :waiting_on
+                AND child.status IN ('completed', 'failed', 'cancelled', 'quarantined'))
+           ELSE :wake_at END
+WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+
+-- name: release
+UPDATE runs SET status = 'pending', owner = NULL, lease_expires_at = NULL, runnable_at = :now,
+       updated_at = :now
+WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+
+-- name: finish
+UPDATE runs SET status = :status, owner = NULL, lease_expires_at = NULL, runnable_at = NULL,
+       result = :result, result_ref = :result_ref, error = :error, updated_at = :now
+WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+
+-- name: wake_waiting_parent
+UPDATE runs SET runnable_at = :now, updated_at = :now
+WHERE run_id = (SELECT parent_run_id FROM runs WHERE run_id = :child_id)
+  AND status = 'suspended' AND waiting_on = :child_id
+
+-- name: select_live_descendants
+WITH RECURSIVE tree(run_id) AS (
+    SELECT :run_id
+    UNION ALL
+    SELECT runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
+)
+SELECT runs.run_id FROM runs JOIN tree ON runs.run_id = tree.run_id
+WHERE runs.status NOT IN ('completed', 'failed', 'cancelled', 'quarantined')
+
+-- name: cancel
+UPDATE runs SET status = 'cancelled', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = NULL, wake_at = NULL, updated_at = :now,
+       error = :error
+WHERE run_id = :run_id
+
+-- name: last_failed_position
+SELECT position FROM history
+WHERE run_id = :run_id AND event = 'step.failed' ORDER BY seq DESC LIMIT 1
+
+-- name: retry
+UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = :now, wake_at = NULL, waiting_on = NULL, recoveries = 0, error = NULL,
+       updated_at = :now
+WHERE run_id = :run_id

@@ -1,0 +1,598 @@
+"""The embedded backend: one SQLite file in WAL mode, shared by any number of
+threads and worker processes on one machine.
+
+Why these choices (see docs/design.md for the long form):
+
+* **WAL** lets readers (``cairn events --follow``, ``cairn runs``) proceed while
+  a worker writes, and makes a commit an append to one file.
+* **synchronous=NORMAL** (durability ``process``): a commit is in the OS page
+  cache before it returns, so it survives any process crash, SIGKILL
+  included; power loss may drop the last commits. **synchronous=FULL**
+  (durability ``power``): the WAL is fsynced on every commit.
+* **BEGIN IMMEDIATE** for every write transaction: it takes the write lock up
+  front, so concurrent writers queue on ``busy_timeout`` instead of failing
+  with a lock upgrade error halfway through.
+* One connection per thread: sqlite3 connections are not shared across
+  threads, and opening one is cheap compared with locking around one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store.records import (
+    Claim,
+    Durability,
+    EventType,
+    HistoryEvent,
+    NewRun,
+    Payload,
+    RunFilter,
+    RunRecord,
+    RunStatus,
+)
+from cairn.store.sqlfiles import load_migrations, load_queries
+
+_Q = load_queries("sqlite")
+_BUSY_TIMEOUT_MS = 30_000
+
+
+class SQLiteStore:
+    """Store contract on one SQLite database file (see ``contract.Store``)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = Durability.PROCESS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.durability = durability
+        self.clock = clock
+        self.artifact_dir = self.path.with_name(self.path.name + ".artifacts")
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._migrate(self._conn())
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open SQLite database {str(self.path)!r}: {exc}") from None
+
+    # -- connections and transactions ----------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError("store is closed")
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreError(f"{self.path} cannot use WAL journaling (got {mode!r})")
+            sync = "FULL" if self.durability is Durability.POWER else "NORMAL"
+            conn.execute(f"PRAGMA synchronous = {sync}")
+            conn.execute("PRAGMA foreign_keys = OFF")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        for migration in load_migrations("sqlite"):
+            with self._write() as tx:
+                done = tx.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
+                ).fetchone()
+                if done:
+                    continue
+                for statement in _split_statements(migration.sql):
+                    tx.execute(statement)
+                tx.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (migration.version, migration.name, time.time()),
+                )
+
+    def schema_version(self) -> int:
+        row = self._conn().execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for conn in self._connections:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # -- creating and reading runs -------------------------------------------
+
+    def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
+        now = self.clock()
+        with self._write() as tx:
+            created = _insert_run(tx, run, now, status=RunStatus.PENDING, runnable_at=now)
+            if created:
+                _append_auto(tx, run.run_id, EventType.RUN_CREATED, now, 0, None, _created_detail(run))
+            record = _select_run(tx, run.run_id)
+        assert record is not None
+        return record, created
+
+    def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
+        now = self.clock()
+        until = now + lease_seconds
+        with self._write() as tx:
+            if not _insert_run(tx, run, now, status=RunStatus.RUNNING, runnable_at=until,
+                               epoch=1, owner=worker, lease_until=until):
+                return None
+            detail = _created_detail(run)
+            events = [
+                _event(run.run_id, 1, EventType.RUN_CREATED, now, 1, None, detail),
+                _event(run.run_id, 2, EventType.LEASE_CLAIMED, now, 1, worker, {"lease_until": until}),
+                _event(run.run_id, 3, EventType.RUN_STARTED, now, 1, worker, None),
+            ]
+            for event in events:
+                tx.execute(_Q["insert_event"], _event_params(event))
+            record = _select_run(tx, run.run_id)
+        assert record is not None
+        return Claim(run=record, history=events, next_seq=4)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        return _select_run(self._conn(), run_id)
+
+    def list_runs(self, filter: RunFilter) -> list[RunRecord]:
+        statuses = json.dumps([s.value for s in filter.statuses]) if filter.statuses else None
+        rows = self._conn().execute(
+            _Q["list_runs"],
+            {
+                "tenant": filter.tenant,
+                "workflow": filter.workflow,
+                "thread_id": filter.thread_id,
+                "parent_run_id": filter.parent_run_id,
+                "statuses": statuses,
+                "limit": filter.limit,
+            },
+        )
+        return [_run_from_row(row) for row in rows]
+
+    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        return _select_history(self._conn(), run_id, after_seq, limit)
+
+    # -- claiming and leases -----------------------------------------------
+
+    def claim_runs(
+        self,
+        worker: str,
+        workflows: Collection[str],
+        limit: int,
+        lease_seconds: float,
+        max_recoveries: int,
+        queues: Collection[str] | None = None,
+    ) -> list[Claim]:
+        if limit <= 0 or not workflows:
+            return []
+        now = self.clock()
+        params = {
+            "now": now,
+            "workflows": json.dumps(list(workflows)),
+            "queues": json.dumps(list(queues)) if queues is not None else None,
+            "limit": limit,
+        }
+        with self._write() as tx:
+            ids = [row[0] for row in tx.execute(_Q["select_runnable"], params)]
+            claims = [_claim(tx, rid, worker, now, lease_seconds, max_recoveries) for rid in ids]
+        return [c for c in claims if c is not None]
+
+    def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
+        now = self.clock()
+        with self._write() as tx:
+            state = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
+            if state is None or state[4] is None or state[4] > now:
+                return None
+            return _claim(tx, run_id, worker, now, lease_seconds, max_recoveries)
+
+    def reclaim_owned(self, worker: str) -> int:
+        with self._write() as tx:
+            return tx.execute(_Q["reclaim_owned"], {"worker": worker, "now": self.clock()}).rowcount
+
+    def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
+        if not leases:
+            return set()
+        until = self.clock() + lease_seconds
+        lost: set[str] = set()
+        with self._write() as tx:
+            for run_id, epoch in leases.items():
+                params = {"run_id": run_id, "worker": worker, "epoch": epoch, "lease_until": until}
+                if tx.execute(_Q["renew_lease"], params).rowcount == 0:
+                    lost.add(run_id)
+        return lost
+
+    # -- fenced writes by the lease holder -----------------------------------
+
+    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+        with self._write() as tx:
+            for event in events:
+                _append_fenced(tx, run_id, epoch, event)
+
+    def suspend_run(
+        self,
+        run_id: str,
+        epoch: int,
+        event: HistoryEvent,
+        wake_at: float | None,
+        waiting_on: str | None,
+    ) -> None:
+        params = {"run_id": run_id, "epoch": epoch, "now": self.clock(), "wake_at": wake_at,
+                  "waiting_on": waiting_on}
+        self._fenced_transition("suspend", params, event)
+
+    def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
+        self._fenced_transition("release", {"run_id": run_id, "epoch": epoch, "now": self.clock()}, event)
+
+    def finish_run(
+        self,
+        run_id: str,
+        epoch: int,
+        event: HistoryEvent,
+        status: RunStatus,
+        result: Payload | None,
+        error: dict[str, Any] | None,
+    ) -> None:
+        if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
+            raise ValueError(f"finish_run takes completed or failed, not {status}")
+        now = self.clock()
+        params = {
+            "run_id": run_id,
+            "epoch": epoch,
+            "now": now,
+            "status": status.value,
+            "result": result.data if result else None,
+            "result_ref": result.ref if result else None,
+            "error": json.dumps(error) if error is not None else None,
+        }
+        with self._write() as tx:
+            _append_fenced(tx, run_id, epoch, event)
+            tx.execute(_Q["finish"], params)
+            tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
+
+    def _fenced_transition(self, query: str, params: dict[str, Any], event: HistoryEvent) -> None:
+        with self._write() as tx:
+            _append_fenced(tx, params["run_id"], params["epoch"], event)
+            tx.execute(_Q[query], params)
+
+    def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
+        now = self.clock()
+        if child.parent_run_id != parent_run_id:
+            child = replace(child, parent_run_id=parent_run_id)
+        with self._write() as tx:
+            _append_fenced(tx, parent_run_id, epoch, event)
+            if _insert_run(tx, child, now, status=RunStatus.PENDING, runnable_at=now):
+                _append_auto(tx, child.run_id, EventType.RUN_CREATED, now, 0, None, _created_detail(child))
+            record = _select_run(tx, child.run_id)
+        assert record is not None
+        return record
+
+    # -- operator actions ------------------------------------------------------
+
+    def cancel_run(self, run_id: str, reason: str) -> RunRecord:
+        now = self.clock()
+        error = json.dumps({"type": "Cancelled", "message": reason})
+        with self._write() as tx:
+            if _select_run(tx, run_id) is None:
+                raise RunNotFound(run_id)
+            live = [row[0] for row in tx.execute(_Q["select_live_descendants"], {"run_id": run_id})]
+            for rid in live:
+                tx.execute(_Q["cancel"], {"run_id": rid, "now": now, "error": error})
+                epoch = _select_epoch(tx, rid)
+                _append_auto(tx, rid, EventType.RUN_CANCELLED, now, epoch, None, {"reason": reason})
+                tx.execute(_Q["wake_waiting_parent"], {"child_id": rid, "now": now})
+            record = _select_run(tx, run_id)
+        assert record is not None
+        return record
+
+    def retry_run(self, run_id: str) -> RunRecord:
+        now = self.clock()
+        with self._write() as tx:
+            run = _select_run(tx, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status not in (RunStatus.FAILED, RunStatus.QUARANTINED):
+                raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only failed or "
+                                      "quarantined runs can be retried")
+            row = tx.execute(_Q["last_failed_position"], {"run_id": run_id}).fetchone()
+            tx.execute(_Q["retry"], {"run_id": run_id, "now": now})
+            detail = {"from_position": row[0] if row else None, "previous_status": run.status.value}
+            _append_auto(tx, run_id, EventType.RUN_RETRIED, now, run.epoch + 1, None, detail)
+            record = _select_run(tx, run_id)
+        assert record is not None
+        return record
+
+    # -- artifacts ---------------------------------------------------------------
+
+    def put_artifact(self, data: bytes) -> str:
+        ref = hashlib.sha256(data).hexdigest()
+        target = self.artifact_dir / ref[:2] / ref
+        if target.exists():
+            return ref
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                if self.durability is Durability.POWER:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        if self.durability is Durability.POWER:
+            dir_fd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        return ref
+
+    def get_artifact(self, ref: str) -> bytes:
+        if len(ref) != 64 or any(c not in "0123456789abcdef" for c in ref):
+            raise PayloadError(f"malformed artifact reference {ref!r}")
+        try:
+            return (self.artifact_dir / ref[:2] / ref).read_bytes()
+        except FileNotFoundError:
+            raise PayloadError(f"artifact {ref} is missing from {self.artifact_dir}") from None
+
+
+# -- helpers: each runs inside the caller's transaction ---------------------------
+
+
+def _split_statements(script: str) -> list[str]:
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not all(ln.strip().startswith("--") or not ln.strip()
+                                  for ln in buffer.splitlines()):
+        raise StoreError(f"unterminated SQL statement in migration: {buffer.strip()[:60]!r}")
+    return statements
+
+
+def _insert_run(
+    tx: sqlite3.Connection,
+    run: NewRun,
+    now: float,
+    *,
+    status: RunStatus,
+    runnable_at: float | None,
+    epoch: int = 0,
+    owner: str | None = None,
+    lease_until: float | None = None,
+) -> bool:
+    params = {
+        "run_id": run.run_id,
+        "tenant": run.tenant,
+        "workflow": run.workflow,
+        "workflow_version": run.workflow_version,
+        "thread_id": run.thread_id,
+        "queue": run.queue,
+        "priority": run.priority,
+        "parent_run_id": run.parent_run_id,
+        "status": status.value,
+        "input": run.input.data,
+        "input_ref": run.input.ref,
+        "epoch": epoch,
+        "owner": owner,
+        "lease_expires_at": lease_until,
+        "runnable_at": runnable_at,
+        "now": now,
+    }
+    return tx.execute(_Q["insert_run"], params).rowcount == 1
+
+
+def _created_detail(run: NewRun) -> dict[str, Any]:
+    detail: dict[str, Any] = {"workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant}
+    if run.parent_run_id:
+        detail["parent_run_id"] = run.parent_run_id
+    return detail
+
+
+def _select_run(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
+    row = conn.execute(_Q["select_run"], {"run_id": run_id}).fetchone()
+    return _run_from_row(row) if row else None
+
+
+def _select_epoch(tx: sqlite3.Connection, run_id: str) -> int:
+    return int(tx.execute("SELECT epoch FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0])
+
+
+def _run_from_row(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        workflow=row[1],
+        workflow_version=row[2],
+        tenant=row[3],
+        thread_id=row[4],
+        status=RunStatus(row[5]),
+        input=Payload(row[6], row[7]),
+        result=Payload(row[8], row[9]) if (row[8] is not None or row[9] is not None) else None,
+        error=json.loads(row[10]) if row[10] is not None else None,
+        epoch=row[11],
+        owner=row[12],
+        lease_expires_at=row[13],
+        wake_at=row[14],
+        waiting_on=row[15],
+        recoveries=row[16],
+        queue=row[17],
+        priority=row[18],
+        parent_run_id=row[19],
+        created_at=row[20],
+        updated_at=row[21],
+    )
+
+
+def _select_history(
+    conn: sqlite3.Connection, run_id: str, after_seq: int, limit: int | None
+) -> list[HistoryEvent]:
+    params = {"run_id": run_id, "after_seq": after_seq, "limit": -1 if limit is None else limit}
+    return [_event_from_row(row) for row in conn.execute(_Q["select_history"], params)]
+
+
+def _event_from_row(row: Sequence[Any]) -> HistoryEvent:
+    payload = Payload(row[12], row[13]) if (row[12] is not None or row[13] is not None) else None
+    return HistoryEvent(
+        run_id=row[0],
+        seq=row[1],
+        event=EventType(row[2]),
+        at=row[3],
+        epoch=row[4],
+        worker=row[5],
+        position=row[6],
+        step_kind=row[7],
+        name=row[8],
+        input_hash=row[9],
+        attempt=row[10],
+        started_at=row[11],
+        payload=payload,
+        detail=json.loads(row[14]) if row[14] is not None else None,
+    )
+
+
+def _event(
+    run_id: str,
+    seq: int,
+    event: EventType,
+    at: float,
+    epoch: int,
+    worker: str | None,
+    detail: dict[str, Any] | None,
+) -> HistoryEvent:
+    return HistoryEvent(run_id=run_id, seq=seq, event=event, at=at, epoch=epoch, worker=worker, detail=detail)
+
+
+def _event_params(event: HistoryEvent) -> dict[str, Any]:
+    payload = event.payload
+    return {
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "event": event.event.value,
+        "at": event.at,
+        "epoch": event.epoch,
+        "worker": event.worker,
+        "position": event.position,
+        "step_kind": event.step_kind,
+        "name": event.name,
+        "input_hash": event.input_hash,
+        "attempt": event.attempt,
+        "started_at": event.started_at,
+        "payload": payload.data if payload else None,
+        "payload_ref": payload.ref if payload else None,
+        "detail": json.dumps(event.detail) if event.detail is not None else None,
+    }
+
+
+def _append_auto(
+    tx: sqlite3.Connection,
+    run_id: str,
+    event: EventType,
+    at: float,
+    epoch: int,
+    worker: str | None,
+    detail: dict[str, Any] | None,
+) -> HistoryEvent:
+    """Append after the current maximum: for writers that bump the epoch."""
+    seq = int(tx.execute(_Q["max_seq"], {"run_id": run_id}).fetchone()[0]) + 1
+    entry = _event(run_id, seq, event, at, epoch, worker, detail)
+    tx.execute(_Q["insert_event"], _event_params(entry))
+    return entry
+
+
+def _append_fenced(tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> None:
+    if event.run_id != run_id:
+        raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")
+    try:
+        inserted = tx.execute(_Q["insert_event_fenced"], _event_params(event)).rowcount
+    except sqlite3.IntegrityError:
+        raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
+    if inserted != 1:
+        raise LeaseLost(run_id, epoch)
+
+
+def _claim(
+    tx: sqlite3.Connection,
+    run_id: str,
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    max_recoveries: int,
+) -> Claim | None:
+    status_s, old_owner, old_epoch, recoveries, _ = tx.execute(
+        _Q["select_claim_state"], {"run_id": run_id}
+    ).fetchone()
+    status = RunStatus(status_s)
+    takeover = status is RunStatus.RUNNING
+    if takeover:
+        recoveries += 1
+        lost = {"worker": old_owner, "epoch": old_epoch, "reason": "expired"}
+        _append_auto(tx, run_id, EventType.LEASE_LOST, now, old_epoch, old_owner, lost)
+        if recoveries > max_recoveries:
+            error = {
+                "type": "Quarantined",
+                "message": f"run lost its worker {recoveries} times (limit {max_recoveries})",
+            }
+            tx.execute(_Q["quarantine"], {"run_id": run_id, "now": now, "recoveries": recoveries,
+                                          "error": json.dumps(error)})
+            _append_auto(tx, run_id, EventType.RUN_QUARANTINED, now, old_epoch + 1, None, error)
+            return None
+    until = now + lease_seconds
+    params = {"run_id": run_id, "worker": worker, "lease_until": until, "now": now, "recoveries": recoveries}
+    tx.execute(_Q["claim"], params)
+    epoch = old_epoch + 1
+    if takeover:
+        _append_auto(tx, run_id, EventType.LEASE_TAKEN_OVER, now, epoch, worker,
+                     {"from_worker": old_owner, "lease_until": until})
+    else:
+        _append_auto(tx, run_id, EventType.LEASE_CLAIMED, now, epoch, worker, {"lease_until": until})
+        first = status is RunStatus.PENDING and old_epoch == 0
+        follow = EventType.RUN_STARTED if first else (
+            EventType.RUN_WOKEN if status is RunStatus.SUSPENDED else None)
+        if follow is not None:
+            _append_auto(tx, run_id, follow, now, epoch, worker, None)
+    record = _select_run(tx, run_id)
+    assert record is not None
+    history = _select_history(tx, run_id, 0, None)
+    return Claim(run=record, history=history, next_seq=history[-1].seq + 1 if history else 1)

@@ -1,0 +1,164 @@
+"""The worker: claims runnable runs under a lease and executes them.
+
+A worker is a loop over ``claim_runs`` feeding a thread pool of
+``concurrency`` slots. It holds nothing while idle: suspended runs live only
+in the database. On SIGTERM it *drains*: it stops claiming, lets every
+running step finish and be recorded, then gives the runs back so another
+worker continues them at once (no lease has to expire).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import FrameType
+
+from cairn.engine.executor import Outcome, execute
+from cairn.engine.runtime import Runtime
+from cairn.store.records import Claim
+from cairn.worker.leases import LeaseKeeper
+
+log = logging.getLogger("cairn.worker")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    concurrency: int = 4
+    lease_seconds: float = 30.0
+    poll_interval: float = 0.1
+    queues: tuple[str, ...] | None = None
+
+
+class Worker:
+    """Executes runs of the workflows registered in ``runtime``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: WorkerSettings | None = None,
+        worker_id: str | None = None,
+        on_outcome: Callable[[Claim, Outcome], None] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.settings = settings or WorkerSettings()
+        if self.settings.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.worker_id = worker_id or default_worker_id()
+        self.keeper = LeaseKeeper(runtime.store, self.worker_id, self.settings.lease_seconds)
+        self.on_outcome = on_outcome
+        self._stopping = threading.Event()
+        self._wakeup = threading.Event()
+        self._active = 0
+        self._active_lock = threading.Lock()
+        self._next_timer: float | None = None
+        self.claimed = 0
+
+    @property
+    def workflows(self) -> Collection[str]:
+        return tuple(self.runtime.workflows)
+
+    def run(self, *, install_signals: bool = True, max_idle: float | None = None) -> None:
+        """Claim and execute until ``stop()`` (or SIGTERM/SIGINT); then drain.
+
+        ``max_idle`` stops the worker after that many seconds with nothing to
+        do (handy for scripts and tests).
+        """
+        if install_signals and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        reclaimed = self.runtime.store.reclaim_owned(self.worker_id)
+        if reclaimed:
+            log.info("worker %s reclaimed %d run(s) from its previous incarnation", self.worker_id, reclaimed)
+        pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix=f"cairn-{self.worker_id}")
+        idle_since = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                claims = self._claim()
+                for claim in claims:
+                    pool.submit(self._execute, claim)
+                if claims:
+                    idle_since = time.monotonic()
+                    continue
+                if max_idle is not None and self._idle() and time.monotonic() - idle_since > max_idle:
+                    break
+                self._wakeup.wait(self._poll_delay())
+                self._wakeup.clear()
+        finally:
+            self._drain(pool)
+
+    def stop(self) -> None:
+        """Ask the worker to drain and return from ``run``."""
+        self._stopping.set()
+        self._wakeup.set()
+
+    # -- internals ---------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._stopping.is_set():  # a second signal: leave now, leases will expire
+            os._exit(128 + signum)
+        log.info("worker %s received %s: draining", self.worker_id, signal.Signals(signum).name)
+        self.stop()
+
+    def _idle(self) -> bool:
+        with self._active_lock:
+            return self._active == 0
+
+    def _claim(self) -> list[Claim]:
+        with self._active_lock:
+            free = self.settings.concurrency - self._active
+        if free <= 0:
+            return []
+        try:
+            claims = self.runtime.store.claim_runs(
+                self.worker_id, self.workflows, free, self.settings.lease_seconds,
+                self.runtime.max_recoveries, self.settings.queues,
+            )
+        except Exception:
+            log.exception("worker %s could not claim runs; retrying", self.worker_id)
+            return []
+        with self._active_lock:
+            self._active += len(claims)
+        self.claimed += len(claims)
+        return claims
+
+    def _poll_delay(self) -> float:
+        delay = self.settings.poll_interval
+        timer = self._next_timer
+        if timer is not None:
+            remaining = timer - time.time()
+            if remaining <= 0:
+                self._next_timer = None  # due now: poll once more at once, then as usual
+                return 0.0
+            delay = min(delay, remaining)
+        return delay
+
+    def _execute(self, claim: Claim) -> None:
+        try:
+            outcome = execute(self.runtime, claim, self.worker_id, self.keeper)
+            if outcome.wake_at is not None and (self._next_timer is None or outcome.wake_at < self._next_timer):
+                self._next_timer = outcome.wake_at
+            if self.on_outcome is not None:
+                self.on_outcome(claim, outcome)
+        except BaseException:
+            log.exception("worker %s crashed executing run %s", self.worker_id, claim.run.run_id)
+        finally:
+            with self._active_lock:
+                self._active -= 1
+            self._wakeup.set()
+
+    def _drain(self, pool: ThreadPoolExecutor) -> None:
+        self.keeper.flag_all("draining")
+        pool.shutdown(wait=True)
+        self.keeper.close()
