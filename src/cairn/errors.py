@@ -96,7 +96,7 @@ class RunFailed(CairnError):
         self.error = error
 
 
-class LeaseLost(BaseException):  # noqa: N818 - a signal, named for what happened
+class LeaseLost(BaseException):
     """A fenced write was rejected: another worker (or an operator) now owns
     the run, so everything this holder still wants to write is void."""
 

@@ -7,6 +7,7 @@ zero setup) or hand them to worker processes (``app.start``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -24,6 +25,7 @@ from cairn.engine.retry import NO_RETRY, RetryPolicy
 from cairn.engine.runtime import Runtime
 from cairn.engine.steps import Step
 from cairn.errors import InvalidRunState, PayloadError, RunNotFound, UnknownWorkflow
+from cairn.ids import new_run_id
 from cairn.store import open_store
 from cairn.store.contract import Store
 from cairn.store.records import Claim, Durability, HistoryEvent, NewRun, RunFilter, RunRecord, RunStatus
@@ -32,6 +34,8 @@ from cairn.worker.worker import Worker, WorkerSettings
 
 P = ParamSpec("P")
 R = TypeVar("R")
+Q = ParamSpec("Q")
+T = TypeVar("T")
 
 
 class App:
@@ -74,14 +78,14 @@ class App:
     @overload
     def workflow(
         self, *, name: str | None = None, version: str = "1"
-    ) -> Callable[[Callable[..., R]], Workflow[R]]: ...
+    ) -> Callable[[Callable[..., T]], Workflow[T]]: ...
 
     def workflow(
-        self, fn: Callable[..., R] | None = None, /, *, name: str | None = None, version: str = "1"
-    ) -> Workflow[R] | Callable[[Callable[..., R]], Workflow[R]]:
+        self, fn: Callable[..., Any] | None = None, *, name: str | None = None, version: str = "1"
+    ) -> Any:
         """Register a workflow: a sync or async function taking a ``Context`` first."""
 
-        def register(f: Callable[..., R]) -> Workflow[R]:
+        def register(f: Callable[..., Any]) -> Workflow[Any]:
             definition = WorkflowDef.build(f, name, version)
             existing = self.runtime.workflows.get(definition.name)
             if existing is not None and existing.fn is not f:
@@ -97,15 +101,19 @@ class App:
     @overload
     def step(
         self, *, name: str | None = None, retry: RetryPolicy | None = None
-    ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
+    ) -> Callable[[Callable[Q, T]], Step[Q, T]]: ...
 
     def step(
-        self, fn: Callable[P, R] | None = None, /, *, name: str | None = None, retry: RetryPolicy | None = None
-    ) -> Step[P, R] | Callable[[Callable[P, R]], Step[P, R]]:
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
         """Make a function a journaled step (sync or async). Without ``retry``
         a failing step is not retried: retrying side effects must be a choice."""
 
-        def register(f: Callable[P, R]) -> Step[P, R]:
+        def register(f: Callable[..., Any]) -> Step[..., Any]:
             return Step(StepDef.build(f, name, retry or NO_RETRY))
 
         return register(fn) if fn is not None else register
@@ -163,7 +171,8 @@ class App:
         """
         new = self._new_run(workflow, args, kwargs, run_id, thread_id, tenant, "default", 0)
         claim = self.store.create_claimed_run(new, self._inline_id, self.lease_seconds)
-        return self._drive(new.run_id, claim)
+        result: R = self._drive(new.run_id, claim)
+        return result
 
     def resume(self, run_id: str) -> Any:
         """Execute an existing run here until it ends (see ``run``)."""
@@ -189,7 +198,7 @@ class App:
             raise PayloadError(f"arguments do not fit workflow {definition.name!r}: {exc}") from None
         payload, _ = self.runtime.payloads.dump(arguments)
         return NewRun(
-            run_id=run_id or str(uuid.uuid4()), workflow=definition.name, workflow_version=definition.version,
+            run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
         )
 
@@ -204,7 +213,9 @@ class App:
             if claim is not None:
                 outcome = execute(self.runtime, claim, self._inline_id, keeper)
                 claim = None
-                if outcome.status in ("completed", "failed", "lost"):
+                if outcome.status == "completed":
+                    return outcome.result
+                if outcome.status in ("failed", "lost"):
                     return RunHandle[Any](self, run_id).result()
                 delay = self._after_suspension(outcome)
                 continue
@@ -227,10 +238,9 @@ class App:
     def _drive_child(self, child_id: str) -> None:
         child = self.store.get_run(child_id)
         if child is not None and not child.status.terminal:
-            try:
+            # the parent observes the child's failure itself, through the journal
+            with contextlib.suppress(Exception):
                 self._drive(child_id, None)
-            except Exception:  # noqa: S110 - the parent observes the child's failure itself
-                pass
 
     def _lease_keeper(self) -> LeaseKeeper:
         with self._keeper_lock:

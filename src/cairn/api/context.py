@@ -46,15 +46,18 @@ class Context:
 
     def now(self) -> datetime:
         """The current UTC time, recorded once."""
-        return self._record("now", lambda: datetime.now(UTC), datetime)
+        value: datetime = self._record("now", lambda: datetime.now(UTC), datetime)
+        return value
 
     def uuid(self) -> _uuid.UUID:
         """A random UUID (v4), recorded once."""
-        return self._record("uuid", _uuid.uuid4, _uuid.UUID)
+        value: _uuid.UUID = self._record("uuid", _uuid.uuid4, _uuid.UUID)
+        return value
 
     def random(self) -> float:
         """A float in [0, 1), recorded once."""
-        return self._record("random", _random.random, float)
+        value: float = self._record("random", _random.random, float)
+        return value
 
     def _record(self, kind: str, produce: Any, type_: Any) -> Any:
         call = self._ex.begin(kind, kind)
@@ -81,7 +84,7 @@ class Context:
     # -- child workflows ----------------------------------------------------------
 
     def start_child(
-        self, workflow: Workflow[Any, R] | str, *args: Any, run_id: str | None = None, **kwargs: Any
+        self, workflow: Workflow[R] | str, *args: Any, run_id: str | None = None, **kwargs: Any
     ) -> ChildHandle[R]:
         """Start a child workflow with its own journal; returns at once.
 
@@ -109,11 +112,13 @@ class Context:
         self._ex.seq += 1
         return ChildHandle(self._ex, child_id, definition)
 
-    def child(self, workflow: Workflow[Any, R] | str, *args: Any, run_id: str | None = None, **kwargs: Any) -> R:
+    def child(
+        self, workflow: Workflow[R] | str, *args: Any, run_id: str | None = None, **kwargs: Any
+    ) -> R:
         """Start a child workflow and wait for its result (durably)."""
         return self.start_child(workflow, *args, run_id=run_id, **kwargs).result()
 
-    def _resolve(self, workflow: Workflow[Any, Any] | str) -> WorkflowDef:
+    def _resolve(self, workflow: Workflow[Any] | str) -> WorkflowDef:
         name = workflow if isinstance(workflow, str) else workflow.definition.name
         known = self._ex.runtime.workflows
         if name not in known:

@@ -36,7 +36,7 @@ def enc_hook(value: Any) -> Any:
 def dec_hook(type_: type, obj: Any) -> Any:
     pydantic = sys.modules.get("pydantic")
     if pydantic is not None and isinstance(type_, type) and issubclass(type_, pydantic.BaseModel):
-        return type_.model_validate(obj)
+        return type_.model_validate(obj)  # type: ignore[attr-defined]
     raise NotImplementedError(f"cannot decode into {type_!r}")
 
 

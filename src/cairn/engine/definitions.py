@@ -114,5 +114,5 @@ class WorkflowDef:
 
     def call_args(self, arguments: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Positional and keyword arguments for calling the function."""
-        bound = inspect.BoundArguments(self.signature, arguments)  # type: ignore[arg-type]
+        bound = inspect.BoundArguments(self.signature, arguments)  # type: ignore[arg-type,unused-ignore]
         return bound.args, bound.kwargs

@@ -113,7 +113,9 @@ class Execution:
         self._check(position, recorded, kind, name, input_hash)
         return Call(position, kind, name, input_hash, recorded, recorded.attempt or 1)
 
-    def _check(self, position: int, recorded: HistoryEvent, kind: str, name: str, input_hash: str | None) -> None:
+    def _check(
+        self, position: int, recorded: HistoryEvent, kind: str, name: str, input_hash: str | None
+    ) -> None:
         same_call = recorded.step_kind == kind and recorded.name == name
         same_input = (
             not self.runtime.check_inputs
@@ -165,7 +167,9 @@ class Execution:
             input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at, payload=payload,
         ))
 
-    def fail_call(self, call: Call, exc: BaseException, retryable: bool, retry_delay: float | None) -> NoReturn:
+    def fail_call(
+        self, call: Call, exc: BaseException, retryable: bool, retry_delay: float | None
+    ) -> NoReturn:
         """Record a failed attempt; raise ``Suspend`` until the retry is due,
         or ``StepFailed`` if this was the last attempt."""
         error = error_detail(exc, retryable=retryable)
@@ -189,10 +193,12 @@ class Execution:
 
     # -- ending the claim --------------------------------------------------------
 
-    def complete(self, value: Any) -> None:
-        payload, _ = self.runtime.payloads.dump(value)
+    def complete(self, value: Any, result_type: Any) -> Any:
+        """Record the run's result; return it as a reader of the run will see it."""
+        payload, raw = self.runtime.payloads.dump(value)
         event = self.entry(EventType.RUN_COMPLETED)
         self.store.finish_run(self.run_id, self.epoch, event, RunStatus.COMPLETED, payload, None)
+        return values.decode(raw, result_type, what=f"result of run {self.run_id!r}")
 
     def fail(self, exc: BaseException) -> None:
         error = error_detail(exc)

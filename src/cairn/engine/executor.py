@@ -31,6 +31,7 @@ class Outcome:
     ``lost`` (fenced out) or ``abandoned`` (store failure; lease will expire)."""
 
     status: str
+    result: Any = None  # a completed run's result, decoded as replay would see it
     wake_at: float | None = None
     waiting_on: str | None = None
     error: str | None = None
@@ -106,8 +107,8 @@ def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
         execution.fail(exc)
         return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")
     try:
-        execution.complete(result)
+        value = execution.complete(result, definition.result_type)
     except CairnError as exc:  # e.g. the result cannot be encoded: fail the run clearly
         execution.fail(exc)
         return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")
-    return Outcome("completed")
+    return Outcome("completed", result=value)

@@ -58,7 +58,7 @@ class RetryPolicy:
         """Seconds to wait after attempt number ``failed_attempt`` (1-based) failed."""
         base = min(self.max_delay, self.initial_delay * self.backoff ** (failed_attempt - 1))
         spread = base * self.jitter
-        return max(0.0, base + random.uniform(-spread, spread))  # noqa: S311 - not crypto
+        return max(0.0, base + random.uniform(-spread, spread))
 
 
 #: Steps do not retry unless asked to: retrying a side effect must be a choice.

@@ -8,7 +8,7 @@ executor no matter what the code in between does.
 from __future__ import annotations
 
 
-class Suspend(BaseException):  # noqa: N818 - a signal, not an error
+class Suspend(BaseException):
     """Park the run until ``wake_at`` or until run ``waiting_on`` finishes."""
 
     def __init__(self, reason: str, wake_at: float | None = None, waiting_on: str | None = None) -> None:
@@ -18,10 +18,10 @@ class Suspend(BaseException):  # noqa: N818 - a signal, not an error
         self.waiting_on = waiting_on
 
 
-class Release(BaseException):  # noqa: N818
+class Release(BaseException):
     """Give the run back unfinished (the worker is draining)."""
 
 
-class Abandon(BaseException):  # noqa: N818
+class Abandon(BaseException):
     """The store failed under us: stop without writing; the lease will expire
     and the run will be taken over, replaying everything recorded so far."""

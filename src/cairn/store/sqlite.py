@@ -26,8 +26,8 @@ import sqlite3
 import tempfile
 import threading
 import time
-from dataclasses import replace
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -141,30 +141,28 @@ class SQLiteStore:
     def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
         now = self.clock()
         with self._write() as tx:
-            created = _insert_run(tx, run, now, status=RunStatus.PENDING, runnable_at=now)
-            if created:
-                _append_auto(tx, run.run_id, EventType.RUN_CREATED, now, 0, None, _created_detail(run))
-            record = _select_run(tx, run.run_id)
-        assert record is not None
-        return record, created
+            if not _insert_run(tx, run, now, status=RunStatus.PENDING, runnable_at=now):
+                existing = _select_run(tx, run.run_id)
+                assert existing is not None
+                return existing, False
+            event = _event(run.run_id, 1, EventType.RUN_CREATED, now, 0, None, _created_detail(run))
+            tx.execute(_Q["insert_event"], _event_params(event))
+        return _new_record(run, now, RunStatus.PENDING, epoch=0), True
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
         now = self.clock()
         until = now + lease_seconds
+        events = [
+            _event(run.run_id, 1, EventType.RUN_CREATED, now, 1, None, _created_detail(run)),
+            _event(run.run_id, 2, EventType.LEASE_CLAIMED, now, 1, worker, {"lease_until": until}),
+            _event(run.run_id, 3, EventType.RUN_STARTED, now, 1, worker, None),
+        ]
         with self._write() as tx:
             if not _insert_run(tx, run, now, status=RunStatus.RUNNING, runnable_at=until,
                                epoch=1, owner=worker, lease_until=until):
                 return None
-            detail = _created_detail(run)
-            events = [
-                _event(run.run_id, 1, EventType.RUN_CREATED, now, 1, None, detail),
-                _event(run.run_id, 2, EventType.LEASE_CLAIMED, now, 1, worker, {"lease_until": until}),
-                _event(run.run_id, 3, EventType.RUN_STARTED, now, 1, worker, None),
-            ]
-            for event in events:
-                tx.execute(_Q["insert_event"], _event_params(event))
-            record = _select_run(tx, run.run_id)
-        assert record is not None
+            tx.executemany(_Q["insert_event"], [_event_params(e) for e in events])
+        record = _new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -282,8 +280,9 @@ class SQLiteStore:
         }
         with self._write() as tx:
             _append_fenced(tx, run_id, epoch, event)
-            tx.execute(_Q["finish"], params)
-            tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
+            (parent,) = tx.execute(_Q["finish"], params).fetchone()
+            if parent is not None:
+                tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
 
     def _fenced_transition(self, query: str, params: dict[str, Any], event: HistoryEvent) -> None:
         with self._write() as tx:
@@ -422,6 +421,25 @@ def _insert_run(
         "now": now,
     }
     return tx.execute(_Q["insert_run"], params).rowcount == 1
+
+
+def _new_record(
+    run: NewRun,
+    now: float,
+    status: RunStatus,
+    *,
+    epoch: int,
+    owner: str | None = None,
+    lease_until: float | None = None,
+) -> RunRecord:
+    """The record just inserted for ``run``, without reading it back."""
+    return RunRecord(
+        run_id=run.run_id, workflow=run.workflow, workflow_version=run.workflow_version, tenant=run.tenant,
+        thread_id=run.thread_id, status=status, input=run.input, result=None, error=None, epoch=epoch,
+        owner=owner, lease_expires_at=lease_until, wake_at=None, waiting_on=None, recoveries=0,
+        queue=run.queue, priority=run.priority, parent_run_id=run.parent_run_id, created_at=now,
+        updated_at=now,
+    )
 
 
 def _created_detail(run: NewRun) -> dict[str, Any]:

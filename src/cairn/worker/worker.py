@@ -147,8 +147,9 @@ class Worker:
     def _execute(self, claim: Claim) -> None:
         try:
             outcome = execute(self.runtime, claim, self.worker_id, self.keeper)
-            if outcome.wake_at is not None and (self._next_timer is None or outcome.wake_at < self._next_timer):
-                self._next_timer = outcome.wake_at
+            wake_at, timer = outcome.wake_at, self._next_timer
+            if wake_at is not None and (timer is None or wake_at < timer):
+                self._next_timer = wake_at
             if self.on_outcome is not None:
                 self.on_outcome(claim, outcome)
         except BaseException:

@@ -76,7 +76,7 @@ WHERE run_id = :run_id
 
 -- name: reclaim_owned
 UPDATE runs SET runnable_at = :now, lease_expires_at = :now, updated_at = :now
-WHERE owner = :worker AND status = 'running'
+WHERE runnable_at IS NOT NULL AND owner = :worker AND status = 'running'
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = :lease_until, runnable_at = :lease_until
@@ -101,6 +101,7 @@ WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
 UPDATE runs SET status = :status, owner = NULL, lease_expires_at = NULL, runnable_at = NULL,
        result = :result, result_ref = :result_ref, error = :error, updated_at = :now
 WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+RETURNING parent_run_id
 
 -- name: wake_waiting_parent
 UPDATE runs SET runnable_at = :now, updated_at = :now
