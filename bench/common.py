@@ -67,19 +67,32 @@ class Sample:
         return 0.0 if med == 0 else (self.high - self.low) / med * 100.0
 
 
+def settle() -> None:
+    """Call before each sample, outside the timed region.
+
+    Collects garbage so one sample does not pay for another's, and flushes the
+    file systems (``os.sync``) so a sample does not pay for the writeback of
+    what the previous one left dirty: on ext4 an fsync can be made to wait for
+    unrelated pending data, which otherwise shows up as huge outliers in
+    whichever fsync-heavy figure happens to come next.
+    """
+    gc.collect()
+    if hasattr(os, "sync"):
+        os.sync()
+
+
 def median_of(workload: Callable[[], float], repeats: int, warmup: int = 0) -> Sample:
     """Call ``workload`` ``warmup + repeats`` times; keep the last ``repeats`` figures.
 
     The workload measures itself and returns its figure (µs per step, runs/s,
-    ...), so setup and teardown stay outside the timed region. A garbage
-    collection runs before each call so one sample does not pay for another's
-    garbage.
+    ...), so setup and teardown stay outside the timed region; :func:`settle`
+    runs before each call.
     """
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     values: list[float] = []
     for i in range(warmup + repeats):
-        gc.collect()
+        settle()
         value = workload()
         if i >= warmup:
             values.append(value)

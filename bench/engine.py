@@ -34,6 +34,7 @@ from bench.common import (
     fresh_dir,
     print_table,
     ratio_lines,
+    settle,
     stopwatch,
     temp_filesystem,
     write_results,
@@ -341,6 +342,7 @@ def run_rounds(benches: Sequence[Bench], sizes: Sizes) -> None:
                 wanted = b.repeats or sizes.repeats
                 if b.done or (not warm and len(b.samples) >= wanted):
                     continue
+                settle()
                 try:
                     value = b.run()
                 except Exception as exc:

@@ -26,7 +26,7 @@ from cairn.engine.runtime import Runtime
 from cairn.engine.steps import Step
 from cairn.errors import InvalidRunState, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
-from cairn.store import open_store
+from cairn.store import open_store, resolve_url
 from cairn.store.contract import Store
 from cairn.store.records import Claim, Durability, HistoryEvent, NewRun, RunFilter, RunRecord, RunStatus
 from cairn.worker.leases import LeaseKeeper
@@ -58,6 +58,8 @@ class App:
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         check_inputs: bool = True,
     ) -> None:
+        #: where this app's data lives (``None`` when given a ``store`` object)
+        self.db_url = None if store is not None else resolve_url(db)
         self.store = store if store is not None else open_store(db, durability)
         self.runtime = Runtime(
             store=self.store,
