@@ -39,7 +39,7 @@ class StepDef:
     def build(cls, fn: Callable[..., Any], name: str | None, retry: RetryPolicy) -> StepDef:
         result_type = _hints(fn).get("return", Any)  # for async def: the awaited type
         values.decoder_for(result_type)  # fail now on an undecodable annotation
-        return cls(name or fn.__qualname__, fn, inspect.iscoroutinefunction(fn), retry, result_type)
+        return cls(name or fn.__name__, fn, inspect.iscoroutinefunction(fn), retry, result_type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ class WorkflowDef:
         result_type = hints.get("return", Any)
         values.decoder_for(result_type)
         return cls(
-            name=name or fn.__qualname__,
+            name=name or fn.__name__,
             version=version,
             fn=fn,
             is_async=inspect.iscoroutinefunction(fn),

@@ -1,0 +1,160 @@
+"""Replay: recorded results come back, bodies do not run again."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from uuid import UUID
+
+import pytest
+
+import cairn
+from cairn.store.records import EventType, RunStatus
+from tests.engine.conftest import Calls
+
+
+@dataclasses.dataclass
+class Order:
+    order_id: int
+    placed: datetime
+    token: UUID
+
+
+def test_completed_steps_are_replayed_not_rerun(app: cairn.App, calls: Calls) -> None:
+    crash = {"armed": True}
+
+    @app.step()
+    def add(x: int) -> int:
+        calls.hit(f"add{x}")
+        return x + 1
+
+    @app.step()
+    def explode(x: int) -> int:
+        calls.hit("explode")
+        if crash["armed"]:
+            raise cairn.TerminalError("boom")
+        return x * 10
+
+    @app.workflow(name="wf")
+    def wf(ctx: cairn.Context, start: int) -> int:
+        return explode(add(add(start)))
+
+    with pytest.raises(cairn.RunFailed):
+        app.run(wf, 1, run_id="r1")
+    assert calls.counts == {"add1": 1, "add2": 1, "explode": 1}
+    crash["armed"] = False
+    app.retry("r1")
+    assert app.resume("r1") == 30
+    # the two good steps were replayed from the journal; only the failed one re-ran
+    assert calls.counts == {"add1": 1, "add2": 1, "explode": 2}
+
+
+def test_replay_returns_the_same_types_as_the_first_run(app: cairn.App) -> None:
+    seen: list[Order] = []
+
+    @app.step()
+    def make(ctx_now: datetime, token: UUID) -> Order:
+        return Order(7, ctx_now, token)
+
+    @app.workflow(name="typed")
+    def typed(ctx: cairn.Context) -> str:
+        order = make(ctx.now(), ctx.uuid())
+        seen.append(order)
+        ctx.sleep(0)  # forces a suspension, so the second pass is a replay
+        return f"{order.order_id}:{order.token}"
+
+    first = app.run(typed, run_id="t1")
+    assert len(seen) >= 1
+    assert all(isinstance(o, Order) and isinstance(o.placed, datetime) for o in seen)
+    # every pass (first run and replays) saw the very same value
+    assert len({(o.order_id, o.placed, o.token) for o in seen}) == 1
+    assert first == f"7:{seen[0].token}"
+
+
+def test_context_values_are_recorded_once(app: cairn.App) -> None:
+    observed: list[tuple[object, object, object]] = []
+
+    @app.workflow(name="vals")
+    def vals(ctx: cairn.Context) -> None:
+        observed.append((ctx.now(), ctx.uuid(), ctx.random()))
+        ctx.sleep(0.05)
+
+    app.run(vals, run_id="v1")
+    assert len(observed) == 2  # first pass, then the replay after the timer
+    assert observed[0] == observed[1]
+
+
+def test_idempotent_start_returns_the_existing_run(app: cairn.App) -> None:
+    @app.workflow(name="echo")
+    def echo(ctx: cairn.Context, text: str) -> str:
+        return text
+
+    first = app.start(echo, "a", run_id="same")
+    second = app.start(echo, "b", run_id="same")
+    assert first.run_id == second.run_id == "same"
+    assert len(app.list_runs()) == 1
+    assert app.resume("same") == "a"  # the second start changed nothing
+    assert [e.event for e in app.history("same")].count(EventType.RUN_CREATED) == 1
+
+
+def test_step_outside_a_workflow_is_a_plain_call(app: cairn.App) -> None:
+    @app.step()
+    def double(x: int) -> int:
+        return 2 * x
+
+    assert double(4) == 8
+
+
+def test_workflow_cannot_be_called_directly(app: cairn.App) -> None:
+    @app.workflow(name="nope")
+    def nope(ctx: cairn.Context) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="cannot be called directly"):
+        nope()
+
+
+def test_async_workflow_with_async_and_sync_steps(app: cairn.App, calls: Calls) -> None:
+    @app.step()
+    async def fetch(x: int) -> int:
+        calls.hit("fetch")
+        return x + 1
+
+    @app.step()
+    def square(x: int) -> int:
+        calls.hit("square")
+        return x * x
+
+    @app.workflow(name="async_wf")
+    async def async_wf(ctx: cairn.Context, x: int) -> int:
+        y = await fetch(x)
+        ctx.sleep(0.01)
+        return square(y)
+
+    assert app.run(async_wf, 2, run_id="a1") == 9
+    assert calls.counts == {"fetch": 1, "square": 1}
+    assert app.get_run("a1").status is RunStatus.COMPLETED
+
+
+def test_step_info_gives_a_stable_operation_id(app: cairn.App) -> None:
+    seen: list[cairn.StepInfo] = []
+
+    @app.step(retry=cairn.RetryPolicy(max_attempts=3, initial_delay=0.0, jitter=0.0))
+    def charge() -> str:
+        info = cairn.step_info()
+        seen.append(info)
+        if info.attempt < 3:
+            raise ConnectionError("flaky")
+        return info.operation_id
+
+    @app.workflow(name="pay")
+    def pay(ctx: cairn.Context) -> str:
+        return charge()
+
+    result = app.run(pay, run_id="p1", tenant="acme", thread_id="th")
+    assert [i.attempt for i in seen] == [1, 2, 3]
+    assert {i.operation_id for i in seen} == {result}
+    assert result == cairn.operation_id("p1", 0)
+    assert seen[0].tenant == "acme" and seen[0].thread_id == "th" and seen[0].run_id == "p1"
+    with pytest.raises(cairn.CairnError):
+        cairn.step_info()

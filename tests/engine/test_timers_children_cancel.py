@@ -1,0 +1,182 @@
+"""Durable timers, child workflows and cancellation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import cairn
+from cairn.store.records import EventType, RunStatus
+from tests.engine.conftest import Calls, execute_once
+
+
+def test_timer_suspends_frees_the_worker_and_survives_a_restart(tmp_path: Path, calls: Calls) -> None:
+    db = f"sqlite:///{tmp_path}/t.db"
+
+    def build() -> tuple[cairn.App, cairn.Workflow[str]]:
+        app = cairn.App(db=db)
+
+        @app.step()
+        def before() -> str:
+            calls.hit("before")
+            return "b"
+
+        @app.step()
+        def after() -> str:
+            calls.hit("after")
+            return "a"
+
+        @app.workflow(name="nap")
+        def nap(ctx: cairn.Context) -> str:
+            x = before()
+            ctx.sleep(0.3)
+            return x + after()
+
+        return app, nap
+
+    app, nap = build()
+    app.start(nap, run_id="n")
+    assert execute_once(app, "n") == "suspended"
+    run = app.get_run("n")
+    assert run.status is RunStatus.SUSPENDED and run.owner is None  # holds no worker
+    assert run.wake_at is not None and run.wake_at > time.time()
+    assert app.store.claim_run("n", "other", 5.0, 5) is None  # not due yet
+    app.close()  # the process "restarts"
+
+    app2, _ = build()
+    time.sleep(0.31)
+    assert app2.resume("n") == "ba"
+    assert calls.counts == {"before": 1, "after": 1}
+    events = [e.event for e in app2.history("n")]
+    assert EventType.RUN_SUSPENDED in events and EventType.RUN_WOKEN in events
+    app2.close()
+
+
+def test_child_workflow_has_its_own_journal(app: cairn.App, calls: Calls) -> None:
+    @app.step()
+    def work(x: int) -> int:
+        calls.hit(f"work{x}")
+        return x * 3
+
+    @app.workflow(name="child")
+    def child(ctx: cairn.Context, x: int) -> int:
+        return work(x)
+
+    @app.workflow(name="parent")
+    def parent(ctx: cairn.Context) -> list[int]:
+        first = ctx.child(child, 1)
+        handle = ctx.start_child(child, 2)
+        return [first, handle.result()]
+
+    assert app.run(parent, run_id="p", tenant="t1", thread_id="th") == [3, 6]
+    children = app.store.list_runs(cairn.store.records.RunFilter(parent_run_id="p"))
+    assert sorted(c.run_id for c in children) == ["p:0", "p:2"]
+    assert all(c.tenant == "t1" and c.thread_id == "th" and c.status is RunStatus.COMPLETED for c in children)
+    assert calls.counts == {"work1": 1, "work2": 1}
+    # the parent waited without holding a worker: it suspended on each child
+    waits = [e for e in app.history("p") if e.event is EventType.RUN_SUSPENDED]
+    assert [w.detail and w.detail["waiting_on"] for w in waits] == ["p:0", "p:2"]
+
+
+def test_child_failure_raises_child_failed(app: cairn.App) -> None:
+    @app.workflow(name="bad_child")
+    def bad_child(ctx: cairn.Context) -> int:
+        raise RuntimeError("child broke")
+
+    @app.workflow(name="parent2")
+    def parent2(ctx: cairn.Context) -> str:
+        try:
+            ctx.child(bad_child)
+        except cairn.ChildFailed as failure:
+            return f"{failure.status}: {failure.error}"
+        return "unreachable"
+
+    assert app.run(parent2, run_id="p2") == "failed: child broke"
+
+
+def test_child_runs_on_workers_and_wakes_the_parent(app: cairn.App) -> None:
+    @app.workflow(name="leaf")
+    def leaf(ctx: cairn.Context, n: int) -> int:
+        ctx.sleep(0.05)
+        return n + 1
+
+    @app.workflow(name="root")
+    def root(ctx: cairn.Context) -> int:
+        return sum(ctx.child(leaf, i) for i in range(3))
+
+    handle = app.start(root, run_id="root")
+    worker = app.worker(concurrency=2, poll_interval=0.01)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        assert handle.result(timeout=15) == 6
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_cancel_pending_and_suspended_runs_with_children(app: cairn.App) -> None:
+    @app.workflow(name="sleepy")
+    def sleepy(ctx: cairn.Context) -> None:
+        ctx.sleep(60)
+
+    @app.workflow(name="boss")
+    def boss(ctx: cairn.Context) -> None:
+        ctx.child(sleepy)
+
+    app.start(boss, run_id="b")
+    assert execute_once(app, "b") == "suspended"  # started its child, waits on it
+    assert execute_once(app, "b:0") == "suspended"  # child sleeps
+    record = app.cancel("b", reason="user gave up")
+    assert record.status is RunStatus.CANCELLED
+    assert app.get_run("b:0").status is RunStatus.CANCELLED
+    cancelled = [e for e in app.history("b:0") if e.event is EventType.RUN_CANCELLED]
+    assert cancelled and cancelled[0].detail == {"reason": "user gave up"}
+    with pytest.raises(cairn.RunFailed, match="cancelled"):
+        app.handle("b").result(timeout=1)
+    assert app.store.claim_runs("w", ["boss", "sleepy"], 10, 5.0, 5) == []
+
+
+def test_cancel_a_running_run_fences_its_worker(app: cairn.App, calls: Calls) -> None:
+    inside = threading.Event()
+    release = threading.Event()
+
+    @app.step()
+    def slow() -> str:
+        calls.hit("slow")
+        inside.set()
+        release.wait(10)
+        return "done"
+
+    @app.step()
+    def never() -> str:
+        calls.hit("never")
+        return "x"
+
+    @app.workflow(name="long")
+    def long(ctx: cairn.Context) -> str:
+        return slow() + never()
+
+    app.start(long, run_id="L")
+    worker = app.worker(concurrency=1, poll_interval=0.01)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        assert inside.wait(10)
+        app.cancel("L")
+        release.set()
+        deadline = time.monotonic() + 10
+        while not worker._idle():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert app.get_run("L").status is RunStatus.CANCELLED
+    assert calls["never"] == 0  # nothing new started after the cancellation
+    # the step that finished after the cancel was not recorded
+    assert not [e for e in app.history("L") if e.event is EventType.STEP_COMPLETED]
