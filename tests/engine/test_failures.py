@@ -109,7 +109,9 @@ def test_terminal_errors_are_not_retried(app: cairn.App, calls: Calls) -> None:
         "error": {"type": "ValueError", "message": "invalid account", "retryable": False}
     }
     run = app.get_run("te")
-    assert run.error is not None and run.error["type"] == "StepFailed" and run.error["step"].endswith("bad")
+    assert run.error is not None
+    assert run.error["type"] == "StepFailed"
+    assert run.error["step"].endswith("bad")
 
 
 def test_exhausted_retries_raise_step_failed_inside_the_workflow(app: cairn.App, calls: Calls) -> None:

@@ -125,7 +125,9 @@ def test_large_values_go_to_the_artifact_store(tmp_path: Path) -> None:
 
     assert app.run(w, run_id="big") == 5000
     entry = next(e for e in app.history("big") if e.event is EventType.STEP_COMPLETED)
-    assert entry.payload is not None and entry.payload.data is None and entry.payload.ref is not None
+    assert entry.payload is not None
+    assert entry.payload.data is None
+    assert entry.payload.ref is not None
     artifact = tmp_path / "big.db.artifacts" / entry.payload.ref[:2] / entry.payload.ref
     assert artifact.read_bytes() == values.encode("x" * 5000)
     # a missing artifact is a clear error, not a crash

@@ -155,6 +155,8 @@ def test_step_info_gives_a_stable_operation_id(app: cairn.App) -> None:
     assert [i.attempt for i in seen] == [1, 2, 3]
     assert {i.operation_id for i in seen} == {result}
     assert result == cairn.operation_id("p1", 0)
-    assert seen[0].tenant == "acme" and seen[0].thread_id == "th" and seen[0].run_id == "p1"
+    assert seen[0].tenant == "acme"
+    assert seen[0].thread_id == "th"
+    assert seen[0].run_id == "p1"
     with pytest.raises(cairn.CairnError):
         cairn.step_info()

@@ -41,8 +41,10 @@ def test_timer_suspends_frees_the_worker_and_survives_a_restart(tmp_path: Path, 
     app.start(nap, run_id="n")
     assert execute_once(app, "n") == "suspended"
     run = app.get_run("n")
-    assert run.status is RunStatus.SUSPENDED and run.owner is None  # holds no worker
-    assert run.wake_at is not None and run.wake_at > time.time()
+    assert run.status is RunStatus.SUSPENDED
+    assert run.owner is None
+    assert run.wake_at is not None
+    assert run.wake_at > time.time()
     assert app.store.claim_run("n", "other", 5.0, 5) is None  # not due yet
     app.close()  # the process "restarts"
 
@@ -51,7 +53,8 @@ def test_timer_suspends_frees_the_worker_and_survives_a_restart(tmp_path: Path, 
     assert app2.resume("n") == "ba"
     assert calls.counts == {"before": 1, "after": 1}
     events = [e.event for e in app2.history("n")]
-    assert EventType.RUN_SUSPENDED in events and EventType.RUN_WOKEN in events
+    assert EventType.RUN_SUSPENDED in events
+    assert EventType.RUN_WOKEN in events
     app2.close()
 
 
@@ -135,7 +138,8 @@ def test_cancel_pending_and_suspended_runs_with_children(app: cairn.App) -> None
     assert record.status is RunStatus.CANCELLED
     assert app.get_run("b:0").status is RunStatus.CANCELLED
     cancelled = [e for e in app.history("b:0") if e.event is EventType.RUN_CANCELLED]
-    assert cancelled and cancelled[0].detail == {"reason": "user gave up"}
+    assert cancelled
+    assert cancelled[0].detail == {"reason": "user gave up"}
     with pytest.raises(cairn.RunFailed, match="cancelled"):
         app.handle("b").result(timeout=1)
     assert app.store.claim_runs("w", ["boss", "sleepy"], 10, 5.0, 5) == []

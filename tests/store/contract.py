@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound
+from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.contract import Store
 from cairn.store.records import (
     Claim,
@@ -246,6 +246,16 @@ class StoreContract:
     def test_implements_the_protocol(self, store: Store) -> None:
         assert isinstance(store, Store)
         assert isinstance(store.durability, Durability)
+
+    def test_closed_store_refuses_use(self, store: Store) -> None:
+        """Using a closed store is a bug: it must fail loudly, not half-work.
+        (The fixture closes it again, so ``close`` must be idempotent.)"""
+        store.create_run(new_run("r1"))
+        store.close()
+        with pytest.raises(StoreError):
+            store.get_run("r1")
+        with pytest.raises(StoreError):
+            store.create_run(new_run("r2"))
 
     # -- creating and reading runs ------------------------------------------------
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from cairn.store.memory import MemoryStore
+from cairn.store.records import Durability
 from tests.store.contract import FakeClock, StoreContract
 
 
@@ -20,3 +21,9 @@ class TestMemoryStore(StoreContract):
         store = MemoryStore(clock=clock)
         yield store
         store.close()
+
+    @pytest.mark.parametrize("durability", list(Durability))
+    def test_durability_is_kept(self, clock: FakeClock, durability: Durability) -> None:
+        """Engine code reads ``store.durability``; the memory store cannot honour
+        it, but it reports what it was asked for like every backend does."""
+        assert MemoryStore(clock=clock, durability=durability).durability is durability
