@@ -169,7 +169,7 @@ class SQLiteStore:
         return _select_run(self._conn(), run_id)
 
     def list_runs(self, filter: RunFilter) -> list[RunRecord]:
-        statuses = json.dumps([s.value for s in filter.statuses]) if filter.statuses else None
+        statuses = json.dumps([s.value for s in filter.statuses]) if filter.statuses is not None else None
         rows = self._conn().execute(
             _Q["list_runs"],
             {
@@ -226,11 +226,12 @@ class SQLiteStore:
     def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
         if not leases:
             return set()
-        until = self.clock() + lease_seconds
+        now = self.clock()
+        until = now + lease_seconds
         lost: set[str] = set()
         with self._write() as tx:
             for run_id, epoch in leases.items():
-                params = {"run_id": run_id, "worker": worker, "epoch": epoch, "lease_until": until}
+                params = {"run_id": run_id, "worker": worker, "epoch": epoch, "lease_until": until, "now": now}
                 if tx.execute(_Q["renew_lease"], params).rowcount == 0:
                     lost.add(run_id)
         return lost

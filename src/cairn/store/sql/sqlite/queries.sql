@@ -43,13 +43,15 @@ INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind,
 VALUES (:run_id, :seq, :event, :at, :epoch, :worker, :position, :step_kind, :name, :input_hash,
         :attempt, :started_at, :payload, :payload_ref, :detail)
 
--- The hot path: one statement both checks the fence and appends.
+-- The hot path: one statement checks the fence, keeps the history gap-free
+-- (seq must follow the current last entry) and appends.
 -- name: insert_event_fenced
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
                      attempt, started_at, payload, payload_ref, detail)
 SELECT :run_id, :seq, :event, :at, :epoch, :worker, :position, :step_kind, :name, :input_hash,
        :attempt, :started_at, :payload, :payload_ref, :detail
 WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch AND status = 'running')
+  AND :seq = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = :run_id)
 
 -- name: select_runnable
 SELECT run_id FROM runs
@@ -79,7 +81,7 @@ UPDATE runs SET runnable_at = :now, lease_expires_at = :now, updated_at = :now
 WHERE runnable_at IS NOT NULL AND owner = :worker AND status = 'running'
 
 -- name: renew_lease
-UPDATE runs SET lease_expires_at = :lease_until, runnable_at = :lease_until
+UPDATE runs SET lease_expires_at = :lease_until, runnable_at = :lease_until, updated_at = :now
 WHERE run_id = :run_id AND owner = :worker AND epoch = :epoch AND status = 'running'
 
 -- name: suspend
