@@ -231,7 +231,8 @@ class SQLiteStore:
         lost: set[str] = set()
         with self._write() as tx:
             for run_id, epoch in leases.items():
-                params = {"run_id": run_id, "worker": worker, "epoch": epoch, "lease_until": until, "now": now}
+                params = {"run_id": run_id, "worker": worker, "epoch": epoch, "lease_until": until,
+                          "now": now}
                 if tx.execute(_Q["renew_lease"], params).rowcount == 0:
                     lost.add(run_id)
         return lost
