@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import sqlite3
 import tempfile
@@ -30,6 +29,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.records import (
@@ -46,6 +47,17 @@ from cairn.store.records import (
 from cairn.store.sqlfiles import load_migrations, load_queries
 
 _Q = load_queries("sqlite")
+_ENCODE_JSON = msgspec.json.Encoder()
+_DECODE_JSON = msgspec.json.Decoder()
+
+
+def _dumps(value: Any) -> str:
+    """JSON text for a column (msgspec: several times faster than ``json``)."""
+    return _ENCODE_JSON.encode(value).decode()
+
+
+def _loads(text: str | bytes) -> Any:
+    return _DECODE_JSON.decode(text)
 _BUSY_TIMEOUT_MS = 30_000
 
 
@@ -161,7 +173,8 @@ class SQLiteStore:
             if not _insert_run(tx, run, now, status=RunStatus.RUNNING, runnable_at=until,
                                epoch=1, owner=worker, lease_until=until):
                 return None
-            tx.executemany(_Q["insert_event"], [_event_params(e) for e in events])
+            for event in events:
+                tx.execute(_Q["insert_event"], _event_params(event))
         record = _new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
 
@@ -169,7 +182,7 @@ class SQLiteStore:
         return _select_run(self._conn(), run_id)
 
     def list_runs(self, filter: RunFilter) -> list[RunRecord]:
-        statuses = json.dumps([s.value for s in filter.statuses]) if filter.statuses is not None else None
+        statuses = _dumps([s.value for s in filter.statuses]) if filter.statuses is not None else None
         rows = self._conn().execute(
             _Q["list_runs"],
             {
@@ -202,8 +215,8 @@ class SQLiteStore:
         now = self.clock()
         params = {
             "now": now,
-            "workflows": json.dumps(list(workflows)),
-            "queues": json.dumps(list(queues)) if queues is not None else None,
+            "workflows": _dumps(list(workflows)),
+            "queues": _dumps(list(queues)) if queues is not None else None,
             "limit": limit,
         }
         with self._write() as tx:
@@ -240,6 +253,9 @@ class SQLiteStore:
     # -- fenced writes by the lease holder -----------------------------------
 
     def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+        if len(events) == 1:  # the per-step hot path: one self-contained statement
+            _append_fenced(self._conn(), run_id, epoch, events[0])
+            return
         with self._write() as tx:
             for event in events:
                 _append_fenced(tx, run_id, epoch, event)
@@ -278,7 +294,7 @@ class SQLiteStore:
             "status": status.value,
             "result": result.data if result else None,
             "result_ref": result.ref if result else None,
-            "error": json.dumps(error) if error is not None else None,
+            "error": _dumps(error) if error is not None else None,
         }
         with self._write() as tx:
             _append_fenced(tx, run_id, epoch, event)
@@ -307,7 +323,7 @@ class SQLiteStore:
 
     def cancel_run(self, run_id: str, reason: str) -> RunRecord:
         now = self.clock()
-        error = json.dumps({"type": "Cancelled", "message": reason})
+        error = _dumps({"type": "Cancelled", "message": reason})
         with self._write() as tx:
             if _select_run(tx, run_id) is None:
                 raise RunNotFound(run_id)
@@ -470,7 +486,7 @@ def _run_from_row(row: Sequence[Any]) -> RunRecord:
         status=RunStatus(row[5]),
         input=Payload(row[6], row[7]),
         result=Payload(row[8], row[9]) if (row[8] is not None or row[9] is not None) else None,
-        error=json.loads(row[10]) if row[10] is not None else None,
+        error=_loads(row[10]) if row[10] is not None else None,
         epoch=row[11],
         owner=row[12],
         lease_expires_at=row[13],
@@ -508,7 +524,7 @@ def _event_from_row(row: Sequence[Any]) -> HistoryEvent:
         attempt=row[10],
         started_at=row[11],
         payload=payload,
-        detail=json.loads(row[14]) if row[14] is not None else None,
+        detail=_loads(row[14]) if row[14] is not None else None,
     )
 
 
@@ -524,25 +540,25 @@ def _event(
     return HistoryEvent(run_id=run_id, seq=seq, event=event, at=at, epoch=epoch, worker=worker, detail=detail)
 
 
-def _event_params(event: HistoryEvent) -> dict[str, Any]:
+def _event_params(event: HistoryEvent) -> tuple[Any, ...]:
     payload = event.payload
-    return {
-        "run_id": event.run_id,
-        "seq": event.seq,
-        "event": event.event.value,
-        "at": event.at,
-        "epoch": event.epoch,
-        "worker": event.worker,
-        "position": event.position,
-        "step_kind": event.step_kind,
-        "name": event.name,
-        "input_hash": event.input_hash,
-        "attempt": event.attempt,
-        "started_at": event.started_at,
-        "payload": payload.data if payload else None,
-        "payload_ref": payload.ref if payload else None,
-        "detail": json.dumps(event.detail) if event.detail is not None else None,
-    }
+    return (
+        event.run_id,
+        event.seq,
+        event.event.value,
+        event.at,
+        event.epoch,
+        event.worker,
+        event.position,
+        event.step_kind,
+        event.name,
+        event.input_hash,
+        event.attempt,
+        event.started_at,
+        payload.data if payload else None,
+        payload.ref if payload else None,
+        _dumps(event.detail) if event.detail is not None else None,
+    )
 
 
 def _append_auto(
@@ -595,7 +611,7 @@ def _claim(
                 "message": f"run lost its worker {recoveries} times (limit {max_recoveries})",
             }
             tx.execute(_Q["quarantine"], {"run_id": run_id, "now": now, "recoveries": recoveries,
-                                          "error": json.dumps(error)})
+                                          "error": _dumps(error)})
             _append_auto(tx, run_id, EventType.RUN_QUARANTINED, now, old_epoch + 1, None, error)
             return None
     until = now + lease_seconds
