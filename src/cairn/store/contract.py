@@ -125,11 +125,19 @@ class Store(Protocol):
 
     # -- fenced writes by the lease holder -----------------------------------
 
-    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+    def append(
+        self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False
+    ) -> None:
         """Append ``events`` (consecutive ``seq`` from the holder's counter).
 
-        Fenced. A ``seq`` that already exists means another writer appended:
-        ``LeaseLost`` is raised and nothing is written.
+        Fenced. The first ``seq`` must be the current maximum + 1; anything
+        else means another writer appended: ``LeaseLost`` is raised and
+        nothing is written.
+
+        ``barrier=True`` is the *effect barrier*: when this returns, these
+        events and everything before them are on stable storage, whatever the
+        store's durability mode (one fsync in the ``process`` mode). It is
+        used before a side effect touches the outside world.
         """
         ...
 
@@ -140,10 +148,14 @@ class Store(Protocol):
         event: HistoryEvent,
         wake_at: float | None,
         waiting_on: str | None,
+        status: RunStatus = RunStatus.SUSPENDED,
     ) -> None:
         """Release the lease and park the run: ``suspended`` until ``wake_at``,
         or until run ``waiting_on`` finishes (it is runnable at once if that
-        run is already terminal). Fenced; appends ``event``."""
+        run is already terminal), or, with neither, until an operator action
+        (``set_budget``) wakes it. ``status`` may instead be
+        ``needs_attention``: parked until ``resolve_operation``. Fenced;
+        appends ``event``."""
         ...
 
     def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
@@ -194,6 +206,51 @@ class Store(Protocol):
         ``recoveries`` and clears ``error``; bumps the epoch. Raises
         ``RunNotFound`` or ``InvalidRunState``.
         """
+        ...
+
+    def resolve_operation(
+        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any]
+    ) -> RunRecord:
+        """An operator settles the uncertain operation at ``position`` of a
+        ``needs_attention`` run, and the run becomes ``pending`` (epoch + 1).
+
+        ``done=True``: the effect happened; a ``step.completed`` entry at
+        ``position`` records ``result`` (detail ``{"resolved_by": "operator",
+        **detail}``), so replay returns it without executing. ``done=False``:
+        an ``op.resolved`` entry (detail ``{"position", "done": False,
+        **detail}``) tells replay to execute again with the same operation id.
+        Raises ``RunNotFound``, or ``InvalidRunState`` if the run does not
+        need attention.
+        """
+        ...
+
+    def kill_runs(
+        self, reason: str, *, run_id: str | None = None, tenant: str | None = None
+    ) -> list[RunRecord]:
+        """The kill switch: every non-terminal run matching ``run_id`` (with
+        its descendants) or ``tenant`` becomes ``killed`` with epoch + 1, so
+        no holder can write again; appends ``run.killed``. Returns the killed
+        runs. Exactly one of ``run_id`` / ``tenant`` must be given; an unknown
+        ``run_id`` raises ``RunNotFound``.
+        """
+        ...
+
+    def revive_run(self, run_id: str) -> RunRecord:
+        """Make a ``killed`` or ``halted`` run ``pending`` again (epoch + 1),
+        appending ``run.revived``; it resumes where it stopped. Raises
+        ``RunNotFound`` or ``InvalidRunState``."""
+        ...
+
+    def set_budget(self, run_id: str, budget: dict[str, Any]) -> RunRecord:
+        """Replace the run's budget limits; appends ``run.budget_changed``. A
+        run ``suspended`` with neither a timer nor a child to wait for (a
+        budget suspension) becomes runnable at once. Raises ``RunNotFound``."""
+        ...
+
+    def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
+        """Stop the run at once after a security failure: ``halted`` with
+        ``error``, lease revoked (epoch + 1). Fenced on ``epoch``; appends
+        ``event``. Only ``revive_run`` brings it back."""
         ...
 
     # -- payloads too large to keep inline -------------------------------------

@@ -18,11 +18,14 @@ class RunStatus(enum.StrEnum):
 
     PENDING = "pending"  # runnable, waiting for a worker
     RUNNING = "running"  # held by a worker under a lease
-    SUSPENDED = "suspended"  # waiting for a timer or a child; holds no worker
+    SUSPENDED = "suspended"  # waiting for a timer, a child or a budget raise; holds no worker
+    NEEDS_ATTENTION = "needs_attention"  # an uncertain side effect an operator must resolve
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
     QUARANTINED = "quarantined"  # crashed its worker too often; needs an operator
+    KILLED = "killed"  # stopped by the kill switch; resumes only when forced
+    HALTED = "halted"  # a security failure: stopped at once, never retried automatically
 
     @property
     def terminal(self) -> bool:
@@ -30,7 +33,14 @@ class RunStatus(enum.StrEnum):
 
 
 _TERMINAL = frozenset(
-    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.QUARANTINED}
+    {
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.QUARANTINED,
+        RunStatus.KILLED,
+        RunStatus.HALTED,
+    }
 )
 
 
@@ -51,16 +61,34 @@ class EventType(enum.StrEnum):
     RUN_CANCELLED = "run.cancelled"
     RUN_RETRIED = "run.retried"
     RUN_QUARANTINED = "run.quarantined"
+    RUN_NEEDS_ATTENTION = "run.needs_attention"
+    RUN_KILLED = "run.killed"
+    RUN_REVIVED = "run.revived"
+    RUN_HALTED = "run.halted"
+    RUN_REWOUND = "run.rewound"  # a logical failure sent the run back to an earlier step
+    RUN_BUDGET_CHANGED = "run.budget_changed"
     LEASE_CLAIMED = "lease.claimed"
     LEASE_LOST = "lease.lost"
     LEASE_TAKEN_OVER = "lease.taken_over"
     STEP_COMPLETED = "step.completed"
     STEP_FAILED = "step.failed"
     STEP_RETRIED = "step.retried"  # one attempt failed; another is scheduled
+    OP_INTENT = "op.intent"  # a side effect is about to be attempted (durable before it is)
+    OP_RECONCILED = "op.reconciled"  # the outside world was asked what an uncertain effect did
+    OP_RESOLVED = "op.resolved"  # an operator said what an uncertain effect did
 
 
 #: History entries that replay reads as the journal.
-JOURNAL_EVENTS = frozenset({EventType.STEP_COMPLETED, EventType.STEP_FAILED, EventType.STEP_RETRIED})
+JOURNAL_EVENTS = frozenset(
+    {
+        EventType.STEP_COMPLETED,
+        EventType.STEP_FAILED,
+        EventType.STEP_RETRIED,
+        EventType.OP_INTENT,
+        EventType.OP_RECONCILED,
+        EventType.OP_RESOLVED,
+    }
+)
 
 
 class Durability(enum.StrEnum):
@@ -91,6 +119,7 @@ class NewRun:
     queue: str = "default"
     priority: int = 0
     parent_run_id: str | None = None
+    budget: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +146,7 @@ class RunRecord:
     parent_run_id: str | None
     created_at: float
     updated_at: float
+    budget: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

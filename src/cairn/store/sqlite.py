@@ -51,6 +51,10 @@ _ENCODE_JSON = msgspec.json.Encoder()
 _DECODE_JSON = msgspec.json.Decoder()
 
 
+def _terminal_json() -> str:
+    return _ENCODE_JSON.encode([status.value for status in RunStatus if status.terminal]).decode()
+
+
 def _dumps(value: Any) -> str:
     """JSON text for a column (msgspec: several times faster than ``json``)."""
     return _ENCODE_JSON.encode(value).decode()
@@ -252,13 +256,30 @@ class SQLiteStore:
 
     # -- fenced writes by the lease holder -----------------------------------
 
-    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
-        if len(events) == 1:  # the per-step hot path: one self-contained statement
+    def append(
+        self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False
+    ) -> None:
+        if barrier and self.durability is not Durability.POWER:
+            self._append_synced(run_id, epoch, events)
+        elif len(events) == 1:  # the per-step hot path: one self-contained statement
             _append_fenced(self._conn(), run_id, epoch, events[0])
-            return
-        with self._write() as tx:
-            for event in events:
-                _append_fenced(tx, run_id, epoch, event)
+        else:
+            with self._write() as tx:
+                for event in events:
+                    _append_fenced(tx, run_id, epoch, event)
+
+    def _append_synced(self, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+        """Commit with ``synchronous=FULL`` for this one transaction: in WAL
+        mode that fsyncs the WAL, which makes this commit and every earlier
+        one durable: the effect barrier costs exactly one fsync."""
+        conn = self._conn()
+        conn.execute("PRAGMA synchronous = FULL")
+        try:
+            with self._write() as tx:
+                for event in events:
+                    _append_fenced(tx, run_id, epoch, event)
+        finally:
+            conn.execute("PRAGMA synchronous = NORMAL")
 
     def suspend_run(
         self,
@@ -267,9 +288,12 @@ class SQLiteStore:
         event: HistoryEvent,
         wake_at: float | None,
         waiting_on: str | None,
+        status: RunStatus = RunStatus.SUSPENDED,
     ) -> None:
+        if status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION):
+            raise ValueError(f"suspend_run parks a run as suspended or needs_attention, not {status}")
         params = {"run_id": run_id, "epoch": epoch, "now": self.clock(), "wake_at": wake_at,
-                  "waiting_on": waiting_on}
+                  "waiting_on": waiting_on, "status": status.value, "terminal": _terminal_json()}
         self._fenced_transition("suspend", params, event)
 
     def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
@@ -327,7 +351,8 @@ class SQLiteStore:
         with self._write() as tx:
             if _select_run(tx, run_id) is None:
                 raise RunNotFound(run_id)
-            live = [row[0] for row in tx.execute(_Q["select_live_descendants"], {"run_id": run_id})]
+            params = {"run_id": run_id, "terminal": _terminal_json()}
+            live = [row[0] for row in tx.execute(_Q["select_live_descendants"], params)]
             for rid in live:
                 tx.execute(_Q["cancel"], {"run_id": rid, "now": now, "error": error})
                 epoch = _select_epoch(tx, rid)
@@ -353,6 +378,98 @@ class SQLiteStore:
             record = _select_run(tx, run_id)
         assert record is not None
         return record
+
+    def resolve_operation(
+        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any]
+    ) -> RunRecord:
+        now = self.clock()
+        with self._write() as tx:
+            run = _select_run(tx, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status is not RunStatus.NEEDS_ATTENTION:
+                raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only runs that need "
+                                      "attention have operations to resolve")
+            tx.execute(_Q["reopen"], {"run_id": run_id, "now": now})
+            epoch = run.epoch + 1
+            seq = int(tx.execute(_Q["max_seq"], {"run_id": run_id}).fetchone()[0]) + 1
+            if done:
+                entry = HistoryEvent(
+                    run_id=run_id, seq=seq, event=EventType.STEP_COMPLETED, at=now, epoch=epoch,
+                    position=position, step_kind=detail.get("step_kind", "tool"), name=detail.get("name"),
+                    payload=result, detail={"resolved_by": "operator", **detail},
+                )
+            else:
+                entry = HistoryEvent(
+                    run_id=run_id, seq=seq, event=EventType.OP_RESOLVED, at=now, epoch=epoch,
+                    position=position, step_kind=detail.get("step_kind", "tool"), name=detail.get("name"),
+                    detail={"position": position, "done": False, **detail},
+                )
+            tx.execute(_Q["insert_event"], _event_params(entry))
+            record = _select_run(tx, run_id)
+        assert record is not None
+        return record
+
+    def kill_runs(
+        self, reason: str, *, run_id: str | None = None, tenant: str | None = None
+    ) -> list[RunRecord]:
+        if (run_id is None) == (tenant is None):
+            raise ValueError("kill_runs takes exactly one of run_id and tenant")
+        now = self.clock()
+        error = _dumps({"type": "Killed", "message": reason})
+        with self._write() as tx:
+            if run_id is not None:
+                if _select_run(tx, run_id) is None:
+                    raise RunNotFound(run_id)
+                query, params = "select_live_descendants", {"run_id": run_id}
+            else:
+                query, params = "select_live_of_tenant", {"tenant": tenant}
+            params["terminal"] = _terminal_json()
+            live = [row[0] for row in tx.execute(_Q[query], params)]
+            killed: list[RunRecord] = []
+            for rid in live:
+                tx.execute(_Q["kill"], {"run_id": rid, "now": now, "error": error})
+                record = _select_run(tx, rid)
+                assert record is not None
+                _append_auto(tx, rid, EventType.RUN_KILLED, now, record.epoch, None, {"reason": reason})
+                tx.execute(_Q["wake_waiting_parent"], {"child_id": rid, "now": now})
+                killed.append(record)
+        return killed
+
+    def revive_run(self, run_id: str) -> RunRecord:
+        now = self.clock()
+        with self._write() as tx:
+            run = _select_run(tx, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status not in (RunStatus.KILLED, RunStatus.HALTED):
+                raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only killed or halted runs "
+                                      "can be revived")
+            tx.execute(_Q["reopen"], {"run_id": run_id, "now": now})
+            _append_auto(tx, run_id, EventType.RUN_REVIVED, now, run.epoch + 1, None,
+                         {"previous_status": run.status.value})
+            record = _select_run(tx, run_id)
+        assert record is not None
+        return record
+
+    def set_budget(self, run_id: str, budget: dict[str, Any]) -> RunRecord:
+        now = self.clock()
+        with self._write() as tx:
+            run = _select_run(tx, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            tx.execute(_Q["set_budget"], {"run_id": run_id, "budget": _dumps(budget), "now": now})
+            _append_auto(tx, run_id, EventType.RUN_BUDGET_CHANGED, now, run.epoch, None, {"budget": budget})
+            record = _select_run(tx, run_id)
+        assert record is not None
+        return record
+
+    def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
+        now = self.clock()
+        with self._write() as tx:
+            _append_fenced(tx, run_id, epoch, event)
+            tx.execute(_Q["halt"], {"run_id": run_id, "epoch": epoch, "error": _dumps(error), "now": now})
+            tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
 
     # -- artifacts ---------------------------------------------------------------
 
@@ -436,6 +553,7 @@ def _insert_run(
         "owner": owner,
         "lease_expires_at": lease_until,
         "runnable_at": runnable_at,
+        "budget": _dumps(run.budget) if run.budget is not None else None,
         "now": now,
     }
     return tx.execute(_Q["insert_run"], params).rowcount == 1
@@ -456,7 +574,7 @@ def _new_record(
         thread_id=run.thread_id, status=status, input=run.input, result=None, error=None, epoch=epoch,
         owner=owner, lease_expires_at=lease_until, wake_at=None, waiting_on=None, recoveries=0,
         queue=run.queue, priority=run.priority, parent_run_id=run.parent_run_id, created_at=now,
-        updated_at=now,
+        updated_at=now, budget=run.budget,
     )
 
 
@@ -498,6 +616,7 @@ def _run_from_row(row: Sequence[Any]) -> RunRecord:
         parent_run_id=row[19],
         created_at=row[20],
         updated_at=row[21],
+        budget=_loads(row[22]) if row[22] is not None else None,
     )
 
 

@@ -4,22 +4,22 @@
 -- name: insert_run
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, created_at, updated_at)
+                  runnable_at, budget, created_at, updated_at)
 VALUES (:run_id, :tenant, :workflow, :workflow_version, :thread_id, :queue, :priority,
         :parent_run_id, :status, :input, :input_ref, :epoch, :owner, :lease_expires_at,
-        :runnable_at, :now, :now)
+        :runnable_at, :budget, :now, :now)
 ON CONFLICT (run_id) DO NOTHING
 
 -- name: select_run
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at
+       priority, parent_run_id, created_at, updated_at, budget
 FROM runs WHERE run_id = :run_id
 
 -- name: list_runs
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at
+       priority, parent_run_id, created_at, updated_at, budget
 FROM runs
 WHERE (:tenant IS NULL OR tenant = :tenant)
   AND (:workflow IS NULL OR workflow = :workflow)
@@ -87,12 +87,13 @@ UPDATE runs SET lease_expires_at = :lease_until, runnable_at = :lease_until, upd
 WHERE run_id = :run_id AND owner = :worker AND epoch = :epoch AND status = 'running'
 
 -- name: suspend
-UPDATE runs SET status = 'suspended', owner = NULL, lease_expires_at = NULL, wake_at = :wake_at,
+UPDATE runs SET status = :status, owner = NULL, lease_expires_at = NULL, wake_at = :wake_at,
        waiting_on = :waiting_on, updated_at = :now,
        runnable_at = CASE
+           WHEN :status <> 'suspended' THEN NULL
            WHEN :waiting_on IS NOT NULL THEN
                (SELECT :now FROM runs AS child WHERE child.run_id = :waiting_on
-                AND child.status IN ('completed', 'failed', 'cancelled', 'quarantined'))
+                AND child.status IN (SELECT value FROM json_each(:terminal)))
            ELSE :wake_at END
 WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
 
@@ -119,7 +120,7 @@ WITH RECURSIVE tree(run_id) AS (
     SELECT runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
 )
 SELECT runs.run_id FROM runs JOIN tree ON runs.run_id = tree.run_id
-WHERE runs.status NOT IN ('completed', 'failed', 'cancelled', 'quarantined')
+WHERE runs.status NOT IN (SELECT value FROM json_each(:terminal))
 
 -- name: cancel
 UPDATE runs SET status = 'cancelled', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
@@ -135,4 +136,30 @@ WHERE run_id = :run_id AND event = 'step.failed' ORDER BY seq DESC LIMIT 1
 UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
        runnable_at = :now, wake_at = NULL, waiting_on = NULL, recoveries = 0, error = NULL,
        updated_at = :now
+WHERE run_id = :run_id
+
+-- name: select_live_of_tenant
+SELECT run_id FROM runs
+WHERE tenant = :tenant AND status NOT IN (SELECT value FROM json_each(:terminal))
+
+-- name: kill
+UPDATE runs SET status = 'killed', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = NULL, updated_at = :now, error = :error
+WHERE run_id = :run_id
+
+-- name: reopen
+UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = :now, wake_at = NULL, waiting_on = NULL, error = NULL, updated_at = :now
+WHERE run_id = :run_id
+
+-- name: halt
+UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = NULL, error = :error, updated_at = :now
+WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+
+-- name: set_budget
+UPDATE runs SET budget = :budget, updated_at = :now,
+       runnable_at = CASE
+           WHEN status = 'suspended' AND wake_at IS NULL AND waiting_on IS NULL THEN :now
+           ELSE runnable_at END
 WHERE run_id = :run_id

@@ -1,0 +1,147 @@
+"""Finding the user's ``App`` from ``--app`` and the database from ``--db``.
+
+The user's module builds its ``App`` at import time, usually as
+``cairn.App()`` reading ``$CAIRN_DB``. That is why ``--db`` is applied to the
+environment *before* the import: it is the only way to reach an App that has
+not been created yet without asking every project to grow a factory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from cairn.api.app import App
+from cairn.errors import CairnError
+from cairn.store import open_store, resolve_url
+from cairn.store.contract import Store
+
+
+class AppLoadError(CairnError):
+    """The ``--app`` module exists but failed while being imported."""
+
+
+def apply_db(db: str | None) -> None:
+    """Make ``--db`` the database of every ``cairn.App()`` created from now on."""
+    if db is not None:
+        os.environ["CAIRN_DB"] = db
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a database URL names, read the way ``open_store`` reads it;
+    ``None`` when it names no file (``memory://``, unknown schemes)."""
+    if url.startswith("sqlite://"):
+        rest = url.removeprefix("sqlite://")
+        return Path(rest[1:]) if rest.startswith("/") and len(rest) > 1 else None
+    return None if "://" in url else Path(url)
+
+
+def same_database(a: str, b: str) -> bool:
+    """Whether two URLs name one database: ``sqlite:///x.db``, ``x.db`` and
+    ``sqlite:////abs/x.db`` may all be the same file."""
+    file_a, file_b = sqlite_file(a), sqlite_file(b)
+    if file_a is not None and file_b is not None:
+        return file_a.resolve() == file_b.resolve()
+    return a == b
+
+
+def _check_spec(spec: str) -> tuple[str, str]:
+    module_name, sep, attr = spec.partition(":")
+    parts = [*module_name.split("."), *attr.split(".")]
+    if not sep or not all(part.isidentifier() for part in parts):
+        raise click.BadParameter(f"expected 'package.module:app', got {spec!r}", param_hint="'--app'")
+    return module_name, attr
+
+
+def _import(module_name: str) -> object:
+    # Like ``python -m``: modules next to where the command runs are importable,
+    # even when the ``cairn`` script lives in a virtualenv's bin directory.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise click.BadParameter(f"no module named {module_name!r} (run from the directory that "
+                                     "contains it, or install it)", param_hint="'--app'") from None
+        raise AppLoadError(f"cannot import {module_name!r}: {exc}") from None
+    except CairnError:
+        raise  # e.g. the App in the module could not open its database: already one clear line
+    except Exception as exc:
+        raise AppLoadError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+
+
+def load_app(spec: str, db: str | None) -> App:
+    """Import ``package.module:attribute`` and return the ``cairn.App`` it names.
+
+    Errors are one line each: a malformed spec or a missing module is a usage
+    error; a module that blows up while importing is a runtime error.
+    """
+    module_name, attr = _check_spec(spec)
+    apply_db(db)
+    target = _import(module_name)
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise click.BadParameter(f"module {module_name!r} has no attribute {attr!r}",
+                                     param_hint="'--app'") from None
+    if not isinstance(target, App):
+        raise click.BadParameter(f"{spec!r} is a {type(target).__name__}, not a cairn.App",
+                                 param_hint="'--app'")
+    if db is not None and target.db_url is not None and not same_database(target.db_url, db):
+        # The App chose its own database in code; using it would silently read
+        # or write somewhere other than the --db the user asked for.
+        used = target.db_url
+        target.close()
+        raise click.UsageError(f"--db is {db!r} but app {spec!r} is bound to {used!r} "
+                               "(build it with cairn.App() to let --db choose)")
+    return target
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A store to inspect, and the App it came from when ``--app`` was given."""
+
+    store: Store
+    app: App | None
+    db_url: str
+
+
+@contextlib.contextmanager
+def open_session(db: str | None, app_spec: str | None) -> Iterator[Session]:
+    """Open the database for commands that only read or operate on runs.
+
+    Without ``--app`` the store is opened directly: inspecting runs needs no
+    workflow code, so ``cairn show`` works on any machine that has the file.
+    """
+    if app_spec is not None:
+        app = load_app(app_spec, db)
+        try:
+            yield Session(app.store, app, app.db_url or resolve_url(db))
+        finally:
+            app.close()
+        return
+    store = open_store(db)
+    try:
+        yield Session(store, None, resolve_url(db))
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def loaded_app(spec: str, db: str | None) -> Iterator[App]:
+    app = load_app(spec, db)
+    try:
+        yield app
+    finally:
+        app.close()
