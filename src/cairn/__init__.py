@@ -9,18 +9,25 @@ from cairn.api.app import App
 from cairn.api.context import ChildHandle, Context
 from cairn.api.handles import RunHandle
 from cairn.api.workflow import Workflow
+from cairn.engine.budget import Budget
 from cairn.engine.execution import operation_id
 from cairn.engine.retry import RetryableError, RetryPolicy, TerminalError
 from cairn.engine.steps import Step, StepInfo, step_info
+from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
 from cairn.errors import (
     CairnError,
     ChildFailed,
+    EffectNotApplied,
     LeaseLost,
+    LogicalFailure,
     NonDeterminismError,
     PayloadError,
     RunFailed,
     RunNotFound,
+    SecurityViolation,
     StepFailed,
+    ToolResultInvalid,
+    ToolTimeout,
 )
 from cairn.store.records import Durability, EventType, HistoryEvent, RunRecord, RunStatus
 
@@ -28,15 +35,22 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "Budget",
     "CairnError",
     "ChildFailed",
     "ChildHandle",
     "Context",
+    "Done",
     "Durability",
+    "Effect",
+    "EffectNotApplied",
     "EventType",
     "HistoryEvent",
     "LeaseLost",
+    "LogicalFailure",
     "NonDeterminismError",
+    "NotFound",
+    "Operation",
     "PayloadError",
     "RetryPolicy",
     "RetryableError",
@@ -45,10 +59,15 @@ __all__ = [
     "RunNotFound",
     "RunRecord",
     "RunStatus",
+    "SecurityViolation",
     "Step",
     "StepFailed",
     "StepInfo",
     "TerminalError",
+    "Tool",
+    "ToolResultInvalid",
+    "ToolTimeout",
+    "Unknown",
     "Workflow",
     "operation_id",
     "step_info",

@@ -104,3 +104,45 @@ class LeaseLost(BaseException):
         super().__init__(f"lease on run {run_id!r} at epoch {epoch} is no longer held")
         self.run_id = run_id
         self.epoch = epoch
+
+
+class EffectNotApplied(CairnError):
+    """Raise from a ``write`` tool when the outside world certainly did *not*
+    change (the request was refused before it was applied). Such a failure is
+    definite, so the retry policy applies; any other exception from a write
+    tool leaves the effect uncertain and triggers reconciliation."""
+
+
+class ToolResultInvalid(CairnError):
+    """A tool returned a result that does not match its declared schema."""
+
+    def __init__(self, tool: str, problem: str) -> None:
+        super().__init__(f"tool {tool!r} returned a malformed result: {problem}")
+        self.tool = tool
+
+
+class ToolTimeout(CairnError, TimeoutError):
+    """A tool did not return within its ``timeout``. For a ``write`` tool the
+    effect is then uncertain: the call may still complete after we stopped
+    waiting."""
+
+
+class SecurityViolation(BaseException):
+    """Raise from anywhere in a run to stop it at once: the run is halted, its
+    lease revoked and it is never retried automatically. A ``BaseException``
+    so that no ``except Exception`` in workflow code can swallow it."""
+
+
+class LogicalFailure(BaseException):
+    """The run reached a wrong result and must go back to an earlier step.
+
+    ``rewind_to`` names a step (or tool, or model) already executed in this
+    run; the journal from its latest execution on is voided and the run
+    continues from there, with ``ctx.rewinds()`` telling it why. A
+    ``BaseException`` so that workflow code cannot swallow it by accident.
+    """
+
+    def __init__(self, reason: str, rewind_to: str) -> None:
+        super().__init__(f"{reason} (rewinding to {rewind_to!r})")
+        self.reason = reason
+        self.rewind_to = rewind_to

@@ -106,7 +106,7 @@ def test_terminal_errors_are_not_retried(app: cairn.App, calls: Calls) -> None:
     failed = [e for e in app.history("te") if e.event is EventType.STEP_FAILED]
     assert len(failed) == 1
     assert failed[0].detail == {
-        "error": {"type": "ValueError", "message": "invalid account", "retryable": False}
+        "error": {"type": "ValueError", "message": "invalid account", "retryable": False, "class": "terminal"}
     }
     run = app.get_run("te")
     assert run.error is not None

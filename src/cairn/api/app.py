@@ -19,16 +19,29 @@ from typing import Any, ParamSpec, TypeVar, overload
 from cairn.api.handles import RunHandle
 from cairn.api.workflow import Workflow
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
+from cairn.engine.budget import Budget
 from cairn.engine.definitions import StepDef, WorkflowDef
+from cairn.engine.execution import operation_id
 from cairn.engine.executor import Outcome, execute
+from cairn.engine.journal import Journal
 from cairn.engine.retry import NO_RETRY, RetryPolicy
 from cairn.engine.runtime import Runtime
 from cairn.engine.steps import Step
+from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.errors import InvalidRunState, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.store import open_store, resolve_url
 from cairn.store.contract import Store
-from cairn.store.records import Claim, Durability, HistoryEvent, NewRun, RunFilter, RunRecord, RunStatus
+from cairn.store.records import (
+    Claim,
+    Durability,
+    EventType,
+    HistoryEvent,
+    NewRun,
+    RunFilter,
+    RunRecord,
+    RunStatus,
+)
 from cairn.worker.leases import LeaseKeeper
 from cairn.worker.worker import Worker, WorkerSettings
 
@@ -120,6 +133,30 @@ class App:
 
         return register(fn) if fn is not None else register
 
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        effect: Effect | str,
+        name: str | None = None,
+        reconcile: Reconciler | None = None,
+        timeout: float | None = None,
+        schema: Any = None,
+        retry: RetryPolicy | None = None,
+        reconcile_retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Make a function a tool with a declared ``effect`` (``"read"``,
+        ``"idempotent"`` or ``"write"``): see ``cairn.engine.tools``. A tool
+        whose first parameter is annotated ``cairn.Operation`` receives it
+        (operation id, identity, attempt). ``schema`` validates the result;
+        ``reconcile(op)`` settles uncertain ``write`` effects after a crash."""
+
+        def register(f: Callable[..., Any]) -> Tool[..., Any]:
+            return Tool(ToolDef.build(f, name=name, effect=effect, reconcile=reconcile, timeout=timeout,
+                                      schema=schema, retry=retry, reconcile_retry=reconcile_retry))
+
+        return register(fn) if fn is not None else register
+
     def definition(self, workflow: Workflow[Any] | str) -> WorkflowDef:
         name = workflow if isinstance(workflow, str) else workflow.definition.name
         try:
@@ -138,11 +175,12 @@ class App:
         tenant: str = "default",
         queue: str = "default",
         priority: int = 0,
+        budget: Budget | None = None,
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
         starting an existing id returns a handle on that run, unchanged."""
-        new = self._new_run(workflow, args, kwargs, run_id, thread_id, tenant, queue, priority)
+        new = self._new_run(workflow, args, kwargs, run_id, thread_id, tenant, queue, priority, budget)
         self.store.create_run(new)
         return RunHandle(self, new.run_id)
 
@@ -162,6 +200,7 @@ class App:
         run_id: str | None = None,
         thread_id: str | None = None,
         tenant: str = "default",
+        budget: Budget | None = None,
         **kwargs: Any,
     ) -> R:
         """Start a run and execute it here, in this thread, to the end.
@@ -171,7 +210,7 @@ class App:
         running. Timers are waited out here; children run here too. Starting an
         existing ``run_id`` resumes or awaits that run.
         """
-        new = self._new_run(workflow, args, kwargs, run_id, thread_id, tenant, "default", 0)
+        new = self._new_run(workflow, args, kwargs, run_id, thread_id, tenant, "default", 0, budget)
         claim = self.store.create_claimed_run(new, self._inline_id, self.lease_seconds)
         result: R = self._drive(new.run_id, claim)
         return result
@@ -192,6 +231,7 @@ class App:
         tenant: str,
         queue: str,
         priority: int,
+        budget: Budget | None = None,
     ) -> NewRun:
         definition = self.definition(workflow)
         try:
@@ -202,6 +242,7 @@ class App:
         return NewRun(
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
+            budget=budget.to_dict() if budget is not None else None,
         )
 
     def _drive(self, run_id: str, claim: Claim | None) -> Any:
@@ -289,6 +330,68 @@ class App:
             raise InvalidRunState(f"run {run_id!r} is {record.status.value}; only failed or quarantined "
                                   "runs can be retried")
         return self.store.retry_run(run_id)
+
+    # -- exactly-once effects: operators ---------------------------------------------
+
+    def operations(self, run_id: str) -> list[dict[str, Any]]:
+        """Side-effecting tool calls of a run and where each stands:
+        ``done``, ``failed``, ``uncertain`` (intent without result) or
+        ``pending`` (retry or reconciliation scheduled)."""
+        self.get_run(run_id)
+        journal = Journal(self.store.history(run_id))
+        ops: list[dict[str, Any]] = []
+        for position, state in sorted(journal.op_state.items()):
+            outcome = journal.outcomes.get(position)
+            detail = state.detail or {}
+            if outcome is not None:
+                status = "done" if outcome.event is EventType.STEP_COMPLETED else "failed"
+            elif journal.uncertain(position) is not None:
+                status = "uncertain"
+            else:
+                status = "pending"
+            ops.append({"position": position, "tool": state.name, "status": status,
+                        "operation_id": detail.get("operation_id", operation_id(run_id, position)),
+                        "last_event": state.event.value, "attempt": state.attempt})
+        for position, outcome in sorted(journal.outcomes.items()):
+            if outcome.step_kind == "tool" and position not in journal.op_state:
+                status = "done" if outcome.event is EventType.STEP_COMPLETED else "failed"
+                ops.append({"position": position, "tool": outcome.name, "status": status,
+                            "operation_id": operation_id(run_id, position),
+                            "last_event": outcome.event.value, "attempt": outcome.attempt})
+        return sorted(ops, key=lambda op: int(op["position"]))
+
+    def resolve_operation(self, run_id: str, position: int, *, done: bool, result: Any = None) -> RunRecord:
+        """Settle the uncertain operation at ``position`` of a run that needs
+        attention: ``done=True`` records ``result`` as the tool's result (it
+        is not executed again); ``done=False`` executes it again with the same
+        operation id. The run then continues on any worker."""
+        run = self.get_run(run_id)
+        if run.status is not RunStatus.NEEDS_ATTENTION:
+            raise InvalidRunState(f"run {run_id!r} is {run.status.value}; it has no operation to resolve")
+        journal = Journal(self.store.history(run_id))
+        if journal.uncertain(position) is None:
+            uncertain = [p for p in journal.op_state if journal.uncertain(p) is not None]
+            raise InvalidRunState(f"operation at position {position} of run {run_id!r} is not uncertain "
+                                  f"(uncertain positions: {uncertain or 'none'})")
+        tool = journal.op_state[position].name
+        payload = self.runtime.payloads.dump(result)[0] if done else None
+        detail = {"name": tool, "step_kind": "tool", "operation_id": operation_id(run_id, position)}
+        return self.store.resolve_operation(run_id, position, done, payload, detail)
+
+    def kill(self, run_id: str | None = None, *, tenant: str | None = None,
+             reason: str = "killed by operator") -> list[RunRecord]:
+        """The kill switch: stop a run (and its children) or every run of a
+        tenant at the next boundary. Leases are revoked (fenced), so no
+        further step result or side-effect intent of theirs is accepted."""
+        return self.store.kill_runs(reason, run_id=run_id, tenant=tenant)
+
+    def revive(self, run_id: str) -> RunRecord:
+        """Resume a killed or halted run where it stopped (``cairn resume --force``)."""
+        return self.store.revive_run(run_id)
+
+    def set_budget(self, run_id: str, budget: Budget) -> RunRecord:
+        """Replace a run's budget; a run suspended for its budget continues."""
+        return self.store.set_budget(run_id, budget.to_dict())
 
     def worker(
         self,

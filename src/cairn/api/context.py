@@ -9,17 +9,21 @@ calls work unchanged in ``async def`` workflows.
 
 from __future__ import annotations
 
+import asyncio
 import random as _random
 import time
 import uuid as _uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from cairn.codec import values
-from cairn.engine.execution import Execution
+from cairn.engine.execution import Call, Execution
+from cairn.engine.retry import NO_RETRY, RetryPolicy
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import input_hash
 from cairn.errors import ChildFailed, RunNotFound, UnknownWorkflow
+from cairn.models.base import Message, ModelClient, ModelRecord, ModelRequest, ModelResponse
 from cairn.store.records import EventType, NewRun, RunStatus
 
 if TYPE_CHECKING:
@@ -64,6 +68,91 @@ class Context:
         if call.recorded is not None:
             return self._ex.replay(call, type_)
         return self._ex.complete_call(call, produce(), type_)
+
+    # -- recorded model decisions ---------------------------------------------------
+
+    def model(
+        self,
+        client: ModelClient,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        retry: RetryPolicy | None = None,
+        **params: Any,
+    ) -> ModelResponse:
+        """Ask ``client`` once, and never again for this position.
+
+        The full request, the response, the model id, latency and token usage
+        are journaled; on replay or recovery the recorded response is
+        returned, so every decision derived from it (tool arguments, ids) is
+        identical after a crash. Token usage and cost count against the run's
+        budget.
+        """
+        call, request = self._model_call(client, messages, tools, params)
+        if call.recorded is not None:
+            return self._ex.replay(call, ModelRecord).response  # type: ignore[no-any-return]
+        started = time.perf_counter()
+        try:
+            response = client.complete(request)
+        except Exception as exc:
+            _fail_model(self._ex, call, exc, retry)
+        return self._record_model(call, request, response, started)
+
+    async def model_async(
+        self,
+        client: ModelClient,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        retry: RetryPolicy | None = None,
+        **params: Any,
+    ) -> ModelResponse:
+        """``model`` for async workflows: uses ``client.acomplete`` when the
+        client has one, otherwise runs ``complete`` in a thread."""
+        call, request = self._model_call(client, messages, tools, params)
+        if call.recorded is not None:
+            return self._ex.replay(call, ModelRecord).response  # type: ignore[no-any-return]
+        started = time.perf_counter()
+        try:
+            acomplete = getattr(client, "acomplete", None)
+            if acomplete is not None:
+                response = await acomplete(request)
+            else:
+                response = await asyncio.to_thread(client.complete, request)
+        except Exception as exc:
+            _fail_model(self._ex, call, exc, retry)
+        return self._record_model(call, request, response, started)
+
+    def _model_call(
+        self, client: ModelClient, messages: Sequence[Message], tools: Sequence[dict[str, Any]],
+        params: dict[str, Any],
+    ) -> tuple[Call, ModelRequest]:
+        request = ModelRequest(tuple(messages), tuple(tools), params)
+        call = self._ex.begin("model", client.model_id, values.digest(values.encode(request)))
+        if call.recorded is None:
+            self._ex.check_budget(tool_call=False)
+        return call, request
+
+    def _record_model(
+        self, call: Call, request: ModelRequest, response: ModelResponse, started: float
+    ) -> ModelResponse:
+        latency_ms = (time.perf_counter() - started) * 1000
+        usage = response.usage
+        detail = {
+            "model": response.model,
+            "latency_ms": round(latency_ms, 3),
+            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                      "total_tokens": usage.total_tokens},
+            "cost": response.cost,
+        }
+        record = ModelRecord(request, response, latency_ms)
+        stored: ModelRecord = self._ex.complete_call(call, record, ModelRecord, detail=detail)
+        return stored.response
+
+    def rewinds(self) -> list[dict[str, Any]]:
+        """Why this run was sent back to an earlier step (``LogicalFailure``),
+        oldest first: feed it to the step that runs again."""
+        return list(self._ex.journal.rewinds)
 
     # -- durable timers ----------------------------------------------------------
 
@@ -161,3 +250,10 @@ class ChildHandle(Generic[R]):
             ))
             raise error
         raise Suspend("child", waiting_on=self.run_id)
+
+
+def _fail_model(execution: Execution, call: Call, exc: Exception, retry: RetryPolicy | None) -> NoReturn:
+    policy = retry or NO_RETRY
+    retryable = policy.retryable(exc)
+    delay = policy.delay(call.attempt) if retryable and call.attempt < policy.max_attempts else None
+    execution.fail_call(call, exc, retryable, delay)

@@ -34,6 +34,8 @@ def enc_hook(value: Any) -> Any:
 
 
 def dec_hook(type_: type, obj: Any) -> Any:
+    if type_ is object:  # ``object`` accepts anything: keep the plain JSON value
+        return obj
     pydantic = sys.modules.get("pydantic")
     if pydantic is not None and isinstance(type_, type) and issubclass(type_, pydantic.BaseModel):
         return type_.model_validate(obj)  # type: ignore[attr-defined]

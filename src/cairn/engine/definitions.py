@@ -20,7 +20,7 @@ from cairn.engine.retry import RetryPolicy
 from cairn.errors import PayloadError
 
 
-def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+def hints_of(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn)
     except Exception:  # unresolvable forward references: fall back to plain JSON
@@ -37,7 +37,7 @@ class StepDef:
 
     @classmethod
     def build(cls, fn: Callable[..., Any], name: str | None, retry: RetryPolicy) -> StepDef:
-        result_type = _hints(fn).get("return", Any)  # for async def: the awaited type
+        result_type = hints_of(fn).get("return", Any)  # for async def: the awaited type
         values.decoder_for(result_type)  # fail now on an undecodable annotation
         return cls(name or fn.__name__, fn, inspect.iscoroutinefunction(fn), retry, result_type)
 
@@ -63,7 +63,7 @@ class WorkflowDef:
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
         ):
             raise TypeError(f"workflow {fn.__qualname__} must take the context as its first parameter")
-        hints = _hints(fn)
+        hints = hints_of(fn)
         rest = params[1:]
         types: dict[str, Any] = {}
         for p in rest:

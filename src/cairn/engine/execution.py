@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from cairn.codec import values
+from cairn.engine.budget import Budget
 from cairn.engine.journal import Journal
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
-from cairn.errors import CairnError, ChildFailed, NonDeterminismError, StepFailed
+from cairn.errors import CairnError, ChildFailed, LogicalFailure, NonDeterminismError, StepFailed
 from cairn.store.records import Claim, EventType, HistoryEvent, Payload, RunStatus
 
 #: The execution whose workflow code is running in this context.
@@ -69,6 +70,7 @@ class Execution:
         self.epoch = claim.run.epoch
         self.worker = worker
         self.journal = Journal(claim.history)
+        self.budget = Budget.from_dict(claim.run.budget)
         self.seq = claim.next_seq
         self.position = 0
         #: set from other threads (heartbeat, drain, cancel); checked at each boundary
@@ -82,12 +84,15 @@ class Execution:
             worker=self.worker, **fields,
         )
 
-    def append(self, event: HistoryEvent) -> None:
+    def append(self, event: HistoryEvent, *, barrier: bool = False) -> None:
+        """Append one entry, fenced; ``barrier`` makes it (and all before it)
+        durable on stable storage before returning (the effect barrier)."""
         try:
-            self.store.append(self.run_id, self.epoch, (event,))
+            self.store.append(self.run_id, self.epoch, (event,), barrier=barrier)
         except (CairnError, sqlite3.Error, OSError) as exc:
             raise Abandon(f"cannot record {event.event} for run {self.run_id}: {exc}") from exc
         self.seq += 1
+        self.journal.record(event)
 
     # -- journaled calls -------------------------------------------------------
 
@@ -153,18 +158,23 @@ class Execution:
             return None
         return self.runtime.payloads.load(recorded.payload, result_type, what=self._what(call))
 
-    def complete_call(self, call: Call, value: Any, result_type: Any) -> Any:
+    def complete_call(
+        self, call: Call, value: Any, result_type: Any, detail: dict[str, Any] | None = None
+    ) -> Any:
         """Record ``value`` as the outcome of ``call`` and return it *as replay
         will see it* (decoded from the recorded bytes), so the first run and
         every replay observe the very same value."""
         payload, raw = self.runtime.payloads.dump(value)
-        self.record_outcome(call, payload)
+        self.record_outcome(call, payload, detail)
         return values.decode(raw, result_type, what=self._what(call))
 
-    def record_outcome(self, call: Call, payload: Payload | None) -> None:
+    def record_outcome(
+        self, call: Call, payload: Payload | None, detail: dict[str, Any] | None = None
+    ) -> None:
         self.append(self.entry(
             EventType.STEP_COMPLETED, position=call.position, step_kind=call.kind, name=call.name,
             input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at, payload=payload,
+            detail=detail,
         ))
 
     def fail_call(
@@ -172,7 +182,8 @@ class Execution:
     ) -> NoReturn:
         """Record a failed attempt; raise ``Suspend`` until the retry is due,
         or ``StepFailed`` if this was the last attempt."""
-        error = error_detail(exc, retryable=retryable)
+        category = "retryable" if retryable else "terminal"
+        error = error_detail(exc, retryable=retryable, **{"class": category})
         if retry_delay is not None:
             next_at = time.time() + retry_delay
             self.append(self.entry(
@@ -188,6 +199,15 @@ class Execution:
         ))
         raise StepFailed(call.name, error["type"], error["message"], call.attempt) from exc
 
+    def check_budget(self, *, tool_call: bool) -> None:
+        """Suspend the run (reason ``budget_exceeded``) if a limit is reached."""
+        budget = self.budget
+        if budget is None:
+            return
+        exceeded = budget.exceeded(self.journal.usage, time.time() - self.run.created_at, tool_call=tool_call)
+        if exceeded is not None:
+            raise Suspend("budget_exceeded", detail=exceeded)
+
     def _what(self, call: Call) -> str:
         return f"result of {call.kind} {call.name!r} at position {call.position} of run {self.run_id!r}"
 
@@ -201,7 +221,7 @@ class Execution:
         return values.decode(raw, result_type, what=f"result of run {self.run_id!r}")
 
     def fail(self, exc: BaseException) -> None:
-        error = error_detail(exc)
+        error = error_detail(exc, **{"class": "terminal"})
         if isinstance(exc, StepFailed):
             error["step"] = exc.step
         event = self.entry(EventType.RUN_FAILED, detail={"error": error})
@@ -209,8 +229,34 @@ class Execution:
 
     def suspend(self, signal: Suspend) -> None:
         detail = {"reason": signal.reason, "wake_at": signal.wake_at, "waiting_on": signal.waiting_on}
-        event = self.entry(EventType.RUN_SUSPENDED, detail=detail)
-        self.store.suspend_run(self.run_id, self.epoch, event, signal.wake_at, signal.waiting_on)
+        if signal.detail:
+            detail.update(signal.detail)
+        kind = EventType.RUN_NEEDS_ATTENTION if signal.status is RunStatus.NEEDS_ATTENTION else (
+            EventType.RUN_SUSPENDED)
+        event = self.entry(kind, detail=detail)
+        self.store.suspend_run(
+            self.run_id, self.epoch, event, signal.wake_at, signal.waiting_on, signal.status
+        )
+
+    def halt(self, violation: BaseException) -> None:
+        """A security failure: stop now, revoke the lease, never retry."""
+        error = error_detail(violation, **{"class": "security"})
+        event = self.entry(EventType.RUN_HALTED, detail={"error": error})
+        self.store.halt_run(self.run_id, self.epoch, event, error)
+
+    def rewind(self, failure: LogicalFailure) -> bool:
+        """Void the journal from the latest execution of ``failure.rewind_to``
+        on and give the run back, so the next claim replays up to there and
+        continues. ``False`` if there is no such step or rewinds are used up."""
+        targets = [pos for pos, entry in self.journal.outcomes.items()
+                   if entry.name == failure.rewind_to and pos < self.position]
+        if not targets or len(self.journal.rewinds) >= self.runtime.max_rewinds:
+            return False
+        detail = {"from_position": max(targets), "to": failure.rewind_to, "reason": failure.reason,
+                  "rewind": len(self.journal.rewinds) + 1}
+        self.append(self.entry(EventType.RUN_REWOUND, detail=detail))
+        self.release()
+        return True
 
     def release(self) -> None:
         self.store.release_run(self.run_id, self.epoch, self.entry(EventType.RUN_RELEASED))

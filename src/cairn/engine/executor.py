@@ -19,7 +19,7 @@ from cairn.api.context import Context
 from cairn.engine.execution import CURRENT, Execution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
-from cairn.errors import CairnError, LeaseLost
+from cairn.errors import CairnError, LeaseLost, LogicalFailure, SecurityViolation
 from cairn.store.records import Claim
 
 log = logging.getLogger("cairn.executor")
@@ -103,6 +103,15 @@ def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
     except Release:
         execution.release()
         return Outcome("released")
+    except SecurityViolation as violation:  # stop now, revoke the lease, never retry
+        execution.halt(violation)
+        return Outcome("halted", error=str(violation))
+    except LogicalFailure as failure:
+        if execution.rewind(failure):
+            return Outcome("released", error=str(failure))
+        execution.fail(failure)
+        return Outcome("failed", error=f"LogicalFailure: {failure} (no earlier {failure.rewind_to!r} to "
+                                       "return to, or rewinds used up)")
     except Exception as exc:  # the workflow failed: record it, keep the journal
         execution.fail(exc)
         return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")

@@ -8,36 +8,85 @@ history (never stored separately), so there is exactly one record of truth.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from cairn.store.records import EventType, HistoryEvent
 
+#: Entries that void the journal from a position on (operator retry, logical rewind).
+_CUTS = (EventType.RUN_RETRIED, EventType.RUN_REWOUND)
+#: Entries that describe where a side-effecting tool call stands.
+_OP_EVENTS = (EventType.OP_INTENT, EventType.OP_RECONCILED, EventType.OP_RESOLVED, EventType.STEP_RETRIED)
+
+
+@dataclass(slots=True)
+class Usage:
+    """What a run has spent so far, summed from its history (so it is as
+    durable as the journal and costs no extra write)."""
+
+    tokens: int = 0
+    cost: float = 0.0
+    tool_calls: int = 0
+
+    def add_model(self, detail: dict[str, Any] | None) -> None:
+        detail = detail or {}
+        self.tokens += int((detail.get("usage") or {}).get("total_tokens") or 0)
+        self.cost += float(detail.get("cost") or 0.0)
+
 
 class Journal:
-    """Final outcomes and retry state of each position, as of one claim."""
+    """Final outcomes, retry and side-effect state of each position."""
 
-    __slots__ = ("outcomes", "retries")
+    __slots__ = ("op_state", "outcomes", "retries", "rewinds", "usage")
 
     def __init__(self, history: Iterable[HistoryEvent]) -> None:
         #: position -> the step.completed / step.failed entry that settled it
         self.outcomes: dict[int, HistoryEvent] = {}
         #: position -> the latest step.retried entry (an attempt failed, another is due)
         self.retries: dict[int, HistoryEvent] = {}
+        #: position -> the latest op.* / step.retried entry of a side-effecting tool
+        self.op_state: dict[int, HistoryEvent] = {}
+        #: details of every logical rewind, oldest first
+        self.rewinds: list[dict[str, Any]] = []
+        self.usage = Usage()
         for event in history:
-            if event.event is EventType.RUN_RETRIED:
-                # An operator retried a failed run: outcomes from the failed
-                # position on are void, so the run resumes from its last good step.
-                cut = (event.detail or {}).get("from_position")
-                if cut is not None:
-                    self._forget_from(int(cut))
-            elif event.position is None:
-                continue
-            elif event.event is EventType.STEP_RETRIED:
-                self.retries[event.position] = event
-            elif event.event in (EventType.STEP_COMPLETED, EventType.STEP_FAILED):
-                self.outcomes[event.position] = event
+            self.record(event)
+
+    def record(self, event: HistoryEvent) -> None:
+        """Take ``event`` into account (replayed history, or a live append)."""
+        kind = event.event
+        if kind in _CUTS:
+            # Outcomes from the cut position on are void, so the run resumes
+            # from its last good step (operator retry) or its rewind target.
+            detail = event.detail or {}
+            cut = detail.get("from_position")
+            if cut is not None:
+                self._forget_from(int(cut))
+            if kind is EventType.RUN_REWOUND:
+                self.rewinds.append(detail)
+            return
+        if event.position is None:
+            return
+        self._count(event)
+        if kind in (EventType.STEP_COMPLETED, EventType.STEP_FAILED):
+            self.outcomes[event.position] = event
+        if kind is EventType.STEP_RETRIED:
+            self.retries[event.position] = event
+        if kind in _OP_EVENTS:
+            self.op_state[event.position] = event
+
+    def _count(self, event: HistoryEvent) -> None:
+        if event.step_kind == "model" and event.event is EventType.STEP_COMPLETED:
+            self.usage.add_model(event.detail)
+        elif event.step_kind == "tool" and event.event in (
+            EventType.STEP_COMPLETED,
+            EventType.STEP_FAILED,
+            EventType.STEP_RETRIED,
+        ):
+            self.usage.tool_calls += 1
 
     def _forget_from(self, position: int) -> None:
-        for table in (self.outcomes, self.retries):
+        for table in (self.outcomes, self.retries, self.op_state):
             for pos in [p for p in table if p >= position]:
                 del table[pos]
 
@@ -45,3 +94,15 @@ class Journal:
         """How many attempts at ``position`` already failed and were retried."""
         retry = self.retries.get(position)
         return retry.attempt or 0 if retry is not None else 0
+
+    def uncertain(self, position: int) -> HistoryEvent | None:
+        """The entry that leaves the side effect at ``position`` uncertain: an
+        intent (or a reconciliation that did not settle it) with no outcome."""
+        state = self.op_state.get(position)
+        if state is None or position in self.outcomes:
+            return None
+        if state.event is EventType.OP_INTENT:
+            return state
+        if state.event is EventType.OP_RECONCILED and (state.detail or {}).get("outcome") != "done":
+            return state
+        return None

@@ -18,3 +18,5 @@ class Runtime:
     max_recoveries: int = 5
     #: strict replay also compares the recorded arguments of each step
     check_inputs: bool = True
+    #: how often one run may rewind after logical failures before it fails
+    max_rewinds: int = 3

@@ -7,15 +7,31 @@ executor no matter what the code in between does.
 
 from __future__ import annotations
 
+from typing import Any
+
+from cairn.store.records import RunStatus
+
 
 class Suspend(BaseException):
-    """Park the run until ``wake_at`` or until run ``waiting_on`` finishes."""
+    """Park the run until ``wake_at``, until run ``waiting_on`` finishes, or
+    (with neither) until an operator acts. ``status`` is ``suspended`` or
+    ``needs_attention``; ``detail`` goes into the history entry."""
 
-    def __init__(self, reason: str, wake_at: float | None = None, waiting_on: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        wake_at: float | None = None,
+        waiting_on: str | None = None,
+        *,
+        status: RunStatus = RunStatus.SUSPENDED,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.wake_at = wake_at
         self.waiting_on = waiting_on
+        self.status = status
+        self.detail = detail
 
 
 class Release(BaseException):

@@ -16,6 +16,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from cairn.codec import values
 from cairn.engine.definitions import StepDef
 from cairn.engine.execution import Call, Execution, current, operation_id
+from cairn.engine.retry import TerminalError
 from cairn.errors import CairnError, PayloadError
 
 P = ParamSpec("P")
@@ -44,12 +45,12 @@ class StepInfo:
         return operation_id(self.run_id, self.position)
 
 
-_STEP_INFO: contextvars.ContextVar[StepInfo] = contextvars.ContextVar("cairn_step")
+STEP_INFO: contextvars.ContextVar[StepInfo] = contextvars.ContextVar("cairn_step")
 
 
 def step_info() -> StepInfo:
     """Identity of the step whose body is running; error outside a step."""
-    info = _STEP_INFO.get(None)
+    info = STEP_INFO.get(None)
     if info is None:
         raise CairnError("step_info() is only available inside a step body")
     return info
@@ -77,13 +78,13 @@ class Step(Generic[P, R]):
         if call.recorded is not None:
             replayed: R = execution.replay(call, self.definition.result_type)
             return replayed
-        token = _STEP_INFO.set(info)
+        token = STEP_INFO.set(info)
         try:
             value = self.definition.fn(*args, **kwargs)
         except Exception as exc:
             _fail(execution, self.definition, call, exc)
         finally:
-            _STEP_INFO.reset(token)
+            STEP_INFO.reset(token)
         finished: R = execution.complete_call(call, value, self.definition.result_type)
         return finished
 
@@ -91,14 +92,14 @@ class Step(Generic[P, R]):
         call, info = _start(execution, self.definition, args, kwargs)
         if call.recorded is not None:
             return execution.replay(call, self.definition.result_type)
-        token = _STEP_INFO.set(info)
+        token = STEP_INFO.set(info)
         try:
             fn: Callable[..., Coroutine[Any, Any, Any]] = self.definition.fn
             value = await fn(*args, **kwargs)
         except Exception as exc:
             _fail(execution, self.definition, call, exc)
         finally:
-            _STEP_INFO.reset(token)
+            STEP_INFO.reset(token)
         return execution.complete_call(call, value, self.definition.result_type)
 
 
@@ -124,6 +125,8 @@ def _start(
 
 
 def _fail(execution: Execution, definition: StepDef, call: Call, exc: Exception) -> None:
+    if isinstance(exc, TerminalError):
+        execution.fail_call(call, exc, False, None)
     policy = definition.retry
     retryable = policy.retryable(exc)
     delay = policy.delay(call.attempt) if retryable and call.attempt < policy.max_attempts else None

@@ -418,13 +418,13 @@ class SQLiteStore:
         now = self.clock()
         error = _dumps({"type": "Killed", "message": reason})
         with self._write() as tx:
+            params: dict[str, Any] = {"terminal": _terminal_json(), "run_id": run_id, "tenant": tenant}
             if run_id is not None:
                 if _select_run(tx, run_id) is None:
                     raise RunNotFound(run_id)
-                query, params = "select_live_descendants", {"run_id": run_id}
+                query = "select_live_descendants"
             else:
-                query, params = "select_live_of_tenant", {"tenant": tenant}
-            params["terminal"] = _terminal_json()
+                query = "select_live_of_tenant"
             live = [row[0] for row in tx.execute(_Q[query], params)]
             killed: list[RunRecord] = []
             for rid in live:

@@ -1,0 +1,54 @@
+"""Named fault-injection points on the commit boundaries that matter.
+
+Crash tests need to kill a worker at an exact instant, e.g. after a tool
+changed the outside world but before its result was recorded. Code calls
+``fault_point("name")`` there; it does nothing unless ``$CAIRN_FAULTS`` names
+that point, in which case the process SIGKILLs itself: a real death, not an
+exception that cleanup code could catch.
+
+``CAIRN_FAULTS="tool.after_effect"`` fires on the first hit,
+``"tool.after_effect@3"`` on the third; several points are comma-separated.
+The variable is read once, at import, so the check costs one set lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+#: The points the engine defines (documented so tests can name them).
+POINTS = frozenset(
+    {
+        "step.before_record",  # a step body returned; its result is not yet recorded
+        "tool.after_intent",  # the intent is durable; the tool has not run
+        "tool.after_effect",  # the tool changed the world; its result is not yet recorded
+        "tool.after_record",  # the tool's result is recorded
+    }
+)
+
+
+def _parse(spec: str) -> dict[str, int]:
+    armed: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, _, nth = item.partition("@")
+        if name not in POINTS:
+            raise ValueError(f"unknown fault point {name!r} in CAIRN_FAULTS (known: {sorted(POINTS)})")
+        armed[name] = int(nth) if nth else 1
+    return armed
+
+
+_ARMED = _parse(os.environ.get("CAIRN_FAULTS", ""))
+_hits: dict[str, int] = {}
+_lock = threading.Lock()
+
+
+def fault_point(name: str) -> None:
+    """SIGKILL this process if ``name`` is armed and this is the chosen hit."""
+    if not _ARMED or name not in _ARMED:
+        return
+    with _lock:
+        _hits[name] = _hits.get(name, 0) + 1
+        fire = _hits[name] == _ARMED[name]
+    if fire:
+        os.kill(os.getpid(), signal.SIGKILL)

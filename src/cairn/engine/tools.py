@@ -1,0 +1,416 @@
+"""Tools: journaled calls that touch the outside world, exactly once.
+
+A tool declares its *effect*:
+
+* ``read`` — changes nothing outside; after a crash it simply runs again.
+* ``idempotent`` — safe to repeat with the same key; after a crash it is sent
+  again with the same ``operation_id``.
+* ``write`` — must happen at most once. Before it runs, its *intent*
+  (operation id, tool, arguments) is committed behind an effect barrier
+  (durable on stable storage even in the fast durability mode). After a crash
+  between intent and result the effect is *uncertain*: the tool's
+  ``reconcile`` function asks the outside world what happened
+  (``Done(result)`` / ``NotFound()`` / ``Unknown()``); without one the run
+  waits in ``needs_attention`` for an operator. Never a blind resend.
+
+The ``operation_id`` is derived from (run id, position), so it is fixed
+before the first attempt and identical on every retry, crash and worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import functools
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, ParamSpec, TypeVar
+
+import msgspec
+
+from cairn.codec import values
+from cairn.engine.definitions import hints_of
+from cairn.engine.execution import Execution, current, operation_id
+from cairn.engine.faults import fault_point
+from cairn.engine.retry import NO_RETRY, RetryPolicy, TerminalError
+from cairn.engine.signals import Suspend
+from cairn.engine.steps import STEP_INFO, StepInfo, input_hash
+from cairn.errors import (
+    EffectNotApplied,
+    PayloadError,
+    ToolResultInvalid,
+    ToolTimeout,
+)
+from cairn.store.records import EventType, RunStatus
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class Effect(enum.StrEnum):
+    READ = "read"
+    IDEMPOTENT = "idempotent"
+    WRITE = "write"
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One tool call's identity, handed to the tool and to its reconciler.
+
+    ``operation_id`` is the idempotency key to send to the outside world.
+    ``arguments`` are the call's arguments as recorded in the intent (plain
+    JSON values), which is what a reconciler sees after a crash.
+    """
+
+    operation_id: str
+    tool: str
+    effect: Effect
+    run_id: str
+    tenant: str
+    thread_id: str | None
+    position: int
+    attempt: int
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    """Reconciliation found the effect applied; ``result`` is recorded as the
+    tool's result without executing it again."""
+
+    result: T
+
+
+@dataclass(frozen=True, slots=True)
+class NotFound:
+    """Reconciliation found no trace of the effect: execute it (same key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """The outside world cannot tell yet: ask again after a backoff."""
+
+    reason: str = ""
+
+
+Reconciliation = Done[Any] | NotFound | Unknown
+Reconciler = Callable[[Operation], Reconciliation | Awaitable[Reconciliation]]
+
+#: Backoff between reconciliation attempts that answer ``Unknown``.
+RECONCILE_RETRY = RetryPolicy(max_attempts=1_000_000, initial_delay=1.0, backoff=2.0, max_delay=300.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDef:
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    effect: Effect
+    reconcile: Reconciler | None
+    timeout: float | None
+    schema: Any
+    result_type: Any
+    retry: RetryPolicy
+    wants_operation: bool
+    reconcile_retry: RetryPolicy
+
+    @classmethod
+    def build(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None,
+        effect: Effect | str,
+        reconcile: Reconciler | None,
+        timeout: float | None,
+        schema: Any,
+        retry: RetryPolicy | None,
+        reconcile_retry: RetryPolicy | None,
+    ) -> ToolDef:
+        kind = Effect(effect)
+        if reconcile is not None and kind is not Effect.WRITE:
+            raise ValueError("reconcile= is only meaningful for effect='write' tools")
+        hints = hints_of(fn)
+        params = list(inspect.signature(fn).parameters.values())
+        wants_operation = bool(params) and hints.get(params[0].name) is Operation
+        result_type = schema if schema is not None else hints.get("return", Any)
+        values.decoder_for(result_type)
+        return cls(
+            name=name or fn.__name__, fn=fn, is_async=inspect.iscoroutinefunction(fn), effect=kind,
+            reconcile=reconcile, timeout=timeout, schema=schema, result_type=result_type,
+            retry=retry or NO_RETRY, wants_operation=wants_operation,
+            reconcile_retry=reconcile_retry or RECONCILE_RETRY,
+        )
+
+
+class Tool(Generic[P, R]):
+    """A function made into a journaled tool by ``@app.tool``.
+
+    Called inside a workflow it goes through the operation ledger; called
+    anywhere else it is the plain function (with a throwaway ``Operation`` if
+    it asks for one), which keeps tools easy to unit-test.
+    """
+
+    def __init__(self, definition: ToolDef) -> None:
+        self.definition = definition
+        functools.update_wrapper(self, definition.fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        execution = current()
+        if execution is None:
+            return self._detached(args, kwargs)  # type: ignore[no-any-return]
+        if self.definition.is_async:
+            return _ToolCall(execution, self.definition, args, kwargs).run_async()  # type: ignore[return-value]
+        return _ToolCall(execution, self.definition, args, kwargs).run_sync()  # type: ignore[no-any-return]
+
+    def _detached(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        d = self.definition
+        if not d.wants_operation:
+            return d.fn(*args, **kwargs)
+        op = Operation(operation_id(f"detached-{time.time_ns()}", 0), d.name, d.effect, "", "default",
+                       None, 0, 1)
+        return d.fn(op, *args, **kwargs)
+
+
+class _ToolCall:
+    """One call of a tool inside a run: the ledger protocol, written once for
+    the sync and async paths (they differ only in how the body is invoked)."""
+
+    def __init__(self, ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if d.is_async and not ex.is_async:
+            raise TypeError(f"async tool {d.name!r} called from a sync workflow")
+        self.ex = ex
+        self.d = d
+        self.args = args
+        self.kwargs = kwargs
+        self.call = ex.begin("tool", d.name, input_hash(args, kwargs))
+
+    # -- entry points ------------------------------------------------------------
+
+    def run_sync(self) -> Any:
+        plan = self._plan()
+        while True:
+            if plan is _RECORDED:
+                return self.outcome
+            if plan is _RECONCILE:
+                plan = self._reconciled(self._await_sync(self._reconcile()))
+                continue
+            return self._after_body(self._invoke_sync)
+
+    async def run_async(self) -> Any:
+        plan = self._plan()
+        while True:
+            if plan is _RECORDED:
+                return self.outcome
+            if plan is _RECONCILE:
+                answer = self._reconcile()
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                plan = self._reconciled(answer)
+                continue
+            try:
+                value = await self._invoke_async()
+            except Exception as exc:
+                plan = self._failed(exc)
+                continue
+            return self._succeeded(value)
+
+    # -- the ledger protocol -------------------------------------------------------
+
+    def _plan(self) -> object:
+        """Decide what this call does: return a recorded outcome, reconcile an
+        uncertain effect, or execute (after a durable intent if it writes)."""
+        ex, call, d = self.ex, self.call, self.d
+        if call.recorded is not None:
+            self.outcome = ex.replay(call, d.result_type)
+            return _RECORDED
+        ex.check_budget(tool_call=True)
+        self.operation = self._operation()
+        if d.effect is Effect.READ:
+            return _EXECUTE
+        uncertain = ex.journal.uncertain(call.position)
+        if uncertain is None:
+            self._intent()
+            return _EXECUTE
+        if d.effect is Effect.IDEMPOTENT:
+            return _EXECUTE  # same operation id: the outside world deduplicates
+        if d.reconcile is None:
+            self._needs_attention("no reconcile function: an operator must say whether it happened")
+        if uncertain.event is EventType.OP_RECONCILED:
+            due = float((uncertain.detail or {}).get("next_at") or 0.0)
+            if due > time.time():
+                raise Suspend("reconcile", wake_at=due)
+        return _RECONCILE
+
+    def _operation(self) -> Operation:
+        arguments = self._arguments()
+        return Operation(
+            operation_id=operation_id(self.ex.run_id, self.call.position), tool=self.d.name,
+            effect=self.d.effect, run_id=self.ex.run_id, tenant=self.ex.run.tenant,
+            thread_id=self.ex.run.thread_id, position=self.call.position, attempt=self.call.attempt,
+            arguments=arguments,
+        )
+
+    def _arguments(self) -> dict[str, Any]:
+        try:
+            signature = inspect.signature(self.d.fn)
+            params = list(signature.parameters.values())[1 if self.d.wants_operation else 0:]
+            bound = signature.replace(parameters=params).bind(*self.args, **self.kwargs)
+            plain: dict[str, Any] = msgspec.json.decode(values.encode(dict(bound.arguments)))
+            return plain
+        except (TypeError, PayloadError):
+            return {}
+
+    def _intent(self) -> None:
+        """Commit the intent behind the effect barrier, then (and only then)
+        may the tool touch the outside world."""
+        op = self.operation
+        payload, _ = self.ex.runtime.payloads.dump(op.arguments)
+        self.ex.append(self.ex.entry(
+            EventType.OP_INTENT, position=op.position, step_kind="tool", name=op.tool,
+            input_hash=self.call.input_hash, attempt=self.call.attempt, payload=payload,
+            detail={"operation_id": op.operation_id, "effect": op.effect.value},
+        ), barrier=True)
+        fault_point("tool.after_intent")
+
+    def _reconcile(self) -> Reconciliation | Awaitable[Reconciliation]:
+        assert self.d.reconcile is not None
+        try:
+            return self.d.reconcile(self.operation)
+        except Exception as exc:  # a failing reconciler knows nothing: try again later
+            return Unknown(f"reconcile raised {type(exc).__qualname__}: {exc}")
+
+    def _await_sync(self, answer: Reconciliation | Awaitable[Reconciliation]) -> Reconciliation:
+        if inspect.isawaitable(answer):
+            raise TypeError(f"tool {self.d.name!r} is sync but its reconcile function is async")
+        return answer
+
+    def _reconciled(self, answer: object) -> object:
+        op, call, ex = self.operation, self.call, self.ex
+        base = {"operation_id": op.operation_id}
+        if isinstance(answer, Done):
+            result = self._validated(answer.result)
+            self.outcome = ex.complete_call(call, result, self.d.result_type,
+                                            detail={**base, "reconciled": "done"})
+            return _RECORDED
+        if isinstance(answer, NotFound):
+            ex.append(ex.entry(EventType.OP_RECONCILED, position=op.position, step_kind="tool", name=op.tool,
+                               attempt=call.attempt, detail={**base, "outcome": "not_found"}))
+            return _EXECUTE
+        reason = answer.reason if isinstance(answer, Unknown) else f"unexpected answer {answer!r}"
+        previous = ex.journal.op_state.get(op.position)
+        tries = int((previous.detail or {}).get("tries", 0)) + 1 if previous is not None else 1
+        next_at = time.time() + self.d.reconcile_retry.delay(tries)
+        ex.append(ex.entry(EventType.OP_RECONCILED, position=op.position, step_kind="tool", name=op.tool,
+                           attempt=call.attempt,
+                           detail={**base, "outcome": "unknown", "reason": reason, "tries": tries,
+                                   "next_at": next_at}))
+        raise Suspend("reconcile", wake_at=next_at)
+
+    def _needs_attention(self, why: str) -> None:
+        op = self.operation
+        detail = {"position": op.position, "operation_id": op.operation_id, "tool": op.tool,
+                  "arguments": op.arguments, "why": why}
+        raise Suspend("needs_attention", status=RunStatus.NEEDS_ATTENTION, detail=detail)
+
+    # -- executing the body ------------------------------------------------------------
+
+    def _info(self) -> StepInfo:
+        run = self.ex.run
+        return StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, self.d.name,
+                        self.call.position, self.call.attempt)
+
+    def _body_args(self) -> tuple[Any, ...]:
+        return (self.operation, *self.args) if self.d.wants_operation else self.args
+
+    def _invoke_sync(self) -> Any:
+        token = STEP_INFO.set(self._info())
+        try:
+            if self.d.timeout is None:
+                return self.d.fn(*self._body_args(), **self.kwargs)
+            return _with_timeout(self.d, self._body_args(), self.kwargs)
+        finally:
+            STEP_INFO.reset(token)
+
+    async def _invoke_async(self) -> Any:
+        token = STEP_INFO.set(self._info())
+        try:
+            coro = self.d.fn(*self._body_args(), **self.kwargs)
+            if self.d.timeout is None:
+                return await coro
+            try:
+                return await asyncio.wait_for(coro, self.d.timeout)
+            except TimeoutError:
+                raise ToolTimeout(f"tool {self.d.name!r} did not return within {self.d.timeout}s") from None
+        finally:
+            STEP_INFO.reset(token)
+
+    def _after_body(self, invoke: Callable[[], Any]) -> Any:
+        while True:
+            try:
+                value = invoke()
+            except Exception as exc:
+                plan = self._failed(exc)
+                while plan is _RECONCILE:
+                    plan = self._reconciled(self._await_sync(self._reconcile()))
+                if plan is _RECORDED:
+                    return self.outcome
+                continue  # _EXECUTE: reconciliation found nothing; send with the same key
+            return self._succeeded(value)
+
+    def _succeeded(self, value: Any) -> Any:
+        fault_point("tool.after_effect")
+        result = self._validated(value)
+        outcome = self.ex.complete_call(self.call, result, self.d.result_type,
+                                        detail={"operation_id": self.operation.operation_id})
+        fault_point("tool.after_record")
+        return outcome
+
+    def _validated(self, value: Any) -> Any:
+        if self.d.schema is None:
+            return value
+        try:
+            return msgspec.convert(msgspec.to_builtins(value, enc_hook=values.enc_hook), self.d.schema,
+                                   dec_hook=values.dec_hook)
+        except (msgspec.ValidationError, TypeError, NotImplementedError, ValueError) as exc:
+            error = ToolResultInvalid(self.d.name, str(exc))
+            self.ex.fail_call(self.call, error, retryable=False, retry_delay=None)
+
+    def _failed(self, exc: Exception) -> object:
+        """Classify a failed attempt. Definite failures follow the retry
+        policy; an exception from a ``write`` tool that does not prove the
+        effect absent leaves it uncertain: reconcile, or ask an operator."""
+        d, ex, call = self.d, self.ex, self.call
+        definite = d.effect is not Effect.WRITE or isinstance(exc, (EffectNotApplied, TerminalError))
+        if not definite:
+            if d.reconcile is None:
+                self._needs_attention(f"the call raised {type(exc).__qualname__}: {exc}")
+            return _RECONCILE
+        retryable = d.retry.retryable(exc) and not isinstance(exc, TerminalError)
+        delay = d.retry.delay(call.attempt) if retryable and call.attempt < d.retry.max_attempts else None
+        ex.fail_call(call, exc, retryable, delay)
+
+
+_RECORDED = object()
+_RECONCILE = object()
+_EXECUTE = object()
+
+
+def _with_timeout(d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run a sync tool body with a deadline. Python cannot stop a thread, so
+    on timeout the body may still finish later: for a ``write`` tool that is
+    exactly an uncertain effect, and it is treated as one."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cairn-tool-{d.name}")
+    try:
+        return pool.submit(d.fn, *args, **kwargs).result(timeout=d.timeout)
+    except concurrent.futures.TimeoutError:
+        raise ToolTimeout(f"tool {d.name!r} did not return within {d.timeout}s") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+__all__ = ["Done", "Effect", "NotFound", "Operation", "Tool", "ToolDef", "Unknown"]

@@ -1,0 +1,24 @@
+"""Model clients: the provider-neutral types, a scripted offline model, and
+an OpenAI-compatible chat-completions adapter (``cairn.models.openai``)."""
+
+from cairn.models.base import (
+    Message,
+    ModelClient,
+    ModelRecord,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    Usage,
+)
+from cairn.models.scripted import ScriptedModel
+
+__all__ = [
+    "Message",
+    "ModelClient",
+    "ModelRecord",
+    "ModelRequest",
+    "ModelResponse",
+    "ScriptedModel",
+    "ToolCall",
+    "Usage",
+]

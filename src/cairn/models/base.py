@@ -1,0 +1,74 @@
+"""What a model call is, independent of any provider.
+
+Requests and responses are msgspec Structs so they are recorded in the
+journal exactly as sent and received, and decoded back into the same types on
+replay. The shapes follow the OpenAI chat-completions format, the de facto
+lingua franca of compatible servers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """A tool the model asked to call, with JSON-encoded arguments."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def parsed_arguments(self) -> Any:
+        return msgspec.json.decode(self.arguments)
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: str
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class Usage(msgspec.Struct, frozen=True):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class ModelRequest(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Everything sent to the model: recorded in full in the journal."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ModelResponse(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the model answered, plus what it cost."""
+
+    message: Message
+    model: str
+    usage: Usage = Usage()
+    finish_reason: str | None = None
+    cost: float | None = None
+
+
+class ModelRecord(msgspec.Struct, frozen=True):
+    """The journal payload of one model call."""
+
+    request: ModelRequest
+    response: ModelResponse
+    latency_ms: float
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """A chat model. ``model_id`` names it in the journal (and a replay with
+    a different model id at the same position is a non-determinism error)."""
+
+    model_id: str
+
+    def complete(self, request: ModelRequest) -> ModelResponse: ...

@@ -1,0 +1,124 @@
+"""The operation ledger across real crashes (SIGKILL at named fault points)."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from types import ModuleType
+
+import pytest
+
+import cairn
+from cairn.store.records import EventType, RunStatus
+
+
+def recover(run_id: str) -> tuple[ModuleType, object]:
+    """Load the app in this process and finish the run once the dead child's lease expired."""
+    module = importlib.import_module("tests.effects.ledger_app")
+    time.sleep(0.6)  # the child's 0.5 s lease must expire before another holder may take over
+    return module, module.app.resume(run_id)
+
+
+def kinds(module: ModuleType, kind: str) -> list[dict[str, object]]:
+    return [e for e in module.ledger_entries() if e["kind"] == kind]
+
+
+def test_write_with_reconcile_after_effect_is_not_sent_twice(
+    crash_at: Callable[..., None], world: dict[str, str]
+) -> None:
+    crash_at("tool.after_effect", "r1", "transfer", 500)
+    module, result = recover("r1")
+    transfers = kinds(module, "transfer")
+    assert len(transfers) == 1, transfers  # the bank holds exactly one transfer
+    assert result["receipt"] == transfers[0]  # reconciliation recorded what the bank did
+    assert transfers[0]["key"] == cairn.operation_id("r1", 0)
+    completed = [e for e in module.app.history("r1") if e.event is EventType.STEP_COMPLETED and e.position == 0]
+    assert completed[0].detail is not None
+    assert completed[0].detail["reconciled"] == "done"
+
+
+def test_write_with_reconcile_after_intent_executes_once(
+    crash_at: Callable[..., None], world: dict[str, str]
+) -> None:
+    crash_at("tool.after_intent", "r2", "transfer", 70)
+    module, result = recover("r2")
+    transfers = kinds(module, "transfer")
+    assert len(transfers) == 1
+    assert transfers[0]["amount"] == 70
+    assert transfers[0]["key"] == cairn.operation_id("r2", 0)  # the same key the intent recorded
+    events = [e.detail for e in module.app.history("r2") if e.event is EventType.OP_RECONCILED]
+    assert events
+    assert events[0] is not None
+    assert events[0]["outcome"] == "not_found"
+    assert result["balance"] == 70
+
+
+def test_write_without_reconcile_waits_for_an_operator(
+    crash_at: Callable[..., None], world: dict[str, str]
+) -> None:
+    crash_at("tool.after_effect", "r3", "unreconciled", 9)
+    module = importlib.import_module("tests.effects.ledger_app")
+    app: cairn.App = module.app
+    time.sleep(0.6)
+    with pytest.raises(TimeoutError):
+        app.handle("r3").result(timeout=0.01)
+    # resume parks the run: it never guesses
+    claim = app.store.claim_run("r3", "w", 5.0, 5)
+    assert claim is not None
+    from cairn.engine.executor import execute
+
+    assert execute(app.runtime, claim, "w").status == "suspended"
+    run = app.get_run("r3")
+    assert run.status is RunStatus.NEEDS_ATTENTION
+    assert app.store.claim_run("r3", "w", 5.0, 5) is None  # no worker picks it up
+    ops = app.operations("r3")
+    assert [(o["position"], o["status"]) for o in ops] == [(0, "uncertain")]
+    assert len(kinds(module, "unreconciled")) == 1
+    # the operator checked the bank: it happened
+    app.resolve_operation("r3", 0, done=True, result=kinds(module, "unreconciled")[0])
+    result = app.resume("r3")
+    assert len(kinds(module, "unreconciled")) == 1  # not sent again
+    assert result["receipt"]["amount"] == 9
+    assert app.operations("r3")[0]["status"] == "done"
+
+
+def test_operator_can_say_not_done_and_it_is_sent_with_the_same_key(
+    crash_at: Callable[..., None], world: dict[str, str]
+) -> None:
+    crash_at("tool.after_intent", "r4", "unreconciled", 11)
+    module = importlib.import_module("tests.effects.ledger_app")
+    app: cairn.App = module.app
+    time.sleep(0.6)
+    with pytest.raises(cairn.CairnError, match="no operation to resolve"):
+        app.resolve_operation("r4", 0, done=False)
+    claim = app.store.claim_run("r4", "w", 5.0, 5)
+    assert claim is not None
+    from cairn.engine.executor import execute
+
+    execute(app.runtime, claim, "w")
+    assert app.get_run("r4").status is RunStatus.NEEDS_ATTENTION
+    assert kinds(module, "unreconciled") == []  # it died before the effect
+    app.resolve_operation("r4", 0, done=False)
+    app.resume("r4")
+    sent = kinds(module, "unreconciled")
+    assert len(sent) == 1
+    assert sent[0]["key"] == cairn.operation_id("r4", 0)
+
+
+def test_idempotent_tool_is_resent_with_the_same_key(
+    crash_at: Callable[..., None], world: dict[str, str]
+) -> None:
+    crash_at("tool.after_effect", "r5", "idempotent", 3)
+    module, result = recover("r5")
+    assert len(kinds(module, "idempotent")) == 1  # the outside world deduplicated the resend
+    assert result["receipt"]["key"] == cairn.operation_id("r5", 0)
+
+
+def test_read_tool_simply_runs_again(crash_at: Callable[..., None], world: dict[str, str]) -> None:
+    # die after the read tool's effect (position 1), before its result was recorded
+    crash_at("tool.after_effect@2", "r6", "transfer", 5)
+    module, result = recover("r6")
+    assert len(kinds(module, "transfer")) == 1
+    assert len(kinds(module, "read")) == 2  # the read ran, was lost, and ran again
+    assert result["balance"] == 5
