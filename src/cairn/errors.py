@@ -146,3 +146,8 @@ class LogicalFailure(BaseException):
         super().__init__(f"{reason} (rewinding to {rewind_to!r})")
         self.reason = reason
         self.rewind_to = rewind_to
+
+
+class RewindFailed(CairnError):
+    """A ``LogicalFailure`` could not rewind: no such earlier step, or the
+    run has used up its rewinds. The run fails (an operator is needed)."""

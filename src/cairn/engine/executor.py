@@ -19,7 +19,7 @@ from cairn.api.context import Context
 from cairn.engine.execution import CURRENT, Execution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
-from cairn.errors import CairnError, LeaseLost, LogicalFailure, SecurityViolation
+from cairn.errors import CairnError, LeaseLost, LogicalFailure, RewindFailed, SecurityViolation
 from cairn.store.records import Claim
 
 log = logging.getLogger("cairn.executor")
@@ -109,9 +109,12 @@ def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
     except LogicalFailure as failure:
         if execution.rewind(failure):
             return Outcome("released", error=str(failure))
-        execution.fail(failure)
-        return Outcome("failed", error=f"LogicalFailure: {failure} (no earlier {failure.rewind_to!r} to "
-                                       "return to, or rewinds used up)")
+        impossible = RewindFailed(
+            f"{failure.reason}: no earlier {failure.rewind_to!r} to return to, or the run already "
+            f"rewound {runtime.max_rewinds} times"
+        )
+        execution.fail(impossible)
+        return Outcome("failed", error=str(impossible))
     except Exception as exc:  # the workflow failed: record it, keep the journal
         execution.fail(exc)
         return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")
