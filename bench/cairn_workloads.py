@@ -43,6 +43,8 @@ class CairnWorkloads:
     chain: cairn.Workflow[int]  # (ctx, n: int): n increments, one step each
     three: cairn.Workflow[int]  # (ctx): three increments
     crashy: cairn.Workflow[int]  # (ctx, n: int, marker: str): n ticks; SIGKILL at CRASH_AT once
+    reads: cairn.Workflow[int]  # (ctx, n: int): n calls of a trivial effect="read" tool
+    writes: cairn.Workflow[int]  # (ctx, n: int): n calls of a trivial effect="write" tool (fsync barrier)
 
     def close(self) -> None:
         self.app.close()
@@ -86,7 +88,29 @@ def build(db_path: Path, durability: str = "process", lease_seconds: float | Non
             total += tick(i, marker)
         return total
 
-    return CairnWorkloads(app=app, chain=chain, three=three, crashy=crashy)
+    @app.tool(effect="read")
+    def peek(x: int) -> int:
+        return x + 1
+
+    @app.tool(effect="write")
+    def poke(op: cairn.Operation, x: int) -> int:
+        return x + 1
+
+    @app.workflow(name="reads")
+    def reads(ctx: cairn.Context, n: int) -> int:
+        x = 0
+        for _ in range(n):
+            x = peek(x)
+        return x
+
+    @app.workflow(name="writes")
+    def writes(ctx: cairn.Context, n: int) -> int:
+        x = 0
+        for _ in range(n):
+            x = poke(x)
+        return x
+
+    return CairnWorkloads(app=app, chain=chain, three=three, crashy=crashy, reads=reads, writes=writes)
 
 
 def crash_child(db_path: Path, marker: Path, run_id: str, steps: int) -> int:

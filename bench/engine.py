@@ -31,6 +31,7 @@ from bench.common import (
     REPO_ROOT,
     Result,
     Sample,
+    find,
     fresh_dir,
     print_table,
     ratio_lines,
@@ -42,7 +43,7 @@ from bench.common import (
 
 #: Rows the ratio columns compare against.
 RATIO_BASELINES = ("langgraph", "dbos")
-GROUPS = ("fsync", "sqlite", "langgraph", "dbos", "cairn")
+GROUPS = ("fsync", "sqlite", "langgraph", "dbos", "cairn", "tools")
 #: Module whose absence skips a competitor's group.
 IMPORT_CHECKS = {"langgraph": "langgraph.checkpoint.sqlite", "dbos": "dbos"}
 
@@ -50,6 +51,7 @@ STEP_US = "step µs"
 RUNS_PER_S = "runs/s"
 RESUME_MS = "resume ms"
 FSYNC_US = "fsync µs"
+CALL_US = "call µs"
 
 
 # -- Cairn figures ---------------------------------------------------------------
@@ -70,6 +72,42 @@ def cairn_step_us(durability: str = "process", steps: int = 300) -> float:
     if result != steps:
         raise RuntimeError(f"cairn chain returned {result!r}, expected {steps}")
     return elapsed() / steps * 1e6
+
+
+def cairn_call_us(kind: str, calls: int = 300) -> float:
+    """One run making ``calls`` journaled calls of ``kind`` (``step``, ``read``
+    tool or ``write`` tool, in the default durability mode); µs per call."""
+    from bench.cairn_workloads import build
+
+    with fresh_dir(f"cairn-{kind}") as d:
+        w = build(d / "cairn.sqlite")
+        workflow = {"step": w.chain, "read": w.reads, "write": w.writes}[kind]
+        try:
+            w.app.run(workflow, 1)  # warm-up run
+            with stopwatch() as elapsed:
+                result = w.app.run(workflow, calls)
+        finally:
+            w.close()
+    if result != calls:
+        raise RuntimeError(f"cairn {kind} workflow returned {result!r}, expected {calls}")
+    return elapsed() / calls * 1e6
+
+
+def tool_lines(results: Sequence[Result]) -> list[str]:
+    """Issue targets for tools: a read tool costs no more than a plain step; a
+    write tool costs at most one fsync + 50 µs. Both judged in this run."""
+    def median(system: str, metric: str) -> float | None:
+        found = find(results, metric, system)
+        return found.value if found is not None else None
+
+    step, read, write = (median(f"cairn {k}", CALL_US) for k in ("step", "read tool", "write tool"))
+    fsync = median("fsync", FSYNC_US)
+    lines: list[str] = []
+    if step and read:
+        lines.append(f"read tool / plain step: {read / step:.2f}x (target <= 1.00x)")
+    if write and fsync:
+        lines.append(f"write tool - one fsync: {write - fsync:,.1f} µs (target <= 50 µs; fsync {fsync:,.1f} µs)")
+    return lines
 
 
 def cairn_runs_per_s(n: int = 300, durability: str = "process") -> float:
@@ -300,6 +338,12 @@ def plan(sizes: Sizes) -> list[Bench]:
             lower_is_better=False,
             params={"runs": s.runs, "steps_per_run": 3, "durability": "process"},
         ),
+        Bench("tools", CALL_US, "cairn step", "µs/call", lambda: cairn_call_us("step", s.steps),
+              params={"calls": s.steps}),
+        Bench("tools", CALL_US, "cairn read tool", "µs/call", lambda: cairn_call_us("read", s.steps),
+              params={"calls": s.steps, "effect": "read"}),
+        Bench("tools", CALL_US, "cairn write tool", "µs/call", lambda: cairn_call_us("write", s.steps),
+              params={"calls": s.steps, "effect": "write", "barrier": "fsync per intent"}),
         Bench(
             "cairn",
             RESUME_MS,
@@ -433,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "same metric, this run"
     )
     print_table(results, RATIO_BASELINES)
-    lines = ratio_lines(results, "cairn", RATIO_BASELINES)
+    lines = ratio_lines(results, "cairn", RATIO_BASELINES) + tool_lines(results)
     if lines:
         print()
         for line in lines:

@@ -29,9 +29,13 @@ class PayloadCodec:
     def dump(self, value: Any) -> tuple[Payload, bytes]:
         """Encode ``value``; return the payload to store and the raw JSON bytes."""
         data = values.encode(value)
+        return self.wrap(data), data
+
+    def wrap(self, data: bytes) -> Payload:
+        """The payload for already-encoded JSON bytes (inline, or an artifact)."""
         if len(data) > self.inline_limit:
-            return Payload(ref=self.store.put_artifact(data)), data
-        return Payload(data=data), data
+            return Payload(ref=self.store.put_artifact(data))
+        return Payload(data=data)
 
     def raw(self, payload: Payload, *, what: str) -> bytes:
         """The JSON bytes behind ``payload`` (fetching an artifact if needed)."""

@@ -10,6 +10,7 @@ failed write never leaves a gap.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import sqlite3
 import time
 import uuid
@@ -27,16 +28,22 @@ from cairn.store.records import Claim, EventType, HistoryEvent, Payload, RunStat
 #: The execution whose workflow code is running in this context.
 CURRENT: contextvars.ContextVar[Execution] = contextvars.ContextVar("cairn_execution")
 
-_OPERATION_NS = uuid.UUID("6f1d3c2e-8a4b-4c7d-9e0f-0c41a1b2c3d4")
+_OPERATION_NS = uuid.UUID("6f1d3c2e-8a4b-4c7d-9e0f-0c41a1b2c3d4").bytes
 
 
 def operation_id(run_id: str, position: int) -> str:
     """The idempotency key of the journaled call at ``position`` of ``run_id``.
 
     Derived, not generated: it is the same on every attempt, after every crash
-    and on every worker, so an external system can deduplicate with it.
+    and on every worker, so an external system can deduplicate with it. It is
+    ``uuid5(namespace, run_id + NUL + position)``, computed without building
+    ``UUID`` objects (a third of the cost, and this runs on every tool call).
     """
-    return str(uuid.uuid5(_OPERATION_NS, f"{run_id}\x00{position}"))
+    raw = bytearray(hashlib.sha1(_OPERATION_NS + f"{run_id}\x00{position}".encode()).digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def error_detail(exc: BaseException, **extra: Any) -> dict[str, Any]:

@@ -117,6 +117,8 @@ class ToolDef:
     retry: RetryPolicy
     wants_operation: bool
     reconcile_retry: RetryPolicy
+    #: the signature callers use (without the injected ``Operation``), computed once
+    call_signature: inspect.Signature
 
     @classmethod
     def build(
@@ -135,7 +137,8 @@ class ToolDef:
         if reconcile is not None and kind is not Effect.WRITE:
             raise ValueError("reconcile= is only meaningful for effect='write' tools")
         hints = hints_of(fn)
-        params = list(inspect.signature(fn).parameters.values())
+        signature = inspect.signature(fn)
+        params = list(signature.parameters.values())
         wants_operation = bool(params) and hints.get(params[0].name) is Operation
         result_type = schema if schema is not None else hints.get("return", Any)
         values.decoder_for(result_type)
@@ -144,6 +147,7 @@ class ToolDef:
             reconcile=reconcile, timeout=timeout, schema=schema, result_type=result_type,
             retry=retry or NO_RETRY, wants_operation=wants_operation,
             reconcile_retry=reconcile_retry or RECONCILE_RETRY,
+            call_signature=signature.replace(parameters=params[1:] if wants_operation else params),
         )
 
 
@@ -188,6 +192,15 @@ class _ToolCall:
         self.args = args
         self.kwargs = kwargs
         self.call = ex.begin("tool", d.name, input_hash(args, kwargs))
+        self.operation: Operation | None = None
+        self.encoded_arguments: bytes | None = None
+        self.outcome: Any = None
+
+    @property
+    def op(self) -> Operation:
+        """The operation of a side-effecting call (always built for those)."""
+        assert self.operation is not None
+        return self.operation
 
     # -- entry points ------------------------------------------------------------
 
@@ -229,9 +242,10 @@ class _ToolCall:
             self.outcome = ex.replay(call, d.result_type)
             return _RECORDED
         ex.check_budget(tool_call=True)
-        self.operation = self._operation()
-        if d.effect is Effect.READ:
+        if d.effect is Effect.READ:  # nothing to protect: no intent, and no Operation unless asked for
+            self.operation = self._operation() if d.wants_operation else None
             return _EXECUTE
+        self.operation = self._operation()
         uncertain = ex.journal.uncertain(call.position)
         if uncertain is None:
             self._intent()
@@ -247,7 +261,7 @@ class _ToolCall:
         return _RECONCILE
 
     def _operation(self) -> Operation:
-        arguments = self._arguments()
+        arguments = self._arguments(as_json=self.d.effect is not Effect.READ)
         return Operation(
             operation_id=operation_id(self.ex.run_id, self.call.position), tool=self.d.name,
             effect=self.d.effect, run_id=self.ex.run_id, tenant=self.ex.run.tenant,
@@ -255,12 +269,15 @@ class _ToolCall:
             arguments=arguments,
         )
 
-    def _arguments(self) -> dict[str, Any]:
+    def _arguments(self, *, as_json: bool) -> dict[str, Any]:
+        """The call's arguments by name; ``as_json`` gives them as plain JSON
+        values, exactly as the intent records them and a reconciler sees them."""
         try:
-            signature = inspect.signature(self.d.fn)
-            params = list(signature.parameters.values())[1 if self.d.wants_operation else 0:]
-            bound = signature.replace(parameters=params).bind(*self.args, **self.kwargs)
-            plain: dict[str, Any] = msgspec.json.decode(values.encode(dict(bound.arguments)))
+            arguments = dict(self.d.call_signature.bind(*self.args, **self.kwargs).arguments)
+            if not as_json:
+                return arguments
+            self.encoded_arguments = values.encode(arguments)
+            plain: dict[str, Any] = msgspec.json.decode(self.encoded_arguments)
             return plain
         except (TypeError, PayloadError):
             return {}
@@ -268,8 +285,10 @@ class _ToolCall:
     def _intent(self) -> None:
         """Commit the intent behind the effect barrier, then (and only then)
         may the tool touch the outside world."""
-        op = self.operation
-        payload, _ = self.ex.runtime.payloads.dump(op.arguments)
+        op = self.op
+        payloads = self.ex.runtime.payloads
+        encoded = self.encoded_arguments
+        payload = payloads.wrap(encoded) if encoded is not None else payloads.dump(op.arguments)[0]
         self.ex.append(self.ex.entry(
             EventType.OP_INTENT, position=op.position, step_kind="tool", name=op.tool,
             input_hash=self.call.input_hash, attempt=self.call.attempt, payload=payload,
@@ -280,7 +299,7 @@ class _ToolCall:
     def _reconcile(self) -> Reconciliation | Awaitable[Reconciliation]:
         assert self.d.reconcile is not None
         try:
-            return self.d.reconcile(self.operation)
+            return self.d.reconcile(self.op)
         except Exception as exc:  # a failing reconciler knows nothing: try again later
             return Unknown(f"reconcile raised {type(exc).__qualname__}: {exc}")
 
@@ -290,7 +309,7 @@ class _ToolCall:
         return answer
 
     def _reconciled(self, answer: object) -> object:
-        op, call, ex = self.operation, self.call, self.ex
+        op, call, ex = self.op, self.call, self.ex
         base = {"operation_id": op.operation_id}
         if isinstance(answer, Done):
             result = self._validated(answer.result)
@@ -312,7 +331,7 @@ class _ToolCall:
         raise Suspend("reconcile", wake_at=next_at)
 
     def _needs_attention(self, why: str) -> None:
-        op = self.operation
+        op = self.op
         detail = {"position": op.position, "operation_id": op.operation_id, "tool": op.tool,
                   "arguments": op.arguments, "why": why}
         raise Suspend("needs_attention", status=RunStatus.NEEDS_ATTENTION, detail=detail)
@@ -326,6 +345,9 @@ class _ToolCall:
 
     def _body_args(self) -> tuple[Any, ...]:
         return (self.operation, *self.args) if self.d.wants_operation else self.args
+
+    def _detail(self) -> dict[str, Any] | None:
+        return {"operation_id": self.operation.operation_id} if self.operation is not None else None
 
     def _invoke_sync(self) -> Any:
         token = STEP_INFO.set(self._info())
@@ -365,8 +387,7 @@ class _ToolCall:
     def _succeeded(self, value: Any) -> Any:
         fault_point("tool.after_effect")
         result = self._validated(value)
-        outcome = self.ex.complete_call(self.call, result, self.d.result_type,
-                                        detail={"operation_id": self.operation.operation_id})
+        outcome = self.ex.complete_call(self.call, result, self.d.result_type, detail=self._detail())
         fault_point("tool.after_record")
         return outcome
 
