@@ -106,7 +106,9 @@ def tool_lines(results: Sequence[Result]) -> list[str]:
     if step and read:
         lines.append(f"read tool / plain step: {read / step:.2f}x (target <= 1.00x)")
     if write and fsync:
-        lines.append(f"write tool - one fsync: {write - fsync:,.1f} µs (target <= 50 µs; fsync {fsync:,.1f} µs)")
+        lines.append(
+            f"write tool - one fsync: {write - fsync:,.1f} µs (target <= 50 µs; fsync {fsync:,.1f} µs)"
+        )
     return lines
 
 

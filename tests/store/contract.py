@@ -147,6 +147,107 @@ def assert_gap_free(events: list[HistoryEvent], run_id: str) -> None:
     assert epochs == sorted(epochs), f"epochs go backwards: {epochs}"
 
 
+SECURITY_ERROR = {"type": "SecurityViolation", "message": "egress to an unlisted host"}
+
+
+def intent(clock: FakeClock, run_id: str, seq: int, epoch: int, position: int = 0) -> HistoryEvent:
+    """The ``op.intent`` entry a holder writes (behind the effect barrier)
+    before a side effect touches the outside world."""
+    return HistoryEvent(
+        run_id=run_id,
+        seq=seq,
+        event=EventType.OP_INTENT,
+        at=clock(),
+        epoch=epoch,
+        worker="w1",
+        position=position,
+        step_kind="tool",
+        name="charge_card",
+        input_hash="cafe",
+        detail={"op_id": f"{run_id}:{position}"},
+    )
+
+
+def park(
+    store: Store,
+    clock: FakeClock,
+    c: Claim,
+    status: RunStatus = RunStatus.SUSPENDED,
+    *,
+    wake_at: float | None = None,
+    waiting_on: str | None = None,
+    seq: int | None = None,
+) -> HistoryEvent:
+    """The holder of ``c`` parks its run; returns the entry it appended."""
+    rid = c.run.run_id
+    kind = EventType.RUN_NEEDS_ATTENTION if status is RunStatus.NEEDS_ATTENTION else EventType.RUN_SUSPENDED
+    event = ev(clock, rid, seq or c.next_seq, c.run.epoch, kind, worker=c.run.owner or "w1")
+    store.suspend_run(rid, c.run.epoch, event, wake_at=wake_at, waiting_on=waiting_on, status=status)
+    return event
+
+
+def needs_attention(store: Store, clock: FakeClock, run_id: str = "r1", worker: str = "w1") -> Claim:
+    """A run whose holder wrote an intent (behind the barrier), lost track of
+    what the effect did, and parked the run for an operator."""
+    c = running(store, clock, run_id, worker)
+    store.append(run_id, c.run.epoch, [intent(clock, run_id, c.next_seq, c.run.epoch)], barrier=True)
+    park(store, clock, c, RunStatus.NEEDS_ATTENTION, seq=c.next_seq + 1)
+    return c
+
+
+def halt(store: Store, clock: FakeClock, c: Claim, seq: int | None = None) -> HistoryEvent:
+    rid = c.run.run_id
+    event = ev(clock, rid, seq or c.next_seq, c.run.epoch, EventType.RUN_HALTED, worker=c.run.owner or "w1")
+    store.halt_run(rid, c.run.epoch, event, SECURITY_ERROR)
+    return event
+
+
+#: Every state a run can be in, for tests that sweep them.
+STATES = [
+    "pending",
+    "running",
+    "suspended",
+    "budget-suspended",
+    "needs_attention",
+    "completed",
+    "failed",
+    "cancelled",
+    "quarantined",
+    "killed",
+    "halted",
+]
+
+
+def put_in_state(store: Store, clock: FakeClock, run_id: str, state: str, **spec: Any) -> None:
+    """Create ``run_id`` (``spec`` overrides ``new_run``'s defaults) and drive
+    it into ``state`` (one of ``STATES``)."""
+    store.create_run(new_run(run_id, **spec))
+    if state == "pending":
+        return
+    if state == "cancelled":
+        store.cancel_run(run_id, "x")
+        return
+    if state == "killed":
+        store.kill_runs("x", run_id=run_id)
+        return
+    c = claim(store, run_id)
+    if state == "suspended":
+        park(store, clock, c, wake_at=clock() + 1000)
+    elif state == "budget-suspended":
+        park(store, clock, c)
+    elif state == "needs_attention":
+        park(store, clock, c, RunStatus.NEEDS_ATTENTION)
+    elif state in ("completed", "failed"):
+        finish(store, clock, c, RunStatus(state))
+    elif state == "quarantined":
+        clock.advance(LEASE + 1)
+        assert store.claim_run(run_id, "w2", LEASE, 0) is None
+    elif state == "halted":
+        halt(store, clock, c)
+    else:
+        assert state == "running", state
+
+
 # -- fenced-write scenarios: each leaves a holder with a write it may not make ------
 #
 # Each returns (run_id, epoch, seq): the holder's stale view of the run.
@@ -203,6 +304,40 @@ def _unknown_run(store: Store, clock: FakeClock) -> tuple[str, int, int]:
     return "ghost", 1, 1
 
 
+def _lost_by_kill(store: Store, clock: FakeClock) -> tuple[str, int, int]:
+    c = running(store, clock)
+    store.kill_runs("runaway", run_id="r1")
+    return "r1", c.run.epoch, c.next_seq
+
+
+def _lost_by_tenant_kill(store: Store, clock: FakeClock) -> tuple[str, int, int]:
+    c = running(store, clock)
+    store.kill_runs("tenant over quota", tenant="default")
+    return "r1", c.run.epoch, c.next_seq
+
+
+def _after_own_attention(store: Store, clock: FakeClock) -> tuple[str, int, int]:
+    """The epoch is right but the run is parked for an operator."""
+    c = running(store, clock)
+    park(store, clock, c, RunStatus.NEEDS_ATTENTION)
+    return "r1", c.run.epoch, c.next_seq + 1
+
+
+def _after_own_halt(store: Store, clock: FakeClock) -> tuple[str, int, int]:
+    c = running(store, clock)
+    halt(store, clock, c)
+    return "r1", c.run.epoch, c.next_seq + 1
+
+
+def _after_revive(store: Store, clock: FakeClock) -> tuple[str, int, int]:
+    """Killed, then revived by an operator: the run is pending again, but the
+    holder from before the kill must stay fenced out."""
+    c = running(store, clock)
+    store.kill_runs("oops", run_id="r1")
+    store.revive_run("r1")
+    return "r1", c.run.epoch, c.next_seq
+
+
 LOSS_SCENARIOS: dict[str, Callable[[Store, FakeClock], tuple[str, int, int]]] = {
     "takeover": _lost_by_takeover,
     "cancel": _lost_by_cancel,
@@ -212,15 +347,27 @@ LOSS_SCENARIOS: dict[str, Callable[[Store, FakeClock], tuple[str, int, int]]] = 
     "after-suspend": _after_own_suspend,
     "after-finish": _after_own_finish,
     "unknown-run": _unknown_run,
+    "kill": _lost_by_kill,
+    "tenant-kill": _lost_by_tenant_kill,
+    "after-attention": _after_own_attention,
+    "after-halt": _after_own_halt,
+    "after-revive": _after_revive,
 }
 
 
 def _fenced_write(op: str, store: Store, clock: FakeClock, run_id: str, epoch: int, seq: int) -> None:
     if op == "append":
         store.append(run_id, epoch, [ev(clock, run_id, seq, epoch)])
+    elif op == "append_barrier":
+        store.append(run_id, epoch, [intent(clock, run_id, seq, epoch)], barrier=True)
     elif op == "suspend":
         event = ev(clock, run_id, seq, epoch, EventType.RUN_SUSPENDED)
         store.suspend_run(run_id, epoch, event, wake_at=clock() + 5, waiting_on=None)
+    elif op == "suspend_attention":
+        event = ev(clock, run_id, seq, epoch, EventType.RUN_NEEDS_ATTENTION)
+        store.suspend_run(run_id, epoch, event, None, None, status=RunStatus.NEEDS_ATTENTION)
+    elif op == "halt":
+        store.halt_run(run_id, epoch, ev(clock, run_id, seq, epoch, EventType.RUN_HALTED), SECURITY_ERROR)
     elif op == "release":
         store.release_run(run_id, epoch, ev(clock, run_id, seq, epoch, EventType.RUN_RELEASED))
     elif op == "finish":
@@ -232,7 +379,16 @@ def _fenced_write(op: str, store: Store, clock: FakeClock, run_id: str, epoch: i
         raise AssertionError(op)
 
 
-FENCED_OPS = ["append", "suspend", "release", "finish", "start_child"]
+FENCED_OPS = [
+    "append",
+    "append_barrier",
+    "suspend",
+    "suspend_attention",
+    "release",
+    "finish",
+    "start_child",
+    "halt",
+]
 
 
 # -- the suite -----------------------------------------------------------------------
@@ -965,7 +1121,7 @@ class StoreContract:
         store.append("r1", epoch, [ev(clock, "r1", c.next_seq, epoch)])
         assert len(store.history("r1")) == len(c.history) + 1
 
-    @pytest.mark.parametrize("op", ["suspend", "release", "finish"])
+    @pytest.mark.parametrize("op", [op for op in FENCED_OPS if op not in ("append", "start_child")])
     def test_transition_with_taken_seq_is_rejected(self, store: Store, clock: FakeClock, op: str) -> None:
         c = running(store, clock)
         with pytest.raises(LeaseLost):
@@ -1220,6 +1376,693 @@ class StoreContract:
         with pytest.raises(RunNotFound):
             store.retry_run("ghost")
 
+    # -- the effect barrier ----------------------------------------------------------
+
+    @pytest.mark.parametrize("size", [1, 3])
+    def test_barrier_append_appends_like_append(self, store: Store, clock: FakeClock, size: int) -> None:
+        c = running(store, clock)
+        e = c.run.epoch
+        batch = [intent(clock, "r1", c.next_seq + i, e, position=i) for i in range(size)]
+        store.append("r1", e, batch, barrier=True)
+        assert store.history("r1") == [*c.history, *batch]
+        assert store.get_run("r1") == c.run
+        # The lease is untouched: plain and barrier appends go on from there.
+        after = ev(clock, "r1", c.next_seq + size, e, position=0)
+        store.append("r1", e, [after])
+        again = intent(clock, "r1", c.next_seq + size + 1, e, position=1)
+        store.append("r1", e, [again], barrier=True)
+        assert store.history("r1")[-2:] == [after, again]
+        assert_gap_free(store.history("r1"), "r1")
+
+    def test_barrier_append_batch_is_atomic(self, store: Store, clock: FakeClock) -> None:
+        c = running(store, clock)
+        e = c.run.epoch
+        batch = [intent(clock, "r1", c.next_seq, e), intent(clock, "r1", c.next_seq + 2, e, position=1)]
+        with pytest.raises(LeaseLost):
+            store.append("r1", e, batch, barrier=True)
+        assert store.history("r1") == c.history
+        assert store.get_run("r1") == c.run
+
+    # -- needs_attention ---------------------------------------------------------------
+
+    def test_suspend_as_needs_attention(self, store: Store, clock: FakeClock) -> None:
+        c = running(store, clock)
+        barrier_entry = intent(clock, "r1", c.next_seq, c.run.epoch)
+        store.append("r1", c.run.epoch, [barrier_entry], barrier=True)
+        clock.advance(2)
+        parked = park(store, clock, c, RunStatus.NEEDS_ATTENTION, seq=c.next_seq + 1)
+        record = store.get_run("r1")
+        assert record is not None
+        assert record.status is RunStatus.NEEDS_ATTENTION
+        assert not record.status.terminal
+        assert (record.owner, record.lease_expires_at, record.epoch) == (None, None, c.run.epoch)
+        assert record.updated_at == clock()
+        assert store.history("r1")[-2:] == [barrier_entry, parked]
+        listed = store.list_runs(RunFilter(statuses=(RunStatus.NEEDS_ATTENTION,)))
+        assert [r.run_id for r in listed] == ["r1"]
+        assert store.renew_leases("w1", {"r1": c.run.epoch}, LEASE) == {"r1"}
+
+    @pytest.mark.parametrize("hint", ["none", "past-timer", "finished-child"])
+    def test_needs_attention_is_never_claimable_until_resolved(
+        self, store: Store, clock: FakeClock, hint: str
+    ) -> None:
+        """Not by time, not by a due timer, not by a finished child: only an
+        operator's ``resolve_operation`` makes the run runnable again."""
+        c = running(store, clock)
+        wake_at, waiting_on, seq = None, None, c.next_seq
+        if hint == "past-timer":
+            wake_at = clock() - 5
+        elif hint == "finished-child":
+            store.start_child("r1", c.run.epoch, ev(clock, "r1", seq, c.run.epoch), new_run("kid"))
+            finish(store, clock, claim(store, "kid", "w2"))
+            waiting_on, seq = "kid", seq + 1
+        park(store, clock, c, RunStatus.NEEDS_ATTENTION, wake_at=wake_at, waiting_on=waiting_on, seq=seq)
+        before = store.get_run("r1")
+        for step in (0, LEASE + 1, 10_000):
+            clock.advance(step)
+            assert store.claim_runs("w2", [WF], 10, LEASE, 100) == []
+            assert store.claim_run("r1", "w2", LEASE, 100) is None
+        assert store.reclaim_owned("w1") == 0
+        assert store.get_run("r1") == before
+        store.resolve_operation("r1", 0, False, None, {})
+        assert claimable_ids(store) == {"r1"}
+
+    def test_needs_attention_child_does_not_wake_its_parent(self, store: Store, clock: FakeClock) -> None:
+        p = self._parent_waiting_on_child(store, clock)
+        k = claim(store, "kid", "w2")
+        park(store, clock, k, RunStatus.NEEDS_ATTENTION)
+        clock.advance(LEASE * 10)
+        assert store.claim_run("parent", "w3", LEASE, 3) is None
+        assert store.get_run("parent").epoch == p.run.epoch  # type: ignore[union-attr]
+
+    def test_budget_suspension_waits_for_set_budget(self, store: Store, clock: FakeClock) -> None:
+        """Suspended with neither a timer nor a child: only ``set_budget`` wakes it."""
+        c = running(store, clock)
+        park(store, clock, c)
+        record = store.get_run("r1")
+        assert record is not None
+        assert (record.status, record.wake_at, record.waiting_on) == (RunStatus.SUSPENDED, None, None)
+        clock.advance(10_000)
+        assert store.claim_runs("w2", [WF], 10, LEASE, 3) == []
+        assert store.claim_run("r1", "w2", LEASE, 3) is None
+        store.set_budget("r1", {"max_tokens": 10_000})
+        woken = claim(store, "r1", "w2")
+        assert woken.run.epoch == c.run.epoch + 1
+        assert types(woken.history[-3:]) == [
+            EventType.RUN_BUDGET_CHANGED,
+            EventType.LEASE_CLAIMED,
+            EventType.RUN_WOKEN,
+        ]
+
+    @pytest.mark.parametrize(
+        "status",
+        [s for s in RunStatus if s not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION)],
+    )
+    def test_suspend_refuses_other_statuses(self, store: Store, clock: FakeClock, status: RunStatus) -> None:
+        c = running(store, clock)
+        event = ev(clock, "r1", c.next_seq, c.run.epoch, EventType.RUN_SUSPENDED)
+        clock.advance(1)
+        with pytest.raises(ValueError, match="suspend_run"):
+            store.suspend_run("r1", c.run.epoch, event, clock() + 5, None, status=status)
+        assert store.get_run("r1") == c.run
+        assert store.history("r1") == c.history
+        store.append("r1", c.run.epoch, [ev(clock, "r1", c.next_seq, c.run.epoch)])  # still the holder
+
+    # -- resolve_operation ----------------------------------------------------------
+
+    def test_resolve_done_records_the_result(self, store: Store, clock: FakeClock) -> None:
+        needs_attention(store, clock)
+        before = store.get_run("r1")
+        assert before is not None
+        history = store.history("r1")
+        clock.advance(60)
+        detail = {"name": "charge_card", "note": "the bank says it went through", "ticket": 42}
+        record = store.resolve_operation("r1", 0, True, Payload(data=b'{"charge": "ch_1"}'), detail)
+        assert record.status is RunStatus.PENDING
+        assert record.epoch == before.epoch + 1
+        assert (record.owner, record.lease_expires_at, record.error) == (None, None, None)
+        assert (record.wake_at, record.waiting_on) == (None, None)
+        assert record.updated_at == clock()
+        assert store.get_run("r1") == record
+        full = store.history("r1")
+        assert full[: len(history)] == history
+        assert len(full) == len(history) + 1
+        assert full[-1] == HistoryEvent(
+            run_id="r1",
+            seq=len(history) + 1,
+            event=EventType.STEP_COMPLETED,
+            at=clock(),
+            epoch=record.epoch,
+            position=0,
+            step_kind="tool",
+            name="charge_card",
+            payload=Payload(data=b'{"charge": "ch_1"}'),
+            detail={"resolved_by": "operator", **detail},
+        )
+        again = claim(store, "r1", "w2")
+        assert again.run.epoch == record.epoch + 1
+        assert types(again.history[-2:]) == [EventType.STEP_COMPLETED, EventType.LEASE_CLAIMED]
+        assert types(again.history).count(EventType.RUN_STARTED) == 1
+        assert again.history[: len(full)] == full
+
+    def test_resolve_not_done_asks_for_a_new_attempt(self, store: Store, clock: FakeClock) -> None:
+        needs_attention(store, clock)
+        before = store.get_run("r1")
+        assert before is not None
+        history = store.history("r1")
+        clock.advance(5)
+        record = store.resolve_operation("r1", 3, False, None, {"step_kind": "http", "note": "never sent"})
+        assert record.status is RunStatus.PENDING
+        assert record.epoch == before.epoch + 1
+        assert record.updated_at == clock()
+        assert store.history("r1") == [
+            *history,
+            HistoryEvent(
+                run_id="r1",
+                seq=len(history) + 1,
+                event=EventType.OP_RESOLVED,
+                at=clock(),
+                epoch=record.epoch,
+                position=3,
+                step_kind="http",
+                name=None,
+                payload=None,
+                detail={"position": 3, "done": False, "step_kind": "http", "note": "never sent"},
+            ),
+        ]
+        assert claimable_ids(store) == {"r1"}
+
+    def test_resolve_done_with_a_step_kind_from_the_detail(self, store: Store, clock: FakeClock) -> None:
+        needs_attention(store, clock)
+        store.resolve_operation("r1", 1, True, Payload(ref="artifact-ref"), {"step_kind": "llm"})
+        last = store.history("r1")[-1]
+        assert (last.event, last.position, last.step_kind, last.name) == (
+            EventType.STEP_COMPLETED,
+            1,
+            "llm",
+            None,
+        )
+        assert last.payload == Payload(ref="artifact-ref")
+        assert last.detail == {"resolved_by": "operator", "step_kind": "llm"}
+
+    @pytest.mark.parametrize("state", [s for s in STATES if s != "needs_attention"])
+    def test_resolve_refuses_runs_not_needing_attention(
+        self, store: Store, clock: FakeClock, state: str
+    ) -> None:
+        put_in_state(store, clock, "r1", state)
+        before, history = store.get_run("r1"), store.history("r1")
+        assert before is not None
+        clock.advance(1)
+        for done in (True, False):
+            with pytest.raises(InvalidRunState) as info:
+                store.resolve_operation("r1", 0, done, Payload(data=b"1"), {})
+            message = str(info.value)
+            assert before.status.value in message
+            assert "\n" not in message
+        assert store.get_run("r1") == before
+        assert store.history("r1") == history
+
+    def test_resolve_twice_is_refused(self, store: Store, clock: FakeClock) -> None:
+        needs_attention(store, clock)
+        first = store.resolve_operation("r1", 0, False, None, {})
+        history = store.history("r1")
+        with pytest.raises(InvalidRunState):
+            store.resolve_operation("r1", 0, True, Payload(data=b"1"), {})
+        assert store.get_run("r1") == first
+        assert store.history("r1") == history
+
+    def test_resolve_unknown_run(self, store: Store) -> None:
+        with pytest.raises(RunNotFound):
+            store.resolve_operation("ghost", 0, True, None, {})
+
+    # -- kill switch -----------------------------------------------------------------
+
+    def _assert_killed(
+        self, store: Store, clock: FakeClock, rid: str, before: RunRecord, reason: str
+    ) -> None:
+        got = store.get_run(rid)
+        assert got is not None, rid
+        assert got.status is RunStatus.KILLED, rid
+        assert got.status.terminal
+        assert got.epoch == before.epoch + 1, rid
+        assert (got.owner, got.lease_expires_at) == (None, None), rid
+        assert got.error == {"type": "Killed", "message": reason}, rid
+        assert got.updated_at == clock(), rid
+        last = store.history(rid)[-1]
+        assert last.event is EventType.RUN_KILLED, rid
+        assert last.detail == {"reason": reason}, rid
+        assert (last.epoch, last.at, last.worker) == (got.epoch, clock(), None), rid
+
+    def test_kill_run_and_its_live_descendants(self, store: Store, clock: FakeClock) -> None:
+        r"""root -> a (running) -> a1 (suspended on a timer), a2 (needs attention) ;
+        root -> b (completed) -> b1 (pending: outlived its parent). A bystander
+        of the same tenant is left alone."""
+        store.create_run(new_run("root"))
+        for rid, parent in [("a", "root"), ("b", "root"), ("a1", "a"), ("a2", "a"), ("b1", "b")]:
+            store.create_run(new_run(rid, parent_run_id=parent))
+        store.create_run(new_run("bystander"))
+        a = claim(store, "a", "w2")
+        park(store, clock, claim(store, "a1"), wake_at=clock() + 100)
+        park(store, clock, claim(store, "a2"), RunStatus.NEEDS_ATTENTION)
+        finish(store, clock, claim(store, "b"))
+        before = {r.run_id: r for r in store.list_runs(RunFilter(limit=1000))}
+        histories = {rid: store.history(rid) for rid in before}
+        clock.advance(3)
+        killed = store.kill_runs("runaway spend", run_id="root")
+        assert sorted(r.run_id for r in killed) == ["a", "a1", "a2", "b1", "root"]
+        for record in killed:
+            assert store.get_run(record.run_id) == record
+            self._assert_killed(store, clock, record.run_id, before[record.run_id], "runaway spend")
+            assert store.history(record.run_id)[:-1] == histories[record.run_id]
+        for rid in ("b", "bystander"):
+            assert store.get_run(rid) == before[rid]
+            assert store.history(rid) == histories[rid]
+        with pytest.raises(LeaseLost):
+            store.append("a", a.run.epoch, [ev(clock, "a", a.next_seq, a.run.epoch, worker="w2")])
+        clock.advance(10_000)
+        assert claimable_ids(store) == {"bystander"}
+
+    def test_kill_spares_ancestors_and_siblings(self, store: Store, clock: FakeClock) -> None:
+        store.create_run(new_run("root"))
+        store.create_run(new_run("a", parent_run_id="root"))
+        store.create_run(new_run("b", parent_run_id="root"))
+        store.create_run(new_run("a1", parent_run_id="a"))
+        killed = store.kill_runs("only this branch", run_id="a")
+        assert sorted(r.run_id for r in killed) == ["a", "a1"]
+        statuses = {r.run_id: r.status for r in store.list_runs(RunFilter())}
+        assert statuses == {
+            "root": RunStatus.PENDING,
+            "a": RunStatus.KILLED,
+            "b": RunStatus.PENDING,
+            "a1": RunStatus.KILLED,
+        }
+
+    def test_kill_by_tenant_touches_only_that_tenant(self, store: Store, clock: FakeClock) -> None:
+        """Every live run of the tenant dies; its finished runs and other
+        tenants' runs (even a child of one of its runs) stay exactly as they were."""
+        live_states = ["pending", "running", "suspended", "budget-suspended", "needs_attention"]
+        for state in [*live_states, "completed"]:
+            put_in_state(store, clock, f"acme-{state}", state, tenant="acme")
+        store.create_run(new_run("acme-parent", tenant="acme"))
+        store.create_run(new_run("globex-kid", tenant="globex", parent_run_id="acme-parent"))
+        store.create_run(new_run("globex-busy", tenant="globex"))
+        g = claim(store, "globex-busy", "w9")
+        store.create_run(new_run("globex-idle", tenant="globex"))
+        store.create_run(new_run("plain"))
+        before = {r.run_id: r for r in store.list_runs(RunFilter(limit=1000))}
+        histories = {rid: store.history(rid) for rid in before}
+        clock.advance(1)
+        reason = "tenant suspended for abuse"
+        killed = store.kill_runs(reason, tenant="acme")
+        expected = {*(f"acme-{s}" for s in live_states), "acme-parent"}
+        assert {r.run_id for r in killed} == expected
+        assert len(killed) == len(expected)
+        for record in killed:
+            assert store.get_run(record.run_id) == record
+            self._assert_killed(store, clock, record.run_id, before[record.run_id], reason)
+        for rid, record in before.items():
+            if rid not in expected:
+                assert store.get_run(rid) == record, rid
+                assert store.history(rid) == histories[rid], rid
+        busy = ev(clock, "globex-busy", g.next_seq, g.run.epoch, worker="w9")
+        store.append("globex-busy", g.run.epoch, [busy])
+        assert store.kill_runs("again", tenant="acme") == []
+        assert store.kill_runs("nobody", tenant="initech") == []
+        assert claimable_ids(store) == {"globex-kid", "globex-idle", "plain"}
+
+    def test_kill_fences_the_holder(self, store: Store, clock: FakeClock) -> None:
+        c = running(store, clock)
+        store.append("r1", c.run.epoch, [ev(clock, "r1", c.next_seq, c.run.epoch)])
+        (killed,) = store.kill_runs("stop", run_id="r1")
+        assert killed.epoch == c.run.epoch + 1
+        history = store.history("r1")
+        seq = c.next_seq + 1
+        with pytest.raises(LeaseLost):
+            store.append("r1", c.run.epoch, [ev(clock, "r1", seq, c.run.epoch)])
+        with pytest.raises(LeaseLost):
+            store.append("r1", c.run.epoch, [intent(clock, "r1", seq, c.run.epoch)], barrier=True)
+        assert store.renew_leases("w1", {"r1": c.run.epoch}, LEASE) == {"r1"}
+        assert store.history("r1") == history
+        assert store.get_run("r1") == killed
+        clock.advance(LEASE * 10)
+        assert store.claim_runs("w2", [WF], 10, LEASE, 3) == []
+        assert store.claim_run("r1", "w2", LEASE, 3) is None
+
+    def test_killing_a_child_wakes_its_waiting_parent(self, store: Store, clock: FakeClock) -> None:
+        p = self._parent_waiting_on_child(store, clock)
+        killed = store.kill_runs("not needed", run_id="kid")
+        assert [r.run_id for r in killed] == ["kid"]
+        got = store.claim_runs("w1", [WF], 10, LEASE, 3)
+        assert [c.run.run_id for c in got] == ["parent"]
+        assert got[0].run.epoch == p.run.epoch + 1
+        assert got[0].history[-1].event is EventType.RUN_WOKEN
+
+    def test_killing_a_tenant_wakes_a_parent_of_another_tenant(self, store: Store, clock: FakeClock) -> None:
+        p = running(store, clock, "parent")
+        e = p.run.epoch
+        store.start_child("parent", e, ev(clock, "parent", p.next_seq, e), new_run("kid", tenant="acme"))
+        park(store, clock, p, waiting_on="kid", seq=p.next_seq + 1)
+        assert [r.run_id for r in store.kill_runs("x", tenant="acme")] == ["kid"]
+        assert store.get_run("parent").status is RunStatus.SUSPENDED  # type: ignore[union-attr]
+        assert claimable_ids(store) == {"parent"}
+
+    @pytest.mark.parametrize("state", ["completed", "failed", "cancelled", "quarantined", "killed", "halted"])
+    def test_kill_terminal_run_changes_nothing(self, store: Store, clock: FakeClock, state: str) -> None:
+        put_in_state(store, clock, "r1", state)
+        before, history = store.get_run("r1"), store.history("r1")
+        clock.advance(1)
+        assert store.kill_runs("too late", run_id="r1") == []
+        assert store.kill_runs("too late", tenant="default") == []
+        assert store.get_run("r1") == before
+        assert store.history("r1") == history
+
+    @pytest.mark.parametrize(("run_id", "tenant"), [(None, None), ("r1", "default"), ("ghost", "default")])
+    def test_kill_takes_exactly_one_selector(
+        self, store: Store, clock: FakeClock, run_id: str | None, tenant: str | None
+    ) -> None:
+        store.create_run(new_run("r1"))
+        before, history = store.get_run("r1"), store.history("r1")
+        with pytest.raises(ValueError, match="kill_runs"):
+            store.kill_runs("x", run_id=run_id, tenant=tenant)
+        assert store.get_run("r1") == before
+        assert store.history("r1") == history
+
+    def test_kill_unknown_run(self, store: Store) -> None:
+        store.create_run(new_run("r1"))
+        with pytest.raises(RunNotFound):
+            store.kill_runs("x", run_id="ghost")
+        assert store.get_run("r1").status is RunStatus.PENDING  # type: ignore[union-attr]
+
+    # -- revive ---------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "state", ["pending", "running", "suspended", "waiting-on-child", "needs_attention"]
+    )
+    def test_revive_killed_run(self, store: Store, clock: FakeClock, state: str) -> None:
+        if state == "waiting-on-child":
+            c = running(store, clock)
+            store.start_child("r1", c.run.epoch, ev(clock, "r1", c.next_seq, c.run.epoch), new_run("kid"))
+            park(store, clock, c, waiting_on="kid", seq=c.next_seq + 1)
+        else:
+            put_in_state(store, clock, "r1", state)
+        store.kill_runs("panic", run_id="r1")
+        killed = store.get_run("r1")
+        assert killed is not None
+        history = store.history("r1")
+        clock.advance(30)
+        record = store.revive_run("r1")
+        assert record.status is RunStatus.PENDING
+        assert record.epoch == killed.epoch + 1
+        assert (record.owner, record.lease_expires_at, record.error) == (None, None, None)
+        assert (record.wake_at, record.waiting_on) == (None, None)
+        assert record.updated_at == clock()
+        assert store.get_run("r1") == record
+        full = store.history("r1")
+        assert full[:-1] == history
+        last = full[-1]
+        assert (last.event, last.detail, last.epoch, last.at) == (
+            EventType.RUN_REVIVED,
+            {"previous_status": "killed"},
+            record.epoch,
+            clock(),
+        )
+        again = claim(store, "r1", "w2")  # resumes where it stopped: the history is all there
+        assert again.run.epoch == record.epoch + 1
+        assert again.history[: len(full)] == full
+        assert again.history[-1].event is EventType.LEASE_CLAIMED
+        assert types(again.history).count(EventType.RUN_STARTED) <= 1
+
+    def test_revive_halted_run(self, store: Store, clock: FakeClock) -> None:
+        c = running(store, clock)
+        halt(store, clock, c)
+        halted = store.get_run("r1")
+        assert halted is not None
+        record = store.revive_run("r1")
+        assert record.status is RunStatus.PENDING
+        assert record.epoch == halted.epoch + 1
+        assert record.error is None
+        last = store.history("r1")[-1]
+        assert (last.event, last.detail, last.epoch) == (
+            EventType.RUN_REVIVED,
+            {"previous_status": "halted"},
+            record.epoch,
+        )
+        assert claim(store, "r1", "w2").run.epoch == record.epoch + 1
+
+    @pytest.mark.parametrize("state", [s for s in STATES if s not in ("killed", "halted")])
+    def test_revive_refuses_other_states(self, store: Store, clock: FakeClock, state: str) -> None:
+        put_in_state(store, clock, "r1", state)
+        before, history = store.get_run("r1"), store.history("r1")
+        assert before is not None
+        clock.advance(1)
+        with pytest.raises(InvalidRunState) as info:
+            store.revive_run("r1")
+        message = str(info.value)
+        assert before.status.value in message
+        assert "\n" not in message
+        assert store.get_run("r1") == before
+        assert store.history("r1") == history
+
+    def test_revive_twice_is_refused(self, store: Store, clock: FakeClock) -> None:
+        put_in_state(store, clock, "r1", "killed")
+        first = store.revive_run("r1")
+        with pytest.raises(InvalidRunState):
+            store.revive_run("r1")
+        assert store.get_run("r1") == first
+
+    def test_revive_unknown_run(self, store: Store) -> None:
+        with pytest.raises(RunNotFound):
+            store.revive_run("ghost")
+
+    # -- budgets ---------------------------------------------------------------------
+
+    def test_set_budget_replaces_the_budget(self, store: Store, clock: FakeClock) -> None:
+        store.create_run(new_run("r1", budget={"max_tokens": 100, "max_usd": 0.5}))
+        history = store.history("r1")
+        clock.advance(4)
+        record = store.set_budget("r1", {"max_tokens": 500, "tools": ("search",)})
+        normalised = {"max_tokens": 500, "tools": ["search"]}
+        assert record.budget == normalised
+        assert (record.status, record.epoch, record.updated_at) == (RunStatus.PENDING, 0, clock())
+        assert store.get_run("r1") == record
+        full = store.history("r1")
+        assert full[:-1] == history
+        last = full[-1]
+        assert (last.event, last.detail, last.epoch, last.at, last.worker) == (
+            EventType.RUN_BUDGET_CHANGED,
+            {"budget": normalised},
+            0,
+            clock(),
+            None,
+        )
+        assert claimable_ids(store) == {"r1"}
+
+    def test_set_budget_keeps_the_epoch(self, store: Store, clock: FakeClock) -> None:
+        """Changing limits is not a takeover: the epoch stays and the lease holds."""
+        c = running(store, clock)
+        record = store.set_budget("r1", {"max_tool_calls": 3})
+        assert (record.status, record.owner, record.epoch) == (RunStatus.RUNNING, "w1", c.run.epoch)
+        assert record.lease_expires_at == c.run.lease_expires_at
+        assert store.history("r1")[-1].epoch == c.run.epoch
+        assert store.renew_leases("w1", {"r1": c.run.epoch}, LEASE) == set()
+
+    @pytest.mark.parametrize("parked", ["timer", "child", "needs_attention"])
+    def test_set_budget_wakes_only_budget_suspensions(
+        self, store: Store, clock: FakeClock, parked: str
+    ) -> None:
+        c = running(store, clock)
+        store.create_run(new_run("broke"))
+        park(store, clock, claim(store, "broke", "w2"))
+        if parked == "timer":
+            park(store, clock, c, wake_at=clock() + 100)
+        elif parked == "child":
+            store.start_child("r1", c.run.epoch, ev(clock, "r1", c.next_seq, c.run.epoch), new_run("kid"))
+            park(store, clock, c, waiting_on="kid", seq=c.next_seq + 1)
+        else:
+            park(store, clock, c, RunStatus.NEEDS_ATTENTION)
+        before = store.get_run("r1")
+        assert before is not None
+        clock.advance(1)
+        for rid in ("r1", "broke"):
+            store.set_budget(rid, {"max_tokens": 1_000_000})
+        record = store.get_run("r1")
+        assert record is not None
+        assert (record.status, record.wake_at, record.waiting_on) == (
+            before.status,
+            before.wake_at,
+            before.waiting_on,
+        )
+        assert store.claim_run("r1", "w3", LEASE, 3) is None
+        expected = {"broke", "kid"} if parked == "child" else {"broke"}
+        assert {x.run.run_id for x in store.claim_runs("w3", [WF], 10, LEASE, 3)} == expected
+        if parked == "timer":  # the timer still fires when it is due
+            clock.advance(100)
+            assert claim(store, "r1", "w3").history[-1].event is EventType.RUN_WOKEN
+
+    @pytest.mark.parametrize("state", ["completed", "cancelled", "killed", "halted"])
+    def test_set_budget_does_not_revive_a_finished_run(
+        self, store: Store, clock: FakeClock, state: str
+    ) -> None:
+        put_in_state(store, clock, "r1", state)
+        before = store.get_run("r1")
+        assert before is not None
+        record = store.set_budget("r1", {"max_tokens": 1})
+        assert (record.status, record.epoch) == (before.status, before.epoch)
+        assert record.budget == {"max_tokens": 1}
+        clock.advance(LEASE * 10)
+        assert store.claim_run("r1", "w2", LEASE, 3) is None
+
+    def test_set_budget_unknown_run(self, store: Store) -> None:
+        with pytest.raises(RunNotFound):
+            store.set_budget("ghost", {"max_tokens": 1})
+
+    @pytest.mark.parametrize("how", ["create_run", "create_claimed_run", "start_child"])
+    def test_budget_round_trips_as_json(self, store: Store, clock: FakeClock, how: str) -> None:
+        """Stored and returned as JSON would keep it: tuples read back as lists."""
+        budget = {"max_tokens": 1000, "max_usd": 2.5, "tools": ("search", "fetch"), "wall": None}
+        normalised = {"max_tokens": 1000, "max_usd": 2.5, "tools": ["search", "fetch"], "wall": None}
+        spec = new_run("r1", budget=budget)
+        if how == "create_run":
+            returned = store.create_run(spec)[0]
+        elif how == "create_claimed_run":
+            got = store.create_claimed_run(spec, "w1", LEASE)
+            assert got is not None
+            returned = got.run
+        else:
+            p = running(store, clock, "parent")
+            event = ev(clock, "parent", p.next_seq, p.run.epoch)
+            returned = store.start_child("parent", p.run.epoch, event, spec)
+        assert returned.budget == normalised
+        assert store.get_run("r1") == returned
+        assert [r for r in store.list_runs(RunFilter()) if r.run_id == "r1"] == [returned]
+
+    def test_budget_is_none_unless_given(self, store: Store, clock: FakeClock) -> None:
+        assert store.create_run(new_run("r1"))[0].budget is None
+        assert store.get_run("r1").budget is None  # type: ignore[union-attr]
+        assert store.create_run(new_run("r1", budget={"max_tokens": 1}))[1] is False
+        assert store.get_run("r1").budget is None  # type: ignore[union-attr]
+
+    def test_budget_values_are_copies(self, store: Store, clock: FakeClock) -> None:
+        budget: dict[str, Any] = {"max_tokens": 10, "tools": ["a"]}
+        returned = store.create_run(new_run("r1", budget=budget))[0]
+        budget["tools"].append("changed by caller")
+        budget["max_tokens"] = 0
+        assert returned.budget == {"max_tokens": 10, "tools": ["a"]}
+        got = store.get_run("r1")
+        assert got is not None
+        assert got.budget == {"max_tokens": 10, "tools": ["a"]}
+        got.budget["tools"].append("changed again")
+        store.list_runs(RunFilter())[0].budget["max_tokens"] = 99  # type: ignore[index]
+        new_budget: dict[str, Any] = {"max_tokens": 20}
+        changed = store.set_budget("r1", new_budget)
+        new_budget["max_tokens"] = 0
+        changed.budget["max_tokens"] = 1  # type: ignore[index]
+        assert store.get_run("r1").budget == {"max_tokens": 20}  # type: ignore[union-attr]
+        assert store.history("r1")[-1].detail == {"budget": {"max_tokens": 20}}
+
+    # -- halt ---------------------------------------------------------------------------
+
+    def test_halt_run(self, store: Store, clock: FakeClock) -> None:
+        c = running(store, clock)
+        clock.advance(2)
+        halted_event = halt(store, clock, c)
+        record = store.get_run("r1")
+        assert record is not None
+        assert record.status is RunStatus.HALTED
+        assert record.status.terminal
+        assert record.error == SECURITY_ERROR
+        assert record.epoch == c.run.epoch + 1
+        assert (record.owner, record.lease_expires_at) == (None, None)
+        assert record.updated_at == clock()
+        assert store.history("r1") == [*c.history, halted_event]
+        with pytest.raises(LeaseLost):
+            store.append("r1", c.run.epoch, [ev(clock, "r1", c.next_seq + 1, c.run.epoch)])
+        assert store.renew_leases("w1", {"r1": c.run.epoch}, LEASE) == {"r1"}
+        clock.advance(LEASE * 10)
+        assert store.claim_runs("w2", [WF], 10, LEASE, 3) == []
+        assert store.claim_run("r1", "w2", LEASE, 3) is None
+        with pytest.raises(InvalidRunState):
+            store.retry_run("r1")
+        assert store.cancel_run("r1", "x") == record
+        assert store.get_run("r1") == record
+
+    def test_halt_after_takeover_is_rejected_and_changes_nothing(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        run_id, epoch, seq = _lost_by_takeover(store, clock)
+        new_holder = store.get_run(run_id)
+        assert new_holder is not None
+        history = store.history(run_id)
+        event = ev(clock, run_id, seq, epoch, EventType.RUN_HALTED)
+        with pytest.raises(LeaseLost):
+            store.halt_run(run_id, epoch, event, SECURITY_ERROR)
+        assert store.get_run(run_id) == new_holder
+        assert store.history(run_id) == history
+        # The new holder is unaffected and can halt (or do anything else) itself.
+        e = new_holder.epoch
+        store.append(run_id, e, [ev(clock, run_id, len(history) + 1, e, worker="w2")])
+        assert store.get_run(run_id).status is RunStatus.RUNNING  # type: ignore[union-attr]
+
+    def test_halting_a_child_wakes_its_waiting_parent(self, store: Store, clock: FakeClock) -> None:
+        p = self._parent_waiting_on_child(store, clock)
+        halt(store, clock, claim(store, "kid", "w2"))
+        got = store.claim_runs("w1", [WF], 10, LEASE, 3)
+        assert [c.run.run_id for c in got] == ["parent"]
+        assert got[0].run.epoch == p.run.epoch + 1
+        assert got[0].history[-1].event is EventType.RUN_WOKEN
+
+    # -- killed and halted are terminal everywhere --------------------------------------
+
+    @pytest.mark.parametrize("ending", ["killed", "halted"])
+    def test_waiting_on_a_killed_or_halted_child_is_runnable_at_once(
+        self, store: Store, clock: FakeClock, ending: str
+    ) -> None:
+        p = running(store, clock, "parent")
+        epoch = p.run.epoch
+        store.start_child("parent", epoch, ev(clock, "parent", p.next_seq, epoch), new_run("kid"))
+        if ending == "killed":
+            store.kill_runs("x", run_id="kid")
+        else:
+            halt(store, clock, claim(store, "kid", "w2"))
+        park(store, clock, p, waiting_on="kid", seq=p.next_seq + 1)
+        assert store.get_run("parent").status is RunStatus.SUSPENDED  # type: ignore[union-attr]
+        assert claimable_ids(store) == {"parent"}
+
+    @pytest.mark.parametrize("ending", ["killed", "halted"])
+    def test_cancel_cascade_leaves_killed_and_halted_runs_alone(
+        self, store: Store, clock: FakeClock, ending: str
+    ) -> None:
+        store.create_run(new_run("root"))
+        store.create_run(new_run("a", parent_run_id="root"))
+        store.create_run(new_run("a1", parent_run_id="a"))
+        if ending == "killed":
+            store.kill_runs("x", run_id="a")
+        else:
+            halt(store, clock, claim(store, "a"))
+        # Killing a took a1 with it; halting a left a1 pending.
+        ended = {rid: store.get_run(rid) for rid in (["a", "a1"] if ending == "killed" else ["a"])}
+        histories = {rid: store.history(rid) for rid in ended}
+        store.cancel_run("root", "stop")
+        assert store.get_run("root").status is RunStatus.CANCELLED  # type: ignore[union-attr]
+        assert {rid: store.get_run(rid) for rid in ended} == ended
+        assert {rid: store.history(rid) for rid in ended} == histories
+        if ending == "halted":  # the cascade still reaches a1 through its halted parent
+            assert store.get_run("a1").status is RunStatus.CANCELLED  # type: ignore[union-attr]
+
+    @pytest.mark.parametrize("state", ["needs_attention", "budget-suspended"])
+    def test_cancel_parked_run(self, store: Store, clock: FakeClock, state: str) -> None:
+        put_in_state(store, clock, "r1", state)
+        before = store.get_run("r1")
+        assert before is not None
+        record = store.cancel_run("r1", "no")
+        assert record.status is RunStatus.CANCELLED
+        assert record.epoch == before.epoch + 1
+        with pytest.raises(InvalidRunState):
+            store.resolve_operation("r1", 0, True, None, {})
+        assert store.set_budget("r1", {"max_tokens": 1}).status is RunStatus.CANCELLED
+        clock.advance(LEASE * 10)
+        assert store.claim_run("r1", "w2", LEASE, 3) is None
+
     # -- updated_at -------------------------------------------------------------------
 
     def test_updated_at_follows_every_state_change(self, store: Store, clock: FakeClock) -> None:
@@ -1322,6 +2165,57 @@ class StoreContract:
         assert_gap_free(store.history("kid"), "kid")
         for claim_seen in (c.history,):
             assert claim_seen == history[: len(claim_seen)]
+
+    def test_history_is_gap_free_through_operator_actions(self, store: Store, clock: FakeClock) -> None:
+        """The exactly-once machinery (barrier, needs_attention, resolution,
+        budgets, halt, kill, revive) keeps one gap-free history, epochs never
+        going back, and stamps ``updated_at`` on every change."""
+        created = store.create_run(new_run("r1", budget={"max_tokens": 10}))[0].created_at
+
+        def check(status: RunStatus) -> None:
+            record = store.get_run("r1")
+            assert record is not None
+            assert (record.status, record.created_at, record.updated_at) == (status, created, clock())
+            clock.advance(1)
+
+        clock.advance(1)
+        c = claim(store, "r1")
+        e, s = c.run.epoch, c.next_seq
+        store.append("r1", e, [intent(clock, "r1", s, e)], barrier=True)
+        park(store, clock, c, RunStatus.NEEDS_ATTENTION, seq=s + 1)
+        check(RunStatus.NEEDS_ATTENTION)
+        store.resolve_operation("r1", 0, True, Payload(data=b"1"), {})
+        check(RunStatus.PENDING)
+        c = claim(store, "r1")
+        park(store, clock, c)
+        check(RunStatus.SUSPENDED)
+        store.set_budget("r1", {"max_tokens": 20})
+        check(RunStatus.SUSPENDED)
+        c = claim(store, "r1")
+        e, s = c.run.epoch, c.next_seq
+        store.append("r1", e, [intent(clock, "r1", s, e, position=1)], barrier=True)
+        park(store, clock, c, RunStatus.NEEDS_ATTENTION, seq=s + 1)
+        store.resolve_operation("r1", 1, False, None, {"note": "retry it"})
+        c = claim(store, "r1")
+        halt(store, clock, c)
+        check(RunStatus.HALTED)
+        store.revive_run("r1")
+        check(RunStatus.PENDING)
+        claim(store, "r1")
+        store.kill_runs("stop", tenant="default")
+        check(RunStatus.KILLED)
+        store.revive_run("r1")
+        check(RunStatus.PENDING)
+        store.kill_runs("stop again", run_id="r1")
+        check(RunStatus.KILLED)
+        history = store.history("r1")
+        assert_gap_free(history, "r1")
+        times = [h.at for h in history]
+        assert times == sorted(times)
+        assert types(history).count(EventType.RUN_REVIVED) == 2
+        assert types(history).count(EventType.OP_INTENT) == 2
+        epochs = [h.epoch for h in history]
+        assert epochs[-1] == store.get_run("r1").epoch  # type: ignore[union-attr]
 
     # -- concurrency -----------------------------------------------------------------
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from cairn.errors import StoreError
-from cairn.store.records import Durability
+from cairn.errors import LeaseLost, StoreError
+from cairn.store.records import Durability, EventType
 from cairn.store.sqlfiles import load_migrations
 from cairn.store.sqlite import SQLiteStore
-from tests.store.contract import FakeClock, StoreContract
+from tests.store.contract import FakeClock, StoreContract, intent, new_run
 
 
 class TestSQLiteStore(StoreContract):
@@ -56,3 +56,27 @@ def test_a_file_that_is_not_a_database_is_refused_untouched(tmp_path: Path) -> N
     with pytest.raises(StoreError, match="cannot open SQLite database"):
         SQLiteStore(path)
     assert path.read_bytes() == before
+
+
+def test_barrier_append_restores_normal_synchronous(tmp_path: Path) -> None:
+    """In ``process`` mode the effect barrier commits with synchronous=FULL
+    (one fsync), then drops back to NORMAL so later commits stay cheap, and
+    it does so even when the fenced append is refused."""
+    store = SQLiteStore(tmp_path / "b.db", durability=Durability.PROCESS)
+    try:
+        conn = store._conn()
+        claimed = store.create_claimed_run(new_run("r1"), "w1", 30.0)
+        assert claimed is not None
+        epoch, seq = claimed.run.epoch, claimed.next_seq
+        clock = FakeClock()
+        store.append("r1", epoch, [intent(clock, "r1", seq, epoch)], barrier=True)
+        assert store.history("r1")[-1].event is EventType.OP_INTENT
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        with pytest.raises(LeaseLost):  # seq already taken
+            store.append("r1", epoch, [intent(clock, "r1", seq, epoch)], barrier=True)
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+        store.append("r1", epoch, [intent(clock, "r1", seq + 1, epoch, position=1)], barrier=True)
+        assert len(store.history("r1")) == seq + 1
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+    finally:
+        store.close()

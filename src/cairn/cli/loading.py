@@ -80,7 +80,27 @@ def _import(module_name: str) -> object:
         raise AppLoadError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
 
 
-def load_app(spec: str, db: str | None) -> App:
+@dataclass(frozen=True, slots=True)
+class LoadedApp:
+    """An App found through ``--app``, and whether this command owns it.
+
+    The command owns the App when it imported the module itself; it then
+    closes the App and forgets the module when done, so that calling the CLI
+    again in the same process (tests, notebooks) imports it afresh with the
+    new ``--db``. An App someone else imported first is theirs to close.
+    """
+
+    app: App
+    module: str
+    owned: bool
+
+    def close(self) -> None:
+        if self.owned:
+            self.app.close()
+            sys.modules.pop(self.module, None)
+
+
+def load_app(spec: str, db: str | None) -> LoadedApp:
     """Import ``package.module:attribute`` and return the ``cairn.App`` it names.
 
     Errors are one line each: a malformed spec or a missing module is a usage
@@ -88,6 +108,7 @@ def load_app(spec: str, db: str | None) -> App:
     """
     module_name, attr = _check_spec(spec)
     apply_db(db)
+    owned = module_name not in sys.modules
     target = _import(module_name)
     for part in attr.split("."):
         try:
@@ -98,14 +119,14 @@ def load_app(spec: str, db: str | None) -> App:
     if not isinstance(target, App):
         raise click.BadParameter(f"{spec!r} is a {type(target).__name__}, not a cairn.App",
                                  param_hint="'--app'")
+    loaded = LoadedApp(target, module_name, owned)
     if db is not None and target.db_url is not None and not same_database(target.db_url, db):
         # The App chose its own database in code; using it would silently read
         # or write somewhere other than the --db the user asked for.
-        used = target.db_url
-        target.close()
-        raise click.UsageError(f"--db is {db!r} but app {spec!r} is bound to {used!r} "
+        loaded.close()
+        raise click.UsageError(f"--db is {db!r} but app {spec!r} is bound to {target.db_url!r} "
                                "(build it with cairn.App() to let --db choose)")
-    return target
+    return loaded
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +146,11 @@ def open_session(db: str | None, app_spec: str | None) -> Iterator[Session]:
     workflow code, so ``cairn show`` works on any machine that has the file.
     """
     if app_spec is not None:
-        app = load_app(app_spec, db)
+        loaded = load_app(app_spec, db)
         try:
-            yield Session(app.store, app, app.db_url or resolve_url(db))
+            yield Session(loaded.app.store, loaded.app, loaded.app.db_url or resolve_url(db))
         finally:
-            app.close()
+            loaded.close()
         return
     store = open_store(db)
     try:
@@ -140,8 +161,8 @@ def open_session(db: str | None, app_spec: str | None) -> Iterator[Session]:
 
 @contextlib.contextmanager
 def loaded_app(spec: str, db: str | None) -> Iterator[App]:
-    app = load_app(spec, db)
+    loaded = load_app(spec, db)
     try:
-        yield app
+        yield loaded.app
     finally:
-        app.close()
+        loaded.close()

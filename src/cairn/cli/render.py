@@ -113,7 +113,7 @@ def run_json(record: RunRecord) -> dict[str, Any]:
 
 
 def status_text(status: RunStatus) -> Text:
-    return Text(status.value, style=STATUS_STYLE[status])
+    return Text(status.value, style=STATUS_STYLE.get(status, "bold"))
 
 
 def runs_table(records: list[RunRecord]) -> Table:
@@ -157,25 +157,63 @@ def event_json(store: Store, event: HistoryEvent) -> dict[str, Any]:
     return out
 
 
+def _clock(ts: Any) -> str:
+    return fmt_time(ts)[11:] if isinstance(ts, (int, float)) else "?"
+
+
+def lifecycle_detail(event: HistoryEvent) -> str:
+    """The detail of a non-journal entry, said in words where a shape is known."""
+    d = event.detail or {}
+    kind = event.event
+    if kind is EventType.RUN_CREATED:
+        return f"{d.get('workflow')} v{d.get('version')}, tenant {d.get('tenant')}" + (
+            f", child of {d['parent_run_id']}" if d.get("parent_run_id") else "")
+    if kind is EventType.LEASE_CLAIMED:
+        return f"lease until {_clock(d.get('lease_until'))}"
+    if kind is EventType.LEASE_TAKEN_OVER:
+        return f"from {d.get('from_worker')}, lease until {_clock(d.get('lease_until'))}"
+    if kind is EventType.LEASE_LOST:
+        return f"{d.get('worker')} at epoch {d.get('epoch')} ({d.get('reason')})"
+    if kind is EventType.RUN_SUSPENDED:
+        if d.get("waiting_on"):
+            return f"waiting on child {d['waiting_on']}"
+        return f"{d.get('reason', 'timer')} until {_clock(d.get('wake_at'))}"
+    if kind is EventType.RUN_CANCELLED:
+        return str(d.get("reason", ""))
+    if kind is EventType.RUN_RETRIED:
+        return f"from position {d.get('from_position')} (was {d.get('previous_status')})"
+    error = d.get("error", d if "message" in d else None)
+    if isinstance(error, dict):
+        return f"{error.get('type', 'Error')}: {error.get('message', '')}"
+    return compact(d) if d else ""
+
+
 def event_detail(store: Store, event: HistoryEvent, width: int = 70) -> str:
     """The human part of an event line: what happened, briefly."""
     parts: list[str] = []
+    if event.worker:
+        parts.append(event.worker)
     if event.position is not None:
         if event.attempt and event.attempt > 1:
             parts.append(f"attempt {event.attempt}")
         if event.started_at is not None:
             parts.append(fmt_seconds(max(0.0, event.at - event.started_at)))
-    if event.worker:
-        parts.append(event.worker)
-    text = ", ".join(parts)
-    if event.event is EventType.STEP_COMPLETED and event.payload is not None:
-        text += f" → {show_decoded(decode(store, event.payload), width)}"
-    elif event.detail:
-        error = event.detail.get("error")
-        summary = (f"{error.get('type', 'Error')}: {error.get('message', '')}"
-                   if isinstance(error, dict) else compact(event.detail))
-        text += f" {preview(summary, width)}" if text else preview(summary, width)
-    return text
+        if event.event is EventType.STEP_COMPLETED:
+            value = decode(store, event.payload)
+            parts.append(f"→ {_result_text(event.step_kind, value, width)}")
+        elif event.detail:
+            parts.append(preview(_problem(event), width))
+    else:
+        text = lifecycle_detail(event)
+        if text:
+            parts.append(preview(text, width))
+    return "  ".join(parts)
+
+
+def _result_text(kind: str | None, decoded: Decoded, width: int) -> str:
+    if kind == "sleep" and isinstance(decoded.value, float):
+        return f"until {_clock(decoded.value)}"
+    return show_decoded(decoded, width)
 
 
 def event_line(store: Store, event: HistoryEvent) -> Text:
@@ -185,10 +223,23 @@ def event_line(store: Store, event: HistoryEvent) -> Text:
     line = Text()
     line.append(f"{event.seq:>5}  ", style="dim")
     line.append(f"{fmt_time(event.at)}  ")
-    line.append(f"{event.event.value:<17}", style=style or "bold")
-    line.append(f" {where:<24}" if where else f" {'':<24}")
-    line.append(f" {event_detail(store, event)}")
+    line.append(f"{event.event.value:<16}", style=style or "bold")
+    line.append(f" {where:<18} ")
+    line.append(event_detail(store, event))
     return line
+
+
+def journal_status(event: HistoryEvent) -> str:
+    """``completed``/``failed``/``retried``, or the last word of any other journal event."""
+    return _JOURNAL_STATUS.get(event.event, event.event.value.rsplit(".", 1)[-1])
+
+
+def _problem(event: HistoryEvent) -> str:
+    detail = event.detail or {}
+    error = detail.get("error")
+    if isinstance(error, dict):
+        return f"{error.get('type', 'Error')}: {error.get('message', '')}"
+    return compact(detail) if detail else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,13 +262,11 @@ def journal_rows(store: Store, history: list[HistoryEvent]) -> list[JournalRow]:
             continue
         duration = event.at - event.started_at if event.started_at is not None else None
         if event.event is EventType.STEP_COMPLETED:
-            outcome = show_decoded(decode(store, event.payload), 48)
+            outcome = _result_text(event.step_kind, decode(store, event.payload), 48)
         else:
-            error = (event.detail or {}).get("error", {})
-            outcome = preview(f"{error.get('type', 'Error')}: {error.get('message', '')}", 48)
+            outcome = preview(_problem(event), 48)
         rows.append(JournalRow(event.position, event.step_kind or "?", event.name or "?",
-                               event.attempt or 1, duration, _JOURNAL_STATUS[event.event], event.worker,
-                               outcome))
+                               event.attempt or 1, duration, journal_status(event), event.worker, outcome))
     return rows
 
 
@@ -232,7 +281,7 @@ def journal_table(rows: list[JournalRow]) -> Table:
         table.add_row(
             str(row.position), row.kind, row.name, str(row.attempt),
             fmt_seconds(row.duration) if row.duration is not None else "-",
-            Text(row.status, style=styles[row.status]), row.worker or "-", row.outcome,
+            Text(row.status, style=styles.get(row.status, "")), row.worker or "-", row.outcome,
         )
     return table
 
@@ -266,7 +315,8 @@ def print_run(console: Console, store: Store, record: RunRecord, history: list[H
     head.add_row("owner", f"{record.owner or '-'}{lease}")
     head.add_row("epoch", f"{record.epoch}   recoveries {record.recoveries}")
     if record.status is RunStatus.SUSPENDED:
-        waiting = f"child {record.waiting_on}" if record.waiting_on else f"timer due {fmt_time(record.wake_at)}"
+        waiting = (f"child {record.waiting_on}" if record.waiting_on
+                   else f"timer due {fmt_time(record.wake_at)}")
         head.add_row("waiting", waiting)
     head.add_row("input", show_decoded(decode(store, record.input), 100))
     console.print(head)
@@ -292,10 +342,20 @@ def show_json(store: Store, record: RunRecord, history: list[HistoryEvent]) -> d
     out["input"] = decode(store, record.input).value
     result = decode(store, record.result) if record.status is RunStatus.COMPLETED else Decoded()
     out["result"] = result.value
-    out["journal"] = [
-        {"position": r.position, "kind": r.kind, "name": r.name, "attempt": r.attempt,
-         "duration_ms": round(r.duration * 1000, 3) if r.duration is not None else None,
-         "status": r.status, "worker": r.worker}
-        for r in journal_rows(store, history)
-    ]
+    out["journal"] = [_journal_json(store, e) for e in history
+                      if e.event in JOURNAL_EVENTS and e.position is not None]
     return out
+
+
+def _journal_json(store: Store, event: HistoryEvent) -> dict[str, Any]:
+    duration = event.at - event.started_at if event.started_at is not None else None
+    entry: dict[str, Any] = {
+        "position": event.position, "kind": event.step_kind, "name": event.name, "attempt": event.attempt,
+        "status": journal_status(event), "worker": event.worker,
+        "duration_ms": round(duration * 1000, 3) if duration is not None else None,
+    }
+    if event.event is EventType.STEP_COMPLETED:
+        entry["result"] = decode(store, event.payload).value
+    elif event.detail is not None:
+        entry["detail"] = event.detail
+    return entry

@@ -160,10 +160,11 @@ def _act(step: str) -> None:
 
 # -- the scripted model ---------------------------------------------------------------------
 
-_STOPWORDS = frozenset(
-    "a an and are as at be by did do does first for from how in is it land of on or should "
-    "the to was what when which who why with".split()
-)
+_STOPWORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "first", "for", "from", "how",
+    "in", "is", "it", "land", "of", "on", "or", "should", "the", "to", "was", "what", "when", "which",
+    "who", "why", "with",
+})
 _THEMES: dict[str, tuple[str, ...]] = {
     "idempotency keys on side effects": ("idempoten", "charged twice", "duplicate charge"),
     "persist progress between steps": ("persist", "restart", "resume", "starting over", "first step"),
@@ -218,7 +219,7 @@ class ScriptedModel:
     def plan(self, conversation: list[Message]) -> Message:
         """Decide which files to read, from the search results and the budget
         stated in the system message."""
-        budget = int(conversation[0]["budget"])
+        budget = int(conversation[0]["max_steps"])
         results = next(m for m in reversed(conversation) if m["role"] == "tool" and m["name"] == "search")
         relevant = [hit for hit in results["content"] if hit["hits"] > 0]
         chosen = relevant[: reads_for_budget(budget, len(relevant))]
@@ -251,7 +252,8 @@ class ScriptedModel:
         support = _theme_support(findings)
 
         def urgency(theme: str) -> int:
-            return sum(1 for f in findings if _mentions(f.text, _THEMES[theme]) and _mentions(f.text, _URGENT))
+            needles = _THEMES[theme]
+            return sum(1 for f in findings if _mentions(f.text, needles) and _mentions(f.text, _URGENT))
 
         ranked = sorted(support, key=lambda theme: (-len(support[theme]), -urgency(theme), theme))
         lines = [
@@ -394,16 +396,20 @@ def write_report(out_dir: str, filename: str, markdown: str) -> str:
 
 @app.workflow(name=WORKFLOW, version="1")
 def research_agent(
-    ctx: cairn.Context, question: str = QUESTION, budget: int = 20, out_dir: str = ""
+    ctx: cairn.Context, question: str = QUESTION, max_steps: int = 20, out_dir: str = ""
 ) -> dict[str, Any]:
-    """Research ``question`` over the corpus within ``budget`` journal steps
-    and write a markdown report into ``out_dir`` (default: next to the database)."""
-    if budget < FIXED_STEPS + 2:
-        raise ValueError(f"budget must be at least {FIXED_STEPS + 2} steps")
+    """Research ``question`` over the corpus within ``max_steps`` journal steps
+    and write a markdown report into ``out_dir`` (default: next to the database).
+
+    (Not called ``budget``: ``App.start`` takes a ``budget=`` of its own.)
+    """
+    if max_steps < FIXED_STEPS + 2:
+        raise ValueError(f"max_steps must be at least {FIXED_STEPS + 2}")
     report_id = ctx.uuid().hex[:8]
     generated = ctx.now().isoformat(timespec="seconds")
     conversation: list[Message] = [
-        {"role": "system", "content": "You research questions over local files.", "budget": budget},
+        {"role": "system", "content": "You research questions over local files.",
+         "max_steps": max_steps},
         {"role": "user", "content": question},
     ]
     hits = search(question)

@@ -16,10 +16,13 @@ Design notes:
 * Like the SQLite backend, each run keeps a ``runnable_at`` time (``None``
   while it cannot be claimed): pending runs, due timers and expired leases are
   all "``runnable_at <= now``", which keeps claiming one rule.
-* Records are frozen, but their ``error`` and ``detail`` dicts are not. They
-  are copied through a JSON round trip on the way in and out, so callers can
-  never mutate stored state, and a value the SQLite backend could not store
-  (it keeps these dicts as JSON) fails here too instead of only in production.
+* Records are frozen, but their ``error``, ``budget`` and ``detail`` dicts
+  are not. They are copied through a JSON round trip on the way in and out,
+  so callers can never mutate stored state, and a value the SQLite backend
+  could not store (it keeps these dicts as JSON) fails here too instead of
+  only in production.
+* ``durability`` cannot be honoured (nothing here outlives the process), so
+  the effect barrier (``append(..., barrier=True)``) is a plain append.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ _T = TypeVar("_T")
 
 _FINISH_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED)
 _RETRYABLE = (RunStatus.FAILED, RunStatus.QUARANTINED)
+_PARKED = (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION)
+_REVIVABLE = (RunStatus.KILLED, RunStatus.HALTED)
 
 
 @dataclass(slots=True)
@@ -235,7 +240,12 @@ class MemoryStore:
 
     # -- fenced writes by the lease holder -----------------------------------
 
-    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+    def append(
+        self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False
+    ) -> None:
+        # ``barrier`` asks for stable storage before returning. Memory has none
+        # to offer: the entries are as durable as they will ever be once they
+        # are in the list, so a barrier append is an ordinary append.
         with self._lock:
             self._check_open()
             entry = self._fenced(run_id, epoch)
@@ -249,24 +259,31 @@ class MemoryStore:
         event: HistoryEvent,
         wake_at: float | None,
         waiting_on: str | None,
+        status: RunStatus = RunStatus.SUSPENDED,
     ) -> None:
+        if status not in _PARKED:
+            raise ValueError(f"suspend_run parks a run as suspended or needs_attention, not {status}")
         with self._lock:
             self._check_open()
             entry = self._fenced(run_id, epoch)
             prepared = self._prepare_appends(entry, epoch, [event])
             now = self.clock()
             runnable_at: float | None
-            if waiting_on is not None:
+            if status is RunStatus.NEEDS_ATTENTION:
+                runnable_at = None  # only resolve_operation makes it runnable again
+            elif waiting_on is not None:
                 # Waiting on a child: runnable when it ends, or now if it
                 # already has (the child's finish cannot wake us twice).
                 child = self._runs.get(waiting_on)
                 runnable_at = now if child is not None and child.record.status.terminal else None
             else:
+                # With neither a timer nor a child this is a budget suspension:
+                # not runnable until set_budget wakes it.
                 runnable_at = wake_at
             entry.history.extend(prepared)
             entry.record = replace(
                 entry.record,
-                status=RunStatus.SUSPENDED,
+                status=status,
                 owner=None,
                 lease_expires_at=None,
                 wake_at=wake_at,
@@ -318,8 +335,8 @@ class MemoryStore:
             self._wake_waiting_parent(entry.record, now)
 
     def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
-        if child.parent_run_id != parent_run_id:
-            child = replace(child, parent_run_id=parent_run_id)
+        # Normalising the budget first also validates it before anything changes.
+        child = replace(child, parent_run_id=parent_run_id, budget=_copy_json(child.budget))
         with self._lock:
             self._check_open()
             parent = self._fenced(parent_run_id, epoch)
@@ -396,6 +413,134 @@ class MemoryStore:
             self._append_auto(entry, EventType.RUN_RETRIED, now, epoch, None, detail)
             return _copy_record(entry.record)
 
+    def resolve_operation(
+        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any]
+    ) -> RunRecord:
+        with self._lock:
+            self._check_open()
+            entry = self._runs.get(run_id)
+            if entry is None:
+                raise RunNotFound(run_id)
+            rec = entry.record
+            if rec.status is not RunStatus.NEEDS_ATTENTION:
+                raise InvalidRunState(
+                    f"run {run_id!r} is {rec.status.value}; only runs that need attention have "
+                    "operations to resolve"
+                )
+            if done:
+                kind = EventType.STEP_COMPLETED
+                entry_detail = _copy_json({"resolved_by": "operator", **detail})
+                payload = _norm_payload(result)
+            else:
+                kind = EventType.OP_RESOLVED
+                entry_detail = _copy_json({"position": position, "done": False, **detail})
+                payload = None
+            now = self.clock()
+            epoch = self._reopen(entry, now)
+            entry.history.append(
+                HistoryEvent(
+                    run_id=run_id,
+                    seq=entry.max_seq + 1,
+                    event=kind,
+                    at=now,
+                    epoch=epoch,
+                    position=position,
+                    step_kind=detail.get("step_kind", "tool"),
+                    name=detail.get("name"),
+                    payload=payload,
+                    detail=entry_detail,
+                )
+            )
+            return _copy_record(entry.record)
+
+    def kill_runs(
+        self, reason: str, *, run_id: str | None = None, tenant: str | None = None
+    ) -> list[RunRecord]:
+        if (run_id is None) == (tenant is None):
+            raise ValueError("kill_runs takes exactly one of run_id and tenant")
+        with self._lock:
+            self._check_open()
+            if run_id is not None:
+                if run_id not in self._runs:
+                    raise RunNotFound(run_id)
+                scope = list(self._tree(run_id))
+            else:
+                scope = sorted(
+                    (e for e in self._runs.values() if e.record.tenant == tenant), key=lambda e: e.order
+                )
+            live = [entry for entry in scope if not entry.record.status.terminal]
+            now = self.clock()
+            error = {"type": "Killed", "message": reason}
+            killed: list[RunRecord] = []
+            for entry in live:
+                epoch = entry.record.epoch + 1
+                entry.record = replace(
+                    entry.record,
+                    status=RunStatus.KILLED,
+                    owner=None,
+                    epoch=epoch,
+                    lease_expires_at=None,
+                    error=dict(error),
+                    updated_at=now,
+                )
+                entry.runnable_at = None
+                self._append_auto(entry, EventType.RUN_KILLED, now, epoch, None, {"reason": reason})
+                self._wake_waiting_parent(entry.record, now)
+                killed.append(_copy_record(entry.record))
+            return killed
+
+    def revive_run(self, run_id: str) -> RunRecord:
+        with self._lock:
+            self._check_open()
+            entry = self._runs.get(run_id)
+            if entry is None:
+                raise RunNotFound(run_id)
+            previous = entry.record.status
+            if previous not in _REVIVABLE:
+                raise InvalidRunState(
+                    f"run {run_id!r} is {previous.value}; only killed or halted runs can be revived"
+                )
+            now = self.clock()
+            epoch = self._reopen(entry, now)
+            detail = {"previous_status": previous.value}
+            self._append_auto(entry, EventType.RUN_REVIVED, now, epoch, None, detail)
+            return _copy_record(entry.record)
+
+    def set_budget(self, run_id: str, budget: dict[str, Any]) -> RunRecord:
+        with self._lock:
+            self._check_open()
+            entry = self._runs.get(run_id)
+            if entry is None:
+                raise RunNotFound(run_id)
+            stored = _copy_json(budget)
+            now = self.clock()
+            rec = entry.record
+            if rec.status is RunStatus.SUSPENDED and rec.wake_at is None and rec.waiting_on is None:
+                entry.runnable_at = now  # a budget suspension: the new limits may let it go on
+            entry.record = replace(rec, budget=stored, updated_at=now)
+            self._append_auto(entry, EventType.RUN_BUDGET_CHANGED, now, rec.epoch, None, {"budget": stored})
+            return _copy_record(entry.record)
+
+    def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
+        with self._lock:
+            self._check_open()
+            entry = self._fenced(run_id, epoch)
+            prepared = self._prepare_appends(entry, epoch, [event])
+            stored_error = _copy_json(error)
+            now = self.clock()
+            entry.history.extend(prepared)
+            entry.record = replace(
+                entry.record,
+                status=RunStatus.HALTED,
+                owner=None,
+                epoch=epoch + 1,
+                lease_expires_at=None,
+                error=stored_error,
+                updated_at=now,
+            )
+            entry.runnable_at = None
+            self._wake_waiting_parent(entry.record, now)
+
     # -- payloads too large to keep inline -------------------------------------
 
     def put_artifact(self, data: bytes) -> str:
@@ -447,6 +592,7 @@ class MemoryStore:
             parent_run_id=run.parent_run_id,
             created_at=now,
             updated_at=now,
+            budget=_copy_json(run.budget),
         )
         entry = _Run(record=record, runnable_at=runnable_at, order=next(self._order))
         self._runs[run.run_id] = entry
@@ -475,6 +621,25 @@ class MemoryStore:
                 detail=_copy_json(detail),
             )
         )
+
+    def _reopen(self, entry: _Run, now: float) -> int:
+        """Make the run ``pending`` and runnable now at the next epoch, with
+        nothing left of its last stop (no owner, timer, child wait or error);
+        returns the new epoch."""
+        epoch = entry.record.epoch + 1
+        entry.record = replace(
+            entry.record,
+            status=RunStatus.PENDING,
+            owner=None,
+            epoch=epoch,
+            lease_expires_at=None,
+            wake_at=None,
+            waiting_on=None,
+            error=None,
+            updated_at=now,
+        )
+        entry.runnable_at = now
+        return epoch
 
     def _fenced(self, run_id: str, epoch: int) -> _Run:
         """The run, if it is ``running`` at exactly ``epoch``; else ``LeaseLost``."""
@@ -646,7 +811,9 @@ def _norm_payload(payload: Payload | None) -> Payload | None:
 
 
 def _copy_record(rec: RunRecord) -> RunRecord:
-    return replace(rec, error=_copy_json(rec.error)) if rec.error is not None else rec
+    if rec.error is None and rec.budget is None:
+        return rec
+    return replace(rec, error=_copy_json(rec.error), budget=_copy_json(rec.budget))
 
 
 def _copy_event(event: HistoryEvent) -> HistoryEvent:
