@@ -1857,14 +1857,16 @@ class StoreContract:
         )
         assert claimable_ids(store) == {"r1"}
 
-    def test_set_budget_keeps_the_epoch(self, store: Store, clock: FakeClock) -> None:
-        """Changing limits is not a takeover: the epoch stays and the lease holds."""
+    def test_set_budget_refuses_running_runs(self, store: Store, clock: FakeClock) -> None:
+        """Only the holder may append to a running run's history, and it reads
+        its limits at claim time: a running run's budget cannot change under it."""
         c = running(store, clock)
-        record = store.set_budget("r1", {"max_tool_calls": 3})
-        assert (record.status, record.owner, record.epoch) == (RunStatus.RUNNING, "w1", c.run.epoch)
-        assert record.lease_expires_at == c.run.lease_expires_at
-        assert store.history("r1")[-1].epoch == c.run.epoch
+        before = (store.get_run("r1"), store.history("r1"))
+        with pytest.raises(InvalidRunState, match="running"):
+            store.set_budget("r1", {"max_tool_calls": 3})
+        assert (store.get_run("r1"), store.history("r1")) == before
         assert store.renew_leases("w1", {"r1": c.run.epoch}, LEASE) == set()
+        store.append("r1", c.run.epoch, [ev(clock, "r1", c.next_seq, c.run.epoch)])  # the holder goes on
 
     @pytest.mark.parametrize("parked", ["timer", "child", "needs_attention"])
     def test_set_budget_wakes_only_budget_suspensions(

@@ -244,7 +244,9 @@ class Store(Protocol):
     def set_budget(self, run_id: str, budget: dict[str, Any]) -> RunRecord:
         """Replace the run's budget limits; appends ``run.budget_changed``. A
         run ``suspended`` with neither a timer nor a child to wait for (a
-        budget suspension) becomes runnable at once. Raises ``RunNotFound``."""
+        budget suspension) becomes runnable at once. Raises ``RunNotFound``,
+        or ``InvalidRunState`` for a ``running`` run (its holder owns its
+        history and read its limits when it claimed it)."""
         ...
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:

@@ -512,6 +512,8 @@ class MemoryStore:
             entry = self._runs.get(run_id)
             if entry is None:
                 raise RunNotFound(run_id)
+            if entry.record.status is RunStatus.RUNNING:
+                raise InvalidRunState(f"run {run_id!r} is running; change its budget once it is suspended")
             stored = _copy_json(budget)
             now = self.clock()
             rec = entry.record

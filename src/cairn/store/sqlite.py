@@ -458,6 +458,8 @@ class SQLiteStore:
             run = _select_run(tx, run_id)
             if run is None:
                 raise RunNotFound(run_id)
+            if run.status is RunStatus.RUNNING:
+                raise InvalidRunState(f"run {run_id!r} is running; change its budget once it is suspended")
             tx.execute(_Q["set_budget"], {"run_id": run_id, "budget": _dumps(budget), "now": now})
             _append_auto(tx, run_id, EventType.RUN_BUDGET_CHANGED, now, run.epoch, None, {"budget": budget})
             record = _select_run(tx, run_id)
@@ -574,7 +576,7 @@ def _new_record(
         thread_id=run.thread_id, status=status, input=run.input, result=None, error=None, epoch=epoch,
         owner=owner, lease_expires_at=lease_until, wake_at=None, waiting_on=None, recoveries=0,
         queue=run.queue, priority=run.priority, parent_run_id=run.parent_run_id, created_at=now,
-        updated_at=now, budget=run.budget,
+        updated_at=now, budget=_loads(_dumps(run.budget)) if run.budget is not None else None,
     )
 
 
