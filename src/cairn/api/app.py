@@ -180,18 +180,35 @@ class App:
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
         starting an existing id returns a handle on that run, unchanged."""
-        new = self._new_run(workflow, args, kwargs, run_id, thread_id, tenant, queue, priority, budget)
-        self.store.create_run(new)
-        return RunHandle(self, new.run_id)
+        definition = self.definition(workflow)
+        arguments = _bind(definition, args, kwargs)
+        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget)
+        _, created = self.store.create_run(new)
+        return RunHandle(self, new.run_id, created=created)
 
-    def start_json(self, workflow: str, data: Any, **options: Any) -> RunHandle[Any]:
-        """Start ``workflow`` with inputs given as JSON values (see the CLI)."""
+    def start_json(
+        self,
+        workflow: str,
+        data: Any,
+        *,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        tenant: str = "default",
+        queue: str = "default",
+        priority: int = 0,
+        budget: Budget | None = None,
+    ) -> RunHandle[Any]:
+        """Start ``workflow`` with inputs given as JSON values (the CLI's
+        ``--input``): an object names parameters, an array lists them, any
+        other value is the only argument. Validated against the annotations."""
         definition = self.definition(workflow)
         try:
             arguments = definition.inputs_from_json(data)
         except TypeError as exc:
             raise PayloadError(f"input does not fit workflow {workflow!r}: {exc}") from None
-        return self.start(workflow, **arguments, **options)
+        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget)
+        _, created = self.store.create_run(new)
+        return RunHandle(self, new.run_id, created=created)
 
     def run(
         self,
@@ -210,7 +227,9 @@ class App:
         running. Timers are waited out here; children run here too. Starting an
         existing ``run_id`` resumes or awaits that run.
         """
-        new = self._new_run(workflow, args, kwargs, run_id, thread_id, tenant, "default", 0, budget)
+        definition = self.definition(workflow)
+        arguments = _bind(definition, args, kwargs)
+        new = self._new_run(definition, arguments, run_id, thread_id, tenant, "default", 0, budget)
         claim = self.store.create_claimed_run(new, self._inline_id, self.lease_seconds)
         result: R = self._drive(new.run_id, claim)
         return result
@@ -223,9 +242,8 @@ class App:
 
     def _new_run(
         self,
-        workflow: Workflow[Any] | str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        definition: WorkflowDef,
+        arguments: dict[str, Any],
         run_id: str | None,
         thread_id: str | None,
         tenant: str,
@@ -233,11 +251,6 @@ class App:
         priority: int,
         budget: Budget | None = None,
     ) -> NewRun:
-        definition = self.definition(workflow)
-        try:
-            arguments = definition.bind(args, kwargs)
-        except TypeError as exc:
-            raise PayloadError(f"arguments do not fit workflow {definition.name!r}: {exc}") from None
         payload, _ = self.runtime.payloads.dump(arguments)
         return NewRun(
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
@@ -400,10 +413,14 @@ class App:
         worker_id: str | None = None,
         poll_interval: float = 0.1,
         queues: tuple[str, ...] | None = None,
+        lease_seconds: float | None = None,
+        on_outcome: Callable[[Claim, Outcome], None] | None = None,
     ) -> Worker:
-        """A worker serving every workflow registered on this app."""
-        settings = WorkerSettings(concurrency, self.lease_seconds, poll_interval, queues)
-        return Worker(self.runtime, settings, worker_id)
+        """A worker serving every workflow registered on this app.
+        ``on_outcome`` is called after each claim ends (for logging)."""
+        lease = self.lease_seconds if lease_seconds is None else lease_seconds
+        settings = WorkerSettings(concurrency, lease, poll_interval, queues)
+        return Worker(self.runtime, settings, worker_id, on_outcome)
 
     def close(self) -> None:
         if self._keeper is not None:
@@ -415,3 +432,10 @@ class App:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _bind(definition: WorkflowDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return definition.bind(args, kwargs)
+    except TypeError as exc:
+        raise PayloadError(f"arguments do not fit workflow {definition.name!r}: {exc}") from None

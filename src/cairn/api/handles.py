@@ -17,9 +17,12 @@ R = TypeVar("R")
 class RunHandle(Generic[R]):
     """A run by id. Cheap to create; every call reads the store afresh."""
 
-    def __init__(self, app: App, run_id: str) -> None:
+    def __init__(self, app: App, run_id: str, *, created: bool | None = None) -> None:
         self.app = app
         self.run_id = run_id
+        #: from ``app.start``: whether this call created the run (``False``: it
+        #: existed already and was left unchanged); ``None`` when unknown
+        self.created = created
 
     def __repr__(self) -> str:
         return f"RunHandle({self.run_id!r})"

@@ -280,7 +280,7 @@ def journal_table(rows: list[JournalRow]) -> Table:
     for row in rows:
         table.add_row(
             str(row.position), row.kind, row.name, str(row.attempt),
-            fmt_seconds(row.duration) if row.duration is not None else "-",
+            f"{row.duration * 1000:,.0f} ms" if row.duration is not None else "-",
             Text(row.status, style=styles.get(row.status, "")), row.worker or "-", row.outcome,
         )
     return table

@@ -16,6 +16,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from cairn.codec import values
 from cairn.engine.definitions import StepDef
 from cairn.engine.execution import Call, Execution, current, operation_id
+from cairn.engine.faults import fault_point
 from cairn.engine.retry import TerminalError
 from cairn.errors import CairnError, PayloadError
 
@@ -85,6 +86,7 @@ class Step(Generic[P, R]):
             _fail(execution, self.definition, call, exc)
         finally:
             STEP_INFO.reset(token)
+        fault_point("step.before_record")
         finished: R = execution.complete_call(call, value, self.definition.result_type)
         return finished
 
@@ -100,6 +102,7 @@ class Step(Generic[P, R]):
             _fail(execution, self.definition, call, exc)
         finally:
             STEP_INFO.reset(token)
+        fault_point("step.before_record")
         return execution.complete_call(call, value, self.definition.result_type)
 
 

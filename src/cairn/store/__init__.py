@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, StoreError
 from cairn.store.contract import Store
 from cairn.store.records import Durability
 
@@ -17,9 +17,28 @@ def resolve_url(db: str | None) -> str:
     return db or os.environ.get("CAIRN_DB") or DEFAULT_DB
 
 
-def open_store(db: str | None = None, durability: Durability | str = Durability.PROCESS) -> Store:
+def sqlite_path(url: str) -> Path | None:
+    """The file a database URL names (``sqlite:///rel.db``, ``sqlite:////abs.db``
+    or a plain path); ``None`` when it names no file (``memory://``, other
+    schemes). Raises ``ConfigError`` for a malformed SQLite URL."""
+    if url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite://")
+        if not path.startswith("/") or path == "/":
+            raise ConfigError(f"malformed SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////abs.db")
+        path = path[1:]  # sqlite:///x.db -> x.db ; sqlite:////abs/x.db -> /abs/x.db
+        if path in ("", ":memory:"):
+            raise ConfigError("in-memory SQLite is not supported: use memory:// for a throwaway store")
+        return Path(path)
+    return None if "://" in url else Path(url)
+
+
+def open_store(
+    db: str | None = None, durability: Durability | str = Durability.PROCESS, *, create: bool = True
+) -> Store:
     """Open the store named by ``db`` (``sqlite:///path``, ``memory://``, or a
-    plain file path), defaulting to ``$CAIRN_DB`` then ``./.cairn/cairn.db``."""
+    plain file path), defaulting to ``$CAIRN_DB`` then ``./.cairn/cairn.db``.
+    ``create=False`` refuses to create a missing database (for inspection
+    commands, so a typo does not leave an empty database behind)."""
     url = resolve_url(db)
     try:
         mode = Durability(durability)
@@ -29,21 +48,15 @@ def open_store(db: str | None = None, durability: Durability | str = Durability.
         from cairn.store.memory import MemoryStore
 
         return MemoryStore(durability=mode)
-    if url.startswith("sqlite://"):
-        path = url.removeprefix("sqlite://")
-        if not path.startswith("/") or path == "/":
-            raise ConfigError(f"malformed SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////abs.db")
-        path = path[1:]  # sqlite:///x.db -> x.db ; sqlite:////abs/x.db -> /abs/x.db
-        if path in ("", ":memory:"):
-            raise ConfigError("in-memory SQLite is not supported: use memory:// for a throwaway store")
-    elif "://" in url:
+    path = sqlite_path(url)
+    if path is None:
         scheme = url.split("://", 1)[0]
         raise ConfigError(f"unsupported database URL scheme {scheme!r} (supported: sqlite, memory)")
-    else:
-        path = url
+    if not create and not path.exists():
+        raise StoreError(f"no database at {str(path)!r}")
     from cairn.store.sqlite import SQLiteStore
 
-    return SQLiteStore(Path(path), durability=mode)
+    return SQLiteStore(path, durability=mode)
 
 
-__all__ = ["DEFAULT_DB", "Store", "open_store", "resolve_url"]
+__all__ = ["DEFAULT_DB", "Store", "open_store", "resolve_url", "sqlite_path"]
