@@ -25,6 +25,9 @@ class LeaseKeeper:
         self.worker = worker
         self.lease_seconds = lease_seconds
         self._watched: dict[str, Execution] = {}
+        #: set by ``flag_all``: executions that register later are flagged too,
+        #: so a run claimed just as the worker starts draining is given back
+        self._standing_reason: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -32,6 +35,8 @@ class LeaseKeeper:
     def watch(self, execution: Execution) -> None:
         with self._lock:
             self._watched[execution.run_id] = execution
+            if self._standing_reason is not None:
+                execution.stop_reason = self._standing_reason
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=f"cairn-leases-{self.worker}",
                                                 daemon=True)
@@ -43,8 +48,10 @@ class LeaseKeeper:
                 del self._watched[execution.run_id]
 
     def flag_all(self, reason: str) -> None:
-        """Ask every watched execution to stop at its next step boundary."""
+        """Ask every watched execution, and every one watched from now on, to
+        stop at its next step boundary."""
         with self._lock:
+            self._standing_reason = reason
             for execution in self._watched.values():
                 execution.stop_reason = reason
 
