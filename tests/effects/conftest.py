@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    env = {"CAIRN_TEST_DB": f"sqlite:///{tmp_path}/effects.db", "CAIRN_TEST_LEDGER": str(tmp_path / "ledger.jsonl")}
+    env = {
+        "CAIRN_TEST_DB": f"sqlite:///{tmp_path}/effects.db",
+        "CAIRN_TEST_LEDGER": str(tmp_path / "ledger.jsonl"),
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     sys.modules.pop("tests.effects.ledger_app", None)  # rebuild the app on this test's database

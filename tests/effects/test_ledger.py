@@ -33,7 +33,8 @@ def test_write_with_reconcile_after_effect_is_not_sent_twice(
     assert len(transfers) == 1, transfers  # the bank holds exactly one transfer
     assert result["receipt"] == transfers[0]  # reconciliation recorded what the bank did
     assert transfers[0]["key"] == cairn.operation_id("r1", 0)
-    completed = [e for e in module.app.history("r1") if e.event is EventType.STEP_COMPLETED and e.position == 0]
+    history = module.app.history("r1")
+    completed = [e for e in history if e.event is EventType.STEP_COMPLETED and e.position == 0]
     assert completed[0].detail is not None
     assert completed[0].detail["reconciled"] == "done"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from cairn.errors import ConfigError, StoreError
 from cairn.store.contract import Store
@@ -44,6 +45,8 @@ def open_store(
         mode = Durability(durability)
     except ValueError:
         raise ConfigError(f"unknown durability {durability!r} (use 'process' or 'power')") from None
+    if url.startswith(("postgresql://", "postgres://")):
+        return _open_postgres(url, mode)
     if url.startswith("memory://"):
         from cairn.store.memory import MemoryStore
 
@@ -51,12 +54,29 @@ def open_store(
     path = sqlite_path(url)
     if path is None:
         scheme = url.split("://", 1)[0]
-        raise ConfigError(f"unsupported database URL scheme {scheme!r} (supported: sqlite, memory)")
+        raise ConfigError(
+            f"unsupported database URL scheme {scheme!r} (supported: sqlite, postgresql, memory)"
+        )
     if not create and not path.exists():
         raise StoreError(f"no database at {str(path)!r}")
     from cairn.store.sqlite import SQLiteStore
 
     return SQLiteStore(path, durability=mode)
+
+
+def _open_postgres(url: str, mode: Durability) -> Store:
+    """``postgresql://user@host:port/db?schema=name``: ``schema`` (default
+    ``cairn``) is Cairn's own query parameter, removed before libpq sees it."""
+    try:
+        from cairn.store.postgres import PostgresStore
+    except ImportError:
+        raise ConfigError("PostgreSQL support is not installed: pip install 'cairn[postgres]'") from None
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    clean = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
+    return PostgresStore(clean, durability=mode, schema=schemas[-1] if schemas else "cairn")
 
 
 __all__ = ["DEFAULT_DB", "Store", "open_store", "resolve_url", "sqlite_path"]

@@ -1,0 +1,996 @@
+"""The server backend: PostgreSQL, shared by workers on any number of machines.
+
+It implements the same contract as the SQLite backend (``contract.Store``)
+and mirrors its observable behaviour: the same history entries, details,
+epochs, runnable rules and error dicts. What differs is how the rules are
+made safe when writers no longer queue on one file lock.
+
+Why these choices:
+
+* **Row locks, not a global write lock.** Transactions run at READ COMMITTED.
+  Every writer that bumps a run's epoch (claims, takeovers, cancels, kills,
+  operator actions, halts) first locks the run row ``FOR UPDATE``. A fenced
+  append checks the epoch and takes ``FOR SHARE`` on the same row in the same
+  statement, so an append and an epoch bump are serialised: the append either
+  commits first (and the bump appends after it) or sees the new epoch and is
+  refused. A second writer of the same ``seq`` hits the history primary key.
+  Either way the loser gets ``LeaseLost`` and nothing it wrote survives.
+* **Claims use ``FOR UPDATE SKIP LOCKED``**: concurrent claimers pass over
+  each other's rows instead of queueing on them, and the lock re-checks the
+  row's newest version, so no run is ever handed to two callers.
+* **One round trip for the hot path.** A single-event ``append`` (once per
+  step) is one autocommit statement; batches use ``unnest`` to stay one
+  statement. ``create_run`` is one statement too.
+* **Durability.** Every commit uses ``synchronous_commit=on`` (or the
+  server's stronger default, e.g. ``remote_apply``): it returns only once its
+  WAL is flushed to disk. This holds in both modes. The ``process`` mode
+  promises that a committed step survives the crash of *any* process, and
+  here the database server is one: with asynchronous commits an OOM-killed
+  PostgreSQL would forget the last few hundred milliseconds of recorded steps,
+  and those steps would run again. (Asynchronous commit was measured at about
+  half the per-append latency; it is deliberately not offered.) If the server
+  runs with ``fsync=off`` no client setting helps. The effect barrier is
+  therefore free here: every commit already is one.
+* **Time comes from the injected clock**, passed into every statement, never
+  from the server's ``now()``: tests drive leases with a fake clock, and the
+  Python side decides what "now" is for every machine.
+* **Schemas.** Every object lives in one schema (``cairn`` by default), set as
+  each connection's ``search_path``; migrations run at open inside one
+  transaction guarded by an advisory lock, so many workers starting at once
+  apply each migration exactly once.
+* **Prepared statements.** psycopg prepares a statement after a few uses on a
+  connection. Behind PgBouncer in transaction mode this needs PgBouncer 1.21+
+  with ``max_prepared_statements`` set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import msgspec
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store.records import (
+    Claim,
+    Durability,
+    EventType,
+    HistoryEvent,
+    NewRun,
+    Payload,
+    RunFilter,
+    RunRecord,
+    RunStatus,
+)
+from cairn.store.sqlfiles import load_migrations, load_queries
+
+_Q = load_queries("postgres")
+_ENCODE_JSON = msgspec.json.Encoder()
+_DECODE_JSON = msgspec.json.Decoder()
+_TERMINAL = [status.value for status in RunStatus if status.terminal]
+
+#: Seconds to wait for a connection: at open, and from the pool afterwards.
+_CONNECT_TIMEOUT = 10
+#: How often a transaction chosen as a deadlock victim is run again. Deadlocks
+#: are possible only between operator actions on run trees and the ends of
+#: runs in those trees (they lock parent and child rows in opposite orders);
+#: PostgreSQL detects them and aborts one side, which simply runs again.
+_TX_ATTEMPTS = 5
+#: Artifacts at least this large are looked up before they are sent: a
+#: content-addressed store often already has them.
+_LOOKUP_BEFORE_SEND = 64 * 1024
+
+_T = TypeVar("_T")
+_Conn = psycopg.Connection[TupleRow]
+
+
+def _dumps(value: Any) -> str:
+    """JSON text for a column (msgspec: several times faster than ``json``)."""
+    return _ENCODE_JSON.encode(value).decode()
+
+
+def _loads(text: str | bytes) -> Any:
+    return _DECODE_JSON.decode(text)
+
+
+def _one_line(exc: BaseException) -> str:
+    """libpq messages span lines (a hint on the second); a StoreError is one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class PostgresStore:
+    """Store contract on a PostgreSQL database (see ``contract.Store``).
+
+    ``url`` is anything libpq accepts: ``postgresql://user@host:5432/db`` or
+    ``host=... dbname=...``. ``schema`` holds every table (created if missing).
+    ``pool_size`` caps the connections this store opens; it starts with one and
+    grows while threads use it concurrently. ``auto_migrate=False`` opens the
+    store without touching the schema (for tools that only report its
+    version); ``migrate()`` then brings it up to date.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        durability: Durability = Durability.PROCESS,
+        clock: Callable[[], float] = time.time,
+        schema: str = "cairn",
+        pool_size: int = 10,
+        auto_migrate: bool = True,
+    ) -> None:
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be at least 1, not {pool_size}")
+        if not schema:
+            raise ValueError("schema must be a non-empty name")
+        self.durability = durability
+        self.clock = clock
+        self.schema = schema
+        self._closed = False
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            raise StoreError(f"malformed PostgreSQL URL: {_one_line(exc)}") from None
+        self._where = _describe(params)
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in params:
+            kwargs["connect_timeout"] = _CONNECT_TIMEOUT
+        if "application_name" not in params:
+            kwargs["application_name"] = "cairn"
+        try:
+            with psycopg.connect(url, **kwargs) as conn:
+                # The level a commit that must be durable uses: the server's
+                # (or role's) own default, unless that is "off".
+                row = conn.execute("SELECT current_setting('synchronous_commit')").fetchone()
+                configured = str(row[0]) if row else "on"
+                self._durable_level = "on" if configured == "off" else configured
+                self._search_path = sql.Identifier(schema).as_string(conn)
+                if auto_migrate:
+                    self._migrate(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open PostgreSQL database {self._where}: {_one_line(exc)}") from None
+        # Every commit is flushed in both modes (see the module doc): the
+        # database server is a process too, and "process" promises to survive
+        # the crash of any process.
+        self._default_level = self._durable_level
+        self._pool: ConnectionPool[_Conn] = ConnectionPool(
+            url,
+            kwargs=kwargs,
+            min_size=1,
+            max_size=pool_size,
+            configure=self._configure,
+            open=False,
+            timeout=_CONNECT_TIMEOUT,
+            name=f"cairn:{schema}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
+        except PoolTimeout:
+            self._pool.close()
+            raise StoreError(
+                f"cannot open PostgreSQL database {self._where}: no connection within {_CONNECT_TIMEOUT}s"
+            ) from None
+
+    # -- connections, transactions, migrations ---------------------------------
+
+    def _configure(self, conn: _Conn) -> None:
+        """Run once per new pooled connection: one round trip sets both the
+        schema and the commit level for the connection's whole life."""
+        conn.execute(
+            "SELECT set_config('search_path', %s, false), set_config('synchronous_commit', %s, false)",
+            (self._search_path, self._default_level),
+        )
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[_Conn]:
+        """A pooled connection; database failures leave as one-line ``StoreError``."""
+        if self._closed:
+            raise StoreError("store is closed")
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolClosed:
+            raise StoreError("store is closed") from None
+        except PoolTimeout:
+            raise StoreError(
+                f"no PostgreSQL connection to {self._where} within {_CONNECT_TIMEOUT}s"
+            ) from None
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error ({self._where}): {_one_line(exc)}") from None
+
+    def _transaction(self, body: Callable[[_Conn], _T], *, durable: bool = False) -> _T:
+        """Run ``body`` in one transaction, again if it was a deadlock victim.
+
+        ``durable=True`` commits with ``synchronous_commit`` on even in the
+        process mode (see the module doc for which writes need it).
+        """
+        with self._conn() as conn:
+            for attempt in range(1, _TX_ATTEMPTS + 1):
+                try:
+                    with conn.transaction():
+                        if durable:
+                            self._commit_durably(conn)
+                        return body(conn)
+                except pg_errors.TransactionRollback:
+                    if attempt == _TX_ATTEMPTS:
+                        raise
+                    time.sleep(0.005 * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _commit_durably(self, tx: _Conn) -> None:
+        """Make the transaction in progress commit with ``synchronous_commit``
+        on (a no-op where every commit already does). Any time before the
+        commit will do: the setting is read when the commit record is flushed."""
+        if self._default_level != self._durable_level:
+            tx.execute("SELECT set_config('synchronous_commit', %s, true)", (self._durable_level,))
+
+    def _migrate(self, conn: _Conn) -> list[int]:
+        schema = sql.Identifier(self.schema)
+        applied: list[int] = []
+        with conn.transaction():
+            # One migrator per schema at a time, across every machine; the
+            # lock is released with the transaction.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cairn.migrate:{self.schema}",))
+            # Look before creating: CREATE SCHEMA IF NOT EXISTS still demands
+            # the CREATE privilege on the database.
+            exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone()
+            if exists is None:
+                conn.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
+            conn.execute("SELECT set_config('search_path', %s, true)", (schema.as_string(conn),))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+            )
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            for migration in load_migrations("postgres"):
+                if migration.version in done:
+                    continue
+                conn.execute(migration.sql.encode())  # no parameters: may hold several statements
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                    (migration.version, migration.name, time.time()),
+                )
+                applied.append(migration.version)
+        return applied
+
+    def migrate(self) -> list[int]:
+        """Apply the migrations this database lacks; return their versions
+        (empty when it was up to date). Safe to run from many machines at once."""
+        with self._conn() as conn:
+            return self._migrate(conn)
+
+    def schema_version(self) -> int:
+        """The highest migration applied to this store's schema (0: none)."""
+        with self._conn() as conn:
+            row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+            if row is None or not row[0]:
+                return 0
+            row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+            return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+
+    # -- creating and reading runs -------------------------------------------
+
+    def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
+        now = self.clock()
+        created = _event(run.run_id, 1, EventType.RUN_CREATED, now, 0, None, _created_detail(run))
+        params = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
+        params.update(_lifecycle_arrays([created]))
+        with self._conn() as conn:
+            if conn.execute(_Q["create_run"], params).rowcount == 1:
+                return _new_record(run, now, RunStatus.PENDING, epoch=0), True
+            existing = _select_run(conn, run.run_id)
+        if existing is None:  # pragma: no cover - runs are never deleted
+            raise StoreError(f"run {run.run_id!r} vanished while being created")
+        return existing, False
+
+    def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
+        now = self.clock()
+        until = now + lease_seconds
+        events = [
+            _event(run.run_id, 1, EventType.RUN_CREATED, now, 1, None, _created_detail(run)),
+            _event(run.run_id, 2, EventType.LEASE_CLAIMED, now, 1, worker, {"lease_until": until}),
+            _event(run.run_id, 3, EventType.RUN_STARTED, now, 1, worker, None),
+        ]
+        params = _run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
+                             lease_until=until)
+        params.update(_lifecycle_arrays(events))
+
+        def body(tx: _Conn) -> bool:
+            return tx.execute(_Q["create_run"], params).rowcount > 0
+
+        # Durable: it hands out epoch 1 (see the module doc on epoch bumps).
+        if not self._transaction(body, durable=True):
+            return None
+        record = _new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
+        return Claim(run=record, history=events, next_seq=4)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        with self._conn() as conn:
+            return _select_run(conn, run_id)
+
+    def list_runs(self, filter: RunFilter) -> list[RunRecord]:
+        params = {
+            "tenant": filter.tenant,
+            "workflow": filter.workflow,
+            "thread_id": filter.thread_id,
+            "parent_run_id": filter.parent_run_id,
+            "statuses": [s.value for s in filter.statuses] if filter.statuses is not None else None,
+            "limit": filter.limit if filter.limit >= 0 else None,  # negative: no limit, as in SQLite
+        }
+        with self._conn() as conn:
+            return [_run_from_row(row) for row in conn.execute(_Q["list_runs"], params)]
+
+    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        with self._conn() as conn:
+            return _select_history(conn, run_id, after_seq, limit)
+
+    # -- claiming and leases -----------------------------------------------
+
+    def claim_runs(
+        self,
+        worker: str,
+        workflows: Collection[str],
+        limit: int,
+        lease_seconds: float,
+        max_recoveries: int,
+        queues: Collection[str] | None = None,
+    ) -> list[Claim]:
+        if limit <= 0 or not workflows:
+            return []
+        now = self.clock()
+        params = {
+            "now": now,
+            "workflows": list(workflows),
+            "queues": list(queues) if queues is not None else None,
+            "limit": limit,
+        }
+
+        def body(tx: _Conn) -> list[Claim]:
+            rows = tx.execute(_Q["select_runnable"], params).fetchall()
+            if rows:  # durable only if it bumps epochs: an idle poll stays three round trips
+                self._commit_durably(tx)
+            claims = [_claim(tx, row, worker, now, lease_seconds, max_recoveries) for row in rows]
+            return [c for c in claims if c is not None]
+
+        return self._transaction(body)
+
+    def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
+        now = self.clock()
+
+        def body(tx: _Conn) -> Claim | None:
+            state = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
+            if state is None or state[4] is None or state[4] > now:
+                return None
+            self._commit_durably(tx)
+            return _claim(tx, (run_id, *state[:4]), worker, now, lease_seconds, max_recoveries)
+
+        return self._transaction(body)
+
+    def reclaim_owned(self, worker: str) -> int:
+        params = {"worker": worker, "now": self.clock()}
+        # Several rows: a possible deadlock victim, hence a (retried) transaction.
+        return self._transaction(lambda tx: tx.execute(_Q["reclaim_owned"], params).rowcount)
+
+    def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
+        if not leases:
+            return set()
+        now = self.clock()
+        params = {
+            "worker": worker,
+            "run_ids": list(leases),
+            "epochs": list(leases.values()),
+            "lease_until": now + lease_seconds,
+            "now": now,
+        }
+        # One statement, so it can simply run again if it was a deadlock victim.
+        held = self._transaction(lambda tx: {row[0] for row in tx.execute(_Q["renew_leases"], params)})
+        return set(leases) - held
+
+    # -- fenced writes by the lease holder -----------------------------------
+
+    def append(
+        self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False
+    ) -> None:
+        for event in events:
+            if event.run_id != run_id:
+                raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")
+        if not events:
+            return
+        if any(event.seq != events[0].seq + i for i, event in enumerate(events)):
+            raise LeaseLost(run_id, epoch)  # a gap or a repeat: the history would not be gap-free
+        if barrier and self._default_level != self._durable_level:
+            # The effect barrier in the process mode: the same statement in a
+            # transaction committed with synchronous_commit on, which returns
+            # once the WAL up to it (so every earlier commit too) is on disk.
+            self._transaction(lambda tx: _append_fenced(tx, run_id, epoch, events), durable=True)
+        else:  # the per-step hot path: one autocommit statement
+            with self._conn() as conn:
+                _append_fenced(conn, run_id, epoch, events)
+
+    def suspend_run(
+        self,
+        run_id: str,
+        epoch: int,
+        event: HistoryEvent,
+        wake_at: float | None,
+        waiting_on: str | None,
+        status: RunStatus = RunStatus.SUSPENDED,
+    ) -> None:
+        if status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION):
+            raise ValueError(f"suspend_run parks a run as suspended or needs_attention, not {status}")
+        now = self.clock()
+
+        def body(tx: _Conn) -> None:
+            _lock_fenced(tx, run_id, epoch)
+            _append_fenced(tx, run_id, epoch, [event])
+            runnable_at: float | None
+            if status is not RunStatus.SUSPENDED:
+                runnable_at = None  # parked for an operator: nothing else wakes it
+            elif waiting_on is not None:
+                row = tx.execute(_Q["lock_child_status"], {"run_id": waiting_on}).fetchone()
+                runnable_at = now if row is not None and row[0] in _TERMINAL else None
+            else:
+                runnable_at = wake_at
+            params = {"run_id": run_id, "epoch": epoch, "now": now, "wake_at": wake_at,
+                      "waiting_on": waiting_on, "status": status.value, "runnable_at": runnable_at}
+            tx.execute(_Q["suspend"], params)
+
+        self._transaction(body)
+
+    def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
+        params = {"run_id": run_id, "epoch": epoch, "now": self.clock()}
+
+        def body(tx: _Conn) -> None:
+            _lock_fenced(tx, run_id, epoch)
+            _append_fenced(tx, run_id, epoch, [event])
+            tx.execute(_Q["release"], params)
+
+        self._transaction(body)
+
+    def finish_run(
+        self,
+        run_id: str,
+        epoch: int,
+        event: HistoryEvent,
+        status: RunStatus,
+        result: Payload | None,
+        error: dict[str, Any] | None,
+    ) -> None:
+        if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
+            raise ValueError(f"finish_run takes completed or failed, not {status}")
+        now = self.clock()
+        params = {
+            "run_id": run_id,
+            "epoch": epoch,
+            "now": now,
+            "status": status.value,
+            "result": result.data if result else None,
+            "result_ref": result.ref if result else None,
+            "error": _dumps(error) if error is not None else None,
+        }
+
+        def body(tx: _Conn) -> None:
+            _lock_fenced(tx, run_id, epoch)
+            _append_fenced(tx, run_id, epoch, [event])
+            row = tx.execute(_Q["finish"], params).fetchone()
+            if row is not None and row[0] is not None:
+                tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
+
+        self._transaction(body)
+
+    def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
+        now = self.clock()
+        if child.parent_run_id != parent_run_id:
+            child = replace(child, parent_run_id=parent_run_id)
+        created = _event(child.run_id, 1, EventType.RUN_CREATED, now, 0, None, _created_detail(child))
+        params = _run_params(child, now, status=RunStatus.PENDING, runnable_at=now)
+        params.update(_lifecycle_arrays([created]))
+
+        def body(tx: _Conn) -> RunRecord:
+            _lock_fenced(tx, parent_run_id, epoch)
+            _append_fenced(tx, parent_run_id, epoch, [event])
+            if tx.execute(_Q["create_run"], params).rowcount == 1:
+                return _new_record(child, now, RunStatus.PENDING, epoch=0)
+            existing = _select_run(tx, child.run_id)
+            assert existing is not None
+            return existing
+
+        return self._transaction(body)
+
+    # -- operator actions ------------------------------------------------------
+
+    def cancel_run(self, run_id: str, reason: str) -> RunRecord:
+        now = self.clock()
+        error = _dumps({"type": "Cancelled", "message": reason})
+
+        def body(tx: _Conn) -> RunRecord:
+            if _lock_run(tx, run_id) is None:
+                raise RunNotFound(run_id)
+            for rid in _lock_live_descendants(tx, run_id):
+                row = tx.execute(_Q["cancel"], {"run_id": rid, "now": now, "error": error}).fetchone()
+                assert row is not None
+                _append_auto(tx, rid, EventType.RUN_CANCELLED, now, int(row[0]), {"reason": reason})
+                tx.execute(_Q["wake_waiting_parent"], {"child_id": rid, "now": now})
+            record = _select_run(tx, run_id)
+            assert record is not None
+            return record
+
+        return self._transaction(body, durable=True)
+
+    def retry_run(self, run_id: str) -> RunRecord:
+        now = self.clock()
+
+        def body(tx: _Conn) -> RunRecord:
+            run = _lock_run(tx, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status not in (RunStatus.FAILED, RunStatus.QUARANTINED):
+                raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only failed or "
+                                      "quarantined runs can be retried")
+            row = tx.execute(_Q["last_failed_position"], {"run_id": run_id}).fetchone()
+            record = _returning_run(tx, "retry", {"run_id": run_id, "now": now})
+            detail = {"from_position": row[0] if row else None, "previous_status": run.status.value}
+            _append_auto(tx, run_id, EventType.RUN_RETRIED, now, record.epoch, detail)
+            return record
+
+        return self._transaction(body, durable=True)
+
+    def resolve_operation(
+        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any]
+    ) -> RunRecord:
+        now = self.clock()
+
+        def body(tx: _Conn) -> RunRecord:
+            run = _lock_run(tx, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status is not RunStatus.NEEDS_ATTENTION:
+                raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only runs that need "
+                                      "attention have operations to resolve")
+            record = _returning_run(tx, "reopen", {"run_id": run_id, "now": now})
+            if done:
+                entry = HistoryEvent(
+                    run_id=run_id, seq=0, event=EventType.STEP_COMPLETED, at=now, epoch=record.epoch,
+                    position=position, step_kind=detail.get("step_kind", "tool"), name=detail.get("name"),
+                    payload=result, detail={"resolved_by": "operator", **detail},
+                )
+            else:
+                entry = HistoryEvent(
+                    run_id=run_id, seq=0, event=EventType.OP_RESOLVED, at=now, epoch=record.epoch,
+                    position=position, step_kind=detail.get("step_kind", "tool"), name=detail.get("name"),
+                    detail={"position": position, "done": False, **detail},
+                )
+            tx.execute(_Q["append_auto"], _event_params(entry))
+            return record
+
+        return self._transaction(body, durable=True)
+
+    def kill_runs(
+        self, reason: str, *, run_id: str | None = None, tenant: str | None = None
+    ) -> list[RunRecord]:
+        if (run_id is None) == (tenant is None):
+            raise ValueError("kill_runs takes exactly one of run_id and tenant")
+        now = self.clock()
+        error = _dumps({"type": "Killed", "message": reason})
+
+        def body(tx: _Conn) -> list[RunRecord]:
+            if run_id is not None:
+                if _lock_run(tx, run_id) is None:
+                    raise RunNotFound(run_id)
+                live = _lock_live_descendants(tx, run_id)
+            else:
+                params = {"tenant": tenant, "terminal": _TERMINAL}
+                live = [row[0] for row in tx.execute(_Q["select_live_of_tenant"], params)]
+            killed: list[RunRecord] = []
+            for rid in live:
+                record = _returning_run(tx, "kill", {"run_id": rid, "now": now, "error": error})
+                _append_auto(tx, rid, EventType.RUN_KILLED, now, record.epoch, {"reason": reason})
+                tx.execute(_Q["wake_waiting_parent"], {"child_id": rid, "now": now})
+                killed.append(record)
+            return killed
+
+        return self._transaction(body, durable=True)
+
+    def revive_run(self, run_id: str) -> RunRecord:
+        now = self.clock()
+
+        def body(tx: _Conn) -> RunRecord:
+            run = _lock_run(tx, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status not in (RunStatus.KILLED, RunStatus.HALTED):
+                raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only killed or halted runs "
+                                      "can be revived")
+            record = _returning_run(tx, "reopen", {"run_id": run_id, "now": now})
+            _append_auto(tx, run_id, EventType.RUN_REVIVED, now, record.epoch,
+                         {"previous_status": run.status.value})
+            return record
+
+        return self._transaction(body, durable=True)
+
+    def set_budget(self, run_id: str, budget: dict[str, Any]) -> RunRecord:
+        now = self.clock()
+        encoded = _dumps(budget)
+
+        def body(tx: _Conn) -> RunRecord:
+            run = _lock_run(tx, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status is RunStatus.RUNNING:
+                raise InvalidRunState(f"run {run_id!r} is running; change its budget once it is suspended")
+            record = _returning_run(tx, "set_budget", {"run_id": run_id, "budget": encoded, "now": now})
+            _append_auto(tx, run_id, EventType.RUN_BUDGET_CHANGED, now, run.epoch, {"budget": budget})
+            return record
+
+        return self._transaction(body, durable=True)
+
+    def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
+        now = self.clock()
+        params = {"run_id": run_id, "epoch": epoch, "error": _dumps(error), "now": now}
+
+        def body(tx: _Conn) -> None:
+            _lock_fenced(tx, run_id, epoch)
+            _append_fenced(tx, run_id, epoch, [event])
+            tx.execute(_Q["halt"], params)
+            tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
+
+        self._transaction(body, durable=True)
+
+    # -- artifacts ---------------------------------------------------------------
+
+    def put_artifact(self, data: bytes) -> str:
+        """Artifacts commit like appends: asynchronously in the process mode.
+        That keeps the contract's promise that an entry pointing to an artifact
+        never outlives it, because commits are lost only as a suffix: the
+        entry, written later, is lost first, and a barrier flushes both."""
+        ref = hashlib.sha256(data).hexdigest()
+        with self._conn() as conn:
+            if len(data) >= _LOOKUP_BEFORE_SEND and conn.execute(
+                _Q["artifact_exists"], {"ref": ref}
+            ).fetchone() is not None:
+                return ref
+            conn.execute(_Q["put_artifact"], {"ref": ref, "data": data})
+        return ref
+
+    def get_artifact(self, ref: str) -> bytes:
+        if len(ref) != 64 or any(c not in "0123456789abcdef" for c in ref):
+            raise PayloadError(f"malformed artifact reference {ref!r}")
+        with self._conn() as conn:
+            row = conn.execute(_Q["get_artifact"], {"ref": ref}).fetchone()
+        if row is None:
+            raise PayloadError(f"artifact {ref} is missing from {self._where} (schema {self.schema!r})")
+        return bytes(row[0])
+
+
+# -- helpers: each runs inside the caller's transaction (or autocommit statement) --
+
+
+def _describe(params: Mapping[str, Any]) -> str:
+    """``host:port/dbname`` for messages: never the password."""
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port") or "5432"
+    return f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
+
+
+def _run_params(
+    run: NewRun,
+    now: float,
+    *,
+    status: RunStatus,
+    runnable_at: float | None,
+    epoch: int = 0,
+    owner: str | None = None,
+    lease_until: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "tenant": run.tenant,
+        "workflow": run.workflow,
+        "workflow_version": run.workflow_version,
+        "thread_id": run.thread_id,
+        "queue": run.queue,
+        "priority": run.priority,
+        "parent_run_id": run.parent_run_id,
+        "status": status.value,
+        "input": run.input.data,
+        "input_ref": run.input.ref,
+        "epoch": epoch,
+        "owner": owner,
+        "lease_expires_at": lease_until,
+        "runnable_at": runnable_at,
+        "budget": _dumps(run.budget) if run.budget is not None else None,
+        "now": now,
+    }
+
+
+def _lifecycle_arrays(events: Sequence[HistoryEvent]) -> dict[str, Any]:
+    """Column arrays for ``unnest`` of entries that carry no journal fields."""
+    return {
+        "seqs": [e.seq for e in events],
+        "events": [e.event.value for e in events],
+        "ats": [e.at for e in events],
+        "epochs": [e.epoch for e in events],
+        "workers": [e.worker for e in events],
+        "details": [_dumps(e.detail) if e.detail is not None else None for e in events],
+    }
+
+
+def _new_record(
+    run: NewRun,
+    now: float,
+    status: RunStatus,
+    *,
+    epoch: int,
+    owner: str | None = None,
+    lease_until: float | None = None,
+) -> RunRecord:
+    """The record just inserted for ``run``, without reading it back."""
+    return RunRecord(
+        run_id=run.run_id, workflow=run.workflow, workflow_version=run.workflow_version, tenant=run.tenant,
+        thread_id=run.thread_id, status=status, input=run.input, result=None, error=None, epoch=epoch,
+        owner=owner, lease_expires_at=lease_until, wake_at=None, waiting_on=None, recoveries=0,
+        queue=run.queue, priority=run.priority, parent_run_id=run.parent_run_id, created_at=now,
+        updated_at=now, budget=_loads(_dumps(run.budget)) if run.budget is not None else None,
+    )
+
+
+def _created_detail(run: NewRun) -> dict[str, Any]:
+    detail: dict[str, Any] = {"workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant}
+    if run.parent_run_id:
+        detail["parent_run_id"] = run.parent_run_id
+    return detail
+
+
+def _select_run(conn: _Conn, run_id: str) -> RunRecord | None:
+    row = conn.execute(_Q["select_run"], {"run_id": run_id}).fetchone()
+    return _run_from_row(row) if row else None
+
+
+def _lock_run(tx: _Conn, run_id: str) -> RunRecord | None:
+    """The run, locked ``FOR UPDATE`` until the transaction ends."""
+    row = tx.execute(_Q["lock_run"], {"run_id": run_id}).fetchone()
+    return _run_from_row(row) if row else None
+
+
+def _returning_run(tx: _Conn, query: str, params: Mapping[str, Any]) -> RunRecord:
+    row = tx.execute(_Q[query], params).fetchone()
+    assert row is not None, f"{query} found no run {params.get('run_id')!r}"
+    return _run_from_row(row)
+
+
+def _lock_live_descendants(tx: _Conn, run_id: str) -> list[str]:
+    """Lock ``run_id`` and its non-terminal descendants; return the latter.
+
+    A live descendant's holder may start a child between reading the tree and
+    locking it, so read the tree again under the locks until it stops growing:
+    once every live member is locked, none of them can start another child.
+    """
+    locked: set[str] = set()
+    params = {"run_id": run_id, "terminal": _TERMINAL}
+    while True:
+        live = [row[0] for row in tx.execute(_Q["select_live_descendants"], params)]
+        new = [rid for rid in live if rid not in locked]
+        if not new:
+            return live
+        tx.execute(_Q["lock_runs"], {"run_ids": new})
+        locked.update(new)
+
+
+def _run_from_row(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        workflow=row[1],
+        workflow_version=row[2],
+        tenant=row[3],
+        thread_id=row[4],
+        status=RunStatus(row[5]),
+        input=Payload(_bytes(row[6]), row[7]),
+        result=Payload(_bytes(row[8]), row[9]) if (row[8] is not None or row[9] is not None) else None,
+        error=_loads(row[10]) if row[10] is not None else None,
+        epoch=row[11],
+        owner=row[12],
+        lease_expires_at=row[13],
+        wake_at=row[14],
+        waiting_on=row[15],
+        recoveries=row[16],
+        queue=row[17],
+        priority=row[18],
+        parent_run_id=row[19],
+        created_at=row[20],
+        updated_at=row[21],
+        budget=_loads(row[22]) if row[22] is not None else None,
+    )
+
+
+def _bytes(value: Any) -> bytes | None:
+    """bytea reads back as ``bytes`` (or ``memoryview`` in binary mode)."""
+    return None if value is None else bytes(value)
+
+
+def _select_history(conn: _Conn, run_id: str, after_seq: int, limit: int | None) -> list[HistoryEvent]:
+    if limit is not None and limit < 0:
+        limit = None  # as in SQLite: a negative limit means all of them
+    params = {"run_id": run_id, "after_seq": after_seq, "limit": limit}
+    return [_event_from_row(row) for row in conn.execute(_Q["select_history"], params)]
+
+
+def _event_from_row(row: Sequence[Any]) -> HistoryEvent:
+    payload = Payload(_bytes(row[12]), row[13]) if (row[12] is not None or row[13] is not None) else None
+    return HistoryEvent(
+        run_id=row[0],
+        seq=row[1],
+        event=EventType(row[2]),
+        at=row[3],
+        epoch=row[4],
+        worker=row[5],
+        position=row[6],
+        step_kind=row[7],
+        name=row[8],
+        input_hash=row[9],
+        attempt=row[10],
+        started_at=row[11],
+        payload=payload,
+        detail=_loads(row[14]) if row[14] is not None else None,
+    )
+
+
+def _event(
+    run_id: str,
+    seq: int,
+    event: EventType,
+    at: float,
+    epoch: int,
+    worker: str | None,
+    detail: dict[str, Any] | None,
+) -> HistoryEvent:
+    return HistoryEvent(run_id=run_id, seq=seq, event=event, at=at, epoch=epoch, worker=worker, detail=detail)
+
+
+def _event_params(event: HistoryEvent) -> dict[str, Any]:
+    payload = event.payload
+    return {
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "event": event.event.value,
+        "at": event.at,
+        "event_epoch": event.epoch,
+        "worker": event.worker,
+        "position": event.position,
+        "step_kind": event.step_kind,
+        "name": event.name,
+        "input_hash": event.input_hash,
+        "attempt": event.attempt,
+        "started_at": event.started_at,
+        "payload": payload.data if payload else None,
+        "payload_ref": payload.ref if payload else None,
+        "detail": _dumps(event.detail) if event.detail is not None else None,
+    }
+
+
+def _batch_params(run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "epoch": epoch,
+        "first_seq": events[0].seq,
+        "seqs": [e.seq for e in events],
+        "events": [e.event.value for e in events],
+        "ats": [e.at for e in events],
+        "epochs": [e.epoch for e in events],
+        "workers": [e.worker for e in events],
+        "positions": [e.position for e in events],
+        "step_kinds": [e.step_kind for e in events],
+        "names": [e.name for e in events],
+        "input_hashes": [e.input_hash for e in events],
+        "attempts": [e.attempt for e in events],
+        "started_ats": [e.started_at for e in events],
+        "payloads": [e.payload.data if e.payload else None for e in events],
+        "payload_refs": [e.payload.ref if e.payload else None for e in events],
+        "details": [_dumps(e.detail) if e.detail is not None else None for e in events],
+    }
+
+
+def _fenced_insert(run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> tuple[str, dict[str, Any]]:
+    """The one statement that appends ``events`` under the fence."""
+    if len(events) == 1:
+        params = _event_params(events[0])
+        params["epoch"] = epoch
+        return _Q["insert_event_fenced"], params
+    return _Q["insert_events_fenced"], _batch_params(run_id, epoch, events)
+
+
+def _append_fenced(conn: _Conn, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+    """Append consecutive ``events`` under the fence, all or nothing, in one
+    statement; ``LeaseLost`` if the fence or the next ``seq`` does not hold."""
+    if any(event.run_id != run_id for event in events):
+        raise ValueError(f"event for run {events[0].run_id!r} appended to run {run_id!r}")
+    query, params = _fenced_insert(run_id, epoch, events)
+    try:
+        inserted = conn.execute(query, params).rowcount
+    except pg_errors.UniqueViolation:
+        raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
+    if inserted != len(events):
+        raise LeaseLost(run_id, epoch)
+
+
+def _lock_fenced(tx: _Conn, run_id: str, epoch: int) -> None:
+    """Start a multi-statement fenced write: hold the run row ``FOR UPDATE``
+    (so no epoch bump can interleave) or raise ``LeaseLost``."""
+    if tx.execute(_Q["lock_fenced"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
+        raise LeaseLost(run_id, epoch)
+
+
+def _append_auto(
+    tx: _Conn, run_id: str, event: EventType, at: float, epoch: int, detail: dict[str, Any] | None
+) -> None:
+    """Append after the current maximum: for writers holding the run row."""
+    tx.execute(_Q["append_auto"], _event_params(_event(run_id, 0, event, at, epoch, None, detail)))
+
+
+def _claim(
+    tx: _Conn,
+    state: Sequence[Any],
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    max_recoveries: int,
+) -> Claim | None:
+    """Claim one run whose row ``tx`` holds ``FOR UPDATE``; ``state`` is
+    ``(run_id, status, owner, epoch, recoveries)`` as read under that lock."""
+    run_id, status_s, old_owner, old_epoch, recoveries = state
+    status = RunStatus(status_s)
+    # Read after the lock, in a statement of its own: under READ COMMITTED it
+    # sees every append that committed before the lock was granted.
+    history = _select_history(tx, run_id, 0, None)
+    next_seq = history[-1].seq + 1 if history else 1
+    new: list[HistoryEvent] = []
+
+    def add(event: EventType, epoch: int, by: str | None, detail: dict[str, Any] | None) -> None:
+        new.append(_event(run_id, next_seq + len(new), event, now, epoch, by, detail))
+
+    takeover = status is RunStatus.RUNNING
+    if takeover:
+        recoveries += 1
+        add(EventType.LEASE_LOST, old_epoch, old_owner, {"worker": old_owner, "epoch": old_epoch,
+                                                         "reason": "expired"})
+        if recoveries > max_recoveries:
+            error = {
+                "type": "Quarantined",
+                "message": f"run lost its worker {recoveries} times (limit {max_recoveries})",
+            }
+            tx.execute(_Q["quarantine"], {"run_id": run_id, "now": now, "recoveries": recoveries,
+                                          "error": _dumps(error)})
+            add(EventType.RUN_QUARANTINED, old_epoch + 1, None, error)
+            tx.execute(_Q["insert_events"], {"run_id": run_id, **_lifecycle_arrays(new)})
+            return None
+    until = now + lease_seconds
+    params = {"run_id": run_id, "worker": worker, "lease_until": until, "now": now, "recoveries": recoveries}
+    record = _returning_run(tx, "claim", params)
+    epoch = record.epoch
+    if takeover:
+        add(EventType.LEASE_TAKEN_OVER, epoch, worker, {"from_worker": old_owner, "lease_until": until})
+    else:
+        add(EventType.LEASE_CLAIMED, epoch, worker, {"lease_until": until})
+        first = status is RunStatus.PENDING and old_epoch == 0
+        follow = EventType.RUN_STARTED if first else (
+            EventType.RUN_WOKEN if status is RunStatus.SUSPENDED else None)
+        if follow is not None:
+            add(follow, epoch, worker, None)
+    tx.execute(_Q["insert_events"], {"run_id": run_id, **_lifecycle_arrays(new)})
+    full = history + new
+    return Claim(run=record, history=full, next_seq=full[-1].seq + 1)

@@ -1,0 +1,305 @@
+-- Named queries for the PostgreSQL backend, loaded by cairn.store.sqlfiles.
+-- Parameters are psycopg named placeholders (%(run_id)s); each block ends at
+-- the next "-- name:". Names match the SQLite dialect where the query does the
+-- same job.
+--
+-- Conventions:
+-- * Every parameter carries an explicit cast: PostgreSQL cannot infer the type
+--   of a bare NULL parameter, and a cast also pins the plan of a prepared
+--   statement.
+-- * Time is always a parameter (%(now)s, from the store's injected clock),
+--   never now(): tests drive leases and timers with a fake clock, and every
+--   machine must agree with the Python side on what "now" is.
+-- * Tables are unqualified: every connection's search_path is the store's schema.
+-- * Ties in ordered results are broken by run_id COLLATE "C" (byte order, as
+--   SQLite compares text), whatever the database's default collation is.
+
+-- name: create_run
+-- Insert the run and its first history entries in one statement: it is atomic
+-- in autocommit mode, so creating a run costs one round trip. Nothing at all is
+-- written if the run id exists (ON CONFLICT leaves the CTE empty).
+WITH ins AS (
+    INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
+                      parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
+                      runnable_at, budget, created_at, updated_at)
+    VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
+            %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
+            %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
+            %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
+            %(budget)s::text, %(now)s::float8, %(now)s::float8)
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING run_id
+)
+INSERT INTO history (run_id, seq, event, at, epoch, worker, detail)
+SELECT ins.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.detail
+FROM ins
+CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
+                  %(workers)s::text[], %(details)s::text[]) AS e(seq, event, at, epoch, worker, detail)
+
+-- name: select_run
+SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       priority, parent_run_id, created_at, updated_at, budget
+FROM runs WHERE run_id = %(run_id)s::text
+
+-- name: list_runs
+SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       priority, parent_run_id, created_at, updated_at, budget
+FROM runs
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
+  AND (%(parent_run_id)s::text IS NULL OR parent_run_id = %(parent_run_id)s::text)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+ORDER BY created_at DESC, run_id COLLATE "C" DESC
+LIMIT %(limit)s::bigint
+
+-- name: select_history
+-- A NULL limit means no limit in PostgreSQL.
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, payload, payload_ref, detail
+FROM history WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint ORDER BY seq
+LIMIT %(limit)s::bigint
+
+-- The hot path: one autocommit statement checks the fence, keeps the history
+-- gap-free and appends. FOR SHARE locks the run row for the statement's
+-- transaction, so a concurrent epoch bump (which takes FOR UPDATE) either
+-- waits for this append to commit and then appends after it, or commits
+-- first, in which case the lock re-reads the row, sees the new epoch and the
+-- fence is empty: nothing is inserted. A racing writer of the same seq hits
+-- the primary key instead (reported as LeaseLost).
+-- name: insert_event_fenced
+WITH fence AS (
+    SELECT 1 FROM runs
+    WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+    FOR SHARE
+)
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                     attempt, started_at, payload, payload_ref, detail)
+SELECT %(run_id)s::text, %(seq)s::bigint, %(event)s::text, %(at)s::float8, %(event_epoch)s::bigint,
+       %(worker)s::text, %(position)s::bigint, %(step_kind)s::text, %(name)s::text,
+       %(input_hash)s::text, %(attempt)s::bigint, %(started_at)s::float8, %(payload)s::bytea,
+       %(payload_ref)s::text, %(detail)s::text
+FROM fence
+WHERE %(seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = %(run_id)s::text)
+
+-- The same for a batch (the caller checks the seqs are consecutive): all rows
+-- or none, still one statement.
+-- name: insert_events_fenced
+WITH fence AS (
+    SELECT 1 FROM runs
+    WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+    FOR SHARE
+)
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                     attempt, started_at, payload, payload_ref, detail)
+SELECT %(run_id)s::text, e.seq, e.event, e.at, e.epoch, e.worker, e.position, e.step_kind, e.name,
+       e.input_hash, e.attempt, e.started_at, e.payload, e.payload_ref, e.detail
+FROM fence
+CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
+                  %(workers)s::text[], %(positions)s::bigint[], %(step_kinds)s::text[],
+                  %(names)s::text[], %(input_hashes)s::text[], %(attempts)s::bigint[],
+                  %(started_ats)s::float8[], %(payloads)s::bytea[], %(payload_refs)s::text[],
+                  %(details)s::text[])
+     AS e(seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+          started_at, payload, payload_ref, detail)
+WHERE %(first_seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history
+                               WHERE run_id = %(run_id)s::text)
+
+-- Entries written by the holder of the run row's FOR UPDATE lock (claims):
+-- nobody else can append meanwhile, so no checks are needed.
+-- name: insert_events
+INSERT INTO history (run_id, seq, event, at, epoch, worker, detail)
+SELECT %(run_id)s::text, e.seq, e.event, e.at, e.epoch, e.worker, e.detail
+FROM unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
+            %(workers)s::text[], %(details)s::text[]) AS e(seq, event, at, epoch, worker, detail)
+
+-- Append after the current maximum, for writers that bump the epoch and hold
+-- the run row FOR UPDATE. Returns the seq it took.
+-- name: append_auto
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                     attempt, started_at, payload, payload_ref, detail)
+SELECT %(run_id)s::text, COALESCE(MAX(seq), 0) + 1, %(event)s::text, %(at)s::float8,
+       %(event_epoch)s::bigint, %(worker)s::text, %(position)s::bigint, %(step_kind)s::text,
+       %(name)s::text, %(input_hash)s::text, %(attempt)s::bigint, %(started_at)s::float8,
+       %(payload)s::bytea, %(payload_ref)s::text, %(detail)s::text
+FROM history WHERE run_id = %(run_id)s::text
+RETURNING seq
+
+-- Which runs a claim takes: SKIP LOCKED passes over rows another claimer is
+-- taking right now, and FOR UPDATE re-checks the WHERE clause against the
+-- newest version of each row it locks, so a run claimed (or renewed) since
+-- this statement's snapshot is not returned.
+-- name: select_runnable
+SELECT run_id, status, owner, epoch, recoveries FROM runs
+WHERE runnable_at <= %(now)s::float8
+  AND workflow = ANY(%(workflows)s::text[])
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+ORDER BY priority DESC, runnable_at, run_id COLLATE "C"
+LIMIT %(limit)s::bigint
+FOR UPDATE SKIP LOCKED
+
+-- name: select_claim_state
+SELECT status, owner, epoch, recoveries, runnable_at FROM runs
+WHERE run_id = %(run_id)s::text
+FOR UPDATE
+
+-- name: claim
+UPDATE runs SET status = 'running', owner = %(worker)s::text, epoch = epoch + 1,
+       lease_expires_at = %(lease_until)s::float8, runnable_at = %(lease_until)s::float8,
+       wake_at = NULL, waiting_on = NULL, recoveries = %(recoveries)s::bigint,
+       updated_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
+
+-- name: quarantine
+UPDATE runs SET status = 'quarantined', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = NULL, recoveries = %(recoveries)s::bigint, updated_at = %(now)s::float8,
+       error = %(error)s::text
+WHERE run_id = %(run_id)s::text
+
+-- name: reclaim_owned
+UPDATE runs SET runnable_at = %(now)s::float8, lease_expires_at = %(now)s::float8,
+       updated_at = %(now)s::float8
+WHERE runnable_at IS NOT NULL AND owner = %(worker)s::text AND status = 'running'
+
+-- All leases in one statement; the ids it returns are the ones still held.
+-- name: renew_leases
+UPDATE runs SET lease_expires_at = %(lease_until)s::float8, runnable_at = %(lease_until)s::float8,
+       updated_at = %(now)s::float8
+FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[]) AS lease(run_id, epoch)
+WHERE runs.run_id = lease.run_id AND runs.epoch = lease.epoch
+  AND runs.owner = %(worker)s::text AND runs.status = 'running'
+RETURNING runs.run_id
+
+-- The fence of a multi-statement fenced write: lock the run row first, so the
+-- whole transaction runs under the epoch it checked.
+-- name: lock_fenced
+SELECT 1 FROM runs
+WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+FOR UPDATE
+
+-- A parent about to wait on a child locks the child's row to read its status:
+-- the child's own end (finish, cancel, kill, halt) either committed before and
+-- is seen here, or waits for this suspension and then wakes the parent. Without
+-- the lock, both could miss each other and the parent would sleep forever.
+-- name: lock_child_status
+SELECT status FROM runs WHERE run_id = %(run_id)s::text FOR SHARE
+
+-- name: suspend
+UPDATE runs SET status = %(status)s::text, owner = NULL, lease_expires_at = NULL,
+       wake_at = %(wake_at)s::float8, waiting_on = %(waiting_on)s::text,
+       runnable_at = %(runnable_at)s::float8, updated_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+
+-- name: release
+UPDATE runs SET status = 'pending', owner = NULL, lease_expires_at = NULL,
+       runnable_at = %(now)s::float8, updated_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+
+-- name: finish
+UPDATE runs SET status = %(status)s::text, owner = NULL, lease_expires_at = NULL, runnable_at = NULL,
+       result = %(result)s::bytea, result_ref = %(result_ref)s::text, error = %(error)s::text,
+       updated_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+RETURNING parent_run_id
+
+-- name: wake_waiting_parent
+UPDATE runs SET runnable_at = %(now)s::float8, updated_at = %(now)s::float8
+WHERE run_id = (SELECT parent_run_id FROM runs WHERE run_id = %(child_id)s::text)
+  AND status = 'suspended' AND waiting_on = %(child_id)s::text
+
+-- UNION (not UNION ALL) so that even a malformed parent cycle terminates.
+-- name: select_live_descendants
+WITH RECURSIVE tree(run_id) AS (
+    SELECT %(run_id)s::text
+    UNION
+    SELECT runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
+)
+SELECT runs.run_id FROM runs JOIN tree ON runs.run_id = tree.run_id
+WHERE runs.status <> ALL(%(terminal)s::text[])
+ORDER BY runs.run_id COLLATE "C"
+
+-- Lock a set of runs in one order (byte order of run_id), so two operators
+-- locking overlapping sets queue up instead of deadlocking.
+-- name: lock_runs
+SELECT run_id FROM runs WHERE run_id = ANY(%(run_ids)s::text[])
+ORDER BY run_id COLLATE "C"
+FOR UPDATE
+
+-- name: lock_run
+SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       priority, parent_run_id, created_at, updated_at, budget
+FROM runs WHERE run_id = %(run_id)s::text
+FOR UPDATE
+
+-- name: cancel
+UPDATE runs SET status = 'cancelled', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = NULL, wake_at = NULL, updated_at = %(now)s::float8, error = %(error)s::text
+WHERE run_id = %(run_id)s::text
+RETURNING epoch
+
+-- name: last_failed_position
+SELECT position FROM history
+WHERE run_id = %(run_id)s::text AND event = 'step.failed' ORDER BY seq DESC LIMIT 1
+
+-- name: retry
+UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = %(now)s::float8, wake_at = NULL, waiting_on = NULL, recoveries = 0,
+       error = NULL, updated_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
+
+-- name: select_live_of_tenant
+SELECT run_id FROM runs
+WHERE tenant = %(tenant)s::text AND status <> ALL(%(terminal)s::text[])
+ORDER BY run_id COLLATE "C"
+FOR UPDATE
+
+-- name: kill
+UPDATE runs SET status = 'killed', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = NULL, updated_at = %(now)s::float8, error = %(error)s::text
+WHERE run_id = %(run_id)s::text
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
+
+-- name: reopen
+UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = %(now)s::float8, wake_at = NULL, waiting_on = NULL, error = NULL,
+       updated_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
+
+-- name: halt
+UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
+       runnable_at = NULL, error = %(error)s::text, updated_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+
+-- name: set_budget
+UPDATE runs SET budget = %(budget)s::text, updated_at = %(now)s::float8,
+       runnable_at = CASE
+           WHEN status = 'suspended' AND wake_at IS NULL AND waiting_on IS NULL THEN %(now)s::float8
+           ELSE runnable_at END
+WHERE run_id = %(run_id)s::text
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
+
+-- name: artifact_exists
+SELECT 1 FROM artifacts WHERE ref = %(ref)s::text
+
+-- name: put_artifact
+INSERT INTO artifacts (ref, data) VALUES (%(ref)s::text, %(data)s::bytea)
+ON CONFLICT (ref) DO NOTHING
+
+-- name: get_artifact
+SELECT data FROM artifacts WHERE ref = %(ref)s::text

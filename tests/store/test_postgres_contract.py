@@ -1,0 +1,413 @@
+"""The store contract suite run against the PostgreSQL backend, plus the
+PostgreSQL-only promises: schema migrations in a configurable schema, commit
+durability, races between machines, and clear errors when the server is
+unreachable.
+
+Every test runs on a database of its own, cloned from a migrated template
+(see ``tests/store/pg.py``). If the server cannot be reached these tests fail
+(set ``CAIRN_SKIP_POSTGRES=1`` to skip them on purpose).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from cairn.errors import LeaseLost, StoreError
+from cairn.store.postgres import PostgresStore
+from cairn.store.records import Claim, Durability, EventType, RunStatus
+from cairn.store.sqlfiles import load_migrations
+from tests.store.contract import (
+    LEASE,
+    WF,
+    FakeClock,
+    StoreContract,
+    assert_gap_free,
+    claim,
+    ev,
+    intent,
+    new_run,
+    types,
+)
+from tests.store.pg import ServerUnavailable, TestDatabases, skip_requested
+
+
+@pytest.fixture(scope="session")
+def pg_databases() -> Iterator[TestDatabases]:
+    if skip_requested():
+        pytest.skip("CAIRN_SKIP_POSTGRES is set: PostgreSQL store tests skipped on purpose")
+    databases = TestDatabases()
+    problem = None
+    try:
+        databases.start()
+    except ServerUnavailable as exc:
+        problem = str(exc)
+    if problem is not None:  # failed outside the except block: the message is printed once
+        pytest.fail(problem, pytrace=False)
+    yield databases
+    databases.close()
+
+
+@pytest.fixture
+def pg_url(pg_databases: TestDatabases) -> Iterator[str]:
+    """A fresh database with the migrations applied (schema ``cairn``)."""
+    with pg_databases.database() as url:
+        yield url
+
+
+class TestPostgresStore(StoreContract):
+    @pytest.fixture
+    def clock(self) -> FakeClock:
+        return FakeClock()
+
+    @pytest.fixture
+    def store(self, clock: FakeClock, pg_url: str) -> Iterator[PostgresStore]:
+        store = PostgresStore(pg_url, clock=clock)
+        yield store
+        store.close()
+
+    @pytest.mark.parametrize("durability", list(Durability))
+    def test_durability_is_kept(self, pg_url: str, durability: Durability) -> None:
+        store = PostgresStore(pg_url, durability=durability)
+        assert store.durability is durability
+        store.close()
+
+
+# -- schema and migrations ------------------------------------------------------------
+
+
+def _query(url: str, query: str | sql.Composable, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(query, params).fetchall()
+
+
+def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str) -> None:
+    schema = "Tenant Schema-1"  # needs quoting everywhere it is used
+    migrations = load_migrations("postgres")
+    store = PostgresStore(pg_url, schema=schema)
+    assert store.schema_version() == len(migrations)
+    store.create_run(new_run("r1"))
+    store.close()
+    store = PostgresStore(pg_url, schema=schema)  # reopening applies nothing twice
+    assert store.migrate() == []
+    assert store.schema_version() == len(migrations)
+    assert store.get_run("r1") is not None
+    store.close()
+    rows = _query(
+        pg_url, sql.SQL("SELECT version, name FROM {}.schema_migrations ORDER BY version").format(
+            sql.Identifier(schema))
+    )
+    assert rows == [(m.version, m.name) for m in migrations]
+    tables = _query(pg_url, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                    "ORDER BY table_name", (schema,))
+    assert tables == [("artifacts",), ("history",), ("runs",), ("schema_migrations",)]
+    # The template's own schema is untouched and nothing landed in public.
+    assert _query(pg_url, "SELECT count(*) FROM cairn.runs") == [(0,)]
+    assert _query(pg_url, "SELECT to_regclass('public.runs')") == [(None,)]
+
+
+def test_schemas_are_separate_stores(pg_url: str) -> None:
+    a = PostgresStore(pg_url, schema="a")
+    b = PostgresStore(pg_url, schema="b")
+    try:
+        a.create_run(new_run("r1"))
+        assert b.get_run("r1") is None
+        assert b.create_run(new_run("r1", tenant="other"))[1] is True
+        assert a.get_run("r1").tenant == "default"  # type: ignore[union-attr]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_open_without_migrating_then_migrate(pg_url: str) -> None:
+    store = PostgresStore(pg_url, schema="later", auto_migrate=False)
+    try:
+        assert store.schema_version() == 0
+        assert store.migrate() == [m.version for m in load_migrations("postgres")]
+        assert store.migrate() == []
+        assert store.schema_version() == len(load_migrations("postgres"))
+        assert store.create_run(new_run("r1"))[1] is True
+    finally:
+        store.close()
+
+
+def test_concurrent_opens_migrate_exactly_once(pg_url: str) -> None:
+    """Workers on many machines start together against an empty schema."""
+    n = 6
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+    stores: list[PostgresStore] = []
+    lock = threading.Lock()
+
+    def open_store() -> None:
+        try:
+            barrier.wait()
+            store = PostgresStore(pg_url, schema="race")
+            with lock:
+                stores.append(store)
+        except BaseException as exc:  # surfaced to the test thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for store in stores:
+        store.close()
+    assert errors == []
+    assert len(stores) == n
+    rows = _query(pg_url, "SELECT version FROM race.schema_migrations ORDER BY version")
+    assert rows == [(m.version,) for m in load_migrations("postgres")]
+
+
+# -- durability -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("durability", "ordinary"), [(Durability.PROCESS, "on"), (Durability.POWER, "on")])
+def test_durability_modes_set_synchronous_commit(pg_url: str, durability: Durability, ordinary: str) -> None:
+    """Every commit is synchronous in both modes: the database server is a
+    process too, and a committed step must survive its crash."""
+    store = PostgresStore(pg_url, durability=durability)
+    try:
+        with store._conn() as conn:
+            assert conn.execute("SHOW synchronous_commit").fetchone() == (ordinary,)
+        seen = store._transaction(lambda tx: tx.execute("SHOW synchronous_commit").fetchone(), durable=True)
+        assert seen == ("on",)
+        with store._conn() as conn:
+            assert conn.execute("SHOW synchronous_commit").fetchone() == (ordinary,)
+    finally:
+        store.close()
+
+
+def test_separate_stores_claiming_concurrently_never_share_a_run(pg_url: str) -> None:
+    """Eight workers, each with its own store (as on eight machines), drain
+    200 runs: every run is claimed exactly once."""
+    setup = PostgresStore(pg_url)
+    for i in range(200):
+        setup.create_run(new_run(f"r{i:03d}"))
+    n = 8
+    stores = [PostgresStore(pg_url, pool_size=2) for _ in range(n)]
+    barrier = threading.Barrier(n)
+    got: list[list[Claim]] = [[] for _ in range(n)]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            barrier.wait()
+            while claims := stores[k].claim_runs(f"w{k}", [WF], 3, 300.0, 3):
+                got[k].extend(claims)
+        except BaseException as exc:  # surfaced to the test thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert errors == []
+        ids = [c.run.run_id for claims in got for c in claims]
+        assert sorted(ids) == [f"r{i:03d}" for i in range(200)]
+        for k, claims in enumerate(got):
+            for c in claims:
+                record = setup.get_run(c.run.run_id)
+                assert record is not None
+                assert (record.owner, record.epoch) == (f"w{k}", 1)
+                assert types(setup.history(c.run.run_id)).count(EventType.LEASE_CLAIMED) == 1
+    finally:
+        for store in [setup, *stores]:
+            store.close()
+
+
+def _race(*jobs: Callable[[], object]) -> list[BaseException | None]:
+    """Run ``jobs`` on threads released at the same instant; return what
+    each one raised (``None`` if it returned)."""
+    barrier = threading.Barrier(len(jobs))
+    raised: list[BaseException | None] = [None] * len(jobs)
+
+    def run(k: int, job: Callable[[], object]) -> None:
+        barrier.wait()
+        try:
+            job()
+        except BaseException as exc:  # LeaseLost is a BaseException; surfaced to the caller
+            raised[k] = exc
+
+    threads = [threading.Thread(target=run, args=(k, job)) for k, job in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    return raised
+
+
+def _append_until_lost(
+    store: PostgresStore, clock: FakeClock, claimed: Claim, barrier: bool, appended: list[int]
+) -> None:
+    """The holder of ``claimed`` appends steps as fast as it can until it is
+    fenced out, noting every seq the store acknowledged."""
+    rid, epoch = claimed.run.run_id, claimed.run.epoch
+    for seq in range(claimed.next_seq, claimed.next_seq + 10_000):
+        if barrier:
+            event = intent(clock, rid, seq, epoch, position=seq)
+        else:
+            event = ev(clock, rid, seq, epoch, position=seq)
+        store.append(rid, epoch, [event], barrier=barrier)
+        appended.append(seq)
+
+
+_BUMPS: dict[str, tuple[Callable[[PostgresStore, str], object], list[EventType]]] = {
+    "takeover": (
+        lambda store, rid: claim(store, rid, "w2", max_recoveries=100),
+        [EventType.LEASE_LOST, EventType.LEASE_TAKEN_OVER],
+    ),
+    "cancel": (lambda store, rid: store.cancel_run(rid, "race"), [EventType.RUN_CANCELLED]),
+    "kill": (lambda store, rid: store.kill_runs("race", run_id=rid), [EventType.RUN_KILLED]),
+}
+
+
+@pytest.mark.parametrize(("bump", "rounds"), [("takeover", 300), ("cancel", 100), ("kill", 100)])
+def test_fenced_append_never_lands_after_a_concurrent_epoch_bump(pg_url: str, bump: str, rounds: int) -> None:
+    """A holder appends as fast as it can while another machine takes its
+    run over (or an operator cancels or kills it). Whatever the interleaving,
+    every append the holder was told succeeded is in the history, all of
+    them come before the bump's entries, and the holder is stopped with
+    ``LeaseLost``. Odd rounds use barrier appends (their own transactions)."""
+    clock = FakeClock()
+    holder = PostgresStore(pg_url, clock=clock)
+    rival = PostgresStore(pg_url, clock=clock)
+    do_bump, bump_events = _BUMPS[bump]
+    raced = 0
+    try:
+        for i in range(rounds):
+            rid = f"r{i}"
+            holder.create_run(new_run(rid))
+            # An already expired lease: the rival may take the run over at once.
+            c = holder.claim_run(rid, "w1", -1.0, 100)
+            assert c is not None
+            appended: list[int] = []
+            lost, bumped = _race(
+                functools.partial(_append_until_lost, holder, clock, c, i % 2 == 1, appended),
+                functools.partial(do_bump, rival, rid),
+            )
+            assert isinstance(lost, LeaseLost), lost
+            assert bumped is None
+            history = holder.history(rid)
+            assert_gap_free(history, rid)
+            tail = history[-len(bump_events) :]
+            assert types(tail) == bump_events
+            mine = [e.seq for e in history if e.epoch == c.run.epoch and e.position is not None]
+            assert mine == appended  # every acknowledged append is there, and nothing else of the holder's
+            assert all(seq < tail[0].seq for seq in mine)
+            raced += bool(appended)
+    finally:
+        holder.close()
+        rival.close()
+    assert raced > 0, "the holder never got an append in before the bump: the race was not exercised"
+
+
+def test_artifacts_are_shared_between_stores(pg_url: str) -> None:
+    """No shared filesystem between machines: artifacts live in the database."""
+    a, b = PostgresStore(pg_url), PostgresStore(pg_url)
+    try:
+        ref = a.put_artifact(b"x" * 100_000)
+        assert b.get_artifact(ref) == b"x" * 100_000
+        assert b.put_artifact(b"x" * 100_000) == ref
+    finally:
+        a.close()
+        b.close()
+
+
+def test_child_end_and_parent_suspend_racing_never_lose_the_wake_up(pg_url: str) -> None:
+    """A parent suspends waiting on its child while the child finishes on
+    another machine: whichever commits first, the parent ends up runnable."""
+    clock = FakeClock()
+    parent_side = PostgresStore(pg_url, clock=clock)
+    child_side = PostgresStore(pg_url, clock=clock)
+    try:
+        for i in range(100):
+            pid, kid = f"p{i}", f"k{i}"
+            parent_side.create_run(new_run(pid))
+            p = claim(parent_side, pid, "w1")
+            parent_side.start_child(pid, p.run.epoch, ev(clock, pid, p.next_seq, p.run.epoch), new_run(kid))
+            k = claim(child_side, kid, "w2")
+            suspended = ev(clock, pid, p.next_seq + 1, p.run.epoch, EventType.RUN_SUSPENDED)
+            completed = ev(clock, kid, k.next_seq, k.run.epoch, EventType.RUN_COMPLETED, worker="w2")
+            raised = _race(
+                functools.partial(parent_side.suspend_run, pid, p.run.epoch, suspended, None, kid),
+                functools.partial(
+                    child_side.finish_run, kid, k.run.epoch, completed, RunStatus.COMPLETED, None, None
+                ),
+            )
+            assert raised == [None, None]
+            woken = parent_side.claim_run(pid, "w3", LEASE, 3)
+            assert woken is not None, f"round {i}: the parent was never woken"
+            assert woken.history[-1].event is EventType.RUN_WOKEN
+    finally:
+        parent_side.close()
+        child_side.close()
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://127.0.0.1:5432/db?no_such_option=1", "malformed PostgreSQL URL"),
+        ("postgresql://postgres:s3cret@127.0.0.1:1/cairn", "cannot open PostgreSQL database 127.0.0.1:1"),
+        ("postgresql://127.0.0.1:notaport/cairn", "PostgreSQL"),
+    ],
+)
+def test_bad_url_or_stopped_server_is_a_one_line_store_error(url: str, expected: str) -> None:
+    with pytest.raises(StoreError) as info:
+        PostgresStore(url)
+    message = str(info.value)
+    assert expected in message
+    assert "\n" not in message
+    assert "s3cret" not in message
+
+
+def test_missing_database_is_a_one_line_store_error(pg_databases: TestDatabases) -> None:
+    with pytest.raises(StoreError, match="does not exist") as info:
+        PostgresStore(pg_databases.url_for(f"{pg_databases.prefix}_missing"))
+    assert "\n" not in str(info.value)
+
+
+def test_lost_connection_is_a_store_error_and_the_store_recovers(pg_url: str) -> None:
+    """The server drops the store's connections (a restart, a failover): the
+    call in flight fails with a one-line StoreError; later calls reconnect."""
+    store = PostgresStore(pg_url)
+    try:
+        store.create_run(new_run("r1"))
+        # The second argument waits until the backends are gone.
+        _query(pg_url, "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        outcomes: list[str] = []
+        for _ in range(3):
+            try:
+                outcomes.append(repr(store.get_run("r1") is not None))
+            except StoreError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[1:] == ["True", "True"]
+        assert outcomes[0].startswith("PostgreSQL error (")
+        assert "\n" not in outcomes[0]
+    finally:
+        store.close()
+
+
+def test_closed_store_is_closed_for_every_method(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    store.close()
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.claim_runs("w1", [WF], 1, LEASE, 3)
+    with pytest.raises(StoreError, match="closed"):
+        store.schema_version()
