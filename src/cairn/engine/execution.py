@@ -113,6 +113,11 @@ class Execution:
         self.position += 1
         recorded = self.journal.outcomes.get(position)
         if recorded is None:
+            intent = self.journal.intents.get(position)
+            if intent is not None:
+                # A side effect was (maybe) sent from here: replay must ask for
+                # the very same call, or reconciling it would be meaningless.
+                self._check(position, intent, kind, name, input_hash)
             recorded_retry = self.journal.retries.get(position)
             if recorded_retry is not None:
                 self._check(position, recorded_retry, kind, name, input_hash)

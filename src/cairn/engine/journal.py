@@ -37,7 +37,7 @@ class Usage:
 class Journal:
     """Final outcomes, retry and side-effect state of each position."""
 
-    __slots__ = ("op_state", "outcomes", "retries", "rewinds", "usage")
+    __slots__ = ("intents", "op_state", "outcomes", "retries", "rewinds", "usage")
 
     def __init__(self, history: Iterable[HistoryEvent]) -> None:
         #: position -> the step.completed / step.failed entry that settled it
@@ -46,6 +46,8 @@ class Journal:
         self.retries: dict[int, HistoryEvent] = {}
         #: position -> the latest op.* / step.retried entry of a side-effecting tool
         self.op_state: dict[int, HistoryEvent] = {}
+        #: position -> the latest op.intent (what was about to be sent, and with what)
+        self.intents: dict[int, HistoryEvent] = {}
         #: details of every logical rewind, oldest first
         self.rewinds: list[dict[str, Any]] = []
         self.usage = Usage()
@@ -74,6 +76,8 @@ class Journal:
             self.retries[event.position] = event
         if kind in _OP_EVENTS:
             self.op_state[event.position] = event
+        if kind is EventType.OP_INTENT:
+            self.intents[event.position] = event
 
     def _count(self, event: HistoryEvent) -> None:
         if event.step_kind == "model" and event.event is EventType.STEP_COMPLETED:
@@ -86,7 +90,7 @@ class Journal:
             self.usage.tool_calls += 1
 
     def _forget_from(self, position: int) -> None:
-        for table in (self.outcomes, self.retries, self.op_state):
+        for table in (self.outcomes, self.retries, self.op_state, self.intents):
             for pos in [p for p in table if p >= position]:
                 del table[pos]
 

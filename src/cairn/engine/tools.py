@@ -261,7 +261,13 @@ class _ToolCall:
         return _RECONCILE
 
     def _operation(self) -> Operation:
-        arguments = self._arguments(as_json=self.d.effect is not Effect.READ)
+        intent = self.ex.journal.intents.get(self.call.position)
+        if intent is not None and intent.payload is not None and self.ex.journal.uncertain(self.call.position):
+            # after a crash the reconciler sees what the intent recorded
+            recorded = self.ex.runtime.payloads.load(intent.payload, dict[str, Any], what="recorded intent")
+            arguments: dict[str, Any] = recorded
+        else:
+            arguments = self._arguments(as_json=self.d.effect is not Effect.READ)
         return Operation(
             operation_id=operation_id(self.ex.run_id, self.call.position), tool=self.d.name,
             effect=self.d.effect, run_id=self.ex.run_id, tenant=self.ex.run.tenant,
