@@ -25,6 +25,7 @@ from click.testing import CliRunner, Result
 import cairn
 from cairn.cli.demo import JournalStep, judge
 from cairn.cli.main import main
+from cairn.store import open_store
 from cairn.store.records import EventType, RunStatus
 from tests.cli.workflows import build_app
 
@@ -50,6 +51,7 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     url = f"sqlite:///{tmp_path / 'cairn.db'}"
     # The CLI sets $CAIRN_DB in this process; monkeypatch puts it back afterwards.
     monkeypatch.setenv("CAIRN_DB", url)
+    open_store(url).close()  # inspection commands refuse a database that does not exist
     return url
 
 
@@ -129,7 +131,7 @@ def test_unopenable_database(tmp_path: Path) -> None:
 
 
 def test_unsupported_database_url() -> None:
-    check_error(cli("runs", "--db", "postgres://localhost/x"), 1, "unsupported database URL scheme")
+    check_error(cli("runs", "--db", "mysql://localhost/x"), 1, "unsupported database URL scheme 'mysql'")
 
 
 @pytest.mark.parametrize(
@@ -182,7 +184,7 @@ def test_usage_errors(db: str, args: tuple[str, ...]) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "fragment"),
     [
-        (("show", "nope"), 1, "error: no run with id 'nope'"),
+        (("show", "nope"), 1, "error: no database at "),
         (("start", "greet", "--app", "tests.cli.nope:app"), 2, "no module named"),
         (("start", "greet", "--app", APP, "--input", "{x"), 2, "not valid JSON"),
         (("start", "greet", "--app", "tests.cli.broken_app:app"), 1, "the config file is missing"),

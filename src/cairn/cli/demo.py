@@ -41,10 +41,11 @@ from rich.table import Table
 from rich.text import Text
 
 import cairn
+from cairn.store import sqlite_path
 from cairn.store.records import EventType, HistoryEvent, RunStatus
 
 from . import render
-from .loading import load_app, sqlite_file
+from .loading import load_app
 
 APP_SPEC = "cairn.demo.agent:app"
 #: The demo workers' lease. A SIGKILLed worker cannot give its runs back, so
@@ -211,7 +212,7 @@ class DemoPaths:
                 file = directory / f"demo-{stamp}-{n}.db"
                 n += 1
         else:
-            found = sqlite_file(db)
+            found = sqlite_path(db)
             if found is None:
                 raise click.UsageError(f"the demo needs a SQLite database file that its worker processes can "
                                        f"share, not {db!r}")

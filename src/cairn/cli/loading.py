@@ -14,13 +14,12 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import click
 
 from cairn.api.app import App
-from cairn.errors import CairnError
-from cairn.store import open_store, resolve_url
+from cairn.errors import CairnError, ConfigError, StoreError
+from cairn.store import open_store, resolve_url, sqlite_path
 from cairn.store.contract import Store
 
 
@@ -34,22 +33,25 @@ def apply_db(db: str | None) -> None:
         os.environ["CAIRN_DB"] = db
 
 
-def sqlite_file(url: str) -> Path | None:
-    """The file a database URL names, read the way ``open_store`` reads it;
-    ``None`` when it names no file (``memory://``, unknown schemes)."""
-    if url.startswith("sqlite://"):
-        rest = url.removeprefix("sqlite://")
-        return Path(rest[1:]) if rest.startswith("/") and len(rest) > 1 else None
-    return None if "://" in url else Path(url)
-
-
 def same_database(a: str, b: str) -> bool:
     """Whether two URLs name one database: ``sqlite:///x.db``, ``x.db`` and
     ``sqlite:////abs/x.db`` may all be the same file."""
-    file_a, file_b = sqlite_file(a), sqlite_file(b)
+    try:
+        file_a, file_b = sqlite_path(a), sqlite_path(b)
+    except ConfigError:  # a malformed URL names no file; only the same text is the same database
+        return a == b
     if file_a is not None and file_b is not None:
         return file_a.resolve() == file_b.resolve()
     return a == b
+
+
+def require_database(db: str | None) -> None:
+    """Refuse, as ``open_store(create=False)`` does, a database file that does
+    not exist: for commands that load an App (which would create it) only to
+    inspect or operate on runs already in it."""
+    path = sqlite_path(resolve_url(db))
+    if path is not None and not path.exists():
+        raise StoreError(f"no database at {str(path)!r}")
 
 
 def _check_spec(spec: str) -> tuple[str, str]:
@@ -137,6 +139,12 @@ class Session:
     app: App | None
     db_url: str
 
+    def operator(self) -> App:
+        """An App to operate on runs with (``operations``, ``kill``, ...): the
+        ``--app`` one, or a bare App on the store (those calls need no
+        workflow code). The session, not the caller, closes the store."""
+        return self.app if self.app is not None else App(store=self.store)
+
 
 @contextlib.contextmanager
 def open_session(db: str | None, app_spec: str | None) -> Iterator[Session]:
@@ -144,15 +152,19 @@ def open_session(db: str | None, app_spec: str | None) -> Iterator[Session]:
 
     Without ``--app`` the store is opened directly: inspecting runs needs no
     workflow code, so ``cairn show`` works on any machine that has the file.
+    A database that does not exist is an error, never created: a typo in
+    ``--db`` must not leave an empty database behind.
     """
     if app_spec is not None:
+        if db is not None:  # the App would create it; an App bound in code is checked by load_app
+            require_database(db)
         loaded = load_app(app_spec, db)
         try:
             yield Session(loaded.app.store, loaded.app, loaded.app.db_url or resolve_url(db))
         finally:
             loaded.close()
         return
-    store = open_store(db)
+    store = open_store(db, create=False)
     try:
         yield Session(store, None, resolve_url(db))
     finally:

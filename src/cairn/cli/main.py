@@ -7,8 +7,11 @@ mistakes or 1 for everything else; a traceback always means a bug in Cairn.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import os
+import shlex
 import sqlite3
 import sys
 import time
@@ -18,15 +21,19 @@ from typing import Any, TypeVar
 import click
 import msgspec
 from rich.console import Console
+from rich.text import Text
 
 from cairn.api.app import App
 from cairn.codec import values
+from cairn.engine.budget import Budget
 from cairn.engine.executor import Outcome
 from cairn.errors import CairnError, InvalidRunState, PayloadError, RunNotFound, UnknownWorkflow
-from cairn.store.records import Claim, EventType, RunStatus
+from cairn.store import DEFAULT_DB, sqlite_path
+from cairn.store.contract import Store
+from cairn.store.records import Claim, EventType, HistoryEvent, RunStatus
 
 from . import render
-from .loading import loaded_app, open_session
+from .loading import Session, loaded_app, open_session
 
 log = logging.getLogger("cairn.worker")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -86,11 +93,13 @@ class CairnGroup(click.Group):
 
 
 def _db(ctx: click.Context, db: str | None) -> str | None:
-    """``--db`` given on the command, else on the group, else ``None`` (env/default)."""
-    if db is not None:
-        return db
-    root: str | None = ctx.find_root().params.get("db")
-    return root
+    """``--db`` given on the command, else on the nearest group that has one
+    (``cairn --db X ops resolve``), else ``None`` (``$CAIRN_DB``, then the default)."""
+    parent = ctx.parent
+    while db is None and parent is not None:
+        db = parent.params.get("db")
+        parent = parent.parent
+    return db
 
 
 db_option = click.option("--db", metavar="URL", default=None, help=DB_HELP)
@@ -120,38 +129,108 @@ def main(db: str | None) -> None:
 # -- demo --------------------------------------------------------------------------------------
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @db_option
-@click.option("--steps", type=click.IntRange(10, 20), default=20, show_default=True,
-              help="Step budget of the demo agent (it reads (STEPS - 8) / 2 files).")
+@click.option("--steps", type=click.IntRange(10, 20), default=None,
+              help="Step budget of the demo agent (it reads (STEPS - 8) / 2 files). Default: 20.")
 @click.pass_context
-def demo(ctx: click.Context, db: str | None, steps: int) -> None:
+def demo(ctx: click.Context, db: str | None, steps: int | None) -> None:
     """Kill a worker in the middle of an agent run and watch another finish it.
 
     Starts the offline demo agent, SIGKILLs its worker after about 40% of the
     steps, starts a second worker, and checks from an effects log that no
-    finished step ran twice.
+    finished step ran twice. 'cairn demo payments' runs the exactly-once
+    payments demo instead.
     """
+    if ctx.invoked_subcommand is not None:
+        if steps is not None:
+            raise click.UsageError(f"--steps only applies to the research-agent demo ('cairn demo'), not "
+                                   f"'cairn demo {ctx.invoked_subcommand}'")
+        return
     from .demo import run_demo  # keeps `cairn --help` fast
 
-    ctx.exit(run_demo(_db(ctx, db), steps, Console(highlight=False, soft_wrap=True)))
+    ctx.exit(run_demo(_db(ctx, db), 20 if steps is None else steps, Console(highlight=False, soft_wrap=True)))
+
+
+@demo.command("payments")
+@db_option
+@click.pass_context
+def demo_payments(ctx: click.Context, db: str | None) -> None:
+    """Kill a worker between the bank moving money and Cairn recording it;
+    check that the bank holds exactly one transfer per refund."""
+    db = _db(ctx, db)
+    if db is not None and sqlite_path(db) is None:
+        raise click.UsageError(f"the payments demo needs a SQLite database file that its worker processes "
+                               f"can share, not {db!r}")
+    run_payments_demo = _payments_demo()
+    ctx.exit(run_payments_demo(db, Console(highlight=False, soft_wrap=True)))
+
+
+def _payments_demo() -> Callable[[str | None, Console], int]:
+    """``cairn.demo.payments.run_payments_demo``, imported without side effects.
+
+    The module builds a ``cairn.App()`` at import time (for its workers, which
+    get ``--db``); here that App is never used, so it is pointed at a
+    throwaway in-memory store instead of creating ``$CAIRN_DB`` or the default
+    database file as a side effect of importing.
+    """
+    previous = os.environ.get("CAIRN_DB")
+    if "cairn.demo.payments" not in sys.modules:
+        os.environ["CAIRN_DB"] = "memory://"
+    try:
+        payments = importlib.import_module("cairn.demo.payments")
+    except ImportError as exc:
+        raise click.ClickException(f"the payments demo is not installed ({exc})") from None
+    finally:
+        if previous is None:
+            os.environ.pop("CAIRN_DB", None)
+        else:
+            os.environ["CAIRN_DB"] = previous
+    run: Callable[[str | None, Console], int] | None = getattr(payments, "run_payments_demo", None)
+    if run is None:
+        raise click.ClickException("the payments demo is not installed")
+    return run
 
 
 # -- worker ------------------------------------------------------------------------------------
 
 
-def _log_outcome(claim: Claim, outcome: Outcome) -> None:
-    run = f"run {claim.run.run_id} ({claim.run.workflow})"
-    if outcome.status == "completed":
-        log.info("%s completed", run)
-    elif outcome.status == "suspended" and outcome.waiting_on:
-        log.info("%s suspended until child %s ends", run, outcome.waiting_on)
-    elif outcome.status == "suspended":
-        log.info("%s suspended until %s", run, render.fmt_time(outcome.wake_at))
-    elif outcome.status == "released":
-        log.info("%s released for another worker", run)
-    else:  # failed, lost, abandoned
-        log.warning("%s %s: %s", run, outcome.status, outcome.error)
+def _outcome_logger(store: Store) -> Callable[[Claim, Outcome], None]:
+    """The worker's ``on_outcome``: one log line per claim that ends."""
+
+    def log_outcome(claim: Claim, outcome: Outcome) -> None:
+        run_id = claim.run.run_id
+        run = f"run {run_id} ({claim.run.workflow})"
+        if outcome.status == "completed":
+            log.info("%s completed", run)
+        elif outcome.status == "suspended" and outcome.waiting_on:
+            log.info("%s suspended until child %s ends", run, outcome.waiting_on)
+        elif outcome.status == "suspended" and outcome.wake_at is not None:
+            log.info("%s suspended until %s", run, render.fmt_time(outcome.wake_at))
+        elif outcome.status == "suspended":  # no timer: an operator is needed
+            log.warning("%s %s", run, _parked(store, run_id))
+        elif outcome.status == "released" and outcome.error:
+            log.info("%s rewound: %s", run, outcome.error)
+        elif outcome.status == "released":
+            log.info("%s released for another worker", run)
+        else:  # failed, halted, lost, abandoned
+            log.warning("%s %s: %s", run, outcome.status, outcome.error)
+
+    return log_outcome
+
+
+def _parked(store: Store, run_id: str) -> str:
+    """Why a run was suspended without a timer, said for the worker's log."""
+    try:
+        record = store.get_run(run_id)
+        history = store.history(run_id) if record is not None else []
+    except Exception:  # logging must never take the worker down
+        return "suspended"
+    if record is not None and record.status is RunStatus.NEEDS_ATTENTION:
+        return f"needs attention: an operation's outcome is uncertain (see 'cairn ops {run_id}')"
+    last = next((e for e in reversed(history) if e.event is EventType.RUN_SUSPENDED), None)
+    reason = render.lifecycle_detail(last) if last is not None else ""
+    return f"suspended: {reason}" if reason else "suspended"
 
 
 @main.command()
@@ -182,15 +261,12 @@ def worker(
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with loaded_app(app_spec, _db(ctx, db)) as app:
-        if lease is not None:
-            app.lease_seconds = lease  # read by app.worker() below; see the App's constructor
         w = app.worker(concurrency=concurrency, worker_id=worker_id, poll_interval=poll,
-                       queues=queues or None)
-        w.on_outcome = _log_outcome
+                       queues=queues or None, lease_seconds=lease, on_outcome=_outcome_logger(app.store))
         served = ", ".join(sorted(w.workflows)) or "(none: the app registers no workflows)"
         click.echo(f"cairn worker {w.worker_id}: workflows {served}; queues "
                    f"{', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "
-                   f"lease {app.lease_seconds:g}s; poll {poll:g}s", err=False)
+                   f"lease {w.settings.lease_seconds:g}s; poll {poll:g}s", err=False)
         sys.stdout.flush()
         w.run(install_signals=True)
         log.info("worker %s stopped after claiming %d run(s)", w.worker_id, w.claimed)
@@ -209,16 +285,26 @@ def _parse_input(text: str | None) -> Any:
 
 
 def _wait(app: App, run_id: str, timeout: float | None) -> Any:
+    """The run's result once it ends. A run that needs an operator is not
+    waited for (it would wait forever): that is an error naming what to do."""
     handle = app.handle(run_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
     with _stderr().status(f"waiting for run {run_id}…"):
-        try:
-            return handle.result(timeout=timeout)
-        except TimeoutError:
-            status = handle.status()
-            hint = " (is a worker running? start one with 'cairn worker --app ...')" \
-                if status is RunStatus.PENDING else ""
-            raise click.ClickException(f"run {run_id!r} is still {status.value} after {timeout:g}s{hint}") \
-                from None
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return handle.result(timeout=1.0 if left is None else min(1.0, left))
+            except TimeoutError:
+                status = handle.status()
+                if status is RunStatus.NEEDS_ATTENTION:
+                    raise click.ClickException(
+                        f"run {run_id!r} needs attention: the outcome of a side effect is uncertain "
+                        f"(see 'cairn ops {run_id}')") from None
+                if left is not None and left <= 1.0:
+                    hint = " (is a worker running? start one with 'cairn worker --app ...')" \
+                        if status is RunStatus.PENDING else ""
+                    raise click.ClickException(
+                        f"run {run_id!r} is still {status.value} after {timeout:g}s{hint}") from None
 
 
 @main.command()
@@ -254,10 +340,15 @@ def start(
             raise click.BadParameter(str(exc), param_hint="'WORKFLOW'") from None
         except PayloadError as exc:
             raise click.BadParameter(str(exc), param_hint="'--input'") from None
+        if handle.created is False:
+            status = handle.status().value
+            click.echo(f"run {handle.run_id} already existed ({status}); it was not started again and its "
+                       "input is unchanged", err=True)
         if not wait:
             click.echo(handle.run_id)
             return
-        click.echo(f"started run {handle.run_id}", err=True)
+        if handle.created is not False:
+            click.echo(f"started run {handle.run_id}", err=True)
         result = _wait(app, handle.run_id, timeout)
         click.echo(msgspec.json.format(values.encode(result), indent=2).decode())
 
@@ -392,3 +483,251 @@ def retry(ctx: click.Context, run_id: str, app_spec: str | None, db: str | None)
         where = f"from position {position}" if position is not None else "from the top of its journal"
         click.echo(f"retrying run {run_id} {where} (was {detail.get('previous_status', '?')}); "
                    f"it is {record.status.value} until a worker picks it up")
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN", required=False)
+@click.option("--tenant", default=None, help="Kill every unfinished run of this tenant instead of one run.")
+@click.option("--reason", default="killed by operator", show_default=True)
+@app_option(required=False)
+@db_option
+@click.pass_context
+def kill(
+    ctx: click.Context, run_id: str | None, tenant: str | None, reason: str, app_spec: str | None,
+    db: str | None,
+) -> None:
+    """The kill switch: stop a run and its unfinished children (or every
+    unfinished run of a tenant) at the next step boundary. Their leases are
+    revoked, so no further step result or side-effect intent of theirs is
+    accepted. 'cairn resume RUN --force' brings a killed run back."""
+    if (run_id is None) == (tenant is None):
+        raise click.UsageError("give exactly one of RUN and --tenant")
+    with open_session(_db(ctx, db), app_spec) as session:
+        killed = session.operator().kill(run_id, tenant=tenant, reason=reason)
+        if killed:
+            click.echo(f"killed {len(killed)} run{'s' if len(killed) != 1 else ''}:")
+            for record in killed:
+                click.echo(f"  {record.run_id}  ({record.workflow}, tenant {record.tenant})")
+            return
+        if tenant is not None:
+            click.echo(f"killed 0 runs: tenant {tenant!r} has no unfinished runs")
+            return
+        assert run_id is not None
+        found = session.store.get_run(run_id)
+        if found is None:
+            raise RunNotFound(run_id)
+        if found.status is RunStatus.KILLED:
+            click.echo(f"run {run_id} was already killed")
+            return
+        raise InvalidRunState(f"run {run_id!r} is {found.status.value}; only unfinished runs can be killed")
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--force", is_flag=True, help="Required: a killed or halted run was stopped on purpose.")
+@app_option(required=False)
+@db_option
+@click.pass_context
+def resume(ctx: click.Context, run_id: str, force: bool, app_spec: str | None, db: str | None) -> None:
+    """Bring a killed or halted run back where it stopped (needs --force)."""
+    if not force:
+        raise click.UsageError(f"killed and halted runs were stopped on purpose and only resume when forced: "
+                               f"'cairn resume {run_id} --force'")
+    with open_session(_db(ctx, db), app_spec) as session:
+        before = session.store.get_run(run_id)
+        if before is None:
+            raise RunNotFound(run_id)
+        record = session.operator().revive(run_id)
+        click.echo(f"resumed run {run_id} (was {before.status.value}); it is {record.status.value} until a "
+                   "worker picks it up")
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--tokens", type=click.IntRange(min=0), default=None, help="Model tokens, in total.")
+@click.option("--cost", type=click.FloatRange(min=0), default=None, help="Model cost, in total.")
+@click.option("--tool-calls", type=click.IntRange(min=0), default=None, help="Tool calls, in total.")
+@click.option("--wall-seconds", type=click.FloatRange(min=0), default=None,
+              help="Seconds since the run was created.")
+@app_option(required=False)
+@db_option
+@click.pass_context
+def budget(
+    ctx: click.Context, run_id: str, tokens: int | None, cost: float | None, tool_calls: int | None,
+    wall_seconds: float | None, app_spec: str | None, db: str | None,
+) -> None:
+    """Set limits of a run's budget; a run suspended over its budget continues.
+
+    The limits given replace those limits; the others stay as they were.
+    A running run is refused: change it once it is suspended.
+    """
+    given = {"tokens": tokens, "cost": cost, "tool_calls": tool_calls, "wall_seconds": wall_seconds}
+    given = {key: value for key, value in given.items() if value is not None}
+    if not given:
+        raise click.UsageError("give at least one limit: --tokens, --cost, --tool-calls or --wall-seconds")
+    with open_session(_db(ctx, db), app_spec) as session:
+        before = session.store.get_run(run_id)
+        if before is None:
+            raise RunNotFound(run_id)
+        limits = {**(before.budget or {}), **given}
+        new = Budget(tokens=limits.get("tokens"), cost=limits.get("cost"),
+                     tool_calls=limits.get("tool_calls"), wall_seconds=limits.get("wall_seconds"))
+        record = session.operator().set_budget(run_id, new)
+        click.echo(f"budget of run {run_id}: {render.fmt_budget(record.budget)} "
+                   f"(was {render.fmt_budget(before.budget)}); the run is {record.status.value}")
+
+
+# -- side-effecting operations -----------------------------------------------------------------
+
+
+class DefaultCommandGroup(click.Group):
+    """A group that runs its ``default`` command when the first argument
+    names none of its commands: ``cairn ops RUN`` is ``cairn ops list RUN``,
+    while ``cairn ops resolve ...`` still reaches ``resolve``."""
+
+    def __init__(self, *args: Any, default: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.default = default
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        i = 0
+        while i < len(args):  # skip the group's own options
+            if args[i] in ctx.help_option_names:
+                return super().parse_args(ctx, args)
+            if args[i] == "--db":
+                i += 2
+            elif args[i].startswith("--db="):
+                i += 1
+            else:
+                break
+        if i >= len(args) or args[i] not in self.commands:
+            args = [*args[:i], self.default, *args[i:]]
+        return super().parse_args(ctx, args)
+
+
+@main.group(cls=DefaultCommandGroup, default="list")
+@db_option
+def ops(db: str | None) -> None:
+    """A run's tool calls; resolve an uncertain side effect.
+
+    \b
+    cairn ops RUN                               list them ('list' is the default)
+    cairn ops resolve RUN POS --done JSON       it happened: record JSON as its result
+    cairn ops resolve RUN POS --not-done        it did not: execute it again
+
+    A write tool without a reconcile function whose outcome is uncertain (a
+    crash, or an error that does not prove it absent) puts its run in
+    needs_attention until an operator checks the outside world and resolves it.
+    Executed again or not, the call keeps its operation id.
+    """
+
+
+def _resolve_commands(run_id: str, position: int, db_url: str) -> dict[str, str]:
+    db = ["--db", db_url] if db_url != DEFAULT_DB else []
+    base = ["cairn", "ops", "resolve", run_id, str(position)]
+    return {"done": shlex.join([*base, "--done", "RESULT_JSON", *db]),
+            "not_done": shlex.join([*base, "--not-done", *db])}
+
+
+def _attention_for(op: dict[str, Any], history: list[HistoryEvent]) -> dict[str, Any]:
+    detail = render.attention(history) or {}
+    return detail if detail.get("position") == op["position"] else {}
+
+
+@ops.command("list")
+@click.argument("run_id", metavar="RUN")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the run and its operations.")
+@app_option(required=False)
+@db_option
+@click.pass_context
+def ops_list(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, db: str | None) -> None:
+    """(default) List a run's tool calls: position, tool, status (done,
+    failed, uncertain, pending), operation id and attempt; for an uncertain
+    one, its arguments and the commands that resolve it."""
+    with open_session(_db(ctx, db), app_spec) as session:
+        operations = session.operator().operations(run_id)  # RunNotFound for an unknown id
+        record = session.store.get_run(run_id)
+        assert record is not None
+        history = session.store.history(run_id)
+        needs = record.status is RunStatus.NEEDS_ATTENTION
+        uncertain = [op for op in operations if op["status"] == "uncertain"] if needs else []
+        if as_json:
+            for op in uncertain:
+                arguments = render.intent_arguments(session.store, history, int(op["position"]))
+                op["arguments"] = arguments.value if arguments is not None else None
+                op["why"] = _attention_for(op, history).get("why")
+                op["resolve"] = _resolve_commands(run_id, int(op["position"]), session.db_url)
+            out = {"run_id": run_id, "status": record.status.value, "operations": operations}
+            click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
+            return
+        if not operations:
+            click.echo(f"run {run_id} ({record.status.value}) has made no tool calls", err=True)
+            return
+        console = _stdout()
+        console.print(Text(f"run {run_id} ({record.workflow}): ") + render.status_text(record.status))
+        console.print(render.ops_table(operations))
+        for op in uncertain:
+            _print_uncertain(console, session, record.run_id, op, history)
+
+
+def _print_uncertain(
+    console: Console, session: Session, run_id: str, op: dict[str, Any], history: list[HistoryEvent]
+) -> None:
+    position = int(op["position"])
+    why = _attention_for(op, history).get("why") or "its outcome is not recorded"
+    arguments = render.intent_arguments(session.store, history, position)
+    commands = _resolve_commands(run_id, position, session.db_url)
+    console.print()
+    console.print(Text(f"needs attention: #{position} {op['tool']} (operation {op['operation_id']}) "
+                              f"may or may not have happened: {why}", style="bold yellow"), soft_wrap=True)
+    if arguments is None:
+        shown = "(no intent recorded)"
+    elif arguments.error is not None:
+        shown = f"<{arguments.error}>"
+    else:
+        shown = json.dumps(arguments.value, ensure_ascii=False, sort_keys=True, default=str)
+    console.print(f"  arguments: {shown}", markup=False, soft_wrap=True)
+    console.print(f"  check the outside world for operation id {op['operation_id']}, then:", markup=False,
+                  soft_wrap=True)
+    console.print(f"  if it happened:       {commands['done']}", markup=False, soft_wrap=True)
+    console.print("                        (RESULT_JSON: the tool's result as JSON; it is recorded, not "
+                  "executed again)", markup=False, soft_wrap=True)
+    console.print(f"  if it did not happen: {commands['not_done']}", markup=False, soft_wrap=True)
+    console.print("                        (executes it again with the same operation id)", markup=False,
+                  soft_wrap=True)
+
+
+def _parse_result(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="'--done'") from None
+
+
+@ops.command("resolve")
+@click.argument("run_id", metavar="RUN")
+@click.argument("position", type=click.IntRange(min=0))
+@click.option("--done", "done_json", metavar="JSON", default=None,
+              help="It happened: record JSON as the tool's result (the tool is not executed again).")
+@click.option("--not-done", is_flag=True,
+              help="It did not happen: execute the tool again, with the same operation id.")
+@app_option(required=False)
+@db_option
+@click.pass_context
+def ops_resolve(
+    ctx: click.Context, run_id: str, position: int, done_json: str | None, not_done: bool,
+    app_spec: str | None, db: str | None,
+) -> None:
+    """Settle the uncertain operation at POSITION of a run that needs attention."""
+    if (done_json is None) == (not not_done):
+        raise click.UsageError("give exactly one of --done JSON and --not-done")
+    result = _parse_result(done_json) if done_json is not None else None
+    done = done_json is not None
+    with open_session(_db(ctx, db), app_spec) as session:
+        operator = session.operator()
+        tool = next((op["tool"] for op in operator.operations(run_id) if op["position"] == position), "?")
+        record = operator.resolve_operation(run_id, position, done=done, result=result)
+        what = ("done: its result is recorded and it will not be executed again" if done
+                else "not done: it will be executed again with the same operation id")
+        click.echo(f"resolved #{position} {tool} of run {run_id} as {what}; the run is {record.status.value} "
+                   "until a worker picks it up")

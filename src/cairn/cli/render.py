@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cairn.codec import values
+from cairn.engine.journal import Journal
 from cairn.errors import PayloadError
 from cairn.store.contract import Store
 from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, Payload, RunRecord, RunStatus
@@ -30,7 +31,19 @@ STATUS_STYLE = {
     RunStatus.FAILED: "red",
     RunStatus.CANCELLED: "magenta",
     RunStatus.QUARANTINED: "bold red",
+    RunStatus.NEEDS_ATTENTION: "bold black on yellow",
+    RunStatus.KILLED: "bold magenta",
+    RunStatus.HALTED: "bold white on red",
 }
+
+#: History entries shown in red, and those that call for an operator.
+_BAD_EVENTS = frozenset({EventType.STEP_FAILED, EventType.RUN_FAILED, EventType.LEASE_LOST,
+                         EventType.RUN_QUARANTINED, EventType.RUN_HALTED, EventType.RUN_KILLED})
+_ATTENTION_EVENTS = frozenset({EventType.RUN_NEEDS_ATTENTION, EventType.OP_INTENT, EventType.OP_RECONCILED,
+                               EventType.OP_RESOLVED})
+#: History entries that end a run (for its "ended" time).
+_END_EVENTS = (EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED,
+               EventType.RUN_QUARANTINED, EventType.RUN_KILLED, EventType.RUN_HALTED)
 
 _JOURNAL_STATUS = {
     EventType.STEP_COMPLETED: "completed",
@@ -52,6 +65,23 @@ def fmt_seconds(seconds: float) -> str:
 
 def compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def fmt_number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+_LIMIT_NAMES = {"tokens": "tokens", "cost": "cost", "tool_calls": "tool calls",
+                "wall_seconds": "wall seconds"}
+
+
+def fmt_budget(budget: dict[str, Any] | None) -> str:
+    """``tokens 5000, cost 1.5``; ``unlimited`` for no limits."""
+    if not budget:
+        return "unlimited"
+    keys = [*(k for k in _LIMIT_NAMES if k in budget), *(k for k in budget if k not in _LIMIT_NAMES)]
+    return ", ".join(f"{_LIMIT_NAMES.get(k, k)} {fmt_number(budget[k])}" for k in keys
+                     if budget[k] is not None)
 
 
 def preview(value: Any, width: int = 60) -> str:
@@ -107,6 +137,7 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "wake_at": record.wake_at,
         "waiting_on": record.waiting_on,
         "error": record.error,
+        "budget": record.budget,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }
@@ -149,9 +180,10 @@ def event_json(store: Store, event: HistoryEvent) -> dict[str, Any]:
                    started_at=event.started_at)
     if event.payload is not None:
         decoded = decode(store, event.payload)
-        out["result"] = decoded.value
+        key = "arguments" if event.event is EventType.OP_INTENT else "result"
+        out[key] = decoded.value
         if decoded.error is not None:
-            out["result_error"] = decoded.error
+            out[f"{key}_error"] = decoded.error
     if event.detail is not None:
         out["detail"] = event.detail
     return out
@@ -177,11 +209,26 @@ def lifecycle_detail(event: HistoryEvent) -> str:
     if kind is EventType.RUN_SUSPENDED:
         if d.get("waiting_on"):
             return f"waiting on child {d['waiting_on']}"
+        if d.get("reason") == "budget_exceeded":
+            return (f"budget exceeded: {_LIMIT_NAMES.get(str(d.get('limit')), d.get('limit'))} used "
+                    f"{fmt_number(d.get('used'))} of {fmt_number(d.get('allowed'))} (raise it: cairn budget)")
+        if d.get("wake_at") is None:
+            return str(d.get("reason", ""))
         return f"{d.get('reason', 'timer')} until {_clock(d.get('wake_at'))}"
-    if kind is EventType.RUN_CANCELLED:
+    if kind is EventType.RUN_NEEDS_ATTENTION:
+        return (f"#{d.get('position')} {d.get('tool')} op {d.get('operation_id')} is uncertain: "
+                f"{d.get('why', '')} (see: cairn ops)")
+    if kind in (EventType.RUN_CANCELLED, EventType.RUN_KILLED):
         return str(d.get("reason", ""))
     if kind is EventType.RUN_RETRIED:
         return f"from position {d.get('from_position')} (was {d.get('previous_status')})"
+    if kind is EventType.RUN_REVIVED:
+        return f"was {d.get('previous_status', '?')}"
+    if kind is EventType.RUN_REWOUND:
+        return (f"to {d.get('to')!r} at position {d.get('from_position')} (rewind {d.get('rewind', '?')}): "
+                f"{d.get('reason', '')}")
+    if kind is EventType.RUN_BUDGET_CHANGED:
+        return f"budget now {fmt_budget(d.get('budget'))}"
     error = d.get("error", d if "message" in d else None)
     if isinstance(error, dict):
         return f"{error.get('type', 'Error')}: {error.get('message', '')}"
@@ -200,7 +247,9 @@ def event_detail(store: Store, event: HistoryEvent, width: int = 70) -> str:
             parts.append(fmt_seconds(max(0.0, event.at - event.started_at)))
         if event.event is EventType.STEP_COMPLETED:
             value = decode(store, event.payload)
-            parts.append(f"→ {_result_text(event.step_kind, value, width)}")
+            parts.append(f"→ {_result_text(event.step_kind, value, width)}{settled_by(event)}")
+        elif event.event in _OP_TEXT:
+            parts.append(preview(op_text(store, event), width))
         elif event.detail:
             parts.append(preview(_problem(event), width))
     else:
@@ -208,6 +257,35 @@ def event_detail(store: Store, event: HistoryEvent, width: int = 70) -> str:
         if text:
             parts.append(preview(text, width))
     return "  ".join(parts)
+
+
+_OP_TEXT = frozenset({EventType.OP_INTENT, EventType.OP_RECONCILED, EventType.OP_RESOLVED})
+
+
+def settled_by(event: HistoryEvent) -> str:
+    """How a tool result came to be recorded when the tool did not return it."""
+    detail = event.detail or {}
+    if detail.get("resolved_by") == "operator":
+        return " (resolved by an operator)"
+    if detail.get("reconciled") == "done":
+        return " (reconciled: found applied)"
+    return ""
+
+
+def op_text(store: Store, event: HistoryEvent) -> str:
+    """What an ``op.*`` entry says about a side effect."""
+    d = event.detail or {}
+    if event.event is EventType.OP_INTENT:
+        arguments = decode(store, event.payload)
+        return f"{d.get('effect', '?')} op {d.get('operation_id', '?')} args {show_decoded(arguments, 200)}"
+    if event.event is EventType.OP_RECONCILED:
+        if d.get("outcome") == "not_found":
+            return "reconcile: not applied; executing with the same operation id"
+        reason = f" ({d['reason']})" if d.get("reason") else ""
+        return f"reconcile: {d.get('outcome', '?')}{reason}; asking again at {_clock(d.get('next_at'))}"
+    if event.event is EventType.OP_RESOLVED:
+        return "operator: not done; executing again with the same operation id"
+    return compact(d) if d else ""
 
 
 def _result_text(kind: str | None, decoded: Decoded, width: int) -> str:
@@ -218,12 +296,12 @@ def _result_text(kind: str | None, decoded: Decoded, width: int) -> str:
 
 def event_line(store: Store, event: HistoryEvent) -> Text:
     where = f"#{event.position} {event.name}" if event.position is not None else ""
-    style = "red" if event.event in (EventType.STEP_FAILED, EventType.RUN_FAILED, EventType.LEASE_LOST,
-                                     EventType.RUN_QUARANTINED) else None
+    style = "bold red" if event.event in _BAD_EVENTS else (
+        "bold yellow" if event.event in _ATTENTION_EVENTS else "bold")
     line = Text()
     line.append(f"{event.seq:>5}  ", style="dim")
     line.append(f"{fmt_time(event.at)}  ")
-    line.append(f"{event.event.value:<16}", style=style or "bold")
+    line.append(f"{event.event.value:<19}", style=style)
     line.append(f" {where:<18} ")
     line.append(event_detail(store, event))
     return line
@@ -262,7 +340,9 @@ def journal_rows(store: Store, history: list[HistoryEvent]) -> list[JournalRow]:
             continue
         duration = event.at - event.started_at if event.started_at is not None else None
         if event.event is EventType.STEP_COMPLETED:
-            outcome = _result_text(event.step_kind, decode(store, event.payload), 48)
+            outcome = _result_text(event.step_kind, decode(store, event.payload), 48) + settled_by(event)
+        elif event.event in _OP_TEXT:
+            outcome = preview(op_text(store, event), 64)
         else:
             outcome = preview(_problem(event), 48)
         rows.append(JournalRow(event.position, event.step_kind or "?", event.name or "?",
@@ -276,7 +356,8 @@ def journal_table(rows: list[JournalRow]) -> Table:
                           ("duration", "right"), ("status", "left"), ("worker", "left"),
                           ("result", "left")):
         table.add_column(name, justify=justify, no_wrap=name != "result")  # type: ignore[arg-type]
-    styles = {"completed": "green", "failed": "red", "retried": "yellow"}
+    styles = {"completed": "green", "failed": "red", "retried": "yellow", "intent": "blue",
+              "reconciled": "yellow", "resolved": "yellow"}
     for row in rows:
         table.add_row(
             str(row.position), row.kind, row.name, str(row.attempt),
@@ -288,6 +369,17 @@ def journal_table(rows: list[JournalRow]) -> Table:
 
 def first_at(history: list[HistoryEvent], *kinds: EventType) -> float | None:
     return next((e.at for e in history if e.event in kinds), None)
+
+
+def last_at(history: list[HistoryEvent], *kinds: EventType) -> float | None:
+    return next((e.at for e in reversed(history) if e.event in kinds), None)
+
+
+def attention(history: list[HistoryEvent]) -> dict[str, Any] | None:
+    """The detail of the latest ``run.needs_attention`` entry (position, tool,
+    operation id, arguments, why), if any."""
+    entry = next((e for e in reversed(history) if e.event is EventType.RUN_NEEDS_ATTENTION), None)
+    return entry.detail or {} if entry is not None else None
 
 
 def print_run(console: Console, store: Store, record: RunRecord, history: list[HistoryEvent]) -> None:
@@ -304,8 +396,7 @@ def print_run(console: Console, store: Store, record: RunRecord, history: list[H
         head.add_row("parent", record.parent_run_id)
     head.add_row("queue", f"{record.queue} (priority {record.priority})")
     started = first_at(history, EventType.RUN_STARTED)
-    ended = first_at(history, EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED,
-                     EventType.RUN_QUARANTINED) if record.status.terminal else None
+    ended = last_at(history, *_END_EVENTS) if record.status.terminal else None
     head.add_row("created", fmt_time(record.created_at))
     head.add_row("started", fmt_time(started))
     if ended is not None:
@@ -315,9 +406,16 @@ def print_run(console: Console, store: Store, record: RunRecord, history: list[H
     head.add_row("owner", f"{record.owner or '-'}{lease}")
     head.add_row("epoch", f"{record.epoch}   recoveries {record.recoveries}")
     if record.status is RunStatus.SUSPENDED:
-        waiting = (f"child {record.waiting_on}" if record.waiting_on
-                   else f"timer due {fmt_time(record.wake_at)}")
-        head.add_row("waiting", waiting)
+        head.add_row("waiting", _waiting(record, history))
+    if record.status is RunStatus.NEEDS_ATTENTION:
+        needs = attention(history) or {}
+        head.add_row("attention", Text(
+            f"#{needs.get('position')} {needs.get('tool')} (operation {needs.get('operation_id')}) is "
+            f"uncertain: {needs.get('why', '')}; see 'cairn ops {record.run_id}'", style="bold yellow"))
+    if record.budget:
+        usage = Journal(history).usage
+        head.add_row("budget", f"{fmt_budget(record.budget)}  (used: tokens {usage.tokens}, cost "
+                               f"{usage.cost:g}, tool calls {usage.tool_calls})")
     head.add_row("input", show_decoded(decode(store, record.input), 100))
     console.print(head)
     rows = journal_rows(store, history)
@@ -336,6 +434,15 @@ def print_run(console: Console, store: Store, record: RunRecord, history: list[H
                       Text(f"{record.error.get('type', 'Error')}: {record.error.get('message', '')}"))
 
 
+def _waiting(record: RunRecord, history: list[HistoryEvent]) -> str:
+    if record.waiting_on:
+        return f"child {record.waiting_on}"
+    if record.wake_at is not None:
+        return f"timer due {fmt_time(record.wake_at)}"
+    last = next((e for e in reversed(history) if e.event is EventType.RUN_SUSPENDED), None)
+    return lifecycle_detail(last) if last is not None else "-"
+
+
 def show_json(store: Store, record: RunRecord, history: list[HistoryEvent]) -> dict[str, Any]:
     """``cairn show --json``: everything ``print_run`` shows, machine-readable."""
     out = run_json(record)
@@ -344,6 +451,8 @@ def show_json(store: Store, record: RunRecord, history: list[HistoryEvent]) -> d
     out["result"] = result.value
     out["journal"] = [_journal_json(store, e) for e in history
                       if e.event in JOURNAL_EVENTS and e.position is not None]
+    if record.status is RunStatus.NEEDS_ATTENTION:
+        out["attention"] = attention(history)
     return out
 
 
@@ -356,6 +465,35 @@ def _journal_json(store: Store, event: HistoryEvent) -> dict[str, Any]:
     }
     if event.event is EventType.STEP_COMPLETED:
         entry["result"] = decode(store, event.payload).value
-    elif event.detail is not None:
+    elif event.event is EventType.OP_INTENT:
+        entry["arguments"] = decode(store, event.payload).value
+    if event.detail is not None and (event.event is not EventType.STEP_COMPLETED or settled_by(event)):
         entry["detail"] = event.detail
     return entry
+
+
+# -- operations (side-effecting tool calls) ---------------------------------------------------
+
+OP_STYLE = {"done": "green", "failed": "red", "uncertain": "bold black on yellow", "pending": "yellow"}
+
+
+def intent_arguments(store: Store, history: list[HistoryEvent], position: int) -> Decoded | None:
+    """The arguments the latest ``op.intent`` at ``position`` recorded."""
+    intent = next((e for e in reversed(history)
+                   if e.event is EventType.OP_INTENT and e.position == position), None)
+    return decode(store, intent.payload) if intent is not None else None
+
+
+def ops_table(ops: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    # The operation id is what an operator looks up elsewhere: never cut it short.
+    table.add_column("pos", justify="right", no_wrap=True)
+    table.add_column("tool", overflow="fold")
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("operation id", overflow="fold")
+    table.add_column("try", justify="right", no_wrap=True, min_width=3)
+    for op in ops:
+        status = str(op["status"])
+        table.add_row(str(op["position"]), str(op["tool"]), Text(status, style=OP_STYLE.get(status, "")),
+                      str(op["operation_id"]), str(op.get("attempt") or 1))
+    return table

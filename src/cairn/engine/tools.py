@@ -262,7 +262,8 @@ class _ToolCall:
 
     def _operation(self) -> Operation:
         intent = self.ex.journal.intents.get(self.call.position)
-        if intent is not None and intent.payload is not None and self.ex.journal.uncertain(self.call.position):
+        uncertain = self.ex.journal.uncertain(self.call.position)
+        if intent is not None and intent.payload is not None and uncertain is not None:
             # after a crash the reconciler sees what the intent recorded
             recorded = self.ex.runtime.payloads.load(intent.payload, dict[str, Any], what="recorded intent")
             arguments: dict[str, Any] = recorded
