@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -81,6 +83,7 @@ _TERMINAL = [status.value for status in RunStatus if status.terminal]
 
 #: Seconds to wait for a connection: at open, and from the pool afterwards.
 _CONNECT_TIMEOUT = 10
+log = logging.getLogger("cairn.store.postgres")
 #: How often a transaction chosen as a deadlock victim is run again. Deadlocks
 #: are possible only between operator actions on run trees and the ends of
 #: runs in those trees (they lock parent and child rows in opposite orders);
@@ -142,6 +145,7 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(f"malformed PostgreSQL URL: {_one_line(exc)}") from None
         self._where = _describe(params)
+        self._url = url
         kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in params:
             kwargs["connect_timeout"] = _CONNECT_TIMEOUT
@@ -163,6 +167,7 @@ class PostgresStore:
         # database server is a process too, and "process" promises to survive
         # the crash of any process.
         self._default_level = self._durable_level
+        self._connect_kwargs = kwargs
         self._pool: ConnectionPool[_Conn] = ConnectionPool(
             url,
             kwargs=kwargs,
@@ -283,6 +288,43 @@ class PostgresStore:
             return
         self._closed = True
         self._pool.close()
+
+    # -- wake-ups ------------------------------------------------------------------
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` soon after any run of this schema may have become
+        claimable (``LISTEN cairn_runnable``); returns a function that stops
+        listening. Runs on its own thread and connection; reconnects with
+        backoff, and calls ``callback`` after every (re)connection because
+        notifications sent while it was away are lost. Workers keep polling
+        too: a lost notification costs latency, never a stuck run."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            backoff = 0.1
+            while not stop.is_set():
+                try:
+                    with psycopg.connect(self._url, **self._connect_kwargs) as conn:
+                        conn.execute("LISTEN cairn_runnable")
+                        backoff = 0.1
+                        callback()
+                        while not stop.is_set():
+                            for note in conn.notifies(timeout=0.5):
+                                if note.payload == self.schema:
+                                    callback()
+                except psycopg.Error as exc:
+                    log.warning("listening for runnable runs failed (%s); retrying", _one_line(exc))
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+
+        thread = threading.Thread(target=loop, name=f"cairn-listen-{self.schema}", daemon=True)
+        thread.start()
+
+        def close() -> None:
+            stop.set()
+            thread.join(timeout=5)
+
+        return close
 
     # -- creating and reading runs -------------------------------------------
 

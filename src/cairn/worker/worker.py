@@ -82,6 +82,10 @@ class Worker:
         if reclaimed:
             log.info("worker %s reclaimed %d run(s) from its previous incarnation", self.worker_id, reclaimed)
         pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix=f"cairn-{self.worker_id}")
+        # Stores that can push wake-ups (PostgreSQL LISTEN/NOTIFY) shorten the
+        # wait for new work to the notification latency; polling stays on.
+        listen = getattr(self.runtime.store, "listen", None)
+        stop_listening = listen(self._wakeup.set) if callable(listen) else None
         idle_since = time.monotonic()
         try:
             while not self._stopping.is_set():
@@ -96,6 +100,8 @@ class Worker:
                 self._wakeup.wait(self._poll_delay())
                 self._wakeup.clear()
         finally:
+            if stop_listening is not None:
+                stop_listening()
             self._drain(pool)
 
     def stop(self) -> None:

@@ -1,0 +1,72 @@
+"""Workers on PostgreSQL are woken by LISTEN/NOTIFY; polling is the safety net."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import cairn
+from cairn.store.postgres import PostgresStore
+from tests.store.pg import ServerUnavailable, TestDatabases, skip_requested
+
+
+@pytest.fixture(scope="module")
+def databases() -> Iterator[TestDatabases]:
+    if skip_requested():
+        pytest.skip("CAIRN_SKIP_POSTGRES=1")
+    dbs = TestDatabases(ahead=1)
+    try:
+        dbs.start()
+    except ServerUnavailable as exc:
+        pytest.fail(str(exc))
+    yield dbs
+    dbs.close()
+
+
+@pytest.fixture
+def app(databases: TestDatabases) -> Iterator[tuple[cairn.App, str]]:
+    with databases.database() as url:
+        application = cairn.App(store=PostgresStore(url))
+
+        @application.workflow(name="ping")
+        def ping(ctx: cairn.Context) -> str:
+            return "pong"
+
+        yield application, url
+        application.close()
+
+
+def serve(app: cairn.App, poll_interval: float) -> tuple[cairn.worker.worker.Worker, threading.Thread]:
+    worker = app.worker(concurrency=1, poll_interval=poll_interval)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    return worker, thread
+
+
+def test_a_notification_wakes_an_idle_worker_long_before_its_poll(app: tuple[cairn.App, str]) -> None:
+    application, _ = app
+    worker, thread = serve(application, poll_interval=60.0)  # a poll alone would take a minute
+    try:
+        handle = application.start("ping", run_id="r1")
+        assert handle.result(timeout=10) == "pong"
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_lost_notifications_cost_a_poll_never_a_stuck_run(app: tuple[cairn.App, str]) -> None:
+    application, url = app
+    with psycopg.connect(url, autocommit=True) as conn:  # suppress every notification
+        conn.execute("DROP TRIGGER runs_notify_runnable ON cairn.runs")
+    worker, thread = serve(application, poll_interval=0.3)
+    try:
+        handles = [application.start("ping", run_id=f"r{i}") for i in range(3)]
+        assert [h.result(timeout=10) for h in handles] == ["pong"] * 3
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
