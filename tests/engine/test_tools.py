@@ -206,3 +206,27 @@ def test_sync_tool_timeout_makes_a_write_uncertain(app: cairn.App, calls: Calls)
 def test_reconcile_only_for_write_tools(app: cairn.App) -> None:
     with pytest.raises(ValueError, match="only meaningful"):
         app.tool(effect="read", reconcile=lambda op: cairn.NotFound())(lambda: 1)
+
+
+def test_async_tool_with_async_reconcile(app: cairn.App, calls: Calls) -> None:
+    answers = iter([RuntimeError("bank API down"), cairn.Done(9)])
+
+    async def reconcile(op: cairn.Operation) -> cairn.Done[int]:
+        calls.hit("reconcile")
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    @app.tool(effect="write", reconcile=reconcile,
+              reconcile_retry=cairn.RetryPolicy(initial_delay=0.02, jitter=0))
+    async def pay(op: cairn.Operation) -> int:
+        calls.hit("pay")
+        raise ConnectionResetError("dropped")
+
+    @app.workflow(name="w")
+    async def w(ctx: cairn.Context) -> int:
+        return await pay()
+
+    assert app.run(w, run_id="ar") == 9
+    assert calls.counts == {"pay": 1, "reconcile": 2}  # the raising reconciler counted as Unknown

@@ -222,7 +222,10 @@ class _ToolCall:
             if plan is _RECONCILE:
                 answer = self._reconcile()
                 if inspect.isawaitable(answer):
-                    answer = await answer
+                    try:
+                        answer = await answer
+                    except Exception as exc:  # a failing reconciler knows nothing: try again later
+                        answer = Unknown(f"reconcile raised {type(exc).__qualname__}: {exc}")
                 plan = self._reconciled(answer)
                 continue
             try:
