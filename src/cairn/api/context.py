@@ -197,8 +197,7 @@ class Context:
             run_id=child_id, workflow=definition.name, workflow_version=definition.version,
             tenant=self.tenant, thread_id=self.thread_id, input=input_payload, parent_run_id=self.run_id,
         )
-        self._ex.store.start_child(self.run_id, self._ex.epoch, event, child)
-        self._ex.seq += 1
+        self._ex.start_child(event, child)
         return ChildHandle(self._ex, child_id, definition)
 
     def child(

@@ -23,7 +23,7 @@ from cairn.engine.journal import Journal
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
 from cairn.errors import CairnError, ChildFailed, LogicalFailure, NonDeterminismError, StepFailed
-from cairn.store.records import Claim, EventType, HistoryEvent, Payload, RunStatus
+from cairn.store.records import Claim, EventType, HistoryEvent, NewRun, Payload, RunStatus
 
 #: The execution whose workflow code is running in this context.
 CURRENT: contextvars.ContextVar[Execution] = contextvars.ContextVar("cairn_execution")
@@ -90,6 +90,16 @@ class Execution:
             run_id=self.run_id, seq=self.seq, event=event, at=time.time(), epoch=self.epoch,
             worker=self.worker, **fields,
         )
+
+    def start_child(self, event: HistoryEvent, child: NewRun) -> None:
+        """Record the child's start in this run's journal and create it, in
+        one fenced transaction."""
+        try:
+            self.store.start_child(self.run_id, self.epoch, event, child)
+        except (CairnError, sqlite3.Error, OSError) as exc:
+            raise Abandon(f"cannot start child run {child.run_id}: {exc}") from exc
+        self.seq += 1
+        self.journal.record(event)
 
     def append(self, event: HistoryEvent, *, barrier: bool = False) -> None:
         """Append one entry, fenced; ``barrier`` makes it (and all before it)
