@@ -9,11 +9,13 @@ failed write never leaves a gap.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -22,7 +24,13 @@ from cairn.engine.budget import Budget
 from cairn.engine.journal import Journal
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
-from cairn.errors import CairnError, ChildFailed, LogicalFailure, NonDeterminismError, StepFailed
+from cairn.errors import (
+    ChildFailed,
+    LogicalFailure,
+    NonDeterminismError,
+    StepFailed,
+    StoreError,
+)
 from cairn.store.records import Claim, EventType, HistoryEvent, NewRun, Payload, RunStatus
 
 #: The execution whose workflow code is running in this context.
@@ -44,6 +52,12 @@ def operation_id(run_id: str, position: int) -> str:
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = raw.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+#: Failures of the database itself (not of the workflow): the execution is
+#: abandoned, never recorded as the run's failure; the lease expires and the
+#: run is taken over, replaying what was recorded.
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (StoreError, sqlite3.Error, OSError)
 
 
 def error_detail(exc: BaseException, **extra: Any) -> dict[str, Any]:
@@ -96,7 +110,7 @@ class Execution:
         one fenced transaction."""
         try:
             self.store.start_child(self.run_id, self.epoch, event, child)
-        except (CairnError, sqlite3.Error, OSError) as exc:
+        except INFRASTRUCTURE_ERRORS as exc:
             raise Abandon(f"cannot start child run {child.run_id}: {exc}") from exc
         self.seq += 1
         self.journal.record(event)
@@ -106,7 +120,7 @@ class Execution:
         durable on stable storage before returning (the effect barrier)."""
         try:
             self.store.append(self.run_id, self.epoch, (event,), barrier=barrier)
-        except (CairnError, sqlite3.Error, OSError) as exc:
+        except INFRASTRUCTURE_ERRORS as exc:
             raise Abandon(f"cannot record {event.event} for run {self.run_id}: {exc}") from exc
         self.seq += 1
         self.journal.record(event)
@@ -178,7 +192,8 @@ class Execution:
             raise StepFailed(call.name, error.get("type", "Error"), error.get("message", ""), call.attempt)
         if recorded.payload is None:
             return None
-        return self.runtime.payloads.load(recorded.payload, result_type, what=self._what(call))
+        with self._infrastructure(f"load the result at position {call.position}"):
+            return self.runtime.payloads.load(recorded.payload, result_type, what=self._what(call))
 
     def complete_call(
         self, call: Call, value: Any, result_type: Any, detail: dict[str, Any] | None = None
@@ -186,7 +201,8 @@ class Execution:
         """Record ``value`` as the outcome of ``call`` and return it *as replay
         will see it* (decoded from the recorded bytes), so the first run and
         every replay observe the very same value."""
-        payload, raw = self.runtime.payloads.dump(value)
+        with self._infrastructure(f"store the result at position {call.position}"):
+            payload, raw = self.runtime.payloads.dump(value)
         self.record_outcome(call, payload, detail)
         return values.decode(raw, result_type, what=self._what(call))
 
@@ -229,6 +245,14 @@ class Execution:
         exceeded = budget.exceeded(self.journal.usage, time.time() - self.run.created_at, tool_call=tool_call)
         if exceeded is not None:
             raise Suspend("budget_exceeded", detail=exceeded)
+
+    @contextlib.contextmanager
+    def _infrastructure(self, doing: str) -> Iterator[None]:
+        """Turn a database failure while trying to ``doing`` into ``Abandon``."""
+        try:
+            yield
+        except INFRASTRUCTURE_ERRORS as exc:
+            raise Abandon(f"cannot {doing} of run {self.run_id}: {exc}") from exc
 
     def _what(self, call: Call) -> str:
         return f"result of {call.kind} {call.name!r} at position {call.position} of run {self.run_id!r}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,7 +20,7 @@ from cairn.api.context import Context
 from cairn.engine.execution import CURRENT, Execution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
-from cairn.errors import CairnError, LeaseLost, LogicalFailure, RewindFailed, SecurityViolation
+from cairn.errors import LeaseLost, LogicalFailure, PayloadError, RewindFailed, SecurityViolation, StoreError
 from cairn.store.records import Claim
 
 log = logging.getLogger("cairn.executor")
@@ -115,12 +116,14 @@ def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
         )
         execution.fail(impossible)
         return Outcome("failed", error=str(impossible))
+    except (StoreError, sqlite3.Error) as exc:  # the database failed, not the workflow
+        raise Abandon(f"store failure inside run {execution.run_id}: {exc}") from exc
     except Exception as exc:  # the workflow failed: record it, keep the journal
         execution.fail(exc)
         return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")
     try:
         value = execution.complete(result, definition.result_type)
-    except CairnError as exc:  # e.g. the result cannot be encoded: fail the run clearly
+    except PayloadError as exc:  # the result cannot be encoded: fail the run clearly
         execution.fail(exc)
         return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")
     return Outcome("completed", result=value)
