@@ -4,7 +4,8 @@ durability, races between machines, and clear errors when the server is
 unreachable.
 
 Every test runs on a database of its own, cloned from a migrated template
-(see ``tests/store/pg.py``). If the server cannot be reached these tests fail
+(see ``tests/store/pg.py``; the fixtures are in ``tests/store/conftest.py``).
+If the server cannot be reached these tests fail
 (set ``CAIRN_SKIP_POSTGRES=1`` to skip them on purpose).
 """
 
@@ -19,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cairn.errors import LeaseLost, StoreError
+from cairn.errors import LeaseLost, RunNotFound, StoreError
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import Claim, Durability, EventType, RunStatus
 from cairn.store.sqlfiles import load_migrations
@@ -31,34 +32,12 @@ from tests.store.contract import (
     assert_gap_free,
     claim,
     ev,
+    exercise_every_writer,
     intent,
     new_run,
     types,
 )
-from tests.store.pg import ServerUnavailable, TestDatabases, skip_requested
-
-
-@pytest.fixture(scope="session")
-def pg_databases() -> Iterator[TestDatabases]:
-    if skip_requested():
-        pytest.skip("CAIRN_SKIP_POSTGRES is set: PostgreSQL store tests skipped on purpose")
-    databases = TestDatabases()
-    problem = None
-    try:
-        databases.start()
-    except ServerUnavailable as exc:
-        problem = str(exc)
-    if problem is not None:  # failed outside the except block: the message is printed once
-        pytest.fail(problem, pytrace=False)
-    yield databases
-    databases.close()
-
-
-@pytest.fixture
-def pg_url(pg_databases: TestDatabases) -> Iterator[str]:
-    """A fresh database with the migrations applied (schema ``cairn``)."""
-    with pg_databases.database() as url:
-        yield url
+from tests.store.pg import TestDatabases
 
 
 class TestPostgresStore(StoreContract):
@@ -106,7 +85,7 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
     assert rows == [(m.version, m.name) for m in migrations]
     tables = _query(pg_url, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
                     "ORDER BY table_name", (schema,))
-    assert tables == [("artifacts",), ("history",), ("runs",), ("schema_migrations",)]
+    assert tables == [("artifact_gc",), ("artifacts",), ("history",), ("runs",), ("schema_migrations",)]
     # The template's own schema is untouched and nothing landed in public.
     assert _query(pg_url, "SELECT count(*) FROM cairn.runs") == [(0,)]
     assert _query(pg_url, "SELECT to_regclass('public.runs')") == [(None,)]
@@ -411,3 +390,106 @@ def test_closed_store_is_closed_for_every_method(pg_url: str) -> None:
         store.claim_runs("w1", [WF], 1, LEASE, 3)
     with pytest.raises(StoreError, match="closed"):
         store.schema_version()
+
+
+# -- tenancy and pruning ------------------------------------------------------------------
+
+
+def test_every_history_row_carries_its_runs_tenant(pg_url: str) -> None:
+    clock = FakeClock()
+    store = PostgresStore(pg_url, clock=clock)
+    try:
+        exercise_every_writer(store, clock)
+    finally:
+        store.close()
+    rows = _query(pg_url, "SELECT h.tenant, r.tenant, count(*) FROM cairn.history h "
+                  "LEFT JOIN cairn.runs r USING (run_id) GROUP BY h.tenant, r.tenant ORDER BY h.tenant")
+    assert [(h, r) for h, r, _ in rows] == [("acme", "acme"), ("globex", "globex")]
+    assert sum(n for _, _, n in rows) > 40
+    nullable = _query(pg_url, "SELECT is_nullable FROM information_schema.columns "
+                      "WHERE table_schema = 'cairn' AND table_name = 'history' AND column_name = 'tenant'")
+    assert nullable == [("NO",)]
+
+
+def test_migration_4_backfills_the_tenant_of_existing_history(pg_url: str) -> None:
+    """A schema an older Cairn left at migration 3, with runs in it."""
+    migrations = load_migrations("postgres")
+    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+        conn.execute("CREATE SCHEMA old")
+        conn.execute("SET LOCAL search_path = old")
+        conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                     "applied_at DOUBLE PRECISION NOT NULL)")
+        for migration in migrations[:3]:
+            conn.execute(migration.sql.encode())
+            conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 0)",
+                         (migration.version, migration.name))
+        for run_id, tenant in (("r1", "acme"), ("r2", "globex")):
+            conn.execute("INSERT INTO runs (run_id, tenant, workflow, workflow_version, status, created_at, "
+                         "updated_at) VALUES (%s, %s, 'wf', '1', 'pending', 0, 0)", (run_id, tenant))
+            for seq in (1, 2):
+                conn.execute("INSERT INTO history (run_id, seq, event, at, epoch) "
+                             "VALUES (%s, %s, 'run.created', 0, 0)", (run_id, seq))
+        conn.execute("INSERT INTO artifacts (ref, data) VALUES ('a', '\\x01')")
+    store = PostgresStore(pg_url, schema="old")
+    try:
+        assert store.schema_version() == len(migrations)
+        assert len(store.history("r1")) == 2
+    finally:
+        store.close()
+    rows = _query(pg_url, "SELECT run_id, seq, tenant FROM old.history ORDER BY run_id, seq")
+    assert rows == [("r1", 1, "acme"), ("r1", 2, "acme"), ("r2", 1, "globex"), ("r2", 2, "globex")]
+    assert _query(pg_url, "SELECT ref, touched_at FROM old.artifacts") == [("a", 0.0)]
+
+
+def test_put_artifact_records_when_it_was_last_stored(pg_url: str) -> None:
+    clock = FakeClock()
+    store = PostgresStore(pg_url, clock=clock)
+    try:
+        small = store.put_artifact(b"small")
+        big = store.put_artifact(b"b" * 100_000)  # looked up before it is sent
+        clock.advance(50)
+        store.put_artifact(b"small")
+        store.put_artifact(b"b" * 100_000)
+        clock.advance(-20)  # another machine's clock, behind: the latest time stays
+        store.put_artifact(b"small")
+        rows = _query(pg_url, "SELECT ref, touched_at FROM cairn.artifacts ORDER BY touched_at, ref")
+        assert sorted(rows) == sorted([(small, clock() + 20), (big, clock() + 20)])
+    finally:
+        store.close()
+
+
+def test_prune_locks_out_a_concurrent_retry(pg_url: str) -> None:
+    """An operator retries a failed run while it is being pruned: either the
+    retry comes first (the run is live and kept) or the prune does (the
+    retry finds no run). Never a retried run without its history."""
+    clock = FakeClock()
+    pruner = PostgresStore(pg_url, clock=clock)
+    operator = PostgresStore(pg_url, clock=clock)
+    try:
+        outcomes: list[str] = []
+        for i in range(40):
+            rid = f"r{i}"
+            pruner.create_run(new_run(rid))
+            c = claim(pruner, rid)
+            failed = ev(clock, rid, c.next_seq, c.run.epoch, EventType.RUN_FAILED)
+            pruner.finish_run(rid, c.run.epoch, failed, RunStatus.FAILED, None, {"type": "E", "message": ""})
+            clock.advance(1)
+            raised = _race(functools.partial(pruner.prune_runs, clock()),
+                           functools.partial(operator.retry_run, rid))
+            record = operator.get_run(rid)
+            if record is None:
+                assert isinstance(raised[1], RunNotFound)
+                assert operator.history(rid) == []
+                outcomes.append("pruned")
+            else:
+                assert raised == [None, None]
+                assert record.status is RunStatus.PENDING
+                assert types(operator.history(rid))[-1] is EventType.RUN_RETRIED
+                assert_gap_free(operator.history(rid), rid)
+                outcomes.append("retried")
+                operator.cancel_run(rid, "clean up")
+        # Which one wins is up to the scheduler (the retry, mostly); both are correct.
+        assert len(outcomes) == 40
+    finally:
+        pruner.close()
+        operator.close()

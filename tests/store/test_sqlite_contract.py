@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from cairn.errors import LeaseLost, StoreError
-from cairn.store.records import Durability, EventType
+from cairn.store.contract import ARTIFACT_GRACE_SECONDS
+from cairn.store.records import Durability, EventType, Payload
 from cairn.store.sqlfiles import load_migrations
 from cairn.store.sqlite import SQLiteStore
-from tests.store.contract import FakeClock, StoreContract, intent, new_run
+from tests.store.contract import FakeClock, StoreContract, exercise_every_writer, intent, new_run
 
 
 class TestSQLiteStore(StoreContract):
@@ -78,5 +79,171 @@ def test_barrier_append_restores_normal_synchronous(tmp_path: Path) -> None:
         store.append("r1", epoch, [intent(clock, "r1", seq + 1, epoch, position=1)], barrier=True)
         assert len(store.history("r1")) == seq + 1
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+    finally:
+        store.close()
+
+
+# -- tenancy, migrations and pruning ----------------------------------------------------
+
+
+def _sql(path: Path, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(query, params).fetchall()
+    finally:
+        conn.close()
+
+
+def test_every_history_row_carries_its_runs_tenant(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    clock = FakeClock()
+    store = SQLiteStore(path, clock=clock)
+    try:
+        exercise_every_writer(store, clock)
+    finally:
+        store.close()
+    rows = _sql(path, "SELECT h.tenant, r.tenant, count(*) FROM history h LEFT JOIN runs r USING (run_id) "
+                "GROUP BY h.tenant, r.tenant ORDER BY h.tenant")
+    assert [(h, r) for h, r, _ in rows] == [("acme", "acme"), ("globex", "globex")]
+    assert sum(int(str(n)) for _, _, n in rows) > 40
+    notnull = _sql(path, "SELECT \"notnull\" FROM pragma_table_info('history') WHERE name = 'tenant'")
+    assert notnull == [(1,)]
+
+
+def _database_at(path: Path, version: int) -> None:
+    """A database migrated only up to ``version``, as an older Cairn left it."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                 "applied_at REAL NOT NULL)")
+    for migration in load_migrations("sqlite")[:version]:
+        conn.executescript(migration.sql)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (migration.version, migration.name))
+    conn.close()
+
+
+def test_migration_3_backfills_the_tenant_of_existing_history(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _database_at(path, 2)
+    conn = sqlite3.connect(path, isolation_level=None)
+    for run_id, tenant in (("r1", "acme"), ("r2", "globex")):
+        conn.execute("INSERT INTO runs (run_id, tenant, workflow, workflow_version, status, created_at, "
+                     "updated_at) VALUES (?, ?, 'wf', '1', 'pending', 0, 0)", (run_id, tenant))
+        for seq in (1, 2):
+            conn.execute("INSERT INTO history (run_id, seq, event, at, epoch, payload) "
+                         "VALUES (?, ?, 'run.created', 0, 0, x'01')", (run_id, seq))
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        assert store.schema_version() == len(load_migrations("sqlite"))
+        assert [e.payload for e in store.history("r1")] == [Payload(data=b"\x01")] * 2
+    finally:
+        store.close()
+    rows = _sql(path, "SELECT run_id, seq, tenant FROM history ORDER BY run_id, seq")
+    assert rows == [("r1", 1, "acme"), ("r1", 2, "acme"), ("r2", 1, "globex"), ("r2", 2, "globex")]
+
+
+def test_open_without_migrating_then_migrate(tmp_path: Path) -> None:
+    path = tmp_path / "later.db"
+    _database_at(path, 1)
+    store = SQLiteStore(path, auto_migrate=False)
+    try:
+        assert store.schema_version() == 1
+        assert store.migrate() == [m.version for m in load_migrations("sqlite")][1:]
+        assert store.migrate() == []
+        assert store.schema_version() == len(load_migrations("sqlite"))
+    finally:
+        store.close()
+    empty = SQLiteStore(tmp_path / "empty.db", auto_migrate=False)
+    try:
+        assert empty.schema_version() == 0
+    finally:
+        empty.close()
+
+
+def _artifact_file(store: SQLiteStore, ref: str) -> Path:
+    return store.artifact_dir / ref[:2] / ref
+
+
+def test_artifact_files_record_when_they_were_last_stored(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path / "a.db", clock=clock)
+    try:
+        ref = store.put_artifact(b"bytes")
+        assert _artifact_file(store, ref).stat().st_mtime == clock()
+        clock.advance(123)
+        assert store.put_artifact(b"bytes") == ref
+        assert _artifact_file(store, ref).stat().st_mtime == clock()
+    finally:
+        store.close()
+
+
+def test_prune_deletes_artifact_files_and_keeps_the_rest(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path / "p.db", clock=clock)
+    try:
+        old = store.put_artifact(b"old input")
+        kept = store.put_artifact(b"live input")
+        store.create_run(new_run("old", input=Payload(ref=old)))
+        store.cancel_run("old", "x")
+        store.create_run(new_run("live", input=Payload(ref=kept)))
+        clock.advance(2 * ARTIFACT_GRACE_SECONDS)
+        assert store.prune_runs(clock()) == 1
+        assert not _artifact_file(store, old).exists()
+        assert _artifact_file(store, kept).read_bytes() == b"live input"
+        assert _sql(store.path, "SELECT count(*) FROM artifact_gc") == [(0,)]
+    finally:
+        store.close()
+
+
+def test_the_collection_queue_survives_a_restart(tmp_path: Path) -> None:
+    """Within the grace period the file stays, queued in the database; a
+    later prune by another store (another process) collects it."""
+    path = tmp_path / "q.db"
+    clock = FakeClock()
+    store = SQLiteStore(path, clock=clock)
+    try:
+        ref = store.put_artifact(b"input")
+        store.create_run(new_run("old", input=Payload(ref=ref)))
+        store.cancel_run("old", "x")
+        clock.advance(10)
+        assert store.prune_runs(clock()) == 1
+    finally:
+        store.close()
+    assert _sql(path, "SELECT ref FROM artifact_gc") == [(ref,)]
+    clock.advance(ARTIFACT_GRACE_SECONDS)
+    store = SQLiteStore(path, clock=clock)
+    try:
+        assert _artifact_file(store, ref).exists()
+        assert store.prune_runs(clock()) == 0
+        assert not _artifact_file(store, ref).exists()
+        assert _sql(path, "SELECT count(*) FROM artifact_gc") == [(0,)]
+    finally:
+        store.close()
+
+
+def test_a_put_waits_for_a_collection_in_progress(tmp_path: Path) -> None:
+    """Deleting files holds the artifact lock exclusively: a put of the same
+    bytes waits, then finds the file gone and writes it again."""
+    import threading
+
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path / "l.db", clock=clock)
+    try:
+        ref = store.put_artifact(b"contended")
+        path = _artifact_file(store, ref)
+        put_done = threading.Event()
+
+        def put() -> None:
+            store.put_artifact(b"contended")
+            put_done.set()
+
+        with store._artifact_lock(exclusive=True):
+            worker = threading.Thread(target=put)
+            worker.start()
+            assert not put_done.wait(0.3)  # blocked on the lock
+            path.unlink()  # as the collector does
+        worker.join(timeout=10)
+        assert put_done.is_set()
+        assert path.read_bytes() == b"contended"
     finally:
         store.close()

@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, ParamSpec, TypeVar, overload
 
 from cairn.api.handles import RunHandle
@@ -405,6 +406,35 @@ class App:
     def set_budget(self, run_id: str, budget: Budget) -> RunRecord:
         """Replace a run's budget; a run suspended for its budget continues."""
         return self.store.set_budget(run_id, budget.to_dict())
+
+    def prune(
+        self,
+        older_than_seconds: float,
+        *,
+        statuses: Collection[RunStatus | str] | None = None,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete finished runs last changed more than ``older_than_seconds``
+        ago, with their histories and the artifacts only they referenced;
+        return how many runs were deleted (with ``dry_run``: would be).
+
+        ``statuses`` defaults to completed, failed and cancelled; quarantined,
+        killed and halted runs wait for an operator and go only when named.
+        Runs go in whole trees (a child only with its parent, never while any
+        run of its tree is live or recent), ``batch_size`` runs per
+        transaction, until none is left. See ``Store.prune_runs``.
+        """
+        if older_than_seconds < 0:
+            raise ValueError(f"older_than_seconds must not be negative, not {older_than_seconds}")
+        cutoff = time.time() - older_than_seconds
+        chosen = None if statuses is None else [RunStatus(status) for status in statuses]
+        if dry_run:
+            return self.store.prune_runs(cutoff, chosen, sys.maxsize, dry_run=True)
+        total = 0
+        while pruned := self.store.prune_runs(cutoff, chosen, batch_size):
+            total += pruned
+        return total
 
     def worker(
         self,

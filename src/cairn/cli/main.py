@@ -11,12 +11,13 @@ import importlib
 import json
 import logging
 import os
+import re
 import shlex
 import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 import msgspec
@@ -27,8 +28,16 @@ from cairn.api.app import App
 from cairn.codec import values
 from cairn.engine.budget import Budget
 from cairn.engine.executor import Outcome
-from cairn.errors import CairnError, InvalidRunState, PayloadError, RunNotFound, UnknownWorkflow
-from cairn.store import DEFAULT_DB, sqlite_path
+from cairn.errors import (
+    CairnError,
+    ConfigError,
+    InvalidRunState,
+    PayloadError,
+    RunNotFound,
+    StoreError,
+    UnknownWorkflow,
+)
+from cairn.store import DEFAULT_DB, resolve_url, sqlite_path
 from cairn.store.contract import Store
 from cairn.store.records import Claim, EventType, HistoryEvent, RunStatus
 
@@ -731,3 +740,160 @@ def ops_resolve(
                 else "not done: it will be executed again with the same operation id")
         click.echo(f"resolved #{position} {tool} of run {run_id} as {what}; the run is {record.status.value} "
                    "until a worker picks it up")
+
+
+# -- database maintenance ----------------------------------------------------------------------
+
+
+class _SchemaStore(Protocol):
+    """What ``cairn db`` needs of a store (the SQLite and PostgreSQL ones have it)."""
+
+    def migrate(self) -> list[int]: ...
+
+    def schema_version(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def _open_unmigrated(db: str | None, *, create: bool) -> tuple[_SchemaStore, str]:
+    """The store named by ``db``, opened without applying migrations, and its
+    SQL dialect. ``create=False`` refuses a SQLite file that does not exist."""
+    url = resolve_url(db)
+    if url.startswith(("postgresql://", "postgres://")):
+        from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+        try:
+            from cairn.store.postgres import PostgresStore
+        except ImportError:
+            raise ConfigError("PostgreSQL support is not installed: pip install 'cairn[postgres]'") from None
+        # ?schema=NAME is Cairn's own parameter (as in cairn.store.open_store): not for libpq.
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        schemas = [value for key, value in query if key == "schema"]
+        rest = urlencode([(key, value) for key, value in query if key != "schema"])
+        clean = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
+        store = PostgresStore(clean, schema=schemas[-1] if schemas else "cairn", auto_migrate=False)
+        return store, "postgres"
+    if url.startswith("memory://"):
+        raise click.UsageError("a memory:// store lives inside one process and has no schema to manage")
+    path = sqlite_path(url)
+    if path is None:
+        scheme = url.split("://", 1)[0]
+        raise ConfigError(f"unsupported database URL scheme {scheme!r} (supported: sqlite, postgresql)")
+    if not create and not path.exists():
+        raise StoreError(f"no database at {str(path)!r}")
+    from cairn.store.sqlite import SQLiteStore
+
+    return SQLiteStore(path, auto_migrate=False), "sqlite"
+
+
+@main.group("db")
+@db_option
+def db_group(db: str | None) -> None:
+    """The database's schema: show its version, apply migrations.
+
+    \b
+    cairn db status     schema version and pending migrations (changes nothing)
+    cairn db migrate    apply the pending migrations
+    """
+
+
+@db_group.command("status")
+@db_option
+@click.pass_context
+def db_status(ctx: click.Context, db: str | None) -> None:
+    """Show the schema version and the migrations not applied yet, without
+    applying them."""
+    from cairn.store.sqlfiles import load_migrations
+
+    store, dialect = _open_unmigrated(_db(ctx, db), create=False)
+    try:
+        version = store.schema_version()
+    finally:
+        store.close()
+    known = load_migrations(dialect)
+    latest = known[-1].version if known else 0
+    pending = [m for m in known if m.version > version]
+    click.echo(f"database: {resolve_url(_db(ctx, db))} ({dialect})")
+    click.echo(f"schema version: {version} (this Cairn's latest: {latest})")
+    if version > latest:
+        click.echo("a newer Cairn migrated this database: upgrade Cairn before using it")
+    elif pending:
+        listed = ", ".join(f"{m.version} {m.name}" for m in pending)
+        click.echo(f"pending migrations ({len(pending)}): {listed}")
+        click.echo("apply them with 'cairn db migrate'")
+    else:
+        click.echo("up to date")
+
+
+@db_group.command("migrate")
+@db_option
+@click.pass_context
+def db_migrate(ctx: click.Context, db: str | None) -> None:
+    """Apply the migrations the database lacks (creating a SQLite file that
+    does not exist yet). Safe to run while workers are running, and from
+    several machines at once on PostgreSQL."""
+    from cairn.store.sqlfiles import load_migrations
+
+    store, dialect = _open_unmigrated(_db(ctx, db), create=True)
+    try:
+        applied = store.migrate()
+        version = store.schema_version()
+    finally:
+        store.close()
+    if not applied:
+        click.echo(f"up to date (schema version {version})")
+        return
+    names = {m.version: m.name for m in load_migrations(dialect)}
+    for number in applied:
+        click.echo(f"applied migration {number} {names.get(number, '')}".rstrip())
+    click.echo(f"schema version {version}")
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as ``7d``, ``12h``, ``30m``, ``90s``, ``2w``
+    or ``1d12h``."""
+    cleaned = text.strip().lower()
+    if not _DURATION.fullmatch(cleaned):
+        raise click.BadParameter(f"{text!r} is not a duration: use a number and a unit, e.g. 7d, 12h, 30m "
+                                 "or 1d12h (units s, m, h, d, w)", param_hint="'--older-than'")
+    return sum(float(number) * _DURATION_UNITS[unit]
+               for number, unit in re.findall(r"(\d+(?:\.\d+)?)([smhdw])", cleaned))
+
+
+@main.command()
+@click.option("--older-than", "older_than", required=True, metavar="DURATION",
+              help="Prune runs that ended (and last changed) longer ago than this: 7d, 12h, 30m, 1d12h...")
+@click.option("--status", "statuses", multiple=True, metavar="STATUS",
+              type=click.Choice([s.value for s in RunStatus if s.terminal]),
+              help="Prune runs that ended with this status (repeatable). Default: completed, failed and "
+                   "cancelled; quarantined, killed and halted runs wait for an operator, so only by name.")
+@click.option("--dry-run", is_flag=True, help="Only count the runs that would be pruned.")
+@app_option(required=False)
+@db_option
+@click.pass_context
+def prune(
+    ctx: click.Context, older_than: str, statuses: tuple[str, ...], dry_run: bool, app_spec: str | None,
+    db: str | None,
+) -> None:
+    """Delete finished runs, with their histories and the artifacts only they
+    used, to keep the database from growing forever.
+
+    A run goes only together with its whole tree of parent and child runs,
+    and only when every run of the tree has ended with one of the statuses
+    and last changed before the cutoff: a live run, or a child of one, is
+    never touched. Works in batches, one transaction each.
+    """
+    seconds = parse_duration(older_than)
+    chosen = [RunStatus(s) for s in statuses] if statuses else None
+    described = ", ".join(statuses) if statuses else "completed, failed or cancelled"
+    with open_session(_db(ctx, db), app_spec) as session:
+        count = session.operator().prune(seconds, statuses=chosen, dry_run=dry_run)
+    runs = f"{count} run{'s' if count != 1 else ''}"
+    what = f"{described}, last changed more than {older_than.strip()} ago"
+    click.echo(f"would prune {runs} ({what})" if dry_run else f"pruned {runs} ({what})")
+

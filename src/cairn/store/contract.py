@@ -20,6 +20,13 @@ Rules common to every method:
   after the current maximum.
 * **Clock.** Backends read time from the ``clock`` they were built with, so
   tests can drive lease expiry and timers deterministically.
+* **Tenancy.** Every run belongs to one tenant, and every history entry is
+  stored with its run's tenant, filled in by the store from the run row in
+  the statement that writes the entry (never by the caller, so an entry can
+  never claim a tenant its run does not have). Artifacts carry no tenant:
+  they are content-addressed and shared, so identical bytes stored by two
+  tenants are one artifact. Reading one needs its SHA-256 reference, that is
+  the content itself or a reference from a row the reader may see.
 """
 
 from __future__ import annotations
@@ -37,6 +44,65 @@ from cairn.store.records import (
     RunRecord,
     RunStatus,
 )
+
+#: What ``prune_runs`` deletes unless told otherwise: runs that ended for
+#: good. ``quarantined``, ``killed`` and ``halted`` runs are terminal too, but
+#: they wait for an operator's decision (retry or revive), so they are pruned
+#: only when asked for by name.
+DEFAULT_PRUNE_STATUSES: tuple[RunStatus, ...] = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+#: An artifact stored (or stored again) less than this many seconds ago is
+#: never deleted by pruning, whatever ``older_than`` says: its writer may be
+#: about to record the entry that points to it. Longer than any wait between
+#: storing a payload and appending its entry (lock and connection timeouts).
+ARTIFACT_GRACE_SECONDS = 3600.0
+
+
+def prune_statuses(statuses: Collection[RunStatus] | None) -> frozenset[RunStatus]:
+    """The statuses ``prune_runs`` may delete: ``statuses`` (default
+    ``DEFAULT_PRUNE_STATUSES``), checked to be terminal."""
+    chosen = frozenset(RunStatus(s) for s in (DEFAULT_PRUNE_STATUSES if statuses is None else statuses))
+    live = sorted(s.value for s in chosen if not s.terminal)
+    if live:
+        raise ValueError(f"only finished runs can be pruned, not {', '.join(live)} ones")
+    return chosen
+
+
+def check_prune_limit(limit: int) -> None:
+    if limit < 1:
+        raise ValueError(f"prune limit must be at least 1, not {limit}")
+
+
+def choose_trees(
+    roots: Sequence[str],
+    trees: Mapping[str, Sequence[tuple[str, str, float]]],
+    statuses: Collection[RunStatus],
+    older_than: float,
+    limit: int,
+    chosen: list[str],
+) -> bool:
+    """Add to ``chosen`` the runs ``prune_runs`` deletes from candidate
+    ``roots`` (oldest first; ``trees`` maps each to its tree as
+    ``(run_id, status, updated_at)`` rows); return whether the batch is full,
+    that is whether later roots must not be looked at.
+
+    A tree qualifies when every run in it has one of ``statuses`` and
+    ``updated_at < older_than``. Trees are taken whole, in order, while they
+    fit in ``limit`` runs; the first qualifying tree is always taken, so a
+    tree larger than the limit is still pruned (alone) and pruning always
+    makes progress.
+    """
+    allowed = {s.value for s in statuses}
+    for root in roots:
+        tree = trees.get(root, ())
+        if not tree or not all(str(status) in allowed and at < older_than for _, status, at in tree):
+            continue
+        if chosen and len(chosen) + len(tree) > limit:
+            return True
+        chosen.extend(run_id for run_id, _, _ in tree)
+        if len(chosen) >= limit:
+            return True
+    return False
 
 
 @runtime_checkable
@@ -253,6 +319,44 @@ class Store(Protocol):
         """Stop the run at once after a security failure: ``halted`` with
         ``error``, lease revoked (epoch + 1). Fenced on ``epoch``; appends
         ``event``. Only ``revive_run`` brings it back."""
+        ...
+
+    # -- retention -------------------------------------------------------------
+
+    def prune_runs(
+        self,
+        older_than: float,
+        statuses: Collection[RunStatus] | None = None,
+        limit: int = 1000,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete finished runs last changed before ``older_than`` (a time
+        of the store's clock), with their histories; return how many runs
+        were deleted.
+
+        Runs go in whole trees. A *root* (a run without a parent, or whose
+        parent no longer exists) is pruned together with all its descendants,
+        and only if every run of that tree has one of ``statuses`` (default
+        ``DEFAULT_PRUNE_STATUSES``) and ``updated_at < older_than``. So a
+        non-terminal run is never deleted, nor a run whose parent or any
+        other member of its tree is still live or recent, and no run is ever
+        left behind pointing to a deleted parent. ``statuses`` may name only
+        terminal statuses (``ValueError`` otherwise).
+
+        One call deletes about ``limit`` runs (at least 1, else
+        ``ValueError``): whole trees, oldest root first, stopping before a
+        tree that would exceed the limit, except that the first tree is
+        always taken. Call again until it returns 0. ``dry_run=True``
+        changes nothing and returns how many runs the call would delete.
+
+        Artifacts: each artifact a pruned run referenced is queued for
+        collection, and deleted once no remaining run or history entry
+        references it and it was last stored before both ``older_than`` and
+        ``ARTIFACT_GRACE_SECONDS`` ago (storing the same bytes again counts
+        as storing it); until then it stays queued. Every call, including one
+        that deletes no run, collects what is ready in the queue.
+        """
         ...
 
     # -- payloads too large to keep inline -------------------------------------

@@ -23,6 +23,9 @@ Design notes:
   only in production.
 * ``durability`` cannot be honoured (nothing here outlives the process), so
   the effect barrier (``append(..., barrier=True)``) is a plain append.
+* Tenancy needs no column here: a run's history lives inside its run entry,
+  so every entry is stored with (and only reachable through) its run's
+  tenant. Artifacts are shared by every tenant, as on the other backends.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store.contract import ARTIFACT_GRACE_SECONDS, check_prune_limit, choose_trees, prune_statuses
 from cairn.store.records import (
     Claim,
     Durability,
@@ -88,6 +92,10 @@ class MemoryStore:
         #: parent run id -> child run ids, for the cancel cascade.
         self._children: dict[str, list[str]] = {}
         self._artifacts: dict[str, bytes] = {}
+        #: artifact ref -> when it was last stored (the store's clock)
+        self._touched: dict[str, float] = {}
+        #: refs of pruned runs waiting to be collected -> when they were queued
+        self._gc: dict[str, float] = {}
         self._order = itertools.count()
         self._closed = False
 
@@ -99,6 +107,8 @@ class MemoryStore:
             self._runs.clear()
             self._children.clear()
             self._artifacts.clear()
+            self._touched.clear()
+            self._gc.clear()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -543,6 +553,66 @@ class MemoryStore:
             entry.runnable_at = None
             self._wake_waiting_parent(entry.record, now)
 
+    # -- retention -------------------------------------------------------------
+
+    def prune_runs(
+        self,
+        older_than: float,
+        statuses: Collection[RunStatus] | None = None,
+        limit: int = 1000,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        wanted = prune_statuses(statuses)
+        check_prune_limit(limit)
+        with self._lock:
+            self._check_open()
+            roots = sorted(
+                (
+                    e.record
+                    for e in self._runs.values()
+                    if e.record.status in wanted
+                    and e.record.updated_at < older_than
+                    and (e.record.parent_run_id is None or e.record.parent_run_id not in self._runs)
+                ),
+                key=lambda rec: (rec.updated_at, rec.run_id),
+            )
+            trees = {
+                rec.run_id: [(m.record.run_id, m.record.status.value, m.record.updated_at)
+                             for m in self._tree(rec.run_id)]
+                for rec in roots
+            }
+            doomed: list[str] = []
+            choose_trees([rec.run_id for rec in roots], trees, wanted, older_than, limit, doomed)
+            if dry_run:
+                return len(doomed)
+            now = self.clock()
+            for run_id in doomed:
+                entry = self._runs.pop(run_id)
+                for ref in _refs_of(entry):
+                    self._gc.setdefault(ref, now)
+                self._children.pop(run_id, None)
+                siblings = self._children.get(entry.record.parent_run_id or "")
+                if siblings is not None and run_id in siblings:
+                    siblings.remove(run_id)
+            self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS))
+            return len(doomed)
+
+    def _collect_artifacts(self, stored_before: float) -> None:
+        """Delete queued artifacts nothing references any more and nobody
+        stored since ``stored_before``; forget queued refs that are
+        referenced again or already gone."""
+        if not self._gc:
+            return
+        referenced = {ref for entry in self._runs.values() for ref in _refs_of(entry)}
+        for ref in list(self._gc):
+            if ref in referenced or ref not in self._artifacts:
+                del self._gc[ref]
+            elif self._touched.get(ref, 0.0) < stored_before:
+                del self._artifacts[ref]
+                self._touched.pop(ref, None)
+                del self._gc[ref]
+
     # -- payloads too large to keep inline -------------------------------------
 
     def put_artifact(self, data: bytes) -> str:
@@ -550,6 +620,9 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             self._artifacts.setdefault(ref, bytes(data))
+            # Stored again counts as stored now: pruning must not delete it
+            # from under a writer about to reference it.
+            self._touched[ref] = max(self._touched.get(ref, self.clock()), self.clock())
         return ref
 
     def get_artifact(self, ref: str) -> bytes:
@@ -761,6 +834,18 @@ class MemoryStore:
 
 
 # -- pure helpers ---------------------------------------------------------------
+
+
+def _refs_of(entry: _Run) -> Iterator[str]:
+    """Every artifact reference the run holds: input, result, history payloads."""
+    rec = entry.record
+    if rec.input.ref is not None:
+        yield rec.input.ref
+    if rec.result is not None and rec.result.ref is not None:
+        yield rec.result.ref
+    for event in entry.history:
+        if event.payload is not None and event.payload.ref is not None:
+            yield event.payload.ref
 
 
 def _claim_order(entry: _Run) -> tuple[int, float, int]:

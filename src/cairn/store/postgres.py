@@ -41,11 +41,44 @@ Why these choices:
 * **Prepared statements.** psycopg prepares a statement after a few uses on a
   connection. Behind PgBouncer in transaction mode this needs PgBouncer 1.21+
   with ``max_prepared_statements`` set.
+* **Tenancy and row-level security.** Every history row carries its run's
+  tenant, read from the run row by the INSERT itself (the fenced append is
+  still one statement). ``runs`` and ``history`` have row-level security
+  (migration 0004): the owner of the tables (the role that migrated them)
+  is exempt and sees every tenant, while any other role sees and writes only
+  rows whose tenant equals its session setting ``cairn.tenant`` (nothing at
+  all without it). A tenant-scoped deployment is a role set up once by the
+  owner or a superuser::
+
+      CREATE ROLE acme_agent LOGIN PASSWORD '...';
+      GRANT USAGE ON SCHEMA cairn TO acme_agent;
+      GRANT SELECT, INSERT, UPDATE ON cairn.runs, cairn.history TO acme_agent;
+      GRANT SELECT, INSERT, UPDATE ON cairn.artifacts TO acme_agent;
+      GRANT SELECT ON cairn.schema_migrations TO acme_agent;
+
+  and ``PostgresStore("postgresql://acme_agent@host/db", tenant="acme")``,
+  which runs ``SET cairn.tenant = 'acme'`` on every pooled connection. Runs
+  of other tenants are then absent for it (``get_run`` is ``None``, lists
+  and claims skip them, their history is empty, fenced writes to them raise
+  ``LeaseLost``), and a row written for another tenant is refused by the
+  policy (``StoreError``). Such a store does not migrate (the owner does:
+  ``cairn db migrate``) and does not prune (deleting a shared artifact needs
+  every tenant's references in view). The setting is chosen by the client:
+  this confines a deployment against mistakes, not against code that runs
+  arbitrary SQL as the role. Trees spanning tenants are not supported under
+  a scoped role (a child could not wake a parent it cannot see).
+  Artifacts carry no tenant: they are content-addressed and shared.
+* **Pruning** (``prune_runs``) locks the chosen finished trees, checks them
+  again under the locks and deletes them in one transaction, queueing the
+  artifacts they referenced in ``artifact_gc``; later transactions delete
+  the queued artifacts nothing references and nobody stored since the
+  cutoff (``artifacts.touched_at``, refreshed by every ``put_artifact``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import threading
@@ -63,6 +96,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store.contract import ARTIFACT_GRACE_SECONDS, check_prune_limit, choose_trees, prune_statuses
 from cairn.store.records import (
     Claim,
     Durability,
@@ -89,6 +123,9 @@ log = logging.getLogger("cairn.store.postgres")
 #: runs in those trees (they lock parent and child rows in opposite orders);
 #: PostgreSQL detects them and aborts one side, which simply runs again.
 _TX_ATTEMPTS = 5
+#: How long a connection may sit idle inside a transaction before the server
+#: ends it and releases its locks (see ``_configure``).
+_IDLE_IN_TRANSACTION = "5s"
 #: Artifacts at least this large are looked up before they are sent: a
 #: content-addressed store often already has them.
 _LOOKUP_BEFORE_SEND = 64 * 1024
@@ -119,7 +156,10 @@ class PostgresStore:
     ``pool_size`` caps the connections this store opens; it starts with one and
     grows while threads use it concurrently. ``auto_migrate=False`` opens the
     store without touching the schema (for tools that only report its
-    version); ``migrate()`` then brings it up to date.
+    version); ``migrate()`` then brings it up to date. ``tenant`` scopes the
+    store to one tenant under row-level security: it sets ``cairn.tenant``
+    on every connection (see the module doc; the role must not own the
+    tables, or the policies do not apply to it).
     """
 
     def __init__(
@@ -131,14 +171,19 @@ class PostgresStore:
         schema: str = "cairn",
         pool_size: int = 10,
         auto_migrate: bool = True,
+        tenant: str | None = None,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, not {pool_size}")
         if not schema:
             raise ValueError("schema must be a non-empty name")
+        if tenant is not None and not tenant:
+            raise ValueError("tenant must be a non-empty name (or None for the owner's unscoped store)")
         self.durability = durability
         self.clock = clock
         self.schema = schema
+        #: the tenant this store is confined to by row-level security, if any
+        self.tenant = tenant
         self._closed = False
         try:
             params = conninfo_to_dict(url)
@@ -189,12 +234,22 @@ class PostgresStore:
     # -- connections, transactions, migrations ---------------------------------
 
     def _configure(self, conn: _Conn) -> None:
-        """Run once per new pooled connection: one round trip sets both the
-        schema and the commit level for the connection's whole life."""
-        conn.execute(
-            "SELECT set_config('search_path', %s, false), set_config('synchronous_commit', %s, false)",
-            (self._search_path, self._default_level),
+        """Run once per new pooled connection: one round trip sets the
+        schema, the commit level and (for a tenant-scoped store) the tenant
+        for the connection's whole life."""
+        # idle_in_transaction_session_timeout: a client frozen mid-transaction
+        # (SIGSTOP, a stalled VM, a partition) would otherwise keep its run rows
+        # locked for as long as it is frozen, and claims (SKIP LOCKED) would
+        # pass over those runs even after their lease expired.
+        settings = (
+            "SELECT set_config('search_path', %s, false), set_config('synchronous_commit', %s, false), "
+            "set_config('idle_in_transaction_session_timeout', %s, false)"
         )
+        values: tuple[str, ...] = (self._search_path, self._default_level, _IDLE_IN_TRANSACTION)
+        if self.tenant is not None:  # unset, not '': a role that is not the owner then sees nothing
+            settings += ", set_config('cairn.tenant', %s, false)"
+            values += (self.tenant,)
+        conn.execute(settings, values)
 
     @contextlib.contextmanager
     def _conn(self) -> Iterator[_Conn]:
@@ -210,6 +265,9 @@ class PostgresStore:
             raise StoreError(
                 f"no PostgreSQL connection to {self._where} within {_CONNECT_TIMEOUT}s"
             ) from None
+        except pg_errors.InsufficientPrivilege as exc:  # row-level security included
+            who = "access" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
+            raise StoreError(f"PostgreSQL refused {who} ({self._where}): {_one_line(exc)}") from None
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL error ({self._where}): {_one_line(exc)}") from None
 
@@ -252,10 +310,14 @@ class PostgresStore:
             if exists is None:
                 conn.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
             conn.execute("SELECT set_config('search_path', %s, true)", (schema.as_string(conn),))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
-            )
+            # Only DDL when needed: a role without CREATE on the schema (a
+            # tenant-scoped one) can open an up-to-date store.
+            row = conn.execute("SELECT to_regclass('schema_migrations') IS NULL").fetchone()
+            if row is not None and row[0]:
+                conn.execute(
+                    "CREATE TABLE schema_migrations ("
+                    "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+                )
             done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             for migration in load_migrations("postgres"):
                 if migration.version in done:
@@ -337,8 +399,8 @@ class PostgresStore:
             if conn.execute(_Q["create_run"], params).rowcount == 1:
                 return _new_record(run, now, RunStatus.PENDING, epoch=0), True
             existing = _select_run(conn, run.run_id)
-        if existing is None:  # pragma: no cover - runs are never deleted
-            raise StoreError(f"run {run.run_id!r} vanished while being created")
+        if existing is None:  # pruned meanwhile, or (under row-level security) another tenant's
+            raise StoreError(f"run id {run.run_id!r} is taken by a run this store cannot read")
         return existing, False
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
@@ -440,8 +502,18 @@ class PostgresStore:
             "lease_until": now + lease_seconds,
             "now": now,
         }
-        # One statement, so it can simply run again if it was a deadlock victim.
-        held = self._transaction(lambda tx: {row[0] for row in tx.execute(_Q["renew_leases"], params)})
+        # One autocommit statement: a heartbeat never leaves a transaction open
+        # (a frozen heartbeat must not hold run rows locked); it simply runs
+        # again if it was a deadlock victim.
+        with self._conn() as conn:
+            for attempt in range(1, _TX_ATTEMPTS + 1):
+                try:
+                    held = {row[0] for row in conn.execute(_Q["renew_leases"], params)}
+                    break
+                except pg_errors.TransactionRollback:
+                    if attempt == _TX_ATTEMPTS:
+                        raise
+                    time.sleep(0.005 * attempt)
         return set(leases) - held
 
     # -- fenced writes by the lease holder -----------------------------------
@@ -694,20 +766,76 @@ class PostgresStore:
 
         self._transaction(body, durable=True)
 
+    # -- retention -------------------------------------------------------------
+
+    def prune_runs(
+        self,
+        older_than: float,
+        statuses: Collection[RunStatus] | None = None,
+        limit: int = 1000,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        wanted = prune_statuses(statuses)
+        check_prune_limit(limit)
+        if dry_run:
+            with self._conn() as conn:
+                return len(_select_prunable(conn, older_than, wanted, limit)[1])
+        if self.tenant is not None:
+            raise StoreError(f"a store scoped to tenant {self.tenant!r} cannot prune: artifacts are shared, "
+                             "and only the owner role sees every reference to them (prune as the owner)")
+        now = self.clock()
+
+        def body(tx: _Conn) -> int:
+            roots, chosen = _select_prunable(tx, older_than, wanted, limit)
+            if not chosen:
+                return 0
+            # Lock the chosen runs (one order, like every multi-run lock), then
+            # check their trees again under the locks: a run retried, revived
+            # or changed since the read above disqualifies its tree.
+            locked = {row[0] for row in tx.execute(_Q["lock_runs"], {"run_ids": chosen})}
+            trees = {root: tree for root, tree in _trees(tx, roots).items()
+                     if all(run_id in locked for run_id, _, _ in tree)}
+            doomed: list[str] = []
+            choose_trees(roots, trees, wanted, older_than, limit, doomed)
+            if doomed:
+                ids = {"run_ids": doomed}
+                tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
+                tx.execute(_Q["delete_history_of_runs"], ids)
+                tx.execute(_Q["delete_runs"], ids)
+            return len(doomed)
+
+        pruned = self._transaction(body)
+        # Only after the runs are gone for good (committed): a crash from here
+        # on leaves queued refs, never a run whose artifacts were deleted.
+        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), _page_size(limit))
+        return pruned
+
+    def _collect_artifacts(self, stored_before: float, page: int) -> None:
+        """Walk the collection queue a page per transaction: delete the
+        artifacts nothing references and nobody stored since
+        ``stored_before``; drop the refs referenced again or already gone."""
+        after: tuple[float | None, str] = (None, "")
+        while True:
+            params = {"after_at": after[0], "after_ref": after[1], "page": page}
+            page_of = functools.partial(_collect_page, params=params, stored_before=stored_before)
+            rows = self._transaction(page_of)
+            if len(rows) < page:
+                return
+            after = (rows[-1][1], rows[-1][0])
+
     # -- artifacts ---------------------------------------------------------------
 
     def put_artifact(self, data: bytes) -> str:
-        """Artifacts commit like appends: asynchronously in the process mode.
-        That keeps the contract's promise that an entry pointing to an artifact
-        never outlives it, because commits are lost only as a suffix: the
-        entry, written later, is lost first, and a barrier flushes both."""
+        """Artifacts commit like appends. Storing bytes that exist already
+        refreshes ``touched_at`` (when they were last stored), which keeps
+        pruning from deleting them under a writer about to reference them."""
         ref = hashlib.sha256(data).hexdigest()
+        params = {"ref": ref, "now": self.clock()}
         with self._conn() as conn:
-            if len(data) >= _LOOKUP_BEFORE_SEND and conn.execute(
-                _Q["artifact_exists"], {"ref": ref}
-            ).fetchone() is not None:
+            if len(data) >= _LOOKUP_BEFORE_SEND and conn.execute(_Q["touch_artifact"], params).rowcount == 1:
                 return ref
-            conn.execute(_Q["put_artifact"], {"ref": ref, "data": data})
+            conn.execute(_Q["put_artifact"], {**params, "data": data})
         return ref
 
     def get_artifact(self, ref: str) -> bytes:
@@ -814,6 +942,63 @@ def _returning_run(tx: _Conn, query: str, params: Mapping[str, Any]) -> RunRecor
     row = tx.execute(_Q[query], params).fetchone()
     assert row is not None, f"{query} found no run {params.get('run_id')!r}"
     return _run_from_row(row)
+
+
+def _collect_page(tx: _Conn, params: Mapping[str, Any], stored_before: float) -> list[tuple[Any, ...]]:
+    """One page of ``PostgresStore._collect_artifacts``; returns the page's
+    queue rows ``(ref, queued_at, referenced)``."""
+    rows = tx.execute(_Q["select_gc_page"], params).fetchall()
+    done = [ref for ref, _, referenced in rows if referenced]
+    unreferenced = [ref for ref, _, referenced in rows if not referenced]
+    if unreferenced:
+        cutoff = {"refs": unreferenced, "stored_before": stored_before}
+        done += [row[0] for row in tx.execute(_Q["delete_stale_artifacts"], cutoff)]
+    if done:
+        tx.execute(_Q["dequeue_artifacts"], {"refs": done})
+    return rows
+
+
+def _page_size(limit: int) -> int:
+    """Rows read per query while pruning: enough for a batch of ``limit``
+    single-run trees, bounded so a huge limit (a dry run counting
+    everything) does not read the whole table at once."""
+    return min(max(limit, 64), 1000)
+
+
+def _trees(conn: _Conn, roots: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
+    """Each root's tree as ``(run_id, status, updated_at)`` rows."""
+    trees: dict[str, list[tuple[str, str, float]]] = {}
+    for root, run_id, status, updated_at in conn.execute(_Q["select_trees"], {"roots": list(roots)}):
+        trees.setdefault(root, []).append((run_id, status, updated_at))
+    return trees
+
+
+def _select_prunable(
+    conn: _Conn, older_than: float, statuses: Collection[RunStatus], limit: int
+) -> tuple[list[str], list[str]]:
+    """The roots and the runs ``prune_runs`` would delete now: whole
+    qualifying trees, oldest root first, about ``limit`` runs (see
+    ``contract.choose_trees``). Reads without locking."""
+    chosen: list[str] = []
+    taken_roots: list[str] = []
+    after: tuple[float | None, str] = (None, "")
+    page = _page_size(limit)
+    params: dict[str, Any] = {"statuses": sorted(s.value for s in statuses), "cutoff": older_than,
+                              "page": page}
+    while True:
+        rows = conn.execute(_Q["select_prune_roots"], {**params, "after_at": after[0], "after_id": after[1]}
+                            ).fetchall()
+        if not rows:
+            break
+        after = (rows[-1][1], rows[-1][0])
+        roots = [row[0] for row in rows]
+        before = len(chosen)
+        full = choose_trees(roots, _trees(conn, roots), statuses, older_than, limit, chosen)
+        taken = set(chosen[before:])
+        taken_roots += [root for root in roots if root in taken]
+        if full or len(rows) < page:
+            break
+    return taken_roots, chosen
 
 
 def _lock_live_descendants(tx: _Conn, run_id: str) -> list[str]:

@@ -14,6 +14,17 @@ Why these choices (see docs/design.md for the long form):
   with a lock upgrade error halfway through.
 * One connection per thread: sqlite3 connections are not shared across
   threads, and opening one is cheap compared with locking around one.
+* **Tenancy.** Every history row carries its run's tenant, read from the run
+  row by the INSERT itself, so the per-step append stays one statement.
+  Artifacts are files named by their SHA-256, shared by every tenant.
+* **Pruning** (``prune_runs``) deletes whole finished run trees in one write
+  transaction, queueing the artifacts they referenced in ``artifact_gc``. A
+  queued file is deleted once no row references it and its modification
+  time (set to the store clock by every ``put_artifact``, new or repeated)
+  is older than the cutoff. File deletions and ``put_artifact`` exclude each
+  other with an advisory lock on ``<db>.artifacts/.lock`` (shared for puts,
+  exclusive for deletions), so a put either refreshes the time before the
+  check or finds the file gone and writes it again.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from typing import Any
 import msgspec
 
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store.contract import ARTIFACT_GRACE_SECONDS, check_prune_limit, choose_trees, prune_statuses
 from cairn.store.records import (
     Claim,
     Durability,
@@ -45,6 +57,11 @@ from cairn.store.records import (
     RunStatus,
 )
 from cairn.store.sqlfiles import load_migrations, load_queries
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: puts and collection are not serialised
+    fcntl = None  # type: ignore[assignment]
 
 _Q = load_queries("sqlite")
 _ENCODE_JSON = msgspec.json.Encoder()
@@ -74,7 +91,11 @@ class SQLiteStore:
         *,
         durability: Durability = Durability.PROCESS,
         clock: Callable[[], float] = time.time,
+        auto_migrate: bool = True,
     ) -> None:
+        """``auto_migrate=False`` opens the database without touching its
+        schema (for tools that only report its version); ``migrate()`` then
+        brings it up to date."""
         self.path = Path(path)
         self.durability = durability
         self.clock = clock
@@ -85,7 +106,9 @@ class SQLiteStore:
         self._closed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._migrate(self._conn())
+            conn = self._conn()
+            if auto_migrate:
+                self._migrate(conn)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open SQLite database {str(self.path)!r}: {exc}") from None
 
@@ -120,11 +143,12 @@ class SQLiteStore:
             raise
         conn.execute("COMMIT")
 
-    def _migrate(self, conn: sqlite3.Connection) -> None:
+    def _migrate(self, conn: sqlite3.Connection) -> list[int]:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
             "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
         )
+        applied: list[int] = []
         for migration in load_migrations("sqlite"):
             with self._write() as tx:
                 done = tx.execute(
@@ -138,9 +162,24 @@ class SQLiteStore:
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (migration.version, migration.name, time.time()),
                 )
+                applied.append(migration.version)
+        return applied
+
+    def migrate(self) -> list[int]:
+        """Apply the migrations this database lacks, each in its own
+        transaction; return their versions (empty when it was up to date)."""
+        try:
+            return self._migrate(self._conn())
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot migrate SQLite database {str(self.path)!r}: {exc}") from None
 
     def schema_version(self) -> int:
-        row = self._conn().execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+        """The highest migration applied to this database (0: none)."""
+        conn = self._conn()
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+                        ).fetchone() is None:
+            return 0
+        row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
         return int(row[0])
 
     def close(self) -> None:
@@ -473,26 +512,112 @@ class SQLiteStore:
             tx.execute(_Q["halt"], {"run_id": run_id, "epoch": epoch, "error": _dumps(error), "now": now})
             tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
 
+    # -- retention -------------------------------------------------------------
+
+    def prune_runs(
+        self,
+        older_than: float,
+        statuses: Collection[RunStatus] | None = None,
+        limit: int = 1000,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        wanted = prune_statuses(statuses)
+        check_prune_limit(limit)
+        if dry_run:
+            return len(_select_prunable(self._conn(), older_than, wanted, limit))
+        now = self.clock()
+        with self._write() as tx:
+            doomed = _select_prunable(tx, older_than, wanted, limit)
+            if doomed:
+                ids = {"run_ids": _dumps(doomed)}
+                tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
+                tx.execute(_Q["delete_history_of_runs"], ids)
+                tx.execute(_Q["delete_runs"], ids)
+        # Only after the runs are gone for good: a crash from here on leaves
+        # queued refs, never a run whose artifacts were deleted.
+        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), page=_page_size(limit))
+        return len(doomed)
+
+    def _collect_artifacts(self, stored_before: float, page: int) -> None:
+        """Walk the collection queue a page per write transaction: delete the
+        files nothing references and nobody stored since ``stored_before``;
+        drop the refs that are referenced again or already gone."""
+        after: tuple[float | None, str] = (None, "")
+        while True:
+            with self._write() as tx:
+                params = {"after_at": after[0], "after_ref": after[1], "page": page}
+                rows = tx.execute(_Q["select_gc_page"], params).fetchall()
+                if not rows:
+                    return
+                after = (rows[-1][1], rows[-1][0])
+                done = [ref for ref, _, referenced in rows if referenced]
+                unreferenced = [ref for ref, _, referenced in rows if not referenced]
+                if unreferenced:
+                    # Holding the write lock: no row can start referencing these
+                    # meanwhile; holding the artifact lock: no put can refresh one
+                    # between the time check and the unlink.
+                    with self._artifact_lock(exclusive=True):
+                        done += [ref for ref in unreferenced if self._unlink_if_stale(ref, stored_before)]
+                if done:
+                    tx.execute(_Q["dequeue_artifacts"], {"refs": _dumps(done)})
+            if len(rows) < page:
+                return
+
+    def _unlink_if_stale(self, ref: str, stored_before: float) -> bool:
+        """Delete artifact ``ref`` unless it was stored at or after
+        ``stored_before``; return whether it is gone."""
+        path = self.artifact_dir / ref[:2] / ref
+        try:
+            if os.stat(path).st_mtime >= stored_before:
+                return False
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return True
+
+    @contextlib.contextmanager
+    def _artifact_lock(self, *, exclusive: bool) -> Iterator[None]:
+        """Advisory lock between ``put_artifact`` (shared) and the deletion of
+        artifact files (exclusive), across threads and processes: each holder
+        opens the lock file anew, and ``flock`` locks of separate opens
+        exclude each other even within one process."""
+        if fcntl is None:  # pragma: no cover
+            yield
+            return
+        self.artifact_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.artifact_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     # -- artifacts ---------------------------------------------------------------
 
     def put_artifact(self, data: bytes) -> str:
         ref = hashlib.sha256(data).hexdigest()
         target = self.artifact_dir / ref[:2] / ref
-        if target.exists():
-            return ref
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                if self.durability is Durability.POWER:
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        # The file's modification time is when it was last stored, in the
+        # store's clock: pruning spares what was stored since its cutoff.
+        now = self.clock()
+        with self._artifact_lock(exclusive=False):
+            if _touch(target, now):
+                return ref
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                    if self.durability is Durability.POWER:
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                os.utime(tmp, (now, now))
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
         if self.durability is Durability.POWER:
             dir_fd = os.open(target.parent, os.O_RDONLY)
             try:
@@ -511,6 +636,49 @@ class SQLiteStore:
 
 
 # -- helpers: each runs inside the caller's transaction ---------------------------
+
+
+def _page_size(limit: int) -> int:
+    """Rows read per query while pruning: enough for a batch of ``limit``
+    single-run trees, bounded so a huge limit (a dry run counting
+    everything) does not read the whole table at once."""
+    return min(max(limit, 64), 1000)
+
+
+def _touch(path: Path, now: float) -> bool:
+    """Set ``path``'s modification time to ``now``; ``False`` if it does not exist."""
+    try:
+        os.utime(path, (now, now))
+    except FileNotFoundError:
+        return False
+    except PermissionError:  # someone else's file: only "the current time" may be set
+        with contextlib.suppress(OSError):
+            os.utime(path)
+    return True
+
+
+def _select_prunable(
+    conn: sqlite3.Connection, older_than: float, statuses: Collection[RunStatus], limit: int
+) -> list[str]:
+    """The runs ``prune_runs`` deletes now: whole qualifying trees, oldest
+    root first, about ``limit`` runs (see ``contract.choose_trees``)."""
+    chosen: list[str] = []
+    after: tuple[float | None, str] = (None, "")
+    page = _page_size(limit)
+    params: dict[str, Any] = {"statuses": _dumps(sorted(s.value for s in statuses)), "cutoff": older_than,
+                              "page": page}
+    while True:
+        rows = conn.execute(_Q["select_prune_roots"], {**params, "after_at": after[0], "after_id": after[1]}
+                            ).fetchall()
+        if not rows:
+            return chosen
+        after = (rows[-1][1], rows[-1][0])
+        roots = [row[0] for row in rows]
+        trees: dict[str, list[tuple[str, str, float]]] = {}
+        for root, run_id, status, updated_at in conn.execute(_Q["select_trees"], {"roots": _dumps(roots)}):
+            trees.setdefault(root, []).append((run_id, status, updated_at))
+        if choose_trees(roots, trees, statuses, older_than, limit, chosen) or len(rows) < page:
+            return chosen
 
 
 def _split_statements(script: str) -> list[str]:
@@ -694,7 +862,8 @@ def _append_auto(
     """Append after the current maximum: for writers that bump the epoch."""
     seq = int(tx.execute(_Q["max_seq"], {"run_id": run_id}).fetchone()[0]) + 1
     entry = _event(run_id, seq, event, at, epoch, worker, detail)
-    tx.execute(_Q["insert_event"], _event_params(entry))
+    if tx.execute(_Q["insert_event"], _event_params(entry)).rowcount != 1:
+        raise StoreError(f"run {run_id!r} vanished while its history was being written")
     return entry
 
 

@@ -13,6 +13,9 @@
 -- * Tables are unqualified: every connection's search_path is the store's schema.
 -- * Ties in ordered results are broken by run_id COLLATE "C" (byte order, as
 --   SQLite compares text), whatever the database's default collation is.
+-- * history.tenant is never a parameter: every INSERT into history reads it
+--   from the run row (the fence, the created run, or a lookup), so an entry
+--   always carries its run's tenant.
 
 -- name: create_run
 -- Insert the run and its first history entries in one statement: it is atomic
@@ -28,10 +31,10 @@ WITH ins AS (
             %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
             %(budget)s::text, %(now)s::float8, %(now)s::float8)
     ON CONFLICT (run_id) DO NOTHING
-    RETURNING run_id
+    RETURNING run_id, tenant
 )
-INSERT INTO history (run_id, seq, event, at, epoch, worker, detail)
-SELECT ins.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.detail
+INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
+SELECT ins.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, ins.tenant
 FROM ins
 CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
                   %(workers)s::text[], %(details)s::text[]) AS e(seq, event, at, epoch, worker, detail)
@@ -71,16 +74,16 @@ LIMIT %(limit)s::bigint
 -- the primary key instead (reported as LeaseLost).
 -- name: insert_event_fenced
 WITH fence AS (
-    SELECT 1 FROM runs
+    SELECT tenant FROM runs
     WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
     FOR SHARE
 )
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
-                     attempt, started_at, payload, payload_ref, detail)
+                     attempt, started_at, payload, payload_ref, detail, tenant)
 SELECT %(run_id)s::text, %(seq)s::bigint, %(event)s::text, %(at)s::float8, %(event_epoch)s::bigint,
        %(worker)s::text, %(position)s::bigint, %(step_kind)s::text, %(name)s::text,
        %(input_hash)s::text, %(attempt)s::bigint, %(started_at)s::float8, %(payload)s::bytea,
-       %(payload_ref)s::text, %(detail)s::text
+       %(payload_ref)s::text, %(detail)s::text, fence.tenant
 FROM fence
 WHERE %(seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = %(run_id)s::text)
 
@@ -88,14 +91,14 @@ WHERE %(seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run
 -- or none, still one statement.
 -- name: insert_events_fenced
 WITH fence AS (
-    SELECT 1 FROM runs
+    SELECT tenant FROM runs
     WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
     FOR SHARE
 )
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
-                     attempt, started_at, payload, payload_ref, detail)
+                     attempt, started_at, payload, payload_ref, detail, tenant)
 SELECT %(run_id)s::text, e.seq, e.event, e.at, e.epoch, e.worker, e.position, e.step_kind, e.name,
-       e.input_hash, e.attempt, e.started_at, e.payload, e.payload_ref, e.detail
+       e.input_hash, e.attempt, e.started_at, e.payload, e.payload_ref, e.detail, fence.tenant
 FROM fence
 CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
                   %(workers)s::text[], %(positions)s::bigint[], %(step_kinds)s::text[],
@@ -110,20 +113,23 @@ WHERE %(first_seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history
 -- Entries written by the holder of the run row's FOR UPDATE lock (claims):
 -- nobody else can append meanwhile, so no checks are needed.
 -- name: insert_events
-INSERT INTO history (run_id, seq, event, at, epoch, worker, detail)
-SELECT %(run_id)s::text, e.seq, e.event, e.at, e.epoch, e.worker, e.detail
-FROM unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
-            %(workers)s::text[], %(details)s::text[]) AS e(seq, event, at, epoch, worker, detail)
+INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
+SELECT r.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, r.tenant
+FROM runs AS r
+CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
+                  %(workers)s::text[], %(details)s::text[]) AS e(seq, event, at, epoch, worker, detail)
+WHERE r.run_id = %(run_id)s::text
 
 -- Append after the current maximum, for writers that bump the epoch and hold
 -- the run row FOR UPDATE. Returns the seq it took.
 -- name: append_auto
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
-                     attempt, started_at, payload, payload_ref, detail)
+                     attempt, started_at, payload, payload_ref, detail, tenant)
 SELECT %(run_id)s::text, COALESCE(MAX(seq), 0) + 1, %(event)s::text, %(at)s::float8,
        %(event_epoch)s::bigint, %(worker)s::text, %(position)s::bigint, %(step_kind)s::text,
        %(name)s::text, %(input_hash)s::text, %(attempt)s::bigint, %(started_at)s::float8,
-       %(payload)s::bytea, %(payload_ref)s::text, %(detail)s::text
+       %(payload)s::bytea, %(payload_ref)s::text, %(detail)s::text,
+       (SELECT tenant FROM runs WHERE run_id = %(run_id)s::text)
 FROM history WHERE run_id = %(run_id)s::text
 RETURNING seq
 
@@ -294,12 +300,90 @@ RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, 
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
--- name: artifact_exists
-SELECT 1 FROM artifacts WHERE ref = %(ref)s::text
+-- Storing bytes that exist already refreshes when they were last stored
+-- (pruning spares what was stored since its cutoff). The update locks the row,
+-- so it either happens before a collector's DELETE (which then re-checks the
+-- time and keeps the row) or after it (and finds no row: the bytes are sent).
+-- name: touch_artifact
+UPDATE artifacts SET touched_at = GREATEST(touched_at, %(now)s::float8)
+WHERE ref = %(ref)s::text
 
 -- name: put_artifact
-INSERT INTO artifacts (ref, data) VALUES (%(ref)s::text, %(data)s::bytea)
-ON CONFLICT (ref) DO NOTHING
+INSERT INTO artifacts (ref, data, touched_at) VALUES (%(ref)s::text, %(data)s::bytea, %(now)s::float8)
+ON CONFLICT (ref) DO UPDATE SET touched_at = GREATEST(artifacts.touched_at, excluded.touched_at)
 
 -- name: get_artifact
 SELECT data FROM artifacts WHERE ref = %(ref)s::text
+
+-- Pruning ------------------------------------------------------------------------
+-- Candidate roots of prunable trees, oldest first, one page after the keyset
+-- (after_at, after_id). The first status term is the predicate of the
+-- runs_finished index, which lets the planner use it.
+-- name: select_prune_roots
+SELECT r.run_id, r.updated_at FROM runs AS r
+WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND r.status = ANY(%(statuses)s::text[])
+  AND r.updated_at < %(cutoff)s::float8
+  AND (%(after_at)s::float8 IS NULL OR r.updated_at > %(after_at)s::float8
+       OR (r.updated_at = %(after_at)s::float8 AND r.run_id COLLATE "C" > %(after_id)s::text COLLATE "C"))
+  -- a root: no parent, or a parent that is gone (a NULL parent_run_id matches no run)
+  AND NOT EXISTS (SELECT 1 FROM runs AS p WHERE p.run_id = r.parent_run_id)
+ORDER BY r.updated_at, r.run_id COLLATE "C"
+LIMIT %(page)s::bigint
+
+-- Every member of the trees under the roots, with its root.
+-- name: select_trees
+WITH RECURSIVE tree(root, run_id) AS (
+    SELECT root, root FROM unnest(%(roots)s::text[]) AS root
+    UNION
+    SELECT tree.root, runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
+)
+SELECT tree.root, runs.run_id, runs.status, runs.updated_at
+FROM tree JOIN runs ON runs.run_id = tree.run_id
+
+-- name: queue_artifacts_of_runs
+INSERT INTO artifact_gc (ref, queued_at)
+SELECT ref, %(now)s::float8 FROM (
+    SELECT input_ref AS ref FROM runs WHERE run_id = ANY(%(run_ids)s::text[]) AND input_ref IS NOT NULL
+    UNION
+    SELECT result_ref FROM runs WHERE run_id = ANY(%(run_ids)s::text[]) AND result_ref IS NOT NULL
+    UNION
+    SELECT payload_ref FROM history WHERE run_id = ANY(%(run_ids)s::text[]) AND payload_ref IS NOT NULL
+) AS refs
+ON CONFLICT (ref) DO NOTHING
+
+-- name: delete_history_of_runs
+DELETE FROM history WHERE run_id = ANY(%(run_ids)s::text[])
+
+-- name: delete_runs
+DELETE FROM runs WHERE run_id = ANY(%(run_ids)s::text[])
+
+-- One page of the collection queue, each ref with whether a row still
+-- references it. SKIP LOCKED: concurrent collectors take different pages.
+-- name: select_gc_page
+SELECT g.ref, g.queued_at,
+       EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref) AS referenced
+FROM artifact_gc AS g
+WHERE %(after_at)s::float8 IS NULL OR g.queued_at > %(after_at)s::float8
+      OR (g.queued_at = %(after_at)s::float8 AND g.ref COLLATE "C" > %(after_ref)s::text COLLATE "C")
+ORDER BY g.queued_at, g.ref COLLATE "C"
+LIMIT %(page)s::bigint
+FOR UPDATE OF g SKIP LOCKED
+
+-- Delete unreferenced artifacts not stored since the cutoff; returns the refs
+-- that are gone (deleted now, or missing already).
+-- name: delete_stale_artifacts
+WITH gone AS (
+    DELETE FROM artifacts
+    WHERE ref = ANY(%(refs)s::text[]) AND touched_at < %(stored_before)s::float8
+    RETURNING ref
+)
+SELECT gone.ref FROM gone
+UNION
+SELECT queued.ref FROM unnest(%(refs)s::text[]) AS queued(ref)
+WHERE NOT EXISTS (SELECT 1 FROM artifacts AS a WHERE a.ref = queued.ref)
+
+-- name: dequeue_artifacts
+DELETE FROM artifact_gc WHERE ref = ANY(%(refs)s::text[])

@@ -39,20 +39,25 @@ SELECT COALESCE(MAX(seq), 0) FROM history WHERE run_id = :run_id
 
 -- Event inserts take positional parameters (?1..?15, in HistoryEvent field
 -- order): they run once per step, and binding by position is measurably
--- cheaper than binding by name.
+-- cheaper than binding by name. The tenant is never a parameter: it is read
+-- from the run row by the same statement, so an entry always carries its
+-- run's tenant (and nothing is inserted for a run that does not exist).
 -- name: insert_event
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
-                     attempt, started_at, payload, payload_ref, detail)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                     attempt, started_at, payload, payload_ref, detail, tenant)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
+FROM runs AS r WHERE r.run_id = ?1
 
--- The hot path: one statement checks the fence, keeps the history gap-free
+-- The hot path: one statement checks the fence (the run row must be running
+-- at this epoch; the same row gives the tenant), keeps the history gap-free
 -- (seq must follow the current last entry) and appends. Being one statement,
 -- it is atomic without an explicit transaction.
 -- name: insert_event_fenced
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
-                     attempt, started_at, payload, payload_ref, detail)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15
-WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND epoch = ?5 AND status = 'running')
+                     attempt, started_at, payload, payload_ref, detail, tenant)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
+FROM runs AS r
+WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
   AND ?2 = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = ?1)
 
 -- name: select_runnable
@@ -163,3 +168,66 @@ UPDATE runs SET budget = :budget, updated_at = :now,
            WHEN status = 'suspended' AND wake_at IS NULL AND waiting_on IS NULL THEN :now
            ELSE runnable_at END
 WHERE run_id = :run_id
+
+-- Pruning ------------------------------------------------------------------------
+-- Candidate roots of prunable trees, oldest first, one page after the keyset
+-- (:after_at, :after_id). The first status term repeats the predicate of the
+-- runs_finished index word for word, which lets SQLite use it.
+-- name: select_prune_roots
+SELECT r.run_id, r.updated_at FROM runs AS r
+WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND r.status IN (SELECT value FROM json_each(:statuses))
+  AND r.updated_at < :cutoff
+  AND (:after_at IS NULL OR r.updated_at > :after_at
+       OR (r.updated_at = :after_at AND r.run_id > :after_id))
+  -- a root: no parent, or a parent that is gone (a NULL parent_run_id matches no run)
+  AND NOT EXISTS (SELECT 1 FROM runs AS p WHERE p.run_id = r.parent_run_id)
+ORDER BY r.updated_at, r.run_id
+LIMIT :page
+
+-- Every member of the trees under :roots (a JSON array), with its root.
+-- UNION (not UNION ALL): even a malformed parent cycle terminates.
+-- name: select_trees
+WITH RECURSIVE tree(root, run_id) AS (
+    SELECT value, value FROM json_each(:roots)
+    UNION
+    SELECT tree.root, runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
+)
+SELECT tree.root, runs.run_id, runs.status, runs.updated_at
+FROM tree JOIN runs ON runs.run_id = tree.run_id
+
+-- Queue every artifact the runs in :run_ids reference for collection.
+-- name: queue_artifacts_of_runs
+INSERT INTO artifact_gc (ref, queued_at)
+SELECT ref, :now FROM (
+    SELECT input_ref AS ref FROM runs
+    WHERE run_id IN (SELECT value FROM json_each(:run_ids)) AND input_ref IS NOT NULL
+    UNION
+    SELECT result_ref FROM runs
+    WHERE run_id IN (SELECT value FROM json_each(:run_ids)) AND result_ref IS NOT NULL
+    UNION
+    SELECT payload_ref FROM history
+    WHERE run_id IN (SELECT value FROM json_each(:run_ids)) AND payload_ref IS NOT NULL
+) WHERE true
+ON CONFLICT (ref) DO NOTHING
+
+-- name: delete_history_of_runs
+DELETE FROM history WHERE run_id IN (SELECT value FROM json_each(:run_ids))
+
+-- name: delete_runs
+DELETE FROM runs WHERE run_id IN (SELECT value FROM json_each(:run_ids))
+
+-- One page of the collection queue, each ref with whether a row still
+-- references it (the ref indexes make each check one index probe).
+-- name: select_gc_page
+SELECT g.ref, g.queued_at,
+       EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref) AS referenced
+FROM artifact_gc AS g
+WHERE :after_at IS NULL OR g.queued_at > :after_at OR (g.queued_at = :after_at AND g.ref > :after_ref)
+ORDER BY g.queued_at, g.ref
+LIMIT :page
+
+-- name: dequeue_artifacts
+DELETE FROM artifact_gc WHERE ref IN (SELECT value FROM json_each(:refs))

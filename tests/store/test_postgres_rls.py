@@ -1,0 +1,302 @@
+"""Row-level security: a PostgreSQL role scoped to one tenant.
+
+The deployment these tests build is the one documented in
+``cairn.store.postgres`` and migration 0004: a non-superuser *owner* role
+migrates its own schema (so it owns the tables and is exempt from the
+policies), and two login roles, one per tenant, get the documented grants.
+Their stores are opened with ``tenant=...``. Superusers bypass row-level
+security, so nothing here runs Cairn as the test server's superuser.
+
+Roles are global to the server, so their names carry the process id and a
+random tag (other test sessions may share the server), and every test drops
+what it created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from cairn.errors import LeaseLost, RunNotFound, StoreError
+from cairn.store.postgres import PostgresStore
+from cairn.store.records import Claim, EventType, Payload, RunFilter, RunStatus
+from tests.store.contract import WF, FakeClock, claim, ev, finish, new_run
+
+SCHEMA = "tenancy"
+#: The grants a tenant-scoped role needs (the module doc of cairn.store.postgres).
+GRANTS = [
+    "GRANT USAGE ON SCHEMA {schema} TO {role}",
+    "GRANT SELECT, INSERT, UPDATE ON {schema}.runs, {schema}.history TO {role}",
+    "GRANT SELECT, INSERT, UPDATE ON {schema}.artifacts TO {role}",
+    "GRANT SELECT ON {schema}.schema_migrations TO {role}",
+]
+
+
+def running(store: PostgresStore, clock: FakeClock, run_id: str) -> Claim:
+    """A run of the store's own tenant, created and claimed through it."""
+    assert store.tenant is not None
+    store.create_run(new_run(run_id, tenant=store.tenant))
+    return claim(store, run_id)
+
+
+def _admin(url: str, *statements: sql.Composable | str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def _rows(url: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(SCHEMA)))
+        return conn.execute(query, params).fetchall()
+
+
+@dataclass
+class Deployment:
+    """An owner store and one store per tenant, on one fresh database."""
+
+    admin_url: str
+    urls: dict[str, str]  # role key ("owner", "acme", "globex") -> libpq URL logging in as that role
+    clock: FakeClock
+    owner: PostgresStore
+    acme: PostgresStore
+    globex: PostgresStore
+
+    def as_role(self, key: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run SQL directly as a role, bypassing the store (as a bug would)."""
+        with psycopg.connect(self.urls[key], autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(SCHEMA)))
+            if key != "owner":
+                conn.execute("SELECT set_config('cairn.tenant', %s, false)", (key,))
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description is not None else [(cur.rowcount,)]
+
+
+@pytest.fixture
+def deployment(pg_url: str) -> Iterator[Deployment]:
+    tag = f"cairn_rls_{os.getpid()}_{secrets.token_hex(3)}"
+    roles = {key: f"{tag}_{key}" for key in ("owner", "acme", "globex")}
+    dbname = conninfo_to_dict(pg_url)["dbname"]
+    ident = {key: sql.Identifier(name) for key, name in roles.items()}
+    _admin(pg_url, *[sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(i) for i in ident.values()],
+           sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(str(dbname)), ident["owner"]))
+    urls = {key: make_conninfo(pg_url, user=name) for key, name in roles.items()}
+    stores: list[PostgresStore] = []
+    try:
+        clock = FakeClock()
+        owner = PostgresStore(urls["owner"], schema=SCHEMA, clock=clock)  # migrates: it owns the tables
+        stores.append(owner)
+        _admin(urls["owner"], *[
+            sql.SQL(grant).format(schema=sql.Identifier(SCHEMA), role=ident[key])
+            for key in ("acme", "globex") for grant in GRANTS
+        ])
+        acme = PostgresStore(urls["acme"], schema=SCHEMA, clock=clock, tenant="acme")
+        stores.append(acme)
+        globex = PostgresStore(urls["globex"], schema=SCHEMA, clock=clock, tenant="globex")
+        stores.append(globex)
+        yield Deployment(pg_url, urls, clock, owner, acme, globex)
+    finally:
+        for store in stores:
+            store.close()
+        # DROP OWNED drops the owner's schema and revokes every grant (the
+        # database-level one included), after which the roles can go.
+        names = sql.SQL(", ").join(ident.values())
+        _admin(pg_url, sql.SQL("DROP OWNED BY {}").format(names), sql.SQL("DROP ROLE {}").format(names))
+
+
+def test_the_policies_are_enabled_and_the_owner_is_exempt(deployment: Deployment) -> None:
+    rows = _rows(
+        deployment.admin_url,
+        "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, pg_get_userbyid(c.relowner) "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname IN ('runs', 'history') ORDER BY c.relname",
+        (SCHEMA,),
+    )
+    owner = conninfo_to_dict(deployment.urls["owner"])["user"]
+    assert rows == [("history", True, False, owner), ("runs", True, False, owner)]
+    super_user = _rows(deployment.urls["owner"], "SELECT rolsuper, rolbypassrls FROM pg_roles "
+                       "WHERE rolname = current_user")
+    assert super_user == [(False, False)]  # exempt as the owner, not as a superuser
+
+
+def test_another_tenants_runs_are_invisible(deployment: Deployment) -> None:
+    d = deployment
+    a = running(d.acme, d.clock, "a1")
+    d.acme.append("a1", a.run.epoch, [ev(d.clock, "a1", a.next_seq, a.run.epoch)])
+    d.acme.create_run(new_run("a2", tenant="acme"))  # pending: claimable, by acme only
+    d.globex.create_run(new_run("g1", tenant="globex"))
+
+    assert d.globex.get_run("a1") is None
+    assert d.globex.get_run("a2") is None
+    assert d.globex.history("a1") == []
+    assert [r.run_id for r in d.globex.list_runs(RunFilter())] == ["g1"]
+    assert d.globex.list_runs(RunFilter(tenant="acme")) == []
+    claimed = d.globex.claim_runs("gw", [WF], 10, 30.0, 3)
+    assert [c.run.run_id for c in claimed] == ["g1"]
+    assert d.globex.claim_run("a2", "gw", 30.0, 3) is None
+    with pytest.raises(RunNotFound):
+        d.globex.cancel_run("a2", "not yours")
+    assert d.globex.kill_runs("not yours", tenant="acme") == []
+    assert d.globex.renew_leases("w1", {"a1": a.run.epoch}, 30.0) == {"a1"}
+
+    assert {r.run_id for r in d.acme.list_runs(RunFilter())} == {"a1", "a2"}
+    record = d.acme.get_run("a2")
+    assert record is not None
+    assert (record.status, record.epoch) == (RunStatus.PENDING, 0)
+    assert [c.run.run_id for c in d.acme.claim_runs("aw", [WF], 10, 30.0, 3)] == ["a2"]
+
+
+def test_writes_to_another_tenants_run_are_refused(deployment: Deployment) -> None:
+    d = deployment
+    a = running(d.acme, d.clock, "a1")
+    before = d.owner.history("a1")
+    with pytest.raises(LeaseLost):  # for globex the run does not exist, so it holds no lease on it
+        d.globex.append("a1", a.run.epoch, [ev(d.clock, "a1", a.next_seq, a.run.epoch)])
+    done = ev(d.clock, "a1", a.next_seq, a.run.epoch, EventType.RUN_COMPLETED)
+    with pytest.raises(LeaseLost):
+        d.globex.finish_run("a1", a.run.epoch, done, RunStatus.COMPLETED, Payload(data=b"1"), None)
+    assert d.owner.history("a1") == before
+    record = d.owner.get_run("a1")
+    assert record is not None
+    assert record.status is RunStatus.RUNNING
+    # The same write, bypassing the store: the row is invisible, nothing changes.
+    assert d.as_role("globex", "UPDATE runs SET status = 'failed' WHERE run_id = 'a1'") == [(0,)]
+    assert d.as_role("globex", "SELECT count(*) FROM history WHERE run_id = 'a1'") == [(0,)]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):
+        d.as_role("globex", "DELETE FROM history WHERE run_id = 'a1'")  # no DELETE grant at all
+    assert d.owner.history("a1") == before
+
+
+def test_rows_for_another_tenant_are_refused_by_the_policy(deployment: Deployment) -> None:
+    d = deployment
+    with pytest.raises(StoreError, match="row-level security") as info:
+        d.globex.create_run(new_run("sneaky", tenant="acme"))
+    message = str(info.value)
+    assert "'globex'" in message
+    assert "\n" not in message
+    assert d.owner.get_run("sneaky") is None
+    with pytest.raises(StoreError, match="row-level security"):
+        d.globex.create_claimed_run(new_run("sneaky", tenant="acme"), "gw", 30.0)
+    assert d.owner.get_run("sneaky") is None
+
+    # A child of another tenant: the parent's journal entry is rolled back too.
+    p = running(d.globex, d.clock, "g1")
+    event = ev(d.clock, "g1", p.next_seq, p.run.epoch)
+    with pytest.raises(StoreError, match="row-level security"):
+        d.globex.start_child("g1", p.run.epoch, event, new_run("g1.kid", tenant="acme"))
+    assert len(d.owner.history("g1")) == p.next_seq - 1
+    assert d.owner.get_run("g1.kid") is None
+
+    # Raw SQL as the role, as a bug outside the store would write it.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+        d.as_role("globex", "INSERT INTO runs (run_id, tenant, workflow, workflow_version, status, "
+                  "created_at, updated_at) VALUES ('raw', 'acme', 'wf', '1', 'pending', 0, 0)")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+        d.as_role("globex", "INSERT INTO history (run_id, seq, event, at, epoch, tenant) "
+                  "VALUES ('g1', 1000, 'step.completed', 0, 1, 'acme')")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+        d.as_role("globex", "UPDATE runs SET tenant = 'acme' WHERE run_id = 'g1'")
+    assert [r.tenant for r in d.owner.list_runs(RunFilter())] == ["globex"]
+
+
+def test_a_scoped_store_runs_a_whole_life(deployment: Deployment) -> None:
+    """Everything a worker does, under the policies: claims, appends,
+    children, waits, finishes, operator actions, artifacts."""
+    d = deployment
+    ref = d.acme.put_artifact(b"x" * 100_000)
+    d.acme.create_run(new_run("a1", tenant="acme", input=Payload(ref=ref)))
+    c = claim(d.acme, "a1")
+    e, s = c.run.epoch, c.next_seq
+    d.acme.append("a1", e, [ev(d.clock, "a1", s, e), ev(d.clock, "a1", s + 1, e, position=1)])
+    d.acme.start_child("a1", e, ev(d.clock, "a1", s + 2, e, position=2), new_run("a1.kid", tenant="acme"))
+    d.acme.suspend_run("a1", e, ev(d.clock, "a1", s + 3, e, EventType.RUN_SUSPENDED), None, "a1.kid")
+    finish(d.acme, d.clock, claim(d.acme, "a1.kid"))
+    c = claim(d.acme, "a1")  # woken by its child
+    assert c.history[-1].event is EventType.RUN_WOKEN
+    finish(d.acme, d.clock, c)
+    d.acme.set_budget("a1", {"tokens": 5})
+    assert d.acme.get_artifact(ref) == b"x" * 100_000
+    assert d.globex.get_artifact(ref) == b"x" * 100_000  # shared: content-addressed, no tenant
+    assert d.acme.kill_runs("stop", tenant="acme") == []  # nothing left running
+    tenants = _rows(d.admin_url, "SELECT DISTINCT tenant FROM history")
+    assert tenants == [("acme",)]
+
+
+def test_the_owner_sees_every_tenant(deployment: Deployment) -> None:
+    d = deployment
+    running(d.acme, d.clock, "a1")
+    d.globex.create_run(new_run("g1", tenant="globex"))
+    everyone = {(r.run_id, r.tenant) for r in d.owner.list_runs(RunFilter())}
+    assert everyone == {("a1", "acme"), ("g1", "globex")}
+    assert d.owner.history("a1")[0].event is EventType.RUN_CREATED
+    rows = d.as_role("owner", "SELECT run_id, tenant, count(*) FROM history GROUP BY run_id, tenant "
+                     "ORDER BY run_id")
+    assert rows == [("a1", "acme", 3), ("g1", "globex", 1)]
+    killed = d.owner.kill_runs("everyone", tenant="acme")
+    assert [r.run_id for r in killed] == ["a1"]
+
+
+def test_a_role_without_a_tenant_sees_nothing(deployment: Deployment) -> None:
+    d = deployment
+    d.acme.create_run(new_run("a1", tenant="acme"))
+    unscoped = PostgresStore(d.urls["acme"], schema=SCHEMA, clock=d.clock)
+    try:
+        assert unscoped.get_run("a1") is None
+        assert unscoped.list_runs(RunFilter()) == []
+        with pytest.raises(StoreError, match="row-level security"):
+            unscoped.create_run(new_run("a2", tenant="acme"))
+    finally:
+        unscoped.close()
+
+
+def test_every_pooled_connection_is_scoped(deployment: Deployment) -> None:
+    store = PostgresStore(deployment.urls["acme"], schema=SCHEMA, tenant="acme", pool_size=4)
+    try:
+        with contextlib.ExitStack() as stack:
+            conns = [stack.enter_context(store._pool.connection()) for _ in range(4)]
+            assert len({conn.info.backend_pid for conn in conns}) == 4
+            settings = [conn.execute("SELECT current_setting('cairn.tenant', true)").fetchone()
+                        for conn in conns]
+            assert settings == [("acme",)] * 4
+    finally:
+        store.close()
+
+
+def test_a_scoped_store_does_not_prune(deployment: Deployment) -> None:
+    d = deployment
+    running(d.acme, d.clock, "a1")
+    d.acme.create_run(new_run("a2", tenant="acme"))
+    d.acme.cancel_run("a2", "x")
+    d.globex.create_run(new_run("g1", tenant="globex"))
+    d.globex.cancel_run("g1", "x")
+    d.clock.advance(10)
+    assert d.acme.prune_runs(d.clock(), dry_run=True) == 1  # counting its own runs is harmless
+    with pytest.raises(StoreError, match="cannot prune"):
+        d.acme.prune_runs(d.clock())
+    assert d.owner.prune_runs(d.clock()) == 2
+    assert [r.run_id for r in d.owner.list_runs(RunFilter())] == ["a1"]
+
+
+def test_a_scoped_store_does_not_migrate(deployment: Deployment) -> None:
+    """Migrations are the owner's: a scoped role opening a schema that lacks
+    one gets a one-line error instead of a half-applied migration."""
+    d = deployment
+    d.as_role("owner", "DELETE FROM schema_migrations WHERE version = (SELECT max(version) "
+              "FROM schema_migrations)")
+    with pytest.raises(StoreError, match="cannot open PostgreSQL database") as info:
+        PostgresStore(d.urls["acme"], schema=SCHEMA, tenant="acme")
+    assert "\n" not in str(info.value)
+
+
+def test_tenant_must_not_be_empty(pg_url: str) -> None:
+    with pytest.raises(ValueError, match="tenant"):
+        PostgresStore(pg_url, tenant="")
