@@ -52,7 +52,11 @@ class CairnWorkloads:
 
 def build(db_path: Path, durability: str = "process", lease_seconds: float | None = None) -> CairnWorkloads:
     """A fresh ``cairn.App`` on the SQLite file ``db_path`` with the benchmark workflows."""
-    url = f"sqlite:///{db_path}"
+    return build_url(f"sqlite:///{db_path}", durability, lease_seconds)
+
+
+def build_url(url: str, durability: str = "process", lease_seconds: float | None = None) -> CairnWorkloads:
+    """A ``cairn.App`` on the database ``url`` (SQLite or PostgreSQL) with the benchmark workflows."""
     if lease_seconds is None:
         app = cairn.App(db=url, durability=durability)
     else:
