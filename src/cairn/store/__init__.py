@@ -65,18 +65,22 @@ def open_store(
 
 
 def _open_postgres(url: str, mode: Durability) -> Store:
-    """``postgresql://user@host:port/db?schema=name``: ``schema`` (default
-    ``cairn``) is Cairn's own query parameter, removed before libpq sees it."""
+    """``postgresql://user@host:port/db?schema=name&tenant=acme``: ``schema``
+    (default ``cairn``) and ``tenant`` (scope every connection to one tenant,
+    enforced by row-level security for a tenant-scoped role) are Cairn's own
+    query parameters, removed before libpq sees the URL."""
     try:
         from cairn.store.postgres import PostgresStore
     except ImportError:
         raise ConfigError("PostgreSQL support is not installed: pip install 'cairn[postgres]'") from None
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [value for key, value in query if key == "schema"]
-    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    ours = {key: value for key, value in query if key in ("schema", "tenant")}
+    rest = urlencode([(key, value) for key, value in query if key not in ("schema", "tenant")])
     clean = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
-    return PostgresStore(clean, durability=mode, schema=schemas[-1] if schemas else "cairn")
+    return PostgresStore(
+        clean, durability=mode, schema=ours.get("schema", "cairn"), tenant=ours.get("tenant")
+    )
 
 
 __all__ = ["DEFAULT_DB", "Store", "open_store", "resolve_url", "sqlite_path"]
