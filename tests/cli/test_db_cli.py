@@ -153,6 +153,9 @@ def test_db_commands_on_postgres_with_a_schema() -> None:
             assert migrated.stdout.splitlines()[-1] == f"schema version {len(POSTGRES)}"
             assert cli("db", "status", "--db", url).stdout.splitlines()[-1] == "up to date"
             assert cli("db", "migrate", "--db", url).stdout.startswith("up to date")
+            scoped = cli("db", "status", "--db", f"{url}&tenant=acme")  # Cairn's parameter, not libpq's
+            assert scoped.exit_code == 0, scoped.stderr
+            assert scoped.stdout.splitlines()[-1] == "up to date"
     finally:
         databases.close()
 

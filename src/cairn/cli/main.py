@@ -766,13 +766,14 @@ def _open_unmigrated(db: str | None, *, create: bool) -> tuple[_SchemaStore, str
             from cairn.store.postgres import PostgresStore
         except ImportError:
             raise ConfigError("PostgreSQL support is not installed: pip install 'cairn[postgres]'") from None
-        # ?schema=NAME is Cairn's own parameter (as in cairn.store.open_store): not for libpq.
+        # ?schema= and ?tenant= are Cairn's own parameters (as in cairn.store.open_store), not libpq's.
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)
-        schemas = [value for key, value in query if key == "schema"]
-        rest = urlencode([(key, value) for key, value in query if key != "schema"])
+        ours = {key: value for key, value in query if key in ("schema", "tenant")}
+        rest = urlencode([(key, value) for key, value in query if key not in ("schema", "tenant")])
         clean = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
-        store = PostgresStore(clean, schema=schemas[-1] if schemas else "cairn", auto_migrate=False)
+        store = PostgresStore(clean, schema=ours.get("schema", "cairn"), tenant=ours.get("tenant"),
+                              auto_migrate=False)
         return store, "postgres"
     if url.startswith("memory://"):
         raise click.UsageError("a memory:// store lives inside one process and has no schema to manage")

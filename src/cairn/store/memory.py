@@ -52,6 +52,7 @@ from cairn.store.records import (
     RunRecord,
     RunStatus,
 )
+from cairn.store.rows import created_detail as _created_detail
 
 _T = TypeVar("_T")
 
@@ -872,13 +873,6 @@ def _limited(items: list[_T], limit: int | None) -> list[_T]:
     if limit is None or limit < 0:
         return items
     return items[:limit]
-
-
-def _created_detail(run: NewRun) -> dict[str, Any]:
-    detail: dict[str, Any] = {"workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant}
-    if run.parent_run_id:
-        detail["parent_run_id"] = run.parent_run_id
-    return detail
 
 
 def _copy_json(value: dict[str, Any] | None) -> dict[str, Any] | None:

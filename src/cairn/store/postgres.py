@@ -87,7 +87,6 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-import msgspec
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
@@ -108,11 +107,14 @@ from cairn.store.records import (
     RunRecord,
     RunStatus,
 )
+from cairn.store.rows import created_detail as _created_detail
+from cairn.store.rows import dumps as _dumps
+from cairn.store.rows import lifecycle_event as _event
+from cairn.store.rows import loads as _loads
+from cairn.store.rows import new_record as _new_record
 from cairn.store.sqlfiles import load_migrations, load_queries
 
 _Q = load_queries("postgres")
-_ENCODE_JSON = msgspec.json.Encoder()
-_DECODE_JSON = msgspec.json.Decoder()
 _TERMINAL = [status.value for status in RunStatus if status.terminal]
 
 #: Seconds to wait for a connection: at open, and from the pool afterwards.
@@ -132,15 +134,6 @@ _LOOKUP_BEFORE_SEND = 64 * 1024
 
 _T = TypeVar("_T")
 _Conn = psycopg.Connection[TupleRow]
-
-
-def _dumps(value: Any) -> str:
-    """JSON text for a column (msgspec: several times faster than ``json``)."""
-    return _ENCODE_JSON.encode(value).decode()
-
-
-def _loads(text: str | bytes) -> Any:
-    return _DECODE_JSON.decode(text)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -901,32 +894,6 @@ def _lifecycle_arrays(events: Sequence[HistoryEvent]) -> dict[str, Any]:
     }
 
 
-def _new_record(
-    run: NewRun,
-    now: float,
-    status: RunStatus,
-    *,
-    epoch: int,
-    owner: str | None = None,
-    lease_until: float | None = None,
-) -> RunRecord:
-    """The record just inserted for ``run``, without reading it back."""
-    return RunRecord(
-        run_id=run.run_id, workflow=run.workflow, workflow_version=run.workflow_version, tenant=run.tenant,
-        thread_id=run.thread_id, status=status, input=run.input, result=None, error=None, epoch=epoch,
-        owner=owner, lease_expires_at=lease_until, wake_at=None, waiting_on=None, recoveries=0,
-        queue=run.queue, priority=run.priority, parent_run_id=run.parent_run_id, created_at=now,
-        updated_at=now, budget=_loads(_dumps(run.budget)) if run.budget is not None else None,
-    )
-
-
-def _created_detail(run: NewRun) -> dict[str, Any]:
-    detail: dict[str, Any] = {"workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant}
-    if run.parent_run_id:
-        detail["parent_run_id"] = run.parent_run_id
-    return detail
-
-
 def _select_run(conn: _Conn, run_id: str) -> RunRecord | None:
     row = conn.execute(_Q["select_run"], {"run_id": run_id}).fetchone()
     return _run_from_row(row) if row else None
@@ -1075,18 +1042,6 @@ def _event_from_row(row: Sequence[Any]) -> HistoryEvent:
         payload=payload,
         detail=_loads(row[14]) if row[14] is not None else None,
     )
-
-
-def _event(
-    run_id: str,
-    seq: int,
-    event: EventType,
-    at: float,
-    epoch: int,
-    worker: str | None,
-    detail: dict[str, Any] | None,
-) -> HistoryEvent:
-    return HistoryEvent(run_id=run_id, seq=seq, event=event, at=at, epoch=epoch, worker=worker, detail=detail)
 
 
 def _event_params(event: HistoryEvent) -> dict[str, Any]:

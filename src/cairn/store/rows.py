@@ -1,0 +1,66 @@
+"""Row helpers shared by the SQL backends (and the memory backend), so that
+every backend writes the same details and builds the same records.
+
+JSON columns (``detail``, ``error``, ``budget``) are text written by msgspec:
+several times faster than ``json``, and values read back exactly as written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from cairn.store.records import EventType, HistoryEvent, NewRun, RunRecord, RunStatus
+
+_ENCODE_JSON = msgspec.json.Encoder()
+_DECODE_JSON = msgspec.json.Decoder()
+
+
+def dumps(value: Any) -> str:
+    """JSON text for a column."""
+    return _ENCODE_JSON.encode(value).decode()
+
+
+def loads(text: str | bytes) -> Any:
+    return _DECODE_JSON.decode(text)
+
+
+def new_record(
+    run: NewRun,
+    now: float,
+    status: RunStatus,
+    *,
+    epoch: int,
+    owner: str | None = None,
+    lease_until: float | None = None,
+) -> RunRecord:
+    """The record just inserted for ``run``, without reading it back."""
+    return RunRecord(
+        run_id=run.run_id, workflow=run.workflow, workflow_version=run.workflow_version, tenant=run.tenant,
+        thread_id=run.thread_id, status=status, input=run.input, result=None, error=None, epoch=epoch,
+        owner=owner, lease_expires_at=lease_until, wake_at=None, waiting_on=None, recoveries=0,
+        queue=run.queue, priority=run.priority, parent_run_id=run.parent_run_id, created_at=now,
+        updated_at=now, budget=loads(dumps(run.budget)) if run.budget is not None else None,
+    )
+
+
+def created_detail(run: NewRun) -> dict[str, Any]:
+    """The detail of a ``run.created`` entry."""
+    detail: dict[str, Any] = {"workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant}
+    if run.parent_run_id:
+        detail["parent_run_id"] = run.parent_run_id
+    return detail
+
+
+def lifecycle_event(
+    run_id: str,
+    seq: int,
+    event: EventType,
+    at: float,
+    epoch: int,
+    worker: str | None,
+    detail: dict[str, Any] | None,
+) -> HistoryEvent:
+    """A history entry that is not a journal entry (no position, no payload)."""
+    return HistoryEvent(run_id=run_id, seq=seq, event=event, at=at, epoch=epoch, worker=worker, detail=detail)
