@@ -247,3 +247,21 @@ def test_a_put_waits_for_a_collection_in_progress(tmp_path: Path) -> None:
         assert path.read_bytes() == b"contended"
     finally:
         store.close()
+
+
+def test_an_entry_stamped_with_another_epoch_is_refused(tmp_path: Path) -> None:
+    """The fenced statement compares the entry's epoch with the run's; an
+    entry whose epoch differs from the caller's fencing token is refused."""
+    from cairn.errors import LeaseLost
+    from cairn.store.records import EventType, HistoryEvent, NewRun, Payload
+
+    store = SQLiteStore(tmp_path / "e.db")
+    claim = store.create_claimed_run(NewRun("r", "wf", "1", "t", None, Payload(b"{}")), "w", 30)
+    assert claim is not None
+    entry = HistoryEvent(
+        "r", claim.next_seq, EventType.STEP_COMPLETED, 0.0, claim.run.epoch, "w", 0, "step", "s"
+    )
+    with pytest.raises(LeaseLost):
+        store.append("r", claim.run.epoch + 7, [entry])  # a stale or forged token with a current entry
+    assert [e.seq for e in store.history("r")] == [1, 2, 3]
+    store.close()

@@ -826,6 +826,8 @@ def _append_auto(
 def _append_fenced(tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> None:
     if event.run_id != run_id:
         raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")
+    if event.epoch != epoch:  # the statement fences on the entry's epoch: it must be the caller's
+        raise LeaseLost(run_id, epoch)
     try:
         inserted = tx.execute(_Q["insert_event_fenced"], _event_params(event)).rowcount
     except sqlite3.IntegrityError:
