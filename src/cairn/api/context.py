@@ -252,7 +252,4 @@ class ChildHandle(Generic[R]):
 
 
 def _fail_model(execution: Execution, call: Call, exc: Exception, retry: RetryPolicy | None) -> NoReturn:
-    policy = retry or NO_RETRY
-    retryable = policy.retryable(exc)
-    delay = policy.delay(call.attempt) if retryable and call.attempt < policy.max_attempts else None
-    execution.fail_call(call, exc, retryable, delay)
+    execution.fail_by_policy(call, exc, retry or NO_RETRY)

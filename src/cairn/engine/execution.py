@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from cairn.codec import values
 from cairn.engine.budget import Budget
 from cairn.engine.journal import Journal
+from cairn.engine.retry import RetryPolicy
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
 from cairn.errors import (
@@ -214,6 +215,13 @@ class Execution:
             input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at, payload=payload,
             detail=detail,
         ))
+
+    def fail_by_policy(self, call: Call, exc: BaseException, policy: RetryPolicy) -> NoReturn:
+        """Classify a failed attempt with ``policy`` (``TerminalError`` is never
+        retried) and record it: a retry after the policy's backoff, or the end."""
+        retryable = policy.retryable(exc)
+        delay = policy.delay(call.attempt) if retryable and call.attempt < policy.max_attempts else None
+        self.fail_call(call, exc, retryable, delay)
 
     def fail_call(
         self, call: Call, exc: BaseException, retryable: bool, retry_delay: float | None

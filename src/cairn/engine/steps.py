@@ -17,7 +17,6 @@ from cairn.codec import values
 from cairn.engine.definitions import StepDef
 from cairn.engine.execution import Call, Execution, current, operation_id
 from cairn.engine.faults import fault_point
-from cairn.engine.retry import TerminalError
 from cairn.errors import CairnError, PayloadError
 
 P = ParamSpec("P")
@@ -128,9 +127,4 @@ def _start(
 
 
 def _fail(execution: Execution, definition: StepDef, call: Call, exc: Exception) -> None:
-    if isinstance(exc, TerminalError):
-        execution.fail_call(call, exc, False, None)
-    policy = definition.retry
-    retryable = policy.retryable(exc)
-    delay = policy.delay(call.attempt) if retryable and call.attempt < policy.max_attempts else None
-    execution.fail_call(call, exc, retryable, delay)
+    execution.fail_by_policy(call, exc, definition.retry)

@@ -421,9 +421,7 @@ class _ToolCall:
             if d.reconcile is None:
                 self._needs_attention(f"the call raised {type(exc).__qualname__}: {exc}")
             return _RECONCILE
-        retryable = d.retry.retryable(exc) and not isinstance(exc, TerminalError)
-        delay = d.retry.delay(call.attempt) if retryable and call.attempt < d.retry.max_attempts else None
-        ex.fail_call(call, exc, retryable, delay)
+        ex.fail_by_policy(call, exc, d.retry)
 
 
 _RECORDED = object()
