@@ -9,9 +9,10 @@ import pytest
 from cairn.store.memory import MemoryStore
 from cairn.store.records import Durability
 from tests.store.contract import FakeClock, StoreContract
+from tests.store.queue_contract import QueueContract
 
 
-class TestMemoryStore(StoreContract):
+class TestMemoryStore(StoreContract, QueueContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()

@@ -38,6 +38,8 @@ GRANTS = [
     "GRANT SELECT, INSERT, UPDATE ON {schema}.runs, {schema}.history TO {role}",
     "GRANT SELECT, INSERT, UPDATE ON {schema}.artifacts TO {role}",
     "GRANT SELECT ON {schema}.schema_migrations TO {role}",
+    "GRANT SELECT, UPDATE (updated_at) ON {schema}.queues TO {role}",
+    "GRANT SELECT, INSERT, UPDATE ON {schema}.queue_buckets TO {role}",
 ]
 
 

@@ -15,9 +15,10 @@ from cairn.store.records import Durability, EventType, Payload
 from cairn.store.sqlfiles import load_migrations
 from cairn.store.sqlite import SQLiteStore
 from tests.store.contract import FakeClock, StoreContract, exercise_every_writer, intent, new_run
+from tests.store.queue_contract import QueueContract
 
 
-class TestSQLiteStore(StoreContract):
+class TestSQLiteStore(StoreContract, QueueContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.records import (
     Claim,
     Durability,
@@ -153,11 +154,19 @@ class Store(Protocol):
         max_recoveries: int,
         queues: Collection[str] | None = None,
     ) -> list[Claim]:
-        """Claim up to ``limit`` runnable runs of the given workflows.
+        """Claim up to ``limit`` runnable runs of the given workflows, in
+        ``queues`` (``None``: every queue).
 
         Runnable means: ``pending``; ``suspended`` with ``wake_at`` due; or
         ``running`` under an expired lease (its holder is presumed dead).
-        Higher ``priority`` first, then the longest-runnable. Each claimed run
+        Which runnable runs are taken, and in what order, is decided by
+        ``admission.plan`` (its module doc holds the rules): takeovers
+        first; then, within each queue's configured limits (``set_queue``:
+        concurrency and token-bucket rates, queue-wide and per tenant), the
+        next run always comes from the tenant with the fewest runs of that
+        queue running; a tenant's own runs go by higher ``priority``, then
+        the longest-runnable. Limits hold across concurrent claimers on any
+        number of machines. Each claimed run
         becomes ``running``, owned by ``worker`` until now + ``lease_seconds``,
         at ``epoch + 1``. Appended history: ``lease.claimed`` (+ ``run.started``
         the first time, ``run.woken`` after a suspension); a takeover appends
@@ -187,6 +196,22 @@ class Store(Protocol):
         """Extend each lease in ``leases`` (run id -> epoch) still held by
         ``worker`` at that epoch to now + ``lease_seconds``. Returns the run
         ids whose lease is no longer held (those are not touched)."""
+        ...
+
+    # -- queues ------------------------------------------------------------------
+
+    def set_queue(self, limits: QueueLimits) -> None:
+        """Replace the limits of queue ``limits.name``; they apply from the
+        next claim on, on every worker. A ``QueueLimits`` without any limit
+        removes the queue's configuration. A token bucket whose rate is
+        removed is forgotten (a rate set later starts with a full bucket);
+        one whose rate changes keeps its tokens."""
+        ...
+
+    def queue_stats(self) -> list[QueueStats]:
+        """Every queue that has limits or runs that are running or runnable,
+        by name, with how many of its runs are ``running`` and how many could
+        be claimed now."""
         ...
 
     # -- fenced writes by the lease holder -----------------------------------

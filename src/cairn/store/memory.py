@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store import admission
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, check_prune_limit, choose_trees, prune_statuses
 from cairn.store.records import (
     Claim,
@@ -99,6 +100,10 @@ class MemoryStore:
         self._gc: dict[str, float] = {}
         self._order = itertools.count()
         self._closed = False
+        #: configured queue limits by name, and their token buckets
+        self._queues: dict[str, admission.QueueLimits] = {}
+        self._buckets: dict[admission.BucketKey, admission.Bucket] = {}
+        self._lane_cursor = admission.LaneCursor()
 
     def close(self) -> None:
         """Drop everything; later calls raise ``StoreError`` (as on SQLite,
@@ -189,26 +194,79 @@ class MemoryStore:
                 return []
             now = self.clock()
             wanted = set(workflows)
-            queue_set = set(queues) if queues is not None else None
-            candidates = [
-                entry
-                for entry in self._runs.values()
-                if entry.runnable_at is not None
-                and entry.runnable_at <= now
-                and entry.record.workflow in wanted
-                and (queue_set is None or entry.record.queue in queue_set)
-            ]
-            candidates.sort(key=_claim_order)
+            served = set(queues) if queues is not None else None
+            # Lanes: every (queue, tenant) with a run that has a runnable_at,
+            # as the SQL backends enumerate them from their index.
+            tenants: dict[str, set[str]] = {}
+            running: dict[tuple[str, str], int] = {}
+            for entry in self._runs.values():
+                rec = entry.record
+                if entry.runnable_at is None or (served is not None and rec.queue not in served):
+                    continue
+                tenants.setdefault(rec.queue, set()).add(rec.tenant)
+            for entry in self._runs.values():
+                if entry.record.status is RunStatus.RUNNING:
+                    key = (entry.record.queue, entry.record.tenant)
+                    running[key] = running.get(key, 0) + 1
+            lanes: dict[tuple[str, str], admission.Lane] = {}
+            for queue, names in sorted(tenants.items()):
+                after = self._lane_cursor.after(queue)
+                window = [t for t in sorted(names) if after is None or t > after][: admission.MAX_LANES]
+                self._lane_cursor.saw(queue, window)
+                for tenant in window:
+                    lanes[(queue, tenant)] = admission.Lane(queue, tenant, running.get((queue, tenant), 0))
+            due = sorted(
+                (e for e in self._runs.values()
+                 if e.runnable_at is not None and e.runnable_at <= now and e.record.workflow in wanted
+                 and (e.record.queue, e.record.tenant) in lanes),
+                key=_claim_order,
+            )
+            for entry in due:
+                lane = lanes[(entry.record.queue, entry.record.tenant)]
+                if len(lane.candidates) < limit:
+                    assert entry.runnable_at is not None
+                    lane.candidates.append(admission.Candidate(
+                        entry.record.run_id, entry.record.queue, entry.record.tenant, entry.record.priority,
+                        entry.runnable_at, entry.record.status is RunStatus.RUNNING))
+            queue_running: dict[str, int] = {}
+            for (queue, _), count in running.items():
+                queue_running[queue] = queue_running.get(queue, 0) + count
+            chosen = admission.plan(
+                list(lanes.values()), self._queues, queue_running, self._buckets, now, limit)
             claims: list[Claim] = []
-            # A takeover may quarantine its run instead of returning it, so keep
-            # going past ``limit`` candidates until ``limit`` claims are made.
-            for entry in candidates:
-                claim = self._claim(entry, worker, now, lease_seconds, max_recoveries)
-                if claim is not None:
+            claimed: list[admission.Candidate] = []
+            for candidate in chosen:
+                claim = self._claim(self._runs[candidate.run_id], worker, now, lease_seconds, max_recoveries)
+                if claim is not None:  # None: a takeover that quarantined its run
                     claims.append(claim)
-                    if len(claims) == limit:
-                        break
+                    claimed.append(candidate)
+            self._buckets.update(admission.charge(self._queues, self._buckets, claimed, now))
             return claims
+
+    # -- queues ------------------------------------------------------------------
+
+    def set_queue(self, limits: admission.QueueLimits) -> None:
+        with self._lock:
+            self._check_open()
+            if limits.unlimited:
+                self._queues.pop(limits.name, None)
+            else:
+                self._queues[limits.name] = limits
+            for key in [k for k in self._buckets if k[0] == limits.name]:
+                if (limits.rate if key[1] == admission.QUEUE_WIDE else limits.tenant_rate) is None:
+                    del self._buckets[key]
+
+    def queue_stats(self) -> list[admission.QueueStats]:
+        with self._lock:
+            self._check_open()
+            now = self.clock()
+            counts: dict[str, tuple[int, int]] = {}
+            for entry in self._runs.values():
+                if entry.runnable_at is not None:
+                    running, runnable = counts.get(entry.record.queue, (0, 0))
+                    counts[entry.record.queue] = (running + (entry.record.status is RunStatus.RUNNING),
+                                                  runnable + (entry.runnable_at <= now))
+            return admission.stats(self._queues, counts)
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
         with self._lock:

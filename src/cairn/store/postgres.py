@@ -55,6 +55,8 @@ Why these choices:
       GRANT SELECT, INSERT, UPDATE ON cairn.runs, cairn.history TO acme_agent;
       GRANT SELECT, INSERT, UPDATE ON cairn.artifacts TO acme_agent;
       GRANT SELECT ON cairn.schema_migrations TO acme_agent;
+      GRANT SELECT, UPDATE (updated_at) ON cairn.queues TO acme_agent;
+      GRANT SELECT, INSERT, UPDATE ON cairn.queue_buckets TO acme_agent;
 
   and ``PostgresStore("postgresql://acme_agent@host/db", tenant="acme")``,
   which runs ``SET cairn.tenant = 'acme'`` on every pooled connection. Runs
@@ -67,7 +69,13 @@ Why these choices:
   this confines a deployment against mistakes, not against code that runs
   arbitrary SQL as the role. Trees spanning tenants are not supported under
   a scoped role (a child could not wake a parent it cannot see).
-  Artifacts carry no tenant: they are content-addressed and shared.
+  Artifacts carry no tenant: they are content-addressed and shared. Queue
+  limits are the deployment's, not a tenant's: a scoped role reads them and
+  locks their rows while it claims (``UPDATE`` on one column is what
+  ``FOR UPDATE`` needs) but cannot change them, and a queue-wide
+  concurrency limit still counts every tenant's running runs (through the
+  ``SECURITY DEFINER`` function ``queue_running_totals``, which returns
+  totals only). It can write token-bucket rows (it spends the tokens).
 * **Pruning** (``prune_runs``) locks the chosen finished trees, checks them
   again under the locks and deletes them in one transaction, queueing the
   artifacts they referenced in ``artifact_gc``; later transactions delete
@@ -95,6 +103,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store import admission
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, check_prune_limit, choose_trees, prune_statuses
 from cairn.store.records import (
     Claim,
@@ -112,6 +121,8 @@ from cairn.store.rows import dumps as _dumps
 from cairn.store.rows import lifecycle_event as _event
 from cairn.store.rows import loads as _loads
 from cairn.store.rows import new_record as _new_record
+from cairn.store.rows import queue_from_row as _queue_from_row
+from cairn.store.rows import queue_params as _queue_params
 from cairn.store.sqlfiles import load_migrations, load_queries
 
 _Q = load_queries("postgres")
@@ -178,6 +189,7 @@ class PostgresStore:
         #: the tenant this store is confined to by row-level security, if any
         self.tenant = tenant
         self._closed = False
+        self._lane_cursor = admission.LaneCursor()
         try:
             params = conninfo_to_dict(url)
         except psycopg.Error as exc:
@@ -451,19 +463,99 @@ class PostgresStore:
         if limit <= 0 or not workflows:
             return []
         now = self.clock()
+        cursor = self._lane_cursor.positions()
         params = {
             "now": now,
             "workflows": list(workflows),
-            "queues": list(queues) if queues is not None else None,
+            "queues": sorted(set(queues)) if queues is not None else None,
             "limit": limit,
+            "cursor_queues": list(cursor),
+            "cursor_afters": list(cursor.values()),
+            "max_lanes": admission.MAX_LANES,
         }
 
         def body(tx: _Conn) -> list[Claim]:
-            rows = tx.execute(_Q["select_runnable"], params).fetchall()
-            if rows:  # durable only if it bumps epochs: an idle poll stays three round trips
-                self._commit_durably(tx)
-            claims = [_claim(tx, row, worker, now, lease_seconds, max_recoveries) for row in rows]
-            return [c for c in claims if c is not None]
+            lanes, locked = self._select_lanes(tx, params)
+            if not any(lane.candidates for lane in lanes):
+                return []  # an idle poll: one statement, nothing written
+            # Durable only now that it bumps epochs.
+            self._commit_durably(tx)
+            names = sorted({lane.queue for lane in lanes if lane.candidates})
+            rows = tx.execute(_Q["lock_queues"], {"queues": names})
+            limits = {row[0]: _queue_from_row(row) for row in rows}
+            queue_running: dict[str, int] = {}
+            buckets: dict[admission.BucketKey, admission.Bucket] = {}
+            if limits:  # fresh counts, read under the queue locks
+                limited = {"queues": sorted(limits)}
+                queue_running = dict(tx.execute(_Q["queue_running_totals"], limited).fetchall())
+                running = {(q, t): n for q, t, n in tx.execute(_Q["lane_running"], limited)}
+                for lane in lanes:
+                    if lane.queue in limits:
+                        lane.running = running.get((lane.queue, lane.tenant), 0)
+                rated = sorted({key[0] for key in admission.bucket_keys(limits, lanes)})
+                if rated:
+                    for q, t, tokens, at in tx.execute(_Q["select_buckets"], {"queues": rated}):
+                        buckets[(q, t)] = admission.Bucket(tokens, at)
+            claims: list[Claim] = []
+            claimed: list[admission.Candidate] = []
+            # Candidates the plan leaves out stay locked until the commit, a
+            # moment; other claimers pass over them meanwhile.
+            for candidate in admission.plan(lanes, limits, queue_running, buckets, now, limit):
+                claim = _claim(tx, locked[candidate.run_id], worker, now, lease_seconds, max_recoveries)
+                if claim is not None:  # None: a takeover that quarantined its run
+                    claims.append(claim)
+                    claimed.append(candidate)
+            charged = admission.charge(limits, buckets, claimed, now)
+            if charged:
+                tx.execute(_Q["upsert_buckets"], {
+                    "queues": [k[0] for k in charged], "tenants": [k[1] for k in charged],
+                    "tokens": [b.tokens for b in charged.values()], "ats": [b.at for b in charged.values()],
+                })
+            return claims
+
+        return self._transaction(body)
+
+    def _select_lanes(
+        self, tx: _Conn, params: Mapping[str, Any]
+    ) -> tuple[list[admission.Lane], dict[str, tuple[Any, ...]]]:
+        """The lanes of one claim (``select_lanes``), and the claim state
+        (``run_id, status, owner, epoch, recoveries``) of each run it locked."""
+        lanes: dict[tuple[str, str], admission.Lane] = {}
+        locked: dict[str, tuple[Any, ...]] = {}
+        for queue, tenant, run_id, status, priority, at, owner, epoch, recoveries, running in tx.execute(
+            _Q["select_lanes"], params
+        ):
+            lane = lanes.get((queue, tenant))
+            if lane is None:
+                lane = lanes[(queue, tenant)] = admission.Lane(queue, tenant, running or 0)
+            if run_id is not None:
+                lane.candidates.append(admission.Candidate(run_id, queue, tenant, priority, at,
+                                                           status == RunStatus.RUNNING))
+                locked[run_id] = (run_id, status, owner, epoch, recoveries)
+        seen: dict[str, list[str]] = {}
+        for queue, tenant in lanes:
+            seen.setdefault(queue, []).append(tenant)
+        for queue, tenants in seen.items():
+            self._lane_cursor.saw(queue, tenants)
+        return list(lanes.values()), locked
+
+    # -- queues ------------------------------------------------------------------
+
+    def set_queue(self, limits: admission.QueueLimits) -> None:
+        params = _queue_params(limits, self.clock())
+
+        def body(tx: _Conn) -> None:
+            tx.execute(_Q["delete_queue" if limits.unlimited else "upsert_queue"], params)
+            tx.execute(_Q["delete_stale_buckets"], params)
+
+        self._transaction(body)
+
+    def queue_stats(self) -> list[admission.QueueStats]:
+        def body(tx: _Conn) -> list[admission.QueueStats]:
+            limits = {row[0]: _queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
+            counts = {q: (running, runnable)
+                      for q, running, runnable in tx.execute(_Q["queue_counts"], {"now": self.clock()})}
+            return admission.stats(limits, counts)
 
         return self._transaction(body)
 

@@ -121,6 +121,13 @@ class NewRun:
     parent_run_id: str | None = None
     budget: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        # Empty names would be ambiguous where they are keys: an empty tenant
+        # is the queue-wide token bucket's key, for one.
+        for what in ("run_id", "workflow", "tenant", "queue"):
+            if not getattr(self, what):
+                raise ValueError(f"a run needs a non-empty {what.replace('_', ' ')}")
+
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:

@@ -7,10 +7,12 @@ several times faster than ``json``, and values read back exactly as written.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from cairn.store.admission import QueueLimits, Rate
 from cairn.store.records import EventType, HistoryEvent, NewRun, RunRecord, RunStatus
 
 _ENCODE_JSON = msgspec.json.Encoder()
@@ -64,3 +66,30 @@ def lifecycle_event(
 ) -> HistoryEvent:
     """A history entry that is not a journal entry (no position, no payload)."""
     return HistoryEvent(run_id=run_id, seq=seq, event=event, at=at, epoch=epoch, worker=worker, detail=detail)
+
+
+#: The columns of a ``queues`` row, in the order ``queue_from_row`` reads them.
+QUEUE_COLUMNS = (
+    "name", "concurrency", "tenant_concurrency", "rate_limit", "rate_period", "rate_burst",
+    "tenant_rate_limit", "tenant_rate_period", "tenant_rate_burst",
+)
+
+
+def queue_params(limits: QueueLimits, now: float) -> dict[str, Any]:
+    """Statement parameters for a ``queues`` row holding ``limits``."""
+
+    def rate(r: Rate | None) -> tuple[int | None, float | None, int | None]:
+        return (r.limit, r.period, r.burst) if r is not None else (None, None, None)
+
+    values = (limits.name, limits.concurrency, limits.tenant_concurrency, *rate(limits.rate),
+              *rate(limits.tenant_rate))
+    return {**dict(zip(QUEUE_COLUMNS, values, strict=True)), "now": now}
+
+
+def queue_from_row(row: Sequence[Any]) -> QueueLimits:
+    """``QueueLimits`` from a row of ``QUEUE_COLUMNS``."""
+
+    def rate(limit: int | None, period: float | None, burst: int | None) -> Rate | None:
+        return Rate(int(limit), float(period), burst) if limit is not None and period is not None else None
+
+    return QueueLimits(row[0], row[1], row[2], rate(*row[3:6]), rate(*row[6:9]))

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store import admission
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, check_prune_limit, choose_trees, prune_statuses
 from cairn.store.records import (
     Claim,
@@ -59,6 +60,8 @@ from cairn.store.rows import dumps as _dumps
 from cairn.store.rows import lifecycle_event as _event
 from cairn.store.rows import loads as _loads
 from cairn.store.rows import new_record as _new_record
+from cairn.store.rows import queue_from_row as _queue_from_row
+from cairn.store.rows import queue_params as _queue_params
 from cairn.store.sqlfiles import load_migrations, load_queries
 
 try:
@@ -98,6 +101,7 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._lane_cursor = admission.LaneCursor()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
@@ -250,16 +254,72 @@ class SQLiteStore:
         if limit <= 0 or not workflows:
             return []
         now = self.clock()
-        params = {
-            "now": now,
-            "workflows": _dumps(list(workflows)),
-            "queues": _dumps(list(queues)) if queues is not None else None,
-            "limit": limit,
-        }
+        wanted = _dumps(list(workflows))
         with self._write() as tx:
-            ids = [row[0] for row in tx.execute(_Q["select_runnable"], params)]
-            claims = [_claim(tx, rid, worker, now, lease_seconds, max_recoveries) for rid in ids]
-        return [c for c in claims if c is not None]
+            limits = {row[0]: _queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
+            served = sorted(set(queues)) if queues is not None else _queues_with_lanes(tx)
+            lanes: list[admission.Lane] = []
+            for queue in served:
+                lanes.extend(self._lanes(tx, queue, wanted, now, limit))
+            queue_running = {q: tx.execute(_Q["queue_running"], {"queue": q}).fetchone()[0]
+                             for q in {lane.queue for lane in lanes} if q in limits}
+            buckets: dict[admission.BucketKey, admission.Bucket] = {}
+            for queue in {key[0] for key in admission.bucket_keys(limits, lanes)}:
+                for q, tenant, tokens, at in tx.execute(_Q["select_buckets"], {"queue": queue}):
+                    buckets[(q, tenant)] = admission.Bucket(tokens, at)
+            claims: list[Claim] = []
+            claimed: list[admission.Candidate] = []
+            for candidate in admission.plan(lanes, limits, queue_running, buckets, now, limit):
+                claim = _claim(tx, candidate.run_id, worker, now, lease_seconds, max_recoveries)
+                if claim is not None:  # None: a takeover that quarantined its run
+                    claims.append(claim)
+                    claimed.append(candidate)
+            for (queue, tenant), state in admission.charge(limits, buckets, claimed, now).items():
+                tx.execute(_Q["upsert_bucket"], {"queue": queue, "tenant": tenant, "tokens": state.tokens,
+                                                 "at": state.at})
+        return claims
+
+    def _lanes(
+        self, tx: sqlite3.Connection, queue: str, workflows: str, now: float, limit: int
+    ) -> list[admission.Lane]:
+        """Up to ``admission.MAX_LANES`` lanes of ``queue`` from its cursor,
+        each with its best ``limit`` due runs and its running count."""
+        tenants: list[str] = []
+        after = self._lane_cursor.after(queue) or ""
+        while len(tenants) < admission.MAX_LANES:
+            row = tx.execute(_Q["next_tenant"], {"queue": queue, "after": after}).fetchone()
+            if row is None:
+                break
+            tenants.append(after := row[0])
+        self._lane_cursor.saw(queue, tenants)
+        lanes = []
+        for tenant in tenants:
+            key = {"queue": queue, "tenant": tenant}
+            rows = tx.execute(_Q["lane_candidates"], {**key, "now": now, "workflows": workflows,
+                                                     "limit": limit}).fetchall()
+            if not rows:
+                continue
+            running = tx.execute(_Q["lane_running"], key).fetchone()[0]
+            candidates = [admission.Candidate(run_id, queue, tenant, priority, at, status == "running")
+                          for run_id, priority, at, status in rows]
+            lanes.append(admission.Lane(queue, tenant, running, candidates))
+        return lanes
+
+    # -- queues ------------------------------------------------------------------
+
+    def set_queue(self, limits: admission.QueueLimits) -> None:
+        params = _queue_params(limits, self.clock())
+        with self._write() as tx:
+            tx.execute(_Q["delete_queue" if limits.unlimited else "upsert_queue"], params)
+            tx.execute(_Q["delete_stale_buckets"], params)
+
+    def queue_stats(self) -> list[admission.QueueStats]:
+        conn = self._conn()
+        with self._write():  # one snapshot for both statements
+            limits = {row[0]: _queue_from_row(row) for row in conn.execute(_Q["select_queues"])}
+            counts = {q: (running, runnable)
+                      for q, running, runnable in conn.execute(_Q["queue_counts"], {"now": self.clock()})}
+        return admission.stats(limits, counts)
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
         now = self.clock()
@@ -880,3 +940,12 @@ def _claim(
     assert record is not None
     history = _select_history(tx, run_id, 0, None)
     return Claim(run=record, history=history, next_seq=history[-1].seq + 1 if history else 1)
+
+
+def _queues_with_lanes(tx: sqlite3.Connection) -> list[str]:
+    """Every queue with a run that has a runnable_at, one index seek each."""
+    queues: list[str] = []
+    after = ""
+    while (row := tx.execute(_Q["next_queue"], {"after": after}).fetchone()) is not None:
+        queues.append(after := row[0])
+    return queues

@@ -387,3 +387,118 @@ WHERE NOT EXISTS (SELECT 1 FROM artifacts AS a WHERE a.ref = queued.ref)
 
 -- name: dequeue_artifacts
 DELETE FROM artifact_gc WHERE ref = ANY(%(refs)s::text[])
+
+-- Queues and fair claims (see store/admission.py).
+--
+-- The lanes a claim looks at, each with its best due runs, locked with SKIP
+-- LOCKED (rows another claimer is taking are passed over, and FOR UPDATE
+-- re-checks each row's newest version). Lanes are (queue, tenant) pairs with
+-- a runnable_at, found by a recursive skip through runs_lanes: one index
+-- seek per queue and per lane, however many runs wait. Queues are the
+-- worker's own, or (%(queues)s NULL) every queue found the same way. A lane
+-- without due runs still comes back (run_id NULL): the cursor needs to know
+-- it was seen.
+-- name: select_lanes
+WITH RECURSIVE
+    discovered(queue) AS (
+        (SELECT queue FROM runs WHERE runnable_at IS NOT NULL AND %(queues)s::text[] IS NULL
+         ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT r.queue FROM runs AS r
+                WHERE r.runnable_at IS NOT NULL AND r.queue > d.queue ORDER BY r.queue LIMIT 1)
+        FROM discovered AS d WHERE d.queue IS NOT NULL
+    ),
+    served(queue) AS (
+        SELECT queue FROM discovered WHERE queue IS NOT NULL
+        UNION
+        SELECT unnest(%(queues)s::text[])
+    ),
+    lanes(queue, tenant, n) AS (
+        SELECT s.queue,
+               (SELECT r.tenant FROM runs AS r
+                WHERE r.runnable_at IS NOT NULL AND r.queue = s.queue AND r.tenant > COALESCE(c.after, '')
+                ORDER BY r.tenant LIMIT 1),
+               1
+        FROM served AS s
+        LEFT JOIN unnest(%(cursor_queues)s::text[], %(cursor_afters)s::text[]) AS c(queue, after)
+               ON c.queue = s.queue
+        UNION ALL
+        SELECT l.queue,
+               (SELECT r.tenant FROM runs AS r
+                WHERE r.runnable_at IS NOT NULL AND r.queue = l.queue AND r.tenant > l.tenant
+                ORDER BY r.tenant LIMIT 1),
+               l.n + 1
+        FROM lanes AS l WHERE l.tenant IS NOT NULL AND l.n < %(max_lanes)s::bigint
+    )
+SELECT l.queue, l.tenant, c.run_id, c.status, c.priority, c.runnable_at, c.owner, c.epoch, c.recoveries,
+       CASE WHEN c.run_id IS NOT NULL THEN
+           (SELECT count(*) FROM runs AS x WHERE x.queue = l.queue AND x.tenant = l.tenant AND x.status = 'running')
+       END
+FROM lanes AS l
+LEFT JOIN LATERAL (
+    SELECT r.run_id, r.status, r.priority, r.runnable_at, r.owner, r.epoch, r.recoveries FROM runs AS r
+    WHERE r.runnable_at IS NOT NULL AND r.runnable_at <= %(now)s::float8
+      AND r.queue = l.queue AND r.tenant = l.tenant AND r.workflow = ANY(%(workflows)s::text[])
+    ORDER BY r.priority DESC, r.runnable_at
+    LIMIT %(limit)s::bigint
+    FOR UPDATE SKIP LOCKED
+) AS c ON true
+WHERE l.tenant IS NOT NULL
+ORDER BY l.queue, l.tenant, c.priority DESC, c.runnable_at
+
+-- Limits of the queues a claim may take runs from, locked in name order (no
+-- deadlock between claimers): claims of a limited queue are serialised.
+-- name: lock_queues
+SELECT name, concurrency, tenant_concurrency, rate_limit, rate_period, rate_burst,
+       tenant_rate_limit, tenant_rate_period, tenant_rate_burst
+FROM queues WHERE name = ANY(%(queues)s::text[])
+ORDER BY name
+FOR UPDATE
+
+-- Counted after lock_queues, in statements of their own: under READ
+-- COMMITTED they see every claim committed by the lock's previous holder.
+-- name: queue_running_totals
+SELECT queue, running FROM queue_running_totals(%(queues)s::text[])
+
+-- name: lane_running
+SELECT queue, tenant, count(*) FROM runs
+WHERE status = 'running' AND queue = ANY(%(queues)s::text[])
+GROUP BY queue, tenant
+
+-- name: select_buckets
+SELECT queue, tenant, tokens, refilled_at FROM queue_buckets WHERE queue = ANY(%(queues)s::text[])
+
+-- name: upsert_buckets
+INSERT INTO queue_buckets (queue, tenant, tokens, refilled_at)
+SELECT * FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(tokens)s::float8[], %(ats)s::float8[])
+ON CONFLICT (queue, tenant) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
+
+-- name: select_queues
+SELECT name, concurrency, tenant_concurrency, rate_limit, rate_period, rate_burst,
+       tenant_rate_limit, tenant_rate_period, tenant_rate_burst
+FROM queues ORDER BY name
+
+-- name: upsert_queue
+INSERT INTO queues (name, concurrency, tenant_concurrency, rate_limit, rate_period, rate_burst,
+                    tenant_rate_limit, tenant_rate_period, tenant_rate_burst, updated_at)
+VALUES (%(name)s::text, %(concurrency)s::bigint, %(tenant_concurrency)s::bigint, %(rate_limit)s::bigint,
+        %(rate_period)s::float8, %(rate_burst)s::bigint, %(tenant_rate_limit)s::bigint,
+        %(tenant_rate_period)s::float8, %(tenant_rate_burst)s::bigint, %(now)s::float8)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = excluded.concurrency, tenant_concurrency = excluded.tenant_concurrency,
+    rate_limit = excluded.rate_limit, rate_period = excluded.rate_period, rate_burst = excluded.rate_burst,
+    tenant_rate_limit = excluded.tenant_rate_limit, tenant_rate_period = excluded.tenant_rate_period,
+    tenant_rate_burst = excluded.tenant_rate_burst, updated_at = excluded.updated_at
+
+-- name: delete_queue
+DELETE FROM queues WHERE name = %(name)s::text
+
+-- A bucket whose rate is gone goes too (a later rate starts full).
+-- name: delete_stale_buckets
+DELETE FROM queue_buckets
+WHERE queue = %(name)s::text
+  AND ((tenant = '' AND %(rate_limit)s::bigint IS NULL) OR (tenant <> '' AND %(tenant_rate_limit)s::bigint IS NULL))
+
+-- name: queue_counts
+SELECT queue, count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE runnable_at <= %(now)s::float8)
+FROM runs WHERE runnable_at IS NOT NULL GROUP BY queue

@@ -231,3 +231,61 @@ LIMIT :page
 
 -- name: dequeue_artifacts
 DELETE FROM artifact_gc WHERE ref IN (SELECT value FROM json_each(:refs))
+
+-- Queues and fair claims (see store/admission.py). Lanes are found by
+-- skipping through runs_lanes: each statement is one index seek.
+-- name: next_queue
+SELECT queue FROM runs WHERE runnable_at IS NOT NULL AND queue > :after ORDER BY queue LIMIT 1
+
+-- name: next_tenant
+SELECT tenant FROM runs
+WHERE runnable_at IS NOT NULL AND queue = :queue AND tenant > :after
+ORDER BY tenant LIMIT 1
+
+-- name: lane_candidates
+SELECT run_id, priority, runnable_at, status FROM runs
+WHERE runnable_at IS NOT NULL AND queue = :queue AND tenant = :tenant AND runnable_at <= :now
+  AND workflow IN (SELECT value FROM json_each(:workflows))
+ORDER BY priority DESC, runnable_at
+LIMIT :limit
+
+-- name: lane_running
+SELECT count(*) FROM runs WHERE queue = :queue AND tenant = :tenant AND status = 'running'
+
+-- name: queue_running
+SELECT count(*) FROM runs WHERE queue = :queue AND status = 'running'
+
+-- name: select_queues
+SELECT name, concurrency, tenant_concurrency, rate_limit, rate_period, rate_burst,
+       tenant_rate_limit, tenant_rate_period, tenant_rate_burst
+FROM queues ORDER BY name
+
+-- name: select_buckets
+SELECT queue, tenant, tokens, refilled_at FROM queue_buckets WHERE queue = :queue
+
+-- name: upsert_bucket
+INSERT INTO queue_buckets (queue, tenant, tokens, refilled_at) VALUES (:queue, :tenant, :tokens, :at)
+ON CONFLICT (queue, tenant) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
+
+-- name: upsert_queue
+INSERT INTO queues (name, concurrency, tenant_concurrency, rate_limit, rate_period, rate_burst,
+                    tenant_rate_limit, tenant_rate_period, tenant_rate_burst, updated_at)
+VALUES (:name, :concurrency, :tenant_concurrency, :rate_limit, :rate_period, :rate_burst,
+        :tenant_rate_limit, :tenant_rate_period, :tenant_rate_burst, :now)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = excluded.concurrency, tenant_concurrency = excluded.tenant_concurrency,
+    rate_limit = excluded.rate_limit, rate_period = excluded.rate_period, rate_burst = excluded.rate_burst,
+    tenant_rate_limit = excluded.tenant_rate_limit, tenant_rate_period = excluded.tenant_rate_period,
+    tenant_rate_burst = excluded.tenant_rate_burst, updated_at = excluded.updated_at
+
+-- name: delete_queue
+DELETE FROM queues WHERE name = :name
+
+-- A bucket whose rate is gone goes too (a later rate starts full).
+-- name: delete_stale_buckets
+DELETE FROM queue_buckets
+WHERE queue = :name AND ((tenant = '' AND :rate_limit IS NULL) OR (tenant <> '' AND :tenant_rate_limit IS NULL))
+
+-- name: queue_counts
+SELECT queue, SUM(status = 'running'), SUM(runnable_at <= :now) FROM runs
+WHERE runnable_at IS NOT NULL GROUP BY queue

@@ -1,0 +1,342 @@
+"""Queue admission: which runnable runs a claim may take, within limits and fairly.
+
+A *queue* is the name a run is created in (``NewRun.queue``, ``"default"``
+unless chosen). A queue without configured limits admits every runnable run.
+Configured limits (``QueueLimits``) live in the database, so every worker on
+every machine enforces the same ones, and an operator can change them while
+workers run (``cairn queues set``):
+
+* ``concurrency``: at most this many runs of the queue ``running`` at once,
+  across all workers and tenants;
+* ``tenant_concurrency``: at most this many per tenant;
+* ``rate`` / ``tenant_rate``: token buckets (``Rate``) for the queue as a
+  whole and for each tenant in it. Every claim of the queue spends a token,
+  except a takeover (the run was admitted already; its worker died).
+
+A run counts against concurrency while its status is ``running``, also when
+it was started inline (``App.run``) rather than claimed by a worker, and also
+while its lease has expired and nobody took it over yet: the limit is on work
+in flight, and a run whose holder may only be frozen is still in flight.
+Waiting runs (``suspended``, ``needs_attention``) count for nothing: waiting
+costs no slot.
+
+**Fairness.** Within a queue, each tenant's runnable runs form a *lane*,
+ordered by priority (higher first), then by how long they have been runnable.
+A claim fills its slots by water-filling: the next run always comes from the
+lane whose tenant has the fewest runs of the queue running (counting the ones
+this claim already took), ties going to the higher priority, then the longer
+wait. A tenant with ten thousand queued runs therefore gets no more slots than
+one with a single run; priorities order a tenant's own runs and break ties
+between tenants, but cannot buy one tenant a larger share than another.
+Takeovers come first: they continue work already admitted.
+
+The decision is this module's pure function, ``plan``: backends only read its
+inputs (lanes, running counts, bucket states) and apply its outcome, so every
+backend decides identically.
+
+How many lanes a claim looks at is bounded (``MAX_LANES`` per queue), so that
+a claim costs the same with ten tenants or a hundred thousand. When a queue
+has more tenants with runnable work than that, successive claims continue
+after the last lane they saw (``LaneCursor``), so every tenant's lane is looked
+at within a bounded number of claims.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+#: Lanes (tenants of one queue) a single claim looks at, at most.
+MAX_LANES = 64
+
+#: The scope of a queue-wide bucket in ``BucketKey``; tenant buckets use the tenant.
+QUEUE_WIDE = ""
+
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(ms|s|sec|second|m|min|minute|h|hour|d|day)?\s*$")
+_UNIT_SECONDS = {
+    None: 1.0, "ms": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0,
+    "minute": 60.0, "h": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A token bucket: ``limit`` claims per ``period`` seconds sustained, in
+    bursts of up to ``burst`` (default ``limit``) claims at once.
+
+    A bucket starts full. It refills continuously at ``limit / period`` tokens
+    a second up to ``burst``. So over any window of ``period`` seconds at most
+    ``burst + limit`` claims happen, and over a long time ``limit`` per
+    ``period``. ``burst=1`` spaces claims evenly, ``period / limit`` apart.
+    """
+
+    limit: int
+    period: float
+    burst: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError(f"a rate limit must allow at least 1 claim, not {self.limit}")
+        if not (self.period > 0 and math.isfinite(self.period)):
+            raise ValueError(f"a rate period must be a positive number of seconds, not {self.period}")
+        if self.burst is not None and self.burst < 1:
+            raise ValueError(f"a rate burst must be at least 1, not {self.burst}")
+
+    @property
+    def capacity(self) -> int:
+        return self.burst if self.burst is not None else self.limit
+
+    @property
+    def per_second(self) -> float:
+        return self.limit / self.period
+
+    @classmethod
+    def parse(cls, text: str, burst: int | None = None) -> Rate:
+        """``"100/min"``, ``"10/s"``, ``"5/30s"``, ``"1000/h"``, ``"3/2.5s"``."""
+        match = _RATE.match(text)
+        if match is None or not (match.group(2) or match.group(3)):
+            raise ValueError(f"rate {text!r} is not COUNT/PERIOD, e.g. 100/min, 10/s or 5/30s")
+        count, amount, unit = match.groups()
+        number = float(amount) if amount else 1.0
+        return cls(int(count), number * _UNIT_SECONDS[unit], burst)
+
+    def __str__(self) -> str:
+        period = f"{self.period:g}s"
+        burst = f" (burst {self.burst})" if self.burst is not None else ""
+        return f"{self.limit}/{period}{burst}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """The limits of one queue (see the module doc). ``None`` means unlimited."""
+
+    name: str
+    concurrency: int | None = None
+    tenant_concurrency: int | None = None
+    rate: Rate | None = None
+    tenant_rate: Rate | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a queue needs a non-empty name")
+        counts = (("concurrency", self.concurrency), ("tenant_concurrency", self.tenant_concurrency))
+        for what, value in counts:
+            if value is not None and value < 1:
+                raise ValueError(f"queue {self.name!r}: {what} must be at least 1, not {value}")
+
+    @property
+    def unlimited(self) -> bool:
+        return (self.concurrency is None and self.tenant_concurrency is None
+                and self.rate is None and self.tenant_rate is None)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """A queue as an operator sees it: its limits and what is in it now."""
+
+    limits: QueueLimits
+    running: int  # status running (an expired lease included)
+    runnable: int  # could be claimed now: pending, or due after a wait, or an expired lease
+
+
+def stats(limits: Mapping[str, QueueLimits], counts: Mapping[str, tuple[int, int]]) -> list[QueueStats]:
+    """``QueueStats`` of every queue with limits or with ``(running,
+    runnable)`` ``counts``, by name."""
+    return [
+        QueueStats(limits.get(name) or QueueLimits(name), *counts.get(name, (0, 0)))
+        for name in sorted(limits.keys() | counts.keys())
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """A token bucket's stored state: ``tokens`` as of time ``at``."""
+
+    tokens: float
+    at: float
+
+    def refilled(self, rate: Rate, now: float) -> Bucket:
+        if now <= self.at:  # a clock that went back refills nothing
+            return self
+        return Bucket(min(float(rate.capacity), self.tokens + (now - self.at) * rate.per_second), now)
+
+
+#: ``(queue, QUEUE_WIDE)`` or ``(queue, tenant)``.
+BucketKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A runnable run as a claim sees it. ``takeover``: it is ``running``
+    under an expired lease."""
+
+    run_id: str
+    queue: str
+    tenant: str
+    priority: int
+    runnable_at: float
+    takeover: bool
+
+
+@dataclass(slots=True)
+class Lane:
+    """One tenant's runnable runs in one queue, best first, and how many runs
+    that tenant has ``running`` in the queue."""
+
+    queue: str
+    tenant: str
+    running: int
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def bucket_keys(limits: Mapping[str, QueueLimits], lanes: Iterable[Lane]) -> set[BucketKey]:
+    """The buckets a claim over ``lanes`` needs to read."""
+    keys: set[BucketKey] = set()
+    for lane in lanes:
+        queue = limits.get(lane.queue)
+        if queue is None:
+            continue
+        if queue.rate is not None:
+            keys.add((lane.queue, QUEUE_WIDE))
+        if queue.tenant_rate is not None:
+            keys.add((lane.queue, lane.tenant))
+    return keys
+
+
+def _rate_of(limits: Mapping[str, QueueLimits], key: BucketKey) -> Rate | None:
+    queue = limits.get(key[0])
+    if queue is None:
+        return None
+    return queue.rate if key[1] == QUEUE_WIDE else queue.tenant_rate
+
+
+def _current(
+    limits: Mapping[str, QueueLimits], buckets: Mapping[BucketKey, Bucket], key: BucketKey, now: float
+) -> Bucket:
+    rate = _rate_of(limits, key)
+    assert rate is not None
+    stored = buckets.get(key)
+    return Bucket(float(rate.capacity), now) if stored is None else stored.refilled(rate, now)
+
+
+def plan(
+    lanes: Sequence[Lane],
+    limits: Mapping[str, QueueLimits],
+    queue_running: Mapping[str, int],
+    buckets: Mapping[BucketKey, Bucket],
+    now: float,
+    limit: int,
+) -> list[Candidate]:
+    """The runs a claim of up to ``limit`` runs takes, in order.
+
+    ``limits`` holds the configured queues (others are unlimited),
+    ``queue_running`` the number of ``running`` runs of each limited queue,
+    ``buckets`` the stored state of the buckets ``bucket_keys`` names (a
+    missing one is full).
+    """
+    chosen: list[Candidate] = []
+    for lane in lanes:
+        for candidate in lane.candidates:
+            if candidate.takeover and len(chosen) < limit:
+                chosen.append(candidate)
+    tokens = {key: _current(limits, buckets, key, now).tokens for key in bucket_keys(limits, lanes)}
+    taken_in_queue: dict[str, int] = {}
+    taken_in_lane = [0] * len(lanes)
+    next_in_lane = [0] * len(lanes)
+    fresh = [[c for c in lane.candidates if not c.takeover] for lane in lanes]
+    heap: list[tuple[int, int, float, str, int]] = []
+
+    def push(i: int) -> None:
+        if next_in_lane[i] < len(fresh[i]):
+            head = fresh[i][next_in_lane[i]]
+            load = lanes[i].running + taken_in_lane[i]
+            heapq.heappush(heap, (load, -head.priority, head.runnable_at, head.run_id, i))
+
+    for i in range(len(lanes)):
+        push(i)
+    full_queues: set[str] = set()
+    while heap and len(chosen) < limit:
+        *_, i = heapq.heappop(heap)
+        lane = lanes[i]
+        if lane.queue in full_queues:
+            continue
+        queue = limits.get(lane.queue)
+        if queue is not None:
+            wide, own = (lane.queue, QUEUE_WIDE), (lane.queue, lane.tenant)
+            in_queue = queue_running.get(lane.queue, 0) + taken_in_queue.get(lane.queue, 0)
+            if (queue.concurrency is not None and in_queue >= queue.concurrency) or (
+                queue.rate is not None and tokens[wide] < 1
+            ):
+                full_queues.add(lane.queue)
+                continue
+            if (queue.tenant_concurrency is not None
+                    and lane.running + taken_in_lane[i] >= queue.tenant_concurrency) or (
+                queue.tenant_rate is not None and tokens[own] < 1
+            ):
+                continue  # this lane is done for this claim; the others go on
+            if queue.rate is not None:
+                tokens[wide] -= 1
+            if queue.tenant_rate is not None:
+                tokens[own] -= 1
+        chosen.append(fresh[i][next_in_lane[i]])
+        next_in_lane[i] += 1
+        taken_in_lane[i] += 1
+        taken_in_queue[lane.queue] = taken_in_queue.get(lane.queue, 0) + 1
+        push(i)
+    return chosen
+
+
+def charge(
+    limits: Mapping[str, QueueLimits],
+    buckets: Mapping[BucketKey, Bucket],
+    claimed: Iterable[Candidate],
+    now: float,
+) -> dict[BucketKey, Bucket]:
+    """The bucket states to store after ``claimed`` were claimed: every claim
+    that is not a takeover spends one token of each bucket it is subject to."""
+    spent: dict[BucketKey, int] = {}
+    for candidate in claimed:
+        if candidate.takeover:
+            continue
+        queue = limits.get(candidate.queue)
+        if queue is None:
+            continue
+        if queue.rate is not None:
+            spent[(candidate.queue, QUEUE_WIDE)] = spent.get((candidate.queue, QUEUE_WIDE), 0) + 1
+        if queue.tenant_rate is not None:
+            spent[(candidate.queue, candidate.tenant)] = spent.get((candidate.queue, candidate.tenant), 0) + 1
+    states: dict[BucketKey, Bucket] = {}
+    for key, count in spent.items():
+        current = _current(limits, buckets, key, now)
+        states[key] = Bucket(current.tokens - count, current.at)
+    return states
+
+
+class LaneCursor:
+    """Where each queue's next claim starts enumerating lanes (tenants).
+
+    A claim looks at up to ``MAX_LANES`` tenants of a queue in tenant order,
+    starting after ``after(queue)``. If it saw that many, the next claim
+    continues after the last one; if it saw fewer, it reached the end and the
+    next claim starts from the beginning again. Kept per store object: it is
+    only about spreading attention, never about correctness.
+    """
+
+    def __init__(self) -> None:
+        self._after: dict[str, str] = {}
+
+    def after(self, queue: str) -> str | None:
+        return self._after.get(queue)
+
+    def positions(self) -> dict[str, str]:
+        """Every queue whose next claim does not start from the beginning."""
+        return dict(self._after)
+
+    def saw(self, queue: str, tenants: Sequence[str]) -> None:
+        if len(tenants) >= MAX_LANES:
+            self._after[queue] = tenants[-1]
+        else:
+            self._after.pop(queue, None)
