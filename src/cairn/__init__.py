@@ -29,6 +29,7 @@ from cairn.errors import (
     ToolResultInvalid,
     ToolTimeout,
 )
+from cairn.store.admission import QueueLimits, QueueStats, Rate
 from cairn.store.records import Durability, EventType, HistoryEvent, RunRecord, RunStatus
 
 __version__ = "0.1.0"
@@ -52,6 +53,9 @@ __all__ = [
     "NotFound",
     "Operation",
     "PayloadError",
+    "QueueLimits",
+    "QueueStats",
+    "Rate",
     "RetryPolicy",
     "RetryableError",
     "RunFailed",

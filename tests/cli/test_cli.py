@@ -412,6 +412,7 @@ def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
 
 def test_worker_executes_runs_and_drains_on_sigterm(db: str, app: cairn.App) -> None:
     greeting = app.start("greet", "ada")
+    app.set_queue("default", concurrency=3, rate="50/min")
     env = {k: v for k, v in os.environ.items() if k != "CAIRN_DB"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "cairn", "worker", "--app", APP, "--db", db, "--worker-id", "w-test",
@@ -432,6 +433,7 @@ def test_worker_executes_runs_and_drains_on_sigterm(db: str, app: cairn.App) -> 
     banner = out.splitlines()[0]
     for fragment in ("w-test", "greet", "slow", "concurrency 2", "lease 5s", "poll 0.05s"):
         assert fragment in banner
+    assert out.splitlines()[1] == "  queue default: concurrency 3, rate 50/min"
     assert f"run {greeting.run_id} (greet) completed" in err
     assert "draining" in err
     # Drained, not abandoned: the step in progress finished and the run was handed back at once.

@@ -54,6 +54,7 @@ CUT_ENV = "CAIRN_DIST_CUT_BEFORE_FINISH"
 
 WORKFLOW = "transfers"
 BLOB_WORKFLOW = "blob"
+PACED_WORKFLOW = "paced"
 TOOL = "transfer"
 PAYER = "acct_cairn_dist"
 
@@ -168,5 +169,21 @@ def build_app(
         """One step whose result is larger than the inline limit: it is stored
         as an artifact (``put_artifact``) before the step is recorded."""
         return len(make_blob(size))
+
+    @app.step(name="hold")
+    def hold(tenant: str, seconds: float) -> None:
+        """Occupy a slot for ``seconds``; the effects file gets when (in
+        this process) the step began and ended, for the queue tests."""
+        began = time.time()
+        time.sleep(seconds)
+        execution = current()
+        assert execution is not None
+        append_effect(effects_path, {"kind": "hold", "run_id": execution.run_id, "tenant": tenant,
+                                     "began": began, "ended": time.time(), "pid": os.getpid()})
+
+    @app.workflow(name=PACED_WORKFLOW)
+    def paced(ctx: cairn.Context, tenant: str, seconds: float) -> None:
+        """One step that holds its slot for ``seconds`` (queue limit tests)."""
+        hold(tenant, seconds)
 
     return app

@@ -32,6 +32,7 @@ from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.errors import InvalidRunState, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.store import open_store, resolve_url
+from cairn.store.admission import QueueLimits, QueueStats, Rate
 from cairn.store.contract import Store
 from cairn.store.records import (
     Claim,
@@ -406,6 +407,38 @@ class App:
     def set_budget(self, run_id: str, budget: Budget) -> RunRecord:
         """Replace a run's budget; a run suspended for its budget continues."""
         return self.store.set_budget(run_id, budget.to_dict())
+
+    def set_queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        tenant_concurrency: int | None = None,
+        rate: Rate | str | None = None,
+        tenant_rate: Rate | str | None = None,
+    ) -> QueueLimits:
+        """Set the limits of queue ``name`` for every worker, on every
+        machine, from their next claim on; replaces any earlier limits (no
+        limits at all: the queue becomes unlimited).
+
+        ``concurrency`` caps the queue's running runs, ``tenant_concurrency``
+        each tenant's. ``rate`` / ``tenant_rate`` are token buckets, given as
+        ``Rate`` or as text such as ``"100/min"`` or ``"5/30s"``: that many
+        claims per period sustained, in bursts of up to that many. Tenants
+        share a queue fairly whatever its limits: see ``cairn.store.admission``.
+        """
+
+        def parsed(value: Rate | str | None) -> Rate | None:
+            return Rate.parse(value) if isinstance(value, str) else value
+
+        limits = QueueLimits(name, concurrency, tenant_concurrency, parsed(rate), parsed(tenant_rate))
+        self.store.set_queue(limits)
+        return limits
+
+    def queues(self) -> list[QueueStats]:
+        """Every queue with limits or live runs: its limits, how many of its
+        runs are running and how many could be claimed now."""
+        return self.store.queue_stats()
 
     def prune(
         self,

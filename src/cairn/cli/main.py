@@ -13,11 +13,10 @@ import logging
 import os
 import re
 import shlex
-import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import click
 import msgspec
@@ -29,7 +28,6 @@ from cairn.codec import values
 from cairn.engine.budget import Budget
 from cairn.engine.executor import Outcome
 from cairn.errors import (
-    CairnError,
     ConfigError,
     InvalidRunState,
     PayloadError,
@@ -43,90 +41,13 @@ from cairn.store.records import Claim, EventType, HistoryEvent, RunStatus
 
 from . import render
 from .loading import Session, loaded_app, open_session
+from .options import CairnGroup, DefaultCommandGroup, app_option, db_option
+from .options import db_from_context as _db
+from .options import stderr_console as _stderr
+from .options import stdout_console as _stdout
+from .queues import describe_limits, queues
 
 log = logging.getLogger("cairn.worker")
-F = TypeVar("F", bound=Callable[..., Any])
-
-DB_HELP = "Database URL (sqlite:///path.db, sqlite:////abs/path.db or a file path). Default: $CAIRN_DB, " \
-          "then ./.cairn/cairn.db."
-
-
-#: click >= 8.2 raises this for a bare ``cairn``; older versions print the help themselves.
-_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
-
-
-def _fail(message: str, code: int) -> int:
-    click.echo(f"error: {message}", err=True)
-    return code
-
-
-def _usage_line(exc: click.UsageError) -> str:
-    message = exc.format_message().rstrip(".")
-    if exc.ctx is not None:
-        message += f" (see '{exc.ctx.command_path} --help')"
-    return message
-
-
-class CairnGroup(click.Group):
-    """A click group whose errors are one line on stderr, never a traceback
-    or click's multi-line usage block: the CLI is also used from scripts,
-    where one line per failure is what ends up in a log."""
-
-    def main(  # type: ignore[override]
-        self,
-        args: list[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) else 0
-        except _NO_ARGS_IS_HELP as exc:  # bare `cairn`: the help, as click does
-            click.echo(exc.format_message(), err=True)
-            code = 2
-        except click.UsageError as exc:
-            code = _fail(_usage_line(exc), 2)
-        except click.ClickException as exc:
-            code = _fail(exc.format_message(), exc.exit_code)
-        except click.Abort:  # Ctrl-C while click itself was prompting or parsing
-            code = 130
-        except CairnError as exc:
-            code = _fail(str(exc), 1)
-        except sqlite3.Error as exc:  # a database that opened but is damaged further in
-            code = _fail(f"database error: {exc}", 1)
-        if not standalone_mode:
-            return code
-        sys.exit(code)
-
-
-def _db(ctx: click.Context, db: str | None) -> str | None:
-    """``--db`` given on the command, else on the nearest group that has one
-    (``cairn --db X ops resolve``), else ``None`` (``$CAIRN_DB``, then the default)."""
-    parent = ctx.parent
-    while db is None and parent is not None:
-        db = parent.params.get("db")
-        parent = parent.parent
-    return db
-
-
-db_option = click.option("--db", metavar="URL", default=None, help=DB_HELP)
-
-
-def app_option(required: bool) -> Callable[[F], F]:
-    extra = "" if required else " Optional: only to take the database from the app."
-    return click.option("--app", "app_spec", metavar="MODULE:APP", required=required,
-                        help=f"Import path of your cairn.App, e.g. myproject.agents:app.{extra}")
-
-
-def _stdout() -> Console:
-    return Console(highlight=False)
-
-
-def _stderr() -> Console:
-    return Console(stderr=True, highlight=False)
-
 
 @click.group(cls=CairnGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @db_option
@@ -276,6 +197,9 @@ def worker(
         click.echo(f"cairn worker {w.worker_id}: workflows {served}; queues "
                    f"{', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "
                    f"lease {w.settings.lease_seconds:g}s; poll {poll:g}s", err=False)
+        for stats in app.queues():
+            if not stats.limits.unlimited and (not queues or stats.limits.name in queues):
+                click.echo(f"  queue {stats.limits.name}: {describe_limits(stats.limits)}")
         sys.stdout.flush()
         w.run(install_signals=True)
         log.info("worker %s stopped after claiming %d run(s)", w.worker_id, w.claimed)
@@ -589,31 +513,6 @@ def budget(
 # -- side-effecting operations -----------------------------------------------------------------
 
 
-class DefaultCommandGroup(click.Group):
-    """A group that runs its ``default`` command when the first argument
-    names none of its commands: ``cairn ops RUN`` is ``cairn ops list RUN``,
-    while ``cairn ops resolve ...`` still reaches ``resolve``."""
-
-    def __init__(self, *args: Any, default: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.default = default
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        i = 0
-        while i < len(args):  # skip the group's own options
-            if args[i] in ctx.help_option_names:
-                return super().parse_args(ctx, args)
-            if args[i] == "--db":
-                i += 2
-            elif args[i].startswith("--db="):
-                i += 1
-            else:
-                break
-        if i >= len(args) or args[i] not in self.commands:
-            args = [*args[:i], self.default, *args[i:]]
-        return super().parse_args(ctx, args)
-
-
 @main.group(cls=DefaultCommandGroup, default="list")
 @db_option
 def ops(db: str | None) -> None:
@@ -898,3 +797,5 @@ def prune(
     what = f"{described}, last changed more than {older_than.strip()} ago"
     click.echo(f"would prune {runs} ({what})" if dry_run else f"pruned {runs} ({what})")
 
+
+main.add_command(queues)

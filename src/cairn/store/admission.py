@@ -104,7 +104,8 @@ class Rate:
         return cls(int(count), number * _UNIT_SECONDS[unit], burst)
 
     def __str__(self) -> str:
-        period = f"{self.period:g}s"
+        named = {1.0: "s", 60.0: "min", 3600.0: "h", 86400.0: "day"}
+        period = named.get(self.period) or f"{self.period:g}s"
         burst = f" (burst {self.burst})" if self.burst is not None else ""
         return f"{self.limit}/{period}{burst}"
 

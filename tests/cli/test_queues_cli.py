@@ -1,0 +1,97 @@
+"""``cairn queues``: list, set and clear queue limits, in process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+import cairn
+from cairn.cli.main import main
+from cairn.store.admission import QueueLimits, Rate
+from tests.cli.test_db_cli import check_error
+from tests.cli.workflows import build_app
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    assert cli("db", "migrate", "--db", url).exit_code == 0
+    return url
+
+
+def test_set_list_and_clear(db: str) -> None:
+    result = cli("queues", "set", "emails", "--concurrency", "10", "--tenant-concurrency", "2",
+                 "--rate", "100/min", "--tenant-rate", "5/30s", "--tenant-burst", "1", "--db", db)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ("queue emails: concurrency 10, 2 per tenant, rate 100/min, "
+                             "rate 5/30s (burst 1) per tenant\n")
+    app = build_app(db)
+    try:
+        _three_runs(app)
+        listed = json.loads(cli("queues", "--json", "--db", db).stdout)
+        assert listed == [
+            {"queue": "default", "running": 0, "runnable": 1, "concurrency": None, "tenant_concurrency": None,
+             "rate": None, "tenant_rate": None},
+            {"queue": "emails", "running": 0, "runnable": 2, "concurrency": 10, "tenant_concurrency": 2,
+             "rate": {"limit": 100, "period": 60.0, "burst": 100},
+             "tenant_rate": {"limit": 5, "period": 30.0, "burst": 1}},
+        ]
+        table = cli("queues", "list", "--db", db).stdout.splitlines()
+        assert table[0].split() == ["queue", "running", "runnable", "limits"]
+        assert table[2].split()[:3] == ["emails", "0", "2"]
+        # set replaces every limit
+        assert cli("queues", "set", "emails", "--concurrency", "1", "--db", db).exit_code == 0
+        assert [s.limits for s in app.queues()][1] == QueueLimits("emails", concurrency=1)
+        assert cli("queues", "clear", "emails", "--db", db).stdout == "queue emails: unlimited\n"
+        assert [s.limits for s in app.queues()][1] == QueueLimits("emails")
+    finally:
+        app.close()
+
+
+def _three_runs(app: cairn.App) -> None:
+    """Two runs in queue emails and one in default, none claimed."""
+    app.start("greet", "a", queue="emails")
+    app.start("greet", "b", queue="emails", tenant="other")
+    app.start("greet", "c")
+
+
+def test_app_set_queue_takes_text_or_rate(db: str) -> None:
+    app = cairn.App(db=db)
+    try:
+        assert app.set_queue("q", rate="3/s") == QueueLimits("q", rate=Rate(3, 1.0))
+        assert app.set_queue("q", tenant_rate=Rate(1, 5, burst=2)).tenant_rate == Rate(1, 5, burst=2)
+        assert [s.limits for s in app.queues()] == [QueueLimits("q", tenant_rate=Rate(1, 5, burst=2))]
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("set", "q"), ("give at least one limit", "cairn queues clear q")),
+        (("set", "q", "--rate", "lots"), ("'--rate'", "not COUNT/PERIOD")),
+        (("set", "q", "--tenant-rate", "0/s"), ("'--tenant-rate'", "at least 1")),
+        (("set", "q", "--burst", "3", "--concurrency", "1"), ("--burst needs --rate",)),
+        (("set", "q", "--concurrency", "0"), ("--concurrency", "0")),
+        (("set", "", "--concurrency", "1"), ("non-empty name",)),
+        (("clear", ""), ("non-empty name",)),
+    ],
+)
+def test_bad_input_is_one_line_and_changes_nothing(
+    db: str, args: tuple[str, ...], fragments: tuple[str, ...]
+) -> None:
+    check_error(cli("queues", *args, "--db", db), 2, *fragments)
+    assert json.loads(cli("queues", "--json", "--db", db).stdout) == []
+
+
+def test_missing_database_is_an_error_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.db"
+    check_error(cli("queues", "--db", f"sqlite:///{missing}"), 1)
+    assert not missing.exists()
