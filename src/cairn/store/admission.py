@@ -46,7 +46,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 #: Lanes (tenants of one queue) a single claim looks at, at most.
@@ -320,10 +320,12 @@ class LaneCursor:
     """Where each queue's next claim starts enumerating lanes (tenants).
 
     A claim looks at up to ``MAX_LANES`` tenants of a queue in tenant order,
-    starting after ``after(queue)``. If it saw that many, the next claim
-    continues after the last one; if it saw fewer, it reached the end and the
-    next claim starts from the beginning again. Kept per store object: it is
-    only about spreading attention, never about correctness.
+    starting after ``after(queue)`` and wrapping around to the first tenant
+    once, so it sees every lane when there are few. When it saw the full
+    ``MAX_LANES``, the next claim continues after the last one it saw;
+    otherwise it saw them all and the next claim starts from the beginning.
+    Kept per store object: it spreads attention, it never decides
+    correctness.
     """
 
     def __init__(self) -> None:
@@ -341,3 +343,20 @@ class LaneCursor:
             self._after[queue] = tenants[-1]
         else:
             self._after.pop(queue, None)
+
+
+def lane_window(next_tenant: Callable[[str], str | None], start: str | None) -> list[str]:
+    """Up to ``MAX_LANES`` tenants of one queue, in order after ``start``,
+    wrapping around once to those up to ``start``. ``next_tenant(t)`` is the
+    first tenant after ``t`` with a lane (``""``: from the beginning), in the
+    same order as Python compares strings (code points, as SQLite's BINARY
+    collation and byte-wise UTF-8 do)."""
+    seen: list[str] = []
+    after = start or ""
+    while len(seen) < MAX_LANES and (tenant := next_tenant(after)) is not None:
+        seen.append(after := tenant)
+    if start:
+        after = ""
+        while len(seen) < MAX_LANES and (tenant := next_tenant(after)) is not None and tenant <= start:
+            seen.append(after := tenant)
+    return seen

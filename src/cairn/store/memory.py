@@ -30,6 +30,7 @@ Design notes:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import json
@@ -210,8 +211,13 @@ class MemoryStore:
                     running[key] = running.get(key, 0) + 1
             lanes: dict[tuple[str, str], admission.Lane] = {}
             for queue, names in sorted(tenants.items()):
-                after = self._lane_cursor.after(queue)
-                window = [t for t in sorted(names) if after is None or t > after][: admission.MAX_LANES]
+                ordered = sorted(names)
+
+                def next_tenant(after: str, ordered: list[str] = ordered) -> str | None:
+                    i = bisect.bisect_right(ordered, after)
+                    return ordered[i] if i < len(ordered) else None
+
+                window = admission.lane_window(next_tenant, self._lane_cursor.after(queue))
                 self._lane_cursor.saw(queue, window)
                 for tenant in window:
                     lanes[(queue, tenant)] = admission.Lane(queue, tenant, running.get((queue, tenant), 0))

@@ -246,9 +246,12 @@ class PostgresStore:
         # (SIGSTOP, a stalled VM, a partition) would otherwise keep its run rows
         # locked for as long as it is frozen, and claims (SKIP LOCKED) would
         # pass over those runs even after their lease expired.
+        # jit off: every statement here is short, and the claim's recursive
+        # lane walk has estimates large enough that JIT compiling it cost
+        # 30 ms per claim, a hundred times the walk itself.
         settings = (
             "SELECT set_config('search_path', %s, false), set_config('synchronous_commit', %s, false), "
-            "set_config('idle_in_transaction_session_timeout', %s, false)"
+            "set_config('idle_in_transaction_session_timeout', %s, false), set_config('jit', 'off', false)"
         )
         values: tuple[str, ...] = (self._search_path, self._default_level, _IDLE_IN_TRANSACTION)
         if self.tenant is not None:  # unset, not '': a role that is not the owner then sees nothing
@@ -463,14 +466,11 @@ class PostgresStore:
         if limit <= 0 or not workflows:
             return []
         now = self.clock()
-        cursor = self._lane_cursor.positions()
         params = {
             "now": now,
             "workflows": list(workflows),
             "queues": sorted(set(queues)) if queues is not None else None,
             "limit": limit,
-            "cursor_queues": list(cursor),
-            "cursor_afters": list(cursor.values()),
             "max_lanes": admission.MAX_LANES,
         }
 
@@ -519,22 +519,40 @@ class PostgresStore:
         self, tx: _Conn, params: Mapping[str, Any]
     ) -> tuple[list[admission.Lane], dict[str, tuple[Any, ...]]]:
         """The lanes of one claim (``select_lanes``), and the claim state
-        (``run_id, status, owner, epoch, recoveries``) of each run it locked."""
+        (``run_id, status, owner, epoch, recoveries``) of each run it locked.
+
+        Each queue's lanes start after its cursor position; a queue that ran
+        out of lanes before ``MAX_LANES`` wraps around in a second statement,
+        from its first lane up to that position (``admission.lane_window``,
+        in the server's collation order)."""
         lanes: dict[tuple[str, str], admission.Lane] = {}
         locked: dict[str, tuple[Any, ...]] = {}
-        for queue, tenant, run_id, status, priority, at, owner, epoch, recoveries, running in tx.execute(
-            _Q["select_lanes"], params
-        ):
-            lane = lanes.get((queue, tenant))
-            if lane is None:
-                lane = lanes[(queue, tenant)] = admission.Lane(queue, tenant, running or 0)
-            if run_id is not None:
-                lane.candidates.append(admission.Candidate(run_id, queue, tenant, priority, at,
-                                                           status == RunStatus.RUNNING))
-                locked[run_id] = (run_id, status, owner, epoch, recoveries)
         seen: dict[str, list[str]] = {}
-        for queue, tenant in lanes:
-            seen.setdefault(queue, []).append(tenant)
+
+        def select(cursor: Mapping[str, tuple[str, str | None, int]], extra: Mapping[str, Any]) -> None:
+            afters, uptos, rooms = zip(*cursor.values(), strict=True) if cursor else ((), (), ())
+            rows = tx.execute(_Q["select_lanes"], {
+                **params, **extra, "cursor_queues": list(cursor), "cursor_afters": list(afters),
+                "cursor_uptos": list(uptos), "cursor_rooms": list(rooms),
+            })
+            for queue, tenant, run_id, status, priority, at, owner, epoch, recoveries, running in rows:
+                lane = lanes.get((queue, tenant))
+                if lane is None:
+                    lane = lanes[(queue, tenant)] = admission.Lane(queue, tenant, running or 0)
+                    seen.setdefault(queue, []).append(tenant)
+                if run_id is not None:
+                    lane.candidates.append(admission.Candidate(run_id, queue, tenant, priority, at,
+                                                               status == RunStatus.RUNNING))
+                    locked[run_id] = (run_id, status, owner, epoch, recoveries)
+
+        served = params["queues"]
+        positions = {q: after for q, after in self._lane_cursor.positions().items()
+                     if served is None or q in served}
+        select({q: (after, None, admission.MAX_LANES) for q, after in positions.items()}, {})
+        wrap = {q: ("", after, admission.MAX_LANES - len(seen.get(q, ())))
+                for q, after in positions.items() if len(seen.get(q, ())) < admission.MAX_LANES}
+        if wrap:
+            select(wrap, {"queues": sorted(wrap)})
         for queue, tenants in seen.items():
             self._lane_cursor.saw(queue, tenants)
         return list(lanes.values()), locked

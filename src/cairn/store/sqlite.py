@@ -284,25 +284,24 @@ class SQLiteStore:
     ) -> list[admission.Lane]:
         """Up to ``admission.MAX_LANES`` lanes of ``queue`` from its cursor,
         each with its best ``limit`` due runs and its running count."""
-        tenants: list[str] = []
-        after = self._lane_cursor.after(queue) or ""
-        while len(tenants) < admission.MAX_LANES:
+        def next_tenant(after: str) -> str | None:
             row = tx.execute(_Q["next_tenant"], {"queue": queue, "after": after}).fetchone()
-            if row is None:
-                break
-            tenants.append(after := row[0])
+            return None if row is None else str(row[0])
+
+        tenants = admission.lane_window(next_tenant, self._lane_cursor.after(queue))
         self._lane_cursor.saw(queue, tenants)
         lanes = []
+        running: dict[str, int] | None = None
         for tenant in tenants:
-            key = {"queue": queue, "tenant": tenant}
-            rows = tx.execute(_Q["lane_candidates"], {**key, "now": now, "workflows": workflows,
-                                                     "limit": limit}).fetchall()
+            rows = tx.execute(_Q["lane_candidates"], {"queue": queue, "tenant": tenant, "now": now,
+                                                     "workflows": workflows, "limit": limit}).fetchall()
             if not rows:
                 continue
-            running = tx.execute(_Q["lane_running"], key).fetchone()[0]
+            if running is None:  # one statement for every lane of the queue
+                running = dict(tx.execute(_Q["lane_running"], {"queue": queue}).fetchall())
             candidates = [admission.Candidate(run_id, queue, tenant, priority, at, status == "running")
                           for run_id, priority, at, status in rows]
-            lanes.append(admission.Lane(queue, tenant, running, candidates))
+            lanes.append(admission.Lane(queue, tenant, running.get(tenant, 0), candidates))
         return lanes
 
     # -- queues ------------------------------------------------------------------

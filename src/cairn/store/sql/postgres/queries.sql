@@ -395,9 +395,12 @@ DELETE FROM artifact_gc WHERE ref = ANY(%(refs)s::text[])
 -- re-checks each row's newest version). Lanes are (queue, tenant) pairs with
 -- a runnable_at, found by a recursive skip through runs_lanes: one index
 -- seek per queue and per lane, however many runs wait. Queues are the
--- worker's own, or (%(queues)s NULL) every queue found the same way. A lane
--- without due runs still comes back (run_id NULL): the cursor needs to know
--- it was seen.
+-- worker's own, or (%(queues)s NULL) every queue found the same way. Per
+-- queue, lanes are enumerated after a cursor position, up to an optional
+-- bound, at most `room` of them (see admission.LaneCursor). A lane without
+-- due runs still comes back (run_id NULL): the cursor needs to know it was
+-- seen. (The lane probes order by (queue, tenant) so that the planner walks
+-- runs_lanes, not the tenant index that also holds every finished run.)
 -- name: select_lanes
 WITH RECURSIVE
     discovered(queue) AS (
@@ -413,22 +416,38 @@ WITH RECURSIVE
         UNION
         SELECT unnest(%(queues)s::text[])
     ),
-    lanes(queue, tenant, n) AS (
+    lanes(queue, tenant, n, upto, room) AS (
         SELECT s.queue,
                (SELECT r.tenant FROM runs AS r
                 WHERE r.runnable_at IS NOT NULL AND r.queue = s.queue AND r.tenant > COALESCE(c.after, '')
-                ORDER BY r.tenant LIMIT 1),
-               1
+                  AND (c.upto IS NULL OR r.tenant <= c.upto)
+                ORDER BY r.queue, r.tenant LIMIT 1),
+               1, c.upto, COALESCE(c.room, %(max_lanes)s::bigint)
         FROM served AS s
-        LEFT JOIN unnest(%(cursor_queues)s::text[], %(cursor_afters)s::text[]) AS c(queue, after)
+        LEFT JOIN unnest(%(cursor_queues)s::text[], %(cursor_afters)s::text[], %(cursor_uptos)s::text[],
+                         %(cursor_rooms)s::bigint[]) AS c(queue, after, upto, room)
                ON c.queue = s.queue
         UNION ALL
         SELECT l.queue,
                (SELECT r.tenant FROM runs AS r
                 WHERE r.runnable_at IS NOT NULL AND r.queue = l.queue AND r.tenant > l.tenant
-                ORDER BY r.tenant LIMIT 1),
-               l.n + 1
-        FROM lanes AS l WHERE l.tenant IS NOT NULL AND l.n < %(max_lanes)s::bigint
+                  AND (l.upto IS NULL OR r.tenant <= l.upto)
+                ORDER BY r.queue, r.tenant LIMIT 1),
+               l.n + 1, l.upto, l.room
+        FROM lanes AS l WHERE l.tenant IS NOT NULL AND l.n < l.room
+    ),
+    -- Runs locked per lane: all of `limit` when one lane has due runs, down
+    -- to 2 * limit spread over many lanes (at least 1 each). A claim then
+    -- locks about as many rows as it may take, however many lanes it sees;
+    -- the plan needs no more (it takes `limit` runs in all, most from the
+    -- least loaded lanes, and the next claim goes on from there).
+    per_lane(k) AS (
+        SELECT GREATEST(1, LEAST(%(limit)s::bigint, CEIL(2.0 * %(limit)s::bigint / GREATEST(count(*), 1))))::bigint
+        FROM lanes AS l
+        WHERE l.tenant IS NOT NULL AND EXISTS (
+            SELECT 1 FROM runs AS r
+            WHERE r.runnable_at IS NOT NULL AND r.runnable_at <= %(now)s::float8
+              AND r.queue = l.queue AND r.tenant = l.tenant AND r.workflow = ANY(%(workflows)s::text[]))
     )
 SELECT l.queue, l.tenant, c.run_id, c.status, c.priority, c.runnable_at, c.owner, c.epoch, c.recoveries,
        CASE WHEN c.run_id IS NOT NULL THEN
@@ -440,7 +459,7 @@ LEFT JOIN LATERAL (
     WHERE r.runnable_at IS NOT NULL AND r.runnable_at <= %(now)s::float8
       AND r.queue = l.queue AND r.tenant = l.tenant AND r.workflow = ANY(%(workflows)s::text[])
     ORDER BY r.priority DESC, r.runnable_at
-    LIMIT %(limit)s::bigint
+    LIMIT (SELECT k FROM per_lane)
     FOR UPDATE SKIP LOCKED
 ) AS c ON true
 WHERE l.tenant IS NOT NULL

@@ -242,15 +242,19 @@ SELECT tenant FROM runs
 WHERE runnable_at IS NOT NULL AND queue = :queue AND tenant > :after
 ORDER BY tenant LIMIT 1
 
+-- The unary + keeps runnable_at out of the index search: with statistics
+-- from ANALYZE saying queue and tenant are nearly constant, SQLite would
+-- otherwise skip-scan runnable_at and sort every due row; this way it reads
+-- the lane in index order and stops after :limit rows.
 -- name: lane_candidates
 SELECT run_id, priority, runnable_at, status FROM runs
-WHERE runnable_at IS NOT NULL AND queue = :queue AND tenant = :tenant AND runnable_at <= :now
+WHERE runnable_at IS NOT NULL AND queue = :queue AND tenant = :tenant AND +runnable_at <= :now
   AND workflow IN (SELECT value FROM json_each(:workflows))
 ORDER BY priority DESC, runnable_at
 LIMIT :limit
 
 -- name: lane_running
-SELECT count(*) FROM runs WHERE queue = :queue AND tenant = :tenant AND status = 'running'
+SELECT tenant, count(*) FROM runs WHERE queue = :queue AND status = 'running' GROUP BY tenant
 
 -- name: queue_running
 SELECT count(*) FROM runs WHERE queue = :queue AND status = 'running'
