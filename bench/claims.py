@@ -107,8 +107,9 @@ _OLD_SELECT = {
                "AND workflow IN (SELECT value FROM json_each(:workflows)) "
                "ORDER BY priority DESC, runnable_at LIMIT :limit"),
     "postgres": ("SELECT run_id, status, owner, epoch, recoveries FROM runs "
-                 "WHERE runnable_at <= %(now)s::float8 AND workflow = ANY(%(workflows)s::text[]) ORDER BY priority DESC, runnable_at, "
-                 "run_id COLLATE \"C\" LIMIT %(limit)s::bigint FOR UPDATE SKIP LOCKED"),
+                 "WHERE runnable_at <= %(now)s::float8 AND workflow = ANY(%(workflows)s::text[]) "
+                 "ORDER BY priority DESC, runnable_at, run_id COLLATE \"C\" LIMIT %(limit)s::bigint "
+                 "FOR UPDATE SKIP LOCKED"),
 }
 
 
