@@ -454,10 +454,22 @@ SELECT l.queue, l.tenant, c.run_id, c.status, c.priority, c.runnable_at, c.owner
            (SELECT count(*) FROM runs AS x WHERE x.queue = l.queue AND x.tenant = l.tenant AND x.status = 'running')
        END
 FROM lanes AS l
+LEFT JOIN queues AS q ON q.name = l.queue
 LEFT JOIN LATERAL (
     SELECT r.run_id, r.status, r.priority, r.runnable_at, r.owner, r.epoch, r.recoveries FROM runs AS r
     WHERE r.runnable_at IS NOT NULL AND r.runnable_at <= %(now)s::float8
       AND r.queue = l.queue AND r.tenant = l.tenant AND r.workflow = ANY(%(workflows)s::text[])
+      -- A queue or tenant already at its concurrency limit offers only
+      -- takeovers (admitted at any load), before any row is locked: a
+      -- saturated queue with a backlog costs its pollers reads, not locks and
+      -- WAL. Read without the queue lock, so possibly stale; the plan, under
+      -- the lock, decides. Stale here only delays a run to the next poll.
+      AND (r.status = 'running' OR (
+          (q.concurrency IS NULL OR q.concurrency >
+               COALESCE((SELECT t.running FROM queue_running_totals(ARRAY[l.queue]) AS t), 0))
+          AND (q.tenant_concurrency IS NULL OR q.tenant_concurrency >
+               (SELECT count(*) FROM runs AS y
+                WHERE y.queue = l.queue AND y.tenant = l.tenant AND y.status = 'running'))))
     ORDER BY r.priority DESC, r.runnable_at
     LIMIT (SELECT k FROM per_lane)
     FOR UPDATE SKIP LOCKED
