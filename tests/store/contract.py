@@ -2374,7 +2374,6 @@ class StoreContract:
         mine = store.put_artifact(b"only the old run's input")
         shared = store.put_artifact(b"a step result two runs share")
         result = store.put_artifact(b"the old run's result")
-        unrelated = store.put_artifact(b"stored, never referenced")
         store.create_run(new_run("old", input=Payload(ref=mine)))
         c = claim(store, "old")
         e, s = c.run.epoch, c.next_seq
@@ -2388,13 +2387,30 @@ class StoreContract:
             with pytest.raises(PayloadError):
                 store.get_artifact(ref)
         assert store.get_artifact(shared) == b"a step result two runs share"
-        assert store.get_artifact(unrelated) == b"stored, never referenced"
         store.cancel_run("live", "x")
         clock.advance(1)
         assert store.prune_runs(clock()) == 1
         with pytest.raises(PayloadError):
             store.get_artifact(shared)
-        assert store.get_artifact(unrelated) == b"stored, never referenced"
+
+    def test_prune_collects_an_artifact_nothing_ever_referenced(self, store: Store, clock: FakeClock) -> None:
+        """Its writer died between storing it and recording the entry that
+        would point to it: once the grace period is over, pruning deletes it,
+        with or without runs to prune."""
+        orphan = store.put_artifact(b"stored, never referenced")
+        kept = store.put_artifact(b"the input of a live run")
+        store.create_run(new_run("live", input=Payload(ref=kept)))
+        clock.advance(ARTIFACT_GRACE_SECONDS - 1)
+        assert store.prune_runs(clock()) == 0
+        assert store.get_artifact(orphan) == b"stored, never referenced"  # its writer may be alive
+        clock.advance(2)
+        assert store.prune_runs(clock()) == 0
+        with pytest.raises(PayloadError):
+            store.get_artifact(orphan)
+        assert store.get_artifact(kept) == b"the input of a live run"
+        clock.advance(10 * ARTIFACT_GRACE_SECONDS)
+        assert store.prune_runs(clock()) == 0
+        assert store.get_artifact(kept) == b"the input of a live run"
 
     def test_prune_keeps_artifacts_stored_within_the_grace_period(
         self, store: Store, clock: FakeClock

@@ -40,6 +40,7 @@ GRANTS = [
     "GRANT SELECT ON {schema}.schema_migrations TO {role}",
     "GRANT SELECT, UPDATE (updated_at) ON {schema}.queues TO {role}",
     "GRANT SELECT, INSERT, UPDATE ON {schema}.queue_buckets TO {role}",
+    "GRANT INSERT ON {schema}.artifact_gc TO {role}",
 ]
 
 

@@ -388,7 +388,12 @@ class Store(Protocol):
 
     def put_artifact(self, data: bytes) -> str:
         """Store ``data`` content-addressed; return its reference. Idempotent;
-        durable before it returns (so a journal entry may point to it)."""
+        durable before it returns (so a journal entry may point to it).
+
+        New bytes are queued for collection (see ``prune_runs``) as they are
+        stored: if the writer dies before recording the entry that points to
+        them, nothing will ever reference them, and pruning deletes them like
+        the artifacts of pruned runs."""
         ...
 
     def get_artifact(self, ref: str) -> bytes:

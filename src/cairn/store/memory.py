@@ -684,7 +684,9 @@ class MemoryStore:
         ref = hashlib.sha256(data).hexdigest()
         with self._lock:
             self._check_open()
-            self._artifacts.setdefault(ref, bytes(data))
+            if ref not in self._artifacts:
+                self._artifacts[ref] = bytes(data)
+                self._gc.setdefault(ref, self.clock())  # collected if nothing ever references it
             # Stored again counts as stored now: pruning must not delete it
             # from under a writer about to reference it.
             self._touched[ref] = max(self._touched.get(ref, self.clock()), self.clock())

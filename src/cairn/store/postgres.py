@@ -57,6 +57,7 @@ Why these choices:
       GRANT SELECT ON cairn.schema_migrations TO acme_agent;
       GRANT SELECT, UPDATE (updated_at) ON cairn.queues TO acme_agent;
       GRANT SELECT, INSERT, UPDATE ON cairn.queue_buckets TO acme_agent;
+      GRANT INSERT ON cairn.artifact_gc TO acme_agent;
 
   and ``PostgresStore("postgresql://acme_agent@host/db", tenant="acme")``,
   which runs ``SET cairn.tenant = 'acme'`` on every pooled connection. Runs
@@ -75,7 +76,8 @@ Why these choices:
   ``FOR UPDATE`` needs) but cannot change them, and a queue-wide
   concurrency limit still counts every tenant's running runs (through the
   ``SECURITY DEFINER`` function ``queue_running_totals``, which returns
-  totals only). It can write token-bucket rows (it spends the tokens).
+  totals only). It can write token-bucket rows (it spends the tokens), and
+  add to the artifact collection queue (``put_artifact`` queues new bytes).
 * **Pruning** (``prune_runs``) locks the chosen finished trees, checks them
   again under the locks and deletes them in one transaction, queueing the
   artifacts they referenced in ``artifact_gc``; later transactions delete

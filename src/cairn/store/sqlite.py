@@ -657,6 +657,8 @@ class SQLiteStore:
         with self._artifact_lock(exclusive=False):
             if _touch(target, now):
                 return ref
+            with self._write() as tx:  # queued first: a crash after it leaves no untracked file
+                tx.execute(_Q["queue_artifact"], {"ref": ref, "now": now})
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
             try:

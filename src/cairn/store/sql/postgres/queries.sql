@@ -308,7 +308,15 @@ RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, 
 UPDATE artifacts SET touched_at = GREATEST(touched_at, %(now)s::float8)
 WHERE ref = %(ref)s::text
 
+-- New bytes are queued for collection in the same statement: if the writer
+-- dies before recording the entry that points to them, nothing would ever
+-- reference them, and pruning deletes them once the grace period is over.
 -- name: put_artifact
+WITH queued AS (
+    -- no conflict target: a role with only INSERT on artifact_gc may run it
+    INSERT INTO artifact_gc (ref, queued_at) VALUES (%(ref)s::text, %(now)s::float8)
+    ON CONFLICT DO NOTHING
+)
 INSERT INTO artifacts (ref, data, touched_at) VALUES (%(ref)s::text, %(data)s::bytea, %(now)s::float8)
 ON CONFLICT (ref) DO UPDATE SET touched_at = GREATEST(artifacts.touched_at, excluded.touched_at)
 

@@ -229,6 +229,12 @@ WHERE :after_at IS NULL OR g.queued_at > :after_at OR (g.queued_at = :after_at A
 ORDER BY g.queued_at, g.ref
 LIMIT :page
 
+-- Bytes about to be stored, queued for collection before the file is
+-- written: if the writer dies before recording the entry that points to them,
+-- pruning still finds them (and deletes them once the grace period is over).
+-- name: queue_artifact
+INSERT INTO artifact_gc (ref, queued_at) VALUES (:ref, :now) ON CONFLICT (ref) DO NOTHING
+
 -- name: dequeue_artifacts
 DELETE FROM artifact_gc WHERE ref IN (SELECT value FROM json_each(:refs))
 
