@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import click
 import msgspec
@@ -28,14 +28,12 @@ from cairn.codec import values
 from cairn.engine.budget import Budget
 from cairn.engine.executor import Outcome
 from cairn.errors import (
-    ConfigError,
     InvalidRunState,
     PayloadError,
     RunNotFound,
-    StoreError,
     UnknownWorkflow,
 )
-from cairn.store import DEFAULT_DB, resolve_url, sqlite_path
+from cairn.store import DEFAULT_DB, dialect, open_store, resolve_url, sqlite_path
 from cairn.store.contract import Store
 from cairn.store.records import Claim, EventType, HistoryEvent, RunStatus
 
@@ -657,34 +655,11 @@ class _SchemaStore(Protocol):
 def _open_unmigrated(db: str | None, *, create: bool) -> tuple[_SchemaStore, str]:
     """The store named by ``db``, opened without applying migrations, and its
     SQL dialect. ``create=False`` refuses a SQLite file that does not exist."""
-    url = resolve_url(db)
-    if url.startswith(("postgresql://", "postgres://")):
-        from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-        try:
-            from cairn.store.postgres import PostgresStore
-        except ImportError:
-            raise ConfigError("PostgreSQL support is not installed: pip install 'cairn[postgres]'") from None
-        # ?schema= and ?tenant= are Cairn's own parameters (as in cairn.store.open_store), not libpq's.
-        parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {key: value for key, value in query if key in ("schema", "tenant")}
-        rest = urlencode([(key, value) for key, value in query if key not in ("schema", "tenant")])
-        clean = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
-        store = PostgresStore(clean, schema=ours.get("schema", "cairn"), tenant=ours.get("tenant"),
-                              auto_migrate=False)
-        return store, "postgres"
-    if url.startswith("memory://"):
+    kind = dialect(db)
+    if kind == "memory":
         raise click.UsageError("a memory:// store lives inside one process and has no schema to manage")
-    path = sqlite_path(url)
-    if path is None:
-        scheme = url.split("://", 1)[0]
-        raise ConfigError(f"unsupported database URL scheme {scheme!r} (supported: sqlite, postgresql)")
-    if not create and not path.exists():
-        raise StoreError(f"no database at {str(path)!r}")
-    from cairn.store.sqlite import SQLiteStore
-
-    return SQLiteStore(path, auto_migrate=False), "sqlite"
+    store = open_store(db, create=create, migrate=False)
+    return cast(_SchemaStore, store), kind  # the SQL stores, the only ones left here
 
 
 @main.group("db")

@@ -33,38 +33,57 @@ def sqlite_path(url: str) -> Path | None:
     return None if "://" in url else Path(url)
 
 
+def dialect(db: str | None) -> str:
+    """Which backend the URL ``db`` names: ``sqlite``, ``postgres`` or
+    ``memory`` (``ConfigError`` for anything else)."""
+    url = resolve_url(db)
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgres"
+    if url.startswith("memory://"):
+        return "memory"
+    if sqlite_path(url) is None:
+        scheme = url.split("://", 1)[0]
+        raise ConfigError(
+            f"unsupported database URL scheme {scheme!r} (supported: sqlite, postgresql, memory)"
+        )
+    return "sqlite"
+
+
 def open_store(
-    db: str | None = None, durability: Durability | str = Durability.PROCESS, *, create: bool = True
+    db: str | None = None,
+    durability: Durability | str = Durability.PROCESS,
+    *,
+    create: bool = True,
+    migrate: bool = True,
 ) -> Store:
     """Open the store named by ``db`` (``sqlite:///path``, ``memory://``, or a
     plain file path), defaulting to ``$CAIRN_DB`` then ``./.cairn/cairn.db``.
     ``create=False`` refuses to create a missing database (for inspection
-    commands, so a typo does not leave an empty database behind)."""
+    commands, so a typo does not leave an empty database behind).
+    ``migrate=False`` leaves the schema as it is (for ``cairn db``, which
+    reports and applies migrations itself)."""
     url = resolve_url(db)
     try:
         mode = Durability(durability)
     except ValueError:
         raise ConfigError(f"unknown durability {durability!r} (use 'process' or 'power')") from None
-    if url.startswith(("postgresql://", "postgres://")):
-        return _open_postgres(url, mode)
-    if url.startswith("memory://"):
+    kind = dialect(url)
+    if kind == "postgres":
+        return _open_postgres(url, mode, migrate)
+    if kind == "memory":
         from cairn.store.memory import MemoryStore
 
         return MemoryStore(durability=mode)
     path = sqlite_path(url)
-    if path is None:
-        scheme = url.split("://", 1)[0]
-        raise ConfigError(
-            f"unsupported database URL scheme {scheme!r} (supported: sqlite, postgresql, memory)"
-        )
+    assert path is not None
     if not create and not path.exists():
         raise StoreError(f"no database at {str(path)!r}")
     from cairn.store.sqlite import SQLiteStore
 
-    return SQLiteStore(path, durability=mode)
+    return SQLiteStore(path, durability=mode, auto_migrate=migrate)
 
 
-def _open_postgres(url: str, mode: Durability) -> Store:
+def _open_postgres(url: str, mode: Durability, migrate: bool) -> Store:
     """``postgresql://user@host:port/db?schema=name&tenant=acme``: ``schema``
     (default ``cairn``) and ``tenant`` (scope every connection to one tenant,
     enforced by row-level security for a tenant-scoped role) are Cairn's own
@@ -79,8 +98,9 @@ def _open_postgres(url: str, mode: Durability) -> Store:
     rest = urlencode([(key, value) for key, value in query if key not in ("schema", "tenant")])
     clean = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
     return PostgresStore(
-        clean, durability=mode, schema=ours.get("schema", "cairn"), tenant=ours.get("tenant")
+        clean, durability=mode, schema=ours.get("schema", "cairn"), tenant=ours.get("tenant"),
+        auto_migrate=migrate,
     )
 
 
-__all__ = ["DEFAULT_DB", "Store", "open_store", "resolve_url", "sqlite_path"]
+__all__ = ["DEFAULT_DB", "Store", "dialect", "open_store", "resolve_url", "sqlite_path"]
