@@ -17,6 +17,11 @@ class ConfigError(CairnError):
     """Bad configuration: an unknown database URL, an unloadable app, ..."""
 
 
+class InvalidArgument(CairnError, ValueError):
+    """An argument Cairn cannot accept: an empty tenant or queue name, a
+    concurrency limit of zero, a malformed rate. Also a ``ValueError``."""
+
+
 class StoreError(CairnError):
     """The database could not be opened or used."""
 

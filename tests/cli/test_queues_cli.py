@@ -95,3 +95,23 @@ def test_missing_database_is_an_error_not_created(tmp_path: Path) -> None:
     missing = tmp_path / "nope.db"
     check_error(cli("queues", "--db", f"sqlite:///{missing}"), 1)
     assert not missing.exists()
+
+
+def test_start_puts_a_run_in_a_queue_with_a_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite:///{tmp_path / 'start.db'}"
+    monkeypatch.setenv("CAIRN_DB", url)
+    app = build_app(url)
+    try:
+        result = cli("start", "greet", "--app", "tests.cli.sample_app:app", "--db", url, "--input", '["ada"]',
+                     "--queue", "emails", "--priority", "7", "--tenant", "acme")
+        assert result.exit_code == 0, result.stderr
+        record = app.get_run(result.stdout.strip())
+        assert record is not None
+        assert (record.queue, record.priority, record.tenant) == ("emails", 7, "acme")
+        for option in ("--queue", "--tenant"):
+            bad = cli("start", "greet", "--app", "tests.cli.sample_app:app", "--db", url, "--input", '["x"]',
+                      option, "")
+            check_error(bad, 1, "non-empty")
+        assert len(app.list_runs()) == 1  # the refused starts created nothing
+    finally:
+        app.close()

@@ -43,6 +43,7 @@ from cairn.store.records import (
     RunFilter,
     RunRecord,
     RunStatus,
+    check_names,
 )
 from cairn.worker.leases import LeaseKeeper
 from cairn.worker.worker import Worker, WorkerSettings
@@ -253,6 +254,7 @@ class App:
         priority: int,
         budget: Budget | None = None,
     ) -> NewRun:
+        check_names(tenant=tenant, queue=queue)  # before the input may be stored as an artifact
         payload, _ = self.runtime.payloads.dump(arguments)
         return NewRun(
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,

@@ -247,6 +247,9 @@ def _wait(app: App, run_id: str, timeout: float | None) -> Any:
 @click.option("--run-id", default=None, help="Run id; starting an existing id returns that run unchanged.")
 @click.option("--thread-id", default=None, help="Conversation/thread the run belongs to.")
 @click.option("--tenant", default="default", show_default=True)
+@click.option("--queue", default="default", show_default=True, help="Queue the run waits in for a worker.")
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="Higher first among the tenant's runs in the queue.")
 @click.option("--wait", is_flag=True, help="Wait for the run to end and print its result as JSON.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None,
               help="With --wait: give up after S seconds.")
@@ -254,7 +257,8 @@ def _wait(app: App, run_id: str, timeout: float | None) -> Any:
 @click.pass_context
 def start(
     ctx: click.Context, workflow: str, app_spec: str, input_json: str | None, run_id: str | None,
-    thread_id: str | None, tenant: str, wait: bool, timeout: float | None, db: str | None,
+    thread_id: str | None, tenant: str, queue: str, priority: int, wait: bool, timeout: float | None,
+    db: str | None,
 ) -> None:
     """Start a run of WORKFLOW for a worker to execute; print its id.
 
@@ -266,7 +270,8 @@ def start(
     data = _parse_input(input_json)
     with loaded_app(app_spec, _db(ctx, db)) as app:
         try:
-            handle = app.start_json(workflow, data, run_id=run_id, thread_id=thread_id, tenant=tenant)
+            handle = app.start_json(workflow, data, run_id=run_id, thread_id=thread_id, tenant=tenant,
+                                    queue=queue, priority=priority)
         except UnknownWorkflow as exc:
             raise click.BadParameter(str(exc), param_hint="'WORKFLOW'") from None
         except PayloadError as exc:

@@ -49,6 +49,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cairn.errors import InvalidArgument
+
 #: Lanes (tenants of one queue) a single claim looks at, at most.
 MAX_LANES = 64
 
@@ -79,11 +81,11 @@ class Rate:
 
     def __post_init__(self) -> None:
         if self.limit < 1:
-            raise ValueError(f"a rate limit must allow at least 1 claim, not {self.limit}")
+            raise InvalidArgument(f"a rate limit must allow at least 1 claim, not {self.limit}")
         if not (self.period > 0 and math.isfinite(self.period)):
-            raise ValueError(f"a rate period must be a positive number of seconds, not {self.period}")
+            raise InvalidArgument(f"a rate period must be a positive number of seconds, not {self.period}")
         if self.burst is not None and self.burst < 1:
-            raise ValueError(f"a rate burst must be at least 1, not {self.burst}")
+            raise InvalidArgument(f"a rate burst must be at least 1, not {self.burst}")
 
     @property
     def capacity(self) -> int:
@@ -98,7 +100,7 @@ class Rate:
         """``"100/min"``, ``"10/s"``, ``"5/30s"``, ``"1000/h"``, ``"3/2.5s"``."""
         match = _RATE.match(text)
         if match is None or not (match.group(2) or match.group(3)):
-            raise ValueError(f"rate {text!r} is not COUNT/PERIOD, e.g. 100/min, 10/s or 5/30s")
+            raise InvalidArgument(f"rate {text!r} is not COUNT/PERIOD, e.g. 100/min, 10/s or 5/30s")
         count, amount, unit = match.groups()
         number = float(amount) if amount else 1.0
         return cls(int(count), number * _UNIT_SECONDS[unit], burst)
@@ -122,11 +124,11 @@ class QueueLimits:
 
     def __post_init__(self) -> None:
         if not self.name:
-            raise ValueError("a queue needs a non-empty name")
+            raise InvalidArgument("a queue needs a non-empty name")
         counts = (("concurrency", self.concurrency), ("tenant_concurrency", self.tenant_concurrency))
         for what, value in counts:
             if value is not None and value < 1:
-                raise ValueError(f"queue {self.name!r}: {what} must be at least 1, not {value}")
+                raise InvalidArgument(f"queue {self.name!r}: {what} must be at least 1, not {value}")
 
     @property
     def unlimited(self) -> bool:

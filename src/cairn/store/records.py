@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from cairn.errors import InvalidArgument
+
 
 class RunStatus(enum.StrEnum):
     """Where a run is in its life. Terminal statuses never change again, except
@@ -122,11 +124,16 @@ class NewRun:
     budget: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        # Empty names would be ambiguous where they are keys: an empty tenant
-        # is the queue-wide token bucket's key, for one.
-        for what in ("run_id", "workflow", "tenant", "queue"):
-            if not getattr(self, what):
-                raise ValueError(f"a run needs a non-empty {what.replace('_', ' ')}")
+        check_names(run_id=self.run_id, workflow=self.workflow, tenant=self.tenant, queue=self.queue)
+
+
+def check_names(**names: str) -> None:
+    """Refuse empty names (``InvalidArgument``). They would be ambiguous where
+    they are keys: an empty tenant is the queue-wide token bucket's key, for
+    one."""
+    for what, value in names.items():
+        if not value:
+            raise InvalidArgument(f"a run needs a non-empty {what.replace('_', ' ')}")
 
 
 @dataclass(frozen=True, slots=True)
