@@ -27,6 +27,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cairn.errors import LeaseLost, RunNotFound, StoreError
+from cairn.store.admission import QueueLimits, Rate
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import Claim, EventType, Payload, RunFilter, RunStatus
 from tests.store.contract import WF, FakeClock, claim, ev, finish, new_run
@@ -303,3 +304,21 @@ def test_a_scoped_store_does_not_migrate(deployment: Deployment) -> None:
 def test_tenant_must_not_be_empty(pg_url: str) -> None:
     with pytest.raises(ValueError, match="tenant"):
         PostgresStore(pg_url, tenant="")
+
+
+def test_queue_limits_hold_across_scoped_tenants(deployment: Deployment) -> None:
+    """A queue-wide limit counts every tenant's running runs, though each
+    scoped role sees only its own; a scoped role cannot change the limits."""
+    d = deployment
+    d.owner.set_queue(QueueLimits("q", concurrency=3, rate=Rate(100, 1.0)))
+    for tenant, store in (("acme", d.acme), ("globex", d.globex)):
+        for i in range(3):
+            store.create_run(new_run(f"{tenant}-{i}", tenant=tenant, queue="q"))
+    assert len(d.acme.claim_runs("aw", [WF], 2, 30.0, 3)) == 2
+    assert [c.run.tenant for c in d.globex.claim_runs("gw", [WF], 5, 30.0, 3)] == ["globex"]
+    assert d.globex.claim_runs("gw", [WF], 5, 30.0, 3) == []
+    with pytest.raises(StoreError, match="permission denied"):
+        d.acme.set_queue(QueueLimits("q", concurrency=100))
+    stats = {s.limits.name: s for s in d.acme.queue_stats()}
+    assert stats["q"].limits.concurrency == 3
+    assert stats["q"].running == 2  # its own: the other tenant's runs stay invisible
