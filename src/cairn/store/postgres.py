@@ -482,22 +482,7 @@ class PostgresStore:
                 return []  # an idle poll: one statement, nothing written
             # Durable only now that it bumps epochs.
             self._commit_durably(tx)
-            names = sorted({lane.queue for lane in lanes if lane.candidates})
-            rows = tx.execute(_Q["lock_queues"], {"queues": names})
-            limits = {row[0]: _queue_from_row(row) for row in rows}
-            queue_running: dict[str, int] = {}
-            buckets: dict[admission.BucketKey, admission.Bucket] = {}
-            if limits:  # fresh counts, read under the queue locks
-                limited = {"queues": sorted(limits)}
-                queue_running = dict(tx.execute(_Q["queue_running_totals"], limited).fetchall())
-                running = {(q, t): n for q, t, n in tx.execute(_Q["lane_running"], limited)}
-                for lane in lanes:
-                    if lane.queue in limits:
-                        lane.running = running.get((lane.queue, lane.tenant), 0)
-                rated = sorted({key[0] for key in admission.bucket_keys(limits, lanes)})
-                if rated:
-                    for q, t, tokens, at in tx.execute(_Q["select_buckets"], {"queues": rated}):
-                        buckets[(q, t)] = admission.Bucket(tokens, at)
+            limits, queue_running, buckets = _lock_limits(tx, lanes)
             claims: list[Claim] = []
             claimed: list[admission.Candidate] = []
             # Candidates the plan leaves out stay locked until the commit, a
@@ -1234,6 +1219,34 @@ def _append_auto(
 ) -> None:
     """Append after the current maximum: for writers holding the run row."""
     tx.execute(_Q["append_auto"], _event_params(_event(run_id, 0, event, at, epoch, None, detail)))
+
+
+def _lock_limits(
+    tx: _Conn, lanes: Sequence[admission.Lane]
+) -> tuple[dict[str, admission.QueueLimits], dict[str, int], dict[admission.BucketKey, admission.Bucket]]:
+    """Lock the limited queues among ``lanes`` (name order: no deadlock
+    between claimers) and read, under those locks, what ``admission.plan``
+    needs: their limits, running totals, each lane's own running count
+    (updated in place) and the token buckets."""
+    names = sorted({lane.queue for lane in lanes if lane.candidates})
+    limits = {row[0]: _queue_from_row(row) for row in tx.execute(_Q["lock_queues"], {"queues": names})}
+    queue_running: dict[str, int] = {}
+    buckets: dict[admission.BucketKey, admission.Bucket] = {}
+    if not limits:
+        return limits, queue_running, buckets
+    # Statements of their own, after the locks: under READ COMMITTED they see
+    # every claim the previous holder of a lock committed.
+    limited = {"queues": sorted(limits)}
+    queue_running = dict(tx.execute(_Q["queue_running_totals"], limited).fetchall())
+    running = {(q, t): n for q, t, n in tx.execute(_Q["lane_running"], limited)}
+    for lane in lanes:
+        if lane.queue in limits:
+            lane.running = running.get((lane.queue, lane.tenant), 0)
+    rated = sorted({key[0] for key in admission.bucket_keys(limits, lanes)})
+    if rated:
+        for q, t, tokens, at in tx.execute(_Q["select_buckets"], {"queues": rated}):
+            buckets[(q, t)] = admission.Bucket(tokens, at)
+    return limits, queue_running, buckets
 
 
 def _claim(
