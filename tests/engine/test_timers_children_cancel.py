@@ -184,3 +184,32 @@ def test_cancel_a_running_run_fences_its_worker(app: cairn.App, calls: Calls) ->
     assert calls["never"] == 0  # nothing new started after the cancellation
     # the step that finished after the cancel was not recorded
     assert not [e for e in app.history("L") if e.event is EventType.STEP_COMPLETED]
+
+
+def test_children_inherit_queue_and_priority_unless_told(app: cairn.App) -> None:
+    """A parent and its children share a queue of concurrency 1 through a
+    worker: the parent holds no slot while it waits, so nothing deadlocks."""
+
+    @app.workflow(name="leaf")
+    def leaf(ctx: cairn.Context, x: int) -> int:
+        return x + 1
+
+    @app.workflow(name="fan")
+    def fan(ctx: cairn.Context) -> list[int]:
+        inherited = ctx.start_child(leaf, 1)
+        elsewhere = ctx.start_child(leaf, 2, queue="side", priority=9)
+        return [inherited.result(), elsewhere.result(), ctx.child(leaf, 3)]
+
+    app.set_queue("solo", concurrency=1)
+    handle = app.start(fan, run_id="f", queue="solo", priority=4)
+    worker = app.worker(concurrency=4, poll_interval=0.01)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False, "max_idle": 1.0})
+    thread.start()
+    try:
+        assert handle.result(timeout=20) == [2, 3, 4]
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    kids = {c.run_id: c for c in app.store.list_runs(cairn.store.records.RunFilter(parent_run_id="f"))}
+    assert {k: (c.queue, c.priority) for k, c in kids.items()} == {
+        "f:0": ("solo", 4), "f:1": ("side", 9), "f:4": ("solo", 4)}

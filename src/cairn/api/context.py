@@ -45,6 +45,9 @@ class Context:
         self.workflow = run.workflow
         self.workflow_version = run.workflow_version
         self.parent_run_id = run.parent_run_id
+        #: the queue this run was started in (its children default to it)
+        self.queue = run.queue
+        self.priority = run.priority
 
     # -- deterministic values ----------------------------------------------------
 
@@ -173,12 +176,21 @@ class Context:
     # -- child workflows ----------------------------------------------------------
 
     def start_child(
-        self, workflow: Workflow[R] | str, *args: Any, run_id: str | None = None, **kwargs: Any
+        self,
+        workflow: Workflow[R] | str,
+        *args: Any,
+        run_id: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        **kwargs: Any,
     ) -> ChildHandle[R]:
         """Start a child workflow with its own journal; returns at once.
 
         The child's id is recorded, so replay never starts a second child. It
-        inherits the tenant and thread of this run.
+        inherits the tenant and thread of this run, and unless told otherwise
+        its queue and priority: fan out into a queue with its own limits with
+        ``queue=``. A parent waiting for its children holds no slot of its
+        queue, so parent and children may share a queue of any concurrency.
         """
         definition = self._resolve(workflow)
         arguments = definition.bind(args, kwargs)
@@ -196,15 +208,24 @@ class Context:
         child = NewRun(
             run_id=child_id, workflow=definition.name, workflow_version=definition.version,
             tenant=self.tenant, thread_id=self.thread_id, input=input_payload, parent_run_id=self.run_id,
+            queue=self.queue if queue is None else queue,
+            priority=self.priority if priority is None else priority,
         )
         self._ex.start_child(event, child)
         return ChildHandle(self._ex, child_id, definition)
 
     def child(
-        self, workflow: Workflow[R] | str, *args: Any, run_id: str | None = None, **kwargs: Any
+        self,
+        workflow: Workflow[R] | str,
+        *args: Any,
+        run_id: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        **kwargs: Any,
     ) -> R:
         """Start a child workflow and wait for its result (durably)."""
-        return self.start_child(workflow, *args, run_id=run_id, **kwargs).result()
+        return self.start_child(workflow, *args, run_id=run_id, queue=queue, priority=priority,
+                                **kwargs).result()
 
     def _resolve(self, workflow: Workflow[Any] | str) -> WorkflowDef:
         name = workflow if isinstance(workflow, str) else workflow.definition.name
