@@ -9,6 +9,11 @@ for each system, without timing anything:
   in one call and then waits for the answer, so outside pipeline mode a send
   is a round trip. Background threads (DBOS's pollers, lease renewals) count
   too: they are part of what the system costs.
+* **receives per run**: successful ``recvfrom`` calls in the same window
+  (``EAGAIN`` not counted). A client reads once per answer it waited for,
+  so this counts round trips in pipeline mode too, where several requests
+  (``BEGIN``, statements, ``COMMIT``, sync) are sent one ``sendto`` each
+  but answered together.
 * **transactions per run**: ``xact_commit`` of the sample's database in
   ``pg_stat_database``, with ``K`` runs minus with none (every backend has
   exited, so its statistics are flushed). Each autocommit statement is a
@@ -117,12 +122,12 @@ def _traced(pid: int, tid: int) -> bool:
 
 
 class Tracer:
-    """``strace -f -c -e trace=sendto`` attached to every thread of ``pid``."""
+    """``strace -f -c -e trace=sendto,recvfrom`` attached to every thread of ``pid``."""
 
     def __init__(self, pid: int) -> None:
         self.out = Path(tempfile.mkstemp(prefix="cairn-bench-strace-")[1])
         tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
-        argv = ["strace", "-f", "-c", "-e", "trace=sendto", "-o", str(self.out)]
+        argv = ["strace", "-f", "-c", "-e", "trace=sendto,recvfrom", "-o", str(self.out)]
         for tid in tids:
             argv += ["-p", str(tid)]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -134,8 +139,8 @@ class Tracer:
                 raise RuntimeError(f"strace could not attach to process {pid}")
             time.sleep(0.01)
 
-    def stop(self) -> int:
-        """Detach; the number of ``sendto`` calls seen."""
+    def stop(self) -> tuple[int, int]:
+        """Detach; the ``sendto`` calls and the successful ``recvfrom`` calls seen."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -144,11 +149,14 @@ class Tracer:
                 self.proc.kill()
                 self.proc.wait()
         try:
+            calls = {"sendto": 0, "recvfrom": 0}
             for line in self.out.read_text().splitlines():
                 parts = line.split()
-                if parts and parts[-1] == "sendto":
-                    return int(parts[3])
-            return 0
+                if parts and parts[-1] in calls:
+                    # % time, seconds, usecs/call, calls, [errors,] syscall
+                    errors = int(parts[4]) if len(parts) == 6 else 0
+                    calls[parts[-1]] = int(parts[3]) - errors
+            return calls["sendto"], calls["recvfrom"]
         finally:
             self.out.unlink(missing_ok=True)
 
@@ -161,8 +169,9 @@ def _xact_commit(dbname: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _inline_child(system: str, kind: str, count: int, trace: bool) -> tuple[int | None, int]:
-    """Run one traced (or untraced) child; (sendto calls during the window, xact_commit at the end)."""
+def _inline_child(system: str, kind: str, count: int, trace: bool) -> tuple[tuple[int, int] | None, int]:
+    """Run one traced (or untraced) child; ((sendto, recvfrom) calls during the window, xact_commit
+    at the end)."""
     name = pgdb.create_database(f"trace_{system}")
     try:
         url = pgdb.url_for(name)
@@ -170,7 +179,7 @@ def _inline_child(system: str, kind: str, count: int, trace: bool) -> tuple[int 
         with tempfile.TemporaryFile("w+") as err:
             proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=err, text=True, bufsize=1)
-            sends: int | None = None
+            sends: tuple[int, int] | None = None
             try:
                 assert proc.stdout is not None
                 assert proc.stdin is not None
@@ -206,6 +215,7 @@ class Count:
     per: str
     sends: float | None
     transactions: float | None
+    receives: float | None = None
 
 
 def inline_counts(system: str, kind: str, count: int) -> Count:
@@ -213,7 +223,9 @@ def inline_counts(system: str, kind: str, count: int) -> Count:
     _, without = _inline_child(system, kind, 0, trace=False)
     per = "run" if kind == "runs" else "step"
     what = "app.run / invoke / call, 3 steps" if kind == "runs" else f"one run of {count} steps"
-    return Count(what, system, per, None if sends is None else sends / count, (with_k - without) / count)
+    if sends is None:
+        return Count(what, system, per, None, (with_k - without) / count)
+    return Count(what, system, per, sends[0] / count, (with_k - without) / count, sends[1] / count)
 
 
 def worker_counts(system: str, count: int) -> Count:
@@ -256,7 +268,8 @@ def worker_counts(system: str, count: int) -> Count:
                                             group.check_alive, 300)
                     finally:
                         sends = tracer.stop()
-    return Count("worker process (concurrency 8, poll 0.01 s), 3 steps", system, "run", sends / count, None)
+    what = "worker process (concurrency 8, poll 0.01 s), 3 steps"
+    return Count(what, system, "run", sends[0] / count, None, sends[1] / count)
 
 
 def run(quick: bool = False) -> int:
@@ -282,12 +295,13 @@ def run(quick: bool = False) -> int:
                 pgdb.wait_for_server()
     rows = [
         [c.what, c.system, c.per, "—" if c.sends is None else f"{c.sends:.1f}",
+         "—" if c.receives is None else f"{c.receives:.1f}",
          "—" if c.transactions is None else f"{c.transactions:.1f}"]
         for c in counts
     ]
-    print("Round trips (client sends) and transactions per run or step, PostgreSQL")
-    print(render_table(["workload", "system", "per", "sends", "transactions"], rows,
-                       [False, False, False, True, True]))
+    print("Client sends, receives (answers waited for) and transactions per run or step, PostgreSQL")
+    print(render_table(["workload", "system", "per", "sends", "receives", "transactions"], rows,
+                       [False, False, False, True, True, True]))
     return 0
 
 

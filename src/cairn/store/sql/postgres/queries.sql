@@ -206,12 +206,41 @@ UPDATE runs SET status = 'pending', owner = NULL, lease_expires_at = NULL,
        runnable_at = %(now)s::float8, updated_at = %(now)s::float8
 WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
 
--- name: finish
-UPDATE runs SET status = %(status)s::text, owner = NULL, lease_expires_at = NULL, runnable_at = NULL,
-       result = %(result)s::bytea, result_ref = %(result_ref)s::text, error = %(error)s::text,
-       updated_at = %(now)s::float8
-WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
-RETURNING parent_run_id
+-- The end of a run, after lock_fenced in the same transaction: append the
+-- final entry (gap-free, as insert_event_fenced), end the run and wake a parent
+-- suspended waiting on it, in one statement. Each part runs only if the one
+-- before it wrote (ins -> fin -> wake), so a refused append writes nothing.
+-- The row lock is already held (lock_fenced), so the fence needs none, and
+-- this statement's snapshot, taken after that lock was granted, sees a parent
+-- whose suspension locked this row FOR SHARE before us (see lock_child_status).
+-- name: finish_fenced
+WITH fence AS (
+    SELECT tenant FROM runs
+    WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+), ins AS (
+    INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                         attempt, started_at, payload, payload_ref, detail, tenant)
+    SELECT %(run_id)s::text, %(seq)s::bigint, %(event)s::text, %(at)s::float8, %(event_epoch)s::bigint,
+           %(worker)s::text, %(position)s::bigint, %(step_kind)s::text, %(name)s::text,
+           %(input_hash)s::text, %(attempt)s::bigint, %(started_at)s::float8, %(payload)s::bytea,
+           %(payload_ref)s::text, %(detail)s::text, fence.tenant
+    FROM fence
+    WHERE %(seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = %(run_id)s::text)
+    RETURNING run_id
+), fin AS (
+    UPDATE runs SET status = %(status)s::text, owner = NULL, lease_expires_at = NULL, runnable_at = NULL,
+           result = %(result)s::bytea, result_ref = %(result_ref)s::text, error = %(error)s::text,
+           updated_at = %(now)s::float8
+    FROM ins
+    WHERE runs.run_id = ins.run_id AND runs.epoch = %(epoch)s::bigint AND runs.status = 'running'
+    RETURNING runs.parent_run_id
+), wake AS (
+    UPDATE runs AS parent SET runnable_at = %(now)s::float8, updated_at = %(now)s::float8
+    FROM fin
+    WHERE parent.run_id = fin.parent_run_id AND parent.status = 'suspended'
+      AND parent.waiting_on = %(run_id)s::text
+)
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM fin)
 
 -- name: wake_waiting_parent
 UPDATE runs SET runnable_at = %(now)s::float8, updated_at = %(now)s::float8
