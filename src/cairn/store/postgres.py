@@ -558,8 +558,10 @@ class PostgresStore:
             claimed: list[admission.Candidate] = []
             # Candidates the plan leaves out stay locked until the commit, a
             # moment; other claimers pass over them meanwhile.
-            for candidate in admission.plan(lanes, limits, queue_running, buckets, now, limit):
-                claim = _claim(tx, locked[candidate.run_id], worker, now, lease_seconds, max_recoveries)
+            chosen = admission.plan(lanes, limits, queue_running, buckets, now, limit)
+            states = [locked[candidate.run_id] for candidate in chosen]
+            for candidate, claim in zip(chosen, _claim_many(tx, states, worker, now, lease_seconds,
+                                                            max_recoveries), strict=True):
                 if claim is not None:  # None: a takeover that quarantined its run
                     claims.append(claim)
                     claimed.append(candidate)
@@ -1330,47 +1332,81 @@ def _claim(
     lease_seconds: float,
     max_recoveries: int,
 ) -> Claim | None:
-    """Claim one run whose row ``tx`` holds ``FOR UPDATE``; ``state`` is
-    ``(run_id, status, owner, epoch, recoveries)`` as read under that lock."""
-    run_id, status_s, old_owner, old_epoch, recoveries = state
-    status = RunStatus(status_s)
-    # Read after the lock, in a statement of its own: under READ COMMITTED it
-    # sees every append that committed before the lock was granted.
-    history = _select_history(tx, run_id, 0, None)
-    next_seq = history[-1].seq + 1 if history else 1
-    new: list[HistoryEvent] = []
+    """Claim one run whose row ``tx`` holds ``FOR UPDATE`` (see ``_claim_many``)."""
+    return _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries)[0]
 
-    def add(event: EventType, epoch: int, by: str | None, detail: dict[str, Any] | None) -> None:
-        new.append(_event(run_id, next_seq + len(new), event, now, epoch, by, detail))
 
-    takeover = status is RunStatus.RUNNING
-    if takeover:
-        recoveries += 1
-        add(EventType.LEASE_LOST, old_epoch, old_owner, {"worker": old_owner, "epoch": old_epoch,
-                                                         "reason": "expired"})
-        if recoveries > max_recoveries:
-            error = {
-                "type": "Quarantined",
-                "message": f"run lost its worker {recoveries} times (limit {max_recoveries})",
-            }
-            tx.execute(_Q["quarantine"], {"run_id": run_id, "now": now, "recoveries": recoveries,
-                                          "error": _dumps(error)})
-            add(EventType.RUN_QUARANTINED, old_epoch + 1, None, error)
-            tx.execute(_Q["insert_events"], {"run_id": run_id, **_lifecycle_arrays(new)})
-            return None
+def _claim_many(
+    tx: _Conn,
+    states: Sequence[Sequence[Any]],
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    max_recoveries: int,
+) -> list[Claim | None]:
+    """Claim runs whose rows ``tx`` holds ``FOR UPDATE``; each state is
+    ``(run_id, status, owner, epoch, recoveries)`` as read under that lock.
+    Returns a claim per state, in order, or ``None`` for a takeover that
+    quarantined its run instead.
+
+    Set-based: one statement reads every history, one claims every run, one
+    appends every lifecycle entry, however many runs (a quarantine adds one).
+    """
+    ids = [state[0] for state in states]
+    # Read after the locks, in a statement of its own: under READ COMMITTED it
+    # sees every append that committed before the locks were granted.
+    histories: dict[str, list[HistoryEvent]] = {run_id: [] for run_id in ids}
+    for row in tx.execute(_Q["select_histories"], {"run_ids": ids}):
+        histories[row[0]].append(_event_from_row(row))
+    new: dict[str, list[HistoryEvent]] = {run_id: [] for run_id in ids}
+
+    def add(run_id: str, event: EventType, epoch: int, by: str | None, detail: dict[str, Any] | None) -> None:
+        history, added = histories[run_id], new[run_id]
+        seq = (history[-1].seq if history else 0) + len(added) + 1
+        added.append(_event(run_id, seq, event, now, epoch, by, detail))
+
     until = now + lease_seconds
-    params = {"run_id": run_id, "worker": worker, "lease_until": until, "now": now, "recoveries": recoveries}
-    record = _returning_run(tx, "claim", params)
-    epoch = record.epoch
-    if takeover:
-        add(EventType.LEASE_TAKEN_OVER, epoch, worker, {"from_worker": old_owner, "lease_until": until})
-    else:
-        add(EventType.LEASE_CLAIMED, epoch, worker, {"lease_until": until})
-        first = status is RunStatus.PENDING and old_epoch == 0
-        follow = EventType.RUN_STARTED if first else (
-            EventType.RUN_WOKEN if status is RunStatus.SUSPENDED else None)
-        if follow is not None:
-            add(follow, epoch, worker, None)
-    tx.execute(_Q["insert_events"], {"run_id": run_id, **_lifecycle_arrays(new)})
-    full = history + new
-    return Claim(run=record, history=full, next_seq=full[-1].seq + 1)
+    claiming: dict[str, int] = {}  # run id -> recoveries after this claim
+    for run_id, status, old_owner, old_epoch, recoveries in states:
+        if status == RunStatus.RUNNING:  # a takeover
+            recoveries += 1
+            add(run_id, EventType.LEASE_LOST, old_epoch, old_owner,
+                {"worker": old_owner, "epoch": old_epoch, "reason": "expired"})
+            if recoveries > max_recoveries:
+                error = {
+                    "type": "Quarantined",
+                    "message": f"run lost its worker {recoveries} times (limit {max_recoveries})",
+                }
+                tx.execute(_Q["quarantine"], {"run_id": run_id, "now": now, "recoveries": recoveries,
+                                              "error": _dumps(error)})
+                add(run_id, EventType.RUN_QUARANTINED, old_epoch + 1, None, error)
+                continue
+        claiming[run_id] = recoveries
+    records: dict[str, RunRecord] = {}
+    if claiming:
+        params = {"run_ids": list(claiming), "recoveries": list(claiming.values()), "worker": worker,
+                  "lease_until": until, "now": now}
+        records = {row[0]: _run_from_row(row) for row in tx.execute(_Q["claim_many"], params)}
+    for run_id, status, old_owner, old_epoch, _ in states:
+        record = records.get(run_id)
+        if record is None:
+            continue
+        if status == RunStatus.RUNNING:
+            add(run_id, EventType.LEASE_TAKEN_OVER, record.epoch, worker,
+                {"from_worker": old_owner, "lease_until": until})
+            continue
+        add(run_id, EventType.LEASE_CLAIMED, record.epoch, worker, {"lease_until": until})
+        if status == RunStatus.PENDING and old_epoch == 0:
+            add(run_id, EventType.RUN_STARTED, record.epoch, worker, None)
+        elif status == RunStatus.SUSPENDED:
+            add(run_id, EventType.RUN_WOKEN, record.epoch, worker, None)
+    entries = [event for run_id in ids for event in new[run_id]]
+    if entries:
+        tx.execute(_Q["insert_events_many"], {"run_ids": [e.run_id for e in entries],
+                                              **_lifecycle_arrays(entries)})
+    claims: list[Claim | None] = []
+    for run_id in ids:
+        record = records.get(run_id)
+        full = histories[run_id] + new[run_id]
+        claims.append(None if record is None else Claim(run=record, history=full, next_seq=full[-1].seq + 1))
+    return claims

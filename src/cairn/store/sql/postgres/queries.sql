@@ -110,16 +110,6 @@ CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(e
 WHERE %(first_seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history
                                WHERE run_id = %(run_id)s::text)
 
--- Entries written by the holder of the run row's FOR UPDATE lock (claims):
--- nobody else can append meanwhile, so no checks are needed.
--- name: insert_events
-INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
-SELECT r.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, r.tenant
-FROM runs AS r
-CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
-                  %(workers)s::text[], %(details)s::text[]) AS e(seq, event, at, epoch, worker, detail)
-WHERE r.run_id = %(run_id)s::text
-
 -- Append after the current maximum, for writers that bump the epoch and hold
 -- the run row FOR UPDATE. Returns the seq it took.
 -- name: append_auto
@@ -150,16 +140,6 @@ FOR UPDATE SKIP LOCKED
 SELECT status, owner, epoch, recoveries, runnable_at FROM runs
 WHERE run_id = %(run_id)s::text
 FOR UPDATE
-
--- name: claim
-UPDATE runs SET status = 'running', owner = %(worker)s::text, epoch = epoch + 1,
-       lease_expires_at = %(lease_until)s::float8, runnable_at = %(lease_until)s::float8,
-       wake_at = NULL, waiting_on = NULL, recoveries = %(recoveries)s::bigint,
-       updated_at = %(now)s::float8
-WHERE run_id = %(run_id)s::text
-RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: quarantine
 UPDATE runs SET status = 'quarantined', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
@@ -570,3 +550,29 @@ WHERE queue = %(name)s::text
 -- name: queue_counts
 SELECT queue, count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE runnable_at <= %(now)s::float8)
 FROM runs WHERE runnable_at IS NOT NULL GROUP BY queue
+
+-- Set-based claiming: several runs whose rows the claim holds FOR UPDATE, in
+-- three statements for the whole batch instead of three per run. Nobody else
+-- can append to those runs meanwhile, so the entries need no checks.
+-- name: select_histories
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, payload, payload_ref, detail
+FROM history WHERE run_id = ANY(%(run_ids)s::text[]) ORDER BY run_id, seq
+
+-- name: claim_many
+UPDATE runs SET status = 'running', owner = %(worker)s::text, epoch = runs.epoch + 1,
+       lease_expires_at = %(lease_until)s::float8, runnable_at = %(lease_until)s::float8,
+       wake_at = NULL, waiting_on = NULL, recoveries = c.recoveries, updated_at = %(now)s::float8
+FROM unnest(%(run_ids)s::text[], %(recoveries)s::bigint[]) AS c(run_id, recoveries)
+WHERE runs.run_id = c.run_id
+RETURNING runs.run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, runs.recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
+
+-- name: insert_events_many
+INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
+SELECT e.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, r.tenant
+FROM unnest(%(run_ids)s::text[], %(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[],
+            %(epochs)s::bigint[], %(workers)s::text[], %(details)s::text[])
+     AS e(run_id, seq, event, at, epoch, worker, detail)
+JOIN runs AS r ON r.run_id = e.run_id
