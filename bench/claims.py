@@ -3,6 +3,8 @@
     python -m bench.claims            # backlogs 1k, 10k, 100k; 1 and 200 tenants
     python -m bench.claims --quick    # 1k and 10k only
 
+Results go to ``bench/results/claims-latest.json``.
+
 A claim (``claim_runs``, limit 8) walks lanes through an index (see
 ``store/admission.py``), so it should cost about the same whatever the
 backlog. Each figure is the median over 40 claims of the wall time of one
@@ -26,7 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from bench import pgdb
-from bench.common import Result, Sample, fresh_dir, print_table, settle
+from bench.common import RESULTS_DIR, Result, Sample, fresh_dir, print_table, settle, write_results
 from cairn.store.contract import Store
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunStatus
@@ -198,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-save", action="store_true",
+                        help="Do not write bench/results/claims-latest.json.")
     args = parser.parse_args(argv)
     backlogs = (1_000, 10_000) if args.quick else (1_000, 10_000, 100_000)
     results = run(backlogs, (1, 200))
@@ -206,6 +210,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_table(rows, baselines=(rows[0].system,))
         selects = [r for r in results if r.metric == f"{dialect} select µs"]
         print_table(selects, baselines=(selects[0].system, selects[1].system))
+    if not args.no_save:
+        baselines = [r.system for r in results
+                     if r.params["backlog"] == backlogs[0] and r.params["tenants"] == 1]
+        out = write_results(results, baselines, {"backlogs": list(backlogs), "limit": LIMIT},
+                            RESULTS_DIR / "claims-latest.json")
+        print(f"results written to {out}")
     return 0
 
 
