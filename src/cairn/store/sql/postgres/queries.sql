@@ -416,8 +416,9 @@ DELETE FROM artifact_gc WHERE ref = ANY(%(refs)s::text[])
 -- queue, lanes are enumerated after a cursor position, up to an optional
 -- bound, at most `room` of them (see admission.LaneCursor). A lane without
 -- due runs still comes back (run_id NULL): the cursor needs to know it was
--- seen. (The lane probes order by (queue, tenant) so that the planner walks
--- runs_lanes, not the tenant index that also holds every finished run.)
+-- seen. (The lane probes order by every column of runs_lanes, an order no
+-- other index gives: the planner must not walk the tenant index, which also
+-- holds every finished run.)
 -- name: select_lanes
 WITH RECURSIVE
     discovered(queue) AS (
@@ -438,7 +439,7 @@ WITH RECURSIVE
                (SELECT r.tenant FROM runs AS r
                 WHERE r.runnable_at IS NOT NULL AND r.queue = s.queue AND r.tenant > COALESCE(c.after, '')
                   AND (c.upto IS NULL OR r.tenant <= c.upto)
-                ORDER BY r.queue, r.tenant LIMIT 1),
+                ORDER BY r.queue, r.tenant, r.priority DESC, r.runnable_at LIMIT 1),
                1, c.upto, COALESCE(c.room, %(max_lanes)s::bigint)
         FROM served AS s
         LEFT JOIN unnest(%(cursor_queues)s::text[], %(cursor_afters)s::text[], %(cursor_uptos)s::text[],
@@ -449,7 +450,7 @@ WITH RECURSIVE
                (SELECT r.tenant FROM runs AS r
                 WHERE r.runnable_at IS NOT NULL AND r.queue = l.queue AND r.tenant > l.tenant
                   AND (l.upto IS NULL OR r.tenant <= l.upto)
-                ORDER BY r.queue, r.tenant LIMIT 1),
+                ORDER BY r.queue, r.tenant, r.priority DESC, r.runnable_at LIMIT 1),
                l.n + 1, l.upto, l.room
         FROM lanes AS l WHERE l.tenant IS NOT NULL AND l.n < l.room
     ),
@@ -461,10 +462,16 @@ WITH RECURSIVE
     per_lane(k) AS (
         SELECT GREATEST(1, LEAST(%(limit)s::bigint, CEIL(2.0 * %(limit)s::bigint / GREATEST(count(*), 1))))::bigint
         FROM lanes AS l
-        WHERE l.tenant IS NOT NULL AND EXISTS (
+        -- a probe per lane (LIMIT keeps the planner from turning it into a
+        -- semi-join that reads every runnable run)
+        CROSS JOIN LATERAL (
             SELECT 1 FROM runs AS r
             WHERE r.runnable_at IS NOT NULL AND r.runnable_at <= %(now)s::float8
-              AND r.queue = l.queue AND r.tenant = l.tenant AND r.workflow = ANY(%(workflows)s::text[]))
+              AND r.queue = l.queue AND r.tenant = l.tenant AND r.workflow = ANY(%(workflows)s::text[])
+            ORDER BY r.priority DESC, r.runnable_at
+            LIMIT 1
+        ) AS due
+        WHERE l.tenant IS NOT NULL
     )
 SELECT l.queue, l.tenant, c.run_id, c.status, c.priority, c.runnable_at, c.owner, c.epoch, c.recoveries,
        CASE WHEN c.run_id IS NOT NULL THEN
