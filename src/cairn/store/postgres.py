@@ -21,7 +21,7 @@ Why these choices:
 * **Fencing, argued.** Every writer that changes a run's epoch holds the run
   row ``FOR UPDATE`` from before it reads the epoch until it commits, and
   appends its own entry after the history's current maximum in that same
-  transaction: claims and takeovers (``select_runnable`` / ``select_claim_state``,
+  transaction: claims and takeovers (``select_lanes`` / ``select_claim_state``,
   quarantine included), ``cancel_run`` and ``kill_runs`` (``lock_run``,
   ``lock_runs``, ``select_live_of_tenant``), ``retry_run``, ``revive_run``
   and ``resolve_operation`` (``lock_run``), and ``halt_run`` (``lock_fenced``).
@@ -159,6 +159,7 @@ from cairn.store.records import (
 )
 from cairn.store.rows import created_detail as _created_detail
 from cairn.store.rows import dumps as _dumps
+from cairn.store.rows import finish_params as _finish_params
 from cairn.store.rows import lifecycle_event as _event
 from cairn.store.rows import loads as _loads
 from cairn.store.rows import new_record as _new_record
@@ -753,18 +754,8 @@ class PostgresStore:
         result: Payload | None,
         error: dict[str, Any] | None,
     ) -> None:
-        if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
-            raise ValueError(f"finish_run takes completed or failed, not {status}")
         now = self.clock()
-        params = {
-            "run_id": run_id,
-            "epoch": epoch,
-            "now": now,
-            "status": status.value,
-            "result": result.data if result else None,
-            "result_ref": result.ref if result else None,
-            "error": _dumps(error) if error is not None else None,
-        }
+        params = _finish_params(run_id, epoch, now, status, result, error)
 
         if event.run_id != run_id:
             raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")

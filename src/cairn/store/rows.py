@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from cairn.store.admission import QueueLimits, Rate
-from cairn.store.records import EventType, HistoryEvent, NewRun, RunRecord, RunStatus
+from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
 
 _ENCODE_JSON = msgspec.json.Encoder()
 _DECODE_JSON = msgspec.json.Decoder()
@@ -93,3 +93,22 @@ def queue_from_row(row: Sequence[Any]) -> QueueLimits:
         return Rate(int(limit), float(period), burst) if limit is not None and period is not None else None
 
     return QueueLimits(row[0], row[1], row[2], rate(*row[3:6]), rate(*row[6:9]))
+
+
+def finish_params(
+    run_id: str, epoch: int, now: float, status: RunStatus, result: Payload | None,
+    error: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Statement parameters of ``finish_run``, which ends a run only as
+    ``completed`` or ``failed`` (``ValueError`` otherwise)."""
+    if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
+        raise ValueError(f"finish_run takes completed or failed, not {status}")
+    return {
+        "run_id": run_id,
+        "epoch": epoch,
+        "now": now,
+        "status": status.value,
+        "result": result.data if result else None,
+        "result_ref": result.ref if result else None,
+        "error": dumps(error) if error is not None else None,
+    }

@@ -57,6 +57,7 @@ from cairn.store.records import (
 )
 from cairn.store.rows import created_detail as _created_detail
 from cairn.store.rows import dumps as _dumps
+from cairn.store.rows import finish_params as _finish_params
 from cairn.store.rows import lifecycle_event as _event
 from cairn.store.rows import loads as _loads
 from cairn.store.rows import new_record as _new_record
@@ -400,18 +401,8 @@ class SQLiteStore:
         result: Payload | None,
         error: dict[str, Any] | None,
     ) -> None:
-        if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
-            raise ValueError(f"finish_run takes completed or failed, not {status}")
         now = self.clock()
-        params = {
-            "run_id": run_id,
-            "epoch": epoch,
-            "now": now,
-            "status": status.value,
-            "result": result.data if result else None,
-            "result_ref": result.ref if result else None,
-            "error": _dumps(error) if error is not None else None,
-        }
+        params = _finish_params(run_id, epoch, now, status, result, error)
         with self._write() as tx:
             _append_fenced(tx, run_id, epoch, event)
             (parent,) = tx.execute(_Q["finish"], params).fetchone()

@@ -123,19 +123,6 @@ SELECT %(run_id)s::text, COALESCE(MAX(seq), 0) + 1, %(event)s::text, %(at)s::flo
 FROM history WHERE run_id = %(run_id)s::text
 RETURNING seq
 
--- Which runs a claim takes: SKIP LOCKED passes over rows another claimer is
--- taking right now, and FOR UPDATE re-checks the WHERE clause against the
--- newest version of each row it locks, so a run claimed (or renewed) since
--- this statement's snapshot is not returned.
--- name: select_runnable
-SELECT run_id, status, owner, epoch, recoveries FROM runs
-WHERE runnable_at <= %(now)s::float8
-  AND workflow = ANY(%(workflows)s::text[])
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-ORDER BY priority DESC, runnable_at, run_id COLLATE "C"
-LIMIT %(limit)s::bigint
-FOR UPDATE SKIP LOCKED
-
 -- name: select_claim_state
 SELECT status, owner, epoch, recoveries, runnable_at FROM runs
 WHERE run_id = %(run_id)s::text

@@ -60,14 +60,6 @@ FROM runs AS r
 WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
   AND ?2 = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = ?1)
 
--- name: select_runnable
-SELECT run_id FROM runs
-WHERE runnable_at IS NOT NULL AND runnable_at <= :now
-  AND workflow IN (SELECT value FROM json_each(:workflows))
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-ORDER BY priority DESC, runnable_at
-LIMIT :limit
-
 -- name: select_claim_state
 SELECT status, owner, epoch, recoveries, runnable_at FROM runs WHERE run_id = :run_id
 
