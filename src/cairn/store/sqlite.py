@@ -315,10 +315,13 @@ class SQLiteStore:
 
     def queue_stats(self) -> list[admission.QueueStats]:
         conn = self._conn()
-        with self._write():  # one snapshot for both statements
+        conn.execute("BEGIN")  # a read transaction: one snapshot for both statements, no write lock
+        try:
             limits = {row[0]: _queue_from_row(row) for row in conn.execute(_Q["select_queues"])}
             counts = {q: (running, runnable)
                       for q, running, runnable in conn.execute(_Q["queue_counts"], {"now": self.clock()})}
+        finally:
+            conn.execute("COMMIT")
         return admission.stats(limits, counts)
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
