@@ -551,9 +551,11 @@ class PostgresStore:
         def body(tx: _Conn) -> list[Claim]:
             # The lane walk takes about three times longer to plan than to run,
             # and its plan does not depend on the values: once psycopg has
-            # prepared it on this connection, reuse one generic plan.
-            tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            lanes, locked = self._select_lanes(tx, params)
+            # prepared it on this connection, reuse one generic plan. Pipelined:
+            # the setting travels with the walk, in one round trip.
+            with tx.pipeline():
+                tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                lanes, locked = self._select_lanes(tx, params)
             if not any(lane.candidates for lane in lanes):
                 return []  # an idle poll: one statement, nothing written
             # Durable only now that it bumps epochs.
