@@ -84,10 +84,12 @@ def test_a_late_small_tenant_is_not_starved_by_a_flood(dist: DistCluster) -> Non
     last_small = max(h["began"] for h in holds if h["tenant"] == "small")
     first_small = min(h["began"] for h in holds if h["tenant"] == "small")
     flood_between = [h for h in holds if h["tenant"] == "flood" and first_small <= h["began"] <= last_small]
-    # Water-filling gives small every freed slot until it holds as many as the
-    # flood (2 of 4), then alternates: about as many flood runs start meanwhile
-    # as small ones. FIFO would start none of small's before all 120 of flood's.
-    assert len(flood_between) <= len(small) + 4, len(flood_between)
+    # Water-filling gives small every slot freed while it holds fewer than the
+    # flood; at equal loads the flood's older runs win the tie. So small holds
+    # one or two of the 4 slots from its first start on, and at most 3 flood
+    # runs start per small one (typically about 1: 6-11 in all were seen).
+    # FIFO would start none of small's before all 120 of flood's.
+    assert len(flood_between) <= 3 * len(small), len(flood_between)
     flood_started = sum(1 for h in holds if h["tenant"] == "flood" and h["began"] <= last_small)
     assert flood_started < len(flood) // 2
     _wait_all_done(dist, flood, timeout=180)
