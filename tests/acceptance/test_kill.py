@@ -237,7 +237,7 @@ def test_kill_between_step_body_and_its_record_reruns_that_step_once(cluster: Cl
                "the worker to die at the fault point (or to finish the run)")
     assert not doomed.alive(), (
         "CAIRN_FAULTS=step.before_record@3 never fired: the worker completed the run and lives on. "
-        "The point is declared in cairn.engine.faults.POINTS, but nothing calls "
+        "The point is declared in cairn.faults.POINTS, but nothing calls "
         "fault_point('step.before_record')")
     code = doomed.popen.returncode
     assert code == -signal.SIGKILL, f"worker exited {code}, not by SIGKILL"

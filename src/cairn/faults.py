@@ -17,13 +17,22 @@ import os
 import signal
 import threading
 
-#: The points the engine defines (documented so tests can name them).
+#: The points Cairn defines (documented so tests can name them). The engine's
+#: mark what the outside world has seen; the store's (``store.<transition>.*``)
+#: mark its commit boundaries: ``before_commit`` dies with the transaction
+#: open (it must roll back), ``after_commit`` dies once it is durable but
+#: before the caller learns of it.
 POINTS = frozenset(
     {
         "step.before_record",  # a step body returned; its result is not yet recorded
         "tool.after_intent",  # the intent is durable; the tool has not run
         "tool.after_effect",  # the tool changed the world; its result is not yet recorded
         "tool.after_record",  # the tool's result is recorded
+        *(
+            f"store.{transition}.{moment}"
+            for transition in ("claim", "finish", "suspend", "start_child", "append")
+            for moment in ("before_commit", "after_commit")
+        ),
     }
 )
 

@@ -1,0 +1,133 @@
+"""One driver for sync and async journaled calls.
+
+The journaling protocol of a step, a tool (with its reconciler) or a model
+call is written once, as a generator: it decides what to do from the
+journal, ``yield``s an ``Invoke`` whenever user code (a step body, a tool, a
+reconciler, a model client) must run, and receives that code's result, or
+has its exception thrown in at the ``yield``. It never calls user code
+itself and never awaits.
+
+Two small drivers run such a protocol: ``run_sync`` calls each requested
+function, ``run_async`` calls it and awaits what it returns. That is the only
+difference between the sync and the async path, so the rules of journaling,
+retries and effects cannot drift apart between them (the hand-kept twins
+this replaces had already drifted: a reconciler that raised was handled one
+way in each). A sans-IO protocol fits better than generating one path from
+the other: the protocol is ordinary, testable Python, and a new kind of
+journaled call is one generator, not two functions kept in step.
+
+Only ``Exception`` is thrown into a protocol. ``BaseException``
+(``LeaseLost``, ``Suspend``, cancellation, ``KeyboardInterrupt``) passes
+through the driver and closes the generator, so its ``finally`` blocks run
+and it can record nothing after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from cairn.errors import ToolTimeout
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Invoke:
+    """A request from a protocol to its driver: call ``fn(*args, **kwargs)``
+    and send back what it returns (awaited, under ``run_async``).
+
+    ``timeout`` bounds the call; on expiry the driver throws ``ToolTimeout``
+    naming ``what``. A sync call cannot be stopped, so its thread may still
+    finish later: a protocol must treat a timeout as "may have happened".
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    timeout: float | None = None
+    what: str = "call"
+
+
+Protocol = Generator[Invoke, Any, T]
+
+
+def run_sync(protocol: Protocol[T]) -> T:
+    """Run ``protocol`` to its end, calling each requested function here."""
+    try:
+        request = next(protocol)
+        while True:
+            try:
+                value = _call_sync(request)
+            except Exception as exc:
+                request = protocol.throw(exc)
+            else:
+                request = protocol.send(value)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        protocol.close()
+
+
+async def run_async(protocol: Protocol[T]) -> T:
+    """Run ``protocol`` to its end, calling each requested function and
+    awaiting its result when it is awaitable."""
+    try:
+        request = next(protocol)
+        while True:
+            try:
+                value = await _call_async(request)
+            except Exception as exc:
+                request = protocol.throw(exc)
+            else:
+                request = protocol.send(value)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        protocol.close()
+
+
+def _call_sync(request: Invoke) -> Any:
+    if request.timeout is None:
+        value = request.fn(*request.args, **request.kwargs)
+    else:
+        value = _sync_with_timeout(request)
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never started: no "never awaited" warning
+        raise TypeError(f"{request.what} returned an awaitable in a sync workflow: make it sync, "
+                        "or make the workflow async")
+    return value
+
+
+async def _call_async(request: Invoke) -> Any:
+    value = request.fn(*request.args, **request.kwargs)
+    if not inspect.isawaitable(value):
+        return value
+    if request.timeout is None:
+        return await value
+    try:
+        return await asyncio.wait_for(value, request.timeout)
+    except TimeoutError:
+        raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
+
+
+def _sync_with_timeout(request: Invoke) -> Any:
+    """Python cannot stop a thread: on timeout the body may still finish
+    later, which is why a timeout means "may have happened"."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cairn-call")
+    try:
+        return pool.submit(request.fn, *request.args, **request.kwargs).result(timeout=request.timeout)
+    except concurrent.futures.TimeoutError:
+        raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+__all__ = ["Invoke", "Protocol", "run_async", "run_sync"]
