@@ -31,7 +31,7 @@ from cairn.models.base import Message, ModelRequest, ModelResponse, ToolCall, Us
 try:
     import httpx
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("cairn.models.openai needs httpx: pip install 'cairn[openai]'") from exc
+    raise ImportError("cairn.models.openai needs httpx: pip install 'cairn-runtime[openai]'") from exc
 
 __all__ = ["DEFAULT_BASE_URL", "ModelRequestError", "ModelUnavailable", "OpenAIChat"]
 
