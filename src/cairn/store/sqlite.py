@@ -300,7 +300,7 @@ class SQLiteStore(Migratable):
             limits = {row[0]: queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
             served = sorted(set(queues)) if queues is not None else _queues_with_lanes(tx)
             lanes: list[admission.Lane] = []
-            states: dict[str, lc.ClaimState] = {}
+            states: dict[str, tuple[Any, ...]] = {}
             for queue in served:
                 lanes.extend(self._lanes(tx, queue, wanted, now, limit, states))
             queue_running = {q: tx.execute(_Q["queue_running"], {"queue": q}).fetchone()[0]
@@ -310,8 +310,8 @@ class SQLiteStore(Migratable):
                 for q, tenant, tokens, at in tx.execute(_Q["select_buckets"], {"queue": queue}):
                     buckets[(q, tenant)] = admission.Bucket(tokens, at)
             chosen = admission.plan(lanes, limits, queue_running, buckets, now, limit)
-            claims = _claim_many(tx, [states[c.run_id] for c in chosen], worker, now, lease_seconds,
-                                 max_recoveries)
+            claims = _claim_many(tx, [_claim_state(states[c.run_id]) for c in chosen], worker, now,
+                                 lease_seconds, max_recoveries)
             claimed = [c for c, claim in zip(chosen, claims, strict=True) if claim is not None]
             for (queue, tenant), state in admission.charge(limits, buckets, claimed, now).items():
                 tx.execute(_Q["upsert_bucket"], {"queue": queue, "tenant": tenant, "tokens": state.tokens,
@@ -320,11 +320,11 @@ class SQLiteStore(Migratable):
 
     def _lanes(
         self, tx: sqlite3.Connection, queue: str, workflows: str, now: float, limit: int,
-        states: dict[str, lc.ClaimState] | None = None,
+        states: dict[str, tuple[Any, ...]] | None = None,
     ) -> list[admission.Lane]:
         """Up to ``admission.MAX_LANES`` lanes of ``queue`` from its cursor,
-        each with its best ``limit`` due runs and its running count; the
-        claim state of every candidate goes to ``states``."""
+        each with its best ``limit`` due runs and its running count; the row
+        of every candidate goes to ``states`` (see ``_claim_state``)."""
         def next_tenant(after: str) -> str | None:
             row = tx.execute(_Q["next_tenant"], {"queue": queue, "after": after}).fetchone()
             return None if row is None else str(row[0])
@@ -340,12 +340,10 @@ class SQLiteStore(Migratable):
                 continue
             if running is None:  # one statement for every lane of the queue
                 running = dict(tx.execute(_Q["lane_running"], {"queue": queue}).fetchall())
-            candidates = []
-            for run_id, priority, at, status, owner, epoch, recoveries in rows:
-                takeover = status == "running"
-                candidates.append(admission.Candidate(run_id, queue, tenant, priority, at, takeover))
-                if states is not None:
-                    states[run_id] = lc.ClaimState(run_id, RunStatus(status), owner, epoch, recoveries)
+            candidates = [admission.Candidate(row[0], queue, tenant, row[1], row[2], row[3] == "running")
+                          for row in rows]
+            if states is not None:
+                states.update((row[0], row) for row in rows)
             lanes.append(admission.Lane(queue, tenant, running.get(tenant, 0), candidates))
         return lanes
 
@@ -840,6 +838,11 @@ def _claim_many(
         full = histories[outcome.run_id] + list(outcome.entries)
         claims.append(Claim(run=records[outcome.run_id], history=full, next_seq=full[-1].seq + 1))
     return claims
+
+
+def _claim_state(row: Sequence[Any]) -> lc.ClaimState:
+    """The claim state in a ``lane_candidates`` row."""
+    return lc.ClaimState(row[0], RunStatus(row[3]), row[4], row[5], row[6])
 
 
 def _queues_with_lanes(tx: sqlite3.Connection) -> list[str]:
