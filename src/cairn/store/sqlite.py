@@ -8,7 +8,9 @@ Why these choices (see docs/design.md for the long form):
 * **synchronous=NORMAL** (durability ``process``): a commit is in the OS page
   cache before it returns, so it survives any process crash, SIGKILL
   included; power loss may drop the last commits. **synchronous=FULL**
-  (durability ``power``): the WAL is fsynced on every commit.
+  (durability ``power``): the WAL is fsynced on every commit. The effect
+  barrier of the ``process`` mode is an ordinary commit followed by one
+  ``fdatasync`` of the WAL file (``_sync_wal``).
 * **BEGIN IMMEDIATE** for every write transaction: it takes the write lock up
   front, so concurrent writers queue on ``busy_timeout`` instead of failing
   with a lock upgrade error halfway through.
@@ -85,6 +87,9 @@ except ImportError:  # pragma: no cover - not POSIX: puts and collection are not
     fcntl = None  # type: ignore[assignment]
 
 _Q = load_queries("sqlite")
+#: fdatasync where the platform has it (it skips metadata that does not
+#: affect reading the data back); fsync elsewhere.
+_fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 _TERMINAL_JSON = dumps(list(lc.TERMINAL))
 _BUSY_TIMEOUT_MS = 30_000
 _INSERT_EVENT = _Q["insert_event"]
@@ -122,6 +127,7 @@ class SQLiteStore(Migratable):
         self._busy_ms = int(busy_timeout * 1000)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
+        self._wal_fds: list[int] = []
         self._lock = threading.Lock()
         self._closed = False
         self._lane_cursor = admission.LaneCursor()
@@ -238,6 +244,10 @@ class SQLiteStore(Migratable):
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
             self._connections.clear()
+            for fd in self._wal_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._wal_fds.clear()
         self._local = threading.local()
 
     # -- creating and reading runs -------------------------------------------
@@ -399,7 +409,8 @@ class SQLiteStore(Migratable):
         self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False
     ) -> None:
         if barrier and self.durability is not Durability.POWER:
-            self._append_synced(run_id, epoch, events)
+            self.append(run_id, epoch, events)
+            self._sync_wal()
         elif len(events) == 1:  # the per-step hot path: one self-contained statement
             event = events[0]
             if event.run_id != run_id or event.epoch != epoch:
@@ -420,18 +431,29 @@ class SQLiteStore(Migratable):
                 for event in events:
                     _append_fenced(tx, run_id, epoch, event)
 
-    def _append_synced(self, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
-        """Commit with ``synchronous=FULL`` for this one transaction: in WAL
-        mode that fsyncs the WAL, which makes this commit and every earlier
-        one durable: the effect barrier costs exactly one fsync."""
-        with self._read() as conn:
-            conn.execute("PRAGMA synchronous = FULL")
-            try:
-                with self._write(_FAULTS["append"]) as tx:
-                    for event in events:
-                        _append_fenced(tx, run_id, epoch, event)
-            finally:
-                conn.execute("PRAGMA synchronous = NORMAL")
+    def _sync_wal(self) -> None:
+        """The effect barrier of the ``process`` mode, after an ordinary
+        commit: ``fdatasync`` the WAL file, which is exactly the sync a
+        ``synchronous=FULL`` commit ends with, so that commit and every
+        earlier one (of any connection: they all append to this one file)
+        are on stable storage. Done from here rather than by switching the
+        connection to FULL around the commit, which cost two more statements
+        and an explicit transaction (about 50 µs measured) for the same
+        single sync. Frames a checkpoint already moved out of the WAL are
+        safe too: in NORMAL mode a checkpoint syncs the database file before
+        the WAL is reused. The WAL file cannot be replaced while this store
+        holds a connection (only the last connection to close deletes it),
+        so a descriptor opened once per thread stays valid."""
+        fd: int | None = getattr(self._local, "wal_fd", None)
+        try:
+            if fd is None:
+                fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+                self._local.wal_fd = fd
+                with self._lock:
+                    self._wal_fds.append(fd)
+            _fdatasync(fd)
+        except OSError as exc:
+            raise StoreError(f"cannot sync the write-ahead log of {str(self.path)!r}: {exc}") from None
 
     def suspend_run(
         self,
