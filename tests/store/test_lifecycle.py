@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -232,3 +233,22 @@ def test_prune_selection() -> None:
     chosen = []
     assert lc.choose_trees(["c"], trees, lc.prune_statuses(None), 10.0, 1, chosen)  # the first tree always
     assert chosen == ["c", "c1"]
+
+
+def test_select_prunable_walks_pages_of_roots_until_the_batch_is_full() -> None:
+    roots = [(f"r{i}", float(i)) for i in range(150)]  # oldest first, as the dialects read them
+    pages: list[tuple[float | None, str, int]] = []
+
+    def roots_after(at: float | None, run_id: str, page: int) -> list[tuple[str, float]]:
+        pages.append((at, run_id, page))
+        start = 0 if at is None else next(i for i, r in enumerate(roots) if r == (run_id, at)) + 1
+        return roots[start:start + page]
+
+    def trees_of(ids: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
+        return {rid: [(rid, "running" if rid == "r1" else "completed", 0.0)] for rid in ids}
+
+    taken, chosen = lc.select_prunable(roots_after, trees_of, lc.prune_statuses(None), 10.0, 70)
+    assert lc.prune_page_size(70) == 70
+    assert chosen == [f"r{i}" for i in range(71) if i != 1]  # r1's tree is live; 70 runs in all
+    assert taken == chosen
+    assert pages == [(None, "", 70), (69.0, "r69", 70)]

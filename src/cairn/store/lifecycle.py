@@ -20,7 +20,7 @@ left out when unknown, so histories written without one read as before.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -404,3 +404,47 @@ def choose_trees(
         if len(chosen) >= limit:
             return True
     return False
+
+
+#: A candidate root as ``select_prune_roots`` reads it: ``(run_id, updated_at)``.
+RootRow = tuple[str, float]
+#: Trees as ``select_trees`` reads them: root -> ``(run_id, status, updated_at)`` rows.
+Trees = Mapping[str, Sequence[tuple[str, str, float]]]
+
+
+def prune_page_size(limit: int) -> int:
+    """Rows read per query while pruning: enough for a batch of ``limit``
+    single-run trees, bounded so a huge limit (a dry run counting
+    everything) does not read the whole table at once."""
+    return min(max(limit, 64), 1000)
+
+
+def select_prunable(
+    roots_after: Callable[[float | None, str, int], Sequence[RootRow]],
+    trees_of: Callable[[Sequence[str]], Trees],
+    statuses: Collection[RunStatus],
+    older_than: float,
+    limit: int,
+) -> tuple[list[str], list[str]]:
+    """The roots and the runs ``prune_runs`` deletes now: whole qualifying
+    trees, oldest root first, about ``limit`` runs (``choose_trees``).
+    ``roots_after(at, run_id, page)`` reads the next page of candidate roots
+    after that keyset (``None``: from the start), ``trees_of(roots)`` their
+    trees: the walk is the same in every dialect, only the reads differ."""
+    chosen: list[str] = []
+    taken_roots: list[str] = []
+    after: tuple[float | None, str] = (None, "")
+    page = prune_page_size(limit)
+    while True:
+        rows = roots_after(after[0], after[1], page)
+        if not rows:
+            break
+        after = (rows[-1][1], rows[-1][0])
+        roots = [row[0] for row in rows]
+        before = len(chosen)
+        full = choose_trees(roots, trees_of(roots), statuses, older_than, limit, chosen)
+        taken = set(chosen[before:])
+        taken_roots += [root for root in roots if root in taken]
+        if full or len(rows) < page:
+            break
+    return taken_roots, chosen

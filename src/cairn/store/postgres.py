@@ -930,7 +930,7 @@ class PostgresStore(Migratable, Notifier):
         pruned = self._transaction(body)
         # Only after the runs are gone for good (committed): a crash from here
         # on leaves queued refs, never a run whose artifacts were deleted.
-        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), _page_size(limit))
+        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), lc.prune_page_size(limit))
         return pruned
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
@@ -1017,13 +1017,6 @@ def _collect_page(tx: _Conn, params: Mapping[str, Any], stored_before: float) ->
     return rows
 
 
-def _page_size(limit: int) -> int:
-    """Rows read per query while pruning: enough for a batch of ``limit``
-    single-run trees, bounded so a huge limit (a dry run counting
-    everything) does not read the whole table at once."""
-    return min(max(limit, 64), 1000)
-
-
 def _trees(conn: _Conn, roots: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
     """Each root's tree as ``(run_id, status, updated_at)`` rows."""
     trees: dict[str, list[tuple[str, str, float]]] = {}
@@ -1035,30 +1028,15 @@ def _trees(conn: _Conn, roots: Sequence[str]) -> dict[str, list[tuple[str, str, 
 def _select_prunable(
     conn: _Conn, older_than: float, statuses: Collection[RunStatus], limit: int
 ) -> tuple[list[str], list[str]]:
-    """The roots and the runs ``prune_runs`` would delete now: whole
-    qualifying trees, oldest root first, about ``limit`` runs (see
-    ``contract.choose_trees``). Reads without locking."""
-    chosen: list[str] = []
-    taken_roots: list[str] = []
-    after: tuple[float | None, str] = (None, "")
-    page = _page_size(limit)
-    params: dict[str, Any] = {"statuses": sorted(s.value for s in statuses), "cutoff": older_than,
-                              "page": page}
-    while True:
-        rows = conn.execute(_Q["select_prune_roots"], {**params, "after_at": after[0], "after_id": after[1]}
-                            ).fetchall()
-        if not rows:
-            break
-        after = (rows[-1][1], rows[-1][0])
-        roots = [row[0] for row in rows]
-        before = len(chosen)
-        full = lc.choose_trees(roots, _trees(conn, roots), statuses, older_than, limit, chosen)
-        taken = set(chosen[before:])
-        taken_roots += [root for root in roots if root in taken]
-        if full or len(rows) < page:
-            break
-    return taken_roots, chosen
+    """The roots and the runs ``prune_runs`` would delete now (see
+    ``lifecycle.select_prunable``). Reads without locking."""
+    params: dict[str, Any] = {"statuses": sorted(s.value for s in statuses), "cutoff": older_than}
 
+    def roots_after(at: float | None, run_id: str, page: int) -> list[tuple[str, float]]:
+        query = {**params, "after_at": at, "after_id": run_id, "page": page}
+        return [(row[0], row[1]) for row in conn.execute(_Q["select_prune_roots"], query)]
+
+    return lc.select_prunable(roots_after, functools.partial(_trees, conn), statuses, older_than, limit)
 
 def _lock_live_descendants(tx: _Conn, run_id: str) -> list[tuple[str, int]]:
     """Lock ``run_id`` and its non-terminal descendants; return the latter

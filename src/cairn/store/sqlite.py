@@ -599,7 +599,7 @@ class SQLiteStore(Migratable):
                 tx.execute(_Q["delete_runs"], ids)
         # Only after the runs are gone for good: a crash from here on leaves
         # queued refs, never a run whose artifacts were deleted.
-        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), page=_page_size(limit))
+        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), lc.prune_page_size(limit))
         return len(doomed)
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
@@ -709,13 +709,6 @@ def _reason(exc: BaseException) -> str:
     return text.split("): ", 1)[1] if text.startswith("SQLite error (") and "): " in text else text
 
 
-def _page_size(limit: int) -> int:
-    """Rows read per query while pruning: enough for a batch of ``limit``
-    single-run trees, bounded so a huge limit (a dry run counting
-    everything) does not read the whole table at once."""
-    return min(max(limit, 64), 1000)
-
-
 def _touch(path: Path, now: float) -> bool:
     """Set ``path``'s modification time to ``now``; ``False`` if it does not exist."""
     try:
@@ -731,26 +724,20 @@ def _touch(path: Path, now: float) -> bool:
 def _select_prunable(
     conn: sqlite3.Connection, older_than: float, statuses: Collection[RunStatus], limit: int
 ) -> list[str]:
-    """The runs ``prune_runs`` deletes now: whole qualifying trees, oldest
-    root first, about ``limit`` runs (see ``lifecycle.choose_trees``)."""
-    chosen: list[str] = []
-    after: tuple[float | None, str] = (None, "")
-    page = _page_size(limit)
-    params: dict[str, Any] = {"statuses": dumps(sorted(s.value for s in statuses)), "cutoff": older_than,
-                              "page": page}
-    while True:
-        rows = conn.execute(_Q["select_prune_roots"], {**params, "after_at": after[0], "after_id": after[1]}
-                            ).fetchall()
-        if not rows:
-            return chosen
-        after = (rows[-1][1], rows[-1][0])
-        roots = [row[0] for row in rows]
+    """The runs ``prune_runs`` deletes now (see ``lifecycle.select_prunable``)."""
+    params: dict[str, Any] = {"statuses": dumps(sorted(s.value for s in statuses)), "cutoff": older_than}
+
+    def roots_after(at: float | None, run_id: str, page: int) -> list[tuple[str, float]]:
+        query = {**params, "after_at": at, "after_id": run_id, "page": page}
+        return [(row[0], row[1]) for row in conn.execute(_Q["select_prune_roots"], query)]
+
+    def trees_of(roots: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
         trees: dict[str, list[tuple[str, str, float]]] = {}
         for root, run_id, status, updated_at in conn.execute(_Q["select_trees"], {"roots": dumps(roots)}):
             trees.setdefault(root, []).append((run_id, status, updated_at))
-        if lc.choose_trees(roots, trees, statuses, older_than, limit, chosen) or len(rows) < page:
-            return chosen
+        return trees
 
+    return lc.select_prunable(roots_after, trees_of, statuses, older_than, limit)[1]
 
 def _split_statements(script: str) -> list[str]:
     statements: list[str] = []
