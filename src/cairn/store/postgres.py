@@ -7,6 +7,13 @@ made safe when writers no longer queue on one file lock.
 
 Why these choices:
 
+* **A dialect.** The rules are ``lifecycle``'s (the run state machine as
+  pure functions) and ``admission``'s (claims); the operator transitions are
+  written once in ``sqlbase.SQLStore`` over this module's primitives (hold
+  rows ``FOR UPDATE``, apply a transition); rows map through ``rows``. What
+  is here is how PostgreSQL holds rows and how the hot paths (one-statement
+  append, pipelined finish, set-based claim) are made cheap. Every psycopg
+  error leaves as ``StoreError`` (``_conn``, the only way to a connection).
 * **Row locks, not a global write lock.** Transactions run at READ COMMITTED.
   Every writer that bumps a run's epoch (claims, takeovers, cancels, kills,
   operator actions, halts) first locks the run row ``FOR UPDATE``. A fenced
@@ -170,6 +177,7 @@ from cairn.store.rows import queue_from_row as _queue_from_row
 from cairn.store.rows import queue_params as _queue_params
 from cairn.store.rows import run_from_row as _run_from_row
 from cairn.store.rows import run_params as _run_params
+from cairn.store.sqlbase import SQLStore
 from cairn.store.sqlfiles import load_migrations, load_queries
 
 _Q = load_queries("postgres")
@@ -208,7 +216,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-class PostgresStore(Migratable, Notifier):
+class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     """Store contract on a PostgreSQL database (see ``contract.Store``).
 
     ``url`` is anything libpq accepts: ``postgresql://user@host:5432/db`` or
@@ -805,77 +813,32 @@ class PostgresStore(Migratable, Notifier):
 
         return self._transaction(body, faults=_FAULTS["start_child"])
 
-    # -- operator actions ------------------------------------------------------
+    # -- operator actions: the primitives sqlbase.SQLStore decides over ------------
 
-    def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-
-        def body(tx: _Conn) -> RunRecord:
-            run = _lock_run(tx, run_id)
-            live = _lock_live_descendants(tx, run_id) if run is not None else []
-            for transition in lc.cancel(run, run_id, live, reason, now, actor):
-                _apply(tx, transition)
-            record = _select_run(tx, run_id)
-            assert record is not None
-            return record
-
+    def _operate(self, body: Callable[[_Conn], _T]) -> _T:
         return self._transaction(body, durable=True)
 
-    def retry_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
+    def _held_run(self, tx: _Conn, run_id: str) -> RunRecord | None:
+        return _lock_run(tx, run_id)
 
-        def body(tx: _Conn) -> RunRecord:
-            run = _lock_run(tx, run_id)
-            position = None
-            if run is not None:
-                row = tx.execute(_Q["last_failed_position"], {"run_id": run_id}).fetchone()
-                position = row[0] if row else None
-            return _apply(tx, lc.retry(run, run_id, position, now, actor))
+    def _read_run(self, tx: _Conn, run_id: str) -> RunRecord | None:
+        return _select_run(tx, run_id)
 
-        return self._transaction(body, durable=True)
+    def _held_tree(self, tx: _Conn, run_id: str) -> list[tuple[str, int]]:
+        return _lock_live_descendants(tx, run_id)
 
-    def resolve_operation(
-        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any],
-        *, actor: str | None = None,
-    ) -> RunRecord:
-        now = self.clock()
+    def _held_of_tenant(self, tx: _Conn, tenant: str) -> list[tuple[str, int]]:
+        params = {"tenant": tenant, "terminal": _TERMINAL}
+        return [(row[0], row[1]) for row in tx.execute(_Q["select_live_of_tenant"], params)]
 
-        def body(tx: _Conn) -> RunRecord:
-            run = _lock_run(tx, run_id)
-            return _apply(tx, lc.resolve_operation(run, run_id, position, done, result, detail, now, actor))
+    def _last_failed_position(self, tx: _Conn, run_id: str) -> int | None:
+        row = tx.execute(_Q["last_failed_position"], {"run_id": run_id}).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
-        return self._transaction(body, durable=True)
+    def _apply(self, tx: _Conn, transition: lc.Transition) -> RunRecord:
+        return _apply(tx, transition)
 
-    def kill_runs(
-        self, reason: str, *, run_id: str | None = None, tenant: str | None = None, actor: str | None = None
-    ) -> list[RunRecord]:
-        lc.check_kill_target(run_id, tenant)
-        now = self.clock()
-
-        def body(tx: _Conn) -> list[RunRecord]:
-            run = None
-            if run_id is not None:
-                run = _lock_run(tx, run_id)
-                live = _lock_live_descendants(tx, run_id) if run is not None else []
-            else:
-                params = {"tenant": tenant, "terminal": _TERMINAL}
-                live = [(row[0], row[1]) for row in tx.execute(_Q["select_live_of_tenant"], params)]
-            return [_apply(tx, t) for t in lc.kill(run, run_id, live, reason, now, actor)]
-
-        return self._transaction(body, durable=True)
-
-    def revive_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-        return self._transaction(lambda tx: _apply(tx, lc.revive(_lock_run(tx, run_id), run_id, now, actor)),
-                                 durable=True)
-
-    def set_budget(self, run_id: str, budget: dict[str, Any], *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-
-        def body(tx: _Conn) -> RunRecord:
-            return _apply(tx, lc.set_budget(_lock_run(tx, run_id), run_id, budget, now, actor))
-
-        return self._transaction(body, durable=True)
+    # -- fenced: the holder stops its run ---------------------------------------------
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
         update = lc.halt(run_id, epoch, error, self.clock())

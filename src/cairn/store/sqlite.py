@@ -20,8 +20,9 @@ Why these choices (see docs/design.md for the long form):
   row by the INSERT itself, so the per-step append stays one statement.
   Artifacts are files named by their SHA-256, shared by every tenant.
 * **A dialect.** The rules of every transition are ``lifecycle``'s pure
-  functions and the row mapping is ``rows``'s: this module reads their
-  inputs inside a write transaction and applies their outputs. Every
+  functions, the operator transitions are written once in
+  ``sqlbase.SQLStore``, and the row mapping is ``rows``'s: this module reads
+  their inputs inside a write transaction and applies their outputs. Every
   ``sqlite3.Error`` leaves as ``StoreError`` (``_write``, ``_read`` and the
   one-statement append are the only places that run statements).
 * **Set-based claims.** A claim reads the state of its candidates with the
@@ -50,7 +51,7 @@ import time
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.errors import LeaseLost, PayloadError, StoreError
 from cairn.faults import fault_point
@@ -79,6 +80,7 @@ from cairn.store.rows import (
     run_params,
     update_params,
 )
+from cairn.store.sqlbase import SQLStore
 from cairn.store.sqlfiles import load_migrations, load_queries
 
 try:
@@ -87,6 +89,7 @@ except ImportError:  # pragma: no cover - not POSIX: puts and collection are not
     fcntl = None  # type: ignore[assignment]
 
 _Q = load_queries("sqlite")
+_T = TypeVar("_T")
 #: fdatasync where the platform has it (it skips metadata that does not
 #: affect reading the data back); fsync elsewhere.
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
@@ -104,7 +107,7 @@ _FAULTS: dict[str, _Faults] = {
 _NO_FAULTS: _Faults = ("", "")
 
 
-class SQLiteStore(Migratable):
+class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     """Store contract on one SQLite database file (see ``contract.Store``)."""
 
     def __init__(
@@ -518,61 +521,29 @@ class SQLiteStore(Migratable):
             tx.execute(_Q["halt"], update_params(update)).fetchall()
             tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
 
-    # -- operator actions: read, decide (lifecycle), apply ----------------------
+    # -- operator actions: the primitives sqlbase.SQLStore decides over ------------
 
-    def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-        with self._write() as tx:
-            run = _select_run(tx, run_id)
-            live = _live(tx, "select_live_descendants", {"run_id": run_id}) if run is not None else []
-            for transition in lc.cancel(run, run_id, live, reason, now, actor):
-                _apply(tx, transition)
-            record = _select_run(tx, run_id)
-        assert record is not None
-        return record
+    def _operate(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._write() as tx:  # holds the write lock: every row read is held
+            return body(tx)
 
-    def kill_runs(
-        self, reason: str, *, run_id: str | None = None, tenant: str | None = None, actor: str | None = None
-    ) -> list[RunRecord]:
-        lc.check_kill_target(run_id, tenant)
-        now = self.clock()
-        with self._write() as tx:
-            run = None
-            if run_id is not None:
-                run = _select_run(tx, run_id)
-                live = _live(tx, "select_live_descendants", {"run_id": run_id}) if run is not None else []
-            else:
-                live = _live(tx, "select_live_of_tenant", {"tenant": tenant})
-            return [_apply(tx, t) for t in lc.kill(run, run_id, live, reason, now, actor)]
+    def _held_run(self, tx: sqlite3.Connection, run_id: str) -> RunRecord | None:
+        return _select_run(tx, run_id)
 
-    def retry_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-        with self._write() as tx:
-            run = _select_run(tx, run_id)
-            position = None
-            if run is not None:
-                row = tx.execute(_Q["last_failed_position"], {"run_id": run_id}).fetchone()
-                position = row[0] if row else None
-            return _apply(tx, lc.retry(run, run_id, position, now, actor))
+    _read_run = _held_run
 
-    def resolve_operation(
-        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any],
-        *, actor: str | None = None,
-    ) -> RunRecord:
-        now = self.clock()
-        with self._write() as tx:
-            run = _select_run(tx, run_id)
-            return _apply(tx, lc.resolve_operation(run, run_id, position, done, result, detail, now, actor))
+    def _held_tree(self, tx: sqlite3.Connection, run_id: str) -> list[tuple[str, int]]:
+        return _live(tx, "select_live_descendants", {"run_id": run_id})
 
-    def revive_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-        with self._write() as tx:
-            return _apply(tx, lc.revive(_select_run(tx, run_id), run_id, now, actor))
+    def _held_of_tenant(self, tx: sqlite3.Connection, tenant: str) -> list[tuple[str, int]]:
+        return _live(tx, "select_live_of_tenant", {"tenant": tenant})
 
-    def set_budget(self, run_id: str, budget: dict[str, Any], *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-        with self._write() as tx:
-            return _apply(tx, lc.set_budget(_select_run(tx, run_id), run_id, budget, now, actor))
+    def _last_failed_position(self, tx: sqlite3.Connection, run_id: str) -> int | None:
+        row = tx.execute(_Q["last_failed_position"], {"run_id": run_id}).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _apply(self, tx: sqlite3.Connection, transition: lc.Transition) -> RunRecord:
+        return _apply(tx, transition)
 
     # -- retention -------------------------------------------------------------
 
