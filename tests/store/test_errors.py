@@ -10,7 +10,7 @@ import pytest
 
 from cairn.errors import StoreError
 from cairn.store.postgres import PostgresStore
-from cairn.store.records import NewRun, Payload, RunFilter
+from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunFilter
 from cairn.store.sqlite import SQLiteStore
 
 
@@ -54,8 +54,6 @@ def test_sqlite_append_on_a_damaged_database_is_a_store_error(tmp_path: Path) ->
         claim = store.create_claimed_run(_run("r1"), "w", 30)
         assert claim is not None
         store._conn().execute("DROP TABLE history")
-        from cairn.store.records import EventType, HistoryEvent
-
         event = HistoryEvent(run_id="r1", seq=claim.next_seq, event=EventType.STEP_COMPLETED, at=0.0,
                              epoch=claim.run.epoch, position=0, step_kind="step", name="s")
         with pytest.raises(StoreError, match="no such table"):
@@ -72,5 +70,17 @@ def test_postgres_failure_is_a_store_error(pg_url: str) -> None:
             conn.execute("ALTER TABLE runs RENAME TO runs_gone")
         with pytest.raises(StoreError, match="runs"):
             store.get_run("r1")
+    finally:
+        store.close()
+
+
+def test_sqlite_artifact_file_failure_is_a_store_error(tmp_path: Path) -> None:
+    """The artifact files belong to the store too: an OSError there (here the
+    directory is a file) is a StoreError, not an OSError."""
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    try:
+        store.artifact_dir.write_bytes(b"not a directory")
+        with pytest.raises(StoreError, match="cannot store an artifact"):
+            store.put_artifact(b"payload")
     finally:
         store.close()

@@ -570,7 +570,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
                 tx.execute(_Q["delete_runs"], ids)
         # Only after the runs are gone for good: a crash from here on leaves
         # queued refs, never a run whose artifacts were deleted.
-        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), lc.prune_page_size(limit))
+        try:
+            self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), lc.prune_page_size(limit))
+        except OSError as exc:
+            raise StoreError(f"cannot delete artifacts in {str(self.artifact_dir)!r}: {exc}") from None
         return len(doomed)
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
@@ -630,6 +633,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     # -- artifacts ---------------------------------------------------------------
 
     def put_artifact(self, data: bytes) -> str:
+        try:
+            return self._put_artifact(data)
+        except OSError as exc:  # the artifact files are the store's too: no OSError escapes
+            raise StoreError(f"cannot store an artifact in {str(self.artifact_dir)!r}: {exc}") from None
+
+    def _put_artifact(self, data: bytes) -> str:
         ref = hashlib.sha256(data).hexdigest()
         target = self.artifact_dir / ref[:2] / ref
         # The file's modification time is when it was last stored, in the
@@ -669,6 +678,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
             return (self.artifact_dir / ref[:2] / ref).read_bytes()
         except FileNotFoundError:
             raise PayloadError(f"artifact {ref} is missing from {self.artifact_dir}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read artifact {ref} from {str(self.artifact_dir)!r}: {exc}") from None
 
 
 # -- helpers: each runs inside the caller's transaction ---------------------------
