@@ -24,7 +24,7 @@ import pytest
 
 from cairn.store.contract import Store
 from cairn.store.postgres import PostgresStore
-from cairn.store.records import EventType, HistoryEvent, Payload, RunStatus
+from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunStatus
 from cairn.store.sqlite import SQLiteStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -134,5 +134,50 @@ def test_killed_after_the_finish_committed_stays_finished(
         time.sleep(LEASE + 0.2)
         assert store.claim_runs("rescuer", ["wf"], 1, 30.0, max_recoveries=5) == []  # nothing to recover
         assert _finishes(store.history("r1")) == 1
+    finally:
+        store.close()
+
+
+CLAIMER = textwrap.dedent(
+    """
+    import sys
+    from cairn.store.sqlite import SQLiteStore
+    from cairn.store.postgres import PostgresStore
+
+    kind, where = sys.argv[1], sys.argv[2]
+    store = SQLiteStore(where) if kind == "sqlite" else PostgresStore(where)
+    assert store.claim_runs("idle", ["other"], 1, {lease}, 5) == []  # an idle poll is no commit boundary
+    print("claiming", flush=True)
+    store.claim_runs("child", ["wf"], 1, {lease}, 5)
+    print("claimed", flush=True)
+    """
+).format(lease=LEASE)
+
+
+@pytest.mark.parametrize(("moment", "status", "holder"), [("before_commit", RunStatus.PENDING, None),
+                                                          ("after_commit", RunStatus.RUNNING, "child")])
+def test_killed_at_the_claim_commit_boundary(
+    database: tuple[str, str, Callable[[], Store]], moment: str, status: RunStatus, holder: str | None,
+) -> None:
+    kind, where, opener = database
+    store = opener()
+    try:
+        store.create_run(NewRun("r1", "wf", "1", "t", None, Payload(b"in")))
+        env = {**os.environ, "CAIRN_FAULTS": f"store.claim.{moment}",
+               "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        child = subprocess.run([sys.executable, "-c", CLAIMER, kind, where], env=env, cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=60)
+        assert child.returncode == -signal.SIGKILL, child.stderr
+        assert "claiming" in child.stdout
+        assert "claimed" not in child.stdout
+        run = store.get_run("r1")
+        assert run is not None
+        assert (run.status, run.owner) == (status, holder)  # all of the claim, or none of it
+        time.sleep(LEASE + 0.2)
+        (claim,) = store.claim_runs("rescuer", ["wf"], 1, 30.0, max_recoveries=5)
+        events = [e.event for e in claim.history]
+        started = [EventType.RUN_CREATED, EventType.LEASE_CLAIMED, EventType.RUN_STARTED]
+        rescued = [EventType.LEASE_LOST, EventType.LEASE_TAKEN_OVER] if holder else started[1:]
+        assert events == ([*started, *rescued] if holder else started)
     finally:
         store.close()

@@ -184,11 +184,12 @@ _Q = load_queries("postgres")
 _TERMINAL = list(lc.TERMINAL)
 #: An entry's parameter names: ``epoch`` is the fence's, so the entry's own is ``event_epoch``.
 _EVENT_KEYS = tuple("event_epoch" if column == "epoch" else column for column in EVENT_COLUMNS)
-#: ``(before_commit, after_commit)`` fault points of each fenced transition.
+#: ``(before_commit, after_commit)`` fault points of the transitions that
+#: always commit something (claims hit theirs only when they claim).
 _Faults = tuple[str, str]
 _FAULTS: dict[str, _Faults] = {
     name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
-    for name in ("claim", "finish", "suspend", "start_child", "append")
+    for name in ("finish", "suspend", "start_child", "append")
 }
 _NO_FAULTS: _Faults = ("", "")
 
@@ -605,9 +606,13 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                     "queues": [k[0] for k in charged], "tenants": [k[1] for k in charged],
                     "tokens": [b.tokens for b in charged.values()], "ats": [b.at for b in charged.values()],
                 })
+            fault_point("store.claim.before_commit")  # an idle poll returned above: not a boundary
             return claims
 
-        return self._transaction(body, faults=_FAULTS["claim"])
+        claims = self._transaction(body)
+        if claims:
+            fault_point("store.claim.after_commit")
+        return claims
 
     def _select_lanes(
         self, tx: _Conn, params: Mapping[str, Any]
@@ -679,9 +684,14 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             if state is None or state[4] is None or state[4] > now:
                 return None
             self._commit_durably(tx)
-            return _claim_many(tx, [(run_id, *state[:4])], worker, now, lease_seconds, max_recoveries)[0]
+            claim = _claim_many(tx, [(run_id, *state[:4])], worker, now, lease_seconds, max_recoveries)[0]
+            fault_point("store.claim.before_commit")
+            return claim
 
-        return self._transaction(body, faults=_FAULTS["claim"])
+        claim = self._transaction(body)
+        if claim is not None:
+            fault_point("store.claim.after_commit")
+        return claim
 
     def reclaim_owned(self, worker: str) -> int:
         params = {"worker": worker, "now": self.clock()}

@@ -98,11 +98,12 @@ _BUSY_TIMEOUT_MS = 30_000
 _INSERT_EVENT = _Q["insert_event"]
 _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
 
-#: ``(before_commit, after_commit)`` fault points of each fenced transition.
+#: ``(before_commit, after_commit)`` fault points of the transitions that
+#: always commit something (claims hit theirs only when they claim).
 _Faults = tuple[str, str]
 _FAULTS: dict[str, _Faults] = {
     name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
-    for name in ("claim", "finish", "suspend", "start_child", "append")
+    for name in ("finish", "suspend", "start_child", "append")
 }
 _NO_FAULTS: _Faults = ("", "")
 
@@ -309,7 +310,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
             return []
         now = self.clock()
         wanted = dumps(list(workflows))
-        with self._write(_FAULTS["claim"]) as tx:
+        with self._write() as tx:
             limits = {row[0]: queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
             served = sorted(set(queues)) if queues is not None else _queues_with_lanes(tx)
             lanes: list[admission.Lane] = []
@@ -329,6 +330,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
             for (queue, tenant), state in admission.charge(limits, buckets, claimed, now).items():
                 tx.execute(_Q["upsert_bucket"], {"queue": queue, "tenant": tenant, "tokens": state.tokens,
                                                  "at": state.at})
+            if chosen:  # the claim's commit boundary (an idle poll is not one)
+                fault_point("store.claim.before_commit")
+        if chosen:
+            fault_point("store.claim.after_commit")
         return [claim for claim in claims if claim is not None]
 
     def _lanes(
@@ -381,12 +386,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
         now = self.clock()
-        with self._write(_FAULTS["claim"]) as tx:
+        with self._write() as tx:
             row = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
             if row is None or row[5] is None or row[5] > now:
                 return None
             state = lc.ClaimState(row[0], RunStatus(row[1]), row[2], row[3], row[4])
-            return _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries)[0]
+            claim = _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries)[0]
+            fault_point("store.claim.before_commit")
+        fault_point("store.claim.after_commit")
+        return claim
 
     def reclaim_owned(self, worker: str) -> int:
         with self._write() as tx:
