@@ -1,4 +1,9 @@
-"""Store backends behind one contract; ``open_store`` picks one from a URL."""
+"""Store backends behind one contract; ``open_store`` picks one from a URL.
+
+The rules every backend follows are decided once, in ``lifecycle`` (the run
+state machine) and ``admission`` (claims); ``rows`` maps rows and builds
+parameters for both SQL dialects; ``sqlite`` and ``postgres`` are dialects.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from cairn.errors import ConfigError, StoreError
-from cairn.store.contract import Store
+from cairn.store.contract import Migratable, Notifier, Store
 from cairn.store.records import Durability
 
 #: Where an App keeps its data when neither ``db=`` nor ``$CAIRN_DB`` says.
@@ -35,7 +40,10 @@ def sqlite_path(url: str) -> Path | None:
 
 def dialect(db: str | None) -> str:
     """Which backend the URL ``db`` names: ``sqlite``, ``postgres`` or
-    ``memory`` (``ConfigError`` for anything else)."""
+    ``memory`` (``ConfigError`` for anything else). ``memory://`` opens a
+    SQLite store in a temporary directory removed on ``close``; it is
+    reported apart because nothing outside the process can reach it (no
+    schema to manage, nothing to inspect later)."""
     url = resolve_url(db)
     if url.startswith(("postgresql://", "postgres://")):
         return "postgres"
@@ -70,10 +78,10 @@ def open_store(
     kind = dialect(url)
     if kind == "postgres":
         return _open_postgres(url, mode, migrate)
-    if kind == "memory":
-        from cairn.store.memory import MemoryStore
+    if kind == "memory":  # a throwaway SQLite store: gone on close(), or with the process
+        from cairn.store.sqlite import throwaway_store
 
-        return MemoryStore(durability=mode)
+        return throwaway_store(mode)
     path = sqlite_path(url)
     assert path is not None
     if not create and not path.exists():
@@ -103,4 +111,6 @@ def _open_postgres(url: str, mode: Durability, migrate: bool) -> Store:
     )
 
 
-__all__ = ["DEFAULT_DB", "Store", "dialect", "open_store", "resolve_url", "sqlite_path"]
+__all__ = [
+    "DEFAULT_DB", "Migratable", "Notifier", "Store", "dialect", "open_store", "resolve_url", "sqlite_path",
+]

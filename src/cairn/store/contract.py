@@ -1,9 +1,12 @@
 """The store contract: the only way from Cairn to a database.
 
-Every backend (``memory``, ``sqlite``, later ``postgres``) implements this
-protocol and passes the same contract test suite (``tests/store/``). Domain
-rules live here, in the documentation of each method, so that a backend is a
-translation of these rules into its own dialect and nothing more.
+Every backend (``sqlite``, ``postgres``; ``memory://`` is a throwaway SQLite
+store) implements this protocol and passes the same contract test suite
+(``tests/store/``). The rules are documented here, on each method, and
+decided in one place, ``lifecycle`` (the run state machine as pure
+functions) and ``admission`` (which runs a claim takes), so that a backend
+is a translation of them into its own dialect and nothing more. Optional
+capabilities are protocols of their own (``Notifier``, ``Migratable``).
 
 Rules common to every method:
 
@@ -18,6 +21,12 @@ Rules common to every method:
   has no gaps. Only the lease holder appends with explicit ``seq`` values (it
   knows the next one from its ``Claim``); writers that bump the epoch append
   after the current maximum.
+* **Errors.** A backend raises only Cairn's errors (``StoreError`` and its
+  subclasses, ``PayloadError``, ``ValueError`` for a misuse): a driver's
+  own exceptions never escape it.
+* **Actors.** Operator actions take ``actor`` (who did it, e.g.
+  ``"cli:root@host"``), recorded as ``"actor"`` in the detail of the entry
+  they append (left out when ``None``).
 * **Clock.** Backends read time from the ``clock`` they were built with, so
   tests can drive lease expiry and timers deterministically.
 * **Tenancy.** Every run belongs to one tenant, and every history entry is
@@ -31,10 +40,11 @@ Rules common to every method:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from cairn.store.admission import QueueLimits, QueueStats
+from cairn.store.lifecycle import DEFAULT_PRUNE_STATUSES
 from cairn.store.records import (
     Claim,
     Durability,
@@ -46,12 +56,6 @@ from cairn.store.records import (
     RunStatus,
 )
 
-#: What ``prune_runs`` deletes unless told otherwise: runs that ended for
-#: good. ``quarantined``, ``killed`` and ``halted`` runs are terminal too, but
-#: they wait for an operator's decision (retry or revive), so they are pruned
-#: only when asked for by name.
-DEFAULT_PRUNE_STATUSES: tuple[RunStatus, ...] = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
-
 #: An artifact stored (or stored again) less than this many seconds ago is
 #: never deleted by pruning, whatever ``older_than`` says: its writer may be
 #: about to record the entry that points to it. Longer than any wait between
@@ -59,51 +63,30 @@ DEFAULT_PRUNE_STATUSES: tuple[RunStatus, ...] = (RunStatus.COMPLETED, RunStatus.
 ARTIFACT_GRACE_SECONDS = 3600.0
 
 
-def prune_statuses(statuses: Collection[RunStatus] | None) -> frozenset[RunStatus]:
-    """The statuses ``prune_runs`` may delete: ``statuses`` (default
-    ``DEFAULT_PRUNE_STATUSES``), checked to be terminal."""
-    chosen = frozenset(RunStatus(s) for s in (DEFAULT_PRUNE_STATUSES if statuses is None else statuses))
-    live = sorted(s.value for s in chosen if not s.terminal)
-    if live:
-        raise ValueError(f"only finished runs can be pruned, not {', '.join(live)} ones")
-    return chosen
+@runtime_checkable
+class Notifier(Protocol):
+    """A store that can say when runs may have become claimable (PostgreSQL's
+    ``LISTEN``), so workers wake at once instead of at their next poll."""
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (on another thread) soon after any run may have
+        become claimable, and once after every (re)connection; return a
+        function that stops listening. A lost notification costs latency,
+        never a stuck run: workers keep polling."""
+        ...
 
 
-def check_prune_limit(limit: int) -> None:
-    if limit < 1:
-        raise ValueError(f"prune limit must be at least 1, not {limit}")
+@runtime_checkable
+class Migratable(Protocol):
+    """A store with a versioned schema (the SQL stores)."""
 
+    def migrate(self) -> list[int]:
+        """Apply the migrations the database lacks; return their versions."""
+        ...
 
-def choose_trees(
-    roots: Sequence[str],
-    trees: Mapping[str, Sequence[tuple[str, str, float]]],
-    statuses: Collection[RunStatus],
-    older_than: float,
-    limit: int,
-    chosen: list[str],
-) -> bool:
-    """Add to ``chosen`` the runs ``prune_runs`` deletes from candidate
-    ``roots`` (oldest first; ``trees`` maps each to its tree as
-    ``(run_id, status, updated_at)`` rows); return whether the batch is full,
-    that is whether later roots must not be looked at.
-
-    A tree qualifies when every run in it has one of ``statuses`` and
-    ``updated_at < older_than``. Trees are taken whole, in order, while they
-    fit in ``limit`` runs; the first qualifying tree is always taken, so a
-    tree larger than the limit is still pruned (alone) and pruning always
-    makes progress.
-    """
-    allowed = {s.value for s in statuses}
-    for root in roots:
-        tree = trees.get(root, ())
-        if not tree or not all(str(status) in allowed and at < older_than for _, status, at in tree):
-            continue
-        if chosen and len(chosen) + len(tree) > limit:
-            return True
-        chosen.extend(run_id for run_id, _, _ in tree)
-        if len(chosen) >= limit:
-            return True
-    return False
+    def schema_version(self) -> int:
+        """The highest migration applied (0: none)."""
+        ...
 
 
 @runtime_checkable
@@ -277,20 +260,21 @@ class Store(Protocol):
 
     # -- operator actions (bump the epoch) ------------------------------------
 
-    def cancel_run(self, run_id: str, reason: str) -> RunRecord:
+    def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
         """Cancel the run and every non-terminal descendant.
 
         Bumps each cancelled run's epoch (fencing out any holder) and appends
-        ``run.cancelled``. A parent suspended waiting on a cancelled run
+        ``run.cancelled`` (detail ``reason``, and ``actor``). A parent suspended waiting on a cancelled run
         becomes runnable. A terminal run is returned unchanged. Raises
         ``RunNotFound``.
         """
         ...
 
-    def retry_run(self, run_id: str) -> RunRecord:
+    def retry_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
         """Make a ``failed`` or ``quarantined`` run ``pending`` again.
 
-        Appends ``run.retried`` whose detail holds ``from_position``: the
+        Appends ``run.retried`` whose detail holds ``previous_status``,
+        ``actor`` and ``from_position``: the
         position of the last ``step.failed`` entry (or ``None``). Replay
         ignores journal entries at or after that position recorded before the
         retry, so the run resumes from its last good step. Resets
@@ -300,40 +284,44 @@ class Store(Protocol):
         ...
 
     def resolve_operation(
-        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any]
+        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any],
+        *, actor: str | None = None,
     ) -> RunRecord:
         """An operator settles the uncertain operation at ``position`` of a
         ``needs_attention`` run, and the run becomes ``pending`` (epoch + 1).
 
         ``done=True``: the effect happened; a ``step.completed`` entry at
         ``position`` records ``result`` (detail ``{"resolved_by": "operator",
-        **detail}``), so replay returns it without executing. ``done=False``:
-        an ``op.resolved`` entry (detail ``{"position", "done": False,
-        **detail}``) tells replay to execute again with the same operation id.
+        **detail, "actor"}``), so replay returns it without executing.
+        ``done=False``: an ``op.resolved`` entry (detail ``{"position",
+        "done": False, **detail, "actor"}``) tells replay to execute again with the same operation id.
         Raises ``RunNotFound``, or ``InvalidRunState`` if the run does not
         need attention.
         """
         ...
 
     def kill_runs(
-        self, reason: str, *, run_id: str | None = None, tenant: str | None = None
+        self, reason: str, *, run_id: str | None = None, tenant: str | None = None, actor: str | None = None
     ) -> list[RunRecord]:
         """The kill switch: every non-terminal run matching ``run_id`` (with
         its descendants) or ``tenant`` becomes ``killed`` with epoch + 1, so
-        no holder can write again; appends ``run.killed``. Returns the killed
+        no holder can write again; appends ``run.killed`` (detail ``reason``,
+        and ``actor``). Returns the killed
         runs. Exactly one of ``run_id`` / ``tenant`` must be given; an unknown
         ``run_id`` raises ``RunNotFound``.
         """
         ...
 
-    def revive_run(self, run_id: str) -> RunRecord:
+    def revive_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
         """Make a ``killed`` or ``halted`` run ``pending`` again (epoch + 1),
-        appending ``run.revived``; it resumes where it stopped. Raises
+        appending ``run.revived`` (detail ``previous_status``, and
+        ``actor``); it resumes where it stopped. Raises
         ``RunNotFound`` or ``InvalidRunState``."""
         ...
 
-    def set_budget(self, run_id: str, budget: dict[str, Any]) -> RunRecord:
-        """Replace the run's budget limits; appends ``run.budget_changed``. A
+    def set_budget(self, run_id: str, budget: dict[str, Any], *, actor: str | None = None) -> RunRecord:
+        """Replace the run's budget limits; appends ``run.budget_changed``
+        (detail ``budget``, and ``actor``). A
         run ``suspended`` with neither a timer nor a child to wait for (a
         budget suspension) becomes runnable at once. Raises ``RunNotFound``,
         or ``InvalidRunState`` for a ``running`` run (its holder owns its
@@ -403,3 +391,12 @@ class Store(Protocol):
     def close(self) -> None:
         """Release connections and files. The store is unusable afterwards."""
         ...
+
+
+__all__ = [
+    "ARTIFACT_GRACE_SECONDS",
+    "DEFAULT_PRUNE_STATUSES",
+    "Migratable",
+    "Notifier",
+    "Store",
+]

@@ -7,6 +7,13 @@ made safe when writers no longer queue on one file lock.
 
 Why these choices:
 
+* **A dialect.** The rules are ``lifecycle``'s (the run state machine as
+  pure functions) and ``admission``'s (claims); the operator transitions are
+  written once in ``sqlbase.SQLStore`` over this module's primitives (hold
+  rows ``FOR UPDATE``, apply a transition); rows map through ``rows``. What
+  is here is how PostgreSQL holds rows and how the hot paths (one-statement
+  append, pipelined finish, set-based claim) are made cheap. Every psycopg
+  error leaves as ``StoreError`` (``_conn``, the only way to a connection).
 * **Row locks, not a global write lock.** Transactions run at READ COMMITTED.
   Every writer that bumps a run's epoch (claims, takeovers, cancels, kills,
   operator actions, halts) first locks the run row ``FOR UPDATE``. A fenced
@@ -133,7 +140,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -143,13 +149,14 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.errors import LeaseLost, PayloadError, StoreError
+from cairn.faults import fault_point
 from cairn.store import admission
-from cairn.store.contract import ARTIFACT_GRACE_SECONDS, check_prune_limit, choose_trees, prune_statuses
+from cairn.store import lifecycle as lc
+from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
     Claim,
     Durability,
-    EventType,
     HistoryEvent,
     NewRun,
     Payload,
@@ -157,18 +164,34 @@ from cairn.store.records import (
     RunRecord,
     RunStatus,
 )
-from cairn.store.rows import created_detail as _created_detail
+from cairn.store.rows import (
+    EVENT_COLUMNS,
+    event_from_row,
+    event_values,
+    finish_params,
+    new_record,
+    update_params,
+)
 from cairn.store.rows import dumps as _dumps
-from cairn.store.rows import finish_params as _finish_params
-from cairn.store.rows import lifecycle_event as _event
-from cairn.store.rows import loads as _loads
-from cairn.store.rows import new_record as _new_record
 from cairn.store.rows import queue_from_row as _queue_from_row
 from cairn.store.rows import queue_params as _queue_params
+from cairn.store.rows import run_from_row as _run_from_row
+from cairn.store.rows import run_params as _run_params
+from cairn.store.sqlbase import SQLStore
 from cairn.store.sqlfiles import load_migrations, load_queries
 
 _Q = load_queries("postgres")
-_TERMINAL = [status.value for status in RunStatus if status.terminal]
+_TERMINAL = list(lc.TERMINAL)
+#: An entry's parameter names: ``epoch`` is the fence's, so the entry's own is ``event_epoch``.
+_EVENT_KEYS = tuple("event_epoch" if column == "epoch" else column for column in EVENT_COLUMNS)
+#: ``(before_commit, after_commit)`` fault points of the transitions that
+#: always commit something (claims hit theirs only when they claim).
+_Faults = tuple[str, str]
+_FAULTS: dict[str, _Faults] = {
+    name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
+    for name in ("finish", "suspend", "start_child", "append")
+}
+_NO_FAULTS: _Faults = ("", "")
 
 #: Seconds to wait for a connection: at open, and from the pool afterwards.
 _CONNECT_TIMEOUT = 10
@@ -194,7 +217,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-class PostgresStore:
+class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     """Store contract on a PostgreSQL database (see ``contract.Store``).
 
     ``url`` is anything libpq accepts: ``postgresql://user@host:5432/db`` or
@@ -321,11 +344,15 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL error ({self._where}): {_one_line(exc)}") from None
 
-    def _transaction(self, body: Callable[[_Conn], _T], *, durable: bool = False) -> _T:
+    def _transaction(
+        self, body: Callable[[_Conn], _T], *, durable: bool = False, faults: _Faults = _NO_FAULTS
+    ) -> _T:
         """Run ``body`` in one transaction, again if it was a deadlock victim.
 
         ``durable=True`` commits with ``synchronous_commit`` on even in the
         process mode (see the module doc for which writes need it).
+        ``faults``: the transition's fault points, hit just before the
+        commit and just after it.
         """
         with self._conn() as conn:
             for attempt in range(1, _TX_ATTEMPTS + 1):
@@ -333,7 +360,10 @@ class PostgresStore:
                     with conn.transaction():
                         if durable:
                             self._commit_durably(conn)
-                        return body(conn)
+                        result = body(conn)
+                        fault_point(faults[0])
+                    fault_point(faults[1])
+                    return result
                 except pg_errors.TransactionRollback:
                     if attempt == _TX_ATTEMPTS:
                         raise
@@ -341,7 +371,8 @@ class PostgresStore:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _pipelined(
-        self, statements: Sequence[tuple[str, Mapping[str, Any]]], run_id: str, epoch: int
+        self, statements: Sequence[tuple[str, Mapping[str, Any]]], run_id: str, epoch: int,
+        faults: _Faults = _NO_FAULTS,
     ) -> list[tuple[Any, ...] | None]:
         """Run ``statements`` in one transaction sent as one pipeline (BEGIN,
         the statements, COMMIT: a single round trip), again if it was a
@@ -358,7 +389,9 @@ class PostgresStore:
                     with conn.pipeline():
                         conn.execute("BEGIN")
                         cursors = [conn.execute(query, params) for query, params in statements]
+                        fault_point(faults[0])
                         conn.execute("COMMIT")
+                    fault_point(faults[1])
                     return [cur.fetchone() for cur in cursors]
                 except BaseException as exc:
                     # A failed statement leaves the transaction aborted (the
@@ -475,12 +508,11 @@ class PostgresStore:
 
     def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
         now = self.clock()
-        created = _event(run.run_id, 1, EventType.RUN_CREATED, now, 0, None, _created_detail(run))
         params = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
-        params.update(_lifecycle_arrays([created]))
+        params.update(_lifecycle_arrays([lc.create(run, now)]))
         with self._conn() as conn:
             if conn.execute(_Q["create_run"], params).rowcount == 1:
-                return _new_record(run, now, RunStatus.PENDING, epoch=0), True
+                return new_record(run, now, RunStatus.PENDING, epoch=0), True
             existing = _select_run(conn, run.run_id)
         if existing is None:  # pruned meanwhile, or (under row-level security) another tenant's
             raise StoreError(f"run id {run.run_id!r} is taken by a run this store cannot read")
@@ -489,11 +521,7 @@ class PostgresStore:
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
         now = self.clock()
         until = now + lease_seconds
-        events = [
-            _event(run.run_id, 1, EventType.RUN_CREATED, now, 1, None, _created_detail(run)),
-            _event(run.run_id, 2, EventType.LEASE_CLAIMED, now, 1, worker, {"lease_until": until}),
-            _event(run.run_id, 3, EventType.RUN_STARTED, now, 1, worker, None),
-        ]
+        events = lc.create_claimed(run, worker, now, lease_seconds)
         params = _run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
                              lease_until=until)
         params.update(_lifecycle_arrays(events))
@@ -503,7 +531,7 @@ class PostgresStore:
         with self._conn() as conn:
             if conn.execute(_Q["create_run"], params).rowcount == 0:
                 return None
-        record = _new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
+        record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -578,9 +606,13 @@ class PostgresStore:
                     "queues": [k[0] for k in charged], "tenants": [k[1] for k in charged],
                     "tokens": [b.tokens for b in charged.values()], "ats": [b.at for b in charged.values()],
                 })
+            fault_point("store.claim.before_commit")  # an idle poll returned above: not a boundary
             return claims
 
-        return self._transaction(body)
+        claims = self._transaction(body)
+        if claims:
+            fault_point("store.claim.after_commit")
+        return claims
 
     def _select_lanes(
         self, tx: _Conn, params: Mapping[str, Any]
@@ -652,9 +684,14 @@ class PostgresStore:
             if state is None or state[4] is None or state[4] > now:
                 return None
             self._commit_durably(tx)
-            return _claim(tx, (run_id, *state[:4]), worker, now, lease_seconds, max_recoveries)
+            claim = _claim_many(tx, [(run_id, *state[:4])], worker, now, lease_seconds, max_recoveries)[0]
+            fault_point("store.claim.before_commit")
+            return claim
 
-        return self._transaction(body)
+        claim = self._transaction(body)
+        if claim is not None:
+            fault_point("store.claim.after_commit")
+        return claim
 
     def reclaim_owned(self, worker: str) -> int:
         params = {"worker": worker, "now": self.clock()}
@@ -702,10 +739,13 @@ class PostgresStore:
             # The effect barrier in the process mode: the same statement in a
             # transaction committed with synchronous_commit on, which returns
             # once the WAL up to it (so every earlier commit too) is on disk.
-            self._transaction(lambda tx: _append_fenced(tx, run_id, epoch, events), durable=True)
+            self._transaction(lambda tx: _append_fenced(tx, run_id, epoch, events), durable=True,
+                              faults=_FAULTS["append"])
         else:  # the per-step hot path: one autocommit statement
             with self._conn() as conn:
+                fault_point("store.append.before_commit")
                 _append_fenced(conn, run_id, epoch, events)
+            fault_point("store.append.after_commit")
 
     def suspend_run(
         self,
@@ -716,26 +756,22 @@ class PostgresStore:
         waiting_on: str | None,
         status: RunStatus = RunStatus.SUSPENDED,
     ) -> None:
-        if status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION):
-            raise ValueError(f"suspend_run parks a run as suspended or needs_attention, not {status}")
+        lc.check_suspend_status(status)
         now = self.clock()
 
         def body(tx: _Conn) -> None:
             _lock_fenced(tx, run_id, epoch)
             _append_fenced(tx, run_id, epoch, [event])
-            runnable_at: float | None
-            if status is not RunStatus.SUSPENDED:
-                runnable_at = None  # parked for an operator: nothing else wakes it
-            elif waiting_on is not None:
+            child = None
+            if status is RunStatus.SUSPENDED and waiting_on is not None:
                 row = tx.execute(_Q["lock_child_status"], {"run_id": waiting_on}).fetchone()
-                runnable_at = now if row is not None and row[0] in _TERMINAL else None
-            else:
-                runnable_at = wake_at
+                child = None if row is None else row[0]
+            runnable_at = lc.suspended_runnable_at(status, wake_at, waiting_on, child, now)
             params = {"run_id": run_id, "epoch": epoch, "now": now, "wake_at": wake_at,
                       "waiting_on": waiting_on, "status": status.value, "runnable_at": runnable_at}
             tx.execute(_Q["suspend"], params)
 
-        self._transaction(body)
+        self._transaction(body, faults=_FAULTS["suspend"])
 
     def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
         params = {"run_id": run_id, "epoch": epoch, "now": self.clock()}
@@ -757,7 +793,7 @@ class PostgresStore:
         error: dict[str, Any] | None,
     ) -> None:
         now = self.clock()
-        params = _finish_params(run_id, epoch, now, status, result, error)
+        params = finish_params(run_id, epoch, now, status, result, error)
 
         if event.run_id != run_id:
             raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")
@@ -766,165 +802,62 @@ class PostgresStore:
         # trip. The lock is a statement of its own so that finish_fenced's
         # snapshot is taken after it was granted (see finish_fenced).
         locked, ended = self._pipelined([(_Q["lock_fenced"], params), (_Q["finish_fenced"], params)],
-                                        run_id, epoch)
+                                        run_id, epoch, _FAULTS["finish"])
         if not locked or ended is None or ended[0] != 1 or ended[1] != 1:
             raise LeaseLost(run_id, epoch)
 
     def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
         now = self.clock()
-        if child.parent_run_id != parent_run_id:
-            child = replace(child, parent_run_id=parent_run_id)
-        created = _event(child.run_id, 1, EventType.RUN_CREATED, now, 0, None, _created_detail(child))
+        child = lc.child_of(child, parent_run_id)
         params = _run_params(child, now, status=RunStatus.PENDING, runnable_at=now)
-        params.update(_lifecycle_arrays([created]))
+        params.update(_lifecycle_arrays([lc.create(child, now)]))
 
         def body(tx: _Conn) -> RunRecord:
             _lock_fenced(tx, parent_run_id, epoch)
             _append_fenced(tx, parent_run_id, epoch, [event])
             if tx.execute(_Q["create_run"], params).rowcount == 1:
-                return _new_record(child, now, RunStatus.PENDING, epoch=0)
+                return new_record(child, now, RunStatus.PENDING, epoch=0)
             existing = _select_run(tx, child.run_id)
             assert existing is not None
             return existing
 
-        return self._transaction(body)
+        return self._transaction(body, faults=_FAULTS["start_child"])
 
-    # -- operator actions ------------------------------------------------------
+    # -- operator actions: the primitives sqlbase.SQLStore decides over ------------
 
-    def cancel_run(self, run_id: str, reason: str) -> RunRecord:
-        now = self.clock()
-        error = _dumps({"type": "Cancelled", "message": reason})
-
-        def body(tx: _Conn) -> RunRecord:
-            if _lock_run(tx, run_id) is None:
-                raise RunNotFound(run_id)
-            for rid in _lock_live_descendants(tx, run_id):
-                row = tx.execute(_Q["cancel"], {"run_id": rid, "now": now, "error": error}).fetchone()
-                assert row is not None
-                _append_auto(tx, rid, EventType.RUN_CANCELLED, now, int(row[0]), {"reason": reason})
-                tx.execute(_Q["wake_waiting_parent"], {"child_id": rid, "now": now})
-            record = _select_run(tx, run_id)
-            assert record is not None
-            return record
-
+    def _operate(self, body: Callable[[_Conn], _T]) -> _T:
         return self._transaction(body, durable=True)
 
-    def retry_run(self, run_id: str) -> RunRecord:
-        now = self.clock()
+    def _held_run(self, tx: _Conn, run_id: str) -> RunRecord | None:
+        return _lock_run(tx, run_id)
 
-        def body(tx: _Conn) -> RunRecord:
-            run = _lock_run(tx, run_id)
-            if run is None:
-                raise RunNotFound(run_id)
-            if run.status not in (RunStatus.FAILED, RunStatus.QUARANTINED):
-                raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only failed or "
-                                      "quarantined runs can be retried")
-            row = tx.execute(_Q["last_failed_position"], {"run_id": run_id}).fetchone()
-            record = _returning_run(tx, "retry", {"run_id": run_id, "now": now})
-            detail = {"from_position": row[0] if row else None, "previous_status": run.status.value}
-            _append_auto(tx, run_id, EventType.RUN_RETRIED, now, record.epoch, detail)
-            return record
+    def _read_run(self, tx: _Conn, run_id: str) -> RunRecord | None:
+        return _select_run(tx, run_id)
 
-        return self._transaction(body, durable=True)
+    def _held_tree(self, tx: _Conn, run_id: str) -> list[tuple[str, int]]:
+        return _lock_live_descendants(tx, run_id)
 
-    def resolve_operation(
-        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any]
-    ) -> RunRecord:
-        now = self.clock()
+    def _held_of_tenant(self, tx: _Conn, tenant: str) -> list[tuple[str, int]]:
+        params = {"tenant": tenant, "terminal": _TERMINAL}
+        return [(row[0], row[1]) for row in tx.execute(_Q["select_live_of_tenant"], params)]
 
-        def body(tx: _Conn) -> RunRecord:
-            run = _lock_run(tx, run_id)
-            if run is None:
-                raise RunNotFound(run_id)
-            if run.status is not RunStatus.NEEDS_ATTENTION:
-                raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only runs that need "
-                                      "attention have operations to resolve")
-            record = _returning_run(tx, "reopen", {"run_id": run_id, "now": now})
-            if done:
-                entry = HistoryEvent(
-                    run_id=run_id, seq=0, event=EventType.STEP_COMPLETED, at=now, epoch=record.epoch,
-                    position=position, step_kind=detail.get("step_kind", "tool"), name=detail.get("name"),
-                    payload=result, detail={"resolved_by": "operator", **detail},
-                )
-            else:
-                entry = HistoryEvent(
-                    run_id=run_id, seq=0, event=EventType.OP_RESOLVED, at=now, epoch=record.epoch,
-                    position=position, step_kind=detail.get("step_kind", "tool"), name=detail.get("name"),
-                    detail={"position": position, "done": False, **detail},
-                )
-            tx.execute(_Q["append_auto"], _event_params(entry))
-            return record
+    def _last_failed_position(self, tx: _Conn, run_id: str) -> int | None:
+        row = tx.execute(_Q["last_failed_position"], {"run_id": run_id}).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
-        return self._transaction(body, durable=True)
+    def _apply(self, tx: _Conn, transition: lc.Transition) -> RunRecord:
+        return _apply(tx, transition)
 
-    def kill_runs(
-        self, reason: str, *, run_id: str | None = None, tenant: str | None = None
-    ) -> list[RunRecord]:
-        if (run_id is None) == (tenant is None):
-            raise ValueError("kill_runs takes exactly one of run_id and tenant")
-        now = self.clock()
-        error = _dumps({"type": "Killed", "message": reason})
-
-        def body(tx: _Conn) -> list[RunRecord]:
-            if run_id is not None:
-                if _lock_run(tx, run_id) is None:
-                    raise RunNotFound(run_id)
-                live = _lock_live_descendants(tx, run_id)
-            else:
-                params = {"tenant": tenant, "terminal": _TERMINAL}
-                live = [row[0] for row in tx.execute(_Q["select_live_of_tenant"], params)]
-            killed: list[RunRecord] = []
-            for rid in live:
-                record = _returning_run(tx, "kill", {"run_id": rid, "now": now, "error": error})
-                _append_auto(tx, rid, EventType.RUN_KILLED, now, record.epoch, {"reason": reason})
-                tx.execute(_Q["wake_waiting_parent"], {"child_id": rid, "now": now})
-                killed.append(record)
-            return killed
-
-        return self._transaction(body, durable=True)
-
-    def revive_run(self, run_id: str) -> RunRecord:
-        now = self.clock()
-
-        def body(tx: _Conn) -> RunRecord:
-            run = _lock_run(tx, run_id)
-            if run is None:
-                raise RunNotFound(run_id)
-            if run.status not in (RunStatus.KILLED, RunStatus.HALTED):
-                raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only killed or halted runs "
-                                      "can be revived")
-            record = _returning_run(tx, "reopen", {"run_id": run_id, "now": now})
-            _append_auto(tx, run_id, EventType.RUN_REVIVED, now, record.epoch,
-                         {"previous_status": run.status.value})
-            return record
-
-        return self._transaction(body, durable=True)
-
-    def set_budget(self, run_id: str, budget: dict[str, Any]) -> RunRecord:
-        now = self.clock()
-        encoded = _dumps(budget)
-
-        def body(tx: _Conn) -> RunRecord:
-            run = _lock_run(tx, run_id)
-            if run is None:
-                raise RunNotFound(run_id)
-            if run.status is RunStatus.RUNNING:
-                raise InvalidRunState(f"run {run_id!r} is running; change its budget once it is suspended")
-            record = _returning_run(tx, "set_budget", {"run_id": run_id, "budget": encoded, "now": now})
-            _append_auto(tx, run_id, EventType.RUN_BUDGET_CHANGED, now, run.epoch, {"budget": budget})
-            return record
-
-        return self._transaction(body, durable=True)
+    # -- fenced: the holder stops its run ---------------------------------------------
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
-        now = self.clock()
-        params = {"run_id": run_id, "epoch": epoch, "error": _dumps(error), "now": now}
+        update = lc.halt(run_id, epoch, error, self.clock())
 
         def body(tx: _Conn) -> None:
             _lock_fenced(tx, run_id, epoch)
             _append_fenced(tx, run_id, epoch, [event])
-            tx.execute(_Q["halt"], params)
-            tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
+            tx.execute(_Q["halt"], update_params(update))
+            tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
 
         self._transaction(body, durable=True)
 
@@ -938,8 +871,8 @@ class PostgresStore:
         *,
         dry_run: bool = False,
     ) -> int:
-        wanted = prune_statuses(statuses)
-        check_prune_limit(limit)
+        wanted = lc.prune_statuses(statuses)
+        lc.check_prune_limit(limit)
         if dry_run:
             with self._conn() as conn:
                 return len(_select_prunable(conn, older_than, wanted, limit)[1])
@@ -959,7 +892,7 @@ class PostgresStore:
             trees = {root: tree for root, tree in _trees(tx, roots).items()
                      if all(run_id in locked for run_id, _, _ in tree)}
             doomed: list[str] = []
-            choose_trees(roots, trees, wanted, older_than, limit, doomed)
+            lc.choose_trees(roots, trees, wanted, older_than, limit, doomed)
             if doomed:
                 ids = {"run_ids": doomed}
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
@@ -970,7 +903,7 @@ class PostgresStore:
         pruned = self._transaction(body)
         # Only after the runs are gone for good (committed): a crash from here
         # on leaves queued refs, never a run whose artifacts were deleted.
-        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), _page_size(limit))
+        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), lc.prune_page_size(limit))
         return pruned
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
@@ -1020,37 +953,6 @@ def _describe(params: Mapping[str, Any]) -> str:
     return f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
 
 
-def _run_params(
-    run: NewRun,
-    now: float,
-    *,
-    status: RunStatus,
-    runnable_at: float | None,
-    epoch: int = 0,
-    owner: str | None = None,
-    lease_until: float | None = None,
-) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "tenant": run.tenant,
-        "workflow": run.workflow,
-        "workflow_version": run.workflow_version,
-        "thread_id": run.thread_id,
-        "queue": run.queue,
-        "priority": run.priority,
-        "parent_run_id": run.parent_run_id,
-        "status": status.value,
-        "input": run.input.data,
-        "input_ref": run.input.ref,
-        "epoch": epoch,
-        "owner": owner,
-        "lease_expires_at": lease_until,
-        "runnable_at": runnable_at,
-        "budget": _dumps(run.budget) if run.budget is not None else None,
-        "now": now,
-    }
-
-
 def _lifecycle_arrays(events: Sequence[HistoryEvent]) -> dict[str, Any]:
     """Column arrays for ``unnest`` of entries that carry no journal fields."""
     return {
@@ -1074,12 +976,6 @@ def _lock_run(tx: _Conn, run_id: str) -> RunRecord | None:
     return _run_from_row(row) if row else None
 
 
-def _returning_run(tx: _Conn, query: str, params: Mapping[str, Any]) -> RunRecord:
-    row = tx.execute(_Q[query], params).fetchone()
-    assert row is not None, f"{query} found no run {params.get('run_id')!r}"
-    return _run_from_row(row)
-
-
 def _collect_page(tx: _Conn, params: Mapping[str, Any], stored_before: float) -> list[tuple[Any, ...]]:
     """One page of ``PostgresStore._collect_artifacts``; returns the page's
     queue rows ``(ref, queued_at, referenced)``."""
@@ -1094,13 +990,6 @@ def _collect_page(tx: _Conn, params: Mapping[str, Any], stored_before: float) ->
     return rows
 
 
-def _page_size(limit: int) -> int:
-    """Rows read per query while pruning: enough for a batch of ``limit``
-    single-run trees, bounded so a huge limit (a dry run counting
-    everything) does not read the whole table at once."""
-    return min(max(limit, 64), 1000)
-
-
 def _trees(conn: _Conn, roots: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
     """Each root's tree as ``(run_id, status, updated_at)`` rows."""
     trees: dict[str, list[tuple[str, str, float]]] = {}
@@ -1112,33 +1001,19 @@ def _trees(conn: _Conn, roots: Sequence[str]) -> dict[str, list[tuple[str, str, 
 def _select_prunable(
     conn: _Conn, older_than: float, statuses: Collection[RunStatus], limit: int
 ) -> tuple[list[str], list[str]]:
-    """The roots and the runs ``prune_runs`` would delete now: whole
-    qualifying trees, oldest root first, about ``limit`` runs (see
-    ``contract.choose_trees``). Reads without locking."""
-    chosen: list[str] = []
-    taken_roots: list[str] = []
-    after: tuple[float | None, str] = (None, "")
-    page = _page_size(limit)
-    params: dict[str, Any] = {"statuses": sorted(s.value for s in statuses), "cutoff": older_than,
-                              "page": page}
-    while True:
-        rows = conn.execute(_Q["select_prune_roots"], {**params, "after_at": after[0], "after_id": after[1]}
-                            ).fetchall()
-        if not rows:
-            break
-        after = (rows[-1][1], rows[-1][0])
-        roots = [row[0] for row in rows]
-        before = len(chosen)
-        full = choose_trees(roots, _trees(conn, roots), statuses, older_than, limit, chosen)
-        taken = set(chosen[before:])
-        taken_roots += [root for root in roots if root in taken]
-        if full or len(rows) < page:
-            break
-    return taken_roots, chosen
+    """The roots and the runs ``prune_runs`` would delete now (see
+    ``lifecycle.select_prunable``). Reads without locking."""
+    params: dict[str, Any] = {"statuses": sorted(s.value for s in statuses), "cutoff": older_than}
 
+    def roots_after(at: float | None, run_id: str, page: int) -> list[tuple[str, float]]:
+        query = {**params, "after_at": at, "after_id": run_id, "page": page}
+        return [(row[0], row[1]) for row in conn.execute(_Q["select_prune_roots"], query)]
 
-def _lock_live_descendants(tx: _Conn, run_id: str) -> list[str]:
-    """Lock ``run_id`` and its non-terminal descendants; return the latter.
+    return lc.select_prunable(roots_after, functools.partial(_trees, conn), statuses, older_than, limit)
+
+def _lock_live_descendants(tx: _Conn, run_id: str) -> list[tuple[str, int]]:
+    """Lock ``run_id`` and its non-terminal descendants; return the latter
+    as ``(run_id, epoch)``, read once all of them are locked.
 
     A live descendant's holder may start a child between reading the tree and
     locking it, so read the tree again under the locks until it stops growing:
@@ -1147,91 +1022,23 @@ def _lock_live_descendants(tx: _Conn, run_id: str) -> list[str]:
     locked: set[str] = set()
     params = {"run_id": run_id, "terminal": _TERMINAL}
     while True:
-        live = [row[0] for row in tx.execute(_Q["select_live_descendants"], params)]
-        new = [rid for rid in live if rid not in locked]
+        live = [(row[0], row[1]) for row in tx.execute(_Q["select_live_descendants"], params)]
+        new = [rid for rid, _ in live if rid not in locked]
         if not new:
             return live
         tx.execute(_Q["lock_runs"], {"run_ids": new})
         locked.update(new)
 
 
-def _run_from_row(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        workflow=row[1],
-        workflow_version=row[2],
-        tenant=row[3],
-        thread_id=row[4],
-        status=RunStatus(row[5]),
-        input=Payload(_bytes(row[6]), row[7]),
-        result=Payload(_bytes(row[8]), row[9]) if (row[8] is not None or row[9] is not None) else None,
-        error=_loads(row[10]) if row[10] is not None else None,
-        epoch=row[11],
-        owner=row[12],
-        lease_expires_at=row[13],
-        wake_at=row[14],
-        waiting_on=row[15],
-        recoveries=row[16],
-        queue=row[17],
-        priority=row[18],
-        parent_run_id=row[19],
-        created_at=row[20],
-        updated_at=row[21],
-        budget=_loads(row[22]) if row[22] is not None else None,
-    )
-
-
-def _bytes(value: Any) -> bytes | None:
-    """bytea reads back as ``bytes`` (or ``memoryview`` in binary mode)."""
-    return None if value is None else bytes(value)
-
-
 def _select_history(conn: _Conn, run_id: str, after_seq: int, limit: int | None) -> list[HistoryEvent]:
     if limit is not None and limit < 0:
         limit = None  # as in SQLite: a negative limit means all of them
     params = {"run_id": run_id, "after_seq": after_seq, "limit": limit}
-    return [_event_from_row(row) for row in conn.execute(_Q["select_history"], params)]
-
-
-def _event_from_row(row: Sequence[Any]) -> HistoryEvent:
-    payload = Payload(_bytes(row[12]), row[13]) if (row[12] is not None or row[13] is not None) else None
-    return HistoryEvent(
-        run_id=row[0],
-        seq=row[1],
-        event=EventType(row[2]),
-        at=row[3],
-        epoch=row[4],
-        worker=row[5],
-        position=row[6],
-        step_kind=row[7],
-        name=row[8],
-        input_hash=row[9],
-        attempt=row[10],
-        started_at=row[11],
-        payload=payload,
-        detail=_loads(row[14]) if row[14] is not None else None,
-    )
+    return [event_from_row(row) for row in conn.execute(_Q["select_history"], params)]
 
 
 def _event_params(event: HistoryEvent) -> dict[str, Any]:
-    payload = event.payload
-    return {
-        "run_id": event.run_id,
-        "seq": event.seq,
-        "event": event.event.value,
-        "at": event.at,
-        "event_epoch": event.epoch,
-        "worker": event.worker,
-        "position": event.position,
-        "step_kind": event.step_kind,
-        "name": event.name,
-        "input_hash": event.input_hash,
-        "attempt": event.attempt,
-        "started_at": event.started_at,
-        "payload": payload.data if payload else None,
-        "payload_ref": payload.ref if payload else None,
-        "detail": _dumps(event.detail) if event.detail is not None else None,
-    }
+    return dict(zip(_EVENT_KEYS, event_values(event), strict=True))
 
 
 def _batch_params(run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> dict[str, Any]:
@@ -1286,11 +1093,17 @@ def _lock_fenced(tx: _Conn, run_id: str, epoch: int) -> None:
         raise LeaseLost(run_id, epoch)
 
 
-def _append_auto(
-    tx: _Conn, run_id: str, event: EventType, at: float, epoch: int, detail: dict[str, Any] | None
-) -> None:
-    """Append after the current maximum: for writers holding the run row."""
-    tx.execute(_Q["append_auto"], _event_params(_event(run_id, 0, event, at, epoch, None, detail)))
+def _apply(tx: _Conn, transition: lc.Transition) -> RunRecord:
+    """Apply a lifecycle transition to a run ``tx`` holds ``FOR UPDATE``;
+    return the run as it is after it."""
+    update = transition.update
+    row = tx.execute(_Q[update.statement], update_params(update)).fetchone()
+    assert row is not None, f"{update.statement} found no run {update.run_id!r}"
+    for entry in transition.entries:  # after the current maximum: the row is held
+        tx.execute(_Q["append_auto"], _event_params(entry))
+    if transition.wakes_parent:
+        tx.execute(_Q["wake_waiting_parent"], {"child_id": update.run_id, "now": update.at})
+    return _run_from_row(row)
 
 
 def _lock_limits(
@@ -1321,18 +1134,6 @@ def _lock_limits(
     return limits, queue_running, buckets
 
 
-def _claim(
-    tx: _Conn,
-    state: Sequence[Any],
-    worker: str,
-    now: float,
-    lease_seconds: float,
-    max_recoveries: int,
-) -> Claim | None:
-    """Claim one run whose row ``tx`` holds ``FOR UPDATE`` (see ``_claim_many``)."""
-    return _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries)[0]
-
-
 def _claim_many(
     tx: _Conn,
     states: Sequence[Sequence[Any]],
@@ -1344,7 +1145,7 @@ def _claim_many(
     """Claim runs whose rows ``tx`` holds ``FOR UPDATE``; each state is
     ``(run_id, status, owner, epoch, recoveries)`` as read under that lock.
     Returns a claim per state, in order, or ``None`` for a takeover that
-    quarantined its run instead.
+    quarantined its run instead (``lifecycle.claim`` decides).
 
     Set-based: one statement reads every history, one claims every run, one
     appends every lifecycle entry, however many runs (a quarantine adds one).
@@ -1354,56 +1155,31 @@ def _claim_many(
     # sees every append that committed before the locks were granted.
     histories: dict[str, list[HistoryEvent]] = {run_id: [] for run_id in ids}
     for row in tx.execute(_Q["select_histories"], {"run_ids": ids}):
-        histories[row[0]].append(_event_from_row(row))
-    new: dict[str, list[HistoryEvent]] = {run_id: [] for run_id in ids}
-
-    def add(run_id: str, event: EventType, epoch: int, by: str | None, detail: dict[str, Any] | None) -> None:
-        history, added = histories[run_id], new[run_id]
-        seq = (history[-1].seq if history else 0) + len(added) + 1
-        added.append(_event(run_id, seq, event, now, epoch, by, detail))
-
-    until = now + lease_seconds
-    claiming: dict[str, int] = {}  # run id -> recoveries after this claim
-    for run_id, status, old_owner, old_epoch, recoveries in states:
-        if status == RunStatus.RUNNING:  # a takeover
-            recoveries += 1
-            add(run_id, EventType.LEASE_LOST, old_epoch, old_owner,
-                {"worker": old_owner, "epoch": old_epoch, "reason": "expired"})
-            if recoveries > max_recoveries:
-                error = {
-                    "type": "Quarantined",
-                    "message": f"run lost its worker {recoveries} times (limit {max_recoveries})",
-                }
-                tx.execute(_Q["quarantine"], {"run_id": run_id, "now": now, "recoveries": recoveries,
-                                              "error": _dumps(error)})
-                add(run_id, EventType.RUN_QUARANTINED, old_epoch + 1, None, error)
-                continue
-        claiming[run_id] = recoveries
+        histories[row[0]].append(event_from_row(row))
+    outcomes: list[lc.ClaimOutcome] = []
+    for run_id, status, owner, epoch, recoveries in states:
+        history = histories[run_id]
+        state = lc.ClaimState(run_id, RunStatus(status), owner, epoch, recoveries)
+        last_seq = history[-1].seq if history else 0
+        outcome = lc.claim(state, last_seq, worker, now, lease_seconds, max_recoveries)
+        if outcome.quarantine is not None:
+            tx.execute(_Q["quarantine"], update_params(outcome.quarantine))
+        outcomes.append(outcome)
+    claiming = [o for o in outcomes if o.claimed]
     records: dict[str, RunRecord] = {}
     if claiming:
-        params = {"run_ids": list(claiming), "recoveries": list(claiming.values()), "worker": worker,
-                  "lease_until": until, "now": now}
+        params = {"run_ids": [o.run_id for o in claiming], "recoveries": [o.recoveries for o in claiming],
+                  "worker": worker, "lease_until": now + lease_seconds, "now": now}
         records = {row[0]: _run_from_row(row) for row in tx.execute(_Q["claim_many"], params)}
-    for run_id, status, old_owner, old_epoch, _ in states:
-        record = records.get(run_id)
-        if record is None:
-            continue
-        if status == RunStatus.RUNNING:
-            add(run_id, EventType.LEASE_TAKEN_OVER, record.epoch, worker,
-                {"from_worker": old_owner, "lease_until": until})
-            continue
-        add(run_id, EventType.LEASE_CLAIMED, record.epoch, worker, {"lease_until": until})
-        if status == RunStatus.PENDING and old_epoch == 0:
-            add(run_id, EventType.RUN_STARTED, record.epoch, worker, None)
-        elif status == RunStatus.SUSPENDED:
-            add(run_id, EventType.RUN_WOKEN, record.epoch, worker, None)
-    entries = [event for run_id in ids for event in new[run_id]]
+    entries = [e for o in outcomes for e in o.entries]
     if entries:
         tx.execute(_Q["insert_events_many"], {"run_ids": [e.run_id for e in entries],
                                               **_lifecycle_arrays(entries)})
     claims: list[Claim | None] = []
-    for run_id in ids:
-        record = records.get(run_id)
-        full = histories[run_id] + new[run_id]
-        claims.append(None if record is None else Claim(run=record, history=full, next_seq=full[-1].seq + 1))
+    for outcome in outcomes:
+        if not outcome.claimed:
+            claims.append(None)
+            continue
+        full = histories[outcome.run_id] + list(outcome.entries)
+        claims.append(Claim(run=records[outcome.run_id], history=full, next_seq=full[-1].seq + 1))
     return claims

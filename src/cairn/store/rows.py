@@ -1,5 +1,6 @@
-"""Row helpers shared by the SQL backends (and the memory backend), so that
-every backend writes the same details and builds the same records.
+"""Row mapping and statement parameters, once for both SQL dialects: every
+statement lists a run's columns as ``RUN_COLUMNS`` and an entry's as
+``EVENT_COLUMNS``, so one function maps each back to a record.
 
 JSON columns (``detail``, ``error``, ``budget``) are text written by msgspec:
 several times faster than ``json``, and values read back exactly as written.
@@ -13,6 +14,7 @@ from typing import Any
 import msgspec
 
 from cairn.store.admission import QueueLimits, Rate
+from cairn.store.lifecycle import RunUpdate, check_finish_status
 from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
 
 _ENCODE_JSON = msgspec.json.Encoder()
@@ -47,25 +49,131 @@ def new_record(
     )
 
 
-def created_detail(run: NewRun) -> dict[str, Any]:
-    """The detail of a ``run.created`` entry."""
-    detail: dict[str, Any] = {"workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant}
-    if run.parent_run_id:
-        detail["parent_run_id"] = run.parent_run_id
-    return detail
+#: The columns of a run row, in the order every statement that reads runs
+#: lists them and ``run_from_row`` maps them (``RETURNING`` included).
+RUN_COLUMNS = (
+    "run_id", "workflow", "workflow_version", "tenant", "thread_id", "status", "input", "input_ref",
+    "result", "result_ref", "error", "epoch", "owner", "lease_expires_at", "wake_at", "waiting_on",
+    "recoveries", "queue", "priority", "parent_run_id", "created_at", "updated_at", "budget",
+)
+
+#: The columns of a history entry as statements read and write them, in
+#: ``HistoryEvent`` field order (the tenant is never among them: every
+#: statement reads it from the run row).
+EVENT_COLUMNS = (
+    "run_id", "seq", "event", "at", "epoch", "worker", "position", "step_kind", "name", "input_hash",
+    "attempt", "started_at", "payload", "payload_ref", "detail",
+)
 
 
-def lifecycle_event(
-    run_id: str,
-    seq: int,
-    event: EventType,
-    at: float,
-    epoch: int,
-    worker: str | None,
-    detail: dict[str, Any] | None,
-) -> HistoryEvent:
-    """A history entry that is not a journal entry (no position, no payload)."""
-    return HistoryEvent(run_id=run_id, seq=seq, event=event, at=at, epoch=epoch, worker=worker, detail=detail)
+def _bytes(value: Any) -> bytes | None:
+    """A BLOB/bytea as ``bytes`` (PostgreSQL may read back a ``memoryview``)."""
+    return value if value is None or type(value) is bytes else bytes(value)
+
+
+def run_from_row(row: Sequence[Any]) -> RunRecord:
+    """A ``RunRecord`` from a row of ``RUN_COLUMNS``."""
+    return RunRecord(
+        run_id=row[0],
+        workflow=row[1],
+        workflow_version=row[2],
+        tenant=row[3],
+        thread_id=row[4],
+        status=RunStatus(row[5]),
+        input=Payload(_bytes(row[6]), row[7]),
+        result=Payload(_bytes(row[8]), row[9]) if (row[8] is not None or row[9] is not None) else None,
+        error=loads(row[10]) if row[10] is not None else None,
+        epoch=row[11],
+        owner=row[12],
+        lease_expires_at=row[13],
+        wake_at=row[14],
+        waiting_on=row[15],
+        recoveries=row[16],
+        queue=row[17],
+        priority=row[18],
+        parent_run_id=row[19],
+        created_at=row[20],
+        updated_at=row[21],
+        budget=loads(row[22]) if row[22] is not None else None,
+    )
+
+
+def event_from_row(row: Sequence[Any]) -> HistoryEvent:
+    """A ``HistoryEvent`` from a row of ``EVENT_COLUMNS``."""
+    payload = Payload(_bytes(row[12]), row[13]) if (row[12] is not None or row[13] is not None) else None
+    return HistoryEvent(
+        run_id=row[0],
+        seq=row[1],
+        event=EventType(row[2]),
+        at=row[3],
+        epoch=row[4],
+        worker=row[5],
+        position=row[6],
+        step_kind=row[7],
+        name=row[8],
+        input_hash=row[9],
+        attempt=row[10],
+        started_at=row[11],
+        payload=payload,
+        detail=loads(row[14]) if row[14] is not None else None,
+    )
+
+
+def event_values(event: HistoryEvent) -> tuple[Any, ...]:
+    """The values of ``event`` in ``EVENT_COLUMNS`` order (once per step:
+    kept to one tuple display, no per-field calls)."""
+    payload = event.payload
+    detail = event.detail
+    return (
+        event.run_id, event.seq, event.event.value, event.at, event.epoch, event.worker, event.position,
+        event.step_kind, event.name, event.input_hash, event.attempt, event.started_at,
+        None if payload is None else payload.data, None if payload is None else payload.ref,
+        None if detail is None else _ENCODE_JSON.encode(detail).decode(),
+    )
+
+
+def run_params(
+    run: NewRun,
+    now: float,
+    *,
+    status: RunStatus,
+    runnable_at: float | None,
+    epoch: int = 0,
+    owner: str | None = None,
+    lease_until: float | None = None,
+) -> dict[str, Any]:
+    """Statement parameters of ``insert_run`` / ``create_run`` for ``run``."""
+    return {
+        "run_id": run.run_id,
+        "tenant": run.tenant,
+        "workflow": run.workflow,
+        "workflow_version": run.workflow_version,
+        "thread_id": run.thread_id,
+        "queue": run.queue,
+        "priority": run.priority,
+        "parent_run_id": run.parent_run_id,
+        "status": status.value,
+        "input": run.input.data,
+        "input_ref": run.input.ref,
+        "epoch": epoch,
+        "owner": owner,
+        "lease_expires_at": lease_until,
+        "runnable_at": runnable_at,
+        "budget": dumps(run.budget) if run.budget is not None else None,
+        "now": now,
+    }
+
+
+def update_params(update: RunUpdate) -> dict[str, Any]:
+    """Statement parameters of the run update ``update.statement``."""
+    return {
+        "run_id": update.run_id,
+        "now": update.at,
+        "error": dumps(update.error) if update.error is not None else None,
+        "budget": dumps(update.budget) if update.budget is not None else None,
+        "recoveries": update.recoveries,
+        "fence": update.fence,
+    }
 
 
 #: The columns of a ``queues`` row, in the order ``queue_from_row`` reads them.
@@ -101,8 +209,7 @@ def finish_params(
 ) -> dict[str, Any]:
     """Statement parameters of ``finish_run``, which ends a run only as
     ``completed`` or ``failed`` (``ValueError`` otherwise)."""
-    if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
-        raise ValueError(f"finish_run takes completed or failed, not {status}")
+    check_finish_status(status)
     return {
         "run_id": run_id,
         "epoch": epoch,

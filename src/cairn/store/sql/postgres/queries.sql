@@ -133,6 +133,9 @@ UPDATE runs SET status = 'quarantined', owner = NULL, epoch = epoch + 1, lease_e
        runnable_at = NULL, recoveries = %(recoveries)s::bigint, updated_at = %(now)s::float8,
        error = %(error)s::text
 WHERE run_id = %(run_id)s::text
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: reclaim_owned
 UPDATE runs SET runnable_at = %(now)s::float8, lease_expires_at = %(now)s::float8,
@@ -221,7 +224,7 @@ WITH RECURSIVE tree(run_id) AS (
     UNION
     SELECT runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
 )
-SELECT runs.run_id FROM runs JOIN tree ON runs.run_id = tree.run_id
+SELECT runs.run_id, runs.epoch FROM runs JOIN tree ON runs.run_id = tree.run_id
 WHERE runs.status <> ALL(%(terminal)s::text[])
 ORDER BY runs.run_id COLLATE "C"
 
@@ -243,7 +246,9 @@ FOR UPDATE
 UPDATE runs SET status = 'cancelled', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
        runnable_at = NULL, wake_at = NULL, updated_at = %(now)s::float8, error = %(error)s::text
 WHERE run_id = %(run_id)s::text
-RETURNING epoch
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: last_failed_position
 SELECT position FROM history
@@ -259,7 +264,7 @@ RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, 
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: select_live_of_tenant
-SELECT run_id FROM runs
+SELECT run_id, epoch FROM runs
 WHERE tenant = %(tenant)s::text AND status <> ALL(%(terminal)s::text[])
 ORDER BY run_id COLLATE "C"
 FOR UPDATE
@@ -284,7 +289,10 @@ RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, 
 -- name: halt
 UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
        runnable_at = NULL, error = %(error)s::text, updated_at = %(now)s::float8
-WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+WHERE run_id = %(run_id)s::text AND epoch = %(fence)s::bigint AND status = 'running'
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: set_budget
 UPDATE runs SET budget = %(budget)s::text, updated_at = %(now)s::float8,

@@ -61,19 +61,16 @@ WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
   AND ?2 = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = ?1)
 
 -- name: select_claim_state
-SELECT status, owner, epoch, recoveries, runnable_at FROM runs WHERE run_id = :run_id
-
--- name: claim
-UPDATE runs SET status = 'running', owner = :worker, epoch = epoch + 1,
-       lease_expires_at = :lease_until, runnable_at = :lease_until, wake_at = NULL,
-       waiting_on = NULL, recoveries = :recoveries, updated_at = :now
-WHERE run_id = :run_id
+SELECT run_id, status, owner, epoch, recoveries, runnable_at FROM runs WHERE run_id = :run_id
 
 -- name: quarantine
 UPDATE runs SET status = 'quarantined', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
        runnable_at = NULL, recoveries = :recoveries, updated_at = :now,
        error = :error
 WHERE run_id = :run_id
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: reclaim_owned
 UPDATE runs SET runnable_at = :now, lease_expires_at = :now, updated_at = :now
@@ -83,15 +80,12 @@ WHERE runnable_at IS NOT NULL AND owner = :worker AND status = 'running'
 UPDATE runs SET lease_expires_at = :lease_until, runnable_at = :lease_until, updated_at = :now
 WHERE run_id = :run_id AND owner = :worker AND epoch = :epoch AND status = 'running'
 
+-- name: lock_child_status
+SELECT status FROM runs WHERE run_id = :run_id
+
 -- name: suspend
 UPDATE runs SET status = :status, owner = NULL, lease_expires_at = NULL, wake_at = :wake_at,
-       waiting_on = :waiting_on, updated_at = :now,
-       runnable_at = CASE
-           WHEN :status <> 'suspended' THEN NULL
-           WHEN :waiting_on IS NOT NULL THEN
-               (SELECT :now FROM runs AS child WHERE child.run_id = :waiting_on
-                AND child.status IN (SELECT value FROM json_each(:terminal)))
-           ELSE :wake_at END
+       waiting_on = :waiting_on, runnable_at = :runnable_at, updated_at = :now
 WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
 
 -- name: release
@@ -116,7 +110,7 @@ WITH RECURSIVE tree(run_id) AS (
     UNION ALL
     SELECT runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
 )
-SELECT runs.run_id FROM runs JOIN tree ON runs.run_id = tree.run_id
+SELECT runs.run_id, runs.epoch FROM runs JOIN tree ON runs.run_id = tree.run_id
 WHERE runs.status NOT IN (SELECT value FROM json_each(:terminal))
 
 -- name: cancel
@@ -124,6 +118,9 @@ UPDATE runs SET status = 'cancelled', owner = NULL, epoch = epoch + 1, lease_exp
        runnable_at = NULL, wake_at = NULL, updated_at = :now,
        error = :error
 WHERE run_id = :run_id
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: last_failed_position
 SELECT position FROM history
@@ -134,25 +131,37 @@ UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expir
        runnable_at = :now, wake_at = NULL, waiting_on = NULL, recoveries = 0, error = NULL,
        updated_at = :now
 WHERE run_id = :run_id
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: select_live_of_tenant
-SELECT run_id FROM runs
+SELECT run_id, epoch FROM runs
 WHERE tenant = :tenant AND status NOT IN (SELECT value FROM json_each(:terminal))
 
 -- name: kill
 UPDATE runs SET status = 'killed', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
        runnable_at = NULL, updated_at = :now, error = :error
 WHERE run_id = :run_id
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: reopen
 UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
        runnable_at = :now, wake_at = NULL, waiting_on = NULL, error = NULL, updated_at = :now
 WHERE run_id = :run_id
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: halt
 UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
        runnable_at = NULL, error = :error, updated_at = :now
-WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+WHERE run_id = :run_id AND epoch = :fence AND status = 'running'
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: set_budget
 UPDATE runs SET budget = :budget, updated_at = :now,
@@ -160,6 +169,9 @@ UPDATE runs SET budget = :budget, updated_at = :now,
            WHEN status = 'suspended' AND wake_at IS NULL AND waiting_on IS NULL THEN :now
            ELSE runnable_at END
 WHERE run_id = :run_id
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- Pruning ------------------------------------------------------------------------
 -- Candidate roots of prunable trees, oldest first, one page after the keyset
@@ -245,7 +257,7 @@ ORDER BY tenant LIMIT 1
 -- otherwise skip-scan runnable_at and sort every due row; this way it reads
 -- the lane in index order and stops after :limit rows.
 -- name: lane_candidates
-SELECT run_id, priority, runnable_at, status FROM runs
+SELECT run_id, priority, runnable_at, status, owner, epoch, recoveries FROM runs
 WHERE runnable_at IS NOT NULL AND queue = :queue AND tenant = :tenant AND +runnable_at <= :now
   AND workflow IN (SELECT value FROM json_each(:workflows))
 ORDER BY priority DESC, runnable_at
@@ -291,3 +303,33 @@ WHERE queue = :name AND ((tenant = '' AND :rate_limit IS NULL) OR (tenant <> '' 
 -- name: queue_counts
 SELECT queue, SUM(status = 'running'), SUM(runnable_at <= :now) FROM runs
 WHERE runnable_at IS NOT NULL GROUP BY queue
+
+-- Set-based claiming: the runs a claim takes, in three statements for the
+-- whole batch (their histories, their rows, their lifecycle entries) instead
+-- of several per run. The claim holds the write lock, so nobody appends to
+-- those runs meanwhile and the entries need no fence.
+-- name: select_histories
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, payload, payload_ref, detail
+FROM history WHERE run_id IN (SELECT value FROM json_each(:run_ids)) ORDER BY run_id, seq
+
+-- :claims is a JSON array of [run_id, recoveries] pairs.
+-- name: claim_many
+UPDATE runs SET status = 'running', owner = :worker, epoch = epoch + 1,
+       lease_expires_at = :lease_until, runnable_at = :lease_until, wake_at = NULL,
+       waiting_on = NULL, recoveries = c.claim_recoveries, updated_at = :now
+FROM (SELECT json_extract(value, '$[0]') AS claim_id, json_extract(value, '$[1]') AS claim_recoveries
+      FROM json_each(:claims)) AS c
+WHERE runs.run_id = c.claim_id
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget
+
+-- :entries is a JSON array of [run_id, seq, event, at, epoch, worker, detail]
+-- (detail as JSON text, or null).
+-- name: insert_events_many
+INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
+SELECT json_extract(e.value, '$[0]'), json_extract(e.value, '$[1]'), json_extract(e.value, '$[2]'),
+       json_extract(e.value, '$[3]'), json_extract(e.value, '$[4]'), json_extract(e.value, '$[5]'),
+       json_extract(e.value, '$[6]'), r.tenant
+FROM json_each(:entries) AS e JOIN runs AS r ON r.run_id = json_extract(e.value, '$[0]')

@@ -1,0 +1,450 @@
+"""The run state machine, as pure functions: every rule of a run's life, once.
+
+Each transition is a function from the rows a backend reads (a run's
+record, its claim state, its live descendants) and the caller's arguments to
+what the backend must do: the change to the run row (``RunUpdate``), the
+history entries to append, or the error to raise. Backends only read the
+inputs inside their transaction and apply the outputs, so every backend
+decides identically, and the messages and entry details people and tools
+read are written here and nowhere else. (``admission.plan`` does the same for
+which runnable runs a claim takes.)
+
+Entries returned with ``seq=0`` go after the run's current last entry (the
+backend numbers them as it appends, holding the run's row); entries of a
+claim carry their ``seq``, computed from the history the claim read.
+
+An ``actor`` (who did it: ``"cli:root@host"``, ``"app"``) is recorded as
+``"actor"`` in the detail of the entry an operator transition appends; it is
+left out when unknown, so histories written without one read as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cairn.errors import InvalidRunState, RunNotFound
+from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+
+#: The terminal statuses as stored (for statements that test them).
+TERMINAL = tuple(status.value for status in RunStatus if status.terminal)
+
+#: What ``prune_runs`` deletes unless told otherwise: runs that ended for
+#: good. ``quarantined``, ``killed`` and ``halted`` runs are terminal too, but
+#: they wait for an operator's decision (retry or revive), so they are pruned
+#: only when asked for by name.
+DEFAULT_PRUNE_STATUSES: tuple[RunStatus, ...] = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+# -- what a transition produces ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunUpdate:
+    """A change to one run row, applied by the dialect statement named
+    ``statement`` (the same name in every dialect's ``queries.sql``), which
+    sets the columns that transition sets (``cancel``: status ``cancelled``,
+    no owner or lease, epoch + 1, ...). ``epoch`` is the run's epoch after
+    the change (the statement bumps it itself; the backend holds the row, so
+    the two agree); ``error``, ``budget`` and ``recoveries`` are the values
+    the statement writes, where it writes them. Every update statement
+    returns the run's row as it is after the change."""
+
+    statement: str
+    run_id: str
+    at: float
+    epoch: int
+    error: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
+    recoveries: int | None = None
+    fence: int | None = None  # a fenced update applies only to the run held at this epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One run's change: its row update, the entries to append after its
+    history's last one, and whether a parent suspended waiting on it must
+    become runnable (``wakes_parent``)."""
+
+    update: RunUpdate
+    entries: tuple[HistoryEvent, ...]
+    wakes_parent: bool = False
+
+
+def entry(
+    run_id: str,
+    event: EventType,
+    at: float,
+    epoch: int,
+    worker: str | None = None,
+    detail: dict[str, Any] | None = None,
+    seq: int = 0,
+) -> HistoryEvent:
+    """A lifecycle entry (no position, no payload); ``seq=0``: after the last."""
+    return HistoryEvent(run_id=run_id, seq=seq, event=event, at=at, epoch=epoch, worker=worker, detail=detail)
+
+
+def _by(detail: dict[str, Any], actor: str | None) -> dict[str, Any]:
+    if actor is not None:
+        detail["actor"] = actor
+    return detail
+
+
+def _found(run: RunRecord | None, run_id: str) -> RunRecord:
+    if run is None:
+        raise RunNotFound(run_id)
+    return run
+
+
+# -- creating runs ------------------------------------------------------------------
+
+
+def created_detail(run: NewRun) -> dict[str, Any]:
+    """The detail of a ``run.created`` entry."""
+    detail: dict[str, Any] = {"workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant}
+    if run.parent_run_id:
+        detail["parent_run_id"] = run.parent_run_id
+    return detail
+
+
+def create(run: NewRun, now: float) -> HistoryEvent:
+    """The first entry of a new ``pending`` run (epoch 0)."""
+    return entry(run.run_id, EventType.RUN_CREATED, now, 0, None, created_detail(run), seq=1)
+
+
+def create_claimed(run: NewRun, worker: str, now: float, lease_seconds: float) -> list[HistoryEvent]:
+    """The history of a run created already held by ``worker`` at epoch 1:
+    created, claimed until ``now + lease_seconds``, started."""
+    until = now + lease_seconds
+    return [
+        entry(run.run_id, EventType.RUN_CREATED, now, 1, None, created_detail(run), seq=1),
+        entry(run.run_id, EventType.LEASE_CLAIMED, now, 1, worker, {"lease_until": until}, seq=2),
+        entry(run.run_id, EventType.RUN_STARTED, now, 1, worker, None, seq=3),
+    ]
+
+
+# -- claims, takeovers, quarantine ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimState:
+    """A runnable run's row as a claim reads it, holding it."""
+
+    run_id: str
+    status: RunStatus
+    owner: str | None
+    epoch: int
+    recoveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    """What claiming one run does. ``quarantine`` is set (and the run not
+    claimed) when a takeover exceeded ``max_recoveries``; otherwise the run
+    becomes ``running`` under the claimer at ``epoch`` until ``lease_until``
+    with ``recoveries``. ``entries`` carry their ``seq``."""
+
+    run_id: str
+    epoch: int
+    lease_until: float
+    recoveries: int
+    entries: tuple[HistoryEvent, ...]
+    quarantine: RunUpdate | None = None
+
+    @property
+    def claimed(self) -> bool:
+        return self.quarantine is None
+
+
+def claim(
+    state: ClaimState, last_seq: int, worker: str, now: float, lease_seconds: float, max_recoveries: int
+) -> ClaimOutcome:
+    """Claim a runnable run whose history ends at ``last_seq``.
+
+    A ``running`` run is a takeover (its lease expired): ``lease.lost``
+    names the old holder, recoveries grow by one, and past
+    ``max_recoveries`` the run is quarantined instead (``run.quarantined``).
+    Otherwise ``lease.claimed`` (or ``lease.taken_over``), then
+    ``run.started`` the first time a run is claimed, ``run.woken`` after a
+    suspension."""
+    run_id, old_epoch, old_owner = state.run_id, state.epoch, state.owner
+    until = now + lease_seconds
+    epoch = old_epoch + 1
+    entries: list[HistoryEvent] = []
+
+    def add(event: EventType, at_epoch: int, by: str | None, detail: dict[str, Any] | None) -> None:
+        entries.append(entry(run_id, event, now, at_epoch, by, detail, seq=last_seq + len(entries) + 1))
+
+    recoveries = state.recoveries
+    takeover = state.status is RunStatus.RUNNING
+    if takeover:
+        recoveries += 1
+        lost = {"worker": old_owner, "epoch": old_epoch, "reason": "expired"}
+        add(EventType.LEASE_LOST, old_epoch, old_owner, lost)
+        if recoveries > max_recoveries:
+            error = {"type": "Quarantined",
+                     "message": f"run lost its worker {recoveries} times (limit {max_recoveries})"}
+            add(EventType.RUN_QUARANTINED, epoch, None, error)
+            update = RunUpdate("quarantine", run_id, now, epoch, error=error, recoveries=recoveries)
+            return ClaimOutcome(run_id, epoch, until, recoveries, tuple(entries), update)
+        add(EventType.LEASE_TAKEN_OVER, epoch, worker, {"from_worker": old_owner, "lease_until": until})
+    else:
+        add(EventType.LEASE_CLAIMED, epoch, worker, {"lease_until": until})
+        if state.status is RunStatus.PENDING and old_epoch == 0:
+            add(EventType.RUN_STARTED, epoch, worker, None)
+        elif state.status is RunStatus.SUSPENDED:
+            add(EventType.RUN_WOKEN, epoch, worker, None)
+    return ClaimOutcome(run_id, epoch, until, recoveries, tuple(entries))
+
+
+# -- fenced transitions of the lease holder -------------------------------------------
+
+
+def check_suspend_status(status: RunStatus) -> None:
+    if status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION):
+        raise ValueError(f"suspend_run parks a run as suspended or needs_attention, not {status}")
+
+
+def suspended_runnable_at(
+    status: RunStatus, wake_at: float | None, waiting_on: str | None, child_status: str | None, now: float
+) -> float | None:
+    """When a run parked by ``suspend_run`` becomes claimable again:
+    ``needs_attention`` never by itself (an operator resolves it); waiting
+    on a child, at once if the child (``child_status``, as stored; ``None``
+    if absent) is terminal already, else when it ends; otherwise at
+    ``wake_at`` (``None``: a budget suspension, until ``set_budget``)."""
+    if status is not RunStatus.SUSPENDED:
+        return None
+    if waiting_on is not None:
+        return now if child_status in TERMINAL else None
+    return wake_at
+
+
+def check_finish_status(status: RunStatus) -> None:
+    if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
+        raise ValueError(f"finish_run takes completed or failed, not {status}")
+
+
+def halt(run_id: str, epoch: int, error: dict[str, Any], now: float) -> RunUpdate:
+    """A security failure stops the run held at ``epoch``: ``halted``."""
+    return RunUpdate("halt", run_id, now, epoch + 1, error=error, fence=epoch)
+
+
+def child_of(child: NewRun, parent_run_id: str) -> NewRun:
+    """``child`` with its parent set to ``parent_run_id``."""
+    return child if child.parent_run_id == parent_run_id else replace(child, parent_run_id=parent_run_id)
+
+
+# -- operator transitions (bump the epoch) ----------------------------------------------
+
+
+def cancel(
+    run: RunRecord | None, run_id: str, live: Sequence[tuple[str, int]], reason: str, now: float,
+    actor: str | None = None,
+) -> list[Transition]:
+    """Cancel ``run_id`` and its non-terminal descendants ``live`` (each
+    ``(run_id, epoch)`` as read holding it; a terminal run is not among them
+    and stays as it is)."""
+    _found(run, run_id)
+    error = {"type": "Cancelled", "message": reason}
+    return [
+        Transition(
+            RunUpdate("cancel", rid, now, epoch + 1, error=error),
+            (entry(rid, EventType.RUN_CANCELLED, now, epoch + 1, None, _by({"reason": reason}, actor)),),
+            wakes_parent=True,
+        )
+        for rid, epoch in live
+    ]
+
+
+def check_kill_target(run_id: str | None, tenant: str | None) -> None:
+    if (run_id is None) == (tenant is None):
+        raise ValueError("kill_runs takes exactly one of run_id and tenant")
+
+
+def kill(
+    run: RunRecord | None, run_id: str | None, live: Sequence[tuple[str, int]], reason: str, now: float,
+    actor: str | None = None,
+) -> list[Transition]:
+    """The kill switch over ``live`` runs (``(run_id, epoch)``): the tree of
+    ``run_id`` (which must exist) or every live run of a tenant."""
+    if run_id is not None:
+        _found(run, run_id)
+    error = {"type": "Killed", "message": reason}
+    return [
+        Transition(
+            RunUpdate("kill", rid, now, epoch + 1, error=error),
+            (entry(rid, EventType.RUN_KILLED, now, epoch + 1, None, _by({"reason": reason}, actor)),),
+            wakes_parent=True,
+        )
+        for rid, epoch in live
+    ]
+
+
+def retry(
+    run: RunRecord | None, run_id: str, last_failed_position: int | None, now: float, actor: str | None = None
+) -> Transition:
+    """A ``failed`` or ``quarantined`` run becomes ``pending`` again; replay
+    resumes before the last failed step (``from_position``)."""
+    run = _found(run, run_id)
+    if run.status not in (RunStatus.FAILED, RunStatus.QUARANTINED):
+        raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only failed or "
+                              "quarantined runs can be retried")
+    detail = _by({"from_position": last_failed_position, "previous_status": run.status.value}, actor)
+    epoch = run.epoch + 1
+    return Transition(RunUpdate("retry", run_id, now, epoch),
+                      (entry(run_id, EventType.RUN_RETRIED, now, epoch, None, detail),))
+
+
+def revive(run: RunRecord | None, run_id: str, now: float, actor: str | None = None) -> Transition:
+    """A ``killed`` or ``halted`` run becomes ``pending`` again."""
+    run = _found(run, run_id)
+    if run.status not in (RunStatus.KILLED, RunStatus.HALTED):
+        raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only killed or halted runs "
+                              "can be revived")
+    epoch = run.epoch + 1
+    detail = _by({"previous_status": run.status.value}, actor)
+    return Transition(RunUpdate("reopen", run_id, now, epoch),
+                      (entry(run_id, EventType.RUN_REVIVED, now, epoch, None, detail),))
+
+
+def set_budget(
+    run: RunRecord | None, run_id: str, budget: dict[str, Any], now: float, actor: str | None = None
+) -> Transition:
+    """New budget limits for a run that is not ``running`` (its holder read
+    the old ones); the epoch stays, a budget suspension ends."""
+    run = _found(run, run_id)
+    if run.status is RunStatus.RUNNING:
+        raise InvalidRunState(f"run {run_id!r} is running; change its budget once it is suspended")
+    detail = _by({"budget": budget}, actor)
+    return Transition(RunUpdate("set_budget", run_id, now, run.epoch, budget=budget),
+                      (entry(run_id, EventType.RUN_BUDGET_CHANGED, now, run.epoch, None, detail),))
+
+
+def resolve_operation(
+    run: RunRecord | None,
+    run_id: str,
+    position: int,
+    done: bool,
+    result: Payload | None,
+    detail: dict[str, Any],
+    now: float,
+    actor: str | None = None,
+) -> Transition:
+    """An operator settles the uncertain operation at ``position`` of a
+    ``needs_attention`` run, which becomes ``pending``: done (a
+    ``step.completed`` holding ``result``) or not (``op.resolved``: execute
+    again)."""
+    run = _found(run, run_id)
+    if run.status is not RunStatus.NEEDS_ATTENTION:
+        raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only runs that need "
+                              "attention have operations to resolve")
+    epoch = run.epoch + 1
+    kind, name = detail.get("step_kind", "tool"), detail.get("name")
+    if done:
+        resolved = HistoryEvent(
+            run_id=run_id, seq=0, event=EventType.STEP_COMPLETED, at=now, epoch=epoch, position=position,
+            step_kind=kind, name=name, payload=result,
+            detail=_by({"resolved_by": "operator", **detail}, actor),
+        )
+    else:
+        resolved = HistoryEvent(
+            run_id=run_id, seq=0, event=EventType.OP_RESOLVED, at=now, epoch=epoch, position=position,
+            step_kind=kind, name=name, detail=_by({"position": position, "done": False, **detail}, actor),
+        )
+    return Transition(RunUpdate("reopen", run_id, now, epoch), (resolved,))
+
+
+# -- pruning -------------------------------------------------------------------------------
+
+
+def prune_statuses(statuses: Collection[RunStatus] | None) -> frozenset[RunStatus]:
+    """The statuses ``prune_runs`` may delete: ``statuses`` (default
+    ``DEFAULT_PRUNE_STATUSES``), checked to be terminal."""
+    chosen = frozenset(RunStatus(s) for s in (DEFAULT_PRUNE_STATUSES if statuses is None else statuses))
+    live = sorted(s.value for s in chosen if not s.terminal)
+    if live:
+        raise ValueError(f"only finished runs can be pruned, not {', '.join(live)} ones")
+    return chosen
+
+
+def check_prune_limit(limit: int) -> None:
+    if limit < 1:
+        raise ValueError(f"prune limit must be at least 1, not {limit}")
+
+
+def choose_trees(
+    roots: Sequence[str],
+    trees: Mapping[str, Sequence[tuple[str, str, float]]],
+    statuses: Collection[RunStatus],
+    older_than: float,
+    limit: int,
+    chosen: list[str],
+) -> bool:
+    """Add to ``chosen`` the runs ``prune_runs`` deletes from candidate
+    ``roots`` (oldest first; ``trees`` maps each to its tree as
+    ``(run_id, status, updated_at)`` rows); return whether the batch is full,
+    that is whether later roots must not be looked at.
+
+    A tree qualifies when every run in it has one of ``statuses`` and
+    ``updated_at < older_than``. Trees are taken whole, in order, while they
+    fit in ``limit`` runs; the first qualifying tree is always taken, so a
+    tree larger than the limit is still pruned (alone) and pruning always
+    makes progress.
+    """
+    allowed = {s.value for s in statuses}
+    for root in roots:
+        tree = trees.get(root, ())
+        if not tree or not all(str(status) in allowed and at < older_than for _, status, at in tree):
+            continue
+        if chosen and len(chosen) + len(tree) > limit:
+            return True
+        chosen.extend(run_id for run_id, _, _ in tree)
+        if len(chosen) >= limit:
+            return True
+    return False
+
+
+#: A candidate root as ``select_prune_roots`` reads it: ``(run_id, updated_at)``.
+RootRow = tuple[str, float]
+#: Trees as ``select_trees`` reads them: root -> ``(run_id, status, updated_at)`` rows.
+Trees = Mapping[str, Sequence[tuple[str, str, float]]]
+
+
+def prune_page_size(limit: int) -> int:
+    """Rows read per query while pruning: enough for a batch of ``limit``
+    single-run trees, bounded so a huge limit (a dry run counting
+    everything) does not read the whole table at once."""
+    return min(max(limit, 64), 1000)
+
+
+def select_prunable(
+    roots_after: Callable[[float | None, str, int], Sequence[RootRow]],
+    trees_of: Callable[[Sequence[str]], Trees],
+    statuses: Collection[RunStatus],
+    older_than: float,
+    limit: int,
+) -> tuple[list[str], list[str]]:
+    """The roots and the runs ``prune_runs`` deletes now: whole qualifying
+    trees, oldest root first, about ``limit`` runs (``choose_trees``).
+    ``roots_after(at, run_id, page)`` reads the next page of candidate roots
+    after that keyset (``None``: from the start), ``trees_of(roots)`` their
+    trees: the walk is the same in every dialect, only the reads differ."""
+    chosen: list[str] = []
+    taken_roots: list[str] = []
+    after: tuple[float | None, str] = (None, "")
+    page = prune_page_size(limit)
+    while True:
+        rows = roots_after(after[0], after[1], page)
+        if not rows:
+            break
+        after = (rows[-1][1], rows[-1][0])
+        roots = [row[0] for row in rows]
+        before = len(chosen)
+        full = choose_trees(roots, trees_of(roots), statuses, older_than, limit, chosen)
+        taken = set(chosen[before:])
+        taken_roots += [root for root in roots if root in taken]
+        if full or len(rows) < page:
+            break
+    return taken_roots, chosen

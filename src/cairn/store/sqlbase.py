@@ -1,0 +1,129 @@
+"""What the SQL backends share: the operator transitions, written once over a
+few dialect primitives.
+
+Every operator transition is the same three moves in every dialect: read the
+rows it decides on while holding them, let ``lifecycle`` decide, apply the
+outcome. The moves are written here once; a dialect (``SQLiteStore``,
+``PostgresStore``) supplies only how to hold and read rows in one write
+transaction (``_operate``, ``_held_run``, ``_held_tree``, ...) and how to
+apply a ``lifecycle.Transition`` (``_apply``). What "holding" means is the
+dialect's business: the SQLite write lock, PostgreSQL ``FOR UPDATE`` locks.
+The per-step hot paths (fenced append, finish, claims) stay in the dialects,
+each tuned to its database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from cairn.store import lifecycle as lc
+from cairn.store.records import Payload, RunRecord
+
+Tx = TypeVar("Tx")
+T = TypeVar("T")
+
+
+class SQLStore(Generic[Tx]):
+    """The operator transitions of ``contract.Store`` over a dialect's
+    primitives; ``Tx`` is the dialect's transaction handle."""
+
+    clock: Callable[[], float]
+
+    # -- dialect primitives -------------------------------------------------------
+
+    def _operate(self, body: Callable[[Tx], T]) -> T:
+        """Run ``body`` in one write transaction that commits durably (an
+        operator's decision survives whatever crashes next)."""
+        raise NotImplementedError
+
+    def _held_run(self, tx: Tx, run_id: str) -> RunRecord | None:
+        """The run, held until the transaction ends (``None``: no such run)."""
+        raise NotImplementedError
+
+    def _held_tree(self, tx: Tx, run_id: str) -> list[tuple[str, int]]:
+        """``(run_id, epoch)`` of the non-terminal runs of ``run_id``'s tree
+        (itself included), each held."""
+        raise NotImplementedError
+
+    def _held_of_tenant(self, tx: Tx, tenant: str) -> list[tuple[str, int]]:
+        """``(run_id, epoch)`` of the tenant's non-terminal runs, each held."""
+        raise NotImplementedError
+
+    def _last_failed_position(self, tx: Tx, run_id: str) -> int | None:
+        """The position of the run's last ``step.failed`` entry."""
+        raise NotImplementedError
+
+    def _read_run(self, tx: Tx, run_id: str) -> RunRecord | None:
+        raise NotImplementedError
+
+    def _apply(self, tx: Tx, transition: lc.Transition) -> RunRecord:
+        """Apply ``transition`` to its held run; the run as it is after it."""
+        raise NotImplementedError
+
+    # -- the operator transitions, once -------------------------------------------
+
+    def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
+        now = self.clock()
+
+        def body(tx: Tx) -> RunRecord:
+            run = self._held_run(tx, run_id)
+            live = self._held_tree(tx, run_id) if run is not None else []
+            for transition in lc.cancel(run, run_id, live, reason, now, actor):
+                self._apply(tx, transition)
+            record = self._read_run(tx, run_id)
+            assert record is not None
+            return record
+
+        return self._operate(body)
+
+    def kill_runs(
+        self, reason: str, *, run_id: str | None = None, tenant: str | None = None, actor: str | None = None
+    ) -> list[RunRecord]:
+        lc.check_kill_target(run_id, tenant)
+        now = self.clock()
+
+        def body(tx: Tx) -> list[RunRecord]:
+            run = None
+            if run_id is not None:
+                run = self._held_run(tx, run_id)
+                live = self._held_tree(tx, run_id) if run is not None else []
+            else:
+                assert tenant is not None
+                live = self._held_of_tenant(tx, tenant)
+            return [self._apply(tx, t) for t in lc.kill(run, run_id, live, reason, now, actor)]
+
+        return self._operate(body)
+
+    def retry_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
+        now = self.clock()
+
+        def body(tx: Tx) -> RunRecord:
+            run = self._held_run(tx, run_id)
+            position = self._last_failed_position(tx, run_id) if run is not None else None
+            return self._apply(tx, lc.retry(run, run_id, position, now, actor))
+
+        return self._operate(body)
+
+    def resolve_operation(
+        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any],
+        *, actor: str | None = None,
+    ) -> RunRecord:
+        now = self.clock()
+
+        def body(tx: Tx) -> RunRecord:
+            run = self._held_run(tx, run_id)
+            return self._apply(tx, lc.resolve_operation(run, run_id, position, done, result, detail, now,
+                                                        actor))
+
+        return self._operate(body)
+
+    def revive_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
+        now = self.clock()
+        return self._operate(lambda tx: self._apply(tx, lc.revive(self._held_run(tx, run_id), run_id, now,
+                                                                  actor)))
+
+    def set_budget(self, run_id: str, budget: dict[str, Any], *, actor: str | None = None) -> RunRecord:
+        now = self.clock()
+        return self._operate(lambda tx: self._apply(tx, lc.set_budget(self._held_run(tx, run_id), run_id,
+                                                                      budget, now, actor)))
