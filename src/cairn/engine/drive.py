@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from cairn.errors import ToolTimeout
 
@@ -62,11 +63,16 @@ def run_sync(protocol: Protocol[T]) -> T:
         request = next(protocol)
         while True:
             try:
-                value = _call_sync(request)
+                if request.timeout is None:
+                    value = request.fn(*request.args, **request.kwargs)
+                else:
+                    value = _sync_with_timeout(request)
             except Exception as exc:
                 request = protocol.throw(exc)
-            else:
-                request = protocol.send(value)
+                continue
+            if inspect.isawaitable(value):
+                _misuse(request, value)
+            request = protocol.send(value)
     except StopIteration as stop:
         result: T = stop.value
         return result
@@ -76,12 +82,15 @@ def run_sync(protocol: Protocol[T]) -> T:
 
 async def run_async(protocol: Protocol[T]) -> T:
     """Run ``protocol`` to its end, calling each requested function and
-    awaiting its result when it is awaitable."""
+    awaiting its result when it is awaitable (a plain function's result is
+    used as it is: a sync tool or reconciler serves an async workflow)."""
     try:
         request = next(protocol)
         while True:
             try:
-                value = await _call_async(request)
+                value = request.fn(*request.args, **request.kwargs)
+                if inspect.isawaitable(value):
+                    value = await _bounded(value, request)
             except Exception as exc:
                 request = protocol.throw(exc)
             else:
@@ -93,27 +102,20 @@ async def run_async(protocol: Protocol[T]) -> T:
         protocol.close()
 
 
-def _call_sync(request: Invoke) -> Any:
-    if request.timeout is None:
-        value = request.fn(*request.args, **request.kwargs)
-    else:
-        value = _sync_with_timeout(request)
-    if inspect.isawaitable(value):
-        if inspect.iscoroutine(value):
-            value.close()  # never started: no "never awaited" warning
-        raise TypeError(f"{request.what} returned an awaitable in a sync workflow: make it sync, "
-                        "or make the workflow async")
-    return value
+def _misuse(request: Invoke, value: Any) -> NoReturn:
+    """A sync call that returned an awaitable is a programming error, not a
+    failure of the call: it is raised past the protocol, never journaled."""
+    if inspect.iscoroutine(value):
+        value.close()  # never started: no "never awaited" warning
+    raise TypeError(f"{request.what} is async but was called from a sync workflow or tool: make it sync, "
+                    "or make the workflow async")
 
 
-async def _call_async(request: Invoke) -> Any:
-    value = request.fn(*request.args, **request.kwargs)
-    if not inspect.isawaitable(value):
-        return value
+async def _bounded(awaitable: Awaitable[Any], request: Invoke) -> Any:
     if request.timeout is None:
-        return await value
+        return await awaitable
     try:
-        return await asyncio.wait_for(value, request.timeout)
+        return await asyncio.wait_for(awaitable, request.timeout)
     except TimeoutError:
         raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
 
@@ -122,8 +124,10 @@ def _sync_with_timeout(request: Invoke) -> Any:
     """Python cannot stop a thread: on timeout the body may still finish
     later, which is why a timeout means "may have happened"."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cairn-call")
+    context = contextvars.copy_context()  # so the body sees step_info() and its execution
     try:
-        return pool.submit(request.fn, *request.args, **request.kwargs).result(timeout=request.timeout)
+        future = pool.submit(context.run, request.fn, *request.args, **request.kwargs)
+        return future.result(timeout=request.timeout)
     except concurrent.futures.TimeoutError:
         raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
     finally:

@@ -17,12 +17,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cairn.codec import values
 from cairn.engine.budget import Budget
+from cairn.engine.definitions import WorkflowDef
 from cairn.engine.journal import Journal
-from cairn.engine.retry import RetryPolicy
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
 from cairn.errors import (
@@ -32,7 +32,11 @@ from cairn.errors import (
     StepFailed,
     StoreError,
 )
-from cairn.store.records import Claim, EventType, HistoryEvent, NewRun, Payload, RunStatus
+from cairn.retry import RetryPolicy
+from cairn.store.records import Claim, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from cairn.engine.modelcalls import ModelLog
 
 #: The execution whose workflow code is running in this context.
 CURRENT: contextvars.ContextVar[Execution] = contextvars.ContextVar("cairn_execution")
@@ -97,6 +101,8 @@ class Execution:
         self.position = 0
         #: set from other threads (heartbeat, drain, cancel); checked at each boundary
         self.stop_reason: str | None = None
+        #: what this run's model calls journaled, built on its first live model call
+        self.model_log: ModelLog | None = None
 
     # -- history -------------------------------------------------------------
 
@@ -106,15 +112,43 @@ class Execution:
             worker=self.worker, **fields,
         )
 
-    def start_child(self, event: HistoryEvent, child: NewRun) -> None:
-        """Record the child's start in this run's journal and create it, in
-        one fenced transaction."""
+    def start_child(
+        self, call: Call, definition: WorkflowDef, arguments: Any, child_id: str, *, queue: str,
+        priority: int,
+    ) -> None:
+        """Record the start of child run ``child_id`` as the outcome of
+        ``call`` and create the child, in one fenced transaction (so a crash
+        leaves both or neither, and replay never starts a second child)."""
+        payloads = self.runtime.payloads
+        input_payload, _ = payloads.dump(arguments)
+        result_payload, _ = payloads.dump(child_id)
+        event = self.entry(
+            EventType.STEP_COMPLETED, position=call.position, step_kind="child", name=definition.name,
+            input_hash=call.input_hash, attempt=1, started_at=call.started_at, payload=result_payload,
+        )
+        run = self.run
+        child = NewRun(
+            run_id=child_id, workflow=definition.name, workflow_version=definition.version,
+            tenant=run.tenant, thread_id=run.thread_id, input=input_payload, parent_run_id=self.run_id,
+            queue=queue, priority=priority,
+        )
         try:
             self.store.start_child(self.run_id, self.epoch, event, child)
         except INFRASTRUCTURE_ERRORS as exc:
             raise Abandon(f"cannot start child run {child.run_id}: {exc}") from exc
         self.seq += 1
         self.journal.record(event)
+
+    def child_failed(self, call: Call, child: RunRecord) -> NoReturn:
+        """Record that the child run awaited by ``call`` ended without a
+        result, and raise ``ChildFailed`` (replay raises it again from the record)."""
+        message = (child.error or {}).get("message", child.status.value)
+        self.append(self.entry(
+            EventType.STEP_FAILED, position=call.position, step_kind="wait", name=child.run_id,
+            attempt=1, started_at=call.started_at,
+            detail={"error": {"type": "ChildFailed", "status": child.status.value, "message": message}},
+        ))
+        raise ChildFailed(child.run_id, child.status.value, message)
 
     def append(self, event: HistoryEvent, *, barrier: bool = False) -> None:
         """Append one entry, fenced; ``barrier`` makes it (and all before it)
