@@ -29,7 +29,6 @@ import concurrent.futures
 import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from cairn.errors import ToolTimeout
@@ -37,7 +36,6 @@ from cairn.errors import ToolTimeout
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
 class Invoke:
     """A request from a protocol to its driver: call ``fn(*args, **kwargs)``
     and send back what it returns (awaited, under ``run_async``).
@@ -45,20 +43,44 @@ class Invoke:
     ``timeout`` bounds the call; on expiry the driver throws ``ToolTimeout``
     naming ``what``. A sync call cannot be stopped, so its thread may still
     finish later: a protocol must treat a timeout as "may have happened".
+
+    A plain slotted class, not a frozen dataclass, built with positional
+    arguments: one is built per journaled call, and a frozen dataclass or
+    keyword arguments cost several times as much.
     """
 
-    fn: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    timeout: float | None = None
-    what: str = "call"
+    __slots__ = ("args", "fn", "kwargs", "timeout", "what")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        what: str = "call",
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs: dict[str, Any] = _NO_KWARGS if kwargs is None else kwargs
+        self.timeout = timeout
+        self.what = what
+
+
+_NO_KWARGS: dict[str, Any] = {}
 
 
 Protocol = Generator[Invoke, Any, T]
 
 
 def run_sync(protocol: Protocol[T]) -> T:
-    """Run ``protocol`` to its end, calling each requested function here."""
+    """Run ``protocol`` to its end, calling each requested function here.
+
+    This is on the path of every journaled step, so it is written for speed:
+    no work beyond the calls on the common path, and the protocol is closed
+    explicitly only when something (``Suspend``, ``LeaseLost``, a misuse)
+    escapes it, so its ``finally`` blocks run at once, not at collection.
+    """
+    send = protocol.send
     try:
         request = next(protocol)
         while True:
@@ -70,14 +92,19 @@ def run_sync(protocol: Protocol[T]) -> T:
             except Exception as exc:
                 request = protocol.throw(exc)
                 continue
-            if inspect.isawaitable(value):
+            if type(value) not in _PLAIN and (hasattr(value, "__await__") or inspect.iscoroutine(value)):
                 _misuse(request, value)
-            request = protocol.send(value)
+            request = send(value)
     except StopIteration as stop:
         result: T = stop.value
         return result
-    finally:
+    except BaseException:
         protocol.close()
+        raise
+
+
+#: Result types that are never awaitable: skips the check on the hot path.
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes, dict, list, tuple})
 
 
 async def run_async(protocol: Protocol[T]) -> T:
@@ -98,8 +125,9 @@ async def run_async(protocol: Protocol[T]) -> T:
     except StopIteration as stop:
         result: T = stop.value
         return result
-    finally:
+    except BaseException:
         protocol.close()
+        raise
 
 
 def _misuse(request: Invoke, value: Any) -> NoReturn:

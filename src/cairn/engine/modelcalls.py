@@ -231,8 +231,8 @@ def ask(
     ex.check_budget(tool_call=False)
     started = time.perf_counter()
     try:
-        response: ModelResponse = yield Invoke(_complete(client, is_async), (request,),
-                                               what=f"model {client.model_id!r}")
+        response: ModelResponse = yield Invoke(_complete(client, is_async), (request,), None, None,
+                                               f"model {client.model_id!r}")
     except Exception as exc:
         ex.fail_by_policy(call, exc, retry or NO_RETRY)
     latency_ms = (time.perf_counter() - started) * 1000

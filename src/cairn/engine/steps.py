@@ -66,13 +66,14 @@ class Step(Generic[P, R]):
     def __init__(self, definition: StepDef) -> None:
         self.definition = definition
         functools.update_wrapper(self, definition.fn)
+        self._what = f"step {definition.name!r}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         execution = current()
         if execution is None:
             result: R = self.definition.fn(*args, **kwargs)
             return result
-        protocol = _journaled(execution, self.definition, args, kwargs)
+        protocol = _journaled(execution, self.definition, args, kwargs, self._what)
         if self.definition.is_async:
             return run_async(protocol)  # type: ignore[return-value]
         finished: R = run_sync(protocol)
@@ -80,7 +81,7 @@ class Step(Generic[P, R]):
 
 
 def _journaled(
-    execution: Execution, definition: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any]
+    execution: Execution, definition: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], what: str
 ) -> Protocol[Any]:
     """Replay the step's recorded outcome, or run its body once and record
     what it returned (or its failure, by the step's retry policy)."""
@@ -93,7 +94,7 @@ def _journaled(
     token = STEP_INFO.set(StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, definition.name,
                                    call.position, call.attempt))
     try:
-        value = yield Invoke(definition.fn, args, kwargs, what=f"step {definition.name!r}")
+        value = yield Invoke(definition.fn, args, kwargs, None, what)
     except Exception as exc:
         execution.fail_by_policy(call, exc, definition.retry)
     finally:

@@ -160,6 +160,7 @@ class Tool(Generic[P, R]):
     def __init__(self, definition: ToolDef) -> None:
         self.definition = definition
         functools.update_wrapper(self, definition.fn)
+        self._what = f"tool {definition.name!r}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         execution = current()
@@ -167,7 +168,7 @@ class Tool(Generic[P, R]):
             return self._detached(args, kwargs)  # type: ignore[no-any-return]
         # The position is taken now, at the call (not when an async tool is
         # awaited), so tools started together keep their call order.
-        protocol = _ToolCall(execution, self.definition, args, kwargs).protocol()
+        protocol = _ToolCall(execution, self.definition, args, kwargs, self._what).protocol()
         if self.definition.is_async:
             return run_async(protocol)  # type: ignore[return-value]
         return run_sync(protocol)  # type: ignore[no-any-return]
@@ -191,11 +192,14 @@ class _ToolCall:
     ``asyncio.wait_for``. A sync tool whose reconciler is async is a
     programming error, raised by ``run_sync`` and never journaled."""
 
-    def __init__(self, ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, Any], what: str
+    ) -> None:
         if d.is_async and not ex.is_async:
             raise TypeError(f"async tool {d.name!r} called from a sync workflow")
         self.ex = ex
         self.d = d
+        self.what = what
         self.args = args
         self.kwargs = kwargs
         self.call = ex.begin("tool", d.name, input_hash(args, kwargs))
@@ -221,8 +225,8 @@ class _ToolCall:
             if plan is _RECONCILE:
                 assert self.d.reconcile is not None
                 try:
-                    answer = yield Invoke(self.d.reconcile, (self.op,),
-                                          what=f"reconcile of tool {self.d.name!r}")
+                    answer = yield Invoke(self.d.reconcile, (self.op,), None, None,
+                                          f"reconcile of tool {self.d.name!r}")
                 except Exception as exc:  # a failing reconciler knows nothing: try again later
                     answer = Unknown(f"reconcile raised {type(exc).__qualname__}: {exc}")
                 plan = self._reconciled(answer)
@@ -230,8 +234,7 @@ class _ToolCall:
             # _EXECUTE (first attempt, or reconciliation found nothing: same key)
             token = STEP_INFO.set(self._info())
             try:
-                value = yield Invoke(self.d.fn, self._body_args(), self.kwargs, timeout=self.d.timeout,
-                                     what=f"tool {self.d.name!r}")
+                value = yield Invoke(self.d.fn, self._body_args(), self.kwargs, self.d.timeout, self.what)
             except Exception as exc:
                 plan = self._failed(exc)
                 continue
