@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -63,6 +64,10 @@ class ModelEntry(msgspec.Struct, frozen=True, omit_defaults=True):
     response: ModelResponse
     latency_ms: float
     blobs: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+
+
+#: How many recent requests a new one is compared with for a shared prefix.
+_RECENT = 16
 
 
 def content_ref(data: bytes) -> str:
@@ -106,8 +111,11 @@ class ModelLog:
         return tuple(refs)
 
     def _longest_prefix(self, refs: tuple[str, ...]) -> tuple[str | None, int]:
+        """The recent request sharing the longest prefix with ``refs``. Only
+        the latest few are compared, so a long loop costs no more per call;
+        a missed older prefix costs digests, never correctness."""
         best: tuple[str | None, int] = (None, 0)
-        for list_id, known in reversed(self._lists.items()):
+        for list_id, known in itertools.islice(reversed(self._lists.items()), _RECENT):
             n = 0
             for a, b in zip(known, refs, strict=False):
                 if a != b:
