@@ -7,12 +7,12 @@ work.
 
 from cairn.api.app import App
 from cairn.api.handles import RunHandle
+from cairn.api.workflow import Workflow
 from cairn.engine.budget import Budget
 from cairn.engine.context import ChildHandle, Context
 from cairn.engine.execution import operation_id
 from cairn.engine.steps import Step, StepInfo, step_info
 from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
-from cairn.engine.workflow import Workflow
 from cairn.errors import (
     CairnError,
     ChildFailed,
