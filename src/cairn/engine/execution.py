@@ -9,13 +9,11 @@ failed write never leaves a gap.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import hashlib
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -227,8 +225,12 @@ class Execution:
             raise StepFailed(call.name, error.get("type", "Error"), error.get("message", ""), call.attempt)
         if recorded.payload is None:
             return None
-        with self._infrastructure(f"load the result at position {call.position}"):
-            return self.runtime.payloads.load(recorded.payload, result_type, what=self._what(call))
+        try:
+            raw = self.runtime.payloads.raw(recorded.payload, what=self._what(call))
+        except INFRASTRUCTURE_ERRORS as exc:
+            where = f"position {call.position} of run {self.run_id}"
+            raise Abandon(f"cannot load the result at {where}: {exc}") from exc
+        return values.decode(raw, result_type, what=lambda: self._what(call))
 
     def complete_call(
         self, call: Call, value: Any, result_type: Any, detail: dict[str, Any] | None = None
@@ -236,10 +238,13 @@ class Execution:
         """Record ``value`` as the outcome of ``call`` and return it *as replay
         will see it* (decoded from the recorded bytes), so the first run and
         every replay observe the very same value."""
-        with self._infrastructure(f"store the result at position {call.position}"):
+        try:
             payload, raw = self.runtime.payloads.dump(value)
+        except INFRASTRUCTURE_ERRORS as exc:  # an artifact could not be stored
+            where = f"position {call.position} of run {self.run_id}"
+            raise Abandon(f"cannot store the result at {where}: {exc}") from exc
         self.record_outcome(call, payload, detail)
-        return values.decode(raw, result_type, what=self._what(call))
+        return values.decode(raw, result_type, what=lambda: self._what(call))
 
     def record_outcome(
         self, call: Call, payload: Payload | None, detail: dict[str, Any] | None = None
@@ -287,14 +292,6 @@ class Execution:
         exceeded = budget.exceeded(self.journal.usage, time.time() - self.run.created_at, tool_call=tool_call)
         if exceeded is not None:
             raise Suspend("budget_exceeded", detail=exceeded)
-
-    @contextlib.contextmanager
-    def _infrastructure(self, doing: str) -> Iterator[None]:
-        """Turn a database failure while trying to ``doing`` into ``Abandon``."""
-        try:
-            yield
-        except INFRASTRUCTURE_ERRORS as exc:
-            raise Abandon(f"cannot {doing} of run {self.run_id}: {exc}") from exc
 
     def _what(self, call: Call) -> str:
         return f"result of {call.kind} {call.name!r} at position {call.position} of run {self.run_id!r}"

@@ -18,6 +18,7 @@ from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import Execution, current, operation_id
 from cairn.errors import CairnError, PayloadError
 from cairn.faults import fault_point
+from cairn.store.records import RunRecord
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -45,15 +46,19 @@ class StepInfo:
         return operation_id(self.run_id, self.position)
 
 
-STEP_INFO: contextvars.ContextVar[StepInfo] = contextvars.ContextVar("cairn_step")
+#: Where the running step body is: (run, step name, position, attempt). A
+#: plain tuple, turned into a ``StepInfo`` only when a body asks for it: a
+#: frozen dataclass per journaled call would cost more than the driver.
+STEP_INFO: contextvars.ContextVar[tuple[RunRecord, str, int, int]] = contextvars.ContextVar("cairn_step")
 
 
 def step_info() -> StepInfo:
     """Identity of the step whose body is running; error outside a step."""
-    info = STEP_INFO.get(None)
-    if info is None:
+    where = STEP_INFO.get(None)
+    if where is None:
         raise CairnError("step_info() is only available inside a step body")
-    return info
+    run, name, position, attempt = where
+    return StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, name, position, attempt)
 
 
 class Step(Generic[P, R]):
@@ -90,9 +95,7 @@ def _journaled(
     call = execution.begin("step", definition.name, input_hash(args, kwargs))
     if call.recorded is not None:
         return execution.replay(call, definition.result_type)
-    run = execution.run
-    token = STEP_INFO.set(StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, definition.name,
-                                   call.position, call.attempt))
+    token = STEP_INFO.set((execution.run, definition.name, call.position, call.attempt))
     try:
         value = yield Invoke(definition.fn, args, kwargs, None, what)
     except Exception as exc:

@@ -34,7 +34,7 @@ from cairn.engine.definitions import hints_of
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import Execution, current, operation_id
 from cairn.engine.signals import Suspend
-from cairn.engine.steps import STEP_INFO, StepInfo, input_hash
+from cairn.engine.steps import STEP_INFO, input_hash
 from cairn.errors import (
     EffectNotApplied,
     PayloadError,
@@ -232,7 +232,7 @@ class _ToolCall:
                 plan = self._reconciled(answer)
                 continue
             # _EXECUTE (first attempt, or reconciliation found nothing: same key)
-            token = STEP_INFO.set(self._info())
+            token = STEP_INFO.set((self.ex.run, self.d.name, self.call.position, self.call.attempt))
             try:
                 value = yield Invoke(self.d.fn, self._body_args(), self.kwargs, self.d.timeout, self.what)
             except Exception as exc:
@@ -342,11 +342,6 @@ class _ToolCall:
         raise Suspend("needs_attention", status=RunStatus.NEEDS_ATTENTION, detail=detail)
 
     # -- executing the body ------------------------------------------------------------
-
-    def _info(self) -> StepInfo:
-        run = self.ex.run
-        return StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, self.d.name,
-                        self.call.position, self.call.attempt)
 
     def _body_args(self) -> tuple[Any, ...]:
         return (self.operation, *self.args) if self.d.wants_operation else self.args
