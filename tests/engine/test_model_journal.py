@@ -215,3 +215,25 @@ def test_entries_in_the_previous_format_are_replayed_and_referenced(app: cairn.A
                                                     Message(role="user", content="and now?"))
     new_question = values.encode(Message(role="user", content="and now?"))
     assert list(stored_entry(app, second).blobs) == [modelcalls.content_ref(new_question)]
+
+
+def test_an_async_workflow_asks_a_client_without_acomplete_in_a_thread(app: cairn.App) -> None:
+    import threading
+
+    threads: list[str] = []
+
+    def policy(request: ModelRequest, n: int) -> Message:
+        threads.append(threading.current_thread().name)
+        return Message(role="assistant", content=f"answer {n}")
+
+    model = Kind("sync").scripted(policy)  # no acomplete
+
+    @app.workflow(name="asks")
+    async def asks(ctx: cairn.Context) -> str:
+        reply = await ctx.model_async(model, [Message(role="user", content="hi")])
+        ctx.sleep(0.01)  # the second pass replays the recorded answer
+        return reply.message.content or ""
+
+    assert app.run(asks, run_id="thread") == "answer 0"
+    assert len(threads) == 1
+    assert threads[0] != threading.current_thread().name  # the loop was never blocked by the client
