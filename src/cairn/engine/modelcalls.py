@@ -169,8 +169,9 @@ class ModelLog:
         return tuple(refs)
 
     def _remember(self, refs: tuple[str, ...], response: ModelResponse) -> None:
-        self._lists.pop(_list_id(refs), None)  # re-insert: newest last
-        self._lists[_list_id(refs)] = refs
+        list_id = _list_id(refs)
+        self._lists.pop(list_id, None)  # re-insert: newest last
+        self._lists[list_id] = refs
         self._refs_of((response.message,))
 
     def _load(self, ref: str, type_: Any, what: str) -> Any:
