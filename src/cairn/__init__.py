@@ -6,12 +6,11 @@ work.
 """
 
 from cairn.api.app import App
-from cairn.api.context import ChildHandle, Context
 from cairn.api.handles import RunHandle
 from cairn.api.workflow import Workflow
 from cairn.engine.budget import Budget
+from cairn.engine.context import ChildHandle, Context
 from cairn.engine.execution import operation_id
-from cairn.engine.retry import RetryableError, RetryPolicy, TerminalError
 from cairn.engine.steps import Step, StepInfo, step_info
 from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
 from cairn.errors import (
@@ -30,6 +29,7 @@ from cairn.errors import (
     ToolResultInvalid,
     ToolTimeout,
 )
+from cairn.retry import RetryableError, RetryPolicy, TerminalError
 from cairn.store.admission import QueueLimits, QueueStats, Rate
 from cairn.store.records import Durability, EventType, HistoryEvent, RunRecord, RunStatus
 

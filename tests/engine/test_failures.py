@@ -9,6 +9,7 @@ import pytest
 import cairn
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls, execute_once
+from tests.engine.kinds import Flow, Kind, both
 
 
 def test_nondeterminism_fails_the_run_and_overwrites_nothing(app: cairn.App) -> None:
@@ -66,17 +67,20 @@ def test_changed_step_arguments_are_detected(app: cairn.App) -> None:
         app.resume("ar")
 
 
-def test_retries_wait_durably_then_succeed(app: cairn.App, calls: Calls) -> None:
-    @app.step(retry=cairn.RetryPolicy(max_attempts=4, initial_delay=0.05, backoff=2.0, jitter=0.0))
-    def flaky() -> str:
+@both
+def test_retries_wait_durably_then_succeed(app: cairn.App, kind: Kind, calls: Calls) -> None:
+    def flaky_body() -> str:
         calls.hit("flaky")
         if calls["flaky"] < 3:
             raise TimeoutError("upstream slow")
         return "ok"
 
-    @app.workflow(name="r")
-    def r(ctx: cairn.Context) -> str:
-        return flaky()
+    policy = cairn.RetryPolicy(max_attempts=4, initial_delay=0.05, backoff=2.0, jitter=0.0)
+    flaky = app.step(name="flaky", retry=policy)(kind.fn(flaky_body))
+
+    @kind.workflow(app, "r")
+    def r(ctx: cairn.Context) -> Flow[str]:
+        return (yield flaky())
 
     started = time.monotonic()
     assert app.run(r, run_id="rt") == "ok"
@@ -90,15 +94,18 @@ def test_retries_wait_durably_then_succeed(app: cairn.App, calls: Calls) -> None
     assert sum(e.event is EventType.RUN_WOKEN for e in history) == 2
 
 
-def test_terminal_errors_are_not_retried(app: cairn.App, calls: Calls) -> None:
-    @app.step(retry=cairn.RetryPolicy(max_attempts=5, initial_delay=0.0, no_retry_on=(ValueError,)))
-    def bad() -> None:
+@both
+def test_terminal_errors_are_not_retried(app: cairn.App, kind: Kind, calls: Calls) -> None:
+    def bad_body() -> None:
         calls.hit("bad")
         raise ValueError("invalid account")
 
-    @app.workflow(name="t")
-    def t(ctx: cairn.Context) -> None:
-        bad()
+    policy = cairn.RetryPolicy(max_attempts=5, initial_delay=0.0, no_retry_on=(ValueError,))
+    bad = app.step(name="bad", retry=policy)(kind.fn(bad_body))
+
+    @kind.workflow(app, "t")
+    def t(ctx: cairn.Context) -> Flow[None]:
+        yield bad()
 
     with pytest.raises(cairn.RunFailed, match="invalid account"):
         app.run(t, run_id="te")
@@ -114,16 +121,21 @@ def test_terminal_errors_are_not_retried(app: cairn.App, calls: Calls) -> None:
     assert run.error["step"].endswith("bad")
 
 
-def test_exhausted_retries_raise_step_failed_inside_the_workflow(app: cairn.App, calls: Calls) -> None:
-    @app.step(retry=cairn.RetryPolicy(max_attempts=2, initial_delay=0.0, jitter=0.0))
-    def down() -> None:
+@both
+def test_exhausted_retries_raise_step_failed_inside_the_workflow(
+    app: cairn.App, kind: Kind, calls: Calls
+) -> None:
+    def down_body() -> None:
         calls.hit("down")
         raise ConnectionError("refused")
 
-    @app.workflow(name="handled")
-    def handled(ctx: cairn.Context) -> str:
+    down = app.step(name="down", retry=cairn.RetryPolicy(max_attempts=2, initial_delay=0.0, jitter=0.0))(
+        kind.fn(down_body))
+
+    @kind.workflow(app, "handled")
+    def handled(ctx: cairn.Context) -> Flow[str]:
         try:
-            down()
+            yield down()
         except cairn.StepFailed as failure:
             return f"fallback after {failure.attempts}: {failure.error_type}"
         return "unreachable"
@@ -136,16 +148,18 @@ def test_exhausted_retries_raise_step_failed_inside_the_workflow(app: cairn.App,
     ]
 
 
-def test_recorded_step_failure_is_raised_again_on_replay(app: cairn.App, calls: Calls) -> None:
-    @app.step()
-    def down() -> None:
+@both
+def test_recorded_step_failure_is_raised_again_on_replay(app: cairn.App, kind: Kind, calls: Calls) -> None:
+    def down_body() -> None:
         calls.hit("down")
         raise ConnectionError("refused")
 
-    @app.workflow(name="replayed_failure")
-    def replayed_failure(ctx: cairn.Context) -> str:
+    down = app.step(name="down")(kind.fn(down_body))
+
+    @kind.workflow(app, "replayed_failure")
+    def replayed_failure(ctx: cairn.Context) -> Flow[str]:
         try:
-            down()
+            yield down()
         except cairn.StepFailed as failure:
             outcome = failure.error_type
         ctx.sleep(0.05)

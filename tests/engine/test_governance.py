@@ -8,9 +8,10 @@ import time
 import pytest
 
 import cairn
-from cairn.models import Message, ModelRequest, ScriptedModel, ToolCall
+from cairn.models import Message, ModelRequest, ToolCall
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls, execute_once
+from tests.engine.kinds import Flow, Kind, both
 
 
 def transfer_policy(request: ModelRequest, n: int) -> Message:
@@ -19,20 +20,22 @@ def transfer_policy(request: ModelRequest, n: int) -> Message:
     return Message(role="assistant", tool_calls=(call,))
 
 
-def test_model_decision_is_recorded_and_replayed(app: cairn.App, calls: Calls) -> None:
-    model = ScriptedModel(transfer_policy)
+@both
+def test_model_decision_is_recorded_and_replayed(app: cairn.App, kind: Kind, calls: Calls) -> None:
+    model = kind.scripted(transfer_policy)
 
-    @app.tool(effect="idempotent")
-    def transfer(op: cairn.Operation, transfer_id: str, amount: int) -> str:
+    def transfer_body(op: cairn.Operation, transfer_id: str, amount: int) -> str:
         calls.hit(transfer_id)
         return transfer_id
 
-    @app.workflow(name="agent")
-    def agent(ctx: cairn.Context) -> str:
-        reply = ctx.model(model, [Message(role="user", content="refund order 7")], temperature=0)
+    transfer = app.tool(name="transfer", effect="idempotent")(kind.fn(transfer_body))
+
+    @kind.workflow(app, "agent")
+    def agent(ctx: cairn.Context) -> Flow[str]:
+        reply = yield kind.model(ctx, model, [Message(role="user", content="refund order 7")], temperature=0)
         args = reply.message.tool_calls[0].parsed_arguments()
         ctx.sleep(0.05)  # the run suspends; the second pass is a replay
-        return transfer(**args)
+        return (yield transfer(**args))
 
     assert app.run(agent, run_id="sem") == "tx-0"
     assert model.calls == 1  # never re-asked: the replay used the recorded decision
@@ -44,13 +47,14 @@ def test_model_decision_is_recorded_and_replayed(app: cairn.App, calls: Calls) -
     assert entry.detail["latency_ms"] >= 0
 
 
-def test_token_budget_suspends_and_resumes_when_raised(app: cairn.App) -> None:
-    model = ScriptedModel(lambda request, n: Message(role="assistant", content="word " * 40))
+@both
+def test_token_budget_suspends_and_resumes_when_raised(app: cairn.App, kind: Kind) -> None:
+    model = kind.scripted(lambda request, n: Message(role="assistant", content="word " * 40))
 
-    @app.workflow(name="chatty")
-    def chatty(ctx: cairn.Context) -> int:
+    @kind.workflow(app, "chatty")
+    def chatty(ctx: cairn.Context) -> Flow[int]:
         for _ in range(3):
-            ctx.model(model, [Message(role="user", content="go")])
+            yield kind.model(ctx, model, [Message(role="user", content="go")])
         return model.calls
 
     app.start(chatty, run_id="b", budget=cairn.Budget(tokens=50))
@@ -67,15 +71,20 @@ def test_token_budget_suspends_and_resumes_when_raised(app: cairn.App) -> None:
     assert app.resume("b") == 3
 
 
-def test_tool_call_budget(app: cairn.App, calls: Calls) -> None:
-    @app.tool(effect="read")
-    def look() -> int:
+@both
+def test_tool_call_budget(app: cairn.App, kind: Kind, calls: Calls) -> None:
+    def look_body() -> int:
         calls.hit("look")
         return 1
 
-    @app.workflow(name="looker")
-    def looker(ctx: cairn.Context) -> int:
-        return sum(look() for _ in range(5))
+    look = app.tool(name="look", effect="read")(kind.fn(look_body))
+
+    @kind.workflow(app, "looker")
+    def looker(ctx: cairn.Context) -> Flow[int]:
+        total = 0
+        for _ in range(5):
+            total += yield look()
+        return total
 
     app.start(looker, run_id="tc", budget=cairn.Budget(tool_calls=2))
     assert execute_once(app, "tc") == "suspended"

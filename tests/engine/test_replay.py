@@ -11,6 +11,7 @@ import pytest
 import cairn
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls
+from tests.engine.kinds import Flow, Kind, both
 
 
 @dataclasses.dataclass
@@ -20,24 +21,26 @@ class Order:
     token: UUID
 
 
-def test_completed_steps_are_replayed_not_rerun(app: cairn.App, calls: Calls) -> None:
+@both
+def test_completed_steps_are_replayed_not_rerun(app: cairn.App, kind: Kind, calls: Calls) -> None:
     crash = {"armed": True}
 
-    @app.step()
-    def add(x: int) -> int:
+    def add_body(x: int) -> int:
         calls.hit(f"add{x}")
         return x + 1
 
-    @app.step()
-    def explode(x: int) -> int:
+    def explode_body(x: int) -> int:
         calls.hit("explode")
         if crash["armed"]:
             raise cairn.TerminalError("boom")
         return x * 10
 
-    @app.workflow(name="wf")
-    def wf(ctx: cairn.Context, start: int) -> int:
-        return explode(add(add(start)))
+    add = app.step(name="add")(kind.fn(add_body))
+    explode = app.step(name="explode")(kind.fn(explode_body))
+
+    @kind.workflow(app, "wf")
+    def wf(ctx: cairn.Context, start: int) -> Flow[int]:
+        return (yield explode((yield add((yield add(start))))))
 
     with pytest.raises(cairn.RunFailed):
         app.run(wf, 1, run_id="r1")
@@ -49,16 +52,18 @@ def test_completed_steps_are_replayed_not_rerun(app: cairn.App, calls: Calls) ->
     assert calls.counts == {"add1": 1, "add2": 1, "explode": 2}
 
 
-def test_replay_returns_the_same_types_as_the_first_run(app: cairn.App) -> None:
+@both
+def test_replay_returns_the_same_types_as_the_first_run(app: cairn.App, kind: Kind) -> None:
     seen: list[Order] = []
 
-    @app.step()
-    def make(ctx_now: datetime, token: UUID) -> Order:
+    def make_body(ctx_now: datetime, token: UUID) -> Order:
         return Order(7, ctx_now, token)
 
-    @app.workflow(name="typed")
-    def typed(ctx: cairn.Context) -> str:
-        order = make(ctx.now(), ctx.uuid())
+    make = app.step(name="make")(kind.fn(make_body))
+
+    @kind.workflow(app, "typed")
+    def typed(ctx: cairn.Context) -> Flow[str]:
+        order = yield make(ctx.now(), ctx.uuid())
         seen.append(order)
         ctx.sleep(0)  # forces a suspension, so the second pass is a replay
         return f"{order.order_id}:{order.token}"
@@ -136,20 +141,23 @@ def test_async_workflow_with_async_and_sync_steps(app: cairn.App, calls: Calls) 
     assert app.get_run("a1").status is RunStatus.COMPLETED
 
 
-def test_step_info_gives_a_stable_operation_id(app: cairn.App) -> None:
+@both
+def test_step_info_gives_a_stable_operation_id(app: cairn.App, kind: Kind) -> None:
     seen: list[cairn.StepInfo] = []
 
-    @app.step(retry=cairn.RetryPolicy(max_attempts=3, initial_delay=0.0, jitter=0.0))
-    def charge() -> str:
+    def charge_body() -> str:
         info = cairn.step_info()
         seen.append(info)
         if info.attempt < 3:
             raise ConnectionError("flaky")
         return info.operation_id
 
-    @app.workflow(name="pay")
-    def pay(ctx: cairn.Context) -> str:
-        return charge()
+    charge = app.step(name="charge", retry=cairn.RetryPolicy(max_attempts=3, initial_delay=0.0, jitter=0.0))(
+        kind.fn(charge_body))
+
+    @kind.workflow(app, "pay")
+    def pay(ctx: cairn.Context) -> Flow[str]:
+        return (yield charge())
 
     result = app.run(pay, run_id="p1", tenant="acme", thread_id="th")
     assert [i.attempt for i in seen] == [1, 2, 3]

@@ -11,6 +11,7 @@ import pytest
 import cairn
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls, execute_once
+from tests.engine.kinds import Flow, Kind, both
 
 
 def test_timer_suspends_frees_the_worker_and_survives_a_restart(tmp_path: Path, calls: Calls) -> None:
@@ -58,21 +59,23 @@ def test_timer_suspends_frees_the_worker_and_survives_a_restart(tmp_path: Path, 
     app2.close()
 
 
-def test_child_workflow_has_its_own_journal(app: cairn.App, calls: Calls) -> None:
-    @app.step()
-    def work(x: int) -> int:
+@both
+def test_child_workflow_has_its_own_journal(app: cairn.App, kind: Kind, calls: Calls) -> None:
+    def work_body(x: int) -> int:
         calls.hit(f"work{x}")
         return x * 3
 
-    @app.workflow(name="child")
-    def child(ctx: cairn.Context, x: int) -> int:
-        return work(x)
+    work = app.step(name="work")(kind.fn(work_body))
 
-    @app.workflow(name="parent")
-    def parent(ctx: cairn.Context) -> list[int]:
-        first = ctx.child(child, 1)
+    @kind.workflow(app, "child")
+    def child(ctx: cairn.Context, x: int) -> Flow[int]:
+        return (yield work(x))
+
+    @kind.workflow(app, "parent")
+    def parent(ctx: cairn.Context) -> Flow[list[int]]:
+        first = yield ctx.child(child, 1)
         handle = ctx.start_child(child, 2)
-        return [first, handle.result()]
+        return [first, (yield handle.result())]
 
     assert app.run(parent, run_id="p", tenant="t1", thread_id="th") == [3, 6]
     children = app.store.list_runs(cairn.store.records.RunFilter(parent_run_id="p"))
@@ -82,22 +85,31 @@ def test_child_workflow_has_its_own_journal(app: cairn.App, calls: Calls) -> Non
     # the parent waited without holding a worker: it suspended on each child
     waits = [e for e in app.history("p") if e.event is EventType.RUN_SUSPENDED]
     assert [w.detail and w.detail["waiting_on"] for w in waits] == ["p:0", "p:2"]
+    started = [e for e in app.history("p") if e.step_kind == "child"]
+    assert [(e.position, e.name, e.epoch) for e in started] == [(0, "child", 1), (2, "child", 2)]
 
 
-def test_child_failure_raises_child_failed(app: cairn.App) -> None:
-    @app.workflow(name="bad_child")
-    def bad_child(ctx: cairn.Context) -> int:
+@both
+def test_child_failure_raises_child_failed(app: cairn.App, kind: Kind) -> None:
+    @kind.workflow(app, "bad_child")
+    def bad_child(ctx: cairn.Context) -> Flow[int]:
         raise RuntimeError("child broke")
+        yield
 
-    @app.workflow(name="parent2")
-    def parent2(ctx: cairn.Context) -> str:
+    @kind.workflow(app, "parent2")
+    def parent2(ctx: cairn.Context) -> Flow[str]:
         try:
-            ctx.child(bad_child)
+            yield ctx.child(bad_child)
         except cairn.ChildFailed as failure:
-            return f"{failure.status}: {failure.error}"
-        return "unreachable"
+            outcome = f"{failure.status}: {failure.error}"
+        ctx.sleep(0.01)  # the second pass raises the recorded failure again, without asking the store
+        return outcome
 
     assert app.run(parent2, run_id="p2") == "failed: child broke"
+    [failed] = [e for e in app.history("p2") if e.event is EventType.STEP_FAILED]
+    assert (failed.step_kind, failed.name) == ("wait", "p2:0")
+    assert failed.detail is not None
+    assert failed.detail["error"] == {"type": "ChildFailed", "status": "failed", "message": "child broke"}
 
 
 def test_child_runs_on_workers_and_wakes_the_parent(app: cairn.App) -> None:

@@ -1,14 +1,21 @@
-"""Tools in one process: classification of failures, schemas, operations."""
+"""Tools in one process: classification of failures, schemas, operations.
+
+The engine rules are tested on both paths (``kind``: sync or async workflow,
+tool and reconciler, built from one body by ``tests.engine.kinds``).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 
 import pytest
 
 import cairn
 from cairn.store.records import EventType, RunStatus
-from tests.engine.conftest import Calls
+from tests.engine.conftest import Calls, execute_once
+from tests.engine.kinds import Flow, Kind, both
 
 
 @dataclasses.dataclass
@@ -17,19 +24,22 @@ class Receipt:
     amount: int
 
 
-def test_operation_is_injected_and_stable(app: cairn.App) -> None:
+@both
+def test_operation_is_injected_and_stable(app: cairn.App, kind: Kind) -> None:
     seen: list[cairn.Operation] = []
 
-    @app.tool(effect="idempotent", retry=cairn.RetryPolicy(max_attempts=2, initial_delay=0, jitter=0))
     def send(op: cairn.Operation, to: str, body: str) -> str:
         seen.append(op)
         if op.attempt == 1:
             raise ConnectionError("reset")
         return op.operation_id
 
-    @app.workflow(name="mail")
-    def mail(ctx: cairn.Context) -> str:
-        return send("ada@example.com", body="hi")
+    tool = app.tool(effect="idempotent", retry=cairn.RetryPolicy(max_attempts=2, initial_delay=0, jitter=0))(
+        kind.fn(send))
+
+    @kind.workflow(app, "mail")
+    def mail(ctx: cairn.Context) -> Flow[str]:
+        return (yield tool("ada@example.com", body="hi"))
 
     result = app.run(mail, run_id="m", tenant="acme")
     assert [op.attempt for op in seen] == [1, 2]
@@ -42,6 +52,29 @@ def test_operation_is_injected_and_stable(app: cairn.App) -> None:
     assert [e.attempt for e in intents] == [1, 2]
 
 
+@both
+def test_a_read_tool_records_no_intent_and_no_operation(app: cairn.App, kind: Kind, calls: Calls) -> None:
+    def look(key: str) -> str:
+        calls.hit("look")
+        info = cairn.step_info()
+        return f"{key}@{info.position}"
+
+    tool = app.tool(effect="read")(kind.fn(look))
+
+    @kind.workflow(app, "reader")
+    def reader(ctx: cairn.Context) -> Flow[str]:
+        first = yield tool("a")
+        ctx.sleep(0.01)  # suspends: the second pass replays the recorded read
+        return first + (yield tool("b"))
+
+    assert app.run(reader, run_id="rd") == "a@0b@2"
+    assert calls["look"] == 2
+    history = app.history("rd")
+    assert not [e for e in history if e.event is EventType.OP_INTENT]
+    completed = [e for e in history if e.event is EventType.STEP_COMPLETED and e.step_kind == "tool"]
+    assert [e.detail for e in completed] == [None, None]
+
+
 def test_a_tool_outside_a_workflow_is_a_plain_call(app: cairn.App) -> None:
     @app.tool(effect="write")
     def charge(op: cairn.Operation, amount: int) -> int:
@@ -51,44 +84,81 @@ def test_a_tool_outside_a_workflow_is_a_plain_call(app: cairn.App) -> None:
     assert charge(5) == 5
 
 
-def test_uncertain_write_failure_is_reconciled_not_resent(app: cairn.App, calls: Calls) -> None:
+@both
+def test_uncertain_write_failure_is_reconciled_not_resent(app: cairn.App, kind: Kind, calls: Calls) -> None:
     bank: dict[str, int] = {}
 
     def reconcile(op: cairn.Operation) -> cairn.Done[int] | cairn.NotFound:
         calls.hit("reconcile")
         return cairn.Done(bank[op.operation_id]) if op.operation_id in bank else cairn.NotFound()
 
-    @app.tool(effect="write", reconcile=reconcile, retry=cairn.RetryPolicy(max_attempts=5))
     def pay(op: cairn.Operation, amount: int) -> int:
         calls.hit("pay")
         bank[op.operation_id] = amount
         raise TimeoutError("the bank did not answer in time")  # but it did apply the payment
 
-    @app.workflow(name="w")
-    def w(ctx: cairn.Context) -> int:
-        return pay(42)
+    tool = app.tool(effect="write", reconcile=kind.fn(reconcile), retry=cairn.RetryPolicy(max_attempts=5))(
+        kind.fn(pay))
+
+    @kind.workflow(app, "w")
+    def w(ctx: cairn.Context) -> Flow[int]:
+        return (yield tool(42))
 
     assert app.run(w, run_id="u") == 42
     assert calls.counts == {"pay": 1, "reconcile": 1}
     assert len(bank) == 1
+    [done] = [e for e in app.history("u") if e.event is EventType.STEP_COMPLETED]
+    assert done.detail == {"operation_id": cairn.operation_id("u", 0), "reconciled": "done"}
 
 
-def test_unknown_reconciliation_backs_off_durably(app: cairn.App, calls: Calls) -> None:
+@both
+def test_not_found_reconciliation_sends_again_with_the_same_key(
+    app: cairn.App, kind: Kind, calls: Calls
+) -> None:
+    keys: list[str] = []
+
+    def reconcile(op: cairn.Operation) -> cairn.NotFound:
+        calls.hit("reconcile")
+        return cairn.NotFound()
+
+    def pay(op: cairn.Operation, amount: int) -> int:
+        calls.hit("pay")
+        keys.append(op.operation_id)
+        if calls["pay"] == 1:
+            raise ConnectionResetError("dropped before the bank saw it")
+        return amount
+
+    tool = app.tool(effect="write", reconcile=kind.fn(reconcile))(kind.fn(pay))
+
+    @kind.workflow(app, "w")
+    def w(ctx: cairn.Context) -> Flow[int]:
+        return (yield tool(5))
+
+    assert app.run(w, run_id="nf") == 5
+    assert calls.counts == {"pay": 2, "reconcile": 1}
+    assert keys == [cairn.operation_id("nf", 0)] * 2
+    reconciled = [e.detail for e in app.history("nf") if e.event is EventType.OP_RECONCILED]
+    assert [d and d["outcome"] for d in reconciled] == ["not_found"]
+
+
+@both
+def test_unknown_reconciliation_backs_off_durably(app: cairn.App, kind: Kind, calls: Calls) -> None:
     answers = iter([cairn.Unknown("bank is indexing"), cairn.Done(7)])
 
     def reconcile(op: cairn.Operation) -> cairn.Done[int] | cairn.Unknown:
         calls.hit("reconcile")
         return next(answers)
 
-    @app.tool(effect="write", reconcile=reconcile,
-              reconcile_retry=cairn.RetryPolicy(initial_delay=0.05, jitter=0))
     def pay(op: cairn.Operation) -> int:
         calls.hit("pay")
         raise ConnectionResetError("connection dropped mid-request")
 
-    @app.workflow(name="w")
-    def w(ctx: cairn.Context) -> int:
-        return pay()
+    tool = app.tool(effect="write", reconcile=kind.fn(reconcile),
+                    reconcile_retry=cairn.RetryPolicy(initial_delay=0.05, jitter=0))(kind.fn(pay))
+
+    @kind.workflow(app, "w")
+    def w(ctx: cairn.Context) -> Flow[int]:
+        return (yield tool())
 
     assert app.run(w, run_id="unk") == 7
     assert calls.counts == {"pay": 1, "reconcile": 2}
@@ -96,41 +166,74 @@ def test_unknown_reconciliation_backs_off_durably(app: cairn.App, calls: Calls) 
     assert reconciled
     assert reconciled[0] is not None
     assert reconciled[0]["outcome"] == "unknown"
+    assert reconciled[0]["reason"] == "bank is indexing"
     assert any(e.event is EventType.RUN_SUSPENDED for e in app.history("unk"))
 
 
-def test_effect_not_applied_is_retried_per_policy(app: cairn.App, calls: Calls) -> None:
-    @app.tool(effect="write", retry=cairn.RetryPolicy(max_attempts=3, initial_delay=0, jitter=0))
+@both
+def test_a_raising_reconciler_counts_as_unknown(app: cairn.App, kind: Kind, calls: Calls) -> None:
+    answers = iter([RuntimeError("bank API down"), cairn.Done(9)])
+
+    def reconcile(op: cairn.Operation) -> cairn.Done[int]:
+        calls.hit("reconcile")
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def pay(op: cairn.Operation) -> int:
+        calls.hit("pay")
+        raise ConnectionResetError("dropped")
+
+    tool = app.tool(effect="write", reconcile=kind.fn(reconcile),
+                    reconcile_retry=cairn.RetryPolicy(initial_delay=0.02, jitter=0))(kind.fn(pay))
+
+    @kind.workflow(app, "w")
+    def w(ctx: cairn.Context) -> Flow[int]:
+        return (yield tool())
+
+    assert app.run(w, run_id="ar") == 9
+    assert calls.counts == {"pay": 1, "reconcile": 2}
+    [unknown] = [e.detail for e in app.history("ar") if e.event is EventType.OP_RECONCILED]
+    assert unknown is not None
+    assert unknown["reason"] == "reconcile raised RuntimeError: bank API down"
+
+
+@both
+def test_effect_not_applied_is_retried_per_policy(app: cairn.App, kind: Kind, calls: Calls) -> None:
     def pay(op: cairn.Operation) -> str:
         calls.hit("pay")
         if calls["pay"] < 3:
             raise cairn.EffectNotApplied("429: try later")
         return "paid"
 
-    @app.workflow(name="w")
-    def w(ctx: cairn.Context) -> str:
-        return pay()
+    tool = app.tool(effect="write", retry=cairn.RetryPolicy(max_attempts=3, initial_delay=0, jitter=0))(
+        kind.fn(pay))
+
+    @kind.workflow(app, "w")
+    def w(ctx: cairn.Context) -> Flow[str]:
+        return (yield tool())
 
     assert app.run(w, run_id="ena") == "paid"
     assert calls["pay"] == 3
+    retried = [e for e in app.history("ena") if e.event is EventType.STEP_RETRIED]
+    assert [e.attempt for e in retried] == [1, 2]
 
 
-def test_uncertain_write_without_reconcile_needs_attention(app: cairn.App, calls: Calls) -> None:
-    @app.tool(effect="write")
+@both
+def test_uncertain_write_without_reconcile_needs_attention(app: cairn.App, kind: Kind, calls: Calls) -> None:
     def pay(op: cairn.Operation) -> str:
         calls.hit("pay")
         raise TimeoutError("no answer")
 
-    @app.workflow(name="w")
-    def w(ctx: cairn.Context) -> str:
-        return pay()
+    tool = app.tool(effect="write")(kind.fn(pay))
+
+    @kind.workflow(app, "w")
+    def w(ctx: cairn.Context) -> Flow[str]:
+        return (yield tool())
 
     app.start(w, run_id="na")
-    claim = app.store.claim_run("na", "w1", 5.0, 5)
-    assert claim is not None
-    from cairn.engine.executor import execute
-
-    assert execute(app.runtime, claim, "w1").status == "suspended"
+    assert execute_once(app, "na") == "suspended"
     run = app.get_run("na")
     assert run.status is RunStatus.NEEDS_ATTENTION
     entry = [e for e in app.history("na") if e.event is EventType.RUN_NEEDS_ATTENTION][-1]
@@ -142,15 +245,17 @@ def test_uncertain_write_without_reconcile_needs_attention(app: cairn.App, calls
     assert calls["pay"] == 1
 
 
-def test_malformed_tool_result_is_a_classified_failure(app: cairn.App) -> None:
-    @app.tool(effect="read", schema=Receipt)
+@both
+def test_malformed_tool_result_is_a_classified_failure(app: cairn.App, kind: Kind) -> None:
     def lookup() -> object:
         return {"id": "r-1", "amount": "lots"}
 
-    @app.workflow(name="w")
-    def w(ctx: cairn.Context) -> str:
+    tool = app.tool(effect="read", schema=Receipt)(kind.fn(lookup))
+
+    @kind.workflow(app, "w")
+    def w(ctx: cairn.Context) -> Flow[str]:
         try:
-            lookup()
+            yield tool()
         except cairn.StepFailed as failure:
             return failure.error_type
         return "unreachable"
@@ -161,39 +266,55 @@ def test_malformed_tool_result_is_a_classified_failure(app: cairn.App) -> None:
     assert failed[0].detail["error"]["class"] == "terminal"
 
 
-def test_tool_result_is_validated_into_the_schema(app: cairn.App) -> None:
-    @app.tool(effect="read", schema=Receipt)
+@both
+def test_tool_result_is_validated_into_the_schema(app: cairn.App, kind: Kind) -> None:
     def lookup() -> object:
         return {"id": "r-1", "amount": 3}
 
-    @app.workflow(name="w")
-    def w(ctx: cairn.Context) -> int:
-        receipt = lookup()
+    tool = app.tool(effect="read", schema=Receipt)(kind.fn(lookup))
+
+    @kind.workflow(app, "w")
+    def w(ctx: cairn.Context) -> Flow[int]:
+        receipt = yield tool()
         assert isinstance(receipt, Receipt)
         return receipt.amount
 
     assert app.run(w, run_id="ok") == 3
 
 
-def test_sync_tool_timeout_makes_a_write_uncertain(app: cairn.App, calls: Calls) -> None:
-    import threading
-
+@both
+def test_tool_timeout_makes_a_write_uncertain(app: cairn.App, kind: Kind, calls: Calls) -> None:
+    """A sync tool runs in a thread that cannot be stopped; an async one is
+    cancelled. Either way the effect may have happened: reconcile first."""
     gate = threading.Event()
+    positions: list[int | None] = []
 
     def reconcile(op: cairn.Operation) -> cairn.NotFound:
         calls.hit("reconcile")
         return cairn.NotFound()
 
-    @app.tool(effect="write", reconcile=reconcile, timeout=0.05)
     def slow(op: cairn.Operation) -> str:
         calls.hit("slow")
+        try:  # the thread sees the step's identity
+            positions.append(cairn.step_info().position)
+        except cairn.CairnError:
+            positions.append(None)
         if calls["slow"] == 1:
             gate.wait(2)
         return "done"
 
-    @app.workflow(name="w")
-    def w(ctx: cairn.Context) -> str:
-        return slow()
+    async def slow_async(op: cairn.Operation) -> str:
+        calls.hit("slow")
+        if calls["slow"] == 1:
+            await asyncio.sleep(2)
+        return "done"
+
+    body = slow_async if kind.is_async else slow
+    tool = app.tool(effect="write", reconcile=kind.fn(reconcile), timeout=0.05)(body)
+
+    @kind.workflow(app, "w")
+    def w(ctx: cairn.Context) -> Flow[str]:
+        return (yield tool())
 
     try:
         assert app.run(w, run_id="to") == "done"
@@ -201,6 +322,8 @@ def test_sync_tool_timeout_makes_a_write_uncertain(app: cairn.App, calls: Calls)
         gate.set()
     assert calls["reconcile"] == 1  # asked before sending again
     assert calls["slow"] == 2
+    if not kind.is_async:
+        assert positions == [0, 0]
 
 
 def test_reconcile_only_for_write_tools(app: cairn.App) -> None:
@@ -208,25 +331,21 @@ def test_reconcile_only_for_write_tools(app: cairn.App) -> None:
         app.tool(effect="read", reconcile=lambda op: cairn.NotFound())(lambda: 1)
 
 
-def test_async_tool_with_async_reconcile(app: cairn.App, calls: Calls) -> None:
-    answers = iter([RuntimeError("bank API down"), cairn.Done(9)])
-
-    async def reconcile(op: cairn.Operation) -> cairn.Done[int]:
+def test_a_sync_tool_with_an_async_reconciler_is_an_error(app: cairn.App, calls: Calls) -> None:
+    async def reconcile(op: cairn.Operation) -> cairn.NotFound:
         calls.hit("reconcile")
-        answer = next(answers)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+        return cairn.NotFound()
 
-    @app.tool(effect="write", reconcile=reconcile,
-              reconcile_retry=cairn.RetryPolicy(initial_delay=0.02, jitter=0))
-    async def pay(op: cairn.Operation) -> int:
+    @app.tool(effect="write", reconcile=reconcile)
+    def pay(op: cairn.Operation) -> str:
         calls.hit("pay")
         raise ConnectionResetError("dropped")
 
     @app.workflow(name="w")
-    async def w(ctx: cairn.Context) -> int:
-        return await pay()
+    def w(ctx: cairn.Context) -> str:
+        return pay()
 
-    assert app.run(w, run_id="ar") == 9
-    assert calls.counts == {"pay": 1, "reconcile": 2}  # the raising reconciler counted as Unknown
+    with pytest.raises(cairn.RunFailed, match="reconcile of tool 'pay' is async"):
+        app.run(w, run_id="mixed")
+    assert calls.counts == {"pay": 1}  # the reconciler never ran, and nothing was resent
+    assert not [e for e in app.history("mixed") if e.event is EventType.OP_RECONCILED]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -74,12 +75,14 @@ def decoder_for(type_: Any) -> msgspec.json.Decoder[Any]:
     return decoder
 
 
-def decode(data: bytes, type_: Any = Any, *, what: str = "payload") -> Any:
-    """Decode ``data`` into ``type_``. Errors name ``what`` was being decoded."""
+def decode(data: bytes, type_: Any = Any, *, what: str | Callable[[], str] = "payload") -> Any:
+    """Decode ``data`` into ``type_``. Errors name ``what`` was being decoded
+    (a callable is only called then: journaled calls decode on every record,
+    and formatting a description each time would cost more than decoding)."""
     try:
         return decoder_for(type_).decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, NotImplementedError, ValueError) as exc:
-        raise PayloadError(f"cannot decode {what}: {exc}") from None
+        raise PayloadError(f"cannot decode {what() if callable(what) else what}: {exc}") from None
 
 
 def digest(data: bytes) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 
 from cairn.codec import values
-from cairn.engine.retry import RetryPolicy
 from cairn.errors import PayloadError
+from cairn.retry import RetryPolicy
 
 
 def hints_of(fn: Callable[..., Any]) -> dict[str, Any]:

@@ -9,20 +9,18 @@ failed write never leaves a gap.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import hashlib
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cairn.codec import values
 from cairn.engine.budget import Budget
+from cairn.engine.definitions import WorkflowDef
 from cairn.engine.journal import Journal
-from cairn.engine.retry import RetryPolicy
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
 from cairn.errors import (
@@ -32,7 +30,11 @@ from cairn.errors import (
     StepFailed,
     StoreError,
 )
-from cairn.store.records import Claim, EventType, HistoryEvent, NewRun, Payload, RunStatus
+from cairn.retry import RetryPolicy
+from cairn.store.records import Claim, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from cairn.engine.modelcalls import ModelLog
 
 #: The execution whose workflow code is running in this context.
 CURRENT: contextvars.ContextVar[Execution] = contextvars.ContextVar("cairn_execution")
@@ -97,6 +99,8 @@ class Execution:
         self.position = 0
         #: set from other threads (heartbeat, drain, cancel); checked at each boundary
         self.stop_reason: str | None = None
+        #: what this run's model calls journaled, built on its first live model call
+        self.model_log: ModelLog | None = None
 
     # -- history -------------------------------------------------------------
 
@@ -106,15 +110,43 @@ class Execution:
             worker=self.worker, **fields,
         )
 
-    def start_child(self, event: HistoryEvent, child: NewRun) -> None:
-        """Record the child's start in this run's journal and create it, in
-        one fenced transaction."""
+    def start_child(
+        self, call: Call, definition: WorkflowDef, arguments: Any, child_id: str, *, queue: str,
+        priority: int,
+    ) -> None:
+        """Record the start of child run ``child_id`` as the outcome of
+        ``call`` and create the child, in one fenced transaction (so a crash
+        leaves both or neither, and replay never starts a second child)."""
+        payloads = self.runtime.payloads
+        input_payload, _ = payloads.dump(arguments)
+        result_payload, _ = payloads.dump(child_id)
+        event = self.entry(
+            EventType.STEP_COMPLETED, position=call.position, step_kind="child", name=definition.name,
+            input_hash=call.input_hash, attempt=1, started_at=call.started_at, payload=result_payload,
+        )
+        run = self.run
+        child = NewRun(
+            run_id=child_id, workflow=definition.name, workflow_version=definition.version,
+            tenant=run.tenant, thread_id=run.thread_id, input=input_payload, parent_run_id=self.run_id,
+            queue=queue, priority=priority,
+        )
         try:
             self.store.start_child(self.run_id, self.epoch, event, child)
         except INFRASTRUCTURE_ERRORS as exc:
             raise Abandon(f"cannot start child run {child.run_id}: {exc}") from exc
         self.seq += 1
         self.journal.record(event)
+
+    def child_failed(self, call: Call, child: RunRecord) -> NoReturn:
+        """Record that the child run awaited by ``call`` ended without a
+        result, and raise ``ChildFailed`` (replay raises it again from the record)."""
+        message = (child.error or {}).get("message", child.status.value)
+        self.append(self.entry(
+            EventType.STEP_FAILED, position=call.position, step_kind="wait", name=child.run_id,
+            attempt=1, started_at=call.started_at,
+            detail={"error": {"type": "ChildFailed", "status": child.status.value, "message": message}},
+        ))
+        raise ChildFailed(child.run_id, child.status.value, message)
 
     def append(self, event: HistoryEvent, *, barrier: bool = False) -> None:
         """Append one entry, fenced; ``barrier`` makes it (and all before it)
@@ -193,8 +225,12 @@ class Execution:
             raise StepFailed(call.name, error.get("type", "Error"), error.get("message", ""), call.attempt)
         if recorded.payload is None:
             return None
-        with self._infrastructure(f"load the result at position {call.position}"):
-            return self.runtime.payloads.load(recorded.payload, result_type, what=self._what(call))
+        try:
+            raw = self.runtime.payloads.raw(recorded.payload, what=self._what(call))
+        except INFRASTRUCTURE_ERRORS as exc:
+            where = f"position {call.position} of run {self.run_id}"
+            raise Abandon(f"cannot load the result at {where}: {exc}") from exc
+        return values.decode(raw, result_type, what=lambda: self._what(call))
 
     def complete_call(
         self, call: Call, value: Any, result_type: Any, detail: dict[str, Any] | None = None
@@ -202,10 +238,13 @@ class Execution:
         """Record ``value`` as the outcome of ``call`` and return it *as replay
         will see it* (decoded from the recorded bytes), so the first run and
         every replay observe the very same value."""
-        with self._infrastructure(f"store the result at position {call.position}"):
+        try:
             payload, raw = self.runtime.payloads.dump(value)
+        except INFRASTRUCTURE_ERRORS as exc:  # an artifact could not be stored
+            where = f"position {call.position} of run {self.run_id}"
+            raise Abandon(f"cannot store the result at {where}: {exc}") from exc
         self.record_outcome(call, payload, detail)
-        return values.decode(raw, result_type, what=self._what(call))
+        return values.decode(raw, result_type, what=lambda: self._what(call))
 
     def record_outcome(
         self, call: Call, payload: Payload | None, detail: dict[str, Any] | None = None
@@ -253,14 +292,6 @@ class Execution:
         exceeded = budget.exceeded(self.journal.usage, time.time() - self.run.created_at, tool_call=tool_call)
         if exceeded is not None:
             raise Suspend("budget_exceeded", detail=exceeded)
-
-    @contextlib.contextmanager
-    def _infrastructure(self, doing: str) -> Iterator[None]:
-        """Turn a database failure while trying to ``doing`` into ``Abandon``."""
-        try:
-            yield
-        except INFRASTRUCTURE_ERRORS as exc:
-            raise Abandon(f"cannot {doing} of run {self.run_id}: {exc}") from exc
 
     def _what(self, call: Call) -> str:
         return f"result of {call.kind} {call.name!r} at position {call.position} of run {self.run_id!r}"

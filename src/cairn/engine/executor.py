@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cairn.api.context import Context
+from cairn.engine.context import Context
 from cairn.engine.execution import CURRENT, Execution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend

@@ -1,23 +1,24 @@
 """Journaled steps: the unit of work whose result is recorded before the
 workflow moves on, and returned from the record on replay.
 
-The journaling logic is written once (``_start`` and ``_finish``); the sync
-and async call paths differ only in whether the body is awaited.
+The journaling logic is one protocol (``_journaled``, see ``engine.drive``);
+a sync step runs it with ``run_sync``, an ``async def`` step with ``run_async``.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from cairn.codec import values
 from cairn.engine.definitions import StepDef
-from cairn.engine.execution import Call, Execution, current, operation_id
-from cairn.faults import fault_point
+from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
+from cairn.engine.execution import Execution, current, operation_id
 from cairn.errors import CairnError, PayloadError
+from cairn.faults import fault_point
+from cairn.store.records import RunRecord
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -45,15 +46,19 @@ class StepInfo:
         return operation_id(self.run_id, self.position)
 
 
-STEP_INFO: contextvars.ContextVar[StepInfo] = contextvars.ContextVar("cairn_step")
+#: Where the running step body is: (run, step name, position, attempt). A
+#: plain tuple, turned into a ``StepInfo`` only when a body asks for it: a
+#: frozen dataclass per journaled call would cost more than the driver.
+STEP_INFO: contextvars.ContextVar[tuple[RunRecord, str, int, int]] = contextvars.ContextVar("cairn_step")
 
 
 def step_info() -> StepInfo:
     """Identity of the step whose body is running; error outside a step."""
-    info = STEP_INFO.get(None)
-    if info is None:
+    where = STEP_INFO.get(None)
+    if where is None:
         raise CairnError("step_info() is only available inside a step body")
-    return info
+    run, name, position, attempt = where
+    return StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, name, position, attempt)
 
 
 class Step(Generic[P, R]):
@@ -66,43 +71,39 @@ class Step(Generic[P, R]):
     def __init__(self, definition: StepDef) -> None:
         self.definition = definition
         functools.update_wrapper(self, definition.fn)
+        self._what = f"step {definition.name!r}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         execution = current()
         if execution is None:
             result: R = self.definition.fn(*args, **kwargs)
             return result
+        protocol = _journaled(execution, self.definition, args, kwargs, self._what)
         if self.definition.is_async:
-            return self._call_async(execution, args, kwargs)  # type: ignore[return-value]
-        call, info = _start(execution, self.definition, args, kwargs)
-        if call.recorded is not None:
-            replayed: R = execution.replay(call, self.definition.result_type)
-            return replayed
-        token = STEP_INFO.set(info)
-        try:
-            value = self.definition.fn(*args, **kwargs)
-        except Exception as exc:
-            _fail(execution, self.definition, call, exc)
-        finally:
-            STEP_INFO.reset(token)
-        fault_point("step.before_record")
-        finished: R = execution.complete_call(call, value, self.definition.result_type)
+            return run_async(protocol)  # type: ignore[return-value]
+        finished: R = run_sync(protocol)
         return finished
 
-    async def _call_async(self, execution: Execution, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call, info = _start(execution, self.definition, args, kwargs)
-        if call.recorded is not None:
-            return execution.replay(call, self.definition.result_type)
-        token = STEP_INFO.set(info)
-        try:
-            fn: Callable[..., Coroutine[Any, Any, Any]] = self.definition.fn
-            value = await fn(*args, **kwargs)
-        except Exception as exc:
-            _fail(execution, self.definition, call, exc)
-        finally:
-            STEP_INFO.reset(token)
-        fault_point("step.before_record")
-        return execution.complete_call(call, value, self.definition.result_type)
+
+def _journaled(
+    execution: Execution, definition: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], what: str
+) -> Protocol[Any]:
+    """Replay the step's recorded outcome, or run its body once and record
+    what it returned (or its failure, by the step's retry policy)."""
+    if definition.is_async and not execution.is_async:
+        raise TypeError(f"async step {definition.name!r} called from a sync workflow")
+    call = execution.begin("step", definition.name, input_hash(args, kwargs))
+    if call.recorded is not None:
+        return execution.replay(call, definition.result_type)
+    token = STEP_INFO.set((execution.run, definition.name, call.position, call.attempt))
+    try:
+        value = yield Invoke(definition.fn, args, kwargs, None, what)
+    except Exception as exc:
+        execution.fail_by_policy(call, exc, definition.retry)
+    finally:
+        STEP_INFO.reset(token)
+    fault_point("step.before_record")
+    return execution.complete_call(call, value, definition.result_type)
 
 
 def input_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -113,18 +114,3 @@ def input_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     except PayloadError:
         return None
 
-
-def _start(
-    execution: Execution, definition: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Call, StepInfo]:
-    if definition.is_async and not execution.is_async:
-        raise TypeError(f"async step {definition.name!r} called from a sync workflow")
-    call = execution.begin("step", definition.name, input_hash(args, kwargs))
-    run = execution.run
-    info = StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, definition.name, call.position,
-                    call.attempt)
-    return call, info
-
-
-def _fail(execution: Execution, definition: StepDef, call: Call, exc: Exception) -> None:
-    execution.fail_by_policy(call, exc, definition.retry)

@@ -19,8 +19,6 @@ before the first attempt and identical on every retry, crash and worker.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import enum
 import functools
 import inspect
@@ -33,17 +31,17 @@ import msgspec
 
 from cairn.codec import values
 from cairn.engine.definitions import hints_of
+from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import Execution, current, operation_id
-from cairn.faults import fault_point
-from cairn.engine.retry import NO_RETRY, RetryPolicy, TerminalError
 from cairn.engine.signals import Suspend
-from cairn.engine.steps import STEP_INFO, StepInfo, input_hash
+from cairn.engine.steps import STEP_INFO, input_hash
 from cairn.errors import (
     EffectNotApplied,
     PayloadError,
     ToolResultInvalid,
-    ToolTimeout,
 )
+from cairn.faults import fault_point
+from cairn.retry import NO_RETRY, RetryPolicy, TerminalError
 from cairn.store.records import EventType, RunStatus
 
 P = ParamSpec("P")
@@ -162,14 +160,18 @@ class Tool(Generic[P, R]):
     def __init__(self, definition: ToolDef) -> None:
         self.definition = definition
         functools.update_wrapper(self, definition.fn)
+        self._what = f"tool {definition.name!r}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         execution = current()
         if execution is None:
             return self._detached(args, kwargs)  # type: ignore[no-any-return]
+        # The position is taken now, at the call (not when an async tool is
+        # awaited), so tools started together keep their call order.
+        protocol = _ToolCall(execution, self.definition, args, kwargs, self._what).protocol()
         if self.definition.is_async:
-            return _ToolCall(execution, self.definition, args, kwargs).run_async()  # type: ignore[return-value]
-        return _ToolCall(execution, self.definition, args, kwargs).run_sync()  # type: ignore[no-any-return]
+            return run_async(protocol)  # type: ignore[return-value]
+        return run_sync(protocol)  # type: ignore[no-any-return]
 
     def _detached(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         d = self.definition
@@ -182,13 +184,22 @@ class Tool(Generic[P, R]):
 
 class _ToolCall:
     """One call of a tool inside a run: the ledger protocol, written once for
-    the sync and async paths (they differ only in how the body is invoked)."""
+    the sync and async paths (``protocol`` yields the body and the reconciler
+    to the driver, which calls them, awaiting them if async).
 
-    def __init__(self, ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    A sync tool with a ``timeout`` runs in a thread that cannot be stopped
+    (its effect is uncertain on timeout); an async one is cancelled by
+    ``asyncio.wait_for``. A sync tool whose reconciler is async is a
+    programming error, raised by ``run_sync`` and never journaled."""
+
+    def __init__(
+        self, ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, Any], what: str
+    ) -> None:
         if d.is_async and not ex.is_async:
             raise TypeError(f"async tool {d.name!r} called from a sync workflow")
         self.ex = ex
         self.d = d
+        self.what = what
         self.args = args
         self.kwargs = kwargs
         self.call = ex.begin("tool", d.name, input_hash(args, kwargs))
@@ -202,37 +213,33 @@ class _ToolCall:
         assert self.operation is not None
         return self.operation
 
-    # -- entry points ------------------------------------------------------------
+    # -- the protocol (driven by ``run_sync`` or ``run_async``) ------------------------
 
-    def run_sync(self) -> Any:
+    def protocol(self) -> Protocol[Any]:
+        """Replay, reconcile, or execute (then record) this call. Each
+        ``yield`` hands the tool body or the reconciler to the driver."""
         plan = self._plan()
         while True:
             if plan is _RECORDED:
                 return self.outcome
             if plan is _RECONCILE:
-                plan = self._reconciled(self._await_sync(self._reconcile()))
-                continue
-            return self._after_body(self._invoke_sync)
-
-    async def run_async(self) -> Any:
-        plan = self._plan()
-        while True:
-            if plan is _RECORDED:
-                return self.outcome
-            if plan is _RECONCILE:
-                answer = self._reconcile()
-                if inspect.isawaitable(answer):
-                    try:
-                        answer = await answer
-                    except Exception as exc:  # a failing reconciler knows nothing: try again later
-                        answer = Unknown(f"reconcile raised {type(exc).__qualname__}: {exc}")
+                assert self.d.reconcile is not None
+                try:
+                    answer = yield Invoke(self.d.reconcile, (self.op,), None, None,
+                                          f"reconcile of tool {self.d.name!r}")
+                except Exception as exc:  # a failing reconciler knows nothing: try again later
+                    answer = Unknown(f"reconcile raised {type(exc).__qualname__}: {exc}")
                 plan = self._reconciled(answer)
                 continue
+            # _EXECUTE (first attempt, or reconciliation found nothing: same key)
+            token = STEP_INFO.set((self.ex.run, self.d.name, self.call.position, self.call.attempt))
             try:
-                value = await self._invoke_async()
+                value = yield Invoke(self.d.fn, self._body_args(), self.kwargs, self.d.timeout, self.what)
             except Exception as exc:
                 plan = self._failed(exc)
                 continue
+            finally:
+                STEP_INFO.reset(token)
             return self._succeeded(value)
 
     # -- the ledger protocol -------------------------------------------------------
@@ -306,18 +313,6 @@ class _ToolCall:
         ), barrier=True)
         fault_point("tool.after_intent")
 
-    def _reconcile(self) -> Reconciliation | Awaitable[Reconciliation]:
-        assert self.d.reconcile is not None
-        try:
-            return self.d.reconcile(self.op)
-        except Exception as exc:  # a failing reconciler knows nothing: try again later
-            return Unknown(f"reconcile raised {type(exc).__qualname__}: {exc}")
-
-    def _await_sync(self, answer: Reconciliation | Awaitable[Reconciliation]) -> Reconciliation:
-        if inspect.isawaitable(answer):
-            raise TypeError(f"tool {self.d.name!r} is sync but its reconcile function is async")
-        return answer
-
     def _reconciled(self, answer: object) -> object:
         op, call, ex = self.op, self.call, self.ex
         base = {"operation_id": op.operation_id}
@@ -348,51 +343,11 @@ class _ToolCall:
 
     # -- executing the body ------------------------------------------------------------
 
-    def _info(self) -> StepInfo:
-        run = self.ex.run
-        return StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, self.d.name,
-                        self.call.position, self.call.attempt)
-
     def _body_args(self) -> tuple[Any, ...]:
         return (self.operation, *self.args) if self.d.wants_operation else self.args
 
     def _detail(self) -> dict[str, Any] | None:
         return {"operation_id": self.operation.operation_id} if self.operation is not None else None
-
-    def _invoke_sync(self) -> Any:
-        token = STEP_INFO.set(self._info())
-        try:
-            if self.d.timeout is None:
-                return self.d.fn(*self._body_args(), **self.kwargs)
-            return _with_timeout(self.d, self._body_args(), self.kwargs)
-        finally:
-            STEP_INFO.reset(token)
-
-    async def _invoke_async(self) -> Any:
-        token = STEP_INFO.set(self._info())
-        try:
-            coro = self.d.fn(*self._body_args(), **self.kwargs)
-            if self.d.timeout is None:
-                return await coro
-            try:
-                return await asyncio.wait_for(coro, self.d.timeout)
-            except TimeoutError:
-                raise ToolTimeout(f"tool {self.d.name!r} did not return within {self.d.timeout}s") from None
-        finally:
-            STEP_INFO.reset(token)
-
-    def _after_body(self, invoke: Callable[[], Any]) -> Any:
-        while True:
-            try:
-                value = invoke()
-            except Exception as exc:
-                plan = self._failed(exc)
-                while plan is _RECONCILE:
-                    plan = self._reconciled(self._await_sync(self._reconcile()))
-                if plan is _RECORDED:
-                    return self.outcome
-                continue  # _EXECUTE: reconciliation found nothing; send with the same key
-            return self._succeeded(value)
 
     def _succeeded(self, value: Any) -> Any:
         fault_point("tool.after_effect")
@@ -427,19 +382,6 @@ class _ToolCall:
 _RECORDED = object()
 _RECONCILE = object()
 _EXECUTE = object()
-
-
-def _with_timeout(d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run a sync tool body with a deadline. Python cannot stop a thread, so
-    on timeout the body may still finish later: for a ``write`` tool that is
-    exactly an uncertain effect, and it is treated as one."""
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cairn-tool-{d.name}")
-    try:
-        return pool.submit(d.fn, *args, **kwargs).result(timeout=d.timeout)
-    except concurrent.futures.TimeoutError:
-        raise ToolTimeout(f"tool {d.name!r} did not return within {d.timeout}s") from None
-    finally:
-        pool.shutdown(wait=False)
 
 
 __all__ = ["Done", "Effect", "NotFound", "Operation", "Tool", "ToolDef", "Unknown"]

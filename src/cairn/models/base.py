@@ -39,7 +39,8 @@ class Usage(msgspec.Struct, frozen=True):
 
 
 class ModelRequest(msgspec.Struct, frozen=True, omit_defaults=True):
-    """Everything sent to the model: recorded in full in the journal."""
+    """Everything sent to the model. The journal holds each message once per
+    run and rebuilds the request exactly (``cairn.engine.modelcalls``)."""
 
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...] = ()
@@ -57,7 +58,9 @@ class ModelResponse(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class ModelRecord(msgspec.Struct, frozen=True):
-    """The journal payload of one model call."""
+    """One model call as sent and received, as ``engine.modelcalls.records``
+    rebuilds it from the journal (and the journal payload of calls recorded
+    before messages were stored once per run)."""
 
     request: ModelRequest
     response: ModelResponse

@@ -24,9 +24,9 @@ from typing import Any, Self
 
 import msgspec
 
-from cairn.engine.retry import TerminalError
 from cairn.errors import CairnError
 from cairn.models.base import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from cairn.retry import TerminalError
 
 try:
     import httpx

@@ -1,0 +1,214 @@
+"""The context a workflow receives as its first argument.
+
+Every helper here is journaled: its value is recorded the first time and
+returned from the record on replay, so a workflow that takes its clock, its
+randomness and its ids from the context replays deterministically. None of
+them blocks: each either returns at once or suspends the run, so the same
+calls work unchanged in ``async def`` workflows.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import time
+import uuid as _uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from cairn.codec import values
+from cairn.engine import modelcalls
+from cairn.engine.drive import run_async, run_sync
+from cairn.engine.execution import Execution
+from cairn.engine.signals import Suspend
+from cairn.engine.steps import input_hash
+from cairn.engine.workflow import Workflow
+from cairn.errors import RunNotFound, UnknownWorkflow
+from cairn.models.base import Message, ModelClient, ModelRequest, ModelResponse
+from cairn.retry import RetryPolicy
+from cairn.store.records import RunStatus
+
+if TYPE_CHECKING:
+    from cairn.engine.definitions import WorkflowDef
+
+R = TypeVar("R")
+
+
+class Context:
+    """Identity of the run plus journaled helpers; one per execution."""
+
+    def __init__(self, execution: Execution) -> None:
+        self._ex = execution
+        run = execution.run
+        self.run_id = run.run_id
+        self.tenant = run.tenant
+        self.thread_id = run.thread_id
+        self.workflow = run.workflow
+        self.workflow_version = run.workflow_version
+        self.parent_run_id = run.parent_run_id
+        #: the queue this run was started in (its children default to it)
+        self.queue = run.queue
+        self.priority = run.priority
+
+    # -- deterministic values ----------------------------------------------------
+
+    def now(self) -> datetime:
+        """The current UTC time, recorded once."""
+        value: datetime = self._record("now", lambda: datetime.now(UTC), datetime)
+        return value
+
+    def uuid(self) -> _uuid.UUID:
+        """A random UUID (v4), recorded once."""
+        value: _uuid.UUID = self._record("uuid", _uuid.uuid4, _uuid.UUID)
+        return value
+
+    def random(self) -> float:
+        """A float in [0, 1), recorded once."""
+        value: float = self._record("random", _random.random, float)
+        return value
+
+    def _record(self, kind: str, produce: Any, type_: Any) -> Any:
+        call = self._ex.begin(kind, kind)
+        if call.recorded is not None:
+            return self._ex.replay(call, type_)
+        return self._ex.complete_call(call, produce(), type_)
+
+    # -- recorded model decisions ---------------------------------------------------
+
+    def model(
+        self,
+        client: ModelClient,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        retry: RetryPolicy | None = None,
+        **params: Any,
+    ) -> ModelResponse:
+        """Ask ``client`` once, and never again for this position.
+
+        The request, the response, the model id, latency and token usage are
+        journaled (each message once per run: see ``engine.modelcalls``); on
+        replay or recovery the recorded response is returned, so every
+        decision derived from it (tool arguments, ids) is identical after a
+        crash. Token usage and cost count against the run's budget.
+        """
+        request = ModelRequest(tuple(messages), tuple(tools), params)
+        return run_sync(modelcalls.ask(self._ex, client, request, retry, is_async=False))
+
+    async def model_async(
+        self,
+        client: ModelClient,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        retry: RetryPolicy | None = None,
+        **params: Any,
+    ) -> ModelResponse:
+        """``model`` for async workflows: uses ``client.acomplete`` when the
+        client has one, otherwise runs ``complete`` in a thread."""
+        request = ModelRequest(tuple(messages), tuple(tools), params)
+        return await run_async(modelcalls.ask(self._ex, client, request, retry, is_async=True))
+
+    def rewinds(self) -> list[dict[str, Any]]:
+        """Why this run was sent back to an earlier step (``LogicalFailure``),
+        oldest first: feed it to the step that runs again."""
+        return list(self._ex.journal.rewinds)
+
+    # -- durable timers ----------------------------------------------------------
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` without holding a worker.
+
+        The deadline is recorded; the run suspends and its worker is freed; any
+        worker resumes it once the deadline has passed, even after restarts.
+        """
+        call = self._ex.begin("sleep", "sleep")
+        if call.recorded is not None:
+            wake_at = float(self._ex.replay(call, float))
+        else:
+            wake_at = float(self._ex.complete_call(call, time.time() + max(0.0, seconds), float))
+        if time.time() < wake_at:
+            raise Suspend("sleep", wake_at=wake_at)
+
+    # -- child workflows ----------------------------------------------------------
+
+    def start_child(
+        self,
+        workflow: Workflow[R] | str,
+        *args: Any,
+        run_id: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        **kwargs: Any,
+    ) -> ChildHandle[R]:
+        """Start a child workflow with its own journal; returns at once.
+
+        The child's id is recorded, so replay never starts a second child. It
+        inherits the tenant and thread of this run, and unless told otherwise
+        its queue and priority: fan out into a queue with its own limits with
+        ``queue=``. A parent waiting for its children holds no slot of its
+        queue, so parent and children may share a queue of any concurrency.
+        """
+        definition = self._resolve(workflow)
+        arguments = definition.bind(args, kwargs)
+        call = self._ex.begin("child", definition.name, input_hash((), arguments))
+        if call.recorded is not None:
+            return ChildHandle(self._ex, str(self._ex.replay(call, str)), definition)
+        child_id = run_id or f"{self.run_id}:{call.position}"
+        self._ex.start_child(
+            call, definition, arguments, child_id,
+            queue=self.queue if queue is None else queue,
+            priority=self.priority if priority is None else priority,
+        )
+        return ChildHandle(self._ex, child_id, definition)
+
+    def child(
+        self,
+        workflow: Workflow[R] | str,
+        *args: Any,
+        run_id: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        **kwargs: Any,
+    ) -> R:
+        """Start a child workflow and wait for its result (durably)."""
+        return self.start_child(workflow, *args, run_id=run_id, queue=queue, priority=priority,
+                                **kwargs).result()
+
+    def _resolve(self, workflow: Workflow[Any] | str) -> WorkflowDef:
+        name = workflow if isinstance(workflow, str) else workflow.definition.name
+        known = self._ex.runtime.workflows
+        if name not in known:
+            raise UnknownWorkflow(name, list(known))
+        return known[name]
+
+
+class ChildHandle(Generic[R]):
+    """A started child workflow."""
+
+    def __init__(self, execution: Execution, run_id: str, definition: WorkflowDef) -> None:
+        self._ex = execution
+        self.run_id = run_id
+        self._definition = definition
+
+    def result(self) -> R:
+        """The child's result. Suspends this run (freeing its worker) until the
+        child finishes; raises ``ChildFailed`` if it failed or was cancelled."""
+        ex = self._ex
+        call = ex.begin("wait", self.run_id)
+        if call.recorded is not None:
+            replayed: R = ex.replay(call, self._definition.result_type)
+            return replayed
+        child = ex.store.get_run(self.run_id)
+        if child is None:
+            raise RunNotFound(self.run_id)
+        if child.status is RunStatus.COMPLETED:
+            ex.record_outcome(call, child.result)
+            raw = ex.runtime.payloads.raw(child.result, what=f"result of child run {self.run_id!r}") \
+                if child.result is not None else b"null"
+            decoded: R = values.decode(raw, self._definition.result_type, what=f"child run {self.run_id!r}")
+            return decoded
+        if child.status.terminal:
+            ex.child_failed(call, child)
+        raise Suspend("child", waiting_on=self.run_id)
+

@@ -1,0 +1,294 @@
+"""Model calls in the journal: every message is stored once per run.
+
+A chat loop sends the whole conversation on every call, so journaling each
+request in full grows with the square of the turns (860 KB for 80 turns of
+1 KB messages). Instead a model call's entry holds:
+
+* ``blobs``: the encoded messages and tool specs that the run's journal does
+  not hold yet, keyed by the digest of their bytes;
+* ``prompt``: the request as references: the id of an earlier request's
+  message list (``base``), how many of its leading messages are kept
+  (``keep``), the digests of the messages after them (``add``), the digests
+  of the tool specs, and the parameters (small, kept inline);
+* the response, in full: its message counts as journaled, so the model's
+  answer sent back on the next turn costs a digest, not a copy.
+
+Why digests and not "a delta against the previous entry": the journal can be
+cut (an operator retry, a logical rewind), and a cut voids entries. The
+writer only references content carried by entries still live in the journal
+(``Journal.outcomes``), and a reference names bytes, not a position, so it can
+never resolve to the wrong entry: any entry carrying a digest carries the
+same bytes. Readers rebuild a request from the history up to its entry
+(``records``, ``record_of``), a superset of what the writer saw.
+
+The input hash of a model call stays the digest of the *full* request, so the
+non-determinism check on replay compares exactly what was sent, and entries
+written before this format (a full ``ModelRecord``) are still read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from cairn.codec import values
+from cairn.codec.payloads import PayloadCodec
+from cairn.engine.drive import Invoke, Protocol
+from cairn.engine.execution import Call, Execution
+from cairn.errors import PayloadError
+from cairn.models.base import Message, ModelClient, ModelRecord, ModelRequest, ModelResponse
+from cairn.retry import NO_RETRY, RetryPolicy
+from cairn.store.records import EventType, HistoryEvent
+
+
+class Prompt(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A request as references into the run's journaled content."""
+
+    base: str | None = None
+    keep: int = 0
+    add: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ModelEntry(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The journal payload of one model call."""
+
+    prompt: Prompt
+    response: ModelResponse
+    latency_ms: float
+    blobs: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+
+
+#: How many recent requests a new one is compared with for a shared prefix.
+_RECENT = 16
+
+
+def content_ref(data: bytes) -> str:
+    """The address of journaled bytes (128 bits: collisions are not a concern)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _list_id(refs: Sequence[str]) -> str:
+    return content_ref(" ".join(refs).encode())
+
+
+class ModelLog:
+    """The content a run's model calls journaled so far: what a new entry may
+    reference, and what an entry's references resolve to."""
+
+    def __init__(self) -> None:
+        self._blobs: dict[str, bytes] = {}
+        #: message lists of earlier requests by list id, oldest first
+        self._lists: dict[str, tuple[str, ...]] = {}
+
+    # -- writing --------------------------------------------------------------
+
+    def entry(self, request: ModelRequest, response: ModelResponse, latency_ms: float) -> ModelEntry:
+        """The journal payload for ``request`` and ``response``: only content
+        this log does not hold yet is carried."""
+        blobs: dict[str, msgspec.Raw] = {}
+        refs = self._refs(request.messages, blobs)
+        tools = self._refs(request.tools, blobs)
+        base, keep = self._longest_prefix(refs)
+        prompt = Prompt(base=base, keep=keep, add=refs[keep:], tools=tools, params=request.params)
+        return ModelEntry(prompt=prompt, response=response, latency_ms=latency_ms, blobs=blobs)
+
+    def _refs(self, items: Sequence[Any], blobs: dict[str, msgspec.Raw]) -> tuple[str, ...]:
+        refs = []
+        for item in items:
+            data = values.encode(item)
+            ref = content_ref(data)
+            if ref not in self._blobs:
+                blobs[ref] = msgspec.Raw(data)
+            refs.append(ref)
+        return tuple(refs)
+
+    def _longest_prefix(self, refs: tuple[str, ...]) -> tuple[str | None, int]:
+        """The recent request sharing the longest prefix with ``refs``. Only
+        the latest few are compared, so a long loop costs no more per call;
+        a missed older prefix costs digests, never correctness."""
+        best: tuple[str | None, int] = (None, 0)
+        for list_id, known in itertools.islice(reversed(self._lists.items()), _RECENT):
+            n = 0
+            for a, b in zip(known, refs, strict=False):
+                if a != b:
+                    break
+                n += 1
+            if n > best[1]:
+                best = (list_id, n)
+                if n == len(refs):
+                    break
+        return best
+
+    # -- reading --------------------------------------------------------------
+
+    def take(
+        self, entry: ModelEntry | ModelRecord, *, rebuild: bool = True, what: str = "model call"
+    ) -> ModelRecord | None:
+        """Take one journaled call into account (in journal order); return it
+        rebuilt as sent and received (``None`` unless ``rebuild``)."""
+        if isinstance(entry, ModelRecord):  # written before this format: the full request
+            self._refs_of(entry.request.tools)
+            self._remember(self._refs_of(entry.request.messages), entry.response)
+            return entry
+        for ref, blob in entry.blobs.items():
+            self._blobs[ref] = bytes(blob)
+        prompt = entry.prompt
+        if prompt.base is None:
+            kept: tuple[str, ...] = ()
+        else:
+            known = self._lists.get(prompt.base)
+            if known is None or len(known) < prompt.keep:
+                raise PayloadError(f"cannot rebuild {what}: it refers to messages the journal does not hold")
+            kept = known[: prompt.keep]
+        refs = kept + prompt.add
+        self._remember(refs, entry.response)
+        if not rebuild:
+            return None
+        request = ModelRequest(
+            messages=tuple(self._load(ref, Message, what) for ref in refs),
+            tools=tuple(self._load(ref, dict[str, Any], what) for ref in prompt.tools),
+            params=prompt.params,
+        )
+        return ModelRecord(request, entry.response, entry.latency_ms)
+
+    def _refs_of(self, items: Sequence[Any]) -> tuple[str, ...]:
+        refs = []
+        for item in items:
+            data = values.encode(item)
+            ref = content_ref(data)
+            self._blobs.setdefault(ref, data)
+            refs.append(ref)
+        return tuple(refs)
+
+    def _remember(self, refs: tuple[str, ...], response: ModelResponse) -> None:
+        list_id = _list_id(refs)
+        self._lists.pop(list_id, None)  # re-insert: newest last
+        self._lists[list_id] = refs
+        self._refs_of((response.message,))
+
+    def _load(self, ref: str, type_: Any, what: str) -> Any:
+        data = self._blobs.get(ref)
+        if data is None:
+            raise PayloadError(f"cannot rebuild {what}: content {ref} is not in the journal")
+        return values.decode(data, type_, what=what)
+
+
+def decode_entry(data: bytes, *, what: str) -> ModelEntry | ModelRecord:
+    """A model call's journal payload, in this format or the one before it."""
+    try:
+        entry: ModelEntry = values.decode(data, ModelEntry, what=what)
+        return entry
+    except PayloadError:
+        legacy: ModelRecord = values.decode(data, ModelRecord, what=what)
+        return legacy
+
+
+def _is_model_call(event: HistoryEvent) -> bool:
+    return (event.step_kind == "model" and event.event is EventType.STEP_COMPLETED
+            and event.payload is not None)
+
+
+def records(history: Iterable[HistoryEvent], payloads: PayloadCodec) -> dict[int, ModelRecord]:
+    """Every model call in ``history``, rebuilt exactly as it was sent and
+    received, by the ``seq`` of its entry (for ``cairn show`` and tests)."""
+    log = ModelLog()
+    rebuilt: dict[int, ModelRecord] = {}
+    for event in history:
+        if not _is_model_call(event):
+            continue
+        assert event.payload is not None
+        what = f"model call at position {event.position} of run {event.run_id!r}"
+        record = log.take(decode_entry(payloads.raw(event.payload, what=what), what=what), what=what)
+        assert record is not None
+        rebuilt[event.seq] = record
+    return rebuilt
+
+
+def record_of(history: Sequence[HistoryEvent], entry: HistoryEvent, payloads: PayloadCodec) -> ModelRecord:
+    """The model call journaled by ``entry`` (a model ``step.completed`` of
+    ``history``), rebuilt: request, response and latency."""
+    found = records((e for e in history if e.seq <= entry.seq), payloads).get(entry.seq)
+    if found is None:
+        raise ValueError(f"history entry {entry.seq} is not a recorded model call")
+    return found
+
+
+def request_of(history: Sequence[HistoryEvent], entry: HistoryEvent, payloads: PayloadCodec) -> ModelRequest:
+    """The request the model call journaled by ``entry`` sent, exactly."""
+    return record_of(history, entry, payloads).request
+
+
+# -- the journaled call --------------------------------------------------------------
+
+
+def ask(
+    ex: Execution, client: ModelClient, request: ModelRequest, retry: RetryPolicy | None, *, is_async: bool
+) -> Protocol[ModelResponse]:
+    """One model call, for ``run_sync`` / ``run_async``: replayed from the
+    journal, or asked once (after the budget check) and journaled."""
+    call = ex.begin("model", client.model_id, values.digest(values.encode(request)))
+    if call.recorded is not None:
+        return _recorded(ex, call).response
+    ex.check_budget(tool_call=False)
+    started = time.perf_counter()
+    try:
+        response: ModelResponse = yield Invoke(_complete(client, is_async), (request,), None, None,
+                                               f"model {client.model_id!r}")
+    except Exception as exc:
+        ex.fail_by_policy(call, exc, retry or NO_RETRY)
+    latency_ms = (time.perf_counter() - started) * 1000
+    usage = response.usage
+    detail = {
+        "model": response.model,
+        "latency_ms": round(latency_ms, 3),
+        "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                  "total_tokens": usage.total_tokens},
+        "cost": response.cost,
+    }
+    log = _log(ex, call)
+    stored: ModelEntry = ex.complete_call(call, log.entry(request, response, latency_ms), ModelEntry,
+                                          detail=detail)
+    log.take(stored, rebuild=False)
+    return stored.response
+
+
+def _complete(client: ModelClient, is_async: bool) -> Callable[[ModelRequest], Any]:
+    if not is_async:
+        return client.complete
+    acomplete: Callable[[ModelRequest], Any] | None = getattr(client, "acomplete", None)
+    if acomplete is not None:
+        return acomplete
+    return lambda request: asyncio.to_thread(client.complete, request)
+
+
+def _recorded(ex: Execution, call: Call) -> ModelEntry | ModelRecord:
+    raw: msgspec.Raw = ex.replay(call, msgspec.Raw)
+    return decode_entry(bytes(raw), what=f"model call at position {call.position} of run {ex.run_id!r}")
+
+
+def _log(ex: Execution, call: Call) -> ModelLog:
+    """The execution's model log, built on its first live model call from the
+    live journal (never from entries a cut voided)."""
+    log = ex.model_log
+    if log is None:
+        log = ModelLog()
+        live = sorted((e for e in ex.journal.outcomes.values() if _is_model_call(e) and
+                       e.position is not None and e.position < call.position), key=lambda e: e.seq)
+        for event in live:
+            assert event.payload is not None
+            what = f"model call at position {event.position} of run {ex.run_id!r}"
+            raw = ex.runtime.payloads.raw(event.payload, what=what)
+            log.take(decode_entry(raw, what=what), rebuild=False, what=what)
+        ex.model_log = log
+    return log
+
+
+__all__ = ["ModelEntry", "ModelLog", "Prompt", "ask", "record_of", "records", "request_of"]

@@ -1,0 +1,69 @@
+"""Retry policies and the classification of step errors.
+
+This module sits at the bottom of the layers (beside ``errors``): the engine
+applies policies, and model adapters classify provider errors as terminal,
+without either importing the other.
+
+A failed attempt is classified *retryable* or *terminal*. Retryable failures
+are retried after an exponential backoff with jitter; the wait is a durable
+timer (the run suspends and frees its worker), not a sleep.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+class TerminalError(Exception):
+    """Raise from a step to fail it at once, whatever its retry policy says."""
+
+
+class RetryableError(Exception):
+    """Raise from a step to ask for a retry even if the policy's ``retry_on``
+    would not match (attempts are still limited by ``max_attempts``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently to retry a failing step.
+
+    ``max_attempts`` counts the first attempt: 1 means never retry. The n-th
+    retry waits ``initial_delay * backoff**(n-1)`` seconds, capped at
+    ``max_delay``, then spread by up to ``±jitter`` (a fraction) so that many
+    runs failing together do not retry in lockstep.
+    """
+
+    max_attempts: int = 3
+    initial_delay: float = 1.0
+    backoff: float = 2.0
+    max_delay: float = 300.0
+    jitter: float = 0.1
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    no_retry_on: tuple[type[BaseException], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.initial_delay < 0 or self.max_delay < 0 or self.backoff < 1 or not 0 <= self.jitter <= 1:
+            raise ValueError("retry delays must be >= 0, backoff >= 1 and jitter in [0, 1]")
+
+    def retryable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` may be retried at all (ignoring the attempt count)."""
+        if isinstance(exc, TerminalError):
+            return False
+        if isinstance(exc, RetryableError):
+            return True
+        if self.no_retry_on and isinstance(exc, self.no_retry_on):
+            return False
+        return isinstance(exc, self.retry_on)
+
+    def delay(self, failed_attempt: int) -> float:
+        """Seconds to wait after attempt number ``failed_attempt`` (1-based) failed."""
+        base = min(self.max_delay, self.initial_delay * self.backoff ** (failed_attempt - 1))
+        spread = base * self.jitter
+        return max(0.0, base + random.uniform(-spread, spread))
+
+
+#: Steps do not retry unless asked to: retrying a side effect must be a choice.
+NO_RETRY = RetryPolicy(max_attempts=1)
