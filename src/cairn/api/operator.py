@@ -26,12 +26,13 @@ import sys
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Protocol, cast
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.budget import Budget
 from cairn.engine.ledger import Ledger, OperationView, resolution_request
 from cairn.errors import RunNotFound
+from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.contract import Store
 from cairn.store.records import EventType, Payload, RunRecord, RunStatus
@@ -234,3 +235,47 @@ class Operator:
     ) -> RunRecord:
         # actor: actor=self.actor
         return self._store.resolve_operation(run_id, position, done, result, detail)
+
+
+# -- the database schema (``cairn db``) ---------------------------------------------------------
+
+
+class _Migratable(Protocol):
+    """What the SQL stores offer for managing their schema."""
+
+    def migrate(self) -> list[int]: ...
+
+    def schema_version(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Schema:
+    """A database opened without applying migrations, to report on its schema
+    and migrate it (``cairn db status`` / ``cairn db migrate``)."""
+
+    def __init__(self, store: _Migratable, dialect: str) -> None:
+        self._store = store
+        #: ``sqlite`` or ``postgres``: which migrations apply
+        self.dialect = dialect
+
+    def version(self) -> int:
+        return self._store.schema_version()
+
+    def migrate(self) -> list[int]:
+        """Apply the pending migrations; return the versions applied."""
+        return self._store.migrate()
+
+    def close(self) -> None:
+        self._store.close()
+
+
+def open_schema(db: str | None, *, create: bool) -> Schema:
+    """The schema of the database ``db``; ``create=False`` refuses a SQLite
+    file that does not exist. ``ValueError`` for a ``memory://`` store, which
+    lives inside one process and has no schema to manage."""
+    kind = dialect(db)
+    if kind == "memory":
+        raise ValueError("a memory:// store lives inside one process and has no schema to manage")
+    store = open_store(db, create=create, migrate=False)
+    return Schema(cast(_Migratable, store), kind)  # the SQL stores, the only ones left here

@@ -16,8 +16,8 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from cairn.codec import values
 from cairn.engine.definitions import StepDef
 from cairn.engine.execution import Call, Execution, current, operation_id
-from cairn.faults import fault_point
 from cairn.errors import CairnError, PayloadError
+from cairn.faults import fault_point
 
 P = ParamSpec("P")
 R = TypeVar("R")

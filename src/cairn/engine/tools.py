@@ -34,7 +34,6 @@ import msgspec
 from cairn.codec import values
 from cairn.engine.definitions import hints_of
 from cairn.engine.execution import Execution, current, operation_id
-from cairn.faults import fault_point
 from cairn.engine.retry import NO_RETRY, RetryPolicy, TerminalError
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import STEP_INFO, StepInfo, input_hash
@@ -44,6 +43,7 @@ from cairn.errors import (
     ToolResultInvalid,
     ToolTimeout,
 )
+from cairn.faults import fault_point
 from cairn.store.records import EventType, RunStatus
 
 P = ParamSpec("P")
