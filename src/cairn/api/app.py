@@ -7,29 +7,25 @@ zero setup) or hand them to worker processes (``app.start``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Collection
 from typing import Any, ParamSpec, TypeVar, overload
 
 from cairn.api.handles import RunHandle
+from cairn.api.operator import Operator, app_actor
 from cairn.api.workflow import Workflow
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
 from cairn.engine.budget import Budget
 from cairn.engine.definitions import StepDef, WorkflowDef
-from cairn.engine.execution import operation_id
-from cairn.engine.executor import Outcome, execute
-from cairn.engine.journal import Journal
+from cairn.engine.executor import Outcome
 from cairn.engine.retry import NO_RETRY, RetryPolicy
 from cairn.engine.runtime import Runtime
 from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
-from cairn.errors import InvalidRunState, PayloadError, RunNotFound, UnknownWorkflow
+from cairn.errors import PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.store import open_store, resolve_url
 from cairn.store.admission import QueueLimits, QueueStats, Rate
@@ -37,7 +33,6 @@ from cairn.store.contract import Store
 from cairn.store.records import (
     Claim,
     Durability,
-    EventType,
     HistoryEvent,
     NewRun,
     RunFilter,
@@ -45,7 +40,7 @@ from cairn.store.records import (
     RunStatus,
     check_names,
 )
-from cairn.worker.leases import LeaseKeeper
+from cairn.worker.inline import InlineDriver
 from cairn.worker.worker import Worker, WorkerSettings
 
 P = ParamSpec("P")
@@ -60,7 +55,8 @@ class App:
     ``db`` is a URL (``sqlite:///path.db``, ``memory://``) defaulting to
     ``$CAIRN_DB`` and then ``./.cairn/cairn.db``. ``durability`` is
     ``"process"`` (survive any process crash; the default) or ``"power"``
-    (fsync every commit).
+    (fsync every commit). ``create=False`` refuses to create a database
+    that does not exist (for commands that only inspect or operate on runs).
     """
 
     def __init__(
@@ -73,10 +69,11 @@ class App:
         max_recoveries: int = 5,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         check_inputs: bool = True,
+        create: bool = True,
     ) -> None:
         #: where this app's data lives (``None`` when given a ``store`` object)
         self.db_url = None if store is not None else resolve_url(db)
-        self.store = store if store is not None else open_store(db, durability)
+        self.store = store if store is not None else open_store(db, durability, create=create)
         self.runtime = Runtime(
             store=self.store,
             payloads=PayloadCodec(self.store, inline_limit),
@@ -85,8 +82,10 @@ class App:
         )
         self.lease_seconds = lease_seconds
         self._inline_id = f"inline-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._keeper: LeaseKeeper | None = None
-        self._keeper_lock = threading.Lock()
+        self._inline_driver: InlineDriver | None = None
+        self._inline_lock = threading.Lock()
+        #: performs every operator action (cancel, kill, retry, ...) as this process
+        self.operator = Operator(self.store, self.runtime.payloads, app_actor())
 
     # -- registration ---------------------------------------------------------------
 
@@ -263,50 +262,17 @@ class App:
         )
 
     def _drive(self, run_id: str, claim: Claim | None) -> Any:
-        """Execute ``run_id`` inline until it is terminal, driving children too."""
-        keeper = self._lease_keeper()
-        delay = 0.0
-        while True:
-            if claim is None:
-                claim = self.store.claim_run(run_id, self._inline_id, self.lease_seconds,
-                                             self.runtime.max_recoveries)
-            if claim is not None:
-                outcome = execute(self.runtime, claim, self._inline_id, keeper)
-                claim = None
-                if outcome.status == "completed":
-                    return outcome.result
-                if outcome.status in ("failed", "lost"):
-                    return RunHandle[Any](self, run_id).result()
-                delay = self._after_suspension(outcome)
-                continue
-            record = self.get_run(run_id)
-            if record.status.terminal:
-                return RunHandle[Any](self, run_id).result()
-            if record.status is RunStatus.SUSPENDED and record.waiting_on:
-                self._drive_child(record.waiting_on)
-                continue
-            time.sleep(delay or 0.01)  # held elsewhere, or a timer not yet due
+        """Execute ``run_id`` here until it ends (``cairn.worker.inline``)."""
+        outcome = self._inline().drive(run_id, claim)
+        if outcome is not None:
+            return outcome.result
+        return RunHandle[Any](self, run_id).result()
 
-    def _after_suspension(self, outcome: Outcome) -> float:
-        if outcome.waiting_on is not None:
-            self._drive_child(outcome.waiting_on)
-            return 0.0
-        if outcome.wake_at is not None:
-            return max(0.0, min(outcome.wake_at - time.time(), 1.0))
-        return 0.01
-
-    def _drive_child(self, child_id: str) -> None:
-        child = self.store.get_run(child_id)
-        if child is not None and not child.status.terminal:
-            # the parent observes the child's failure itself, through the journal
-            with contextlib.suppress(Exception):
-                self._drive(child_id, None)
-
-    def _lease_keeper(self) -> LeaseKeeper:
-        with self._keeper_lock:
-            if self._keeper is None:
-                self._keeper = LeaseKeeper(self.store, self._inline_id, self.lease_seconds)
-            return self._keeper
+    def _inline(self) -> InlineDriver:
+        with self._inline_lock:
+            if self._inline_driver is None:
+                self._inline_driver = InlineDriver(self.runtime, self._inline_id, self.lease_seconds)
+            return self._inline_driver
 
     # -- inspecting and operating on runs ---------------------------------------------
 
@@ -338,77 +304,42 @@ class App:
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> RunRecord:
         """Cancel a run and its children. A worker executing it is fenced out
         and stops at its next step boundary."""
-        return self.store.cancel_run(run_id, reason)
+        return self.operator.cancel(run_id, reason).run
 
     def retry(self, run_id: str) -> RunRecord:
         """Resume a failed or quarantined run from its last good step."""
-        record = self.get_run(run_id)
-        if record.status not in (RunStatus.FAILED, RunStatus.QUARANTINED):
-            raise InvalidRunState(f"run {run_id!r} is {record.status.value}; only failed or quarantined "
-                                  "runs can be retried")
-        return self.store.retry_run(run_id)
+        return self.operator.retry(run_id).run
 
     # -- exactly-once effects: operators ---------------------------------------------
 
     def operations(self, run_id: str) -> list[dict[str, Any]]:
         """Side-effecting tool calls of a run and where each stands:
         ``done``, ``failed``, ``uncertain`` (intent without result) or
-        ``pending`` (retry or reconciliation scheduled)."""
-        self.get_run(run_id)
-        journal = Journal(self.store.history(run_id))
-        ops: list[dict[str, Any]] = []
-        for position, state in sorted(journal.op_state.items()):
-            outcome = journal.outcomes.get(position)
-            detail = state.detail or {}
-            if outcome is not None:
-                status = "done" if outcome.event is EventType.STEP_COMPLETED else "failed"
-            elif journal.uncertain(position) is not None:
-                status = "uncertain"
-            else:
-                status = "pending"
-            ops.append({"position": position, "tool": state.name, "status": status,
-                        "operation_id": detail.get("operation_id", operation_id(run_id, position)),
-                        "last_event": state.event.value, "attempt": state.attempt})
-        for position, outcome in sorted(journal.outcomes.items()):
-            if outcome.step_kind == "tool" and position not in journal.op_state:
-                status = "done" if outcome.event is EventType.STEP_COMPLETED else "failed"
-                ops.append({"position": position, "tool": outcome.name, "status": status,
-                            "operation_id": operation_id(run_id, position),
-                            "last_event": outcome.event.value, "attempt": outcome.attempt})
-        return sorted(ops, key=lambda op: int(op["position"]))
+        ``pending`` (retry or reconciliation scheduled). The typed views are
+        ``app.operator.operations(run_id)`` (see ``cairn.engine.ledger``)."""
+        return [view.as_dict() for view in self.operator.operations(run_id).operations]
 
     def resolve_operation(self, run_id: str, position: int, *, done: bool, result: Any = None) -> RunRecord:
         """Settle the uncertain operation at ``position`` of a run that needs
         attention: ``done=True`` records ``result`` as the tool's result (it
         is not executed again); ``done=False`` executes it again with the same
         operation id. The run then continues on any worker."""
-        run = self.get_run(run_id)
-        if run.status is not RunStatus.NEEDS_ATTENTION:
-            raise InvalidRunState(f"run {run_id!r} is {run.status.value}; it has no operation to resolve")
-        journal = Journal(self.store.history(run_id))
-        if journal.uncertain(position) is None:
-            uncertain = [p for p in journal.op_state if journal.uncertain(p) is not None]
-            raise InvalidRunState(f"operation at position {position} of run {run_id!r} is not uncertain "
-                                  f"(uncertain positions: {uncertain or 'none'})")
-        tool = journal.op_state[position].name
-        payload = self.runtime.payloads.dump(result)[0] if done else None
-        detail = {"name": tool, "step_kind": "tool", "operation_id": operation_id(run_id, position)}
-        return self.store.resolve_operation(run_id, position, done, payload, detail)
+        return self.operator.resolve(run_id, position, done=done, result=result).run
 
     def kill(self, run_id: str | None = None, *, tenant: str | None = None,
              reason: str = "killed by operator") -> list[RunRecord]:
         """The kill switch: stop a run (and its children) or every run of a
         tenant at the next boundary. Leases are revoked (fenced), so no
         further step result or side-effect intent of theirs is accepted."""
-        return self.store.kill_runs(reason, run_id=run_id, tenant=tenant)
+        return self.operator.kill(run_id, tenant=tenant, reason=reason)
 
     def revive(self, run_id: str) -> RunRecord:
         """Resume a killed or halted run where it stopped (``cairn resume --force``)."""
-        return self.store.revive_run(run_id)
+        return self.operator.revive(run_id).run
 
     def set_budget(self, run_id: str, budget: Budget) -> RunRecord:
         """Replace a run's budget; a run suspended for its budget continues."""
-        return self.store.set_budget(run_id, budget.to_dict())
+        return self.operator.set_budget(run_id, budget).run
 
     def set_queue(
         self,
@@ -434,13 +365,12 @@ class App:
             return Rate.parse(value) if isinstance(value, str) else value
 
         limits = QueueLimits(name, concurrency, tenant_concurrency, parsed(rate), parsed(tenant_rate))
-        self.store.set_queue(limits)
-        return limits
+        return self.operator.set_queue(limits)
 
     def queues(self) -> list[QueueStats]:
         """Every queue with limits or live runs: its limits, how many of its
         runs are running and how many could be claimed now."""
-        return self.store.queue_stats()
+        return self.operator.queues()
 
     def prune(
         self,
@@ -460,16 +390,8 @@ class App:
         run of its tree is live or recent), ``batch_size`` runs per
         transaction, until none is left. See ``Store.prune_runs``.
         """
-        if older_than_seconds < 0:
-            raise ValueError(f"older_than_seconds must not be negative, not {older_than_seconds}")
-        cutoff = time.time() - older_than_seconds
-        chosen = None if statuses is None else [RunStatus(status) for status in statuses]
-        if dry_run:
-            return self.store.prune_runs(cutoff, chosen, sys.maxsize, dry_run=True)
-        total = 0
-        while pruned := self.store.prune_runs(cutoff, chosen, batch_size):
-            total += pruned
-        return total
+        return self.operator.prune(older_than_seconds, statuses=statuses, batch_size=batch_size,
+                                   dry_run=dry_run)
 
     def worker(
         self,
@@ -488,8 +410,8 @@ class App:
         return Worker(self.runtime, settings, worker_id, on_outcome)
 
     def close(self) -> None:
-        if self._keeper is not None:
-            self._keeper.close()
+        if self._inline_driver is not None:
+            self._inline_driver.close()
         self.store.close()
 
     def __enter__(self) -> App:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from cairn.errors import RunFailed, RunNotFound
+from cairn.errors import RunFailed
 from cairn.store.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -28,10 +28,7 @@ class RunHandle(Generic[R]):
         return f"RunHandle({self.run_id!r})"
 
     def get(self) -> RunRecord:
-        record = self.app.store.get_run(self.run_id)
-        if record is None:
-            raise RunNotFound(self.run_id)
-        return record
+        return self.app.get_run(self.run_id)
 
     def status(self) -> RunStatus:
         return self.get().status

@@ -319,9 +319,8 @@ class _Demo:
         with progress:
             task = progress.add_task("demo-worker-1 executing", total=total)
             while True:
-                record = app.store.get_run(run_id)
-                assert record is not None
-                for event in app.store.history(run_id, last_seq):
+                record = app.get_run(run_id)
+                for event in app.history(run_id, last_seq):
                     last_seq = event.seq
                     _narrate(event, progress.console, self.killed_at)
                     if event.event is EventType.STEP_COMPLETED and event.position is not None:

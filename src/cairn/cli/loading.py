@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import click
 
 from cairn.api.app import App
+from cairn.api.operator import Operator, cli_actor
+from cairn.codec.payloads import PayloadCodec
 from cairn.errors import CairnError, ConfigError, StoreError
-from cairn.store import open_store, resolve_url, sqlite_path
-from cairn.store.contract import Store
+from cairn.store import resolve_url, sqlite_path
 
 
 class AppLoadError(CairnError):
@@ -46,7 +47,7 @@ def same_database(a: str, b: str) -> bool:
 
 
 def require_database(db: str | None) -> None:
-    """Refuse, as ``open_store(create=False)`` does, a database file that does
+    """Refuse, as ``App(create=False)`` does, a database file that does
     not exist: for commands that load an App (which would create it) only to
     inspect or operate on runs already in it."""
     path = sqlite_path(resolve_url(db))
@@ -133,42 +134,45 @@ def load_app(spec: str, db: str | None) -> LoadedApp:
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """A store to inspect, and the App it came from when ``--app`` was given."""
+    """What an inspection or operator command works with: the App (the
+    ``--app`` one, or a bare App on the database: reading and operating on
+    runs needs no workflow code), and the operator acting for the person at
+    the command line. The session, not the caller, closes the App."""
 
-    store: Store
-    app: App | None
+    app: App
+    operator: Operator
     db_url: str
 
-    def operator(self) -> App:
-        """An App to operate on runs with (``operations``, ``kill``, ...): the
-        ``--app`` one, or a bare App on the store (those calls need no
-        workflow code). The session, not the caller, closes the store."""
-        return self.app if self.app is not None else App(store=self.store)
+    @property
+    def codec(self) -> PayloadCodec:
+        """How stored payloads are read (see ``cairn.codec.payloads``)."""
+        return self.app.runtime.payloads
 
 
 @contextlib.contextmanager
 def open_session(db: str | None, app_spec: str | None) -> Iterator[Session]:
     """Open the database for commands that only read or operate on runs.
 
-    Without ``--app`` the store is opened directly: inspecting runs needs no
-    workflow code, so ``cairn show`` works on any machine that has the file.
-    A database that does not exist is an error, never created: a typo in
-    ``--db`` must not leave an empty database behind.
+    Without ``--app`` a bare App is opened on the database: inspecting runs
+    needs no workflow code, so ``cairn show`` works on any machine that has
+    the file. A database that does not exist is an error, never created: a
+    typo in ``--db`` must not leave an empty database behind.
     """
     if app_spec is not None:
         if db is not None:  # the App would create it; an App bound in code is checked by load_app
             require_database(db)
         loaded = load_app(app_spec, db)
         try:
-            yield Session(loaded.app.store, loaded.app, loaded.app.db_url or resolve_url(db))
+            app = loaded.app
+            yield Session(app, app.operator.acting_as(cli_actor()), app.db_url or resolve_url(db))
         finally:
             loaded.close()
         return
-    store = open_store(db, create=False)
+    bare = App(db, create=False)
     try:
-        yield Session(store, None, resolve_url(db))
+        yield Session(bare, bare.operator.acting_as(cli_actor()), resolve_url(db))
     finally:
-        store.close()
+        bare.close()
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any
 
 import click
 import msgspec
@@ -24,21 +24,21 @@ from rich.console import Console
 from rich.text import Text
 
 from cairn.api.app import App
+from cairn.api.operator import Schema, open_schema
 from cairn.codec import values
 from cairn.engine.budget import Budget
 from cairn.engine.executor import Outcome
+from cairn.engine.ledger import OperationView
 from cairn.errors import (
     InvalidRunState,
     PayloadError,
-    RunNotFound,
     UnknownWorkflow,
 )
-from cairn.store import DEFAULT_DB, dialect, open_store, resolve_url, sqlite_path
-from cairn.store.contract import Store
-from cairn.store.records import Claim, EventType, HistoryEvent, RunStatus
+from cairn.store import DEFAULT_DB, resolve_url, sqlite_path
+from cairn.store.records import Claim, EventType, RunStatus
 
 from . import render
-from .loading import Session, loaded_app, open_session
+from .loading import loaded_app, open_session
 from .options import CairnGroup, DefaultCommandGroup, app_option, db_option
 from .options import db_from_context as _db
 from .options import stderr_console as _stderr
@@ -123,7 +123,7 @@ def _payments_demo() -> Callable[[str | None, Console], int]:
 # -- worker ------------------------------------------------------------------------------------
 
 
-def _outcome_logger(store: Store) -> Callable[[Claim, Outcome], None]:
+def _outcome_logger(app: App) -> Callable[[Claim, Outcome], None]:
     """The worker's ``on_outcome``: one log line per claim that ends."""
 
     def log_outcome(claim: Claim, outcome: Outcome) -> None:
@@ -136,7 +136,7 @@ def _outcome_logger(store: Store) -> Callable[[Claim, Outcome], None]:
         elif outcome.status == "suspended" and outcome.wake_at is not None:
             log.info("%s suspended until %s", run, render.fmt_time(outcome.wake_at))
         elif outcome.status == "suspended":  # no timer: an operator is needed
-            log.warning("%s %s", run, _parked(store, run_id))
+            log.warning("%s %s", run, _parked(app, run_id))
         elif outcome.status == "released" and outcome.error:
             log.info("%s rewound: %s", run, outcome.error)
         elif outcome.status == "released":
@@ -147,14 +147,14 @@ def _outcome_logger(store: Store) -> Callable[[Claim, Outcome], None]:
     return log_outcome
 
 
-def _parked(store: Store, run_id: str) -> str:
+def _parked(app: App, run_id: str) -> str:
     """Why a run was suspended without a timer, said for the worker's log."""
     try:
-        record = store.get_run(run_id)
-        history = store.history(run_id) if record is not None else []
+        record = app.get_run(run_id)
+        history = app.history(run_id)
     except Exception:  # logging must never take the worker down
         return "suspended"
-    if record is not None and record.status is RunStatus.NEEDS_ATTENTION:
+    if record.status is RunStatus.NEEDS_ATTENTION:
         return f"needs attention: an operation's outcome is uncertain (see 'cairn ops {run_id}')"
     last = next((e for e in reversed(history) if e.event is EventType.RUN_SUSPENDED), None)
     reason = render.lifecycle_detail(last) if last is not None else ""
@@ -190,7 +190,7 @@ def worker(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with loaded_app(app_spec, _db(ctx, db)) as app:
         w = app.worker(concurrency=concurrency, worker_id=worker_id, poll_interval=poll,
-                       queues=queues or None, lease_seconds=lease, on_outcome=_outcome_logger(app.store))
+                       queues=queues or None, lease_seconds=lease, on_outcome=_outcome_logger(app))
         served = ", ".join(sorted(w.workflows)) or "(none: the app registers no workflows)"
         click.echo(f"cairn worker {w.worker_id}: workflows {served}; queues "
                    f"{', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "
@@ -306,11 +306,8 @@ def runs(
     as_json: bool, app_spec: str | None, db: str | None,
 ) -> None:
     """List runs, newest first."""
-    from cairn.store.records import RunFilter
-
-    statuses = (RunStatus(status),) if status else None
     with open_session(_db(ctx, db), app_spec) as session:
-        records = session.store.list_runs(RunFilter(statuses, tenant, workflow, None, None, limit))
+        records = session.app.list_runs(status=status, tenant=tenant, workflow=workflow, limit=limit)
         if as_json:
             for record in records:
                 click.echo(json.dumps(render.run_json(record)))
@@ -329,14 +326,12 @@ def runs(
 def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, db: str | None) -> None:
     """Show a run: its state, its journal step by step, and its result or error."""
     with open_session(_db(ctx, db), app_spec) as session:
-        record = session.store.get_run(run_id)
-        if record is None:
-            raise RunNotFound(run_id)
-        history = session.store.history(run_id)
+        record = session.app.get_run(run_id)
+        history = session.app.history(run_id)
         if as_json:
-            click.echo(json.dumps(render.show_json(session.store, record, history), indent=2))
+            click.echo(json.dumps(render.show_json(session.codec, record, history), indent=2))
         else:
-            render.print_run(_stdout(), session.store, record, history)
+            render.print_run(_stdout(), session.codec, record, history)
 
 
 @main.command()
@@ -354,21 +349,19 @@ def events(
     """Print a run's history: every journal entry and lifecycle event."""
     console = _stdout()
     with open_session(_db(ctx, db), app_spec) as session:
-        store = session.store
+        app, codec = session.app, session.codec
         last = after
         try:
             while True:
                 # Read the status before the entries: the entry that ends a run
                 # is written with its status, so after seeing a terminal status
                 # one more read has every entry there will ever be.
-                record = store.get_run(run_id)
-                if record is None:
-                    raise RunNotFound(run_id)
-                for event in store.history(run_id, last):
+                record = app.get_run(run_id)
+                for event in app.history(run_id, last):
                     if as_json:
-                        click.echo(json.dumps(render.event_json(store, event)))
+                        click.echo(json.dumps(render.event_json(codec, event)))
                     else:
-                        console.print(render.event_line(store, event), soft_wrap=True)
+                        console.print(render.event_line(codec, event), soft_wrap=True)
                     last = event.seq
                 sys.stdout.flush()
                 if not follow or record.status.terminal:
@@ -391,17 +384,14 @@ def cancel(ctx: click.Context, run_id: str, reason: str, app_spec: str | None, d
     """Cancel a run and its unfinished children. A worker executing it stops at
     its next step boundary; the step in progress is not interrupted."""
     with open_session(_db(ctx, db), app_spec) as session:
-        before = session.store.get_run(run_id)
-        if before is None:
-            raise RunNotFound(run_id)
-        if before.status is RunStatus.CANCELLED:
-            click.echo(f"run {run_id} was already cancelled")
-            return
-        if before.status.terminal:
-            raise InvalidRunState(f"run {run_id!r} is {before.status.value}; only unfinished runs can be "
-                                  "cancelled")
-        session.store.cancel_run(run_id, reason)
-        click.echo(f"cancelled run {run_id} (was {before.status.value})")
+        change = session.operator.cancel(run_id, reason)
+    before = change.before.status
+    if before is RunStatus.CANCELLED:
+        click.echo(f"run {run_id} was already cancelled")
+    elif before.terminal:
+        raise InvalidRunState(f"run {run_id!r} is {before.value}; only unfinished runs can be cancelled")
+    else:
+        click.echo(f"cancelled run {run_id} (was {before.value})")
 
 
 @main.command()
@@ -412,13 +402,11 @@ def cancel(ctx: click.Context, run_id: str, reason: str, app_spec: str | None, d
 def retry(ctx: click.Context, run_id: str, app_spec: str | None, db: str | None) -> None:
     """Resume a failed or quarantined run from its last good step."""
     with open_session(_db(ctx, db), app_spec) as session:
-        record = session.store.retry_run(run_id)
-        retried = [e for e in session.store.history(run_id) if e.event is EventType.RUN_RETRIED]
-        detail = (retried[-1].detail or {}) if retried else {}
-        position = detail.get("from_position")
-        where = f"from position {position}" if position is not None else "from the top of its journal"
-        click.echo(f"retrying run {run_id} {where} (was {detail.get('previous_status', '?')}); "
-                   f"it is {record.status.value} until a worker picks it up")
+        retried = session.operator.retry(run_id)
+    position = retried.from_position
+    where = f"from position {position}" if position is not None else "from the top of its journal"
+    click.echo(f"retrying run {run_id} {where} (was {retried.before.status.value}); "
+               f"it is {retried.run.status.value} until a worker picks it up")
 
 
 @main.command()
@@ -439,7 +427,7 @@ def kill(
     if (run_id is None) == (tenant is None):
         raise click.UsageError("give exactly one of RUN and --tenant")
     with open_session(_db(ctx, db), app_spec) as session:
-        killed = session.operator().kill(run_id, tenant=tenant, reason=reason)
+        killed = session.operator.kill(run_id, tenant=tenant, reason=reason)
         if killed:
             click.echo(f"killed {len(killed)} run{'s' if len(killed) != 1 else ''}:")
             for record in killed:
@@ -449,9 +437,7 @@ def kill(
             click.echo(f"killed 0 runs: tenant {tenant!r} has no unfinished runs")
             return
         assert run_id is not None
-        found = session.store.get_run(run_id)
-        if found is None:
-            raise RunNotFound(run_id)
+        found = session.operator.get_run(run_id)
         if found.status is RunStatus.KILLED:
             click.echo(f"run {run_id} was already killed")
             return
@@ -470,12 +456,9 @@ def resume(ctx: click.Context, run_id: str, force: bool, app_spec: str | None, d
         raise click.UsageError(f"killed and halted runs were stopped on purpose and only resume when forced: "
                                f"'cairn resume {run_id} --force'")
     with open_session(_db(ctx, db), app_spec) as session:
-        before = session.store.get_run(run_id)
-        if before is None:
-            raise RunNotFound(run_id)
-        record = session.operator().revive(run_id)
-        click.echo(f"resumed run {run_id} (was {before.status.value}); it is {record.status.value} until a "
-                   "worker picks it up")
+        revived = session.operator.revive(run_id)
+    click.echo(f"resumed run {run_id} (was {revived.before.status.value}); it is {revived.run.status.value} "
+               "until a worker picks it up")
 
 
 @main.command()
@@ -497,20 +480,13 @@ def budget(
     The limits given replace those limits; the others stay as they were.
     A running run is refused: change it once it is suspended.
     """
-    given = {"tokens": tokens, "cost": cost, "tool_calls": tool_calls, "wall_seconds": wall_seconds}
-    given = {key: value for key, value in given.items() if value is not None}
-    if not given:
+    if tokens is None and cost is None and tool_calls is None and wall_seconds is None:
         raise click.UsageError("give at least one limit: --tokens, --cost, --tool-calls or --wall-seconds")
     with open_session(_db(ctx, db), app_spec) as session:
-        before = session.store.get_run(run_id)
-        if before is None:
-            raise RunNotFound(run_id)
-        limits = {**(before.budget or {}), **given}
-        new = Budget(tokens=limits.get("tokens"), cost=limits.get("cost"),
-                     tool_calls=limits.get("tool_calls"), wall_seconds=limits.get("wall_seconds"))
-        record = session.operator().set_budget(run_id, new)
-        click.echo(f"budget of run {run_id}: {render.fmt_budget(record.budget)} "
-                   f"(was {render.fmt_budget(before.budget)}); the run is {record.status.value}")
+        change = session.operator.set_budget(run_id, Budget(tokens, cost, tool_calls, wall_seconds),
+                                             keep_others=True)
+    click.echo(f"budget of run {run_id}: {render.fmt_budget(change.run.budget)} "
+               f"(was {render.fmt_budget(change.before.budget)}); the run is {change.run.status.value}")
 
 
 # -- side-effecting operations -----------------------------------------------------------------
@@ -540,11 +516,6 @@ def _resolve_commands(run_id: str, position: int, db_url: str) -> dict[str, str]
             "not_done": shlex.join([*base, "--not-done", *db])}
 
 
-def _attention_for(op: dict[str, Any], history: list[HistoryEvent]) -> dict[str, Any]:
-    detail = render.attention(history) or {}
-    return detail if detail.get("position") == op["position"] else {}
-
-
 @ops.command("list")
 @click.argument("run_id", metavar="RUN")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: the run and its operations.")
@@ -556,49 +527,39 @@ def ops_list(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | Non
     failed, uncertain, pending), operation id and attempt; for an uncertain
     one, its arguments and the commands that resolve it."""
     with open_session(_db(ctx, db), app_spec) as session:
-        operations = session.operator().operations(run_id)  # RunNotFound for an unknown id
-        record = session.store.get_run(run_id)
-        assert record is not None
-        history = session.store.history(run_id)
-        needs = record.status is RunStatus.NEEDS_ATTENTION
-        uncertain = [op for op in operations if op["status"] == "uncertain"] if needs else []
-        if as_json:
-            for op in uncertain:
-                arguments = render.intent_arguments(session.store, history, int(op["position"]))
-                op["arguments"] = arguments.value if arguments is not None else None
-                op["why"] = _attention_for(op, history).get("why")
-                op["resolve"] = _resolve_commands(run_id, int(op["position"]), session.db_url)
-            out = {"run_id": run_id, "status": record.status.value, "operations": operations}
-            click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
-            return
-        if not operations:
-            click.echo(f"run {run_id} ({record.status.value}) has made no tool calls", err=True)
-            return
-        console = _stdout()
-        console.print(Text(f"run {run_id} ({record.workflow}): ") + render.status_text(record.status))
-        console.print(render.ops_table(operations))
-        for op in uncertain:
-            _print_uncertain(console, session, record.run_id, op, history)
+        report = session.operator.operations(run_id)  # RunNotFound for an unknown id
+    record, uncertain = report.run, report.uncertain()
+    if as_json:
+        operations = []
+        waiting = {op.position for op in uncertain}
+        for op in report.operations:
+            entry = op.as_dict()
+            if op.position in waiting:
+                entry["arguments"] = op.arguments.value if op.arguments is not None else None
+                entry["why"] = op.why
+                entry["resolve"] = _resolve_commands(run_id, op.position, session.db_url)
+            operations.append(entry)
+        out = {"run_id": run_id, "status": record.status.value, "operations": operations}
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
+        return
+    if not report.operations:
+        click.echo(f"run {run_id} ({record.status.value}) has made no tool calls", err=True)
+        return
+    console = _stdout()
+    console.print(Text(f"run {run_id} ({record.workflow}): ") + render.status_text(record.status))
+    console.print(render.ops_table(report.operations))
+    for op in uncertain:
+        _print_uncertain(console, run_id, op, session.db_url)
 
 
-def _print_uncertain(
-    console: Console, session: Session, run_id: str, op: dict[str, Any], history: list[HistoryEvent]
-) -> None:
-    position = int(op["position"])
-    why = _attention_for(op, history).get("why") or "its outcome is not recorded"
-    arguments = render.intent_arguments(session.store, history, position)
-    commands = _resolve_commands(run_id, position, session.db_url)
+def _print_uncertain(console: Console, run_id: str, op: OperationView, db_url: str) -> None:
+    why = op.why or "its outcome is not recorded"
+    commands = _resolve_commands(run_id, op.position, db_url)
     console.print()
-    console.print(Text(f"needs attention: #{position} {op['tool']} (operation {op['operation_id']}) "
-                              f"may or may not have happened: {why}", style="bold yellow"), soft_wrap=True)
-    if arguments is None:
-        shown = "(no intent recorded)"
-    elif arguments.error is not None:
-        shown = f"<{arguments.error}>"
-    else:
-        shown = json.dumps(arguments.value, ensure_ascii=False, sort_keys=True, default=str)
-    console.print(f"  arguments: {shown}", markup=False, soft_wrap=True)
-    console.print(f"  check the outside world for operation id {op['operation_id']}, then:", markup=False,
+    console.print(Text(f"needs attention: #{op.position} {op.tool} (operation {op.operation_id}) "
+                       f"may or may not have happened: {why}", style="bold yellow"), soft_wrap=True)
+    console.print(f"  arguments: {render.arguments_text(op)}", markup=False, soft_wrap=True)
+    console.print(f"  check the outside world for operation id {op.operation_id}, then:", markup=False,
                   soft_wrap=True)
     console.print(f"  if it happened:       {commands['done']}", markup=False, soft_wrap=True)
     console.print("                        (RESULT_JSON: the tool's result as JSON; it is recorded, not "
@@ -635,36 +596,24 @@ def ops_resolve(
     result = _parse_result(done_json) if done_json is not None else None
     done = done_json is not None
     with open_session(_db(ctx, db), app_spec) as session:
-        operator = session.operator()
-        tool = next((op["tool"] for op in operator.operations(run_id) if op["position"] == position), "?")
-        record = operator.resolve_operation(run_id, position, done=done, result=result)
-        what = ("done: its result is recorded and it will not be executed again" if done
-                else "not done: it will be executed again with the same operation id")
-        click.echo(f"resolved #{position} {tool} of run {run_id} as {what}; the run is {record.status.value} "
-                   "until a worker picks it up")
+        resolved = session.operator.resolve(run_id, position, done=done, result=result)
+    tool = resolved.operation.tool if resolved.operation is not None else "?"
+    what = ("done: its result is recorded and it will not be executed again" if done
+            else "not done: it will be executed again with the same operation id")
+    click.echo(f"resolved #{position} {tool} of run {run_id} as {what}; the run is "
+               f"{resolved.run.status.value} until a worker picks it up")
 
 
 # -- database maintenance ----------------------------------------------------------------------
 
 
-class _SchemaStore(Protocol):
-    """What ``cairn db`` needs of a store (the SQLite and PostgreSQL ones have it)."""
-
-    def migrate(self) -> list[int]: ...
-
-    def schema_version(self) -> int: ...
-
-    def close(self) -> None: ...
-
-
-def _open_unmigrated(db: str | None, *, create: bool) -> tuple[_SchemaStore, str]:
-    """The store named by ``db``, opened without applying migrations, and its
-    SQL dialect. ``create=False`` refuses a SQLite file that does not exist."""
-    kind = dialect(db)
-    if kind == "memory":
-        raise click.UsageError("a memory:// store lives inside one process and has no schema to manage")
-    store = open_store(db, create=create, migrate=False)
-    return cast(_SchemaStore, store), kind  # the SQL stores, the only ones left here
+def _open_unmigrated(db: str | None, *, create: bool) -> Schema:
+    """The schema of the database named by ``db``, opened without applying
+    migrations. ``create=False`` refuses a SQLite file that does not exist."""
+    try:
+        return open_schema(db, create=create)
+    except ValueError as exc:  # a memory:// store
+        raise click.UsageError(str(exc)) from None
 
 
 @main.group("db")
@@ -686,11 +635,12 @@ def db_status(ctx: click.Context, db: str | None) -> None:
     applying them."""
     from cairn.store.sqlfiles import load_migrations
 
-    store, dialect = _open_unmigrated(_db(ctx, db), create=False)
+    schema = _open_unmigrated(_db(ctx, db), create=False)
+    dialect = schema.dialect
     try:
-        version = store.schema_version()
+        version = schema.version()
     finally:
-        store.close()
+        schema.close()
     known = load_migrations(dialect)
     latest = known[-1].version if known else 0
     pending = [m for m in known if m.version > version]
@@ -715,12 +665,13 @@ def db_migrate(ctx: click.Context, db: str | None) -> None:
     several machines at once on PostgreSQL."""
     from cairn.store.sqlfiles import load_migrations
 
-    store, dialect = _open_unmigrated(_db(ctx, db), create=True)
+    schema = _open_unmigrated(_db(ctx, db), create=True)
+    dialect = schema.dialect
     try:
-        applied = store.migrate()
-        version = store.schema_version()
+        applied = schema.migrate()
+        version = schema.version()
     finally:
-        store.close()
+        schema.close()
     if not applied:
         click.echo(f"up to date (schema version {version})")
         return
@@ -772,7 +723,7 @@ def prune(
     chosen = [RunStatus(s) for s in statuses] if statuses else None
     described = ", ".join(statuses) if statuses else "completed, failed or cancelled"
     with open_session(_db(ctx, db), app_spec) as session:
-        count = session.operator().prune(seconds, statuses=chosen, dry_run=dry_run)
+        count = session.operator.prune(seconds, statuses=chosen, dry_run=dry_run)
     runs = f"{count} run{'s' if count != 1 else ''}"
     what = f"{described}, last changed more than {older_than.strip()} ago"
     click.echo(f"would prune {runs} ({what})" if dry_run else f"pruned {runs} ({what})")

@@ -78,7 +78,7 @@ def queues_list(ctx: click.Context, as_json: bool, app_spec: str | None, db: str
     """(default) Every queue with limits or live runs: running runs, runs
     that could be claimed now, and the limits."""
     with open_session(db_from_context(ctx, db), app_spec) as session:
-        stats = session.operator().queues()
+        stats = session.operator.queues()
     if as_json:
         click.echo(json.dumps([_as_json(s) for s in stats], indent=2))
     elif not stats:
@@ -129,7 +129,7 @@ def queues_set(
     if limits.unlimited:
         raise click.UsageError(f"give at least one limit (to remove them all: cairn queues clear {name})")
     with open_session(db_from_context(ctx, db), app_spec) as session:
-        session.store.set_queue(limits)
+        session.operator.set_queue(limits)
     click.echo(f"queue {name}: {describe_limits(limits)}")
 
 
@@ -141,9 +141,9 @@ def queues_set(
 def queues_clear(ctx: click.Context, name: str, app_spec: str | None, db: str | None) -> None:
     """Remove QUEUE's limits: it admits every runnable run again."""
     try:
-        limits = QueueLimits(name)
+        QueueLimits(name)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'QUEUE'") from None
     with open_session(db_from_context(ctx, db), app_spec) as session:
-        session.store.set_queue(limits)
+        session.operator.clear_queue(name)
     click.echo(f"queue {name}: unlimited")

@@ -1,9 +1,11 @@
-"""Turning runs and history entries into tables, lines and JSON.
+"""Turning runs, history entries and operations into tables, lines and JSON.
 
-Payloads are decoded as plain JSON (``cairn.codec.values.decode`` with no
-target type), never into user types: the inspection commands must work
-without the workflow code and must not trust stored bytes with anything but
-a JSON parser.
+Payloads are read through the payload codec (so a codec stage such as
+encryption at rest applies here too) and decoded as plain JSON, never into
+user types: the inspection commands must work without the workflow code and
+must not trust stored bytes with anything but a JSON parser
+(``cairn.engine.ledger.decode``). Tool calls are shown from the ledger's
+typed views; nothing here classifies history itself.
 """
 
 from __future__ import annotations
@@ -17,11 +19,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cairn.codec import values
+from cairn.codec.payloads import PayloadCodec
 from cairn.engine.journal import Journal
-from cairn.errors import PayloadError
-from cairn.store.contract import Store
-from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, Payload, RunRecord, RunStatus
+from cairn.engine.ledger import Decoded, OperationView, decode
+from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, RunRecord, RunStatus
 
 STATUS_STYLE = {
     RunStatus.PENDING: "yellow",
@@ -91,26 +92,6 @@ def preview(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-@dataclass(frozen=True, slots=True)
-class Decoded:
-    """A payload decoded as plain JSON, or why it could not be."""
-
-    value: Any = None
-    error: str | None = None
-
-
-def decode(store: Store, payload: Payload | None) -> Decoded:
-    """Decode a stored payload (inline or artifact) without failing the command:
-    one unreadable value should not hide the rest of a run."""
-    if payload is None:
-        return Decoded(None)
-    try:
-        data = payload.data if payload.data is not None else store.get_artifact(payload.ref or "")
-        return Decoded(values.decode(data))
-    except PayloadError as exc:
-        return Decoded(error=str(exc))
-
-
 def show_decoded(decoded: Decoded, width: int = 60) -> str:
     return f"<{decoded.error}>" if decoded.error is not None else preview(decoded.value, width)
 
@@ -167,7 +148,7 @@ def runs_table(records: list[RunRecord]) -> Table:
 # -- history ---------------------------------------------------------------------------------
 
 
-def event_json(store: Store, event: HistoryEvent) -> dict[str, Any]:
+def event_json(codec: PayloadCodec, event: HistoryEvent) -> dict[str, Any]:
     out: dict[str, Any] = {
         "seq": event.seq,
         "event": event.event.value,
@@ -179,7 +160,7 @@ def event_json(store: Store, event: HistoryEvent) -> dict[str, Any]:
         out.update(position=event.position, kind=event.step_kind, name=event.name, attempt=event.attempt,
                    started_at=event.started_at)
     if event.payload is not None:
-        decoded = decode(store, event.payload)
+        decoded = decode(codec, event.payload)
         key = "arguments" if event.event is EventType.OP_INTENT else "result"
         out[key] = decoded.value
         if decoded.error is not None:
@@ -235,7 +216,7 @@ def lifecycle_detail(event: HistoryEvent) -> str:
     return compact(d) if d else ""
 
 
-def event_detail(store: Store, event: HistoryEvent, width: int = 70) -> str:
+def event_detail(codec: PayloadCodec, event: HistoryEvent, width: int = 70) -> str:
     """The human part of an event line: what happened, briefly."""
     parts: list[str] = []
     if event.worker:
@@ -246,10 +227,10 @@ def event_detail(store: Store, event: HistoryEvent, width: int = 70) -> str:
         if event.started_at is not None:
             parts.append(fmt_seconds(max(0.0, event.at - event.started_at)))
         if event.event is EventType.STEP_COMPLETED:
-            value = decode(store, event.payload)
+            value = decode(codec, event.payload)
             parts.append(f"→ {_result_text(event.step_kind, value, width)}{settled_by(event)}")
         elif event.event in _OP_TEXT:
-            parts.append(preview(op_text(store, event), width))
+            parts.append(preview(op_text(codec, event), width))
         elif event.detail:
             parts.append(preview(_problem(event), width))
     else:
@@ -272,11 +253,11 @@ def settled_by(event: HistoryEvent) -> str:
     return ""
 
 
-def op_text(store: Store, event: HistoryEvent) -> str:
+def op_text(codec: PayloadCodec, event: HistoryEvent) -> str:
     """What an ``op.*`` entry says about a side effect."""
     d = event.detail or {}
     if event.event is EventType.OP_INTENT:
-        arguments = decode(store, event.payload)
+        arguments = decode(codec, event.payload)
         return f"{d.get('effect', '?')} op {d.get('operation_id', '?')} args {show_decoded(arguments, 200)}"
     if event.event is EventType.OP_RECONCILED:
         if d.get("outcome") == "not_found":
@@ -294,7 +275,7 @@ def _result_text(kind: str | None, decoded: Decoded, width: int) -> str:
     return show_decoded(decoded, width)
 
 
-def event_line(store: Store, event: HistoryEvent) -> Text:
+def event_line(codec: PayloadCodec, event: HistoryEvent) -> Text:
     where = f"#{event.position} {event.name}" if event.position is not None else ""
     style = "bold red" if event.event in _BAD_EVENTS else (
         "bold yellow" if event.event in _ATTENTION_EVENTS else "bold")
@@ -303,7 +284,7 @@ def event_line(store: Store, event: HistoryEvent) -> Text:
     line.append(f"{fmt_time(event.at)}  ")
     line.append(f"{event.event.value:<19}", style=style)
     line.append(f" {where:<18} ")
-    line.append(event_detail(store, event))
+    line.append(event_detail(codec, event))
     return line
 
 
@@ -332,7 +313,7 @@ class JournalRow:
     outcome: str
 
 
-def journal_rows(store: Store, history: list[HistoryEvent]) -> list[JournalRow]:
+def journal_rows(codec: PayloadCodec, history: list[HistoryEvent]) -> list[JournalRow]:
     """Each attempt recorded in the journal, in history order."""
     rows = []
     for event in history:
@@ -340,9 +321,9 @@ def journal_rows(store: Store, history: list[HistoryEvent]) -> list[JournalRow]:
             continue
         duration = event.at - event.started_at if event.started_at is not None else None
         if event.event is EventType.STEP_COMPLETED:
-            outcome = _result_text(event.step_kind, decode(store, event.payload), 48) + settled_by(event)
+            outcome = _result_text(event.step_kind, decode(codec, event.payload), 48) + settled_by(event)
         elif event.event in _OP_TEXT:
-            outcome = preview(op_text(store, event), 64)
+            outcome = preview(op_text(codec, event), 64)
         else:
             outcome = preview(_problem(event), 48)
         rows.append(JournalRow(event.position, event.step_kind or "?", event.name or "?",
@@ -382,7 +363,7 @@ def attention(history: list[HistoryEvent]) -> dict[str, Any] | None:
     return entry.detail or {} if entry is not None else None
 
 
-def print_run(console: Console, store: Store, record: RunRecord, history: list[HistoryEvent]) -> None:
+def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history: list[HistoryEvent]) -> None:
     """``cairn show``: the run's record, its journal and how it ended."""
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
@@ -416,16 +397,16 @@ def print_run(console: Console, store: Store, record: RunRecord, history: list[H
         usage = Journal(history).usage
         head.add_row("budget", f"{fmt_budget(record.budget)}  (used: tokens {usage.tokens}, cost "
                                f"{usage.cost:g}, tool calls {usage.tool_calls})")
-    head.add_row("input", show_decoded(decode(store, record.input), 100))
+    head.add_row("input", show_decoded(decode(codec, record.input), 100))
     console.print(head)
-    rows = journal_rows(store, history)
+    rows = journal_rows(codec, history)
     console.print()
     console.print(Text(f"journal ({len(rows)} entries)", style="bold"))
     if rows:
         console.print(journal_table(rows))
     console.print()
     if record.status is RunStatus.COMPLETED:
-        result = decode(store, record.result)
+        result = decode(codec, record.result)
         body = f"<{result.error}>" if result.error else json.dumps(result.value, indent=2, ensure_ascii=False)
         console.print(Text("result", style="bold green"))
         console.print(body, markup=False, highlight=False)
@@ -443,20 +424,20 @@ def _waiting(record: RunRecord, history: list[HistoryEvent]) -> str:
     return lifecycle_detail(last) if last is not None else "-"
 
 
-def show_json(store: Store, record: RunRecord, history: list[HistoryEvent]) -> dict[str, Any]:
+def show_json(codec: PayloadCodec, record: RunRecord, history: list[HistoryEvent]) -> dict[str, Any]:
     """``cairn show --json``: everything ``print_run`` shows, machine-readable."""
     out = run_json(record)
-    out["input"] = decode(store, record.input).value
-    result = decode(store, record.result) if record.status is RunStatus.COMPLETED else Decoded()
+    out["input"] = decode(codec, record.input).value
+    result = decode(codec, record.result) if record.status is RunStatus.COMPLETED else Decoded()
     out["result"] = result.value
-    out["journal"] = [_journal_json(store, e) for e in history
+    out["journal"] = [_journal_json(codec, e) for e in history
                       if e.event in JOURNAL_EVENTS and e.position is not None]
     if record.status is RunStatus.NEEDS_ATTENTION:
         out["attention"] = attention(history)
     return out
 
 
-def _journal_json(store: Store, event: HistoryEvent) -> dict[str, Any]:
+def _journal_json(codec: PayloadCodec, event: HistoryEvent) -> dict[str, Any]:
     duration = event.at - event.started_at if event.started_at is not None else None
     entry: dict[str, Any] = {
         "position": event.position, "kind": event.step_kind, "name": event.name, "attempt": event.attempt,
@@ -464,9 +445,9 @@ def _journal_json(store: Store, event: HistoryEvent) -> dict[str, Any]:
         "duration_ms": round(duration * 1000, 3) if duration is not None else None,
     }
     if event.event is EventType.STEP_COMPLETED:
-        entry["result"] = decode(store, event.payload).value
+        entry["result"] = decode(codec, event.payload).value
     elif event.event is EventType.OP_INTENT:
-        entry["arguments"] = decode(store, event.payload).value
+        entry["arguments"] = decode(codec, event.payload).value
     if event.detail is not None and (event.event is not EventType.STEP_COMPLETED or settled_by(event)):
         entry["detail"] = event.detail
     return entry
@@ -477,14 +458,7 @@ def _journal_json(store: Store, event: HistoryEvent) -> dict[str, Any]:
 OP_STYLE = {"done": "green", "failed": "red", "uncertain": "bold black on yellow", "pending": "yellow"}
 
 
-def intent_arguments(store: Store, history: list[HistoryEvent], position: int) -> Decoded | None:
-    """The arguments the latest ``op.intent`` at ``position`` recorded."""
-    intent = next((e for e in reversed(history)
-                   if e.event is EventType.OP_INTENT and e.position == position), None)
-    return decode(store, intent.payload) if intent is not None else None
-
-
-def ops_table(ops: list[dict[str, Any]]) -> Table:
+def ops_table(ops: list[OperationView]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     # The operation id is what an operator looks up elsewhere: never cut it short.
     table.add_column("pos", justify="right", no_wrap=True)
@@ -493,7 +467,16 @@ def ops_table(ops: list[dict[str, Any]]) -> Table:
     table.add_column("operation id", overflow="fold")
     table.add_column("try", justify="right", no_wrap=True, min_width=3)
     for op in ops:
-        status = str(op["status"])
-        table.add_row(str(op["position"]), str(op["tool"]), Text(status, style=OP_STYLE.get(status, "")),
-                      str(op["operation_id"]), str(op.get("attempt") or 1))
+        status = op.status.value
+        table.add_row(str(op.position), op.tool, Text(status, style=OP_STYLE.get(status, "")),
+                      op.operation_id, str(op.attempts))
     return table
+
+
+def arguments_text(op: OperationView) -> str:
+    """An operation's recorded arguments as one line of JSON (or why not)."""
+    if op.arguments is None:
+        return "(no intent recorded)"
+    if op.arguments.error is not None:
+        return f"<{op.arguments.error}>"
+    return json.dumps(op.arguments.value, ensure_ascii=False, sort_keys=True, default=str)

@@ -139,7 +139,16 @@ class Worker:
         self.claimed += len(claims)
         return claims
 
-    def _poll_delay(self) -> float:
+    def _poll_delay(self) -> float | None:
+        """How long to sleep before claiming again; ``None``: until woken.
+
+        A worker whose every slot is busy sleeps until an execution ends (it
+        sets ``_wakeup``) or ``stop``: nothing could be claimed, and each
+        periodic wake-up would only take the GIL from the threads executing
+        steps. A due timer waits for a free slot like any other run."""
+        with self._active_lock:
+            if self._active >= self.settings.concurrency:
+                return None
         delay = self.settings.poll_interval
         timer = self._next_timer
         if timer is not None:

@@ -1,0 +1,281 @@
+"""The operator: every action a person (or a program acting for one) takes on
+runs, in one place.
+
+Cancel, kill, revive, retry, budget, resolving uncertain operations, queue
+limits and pruning all go through ``Operator``: ``App``'s methods delegate
+here, every ``cairn`` command comes here, and the HTTP API of a later issue
+will be a thin layer over the same object. Three rules hold for every action:
+
+- **One precondition check.** Run-state rules (which statuses may be retried,
+  revived, resolved...) are the store's; they are checked there, atomically
+  with the change. The operator checks only what the store cannot know, such
+  as whether an operation is uncertain (a reading of the history).
+- **Typed results.** An action returns what it did (``Change``: the run
+  before and after), not a record to be re-read and re-interpreted.
+- **An acting identity.** The operator is built with an ``actor``
+  (``"cli:ada@host"``, ``"app:4242"``, later ``"http:<subject>"``), recorded
+  in the history entry each action appends.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import sys
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol, cast
+
+from cairn.codec.payloads import PayloadCodec
+from cairn.engine.budget import Budget
+from cairn.engine.ledger import Ledger, OperationView, resolution_request
+from cairn.errors import RunNotFound
+from cairn.store import dialect, open_store
+from cairn.store.admission import QueueLimits, QueueStats
+from cairn.store.contract import Store
+from cairn.store.records import EventType, Payload, RunRecord, RunStatus
+
+
+def app_actor() -> str:
+    """The identity of a program acting through its ``App``."""
+    return f"app:{os.getpid()}"
+
+
+def cli_actor() -> str:
+    """The identity of a person at the ``cairn`` command: ``cli:user@host``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (containers)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    return f"cli:{user}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What an action did to one run: the run before and after it."""
+
+    before: RunRecord
+    run: RunRecord
+
+    @property
+    def changed(self) -> bool:
+        """Whether the action changed the run (cancelling a finished run does not)."""
+        return self.run.epoch != self.before.epoch or self.run.status is not self.before.status
+
+
+@dataclass(frozen=True, slots=True)
+class Retried(Change):
+    """A retry, and the position the run resumes from (``None``: the top of its journal)."""
+
+    from_position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved(Change):
+    """A resolved operation, as it stood before the operator settled it."""
+
+    operation: OperationView | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunOperations:
+    """A run and its tool calls."""
+
+    run: RunRecord
+    operations: list[OperationView]
+
+    def uncertain(self) -> list[OperationView]:
+        """The calls an operator must settle: uncertain ones of a run that needs attention."""
+        if self.run.status is not RunStatus.NEEDS_ATTENTION:
+            return []
+        return [op for op in self.operations if op.uncertain]
+
+
+class Operator:
+    """Performs operator actions on the runs of one store, as ``actor``."""
+
+    def __init__(self, store: Store, codec: PayloadCodec, actor: str) -> None:
+        self._store = store
+        self.codec = codec
+        self.actor = actor
+
+    def acting_as(self, actor: str) -> Operator:
+        """The same operator under another identity (the CLI on an ``--app``'s store)."""
+        return Operator(self._store, self.codec, actor)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunRecord:
+        record = self._store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(run_id)
+        return record
+
+    def operations(self, run_id: str) -> RunOperations:
+        """The run and its tool calls (see ``cairn.engine.ledger``)."""
+        run = self.get_run(run_id)
+        ledger = Ledger(run_id, self._store.history(run_id))
+        return RunOperations(run, ledger.views(self.codec))
+
+    # -- actions on runs -------------------------------------------------------------------
+
+    def cancel(self, run_id: str, reason: str = "cancelled by operator") -> Change:
+        """Cancel a run and its unfinished children; a finished run is left as
+        it is (``Change.changed`` is false)."""
+        before = self.get_run(run_id)
+        return Change(before, self._cancel_run(run_id, reason))
+
+    def kill(self, run_id: str | None = None, *, tenant: str | None = None,
+             reason: str = "killed by operator") -> list[RunRecord]:
+        """The kill switch: a run and its descendants, or every unfinished run
+        of a tenant; returns the runs killed."""
+        return self._kill_runs(reason, run_id, tenant)
+
+    def revive(self, run_id: str) -> Change:
+        """Resume a killed or halted run where it stopped."""
+        before = self.get_run(run_id)
+        return Change(before, self._revive_run(run_id))
+
+    def retry(self, run_id: str) -> Retried:
+        """Resume a failed or quarantined run from its last good step."""
+        before = self.get_run(run_id)
+        run = self._retry_run(run_id)
+        retried = next((e for e in reversed(self._store.history(run_id))
+                        if e.event is EventType.RUN_RETRIED), None)
+        position = (retried.detail or {}).get("from_position") if retried is not None else None
+        return Retried(before, run, None if position is None else int(position))
+
+    def set_budget(self, run_id: str, budget: Budget, *, keep_others: bool = False) -> Change:
+        """Replace a run's budget; with ``keep_others`` a limit ``budget``
+        leaves unset keeps its current value. A run suspended for its budget
+        continues."""
+        before = self.get_run(run_id)
+        if keep_others:
+            current = Budget.from_dict(before.budget) or Budget()
+            given = {f.name: getattr(budget, f.name) for f in fields(budget)
+                     if getattr(budget, f.name) is not None}
+            budget = replace(current, **given)
+        return Change(before, self._set_budget(run_id, budget.to_dict()))
+
+    def resolve(self, run_id: str, position: int, *, done: bool, result: Any = None) -> Resolved:
+        """Settle the uncertain operation at ``position``: ``done`` records
+        ``result`` as the tool's result; not done executes it again with the
+        same operation id. The check that it is uncertain is the only one
+        made here; that the run needs attention is the store's rule."""
+        before = self.get_run(run_id)
+        ledger = Ledger(run_id, self._store.history(run_id))
+        payload = self.codec.dump(result)[0] if done else None
+        request = resolution_request(before, ledger, position, done=done, result=payload)
+        operation = ledger.view(position, self.codec)
+        run = self._resolve_operation(run_id, request.position, request.done, request.result, request.detail)
+        return Resolved(before, run, operation)
+
+    # -- queues ----------------------------------------------------------------------------
+
+    def set_queue(self, limits: QueueLimits) -> QueueLimits:
+        """Replace a queue's limits for every worker (none: unlimited)."""
+        self._store.set_queue(limits)
+        return limits
+
+    def clear_queue(self, name: str) -> QueueLimits:
+        """Remove a queue's limits: it admits every runnable run again."""
+        return self.set_queue(QueueLimits(name))
+
+    def queues(self) -> list[QueueStats]:
+        """Every queue with limits or live runs, with its load."""
+        return self._store.queue_stats()
+
+    # -- maintenance -----------------------------------------------------------------------
+
+    def prune(
+        self,
+        older_than_seconds: float,
+        *,
+        statuses: Collection[RunStatus | str] | None = None,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete finished run trees last changed more than
+        ``older_than_seconds`` ago, ``batch_size`` runs per transaction; return
+        how many runs went (with ``dry_run``: would go). See ``App.prune``."""
+        if older_than_seconds < 0:
+            raise ValueError(f"older_than_seconds must not be negative, not {older_than_seconds}")
+        cutoff = time.time() - older_than_seconds
+        chosen = None if statuses is None else [RunStatus(status) for status in statuses]
+        if dry_run:
+            return self._store.prune_runs(cutoff, chosen, sys.maxsize, dry_run=True)
+        total = 0
+        while pruned := self._store.prune_runs(cutoff, chosen, batch_size):
+            total += pruned
+        return total
+
+    # -- the store calls that record the actor ----------------------------------------------
+    # One helper per store action, so that passing ``actor=self.actor`` (the
+    # store's keyword, recorded in the entry's detail) is one line each.
+
+    def _cancel_run(self, run_id: str, reason: str) -> RunRecord:
+        return self._store.cancel_run(run_id, reason)  # actor: actor=self.actor
+
+    def _kill_runs(self, reason: str, run_id: str | None, tenant: str | None) -> list[RunRecord]:
+        return self._store.kill_runs(reason, run_id=run_id, tenant=tenant)  # actor: actor=self.actor
+
+    def _retry_run(self, run_id: str) -> RunRecord:
+        return self._store.retry_run(run_id)  # actor: actor=self.actor
+
+    def _revive_run(self, run_id: str) -> RunRecord:
+        return self._store.revive_run(run_id)  # actor: actor=self.actor
+
+    def _set_budget(self, run_id: str, budget: dict[str, Any]) -> RunRecord:
+        return self._store.set_budget(run_id, budget)  # actor: actor=self.actor
+
+    def _resolve_operation(
+        self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any]
+    ) -> RunRecord:
+        # actor: actor=self.actor
+        return self._store.resolve_operation(run_id, position, done, result, detail)
+
+
+# -- the database schema (``cairn db``) ---------------------------------------------------------
+
+
+class _Migratable(Protocol):
+    """What the SQL stores offer for managing their schema."""
+
+    def migrate(self) -> list[int]: ...
+
+    def schema_version(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Schema:
+    """A database opened without applying migrations, to report on its schema
+    and migrate it (``cairn db status`` / ``cairn db migrate``)."""
+
+    def __init__(self, store: _Migratable, dialect: str) -> None:
+        self._store = store
+        #: ``sqlite`` or ``postgres``: which migrations apply
+        self.dialect = dialect
+
+    def version(self) -> int:
+        return self._store.schema_version()
+
+    def migrate(self) -> list[int]:
+        """Apply the pending migrations; return the versions applied."""
+        return self._store.migrate()
+
+    def close(self) -> None:
+        self._store.close()
+
+
+def open_schema(db: str | None, *, create: bool) -> Schema:
+    """The schema of the database ``db``; ``create=False`` refuses a SQLite
+    file that does not exist. ``ValueError`` for a ``memory://`` store, which
+    lives inside one process and has no schema to manage."""
+    kind = dialect(db)
+    if kind == "memory":
+        raise ValueError("a memory:// store lives inside one process and has no schema to manage")
+    store = open_store(db, create=create, migrate=False)
+    return Schema(cast(_Migratable, store), kind)  # the SQL stores, the only ones left here
