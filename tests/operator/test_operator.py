@@ -126,3 +126,22 @@ def test_open_schema(tmp_path: Path) -> None:
         schema.close()
     with pytest.raises(ValueError, match="no schema to manage"):
         open_schema("memory://", create=True)
+
+
+def test_every_action_records_its_actor(app: cairn.App, bank: dict[str, str]) -> None:
+    cli = app.operator.acting_as("cli:ada@host")
+    run_id = stuck_payment(app, bank, "after")
+    cli.resolve(run_id, 1, done=True, result={"transfer": "t-1"})
+    [_, pay] = cli.operations(run_id).operations
+    assert pay.resolution is not None
+    assert pay.resolution.actor == "cli:ada@host"
+    app.start("lookups", ["ada"], run_id="c1", budget=Budget(tokens=1))
+    cli.set_budget("c1", Budget(tokens=2))
+    cli.cancel("c1")
+    app.start("lookups", ["bo"], run_id="k1")
+    cli.kill("k1")
+    cli.revive("k1")
+    actors = {e.event.value: (e.detail or {}).get("actor") for e in app.history("c1") + app.history("k1")
+              if e.event.value in ("run.budget_changed", "run.cancelled", "run.killed", "run.revived")}
+    assert actors == dict.fromkeys(("run.budget_changed", "run.cancelled", "run.killed", "run.revived"),
+                                   "cli:ada@host")

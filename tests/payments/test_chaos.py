@@ -26,6 +26,7 @@ import pytest
 
 import cairn
 from cairn.demo.bank import Transfer
+from cairn.engine import modelcalls
 from cairn.models import ModelRecord, ModelRequest
 from cairn.store.records import EventType, HistoryEvent, RunStatus
 from tests.acceptance.harness import format_history
@@ -74,9 +75,7 @@ def reconciliations(history: list[HistoryEvent]) -> Counter[str]:
 def recorded_decision(app: cairn.App, history: list[HistoryEvent]) -> ModelRecord:
     decisions = [e for e in history if e.step_kind == "model" and e.event is EventType.STEP_COMPLETED]
     assert len(decisions) == 1, f"expected one recorded model decision, found {len(decisions)}"
-    assert decisions[0].payload is not None
-    record: ModelRecord = app.runtime.payloads.load(decisions[0].payload, ModelRecord, what="decision")
-    return record
+    return modelcalls.record_of(history, decisions[0], app.runtime.payloads)
 
 
 def assert_bank_holds_exactly(world: World, app: cairn.App, run_id: str, n: int, context: str = "") -> None:

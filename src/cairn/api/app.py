@@ -21,12 +21,12 @@ from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
 from cairn.engine.budget import Budget
 from cairn.engine.definitions import StepDef, WorkflowDef
 from cairn.engine.executor import Outcome
-from cairn.engine.retry import NO_RETRY, RetryPolicy
 from cairn.engine.runtime import Runtime
 from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.errors import PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
+from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.store import open_store, resolve_url
 from cairn.store.admission import QueueLimits, QueueStats, Rate
 from cairn.store.contract import Store

@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
-from typing import Any, Protocol, cast
+from typing import Any
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.budget import Budget
@@ -34,7 +34,7 @@ from cairn.engine.ledger import Ledger, OperationView, resolution_request
 from cairn.errors import RunNotFound
 from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueStats
-from cairn.store.contract import Store
+from cairn.store.contract import Migratable, Store
 from cairn.store.records import EventType, Payload, RunRecord, RunStatus
 
 
@@ -216,45 +216,35 @@ class Operator:
     # store's keyword, recorded in the entry's detail) is one line each.
 
     def _cancel_run(self, run_id: str, reason: str) -> RunRecord:
-        return self._store.cancel_run(run_id, reason)  # actor: actor=self.actor
+        return self._store.cancel_run(run_id, reason, actor=self.actor)
 
     def _kill_runs(self, reason: str, run_id: str | None, tenant: str | None) -> list[RunRecord]:
-        return self._store.kill_runs(reason, run_id=run_id, tenant=tenant)  # actor: actor=self.actor
+        return self._store.kill_runs(reason, run_id=run_id, tenant=tenant, actor=self.actor)
 
     def _retry_run(self, run_id: str) -> RunRecord:
-        return self._store.retry_run(run_id)  # actor: actor=self.actor
+        return self._store.retry_run(run_id, actor=self.actor)
 
     def _revive_run(self, run_id: str) -> RunRecord:
-        return self._store.revive_run(run_id)  # actor: actor=self.actor
+        return self._store.revive_run(run_id, actor=self.actor)
 
     def _set_budget(self, run_id: str, budget: dict[str, Any]) -> RunRecord:
-        return self._store.set_budget(run_id, budget)  # actor: actor=self.actor
+        return self._store.set_budget(run_id, budget, actor=self.actor)
 
     def _resolve_operation(
         self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any]
     ) -> RunRecord:
-        # actor: actor=self.actor
-        return self._store.resolve_operation(run_id, position, done, result, detail)
+        return self._store.resolve_operation(run_id, position, done, result, detail, actor=self.actor)
 
 
 # -- the database schema (``cairn db``) ---------------------------------------------------------
-
-
-class _Migratable(Protocol):
-    """What the SQL stores offer for managing their schema."""
-
-    def migrate(self) -> list[int]: ...
-
-    def schema_version(self) -> int: ...
-
-    def close(self) -> None: ...
 
 
 class Schema:
     """A database opened without applying migrations, to report on its schema
     and migrate it (``cairn db status`` / ``cairn db migrate``)."""
 
-    def __init__(self, store: _Migratable, dialect: str) -> None:
+    def __init__(self, store: Store, dialect: str) -> None:
+        assert isinstance(store, Migratable)
         self._store = store
         #: ``sqlite`` or ``postgres``: which migrations apply
         self.dialect = dialect
@@ -278,4 +268,7 @@ def open_schema(db: str | None, *, create: bool) -> Schema:
     if kind == "memory":
         raise ValueError("a memory:// store lives inside one process and has no schema to manage")
     store = open_store(db, create=create, migrate=False)
-    return Schema(cast(_Migratable, store), kind)  # the SQL stores, the only ones left here
+    if not isinstance(store, Migratable):  # every backend URL names a SQL store today
+        store.close()
+        raise ValueError(f"a {kind} store has no schema to manage")
+    return Schema(store, kind)

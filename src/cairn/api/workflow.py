@@ -1,30 +1,7 @@
-"""The object ``@app.workflow`` returns."""
+"""The object ``@app.workflow`` returns: the engine's ``Workflow``, named here
+too because users meet it through ``App``. It is defined in the engine so that
+``ctx.child`` can take one without importing the layer above."""
 
-from __future__ import annotations
+from cairn.engine.workflow import Workflow
 
-import functools
-from typing import Any, Generic, TypeVar
-
-from cairn.engine.definitions import WorkflowDef
-
-R = TypeVar("R")
-
-
-class Workflow(Generic[R]):
-    """A registered workflow. Start it with ``app.start`` / ``app.run`` or, from
-    another workflow, with ``ctx.child``; calling it directly would bypass the
-    journal, so it is refused."""
-
-    def __init__(self, definition: WorkflowDef) -> None:
-        self.definition = definition
-        functools.update_wrapper(self, definition.fn)
-
-    @property
-    def name(self) -> str:
-        return self.definition.name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
-            f"workflow {self.definition.name!r} cannot be called directly: use app.run(), app.start() "
-            "or ctx.child()"
-        )
+__all__ = ["Workflow"]

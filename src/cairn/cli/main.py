@@ -357,11 +357,16 @@ def events(
                 # is written with its status, so after seeing a terminal status
                 # one more read has every entry there will ever be.
                 record = app.get_run(run_id)
-                for event in app.history(run_id, last):
+                batch = app.history(run_id, last)
+                # a model call is stored as what its run had not journaled yet:
+                # rebuilding it needs the entries before it, from the start
+                models = (render.model_calls(codec, app.history(run_id, 0, batch[-1].seq))
+                          if any(e.step_kind == "model" for e in batch) else {})
+                for event in batch:
                     if as_json:
-                        click.echo(json.dumps(render.event_json(codec, event)))
+                        click.echo(json.dumps(render.event_json(codec, event, models)))
                     else:
-                        console.print(render.event_line(codec, event), soft_wrap=True)
+                        console.print(render.event_line(codec, event, models), soft_wrap=True)
                     last = event.seq
                 sys.stdout.flush()
                 if not follow or record.status.terminal:

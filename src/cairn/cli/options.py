@@ -4,7 +4,6 @@ into one line and give a group a default command, and the ``--db`` and
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -63,8 +62,6 @@ class CairnGroup(click.Group):
             code = 130
         except CairnError as exc:
             code = _fail(str(exc), 1)
-        except sqlite3.Error as exc:  # a database that opened but is damaged further in
-            code = _fail(f"database error: {exc}", 1)
         if not standalone_mode:
             return code
         sys.exit(code)

@@ -15,13 +15,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from cairn.codec.payloads import PayloadCodec
+from cairn.engine import modelcalls
 from cairn.engine.journal import Journal
 from cairn.engine.ledger import Decoded, OperationView, decode
+from cairn.errors import CairnError
 from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, RunRecord, RunStatus
 
 STATUS_STYLE = {
@@ -96,6 +99,29 @@ def show_decoded(decoded: Decoded, width: int = 60) -> str:
     return f"<{decoded.error}>" if decoded.error is not None else preview(decoded.value, width)
 
 
+#: Model calls of a history rebuilt as sent and received, by ``seq``: each
+#: entry stores only messages its run had not journaled yet, so it is shown
+#: through ``modelcalls.records``, never as the compact entry.
+ModelCalls = dict[int, Decoded]
+
+
+def model_calls(codec: PayloadCodec, history: list[HistoryEvent]) -> ModelCalls:
+    if not any(e.step_kind == "model" for e in history):
+        return {}
+    try:
+        rebuilt = modelcalls.records(history, codec)
+    except (CairnError, ValueError) as exc:  # a damaged entry must not hide the rest of the run
+        return {e.seq: Decoded(error=f"cannot rebuild model call: {exc}") for e in history
+                if e.step_kind == "model" and e.event is EventType.STEP_COMPLETED}
+    return {seq: Decoded(msgspec.to_builtins(record)) for seq, record in rebuilt.items()}
+
+
+def result_of(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls) -> Decoded:
+    """What a journal entry recorded: a model call rebuilt, anything else decoded."""
+    found = models.get(event.seq)
+    return found if found is not None else decode(codec, event.payload)
+
+
 # -- runs --------------------------------------------------------------------------------------
 
 
@@ -148,7 +174,7 @@ def runs_table(records: list[RunRecord]) -> Table:
 # -- history ---------------------------------------------------------------------------------
 
 
-def event_json(codec: PayloadCodec, event: HistoryEvent) -> dict[str, Any]:
+def event_json(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "seq": event.seq,
         "event": event.event.value,
@@ -160,7 +186,7 @@ def event_json(codec: PayloadCodec, event: HistoryEvent) -> dict[str, Any]:
         out.update(position=event.position, kind=event.step_kind, name=event.name, attempt=event.attempt,
                    started_at=event.started_at)
     if event.payload is not None:
-        decoded = decode(codec, event.payload)
+        decoded = result_of(codec, event, models or {})
         key = "arguments" if event.event is EventType.OP_INTENT else "result"
         out[key] = decoded.value
         if decoded.error is not None:
@@ -216,7 +242,8 @@ def lifecycle_detail(event: HistoryEvent) -> str:
     return compact(d) if d else ""
 
 
-def event_detail(codec: PayloadCodec, event: HistoryEvent, width: int = 70) -> str:
+def event_detail(codec: PayloadCodec, event: HistoryEvent, width: int = 70,
+                 models: ModelCalls | None = None) -> str:
     """The human part of an event line: what happened, briefly."""
     parts: list[str] = []
     if event.worker:
@@ -227,7 +254,7 @@ def event_detail(codec: PayloadCodec, event: HistoryEvent, width: int = 70) -> s
         if event.started_at is not None:
             parts.append(fmt_seconds(max(0.0, event.at - event.started_at)))
         if event.event is EventType.STEP_COMPLETED:
-            value = decode(codec, event.payload)
+            value = result_of(codec, event, models or {})
             parts.append(f"→ {_result_text(event.step_kind, value, width)}{settled_by(event)}")
         elif event.event in _OP_TEXT:
             parts.append(preview(op_text(codec, event), width))
@@ -275,7 +302,7 @@ def _result_text(kind: str | None, decoded: Decoded, width: int) -> str:
     return show_decoded(decoded, width)
 
 
-def event_line(codec: PayloadCodec, event: HistoryEvent) -> Text:
+def event_line(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | None = None) -> Text:
     where = f"#{event.position} {event.name}" if event.position is not None else ""
     style = "bold red" if event.event in _BAD_EVENTS else (
         "bold yellow" if event.event in _ATTENTION_EVENTS else "bold")
@@ -284,7 +311,7 @@ def event_line(codec: PayloadCodec, event: HistoryEvent) -> Text:
     line.append(f"{fmt_time(event.at)}  ")
     line.append(f"{event.event.value:<19}", style=style)
     line.append(f" {where:<18} ")
-    line.append(event_detail(codec, event))
+    line.append(event_detail(codec, event, models=models))
     return line
 
 
@@ -315,13 +342,14 @@ class JournalRow:
 
 def journal_rows(codec: PayloadCodec, history: list[HistoryEvent]) -> list[JournalRow]:
     """Each attempt recorded in the journal, in history order."""
+    models = model_calls(codec, history)
     rows = []
     for event in history:
         if event.event not in JOURNAL_EVENTS or event.position is None:
             continue
         duration = event.at - event.started_at if event.started_at is not None else None
         if event.event is EventType.STEP_COMPLETED:
-            outcome = _result_text(event.step_kind, decode(codec, event.payload), 48) + settled_by(event)
+            outcome = _result_text(event.step_kind, result_of(codec, event, models), 48) + settled_by(event)
         elif event.event in _OP_TEXT:
             outcome = preview(op_text(codec, event), 64)
         else:
@@ -430,14 +458,15 @@ def show_json(codec: PayloadCodec, record: RunRecord, history: list[HistoryEvent
     out["input"] = decode(codec, record.input).value
     result = decode(codec, record.result) if record.status is RunStatus.COMPLETED else Decoded()
     out["result"] = result.value
-    out["journal"] = [_journal_json(codec, e) for e in history
+    models = model_calls(codec, history)
+    out["journal"] = [_journal_json(codec, e, models) for e in history
                       if e.event in JOURNAL_EVENTS and e.position is not None]
     if record.status is RunStatus.NEEDS_ATTENTION:
         out["attention"] = attention(history)
     return out
 
 
-def _journal_json(codec: PayloadCodec, event: HistoryEvent) -> dict[str, Any]:
+def _journal_json(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls) -> dict[str, Any]:
     duration = event.at - event.started_at if event.started_at is not None else None
     entry: dict[str, Any] = {
         "position": event.position, "kind": event.step_kind, "name": event.name, "attempt": event.attempt,
@@ -445,7 +474,7 @@ def _journal_json(codec: PayloadCodec, event: HistoryEvent) -> dict[str, Any]:
         "duration_ms": round(duration * 1000, 3) if duration is not None else None,
     }
     if event.event is EventType.STEP_COMPLETED:
-        entry["result"] = decode(codec, event.payload).value
+        entry["result"] = result_of(codec, event, models).value
     elif event.event is EventType.OP_INTENT:
         entry["arguments"] = decode(codec, event.payload).value
     if event.detail is not None and (event.event is not EventType.STEP_COMPLETED or settled_by(event)):

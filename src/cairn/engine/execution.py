@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
-import sqlite3
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -60,7 +59,7 @@ def operation_id(run_id: str, position: int) -> str:
 #: Failures of the database itself (not of the workflow): the execution is
 #: abandoned, never recorded as the run's failure; the lease expires and the
 #: run is taken over, replaying what was recorded.
-INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (StoreError, sqlite3.Error, OSError)
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (StoreError, OSError)
 
 
 def error_detail(exc: BaseException, **extra: Any) -> dict[str, Any]:

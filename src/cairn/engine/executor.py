@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -116,7 +115,7 @@ def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
         )
         execution.fail(impossible)
         return Outcome("failed", error=str(impossible))
-    except (StoreError, sqlite3.Error) as exc:  # the database failed, not the workflow
+    except StoreError as exc:  # the database failed, not the workflow
         raise Abandon(f"store failure inside run {execution.run_id}: {exc}") from exc
     except Exception as exc:  # the workflow failed: record it, keep the journal
         execution.fail(exc)

@@ -23,6 +23,7 @@ from types import FrameType
 
 from cairn.engine.executor import Outcome, execute
 from cairn.engine.runtime import Runtime
+from cairn.store.contract import Notifier
 from cairn.store.records import Claim
 from cairn.worker.leases import LeaseKeeper
 
@@ -84,8 +85,8 @@ class Worker:
         pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix=f"cairn-{self.worker_id}")
         # Stores that can push wake-ups (PostgreSQL LISTEN/NOTIFY) shorten the
         # wait for new work to the notification latency; polling stays on.
-        listen = getattr(self.runtime.store, "listen", None)
-        stop_listening = listen(self._wakeup.set) if callable(listen) else None
+        store = self.runtime.store
+        stop_listening = store.listen(self._wakeup.set) if isinstance(store, Notifier) else None
         idle_since = time.monotonic()
         try:
             while not self._stopping.is_set():
