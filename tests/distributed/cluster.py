@@ -1,8 +1,8 @@
 """Real worker processes on a real PostgreSQL server, and ways to judge what they did.
 
-* ``PgServer`` restarts, stops and starts the local PostgreSQL cluster with
-  ``pg_ctlcluster`` (a real server restart: every connection dies) and waits,
-  boundedly, for it to accept connections again.
+* ``PgServer`` restarts, stops and starts the session's private PostgreSQL
+  cluster with ``pg_ctl`` (a real server restart: every connection dies) and
+  waits, boundedly, for it to accept connections again.
 * ``Database`` is one fresh database per test, created on the server and
   dropped (``WITH (FORCE)``) by the fixture's finalizer.
 * ``DistCluster`` owns a bank process, an effects file and the worker
@@ -19,7 +19,6 @@ import functools
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -59,11 +58,9 @@ from tests.distributed.bank_app import (
     memo,
 )
 from tests.distributed.run_worker import with_query
+from tests.pgcluster import PrivateCluster
 from tests.store.pg import server_url
 
-#: ``VERSION NAME`` of the local cluster the tests may restart
-CLUSTER_ENV = "CAIRN_DIST_PG_CLUSTER"
-DEFAULT_CLUSTER = "15 main"
 #: the schema the tests' stores use (exercises ``?schema=``)
 SCHEMA = "cairn_dist"
 
@@ -93,42 +90,17 @@ class Outage:
 
 
 class PgServer:
-    """The local PostgreSQL cluster behind ``admin_url``, under ``pg_ctlcluster``."""
+    """The session's private PostgreSQL cluster (``tests/pgcluster.py``),
+    restarted, stopped and started with ``pg_ctl``: only a server the tests
+    started themselves is ever restarted."""
 
-    def __init__(self, admin_url: str, cluster: str | None = None) -> None:
-        self.admin_url = admin_url
-        self.version, self.name = (cluster or os.environ.get(CLUSTER_ENV) or DEFAULT_CLUSTER).split()
+    def __init__(self, cluster: PrivateCluster) -> None:
+        self.cluster = cluster
+        self.admin_url = cluster.url
         self.outages: list[Outage] = []
 
-    def controllable(self) -> str | None:
-        """Why this process cannot restart the server (``None`` if it can)."""
-        if shutil.which("pg_ctlcluster") is None:
-            return "pg_ctlcluster is not installed"
-        if os.geteuid() != 0:
-            return "restarting PostgreSQL with pg_ctlcluster needs root"
-        status = subprocess.run(["pg_ctlcluster", self.version, self.name, "status"], capture_output=True,
-                                timeout=30, check=False)
-        if status.returncode not in (0, 3):  # 3: cluster exists but is down
-            return f"no cluster {self.version}/{self.name}: {status.stderr.decode(errors='replace').strip()}"
-        return None
-
-    def _ctl(self, action: str, mode: str | None = None, timeout: float = 120.0) -> None:
-        command = ["pg_ctlcluster", "--skip-systemctl-redirect"]
-        if mode is not None:
-            command += ["-m", mode]
-        command += [self.version, self.name, action]
-        done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
-        if done.returncode != 0:
-            output = (done.stdout + done.stderr).decode(errors="replace").strip()
-            raise AssertionError(f"{' '.join(command)} failed ({done.returncode}): {output}")
-
     def is_up(self, timeout: int = 2) -> bool:
-        try:
-            with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=timeout) as conn:
-                conn.execute("SELECT 1")
-            return True
-        except psycopg.Error:
-            return False
+        return self.cluster.is_up(timeout)
 
     def wait_up(self, timeout: float = 60.0) -> float:
         wait_until(self.is_up, timeout, "PostgreSQL to accept connections", interval=0.05)
@@ -138,7 +110,7 @@ class PgServer:
     def _probing(self, outage: Outage) -> Iterator[None]:
         """Probe the server on a thread while the block runs: ``outage.down``
         becomes the first probe that failed (if not set yet), ``outage.up``
-        the first that succeeded after one failed (``pg_ctlcluster`` itself
+        the first that succeeded after one failed (``pg_ctl`` itself
         returns a while after the server accepts connections again)."""
         done = threading.Event()
 
@@ -165,7 +137,7 @@ class PgServer:
         outage = Outage("restart", mode, time.time())
         self.outages.append(outage)
         with self._probing(outage):
-            self._ctl("restart", mode)
+            self.cluster.restart(mode)
             up = self.wait_up()
         if outage.down is None or outage.up is None:  # the probes missed the outage: too short to see
             outage.down = outage.down or outage.began
@@ -176,14 +148,14 @@ class PgServer:
         """Stop the server; ``down`` is when the stop returned (it is down by then)."""
         outage = Outage("stop+start", mode, time.time())
         self.outages.append(outage)
-        self._ctl("stop", mode)
+        self.cluster.stop(mode)
         outage.down = time.time()
         return outage
 
     def start(self, outage: Outage) -> Outage:
         """Start the server again; ``up`` is when it first accepted a connection."""
         with self._probing(outage):
-            self._ctl("start")
+            self.cluster.start()
             up = self.wait_up()
         outage.up = outage.up or up
         return outage
@@ -192,8 +164,8 @@ class PgServer:
         """Start the server if a test left it stopped (finalizers call this)."""
         if self.is_up():
             return
-        with contextlib.suppress(Exception):
-            self._ctl("start")
+        if not self.cluster.running():
+            self.cluster.start()
         self.wait_up()
 
 

@@ -1,12 +1,13 @@
 """Fixtures of the distributed tier: real workers on a real PostgreSQL server.
 
-Every test gets a fresh database of its own (dropped afterwards), a bank
-process, and a ``DistCluster`` whose worker processes are SIGKILLed and reaped
-when the test ends, pass or fail. Tests that restart or stop the server use
-``pg_server``; its finalizer starts the server again if a test left it down.
-
-``CAIRN_SKIP_POSTGRES=1`` skips the tier on purpose; an unreachable server
-fails it (a silent skip would hide a broken backend), as in ``tests/store``.
+The server is the session's private cluster (``tests/pgcluster.py``; the
+``pg_admin_url`` fixture is in the root ``conftest.py``). Every test gets a
+fresh database of its own (dropped afterwards), a bank process, and a
+``DistCluster`` whose worker processes are SIGKILLed and reaped when the test
+ends, pass or fail. Tests that restart or stop the server use ``pg_server``:
+it is the private cluster (an external server named by
+``CAIRN_TEST_POSTGRES_URL`` is never restarted: those tests skip), and its
+finalizer starts the server again if a test left it down.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from cairn.demo.bank import BankProcess
 from tests.distributed.cluster import Database, DistCluster, PgServer
-from tests.store.pg import ENV_SKIP, ENV_URL, server_url, skip_requested
+from tests import pgcluster
 
 _FAILED = pytest.StashKey[bool]()
 
@@ -34,31 +34,16 @@ def pytest_runtest_makereport(
     return report
 
 
-@pytest.fixture(scope="session")
-def pg_admin_url() -> str:
-    if skip_requested():
-        pytest.skip(f"{ENV_SKIP} is set: PostgreSQL tests skipped on purpose")
-    url = server_url()
-    problem = None
-    try:
-        with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error as exc:
-        problem = (f"PostgreSQL is not reachable ({' '.join(str(exc).split())}); start it or point {ENV_URL} "
-                   f"at a server; set {ENV_SKIP}=1 to skip on purpose")
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-    return url
-
-
 @pytest.fixture
 def pg_server(pg_admin_url: str) -> Iterator[PgServer]:
-    """Control of the local server (skips if this process cannot restart it);
-    the finalizer makes sure it is running again."""
-    server = PgServer(pg_admin_url)
-    why = server.controllable()
-    if why is not None:
-        pytest.skip(f"cannot restart the PostgreSQL server: {why}")
+    """Control of the session's private cluster; the finalizer makes sure it
+    is running again."""
+    cluster = pgcluster.private_cluster()
+    if cluster is None:
+        pgcluster.unavailable(f"{pgcluster.ENV_URL} names an external server, and the tests restart only "
+                              "a server they started")
+    assert cluster is not None
+    server = PgServer(cluster)
     try:
         yield server
     finally:
@@ -73,7 +58,9 @@ def database(pg_admin_url: str) -> Iterator[Database]:
     try:
         yield db
     finally:
-        PgServer(pg_admin_url).ensure_running()
+        cluster = pgcluster.private_cluster()
+        if cluster is not None:
+            PgServer(cluster).ensure_running()
         db.drop()
 
 
