@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from cairn.demo.bank import BankProcess
-from tests.distributed.cluster import Database, DistCluster, PgServer
 from tests import pgcluster
+from tests.distributed.cluster import Database, DistCluster, PgServer
 
 _FAILED = pytest.StashKey[bool]()
 
