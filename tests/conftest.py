@@ -1,15 +1,24 @@
 """Fixtures every tier shares: PostgreSQL from the session's own throwaway
-cluster (``tests/pgcluster.py``) and per-test databases copied from one
-migrated template (``tests/store/pg.py``)."""
+cluster (``tests/pgcluster.py``), per-test databases copied from one
+migrated template (``tests/store/pg.py``), the crash tiers' ``backend`` (a
+store on SQLite or PostgreSQL, ``tests/backends.py``) and the fake ``bank``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from cairn.demo.bank import BankProcess
 from tests import pgcluster
+from tests.backends import BACKENDS, PostgresBackend, SqliteBackend, StoreBackend
 from tests.store.pg import ServerUnavailable, TestDatabases
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "bank(**options): options of the test's bank process "
+                            "(delay_ms, reply_delay_ms; see cairn.demo.bank.BankProcess.start)")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -42,3 +51,33 @@ def pg_url(pg_databases: TestDatabases) -> Iterator[str]:
     """A fresh database with the migrations applied (schema ``cairn``)."""
     with pg_databases.database() as url:
         yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBackend]:
+    """The crash tiers' store, once per backend (ids ``[sqlite]`` and
+    ``[postgres]``): a file in ``tmp_path``, or a fresh database on the
+    tests' server, dropped at the end. A test bound to one backend says so
+    with ``@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)``
+    and a reason."""
+    store: StoreBackend
+    if request.param == "postgres":
+        store = PostgresBackend(request.getfixturevalue("pg_admin_url"))
+    else:
+        store = SqliteBackend(tmp_path)
+    try:
+        yield store
+    finally:
+        if isinstance(store, PostgresBackend):
+            pgcluster.ensure_running()
+        store.drop()
+
+
+@pytest.fixture
+def bank(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BankProcess]:
+    """The fake bank, a process with its own SQLite ledger (options from the
+    test's ``bank`` marker)."""
+    marker = request.node.get_closest_marker("bank")
+    options = dict(marker.kwargs) if marker is not None else {}
+    with BankProcess.start(tmp_path / "bank" / "bank.db", **options) as running:
+        yield running

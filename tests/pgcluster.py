@@ -312,6 +312,16 @@ def require() -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def ensure_running() -> None:
+    """Start the private cluster again if a test left it stopped (finalizers
+    that drop a database call this first)."""
+    cluster = _cluster
+    if cluster is not None and not cluster.is_up():
+        if not cluster.running():
+            cluster.start()
+        cluster.wait_up()
+
+
 def shutdown() -> None:
     """Stop and delete the private cluster (session end; idempotent)."""
     global _cluster

@@ -19,7 +19,8 @@ import pytest
 
 from cairn.demo.bank import BankProcess
 from tests import pgcluster
-from tests.distributed.cluster import Database, DistCluster, PgServer
+from tests.backends import PostgresBackend
+from tests.distributed.cluster import DistCluster, PgServer
 
 _FAILED = pytest.StashKey[bool]()
 
@@ -51,36 +52,19 @@ def pg_server(pg_admin_url: str) -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def database(pg_admin_url: str) -> Iterator[Database]:
+def database(pg_admin_url: str) -> Iterator[PostgresBackend]:
     """A fresh database for this test, dropped at the end (the server is
     started first if a test left it stopped)."""
-    db = Database(pg_admin_url)
+    db = PostgresBackend(pg_admin_url)
     try:
         yield db
     finally:
-        cluster = pgcluster.private_cluster()
-        if cluster is not None:
-            PgServer(cluster).ensure_running()
+        pgcluster.ensure_running()
         db.drop()
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "bank(**options): options of the test's bank process "
-                            "(delay_ms, reply_delay_ms; see cairn.demo.bank.BankProcess.start)")
-
-
 @pytest.fixture
-def bank(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BankProcess]:
-    """The fake bank, a process with its own SQLite ledger (options from the
-    test's ``bank`` marker)."""
-    marker = request.node.get_closest_marker("bank")
-    options = dict(marker.kwargs) if marker is not None else {}
-    with BankProcess.start(tmp_path / "bank" / "bank.db", **options) as running:
-        yield running
-
-
-@pytest.fixture
-def dist(tmp_path: Path, database: Database, bank: BankProcess,
+def dist(tmp_path: Path, database: PostgresBackend, bank: BankProcess,
          request: pytest.FixtureRequest) -> Iterator[DistCluster]:
     cluster = DistCluster(tmp_path, database, bank)
     try:
