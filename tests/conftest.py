@@ -5,7 +5,8 @@ store on SQLite or PostgreSQL, ``tests/backends.py``) and the fake ``bank``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     pgcluster.shutdown()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Report every test skipped for want of PostgreSQL at one location, so
+    ``-ra`` folds them into one line (``SKIPPED [N] tests/pgcluster.py: ...``)
+    instead of one per test, which would bury the reason."""
+    report = yield
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2]).removeprefix("Skipped: ")
+        if reason in pgcluster.SKIP_REASONS:
+            report.longrepr = (os.path.relpath(pgcluster.__file__), 1, longrepr[2])
+    return report
 
 
 @pytest.fixture(scope="session")

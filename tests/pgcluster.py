@@ -291,10 +291,16 @@ def admin_url() -> str:
         return _cluster.url
 
 
+#: the reasons ``unavailable`` skipped tests for (the root conftest reports
+#: each as one line, not one line per test)
+SKIP_REASONS: set[str] = set()
+
+
 def unavailable(reason: str) -> None:
     """Skip the calling test for ``reason``, or fail it when PostgreSQL is required."""
     if required():
         pytest.fail(f"{ENV_REQUIRE}=1 but {reason}", pytrace=False)
+    SKIP_REASONS.add(reason)
     pytest.skip(reason)
 
 
