@@ -10,8 +10,8 @@ private one:
   ``PATH`` (in that order);
 * ``initdb`` writes a fresh cluster into a temporary directory; when the tests
   run as root (CI does) the directory is handed to the ``postgres`` user and
-  every server command runs as that user (``runuser``), since the server
-  refuses to run as root;
+  every server command runs as that user (``runuser``, or ``su`` where there
+  is none), since the server refuses to run as root;
 * the server listens on a free port of 127.0.0.1 only, its unix socket lives
   in the temporary directory (so it never collides with a system cluster), and
   it runs with ``fsync`` and ``synchronous_commit`` on: the durability tests
@@ -38,6 +38,7 @@ import glob
 import os
 import pwd
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -148,7 +149,11 @@ class PrivateCluster:
 
     def _command(self, tool: str, *args: str) -> list[str]:
         command = [str(self.bindir / tool), *args]
-        return ["runuser", "-u", SERVER_USER, "--", *command] if self.as_root else command
+        if not self.as_root:
+            return command
+        if shutil.which("runuser"):
+            return ["runuser", "-u", SERVER_USER, "--", *command]
+        return ["su", SERVER_USER, "-s", "/bin/sh", "-c", shlex.join(command)]
 
     def _run(self, tool: str, *args: str, timeout: float = 120.0) -> None:
         # output to a file, never a pipe: the server pg_ctl forks inherits the
