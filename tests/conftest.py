@@ -6,7 +6,7 @@ store on SQLite or PostgreSQL, ``tests/backends.py``) and the fake ``bank``."""
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,15 @@ def pytest_configure(config: pytest.Config) -> None:
                             "(delay_ms, reply_delay_ms; see cairn.demo.bank.BankProcess.start)")
 
 
+CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture
+def call_failed(request: pytest.FixtureRequest) -> Callable[[], bool]:
+    """Whether the test's body failed, for finalizers that print worker logs then."""
+    return lambda: request.node.stash.get(CALL_FAILED, False)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     pgcluster.shutdown()
 
@@ -30,10 +39,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Report every test skipped for want of PostgreSQL at one location, so
-    ``-ra`` folds them into one line (``SKIPPED [N] tests/pgcluster.py: ...``)
+    """Remember whether the test's call failed (``call_failed``), and report
+    every test skipped for want of PostgreSQL at one location, so ``-ra``
+    folds them into one line (``SKIPPED [N] tests/pgcluster.py: ...``)
     instead of one per test, which would bury the reason."""
     report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
     longrepr = report.longrepr
     if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
         reason = str(longrepr[2]).removeprefix("Skipped: ")

@@ -12,7 +12,7 @@ finalizer starts the server again if a test left it down.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,18 +21,6 @@ from cairn.demo.bank import BankProcess
 from tests import pgcluster
 from tests.backends import PostgresBackend
 from tests.distributed.cluster import DistCluster, PgServer
-
-_FAILED = pytest.StashKey[bool]()
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    if report.when == "call":
-        item.stash[_FAILED] = report.failed
-    return report
 
 
 @pytest.fixture
@@ -65,12 +53,12 @@ def database(pg_admin_url: str) -> Iterator[PostgresBackend]:
 
 @pytest.fixture
 def dist(tmp_path: Path, database: PostgresBackend, bank: BankProcess,
-         request: pytest.FixtureRequest) -> Iterator[DistCluster]:
+         call_failed: Callable[[], bool]) -> Iterator[DistCluster]:
     cluster = DistCluster(tmp_path, database, bank)
     try:
         yield cluster
     finally:
-        if request.node.stash.get(_FAILED, False):
+        if call_failed():
             print(f"\nworker logs (in {tmp_path}):\n{cluster.describe_workers()}\n--- bank ---\n"
                   f"{bank.log_tail(10)}")
         cluster.cleanup()
