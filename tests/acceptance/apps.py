@@ -1,11 +1,12 @@
 """The workflows the acceptance tests run in worker subprocesses.
 
 ``build_app`` registers everything on a fresh ``cairn.App`` bound to one
-SQLite file, so the test process (which starts and inspects runs) and the
-worker subprocesses (which execute them) share the database. Paths come from
-the environment when not given:
+store (a SQLite file or a PostgreSQL database), so the test process (which
+starts and inspects runs) and the worker subprocesses (which execute them)
+share it. Settings come from the environment when not given:
 
-* ``CAIRN_TEST_DB``: absolute path of the SQLite database file;
+* ``CAIRN_TEST_DB``: the store URL (``sqlite:///...``, ``postgresql://...``)
+  or the path of a SQLite file;
 * ``CAIRN_TEST_EFFECTS``: the external effects file every step body appends to;
 * ``CAIRN_TEST_SLOW_SECONDS``: how long the ``slow`` step sleeps *in this
   process* (the fencing test gives its first worker a long sleep and its
@@ -62,9 +63,11 @@ def build_app(
     lease_seconds: float = 1.0,
     max_recoveries: int = 50,
 ) -> cairn.App:
-    db_path = Path(db if db is not None else os.environ[DB_ENV]).resolve()
+    url = str(db if db is not None else os.environ[DB_ENV])
+    if "://" not in url:
+        url = f"sqlite:///{Path(url).resolve()}"
     effects_path = str(effects if effects is not None else os.environ[EFFECTS_ENV])
-    app = cairn.App(db=f"sqlite:///{db_path}", lease_seconds=lease_seconds, max_recoveries=max_recoveries)
+    app = cairn.App(db=url, lease_seconds=lease_seconds, max_recoveries=max_recoveries)
 
     def effect(kind: str, t0: float, t1: float | None = None) -> None:
         info = cairn.step_info()

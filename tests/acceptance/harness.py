@@ -1,10 +1,17 @@
 """Real worker processes for the acceptance tests, and ways to read what they did.
 
-* ``Cluster`` owns one database file and one effects file in a temporary
-  directory, spawns worker subprocesses on them (``spawn``), and kills every
-  child it spawned when the test ends (``cleanup``, called by the ``cluster``
-  fixture's finalizer). Nothing here simulates death: ``kill`` is a real
+This is the one crash harness of the project: the acceptance tier (the
+workflows of ``tests.acceptance.apps``) and the distributed tier (bank
+transfers, ``tests.distributed.cluster``) both build on it, on SQLite and on
+PostgreSQL alike (``tests/backends.py`` holds what differs).
+
+* ``WorkerPool`` owns a store and an effects file, launches worker
+  subprocesses on them, and kills every child it spawned when the test ends
+  (``cleanup``, called by the fixtures' finalizers). ``Cluster`` runs the
+  acceptance workflows. Nothing here simulates death: ``kill`` is a real
   SIGKILL, ``stop``/``cont`` real SIGSTOP/SIGCONT.
+* ``stop_outside_transaction`` freezes a worker at a moment it holds no
+  write transaction open, on either backend.
 * ``wait_until`` polls a condition against a deadline; no wait is unbounded.
 * ``read_effects`` parses the effects file written by the step bodies of
   ``tests.acceptance.apps``; ``audit_history`` checks a run's history for the
@@ -17,12 +24,11 @@ import contextlib
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +36,8 @@ from typing import Any, TypeVar
 import cairn
 from cairn.store.records import EventType, HistoryEvent
 from tests.acceptance.apps import DB_ENV, EFFECTS_ENV, build_app
+from tests.backends import SqliteBackend, StoreBackend
+from tests.backends import write_locked as write_locked  # tests/payments uses it from here
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,76 +156,52 @@ def can_see_syscalls() -> bool:
     return sys.platform == "linux" and os.uname().machine in _SLEEP_SYSCALLS
 
 
-def write_locked(db_path: Path) -> bool:
-    """Whether some connection holds the database's write lock right now."""
-    conn = sqlite3.connect(db_path, timeout=0.2, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-        return False
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            return True
-        raise
-    finally:
-        conn.close()
-
-
-def stop_outside_transaction(worker: WorkerProcess, db_path: Path, attempts: int = 25) -> float:
-    """SIGSTOP ``worker`` at a moment it holds no SQLite write lock (a process
-    frozen inside a write transaction would block every other process on the
-    database: a property of SQLite, not what a fencing test is about).
-    Returns the time of the SIGSTOP that stuck."""
+def stop_outside_transaction(worker: WorkerProcess, backend: StoreBackend, attempts: int = 25) -> float:
+    """SIGSTOP ``worker`` at a moment it holds no write transaction open (a
+    process frozen inside one would block the takeover on the database's
+    locks, SQLite's write lock or PostgreSQL's row locks: a property of the
+    database, not what a fencing test is about). Returns the time of the
+    SIGSTOP that stuck."""
     for _ in range(attempts):
         stopped_at = worker.send(signal.SIGSTOP)
         wait_until(lambda: process_state(worker.pid) == "T", 5, f"pid {worker.pid} to stop")
-        if not write_locked(db_path):
+        if not backend.in_transaction(worker.worker_id):
             return stopped_at
         worker.send(signal.SIGCONT)
         time.sleep(0.01)
-    raise AssertionError(f"worker {worker.worker_id} held the write lock at each of {attempts} stops")
+    raise AssertionError(f"worker {worker.worker_id} was inside a transaction at each of {attempts} stops")
 
 
-class Cluster:
-    """A database, an effects file, and the worker processes working on them."""
+class WorkerPool:
+    """Worker subprocesses on one store, and an effects file they append to.
 
-    def __init__(self, directory: Path) -> None:
+    Subclasses say which worker module to run and how (``spawn``) and which
+    app the test process uses (``app``); this base launches, describes and
+    reaps the processes: every child is SIGKILLed and reaped at ``cleanup``
+    (the fixtures' finalizers), stopped ones included.
+    """
+
+    def __init__(self, directory: Path, backend: StoreBackend) -> None:
         self.directory = directory
-        self.db_path = directory / "cairn.db"
+        self.backend = backend
         self.effects_path = directory / "effects.jsonl"
         self.effects_path.touch()
         self.workers: list[WorkerProcess] = []
         self._apps: list[cairn.App] = []
 
-    def app(self, lease_seconds: float = 1.0, max_recoveries: int = 50) -> cairn.App:
-        """An App in this process on the shared database (closed at cleanup)."""
-        app = build_app(self.db_path, self.effects_path, lease_seconds=lease_seconds,
-                        max_recoveries=max_recoveries)
-        self._apps.append(app)
-        return app
+    @property
+    def db_url(self) -> str:
+        return self.backend.url
 
-    def spawn(
-        self,
-        worker_id: str,
-        *,
-        concurrency: int = 1,
-        lease: float = 1.0,
-        poll_interval: float = 0.02,
-        max_recoveries: int = 50,
-        env: dict[str, str] | None = None,
-    ) -> WorkerProcess:
-        """Start ``python -m tests.acceptance.run_worker`` in its own session."""
-        index = len(self.workers)
-        log_path = self.directory / f"worker-{index:02d}-{worker_id}.log"
-        environment = dict(os.environ)
-        environment.update({DB_ENV: str(self.db_path), EFFECTS_ENV: str(self.effects_path),
-                            "PYTHONUNBUFFERED": "1"})
-        environment.update(env or {})
-        command = [
-            sys.executable, "-m", "tests.acceptance.run_worker", "--worker-id", worker_id,
-            "--concurrency", str(concurrency), "--lease", str(lease), "--poll-interval", str(poll_interval),
-            "--max-recoveries", str(max_recoveries),
-        ]
+    def _launch(self, module: str, worker_id: str, args: list[str], env: Mapping[str, str]) -> WorkerProcess:
+        """Start ``python -m module --worker-id worker_id *args`` in its own
+        session, from the repository root, its output in a log file."""
+        log_path = self.directory / f"worker-{len(self.workers):03d}-{worker_id}.log"
+        # a fault plan of the test process is not the worker's unless the test passes one
+        environment = {k: v for k, v in os.environ.items() if k != "CAIRN_FAULTS"}
+        environment["PYTHONUNBUFFERED"] = "1"
+        environment.update(env)
+        command = [sys.executable, "-m", module, "--worker-id", worker_id, *args]
         with log_path.open("wb") as log:
             spawned_at = time.time()
             popen = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdin=subprocess.DEVNULL,
@@ -225,6 +209,15 @@ class Cluster:
         worker = WorkerProcess(worker_id, popen, log_path, spawned_at)
         self.workers.append(worker)
         return worker
+
+    def _keep(self, app: cairn.App) -> cairn.App:
+        self._apps.append(app)
+        return app
+
+    def close_app(self, app: cairn.App) -> None:
+        app.close()
+        with contextlib.suppress(ValueError):
+            self._apps.remove(app)
 
     def effects(self) -> list[dict[str, Any]]:
         return read_effects(self.effects_path)
@@ -247,8 +240,42 @@ class Cluster:
             except subprocess.TimeoutExpired:  # pragma: no cover - would leak a process
                 print(f"could not reap worker pid {worker.pid}", file=sys.stderr)
         for app in self._apps:
-            app.close()
+            with contextlib.suppress(Exception):
+                app.close()
         self._apps.clear()
+
+
+class Cluster(WorkerPool):
+    """Workers running ``tests.acceptance.apps`` on the test's store (SQLite
+    or PostgreSQL, see ``tests/backends.py``)."""
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite file (tests that reach into SQLite itself run on SQLite only)."""
+        assert isinstance(self.backend, SqliteBackend), f"not a SQLite store: {self.backend.name}"
+        return self.backend.path
+
+    def app(self, lease_seconds: float = 1.0, max_recoveries: int = 50) -> cairn.App:
+        """An App in this process on the shared database (closed at cleanup)."""
+        return self._keep(build_app(self.db_url, self.effects_path, lease_seconds=lease_seconds,
+                                    max_recoveries=max_recoveries))
+
+    def spawn(
+        self,
+        worker_id: str,
+        *,
+        concurrency: int = 1,
+        lease: float = 1.0,
+        poll_interval: float = 0.02,
+        max_recoveries: int = 50,
+        env: dict[str, str] | None = None,
+    ) -> WorkerProcess:
+        """Start ``python -m tests.acceptance.run_worker`` in its own session."""
+        environment = {DB_ENV: self.backend.worker_url(worker_id), EFFECTS_ENV: str(self.effects_path)}
+        environment.update(env or {})
+        args = ["--concurrency", str(concurrency), "--lease", str(lease),
+                "--poll-interval", str(poll_interval), "--max-recoveries", str(max_recoveries)]
+        return self._launch("tests.acceptance.run_worker", worker_id, args, environment)
 
 
 # -- reading what happened ---------------------------------------------------------

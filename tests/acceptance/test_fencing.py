@@ -1,13 +1,25 @@
 """Fencing: a worker that froze past its lease cannot write after a takeover.
 
-The process test freezes a real worker (SIGSTOP) inside a long step, lets its
-lease expire, has a second worker take the run over and finish it, then wakes
-the first one (SIGCONT): its step body completes, but its attempt to record
-the result is rejected and nothing it does reaches the history.
+Written once, run on every backend (``[sqlite]`` and ``[postgres]``: the
+``backend`` fixture of the root ``conftest.py``; the crash harness is
+``tests/acceptance/harness.py`` for both).
+
+The process tests freeze a real worker (SIGSTOP, at a moment it holds no
+write transaction open) past its lease, have a second worker take the run
+over and finish it, then wake the first one (SIGCONT):
+
+* inside a long *step*: its step body completes, but its attempt to record
+  the result is rejected and nothing it does reaches the history;
+* inside a *write tool*'s body (a bank transfer; its intent is durable, the
+  bank not called yet): the second worker reconciles the uncertain transfer
+  (the bank has no trace of it, so it sends it itself, with the same key) and
+  finishes the run; the first wakes up, calls the bank (which answers with the
+  second worker's transfer: same key) and is refused by the fence. The bank
+  moved the money once.
 
 The in-process tests check the same rule one level down: two ``App``
-instances on one SQLite file sharing a fake clock, every fenced store write
-by the stale holder, and the executor's handling of a takeover that happens
+instances on one database sharing a fake clock, every fenced store write by
+the stale holder, and the executor's handling of a takeover that happens
 while a step body runs.
 """
 
@@ -16,7 +28,6 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +37,6 @@ from cairn import EventType, RunStatus
 from cairn.engine.executor import execute
 from cairn.errors import LeaseLost
 from cairn.store.records import HistoryEvent, NewRun, Payload
-from cairn.store.sqlite import SQLiteStore
 from tests.acceptance.apps import SLOW_ENV, expected_fenced
 from tests.acceptance.harness import (
     Cluster,
@@ -35,9 +45,13 @@ from tests.acceptance.harness import (
     by_key,
     format_history,
     journal,
+    process_state,
     stop_outside_transaction,
     wait_until,
 )
+from tests.backends import StoreBackend
+from tests.distributed import bank_app
+from tests.distributed.cluster import DistCluster, verify_runs
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +69,7 @@ def test_frozen_worker_is_fenced_out_after_takeover(cluster: Cluster) -> None:
         return any(e["kind"] == "begin" and e["pid"] == pid and e["position"] == 1 for e in cluster.effects())
 
     wait_until(lambda: inside_slow_step(first.pid), 15, "the first worker to enter the slow step")
-    stopped_at = stop_outside_transaction(first, cluster.db_path)
+    stopped_at = stop_outside_transaction(first, cluster.backend)
     before_stop = app.history(run_id)
     epoch_before = app.get_run(run_id).epoch
     writers = {e.worker for e in before_stop if e.worker}
@@ -133,18 +147,108 @@ def test_frozen_worker_is_fenced_out_after_takeover(cluster: Cluster) -> None:
         assert code == 0, f"{worker.worker_id} exited {code} after SIGTERM; log:\n{worker.log_tail()}"
 
 
-# -- in-process: two Apps on one SQLite file, one fake clock -------------------------------------
+# -- a worker frozen inside a write tool's body, at the bank ----------------------------------------
+
+TOOL_STEPS = 3
+SLOW_POSITION = 1
+#: how long the first worker's body at SLOW_POSITION sleeps before it calls the bank; the
+#: freeze starts inside it and outlasts the lease, and the body is still asleep at SIGCONT
+SLOW_SECONDS = 6.0
+
+
+@pytest.mark.timeout(300)
+def test_frozen_worker_tool_call_is_fenced_out_after_takeover(bank_cluster: DistCluster) -> None:
+    dist = bank_cluster
+    app = dist.app()
+    run_id = app.start(bank_app.WORKFLOW, run_index=7, steps=TOOL_STEPS, run_id="fenced-7").run_id
+    first = dist.spawn("first", lease=LEASE, env={bank_app.SLOW_ENV: f"{SLOW_POSITION}:{SLOW_SECONDS}"})
+
+    def first_in_slow_body() -> list[dict[str, object]]:
+        return [e for e in dist.effects()
+                if e["kind"] == "begin" and e["position"] == SLOW_POSITION and e["worker"] == "first"]
+
+    begin = wait_until(first_in_slow_body, 30, "the first worker to enter the slow transfer")[0]
+    stopped_at = stop_outside_transaction(first, dist.backend)
+    frozen = app.get_run(run_id)
+    assert (frozen.owner, frozen.status) == ("first", RunStatus.RUNNING)
+    first_epoch = frozen.epoch
+    assert begin["epoch"] == first_epoch
+
+    second = dist.spawn("second", lease=LEASE)
+
+    def finished() -> bool:
+        return app.get_run(run_id).status.terminal
+
+    wait_until(finished, 60, lambda: f"the second worker to finish the run:\n{dist.describe_workers()}")
+    assert process_state(first.pid) == "T", "the first worker must still be frozen"
+    took = time.time() - stopped_at
+    history = app.history(run_id)
+    record = app.get_run(run_id)
+    shown = format_history(history)
+    assert record.status is RunStatus.COMPLETED, f"{record.status.value}: {record.error}\n{shown}"
+    takeovers = [e for e in history if e.event is EventType.LEASE_TAKEN_OVER]
+    assert len(takeovers) == 1, shown
+    takeover = takeovers[0]
+    assert takeover.worker == "second", shown
+    assert (takeover.detail or {}).get("from_worker") == "first", shown
+    assert takeover.epoch > first_epoch, shown
+    lost = history[takeover.seq - 2]
+    assert (lost.event, lost.worker, lost.epoch) == (EventType.LEASE_LOST, "first", first_epoch), shown
+
+    # wake the first worker up in the middle of its tool body
+    cont_at = first.send(signal.SIGCONT)
+
+    def first_called_the_bank() -> list[dict[str, object]]:
+        return [e for e in dist.effects()
+                if e["kind"] == "end" and e["position"] == SLOW_POSITION and e["worker"] == "first"]
+
+    end = wait_until(first_called_the_bank, SLOW_SECONDS + 20,
+                     lambda: f"the first worker to finish its bank call:\n{first.log_tail()}")[0]
+    wait_until(lambda: "its writes are void" in first.log_text(), 20,
+               lambda: f"the first worker to be refused by the fence:\n{first.log_tail()}")
+
+    after = app.history(run_id)
+    assert after == history, f"entries were written after the run ended:\n{format_history(after)}"
+    for event in history:
+        if event.worker == "first" and event.event is not EventType.LEASE_LOST:
+            assert event.epoch == first_epoch, shown
+            assert event.seq < takeover.seq, shown
+        if event.seq > takeover.seq:
+            assert (event.epoch, event.worker) == (takeover.epoch, "second"), shown
+    assert all(e.at < cont_at for e in history), shown
+    slow_done = next(e for e in history
+                     if e.event is EventType.STEP_COMPLETED and e.position == SLOW_POSITION)
+    assert (slow_done.worker, slow_done.epoch) == ("second", takeover.epoch), shown
+    # the second worker found no trace of the transfer at the bank and sent it itself (same key)
+    settled = [e for e in history if e.event is EventType.OP_RECONCILED and e.position == SLOW_POSITION]
+    assert [(e.worker, (e.detail or {}).get("outcome")) for e in settled] == [("second", "not_found")], shown
+
+    # the first worker's late POST moved no money: the bank answered with the second's transfer
+    transfers = dist.bank.client().transfers()
+    slow_transfer = next(t for t in transfers if t.idempotency_key == end["operation_id"])
+    assert end["replayed"] is True
+    assert end["transfer_id"] == slow_transfer.id
+    assert float(end["sent"]) > cont_at  # type: ignore[arg-type]
+    verdict = verify_runs(app, transfers, dist.effects(), {run_id: 7}, TOOL_STEPS, context=shown)
+
+    dist.terminate_gracefully([first, second])
+    print(f"\nfencing on {dist.backend.name}: first worker frozen {took:.2f}s (lease {LEASE:g}s) inside the "
+          f"transfer at position {SLOW_POSITION}; second took over at epoch {takeover.epoch} (first held "
+          f"{first_epoch}); after SIGCONT the first's POST got the existing transfer and its record was "
+          f"refused; {verdict}")
+
+
+# -- in-process: two Apps on one database, one fake clock -----------------------------------------
 
 
 Apps = tuple[cairn.App, cairn.App, FakeClock]
 
 
 @pytest.fixture
-def two_apps(tmp_path: Path) -> Iterator[Apps]:
+def two_apps(backend: StoreBackend) -> Iterator[Apps]:
     clock = FakeClock(time.time())
-    path = tmp_path / "fence.db"
-    first = cairn.App(store=SQLiteStore(path, clock=clock), lease_seconds=5.0, max_recoveries=5)
-    second = cairn.App(store=SQLiteStore(path, clock=clock), lease_seconds=5.0, max_recoveries=5)
+    first = cairn.App(store=backend.open_store(clock), lease_seconds=5.0, max_recoveries=5)
+    second = cairn.App(store=backend.open_store(clock), lease_seconds=5.0, max_recoveries=5)
     try:
         yield first, second, clock
     finally:

@@ -1,13 +1,14 @@
 """Real worker processes on a real PostgreSQL server, and ways to judge what they did.
 
-* ``PgServer`` restarts, stops and starts the local PostgreSQL cluster with
-  ``pg_ctlcluster`` (a real server restart: every connection dies) and waits,
-  boundedly, for it to accept connections again.
-* ``Database`` is one fresh database per test, created on the server and
-  dropped (``WITH (FORCE)``) by the fixture's finalizer.
-* ``DistCluster`` owns a bank process, an effects file and the worker
-  subprocesses (``python -m tests.distributed.run_worker``), and kills every
-  child when the test ends (``cleanup``).
+* ``PgServer`` restarts, stops and starts the session's private PostgreSQL
+  cluster with ``pg_ctl`` (a real server restart: every connection dies) and
+  waits, boundedly, for it to accept connections again.
+* ``DistCluster`` (a ``WorkerPool`` of the one crash harness,
+  ``tests/acceptance/harness.py``) owns a bank process, an effects file and
+  the worker subprocesses (``python -m tests.distributed.run_worker``) on a
+  store (``tests/backends.py``: this tier's is a fresh PostgreSQL database per
+  test), and kills every child when the test ends (``cleanup``).
+* ``Observer`` reads the database outside Cairn, across restarts.
 * ``verify_runs`` compares the bank's ledger with the runs' journals and
   audits every history; it returns counts for the test's report.
 """
@@ -16,13 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import re
-import secrets
-import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -30,23 +26,20 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
 import cairn
 from cairn.demo.bank import BankProcess, Transfer
 from cairn.store.records import EventType, HistoryEvent, RunStatus
 from tests.acceptance.harness import (
-    REPO_ROOT,
+    WorkerPool,
     WorkerProcess,
     audit_history,
     journal,
-    read_effects,
     wait_until,
 )
+from tests.backends import PostgresBackend, StoreBackend, application_name, with_query
 from tests.distributed.bank_app import (
     BANK_ENV,
     DB_ENV,
@@ -58,12 +51,8 @@ from tests.distributed.bank_app import (
     expected_total,
     memo,
 )
-from tests.distributed.run_worker import with_query
-from tests.store.pg import server_url
+from tests.pgcluster import PrivateCluster
 
-#: ``VERSION NAME`` of the local cluster the tests may restart
-CLUSTER_ENV = "CAIRN_DIST_PG_CLUSTER"
-DEFAULT_CLUSTER = "15 main"
 #: the schema the tests' stores use (exercises ``?schema=``)
 SCHEMA = "cairn_dist"
 
@@ -93,42 +82,17 @@ class Outage:
 
 
 class PgServer:
-    """The local PostgreSQL cluster behind ``admin_url``, under ``pg_ctlcluster``."""
+    """The session's private PostgreSQL cluster (``tests/pgcluster.py``),
+    restarted, stopped and started with ``pg_ctl``: only a server the tests
+    started themselves is ever restarted."""
 
-    def __init__(self, admin_url: str, cluster: str | None = None) -> None:
-        self.admin_url = admin_url
-        self.version, self.name = (cluster or os.environ.get(CLUSTER_ENV) or DEFAULT_CLUSTER).split()
+    def __init__(self, cluster: PrivateCluster) -> None:
+        self.cluster = cluster
+        self.admin_url = cluster.url
         self.outages: list[Outage] = []
 
-    def controllable(self) -> str | None:
-        """Why this process cannot restart the server (``None`` if it can)."""
-        if shutil.which("pg_ctlcluster") is None:
-            return "pg_ctlcluster is not installed"
-        if os.geteuid() != 0:
-            return "restarting PostgreSQL with pg_ctlcluster needs root"
-        status = subprocess.run(["pg_ctlcluster", self.version, self.name, "status"], capture_output=True,
-                                timeout=30, check=False)
-        if status.returncode not in (0, 3):  # 3: cluster exists but is down
-            return f"no cluster {self.version}/{self.name}: {status.stderr.decode(errors='replace').strip()}"
-        return None
-
-    def _ctl(self, action: str, mode: str | None = None, timeout: float = 120.0) -> None:
-        command = ["pg_ctlcluster", "--skip-systemctl-redirect"]
-        if mode is not None:
-            command += ["-m", mode]
-        command += [self.version, self.name, action]
-        done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
-        if done.returncode != 0:
-            output = (done.stdout + done.stderr).decode(errors="replace").strip()
-            raise AssertionError(f"{' '.join(command)} failed ({done.returncode}): {output}")
-
     def is_up(self, timeout: int = 2) -> bool:
-        try:
-            with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=timeout) as conn:
-                conn.execute("SELECT 1")
-            return True
-        except psycopg.Error:
-            return False
+        return self.cluster.is_up(timeout)
 
     def wait_up(self, timeout: float = 60.0) -> float:
         wait_until(self.is_up, timeout, "PostgreSQL to accept connections", interval=0.05)
@@ -138,7 +102,7 @@ class PgServer:
     def _probing(self, outage: Outage) -> Iterator[None]:
         """Probe the server on a thread while the block runs: ``outage.down``
         becomes the first probe that failed (if not set yet), ``outage.up``
-        the first that succeeded after one failed (``pg_ctlcluster`` itself
+        the first that succeeded after one failed (``pg_ctl`` itself
         returns a while after the server accepts connections again)."""
         done = threading.Event()
 
@@ -165,7 +129,7 @@ class PgServer:
         outage = Outage("restart", mode, time.time())
         self.outages.append(outage)
         with self._probing(outage):
-            self._ctl("restart", mode)
+            self.cluster.restart(mode)
             up = self.wait_up()
         if outage.down is None or outage.up is None:  # the probes missed the outage: too short to see
             outage.down = outage.down or outage.began
@@ -176,14 +140,14 @@ class PgServer:
         """Stop the server; ``down`` is when the stop returned (it is down by then)."""
         outage = Outage("stop+start", mode, time.time())
         self.outages.append(outage)
-        self._ctl("stop", mode)
+        self.cluster.stop(mode)
         outage.down = time.time()
         return outage
 
     def start(self, outage: Outage) -> Outage:
         """Start the server again; ``up`` is when it first accepted a connection."""
         with self._probing(outage):
-            self._ctl("start")
+            self.cluster.start()
             up = self.wait_up()
         outage.up = outage.up or up
         return outage
@@ -192,57 +156,18 @@ class PgServer:
         """Start the server if a test left it stopped (finalizers call this)."""
         if self.is_up():
             return
-        with contextlib.suppress(Exception):
-            self._ctl("start")
+        if not self.cluster.running():
+            self.cluster.start()
         self.wait_up()
 
 
-# -- one database per test ---------------------------------------------------------------------
-
-
-def libpq_url(conninfo: str, dbname: str) -> str:
-    """A ``postgresql://`` URL (what ``open_store`` takes) for ``dbname`` on the server of ``conninfo``."""
-    params = conninfo_to_dict(conninfo)
-    user = quote(str(params.get("user") or "postgres"), safe="")
-    password = params.get("password")
-    auth = f"{user}:{quote(str(password), safe='')}" if password else user
-    host = params.get("host") or params.get("hostaddr") or "127.0.0.1"
-    port = params.get("port") or 5432
-    return f"postgresql://{auth}@{host}:{port}/{dbname}"
-
-
-class Database:
-    """A fresh, empty database on the test server (the store creates its schema)."""
-
-    def __init__(self, admin_url: str | None = None) -> None:
-        self.admin_url = admin_url or server_url()
-        self.name = f"cairn_dist_{os.getpid()}_{secrets.token_hex(4)}"
-        self._execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
-
-    @property
-    def url(self) -> str:
-        """The store URL, with this tier's schema."""
-        return with_query(libpq_url(self.admin_url, self.name), schema=SCHEMA)
-
-    def connect(self, timeout: int = 5) -> psycopg.Connection[Any]:
-        """An autocommit connection to this database, search_path on the store's schema."""
-        conn = psycopg.connect(libpq_url(self.admin_url, self.name), autocommit=True, connect_timeout=timeout,
-                               application_name="cairn-dist-observer")
-        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(SCHEMA)))
-        return conn
-
-    def drop(self) -> None:
-        self._execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name)))
-
-    def _execute(self, query: sql.Composed) -> None:
-        with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(query)
+# -- reading the database outside Cairn -------------------------------------------------------
 
 
 class Observer:
     """Reads the database outside Cairn, reconnecting across server restarts."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: PostgresBackend) -> None:
         self.database = database
         self._conn: psycopg.Connection[Any] | None = None
 
@@ -291,38 +216,33 @@ def _launched(worker: WorkerProcess) -> bool:
     return not worker.alive() or f"worker {worker.worker_id} launching" in worker.log_text()
 
 
-def application_name(worker_id: str) -> str:
-    return f"cairn-w-{worker_id}"[:63]
+class DistCluster(WorkerPool):
+    """A store, a bank, an effects file, and the worker processes moving money
+    (``python -m tests.distributed.run_worker``) on them."""
 
-
-class DistCluster:
-    """A database, a bank, an effects file, and the worker processes working on them."""
-
-    def __init__(self, directory: Path, database: Database, bank: BankProcess) -> None:
-        self.directory = directory
-        self.database = database
+    def __init__(self, directory: Path, backend: StoreBackend, bank: BankProcess) -> None:
+        super().__init__(directory, backend)
         self.bank = bank
-        self.effects_path = directory / "effects.jsonl"
-        self.effects_path.touch()
-        self.workers: list[WorkerProcess] = []
-        self.observer = Observer(database)
-        self._apps: list[cairn.App] = []
+        self._observer: Observer | None = None
 
     @property
-    def db_url(self) -> str:
-        return self.database.url
+    def database(self) -> PostgresBackend:
+        assert isinstance(self.backend, PostgresBackend), f"not a PostgreSQL store: {self.backend.name}"
+        return self.backend
+
+    @property
+    def observer(self) -> Observer:
+        """Reads the PostgreSQL database outside Cairn (PostgreSQL stores only)."""
+        if self._observer is None:
+            self._observer = Observer(self.database)
+        return self._observer
 
     def app(self, lease_seconds: float = 2.0) -> cairn.App:
         """An App in this process on the shared database (closed at cleanup)."""
-        url = with_query(self.db_url, application_name="cairn-dist-test")
-        app = build_app(url, self.bank.url, self.effects_path, lease_seconds=lease_seconds)
-        self._apps.append(app)
-        return app
-
-    def close_app(self, app: cairn.App) -> None:
-        app.close()
-        with contextlib.suppress(ValueError):
-            self._apps.remove(app)
+        url = self.db_url
+        if isinstance(self.backend, PostgresBackend):
+            url = with_query(url, application_name="cairn-dist-test")
+        return self._keep(build_app(url, self.bank.url, self.effects_path, lease_seconds=lease_seconds))
 
     def spawn(
         self,
@@ -335,25 +255,14 @@ class DistCluster:
         env: Mapping[str, str] | None = None,
     ) -> WorkerProcess:
         """Start ``python -m tests.distributed.run_worker`` in its own session;
-        its connections carry ``application_name(worker_id)``."""
-        log_path = self.directory / f"worker-{len(self.workers):03d}-{worker_id}.log"
-        environment = {k: v for k, v in os.environ.items() if k != "CAIRN_FAULTS"}
-        environment.update({DB_ENV: self.db_url, BANK_ENV: self.bank.url, EFFECTS_ENV: str(self.effects_path),
-                            "PYTHONUNBUFFERED": "1"})
+        on PostgreSQL its connections carry ``application_name(worker_id)``."""
+        environment = {DB_ENV: self.db_url, BANK_ENV: self.bank.url, EFFECTS_ENV: str(self.effects_path)}
         environment.update(env or {})
-        command = [
-            sys.executable, "-m", "tests.distributed.run_worker", "--worker-id", worker_id,
-            "--concurrency", str(concurrency), "--lease", f"{lease:g}",
-            "--poll-interval", f"{poll_interval:g}", "--max-recoveries", str(max_recoveries),
-            "--application-name", application_name(worker_id),
-        ]
-        with log_path.open("wb") as log:
-            spawned_at = time.time()
-            popen = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        worker = WorkerProcess(worker_id, popen, log_path, spawned_at)
-        self.workers.append(worker)
-        return worker
+        args = ["--concurrency", str(concurrency), "--lease", f"{lease:g}", "--poll-interval",
+                f"{poll_interval:g}", "--max-recoveries", str(max_recoveries)]
+        if isinstance(self.backend, PostgresBackend):
+            args += ["--application-name", application_name(worker_id)]
+        return self._launch("tests.distributed.run_worker", worker_id, args, environment)
 
     def terminate_gracefully(self, workers: Iterable[WorkerProcess], timeout: float = 30.0) -> None:
         """SIGTERM (drain) every live worker of ``workers``; each must exit 0 in time."""
@@ -365,34 +274,16 @@ class DistCluster:
             code = worker.wait_exit(timeout)
             assert code == 0, f"worker {worker.worker_id} exited with {code}:\n{worker.log_tail()}"
 
-    def effects(self) -> list[dict[str, Any]]:
-        return read_effects(self.effects_path)
-
     def describe_workers(self, tail: int = 12) -> str:
-        parts = []
-        for w in self.workers:
-            state = "alive" if w.alive() else f"exit={w.popen.returncode}"
-            parts.append(f"--- {w.worker_id} pid={w.pid} {state} killed={w.killed} ---\n{w.log_tail(tail)}")
-        return "\n".join(parts)
+        return super().describe_workers(tail)
 
     def outcomes(self) -> list[Outcome]:
         return [o for w in self.workers for o in outcomes(w)]
 
     def cleanup(self) -> None:
-        """SIGKILL and reap every child still alive (stopped ones included); close apps."""
-        for worker in self.workers:
-            if worker.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    worker.popen.send_signal(signal.SIGKILL)
-            try:
-                worker.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - would leak a process
-                print(f"could not reap worker pid {worker.pid}", file=sys.stderr)
-        for app in self._apps:
-            with contextlib.suppress(Exception):
-                app.close()
-        self._apps.clear()
-        self.observer.close()
+        super().cleanup()
+        if self._observer is not None:
+            self._observer.close()
 
 
 # -- judging the outcome -----------------------------------------------------------------------

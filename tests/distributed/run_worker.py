@@ -2,7 +2,8 @@
 
 Launched by ``tests.distributed.cluster`` as ``python -m
 tests.distributed.run_worker --worker-id X ...`` from the repository root,
-with the PostgreSQL URL in ``$CAIRN_DIST_DB`` (and the bank's URL and the
+with the store URL in ``$CAIRN_DIST_DB`` (PostgreSQL for this tier; the
+fencing test runs it on SQLite too) (and the bank's URL and the
 effects file, see ``bank_app``). ``--application-name`` tags this process's
 database connections so a test can find (and cut) exactly them in
 ``pg_stat_activity``. Logs go to stderr (the harness sends them to a file),
@@ -25,25 +26,17 @@ import sys
 import threading
 import time
 from types import FrameType
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import cairn
 from cairn.engine.executor import Outcome
 from cairn.errors import StoreError
 from cairn.store.records import Claim
 from cairn.worker.worker import Worker
+from tests.backends import with_query
 from tests.distributed.bank_app import APP_NAME_ENV, DB_ENV, WORKER_ENV, build_app
 
 #: how long start-up waits for an unreachable database before giving up
 STARTUP_PATIENCE = 60.0
-
-
-def with_query(url: str, **params: str) -> str:
-    """``url`` with ``params`` set in its query string (replacing equal keys)."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in params]
-    query.extend(params.items())
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,16 @@
-"""Fixtures for engine tests: a real SQLite-backed App per test."""
+"""Fixtures for engine tests: a real App per test, on every backend.
+
+The ``app`` fixture is parametrized over SQLite (a file in ``tmp_path``) and
+PostgreSQL (a fresh database copied from the migrated template, on the
+session's private cluster; see ``tests/conftest.py``), so every engine test
+that takes ``app`` runs on both, with ids ``[sqlite]`` and ``[postgres]``.
+The engine must not behave differently on either: a test that passes on one
+and fails on the other found a backend bug.
+
+A test that genuinely cannot run on PostgreSQL (it opens the SQLite file
+itself, say) says so with ``@pytest.mark.parametrize("app", ["sqlite"],
+indirect=True)`` and a comment giving the reason.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +18,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 import cairn
 
+BACKENDS = ("sqlite", "postgres")
 
-@pytest.fixture
-def app(tmp_path: Path) -> Iterator[cairn.App]:
-    application = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
+
+def postgres_url(conninfo: str) -> str:
+    """The ``postgresql://`` URL ``cairn.App(db=...)`` takes, for a libpq conninfo."""
+    params = conninfo_to_dict(conninfo)
+    return f"postgresql://{params['user']}@{params['host']}:{params['port']}/{params['dbname']}"
+
+
+@pytest.fixture(params=BACKENDS)
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[cairn.App]:
+    if request.param == "postgres":
+        # only a PostgreSQL test starts the cluster: ``-k sqlite`` needs none
+        url = postgres_url(request.getfixturevalue("pg_url"))
+        application = cairn.App(db=url, lease_seconds=5.0)
+    else:
+        application = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
     yield application
     application.close()
 

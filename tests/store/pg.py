@@ -14,13 +14,9 @@ dropped in the background after: the flushes overlap instead of adding up.
 Names carry the process id and a random tag, so several test sessions (other
 engineers, CI jobs) can share one server without colliding.
 
-Environment:
-
-* ``CAIRN_TEST_POSTGRES_URL``: a libpq URL of the server, with a user allowed
-  to create databases; its database part is only used to connect for
-  administration (default ``postgresql://postgres@127.0.0.1:5432/postgres``).
-* ``CAIRN_SKIP_POSTGRES=1``: skip the PostgreSQL tests. Without it an
-  unreachable server fails them: a silent skip would hide a broken backend.
+The server is the test session's own throwaway cluster, or the one named by
+``CAIRN_TEST_POSTGRES_URL`` (see ``tests/pgcluster.py``, which also says when
+the PostgreSQL tests skip and when they fail instead).
 """
 
 from __future__ import annotations
@@ -38,18 +34,16 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cairn.store.postgres import PostgresStore
+from tests import pgcluster
+from tests.pgcluster import ENV_SKIP, ENV_URL, skip_requested
 
-ENV_URL = "CAIRN_TEST_POSTGRES_URL"
-ENV_SKIP = "CAIRN_SKIP_POSTGRES"
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+__all__ = ["ENV_SKIP", "ENV_URL", "ServerUnavailable", "TestDatabases", "server_url", "skip_requested"]
 
 
 def server_url() -> str:
-    return os.environ.get(ENV_URL) or DEFAULT_URL
-
-
-def skip_requested() -> bool:
-    return os.environ.get(ENV_SKIP, "").strip().lower() in ("1", "true", "yes")
+    """The tests' server (starting the private cluster on first use); skips or
+    fails the calling test where there is none (``pgcluster.require``)."""
+    return pgcluster.require()
 
 
 class ServerUnavailable(Exception):
@@ -84,8 +78,8 @@ class TestDatabases:
         except psycopg.Error as exc:
             message = " ".join(str(exc).split())
             raise ServerUnavailable(
-                f"PostgreSQL is not reachable at {where} ({message}). The PostgreSQL store tests need a "
-                f"server: start one (locally: pg_ctlcluster 15 main start) or point {ENV_URL} at one. "
+                f"PostgreSQL is not reachable at {where} ({message}). The tests start a cluster of their "
+                f"own where the server binaries are installed, or use the one {ENV_URL} names. "
                 f"Set {ENV_SKIP}=1 to skip these tests on purpose."
             ) from None
         try:
@@ -99,9 +93,15 @@ class TestDatabases:
         self._top_up()
 
     def clone(self) -> str:
-        """A fresh copy of the template (made ahead of time); return its name."""
+        """A fresh copy of the template (made ahead of time); return its name.
+        A copy made while a chaos test restarted the server may have failed:
+        that one is made again, here."""
         self._top_up()
-        name = self._ready.popleft().result()
+        future = self._ready.popleft()
+        try:
+            name = future.result()
+        except psycopg.Error:
+            name = self._create(f"{self.prefix}_{next(self._numbers)}", self.template)
         self._top_up()
         return name
 

@@ -4,9 +4,9 @@ durability, races between machines, and clear errors when the server is
 unreachable.
 
 Every test runs on a database of its own, cloned from a migrated template
-(see ``tests/store/pg.py``; the fixtures are in ``tests/store/conftest.py``).
-If the server cannot be reached these tests fail
-(set ``CAIRN_SKIP_POSTGRES=1`` to skip them on purpose).
+(see ``tests/store/pg.py``; the fixtures are in ``tests/conftest.py``).
+The server is the session's private cluster (``tests/pgcluster.py``), which says
+when these tests skip and when they fail.
 """
 
 from __future__ import annotations

@@ -11,25 +11,12 @@ import pytest
 
 import cairn
 from cairn.store.postgres import PostgresStore
-from tests.store.pg import ServerUnavailable, TestDatabases, skip_requested
-
-
-@pytest.fixture(scope="module")
-def databases() -> Iterator[TestDatabases]:
-    if skip_requested():
-        pytest.skip("CAIRN_SKIP_POSTGRES=1")
-    dbs = TestDatabases(ahead=1)
-    try:
-        dbs.start()
-    except ServerUnavailable as exc:
-        pytest.fail(str(exc))
-    yield dbs
-    dbs.close()
+from tests.store.pg import TestDatabases
 
 
 @pytest.fixture
-def app(databases: TestDatabases) -> Iterator[tuple[cairn.App, str]]:
-    with databases.database() as url:
+def app(pg_databases: TestDatabases) -> Iterator[tuple[cairn.App, str]]:
+    with pg_databases.database() as url:
         application = cairn.App(store=PostgresStore(url))
 
         @application.workflow(name="ping")

@@ -1,0 +1,197 @@
+-- The PostgreSQL schema, whole: what migrations/0001..0005 produce, in one file.
+--
+-- This file is the reference to read; the migrations remain what the store
+-- runs (an existing database needs their steps, not this end state).
+-- tests/store/test_schema.py applies all migrations to one database and this
+-- file to another and requires identical schemas (pg_dump --schema-only of
+-- both), so a migration added without updating this file fails the build
+-- (and so does an edit here that no migration makes).
+--
+-- Objects are created unqualified: like the migrations, this runs with
+-- search_path set to the store's schema (default cairn; ?schema=... in the
+-- URL). schema_migrations is created by the store itself
+-- (PostgresStore._migrate) before the first migration.
+--
+-- Types: times are Unix seconds as DOUBLE PRECISION (the injected clock's
+-- floats, stored exactly); counters are BIGINT (SQLite integers are 64-bit);
+-- JSON values (error, detail, budget) are TEXT written by msgspec, so they
+-- read back byte-for-byte as written, exactly as on SQLite (JSONB would
+-- reorder keys and refuse "\u0000").
+
+CREATE TABLE schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at DOUBLE PRECISION NOT NULL
+);
+
+CREATE TABLE runs (
+    run_id           TEXT PRIMARY KEY,
+    tenant           TEXT NOT NULL,
+    workflow         TEXT NOT NULL,
+    workflow_version TEXT NOT NULL,
+    thread_id        TEXT,
+    queue            TEXT NOT NULL DEFAULT 'default',
+    priority         BIGINT NOT NULL DEFAULT 0,
+    parent_run_id    TEXT,
+    status           TEXT NOT NULL,
+    input            BYTEA,
+    input_ref        TEXT,
+    result           BYTEA,
+    result_ref       TEXT,
+    error            TEXT,
+    epoch            BIGINT NOT NULL DEFAULT 0,
+    owner            TEXT,
+    lease_expires_at DOUBLE PRECISION,
+    wake_at          DOUBLE PRECISION,
+    waiting_on       TEXT,
+    -- When the run may next be claimed; NULL while it cannot be.
+    runnable_at      DOUBLE PRECISION,
+    recoveries       BIGINT NOT NULL DEFAULT 0,
+    created_at       DOUBLE PRECISION NOT NULL,
+    updated_at       DOUBLE PRECISION NOT NULL,
+    -- Per-run budget limits as JSON text; usage is derived from the journal. (0002)
+    budget           TEXT
+);
+
+-- Deliberately few indexes: each one is written on every claim and finish.
+CREATE INDEX runs_tenant_created ON runs (tenant, created_at);
+CREATE INDEX runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX runs_thread ON runs (thread_id) WHERE thread_id IS NOT NULL;
+-- Claims walk lanes: each (queue, tenant) with runnable runs, found by a
+-- recursive skip (one index seek per lane), then each lane's best due runs.
+-- runs_running counts what each lane has in flight. (0005)
+CREATE INDEX runs_lanes ON runs (queue, tenant, priority DESC, runnable_at) WHERE runnable_at IS NOT NULL;
+CREATE INDEX runs_running ON runs (queue, tenant) WHERE status = 'running';
+-- Pruning: finished runs by age; queries repeat the predicate. (0004)
+CREATE INDEX runs_finished ON runs (updated_at)
+    WHERE status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted');
+-- "Does any row still reference this artifact?" (0004)
+CREATE INDEX runs_input_ref ON runs (input_ref) WHERE input_ref IS NOT NULL;
+CREATE INDEX runs_result_ref ON runs (result_ref) WHERE result_ref IS NOT NULL;
+
+-- The journal and the event stream are one table: a step costs one row. The
+-- primary key is also what makes a racing second writer of the same seq
+-- fail. tenant is filled in by the store from the run row inside the INSERT
+-- that writes the entry (callers never pass it). (tenant: 0004)
+CREATE TABLE history (
+    run_id      TEXT NOT NULL,
+    seq         BIGINT NOT NULL,
+    event       TEXT NOT NULL,
+    at          DOUBLE PRECISION NOT NULL,
+    epoch       BIGINT NOT NULL,
+    worker      TEXT,
+    position    BIGINT,
+    step_kind   TEXT,
+    name        TEXT,
+    input_hash  TEXT,
+    attempt     BIGINT,
+    started_at  DOUBLE PRECISION,
+    payload     BYTEA,
+    payload_ref TEXT,
+    detail      TEXT,
+    tenant      TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+
+CREATE INDEX history_payload_ref ON history (payload_ref) WHERE payload_ref IS NOT NULL;
+
+-- Large payloads, content-addressed by SHA-256, in the database because
+-- workers may share nothing but this server. touched_at: when last stored
+-- (pruning never deletes one stored since its cutoff). (touched_at: 0004)
+CREATE TABLE artifacts (
+    ref        TEXT PRIMARY KEY,
+    data       BYTEA NOT NULL,
+    touched_at DOUBLE PRECISION NOT NULL DEFAULT 0
+);
+
+-- Artifacts referenced by pruned runs, waiting to be collected. (0004)
+CREATE TABLE artifact_gc (
+    ref       TEXT PRIMARY KEY,
+    queued_at DOUBLE PRECISION NOT NULL
+);
+
+-- Queues with limits; a queue without a row is unlimited. Rates are token
+-- buckets: rate_limit claims per rate_period seconds, bursts of rate_burst
+-- (NULL: rate_limit). (0005)
+CREATE TABLE queues (
+    name                TEXT PRIMARY KEY,
+    concurrency         BIGINT,
+    tenant_concurrency  BIGINT,
+    rate_limit          BIGINT,
+    rate_period         DOUBLE PRECISION,
+    rate_burst          BIGINT,
+    tenant_rate_limit   BIGINT,
+    tenant_rate_period  DOUBLE PRECISION,
+    tenant_rate_burst   BIGINT,
+    updated_at          DOUBLE PRECISION NOT NULL
+);
+
+-- Token bucket states: tenant '' is the queue-wide bucket, any other value
+-- that tenant's own bucket. A missing row is a full bucket. (0005)
+CREATE TABLE queue_buckets (
+    queue       TEXT NOT NULL,
+    tenant      TEXT NOT NULL,
+    tokens      DOUBLE PRECISION NOT NULL,
+    refilled_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (queue, tenant)
+);
+
+-- How many runs of each queue are running, across every tenant: a queue-wide
+-- limit must count everyone's runs, yet a tenant-scoped role sees only its
+-- own. Runs with its owner's rights and returns nothing but totals. (0005)
+CREATE FUNCTION queue_running_totals(names TEXT[]) RETURNS TABLE (queue TEXT, running BIGINT)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+    SELECT r.queue, count(*) FROM runs AS r
+    WHERE r.status = 'running' AND r.queue = ANY(names)
+    GROUP BY r.queue
+$$;
+
+-- LISTEN/NOTIFY: wake workers at once when a run may have become claimable
+-- (polling stays as the safety net: a lost notification costs latency, never
+-- a stuck run). Payload: the schema's name. (0003)
+CREATE FUNCTION notify_runnable() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('cairn_runnable', TG_TABLE_SCHEMA);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER runs_notify_runnable
+    AFTER INSERT OR UPDATE OF runnable_at, status ON runs
+    FOR EACH ROW
+    WHEN (NEW.runnable_at IS NOT NULL AND NEW.status <> 'running')
+    EXECUTE FUNCTION notify_runnable();
+
+-- A run of a queue with a concurrency limit that stops running frees a slot:
+-- wake the workers, as for a new run. (0005)
+CREATE FUNCTION notify_slot_freed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM queues
+               WHERE name = NEW.queue AND (concurrency IS NOT NULL OR tenant_concurrency IS NOT NULL)) THEN
+        PERFORM pg_notify('cairn_runnable', TG_TABLE_SCHEMA);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER runs_notify_slot_freed
+    AFTER UPDATE OF status ON runs
+    FOR EACH ROW
+    WHEN (OLD.status = 'running' AND NEW.status <> 'running')
+    EXECUTE FUNCTION notify_slot_freed();
+
+-- Row-level security on runs and history (0004). The table owner (the role
+-- that ran the migrations) is not subject to it (FORCE is deliberately not
+-- set); any other role sees and writes only rows whose tenant equals its
+-- session setting cairn.tenant, and nothing with the setting absent. USING
+-- filters what a scoped role reads, updates and locks; WITH CHECK refuses
+-- rows it writes for another tenant.
+ALTER TABLE runs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE history ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY tenant_isolation ON runs
+    USING (tenant = current_setting('cairn.tenant', true))
+    WITH CHECK (tenant = current_setting('cairn.tenant', true));
+CREATE POLICY tenant_isolation ON history
+    USING (tenant = current_setting('cairn.tenant', true))
+    WITH CHECK (tenant = current_setting('cairn.tenant', true));

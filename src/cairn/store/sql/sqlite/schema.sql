@@ -1,0 +1,124 @@
+-- The SQLite schema, whole: what migrations/0001..0004 produce, in one file.
+--
+-- This file is the reference to read; the migrations remain what the store
+-- runs (an existing database needs their steps, not this end state).
+-- tests/store/test_schema.py applies all migrations to one database and this
+-- file to another and requires the two schemas to be identical, so a
+-- migration added without updating this file fails the build (and so does an
+-- edit here that no migration makes).
+--
+-- schema_migrations is created by the store itself (SQLiteStore._migrate),
+-- before the first migration, and records each one applied.
+
+CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL);
+
+-- Runs and their single ordered history. Every write by a lease holder is
+-- fenced on epoch.
+CREATE TABLE runs (
+    run_id           TEXT PRIMARY KEY,
+    tenant           TEXT NOT NULL,
+    workflow         TEXT NOT NULL,
+    workflow_version TEXT NOT NULL,
+    thread_id        TEXT,
+    queue            TEXT NOT NULL DEFAULT 'default',
+    priority         INTEGER NOT NULL DEFAULT 0,
+    parent_run_id    TEXT,
+    status           TEXT NOT NULL,
+    input            BLOB,
+    input_ref        TEXT,
+    result           BLOB,
+    result_ref       TEXT,
+    error            TEXT,
+    epoch            INTEGER NOT NULL DEFAULT 0,
+    owner            TEXT,
+    lease_expires_at REAL,
+    wake_at          REAL,
+    waiting_on       TEXT,
+    -- When the run may next be claimed; NULL while it cannot be. One column
+    -- for pending, due timers and expired leases keeps the claim query a
+    -- range scan over one small partial index.
+    runnable_at      REAL,
+    recoveries       INTEGER NOT NULL DEFAULT 0,
+    created_at       REAL NOT NULL,
+    updated_at       REAL NOT NULL,
+    -- Per-run budget limits (tokens, cost, tool calls, wall time) as JSON.
+    -- Usage is derived from the journal, which is already durable. (0002)
+    budget           TEXT
+) WITHOUT ROWID;  -- the run id B-tree is the table: one tree less to write per commit
+
+-- Deliberately few indexes: each one is written on every claim and finish.
+CREATE INDEX runs_tenant_created ON runs (tenant, created_at);
+CREATE INDEX runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX runs_thread ON runs (thread_id) WHERE thread_id IS NOT NULL;
+-- Claims walk lanes: each (queue, tenant) with runnable runs, one index seek
+-- per lane, then a lane's best runs (priority, then longest runnable) from
+-- the same index. runs_running counts what each lane has in flight. (0004)
+CREATE INDEX runs_lanes ON runs (queue, tenant, priority DESC, runnable_at) WHERE runnable_at IS NOT NULL;
+CREATE INDEX runs_running ON runs (queue, tenant) WHERE status = 'running';
+-- Pruning: finished runs by age, written once per run (when it ends). Queries
+-- repeat the predicate word for word so SQLite can use the index. (0003)
+CREATE INDEX runs_finished ON runs (updated_at)
+    WHERE status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted');
+-- "Does any row still reference this artifact?" (0003)
+CREATE INDEX runs_input_ref ON runs (input_ref) WHERE input_ref IS NOT NULL;
+CREATE INDEX runs_result_ref ON runs (result_ref) WHERE result_ref IS NOT NULL;
+
+-- The journal and the event stream are one table: a step costs one row.
+-- tenant is filled in by the store from the run row inside the very INSERT
+-- that writes the entry, so an entry cannot claim a tenant its run does not
+-- have; NOT NULL without a default, so a write path that forgot it fails.
+CREATE TABLE history (
+    run_id      TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    tenant      TEXT NOT NULL,
+    event       TEXT NOT NULL,
+    at          REAL NOT NULL,
+    epoch       INTEGER NOT NULL,
+    worker      TEXT,
+    position    INTEGER,
+    step_kind   TEXT,
+    name        TEXT,
+    input_hash  TEXT,
+    attempt     INTEGER,
+    started_at  REAL,
+    payload     BLOB,
+    payload_ref TEXT,
+    detail      TEXT,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+
+CREATE INDEX history_payload_ref ON history (payload_ref) WHERE payload_ref IS NOT NULL;
+
+-- Artifacts are content-addressed files beside the database, shared by every
+-- tenant. Those referenced by pruned runs wait here to be collected, so a
+-- crash loses no candidate.
+CREATE TABLE artifact_gc (
+    ref       TEXT PRIMARY KEY,
+    queued_at REAL NOT NULL
+) WITHOUT ROWID;
+
+-- Queues with limits; a queue without a row is unlimited. Rates are token
+-- buckets: rate_limit claims per rate_period seconds, bursts of rate_burst
+-- (NULL: rate_limit).
+CREATE TABLE queues (
+    name                TEXT PRIMARY KEY,
+    concurrency         INTEGER,
+    tenant_concurrency  INTEGER,
+    rate_limit          INTEGER,
+    rate_period         REAL,
+    rate_burst          INTEGER,
+    tenant_rate_limit   INTEGER,
+    tenant_rate_period  REAL,
+    tenant_rate_burst   INTEGER,
+    updated_at          REAL NOT NULL
+) WITHOUT ROWID;
+
+-- Token bucket states: tenant '' is the queue-wide bucket, any other value
+-- that tenant's own bucket. A missing row is a full bucket.
+CREATE TABLE queue_buckets (
+    queue       TEXT NOT NULL,
+    tenant      TEXT NOT NULL,
+    tokens      REAL NOT NULL,
+    refilled_at REAL NOT NULL,
+    PRIMARY KEY (queue, tenant)
+) WITHOUT ROWID;

@@ -1,0 +1,112 @@
+"""Fixtures every tier shares: PostgreSQL from the session's own throwaway
+cluster (``tests/pgcluster.py``), per-test databases copied from one
+migrated template (``tests/store/pg.py``), the crash tiers' ``backend`` (a
+store on SQLite or PostgreSQL, ``tests/backends.py``) and the fake ``bank``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from cairn.demo.bank import BankProcess
+from tests import pgcluster
+from tests.backends import BACKENDS, PostgresBackend, SqliteBackend, StoreBackend
+from tests.store.pg import ServerUnavailable, TestDatabases
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "bank(**options): options of the test's bank process "
+                            "(delay_ms, reply_delay_ms; see cairn.demo.bank.BankProcess.start)")
+
+
+CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture
+def call_failed(request: pytest.FixtureRequest) -> Callable[[], bool]:
+    """Whether the test's body failed, for finalizers that print worker logs then."""
+    return lambda: request.node.stash.get(CALL_FAILED, False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    pgcluster.shutdown()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Remember whether the test's call failed (``call_failed``), and report
+    every test skipped for want of PostgreSQL at one location, so ``-ra``
+    folds them into one line (``SKIPPED [N] tests/pgcluster.py: ...``)
+    instead of one per test, which would bury the reason."""
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2]).removeprefix("Skipped: ")
+        if reason in pgcluster.SKIP_REASONS:
+            report.longrepr = (os.path.relpath(pgcluster.__file__), 1, longrepr[2])
+    return report
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    """Administration URL of the tests' PostgreSQL server (the private
+    cluster, started on first use); skips or fails as ``pgcluster.require``."""
+    return pgcluster.require()
+
+
+@pytest.fixture(scope="session")
+def pg_databases(pg_admin_url: str) -> Iterator[TestDatabases]:
+    databases = TestDatabases(pg_admin_url)
+    problem = None
+    try:
+        databases.start()
+    except ServerUnavailable as exc:
+        problem = str(exc)
+    if problem is not None:  # failed outside the except block: the message is printed once
+        pytest.fail(problem, pytrace=False)
+    yield databases
+    databases.close()
+
+
+@pytest.fixture
+def pg_url(pg_databases: TestDatabases) -> Iterator[str]:
+    """A fresh database with the migrations applied (schema ``cairn``)."""
+    with pg_databases.database() as url:
+        yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBackend]:
+    """The crash tiers' store, once per backend (ids ``[sqlite]`` and
+    ``[postgres]``): a file in ``tmp_path``, or a fresh database on the
+    tests' server, dropped at the end. A test bound to one backend says so
+    with ``@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)``
+    and a reason."""
+    store: StoreBackend
+    if request.param == "postgres":
+        store = PostgresBackend(request.getfixturevalue("pg_admin_url"))
+    else:
+        store = SqliteBackend(tmp_path)
+    try:
+        yield store
+    finally:
+        if isinstance(store, PostgresBackend):
+            pgcluster.ensure_running()
+        store.drop()
+
+
+@pytest.fixture
+def bank(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BankProcess]:
+    """The fake bank, a process with its own SQLite ledger (options from the
+    test's ``bank`` marker)."""
+    marker = request.node.get_closest_marker("bank")
+    options = dict(marker.kwargs) if marker is not None else {}
+    with BankProcess.start(tmp_path / "bank" / "bank.db", **options) as running:
+        yield running

@@ -1,0 +1,158 @@
+"""Store contract: per-run budgets: set_budget and budget suspensions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cairn.errors import InvalidRunState, RunNotFound
+from cairn.store.contract import Store
+from cairn.store.records import (
+    EventType,
+    RunFilter,
+    RunStatus,
+)
+from tests.store.contract.helpers import (
+    LEASE,
+    WF,
+    ContractBase,
+    FakeClock,
+    claim,
+    claimable_ids,
+    ev,
+    new_run,
+    park,
+    put_in_state,
+    running,
+)
+
+
+class BudgetsContract(ContractBase):
+    # -- budgets ---------------------------------------------------------------------
+
+    def test_set_budget_replaces_the_budget(self, store: Store, clock: FakeClock) -> None:
+        store.create_run(new_run("r1", budget={"max_tokens": 100, "max_usd": 0.5}))
+        history = store.history("r1")
+        clock.advance(4)
+        record = store.set_budget("r1", {"max_tokens": 500, "tools": ("search",)})
+        normalised = {"max_tokens": 500, "tools": ["search"]}
+        assert record.budget == normalised
+        assert (record.status, record.epoch, record.updated_at) == (RunStatus.PENDING, 0, clock())
+        assert store.get_run("r1") == record
+        full = store.history("r1")
+        assert full[:-1] == history
+        last = full[-1]
+        assert (last.event, last.detail, last.epoch, last.at, last.worker) == (
+            EventType.RUN_BUDGET_CHANGED,
+            {"budget": normalised},
+            0,
+            clock(),
+            None,
+        )
+        assert claimable_ids(store) == {"r1"}
+
+    def test_set_budget_refuses_running_runs(self, store: Store, clock: FakeClock) -> None:
+        """Only the holder may append to a running run's history, and it reads
+        its limits at claim time: a running run's budget cannot change under it."""
+        c = running(store, clock)
+        before = (store.get_run("r1"), store.history("r1"))
+        with pytest.raises(InvalidRunState, match="running"):
+            store.set_budget("r1", {"max_tool_calls": 3})
+        assert (store.get_run("r1"), store.history("r1")) == before
+        assert store.renew_leases("w1", {"r1": c.run.epoch}, LEASE) == set()
+        store.append("r1", c.run.epoch, [ev(clock, "r1", c.next_seq, c.run.epoch)])  # the holder goes on
+
+    @pytest.mark.parametrize("parked", ["timer", "child", "needs_attention"])
+    def test_set_budget_wakes_only_budget_suspensions(
+        self, store: Store, clock: FakeClock, parked: str
+    ) -> None:
+        c = running(store, clock)
+        store.create_run(new_run("broke"))
+        park(store, clock, claim(store, "broke", "w2"))
+        if parked == "timer":
+            park(store, clock, c, wake_at=clock() + 100)
+        elif parked == "child":
+            store.start_child("r1", c.run.epoch, ev(clock, "r1", c.next_seq, c.run.epoch), new_run("kid"))
+            park(store, clock, c, waiting_on="kid", seq=c.next_seq + 1)
+        else:
+            park(store, clock, c, RunStatus.NEEDS_ATTENTION)
+        before = store.get_run("r1")
+        assert before is not None
+        clock.advance(1)
+        for rid in ("r1", "broke"):
+            store.set_budget(rid, {"max_tokens": 1_000_000})
+        record = store.get_run("r1")
+        assert record is not None
+        assert (record.status, record.wake_at, record.waiting_on) == (
+            before.status,
+            before.wake_at,
+            before.waiting_on,
+        )
+        assert store.claim_run("r1", "w3", LEASE, 3) is None
+        expected = {"broke", "kid"} if parked == "child" else {"broke"}
+        assert {x.run.run_id for x in store.claim_runs("w3", [WF], 10, LEASE, 3)} == expected
+        if parked == "timer":  # the timer still fires when it is due
+            clock.advance(100)
+            assert claim(store, "r1", "w3").history[-1].event is EventType.RUN_WOKEN
+
+    @pytest.mark.parametrize("state", ["completed", "cancelled", "killed", "halted"])
+    def test_set_budget_does_not_revive_a_finished_run(
+        self, store: Store, clock: FakeClock, state: str
+    ) -> None:
+        put_in_state(store, clock, "r1", state)
+        before = store.get_run("r1")
+        assert before is not None
+        record = store.set_budget("r1", {"max_tokens": 1})
+        assert (record.status, record.epoch) == (before.status, before.epoch)
+        assert record.budget == {"max_tokens": 1}
+        clock.advance(LEASE * 10)
+        assert store.claim_run("r1", "w2", LEASE, 3) is None
+
+    def test_set_budget_unknown_run(self, store: Store) -> None:
+        with pytest.raises(RunNotFound):
+            store.set_budget("ghost", {"max_tokens": 1})
+
+    @pytest.mark.parametrize("how", ["create_run", "create_claimed_run", "start_child"])
+    def test_budget_round_trips_as_json(self, store: Store, clock: FakeClock, how: str) -> None:
+        """Stored and returned as JSON would keep it: tuples read back as lists."""
+        budget = {"max_tokens": 1000, "max_usd": 2.5, "tools": ("search", "fetch"), "wall": None}
+        normalised = {"max_tokens": 1000, "max_usd": 2.5, "tools": ["search", "fetch"], "wall": None}
+        spec = new_run("r1", budget=budget)
+        if how == "create_run":
+            returned = store.create_run(spec)[0]
+        elif how == "create_claimed_run":
+            got = store.create_claimed_run(spec, "w1", LEASE)
+            assert got is not None
+            returned = got.run
+        else:
+            p = running(store, clock, "parent")
+            event = ev(clock, "parent", p.next_seq, p.run.epoch)
+            returned = store.start_child("parent", p.run.epoch, event, spec)
+        assert returned.budget == normalised
+        assert store.get_run("r1") == returned
+        assert [r for r in store.list_runs(RunFilter()) if r.run_id == "r1"] == [returned]
+
+    def test_budget_is_none_unless_given(self, store: Store, clock: FakeClock) -> None:
+        assert store.create_run(new_run("r1"))[0].budget is None
+        assert store.get_run("r1").budget is None  # type: ignore[union-attr]
+        assert store.create_run(new_run("r1", budget={"max_tokens": 1}))[1] is False
+        assert store.get_run("r1").budget is None  # type: ignore[union-attr]
+
+    def test_budget_values_are_copies(self, store: Store, clock: FakeClock) -> None:
+        budget: dict[str, Any] = {"max_tokens": 10, "tools": ["a"]}
+        returned = store.create_run(new_run("r1", budget=budget))[0]
+        budget["tools"].append("changed by caller")
+        budget["max_tokens"] = 0
+        assert returned.budget == {"max_tokens": 10, "tools": ["a"]}
+        got = store.get_run("r1")
+        assert got is not None
+        assert got.budget == {"max_tokens": 10, "tools": ["a"]}
+        got.budget["tools"].append("changed again")
+        store.list_runs(RunFilter())[0].budget["max_tokens"] = 99  # type: ignore[index]
+        new_budget: dict[str, Any] = {"max_tokens": 20}
+        changed = store.set_budget("r1", new_budget)
+        new_budget["max_tokens"] = 0
+        changed.budget["max_tokens"] = 1  # type: ignore[index]
+        assert store.get_run("r1").budget == {"max_tokens": 20}  # type: ignore[union-attr]
+        assert store.history("r1")[-1].detail == {"budget": {"max_tokens": 20}}

@@ -1,0 +1,194 @@
+"""Each dialect's ``schema.sql`` is exactly what its migrations produce, and
+both dialects offer the same queries except for named, explained ones.
+
+``schema.sql`` is the schema a reader should not have to assemble from five
+migrations; it is only worth having if it cannot drift. So one database gets
+every migration (through the store, as in production) and another gets
+``schema.sql``, and their schemas must be identical: on SQLite the
+``sqlite_master`` definitions, normalized for whitespace, comments and
+quoting; on PostgreSQL ``pg_dump --schema-only`` of the store's schema, which
+covers columns (types, defaults, nullability), constraints, indexes,
+functions, triggers and row-level security policies.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import secrets
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from cairn.store.postgres import PostgresStore
+from cairn.store.sqlfiles import load_queries
+from cairn.store.sqlite import SQLiteStore
+from tests import pgcluster
+
+# -- the queries each dialect offers -----------------------------------------------------------
+
+#: Queries only SQLite has, and why. SQLite serialises every writer on one
+#: database lock, so it reads then writes inside its transaction, one row at
+#: a time where that is cheapest; artifacts are files beside the database.
+SQLITE_ONLY = {
+    "insert_run": "a run is created inside the write transaction (PostgreSQL: create_run, one statement)",
+    "max_seq": "the next seq is read under the write lock (PostgreSQL: append_auto takes it in the INSERT)",
+    "insert_event": "unfenced append inside a write transaction (PostgreSQL: append_auto)",
+    "claim": "claims one run at a time under the write lock (PostgreSQL: claim_many, set-based)",
+    "renew_lease": "renews one lease per statement (PostgreSQL: renew_leases, all in one statement)",
+    "finish": "the end of a run under the write lock (PostgreSQL: finish_fenced after lock_fenced)",
+    "queue_artifact": "an artifact file is queued for collection before it is written (PostgreSQL: "
+                      "put_artifact queues it in the same statement)",
+    "next_queue": "the lane walk takes one index seek per statement (PostgreSQL: select_lanes, one "
+                  "recursive query)",
+    "next_tenant": "the lane walk, as next_queue",
+    "lane_candidates": "the lane walk, as next_queue",
+    "queue_running": "counts running runs directly (PostgreSQL: queue_running_totals, through a "
+                     "SECURITY DEFINER function, since row-level security hides other tenants' runs)",
+    "upsert_bucket": "one token bucket per statement (PostgreSQL: upsert_buckets, all in one)",
+}
+
+#: Queries only PostgreSQL has, and why. PostgreSQL has row locks instead of
+#: one database lock, pays a round trip per statement, and keeps artifacts in
+#: the database.
+POSTGRES_ONLY = {
+    "create_run": "the run and its first entries in one autocommit statement (one round trip)",
+    "append_auto": "append after the current maximum seq, for writers holding the run row FOR UPDATE",
+    "insert_events_fenced": "a fenced batch append in one statement (round trips)",
+    "insert_events_many": "entries of many claimed runs in one statement (set-based claim)",
+    "select_histories": "histories of many claimed runs in one statement (set-based claim)",
+    "claim_many": "set-based claim of several runs locked FOR UPDATE",
+    "renew_leases": "every lease of a worker renewed in one statement",
+    "lock_fenced": "row lock under the checked epoch (SQLite: the database write lock)",
+    "lock_child_status": "row lock on a child whose end races its parent's suspend",
+    "lock_runs": "row locks on a set of runs in one order (no deadlock between operators)",
+    "lock_run": "row lock on one run for an operator action",
+    "lock_queues": "row locks serialising claims of a limited queue",
+    "finish_fenced": "the end of a run after lock_fenced, in one statement",
+    "select_lanes": "the lane walk as one recursive query (one round trip)",
+    "queue_running_totals": "calls the SECURITY DEFINER function that counts across tenants",
+    "upsert_buckets": "every token bucket a claim used, in one statement",
+    "put_artifact": "artifacts are rows here (SQLite: files)",
+    "touch_artifact": "artifacts are rows here (SQLite: files)",
+    "get_artifact": "artifacts are rows here (SQLite: files)",
+    "delete_stale_artifacts": "artifacts are rows here (SQLite: files deleted by the store)",
+}
+
+
+def test_both_dialects_offer_the_same_queries_except_the_listed_ones() -> None:
+    sqlite_names = set(load_queries("sqlite"))
+    postgres_names = set(load_queries("postgres"))
+    shared = sqlite_names & postgres_names
+    assert len(shared) >= 20, f"too few shared queries to mean anything: {sorted(shared)}"
+    unlisted_sqlite = sorted(sqlite_names - postgres_names - set(SQLITE_ONLY))
+    unlisted_postgres = sorted(postgres_names - sqlite_names - set(POSTGRES_ONLY))
+    assert not unlisted_sqlite, f"SQLite-only queries without a reason in SQLITE_ONLY: {unlisted_sqlite}"
+    assert not unlisted_postgres, (f"PostgreSQL-only queries without a reason in POSTGRES_ONLY: "
+                                   f"{unlisted_postgres}")
+    stale = sorted((set(SQLITE_ONLY) - (sqlite_names - postgres_names))
+                   | (set(POSTGRES_ONLY) - (postgres_names - sqlite_names)))
+    assert not stale, f"listed as dialect-only but now shared or gone (remove from the lists): {stale}"
+
+
+# -- SQLite ------------------------------------------------------------------------------------
+
+
+def schema_text(dialect: str) -> str:
+    return resources.files("cairn.store").joinpath("sql", dialect, "schema.sql").read_text("utf-8")
+
+
+def normalized(definition: str) -> str:
+    """A definition with comments, identifier quotes and layout taken out
+    (``ALTER TABLE ... RENAME`` quotes the new name; ``ADD COLUMN`` splices
+    the column into the stored text with its own spacing)."""
+    text = re.sub(r"--[^\n]*", " ", definition)
+    text = re.sub(r'"(\w+)"', r"\1", text)
+    text = re.sub(r"\s+", " ", text)
+    return re.sub(r"\s*([(),])\s*", r"\1", text).strip()
+
+
+def sqlite_schema(path: Path) -> list[tuple[str, str, str, str]]:
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    finally:
+        conn.close()
+    return sorted((kind, name, table, normalized(definition or "")) for kind, name, table, definition in rows)
+
+
+def test_sqlite_schema_sql_is_what_the_migrations_produce(tmp_path: Path) -> None:
+    SQLiteStore(str(tmp_path / "migrated.db")).close()
+    conn = sqlite3.connect(tmp_path / "declared.db")
+    try:
+        conn.executescript(schema_text("sqlite"))
+    finally:
+        conn.close()
+    migrated = sqlite_schema(tmp_path / "migrated.db")
+    declared = sqlite_schema(tmp_path / "declared.db")
+    assert {name for kind, name, _, _ in migrated if kind == "table"} >= {"runs", "history", "queues"}
+    assert declared == migrated, "schema.sql differs from the migrations:\n" + "\n".join(
+        difflib.unified_diff([" | ".join(r) for r in migrated], [" | ".join(r) for r in declared],
+                             "migrations", "schema.sql", lineterm=""))
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+SCHEMA = "cairn"
+
+
+def pg_dump_binary() -> str:
+    bindir = pgcluster.find_bindir()
+    found = str(bindir / "pg_dump") if bindir is not None and (bindir / "pg_dump").is_file() else None
+    found = found or shutil.which("pg_dump")
+    if found is None:
+        pgcluster.unavailable("no pg_dump to compare PostgreSQL schemas with")
+    assert found is not None
+    return found
+
+
+@pytest.fixture
+def two_databases(pg_admin_url: str) -> Iterator[tuple[str, str]]:
+    """Two empty databases (not template copies: those are migrated already)."""
+    names = [f"cairn_schema_{os.getpid()}_{secrets.token_hex(3)}_{kind}" for kind in ("migrated", "declared")]
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        for name in names:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(pg_admin_url, dbname=names[0]), make_conninfo(pg_admin_url, dbname=names[1])
+    finally:
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            for name in names:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def pg_schema(conninfo: str) -> list[str]:
+    done = subprocess.run([pg_dump_binary(), "--schema-only", "--schema", SCHEMA, "--dbname", conninfo],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    # comments, blank lines, and pg_dump's per-dump \restrict token say nothing about the schema
+    return [line for line in done.stdout.splitlines()
+            if line.strip() and not line.startswith(("--", "\\restrict", "\\unrestrict"))]
+
+
+def test_postgres_schema_sql_is_what_the_migrations_produce(two_databases: tuple[str, str]) -> None:
+    migrated_url, declared_url = two_databases
+    PostgresStore(migrated_url, schema=SCHEMA).close()
+    with psycopg.connect(declared_url) as conn, conn.transaction():
+        # as PostgresStore._migrate runs a migration: in the schema, search_path set for the transaction
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(SCHEMA)))
+        conn.execute("SELECT set_config('search_path', %s, true)", (sql.Identifier(SCHEMA).as_string(conn),))
+        conn.execute(schema_text("postgres").encode())
+    migrated = pg_schema(migrated_url)
+    declared = pg_schema(declared_url)
+    assert any("CREATE POLICY tenant_isolation" in line for line in migrated), "\n".join(migrated)
+    assert declared == migrated, "schema.sql differs from the migrations:\n" + "\n".join(
+        difflib.unified_diff(migrated, declared, "migrations", "schema.sql", lineterm=""))
