@@ -1,7 +1,7 @@
 """Each dialect's ``schema.sql`` is exactly what its migrations produce, and
 both dialects offer the same queries except for named, explained ones.
 
-``schema.sql`` is the schema a reader should not have to assemble from five
+``schema.sql`` is the schema a reader should not have to assemble from the
 migrations; it is only worth having if it cannot drift. So one database gets
 every migration (through the store, as in production) and another gets
 ``schema.sql``, and their schemas must be identical: on SQLite the
