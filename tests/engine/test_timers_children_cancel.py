@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -151,7 +152,7 @@ def test_cancel_pending_and_suspended_runs_with_children(app: cairn.App) -> None
     assert app.get_run("b:0").status is RunStatus.CANCELLED
     cancelled = [e for e in app.history("b:0") if e.event is EventType.RUN_CANCELLED]
     assert cancelled
-    assert cancelled[0].detail == {"reason": "user gave up"}
+    assert cancelled[0].detail == {"reason": "user gave up", "actor": f"app:{os.getpid()}"}
     with pytest.raises(cairn.RunFailed, match="cancelled"):
         app.handle("b").result(timeout=1)
     assert app.store.claim_runs("w", ["boss", "sleepy"], 10, 5.0, 5) == []
