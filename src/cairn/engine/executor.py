@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,19 +35,6 @@ class Outcome:
     wake_at: float | None = None
     waiting_on: str | None = None
     error: str | None = None
-
-
-_loops = threading.local()
-
-
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    """One event loop per worker thread, reused across runs (creating a loop
-    per run would cost more than the steps it drives)."""
-    loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = asyncio.new_event_loop()
-        _loops.loop = loop
-    return loop
 
 
 class Watcher(Protocol):
@@ -87,6 +74,57 @@ def _drive(runtime: Runtime, execution: Execution) -> Outcome:
         return Outcome("abandoned", error=str(exc))
 
 
+def _run_async(execution: Execution, main: Coroutine[Any, Any, Any]) -> Any:
+    """Run an async workflow on an event loop of its own, and leave nothing
+    of it behind.
+
+    Whichever way ``main`` ends, the tasks it started (``gather`` siblings,
+    a forgotten ``create_task``) may still be running; on a loop shared with
+    the next run they would go on under a claim that is no longer theirs (a
+    payment sent twice: once by the leftover task, once by the next execution
+    that found its intent unsettled). So, before the claim ends: no new
+    journaled call may start, the calls in flight finish and are recorded,
+    every other task is cancelled, the threads of ``to_thread`` are joined,
+    and the loop is closed. A loop costs tens of microseconds; a run's claim
+    and commit cost more.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.create_task(main)
+        execution.main_task = task
+        try:
+            return loop.run_until_complete(task)
+        finally:
+            execution.end()
+            loop.run_until_complete(_settled(execution))
+            execution.close()
+            _cancel_rest(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
+
+
+async def _settled(execution: Execution) -> None:
+    """Keep the loop turning until no journaled call of the run is in flight
+    (in a task of this loop, or a thread)."""
+    delay = 0.0005
+    while not execution.settled():
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def _cancel_rest(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("a leftover task of the run ended with %r", task.exception())
+
+
 def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
     definition = runtime.workflows[execution.run.workflow]
     try:
@@ -94,9 +132,13 @@ def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
         args, kwargs = definition.call_args(definition.convert(raw))
         ctx = Context(execution)
         if definition.is_async:
-            result = _thread_loop().run_until_complete(definition.fn(ctx, *args, **kwargs))
+            result = _run_async(execution, definition.fn(ctx, *args, **kwargs))
         else:
-            result = definition.fn(ctx, *args, **kwargs)
+            try:
+                result = definition.fn(ctx, *args, **kwargs)
+            finally:
+                execution.wait_settled()
+                execution.close()
     except Suspend as signal:
         execution.suspend(signal)
         return Outcome("suspended", wake_at=signal.wake_at, waiting_on=signal.waiting_on)

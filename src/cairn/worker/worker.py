@@ -101,6 +101,10 @@ class Worker:
                 self._wakeup.wait(self._poll_delay())
                 self._wakeup.clear()
         finally:
+            # Flag the drain first: stopping LISTEN joins a thread that may
+            # wait up to half a second for a notification, and steps must not
+            # keep starting meanwhile.
+            self.keeper.flag_all("draining")
             if stop_listening is not None:
                 stop_listening()
             self._drain(pool)
