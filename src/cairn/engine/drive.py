@@ -56,6 +56,7 @@ import concurrent.futures
 import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Generator
+from threading import get_ident
 from typing import Any, NoReturn, TypeVar
 
 from cairn.engine.execution import CURRENT, Execution
@@ -110,8 +111,11 @@ def run_sync(protocol: Protocol[T]) -> T:
     """
     send = protocol.send
     ex = CURRENT.get(None)
-    if ex is not None:
-        ex.enter()
+    # Only a call from another thread can still run when the workflow's own
+    # thread ends the execution: only those are counted (and refused once it ends).
+    counted = ex if ex is not None and get_ident() != ex.main_thread else None
+    if counted is not None:
+        counted.enter()
     try:
         request = next(protocol)
         while True:
@@ -133,8 +137,8 @@ def run_sync(protocol: Protocol[T]) -> T:
         protocol.close()
         raise
     finally:
-        if ex is not None:
-            ex.leave()
+        if counted is not None:
+            counted.leave()
 
 
 #: Result types that are never awaitable: skips the check on the hot path.

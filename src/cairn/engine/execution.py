@@ -218,7 +218,7 @@ class Execution:
     def leave(self) -> None:
         with self._lock:
             self._in_flight -= 1
-            if self._in_flight == 0:
+            if self._in_flight == 0 and self._ending:  # only an ending execution waits
                 self._settled.notify_all()
 
     def straggle(self, future: concurrent.futures.Future[Any]) -> None:
