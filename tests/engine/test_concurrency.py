@@ -107,33 +107,50 @@ def positions_and_seqs(history: list[HistoryEvent]) -> None:
 # -- item 1: the execution owns its tasks ---------------------------------------------------------
 
 
-def test_gather_payment_with_flaky_step_pays_once(app: cairn.App) -> None:
-    """The issue's duplicate payment: the flaky sibling suspends the run for
-    its backoff while the transfer is mid-flight. The suspension must wait for
-    the transfer to land and be recorded; the next execution replays it."""
+@pytest.mark.parametrize("ending", ["retry", "sleep", "failure"])
+def test_gather_payment_with_a_sibling_that_ends_the_execution_pays_once(app: cairn.App, ending: str) -> None:
+    """The issue's duplicate payment: a sibling ends the execution (a retry
+    backoff, a durable sleep, a terminal failure) while the transfer is
+    mid-flight. The claim must not end until the transfer has landed and is
+    recorded; the next execution (if any) replays it, never resends it."""
     bank = Bank()
 
     @app.tool(effect="write", reconcile=bank.reconcile)
     async def transfer(op: cairn.Operation, amount: int) -> str:
         bank.send(op, amount)
-        await asyncio.sleep(0.3)  # the bank is slow: the flaky sibling fails meanwhile
+        await asyncio.sleep(0.3)  # the bank is slow: the sibling ends the execution meanwhile
         return bank.land(op, amount)
 
     flaky = flaky_step(app, "flaky")
 
+    @app.step()
+    async def refuse() -> str:
+        raise cairn.TerminalError("no")
+
     @app.workflow(name="pay")
     async def pay(ctx: cairn.Context) -> list[str]:
-        return list(await asyncio.gather(transfer(500), flaky()))
+        async def sibling() -> str:
+            if ending == "sleep":
+                ctx.sleep(0.05)
+                return "ok"
+            return str(await (flaky() if ending == "retry" else refuse()))
 
-    result = run_in_thread(lambda: app.run(pay, run_id="pay-1"))
-    assert result[1] == "ok"
+        return list(await asyncio.gather(transfer(500), sibling()))
+
+    if ending == "failure":
+        with pytest.raises(cairn.RunFailed):
+            run_in_thread(lambda: app.run(pay, run_id="pay-1"))
+        last = EventType.RUN_FAILED
+    else:
+        assert run_in_thread(lambda: app.run(pay, run_id="pay-1"))[1] == "ok"
+        last = EventType.RUN_SUSPENDED
     bank.assert_paid_once()
     assert len(bank.landed) == 1
     history = app.history("pay-1")
     positions_and_seqs(history)
-    suspended = next(e for e in history if e.event is EventType.RUN_SUSPENDED)
+    ended = next(e for e in history if e.event is last)
     transfer_done = next(e for e in history if e.event is EventType.STEP_COMPLETED and e.name == "transfer")
-    assert transfer_done.seq < suspended.seq, "the run was suspended while its transfer was still in flight"
+    assert transfer_done.seq < ended.seq, f"the execution ended ({last}) while its transfer was in flight"
 
 
 def test_gather_plain_step_body_runs_once(app: cairn.App) -> None:
