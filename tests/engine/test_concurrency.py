@@ -297,6 +297,41 @@ def test_pending_task_of_one_run_never_runs_in_a_later_run(app: cairn.App) -> No
         "a step body that finished before its run completed must be recorded")
 
 
+def test_a_thread_left_behind_cannot_call_into_its_ended_run(app: cairn.App) -> None:
+    """A thread the workflow started and forgot (it carries the run's
+    context) wakes up after the run completed: its step must not run at all,
+    rather than send its effect and then fail to record it."""
+    bodies: list[str] = []
+    outcome: list[BaseException] = []
+    done = threading.Event()
+
+    @app.step()
+    def late() -> int:
+        bodies.append("late")
+        return 1
+
+    def straggler() -> None:
+        time.sleep(0.2)
+        try:
+            late()
+        except BaseException as exc:  # what the thread sees
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    @app.workflow(name="forgetful")
+    def forgetful(ctx: cairn.Context) -> int:
+        context = contextvars.copy_context()
+        threading.Thread(target=context.run, args=(straggler,), daemon=True).start()
+        return 0
+
+    assert run_in_thread(lambda: app.run(forgetful, run_id="forget-1")) == 0
+    assert done.wait(5)
+    assert bodies == [], "a step of a completed run ran in a thread it had left behind"
+    assert outcome, "the late call should have been refused"
+    assert app.history("forget-1")[-1].event is EventType.RUN_COMPLETED
+
+
 # -- item 2: journaled calls from several threads ----------------------------------------------
 
 
