@@ -42,11 +42,13 @@ What the drivers decide, so that protocols need not:
   ``asyncio.wait_for``;
 * a sync call that returns an awaitable (an async reconciler of a sync tool,
   say) is a programming error raised past the protocol, never journaled;
-* a call is *in flight* for its execution from the moment its driver starts
-  to its end (``Execution.enter``/``leave``), so the execution can wait for
-  the calls of sibling tasks and threads before it gives up its claim, and
-  refuse new ones (``Ended``) once it is ending. A sync call that outlived its
-  timeout stays in flight until its thread returns: its effect may still land.
+* a call that may outlive the workflow's own flow (an async one, or a sync
+  one on another thread than the workflow's) is *in flight* for its execution
+  from the moment its driver starts to its end (``Execution.enter``/``leave``),
+  so the execution can wait for the calls of sibling tasks and threads before
+  it gives up its claim, and refuse new ones (``Ended``) once it is ending. A
+  sync call that outlived its timeout stays in flight until its thread
+  returns: its effect may still land.
 """
 
 from __future__ import annotations
