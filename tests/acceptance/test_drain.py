@@ -229,11 +229,11 @@ def test_drain_gives_back_a_run_claimed_just_before_sigterm(
 
     real_execute = worker_module.execute
 
-    def scheduled_late(runtime: Any, claim: Any, worker_id: str, watcher: Any) -> Any:
+    def scheduled_late(runtime: Any, claim: Any, worker_id: str, *rest: Any) -> Any:
         worker.stop()  # what the SIGTERM handler does, right after this run was claimed
         if not flagged.wait(10):
             raise AssertionError("the drain never flagged the watched executions")
-        return real_execute(runtime, claim, worker_id, watcher)
+        return real_execute(runtime, claim, worker_id, *rest)
 
     monkeypatch.setattr(worker.keeper, "flag_all", flag_all)
     monkeypatch.setattr(worker_module, "execute", scheduled_late)

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
 
-from cairn.engine.executor import Outcome, execute
+from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
 from cairn.store.contract import Notifier
 from cairn.store.records import Claim
@@ -65,6 +65,8 @@ class Worker:
         self._active_lock = threading.Lock()
         self._next_timer: float | None = None
         self.claimed = 0
+        #: the event loops of the pool threads, closed once they are done (on drain)
+        self.loops = EventLoops()
 
     @property
     def workflows(self) -> Collection[str]:
@@ -166,7 +168,7 @@ class Worker:
 
     def _execute(self, claim: Claim) -> None:
         try:
-            outcome = execute(self.runtime, claim, self.worker_id, self.keeper)
+            outcome = execute(self.runtime, claim, self.worker_id, self.keeper, self.loops)
             wake_at, timer = outcome.wake_at, self._next_timer
             if wake_at is not None and (timer is None or wake_at < timer):
                 self._next_timer = wake_at
@@ -182,4 +184,5 @@ class Worker:
     def _drain(self, pool: ThreadPoolExecutor) -> None:
         self.keeper.flag_all("draining")
         pool.shutdown(wait=True)
+        self.loops.close()
         self.keeper.close()
