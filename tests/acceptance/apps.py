@@ -20,6 +20,7 @@ body killed in between leaves only its ``begin`` line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -121,6 +122,33 @@ def build_app(
         effect("begin", time.time())
         os.kill(os.getpid(), signal.SIGKILL)
         return 0
+
+    async def async_body(pause: float, value: int) -> int:
+        t0 = time.time()
+        effect("begin", t0)
+        await asyncio.sleep(pause)
+        effect("end", t0, time.time())
+        return value
+
+    @app.step()
+    async def long_async(pause: float) -> int:
+        return await async_body(pause, 1000)
+
+    @app.step()
+    async def tick(i: int, pause: float) -> int:
+        return await async_body(pause, i)
+
+    @app.workflow(name="siblings")
+    async def siblings(ctx: cairn.Context, n: int, pause: float, long_pause: float) -> int:
+        """A long step and a chain of short ones, side by side (``gather``)."""
+        async def chain() -> int:
+            total = 0
+            for i in range(n):
+                total += await tick(i, pause)
+            return total
+
+        long_value, chained = await asyncio.gather(long_async(long_pause), chain())
+        return long_value + chained
 
     @app.workflow(name="poisoned")
     def poisoned(ctx: cairn.Context) -> int:

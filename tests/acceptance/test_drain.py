@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from tests.acceptance.harness import (
     can_see_syscalls,
     format_history,
     journal,
+    read_effects,
     sleeping_in_syscall,
     wait_until,
 )
@@ -34,17 +36,9 @@ PAUSE = 0.15
 LEASE = 15.0
 
 
-#: A bug this test found on PostgreSQL (fails about 1 run in 6): Worker.run stops LISTEN (joining a
-#: thread that waits up to 0.5 s in conn.notifies) *before* _drain flags the executions, so steps keep
-#: starting after SIGTERM. Flagging first (keeper.flag_all("draining") before stop_listening()) makes
-#: it pass 8 runs out of 8. Not strict: it passes most runs; remove the mark with the fix.
-DRAIN_LATE_ON_POSTGRES = pytest.mark.xfail(
-    reason="worker.py stops LISTEN before flagging the drain: steps start up to 0.5 s after SIGTERM",
-    strict=False)
-
-
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=DRAIN_LATE_ON_POSTGRES)],
-                         indirect=True)
+# On PostgreSQL this found a bug (about 1 run in 6): Worker.run stopped LISTEN (joining a thread that
+# waits up to 0.5 s for a notification) *before* flagging the drain, so steps kept starting after SIGTERM.
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 def test_sigterm_finishes_current_step_releases_run_and_exits_zero(cluster: Cluster) -> None:
     app = cluster.app(lease_seconds=LEASE)
     run_id = "drain-1"
@@ -235,11 +229,11 @@ def test_drain_gives_back_a_run_claimed_just_before_sigterm(
 
     real_execute = worker_module.execute
 
-    def scheduled_late(runtime: Any, claim: Any, worker_id: str, watcher: Any) -> Any:
+    def scheduled_late(runtime: Any, claim: Any, worker_id: str, *rest: Any) -> Any:
         worker.stop()  # what the SIGTERM handler does, right after this run was claimed
         if not flagged.wait(10):
             raise AssertionError("the drain never flagged the watched executions")
-        return real_execute(runtime, claim, worker_id, watcher)
+        return real_execute(runtime, claim, worker_id, *rest)
 
     monkeypatch.setattr(worker.keeper, "flag_all", flag_all)
     monkeypatch.setattr(worker_module, "execute", scheduled_late)
@@ -255,5 +249,80 @@ def test_drain_gives_back_a_run_claimed_just_before_sigterm(
             f"a run claimed just before SIGTERM was not given back: the draining worker executed "
             f"{executed}/{steps} steps and left it {record.status.value}\n{format_history(history)}")
         assert history[-1].event is EventType.RUN_RELEASED, format_history(history)
+    finally:
+        app.close()
+
+
+def test_sigterm_waits_for_a_sibling_step_mid_body(cluster: Cluster) -> None:
+    """Real process, real SIGTERM, async workflow: a long step runs beside a
+    chain of short ones (``asyncio.gather``). The drain stops the chain at its
+    next step boundary, but the long sibling is mid-body: it must finish and
+    be recorded before the run is given back, and never run again."""
+    app = cluster.app(lease_seconds=LEASE)
+    run_id = "drain-siblings"
+    app.start("siblings", 30, 0.1, 2.0, run_id=run_id)
+    first = cluster.spawn("drain-sib-w1", lease=LEASE)
+
+    def begun(position: int) -> bool:
+        return any(e["kind"] == "begin" and e["run_id"] == run_id and e["position"] >= position
+                   for e in cluster.effects())
+
+    wait_until(lambda: begun(0) and begun(3), 15, "the long step and the chain to be under way")
+    first.send(signal.SIGTERM)
+    assert first.wait_exit(15) == 0, f"draining worker did not exit 0; log:\n{first.log_tail()}"
+
+    history = app.history(run_id)
+    assert history[-1].event is EventType.RUN_RELEASED, format_history(history)
+    recorded = journal(history)
+    assert recorded.get(0) is not None, (
+        f"the long sibling, mid-body at SIGTERM, was not recorded before the release\n"
+        f"{format_history(history)}")
+    assert recorded[0].name == "long_async"
+    effects = cluster.effects()
+    first_begins = {e["position"] for e in effects if e["kind"] == "begin" and e["pid"] == first.pid}
+    assert first_begins == set(recorded), (
+        f"the drained worker began {sorted(first_begins)} but recorded {sorted(recorded)}")
+
+    second = cluster.spawn("drain-sib-w2", lease=LEASE)
+    wait_until(lambda: app.get_run(run_id).status is RunStatus.COMPLETED, 30, "the second worker to finish")
+    assert app.handle(run_id).result(timeout=1) == 1000 + sum(range(30))
+    begins = by_key(cluster.effects(), "begin")
+    repeated = {key: len(v) for key, v in begins.items() if len(v) != 1}
+    assert not repeated, f"steps executed more than once across the drain: {repeated}"
+    assert not audit_history(app.history(run_id))
+    second.send(signal.SIGTERM)
+    assert second.wait_exit(10) == 0
+
+
+def test_drain_is_flagged_before_listening_stops(tmp_path: Path) -> None:
+    """In process, deterministic: a store that pushes wake-ups and takes half
+    a second to stop listening (as PostgreSQL's listener thread does). Steps
+    must not keep starting while it stops: the drain is flagged first."""
+    app = build_app(tmp_path / "listen.db", tmp_path / "effects.jsonl", lease_seconds=30.0)
+    run_id = "drain-listen"
+    app.start("fifty", 200, 0.01, run_id=run_id)
+    stop_called = threading.Event()
+    stopped_at: list[float] = []
+
+    def listen(callback: Any) -> Any:
+        def stop() -> None:
+            stopped_at.append(time.time())
+            stop_called.set()
+            time.sleep(0.5)
+        return stop
+
+    app.store.listen = listen  # type: ignore[attr-defined]
+    worker = app.worker(concurrency=1, worker_id="listen-w", poll_interval=0.01)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(journal(app.history(run_id))) >= 3, 15, "three steps")
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive()
+        late = [e for e in read_effects(tmp_path / "effects.jsonl")
+                if e["kind"] == "begin" and e["t0"] > stopped_at[0]]
+        assert not late, f"{len(late)} step(s) began while the worker stopped listening, after the drain"
+        assert app.history(run_id)[-1].event is EventType.RUN_RELEASED
     finally:
         app.close()

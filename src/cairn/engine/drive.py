@@ -41,7 +41,14 @@ What the drivers decide, so that protocols need not:
   for a ``write`` tool the effect is uncertain; an async call is cancelled by
   ``asyncio.wait_for``;
 * a sync call that returns an awaitable (an async reconciler of a sync tool,
-  say) is a programming error raised past the protocol, never journaled.
+  say) is a programming error raised past the protocol, never journaled;
+* a call that may outlive the workflow's own flow (an async one, or a sync
+  one on another thread than the workflow's) is *in flight* for its execution
+  from the moment its driver starts to its end (``Execution.enter``/``leave``),
+  so the execution can wait for the calls of sibling tasks and threads before
+  it gives up its claim, and refuse new ones (``Ended``) once it is ending. A
+  sync call that outlived its timeout stays in flight until its thread
+  returns: its effect may still land.
 """
 
 from __future__ import annotations
@@ -51,8 +58,10 @@ import concurrent.futures
 import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Generator
+from threading import get_ident
 from typing import Any, NoReturn, TypeVar
 
+from cairn.engine.execution import CURRENT, Execution
 from cairn.errors import ToolTimeout
 
 T = TypeVar("T")
@@ -103,6 +112,12 @@ def run_sync(protocol: Protocol[T]) -> T:
     escapes it, so its ``finally`` blocks run at once, not at collection.
     """
     send = protocol.send
+    ex = CURRENT.get(None)
+    # Only a call from another thread can still run when the workflow's own
+    # thread ends the execution: only those are counted (and refused once it ends).
+    counted = ex if ex is not None and get_ident() != ex.main_thread else None
+    if counted is not None:
+        counted.enter()
     try:
         request = next(protocol)
         while True:
@@ -110,7 +125,7 @@ def run_sync(protocol: Protocol[T]) -> T:
                 if request.timeout is None:
                     value = request.fn(*request.args, **request.kwargs)
                 else:
-                    value = _sync_with_timeout(request)
+                    value = _sync_with_timeout(request, ex)
             except Exception as exc:
                 request = protocol.throw(exc)
                 continue
@@ -123,6 +138,9 @@ def run_sync(protocol: Protocol[T]) -> T:
     except BaseException:
         protocol.close()
         raise
+    finally:
+        if counted is not None:
+            counted.leave()
 
 
 #: Result types that are never awaitable: skips the check on the hot path.
@@ -133,6 +151,13 @@ async def run_async(protocol: Protocol[T]) -> T:
     """Run ``protocol`` to its end, calling each requested function and
     awaiting its result when it is awaitable (a plain function's result is
     used as it is: a sync tool or reconciler serves an async workflow)."""
+    ex = CURRENT.get(None)
+    if ex is not None:
+        try:
+            ex.enter()
+        except BaseException:
+            protocol.close()
+            raise
     try:
         request = next(protocol)
         while True:
@@ -150,6 +175,9 @@ async def run_async(protocol: Protocol[T]) -> T:
     except BaseException:
         protocol.close()
         raise
+    finally:
+        if ex is not None:
+            ex.leave()
 
 
 def _misuse(request: Invoke, value: Any) -> NoReturn:
@@ -170,15 +198,19 @@ async def _bounded(awaitable: Awaitable[Any], request: Invoke) -> Any:
         raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
 
 
-def _sync_with_timeout(request: Invoke) -> Any:
+def _sync_with_timeout(request: Invoke, ex: Execution | None) -> Any:
     """Python cannot stop a thread: on timeout the body may still finish
-    later, which is why a timeout means "may have happened"."""
+    later, which is why a timeout means "may have happened". The call stays
+    in flight for its execution until the thread returns, so the claim is not
+    given up (and the effect not reconciled by the next claim) while it may land."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cairn-call")
     context = contextvars.copy_context()  # so the body sees step_info() and its execution
+    future = pool.submit(context.run, request.fn, *request.args, **request.kwargs)
     try:
-        future = pool.submit(context.run, request.fn, *request.args, **request.kwargs)
         return future.result(timeout=request.timeout)
     except concurrent.futures.TimeoutError:
+        if ex is not None:
+            ex.straggle(future)
         raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
     finally:
         pool.shutdown(wait=False)

@@ -9,8 +9,12 @@ failed write never leaves a gap.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextvars
+import dataclasses
 import hashlib
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -21,7 +25,7 @@ from cairn.engine.budget import Budget
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.journal import Journal
 from cairn.engine.runtime import Runtime
-from cairn.engine.signals import Abandon, Release, Suspend
+from cairn.engine.signals import Abandon, Ended, Release, Suspend
 from cairn.errors import (
     ChildFailed,
     LogicalFailure,
@@ -82,7 +86,17 @@ class Call:
 
 
 class Execution:
-    """The cursor over a run's journal, and the only writer for the claim."""
+    """The cursor over a run's journal, and the only writer for the claim.
+
+    Several tasks or threads of one run may make journaled calls at once
+    (``asyncio.gather``, ``asyncio.to_thread``, a thread pool): position
+    allocation, history appends and the journal are guarded by one lock, so
+    no two calls share a position or a ``seq``. Calls in flight are counted
+    (``enter``/``leave``, by the drivers of ``engine.drive``) so that the end
+    of the execution can wait for them: the claim is never given up (suspended,
+    released, finished) while a sibling's step body or tool may still run and
+    record, since the next execution would run or reconcile it a second time.
+    """
 
     def __init__(self, runtime: Runtime, claim: Claim, worker: str, *, is_async: bool = False) -> None:
         self.runtime = runtime
@@ -95,7 +109,24 @@ class Execution:
         self.journal = Journal(claim.history)
         self.budget = Budget.from_dict(claim.run.budget)
         self.seq = claim.next_seq
+        #: one past the highest position handed out
         self.position = 0
+        #: the lowest position not handed out yet, and those above it that are
+        #: (handed out out of order to a concurrent call that matched their record)
+        self._lowest = 0
+        self._taken: set[int] = set()
+        self._lock = threading.RLock()
+        self._settled = threading.Condition(self._lock)
+        #: journaled calls whose driver is running (user code may be executing)
+        self._in_flight = 0
+        self._stragglers: set[concurrent.futures.Future[Any]] = set()
+        #: set when the main flow has stopped: no new journaled call may start
+        self._ending = False
+        #: set once every call in flight has settled: nothing may be appended
+        self._closed = False
+        #: where the workflow's own code runs; any other thread or task is a sibling
+        self.main_thread = threading.get_ident()
+        self.main_task: asyncio.Task[Any] | None = None
         #: set from other threads (heartbeat, drain, cancel); checked at each boundary
         self.stop_reason: str | None = None
         #: what this run's model calls journaled, built on its first live model call
@@ -129,12 +160,14 @@ class Execution:
             tenant=run.tenant, thread_id=run.thread_id, input=input_payload, parent_run_id=self.run_id,
             queue=queue, priority=priority,
         )
-        try:
-            self.store.start_child(self.run_id, self.epoch, event, child)
-        except INFRASTRUCTURE_ERRORS as exc:
-            raise Abandon(f"cannot start child run {child.run_id}: {exc}") from exc
-        self.seq += 1
-        self.journal.record(event)
+        with self._lock:
+            event = self._stamped(event)
+            try:
+                self.store.start_child(self.run_id, self.epoch, event, child)
+            except INFRASTRUCTURE_ERRORS as exc:
+                raise Abandon(f"cannot start child run {child.run_id}: {exc}") from exc
+            self.seq += 1
+            self.journal.record(event)
 
     def child_failed(self, call: Call, child: RunRecord) -> NoReturn:
         """Record that the child run awaited by ``call`` ended without a
@@ -149,13 +182,88 @@ class Execution:
 
     def append(self, event: HistoryEvent, *, barrier: bool = False) -> None:
         """Append one entry, fenced; ``barrier`` makes it (and all before it)
-        durable on stable storage before returning (the effect barrier)."""
+        durable on stable storage before returning (the effect barrier).
+
+        The entry takes the next ``seq`` under the lock (an entry built by
+        another thread in between is renumbered), so concurrent calls of one
+        run never collide on a ``seq`` (the store would take that for a
+        second writer and report the lease lost)."""
+        with self._lock:
+            if self._closed:
+                raise Ended(f"run {self.run_id}: the execution has ended; {event.event} not recorded")
+            self._write(event, barrier)
+
+    def _write(self, event: HistoryEvent, barrier: bool) -> None:
+        event = self._stamped(event)
         try:
             self.store.append(self.run_id, self.epoch, (event,), barrier=barrier)
         except INFRASTRUCTURE_ERRORS as exc:
             raise Abandon(f"cannot record {event.event} for run {self.run_id}: {exc}") from exc
         self.seq += 1
         self.journal.record(event)
+
+    def _stamped(self, event: HistoryEvent) -> HistoryEvent:
+        return event if event.seq == self.seq else dataclasses.replace(event, seq=self.seq)
+
+    # -- calls in flight -------------------------------------------------------------
+
+    def enter(self) -> None:
+        """A driver starts a journaled call (see ``engine.drive``); refused
+        with ``Ended`` once the execution is ending."""
+        with self._lock:
+            if self._ending:
+                raise Ended(f"run {self.run_id}: the execution has ended; no new call may start")
+            self._in_flight += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._ending:  # only an ending execution waits
+                self._settled.notify_all()
+
+    def straggle(self, future: concurrent.futures.Future[Any]) -> None:
+        """A call that timed out goes on in its thread (``future``): it stays
+        in flight until it returns, even if the execution is ending."""
+        with self._lock:
+            self._in_flight += 1
+            self._stragglers.add(future)
+
+        def done(_: concurrent.futures.Future[Any]) -> None:
+            with self._lock:
+                self._stragglers.discard(future)
+            self.leave()
+
+        future.add_done_callback(done)
+
+    def straggling(self) -> bool:
+        """Whether a call that timed out may still be running (and its effect
+        still land): no effect of this run may be reconciled until it returns."""
+        with self._lock:
+            return bool(self._stragglers)
+
+    def end(self) -> None:
+        """The main flow stopped: refuse new journaled calls from now on."""
+        with self._lock:
+            self._ending = True
+
+    def settled(self) -> bool:
+        """``True`` once no journaled call is in flight (after ``end``, it stays so)."""
+        with self._lock:
+            return self._in_flight == 0
+
+    def wait_settled(self) -> None:
+        """Block until every journaled call in flight in another thread has
+        finished and recorded its outcome (``end`` first, or it may never come)."""
+        with self._lock:
+            self._ending = True
+            while self._in_flight:
+                self._settled.wait(1.0)
+
+    def close(self) -> None:
+        """Nothing may be appended any more: only the end of the claim follows."""
+        with self._lock:
+            self._ending = True
+            self._closed = True
 
     # -- journaled calls -------------------------------------------------------
 
@@ -164,9 +272,69 @@ class Execution:
 
         Raises ``NonDeterminismError`` if the journal recorded a different
         call there, and ``Suspend`` if a retry of this call is not yet due.
+        The position is taken now, under the lock, in the order the calls
+        are made (see ``_allocate`` for calls of concurrent siblings).
         """
-        position = self.position
-        self.position += 1
+        with self._lock:
+            if self._ending:
+                raise Ended(f"run {self.run_id}: the execution has ended; no new call may start")
+            position = self._allocate(kind, name, input_hash)
+            return self._begin_at(position, kind, name, input_hash)
+
+    def _allocate(self, kind: str, name: str, input_hash: str | None) -> int:
+        """The position of the next call: the lowest one not handed out yet.
+
+        Calls made from sibling tasks or threads (``gather``, ``to_thread``)
+        start in an order the scheduler decides, which may differ between the
+        first execution and a replay. So a sibling's call whose lowest free
+        position records a *different* call takes the free recorded position
+        of the very same call (kind, name and arguments) if there is one, or
+        else the lowest free position with no record. The workflow's own flow
+        keeps the strict rule: a different call is a ``NonDeterminismError``.
+        """
+        position = self._lowest
+        recorded = self._recorded_at(position)
+        if recorded is not None and not _same(recorded, kind, name, input_hash) and self._is_sibling():
+            position = self._match_elsewhere(position, kind, name, input_hash)
+        if position == self._lowest:
+            self._lowest += 1
+            while self._lowest in self._taken:
+                self._taken.discard(self._lowest)
+                self._lowest += 1
+        else:
+            self._taken.add(position)
+        self.position = max(self.position, position + 1)
+        return position
+
+    def _recorded_at(self, position: int) -> HistoryEvent | None:
+        journal = self.journal
+        return (journal.outcomes.get(position) or journal.intents.get(position)
+                or journal.retries.get(position))
+
+    def _match_elsewhere(self, lowest: int, kind: str, name: str, input_hash: str | None) -> int:
+        journal = self.journal
+        recorded = sorted(set(journal.outcomes) | set(journal.intents) | set(journal.retries))
+        for position in recorded:
+            if position > lowest and position not in self._taken:
+                entry = self._recorded_at(position)
+                if entry is not None and _same(entry, kind, name, input_hash):
+                    return position
+        free = lowest
+        while free in self._taken or self._recorded_at(free) is not None:
+            free += 1
+        return free
+
+    def _is_sibling(self) -> bool:
+        if threading.get_ident() != self.main_thread:
+            return True
+        if self.main_task is None:
+            return False
+        try:
+            return asyncio.current_task() is not self.main_task
+        except RuntimeError:  # no running loop in this thread
+            return False
+
+    def _begin_at(self, position: int, kind: str, name: str, input_hash: str | None) -> Call:
         recorded = self.journal.outcomes.get(position)
         if recorded is None:
             intent = self.journal.intents.get(position)
@@ -338,12 +506,18 @@ class Execution:
             return False
         detail = {"from_position": max(targets), "to": failure.rewind_to, "reason": failure.reason,
                   "rewind": len(self.journal.rewinds) + 1}
-        self.append(self.entry(EventType.RUN_REWOUND, detail=detail))
+        with self._lock:
+            self._write(self.entry(EventType.RUN_REWOUND, detail=detail), False)
         self.release()
         return True
 
     def release(self) -> None:
         self.store.release_run(self.run_id, self.epoch, self.entry(EventType.RUN_RELEASED))
+
+
+def _same(recorded: HistoryEvent, kind: str, name: str, input_hash: str | None) -> bool:
+    """Whether ``recorded`` is the record of exactly this call (arguments included)."""
+    return recorded.step_kind == kind and recorded.name == name and recorded.input_hash == input_hash
 
 
 def _describe(kind: str | None, name: str | None, input_hash: str | None) -> str:

@@ -41,3 +41,9 @@ class Release(BaseException):
 class Abandon(BaseException):
     """The store failed under us: stop without writing; the lease will expire
     and the run will be taken over, replaying everything recorded so far."""
+
+
+class Ended(BaseException):
+    """The execution has ended (its main flow returned or stopped): a sibling
+    task or thread may not start a journaled call any more. It ends that task
+    or thread; what its run does next is decided by the next execution."""

@@ -224,6 +224,8 @@ class _ToolCall:
                 return self.outcome
             if plan is _RECONCILE:
                 assert self.d.reconcile is not None
+                if self.ex.straggling():  # an attempt that timed out may still land: ask once it has
+                    raise Suspend("reconcile", wake_at=time.time())
                 try:
                     answer = yield Invoke(self.d.reconcile, (self.op,), None, None,
                                           f"reconcile of tool {self.d.name!r}")

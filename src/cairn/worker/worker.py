@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
 
-from cairn.engine.executor import Outcome, execute
+from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
 from cairn.store.contract import Notifier
 from cairn.store.records import Claim
@@ -65,6 +65,8 @@ class Worker:
         self._active_lock = threading.Lock()
         self._next_timer: float | None = None
         self.claimed = 0
+        #: the event loops of the pool threads, closed once they are done (on drain)
+        self.loops = EventLoops()
 
     @property
     def workflows(self) -> Collection[str]:
@@ -101,6 +103,10 @@ class Worker:
                 self._wakeup.wait(self._poll_delay())
                 self._wakeup.clear()
         finally:
+            # Flag the drain first: stopping LISTEN joins a thread that may
+            # wait up to half a second for a notification, and steps must not
+            # keep starting meanwhile.
+            self.keeper.flag_all("draining")
             if stop_listening is not None:
                 stop_listening()
             self._drain(pool)
@@ -162,7 +168,7 @@ class Worker:
 
     def _execute(self, claim: Claim) -> None:
         try:
-            outcome = execute(self.runtime, claim, self.worker_id, self.keeper)
+            outcome = execute(self.runtime, claim, self.worker_id, self.keeper, self.loops)
             wake_at, timer = outcome.wake_at, self._next_timer
             if wake_at is not None and (timer is None or wake_at < timer):
                 self._next_timer = wake_at
@@ -178,4 +184,5 @@ class Worker:
     def _drain(self, pool: ThreadPoolExecutor) -> None:
         self.keeper.flag_all("draining")
         pool.shutdown(wait=True)
+        self.loops.close()
         self.keeper.close()
