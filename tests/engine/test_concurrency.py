@@ -23,6 +23,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -446,3 +447,28 @@ def test_worker_threads_leave_no_unclosed_event_loop(app: cairn.App) -> None:
     leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert not leaks, f"unclosed resources after the worker exited: {leaks}"
     assert all(app.get_run(f"tiny-{i}").status is RunStatus.COMPLETED for i in range(3))  # type: ignore[union-attr]
+
+
+def test_closing_an_app_closes_the_event_loops_of_its_inline_runs(tmp_path: Path) -> None:
+    """``app.run`` of an async workflow leaves a loop on the calling thread;
+    ``App.close`` closes it (an unclosed loop is a ResourceWarning at exit)."""
+    app = cairn.App(db=f"sqlite:///{tmp_path}/c.db")
+
+    @app.workflow(name="a")
+    async def a(ctx: cairn.Context) -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def run() -> None:
+        assert app.run(a) == 1
+        loops.append(app._inline().loops.get())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert loops
+    assert not loops[0].is_closed()
+    app.close()
+    assert loops[0].is_closed()

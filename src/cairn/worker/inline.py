@@ -12,7 +12,7 @@ import contextlib
 import threading
 import time
 
-from cairn.engine.executor import Outcome, execute
+from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
 from cairn.errors import RunNotFound
 from cairn.store.records import Claim, RunStatus
@@ -23,6 +23,8 @@ class InlineDriver:
     """Executes runs in the caller's thread under the worker id ``worker_id``."""
 
     def __init__(self, runtime: Runtime, worker_id: str, lease_seconds: float) -> None:
+        #: event loops of the threads that execute async runs here, closed with the driver
+        self.loops = EventLoops()
         self.runtime = runtime
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
@@ -44,7 +46,7 @@ class InlineDriver:
                 claim = store.claim_run(run_id, self.worker_id, self.lease_seconds,
                                         self.runtime.max_recoveries)
             if claim is not None:
-                outcome = execute(self.runtime, claim, self.worker_id, keeper)
+                outcome = execute(self.runtime, claim, self.worker_id, keeper, self.loops)
                 claim = None
                 if outcome.status == "completed":
                     return outcome
@@ -86,3 +88,4 @@ class InlineDriver:
     def close(self) -> None:
         if self._keeper is not None:
             self._keeper.close()
+        self.loops.close()
