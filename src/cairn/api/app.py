@@ -253,7 +253,8 @@ class App:
         priority: int,
         budget: Budget | None = None,
     ) -> NewRun:
-        check_names(tenant=tenant, queue=queue)  # before the input may be stored as an artifact
+        given = {} if run_id is None else {"run_id": run_id}  # '' is a mistake, not "make one up"
+        check_names(tenant=tenant, queue=queue, **given)  # before the input may be stored as an artifact
         payload, _ = self.runtime.payloads.dump(arguments)
         return NewRun(
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
