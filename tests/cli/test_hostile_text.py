@@ -22,12 +22,20 @@ from click.testing import Result
 
 import cairn
 from cairn.store.records import RunStatus
-from tests.cli.test_cli import ROOT, cli, db  # noqa: F401  (the fixture)
+from tests.cli.test_cli import ROOT, cli
 
 #: markup that raises MarkupError, markup that styles, and terminal control
 HOSTILE = "[/INST] [bold red]red[/] [/] \x1b]0;pwned\x07\x1b[2J\x9b31m\u202eevil\nfake line"
 #: what must never reach the terminal raw
 RAW_CONTROL = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"sqlite:///{tmp_path / 'cairn.db'}"
+    monkeypatch.setenv("CAIRN_DB", url)
+    cairn.App(url).close()  # inspection commands refuse a database that does not exist
+    return url
 
 
 def _assert_safe(result: Result) -> None:
@@ -39,7 +47,7 @@ def _assert_safe(result: Result) -> None:
 
 
 @pytest.fixture
-def hostile(db: str) -> Iterator[dict[str, str]]:
+def hostile(db: str) -> dict[str, str]:
     """Three runs full of hostile text, on ``db``: one completed, one failed,
     one needing attention (its write tool raised)."""
     app = cairn.App(db)
@@ -80,11 +88,13 @@ def hostile(db: str) -> Iterator[dict[str, str]]:
     assert app.get_run(ids["failed"]).status is RunStatus.FAILED
     assert app.get_run(ids["attention"]).status is RunStatus.NEEDS_ATTENTION
     app.close()
-    yield ids
+    return ids
 
 
 @pytest.mark.parametrize("columns", [80, 200])
-def test_runs_prints_hostile_tenants_and_names_literally(db: str, hostile: dict[str, str], columns: int) -> None:
+def test_runs_prints_hostile_tenants_and_names_literally(
+    db: str, hostile: dict[str, str], columns: int
+) -> None:
     result = cli("runs", "--db", db, columns=columns)
     _assert_safe(result)
     assert "[/INST] [bold red]red[/] [/] \\x1b]0;pwned\\x07" in result.stdout
@@ -175,9 +185,10 @@ def test_start_and_worker_print_the_absolute_database(tmp_path: Path) -> None:
     both commands say which file they use."""
     env = {k: v for k, v in os.environ.items() if k != "CAIRN_DB"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
-    started = subprocess.run([sys.executable, "-m", "cairn", "start", "greet", "--app", "tests.cli.sample_app:app",
-                              "--input", '{"name": "ada"}'], cwd=tmp_path, capture_output=True, text=True,
-                             env=env, timeout=60, check=False)
+    command = [sys.executable, "-m", "cairn", "start", "greet", "--app", "tests.cli.sample_app:app",
+               "--input", '{"name": "ada"}']
+    started = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60,
+                             check=False)
     assert started.returncode == 0, started.stderr
     assert f"(database: SQLite {tmp_path.resolve() / '.cairn' / 'cairn.db'})" in started.stderr
 
@@ -194,8 +205,11 @@ def test_database_label_hides_the_password(url: str, label: str) -> None:
     assert database_label(url) == label
 
 
-def test_database_label_resolves_a_relative_sqlite_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_database_label_resolves_a_relative_sqlite_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from cairn.cli.options import database_label
 
     monkeypatch.chdir(tmp_path)
-    assert database_label("sqlite:///.cairn/cairn.db") == f"SQLite {tmp_path.resolve() / '.cairn' / 'cairn.db'}"
+    expected = f"SQLite {tmp_path.resolve() / '.cairn' / 'cairn.db'}"
+    assert database_label("sqlite:///.cairn/cairn.db") == expected

@@ -44,7 +44,7 @@ from .options import db_from_context as _db
 from .options import stderr_console as _stderr
 from .options import stdout_console as _stdout
 from .queues import describe_limits, queues
-from .terminal import CleanFormatter, SafeConsole, echo, echo_json, json_text
+from .terminal import CleanFormatter, echo, echo_json, json_text
 
 log = logging.getLogger("cairn.worker")
 
@@ -225,7 +225,7 @@ def _parse_input(text: str | None) -> Any:
         return {}
     source = "--input"
     if text == "-":
-        text, source = click.get_text_stream("stdin").read(), "standard input"
+        text, source = sys.stdin.read(), "standard input"
     elif text.startswith("@"):
         path = text[1:]
         try:

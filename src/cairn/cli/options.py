@@ -5,9 +5,9 @@ into one line and give a group a default command, and the ``--db`` and
 from __future__ import annotations
 
 import sys
-from urllib.parse import urlsplit, urlunsplit
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 from rich.console import Console

@@ -6,16 +6,14 @@ every machine from their next claim on (see ``cairn.store.admission``).
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.table import Table
 
 from cairn.store.admission import QueueLimits, QueueStats, Rate
 
 from .loading import open_session
-from .terminal import echo, echo_json
 from .options import DefaultCommandGroup, app_option, db_from_context, db_option, stdout_console
+from .terminal import echo, echo_json
 
 
 def describe_limits(limits: QueueLimits) -> str:

@@ -173,7 +173,8 @@ def runs_table(records: list[RunRecord]) -> Table:
     table.add_column("owner")
     for r in records:
         table.add_row(
-            line(r.run_id), line(f"{r.workflow} v{r.workflow_version}"), status_text(r.status), line(r.tenant),
+            line(r.run_id), line(f"{r.workflow} v{r.workflow_version}"), status_text(r.status),
+            line(r.tenant),
             fmt_time(r.created_at), fmt_time(r.updated_at), line(r.owner or "-"),
         )
     return table
