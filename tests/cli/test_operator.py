@@ -342,7 +342,7 @@ def test_start_wait_stops_when_the_run_needs_attention(db: str, app: cairn.App, 
         thread.join()
     assert result.exit_code == 1
     started, error = result.stderr.splitlines()
-    run_id = started.split()[-1]
+    run_id = started.split()[2]
     assert error == (f"error: run '{run_id}' needs attention: the outcome of a side effect is uncertain "
                      f"(see 'cairn ops {run_id}')")
 

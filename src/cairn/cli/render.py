@@ -190,23 +190,22 @@ def _runs_width(records: list[RunRecord]) -> int:
     return sum(max(w, h) for w, h in zip(widest, headers, strict=True)) + 2 * 23 + 2 * 6
 
 
-def runs_lines(records: list[RunRecord]) -> list[Text]:
+def runs_lines(records: list[RunRecord]) -> list[tuple[Text, Text]]:
     """The runs for a narrow terminal, two lines each: the run id (whole, on
-    one line, so it can be copied), its status and creation time; then
-    workflow, tenant, last change and owner. A table would cut or fold the
-    id and the status to fit."""
+    one line, so it can be copied) and its status; then workflow, tenant,
+    times and owner (wrapped if need be). A table would cut or fold the id
+    and the status to fit."""
     id_width = max(len(line(r.run_id)) for r in records)
-    status_width = max(len(r.status.value) for r in records)
     lines = []
     for r in records:
         first = Text(line(r.run_id).ljust(id_width), style="bold")
         first.append("  ")
         first.append_text(status_text(r.status))
-        first.append(" " * (status_width - len(r.status.value) + 2))
-        first.append(fmt_time(r.created_at), style="dim")
-        lines.append(first)
-        lines.append(Text(line(f"  {r.workflow} v{r.workflow_version}, tenant {r.tenant}, updated "
-                               f"{fmt_time(r.updated_at)}, owner {r.owner or '-'}")))
+        times = f"created {fmt_time(r.created_at)}, updated {fmt_time(r.updated_at)}"
+        owner = r.owner or "-"
+        rest = Text(line(f"  {r.workflow} v{r.workflow_version}, tenant {r.tenant}, {times}, owner {owner}"),
+                    style="dim")
+        lines.append((first, rest))
     return lines
 
 
@@ -216,8 +215,9 @@ def print_runs(console: Console, records: list[RunRecord]) -> None:
     if _runs_width(records) <= console.width:
         console.print(runs_table(records))
         return
-    for line in runs_lines(records):
-        console.print(line, soft_wrap=True)
+    for first, rest in runs_lines(records):
+        console.print(first, soft_wrap=True)  # never cut: an id longer than the screen runs on
+        console.print(rest)
 
 
 # -- history ---------------------------------------------------------------------------------
