@@ -133,6 +133,8 @@ def test_pydantic_aliases_and_computed_fields_round_trip(app: cairn.App) -> None
     assert app.run(wf, "ada", run_id="a") == expected
     assert app.run(wf, "ada", run_id="a") == expected  # replayed from the record
     assert app.get_run("a").status is RunStatus.COMPLETED
+    # JSON from outside (the CLI's --input) may use the alias
+    assert values.decode(b'{"userName": "ada", "balance": 3.5}', Account) == expected
 
 
 def test_a_result_that_does_not_decode_into_the_declared_type_is_not_recorded(app: cairn.App) -> None:

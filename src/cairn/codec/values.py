@@ -43,8 +43,9 @@ def dec_hook(type_: type, obj: Any) -> Any:
         return obj
     pydantic = sys.modules.get("pydantic")
     if pydantic is not None and isinstance(type_, type) and issubclass(type_, pydantic.BaseModel):
-        # recorded by field name (``_dump_model``), so read by field name even where aliases exist
-        return type_.model_validate(obj, by_alias=False, by_name=True)  # type: ignore[attr-defined]
+        # recorded by field name (``_dump_model``), so read by field name even where aliases exist;
+        # aliases are accepted too, for JSON written by others (``cairn start --input``)
+        return type_.model_validate(obj, by_alias=True, by_name=True)  # type: ignore[attr-defined]
     raise NotImplementedError(f"cannot decode into {type_!r}")
 
 
