@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -132,6 +133,11 @@ def _non_finite(value: Any, path: str) -> str | None:
 
 
 _ENCODER = msgspec.json.Encoder(enc_hook=enc_hook, order="deterministic")
+#: A cheap prefilter for NaN/infinity: MessagePack writes a float as 0xcb and
+#: eight big-endian bytes, whose exponent bits are all ones only for those.
+#: (Bytes inside strings may match too; the walk that follows decides.)
+_PACKER = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+_NON_FINITE_FLOAT64 = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
 _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
 
@@ -149,7 +155,9 @@ def encode(value: Any) -> bytes:
         raise PayloadError(f"cannot encode value: {exc}") from None
     except RecursionError:
         raise PayloadError("cannot encode value: it is nested too deeply") from None
-    if b"null" in data:  # NaN and infinities are written as null: look for them only then
+    # NaN and infinities are written as null; only then, and only if the value's
+    # MessagePack form (which keeps them, as float64) may hold one, find where
+    if b"null" in data and _NON_FINITE_FLOAT64.search(_PACKER.encode(value)):
         try:
             where = _non_finite(msgspec.to_builtins(value, enc_hook=enc_hook), "value")
         except RecursionError:
