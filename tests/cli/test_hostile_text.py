@@ -213,3 +213,27 @@ def test_database_label_resolves_a_relative_sqlite_path(
     monkeypatch.chdir(tmp_path)
     expected = f"SQLite {tmp_path.resolve() / '.cairn' / 'cairn.db'}"
     assert database_label("sqlite:///.cairn/cairn.db") == expected
+
+
+def test_worker_banner_and_log_escape_hostile_names(db: str) -> None:
+    """The banner prints the worker id and queue names the command line gave,
+    and its log lines carry run errors: neither may act on the terminal."""
+    env = {k: v for k, v in os.environ.items() if k != "CAIRN_DB"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn", "worker", "--app", "tests.cli.sample_app:app", "--db", db,
+         "--worker-id", f"w {HOSTILE}", "--queue", f"q {HOSTILE}", "--poll", "0.05"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline() + proc.stdout.readline()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "[/INST] [bold red]red[/]" in banner
+    assert "\\x1b]0;pwned\\x07" in banner
+    assert f"database: SQLite {Path(db.removeprefix('sqlite://')).resolve()}" in banner
+    for raw in RAW_CONTROL:
+        assert raw not in banner
+        assert raw not in err

@@ -320,7 +320,7 @@ def start(
             echo(handle.run_id)
             return
         result = _wait(app, handle.run_id, timeout)
-        echo(json_text(msgspec.json.format(values.encode(result), indent=2).decode()))
+        click.echo(json_text(msgspec.json.format(values.encode(result), indent=2).decode()))
 
 
 # -- inspection --------------------------------------------------------------------------------

@@ -86,8 +86,9 @@ def echo_json(value: Any, **dumps: Any) -> None:
 
 
 def echo(message: str = "", *, err: bool = False) -> None:
-    """``click.echo`` for lines that hold user data (newlines are kept)."""
-    click.echo(clean(message), err=err)
+    """``click.echo`` for one line that holds user data: newlines in it are
+    escaped too (a newline in a run id or tenant must not forge a line)."""
+    click.echo(clean(message, newlines=False), err=err)
 
 
 class CleanFormatter(logging.Formatter):
