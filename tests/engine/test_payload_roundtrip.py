@@ -117,6 +117,20 @@ def test_nan_step_result_without_retries_fails_clearly_and_records_nothing(app: 
     assert not [e for e in app.history("m") if e.event is EventType.STEP_COMPLETED]
 
 
+def test_start_refuses_an_input_the_worker_could_not_convert(app: cairn.App) -> None:
+    """Before: the run was created, and failed on the worker."""
+
+    @app.workflow(name="count")
+    def count(ctx: cairn.Context, n: int, account: Account) -> int:
+        return n
+
+    with pytest.raises(cairn.PayloadError, match="input 'n' of workflow 'count'"):
+        app.start(count, "seven", Account(userName="ada"))
+    assert app.list_runs() == []
+    handle = app.start(count, 7, Account(userName="ada"))  # a model with alias and computed field is fine
+    assert app.resume(handle.run_id) == 7
+
+
 # -- pydantic models ----------------------------------------------------------------------------
 
 
