@@ -357,7 +357,7 @@ def test_start_wait_times_out_without_a_worker(db: str) -> None:
     assert result.exit_code == 1
     started, error = result.stderr.splitlines()  # the id first, so the run can be found later
     assert started.startswith("started run ")
-    assert error.startswith(f"error: run '{started.split()[-1]}' is still pending after 0.2s")
+    assert error.startswith(f"error: run '{started.split()[2]}' is still pending after 0.2s")
     assert "is a worker running?" in error
 
 
@@ -433,7 +433,8 @@ def test_worker_executes_runs_and_drains_on_sigterm(db: str, app: cairn.App) -> 
     banner = out.splitlines()[0]
     for fragment in ("w-test", "greet", "slow", "concurrency 2", "lease 5s", "poll 0.05s"):
         assert fragment in banner
-    assert out.splitlines()[1] == "  queue default: concurrency 3, rate 50/min"
+    assert out.splitlines()[1] == f"  database: SQLite {Path(db.removeprefix('sqlite://')).resolve()}"
+    assert out.splitlines()[2] == "  queue default: concurrency 3, rate 50/min"
     assert f"run {greeting.run_id} (greet) completed" in err
     assert "draining" in err
     # Drained, not abandoned: the step in progress finished and the run was handed back at once.

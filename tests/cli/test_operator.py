@@ -316,13 +316,15 @@ def test_a_typo_in_db_creates_nothing(tmp_path: Path, command: tuple[str, ...]) 
 def test_start_an_existing_run_id(db: str, app: cairn.App, bank: dict[str, str]) -> None:
     first = cli("start", "lookups", "--app", EFFECTS_APP, "--db", db, "--input", '{"customers": ["a"]}',
                 "--run-id", "order-17")
-    assert (first.exit_code, first.stdout, first.stderr) == (0, "order-17\n", "")
+    where = f"database: SQLite {Path(db.removeprefix('sqlite://')).resolve()}"
+    assert (first.exit_code, first.stdout) == (0, "order-17\n")
+    assert first.stderr == f"started run order-17 ({where})\n"
     again = cli("start", "lookups", "--app", EFFECTS_APP, "--db", db, "--input", '{"customers": ["b"]}',
                 "--run-id", "order-17")
     assert again.exit_code == 0
     assert again.stdout == "order-17\n"
     assert again.stderr == ("run order-17 already existed (pending); it was not started again and its "
-                            "input is unchanged\n")
+                            f"input is unchanged ({where})\n")
     assert app.resume("order-17") == ["acct_a"]
 
 
@@ -340,7 +342,7 @@ def test_start_wait_stops_when_the_run_needs_attention(db: str, app: cairn.App, 
         thread.join()
     assert result.exit_code == 1
     started, error = result.stderr.splitlines()
-    run_id = started.split()[-1]
+    run_id = started.split()[2]
     assert error == (f"error: run '{run_id}' needs attention: the outcome of a side effect is uncertain "
                      f"(see 'cairn ops {run_id}')")
 

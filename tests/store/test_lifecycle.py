@@ -187,6 +187,9 @@ def test_set_budget_keeps_the_epoch_and_refuses_a_running_run() -> None:
         lc.set_budget(record(RunStatus.RUNNING), "r", {}, NOW)
     with pytest.raises(RunNotFound):
         lc.set_budget(None, "r", {}, NOW)
+    for finished in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        with pytest.raises(InvalidRunState, match=f"is {finished.value} and will not run again"):
+            lc.set_budget(record(finished), "r", {}, NOW)
 
 
 def test_resolve_operation_done_records_the_result() -> None:

@@ -17,6 +17,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from cairn.api.handles import RunHandle
 from cairn.api.operator import Operator, app_actor
 from cairn.api.workflow import Workflow
+from cairn.codec import values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
 from cairn.engine.budget import Budget
 from cairn.engine.definitions import StepDef, WorkflowDef
@@ -253,8 +254,11 @@ class App:
         priority: int,
         budget: Budget | None = None,
     ) -> NewRun:
-        check_names(tenant=tenant, queue=queue)  # before the input may be stored as an artifact
-        payload, _ = self.runtime.payloads.dump(arguments)
+        given = {} if run_id is None else {"run_id": run_id}  # '' is a mistake, not "make one up"
+        check_names(tenant=tenant, queue=queue, **given)  # before the input may be stored as an artifact
+        raw = values.encode(arguments)
+        definition.convert(values.decode(raw, what="the input"))  # as a worker will: refuse what it cannot
+        payload = self.runtime.payloads.wrap(raw)
         return NewRun(
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,

@@ -39,11 +39,12 @@ from cairn.store.records import Claim, EventType, RunStatus
 
 from . import render
 from .loading import loaded_app, open_session
-from .options import CairnGroup, DefaultCommandGroup, app_option, db_option
+from .options import CairnGroup, DefaultCommandGroup, app_option, database_label, db_option
 from .options import db_from_context as _db
 from .options import stderr_console as _stderr
 from .options import stdout_console as _stdout
 from .queues import describe_limits, queues
+from .terminal import CleanFormatter, echo, echo_json, json_text
 
 log = logging.getLogger("cairn.worker")
 
@@ -186,33 +187,64 @@ def worker(
     finish and be recorded, and hands the runs back so another worker
     continues at once. A second signal exits immediately.
     """
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(CleanFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     with loaded_app(app_spec, _db(ctx, db)) as app:
         w = app.worker(concurrency=concurrency, worker_id=worker_id, poll_interval=poll,
                        queues=queues or None, lease_seconds=lease, on_outcome=_outcome_logger(app))
         served = ", ".join(sorted(w.workflows)) or "(none: the app registers no workflows)"
-        click.echo(f"cairn worker {w.worker_id}: workflows {served}; queues "
-                   f"{', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "
-                   f"lease {w.settings.lease_seconds:g}s; poll {poll:g}s", err=False)
+        echo(f"cairn worker {w.worker_id}: workflows {served}; queues "
+             f"{', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "
+             f"lease {w.settings.lease_seconds:g}s; poll {poll:g}s")
+        echo(f"  database: {_served_database(app)}")
         for stats in app.queues():
             if not stats.limits.unlimited and (not queues or stats.limits.name in queues):
-                click.echo(f"  queue {stats.limits.name}: {describe_limits(stats.limits)}")
+                echo(f"  queue {stats.limits.name}: {describe_limits(stats.limits)}")
         sys.stdout.flush()
         w.run(install_signals=True)
         log.info("worker %s stopped after claiming %d run(s)", w.worker_id, w.claimed)
+
+
+def _served_database(app: App) -> str:
+    """Which database ``app`` works on, for the worker's banner and ``start``."""
+    if app.db_url is None:
+        return "the store the app was built with"
+    return database_label(app.db_url)
 
 
 # -- start -------------------------------------------------------------------------------------
 
 
 def _parse_input(text: str | None) -> Any:
+    """``--input``: JSON text, ``@PATH`` for a file's contents or ``-`` for
+    standard input (inputs too large for a command line). ``NaN`` and
+    ``Infinity`` are refused: JSON has no such numbers, and the journal could
+    not record them."""
     if text is None:
         return {}
+    source = "--input"
+    if text == "-":
+        text, source = sys.stdin.read(), "standard input"
+    elif text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise click.BadParameter(f"cannot read {path!r}: {reason}", param_hint="'--input'") from None
+        source = repr(path)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="'--input'") from None
+        return json.loads(text, parse_constant=_no_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint="'--input'") from None
+    except RecursionError:
+        raise click.BadParameter(f"{source} is nested too deeply", param_hint="'--input'") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _wait(app: App, run_id: str, timeout: float | None) -> Any:
@@ -243,7 +275,8 @@ def _wait(app: App, run_id: str, timeout: float | None) -> Any:
 @app_option(required=True)
 @click.option("--input", "input_json", metavar="JSON",
               help="Inputs as JSON: an object names parameters, an array lists them, any other value is "
-                   "the only argument. Default: no arguments.")
+                   "the only argument; @PATH reads the JSON from a file, - from standard input. "
+                   "Default: no arguments.")
 @click.option("--run-id", default=None, help="Run id; starting an existing id returns that run unchanged.")
 @click.option("--thread-id", default=None, help="Conversation/thread the run belongs to.")
 @click.option("--tenant", default="default", show_default=True)
@@ -276,17 +309,18 @@ def start(
             raise click.BadParameter(str(exc), param_hint="'WORKFLOW'") from None
         except PayloadError as exc:
             raise click.BadParameter(str(exc), param_hint="'--input'") from None
+        where = _served_database(app)
         if handle.created is False:
             status = handle.status().value
-            click.echo(f"run {handle.run_id} already existed ({status}); it was not started again and its "
-                       "input is unchanged", err=True)
+            echo(f"run {handle.run_id} already existed ({status}); it was not started again and its "
+                 f"input is unchanged (database: {where})", err=True)
+        else:
+            echo(f"started run {handle.run_id} (database: {where})", err=True)
         if not wait:
-            click.echo(handle.run_id)
+            echo(handle.run_id)
             return
-        if handle.created is not False:
-            click.echo(f"started run {handle.run_id}", err=True)
         result = _wait(app, handle.run_id, timeout)
-        click.echo(msgspec.json.format(values.encode(result), indent=2).decode())
+        click.echo(json_text(msgspec.json.format(values.encode(result), indent=2).decode()))
 
 
 # -- inspection --------------------------------------------------------------------------------
@@ -310,11 +344,11 @@ def runs(
         records = session.app.list_runs(status=status, tenant=tenant, workflow=workflow, limit=limit)
         if as_json:
             for record in records:
-                click.echo(json.dumps(render.run_json(record)))
+                echo_json(render.run_json(record))
         elif records:
-            _stdout().print(render.runs_table(records))
+            render.print_runs(_stdout(), records)
         else:
-            click.echo("no runs", err=True)
+            echo("no runs", err=True)
 
 
 @main.command()
@@ -329,7 +363,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, d
         record = session.app.get_run(run_id)
         history = session.app.history(run_id)
         if as_json:
-            click.echo(json.dumps(render.show_json(session.codec, record, history), indent=2))
+            echo_json(render.show_json(session.codec, record, history), indent=2)
         else:
             render.print_run(_stdout(), session.codec, record, history)
 
@@ -364,7 +398,7 @@ def events(
                           if any(e.step_kind == "model" for e in batch) else {})
                 for event in batch:
                     if as_json:
-                        click.echo(json.dumps(render.event_json(codec, event, models)))
+                        echo_json(render.event_json(codec, event, models))
                     else:
                         console.print(render.event_line(codec, event, models), soft_wrap=True)
                     last = event.seq
@@ -392,11 +426,11 @@ def cancel(ctx: click.Context, run_id: str, reason: str, app_spec: str | None, d
         change = session.operator.cancel(run_id, reason)
     before = change.before.status
     if before is RunStatus.CANCELLED:
-        click.echo(f"run {run_id} was already cancelled")
+        echo(f"run {run_id} was already cancelled")
     elif before.terminal:
         raise InvalidRunState(f"run {run_id!r} is {before.value}; only unfinished runs can be cancelled")
     else:
-        click.echo(f"cancelled run {run_id} (was {before.value})")
+        echo(f"cancelled run {run_id} (was {before.value})")
 
 
 @main.command()
@@ -410,7 +444,7 @@ def retry(ctx: click.Context, run_id: str, app_spec: str | None, db: str | None)
         retried = session.operator.retry(run_id)
     position = retried.from_position
     where = f"from position {position}" if position is not None else "from the top of its journal"
-    click.echo(f"retrying run {run_id} {where} (was {retried.before.status.value}); "
+    echo(f"retrying run {run_id} {where} (was {retried.before.status.value}); "
                f"it is {retried.run.status.value} until a worker picks it up")
 
 
@@ -434,17 +468,17 @@ def kill(
     with open_session(_db(ctx, db), app_spec) as session:
         killed = session.operator.kill(run_id, tenant=tenant, reason=reason)
         if killed:
-            click.echo(f"killed {len(killed)} run{'s' if len(killed) != 1 else ''}:")
+            echo(f"killed {len(killed)} run{'s' if len(killed) != 1 else ''}:")
             for record in killed:
-                click.echo(f"  {record.run_id}  ({record.workflow}, tenant {record.tenant})")
+                echo(f"  {record.run_id}  ({record.workflow}, tenant {record.tenant})")
             return
         if tenant is not None:
-            click.echo(f"killed 0 runs: tenant {tenant!r} has no unfinished runs")
+            echo(f"killed 0 runs: tenant {tenant!r} has no unfinished runs")
             return
         assert run_id is not None
         found = session.operator.get_run(run_id)
         if found.status is RunStatus.KILLED:
-            click.echo(f"run {run_id} was already killed")
+            echo(f"run {run_id} was already killed")
             return
         raise InvalidRunState(f"run {run_id!r} is {found.status.value}; only unfinished runs can be killed")
 
@@ -462,7 +496,7 @@ def resume(ctx: click.Context, run_id: str, force: bool, app_spec: str | None, d
                                f"'cairn resume {run_id} --force'")
     with open_session(_db(ctx, db), app_spec) as session:
         revived = session.operator.revive(run_id)
-    click.echo(f"resumed run {run_id} (was {revived.before.status.value}); it is {revived.run.status.value} "
+    echo(f"resumed run {run_id} (was {revived.before.status.value}); it is {revived.run.status.value} "
                "until a worker picks it up")
 
 
@@ -490,7 +524,7 @@ def budget(
     with open_session(_db(ctx, db), app_spec) as session:
         change = session.operator.set_budget(run_id, Budget(tokens, cost, tool_calls, wall_seconds),
                                              keep_others=True)
-    click.echo(f"budget of run {run_id}: {render.fmt_budget(change.run.budget)} "
+    echo(f"budget of run {run_id}: {render.fmt_budget(change.run.budget)} "
                f"(was {render.fmt_budget(change.before.budget)}); the run is {change.run.status.value}")
 
 
@@ -545,10 +579,10 @@ def ops_list(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | Non
                 entry["resolve"] = _resolve_commands(run_id, op.position, session.db_url)
             operations.append(entry)
         out = {"run_id": run_id, "status": record.status.value, "operations": operations}
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
+        echo_json(out, indent=2, ensure_ascii=False, default=str)
         return
     if not report.operations:
-        click.echo(f"run {run_id} ({record.status.value}) has made no tool calls", err=True)
+        echo(f"run {run_id} ({record.status.value}) has made no tool calls", err=True)
         return
     console = _stdout()
     console.print(Text(f"run {run_id} ({record.workflow}): ") + render.status_text(record.status))
@@ -605,7 +639,7 @@ def ops_resolve(
     tool = resolved.operation.tool if resolved.operation is not None else "?"
     what = ("done: its result is recorded and it will not be executed again" if done
             else "not done: it will be executed again with the same operation id")
-    click.echo(f"resolved #{position} {tool} of run {run_id} as {what}; the run is "
+    echo(f"resolved #{position} {tool} of run {run_id} as {what}; the run is "
                f"{resolved.run.status.value} until a worker picks it up")
 
 
@@ -649,16 +683,16 @@ def db_status(ctx: click.Context, db: str | None) -> None:
     known = load_migrations(dialect)
     latest = known[-1].version if known else 0
     pending = [m for m in known if m.version > version]
-    click.echo(f"database: {resolve_url(_db(ctx, db))} ({dialect})")
-    click.echo(f"schema version: {version} (this Cairn's latest: {latest})")
+    echo(f"database: {resolve_url(_db(ctx, db))} ({dialect})")
+    echo(f"schema version: {version} (this Cairn's latest: {latest})")
     if version > latest:
-        click.echo("a newer Cairn migrated this database: upgrade Cairn before using it")
+        echo("a newer Cairn migrated this database: upgrade Cairn before using it")
     elif pending:
         listed = ", ".join(f"{m.version} {m.name}" for m in pending)
-        click.echo(f"pending migrations ({len(pending)}): {listed}")
-        click.echo("apply them with 'cairn db migrate'")
+        echo(f"pending migrations ({len(pending)}): {listed}")
+        echo("apply them with 'cairn db migrate'")
     else:
-        click.echo("up to date")
+        echo("up to date")
 
 
 @db_group.command("migrate")
@@ -678,12 +712,12 @@ def db_migrate(ctx: click.Context, db: str | None) -> None:
     finally:
         schema.close()
     if not applied:
-        click.echo(f"up to date (schema version {version})")
+        echo(f"up to date (schema version {version})")
         return
     names = {m.version: m.name for m in load_migrations(dialect)}
     for number in applied:
-        click.echo(f"applied migration {number} {names.get(number, '')}".rstrip())
-    click.echo(f"schema version {version}")
+        echo(f"applied migration {number} {names.get(number, '')}".rstrip())
+    echo(f"schema version {version}")
 
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -731,7 +765,7 @@ def prune(
         count = session.operator.prune(seconds, statuses=chosen, dry_run=dry_run)
     runs = f"{count} run{'s' if count != 1 else ''}"
     what = f"{described}, last changed more than {older_than.strip()} ago"
-    click.echo(f"would prune {runs} ({what})" if dry_run else f"pruned {runs} ({what})")
+    echo(f"would prune {runs} ({what})" if dry_run else f"pruned {runs} ({what})")
 
 
 main.add_command(queues)

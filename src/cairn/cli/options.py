@@ -7,11 +7,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 from rich.console import Console
 
-from cairn.errors import CairnError
+from cairn.errors import CairnError, ConfigError
+from cairn.store import sqlite_path
+
+from .terminal import SafeConsole, clean
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,7 +28,7 @@ _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def _fail(message: str, code: int) -> int:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"error: {clean(message, newlines=False)}", err=True)
     return code
 
 
@@ -86,12 +90,34 @@ def app_option(required: bool) -> Callable[[F], F]:
                         help=f"Import path of your cairn.App, e.g. myproject.agents:app.{extra}")
 
 
+def database_label(url: str) -> str:
+    """The database ``url`` names, said so that two commands can be seen to
+    share one: a SQLite file as its absolute path (``sqlite:///.cairn/cairn.db``
+    is relative to where each command runs, so a ``start`` and a ``worker``
+    in different directories silently use two databases), any other URL
+    without its password."""
+    try:
+        path = sqlite_path(url)
+    except ConfigError:
+        path = None
+    if path is not None:
+        return f"SQLite {path.resolve()}"
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port is not None else ""
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}{port}"))
+
+
 def stdout_console() -> Console:
-    return Console(highlight=False)
+    return SafeConsole()
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return SafeConsole(stderr=True)
 
 
 class DefaultCommandGroup(click.Group):

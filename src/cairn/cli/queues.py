@@ -6,8 +6,6 @@ every machine from their next claim on (see ``cairn.store.admission``).
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.table import Table
 
@@ -15,6 +13,7 @@ from cairn.store.admission import QueueLimits, QueueStats, Rate
 
 from .loading import open_session
 from .options import DefaultCommandGroup, app_option, db_from_context, db_option, stdout_console
+from .terminal import echo, echo_json
 
 
 def describe_limits(limits: QueueLimits) -> str:
@@ -80,9 +79,9 @@ def queues_list(ctx: click.Context, as_json: bool, app_spec: str | None, db: str
     with open_session(db_from_context(ctx, db), app_spec) as session:
         stats = session.operator.queues()
     if as_json:
-        click.echo(json.dumps([_as_json(s) for s in stats], indent=2))
+        echo_json([_as_json(s) for s in stats], indent=2)
     elif not stats:
-        click.echo("no queue has limits or live runs", err=True)
+        echo("no queue has limits or live runs", err=True)
     else:
         stdout_console().print(_table(stats))
 
@@ -130,7 +129,7 @@ def queues_set(
         raise click.UsageError(f"give at least one limit (to remove them all: cairn queues clear {name})")
     with open_session(db_from_context(ctx, db), app_spec) as session:
         session.operator.set_queue(limits)
-    click.echo(f"queue {name}: {describe_limits(limits)}")
+    echo(f"queue {name}: {describe_limits(limits)}")
 
 
 @queues.command("clear")
@@ -146,4 +145,4 @@ def queues_clear(ctx: click.Context, name: str, app_spec: str | None, db: str | 
         raise click.BadParameter(str(exc), param_hint="'QUEUE'") from None
     with open_session(db_from_context(ctx, db), app_spec) as session:
         session.operator.clear_queue(name)
-    click.echo(f"queue {name}: unlimited")
+    echo(f"queue {name}: unlimited")

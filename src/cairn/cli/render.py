@@ -27,6 +27,8 @@ from cairn.engine.ledger import Decoded, OperationView, decode
 from cairn.errors import CairnError
 from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, RunRecord, RunStatus
 
+from .terminal import clean
+
 STATUS_STYLE = {
     RunStatus.PENDING: "yellow",
     RunStatus.RUNNING: "cyan",
@@ -54,6 +56,12 @@ _JOURNAL_STATUS = {
     EventType.STEP_FAILED: "failed",
     EventType.STEP_RETRIED: "retried",
 }
+
+
+def line(text: str) -> str:
+    """User text for one line: control characters, newlines included, escaped
+    (a newline in a tenant name must not forge a row of ``cairn runs``)."""
+    return clean(text, newlines=False)
 
 
 def fmt_time(ts: float | None) -> str:
@@ -165,10 +173,51 @@ def runs_table(records: list[RunRecord]) -> Table:
     table.add_column("owner")
     for r in records:
         table.add_row(
-            r.run_id, f"{r.workflow} v{r.workflow_version}", status_text(r.status), r.tenant,
-            fmt_time(r.created_at), fmt_time(r.updated_at), r.owner or "-",
+            line(r.run_id), line(f"{r.workflow} v{r.workflow_version}"), status_text(r.status),
+            line(r.tenant),
+            fmt_time(r.created_at), fmt_time(r.updated_at), line(r.owner or "-"),
         )
     return table
+
+
+def _runs_width(records: list[RunRecord]) -> int:
+    """Columns ``runs_table`` needs to show every cell on one line."""
+    widest = [max(len(text) for text in column) for column in zip(
+        *((line(r.run_id), line(f"{r.workflow} v{r.workflow_version}"), r.status.value, line(r.tenant),
+           line(r.owner or "-"))
+          for r in records), strict=True)]
+    headers = (6, 8, 6, 6, 5)
+    return sum(max(w, h) for w, h in zip(widest, headers, strict=True)) + 2 * 23 + 2 * 6
+
+
+def runs_lines(records: list[RunRecord]) -> list[tuple[Text, Text]]:
+    """The runs for a narrow terminal, two lines each: the run id (whole, on
+    one line, so it can be copied) and its status; then workflow, tenant,
+    times and owner (wrapped if need be). A table would cut or fold the id
+    and the status to fit."""
+    id_width = max(len(line(r.run_id)) for r in records)
+    lines = []
+    for r in records:
+        first = Text(line(r.run_id).ljust(id_width), style="bold")
+        first.append("  ")
+        first.append_text(status_text(r.status))
+        times = f"created {fmt_time(r.created_at)}, updated {fmt_time(r.updated_at)}"
+        owner = r.owner or "-"
+        rest = Text(line(f"  {r.workflow} v{r.workflow_version}, tenant {r.tenant}, {times}, owner {owner}"),
+                    style="dim")
+        lines.append((first, rest))
+    return lines
+
+
+def print_runs(console: Console, records: list[RunRecord]) -> None:
+    """``cairn runs``: a table when the terminal is wide enough for every
+    cell on one line, else two lines per run (never a cut id or status)."""
+    if _runs_width(records) <= console.width:
+        console.print(runs_table(records))
+        return
+    for first, rest in runs_lines(records):
+        console.print(first, soft_wrap=True)  # never cut: an id longer than the screen runs on
+        console.print(rest)
 
 
 # -- history ---------------------------------------------------------------------------------
@@ -306,13 +355,13 @@ def event_line(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | No
     where = f"#{event.position} {event.name}" if event.position is not None else ""
     style = "bold red" if event.event in _BAD_EVENTS else (
         "bold yellow" if event.event in _ATTENTION_EVENTS else "bold")
-    line = Text()
-    line.append(f"{event.seq:>5}  ", style="dim")
-    line.append(f"{fmt_time(event.at)}  ")
-    line.append(f"{event.event.value:<19}", style=style)
-    line.append(f" {where:<18} ")
-    line.append(event_detail(codec, event, models=models))
-    return line
+    text = Text()
+    text.append(f"{event.seq:>5}  ", style="dim")
+    text.append(f"{fmt_time(event.at)}  ")
+    text.append(f"{event.event.value:<19}", style=style)
+    text.append(f" {line(where):<18} ")
+    text.append(line(event_detail(codec, event, models=models)))
+    return text
 
 
 def journal_status(event: HistoryEvent) -> str:
@@ -354,8 +403,9 @@ def journal_rows(codec: PayloadCodec, history: list[HistoryEvent]) -> list[Journ
             outcome = preview(op_text(codec, event), 64)
         else:
             outcome = preview(_problem(event), 48)
-        rows.append(JournalRow(event.position, event.step_kind or "?", event.name or "?",
-                               event.attempt or 1, duration, journal_status(event), event.worker, outcome))
+        rows.append(JournalRow(event.position, line(event.step_kind or "?"), line(event.name or "?"),
+                               event.attempt or 1, duration, journal_status(event),
+                               line(event.worker) if event.worker else None, line(outcome)))
     return rows
 
 
@@ -396,14 +446,14 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("run", Text(record.run_id, style="bold"))
+    head.add_row("run", Text(line(record.run_id), style="bold"))
     head.add_row("status", status_text(record.status))
-    head.add_row("workflow", f"{record.workflow} (version {record.workflow_version})")
-    head.add_row("tenant", record.tenant)
-    head.add_row("thread", record.thread_id or "-")
+    head.add_row("workflow", line(f"{record.workflow} (version {record.workflow_version})"))
+    head.add_row("tenant", line(record.tenant))
+    head.add_row("thread", line(record.thread_id or "-"))
     if record.parent_run_id:
-        head.add_row("parent", record.parent_run_id)
-    head.add_row("queue", f"{record.queue} (priority {record.priority})")
+        head.add_row("parent", line(record.parent_run_id))
+    head.add_row("queue", line(f"{record.queue} (priority {record.priority})"))
     started = first_at(history, EventType.RUN_STARTED)
     ended = last_at(history, *_END_EVENTS) if record.status.terminal else None
     head.add_row("created", fmt_time(record.created_at))
@@ -412,15 +462,15 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
         head.add_row("ended", f"{fmt_time(ended)}  ({fmt_seconds(ended - record.created_at)} after creation)")
     head.add_row("updated", fmt_time(record.updated_at))
     lease = f", lease until {fmt_time(record.lease_expires_at)}" if record.status is RunStatus.RUNNING else ""
-    head.add_row("owner", f"{record.owner or '-'}{lease}")
+    head.add_row("owner", line(f"{record.owner or '-'}{lease}"))
     head.add_row("epoch", f"{record.epoch}   recoveries {record.recoveries}")
     if record.status is RunStatus.SUSPENDED:
-        head.add_row("waiting", _waiting(record, history))
+        head.add_row("waiting", line(_waiting(record, history)))
     if record.status is RunStatus.NEEDS_ATTENTION:
         needs = attention(history) or {}
-        head.add_row("attention", Text(
+        head.add_row("attention", Text(line(
             f"#{needs.get('position')} {needs.get('tool')} (operation {needs.get('operation_id')}) is "
-            f"uncertain: {needs.get('why', '')}; see 'cairn ops {record.run_id}'", style="bold yellow"))
+            f"uncertain: {needs.get('why', '')}; see 'cairn ops {record.run_id}'"), style="bold yellow"))
     if record.budget:
         usage = Journal(history).usage
         head.add_row("budget", f"{fmt_budget(record.budget)}  (used: tokens {usage.tokens}, cost "
@@ -440,7 +490,7 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
         console.print(body, markup=False, highlight=False)
     elif record.error is not None:
         console.print(Text(f"{record.status.value}: ", style="bold red") +
-                      Text(f"{record.error.get('type', 'Error')}: {record.error.get('message', '')}"))
+                      Text(clean(f"{record.error.get('type', 'Error')}: {record.error.get('message', '')}")))
 
 
 def _waiting(record: RunRecord, history: list[HistoryEvent]) -> str:
@@ -497,8 +547,8 @@ def ops_table(ops: list[OperationView]) -> Table:
     table.add_column("try", justify="right", no_wrap=True, min_width=3)
     for op in ops:
         status = op.status.value
-        table.add_row(str(op.position), op.tool, Text(status, style=OP_STYLE.get(status, "")),
-                      op.operation_id, str(op.attempts))
+        table.add_row(str(op.position), line(op.tool), Text(status, style=OP_STYLE.get(status, "")),
+                      line(op.operation_id), str(op.attempts))
     return table
 
 

@@ -14,7 +14,10 @@ models (optional dependency) go through ``model_dump``/``model_validate``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +30,9 @@ from cairn.errors import PayloadError
 def enc_hook(value: Any) -> Any:
     pydantic = sys.modules.get("pydantic")
     if pydantic is not None and isinstance(value, pydantic.BaseModel):
-        return value.model_dump(mode="json")
+        return _dump_model(value, pydantic)
+    if pydantic is not None and isinstance(value, (pydantic.SecretStr, pydantic.SecretBytes)):
+        raise PayloadError(_SECRET)
     raise NotImplementedError(
         f"cannot encode {type(value).__qualname__}: use JSON types, dataclasses, msgspec Structs "
         "or pydantic models"
@@ -39,24 +44,128 @@ def dec_hook(type_: type, obj: Any) -> Any:
         return obj
     pydantic = sys.modules.get("pydantic")
     if pydantic is not None and isinstance(type_, type) and issubclass(type_, pydantic.BaseModel):
-        return type_.model_validate(obj)  # type: ignore[attr-defined]
+        # recorded by field name (``_dump_model``), so read by field name even where aliases exist;
+        # aliases are accepted too, for JSON written by others (``cairn start --input``)
+        return type_.model_validate(obj, by_alias=True, by_name=True)  # type: ignore[attr-defined]
     raise NotImplementedError(f"cannot decode into {type_!r}")
 
 
+_SECRET = ("a pydantic SecretStr/SecretBytes cannot be recorded: it would be stored as '**********' and "
+           "come back as that, not the secret; pass a reference to the secret instead")
+
+
+def _dump_model(model: Any, pydantic: Any) -> Any:
+    """A pydantic model as JSON values that ``dec_hook`` turns back into an
+    equal model: by field name (an alias is how the model is *read*, and
+    ``dec_hook`` reads by name), without computed fields (a model with
+    ``extra="forbid"`` refuses them back), and with sets in a canonical order
+    (``model_dump`` lists a set in hash order, which differs per process and
+    would make input hashes differ across processes). Secrets, bytes that are
+    not UTF-8 (pydantic writes bytes as text) and what else cannot be
+    written are refused naming the field."""
+    _refuse_unrecordable(model, pydantic, type(model).__name__)
+    try:
+        dumped = model.model_dump(mode="json", by_alias=False, exclude_computed_fields=True)
+    except (ValueError, TypeError, pydantic.PydanticSerializationError) as exc:
+        raise PayloadError(f"{type(model).__name__}: {exc}") from None
+    return _canonical(model, dumped, pydantic)
+
+
+def _refuse_unrecordable(value: Any, pydantic: Any, path: str) -> None:
+    if isinstance(value, (pydantic.SecretStr, pydantic.SecretBytes)):
+        raise PayloadError(f"{path}: {_SECRET}")
+    if isinstance(value, bytes):
+        try:
+            value.decode()
+        except UnicodeDecodeError:
+            raise PayloadError(f"{path}: bytes that are not UTF-8 cannot be recorded inside a pydantic model "
+                               "(pydantic writes bytes as text); annotate the field as Base64Bytes") from None
+    elif isinstance(value, pydantic.BaseModel):
+        for name in type(value).model_fields:
+            _refuse_unrecordable(getattr(value, name, None), pydantic, f"{path}.{name}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_unrecordable(item, pydantic, f"{path}[{key!r}]")
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for i, item in enumerate(value):
+            _refuse_unrecordable(item, pydantic, f"{path}[{i}]")
+
+
+def _canonical(value: Any, dumped: Any, pydantic: Any) -> Any:
+    """``dumped`` (what ``model_dump`` made of ``value``) with every set's
+    elements sorted by their encoded form. Both are walked together: a set
+    was dumped in its iteration order, so the pairs line up."""
+    if isinstance(value, (set, frozenset)) and isinstance(dumped, list):
+        items = [_canonical(v, d, pydantic) for v, d in zip(value, dumped, strict=False)]
+        return sorted(items, key=_ENCODER.encode)
+    if isinstance(value, pydantic.BaseModel) and isinstance(dumped, dict):
+        for name in type(value).model_fields:
+            if name in dumped:
+                dumped[name] = _canonical(getattr(value, name, None), dumped[name], pydantic)
+        return dumped
+    if isinstance(value, dict) and isinstance(dumped, dict) and len(value) == len(dumped):
+        pairs = zip(dumped.items(), value.values(), strict=True)
+        return {k: _canonical(v, d, pydantic) for (k, d), v in pairs}
+    if isinstance(value, (list, tuple)) and isinstance(dumped, list) and len(value) == len(dumped):
+        return [_canonical(v, d, pydantic) for v, d in zip(value, dumped, strict=True)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and isinstance(dumped, dict):
+        for f in dataclasses.fields(value):
+            if f.name in dumped:
+                dumped[f.name] = _canonical(getattr(value, f.name), dumped[f.name], pydantic)
+    return dumped
+
+
+def _non_finite(value: Any, path: str) -> str | None:
+    """Where ``value`` (plain builtins) holds a NaN or an infinity, if anywhere."""
+    if isinstance(value, float):
+        return path if not math.isfinite(value) else None
+    if isinstance(value, dict):
+        items: Any = ((f"{path}[{k!r}]", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for where, item in items:
+        found = _non_finite(item, where)
+        if found is not None:
+            return found
+    return None
+
+
 _ENCODER = msgspec.json.Encoder(enc_hook=enc_hook, order="deterministic")
+#: A cheap prefilter for NaN/infinity: MessagePack writes a float as 0xcb and
+#: eight big-endian bytes, whose exponent bits are all ones only for those.
+#: (Bytes inside strings may match too; the walk that follows decides.)
+_PACKER = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+_NON_FINITE_FLOAT64 = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
 _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
 
 def encode(value: Any) -> bytes:
-    """JSON bytes for ``value``; ``PayloadError`` if it holds an unsupported type.
+    """JSON bytes for ``value``; ``PayloadError`` if it holds an unsupported
+    type, a NaN or an infinity (JSON has neither: they would come back as
+    ``None``), or is nested too deeply.
 
-    Encoding is deterministic (sorted mapping keys), so equal values give equal
-    bytes and input hashes are stable across processes.
+    Encoding is deterministic (sorted mapping keys and sets), so equal values
+    give equal bytes and input hashes are stable across processes.
     """
     try:
-        return _ENCODER.encode(value)
+        data = _ENCODER.encode(value)
     except (TypeError, NotImplementedError, OverflowError, msgspec.EncodeError) as exc:
         raise PayloadError(f"cannot encode value: {exc}") from None
+    except RecursionError:
+        raise PayloadError("cannot encode value: it is nested too deeply") from None
+    # NaN and infinities are written as null; only then, and only if the value's
+    # MessagePack form (which keeps them, as float64) may hold one, find where
+    if b"null" in data and _NON_FINITE_FLOAT64.search(_PACKER.encode(value)):
+        try:
+            where = _non_finite(msgspec.to_builtins(value, enc_hook=enc_hook), "value")
+        except RecursionError:
+            where = None
+        if where is not None:
+            raise PayloadError(f"cannot encode value: {where} is not a finite number (NaN and infinity "
+                               "have no JSON form)")
+    return data
 
 
 def decoder_for(type_: Any) -> msgspec.json.Decoder[Any]:
@@ -83,6 +192,8 @@ def decode(data: bytes, type_: Any = Any, *, what: str | Callable[[], str] = "pa
         return decoder_for(type_).decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, NotImplementedError, ValueError) as exc:
         raise PayloadError(f"cannot decode {what() if callable(what) else what}: {exc}") from None
+    except RecursionError:
+        raise PayloadError(f"cannot decode {what() if callable(what) else what}: nested too deeply") from None
 
 
 def digest(data: bytes) -> str:

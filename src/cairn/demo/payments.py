@@ -132,7 +132,7 @@ def refund_reference(n: int, order_id: str) -> str:
 
 def refund_policy(request: ModelRequest, n: int) -> Message:
     """Refund every order whose customer asked for it, in full; skip the rest."""
-    orders = msgspec.json.decode((request.messages[-1].content or "{}").encode())["orders"]
+    orders = msgspec.json.decode((request.messages[-1].text or "{}").encode())["orders"]
     calls: list[ToolCall] = []
     skipped: list[str] = []
     for order in orders:
@@ -275,7 +275,7 @@ def _refund_agent(ctx: cairn.Context, order_ids: list[str]) -> RefundReport:
         arguments = call.parsed_arguments()
         refunds.append(issue_refund(str(arguments["to"]), int(arguments["amount_cents"]),
                                     str(arguments["memo"])))
-    return write_report(orders, refunds, reply.message.content or "")
+    return write_report(orders, refunds, reply.message.text)
 
 
 refund_agent = app.workflow(name=WORKFLOW)(_refund_agent)

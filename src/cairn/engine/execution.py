@@ -30,10 +30,11 @@ from cairn.errors import (
     ChildFailed,
     LogicalFailure,
     NonDeterminismError,
+    PayloadError,
     StepFailed,
     StoreError,
 )
-from cairn.retry import RetryPolicy
+from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.store.records import Claim, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -400,18 +401,36 @@ class Execution:
         return values.decode(raw, result_type, what=lambda: self._what(call))
 
     def complete_call(
-        self, call: Call, value: Any, result_type: Any, detail: dict[str, Any] | None = None
+        self, call: Call, value: Any, result_type: Any, detail: dict[str, Any] | None = None,
+        policy: RetryPolicy | None = None,
     ) -> Any:
         """Record ``value`` as the outcome of ``call`` and return it *as replay
         will see it* (decoded from the recorded bytes), so the first run and
-        every replay observe the very same value."""
+        every replay observe the very same value. A value that cannot make
+        that round trip is never recorded: it is the call's failure, retried
+        by ``policy`` (none: not retried)."""
         try:
-            payload, raw = self.runtime.payloads.dump(value)
+            payload, decoded = self.prepare(call, value, result_type)
+        except PayloadError as exc:
+            self.fail_by_policy(call, exc, policy or NO_RETRY)
+        self.record_outcome(call, payload, detail)
+        return decoded
+
+    def prepare(self, call: Call, value: Any, result_type: Any) -> tuple[Payload, Any]:
+        """The payload that records ``value`` as the outcome of ``call``, and
+        the value replay will decode from it; ``PayloadError`` (naming the
+        call) if it cannot be encoded or does not decode back into
+        ``result_type``. Checked before anything is stored."""
+        try:
+            raw = values.encode(value)
+            decoded = values.decode(raw, result_type, what="it back")
+        except PayloadError as exc:
+            raise PayloadError(f"the {self._what(call)} cannot be recorded: {exc}") from None
+        try:
+            return self.runtime.payloads.wrap(raw), decoded
         except INFRASTRUCTURE_ERRORS as exc:  # an artifact could not be stored
             where = f"position {call.position} of run {self.run_id}"
             raise Abandon(f"cannot store the result at {where}: {exc}") from exc
-        self.record_outcome(call, payload, detail)
-        return values.decode(raw, result_type, what=lambda: self._what(call))
 
     def record_outcome(
         self, call: Call, payload: Payload | None, detail: dict[str, Any] | None = None
@@ -467,10 +486,12 @@ class Execution:
 
     def complete(self, value: Any, result_type: Any) -> Any:
         """Record the run's result; return it as a reader of the run will see it."""
-        payload, raw = self.runtime.payloads.dump(value)
+        raw = values.encode(value)
+        decoded = values.decode(raw, result_type, what=f"result of run {self.run_id!r}")  # before storing it
         event = self.entry(EventType.RUN_COMPLETED)
+        payload = self.runtime.payloads.wrap(raw)
         self.store.finish_run(self.run_id, self.epoch, event, RunStatus.COMPLETED, payload, None)
-        return values.decode(raw, result_type, what=f"result of run {self.run_id!r}")
+        return decoded
 
     def fail(self, exc: BaseException) -> None:
         error = error_detail(exc, **{"class": "terminal"})

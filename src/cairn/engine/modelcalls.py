@@ -234,7 +234,10 @@ def ask(
 ) -> Protocol[ModelResponse]:
     """One model call, for ``run_sync`` / ``run_async``: replayed from the
     journal, or asked once (after the budget check) and journaled."""
-    call = ex.begin("model", client.model_id, values.digest(values.encode(request)))
+    encoded = values.encode(request)
+    # a request the journal could not read back is refused before it is sent (and paid for)
+    values.decode(encoded, ModelRequest, what=f"the request to model {client.model_id!r}")
+    call = ex.begin("model", client.model_id, values.digest(encoded))
     if call.recorded is not None:
         return _recorded(ex, call).response
     ex.check_budget(tool_call=False)

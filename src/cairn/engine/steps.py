@@ -103,7 +103,7 @@ def _journaled(
     finally:
         STEP_INFO.reset(token)
     fault_point("step.before_record")
-    return execution.complete_call(call, value, definition.result_type)
+    return execution.complete_call(call, value, definition.result_type, policy=definition.retry)
 
 
 def input_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:

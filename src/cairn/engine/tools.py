@@ -319,9 +319,7 @@ class _ToolCall:
         op, call, ex = self.op, self.call, self.ex
         base = {"operation_id": op.operation_id}
         if isinstance(answer, Done):
-            result = self._validated(answer.result)
-            self.outcome = ex.complete_call(call, result, self.d.result_type,
-                                            detail={**base, "reconciled": "done"})
+            self.outcome = self._record(self._validated(answer.result), {**base, "reconciled": "done"})
             return _RECORDED
         if isinstance(answer, NotFound):
             ex.append(ex.entry(EventType.OP_RECONCILED, position=op.position, step_kind="tool", name=op.tool,
@@ -353,9 +351,21 @@ class _ToolCall:
 
     def _succeeded(self, value: Any) -> Any:
         fault_point("tool.after_effect")
-        result = self._validated(value)
-        outcome = self.ex.complete_call(self.call, result, self.d.result_type, detail=self._detail())
+        outcome = self._record(self._validated(value), self._detail())
         fault_point("tool.after_record")
+        return outcome
+
+    def _record(self, result: Any, detail: dict[str, Any] | None) -> Any:
+        """Record the call's result. One that cannot be recorded (it does not
+        encode, or not back into the tool's type) is not a failure of a
+        ``write`` tool: its effect happened, so an operator must settle it."""
+        try:
+            payload, outcome = self.ex.prepare(self.call, result, self.d.result_type)
+        except PayloadError as exc:
+            if self.d.effect is Effect.WRITE:
+                self._needs_attention(f"the effect happened but its result cannot be recorded: {exc}")
+            self.ex.fail_by_policy(self.call, exc, self.d.retry)
+        self.ex.record_outcome(self.call, payload, detail)
         return outcome
 
     def _validated(self, value: Any) -> Any:

@@ -24,12 +24,29 @@ class ToolCall(msgspec.Struct, frozen=True):
         return msgspec.json.decode(self.arguments)
 
 
+#: One part of a multimodal message, as the chat-completions format spells it:
+#: ``{"type": "text", "text": ...}``, ``{"type": "image_url", "image_url":
+#: {"url": ...}}``, ``{"type": "input_audio", ...}``... Kept as plain JSON so
+#: that every part type a server accepts is sent and journaled unchanged.
+ContentPart = dict[str, Any]
+
+
 class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One chat message. ``content`` is text, or a sequence of parts for
+    multimodal input (text with images, audio, files)."""
+
     role: str
-    content: str | None = None
+    content: str | tuple[ContentPart, ...] | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The message's text: its content, or its text parts joined."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        return "".join(str(part.get("text", "")) for part in self.content if part.get("type") == "text")
 
 
 class Usage(msgspec.Struct, frozen=True):

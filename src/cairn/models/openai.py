@@ -189,8 +189,10 @@ class OpenAIChat:
             raise _Malformed("the first choice has no message")
         raw = choice["message"]
         content = raw.get("content")
-        if content is not None and not isinstance(content, str):
-            raise _Malformed(f"message content is a {type(content).__name__}, not a string")
+        if isinstance(content, list) and all(isinstance(part, dict) for part in content):
+            content = tuple(content)  # content parts
+        elif content is not None and not isinstance(content, str):
+            raise _Malformed(f"message content is a {type(content).__name__}, not a string or parts")
         calls = raw.get("tool_calls") or []
         if not isinstance(calls, list):
             raise _Malformed("tool_calls is not a list")
@@ -296,7 +298,9 @@ class _Malformed(Exception):
 
 def _wire_message(message: Message) -> dict[str, Any]:
     wire: dict[str, Any] = {"role": message.role}
-    if message.content is not None:
+    if isinstance(message.content, (tuple, list)):  # multimodal parts, as given
+        wire["content"] = list(message.content)
+    elif message.content is not None:
         wire["content"] = message.content
     if message.tool_calls:
         wire["tool_calls"] = [

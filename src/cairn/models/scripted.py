@@ -34,8 +34,8 @@ class ScriptedModel:
             n = self.calls
             self.calls += 1
         message = self._policy(request, n)
-        prompt = sum(len((m.content or "").split()) for m in request.messages)
-        completion = len((message.content or "").split()) + 8 * len(message.tool_calls)
+        prompt = sum(len(m.text.split()) for m in request.messages)
+        completion = len(message.text.split()) + 8 * len(message.tool_calls)
         usage = Usage(prompt, completion, prompt + completion)
         finish = "tool_calls" if message.tool_calls else "stop"
         return ModelResponse(message=message, model=self.model_id, usage=usage, finish_reason=finish)

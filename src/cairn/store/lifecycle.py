@@ -313,10 +313,15 @@ def set_budget(
     run: RunRecord | None, run_id: str, budget: dict[str, Any], now: float, actor: str | None = None
 ) -> Transition:
     """New budget limits for a run that is not ``running`` (its holder read
-    the old ones); the epoch stays, a budget suspension ends."""
+    the old ones) and may still run (a completed or cancelled run never
+    will: a new budget there would only mislead); the epoch stays, a budget
+    suspension ends."""
     run = _found(run, run_id)
     if run.status is RunStatus.RUNNING:
         raise InvalidRunState(f"run {run_id!r} is running; change its budget once it is suspended")
+    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        raise InvalidRunState(f"run {run_id!r} is {run.status.value} and will not run again; its budget "
+                              "cannot change")
     detail = _by({"budget": budget}, actor)
     return Transition(RunUpdate("set_budget", run_id, now, run.epoch, budget=budget),
                       (entry(run_id, EventType.RUN_BUDGET_CHANGED, now, run.epoch, None, detail),))

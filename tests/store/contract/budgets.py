@@ -96,7 +96,17 @@ class BudgetsContract(ContractBase):
             clock.advance(100)
             assert claim(store, "r1", "w3").history[-1].event is EventType.RUN_WOKEN
 
-    @pytest.mark.parametrize("state", ["completed", "cancelled", "killed", "halted"])
+    @pytest.mark.parametrize("state", ["completed", "cancelled"])
+    def test_set_budget_refuses_a_run_that_will_not_run_again(
+        self, store: Store, clock: FakeClock, state: str
+    ) -> None:
+        put_in_state(store, clock, "r1", state)
+        before = store.get_run("r1")
+        with pytest.raises(InvalidRunState, match="will not run again"):
+            store.set_budget("r1", {"max_tokens": 1})
+        assert store.get_run("r1") == before
+
+    @pytest.mark.parametrize("state", ["killed", "halted"])
     def test_set_budget_does_not_revive_a_finished_run(
         self, store: Store, clock: FakeClock, state: str
     ) -> None:

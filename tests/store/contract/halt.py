@@ -128,6 +128,7 @@ class HaltContract(ContractBase):
         assert record.epoch == before.epoch + 1
         with pytest.raises(InvalidRunState):
             store.resolve_operation("r1", 0, True, None, {})
-        assert store.set_budget("r1", {"max_tokens": 1}).status is RunStatus.CANCELLED
+        with pytest.raises(InvalidRunState, match="will not run again"):
+            store.set_budget("r1", {"max_tokens": 1})
         clock.advance(LEASE * 10)
         assert store.claim_run("r1", "w2", LEASE, 3) is None

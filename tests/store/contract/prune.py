@@ -140,9 +140,9 @@ class PruneContract(ContractBase):
         assert store.get_run("kid") is None
 
     def test_prune_spares_a_tree_with_a_recent_member(self, store: Store, clock: FakeClock) -> None:
-        family(store, clock, "p")
+        family(store, clock, "p", kid_status=RunStatus.FAILED)
         clock.advance(100)
-        store.set_budget("p.g", {"max_tokens": 1})  # a change to a finished run: it is recent again
+        store.set_budget("p.k", {"max_tokens": 1})  # a change to a finished run: it is recent again
         clock.advance(10)
         assert store.prune_runs(clock() - 50) == 0
         assert store.get_run("p") is not None
