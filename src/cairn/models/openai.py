@@ -100,7 +100,11 @@ class OpenAIChat:
 
     ``timeout`` bounds the whole call (connecting, sending, every read of the
     answer together), not each read: a server trickling bytes cannot hold a
-    call past it.
+    call past it. (Through a proxy taken from the environment, a sync call is
+    bounded per read only: httpx builds that transport itself.)
+
+    ``stream=True`` is refused before sending: the journal records one whole
+    response per call.
 
     HTTP clients are created on first use and reused, so connections are
     pooled across calls. Async calls get one client per event loop, because
@@ -162,6 +166,7 @@ class OpenAIChat:
         try:
             response = self._sync_client().post(self._url, content=body)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            # not chained: httpx's exception may carry the URL, credentials included
             raise self._transport_error(exc) from None
         finally:
             _deadline.at = None
