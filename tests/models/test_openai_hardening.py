@@ -237,3 +237,22 @@ def test_a_base_url_with_a_query_string_builds_a_correct_url(server: FakeOpenAI)
         assert SECRET not in repr(chat)
     assert server.requests[0].path == "/openai/deployments/prod-4o/chat/completions?api-version=2024-10-21"
     assert server.requests[0].headers["api-key"] == SECRET
+
+
+def test_a_key_in_extra_headers_echoed_by_the_server_is_masked(server: FakeOpenAI) -> None:
+    """Azure sends its key as an ``api-key`` header, not a bearer token."""
+    server.script(error(401, f"Access denied due to invalid subscription key {SECRET}."))
+    chat = OpenAIChat("gpt-4o", base_url=server.url, extra_headers={"api-key": SECRET})
+    with chat, pytest.raises(ModelRequestError, match=r"invalid subscription key \*\*\*") as caught:
+        chat.complete(ask())
+    assert SECRET not in str(caught.value)
+
+
+def test_a_short_user_name_does_not_garble_messages(server: FakeOpenAI) -> None:
+    host = server.url.removeprefix("http://")
+    server.script(error(400, "a bad request"))
+    with OpenAIChat("m", base_url=f"http://a:{SECRET}@{host}") as chat:
+        with pytest.raises(ModelRequestError, match="HTTP 400: a bad request") as caught:
+            chat.complete(ask())
+        assert chat.base_url.startswith("http://***@")
+    assert SECRET not in str(caught.value)

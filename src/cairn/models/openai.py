@@ -94,8 +94,9 @@ class OpenAIChat:
     its cost, which counts against a run's budget.
 
     Secrets stay out of everything this object shows: the key, credentials in
-    ``base_url`` (``https://user:KEY@host``) and secret-looking query values
-    (``?api-key=...``) are masked in ``base_url``, ``repr`` and every error
+    ``base_url`` (``https://user:KEY@host``), secret-looking query values
+    (``?api-key=...``) and ``extra_headers`` values (``api-key``,
+    ``Authorization``...) are masked in ``base_url``, ``repr`` and every error
     message (so in the journal and the CLI), even when a server echoes them.
 
     ``timeout`` bounds the whole call (connecting, sending, every read of the
@@ -133,7 +134,8 @@ class OpenAIChat:
         )
         key = api_key or os.environ.get("CAIRN_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
         self._url, shown, secrets = _endpoint(raw_url)
-        self._redactor = _Redactor(*secrets, key)
+        header_secrets = [v for name, v in (extra_headers or {}).items() if _SECRET_PARAM.search(name)]
+        self._redactor = _Redactor(*secrets, *header_secrets, key)
         #: the server's address as given, with its secrets masked: safe to print
         self.base_url = self._redact(shown)
         self._shown = self._redact(_shown(self._url)) if self._url.host else self.base_url
@@ -352,9 +354,14 @@ class _Redactor:
 
     __slots__ = ("_secrets",)
 
+    #: shorter values are not masked inside messages: masking a 2-letter user
+    #: name would garble every message, and such a value guards nothing
+    MIN_LENGTH = 4
+
     def __init__(self, *secrets: str | None) -> None:
         # longest first, so a secret containing another is masked whole
-        self._secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+        kept = {s for s in secrets if s and len(s) >= self.MIN_LENGTH}
+        self._secrets = tuple(sorted(kept, key=len, reverse=True))
 
     def redact(self, text: str) -> str:
         for secret in self._secrets:
