@@ -150,6 +150,15 @@ def test_a_200_with_an_error_body_reports_the_servers_message(server: FakeOpenAI
     assert caught.value.status_code == 200
 
 
+@pytest.mark.parametrize("code", [429, 502])
+def test_a_200_with_an_outage_code_in_its_error_body_is_unavailable(
+    server: FakeOpenAI, make_chat: Any, code: int
+) -> None:
+    server.script(json_reply({"error": {"message": "Provider returned error", "code": code}}))
+    with pytest.raises(ModelUnavailable, match="Provider returned error"):
+        make_chat().complete(ask())
+
+
 def test_streaming_is_refused_before_anything_is_sent(server: FakeOpenAI, make_chat: Any) -> None:
     chat = make_chat()
     with pytest.raises(ModelRequestError, match="stream=True is not supported"):

@@ -216,8 +216,14 @@ class OpenAIChat:
                 f"{_one_line(response.text)!r}", status,
             ) from None
         if isinstance(body, dict) and "error" in body and not body.get("choices"):
-            # some servers (proxies, gateways) report failures with a 200 and an error body
-            raise self._rejected(f"HTTP {status} with an error body: {_error_message(response)}", status)
+            # gateways (OpenRouter, LiteLLM...) report failures with a 200 and an
+            # error body, whose numeric code says whether waiting can help
+            detail = f"HTTP {status} with an error body: {_error_message(response)}"
+            error = body["error"]
+            code = error.get("code") if isinstance(error, dict) else None
+            if isinstance(code, int) and not isinstance(code, bool) and (code in (408, 429) or code >= 500):
+                raise self._unavailable(detail, status, retry_after=_retry_after(response.headers))
+            raise self._rejected(detail, status)
         try:
             return self._parse(body)
         except _Malformed as exc:
