@@ -115,7 +115,7 @@ def test_the_timeout_bounds_the_whole_sync_call(server: FakeOpenAI, make_chat: A
     started = time.monotonic()
     with pytest.raises(ModelUnavailable, match="timed out after 1 s"):
         make_chat(timeout=1.0).complete(ask())
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3.0  # the trickle alone would last 80 s
 
 
 def test_the_timeout_bounds_the_whole_async_call(server: FakeOpenAI, make_chat: Any) -> None:
@@ -131,7 +131,7 @@ def test_the_timeout_bounds_the_whole_async_call(server: FakeOpenAI, make_chat: 
     started = time.monotonic()
     with pytest.raises(ModelUnavailable, match="timed out after 1 s"):
         asyncio.run(call())
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3.0  # the trickle alone would last 80 s
 
 
 def test_a_pooled_connection_still_answers_after_a_bounded_call(server: FakeOpenAI, make_chat: Any) -> None:
