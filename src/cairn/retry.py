@@ -11,6 +11,7 @@ timer (the run suspends and frees its worker), not a sleep.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -58,8 +59,16 @@ class RetryPolicy:
             return False
         return isinstance(exc, self.retry_on)
 
-    def delay(self, failed_attempt: int) -> float:
-        """Seconds to wait after attempt number ``failed_attempt`` (1-based) failed."""
+    def delay(self, failed_attempt: int, exc: BaseException | None = None) -> float:
+        """Seconds to wait after attempt number ``failed_attempt`` (1-based)
+        failed with ``exc``. When ``exc`` carries the server's own hint (a
+        ``retry_after`` in seconds, as ``ModelUnavailable`` does from an HTTP
+        ``Retry-After``), that is the wait: retrying sooner would be refused
+        again. It is capped by ``max_delay``, so a hostile hint cannot park a
+        run for ever."""
+        hint = getattr(exc, "retry_after", None)
+        if isinstance(hint, int | float) and not isinstance(hint, bool) and math.isfinite(hint) and hint >= 0:
+            return min(self.max_delay, float(hint))
         base = min(self.max_delay, self.initial_delay * self.backoff ** (failed_attempt - 1))
         spread = base * self.jitter
         return max(0.0, base + random.uniform(-spread, spread))

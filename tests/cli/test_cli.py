@@ -302,16 +302,28 @@ def test_events(db: str, app: cairn.App) -> None:
     assert "#0 shout" in text
 
 
-def test_events_follow_until_the_run_ends(db: str, app: cairn.App) -> None:
-    run_id = start(db, "slow", "--input", '{"n": 3, "seconds": 0.1}')
-    executor = threading.Thread(target=lambda: (time.sleep(0.3), app.resume(run_id)))
-    executor.start()
-    try:
-        result = cli("events", run_id, "--follow", "--json", "--db", db)
-    finally:
-        executor.join()
+def test_events_follow_until_the_run_ends(db: str, app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run executes, start to end, at the worst moment for the follower:
+    right after its first read of the history and before it looks at the
+    run's status again. A follower that stops on a terminal status without a
+    read after it loses the run's entries; no sleep decides the order."""
+    run_id = start(db, "slow", "--input", '{"n": 3, "seconds": 0.01}')  # pending: no worker runs it
+    real_history = cairn.App.history
+    executed: list[str] = []
+
+    def history(self: cairn.App, rid: str, after_seq: int = 0, limit: int | None = None) -> list[Any]:
+        entries = real_history(self, rid, after_seq, limit)
+        if not executed:
+            executed.append(rid)
+            assert app.resume(run_id) == [0, 1, 2]  # the whole run, between two reads of the follower
+        return entries
+
+    monkeypatch.setattr(cairn.App, "history", history)
+    result = cli("events", run_id, "--follow", "--json", "--db", db)
+    assert executed == [run_id]
     assert result.exit_code == 0
     entries = [json.loads(line) for line in result.stdout.splitlines()]
+    assert entries[0]["event"] == "run.created"
     assert entries[-1]["event"] == "run.completed"
     assert [e["position"] for e in entries if e["event"] == "step.completed"] == [0, 1, 2]
     assert [e["seq"] for e in entries] == list(range(1, len(entries) + 1))  # each entry once

@@ -19,13 +19,16 @@ from typing import Any
 @dataclass(frozen=True)
 class Reply:
     """One scripted answer. ``drop`` closes the connection without answering;
-    ``delay`` waits before answering (to provoke client timeouts)."""
+    ``delay`` waits before answering (to provoke client timeouts); ``trickle``
+    sends the body one byte per that many seconds (each read is quick, the
+    whole answer is not)."""
 
     status: int = 200
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     drop: bool = False
+    trickle: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,13 @@ class FakeOpenAI:
                         self.send_header(name, value)
                     self.send_header("Content-Length", str(len(reply.body)))
                     self.end_headers()
-                    self.wfile.write(reply.body)
+                    if not reply.trickle:
+                        self.wfile.write(reply.body)
+                    for i in range(len(reply.body) if reply.trickle else 0):
+                        self.wfile.write(reply.body[i:i + 1])
+                        self.wfile.flush()
+                        if fake._stopping.wait(reply.trickle):
+                            break
                 except OSError:  # the client gave up (timeout test): nothing to answer
                     self.close_connection = True
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -43,10 +44,42 @@ def serve(app: cairn.App, poll_interval: float) -> tuple[cairn.worker.worker.Wor
     return worker, thread
 
 
-def test_a_notification_wakes_an_idle_worker_long_before_its_poll(app: tuple[cairn.App, str]) -> None:
+def test_a_notification_wakes_an_idle_worker_long_before_its_poll(
+    app: tuple[cairn.App, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run is started only once the worker is provably idle: its
+    listener is connected (LISTEN done) and a claim made after that found
+    nothing. From there only a notification can wake it within the test's
+    10 s (its poll is a minute). Starting the run earlier would let the
+    worker's first claim, racing the start, find the run without any
+    notification, and the test pass with LISTEN gone."""
     application, _ = app
-    worker, thread = serve(application, poll_interval=60.0)  # a poll alone would take a minute
+    listening, idle = threading.Event(), threading.Event()
+    store = application.store
+    real_listen = store.listen  # type: ignore[attr-defined]
+
+    def listen(callback: Callable[[], None]) -> Callable[[], None]:
+        def woken() -> None:  # called once LISTEN is in place, then per notification
+            listening.set()
+            callback()
+        return real_listen(woken)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(store, "listen", listen)
+    worker = application.worker(concurrency=1, poll_interval=60.0)  # a poll alone would take a minute
+    real_claim = worker._claim
+
+    def claim() -> list[Any]:
+        after_listen = listening.is_set()
+        claims = real_claim()
+        if after_listen and not claims:
+            idle.set()
+        return claims
+
+    monkeypatch.setattr(worker, "_claim", claim)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
     try:
+        assert idle.wait(10), "the worker never listened, or never went idle after listening"
         handle = application.start("ping", run_id="r1")
         assert handle.result(timeout=10) == "pong"
     finally:

@@ -445,7 +445,7 @@ class Execution:
         """Classify a failed attempt with ``policy`` (``TerminalError`` is never
         retried) and record it: a retry after the policy's backoff, or the end."""
         retryable = policy.retryable(exc)
-        delay = policy.delay(call.attempt) if retryable and call.attempt < policy.max_attempts else None
+        delay = policy.delay(call.attempt, exc) if retryable and call.attempt < policy.max_attempts else None
         self.fail_call(call, exc, retryable, delay)
 
     def fail_call(

@@ -2,6 +2,7 @@
 an OpenAI-compatible chat-completions adapter (``cairn.models.openai``)."""
 
 from cairn.models.base import (
+    FunctionCall,
     Message,
     ModelClient,
     ModelRecord,
@@ -13,6 +14,7 @@ from cairn.models.base import (
 from cairn.models.scripted import ScriptedModel
 
 __all__ = [
+    "FunctionCall",
     "Message",
     "ModelClient",
     "ModelRecord",

@@ -13,12 +13,17 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 
-class ToolCall(msgspec.Struct, frozen=True):
-    """A tool the model asked to call, with JSON-encoded arguments."""
+class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A tool the model asked to call, with JSON-encoded arguments.
+
+    ``type`` is ``"function"`` for function tools; for a ``"custom"`` tool
+    (free-form input) ``arguments`` holds the model's raw input, not JSON.
+    """
 
     id: str
     name: str
     arguments: str
+    type: str = "function"
 
     def parsed_arguments(self) -> Any:
         return msgspec.json.decode(self.arguments)
@@ -31,15 +36,26 @@ class ToolCall(msgspec.Struct, frozen=True):
 ContentPart = dict[str, Any]
 
 
+class FunctionCall(msgspec.Struct, frozen=True):
+    """The legacy (pre-``tools``) ``function_call`` of an assistant message."""
+
+    name: str
+    arguments: str
+
+
 class Message(msgspec.Struct, frozen=True, omit_defaults=True):
     """One chat message. ``content`` is text, or a sequence of parts for
-    multimodal input (text with images, audio, files)."""
+    multimodal input (text with images, audio, files). ``refusal`` is the
+    model's refusal text, when it declined to answer; ``function_call`` the
+    legacy single function call."""
 
     role: str
     content: str | tuple[ContentPart, ...] | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    refusal: str | None = None
+    function_call: FunctionCall | None = None
 
     @property
     def text(self) -> str:
