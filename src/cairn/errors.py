@@ -43,10 +43,14 @@ class UnknownWorkflow(CairnError):
         self.name = name
 
 
-class NonDeterminismError(CairnError):
-    """The workflow asked for a different step than its journal records.
+class NonDeterminismError(BaseException):
+    """The workflow asked for a different step than its journal records, or
+    ended before its journal does.
 
-    Raised on replay; the run fails and nothing recorded is overwritten.
+    Raised on replay; the run fails and nothing recorded is overwritten. A
+    ``BaseException`` (like ``LeaseLost``) because the everyday agent pattern
+    ``try: tool() except Exception:`` must not hide it: a run that swallowed
+    it would write new steps on top of an old journal.
     """
 
     def __init__(self, run_id: str, position: int, recorded: str, requested: str) -> None:
@@ -99,6 +103,29 @@ class RunFailed(CairnError):
         self.run_id = run_id
         self.status = status
         self.error = error
+
+
+class RunBlocked(CairnError):
+    """Raised by ``app.run``/``app.resume`` when the run stopped where it will
+    not go on by itself: waiting for an operator, or for a budget raise.
+    Executing or waiting any longer here would block forever; ``status`` and
+    ``reason`` say what it needs."""
+
+    def __init__(self, run_id: str, status: str, reason: str) -> None:
+        super().__init__(f"run {run_id!r} is {status}: {reason}")
+        self.run_id = run_id
+        self.status = status
+        self.reason = reason
+
+
+class RunNeedsAttention(RunBlocked):
+    """The run waits for an operator (``cairn resolve``, ``cairn resume``):
+    an uncertain side effect, or a kill switch."""
+
+
+class RunSuspended(RunBlocked):
+    """The run is suspended with nothing that will wake it (its budget is
+    exceeded): raise the budget, then resume it."""
 
 
 class LeaseLost(BaseException):

@@ -19,7 +19,16 @@ from cairn.engine.context import Context
 from cairn.engine.execution import CURRENT, Execution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
-from cairn.errors import LeaseLost, LogicalFailure, PayloadError, RewindFailed, SecurityViolation, StoreError
+from cairn.engine.tools import settle_end
+from cairn.errors import (
+    LeaseLost,
+    LogicalFailure,
+    NonDeterminismError,
+    PayloadError,
+    RewindFailed,
+    SecurityViolation,
+    StoreError,
+)
 from cairn.store.records import Claim
 
 log = logging.getLogger("cairn.executor")
@@ -97,6 +106,7 @@ def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
             result = _thread_loop().run_until_complete(definition.fn(ctx, *args, **kwargs))
         else:
             result = definition.fn(ctx, *args, **kwargs)
+        settle_end(execution)  # the journal must end where the code did, every effect settled
     except Suspend as signal:
         execution.suspend(signal)
         return Outcome("suspended", wake_at=signal.wake_at, waiting_on=signal.waiting_on)
@@ -115,6 +125,9 @@ def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
         )
         execution.fail(impossible)
         return Outcome("failed", error=str(impossible))
+    except NonDeterminismError as exc:  # a BaseException, so that no workflow code swallows it
+        execution.fail(exc)
+        return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")
     except StoreError as exc:  # the database failed, not the workflow
         raise Abandon(f"store failure inside run {execution.run_id}: {exc}") from exc
     except Exception as exc:  # the workflow failed: record it, keep the journal

@@ -37,6 +37,7 @@ from cairn.engine.signals import Suspend
 from cairn.engine.steps import STEP_INFO, input_hash
 from cairn.errors import (
     EffectNotApplied,
+    NonDeterminismError,
     PayloadError,
     ToolResultInvalid,
 )
@@ -382,6 +383,45 @@ class _ToolCall:
 _RECORDED = object()
 _RECONCILE = object()
 _EXECUTE = object()
+
+
+def settle_end(ex: Execution) -> None:
+    """Check, when the workflow function has returned, that its journal ends
+    where its code did, before the run may complete.
+
+    An unresolved side effect anywhere (a write cancelled by its caller's
+    ``wait_for``, or one whose call the new code no longer makes) may or may
+    not have happened: the run waits in ``needs_attention`` for an operator,
+    never completes over it. An outcome recorded after the point where the
+    code finished means the code changed under its journal (a removed call):
+    ``NonDeterminismError``, so the run fails instead of completing silently.
+    """
+    journal = ex.journal
+    uncertain = sorted(p for p in journal.op_state if journal.uncertain(p) is not None)
+    if uncertain:
+        position = uncertain[0]
+        state = journal.op_state[position]
+        intent = journal.intents.get(position)
+        arguments: Any = {}
+        if intent is not None and intent.payload is not None:
+            try:
+                arguments = ex.runtime.payloads.load(intent.payload, dict[str, Any], what="recorded intent")
+            except PayloadError:
+                arguments = {}
+        detail = {
+            "position": position, "tool": state.name, "arguments": arguments,
+            "operation_id": (intent.detail or {}).get("operation_id") if intent is not None else None,
+            "why": "the workflow ended with this side effect unresolved (its call was cancelled, or the "
+                   "code no longer makes it): an operator must say whether it happened",
+        }
+        raise Suspend("needs_attention", status=RunStatus.NEEDS_ATTENTION, detail=detail)
+    beyond = sorted(p for p in journal.outcomes if p >= ex.position)
+    if beyond:
+        recorded = journal.outcomes[beyond[0]]
+        raise NonDeterminismError(
+            ex.run_id, beyond[0], recorded=f"{recorded.step_kind} {recorded.name!r}",
+            requested=f"nothing (the workflow ended after {ex.position} journaled call(s))",
+        )
 
 
 __all__ = ["Done", "Effect", "NotFound", "Operation", "Tool", "ToolDef", "Unknown"]
