@@ -163,3 +163,56 @@ def test_run_that_needs_an_operator_raises_with_its_status(app: cairn.App) -> No
     with pytest.raises(cairn.RunNeedsAttention, match=r"child run 'p:0'.*needs_attention") as blocked:
         app.run(parent, run_id="p")
     assert blocked.value.run_id == "p"
+
+
+# -- issue 9 item 2: operation ids stay unique after a rewind ------------------------------
+
+
+class Bank:
+    """Deduplicates by idempotency key, like a real payment API."""
+
+    def __init__(self) -> None:
+        self.transfers: dict[str, int] = {}
+
+    def transfer(self, key: str, amount: int) -> dict[str, object]:
+        self.transfers.setdefault(key, amount)
+        return {"key": key, "amount": self.transfers[key]}
+
+
+def test_rewound_write_with_new_arguments_lands_under_a_new_stable_key(app: cairn.App) -> None:
+    bank = Bank()
+    keys_seen: list[tuple[str, int]] = []
+
+    @app.tool(effect="write", retry=cairn.RetryPolicy(max_attempts=2, initial_delay=0, jitter=0))
+    def pay(op: cairn.Operation, amount: int) -> dict[str, object]:
+        keys_seen.append((op.operation_id, op.attempt))
+        if amount > 100 and op.attempt == 1:
+            raise cairn.EffectNotApplied("bank busy")  # a definite failure: retried, same key
+        return bank.transfer(op.operation_id, amount)
+
+    @app.step()
+    def decide(amount: int) -> int:
+        return amount
+
+    @app.step()
+    def key_of_step() -> str:
+        return cairn.step_info().operation_id
+
+    @app.workflow(name="checked")
+    def checked(ctx: cairn.Context) -> dict[str, object]:
+        amount = decide(50 + 100 * len(ctx.rewinds()))
+        receipt = pay(amount)
+        step_key = key_of_step()
+        if not ctx.rewinds():
+            raise cairn.LogicalFailure("wrong amount", rewind_to="decide")
+        return {**receipt, "step_key": step_key}
+
+    result = app.run(checked, run_id="chk")
+    assert sorted(bank.transfers.values()) == [50, 150]  # both effects landed, once each
+    assert result["amount"] == 150  # the run reports the new receipt, not the old one
+    first, retried, second = keys_seen
+    assert first == (cairn.operation_id("chk", 1), 1)  # never rewound here: the original key
+    assert retried == (cairn.operation_id("chk", 1, 1), 1)
+    assert second == (retried[0], 2)  # a retry of the one effect keeps its key
+    assert result["step_key"] == cairn.operation_id("chk", 2, 1)  # step_info() agrees
+    assert {op["operation_id"] for op in app.operations("chk")} == {retried[0]}

@@ -154,7 +154,9 @@ class Context:
         call = self._ex.begin("child", definition.name, input_hash((), arguments))
         if call.recorded is not None:
             return ChildHandle(self._ex, str(self._ex.replay(call, str)), definition)
-        child_id = run_id or f"{self.run_id}:{call.position}"
+        generation = self._ex.journal.generation(call.position)
+        # a child started again after a rewind is a new child, not the old one's result
+        child_id = run_id or f"{self.run_id}:{call.position}" + (f"~{generation}" if generation else "")
         self._ex.start_child(
             call, definition, arguments, child_id,
             queue=self.queue if queue is None else queue,

@@ -13,8 +13,10 @@ A tool declares its *effect*:
   (``Done(result)`` / ``NotFound()`` / ``Unknown()``); without one the run
   waits in ``needs_attention`` for an operator. Never a blind resend.
 
-The ``operation_id`` is derived from (run id, position), so it is fixed
-before the first attempt and identical on every retry, crash and worker.
+The ``operation_id`` is derived from (run id, position, and the number of
+logical rewinds that voided that position), so it is fixed before the first
+attempt and identical on every retry, crash and worker, and a call re-run
+after a rewind (a new intended effect) gets a new one.
 """
 
 from __future__ import annotations
@@ -233,7 +235,8 @@ class _ToolCall:
                 plan = self._reconciled(answer)
                 continue
             # _EXECUTE (first attempt, or reconciliation found nothing: same key)
-            token = STEP_INFO.set((self.ex.run, self.d.name, self.call.position, self.call.attempt))
+            token = STEP_INFO.set((self.ex.run, self.d.name, self.call.position, self.call.attempt,
+                                   self.ex.journal.generation(self.call.position)))
             try:
                 value = yield Invoke(self.d.fn, self._body_args(), self.kwargs, self.d.timeout, self.what)
             except Exception as exc:
@@ -281,7 +284,8 @@ class _ToolCall:
         else:
             arguments = self._arguments(as_json=self.d.effect is not Effect.READ)
         return Operation(
-            operation_id=operation_id(self.ex.run_id, self.call.position), tool=self.d.name,
+            operation_id=operation_id(self.ex.run_id, self.call.position,
+                                      self.ex.journal.generation(self.call.position)), tool=self.d.name,
             effect=self.d.effect, run_id=self.ex.run_id, tenant=self.ex.run.tenant,
             thread_id=self.ex.run.thread_id, position=self.call.position, attempt=self.call.attempt,
             arguments=arguments,
