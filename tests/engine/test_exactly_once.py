@@ -216,3 +216,56 @@ def test_rewound_write_with_new_arguments_lands_under_a_new_stable_key(app: cair
     assert second == (retried[0], 2)  # a retry of the one effect keeps its key
     assert result["step_key"] == cairn.operation_id("chk", 2, 1)  # step_info() agrees
     assert {op["operation_id"] for op in app.operations("chk")} == {retried[0]}
+
+
+# -- issue 9 item 3: child run ids are scoped ----------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_child_id_naming_another_tenants_run_is_refused(app: cairn.App) -> None:
+    @app.workflow(name="secret")
+    def secret(ctx: cairn.Context) -> str:
+        return "tenant B's secret"
+
+    @app.workflow(name="thief")
+    def thief(ctx: cairn.Context, target: str) -> str:
+        return str(ctx.child(secret, run_id=target))
+
+    assert app.run(secret, run_id="b-secret", tenant="b") == "tenant B's secret"
+    with pytest.raises(cairn.RunFailed, match="not a child of run 'thief'") as caught:
+        app.run(thief, "b-secret", run_id="thief", tenant="a")
+    assert "secret" not in caught.value.error.replace("b-secret", "")  # nothing of B's result leaks
+    history = app.history("thief")
+    assert not [e for e in history if e.step_kind == "child"]  # nothing recorded for the refused child
+    # a live unrelated run (no worker serves it) does not leave the parent suspended forever
+    app.start(secret, run_id="b-live", tenant="b")
+    with pytest.raises(cairn.RunFailed, match="InvalidArgument"):
+        app.run(thief, "b-live", run_id="thief-2", tenant="a")
+    assert app.get_run("b-live").status is RunStatus.PENDING  # and it is left untouched
+
+
+@pytest.mark.timeout(30)
+def test_child_adopted_through_a_race_is_never_read(app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unrelated run appears between the check and the start: the
+    parent's wait still refuses to read it."""
+    @app.workflow(name="other")
+    def other(ctx: cairn.Context) -> str:
+        return "not yours"
+
+    @app.workflow(name="racer")
+    def racer(ctx: cairn.Context) -> str:
+        return str(ctx.child(other, run_id="raced"))
+
+    assert app.run(other, run_id="raced", tenant="b") == "not yours"
+    real_get = app.store.get_run
+    hidden = {"raced"}
+
+    def racing_get(run_id: str) -> cairn.RunRecord | None:
+        if run_id in hidden:
+            hidden.discard(run_id)  # the first look misses it, as if it did not exist yet
+            return None
+        return real_get(run_id)
+
+    monkeypatch.setattr(app.store, "get_run", racing_get)
+    with pytest.raises(cairn.RunFailed, match="not a child of run 'racer'"):
+        app.run(racer, run_id="racer", tenant="b")

@@ -23,10 +23,10 @@ from cairn.engine.execution import Execution
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import input_hash
 from cairn.engine.workflow import Workflow
-from cairn.errors import RunNotFound, UnknownWorkflow
+from cairn.errors import InvalidArgument, RunNotFound, UnknownWorkflow
 from cairn.models.base import Message, ModelClient, ModelRequest, ModelResponse
 from cairn.retry import RetryPolicy
-from cairn.store.records import RunStatus
+from cairn.store.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from cairn.engine.definitions import WorkflowDef
@@ -143,7 +143,11 @@ class Context:
     ) -> ChildHandle[R]:
         """Start a child workflow with its own journal; returns at once.
 
-        The child's id is recorded, so replay never starts a second child. It
+        The child's id is derived from this run's id and the call's position
+        (``run_id=`` chooses one instead; a run that already exists under it
+        and is not this run's child is refused with ``InvalidArgument``: a
+        parent never adopts another run's result, nor waits on a run it does
+        not own). The child's id is recorded, so replay never starts a second child. It
         inherits the tenant and thread of this run, and unless told otherwise
         its queue and priority: fan out into a queue with its own limits with
         ``queue=``. A parent waiting for its children holds no slot of its
@@ -154,9 +158,16 @@ class Context:
         call = self._ex.begin("child", definition.name, input_hash((), arguments))
         if call.recorded is not None:
             return ChildHandle(self._ex, str(self._ex.replay(call, str)), definition)
-        generation = self._ex.journal.generation(call.position)
-        # a child started again after a rewind is a new child, not the old one's result
-        child_id = run_id or f"{self.run_id}:{call.position}" + (f"~{generation}" if generation else "")
+        if run_id is not None:
+            # refuse before anything is recorded; ``ChildHandle.result`` checks again
+            existing = self._ex.store.get_run(run_id)
+            if existing is not None:
+                _check_owned(self._ex, existing)
+            child_id = run_id
+        else:
+            generation = self._ex.journal.generation(call.position)
+            # a child started again after a rewind is a new child, not the old one's result
+            child_id = f"{self.run_id}:{call.position}" + (f"~{generation}" if generation else "")
         self._ex.start_child(
             call, definition, arguments, child_id,
             queue=self.queue if queue is None else queue,
@@ -204,6 +215,7 @@ class ChildHandle(Generic[R]):
         child = ex.store.get_run(self.run_id)
         if child is None:
             raise RunNotFound(self.run_id)
+        _check_owned(ex, child)  # never read the result of a run this one did not start
         if child.status is RunStatus.COMPLETED:
             ex.record_outcome(call, child.result)
             raw = ex.runtime.payloads.raw(child.result, what=f"result of child run {self.run_id!r}") \
@@ -214,3 +226,16 @@ class ChildHandle(Generic[R]):
             ex.child_failed(call, child)
         raise Suspend("child", waiting_on=self.run_id)
 
+
+def _check_owned(ex: Execution, run: RunRecord) -> None:
+    """Refuse run ``run`` as a child of ``ex``'s run unless that run started it.
+
+    A chosen child id that names an unrelated run (another tenant's, or a
+    live run that will never wake this parent) would otherwise hand its
+    result to this run, or suspend it forever. The message is the same
+    whoever owns the run: it says nothing about other tenants."""
+    if run.parent_run_id != ex.run_id or run.tenant != ex.run.tenant:
+        raise InvalidArgument(
+            f"child run id {run.run_id!r} is taken by a run that is not a child of run {ex.run_id!r}: "
+            "omit run_id= (a child's id is derived from its parent's) or choose an unused one"
+        )
