@@ -8,6 +8,9 @@ the CLI. ``LeaseLost`` is deliberately a ``BaseException``: like
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from typing import Any
+
 
 class CairnError(Exception):
     """Base class of Cairn's user-facing errors."""
@@ -156,7 +159,15 @@ class ToolResultInvalid(CairnError):
 class ToolTimeout(CairnError, TimeoutError):
     """A tool did not return within its ``timeout``. For a ``write`` tool the
     effect is then uncertain: the call may still complete after we stopped
-    waiting."""
+    waiting.
+
+    ``pending`` is the call still running in its thread (a sync call cannot be
+    stopped), or ``None``: while it runs, the operation is in flight, and it
+    is neither reconciled nor sent again."""
+
+    def __init__(self, message: str, pending: Future[Any] | None = None) -> None:
+        super().__init__(message)
+        self.pending = pending
 
 
 class SecurityViolation(BaseException):

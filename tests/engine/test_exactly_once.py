@@ -8,13 +8,16 @@ a caller that cancels a write half-way.
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 
 import pytest
 
 import cairn
 from cairn.engine.signals import Release
-from cairn.store.records import RunStatus
+from cairn.engine.tools import RECONCILE_RETRY
+from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import execute_once
 
 # -- issue 9 item 4: the replay guard cannot be swallowed or skipped ----------------------
@@ -269,3 +272,162 @@ def test_child_adopted_through_a_race_is_never_read(app: cairn.App, monkeypatch:
     monkeypatch.setattr(app.store, "get_run", racing_get)
     with pytest.raises(cairn.RunFailed, match="not a child of run 'racer'"):
         app.run(racer, run_id="racer", tenant="b")
+
+
+# -- issue 9 item 5: no unbounded loops ----------------------------------------------------
+
+
+def _not_found(op: cairn.Operation) -> cairn.NotFound:
+    return cairn.NotFound()
+
+
+@pytest.mark.timeout(30)
+def test_failing_write_with_not_found_reconcile_follows_its_retry_policy(app: cairn.App) -> None:
+    """Today: 44,808 sends in 3 s. The attempt raised and the world has no
+    trace of it: the retry policy decides, with durable backoff."""
+    sends: list[float] = []
+
+    @app.tool(effect="write", reconcile=_not_found)
+    def pay(amount: int) -> str:
+        sends.append(time.monotonic())
+        raise ConnectionError("bank down")
+
+    @app.tool(effect="write", reconcile=_not_found,
+              retry=cairn.RetryPolicy(max_attempts=3, initial_delay=0.1, backoff=1, jitter=0))
+    def pay_retried(amount: int) -> str:
+        sends.append(time.monotonic())
+        raise ConnectionError("bank down")
+
+    @app.workflow(name="once")
+    def once(ctx: cairn.Context) -> str:
+        return pay(5)
+
+    @app.workflow(name="thrice")
+    def thrice(ctx: cairn.Context) -> str:
+        return pay_retried(5)
+
+    with pytest.raises(cairn.RunFailed, match="bank down"):
+        app.run(once, run_id="once")
+    assert len(sends) == 1  # no retry policy: one send, then the step fails
+    sends.clear()
+    with pytest.raises(cairn.RunFailed, match="after 3 attempt"):
+        app.run(thrice, run_id="thrice")
+    assert len(sends) == 3
+    assert all(b - a >= 0.09 for a, b in itertools.pairwise(sends))  # backoff between sends
+    history = app.history("thrice")
+    retried = [e for e in history if e.event is EventType.STEP_RETRIED]
+    assert [e.attempt for e in retried] == [1, 2]
+    assert all((e.detail or {}).get("next_at") for e in retried)  # the backoff is durable
+    assert len([e for e in history if e.event is EventType.RUN_SUSPENDED]) == 2
+
+
+@pytest.mark.timeout(30)
+def test_timed_out_write_is_never_in_flight_twice(app: cairn.App) -> None:
+    """A sync write times out but its thread goes on and lands later. It must
+    be neither looked up nor re-sent while it runs: today six were in flight."""
+    bank: dict[str, int] = {}
+    in_flight = {"now": 0, "max": 0}
+    sends: list[int] = []
+
+    def lookup(op: cairn.Operation) -> cairn.Done[str] | cairn.NotFound:
+        return cairn.Done(op.operation_id) if op.operation_id in bank else cairn.NotFound()
+
+    @app.tool(effect="write", reconcile=lookup, timeout=0.05,
+              retry=cairn.RetryPolicy(max_attempts=5, initial_delay=0, jitter=0),
+              reconcile_retry=cairn.RetryPolicy(max_attempts=50, initial_delay=0.05, backoff=1, jitter=0))
+    def pay(op: cairn.Operation, amount: int) -> str:
+        sends.append(op.attempt)
+        in_flight["now"] += 1
+        in_flight["max"] = max(in_flight["max"], in_flight["now"])
+        try:
+            time.sleep(0.4)  # slow bank: lands long after the timeout
+            bank[op.operation_id] = amount
+            return op.operation_id
+        finally:
+            in_flight["now"] -= 1
+
+    @app.workflow(name="slowpay")
+    def slowpay(ctx: cairn.Context) -> str:
+        return pay(9)
+
+    assert app.run(slowpay, run_id="slow") == cairn.operation_id("slow", 0)
+    assert in_flight["max"] == 1
+    assert sends == [1]  # the first send landed; reconciliation found it
+    assert list(bank.values()) == [9]
+
+
+@pytest.mark.timeout(30)
+def test_reconcile_answering_garbage_asks_an_operator(app: cairn.App) -> None:
+    calls: list[int] = []
+
+    def liar(op: cairn.Operation) -> object:
+        calls.append(1)
+        return "yes, probably"
+
+    @app.tool(effect="write", reconcile=liar)  # type: ignore[arg-type]
+    def pay(amount: int) -> str:
+        raise ConnectionError("reset")
+
+    @app.workflow(name="lied")
+    def lied(ctx: cairn.Context) -> str:
+        return pay(1)
+
+    with pytest.raises(cairn.RunNeedsAttention, match=r"reconcile returned 'yes, probably', not Done"):
+        app.run(lied, run_id="lied")
+    assert calls == [1]
+    [op] = app.operations("lied")
+    assert op["status"] == "uncertain"
+
+
+@pytest.mark.timeout(30)
+def test_unknown_escalates_after_a_bounded_number_of_tries(app: cairn.App) -> None:
+    calls: list[int] = []
+
+    def unsure(op: cairn.Operation) -> cairn.Unknown:
+        calls.append(1)
+        return cairn.Unknown("bank is indexing")
+
+    @app.tool(effect="write", reconcile=unsure,
+              reconcile_retry=cairn.RetryPolicy(max_attempts=3, initial_delay=0.01, jitter=0))
+    def pay(amount: int) -> str:
+        raise ConnectionError("reset")
+
+    @app.workflow(name="unsure")
+    def unsure_wf(ctx: cairn.Context) -> str:
+        return pay(1)
+
+    with pytest.raises(cairn.RunNeedsAttention, match="could not tell after 3 tries: bank is indexing"):
+        app.run(unsure_wf, run_id="unsure")
+    assert len(calls) == 3
+    assert RECONCILE_RETRY.max_attempts <= 100  # the default is bounded too
+
+
+@pytest.mark.timeout(30)
+def test_a_hanging_reconcile_times_out(app: cairn.App) -> None:
+    gate = threading.Event()
+    calls: list[int] = []
+
+    def hangs(op: cairn.Operation) -> cairn.Done[int]:
+        calls.append(1)
+        if len(calls) == 1:
+            gate.wait(25)  # the bank's lookup hangs
+        return cairn.Done(1)
+
+    @app.tool(effect="write", reconcile=hangs, timeout=0.2,
+              reconcile_retry=cairn.RetryPolicy(max_attempts=5, initial_delay=0.01, jitter=0))
+    def pay(amount: int) -> int:
+        raise ConnectionError("reset")
+
+    @app.workflow(name="hung")
+    def hung(ctx: cairn.Context) -> int:
+        return pay(1)
+
+    started = time.monotonic()
+    try:
+        assert app.run(hung, run_id="hung") == 1
+    finally:
+        gate.set()
+    assert time.monotonic() - started < 5
+    assert len(calls) == 2
+    unknown = [e.detail for e in app.history("hung") if e.event is EventType.OP_RECONCILED]
+    assert "did not return within 0.2s" in str(unknown[0])

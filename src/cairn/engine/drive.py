@@ -179,7 +179,7 @@ def _sync_with_timeout(request: Invoke) -> Any:
         future = pool.submit(context.run, request.fn, *request.args, **request.kwargs)
         return future.result(timeout=request.timeout)
     except concurrent.futures.TimeoutError:
-        raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
+        raise ToolTimeout(f"{request.what} did not return within {request.timeout}s", future) from None
     finally:
         pool.shutdown(wait=False)
 
