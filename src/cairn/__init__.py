@@ -15,6 +15,7 @@ from cairn.engine.steps import Step, StepInfo, step_info
 from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
 from cairn.errors import (
     CairnError,
+    CallCancelled,
     ChildFailed,
     EffectNotApplied,
     InvalidArgument,
@@ -42,6 +43,7 @@ __all__ = [
     "App",
     "Budget",
     "CairnError",
+    "CallCancelled",
     "ChildFailed",
     "ChildHandle",
     "Context",

@@ -156,6 +156,13 @@ class ToolResultInvalid(CairnError):
         self.tool = tool
 
 
+class CallCancelled(CairnError):
+    """An async step or tool body raised ``asyncio.CancelledError`` although
+    nothing cancelled its task: recorded as the call's failure (retried by its
+    policy; for a ``write`` tool the effect is uncertain and reconciled),
+    never a crash of the worker."""
+
+
 class ToolTimeout(CairnError, TimeoutError):
     """A tool did not return within its ``timeout``. For a ``write`` tool the
     effect is then uncertain: the call may still complete after we stopped

@@ -8,6 +8,7 @@ a caller that cancels a write half-way.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -431,3 +432,103 @@ def test_a_hanging_reconcile_times_out(app: cairn.App) -> None:
     assert len(calls) == 2
     unknown = [e.detail for e in app.history("hung") if e.event is EventType.OP_RECONCILED]
     assert "did not return within 0.2s" in str(unknown[0])
+
+
+# -- issue 10 item 3: cancellation is an outcome, not a crash ------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_a_step_raising_cancelled_error_is_a_recorded_failure(app: cairn.App) -> None:
+    attempts: list[int] = []
+
+    @app.step()
+    async def flaky() -> str:
+        attempts.append(1)
+        raise asyncio.CancelledError  # e.g. awaited a future someone else cancelled
+
+    @app.step(retry=cairn.RetryPolicy(max_attempts=2, initial_delay=0, jitter=0))
+    async def flaky_once() -> str:
+        attempts.append(2)
+        if attempts.count(2) == 1:
+            raise asyncio.CancelledError
+        return "ok"
+
+    @app.workflow(name="cancels")
+    async def cancels(ctx: cairn.Context) -> str:
+        return await flaky()
+
+    @app.workflow(name="recovers")
+    async def recovers(ctx: cairn.Context) -> str:
+        return await flaky_once()
+
+    app.start(cancels, run_id="cx")
+    assert execute_once(app, "cx") == "failed"  # not a crash of the executor
+    run = app.get_run("cx")
+    assert run.status is RunStatus.FAILED
+    assert run.recoveries == 0
+    failed = [e for e in app.history("cx") if e.event is EventType.STEP_FAILED]
+    assert [(e.detail or {})["error"]["type"] for e in failed] == ["CallCancelled"]
+    assert app.run(recovers, run_id="cy") == "ok"  # retried by the step's policy
+    assert attempts == [1, 2, 2]
+
+
+@pytest.mark.timeout(30)
+def test_a_write_cancelled_by_its_callers_wait_for_is_not_left_uncertain(app: cairn.App) -> None:
+    """The effect landed, then the caller's ``wait_for`` cancelled the tool:
+    the run must not complete over an uncertain operation."""
+    bank: list[int] = []
+
+    @app.tool(effect="write")
+    async def pay(amount: int) -> str:
+        bank.append(amount)  # the bank got it ...
+        await asyncio.sleep(5)  # ... and the answer is slow
+        return "receipt"
+
+    @app.workflow(name="impatient")
+    async def impatient(ctx: cairn.Context) -> str:
+        try:
+            return await asyncio.wait_for(pay(10), 0.05)
+        except TimeoutError:
+            return "gave up"
+
+    with pytest.raises(cairn.RunNeedsAttention, match="unresolved"):
+        app.run(impatient, run_id="imp")
+    assert app.get_run("imp").status is RunStatus.NEEDS_ATTENTION
+    [op] = app.operations("imp")
+    assert op["status"] == "uncertain"
+    assert bank == [10]
+
+
+# -- issue 10 item 4: wrong shapes fail at once --------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_an_async_step_in_a_sync_workflow_fails_at_the_call(app: cairn.App) -> None:
+    ran: list[int] = []
+
+    @app.step()
+    async def fetch() -> int:
+        ran.append(1)
+        return 1
+
+    @app.workflow(name="mismatched")
+    def mismatched(ctx: cairn.Context) -> str:
+        fetch()  # a coroutine nobody awaits: today the step is silently skipped
+        return "completed?"
+
+    with pytest.raises(cairn.RunFailed, match="async step 'fetch' called from a sync workflow"):
+        app.run(mismatched, run_id="mm")
+    assert ran == []
+
+
+@pytest.mark.timeout(30)
+def test_await_ctx_sleep_works_in_an_async_workflow(app: cairn.App) -> None:
+    @app.workflow(name="napper")
+    async def napper(ctx: cairn.Context) -> str:
+        await ctx.sleep(0.05)
+        ctx.sleep(0.01)  # without await as well
+        return "rested"
+
+    app.start(napper, run_id="nap")
+    assert execute_once(app, "nap") == "suspended"
+    assert app.resume("nap") == "rested"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random as _random
 import time
 import uuid as _uuid
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -116,11 +116,16 @@ class Context:
 
     # -- durable timers ----------------------------------------------------------
 
-    def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> Slept:
         """Wait ``seconds`` without holding a worker.
 
         The deadline is recorded; the run suspends and its worker is freed; any
         worker resumes it once the deadline has passed, even after restarts.
+
+        The wait happens at the call (the run suspends from there), so
+        ``ctx.sleep(5)`` works in any workflow; in an ``async def`` workflow
+        ``await ctx.sleep(5)`` works too, and reads like ``asyncio.sleep``:
+        the returned object is awaitable and completes at once.
         """
         call = self._ex.begin("sleep", "sleep")
         if call.recorded is not None:
@@ -129,6 +134,7 @@ class Context:
             wake_at = float(self._ex.complete_call(call, time.time() + max(0.0, seconds), float))
         if time.time() < wake_at:
             raise Suspend("sleep", wake_at=wake_at)
+        return _SLEPT
 
     # -- child workflows ----------------------------------------------------------
 
@@ -194,6 +200,21 @@ class Context:
         if name not in known:
             raise UnknownWorkflow(name, list(known))
         return known[name]
+
+
+class Slept:
+    """What ``ctx.sleep`` returns: the wait is over, and awaiting this is a
+    no-op, so ``await ctx.sleep(n)`` in an async workflow is not an error
+    that surfaces only once the timer has fired."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # pragma: no cover - makes this a generator that finishes at once
+
+
+_SLEPT = Slept()
 
 
 class ChildHandle(Generic[R]):

@@ -35,7 +35,9 @@ What the drivers decide, so that protocols need not:
 * only ``Exception`` is thrown into a protocol. ``BaseException``
   (``Suspend``, ``LeaseLost``, ``LogicalFailure``, cancellation) passes by and
   closes the generator at once, so its ``finally`` blocks run and it records
-  nothing after it;
+  nothing after it. A ``CancelledError`` that a body raised on its own (its
+  task was not cancelled) is thrown in as ``CallCancelled``: it is the call's
+  failure, recorded by its policy, not a crash of the worker;
 * a timeout is thrown in as ``ToolTimeout``. A sync call with a timeout runs in
   a thread (with the caller's context variables) that cannot be stopped, so
   for a ``write`` tool the effect is uncertain; an async call is cancelled by
@@ -53,7 +55,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, NoReturn, TypeVar
 
-from cairn.errors import ToolTimeout
+from cairn.errors import CallCancelled, ToolTimeout
 
 T = TypeVar("T")
 
@@ -142,6 +144,12 @@ async def run_async(protocol: Protocol[T]) -> T:
                     value = await _bounded(value, request)
             except Exception as exc:
                 request = protocol.throw(exc)
+            except asyncio.CancelledError:
+                if _cancelled_from_outside():
+                    raise  # the caller (wait_for, a drain) cancelled: nothing is recorded
+                # the body raised it on its own: a failure of the call, by its policy
+                request = protocol.throw(CallCancelled(
+                    f"{request.what} raised CancelledError, but nothing cancelled it"))
             else:
                 request = protocol.send(value)
     except StopIteration as stop:
@@ -150,6 +158,13 @@ async def run_async(protocol: Protocol[T]) -> T:
     except BaseException:
         protocol.close()
         raise
+
+
+def _cancelled_from_outside() -> bool:
+    """Whether the running task was asked to stop (``Task.cancel``): then
+    ``CancelledError`` is the caller's, not a result of the call."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _misuse(request: Invoke, value: Any) -> NoReturn:

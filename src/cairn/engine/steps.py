@@ -81,6 +81,11 @@ class Step(Generic[P, R]):
         if execution is None:
             result: R = self.definition.fn(*args, **kwargs)
             return result
+        if self.definition.is_async and not execution.is_async:
+            # checked here, at the call: a coroutine a sync workflow never
+            # awaits would skip the step silently
+            raise TypeError(f"async step {self.definition.name!r} called from a sync workflow: "
+                            "make the step sync, or the workflow async")
         protocol = _journaled(execution, self.definition, args, kwargs, self._what)
         if self.definition.is_async:
             return run_async(protocol)  # type: ignore[return-value]
@@ -93,8 +98,6 @@ def _journaled(
 ) -> Protocol[Any]:
     """Replay the step's recorded outcome, or run its body once and record
     what it returned (or its failure, by the step's retry policy)."""
-    if definition.is_async and not execution.is_async:
-        raise TypeError(f"async step {definition.name!r} called from a sync workflow")
     call = execution.begin("step", definition.name, input_hash(args, kwargs))
     if call.recorded is not None:
         return execution.replay(call, definition.result_type)

@@ -156,6 +156,11 @@ class ToolDef:
         kind = Effect(effect)
         if reconcile is not None and kind is not Effect.WRITE:
             raise ValueError("reconcile= is only meaningful for effect='write' tools")
+        is_async = inspect.iscoroutinefunction(fn)
+        if reconcile is not None and not is_async and _is_async_callable(reconcile):
+            # it would fail only after an uncertain outcome, the worst moment to find out
+            raise TypeError(f"tool {name or fn.__name__!r} is sync but its reconcile function is async: "
+                            "make both sync or both async")
         hints = hints_of(fn)
         signature = inspect.signature(fn)
         params = list(signature.parameters.values())
@@ -163,12 +168,19 @@ class ToolDef:
         result_type = schema if schema is not None else hints.get("return", Any)
         values.decoder_for(result_type)
         return cls(
-            name=name or fn.__name__, fn=fn, is_async=inspect.iscoroutinefunction(fn), effect=kind,
+            name=name or fn.__name__, fn=fn, is_async=is_async, effect=kind,
             reconcile=reconcile, timeout=timeout, schema=schema, result_type=result_type,
             retry=retry or NO_RETRY, wants_operation=wants_operation,
             reconcile_retry=reconcile_retry or RECONCILE_RETRY,
             call_signature=signature.replace(parameters=params[1:] if wants_operation else params),
         )
+
+
+def _is_async_callable(fn: Callable[..., Any]) -> bool:
+    """``async def`` functions, and objects whose ``__call__`` is one."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None))  # noqa: B004 - a callable object's method, not a check
 
 
 class Tool(Generic[P, R]):
