@@ -532,3 +532,24 @@ def test_await_ctx_sleep_works_in_an_async_workflow(app: cairn.App) -> None:
     app.start(napper, run_id="nap")
     assert execute_once(app, "nap") == "suspended"
     assert app.resume("nap") == "rested"
+
+
+@pytest.mark.timeout(30)
+def test_a_squatted_derived_child_id_is_refused(app: cairn.App) -> None:
+    """Another tenant guessed the derived id of a parent's first child and
+    created it first, with a result of its choosing: never adopted."""
+    @app.workflow(name="kid")
+    def kid(ctx: cairn.Context) -> str:
+        return "genuine"
+
+    @app.workflow(name="forged")
+    def forged(ctx: cairn.Context) -> str:
+        return "forged result"
+
+    @app.workflow(name="family")
+    def family(ctx: cairn.Context) -> str:
+        return str(ctx.child(kid))
+
+    assert app.run(forged, run_id="fam:0", tenant="mallory") == "forged result"
+    with pytest.raises(cairn.RunFailed, match="not a child of run 'fam'"):
+        app.run(family, run_id="fam", tenant="alice")

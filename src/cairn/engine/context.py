@@ -165,15 +165,17 @@ class Context:
         if call.recorded is not None:
             return ChildHandle(self._ex, str(self._ex.replay(call, str)), definition)
         if run_id is not None:
-            # refuse before anything is recorded; ``ChildHandle.result`` checks again
-            existing = self._ex.store.get_run(run_id)
-            if existing is not None:
-                _check_owned(self._ex, existing)
             child_id = run_id
         else:
             generation = self._ex.journal.generation(call.position)
             # a child started again after a rewind is a new child, not the old one's result
             child_id = f"{self.run_id}:{call.position}" + (f"~{generation}" if generation else "")
+        # a run already under that id (chosen, or squatted by someone who guessed
+        # the derived one) must be ours: refuse before anything is recorded;
+        # ``ChildHandle.result`` checks again, so a race cannot slip past either
+        existing = self._ex.store.get_run(child_id)
+        if existing is not None:
+            _check_owned(self._ex, existing)
         self._ex.start_child(
             call, definition, arguments, child_id,
             queue=self.queue if queue is None else queue,
