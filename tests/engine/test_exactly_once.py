@@ -553,3 +553,18 @@ def test_a_squatted_derived_child_id_is_refused(app: cairn.App) -> None:
     assert app.run(forged, run_id="fam:0", tenant="mallory") == "forged result"
     with pytest.raises(cairn.RunFailed, match="not a child of run 'fam'"):
         app.run(family, run_id="fam", tenant="alice")
+
+
+@pytest.mark.timeout(30)
+def test_a_workflow_raising_cancelled_error_fails_instead_of_crashing(app: cairn.App) -> None:
+    @app.workflow(name="self_cancel")
+    async def self_cancel(ctx: cairn.Context) -> str:
+        doomed = asyncio.get_running_loop().create_future()
+        doomed.cancel()
+        return str(await doomed)  # a CancelledError nobody asked for
+
+    app.start(self_cancel, run_id="sc")
+    assert execute_once(app, "sc") == "failed"
+    run = app.get_run("sc")
+    assert run.error is not None
+    assert run.error["type"] == "CallCancelled"

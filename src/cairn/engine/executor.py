@@ -21,6 +21,7 @@ from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
 from cairn.engine.tools import settle_end
 from cairn.errors import (
+    CallCancelled,
     LeaseLost,
     LogicalFailure,
     NonDeterminismError,
@@ -128,6 +129,11 @@ def _run_to_end(runtime: Runtime, execution: Execution) -> Outcome:
     except NonDeterminismError as exc:  # a BaseException, so that no workflow code swallows it
         execution.fail(exc)
         return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")
+    except asyncio.CancelledError:  # nothing here cancels the workflow: its own code raised it
+        cancelled = CallCancelled(
+            f"workflow {definition.name!r} raised CancelledError, but nothing cancelled it")
+        execution.fail(cancelled)
+        return Outcome("failed", error=f"CallCancelled: {cancelled}")
     except StoreError as exc:  # the database failed, not the workflow
         raise Abandon(f"store failure inside run {execution.run_id}: {exc}") from exc
     except Exception as exc:  # the workflow failed: record it, keep the journal
