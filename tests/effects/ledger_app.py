@@ -96,6 +96,17 @@ def pay_checked(ctx: cairn.Context, amount: int) -> dict[str, object]:
     return receipt
 
 
+#: the test process flips this to play a deploy that removed the write call
+CHANGED = {"write_removed": False}
+
+
+@app.workflow(name="pay_once")
+def pay_once(ctx: cairn.Context, amount: int) -> str:
+    if not CHANGED["write_removed"]:
+        transfer(amount)
+    return "done"
+
+
 @app.workflow(name="pay")
 def pay(ctx: cairn.Context, tool: str, amount: int) -> dict[str, object]:
     chosen = {"transfer": transfer, "unreconciled": unreconciled_transfer,
@@ -109,5 +120,7 @@ if __name__ == "__main__":  # the crashing child: python -m tests.effects.ledger
 
     if sys.argv[2] == "checked":
         app.run(pay_checked, int(sys.argv[3]), run_id=sys.argv[1])
+    elif sys.argv[2] == "once":
+        app.run(pay_once, int(sys.argv[3]), run_id=sys.argv[1])
     else:
         app.run(pay, sys.argv[2], int(sys.argv[3]), run_id=sys.argv[1])
