@@ -179,8 +179,8 @@ class ToolDef:
 def _is_async_callable(fn: Callable[..., Any]) -> bool:
     """``async def`` functions, and objects whose ``__call__`` is one."""
     target = fn.func if isinstance(fn, functools.partial) else fn
-    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-        getattr(target, "__call__", None))  # noqa: B004 - a callable object's method, not a check
+    method = None if inspect.isroutine(target) else type(target).__dict__.get("__call__")
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(method)
 
 
 class Tool(Generic[P, R]):
