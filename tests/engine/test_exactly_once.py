@@ -568,3 +568,35 @@ def test_a_workflow_raising_cancelled_error_fails_instead_of_crashing(app: cairn
     run = app.get_run("sc")
     assert run.error is not None
     assert run.error["type"] == "CallCancelled"
+
+
+@pytest.mark.timeout(30)
+def test_a_hanging_sync_reconcile_times_out_in_an_async_workflow(app: cairn.App) -> None:
+    """The async path ran plain functions without their timeout: a sync
+    reconciler of an async tool that hangs held the run forever."""
+    gate = threading.Event()
+    calls: list[int] = []
+
+    def hangs(op: cairn.Operation) -> cairn.Done[int]:
+        calls.append(1)
+        if len(calls) == 1:
+            gate.wait(25)
+        return cairn.Done(1)
+
+    @app.tool(effect="write", reconcile=hangs, timeout=0.2,
+              reconcile_retry=cairn.RetryPolicy(max_attempts=5, initial_delay=0.01, jitter=0))
+    async def pay(amount: int) -> int:
+        raise ConnectionError("reset")
+
+    @app.workflow(name="hung_async")
+    async def hung_async(ctx: cairn.Context) -> int:
+        return await pay(1)
+
+    started = time.monotonic()
+    try:
+        assert app.run(hung_async, run_id="hung-async") == 1
+    finally:
+        gate.set()
+    assert time.monotonic() - started < 5
+    assert len(calls) == 2
+

@@ -139,7 +139,10 @@ async def run_async(protocol: Protocol[T]) -> T:
         request = next(protocol)
         while True:
             try:
-                value = request.fn(*request.args, **request.kwargs)
+                if request.timeout is not None and not inspect.iscoroutinefunction(request.fn):
+                    value = await _sync_bounded_async(request)  # a plain function cannot be cancelled
+                else:
+                    value = request.fn(*request.args, **request.kwargs)
                 if inspect.isawaitable(value):
                     value = await _bounded(value, request)
             except Exception as exc:
@@ -183,6 +186,22 @@ async def _bounded(awaitable: Awaitable[Any], request: Invoke) -> Any:
         return await asyncio.wait_for(awaitable, request.timeout)
     except TimeoutError:
         raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
+
+
+async def _sync_bounded_async(request: Invoke) -> Any:
+    """A plain function with a timeout, under ``run_async``: run it in a
+    thread (as ``run_sync`` does) and stop waiting at the timeout, so a sync
+    tool or reconciler that hangs cannot hold an async run forever."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cairn-call")
+    context = contextvars.copy_context()
+    try:
+        future = pool.submit(context.run, request.fn, *request.args, **request.kwargs)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), request.timeout)
+        except TimeoutError:
+            raise ToolTimeout(f"{request.what} did not return within {request.timeout}s", future) from None
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _sync_with_timeout(request: Invoke) -> Any:
