@@ -553,6 +553,8 @@ def test_a_squatted_derived_child_id_is_refused(app: cairn.App) -> None:
     assert app.run(forged, run_id="fam:0", tenant="mallory") == "forged result"
     with pytest.raises(cairn.RunFailed, match="not a child of run 'fam'"):
         app.run(family, run_id="fam", tenant="alice")
+    assert not [e for e in app.history("fam") if e.step_kind == "child"]  # refused before recording
+    assert app.get_run("fam:0").tenant == "mallory"  # and the squatter's run is untouched
 
 
 @pytest.mark.timeout(30)
