@@ -8,6 +8,9 @@ the CLI. ``LeaseLost`` is deliberately a ``BaseException``: like
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from typing import Any
+
 
 class CairnError(Exception):
     """Base class of Cairn's user-facing errors."""
@@ -43,10 +46,14 @@ class UnknownWorkflow(CairnError):
         self.name = name
 
 
-class NonDeterminismError(CairnError):
-    """The workflow asked for a different step than its journal records.
+class NonDeterminismError(BaseException):
+    """The workflow asked for a different step than its journal records, or
+    ended before its journal does.
 
-    Raised on replay; the run fails and nothing recorded is overwritten.
+    Raised on replay; the run fails and nothing recorded is overwritten. A
+    ``BaseException`` (like ``LeaseLost``) because the everyday agent pattern
+    ``try: tool() except Exception:`` must not hide it: a run that swallowed
+    it would write new steps on top of an old journal.
     """
 
     def __init__(self, run_id: str, position: int, recorded: str, requested: str) -> None:
@@ -101,6 +108,29 @@ class RunFailed(CairnError):
         self.error = error
 
 
+class RunBlocked(CairnError):
+    """Raised by ``app.run``/``app.resume`` when the run stopped where it will
+    not go on by itself: waiting for an operator, or for a budget raise.
+    Executing or waiting any longer here would block forever; ``status`` and
+    ``reason`` say what it needs."""
+
+    def __init__(self, run_id: str, status: str, reason: str) -> None:
+        super().__init__(f"run {run_id!r} is {status}: {reason}")
+        self.run_id = run_id
+        self.status = status
+        self.reason = reason
+
+
+class RunNeedsAttention(RunBlocked):
+    """The run waits for an operator (``cairn resolve``, ``cairn resume``):
+    an uncertain side effect, or a kill switch."""
+
+
+class RunSuspended(RunBlocked):
+    """The run is suspended with nothing that will wake it (its budget is
+    exceeded): raise the budget, then resume it."""
+
+
 class LeaseLost(BaseException):
     """A fenced write was rejected: another worker (or an operator) now owns
     the run, so everything this holder still wants to write is void."""
@@ -126,10 +156,25 @@ class ToolResultInvalid(CairnError):
         self.tool = tool
 
 
+class CallCancelled(CairnError):
+    """An async step or tool body raised ``asyncio.CancelledError`` although
+    nothing cancelled its task: recorded as the call's failure (retried by its
+    policy; for a ``write`` tool the effect is uncertain and reconciled),
+    never a crash of the worker."""
+
+
 class ToolTimeout(CairnError, TimeoutError):
     """A tool did not return within its ``timeout``. For a ``write`` tool the
     effect is then uncertain: the call may still complete after we stopped
-    waiting."""
+    waiting.
+
+    ``pending`` is the call still running in its thread (a sync call cannot be
+    stopped), or ``None``: while it runs, the operation is in flight, and it
+    is neither reconciled nor sent again."""
+
+    def __init__(self, message: str, pending: Future[Any] | None = None) -> None:
+        super().__init__(message)
+        self.pending = pending
 
 
 class SecurityViolation(BaseException):

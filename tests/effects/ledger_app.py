@@ -69,6 +69,44 @@ def balance(op: cairn.Operation) -> int:
     return sum(int(str(e["amount"])) for e in ledger_entries() if e["kind"] != "read")
 
 
+def reconcile_keyed(op: cairn.Operation) -> cairn.Done[dict[str, object]] | cairn.NotFound:
+    entry = find(op.operation_id)
+    return cairn.Done(entry) if entry is not None else cairn.NotFound()
+
+
+@app.tool(effect="write", reconcile=reconcile_keyed)
+def keyed_transfer(op: cairn.Operation, amount: int) -> dict[str, object]:
+    # a bank that deduplicates by key: a reused key returns the first receipt
+    return post("keyed", op.operation_id, amount, dedupe=True)
+
+
+@app.step()
+def decide(amount: int) -> int:
+    return amount
+
+
+@app.workflow(name="pay_checked")
+def pay_checked(ctx: cairn.Context, amount: int) -> dict[str, object]:
+    """Pays, finds the amount wrong, rewinds and pays the corrected amount:
+    two intended effects, which must both land, once each."""
+    chosen = decide(amount + 1000 * len(ctx.rewinds()))
+    receipt = keyed_transfer(chosen)
+    if not ctx.rewinds():
+        raise cairn.LogicalFailure("the amount was wrong", rewind_to="decide")
+    return receipt
+
+
+#: the test process flips this to play a deploy that removed the write call
+CHANGED = {"write_removed": False}
+
+
+@app.workflow(name="pay_once")
+def pay_once(ctx: cairn.Context, amount: int) -> str:
+    if not CHANGED["write_removed"]:
+        transfer(amount)
+    return "done"
+
+
 @app.workflow(name="pay")
 def pay(ctx: cairn.Context, tool: str, amount: int) -> dict[str, object]:
     chosen = {"transfer": transfer, "unreconciled": unreconciled_transfer,
@@ -80,4 +118,9 @@ def pay(ctx: cairn.Context, tool: str, amount: int) -> dict[str, object]:
 if __name__ == "__main__":  # the crashing child: python -m tests.effects.ledger_app RUN_ID TOOL AMOUNT
     import sys
 
-    app.run(pay, sys.argv[2], int(sys.argv[3]), run_id=sys.argv[1])
+    if sys.argv[2] == "checked":
+        app.run(pay_checked, int(sys.argv[3]), run_id=sys.argv[1])
+    elif sys.argv[2] == "once":
+        app.run(pay_once, int(sys.argv[3]), run_id=sys.argv[1])
+    else:
+        app.run(pay, sys.argv[2], int(sys.argv[3]), run_id=sys.argv[1])

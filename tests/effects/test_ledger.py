@@ -123,3 +123,42 @@ def test_read_tool_simply_runs_again(crash_at: Callable[..., None], world: dict[
     assert len(kinds(module, "transfer")) == 1
     assert len(kinds(module, "read")) == 2  # the read ran, was lost, and ran again
     assert result["balance"] == 5
+
+
+def test_rewound_write_gets_a_new_key_that_survives_a_crash(
+    crash_at: Callable[..., None], world: dict[str, str]
+) -> None:
+    """Issue 9 item 2: after a rewind the write re-runs with new arguments; it
+    is a new effect, so it has a new key (or the bank, deduplicating by key,
+    drops it and returns the old receipt). The worker is killed right after
+    the second effect: recovery reconciles it under that same new key."""
+    crash_at("tool.after_effect@2", "rw", "checked", 5)
+    module, result = recover("rw")
+    keyed = kinds(module, "keyed")
+    assert [e["amount"] for e in keyed] == [5, 1005], keyed  # both landed, once each
+    first, second = (str(e["key"]) for e in keyed)
+    assert first == cairn.operation_id("rw", 1)  # a run's first pass keeps the original key
+    assert second == cairn.operation_id("rw", 1, 1) != first
+    assert result == keyed[1]  # the run reports the new receipt, not the old one
+    reconciled = [e for e in module.app.history("rw") if e.event is EventType.STEP_COMPLETED
+                  and (e.detail or {}).get("reconciled") == "done"]
+    assert [(e.detail or {})["operation_id"] for e in reconciled] == [second]
+
+
+def test_a_deploy_that_removed_a_write_call_does_not_complete_over_its_effect(
+    crash_at: Callable[..., None], world: dict[str, str]
+) -> None:
+    """Issue 9 item 4: the worker is killed after the bank took the transfer;
+    the new code no longer makes the call. The uncertain effect goes to an
+    operator; the run does not complete silently over it."""
+    crash_at("tool.after_effect", "gone", "once", 40)
+    module = importlib.import_module("tests.effects.ledger_app")
+    module.CHANGED["write_removed"] = True
+    time.sleep(0.6)  # the dead child's lease must expire
+    with pytest.raises(cairn.RunNeedsAttention, match="unresolved"):
+        module.app.resume("gone")
+    assert module.app.get_run("gone").status is RunStatus.NEEDS_ATTENTION
+    [op] = module.app.operations("gone")
+    assert op["status"] == "uncertain"
+    assert op["operation_id"] == cairn.operation_id("gone", 0)
+    assert len(kinds(module, "transfer")) == 1

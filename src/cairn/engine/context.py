@@ -12,7 +12,7 @@ from __future__ import annotations
 import random as _random
 import time
 import uuid as _uuid
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -23,10 +23,10 @@ from cairn.engine.execution import Execution
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import input_hash
 from cairn.engine.workflow import Workflow
-from cairn.errors import RunNotFound, UnknownWorkflow
+from cairn.errors import InvalidArgument, RunNotFound, UnknownWorkflow
 from cairn.models.base import Message, ModelClient, ModelRequest, ModelResponse
 from cairn.retry import RetryPolicy
-from cairn.store.records import RunStatus
+from cairn.store.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from cairn.engine.definitions import WorkflowDef
@@ -116,11 +116,16 @@ class Context:
 
     # -- durable timers ----------------------------------------------------------
 
-    def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> Slept:
         """Wait ``seconds`` without holding a worker.
 
         The deadline is recorded; the run suspends and its worker is freed; any
         worker resumes it once the deadline has passed, even after restarts.
+
+        The wait happens at the call (the run suspends from there), so
+        ``ctx.sleep(5)`` works in any workflow; in an ``async def`` workflow
+        ``await ctx.sleep(5)`` works too, and reads like ``asyncio.sleep``:
+        the returned object is awaitable and completes at once.
         """
         call = self._ex.begin("sleep", "sleep")
         if call.recorded is not None:
@@ -129,6 +134,7 @@ class Context:
             wake_at = float(self._ex.complete_call(call, time.time() + max(0.0, seconds), float))
         if time.time() < wake_at:
             raise Suspend("sleep", wake_at=wake_at)
+        return _SLEPT
 
     # -- child workflows ----------------------------------------------------------
 
@@ -143,7 +149,11 @@ class Context:
     ) -> ChildHandle[R]:
         """Start a child workflow with its own journal; returns at once.
 
-        The child's id is recorded, so replay never starts a second child. It
+        The child's id is derived from this run's id and the call's position
+        (``run_id=`` chooses one instead; a run that already exists under it
+        and is not this run's child is refused with ``InvalidArgument``: a
+        parent never adopts another run's result, nor waits on a run it does
+        not own). The child's id is recorded, so replay never starts a second child. It
         inherits the tenant and thread of this run, and unless told otherwise
         its queue and priority: fan out into a queue with its own limits with
         ``queue=``. A parent waiting for its children holds no slot of its
@@ -154,7 +164,18 @@ class Context:
         call = self._ex.begin("child", definition.name, input_hash((), arguments))
         if call.recorded is not None:
             return ChildHandle(self._ex, str(self._ex.replay(call, str)), definition)
-        child_id = run_id or f"{self.run_id}:{call.position}"
+        if run_id is not None:
+            child_id = run_id
+        else:
+            generation = self._ex.journal.generation(call.position)
+            # a child started again after a rewind is a new child, not the old one's result
+            child_id = f"{self.run_id}:{call.position}" + (f"~{generation}" if generation else "")
+        # a run already under that id (chosen, or squatted by someone who guessed
+        # the derived one) must be ours: refuse before anything is recorded;
+        # ``ChildHandle.result`` checks again, so a race cannot slip past either
+        existing = self._ex.store.get_run(child_id)
+        if existing is not None:
+            _check_owned(self._ex, existing)
         self._ex.start_child(
             call, definition, arguments, child_id,
             queue=self.queue if queue is None else queue,
@@ -183,6 +204,21 @@ class Context:
         return known[name]
 
 
+class Slept:
+    """What ``ctx.sleep`` returns: the wait is over, and awaiting this is a
+    no-op, so ``await ctx.sleep(n)`` in an async workflow is not an error
+    that surfaces only once the timer has fired."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # pragma: no cover - makes this a generator that finishes at once
+
+
+_SLEPT = Slept()
+
+
 class ChildHandle(Generic[R]):
     """A started child workflow."""
 
@@ -202,6 +238,7 @@ class ChildHandle(Generic[R]):
         child = ex.store.get_run(self.run_id)
         if child is None:
             raise RunNotFound(self.run_id)
+        _check_owned(ex, child)  # never read the result of a run this one did not start
         if child.status is RunStatus.COMPLETED:
             ex.record_outcome(call, child.result)
             raw = ex.runtime.payloads.raw(child.result, what=f"result of child run {self.run_id!r}") \
@@ -212,3 +249,16 @@ class ChildHandle(Generic[R]):
             ex.child_failed(call, child)
         raise Suspend("child", waiting_on=self.run_id)
 
+
+def _check_owned(ex: Execution, run: RunRecord) -> None:
+    """Refuse run ``run`` as a child of ``ex``'s run unless that run started it.
+
+    A chosen child id that names an unrelated run (another tenant's, or a
+    live run that will never wake this parent) would otherwise hand its
+    result to this run, or suspend it forever. The message is the same
+    whoever owns the run: it says nothing about other tenants."""
+    if run.parent_run_id != ex.run_id or run.tenant != ex.run.tenant:
+        raise InvalidArgument(
+            f"child run id {run.run_id!r} is taken by a run that is not a child of run {ex.run_id!r}: "
+            "omit run_id= (a child's id is derived from its parent's) or choose an unused one"
+        )

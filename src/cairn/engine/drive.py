@@ -35,7 +35,9 @@ What the drivers decide, so that protocols need not:
 * only ``Exception`` is thrown into a protocol. ``BaseException``
   (``Suspend``, ``LeaseLost``, ``LogicalFailure``, cancellation) passes by and
   closes the generator at once, so its ``finally`` blocks run and it records
-  nothing after it;
+  nothing after it. A ``CancelledError`` that a body raised on its own (its
+  task was not cancelled) is thrown in as ``CallCancelled``: it is the call's
+  failure, recorded by its policy, not a crash of the worker;
 * a timeout is thrown in as ``ToolTimeout``. A sync call with a timeout runs in
   a thread (with the caller's context variables) that cannot be stopped, so
   for a ``write`` tool the effect is uncertain; an async call is cancelled by
@@ -62,7 +64,7 @@ from threading import get_ident
 from typing import Any, NoReturn, TypeVar
 
 from cairn.engine.execution import CURRENT, Execution
-from cairn.errors import ToolTimeout
+from cairn.errors import CallCancelled, ToolTimeout
 
 T = TypeVar("T")
 
@@ -162,11 +164,20 @@ async def run_async(protocol: Protocol[T]) -> T:
         request = next(protocol)
         while True:
             try:
-                value = request.fn(*request.args, **request.kwargs)
+                if request.timeout is not None and not inspect.iscoroutinefunction(request.fn):
+                    value = await _sync_bounded_async(request, ex)  # a plain function cannot be cancelled
+                else:
+                    value = request.fn(*request.args, **request.kwargs)
                 if inspect.isawaitable(value):
                     value = await _bounded(value, request)
             except Exception as exc:
                 request = protocol.throw(exc)
+            except asyncio.CancelledError:
+                if _cancelled_from_outside():
+                    raise  # the caller (wait_for, a drain) cancelled: nothing is recorded
+                # the body raised it on its own: a failure of the call, by its policy
+                request = protocol.throw(CallCancelled(
+                    f"{request.what} raised CancelledError, but nothing cancelled it"))
             else:
                 request = protocol.send(value)
     except StopIteration as stop:
@@ -178,6 +189,13 @@ async def run_async(protocol: Protocol[T]) -> T:
     finally:
         if ex is not None:
             ex.leave()
+
+
+def _cancelled_from_outside() -> bool:
+    """Whether the running task was asked to stop (``Task.cancel``): then
+    ``CancelledError`` is the caller's, not a result of the call."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _misuse(request: Invoke, value: Any) -> NoReturn:
@@ -198,6 +216,24 @@ async def _bounded(awaitable: Awaitable[Any], request: Invoke) -> Any:
         raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
 
 
+async def _sync_bounded_async(request: Invoke, ex: Execution | None) -> Any:
+    """A plain function with a timeout, under ``run_async``: run it in a
+    thread (as ``run_sync`` does) and stop waiting at the timeout, so a sync
+    tool or reconciler that hangs cannot hold an async run forever."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cairn-call")
+    context = contextvars.copy_context()
+    try:
+        future = pool.submit(context.run, request.fn, *request.args, **request.kwargs)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), request.timeout)
+        except TimeoutError:
+            if ex is not None:
+                ex.straggle(future)
+            raise ToolTimeout(f"{request.what} did not return within {request.timeout}s", future) from None
+    finally:
+        pool.shutdown(wait=False)
+
+
 def _sync_with_timeout(request: Invoke, ex: Execution | None) -> Any:
     """Python cannot stop a thread: on timeout the body may still finish
     later, which is why a timeout means "may have happened". The call stays
@@ -211,7 +247,7 @@ def _sync_with_timeout(request: Invoke, ex: Execution | None) -> Any:
     except concurrent.futures.TimeoutError:
         if ex is not None:
             ex.straggle(future)
-        raise ToolTimeout(f"{request.what} did not return within {request.timeout}s") from None
+        raise ToolTimeout(f"{request.what} did not return within {request.timeout}s", future) from None
     finally:
         pool.shutdown(wait=False)
 

@@ -46,15 +46,23 @@ CURRENT: contextvars.ContextVar[Execution] = contextvars.ContextVar("cairn_execu
 _OPERATION_NS = uuid.UUID("6f1d3c2e-8a4b-4c7d-9e0f-0c41a1b2c3d4").bytes
 
 
-def operation_id(run_id: str, position: int) -> str:
+def operation_id(run_id: str, position: int, generation: int = 0) -> str:
     """The idempotency key of the journaled call at ``position`` of ``run_id``.
 
     Derived, not generated: it is the same on every attempt, after every crash
     and on every worker, so an external system can deduplicate with it. It is
     ``uuid5(namespace, run_id + NUL + position)``, computed without building
     ``UUID`` objects (a third of the cost, and this runs on every tool call).
+
+    ``generation`` counts the logical rewinds that voided this position
+    (``Journal.generation``): a call re-executed after a rewind is a new
+    intended effect (often with new arguments), so it gets a new key, or a
+    bank deduplicating by key would drop it and hand back the old receipt.
+    Generation 0 (a run that never rewound past here) keeps the original
+    derivation, so existing journals and keys are unchanged.
     """
-    raw = bytearray(hashlib.sha1(_OPERATION_NS + f"{run_id}\x00{position}".encode()).digest()[:16])
+    key = f"{run_id}\x00{position}" if not generation else f"{run_id}\x00{position}\x00{generation}"
+    raw = bytearray(hashlib.sha1(_OPERATION_NS + key.encode()).digest()[:16])
     raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = raw.hex()

@@ -21,7 +21,17 @@ from cairn.engine.context import Context
 from cairn.engine.execution import CURRENT, Execution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
-from cairn.errors import LeaseLost, LogicalFailure, PayloadError, RewindFailed, SecurityViolation, StoreError
+from cairn.engine.tools import settle_end
+from cairn.errors import (
+    CallCancelled,
+    LeaseLost,
+    LogicalFailure,
+    NonDeterminismError,
+    PayloadError,
+    RewindFailed,
+    SecurityViolation,
+    StoreError,
+)
 from cairn.store.records import Claim
 
 log = logging.getLogger("cairn.executor")
@@ -218,6 +228,7 @@ def _run_to_end(runtime: Runtime, execution: Execution, loops: EventLoops) -> Ou
             finally:
                 execution.wait_settled()
                 execution.close()
+        settle_end(execution)  # the journal must end where the code did, every effect settled
     except Suspend as signal:
         execution.suspend(signal)
         return Outcome("suspended", wake_at=signal.wake_at, waiting_on=signal.waiting_on)
@@ -236,6 +247,14 @@ def _run_to_end(runtime: Runtime, execution: Execution, loops: EventLoops) -> Ou
         )
         execution.fail(impossible)
         return Outcome("failed", error=str(impossible))
+    except NonDeterminismError as exc:  # a BaseException, so that no workflow code swallows it
+        execution.fail(exc)
+        return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")
+    except asyncio.CancelledError:  # nothing here cancels the workflow: its own code raised it
+        cancelled = CallCancelled(
+            f"workflow {definition.name!r} raised CancelledError, but nothing cancelled it")
+        execution.fail(cancelled)
+        return Outcome("failed", error=f"CallCancelled: {cancelled}")
     except StoreError as exc:  # the database failed, not the workflow
         raise Abandon(f"store failure inside run {execution.run_id}: {exc}") from exc
     except Exception as exc:  # the workflow failed: record it, keep the journal

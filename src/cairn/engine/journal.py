@@ -94,6 +94,13 @@ class Journal:
             for pos in [p for p in table if p >= position]:
                 del table[pos]
 
+    def generation(self, position: int) -> int:
+        """How many logical rewinds voided ``position``: each re-executes it as
+        a new intended effect (see ``operation_id``). A rewind that cut later
+        than ``position`` did not touch it, so the count of a recorded call
+        never changes afterwards: stable across crashes and retries."""
+        return sum(1 for rewind in self.rewinds if int(rewind.get("from_position", position + 1)) <= position)
+
     def attempts_before(self, position: int) -> int:
         """How many attempts at ``position`` already failed and were retried."""
         retry = self.retries.get(position)

@@ -210,7 +210,8 @@ class Ledger:
             tool=(state.name if state is not None else last.name) or "?",
             effect=(intent.detail or {}).get("effect") if intent is not None else None,
             status=status,
-            operation_id=str(detail.get("operation_id") or operation_id(self.run_id, position)),
+            operation_id=str(detail.get("operation_id")
+                             or operation_id(self.run_id, position, journal.generation(position))),
             attempts=last.attempt or 1,
             arguments=decode(codec, intent.payload, f"arguments of #{position} of run {self.run_id!r}")
             if intent is not None else None,
@@ -254,6 +255,10 @@ def resolution_request(
     if position not in uncertain:
         raise InvalidRunState(f"operation at position {position} of run {run.run_id!r} is not uncertain "
                               f"(uncertain positions: {uncertain})")
-    tool = ledger.journal.op_state[position].name
-    detail = {"name": tool, "step_kind": "tool", "operation_id": operation_id(run.run_id, position)}
+    journal = ledger.journal
+    tool = journal.op_state[position].name
+    intent = journal.intents.get(position)
+    recorded = (intent.detail or {}).get("operation_id") if intent is not None else None
+    detail = {"name": tool, "step_kind": "tool",
+              "operation_id": recorded or operation_id(run.run_id, position, journal.generation(position))}
     return ResolutionRequest(position, done, result if done else None, detail)

@@ -40,16 +40,19 @@ class StepInfo:
     step: str
     position: int
     attempt: int
+    #: logical rewinds that voided this position (part of the operation id)
+    generation: int = 0
 
     @property
     def operation_id(self) -> str:
-        return operation_id(self.run_id, self.position)
+        return operation_id(self.run_id, self.position, self.generation)
 
 
-#: Where the running step body is: (run, step name, position, attempt). A
-#: plain tuple, turned into a ``StepInfo`` only when a body asks for it: a
-#: frozen dataclass per journaled call would cost more than the driver.
-STEP_INFO: contextvars.ContextVar[tuple[RunRecord, str, int, int]] = contextvars.ContextVar("cairn_step")
+#: Where the running step body is: (run, step name, position, attempt,
+#: generation). A plain tuple, turned into a ``StepInfo`` only when a body
+#: asks for it: a frozen dataclass per journaled call would cost more than
+#: the driver.
+STEP_INFO: contextvars.ContextVar[tuple[RunRecord, str, int, int, int]] = contextvars.ContextVar("cairn_step")
 
 
 def step_info() -> StepInfo:
@@ -57,8 +60,8 @@ def step_info() -> StepInfo:
     where = STEP_INFO.get(None)
     if where is None:
         raise CairnError("step_info() is only available inside a step body")
-    run, name, position, attempt = where
-    return StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, name, position, attempt)
+    run, name, position, attempt, generation = where
+    return StepInfo(run.run_id, run.tenant, run.thread_id, run.workflow, name, position, attempt, generation)
 
 
 class Step(Generic[P, R]):
@@ -78,6 +81,11 @@ class Step(Generic[P, R]):
         if execution is None:
             result: R = self.definition.fn(*args, **kwargs)
             return result
+        if self.definition.is_async and not execution.is_async:
+            # checked here, at the call: a coroutine a sync workflow never
+            # awaits would skip the step silently
+            raise TypeError(f"async step {self.definition.name!r} called from a sync workflow: "
+                            "make the step sync, or the workflow async")
         protocol = _journaled(execution, self.definition, args, kwargs, self._what)
         if self.definition.is_async:
             return run_async(protocol)  # type: ignore[return-value]
@@ -90,12 +98,11 @@ def _journaled(
 ) -> Protocol[Any]:
     """Replay the step's recorded outcome, or run its body once and record
     what it returned (or its failure, by the step's retry policy)."""
-    if definition.is_async and not execution.is_async:
-        raise TypeError(f"async step {definition.name!r} called from a sync workflow")
     call = execution.begin("step", definition.name, input_hash(args, kwargs))
     if call.recorded is not None:
         return execution.replay(call, definition.result_type)
-    token = STEP_INFO.set((execution.run, definition.name, call.position, call.attempt))
+    token = STEP_INFO.set((execution.run, definition.name, call.position, call.attempt,
+                           execution.journal.generation(call.position)))
     try:
         value = yield Invoke(definition.fn, args, kwargs, None, what)
     except Exception as exc:

@@ -13,19 +13,23 @@ A tool declares its *effect*:
   (``Done(result)`` / ``NotFound()`` / ``Unknown()``); without one the run
   waits in ``needs_attention`` for an operator. Never a blind resend.
 
-The ``operation_id`` is derived from (run id, position), so it is fixed
-before the first attempt and identical on every retry, crash and worker.
+The ``operation_id`` is derived from (run id, position, and the number of
+logical rewinds that voided that position), so it is fixed before the first
+attempt and identical on every retry, crash and worker, and a call re-run
+after a rewind (a new intended effect) gets a new one.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import enum
 import functools
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
 import msgspec
 
@@ -37,8 +41,10 @@ from cairn.engine.signals import Suspend
 from cairn.engine.steps import STEP_INFO, input_hash
 from cairn.errors import (
     EffectNotApplied,
+    NonDeterminismError,
     PayloadError,
     ToolResultInvalid,
+    ToolTimeout,
 )
 from cairn.faults import fault_point
 from cairn.retry import NO_RETRY, RetryPolicy, TerminalError
@@ -90,7 +96,11 @@ class NotFound:
 
 @dataclass(frozen=True, slots=True)
 class Unknown:
-    """The outside world cannot tell yet: ask again after a backoff."""
+    """The outside world cannot tell yet: ask again after a backoff (the
+    tool's ``reconcile_retry``); after its ``max_attempts`` answers the run
+    goes to ``needs_attention``. A reconciler that raises or times out counts
+    as ``Unknown``; one that answers anything else is a programming error and
+    goes to ``needs_attention`` at once."""
 
     reason: str = ""
 
@@ -98,8 +108,20 @@ class Unknown:
 Reconciliation = Done[Any] | NotFound | Unknown
 Reconciler = Callable[[Operation], Reconciliation | Awaitable[Reconciliation]]
 
-#: Backoff between reconciliation attempts that answer ``Unknown``.
-RECONCILE_RETRY = RetryPolicy(max_attempts=1_000_000, initial_delay=1.0, backoff=2.0, max_delay=300.0)
+#: Backoff between reconciliation attempts that answer ``Unknown``, and how
+#: many such answers (about an hour of them) before an operator is asked.
+RECONCILE_RETRY = RetryPolicy(max_attempts=20, initial_delay=1.0, backoff=2.0, max_delay=300.0)
+
+#: How long a reconciler may take when its tool sets no ``timeout`` (a
+#: reconciler that hangs must not hold the run, and its worker, forever).
+RECONCILE_TIMEOUT = 60.0
+
+#: Operation id -> a timed-out sync call of it still running in a thread of
+#: this process. While it runs the operation is in flight: it is neither
+#: reconciled (a lookup would answer "not found" for an effect about to land)
+#: nor sent again, so one operation never has two attempts in flight.
+_IN_FLIGHT: dict[str, concurrent.futures.Future[Any]] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +156,11 @@ class ToolDef:
         kind = Effect(effect)
         if reconcile is not None and kind is not Effect.WRITE:
             raise ValueError("reconcile= is only meaningful for effect='write' tools")
+        is_async = inspect.iscoroutinefunction(fn)
+        if reconcile is not None and not is_async and _is_async_callable(reconcile):
+            # it would fail only after an uncertain outcome, the worst moment to find out
+            raise TypeError(f"tool {name or fn.__name__!r} is sync but its reconcile function is async: "
+                            "make both sync or both async")
         hints = hints_of(fn)
         signature = inspect.signature(fn)
         params = list(signature.parameters.values())
@@ -141,12 +168,19 @@ class ToolDef:
         result_type = schema if schema is not None else hints.get("return", Any)
         values.decoder_for(result_type)
         return cls(
-            name=name or fn.__name__, fn=fn, is_async=inspect.iscoroutinefunction(fn), effect=kind,
+            name=name or fn.__name__, fn=fn, is_async=is_async, effect=kind,
             reconcile=reconcile, timeout=timeout, schema=schema, result_type=result_type,
             retry=retry or NO_RETRY, wants_operation=wants_operation,
             reconcile_retry=reconcile_retry or RECONCILE_RETRY,
             call_signature=signature.replace(parameters=params[1:] if wants_operation else params),
         )
+
+
+def _is_async_callable(fn: Callable[..., Any]) -> bool:
+    """``async def`` functions, and objects whose ``__call__`` is one."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    method = None if inspect.isroutine(target) else type(target).__dict__.get("__call__")
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(method)
 
 
 class Tool(Generic[P, R]):
@@ -206,6 +240,10 @@ class _ToolCall:
         self.operation: Operation | None = None
         self.encoded_arguments: bytes | None = None
         self.outcome: Any = None
+        #: the exception of this execution's own attempt, when it left the effect
+        #: uncertain: if reconciliation then finds nothing, the attempt failed
+        #: and the tool's retry policy decides (durable backoff, bounded attempts)
+        self.failure: Exception | None = None
 
     @property
     def op(self) -> Operation:
@@ -226,15 +264,18 @@ class _ToolCall:
                 assert self.d.reconcile is not None
                 if self.ex.straggling():  # an attempt that timed out may still land: ask once it has
                     raise Suspend("reconcile", wake_at=time.time())
+                self._wait_in_flight()
+                timeout = self.d.timeout if self.d.timeout is not None else RECONCILE_TIMEOUT
                 try:
-                    answer = yield Invoke(self.d.reconcile, (self.op,), None, None,
+                    answer = yield Invoke(self.d.reconcile, (self.op,), None, timeout,
                                           f"reconcile of tool {self.d.name!r}")
                 except Exception as exc:  # a failing reconciler knows nothing: try again later
                     answer = Unknown(f"reconcile raised {type(exc).__qualname__}: {exc}")
                 plan = self._reconciled(answer)
                 continue
             # _EXECUTE (first attempt, or reconciliation found nothing: same key)
-            token = STEP_INFO.set((self.ex.run, self.d.name, self.call.position, self.call.attempt))
+            token = STEP_INFO.set((self.ex.run, self.d.name, self.call.position, self.call.attempt,
+                                   self.ex.journal.generation(self.call.position)))
             try:
                 value = yield Invoke(self.d.fn, self._body_args(), self.kwargs, self.d.timeout, self.what)
             except Exception as exc:
@@ -258,6 +299,7 @@ class _ToolCall:
             self.operation = self._operation() if d.wants_operation else None
             return _EXECUTE
         self.operation = self._operation()
+        self._wait_in_flight()
         uncertain = ex.journal.uncertain(call.position)
         if uncertain is None:
             self._intent()
@@ -282,7 +324,8 @@ class _ToolCall:
         else:
             arguments = self._arguments(as_json=self.d.effect is not Effect.READ)
         return Operation(
-            operation_id=operation_id(self.ex.run_id, self.call.position), tool=self.d.name,
+            operation_id=operation_id(self.ex.run_id, self.call.position,
+                                      self.ex.journal.generation(self.call.position)), tool=self.d.name,
             effect=self.d.effect, run_id=self.ex.run_id, tenant=self.ex.run.tenant,
             thread_id=self.ex.run.thread_id, position=self.call.position, attempt=self.call.attempt,
             arguments=arguments,
@@ -323,19 +366,61 @@ class _ToolCall:
             return _RECORDED
         if isinstance(answer, NotFound):
             ex.append(ex.entry(EventType.OP_RECONCILED, position=op.position, step_kind="tool", name=op.tool,
-                               attempt=call.attempt, detail={**base, "outcome": "not_found"}))
-            return _EXECUTE
-        reason = answer.reason if isinstance(answer, Unknown) else f"unexpected answer {answer!r}"
-        previous = ex.journal.op_state.get(op.position)
-        tries = int((previous.detail or {}).get("tries", 0)) + 1 if previous is not None else 1
+                               attempt=call.attempt,
+                               detail={**base, "outcome": "not_found", "tries": self._tries()}))
+            failure, self.failure = self.failure, None
+            if failure is not None:
+                # our own attempt raised and the world has no trace of it: a
+                # definite failure, so the retry policy decides (never a hot loop)
+                ex.fail_by_policy(call, failure, self.d.retry)
+            return _EXECUTE  # after a crash: the intent was never sent, send it (same key)
+        if not isinstance(answer, Unknown):
+            shown = repr(answer)[:200]
+            self._needs_attention(f"reconcile returned {shown}, not Done(...), NotFound() or Unknown(...)")
+        tries = self._tries() + 1
         next_at = time.time() + self.d.reconcile_retry.delay(tries)
         ex.append(ex.entry(EventType.OP_RECONCILED, position=op.position, step_kind="tool", name=op.tool,
                            attempt=call.attempt,
-                           detail={**base, "outcome": "unknown", "reason": reason, "tries": tries,
+                           detail={**base, "outcome": "unknown", "reason": answer.reason, "tries": tries,
                                    "next_at": next_at}))
+        if tries >= self.d.reconcile_retry.max_attempts:
+            self._needs_attention(f"reconcile could not tell after {tries} tries: {answer.reason}")
         raise Suspend("reconcile", wake_at=next_at)
 
-    def _needs_attention(self, why: str) -> None:
+    def _tries(self) -> int:
+        """How many reconciliations of this attempt answered ``Unknown`` (kept
+        across re-executions after ``NotFound``, so the bound holds for a tool
+        that keeps failing; a new intent, after a retry, starts again at 0)."""
+        state = self.ex.journal.op_state.get(self.call.position)
+        if state is None or state.event is not EventType.OP_RECONCILED:
+            return 0
+        return int((state.detail or {}).get("tries", 0))
+
+    def _wait_in_flight(self) -> None:
+        """Suspend while a timed-out attempt of this operation still runs in
+        this process: it may land any moment, so it is neither looked up nor
+        sent again until it has ended."""
+        op_id = self.op.operation_id
+        with _IN_FLIGHT_LOCK:
+            pending = _IN_FLIGHT.get(op_id)
+        if pending is not None and not pending.done():
+            raise Suspend("in_flight", wake_at=time.time() + self.d.reconcile_retry.delay(1))
+
+    def _track_in_flight(self, exc: Exception) -> None:
+        if not isinstance(exc, ToolTimeout) or exc.pending is None or self.operation is None:
+            return
+        pending, op_id = exc.pending, self.operation.operation_id
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT[op_id] = pending
+
+        def forget(done: concurrent.futures.Future[Any]) -> None:
+            with _IN_FLIGHT_LOCK:
+                if _IN_FLIGHT.get(op_id) is done:
+                    del _IN_FLIGHT[op_id]
+
+        pending.add_done_callback(forget)
+
+    def _needs_attention(self, why: str) -> NoReturn:
         op = self.op
         detail = {"position": op.position, "operation_id": op.operation_id, "tool": op.tool,
                   "arguments": op.arguments, "why": why}
@@ -383,10 +468,13 @@ class _ToolCall:
         policy; an exception from a ``write`` tool that does not prove the
         effect absent leaves it uncertain: reconcile, or ask an operator."""
         d, ex, call = self.d, self.ex, self.call
+        if d.effect is not Effect.READ:
+            self._track_in_flight(exc)
         definite = d.effect is not Effect.WRITE or isinstance(exc, (EffectNotApplied, TerminalError))
         if not definite:
             if d.reconcile is None:
                 self._needs_attention(f"the call raised {type(exc).__qualname__}: {exc}")
+            self.failure = exc
             return _RECONCILE
         ex.fail_by_policy(call, exc, d.retry)
 
@@ -394,6 +482,45 @@ class _ToolCall:
 _RECORDED = object()
 _RECONCILE = object()
 _EXECUTE = object()
+
+
+def settle_end(ex: Execution) -> None:
+    """Check, when the workflow function has returned, that its journal ends
+    where its code did, before the run may complete.
+
+    An unresolved side effect anywhere (a write cancelled by its caller's
+    ``wait_for``, or one whose call the new code no longer makes) may or may
+    not have happened: the run waits in ``needs_attention`` for an operator,
+    never completes over it. An outcome recorded after the point where the
+    code finished means the code changed under its journal (a removed call):
+    ``NonDeterminismError``, so the run fails instead of completing silently.
+    """
+    journal = ex.journal
+    uncertain = sorted(p for p in journal.op_state if journal.uncertain(p) is not None)
+    if uncertain:
+        position = uncertain[0]
+        state = journal.op_state[position]
+        intent = journal.intents.get(position)
+        arguments: Any = {}
+        if intent is not None and intent.payload is not None:
+            try:
+                arguments = ex.runtime.payloads.load(intent.payload, dict[str, Any], what="recorded intent")
+            except PayloadError:
+                arguments = {}
+        detail = {
+            "position": position, "tool": state.name, "arguments": arguments,
+            "operation_id": (intent.detail or {}).get("operation_id") if intent is not None else None,
+            "why": "the workflow ended with this side effect unresolved (its call was cancelled, or the "
+                   "code no longer makes it): an operator must say whether it happened",
+        }
+        raise Suspend("needs_attention", status=RunStatus.NEEDS_ATTENTION, detail=detail)
+    beyond = sorted(p for p in journal.outcomes if p >= ex.position)
+    if beyond:
+        recorded = journal.outcomes[beyond[0]]
+        raise NonDeterminismError(
+            ex.run_id, beyond[0], recorded=f"{recorded.step_kind} {recorded.name!r}",
+            requested=f"nothing (the workflow ended after {ex.position} journaled call(s))",
+        )
 
 
 __all__ = ["Done", "Effect", "NotFound", "Operation", "Tool", "ToolDef", "Unknown"]

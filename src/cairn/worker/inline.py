@@ -8,14 +8,13 @@ run's children here too, since nobody else may be running.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 
 from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
-from cairn.errors import RunNotFound
-from cairn.store.records import Claim, RunStatus
+from cairn.errors import RunBlocked, RunNeedsAttention, RunNotFound, RunSuspended
+from cairn.store.records import Claim, EventType, RunRecord, RunStatus
 from cairn.worker.leases import LeaseKeeper
 
 
@@ -37,6 +36,9 @@ class InlineDriver:
         Returns the outcome when this driver completed the run (it carries the
         result as replay decoded it), ``None`` when the run ended any other
         way (failed, cancelled, or finished elsewhere): the caller reads it.
+        Raises ``RunNeedsAttention`` or ``RunSuspended`` when the run (or a
+        child it waits for) stopped where nothing but an operator moves it on:
+        waiting here would block forever.
         """
         store = self.runtime.store
         keeper = self._lease_keeper()
@@ -52,32 +54,57 @@ class InlineDriver:
                     return outcome
                 if outcome.status in ("failed", "lost"):
                     return None
-                delay = self._after_suspension(outcome)
+                delay = self._after_suspension(outcome, run_id)
                 continue
             record = store.get_run(run_id)
             if record is None:
                 raise RunNotFound(run_id)
             if record.status.terminal:
                 return None
+            self._check_blocked(record)
             if record.status is RunStatus.SUSPENDED and record.waiting_on:
-                self._drive_child(record.waiting_on)
+                self._drive_child(record.waiting_on, run_id)
                 continue
             time.sleep(delay or 0.01)  # held elsewhere, or a timer not yet due
 
-    def _after_suspension(self, outcome: Outcome) -> float:
+    def _after_suspension(self, outcome: Outcome, run_id: str) -> float:
         if outcome.waiting_on is not None:
-            self._drive_child(outcome.waiting_on)
+            self._drive_child(outcome.waiting_on, run_id)
             return 0.0
         if outcome.wake_at is not None:
             return max(0.0, min(outcome.wake_at - time.time(), 1.0))
         return 0.01
 
-    def _drive_child(self, child_id: str) -> None:
+    def _check_blocked(self, record: RunRecord) -> None:
+        """Raise if ``record`` waits for nobody but an operator: in
+        ``needs_attention``, or suspended with no timer and no child (a budget)."""
+        waits = record.wake_at is not None or record.waiting_on is not None
+        if record.status is RunStatus.NEEDS_ATTENTION:
+            raise RunNeedsAttention(record.run_id, record.status.value, self._reason(record.run_id))
+        if record.status is RunStatus.SUSPENDED and not waits:
+            raise RunSuspended(record.run_id, record.status.value, self._reason(record.run_id))
+
+    def _reason(self, run_id: str) -> str:
+        """Why the run stopped, from its latest suspension entry."""
+        for event in reversed(self.runtime.store.history(run_id)):
+            if event.event in (EventType.RUN_NEEDS_ATTENTION, EventType.RUN_SUSPENDED):
+                detail = event.detail or {}
+                return str(detail.get("why") or detail.get("reason") or event.event.value)
+        return "waiting for an operator"
+
+    def _drive_child(self, child_id: str, parent_id: str) -> None:
         child = self.runtime.store.get_run(child_id)
         if child is not None and not child.status.terminal:
-            # the parent observes the child's failure itself, through the journal
-            with contextlib.suppress(Exception):
+            # the parent observes the child's failure itself, through the journal;
+            # a child that waits for an operator blocks its parent with it
+            try:
                 self.drive(child_id, None)
+            except RunBlocked as blocked:
+                raise type(blocked)(parent_id, RunStatus.SUSPENDED.value,
+                                    f"it waits for child run {blocked.run_id!r}, which is {blocked.status}: "
+                                    f"{blocked.reason}") from None
+            except Exception:  # reported by the parent's journal
+                pass
 
     def _lease_keeper(self) -> LeaseKeeper:
         with self._keeper_lock:
