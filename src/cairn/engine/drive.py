@@ -77,12 +77,17 @@ class Invoke:
     naming ``what``. A sync call cannot be stopped, so its thread may still
     finish later: a protocol must treat a timeout as "may have happened".
 
+    ``effect`` says whether the call may change the outside world (a step or
+    tool body). A timed-out effect stays in flight for its execution until its
+    thread returns, since it may still land; a timed-out query (a reconciler)
+    is abandoned: holding the claim for it would let a hung lookup hold the run.
+
     A plain slotted class, not a frozen dataclass, built with positional
     arguments: one is built per journaled call, and a frozen dataclass or
     keyword arguments cost several times as much.
     """
 
-    __slots__ = ("args", "fn", "kwargs", "timeout", "what")
+    __slots__ = ("args", "effect", "fn", "kwargs", "timeout", "what")
 
     def __init__(
         self,
@@ -91,8 +96,10 @@ class Invoke:
         kwargs: dict[str, Any] | None = None,
         timeout: float | None = None,
         what: str = "call",
+        effect: bool = True,
     ) -> None:
         self.fn = fn
+        self.effect = effect
         self.args = args
         self.kwargs: dict[str, Any] = _NO_KWARGS if kwargs is None else kwargs
         self.timeout = timeout
@@ -227,7 +234,7 @@ async def _sync_bounded_async(request: Invoke, ex: Execution | None) -> Any:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), request.timeout)
         except TimeoutError:
-            if ex is not None:
+            if ex is not None and request.effect:
                 ex.straggle(future)
             raise ToolTimeout(f"{request.what} did not return within {request.timeout}s", future) from None
     finally:
@@ -245,7 +252,7 @@ def _sync_with_timeout(request: Invoke, ex: Execution | None) -> Any:
     try:
         return future.result(timeout=request.timeout)
     except concurrent.futures.TimeoutError:
-        if ex is not None:
+        if ex is not None and request.effect:
             ex.straggle(future)
         raise ToolTimeout(f"{request.what} did not return within {request.timeout}s", future) from None
     finally:

@@ -268,7 +268,7 @@ class _ToolCall:
                 timeout = self.d.timeout if self.d.timeout is not None else RECONCILE_TIMEOUT
                 try:
                     answer = yield Invoke(self.d.reconcile, (self.op,), None, timeout,
-                                          f"reconcile of tool {self.d.name!r}")
+                                          f"reconcile of tool {self.d.name!r}", effect=False)
                 except Exception as exc:  # a failing reconciler knows nothing: try again later
                     answer = Unknown(f"reconcile raised {type(exc).__qualname__}: {exc}")
                 plan = self._reconciled(answer)
