@@ -26,23 +26,15 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from cairn.errors import LeaseLost, RunNotFound, StoreError
+from cairn.errors import LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import Claim, EventType, Payload, RunFilter, RunStatus
 from tests.store.contract import WF, FakeClock, claim, ev, finish, new_run
 
 SCHEMA = "tenancy"
-#: The grants a tenant-scoped role needs (the module doc of cairn.store.postgres).
-GRANTS = [
-    "GRANT USAGE ON SCHEMA {schema} TO {role}",
-    "GRANT SELECT, INSERT, UPDATE ON {schema}.runs, {schema}.history TO {role}",
-    "GRANT SELECT, INSERT, UPDATE ON {schema}.artifacts TO {role}",
-    "GRANT SELECT ON {schema}.schema_migrations TO {role}",
-    "GRANT SELECT, UPDATE (updated_at) ON {schema}.queues TO {role}",
-    "GRANT SELECT, INSERT, UPDATE ON {schema}.queue_buckets TO {role}",
-    "GRANT INSERT ON {schema}.artifact_gc TO {role}",
-]
+#: How the owner grants a role a tenant (the module doc of cairn.store.postgres).
+GRANT = "SELECT {schema}.grant_tenant(%s, %s)"
 
 
 def running(store: PostgresStore, clock: FakeClock, run_id: str) -> Claim:
@@ -99,10 +91,9 @@ def deployment(pg_url: str) -> Iterator[Deployment]:
         clock = FakeClock()
         owner = PostgresStore(urls["owner"], schema=SCHEMA, clock=clock)  # migrates: it owns the tables
         stores.append(owner)
-        _admin(urls["owner"], *[
-            sql.SQL(grant).format(schema=sql.Identifier(SCHEMA), role=ident[key])
-            for key in ("acme", "globex") for grant in GRANTS
-        ])
+        with psycopg.connect(urls["owner"], autocommit=True) as conn:
+            for key in ("acme", "globex"):
+                conn.execute(sql.SQL(GRANT).format(schema=sql.Identifier(SCHEMA)), (roles[key], key))
         acme = PostgresStore(urls["acme"], schema=SCHEMA, clock=clock, tenant="acme")
         stores.append(acme)
         globex = PostgresStore(urls["globex"], schema=SCHEMA, clock=clock, tenant="globex")
@@ -229,7 +220,8 @@ def test_a_scoped_store_runs_a_whole_life(deployment: Deployment) -> None:
     finish(d.acme, d.clock, c)
     d.acme.set_budget("a1", {"tokens": 5})
     assert d.acme.get_artifact(ref) == b"x" * 100_000
-    assert d.globex.get_artifact(ref) == b"x" * 100_000  # shared: content-addressed, no tenant
+    with pytest.raises(PayloadError, match="missing"):  # readable only through a reference one owns
+        d.globex.get_artifact(ref)
     assert d.acme.kill_runs("stop", tenant="acme") == []  # nothing left running
     tenants = _rows(d.admin_url, "SELECT DISTINCT tenant FROM history")
     assert tenants == [("acme",)]
@@ -249,15 +241,18 @@ def test_the_owner_sees_every_tenant(deployment: Deployment) -> None:
     assert [r.run_id for r in killed] == ["a1"]
 
 
-def test_a_role_without_a_tenant_sees_nothing(deployment: Deployment) -> None:
+def test_a_role_without_a_tenant_setting_sees_its_granted_tenants_only(deployment: Deployment) -> None:
+    """The setting narrows what a role sees; without it the role sees every
+    tenant granted to it, and nothing else."""
     d = deployment
     d.acme.create_run(new_run("a1", tenant="acme"))
+    d.globex.create_run(new_run("g1", tenant="globex"))
     unscoped = PostgresStore(d.urls["acme"], schema=SCHEMA, clock=d.clock)
     try:
-        assert unscoped.get_run("a1") is None
-        assert unscoped.list_runs(RunFilter()) == []
+        assert unscoped.get_run("g1") is None
+        assert [r.run_id for r in unscoped.list_runs(RunFilter())] == ["a1"]
         with pytest.raises(StoreError, match="row-level security"):
-            unscoped.create_run(new_run("a2", tenant="acme"))
+            unscoped.create_run(new_run("g2", tenant="globex"))
     finally:
         unscoped.close()
 

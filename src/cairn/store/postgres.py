@@ -204,6 +204,12 @@ _TX_ATTEMPTS = 5
 #: How long a connection may sit idle inside a transaction before the server
 #: ends it and releases its locks (see ``_configure``).
 _IDLE_IN_TRANSACTION = "5s"
+#: The longest any one statement may run, and wait for a lock, before the
+#: server cancels it (see ``_configure``).
+_STATEMENT_TIMEOUT = "30s"
+_LOCK_TIMEOUT = "10s"
+#: How often ``DatabaseClock`` reads the server's clock again.
+_CLOCK_RESYNC_SECONDS = 10.0
 #: Artifacts at least this large are looked up before they are sent: a
 #: content-addressed store often already has them.
 _LOOKUP_BEFORE_SEND = 64 * 1024
@@ -215,6 +221,67 @@ _Conn = psycopg.Connection[TupleRow]
 def _one_line(exc: BaseException) -> str:
     """libpq messages span lines (a hint on the second); a StoreError is one line."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class DatabaseClock:
+    """The database server's clock, as every PostgresStore's "now".
+
+    Lease expiry and the times runs become runnable are compared across
+    machines, so they must come from one clock: the server's, not each
+    worker's (a worker whose clock ran 120 s ahead used to take over live
+    leases at once). Reading the server for every "now" would cost a round
+    trip per call, so this reads ``clock_timestamp()`` once every
+    ``resync`` seconds, on a connection of its own, and in between adds this
+    machine's *monotonic* clock, which a wrong or stepped wall clock does not
+    move. The error is half a round trip at the last reading plus the
+    monotonic clock's drift since (parts per million of ``resync``). Should
+    the server be unreachable at a resync, the last offset stays in use (the
+    store's own statements fail then anyway).
+    """
+
+    def __init__(self, url: str, kwargs: Mapping[str, Any], resync: float = _CLOCK_RESYNC_SECONDS) -> None:
+        self._url = url
+        self._kwargs = dict(kwargs)
+        self._resync = resync
+        self._lock = threading.Lock()
+        self._conn: _Conn | None = None
+        self._offset: float | None = None
+        self._read_at = 0.0
+
+    def __call__(self) -> float:
+        if self._offset is None or time.monotonic() - self._read_at >= self._resync:
+            with self._lock:
+                if self._offset is None or time.monotonic() - self._read_at >= self._resync:
+                    self._read()
+        assert self._offset is not None
+        return time.monotonic() + self._offset
+
+    def _read(self) -> None:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._url, **self._kwargs)
+            before = time.monotonic()
+            row = self._conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+            after = time.monotonic()
+        except psycopg.Error as exc:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            if self._offset is None:
+                raise StoreError(f"cannot read the PostgreSQL server's clock: {_one_line(exc)}") from None
+            log.warning("cannot read the PostgreSQL server's clock (%s); keeping the last offset",
+                        _one_line(exc))
+            self._read_at = time.monotonic()
+            return
+        assert row is not None
+        self._offset = float(row[0]) - (before + after) / 2
+        self._read_at = after
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
@@ -236,7 +303,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         url: str,
         *,
         durability: Durability = Durability.PROCESS,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         schema: str = "cairn",
         pool_size: int = 10,
         auto_migrate: bool = True,
@@ -249,7 +316,6 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         if tenant is not None and not tenant:
             raise ValueError("tenant must be a non-empty name (or None for the owner's unscoped store)")
         self.durability = durability
-        self.clock = clock
         self.schema = schema
         #: the tenant this store is confined to by row-level security, if any
         self.tenant = tenant
@@ -266,6 +332,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             kwargs["connect_timeout"] = _CONNECT_TIMEOUT
         if "application_name" not in params:
             kwargs["application_name"] = "cairn"
+        #: what "now" is for every lease and runnable time this store writes
+        #: and compares: the database server's clock unless one is injected
+        self.clock: Callable[[], float] = clock if clock is not None else DatabaseClock(url, kwargs)
         try:
             with psycopg.connect(url, **kwargs) as conn:
                 # The level a commit that must be durable uses: the server's
@@ -296,10 +365,34 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         try:
             self._pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
         except PoolTimeout:
-            self._pool.close()
+            self.close()
             raise StoreError(
                 f"cannot open PostgreSQL database {self._where}: no connection within {_CONNECT_TIMEOUT}s"
             ) from None
+        try:
+            #: whether row-level security passes this role by (the owner's, a superuser)
+            self._exempt = self._check_role()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_role(self) -> bool:
+        """Whether the role is exempt from row-level security; a scoped
+        store whose role is not granted its tenant is refused here, with the
+        fix, instead of opening onto a database where it sees nothing."""
+        with self._conn() as conn:
+            if conn.execute("SELECT to_regclass('tenant_grants') IS NULL").fetchone() in (None, (True,)):
+                return True  # not migrated yet (cairn db): nothing to scope by
+            row = conn.execute(_Q["role_scope"], {"tenant": self.tenant}).fetchone()
+            user = conn.info.user
+        exempt, granted = bool(row and row[0]), bool(row and row[1])
+        if not exempt and not granted:
+            raise StoreError(
+                f"role {user!r} may not act for tenant {self.tenant!r} in schema {self.schema!r} on "
+                f"{self._where} (the schema's owner grants it: SELECT {self.schema}.grant_tenant("
+                f"'{user}', '{self.tenant}'))"
+            )
+        return exempt
 
     # -- connections, transactions, migrations ---------------------------------
 
@@ -310,15 +403,22 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         # idle_in_transaction_session_timeout: a client frozen mid-transaction
         # (SIGSTOP, a stalled VM, a partition) would otherwise keep its run rows
         # locked for as long as it is frozen, and claims (SKIP LOCKED) would
-        # pass over those runs even after their lease expired.
+        # pass over those runs even after their lease expired. It fires only
+        # while the server waits for the client's next command, which is why
+        # no transaction here is ever sent as a pipeline (see
+        # ``_one_message``). statement_timeout bounds what the server does on
+        # one command, lock_timeout how long it waits for a row lock: nothing
+        # a frozen or hostile peer holds can stall a statement here for good.
         # jit off: every statement here is short, and the claim's recursive
         # lane walk has estimates large enough that JIT compiling it cost
         # 30 ms per claim, a hundred times the walk itself.
         settings = (
             "SELECT set_config('search_path', %s, false), set_config('synchronous_commit', %s, false), "
-            "set_config('idle_in_transaction_session_timeout', %s, false), set_config('jit', 'off', false)"
+            "set_config('idle_in_transaction_session_timeout', %s, false), set_config('jit', 'off', false), "
+            "set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)"
         )
-        values: tuple[str, ...] = (self._search_path, self._default_level, _IDLE_IN_TRANSACTION)
+        values: tuple[str, ...] = (self._search_path, self._default_level, _IDLE_IN_TRANSACTION,
+                                   _STATEMENT_TIMEOUT, _LOCK_TIMEOUT)
         if self.tenant is not None:  # unset, not '': a role that is not the owner then sees nothing
             settings += ", set_config('cairn.tenant', %s, false)"
             values += (self.tenant,)
@@ -345,65 +445,83 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             raise StoreError(f"PostgreSQL error ({self._where}): {_one_line(exc)}") from None
 
     def _transaction(
-        self, body: Callable[[_Conn], _T], *, durable: bool = False, faults: _Faults = _NO_FAULTS
+        self, body: Callable[[_Conn], _T], *, durable: bool = False, faults: _Faults = _NO_FAULTS,
+        begin: str = "BEGIN",
     ) -> _T:
         """Run ``body`` in one transaction, again if it was a deadlock victim.
 
         ``durable=True`` commits with ``synchronous_commit`` on even in the
         process mode (see the module doc for which writes need it).
         ``faults``: the transition's fault points, hit just before the
-        commit and just after it.
+        commit and just after it. ``begin``: the statements that open the
+        transaction, sent as one message (``BEGIN; SET LOCAL ...`` costs the
+        round trip ``BEGIN`` costs alone).
+
+        Every command is sent whole, followed by its Sync, and answered
+        before the next is sent: whenever the server waits for this client
+        inside the transaction it is idle in transaction, so a client frozen
+        anywhere in ``body`` loses its session (and its locks) after
+        ``idle_in_transaction_session_timeout``. (A pipeline would leave the
+        server ``active`` between its commands, where no timeout of
+        PostgreSQL 15 applies, and a frozen client's locks would be held for
+        as long as it is frozen.)
         """
         with self._conn() as conn:
             for attempt in range(1, _TX_ATTEMPTS + 1):
                 try:
-                    with conn.transaction():
-                        if durable:
-                            self._commit_durably(conn)
-                        result = body(conn)
-                        fault_point(faults[0])
-                    fault_point(faults[1])
-                    return result
+                    psycopg.ClientCursor(conn).execute(begin)
+                    if durable:
+                        self._commit_durably(conn)
+                    result = body(conn)
+                    fault_point(faults[0])
+                    conn.execute("COMMIT")
+                except BaseException as exc:
+                    _end_transaction(conn)
+                    if not isinstance(exc, pg_errors.TransactionRollback) or attempt == _TX_ATTEMPTS:
+                        raise
+                    time.sleep(0.005 * attempt)
+                    continue
+                fault_point(faults[1])
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _one_message(
+        self, statements: Sequence[str], params: Mapping[str, Any], run_id: str, epoch: int,
+        faults: _Faults = _NO_FAULTS,
+    ) -> list[tuple[Any, ...] | None]:
+        """Run ``statements`` as one transaction sent as one message (a
+        simple query with the parameters bound here): one round trip, and
+        the server runs the whole transaction on receiving it, never waiting
+        for this client in the middle, so a client frozen at any instant
+        holds no lock (a frozen pipeline would). Again if it was a deadlock
+        victim; returns the first row of each statement. A duplicate history
+        ``seq`` raises ``LeaseLost``.
+
+        Nothing can depend on an earlier result, so every statement must
+        hold its own conditions (a fence that fails writes nothing). Each
+        statement takes its own snapshot (READ COMMITTED), as it would sent
+        one by one. Not prepared: this costs a plan per call."""
+        query = ";\n".join(statements)
+        with self._conn() as conn:
+            for attempt in range(1, _TX_ATTEMPTS + 1):
+                try:
+                    fault_point(faults[0])  # dies with nothing sent: the transaction never was
+                    cur = psycopg.ClientCursor(conn)
+                    # Several statements in one simple query are one implicit
+                    # transaction: all of them commit, or none.
+                    cur.execute(query, params)
+                    rows = [cur.fetchone()]
+                    while cur.nextset():
+                        rows.append(cur.fetchone())
+                except pg_errors.UniqueViolation:
+                    raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
                 except pg_errors.TransactionRollback:
                     if attempt == _TX_ATTEMPTS:
                         raise
                     time.sleep(0.005 * attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _pipelined(
-        self, statements: Sequence[tuple[str, Mapping[str, Any]]], run_id: str, epoch: int,
-        faults: _Faults = _NO_FAULTS,
-    ) -> list[tuple[Any, ...] | None]:
-        """Run ``statements`` in one transaction sent as one pipeline (BEGIN,
-        the statements, COMMIT: a single round trip), again if it was a
-        deadlock victim; return the first row of each. A duplicate history
-        ``seq`` aborts the whole transaction and raises ``LeaseLost``.
-
-        Nothing can depend on an earlier result, so every statement must
-        hold its own conditions (a fence that fails writes nothing)."""
-        with self._conn() as conn:
-            for attempt in range(1, _TX_ATTEMPTS + 1):
-                try:
-                    # Not conn.transaction(): in a pipeline it waits for the
-                    # BEGIN's answer (a round trip of its own).
-                    with conn.pipeline():
-                        conn.execute("BEGIN")
-                        cursors = [conn.execute(query, params) for query, params in statements]
-                        fault_point(faults[0])
-                        conn.execute("COMMIT")
-                    fault_point(faults[1])
-                    return [cur.fetchone() for cur in cursors]
-                except BaseException as exc:
-                    # A failed statement leaves the transaction aborted (the
-                    # server skipped the rest, COMMIT included): end it.
-                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                        with contextlib.suppress(psycopg.Error):
-                            conn.execute("ROLLBACK")
-                    if isinstance(exc, pg_errors.UniqueViolation):
-                        raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
-                    if not isinstance(exc, pg_errors.TransactionRollback) or attempt == _TX_ATTEMPTS:
-                        raise
-                time.sleep(0.005 * attempt)
+                    continue
+                fault_point(faults[1])
+                return rows
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _commit_durably(self, tx: _Conn) -> None:
@@ -466,6 +584,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             return
         self._closed = True
         self._pool.close()
+        if isinstance(self.clock, DatabaseClock):
+            self.clock.close()
 
     # -- wake-ups ------------------------------------------------------------------
 
@@ -514,8 +634,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             if conn.execute(_Q["create_run"], params).rowcount == 1:
                 return new_record(run, now, RunStatus.PENDING, epoch=0), True
             existing = _select_run(conn, run.run_id)
-        if existing is None:  # pruned meanwhile, or (under row-level security) another tenant's
-            raise StoreError(f"run id {run.run_id!r} is taken by a run this store cannot read")
+        if existing is None:  # another tenant's (row-level security), or pruned meanwhile
+            raise lc.id_taken(run.run_id)
         return existing, False
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
@@ -577,13 +697,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         }
 
         def body(tx: _Conn) -> list[Claim]:
-            # The lane walk takes about three times longer to plan than to run,
-            # and its plan does not depend on the values: once psycopg has
-            # prepared it on this connection, reuse one generic plan. Pipelined:
-            # the setting travels with the walk, in one round trip.
-            with tx.pipeline():
-                tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-                lanes, locked = self._select_lanes(tx, params)
+            lanes, locked = self._select_lanes(tx, params)
             if not any(lane.candidates for lane in lanes):
                 return []  # an idle poll: one statement, nothing written
             # Durable only now that it bumps epochs.
@@ -600,16 +714,15 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 if claim is not None:  # None: a takeover that quarantined its run
                     claims.append(claim)
                     claimed.append(candidate)
-            charged = admission.charge(limits, buckets, claimed, now)
-            if charged:
-                tx.execute(_Q["upsert_buckets"], {
-                    "queues": [k[0] for k in charged], "tenants": [k[1] for k in charged],
-                    "tokens": [b.tokens for b in charged.values()], "ats": [b.at for b in charged.values()],
-                })
+            _spend_tokens(tx, admission.charge(limits, buckets, claimed, now), claimed, now)
             fault_point("store.claim.before_commit")  # an idle poll returned above: not a boundary
             return claims
 
-        claims = self._transaction(body)
+        # The lane walk takes about three times longer to plan than to run,
+        # and its plan does not depend on the values: once psycopg has
+        # prepared it on this connection, reuse one generic plan. The setting
+        # travels with the BEGIN, in its round trip.
+        claims = self._transaction(body, begin="BEGIN; SET LOCAL plan_cache_mode = force_generic_plan")
         if claims:
             fault_point("store.claim.after_commit")
         return claims
@@ -798,11 +911,12 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         if event.run_id != run_id:
             raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")
         params.update(_event_params(event))
-        # BEGIN, lock_fenced, finish_fenced, COMMIT in one pipeline: one round
-        # trip. The lock is a statement of its own so that finish_fenced's
-        # snapshot is taken after it was granted (see finish_fenced).
-        locked, ended = self._pipelined([(_Q["lock_fenced"], params), (_Q["finish_fenced"], params)],
-                                        run_id, epoch, _FAULTS["finish"])
+        # lock_fenced then finish_fenced, one transaction in one message: one
+        # round trip. The lock is a statement of its own so that
+        # finish_fenced's snapshot is taken after it was granted (see
+        # finish_fenced).
+        locked, ended = self._one_message([_Q["lock_fenced"], _Q["finish_fenced"]], params,
+                                          run_id, epoch, _FAULTS["finish"])
         if not locked or ended is None or ended[0] != 1 or ended[1] != 1:
             raise LeaseLost(run_id, epoch)
 
@@ -818,7 +932,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             if tx.execute(_Q["create_run"], params).rowcount == 1:
                 return new_record(child, now, RunStatus.PENDING, epoch=0)
             existing = _select_run(tx, child.run_id)
-            assert existing is not None
+            if existing is None:  # another tenant's (row-level security)
+                raise lc.id_taken(child.run_id)
             return existing
 
         return self._transaction(body, faults=_FAULTS["start_child"])
@@ -928,6 +1043,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         ref = hashlib.sha256(data).hexdigest()
         params = {"ref": ref, "now": self.clock()}
         with self._conn() as conn:
+            if not self._exempt:  # a tenant's role: only through store_artifact (see the module doc)
+                row = conn.execute(_Q["store_artifact"], {**params, "data": data}).fetchone()
+                if row is None or row[0] != ref:
+                    raise StoreError(f"the server filed an artifact under {row!r}, not {ref}")
+                return ref
             if len(data) >= _LOOKUP_BEFORE_SEND and conn.execute(_Q["touch_artifact"], params).rowcount == 1:
                 return ref
             conn.execute(_Q["put_artifact"], {**params, "data": data})
@@ -944,6 +1064,14 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
 
 # -- helpers: each runs inside the caller's transaction (or autocommit statement) --
+
+
+def _end_transaction(conn: _Conn) -> None:
+    """Roll back whatever transaction ``conn`` has open (a failed statement
+    leaves it aborted); a connection that broke meanwhile is the pool's."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
 
 
 def _describe(params: Mapping[str, Any]) -> str:
@@ -1132,6 +1260,26 @@ def _lock_limits(
         for q, t, tokens, at in tx.execute(_Q["select_buckets"], {"queues": rated}):
             buckets[(q, t)] = admission.Bucket(tokens, at)
     return limits, queue_running, buckets
+
+
+def _spend_tokens(
+    tx: _Conn, charged: Mapping[admission.BucketKey, admission.Bucket],
+    claimed: Sequence[admission.Candidate], now: float,
+) -> None:
+    """Store the token buckets a claim spent. A tenant's own buckets are
+    written as computed; the queue-wide ones (shared by every tenant) only
+    through ``spend_queue_tokens``, which recomputes them under the same lock
+    and charges no more than this transaction claimed (migration 0006)."""
+    own = {key: bucket for key, bucket in charged.items() if key[1] != admission.QUEUE_WIDE}
+    if own:
+        tx.execute(_Q["upsert_buckets"], {
+            "queues": [k[0] for k in own], "tenants": [k[1] for k in own],
+            "tokens": [b.tokens for b in own.values()], "ats": [b.at for b in own.values()],
+        })
+    wide = sorted(key[0] for key in charged if key[1] == admission.QUEUE_WIDE)
+    if wide:
+        counts = [sum(1 for c in claimed if c.queue == queue and not c.takeover) for queue in wide]
+        tx.execute(_Q["spend_queue_tokens"], {"queues": wide, "counts": counts, "now": now})
 
 
 def _claim_many(
