@@ -650,6 +650,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         # durable like every commit: it hands out epoch 1.
         with self._conn() as conn:
             if conn.execute(_Q["create_run"], params).rowcount == 0:
+                if _select_run(conn, run.run_id) is None:  # another tenant's (row-level security)
+                    raise lc.id_taken(run.run_id)
                 return None
         record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
