@@ -55,18 +55,36 @@ Why these choices:
 * **Few round trips.** A single-event ``append`` (once per step) is one
   autocommit statement; batches use ``unnest`` to stay one statement.
   ``create_run`` and ``create_claimed_run`` are one statement each (atomic in
-  autocommit, durable like every commit). ``finish_run`` sends ``BEGIN``,
-  ``lock_fenced``, ``finish_fenced`` and ``COMMIT`` as one pipeline: one
-  round trip, the same transaction the server would run statement by
-  statement. The lock is a statement of its own so that ``finish_fenced``
+  autocommit, durable like every commit). ``finish_run`` sends
+  ``lock_fenced`` and ``finish_fenced`` as one simple-query message (the
+  parameters bound on the client): one round trip, and one implicit
+  transaction that the server runs statement by statement, each with its own
+  snapshot. The lock is a statement of its own so that ``finish_fenced``
   runs with the row already held at epoch ``e`` and with a snapshot taken
   after the lock was granted: it sees every entry committed before, and a
   parent whose suspension held this row ``FOR SHARE`` (``lock_child_status``)
   before us, so the wake-up cannot be lost. Inside ``finish_fenced`` each part
   runs only if the one before wrote (entry, then run, then parent), so a
-  refused finish writes nothing; a failing statement aborts the transaction
-  (the server skips the rest of the pipeline, ``COMMIT`` included) and the
-  client rolls it back.
+  refused finish writes nothing; a failing statement rolls the whole message
+  back.
+* **No transaction waits on a frozen client for long.** A worker can be
+  frozen at any instant (SIGSTOP, a stalled VM, a debugger) with row locks
+  held on the server, and claims pass over locked rows (``SKIP LOCKED``):
+  its runs would be stuck for as long as it is frozen. PostgreSQL 15 has no
+  ``transaction_timeout``, and ``statement_timeout`` stops counting when a
+  statement completes, so the bound is built from what does exist:
+  ``idle_in_transaction_session_timeout`` (5 s) ends a session that keeps a
+  transaction open while the server waits for its next command, and no
+  transaction here is ever sent as a pipeline. (Between the commands of a
+  pipeline, before its Sync, the server reports the session ``active`` and
+  no timeout applies: a worker frozen there used to wedge its runs forever.)
+  Transactions are either one message (``finish_run``: the server runs all
+  of it on receipt, so a freeze holds nothing) or commands sent whole and
+  answered one at a time (everything else, the claim's ``BEGIN; SET LOCAL``
+  included). On top, ``statement_timeout`` (30 s) bounds each statement and
+  ``lock_timeout`` (10 s) each wait for a lock, so no statement waits for
+  good on a peer that holds a lock. A frozen worker that wakes up finds its
+  session gone (``StoreError``) and its lease fenced.
 * **Durability.** Every commit uses ``synchronous_commit=on`` (or the
   server's stronger default, e.g. ``remote_apply``): it returns only once its
   WAL is flushed to disk. This holds in both modes. The ``process`` mode
@@ -77,9 +95,17 @@ Why these choices:
   half the per-append latency; it is deliberately not offered.) If the server
   runs with ``fsync=off`` no client setting helps. The effect barrier is
   therefore free here: every commit already is one.
-* **Time comes from the injected clock**, passed into every statement, never
-  from the server's ``now()``: tests drive leases with a fake clock, and the
-  Python side decides what "now" is for every machine.
+* **Time is the server's.** Lease expiry, ``runnable_at`` and every other
+  time the store writes and compares come from the store's ``clock``, which
+  by default is ``DatabaseClock``: the server's ``clock_timestamp()``, read
+  every few seconds and carried forward by this machine's monotonic clock. A
+  worker whose wall clock is wrong (120 s ahead, or stepped by NTP) therefore
+  neither takes over a lease that is live by the server's clock nor writes
+  leases that are too short or too long. The clock is still a Python value
+  passed into every statement (never ``now()`` in SQL), so tests inject a
+  fake clock and drive leases with it. What is left to the worker's own
+  clock is what the engine stamps (entry times, ``ctx.sleep`` deadlines):
+  a skewed worker's timers fire early or late by its skew.
 * **Schemas.** Every object lives in one schema (``cairn`` by default), set as
   each connection's ``search_path``; migrations run at open inside one
   transaction guarded by an advisory lock, so many workers starting at once
@@ -87,43 +113,69 @@ Why these choices:
 * **Prepared statements.** psycopg prepares a statement after a few uses on a
   connection. Behind PgBouncer in transaction mode this needs PgBouncer 1.21+
   with ``max_prepared_statements`` set.
-* **Tenancy and row-level security.** Every history row carries its run's
-  tenant, read from the run row by the INSERT itself (the fenced append is
-  still one statement). ``runs`` and ``history`` have row-level security
-  (migration 0004): the owner of the tables (the role that migrated them)
-  is exempt and sees every tenant, while any other role sees and writes only
-  rows whose tenant equals its session setting ``cairn.tenant`` (nothing at
-  all without it). A tenant-scoped deployment is a role set up once by the
-  owner or a superuser::
+* **Tenancy is a boundary bound to database roles** (migration 0006). Every
+  history row carries its run's tenant, read from the run row by the INSERT
+  itself. Every table is under row-level security. The owner of the tables
+  (the role that migrated them) is exempt and sees every tenant: it is the
+  operator. Any other role acts only for the tenants ``tenant_grants``
+  grants it, a table only the owner writes; the session setting
+  ``cairn.tenant`` (set by ``?tenant=`` in the URL, on every pooled
+  connection) narrows that to one tenant and can never widen it: a role of
+  tenant A that sets ``cairn.tenant = 'B'`` sees nothing at all, and a store
+  opened that way is refused at once, naming the grant it lacks. Setting up
+  a tenant's role, once, as a superuser (or a role with CREATEROLE) and the
+  schema's owner::
 
-      CREATE ROLE acme_agent LOGIN PASSWORD '...';
-      GRANT USAGE ON SCHEMA cairn TO acme_agent;
-      GRANT SELECT, INSERT, UPDATE ON cairn.runs, cairn.history TO acme_agent;
-      GRANT SELECT, INSERT, UPDATE ON cairn.artifacts TO acme_agent;
-      GRANT SELECT ON cairn.schema_migrations TO acme_agent;
-      GRANT SELECT, UPDATE (updated_at) ON cairn.queues TO acme_agent;
-      GRANT SELECT, INSERT, UPDATE ON cairn.queue_buckets TO acme_agent;
-      GRANT INSERT ON cairn.artifact_gc TO acme_agent;
+      CREATE ROLE acme_agent LOGIN PASSWORD '...';         -- an administrator
+      SELECT cairn.grant_tenant('acme_agent', 'acme');     -- the schema's owner
 
-  and ``PostgresStore("postgresql://acme_agent@host/db", tenant="acme")``,
-  which runs ``SET cairn.tenant = 'acme'`` on every pooled connection. Runs
-  of other tenants are then absent for it (``get_run`` is ``None``, lists
-  and claims skip them, their history is empty, fenced writes to them raise
-  ``LeaseLost``), and a row written for another tenant is refused by the
-  policy (``StoreError``). Such a store does not migrate (the owner does:
-  ``cairn db migrate``) and does not prune (deleting a shared artifact needs
-  every tenant's references in view). The setting is chosen by the client:
-  this confines a deployment against mistakes, not against code that runs
-  arbitrary SQL as the role. Trees spanning tenants are not supported under
-  a scoped role (a child could not wake a parent it cannot see).
-  Artifacts carry no tenant: they are content-addressed and shared. Queue
-  limits are the deployment's, not a tenant's: a scoped role reads them and
-  locks their rows while it claims (``UPDATE`` on one column is what
-  ``FOR UPDATE`` needs) but cannot change them, and a queue-wide
-  concurrency limit still counts every tenant's running runs (through the
-  ``SECURITY DEFINER`` function ``queue_running_totals``, which returns
-  totals only). It can write token-bucket rows (it spends the tokens), and
-  add to the artifact collection queue (``put_artifact`` queues new bytes).
+  ``grant_tenant`` records the grant and gives exactly the privileges a
+  tenant's store needs (``revoke_tenant`` removes the grant; the privileges
+  then reach nothing). Then ``postgresql://acme_agent@host/db?tenant=acme``.
+  What such a role can do, whatever SQL it runs:
+
+  - ``runs`` and ``history``: read, create and change only its tenants'
+    rows; no DELETE (pruning is the owner's). Another tenant's run is
+    exactly a missing run: ``get_run`` is ``None``, lists and claims skip
+    it, its history is empty, operator actions raise ``RunNotFound`` with
+    the message a missing id gets, fenced writes raise ``LeaseLost``. Run
+    ids are unique across tenants, so creating a run under an id another
+    tenant holds fails with "run id ... is already taken" (``lifecycle.
+    id_taken``), which names no tenant.
+  - ``artifacts``: content-addressed bytes stay shared (identical bytes of
+    two tenants are one row; a tenant's step results are large and often
+    identical, and pruning would otherwise need a copy per tenant), but a
+    role reads a row only through a reference it owns: a run or history
+    entry of its own tenants naming it. It cannot write the table; it stores
+    bytes through ``store_artifact`` (``SECURITY DEFINER``), which hashes
+    them itself, so no role can file bytes under a reference they do not
+    hash to, nor rewrite stored bytes. What sharing leaves: a role that
+    already holds some exact bytes can learn whether they are stored (by
+    naming their hash in a row of its own); it learns nothing it did not
+    have, and a reference is the SHA-256 of more than ``inline_limit``
+    bytes. ``put_artifact`` sends the bytes even when they exist already,
+    so its answer does not tell either.
+  - ``queues``: limits are operator state: readable, never changed by a
+    tenant role (it locks a queue's row while it claims, which ``FOR
+    UPDATE`` allows, but an UPDATE fails the policy).
+  - ``queue_buckets``: it writes its own tenants' buckets; the queue-wide
+    bucket only through ``spend_queue_tokens`` (``SECURITY DEFINER``), which
+    charges no more tokens than its own transaction moved runs of that queue
+    to running, so no role can drain another tenant's rate.
+  - ``artifact_gc`` is the owner's; ``schema_migrations`` is read-only;
+    ``tenant_grants`` shows a role its own grants only.
+  - ``queue_running_totals`` (``SECURITY DEFINER``) tells every role how many
+    runs of a queue are running across all tenants: a queue-wide limit must
+    count them. That total is the only thing of other tenants it sees.
+
+  ``SECURITY DEFINER`` functions run with ``search_path`` fixed to the
+  store's schema then ``pg_temp``. Not covered: a role can hold a queue
+  row's lock (delaying claims of that queue until ``lock_timeout`` or its
+  session's end) and send ``NOTIFY cairn_runnable`` (waking workers for
+  nothing); a database role is still a resource to give with care. A scoped
+  store does not migrate (the owner does: ``cairn db migrate``) and does not
+  prune. Trees spanning tenants are not supported under a scoped role (a
+  child could not wake a parent it cannot see).
 * **Pruning** (``prune_runs``) locks the chosen finished trees, checks them
   again under the locks and deletes them in one transaction, queueing the
   artifacts they referenced in ``artifact_gc``; later transactions delete
@@ -292,10 +344,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     ``pool_size`` caps the connections this store opens; it starts with one and
     grows while threads use it concurrently. ``auto_migrate=False`` opens the
     store without touching the schema (for tools that only report its
-    version); ``migrate()`` then brings it up to date. ``tenant`` scopes the
-    store to one tenant under row-level security: it sets ``cairn.tenant``
-    on every connection (see the module doc; the role must not own the
-    tables, or the policies do not apply to it).
+    version); ``migrate()`` then brings it up to date. ``tenant`` narrows
+    the store to one of the tenants its role is granted: it sets
+    ``cairn.tenant`` on every connection (see the module doc; the owner of
+    the tables is not confined by it). ``clock`` is for tests: by default
+    "now" is the server's clock (``DatabaseClock``).
     """
 
     def __init__(
@@ -535,6 +588,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         schema = sql.Identifier(self.schema)
         applied: list[int] = []
         with conn.transaction():
+            # A migration may rewrite big tables and wait for another
+            # migrator: no statement or lock timeout (a pooled connection has
+            # them, see _configure) for this transaction.
+            conn.execute("SELECT set_config('statement_timeout', '0', true), "
+                         "set_config('lock_timeout', '0', true)")
             # One migrator per schema at a time, across every machine; the
             # lock is released with the transaction.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cairn.migrate:{self.schema}",))
