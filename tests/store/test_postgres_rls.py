@@ -22,13 +22,16 @@ import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cairn import App, Budget, Context
+from cairn.cli.main import main
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.postgres import PostgresStore
@@ -546,3 +549,46 @@ def test_every_app_operation_on_another_tenants_run_is_no_such_run(deployment: D
     finally:
         app.close()
     assert _snapshot(d) == before
+
+
+#: CLI commands on a run id, as another tenant's operator would type them.
+CLI_COMMANDS = [
+    ["show", "{id}"], ["show", "{id}", "--json"], ["events", "{id}"], ["cancel", "{id}"], ["retry", "{id}"],
+    ["kill", "{id}"], ["resume", "{id}", "--force"], ["budget", "{id}", "--tokens", "5"],
+    ["ops", "list", "{id}"], ["ops", "resolve", "{id}", "0", "--done", "1"],
+]
+
+
+def _cli_url(conninfo: str, tenant: str) -> str:
+    """A ``postgresql://`` URL (what the CLI takes) for a libpq conninfo string."""
+    params = conninfo_to_dict(conninfo)
+    query = urlencode({"host": params.get("host", "localhost"), "port": params.get("port", "5432"),
+                       "schema": SCHEMA, "tenant": tenant})
+    return f"postgresql://{params['user']}@/{params['dbname']}?{query}"
+
+
+def test_every_cli_command_on_another_tenants_run_is_no_such_run(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = deployment
+    _acme_world(d)
+    before = _snapshot(d)
+    url = _cli_url(d.urls["globex"], "globex")
+    monkeypatch.setenv("CAIRN_DB", url)
+    runner = CliRunner()
+    for command in CLI_COMMANDS:
+        seen = []
+        for run_id in ("a1", "no-such-run"):
+            result = runner.invoke(main, [part.format(id=run_id) for part in command])
+            seen.append((result.exit_code, result.output.replace(run_id, "<id>")))
+        assert seen[0] == seen[1], command
+        assert seen[0][0] != 0, command
+        assert "no run with id" in seen[0][1], (command, seen[0][1])
+        assert "acme" not in seen[0][1], command
+    result = runner.invoke(main, ["runs", "--tenant", "acme"])
+    assert result.exit_code == 0
+    assert "a1" not in result.output
+    assert _snapshot(d) == before
+    forged = runner.invoke(main, ["--db", _cli_url(d.urls["globex"], "acme"), "runs"])
+    assert forged.exit_code != 0
+    assert "may not act for tenant 'acme'" in forged.output
