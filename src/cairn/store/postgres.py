@@ -335,6 +335,13 @@ class DatabaseClock:
                 self._conn.close()
                 self._conn = None
 
+    def __del__(self) -> None:
+        # A store dropped without close(): its pool's connections go quietly
+        # with it, and so does this one.
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
 
 class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     """Store contract on a PostgreSQL database (see ``contract.Store``).
