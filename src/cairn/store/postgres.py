@@ -479,7 +479,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         )
         values: tuple[str, ...] = (self._search_path, self._default_level, _IDLE_IN_TRANSACTION,
                                    _STATEMENT_TIMEOUT, _LOCK_TIMEOUT)
-        if self.tenant is not None:  # unset, not '': a role that is not the owner then sees nothing
+        if self.tenant is not None:  # unset: a role that is not the owner sees all its granted tenants
             settings += ", set_config('cairn.tenant', %s, false)"
             values += (self.tenant,)
         conn.execute(settings, values)
@@ -1058,9 +1058,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         if dry_run:
             with self._conn() as conn:
                 return len(_select_prunable(conn, older_than, wanted, limit)[1])
-        if self.tenant is not None:
-            raise StoreError(f"a store scoped to tenant {self.tenant!r} cannot prune: artifacts are shared, "
-                             "and only the owner role sees every reference to them (prune as the owner)")
+        if not self._exempt:
+            who = "a tenant's role" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
+            raise StoreError(f"{who} cannot prune: artifacts are shared, and only the owner role sees "
+                             "every reference to them (prune as the owner)")
         now = self.clock()
 
         def body(tx: _Conn) -> int:
