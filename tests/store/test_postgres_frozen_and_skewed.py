@@ -21,7 +21,7 @@ import pytest
 
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import EventType, HistoryEvent, RunStatus
-from tests.store.contract import WF, new_run
+from tests.store.contract import WF, FakeClock, new_run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The server's idle_in_transaction_session_timeout is 5 s: a frozen
@@ -140,4 +140,40 @@ def test_a_worker_with_a_clock_ahead_does_not_take_over_a_live_lease(pg_url: str
         # and its lease was judged by the server's clock, not the honest worker's
         assert store.renew_leases("honest", {"r1": held.run.epoch}, 30.0) == set()
     finally:
+        store.close()
+
+
+#: A worker whose wall clock runs 120 s behind the server's claims a run.
+SKEWED_BEHIND_CLAIM = """
+import sys, time
+real = time.time
+time.time = lambda: real() - 120.0
+from cairn.store.postgres import PostgresStore
+store = PostgresStore(sys.argv[1])
+claims = store.claim_runs("behind", [sys.argv[2]], 10, 30.0, 5)
+print(" ".join(c.run.run_id for c in claims) or "none", flush=True)
+"""
+
+
+def test_a_worker_with_a_clock_behind_does_not_write_a_lease_already_expired(pg_url: str) -> None:
+    """The other side of skew: a lease written by a worker whose clock is
+    behind would have expired at once, and every other worker would take the
+    live run over (and re-send its in-flight write)."""
+    store = PostgresStore(pg_url)
+    # runnable since long ago, so that even a worker 120 s behind sees it due
+    creator = PostgresStore(pg_url, clock=FakeClock(1000.0))
+    try:
+        creator.create_run(new_run("r1"))
+        behind = _child(SKEWED_BEHIND_CLAIM, pg_url)
+        out, err = behind.communicate(timeout=60)
+        assert behind.returncode == 0, err
+        assert out.strip() == "r1"
+        assert store.claim_runs("honest", [WF], 10, 30.0, 5) == []
+        run = store.get_run("r1")
+        assert run is not None
+        assert run.owner == "behind"
+        assert run.lease_expires_at is not None
+        assert run.lease_expires_at > store.clock() + 20
+    finally:
+        creator.close()
         store.close()
