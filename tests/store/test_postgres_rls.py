@@ -15,34 +15,32 @@ what it created.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from cairn.errors import LeaseLost, RunNotFound, StoreError
+from cairn import App, Budget, Context
+from cairn.cli.main import main
+from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import Claim, EventType, Payload, RunFilter, RunStatus
 from tests.store.contract import WF, FakeClock, claim, ev, finish, new_run
 
 SCHEMA = "tenancy"
-#: The grants a tenant-scoped role needs (the module doc of cairn.store.postgres).
-GRANTS = [
-    "GRANT USAGE ON SCHEMA {schema} TO {role}",
-    "GRANT SELECT, INSERT, UPDATE ON {schema}.runs, {schema}.history TO {role}",
-    "GRANT SELECT, INSERT, UPDATE ON {schema}.artifacts TO {role}",
-    "GRANT SELECT ON {schema}.schema_migrations TO {role}",
-    "GRANT SELECT, UPDATE (updated_at) ON {schema}.queues TO {role}",
-    "GRANT SELECT, INSERT, UPDATE ON {schema}.queue_buckets TO {role}",
-    "GRANT INSERT ON {schema}.artifact_gc TO {role}",
-]
+#: How the owner grants a role a tenant (the module doc of cairn.store.postgres).
+GRANT = "SELECT {schema}.grant_tenant(%s, %s)"
 
 
 def running(store: PostgresStore, clock: FakeClock, run_id: str) -> Claim:
@@ -99,10 +97,9 @@ def deployment(pg_url: str) -> Iterator[Deployment]:
         clock = FakeClock()
         owner = PostgresStore(urls["owner"], schema=SCHEMA, clock=clock)  # migrates: it owns the tables
         stores.append(owner)
-        _admin(urls["owner"], *[
-            sql.SQL(grant).format(schema=sql.Identifier(SCHEMA), role=ident[key])
-            for key in ("acme", "globex") for grant in GRANTS
-        ])
+        with psycopg.connect(urls["owner"], autocommit=True) as conn:
+            for key in ("acme", "globex"):
+                conn.execute(sql.SQL(GRANT).format(schema=sql.Identifier(SCHEMA)), (roles[key], key))
         acme = PostgresStore(urls["acme"], schema=SCHEMA, clock=clock, tenant="acme")
         stores.append(acme)
         globex = PostgresStore(urls["globex"], schema=SCHEMA, clock=clock, tenant="globex")
@@ -229,7 +226,8 @@ def test_a_scoped_store_runs_a_whole_life(deployment: Deployment) -> None:
     finish(d.acme, d.clock, c)
     d.acme.set_budget("a1", {"tokens": 5})
     assert d.acme.get_artifact(ref) == b"x" * 100_000
-    assert d.globex.get_artifact(ref) == b"x" * 100_000  # shared: content-addressed, no tenant
+    with pytest.raises(PayloadError, match="missing"):  # readable only through a reference one owns
+        d.globex.get_artifact(ref)
     assert d.acme.kill_runs("stop", tenant="acme") == []  # nothing left running
     tenants = _rows(d.admin_url, "SELECT DISTINCT tenant FROM history")
     assert tenants == [("acme",)]
@@ -249,15 +247,18 @@ def test_the_owner_sees_every_tenant(deployment: Deployment) -> None:
     assert [r.run_id for r in killed] == ["a1"]
 
 
-def test_a_role_without_a_tenant_sees_nothing(deployment: Deployment) -> None:
+def test_a_role_without_a_tenant_setting_sees_its_granted_tenants_only(deployment: Deployment) -> None:
+    """The setting narrows what a role sees; without it the role sees every
+    tenant granted to it, and nothing else."""
     d = deployment
     d.acme.create_run(new_run("a1", tenant="acme"))
+    d.globex.create_run(new_run("g1", tenant="globex"))
     unscoped = PostgresStore(d.urls["acme"], schema=SCHEMA, clock=d.clock)
     try:
-        assert unscoped.get_run("a1") is None
-        assert unscoped.list_runs(RunFilter()) == []
+        assert unscoped.get_run("g1") is None
+        assert [r.run_id for r in unscoped.list_runs(RunFilter())] == ["a1"]
         with pytest.raises(StoreError, match="row-level security"):
-            unscoped.create_run(new_run("a2", tenant="acme"))
+            unscoped.create_run(new_run("g2", tenant="globex"))
     finally:
         unscoped.close()
 
@@ -322,3 +323,272 @@ def test_queue_limits_hold_across_scoped_tenants(deployment: Deployment) -> None
     stats = {s.limits.name: s for s in d.acme.queue_stats()}
     assert stats["q"].limits.concurrency == 3
     assert stats["q"].running == 2  # its own: the other tenant's runs stay invisible
+
+
+# -- the attacker's matrix (issue 9, item 1) ---------------------------------------------------
+#
+# A tenant's role (globex) with raw SQL, under its own setting, a forged one
+# (acme's) and none, tries to read and write every table of another tenant
+# (acme). Reads must return nothing of acme's; afterwards every row the owner
+# sees of acme's (and every shared row) must be exactly as before.
+
+SECRET = b"acme's secret step result " * 5_000  # stored as an artifact (above the lookup threshold)
+
+
+def _acme_world(d: Deployment) -> str:
+    """Runs, history, an artifact, buckets and limits of acme (and a run of
+    globex's own); returns the reference of acme's artifact."""
+    d.owner.set_queue(QueueLimits("q", concurrency=10, rate=Rate(100, 1.0), tenant_rate=Rate(100, 1.0)))
+    d.acme.create_run(new_run("a1", tenant="acme", queue="q"))
+    [a] = d.acme.claim_runs("aw", [WF], 1, 30.0, 3)
+    ref = d.acme.put_artifact(SECRET)
+    step = ev(d.clock, "a1", a.next_seq, a.run.epoch)
+    d.acme.append("a1", a.run.epoch, [dataclasses.replace(step, payload=Payload(ref=ref))])
+    d.globex.create_run(new_run("g1", tenant="globex", queue="q"))
+    assert [c.run.run_id for c in d.globex.claim_runs("gw", [WF], 1, 30.0, 3)] == ["g1"]
+    assert d.acme.get_artifact(ref) == SECRET
+    return ref
+
+
+SNAPSHOTS = {
+    "runs": "SELECT * FROM runs WHERE tenant <> 'globex' ORDER BY run_id",
+    "history": "SELECT * FROM history WHERE tenant <> 'globex' ORDER BY run_id, seq",
+    "artifacts": "SELECT * FROM artifacts ORDER BY ref",
+    "artifact_gc": "SELECT * FROM artifact_gc ORDER BY ref",
+    "queues": "SELECT * FROM queues ORDER BY name",
+    "queue_buckets": "SELECT * FROM queue_buckets WHERE tenant <> 'globex' ORDER BY queue, tenant",
+    "schema_migrations": "SELECT * FROM schema_migrations ORDER BY version",
+    "tenant_grants": "SELECT * FROM tenant_grants ORDER BY role, tenant",
+}
+
+#: (table, statement): reads of acme's rows, which must return no row.
+READS = [
+    ("runs", "SELECT run_id FROM runs WHERE tenant = 'acme' OR run_id = 'a1'"),
+    ("runs", "SELECT run_id FROM runs WHERE run_id = 'a1' FOR UPDATE"),
+    ("history", "SELECT seq FROM history WHERE tenant = 'acme' OR run_id = 'a1'"),
+    ("artifacts", "SELECT ref FROM artifacts WHERE ref = %(ref)s"),
+    ("artifacts", "SELECT ref FROM artifacts"),
+    ("artifact_gc", "SELECT ref FROM artifact_gc"),
+    ("queue_buckets", "SELECT tenant FROM queue_buckets WHERE tenant = 'acme'"),
+    ("tenant_grants", "SELECT tenant FROM tenant_grants WHERE tenant = 'acme'"),
+    ("functions", "SELECT * FROM queue_running_totals(ARRAY['q']) WHERE false"),  # totals only: see the doc
+]
+
+#: (table, statement): writes to acme's rows or to shared state, which must change nothing.
+WRITES = [
+    ("runs", "UPDATE runs SET status = 'killed', epoch = epoch + 1 WHERE run_id = 'a1'"),
+    ("runs", "UPDATE runs SET tenant = 'acme' WHERE run_id = 'g1'"),
+    ("runs", "DELETE FROM runs WHERE run_id = 'a1'"),
+    ("runs", "INSERT INTO runs (run_id, tenant, workflow, workflow_version, status, created_at, updated_at) "
+             "VALUES ('evil', 'acme', 'wf', '1', 'pending', 0, 0)"),
+    ("history", "UPDATE history SET detail = 'evil' WHERE run_id = 'a1'"),
+    ("history", "DELETE FROM history WHERE run_id = 'a1'"),
+    ("history", "INSERT INTO history (run_id, seq, event, at, epoch, tenant) "
+                "VALUES ('a1', 99, 'run.completed', 0, 0, 'acme')"),
+    ("artifacts", "UPDATE artifacts SET data = 'evil' WHERE ref = %(ref)s"),
+    ("artifacts", "UPDATE artifacts SET touched_at = 1e300"),
+    ("artifacts", "DELETE FROM artifacts"),
+    ("artifacts", "INSERT INTO artifacts (ref, data, touched_at) VALUES (%(next_ref)s, 'evil', 0)"),
+    ("artifact_gc", "DELETE FROM artifact_gc"),
+    ("artifact_gc", "INSERT INTO artifact_gc (ref, queued_at) VALUES ('x', 0)"),
+    ("queues", "UPDATE queues SET rate_limit = 1, concurrency = 1"),
+    ("queues", "UPDATE queues SET updated_at = 0"),
+    ("queues", "DELETE FROM queues"),
+    ("queues", "INSERT INTO queues (name, concurrency, updated_at) VALUES ('q2', 1, 0)"),
+    ("queue_buckets", "UPDATE queue_buckets SET tokens = -1e9"),
+    ("queue_buckets", "DELETE FROM queue_buckets"),
+    ("queue_buckets", "INSERT INTO queue_buckets VALUES ('q', '', -1e9, 1e12) "
+                      "ON CONFLICT (queue, tenant) DO UPDATE SET tokens = -1e9, refilled_at = 1e12"),
+    ("queue_buckets", "INSERT INTO queue_buckets VALUES ('q', 'acme', -1e9, 1e12) "
+                      "ON CONFLICT (queue, tenant) DO UPDATE SET tokens = -1e9, refilled_at = 1e12"),
+    ("queue_buckets", "INSERT INTO queue_buckets VALUES ('q3', '', -1e9, 1e12)"),
+    ("schema_migrations", "UPDATE schema_migrations SET name = 'evil'"),
+    ("schema_migrations", "DELETE FROM schema_migrations"),
+    ("schema_migrations", "INSERT INTO schema_migrations VALUES (999, 'evil', 0)"),
+    ("tenant_grants", "INSERT INTO tenant_grants VALUES (current_user, 'acme')"),
+    ("tenant_grants", "UPDATE tenant_grants SET tenant = 'acme'"),
+    ("tenant_grants", "DELETE FROM tenant_grants"),
+    ("functions", "SELECT grant_tenant(current_user, 'acme')"),
+    ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
+]
+
+#: The session settings an attacker may choose: its own tenant, another's, none.
+SETTINGS = {"own": "globex", "forged": "acme", "unset": None}
+
+
+def _attack(d: Deployment, setting: str | None, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run ``query`` as globex's role; the rows it returned ([] if refused)."""
+    with psycopg.connect(d.urls["globex"], autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(SCHEMA)))
+        if setting is not None:
+            conn.execute("SELECT set_config('cairn.tenant', %s, false)", (setting,))
+        try:
+            cur = conn.execute(query, params)
+        except psycopg.Error:
+            return []
+        return cur.fetchall() if cur.description is not None else []
+
+
+def _snapshot(d: Deployment) -> dict[str, list[tuple[Any, ...]]]:
+    return {table: d.as_role("owner", query) for table, query in SNAPSHOTS.items()}
+
+
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_a_tenant_role_reads_and_writes_nothing_of_another_tenant_with_raw_sql(
+    deployment: Deployment, setting: str
+) -> None:
+    d = deployment
+    ref = _acme_world(d)
+    params = {"ref": ref, "next_ref": hashlib.sha256(b"acme's next result").hexdigest(),
+              "acme_role": conninfo_to_dict(d.urls["acme"])["user"]}
+    before = _snapshot(d)
+    assert before["runs"]
+    assert before["history"]
+    assert before["artifacts"]
+    assert before["queue_buckets"]
+    tables = {table for table, _ in READS + WRITES}
+    assert tables >= set(SNAPSHOTS), "every table is attacked"
+    leaks = [(table, query, rows) for table, query in READS
+             if (rows := _attack(d, SETTINGS[setting], query, params))]
+    assert leaks == []
+    for _, query in WRITES:
+        _attack(d, SETTINGS[setting], query, params)
+    after = _snapshot(d)
+    changed = {table: (before[table], after[table]) for table in SNAPSHOTS if before[table] != after[table]}
+    assert changed == {}
+    assert d.acme.get_artifact(ref) == SECRET
+    # The role still works for its own tenant (the matrix is not vacuous).
+    if setting != "forged":
+        assert _attack(d, SETTINGS[setting], "SELECT run_id FROM runs", params) == [("g1",)]
+        assert _attack(d, SETTINGS[setting], "UPDATE runs SET priority = 1 WHERE run_id = 'g1' "
+                                             "RETURNING run_id", params) == [("g1",)]
+    else:  # the forged setting narrows globex's grants to nothing
+        assert _attack(d, SETTINGS[setting], "SELECT run_id FROM runs", params) == []
+
+
+def test_the_queue_wide_bucket_is_charged_only_for_claims_made(deployment: Deployment) -> None:
+    """spend_queue_tokens charges no more than the caller's own transaction
+    claimed: called alone, with a huge count, it cannot drain the bucket."""
+    d = deployment
+    _acme_world(d)
+    query = "SELECT tokens FROM queue_buckets WHERE queue = 'q' AND tenant = ''"
+    [(tokens,)] = d.as_role("owner", query)
+    _attack(d, "globex", "SELECT spend_queue_tokens(ARRAY['q'], ARRAY[1000000000]::bigint[], 1e12)", {})
+    [(after,)] = d.as_role("owner", query)
+    assert after >= tokens
+
+
+def test_a_role_cannot_open_a_store_for_a_tenant_it_is_not_granted(deployment: Deployment) -> None:
+    with pytest.raises(StoreError, match="may not act for tenant 'acme'") as info:
+        PostgresStore(deployment.urls["globex"], schema=SCHEMA, tenant="acme")
+    assert "\n" not in str(info.value)
+
+
+def test_artifacts_cannot_be_filed_under_a_reference_they_do_not_hash_to(deployment: Deployment) -> None:
+    """Poisoning: bytes stored before their owner stores them must be exactly
+    the bytes, whatever reference the attacker wanted them under."""
+    d = deployment
+    wanted = hashlib.sha256(SECRET).hexdigest()
+    stored = _attack(d, "globex", "SELECT store_artifact('evil', 0)", {})
+    assert stored
+    assert stored[0][0] == hashlib.sha256(b"evil").hexdigest() != wanted
+    _acme_world(d)  # acme stores SECRET now
+    assert d.acme.get_artifact(wanted) == SECRET
+
+
+# -- every App operation, as the other tenant ---------------------------------------------------
+
+def _outcome(call: Callable[[], Any], run_id: str) -> tuple[str, str]:
+    try:
+        result = call()
+    except Exception as exc:
+        return type(exc).__name__, str(exc).replace(repr(run_id), "<id>")
+    return "ok", repr(result)
+
+
+APP_OPERATIONS: dict[str, Callable[[App, str], Any]] = {
+    "get": lambda app, rid: app.get_run(rid),
+    "history": lambda app, rid: app.history(rid),
+    "operations": lambda app, rid: app.operations(rid),
+    "list": lambda app, rid: [r.run_id for r in app.list_runs(tenant="acme")],
+    "cancel": lambda app, rid: app.cancel(rid),
+    "kill": lambda app, rid: app.kill(rid),
+    "kill_tenant": lambda app, rid: app.kill(tenant="acme"),
+    "retry": lambda app, rid: app.retry(rid),
+    "revive": lambda app, rid: app.revive(rid),
+    "budget": lambda app, rid: app.set_budget(rid, Budget(tokens=1)),
+    "resolve": lambda app, rid: app.resolve_operation(rid, 0, done=True),
+    "resume": lambda app, rid: app.resume(rid),
+}
+
+
+def test_every_app_operation_on_another_tenants_run_is_no_such_run(deployment: Deployment) -> None:
+    d = deployment
+    _acme_world(d)
+    d.acme.create_run(new_run("a2", tenant="acme"))
+    d.acme.cancel_run("a2", "finished, for retry and revive")
+    before = _snapshot(d)
+    app = App(store=PostgresStore(d.urls["globex"], schema=SCHEMA, tenant="globex"))
+    try:
+        for name, operation in APP_OPERATIONS.items():
+            for victim in ("a1", "a2"):
+                theirs = _outcome(lambda: operation(app, victim), victim)  # noqa: B023 - called at once
+                nobody = _outcome(lambda: operation(app, "no-such-run"), "no-such-run")  # noqa: B023
+                assert theirs == nobody, name
+                assert "acme" not in theirs[1] or name in ("list", "kill_tenant"), name
+
+        @app.workflow
+        def wf(ctx: Context, x: int) -> int:
+            return x
+
+        for start in (lambda: app.start(wf, 1, run_id="a1", tenant="globex"),
+                      lambda: app.run(wf, 1, run_id="a1", tenant="globex")):
+            with pytest.raises(InvalidRunState, match="already taken") as info:
+                start()
+            assert "acme" not in str(info.value)
+    finally:
+        app.close()
+    assert _snapshot(d) == before
+
+
+#: CLI commands on a run id, as another tenant's operator would type them.
+CLI_COMMANDS = [
+    ["show", "{id}"], ["show", "{id}", "--json"], ["events", "{id}"], ["cancel", "{id}"], ["retry", "{id}"],
+    ["kill", "{id}"], ["resume", "{id}", "--force"], ["budget", "{id}", "--tokens", "5"],
+    ["ops", "list", "{id}"], ["ops", "resolve", "{id}", "0", "--done", "1"],
+]
+
+
+def _cli_url(conninfo: str, tenant: str) -> str:
+    """A ``postgresql://`` URL (what the CLI takes) for a libpq conninfo string."""
+    params = conninfo_to_dict(conninfo)
+    query = urlencode({"host": params.get("host", "localhost"), "port": params.get("port", "5432"),
+                       "schema": SCHEMA, "tenant": tenant})
+    return f"postgresql://{params['user']}@/{params['dbname']}?{query}"
+
+
+def test_every_cli_command_on_another_tenants_run_is_no_such_run(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = deployment
+    _acme_world(d)
+    before = _snapshot(d)
+    url = _cli_url(d.urls["globex"], "globex")
+    monkeypatch.setenv("CAIRN_DB", url)
+    runner = CliRunner()
+    for command in CLI_COMMANDS:
+        seen = []
+        for run_id in ("a1", "no-such-run"):
+            result = runner.invoke(main, [part.format(id=run_id) for part in command])
+            seen.append((result.exit_code, result.output.replace(run_id, "<id>")))
+        assert seen[0] == seen[1], command
+        assert seen[0][0] != 0, command
+        assert "no run with id" in seen[0][1], (command, seen[0][1])
+        assert "acme" not in seen[0][1], command
+    result = runner.invoke(main, ["runs", "--tenant", "acme"])
+    assert result.exit_code == 0
+    assert "a1" not in result.output
+    assert _snapshot(d) == before
+    forged = runner.invoke(main, ["--db", _cli_url(d.urls["globex"], "acme"), "runs"])
+    assert forged.exit_code != 0
+    assert "may not act for tenant 'acme'" in forged.output

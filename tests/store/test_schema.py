@@ -76,6 +76,10 @@ POSTGRES_ONLY = {
     "touch_artifact": "artifacts are rows here (SQLite: files)",
     "get_artifact": "artifacts are rows here (SQLite: files)",
     "delete_stale_artifacts": "artifacts are rows here (SQLite: files deleted by the store)",
+    "store_artifact": "a tenant's role stores artifact rows only through a SECURITY DEFINER function",
+    "spend_queue_tokens": "queue-wide token buckets are spent through a SECURITY DEFINER function that "
+                          "charges only what the transaction claimed (tenant roles cannot write them)",
+    "role_scope": "row-level security and tenant grants are PostgreSQL's (SQLite has no roles)",
 }
 
 

@@ -93,8 +93,9 @@ def open_store(
 
 def _open_postgres(url: str, mode: Durability, migrate: bool) -> Store:
     """``postgresql://user@host:port/db?schema=name&tenant=acme``: ``schema``
-    (default ``cairn``) and ``tenant`` (scope every connection to one tenant,
-    enforced by row-level security for a tenant-scoped role) are Cairn's own
+    (default ``cairn``) and ``tenant`` (narrow every connection to one of the
+    tenants the role is granted; row-level security holds a role that is not
+    the tables' owner to its grants, see ``cairn.store.postgres``) are Cairn's own
     query parameters, removed before libpq sees the URL."""
     try:
         from cairn.store.postgres import PostgresStore

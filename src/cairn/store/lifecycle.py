@@ -108,6 +108,13 @@ def created_detail(run: NewRun) -> dict[str, Any]:
     return detail
 
 
+def id_taken(run_id: str) -> InvalidRunState:
+    """The error for creating a run whose id a run this store cannot read
+    holds (another tenant's, under row-level security). It names no tenant
+    and is the same whoever holds the id: "taken" is all a caller learns."""
+    return InvalidRunState(f"run id {run_id!r} is already taken: choose another")
+
+
 def create(run: NewRun, now: float) -> HistoryEvent:
     """The first entry of a new ``pending`` run (epoch 0)."""
     return entry(run.run_id, EventType.RUN_CREATED, now, 0, None, created_detail(run), seq=1)

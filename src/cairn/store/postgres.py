@@ -55,18 +55,36 @@ Why these choices:
 * **Few round trips.** A single-event ``append`` (once per step) is one
   autocommit statement; batches use ``unnest`` to stay one statement.
   ``create_run`` and ``create_claimed_run`` are one statement each (atomic in
-  autocommit, durable like every commit). ``finish_run`` sends ``BEGIN``,
-  ``lock_fenced``, ``finish_fenced`` and ``COMMIT`` as one pipeline: one
-  round trip, the same transaction the server would run statement by
-  statement. The lock is a statement of its own so that ``finish_fenced``
+  autocommit, durable like every commit). ``finish_run`` sends
+  ``lock_fenced`` and ``finish_fenced`` as one simple-query message (the
+  parameters bound on the client): one round trip, and one implicit
+  transaction that the server runs statement by statement, each with its own
+  snapshot. The lock is a statement of its own so that ``finish_fenced``
   runs with the row already held at epoch ``e`` and with a snapshot taken
   after the lock was granted: it sees every entry committed before, and a
   parent whose suspension held this row ``FOR SHARE`` (``lock_child_status``)
   before us, so the wake-up cannot be lost. Inside ``finish_fenced`` each part
   runs only if the one before wrote (entry, then run, then parent), so a
-  refused finish writes nothing; a failing statement aborts the transaction
-  (the server skips the rest of the pipeline, ``COMMIT`` included) and the
-  client rolls it back.
+  refused finish writes nothing; a failing statement rolls the whole message
+  back.
+* **No transaction waits on a frozen client for long.** A worker can be
+  frozen at any instant (SIGSTOP, a stalled VM, a debugger) with row locks
+  held on the server, and claims pass over locked rows (``SKIP LOCKED``):
+  its runs would be stuck for as long as it is frozen. PostgreSQL 15 has no
+  ``transaction_timeout``, and ``statement_timeout`` stops counting when a
+  statement completes, so the bound is built from what does exist:
+  ``idle_in_transaction_session_timeout`` (5 s) ends a session that keeps a
+  transaction open while the server waits for its next command, and no
+  transaction here is ever sent as a pipeline. (Between the commands of a
+  pipeline, before its Sync, the server reports the session ``active`` and
+  no timeout applies: a worker frozen there used to wedge its runs forever.)
+  Transactions are either one message (``finish_run``: the server runs all
+  of it on receipt, so a freeze holds nothing) or commands sent whole and
+  answered one at a time (everything else, the claim's ``BEGIN; SET LOCAL``
+  included). On top, ``statement_timeout`` (30 s) bounds each statement and
+  ``lock_timeout`` (10 s) each wait for a lock, so no statement waits for
+  good on a peer that holds a lock. A frozen worker that wakes up finds its
+  session gone (``StoreError``) and its lease fenced.
 * **Durability.** Every commit uses ``synchronous_commit=on`` (or the
   server's stronger default, e.g. ``remote_apply``): it returns only once its
   WAL is flushed to disk. This holds in both modes. The ``process`` mode
@@ -77,9 +95,17 @@ Why these choices:
   half the per-append latency; it is deliberately not offered.) If the server
   runs with ``fsync=off`` no client setting helps. The effect barrier is
   therefore free here: every commit already is one.
-* **Time comes from the injected clock**, passed into every statement, never
-  from the server's ``now()``: tests drive leases with a fake clock, and the
-  Python side decides what "now" is for every machine.
+* **Time is the server's.** Lease expiry, ``runnable_at`` and every other
+  time the store writes and compares come from the store's ``clock``, which
+  by default is ``DatabaseClock``: the server's ``clock_timestamp()``, read
+  every few seconds and carried forward by this machine's monotonic clock. A
+  worker whose wall clock is wrong (120 s ahead, or stepped by NTP) therefore
+  neither takes over a lease that is live by the server's clock nor writes
+  leases that are too short or too long. The clock is still a Python value
+  passed into every statement (never ``now()`` in SQL), so tests inject a
+  fake clock and drive leases with it. What is left to the worker's own
+  clock is what the engine stamps (entry times, ``ctx.sleep`` deadlines):
+  a skewed worker's timers fire early or late by its skew.
 * **Schemas.** Every object lives in one schema (``cairn`` by default), set as
   each connection's ``search_path``; migrations run at open inside one
   transaction guarded by an advisory lock, so many workers starting at once
@@ -87,43 +113,69 @@ Why these choices:
 * **Prepared statements.** psycopg prepares a statement after a few uses on a
   connection. Behind PgBouncer in transaction mode this needs PgBouncer 1.21+
   with ``max_prepared_statements`` set.
-* **Tenancy and row-level security.** Every history row carries its run's
-  tenant, read from the run row by the INSERT itself (the fenced append is
-  still one statement). ``runs`` and ``history`` have row-level security
-  (migration 0004): the owner of the tables (the role that migrated them)
-  is exempt and sees every tenant, while any other role sees and writes only
-  rows whose tenant equals its session setting ``cairn.tenant`` (nothing at
-  all without it). A tenant-scoped deployment is a role set up once by the
-  owner or a superuser::
+* **Tenancy is a boundary bound to database roles** (migration 0006). Every
+  history row carries its run's tenant, read from the run row by the INSERT
+  itself. Every table is under row-level security. The owner of the tables
+  (the role that migrated them) is exempt and sees every tenant: it is the
+  operator. Any other role acts only for the tenants ``tenant_grants``
+  grants it, a table only the owner writes; the session setting
+  ``cairn.tenant`` (set by ``?tenant=`` in the URL, on every pooled
+  connection) narrows that to one tenant and can never widen it: a role of
+  tenant A that sets ``cairn.tenant = 'B'`` sees nothing at all, and a store
+  opened that way is refused at once, naming the grant it lacks. Setting up
+  a tenant's role, once, as a superuser (or a role with CREATEROLE) and the
+  schema's owner::
 
-      CREATE ROLE acme_agent LOGIN PASSWORD '...';
-      GRANT USAGE ON SCHEMA cairn TO acme_agent;
-      GRANT SELECT, INSERT, UPDATE ON cairn.runs, cairn.history TO acme_agent;
-      GRANT SELECT, INSERT, UPDATE ON cairn.artifacts TO acme_agent;
-      GRANT SELECT ON cairn.schema_migrations TO acme_agent;
-      GRANT SELECT, UPDATE (updated_at) ON cairn.queues TO acme_agent;
-      GRANT SELECT, INSERT, UPDATE ON cairn.queue_buckets TO acme_agent;
-      GRANT INSERT ON cairn.artifact_gc TO acme_agent;
+      CREATE ROLE acme_agent LOGIN PASSWORD '...';         -- an administrator
+      SELECT cairn.grant_tenant('acme_agent', 'acme');     -- the schema's owner
 
-  and ``PostgresStore("postgresql://acme_agent@host/db", tenant="acme")``,
-  which runs ``SET cairn.tenant = 'acme'`` on every pooled connection. Runs
-  of other tenants are then absent for it (``get_run`` is ``None``, lists
-  and claims skip them, their history is empty, fenced writes to them raise
-  ``LeaseLost``), and a row written for another tenant is refused by the
-  policy (``StoreError``). Such a store does not migrate (the owner does:
-  ``cairn db migrate``) and does not prune (deleting a shared artifact needs
-  every tenant's references in view). The setting is chosen by the client:
-  this confines a deployment against mistakes, not against code that runs
-  arbitrary SQL as the role. Trees spanning tenants are not supported under
-  a scoped role (a child could not wake a parent it cannot see).
-  Artifacts carry no tenant: they are content-addressed and shared. Queue
-  limits are the deployment's, not a tenant's: a scoped role reads them and
-  locks their rows while it claims (``UPDATE`` on one column is what
-  ``FOR UPDATE`` needs) but cannot change them, and a queue-wide
-  concurrency limit still counts every tenant's running runs (through the
-  ``SECURITY DEFINER`` function ``queue_running_totals``, which returns
-  totals only). It can write token-bucket rows (it spends the tokens), and
-  add to the artifact collection queue (``put_artifact`` queues new bytes).
+  ``grant_tenant`` records the grant and gives exactly the privileges a
+  tenant's store needs (``revoke_tenant`` removes the grant; the privileges
+  then reach nothing). Then ``postgresql://acme_agent@host/db?tenant=acme``.
+  What such a role can do, whatever SQL it runs:
+
+  - ``runs`` and ``history``: read, create and change only its tenants'
+    rows; no DELETE (pruning is the owner's). Another tenant's run is
+    exactly a missing run: ``get_run`` is ``None``, lists and claims skip
+    it, its history is empty, operator actions raise ``RunNotFound`` with
+    the message a missing id gets, fenced writes raise ``LeaseLost``. Run
+    ids are unique across tenants, so creating a run under an id another
+    tenant holds fails with "run id ... is already taken" (``lifecycle.
+    id_taken``), which names no tenant.
+  - ``artifacts``: content-addressed bytes stay shared (identical bytes of
+    two tenants are one row; a tenant's step results are large and often
+    identical, and pruning would otherwise need a copy per tenant), but a
+    role reads a row only through a reference it owns: a run or history
+    entry of its own tenants naming it. It cannot write the table; it stores
+    bytes through ``store_artifact`` (``SECURITY DEFINER``), which hashes
+    them itself, so no role can file bytes under a reference they do not
+    hash to, nor rewrite stored bytes. What sharing leaves: a role that
+    already holds some exact bytes can learn whether they are stored (by
+    naming their hash in a row of its own); it learns nothing it did not
+    have, and a reference is the SHA-256 of more than ``inline_limit``
+    bytes. ``put_artifact`` sends the bytes even when they exist already,
+    so its answer does not tell either.
+  - ``queues``: limits are operator state: readable, never changed by a
+    tenant role (it locks a queue's row while it claims, which ``FOR
+    UPDATE`` allows, but an UPDATE fails the policy).
+  - ``queue_buckets``: it writes its own tenants' buckets; the queue-wide
+    bucket only through ``spend_queue_tokens`` (``SECURITY DEFINER``), which
+    charges no more tokens than its own transaction moved runs of that queue
+    to running, so no role can drain another tenant's rate.
+  - ``artifact_gc`` is the owner's; ``schema_migrations`` is read-only;
+    ``tenant_grants`` shows a role its own grants only.
+  - ``queue_running_totals`` (``SECURITY DEFINER``) tells every role how many
+    runs of a queue are running across all tenants: a queue-wide limit must
+    count them. That total is the only thing of other tenants it sees.
+
+  ``SECURITY DEFINER`` functions run with ``search_path`` fixed to the
+  store's schema then ``pg_temp``. Not covered: a role can hold a queue
+  row's lock (delaying claims of that queue until ``lock_timeout`` or its
+  session's end) and send ``NOTIFY cairn_runnable`` (waking workers for
+  nothing); a database role is still a resource to give with care. A scoped
+  store does not migrate (the owner does: ``cairn db migrate``) and does not
+  prune. Trees spanning tenants are not supported under a scoped role (a
+  child could not wake a parent it cannot see).
 * **Pruning** (``prune_runs``) locks the chosen finished trees, checks them
   again under the locks and deletes them in one transaction, queueing the
   artifacts they referenced in ``artifact_gc``; later transactions delete
@@ -204,6 +256,12 @@ _TX_ATTEMPTS = 5
 #: How long a connection may sit idle inside a transaction before the server
 #: ends it and releases its locks (see ``_configure``).
 _IDLE_IN_TRANSACTION = "5s"
+#: The longest any one statement may run, and wait for a lock, before the
+#: server cancels it (see ``_configure``).
+_STATEMENT_TIMEOUT = "30s"
+_LOCK_TIMEOUT = "10s"
+#: How often ``DatabaseClock`` reads the server's clock again.
+_CLOCK_RESYNC_SECONDS = 10.0
 #: Artifacts at least this large are looked up before they are sent: a
 #: content-addressed store often already has them.
 _LOOKUP_BEFORE_SEND = 64 * 1024
@@ -217,6 +275,74 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+class DatabaseClock:
+    """The database server's clock, as every PostgresStore's "now".
+
+    Lease expiry and the times runs become runnable are compared across
+    machines, so they must come from one clock: the server's, not each
+    worker's (a worker whose clock ran 120 s ahead used to take over live
+    leases at once). Reading the server for every "now" would cost a round
+    trip per call, so this reads ``clock_timestamp()`` once every
+    ``resync`` seconds, on a connection of its own, and in between adds this
+    machine's *monotonic* clock, which a wrong or stepped wall clock does not
+    move. The error is half a round trip at the last reading plus the
+    monotonic clock's drift since (parts per million of ``resync``). Should
+    the server be unreachable at a resync, the last offset stays in use (the
+    store's own statements fail then anyway).
+    """
+
+    def __init__(self, url: str, kwargs: Mapping[str, Any], resync: float = _CLOCK_RESYNC_SECONDS) -> None:
+        self._url = url
+        self._kwargs = dict(kwargs)
+        self._resync = resync
+        self._lock = threading.Lock()
+        self._conn: _Conn | None = None
+        self._offset: float | None = None
+        self._read_at = 0.0
+
+    def __call__(self) -> float:
+        if self._offset is None or time.monotonic() - self._read_at >= self._resync:
+            with self._lock:
+                if self._offset is None or time.monotonic() - self._read_at >= self._resync:
+                    self._read()
+        assert self._offset is not None
+        return time.monotonic() + self._offset
+
+    def _read(self) -> None:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._url, **self._kwargs)
+            before = time.monotonic()
+            row = self._conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+            after = time.monotonic()
+        except psycopg.Error as exc:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            if self._offset is None:
+                raise StoreError(f"cannot read the PostgreSQL server's clock: {_one_line(exc)}") from None
+            log.warning("cannot read the PostgreSQL server's clock (%s); keeping the last offset",
+                        _one_line(exc))
+            self._read_at = time.monotonic()
+            return
+        assert row is not None
+        self._offset = float(row[0]) - (before + after) / 2
+        self._read_at = after
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __del__(self) -> None:
+        # A store dropped without close(): its pool's connections go quietly
+        # with it, and so does this one.
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
 class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     """Store contract on a PostgreSQL database (see ``contract.Store``).
 
@@ -225,10 +351,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     ``pool_size`` caps the connections this store opens; it starts with one and
     grows while threads use it concurrently. ``auto_migrate=False`` opens the
     store without touching the schema (for tools that only report its
-    version); ``migrate()`` then brings it up to date. ``tenant`` scopes the
-    store to one tenant under row-level security: it sets ``cairn.tenant``
-    on every connection (see the module doc; the role must not own the
-    tables, or the policies do not apply to it).
+    version); ``migrate()`` then brings it up to date. ``tenant`` narrows
+    the store to one of the tenants its role is granted: it sets
+    ``cairn.tenant`` on every connection (see the module doc; the owner of
+    the tables is not confined by it). ``clock`` is for tests: by default
+    "now" is the server's clock (``DatabaseClock``).
     """
 
     def __init__(
@@ -236,7 +363,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         url: str,
         *,
         durability: Durability = Durability.PROCESS,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         schema: str = "cairn",
         pool_size: int = 10,
         auto_migrate: bool = True,
@@ -249,7 +376,6 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         if tenant is not None and not tenant:
             raise ValueError("tenant must be a non-empty name (or None for the owner's unscoped store)")
         self.durability = durability
-        self.clock = clock
         self.schema = schema
         #: the tenant this store is confined to by row-level security, if any
         self.tenant = tenant
@@ -266,6 +392,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             kwargs["connect_timeout"] = _CONNECT_TIMEOUT
         if "application_name" not in params:
             kwargs["application_name"] = "cairn"
+        #: what "now" is for every lease and runnable time this store writes
+        #: and compares: the database server's clock unless one is injected
+        self.clock: Callable[[], float] = clock if clock is not None else DatabaseClock(url, kwargs)
         try:
             with psycopg.connect(url, **kwargs) as conn:
                 # The level a commit that must be durable uses: the server's
@@ -296,10 +425,34 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         try:
             self._pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
         except PoolTimeout:
-            self._pool.close()
+            self.close()
             raise StoreError(
                 f"cannot open PostgreSQL database {self._where}: no connection within {_CONNECT_TIMEOUT}s"
             ) from None
+        try:
+            #: whether row-level security passes this role by (the owner's, a superuser)
+            self._exempt = self._check_role()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_role(self) -> bool:
+        """Whether the role is exempt from row-level security; a scoped
+        store whose role is not granted its tenant is refused here, with the
+        fix, instead of opening onto a database where it sees nothing."""
+        with self._conn() as conn:
+            if conn.execute("SELECT to_regclass('tenant_grants') IS NULL").fetchone() in (None, (True,)):
+                return True  # not migrated yet (cairn db): nothing to scope by
+            row = conn.execute(_Q["role_scope"], {"tenant": self.tenant}).fetchone()
+            user = conn.info.user
+        exempt, granted = bool(row and row[0]), bool(row and row[1])
+        if not exempt and not granted:
+            raise StoreError(
+                f"role {user!r} may not act for tenant {self.tenant!r} in schema {self.schema!r} on "
+                f"{self._where} (the schema's owner grants it: SELECT {self.schema}.grant_tenant("
+                f"'{user}', '{self.tenant}'))"
+            )
+        return exempt
 
     # -- connections, transactions, migrations ---------------------------------
 
@@ -310,16 +463,23 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         # idle_in_transaction_session_timeout: a client frozen mid-transaction
         # (SIGSTOP, a stalled VM, a partition) would otherwise keep its run rows
         # locked for as long as it is frozen, and claims (SKIP LOCKED) would
-        # pass over those runs even after their lease expired.
+        # pass over those runs even after their lease expired. It fires only
+        # while the server waits for the client's next command, which is why
+        # no transaction here is ever sent as a pipeline (see
+        # ``_one_message``). statement_timeout bounds what the server does on
+        # one command, lock_timeout how long it waits for a row lock: nothing
+        # a frozen or hostile peer holds can stall a statement here for good.
         # jit off: every statement here is short, and the claim's recursive
         # lane walk has estimates large enough that JIT compiling it cost
         # 30 ms per claim, a hundred times the walk itself.
         settings = (
             "SELECT set_config('search_path', %s, false), set_config('synchronous_commit', %s, false), "
-            "set_config('idle_in_transaction_session_timeout', %s, false), set_config('jit', 'off', false)"
+            "set_config('idle_in_transaction_session_timeout', %s, false), set_config('jit', 'off', false), "
+            "set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)"
         )
-        values: tuple[str, ...] = (self._search_path, self._default_level, _IDLE_IN_TRANSACTION)
-        if self.tenant is not None:  # unset, not '': a role that is not the owner then sees nothing
+        values: tuple[str, ...] = (self._search_path, self._default_level, _IDLE_IN_TRANSACTION,
+                                   _STATEMENT_TIMEOUT, _LOCK_TIMEOUT)
+        if self.tenant is not None:  # unset: a role that is not the owner sees all its granted tenants
             settings += ", set_config('cairn.tenant', %s, false)"
             values += (self.tenant,)
         conn.execute(settings, values)
@@ -345,65 +505,83 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             raise StoreError(f"PostgreSQL error ({self._where}): {_one_line(exc)}") from None
 
     def _transaction(
-        self, body: Callable[[_Conn], _T], *, durable: bool = False, faults: _Faults = _NO_FAULTS
+        self, body: Callable[[_Conn], _T], *, durable: bool = False, faults: _Faults = _NO_FAULTS,
+        begin: str = "BEGIN",
     ) -> _T:
         """Run ``body`` in one transaction, again if it was a deadlock victim.
 
         ``durable=True`` commits with ``synchronous_commit`` on even in the
         process mode (see the module doc for which writes need it).
         ``faults``: the transition's fault points, hit just before the
-        commit and just after it.
+        commit and just after it. ``begin``: the statements that open the
+        transaction, sent as one message (``BEGIN; SET LOCAL ...`` costs the
+        round trip ``BEGIN`` costs alone).
+
+        Every command is sent whole, followed by its Sync, and answered
+        before the next is sent: whenever the server waits for this client
+        inside the transaction it is idle in transaction, so a client frozen
+        anywhere in ``body`` loses its session (and its locks) after
+        ``idle_in_transaction_session_timeout``. (A pipeline would leave the
+        server ``active`` between its commands, where no timeout of
+        PostgreSQL 15 applies, and a frozen client's locks would be held for
+        as long as it is frozen.)
         """
         with self._conn() as conn:
             for attempt in range(1, _TX_ATTEMPTS + 1):
                 try:
-                    with conn.transaction():
-                        if durable:
-                            self._commit_durably(conn)
-                        result = body(conn)
-                        fault_point(faults[0])
-                    fault_point(faults[1])
-                    return result
+                    psycopg.ClientCursor(conn).execute(begin)
+                    if durable:
+                        self._commit_durably(conn)
+                    result = body(conn)
+                    fault_point(faults[0])
+                    conn.execute("COMMIT")
+                except BaseException as exc:
+                    _end_transaction(conn)
+                    if not isinstance(exc, pg_errors.TransactionRollback) or attempt == _TX_ATTEMPTS:
+                        raise
+                    time.sleep(0.005 * attempt)
+                    continue
+                fault_point(faults[1])
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _one_message(
+        self, statements: Sequence[str], params: Mapping[str, Any], run_id: str, epoch: int,
+        faults: _Faults = _NO_FAULTS,
+    ) -> list[tuple[Any, ...] | None]:
+        """Run ``statements`` as one transaction sent as one message (a
+        simple query with the parameters bound here): one round trip, and
+        the server runs the whole transaction on receiving it, never waiting
+        for this client in the middle, so a client frozen at any instant
+        holds no lock (a frozen pipeline would). Again if it was a deadlock
+        victim; returns the first row of each statement. A duplicate history
+        ``seq`` raises ``LeaseLost``.
+
+        Nothing can depend on an earlier result, so every statement must
+        hold its own conditions (a fence that fails writes nothing). Each
+        statement takes its own snapshot (READ COMMITTED), as it would sent
+        one by one. Not prepared: this costs a plan per call."""
+        query = ";\n".join(statements)
+        with self._conn() as conn:
+            for attempt in range(1, _TX_ATTEMPTS + 1):
+                try:
+                    fault_point(faults[0])  # dies with nothing sent: the transaction never was
+                    cur = psycopg.ClientCursor(conn)
+                    # Several statements in one simple query are one implicit
+                    # transaction: all of them commit, or none.
+                    cur.execute(query, params)
+                    rows = [cur.fetchone()]
+                    while cur.nextset():
+                        rows.append(cur.fetchone())
+                except pg_errors.UniqueViolation:
+                    raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
                 except pg_errors.TransactionRollback:
                     if attempt == _TX_ATTEMPTS:
                         raise
                     time.sleep(0.005 * attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _pipelined(
-        self, statements: Sequence[tuple[str, Mapping[str, Any]]], run_id: str, epoch: int,
-        faults: _Faults = _NO_FAULTS,
-    ) -> list[tuple[Any, ...] | None]:
-        """Run ``statements`` in one transaction sent as one pipeline (BEGIN,
-        the statements, COMMIT: a single round trip), again if it was a
-        deadlock victim; return the first row of each. A duplicate history
-        ``seq`` aborts the whole transaction and raises ``LeaseLost``.
-
-        Nothing can depend on an earlier result, so every statement must
-        hold its own conditions (a fence that fails writes nothing)."""
-        with self._conn() as conn:
-            for attempt in range(1, _TX_ATTEMPTS + 1):
-                try:
-                    # Not conn.transaction(): in a pipeline it waits for the
-                    # BEGIN's answer (a round trip of its own).
-                    with conn.pipeline():
-                        conn.execute("BEGIN")
-                        cursors = [conn.execute(query, params) for query, params in statements]
-                        fault_point(faults[0])
-                        conn.execute("COMMIT")
-                    fault_point(faults[1])
-                    return [cur.fetchone() for cur in cursors]
-                except BaseException as exc:
-                    # A failed statement leaves the transaction aborted (the
-                    # server skipped the rest, COMMIT included): end it.
-                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                        with contextlib.suppress(psycopg.Error):
-                            conn.execute("ROLLBACK")
-                    if isinstance(exc, pg_errors.UniqueViolation):
-                        raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
-                    if not isinstance(exc, pg_errors.TransactionRollback) or attempt == _TX_ATTEMPTS:
-                        raise
-                time.sleep(0.005 * attempt)
+                    continue
+                fault_point(faults[1])
+                return rows
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _commit_durably(self, tx: _Conn) -> None:
@@ -417,6 +595,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         schema = sql.Identifier(self.schema)
         applied: list[int] = []
         with conn.transaction():
+            # A migration may rewrite big tables and wait for another
+            # migrator: no statement or lock timeout (a pooled connection has
+            # them, see _configure) for this transaction.
+            conn.execute("SELECT set_config('statement_timeout', '0', true), "
+                         "set_config('lock_timeout', '0', true)")
             # One migrator per schema at a time, across every machine; the
             # lock is released with the transaction.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cairn.migrate:{self.schema}",))
@@ -466,6 +649,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             return
         self._closed = True
         self._pool.close()
+        if isinstance(self.clock, DatabaseClock):
+            self.clock.close()
 
     # -- wake-ups ------------------------------------------------------------------
 
@@ -514,8 +699,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             if conn.execute(_Q["create_run"], params).rowcount == 1:
                 return new_record(run, now, RunStatus.PENDING, epoch=0), True
             existing = _select_run(conn, run.run_id)
-        if existing is None:  # pruned meanwhile, or (under row-level security) another tenant's
-            raise StoreError(f"run id {run.run_id!r} is taken by a run this store cannot read")
+        if existing is None:  # another tenant's (row-level security), or pruned meanwhile
+            raise lc.id_taken(run.run_id)
         return existing, False
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
@@ -530,6 +715,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         # durable like every commit: it hands out epoch 1.
         with self._conn() as conn:
             if conn.execute(_Q["create_run"], params).rowcount == 0:
+                if _select_run(conn, run.run_id) is None:  # another tenant's (row-level security)
+                    raise lc.id_taken(run.run_id)
                 return None
         record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
@@ -577,13 +764,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         }
 
         def body(tx: _Conn) -> list[Claim]:
-            # The lane walk takes about three times longer to plan than to run,
-            # and its plan does not depend on the values: once psycopg has
-            # prepared it on this connection, reuse one generic plan. Pipelined:
-            # the setting travels with the walk, in one round trip.
-            with tx.pipeline():
-                tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-                lanes, locked = self._select_lanes(tx, params)
+            lanes, locked = self._select_lanes(tx, params)
             if not any(lane.candidates for lane in lanes):
                 return []  # an idle poll: one statement, nothing written
             # Durable only now that it bumps epochs.
@@ -600,16 +781,15 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 if claim is not None:  # None: a takeover that quarantined its run
                     claims.append(claim)
                     claimed.append(candidate)
-            charged = admission.charge(limits, buckets, claimed, now)
-            if charged:
-                tx.execute(_Q["upsert_buckets"], {
-                    "queues": [k[0] for k in charged], "tenants": [k[1] for k in charged],
-                    "tokens": [b.tokens for b in charged.values()], "ats": [b.at for b in charged.values()],
-                })
+            _spend_tokens(tx, admission.charge(limits, buckets, claimed, now), claimed, now)
             fault_point("store.claim.before_commit")  # an idle poll returned above: not a boundary
             return claims
 
-        claims = self._transaction(body)
+        # The lane walk takes about three times longer to plan than to run,
+        # and its plan does not depend on the values: once psycopg has
+        # prepared it on this connection, reuse one generic plan. The setting
+        # travels with the BEGIN, in its round trip.
+        claims = self._transaction(body, begin="BEGIN; SET LOCAL plan_cache_mode = force_generic_plan")
         if claims:
             fault_point("store.claim.after_commit")
         return claims
@@ -798,11 +978,12 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         if event.run_id != run_id:
             raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")
         params.update(_event_params(event))
-        # BEGIN, lock_fenced, finish_fenced, COMMIT in one pipeline: one round
-        # trip. The lock is a statement of its own so that finish_fenced's
-        # snapshot is taken after it was granted (see finish_fenced).
-        locked, ended = self._pipelined([(_Q["lock_fenced"], params), (_Q["finish_fenced"], params)],
-                                        run_id, epoch, _FAULTS["finish"])
+        # lock_fenced then finish_fenced, one transaction in one message: one
+        # round trip. The lock is a statement of its own so that
+        # finish_fenced's snapshot is taken after it was granted (see
+        # finish_fenced).
+        locked, ended = self._one_message([_Q["lock_fenced"], _Q["finish_fenced"]], params,
+                                          run_id, epoch, _FAULTS["finish"])
         if not locked or ended is None or ended[0] != 1 or ended[1] != 1:
             raise LeaseLost(run_id, epoch)
 
@@ -818,7 +999,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             if tx.execute(_Q["create_run"], params).rowcount == 1:
                 return new_record(child, now, RunStatus.PENDING, epoch=0)
             existing = _select_run(tx, child.run_id)
-            assert existing is not None
+            if existing is None:  # another tenant's (row-level security)
+                raise lc.id_taken(child.run_id)
             return existing
 
         return self._transaction(body, faults=_FAULTS["start_child"])
@@ -876,9 +1058,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         if dry_run:
             with self._conn() as conn:
                 return len(_select_prunable(conn, older_than, wanted, limit)[1])
-        if self.tenant is not None:
-            raise StoreError(f"a store scoped to tenant {self.tenant!r} cannot prune: artifacts are shared, "
-                             "and only the owner role sees every reference to them (prune as the owner)")
+        if not self._exempt:
+            who = "a tenant's role" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
+            raise StoreError(f"{who} cannot prune: artifacts are shared, and only the owner role sees "
+                             "every reference to them (prune as the owner)")
         now = self.clock()
 
         def body(tx: _Conn) -> int:
@@ -928,6 +1111,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         ref = hashlib.sha256(data).hexdigest()
         params = {"ref": ref, "now": self.clock()}
         with self._conn() as conn:
+            if not self._exempt:  # a tenant's role: only through store_artifact (see the module doc)
+                row = conn.execute(_Q["store_artifact"], {**params, "data": data}).fetchone()
+                if row is None or row[0] != ref:
+                    raise StoreError(f"the server filed an artifact under {row!r}, not {ref}")
+                return ref
             if len(data) >= _LOOKUP_BEFORE_SEND and conn.execute(_Q["touch_artifact"], params).rowcount == 1:
                 return ref
             conn.execute(_Q["put_artifact"], {**params, "data": data})
@@ -944,6 +1132,14 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
 
 # -- helpers: each runs inside the caller's transaction (or autocommit statement) --
+
+
+def _end_transaction(conn: _Conn) -> None:
+    """Roll back whatever transaction ``conn`` has open (a failed statement
+    leaves it aborted); a connection that broke meanwhile is the pool's."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
 
 
 def _describe(params: Mapping[str, Any]) -> str:
@@ -1132,6 +1328,26 @@ def _lock_limits(
         for q, t, tokens, at in tx.execute(_Q["select_buckets"], {"queues": rated}):
             buckets[(q, t)] = admission.Bucket(tokens, at)
     return limits, queue_running, buckets
+
+
+def _spend_tokens(
+    tx: _Conn, charged: Mapping[admission.BucketKey, admission.Bucket],
+    claimed: Sequence[admission.Candidate], now: float,
+) -> None:
+    """Store the token buckets a claim spent. A tenant's own buckets are
+    written as computed; the queue-wide ones (shared by every tenant) only
+    through ``spend_queue_tokens``, which recomputes them under the same lock
+    and charges no more than this transaction claimed (migration 0006)."""
+    own = {key: bucket for key, bucket in charged.items() if key[1] != admission.QUEUE_WIDE}
+    if own:
+        tx.execute(_Q["upsert_buckets"], {
+            "queues": [k[0] for k in own], "tenants": [k[1] for k in own],
+            "tokens": [b.tokens for b in own.values()], "ats": [b.at for b in own.values()],
+        })
+    wide = sorted(key[0] for key in charged if key[1] == admission.QUEUE_WIDE)
+    if wide:
+        counts = [sum(1 for c in claimed if c.queue == queue and not c.takeover) for queue in wide]
+        tx.execute(_Q["spend_queue_tokens"], {"queues": wide, "counts": counts, "now": now})
 
 
 def _claim_many(

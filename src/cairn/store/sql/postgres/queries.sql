@@ -578,3 +578,25 @@ FROM unnest(%(run_ids)s::text[], %(seqs)s::bigint[], %(events)s::text[], %(ats)s
             %(epochs)s::bigint[], %(workers)s::text[], %(details)s::text[])
      AS e(run_id, seq, event, at, epoch, worker, detail)
 JOIN runs AS r ON r.run_id = e.run_id
+
+-- Tenancy (migration 0006) --------------------------------------------------------
+
+-- A tenant's role stores bytes only through this SECURITY DEFINER function,
+-- which hashes them itself (it returns the reference).
+-- name: store_artifact
+SELECT store_artifact(%(data)s::bytea, %(now)s::float8)
+
+-- The queue-wide token buckets of a claim: through the SECURITY DEFINER
+-- function every role uses, which charges no more than the transaction claimed.
+-- name: spend_queue_tokens
+SELECT spend_queue_tokens(%(queues)s::text[], %(counts)s::bigint[], %(now)s::float8)
+
+-- What the connecting role may do: whether it is exempt from row-level
+-- security (a superuser, BYPASSRLS, or a member of the tables' owner), and
+-- whether it is granted the tenant a scoped store names.
+-- name: role_scope
+SELECT r.rolsuper OR r.rolbypassrls OR pg_has_role(current_user, c.relowner, 'USAGE'),
+       %(tenant)s::text IS NULL
+       OR EXISTS (SELECT 1 FROM tenant_grants AS g WHERE g.role = current_user AND g.tenant = %(tenant)s::text)
+FROM pg_roles AS r, pg_class AS c
+WHERE r.rolname = current_user AND c.oid = 'runs'::regclass

@@ -1,4 +1,4 @@
--- The PostgreSQL schema, whole: what migrations/0001..0005 produce, in one file.
+-- The PostgreSQL schema, whole: what migrations/0001..0006 produce, in one file.
 --
 -- This file is the reference to read; the migrations remain what the store
 -- runs (an existing database needs their steps, not this end state).
@@ -180,18 +180,162 @@ CREATE TRIGGER runs_notify_slot_freed
     WHEN (OLD.status = 'running' AND NEW.status <> 'running')
     EXECUTE FUNCTION notify_slot_freed();
 
--- Row-level security on runs and history (0004). The table owner (the role
--- that ran the migrations) is not subject to it (FORCE is deliberately not
--- set); any other role sees and writes only rows whose tenant equals its
--- session setting cairn.tenant, and nothing with the setting absent. USING
--- filters what a scoped role reads, updates and locks; WITH CHECK refuses
--- rows it writes for another tenant.
+-- Tenancy (0004, 0006): row-level security on every table, bound to roles.
+-- The table owner (the role that ran the migrations) is not subject to it
+-- (FORCE is deliberately not set). Any other role sees and writes rows of
+-- runs and history only for the tenants tenant_grants grants it, narrowed
+-- (never widened) by its session setting cairn.tenant; artifacts only through
+-- a reference it may see; queue limits read-only; the queue-wide token bucket
+-- only through spend_queue_tokens. See migrations/0006_tenant_boundary.sql.
+
+CREATE TABLE tenant_grants (
+    role   NAME NOT NULL,
+    tenant TEXT NOT NULL CHECK (tenant <> ''),
+    PRIMARY KEY (role, tenant)
+);
+
+ALTER TABLE tenant_grants ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_grants ON tenant_grants FOR SELECT USING (role = current_user);
+
+-- The tenant rule is written out in each policy rather than called as a
+-- function: an uncorrelated ARRAY(SELECT ...) is evaluated once per query
+-- (an init plan) and tenant = ANY(...) can use the indexes, where a function
+-- call would run the lookup for every row.
 ALTER TABLE runs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE history ENABLE ROW LEVEL SECURITY;
-
 CREATE POLICY tenant_isolation ON runs
-    USING (tenant = current_setting('cairn.tenant', true))
-    WITH CHECK (tenant = current_setting('cairn.tenant', true));
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 CREATE POLICY tenant_isolation ON history
-    USING (tenant = current_setting('cairn.tenant', true))
-    WITH CHECK (tenant = current_setting('cairn.tenant', true));
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+
+ALTER TABLE artifacts ENABLE ROW LEVEL SECURITY;
+-- The subqueries run as the reader, under the policies of runs and history.
+CREATE POLICY referenced ON artifacts FOR SELECT
+    USING (EXISTS (SELECT 1 FROM runs AS r WHERE r.input_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM runs AS r WHERE r.result_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM history AS h WHERE h.payload_ref = artifacts.ref));
+
+ALTER TABLE artifact_gc ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE queues ENABLE ROW LEVEL SECURITY;
+CREATE POLICY read_limits ON queues FOR SELECT USING (true);
+CREATE POLICY lock_limits ON queues FOR UPDATE USING (true) WITH CHECK (false);
+
+ALTER TABLE queue_buckets ENABLE ROW LEVEL SECURITY;
+CREATE POLICY read_buckets ON queue_buckets FOR SELECT
+    USING (tenant = '' OR tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+CREATE POLICY add_own_buckets ON queue_buckets FOR INSERT
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+CREATE POLICY spend_own_buckets ON queue_buckets FOR UPDATE
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+
+ALTER TABLE schema_migrations ENABLE ROW LEVEL SECURITY;
+CREATE POLICY read_versions ON schema_migrations FOR SELECT USING (true);
+
+-- Store bytes; return their reference (the SHA-256 of the bytes, computed
+-- here). New bytes are queued for collection, as put_artifact does. "at" is
+-- the writer's clock, capped by the server's: a stamp in the future would
+-- keep the bytes from ever being collected.
+CREATE FUNCTION store_artifact(content BYTEA, at DOUBLE PRECISION) RETURNS TEXT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
+DECLARE
+    key TEXT := encode(sha256(content), 'hex');
+    stamp DOUBLE PRECISION := LEAST(at, extract(epoch FROM clock_timestamp()));
+BEGIN
+    INSERT INTO artifact_gc (ref, queued_at) VALUES (key, stamp) ON CONFLICT (ref) DO NOTHING;
+    INSERT INTO artifacts (ref, data, touched_at) VALUES (key, content, stamp)
+    ON CONFLICT (ref) DO UPDATE SET touched_at = GREATEST(artifacts.touched_at, excluded.touched_at);
+    RETURN key;
+END
+$$;
+
+-- Spend the queue-wide token buckets of a claim: counts[i] tokens of queue
+-- names[i], but never more than the runs of that queue the caller's own
+-- transaction has moved to running (their rows' xmin is this transaction), so
+-- no role can drain a bucket it did not claim from. The refill is
+-- admission.Bucket.refilled: capacity rate_burst (else rate_limit), rate_limit
+-- per rate_period seconds, nothing for a clock that went back. "at" is the
+-- claimer's clock, capped by the server's.
+CREATE FUNCTION spend_queue_tokens(names TEXT[], counts BIGINT[], at DOUBLE PRECISION) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
+DECLARE
+    stamp DOUBLE PRECISION := LEAST(at, extract(epoch FROM clock_timestamp()));
+    me TEXT := (pg_current_xact_id()::text::numeric % 4294967296)::text;
+BEGIN
+    INSERT INTO queue_buckets (queue, tenant, tokens, refilled_at)
+    SELECT q.name, '',
+           CASE WHEN b.queue IS NULL THEN COALESCE(q.rate_burst, q.rate_limit)::float8
+                WHEN stamp <= b.refilled_at THEN b.tokens
+                ELSE LEAST(COALESCE(q.rate_burst, q.rate_limit)::float8,
+                           b.tokens + (stamp - b.refilled_at) * q.rate_limit / q.rate_period) END
+           - LEAST(GREATEST(c.n, 0), (SELECT count(*) FROM runs AS r
+                                      WHERE r.queue = q.name AND r.status = 'running' AND r.xmin::text = me)),
+           CASE WHEN b.queue IS NULL OR stamp > b.refilled_at THEN stamp ELSE b.refilled_at END
+    FROM unnest(names, counts) AS c(name, n)
+    JOIN queues AS q ON q.name = c.name AND q.rate_limit IS NOT NULL
+    LEFT JOIN queue_buckets AS b ON b.queue = q.name AND b.tenant = ''
+    ON CONFLICT (queue, tenant) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at;
+END
+$$;
+
+-- The owner's helpers (EXECUTE is revoked from everyone else).
+CREATE FUNCTION grant_tenant(grantee NAME, tenant_name TEXT) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO tenant_grants (role, tenant) VALUES (grantee, tenant_name) ON CONFLICT DO NOTHING;
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', current_schema(), grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON runs TO %I', grantee);
+    EXECUTE format('GRANT SELECT, INSERT ON history TO %I', grantee);
+    EXECUTE format('GRANT SELECT ON artifacts, schema_migrations, tenant_grants TO %I', grantee);
+    EXECUTE format('GRANT SELECT, UPDATE (updated_at) ON queues TO %I', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON queue_buckets TO %I', grantee);
+END
+$$;
+
+CREATE FUNCTION revoke_tenant(grantee NAME, tenant_name TEXT) RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM tenant_grants WHERE role = grantee AND tenant = tenant_name
+$$;
+
+REVOKE EXECUTE ON FUNCTION grant_tenant(NAME, TEXT), revoke_tenant(NAME, TEXT) FROM PUBLIC;
+
+-- Functions run with a fixed search_path: the store's schema, then pg_temp
+-- (last, so a caller's temporary table cannot stand in for one of ours).
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION queue_running_totals(TEXT[]) SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION store_artifact(BYTEA, DOUBLE PRECISION) SET search_path = %I, pg_temp',
+                   current_schema());
+    EXECUTE format('ALTER FUNCTION spend_queue_tokens(TEXT[], BIGINT[], DOUBLE PRECISION) '
+                   'SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION grant_tenant(NAME, TEXT) SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION revoke_tenant(NAME, TEXT) SET search_path = %I, pg_temp', current_schema());
+END
+$$;
