@@ -220,11 +220,11 @@ def test_a_scoped_store_runs_a_whole_life(deployment: Deployment) -> None:
     d.acme.append("a1", e, [ev(d.clock, "a1", s, e), ev(d.clock, "a1", s + 1, e, position=1)])
     d.acme.start_child("a1", e, ev(d.clock, "a1", s + 2, e, position=2), new_run("a1.kid", tenant="acme"))
     d.acme.suspend_run("a1", e, ev(d.clock, "a1", s + 3, e, EventType.RUN_SUSPENDED), None, "a1.kid")
+    d.acme.set_budget("a1", {"tokens": 5})  # while it waits: a completed run's budget cannot change
     finish(d.acme, d.clock, claim(d.acme, "a1.kid"))
     c = claim(d.acme, "a1")  # woken by its child
     assert c.history[-1].event is EventType.RUN_WOKEN
     finish(d.acme, d.clock, c)
-    d.acme.set_budget("a1", {"tokens": 5})
     assert d.acme.get_artifact(ref) == b"x" * 100_000
     with pytest.raises(PayloadError, match="missing"):  # readable only through a reference one owns
         d.globex.get_artifact(ref)
