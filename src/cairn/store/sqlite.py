@@ -257,8 +257,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     # -- creating and reading runs -------------------------------------------
 
     def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
-        now = self.clock()
         with self._write() as tx:
+            now = self.clock()
             if not _insert_run(tx, run_params(run, now, status=RunStatus.PENDING, runnable_at=now)):
                 existing = _select_run(tx, run.run_id)
                 assert existing is not None
@@ -267,12 +267,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         return new_record(run, now, RunStatus.PENDING, epoch=0), True
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
-        now = self.clock()
-        events = lc.create_claimed(run, worker, now, lease_seconds)
-        until = now + lease_seconds
-        params = run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
-                            lease_until=until)
         with self._write() as tx:
+            now = self.clock()
+            events = lc.create_claimed(run, worker, now, lease_seconds)
+            until = now + lease_seconds
+            params = run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
+                                lease_until=until)
             if not _insert_run(tx, params):
                 return None
             tx.executemany(_INSERT_EVENT, [event_values(event) for event in events])
@@ -308,9 +308,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     ) -> list[Claim]:
         if limit <= 0 or not workflows:
             return []
-        now = self.clock()
         wanted = dumps(list(workflows))
         with self._write() as tx:
+            now = self.clock()
             limits = {row[0]: queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
             served = sorted(set(queues)) if queues is not None else _queues_with_lanes(tx)
             lanes: list[admission.Lane] = []
@@ -368,8 +368,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     # -- queues ------------------------------------------------------------------
 
     def set_queue(self, limits: admission.QueueLimits) -> None:
-        params = queue_params(limits, self.clock())
         with self._write() as tx:
+            params = queue_params(limits, self.clock())
             tx.execute(_Q["delete_queue" if limits.unlimited else "upsert_queue"], params)
             tx.execute(_Q["delete_stale_buckets"], params)
 
@@ -385,8 +385,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         return admission.stats(limits, counts)
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
-        now = self.clock()
         with self._write() as tx:
+            now = self.clock()
             row = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
             if row is None or row[5] is None or row[5] > now:
                 return None
@@ -403,10 +403,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
         if not leases:
             return set()
-        now = self.clock()
-        until = now + lease_seconds
         lost: set[str] = set()
         with self._write() as tx:
+            now = self.clock()
+            until = now + lease_seconds
             for run_id, epoch in leases.items():
                 params = {"run_id": run_id, "worker": worker, "epoch": epoch, "lease_until": until,
                           "now": now}
@@ -476,8 +476,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         status: RunStatus = RunStatus.SUSPENDED,
     ) -> None:
         lc.check_suspend_status(status)
-        now = self.clock()
         with self._write(_FAULTS["suspend"]) as tx:
+            now = self.clock()
             _append_fenced(tx, run_id, epoch, event)
             child = None
             if status is RunStatus.SUSPENDED and waiting_on is not None:
@@ -502,18 +502,19 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         result: Payload | None,
         error: dict[str, Any] | None,
     ) -> None:
-        now = self.clock()
-        params = finish_params(run_id, epoch, now, status, result, error)
+        lc.check_finish_status(status)
         with self._write(_FAULTS["finish"]) as tx:
+            now = self.clock()
+            params = finish_params(run_id, epoch, now, status, result, error)
             _append_fenced(tx, run_id, epoch, event)
             (parent,) = tx.execute(_Q["finish"], params).fetchone()
             if parent is not None:
                 tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
 
     def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
-        now = self.clock()
         child = lc.child_of(child, parent_run_id)
         with self._write(_FAULTS["start_child"]) as tx:
+            now = self.clock()
             _append_fenced(tx, parent_run_id, epoch, event)
             if _insert_run(tx, run_params(child, now, status=RunStatus.PENDING, runnable_at=now)):
                 tx.execute(_INSERT_EVENT, event_values(lc.create(child, now)))
@@ -523,8 +524,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         return record
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
-        update = lc.halt(run_id, epoch, error, self.clock())
         with self._write() as tx:
+            update = lc.halt(run_id, epoch, error, self.clock())
             _append_fenced(tx, run_id, epoch, event)
             tx.execute(_Q["halt"], update_params(update)).fetchall()
             tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
@@ -568,8 +569,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         if dry_run:
             with self._read() as conn:
                 return len(_select_prunable(conn, older_than, wanted, limit))
-        now = self.clock()
         with self._write() as tx:
+            now = self.clock()
             doomed = _select_prunable(tx, older_than, wanted, limit)
             if doomed:
                 ids = {"run_ids": dumps(doomed)}
