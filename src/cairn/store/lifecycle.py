@@ -20,11 +20,12 @@ left out when unknown, so histories written without one read as before.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cairn.errors import InvalidRunState, RunNotFound
+from cairn.errors import InvalidRunState, PayloadError, RunNotFound
 from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
 
 #: The terminal statuses as stored (for statements that test them).
@@ -354,6 +355,19 @@ def resolve_operation(
             step_kind=kind, name=name, detail=_by({"position": position, "done": False, **detail}, actor),
         )
     return Transition(RunUpdate("reopen", run_id, now, epoch), (resolved,))
+
+
+# -- damaged data ---------------------------------------------------------------------------
+
+
+def check_artifact(ref: str, data: bytes, where: str) -> None:
+    """``PayloadError`` unless ``data`` is what artifact ``ref`` names (its
+    SHA-256): an artifact edited or damaged where it is kept is refused,
+    never returned as the value that was stored."""
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != ref:
+        raise PayloadError(f"artifact {ref} in {where} is damaged: its bytes hash to {digest[:16]}..., "
+                           "not to its name")
 
 
 # -- pruning -------------------------------------------------------------------------------

@@ -940,7 +940,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             row = conn.execute(_Q["get_artifact"], {"ref": ref}).fetchone()
         if row is None:
             raise PayloadError(f"artifact {ref} is missing from {self._where} (schema {self.schema!r})")
-        return bytes(row[0])
+        data = bytes(row[0])
+        lc.check_artifact(ref, data, f"{self._where} (schema {self.schema!r})")
+        return data
 
 
 # -- helpers: each runs inside the caller's transaction (or autocommit statement) --

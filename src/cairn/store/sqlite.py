@@ -420,6 +420,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False
     ) -> None:
         if barrier and self.durability is not Durability.POWER:
+            self._sync_artifacts(events)  # before the entries that reference them can be durable
             self.append(run_id, epoch, events)
             self._sync_wal()
         elif len(events) == 1:  # the per-step hot path: one self-contained statement
@@ -654,8 +655,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         # store's clock: pruning spares what was stored since its cutoff.
         now = self.clock()
         with self._artifact_lock(exclusive=False):
-            if _touch(target, now):
-                return ref
+            if _intact(target, ref) and _touch(target, now):
+                return ref  # an existing file is trusted only once its bytes are checked
             with self._write() as tx:  # queued first: a crash after it leaves no untracked file
                 tx.execute(_Q["queue_artifact"], {"ref": ref, "now": now})
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -673,22 +674,38 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
                     os.unlink(tmp)
                 raise
         if self.durability is Durability.POWER:
-            dir_fd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            _fsync_path(target.parent, os.O_RDONLY)
         return ref
 
     def get_artifact(self, ref: str) -> bytes:
         if len(ref) != 64 or any(c not in "0123456789abcdef" for c in ref):
             raise PayloadError(f"malformed artifact reference {ref!r}")
         try:
-            return (self.artifact_dir / ref[:2] / ref).read_bytes()
+            data = (self.artifact_dir / ref[:2] / ref).read_bytes()
         except FileNotFoundError:
             raise PayloadError(f"artifact {ref} is missing from {self.artifact_dir}") from None
         except OSError as exc:
             raise StoreError(f"cannot read artifact {ref} from {str(self.artifact_dir)!r}: {exc}") from None
+        # The name is the content's hash: bytes that do not match it were
+        # edited or damaged, and must never be replayed as the value stored.
+        lc.check_artifact(ref, data, str(self.artifact_dir))
+        return data
+
+    def _sync_artifacts(self, events: Sequence[HistoryEvent]) -> None:
+        """Put the artifact files ``events`` reference (and their directory
+        entries) on stable storage: the effect barrier covers what the
+        entries behind it point to, an intent's offloaded arguments first of
+        all (in the ``power`` mode ``put_artifact`` did it already)."""
+        for event in events:
+            ref = event.payload.ref if event.payload is not None else None
+            if ref is None:
+                continue
+            target = self.artifact_dir / ref[:2] / ref
+            try:
+                _fsync_path(target, os.O_RDONLY)
+                _fsync_path(target.parent, os.O_RDONLY)
+            except OSError as exc:
+                raise StoreError(f"cannot sync artifact {ref} in {str(self.artifact_dir)!r}: {exc}") from None
 
 
 # -- helpers: each runs inside the caller's transaction ---------------------------
@@ -698,6 +715,23 @@ def _reason(exc: BaseException) -> str:
     """What went wrong, without the wrapper's own prefix."""
     text = str(exc)
     return text.split("): ", 1)[1] if text.startswith("SQLite error (") and "): " in text else text
+
+
+def _intact(path: Path, ref: str) -> bool:
+    """Whether the file at ``path`` exists and holds the bytes named ``ref``."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest() == ref
+    except FileNotFoundError:
+        return False
+
+
+def _fsync_path(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _touch(path: Path, now: float) -> bool:
