@@ -166,6 +166,8 @@ from cairn.store.records import (
 )
 from cairn.store.rows import (
     EVENT_COLUMNS,
+    claim_history,
+    claim_status,
     event_from_row,
     event_values,
     finish_params,
@@ -1155,15 +1157,15 @@ def _claim_many(
     ids = [state[0] for state in states]
     # Read after the locks, in a statement of its own: under READ COMMITTED it
     # sees every append that committed before the locks were granted.
-    histories: dict[str, list[HistoryEvent]] = {run_id: [] for run_id in ids}
+    rows: dict[str, list[Sequence[Any]]] = {run_id: [] for run_id in ids}
     for row in tx.execute(_Q["select_histories"], {"run_ids": ids}):
-        histories[row[0]].append(event_from_row(row))
+        rows[row[0]].append(row)
+    histories: dict[str, list[HistoryEvent]] = {}
     outcomes: list[lc.ClaimOutcome] = []
     for run_id, status, owner, epoch, recoveries in states:
-        history = histories[run_id]
-        state = lc.ClaimState(run_id, RunStatus(status), owner, epoch, recoveries)
-        last_seq = history[-1].seq if history else 0
-        outcome = lc.claim(state, last_seq, worker, now, lease_seconds, max_recoveries)
+        state = lc.ClaimState(run_id, claim_status(status), owner, epoch, recoveries)
+        histories[run_id], last_seq, damage = claim_history(rows[run_id])  # damage quarantines the run
+        outcome = lc.claim(state, last_seq, worker, now, lease_seconds, max_recoveries, damage)
         if outcome.quarantine is not None:
             tx.execute(_Q["quarantine"], update_params(outcome.quarantine))
         outcomes.append(outcome)

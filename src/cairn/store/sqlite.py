@@ -69,6 +69,8 @@ from cairn.store.records import (
     RunStatus,
 )
 from cairn.store.rows import (
+    claim_history,
+    claim_status,
     dumps,
     event_from_row,
     event_values,
@@ -390,7 +392,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
             row = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
             if row is None or row[5] is None or row[5] > now:
                 return None
-            state = lc.ClaimState(row[0], RunStatus(row[1]), row[2], row[3], row[4])
+            state = lc.ClaimState(row[0], claim_status(row[1]), row[2], row[3], row[4])
             claim = _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries)[0]
             fault_point("store.claim.before_commit")
         fault_point("store.claim.after_commit")
@@ -845,14 +847,14 @@ def _claim_many(
     run, one appends every lifecycle entry (a quarantine adds one)."""
     if not states:
         return []
-    histories: dict[str, list[HistoryEvent]] = {state.run_id: [] for state in states}
-    for row in tx.execute(_Q["select_histories"], {"run_ids": dumps(list(histories))}):
-        histories[row[0]].append(event_from_row(row))
+    rows: dict[str, list[Sequence[Any]]] = {state.run_id: [] for state in states}
+    for row in tx.execute(_Q["select_histories"], {"run_ids": dumps(list(rows))}):
+        rows[row[0]].append(row)
+    histories: dict[str, list[HistoryEvent]] = {}
     outcomes = []
     for state in states:
-        history = histories[state.run_id]
-        outcome = lc.claim(state, history[-1].seq if history else 0, worker, now, lease_seconds,
-                           max_recoveries)
+        histories[state.run_id], last_seq, damage = claim_history(rows[state.run_id])
+        outcome = lc.claim(state, last_seq, worker, now, lease_seconds, max_recoveries, damage)
         if outcome.quarantine is not None:
             tx.execute(_Q["quarantine"], update_params(outcome.quarantine)).fetchall()
         outcomes.append(outcome)
@@ -876,7 +878,7 @@ def _claim_many(
 
 def _claim_state(row: Sequence[Any]) -> lc.ClaimState:
     """The claim state in a ``lane_candidates`` row."""
-    return lc.ClaimState(row[0], RunStatus(row[3]), row[4], row[5], row[6])
+    return lc.ClaimState(row[0], claim_status(row[3]), row[4], row[5], row[6])
 
 
 def _queues_with_lanes(tx: sqlite3.Connection) -> list[str]:
