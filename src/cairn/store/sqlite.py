@@ -48,6 +48,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -121,12 +122,20 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         clock: Callable[[], float] = time.time,
         auto_migrate: bool = True,
         busy_timeout: float = _BUSY_TIMEOUT_MS / 1000,
+        read_only: bool = False,
     ) -> None:
         """``auto_migrate=False`` opens the database without touching its
         schema (for tools that only report its version); ``migrate()`` then
         brings it up to date. ``busy_timeout``: seconds a writer waits for
-        the write lock before failing with ``StoreError``."""
+        the write lock before failing with ``StoreError``.
+
+        ``read_only=True`` is how inspection opens a database: ``mode=ro``
+        connections with ``query_only`` on, no journal-mode change, no
+        migration and no write transaction, so a reader never waits for a
+        writer's lock (WAL readers do not) and never changes the file; a
+        write raises ``StoreError``. The database must exist."""
         self.path = Path(path)
+        self.read_only = read_only
         self.durability = durability
         self.clock = clock
         self.artifact_dir = self.path.with_name(self.path.name + ".artifacts")
@@ -138,9 +147,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         self._closed = False
         self._lane_cursor = admission.LaneCursor()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not read_only:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
-            if auto_migrate:
+            if auto_migrate and not read_only:
                 self._migrate(conn)
         except (StoreError, sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open SQLite database {str(self.path)!r}: {_reason(exc)}") from None
@@ -148,7 +158,18 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     # -- connections and transactions: where sqlite3 errors become StoreError --
 
     def _failure(self, exc: sqlite3.Error) -> StoreError:
-        return StoreError(f"SQLite error ({str(self.path)!r}): {exc}")
+        text = str(exc)
+        if self.read_only and text.startswith(("no such table", "no such column")):
+            # Read-only opens never migrate: a statement of this version that
+            # finds no table or column means the file predates it.
+            try:
+                version, latest = self.schema_version(), len(load_migrations("sqlite"))
+            except StoreError:
+                version, latest = 0, 0
+            if version < latest:
+                return StoreError(f"the schema of {str(self.path)!r} is too old to read (version {version}, "
+                                  f"this Cairn needs {latest}): run 'cairn db migrate' ({text})")
+        return StoreError(f"SQLite error ({str(self.path)!r}): {text}")
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -165,6 +186,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         return conn
 
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=self._busy_ms / 1000)
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            conn.execute("PRAGMA query_only = 1")
+            return conn
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_ms / 1000)
         conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -178,6 +205,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     @contextlib.contextmanager
     def _write(self, faults: _Faults = _NO_FAULTS) -> Iterator[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE``), with its fault points."""
+        if self.read_only:
+            raise StoreError(f"SQLite database {str(self.path)!r} is open read-only (for inspection)")
         conn = self._conn()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -645,6 +674,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     # -- artifacts ---------------------------------------------------------------
 
     def put_artifact(self, data: bytes) -> str:
+        if self.read_only:
+            raise StoreError(f"SQLite database {str(self.path)!r} is open read-only (for inspection)")
         try:
             return self._put_artifact(data)
         except OSError as exc:  # the artifact files are the store's too: no OSError escapes
