@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -66,11 +68,52 @@ def execute(runtime: Runtime, claim: Claim, worker: str, watcher: Watcher | None
         watcher.watch(execution)
     token = CURRENT.set(execution)
     try:
-        return _drive(runtime, execution)
+        outcome = _drive(runtime, execution)
+        if outcome.status == "abandoned":
+            give_back(execution)
+        return outcome
     finally:
         CURRENT.reset(token)
         if watcher is not None:
             watcher.unwatch(execution)
+
+
+#: ``Execution.stop_reason`` of an execution giving its run back after a
+#: store failure (``LeaseKeeper.giving_back`` looks for it).
+GIVING_BACK = "giving the run back after a store failure"
+#: Seconds between attempts to give a run back, doubling up to the cap.
+GIVE_BACK_FIRST, GIVE_BACK_CAP = 0.2, 5.0
+
+
+def give_back(execution: Execution, sleep: Callable[[float], Any] = time.sleep) -> bool:
+    """Release a run whose execution the store failed (disk full, database
+    down), as soon as the store answers again; ``True`` once released.
+
+    A store outage is not the run's fault: left alone, its lease would
+    expire and the takeover would count as a crash of its worker, so an
+    outage longer than a few leases quarantined healthy runs. The execution
+    stays watched meanwhile, so its lease is renewed as soon as renewals
+    succeed again and no one takes it over first. It stops trying when the
+    run is no longer its to release (``LeaseLost``) or the worker drains
+    (the lease then expires as for any worker that goes away)."""
+    if execution.stop_reason is None:
+        execution.stop_reason = GIVING_BACK
+    delay = GIVE_BACK_FIRST
+    while True:
+        try:
+            execution.release()
+        except LeaseLost:
+            return False
+        except (StoreError, OSError) as exc:
+            if execution.stop_reason not in (GIVING_BACK, None):  # draining or lost meanwhile
+                return False
+            log.warning("run %s: cannot give the run back yet (%s); again in %.1fs",
+                        execution.run_id, exc, delay)
+            sleep(delay)
+            delay = min(delay * 2, GIVE_BACK_CAP)
+            continue
+        log.info("run %s given back after a store failure; it continues from its journal", execution.run_id)
+        return True
 
 
 def _drive(runtime: Runtime, execution: Execution) -> Outcome:
@@ -82,7 +125,10 @@ def _drive(runtime: Runtime, execution: Execution) -> Outcome:
     except Abandon as abandon:
         log.warning("run %s abandoned: %s", execution.run_id, abandon)
         return Outcome("abandoned", error=str(abandon))
-    except Exception as exc:  # the store failed while ending the claim
+    except (StoreError, OSError) as exc:  # the store failed while ending the claim
+        log.warning("run %s abandoned: the store failed: %s", execution.run_id, exc)
+        return Outcome("abandoned", error=str(exc))
+    except Exception as exc:
         log.exception("run %s abandoned: the store failed", execution.run_id)
         return Outcome("abandoned", error=str(exc))
 

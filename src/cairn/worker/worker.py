@@ -23,11 +23,15 @@ from types import FrameType
 
 from cairn.engine.executor import Outcome, execute
 from cairn.engine.runtime import Runtime
+from cairn.errors import StoreError
 from cairn.store.contract import Notifier
 from cairn.store.records import Claim
 from cairn.worker.leases import LeaseKeeper
 
 log = logging.getLogger("cairn.worker")
+
+#: The longest wait between claims while the store keeps failing.
+MAX_BACKOFF = 10.0
 
 
 def default_worker_id() -> str:
@@ -64,6 +68,7 @@ class Worker:
         self._active = 0
         self._active_lock = threading.Lock()
         self._next_timer: float | None = None
+        self._backoff = 0.0  # seconds between claims while the store fails (0: it answers)
         self.claimed = 0
 
     @property
@@ -125,20 +130,42 @@ class Worker:
     def _claim(self) -> list[Claim]:
         with self._active_lock:
             free = self.settings.concurrency - self._active
-        if free <= 0:
+        if free <= 0 or self.keeper.giving_back():
             return []
         try:
             claims = self.runtime.store.claim_runs(
                 self.worker_id, self.workflows, free, self.settings.lease_seconds,
                 self.runtime.max_recoveries, self.settings.queues,
             )
-        except Exception:
-            log.exception("worker %s could not claim runs; retrying", self.worker_id)
+        except Exception as exc:
+            self._store_failed(exc)
             return []
+        if not claims and self._backoff:  # the store answers, and nothing waits to be recorded
+            self._store_recovered()
         with self._active_lock:
             self._active += len(claims)
         self.claimed += len(claims)
         return claims
+
+    def _store_failed(self, exc: BaseException | None) -> None:
+        """Back off after a failed claim or an execution the store failed
+        (``exc`` None: the executor said why): one line per attempt, each
+        wait twice the last (up to ``MAX_BACKOFF``), instead of a traceback
+        every poll while the store is down or full. A store that takes
+        small writes but not a step's record (a nearly full disk) would
+        otherwise have its runs claimed, abandoned and given back in a
+        loop. Only an execution the store saw through resets it."""
+        self._backoff = min(max(self._backoff * 2, self.settings.poll_interval, 0.05), MAX_BACKOFF)
+        if exc is None:
+            return
+        if isinstance(exc, StoreError):
+            log.warning("worker %s cannot claim runs: %s; again in %.1fs", self.worker_id, exc, self._backoff)
+        else:
+            log.exception("worker %s could not claim runs; again in %.1fs", self.worker_id, self._backoff)
+
+    def _store_recovered(self) -> None:
+        log.warning("worker %s: the store answers again; claiming as usual", self.worker_id)
+        self._backoff = 0.0
 
     def _poll_delay(self) -> float | None:
         """How long to sleep before claiming again; ``None``: until woken.
@@ -150,6 +177,8 @@ class Worker:
         with self._active_lock:
             if self._active >= self.settings.concurrency:
                 return None
+        if self._backoff:  # the store failed: its timers can wait for it too
+            return self._backoff
         delay = self.settings.poll_interval
         timer = self._next_timer
         if timer is not None:
@@ -163,6 +192,10 @@ class Worker:
     def _execute(self, claim: Claim) -> None:
         try:
             outcome = execute(self.runtime, claim, self.worker_id, self.keeper)
+            if outcome.status == "abandoned":
+                self._store_failed(None)
+            elif self._backoff:
+                self._store_recovered()
             wake_at, timer = outcome.wake_at, self._next_timer
             if wake_at is not None and (timer is None or wake_at < timer):
                 self._next_timer = wake_at
