@@ -71,6 +71,8 @@ DAMAGES = {  # statement, value, what the quarantine reason names
                "the detail of history entry 1 is not valid JSON"),
     "event": ("UPDATE {t}history SET event = %s WHERE run_id = %s", "step.exploded", "'step.exploded'"),
     "status": ("UPDATE {t}runs SET status = %s WHERE run_id = %s", "zombie", "unknown status 'zombie'"),
+    "budget": ("UPDATE {t}runs SET budget = %s WHERE run_id = %s", "{nope", "budget is not valid JSON"),
+    "error": ("UPDATE {t}runs SET error = %s WHERE run_id = %s", "[[", "error is not valid JSON"),
 }
 
 

@@ -167,6 +167,15 @@ def damaged_error(run_id: str, damage: str) -> dict[str, Any]:
                        "repair the row, then retry the run"}
 
 
+def quarantine_damaged(run_id: str, epoch: int, recoveries: int, damage: str, now: float) -> Transition:
+    """Quarantine a run just claimed at ``epoch`` whose own row turned out
+    damaged (``damage``: which column, why) when read back: the claim stays
+    in its history, the run goes to an operator instead of to a worker."""
+    error = damaged_error(run_id, damage)
+    return Transition(RunUpdate("quarantine", run_id, now, epoch + 1, error=error, recoveries=recoveries),
+                      (entry(run_id, EventType.RUN_QUARANTINED, now, epoch + 1, None, error),))
+
+
 def claim(
     state: ClaimState, last_seq: int, worker: str, now: float, lease_seconds: float, max_recoveries: int,
     damage: str | None = None,

@@ -168,6 +168,7 @@ from cairn.store.rows import (
     EVENT_COLUMNS,
     claim_history,
     claim_status,
+    claimed_run,
     event_from_row,
     event_values,
     finish_params,
@@ -1170,20 +1171,26 @@ def _claim_many(
             tx.execute(_Q["quarantine"], update_params(outcome.quarantine))
         outcomes.append(outcome)
     claiming = [o for o in outcomes if o.claimed]
-    records: dict[str, RunRecord] = {}
+    records: dict[str, RunRecord | str] = {}
     if claiming:
         params = {"run_ids": [o.run_id for o in claiming], "recoveries": [o.recoveries for o in claiming],
                   "worker": worker, "lease_until": now + lease_seconds, "now": now}
-        records = {row[0]: _run_from_row(row) for row in tx.execute(_Q["claim_many"], params)}
+        records = {row[0]: claimed_run(row) for row in tx.execute(_Q["claim_many"], params)}
     entries = [e for o in outcomes for e in o.entries]
     if entries:
         tx.execute(_Q["insert_events_many"], {"run_ids": [e.run_id for e in entries],
                                               **_lifecycle_arrays(entries)})
     claims: list[Claim | None] = []
     for outcome in outcomes:
+        record = records.get(outcome.run_id)
+        if isinstance(record, str):  # its own row is damaged: quarantined, not executed
+            _apply(tx, lc.quarantine_damaged(outcome.run_id, outcome.epoch, outcome.recoveries, record, now))
+            claims.append(None)
+            continue
         if not outcome.claimed:
             claims.append(None)
             continue
+        assert record is not None
         full = histories[outcome.run_id] + list(outcome.entries)
-        claims.append(Claim(run=records[outcome.run_id], history=full, next_seq=full[-1].seq + 1))
+        claims.append(Claim(run=record, history=full, next_seq=full[-1].seq + 1))
     return claims

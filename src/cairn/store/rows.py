@@ -179,6 +179,15 @@ def claim_history(rows: Sequence[Sequence[Any]]) -> tuple[list[HistoryEvent], in
     return history, history[-1].seq if history else 0, None
 
 
+def claimed_run(row: Sequence[Any]) -> RunRecord | str:
+    """A claimed run's record read strictly from its row, or what is damaged
+    in it (the claim then quarantines it: ``lifecycle.quarantine_damaged``)."""
+    try:
+        return run_from_row(row, lenient=False)
+    except (DamagedRow, TypeError, ValueError) as exc:
+        return str(exc)
+
+
 def claim_status(raw: Any) -> RunStatus:
     """A candidate's stored status; an unknown one as ``unknown_member`` (the claim quarantines it)."""
     return _member(RunStatus, raw, None, True)

@@ -72,6 +72,7 @@ from cairn.store.records import (
 from cairn.store.rows import (
     claim_history,
     claim_status,
+    claimed_run,
     dumps,
     event_from_row,
     event_values,
@@ -890,20 +891,26 @@ def _claim_many(
             tx.execute(_Q["quarantine"], update_params(outcome.quarantine)).fetchall()
         outcomes.append(outcome)
     claiming = [[o.run_id, o.recoveries] for o in outcomes if o.claimed]
-    records: dict[str, RunRecord] = {}
+    records: dict[str, RunRecord | str] = {}
     if claiming:
         params = {"claims": dumps(claiming), "worker": worker, "lease_until": now + lease_seconds, "now": now}
-        records = {row[0]: run_from_row(row) for row in tx.execute(_Q["claim_many"], params)}
+        records = {row[0]: claimed_run(row) for row in tx.execute(_Q["claim_many"], params)}
     entries = [[e.run_id, e.seq, e.event.value, e.at, e.epoch, e.worker,
                 dumps(e.detail) if e.detail is not None else None] for o in outcomes for e in o.entries]
     tx.execute(_Q["insert_events_many"], {"entries": dumps(entries)})
     claims: list[Claim | None] = []
     for outcome in outcomes:
+        record = records.get(outcome.run_id)
+        if isinstance(record, str):  # its own row is damaged: quarantined, not executed
+            _apply(tx, lc.quarantine_damaged(outcome.run_id, outcome.epoch, outcome.recoveries, record, now))
+            claims.append(None)
+            continue
         if not outcome.claimed:
             claims.append(None)
             continue
+        assert record is not None
         full = histories[outcome.run_id] + list(outcome.entries)
-        claims.append(Claim(run=records[outcome.run_id], history=full, next_seq=full[-1].seq + 1))
+        claims.append(Claim(run=record, history=full, next_seq=full[-1].seq + 1))
     return claims
 
 
