@@ -16,6 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
+from cairn.store.contract import Store
+from cairn.store.postgres import PostgresStore
 from cairn.store.records import EventType, RunStatus
 from cairn.store.sqlite import SQLiteStore
 from tests.store.contract.helpers import WF, FakeClock, claim, ev, new_run
@@ -79,11 +83,18 @@ def test_every_waiting_transition_stamps_the_time_it_got_the_lock(tmp_path: Path
     store.close()
 
 
-def test_history_timestamps_never_go_back_in_a_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_history_timestamps_never_go_back_in_a_run(
+    tmp_path: Path, dialect: str, request: pytest.FixtureRequest
+) -> None:
     """A clock stepped back (NTP) or a lagging writer: each entry's ``at``
     is at least its predecessor's, through every kind of append."""
     clock = FakeClock()
-    store = SQLiteStore(tmp_path / "t.db", clock=clock)
+    store: Store
+    if dialect == "postgres":
+        store = PostgresStore(request.getfixturevalue("pg_url"), clock=clock)
+    else:
+        store = SQLiteStore(tmp_path / "t.db", clock=clock)
     store.create_run(new_run("r1"))
     c = claim(store, "r1")
     clock.advance(-100)  # the clock jumps back

@@ -1,4 +1,4 @@
--- The PostgreSQL schema, whole: what migrations/0001..0005 produce, in one file.
+-- The PostgreSQL schema, whole: what migrations/0001..0006 produce, in one file.
 --
 -- This file is the reference to read; the migrations remain what the store
 -- runs (an existing database needs their steps, not this end state).
@@ -179,6 +179,21 @@ CREATE TRIGGER runs_notify_slot_freed
     FOR EACH ROW
     WHEN (OLD.status = 'running' AND NEW.status <> 'running')
     EXECUTE FUNCTION notify_slot_freed();
+
+-- History timestamps are monotonic per run: an entry's at is never earlier
+-- than the run's last entry's, whichever clock its writer read. (0006)
+CREATE FUNCTION history_monotonic_at() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.at := GREATEST(NEW.at, COALESCE(
+        (SELECT h.at FROM history AS h WHERE h.run_id = NEW.run_id ORDER BY h.seq DESC LIMIT 1), NEW.at));
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER history_monotonic_at
+    BEFORE INSERT ON history
+    FOR EACH ROW
+    EXECUTE FUNCTION history_monotonic_at();
 
 -- Row-level security on runs and history (0004). The table owner (the role
 -- that ran the migrations) is not subject to it (FORCE is deliberately not
