@@ -89,7 +89,7 @@ def unknown_member(kind: type[_E], raw: Any) -> _E:
     return member
 
 
-def _member(kind: type[_E], raw: Any, run_id: Any, lenient: bool) -> _E:
+def _member(kind: type[_E], raw: Any, lenient: bool) -> _E:
     try:
         return kind(raw)
     except ValueError:
@@ -98,7 +98,7 @@ def _member(kind: type[_E], raw: Any, run_id: Any, lenient: bool) -> _E:
         raise DamagedRow(f"unknown {kind.__name__} {raw!r}") from None
 
 
-def _json(text: Any, run_id: Any, column: str, lenient: bool) -> Any:
+def _json(text: Any, column: str, lenient: bool) -> Any:
     if text is None:
         return None
     try:
@@ -118,17 +118,16 @@ def run_from_row(row: Sequence[Any], *, lenient: bool = True) -> RunRecord:
     """A ``RunRecord`` from a row of ``RUN_COLUMNS``. A damaged value
     (``DamagedRow`` when not ``lenient``) reads as a stand-in: an unknown
     status as ``unknown_member``, unparsable JSON as ``{"damaged": text}``."""
-    run_id = row[0]
     return RunRecord(
         run_id=row[0],
         workflow=row[1],
         workflow_version=row[2],
         tenant=row[3],
         thread_id=row[4],
-        status=_member(RunStatus, row[5], run_id, lenient),
+        status=_member(RunStatus, row[5], lenient),
         input=Payload(_bytes(row[6]), row[7]),
         result=Payload(_bytes(row[8]), row[9]) if (row[8] is not None or row[9] is not None) else None,
-        error=_json(row[10], run_id, "error", lenient),
+        error=_json(row[10], "error", lenient),
         epoch=row[11],
         owner=row[12],
         lease_expires_at=row[13],
@@ -140,7 +139,7 @@ def run_from_row(row: Sequence[Any], *, lenient: bool = True) -> RunRecord:
         parent_run_id=row[19],
         created_at=row[20],
         updated_at=row[21],
-        budget=_json(row[22], run_id, "budget", lenient),
+        budget=_json(row[22], "budget", lenient),
     )
 
 
@@ -152,7 +151,7 @@ def event_from_row(row: Sequence[Any], *, lenient: bool = True) -> HistoryEvent:
     return HistoryEvent(
         run_id=row[0],
         seq=row[1],
-        event=_member(EventType, row[2], row[0], lenient),
+        event=_member(EventType, row[2], lenient),
         at=row[3],
         epoch=row[4],
         worker=row[5],
@@ -163,7 +162,7 @@ def event_from_row(row: Sequence[Any], *, lenient: bool = True) -> HistoryEvent:
         attempt=row[10],
         started_at=row[11],
         payload=payload,
-        detail=_json(row[14], row[0], f"the detail of history entry {row[1]}", lenient),
+        detail=_json(row[14], f"the detail of history entry {row[1]}", lenient),
     )
 
 
@@ -190,7 +189,7 @@ def claimed_run(row: Sequence[Any]) -> RunRecord | str:
 
 def claim_status(raw: Any) -> RunStatus:
     """A candidate's stored status; an unknown one as ``unknown_member`` (the claim quarantines it)."""
-    return _member(RunStatus, raw, None, True)
+    return _member(RunStatus, raw, True)
 
 
 def event_values(event: HistoryEvent) -> tuple[Any, ...]:
