@@ -141,3 +141,38 @@ def test_the_barrier_syncs_the_artifacts_its_entries_reference(
     assert str(store.artifact_dir / ref[:2]) in synced  # and the directory entry naming the file
     assert hashlib.sha256(store.get_artifact(ref)).hexdigest() == ref
     store.close()
+
+
+def test_a_write_tools_offloaded_arguments_are_synced_before_the_tool_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: a ``write`` tool whose arguments exceed the inline limit;
+    when its body runs, the artifact holding those arguments is on stable
+    storage (the intent that references it was appended behind the barrier)."""
+    app = cairn.App(db=f"sqlite:///{tmp_path}/w.db", inline_limit=1024, durability="process")
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    seen: dict[str, bool] = {}
+
+    @app.tool(effect="write")
+    def send(op: cairn.Operation, letter: str) -> int:
+        intent = next(e for e in app.history("mail") if e.event.value == "op.intent")
+        assert intent.payload is not None
+        assert intent.payload.ref is not None
+        ref = intent.payload.ref
+        seen["synced"] = str(app.store.artifact_dir / ref[:2] / ref) in synced  # type: ignore[attr-defined]
+        return len(letter)
+
+    @app.workflow(name="mailer")
+    def mailer(ctx: cairn.Context) -> int:
+        return send("x" * 5000)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    assert app.run(mailer, run_id="mail") == 5000
+    assert seen == {"synced": True}, "the tool ran before its offloaded arguments were synced"
+    app.close()
