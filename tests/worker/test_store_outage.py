@@ -26,7 +26,9 @@ from typing import BinaryIO
 import pytest
 
 import cairn
-from cairn.store.records import RunFilter, RunStatus
+from cairn.engine.executor import PARK_CAP, PARK_FIRST, STORE_FAILURE, give_back, store_failures
+from cairn.engine.signals import Suspend
+from cairn.store.records import EventType, HistoryEvent, RunFilter, RunStatus
 from cairn.worker.worker import Worker, WorkerSettings
 
 STEPS = 6
@@ -109,3 +111,35 @@ def test_runs_survive_a_full_disk_and_finish_once_space_is_freed(
     assert failures, "the disk never filled up: the test proved nothing"
     assert len(failures) < 60, f"{len(failures)} log lines in 6 s: the worker does not back off"
     app.close()
+
+
+def test_each_store_failure_without_progress_parks_the_run_longer() -> None:
+    """A store that takes small writes but not a step's record (a nearly full
+    disk) must not have that step executed again and again: each give-back
+    since the run last recorded a step parks it twice as long."""
+
+    def entry(seq: int, event: EventType, reason: str | None = None) -> HistoryEvent:
+        return HistoryEvent(run_id="r", seq=seq, event=event, at=0.0, epoch=1,
+                            detail=None if reason is None else {"reason": reason})
+
+    parked = [entry(1, EventType.STEP_COMPLETED), entry(2, EventType.RUN_SUSPENDED, STORE_FAILURE),
+              entry(3, EventType.RUN_WOKEN), entry(4, EventType.RUN_SUSPENDED, STORE_FAILURE)]
+    assert store_failures(parked) == 2
+    assert store_failures([*parked, entry(5, EventType.STEP_COMPLETED)]) == 0  # progress resets it
+    assert store_failures([entry(1, EventType.RUN_SUSPENDED, "timer")]) == 0
+
+    class Parking:
+        run_id = "r"
+        stop_reason: str | None = None
+        wake_at: float | None = None
+
+        def suspend(self, signal: Suspend) -> None:
+            self.wake_at = signal.wake_at
+
+    for failures, park in ((0, PARK_FIRST), (1, 2 * PARK_FIRST), (3, 8 * PARK_FIRST), (30, PARK_CAP)):
+        execution = Parking()
+        before = time.time()
+        wake_at = give_back(execution, failures)  # type: ignore[arg-type]
+        assert wake_at == execution.wake_at
+        assert wake_at is not None
+        assert before + park <= wake_at <= time.time() + park

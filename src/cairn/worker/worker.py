@@ -140,24 +140,19 @@ class Worker:
         except Exception as exc:
             self._store_failed(exc)
             return []
-        if not claims and self._backoff:  # the store answers, and nothing waits to be recorded
+        if self._backoff:  # the store answers again
             self._store_recovered()
         with self._active_lock:
             self._active += len(claims)
         self.claimed += len(claims)
         return claims
 
-    def _store_failed(self, exc: BaseException | None) -> None:
-        """Back off after a failed claim or an execution the store failed
-        (``exc`` None: the executor said why): one line per attempt, each
-        wait twice the last (up to ``MAX_BACKOFF``), instead of a traceback
-        every poll while the store is down or full. A store that takes
-        small writes but not a step's record (a nearly full disk) would
-        otherwise have its runs claimed, abandoned and given back in a
-        loop. Only an execution the store saw through resets it."""
+    def _store_failed(self, exc: Exception) -> None:
+        """Back off after a failed claim: one line per attempt, each wait
+        twice the last (up to ``MAX_BACKOFF``), instead of a traceback every
+        poll while the store is down or full. (A run the store failed is
+        parked by its executor: ``executor.give_back``.)"""
         self._backoff = min(max(self._backoff * 2, self.settings.poll_interval, 0.05), MAX_BACKOFF)
-        if exc is None:
-            return
         if isinstance(exc, StoreError):
             log.warning("worker %s cannot claim runs: %s; again in %.1fs", self.worker_id, exc, self._backoff)
         else:
@@ -192,10 +187,6 @@ class Worker:
     def _execute(self, claim: Claim) -> None:
         try:
             outcome = execute(self.runtime, claim, self.worker_id, self.keeper)
-            if outcome.status == "abandoned":
-                self._store_failed(None)
-            elif self._backoff:
-                self._store_recovered()
             wake_at, timer = outcome.wake_at, self._next_timer
             if wake_at is not None and (timer is None or wake_at < timer):
                 self._next_timer = wake_at
