@@ -81,7 +81,8 @@ def execute(runtime: Runtime, claim: Claim, worker: str, watcher: Watcher | None
 
 
 #: ``Execution.stop_reason`` of an execution giving its run back after a
-#: store failure (``LeaseKeeper.giving_back`` looks for it).
+#: store failure (``LeaseKeeper.giving_back`` looks for it; another reason
+#: set meanwhile, such as a drain, stops it).
 GIVING_BACK = "giving the run back after a store failure"
 #: Seconds between attempts to give a run back, doubling up to the cap.
 GIVE_BACK_FIRST, GIVE_BACK_CAP = 0.2, 5.0
@@ -89,7 +90,7 @@ GIVE_BACK_FIRST, GIVE_BACK_CAP = 0.2, 5.0
 #: store failure, and how long it parks: doubling with each such failure
 #: since the run last recorded a step, up to the cap.
 STORE_FAILURE = "store failure"
-PARK_FIRST, PARK_CAP = 0.5, 60.0
+PARK_FIRST, PARK_CAP = 0.25, 5.0
 
 
 def store_failures(history: Sequence[HistoryEvent]) -> int:
@@ -114,7 +115,8 @@ def give_back(
     expire and the takeover would count as a crash of its worker, so an
     outage longer than a few leases quarantined healthy runs. The execution
     stays watched meanwhile, so its lease is renewed as soon as renewals
-    succeed again and no one takes it over first. The run is parked rather
+    succeed again (its worker renews before it claims meanwhile) and no one
+    takes it over first. The run is parked rather
     than released, for longer after each store failure that recorded
     nothing (``failures`` of them already): a store that takes small writes
     but not a step's record (a nearly full disk) must not have the step

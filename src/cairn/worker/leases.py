@@ -58,10 +58,9 @@ class LeaseKeeper:
                 execution.stop_reason = reason
 
     def giving_back(self) -> bool:
-        """Whether an execution is waiting to give its run back after a
-        store failure (``executor.give_back``): its worker must not claim
-        meanwhile, or it could take over that very run, once its lease
-        expired, as if its worker had crashed."""
+        """Whether an execution is giving its run back after a store failure
+        (``executor.give_back``): its lease may have expired meanwhile, so
+        its worker renews before claiming (``Worker._claim``)."""
         with self._lock:
             return any(ex.stop_reason == GIVING_BACK for ex in self._watched.values())
 

@@ -130,9 +130,15 @@ class Worker:
     def _claim(self) -> list[Claim]:
         with self._active_lock:
             free = self.settings.concurrency - self._active
-        if free <= 0 or self.keeper.giving_back():
+        if free <= 0:
             return []
         try:
+            if self._backoff or self.keeper.giving_back():
+                # The store failed until now, or an execution could not record
+                # and waits to give its run back: renew this worker's leases
+                # first, so that claiming cannot take over one of its own runs
+                # (its lease expired meanwhile) as if its worker had crashed.
+                self.keeper.renew_now()
             claims = self.runtime.store.claim_runs(
                 self.worker_id, self.workflows, free, self.settings.lease_seconds,
                 self.runtime.max_recoveries, self.settings.queues,
