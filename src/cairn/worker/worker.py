@@ -30,8 +30,10 @@ from cairn.worker.leases import LeaseKeeper
 
 log = logging.getLogger("cairn.worker")
 
-#: The longest wait between claims while the store keeps failing.
-MAX_BACKOFF = 10.0
+#: The longest wait between claims while the store keeps failing, and how
+#: many times in a row a claim is tried before the worker backs off.
+MAX_BACKOFF = 5.0
+CLAIM_ATTEMPTS = 3
 
 
 def default_worker_id() -> str:
@@ -132,20 +134,29 @@ class Worker:
             free = self.settings.concurrency - self._active
         if free <= 0:
             return []
-        try:
-            if self._backoff or self.keeper.giving_back():
-                # The store failed until now, or an execution could not record
-                # and waits to give its run back: renew this worker's leases
-                # first, so that claiming cannot take over one of its own runs
-                # (its lease expired meanwhile) as if its worker had crashed.
-                self.keeper.renew_now()
-            claims = self.runtime.store.claim_runs(
-                self.worker_id, self.workflows, free, self.settings.lease_seconds,
-                self.runtime.max_recoveries, self.settings.queues,
-            )
-        except Exception as exc:
-            self._store_failed(exc)
-            return []
+        for attempt in range(1, CLAIM_ATTEMPTS + 1):
+            try:
+                if self._backoff or self.keeper.giving_back():
+                    # The store failed until now, or an execution could not
+                    # record and waits to give its run back: renew this worker's
+                    # leases first, so that claiming cannot take over one of its
+                    # own runs (its lease expired meanwhile) as if its worker
+                    # had crashed.
+                    self.keeper.renew_now()
+                claims = self.runtime.store.claim_runs(
+                    self.worker_id, self.workflows, free, self.settings.lease_seconds,
+                    self.runtime.max_recoveries, self.settings.queues,
+                )
+                break
+            except StoreError as exc:
+                # A pooled connection the server dropped fails once and is
+                # replaced: try again at once before backing off.
+                if attempt == CLAIM_ATTEMPTS:
+                    self._store_failed(exc)
+                    return []
+            except Exception as exc:
+                self._store_failed(exc)
+                return []
         if self._backoff:  # the store answers again
             self._store_recovered()
         with self._active_lock:
