@@ -36,6 +36,7 @@ from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.contract import Migratable, Store
 from cairn.store.records import EventType, Payload, RunRecord, RunStatus
+from cairn.store.sqlfiles import load_migrations
 
 
 def app_actor() -> str:
@@ -260,14 +261,42 @@ class Schema:
         self._store.close()
 
 
+def open_for_inspection(db: str | None) -> tuple[Store, str | None]:
+    """Open the database ``db`` for commands that only read it (``runs``,
+    ``show``, ``events``, ``ops list``, ``queues list``): read-only, never
+    created, never migrated, so a reader neither waits for a writer's lock
+    nor changes the file. Returns the store and, when the database lacks
+    migrations this version has, a one-line notice saying so (reading goes
+    on; a read the old schema cannot answer fails naming the cause)."""
+    store = open_store(db, create=False, read_only=True)
+    return store, _pending_notice(store, dialect(db))
+
+
+def _pending_notice(store: Store, kind: str) -> str | None:
+    if not isinstance(store, Migratable):
+        return None
+    try:
+        version = store.schema_version()
+    except Exception:
+        store.close()
+        raise
+    latest = len(load_migrations(kind))
+    if version >= latest:
+        return None
+    return (f"note: the database's schema is at version {version}, this Cairn's is {latest}: "
+            f"{latest - version} migration(s) pending; run 'cairn db migrate' (nothing was changed)")
+
+
 def open_schema(db: str | None, *, create: bool) -> Schema:
     """The schema of the database ``db``; ``create=False`` refuses a SQLite
-    file that does not exist. ``ValueError`` for a ``memory://`` store, which
-    lives inside one process and has no schema to manage."""
+    file that does not exist and opens it read-only (``cairn db status``
+    only reports: it must not wait for a worker's write lock). ``ValueError``
+    for a ``memory://`` store, which lives inside one process and has no
+    schema to manage."""
     kind = dialect(db)
     if kind == "memory":
         raise ValueError("a memory:// store lives inside one process and has no schema to manage")
-    store = open_store(db, create=create, migrate=False)
+    store = open_store(db, create=create, migrate=False, read_only=not create)
     if not isinstance(store, Migratable):  # every backend URL names a SQL store today
         store.close()
         raise ValueError(f"a {kind} store has no schema to manage")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import click
 
 from cairn.api.app import App
-from cairn.api.operator import Operator, cli_actor
+from cairn.api.operator import Operator, cli_actor, open_for_inspection
 from cairn.codec.payloads import PayloadCodec
 from cairn.errors import CairnError, ConfigError, StoreError
 from cairn.store import resolve_url, sqlite_path
@@ -150,13 +150,19 @@ class Session:
 
 
 @contextlib.contextmanager
-def open_session(db: str | None, app_spec: str | None) -> Iterator[Session]:
+def open_session(db: str | None, app_spec: str | None, *, read_only: bool = False) -> Iterator[Session]:
     """Open the database for commands that only read or operate on runs.
 
     Without ``--app`` a bare App is opened on the database: inspecting runs
     needs no workflow code, so ``cairn show`` works on any machine that has
     the file. A database that does not exist is an error, never created: a
     typo in ``--db`` must not leave an empty database behind.
+
+    ``read_only`` (the inspection commands): the bare App's store is opened
+    read-only (``open_for_inspection``): a reader never waits for a worker's
+    write lock and never migrates; pending migrations are one line on
+    stderr. (An ``--app`` module builds its own App, which opens as it is
+    written to.)
     """
     if app_spec is not None:
         if db is not None:  # the App would create it; an App bound in code is checked by load_app
@@ -168,7 +174,13 @@ def open_session(db: str | None, app_spec: str | None) -> Iterator[Session]:
         finally:
             loaded.close()
         return
-    bare = App(db, create=False)
+    if read_only:
+        store, notice = open_for_inspection(db)
+        if notice is not None:
+            click.echo(notice, err=True)
+        bare = App(store=store)
+    else:
+        bare = App(db, create=False)
     try:
         yield Session(bare, bare.operator.acting_as(cli_actor()), resolve_url(db))
     finally:

@@ -340,7 +340,7 @@ def runs(
     as_json: bool, app_spec: str | None, db: str | None,
 ) -> None:
     """List runs, newest first."""
-    with open_session(_db(ctx, db), app_spec) as session:
+    with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         records = session.app.list_runs(status=status, tenant=tenant, workflow=workflow, limit=limit)
         if as_json:
             for record in records:
@@ -359,7 +359,7 @@ def runs(
 @click.pass_context
 def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, db: str | None) -> None:
     """Show a run: its state, its journal step by step, and its result or error."""
-    with open_session(_db(ctx, db), app_spec) as session:
+    with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         record = session.app.get_run(run_id)
         history = session.app.history(run_id)
         if as_json:
@@ -382,7 +382,7 @@ def events(
 ) -> None:
     """Print a run's history: every journal entry and lifecycle event."""
     console = _stdout()
-    with open_session(_db(ctx, db), app_spec) as session:
+    with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         app, codec = session.app, session.codec
         last = after
         try:
@@ -565,7 +565,7 @@ def ops_list(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | Non
     """(default) List a run's tool calls: position, tool, status (done,
     failed, uncertain, pending), operation id and attempt; for an uncertain
     one, its arguments and the commands that resolve it."""
-    with open_session(_db(ctx, db), app_spec) as session:
+    with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         report = session.operator.operations(run_id)  # RunNotFound for an unknown id
     record, uncertain = report.run, report.uncertain()
     if as_json:

@@ -76,7 +76,7 @@ def queues(db: str | None) -> None:
 def queues_list(ctx: click.Context, as_json: bool, app_spec: str | None, db: str | None) -> None:
     """(default) Every queue with limits or live runs: running runs, runs
     that could be claimed now, and the limits."""
-    with open_session(db_from_context(ctx, db), app_spec) as session:
+    with open_session(db_from_context(ctx, db), app_spec, read_only=True) as session:
         stats = session.operator.queues()
     if as_json:
         echo_json([_as_json(s) for s in stats], indent=2)

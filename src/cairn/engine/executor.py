@@ -13,8 +13,9 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from cairn.engine.context import Context
@@ -32,7 +33,7 @@ from cairn.errors import (
     SecurityViolation,
     StoreError,
 )
-from cairn.store.records import Claim
+from cairn.store.records import Claim, EventType, HistoryEvent
 
 log = logging.getLogger("cairn.executor")
 
@@ -72,11 +73,82 @@ def execute(
         watcher.watch(execution)
     token = CURRENT.set(execution)
     try:
-        return _drive(runtime, execution, loops or INLINE_LOOPS)
+        outcome = _drive(runtime, execution, loops or INLINE_LOOPS)
+        if outcome.status == "abandoned":
+            wake_at = give_back(execution, store_failures(claim.history))
+            if wake_at is not None:
+                outcome = replace(outcome, wake_at=wake_at)
+        return outcome
     finally:
         CURRENT.reset(token)
         if watcher is not None:
             watcher.unwatch(execution)
+
+
+#: ``Execution.stop_reason`` of an execution giving its run back after a
+#: store failure (``LeaseKeeper.giving_back`` looks for it; another reason
+#: set meanwhile, such as a drain, stops it).
+GIVING_BACK = "giving the run back after a store failure"
+#: Seconds between attempts to give a run back, doubling up to the cap.
+GIVE_BACK_FIRST, GIVE_BACK_CAP = 0.2, 5.0
+#: The ``reason`` of the suspension that parks a run given back after a
+#: store failure, and how long it parks: doubling with each such failure
+#: since the run last recorded a step, up to the cap.
+STORE_FAILURE = "store failure"
+PARK_FIRST, PARK_CAP = 0.25, 5.0
+
+
+def store_failures(history: Sequence[HistoryEvent]) -> int:
+    """Store-failure suspensions since the run last recorded a step's outcome."""
+    count = 0
+    for event in history:
+        if event.event in (EventType.STEP_COMPLETED, EventType.STEP_FAILED):
+            count = 0
+        elif event.event is EventType.RUN_SUSPENDED and (event.detail or {}).get("reason") == STORE_FAILURE:
+            count += 1
+    return count
+
+
+def give_back(
+    execution: Execution, failures: int = 0, sleep: Callable[[float], Any] = time.sleep
+) -> float | None:
+    """Give back a run whose execution the store failed (disk full, database
+    down) as soon as the store answers again: parked (``suspended``, reason
+    ``store failure``) until the time returned, ``None`` if it could not.
+
+    A store outage is not the run's fault: left alone, its lease would
+    expire and the takeover would count as a crash of its worker, so an
+    outage longer than a few leases quarantined healthy runs. The execution
+    stays watched meanwhile, so its lease is renewed as soon as renewals
+    succeed again (its worker renews before it claims meanwhile) and no one
+    takes it over first. The run is parked rather
+    than released, for longer after each store failure that recorded
+    nothing (``failures`` of them already): a store that takes small writes
+    but not a step's record (a nearly full disk) must not have the step
+    executed again and again in a loop. It stops trying when the run is no
+    longer its (``LeaseLost``) or the worker drains (the lease then expires
+    as for any worker that goes away)."""
+    if execution.stop_reason is None:
+        execution.stop_reason = GIVING_BACK
+    delay = GIVE_BACK_FIRST
+    park = min(PARK_FIRST * 2.0 ** failures, PARK_CAP)
+    while True:
+        wake_at = time.time() + park
+        try:
+            execution.suspend(Suspend(STORE_FAILURE, wake_at))
+        except LeaseLost:
+            return None
+        except (StoreError, OSError) as exc:
+            if execution.stop_reason not in (GIVING_BACK, None):  # draining or lost meanwhile
+                return None
+            log.warning("run %s: cannot give the run back yet (%s); again in %.1fs",
+                        execution.run_id, exc, delay)
+            sleep(delay)
+            delay = min(delay * 2, GIVE_BACK_CAP)
+            continue
+        log.info("run %s given back after a store failure; it continues from its journal in %.1fs",
+                 execution.run_id, park)
+        return wake_at
 
 
 def _drive(runtime: Runtime, execution: Execution, loops: EventLoops) -> Outcome:
@@ -88,7 +160,10 @@ def _drive(runtime: Runtime, execution: Execution, loops: EventLoops) -> Outcome
     except Abandon as abandon:
         log.warning("run %s abandoned: %s", execution.run_id, abandon)
         return Outcome("abandoned", error=str(abandon))
-    except Exception as exc:  # the store failed while ending the claim
+    except (StoreError, OSError) as exc:  # the store failed while ending the claim
+        log.warning("run %s abandoned: the store failed: %s", execution.run_id, exc)
+        return Outcome("abandoned", error=str(exc))
+    except Exception as exc:
         log.exception("run %s abandoned: the store failed", execution.run_id)
         return Outcome("abandoned", error=str(exc))
 

@@ -39,8 +39,9 @@ class Release(BaseException):
 
 
 class Abandon(BaseException):
-    """The store failed under us: stop without writing; the lease will expire
-    and the run will be taken over, replaying everything recorded so far."""
+    """The store failed under us: stop without writing more; the executor
+    gives the run back once the store answers again (``executor.give_back``),
+    and the next claim replays everything recorded so far."""
 
 
 class Ended(BaseException):

@@ -63,19 +63,24 @@ def open_store(
     *,
     create: bool = True,
     migrate: bool = True,
+    read_only: bool = False,
 ) -> Store:
     """Open the store named by ``db`` (``sqlite:///path``, ``memory://``, or a
     plain file path), defaulting to ``$CAIRN_DB`` then ``./.cairn/cairn.db``.
     ``create=False`` refuses to create a missing database (for inspection
     commands, so a typo does not leave an empty database behind).
     ``migrate=False`` leaves the schema as it is (for ``cairn db``, which
-    reports and applies migrations itself)."""
+    reports and applies migrations itself). ``read_only=True`` (inspection
+    commands) implies both: the database is only read, never created or
+    migrated, and a SQLite reader never takes the write lock."""
     url = resolve_url(db)
     try:
         mode = Durability(durability)
     except ValueError:
         raise ConfigError(f"unknown durability {durability!r} (use 'process' or 'power')") from None
     kind = dialect(url)
+    if read_only:
+        create = migrate = False
     if kind == "postgres":
         return _open_postgres(url, mode, migrate)
     if kind == "memory":  # a throwaway SQLite store: gone on close(), or with the process
@@ -88,7 +93,7 @@ def open_store(
         raise StoreError(f"no database at {str(path)!r}")
     from cairn.store.sqlite import SQLiteStore
 
-    return SQLiteStore(path, durability=mode, auto_migrate=migrate)
+    return SQLiteStore(path, durability=mode, auto_migrate=migrate, read_only=read_only)
 
 
 def _open_postgres(url: str, mode: Durability, migrate: bool) -> Store:

@@ -376,7 +376,11 @@ class Store(Protocol):
 
     def put_artifact(self, data: bytes) -> str:
         """Store ``data`` content-addressed; return its reference. Idempotent;
-        durable before it returns (so a journal entry may point to it).
+        durable as a commit of the store's mode before it returns (so a
+        journal entry may point to it); an ``append`` with ``barrier=True``
+        makes the artifacts its entries reference as durable as the entries.
+        Stored bytes that no longer match their reference are rewritten, never
+        trusted.
 
         New bytes are queued for collection (see ``prune_runs``) as they are
         stored: if the writer dies before recording the entry that points to
@@ -385,7 +389,8 @@ class Store(Protocol):
         ...
 
     def get_artifact(self, ref: str) -> bytes:
-        """The bytes stored under ``ref``; ``PayloadError`` if absent."""
+        """The bytes stored under ``ref``; ``PayloadError`` if absent, or if
+        they no longer hash to ``ref`` (damaged or edited: never returned)."""
         ...
 
     def close(self) -> None:

@@ -20,15 +20,18 @@ left out when unknown, so histories written without one read as before.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cairn.errors import InvalidRunState, RunNotFound
+from cairn.errors import InvalidRunState, PayloadError, RunNotFound
 from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
 
 #: The terminal statuses as stored (for statements that test them).
 TERMINAL = tuple(status.value for status in RunStatus if status.terminal)
+
+_KNOWN_STATUSES = frozenset(RunStatus)
 
 #: What ``prune_runs`` deletes unless told otherwise: runs that ended for
 #: good. ``quarantined``, ``killed`` and ``halted`` runs are terminal too, but
@@ -164,8 +167,25 @@ class ClaimOutcome:
         return self.quarantine is None
 
 
+def damaged_error(run_id: str, damage: str) -> dict[str, Any]:
+    """The error of a run quarantined because one of its rows cannot be read."""
+    return {"type": "DamagedRow",
+            "message": f"run {run_id!r} was quarantined: its stored data is damaged ({damage}); "
+                       "repair the row, then retry the run"}
+
+
+def quarantine_damaged(run_id: str, epoch: int, recoveries: int, damage: str, now: float) -> Transition:
+    """Quarantine a run just claimed at ``epoch`` whose own row turned out
+    damaged (``damage``: which column, why) when read back: the claim stays
+    in its history, the run goes to an operator instead of to a worker."""
+    error = damaged_error(run_id, damage)
+    return Transition(RunUpdate("quarantine", run_id, now, epoch + 1, error=error, recoveries=recoveries),
+                      (entry(run_id, EventType.RUN_QUARANTINED, now, epoch + 1, None, error),))
+
+
 def claim(
-    state: ClaimState, last_seq: int, worker: str, now: float, lease_seconds: float, max_recoveries: int
+    state: ClaimState, last_seq: int, worker: str, now: float, lease_seconds: float, max_recoveries: int,
+    damage: str | None = None,
 ) -> ClaimOutcome:
     """Claim a runnable run whose history ends at ``last_seq``.
 
@@ -174,7 +194,13 @@ def claim(
     ``max_recoveries`` the run is quarantined instead (``run.quarantined``).
     Otherwise ``lease.claimed`` (or ``lease.taken_over``), then
     ``run.started`` the first time a run is claimed, ``run.woken`` after a
-    suspension."""
+    suspension.
+
+    A run that cannot be read (``damage`` says what: a history row that does
+    not parse, or a status this version does not know) is quarantined at
+    once, its recoveries untouched: executing it would replay a journal
+    that is not there, and failing the whole claim would stop every other
+    run behind it."""
     run_id, old_epoch, old_owner = state.run_id, state.epoch, state.owner
     until = now + lease_seconds
     epoch = old_epoch + 1
@@ -182,6 +208,14 @@ def claim(
 
     def add(event: EventType, at_epoch: int, by: str | None, detail: dict[str, Any] | None) -> None:
         entries.append(entry(run_id, event, now, at_epoch, by, detail, seq=last_seq + len(entries) + 1))
+
+    if damage is None and state.status not in _KNOWN_STATUSES:
+        damage = f"unknown status {state.status.value[1:]!r}"
+    if damage is not None:
+        error = damaged_error(run_id, damage)
+        add(EventType.RUN_QUARANTINED, epoch, None, error)
+        update = RunUpdate("quarantine", run_id, now, epoch, error=error, recoveries=state.recoveries)
+        return ClaimOutcome(run_id, epoch, until, state.recoveries, tuple(entries), update)
 
     recoveries = state.recoveries
     takeover = state.status is RunStatus.RUNNING
@@ -366,6 +400,19 @@ def resolve_operation(
             step_kind=kind, name=name, detail=_by({"position": position, "done": False, **detail}, actor),
         )
     return Transition(RunUpdate("reopen", run_id, now, epoch), (resolved,))
+
+
+# -- damaged data ---------------------------------------------------------------------------
+
+
+def check_artifact(ref: str, data: bytes, where: str) -> None:
+    """``PayloadError`` unless ``data`` is what artifact ``ref`` names (its
+    SHA-256): an artifact edited or damaged where it is kept is refused,
+    never returned as the value that was stored."""
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != ref:
+        raise PayloadError(f"artifact {ref} in {where} is damaged: its bytes hash to {digest[:16]}..., "
+                           "not to its name")
 
 
 # -- pruning -------------------------------------------------------------------------------

@@ -218,6 +218,9 @@ from cairn.store.records import (
 )
 from cairn.store.rows import (
     EVENT_COLUMNS,
+    claim_history,
+    claim_status,
+    claimed_run,
     event_from_row,
     event_values,
     finish_params,
@@ -1128,7 +1131,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             row = conn.execute(_Q["get_artifact"], {"ref": ref}).fetchone()
         if row is None:
             raise PayloadError(f"artifact {ref} is missing from {self._where} (schema {self.schema!r})")
-        return bytes(row[0])
+        data = bytes(row[0])
+        lc.check_artifact(ref, data, f"{self._where} (schema {self.schema!r})")
+        return data
 
 
 # -- helpers: each runs inside the caller's transaction (or autocommit statement) --
@@ -1369,33 +1374,39 @@ def _claim_many(
     ids = [state[0] for state in states]
     # Read after the locks, in a statement of its own: under READ COMMITTED it
     # sees every append that committed before the locks were granted.
-    histories: dict[str, list[HistoryEvent]] = {run_id: [] for run_id in ids}
+    rows: dict[str, list[Sequence[Any]]] = {run_id: [] for run_id in ids}
     for row in tx.execute(_Q["select_histories"], {"run_ids": ids}):
-        histories[row[0]].append(event_from_row(row))
+        rows[row[0]].append(row)
+    histories: dict[str, list[HistoryEvent]] = {}
     outcomes: list[lc.ClaimOutcome] = []
     for run_id, status, owner, epoch, recoveries in states:
-        history = histories[run_id]
-        state = lc.ClaimState(run_id, RunStatus(status), owner, epoch, recoveries)
-        last_seq = history[-1].seq if history else 0
-        outcome = lc.claim(state, last_seq, worker, now, lease_seconds, max_recoveries)
+        state = lc.ClaimState(run_id, claim_status(status), owner, epoch, recoveries)
+        histories[run_id], last_seq, damage = claim_history(rows[run_id])  # damage quarantines the run
+        outcome = lc.claim(state, last_seq, worker, now, lease_seconds, max_recoveries, damage)
         if outcome.quarantine is not None:
             tx.execute(_Q["quarantine"], update_params(outcome.quarantine))
         outcomes.append(outcome)
     claiming = [o for o in outcomes if o.claimed]
-    records: dict[str, RunRecord] = {}
+    records: dict[str, RunRecord | str] = {}
     if claiming:
         params = {"run_ids": [o.run_id for o in claiming], "recoveries": [o.recoveries for o in claiming],
                   "worker": worker, "lease_until": now + lease_seconds, "now": now}
-        records = {row[0]: _run_from_row(row) for row in tx.execute(_Q["claim_many"], params)}
+        records = {row[0]: claimed_run(row) for row in tx.execute(_Q["claim_many"], params)}
     entries = [e for o in outcomes for e in o.entries]
     if entries:
         tx.execute(_Q["insert_events_many"], {"run_ids": [e.run_id for e in entries],
                                               **_lifecycle_arrays(entries)})
     claims: list[Claim | None] = []
     for outcome in outcomes:
+        record = records.get(outcome.run_id)
+        if isinstance(record, str):  # its own row is damaged: quarantined, not executed
+            _apply(tx, lc.quarantine_damaged(outcome.run_id, outcome.epoch, outcome.recoveries, record, now))
+            claims.append(None)
+            continue
         if not outcome.claimed:
             claims.append(None)
             continue
+        assert record is not None
         full = histories[outcome.run_id] + list(outcome.entries)
-        claims.append(Claim(run=records[outcome.run_id], history=full, next_seq=full[-1].seq + 1))
+        claims.append(Claim(run=record, history=full, next_seq=full[-1].seq + 1))
     return claims

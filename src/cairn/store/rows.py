@@ -9,10 +9,11 @@ several times faster than ``json``, and values read back exactly as written.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
+from cairn.errors import StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.lifecycle import RunUpdate, check_finish_status
 from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
@@ -66,23 +67,67 @@ EVENT_COLUMNS = (
 )
 
 
+class DamagedRow(StoreError):
+    """A stored row holds a value no record can be made of (an unknown
+    status or entry type, JSON that does not parse): the row was edited or
+    damaged outside Cairn. Paths that act on a run read its rows strictly
+    and quarantine the run; inspection reads them leniently (``lenient``)."""
+
+
+_E = TypeVar("_E", RunStatus, EventType)
+
+
+def unknown_member(kind: type[_E], raw: Any) -> _E:
+    """A stand-in member of ``kind`` for a stored value this version does not
+    know, shown as ``?<value>`` so a reader sees both the raw value and that
+    it is not a real one. It is none of the real members: every rule that
+    tests a status or an entry type (``is RunStatus.X``) treats it as what
+    it is, something else."""
+    member = str.__new__(kind, f"?{raw}")
+    member._name_ = "UNKNOWN"
+    member._value_ = f"?{raw}"
+    return member
+
+
+def _member(kind: type[_E], raw: Any, lenient: bool) -> _E:
+    try:
+        return kind(raw)
+    except ValueError:
+        if lenient:
+            return unknown_member(kind, raw)
+        raise DamagedRow(f"unknown {kind.__name__} {raw!r}") from None
+
+
+def _json(text: Any, column: str, lenient: bool) -> Any:
+    if text is None:
+        return None
+    try:
+        return _DECODE_JSON.decode(text)
+    except (msgspec.DecodeError, TypeError) as exc:
+        if lenient:
+            return {"damaged": str(text)[:200]}
+        raise DamagedRow(f"{column} is not valid JSON ({exc})") from None
+
+
 def _bytes(value: Any) -> bytes | None:
     """A BLOB/bytea as ``bytes`` (PostgreSQL may read back a ``memoryview``)."""
     return value if value is None or type(value) is bytes else bytes(value)
 
 
-def run_from_row(row: Sequence[Any]) -> RunRecord:
-    """A ``RunRecord`` from a row of ``RUN_COLUMNS``."""
+def run_from_row(row: Sequence[Any], *, lenient: bool = True) -> RunRecord:
+    """A ``RunRecord`` from a row of ``RUN_COLUMNS``. A damaged value
+    (``DamagedRow`` when not ``lenient``) reads as a stand-in: an unknown
+    status as ``unknown_member``, unparsable JSON as ``{"damaged": text}``."""
     return RunRecord(
         run_id=row[0],
         workflow=row[1],
         workflow_version=row[2],
         tenant=row[3],
         thread_id=row[4],
-        status=RunStatus(row[5]),
+        status=_member(RunStatus, row[5], lenient),
         input=Payload(_bytes(row[6]), row[7]),
         result=Payload(_bytes(row[8]), row[9]) if (row[8] is not None or row[9] is not None) else None,
-        error=loads(row[10]) if row[10] is not None else None,
+        error=_json(row[10], "error", lenient),
         epoch=row[11],
         owner=row[12],
         lease_expires_at=row[13],
@@ -94,17 +139,19 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
         parent_run_id=row[19],
         created_at=row[20],
         updated_at=row[21],
-        budget=loads(row[22]) if row[22] is not None else None,
+        budget=_json(row[22], "budget", lenient),
     )
 
 
-def event_from_row(row: Sequence[Any]) -> HistoryEvent:
-    """A ``HistoryEvent`` from a row of ``EVENT_COLUMNS``."""
+def event_from_row(row: Sequence[Any], *, lenient: bool = True) -> HistoryEvent:
+    """A ``HistoryEvent`` from a row of ``EVENT_COLUMNS``; damaged values as
+    in ``run_from_row``. Replay must never read a stand-in: a claim reads
+    histories with ``lenient=False`` (see ``claim_history``)."""
     payload = Payload(_bytes(row[12]), row[13]) if (row[12] is not None or row[13] is not None) else None
     return HistoryEvent(
         run_id=row[0],
         seq=row[1],
-        event=EventType(row[2]),
+        event=_member(EventType, row[2], lenient),
         at=row[3],
         epoch=row[4],
         worker=row[5],
@@ -115,8 +162,34 @@ def event_from_row(row: Sequence[Any]) -> HistoryEvent:
         attempt=row[10],
         started_at=row[11],
         payload=payload,
-        detail=loads(row[14]) if row[14] is not None else None,
+        detail=_json(row[14], f"the detail of history entry {row[1]}", lenient),
     )
+
+
+def claim_history(rows: Sequence[Sequence[Any]]) -> tuple[list[HistoryEvent], int, str | None]:
+    """A claimed run's history from its rows (``EVENT_COLUMNS``, by ``seq``),
+    read strictly: ``(history, last seq, None)``, or ``([], last seq,
+    what is damaged)`` when a row cannot be read, so the claim quarantines
+    that run instead of failing for every run (``lifecycle.claim``)."""
+    try:
+        history = [event_from_row(row, lenient=False) for row in rows]
+    except (DamagedRow, TypeError, ValueError) as exc:
+        return [], int(rows[-1][1]), str(exc)
+    return history, history[-1].seq if history else 0, None
+
+
+def claimed_run(row: Sequence[Any]) -> RunRecord | str:
+    """A claimed run's record read strictly from its row, or what is damaged
+    in it (the claim then quarantines it: ``lifecycle.quarantine_damaged``)."""
+    try:
+        return run_from_row(row, lenient=False)
+    except (DamagedRow, TypeError, ValueError) as exc:
+        return str(exc)
+
+
+def claim_status(raw: Any) -> RunStatus:
+    """A candidate's stored status; an unknown one as ``unknown_member`` (the claim quarantines it)."""
+    return _member(RunStatus, raw, True)
 
 
 def event_values(event: HistoryEvent) -> tuple[Any, ...]:

@@ -64,10 +64,9 @@ class SQLStore(Generic[Tx]):
     # -- the operator transitions, once -------------------------------------------
 
     def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-
         def body(tx: Tx) -> RunRecord:
             run = self._held_run(tx, run_id)
+            now = self.clock()  # read holding the row: a wait for it is not in the past
             live = self._held_tree(tx, run_id) if run is not None else []
             for transition in lc.cancel(run, run_id, live, reason, now, actor):
                 self._apply(tx, transition)
@@ -81,7 +80,6 @@ class SQLStore(Generic[Tx]):
         self, reason: str, *, run_id: str | None = None, tenant: str | None = None, actor: str | None = None
     ) -> list[RunRecord]:
         lc.check_kill_target(run_id, tenant)
-        now = self.clock()
 
         def body(tx: Tx) -> list[RunRecord]:
             run = None
@@ -91,15 +89,15 @@ class SQLStore(Generic[Tx]):
             else:
                 assert tenant is not None
                 live = self._held_of_tenant(tx, tenant)
+            now = self.clock()
             return [self._apply(tx, t) for t in lc.kill(run, run_id, live, reason, now, actor)]
 
         return self._operate(body)
 
     def retry_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-
         def body(tx: Tx) -> RunRecord:
             run = self._held_run(tx, run_id)
+            now = self.clock()
             position = self._last_failed_position(tx, run_id) if run is not None else None
             return self._apply(tx, lc.retry(run, run_id, position, now, actor))
 
@@ -109,21 +107,18 @@ class SQLStore(Generic[Tx]):
         self, run_id: str, position: int, done: bool, result: Payload | None, detail: dict[str, Any],
         *, actor: str | None = None,
     ) -> RunRecord:
-        now = self.clock()
-
         def body(tx: Tx) -> RunRecord:
             run = self._held_run(tx, run_id)
+            now = self.clock()
             return self._apply(tx, lc.resolve_operation(run, run_id, position, done, result, detail, now,
                                                         actor))
 
         return self._operate(body)
 
     def revive_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
-        return self._operate(lambda tx: self._apply(tx, lc.revive(self._held_run(tx, run_id), run_id, now,
-                                                                  actor)))
+        return self._operate(lambda tx: self._apply(tx, lc.revive(self._held_run(tx, run_id), run_id,
+                                                                  self.clock(), actor)))
 
     def set_budget(self, run_id: str, budget: dict[str, Any], *, actor: str | None = None) -> RunRecord:
-        now = self.clock()
         return self._operate(lambda tx: self._apply(tx, lc.set_budget(self._held_run(tx, run_id), run_id,
-                                                                      budget, now, actor)))
+                                                                      budget, self.clock(), actor)))

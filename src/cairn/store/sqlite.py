@@ -48,6 +48,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -69,6 +70,9 @@ from cairn.store.records import (
     RunStatus,
 )
 from cairn.store.rows import (
+    claim_history,
+    claim_status,
+    claimed_run,
     dumps,
     event_from_row,
     event_values,
@@ -119,12 +123,20 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         clock: Callable[[], float] = time.time,
         auto_migrate: bool = True,
         busy_timeout: float = _BUSY_TIMEOUT_MS / 1000,
+        read_only: bool = False,
     ) -> None:
         """``auto_migrate=False`` opens the database without touching its
         schema (for tools that only report its version); ``migrate()`` then
         brings it up to date. ``busy_timeout``: seconds a writer waits for
-        the write lock before failing with ``StoreError``."""
+        the write lock before failing with ``StoreError``.
+
+        ``read_only=True`` is how inspection opens a database: ``mode=ro``
+        connections with ``query_only`` on, no journal-mode change, no
+        migration and no write transaction, so a reader never waits for a
+        writer's lock (WAL readers do not) and never changes the file; a
+        write raises ``StoreError``. The database must exist."""
         self.path = Path(path)
+        self.read_only = read_only
         self.durability = durability
         self.clock = clock
         self.artifact_dir = self.path.with_name(self.path.name + ".artifacts")
@@ -136,9 +148,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         self._closed = False
         self._lane_cursor = admission.LaneCursor()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not read_only:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
-            if auto_migrate:
+            if auto_migrate and not read_only:
                 self._migrate(conn)
         except (StoreError, sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open SQLite database {str(self.path)!r}: {_reason(exc)}") from None
@@ -146,7 +159,18 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     # -- connections and transactions: where sqlite3 errors become StoreError --
 
     def _failure(self, exc: sqlite3.Error) -> StoreError:
-        return StoreError(f"SQLite error ({str(self.path)!r}): {exc}")
+        text = str(exc)
+        if self.read_only and text.startswith(("no such table", "no such column")):
+            # Read-only opens never migrate: a statement of this version that
+            # finds no table or column means the file predates it.
+            try:
+                version, latest = self.schema_version(), len(load_migrations("sqlite"))
+            except StoreError:
+                version, latest = 0, 0
+            if version < latest:
+                return StoreError(f"the schema of {str(self.path)!r} is too old to read (version {version}, "
+                                  f"this Cairn needs {latest}): run 'cairn db migrate' ({text})")
+        return StoreError(f"SQLite error ({str(self.path)!r}): {text}")
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -163,6 +187,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         return conn
 
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=self._busy_ms / 1000)
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            conn.execute("PRAGMA query_only = 1")
+            return conn
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_ms / 1000)
         conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -176,6 +206,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     @contextlib.contextmanager
     def _write(self, faults: _Faults = _NO_FAULTS) -> Iterator[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE``), with its fault points."""
+        if self.read_only:
+            raise StoreError(f"SQLite database {str(self.path)!r} is open read-only (for inspection)")
         conn = self._conn()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -257,8 +289,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     # -- creating and reading runs -------------------------------------------
 
     def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
-        now = self.clock()
         with self._write() as tx:
+            now = self.clock()
             if not _insert_run(tx, run_params(run, now, status=RunStatus.PENDING, runnable_at=now)):
                 existing = _select_run(tx, run.run_id)
                 assert existing is not None
@@ -267,12 +299,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         return new_record(run, now, RunStatus.PENDING, epoch=0), True
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
-        now = self.clock()
-        events = lc.create_claimed(run, worker, now, lease_seconds)
-        until = now + lease_seconds
-        params = run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
-                            lease_until=until)
         with self._write() as tx:
+            now = self.clock()
+            events = lc.create_claimed(run, worker, now, lease_seconds)
+            until = now + lease_seconds
+            params = run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
+                                lease_until=until)
             if not _insert_run(tx, params):
                 return None
             tx.executemany(_INSERT_EVENT, [event_values(event) for event in events])
@@ -308,9 +340,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     ) -> list[Claim]:
         if limit <= 0 or not workflows:
             return []
-        now = self.clock()
         wanted = dumps(list(workflows))
         with self._write() as tx:
+            now = self.clock()
             limits = {row[0]: queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
             served = sorted(set(queues)) if queues is not None else _queues_with_lanes(tx)
             lanes: list[admission.Lane] = []
@@ -368,8 +400,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     # -- queues ------------------------------------------------------------------
 
     def set_queue(self, limits: admission.QueueLimits) -> None:
-        params = queue_params(limits, self.clock())
         with self._write() as tx:
+            params = queue_params(limits, self.clock())
             tx.execute(_Q["delete_queue" if limits.unlimited else "upsert_queue"], params)
             tx.execute(_Q["delete_stale_buckets"], params)
 
@@ -385,12 +417,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         return admission.stats(limits, counts)
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
-        now = self.clock()
         with self._write() as tx:
+            now = self.clock()
             row = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
             if row is None or row[5] is None or row[5] > now:
                 return None
-            state = lc.ClaimState(row[0], RunStatus(row[1]), row[2], row[3], row[4])
+            state = lc.ClaimState(row[0], claim_status(row[1]), row[2], row[3], row[4])
             claim = _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries)[0]
             fault_point("store.claim.before_commit")
         fault_point("store.claim.after_commit")
@@ -403,10 +435,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
         if not leases:
             return set()
-        now = self.clock()
-        until = now + lease_seconds
         lost: set[str] = set()
         with self._write() as tx:
+            now = self.clock()
+            until = now + lease_seconds
             for run_id, epoch in leases.items():
                 params = {"run_id": run_id, "worker": worker, "epoch": epoch, "lease_until": until,
                           "now": now}
@@ -420,6 +452,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False
     ) -> None:
         if barrier and self.durability is not Durability.POWER:
+            self._sync_artifacts(events)  # before the entries that reference them can be durable
             self.append(run_id, epoch, events)
             self._sync_wal()
         elif len(events) == 1:  # the per-step hot path: one self-contained statement
@@ -476,8 +509,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         status: RunStatus = RunStatus.SUSPENDED,
     ) -> None:
         lc.check_suspend_status(status)
-        now = self.clock()
         with self._write(_FAULTS["suspend"]) as tx:
+            now = self.clock()
             _append_fenced(tx, run_id, epoch, event)
             child = None
             if status is RunStatus.SUSPENDED and waiting_on is not None:
@@ -502,18 +535,19 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         result: Payload | None,
         error: dict[str, Any] | None,
     ) -> None:
-        now = self.clock()
-        params = finish_params(run_id, epoch, now, status, result, error)
+        lc.check_finish_status(status)
         with self._write(_FAULTS["finish"]) as tx:
+            now = self.clock()
+            params = finish_params(run_id, epoch, now, status, result, error)
             _append_fenced(tx, run_id, epoch, event)
             (parent,) = tx.execute(_Q["finish"], params).fetchone()
             if parent is not None:
                 tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
 
     def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
-        now = self.clock()
         child = lc.child_of(child, parent_run_id)
         with self._write(_FAULTS["start_child"]) as tx:
+            now = self.clock()
             _append_fenced(tx, parent_run_id, epoch, event)
             if _insert_run(tx, run_params(child, now, status=RunStatus.PENDING, runnable_at=now)):
                 tx.execute(_INSERT_EVENT, event_values(lc.create(child, now)))
@@ -523,8 +557,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         return record
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
-        update = lc.halt(run_id, epoch, error, self.clock())
         with self._write() as tx:
+            update = lc.halt(run_id, epoch, error, self.clock())
             _append_fenced(tx, run_id, epoch, event)
             tx.execute(_Q["halt"], update_params(update)).fetchall()
             tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
@@ -568,8 +602,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         if dry_run:
             with self._read() as conn:
                 return len(_select_prunable(conn, older_than, wanted, limit))
-        now = self.clock()
         with self._write() as tx:
+            now = self.clock()
             doomed = _select_prunable(tx, older_than, wanted, limit)
             if doomed:
                 ids = {"run_ids": dumps(doomed)}
@@ -641,6 +675,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     # -- artifacts ---------------------------------------------------------------
 
     def put_artifact(self, data: bytes) -> str:
+        if self.read_only:
+            raise StoreError(f"SQLite database {str(self.path)!r} is open read-only (for inspection)")
         try:
             return self._put_artifact(data)
         except OSError as exc:  # the artifact files are the store's too: no OSError escapes
@@ -653,8 +689,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         # store's clock: pruning spares what was stored since its cutoff.
         now = self.clock()
         with self._artifact_lock(exclusive=False):
-            if _touch(target, now):
-                return ref
+            if _intact(target, ref) and _touch(target, now):
+                return ref  # an existing file is trusted only once its bytes are checked
             with self._write() as tx:  # queued first: a crash after it leaves no untracked file
                 tx.execute(_Q["queue_artifact"], {"ref": ref, "now": now})
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -672,22 +708,38 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
                     os.unlink(tmp)
                 raise
         if self.durability is Durability.POWER:
-            dir_fd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            _fsync_path(target.parent, os.O_RDONLY)
         return ref
 
     def get_artifact(self, ref: str) -> bytes:
         if len(ref) != 64 or any(c not in "0123456789abcdef" for c in ref):
             raise PayloadError(f"malformed artifact reference {ref!r}")
         try:
-            return (self.artifact_dir / ref[:2] / ref).read_bytes()
+            data = (self.artifact_dir / ref[:2] / ref).read_bytes()
         except FileNotFoundError:
             raise PayloadError(f"artifact {ref} is missing from {self.artifact_dir}") from None
         except OSError as exc:
             raise StoreError(f"cannot read artifact {ref} from {str(self.artifact_dir)!r}: {exc}") from None
+        # The name is the content's hash: bytes that do not match it were
+        # edited or damaged, and must never be replayed as the value stored.
+        lc.check_artifact(ref, data, str(self.artifact_dir))
+        return data
+
+    def _sync_artifacts(self, events: Sequence[HistoryEvent]) -> None:
+        """Put the artifact files ``events`` reference (and their directory
+        entries) on stable storage: the effect barrier covers what the
+        entries behind it point to, an intent's offloaded arguments first of
+        all (in the ``power`` mode ``put_artifact`` did it already)."""
+        for event in events:
+            ref = event.payload.ref if event.payload is not None else None
+            if ref is None:
+                continue
+            target = self.artifact_dir / ref[:2] / ref
+            try:
+                _fsync_path(target, os.O_RDONLY)
+                _fsync_path(target.parent, os.O_RDONLY)
+            except OSError as exc:
+                raise StoreError(f"cannot sync artifact {ref} in {str(self.artifact_dir)!r}: {exc}") from None
 
 
 # -- helpers: each runs inside the caller's transaction ---------------------------
@@ -697,6 +749,23 @@ def _reason(exc: BaseException) -> str:
     """What went wrong, without the wrapper's own prefix."""
     text = str(exc)
     return text.split("): ", 1)[1] if text.startswith("SQLite error (") and "): " in text else text
+
+
+def _intact(path: Path, ref: str) -> bool:
+    """Whether the file at ``path`` exists and holds the bytes named ``ref``."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest() == ref
+    except FileNotFoundError:
+        return False
+
+
+def _fsync_path(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _touch(path: Path, now: float) -> bool:
@@ -810,38 +879,44 @@ def _claim_many(
     run, one appends every lifecycle entry (a quarantine adds one)."""
     if not states:
         return []
-    histories: dict[str, list[HistoryEvent]] = {state.run_id: [] for state in states}
-    for row in tx.execute(_Q["select_histories"], {"run_ids": dumps(list(histories))}):
-        histories[row[0]].append(event_from_row(row))
+    rows: dict[str, list[Sequence[Any]]] = {state.run_id: [] for state in states}
+    for row in tx.execute(_Q["select_histories"], {"run_ids": dumps(list(rows))}):
+        rows[row[0]].append(row)
+    histories: dict[str, list[HistoryEvent]] = {}
     outcomes = []
     for state in states:
-        history = histories[state.run_id]
-        outcome = lc.claim(state, history[-1].seq if history else 0, worker, now, lease_seconds,
-                           max_recoveries)
+        histories[state.run_id], last_seq, damage = claim_history(rows[state.run_id])
+        outcome = lc.claim(state, last_seq, worker, now, lease_seconds, max_recoveries, damage)
         if outcome.quarantine is not None:
             tx.execute(_Q["quarantine"], update_params(outcome.quarantine)).fetchall()
         outcomes.append(outcome)
     claiming = [[o.run_id, o.recoveries] for o in outcomes if o.claimed]
-    records: dict[str, RunRecord] = {}
+    records: dict[str, RunRecord | str] = {}
     if claiming:
         params = {"claims": dumps(claiming), "worker": worker, "lease_until": now + lease_seconds, "now": now}
-        records = {row[0]: run_from_row(row) for row in tx.execute(_Q["claim_many"], params)}
+        records = {row[0]: claimed_run(row) for row in tx.execute(_Q["claim_many"], params)}
     entries = [[e.run_id, e.seq, e.event.value, e.at, e.epoch, e.worker,
                 dumps(e.detail) if e.detail is not None else None] for o in outcomes for e in o.entries]
     tx.execute(_Q["insert_events_many"], {"entries": dumps(entries)})
     claims: list[Claim | None] = []
     for outcome in outcomes:
+        record = records.get(outcome.run_id)
+        if isinstance(record, str):  # its own row is damaged: quarantined, not executed
+            _apply(tx, lc.quarantine_damaged(outcome.run_id, outcome.epoch, outcome.recoveries, record, now))
+            claims.append(None)
+            continue
         if not outcome.claimed:
             claims.append(None)
             continue
+        assert record is not None
         full = histories[outcome.run_id] + list(outcome.entries)
-        claims.append(Claim(run=records[outcome.run_id], history=full, next_seq=full[-1].seq + 1))
+        claims.append(Claim(run=record, history=full, next_seq=full[-1].seq + 1))
     return claims
 
 
 def _claim_state(row: Sequence[Any]) -> lc.ClaimState:
     """The claim state in a ``lane_candidates`` row."""
-    return lc.ClaimState(row[0], RunStatus(row[3]), row[4], row[5], row[6])
+    return lc.ClaimState(row[0], claim_status(row[3]), row[4], row[5], row[6])
 
 
 def _queues_with_lanes(tx: sqlite3.Connection) -> list[str]:

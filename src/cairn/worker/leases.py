@@ -12,6 +12,8 @@ import logging
 import threading
 
 from cairn.engine.execution import Execution
+from cairn.engine.executor import GIVING_BACK
+from cairn.errors import StoreError
 from cairn.store.contract import Store
 
 log = logging.getLogger("cairn.leases")
@@ -55,6 +57,13 @@ class LeaseKeeper:
             for execution in self._watched.values():
                 execution.stop_reason = reason
 
+    def giving_back(self) -> bool:
+        """Whether an execution is giving its run back after a store failure
+        (``executor.give_back``): its lease may have expired meanwhile, so
+        its worker renews before claiming (``Worker._claim``)."""
+        with self._lock:
+            return any(ex.stop_reason == GIVING_BACK for ex in self._watched.values())
+
     def renew_now(self) -> None:
         """Renew every watched lease once; flag executions whose lease is gone."""
         with self._lock:
@@ -74,7 +83,9 @@ class LeaseKeeper:
         while not self._stop.wait(interval):
             try:
                 self.renew_now()
-            except Exception:  # a passing store failure: try again next beat
+            except StoreError as exc:  # a passing store failure: try again next beat, one line each
+                log.warning("worker %s cannot renew its leases: %s", self.worker, exc)
+            except Exception:
                 log.exception("lease renewal failed for worker %s", self.worker)
 
     def close(self) -> None:

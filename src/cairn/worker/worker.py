@@ -23,11 +23,17 @@ from types import FrameType
 
 from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
+from cairn.errors import StoreError
 from cairn.store.contract import Notifier
 from cairn.store.records import Claim
 from cairn.worker.leases import LeaseKeeper
 
 log = logging.getLogger("cairn.worker")
+
+#: The longest wait between claims while the store keeps failing, and how
+#: many times in a row a claim is tried before the worker backs off.
+MAX_BACKOFF = 5.0
+CLAIM_ATTEMPTS = 3
 
 
 def default_worker_id() -> str:
@@ -64,6 +70,7 @@ class Worker:
         self._active = 0
         self._active_lock = threading.Lock()
         self._next_timer: float | None = None
+        self._backoff = 0.0  # seconds between claims while the store fails (0: it answers)
         self.claimed = 0
         #: the event loops of the pool threads, closed once they are done (on drain)
         self.loops = EventLoops()
@@ -133,18 +140,50 @@ class Worker:
             free = self.settings.concurrency - self._active
         if free <= 0:
             return []
-        try:
-            claims = self.runtime.store.claim_runs(
-                self.worker_id, self.workflows, free, self.settings.lease_seconds,
-                self.runtime.max_recoveries, self.settings.queues,
-            )
-        except Exception:
-            log.exception("worker %s could not claim runs; retrying", self.worker_id)
-            return []
+        for attempt in range(1, CLAIM_ATTEMPTS + 1):
+            try:
+                if self._backoff or self.keeper.giving_back():
+                    # The store failed until now, or an execution could not
+                    # record and waits to give its run back: renew this worker's
+                    # leases first, so that claiming cannot take over one of its
+                    # own runs (its lease expired meanwhile) as if its worker
+                    # had crashed.
+                    self.keeper.renew_now()
+                claims = self.runtime.store.claim_runs(
+                    self.worker_id, self.workflows, free, self.settings.lease_seconds,
+                    self.runtime.max_recoveries, self.settings.queues,
+                )
+                break
+            except StoreError as exc:
+                # A pooled connection the server dropped fails once and is
+                # replaced: try again at once before backing off.
+                if attempt == CLAIM_ATTEMPTS:
+                    self._store_failed(exc)
+                    return []
+            except Exception as exc:
+                self._store_failed(exc)
+                return []
+        if self._backoff:  # the store answers again
+            self._store_recovered()
         with self._active_lock:
             self._active += len(claims)
         self.claimed += len(claims)
         return claims
+
+    def _store_failed(self, exc: Exception) -> None:
+        """Back off after a failed claim: one line per attempt, each wait
+        twice the last (up to ``MAX_BACKOFF``), instead of a traceback every
+        poll while the store is down or full. (A run the store failed is
+        parked by its executor: ``executor.give_back``.)"""
+        self._backoff = min(max(self._backoff * 2, self.settings.poll_interval, 0.05), MAX_BACKOFF)
+        if isinstance(exc, StoreError):
+            log.warning("worker %s cannot claim runs: %s; again in %.1fs", self.worker_id, exc, self._backoff)
+        else:
+            log.exception("worker %s could not claim runs; again in %.1fs", self.worker_id, self._backoff)
+
+    def _store_recovered(self) -> None:
+        log.warning("worker %s: the store answers again; claiming as usual", self.worker_id)
+        self._backoff = 0.0
 
     def _poll_delay(self) -> float | None:
         """How long to sleep before claiming again; ``None``: until woken.
@@ -156,6 +195,8 @@ class Worker:
         with self._active_lock:
             if self._active >= self.settings.concurrency:
                 return None
+        if self._backoff:  # the store failed: its timers can wait for it too
+            return self._backoff
         delay = self.settings.poll_interval
         timer = self._next_timer
         if timer is not None:

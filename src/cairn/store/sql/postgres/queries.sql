@@ -309,8 +309,10 @@ RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, 
 -- so it either happens before a collector's DELETE (which then re-checks the
 -- time and keeps the row) or after it (and finds no row: the bytes are sent).
 -- name: touch_artifact
+-- Only intact bytes are trusted: a row whose data no longer hashes to its ref
+-- is not touched, so the bytes are sent and put_artifact rewrites it.
 UPDATE artifacts SET touched_at = GREATEST(touched_at, %(now)s::float8)
-WHERE ref = %(ref)s::text
+WHERE ref = %(ref)s::text AND encode(sha256(data), 'hex') = %(ref)s::text
 
 -- New bytes are queued for collection in the same statement: if the writer
 -- dies before recording the entry that points to them, nothing would ever
@@ -322,7 +324,9 @@ WITH queued AS (
     ON CONFLICT DO NOTHING
 )
 INSERT INTO artifacts (ref, data, touched_at) VALUES (%(ref)s::text, %(data)s::bytea, %(now)s::float8)
-ON CONFLICT (ref) DO UPDATE SET touched_at = GREATEST(artifacts.touched_at, excluded.touched_at)
+ON CONFLICT (ref) DO UPDATE SET touched_at = GREATEST(artifacts.touched_at, excluded.touched_at),
+    data = CASE WHEN encode(sha256(artifacts.data), 'hex') = excluded.ref THEN artifacts.data
+                ELSE excluded.data END  -- damaged bytes are replaced by the ones named
 
 -- name: get_artifact
 SELECT data FROM artifacts WHERE ref = %(ref)s::text

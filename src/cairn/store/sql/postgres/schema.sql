@@ -180,6 +180,21 @@ CREATE TRIGGER runs_notify_slot_freed
     WHEN (OLD.status = 'running' AND NEW.status <> 'running')
     EXECUTE FUNCTION notify_slot_freed();
 
+-- History timestamps are monotonic per run: an entry's at is never earlier
+-- than the run's last entry's, whichever clock its writer read. (0007)
+CREATE FUNCTION history_monotonic_at() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.at := GREATEST(NEW.at, COALESCE(
+        (SELECT h.at FROM history AS h WHERE h.run_id = NEW.run_id ORDER BY h.seq DESC LIMIT 1), NEW.at));
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER history_monotonic_at
+    BEFORE INSERT ON history
+    FOR EACH ROW
+    EXECUTE FUNCTION history_monotonic_at();
+
 -- Tenancy (0004, 0006): row-level security on every table, bound to roles.
 -- The table owner (the role that ran the migrations) is not subject to it
 -- (FORCE is deliberately not set). Any other role sees and writes rows of

@@ -42,10 +42,15 @@ SELECT COALESCE(MAX(seq), 0) FROM history WHERE run_id = :run_id
 -- cheaper than binding by name. The tenant is never a parameter: it is read
 -- from the run row by the same statement, so an entry always carries its
 -- run's tenant (and nothing is inserted for a run that does not exist).
+-- Every append keeps the run's timestamps monotonic: an entry's ``at`` is
+-- never earlier than the run's last entry's (a clock stepped back, or a
+-- worker whose clock lags, must not make history go back in time).
 -- name: insert_event
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
                      attempt, started_at, payload, payload_ref, detail, tenant)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
+SELECT ?1, ?2, ?3,
+       MAX(?4, COALESCE((SELECT h.at FROM history AS h WHERE h.run_id = ?1 ORDER BY h.seq DESC LIMIT 1), ?4)),
+       ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
 FROM runs AS r WHERE r.run_id = ?1
 
 -- The hot path: one statement checks the fence (the run row must be running
@@ -55,7 +60,9 @@ FROM runs AS r WHERE r.run_id = ?1
 -- name: insert_event_fenced
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
                      attempt, started_at, payload, payload_ref, detail, tenant)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
+SELECT ?1, ?2, ?3,
+       MAX(?4, COALESCE((SELECT h.at FROM history AS h WHERE h.run_id = ?1 ORDER BY h.seq DESC LIMIT 1), ?4)),
+       ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
 FROM runs AS r
 WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
   AND ?2 = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = ?1)
@@ -330,6 +337,9 @@ RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, 
 -- name: insert_events_many
 INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
 SELECT json_extract(e.value, '$[0]'), json_extract(e.value, '$[1]'), json_extract(e.value, '$[2]'),
-       json_extract(e.value, '$[3]'), json_extract(e.value, '$[4]'), json_extract(e.value, '$[5]'),
+       MAX(json_extract(e.value, '$[3]'),
+           COALESCE((SELECT h.at FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1),
+                    json_extract(e.value, '$[3]'))),
+       json_extract(e.value, '$[4]'), json_extract(e.value, '$[5]'),
        json_extract(e.value, '$[6]'), r.tenant
 FROM json_each(:entries) AS e JOIN runs AS r ON r.run_id = json_extract(e.value, '$[0]')

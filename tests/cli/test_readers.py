@@ -1,0 +1,123 @@
+"""Issue 9 item 10: readers never write.
+
+``cairn runs`` used to wait 30 s and fail with "database is locked" while a
+worker held the write lock (it opened the database as a writer: WAL pragma,
+a migration check in ``BEGIN IMMEDIATE``), and it silently migrated an older
+database. The inspection commands now open it read-only: they answer while
+a writer holds the lock, never change the file, and say (one line on
+stderr) when migrations are pending, or fail clearly when the schema is too
+old to read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cairn.store.sqlfiles import load_migrations
+from cairn.store.sqlite import SQLiteStore, _split_statements
+from tests.store.contract.helpers import new_run
+
+READERS = [
+    ["runs"],
+    ["show", "r1"],
+    ["events", "r1"],
+    ["ops", "list", "r1"],
+    ["queues", "list"],
+    ["db", "status"],
+]
+
+
+def cairn(db: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run([sys.executable, "-m", "cairn", *args, "--db", str(db)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "cairn.db"
+    store = SQLiteStore(path)
+    store.create_run(new_run("r1"))
+    store.close()
+    return path
+
+
+@pytest.fixture
+def writer_holding_the_lock(db: Path) -> Iterator[sqlite3.Connection]:
+    """A worker in the middle of a write transaction (it holds the lock for the whole test)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("UPDATE runs SET updated_at = updated_at + 1")
+    yield conn
+    conn.execute("ROLLBACK")
+    conn.close()
+
+
+@pytest.mark.parametrize("command", READERS, ids=lambda c: " ".join(c))
+def test_inspection_answers_while_a_writer_holds_the_lock(
+    db: Path, writer_holding_the_lock: sqlite3.Connection, command: list[str]
+) -> None:
+    started = time.monotonic()
+    result = cairn(db, *command)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert "locked" not in result.stderr
+    assert took < 10, f"cairn {' '.join(command)} waited {took:.1f}s for a writer's lock"
+
+
+def _old_database(path: Path, version: int) -> None:
+    """A database as an older Cairn left it: only the first ``version`` migrations applied."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                 "applied_at REAL NOT NULL)")
+    for migration in load_migrations("sqlite")[:version]:
+        for statement in _split_statements(migration.sql):
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (migration.version, migration.name))
+    conn.close()
+
+
+def _fingerprint(path: Path) -> tuple[int, str]:
+    conn = sqlite3.connect(path)
+    version = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0]
+    tables = conn.execute("SELECT group_concat(sql, ';') FROM sqlite_master").fetchone()[0]
+    conn.close()
+    return version, hashlib.sha256(tables.encode()).hexdigest()
+
+
+def test_an_older_database_is_read_as_it_is_and_never_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    latest = len(load_migrations("sqlite"))
+    _old_database(path, latest - 1)  # readable: the last migration adds queue tables
+    before = _fingerprint(path)
+    for command in (["runs"], ["db", "status"]):
+        result = cairn(path, *command)
+        assert result.returncode == 0, result.stderr
+        assert _fingerprint(path) == before, f"cairn {' '.join(command)} changed the schema"
+    result = cairn(path, "runs")
+    notes = [line for line in result.stderr.splitlines() if "migration" in line]
+    assert len(notes) == 1, result.stderr
+    assert "pending" in notes[0]
+    assert "cairn db migrate" in notes[0]
+
+
+def test_a_schema_too_old_to_read_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "ancient.db"
+    _old_database(path, 1)  # no budget column yet
+    before = _fingerprint(path)
+    result = cairn(path, "runs")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "too old to read" in result.stderr
+    assert "cairn db migrate" in result.stderr
+    assert _fingerprint(path) == before

@@ -1,0 +1,112 @@
+"""Issue 9 item 11: time is read after the lock.
+
+A SQLite transition that waits for the write lock must take "now" once it
+holds it: a claim that queued behind another writer for longer than its
+lease used to commit a lease that had already expired (so the next poll of
+any worker took the run over at once). And a run's history never goes back
+in time, whatever the writers' clocks say.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from cairn.store.contract import Store
+from cairn.store.postgres import PostgresStore
+from cairn.store.records import EventType, RunStatus
+from cairn.store.sqlite import SQLiteStore
+from tests.store.contract.helpers import WF, FakeClock, claim, ev, new_run
+
+T = TypeVar("T")
+LEASE = 1.0
+HELD = 2.0  # the other writer holds the lock longer than a lease
+
+
+def behind_a_writer(path: Path, call: Callable[[], T]) -> tuple[T, float]:
+    """Run ``call`` while another connection holds the write lock for
+    ``HELD`` seconds; its result and the time it returned."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    done: list[T] = []
+    worker = threading.Thread(target=lambda: done.append(call()))
+    worker.start()
+    time.sleep(HELD)
+    holder.execute("COMMIT")
+    holder.close()
+    worker.join(timeout=30)
+    assert done, "the call did not return"
+    return done[0], time.time()
+
+
+def test_a_claim_that_waited_for_the_lock_holds_a_live_lease(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    store.create_run(new_run("r1"))
+    claims, returned = behind_a_writer(store.path, lambda: store.claim_runs("w1", [WF], 1, LEASE, 3))
+    (got,) = claims
+    assert got.run.lease_expires_at is not None
+    assert got.run.lease_expires_at > returned, "the lease committed had expired before the claim returned"
+    stored = store.get_run("r1")
+    assert stored is not None
+    assert stored.lease_expires_at is not None
+    assert stored.lease_expires_at > returned
+    store.close()
+
+
+def test_every_waiting_transition_stamps_the_time_it_got_the_lock(tmp_path: Path) -> None:
+    """Single-run claim, renewal, cancel: each records the time it committed, not when it asked."""
+    store = SQLiteStore(tmp_path / "t.db")
+    for run_id in ("a", "b", "c"):
+        store.create_run(new_run(run_id))
+    asked = time.time()
+    got, returned = behind_a_writer(store.path, lambda: store.claim_run("a", "w1", LEASE, 3))
+    assert got is not None
+    assert got.run.lease_expires_at is not None
+    assert got.run.lease_expires_at > returned
+    renewed = claim(store, "b", lease=LEASE)
+    held = {"b": renewed.run.epoch}
+    _, returned = behind_a_writer(store.path, lambda: store.renew_leases("w1", held, LEASE))
+    after = store.get_run("b")
+    assert after is not None
+    assert after.lease_expires_at is not None
+    assert after.lease_expires_at > returned
+    _, _ = behind_a_writer(store.path, lambda: store.cancel_run("c", "stop"))
+    cancelled = store.history("c")[-1]
+    assert cancelled.event is EventType.RUN_CANCELLED
+    assert cancelled.at >= asked + HELD * 0.9
+    store.close()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_history_timestamps_never_go_back_in_a_run(
+    tmp_path: Path, dialect: str, request: pytest.FixtureRequest
+) -> None:
+    """A clock stepped back (NTP) or a lagging writer: each entry's ``at``
+    is at least its predecessor's, through every kind of append."""
+    clock = FakeClock()
+    store: Store
+    if dialect == "postgres":
+        store = PostgresStore(request.getfixturevalue("pg_url"), clock=clock)
+    else:
+        store = SQLiteStore(tmp_path / "t.db", clock=clock)
+    store.create_run(new_run("r1"))
+    c = claim(store, "r1")
+    clock.advance(-100)  # the clock jumps back
+    store.append("r1", c.run.epoch, [ev(clock, "r1", c.next_seq, c.run.epoch)])  # the hot path
+    store.append("r1", c.run.epoch, [ev(clock, "r1", c.next_seq + 1, c.run.epoch),
+                                     ev(clock, "r1", c.next_seq + 2, c.run.epoch)])
+    store.release_run("r1", c.run.epoch, ev(clock, "r1", c.next_seq + 3, c.run.epoch, EventType.RUN_RELEASED))
+    again = claim(store, "r1")  # a claim's entries (runnable since the release, behind the entries)
+    clock.advance(-100)
+    store.cancel_run("r1", "stop")  # an operator transition's entry
+    history = store.history("r1")
+    ats = [e.at for e in history]
+    assert ats == sorted(ats), ats
+    assert again.run.status is RunStatus.RUNNING
+    store.close()
