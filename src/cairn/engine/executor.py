@@ -134,8 +134,8 @@ def give_back(
         except LeaseLost:
             return None
         except (StoreError, OSError) as exc:
-            if execution.stop_reason not in (GIVING_BACK, None):  # draining or lost meanwhile
-                return None
+            if execution.stop_reason not in (GIVING_BACK, None) or "closed" in str(exc):
+                return None  # draining or lost meanwhile, or the store was closed: nothing to wait for
             log.warning("run %s: cannot give the run back yet (%s); again in %.1fs",
                         execution.run_id, exc, delay)
             sleep(delay)  # at once the first time: a dropped pooled connection fails only once
