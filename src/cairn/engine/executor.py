@@ -90,7 +90,7 @@ def execute(
 #: set meanwhile, such as a drain, stops it).
 GIVING_BACK = "giving the run back after a store failure"
 #: Seconds between attempts to give a run back, doubling up to the cap.
-GIVE_BACK_FIRST, GIVE_BACK_CAP = 0.2, 5.0
+GIVE_BACK_FIRST, GIVE_BACK_CAP = 0.0, 2.0
 #: The ``reason`` of the suspension that parks a run given back after a
 #: store failure, and how long it parks: doubling with each such failure
 #: since the run last recorded a step, up to the cap.
@@ -139,12 +139,12 @@ def give_back(
         except LeaseLost:
             return None
         except (StoreError, OSError) as exc:
-            if execution.stop_reason not in (GIVING_BACK, None):  # draining or lost meanwhile
-                return None
+            if execution.stop_reason not in (GIVING_BACK, None) or "closed" in str(exc):
+                return None  # draining or lost meanwhile, or the store was closed: nothing to wait for
             log.warning("run %s: cannot give the run back yet (%s); again in %.1fs",
                         execution.run_id, exc, delay)
-            sleep(delay)
-            delay = min(delay * 2, GIVE_BACK_CAP)
+            sleep(delay)  # at once the first time: a dropped pooled connection fails only once
+            delay = min(max(delay * 2, 0.1), GIVE_BACK_CAP)
             continue
         log.info("run %s given back after a store failure; it continues from its journal in %.1fs",
                  execution.run_id, park)

@@ -9,6 +9,7 @@ worker continues them at once (no lease has to expire).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -147,8 +148,10 @@ class Worker:
                     # record and waits to give its run back: renew this worker's
                     # leases first, so that claiming cannot take over one of its
                     # own runs (its lease expired meanwhile) as if its worker
-                    # had crashed.
-                    self.keeper.renew_now()
+                    # had crashed. Best effort: a renewal that fails must not
+                    # stop the claims of a store that answers again.
+                    with contextlib.suppress(StoreError):
+                        self.keeper.renew_now()
                 claims = self.runtime.store.claim_runs(
                     self.worker_id, self.workflows, free, self.settings.lease_seconds,
                     self.runtime.max_recoveries, self.settings.queues,
