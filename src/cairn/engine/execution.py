@@ -35,7 +35,16 @@ from cairn.errors import (
     StoreError,
 )
 from cairn.retry import NO_RETRY, RetryPolicy
-from cairn.store.records import Claim, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+from cairn.store.records import (
+    Claim,
+    Delivery,
+    EventType,
+    HistoryEvent,
+    NewRun,
+    Payload,
+    RunRecord,
+    RunStatus,
+)
 
 if TYPE_CHECKING:
     from cairn.engine.modelcalls import ModelLog
@@ -449,6 +458,56 @@ class Execution:
             detail=detail,
         ))
 
+    # -- deliveries (signals, decisions): what the run's mailbox holds ---------------
+
+    def next_delivery(self, key: str) -> Delivery | None:
+        """The message for wait key ``key`` that the next consuming call
+        takes: the oldest one no live journal entry has consumed. A message
+        consumed by an entry that a retry or a rewind voided is available
+        again (the re-executed code reads its inputs again), in its place."""
+        try:
+            messages = self.store.deliveries(self.run_id, key)
+        except INFRASTRUCTURE_ERRORS as exc:
+            raise Abandon(f"cannot read the mailbox of run {self.run_id}: {exc}") from exc
+        outcomes = self.journal.outcomes
+        for message in messages:
+            taken = message.taken_position
+            if taken is None:
+                return message
+            live = outcomes.get(taken)
+            if live is None or (live.detail or {}).get("delivery") != message.seq:
+                return message
+        return None
+
+    def take_delivery(
+        self, call: Call, message: Delivery, payload: Payload | None, detail: dict[str, Any] | None = None
+    ) -> None:
+        """Record ``payload`` (what ``message`` carried, as the caller's type
+        decoded it) as the outcome of ``call`` and consume ``message``, in one
+        fenced transaction: a crash leaves both or neither, so a message is
+        consumed exactly once and replay returns what the first execution
+        read. The entry's detail names the message (``delivery``: its seq)."""
+        recorded = {"delivery": message.seq, "key": message.key, "sender": message.sender,
+                    "sent_at": message.sent_at}
+        if detail:
+            recorded.update(detail)
+        event = self.entry(
+            EventType.STEP_COMPLETED, position=call.position, step_kind=call.kind, name=call.name,
+            input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at, payload=payload,
+            detail=recorded,
+        )
+        with self._lock:
+            if self._closed:
+                raise Ended(f"run {self.run_id}: the execution has ended; delivery not taken")
+            event = self._stamped(event)
+            try:
+                self.store.take_delivery(self.run_id, self.epoch, event, message.seq,
+                                         released=message.taken_position)
+            except INFRASTRUCTURE_ERRORS as exc:
+                raise Abandon(f"cannot take message {message.seq} of run {self.run_id}: {exc}") from exc
+            self.seq += 1
+            self.journal.record(event)
+
     def fail_by_policy(self, call: Call, exc: BaseException, policy: RetryPolicy) -> NoReturn:
         """Classify a failed attempt with ``policy`` (``TerminalError`` is never
         retried) and record it: a retry after the policy's backoff, or the end."""
@@ -509,14 +568,18 @@ class Execution:
         self.store.finish_run(self.run_id, self.epoch, event, RunStatus.FAILED, None, error)
 
     def suspend(self, signal: Suspend) -> None:
-        detail = {"reason": signal.reason, "wake_at": signal.wake_at, "waiting_on": signal.waiting_on}
+        detail: dict[str, Any] = {"reason": signal.reason, "wake_at": signal.wake_at,
+                                  "waiting_on": signal.waiting_on}
+        if signal.waiting_for is not None:
+            detail["waiting_for"] = signal.waiting_for
         if signal.detail:
             detail.update(signal.detail)
         kind = EventType.RUN_NEEDS_ATTENTION if signal.status is RunStatus.NEEDS_ATTENTION else (
             EventType.RUN_SUSPENDED)
         event = self.entry(kind, detail=detail)
         self.store.suspend_run(
-            self.run_id, self.epoch, event, signal.wake_at, signal.waiting_on, signal.status
+            self.run_id, self.epoch, event, signal.wake_at, signal.waiting_on, signal.status,
+            waiting_for=signal.waiting_for,
         )
 
     def halt(self, violation: BaseException) -> None:

@@ -51,6 +51,7 @@ class Outcome:
     wake_at: float | None = None
     waiting_on: str | None = None
     error: str | None = None
+    waiting_for: str | None = None  # the wait key of a run suspended for a delivery
 
 
 class Watcher(Protocol):
@@ -306,7 +307,8 @@ def _run_to_end(runtime: Runtime, execution: Execution, loops: EventLoops) -> Ou
         settle_end(execution)  # the journal must end where the code did, every effect settled
     except Suspend as signal:
         execution.suspend(signal)
-        return Outcome("suspended", wake_at=signal.wake_at, waiting_on=signal.waiting_on)
+        return Outcome("suspended", wake_at=signal.wake_at, waiting_on=signal.waiting_on,
+                       waiting_for=signal.waiting_for)
     except Release:
         execution.release()
         return Outcome("released")

@@ -13,9 +13,11 @@ from cairn.store.records import RunStatus
 
 
 class Suspend(BaseException):
-    """Park the run until ``wake_at``, until run ``waiting_on`` finishes, or
-    (with neither) until an operator acts. ``status`` is ``suspended`` or
-    ``needs_attention``; ``detail`` goes into the history entry."""
+    """Park the run until ``wake_at``, until run ``waiting_on`` finishes,
+    until a delivery for wait key ``waiting_for`` arrives (or ``wake_at``,
+    its timeout), or (with none) until an operator acts. ``status`` is
+    ``suspended`` or ``needs_attention``; ``detail`` goes into the history
+    entry."""
 
     def __init__(
         self,
@@ -23,6 +25,7 @@ class Suspend(BaseException):
         wake_at: float | None = None,
         waiting_on: str | None = None,
         *,
+        waiting_for: str | None = None,
         status: RunStatus = RunStatus.SUSPENDED,
         detail: dict[str, Any] | None = None,
     ) -> None:
@@ -30,6 +33,7 @@ class Suspend(BaseException):
         self.reason = reason
         self.wake_at = wake_at
         self.waiting_on = waiting_on
+        self.waiting_for = waiting_for
         self.status = status
         self.detail = detail
 

@@ -47,6 +47,7 @@ from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.lifecycle import DEFAULT_PRUNE_STATUSES
 from cairn.store.records import (
     Claim,
+    Delivery,
     Durability,
     HistoryEvent,
     NewRun,
@@ -223,11 +224,15 @@ class Store(Protocol):
         wake_at: float | None,
         waiting_on: str | None,
         status: RunStatus = RunStatus.SUSPENDED,
+        waiting_for: str | None = None,
     ) -> None:
         """Release the lease and park the run: ``suspended`` until ``wake_at``,
         or until run ``waiting_on`` finishes (it is runnable at once if that
-        run is already terminal), or, with neither, until an operator action
-        (``set_budget``) wakes it. ``status`` may instead be
+        run is already terminal), or until a delivery for wait key
+        ``waiting_for`` arrives (at once if one is already in its mailbox,
+        unconsumed; else at the delivery or at ``wake_at``, its timeout,
+        whichever comes first), or, with none of them, until an operator
+        action (``set_budget``) wakes it. ``status`` may instead be
         ``needs_attention``: parked until ``resolve_operation``. Fenced;
         appends ``event``."""
         ...
@@ -256,6 +261,46 @@ class Store(Protocol):
         ``parent_run_id`` set) in one transaction. Fenced on the parent. If
         the child run id exists already it is left unchanged. Returns the
         child's record."""
+        ...
+
+    # -- mailboxes: deliveries a run waits for -----------------------------------
+
+    def deliver(
+        self, run_id: str, key: str, payload: Payload | None, *, sender: str | None = None,
+        dedupe: str | None = None,
+    ) -> tuple[Delivery, bool]:
+        """Put a message for wait ``key`` (``"signal:NAME"``, ...) into run
+        ``run_id``'s mailbox, after every message before it (``seq``), and
+        make the run runnable if it is suspended waiting for ``key`` — one
+        transaction, durable when it returns. A message delivered before
+        the run waits is kept until it is consumed.
+
+        ``dedupe`` (the sender's idempotency key): if the mailbox already
+        holds a message with it, that message is returned with ``False`` and
+        nothing changes; otherwise the new one with ``True``. ``sender`` (an
+        actor, or ``"run:<id>"``) is recorded with it. Appends nothing to the
+        run's history (its holder owns the next ``seq``): the mailbox row is
+        the record of the delivery, and the journal entry that consumes it
+        names it. Raises ``RunNotFound`` (also for another tenant's run) or
+        ``InvalidRunState`` for a terminal run (``lifecycle.check_deliverable``).
+        """
+        ...
+
+    def deliveries(self, run_id: str, key: str | None = None, after_seq: int = 0) -> list[Delivery]:
+        """The messages of run ``run_id``'s mailbox with ``seq > after_seq``
+        (for ``key`` only, if given), consumed or not, in order."""
+        ...
+
+    def take_delivery(
+        self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None
+    ) -> None:
+        """The holder consumes message ``seq``: appends ``event`` (the
+        journal entry that records it, at ``event.position``) and marks the
+        message taken at that position, in one transaction. Fenced. The
+        message must be unconsumed, or consumed at position ``released`` by
+        a journal entry that replay no longer reads (a retry or a rewind
+        voided it); otherwise ``StoreError`` and nothing is written, so a
+        message is never consumed by two live entries."""
         ...
 
     # -- operator actions (bump the epoch) ------------------------------------

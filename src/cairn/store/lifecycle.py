@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cairn.errors import InvalidRunState, PayloadError, RunNotFound
+from cairn.errors import InvalidRunState, PayloadError, RunNotFound, StoreError
 from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
 
 #: The terminal statuses as stored (for statements that test them).
@@ -248,18 +248,54 @@ def check_suspend_status(status: RunStatus) -> None:
 
 
 def suspended_runnable_at(
-    status: RunStatus, wake_at: float | None, waiting_on: str | None, child_status: str | None, now: float
+    status: RunStatus, wake_at: float | None, waiting_on: str | None, child_status: str | None, now: float,
+    waiting_for: str | None = None, delivered: bool = False,
 ) -> float | None:
     """When a run parked by ``suspend_run`` becomes claimable again:
     ``needs_attention`` never by itself (an operator resolves it); waiting
     on a child, at once if the child (``child_status``, as stored; ``None``
-    if absent) is terminal already, else when it ends; otherwise at
-    ``wake_at`` (``None``: a budget suspension, until ``set_budget``)."""
+    if absent) is terminal already, else when it ends; waiting for a
+    delivery (``waiting_for``), at once if one is in the mailbox already
+    (``delivered``: it arrived while the run was deciding to wait), else
+    when it arrives or at ``wake_at`` (its timeout), whichever is first;
+    otherwise at ``wake_at`` (``None``: a budget suspension, until
+    ``set_budget``)."""
     if status is not RunStatus.SUSPENDED:
         return None
     if waiting_on is not None:
         return now if child_status in TERMINAL else None
+    if waiting_for is not None and delivered:
+        return now
     return wake_at
+
+
+def check_wait(waiting_on: str | None, waiting_for: str | None) -> None:
+    if waiting_on is not None and waiting_for is not None:
+        raise ValueError("a run waits for a child or for a delivery, not both")
+
+
+def check_deliverable(run: RunRecord | None, run_id: str, key: str) -> RunRecord:
+    """A delivery (a signal, a decision) goes only to a run that can still
+    consume it: an unknown run (or another tenant's: the store cannot see it)
+    is ``RunNotFound``, a terminal one ``InvalidRunState``. A ``failed`` run
+    may be retried, but what it would read on retry is decided then: it
+    refuses deliveries like every terminal run rather than keep them for a
+    retry that may never come."""
+    run = _found(run, run_id)
+    if run.status.terminal:
+        raise InvalidRunState(f"run {run_id!r} is {run.status.value}: it takes no more deliveries "
+                              f"({wait_label(key)})")
+    return run
+
+
+def already_taken(run_id: str, seq: int) -> StoreError:
+    return StoreError(f"message {seq} of run {run_id!r} is consumed already: a message is consumed once")
+
+
+def wait_label(key: str) -> str:
+    """A wait key as people read it: ``signal:go`` is ``signal 'go'``."""
+    kind, _, name = key.partition(":")
+    return f"{kind} {name!r}" if name else repr(key)
 
 
 def check_finish_status(status: RunStatus) -> None:

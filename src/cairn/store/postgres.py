@@ -208,6 +208,7 @@ from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
     Claim,
+    Delivery,
     Durability,
     HistoryEvent,
     NewRun,
@@ -221,6 +222,7 @@ from cairn.store.rows import (
     claim_history,
     claim_status,
     claimed_run,
+    delivery_from_row,
     event_from_row,
     event_values,
     finish_params,
@@ -244,7 +246,7 @@ _EVENT_KEYS = tuple("event_epoch" if column == "epoch" else column for column in
 _Faults = tuple[str, str]
 _FAULTS: dict[str, _Faults] = {
     name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
-    for name in ("finish", "suspend", "start_child", "append")
+    for name in ("finish", "suspend", "start_child", "append", "take_delivery")
 }
 _NO_FAULTS: _Faults = ("", "")
 
@@ -938,23 +940,51 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         wake_at: float | None,
         waiting_on: str | None,
         status: RunStatus = RunStatus.SUSPENDED,
+        waiting_for: str | None = None,
     ) -> None:
         lc.check_suspend_status(status)
+        lc.check_wait(waiting_on, waiting_for)
         now = self.clock()
 
         def body(tx: _Conn) -> None:
+            # The run row is held from here: a delivery (which holds it too)
+            # either committed before, and its message is seen below, or
+            # waits for this suspension and then wakes the run.
             _lock_fenced(tx, run_id, epoch)
             _append_fenced(tx, run_id, epoch, [event])
             child = None
             if status is RunStatus.SUSPENDED and waiting_on is not None:
                 row = tx.execute(_Q["lock_child_status"], {"run_id": waiting_on}).fetchone()
                 child = None if row is None else row[0]
-            runnable_at = lc.suspended_runnable_at(status, wake_at, waiting_on, child, now)
+            delivered = waiting_for is not None and tx.execute(
+                _Q["next_message"], {"run_id": run_id, "key": waiting_for}).fetchone() is not None
+            runnable_at = lc.suspended_runnable_at(status, wake_at, waiting_on, child, now,
+                                                   waiting_for, delivered)
             params = {"run_id": run_id, "epoch": epoch, "now": now, "wake_at": wake_at,
-                      "waiting_on": waiting_on, "status": status.value, "runnable_at": runnable_at}
+                      "waiting_on": waiting_on, "waiting_for": waiting_for, "status": status.value,
+                      "runnable_at": runnable_at}
             tx.execute(_Q["suspend"], params)
 
         self._transaction(body, faults=_FAULTS["suspend"])
+
+    def deliveries(self, run_id: str, key: str | None = None, after_seq: int = 0) -> list[Delivery]:
+        with self._conn() as conn:
+            rows = conn.execute(_Q["select_messages"], {"run_id": run_id, "key": key, "after_seq": after_seq})
+            return [delivery_from_row(row) for row in rows]
+
+    def take_delivery(
+        self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None
+    ) -> None:
+        params = {"run_id": run_id, "seq": seq, "now": self.clock(), "position": event.position,
+                  "released": released}
+
+        def body(tx: _Conn) -> None:
+            _lock_fenced(tx, run_id, epoch)
+            _append_fenced(tx, run_id, epoch, [event])
+            if tx.execute(_Q["take_message"], params).rowcount != 1:
+                raise lc.already_taken(run_id, seq)
+
+        self._transaction(body, faults=_FAULTS["take_delivery"])
 
     def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
         params = {"run_id": run_id, "epoch": epoch, "now": self.clock()}
@@ -1033,6 +1063,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     def _apply(self, tx: _Conn, transition: lc.Transition) -> RunRecord:
         return _apply(tx, transition)
 
+    def _query(self, tx: _Conn, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        cursor = tx.execute(_Q[name], params)
+        return cursor.fetchall() if cursor.description is not None else []
+
     # -- fenced: the holder stops its run ---------------------------------------------
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
@@ -1083,6 +1117,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 ids = {"run_ids": doomed}
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
                 tx.execute(_Q["delete_history_of_runs"], ids)
+                tx.execute(_Q["delete_mailbox_of_runs"], ids)
                 tx.execute(_Q["delete_runs"], ids)
             return len(doomed)
 

@@ -161,6 +161,9 @@ class RunRecord:
     created_at: float
     updated_at: float
     budget: dict[str, Any] | None = None
+    #: what a ``suspended`` run waits for besides a timer or a child: a wait
+    #: key such as ``"signal:approve"``; a delivery for it wakes the run
+    waiting_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +190,26 @@ class HistoryEvent:
     started_at: float | None = None
     payload: Payload | None = None
     detail: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message in a run's mailbox: something delivered to the run (a
+    signal, a decision) under a wait ``key``, kept in order of arrival
+    (``seq``, per run) until the run consumes it. ``taken_position`` is the
+    journal position whose entry recorded it: a message is consumed at most
+    once. ``dedupe`` is the sender's idempotency key (a delivery repeated
+    with the same one is the same delivery)."""
+
+    run_id: str
+    seq: int
+    key: str
+    payload: Payload | None
+    sender: str | None
+    dedupe: str | None
+    sent_at: float
+    taken_at: float | None = None
+    taken_position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import msgspec
 from cairn.errors import StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.lifecycle import RunUpdate, check_finish_status
-from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+from cairn.store.records import Delivery, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
 
 _ENCODE_JSON = msgspec.json.Encoder()
 _DECODE_JSON = msgspec.json.Decoder()
@@ -55,7 +55,7 @@ def new_record(
 RUN_COLUMNS = (
     "run_id", "workflow", "workflow_version", "tenant", "thread_id", "status", "input", "input_ref",
     "result", "result_ref", "error", "epoch", "owner", "lease_expires_at", "wake_at", "waiting_on",
-    "recoveries", "queue", "priority", "parent_run_id", "created_at", "updated_at", "budget",
+    "waiting_for", "recoveries", "queue", "priority", "parent_run_id", "created_at", "updated_at", "budget",
 )
 
 #: The columns of a history entry as statements read and write them, in
@@ -133,14 +133,36 @@ def run_from_row(row: Sequence[Any], *, lenient: bool = True) -> RunRecord:
         lease_expires_at=row[13],
         wake_at=row[14],
         waiting_on=row[15],
-        recoveries=row[16],
-        queue=row[17],
-        priority=row[18],
-        parent_run_id=row[19],
-        created_at=row[20],
-        updated_at=row[21],
-        budget=_json(row[22], "budget", lenient),
+        waiting_for=row[16],
+        recoveries=row[17],
+        queue=row[18],
+        priority=row[19],
+        parent_run_id=row[20],
+        created_at=row[21],
+        updated_at=row[22],
+        budget=_json(row[23], "budget", lenient),
     )
+
+
+#: The columns of a mailbox row, in ``Delivery`` field order.
+MESSAGE_COLUMNS = (
+    "run_id", "seq", "key", "payload", "payload_ref", "sender", "dedupe", "sent_at", "taken_at",
+    "taken_position",
+)
+
+
+def delivery_from_row(row: Sequence[Any]) -> Delivery:
+    """A ``Delivery`` from a row of ``MESSAGE_COLUMNS``."""
+    payload = Payload(_bytes(row[3]), row[4]) if (row[3] is not None or row[4] is not None) else None
+    return Delivery(run_id=row[0], seq=row[1], key=row[2], payload=payload, sender=row[5], dedupe=row[6],
+                    sent_at=row[7], taken_at=row[8], taken_position=row[9])
+
+
+def message_params(run_id: str, key: str, payload: Payload | None, sender: str | None, dedupe: str | None,
+                   now: float) -> dict[str, Any]:
+    """Parameters of ``insert_message``, the same in both dialects."""
+    return {"run_id": run_id, "key": key, "payload": payload.data if payload else None,
+            "payload_ref": payload.ref if payload else None, "sender": sender, "dedupe": dedupe, "now": now}
 
 
 def event_from_row(row: Sequence[Any], *, lenient: bool = True) -> HistoryEvent:

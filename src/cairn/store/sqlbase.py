@@ -14,11 +14,12 @@ each tuned to its database.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from cairn.store import lifecycle as lc
-from cairn.store.records import Payload, RunRecord
+from cairn.store.records import Delivery, Payload, RunRecord
+from cairn.store.rows import delivery_from_row, message_params
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -59,6 +60,11 @@ class SQLStore(Generic[Tx]):
 
     def _apply(self, tx: Tx, transition: lc.Transition) -> RunRecord:
         """Apply ``transition`` to its held run; the run as it is after it."""
+        raise NotImplementedError
+
+    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """Run the dialect's query ``name``; its rows (none for a statement
+        that returns nothing)."""
         raise NotImplementedError
 
     # -- the operator transitions, once -------------------------------------------
@@ -122,3 +128,24 @@ class SQLStore(Generic[Tx]):
     def set_budget(self, run_id: str, budget: dict[str, Any], *, actor: str | None = None) -> RunRecord:
         return self._operate(lambda tx: self._apply(tx, lc.set_budget(self._held_run(tx, run_id), run_id,
                                                                       budget, self.clock(), actor)))
+
+    # -- mailboxes ------------------------------------------------------------------
+
+    def deliver(
+        self, run_id: str, key: str, payload: Payload | None, *, sender: str | None = None,
+        dedupe: str | None = None,
+    ) -> tuple[Delivery, bool]:
+        def body(tx: Tx) -> tuple[Delivery, bool]:
+            lc.check_deliverable(self._held_run(tx, run_id), run_id, key)
+            now = self.clock()
+            if dedupe is not None:
+                for (seq,) in self._query(tx, "message_by_dedupe", {"run_id": run_id, "dedupe": dedupe}):
+                    (row,) = self._query(tx, "select_messages", {"run_id": run_id, "key": None,
+                                                                  "after_seq": seq - 1})[:1]
+                    return delivery_from_row(row), False
+            ((seq,),) = self._query(tx, "insert_message", message_params(run_id, key, payload, sender,
+                                                                          dedupe, now))
+            self._query(tx, "wake_waiting_for", {"run_id": run_id, "key": key, "now": now})
+            return Delivery(run_id, seq, key, payload, sender, dedupe, now), True
+
+        return self._operate(body)

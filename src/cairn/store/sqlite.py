@@ -61,6 +61,7 @@ from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable
 from cairn.store.records import (
     Claim,
+    Delivery,
     Durability,
     HistoryEvent,
     NewRun,
@@ -73,6 +74,7 @@ from cairn.store.rows import (
     claim_history,
     claim_status,
     claimed_run,
+    delivery_from_row,
     dumps,
     event_from_row,
     event_values,
@@ -107,7 +109,7 @@ _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
 _Faults = tuple[str, str]
 _FAULTS: dict[str, _Faults] = {
     name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
-    for name in ("finish", "suspend", "start_child", "append")
+    for name in ("finish", "suspend", "start_child", "append", "take_delivery")
 }
 _NO_FAULTS: _Faults = ("", "")
 
@@ -507,8 +509,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         wake_at: float | None,
         waiting_on: str | None,
         status: RunStatus = RunStatus.SUSPENDED,
+        waiting_for: str | None = None,
     ) -> None:
         lc.check_suspend_status(status)
+        lc.check_wait(waiting_on, waiting_for)
         with self._write(_FAULTS["suspend"]) as tx:
             now = self.clock()
             _append_fenced(tx, run_id, epoch, event)
@@ -516,10 +520,28 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
             if status is RunStatus.SUSPENDED and waiting_on is not None:
                 row = tx.execute(_Q["lock_child_status"], {"run_id": waiting_on}).fetchone()
                 child = None if row is None else row[0]
-            runnable_at = lc.suspended_runnable_at(status, wake_at, waiting_on, child, now)
+            delivered = waiting_for is not None and tx.execute(
+                _Q["next_message"], {"run_id": run_id, "key": waiting_for}).fetchone() is not None
+            runnable_at = lc.suspended_runnable_at(status, wake_at, waiting_on, child, now,
+                                                   waiting_for, delivered)
             tx.execute(_Q["suspend"], {"run_id": run_id, "epoch": epoch, "now": now, "wake_at": wake_at,
-                                       "waiting_on": waiting_on, "status": status.value,
-                                       "runnable_at": runnable_at})
+                                       "waiting_on": waiting_on, "waiting_for": waiting_for,
+                                       "status": status.value, "runnable_at": runnable_at})
+
+    def deliveries(self, run_id: str, key: str | None = None, after_seq: int = 0) -> list[Delivery]:
+        with self._read() as conn:
+            rows = conn.execute(_Q["select_messages"], {"run_id": run_id, "key": key, "after_seq": after_seq})
+            return [delivery_from_row(row) for row in rows]
+
+    def take_delivery(
+        self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None
+    ) -> None:
+        with self._write(_FAULTS["take_delivery"]) as tx:
+            _append_fenced(tx, run_id, epoch, event)
+            params = {"run_id": run_id, "seq": seq, "now": self.clock(), "position": event.position,
+                      "released": released}
+            if tx.execute(_Q["take_message"], params).rowcount != 1:
+                raise lc.already_taken(run_id, seq)
 
     def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
         with self._write() as tx:
@@ -587,6 +609,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
     def _apply(self, tx: sqlite3.Connection, transition: lc.Transition) -> RunRecord:
         return _apply(tx, transition)
 
+    def _query(self, tx: sqlite3.Connection, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return tx.execute(_Q[name], params).fetchall()
+
     # -- retention -------------------------------------------------------------
 
     def prune_runs(
@@ -609,6 +634,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
                 ids = {"run_ids": dumps(doomed)}
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
                 tx.execute(_Q["delete_history_of_runs"], ids)
+                tx.execute(_Q["delete_mailbox_of_runs"], ids)
                 tx.execute(_Q["delete_runs"], ids)
         # Only after the runs are gone for good: a crash from here on leaves
         # queued refs, never a run whose artifacts were deleted.

@@ -50,6 +50,7 @@ from tests.store.contract.helpers import (
 )
 from tests.store.contract.invariants import InvariantsContract
 from tests.store.contract.leases import LeasesContract
+from tests.store.contract.mailbox import MailboxContract
 from tests.store.contract.operator import OperatorContract
 from tests.store.contract.prune import PruneContract
 from tests.store.contract.runs import RunsContract
@@ -68,6 +69,7 @@ class StoreContract(
     ArtifactsContract,
     PruneContract,
     InvariantsContract,
+    MailboxContract,
 ):
     """Subclass and provide ``store`` and ``clock`` fixtures (see module doc)."""
 

@@ -41,13 +41,13 @@ CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(e
 
 -- name: select_run
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
        priority, parent_run_id, created_at, updated_at, budget
 FROM runs WHERE run_id = %(run_id)s::text
 
 -- name: list_runs
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
        priority, parent_run_id, created_at, updated_at, budget
 FROM runs
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
@@ -134,7 +134,7 @@ UPDATE runs SET status = 'quarantined', owner = NULL, epoch = epoch + 1, lease_e
        error = %(error)s::text
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: reclaim_owned
@@ -168,6 +168,7 @@ SELECT status FROM runs WHERE run_id = %(run_id)s::text FOR SHARE
 -- name: suspend
 UPDATE runs SET status = %(status)s::text, owner = NULL, lease_expires_at = NULL,
        wake_at = %(wake_at)s::float8, waiting_on = %(waiting_on)s::text,
+       waiting_for = %(waiting_for)s::text,
        runnable_at = %(runnable_at)s::float8, updated_at = %(now)s::float8
 WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
 
@@ -237,7 +238,7 @@ FOR UPDATE
 
 -- name: lock_run
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
        priority, parent_run_id, created_at, updated_at, budget
 FROM runs WHERE run_id = %(run_id)s::text
 FOR UPDATE
@@ -247,7 +248,7 @@ UPDATE runs SET status = 'cancelled', owner = NULL, epoch = epoch + 1, lease_exp
        runnable_at = NULL, wake_at = NULL, updated_at = %(now)s::float8, error = %(error)s::text
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: last_failed_position
@@ -256,11 +257,11 @@ WHERE run_id = %(run_id)s::text AND event = 'step.failed' ORDER BY seq DESC LIMI
 
 -- name: retry
 UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
-       runnable_at = %(now)s::float8, wake_at = NULL, waiting_on = NULL, recoveries = 0,
+       runnable_at = %(now)s::float8, wake_at = NULL, waiting_on = NULL, waiting_for = NULL, recoveries = 0,
        error = NULL, updated_at = %(now)s::float8
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: select_live_of_tenant
@@ -274,16 +275,16 @@ UPDATE runs SET status = 'killed', owner = NULL, epoch = epoch + 1, lease_expire
        runnable_at = NULL, updated_at = %(now)s::float8, error = %(error)s::text
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: reopen
 UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
-       runnable_at = %(now)s::float8, wake_at = NULL, waiting_on = NULL, error = NULL,
+       runnable_at = %(now)s::float8, wake_at = NULL, waiting_on = NULL, waiting_for = NULL, error = NULL,
        updated_at = %(now)s::float8
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: halt
@@ -291,17 +292,17 @@ UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expire
        runnable_at = NULL, error = %(error)s::text, updated_at = %(now)s::float8
 WHERE run_id = %(run_id)s::text AND epoch = %(fence)s::bigint AND status = 'running'
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: set_budget
 UPDATE runs SET budget = %(budget)s::text, updated_at = %(now)s::float8,
        runnable_at = CASE
-           WHEN status = 'suspended' AND wake_at IS NULL AND waiting_on IS NULL THEN %(now)s::float8
+           WHEN status = 'suspended' AND wake_at IS NULL AND waiting_on IS NULL AND waiting_for IS NULL THEN %(now)s::float8
            ELSE runnable_at END
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- Storing bytes that exist already refreshes when they were last stored
@@ -365,11 +366,16 @@ SELECT ref, %(now)s::float8 FROM (
     SELECT result_ref FROM runs WHERE run_id = ANY(%(run_ids)s::text[]) AND result_ref IS NOT NULL
     UNION
     SELECT payload_ref FROM history WHERE run_id = ANY(%(run_ids)s::text[]) AND payload_ref IS NOT NULL
+    UNION
+    SELECT payload_ref FROM mailbox WHERE run_id = ANY(%(run_ids)s::text[]) AND payload_ref IS NOT NULL
 ) AS refs
 ON CONFLICT (ref) DO NOTHING
 
 -- name: delete_history_of_runs
 DELETE FROM history WHERE run_id = ANY(%(run_ids)s::text[])
+
+-- name: delete_mailbox_of_runs
+DELETE FROM mailbox WHERE run_id = ANY(%(run_ids)s::text[])
 
 -- name: delete_runs
 DELETE FROM runs WHERE run_id = ANY(%(run_ids)s::text[])
@@ -380,7 +386,8 @@ DELETE FROM runs WHERE run_id = ANY(%(run_ids)s::text[])
 SELECT g.ref, g.queued_at,
        EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
        OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref) AS referenced
+       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref) AS referenced
 FROM artifact_gc AS g
 WHERE %(after_at)s::float8 IS NULL OR g.queued_at > %(after_at)s::float8
       OR (g.queued_at = %(after_at)s::float8 AND g.ref COLLATE "C" > %(after_ref)s::text COLLATE "C")
@@ -568,11 +575,11 @@ FROM history WHERE run_id = ANY(%(run_ids)s::text[]) ORDER BY run_id, seq
 -- name: claim_many
 UPDATE runs SET status = 'running', owner = %(worker)s::text, epoch = runs.epoch + 1,
        lease_expires_at = %(lease_until)s::float8, runnable_at = %(lease_until)s::float8,
-       wake_at = NULL, waiting_on = NULL, recoveries = c.recoveries, updated_at = %(now)s::float8
+       wake_at = NULL, waiting_on = NULL, waiting_for = NULL, recoveries = c.recoveries, updated_at = %(now)s::float8
 FROM unnest(%(run_ids)s::text[], %(recoveries)s::bigint[]) AS c(run_id, recoveries)
 WHERE runs.run_id = c.run_id
 RETURNING runs.run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, runs.recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, runs.recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: insert_events_many
@@ -604,3 +611,40 @@ SELECT r.rolsuper OR r.rolbypassrls OR pg_has_role(current_user, c.relowner, 'US
        OR EXISTS (SELECT 1 FROM tenant_grants AS g WHERE g.role = current_user AND g.tenant = %(tenant)s::text)
 FROM pg_roles AS r, pg_class AS c
 WHERE r.rolname = current_user AND c.oid = 'runs'::regclass
+
+-- Mailboxes (see schema.sql): deliveries to a run, each consumed at most
+-- once by the journal entry that records it. Deliveries hold the run row
+-- FOR UPDATE, so the next seq and the dedupe check cannot race; row-level
+-- security keeps every statement inside the role's tenants.
+-- name: message_by_dedupe
+SELECT seq FROM mailbox WHERE run_id = %(run_id)s::text AND dedupe = %(dedupe)s::text
+
+-- name: insert_message
+INSERT INTO mailbox (run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at)
+SELECT %(run_id)s::text,
+       COALESCE((SELECT MAX(m.seq) FROM mailbox AS m WHERE m.run_id = %(run_id)s::text), 0) + 1, r.tenant,
+       %(key)s::text, %(payload)s::bytea, %(payload_ref)s::text, %(sender)s::text, %(dedupe)s::text,
+       %(now)s::float8
+FROM runs AS r WHERE r.run_id = %(run_id)s::text
+RETURNING seq
+
+-- A delivery wakes the run if it is parked waiting for exactly this key.
+-- name: wake_waiting_for
+UPDATE runs SET runnable_at = %(now)s::float8, updated_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text AND status = 'suspended' AND waiting_for = %(key)s::text
+
+-- name: next_message
+SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
+FROM mailbox WHERE run_id = %(run_id)s::text AND key = %(key)s::text AND taken_at IS NULL
+ORDER BY seq LIMIT 1
+
+-- name: take_message
+UPDATE mailbox SET taken_at = %(now)s::float8, taken_position = %(position)s::bigint
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint
+  AND (taken_at IS NULL OR taken_position = %(released)s::bigint)
+
+-- name: select_messages
+SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
+FROM mailbox WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint
+  AND (%(key)s::text IS NULL OR key = %(key)s::text)
+ORDER BY seq

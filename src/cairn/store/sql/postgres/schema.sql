@@ -50,7 +50,10 @@ CREATE TABLE runs (
     created_at       DOUBLE PRECISION NOT NULL,
     updated_at       DOUBLE PRECISION NOT NULL,
     -- Per-run budget limits as JSON text; usage is derived from the journal. (0002)
-    budget           TEXT
+    budget           TEXT,
+    -- What a suspended run waits for besides a timer or a child (a wait key
+    -- such as 'signal:NAME'); a delivery for it wakes the run. (0008)
+    waiting_for      TEXT
 );
 
 -- Deliberately few indexes: each one is written on every claim and finish.
@@ -237,12 +240,49 @@ CREATE POLICY tenant_isolation ON history
         WHERE g.role = current_user
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
+-- A run's mailbox (0008): what was delivered to it (signals, decisions), in
+-- order of arrival, each message consumed at most once by the journal entry
+-- at taken_position; dedupe makes a delivery idempotent. Tenant-scoped
+-- like runs and history.
+CREATE TABLE mailbox (
+    run_id         TEXT NOT NULL,
+    seq            BIGINT NOT NULL,
+    tenant         TEXT NOT NULL,
+    key            TEXT NOT NULL,
+    payload        BYTEA,
+    payload_ref    TEXT,
+    sender         TEXT,
+    dedupe         TEXT,
+    sent_at        DOUBLE PRECISION NOT NULL,
+    taken_at       DOUBLE PRECISION,
+    taken_position BIGINT,
+    PRIMARY KEY (run_id, seq)
+);
+
+CREATE UNIQUE INDEX mailbox_dedupe ON mailbox (run_id, dedupe) WHERE dedupe IS NOT NULL;
+CREATE INDEX mailbox_waiting ON mailbox (run_id, key, seq) WHERE taken_at IS NULL;
+CREATE INDEX mailbox_payload_ref ON mailbox (payload_ref) WHERE payload_ref IS NOT NULL;
+
+-- The tenant boundary of 0006, for the mailbox: a role reads, delivers to and
+-- consumes from the mailboxes of the tenants granted to it only.
+ALTER TABLE mailbox ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON mailbox
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+
 ALTER TABLE artifacts ENABLE ROW LEVEL SECURITY;
 -- The subqueries run as the reader, under the policies of runs and history.
 CREATE POLICY referenced ON artifacts FOR SELECT
     USING (EXISTS (SELECT 1 FROM runs AS r WHERE r.input_ref = artifacts.ref)
            OR EXISTS (SELECT 1 FROM runs AS r WHERE r.result_ref = artifacts.ref)
-           OR EXISTS (SELECT 1 FROM history AS h WHERE h.payload_ref = artifacts.ref));
+           OR EXISTS (SELECT 1 FROM history AS h WHERE h.payload_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM mailbox AS m WHERE m.payload_ref = artifacts.ref));
 
 ALTER TABLE artifact_gc ENABLE ROW LEVEL SECURITY;
 
@@ -331,6 +371,7 @@ BEGIN
     EXECUTE format('GRANT SELECT ON artifacts, schema_migrations, tenant_grants TO %I', grantee);
     EXECUTE format('GRANT SELECT, UPDATE (updated_at) ON queues TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON queue_buckets TO %I', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON mailbox TO %I', grantee);
 END
 $$;
 

@@ -12,13 +12,13 @@ ON CONFLICT (run_id) DO NOTHING
 
 -- name: select_run
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
        priority, parent_run_id, created_at, updated_at, budget
 FROM runs WHERE run_id = :run_id
 
 -- name: list_runs
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries, queue,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
        priority, parent_run_id, created_at, updated_at, budget
 FROM runs
 WHERE (:tenant IS NULL OR tenant = :tenant)
@@ -76,7 +76,7 @@ UPDATE runs SET status = 'quarantined', owner = NULL, epoch = epoch + 1, lease_e
        error = :error
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: reclaim_owned
@@ -92,7 +92,7 @@ SELECT status FROM runs WHERE run_id = :run_id
 
 -- name: suspend
 UPDATE runs SET status = :status, owner = NULL, lease_expires_at = NULL, wake_at = :wake_at,
-       waiting_on = :waiting_on, runnable_at = :runnable_at, updated_at = :now
+       waiting_on = :waiting_on, waiting_for = :waiting_for, runnable_at = :runnable_at, updated_at = :now
 WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
 
 -- name: release
@@ -126,7 +126,7 @@ UPDATE runs SET status = 'cancelled', owner = NULL, epoch = epoch + 1, lease_exp
        error = :error
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: last_failed_position
@@ -135,11 +135,11 @@ WHERE run_id = :run_id AND event = 'step.failed' ORDER BY seq DESC LIMIT 1
 
 -- name: retry
 UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
-       runnable_at = :now, wake_at = NULL, waiting_on = NULL, recoveries = 0, error = NULL,
+       runnable_at = :now, wake_at = NULL, waiting_on = NULL, waiting_for = NULL, recoveries = 0, error = NULL,
        updated_at = :now
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: select_live_of_tenant
@@ -151,15 +151,15 @@ UPDATE runs SET status = 'killed', owner = NULL, epoch = epoch + 1, lease_expire
        runnable_at = NULL, updated_at = :now, error = :error
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: reopen
 UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
-       runnable_at = :now, wake_at = NULL, waiting_on = NULL, error = NULL, updated_at = :now
+       runnable_at = :now, wake_at = NULL, waiting_on = NULL, waiting_for = NULL, error = NULL, updated_at = :now
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: halt
@@ -167,17 +167,17 @@ UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expire
        runnable_at = NULL, error = :error, updated_at = :now
 WHERE run_id = :run_id AND epoch = :fence AND status = 'running'
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- name: set_budget
 UPDATE runs SET budget = :budget, updated_at = :now,
        runnable_at = CASE
-           WHEN status = 'suspended' AND wake_at IS NULL AND waiting_on IS NULL THEN :now
+           WHEN status = 'suspended' AND wake_at IS NULL AND waiting_on IS NULL AND waiting_for IS NULL THEN :now
            ELSE runnable_at END
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- Pruning ------------------------------------------------------------------------
@@ -219,11 +219,17 @@ SELECT ref, :now FROM (
     UNION
     SELECT payload_ref FROM history
     WHERE run_id IN (SELECT value FROM json_each(:run_ids)) AND payload_ref IS NOT NULL
+    UNION
+    SELECT payload_ref FROM mailbox
+    WHERE run_id IN (SELECT value FROM json_each(:run_ids)) AND payload_ref IS NOT NULL
 ) WHERE true
 ON CONFLICT (ref) DO NOTHING
 
 -- name: delete_history_of_runs
 DELETE FROM history WHERE run_id IN (SELECT value FROM json_each(:run_ids))
+
+-- name: delete_mailbox_of_runs
+DELETE FROM mailbox WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 
 -- name: delete_runs
 DELETE FROM runs WHERE run_id IN (SELECT value FROM json_each(:run_ids))
@@ -234,7 +240,8 @@ DELETE FROM runs WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 SELECT g.ref, g.queued_at,
        EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
        OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref) AS referenced
+       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref) AS referenced
 FROM artifact_gc AS g
 WHERE :after_at IS NULL OR g.queued_at > :after_at OR (g.queued_at = :after_at AND g.ref > :after_ref)
 ORDER BY g.queued_at, g.ref
@@ -324,12 +331,12 @@ FROM history WHERE run_id IN (SELECT value FROM json_each(:run_ids)) ORDER BY ru
 -- name: claim_many
 UPDATE runs SET status = 'running', owner = :worker, epoch = epoch + 1,
        lease_expires_at = :lease_until, runnable_at = :lease_until, wake_at = NULL,
-       waiting_on = NULL, recoveries = c.claim_recoveries, updated_at = :now
+       waiting_on = NULL, waiting_for = NULL, recoveries = c.claim_recoveries, updated_at = :now
 FROM (SELECT json_extract(value, '$[0]') AS claim_id, json_extract(value, '$[1]') AS claim_recoveries
       FROM json_each(:claims)) AS c
 WHERE runs.run_id = c.claim_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, recoveries,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget
 
 -- :entries is a JSON array of [run_id, seq, event, at, epoch, worker, detail]
@@ -343,3 +350,34 @@ SELECT json_extract(e.value, '$[0]'), json_extract(e.value, '$[1]'), json_extrac
        json_extract(e.value, '$[4]'), json_extract(e.value, '$[5]'),
        json_extract(e.value, '$[6]'), r.tenant
 FROM json_each(:entries) AS e JOIN runs AS r ON r.run_id = json_extract(e.value, '$[0]')
+
+-- Mailboxes (see schema.sql): deliveries to a run, each consumed at most
+-- once by the journal entry that records it. Every statement runs in a
+-- write transaction that holds the run (the database lock), so the next seq
+-- and the dedupe check cannot race.
+-- name: message_by_dedupe
+SELECT seq FROM mailbox WHERE run_id = :run_id AND dedupe = :dedupe
+
+-- name: insert_message
+INSERT INTO mailbox (run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at)
+SELECT :run_id, COALESCE((SELECT MAX(m.seq) FROM mailbox AS m WHERE m.run_id = :run_id), 0) + 1, r.tenant,
+       :key, :payload, :payload_ref, :sender, :dedupe, :now
+FROM runs AS r WHERE r.run_id = :run_id
+RETURNING seq
+
+-- A delivery wakes the run if it is parked waiting for exactly this key.
+-- name: wake_waiting_for
+UPDATE runs SET runnable_at = :now, updated_at = :now
+WHERE run_id = :run_id AND status = 'suspended' AND waiting_for = :key
+
+-- name: next_message
+SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
+FROM mailbox WHERE run_id = :run_id AND key = :key AND taken_at IS NULL ORDER BY seq LIMIT 1
+
+-- name: take_message
+UPDATE mailbox SET taken_at = :now, taken_position = :position
+WHERE run_id = :run_id AND seq = :seq AND (taken_at IS NULL OR taken_position = :released)
+
+-- name: select_messages
+SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
+FROM mailbox WHERE run_id = :run_id AND seq > :after_seq AND (:key IS NULL OR key = :key) ORDER BY seq

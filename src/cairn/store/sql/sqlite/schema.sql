@@ -43,7 +43,10 @@ CREATE TABLE runs (
     updated_at       REAL NOT NULL,
     -- Per-run budget limits (tokens, cost, tool calls, wall time) as JSON.
     -- Usage is derived from the journal, which is already durable. (0002)
-    budget           TEXT
+    budget           TEXT,
+    -- What a suspended run waits for besides a timer or a child (a wait key
+    -- such as 'signal:NAME'); a delivery for it wakes the run. (0005)
+    waiting_for      TEXT
 ) WITHOUT ROWID;  -- the run id B-tree is the table: one tree less to write per commit
 
 -- Deliberately few indexes: each one is written on every claim and finish.
@@ -122,3 +125,25 @@ CREATE TABLE queue_buckets (
     refilled_at REAL NOT NULL,
     PRIMARY KEY (queue, tenant)
 ) WITHOUT ROWID;
+
+-- A run's mailbox (0005): what was delivered to it (signals, decisions), in
+-- order of arrival, each message consumed at most once by the journal entry
+-- at taken_position; dedupe makes a delivery idempotent.
+CREATE TABLE mailbox (
+    run_id         TEXT NOT NULL,
+    seq            INTEGER NOT NULL,
+    tenant         TEXT NOT NULL,
+    key            TEXT NOT NULL,
+    payload        BLOB,
+    payload_ref    TEXT,
+    sender         TEXT,
+    dedupe         TEXT,
+    sent_at        REAL NOT NULL,
+    taken_at       REAL,
+    taken_position INTEGER,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+
+CREATE UNIQUE INDEX mailbox_dedupe ON mailbox (run_id, dedupe) WHERE dedupe IS NOT NULL;
+CREATE INDEX mailbox_waiting ON mailbox (run_id, key, seq) WHERE taken_at IS NULL;
+CREATE INDEX mailbox_payload_ref ON mailbox (payload_ref) WHERE payload_ref IS NOT NULL;
