@@ -137,15 +137,23 @@ class SQLStore(Generic[Tx]):
     ) -> tuple[Delivery, bool]:
         def body(tx: Tx) -> tuple[Delivery, bool]:
             lc.check_deliverable(self._held_run(tx, run_id), run_id, key)
-            now = self.clock()
-            if dedupe is not None:
-                for (seq,) in self._query(tx, "message_by_dedupe", {"run_id": run_id, "dedupe": dedupe}):
-                    (row,) = self._query(tx, "select_messages", {"run_id": run_id, "key": None,
-                                                                  "after_seq": seq - 1})[:1]
-                    return delivery_from_row(row), False
-            ((seq,),) = self._query(tx, "insert_message", message_params(run_id, key, payload, sender,
-                                                                          dedupe, now))
-            self._query(tx, "wake_waiting_for", {"run_id": run_id, "key": key, "now": now})
-            return Delivery(run_id, seq, key, payload, sender, dedupe, now), True
+            return self._deliver(tx, run_id, key, payload, sender, dedupe, self.clock())
 
         return self._operate(body)
+
+    def _deliver(
+        self, tx: Tx, run_id: str, key: str, payload: Payload | None, sender: str | None, dedupe: str | None,
+        now: float,
+    ) -> tuple[Delivery, bool]:
+        """``deliver`` inside a transaction that holds the run and has checked
+        it may take deliveries (``lifecycle.check_deliverable``): for
+        transitions that deliver as a part of what they do (a decision on an
+        approval records the decision and delivers it, atomically)."""
+        if dedupe is not None:
+            for (seq,) in self._query(tx, "message_by_dedupe", {"run_id": run_id, "dedupe": dedupe}):
+                params = {"run_id": run_id, "key": None, "after_seq": seq - 1}
+                return delivery_from_row(self._query(tx, "select_messages", params)[0]), False
+        params = message_params(run_id, key, payload, sender, dedupe, now)
+        ((seq,),) = self._query(tx, "insert_message", params)
+        self._query(tx, "wake_waiting_for", {"run_id": run_id, "key": key, "now": now})
+        return Delivery(run_id, seq, key, payload, sender, dedupe, now), True
