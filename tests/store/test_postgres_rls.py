@@ -333,6 +333,7 @@ def test_queue_limits_hold_across_scoped_tenants(deployment: Deployment) -> None
 # sees of acme's (and every shared row) must be exactly as before.
 
 SECRET = b"acme's secret step result " * 5_000  # stored as an artifact (above the lookup threshold)
+SECRET_SIGNAL = b"acme's secret signal payload " * 5_000  # referenced by acme's mailbox only
 
 
 def _acme_world(d: Deployment) -> str:
@@ -344,6 +345,8 @@ def _acme_world(d: Deployment) -> str:
     ref = d.acme.put_artifact(SECRET)
     step = ev(d.clock, "a1", a.next_seq, a.run.epoch)
     d.acme.append("a1", a.run.epoch, [dataclasses.replace(step, payload=Payload(ref=ref))])
+    d.acme.deliver("a1", "signal:go", Payload(data=b'"acme\'s signal"'), sender="cli:acme", dedupe="op-a")
+    d.acme.deliver("a1", "signal:big", Payload(ref=d.acme.put_artifact(SECRET_SIGNAL)))
     d.globex.create_run(new_run("g1", tenant="globex", queue="q"))
     assert [c.run.run_id for c in d.globex.claim_runs("gw", [WF], 1, 30.0, 3)] == ["g1"]
     assert d.acme.get_artifact(ref) == SECRET
@@ -352,13 +355,14 @@ def _acme_world(d: Deployment) -> str:
 
 SNAPSHOTS = {
     "runs": "SELECT * FROM runs WHERE tenant <> 'globex' ORDER BY run_id",
-    "history": "SELECT * FROM history WHERE tenant <> 'globex' ORDER BY run_id, seq",
+    "history": "SELECT * FROM history WHERE tenant <> 'globex' OR run_id <> 'g1' ORDER BY run_id, seq",
     "artifacts": "SELECT * FROM artifacts ORDER BY ref",
     "artifact_gc": "SELECT * FROM artifact_gc ORDER BY ref",
     "queues": "SELECT * FROM queues ORDER BY name",
     "queue_buckets": "SELECT * FROM queue_buckets WHERE tenant <> 'globex' ORDER BY queue, tenant",
     "schema_migrations": "SELECT * FROM schema_migrations ORDER BY version",
     "tenant_grants": "SELECT * FROM tenant_grants ORDER BY role, tenant",
+    "mailbox": "SELECT * FROM mailbox WHERE tenant <> 'globex' OR run_id <> 'g1' ORDER BY run_id, seq",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -371,6 +375,9 @@ READS = [
     ("artifact_gc", "SELECT ref FROM artifact_gc"),
     ("queue_buckets", "SELECT tenant FROM queue_buckets WHERE tenant = 'acme'"),
     ("tenant_grants", "SELECT tenant FROM tenant_grants WHERE tenant = 'acme'"),
+    ("mailbox", "SELECT seq FROM mailbox WHERE tenant = 'acme' OR run_id = 'a1'"),
+    ("mailbox", "SELECT payload_ref FROM mailbox WHERE payload_ref IS NOT NULL"),
+    ("artifacts", "SELECT ref FROM artifacts AS a WHERE a.data = %(signal)s"),
     ("functions", "SELECT * FROM queue_running_totals(ARRAY['q']) WHERE false"),  # totals only: see the doc
 ]
 
@@ -385,6 +392,9 @@ WRITES = [
     ("history", "DELETE FROM history WHERE run_id = 'a1'"),
     ("history", "INSERT INTO history (run_id, seq, event, at, epoch, tenant) "
                 "VALUES ('a1', 99, 'run.completed', 0, 0, 'acme')"),
+    # a row of acme's run that claims globex's tenant (which globex may write)
+    ("history", "INSERT INTO history (run_id, seq, event, at, epoch, tenant) "
+                "VALUES ('a1', 98, 'run.completed', 0, 0, 'globex')"),
     ("artifacts", "UPDATE artifacts SET data = 'evil' WHERE ref = %(ref)s"),
     ("artifacts", "UPDATE artifacts SET touched_at = 1e300"),
     ("artifacts", "DELETE FROM artifacts"),
@@ -408,6 +418,14 @@ WRITES = [
     ("tenant_grants", "INSERT INTO tenant_grants VALUES (current_user, 'acme')"),
     ("tenant_grants", "UPDATE tenant_grants SET tenant = 'acme'"),
     ("tenant_grants", "DELETE FROM tenant_grants"),
+    ("mailbox", "UPDATE mailbox SET taken_at = 1, taken_position = 0 WHERE run_id = 'a1'"),
+    ("mailbox", "UPDATE mailbox SET tenant = 'globex' WHERE run_id = 'a1'"),
+    ("mailbox", "DELETE FROM mailbox WHERE run_id = 'a1'"),
+    ("mailbox", "UPDATE mailbox SET run_id = 'a1', seq = seq + 100 WHERE run_id = 'g1'"),
+    ("mailbox", "INSERT INTO mailbox (run_id, seq, tenant, key, sent_at) "
+                "VALUES ('a1', 99, 'acme', 'signal:go', 0)"),
+    ("mailbox", "INSERT INTO mailbox (run_id, seq, tenant, key, sent_at) "
+                "VALUES ('a1', 98, 'globex', 'signal:go', 0)"),
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
 ]
@@ -440,7 +458,7 @@ def test_a_tenant_role_reads_and_writes_nothing_of_another_tenant_with_raw_sql(
     d = deployment
     ref = _acme_world(d)
     params = {"ref": ref, "next_ref": hashlib.sha256(b"acme's next result").hexdigest(),
-              "acme_role": conninfo_to_dict(d.urls["acme"])["user"]}
+              "acme_role": conninfo_to_dict(d.urls["acme"])["user"], "signal": SECRET_SIGNAL}
     before = _snapshot(d)
     assert before["runs"]
     assert before["history"]
@@ -448,6 +466,9 @@ def test_a_tenant_role_reads_and_writes_nothing_of_another_tenant_with_raw_sql(
     assert before["queue_buckets"]
     tables = {table for table, _ in READS + WRITES}
     assert tables >= set(SNAPSHOTS), "every table is attacked"
+    schema_tables = {row[0] for row in d.as_role("owner", "SELECT table_name FROM information_schema.tables "
+                                                          "WHERE table_schema = current_schema()")}
+    assert schema_tables == set(SNAPSHOTS), "a table of the schema is missing from the attack (SNAPSHOTS)"
     leaks = [(table, query, rows) for table, query in READS
              if (rows := _attack(d, SETTINGS[setting], query, params))]
     assert leaks == []
@@ -592,3 +613,19 @@ def test_every_cli_command_on_another_tenants_run_is_no_such_run(
     forged = runner.invoke(main, ["--db", _cli_url(d.urls["globex"], "acme"), "runs"])
     assert forged.exit_code != 0
     assert "may not act for tenant 'acme'" in forged.output
+
+
+def test_another_tenants_mailbox_is_no_such_run(deployment: Deployment) -> None:
+    """Delivering to, or reading the mailbox of, another tenant's run answers
+    exactly as for a run that does not exist, and stores nothing."""
+    d = deployment
+    _acme_world(d)
+    before = d.as_role("owner", "SELECT * FROM mailbox ORDER BY run_id, seq")
+    with pytest.raises(RunNotFound) as other:
+        d.globex.deliver("a1", "signal:go", Payload(data=b"1"), dedupe="op-a")
+    with pytest.raises(RunNotFound) as unknown:
+        d.globex.deliver("nope", "signal:go", Payload(data=b"1"))
+    assert str(other.value).replace("'a1'", "<id>") == str(unknown.value).replace("'nope'", "<id>")
+    assert d.globex.deliveries("a1") == []
+    assert d.as_role("owner", "SELECT * FROM mailbox ORDER BY run_id, seq") == before
+    assert [m.seq for m in d.acme.deliveries("a1")] == [1, 2]

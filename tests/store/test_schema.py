@@ -61,6 +61,8 @@ SQLITE_ONLY = {
 #: the database.
 POSTGRES_ONLY = {
     "create_run": "the run and its first entries in one autocommit statement (one round trip)",
+    "create_run_row": "create_run in two statements, for a tenant's role (the history policy checks the run)",
+    "create_run_entries": "create_run in two statements, for a tenant's role",
     "append_auto": "append after the current maximum seq, for writers holding the run row FOR UPDATE",
     "insert_events_fenced": "a fenced batch append in one statement (round trips)",
     "renew_leases": "every lease of a worker renewed in one statement",

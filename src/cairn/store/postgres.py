@@ -700,9 +700,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         now = self.clock()
         params = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
         params.update(_lifecycle_arrays([lc.create(run, now)]))
+        if self._insert_run(params):
+            return new_record(run, now, RunStatus.PENDING, epoch=0), True
         with self._conn() as conn:
-            if conn.execute(_Q["create_run"], params).rowcount == 1:
-                return new_record(run, now, RunStatus.PENDING, epoch=0), True
             existing = _select_run(conn, run.run_id)
         if existing is None:  # another tenant's (row-level security), or pruned meanwhile
             raise lc.id_taken(run.run_id)
@@ -718,13 +718,22 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
         # One autocommit statement (atomic on its own, so one round trip), and
         # durable like every commit: it hands out epoch 1.
-        with self._conn() as conn:
-            if conn.execute(_Q["create_run"], params).rowcount == 0:
+        if not self._insert_run(params):
+            with self._conn() as conn:
                 if _select_run(conn, run.run_id) is None:  # another tenant's (row-level security)
                     raise lc.id_taken(run.run_id)
-                return None
+            return None
         record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
+
+    def _insert_run(self, params: Mapping[str, Any]) -> bool:
+        """Insert a run and its first entries; ``False`` if the id exists.
+        The owner's is one autocommit statement; a tenant's role needs two
+        (``create_run_row``), in one transaction."""
+        if self._exempt:
+            with self._conn() as conn:
+                return _insert_run(conn, params, True)
+        return self._transaction(lambda tx: _insert_run(tx, params, False))
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._conn() as conn:
@@ -1029,7 +1038,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         def body(tx: _Conn) -> RunRecord:
             _lock_fenced(tx, parent_run_id, epoch)
             _append_fenced(tx, parent_run_id, epoch, [event])
-            if tx.execute(_Q["create_run"], params).rowcount == 1:
+            if _insert_run(tx, params, self._exempt):
                 return new_record(child, now, RunStatus.PENDING, epoch=0)
             existing = _select_run(tx, child.run_id)
             if existing is None:  # another tenant's (row-level security)
@@ -1199,6 +1208,19 @@ def _lifecycle_arrays(events: Sequence[HistoryEvent]) -> dict[str, Any]:
         "workers": [e.worker for e in events],
         "details": [_dumps(e.detail) if e.detail is not None else None for e in events],
     }
+
+
+def _insert_run(conn: _Conn, params: Mapping[str, Any], exempt: bool) -> bool:
+    """Insert a run and its first history entries (``params`` of
+    ``create_run``); ``False`` (nothing written) if the run id exists. An
+    exempt role does it in one statement; any other in two, inside the
+    caller's transaction (the history policy must see the run's row)."""
+    if exempt:
+        return conn.execute(_Q["create_run"], params).rowcount == 1
+    if conn.execute(_Q["create_run_row"], params).rowcount != 1:
+        return False
+    conn.execute(_Q["create_run_entries"], params)
+    return True
 
 
 def _select_run(conn: _Conn, run_id: str) -> RunRecord | None:

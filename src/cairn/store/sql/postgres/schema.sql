@@ -238,7 +238,8 @@ CREATE POLICY tenant_isolation ON history
     WITH CHECK (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = history.run_id AND r.tenant = history.tenant));
 
 -- A run's mailbox (0008): what was delivered to it (signals, decisions), in
 -- order of arrival, each message consumed at most once by the journal entry
@@ -264,7 +265,8 @@ CREATE INDEX mailbox_waiting ON mailbox (run_id, key, seq) WHERE taken_at IS NUL
 CREATE INDEX mailbox_payload_ref ON mailbox (payload_ref) WHERE payload_ref IS NOT NULL;
 
 -- The tenant boundary of 0006, for the mailbox: a role reads, delivers to and
--- consumes from the mailboxes of the tenants granted to it only.
+-- consumes from the mailboxes of the tenants granted to it only; a row it
+-- writes must belong to a run of its own tenant (as for history, since 0008).
 ALTER TABLE mailbox ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON mailbox
     USING (tenant = ANY (ARRAY(
@@ -274,7 +276,8 @@ CREATE POLICY tenant_isolation ON mailbox
     WITH CHECK (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = mailbox.run_id AND r.tenant = mailbox.tenant));
 
 ALTER TABLE artifacts ENABLE ROW LEVEL SECURITY;
 -- The subqueries run as the reader, under the policies of runs and history.

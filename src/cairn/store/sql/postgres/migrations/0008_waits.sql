@@ -30,6 +30,13 @@ CREATE INDEX mailbox_payload_ref ON mailbox (payload_ref) WHERE payload_ref IS N
 
 -- The tenant boundary of 0006, for the mailbox: a role reads, delivers to and
 -- consumes from the mailboxes of the tenants granted to it only.
+--
+-- And a row written by a tenant's role must belong to a run of its own
+-- tenant, for history as for the mailbox: 0006 checked only the row's own
+-- tenant column, so a role could file a row under another tenant's run id
+-- stamped with its own tenant (a forged journal entry, or a forged signal,
+-- that an exempt worker would read). The run look-up runs under the runs
+-- policy: another tenant's run is invisible, so the check fails.
 ALTER TABLE mailbox ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON mailbox
     USING (tenant = ANY (ARRAY(
@@ -39,7 +46,20 @@ CREATE POLICY tenant_isolation ON mailbox
     WITH CHECK (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = mailbox.run_id AND r.tenant = mailbox.tenant));
+
+DROP POLICY tenant_isolation ON history;
+CREATE POLICY tenant_isolation ON history
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = history.run_id AND r.tenant = history.tenant));
 
 -- A message's offloaded payload is readable through the message, as a run's
 -- or an entry's is through them.
