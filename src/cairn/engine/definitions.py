@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from cairn.codec import values
+from cairn.engine.credentials import SecretParams
 from cairn.errors import PayloadError
 from cairn.retry import RetryPolicy
 
@@ -34,12 +35,16 @@ class StepDef:
     is_async: bool
     retry: RetryPolicy
     result_type: Any
+    #: parameters annotated ``SecretValue``: resolved from references just before the body runs
+    secrets: SecretParams | None = None
 
     @classmethod
     def build(cls, fn: Callable[..., Any], name: str | None, retry: RetryPolicy) -> StepDef:
-        result_type = hints_of(fn).get("return", Any)  # for async def: the awaited type
+        hints = hints_of(fn)
+        result_type = hints.get("return", Any)  # for async def: the awaited type
         values.decoder_for(result_type)  # fail now on an undecodable annotation
-        return cls(name or fn.__name__, fn, inspect.iscoroutinefunction(fn), retry, result_type)
+        secrets = SecretParams.of(inspect.signature(fn), hints)
+        return cls(name or fn.__name__, fn, inspect.iscoroutinefunction(fn), retry, result_type, secrets)
 
 
 @dataclass(frozen=True, slots=True)
