@@ -435,8 +435,8 @@ class Execution:
         try:
             raw = values.encode(value)
             decoded = values.decode(raw, result_type, what="it back")
-        except PayloadError as exc:
-            raise PayloadError(f"the {self._what(call)} cannot be recorded: {exc}") from None
+        except PayloadError as exc:  # its type kept: a SecretLeak stays one
+            raise type(exc)(f"the {self._what(call)} cannot be recorded: {exc}") from None
         try:
             return self.runtime.payloads.wrap(raw), decoded
         except PayloadError as exc:  # it holds a revealed secret (``SecretLeak``)
