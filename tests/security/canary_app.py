@@ -118,6 +118,7 @@ def build_app(db: str | None, secrets_dir: Path, control: Path, openai_url: str)
 def __getattr__(name: str) -> Any:
     if name != "app":
         raise AttributeError(name)
-    app = build_app(None, Path(os.environ[SECRETS_ENV]), Path(os.environ[CONTROL_ENV]), os.environ[OPENAI_ENV])
+    environ = os.environ
+    app = build_app(None, Path(environ[SECRETS_ENV]), Path(environ[CONTROL_ENV]), environ[OPENAI_ENV])
     globals()["app"] = app
     return app

@@ -141,7 +141,8 @@ def test_canary_secrets_appear_nowhere(
         paid = read_effects(control / "paid.jsonl")
         assert paid == [{"key": result["receipt"]["key"], "cents": 1250}]  # once, with the one key
         failed = app.get_run("canary-fail")
-        assert failed.status is cairn.RunStatus.FAILED and failed.error is not None
+        assert failed.status is cairn.RunStatus.FAILED
+        assert failed.error is not None
         assert "token=***" in failed.error["message"]
         # the secrets were used: the model server got the key (twice: 401, then again)
         assert [r.headers["authorization"] for r in server.requests] == [f"Bearer {canaries['KEY']}"] * 2
@@ -153,7 +154,8 @@ def test_canary_secrets_appear_nowhere(
         assert second.wait_exit(30) == 0
         logs = "".join(w.log_text() for w in workers.workers)
         assert "refreshed secret 'api-token' of provider 'vault'" in logs  # the write tool's refresh
-        assert "(canary-fail) failed: StepFailed" in logs and "token=***" in logs
+        assert "(canary-fail) failed: StepFailed" in logs
+        assert "token=***" in logs
 
         # -- what Cairn left behind ------------------------------------------------------
         found: dict[str, dict[str, int]] = {}
@@ -181,7 +183,8 @@ def test_canary_secrets_appear_nowhere(
                     rows += text.count("\n") + 1
                     found[f"table {table}"] = occurrences(text.encode(), canaries)
                 artifact_rows = conn.execute("SELECT count(*) FROM artifacts").fetchone()
-                assert artifact_rows is not None and artifact_rows[0] >= 1
+                assert artifact_rows is not None
+                assert artifact_rows[0] >= 1
         for worker in workers.workers:
             found[worker.log_path.name] = occurrences(worker.log_path.read_bytes(), canaries)
         found["caplog"] = occurrences(caplog.text.encode(), canaries)

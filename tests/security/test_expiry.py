@@ -116,9 +116,11 @@ def test_a_token_that_expires_while_the_run_sleeps_a_day_is_refreshed(
     tokens = service.tokens()
     assert len(tokens) == 2
     if expiry == "announced":
-        assert service.seen == tokens and service.rejected == 0
+        assert service.seen == tokens
+        assert service.rejected == 0
     else:
-        assert service.seen == [tokens[0], tokens[0], tokens[1]] and service.rejected == 1
+        assert service.seen == [tokens[0], tokens[0], tokens[1]]
+        assert service.rejected == 1
     text = recorded_text(app, "day")
     assert [t for t in tokens if t in text] == []
     retried = [e for e in app.history("day") if e.event is cairn.EventType.STEP_RETRIED]
@@ -147,5 +149,6 @@ def test_a_run_resumed_by_another_worker_after_a_day_gets_a_fresh_token(
     second = worker_app()
     assert execute_on(second, "moved", "w2") == "completed"
     assert service.rejected == 0
-    assert service.seen == service.tokens() and len(set(service.seen)) == 2
+    assert service.seen == service.tokens()
+    assert len(set(service.seen)) == 2
     assert second.get_run("moved").status is cairn.RunStatus.COMPLETED

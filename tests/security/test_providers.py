@@ -35,7 +35,8 @@ def test_a_reference_is_recorded_as_a_tagged_reference_and_decodes_back() -> Non
     assert values.encode(cairn.Secret("x")) == b'{"$cairn":"secret","name":"x"}'
     # a reference decoded as plain JSON (a parameter annotated Any) is still recognised
     assert as_ref(msgspec.json.decode(values.encode(ref))) == ref
-    assert as_ref({"name": "x"}) is None and as_ref("x") is None
+    assert as_ref({"name": "x"}) is None
+    assert as_ref("x") is None
 
 
 @pytest.mark.parametrize("name", ["", "  ", "a\nb", "a\x00"])
@@ -51,7 +52,7 @@ def test_a_reference_needs_a_plain_name(name: str) -> None:
 
 def test_a_value_shows_a_mask_everywhere_but_reveal() -> None:
     value = cairn.SecretValue(TOKEN, ref=cairn.Secret("github"))
-    shown = [repr(value), str(value), f"{value}", f"{value!r}", f"{value:>40}", "%s" % value,
+    shown = [repr(value), str(value), f"{value}", f"{value!r}", f"{value:>40}", f"{value}",
              repr([value]), repr({"k": value})]
     assert all(TOKEN not in text for text in shown), shown
     assert repr(value) == "SecretValue('github', '***')"
@@ -107,7 +108,8 @@ def test_short_values_are_not_looked_for() -> None:
 
 def test_redaction_masks_revealed_values_in_text_and_log_records(caplog: pytest.LogCaptureFixture) -> None:
     cairn.SecretValue(TOKEN, ref=cairn.Secret("github"))
-    assert redaction.redact(f"HTTP 401: Authorization: Bearer {TOKEN}") == "HTTP 401: Authorization: Bearer ***"
+    masked = redaction.redact(f"HTTP 401: Authorization: Bearer {TOKEN}")
+    assert masked == "HTTP 401: Authorization: Bearer ***"
     logger = logging.getLogger("cairn.test_redaction")
     redaction.protect_loggers()
     with caplog.at_level(logging.INFO, logger="cairn"):
@@ -116,7 +118,9 @@ def test_redaction_masks_revealed_values_in_text_and_log_records(caplog: pytest.
             raise RuntimeError(f"refused {TOKEN}")
         except RuntimeError:
             logger.exception("it failed: %s", f"token={TOKEN}")
-    assert "sent ***" in caplog.text and "token=***" in caplog.text and "refused ***" in caplog.text
+    assert "sent ***" in caplog.text
+    assert "token=***" in caplog.text
+    assert "refused ***" in caplog.text
     assert TOKEN not in caplog.text
 
 
@@ -197,14 +201,17 @@ def test_callable_secrets_cache_until_expiry_and_refresh() -> None:
     provider = cairn.CallableSecrets(fetch, refresh, clock=clock, leeway=60)
     ref = cairn.Secret("idp", scope="payments")
     first = provider.get(ref, Access(tenant="acme"))
-    assert isinstance(first, cairn.SecretValue) and first.reveal() == "fetch-0-acme-payments"
+    assert isinstance(first, cairn.SecretValue)
+    assert first.reveal() == "fetch-0-acme-payments"
     assert provider.get(ref, Access(tenant="acme")) is first  # cached
     assert provider.get(ref, Access(tenant="globex")) is not first  # per tenant
     clock.advance(3600 - 59)  # within the leeway of its expiry: refreshed before use
     renewed = provider.get(ref, Access(tenant="acme"))
-    assert isinstance(renewed, cairn.SecretValue) and renewed.reveal() == "refresh-2-acme"
+    assert isinstance(renewed, cairn.SecretValue)
+    assert renewed.reveal() == "refresh-2-acme"
     forced = provider.refresh(ref, Access(tenant="acme"))
-    assert isinstance(forced, cairn.SecretValue) and forced.reveal() == "refresh-3-acme"
+    assert isinstance(forced, cairn.SecretValue)
+    assert forced.reveal() == "refresh-3-acme"
     assert provider.get(ref, Access(tenant="acme")) is forced
 
 
@@ -228,18 +235,20 @@ def test_callable_secrets_refresh_once_for_many_threads() -> None:
     release.set()
     for t in threads:
         t.join(5)
-    assert len(calls) == 1 and len(results) == 4
+    assert len(calls) == 1
+    assert len(results) == 4
 
 
 def test_the_resolver_routes_by_provider_and_checks_the_policy(tmp_path: Path) -> None:
     (tmp_path / "db").write_text("file-password")
     resolver = cairn.Secrets(
-        {"env": cairn.EnvSecrets(environ={"CAIRN_SECRET_DB": "env-password"}), "files": cairn.FileSecrets(tmp_path)},
+        {"env": cairn.EnvSecrets(environ={"CAIRN_SECRET_DB": "env-password"}),
+         "files": cairn.FileSecrets(tmp_path)},
         allow=lambda ref, access: access.tenant != "mallory",
     )
     assert resolver.resolve(cairn.Secret("db")).reveal() == "env-password"  # the first is the default
     assert resolver.resolve(cairn.Secret("db", provider="files")).reveal() == "file-password"
-    with pytest.raises(cairn.SecretNotFound, match="no secret provider 'vault'.*env, files"):
+    with pytest.raises(cairn.SecretNotFound, match=r"no secret provider 'vault'.*env, files"):
         resolver.resolve(cairn.Secret("db", provider="vault"))
     with pytest.raises(cairn.SecretError, match="not available to tenant 'mallory'"):
         resolver.resolve(cairn.Secret("db"), Access(tenant="mallory"))

@@ -67,7 +67,8 @@ def test_a_secret_parameter_gets_the_value_and_the_journal_only_the_reference(
     # what a reconciler and an operator see is the reference too
     [view] = app.operator.operations("a").operations
     assert view.arguments is not None
-    assert view.arguments.value == {"token": {"$cairn": "secret", "name": "api", "scope": "payments"}, "cents": 1250}
+    reference = {"$cairn": "secret", "name": "api", "scope": "payments"}
+    assert view.arguments.value == {"token": reference, "cents": 1250}
     assert operations[0].arguments["token"] == {"$cairn": "secret", "name": "api", "scope": "payments"}
 
 
@@ -93,7 +94,8 @@ def test_each_attempt_resolves_the_secret_again(app: cairn.App, kind: Kind) -> N
         return (yield flaky(API))
 
     assert app.run(retrying, run_id="r") == 2
-    assert len(set(seen)) == 2 and seen == service.tokens()
+    assert len(set(seen)) == 2
+    assert seen == service.tokens()
 
 
 @both
@@ -122,7 +124,9 @@ def test_an_expired_credential_is_refreshed_and_retried_without_spending_an_atte
     service.revoke_all()  # it expires behind the provider's back
     with caplog.at_level(logging.INFO, logger="cairn"):
         assert app.run(expiring, run_id="e") == "ok"
-    assert len(seen) == 3 and seen[1] == seen[0] and seen[2] != seen[1]
+    assert len(seen) == 3
+    assert seen[1] == seen[0]
+    assert seen[2] != seen[1]
     history = app.history("e")
     assert [e.event for e in history if e.event in (EventType.STEP_RETRIED, EventType.STEP_FAILED)] == []
     [done] = [e for e in history if e.event is EventType.STEP_COMPLETED]
@@ -253,7 +257,8 @@ def test_a_failed_refresh_is_a_definite_failure_of_the_attempt(app: cairn.App, k
         return "?"
 
     message = app.run(wf, run_id="n")
-    assert "refreshing secret 'api' failed" in message and "refresh token revoked" in message
+    assert "refreshing secret 'api' failed" in message
+    assert "refresh token revoked" in message
     assert bodies == ["first-token-value"]
 
 
@@ -314,7 +319,9 @@ def test_values_where_references_belong_are_refused_before_anything_is_recorded(
     errors = app.run(wf, run_id="v")
     assert "parameter 'token' takes a cairn.Secret reference, not a str" in errors[0]
     assert "not a resolved SecretValue" in errors[1]
-    assert isinstance(errors, list) and "SecretValue 'api'" in errors[2] and "tool 'plain'" in errors[2]
+    assert isinstance(errors, list)
+    assert "SecretValue 'api'" in errors[2]
+    assert "tool 'plain'" in errors[2]
     assert calls.counts == {}
     history = app.history("v")
     assert [e for e in history if e.step_kind in ("step", "tool")] == []
@@ -366,8 +373,10 @@ def test_a_body_that_returns_or_forwards_the_value_is_refused(app: cairn.App, ki
         return out
 
     out = app.run(wf, run_id="l")
-    assert out[0].startswith("SecretLeak: the result of step 'leak'") and "SecretValue 'api'" in out[0]
-    assert out[1].startswith("SecretLeak: the result of step 'echo'") and "secret 'api'" in out[1]
+    assert out[0].startswith("SecretLeak: the result of step 'leak'")
+    assert "SecretValue 'api'" in out[0]
+    assert out[1].startswith("SecretLeak: the result of step 'echo'")
+    assert "secret 'api'" in out[1]
     assert "request to model 'scripted-1' holds the revealed value of secret 'api'" in out[2]
     assert model.calls == 0  # refused before it was sent
     assert "the-real-token-1234" not in recorded_text(app, "l")
@@ -391,11 +400,12 @@ def test_error_messages_and_log_lines_never_show_a_revealed_value(
     def wf(ctx: cairn.Context) -> Flow[str]:
         return (yield fetch(API))
 
-    with caplog.at_level(logging.DEBUG):
-        with pytest.raises(cairn.RunFailed, match=r"Authorization: Bearer \*\*\*") as failed:
-            app.run(wf, run_id="f")
+    with caplog.at_level(logging.DEBUG), \
+            pytest.raises(cairn.RunFailed, match=r"Authorization: Bearer \*\*\*") as failed:
+        app.run(wf, run_id="f")
     run = app.get_run("f")
-    assert run.error is not None and "Bearer ***" in run.error["message"]
+    assert run.error is not None
+    assert "Bearer ***" in run.error["message"]
     [token] = service.tokens()
     assert token not in str(failed.value)
     assert token not in recorded_text(app, "f")

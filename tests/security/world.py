@@ -54,7 +54,8 @@ class Service:
             expires = self.expiry.get(text, float("-inf"))
             if text not in self.expiry or (expires is not None and self.clock() >= expires):
                 self.rejected += 1
-                raise Unauthorized(f"401 Unauthorized: invalid or expired token (Authorization: Bearer {text})")
+                raise Unauthorized(f"401 Unauthorized: invalid or expired token "
+                                   f"(Authorization: Bearer {text})")
 
     def tokens(self) -> list[str]:
         return list(self.expiry)
