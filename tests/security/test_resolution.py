@@ -136,6 +136,33 @@ def test_an_expired_credential_is_refreshed_and_retried_without_spending_an_atte
 
 
 @both
+def test_a_step_is_refreshed_and_run_again_the_same_way(app: cairn.App, kind: Kind) -> None:
+    service = Service()
+    app.secrets = cairn.CallableSecrets(service.issue)
+    seen: list[str] = []
+
+    def sync_body(token: cairn.SecretValue) -> int:
+        seen.append(token.reveal())
+        if len(seen) == 1:
+            service.revoke_all()
+            raise cairn.CredentialExpired("the token was revoked", secret="api")
+        service.call(token)
+        return len(seen)
+
+    sync = app.step(name="sync")(kind.fn(sync_body))
+
+    @kind.workflow(app, "stepping")
+    def wf(ctx: cairn.Context) -> Flow[int]:
+        return (yield sync(API))
+
+    assert app.run(wf, run_id="st") == 2
+    assert seen == service.tokens()
+    assert len(set(seen)) == 2
+    [done] = [e for e in app.history("st") if e.event is EventType.STEP_COMPLETED]
+    assert done.attempt == 1
+
+
+@both
 def test_a_write_tool_is_sent_again_after_credential_expired_with_the_same_operation_id(
     app: cairn.App, kind: Kind
 ) -> None:
