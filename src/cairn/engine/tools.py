@@ -401,8 +401,7 @@ class _ToolCall:
         ex.append(ex.entry(EventType.OP_RECONCILED, position=op.position, step_kind="tool", name=op.tool,
                            attempt=call.attempt,
                            detail={**base, "outcome": "unknown", "reason": redaction.redact(answer.reason),
-                                   "tries": tries,
-                                   "next_at": next_at}))
+                                   "tries": tries, "next_at": next_at}))
         if tries >= self.d.reconcile_retry.max_attempts:
             self._needs_attention(f"reconcile could not tell after {tries} tries: {answer.reason}")
         raise Suspend("reconcile", wake_at=next_at)

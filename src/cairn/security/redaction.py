@@ -43,12 +43,14 @@ _lock = threading.Lock()
 _known: OrderedDict[str, tuple[str, tuple[bytes, ...]]] = OrderedDict()
 #: the text forms to mask, longest first (a value containing another is masked whole)
 _texts: tuple[str, ...] = ()
+#: every (byte form, secret name) to look for, rebuilt on each change: a scan reads it without a lock
+_forms: tuple[tuple[bytes, str], ...] = ()
 _loggers_protected = False
 
 
 def remember(value: str, name: str) -> None:
     """Register ``value`` (the value of secret ``name``) as revealed."""
-    global _texts
+    global _texts, _forms
     if len(value) < MIN_LENGTH:
         return
     with _lock:
@@ -64,6 +66,7 @@ def remember(value: str, name: str) -> None:
             _known.popitem(last=False)
         texts = {v for v in _known} | {msgspec.json.encode(v)[1:-1].decode() for v in _known}
         _texts = tuple(sorted(texts, key=len, reverse=True))
+        _forms = tuple((form, secret) for secret, forms_of in _known.values() for form in forms_of)
         first = not _loggers_protected
     if first:
         protect_loggers()
@@ -71,19 +74,16 @@ def remember(value: str, name: str) -> None:
 
 def active() -> bool:
     """Whether any value was revealed in this process (else nothing to look for)."""
-    return bool(_known)
+    return bool(_forms)
 
 
 def scan(data: bytes) -> str | None:
     """The name of a secret whose revealed value ``data`` holds, if any."""
-    if not _known:
+    if len(data) < MIN_LENGTH:
         return None
-    with _lock:
-        entries = list(_known.values())
-    for name, forms in entries:
-        for form in forms:
-            if form in data:
-                return name
+    for form, name in _forms:
+        if form in data:
+            return name
     return None
 
 
@@ -100,10 +100,11 @@ def redact(text: str) -> str:
 
 def forget_all() -> None:
     """Empty the registry (for tests that need a process with nothing revealed)."""
-    global _texts
+    global _texts, _forms
     with _lock:
         _known.clear()
         _texts = ()
+        _forms = ()
 
 
 class RedactingFilter(logging.Filter):
