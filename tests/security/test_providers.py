@@ -295,3 +295,23 @@ def test_the_default_resolver_reads_cairn_secret_variables_only(monkeypatch: pyt
     assert resolver.resolve(cairn.Secret("openai")).reveal() == "sk-from-env"
     with pytest.raises(cairn.SecretNotFound):
         resolver.resolve(cairn.Secret("HOME_TOKEN"))
+
+
+def test_a_value_cannot_be_a_workflow_input_or_a_step_result() -> None:
+    app = cairn.App(db="memory://")
+    try:
+        with pytest.raises(TypeError, match=r"parameter 'token' is annotated SecretValue.*cairn.Secret"):
+            @app.workflow(name="bad")
+            def bad(ctx: cairn.Context, token: cairn.SecretValue) -> None:
+                return None
+
+        with pytest.raises(TypeError, match="return a SecretValue"):
+            @app.step()
+            def give() -> cairn.SecretValue:
+                raise AssertionError("never called")
+
+        @app.workflow(name="good")  # a reference, resolved by the steps that use it
+        def good(ctx: cairn.Context, token: cairn.Secret, backup: cairn.Secret | None = None) -> None:
+            return None
+    finally:
+        app.close()

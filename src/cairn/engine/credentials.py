@@ -6,7 +6,10 @@ passes a ``cairn.Secret`` reference there. Everything recorded about the
 call (its input hash, a ``write`` tool's intent, what a reconciler and
 ``cairn ops`` see) holds the reference; the value is resolved just before
 the body runs, on every attempt, on whichever worker runs it, and lives
-only in the arguments handed to the body.
+only in the arguments handed to the body. (Called outside a run, in a unit
+test, a step or tool is the plain function: hand it a ``SecretValue``.) A
+workflow parameter or a step result annotated ``SecretValue`` is refused at
+registration: both are recorded.
 
 When the body raises ``cairn.CredentialExpired`` (or, except for a
 ``write`` tool, an exception a provider classifies as an expired
@@ -46,7 +49,7 @@ log = logging.getLogger("cairn.secrets")
 MAX_REFRESHES = 2
 
 
-def _wants_value(annotation: Any) -> bool:
+def wants_value(annotation: Any) -> bool:
     """``SecretValue``, or ``SecretValue | None`` / ``Optional[SecretValue]``."""
     if annotation is SecretValue:
         return True
@@ -70,7 +73,7 @@ class SecretParams:
         plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                  inspect.Parameter.KEYWORD_ONLY)
         names = frozenset(p.name for p in signature.parameters.values()
-                          if p.kind in plain and _wants_value(hints.get(p.name)))
+                          if p.kind in plain and wants_value(hints.get(p.name)))
         return cls(signature, names) if names else None
 
     def check(self, args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> None:
