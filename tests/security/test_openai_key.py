@@ -93,3 +93,24 @@ def test_outside_a_run_the_key_needs_an_explicit_resolver(server: FakeOpenAI) ->
     assert "sk-explicit-0001" not in str(err.value)
     assert "***" in str(err.value)
     assert server.requests[0].headers["authorization"] == "Bearer sk-explicit-0001"
+
+
+def test_an_async_call_resolves_and_refreshes_the_key_too(app: cairn.App, server: FakeOpenAI) -> None:
+    service = Service()
+    app.secrets = cairn.CallableSecrets(service.issue)
+    chat = OpenAIChat("gpt-test", base_url=server.url, api_key=cairn.Secret("openai"))
+    server.script(error(401, "expired"), completion("async answer"))
+
+    @app.workflow(name="async-chat")
+    async def talk(ctx: cairn.Context) -> str:
+        response = await ctx.model_async(chat, [Message(role="user", content="hi")])
+        return response.message.text
+
+    try:
+        assert app.run(talk, run_id="ac") == "async answer"
+    finally:
+        chat.close()
+    first, second = service.tokens()
+    sent = [r.headers.get("authorization") for r in server.requests]
+    assert sent == [f"Bearer {first}", f"Bearer {second}"]
+    assert [t for t in service.tokens() if t in recorded_text(app, "ac")] == []
