@@ -315,3 +315,12 @@ def test_a_value_cannot_be_a_workflow_input_or_a_step_result() -> None:
             return None
     finally:
         app.close()
+
+
+def test_an_async_provider_function_is_refused_clearly() -> None:
+    async def fetch(ref: cairn.Secret, access: Access) -> str:
+        return "never"
+
+    resolver = cairn.Secrets(cairn.CallableSecrets(fetch))  # type: ignore[arg-type]
+    with pytest.raises(cairn.SecretError, match="the provider is async"):
+        resolver.resolve(cairn.Secret("x"))

@@ -40,6 +40,7 @@ model client (below the engine too) must be able to resolve one.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import os
 import re
 import threading
@@ -367,6 +368,10 @@ def as_value(fetched: Any, ref: Secret) -> SecretValue:
     if (isinstance(fetched, tuple) and len(fetched) == 2 and isinstance(fetched[0], str)
             and (fetched[1] is None or isinstance(fetched[1], int | float))):
         return SecretValue(fetched[0], ref=ref, expires_at=None if fetched[1] is None else float(fetched[1]))
+    if inspect.iscoroutine(fetched):
+        fetched.close()  # never awaited: no warning
+        raise SecretError(f"{ref}: the provider is async; providers are called synchronously (a secret is "
+                          "resolved just before a body runs): give a sync function, and cache its answers")
     raise SecretError(f"{ref}: the provider answered a {type(fetched).__name__}, not a str, a SecretValue "
                       "or (value, expires_at)")
 
