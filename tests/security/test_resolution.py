@@ -437,3 +437,28 @@ def test_error_messages_and_log_lines_never_show_a_revealed_value(
     assert token not in str(failed.value)
     assert token not in recorded_text(app, "f")
     assert token not in caplog.text
+
+
+@both
+def test_a_child_gets_the_reference_and_resolves_it_as_its_own_run(app: cairn.App, kind: Kind) -> None:
+    seen: list[tuple[str, str]] = []
+    app.secrets = cairn.CallableSecrets(lambda ref, access: f"token-of-{access.tenant}-{ref.name}")
+
+    def use_body(token: cairn.SecretValue) -> str:
+        info = cairn.step_info()
+        seen.append((info.run_id, token.reveal()))
+        return "used"
+
+    use = app.tool(effect="read", name="use")(kind.fn(use_body))
+
+    @kind.workflow(app, "child")
+    def child(ctx: cairn.Context, token: cairn.Secret) -> Flow[str]:
+        return (yield use(token))
+
+    @kind.workflow(app, "parent")
+    def parent(ctx: cairn.Context, token: cairn.Secret) -> Flow[str]:
+        return (yield ctx.child(child, token))
+
+    assert app.run(parent, API, run_id="p", tenant="acme") == "used"
+    assert seen == [("p:0", "token-of-acme-api")]
+    assert "token-of-acme-api" not in recorded_text(app, "p") + recorded_text(app, "p:0")
