@@ -462,3 +462,26 @@ def test_a_child_gets_the_reference_and_resolves_it_as_its_own_run(app: cairn.Ap
     assert app.run(parent, API, run_id="p", tenant="acme") == "used"
     assert seen == [("p:0", "token-of-acme-api")]
     assert "token-of-acme-api" not in recorded_text(app, "p") + recorded_text(app, "p:0")
+
+
+@both
+def test_a_cached_value_is_looked_for_in_every_run_that_uses_it(app: cairn.App, kind: Kind) -> None:
+    """The provider hands the same cached value to a later run (another
+    execution): that run's records are searched for it too."""
+    app.secrets = cairn.CallableSecrets(lambda ref, access: "cached-token-5678")
+
+    def echo_body(token: cairn.SecretValue, loud: bool) -> str:
+        return f"Bearer {token.reveal()}" if loud else "quiet"
+
+    echo = app.step(name="echo")(kind.fn(echo_body))
+
+    @kind.workflow(app, "echoing")
+    def wf(ctx: cairn.Context, loud: bool) -> Flow[str]:
+        try:
+            return (yield echo(API, loud))
+        except cairn.StepFailed as failed:
+            return failed.error_type
+
+    assert app.run(wf, False, run_id="first") == "quiet"
+    assert app.run(wf, True, run_id="second") == "SecretLeak"
+    assert "cached-token-5678" not in recorded_text(app, "second")

@@ -78,16 +78,18 @@ def execute(
     # code below the engine that resolves a ``cairn.Secret`` itself (a model
     # client's api_key) finds this run's resolver and identity here
     secrets_token = security.bind(runtime.secrets, access_of(execution))
+    revealed_token = redaction.open_scope()  # what it records is searched for what it revealed
     try:
         outcome = _drive(runtime, execution, loops or INLINE_LOOPS)
         if outcome.status == "abandoned":
             wake_at = give_back(execution, store_failures(claim.history))
             if wake_at is not None:
                 outcome = replace(outcome, wake_at=wake_at)
-        if outcome.error is not None and redaction.active():  # workers log it
+        if outcome.error is not None:  # workers log it
             outcome = replace(outcome, error=redaction.redact(outcome.error))
         return outcome
     finally:
+        redaction.close_scope(revealed_token)
         security.unbind(secrets_token)
         CURRENT.reset(token)
         if watcher is not None:

@@ -121,8 +121,14 @@ class SecretValue:
         redaction.remember(value, ref.name if ref is not None else "(unnamed)")
 
     def reveal(self) -> str:
-        """The secret's text: pass it to the client that needs it, and nowhere else."""
+        """The secret's text: pass it to the client that needs it, and nowhere else.
+        (The running execution then looks for it in whatever it records.)"""
+        self.note()
         return self._value
+
+    def note(self) -> None:
+        """Mark the value as used by the running execution (resolving does)."""
+        redaction.note(self._value, self.ref.name if self.ref is not None else "(unnamed)")
 
     def expired(self, now: float | None = None, leeway: float = 0.0) -> bool:
         """Whether the value is past (or within ``leeway`` seconds of) its expiry."""
@@ -490,7 +496,9 @@ class Secrets:
         except Exception as exc:  # a vault that is down, a refresh grant refused
             message = redaction.redact(str(exc))
             raise SecretError(f"{ref}: its provider failed: {type(exc).__qualname__}: {message}") from None
-        return as_value(fetched, ref)
+        value = as_value(fetched, ref)
+        value.note()  # a cached value may have been made in another execution
+        return value
 
     def __repr__(self) -> str:
         return f"Secrets({sorted(self._providers)}, default={self.default!r})"
