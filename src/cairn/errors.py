@@ -201,3 +201,41 @@ class LogicalFailure(BaseException):
 class RewindFailed(CairnError):
     """A ``LogicalFailure`` could not rewind: no such earlier step, or the
     run has used up its rewinds. The run fails (an operator is needed)."""
+
+
+# -- secrets and credentials (cairn.security) ------------------------------------------
+
+
+class SecretError(CairnError):
+    """A secret could not be resolved: its provider failed, refused the
+    reference (``allow=`` policy), or handed back a value already expired.
+    Raised where the secret is used (just before a step or tool body runs),
+    so the call's retry policy decides; the body never ran."""
+
+
+class SecretNotFound(SecretError):
+    """No provider of that name, or the provider holds no such secret."""
+
+
+class CredentialExpired(EffectNotApplied):
+    """Raise from a step or tool when the service refused a credential as
+    expired or revoked (an HTTP 401, an ``invalid_token``). The runtime then
+    refreshes the secrets the call used through their provider and runs the
+    attempt again at once, with the same operation id, a bounded number of
+    times and without spending an attempt of the retry policy.
+
+    It is an ``EffectNotApplied``: raising it from a ``write`` tool states
+    that the request was refused before anything changed, which is what
+    makes resending it safe. ``secret`` names the one secret to refresh
+    (default: every secret the call used)."""
+
+    def __init__(self, message: str = "the credential has expired", *, secret: str | None = None) -> None:
+        super().__init__(message)
+        self.secret = secret
+
+
+class SecretLeak(PayloadError):
+    """A resolved secret value (``SecretValue``, or the text it revealed)
+    reached something that would record it: a journal entry, an event, an
+    artifact. Refused before anything is written; record the ``Secret``
+    reference instead."""

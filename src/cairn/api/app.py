@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, ParamSpec, TypeVar, overload
 
 from cairn.api.handles import RunHandle
@@ -28,6 +28,8 @@ from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.errors import PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.retry import NO_RETRY, RetryPolicy
+from cairn.security import redaction
+from cairn.security.secrets import SecretProvider, Secrets
 from cairn.store import open_store, resolve_url
 from cairn.store.admission import QueueLimits, QueueStats, Rate
 from cairn.store.contract import Store
@@ -58,6 +60,11 @@ class App:
     ``"process"`` (survive any process crash; the default) or ``"power"``
     (fsync every commit). ``create=False`` refuses to create a database
     that does not exist (for commands that only inspect or operate on runs).
+
+    ``secrets`` resolves the ``cairn.Secret`` references steps, tools and
+    model clients use: a ``cairn.Secrets`` resolver, one provider, or a
+    mapping of provider names to providers (default: environment variables
+    named ``CAIRN_SECRET_*``). See ``cairn.security.secrets``.
     """
 
     def __init__(
@@ -71,6 +78,7 @@ class App:
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         check_inputs: bool = True,
         create: bool = True,
+        secrets: Secrets | SecretProvider | Mapping[str, SecretProvider] | None = None,
     ) -> None:
         #: where this app's data lives (``None`` when given a ``store`` object)
         self.db_url = None if store is not None else resolve_url(db)
@@ -80,13 +88,24 @@ class App:
             payloads=PayloadCodec(self.store, inline_limit),
             max_recoveries=max_recoveries,
             check_inputs=check_inputs,
+            secrets=Secrets.coerce(secrets),
         )
+        redaction.protect_loggers()  # Cairn's log lines never show a revealed secret
         self.lease_seconds = lease_seconds
         self._inline_id = f"inline-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._inline_driver: InlineDriver | None = None
         self._inline_lock = threading.Lock()
         #: performs every operator action (cancel, kill, retry, ...) as this process
         self.operator = Operator(self.store, self.runtime.payloads, app_actor())
+
+    @property
+    def secrets(self) -> Secrets:
+        """The resolver of this app's secrets (``app.secrets.add(name, provider)``)."""
+        return self.runtime.secrets
+
+    @secrets.setter
+    def secrets(self, value: Secrets | SecretProvider | Mapping[str, SecretProvider] | None) -> None:
+        self.runtime.secrets = Secrets.coerce(value)
 
     # -- registration ---------------------------------------------------------------
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from cairn.codec import values
-from cairn.errors import PayloadError
+from cairn.errors import PayloadError, SecretLeak
+from cairn.security import redaction
 from cairn.store.contract import Store
 from cairn.store.records import Payload
 
@@ -32,7 +33,17 @@ class PayloadCodec:
         return self.wrap(data), data
 
     def wrap(self, data: bytes) -> Payload:
-        """The payload for already-encoded JSON bytes (inline, or an artifact)."""
+        """The payload for already-encoded JSON bytes (inline, or an artifact).
+
+        Every stored value passes here, so this is where a secret's revealed
+        value is refused (``SecretLeak``) before it could reach the journal
+        or an artifact: a body that returns the token it was handed, or puts
+        it into a model message. Free while nothing was revealed."""
+        if redaction.active():
+            leaked = redaction.scan(data)
+            if leaked is not None:
+                raise SecretLeak(f"the value holds the revealed value of secret {leaked!r}: record the "
+                                 "cairn.Secret reference instead, never what reveal() returned")
         if len(data) > self.inline_limit:
             return Payload(ref=self.store.put_artifact(data))
         return Payload(data=data)

@@ -24,10 +24,13 @@ from typing import Any
 
 import msgspec
 
-from cairn.errors import PayloadError
+from cairn.errors import PayloadError, SecretLeak
+from cairn.security.secrets import SecretValue
 
 
 def enc_hook(value: Any) -> Any:
+    if isinstance(value, SecretValue):
+        raise SecretLeak(secret_leak(value))
     pydantic = sys.modules.get("pydantic")
     if pydantic is not None and isinstance(value, pydantic.BaseModel):
         return _dump_model(value, pydantic)
@@ -51,7 +54,19 @@ def dec_hook(type_: type, obj: Any) -> Any:
 
 
 _SECRET = ("a pydantic SecretStr/SecretBytes cannot be recorded: it would be stored as '**********' and "
-           "come back as that, not the secret; pass a reference to the secret instead")
+           "come back as that, not the secret; pass a reference to the secret instead (cairn.Secret)")
+
+
+def secret_leak(value: SecretValue, where: str = "") -> str:
+    """Why a resolved secret is refused (``where`` names the field, if known).
+
+    A ``cairn.Secret`` is recorded as its reference (name, provider, version,
+    scope: never the value); a ``SecretValue`` is what a provider resolved
+    it to, and recording it would write the credential into the journal."""
+    name = value.ref.name if value.ref is not None else None
+    at = f"{where}: " if where else ""
+    return (f"{at}a resolved secret (SecretValue {name!r}) cannot be recorded: pass or return the "
+            "cairn.Secret reference; it is resolved again where it is used")
 
 
 def _dump_model(model: Any, pydantic: Any) -> Any:
@@ -72,6 +87,8 @@ def _dump_model(model: Any, pydantic: Any) -> Any:
 
 
 def _refuse_unrecordable(value: Any, pydantic: Any, path: str) -> None:
+    if isinstance(value, SecretValue):
+        raise SecretLeak(secret_leak(value, path))
     if isinstance(value, (pydantic.SecretStr, pydantic.SecretBytes)):
         raise PayloadError(f"{path}: {_SECRET}")
     if isinstance(value, bytes):
@@ -132,6 +149,30 @@ def _non_finite(value: Any, path: str) -> str | None:
     return None
 
 
+def _find_secret(value: Any, path: str, depth: int) -> tuple[str, SecretValue] | None:
+    """Where in ``value`` a ``SecretValue`` sits (only walked once one was
+    met while encoding: to name the field in the error)."""
+    if isinstance(value, SecretValue):
+        return path, value
+    if depth > 64:
+        return None
+    if isinstance(value, dict):
+        items: Any = ((f"{path}[{k!r}]", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, msgspec.Struct):
+        items = ((f"{path}.{f}", getattr(value, f, None)) for f in value.__struct_fields__)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f"{path}.{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value))
+    else:
+        return None
+    for where, item in items:
+        found = _find_secret(item, where, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
 _ENCODER = msgspec.json.Encoder(enc_hook=enc_hook, order="deterministic")
 #: A cheap prefilter for NaN/infinity: MessagePack writes a float as 0xcb and
 #: eight big-endian bytes, whose exponent bits are all ones only for those.
@@ -151,6 +192,11 @@ def encode(value: Any) -> bytes:
     """
     try:
         data = _ENCODER.encode(value)
+    except SecretLeak as leak:
+        found = _find_secret(value, "value", 0)
+        if found is None:
+            raise
+        raise SecretLeak(secret_leak(found[1], found[0])) from leak.__cause__
     except (TypeError, NotImplementedError, OverflowError, msgspec.EncodeError) as exc:
         raise PayloadError(f"cannot encode value: {exc}") from None
     except RecursionError:

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from cairn.codec import values
+from cairn.engine.credentials import SecretParams, wants_value
 from cairn.errors import PayloadError
 from cairn.retry import RetryPolicy
 
@@ -34,12 +35,19 @@ class StepDef:
     is_async: bool
     retry: RetryPolicy
     result_type: Any
+    #: parameters annotated ``SecretValue``: resolved from references just before the body runs
+    secrets: SecretParams | None = None
 
     @classmethod
     def build(cls, fn: Callable[..., Any], name: str | None, retry: RetryPolicy) -> StepDef:
-        result_type = hints_of(fn).get("return", Any)  # for async def: the awaited type
+        hints = hints_of(fn)
+        result_type = hints.get("return", Any)  # for async def: the awaited type
         values.decoder_for(result_type)  # fail now on an undecodable annotation
-        return cls(name or fn.__name__, fn, inspect.iscoroutinefunction(fn), retry, result_type)
+        if wants_value(result_type):
+            raise TypeError(f"step {name or fn.__qualname__} is annotated to return a SecretValue, which is "
+                            "never recorded: return the cairn.Secret reference (or nothing)")
+        secrets = SecretParams.of(inspect.signature(fn), hints)
+        return cls(name or fn.__name__, fn, inspect.iscoroutinefunction(fn), retry, result_type, secrets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,11 @@ class WorkflowDef:
             types[p.name] = annotation
         result_type = hints.get("return", Any)
         values.decoder_for(result_type)
+        for param, annotation in types.items():
+            if wants_value(annotation):
+                raise TypeError(f"workflow {fn.__qualname__}: parameter {param!r} is annotated SecretValue; "
+                                "a run's input is recorded, so it takes a cairn.Secret reference (annotate "
+                                "cairn.Secret) and the steps and tools that use it resolve it")
         return cls(
             name=name or fn.__name__,
             version=version,

@@ -35,6 +35,7 @@ from cairn.errors import (
     StoreError,
 )
 from cairn.retry import NO_RETRY, RetryPolicy
+from cairn.security import redaction
 from cairn.store.records import (
     Claim,
     Delivery,
@@ -85,7 +86,9 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (StoreError, OSError)
 
 
 def error_detail(exc: BaseException, **extra: Any) -> dict[str, Any]:
-    detail: dict[str, Any] = {"type": type(exc).__qualname__, "message": str(exc)}
+    """A recorded error. Its message is user text that may quote a revealed
+    secret (an HTTP error echoing its ``Authorization`` header): masked."""
+    detail: dict[str, Any] = {"type": type(exc).__qualname__, "message": redaction.redact(str(exc))}
     detail.update(extra)
     return detail
 
@@ -441,10 +444,12 @@ class Execution:
         try:
             raw = values.encode(value)
             decoded = values.decode(raw, result_type, what="it back")
-        except PayloadError as exc:
-            raise PayloadError(f"the {self._what(call)} cannot be recorded: {exc}") from None
+        except PayloadError as exc:  # its type kept: a SecretLeak stays one
+            raise type(exc)(f"the {self._what(call)} cannot be recorded: {exc}") from None
         try:
             return self.runtime.payloads.wrap(raw), decoded
+        except PayloadError as exc:  # it holds a revealed secret (``SecretLeak``)
+            raise type(exc)(f"the {self._what(call)} cannot be recorded: {exc}") from None
         except INFRASTRUCTURE_ERRORS as exc:  # an artifact could not be stored
             where = f"position {call.position} of run {self.run_id}"
             raise Abandon(f"cannot store the result at {where}: {exc}") from exc
@@ -596,7 +601,8 @@ class Execution:
                    if entry.name == failure.rewind_to and pos < self.position]
         if not targets or len(self.journal.rewinds) >= self.runtime.max_rewinds:
             return False
-        detail = {"from_position": max(targets), "to": failure.rewind_to, "reason": failure.reason,
+        detail = {"from_position": max(targets), "to": failure.rewind_to,
+                  "reason": redaction.redact(failure.reason),
                   "rewind": len(self.journal.rewinds) + 1}
         with self._lock:
             self._write(self.entry(EventType.RUN_REWOUND, detail=detail), False)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from cairn.engine.context import Context
+from cairn.engine.credentials import access_of
 from cairn.engine.execution import CURRENT, Execution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
@@ -33,6 +34,8 @@ from cairn.errors import (
     SecurityViolation,
     StoreError,
 )
+from cairn.security import redaction
+from cairn.security import secrets as security
 from cairn.store.records import Claim, EventType, HistoryEvent
 
 log = logging.getLogger("cairn.executor")
@@ -73,14 +76,22 @@ def execute(
     if watcher is not None:
         watcher.watch(execution)
     token = CURRENT.set(execution)
+    # code below the engine that resolves a ``cairn.Secret`` itself (a model
+    # client's api_key) finds this run's resolver and identity here
+    secrets_token = security.bind(runtime.secrets, access_of(execution))
+    revealed_token = redaction.open_scope()  # what it records is searched for what it revealed
     try:
         outcome = _drive(runtime, execution, loops or INLINE_LOOPS)
         if outcome.status == "abandoned":
             wake_at = give_back(execution, store_failures(claim.history))
             if wake_at is not None:
                 outcome = replace(outcome, wake_at=wake_at)
+        if outcome.error is not None:  # workers log it
+            outcome = replace(outcome, error=redaction.redact(outcome.error))
         return outcome
     finally:
+        redaction.close_scope(revealed_token)
+        security.unbind(secrets_token)
         CURRENT.reset(token)
         if watcher is not None:
             watcher.unwatch(execution)

@@ -41,9 +41,10 @@ from cairn.codec import values
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.drive import Invoke, Protocol
 from cairn.engine.execution import Call, Execution
-from cairn.errors import PayloadError
+from cairn.errors import PayloadError, SecretLeak
 from cairn.models.base import Message, ModelClient, ModelRecord, ModelRequest, ModelResponse
 from cairn.retry import NO_RETRY, RetryPolicy
+from cairn.security import redaction
 from cairn.store.records import EventType, HistoryEvent
 
 
@@ -237,6 +238,10 @@ def ask(
     encoded = values.encode(request)
     # a request the journal could not read back is refused before it is sent (and paid for)
     values.decode(encoded, ModelRequest, what=f"the request to model {client.model_id!r}")
+    leaked = redaction.scan(encoded) if redaction.active() else None
+    if leaked is not None:  # refused before it is sent: a model provider must not get it either
+        raise SecretLeak(f"the request to model {client.model_id!r} holds the revealed value of secret "
+                         f"{leaked!r}: it would be sent to the model and recorded in the journal")
     call = ex.begin("model", client.model_id, values.digest(encoded))
     if call.recorded is not None:
         return _recorded(ex, call).response

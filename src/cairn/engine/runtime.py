@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.definitions import WorkflowDef
+from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
 
 
@@ -20,3 +21,5 @@ class Runtime:
     check_inputs: bool = True
     #: how often one run may rewind after logical failures before it fails
     max_rewinds: int = 3
+    #: resolves ``cairn.Secret`` references where they are used (``App(secrets=...)``)
+    secrets: Secrets = field(default_factory=Secrets)

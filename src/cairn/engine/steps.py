@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from cairn.codec import values
+from cairn.engine import credentials
+from cairn.engine.credentials import SecretParams
 from cairn.engine.definitions import StepDef
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import Execution, current, operation_id
-from cairn.errors import CairnError, PayloadError
+from cairn.errors import CairnError, PayloadError, SecretLeak
 from cairn.faults import fault_point
 from cairn.store.records import RunRecord
 
@@ -98,13 +100,19 @@ def _journaled(
 ) -> Protocol[Any]:
     """Replay the step's recorded outcome, or run its body once and record
     what it returned (or its failure, by the step's retry policy)."""
-    call = execution.begin("step", definition.name, input_hash(args, kwargs))
+    params = definition.secrets
+    if params is not None:
+        params.check(args, kwargs, what)
+    call = execution.begin("step", definition.name, input_hash(args, kwargs, what))
     if call.recorded is not None:
         return execution.replay(call, definition.result_type)
     token = STEP_INFO.set((execution.run, definition.name, call.position, call.attempt,
                            execution.journal.generation(call.position)))
     try:
-        value = yield Invoke(definition.fn, args, kwargs, None, what)
+        if params is None:
+            value = yield Invoke(definition.fn, args, kwargs, None, what)
+        else:
+            value = yield from _with_secrets(execution, definition, params, args, kwargs, what)
     except Exception as exc:
         execution.fail_by_policy(call, exc, definition.retry)
     finally:
@@ -113,11 +121,34 @@ def _journaled(
     return execution.complete_call(call, value, definition.result_type, policy=definition.retry)
 
 
-def input_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+def _with_secrets(
+    execution: Execution, definition: StepDef, params: SecretParams, args: tuple[Any, ...],
+    kwargs: dict[str, Any], what: str,
+) -> Protocol[Any]:
+    """The body with its secrets resolved now (for this attempt, on this
+    worker), run again at once with refreshed ones if it says they expired
+    (``engine.credentials``); any other failure goes to the retry policy."""
+    refreshes = 0
+    while True:
+        body_args, body_kwargs, used = params.resolve(execution, args, kwargs, what)
+        try:
+            return (yield Invoke(definition.fn, body_args, body_kwargs, None, what))
+        except Exception as exc:
+            if not credentials.should_refresh(execution, exc, used, refreshes, write=False):
+                raise
+            credentials.refresh(execution, exc, used, refreshes, what)
+            refreshes += 1
+
+
+def input_hash(args: tuple[Any, ...], kwargs: dict[str, Any], what: str = "the call") -> str | None:
     """Fingerprint of a call's arguments; ``None`` when they are not
-    JSON-encodable (a client object, say), in which case they are not compared."""
+    JSON-encodable (a client object, say), in which case they are not compared.
+    A resolved secret among them is refused (``SecretLeak``): it would be
+    recorded wherever the arguments are (a write tool's intent)."""
     try:
         return values.digest(values.encode((args, kwargs) if kwargs else args))
+    except SecretLeak as leak:
+        raise SecretLeak(f"the arguments of {what}: {leak}") from None
     except PayloadError:
         return None
 

@@ -34,6 +34,8 @@ from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 import msgspec
 
 from cairn.codec import values
+from cairn.engine import credentials
+from cairn.engine.credentials import SecretParams
 from cairn.engine.definitions import hints_of
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import Execution, current, operation_id
@@ -43,11 +45,14 @@ from cairn.errors import (
     EffectNotApplied,
     NonDeterminismError,
     PayloadError,
+    SecretError,
     ToolResultInvalid,
     ToolTimeout,
 )
 from cairn.faults import fault_point
 from cairn.retry import NO_RETRY, RetryPolicy, TerminalError
+from cairn.security import redaction
+from cairn.security.secrets import Secret
 from cairn.store.records import EventType, RunStatus
 
 P = ParamSpec("P")
@@ -139,6 +144,8 @@ class ToolDef:
     reconcile_retry: RetryPolicy
     #: the signature callers use (without the injected ``Operation``), computed once
     call_signature: inspect.Signature
+    #: parameters annotated ``SecretValue``: resolved from references just before the body runs
+    secrets: SecretParams | None = None
 
     @classmethod
     def build(
@@ -167,12 +174,13 @@ class ToolDef:
         wants_operation = bool(params) and hints.get(params[0].name) is Operation
         result_type = schema if schema is not None else hints.get("return", Any)
         values.decoder_for(result_type)
+        call_signature = signature.replace(parameters=params[1:] if wants_operation else params)
         return cls(
             name=name or fn.__name__, fn=fn, is_async=is_async, effect=kind,
             reconcile=reconcile, timeout=timeout, schema=schema, result_type=result_type,
             retry=retry or NO_RETRY, wants_operation=wants_operation,
             reconcile_retry=reconcile_retry or RECONCILE_RETRY,
-            call_signature=signature.replace(parameters=params[1:] if wants_operation else params),
+            call_signature=call_signature, secrets=SecretParams.of(call_signature, hints),
         )
 
 
@@ -236,7 +244,9 @@ class _ToolCall:
         self.what = what
         self.args = args
         self.kwargs = kwargs
-        self.call = ex.begin("tool", d.name, input_hash(args, kwargs))
+        if d.secrets is not None:
+            d.secrets.check(args, kwargs, what)
+        self.call = ex.begin("tool", d.name, input_hash(args, kwargs, what))
         self.operation: Operation | None = None
         self.encoded_arguments: bytes | None = None
         self.outcome: Any = None
@@ -244,6 +254,8 @@ class _ToolCall:
         #: uncertain: if reconciliation then finds nothing, the attempt failed
         #: and the tool's retry policy decides (durable backoff, bounded attempts)
         self.failure: Exception | None = None
+        #: how often this attempt's secrets were refreshed after an expired credential
+        self.refreshes = 0
 
     @property
     def op(self) -> Operation:
@@ -277,10 +289,17 @@ class _ToolCall:
             token = STEP_INFO.set((self.ex.run, self.d.name, self.call.position, self.call.attempt,
                                    self.ex.journal.generation(self.call.position)))
             try:
-                value = yield Invoke(self.d.fn, self._body_args(), self.kwargs, self.d.timeout, self.what)
+                body_args, body_kwargs, used = self._body_call()
+            except SecretError as exc:  # the body never ran: a definite failure, whatever the effect
+                STEP_INFO.reset(token)
+                self.ex.fail_by_policy(self.call, exc, self.d.retry)
+            try:
+                value = yield Invoke(self.d.fn, body_args, body_kwargs, self.d.timeout, self.what)
             except Exception as exc:
-                plan = self._failed(exc)
-                continue
+                failure = self._refresh(exc, used)
+                if failure is not None:
+                    plan = self._failed(failure)
+                continue  # refreshed: the same attempt again, same operation id
             finally:
                 STEP_INFO.reset(token)
             return self._succeeded(value)
@@ -381,8 +400,8 @@ class _ToolCall:
         next_at = time.time() + self.d.reconcile_retry.delay(tries)
         ex.append(ex.entry(EventType.OP_RECONCILED, position=op.position, step_kind="tool", name=op.tool,
                            attempt=call.attempt,
-                           detail={**base, "outcome": "unknown", "reason": answer.reason, "tries": tries,
-                                   "next_at": next_at}))
+                           detail={**base, "outcome": "unknown", "reason": redaction.redact(answer.reason),
+                                   "tries": tries, "next_at": next_at}))
         if tries >= self.d.reconcile_retry.max_attempts:
             self._needs_attention(f"reconcile could not tell after {tries} tries: {answer.reason}")
         raise Suspend("reconcile", wake_at=next_at)
@@ -423,13 +442,37 @@ class _ToolCall:
     def _needs_attention(self, why: str) -> NoReturn:
         op = self.op
         detail = {"position": op.position, "operation_id": op.operation_id, "tool": op.tool,
-                  "arguments": op.arguments, "why": why}
+                  "arguments": op.arguments, "why": redaction.redact(why)}
         raise Suspend("needs_attention", status=RunStatus.NEEDS_ATTENTION, detail=detail)
 
     # -- executing the body ------------------------------------------------------------
 
     def _body_args(self) -> tuple[Any, ...]:
         return (self.operation, *self.args) if self.d.wants_operation else self.args
+
+    def _body_call(self) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Secret, ...]]:
+        """The body's arguments, its secrets resolved for this attempt
+        (``engine.credentials``), and the references resolved."""
+        params = self.d.secrets
+        if params is None:
+            return self._body_args(), self.kwargs, ()
+        args, kwargs, used = params.resolve(self.ex, self.args, self.kwargs, self.what)
+        return ((self.operation, *args) if self.d.wants_operation else args), kwargs, used
+
+    def _refresh(self, exc: Exception, used: tuple[Secret, ...]) -> Exception | None:
+        """``None`` once the secrets of an attempt refused for an expired
+        credential are refreshed (run it again); else the failure to classify.
+        A ``write`` tool is sent again only after ``CredentialExpired``, which
+        says the request was refused before anything changed."""
+        write = self.d.effect is Effect.WRITE
+        if not credentials.should_refresh(self.ex, exc, used, self.refreshes, write=write):
+            return exc
+        try:
+            credentials.refresh(self.ex, exc, used, self.refreshes, self.what)
+        except EffectNotApplied as failed:  # the refresh failed: a definite failure of the attempt
+            return failed
+        self.refreshes += 1
+        return None
 
     def _detail(self) -> dict[str, Any] | None:
         return {"operation_id": self.operation.operation_id} if self.operation is not None else None

@@ -5,6 +5,10 @@ format (vLLM, llama.cpp, Ollama, LiteLLM, ...): point ``base_url`` at them.
 Only the request and the response reach the journal (``Context.model``
 records them); the API key lives in this object's HTTP headers and nowhere
 else, so it never ends up in the database, a history dump or a log line.
+With ``api_key=cairn.Secret("openai")`` the object holds no key at all: the
+reference is resolved on every call, through the running App's secrets (a
+key rotated meanwhile is the one sent), and a 401 answer refreshes it
+through its provider and sends the request once more.
 
 Failures are split by what a retry can achieve. ``ModelUnavailable`` (rate
 limits, server errors, network trouble, timeouts) may succeed later, so a
@@ -33,6 +37,9 @@ import msgspec
 from cairn.errors import CairnError
 from cairn.models.base import FunctionCall, Message, ModelRequest, ModelResponse, ToolCall, Usage
 from cairn.retry import TerminalError
+from cairn.security import redaction
+from cairn.security import secrets as security
+from cairn.security.secrets import Secret, Secrets
 
 try:
     import httpcore
@@ -90,6 +97,10 @@ class OpenAIChat:
     (Azure's ``?api-version=...``), kept after ``/chat/completions``. ``api_key``
     defaults to ``$CAIRN_OPENAI_API_KEY``, then ``$OPENAI_API_KEY``; without a
     key no ``Authorization`` header is sent (local servers often need none).
+    ``api_key=cairn.Secret("openai")`` resolves the key on every call, from
+    the running App's secrets (or from ``secrets=``, outside a run); a 401
+    answer then refreshes it through its provider and sends the request once
+    more (a rejected request did nothing, so sending it again is safe).
     With ``price_per_1k_input``/``price_per_1k_output`` each response carries
     its cost, which counts against a run's budget.
 
@@ -118,11 +129,12 @@ class OpenAIChat:
         model: str,
         *,
         base_url: str | None = None,
-        api_key: str | None = None,
+        api_key: str | Secret | None = None,
         timeout: float = 60.0,
         price_per_1k_input: float | None = None,
         price_per_1k_output: float | None = None,
         extra_headers: dict[str, str] | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         if not (timeout > 0 and math.isfinite(timeout)):
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
@@ -132,17 +144,23 @@ class OpenAIChat:
             base_url or os.environ.get("CAIRN_OPENAI_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
             or DEFAULT_BASE_URL
         )
-        key = api_key or os.environ.get("CAIRN_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
-        self._url, shown, secrets = _endpoint(raw_url)
+        #: a reference resolved at each call (never a value kept here)
+        self._key_ref = api_key if isinstance(api_key, Secret) else None
+        self._secrets = secrets
+        key: str | None = None
+        if self._key_ref is None:
+            key = (api_key if isinstance(api_key, str) else None) or os.environ.get("CAIRN_OPENAI_API_KEY") \
+                or os.environ.get("OPENAI_API_KEY") or None
+        self._url, shown, url_secrets = _endpoint(raw_url)
         header_secrets = [v for name, v in (extra_headers or {}).items() if _SECRET_PARAM.search(name)]
-        self._redactor = _Redactor(*secrets, *header_secrets, key)
+        self._redactor = _Redactor(*url_secrets, *header_secrets, key)
         #: the server's address as given, with its secrets masked: safe to print
         self.base_url = self._redact(shown)
         self._shown = self._redact(_shown(self._url)) if self._url.host else self.base_url
         self.timeout = timeout
         self.price_per_1k_input = price_per_1k_input
         self.price_per_1k_output = price_per_1k_output
-        self._has_key = key is not None
+        self._has_key = key is not None or self._key_ref is not None
         # the key is kept only inside the headers: no attribute, repr or error message shows it
         self._headers = {
             "Accept": "application/json", "Content-Type": "application/json", **(extra_headers or {}),
@@ -156,7 +174,7 @@ class OpenAIChat:
         )
 
     def __repr__(self) -> str:
-        key = "'***'" if self._has_key else "None"
+        key = repr(self._key_ref) if self._key_ref is not None else "'***'" if self._has_key else "None"
         return f"OpenAIChat(model={self.model!r}, base_url={self.base_url!r}, api_key={key})"
 
     # -- calls -----------------------------------------------------------------------
@@ -166,7 +184,9 @@ class OpenAIChat:
         body = self._body(request)
         _deadline.at = time.monotonic() + self.timeout
         try:
-            response = self._sync_client().post(self._url, content=body)
+            response = self._sync_client().post(self._url, content=body, headers=self._auth())
+            if response.status_code == 401 and self._key_ref is not None:  # expired: refresh, once
+                response = self._sync_client().post(self._url, content=body, headers=self._auth(refresh=True))
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             # not chained: httpx's exception may carry the URL, credentials included
             raise self._transport_error(exc) from None
@@ -179,12 +199,24 @@ class OpenAIChat:
         body = self._body(request)
         try:
             async with asyncio.timeout(self.timeout):
-                response = await self._async_client().post(self._url, content=body)
+                response = await self._async_client().post(self._url, content=body, headers=self._auth())
+                if response.status_code == 401 and self._key_ref is not None:  # expired: refresh, once
+                    response = await self._async_client().post(self._url, content=body,
+                                                               headers=self._auth(refresh=True))
         except TimeoutError:
             raise self._unavailable(f"timed out after {self.timeout:g} s") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise self._transport_error(exc) from None
         return self._response(response)
+
+    def _auth(self, *, refresh: bool = False) -> dict[str, str] | None:
+        """The ``Authorization`` header of a key given as a ``Secret``,
+        resolved now (``refresh``: a new value, the last one was refused)."""
+        ref = self._key_ref
+        if ref is None:
+            return None
+        value = security.refresh(ref, self._secrets) if refresh else security.resolve(ref, self._secrets)
+        return {"Authorization": f"Bearer {value.reveal()}"}
 
     def _body(self, request: ModelRequest) -> bytes:
         # a streamed answer arrives as server-sent events this client does not
@@ -274,7 +306,7 @@ class OpenAIChat:
     # -- errors: every message goes through _redact ---------------------------------------
 
     def _redact(self, text: str) -> str:
-        return self._redactor.redact(text)
+        return redaction.redact(self._redactor.redact(text))
 
     def _rejected(self, detail: str, status: int | None = None) -> ModelRequestError:
         return ModelRequestError(self._redact(f"{self.model} at {self._shown}: {detail}"), status_code=status)
