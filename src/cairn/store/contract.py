@@ -303,6 +303,14 @@ class Store(Protocol):
         message is never consumed by two live entries."""
         ...
 
+    # -- published events (``ctx.set_event``) ------------------------------------
+
+    def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
+        """The latest ``step.completed`` entry of ``step_kind`` ``"event"``
+        named ``key`` in run ``run_id``'s history (what it published last
+        under ``key``), or ``None``. One index seek (``history_events``)."""
+        ...
+
     # -- operator actions (bump the epoch) ------------------------------------
 
     def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
