@@ -248,6 +248,12 @@ class Operator:
         delivery, created = self._store.deliver(run_id, key, payload, sender=self.actor, dedupe=dedupe)
         return Sent(delivery, created)
 
+    def mailbox(self, run_id: str, key: str | None = None) -> list[Delivery]:
+        """The messages delivered to run ``run_id`` (for wait ``key`` only, if
+        given), consumed or not, in order of arrival."""
+        self.get_run(run_id)
+        return self._store.deliveries(run_id, key)
+
     def latest_event(self, run_id: str, key: str, type_: Any = Any) -> Published | None:
         """What run ``run_id`` published last under ``key``, now (``None``: nothing)."""
         check_name("an event key", key)

@@ -44,6 +44,8 @@ from .options import db_from_context as _db
 from .options import stderr_console as _stderr
 from .options import stdout_console as _stdout
 from .queues import describe_limits, queues
+from .signals import signal as signal_command
+from .signals import wait as wait_command
 from .terminal import CleanFormatter, echo, echo_json, json_text
 
 log = logging.getLogger("cairn.worker")
@@ -769,3 +771,5 @@ def prune(
 
 
 main.add_command(queues)
+main.add_command(signal_command)
+main.add_command(wait_command)

@@ -46,6 +46,7 @@ from cairn.errors import (
     SignalRefused,
     SignalTimeout,
 )
+from cairn.faults import fault_point
 from cairn.store.records import Delivery, EventType
 
 #: The prefix of a signal's wait key in the mailbox.
@@ -155,6 +156,7 @@ def send(ex: Execution, run_id: str, name: str, data: Any) -> int:
     dedupe = operation_id(ex.run_id, call.position, ex.journal.generation(call.position))
     try:
         seq = _deliver(ex, run_id, key, raw, dedupe)
+        fault_point("signal.after_deliver")
     except (RunNotFound, InvalidRunState) as exc:
         refused = SignalRefused(run_id, str(exc))
         ex.append(ex.entry(EventType.STEP_FAILED, position=call.position, step_kind=call.kind, name=name,
