@@ -12,13 +12,15 @@ from tests.engine.conftest import app, calls  # noqa: F401  (fixtures, re-export
 
 
 @contextlib.contextmanager
-def worker_thread(app: cairn.App, *, concurrency: int = 1, poll: float = 0.05) -> Iterator[cairn.App]:
-    """A worker of ``app`` running in a thread for the duration of the block."""
-    worker = app.worker(concurrency=concurrency, poll_interval=poll)
+def worker_thread(
+    application: cairn.App, *, concurrency: int = 1, poll: float = 0.05
+) -> Iterator[cairn.App]:
+    """A worker of ``application`` running in a thread for the duration of the block."""
+    worker = application.worker(concurrency=concurrency, poll_interval=poll)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
-        yield app
+        yield application
     finally:
         worker.stop()
         thread.join(timeout=30)

@@ -7,6 +7,7 @@ async one awaits ``ctx.wait_for_signal_async``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -34,7 +35,9 @@ class Approval(BaseModel):
 
 
 @both
-def test_a_waiting_run_is_suspended_and_a_signal_resumes_it_with_typed_data(app: cairn.App, kind: Kind) -> None:
+def test_a_waiting_run_is_suspended_and_a_signal_resumes_it_with_typed_data(
+    app: cairn.App, kind: Kind
+) -> None:
     @kind.workflow(app, "approve")
     def flow(ctx: cairn.Context) -> Flow[str]:
         decision = yield recv(kind, ctx, "approve", type_=Approval)
@@ -46,7 +49,8 @@ def test_a_waiting_run_is_suspended_and_a_signal_resumes_it_with_typed_data(app:
     record = app.get_run(run_id)
     assert record.status is RunStatus.SUSPENDED
     assert record.waiting_for == "signal:approve"
-    assert record.owner is None and record.wake_at is None  # no lease, no timer: nothing held
+    assert record.owner is None
+    assert record.wake_at is None
     assert app.store.claim_run(run_id, "w", 5.0, 5) is None  # not runnable until the signal
 
     delivery = app.signal(run_id, "approve", {"approved": True, "by": "ada"})
@@ -54,7 +58,8 @@ def test_a_waiting_run_is_suspended_and_a_signal_resumes_it_with_typed_data(app:
     assert execute_once(app, run_id) == "completed"
     assert app.handle(run_id).result(timeout=5) == "True by ada"
     taken = [e for e in app.history(run_id) if e.step_kind == "signal"]
-    assert len(taken) == 1 and taken[0].detail is not None
+    assert len(taken) == 1
+    assert taken[0].detail is not None
     assert taken[0].detail["delivery"] == delivery.seq
     assert taken[0].detail["sender"] == delivery.sender
 
@@ -98,7 +103,8 @@ def test_several_signals_are_received_in_order_each_once(app: cairn.App, kind: K
     assert app.handle(run_id).result(timeout=5) == [3, 1, 2]
     mailbox = app.operator.mailbox(run_id)
     positions = [m.taken_position for m in mailbox if m.key == "signal:n"]
-    assert None not in positions and len(set(positions)) == 3  # each consumed once, at its own call
+    assert None not in positions
+    assert len(set(positions)) == 3
     assert [m.taken_at for m in mailbox if m.key == "signal:other"] == [None]
 
 
@@ -115,7 +121,8 @@ def test_a_timeout_raises_signal_timeout_and_is_journaled(app: cairn.App, kind: 
     run_id = app.start(flow).run_id
     assert execute_once(app, run_id) == "suspended"
     record = app.get_run(run_id)
-    assert record.waiting_for == "signal:late" and record.wake_at is not None
+    assert record.waiting_for == "signal:late"
+    assert record.wake_at is not None
     time.sleep(0.25)
     assert execute_once(app, run_id) == "completed"
     assert app.handle(run_id).result(timeout=5) == "timed out: late"
@@ -238,7 +245,8 @@ def test_ctx_signal_delivers_once_and_replay_sends_nothing_more(app: cairn.App, 
     time.sleep(0.06)
     assert execute_once(app, sender_id) == "completed"
     mailbox = app.operator.mailbox(receiver_id)
-    assert len(mailbox) == 1 and mailbox[0].sender == f"run:{sender_id}"
+    assert len(mailbox) == 1
+    assert mailbox[0].sender == f"run:{sender_id}"
     assert app.handle(sender_id).result(timeout=5) == mailbox[0].seq
     assert execute_once(app, receiver_id) == "completed"
     assert app.handle(receiver_id).result(timeout=5) == "from the sender"
@@ -343,10 +351,8 @@ def test_app_run_waits_for_a_signal_sent_from_another_thread(app: cairn.App, kin
     @kind.workflow(app, "inline")
     def flow(ctx: cairn.Context) -> Flow[str]:
         value = yield recv(kind, ctx, "go", type_=str)
-        try:
+        with contextlib.suppress(cairn.SignalTimeout):
             yield recv(kind, ctx, "never", timeout=0.1)
-        except cairn.SignalTimeout:
-            pass
         return value
 
     def send_later() -> None:
