@@ -134,6 +134,8 @@ def _outcome_logger(app: App) -> Callable[[Claim, Outcome], None]:
         run = f"run {run_id} ({claim.run.workflow})"
         if outcome.status == "completed":
             log.info("%s completed", run)
+        elif outcome.status == "suspended" and outcome.waiting_for:
+            log.info("%s suspended, %s", run, render.waiting_for_text(outcome.waiting_for, outcome.wake_at))
         elif outcome.status == "suspended" and outcome.waiting_on:
             log.info("%s suspended until child %s ends", run, outcome.waiting_on)
         elif outcome.status == "suspended" and outcome.wake_at is not None:

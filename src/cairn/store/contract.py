@@ -67,7 +67,8 @@ ARTIFACT_GRACE_SECONDS = 3600.0
 @runtime_checkable
 class Notifier(Protocol):
     """A store that can say when runs may have become claimable (PostgreSQL's
-    ``LISTEN``), so workers wake at once instead of at their next poll."""
+    ``LISTEN``; SQLite's datagram sockets, ``store.wakeups``), so workers
+    wake at once instead of at their next poll."""
 
     def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` (on another thread) soon after any run may have
