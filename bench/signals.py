@@ -383,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     backends = [b for b in args.backends.split(",") if b]
     if "postgres" in backends:
         _ensure_postgres()
+    load_before = os.getloadavg()
     results: list[Result] = []
     for backend in backends:
         if "waiting" in groups:
@@ -393,8 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         results.extend(dbos_latency(10 if args.quick else 30))
     baselines = [f"{b} 0 waiting" for b in backends] + ["sqlite: Cairn worker process"]
     print_table(results, baselines)
+    # Latencies are wall-clock: on a shared machine they follow its load.
+    load = {"before": load_before, "after": os.getloadavg(), "cores": os.cpu_count()}
+    print(f"\nload average (1 min) {load_before[0]:.1f} before, {load['after'][0]:.1f} after, "
+          f"on {os.cpu_count()} cores")
     if not args.no_save:
-        path = write_results(results, baselines, {"waiting": waiting, "rounds": rounds}, OUT)
+        path = write_results(results, baselines, {"waiting": waiting, "rounds": rounds, "load": load}, OUT)
         print(f"\nwritten to {path.relative_to(REPO_ROOT)}")
     return 0
 
