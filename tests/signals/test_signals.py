@@ -368,3 +368,30 @@ def test_app_run_waits_for_a_signal_sent_from_another_thread(app: cairn.App, kin
     sender.start()
     assert app.run(flow) == "hello"
     sender.join()
+
+
+def test_a_rewind_past_the_receive_reads_the_same_signal_again(app: cairn.App) -> None:
+    """A logical rewind voids the entry that consumed the message: the
+    re-executed code receives that very message again, not the next one."""
+
+    @app.step(name="plan")
+    def plan() -> int:
+        return 1
+
+    @app.workflow(name="rewound")
+    def rewound(ctx: cairn.Context) -> list[int]:
+        plan()
+        first = int(ctx.wait_for_signal("n", type_=int))
+        if not ctx.rewinds():
+            raise cairn.LogicalFailure("think again", rewind_to="plan")
+        return [first, len(ctx.rewinds())]
+
+    run_id = app.start(rewound).run_id
+    app.signal(run_id, "n", 10)
+    app.signal(run_id, "n", 20)
+    for _ in range(3):
+        if execute_once(app, run_id) == "completed":
+            break
+    assert app.handle(run_id).result(timeout=5) == [10, 1]
+    mailbox = app.operator.mailbox(run_id)
+    assert [m.taken_at is not None for m in mailbox] == [True, False]  # 20 is still there
