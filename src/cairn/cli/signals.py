@@ -218,5 +218,5 @@ class _Progress:
         latest = f", latest: {steps[-1].step_kind} {steps[-1].name!r}" if steps else ""
         suspended = record.status is RunStatus.SUSPENDED
         what = f" ({render.waiting_text(record, self.history)})" if suspended else ""
-        return clean(f"run {self.run_id}: {record.status.value}{what}, {len(steps)} journal entries{latest}",
-                     newlines=False)
+        entries = f"{len(steps)} journal entr{'y' if len(steps) == 1 else 'ies'}"
+        return clean(f"run {self.run_id}: {record.status.value}{what}, {entries}{latest}", newlines=False)
