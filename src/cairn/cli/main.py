@@ -44,6 +44,7 @@ from .options import db_from_context as _db
 from .options import stderr_console as _stderr
 from .options import stdout_console as _stdout
 from .queues import describe_limits, queues
+from .signals import parse_json_option
 from .signals import signal as signal_command
 from .signals import wait as wait_command
 from .terminal import CleanFormatter, echo, echo_json, json_text
@@ -224,31 +225,8 @@ def _parse_input(text: str | None) -> Any:
     """``--input``: JSON text, ``@PATH`` for a file's contents or ``-`` for
     standard input (inputs too large for a command line). ``NaN`` and
     ``Infinity`` are refused: JSON has no such numbers, and the journal could
-    not record them."""
-    if text is None:
-        return {}
-    source = "--input"
-    if text == "-":
-        text, source = sys.stdin.read(), "standard input"
-    elif text.startswith("@"):
-        path = text[1:]
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise click.BadParameter(f"cannot read {path!r}: {reason}", param_hint="'--input'") from None
-        source = repr(path)
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint="'--input'") from None
-    except RecursionError:
-        raise click.BadParameter(f"{source} is nested too deeply", param_hint="'--input'") from None
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    not record them. No ``--input``: no arguments."""
+    return {} if text is None else parse_json_option(text, "--input")
 
 
 def _wait(app: App, run_id: str, timeout: float | None) -> Any:
