@@ -144,3 +144,16 @@ def test_a_full_listener_does_not_block_the_sender(stores: tuple[SQLiteStore, SQ
         assert (directory / "sleepy.sock").exists()  # alive, merely full: kept
     finally:
         sock.close()
+
+
+def test_a_store_that_cannot_bind_a_socket_falls_back_to_polling(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SQLiteStore(tmp_path / "cairn.db")
+    try:
+        wake_directory(tmp_path / "cairn.db").write_text("not a directory")
+        stop = store.listen(lambda: None)  # no exception: the worker starts and polls
+        stop()
+        assert "polling only" in caplog.text
+    finally:
+        store.close()

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import sqlite3
@@ -102,6 +103,7 @@ _T = TypeVar("_T")
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 _TERMINAL_JSON = dumps(list(lc.TERMINAL))
 _BUSY_TIMEOUT_MS = 30_000
+log = logging.getLogger("cairn.store")
 _INSERT_EVENT = _Q["insert_event"]
 _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
 
@@ -319,11 +321,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` soon after any process's commit made a run of
         this database runnable (a datagram socket of this listener's own:
-        ``store.wakeups``), and once at the start."""
+        ``store.wakeups``), and once at the start. Where no socket can be
+        bound (a file system without unix sockets, a read-only directory) it
+        says so once and the caller polls, as it always does anyway."""
         try:
             return self._waker.listen(callback)
         except OSError as exc:
-            raise StoreError(f"cannot listen for wake-ups of {str(self.path)!r}: {exc}") from None
+            log.warning("cannot listen for wake-ups of %s (%s): new work is found by polling only",
+                        self.path, exc)
+            return lambda: None
 
     # -- creating and reading runs -------------------------------------------
 
