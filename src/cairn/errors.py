@@ -239,3 +239,45 @@ class SecretLeak(PayloadError):
     reached something that would record it: a journal entry, an event, an
     artifact. Refused before anything is written; record the ``Secret``
     reference instead."""
+
+# -- signals and published events (``ctx.wait_for_signal``, ``ctx.signal``) ---------------
+
+
+class SignalTimeout(CairnError, TimeoutError):
+    """``ctx.wait_for_signal(name, timeout=...)``: the durable timeout fired
+    before a signal ``name`` arrived. Recorded in the journal, so replay
+    raises it again at the same call; catch it to take another path (the
+    run may wait again: a new call, with a new deadline)."""
+
+    def __init__(self, name: str, timeout: float | None) -> None:
+        after = f" within {timeout:g}s" if timeout is not None else ""
+        super().__init__(f"no signal {name!r} arrived{after}")
+        self.name = name
+        self.timeout = timeout
+
+
+class InvalidSignal(PayloadError):
+    """A signal arrived whose data does not fit the type the waiting call
+    asked for (``type_=``). The message is consumed (so it cannot block the
+    signals behind it) and this failure is recorded at the call: the
+    workflow may catch it and wait again for the next one. ``sender`` and
+    ``seq`` say which message it was."""
+
+    def __init__(self, name: str, problem: str, *, seq: int | None = None, sender: str | None = None) -> None:
+        source = f" from {sender}" if sender else ""
+        super().__init__(f"signal {name!r}{source} does not fit the expected type: {problem}")
+        self.name = name
+        self.problem = problem
+        self.seq = seq
+        self.sender = sender
+
+
+class SignalRefused(CairnError):
+    """``ctx.signal(run_id, ...)`` from a workflow was refused: the target is
+    unknown (another tenant's run is reported exactly the same way) or
+    finished. Recorded, so replay raises it again rather than send."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(reason)
+        self.run_id = run_id
+        self.reason = reason

@@ -28,9 +28,11 @@ POINTS = frozenset(
         "tool.after_intent",  # the intent is durable; the tool has not run
         "tool.after_effect",  # the tool changed the world; its result is not yet recorded
         "tool.after_record",  # the tool's result is recorded
+        "signal.after_deliver",  # ctx.signal delivered to the other run; the send is not yet recorded
         *(
             f"store.{transition}.{moment}"
-            for transition in ("claim", "finish", "suspend", "start_child", "append")
+            for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",
+                               "deliver")
             for moment in ("before_commit", "after_commit")
         ),
     }

@@ -35,6 +35,7 @@ from cairn.store.admission import QueueLimits, QueueStats, Rate
 from cairn.store.contract import Store
 from cairn.store.records import (
     Claim,
+    Delivery,
     Durability,
     HistoryEvent,
     NewRun,
@@ -332,6 +333,26 @@ class App:
     def retry(self, run_id: str) -> RunRecord:
         """Resume a failed or quarantined run from its last good step."""
         return self.operator.retry(run_id).run
+
+    # -- signals and published events ------------------------------------------------
+
+    def signal(self, run_id: str, name: str, data: Any = None, *, dedupe: str | None = None) -> Delivery:
+        """Send signal ``name`` with ``data`` to run ``run_id``: it is kept in
+        the run's mailbox until ``ctx.wait_for_signal(name)`` takes it (one
+        waiting now is woken at once). Durable when this returns. Refused
+        with ``RunNotFound`` for an unknown run and ``InvalidRunState`` for a
+        finished one; ``dedupe`` (an idempotency key) makes a repeated send
+        deliver once. The sender recorded is this process (``app:<pid>``)."""
+        return self.operator.signal(run_id, name, data, dedupe=dedupe).delivery
+
+    def get_event(self, run_id: str, key: str, *, timeout: float = 0.0, type_: Any = Any,
+                  default: Any = None) -> Any:
+        """The latest value run ``run_id`` published under ``key``
+        (``ctx.set_event``), waiting up to ``timeout`` seconds for a first
+        one; ``default`` if none came by then, or the run finished without
+        publishing it. ``RunNotFound`` for an unknown run."""
+        found = self.operator.get_event(run_id, key, timeout=timeout, type_=type_)
+        return default if found is None else found.value
 
     # -- exactly-once effects: operators ---------------------------------------------
 

@@ -28,14 +28,16 @@ from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from cairn.codec import values
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.budget import Budget
 from cairn.engine.ledger import Ledger, OperationView, resolution_request
+from cairn.engine.messaging import check_name, signal_key
 from cairn.errors import RunNotFound
 from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.contract import Migratable, Store
-from cairn.store.records import EventType, Payload, RunRecord, RunStatus
+from cairn.store.records import Delivery, EventType, Payload, RunRecord, RunStatus
 from cairn.store.sqlfiles import load_migrations
 
 
@@ -92,6 +94,26 @@ class RunOperations:
         if self.run.status is not RunStatus.NEEDS_ATTENTION:
             return []
         return [op for op in self.operations if op.uncertain]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A signal put into a run's mailbox: the message, and whether this call
+    delivered it (``False``: an earlier send with the same ``dedupe`` did)."""
+
+    delivery: Delivery
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """The latest value a run published under a key (``ctx.set_event``)."""
+
+    run_id: str
+    key: str
+    value: Any
+    seq: int
+    at: float
 
 
 class Operator:
@@ -211,6 +233,57 @@ class Operator:
         while pruned := self._store.prune_runs(cutoff, chosen, batch_size):
             total += pruned
         return total
+
+    # -- signals and published events ------------------------------------------------------
+
+    def signal(self, run_id: str, name: str, data: Any = None, *, dedupe: str | None = None) -> Sent:
+        """Send signal ``name`` carrying ``data`` to run ``run_id``, recording
+        this operator as its sender. Refused for an unknown (or another
+        tenant's) run (``RunNotFound``) and for a finished one
+        (``InvalidRunState``); ``dedupe`` makes a repeated send deliver once.
+        The data is checked against the type the receiver expects when it is
+        received (see ``cairn.InvalidSignal``): only the run knows it."""
+        key = signal_key(name)
+        payload, _ = self.codec.dump(data)
+        delivery, created = self._store.deliver(run_id, key, payload, sender=self.actor, dedupe=dedupe)
+        return Sent(delivery, created)
+
+    def mailbox(self, run_id: str, key: str | None = None) -> list[Delivery]:
+        """The messages delivered to run ``run_id`` (for wait ``key`` only, if
+        given), consumed or not, in order of arrival."""
+        self.get_run(run_id)
+        return self._store.deliveries(run_id, key)
+
+    def latest_event(self, run_id: str, key: str, type_: Any = Any) -> Published | None:
+        """What run ``run_id`` published last under ``key``, now (``None``: nothing)."""
+        check_name("an event key", key)
+        event = self._store.latest_event(run_id, key)
+        if event is None:
+            return None
+        raw = self.codec.raw(event.payload, what=f"event {key!r}") if event.payload is not None else b"null"
+        value = values.decode(raw, type_, what=f"event {key!r} of run {run_id!r}")
+        return Published(run_id, key, value, event.seq, event.at)
+
+    def get_event(self, run_id: str, key: str, *, timeout: float = 0.0, type_: Any = Any) -> Published | None:
+        """The latest value run ``run_id`` published under ``key``; if there
+        is none yet, wait up to ``timeout`` seconds for one (``None`` if none
+        came, or the run finished without). Polls the store with a backoff
+        from 5 ms to 250 ms: no busy loop (a minute of waiting costs about
+        250 reads), and a value published is seen within a quarter second."""
+        check_name("an event key", key)
+        deadline = time.monotonic() + max(0.0, timeout)
+        delay = 0.005
+        while True:
+            # The run first: if it is finished, the read after it sees all it published.
+            run = self.get_run(run_id)
+            found = self.latest_event(run_id, key, type_)
+            if found is not None:
+                return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or run.status.terminal:
+                return None
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.25)
 
     # -- the store calls that record the actor ----------------------------------------------
     # One helper per store action, so that passing ``actor=self.actor`` (the

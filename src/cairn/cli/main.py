@@ -44,6 +44,9 @@ from .options import db_from_context as _db
 from .options import stderr_console as _stderr
 from .options import stdout_console as _stdout
 from .queues import describe_limits, queues
+from .signals import parse_json_option
+from .signals import signal as signal_command
+from .signals import wait as wait_command
 from .terminal import CleanFormatter, echo, echo_json, json_text
 
 log = logging.getLogger("cairn.worker")
@@ -132,6 +135,8 @@ def _outcome_logger(app: App) -> Callable[[Claim, Outcome], None]:
         run = f"run {run_id} ({claim.run.workflow})"
         if outcome.status == "completed":
             log.info("%s completed", run)
+        elif outcome.status == "suspended" and outcome.waiting_for:
+            log.info("%s suspended, %s", run, render.waiting_for_text(outcome.waiting_for, outcome.wake_at))
         elif outcome.status == "suspended" and outcome.waiting_on:
             log.info("%s suspended until child %s ends", run, outcome.waiting_on)
         elif outcome.status == "suspended" and outcome.wake_at is not None:
@@ -220,31 +225,8 @@ def _parse_input(text: str | None) -> Any:
     """``--input``: JSON text, ``@PATH`` for a file's contents or ``-`` for
     standard input (inputs too large for a command line). ``NaN`` and
     ``Infinity`` are refused: JSON has no such numbers, and the journal could
-    not record them."""
-    if text is None:
-        return {}
-    source = "--input"
-    if text == "-":
-        text, source = sys.stdin.read(), "standard input"
-    elif text.startswith("@"):
-        path = text[1:]
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise click.BadParameter(f"cannot read {path!r}: {reason}", param_hint="'--input'") from None
-        source = repr(path)
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint="'--input'") from None
-    except RecursionError:
-        raise click.BadParameter(f"{source} is nested too deeply", param_hint="'--input'") from None
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    not record them. No ``--input``: no arguments."""
+    return {} if text is None else parse_json_option(text, "--input")
 
 
 def _wait(app: App, run_id: str, timeout: float | None) -> Any:
@@ -769,3 +751,5 @@ def prune(
 
 
 main.add_command(queues)
+main.add_command(signal_command)
+main.add_command(wait_command)

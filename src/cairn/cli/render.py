@@ -25,6 +25,7 @@ from cairn.engine import modelcalls
 from cairn.engine.journal import Journal
 from cairn.engine.ledger import Decoded, OperationView, decode
 from cairn.errors import CairnError
+from cairn.store.lifecycle import wait_label
 from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, RunRecord, RunStatus
 
 from .terminal import clean
@@ -151,6 +152,7 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "lease_expires_at": record.lease_expires_at,
         "wake_at": record.wake_at,
         "waiting_on": record.waiting_on,
+        "waiting_for": record.waiting_for,
         "error": record.error,
         "budget": record.budget,
         "created_at": record.created_at,
@@ -265,6 +267,10 @@ def lifecycle_detail(event: HistoryEvent) -> str:
     if kind is EventType.RUN_SUSPENDED:
         if d.get("waiting_on"):
             return f"waiting on child {d['waiting_on']}"
+        if d.get("waiting_for"):
+            wake = d.get("wake_at")
+            until = float(wake) if isinstance(wake, int | float) else None
+            return waiting_for_text(str(d["waiting_for"]), until)
         if d.get("reason") == "budget_exceeded":
             return (f"budget exceeded: {_LIMIT_NAMES.get(str(d.get('limit')), d.get('limit'))} used "
                     f"{fmt_number(d.get('used'))} of {fmt_number(d.get('allowed'))} (raise it: cairn budget)")
@@ -465,7 +471,7 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
     head.add_row("owner", line(f"{record.owner or '-'}{lease}"))
     head.add_row("epoch", f"{record.epoch}   recoveries {record.recoveries}")
     if record.status is RunStatus.SUSPENDED:
-        head.add_row("waiting", line(_waiting(record, history)))
+        head.add_row("waiting", line(waiting_text(record, history)))
     if record.status is RunStatus.NEEDS_ATTENTION:
         needs = attention(history) or {}
         head.add_row("attention", Text(line(
@@ -493,9 +499,19 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
                       Text(clean(f"{record.error.get('type', 'Error')}: {record.error.get('message', '')}")))
 
 
-def _waiting(record: RunRecord, history: list[HistoryEvent]) -> str:
+def waiting_for_text(key: str, until: float | None) -> str:
+    """What a suspended run waits for, said in words: ``waiting for signal
+    'approve' until 2026-12-01 10:00:00`` (no ``until``: no timeout)."""
+    deadline = f" until {fmt_time(until)}" if until is not None else " (no timeout)"
+    return f"waiting for {wait_label(key)}{deadline}"
+
+
+def waiting_text(record: RunRecord, history: list[HistoryEvent]) -> str:
+    """What a suspended run waits for (``cairn show``, ``cairn wait``)."""
     if record.waiting_on:
         return f"child {record.waiting_on}"
+    if record.waiting_for:
+        return waiting_for_text(record.waiting_for, record.wake_at)
     if record.wake_at is not None:
         return f"timer due {fmt_time(record.wake_at)}"
     last = next((e for e in reversed(history) if e.event is EventType.RUN_SUSPENDED), None)

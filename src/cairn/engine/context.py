@@ -14,10 +14,10 @@ import time
 import uuid as _uuid
 from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from cairn.codec import values
-from cairn.engine import modelcalls
+from cairn.engine import messaging, modelcalls
 from cairn.engine.drive import run_async, run_sync
 from cairn.engine.execution import Execution
 from cairn.engine.signals import Suspend
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from cairn.engine.definitions import WorkflowDef
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class Context:
@@ -135,6 +136,55 @@ class Context:
         if time.time() < wake_at:
             raise Suspend("sleep", wake_at=wake_at)
         return _SLEPT
+
+    # -- signals and published events (engine/messaging.py) ------------------------
+
+    @overload
+    def wait_for_signal(self, name: str, *, timeout: float | None = None, type_: type[T]) -> T: ...
+
+    @overload
+    def wait_for_signal(self, name: str, *, timeout: float | None = None) -> Any: ...
+
+    def wait_for_signal(self, name: str, *, timeout: float | None = None, type_: Any = Any) -> Any:
+        """The data of the next signal ``name`` sent to this run, as ``type_``.
+
+        Signals are kept in the run's mailbox in the order they arrive, each
+        consumed once: one sent before this call is returned at once. With
+        none there, the run suspends here (its worker is freed; nothing of
+        it stays in memory) and any worker resumes it when one arrives. With
+        ``timeout`` (seconds, a durable deadline recorded before the first
+        wait) ``cairn.SignalTimeout`` is raised once it passes with no
+        signal, even across restarts. Data that does not fit ``type_``
+        raises ``cairn.InvalidSignal`` (that message is consumed: wait again
+        for the next). It never blocks, so in an ``async def`` workflow call
+        it as it is, or ``await ctx.wait_for_signal_async(...)``.
+        """
+        return messaging.receive(self._ex, name, timeout, type_)
+
+    async def wait_for_signal_async(self, name: str, *, timeout: float | None = None,
+                                    type_: Any = Any) -> Any:
+        """``wait_for_signal`` as a coroutine, for ``await`` in async workflows."""
+        return messaging.receive(self._ex, name, timeout, type_)
+
+    def signal(self, run_id: str, name: str, data: Any = None) -> int:
+        """Send signal ``name`` with ``data`` to run ``run_id`` of this tenant,
+        exactly once (replay and re-execution after a crash deliver nothing
+        more); returns the message's sequence number in its mailbox. A run
+        that is unknown, another tenant's or finished raises
+        ``cairn.SignalRefused`` (recorded: replay raises it again)."""
+        return messaging.send(self._ex, run_id, name, data)
+
+    def set_event(self, key: str, value: Any) -> None:
+        """Publish ``value`` under ``key`` (journaled, one append): readers
+        (``app.get_event``, another run's ``ctx.get_event``) see the latest
+        value of each key while this run goes on."""
+        messaging.publish(self._ex, key, value)
+
+    def get_event(self, run_id: str, key: str, *, type_: Any = Any) -> Any:
+        """What run ``run_id`` (of this tenant) published last under ``key``,
+        or ``None``; read now, once, and journaled (replay returns the same
+        value). It does not wait: to wait for another run, have it signal."""
+        return messaging.read_event(self._ex, run_id, key, type_)
 
     # -- child workflows ----------------------------------------------------------
 

@@ -485,21 +485,29 @@ class Execution:
         return None
 
     def take_delivery(
-        self, call: Call, message: Delivery, payload: Payload | None, detail: dict[str, Any] | None = None
+        self, call: Call, message: Delivery, payload: Payload | None, detail: dict[str, Any] | None = None,
+        *, error: dict[str, Any] | None = None,
     ) -> None:
         """Record ``payload`` (what ``message`` carried, as the caller's type
         decoded it) as the outcome of ``call`` and consume ``message``, in one
         fenced transaction: a crash leaves both or neither, so a message is
         consumed exactly once and replay returns what the first execution
-        read. The entry's detail names the message (``delivery``: its seq)."""
+        read. The entry's detail names the message (``delivery``: its seq).
+        With ``error`` the outcome is that failure instead (``step.failed``,
+        ``detail["error"]``): a message that does not fit what the call
+        expects is consumed and its rejection recorded, so it cannot block
+        the messages behind it."""
         recorded = {"delivery": message.seq, "key": message.key, "sender": message.sender,
                     "sent_at": message.sent_at}
         if detail:
             recorded.update(detail)
+        if error is not None:
+            recorded["error"] = error
         event = self.entry(
-            EventType.STEP_COMPLETED, position=call.position, step_kind=call.kind, name=call.name,
-            input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at, payload=payload,
-            detail=recorded,
+            EventType.STEP_FAILED if error is not None else EventType.STEP_COMPLETED,
+            position=call.position, step_kind=call.kind, name=call.name,
+            input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at,
+            payload=None if error is not None else payload, detail=recorded,
         )
         with self._lock:
             if self._closed:

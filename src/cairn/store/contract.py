@@ -67,7 +67,8 @@ ARTIFACT_GRACE_SECONDS = 3600.0
 @runtime_checkable
 class Notifier(Protocol):
     """A store that can say when runs may have become claimable (PostgreSQL's
-    ``LISTEN``), so workers wake at once instead of at their next poll."""
+    ``LISTEN``; SQLite's datagram sockets, ``store.wakeups``), so workers
+    wake at once instead of at their next poll."""
 
     def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` (on another thread) soon after any run may have
@@ -301,6 +302,14 @@ class Store(Protocol):
         a journal entry that replay no longer reads (a retry or a rewind
         voided it); otherwise ``StoreError`` and nothing is written, so a
         message is never consumed by two live entries."""
+        ...
+
+    # -- published events (``ctx.set_event``) ------------------------------------
+
+    def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
+        """The latest ``step.completed`` entry of ``step_kind`` ``"event"``
+        named ``key`` in run ``run_id``'s history (what it published last
+        under ``key``), or ``None``. One index seek (``history_events``)."""
         ...
 
     # -- operator actions (bump the epoch) ------------------------------------

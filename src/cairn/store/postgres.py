@@ -981,6 +981,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             rows = conn.execute(_Q["select_messages"], {"run_id": run_id, "key": key, "after_seq": after_seq})
             return [delivery_from_row(row) for row in rows]
 
+    def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
+        with self._conn() as conn:
+            row = conn.execute(_Q["latest_event"], {"run_id": run_id, "key": key}).fetchone()
+            return None if row is None else event_from_row(row)
+
     def take_delivery(
         self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None
     ) -> None:

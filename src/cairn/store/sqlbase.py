@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
+from cairn.faults import fault_point
 from cairn.store import lifecycle as lc
 from cairn.store.records import Delivery, Payload, RunRecord
 from cairn.store.rows import delivery_from_row, message_params
@@ -137,9 +138,13 @@ class SQLStore(Generic[Tx]):
     ) -> tuple[Delivery, bool]:
         def body(tx: Tx) -> tuple[Delivery, bool]:
             lc.check_deliverable(self._held_run(tx, run_id), run_id, key)
-            return self._deliver(tx, run_id, key, payload, sender, dedupe, self.clock())
+            delivered = self._deliver(tx, run_id, key, payload, sender, dedupe, self.clock())
+            fault_point("store.deliver.before_commit")
+            return delivered
 
-        return self._operate(body)
+        delivered = self._operate(body)
+        fault_point("store.deliver.after_commit")
+        return delivered
 
     def _deliver(
         self, tx: Tx, run_id: str, key: str, payload: Payload | None, sender: str | None, dedupe: str | None,

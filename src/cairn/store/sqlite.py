@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import sqlite3
@@ -58,7 +59,7 @@ from cairn.errors import LeaseLost, PayloadError, StoreError
 from cairn.faults import fault_point
 from cairn.store import admission
 from cairn.store import lifecycle as lc
-from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable
+from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
     Claim,
     Delivery,
@@ -88,6 +89,7 @@ from cairn.store.rows import (
 )
 from cairn.store.sqlbase import SQLStore
 from cairn.store.sqlfiles import load_migrations, load_queries
+from cairn.store.wakeups import TRIGGERS, Mark, Waker
 
 try:
     import fcntl
@@ -101,6 +103,7 @@ _T = TypeVar("_T")
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 _TERMINAL_JSON = dumps(list(lc.TERMINAL))
 _BUSY_TIMEOUT_MS = 30_000
+log = logging.getLogger("cairn.store")
 _INSERT_EVENT = _Q["insert_event"]
 _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
 
@@ -114,7 +117,7 @@ _FAULTS: dict[str, _Faults] = {
 _NO_FAULTS: _Faults = ("", "")
 
 
-class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
+class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     """Store contract on one SQLite database file (see ``contract.Store``)."""
 
     def __init__(
@@ -149,12 +152,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         self._lock = threading.Lock()
         self._closed = False
         self._lane_cursor = admission.LaneCursor()
+        #: wake-ups for other processes' workers (``listen``; see ``store.wakeups``)
+        self._waker = Waker(self.path)
         try:
             if not read_only:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
             if auto_migrate and not read_only:
                 self._migrate(conn)
+                self._install_wake(conn)
         except (StoreError, sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open SQLite database {str(self.path)!r}: {_reason(exc)}") from None
 
@@ -203,7 +209,20 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         sync = "FULL" if self.durability is Durability.POWER else "NORMAL"
         conn.execute(f"PRAGMA synchronous = {sync}")
         conn.execute("PRAGMA foreign_keys = OFF")
+        self._local.mark = mark = Mark(self.clock)
+        conn.create_function("cairn_wake", 1, mark)
+        self._install_wake(conn)
         return conn
+
+    def _install_wake(self, conn: sqlite3.Connection) -> None:
+        """The temp triggers that mark this connection's commits that make a
+        run runnable (``store.wakeups``); none before the schema exists."""
+        try:
+            for statement in TRIGGERS:
+                conn.execute(statement)
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
 
     @contextlib.contextmanager
     def _write(self, faults: _Faults = _NO_FAULTS) -> Iterator[sqlite3.Connection]:
@@ -211,6 +230,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         if self.read_only:
             raise StoreError(f"SQLite database {str(self.path)!r} is open read-only (for inspection)")
         conn = self._conn()
+        mark: Mark | None = getattr(self._local, "mark", None)
+        if mark is not None:
+            mark.marked = False
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -224,6 +246,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
                 raise
         except sqlite3.Error as exc:
             raise self._failure(exc) from None
+        self._waker.after_commit(mark)  # only now can another process see the change
         fault_point(faults[1])
 
     @contextlib.contextmanager
@@ -262,7 +285,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         """Apply the migrations this database lacks, each in its own
         transaction; return their versions (empty when it was up to date)."""
         try:
-            return self._migrate(self._conn())
+            conn = self._conn()
+            applied = self._migrate(conn)
+            if not self.read_only:
+                self._install_wake(conn)
+            return applied
         except StoreError as exc:
             raise StoreError(f"cannot migrate SQLite database {str(self.path)!r}: {_reason(exc)}") from None
 
@@ -287,6 +314,22 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
                     os.close(fd)
             self._wal_fds.clear()
         self._local = threading.local()
+        self._waker.close()
+
+    # -- wake-ups (``contract.Notifier``) ------------------------------------------
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` soon after any process's commit made a run of
+        this database runnable (a datagram socket of this listener's own:
+        ``store.wakeups``), and once at the start. Where no socket can be
+        bound (a file system without unix sockets, a read-only directory) it
+        says so once and the caller polls, as it always does anyway."""
+        try:
+            return self._waker.listen(callback)
+        except OSError as exc:
+            log.warning("cannot listen for wake-ups of %s (%s): new work is found by polling only",
+                        self.path, exc)
+            return lambda: None
 
     # -- creating and reading runs -------------------------------------------
 
@@ -532,6 +575,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         with self._read() as conn:
             rows = conn.execute(_Q["select_messages"], {"run_id": run_id, "key": key, "after_seq": after_seq})
             return [delivery_from_row(row) for row in rows]
+
+    def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
+        with self._read() as conn:
+            row = conn.execute(_Q["latest_event"], {"run_id": run_id, "key": key}).fetchone()
+            return None if row is None else event_from_row(row)
 
     def take_delivery(
         self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None

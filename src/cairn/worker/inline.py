@@ -4,16 +4,29 @@
 serving one run: it claims that run under a lease like any worker (so a crash
 of this process is recovered elsewhere), waits out timers, and drives the
 run's children here too, since nobody else may be running.
+
+A run waiting for a signal (``ctx.wait_for_signal``) is waited for here like
+a timer, up to its timeout or without end: a signal comes from outside this
+call by nature (another thread's ``app.signal``, ``cairn signal``, another
+run), and the run is suspended meanwhile, so a worker elsewhere may equally
+take it on. The wait sleeps on the store's wake-ups (``Notifier``: PostgreSQL's
+LISTEN, SQLite's datagram sockets) with a poll once a second as the safety
+net, so a delivery resumes it within milliseconds and an idle wait costs
+nothing. Waits for anything else that only a person moves on (a budget, an
+uncertain effect) raise ``RunBlocked`` instead.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from cairn.engine.executor import EventLoops, Outcome, execute
+from cairn.engine.messaging import SIGNAL_PREFIX
 from cairn.engine.runtime import Runtime
 from cairn.errors import RunBlocked, RunNeedsAttention, RunNotFound, RunSuspended
+from cairn.store.contract import Notifier
 from cairn.store.records import Claim, EventType, RunRecord, RunStatus
 from cairn.worker.leases import LeaseKeeper
 
@@ -29,6 +42,9 @@ class InlineDriver:
         self.lease_seconds = lease_seconds
         self._keeper: LeaseKeeper | None = None
         self._keeper_lock = threading.Lock()
+        #: set by the store's wake-ups while a run here waits for a signal
+        self._woken = threading.Event()
+        self._stop_listening: Callable[[], None] | None = None
 
     def drive(self, run_id: str, claim: Claim | None) -> Outcome | None:
         """Execute ``run_id`` until it is terminal, driving its children too.
@@ -65,20 +81,40 @@ class InlineDriver:
             if record.status is RunStatus.SUSPENDED and record.waiting_on:
                 self._drive_child(record.waiting_on, run_id)
                 continue
+            if record.status is RunStatus.SUSPENDED and _waits_for_signal(record):
+                self._wait_for_wakeup(record)
+                continue
             time.sleep(delay or 0.01)  # held elsewhere, or a timer not yet due
 
     def _after_suspension(self, outcome: Outcome, run_id: str) -> float:
         if outcome.waiting_on is not None:
             self._drive_child(outcome.waiting_on, run_id)
             return 0.0
+        if outcome.waiting_for is not None and outcome.waiting_for.startswith(SIGNAL_PREFIX):
+            return 0.0  # the loop sees the suspension and waits for the wake-up
         if outcome.wake_at is not None:
             return max(0.0, min(outcome.wake_at - time.time(), 1.0))
         return 0.01
 
+    def _wait_for_wakeup(self, record: RunRecord) -> None:
+        """Sleep until the store says a run became runnable, the run's
+        timeout, or a second (the safety-net poll), whichever is first."""
+        self._listen()
+        limit = 1.0
+        if record.wake_at is not None:
+            limit = max(0.0, min(limit, record.wake_at - time.time()))
+        self._woken.wait(limit)
+        self._woken.clear()
+
+    def _listen(self) -> None:
+        store = self.runtime.store
+        if self._stop_listening is None and isinstance(store, Notifier):
+            self._stop_listening = store.listen(self._woken.set)
+
     def _check_blocked(self, record: RunRecord) -> None:
         """Raise if ``record`` waits for nobody but an operator: in
         ``needs_attention``, or suspended with no timer and no child (a budget)."""
-        waits = record.wake_at is not None or record.waiting_on is not None
+        waits = record.wake_at is not None or record.waiting_on is not None or _waits_for_signal(record)
         if record.status is RunStatus.NEEDS_ATTENTION:
             raise RunNeedsAttention(record.run_id, record.status.value, self._reason(record.run_id))
         if record.status is RunStatus.SUSPENDED and not waits:
@@ -113,6 +149,13 @@ class InlineDriver:
             return self._keeper
 
     def close(self) -> None:
+        if self._stop_listening is not None:
+            self._stop_listening()
+            self._stop_listening = None
         if self._keeper is not None:
             self._keeper.close()
         self.loops.close()
+
+
+def _waits_for_signal(record: RunRecord) -> bool:
+    return record.waiting_for is not None and record.waiting_for.startswith(SIGNAL_PREFIX)

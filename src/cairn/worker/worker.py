@@ -93,8 +93,10 @@ class Worker:
         if reclaimed:
             log.info("worker %s reclaimed %d run(s) from its previous incarnation", self.worker_id, reclaimed)
         pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix=f"cairn-{self.worker_id}")
-        # Stores that can push wake-ups (PostgreSQL LISTEN/NOTIFY) shorten the
-        # wait for new work to the notification latency; polling stays on.
+        # Stores that can push wake-ups (PostgreSQL LISTEN/NOTIFY, SQLite's
+        # datagram sockets) shorten the wait for new work (a new run, a
+        # signal delivered, a child finished) to the notification latency;
+        # polling stays on as the safety net.
         store = self.runtime.store
         stop_listening = store.listen(self._wakeup.set) if isinstance(store, Notifier) else None
         idle_since = time.monotonic()

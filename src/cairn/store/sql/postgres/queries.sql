@@ -668,3 +668,12 @@ SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at
 FROM mailbox WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint
   AND (%(key)s::text IS NULL OR key = %(key)s::text)
 ORDER BY seq
+
+-- Published events (ctx.set_event): the latest entry of a key, through the
+-- partial index history_events.
+-- name: latest_event
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, payload, payload_ref, detail
+FROM history WHERE run_id = %(run_id)s::text AND step_kind = 'event' AND name = %(key)s::text
+  AND event = 'step.completed'
+ORDER BY seq DESC LIMIT 1

@@ -97,6 +97,7 @@ CREATE TABLE history (
 );
 
 CREATE INDEX history_payload_ref ON history (payload_ref) WHERE payload_ref IS NOT NULL;
+CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'event';
 
 -- Large payloads, content-addressed by SHA-256, in the database because
 -- workers may share nothing but this server. touched_at: when last stored

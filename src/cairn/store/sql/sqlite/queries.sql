@@ -381,3 +381,11 @@ WHERE run_id = :run_id AND seq = :seq AND (taken_at IS NULL OR taken_position = 
 -- name: select_messages
 SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
 FROM mailbox WHERE run_id = :run_id AND seq > :after_seq AND (:key IS NULL OR key = :key) ORDER BY seq
+
+-- Published events (ctx.set_event): the latest entry of a key, through the
+-- partial index history_events.
+-- name: latest_event
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, payload, payload_ref, detail
+FROM history WHERE run_id = :run_id AND step_kind = 'event' AND name = :key AND event = 'step.completed'
+ORDER BY seq DESC LIMIT 1

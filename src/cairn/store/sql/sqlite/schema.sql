@@ -91,6 +91,7 @@ CREATE TABLE history (
 ) WITHOUT ROWID;
 
 CREATE INDEX history_payload_ref ON history (payload_ref) WHERE payload_ref IS NOT NULL;
+CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'event';
 
 -- Artifacts are content-addressed files beside the database, shared by every
 -- tenant. Those referenced by pruned runs wait here to be collected, so a
