@@ -6,22 +6,31 @@ work.
 """
 
 from cairn.api.app import App
+from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.handles import RunHandle
 from cairn.api.workflow import Workflow
+from cairn.engine.approvals import Decision
 from cairn.engine.budget import Budget
 from cairn.engine.context import ChildHandle, Context
 from cairn.engine.execution import operation_id
 from cairn.engine.steps import Step, StepInfo, step_info
 from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
 from cairn.errors import (
+    ApprovalClosed,
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalNotFound,
+    ApprovalRejected,
     CairnError,
     CallCancelled,
     ChildFailed,
     EffectNotApplied,
     InvalidArgument,
+    InvalidEdit,
     LeaseLost,
     LogicalFailure,
     NonDeterminismError,
+    NotAnApprover,
     PayloadError,
     RunBlocked,
     RunFailed,
@@ -35,18 +44,27 @@ from cairn.errors import (
 )
 from cairn.retry import RetryableError, RetryPolicy, TerminalError
 from cairn.store.admission import QueueLimits, QueueStats, Rate
-from cairn.store.records import Durability, EventType, HistoryEvent, RunRecord, RunStatus
+from cairn.store.records import ApprovalStatus, Durability, EventType, HistoryEvent, RunRecord, RunStatus
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "NO_EDIT",
     "App",
+    "ApprovalClosed",
+    "ApprovalError",
+    "ApprovalExpired",
+    "ApprovalNotFound",
+    "ApprovalRejected",
+    "ApprovalStatus",
+    "ApprovalView",
     "Budget",
     "CairnError",
     "CallCancelled",
     "ChildFailed",
     "ChildHandle",
     "Context",
+    "Decision",
     "Done",
     "Durability",
     "Effect",
@@ -54,9 +72,11 @@ __all__ = [
     "EventType",
     "HistoryEvent",
     "InvalidArgument",
+    "InvalidEdit",
     "LeaseLost",
     "LogicalFailure",
     "NonDeterminismError",
+    "NotAnApprover",
     "NotFound",
     "Operation",
     "PayloadError",

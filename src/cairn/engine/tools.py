@@ -34,6 +34,8 @@ from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 import msgspec
 
 from cairn.codec import values
+from cairn.engine import approvals
+from cairn.engine.approvals import ApprovalPolicy
 from cairn.engine.definitions import hints_of
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import Execution, current, operation_id
@@ -139,6 +141,13 @@ class ToolDef:
     reconcile_retry: RetryPolicy
     #: the signature callers use (without the injected ``Operation``), computed once
     call_signature: inspect.Signature
+    # -- protected tools (``engine.approvals``): approval before the intent --------------
+    #: ``True``, or a policy of the bound arguments; ``None``: never asks
+    approval: ApprovalPolicy | None = None
+    approvers: tuple[str, ...] | None = None
+    approval_timeout: float | None = None
+    #: the type the arguments are approved (and edited) as
+    arguments_type: Any = None
 
     @classmethod
     def build(
@@ -152,6 +161,9 @@ class ToolDef:
         schema: Any,
         retry: RetryPolicy | None,
         reconcile_retry: RetryPolicy | None,
+        approval: ApprovalPolicy | None = None,
+        approvers: tuple[str, ...] | list[str] | str | None = None,
+        approval_timeout: float | None = None,
     ) -> ToolDef:
         kind = Effect(effect)
         if reconcile is not None and kind is not Effect.WRITE:
@@ -167,13 +179,32 @@ class ToolDef:
         wants_operation = bool(params) and hints.get(params[0].name) is Operation
         result_type = schema if schema is not None else hints.get("return", Any)
         values.decoder_for(result_type)
+        call_signature = signature.replace(parameters=params[1:] if wants_operation else params)
+        protected = _protection(name or fn.__name__, call_signature, hints, approval, approvers,
+                                approval_timeout)
         return cls(
             name=name or fn.__name__, fn=fn, is_async=is_async, effect=kind,
             reconcile=reconcile, timeout=timeout, schema=schema, result_type=result_type,
             retry=retry or NO_RETRY, wants_operation=wants_operation,
             reconcile_retry=reconcile_retry or RECONCILE_RETRY,
-            call_signature=signature.replace(parameters=params[1:] if wants_operation else params),
+            call_signature=call_signature, **protected,
         )
+
+
+def _protection(
+    name: str, call_signature: inspect.Signature, hints: dict[str, Any], approval: ApprovalPolicy | None,
+    approvers: tuple[str, ...] | list[str] | str | None, approval_timeout: float | None,
+) -> dict[str, Any]:
+    """The ``ToolDef`` fields of a protected tool (``approval=``), checked at registration."""
+    if approval is None or approval is False:
+        if approvers is not None or approval_timeout is not None:
+            raise ValueError(f"tool {name!r}: approvers= and approval_timeout= need approval=")
+        return {}
+    if approval is not True and not callable(approval):
+        raise TypeError(f"tool {name!r}: approval= is True or a function of the arguments, not {approval!r}")
+    chosen = (approvers,) if isinstance(approvers, str) else (None if approvers is None else tuple(approvers))
+    return {"approval": approval, "approvers": chosen, "approval_timeout": approval_timeout,
+            "arguments_type": approvals.arguments_type(name, call_signature, hints)}
 
 
 def _is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -234,6 +265,10 @@ class _ToolCall:
         self.ex = ex
         self.d = d
         self.what = what
+        if d.approval is not None:  # a protected tool: approved first, then exactly what was approved runs
+            approved = approvals.guard(ex, d, args, kwargs)
+            if approved is not None:
+                args, kwargs = (), approved
         self.args = args
         self.kwargs = kwargs
         self.call = ex.begin("tool", d.name, input_hash(args, kwargs))
