@@ -38,6 +38,7 @@ from cairn.store import DEFAULT_DB, resolve_url, sqlite_path
 from cairn.store.records import Claim, EventType, RunStatus
 
 from . import render
+from .approvals import approvals, approve, pending_of, print_pending, reject
 from .loading import loaded_app, open_session
 from .options import CairnGroup, DefaultCommandGroup, app_option, database_label, db_option
 from .options import db_from_context as _db
@@ -362,10 +363,15 @@ def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, d
     with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         record = session.app.get_run(run_id)
         history = session.app.history(run_id)
+        pending = pending_of(session, run_id)
         if as_json:
-            echo_json(render.show_json(session.codec, record, history), indent=2)
+            shown = render.show_json(session.codec, record, history)
+            shown["approvals"] = [view.as_dict() for view in pending]
+            echo_json(shown, indent=2)
         else:
-            render.print_run(_stdout(), session.codec, record, history)
+            console = _stdout()
+            render.print_run(console, session.codec, record, history)
+            print_pending(console, pending)
 
 
 @main.command()
@@ -769,3 +775,8 @@ def prune(
 
 
 main.add_command(queues)
+
+# -- approvals (cli/approvals.py) -------------------------------------------------------------
+main.add_command(approvals)
+main.add_command(approve)
+main.add_command(reject)
