@@ -30,7 +30,8 @@ POINTS = frozenset(
         "tool.after_record",  # the tool's result is recorded
         *(
             f"store.{transition}.{moment}"
-            for transition in ("claim", "finish", "suspend", "start_child", "append")
+            for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",
+                               "request_approval", "expire_approval")
             for moment in ("before_commit", "after_commit")
         ),
     }
