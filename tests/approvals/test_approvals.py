@@ -55,7 +55,8 @@ def test_a_request_suspends_the_run_and_is_listed(app: cairn.App, kind: Kind) ->
     assert record.waiting_for == f"approval:{view.request_id}"
     assert (view.action, view.tenant, view.details) == ("refund", "acme", {"customer": "ada", "cents": 1500})
     assert view.type_name.endswith("Refund")
-    assert view.pending and view.status is ApprovalStatus.PENDING
+    assert view.pending
+    assert view.status is ApprovalStatus.PENDING
     assert app.approvals(tenant="acme") == [view]
     assert app.approvals(tenant="other") == []
     # nothing woke it: another pass finds it not claimable
@@ -73,7 +74,8 @@ def test_approve(app: cairn.App, kind: Kind) -> None:
                                                                      "fine")
     assert one_pass(app, handle.run_id) == "completed"
     result = handle.result(timeout=5)
-    assert result["status"] == "approved" and result["approved"]
+    assert result["status"] == "approved"
+    assert result["approved"]
     assert result["data"] == {"customer": "ada", "cents": 1500}
     assert (result["by"], result["comment"]) == ("cli:ada@desk", "fine")
     assert result["at"] == decided.decided_at
@@ -164,7 +166,8 @@ def test_a_decision_on_a_finished_run_is_refused(app: cairn.App, kind: Kind) -> 
         app.approve(handle.run_id, request_id)
     assert app.approvals() == []  # a finished run's request is not pending any more
     (view,) = app.approvals(pending=False)
-    assert view.status is ApprovalStatus.PENDING and not view.pending
+    assert view.status is ApprovalStatus.PENDING
+    assert not view.pending
 
 
 @both
@@ -254,7 +257,8 @@ def test_replay_returns_the_recorded_decision(app: cairn.App, kind: Kind) -> Non
     assert one_pass(app, handle.run_id) == "suspended"  # the sleep
     time.sleep(0.05)
     assert one_pass(app, handle.run_id) == "completed"
-    assert seen[0] == seen[1] and seen[0][:2] == (ApprovalStatus.EDITED, {"cents": 7})
+    assert seen[0] == seen[1]
+    assert seen[0][:2] == (ApprovalStatus.EDITED, {"cents": 7})
     assert len(app.approvals(pending=False)) == 1
 
 
