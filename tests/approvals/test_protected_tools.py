@@ -70,7 +70,8 @@ def test_the_run_suspends_before_the_intent_with_the_exact_arguments(app: cairn.
     assert not any(e.event is EventType.OP_INTENT for e in app.history(handle.run_id))  # no intent yet
     view = _request(app, handle.run_id)
     assert view.action == "pay"
-    assert view.details == {"to": "ada", "cents": 5000, "memo": "refund"}  # defaults included: all it runs with
+    # defaults included: all it runs with
+    assert view.details == {"to": "ada", "cents": 5000, "memo": "refund"}
     app.approve(handle.run_id, view.request_id)
     assert one_pass(app, handle.run_id) == "completed"
     assert handle.result(timeout=5) == {"to": "ada", "cents": 5000, "memo": "refund"}
@@ -124,7 +125,8 @@ def test_a_rejection_raises_in_the_workflow_and_nothing_runs(app: cairn.App, kin
     one_pass(app, handle.run_id)
     app.reject(handle.run_id, _request(app, handle.run_id).request_id, comment="fraud")
     assert one_pass(app, handle.run_id) == "completed"
-    assert handle.result(timeout=5) == {"refused": "ApprovalRejected", "status": "rejected", "comment": "fraud"}
+    assert handle.result(timeout=5) == {"refused": "ApprovalRejected", "status": "rejected",
+                                        "comment": "fraud"}
     assert bank.calls == 0
     assert not any(e.event is EventType.OP_INTENT for e in app.history(handle.run_id))
 
