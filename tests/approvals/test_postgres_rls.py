@@ -51,8 +51,9 @@ def test_raw_sql_as_another_tenant_sees_and_changes_nothing(deployment: Deployme
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):  # not granted
         d.as_role("globex", "DELETE FROM approvals")
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):  # WITH CHECK
-        d.as_role("globex", "INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, "
-                            "type_name, requested_at) VALUES ('a1', 'forged', 'acme', 9, 9, 'x', 'x', 0)")
+        d.as_role("globex", "INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, "
+                            "action, type_name, requested_at) "
+                            "VALUES ('a1', 'forged', 'acme', 9, 9, 'x', 'x', 0)")
     (row,) = d.acme.approvals()
     assert (row.status, row.decided_by) == (ApprovalStatus.PENDING, None)
     assert d.as_role("acme", "SELECT count(*) FROM approvals") == [(1,)]
