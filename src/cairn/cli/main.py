@@ -96,6 +96,30 @@ def demo_payments(ctx: click.Context, db: str | None) -> None:
     ctx.exit(run_payments_demo(db, Console(highlight=False, soft_wrap=True)))
 
 
+@demo.command("approval")
+@db_option
+@click.pass_context
+def demo_approval(ctx: click.Context, db: str | None) -> None:
+    """A refund that waits for a person: the waiting run holds no worker, a
+    worker killed during the wait loses nothing, and the edited amount is
+    paid exactly once."""
+    db = _db(ctx, db)
+    if db is not None and sqlite_path(db) is None:
+        raise click.UsageError(f"the approval demo needs a SQLite database file that its worker processes "
+                               f"can share, not {db!r}")
+    previous = os.environ.get("CAIRN_DB")
+    if "cairn.demo.approval" not in sys.modules:
+        os.environ["CAIRN_DB"] = "memory://"  # its module-level App must not create a database here
+    try:
+        from cairn.demo.approval import run_approval_demo
+    finally:
+        if previous is None:
+            os.environ.pop("CAIRN_DB", None)
+        else:
+            os.environ["CAIRN_DB"] = previous
+    ctx.exit(run_approval_demo(db, Console(highlight=False, soft_wrap=True)))
+
+
 def _payments_demo() -> Callable[[str | None, Console], int]:
     """``cairn.demo.payments.run_payments_demo``, imported without side effects.
 
