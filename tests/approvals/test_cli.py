@@ -64,6 +64,10 @@ def test_listing(app: cairn.App) -> None:
     assert first in table.stdout
     assert second in table.stdout
     assert "refund" in table.stdout
+    narrow = cli("approvals", "--db", _db(app), columns=80)  # a block per request: ids never cut
+    assert narrow.exit_code == 0
+    assert first in narrow.stdout
+    assert "run r2  pending" in narrow.stdout
     lines = cli("approvals", "--db", _db(app), "--json", "--tenant", "acme").stdout.splitlines()
     (only,) = [json.loads(line) for line in lines]
     assert (only["run_id"], only["request_id"], only["tenant"]) == ("r2", second, "acme")

@@ -105,7 +105,23 @@ def approvals(
     if not views:
         echo("no approval requests" if everything else "no pending approval requests", err=True)
         return
-    stdout_console().print(_table(views))
+    console = stdout_console()
+    if console.width >= _TABLE_WIDTH:
+        console.print(_table(views))
+        return
+    for v in views:  # narrow terminal: a block per request, ids never cut
+        head = Text(render.line(f"{v.request_id}  run {v.run_id}  ")) + Text(render.line(_status(v)),
+                                                                              style="bold")
+        console.print(head, soft_wrap=True)
+        console.print(Text(render.line(f"  {v.action}: {render.preview(v.details, 200)}")), soft_wrap=True)
+        expires = render.fmt_time(v.expires_at)[:19] if v.expires_at is not None else "never"
+        console.print(Text(render.line(f"  approvers {_approvers(v)}; requested "
+                                       f"{render.fmt_time(v.requested_at)[:19]}; expires {expires}")),
+                      soft_wrap=True)
+
+
+#: below this many columns ``cairn approvals`` prints a block per request instead of a table
+_TABLE_WIDTH = 150
 
 
 def _parse_edit(text: str) -> Any:
