@@ -3,8 +3,9 @@
 like a payment API), for the crash tests.
 
 Run as a child process on ``$CAIRN_TEST_DB``: ``run RUN_ID CUSTOMER CENTS``
-or ``resume RUN_ID`` (inline, usually armed with ``$CAIRN_FAULTS`` to die at
-a fault point), or ``worker ID`` (a worker with one slot, until killed).
+(``run-timed``: the refund whose approval times out) or ``resume RUN_ID``
+(inline, usually armed with ``$CAIRN_FAULTS`` to die at a fault point), or
+``worker ID`` (a worker with one slot, until killed).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ if __name__ == "__main__":
     try:
         if command == "run":
             app.run(refund_agent, sys.argv[3], int(sys.argv[4]), run_id=sys.argv[2])
+        elif command == "run-timed":
+            app.run(timed_refund, sys.argv[3], int(sys.argv[4]), run_id=sys.argv[2])
         elif command == "resume":
             app.resume(sys.argv[2])
         elif command == "worker":

@@ -183,3 +183,21 @@ def test_a_timeout_fires_after_every_worker_was_killed(
     assert result == {"refused": "expired"}
     assert module.ledger() == []
     assert time.time() >= view.expires_at
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["store.expire_approval.before_commit",
+                                   "store.expire_approval.after_commit"])
+def test_killed_while_expiring(child: Callable[..., Any], world: dict[str, str], point: str) -> None:
+    """Killed as the expiry commits: it is recorded once (or not yet, and
+    then by the next execution), the refund is not paid, no decision is taken."""
+    _died(child("run-timed", "t2", "ada", "5000", fault=point), point)
+    module = _here()
+    (request,) = module.app.approvals(run_id="t2", pending=False)
+    assert request.status is (cairn.ApprovalStatus.EXPIRED if point.endswith("after_commit")
+                              else cairn.ApprovalStatus.PENDING)
+    assert _resume(module, "t2") == {"refused": "expired"}
+    (request,) = module.app.approvals(run_id="t2", pending=False)
+    assert request.status is cairn.ApprovalStatus.EXPIRED
+    assert len(_decisions(module, "t2")) == 1
+    assert module.ledger() == []
