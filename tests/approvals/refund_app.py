@@ -64,7 +64,7 @@ def refund_agent(ctx: cairn.Context, customer: str, cents: int) -> dict[str, Any
     return refund(plan["customer"], plan["cents"])
 
 
-@app.tool(effect="write", reconcile=find_refund, approval=True, approval_timeout=1.5)
+@app.tool(effect="write", reconcile=find_refund, approval=True, approval_timeout=2.5)
 def timed(op: cairn.Operation, customer: str, cents: int) -> dict[str, Any]:
     return pay(op.operation_id, customer, cents)
 

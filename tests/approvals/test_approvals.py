@@ -205,9 +205,9 @@ def test_only_approvers_may_decide(app: cairn.App, kind: Kind) -> None:
 def test_a_timeout_fires_after_a_restart(app: cairn.App, kind: Kind, tmp_path: Any) -> None:
     """The deadline is journaled at the first request: a fresh App (a
     restarted process) sees the same one, and the run wakes at it."""
-    ask = _asking(app, kind, timeout=0.5)
+    ask = _asking(app, kind, timeout=1.0)
     handle = app.start(ask, 1500)
-    one_pass(app, handle.run_id)
+    assert one_pass(app, handle.run_id) == "suspended"
     view = _pending(app, handle.run_id)
     assert view.expires_at is not None
     record = app.get_run(handle.run_id)
@@ -248,14 +248,14 @@ def test_replay_returns_the_recorded_decision(app: cairn.App, kind: Kind) -> Non
     def twice(ctx: cairn.Context) -> Flow[str]:
         decision = yield ctx.request_approval("refund", {"cents": 10})
         seen.append((decision.status, decision.data, decision.decided_at))
-        yield ctx.sleep(0.01)
+        yield ctx.sleep(0.5)  # long enough that the pass which records it is over before it is due
         return str(decision.status)
 
     handle = app.start(twice)
     one_pass(app, handle.run_id)
     app.approve(handle.run_id, _pending(app, handle.run_id).request_id, edit={"cents": 7})
     assert one_pass(app, handle.run_id) == "suspended"  # the sleep
-    time.sleep(0.05)
+    time.sleep(0.55)
     assert one_pass(app, handle.run_id) == "completed"
     assert seen[0] == seen[1]
     assert seen[0][:2] == (ApprovalStatus.EDITED, {"cents": 7})

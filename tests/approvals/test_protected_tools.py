@@ -134,10 +134,12 @@ def test_a_rejection_raises_in_the_workflow_and_nothing_runs(app: cairn.App, kin
 @both
 def test_an_expired_approval_raises_approval_expired(app: cairn.App, kind: Kind) -> None:
     bank = Bank()
-    refund = _build(app, kind, bank, approval=True, approval_timeout=0.2)
+    refund = _build(app, kind, bank, approval=True, approval_timeout=1.0)
     handle = app.start(refund, "ada", 5000)
-    one_pass(app, handle.run_id)
-    time.sleep(0.3)
+    assert one_pass(app, handle.run_id) == "suspended"
+    (view,) = app.approvals(run_id=handle.run_id)
+    assert view.expires_at is not None
+    time.sleep(max(0.0, view.expires_at - time.time()) + 0.05)
     assert one_pass(app, handle.run_id) == "completed"
     assert handle.result(timeout=5) == {"refused": "ApprovalExpired", "status": "expired", "comment": None}
     assert bank.calls == 0

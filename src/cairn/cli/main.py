@@ -70,7 +70,7 @@ def demo(ctx: click.Context, db: str | None, steps: int | None) -> None:
     Starts the offline demo agent, SIGKILLs its worker after about 40% of the
     steps, starts a second worker, and checks from an effects log that no
     finished step ran twice. 'cairn demo payments' runs the exactly-once
-    payments demo instead.
+    payments demo instead; 'cairn demo approval' the approval demo.
     """
     if ctx.invoked_subcommand is not None:
         if steps is not None:
