@@ -66,6 +66,7 @@ def check(value: Any, schema: dict[str, Any], *, what: str) -> None:
     plain JSON ``value`` fits ``schema``."""
     try:
         validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        validator_class.check_schema(schema)  # a damaged stored schema is an error, never a crash or a pass
         validator = validator_class(schema, format_checker=validator_class.FORMAT_CHECKER)
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     except jsonschema.exceptions.SchemaError as exc:

@@ -14,7 +14,7 @@ import time
 import uuid as _uuid
 from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from cairn.codec import values
 from cairn.engine import approvals, modelcalls
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from cairn.engine.definitions import WorkflowDef
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class Context:
@@ -138,6 +139,24 @@ class Context:
         return _SLEPT
 
     # -- approvals (``engine.approvals``) ------------------------------------------
+
+    @overload
+    def request_approval(
+        self, action: str, details: T, *, timeout: float | None = None,
+        approvers: Sequence[str] | str | None = None, type_: None = None,
+    ) -> Decision[T]: ...
+
+    @overload
+    def request_approval(
+        self, action: str, details: Any, *, timeout: float | None = None,
+        approvers: Sequence[str] | str | None = None, type_: type[T],
+    ) -> Decision[T]: ...
+
+    @overload
+    def request_approval(
+        self, action: str, details: Any, *, timeout: float | None = None,
+        approvers: Sequence[str] | str | None = None, type_: Any,
+    ) -> Decision[Any]: ...
 
     def request_approval(
         self,
