@@ -80,6 +80,7 @@ def test_show_names_the_pending_approval_and_how_to_decide(app: cairn.App) -> No
     shown = cli("show", "r1", "--db", _db(app))
     assert shown.exit_code == 0, shown.stderr
     assert f"approval pending: request {request_id} (refund)" in shown.stdout
+    assert f"waiting   approval '{request_id}'" in shown.stdout
     assert f"cairn approve r1 {request_id}" in shown.stdout
     as_json = json.loads(cli("show", "r1", "--db", _db(app), "--json").stdout)
     assert [a["request_id"] for a in as_json["approvals"]] == [request_id]

@@ -25,6 +25,7 @@ from cairn.engine import modelcalls
 from cairn.engine.journal import Journal
 from cairn.engine.ledger import Decoded, OperationView, decode
 from cairn.errors import CairnError
+from cairn.store.lifecycle import wait_label
 from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, RunRecord, RunStatus
 
 from .terminal import clean
@@ -496,6 +497,9 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
 def _waiting(record: RunRecord, history: list[HistoryEvent]) -> str:
     if record.waiting_on:
         return f"child {record.waiting_on}"
+    if record.waiting_for:  # a delivery (an approval's decision, a signal), with its timeout if any
+        until = f" until {fmt_time(record.wake_at)}" if record.wake_at is not None else ""
+        return f"{wait_label(record.waiting_for)}{until}"
     if record.wake_at is not None:
         return f"timer due {fmt_time(record.wake_at)}"
     last = next((e for e in reversed(history) if e.event is EventType.RUN_SUSPENDED), None)
