@@ -54,6 +54,13 @@ def test_raw_sql_as_another_tenant_sees_and_changes_nothing(deployment: Deployme
         d.as_role("globex", "INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, "
                             "action, type_name, requested_at) "
                             "VALUES ('a1', 'forged', 'acme', 9, 9, 'x', 'x', 0)")
+    # nor under acme's run stamped with its own tenant (a request an exempt worker would list and decide)
+    for run_id in ("a1", "no-such-run"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            d.as_role("globex", "INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, "
+                                "action, type_name, requested_at) "
+                                f"VALUES ('{run_id}', 'forged', 'globex', 9, 9, 'x', 'x', 0)")
+    assert len(d.owner.approvals(pending=False)) == 1
     (row,) = d.acme.approvals()
     assert (row.status, row.decided_by) == (ApprovalStatus.PENDING, None)
     assert d.as_role("acme", "SELECT count(*) FROM approvals") == [(1,)]

@@ -433,4 +433,5 @@ CREATE POLICY tenant_isolation ON approvals
     WITH CHECK (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = approvals.run_id AND r.tenant = approvals.tenant));

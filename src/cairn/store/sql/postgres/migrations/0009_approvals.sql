@@ -30,7 +30,10 @@ CREATE TABLE approvals (
 CREATE INDEX approvals_pending ON approvals (tenant, requested_at) WHERE status = 'pending';
 
 -- The tenant boundary of 0006, for approvals: a role lists, requests and
--- decides the approvals of the tenants granted to it only.
+-- decides the approvals of the tenants granted to it only, and a row it
+-- writes must belong to a run of its own tenant (as for history and the
+-- mailbox since 0008): it cannot file a request under another tenant's run
+-- stamped with its own tenant. The run look-up runs under the runs policy.
 ALTER TABLE approvals ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON approvals
     USING (tenant = ANY (ARRAY(
@@ -40,7 +43,8 @@ CREATE POLICY tenant_isolation ON approvals
     WITH CHECK (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = approvals.run_id AND r.tenant = approvals.tenant));
 
 CREATE OR REPLACE FUNCTION grant_tenant(grantee NAME, tenant_name TEXT) RETURNS void
 LANGUAGE plpgsql AS $$
