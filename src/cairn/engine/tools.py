@@ -203,6 +203,10 @@ def _protection(
     if approval is not True and not callable(approval):
         raise TypeError(f"tool {name!r}: approval= is True or a function of the arguments, not {approval!r}")
     chosen = (approvers,) if isinstance(approvers, str) else (None if approvers is None else tuple(approvers))
+    if chosen is not None and (not chosen or not all(isinstance(a, str) and a for a in chosen)):
+        raise ValueError(f"tool {name!r}: approvers= names one or more identities or user names")
+    if approval_timeout is not None and not approval_timeout >= 0:
+        raise ValueError(f"tool {name!r}: approval_timeout= is a number of seconds >= 0")
     return {"approval": approval, "approvers": chosen, "approval_timeout": approval_timeout,
             "arguments_type": approvals.arguments_type(name, call_signature, hints)}
 
