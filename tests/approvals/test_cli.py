@@ -82,6 +82,8 @@ def test_show_names_the_pending_approval_and_how_to_decide(app: cairn.App) -> No
     assert f"approval pending: request {request_id} (refund)" in shown.stdout
     assert f"waiting   approval '{request_id}'" in shown.stdout
     assert f"cairn approve r1 {request_id}" in shown.stdout
+    events = cli("events", "r1", "--db", _db(app))
+    assert f"waiting for approval '{request_id}'" in events.stdout
     as_json = json.loads(cli("show", "r1", "--db", _db(app), "--json").stdout)
     assert [a["request_id"] for a in as_json["approvals"]] == [request_id]
 

@@ -266,6 +266,9 @@ def lifecycle_detail(event: HistoryEvent) -> str:
     if kind is EventType.RUN_SUSPENDED:
         if d.get("waiting_on"):
             return f"waiting on child {d['waiting_on']}"
+        if d.get("waiting_for"):  # a delivery: an approval's decision, a signal
+            until = f" until {_clock(d.get('wake_at'))}" if d.get("wake_at") is not None else ""
+            return f"waiting for {wait_label(str(d['waiting_for']))}{until}"
         if d.get("reason") == "budget_exceeded":
             return (f"budget exceeded: {_LIMIT_NAMES.get(str(d.get('limit')), d.get('limit'))} used "
                     f"{fmt_number(d.get('used'))} of {fmt_number(d.get('allowed'))} (raise it: cairn budget)")
