@@ -6,24 +6,33 @@ work.
 """
 
 from cairn.api.app import App
+from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.handles import RunHandle
 from cairn.api.workflow import Workflow
+from cairn.engine.approvals import Decision
 from cairn.engine.budget import Budget
 from cairn.engine.context import ChildHandle, Context
 from cairn.engine.execution import operation_id
 from cairn.engine.steps import Step, StepInfo, step_info
 from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
 from cairn.errors import (
+    ApprovalClosed,
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalNotFound,
+    ApprovalRejected,
     CairnError,
     CallCancelled,
     ChildFailed,
     CredentialExpired,
     EffectNotApplied,
     InvalidArgument,
+    InvalidEdit,
     InvalidSignal,
     LeaseLost,
     LogicalFailure,
     NonDeterminismError,
+    NotAnApprover,
     PayloadError,
     RunBlocked,
     RunFailed,
@@ -52,13 +61,21 @@ from cairn.security.secrets import (
     SecretValue,
 )
 from cairn.store.admission import QueueLimits, QueueStats, Rate
-from cairn.store.records import Durability, EventType, HistoryEvent, RunRecord, RunStatus
+from cairn.store.records import ApprovalStatus, Durability, EventType, HistoryEvent, RunRecord, RunStatus
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "NO_EDIT",
     "Access",
     "App",
+    "ApprovalClosed",
+    "ApprovalError",
+    "ApprovalExpired",
+    "ApprovalNotFound",
+    "ApprovalRejected",
+    "ApprovalStatus",
+    "ApprovalView",
     "Budget",
     "CairnError",
     "CallCancelled",
@@ -67,6 +84,7 @@ __all__ = [
     "ChildHandle",
     "Context",
     "CredentialExpired",
+    "Decision",
     "Done",
     "Durability",
     "Effect",
@@ -76,10 +94,12 @@ __all__ = [
     "FileSecrets",
     "HistoryEvent",
     "InvalidArgument",
+    "InvalidEdit",
     "InvalidSignal",
     "LeaseLost",
     "LogicalFailure",
     "NonDeterminismError",
+    "NotAnApprover",
     "NotFound",
     "Operation",
     "PayloadError",

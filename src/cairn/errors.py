@@ -281,3 +281,46 @@ class SignalRefused(CairnError):
         super().__init__(reason)
         self.run_id = run_id
         self.reason = reason
+
+# -- approvals ---------------------------------------------------------------------------------
+
+
+class ApprovalError(CairnError):
+    """A decision on an approval request that cannot be taken; nothing was
+    stored. (Its subclasses say why.)"""
+
+
+class ApprovalNotFound(ApprovalError):
+    """The run has no approval request with that id (another tenant's run
+    reads as no run at all: ``RunNotFound``)."""
+
+    def __init__(self, run_id: str, request_id: str) -> None:
+        super().__init__(f"run {run_id!r} has no approval request {request_id!r}")
+        self.run_id = run_id
+        self.request_id = request_id
+
+
+class ApprovalClosed(ApprovalError):
+    """The request was decided already, or expired: a request is decided once."""
+
+
+class NotAnApprover(ApprovalError):
+    """The acting identity is not among the request's approvers."""
+
+
+class InvalidEdit(ApprovalError):
+    """An edit that does not fit the request's type."""
+
+
+class ApprovalRejected(CairnError):
+    """Raised in the workflow by a protected tool whose call was rejected
+    (or whose approval expired): the tool did not run. ``decision`` is the
+    ``cairn.Decision`` (who, when, comment). The workflow may catch it."""
+
+    def __init__(self, message: str, decision: Any) -> None:
+        super().__init__(message)
+        self.decision = decision
+
+
+class ApprovalExpired(ApprovalRejected):
+    """A protected tool's approval request timed out undecided: the tool did not run."""

@@ -14,18 +14,20 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, ParamSpec, TypeVar, overload
 
+from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.handles import RunHandle
 from cairn.api.operator import Operator, app_actor
 from cairn.api.workflow import Workflow
 from cairn.codec import values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
+from cairn.engine.approvals import ApprovalPolicy
 from cairn.engine.budget import Budget
 from cairn.engine.definitions import StepDef, WorkflowDef
 from cairn.engine.executor import Outcome
 from cairn.engine.runtime import Runtime
 from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
-from cairn.errors import PayloadError, RunNotFound, UnknownWorkflow
+from cairn.errors import InvalidArgument, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
@@ -167,16 +169,29 @@ class App:
         schema: Any = None,
         retry: RetryPolicy | None = None,
         reconcile_retry: RetryPolicy | None = None,
+        approval: ApprovalPolicy | None = None,
+        approvers: list[str] | tuple[str, ...] | str | None = None,
+        approval_timeout: float | None = None,
     ) -> Any:
         """Make a function a tool with a declared ``effect`` (``"read"``,
         ``"idempotent"`` or ``"write"``): see ``cairn.engine.tools``. A tool
         whose first parameter is annotated ``cairn.Operation`` receives it
         (operation id, identity, attempt). ``schema`` validates the result;
-        ``reconcile(op)`` settles uncertain ``write`` effects after a crash."""
+        ``reconcile(op)`` settles uncertain ``write`` effects after a crash.
+
+        ``approval=True`` (or a policy: a function of the bound arguments,
+        by name, returning whether this call needs approval) makes it a
+        protected tool: before its intent, the run asks for approval of the
+        exact arguments (``approvers``, ``approval_timeout`` as in
+        ``ctx.request_approval``) and executes exactly the approved or edited
+        ones; a rejection raises ``cairn.ApprovalRejected`` in the workflow
+        (``cairn.ApprovalExpired`` on timeout) and the tool does not run."""
 
         def register(f: Callable[..., Any]) -> Tool[..., Any]:
             return Tool(ToolDef.build(f, name=name, effect=effect, reconcile=reconcile, timeout=timeout,
-                                      schema=schema, retry=retry, reconcile_retry=reconcile_retry))
+                                      schema=schema, retry=retry, reconcile_retry=reconcile_retry,
+                                      approval=approval, approvers=approvers,
+                                      approval_timeout=approval_timeout))
 
         return register(fn) if fn is not None else register
 
@@ -369,6 +384,38 @@ class App:
         is not executed again); ``done=False`` executes it again with the same
         operation id. The run then continues on any worker."""
         return self.operator.resolve(run_id, position, done=done, result=result).run
+
+    # -- approvals -----------------------------------------------------------------------
+
+    def approvals(
+        self, *, tenant: str | None = None, run_id: str | None = None, pending: bool = True
+    ) -> list[ApprovalView]:
+        """Approval requests awaiting a decision (``pending=False``: every
+        one, decided and expired included), oldest first, across runs."""
+        return self.operator.approvals(tenant=tenant, run_id=run_id, pending=pending)
+
+    def approve(
+        self, run_id: str, request_id: str, *, comment: str | None = None, edit: Any = NO_EDIT,
+        by: str | None = None,
+    ) -> ApprovalView:
+        """Approve an approval request, as requested or with ``edit`` (which
+        must fit the request's type: ``cairn.InvalidEdit`` otherwise, and
+        nothing is stored). ``by`` is the decider's identity (default: this
+        process, ``app:<pid>``), checked against the request's approvers and
+        recorded with the decision. A request is decided once
+        (``cairn.ApprovalClosed``); a finished run takes no decision."""
+        return self._deciding(by).approve(run_id, request_id, comment=comment, edit=edit)
+
+    def reject(
+        self, run_id: str, request_id: str, *, comment: str | None = None, by: str | None = None
+    ) -> ApprovalView:
+        """Reject an approval request (see ``approve``)."""
+        return self._deciding(by).reject(run_id, request_id, comment=comment)
+
+    def _deciding(self, by: str | None) -> Operator:
+        if by is not None and (not isinstance(by, str) or not by):
+            raise InvalidArgument("by= names who decides: a non-empty identity such as 'http:ada'")
+        return self.operator if by is None else self.operator.acting_as(by)
 
     def kill(self, run_id: str | None = None, *, tenant: str | None = None,
              reason: str = "killed by operator") -> list[RunRecord]:

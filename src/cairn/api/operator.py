@@ -28,16 +28,21 @@ from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from cairn.codec import values
+import msgspec
+
+from cairn.api.approvals import NO_EDIT, ApprovalView
+from cairn.api.approvals import view as approval_view
+from cairn.codec import schemas, values
 from cairn.codec.payloads import PayloadCodec
+from cairn.engine.approvals import decision_body
 from cairn.engine.budget import Budget
 from cairn.engine.ledger import Ledger, OperationView, resolution_request
 from cairn.engine.messaging import check_name, signal_key
-from cairn.errors import RunNotFound
+from cairn.errors import ApprovalNotFound, InvalidArgument, InvalidEdit, PayloadError, RunNotFound
 from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.contract import Migratable, Store
-from cairn.store.records import Delivery, EventType, Payload, RunRecord, RunStatus
+from cairn.store.records import Approval, ApprovalStatus, Delivery, EventType, Payload, RunRecord, RunStatus
 from cairn.store.sqlfiles import load_migrations
 
 
@@ -194,6 +199,64 @@ class Operator:
         operation = ledger.view(position, self.codec)
         run = self._resolve_operation(run_id, request.position, request.done, request.result, request.detail)
         return Resolved(before, run, operation)
+
+    # -- approvals ----------------------------------------------------------------------------
+
+    def approvals(
+        self, *, tenant: str | None = None, run_id: str | None = None, pending: bool = True,
+        limit: int = 1000,
+    ) -> list[ApprovalView]:
+        """Approval requests, oldest first: those still awaiting a decision
+        (``pending``), or every one with its decision."""
+        found = self._store.approvals(tenant=tenant, run_id=run_id, pending=pending, limit=limit)
+        return [approval_view(self.codec, approval) for approval in found]
+
+    def approval(self, run_id: str, request_id: str) -> ApprovalView:
+        """One request, decided or not; ``RunNotFound`` / ``ApprovalNotFound``."""
+        return approval_view(self.codec, self._approval(run_id, request_id))
+
+    def approve(
+        self, run_id: str, request_id: str, *, comment: str | None = None, edit: Any = NO_EDIT
+    ) -> ApprovalView:
+        """Approve request ``request_id`` of run ``run_id``, as requested or,
+        with ``edit``, with other data: it must fit the request's type (its
+        JSON Schema, recorded by the run), or ``InvalidEdit`` and nothing is
+        stored. The run continues with exactly that data."""
+        if edit is NO_EDIT:
+            return self._decide(run_id, request_id, ApprovalStatus.APPROVED, comment, None)
+        approval = self._approval(run_id, request_id)
+        what = f"the edit does not fit approval request {request_id} ({approval.type_name})"
+        try:
+            plain = msgspec.json.decode(values.encode(edit))
+        except PayloadError as exc:
+            raise InvalidEdit(f"{what}: {exc}") from None
+        if approval.schema is None:
+            raise InvalidEdit(f"{what}: the request records no schema to check an edit against")
+        try:
+            schemas.check(plain, approval.schema, what=what)
+        except PayloadError as exc:
+            raise InvalidEdit(str(exc)) from None
+        return self._decide(run_id, request_id, ApprovalStatus.EDITED, comment, plain)
+
+    def reject(self, run_id: str, request_id: str, *, comment: str | None = None) -> ApprovalView:
+        """Reject request ``request_id`` of run ``run_id``."""
+        return self._decide(run_id, request_id, ApprovalStatus.REJECTED, comment, None)
+
+    def _approval(self, run_id: str, request_id: str) -> Approval:
+        found = self._store.approvals(run_id=run_id, request_id=request_id, pending=False, limit=1)
+        if not found:
+            self.get_run(run_id)  # RunNotFound first: another tenant's run is no run at all
+            raise ApprovalNotFound(run_id, request_id)
+        return found[0]
+
+    def _decide(
+        self, run_id: str, request_id: str, status: ApprovalStatus, comment: str | None, edited: Any
+    ) -> ApprovalView:
+        if comment is not None and not isinstance(comment, str):
+            raise InvalidArgument("a decision's comment is text")
+        payload = self.codec.wrap(decision_body(status, comment, edited))
+        approval = self._store.decide_approval(run_id, request_id, status, payload, comment, actor=self.actor)
+        return approval_view(self.codec, approval)
 
     # -- queues ----------------------------------------------------------------------------
 

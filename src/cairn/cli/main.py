@@ -38,6 +38,7 @@ from cairn.store import DEFAULT_DB, resolve_url, sqlite_path
 from cairn.store.records import Claim, EventType, RunStatus
 
 from . import render
+from .approvals import approvals, approve, pending_of, print_pending, reject
 from .loading import loaded_app, open_session
 from .options import CairnGroup, DefaultCommandGroup, app_option, database_label, db_option
 from .options import db_from_context as _db
@@ -72,7 +73,7 @@ def demo(ctx: click.Context, db: str | None, steps: int | None) -> None:
     Starts the offline demo agent, SIGKILLs its worker after about 40% of the
     steps, starts a second worker, and checks from an effects log that no
     finished step ran twice. 'cairn demo payments' runs the exactly-once
-    payments demo instead.
+    payments demo instead; 'cairn demo approval' the approval demo.
     """
     if ctx.invoked_subcommand is not None:
         if steps is not None:
@@ -96,6 +97,30 @@ def demo_payments(ctx: click.Context, db: str | None) -> None:
                                f"can share, not {db!r}")
     run_payments_demo = _payments_demo()
     ctx.exit(run_payments_demo(db, Console(highlight=False, soft_wrap=True)))
+
+
+@demo.command("approval")
+@db_option
+@click.pass_context
+def demo_approval(ctx: click.Context, db: str | None) -> None:
+    """A refund that waits for a person: the waiting run holds no worker, a
+    worker killed during the wait loses nothing, and the edited amount is
+    paid exactly once."""
+    db = _db(ctx, db)
+    if db is not None and sqlite_path(db) is None:
+        raise click.UsageError(f"the approval demo needs a SQLite database file that its worker processes "
+                               f"can share, not {db!r}")
+    previous = os.environ.get("CAIRN_DB")
+    if "cairn.demo.approval" not in sys.modules:
+        os.environ["CAIRN_DB"] = "memory://"  # its module-level App must not create a database here
+    try:
+        from cairn.demo.approval import run_approval_demo
+    finally:
+        if previous is None:
+            os.environ.pop("CAIRN_DB", None)
+        else:
+            os.environ["CAIRN_DB"] = previous
+    ctx.exit(run_approval_demo(db, Console(highlight=False, soft_wrap=True)))
 
 
 def _payments_demo() -> Callable[[str | None, Console], int]:
@@ -344,10 +369,15 @@ def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, d
     with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         record = session.app.get_run(run_id)
         history = session.app.history(run_id)
+        pending = pending_of(session, run_id)
         if as_json:
-            echo_json(render.show_json(session.codec, record, history), indent=2)
+            shown = render.show_json(session.codec, record, history)
+            shown["approvals"] = [view.as_dict() for view in pending]
+            echo_json(shown, indent=2)
         else:
-            render.print_run(_stdout(), session.codec, record, history)
+            console = _stdout()
+            render.print_run(console, session.codec, record, history)
+            print_pending(console, pending)
 
 
 @main.command()
@@ -753,3 +783,9 @@ def prune(
 main.add_command(queues)
 main.add_command(signal_command)
 main.add_command(wait_command)
+
+
+# -- approvals (cli/approvals.py) -------------------------------------------------------------
+main.add_command(approvals)
+main.add_command(approve)
+main.add_command(reject)

@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from cairn.codec import values
-from cairn.engine import messaging, modelcalls
+from cairn.engine import approvals, messaging, modelcalls
+from cairn.engine.approvals import Decision
 from cairn.engine.drive import run_async, run_sync
 from cairn.engine.execution import Execution
 from cairn.engine.signals import Suspend
@@ -185,6 +186,53 @@ class Context:
         or ``None``; read now, once, and journaled (replay returns the same
         value). It does not wait: to wait for another run, have it signal."""
         return messaging.read_event(self._ex, run_id, key, type_)
+
+    # -- approvals (``engine.approvals``) ------------------------------------------
+
+    @overload
+    def request_approval(
+        self, action: str, details: T, *, timeout: float | None = None,
+        approvers: Sequence[str] | str | None = None, type_: None = None,
+    ) -> Decision[T]: ...
+
+    @overload
+    def request_approval(
+        self, action: str, details: Any, *, timeout: float | None = None,
+        approvers: Sequence[str] | str | None = None, type_: type[T],
+    ) -> Decision[T]: ...
+
+    @overload
+    def request_approval(
+        self, action: str, details: Any, *, timeout: float | None = None,
+        approvers: Sequence[str] | str | None = None, type_: Any,
+    ) -> Decision[Any]: ...
+
+    def request_approval(
+        self,
+        action: str,
+        details: Any,
+        *,
+        timeout: float | None = None,
+        approvers: Sequence[str] | str | None = None,
+        type_: Any = None,
+    ) -> Decision[Any]:
+        """Ask people to approve, reject or edit ``action`` on ``details``,
+        and wait for their decision without holding a worker.
+
+        The request is durable (``cairn approvals`` lists it, ``cairn approve``
+        / ``cairn reject`` or ``app.approve`` / ``app.reject`` decide it) and
+        the run is suspended until it is decided, on any worker, after any
+        restart. Returns a ``cairn.Decision``: ``approved`` (``data`` is
+        ``details``), ``edited`` (``data`` is the edit, of type ``type_``,
+        default ``type(details)``: an edit that does not fit is refused when
+        it is made), ``rejected``, or, ``timeout`` seconds after the first
+        request, ``expired`` (nothing raised: check ``decision.status``).
+        ``approvers`` restricts who may decide: acting identities
+        (``"cli:ada@host"``) or user names (``"ada"``: any of ada's).
+        Like ``ctx.sleep``, it returns at once or suspends the run, so it
+        works unchanged (without ``await``) in ``async def`` workflows.
+        """
+        return approvals.request(self._ex, action, details, timeout=timeout, approvers=approvers, type_=type_)
 
     # -- child workflows ----------------------------------------------------------
 

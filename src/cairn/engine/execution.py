@@ -37,6 +37,7 @@ from cairn.errors import (
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
 from cairn.store.records import (
+    ApprovalRequest,
     Claim,
     Delivery,
     EventType,
@@ -520,6 +521,52 @@ class Execution:
                 raise Abandon(f"cannot take message {message.seq} of run {self.run_id}: {exc}") from exc
             self.seq += 1
             self.journal.record(event)
+
+    # -- approvals: requests this run makes (``engine.approvals``) --------------------
+
+    def request_approval(self, call: Call, payload: Payload, request: ApprovalRequest) -> None:
+        """Record ``payload`` (the request, details included) as the outcome
+        of ``call`` and store the pending request, in one fenced transaction:
+        a crash leaves both or neither, so replay finds the request it made."""
+        event = self._outcome_entry(call, payload, {"request_id": request.request_id})
+        with self._lock:
+            if self._closed:
+                raise Ended(f"run {self.run_id}: the execution has ended; approval request not recorded")
+            event = self._stamped(event)
+            try:
+                self.store.request_approval(self.run_id, self.epoch, event, request)
+            except INFRASTRUCTURE_ERRORS as exc:
+                raise Abandon(f"cannot record approval request {request.request_id} of run "
+                              f"{self.run_id}: {exc}") from exc
+            self.seq += 1
+            self.journal.record(event)
+
+    def expire_approval(self, call: Call, payload: Payload, request_id: str) -> bool:
+        """Record ``payload`` (an expired decision) as the outcome of
+        ``call`` if request ``request_id`` is still undecided, marking it
+        expired in the same fenced transaction; ``False`` (nothing written)
+        if a decision came first: it is in the mailbox."""
+        event = self._outcome_entry(call, payload, {"request_id": request_id, "decision": "expired"})
+        with self._lock:
+            if self._closed:
+                raise Ended(f"run {self.run_id}: the execution has ended; expiry not recorded")
+            event = self._stamped(event)
+            try:
+                expired = self.store.expire_approval(self.run_id, self.epoch, event, request_id)
+            except INFRASTRUCTURE_ERRORS as exc:
+                raise Abandon(f"cannot expire approval request {request_id} of run {self.run_id}: {exc}") \
+                    from exc
+            if expired:
+                self.seq += 1
+                self.journal.record(event)
+            return expired
+
+    def _outcome_entry(self, call: Call, payload: Payload | None, detail: dict[str, Any]) -> HistoryEvent:
+        return self.entry(
+            EventType.STEP_COMPLETED, position=call.position, step_kind=call.kind, name=call.name,
+            input_hash=call.input_hash, attempt=call.attempt, started_at=call.started_at, payload=payload,
+            detail=detail,
+        )
 
     def fail_by_policy(self, call: Call, exc: BaseException, policy: RetryPolicy) -> NoReturn:
         """Classify a failed attempt with ``policy`` (``TerminalError`` is never

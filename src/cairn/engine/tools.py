@@ -34,7 +34,8 @@ from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 import msgspec
 
 from cairn.codec import values
-from cairn.engine import credentials
+from cairn.engine import approvals, credentials
+from cairn.engine.approvals import ApprovalPolicy
 from cairn.engine.credentials import SecretParams
 from cairn.engine.definitions import hints_of
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
@@ -147,6 +148,14 @@ class ToolDef:
     #: parameters annotated ``SecretValue``: resolved from references just before the body runs
     secrets: SecretParams | None = None
 
+    # -- protected tools (``engine.approvals``): approval before the intent --------------
+    #: ``True``, or a policy of the bound arguments; ``None``: never asks
+    approval: ApprovalPolicy | None = None
+    approvers: tuple[str, ...] | None = None
+    approval_timeout: float | None = None
+    #: the type the arguments are approved (and edited) as
+    arguments_type: Any = None
+
     @classmethod
     def build(
         cls,
@@ -159,6 +168,9 @@ class ToolDef:
         schema: Any,
         retry: RetryPolicy | None,
         reconcile_retry: RetryPolicy | None,
+        approval: ApprovalPolicy | None = None,
+        approvers: tuple[str, ...] | list[str] | str | None = None,
+        approval_timeout: float | None = None,
     ) -> ToolDef:
         kind = Effect(effect)
         if reconcile is not None and kind is not Effect.WRITE:
@@ -175,13 +187,35 @@ class ToolDef:
         result_type = schema if schema is not None else hints.get("return", Any)
         values.decoder_for(result_type)
         call_signature = signature.replace(parameters=params[1:] if wants_operation else params)
+        protected = _protection(name or fn.__name__, call_signature, hints, approval, approvers,
+                                approval_timeout)
         return cls(
             name=name or fn.__name__, fn=fn, is_async=is_async, effect=kind,
             reconcile=reconcile, timeout=timeout, schema=schema, result_type=result_type,
             retry=retry or NO_RETRY, wants_operation=wants_operation,
             reconcile_retry=reconcile_retry or RECONCILE_RETRY,
-            call_signature=call_signature, secrets=SecretParams.of(call_signature, hints),
+            call_signature=call_signature, secrets=SecretParams.of(call_signature, hints), **protected,
         )
+
+
+def _protection(
+    name: str, call_signature: inspect.Signature, hints: dict[str, Any], approval: ApprovalPolicy | None,
+    approvers: tuple[str, ...] | list[str] | str | None, approval_timeout: float | None,
+) -> dict[str, Any]:
+    """The ``ToolDef`` fields of a protected tool (``approval=``), checked at registration."""
+    if approval is None or approval is False:
+        if approvers is not None or approval_timeout is not None:
+            raise ValueError(f"tool {name!r}: approvers= and approval_timeout= need approval=")
+        return {}
+    if approval is not True and not callable(approval):
+        raise TypeError(f"tool {name!r}: approval= is True or a function of the arguments, not {approval!r}")
+    chosen = (approvers,) if isinstance(approvers, str) else (None if approvers is None else tuple(approvers))
+    if chosen is not None and (not chosen or not all(isinstance(a, str) and a for a in chosen)):
+        raise ValueError(f"tool {name!r}: approvers= names one or more identities or user names")
+    if approval_timeout is not None and not approval_timeout >= 0:
+        raise ValueError(f"tool {name!r}: approval_timeout= is a number of seconds >= 0")
+    return {"approval": approval, "approvers": chosen, "approval_timeout": approval_timeout,
+            "arguments_type": approvals.arguments_type(name, call_signature, hints)}
 
 
 def _is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -242,6 +276,10 @@ class _ToolCall:
         self.ex = ex
         self.d = d
         self.what = what
+        if d.approval is not None:  # a protected tool: approved first, then exactly what was approved runs
+            approved = approvals.guard(ex, d, args, kwargs)
+            if approved is not None:
+                args, kwargs = (), approved
         self.args = args
         self.kwargs = kwargs
         if d.secrets is not None:

@@ -46,6 +46,9 @@ from typing import Any, Protocol, runtime_checkable
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.lifecycle import DEFAULT_PRUNE_STATUSES
 from cairn.store.records import (
+    Approval,
+    ApprovalRequest,
+    ApprovalStatus,
     Claim,
     Delivery,
     Durability,
@@ -310,6 +313,55 @@ class Store(Protocol):
         """The latest ``step.completed`` entry of ``step_kind`` ``"event"``
         named ``key`` in run ``run_id``'s history (what it published last
         under ``key``), or ``None``. One index seek (``history_events``)."""
+
+    # -- approvals: requests a run makes, decisions people take ------------------
+
+    def request_approval(
+        self, run_id: str, epoch: int, event: HistoryEvent, request: ApprovalRequest
+    ) -> None:
+        """The holder records that its run asks for approval: appends
+        ``event`` (the journal entry of the request, whose payload holds its
+        details) and writes the ``pending`` request row, in one fenced
+        transaction. A request already stored under ``request.request_id``
+        (made again after a retry voided its entry) keeps its status and
+        decision and now points at ``event``."""
+        ...
+
+    def expire_approval(self, run_id: str, epoch: int, event: HistoryEvent, request_id: str) -> bool:
+        """The holder records that request ``request_id`` timed out: if it
+        is still ``pending``, marks it ``expired`` and appends ``event`` (the
+        journal entry of the outcome), in one fenced transaction, and
+        returns ``True``. If a decision came first, writes nothing and
+        returns ``False``: the decision is in the mailbox for the run to take."""
+        ...
+
+    def decide_approval(
+        self, run_id: str, request_id: str, status: ApprovalStatus, payload: Payload | None,
+        comment: str | None, *, actor: str,
+    ) -> Approval:
+        """A person decides request ``request_id``: ``status`` approved,
+        rejected or edited. In one durable transaction the request row
+        records the decision (who, when, comment) and the decision is
+        delivered into the run's mailbox under ``approval:<request_id>``
+        (``payload``: what the run reads, comment and edit included; sender
+        ``actor``), which wakes the run if it waits for it. The rules are
+        ``lifecycle.check_decision``: ``RunNotFound`` (also another
+        tenant's), ``InvalidRunState`` (a finished run), ``ApprovalNotFound``,
+        ``ApprovalClosed`` (decided or expired already: a request is decided
+        once), ``NotAnApprover``; nothing is stored then. Returns the request
+        as it is after the decision. Appends nothing to the run's history (the
+        holder owns its next ``seq``): the run records the decision, with its
+        decider, when it consumes the message."""
+        ...
+
+    def approvals(
+        self, *, tenant: str | None = None, run_id: str | None = None, request_id: str | None = None,
+        pending: bool = True, limit: int = 1000,
+    ) -> list[Approval]:
+        """Approval requests, oldest first: with ``pending``, only those
+        still open (``pending``, of a run that has not finished); otherwise
+        every one, decided and expired included. Filters by tenant, run and
+        request id when given."""
         ...
 
     # -- operator actions (bump the epoch) ------------------------------------

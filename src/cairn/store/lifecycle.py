@@ -25,8 +25,27 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cairn.errors import InvalidRunState, PayloadError, RunNotFound, StoreError
-from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+from cairn.errors import (
+    ApprovalClosed,
+    ApprovalNotFound,
+    InvalidRunState,
+    NotAnApprover,
+    PayloadError,
+    RunNotFound,
+    StoreError,
+)
+from cairn.store.records import (
+    DECISIONS,
+    Approval,
+    ApprovalStatus,
+    EventType,
+    HistoryEvent,
+    NewRun,
+    Payload,
+    RunRecord,
+    RunStatus,
+    approval_key,
+)
 
 #: The terminal statuses as stored (for statements that test them).
 TERMINAL = tuple(status.value for status in RunStatus if status.terminal)
@@ -543,3 +562,45 @@ def select_prunable(
         if full or len(rows) < page:
             break
     return taken_roots, chosen
+
+
+# -- approvals ---------------------------------------------------------------------------------
+
+
+def approver_matches(approver: str, actor: str) -> bool:
+    """Whether ``actor`` (an acting identity: ``cli:ada@host``, ``app:4242``)
+    is the one ``approver`` names: the identity itself, or, for an approver
+    without a ``:`` (a bare name such as ``ada``), any identity whose user
+    is that name (``cli:ada@any-host``, ``http:ada``)."""
+    if approver == actor:
+        return True
+    if ":" in approver:
+        return False
+    user = actor.partition(":")[2].partition("@")[0]
+    return bool(user) and user == approver
+
+
+def check_decision(
+    run: RunRecord | None, run_id: str, approval: Approval | None, request_id: str,
+    status: ApprovalStatus, actor: str, now: float,
+) -> Approval:
+    """May ``actor`` decide ``status`` on request ``request_id`` of run
+    ``run_id`` now? The run must exist and take deliveries (not finished);
+    the request must exist, be pending and not past its expiry, and
+    ``actor`` must be one of its approvers (when it names any). Raises the
+    error that says which rule failed; nothing is stored then."""
+    if status not in DECISIONS:
+        raise ValueError(f"a decision is approved, rejected or edited, not {status}")
+    check_deliverable(run, run_id, approval_key(request_id))
+    if approval is None:
+        raise ApprovalNotFound(run_id, request_id)
+    what = f"approval request {request_id!r} of run {run_id!r} ({approval.action!r})"
+    if approval.status is not ApprovalStatus.PENDING:
+        by = f" by {approval.decided_by}" if approval.decided_by else ""
+        raise ApprovalClosed(f"{what} is {approval.status.value}{by} already: a request is decided once")
+    if approval.expires_at is not None and now >= approval.expires_at:
+        raise ApprovalClosed(f"{what} expired: its timeout passed undecided")
+    if approval.approvers is not None and not any(approver_matches(a, actor) for a in approval.approvers):
+        raise NotAnApprover(f"{actor} may not decide {what}: its approvers are "
+                            f"{', '.join(approval.approvers) or 'nobody'}")
+    return approval

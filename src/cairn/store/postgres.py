@@ -207,6 +207,8 @@ from cairn.store import admission
 from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
+    Approval,
+    ApprovalRequest,
     Claim,
     Delivery,
     Durability,
@@ -219,6 +221,8 @@ from cairn.store.records import (
 )
 from cairn.store.rows import (
     EVENT_COLUMNS,
+    approval_from_row,
+    approval_params,
     claim_history,
     claim_status,
     claimed_run,
@@ -246,7 +250,8 @@ _EVENT_KEYS = tuple("event_epoch" if column == "epoch" else column for column in
 _Faults = tuple[str, str]
 _FAULTS: dict[str, _Faults] = {
     name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
-    for name in ("finish", "suspend", "start_child", "append", "take_delivery")
+    for name in ("finish", "suspend", "start_child", "append", "take_delivery", "request_approval",
+                 "expire_approval")
 }
 _NO_FAULTS: _Faults = ("", "")
 
@@ -1000,6 +1005,40 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
         self._transaction(body, faults=_FAULTS["take_delivery"])
 
+    # -- approvals (decide_approval is sqlbase's) -----------------------------------
+
+    def request_approval(
+        self, run_id: str, epoch: int, event: HistoryEvent, request: ApprovalRequest
+    ) -> None:
+        params = approval_params(run_id, event, request, self.clock())
+
+        def body(tx: _Conn) -> None:
+            _lock_fenced(tx, run_id, epoch)  # a decision holds the row too: they serialise
+            _append_fenced(tx, run_id, epoch, [event])
+            tx.execute(_Q["insert_approval"], params)
+
+        self._transaction(body, faults=_FAULTS["request_approval"])
+
+    def expire_approval(self, run_id: str, epoch: int, event: HistoryEvent, request_id: str) -> bool:
+        params = {"run_id": run_id, "request_id": request_id, "now": self.clock()}
+
+        def body(tx: _Conn) -> bool:
+            _lock_fenced(tx, run_id, epoch)
+            if tx.execute(_Q["expire_approval"], params).rowcount != 1:
+                return False  # decided first: the decision waits in the mailbox
+            _append_fenced(tx, run_id, epoch, [event])
+            return True
+
+        return self._transaction(body, faults=_FAULTS["expire_approval"])
+
+    def approvals(
+        self, *, tenant: str | None = None, run_id: str | None = None, request_id: str | None = None,
+        pending: bool = True, limit: int = 1000,
+    ) -> list[Approval]:
+        params = self._approval_filter(run_id, request_id, tenant, pending, limit)
+        with self._conn() as conn:
+            return [approval_from_row(row) for row in conn.execute(_Q["select_approvals"], params)]
+
     def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
         params = {"run_id": run_id, "epoch": epoch, "now": self.clock()}
 
@@ -1132,6 +1171,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
                 tx.execute(_Q["delete_history_of_runs"], ids)
                 tx.execute(_Q["delete_mailbox_of_runs"], ids)
+                tx.execute(_Q["delete_approvals_of_runs"], ids)
                 tx.execute(_Q["delete_runs"], ids)
             return len(doomed)
 

@@ -232,3 +232,79 @@ class RunFilter:
     thread_id: str | None = None
     parent_run_id: str | None = None
     limit: int = 100
+
+
+# -- approvals -------------------------------------------------------------------------------
+
+
+class ApprovalStatus(enum.StrEnum):
+    """Where an approval request stands. It leaves ``pending`` once, for
+    good: decided (``approved``, ``rejected``, ``edited``: approved with
+    other data) by a person, or ``expired`` by its run when its timeout
+    passed undecided."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EDITED = "edited"
+    EXPIRED = "expired"
+
+
+#: The statuses a person may decide on a request.
+DECISIONS = frozenset({ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EDITED})
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What the lease holder writes when its run asks for an approval, with
+    the journal entry that records the request (whose payload holds the
+    details). ``request_id`` is derived from the run and the entry's
+    position, so replay and every worker name the same request.
+    ``schema`` (JSON Schema) is what an edit must fit; ``approvers``
+    (``None``: anyone) who may decide; ``expires_at`` (``None``: never) when
+    the run stops waiting."""
+
+    request_id: str
+    action: str
+    type_name: str
+    schema: dict[str, Any] | None
+    approvers: tuple[str, ...] | None
+    expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """An approval request as stored, with what a reader needs beside it:
+    ``request`` is the payload of the journal entry that made it (its
+    details), ``decision`` the payload of the mailbox message that delivered
+    its decision (comment, edit), ``run_status`` its run's status."""
+
+    run_id: str
+    request_id: str
+    tenant: str
+    position: int
+    request_seq: int
+    action: str
+    type_name: str
+    schema: dict[str, Any] | None
+    approvers: tuple[str, ...] | None
+    requested_at: float
+    expires_at: float | None
+    status: ApprovalStatus
+    decided_by: str | None
+    decided_at: float | None
+    comment: str | None
+    decision_seq: int | None
+    request: Payload | None
+    decision: Payload | None
+    run_status: RunStatus
+
+    @property
+    def key(self) -> str:
+        """The wait key the run waits on and the decision is delivered under."""
+        return approval_key(self.request_id)
+
+
+def approval_key(request_id: str) -> str:
+    """The mailbox key of approval request ``request_id``'s decision."""
+    return f"approval:{request_id}"

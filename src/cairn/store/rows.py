@@ -16,7 +16,18 @@ import msgspec
 from cairn.errors import StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.lifecycle import RunUpdate, check_finish_status
-from cairn.store.records import Delivery, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+from cairn.store.records import (
+    Approval,
+    ApprovalRequest,
+    ApprovalStatus,
+    Delivery,
+    EventType,
+    HistoryEvent,
+    NewRun,
+    Payload,
+    RunRecord,
+    RunStatus,
+)
 
 _ENCODE_JSON = msgspec.json.Encoder()
 _DECODE_JSON = msgspec.json.Decoder()
@@ -74,7 +85,7 @@ class DamagedRow(StoreError):
     and quarantine the run; inspection reads them leniently (``lenient``)."""
 
 
-_E = TypeVar("_E", RunStatus, EventType)
+_E = TypeVar("_E", RunStatus, EventType, ApprovalStatus)
 
 
 def unknown_member(kind: type[_E], raw: Any) -> _E:
@@ -314,3 +325,39 @@ def finish_params(
         "result_ref": result.ref if result else None,
         "error": dumps(error) if error is not None else None,
     }
+
+
+# -- approvals ---------------------------------------------------------------------------------
+
+
+def approval_params(
+    run_id: str, event: HistoryEvent, request: ApprovalRequest, now: float
+) -> dict[str, Any]:
+    """Parameters of ``insert_approval``, the same in both dialects."""
+    return {
+        "run_id": run_id, "request_id": request.request_id, "position": event.position,
+        "request_seq": event.seq, "action": request.action, "type_name": request.type_name,
+        "schema": None if request.schema is None else dumps(request.schema),
+        "approvers": None if request.approvers is None else dumps(list(request.approvers)),
+        "now": now, "expires_at": request.expires_at,
+    }
+
+
+def approval_from_row(row: Sequence[Any]) -> Approval:
+    """An ``Approval`` from a row of ``select_approvals``. A damaged JSON
+    column reads as a stand-in (``{"damaged": text}``), which matches no
+    approver and admits no edit."""
+    approvers = _json(row[8], "approvers", True)
+    schema = _json(row[7], "schema", True)
+    request = Payload(_bytes(row[16]), row[17]) if (row[16] is not None or row[17] is not None) else None
+    decision = Payload(_bytes(row[18]), row[19]) if (row[18] is not None or row[19] is not None) else None
+    status = _member(ApprovalStatus, row[11], True)  # an unknown status is not pending: it takes no decision
+    run_status = _member(RunStatus, row[20], True)
+    return Approval(
+        run_id=row[0], request_id=row[1], tenant=row[2], position=row[3], request_seq=row[4], action=row[5],
+        type_name=row[6], schema=schema if isinstance(schema, dict) else None,
+        approvers=tuple(str(a) for a in approvers) if isinstance(approvers, list) else (
+            None if approvers is None else ("?damaged",)),
+        requested_at=row[9], expires_at=row[10], status=status, decided_by=row[12], decided_at=row[13],
+        comment=row[14], decision_seq=row[15], request=request, decision=decision, run_status=run_status,
+    )

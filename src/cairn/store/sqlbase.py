@@ -19,8 +19,8 @@ from typing import Any, Generic, TypeVar
 
 from cairn.faults import fault_point
 from cairn.store import lifecycle as lc
-from cairn.store.records import Delivery, Payload, RunRecord
-from cairn.store.rows import delivery_from_row, message_params
+from cairn.store.records import Approval, ApprovalStatus, Delivery, Payload, RunRecord, approval_key
+from cairn.store.rows import approval_from_row, delivery_from_row, message_params
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -162,3 +162,33 @@ class SQLStore(Generic[Tx]):
         ((seq,),) = self._query(tx, "insert_message", params)
         self._query(tx, "wake_waiting_for", {"run_id": run_id, "key": key, "now": now})
         return Delivery(run_id, seq, key, payload, sender, dedupe, now), True
+
+    # -- approvals ------------------------------------------------------------------
+
+    def decide_approval(
+        self, run_id: str, request_id: str, status: ApprovalStatus, payload: Payload | None,
+        comment: str | None, *, actor: str,
+    ) -> Approval:
+        def body(tx: Tx) -> Approval:
+            run = self._held_run(tx, run_id)  # held: the holder's request and expiry wait for us
+            now = self.clock()
+            found = self._query(tx, "select_approvals", self._approval_filter(run_id, request_id))
+            approval = approval_from_row(found[0]) if found else None
+            lc.check_decision(run, run_id, approval, request_id, status, actor, now)
+            key = approval_key(request_id)
+            delivery, _ = self._deliver(tx, run_id, key, payload, actor, key, now)
+            self._query(tx, "decide_approval", {"run_id": run_id, "request_id": request_id,
+                                                "status": status.value, "actor": actor, "now": now,
+                                                "comment": comment, "decision_seq": delivery.seq})
+            (row,) = self._query(tx, "select_approvals", self._approval_filter(run_id, request_id))
+            return approval_from_row(row)
+
+        return self._operate(body)
+
+    def _approval_filter(
+        self, run_id: str | None, request_id: str | None, tenant: str | None = None, pending: bool = False,
+        limit: int = 1000,
+    ) -> dict[str, Any]:
+        """Parameters of ``select_approvals`` (a dialect may add its own)."""
+        return {"run_id": run_id, "request_id": request_id, "tenant": tenant, "pending": pending,
+                "limit": limit, "terminal": list(lc.TERMINAL)}

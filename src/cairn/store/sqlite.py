@@ -61,6 +61,8 @@ from cairn.store import admission
 from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
+    Approval,
+    ApprovalRequest,
     Claim,
     Delivery,
     Durability,
@@ -72,6 +74,8 @@ from cairn.store.records import (
     RunStatus,
 )
 from cairn.store.rows import (
+    approval_from_row,
+    approval_params,
     claim_history,
     claim_status,
     claimed_run,
@@ -112,7 +116,8 @@ _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
 _Faults = tuple[str, str]
 _FAULTS: dict[str, _Faults] = {
     name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
-    for name in ("finish", "suspend", "start_child", "append", "take_delivery")
+    for name in ("finish", "suspend", "start_child", "append", "take_delivery", "request_approval",
+                 "expire_approval")
 }
 _NO_FAULTS: _Faults = ("", "")
 
@@ -591,6 +596,32 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             if tx.execute(_Q["take_message"], params).rowcount != 1:
                 raise lc.already_taken(run_id, seq)
 
+    # -- approvals (decide_approval is sqlbase's) -----------------------------------
+
+    def request_approval(
+        self, run_id: str, epoch: int, event: HistoryEvent, request: ApprovalRequest
+    ) -> None:
+        with self._write(_FAULTS["request_approval"]) as tx:
+            _append_fenced(tx, run_id, epoch, event)
+            tx.execute(_Q["insert_approval"], approval_params(run_id, event, request, self.clock()))
+
+    def expire_approval(self, run_id: str, epoch: int, event: HistoryEvent, request_id: str) -> bool:
+        with self._write(_FAULTS["expire_approval"]) as tx:
+            params = {"run_id": run_id, "request_id": request_id, "now": self.clock()}
+            if tx.execute(_Q["expire_approval"], params).rowcount != 1:
+                _check_fenced(run_id, epoch, event)
+                return False  # decided first: the decision waits in the mailbox
+            _append_fenced(tx, run_id, epoch, event)
+            return True
+
+    def approvals(
+        self, *, tenant: str | None = None, run_id: str | None = None, request_id: str | None = None,
+        pending: bool = True, limit: int = 1000,
+    ) -> list[Approval]:
+        params = self._approval_filter(run_id, request_id, tenant, pending, limit)
+        with self._read() as conn:
+            return [approval_from_row(row) for row in conn.execute(_Q["select_approvals"], params)]
+
     def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
         with self._write() as tx:
             _append_fenced(tx, run_id, epoch, event)
@@ -683,6 +714,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
                 tx.execute(_Q["delete_history_of_runs"], ids)
                 tx.execute(_Q["delete_mailbox_of_runs"], ids)
+                tx.execute(_Q["delete_approvals_of_runs"], ids)
                 tx.execute(_Q["delete_runs"], ids)
         # Only after the runs are gone for good: a crash from here on leaves
         # queued refs, never a run whose artifacts were deleted.

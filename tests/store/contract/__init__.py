@@ -17,6 +17,7 @@ lease expiry and timers deterministic.
 
 from __future__ import annotations
 
+from tests.store.contract.approvals import ApprovalsContract
 from tests.store.contract.artifacts import ArtifactsContract
 from tests.store.contract.attention import AttentionContract
 from tests.store.contract.budgets import BudgetsContract
@@ -70,6 +71,7 @@ class StoreContract(
     PruneContract,
     InvariantsContract,
     MailboxContract,
+    ApprovalsContract,
 ):
     """Subclass and provide ``store`` and ``clock`` fixtures (see module doc)."""
 

@@ -677,3 +677,52 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
 FROM history WHERE run_id = %(run_id)s::text AND step_kind = 'event' AND name = %(key)s::text
   AND event = 'step.completed'
 ORDER BY seq DESC LIMIT 1
+
+-- Approvals (see schema.sql): a request is written by the lease holder with
+-- its journal entry (holding the run row), decided once by an operator
+-- (holding the run row FOR UPDATE), expired once by the holder when its
+-- timeout passed. A request made again at the same position (after a retry
+-- voided the entry that made it) keeps its row and its decision; it points
+-- at the new entry. Row-level security keeps every statement inside the
+-- role's tenants.
+-- name: insert_approval
+INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, type_name, schema,
+                       approvers, requested_at, expires_at)
+SELECT %(run_id)s::text, %(request_id)s::text, r.tenant, %(position)s::bigint, %(request_seq)s::bigint,
+       %(action)s::text, %(type_name)s::text, %(schema)s::text, %(approvers)s::text, %(now)s::float8,
+       %(expires_at)s::float8
+FROM runs AS r WHERE r.run_id = %(run_id)s::text
+ON CONFLICT (run_id, request_id) DO UPDATE SET request_seq = excluded.request_seq,
+       position = excluded.position, action = excluded.action, type_name = excluded.type_name,
+       schema = excluded.schema, approvers = excluded.approvers, expires_at = excluded.expires_at
+
+-- name: expire_approval
+UPDATE approvals SET status = 'expired', decided_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text AND request_id = %(request_id)s::text AND status = 'pending'
+
+-- name: decide_approval
+UPDATE approvals SET status = %(status)s::text, decided_by = %(actor)s::text, decided_at = %(now)s::float8,
+       comment = %(comment)s::text, decision_seq = %(decision_seq)s::bigint
+WHERE run_id = %(run_id)s::text AND request_id = %(request_id)s::text AND status = 'pending'
+
+-- Approvals with what a reader needs beside the row: the request's journal
+-- entry payload (its details), the decision's message payload (its edit)
+-- and the run's status. pending keeps only the requests still open: pending,
+-- of a run that is not finished.
+-- name: select_approvals
+SELECT a.run_id, a.request_id, a.tenant, a.position, a.request_seq, a.action, a.type_name, a.schema,
+       a.approvers, a.requested_at, a.expires_at, a.status, a.decided_by, a.decided_at, a.comment,
+       a.decision_seq, h.payload, h.payload_ref, m.payload, m.payload_ref, r.status
+FROM approvals AS a
+JOIN runs AS r ON r.run_id = a.run_id
+LEFT JOIN history AS h ON h.run_id = a.run_id AND h.seq = a.request_seq
+LEFT JOIN mailbox AS m ON m.run_id = a.run_id AND m.seq = a.decision_seq
+WHERE (%(run_id)s::text IS NULL OR a.run_id = %(run_id)s::text)
+  AND (%(request_id)s::text IS NULL OR a.request_id = %(request_id)s::text)
+  AND (%(tenant)s::text IS NULL OR a.tenant = %(tenant)s::text)
+  AND (NOT %(pending)s::boolean OR (a.status = 'pending' AND r.status <> ALL(%(terminal)s::text[])))
+ORDER BY a.requested_at, a.run_id, a.request_id
+LIMIT %(limit)s::bigint
+
+-- name: delete_approvals_of_runs
+DELETE FROM approvals WHERE run_id = ANY(%(run_ids)s::text[])

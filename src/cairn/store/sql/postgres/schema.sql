@@ -376,6 +376,7 @@ BEGIN
     EXECUTE format('GRANT SELECT, UPDATE (updated_at) ON queues TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON queue_buckets TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON mailbox TO %I', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON approvals TO %I', grantee);
 END
 $$;
 
@@ -399,3 +400,42 @@ BEGIN
     EXECUTE format('ALTER FUNCTION revoke_tenant(NAME, TEXT) SET search_path = %I, pg_temp', current_schema());
 END
 $$;
+
+-- Approvals (0010): requests a run made for people to approve, reject or
+-- edit; written by the lease holder with the journal entry that records the
+-- request (request_seq: its details), decided once (decision_seq: the
+-- mailbox message that delivered the decision to the run); under the
+-- tenant boundary of 0006 like the mailbox.
+CREATE TABLE approvals (
+    run_id       TEXT NOT NULL,
+    request_id   TEXT NOT NULL,
+    tenant       TEXT NOT NULL,
+    position     BIGINT NOT NULL,
+    request_seq  BIGINT NOT NULL,
+    action       TEXT NOT NULL,
+    type_name    TEXT NOT NULL,
+    schema       TEXT,
+    approvers    TEXT,
+    requested_at DOUBLE PRECISION NOT NULL,
+    expires_at   DOUBLE PRECISION,
+    status       TEXT NOT NULL DEFAULT 'pending',
+    decided_by   TEXT,
+    decided_at   DOUBLE PRECISION,
+    comment      TEXT,
+    decision_seq BIGINT,
+    PRIMARY KEY (run_id, request_id)
+);
+
+CREATE INDEX approvals_pending ON approvals (tenant, requested_at) WHERE status = 'pending';
+
+ALTER TABLE approvals ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON approvals
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = approvals.run_id AND r.tenant = approvals.tenant));

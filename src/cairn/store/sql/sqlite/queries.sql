@@ -389,3 +389,51 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
        started_at, payload, payload_ref, detail
 FROM history WHERE run_id = :run_id AND step_kind = 'event' AND name = :key AND event = 'step.completed'
 ORDER BY seq DESC LIMIT 1
+
+-- Approvals (see schema.sql): a request is written by the lease holder with
+-- its journal entry, decided once by an operator (holding the run: the
+-- database lock), expired once by the holder when its timeout passed.
+-- A request made again at the same position (after a retry voided the
+-- entry that made it) keeps its row and its decision; it points at the new entry.
+-- name: insert_approval
+INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, type_name, schema,
+                       approvers, requested_at, expires_at)
+SELECT :run_id, :request_id, r.tenant, :position, :request_seq, :action, :type_name, :schema, :approvers,
+       :now, :expires_at
+FROM runs AS r WHERE r.run_id = :run_id
+ON CONFLICT (run_id, request_id) DO UPDATE SET request_seq = excluded.request_seq,
+       position = excluded.position, action = excluded.action, type_name = excluded.type_name,
+       schema = excluded.schema, approvers = excluded.approvers, expires_at = excluded.expires_at
+
+-- name: expire_approval
+UPDATE approvals SET status = 'expired', decided_at = :now
+WHERE run_id = :run_id AND request_id = :request_id AND status = 'pending'
+
+-- name: decide_approval
+UPDATE approvals SET status = :status, decided_by = :actor, decided_at = :now, comment = :comment,
+       decision_seq = :decision_seq
+WHERE run_id = :run_id AND request_id = :request_id AND status = 'pending'
+
+-- Approvals with what a reader needs beside the row: the request's journal
+-- entry payload (its details), the decision's message payload (its edit)
+-- and the run's status. :pending keeps only the requests still open: pending,
+-- of a run that is not finished.
+-- name: select_approvals
+SELECT a.run_id, a.request_id, a.tenant, a.position, a.request_seq, a.action, a.type_name, a.schema,
+       a.approvers, a.requested_at, a.expires_at, a.status, a.decided_by, a.decided_at, a.comment,
+       a.decision_seq, h.payload, h.payload_ref, m.payload, m.payload_ref, r.status
+FROM approvals AS a
+JOIN runs AS r ON r.run_id = a.run_id
+LEFT JOIN history AS h ON h.run_id = a.run_id AND h.seq = a.request_seq
+LEFT JOIN mailbox AS m ON m.run_id = a.run_id AND m.seq = a.decision_seq
+WHERE (:run_id IS NULL OR a.run_id = :run_id)
+  AND (:request_id IS NULL OR a.request_id = :request_id)
+  AND (:tenant IS NULL OR a.tenant = :tenant)
+  AND (NOT :pending OR (a.status = 'pending'
+                        AND r.status NOT IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed',
+                                             'halted')))
+ORDER BY a.requested_at, a.run_id, a.request_id
+LIMIT :limit
+
+-- name: delete_approvals_of_runs
+DELETE FROM approvals WHERE run_id IN (SELECT value FROM json_each(:run_ids))

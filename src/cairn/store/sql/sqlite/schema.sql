@@ -148,3 +148,29 @@ CREATE TABLE mailbox (
 CREATE UNIQUE INDEX mailbox_dedupe ON mailbox (run_id, dedupe) WHERE dedupe IS NOT NULL;
 CREATE INDEX mailbox_waiting ON mailbox (run_id, key, seq) WHERE taken_at IS NULL;
 CREATE INDEX mailbox_payload_ref ON mailbox (payload_ref) WHERE payload_ref IS NOT NULL;
+
+-- Approvals (0007): requests a run made for people to approve, reject or
+-- edit; written by the lease holder with the journal entry that records the
+-- request (request_seq: its details), decided once (decision_seq: the
+-- mailbox message that delivered the decision to the run).
+CREATE TABLE approvals (
+    run_id       TEXT NOT NULL,
+    request_id   TEXT NOT NULL,
+    tenant       TEXT NOT NULL,
+    position     INTEGER NOT NULL,
+    request_seq  INTEGER NOT NULL,
+    action       TEXT NOT NULL,
+    type_name    TEXT NOT NULL,
+    schema       TEXT,
+    approvers    TEXT,
+    requested_at REAL NOT NULL,
+    expires_at   REAL,
+    status       TEXT NOT NULL DEFAULT 'pending',
+    decided_by   TEXT,
+    decided_at   REAL,
+    comment      TEXT,
+    decision_seq INTEGER,
+    PRIMARY KEY (run_id, request_id)
+) WITHOUT ROWID;
+
+CREATE INDEX approvals_pending ON approvals (tenant, requested_at) WHERE status = 'pending';

@@ -1,0 +1,100 @@
+"""Approval requests as people and programs read them (``cairn approvals``,
+``app.approvals()``): typed, decoded views of the stored requests.
+
+The store keeps a request's details in the journal entry that made it and
+its decision in the mailbox message that delivered it; a view puts them back
+together, decoded through the codec (never read from the store directly), so
+that what a decider is shown is exactly what the run recorded and will act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cairn.codec.payloads import PayloadCodec
+from cairn.errors import PayloadError
+from cairn.store.records import Approval, ApprovalStatus, RunStatus
+
+
+class _NoEdit:
+    """``approve(..., edit=NO_EDIT)``: approve the details as requested
+    (``None`` is a value one may edit to)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_EDIT"
+
+
+NO_EDIT: Any = _NoEdit()
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalView:
+    """One approval request: what is asked (``action``, ``details`` as
+    plain JSON, the type an edit must fit), who may decide, until when, and
+    where it stands (``status``; once decided: who, when, the comment and,
+    for an edit, ``edited``)."""
+
+    run_id: str
+    request_id: str
+    tenant: str
+    action: str
+    details: Any
+    type_name: str
+    approvers: tuple[str, ...] | None
+    requested_at: float
+    expires_at: float | None
+    status: ApprovalStatus
+    run_status: RunStatus
+    position: int
+    decided_by: str | None = None
+    decided_at: float | None = None
+    comment: str | None = None
+    edited: Any = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether it still awaits a decision: pending, and its run not finished."""
+        return self.status is ApprovalStatus.PENDING and not self.run_status.terminal
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON values (``cairn approvals --json``)."""
+        return {
+            "run_id": self.run_id, "request_id": self.request_id, "tenant": self.tenant,
+            "action": self.action,
+            "details": self.details, "type": self.type_name,
+            "approvers": None if self.approvers is None else list(self.approvers),
+            "requested_at": self.requested_at, "expires_at": self.expires_at, "status": self.status.value,
+            "run_status": self.run_status.value, "position": self.position, "decided_by": self.decided_by,
+            "decided_at": self.decided_at, "comment": self.comment, "edited": self.edited,
+        }
+
+
+def view(codec: PayloadCodec, approval: Approval) -> ApprovalView:
+    """Decode ``approval``'s request and decision payloads into a view. A
+    payload that cannot be read shows as ``{"unreadable": why}``: a listing
+    must not fail for one damaged row."""
+    request = _load(codec, approval.request, f"approval request {approval.request_id}")
+    decision = _load(codec, approval.decision, f"the decision on approval request {approval.request_id}")
+    details = request.get("details") if isinstance(request, dict) and "unreadable" not in request else request
+    edited = decision.get("data") if isinstance(decision, dict) and approval.status is ApprovalStatus.EDITED \
+        else None
+    return ApprovalView(
+        run_id=approval.run_id, request_id=approval.request_id, tenant=approval.tenant,
+        action=approval.action,
+        details=details, type_name=approval.type_name, approvers=approval.approvers,
+        requested_at=approval.requested_at, expires_at=approval.expires_at, status=approval.status,
+        run_status=approval.run_status, position=approval.position, decided_by=approval.decided_by,
+        decided_at=approval.decided_at, comment=approval.comment, edited=edited,
+    )
+
+
+def _load(codec: PayloadCodec, payload: Any, what: str) -> Any:
+    if payload is None:
+        return None
+    try:
+        return codec.load(payload, what=what)
+    except PayloadError as exc:
+        return {"unreadable": str(exc)}

@@ -1,0 +1,261 @@
+"""Approvals: a run asks people to approve, reject or edit, and waits for
+them at no cost (``ctx.request_approval``, protected tools).
+
+A request is two journaled calls:
+
+* ``approval`` at position *p*: the request itself. Its outcome records the
+  request id (derived from the run id and *p*, like an operation id, so
+  every replay and every worker names the same request), the details, the
+  approvers and the deadline (computed once, at the first execution), and
+  it is written in one fenced transaction with the pending request row
+  (``Execution.request_approval``): a crash leaves both or neither.
+* ``decision`` at *p + 1*: what was decided. A decision is delivered into
+  the run's mailbox (key ``approval:<request id>``) by the same transaction
+  that records it on the request row, and the run consumes the message with
+  ``Execution.take_delivery``, which records the decision and the decider
+  (the message's sender) as this call's outcome in one fenced write. Until
+  then the run is suspended waiting for that key, holding no worker; if the
+  deadline passes first, the run records an ``expired`` decision in the same
+  transaction that marks the row expired, and only if no decision came
+  first (``Execution.expire_approval``). So a decision is applied once, or
+  not at all, and never lost: it is either in the mailbox or in the journal.
+
+A decision that is recorded is replayed from the journal: the workflow sees
+the very same ``Decision`` after any crash.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import msgspec
+
+from cairn.codec import schemas, values
+from cairn.engine.execution import Execution, operation_id
+from cairn.engine.signals import Suspend
+from cairn.engine.steps import input_hash
+from cairn.errors import ApprovalExpired, ApprovalRejected, InvalidArgument, InvalidEdit, PayloadError
+from cairn.store.records import ApprovalRequest, ApprovalStatus, Delivery, approval_key
+
+if TYPE_CHECKING:
+    from cairn.engine.tools import ToolDef
+
+T = TypeVar("T")
+
+#: What ``approval=`` on a tool may be: always, or a policy of the bound arguments.
+ApprovalPolicy = bool | Callable[[dict[str, Any]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision(Generic[T]):
+    """What was decided on an approval request.
+
+    ``status`` is ``approved``, ``edited`` (approved, with other data),
+    ``rejected``, or ``expired`` (the request's timeout passed undecided).
+    ``data`` is what to act on: the details as requested when approved, the
+    edited value when edited (both of the request's type), ``None``
+    otherwise. ``decided_by`` is the decider's identity (``cli:ada@host``),
+    ``decided_at`` when the decision was stored (``None`` for an expiry)."""
+
+    status: ApprovalStatus
+    data: T | None
+    request_id: str
+    action: str
+    decided_by: str | None = None
+    decided_at: float | None = None
+    comment: str | None = None
+
+    @property
+    def approved(self) -> bool:
+        """Whether the action may go ahead (approved as requested, or edited)."""
+        return self.status in (ApprovalStatus.APPROVED, ApprovalStatus.EDITED)
+
+
+class _Request(msgspec.Struct, frozen=True):
+    """The recorded outcome of an ``approval`` call."""
+
+    request_id: str
+    action: str
+    details: Any
+    type: str
+    approvers: list[str] | None = None
+    expires_at: float | None = None
+
+
+class _Recorded(msgspec.Struct, frozen=True):
+    """The recorded outcome of a ``decision`` call (and what replay rebuilds from)."""
+
+    status: str
+    request_id: str
+    action: str
+    data: Any = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+    comment: str | None = None
+
+
+class _Delivered(msgspec.Struct, frozen=True):
+    """What a decision message carries (the sender and time are the message's)."""
+
+    status: str
+    comment: str | None = None
+    data: Any = None
+
+
+def decision_body(status: ApprovalStatus, comment: str | None, edited: Any = None) -> bytes:
+    """The JSON a decision delivers to the run: its status, the comment and,
+    for an edit, the edited value (plain JSON, checked by the decider)."""
+    data = edited if status is ApprovalStatus.EDITED else None
+    return values.encode(_Delivered(status.value, comment, data))
+
+
+def request(
+    ex: Execution,
+    action: str,
+    details: Any,
+    *,
+    timeout: float | None,
+    approvers: Sequence[str] | str | None,
+    type_: Any,
+) -> Decision[Any]:
+    """Ask for approval of ``action`` on ``details``; return the decision,
+    or suspend the run until there is one (or until ``timeout`` seconds
+    after the first request: an ``expired`` decision)."""
+    if not isinstance(action, str) or not action:
+        raise InvalidArgument("an approval's action must be a non-empty string")
+    if timeout is not None and not timeout >= 0:
+        raise InvalidArgument(f"an approval's timeout must be a number of seconds >= 0, not {timeout!r}")
+    who = _approvers(approvers)
+    kind = type(details) if type_ is None else type_
+    raw = values.encode(details)  # PayloadError: the details cannot be recorded (nothing is)
+    values.decode(raw, kind, what=f"the details of approval {action!r} as {schemas.type_name(kind)}")
+    plain = msgspec.json.decode(raw)
+    call = ex.begin("approval", action, input_hash((), {"details": plain, "approvers": who}))
+    if call.recorded is not None:
+        made: _Request = ex.replay(call, _Request)
+    else:
+        schema = schemas.schema_of(kind)
+        deadline = None if timeout is None else time.time() + timeout
+        request_id = operation_id(ex.run_id, call.position, ex.journal.generation(call.position))
+        made = _Request(request_id, action, plain, schemas.type_name(kind),
+                        None if who is None else list(who), deadline)
+        payload = ex.runtime.payloads.wrap(values.encode(made))
+        stored = ApprovalRequest(request_id, action, made.type, schema, who, deadline)
+        ex.request_approval(call, payload, stored)
+    return _await(ex, made, kind)
+
+
+def _approvers(approvers: Sequence[str] | str | None) -> tuple[str, ...] | None:
+    if approvers is None:
+        return None
+    chosen = (approvers,) if isinstance(approvers, str) else tuple(approvers)
+    if not chosen or not all(isinstance(a, str) and a for a in chosen):
+        raise InvalidArgument("approvers= names who may decide: one or more non-empty identities or "
+                              "user names (omit it to let anyone decide)")
+    return chosen
+
+
+def _await(ex: Execution, made: _Request, kind: Any) -> Decision[Any]:
+    call = ex.begin("decision", made.request_id)
+    if call.recorded is not None:
+        return _decision(ex.replay(call, _Recorded), kind)
+    key = approval_key(made.request_id)
+    message = ex.next_delivery(key)
+    if message is not None:
+        return _take(ex, call, message, made, kind)
+    if made.expires_at is not None and time.time() >= made.expires_at:
+        expired = _Recorded(ApprovalStatus.EXPIRED.value, made.request_id, made.action)
+        if ex.expire_approval(call, ex.runtime.payloads.wrap(values.encode(expired)), made.request_id):
+            return _decision(expired, kind)
+        message = ex.next_delivery(key)  # a decision came first: it is in the mailbox
+        if message is not None:
+            return _take(ex, call, message, made, kind)
+    raise Suspend("approval", wake_at=made.expires_at, waiting_for=key, detail={
+        "request_id": made.request_id, "action": made.action,
+        "why": f"waiting for a decision on approval request {made.request_id} ({made.action!r})",
+    })
+
+
+def _take(ex: Execution, call: Any, message: Delivery, made: _Request, kind: Any) -> Decision[Any]:
+    what = f"the decision on approval request {made.request_id} of run {ex.run_id!r}"
+    raw = ex.runtime.payloads.raw(message.payload, what=what) if message.payload is not None else b"{}"
+    body = values.decode(raw, _Delivered, what=what)
+    status = ApprovalStatus(body.status)
+    data = None
+    if status is ApprovalStatus.APPROVED:
+        data = made.details
+    elif status is ApprovalStatus.EDITED:
+        data = body.data
+        try:  # checked by the decider against the schema; the type itself has the last word
+            values.decode(values.encode(data), kind, what=f"the edit of approval {made.action!r}")
+        except PayloadError as exc:
+            ex.fail_call(call, InvalidEdit(str(exc)), retryable=False, retry_delay=None)
+    recorded = _Recorded(status.value, made.request_id, made.action, data, message.sender, message.sent_at,
+                         body.comment)
+    payload = ex.runtime.payloads.wrap(values.encode(recorded))
+    ex.take_delivery(call, message, payload, {"request_id": made.request_id, "decision": status.value})
+    return _decision(recorded, kind)
+
+
+def _decision(recorded: _Recorded, kind: Any) -> Decision[Any]:
+    status = ApprovalStatus(recorded.status)
+    data = None
+    if recorded.data is not None or status in (ApprovalStatus.APPROVED, ApprovalStatus.EDITED):
+        what = f"the data of approval {recorded.action!r}"
+        data = values.decode(values.encode(recorded.data), kind, what=what)
+    return Decision(status, data, recorded.request_id, recorded.action, recorded.decided_by,
+                    recorded.decided_at, recorded.comment)
+
+
+# -- protected tools ------------------------------------------------------------------------------
+
+
+def arguments_type(name: str, signature: inspect.Signature, hints: dict[str, Any]) -> Any:
+    """The type of a protected tool's arguments, by name (what an edit of
+    them must fit): a Struct with one field per parameter, its annotation
+    and default; unknown names are refused. ``TypeError`` for a tool whose
+    arguments cannot all be named (``*args``, ``**kwargs``, positional-only)."""
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for param in signature.parameters.values():
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise TypeError(f"tool {name!r} needs approval, so its arguments are recorded and approved "
+                            f"by name: parameter {param.name!r} cannot be (no *args, **kwargs or "
+                            "positional-only)")
+        annotation = hints.get(param.name, Any)
+        if param.default is inspect.Parameter.empty:
+            fields.append((param.name, annotation))
+        else:
+            fields.append((param.name, annotation, param.default))
+    arguments: Any = msgspec.defstruct(f"{name}_arguments", fields, module="tool", forbid_unknown_fields=True)
+    values.decoder_for(arguments)
+    return arguments
+
+
+def guard(ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """For a protected tool: if its policy asks for approval of these
+    arguments, request it (suspending until decided) and return the
+    arguments to execute, exactly the approved or edited ones, by name; or
+    raise ``ApprovalRejected`` / ``ApprovalExpired``. ``None``: no approval
+    needed, execute the call as made."""
+    bound = d.call_signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    policy = d.approval
+    if policy is False or policy is None or (policy is not True and not policy(arguments)):
+        return None
+    decision = request(ex, d.name, arguments, timeout=d.approval_timeout, approvers=d.approvers,
+                       type_=d.arguments_type)
+    if decision.status is ApprovalStatus.EXPIRED:
+        raise ApprovalExpired(f"tool {d.name!r} was not executed: its approval request {decision.request_id} "
+                              "expired undecided", decision)
+    if not decision.approved:
+        by = f" by {decision.decided_by}" if decision.decided_by else ""
+        why = f": {decision.comment}" if decision.comment else ""
+        raise ApprovalRejected(f"tool {d.name!r} was not executed: approval request {decision.request_id} "
+                               f"was rejected{by}{why}", decision)
+    approved: dict[str, Any] = msgspec.structs.asdict(decision.data)  # type: ignore[arg-type]
+    return approved
