@@ -88,7 +88,7 @@ def test_cairn_show_says_what_a_suspended_run_waits_for(app: cairn.App) -> None:
     run_id = _waiting(app)
     shown = cli("show", run_id)
     assert shown.exit_code == 0, shown.stderr
-    assert "waiting for signal 'approve' until 20" in shown.stdout
+    assert "waiting   signal 'approve' until 20" in shown.stdout
     as_json = cli("show", run_id, "--json")
     assert '"waiting_for": "signal:approve"' in as_json.stdout
 

@@ -502,8 +502,14 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
 def waiting_for_text(key: str, until: float | None) -> str:
     """What a suspended run waits for, said in words: ``waiting for signal
     'approve' until 2026-12-01 10:00:00`` (no ``until``: no timeout)."""
+    return f"waiting for {delivery_text(key, until)}"
+
+
+def delivery_text(key: str, until: float | None) -> str:
+    """The delivery a run waits for and its timeout: ``signal 'approve'
+    until 2026-12-01 10:00:00``, ``approval '...' (no timeout)``."""
     deadline = f" until {fmt_time(until)}" if until is not None else " (no timeout)"
-    return f"waiting for {wait_label(key)}{deadline}"
+    return f"{wait_label(key)}{deadline}"
 
 
 def waiting_text(record: RunRecord, history: list[HistoryEvent]) -> str:
@@ -511,7 +517,7 @@ def waiting_text(record: RunRecord, history: list[HistoryEvent]) -> str:
     if record.waiting_on:
         return f"child {record.waiting_on}"
     if record.waiting_for:
-        return waiting_for_text(record.waiting_for, record.wake_at)
+        return delivery_text(record.waiting_for, record.wake_at)
     if record.wake_at is not None:
         return f"timer due {fmt_time(record.wake_at)}"
     last = next((e for e in reversed(history) if e.event is EventType.RUN_SUSPENDED), None)

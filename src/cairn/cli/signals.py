@@ -171,7 +171,7 @@ def wait(ctx: click.Context, run_id: str, timeout: float | None, finished: bool,
         elif not settled:
             echo(f"run {run_id} is still {record.status.value} after {timeout:g}s", err=True)
         elif waiting is not None:
-            echo(f"run {run_id} is suspended, {waiting}", err=True)
+            echo(f"run {run_id} is suspended, waiting for {waiting}", err=True)
         elif record.status is RunStatus.NEEDS_ATTENTION:
             echo(f"run {run_id} needs attention: see 'cairn ops {run_id}'", err=True)
         else:
@@ -217,6 +217,6 @@ class _Progress:
         steps = [e for e in self.history if e.position is not None and e.step_kind is not None]
         latest = f", latest: {steps[-1].step_kind} {steps[-1].name!r}" if steps else ""
         suspended = record.status is RunStatus.SUSPENDED
-        what = f" ({render.waiting_text(record, self.history)})" if suspended else ""
+        what = f" (waiting for {render.waiting_text(record, self.history)})" if suspended else ""
         entries = f"{len(steps)} journal entr{'y' if len(steps) == 1 else 'ies'}"
         return clean(f"run {self.run_id}: {record.status.value}{what}, {entries}{latest}", newlines=False)
