@@ -769,3 +769,14 @@ def prune(
 
 
 main.add_command(queues)
+
+
+# -- the HTTP API (cairn.server): serve, tokens, watch ------------------------------------------
+
+from .serve import serve  # noqa: E402
+from .tokens import tokens  # noqa: E402
+from .watch import watch  # noqa: E402
+
+main.add_command(serve)
+main.add_command(tokens)
+main.add_command(watch)

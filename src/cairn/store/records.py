@@ -232,3 +232,22 @@ class RunFilter:
     thread_id: str | None = None
     parent_run_id: str | None = None
     limit: int = 100
+
+
+# -- the HTTP API's bearer tokens (cairn.server) -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A bearer token of the HTTP API as stored: bound to one ``tenant`` and
+    one ``role``; only ``digest`` (the SHA-256 of its secret, hex) is kept,
+    never the secret itself. ``revoked_at`` set: refused from then on."""
+
+    token_id: str
+    tenant: str
+    role: str
+    name: str
+    digest: str
+    created_at: float
+    created_by: str | None = None
+    revoked_at: float | None = None
