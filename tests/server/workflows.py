@@ -25,6 +25,15 @@ def register(app: cairn.App) -> dict[str, Any]:
             total += tick(i)
         return total
 
+    @app.step
+    def slow_tick(i: int) -> int:
+        time.sleep(0.01)
+        return i
+
+    @app.workflow(name="slow_ticker")
+    def slow_ticker(ctx: cairn.Context, n: int = 3) -> int:
+        return sum(slow_tick(i) for i in range(n))
+
     @app.workflow(name="echo")
     def echo(ctx: cairn.Context, text: str) -> str:
         return text
@@ -42,7 +51,7 @@ def register(app: cairn.App) -> dict[str, Any]:
     def payer(ctx: cairn.Context, to: str) -> str:
         return send(to)
 
-    return {"ticker": ticker, "echo": echo, "chat": chat, "payer": payer}
+    return {"ticker": ticker, "slow_ticker": slow_ticker, "echo": echo, "chat": chat, "payer": payer}
 
 
 def drain(app: cairn.App, seconds: float = 10.0) -> None:

@@ -47,9 +47,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from cairn.api.tokens import Principal, Role
-from cairn.errors import RunNotFound
 from cairn.server.errors import ApiError
-from cairn.server.routing import Endpoint, ServerState
+from cairn.server.routing import Endpoint, ServerState, tenant_run
 from cairn.server.views import event_json, model_records, run_summary
 from cairn.store.records import RunRecord
 
@@ -181,11 +180,7 @@ async def run_events(request: Request, state: ServerState, principal: Principal)
     after = run_cursor(request)
     app = state.app
 
-    def check() -> None:
-        if app.get_run(run_id).tenant != principal.tenant:
-            raise RunNotFound(run_id)
-
-    await run_in_threadpool(check)
+    await run_in_threadpool(tenant_run, app, principal, run_id)
 
     async def stream() -> AsyncIterator[str]:
         cursor = after

@@ -63,10 +63,22 @@ class Call(Generic[B]):
         """The run, if it is of the caller's tenant. Another tenant's run is
         ``RunNotFound`` with the message an unknown id gets: a caller cannot
         tell the two apart."""
-        record = self.operator.get_run(run_id)
-        if record.tenant != self.principal.tenant:
-            raise RunNotFound(run_id)
-        return record
+        return tenant_run(self.app, self.principal, run_id)
+
+
+_PLAIN = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+
+def tenant_run(app: App, principal: Principal, run_id: str) -> RunRecord:
+    """``run_id``'s run if it is of ``principal``'s tenant, else
+    ``RunNotFound`` (an id no run could have, with control characters or
+    too long, is unknown too: it never reaches the database)."""
+    if not _PLAIN.match(run_id):
+        raise RunNotFound(run_id)
+    record = app.get_run(run_id)
+    if record.tenant != principal.tenant:
+        raise RunNotFound(run_id)
+    return record
 
 
 Handler = Callable[[Call[Any]], Any]
