@@ -12,9 +12,11 @@ from typing import Annotated, Any
 import msgspec
 
 from cairn.api.tokens import Role
+from cairn.errors import InvalidArgument
 from cairn.server.routing import Call, Endpoint
 from cairn.store.admission import QueueLimits, QueueStats, Rate
 
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)]
 RateText = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
 
@@ -47,6 +49,10 @@ def list_queues(call: Call[Any]) -> Any:
 def set_queue(call: Call[Any]) -> Any:
     body: QueueBody = call.body
     name = call.path["name"]
+    try:
+        msgspec.convert(name, Name)
+    except msgspec.ValidationError:
+        raise InvalidArgument("a queue name is 1 to 200 characters without control characters") from None
     limits = QueueLimits(name, body.concurrency, body.tenant_concurrency,
                          Rate.parse(body.rate) if body.rate is not None else None,
                          Rate.parse(body.tenant_rate) if body.tenant_rate is not None else None)

@@ -183,6 +183,8 @@ def _decode_body(kind: type[Any], data: bytes) -> Any:
         raise ApiError(400, "invalid", f"bad request body: {exc}") from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, "invalid", f"the request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "invalid", "the request body is nested too deeply") from None
 
 
 async def _read_body(request: Request) -> bytes:
