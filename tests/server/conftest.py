@@ -83,9 +83,10 @@ def free_port() -> int:
 class LiveServer:
     """A real uvicorn serving ``create_app(app)`` on 127.0.0.1, in a thread."""
 
-    def __init__(self, app: cairn.App, **options: Any) -> None:
+    def __init__(self, app: cairn.App, wrap: Any = None, **options: Any) -> None:
         self.port = free_port()
-        config = uvicorn.Config(create_app(app, **options), host="127.0.0.1", port=self.port, log_level="warning",
+        asgi = create_app(app, **options)
+        config = uvicorn.Config(wrap(asgi) if wrap is not None else asgi, host="127.0.0.1", port=self.port, log_level="warning",
                                 lifespan="on", timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

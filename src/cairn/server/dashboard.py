@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
@@ -118,9 +118,11 @@ def routes(state: ServerState) -> list[Route]:
         return _page("login.html", principal=None, next=_next(request), error=None)
 
     async def login(request: Request) -> Response:
-        form = await request.form()
-        token = str(form.get("token") or "").strip()
-        target = _next(request, str(form.get("next") or "/"))
+        # a urlencoded form of two fields: parsed here, without a multipart parser
+        raw = await request.body()
+        form = parse_qs(raw[:8192].decode("utf-8", "replace"), max_num_fields=10)
+        token = (form.get("token") or [""])[0].strip()
+        target = _next(request, (form.get("next") or ["/"])[0])
         try:
             await run_in_threadpool(state.app.tokens.check, token)
         except TokenRefused:
@@ -137,7 +139,7 @@ def routes(state: ServerState) -> list[Route]:
 
     return [
         Route("/", page(runs_page), methods=["GET"]),
-        Route("/runs/{run_id}", page(run_page), methods=["GET"]),
+        Route("/runs/{run_id:path}", page(run_page), methods=["GET"]),  # any run id, '/' included
         Route("/queues", page(queues_page), methods=["GET"]),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),

@@ -26,6 +26,8 @@ from cairn.server.views import (
 from cairn.store.records import RunStatus
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+#: a run id the API can address: no '/' (it would split the path) and no control characters
+RunId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -51,7 +53,7 @@ class StartRun(msgspec.Struct, forbid_unknown_fields=True):
 
     workflow: Name
     input: Any = None
-    run_id: Name | None = None
+    run_id: RunId | None = None
     thread_id: Name | None = None
     queue: Name = "default"
     priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] = 0
@@ -97,10 +99,10 @@ def start_run(call: Call[Any]) -> Any:
     key = call.request.headers.get("idempotency-key")
     if key is not None:
         try:
-            key = msgspec.convert(key, Name)
+            key = msgspec.convert(key, RunId)
         except msgspec.ValidationError:
             raise ApiError(400, "invalid", "the Idempotency-Key header must be 1 to 200 printable "
-                                           "characters") from None
+                                           "characters without '/'") from None
         if body.run_id is not None and body.run_id != key:
             raise ApiError(400, "invalid", "run_id and the Idempotency-Key header differ")
     run_id = body.run_id or key

@@ -161,7 +161,19 @@ function resolveForm(form) {
   });
 }
 
+// A sign-in link may carry the token in its fragment (/login#token=...): the
+// fragment never reaches the server or its logs; it is posted once and cleared.
+function loginFromFragment(form) {
+  const match = /^#token=(.+)$/.exec(window.location.hash);
+  if (!match) return;
+  history.replaceState(null, "", window.location.pathname + window.location.search);
+  form.elements.token.value = decodeURIComponent(match[1]);
+  form.submit();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  const login = document.getElementById("login");
+  if (login) loginFromFragment(login);
   const runs = document.getElementById("runs");
   if (runs) runsPage(runs);
   const timeline = document.getElementById("timeline");
