@@ -23,6 +23,7 @@ from tests.engine.conftest import postgres_url
 from .workflows import register
 
 TENANT, OTHER = "acme", "globex"
+ROLES = ("viewer", "operator", "admin")
 
 
 @dataclass
@@ -43,7 +44,7 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
     else:
         app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
     workflows = register(app)
-    tokens = {role: app.tokens.mint(TENANT, role, f"{role}-bot").secret for role in ("viewer", "operator", "admin")}
+    tokens = {role: app.tokens.mint(TENANT, role, f"{role}-bot").secret for role in ROLES}
     tokens["other-admin"] = app.tokens.mint(OTHER, "admin", "intruder").secret
     revoked = app.tokens.mint(TENANT, "admin", "revoked-bot")
     app.tokens.revoke(revoked.record.token_id)
@@ -56,7 +57,7 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
 def sqlite_setup(tmp_path: Path) -> Iterator[Setup]:
     app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
     workflows = register(app)
-    tokens = {role: app.tokens.mint(TENANT, role, f"{role}-bot").secret for role in ("viewer", "operator", "admin")}
+    tokens = {role: app.tokens.mint(TENANT, role, f"{role}-bot").secret for role in ROLES}
     tokens["other-admin"] = app.tokens.mint(OTHER, "admin", "intruder").secret
     yield Setup(app, workflows, tokens)
     app.close()
@@ -86,8 +87,8 @@ class LiveServer:
     def __init__(self, app: cairn.App, wrap: Any = None, **options: Any) -> None:
         self.port = free_port()
         asgi = create_app(app, **options)
-        config = uvicorn.Config(wrap(asgi) if wrap is not None else asgi, host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="on", timeout_graceful_shutdown=1)
+        config = uvicorn.Config(wrap(asgi) if wrap is not None else asgi, host="127.0.0.1", port=self.port,
+                                log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -24,7 +24,8 @@ def test_the_actor_in_history_is_the_tokens_identity(setup: Setup, client: httpx
                        headers=operator).status_code == 200
     entry = setup.app.history(run_id)[-1]
     assert entry.event.value == "run.cancelled"
-    assert entry.detail is not None and entry.detail["actor"] == _actor(setup, "operator")
+    assert entry.detail is not None
+    assert entry.detail["actor"] == _actor(setup, "operator")
 
     killed = setup.app.start(setup.workflows["echo"], "y", tenant=TENANT).run_id
     assert client.post(f"/api/runs/{killed}/kill", headers=operator).json()["killed"] == [killed]
@@ -46,7 +47,9 @@ def test_resolving_an_uncertain_write_through_the_api(setup: Setup, client: http
     assert ops["status"] == "needs_attention"
     (position,) = ops["needs_resolution"]
     op = next(o for o in ops["operations"] if o["position"] == position)
-    assert op["effect"] == "write" and op["status"] == "uncertain" and op["arguments"] == {"to": "ada"}
+    assert op["effect"] == "write"
+    assert op["status"] == "uncertain"
+    assert op["arguments"] == {"to": "ada"}
     viewer = client.post(f"/api/runs/{run_id}/operations/{position}/resolve", json={"done": True},
                          headers=setup.headers("viewer"))
     assert viewer.status_code == 403
@@ -55,13 +58,15 @@ def test_resolving_an_uncertain_write_through_the_api(setup: Setup, client: http
     assert resolved.status_code == 200, resolved.text
     drain(setup.app)
     run = client.get(f"/api/runs/{run_id}", headers=operator).json()
-    assert run["status"] == "completed" and run["result"] == "sent by hand"
+    assert run["status"] == "completed"
+    assert run["result"] == "sent by hand"
     settled = client.get(f"/api/runs/{run_id}/operations", headers=operator).json()["operations"][0]
     assert settled["resolution"]["how"] == "operator_done"
     assert settled["resolution"]["actor"] == _actor(setup, "operator")
     again = client.post(f"/api/runs/{run_id}/operations/{position}/resolve", json={"done": False},
                         headers=operator)
-    assert again.status_code == 409 and again.json()["error"] == "conflict"
+    assert again.status_code == 409
+    assert again.json()["error"] == "conflict"
 
 
 def test_starting_is_idempotent_on_the_key(setup: Setup, client: httpx.Client) -> None:
@@ -75,7 +80,8 @@ def test_starting_is_idempotent_on_the_key(setup: Setup, client: httpx.Client) -
                          headers=operator)
     assert differ.status_code == 400
     unknown = client.post("/api/runs", json={"workflow": "nope"}, headers=setup.headers("operator"))
-    assert unknown.status_code == 422 and unknown.json()["error"] == "unknown_workflow"
+    assert unknown.status_code == 422
+    assert unknown.json()["error"] == "unknown_workflow"
     misfit = client.post("/api/runs", json={"workflow": "echo", "input": {"text": 5}},
                          headers=setup.headers("operator"))
     assert misfit.status_code == 400
@@ -97,6 +103,7 @@ def test_the_journal_pages_and_model_calls(setup: Setup, client: httpx.Client) -
     calls = client.get(f"/api/runs/{chat.run_id}/model-calls", headers=viewer).json()["model_calls"]
     assert len(calls) == 1
     assert calls[0]["request"]["messages"][0]["content"] == "why?"
-    assert calls[0]["response"]["content"] == "answer 1" or calls[0]["response"]["content"].startswith("answer")
-    listed = client.get("/api/runs", params={"status": "completed", "workflow": "chat"}, headers=viewer).json()
+    assert calls[0]["response"]["content"].startswith("answer")
+    listed = client.get("/api/runs", params={"status": "completed", "workflow": "chat"},
+                        headers=viewer).json()
     assert [r["run_id"] for r in listed["runs"]] == [chat.run_id]

@@ -1,5 +1,5 @@
 """The authorization matrix, generated from the route table: every endpoint
-× {no token, malformed, revoked, each role, another tenant's admin} × {own
+x {no token, malformed, revoked, each role, another tenant's admin} x {own
 run, another tenant's run, an unknown id}. A new endpoint without a sample
 request below fails ``test_every_endpoint_has_a_sample``, so none escapes.
 
@@ -77,7 +77,8 @@ def _call(http: httpx.Client, spec: Endpoint, headers: dict[str, str], target: s
 def _json_error(response: httpx.Response) -> dict[str, Any]:
     assert response.headers["content-type"].startswith("application/json"), response.text
     body = response.json()
-    assert set(body) == {"error", "message"} and isinstance(body["message"], str), body
+    assert set(body) == {"error", "message"}, body
+    assert isinstance(body["message"], str), body
     return body
 
 
@@ -130,7 +131,8 @@ def test_the_authorization_matrix(setup: Setup, client: httpx.Client) -> None:
     assert checked > 250
 
 
-@pytest.mark.parametrize("header", ["Basic abc", "Bearer", "bearer  x y", "Token abc", "Bearer cairn_0123456789abcdef_" + "x" * 43])
+@pytest.mark.parametrize("header", ["Basic abc", "Bearer", "bearer  x y", "Token abc",
+                                    "Bearer cairn_0123456789abcdef_" + "x" * 43])
 def test_malformed_authorization_headers_are_401(setup: Setup, client: httpx.Client, header: str) -> None:
     response = client.get("/api/runs", headers={"Authorization": header})
     assert response.status_code == 401

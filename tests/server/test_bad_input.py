@@ -20,8 +20,8 @@ BODIES: list[bytes] = [
     b'{"workflow": "echo", "unknown_field": 1}', b'{"done": "yes"}', b'{"tokens": -1}',
     b'{"concurrency": 0}', b'{"rate": "lots"}', b'{"rate": "0/min"}', b'{"workflow": "echo\\u0000"}',
     b'{"workflow": "echo", "run_id": "a\\nb"}', b'{"name": ""}', b'{"role": "god", "name": "x"}',
-    b'{"workflow": "echo", "budget": {"cost": "free"}}', b'{"reason": ""}', b'{"workflow": "echo", "input": ' +
-    b"[" * 3000 + b"]" * 3000 + b"}",
+    b'{"workflow": "echo", "budget": {"cost": "free"}}', b'{"reason": ""}',
+    b'{"workflow": "echo", "input": ' + b"[" * 3000 + b"]" * 3000 + b"}",
 ]
 
 QUERIES: list[dict[str, str]] = [
@@ -29,7 +29,9 @@ QUERIES: list[dict[str, str]] = [
     {"after": "1e99"}, {"after": "\x00"}, {"workflow": "x" * 300},
 ]
 
-IDS = ["-1", "abc", "%00", "x" * 5000, "..%2F..%2Fetc", "%E2%80%AE", "01a00000-0000-7000-8000-000000000000%0A", "%C3%28", "%FF"]
+IDS = ["-1", "abc", "%00", "x" * 5000, "..%2F..%2Fetc", "%E2%80%AE",
+       "01a00000-0000-7000-8000-000000000000%0A",
+       "%C3%28", "%FF"]
 
 
 def _assert_client_error(response: httpx.Response, where: str) -> None:
@@ -88,9 +90,12 @@ def test_bad_stream_cursors_and_oversized_bodies(setup: Setup, client: httpx.Cli
         _assert_client_error(response, f"tenant cursor {cursor!r}")
     huge: dict[str, Any] = {"workflow": "echo", "input": "x" * (2 << 20)}
     response = client.post("/api/runs", json=huge, headers=setup.headers("operator"))
-    assert response.status_code == 413 and response.json()["error"] == "too_large"
+    assert response.status_code == 413
+    assert response.json()["error"] == "too_large"
     assert setup.app.list_runs(tenant=TENANT, workflow="echo", limit=10)[0].run_id == own
     missing = client.get("/api/nothing-here", headers=viewer)
-    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    assert missing.status_code == 404
+    assert missing.json()["error"] == "not_found"
     wrong = client.delete("/api/runs", headers=viewer)
-    assert wrong.status_code == 405 and wrong.json()["error"] == "method_not_allowed"
+    assert wrong.status_code == 405
+    assert wrong.json()["error"] == "method_not_allowed"

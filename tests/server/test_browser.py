@@ -152,8 +152,8 @@ def test_runs_page_run_page_live_timeline_and_hostile_text(tmp_path: Path) -> No
 
             from urllib.parse import quote
 
-            shown_hostile = browse(login("/runs/" + quote(hostile.run_id, safe="")), shots / "hostile-run.png",
-                                   stream_ends=True)
+            hostile_page = login("/runs/" + quote(hostile.run_id, safe=""))
+            shown_hostile = browse(hostile_page, shots / "hostile-run.png", stream_ends=True)
             shown_input = shown_hostile.text.get("run-input", "")
             assert "<script>document.title='pwned'</script><img src=x onerror=" in shown_input, shown_input
             assert not [tag for tag, _ in shown_hostile.elements if tag in ("img", "b")], \

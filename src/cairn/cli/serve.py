@@ -3,6 +3,9 @@ uvicorn. Needs the ``server`` extra."""
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
+
 import click
 
 from cairn.api.app import App
@@ -45,6 +48,9 @@ def serve(ctx: click.Context, app_spec: str | None, host: str, port: int, heartb
     else:
         app = App(db, create=False)
         close = app.close
+    # uvicorn drains on SIGTERM, then raises the signal again under the
+    # handler it found: make that a clean exit that closes the App
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         echo(f"cairn serve: database {database_label(app.db_url or '?')}; http://{host}:{port}/ "
              f"(API at /api, OpenAPI at /api/openapi.json)", err=True)
@@ -52,3 +58,7 @@ def serve(ctx: click.Context, app_spec: str | None, host: str, port: int, heartb
                     timeout_graceful_shutdown=2)
     finally:
         close()
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
