@@ -48,11 +48,12 @@ class BudgetBody(msgspec.Struct, forbid_unknown_fields=True):
 class StartRun(msgspec.Struct, forbid_unknown_fields=True):
     """Start a run of a workflow the server's app registers. ``input``: an
     object names parameters, an array lists them, any other value is the
-    only argument. ``run_id`` (or the ``Idempotency-Key`` header) makes the
-    start idempotent: starting an existing run of yours answers it unchanged."""
+    only argument; left out, the workflow gets no arguments (its defaults).
+    ``run_id`` (or the ``Idempotency-Key`` header) makes the start
+    idempotent: starting an existing run of yours answers it unchanged."""
 
     workflow: Name
-    input: Any = None
+    input: Any | msgspec.UnsetType = msgspec.UNSET
     run_id: RunId | None = None
     thread_id: Name | None = None
     queue: Name = "default"
@@ -107,8 +108,9 @@ def start_run(call: Call[Any]) -> Any:
             raise ApiError(400, "invalid", "run_id and the Idempotency-Key header differ")
     run_id = body.run_id or key
     tenant = call.principal.tenant
+    data = {} if body.input is msgspec.UNSET else body.input
     handle = call.app.start_json(
-        body.workflow, body.input, run_id=run_id, thread_id=body.thread_id, tenant=tenant, queue=body.queue,
+        body.workflow, data, run_id=run_id, thread_id=body.thread_id, tenant=tenant, queue=body.queue,
         priority=body.priority, budget=body.budget.budget() if body.budget is not None else None,
     )
     try:
