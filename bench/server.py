@@ -174,9 +174,10 @@ def main() -> None:
             t.start()
         ready.wait()
         rss_before = _rss_kb(server.pid)
+        quiet = subprocess.DEVNULL
         worker_proc = subprocess.Popen([sys.executable, "-m", "cairn", "worker", "--app",
                                         "bench.server_app:app", "--db", db, "--poll", "0.01"],
-                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                       cwd=ROOT, env=env, stdout=quiet, stderr=quiet)
         peak = rss_before
         while any(t.is_alive() for t in threads):
             peak = max(peak, _rss_kb(server.pid))
