@@ -10,6 +10,9 @@ import threading
 import time
 
 import httpx
+import pytest
+
+from cairn.server import events as events_module
 
 from .conftest import OTHER, TENANT, LiveServer, Setup
 from .sse import events
@@ -133,3 +136,58 @@ def test_the_tenant_stream_resumes_after_its_cursor_and_shows_no_other_tenant(se
         assert read(5, **{"Last-Event-ID": after[-1][0]}) == []
         bad = http.get("/api/events", headers={"Last-Event-ID": "nonsense"})
         assert bad.status_code == 400
+
+
+def test_concurrent_subscribers_share_one_feed_and_each_gets_exactly_its_entries(
+        setup: Setup, server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Subscribers of one run share one reader (``RunFeed``); a cache of 5
+    entries forces those behind it back to the store, and random hang-ups
+    move them back and forth between the two paths."""
+    monkeypatch.setattr(events_module, "CACHE", 5)
+    handle = setup.app.start(setup.workflows["slow_ticker"], 60, tenant=TENANT)
+    stop = threading.Event()
+    runner = _worker(setup, stop)
+    results: dict[int, tuple[int, list[int]]] = {}
+    failures: list[BaseException] = []
+
+    def subscriber(index: int) -> None:
+        rng = random.Random(index)
+        start = rng.choice([0, 0, 3, 10, 25])
+        seen: list[int] = []
+        try:
+            with httpx.Client(base_url=server.url, timeout=30, headers=setup.headers("viewer")) as http:
+                ended = False
+                deadline = time.monotonic() + 60
+                while not ended and time.monotonic() < deadline:
+                    cursor = seen[-1] if seen else start
+                    take = rng.randint(1, 20)
+                    with http.stream("GET", f"/api/runs/{handle.run_id}/events",
+                                     headers={"Last-Event-ID": str(cursor)}) as response:
+                        for event in events(response):
+                            if event.comment:
+                                continue
+                            if event.event == "end":
+                                ended = True
+                                break
+                            seen.append(int(event.id or -1))
+                            take -= 1
+                            if take == 0:
+                                break
+            results[index] = (start, seen)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=subscriber, args=(i,)) for i in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+    finally:
+        stop.set()
+        runner.join(20)
+    assert not failures, failures
+    history = [e.seq for e in setup.app.history(handle.run_id)]
+    assert len(results) == 8
+    for start, seen in results.values():
+        assert seen == [s for s in history if s > start], "a subscriber missed or repeated entries"

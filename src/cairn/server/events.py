@@ -46,14 +46,17 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from cairn.api.app import App
 from cairn.api.tokens import Principal, Role
-from cairn.server.errors import ApiError
+from cairn.server.errors import ApiError, log
 from cairn.server.routing import Endpoint, ServerState, tenant_run
 from cairn.server.views import event_json, model_records, run_summary
-from cairn.store.records import RunRecord
+from cairn.store.records import HistoryEvent, RunRecord
 
 MIN_POLL = 0.05
 BATCH = 500
+#: entries a run's feed keeps for its subscribers (those further behind read the store)
+CACHE = 10_000
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -175,6 +178,92 @@ class _Pace:
         return False
 
 
+def _render(app: App, run_id: str, events: list[HistoryEvent]) -> list[tuple[int, str]]:
+    """``(seq, SSE text)`` of history entries (a model call is rebuilt from
+    the run's whole journal: an entry stores only what was new)."""
+    models: Any = {}
+    if any(e.step_kind == "model" for e in events):
+        models = model_records(app.runtime.payloads, app.history(run_id))
+    return [(e.seq, sse(event_json(app.runtime.payloads, e, models), id=str(e.seq))) for e in events]
+
+
+class RunFeed:
+    """One run's entries read once for every subscriber of this server.
+
+    A single task per run and server reads the store (so 1,000 subscribers
+    cost one read per look, not 1,000) and keeps the entries it read, in
+    ``seq`` order and without holes, as ``seq`` ``base + 1 .. last``. A
+    subscriber whose cursor is behind ``base`` (it reconnected from far back,
+    or the cache was trimmed) reads the store directly until it is within
+    the cache; from there it is served from the cache. Either way it gets
+    each ``seq`` after its cursor exactly once.
+    """
+
+    def __init__(self, state: ServerState, run_id: str, base: int) -> None:
+        self.state = state
+        self.run_id = run_id
+        self.base = base
+        self.entries: list[tuple[int, str]] = []
+        self.end: str | None = None
+        self.changed = asyncio.Event()
+        self.subscribers = 0
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def last(self) -> int:
+        return self.entries[-1][0] if self.entries else self.base
+
+    def _notify(self) -> None:
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+    async def poll(self) -> None:
+        app, pace = self.state.app, _Pace(self.state)
+        while True:
+            try:
+                # the status before the entries: once terminal, this read holds every entry
+                record = await run_in_threadpool(app.get_run, self.run_id)
+                events = await run_in_threadpool(app.history, self.run_id, self.last, BATCH)
+            except Exception as exc:  # the store is down, the run was pruned: look again later
+                log.warning("event feed of run %r: %s", self.run_id, exc)
+                await asyncio.sleep(self.state.max_poll)
+                continue
+            if events:
+                self.entries.extend(await run_in_threadpool(_render, app, self.run_id, events))
+                if len(self.entries) > CACHE:
+                    dropped = len(self.entries) - CACHE
+                    self.base = self.entries[dropped - 1][0]
+                    del self.entries[:dropped]
+                self.end = None
+                self._notify()
+                pace.found()
+                if len(events) == BATCH:
+                    continue
+            elif record.status.terminal and self.end is None:
+                self.end = sse({"run_id": self.run_id, "status": record.status.value, "last_seq": self.last},
+                               event="end")
+                self._notify()
+            await pace.wait()
+
+
+def _feed(state: ServerState, run_id: str, cursor: int) -> RunFeed:
+    feeds: dict[str, RunFeed] = state.extra.setdefault("feeds", {})
+    feed = feeds.get(run_id)
+    if feed is None:
+        feed = feeds[run_id] = RunFeed(state, run_id, cursor)
+        feed.task = asyncio.get_running_loop().create_task(feed.poll())
+    feed.subscribers += 1
+    return feed
+
+
+def _unsubscribe(state: ServerState, feed: RunFeed) -> None:
+    feed.subscribers -= 1
+    if feed.subscribers == 0:
+        state.extra.get("feeds", {}).pop(feed.run_id, None)
+        if feed.task is not None:
+            feed.task.cancel()
+
+
 async def run_events(request: Request, state: ServerState, principal: Principal) -> Response:
     run_id = request.path_params["run_id"]
     after = run_cursor(request)
@@ -184,26 +273,34 @@ async def run_events(request: Request, state: ServerState, principal: Principal)
 
     async def stream() -> AsyncIterator[str]:
         cursor = after
-        pace = _Pace(state)
-        yield "retry: 1000\n\n"
-        while True:
-            record = await run_in_threadpool(app.get_run, run_id)
-            events = await run_in_threadpool(app.history, run_id, cursor, BATCH)
-            if events:
-                models: Any = {}
-                if any(e.step_kind == "model" for e in events):
-                    models = model_records(app.runtime.payloads, await run_in_threadpool(app.history, run_id))
-                for event in events:
-                    yield sse(event_json(app.runtime.payloads, event, models), id=str(event.seq))
-                cursor = events[-1].seq
-                pace.found()
-                if len(events) == BATCH:
+        feed = _feed(state, run_id, cursor)
+        try:
+            yield "retry: 1000\n\n"
+            while True:
+                if cursor < feed.base:  # behind the cache: straight from the store
+                    gap = min(BATCH, feed.base - cursor)
+                    events = await run_in_threadpool(app.history, run_id, cursor, gap)
+                    for seq, text in await run_in_threadpool(_render, app, run_id, events):
+                        yield text
+                        cursor = seq
+                    if events:
+                        continue
+                index = cursor - feed.base  # entries[index] holds seq cursor + 1
+                if 0 <= index < len(feed.entries):
+                    for seq, text in feed.entries[index:]:
+                        yield text
+                        cursor = seq
                     continue
-            elif record.status.terminal:
-                yield sse({"run_id": run_id, "status": record.status.value, "last_seq": cursor}, event="end")
-                return
-            if await pace.wait():
-                yield ": heartbeat\n\n"
+                if feed.end is not None and cursor >= feed.last:
+                    yield feed.end
+                    return
+                changed = feed.changed
+                try:
+                    await asyncio.wait_for(changed.wait(), state.heartbeat)
+                except TimeoutError:
+                    yield ": heartbeat\n\n"
+        finally:
+            _unsubscribe(state, feed)
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers=_HEADERS)
 
