@@ -189,5 +189,10 @@ def test_concurrent_subscribers_share_one_feed_and_each_gets_exactly_its_entries
     assert not failures, failures
     history = [e.seq for e in setup.app.history(handle.run_id)]
     assert len(results) == 8
+    feeds = server.server.config.app.state.cairn.extra.get("feeds", {})
+    deadline = time.monotonic() + 5
+    while feeds and time.monotonic() < deadline:  # the last hang-up stops the run's reader
+        time.sleep(0.05)
+    assert feeds == {}
     for start, seen in results.values():
         assert seen == [s for s in history if s > start], "a subscriber missed or repeated entries"
