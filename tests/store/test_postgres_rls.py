@@ -35,7 +35,7 @@ from cairn.cli.main import main
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.postgres import PostgresStore
-from cairn.store.records import Claim, EventType, Payload, RunFilter, RunStatus
+from cairn.store.records import Claim, EventType, Payload, RunFilter, RunStatus, TokenRecord
 from tests.store.contract import WF, FakeClock, claim, ev, finish, new_run
 
 SCHEMA = "tenancy"
@@ -350,6 +350,9 @@ def _acme_world(d: Deployment) -> str:
     d.globex.create_run(new_run("g1", tenant="globex", queue="q"))
     assert [c.run.run_id for c in d.globex.claim_runs("gw", [WF], 1, 30.0, 3)] == ["g1"]
     assert d.acme.get_artifact(ref) == SECRET
+    # the HTTP API's tokens (cairn.server): one of each tenant
+    d.acme.create_token(TokenRecord("acmetoken0000001", "acme", "admin", "acme-admin", "d" * 64, 0.0))
+    d.globex.create_token(TokenRecord("globextoken00001", "globex", "viewer", "globex-bot", "e" * 64, 0.0))
     return ref
 
 
@@ -363,6 +366,7 @@ SNAPSHOTS = {
     "schema_migrations": "SELECT * FROM schema_migrations ORDER BY version",
     "tenant_grants": "SELECT * FROM tenant_grants ORDER BY role, tenant",
     "mailbox": "SELECT * FROM mailbox WHERE tenant <> 'globex' OR run_id <> 'g1' ORDER BY run_id, seq",
+    "api_tokens": "SELECT * FROM api_tokens ORDER BY token_id",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -379,6 +383,7 @@ READS = [
     ("mailbox", "SELECT payload_ref FROM mailbox WHERE payload_ref IS NOT NULL"),
     ("artifacts", "SELECT ref FROM artifacts AS a WHERE a.data = %(signal)s"),
     ("functions", "SELECT * FROM queue_running_totals(ARRAY['q']) WHERE false"),  # totals only: see the doc
+    ("api_tokens", "SELECT token_id, digest FROM api_tokens WHERE tenant = 'acme'"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -426,6 +431,11 @@ WRITES = [
                 "VALUES ('a1', 99, 'acme', 'signal:go', 0)"),
     ("mailbox", "INSERT INTO mailbox (run_id, seq, tenant, key, sent_at) "
                 "VALUES ('a1', 98, 'globex', 'signal:go', 0)"),
+    ("api_tokens", "UPDATE api_tokens SET role = 'viewer', revoked_at = 1 WHERE tenant = 'acme'"),
+    ("api_tokens", "UPDATE api_tokens SET tenant = 'acme', role = 'admin' WHERE tenant = 'globex'"),
+    ("api_tokens", "DELETE FROM api_tokens"),
+    ("api_tokens", "INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at) "
+                   "VALUES ('evil000000000001', 'acme', 'admin', 'evil', 'f', 0)"),
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
 ]

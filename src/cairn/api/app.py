@@ -17,6 +17,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.handles import RunHandle
 from cairn.api.operator import Operator, app_actor
+from cairn.api.tokens import Tokens
 from cairn.api.workflow import Workflow
 from cairn.codec import values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
@@ -34,7 +35,7 @@ from cairn.security import redaction
 from cairn.security.secrets import SecretProvider, Secrets
 from cairn.store import open_store, resolve_url
 from cairn.store.admission import QueueLimits, QueueStats, Rate
-from cairn.store.contract import Store
+from cairn.store.contract import Notifier, Store
 from cairn.store.records import (
     Claim,
     Delivery,
@@ -483,6 +484,33 @@ class App:
         """
         return self.operator.prune(older_than_seconds, statuses=statuses, batch_size=batch_size,
                                    dry_run=dry_run)
+
+    # -- the HTTP API (cairn.server): tokens, change feeds ---------------------------------
+
+    @property
+    def tokens(self) -> Tokens:
+        """Mints, checks and revokes the bearer tokens of ``cairn serve``."""
+        return Tokens(self.store, self.operator.actor)
+
+    def runs_changed(
+        self, tenant: str, after: tuple[float, str] = (0.0, ""), *, settle: float = 0.0, limit: int = 100
+    ) -> list[RunRecord]:
+        """The tenant's runs whose last change ``(updated_at, run_id)`` is
+        after the cursor ``after``, oldest first; changes younger than
+        ``settle`` seconds (by the store's clock) are left for a later call,
+        so a transaction that stamped its change before a later one committed
+        is not skipped by a reader paging by that cursor."""
+        until = self.store.clock() - settle if settle > 0 else float("inf")
+        return self.store.runs_changed(tenant, after, until, limit)
+
+    def listen_for_changes(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``callback`` (on another thread) when the store says runs may
+        have changed (``Notifier``: PostgreSQL's ``LISTEN``); returns the
+        function that stops listening, or ``None`` for a store that cannot
+        notify (the caller then polls)."""
+        if isinstance(self.store, Notifier):
+            return self.store.listen(callback)
+        return None
 
     def worker(
         self,

@@ -789,3 +789,15 @@ main.add_command(wait_command)
 main.add_command(approvals)
 main.add_command(approve)
 main.add_command(reject)
+
+
+
+# -- the HTTP API (cairn.server): serve, tokens, watch ------------------------------------------
+
+from .serve import serve  # noqa: E402
+from .tokens import tokens  # noqa: E402
+from .watch import watch  # noqa: E402
+
+main.add_command(serve)
+main.add_command(tokens)
+main.add_command(watch)

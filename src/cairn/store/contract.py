@@ -58,6 +58,7 @@ from cairn.store.records import (
     RunFilter,
     RunRecord,
     RunStatus,
+    TokenRecord,
 )
 
 #: An artifact stored (or stored again) less than this many seconds ago is
@@ -99,6 +100,8 @@ class Store(Protocol):
     """A durable home for runs, their histories and large payloads."""
 
     durability: Durability
+    #: the time the store stamps rows with (Unix seconds; PostgreSQL: the server's)
+    clock: Callable[[], float]
 
     # -- creating and reading runs -------------------------------------------
 
@@ -497,6 +500,32 @@ class Store(Protocol):
     def get_artifact(self, ref: str) -> bytes:
         """The bytes stored under ``ref``; ``PayloadError`` if absent, or if
         they no longer hash to ``ref`` (damaged or edited: never returned)."""
+        ...
+
+    # -- the HTTP API (cairn.server): tokens and a tenant's run changes ----------------------
+
+    def create_token(self, token: TokenRecord) -> None:
+        """Store a new API token (its id must be new: ``InvalidArgument`` otherwise)."""
+        ...
+
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        """The token with this id, revoked or not."""
+        ...
+
+    def list_tokens(self, tenant: str | None = None) -> list[TokenRecord]:
+        """Every token (of ``tenant``), revoked ones included."""
+        ...
+
+    def revoke_token(self, token_id: str) -> bool:
+        """Refuse the token from now on; false when it was unknown or revoked already."""
+        ...
+
+    def runs_changed(
+        self, tenant: str, after: tuple[float, str], until: float, limit: int = 100
+    ) -> list[RunRecord]:
+        """The tenant's runs whose last change ``(updated_at, run_id)`` comes
+        after the cursor ``after`` and no later than ``until``, in that
+        order: the cursor of the tenant-wide event stream."""
         ...
 
     def close(self) -> None:

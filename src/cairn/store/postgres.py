@@ -1120,6 +1120,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         cursor = tx.execute(_Q[name], params)
         return cursor.fetchall() if cursor.description is not None else []
 
+    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        with self._conn() as conn:
+            cursor = conn.execute(_Q[name], params)
+            return cursor.fetchall() if cursor.description is not None else []
+
     # -- fenced: the holder stops its run ---------------------------------------------
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:

@@ -308,3 +308,21 @@ class Approval:
 def approval_key(request_id: str) -> str:
     """The mailbox key of approval request ``request_id``'s decision."""
     return f"approval:{request_id}"
+
+# -- the HTTP API's bearer tokens (cairn.server) -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A bearer token of the HTTP API as stored: bound to one ``tenant`` and
+    one ``role``; only ``digest`` (the SHA-256 of its secret, hex) is kept,
+    never the secret itself. ``revoked_at`` set: refused from then on."""
+
+    token_id: str
+    tenant: str
+    role: str
+    name: str
+    digest: str
+    created_at: float
+    created_by: str | None = None
+    revoked_at: float | None = None

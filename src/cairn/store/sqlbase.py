@@ -17,10 +17,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
+from cairn.errors import InvalidArgument
 from cairn.faults import fault_point
 from cairn.store import lifecycle as lc
-from cairn.store.records import Approval, ApprovalStatus, Delivery, Payload, RunRecord, approval_key
-from cairn.store.rows import approval_from_row, delivery_from_row, message_params
+from cairn.store.records import (
+    Approval,
+    ApprovalStatus,
+    Delivery,
+    Payload,
+    RunRecord,
+    TokenRecord,
+    approval_key,
+)
+from cairn.store.rows import approval_from_row, delivery_from_row, message_params, run_from_row
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -66,6 +75,11 @@ class SQLStore(Generic[Tx]):
     def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Run the dialect's query ``name``; its rows (none for a statement
         that returns nothing)."""
+        raise NotImplementedError
+
+    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """Run the dialect's read-only query ``name`` outside a write
+        transaction (readers never take the write lock)."""
         raise NotImplementedError
 
     # -- the operator transitions, once -------------------------------------------
@@ -192,3 +206,45 @@ class SQLStore(Generic[Tx]):
         """Parameters of ``select_approvals`` (a dialect may add its own)."""
         return {"run_id": run_id, "request_id": request_id, "tenant": tenant, "pending": pending,
                 "limit": limit, "terminal": list(lc.TERMINAL)}
+
+    # -- the HTTP API (cairn.server): tokens and a tenant's run changes ----------------------
+    # Token checks are reads (one per request), so they never take the write lock.
+
+    def create_token(self, token: TokenRecord) -> None:
+        def body(tx: Tx) -> None:
+            if self._query(tx, "select_token", {"token_id": token.token_id}):
+                raise InvalidArgument(f"a token with id {token.token_id!r} exists already")
+            self._query(tx, "insert_token", {
+                "token_id": token.token_id, "tenant": token.tenant, "role": token.role, "name": token.name,
+                "digest": token.digest, "created_at": token.created_at, "created_by": token.created_by})
+
+        self._operate(body)
+
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        rows = self._select("select_token", {"token_id": token_id})
+        return _token_from_row(rows[0]) if rows else None
+
+    def list_tokens(self, tenant: str | None = None) -> list[TokenRecord]:
+        return [_token_from_row(row) for row in self._select("list_tokens", {"tenant": tenant})]
+
+    def revoke_token(self, token_id: str) -> bool:
+        def body(tx: Tx) -> bool:
+            live = any(row[7] is None for row in self._query(tx, "select_token", {"token_id": token_id}))
+            if live:
+                self._query(tx, "revoke_token", {"token_id": token_id, "now": self.clock()})
+            return live
+
+        return self._operate(body)
+
+    def runs_changed(
+        self, tenant: str, after: tuple[float, str], until: float, limit: int = 100
+    ) -> list[RunRecord]:
+        params = {"tenant": tenant, "after_at": float(after[0]), "after_run_id": after[1],
+                  "until": float(until), "limit": limit}
+        return [run_from_row(row) for row in self._select("runs_changed", params)]
+
+
+def _token_from_row(row: tuple[Any, ...]) -> TokenRecord:
+    return TokenRecord(token_id=row[0], tenant=row[1], role=row[2], name=row[3], digest=row[4],
+                       created_at=float(row[5]), created_by=row[6],
+                       revoked_at=None if row[7] is None else float(row[7]))

@@ -691,6 +691,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     def _query(self, tx: sqlite3.Connection, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         return tx.execute(_Q[name], params).fetchall()
 
+    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        with self._read() as conn:
+            return conn.execute(_Q[name], params).fetchall()
+
     # -- retention -------------------------------------------------------------
 
     def prune_runs(

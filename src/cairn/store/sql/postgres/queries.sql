@@ -726,3 +726,33 @@ LIMIT %(limit)s::bigint
 
 -- name: delete_approvals_of_runs
 DELETE FROM approvals WHERE run_id = ANY(%(run_ids)s::text[])
+
+-- == The HTTP API: tokens and the tenant's run changes (cairn.server) ==========================
+
+-- name: insert_token
+INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at, created_by, revoked_at)
+VALUES (%(token_id)s, %(tenant)s, %(role)s, %(name)s, %(digest)s, %(created_at)s, %(created_by)s, NULL)
+
+-- name: select_token
+SELECT token_id, tenant, role, name, digest, created_at, created_by, revoked_at
+FROM api_tokens WHERE token_id = %(token_id)s
+
+-- name: list_tokens
+SELECT token_id, tenant, role, name, digest, created_at, created_by, revoked_at
+FROM api_tokens WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ORDER BY tenant, created_at, token_id
+
+-- name: revoke_token
+UPDATE api_tokens SET revoked_at = %(now)s WHERE token_id = %(token_id)s AND revoked_at IS NULL
+
+-- name: runs_changed
+-- A tenant's runs changed after the cursor (updated_at, run_id), in that order.
+SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
+       priority, parent_run_id, created_at, updated_at, budget
+FROM runs
+WHERE tenant = %(tenant)s
+  AND (updated_at, run_id COLLATE "C") > (%(after_at)s::float8, %(after_run_id)s::text COLLATE "C")
+  AND updated_at <= %(until)s::float8
+ORDER BY updated_at, run_id COLLATE "C"
+LIMIT %(limit)s::bigint

@@ -437,3 +437,32 @@ LIMIT :limit
 
 -- name: delete_approvals_of_runs
 DELETE FROM approvals WHERE run_id IN (SELECT value FROM json_each(:run_ids))
+
+-- == The HTTP API: tokens and the tenant's run changes (cairn.server) ==========================
+
+-- name: insert_token
+INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at, created_by, revoked_at)
+VALUES (:token_id, :tenant, :role, :name, :digest, :created_at, :created_by, NULL)
+
+-- name: select_token
+SELECT token_id, tenant, role, name, digest, created_at, created_by, revoked_at
+FROM api_tokens WHERE token_id = :token_id
+
+-- name: list_tokens
+SELECT token_id, tenant, role, name, digest, created_at, created_by, revoked_at
+FROM api_tokens WHERE (:tenant IS NULL OR tenant = :tenant)
+ORDER BY tenant, created_at, token_id
+
+-- name: revoke_token
+UPDATE api_tokens SET revoked_at = :now WHERE token_id = :token_id AND revoked_at IS NULL
+
+-- name: runs_changed
+-- A tenant's runs changed after the cursor (updated_at, run_id), in that order.
+SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
+       priority, parent_run_id, created_at, updated_at, budget
+FROM runs
+WHERE tenant = :tenant AND (updated_at > :after_at OR (updated_at = :after_at AND run_id > :after_run_id))
+  AND updated_at <= :until
+ORDER BY updated_at, run_id
+LIMIT :limit

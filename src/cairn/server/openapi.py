@@ -1,0 +1,101 @@
+"""The OpenAPI 3.1 document of the API, generated from the route table
+(``routing.Endpoint``) and the request types (msgspec structs, whose JSON
+Schema msgspec writes), so it cannot drift from the routes.
+``python -m cairn.server.openapi`` prints it; ``docs/openapi.json`` is that
+output, checked in (a test compares the two)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import msgspec
+
+from cairn.server.routing import Endpoint, NoBody, NoQuery
+
+_ERROR = {"type": "object", "required": ["error", "message"],
+          "properties": {"error": {"type": "string"}, "message": {"type": "string"}}}
+
+_ERRORS = {
+    "400": "Bad input (JSON error body)",
+    "401": "No token, or an invalid or revoked one",
+    "403": "The token's role does not allow this",
+    "404": "No such run (or one of another tenant: the same answer)",
+    "409": "The run's state does not allow this",
+}
+
+
+def _query_parameters(kind: type[Any], components: dict[str, Any]) -> list[dict[str, Any]]:
+    if kind is NoQuery:
+        return []
+    (schema,), extra = msgspec.json.schema_components([kind], ref_template="#/components/schemas/{name}")
+    components.update(extra)
+    resolved = extra[kind.__name__] if "$ref" in schema else schema
+    return [{"name": name, "in": "query", "required": False, "schema": prop}
+            for name, prop in resolved.get("properties", {}).items()]
+
+
+def _operation_id(spec: Endpoint) -> str:
+    words = spec.path.strip("/").replace("{", "").replace("}", "").replace("-", "_").split("/")
+    return "_".join([spec.method.lower(), *words])
+
+
+def _success_schema(spec: Endpoint) -> dict[str, Any]:
+    return {"type": "string"} if spec.media == "text/event-stream" else {"type": "object"}
+
+
+def document(routes: list[Endpoint]) -> dict[str, Any]:
+    components: dict[str, Any] = {"Error": _ERROR}
+    paths: dict[str, dict[str, Any]] = {}
+    for spec in routes:
+        operation: dict[str, Any] = {
+            "summary": spec.summary,
+            "operationId": _operation_id(spec),
+            "tags": [spec.tag],
+            "security": [{"bearer": []}],
+            "x-cairn-role": spec.role.value,
+            "parameters": [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+                           for p in spec.parameters] + _query_parameters(spec.query, components),
+            "responses": {
+                str(spec.status): {"description": spec.returns,
+                                   "content": {spec.media: {"schema": _success_schema(spec)}}},
+                **{code: {"description": text,
+                          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+                   for code, text in _ERRORS.items()},
+            },
+        }
+        if spec.stream is not None:
+            operation["parameters"].append({"name": "Last-Event-ID", "in": "header", "required": False,
+                                            "schema": {"type": "string"}})
+            operation["parameters"].append({"name": "after", "in": "query", "required": False,
+                                            "schema": {"type": "string"}})
+        if spec.path == "/api/runs" and spec.method == "POST":
+            operation["parameters"].append({"name": "Idempotency-Key", "in": "header", "required": False,
+                                            "schema": {"type": "string", "minLength": 1, "maxLength": 200}})
+        if spec.body is not NoBody:
+            (schema,), extra = msgspec.json.schema_components([spec.body],
+                                                              ref_template="#/components/schemas/{name}")
+            components.update(extra)
+            operation["requestBody"] = {"required": False,
+                                        "content": {"application/json": {"schema": schema}}}
+        paths.setdefault(spec.path, {})[spec.method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Cairn", "version": "1",
+                 "description": "Start, watch and operate durable agent runs. Every request carries a bearer "
+                                "token bound to one tenant and one role (viewer, operator, admin)."},
+        "paths": dict(sorted(paths.items())),
+        "components": {"schemas": dict(sorted(components.items())),
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+
+
+def main() -> None:
+    from cairn.server.app import ROUTES
+
+    sys.stdout.write(json.dumps(document(ROUTES), indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""The route table: every endpoint once, with the least role it needs.
+
+An endpoint is declared with ``Endpoint`` in the router module of its
+resource (``runs.py``, ``queues.py``, ``tokens.py``, ``events.py``; signals
+and approvals add modules of their own): method, path, handler, role,
+request body and query types. The server builds its Starlette routes, the
+OpenAPI document and the tests' authorization matrix from the same table,
+so a new endpoint can be neither unauthenticated nor undocumented.
+
+A handler is a plain function of a ``Call`` (the request, who makes it, the
+operator acting as them, the parsed body and query) returning JSON-able data
+or a response; it runs in a worker thread, since the store is synchronous.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import msgspec
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from cairn.api.app import App
+from cairn.api.operator import Operator
+from cairn.api.tokens import Principal, Role, TokenRefused
+from cairn.errors import RunNotFound
+from cairn.server.errors import ApiError, response_for
+from cairn.store.records import RunRecord
+
+B = TypeVar("B")
+
+#: the cookie the dashboard's login form sets (HttpOnly, SameSite=Strict)
+COOKIE = "cairn_token"
+#: the largest request body accepted
+MAX_BODY = 1 << 20
+
+
+class NoBody(msgspec.Struct):
+    """An endpoint that takes no body."""
+
+
+class NoQuery(msgspec.Struct):
+    """An endpoint that takes no query parameters."""
+
+
+@dataclass
+class Call(Generic[B]):
+    """One request, authenticated: what a handler gets."""
+
+    request: Request
+    app: App
+    principal: Principal
+    operator: Operator
+    body: Any
+    query: Any
+    path: dict[str, str]
+
+    def run(self, run_id: str) -> RunRecord:
+        """The run, if it is of the caller's tenant. Another tenant's run is
+        ``RunNotFound`` with the message an unknown id gets: a caller cannot
+        tell the two apart."""
+        return tenant_run(self.app, self.principal, run_id)
+
+
+_PLAIN = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+
+def tenant_run(app: App, principal: Principal, run_id: str) -> RunRecord:
+    """``run_id``'s run if it is of ``principal``'s tenant, else
+    ``RunNotFound`` (an id no run could have, with control characters or
+    too long, is unknown too: it never reaches the database)."""
+    if not _PLAIN.match(run_id):
+        raise RunNotFound(run_id)
+    record = app.get_run(run_id)
+    if record.tenant != principal.tenant:
+        raise RunNotFound(run_id)
+    return record
+
+
+Handler = Callable[[Call[Any]], Any]
+Streamer = Callable[[Request, "ServerState", Principal], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route of the API."""
+
+    method: str
+    path: str
+    role: Role
+    summary: str
+    handler: Handler | None = None
+    #: an async handler that answers a stream (Server-Sent Events)
+    stream: Streamer | None = None
+    body: type[Any] = NoBody
+    query: type[Any] = NoQuery
+    #: the status of a success
+    status: int = 200
+    tag: str = "runs"
+    #: a short description of the success response, for the OpenAPI document
+    returns: str = "OK"
+    #: the media type of a success ("text/event-stream" for streams)
+    media: str = "application/json"
+
+    @property
+    def parameters(self) -> list[str]:
+        return re.findall(r"{(\w+)}", self.path)
+
+
+@dataclass
+class ServerState:
+    """What every request of one server shares."""
+
+    app: App
+    #: seconds between heartbeat comments on an idle event stream
+    heartbeat: float = 15.0
+    #: how long a change may take to commit after it was stamped (the tenant stream waits that long)
+    settle: float = 0.0
+    #: the longest wait between two looks at the store when no notification comes
+    max_poll: float = 0.5
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def bearer(request: Request) -> str | None:
+    """The presented token: ``Authorization: Bearer X``, else the dashboard's cookie."""
+    header = request.headers.get("authorization")
+    if header is not None:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise ApiError(401, "unauthorized", "the Authorization header must be 'Bearer <token>'")
+        return value.strip()
+    return request.cookies.get(COOKIE)
+
+
+def authenticate(state: ServerState, request: Request) -> Principal:
+    """Who makes the request (blocking: it reads the tokens table)."""
+    token = bearer(request)
+    if (token is not None and "authorization" not in request.headers
+            and request.method not in ("GET", "HEAD") and request.headers.get("x-cairn-csrf") != "1"):
+        # a cookie rides along with any cross-site form post; a custom header cannot (no CORS here)
+        raise ApiError(403, "forbidden", "a request authenticated by the dashboard's cookie must send "
+                                         "the header X-Cairn-CSRF: 1")
+    if token is None:
+        raise ApiError(401, "unauthorized", "a bearer token is required (Authorization: Bearer <token>)")
+    try:
+        return state.app.tokens.check(token)
+    except TokenRefused as exc:
+        raise ApiError(401, "unauthorized", str(exc)) from None
+
+
+def authorize(principal: Principal, needed: Role) -> None:
+    if not principal.role.allows(needed):
+        raise ApiError(403, "forbidden", f"this needs the {needed.value} role; the token has "
+                                         f"{principal.role.value}")
+
+
+def _decode_query(kind: type[Any], request: Request) -> Any:
+    if kind is NoQuery:
+        return None
+    raw: dict[str, Any] = {}
+    fields = {f.encode_name: f for f in msgspec.structs.fields(kind)}
+    for key, value in request.query_params.multi_items():
+        if key in fields:
+            raw[key] = value
+    try:
+        return msgspec.convert(raw, kind, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ApiError(400, "invalid", f"bad query parameter: {exc}") from None
+
+
+def _decode_body(kind: type[Any], data: bytes) -> Any:
+    if kind is NoBody:
+        return None
+    if not data.strip():
+        data = b"{}"
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.ValidationError as exc:
+        raise ApiError(400, "invalid", f"bad request body: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, "invalid", f"the request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "invalid", "the request body is nested too deeply") from None
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        raise ApiError(413, "too_large", f"request bodies are limited to {MAX_BODY} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise ApiError(413, "too_large", f"request bodies are limited to {MAX_BODY} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def endpoint_function(state: ServerState, spec: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+    """The Starlette endpoint of ``spec``: authenticate, authorize, parse,
+    call the handler in a thread, answer JSON; every error as JSON."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            principal = await run_in_threadpool(authenticate, state, request)
+            authorize(principal, spec.role)
+            if spec.stream is not None:
+                return await spec.stream(request, state, principal)
+            assert spec.handler is not None
+            body = _decode_body(spec.body, await _read_body(request)) if spec.body is not NoBody else None
+            query = _decode_query(spec.query, request)
+            operator = state.app.operator.acting_as(principal.actor)
+            path = dict(request.path_params)
+            call: Call[Any] = Call(request, state.app, principal, operator, body, query, path)
+            result = await run_in_threadpool(spec.handler, call)
+        except Exception as exc:
+            return response_for(exc)
+        if isinstance(result, Response):
+            return result
+        return JSONResponse(result, status_code=spec.status)
+
+    endpoint.__name__ = spec.handler.__name__ if spec.handler is not None else "stream"
+    return endpoint

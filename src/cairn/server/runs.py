@@ -1,0 +1,243 @@
+"""``/api/runs``: start, list, show, page the journal, model calls,
+operations, and the operator's actions on a run (cancel, kill, resume,
+retry, budget, resolve). Every action goes through the ``Operator`` acting
+as the token's identity, which records it in the run's history."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from starlette.responses import JSONResponse
+
+from cairn.api.tokens import Role
+from cairn.engine.budget import Budget
+from cairn.errors import InvalidArgument, RunNotFound
+from cairn.server.errors import ApiError
+from cairn.server.routing import Call, Endpoint
+from cairn.server.views import (
+    event_json,
+    model_call_json,
+    model_records,
+    operation_json,
+    run_detail,
+    run_summary,
+)
+from cairn.store.records import RunStatus
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+#: a run id the API can address: no '/' (it would split the path) and no control characters
+RunId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class BudgetBody(msgspec.Struct, forbid_unknown_fields=True):
+    """Limits of a run's budget; a limit left out is not limited (when
+    starting) or kept (when changing)."""
+
+    tokens: NonNegative | None = None
+    cost: NonNegativeFloat | None = None
+    tool_calls: NonNegative | None = None
+    wall_seconds: NonNegativeFloat | None = None
+
+    def budget(self) -> Budget:
+        return Budget(self.tokens, self.cost, self.tool_calls, self.wall_seconds)
+
+
+class StartRun(msgspec.Struct, forbid_unknown_fields=True):
+    """Start a run of a workflow the server's app registers. ``input``: an
+    object names parameters, an array lists them, any other value is the
+    only argument; left out, the workflow gets no arguments (its defaults).
+    ``run_id`` (or the ``Idempotency-Key`` header) makes the start
+    idempotent: starting an existing run of yours answers it unchanged."""
+
+    workflow: Name
+    input: Any | msgspec.UnsetType = msgspec.UNSET
+    run_id: RunId | None = None
+    thread_id: Name | None = None
+    queue: Name = "default"
+    priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] = 0
+    budget: BudgetBody | None = None
+
+
+class ListRuns(msgspec.Struct):
+    status: RunStatus | None = None
+    workflow: Name | None = None
+    thread_id: Name | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
+
+
+class Page(msgspec.Struct):
+    """``after``: only entries with a larger ``seq``; ``limit``: at most that many."""
+
+    after: NonNegative = 0
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+
+
+class Reason(msgspec.Struct, forbid_unknown_fields=True):
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)] | None = None
+
+
+class Resolve(msgspec.Struct, forbid_unknown_fields=True):
+    """``done: true``: the effect happened and ``result`` is recorded as the
+    tool's result (it is not executed again); ``done: false``: it did not,
+    and it is executed again with the same operation id."""
+
+    done: bool
+    result: Any = None
+
+
+def _position(call: Call[Any]) -> int:
+    raw = call.path["position"]
+    if not raw.isdigit() or len(raw) > 18:
+        raise ApiError(400, "invalid", f"position must be a non-negative integer, not {raw[:40]!r}")
+    return int(raw)
+
+
+def start_run(call: Call[Any]) -> Any:
+    body: StartRun = call.body
+    key = call.request.headers.get("idempotency-key")
+    if key is not None:
+        try:
+            key = msgspec.convert(key, RunId)
+        except msgspec.ValidationError:
+            raise ApiError(400, "invalid", "the Idempotency-Key header must be 1 to 200 printable "
+                                           "characters without '/'") from None
+        if body.run_id is not None and body.run_id != key:
+            raise ApiError(400, "invalid", "run_id and the Idempotency-Key header differ")
+    run_id = body.run_id or key
+    tenant = call.principal.tenant
+    data = {} if body.input is msgspec.UNSET else body.input
+    handle = call.app.start_json(
+        body.workflow, data, run_id=run_id, thread_id=body.thread_id, tenant=tenant, queue=body.queue,
+        priority=body.priority, budget=body.budget.budget() if body.budget is not None else None,
+    )
+    try:
+        record = call.run(handle.run_id)
+    except RunNotFound:  # the id belongs to another tenant's run: say no more than that it is taken
+        raise ApiError(409, "conflict", f"run id {handle.run_id!r} is already taken") from None
+    return JSONResponse({"created": handle.created, "run": run_summary(record)},
+                        status_code=201 if handle.created else 200)
+
+
+def list_runs(call: Call[Any]) -> Any:
+    query: ListRuns = call.query
+    records = call.app.list_runs(status=query.status, tenant=call.principal.tenant, workflow=query.workflow,
+                                 thread_id=query.thread_id, limit=query.limit)
+    return {"runs": [run_summary(r) for r in records]}
+
+
+def show_run(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    history = call.app.history(record.run_id)
+    return run_detail(call.operator.codec, record, history)
+
+
+def run_history(call: Call[Any]) -> Any:
+    query: Page = call.query
+    record = call.run(call.path["run_id"])
+    history = call.app.history(record.run_id)
+    page = [e for e in history if e.seq > query.after][: query.limit]
+    models = model_records(call.operator.codec, history) if any(e.step_kind == "model" for e in page) else {}
+    last = history[-1].seq if history else 0
+    next_after = page[-1].seq if page and page[-1].seq < last else None
+    return {"run_id": record.run_id, "events": [event_json(call.operator.codec, e, models) for e in page],
+            "next_after": next_after}
+
+
+def run_model_calls(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    history = call.app.history(record.run_id)
+    models = model_records(call.operator.codec, history)
+    if isinstance(models, str):
+        return {"run_id": record.run_id, "model_calls": [], "error": models}
+    by_seq = {e.seq: e for e in history}
+    return {"run_id": record.run_id,
+            "model_calls": [model_call_json(by_seq[seq], rec) for seq, rec in sorted(models.items())]}
+
+
+def run_operations(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    ops = call.operator.operations(record.run_id)
+    return {"run_id": record.run_id, "status": ops.run.status.value,
+            "operations": [operation_json(op) for op in ops.operations],
+            "needs_resolution": [op.position for op in ops.uncertain()]}
+
+
+def _change(before: Any, after: Any) -> dict[str, Any]:
+    changed = after.epoch != before.epoch or after.status is not before.status
+    return {"changed": changed, "before": before.status.value, "run": run_summary(after)}
+
+
+def cancel_run(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    body: Reason = call.body
+    change = call.operator.cancel(record.run_id, body.reason or "cancelled by operator")
+    return _change(change.before, change.run)
+
+
+def kill_run(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    body: Reason = call.body
+    killed = call.operator.kill(record.run_id, reason=body.reason or "killed by operator")
+    return {"killed": [r.run_id for r in killed], "run": run_summary(call.run(record.run_id))}
+
+
+def resume_run(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    change = call.operator.revive(record.run_id)
+    return _change(change.before, change.run)
+
+
+def retry_run(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    retried = call.operator.retry(record.run_id)
+    return {**_change(retried.before, retried.run), "from_position": retried.from_position}
+
+
+def set_budget(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    body: BudgetBody = call.body
+    if all(v is None for v in (body.tokens, body.cost, body.tool_calls, body.wall_seconds)):
+        raise InvalidArgument("give at least one limit: tokens, cost, tool_calls or wall_seconds")
+    change = call.operator.set_budget(record.run_id, body.budget(), keep_others=True)
+    return _change(change.before, change.run)
+
+
+def resolve_operation(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    position = _position(call)
+    body: Resolve = call.body
+    resolved = call.operator.resolve(record.run_id, position, done=body.done, result=body.result)
+    return {**_change(resolved.before, resolved.run), "position": position}
+
+
+RUN = "/api/runs/{run_id}"
+
+ROUTES = [
+    Endpoint("POST", "/api/runs", Role.OPERATOR, "Start a run (idempotent on run_id / Idempotency-Key)",
+             start_run, body=StartRun, status=201, returns="The run (201: created; 200: it existed)"),
+    Endpoint("GET", "/api/runs", Role.VIEWER, "List the tenant's runs, newest first", list_runs,
+             query=ListRuns),
+    Endpoint("GET", RUN, Role.VIEWER, "A run with its input, result, budget and usage", show_run),
+    Endpoint("GET", RUN + "/history", Role.VIEWER, "A page of the run's history (its journal)", run_history,
+             query=Page),
+    Endpoint("GET", RUN + "/model-calls", Role.VIEWER, "The run's model calls as sent and received",
+             run_model_calls),
+    Endpoint("GET", RUN + "/operations", Role.VIEWER, "The run's tool calls and where each stands",
+             run_operations, tag="operations"),
+    Endpoint("POST", RUN + "/cancel", Role.OPERATOR, "Cancel the run and its unfinished children",
+             cancel_run, body=Reason),
+    Endpoint("POST", RUN + "/kill", Role.OPERATOR, "Kill switch: stop the run and its children now",
+             kill_run, body=Reason),
+    Endpoint("POST", RUN + "/resume", Role.OPERATOR, "Bring a killed or halted run back (revive)",
+             resume_run),
+    Endpoint("POST", RUN + "/retry", Role.OPERATOR, "Resume a failed or quarantined run from its last "
+             "good step", retry_run),
+    Endpoint("PUT", RUN + "/budget", Role.OPERATOR, "Change limits of the run's budget (others are kept)",
+             set_budget, body=BudgetBody),
+    Endpoint("POST", RUN + "/operations/{position}/resolve", Role.OPERATOR,
+             "Settle an uncertain write of a run that needs attention", resolve_operation, body=Resolve,
+             tag="operations"),
+]

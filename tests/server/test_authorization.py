@@ -1,0 +1,161 @@
+"""The authorization matrix, generated from the route table: every endpoint
+x {no token, malformed, revoked, each role, another tenant's admin} x {own
+run, another tenant's run, an unknown id}. A new endpoint without a sample
+request below fails ``test_every_endpoint_has_a_sample``, so none escapes.
+
+- no token, a malformed or a revoked one: 401, JSON error;
+- a role below the endpoint's: 403 (before the run is looked up, so a
+  forbidden caller learns nothing about ids);
+- another tenant's run: 404 with exactly the body an unknown id gets;
+- otherwise never 401/403/404 and never a 5xx.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from cairn.api.tokens import Role
+from cairn.server import ROUTES
+from cairn.server.routing import Endpoint
+
+from .conftest import OTHER, TENANT, Setup
+
+#: a valid request for each endpoint: (body, path parameters other than run_id)
+SAMPLES: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {
+    ("POST", "/api/runs"): ({"workflow": "echo", "input": {"text": "hi"}}, {}),
+    ("GET", "/api/runs"): (None, {}),
+    ("GET", "/api/runs/{run_id}"): (None, {}),
+    ("GET", "/api/runs/{run_id}/history"): (None, {}),
+    ("GET", "/api/runs/{run_id}/model-calls"): (None, {}),
+    ("GET", "/api/runs/{run_id}/operations"): (None, {}),
+    ("POST", "/api/runs/{run_id}/cancel"): ({}, {}),
+    ("POST", "/api/runs/{run_id}/kill"): ({}, {}),
+    ("POST", "/api/runs/{run_id}/resume"): (None, {}),
+    ("POST", "/api/runs/{run_id}/retry"): (None, {}),
+    ("PUT", "/api/runs/{run_id}/budget"): ({"tokens": 1000}, {}),
+    ("POST", "/api/runs/{run_id}/operations/{position}/resolve"): ({"done": False}, {"position": "0"}),
+    ("GET", "/api/runs/{run_id}/events"): (None, {}),
+    ("GET", "/api/events"): (None, {}),
+    ("GET", "/api/queues"): (None, {}),
+    ("PUT", "/api/queues/{name}"): ({"concurrency": 5}, {"name": "emails"}),
+    ("GET", "/api/whoami"): (None, {}),
+    ("GET", "/api/tokens"): (None, {}),
+    ("POST", "/api/tokens"): ({"name": "new-bot", "role": "viewer"}, {}),
+    ("DELETE", "/api/tokens/{token_id}"): (None, {"token_id": "0000000000000000"}),
+}
+
+IDENTITIES = ["none", "malformed", "revoked", "viewer", "operator", "admin", "other-admin"]
+
+
+def test_every_endpoint_has_a_sample() -> None:
+    assert {(e.method, e.path) for e in ROUTES} == set(SAMPLES)
+
+
+def _headers(setup: Setup, who: str) -> dict[str, str]:
+    if who == "none":
+        return {}
+    if who == "malformed":
+        return {"Authorization": "Bearer cairn_not-a-token"}
+    return setup.headers(who)
+
+
+def _call(http: httpx.Client, spec: Endpoint, headers: dict[str, str], target: str | None) -> httpx.Response:
+    body, params = SAMPLES[(spec.method, spec.path)]
+    if target is not None:
+        params = {**params, ("token_id" if "{token_id}" in spec.path else "run_id"): target}
+    path = spec.path.format(**params)
+    if spec.stream is not None:
+        with http.stream(spec.method, path, headers=headers) as response:
+            response.read() if response.status_code != 200 else None
+            return response
+    return http.request(spec.method, path, headers=headers, json=body)
+
+
+def _json_error(response: httpx.Response) -> dict[str, Any]:
+    assert response.headers["content-type"].startswith("application/json"), response.text
+    body = response.json()
+    assert set(body) == {"error", "message"}, body
+    assert isinstance(body["message"], str), body
+    return body
+
+
+def _role(who: str) -> Role | None:
+    return {"viewer": Role.VIEWER, "operator": Role.OPERATOR, "admin": Role.ADMIN,
+            "other-admin": Role.ADMIN}.get(who)
+
+
+def test_the_authorization_matrix(setup: Setup, client: httpx.Client) -> None:
+    app, wf = setup.app, setup.workflows
+    unknown = "01a00000-0000-7000-8000-000000000000"
+    unknown_token = "0000000000000000"
+    checked = 0
+    for spec in ROUTES:
+        for who in IDENTITIES:
+            targets: list[str | None] = [None]
+            if "{run_id}" in spec.path:
+                own = app.start(wf["echo"], "own", tenant=TENANT).run_id
+                theirs = app.start(wf["echo"], "theirs", tenant=OTHER).run_id
+                targets = [own, theirs, unknown]
+            elif "{token_id}" in spec.path:
+                own = app.tokens.mint(TENANT, "viewer", "victim").record.token_id
+                theirs = app.tokens.mint(OTHER, "viewer", "victim").record.token_id
+                targets = [own, theirs, unknown_token]
+            answers: dict[str | None, httpx.Response] = {}
+            for target in targets:
+                response = _call(client, spec, _headers(setup, who), target)
+                answers[target] = response
+                checked += 1
+                where = f"{spec.method} {spec.path} as {who} on {target}"
+                assert response.status_code < 500, f"{where}: {response.status_code} {response.text}"
+                role = _role(who)
+                if role is None:
+                    assert response.status_code == 401, where
+                    assert _json_error(response)["error"] == "unauthorized"
+                elif not role.allows(spec.role):
+                    assert response.status_code == 403, where
+                    assert _json_error(response)["error"] == "forbidden"
+                elif target is not None and (target in (unknown, unknown_token)
+                                             or (target == theirs) != (who == "other-admin")):
+                    assert response.status_code == 404, f"{where}: {response.status_code} {response.text}"
+                else:
+                    assert response.status_code not in (401, 403, 404), f"{where}: {response.text}"
+            if len(targets) == 3 and who in ("viewer", "operator", "admin"):
+                other, missing = answers[targets[1]], answers[targets[2]]
+                if other.status_code == 404:
+                    expected = missing.json()["message"].replace(str(targets[2]), str(targets[1]))
+                    assert other.json() == {**missing.json(), "message": expected}, \
+                        "another tenant's id answers unlike an unknown one"
+    assert checked > 250
+
+
+@pytest.mark.parametrize("header", ["Basic abc", "Bearer", "bearer  x y", "Token abc",
+                                    "Bearer cairn_0123456789abcdef_" + "x" * 43])
+def test_malformed_authorization_headers_are_401(setup: Setup, client: httpx.Client, header: str) -> None:
+    response = client.get("/api/runs", headers={"Authorization": header})
+    assert response.status_code == 401
+    assert _json_error(response)["error"] == "unauthorized"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_a_cookie_alone_cannot_act_without_the_csrf_header(setup: Setup, client: httpx.Client) -> None:
+    run_id = setup.app.start(setup.workflows["echo"], "x", tenant=TENANT).run_id
+    client.cookies.set("cairn_token", setup.tokens["admin"])
+    assert client.get(f"/api/runs/{run_id}").status_code == 200
+    refused = client.post(f"/api/runs/{run_id}/cancel")
+    assert refused.status_code == 403
+    assert setup.app.get_run(run_id).status.value == "pending"
+    allowed = client.post(f"/api/runs/{run_id}/cancel", headers={"X-Cairn-CSRF": "1"})
+    assert allowed.status_code == 200
+    assert setup.app.get_run(run_id).status.value == "cancelled"
+
+
+def test_a_run_id_of_another_tenant_cannot_be_started_over(setup: Setup, client: httpx.Client) -> None:
+    theirs = setup.app.start(setup.workflows["echo"], "theirs", tenant=OTHER).run_id
+    response = client.post("/api/runs", json={"workflow": "echo", "input": "mine"},
+                           headers={**setup.headers("operator"), "Idempotency-Key": theirs})
+    assert response.status_code == 409
+    assert "theirs" not in response.text
+    assert setup.app.get_run(theirs).tenant == OTHER

@@ -1,0 +1,101 @@
+"""Bad input never produces a 5xx: a fuzz-ish matrix of hostile bodies,
+query strings, path parameters and stream cursors against every endpoint,
+each answered with a JSON error of the right 4xx (and nothing changed)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import httpx
+
+from cairn.server import ROUTES
+
+from .conftest import TENANT, Setup
+from .test_authorization import SAMPLES
+
+BODIES: list[bytes] = [
+    b"{", b"[]", b"null", b"42", b'"text"', b"\xff\xfe\x00", b'{"workflow": NaN}', b"{" * 5000,
+    b'{"workflow": 12}', b'{"workflow": ""}', b'{"workflow": "echo", "priority": 1e400}',
+    b'{"workflow": "echo", "unknown_field": 1}', b'{"done": "yes"}', b'{"tokens": -1}',
+    b'{"concurrency": 0}', b'{"rate": "lots"}', b'{"rate": "0/min"}', b'{"workflow": "echo\\u0000"}',
+    b'{"workflow": "echo", "run_id": "a\\nb"}', b'{"name": ""}', b'{"role": "god", "name": "x"}',
+    b'{"workflow": "echo", "budget": {"cost": "free"}}', b'{"reason": ""}',
+    b'{"workflow": "echo", "input": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+]
+
+QUERIES: list[dict[str, str]] = [
+    {"limit": "-1"}, {"limit": "abc"}, {"limit": "100000"}, {"status": "bogus"}, {"after": "-5"},
+    {"after": "1e99"}, {"after": "\x00"}, {"workflow": "x" * 300},
+]
+
+IDS = ["-1", "abc", "%00", "x" * 5000, "..%2F..%2Fetc", "%E2%80%AE",
+       "01a00000-0000-7000-8000-000000000000%0A",
+       "%C3%28", "%FF"]
+
+
+def _assert_client_error(response: httpx.Response, where: str) -> None:
+    assert 400 <= response.status_code < 500, f"{where}: {response.status_code} {response.text[:300]}"
+    body = response.json()
+    assert set(body) == {"error", "message"}, f"{where}: {body}"
+
+
+def test_hostile_input_gets_json_4xx_never_5xx(setup: Setup, client: httpx.Client) -> None:
+    rng = random.Random(13)
+    admin = setup.headers("admin")
+    own = setup.app.start(setup.workflows["echo"], "own", tenant=TENANT).run_id
+    before = [(r.run_id, r.status, r.epoch) for r in setup.app.list_runs()]
+    tried = 0
+    for spec in ROUTES:
+        body, params = SAMPLES[(spec.method, spec.path)]
+        path = spec.path.format(**{"run_id": own, **params})
+        if body is not None:
+            for raw in BODIES:
+                response = client.request(spec.method, path, content=raw,
+                                          headers={**admin, "Content-Type": "application/json"})
+                if response.status_code < 400:  # a body this endpoint legitimately accepts
+                    continue
+                _assert_client_error(response, f"{spec.method} {spec.path} body {raw[:40]!r}")
+                tried += 1
+        for query in QUERIES:
+            if spec.stream is not None or spec.method != "GET":
+                continue
+            response = client.request(spec.method, path, params=query, headers=admin)
+            assert response.status_code < 500, f"{spec.method} {spec.path} {query}: {response.text[:300]}"
+            tried += 1
+        for name in spec.parameters:
+            for bad in rng.sample(IDS, len(IDS)):
+                raw_path = spec.path.replace("{" + name + "}", bad)
+                for other in spec.parameters:
+                    raw_path = raw_path.replace("{" + other + "}", {"run_id": own, **params}.get(other, "x"))
+                response = client.request(spec.method, raw_path, headers=admin,
+                                          json=body if spec.method != "GET" else None)
+                if spec.path.endswith("/{name}") and response.status_code < 400:
+                    continue  # any queue name is a name
+                _assert_client_error(response, f"{spec.method} {raw_path[:80]}")
+                tried += 1
+    after = {(r.run_id, r.status, r.epoch) for r in setup.app.list_runs()}
+    assert set(before) <= after
+    assert tried > 150
+
+
+def test_bad_stream_cursors_and_oversized_bodies(setup: Setup, client: httpx.Client) -> None:
+    viewer = setup.headers("viewer")
+    own = setup.app.start(setup.workflows["echo"], "own", tenant=TENANT).run_id
+    for cursor in ["-1", "abc", "1.5", "9" * 40, "\u202e"]:
+        response = client.get(f"/api/runs/{own}/events", params={"after": cursor}, headers=viewer)
+        _assert_client_error(response, f"run cursor {cursor!r}")
+    for cursor in ["nonsense", "inf/x", "nan/x", "1e999/x", "/"]:
+        response = client.get("/api/events", params={"after": cursor}, headers=viewer)
+        _assert_client_error(response, f"tenant cursor {cursor!r}")
+    huge: dict[str, Any] = {"workflow": "echo", "input": "x" * (2 << 20)}
+    response = client.post("/api/runs", json=huge, headers=setup.headers("operator"))
+    assert response.status_code == 413
+    assert response.json()["error"] == "too_large"
+    assert setup.app.list_runs(tenant=TENANT, workflow="echo", limit=10)[0].run_id == own
+    missing = client.get("/api/nothing-here", headers=viewer)
+    assert missing.status_code == 404
+    assert missing.json()["error"] == "not_found"
+    wrong = client.delete("/api/runs", headers=viewer)
+    assert wrong.status_code == 405
+    assert wrong.json()["error"] == "method_not_allowed"
