@@ -35,7 +35,7 @@ from cairn.cli.main import main
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.postgres import PostgresStore
-from cairn.store.records import Claim, EventType, Payload, RunFilter, RunStatus, TokenRecord
+from cairn.store.records import ApprovalRequest, Claim, EventType, Payload, RunFilter, RunStatus, TokenRecord
 from tests.store.contract import WF, FakeClock, claim, ev, finish, new_run
 
 SCHEMA = "tenancy"
@@ -347,6 +347,10 @@ def _acme_world(d: Deployment) -> str:
     d.acme.append("a1", a.run.epoch, [dataclasses.replace(step, payload=Payload(ref=ref))])
     d.acme.deliver("a1", "signal:go", Payload(data=b'"acme\'s signal"'), sender="cli:acme", dedupe="op-a")
     d.acme.deliver("a1", "signal:big", Payload(ref=d.acme.put_artifact(SECRET_SIGNAL)))
+    asked = ev(d.clock, "a1", a.next_seq + 1, a.run.epoch, position=1, step_kind="approval", name="refund",
+               payload=Payload(data=b'{"cents": 1250}'))
+    d.acme.request_approval("a1", a.run.epoch, asked, ApprovalRequest(
+        "req-a1", "refund", "dict", None, ("cli:boss@acme",), None))
     d.globex.create_run(new_run("g1", tenant="globex", queue="q"))
     assert [c.run.run_id for c in d.globex.claim_runs("gw", [WF], 1, 30.0, 3)] == ["g1"]
     assert d.acme.get_artifact(ref) == SECRET
@@ -366,6 +370,8 @@ SNAPSHOTS = {
     "schema_migrations": "SELECT * FROM schema_migrations ORDER BY version",
     "tenant_grants": "SELECT * FROM tenant_grants ORDER BY role, tenant",
     "mailbox": "SELECT * FROM mailbox WHERE tenant <> 'globex' OR run_id <> 'g1' ORDER BY run_id, seq",
+    "approvals": "SELECT * FROM approvals WHERE tenant <> 'globex' OR run_id <> 'g1' "
+                 "ORDER BY run_id, request_id",
     "api_tokens": "SELECT * FROM api_tokens ORDER BY token_id",
 }
 
@@ -381,6 +387,7 @@ READS = [
     ("tenant_grants", "SELECT tenant FROM tenant_grants WHERE tenant = 'acme'"),
     ("mailbox", "SELECT seq FROM mailbox WHERE tenant = 'acme' OR run_id = 'a1'"),
     ("mailbox", "SELECT payload_ref FROM mailbox WHERE payload_ref IS NOT NULL"),
+    ("approvals", "SELECT request_id FROM approvals WHERE tenant = 'acme' OR run_id = 'a1'"),
     ("artifacts", "SELECT ref FROM artifacts AS a WHERE a.data = %(signal)s"),
     ("functions", "SELECT * FROM queue_running_totals(ARRAY['q']) WHERE false"),  # totals only: see the doc
     ("api_tokens", "SELECT token_id, digest FROM api_tokens WHERE tenant = 'acme'"),
@@ -436,6 +443,12 @@ WRITES = [
     ("api_tokens", "DELETE FROM api_tokens"),
     ("api_tokens", "INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at) "
                    "VALUES ('evil000000000001', 'acme', 'admin', 'evil', 'f', 0)"),
+    ("approvals", "UPDATE approvals SET status = 'approved', decided_by = 'evil' WHERE run_id = 'a1'"),
+    ("approvals", "DELETE FROM approvals WHERE run_id = 'a1'"),
+    ("approvals", "INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, "
+                  "type_name, requested_at) VALUES ('a1', 'forged', 'globex', 9, 9, 'x', 'dict', 0)"),
+    ("approvals", "INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, "
+                  "type_name, requested_at) VALUES ('a1', 'forged2', 'acme', 9, 9, 'x', 'dict', 0)"),
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
 ]
