@@ -17,6 +17,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.handles import RunHandle
 from cairn.api.operator import Operator, app_actor
+from cairn.api.schedules import ScheduleView, list_views
 from cairn.api.tokens import Tokens
 from cairn.api.workflow import Workflow
 from cairn.codec import values
@@ -26,6 +27,7 @@ from cairn.engine.budget import Budget
 from cairn.engine.definitions import StepDef, WorkflowDef
 from cairn.engine.executor import Outcome
 from cairn.engine.runtime import Runtime
+from cairn.engine.schedules import DEFAULT_GRACE, InvalidSchedule, Schedule
 from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.errors import InvalidArgument, PayloadError, RunNotFound, UnknownWorkflow
@@ -195,6 +197,73 @@ class App:
                                       approval_timeout=approval_timeout))
 
         return register(fn) if fn is not None else register
+
+    # -- schedules (engine/schedules.py, worker/scheduler.py) ---------------------------
+
+    def schedule(
+        self,
+        cron: str,
+        workflow: Workflow[Any] | str | None = None,
+        *,
+        name: str | None = None,
+        tenant: str = "default",
+        timezone: str = "UTC",
+        kwargs: Mapping[str, Any] | None = None,
+        tick_arg: str | None = None,
+        missed: str = "once",
+        grace: float = DEFAULT_GRACE,
+        queue: str = "default",
+        priority: int = 0,
+    ) -> Any:
+        """Start ``workflow`` on the cron timetable ``cron`` (5 fields, or 6
+        with seconds first), read in ``timezone`` (an IANA name): one run per
+        tick, for ``tenant``, fired by the workers (``cairn worker``) however
+        many run, exactly once per tick across crashes and restarts.
+
+        The run of a tick has the id ``schedule:<tenant>:<name>:<UTC time>``
+        and the arguments ``kwargs``, plus the tick's time as a UTC
+        ``datetime`` in parameter ``tick_arg`` if given. ``name`` (default:
+        the workflow's name) is unique per tenant. Ticks more than ``grace``
+        seconds old when a worker first sees them were missed (no worker
+        ran): ``missed="once"`` starts one catch-up run for the latest of
+        them, ``"skip"`` none, ``"all"`` one each. Without ``workflow``, a
+        decorator for a workflow (``@app.schedule(...)`` over
+        ``@app.workflow``). Bad input raises ``InvalidSchedule`` here.
+        Returns the ``Schedule`` (the decorator returns the workflow).
+        """
+        def declare(target: Workflow[Any] | str) -> Schedule:
+            label = name or (target if isinstance(target, str) else target.definition.name)
+            try:
+                definition = self.definition(target)
+            except UnknownWorkflow as exc:
+                raise InvalidSchedule(f"schedule {label!r}: {exc}") from None
+            declared = Schedule.declare(cron, definition, name=name, tenant=tenant, timezone=timezone,
+                                        kwargs=kwargs, tick_arg=tick_arg, missed=missed, grace=grace,
+                                        queue=queue, priority=priority)
+            if declared.key in self.runtime.schedules:
+                raise InvalidSchedule(f"schedule {declared.name!r} of tenant {tenant!r} is already declared "
+                                      f"(give another name=)")
+            self.runtime.schedules[declared.key] = declared
+            return declared
+
+        if workflow is not None:
+            return declare(workflow)
+
+        def decorator(target: Workflow[T]) -> Workflow[T]:
+            if not isinstance(target, Workflow):
+                raise InvalidSchedule("@app.schedule(...) decorates a workflow: put it above @app.workflow")
+            declare(target)
+            return target
+
+        return decorator
+
+    def schedules(self, *, declared: bool = True) -> list[ScheduleView]:
+        """Every schedule a worker registered in the database and (unless
+        ``declared=False``: a bare App that only inspects) every one this app
+        declares: definition, last tick fired and the run it started, next
+        tick (see ``cairn.api.schedules``)."""
+        return list_views(self.store.list_schedules(), self.runtime.schedules if declared else None,
+                          self.store.clock())
 
     def definition(self, workflow: Workflow[Any] | str) -> WorkflowDef:
         name = workflow if isinstance(workflow, str) else workflow.definition.name

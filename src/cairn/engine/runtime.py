@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.definitions import WorkflowDef
+from cairn.engine.schedules import Schedule
 from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
 
@@ -23,3 +24,5 @@ class Runtime:
     max_rewinds: int = 3
     #: resolves ``cairn.Secret`` references where they are used (``App(secrets=...)``)
     secrets: Secrets = field(default_factory=Secrets)
+    #: the schedules declared on the app, by (tenant, name): the workers fire them
+    schedules: dict[tuple[str, str], Schedule] = field(default_factory=dict)

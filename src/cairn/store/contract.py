@@ -60,6 +60,7 @@ from cairn.store.records import (
     RunStatus,
     TokenRecord,
 )
+from cairn.store.schedules import Fired, ScheduleSpec, ScheduleState
 
 #: An artifact stored (or stored again) less than this many seconds ago is
 #: never deleted by pruning, whatever ``older_than`` says: its writer may be
@@ -203,6 +204,41 @@ class Store(Protocol):
         """Every queue that has limits or runs that are running or runnable,
         by name, with how many of its runs are ``running`` and how many could
         be claimed now."""
+        ...
+
+    # -- schedules (store/schedules.py) ------------------------------------------
+
+    def register_schedule(self, spec: ScheduleSpec) -> ScheduleState:
+        """Record the definition of schedule (``spec.tenant``, ``spec.name``)
+        as a worker's code declares it and return its row. The first
+        registration sets ``created_at`` to now (no tick before it ever
+        fires); a later one replaces the definition and ``updated_at`` and
+        keeps the firing state (``last_tick``, ``last_run_id``, ``fired``)."""
+        ...
+
+    def list_schedules(self, tenant: str | None = None) -> list[ScheduleState]:
+        """The registered schedules (of ``tenant``, or every one this store
+        may read), by tenant then name."""
+        ...
+
+    def fire_schedule(self, tenant: str, name: str, tick: float, run: NewRun | None) -> Fired:
+        """Fire one tick (UTC epoch seconds) of schedule (``tenant``, ``name``)
+        in one transaction; return what happened.
+
+        If ``last_tick`` is at or after ``tick``, nothing changes
+        (``STALE``): whoever moved it there fired or passed over this tick.
+        Otherwise ``last_tick`` becomes ``tick`` and, when ``run`` is given
+        (its tenant must be ``tenant``: ``ValueError`` otherwise), ``run`` is
+        created as by ``create_run`` (``CREATED``, which also sets
+        ``last_run_id``, ``fired_at`` and counts it in ``fired``); a run of
+        this tenant already under its id is kept unchanged (``EXISTED``),
+        and one this store cannot read or of another tenant leaves the tick
+        without a run (``TAKEN``) rather than blocking every later tick.
+        ``run=None`` only moves ``last_tick`` (``PASSED``: a skipped tick).
+        Concurrent calls for one schedule are serialised, so a tick creates
+        at most one run however many workers fire it. An unregistered
+        schedule changes nothing (``MISSING``).
+        """
         ...
 
     # -- fenced writes by the lease holder -----------------------------------

@@ -238,6 +238,14 @@ from cairn.store.rows import queue_from_row as _queue_from_row
 from cairn.store.rows import queue_params as _queue_params
 from cairn.store.rows import run_from_row as _run_from_row
 from cairn.store.rows import run_params as _run_params
+from cairn.store.schedules import (
+    Fired,
+    ScheduleSpec,
+    ScheduleState,
+    check_tick_run,
+    schedule_from_row,
+    schedule_params,
+)
 from cairn.store.sqlbase import SQLStore
 from cairn.store.sqlfiles import load_migrations, load_queries
 
@@ -872,6 +880,49 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             counts = {q: (running, runnable)
                       for q, running, runnable in tx.execute(_Q["queue_counts"], {"now": self.clock()})}
             return admission.stats(limits, counts)
+
+        return self._transaction(body)
+
+    # -- schedules (store/schedules.py) ------------------------------------------
+
+    def register_schedule(self, spec: ScheduleSpec) -> ScheduleState:
+        params = schedule_params(spec, self.clock())
+        with self._conn() as conn:
+            row = conn.execute(_Q["upsert_schedule"], params).fetchone()
+        return schedule_from_row(row)
+
+    def list_schedules(self, tenant: str | None = None) -> list[ScheduleState]:
+        with self._conn() as conn:
+            rows = conn.execute(_Q["select_schedules"], {"tenant": tenant}).fetchall()
+        return [schedule_from_row(row) for row in rows]
+
+    def fire_schedule(self, tenant: str, name: str, tick: float, run: NewRun | None) -> Fired:
+        check_tick_run(tenant, run)
+        now = self.clock()
+
+        def body(tx: _Conn) -> Fired:
+            # The row lock serialises every worker firing this schedule: the
+            # second one reads last_tick after the first one's commit.
+            row = tx.execute(_Q["lock_schedule"], {"tenant": tenant, "name": name}).fetchone()
+            if row is None:
+                return Fired.MISSING
+            state = schedule_from_row(row)
+            if state.last_tick is not None and state.last_tick >= tick:
+                return Fired.STALE
+            fired = Fired.PASSED
+            if run is not None:
+                params = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
+                params.update(_lifecycle_arrays([lc.create(run, now)]))
+                if tx.execute(_Q["create_run"], params).rowcount == 1:
+                    fired = Fired.CREATED
+                else:  # a run already holds the id: ours (a lost state), or one we cannot read
+                    existing = _select_run(tx, run.run_id)
+                    ours = existing is not None and existing.tenant == tenant
+                    fired = Fired.EXISTED if ours else Fired.TAKEN
+            tx.execute(_Q["advance_schedule"], {
+                "tenant": tenant, "name": name, "tick": tick, "now": now,
+                "run_id": run.run_id if run is not None else None, "created": int(fired is Fired.CREATED)})
+            return fired
 
         return self._transaction(body)
 

@@ -91,6 +91,14 @@ from cairn.store.rows import (
     run_params,
     update_params,
 )
+from cairn.store.schedules import (
+    Fired,
+    ScheduleSpec,
+    ScheduleState,
+    check_tick_run,
+    schedule_from_row,
+    schedule_params,
+)
 from cairn.store.sqlbase import SQLStore
 from cairn.store.sqlfiles import load_migrations, load_queries
 from cairn.store.wakeups import TRIGGERS, Mark, Waker
@@ -465,6 +473,42 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             finally:
                 conn.execute("COMMIT")
         return admission.stats(limits, counts)
+
+    # -- schedules (store/schedules.py) ------------------------------------------
+
+    def register_schedule(self, spec: ScheduleSpec) -> ScheduleState:
+        with self._write() as tx:
+            row = tx.execute(_Q["upsert_schedule"], schedule_params(spec, self.clock())).fetchone()
+        return schedule_from_row(row)
+
+    def list_schedules(self, tenant: str | None = None) -> list[ScheduleState]:
+        with self._read() as conn:
+            rows = conn.execute(_Q["select_schedules"], {"tenant": tenant}).fetchall()
+        return [schedule_from_row(row) for row in rows]
+
+    def fire_schedule(self, tenant: str, name: str, tick: float, run: NewRun | None) -> Fired:
+        check_tick_run(tenant, run)
+        with self._write() as tx:
+            now = self.clock()
+            row = tx.execute(_Q["lock_schedule"], {"tenant": tenant, "name": name}).fetchone()
+            if row is None:
+                return Fired.MISSING
+            state = schedule_from_row(row)
+            if state.last_tick is not None and state.last_tick >= tick:
+                return Fired.STALE
+            fired = Fired.PASSED
+            if run is not None:
+                if _insert_run(tx, run_params(run, now, status=RunStatus.PENDING, runnable_at=now)):
+                    tx.execute(_INSERT_EVENT, event_values(lc.create(run, now)))
+                    fired = Fired.CREATED
+                else:
+                    existing = _select_run(tx, run.run_id)
+                    ours = existing is not None and existing.tenant == tenant
+                    fired = Fired.EXISTED if ours else Fired.TAKEN
+            tx.execute(_Q["advance_schedule"], {
+                "tenant": tenant, "name": name, "tick": tick, "now": now,
+                "run_id": run.run_id if run is not None else None, "created": int(fired is Fired.CREATED)})
+        return fired
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
         with self._write() as tx:

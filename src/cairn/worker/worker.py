@@ -28,6 +28,7 @@ from cairn.errors import StoreError
 from cairn.store.contract import Notifier
 from cairn.store.records import Claim
 from cairn.worker.leases import LeaseKeeper
+from cairn.worker.scheduler import Scheduler
 
 log = logging.getLogger("cairn.worker")
 
@@ -47,6 +48,8 @@ class WorkerSettings:
     lease_seconds: float = 30.0
     poll_interval: float = 0.1
     queues: tuple[str, ...] | None = None
+    #: whether this worker fires the app's schedules (``cairn.worker.scheduler``)
+    schedules: bool = True
 
 
 class Worker:
@@ -75,6 +78,9 @@ class Worker:
         self.claimed = 0
         #: the event loops of the pool threads, closed once they are done (on drain)
         self.loops = EventLoops()
+        #: fires the app's schedules on a thread of this worker while it runs
+        fired = list(runtime.schedules.values()) if self.settings.schedules else []
+        self.scheduler = Scheduler(runtime, fired, worker_id=self.worker_id)
 
     @property
     def workflows(self) -> Collection[str]:
@@ -100,6 +106,7 @@ class Worker:
         store = self.runtime.store
         stop_listening = store.listen(self._wakeup.set) if isinstance(store, Notifier) else None
         idle_since = time.monotonic()
+        self.scheduler.start()
         try:
             while not self._stopping.is_set():
                 claims = self._claim()
@@ -117,6 +124,7 @@ class Worker:
             # wait up to half a second for a notification, and steps must not
             # keep starting meanwhile.
             self.keeper.flag_all("draining")
+            self.scheduler.stop()
             if stop_listening is not None:
                 stop_listening()
             self._drain(pool)

@@ -756,3 +756,42 @@ WHERE tenant = %(tenant)s
   AND updated_at <= %(until)s::float8
 ORDER BY updated_at, run_id COLLATE "C"
 LIMIT %(limit)s::bigint
+
+-- schedules (store/schedules.py) ---------------------------------------------
+
+-- name: upsert_schedule
+-- A worker registers what its code declares: the definition is replaced, the
+-- firing state (created_at, last_tick, ...) kept.
+INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at)
+VALUES (%(tenant)s::text, %(name)s::text, %(workflow)s::text, %(cron)s::text, %(timezone)s::text,
+        %(missed)s::text, %(grace)s::float8, %(now)s::float8, %(now)s::float8)
+ON CONFLICT (tenant, name) DO UPDATE SET
+    workflow = excluded.workflow, cron = excluded.cron, timezone = excluded.timezone,
+    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at
+RETURNING tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
+          last_run_id, fired_at, fired
+
+-- name: lock_schedule
+-- The schedule row, locked until the tick's transaction ends: workers firing
+-- the same tick queue here, and each later one finds last_tick moved up.
+SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
+       last_run_id, fired_at, fired
+FROM schedules WHERE tenant = %(tenant)s::text AND name = %(name)s::text
+FOR UPDATE
+
+-- name: select_schedules
+SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
+       last_run_id, fired_at, fired
+FROM schedules WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
+ORDER BY tenant, name
+
+-- name: advance_schedule
+-- Move last_tick up to the tick (never back); run_id is the run the tick
+-- started, if it started one (created 1).
+UPDATE schedules SET
+    last_tick = %(tick)s::float8,
+    last_run_id = CASE WHEN %(created)s::int = 1 THEN %(run_id)s::text ELSE last_run_id END,
+    fired_at = CASE WHEN %(created)s::int = 1 THEN %(now)s::float8 ELSE fired_at END,
+    fired = fired + %(created)s::int
+WHERE tenant = %(tenant)s::text AND name = %(name)s::text
+  AND (last_tick IS NULL OR last_tick < %(tick)s::float8)

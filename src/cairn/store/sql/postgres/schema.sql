@@ -413,6 +413,7 @@ BEGIN
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON mailbox TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON approvals TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON api_tokens TO %I', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON schedules TO %I', grantee);
 END
 $$;
 
@@ -466,6 +467,30 @@ CREATE INDEX approvals_pending ON approvals (tenant, requested_at) WHERE status 
 
 ALTER TABLE approvals ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON approvals
+
+-- Schedules: the definition the workers last registered, and the latest tick
+-- fired or passed over (UTC epoch seconds; NULL: none yet). A tick fires in
+-- the transaction that locks the row, moves last_tick up to it and creates
+-- its run. Under the grant rule of runs and history; grant_tenant grants it.
+CREATE TABLE schedules (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    workflow    TEXT NOT NULL,
+    cron        TEXT NOT NULL,
+    timezone    TEXT NOT NULL,
+    missed      TEXT NOT NULL,
+    grace       DOUBLE PRECISION NOT NULL,
+    created_at  DOUBLE PRECISION NOT NULL,
+    updated_at  DOUBLE PRECISION NOT NULL,
+    last_tick   DOUBLE PRECISION,
+    last_run_id TEXT,
+    fired_at    DOUBLE PRECISION,
+    fired       BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, name)
+);
+
+ALTER TABLE schedules ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON schedules
     USING (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
@@ -475,3 +500,5 @@ CREATE POLICY tenant_isolation ON approvals
         WHERE g.role = current_user
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
                 AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = approvals.run_id AND r.tenant = approvals.tenant));
+
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));

@@ -195,3 +195,23 @@ CREATE INDEX api_tokens_tenant ON api_tokens (tenant, created_at);
 -- A tenant's run changes in the order they happened: the cursor of the
 -- tenant-wide event stream and of the dashboard's live runs list.
 CREATE INDEX runs_tenant_updated ON runs (tenant, updated_at, run_id);
+
+-- Schedules: the definition the workers last registered, and the latest tick
+-- fired or passed over (UTC epoch seconds; NULL: none yet). A tick fires in
+-- the transaction that moves last_tick up to it and creates its run.
+CREATE TABLE schedules (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    workflow    TEXT NOT NULL,
+    cron        TEXT NOT NULL,
+    timezone    TEXT NOT NULL,
+    missed      TEXT NOT NULL,
+    grace       REAL NOT NULL,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    last_tick   REAL,
+    last_run_id TEXT,
+    fired_at    REAL,
+    fired       INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, name)
+) WITHOUT ROWID;
