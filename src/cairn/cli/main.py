@@ -45,6 +45,7 @@ from .options import db_from_context as _db
 from .options import stderr_console as _stderr
 from .options import stdout_console as _stdout
 from .queues import describe_limits, queues
+from .schedules import schedules
 from .signals import parse_json_option
 from .signals import signal as signal_command
 from .signals import wait as wait_command
@@ -801,3 +802,7 @@ from .watch import watch  # noqa: E402
 main.add_command(serve)
 main.add_command(tokens)
 main.add_command(watch)
+
+
+# -- schedules (cli/schedules.py) ------------------------------------------------------------
+main.add_command(schedules)
