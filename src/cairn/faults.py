@@ -32,7 +32,7 @@ POINTS = frozenset(
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",
-                               "deliver", "request_approval", "expire_approval")
+                               "deliver", "request_approval", "expire_approval", "fire_schedule")
             for moment in ("before_commit", "after_commit")
         ),
     }

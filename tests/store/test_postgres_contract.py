@@ -40,9 +40,10 @@ from tests.store.contract import (
 )
 from tests.store.pg import TestDatabases
 from tests.store.queue_contract import QueueContract
+from tests.store.schedule_contract import ScheduleContract
 
 
-class TestPostgresStore(StoreContract, QueueContract):
+class TestPostgresStore(StoreContract, QueueContract, ScheduleContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()

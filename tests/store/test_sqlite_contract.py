@@ -16,9 +16,10 @@ from cairn.store.sqlfiles import load_migrations
 from cairn.store.sqlite import SQLiteStore
 from tests.store.contract import FakeClock, StoreContract, exercise_every_writer, intent, new_run
 from tests.store.queue_contract import QueueContract
+from tests.store.schedule_contract import ScheduleContract
 
 
-class TestSQLiteStore(StoreContract, QueueContract):
+class TestSQLiteStore(StoreContract, QueueContract, ScheduleContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()

@@ -259,7 +259,7 @@ _Faults = tuple[str, str]
 _FAULTS: dict[str, _Faults] = {
     name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
     for name in ("finish", "suspend", "start_child", "append", "take_delivery", "request_approval",
-                 "expire_approval")
+                 "expire_approval", "fire_schedule")
 }
 _NO_FAULTS: _Faults = ("", "")
 
@@ -924,7 +924,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 "run_id": run.run_id if run is not None else None, "created": int(fired is Fired.CREATED)})
             return fired
 
-        return self._transaction(body)
+        return self._transaction(body, faults=_FAULTS["fire_schedule"])
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
         now = self.clock()

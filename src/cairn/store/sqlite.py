@@ -125,7 +125,7 @@ _Faults = tuple[str, str]
 _FAULTS: dict[str, _Faults] = {
     name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
     for name in ("finish", "suspend", "start_child", "append", "take_delivery", "request_approval",
-                 "expire_approval")
+                 "expire_approval", "fire_schedule")
 }
 _NO_FAULTS: _Faults = ("", "")
 
@@ -488,7 +488,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
 
     def fire_schedule(self, tenant: str, name: str, tick: float, run: NewRun | None) -> Fired:
         check_tick_run(tenant, run)
-        with self._write() as tx:
+        with self._write(_FAULTS["fire_schedule"]) as tx:
             now = self.clock()
             row = tx.execute(_Q["lock_schedule"], {"tenant": tenant, "name": name}).fetchone()
             if row is None:
