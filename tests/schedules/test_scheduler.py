@@ -98,7 +98,7 @@ def test_three_workers_and_restarts_start_exactly_one_run_per_tick(make_app: Cal
             schedulers[second % 3] = scheduler(apps[second % 3])
         errors: list[BaseException] = []
 
-        def one_pass(sched: Scheduler) -> None:
+        def one_pass(sched: Scheduler, errors: list[BaseException] = errors) -> None:
             try:
                 sched.run_pass()
             except BaseException as exc:  # pragma: no cover - reported below
@@ -113,7 +113,8 @@ def test_three_workers_and_restarts_start_exactly_one_run_per_tick(make_app: Cal
     assert ticks_run(apps[0].store) == [START + s for s in range(1, 31)]
     assert sum(s.created for s in schedulers) <= 30
     (view,) = apps[0].schedules()
-    assert view.fired == 30 and view.last_tick == START + 30
+    assert view.fired == 30
+    assert view.last_tick == START + 30
 
 
 def test_while_one_worker_lives_no_tick_is_missed(make_app: Callable[..., cairn.App],

@@ -54,7 +54,8 @@ class ScheduleContract:
         clock.advance(100)
         again = store.register_schedule(spec(cron="*/5 * * * *", timezone="UTC", missed="skip", grace=5.0))
         assert again.spec == spec(cron="*/5 * * * *", timezone="UTC", missed="skip", grace=5.0)
-        assert again.created_at == first.created_at and again.updated_at == clock.now
+        assert again.created_at == first.created_at
+        assert again.updated_at == clock.now
         assert (again.last_tick, again.last_run_id, again.fired) == (TICK, tick_run().run_id, 1)
 
     def test_a_tick_creates_its_run_and_moves_last_tick(self, store: Store, clock: FakeClock) -> None:
@@ -63,7 +64,9 @@ class ScheduleContract:
         run = tick_run()
         assert store.fire_schedule("acme", "nightly", TICK, run) is Fired.CREATED
         record = store.get_run(run.run_id)
-        assert record is not None and record.status is RunStatus.PENDING and record.tenant == "acme"
+        assert record is not None
+        assert record.status is RunStatus.PENDING
+        assert record.tenant == "acme"
         assert [e.event for e in store.history(run.run_id)] == [EventType.RUN_CREATED]
         (state,) = store.list_schedules()
         assert (state.last_tick, state.last_run_id, state.fired_at, state.fired) == (TICK, run.run_id,
@@ -107,7 +110,8 @@ class ScheduleContract:
         store.create_run(squatter)
         assert store.fire_schedule("acme", "nightly", TICK, tick_run()) is Fired.TAKEN
         record = store.get_run(squatter.run_id)
-        assert record is not None and record.tenant == "globex"  # untouched
+        assert record is not None
+        assert record.tenant == "globex"
         assert store.fire_schedule("acme", "nightly", TICK + 60, tick_run(TICK + 60)) is Fired.CREATED
         (state,) = store.list_schedules()
         assert (state.last_tick, state.fired) == (TICK + 60, 1)
@@ -160,7 +164,8 @@ class ScheduleContract:
         for thread in threads:
             thread.join(30)
         assert errors == []
-        assert results.count(Fired.CREATED) == 3 and results.count(Fired.STALE) == 15
+        assert results.count(Fired.CREATED) == 3
+        assert results.count(Fired.STALE) == 15
         assert runs_of(store) == sorted(tick_run(t).run_id for t in (TICK, TICK + 60, TICK + 120))
         (state,) = store.list_schedules()
         assert (state.last_tick, state.fired) == (TICK + 120, 3)
