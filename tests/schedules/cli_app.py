@@ -4,7 +4,8 @@ Built at import time like user code (the database from ``$CAIRN_DB``, set by
 the CLI from ``--db``). ``CAIRN_TEST_BAD_SCHEDULE`` makes one declaration bad
 (``cron``, ``zone``, ``workflow``, ``kwargs``, ``tick_arg``, ``missed``,
 ``twice``), for the bad-input tests: importing the module then fails at the
-declaration, as it would in a user's module.
+declaration, as it would in a user's module. ``CAIRN_TEST_FAST_SCHEDULE``
+adds one every second, for the worker tests.
 """
 
 import os
@@ -24,6 +25,10 @@ def report(ctx: cairn.Context, topic: str, at: datetime) -> str:
 
 app.schedule("*/15 * * * *", report, name="[red]x\x1b[2J", tenant="acme", kwargs={"topic": "markup"},
              tick_arg="at", missed="skip")
+
+if os.environ.get("CAIRN_TEST_FAST_SCHEDULE"):
+    app.schedule("* * * * * *", report, name="every-second", tenant="acme", kwargs={"topic": "fast"},
+                 tick_arg="at")
 
 _BAD = os.environ.get("CAIRN_TEST_BAD_SCHEDULE")
 _CASES = {

@@ -5,6 +5,9 @@ declarations failing at import with one line."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -17,6 +20,8 @@ import pytest
 import cairn
 from cairn.store import open_store
 from cairn.worker.scheduler import Scheduler
+from tests.acceptance.harness import REPO_ROOT as ROOT
+from tests.acceptance.harness import wait_until
 from tests.cli.test_cli import assert_one_line_error, check_error, cli
 
 APP = "tests.schedules.cli_app:app"
@@ -138,3 +143,43 @@ def test_a_bad_declaration_fails_at_import_with_one_line(db: str, monkeypatch: p
 def test_a_wrong_database_is_one_line(tmp_path: Path) -> None:
     result = cli("schedules", "--db", str(tmp_path / "missing.db"))
     assert_one_line_error(result.exit_code, result.stderr, 1, "no database at")
+
+
+def _worker(db: str, *extra: str) -> subprocess.Popen[str]:
+    env = {**{k: v for k, v in os.environ.items() if k != "CAIRN_DB"}, "CAIRN_TEST_FAST_SCHEDULE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "cairn", "worker", "--app", APP, "--db", db, *extra],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _stop(process: subprocess.Popen[str]) -> tuple[str, str]:
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return out, err
+
+
+def _fast_runs(db: str) -> list[str]:
+    data = json.loads(cli("schedules", "--db", db, "--json").stdout)
+    return [v["last_run_id"] for v in data if v["name"] == "every-second" and v["fired"]]
+
+
+def test_cairn_worker_fires_the_schedules_and_names_them(db: str) -> None:
+    process = _worker(db)
+    try:
+        wait_until(lambda: _fast_runs(db), 60, "the worker to fire the every-second schedule")
+    finally:
+        out, err = _stop(process)
+    assert "  schedule acme/every-second: report, cron '* * * * * *' in UTC, missed=once" in out
+    assert "  schedule acme/morning-report: report, cron '0 8 * * 1-5' in Europe/Paris, missed=once" in out
+    assert "started run schedule:acme:every-second:" in err
+
+
+def test_cairn_worker_no_schedules_fires_none(db: str) -> None:
+    process = _worker(db, "--no-schedules")
+    try:
+        wait_until(lambda: "schedules: 3 declared, none fired" in (process.stdout.readline() if process.stdout
+                                                                   else ""), 60, "the banner")
+        time.sleep(2.0)  # long enough for two ticks of the every-second schedule
+    finally:
+        _stop(process)
+    assert cli("schedules", "--db", db, "--json").stdout.strip() == "[]"  # not even registered

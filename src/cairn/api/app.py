@@ -590,11 +590,13 @@ class App:
         queues: tuple[str, ...] | None = None,
         lease_seconds: float | None = None,
         on_outcome: Callable[[Claim, Outcome], None] | None = None,
+        schedules: bool = True,
     ) -> Worker:
         """A worker serving every workflow registered on this app.
-        ``on_outcome`` is called after each claim ends (for logging)."""
+        ``on_outcome`` is called after each claim ends (for logging).
+        ``schedules=False``: this worker fires none of the app's schedules."""
         lease = self.lease_seconds if lease_seconds is None else lease_seconds
-        settings = WorkerSettings(concurrency, lease, poll_interval, queues)
+        settings = WorkerSettings(concurrency, lease, poll_interval, queues, schedules)
         return Worker(self.runtime, settings, worker_id, on_outcome)
 
     def close(self) -> None:

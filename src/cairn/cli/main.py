@@ -45,7 +45,7 @@ from .options import db_from_context as _db
 from .options import stderr_console as _stderr
 from .options import stdout_console as _stdout
 from .queues import describe_limits, queues
-from .schedules import schedules
+from .schedules import describe_schedules, schedules
 from .signals import parse_json_option
 from .signals import signal as signal_command
 from .signals import wait as wait_command
@@ -204,13 +204,15 @@ def _parked(app: App, run_id: str) -> str:
 @click.option("--poll", type=click.FloatRange(min=0.001), default=0.1, show_default=True,
               help="Seconds between claims when idle.")
 @click.option("--queue", "queues", multiple=True, metavar="Q", help="Serve only these queues (repeatable).")
+@click.option("--no-schedules", "no_schedules", is_flag=True,
+              help="Fire none of the app's schedules (other workers do).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO", show_default=True)
 @db_option
 @click.pass_context
 def worker(
     ctx: click.Context, app_spec: str, concurrency: int, worker_id: str | None, lease: float | None,
-    poll: float, queues: tuple[str, ...], log_level: str, db: str | None,
+    poll: float, queues: tuple[str, ...], log_level: str, db: str | None, no_schedules: bool = False,
 ) -> None:
     """Execute runs of the app's workflows until SIGTERM or Ctrl-C.
 
@@ -223,7 +225,8 @@ def worker(
     logging.basicConfig(level=log_level.upper(), handlers=[handler])
     with loaded_app(app_spec, _db(ctx, db)) as app:
         w = app.worker(concurrency=concurrency, worker_id=worker_id, poll_interval=poll,
-                       queues=queues or None, lease_seconds=lease, on_outcome=_outcome_logger(app))
+                       queues=queues or None, lease_seconds=lease, on_outcome=_outcome_logger(app),
+                       schedules=not no_schedules)
         served = ", ".join(sorted(w.workflows)) or "(none: the app registers no workflows)"
         echo(f"cairn worker {w.worker_id}: workflows {served}; queues "
              f"{', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "
@@ -232,6 +235,8 @@ def worker(
         for stats in app.queues():
             if not stats.limits.unlimited and (not queues or stats.limits.name in queues):
                 echo(f"  queue {stats.limits.name}: {describe_limits(stats.limits)}")
+        for line in describe_schedules(app, fired=not no_schedules):
+            echo(line)
         sys.stdout.flush()
         w.run(install_signals=True)
         log.info("worker %s stopped after claiming %d run(s)", w.worker_id, w.claimed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from cairn.api.app import App
 from cairn.api.schedules import ScheduleView
 from cairn.engine.schedules import tick_text
 
@@ -44,6 +45,17 @@ def _lines(view: ScheduleView) -> list[str]:
             last += f"  run {view.last_run_id}"
         last += f"  ({view.fired} run{'s' if view.fired != 1 else ''} in all)"
     return [head, last, f"  next tick  {_when(view, view.next_tick)}"]
+
+
+def describe_schedules(app: App, *, fired: bool) -> list[str]:
+    """The worker banner's lines about the app's schedules."""
+    declared = sorted(app.runtime.schedules.values(), key=lambda s: s.key)
+    if not declared:
+        return []
+    if not fired:
+        return [f"  schedules: {len(declared)} declared, none fired by this worker (--no-schedules)"]
+    return [f"  schedule {s.tenant}/{s.name}: {s.workflow.name}, cron {s.timetable.cron!r} in "
+            f"{s.timetable.timezone}, missed={s.missed}" for s in declared]
 
 
 def _behind(view: ScheduleView) -> str | None:
