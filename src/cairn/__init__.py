@@ -13,6 +13,7 @@ from cairn.engine.approvals import Decision
 from cairn.engine.budget import Budget
 from cairn.engine.context import ChildHandle, Context
 from cairn.engine.execution import operation_id
+from cairn.engine.schedules import InvalidSchedule, Schedule
 from cairn.engine.steps import Step, StepInfo, step_info
 from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
 from cairn.errors import (
@@ -95,6 +96,7 @@ __all__ = [
     "HistoryEvent",
     "InvalidArgument",
     "InvalidEdit",
+    "InvalidSchedule",
     "InvalidSignal",
     "LeaseLost",
     "LogicalFailure",
@@ -116,6 +118,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "RunSuspended",
+    "Schedule",
     "Secret",
     "SecretError",
     "SecretLeak",

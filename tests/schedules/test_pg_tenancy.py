@@ -12,10 +12,12 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from cairn import App, Context
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import StoreError
 from cairn.store.records import RunFilter
 from cairn.store.schedules import Fired
+from cairn.worker.scheduler import Scheduler
 from tests.store.contract import new_run
 from tests.store.schedule_contract import TICK, spec, tick_run
 from tests.store.test_postgres_rls import SCHEMA, Deployment, deployment  # noqa: F401
@@ -81,3 +83,27 @@ def test_roles_granted_before_the_migration_get_the_schedules_table(deployment: 
     assert d.owner.migrate() == [version[0]]
     d.acme.register_schedule(spec(tenant="acme"))
     assert [s.tenant for s in d.acme.list_schedules()] == ["acme"]
+
+
+def test_a_worker_scoped_to_a_tenant_fires_its_schedules_and_names_the_others_once(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    d = deployment
+    app = App(store=d.acme)
+
+    @app.workflow(name="wf")
+    def wf(ctx: Context) -> str:
+        return "ok"
+
+    app.schedule("* * * * * *", wf, name="nightly", tenant="acme")
+    app.schedule("* * * * * *", wf, name="nightly", tenant="globex")
+    scheduler = Scheduler(app.runtime, list(app.runtime.schedules.values()))
+    scheduler.run_pass()
+    d.clock.advance(2.0)
+    scheduler.run_pass()
+    assert [s.tenant for s in d.owner.list_schedules()] == ["acme"]
+    assert scheduler.created == 2
+    assert {r.tenant for r in d.owner.list_runs(RunFilter())} == {"acme"}
+    refusals = [r for r in caplog.records if "cannot be registered" in r.getMessage()]
+    assert len(refusals) == 1
+    assert "globex" in refusals[0].getMessage()
