@@ -232,7 +232,7 @@ class App:
         Returns the ``Schedule`` (the decorator returns the workflow).
         """
         def declare(target: Workflow[Any] | str) -> Schedule:
-            label = name or (target if isinstance(target, str) else target.definition.name)
+            label = (target if isinstance(target, str) else target.definition.name) if name is None else name
             try:
                 definition = self.definition(target)
             except UnknownWorkflow as exc:

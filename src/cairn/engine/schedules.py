@@ -53,7 +53,7 @@ from cronsim import CronSim, CronSimError
 from cairn.codec import values
 from cairn.engine.definitions import WorkflowDef
 from cairn.errors import InvalidArgument
-from cairn.store.records import NewRun, check_names
+from cairn.store.records import NewRun
 from cairn.store.schedules import MISSED_POLICIES, ScheduleSpec, ScheduleState
 
 #: A worker fires at most this many ticks of one schedule per pass (the rest
@@ -212,12 +212,11 @@ class Schedule:
         priority: int,
     ) -> Schedule:
         """Check everything now: the error names the schedule and the problem."""
-        label = name or workflow.name
+        label = workflow.name if name is None else name
         what = f"schedule {label!r}"
-        try:
-            check_names(schedule_name=label, tenant=tenant, queue=queue)
-        except InvalidArgument as exc:
-            raise InvalidSchedule(f"{what}: {exc}") from None
+        for part, value in (("name", label), ("tenant", tenant), ("queue", queue)):
+            if not isinstance(value, str) or not value:
+                raise InvalidSchedule(f"{what}: the {part} must be a non-empty string, not {value!r}")
         if missed not in MISSED_POLICIES:
             raise InvalidSchedule(f"{what}: missed must be one of {', '.join(map(repr, MISSED_POLICIES))}, "
                                   f"not {missed!r}")
