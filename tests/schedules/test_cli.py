@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -183,3 +184,11 @@ def test_cairn_worker_no_schedules_fires_none(db: str) -> None:
     finally:
         _stop(process)
     assert cli("schedules", "--db", db, "--json").stdout.strip() == "[]"  # not even registered
+
+
+def test_a_damaged_schedule_row_is_one_line_naming_it(db: str) -> None:
+    fire_once(db).close()
+    with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE schedules SET last_tick = 'soon' WHERE name = 'morning-report'")
+    result = cli("schedules", "--db", db)
+    check_error(result, 1, "schedule 'morning-report' of tenant 'acme' is damaged", "'soon' is not a number")

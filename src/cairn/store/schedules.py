@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.store.records import NewRun
+from cairn.store.rows import DamagedRow
 
 #: How missed ticks (due while no worker ran) are handled; see ``cairn.engine.schedules``.
 MISSED_POLICIES = ("skip", "once", "all")
@@ -110,11 +111,28 @@ def schedule_params(spec: ScheduleSpec, now: float) -> dict[str, Any]:
 
 #: the columns every ``select_schedule*`` query returns, in order
 def schedule_from_row(row: Any) -> ScheduleState:
+    """A row of ``schedules``; ``DamagedRow`` naming the schedule if a column
+    does not hold what it must (an edited SQLite file: its columns are not typed)."""
     (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
      last_run_id, fired_at, fired) = row
-    spec = ScheduleSpec(str(tenant), str(name), str(workflow), str(cron), str(timezone), str(missed),
-                        float(grace))
-    return ScheduleState(spec, float(created_at), float(updated_at),
-                         None if last_tick is None else float(last_tick),
-                         None if last_run_id is None else str(last_run_id),
-                         None if fired_at is None else float(fired_at), int(fired))
+    try:
+        spec = ScheduleSpec(_text(tenant), _text(name), _text(workflow), _text(cron), _text(timezone),
+                            _text(missed), _number(grace))
+        return ScheduleState(spec, _number(created_at), _number(updated_at),
+                             None if last_tick is None else _number(last_tick),
+                             None if last_run_id is None else _text(last_run_id),
+                             None if fired_at is None else _number(fired_at), int(fired))
+    except (TypeError, ValueError) as exc:
+        raise DamagedRow(f"schedule {name!r} of tenant {tenant!r} is damaged: {exc}") from None
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
