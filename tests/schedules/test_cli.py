@@ -17,12 +17,14 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 import cairn
 from cairn.store import open_store
 from cairn.worker.scheduler import Scheduler
 from tests.acceptance.harness import REPO_ROOT as ROOT
 from tests.acceptance.harness import wait_until
+from tests.backends import libpq_url
 from tests.cli.test_cli import assert_one_line_error, check_error, cli
 
 APP = "tests.schedules.cli_app:app"
@@ -192,3 +194,23 @@ def test_a_damaged_schedule_row_is_one_line_naming_it(db: str) -> None:
         conn.execute("UPDATE schedules SET last_tick = 'soon' WHERE name = 'morning-report'")
     result = cli("schedules", "--db", db)
     check_error(result, 1, "schedule 'morning-report' of tenant 'acme' is damaged", "'soon' is not a number")
+
+
+def test_cairn_schedules_on_postgresql(pg_url: str) -> None:
+    url = libpq_url(pg_url, str(conninfo_to_dict(pg_url)["dbname"]))
+    app = cairn.App(url)
+    try:
+        app.schedule("*/5 * * * *", app.workflow(name="poll")(_poll), tenant="acme", timezone="Asia/Kolkata")
+        Scheduler(app.runtime, list(app.runtime.schedules.values())).run_pass()
+    finally:
+        app.close()
+    result = cli("schedules", "--db", url, "--json")
+    assert result.exit_code == 0, result.stderr
+    (view,) = json.loads(result.stdout)
+    assert (view["tenant"], view["name"], view["timezone"]) == ("acme", "poll", "Asia/Kolkata")
+    assert view["next_tick"]["local"].endswith("+05:30")
+    assert int(view["next_tick"]["epoch"]) % 300 == 0
+
+
+def _poll(ctx: cairn.Context) -> None:
+    return None
