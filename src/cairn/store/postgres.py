@@ -913,7 +913,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             if run is not None:
                 params = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
                 params.update(_lifecycle_arrays([lc.create(run, now)]))
-                if tx.execute(_Q["create_run"], params).rowcount == 1:
+                if _insert_run(tx, params, self._exempt):
                     fired = Fired.CREATED
                 else:  # a run already holds the id: ours (a lost state), or one we cannot read
                     existing = _select_run(tx, run.run_id)
