@@ -32,10 +32,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cairn import App, Budget, Context
 from cairn.cli.main import main
+from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import ApprovalRequest, Claim, EventType, Payload, RunFilter, RunStatus, TokenRecord
+from cairn.store.schedules import Fired, ScheduleSpec
 from tests.store.contract import WF, FakeClock, claim, ev, finish, new_run
 
 SCHEMA = "tenancy"
@@ -353,6 +355,11 @@ def _acme_world(d: Deployment) -> str:
         "req-a1", "refund", "dict", None, ("cli:boss@acme",), None))
     d.globex.create_run(new_run("g1", tenant="globex", queue="q"))
     assert [c.run.run_id for c in d.globex.claim_runs("gw", [WF], 1, 30.0, 3)] == ["g1"]
+    # schedules (tests/schedules): acme's, fired once, and one of globex's own
+    d.acme.register_schedule(ScheduleSpec("acme", "nightly", WF, "* * * * *", "UTC", "once", 60.0))
+    assert d.acme.fire_schedule("acme", "nightly", d.clock.now + 60, new_run(
+        tick_run_id("acme", "nightly", d.clock.now + 60), tenant="acme")) is Fired.CREATED
+    d.globex.register_schedule(ScheduleSpec("globex", "nightly", WF, "* * * * *", "UTC", "once", 60.0))
     assert d.acme.get_artifact(ref) == SECRET
     # the HTTP API's tokens (cairn.server): one of each tenant
     d.acme.create_token(TokenRecord("acmetoken0000001", "acme", "admin", "acme-admin", "d" * 64, 0.0))
@@ -373,6 +380,7 @@ SNAPSHOTS = {
     "approvals": "SELECT * FROM approvals WHERE tenant <> 'globex' OR run_id <> 'g1' "
                  "ORDER BY run_id, request_id",
     "api_tokens": "SELECT * FROM api_tokens ORDER BY token_id",
+    "schedules": "SELECT * FROM schedules WHERE tenant <> 'globex' ORDER BY tenant, name",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -391,6 +399,8 @@ READS = [
     ("artifacts", "SELECT ref FROM artifacts AS a WHERE a.data = %(signal)s"),
     ("functions", "SELECT * FROM queue_running_totals(ARRAY['q']) WHERE false"),  # totals only: see the doc
     ("api_tokens", "SELECT token_id, digest FROM api_tokens WHERE tenant = 'acme'"),
+    ("schedules", "SELECT name FROM schedules WHERE tenant = 'acme'"),
+    ("schedules", "SELECT name FROM schedules WHERE tenant = 'acme' FOR UPDATE"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -449,6 +459,14 @@ WRITES = [
                   "type_name, requested_at) VALUES ('a1', 'forged', 'globex', 9, 9, 'x', 'dict', 0)"),
     ("approvals", "INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, "
                   "type_name, requested_at) VALUES ('a1', 'forged2', 'acme', 9, 9, 'x', 'dict', 0)"),
+    ("schedules", "UPDATE schedules SET last_tick = 1e12, fired = 0 WHERE tenant = 'acme'"),
+    ("schedules", "UPDATE schedules SET tenant = 'acme', name = 'x' WHERE tenant = 'globex'"),
+    ("schedules", "DELETE FROM schedules"),
+    ("schedules", "INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, "
+                  "updated_at) VALUES ('acme', 'evil', 'wf', '* * * * *', 'UTC', 'once', 1, 0, 0)"),
+    ("schedules", "INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, "
+                  "updated_at) VALUES ('acme', 'nightly', 'wf', '* * * * *', 'UTC', 'once', 1, 0, 0) "
+                  "ON CONFLICT (tenant, name) DO UPDATE SET last_tick = 1e12"),
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
 ]
