@@ -50,6 +50,8 @@ BEGIN
     EXECUTE format('GRANT SELECT, UPDATE (updated_at) ON queues TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON queue_buckets TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON mailbox TO %I', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON approvals TO %I', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON api_tokens TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON schedules TO %I', grantee);
 END
 $$;
