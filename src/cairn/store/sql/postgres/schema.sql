@@ -467,6 +467,15 @@ CREATE INDEX approvals_pending ON approvals (tenant, requested_at) WHERE status 
 
 ALTER TABLE approvals ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON approvals
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = approvals.run_id AND r.tenant = approvals.tenant));
 
 -- Schedules: the definition the workers last registered, and the latest tick
 -- fired or passed over (UTC epoch seconds; NULL: none yet). A tick fires in
@@ -498,7 +507,4 @@ CREATE POLICY tenant_isolation ON schedules
     WITH CHECK (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
-                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = approvals.run_id AND r.tenant = approvals.tenant));
-
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
