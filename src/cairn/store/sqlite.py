@@ -101,6 +101,10 @@ _TERMINAL_JSON = dumps(list(lc.TERMINAL))
 _BUSY_TIMEOUT_MS = 30_000
 _INSERT_EVENT = _Q["insert_event"]
 _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
+_INSERT_EVENT_NEXT = _Q["insert_event_next"]
+#: Runs whose last entry this store keeps in ``_tails`` at most (executions
+#: that end pop theirs; this only bounds those that never told it).
+_MAX_TAILS = 4096
 
 #: ``(before_commit, after_commit)`` fault points of the transitions that
 #: always commit something (claims hit theirs only when they claim).
@@ -147,6 +151,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         self._lock = threading.Lock()
         self._closed = False
         self._lane_cursor = admission.LaneCursor()
+        #: run -> (epoch, seq, at) of the last entry this store appended to
+        #: it under that epoch: the hot path's fence needs no read of history
+        #: when the next entry follows it (see ``append``)
+        self._tails: dict[str, tuple[int, int, float]] = {}
         try:
             if not read_only:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -462,18 +470,36 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
             conn = self._conn()
             fault_point("store.append.before_commit")
             try:
-                inserted = conn.execute(_INSERT_EVENT_FENCED, event_values(event)).rowcount
-            except sqlite3.IntegrityError:
-                raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
+                at = self._fenced(conn, run_id, epoch, event)
             except sqlite3.Error as exc:
                 raise self._failure(exc) from None
-            if inserted != 1:
-                raise LeaseLost(run_id, epoch)
+            self._tail(run_id, epoch, event.seq, at)
             fault_point("store.append.after_commit")
         else:
             with self._write(_FAULTS["append"]) as tx:
                 for event in events:
-                    _append_fenced(tx, run_id, epoch, event)
+                    at = self._fenced(tx, run_id, epoch, event)
+                    self._tails[run_id] = (epoch, event.seq, at)  # the next one follows it
+                self._tails.pop(run_id, None)  # not committed yet
+            self._tail(run_id, epoch, events[-1].seq, at)
+
+    def _fenced(self, conn: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> float:
+        """Append ``event`` under the fence; return the ``at`` stored. Without
+        a read of history when this store appended the run's last entry
+        itself (``_tails``); the tail is forgotten meanwhile, and remembered
+        again only once the entry is committed (``_tail``)."""
+        tail = self._tails.pop(run_id, None)
+        if (tail is not None and tail[0] == epoch == event.epoch and tail[1] == event.seq - 1
+                and event.run_id == run_id):
+            return _append_next(conn, event, tail[2])
+        return _append_fenced(conn, run_id, epoch, event)
+
+    def _tail(self, run_id: str, epoch: int, seq: int, at: float) -> None:
+        """Remember the last entry this store appended to ``run_id`` (committed)."""
+        tails = self._tails
+        if len(tails) >= _MAX_TAILS and run_id not in tails:
+            tails.clear()
+        tails[run_id] = (epoch, seq, at)
 
     def _sync_wal(self) -> None:
         """The effect barrier of the ``process`` mode, after an ordinary
@@ -511,7 +537,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         lc.check_suspend_status(status)
         with self._write(_FAULTS["suspend"]) as tx:
             now = self.clock()
-            _append_fenced(tx, run_id, epoch, event)
+            self._fenced(tx, run_id, epoch, event)
             child = None
             if status is RunStatus.SUSPENDED and waiting_on is not None:
                 row = tx.execute(_Q["lock_child_status"], {"run_id": waiting_on}).fetchone()
@@ -523,7 +549,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
 
     def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
         with self._write() as tx:
-            _append_fenced(tx, run_id, epoch, event)
+            self._fenced(tx, run_id, epoch, event)
             tx.execute(_Q["release"], {"run_id": run_id, "epoch": epoch, "now": self.clock()})
 
     def finish_run(
@@ -539,7 +565,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         with self._write(_FAULTS["finish"]) as tx:
             now = self.clock()
             params = finish_params(run_id, epoch, now, status, result, error)
-            _append_fenced(tx, run_id, epoch, event)
+            self._fenced(tx, run_id, epoch, event)
             (parent,) = tx.execute(_Q["finish"], params).fetchone()
             if parent is not None:
                 tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
@@ -548,18 +574,22 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
         child = lc.child_of(child, parent_run_id)
         with self._write(_FAULTS["start_child"]) as tx:
             now = self.clock()
-            _append_fenced(tx, parent_run_id, epoch, event)
-            if _insert_run(tx, run_params(child, now, status=RunStatus.PENDING, runnable_at=now)):
+            at = self._fenced(tx, parent_run_id, epoch, event)
+            created = _insert_run(tx, run_params(child, now, status=RunStatus.PENDING, runnable_at=now))
+            if created:
                 tx.execute(_INSERT_EVENT, event_values(lc.create(child, now)))
-                return new_record(child, now, RunStatus.PENDING, epoch=0)
-            record = _select_run(tx, child.run_id)
+            else:
+                record = _select_run(tx, child.run_id)
+        self._tail(parent_run_id, epoch, event.seq, at)
+        if created:
+            return new_record(child, now, RunStatus.PENDING, epoch=0)
         assert record is not None
         return record
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
         with self._write() as tx:
             update = lc.halt(run_id, epoch, error, self.clock())
-            _append_fenced(tx, run_id, epoch, event)
+            self._fenced(tx, run_id, epoch, event)
             tx.execute(_Q["halt"], update_params(update)).fetchall()
             tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
 
@@ -855,14 +885,44 @@ def _check_fenced(run_id: str, epoch: int, event: HistoryEvent) -> None:
         raise LeaseLost(run_id, epoch)
 
 
-def _append_fenced(tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> None:
+def _append_fenced(tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> float:
+    """Append ``event`` under the fence; return the ``at`` stored (clamped
+    to the run's last entry's). Reading every row returned ends the statement,
+    which commits it outside a transaction."""
     _check_fenced(run_id, epoch, event)
     try:
-        inserted = tx.execute(_INSERT_EVENT_FENCED, event_values(event)).rowcount
+        rows = tx.execute(_INSERT_EVENT_FENCED, event_values(event)).fetchall()
     except sqlite3.IntegrityError:
         raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
-    if inserted != 1:
+    if len(rows) != 1:
         raise LeaseLost(run_id, epoch)
+    return float(rows[0][0])
+
+
+def _append_next(conn: sqlite3.Connection, event: HistoryEvent, last_at: float) -> float:
+    """Append ``event`` right after the run's last entry, which this store
+    appended itself under the same epoch, at ``last_at``; return the
+    ``at`` stored.
+
+    The same guarantees as ``insert_event_fenced`` without its reads of
+    ``history`` (a temporary copy of the rows in SQLite): the run row is
+    fenced on its epoch by the statement; ``seq`` follows the last entry
+    (checked by the caller) and nobody else took it (the primary key:
+    every writer appends right after the last entry, so another entry
+    would be at this very ``seq``); ``at`` is clamped to the last
+    entry's here, as the statement would."""
+    values = event_values(event)
+    at = event.at
+    if at < last_at:
+        at = last_at
+        values = (*values[:3], at, *values[4:])
+    try:
+        inserted = conn.execute(_INSERT_EVENT_NEXT, values).rowcount
+    except sqlite3.IntegrityError:
+        raise LeaseLost(event.run_id, event.epoch) from None  # seq taken: someone else appended
+    if inserted != 1:
+        raise LeaseLost(event.run_id, event.epoch)
+    return at
 
 
 def _claim_many(

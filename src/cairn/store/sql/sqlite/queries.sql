@@ -66,6 +66,21 @@ SELECT ?1, ?2, ?3,
 FROM runs AS r
 WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
   AND ?2 = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = ?1)
+RETURNING at
+
+-- The hot path once the store knows the run's last entry (it appended it
+-- itself, under this epoch: ``SQLiteStore._tails``): the same fence on the
+-- run row, but no read of ``history``. A statement that reads the table it
+-- inserts into makes SQLite copy its rows into a temporary table first
+-- (about 30,000 instructions, as much as the insert itself); the caller has
+-- already checked that ``seq`` follows the known last entry and clamped
+-- ``at`` to its time, and the primary key refuses a ``seq`` taken meanwhile.
+-- name: insert_event_next
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                     attempt, started_at, payload, payload_ref, detail, tenant)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
+FROM runs AS r
+WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
 
 -- name: select_claim_state
 SELECT run_id, status, owner, epoch, recoveries, runnable_at FROM runs WHERE run_id = :run_id
