@@ -15,7 +15,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from cairn.codec import values
 from cairn.engine.definitions import StepDef
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
-from cairn.engine.execution import Execution, current, operation_id
+from cairn.engine.execution import CURRENT, Execution, operation_id
 from cairn.errors import CairnError, PayloadError
 from cairn.faults import fault_point
 from cairn.store.records import RunRecord
@@ -77,7 +77,7 @@ class Step(Generic[P, R]):
         self._what = f"step {definition.name!r}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        execution = current()
+        execution = CURRENT.get(None)
         if execution is None:
             result: R = self.definition.fn(*args, **kwargs)
             return result
