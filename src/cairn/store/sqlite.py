@@ -315,7 +315,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable):
                                 lease_until=until)
             if not _insert_run(tx, params):
                 return None
-            tx.executemany(_INSERT_EVENT, [event_values(event) for event in events])
+            # A run created here has no history to follow or to clamp the time
+            # against, and it is running at epoch 1: the statement without a
+            # read of history is exact (and the store knows its last entry).
+            tx.executemany(_INSERT_EVENT_NEXT, [event_values(event) for event in events])
+        self._tail(run.run_id, 1, events[-1].seq, events[-1].at)
         record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
 
