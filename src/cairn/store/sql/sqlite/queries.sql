@@ -358,3 +358,4 @@ SELECT json_extract(e.value, '$[0]'), json_extract(e.value, '$[1]'), json_extrac
        json_extract(e.value, '$[4]'), json_extract(e.value, '$[5]'),
        json_extract(e.value, '$[6]'), r.tenant
 FROM json_each(:entries) AS e JOIN runs AS r ON r.run_id = json_extract(e.value, '$[0]')
+RETURNING run_id, seq, at
