@@ -50,5 +50,6 @@ def test_a_draining_worker_never_sleeps_in_the_busy_handler(tmp_path: Path) -> N
     finally:
         app.close()
     lines = [line.split() for line in counts.read_text().splitlines()]
-    sleeps = {line[-1]: int(line[3]) for line in lines if line and line[-1] in ("clock_nanosleep", "nanosleep")}
+    named = ("clock_nanosleep", "nanosleep")
+    sleeps = {line[-1]: int(line[3]) for line in lines if line and line[-1] in named}
     assert sum(sleeps.values()) == 0, f"the worker slept in SQLite's busy handler: {sleeps}"
