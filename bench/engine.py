@@ -74,6 +74,62 @@ def cairn_step_us(durability: str = "process", steps: int = 300) -> float:
     return elapsed() / steps * 1e6
 
 
+def cairn_worker_step_us(steps: int = 300) -> float:
+    """One ``steps``-step run executed by a worker in this process
+    (``app.worker()``, its default settings: 4 slots, 0.1 s poll), from its
+    claim to its end as the run's history records them; µs per step.
+
+    The worker first executes a 1-step warm-up run, and the measured run is
+    started only when that one ended, so it runs on a pool thread that has
+    its connection and statements ready, as in a long-lived ``cairn worker``
+    (a new thread's first run pays for opening them). The worker's claim
+    polls go on meanwhile (3 of 4 slots are free)."""
+    from bench.cairn_workloads import build
+    from cairn.store.records import EventType
+
+    with fresh_dir("cairn-worker") as d:
+        w = build(d / "cairn.sqlite")
+        try:
+            warm_up = w.app.start(w.chain, 1)
+            measured: list[Any] = []
+
+            def on_outcome(claim: Any, _outcome: Any) -> None:
+                if claim.run.run_id == warm_up.run_id:
+                    measured.append(w.app.start(w.chain, steps))
+                else:
+                    worker.stop()
+
+            worker = w.app.worker(on_outcome=on_outcome)
+            worker.run(install_signals=False)
+            (handle,) = measured
+            result = handle.result(timeout=30)
+            history = w.app.history(handle.run_id)
+        finally:
+            w.close()
+    if result != steps:
+        raise RuntimeError(f"cairn chain under a worker returned {result!r}, expected {steps}")
+    claimed = max(e.at for e in history if e.event is EventType.LEASE_CLAIMED)
+    completed = max(e.at for e in history if e.event is EventType.RUN_COMPLETED)
+    return (completed - claimed) / steps * 1e6
+
+
+def floor_lines(results: Sequence[Result]) -> list[str]:
+    """Issue 8's SQLite targets, each judged against a floor of this run: a
+    journaled step (inline and under a worker) at most 1.1x the bare sqlite
+    insert+update+commit; at least 5,000 three-step runs per second."""
+    floor = find(results, STEP_US, "sqlite WAL/NORMAL")
+    lines: list[str] = []
+    for system in ("cairn process", "cairn worker"):
+        step = find(results, STEP_US, system)
+        if floor is not None and step is not None and floor.value:
+            ratio = step.value / floor.value
+            lines.append(f"{system} step / bare sqlite floor: {ratio:.2f}x (target <= 1.10x)")
+    runs = find(results, RUNS_PER_S, "cairn process")
+    if runs is not None:
+        lines.append(f"cairn process 3-step runs/s: {runs.value:,.0f} (target >= 5,000)")
+    return lines
+
+
 def cairn_call_us(kind: str, calls: int = 300) -> float:
     """One run making ``calls`` journaled calls of ``kind`` (``step``, ``read``
     tool or ``write`` tool, in the default durability mode); µs per call."""
@@ -308,6 +364,14 @@ def plan(sizes: Sizes) -> list[Bench]:
         Bench(
             "cairn",
             STEP_US,
+            "cairn worker",
+            "µs/step",
+            lambda: cairn_worker_step_us(s.steps),
+            params={"steps": s.steps, "durability": "process", "worker": "in-process, default settings"},
+        ),
+        Bench(
+            "cairn",
+            STEP_US,
             "cairn power",
             "µs/step",
             lambda: cairn_step_us("power", s.steps),
@@ -479,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "same metric, this run"
     )
     print_table(results, RATIO_BASELINES)
-    lines = ratio_lines(results, "cairn", RATIO_BASELINES) + tool_lines(results)
+    lines = ratio_lines(results, "cairn", RATIO_BASELINES) + floor_lines(results) + tool_lines(results)
     if lines:
         print()
         for line in lines:

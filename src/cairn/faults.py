@@ -50,6 +50,9 @@ def _parse(spec: str) -> dict[str, int]:
 
 
 _ARMED = _parse(os.environ.get("CAIRN_FAULTS", ""))
+#: Whether any point is armed in this process: per-step paths test it
+#: before calling ``fault_point`` at all (a call costs more than the check).
+ARMED = bool(_ARMED)
 _hits: dict[str, int] = {}
 _lock = threading.Lock()
 

@@ -17,6 +17,8 @@ from cairn.store.records import EventType, HistoryEvent
 _CUTS = (EventType.RUN_RETRIED, EventType.RUN_REWOUND)
 #: Entries that describe where a side-effecting tool call stands.
 _OP_EVENTS = (EventType.OP_INTENT, EventType.OP_RECONCILED, EventType.OP_RESOLVED, EventType.STEP_RETRIED)
+#: Entries filed under ``outcomes``, ``retries`` or ``intents`` (what ``end`` follows).
+_FILED = (EventType.STEP_COMPLETED, EventType.STEP_FAILED, EventType.STEP_RETRIED, EventType.OP_INTENT)
 
 
 @dataclass(slots=True)
@@ -37,7 +39,7 @@ class Usage:
 class Journal:
     """Final outcomes, retry and side-effect state of each position."""
 
-    __slots__ = ("intents", "op_state", "outcomes", "retries", "rewinds", "usage")
+    __slots__ = ("end", "intents", "op_state", "outcomes", "retries", "rewinds", "usage")
 
     def __init__(self, history: Iterable[HistoryEvent]) -> None:
         #: position -> the step.completed / step.failed entry that settled it
@@ -51,12 +53,23 @@ class Journal:
         #: details of every logical rewind, oldest first
         self.rewinds: list[dict[str, Any]] = []
         self.usage = Usage()
+        #: one past the highest position with an outcome, an intent or a
+        #: retry: a call from here on is new (``Execution.begin``'s fast path)
+        self.end = 0
         for event in history:
             self.record(event)
 
     def record(self, event: HistoryEvent) -> None:
         """Take ``event`` into account (replayed history, or a live append)."""
         kind = event.event
+        position = event.position
+        if kind is EventType.STEP_COMPLETED and position is not None and event.step_kind == "step":
+            # the common entry (a step's outcome), which the rules below would
+            # only file under ``outcomes``: taken first, it costs a fifth
+            self.outcomes[position] = event
+            if position >= self.end:
+                self.end = position + 1
+            return
         if kind in _CUTS:
             # Outcomes from the cut position on are void, so the run resumes
             # from its last good step (operator retry) or its rewind target.
@@ -67,17 +80,19 @@ class Journal:
             if kind is EventType.RUN_REWOUND:
                 self.rewinds.append(detail)
             return
-        if event.position is None:
+        if position is None:
             return
         self._count(event)
         if kind in (EventType.STEP_COMPLETED, EventType.STEP_FAILED):
-            self.outcomes[event.position] = event
+            self.outcomes[position] = event
         if kind is EventType.STEP_RETRIED:
-            self.retries[event.position] = event
+            self.retries[position] = event
         if kind in _OP_EVENTS:
-            self.op_state[event.position] = event
+            self.op_state[position] = event
         if kind is EventType.OP_INTENT:
-            self.intents[event.position] = event
+            self.intents[position] = event
+        if kind in _FILED and position >= self.end:
+            self.end = position + 1
 
     def _count(self, event: HistoryEvent) -> None:
         if event.step_kind == "model" and event.event is EventType.STEP_COMPLETED:
@@ -93,12 +108,15 @@ class Journal:
         for table in (self.outcomes, self.retries, self.op_state, self.intents):
             for pos in [p for p in table if p >= position]:
                 del table[pos]
+        self.end = max(self.outcomes.keys() | self.intents.keys() | self.retries.keys(), default=-1) + 1
 
     def generation(self, position: int) -> int:
         """How many logical rewinds voided ``position``: each re-executes it as
         a new intended effect (see ``operation_id``). A rewind that cut later
         than ``position`` did not touch it, so the count of a recorded call
         never changes afterwards: stable across crashes and retries."""
+        if not self.rewinds:  # nearly every run: asked once per step
+            return 0
         return sum(1 for rewind in self.rewinds if int(rewind.get("from_position", position + 1)) <= position)
 
     def attempts_before(self, position: int) -> int:

@@ -1,7 +1,8 @@
 """Plain records exchanged between the engine and a store backend.
 
-The store speaks only in these frozen dataclasses and in bytes: it never sees
-user objects, so every backend stores exactly what the codec layer produced.
+The store speaks only in these dataclasses (never changed once built; all but
+the two built on every step are frozen) and in bytes: it never sees user
+objects, so every backend stores exactly what the codec layer produced.
 Times are Unix seconds as floats (``time.time()``), the same on every backend.
 """
 
@@ -100,9 +101,14 @@ class Durability(enum.StrEnum):
     POWER = "power"  # survives power loss or an OS crash: fsync on every commit
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Payload:
-    """An encoded value: inline bytes, or a reference into the artifact store."""
+    """An encoded value: inline bytes, or a reference into the artifact store.
+
+    Never changed once built, like every record here, but not declared
+    ``frozen``: one is built per journaled call, and a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__`` (see
+    ``HistoryEvent``). ``unsafe_hash`` keeps it hashable as it was."""
 
     data: bytes | None = None
     ref: str | None = None
@@ -166,7 +172,7 @@ class RunRecord:
     waiting_for: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class HistoryEvent:
     """One entry of a run's append-only history.
 
@@ -174,6 +180,13 @@ class HistoryEvent:
     under which lease the entry was written, so an audit can tell which worker
     did what. Journal entries also carry ``position``, ``step_kind``, ``name``,
     ``input_hash``, ``attempt`` and the step's result ``payload``.
+
+    Never changed once built (``dataclasses.replace`` makes a new one), but
+    not declared ``frozen``: one is built for every journaled call, and a
+    frozen dataclass's ``__init__`` sets each of the 14 fields through
+    ``object.__setattr__``, about 22,000 instructions against 3,000 (a tenth
+    of a whole step, measured with callgrind). ``unsafe_hash`` keeps the
+    hash the frozen class had.
     """
 
     run_id: str

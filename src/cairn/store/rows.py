@@ -227,11 +227,12 @@ def claim_status(raw: Any) -> RunStatus:
 
 def event_values(event: HistoryEvent) -> tuple[Any, ...]:
     """The values of ``event`` in ``EVENT_COLUMNS`` order (once per step:
-    kept to one tuple display, no per-field calls)."""
+    kept to one tuple display, no per-field calls; ``_value_`` is the enum
+    member's value without the ``value`` property's Python-level call)."""
     payload = event.payload
     detail = event.detail
     return (
-        event.run_id, event.seq, event.event.value, event.at, event.epoch, event.worker, event.position,
+        event.run_id, event.seq, event.event._value_, event.at, event.epoch, event.worker, event.position,
         event.step_kind, event.name, event.input_hash, event.attempt, event.started_at,
         None if payload is None else payload.data, None if payload is None else payload.ref,
         None if detail is None else _ENCODE_JSON.encode(detail).decode(),

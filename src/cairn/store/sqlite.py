@@ -55,6 +55,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cairn import faults
 from cairn.errors import LeaseLost, PayloadError, StoreError
 from cairn.faults import fault_point
 from cairn.store import admission
@@ -118,6 +119,10 @@ _BUSY_TIMEOUT_MS = 30_000
 log = logging.getLogger("cairn.store")
 _INSERT_EVENT = _Q["insert_event"]
 _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
+_INSERT_EVENT_NEXT = _Q["insert_event_next"]
+#: Runs whose last entry this store keeps in ``_tails`` at most (executions
+#: that end pop theirs; this only bounds those that never told it).
+_MAX_TAILS = 4096
 
 #: ``(before_commit, after_commit)`` fault points of the transitions that
 #: always commit something (claims hit theirs only when they claim).
@@ -163,10 +168,16 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         self._connections: list[sqlite3.Connection] = []
         self._wal_fds: list[int] = []
         self._lock = threading.Lock()
+        #: held around every write of this store's threads (see ``_writing``)
+        self._writer = threading.RLock()
         self._closed = False
         self._lane_cursor = admission.LaneCursor()
         #: wake-ups for other processes' workers (``listen``; see ``store.wakeups``)
         self._waker = Waker(self.path)
+        #: run -> (epoch, seq, at) of the last entry this store appended to
+        #: it under that epoch: the hot path's fence needs no read of history
+        #: when the next entry follows it (see ``append``)
+        self._tails: dict[str, tuple[int, int, float]] = {}
         try:
             if not read_only:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -246,6 +257,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         mark: Mark | None = getattr(self._local, "mark", None)
         if mark is not None:
             mark.marked = False
+        self._writing()
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -259,8 +271,26 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 raise
         except sqlite3.Error as exc:
             raise self._failure(exc) from None
+        finally:
+            self._writer.release()
         self._waker.after_commit(mark)  # only now can another process see the change
         fault_point(faults[1])
+
+    def _writing(self) -> None:
+        """Take this store's writer lock, which every write of its threads
+        holds (with ``busy_timeout`` as its bound, like SQLite's own lock).
+
+        SQLite lets one connection write at a time and makes the others wait
+        in its busy handler, which sleeps 1, 2, 5, 10... ms between tries: a
+        step append that met a worker's claim poll (or another thread's
+        append) mid-transaction lost a millisecond or more, twenty times its
+        own cost, and a worker's per-step time grew with its poll rate
+        (strace: hundreds of ``clock_nanosleep`` per thousand steps). Threads
+        of one store queue here instead and go on the moment the writer
+        before them is done; other processes still meet SQLite's lock."""
+        if not self._writer.acquire(False) and not self._writer.acquire(True, self._busy_ms / 1000):
+            raise StoreError(f"SQLite database {str(self.path)!r} is locked: another thread of this process "
+                             f"kept writing for {self._busy_ms / 1000:g}s")
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -365,7 +395,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                                 lease_until=until)
             if not _insert_run(tx, params):
                 return None
-            tx.executemany(_INSERT_EVENT, [event_values(event) for event in events])
+            # A run created here has no history to follow or to clamp the time
+            # against, and it is running at epoch 1: the statement without a
+            # read of history is exact (and the store knows its last entry).
+            tx.executemany(_INSERT_EVENT_NEXT, [event_values(event) for event in events])
+        self._tail(run.run_id, 1, events[-1].seq, events[-1].at)
         record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
 
@@ -399,6 +433,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         if limit <= 0 or not workflows:
             return []
         wanted = dumps(list(workflows))
+        tails: dict[str, tuple[int, int, float]] = {}
         with self._write() as tx:
             now = self.clock()
             limits = {row[0]: queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
@@ -415,13 +450,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                     buckets[(q, tenant)] = admission.Bucket(tokens, at)
             chosen = admission.plan(lanes, limits, queue_running, buckets, now, limit)
             claims = _claim_many(tx, [_claim_state(states[c.run_id]) for c in chosen], worker, now,
-                                 lease_seconds, max_recoveries)
+                                 lease_seconds, max_recoveries, tails)
             claimed = [c for c, claim in zip(chosen, claims, strict=True) if claim is not None]
             for (queue, tenant), state in admission.charge(limits, buckets, claimed, now).items():
                 tx.execute(_Q["upsert_bucket"], {"queue": queue, "tenant": tenant, "tokens": state.tokens,
                                                  "at": state.at})
             if chosen:  # the claim's commit boundary (an idle poll is not one)
                 fault_point("store.claim.before_commit")
+        for run_id, tail in tails.items():
+            self._tail(run_id, *tail)
         if chosen:
             fault_point("store.claim.after_commit")
         return [claim for claim in claims if claim is not None]
@@ -511,14 +548,17 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         return fired
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
+        tails: dict[str, tuple[int, int, float]] = {}
         with self._write() as tx:
             now = self.clock()
             row = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
             if row is None or row[5] is None or row[5] > now:
                 return None
             state = lc.ClaimState(row[0], claim_status(row[1]), row[2], row[3], row[4])
-            claim = _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries)[0]
+            claim = _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries, tails)[0]
             fault_point("store.claim.before_commit")
+        for claimed, tail in tails.items():
+            self._tail(claimed, *tail)
         fault_point("store.claim.after_commit")
         return claim
 
@@ -550,24 +590,57 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             self.append(run_id, epoch, events)
             self._sync_wal()
         elif len(events) == 1:  # the per-step hot path: one self-contained statement
+            # ``_conn``, ``_writing``, ``_fenced`` and ``_tail`` written out: a
+            # call costs more than each of them does
             event = events[0]
             if event.run_id != run_id or event.epoch != epoch:
                 _check_fenced(run_id, epoch, event)
-            conn = self._conn()
-            fault_point("store.append.before_commit")
+            conn = getattr(self._local, "conn", None) or self._conn()
+            if faults.ARMED:
+                fault_point("store.append.before_commit")
+            tails = self._tails
+            tail = tails.pop(run_id, None)
+            if not self._writer.acquire(False):  # the common case, without the timeout's cost
+                self._writing()
             try:
-                inserted = conn.execute(_INSERT_EVENT_FENCED, event_values(event)).rowcount
-            except sqlite3.IntegrityError:
-                raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
+                if tail is not None and tail[0] == epoch and tail[1] == event.seq - 1:
+                    at = _append_next(conn, event, tail[2])
+                else:
+                    at = _append_fenced(conn, run_id, epoch, event)
             except sqlite3.Error as exc:
                 raise self._failure(exc) from None
-            if inserted != 1:
-                raise LeaseLost(run_id, epoch)
-            fault_point("store.append.after_commit")
+            finally:
+                self._writer.release()
+            if len(tails) >= _MAX_TAILS:
+                tails.clear()
+            tails[run_id] = (epoch, event.seq, at)
+            if faults.ARMED:
+                fault_point("store.append.after_commit")
         else:
             with self._write(_FAULTS["append"]) as tx:
                 for event in events:
-                    _append_fenced(tx, run_id, epoch, event)
+                    at = self._fenced(tx, run_id, epoch, event)
+                    self._tails[run_id] = (epoch, event.seq, at)  # the next one follows it
+                self._tails.pop(run_id, None)  # not committed yet
+            self._tail(run_id, epoch, events[-1].seq, at)
+
+    def _fenced(self, conn: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> float:
+        """Append ``event`` under the fence; return the ``at`` stored. Without
+        a read of history when this store appended the run's last entry
+        itself (``_tails``); the tail is forgotten meanwhile, and remembered
+        again only once the entry is committed (``_tail``)."""
+        tail = self._tails.pop(run_id, None)
+        if (tail is not None and tail[0] == epoch == event.epoch and tail[1] == event.seq - 1
+                and event.run_id == run_id):
+            return _append_next(conn, event, tail[2])
+        return _append_fenced(conn, run_id, epoch, event)
+
+    def _tail(self, run_id: str, epoch: int, seq: int, at: float) -> None:
+        """Remember the last entry this store appended to ``run_id`` (committed)."""
+        tails = self._tails
+        if len(tails) >= _MAX_TAILS and run_id not in tails:
+            tails.clear()
+        tails[run_id] = (epoch, seq, at)
 
     def _sync_wal(self) -> None:
         """The effect barrier of the ``process`` mode, after an ordinary
@@ -607,7 +680,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         lc.check_wait(waiting_on, waiting_for)
         with self._write(_FAULTS["suspend"]) as tx:
             now = self.clock()
-            _append_fenced(tx, run_id, epoch, event)
+            self._fenced(tx, run_id, epoch, event)
             child = None
             if status is RunStatus.SUSPENDED and waiting_on is not None:
                 row = tx.execute(_Q["lock_child_status"], {"run_id": waiting_on}).fetchone()
@@ -668,7 +741,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
 
     def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
         with self._write() as tx:
-            _append_fenced(tx, run_id, epoch, event)
+            self._fenced(tx, run_id, epoch, event)
             tx.execute(_Q["release"], {"run_id": run_id, "epoch": epoch, "now": self.clock()})
 
     def finish_run(
@@ -684,7 +757,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         with self._write(_FAULTS["finish"]) as tx:
             now = self.clock()
             params = finish_params(run_id, epoch, now, status, result, error)
-            _append_fenced(tx, run_id, epoch, event)
+            self._fenced(tx, run_id, epoch, event)
             (parent,) = tx.execute(_Q["finish"], params).fetchone()
             if parent is not None:
                 tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
@@ -693,18 +766,22 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         child = lc.child_of(child, parent_run_id)
         with self._write(_FAULTS["start_child"]) as tx:
             now = self.clock()
-            _append_fenced(tx, parent_run_id, epoch, event)
-            if _insert_run(tx, run_params(child, now, status=RunStatus.PENDING, runnable_at=now)):
+            at = self._fenced(tx, parent_run_id, epoch, event)
+            created = _insert_run(tx, run_params(child, now, status=RunStatus.PENDING, runnable_at=now))
+            if created:
                 tx.execute(_INSERT_EVENT, event_values(lc.create(child, now)))
-                return new_record(child, now, RunStatus.PENDING, epoch=0)
-            record = _select_run(tx, child.run_id)
+            else:
+                record = _select_run(tx, child.run_id)
+        self._tail(parent_run_id, epoch, event.seq, at)
+        if created:
+            return new_record(child, now, RunStatus.PENDING, epoch=0)
         assert record is not None
         return record
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
         with self._write() as tx:
             update = lc.halt(run_id, epoch, error, self.clock())
-            _append_fenced(tx, run_id, epoch, event)
+            self._fenced(tx, run_id, epoch, event)
             tx.execute(_Q["halt"], update_params(update)).fetchall()
             tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
 
@@ -1009,14 +1086,44 @@ def _check_fenced(run_id: str, epoch: int, event: HistoryEvent) -> None:
         raise LeaseLost(run_id, epoch)
 
 
-def _append_fenced(tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> None:
+def _append_fenced(tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> float:
+    """Append ``event`` under the fence; return the ``at`` stored (clamped
+    to the run's last entry's). Reading every row returned ends the statement,
+    which commits it outside a transaction."""
     _check_fenced(run_id, epoch, event)
     try:
-        inserted = tx.execute(_INSERT_EVENT_FENCED, event_values(event)).rowcount
+        rows = tx.execute(_INSERT_EVENT_FENCED, event_values(event)).fetchall()
     except sqlite3.IntegrityError:
         raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
-    if inserted != 1:
+    if len(rows) != 1:
         raise LeaseLost(run_id, epoch)
+    return float(rows[0][0])
+
+
+def _append_next(conn: sqlite3.Connection, event: HistoryEvent, last_at: float) -> float:
+    """Append ``event`` right after the run's last entry, which this store
+    appended itself under the same epoch, at ``last_at``; return the
+    ``at`` stored.
+
+    The same guarantees as ``insert_event_fenced`` without its reads of
+    ``history`` (a temporary copy of the rows in SQLite): the run row is
+    fenced on its epoch by the statement; ``seq`` follows the last entry
+    (checked by the caller) and nobody else took it (the primary key:
+    every writer appends right after the last entry, so another entry
+    would be at this very ``seq``); ``at`` is clamped to the last
+    entry's here, as the statement would."""
+    values = event_values(event)
+    at = event.at
+    if at < last_at:
+        at = last_at
+        values = (*values[:3], at, *values[4:])
+    try:
+        inserted = conn.execute(_INSERT_EVENT_NEXT, values).rowcount
+    except sqlite3.IntegrityError:
+        raise LeaseLost(event.run_id, event.epoch) from None  # seq taken: someone else appended
+    if inserted != 1:
+        raise LeaseLost(event.run_id, event.epoch)
+    return at
 
 
 def _claim_many(
@@ -1026,11 +1133,14 @@ def _claim_many(
     now: float,
     lease_seconds: float,
     max_recoveries: int,
+    tails: dict[str, tuple[int, int, float]],
 ) -> list[Claim | None]:
     """Claim the runs whose ``states`` were read under the write lock; a
     claim per state, in order, or ``None`` for a takeover that quarantined
     its run. Set-based: one statement reads every history, one claims every
-    run, one appends every lifecycle entry (a quarantine adds one)."""
+    run, one appends every lifecycle entry (a quarantine adds one).
+    ``tails`` receives the last entry of each claimed run (epoch, seq,
+    stored time), for ``SQLiteStore._tails`` once committed."""
     if not states:
         return []
     rows: dict[str, list[Sequence[Any]]] = {state.run_id: [] for state in states}
@@ -1051,7 +1161,11 @@ def _claim_many(
         records = {row[0]: claimed_run(row) for row in tx.execute(_Q["claim_many"], params)}
     entries = [[e.run_id, e.seq, e.event.value, e.at, e.epoch, e.worker,
                 dumps(e.detail) if e.detail is not None else None] for o in outcomes for e in o.entries]
-    tx.execute(_Q["insert_events_many"], {"entries": dumps(entries)})
+    stored: dict[str, tuple[int, float]] = {}
+    if entries:
+        for run_id, seq, at in tx.execute(_Q["insert_events_many"], {"entries": dumps(entries)}).fetchall():
+            if seq > stored.get(run_id, (0, 0.0))[0]:
+                stored[run_id] = (seq, at)
     claims: list[Claim | None] = []
     for outcome in outcomes:
         record = records.get(outcome.run_id)
@@ -1065,6 +1179,8 @@ def _claim_many(
         assert record is not None
         full = histories[outcome.run_id] + list(outcome.entries)
         claims.append(Claim(run=record, history=full, next_seq=full[-1].seq + 1))
+        if outcome.run_id in stored:
+            tails[outcome.run_id] = (record.epoch, *stored[outcome.run_id])
     return claims
 
 

@@ -66,6 +66,21 @@ SELECT ?1, ?2, ?3,
 FROM runs AS r
 WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
   AND ?2 = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = ?1)
+RETURNING at
+
+-- The hot path once the store knows the run's last entry (it appended it
+-- itself, under this epoch: ``SQLiteStore._tails``): the same fence on the
+-- run row, but no read of ``history``. A statement that reads the table it
+-- inserts into makes SQLite copy its rows into a temporary table first
+-- (about 30,000 instructions, as much as the insert itself); the caller has
+-- already checked that ``seq`` follows the known last entry and clamped
+-- ``at`` to its time, and the primary key refuses a ``seq`` taken meanwhile.
+-- name: insert_event_next
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                     attempt, started_at, payload, payload_ref, detail, tenant)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
+FROM runs AS r
+WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
 
 -- name: select_claim_state
 SELECT run_id, status, owner, epoch, recoveries, runnable_at FROM runs WHERE run_id = :run_id
@@ -350,6 +365,7 @@ SELECT json_extract(e.value, '$[0]'), json_extract(e.value, '$[1]'), json_extrac
        json_extract(e.value, '$[4]'), json_extract(e.value, '$[5]'),
        json_extract(e.value, '$[6]'), r.tenant
 FROM json_each(:entries) AS e JOIN runs AS r ON r.run_id = json_extract(e.value, '$[0]')
+RETURNING run_id, seq, at
 
 -- Mailboxes (see schema.sql): deliveries to a run, each consumed at most
 -- once by the journal entry that records it. Every statement runs in a
@@ -438,66 +454,4 @@ LIMIT :limit
 -- name: delete_approvals_of_runs
 DELETE FROM approvals WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 
--- == The HTTP API: tokens and the tenant's run changes (cairn.server) ==========================
-
--- name: insert_token
-INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at, created_by, revoked_at)
-VALUES (:token_id, :tenant, :role, :name, :digest, :created_at, :created_by, NULL)
-
--- name: select_token
-SELECT token_id, tenant, role, name, digest, created_at, created_by, revoked_at
-FROM api_tokens WHERE token_id = :token_id
-
--- name: list_tokens
-SELECT token_id, tenant, role, name, digest, created_at, created_by, revoked_at
-FROM api_tokens WHERE (:tenant IS NULL OR tenant = :tenant)
-ORDER BY tenant, created_at, token_id
-
--- name: revoke_token
-UPDATE api_tokens SET revoked_at = :now WHERE token_id = :token_id AND revoked_at IS NULL
-
--- name: runs_changed
--- A tenant's runs changed after the cursor (updated_at, run_id), in that order.
-SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
-       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at, budget
-FROM runs
-WHERE tenant = :tenant AND (updated_at > :after_at OR (updated_at = :after_at AND run_id > :after_run_id))
-  AND updated_at <= :until
-ORDER BY updated_at, run_id
-LIMIT :limit
-
--- schedules (store/schedules.py) ---------------------------------------------
-
--- name: upsert_schedule
--- A worker registers what its code declares: the definition is replaced, the
--- firing state (created_at, last_tick, ...) kept.
-INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at)
-VALUES (:tenant, :name, :workflow, :cron, :timezone, :missed, :grace, :now, :now)
-ON CONFLICT (tenant, name) DO UPDATE SET
-    workflow = excluded.workflow, cron = excluded.cron, timezone = excluded.timezone,
-    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at
-RETURNING tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-          last_run_id, fired_at, fired
-
--- name: lock_schedule
--- The schedule row, read under the write lock (PostgreSQL: FOR UPDATE).
-SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
-FROM schedules WHERE tenant = :tenant AND name = :name
-
--- name: select_schedules
-SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
-FROM schedules WHERE :tenant IS NULL OR tenant = :tenant
-ORDER BY tenant, name
-
--- name: advance_schedule
--- Move last_tick up to :tick (never back); :run_id is the run the tick
--- started, if it started one (:created 1).
-UPDATE schedules SET
-    last_tick = :tick,
-    last_run_id = CASE WHEN :created = 1 THEN :run_id ELSE last_run_id END,
-    fired_at = CASE WHEN :created = 1 THEN :now ELSE fired_at END,
-    fired = fired + :created
-WHERE tenant = :tenant AND name = :name AND (last_tick IS NULL OR last_tick < :tick)
+-- == The HTTP API: tokens and the tenant's run changes (cairn.server) ===================
