@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 import cairn
+from cairn.errors import RunNotFound
 from cairn.store.postgres import PostgresStore
 from tests.store.pg import TestDatabases
 
@@ -117,7 +118,7 @@ def test_a_freed_slot_of_a_limited_queue_wakes_the_workers(app: tuple[cairn.App,
     thread.start()
     try:
         deadline = time.monotonic() + 10
-        while application.get_run("inline") is None and time.monotonic() < deadline:
+        while not _exists(application, "inline") and time.monotonic() < deadline:
             time.sleep(0.01)
         second = application.start("ping")
         holding.join(timeout=10)
@@ -127,3 +128,12 @@ def test_a_freed_slot_of_a_limited_queue_wakes_the_workers(app: tuple[cairn.App,
         worker.stop()
         thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def _exists(app: cairn.App, run_id: str) -> bool:
+    """Whether the run was created yet (``App.get_run`` raises until it is)."""
+    try:
+        app.get_run(run_id)
+    except RunNotFound:
+        return False
+    return True

@@ -454,4 +454,66 @@ LIMIT :limit
 -- name: delete_approvals_of_runs
 DELETE FROM approvals WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 
--- == The HTTP API: tokens and the tenant's run changes (cairn.server) ===================
+-- == The HTTP API: tokens and the tenant's run changes (cairn.server) ==========================
+
+-- name: insert_token
+INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at, created_by, revoked_at)
+VALUES (:token_id, :tenant, :role, :name, :digest, :created_at, :created_by, NULL)
+
+-- name: select_token
+SELECT token_id, tenant, role, name, digest, created_at, created_by, revoked_at
+FROM api_tokens WHERE token_id = :token_id
+
+-- name: list_tokens
+SELECT token_id, tenant, role, name, digest, created_at, created_by, revoked_at
+FROM api_tokens WHERE (:tenant IS NULL OR tenant = :tenant)
+ORDER BY tenant, created_at, token_id
+
+-- name: revoke_token
+UPDATE api_tokens SET revoked_at = :now WHERE token_id = :token_id AND revoked_at IS NULL
+
+-- name: runs_changed
+-- A tenant's runs changed after the cursor (updated_at, run_id), in that order.
+SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+       result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
+       priority, parent_run_id, created_at, updated_at, budget
+FROM runs
+WHERE tenant = :tenant AND (updated_at > :after_at OR (updated_at = :after_at AND run_id > :after_run_id))
+  AND updated_at <= :until
+ORDER BY updated_at, run_id
+LIMIT :limit
+
+-- schedules (store/schedules.py) ---------------------------------------------
+
+-- name: upsert_schedule
+-- A worker registers what its code declares: the definition is replaced, the
+-- firing state (created_at, last_tick, ...) kept.
+INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at)
+VALUES (:tenant, :name, :workflow, :cron, :timezone, :missed, :grace, :now, :now)
+ON CONFLICT (tenant, name) DO UPDATE SET
+    workflow = excluded.workflow, cron = excluded.cron, timezone = excluded.timezone,
+    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at
+RETURNING tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
+          last_run_id, fired_at, fired
+
+-- name: lock_schedule
+-- The schedule row, read under the write lock (PostgreSQL: FOR UPDATE).
+SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
+       last_run_id, fired_at, fired
+FROM schedules WHERE tenant = :tenant AND name = :name
+
+-- name: select_schedules
+SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
+       last_run_id, fired_at, fired
+FROM schedules WHERE :tenant IS NULL OR tenant = :tenant
+ORDER BY tenant, name
+
+-- name: advance_schedule
+-- Move last_tick up to :tick (never back); :run_id is the run the tick
+-- started, if it started one (:created 1).
+UPDATE schedules SET
+    last_tick = :tick,
+    last_run_id = CASE WHEN :created = 1 THEN :run_id ELSE last_run_id END,
+    fired_at = CASE WHEN :created = 1 THEN :now ELSE fired_at END,
+    fired = fired + :created
+WHERE tenant = :tenant AND name = :name AND (last_tick IS NULL OR last_tick < :tick)
