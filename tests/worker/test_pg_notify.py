@@ -117,7 +117,7 @@ def test_a_freed_slot_of_a_limited_queue_wakes_the_workers(app: tuple[cairn.App,
     thread.start()
     try:
         deadline = time.monotonic() + 10
-        while application.get_run("inline") is None and time.monotonic() < deadline:
+        while application.store.get_run("inline") is None and time.monotonic() < deadline:
             time.sleep(0.01)
         second = application.start("ping")
         holding.join(timeout=10)

@@ -15,17 +15,18 @@ from collections.abc import Callable, Collection
 from typing import Any, ParamSpec, TypeVar, overload
 
 from cairn.api.handles import RunHandle
-from cairn.api.operator import Operator, app_actor
+from cairn.api.operator import BundleView, Operator, app_actor
 from cairn.api.workflow import Workflow
 from cairn.codec import values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
 from cairn.engine.budget import Budget
+from cairn.engine.bundles import tool_fingerprint
 from cairn.engine.definitions import StepDef, WorkflowDef
 from cairn.engine.executor import Outcome
 from cairn.engine.runtime import Runtime
 from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
-from cairn.errors import PayloadError, RunNotFound, UnknownWorkflow
+from cairn.errors import InvalidArgument, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.store import open_store, resolve_url
@@ -105,10 +106,13 @@ class App:
 
         def register(f: Callable[..., Any]) -> Workflow[Any]:
             definition = WorkflowDef.build(f, name, version)
-            existing = self.runtime.workflows.get(definition.name)
-            if existing is not None and existing.fn is not f:
-                raise ValueError(f"workflow {definition.name!r} is already registered")
-            self.runtime.workflows[definition.name] = definition
+            # several versions of one name side by side (bundles): the same
+            # name and version twice with other code is refused
+            registry = self.runtime.registry
+            registry.add_workflow(definition)
+            newest = registry.newest(definition.name)
+            assert newest is not None
+            self.runtime.workflows[definition.name] = newest
             return Workflow(definition)
 
         return register(fn) if fn is not None else register
@@ -155,17 +159,53 @@ class App:
         ``reconcile(op)`` settles uncertain ``write`` effects after a crash."""
 
         def register(f: Callable[..., Any]) -> Tool[..., Any]:
-            return Tool(ToolDef.build(f, name=name, effect=effect, reconcile=reconcile, timeout=timeout,
-                                      schema=schema, retry=retry, reconcile_retry=reconcile_retry))
+            definition = ToolDef.build(f, name=name, effect=effect, reconcile=reconcile, timeout=timeout,
+                                       schema=schema, retry=retry, reconcile_retry=reconcile_retry)
+            self.runtime.registry.add_tool(tool_fingerprint(  # part of every bundle of this app
+                definition.name, definition.effect.value, str(definition.call_signature),
+                definition.result_type))
+            return Tool(definition)
 
         return register(fn) if fn is not None else register
 
-    def definition(self, workflow: Workflow[Any] | str) -> WorkflowDef:
+    # -- bundles: prompts and model settings pinned per run ------------------------
+
+    def prompt(self, name: str, text: str) -> str:
+        """Register prompt ``name``. It becomes part of the bundle of every
+        workflow of this app (``cairn.engine.bundles``): a run reads it with
+        ``ctx.prompt(name)`` from the bundle it started on, on every replay
+        and resume, whatever this process registers later. Returns ``name``."""
+        if not name or not isinstance(text, str):
+            raise InvalidArgument("a prompt needs a non-empty name and a text")
+        self.runtime.registry.add_prompt(name, text)
+        return name
+
+    def model_settings(self, name: str, **settings: Any) -> str:
+        """Register model settings ``name`` (a model id, parameters: JSON
+        values), pinned in bundles like prompts; a run reads them with
+        ``ctx.model_settings(name)``. Returns ``name``."""
+        if not name:
+            raise InvalidArgument("model settings need a non-empty name")
+        self.runtime.registry.add_model(name, values.decode(values.encode(settings), what="model settings"))
+        return name
+
+    def bundles(self) -> list[BundleView]:
+        """Every stored bundle with its runs per status (``cairn bundles``)."""
+        return self.operator.bundles()
+
+    def definition(self, workflow: Workflow[Any] | str, version: str | None = None) -> WorkflowDef:
+        """The registered workflow: the given version, else the newest
+        (a ``Workflow`` object names its own version unless ``version`` is given)."""
+        if not isinstance(workflow, str) and version is None:
+            version = workflow.definition.version
         name = workflow if isinstance(workflow, str) else workflow.definition.name
-        try:
-            return self.runtime.workflows[name]
-        except KeyError:
-            raise UnknownWorkflow(name, list(self.runtime.workflows)) from None
+        found = self.runtime.workflows.get(name) if version is None \
+            else self.runtime.registry.version(name, version)
+        if found is None:
+            if version is not None and name in self.runtime.workflows:
+                raise UnknownWorkflow(f"{name} version {version}", list(self.runtime.workflows))
+            raise UnknownWorkflow(name, list(self.runtime.workflows))
+        return found
 
     # -- starting runs ---------------------------------------------------------------------
 
@@ -179,11 +219,14 @@ class App:
         queue: str = "default",
         priority: int = 0,
         budget: Budget | None = None,
+        version: str | None = None,
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
-        starting an existing id returns a handle on that run, unchanged."""
-        definition = self.definition(workflow)
+        starting an existing id returns a handle on that run, unchanged.
+        A workflow given by name starts its newest version, or ``version``;
+        the run records its bundle and executes only on that bundle's code."""
+        definition = self.definition(workflow, version)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget)
         _, created = self.store.create_run(new)
@@ -200,11 +243,12 @@ class App:
         queue: str = "default",
         priority: int = 0,
         budget: Budget | None = None,
+        version: str | None = None,
     ) -> RunHandle[Any]:
         """Start ``workflow`` with inputs given as JSON values (the CLI's
         ``--input``): an object names parameters, an array lists them, any
         other value is the only argument. Validated against the annotations."""
-        definition = self.definition(workflow)
+        definition = self.definition(workflow, version)
         try:
             arguments = definition.inputs_from_json(data)
         except TypeError as exc:
@@ -263,6 +307,7 @@ class App:
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
             budget=budget.to_dict() if budget is not None else None,
+            bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id,
         )
 
     def _drive(self, run_id: str, claim: Claim | None) -> Any:

@@ -173,10 +173,14 @@ class Execution:
             input_hash=call.input_hash, attempt=1, started_at=call.started_at, payload=result_payload,
         )
         run = self.run
+        try:  # the child pins its own workflow's bundle (stored once per process)
+            bundle = self.runtime.registry.child_bundle(definition, self.store)
+        except INFRASTRUCTURE_ERRORS as exc:
+            raise Abandon(f"cannot store the bundle of child run {child_id}: {exc}") from exc
         child = NewRun(
             run_id=child_id, workflow=definition.name, workflow_version=definition.version,
             tenant=run.tenant, thread_id=run.thread_id, input=input_payload, parent_run_id=self.run_id,
-            queue=queue, priority=priority,
+            queue=queue, priority=priority, bundle=bundle,
         )
         with self._lock:
             event = self._stamped(event)
@@ -323,6 +327,13 @@ class Execution:
             self._taken.add(position)
         self.position = max(self.position, position + 1)
         return position
+
+    def peek(self) -> HistoryEvent | None:
+        """What the journal records at the position the next call would
+        take (``None``: nothing, the live end). For calls that decide by it
+        whether to take a position at all (``ctx.patched``)."""
+        with self._lock:
+            return self._recorded_at(self._lowest)
 
     def _recorded_at(self, position: int) -> HistoryEvent | None:
         journal = self.journal

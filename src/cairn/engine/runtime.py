@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cairn.codec.payloads import PayloadCodec
+from cairn.engine.bundles import Registry
 from cairn.engine.definitions import WorkflowDef
 from cairn.store.contract import Store
 
@@ -20,3 +21,6 @@ class Runtime:
     check_inputs: bool = True
     #: how often one run may rewind after logical failures before it fails
     max_rewinds: int = 3
+    #: workflow versions, prompts, model settings and tools, and the bundles
+    #: served (``engine.bundles``); ``workflows`` maps each name to its newest version
+    registry: Registry = field(default_factory=Registry)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cairn.errors import InvalidRunState, PayloadError, RunNotFound, StoreError
-from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+from cairn.store.records import BundleRecord, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
 
 #: The terminal statuses as stored (for statements that test them).
 TERMINAL = tuple(status.value for status in RunStatus if status.terminal)
@@ -62,6 +62,8 @@ class RunUpdate:
     budget: dict[str, Any] | None = None
     recoveries: int | None = None
     fence: int | None = None  # a fenced update applies only to the run held at this epoch
+    bundle: str | None = None  # ``migrate``: the run's new bundle and workflow version
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +404,33 @@ def set_budget(
     detail = _by({"budget": budget}, actor)
     return Transition(RunUpdate("set_budget", run_id, now, run.epoch, budget=budget),
                       (entry(run_id, EventType.RUN_BUDGET_CHANGED, now, run.epoch, None, detail),))
+
+
+def migrate(
+    run: RunRecord | None, run_id: str, bundle: BundleRecord, detail: dict[str, Any], now: float,
+    actor: str | None = None,
+) -> Transition:
+    """An operator moves a run to another bundle of its workflow (``cairn
+    migrate``). Not while it is ``running`` (its holder executes the old
+    code: the move would take effect under it); not once it is
+    ``completed`` or ``cancelled`` (it will never run again). The journal
+    stays as it is; the entry records both bundles, the actor and
+    ``detail`` (the replay check, or the reason of a forced move). The
+    epoch stays: no holder is there to fence out."""
+    run = _found(run, run_id)
+    if run.status is RunStatus.RUNNING:
+        raise InvalidRunState(f"run {run_id!r} is running; migrate it once it is suspended or stopped")
+    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        raise InvalidRunState(f"run {run_id!r} is {run.status.value} and will not run again; it cannot be "
+                              "migrated")
+    if bundle.workflow != run.workflow:
+        raise InvalidRunState(f"bundle {bundle.bundle_id!r} is of workflow {bundle.workflow!r}, not of "
+                              f"run {run_id!r}'s workflow {run.workflow!r}")
+    full = _by({"from_bundle": run.bundle, "to_bundle": bundle.bundle_id, "from_version": run.workflow_version,
+                "to_version": bundle.version, **detail}, actor)
+    return Transition(RunUpdate("migrate", run_id, now, run.epoch, bundle=bundle.bundle_id,
+                                version=bundle.version),
+                      (entry(run_id, EventType.RUN_MIGRATED, now, run.epoch, None, full),))
 
 
 def resolve_operation(

@@ -765,6 +765,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         lease_seconds: float,
         max_recoveries: int,
         queues: Collection[str] | None = None,
+        bundles: Collection[str] | None = None,
     ) -> list[Claim]:
         if limit <= 0 or not workflows:
             return []
@@ -772,6 +773,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         params = {
             "now": now,
             "workflows": list(workflows),
+            "bundles": None if bundles is None else sorted(set(bundles)),
             "queues": sorted(set(queues)) if queues is not None else None,
             "limit": limit,
             "max_lanes": admission.MAX_LANES,
@@ -1075,6 +1077,13 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     def _query(self, tx: _Conn, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         cursor = tx.execute(_Q[name], params)
         return cursor.fetchall() if cursor.description is not None else []
+
+    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        with self._conn() as conn:
+            return conn.execute(_Q[name], params).fetchall()
+
+    def _list_param(self, items: Collection[str]) -> Any:
+        return list(items)
 
     # -- fenced: the holder stops its run ---------------------------------------------
 

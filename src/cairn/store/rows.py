@@ -16,7 +16,7 @@ import msgspec
 from cairn.errors import StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.lifecycle import RunUpdate, check_finish_status
-from cairn.store.records import Delivery, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+from cairn.store.records import BundleRecord, Delivery, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
 
 _ENCODE_JSON = msgspec.json.Encoder()
 _DECODE_JSON = msgspec.json.Decoder()
@@ -47,6 +47,7 @@ def new_record(
         owner=owner, lease_expires_at=lease_until, wake_at=None, waiting_on=None, recoveries=0,
         queue=run.queue, priority=run.priority, parent_run_id=run.parent_run_id, created_at=now,
         updated_at=now, budget=loads(dumps(run.budget)) if run.budget is not None else None,
+        bundle=run.bundle,
     )
 
 
@@ -56,6 +57,7 @@ RUN_COLUMNS = (
     "run_id", "workflow", "workflow_version", "tenant", "thread_id", "status", "input", "input_ref",
     "result", "result_ref", "error", "epoch", "owner", "lease_expires_at", "wake_at", "waiting_on",
     "waiting_for", "recoveries", "queue", "priority", "parent_run_id", "created_at", "updated_at", "budget",
+    "bundle",
 )
 
 #: The columns of a history entry as statements read and write them, in
@@ -141,7 +143,15 @@ def run_from_row(row: Sequence[Any], *, lenient: bool = True) -> RunRecord:
         created_at=row[21],
         updated_at=row[22],
         budget=_json(row[23], "budget", lenient),
+        bundle=row[24],
     )
+
+
+def bundle_from_row(row: Sequence[Any]) -> BundleRecord:
+    """A ``BundleRecord`` from a ``select_bundles`` row (its content is
+    checked against its id by the reader: ``cairn.engine.bundles``)."""
+    return BundleRecord(bundle_id=row[0], workflow=row[1], version=row[2], code=row[3],
+                        content=_bytes(row[4]) or b"", created_at=row[5], served_at=row[6])
 
 
 #: The columns of a mailbox row, in ``Delivery`` field order.
@@ -255,6 +265,7 @@ def run_params(
         "lease_expires_at": lease_until,
         "runnable_at": runnable_at,
         "budget": dumps(run.budget) if run.budget is not None else None,
+        "bundle": run.bundle,
         "now": now,
     }
 
@@ -268,6 +279,8 @@ def update_params(update: RunUpdate) -> dict[str, Any]:
         "budget": dumps(update.budget) if update.budget is not None else None,
         "recoveries": update.recoveries,
         "fence": update.fence,
+        "bundle": update.bundle,
+        "version": update.version,
     }
 
 

@@ -14,12 +14,12 @@ each tuned to its database.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Generic, TypeVar
 
 from cairn.store import lifecycle as lc
-from cairn.store.records import Delivery, Payload, RunRecord
-from cairn.store.rows import delivery_from_row, message_params
+from cairn.store.records import BundleRecord, Delivery, Payload, RunRecord
+from cairn.store.rows import bundle_from_row, delivery_from_row, message_params
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -65,6 +65,16 @@ class SQLStore(Generic[Tx]):
     def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Run the dialect's query ``name``; its rows (none for a statement
         that returns nothing)."""
+        raise NotImplementedError
+
+    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """Run the read-only query ``name`` outside any write transaction
+        (inspection stores opened read-only answer it too)."""
+        raise NotImplementedError
+
+    def _list_param(self, items: Collection[str]) -> Any:
+        """A list of strings as the dialect's statements take one (SQLite:
+        JSON text for ``json_each``; PostgreSQL: an array)."""
         raise NotImplementedError
 
     # -- the operator transitions, once -------------------------------------------
@@ -157,3 +167,35 @@ class SQLStore(Generic[Tx]):
         ((seq,),) = self._query(tx, "insert_message", params)
         self._query(tx, "wake_waiting_for", {"run_id": run_id, "key": key, "now": now})
         return Delivery(run_id, seq, key, payload, sender, dedupe, now), True
+
+    # -- bundles (cairn.engine.bundles): not on any hot path ------------------------
+
+    def put_bundles(self, bundles: Collection[BundleRecord]) -> None:
+        def body(tx: Tx) -> None:
+            now = self.clock()
+            for b in bundles:
+                self._query(tx, "insert_bundle", {"bundle_id": b.bundle_id, "workflow": b.workflow,
+                                                  "version": b.version, "code": b.code,
+                                                  "content": b.content, "now": now})
+
+        if bundles:
+            self._operate(body)
+
+    def bundles(self, workflows: Collection[str] | None = None) -> list[BundleRecord]:
+        wanted = None if workflows is None else self._list_param(sorted(set(workflows)))
+        return [bundle_from_row(row) for row in self._select("select_bundles", {"workflows": wanted})]
+
+    def serve_bundles(self, bundle_ids: Collection[str]) -> None:
+        if bundle_ids:
+            ids = self._list_param(sorted(set(bundle_ids)))
+            self._operate(lambda tx: self._query(tx, "serve_bundles", {"bundle_ids": ids, "now": self.clock()}))
+
+    def bundle_counts(self) -> list[tuple[str | None, str, str, str, int]]:
+        return [(row[0], row[1], row[2], str(row[3]), int(row[4]))
+                for row in self._select("bundle_counts", {})]
+
+    def migrate_run(
+        self, run_id: str, bundle: BundleRecord, detail: dict[str, Any], *, actor: str | None = None
+    ) -> RunRecord:
+        return self._operate(lambda tx: self._apply(tx, lc.migrate(self._held_run(tx, run_id), run_id, bundle,
+                                                                   detail, self.clock(), actor)))
