@@ -45,12 +45,12 @@ CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(e
 -- name: create_run_row
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, budget, created_at, updated_at)
+                  runnable_at, budget, created_at, updated_at, bundle)
 VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
         %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
         %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
         %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
-        %(budget)s::text, %(now)s::float8, %(now)s::float8)
+        %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text)
 ON CONFLICT (run_id) DO NOTHING
 
 -- name: create_run_entries

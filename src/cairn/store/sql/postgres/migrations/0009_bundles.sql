@@ -3,9 +3,9 @@
 -- content hash. Application definitions, not tenant data: one row serves
 -- every tenant, and every role may read and add them. The CHECK makes the
 -- id the hash of the content (cairn.engine.bundles.bundle_id), so no role
--- can store a bundle under an id that is not its content's: what a run
--- pinned is what it replays with. Readers check workflow, version and code
--- against the content too. served_at: when a worker serving it last said so
+-- can store a bundle under an id that is not its content's, nor columns
+-- that are not what its content says: what a run pinned is what it replays
+-- with (readers check both again). served_at: when a worker serving it last said so
 -- (the only column a role may change).
 CREATE TABLE bundles (
     bundle_id  TEXT PRIMARY KEY,
@@ -15,7 +15,11 @@ CREATE TABLE bundles (
     content    BYTEA NOT NULL,
     created_at DOUBLE PRECISION NOT NULL,
     served_at  DOUBLE PRECISION,
-    CONSTRAINT bundles_content_hash CHECK (bundle_id = 'b' || substr(encode(sha256(content), 'hex'), 1, 24))
+    CONSTRAINT bundles_content_hash CHECK (bundle_id = 'b' || substr(encode(sha256(content), 'hex'), 1, 24)),
+    CONSTRAINT bundles_content_columns CHECK (
+        workflow = convert_from(content, 'UTF8')::jsonb ->> 'workflow'
+        AND version = convert_from(content, 'UTF8')::jsonb ->> 'version'
+        AND code = convert_from(content, 'UTF8')::jsonb ->> 'code')
 );
 
 ALTER TABLE bundles ENABLE ROW LEVEL SECURITY;
