@@ -201,3 +201,16 @@ class LogicalFailure(BaseException):
 class RewindFailed(CairnError):
     """A ``LogicalFailure`` could not rewind: no such earlier step, or the
     run has used up its rewinds. The run fails (an operator is needed)."""
+
+
+# -- bundles (cairn.engine.bundles) ----------------------------------------------------------
+
+
+class MigrationRefused(InvalidRunState):
+    """``cairn migrate``: the replay check found that the target bundle's
+    code diverges from the run's journal (``--force --reason`` overrides)."""
+
+
+class ReplayDivergence(CairnError, AssertionError):
+    """``cairn.testing.replay``: new code would diverge from a recorded run.
+    An ``AssertionError`` too, so a test suite reports it as a failure."""

@@ -12,21 +12,25 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar, overload
 
+from cairn.api.export import export_run
 from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
 from cairn.api.workflow import Workflow
 from cairn.codec import values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
+from cairn.engine import replaycheck
 from cairn.engine.budget import Budget
-from cairn.engine.bundles import tool_fingerprint
+from cairn.engine.bundles import Served, tool_fingerprint
 from cairn.engine.definitions import StepDef, WorkflowDef
 from cairn.engine.executor import Outcome
+from cairn.engine.replaycheck import ReplayReport
 from cairn.engine.runtime import Runtime
 from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
-from cairn.errors import InvalidArgument, PayloadError, RunNotFound, UnknownWorkflow
+from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.store import open_store, resolve_url
@@ -192,6 +196,67 @@ class App:
     def bundles(self) -> list[BundleView]:
         """Every stored bundle with its runs per status (``cairn bundles``)."""
         return self.operator.bundles()
+
+    def target_bundle(self, run: RunRecord, bundle: str | None = None) -> Served:
+        """The bundle ``run`` would execute on after a migration: ``bundle``
+        (which this app's code must serve), else the bundle of the newest
+        version of its workflow registered here."""
+        registry = self.runtime.registry
+        if bundle is None:
+            newest = registry.newest(run.workflow)
+            if newest is None:
+                raise UnknownWorkflow(run.workflow, list(self.runtime.workflows))
+            local = registry.bundle_for(newest, self.store)
+            served = registry.served(local.bundle_id)
+            assert served is not None
+            return served
+        served = registry.served(bundle, self.store)
+        if served is None:
+            why = registry.why_not(bundle)
+            raise InvalidArgument(f"bundle {bundle!r} is not served by this app's code: {why}")
+        if served.bundle.workflow != run.workflow:
+            raise InvalidArgument(f"bundle {bundle!r} is of workflow {served.bundle.workflow!r}, not of run "
+                                  f"{run.run_id!r}'s workflow {run.workflow!r}")
+        return served
+
+    def replay_check(self, run_id: str, *, bundle: str | None = None) -> ReplayReport:
+        """Replay run ``run_id``'s journal against this app's code for
+        ``bundle`` (default: the newest version of its workflow), in a dry
+        run: nothing is written, executed or asked of a model. Reports the
+        first divergence, or that the code is compatible."""
+        run = self.get_run(run_id)
+        target = self.target_bundle(run, bundle)
+        pinned = replace(run, bundle=target.bundle.bundle_id, workflow_version=target.bundle.version)
+        return replaycheck.check(self.runtime, target.definition, pinned, self.store.history(run_id))
+
+    def migrate(self, run_id: str, to: str | None = None, *, force: bool = False, reason: str | None = None,
+                operator: Operator | None = None) -> tuple[ReplayReport, RunRecord]:
+        """Move run ``run_id`` to bundle ``to`` (default: the newest version
+        of its workflow here) if the replay check passes; ``force=True`` with
+        a ``reason`` (a security fix: ``"CVE-..."``) moves it anyway. The
+        journal stays; ``run.migrated`` records both bundles, the check, the
+        reason and the actor. Raises ``MigrationRefused`` for a divergence."""
+        if force and not (reason or "").strip():
+            raise InvalidArgument("a forced migration needs a reason (--reason 'CVE-...')")
+        run = self.get_run(run_id)
+        target = self.target_bundle(run, to)
+        report = self.replay_check(run_id, bundle=target.bundle.bundle_id)
+        if not report.compatible and not force:
+            raise MigrationRefused(f"not migrated: {report.describe()} (--force --reason R overrides)")
+        detail: dict[str, Any] = {"check": report.describe(), "compatible": report.compatible,
+                                  "forced": force}
+        if reason:
+            detail["reason"] = reason
+        record = target.bundle.record()
+        self.store.put_bundles([record])
+        change = (operator or self.operator).migrate(run_id, record, detail)
+        return report, change.run
+
+    def export_run(self, run_id: str) -> dict[str, Any]:
+        """Run ``run_id``'s journal as a JSON document (``cairn.api.export``)."""
+        run = self.get_run(run_id)
+        bundle = None if run.bundle is None else self.runtime.registry.load(run.bundle, self.store)
+        return export_run(self.runtime.payloads, run, self.store.history(run_id), bundle)
 
     def definition(self, workflow: Workflow[Any] | str, version: str | None = None) -> WorkflowDef:
         """The registered workflow: the given version, else the newest

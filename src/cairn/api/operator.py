@@ -39,7 +39,6 @@ from cairn.store.contract import Migratable, Store
 from cairn.store.records import BundleRecord, EventType, Payload, RunRecord, RunStatus
 from cairn.store.sqlfiles import load_migrations
 
-
 #: A bundle marked served less than this many seconds ago has a live worker
 #: (workers say so every ``Registry.REFRESH_SECONDS``).
 SERVED_RECENTLY = 10.0
@@ -225,7 +224,8 @@ class Operator:
         by_bundle: dict[str, dict[str, int]] = {}
         legacy: dict[tuple[str, str], dict[str, int]] = {}
         for bid, workflow, version, status, n in self._store.bundle_counts():
-            runs = by_bundle.setdefault(bid, {}) if bid is not None else legacy.setdefault((workflow, version), {})
+            runs = (by_bundle.setdefault(bid, {}) if bid is not None
+                    else legacy.setdefault((workflow, version), {}))
             runs[status] = runs.get(status, 0) + n
         views = []
         for record in self._store.bundles():
@@ -237,7 +237,8 @@ class Operator:
             views.append(BundleView(
                 record.bundle_id, record.workflow, record.version, record.code, record.created_at,
                 record.served_at, by_bundle.pop(record.bundle_id, {}),
-                tuple(sorted(pinned.prompts)) if pinned else (), tuple(sorted(pinned.models)) if pinned else (),
+                tuple(sorted(pinned.prompts)) if pinned else (),
+                tuple(sorted(pinned.models)) if pinned else (),
                 tuple(str(t.get("name")) for t in pinned.tools) if pinned else (), damage))
         for bid, runs in sorted(by_bundle.items()):  # runs of a bundle this store does not hold
             views.append(BundleView(bid, "?", "?", None, None, None, runs, damaged="not stored"))

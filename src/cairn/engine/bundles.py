@@ -65,7 +65,8 @@ class BundleNotServed(CairnError):
     """This process has no code for a run's bundle (or refused it: drift)."""
 
     def __init__(self, run_id: str, bundle: str, why: str) -> None:
-        super().__init__(f"run {run_id!r} executes on bundle {bundle}, which this process does not serve: {why}")
+        super().__init__(f"run {run_id!r} executes on bundle {bundle}, which this process does not "
+                         f"serve: {why}")
         self.run_id = run_id
         self.bundle = bundle
 
@@ -151,7 +152,8 @@ class Bundle:
         """The bundle a stored row holds; ``BundleDamaged`` unless the
         content hashes to the id and names the row's workflow, version and code."""
         if bundle_id(record.content) != record.bundle_id:
-            raise BundleDamaged(f"stored bundle {record.bundle_id} does not hash to its id (damaged or edited)")
+            raise BundleDamaged(f"stored bundle {record.bundle_id} does not hash to its id "
+                                "(damaged or edited)")
         bundle = cls._parse(record.bundle_id, record.content)
         if (bundle.workflow, bundle.version, bundle.code) != (record.workflow, record.version, record.code):
             raise BundleDamaged(f"stored bundle {record.bundle_id}: its columns do not match its content")
@@ -343,6 +345,10 @@ class Registry:
 
     def why_not(self, bid: str) -> str:
         return self.refused.get(bid) or "no registered workflow version has its code"
+
+    def remember(self, bundle: Bundle) -> None:
+        """Know ``bundle`` without a store (a run export carries its own)."""
+        self._known[bundle.bundle_id] = bundle
 
     def load(self, bid: str, store: Store) -> Bundle:
         """Stored bundle ``bid``, checked against its id (cached)."""

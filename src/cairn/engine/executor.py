@@ -311,7 +311,9 @@ def _cancel_rest(loop: asyncio.AbstractEventLoop) -> None:
             log.debug("a leftover task of the run ended with %r", task.exception())
 
 
-def _run_to_end(runtime: Runtime, execution: Execution, loops: EventLoops, definition: WorkflowDef) -> Outcome:
+def _run_to_end(
+    runtime: Runtime, execution: Execution, loops: EventLoops, definition: WorkflowDef
+) -> Outcome:
     try:
         raw = runtime.payloads.load(execution.run.input, Any, what=f"input of run {execution.run_id!r}")
         args, kwargs = definition.call_args(definition.convert(raw))

@@ -102,7 +102,8 @@ def check(runtime: Runtime, definition: WorkflowDef, run: RunRecord,
           history: Sequence[HistoryEvent]) -> ReplayReport:
     """Replay ``run``'s ``history`` against ``definition``'s code, dry."""
     store: Any = ReadOnlyStore(runtime.store)
-    dry = dataclasses.replace(runtime, store=store, payloads=PayloadCodec(store, runtime.payloads.inline_limit))
+    codec = PayloadCodec(store, runtime.payloads.inline_limit)
+    dry = dataclasses.replace(runtime, store=store, payloads=codec)
     next_seq = (history[-1].seq if history else 0) + 1
     claim = Claim(run=run, history=list(history), next_seq=next_seq)
     execution = _DryExecution(dry, claim, "replay-check", is_async=definition.is_async)
@@ -159,7 +160,8 @@ def _raised(run_id: str, ex: Execution, exc: Exception) -> ReplayReport:
     beyond = sorted(p for p in ex.journal.outcomes if p >= ex.position)
     what = f"{type(exc).__qualname__}: {exc}"
     if not beyond:
-        return ReplayReport(run_id, True, ex.position, note=f"the code raises {what} at the end of the journal")
+        return ReplayReport(run_id, True, ex.position,
+                            note=f"the code raises {what} at the end of the journal")
     recorded = ex.journal.outcomes[beyond[0]]
     return ReplayReport(run_id, False, ex.position, beyond[0], f"{recorded.step_kind} {recorded.name!r}",
                         f"nothing: the workflow raised {what}")

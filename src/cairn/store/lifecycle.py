@@ -426,7 +426,8 @@ def migrate(
     if bundle.workflow != run.workflow:
         raise InvalidRunState(f"bundle {bundle.bundle_id!r} is of workflow {bundle.workflow!r}, not of "
                               f"run {run_id!r}'s workflow {run.workflow!r}")
-    full = _by({"from_bundle": run.bundle, "to_bundle": bundle.bundle_id, "from_version": run.workflow_version,
+    full = _by({"from_bundle": run.bundle, "to_bundle": bundle.bundle_id,
+                "from_version": run.workflow_version,
                 "to_version": bundle.version, **detail}, actor)
     return Transition(RunUpdate("migrate", run_id, now, run.epoch, bundle=bundle.bundle_id,
                                 version=bundle.version),

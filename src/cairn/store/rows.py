@@ -16,7 +16,16 @@ import msgspec
 from cairn.errors import StoreError
 from cairn.store.admission import QueueLimits, Rate
 from cairn.store.lifecycle import RunUpdate, check_finish_status
-from cairn.store.records import BundleRecord, Delivery, EventType, HistoryEvent, NewRun, Payload, RunRecord, RunStatus
+from cairn.store.records import (
+    BundleRecord,
+    Delivery,
+    EventType,
+    HistoryEvent,
+    NewRun,
+    Payload,
+    RunRecord,
+    RunStatus,
+)
 
 _ENCODE_JSON = msgspec.json.Encoder()
 _DECODE_JSON = msgspec.json.Decoder()

@@ -188,7 +188,8 @@ class SQLStore(Generic[Tx]):
     def serve_bundles(self, bundle_ids: Collection[str]) -> None:
         if bundle_ids:
             ids = self._list_param(sorted(set(bundle_ids)))
-            self._operate(lambda tx: self._query(tx, "serve_bundles", {"bundle_ids": ids, "now": self.clock()}))
+            self._operate(lambda tx: self._query(tx, "serve_bundles",
+                                                 {"bundle_ids": ids, "now": self.clock()}))
 
     def bundle_counts(self) -> list[tuple[str | None, str, str, str, int]]:
         return [(row[0], row[1], row[2], str(row[3]), int(row[4]))
