@@ -38,6 +38,7 @@ from cairn.store import DEFAULT_DB, resolve_url, sqlite_path
 from cairn.store.records import Claim, EventType, RunStatus
 
 from . import render
+from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .loading import loaded_app, open_session
 from .options import CairnGroup, DefaultCommandGroup, app_option, database_label, db_option
 from .options import db_from_context as _db
@@ -198,6 +199,8 @@ def worker(
              f"{', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "
              f"lease {w.settings.lease_seconds:g}s; poll {poll:g}s")
         echo(f"  database: {_served_database(app)}")
+        for bundle in sorted(app.runtime.registry.local().values(), key=lambda b: (b.workflow, b.version)):
+            echo(f"  bundle {bundle.bundle_id}: {bundle.workflow} version {bundle.version}")
         for stats in app.queues():
             if not stats.limits.unlimited and (not queues or stats.limits.name in queues):
                 echo(f"  queue {stats.limits.name}: {describe_limits(stats.limits)}")
@@ -286,12 +289,14 @@ def _wait(app: App, run_id: str, timeout: float | None) -> Any:
 @click.option("--wait", is_flag=True, help="Wait for the run to end and print its result as JSON.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None,
               help="With --wait: give up after S seconds.")
+@click.option("--version", "version", metavar="V", default=None,
+              help="The workflow version to start (default: the newest registered).")
 @db_option
 @click.pass_context
 def start(
     ctx: click.Context, workflow: str, app_spec: str, input_json: str | None, run_id: str | None,
     thread_id: str | None, tenant: str, queue: str, priority: int, wait: bool, timeout: float | None,
-    db: str | None,
+    version: str | None, db: str | None,
 ) -> None:
     """Start a run of WORKFLOW for a worker to execute; print its id.
 
@@ -304,7 +309,7 @@ def start(
     with loaded_app(app_spec, _db(ctx, db)) as app:
         try:
             handle = app.start_json(workflow, data, run_id=run_id, thread_id=thread_id, tenant=tenant,
-                                    queue=queue, priority=priority)
+                                    queue=queue, priority=priority, version=version)
         except UnknownWorkflow as exc:
             raise click.BadParameter(str(exc), param_hint="'WORKFLOW'") from None
         except PayloadError as exc:
@@ -362,10 +367,15 @@ def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, d
     with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         record = session.app.get_run(run_id)
         history = session.app.history(run_id)
+        waiting = session.operator.waiting_for_worker(record)  # no live worker serves its bundle
         if as_json:
-            echo_json(render.show_json(session.codec, record, history), indent=2)
+            shown = render.show_json(session.codec, record, history)
+            shown["bundle"], shown["waiting"] = record.bundle, waiting
+            echo_json(shown, indent=2)
         else:
             render.print_run(_stdout(), session.codec, record, history)
+            if waiting is not None:
+                echo(waiting)
 
 
 @main.command()
@@ -769,3 +779,7 @@ def prune(
 
 
 main.add_command(queues)
+
+# -- bundles: versions side by side, replay checks, migration, export (cli/bundles.py)
+for _command in BUNDLE_COMMANDS:
+    main.add_command(_command)
