@@ -5,12 +5,17 @@ run killed at any instant resumes on any worker without repeating finished
 work.
 """
 
+# -- bundles: versions side by side, replay checks (issue 12)
+from cairn import testing
 from cairn.api.app import App
 from cairn.api.handles import RunHandle
+from cairn.api.operator import BundleView
 from cairn.api.workflow import Workflow
 from cairn.engine.budget import Budget
+from cairn.engine.bundles import Bundle, BundleNotServed
 from cairn.engine.context import ChildHandle, Context
 from cairn.engine.execution import operation_id
+from cairn.engine.replaycheck import ReplayReport
 from cairn.engine.steps import Step, StepInfo, step_info
 from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
 from cairn.errors import (
@@ -21,8 +26,10 @@ from cairn.errors import (
     InvalidArgument,
     LeaseLost,
     LogicalFailure,
+    MigrationRefused,
     NonDeterminismError,
     PayloadError,
+    ReplayDivergence,
     RunBlocked,
     RunFailed,
     RunNeedsAttention,
@@ -42,6 +49,9 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "Budget",
+    "Bundle",
+    "BundleNotServed",
+    "BundleView",
     "CairnError",
     "CallCancelled",
     "ChildFailed",
@@ -56,6 +66,7 @@ __all__ = [
     "InvalidArgument",
     "LeaseLost",
     "LogicalFailure",
+    "MigrationRefused",
     "NonDeterminismError",
     "NotFound",
     "Operation",
@@ -63,6 +74,8 @@ __all__ = [
     "QueueLimits",
     "QueueStats",
     "Rate",
+    "ReplayDivergence",
+    "ReplayReport",
     "RetryPolicy",
     "RetryableError",
     "RunBlocked",
@@ -85,4 +98,5 @@ __all__ = [
     "Workflow",
     "operation_id",
     "step_info",
+    "testing",
 ]

@@ -46,21 +46,16 @@ def _wf_a_changed(ctx: cairn.Context, x: int) -> int:
 
 
 def test_the_code_hash_ignores_comments_formatting_and_docstring_but_not_code() -> None:
-    def named(fn: Callable[..., int], name: str) -> str:
-        return code_hash(fn).replace(fn.__name__, name)
-
-    same = code_hash(_wf_a)
-    assert code_hash(_wf_a) == same  # stable
-    # the function's own name is part of its syntax tree: compare bodies under one name
-    tree_a = _wf_a.__code__.co_code, _wf_a_reformatted.__code__.co_code
-    assert tree_a[0] == tree_a[1]
-    assert code_hash(_wf_a_changed) != same
-    assert named(_wf_a, "f") != named(_wf_a_changed, "f")
+    assert code_hash(_wf_a) == code_hash(_wf_a)  # stable
+    assert code_hash(_wf_a_reformatted) == code_hash(_wf_a)
+    assert code_hash(_wf_a_changed) != code_hash(_wf_a)
+    assert code_hash(_wf_a).startswith("ast:")
 
 
 def test_a_bundle_id_is_its_content_hash_and_changes_with_what_it_pins() -> None:
     base = Bundle.build("order", "1", "ast:x", {"p": "A"}, {"m": {"model": "m1"}}, [])
-    assert Bundle.build("order", "1", "ast:x", {"p": "A"}, {"m": {"model": "m1"}}, []).bundle_id == base.bundle_id
+    again = Bundle.build("order", "1", "ast:x", {"p": "A"}, {"m": {"model": "m1"}}, [])
+    assert again.bundle_id == base.bundle_id
     variants = [
         Bundle.build("order", "2", "ast:x", {"p": "A"}, {"m": {"model": "m1"}}, []),
         Bundle.build("order", "1", "ast:y", {"p": "A"}, {"m": {"model": "m1"}}, []),
@@ -138,7 +133,8 @@ def test_v1_runs_wait_for_a_worker_serving_v1_and_finish_on_v1_code(deploy: Depl
         record = new.get_run(run.run_id)
         assert record.status is RunStatus.SUSPENDED
         waiting = new.operator.waiting_for_worker(record, now=time.time() + 60)
-        assert waiting is not None and f"waiting for a worker serving bundle {v1_bundle}" in waiting
+        assert waiting is not None
+        assert f"waiting for a worker serving bundle {v1_bundle}" in waiting
 
     again = deploy(apps.serving_v1)
     _drain(again, 0.5)
@@ -171,7 +167,8 @@ def test_a_drifted_worker_refuses_the_bundle_and_says_why(
     bundle = good.get_run(run.run_id).bundle
     lines = [r.getMessage() for r in caplog.records if bundle and bundle in r.getMessage()]
     assert len(lines) == 1
-    assert "code drift" in lines[0] and "register the new code as a new version" in lines[0]
+    assert "code drift" in lines[0]
+    assert "register the new code as a new version" in lines[0]
     assert good.get_run(run.run_id).status is RunStatus.PENDING
     _drain(good, 0.3)
     assert good.handle(run.run_id).result(timeout=5) == "v1 hello v1:0,v1:1"
@@ -201,10 +198,11 @@ def test_the_run_history_and_records_name_the_bundle(deploy: Deploy) -> None:
     app = deploy(apps.serving_v1)
     run = app.start("order", 0, 0.0)
     record = app.get_run(run.run_id)
-    assert record.bundle is not None and record.bundle.startswith("b")
+    assert record.bundle is not None
+    assert record.bundle.startswith("b")
     views = {v.bundle_id: v for v in app.bundles()}
     assert views[record.bundle].runs == {"pending": 1}
     assert views[record.bundle].prompts == ("greeting",)
     _drain(app, 0.2)
     assert {v.bundle_id: v for v in app.bundles()}[record.bundle].runs == {"completed": 1}
-    assert [e.event for e in app.history(run.run_id)][0] is EventType.RUN_CREATED
+    assert app.history(run.run_id)[0].event is EventType.RUN_CREATED

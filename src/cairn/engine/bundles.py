@@ -16,8 +16,8 @@ What changes the id:
 * any tool registered with the app: its name, effect class, parameters or
   result schema.
 
-What does not: comments, blank lines, formatting, the docstring and the
-decorators of the workflow function; the bodies of steps and tools (their
+What does not: comments, blank lines, formatting, the docstring, the
+decorators and the Python name of the workflow function; the bodies of steps and tools (their
 outcomes are journaled, so replay never runs them); anything else in the
 process. The Python version does not either, as long as the source is
 available (without it, the bytecode is hashed, which does depend on it).
@@ -80,7 +80,8 @@ def bundle_id(content: bytes) -> str:
 
 def code_hash(fn: Callable[..., Any]) -> str:
     """A hash of ``fn``'s code that ignores what cannot change behaviour:
-    its syntax tree without positions, docstring or decorators. Without
+    its syntax tree without positions, docstring, decorators or the
+    function's own name. Without
     source (a function built by ``exec``), its bytecode and constants."""
     target = inspect.unwrap(fn)
     try:
@@ -90,6 +91,7 @@ def code_hash(fn: Callable[..., Any]) -> str:
     node = tree.body[0] if tree.body else tree
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         node.decorator_list = []
+        node.name = "_"  # the workflow's name is in the bundle; the function's is not behaviour
         body = node.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                 and isinstance(body[0].value.value, str) and len(body) > 1:
