@@ -41,7 +41,7 @@ from cairn.store.sqlfiles import load_migrations
 
 #: A bundle marked served less than this many seconds ago has a live worker
 #: (workers say so every ``Registry.REFRESH_SECONDS``).
-SERVED_RECENTLY = 10.0
+SERVED_RECENTLY = 5.0
 
 
 @dataclass(frozen=True, slots=True)

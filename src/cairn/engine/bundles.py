@@ -201,7 +201,7 @@ class Registry:
     prompt registered after the workflow is part of its bundle."""
 
     #: how often a worker looks for bundles registered elsewhere (and says it serves its own)
-    REFRESH_SECONDS = 2.0
+    REFRESH_SECONDS = 1.0
 
     def __init__(self) -> None:
         self.versions: dict[tuple[str, str], WorkflowDef] = {}
