@@ -95,7 +95,7 @@ def test_both_versions_served_each_run_on_its_own_code_across_kills(pool: Deploy
     runs |= {v2.start("order", 3, 0.4).run_id: "v2" for _ in range(3)}
     for round_ in range(3):  # a worker serving both is killed mid-way, twice
         worker = pool.spawn("both", f"both-{round_}")
-        wait_until(lambda: read_effects(pool.effects_path), 30, "some step to run")  # noqa: B023
+        wait_until(lambda: read_effects(pool.effects_path), 30, "some step to run")
         time.sleep(0.3)
         if round_ < 2:
             worker.kill()

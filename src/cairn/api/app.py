@@ -33,7 +33,7 @@ from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.retry import NO_RETRY, RetryPolicy
-from cairn.store import open_store, resolve_url
+from cairn.store import lifecycle, open_store, resolve_url
 from cairn.store.admission import QueueLimits, QueueStats, Rate
 from cairn.store.contract import Store
 from cairn.store.records import (
@@ -240,6 +240,8 @@ class App:
             raise InvalidArgument("a forced migration needs a reason (--reason 'CVE-...')")
         run = self.get_run(run_id)
         target = self.target_bundle(run, to)
+        # its state first (the store checks again, atomically with the move)
+        lifecycle.migrate(run, run_id, target.bundle.record(), {}, 0.0)
         report = self.replay_check(run_id, bundle=target.bundle.bundle_id)
         if not report.compatible and not force:
             raise MigrationRefused(f"not migrated: {report.describe()} (--force --reason R overrides)")
