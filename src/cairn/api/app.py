@@ -19,8 +19,9 @@ from cairn.api.export import export_run
 from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
 from cairn.api.workflow import Workflow
-from cairn.codec import values
+from cairn.codec import upcasters, values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
+from cairn.codec.upcasters import Upcaster
 from cairn.engine import replaycheck
 from cairn.engine.budget import Budget
 from cairn.engine.bundles import Served, tool_fingerprint
@@ -192,6 +193,18 @@ class App:
             raise InvalidArgument("model settings need a non-empty name")
         self.runtime.registry.add_model(name, values.decode(values.encode(settings), what="model settings"))
         return name
+
+    def upcaster(self, type_: type, *, from_version: int) -> Callable[[Upcaster], Upcaster]:
+        """Register an upcaster: a function from the JSON object of a version
+        ``from_version`` payload of ``type_`` to the version ``from_version + 1``
+        one (``type_`` declares its version as ``__cairn_version__ = N``).
+        Decoding an older payload runs the chain (``cairn.codec.upcasters``)."""
+
+        def register(fn: Upcaster) -> Upcaster:
+            upcasters.register(type_, from_version, fn)
+            return fn
+
+        return register
 
     def bundles(self) -> list[BundleView]:
         """Every stored bundle with its runs per status (``cairn bundles``)."""

@@ -28,6 +28,7 @@ from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Ended, Release, Suspend
 from cairn.errors import (
     ChildFailed,
+    IncompatiblePayload,
     LogicalFailure,
     NonDeterminismError,
     PayloadError,
@@ -426,7 +427,10 @@ class Execution:
         except INFRASTRUCTURE_ERRORS as exc:
             where = f"position {call.position} of run {self.run_id}"
             raise Abandon(f"cannot load the result at {where}: {exc}") from exc
-        return values.decode(raw, result_type, what=lambda: self._what(call))
+        try:
+            return values.decode(raw, result_type, what=lambda: self._what(call))
+        except IncompatiblePayload as exc:  # parks the run as incompatible (the executor)
+            raise exc.at(call.position) from None
 
     def complete_call(
         self, call: Call, value: Any, result_type: Any, detail: dict[str, Any] | None = None,
@@ -585,8 +589,9 @@ class Execution:
             detail["waiting_for"] = signal.waiting_for
         if signal.detail:
             detail.update(signal.detail)
-        kind = EventType.RUN_NEEDS_ATTENTION if signal.status is RunStatus.NEEDS_ATTENTION else (
-            EventType.RUN_SUSPENDED)
+        kinds = {RunStatus.NEEDS_ATTENTION: EventType.RUN_NEEDS_ATTENTION,
+                 RunStatus.INCOMPATIBLE: EventType.RUN_INCOMPATIBLE}
+        kind = kinds.get(signal.status, EventType.RUN_SUSPENDED)
         event = self.entry(kind, detail=detail)
         self.store.suspend_run(
             self.run_id, self.epoch, event, signal.wake_at, signal.waiting_on, signal.status,

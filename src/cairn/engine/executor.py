@@ -26,6 +26,7 @@ from cairn.engine.signals import Abandon, Release, Suspend
 from cairn.engine.tools import settle_end
 from cairn.errors import (
     CallCancelled,
+    IncompatiblePayload,
     LeaseLost,
     LogicalFailure,
     NonDeterminismError,
@@ -34,7 +35,7 @@ from cairn.errors import (
     SecurityViolation,
     StoreError,
 )
-from cairn.store.records import Claim, EventType, HistoryEvent
+from cairn.store.records import Claim, EventType, HistoryEvent, RunStatus
 
 log = logging.getLogger("cairn.executor")
 
@@ -346,6 +347,11 @@ def _run_to_end(
         )
         execution.fail(impossible)
         return Outcome("failed", error=str(impossible))
+    except IncompatiblePayload as exc:  # no path to the type's current version: park, never retry
+        detail = {"why": str(exc), "type": exc.type_name, "found_version": exc.found,
+                  "current_version": exc.current, "position": exc.position}
+        execution.suspend(Suspend("incompatible", status=RunStatus.INCOMPATIBLE, detail=detail))
+        return Outcome("incompatible", error=str(exc))
     except NonDeterminismError as exc:  # a BaseException, so that no workflow code swallows it
         execution.fail(exc)
         return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")

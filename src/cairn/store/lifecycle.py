@@ -245,8 +245,9 @@ def claim(
 
 
 def check_suspend_status(status: RunStatus) -> None:
-    if status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION):
-        raise ValueError(f"suspend_run parks a run as suspended or needs_attention, not {status}")
+    if status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION, RunStatus.INCOMPATIBLE):
+        raise ValueError(f"suspend_run parks a run as suspended, needs_attention or incompatible, "
+                         f"not {status}")
 
 
 def suspended_runnable_at(
@@ -365,11 +366,15 @@ def retry(
     run: RunRecord | None, run_id: str, last_failed_position: int | None, now: float, actor: str | None = None
 ) -> Transition:
     """A ``failed`` or ``quarantined`` run becomes ``pending`` again; replay
-    resumes before the last failed step (``from_position``)."""
+    resumes before the last failed step (``from_position``). An
+    ``incompatible`` run too, replaying its whole journal (nothing failed:
+    the code could not read a payload; an upcaster deployed since may)."""
     run = _found(run, run_id)
-    if run.status not in (RunStatus.FAILED, RunStatus.QUARANTINED):
-        raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only failed or "
-                              "quarantined runs can be retried")
+    if run.status not in (RunStatus.FAILED, RunStatus.QUARANTINED, RunStatus.INCOMPATIBLE):
+        raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only failed, "
+                              "quarantined or incompatible runs can be retried")
+    if run.status is RunStatus.INCOMPATIBLE:
+        last_failed_position = None
     detail = _by({"from_position": last_failed_position, "previous_status": run.status.value}, actor)
     epoch = run.epoch + 1
     return Transition(RunUpdate("retry", run_id, now, epoch),

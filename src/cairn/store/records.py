@@ -28,6 +28,9 @@ class RunStatus(enum.StrEnum):
     QUARANTINED = "quarantined"  # crashed its worker too often; needs an operator
     KILLED = "killed"  # stopped by the kill switch; resumes only when forced
     HALTED = "halted"  # a security failure: stopped at once, never retried automatically
+    #: a recorded payload has no path to its type's current version (``codec.upcasters``);
+    #: parked, never retried by itself: ``cairn retry`` resumes it once an upcaster is deployed
+    INCOMPATIBLE = "incompatible"
 
     @property
     def terminal(self) -> bool:
@@ -69,6 +72,7 @@ class EventType(enum.StrEnum):
     RUN_HALTED = "run.halted"
     RUN_REWOUND = "run.rewound"  # a logical failure sent the run back to an earlier step
     RUN_BUDGET_CHANGED = "run.budget_changed"
+    RUN_INCOMPATIBLE = "run.incompatible"  # parked: a recorded payload cannot be read by this code
     RUN_MIGRATED = "run.migrated"  # an operator moved the run to another bundle (``cairn migrate``)
     LEASE_CLAIMED = "lease.claimed"
     LEASE_LOST = "lease.lost"

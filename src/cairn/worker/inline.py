@@ -81,13 +81,16 @@ class InlineDriver:
         waits = record.wake_at is not None or record.waiting_on is not None
         if record.status is RunStatus.NEEDS_ATTENTION:
             raise RunNeedsAttention(record.run_id, record.status.value, self._reason(record.run_id))
+        if record.status is RunStatus.INCOMPATIBLE:
+            raise RunSuspended(record.run_id, record.status.value, self._reason(record.run_id))
         if record.status is RunStatus.SUSPENDED and not waits:
             raise RunSuspended(record.run_id, record.status.value, self._reason(record.run_id))
 
     def _reason(self, run_id: str) -> str:
         """Why the run stopped, from its latest suspension entry."""
         for event in reversed(self.runtime.store.history(run_id)):
-            if event.event in (EventType.RUN_NEEDS_ATTENTION, EventType.RUN_SUSPENDED):
+            if event.event in (EventType.RUN_NEEDS_ATTENTION, EventType.RUN_SUSPENDED,
+                               EventType.RUN_INCOMPATIBLE):
                 detail = event.detail or {}
                 return str(detail.get("why") or detail.get("reason") or event.event.value)
         return "waiting for an operator"
