@@ -206,3 +206,13 @@ def test_the_run_history_and_records_name_the_bundle(deploy: Deploy) -> None:
     _drain(app, 0.2)
     assert {v.bundle_id: v for v in app.bundles()}[record.bundle].runs == {"completed": 1}
     assert app.history(run.run_id)[0].event is EventType.RUN_CREATED
+
+
+def test_resuming_a_run_of_a_bundle_this_app_does_not_serve_is_an_error(deploy: Deploy) -> None:
+    old = deploy(apps.serving_v1)
+    run = old.start("order", 0, 0.0)
+    new = deploy(apps.serving_v2)
+    with pytest.raises(cairn.BundleNotServed, match="does not serve"):
+        new.resume(run.run_id)
+    assert new.get_run(run.run_id).status is RunStatus.PENDING  # given back, for a worker that serves it
+    assert old.resume(run.run_id) == "v1 hello v1:0"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
+from cairn.engine.bundles import BundleNotServed
 from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
 from cairn.errors import RunBlocked, RunNeedsAttention, RunNotFound, RunSuspended
@@ -48,12 +49,15 @@ class InlineDriver:
                 claim = store.claim_run(run_id, self.worker_id, self.lease_seconds,
                                         self.runtime.max_recoveries)
             if claim is not None:
+                claim_bundle = claim.run.bundle
                 outcome = execute(self.runtime, claim, self.worker_id, keeper, self.loops)
                 claim = None
                 if outcome.status == "completed":
                     return outcome
                 if outcome.status in ("failed", "lost"):
                     return None
+                if outcome.status == "refused":  # its bundle is not this process's code: waiting would spin
+                    raise BundleNotServed(run_id, claim_bundle or "?", outcome.error or "")
                 delay = self._after_suspension(outcome, run_id)
                 continue
             record = store.get_run(run_id)
