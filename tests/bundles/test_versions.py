@@ -216,3 +216,30 @@ def test_resuming_a_run_of_a_bundle_this_app_does_not_serve_is_an_error(deploy: 
         new.resume(run.run_id)
     assert new.get_run(run.run_id).status is RunStatus.PENDING  # given back, for a worker that serves it
     assert old.resume(run.run_id) == "v1 hello v1:0"
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # edits the SQLite file itself
+def test_a_damaged_bundle_row_is_refused_never_run(deploy: Deploy, db_url: str) -> None:
+    import sqlite3
+
+    from cairn.store import sqlite_path
+
+    starter = deploy(apps.serving_v1)
+    run = starter.start("order", 0, 0.0)
+    bundle = starter.get_run(run.run_id).bundle
+    starter.close()
+    path = sqlite_path(db_url)
+    assert path is not None
+    with sqlite3.connect(path) as conn:  # someone edits the prompt the run pinned
+        conn.execute("UPDATE bundles SET content = replace(content, 'hello', 'HACKD') WHERE bundle_id = ?",
+                     (bundle,))
+    # a worker with the same code and another prompt must read the pinned prompt from the row
+    worker_app = deploy(lambda url: apps._app(url, prompt="other"))
+    worker_app.workflow(name="order", version="1")(flows.order_v1)
+    worker = _drain(worker_app, 0.3)
+    assert worker.claimed == 0
+    assert bundle not in worker.bundles
+    assert worker_app.get_run(run.run_id).status is RunStatus.PENDING
+    [view] = [v for v in worker_app.bundles() if v.bundle_id == bundle]
+    assert view.damaged is not None
+    assert "does not hash to its id" in view.damaged

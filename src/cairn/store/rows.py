@@ -159,8 +159,12 @@ def run_from_row(row: Sequence[Any], *, lenient: bool = True) -> RunRecord:
 def bundle_from_row(row: Sequence[Any]) -> BundleRecord:
     """A ``BundleRecord`` from a ``select_bundles`` row (its content is
     checked against its id by the reader: ``cairn.engine.bundles``)."""
-    return BundleRecord(bundle_id=row[0], workflow=row[1], version=row[2], code=row[3],
-                        content=_bytes(row[4]) or b"", created_at=row[5], served_at=row[6])
+    raw = row[4]
+    # a row edited outside Cairn may hold text (or anything): bytes of it, which the check refuses
+    content = raw.encode() if isinstance(raw, str) else _bytes(raw) if isinstance(raw, bytes | memoryview) \
+        else str(raw).encode()
+    return BundleRecord(bundle_id=str(row[0]), workflow=str(row[1]), version=str(row[2]), code=str(row[3]),
+                        content=content or b"", created_at=row[5], served_at=row[6])
 
 
 #: The columns of a mailbox row, in ``Delivery`` field order.
