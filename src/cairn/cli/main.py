@@ -199,11 +199,11 @@ def worker(
              f"{', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "
              f"lease {w.settings.lease_seconds:g}s; poll {poll:g}s")
         echo(f"  database: {_served_database(app)}")
-        for bundle in sorted(app.runtime.registry.local().values(), key=lambda b: (b.workflow, b.version)):
-            echo(f"  bundle {bundle.bundle_id}: {bundle.workflow} version {bundle.version}")
         for stats in app.queues():
             if not stats.limits.unlimited and (not queues or stats.limits.name in queues):
                 echo(f"  queue {stats.limits.name}: {describe_limits(stats.limits)}")
+        for bundle in sorted(app.runtime.registry.local().values(), key=lambda b: (b.workflow, b.version)):
+            echo(f"  bundle {bundle.bundle_id}: {bundle.workflow} version {bundle.version}")
         sys.stdout.flush()
         w.run(install_signals=True)
         log.info("worker %s stopped after claiming %d run(s)", w.worker_id, w.claimed)
