@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import cairn
-from cairn.store.records import NewRun
 
 
 def _app(directory: Path) -> tuple[cairn.App, Any, Any]:
@@ -48,11 +48,11 @@ def _app(directory: Path) -> tuple[cairn.App, Any, Any]:
 
 def _run(app: cairn.App, workflow: str, arguments: dict[str, Any], pinned: bool) -> None:
     definition = app.definition(workflow)
-    new = app._new_run(definition, arguments, None, None, "default", "default", 0)  # noqa: SLF001
+    new = app._new_run(definition, arguments, None, None, "default", "default", 0)
     if not pinned:
-        new = NewRun(**{**{f: getattr(new, f) for f in new.__dataclass_fields__}, "bundle": None})
-    claim = app.store.create_claimed_run(new, app._inline_id, app.lease_seconds)  # noqa: SLF001
-    app._drive(new.run_id, claim)  # noqa: SLF001
+        new = dataclasses.replace(new, bundle=None)
+    claim = app.store.create_claimed_run(new, app._inline_id, app.lease_seconds)
+    app._drive(new.run_id, claim)
 
 
 def step_us(steps: int, pinned: bool) -> float:
@@ -90,7 +90,8 @@ def replay_check_ms(steps: int) -> float:
             started = time.perf_counter()
             report = app.replay_check(run.run_id)
             elapsed = (time.perf_counter() - started) * 1e3
-            assert report.compatible and report.replayed == steps, report
+            if not (report.compatible and report.replayed == steps):
+                raise RuntimeError(f"unexpected replay check: {report}")
             return elapsed
         finally:
             app.close()
