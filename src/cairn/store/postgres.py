@@ -1224,8 +1224,8 @@ def _insert_run(conn: _Conn, params: Mapping[str, Any], exempt: bool) -> bool:
     ``create_run``); ``False`` (nothing written) if the run id exists. An
     exempt role does it in one statement; any other in two, inside the
     caller's transaction (the history policy must see the run's row)."""
-    if exempt:
-        return conn.execute(_Q["create_run"], params).rowcount == 1
+    if exempt:  # the rows counted are the history entries: none when the run exists
+        return conn.execute(_Q["create_run"], params).rowcount > 0
     if conn.execute(_Q["create_run_row"], params).rowcount != 1:
         return False
     conn.execute(_Q["create_run_entries"], params)
