@@ -150,7 +150,7 @@ def test_an_unreadable_payload_parks_the_run_until_an_upcaster_is_deployed(db_ur
         assert retried.status is RunStatus.PENDING
         _drain(new, 0.3)
         assert new.handle(run.run_id).result(timeout=5) == "42:1250:USD"  # the recorded order, upcast
-        with pytest.raises(InvalidRunState, match="only failed, quarantined or incompatible"):
+        with pytest.raises(InvalidRunState, match="only failed or quarantined runs can be retried"):
             new.retry(run.run_id)
     finally:
         DEPLOYED[0] = Step(StepDef.build(_make_v1, "make_order", NO_RETRY))

@@ -371,8 +371,8 @@ def retry(
     the code could not read a payload; an upcaster deployed since may)."""
     run = _found(run, run_id)
     if run.status not in (RunStatus.FAILED, RunStatus.QUARANTINED, RunStatus.INCOMPATIBLE):
-        raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only failed, "
-                              "quarantined or incompatible runs can be retried")
+        raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only failed or "
+                              "quarantined runs can be retried (and incompatible ones)")
     if run.status is RunStatus.INCOMPATIBLE:
         last_failed_position = None
     detail = _by({"from_position": last_failed_position, "previous_status": run.status.value}, actor)
