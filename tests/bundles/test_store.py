@@ -76,3 +76,29 @@ def test_migrate_run_moves_the_bundle_and_records_it(store: cairn.store.contract
         store.migrate_run("r", V1.record(), {})
     assert store.get_run("r").bundle == V2.bundle_id  # type: ignore[union-attr]
     assert claim.run.bundle == V2.bundle_id
+
+
+def test_an_incompatible_run_is_parked_until_retried_from_the_top(store: cairn.store.contract.Store) -> None:
+    import time
+
+    from cairn.store.records import HistoryEvent
+
+    store.create_run(_run("r", None))
+    [c] = store.claim_runs("w", ["wf"], 1, 30.0, 3)
+    failed = HistoryEvent(run_id="r", seq=c.next_seq, event=EventType.STEP_FAILED, at=time.time(),
+                          epoch=c.run.epoch, position=0, step_kind="step", name="s", attempt=1,
+                          detail={"error": {"type": "X", "message": "x"}})
+    store.append("r", c.run.epoch, [failed])
+    parked = HistoryEvent(run_id="r", seq=c.next_seq + 1, event=EventType.RUN_INCOMPATIBLE, at=time.time(),
+                          epoch=c.run.epoch,
+                          detail={"type": "Order", "found_version": 1, "current_version": 2})
+    store.suspend_run("r", c.run.epoch, parked, None, None, status=RunStatus.INCOMPATIBLE)
+    assert store.get_run("r").status is RunStatus.INCOMPATIBLE  # type: ignore[union-attr]
+    assert store.claim_runs("w", ["wf"], 1, 30.0, 3) == []  # never claimable by itself
+    retried = store.retry_run("r", actor="cli:ada@h")
+    assert retried.status is RunStatus.PENDING
+    entry = store.history("r")[-1]
+    assert entry.event is EventType.RUN_RETRIED
+    assert entry.detail is not None
+    assert entry.detail["from_position"] is None  # nothing recorded is void: the whole journal replays
+    assert entry.detail["previous_status"] == "incompatible"

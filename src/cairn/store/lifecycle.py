@@ -246,7 +246,7 @@ def claim(
 
 def check_suspend_status(status: RunStatus) -> None:
     if status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION, RunStatus.INCOMPATIBLE):
-        raise ValueError(f"suspend_run parks a run as suspended, needs_attention or incompatible, "
+        raise ValueError(f"suspend_run parks a run as suspended or needs_attention (or incompatible), "
                          f"not {status}")
 
 
