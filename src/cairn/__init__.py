@@ -5,14 +5,19 @@ run killed at any instant resumes on any worker without repeating finished
 work.
 """
 
+# -- bundles: versions side by side, replay checks (issue 12)
+from cairn import testing
 from cairn.api.app import App
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.handles import RunHandle
+from cairn.api.operator import BundleView
 from cairn.api.workflow import Workflow
 from cairn.engine.approvals import Decision
 from cairn.engine.budget import Budget
+from cairn.engine.bundles import Bundle, BundleNotServed
 from cairn.engine.context import ChildHandle, Context
 from cairn.engine.execution import operation_id
+from cairn.engine.replaycheck import ReplayReport
 from cairn.engine.schedules import InvalidSchedule, Schedule
 from cairn.engine.steps import Step, StepInfo, step_info
 from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
@@ -32,9 +37,11 @@ from cairn.errors import (
     InvalidSignal,
     LeaseLost,
     LogicalFailure,
+    MigrationRefused,
     NonDeterminismError,
     NotAnApprover,
     PayloadError,
+    ReplayDivergence,
     RunBlocked,
     RunFailed,
     RunNeedsAttention,
@@ -78,6 +85,9 @@ __all__ = [
     "ApprovalStatus",
     "ApprovalView",
     "Budget",
+    "Bundle",
+    "BundleNotServed",
+    "BundleView",
     "CairnError",
     "CallCancelled",
     "CallableSecrets",
@@ -100,6 +110,7 @@ __all__ = [
     "InvalidSignal",
     "LeaseLost",
     "LogicalFailure",
+    "MigrationRefused",
     "NonDeterminismError",
     "NotAnApprover",
     "NotFound",
@@ -108,6 +119,8 @@ __all__ = [
     "QueueLimits",
     "QueueStats",
     "Rate",
+    "ReplayDivergence",
+    "ReplayReport",
     "RetryPolicy",
     "RetryableError",
     "RunBlocked",
@@ -140,4 +153,5 @@ __all__ = [
     "Workflow",
     "operation_id",
     "step_info",
+    "testing",
 ]

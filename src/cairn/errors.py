@@ -324,3 +324,40 @@ class ApprovalRejected(CairnError):
 
 class ApprovalExpired(ApprovalRejected):
     """A protected tool's approval request timed out undecided: the tool did not run."""
+
+# -- bundles (cairn.engine.bundles) ----------------------------------------------------------
+
+
+class MigrationRefused(InvalidRunState):
+    """``cairn migrate``: the replay check found that the target bundle's
+    code diverges from the run's journal (``--force --reason`` overrides)."""
+
+
+class ReplayDivergence(CairnError, AssertionError):
+    """``cairn.testing.replay``: new code would diverge from a recorded run.
+    An ``AssertionError`` too, so a test suite reports it as a failure."""
+
+
+class IncompatiblePayload(BaseException):
+    """A recorded payload has no path to the current version of its type
+    (``cairn.codec.upcasters``): the run is parked as ``incompatible``,
+    naming the type, the versions and the position, and ``cairn retry``
+    resumes it once an upcaster is deployed. A ``BaseException``, so that
+    ``except Exception`` in workflow code cannot turn it into a guess."""
+
+    def __init__(self, type_name: str, found: object, current: int, why: str,
+                 position: int | None = None) -> None:
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(f"a recorded {type_name} payload{where} is version {found}, the code's is "
+                         f"{current}: {why}")
+        self.type_name = type_name
+        self.found = found
+        self.current = current
+        self.why = why
+        self.position = position
+
+    def at(self, position: int) -> IncompatiblePayload:
+        """The same error, naming the journal position of the payload."""
+        if self.position is not None:
+            return self
+        return IncompatiblePayload(self.type_name, self.found, self.current, self.why, position)

@@ -149,7 +149,7 @@ def test_retry(status: RunStatus) -> None:
     assert entry.detail == {"from_position": 4, "previous_status": status.value, "actor": "app"}
 
 
-RETRYABLE = (RunStatus.FAILED, RunStatus.QUARANTINED)
+RETRYABLE = (RunStatus.FAILED, RunStatus.QUARANTINED, RunStatus.INCOMPATIBLE)
 
 
 @pytest.mark.parametrize("status", [s for s in RunStatus if s not in RETRYABLE])

@@ -32,6 +32,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cairn import App, Budget, Context
 from cairn.cli.main import main
+from cairn.engine.bundles import Bundle
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, Rate
@@ -364,10 +365,22 @@ def _acme_world(d: Deployment) -> str:
     # the HTTP API's tokens (cairn.server): one of each tenant
     d.acme.create_token(TokenRecord("acmetoken0000001", "acme", "admin", "acme-admin", "d" * 64, 0.0))
     d.globex.create_token(TokenRecord("globextoken00001", "globex", "viewer", "globex-bot", "e" * 64, 0.0))
+    d.acme.put_bundles([ACME_BUNDLE.record()])  # any role may add a bundle (application definitions)
     return ref
 
 
+#: A bundle a tenant's role stored; and forgeries of it: the same id with
+#: other content, and valid content under columns that are not its own.
+ACME_BUNDLE = Bundle.build("wf", "1", "ast:acme", {"system": "acme's prompt"}, {}, [])
+_FORGED = Bundle.build("wf", "1", "ast:evil", {"system": "evil"}, {}, [])
+
 SNAPSHOTS = {
+    # served_at left out: any role may say it serves a bundle, by design; and
+    # bundles of real code (``ast:`` + 32 hex digits), which the apps of these
+    # tests store for their own workflows, legitimately: the attacks use codes
+    # of their own ('ast:acme', 'ast:evil')
+    "bundles": "SELECT bundle_id, workflow, version, code, content, created_at FROM bundles "
+               "WHERE length(code) <> 36 ORDER BY bundle_id",
     "runs": "SELECT * FROM runs WHERE tenant <> 'globex' ORDER BY run_id",
     "history": "SELECT * FROM history WHERE tenant <> 'globex' OR run_id <> 'g1' ORDER BY run_id, seq",
     "artifacts": "SELECT * FROM artifacts ORDER BY ref",
@@ -467,6 +480,16 @@ WRITES = [
     ("schedules", "INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, "
                   "updated_at) VALUES ('acme', 'nightly', 'wf', '* * * * *', 'UTC', 'once', 1, 0, 0) "
                   "ON CONFLICT (tenant, name) DO UPDATE SET last_tick = 1e12"),
+    ("bundles", "UPDATE bundles SET content = 'evil'"),
+    ("bundles", "UPDATE bundles SET workflow = 'evil', code = 'evil', created_at = 0"),
+    ("bundles", "DELETE FROM bundles"),
+    ("bundles", f"INSERT INTO bundles (bundle_id, workflow, version, code, content, created_at) "
+                f"VALUES ('{ACME_BUNDLE.bundle_id}', 'wf', '1', 'ast:evil', 'evil', 0) "
+                "ON CONFLICT (bundle_id) DO UPDATE SET content = excluded.content"),
+    ("bundles", f"INSERT INTO bundles (bundle_id, workflow, version, code, content, created_at) "
+                f"VALUES ('bevil', 'wf', '1', 'ast:evil', '{_FORGED.content.decode()}', 0)"),
+    ("bundles", f"INSERT INTO bundles (bundle_id, workflow, version, code, content, created_at) "
+                f"VALUES ('{_FORGED.bundle_id}', 'wf', '2', 'ast:acme', '{_FORGED.content.decode()}', 0)"),
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
 ]

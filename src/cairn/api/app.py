@@ -12,30 +12,36 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar, overload
 
 from cairn.api.approvals import NO_EDIT, ApprovalView
+from cairn.api.export import export_run
 from cairn.api.handles import RunHandle
-from cairn.api.operator import Operator, app_actor
+from cairn.api.operator import BundleView, Operator, app_actor
 from cairn.api.schedules import ScheduleView, list_views
 from cairn.api.tokens import Tokens
 from cairn.api.workflow import Workflow
-from cairn.codec import values
+from cairn.codec import upcasters, values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
+from cairn.codec.upcasters import Upcaster
+from cairn.engine import replaycheck
 from cairn.engine.approvals import ApprovalPolicy
 from cairn.engine.budget import Budget
+from cairn.engine.bundles import Served, tool_fingerprint
 from cairn.engine.definitions import StepDef, WorkflowDef
 from cairn.engine.executor import Outcome
+from cairn.engine.replaycheck import ReplayReport
 from cairn.engine.runtime import Runtime
 from cairn.engine.schedules import DEFAULT_GRACE, InvalidSchedule, Schedule
 from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
-from cairn.errors import InvalidArgument, PayloadError, RunNotFound, UnknownWorkflow
+from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
 from cairn.security.secrets import SecretProvider, Secrets
-from cairn.store import open_store, resolve_url
+from cairn.store import lifecycle, open_store, resolve_url
 from cairn.store.admission import QueueLimits, QueueStats, Rate
 from cairn.store.contract import Notifier, Store
 from cairn.store.records import (
@@ -130,10 +136,13 @@ class App:
 
         def register(f: Callable[..., Any]) -> Workflow[Any]:
             definition = WorkflowDef.build(f, name, version)
-            existing = self.runtime.workflows.get(definition.name)
-            if existing is not None and existing.fn is not f:
-                raise ValueError(f"workflow {definition.name!r} is already registered")
-            self.runtime.workflows[definition.name] = definition
+            # several versions of one name side by side (bundles): the same
+            # name and version twice with other code is refused
+            registry = self.runtime.registry
+            registry.add_workflow(definition)
+            newest = registry.newest(definition.name)
+            assert newest is not None
+            self.runtime.workflows[definition.name] = newest
             return Workflow(definition)
 
         return register(fn) if fn is not None else register
@@ -191,10 +200,14 @@ class App:
         (``cairn.ApprovalExpired`` on timeout) and the tool does not run."""
 
         def register(f: Callable[..., Any]) -> Tool[..., Any]:
-            return Tool(ToolDef.build(f, name=name, effect=effect, reconcile=reconcile, timeout=timeout,
-                                      schema=schema, retry=retry, reconcile_retry=reconcile_retry,
-                                      approval=approval, approvers=approvers,
-                                      approval_timeout=approval_timeout))
+            definition = ToolDef.build(f, name=name, effect=effect, reconcile=reconcile, timeout=timeout,
+                                       schema=schema, retry=retry, reconcile_retry=reconcile_retry,
+                                       approval=approval, approvers=approvers,
+                                       approval_timeout=approval_timeout)
+            self.runtime.registry.add_tool(tool_fingerprint(  # part of every bundle of this app
+                definition.name, definition.effect.value, str(definition.call_signature),
+                definition.result_type))
+            return Tool(definition)
 
         return register(fn) if fn is not None else register
 
@@ -265,12 +278,119 @@ class App:
         return list_views(self.store.list_schedules(), self.runtime.schedules if declared else None,
                           self.store.clock())
 
-    def definition(self, workflow: Workflow[Any] | str) -> WorkflowDef:
+    # -- bundles: prompts and model settings pinned per run ------------------------
+
+    def prompt(self, name: str, text: str) -> str:
+        """Register prompt ``name``. It becomes part of the bundle of every
+        workflow of this app (``cairn.engine.bundles``): a run reads it with
+        ``ctx.prompt(name)`` from the bundle it started on, on every replay
+        and resume, whatever this process registers later. Returns ``name``."""
+        if not name or not isinstance(text, str):
+            raise InvalidArgument("a prompt needs a non-empty name and a text")
+        self.runtime.registry.add_prompt(name, text)
+        return name
+
+    def model_settings(self, name: str, **settings: Any) -> str:
+        """Register model settings ``name`` (a model id, parameters: JSON
+        values), pinned in bundles like prompts; a run reads them with
+        ``ctx.model_settings(name)``. Returns ``name``."""
+        if not name:
+            raise InvalidArgument("model settings need a non-empty name")
+        self.runtime.registry.add_model(name, values.decode(values.encode(settings), what="model settings"))
+        return name
+
+    def upcaster(self, type_: type, *, from_version: int) -> Callable[[Upcaster], Upcaster]:
+        """Register an upcaster: a function from the JSON object of a version
+        ``from_version`` payload of ``type_`` to the version ``from_version + 1``
+        one (``type_`` declares its version as ``__cairn_version__ = N``).
+        Decoding an older payload runs the chain (``cairn.codec.upcasters``)."""
+
+        def register(fn: Upcaster) -> Upcaster:
+            upcasters.register(type_, from_version, fn)
+            return fn
+
+        return register
+
+    def bundles(self) -> list[BundleView]:
+        """Every stored bundle with its runs per status (``cairn bundles``)."""
+        return self.operator.bundles()
+
+    def target_bundle(self, run: RunRecord, bundle: str | None = None) -> Served:
+        """The bundle ``run`` would execute on after a migration: ``bundle``
+        (which this app's code must serve), else the bundle of the newest
+        version of its workflow registered here."""
+        registry = self.runtime.registry
+        if bundle is None:
+            newest = registry.newest(run.workflow)
+            if newest is None:
+                raise UnknownWorkflow(run.workflow, list(self.runtime.workflows))
+            local = registry.bundle_for(newest, self.store)
+            served = registry.served(local.bundle_id)
+            assert served is not None
+            return served
+        served = registry.served(bundle, self.store)
+        if served is None:
+            why = registry.why_not(bundle)
+            raise InvalidArgument(f"bundle {bundle!r} is not served by this app's code: {why}")
+        if served.bundle.workflow != run.workflow:
+            raise InvalidArgument(f"bundle {bundle!r} is of workflow {served.bundle.workflow!r}, not of run "
+                                  f"{run.run_id!r}'s workflow {run.workflow!r}")
+        return served
+
+    def replay_check(self, run_id: str, *, bundle: str | None = None) -> ReplayReport:
+        """Replay run ``run_id``'s journal against this app's code for
+        ``bundle`` (default: the newest version of its workflow), in a dry
+        run: nothing is written, executed or asked of a model. Reports the
+        first divergence, or that the code is compatible."""
+        run = self.get_run(run_id)
+        target = self.target_bundle(run, bundle)
+        pinned = replace(run, bundle=target.bundle.bundle_id, workflow_version=target.bundle.version)
+        return replaycheck.check(self.runtime, target.definition, pinned, self.store.history(run_id))
+
+    def migrate(self, run_id: str, to: str | None = None, *, force: bool = False, reason: str | None = None,
+                operator: Operator | None = None) -> tuple[ReplayReport, RunRecord]:
+        """Move run ``run_id`` to bundle ``to`` (default: the newest version
+        of its workflow here) if the replay check passes; ``force=True`` with
+        a ``reason`` (a security fix: ``"CVE-..."``) moves it anyway. The
+        journal stays; ``run.migrated`` records both bundles, the check, the
+        reason and the actor. Raises ``MigrationRefused`` for a divergence."""
+        if force and not (reason or "").strip():
+            raise InvalidArgument("a forced migration needs a reason (--reason 'CVE-...')")
+        run = self.get_run(run_id)
+        target = self.target_bundle(run, to)
+        # its state first (the store checks again, atomically with the move)
+        lifecycle.migrate(run, run_id, target.bundle.record(), {}, 0.0)
+        report = self.replay_check(run_id, bundle=target.bundle.bundle_id)
+        if not report.compatible and not force:
+            raise MigrationRefused(f"not migrated: {report.describe()} (--force --reason R overrides)")
+        detail: dict[str, Any] = {"check": report.describe(), "compatible": report.compatible,
+                                  "forced": force}
+        if reason:
+            detail["reason"] = reason
+        record = target.bundle.record()
+        self.store.put_bundles([record])
+        change = (operator or self.operator).migrate(run_id, record, detail)
+        return report, change.run
+
+    def export_run(self, run_id: str) -> dict[str, Any]:
+        """Run ``run_id``'s journal as a JSON document (``cairn.api.export``)."""
+        run = self.get_run(run_id)
+        bundle = None if run.bundle is None else self.runtime.registry.load(run.bundle, self.store)
+        return export_run(self.runtime.payloads, run, self.store.history(run_id), bundle)
+
+    def definition(self, workflow: Workflow[Any] | str, version: str | None = None) -> WorkflowDef:
+        """The registered workflow: the given version, else the newest
+        (a ``Workflow`` object names its own version unless ``version`` is given)."""
+        if not isinstance(workflow, str) and version is None:
+            version = workflow.definition.version
         name = workflow if isinstance(workflow, str) else workflow.definition.name
-        try:
-            return self.runtime.workflows[name]
-        except KeyError:
-            raise UnknownWorkflow(name, list(self.runtime.workflows)) from None
+        found = self.runtime.workflows.get(name) if version is None \
+            else self.runtime.registry.version(name, version)
+        if found is None:
+            if version is not None and name in self.runtime.workflows:
+                raise UnknownWorkflow(f"{name} version {version}", list(self.runtime.workflows))
+            raise UnknownWorkflow(name, list(self.runtime.workflows))
+        return found
 
     # -- starting runs ---------------------------------------------------------------------
 
@@ -284,11 +404,14 @@ class App:
         queue: str = "default",
         priority: int = 0,
         budget: Budget | None = None,
+        version: str | None = None,
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
-        starting an existing id returns a handle on that run, unchanged."""
-        definition = self.definition(workflow)
+        starting an existing id returns a handle on that run, unchanged.
+        A workflow given by name starts its newest version, or ``version``;
+        the run records its bundle and executes only on that bundle's code."""
+        definition = self.definition(workflow, version)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget)
         _, created = self.store.create_run(new)
@@ -305,11 +428,12 @@ class App:
         queue: str = "default",
         priority: int = 0,
         budget: Budget | None = None,
+        version: str | None = None,
     ) -> RunHandle[Any]:
         """Start ``workflow`` with inputs given as JSON values (the CLI's
         ``--input``): an object names parameters, an array lists them, any
         other value is the only argument. Validated against the annotations."""
-        definition = self.definition(workflow)
+        definition = self.definition(workflow, version)
         try:
             arguments = definition.inputs_from_json(data)
         except TypeError as exc:
@@ -368,6 +492,7 @@ class App:
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
             budget=budget.to_dict() if budget is not None else None,
+            bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id,
         )
 
     def _drive(self, run_id: str, claim: Claim | None) -> Any:

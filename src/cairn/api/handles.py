@@ -53,7 +53,8 @@ class RunHandle(Generic[R]):
 
     def _outcome(self, record: RunRecord) -> R:
         if record.status is RunStatus.COMPLETED:
-            definition = self.app.runtime.workflows.get(record.workflow)
+            definition = self.app.runtime.registry.definition_for(record) \
+                or self.app.runtime.workflows.get(record.workflow)
             result_type: Any = definition.result_type if definition else Any
             if record.result is None:
                 return None  # type: ignore[return-value]

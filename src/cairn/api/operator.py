@@ -36,14 +36,51 @@ from cairn.codec import schemas, values
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.approvals import decision_body
 from cairn.engine.budget import Budget
+from cairn.engine.bundles import Bundle, BundleDamaged
 from cairn.engine.ledger import Ledger, OperationView, resolution_request
 from cairn.engine.messaging import check_name, signal_key
 from cairn.errors import ApprovalNotFound, InvalidArgument, InvalidEdit, PayloadError, RunNotFound
 from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.contract import Migratable, Store
-from cairn.store.records import Approval, ApprovalStatus, Delivery, EventType, Payload, RunRecord, RunStatus
+from cairn.store.records import (
+    Approval,
+    ApprovalStatus,
+    BundleRecord,
+    Delivery,
+    EventType,
+    Payload,
+    RunRecord,
+    RunStatus,
+)
 from cairn.store.sqlfiles import load_migrations
+
+#: A bundle marked served less than this many seconds ago has a live worker
+#: (workers say so every ``Registry.REFRESH_SECONDS``).
+SERVED_RECENTLY = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class BundleView:
+    """A bundle as ``cairn bundles`` shows it: its identity, when a worker
+    last served it, its runs per status and the names it pins.
+    ``bundle_id=None``: runs older than bundles. ``damaged``: why the
+    stored row is not what its id says."""
+
+    bundle_id: str | None
+    workflow: str
+    version: str
+    code: str | None
+    created_at: float | None
+    served_at: float | None
+    runs: dict[str, int]
+    prompts: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    damaged: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def app_actor() -> str:
@@ -272,6 +309,58 @@ class Operator:
     def queues(self) -> list[QueueStats]:
         """Every queue with limits or live runs, with its load."""
         return self._store.queue_stats()
+
+    # -- bundles (cairn.engine.bundles) ------------------------------------------------------
+
+    def bundles(self) -> list[BundleView]:
+        """Every stored bundle with its runs per status, and a line per
+        workflow version for runs older than bundles (``bundle_id=None``)."""
+        by_bundle: dict[str, dict[str, int]] = {}
+        legacy: dict[tuple[str, str], dict[str, int]] = {}
+        for bid, workflow, version, status, n in self._store.bundle_counts():
+            runs = (by_bundle.setdefault(bid, {}) if bid is not None
+                    else legacy.setdefault((workflow, version), {}))
+            runs[status] = runs.get(status, 0) + n
+        views = []
+        for record in self._store.bundles():
+            try:
+                pinned: Bundle | None = Bundle.from_record(record)
+                damage = None
+            except BundleDamaged as exc:
+                pinned, damage = None, str(exc)
+            views.append(BundleView(
+                record.bundle_id, record.workflow, record.version, record.code, record.created_at,
+                record.served_at, by_bundle.pop(record.bundle_id, {}),
+                tuple(sorted(pinned.prompts)) if pinned else (),
+                tuple(sorted(pinned.models)) if pinned else (),
+                tuple(str(t.get("name")) for t in pinned.tools) if pinned else (), damage))
+        for bid, runs in sorted(by_bundle.items()):  # runs of a bundle this store does not hold
+            views.append(BundleView(bid, "?", "?", None, None, None, runs, damaged="not stored"))
+        for (workflow, version), runs in sorted(legacy.items()):
+            views.append(BundleView(None, workflow, version, None, None, None, runs))
+        return views
+
+    def waiting_for_worker(self, run: RunRecord, now: float | None = None) -> str | None:
+        """Why a runnable run is not running, when it is that no live worker
+        serves its bundle: ``"waiting for a worker serving bundle X ..."``."""
+        if run.bundle is None or run.status not in (RunStatus.PENDING, RunStatus.SUSPENDED):
+            return None
+        now = time.time() if now is None else now
+        if run.status is RunStatus.SUSPENDED and (run.wake_at is None or run.wake_at > now):
+            return None  # not runnable yet: it waits for its timer, child or delivery
+        record = next((b for b in self._store.bundles([run.workflow]) if b.bundle_id == run.bundle), None)
+        if record is not None and record.served_at is not None and now - record.served_at <= SERVED_RECENTLY:
+            return None
+        seen = "never served" if record is None or record.served_at is None else \
+            f"last served {now - record.served_at:.0f}s ago"
+        return (f"waiting for a worker serving bundle {run.bundle} ({run.workflow} version "
+                f"{run.workflow_version}; {seen})")
+
+    def migrate(self, run_id: str, bundle: BundleRecord, detail: dict[str, Any]) -> Change:
+        """Move run ``run_id`` to ``bundle``, recording ``detail`` (the replay
+        check's finding, or the forced override's reason) and the actor."""
+        before = self.get_run(run_id)
+        return Change(before, self._store.migrate_run(run_id, bundle, detail, actor=self.actor))
 
     # -- maintenance -----------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from cairn.store.records import Claim, EventType, RunStatus
 
 from . import render
 from .approvals import approvals, approve, pending_of, print_pending, reject
+from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .loading import loaded_app, open_session
 from .options import CairnGroup, DefaultCommandGroup, app_option, database_label, db_option
 from .options import db_from_context as _db
@@ -237,6 +238,8 @@ def worker(
                 echo(f"  queue {stats.limits.name}: {describe_limits(stats.limits)}")
         for line in describe_schedules(app, fired=not no_schedules):
             echo(line)
+        for bundle in sorted(app.runtime.registry.local().values(), key=lambda b: (b.workflow, b.version)):
+            echo(f"  bundle {bundle.bundle_id}: {bundle.workflow} version {bundle.version}")
         sys.stdout.flush()
         w.run(install_signals=True)
         log.info("worker %s stopped after claiming %d run(s)", w.worker_id, w.claimed)
@@ -299,12 +302,14 @@ def _wait(app: App, run_id: str, timeout: float | None) -> Any:
 @click.option("--wait", is_flag=True, help="Wait for the run to end and print its result as JSON.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None,
               help="With --wait: give up after S seconds.")
+@click.option("--version", "version", metavar="V", default=None,
+              help="The workflow version to start (default: the newest registered).")
 @db_option
 @click.pass_context
 def start(
     ctx: click.Context, workflow: str, app_spec: str, input_json: str | None, run_id: str | None,
     thread_id: str | None, tenant: str, queue: str, priority: int, wait: bool, timeout: float | None,
-    db: str | None,
+    version: str | None, db: str | None,
 ) -> None:
     """Start a run of WORKFLOW for a worker to execute; print its id.
 
@@ -317,7 +322,7 @@ def start(
     with loaded_app(app_spec, _db(ctx, db)) as app:
         try:
             handle = app.start_json(workflow, data, run_id=run_id, thread_id=thread_id, tenant=tenant,
-                                    queue=queue, priority=priority)
+                                    queue=queue, priority=priority, version=version)
         except UnknownWorkflow as exc:
             raise click.BadParameter(str(exc), param_hint="'WORKFLOW'") from None
         except PayloadError as exc:
@@ -376,14 +381,18 @@ def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, d
         record = session.app.get_run(run_id)
         history = session.app.history(run_id)
         pending = pending_of(session, run_id)
+        waiting = session.operator.waiting_for_worker(record)  # no live worker serves its bundle
         if as_json:
             shown = render.show_json(session.codec, record, history)
             shown["approvals"] = [view.as_dict() for view in pending]
+            shown["bundle"], shown["waiting"] = record.bundle, waiting
             echo_json(shown, indent=2)
         else:
             console = _stdout()
             render.print_run(console, session.codec, record, history)
             print_pending(console, pending)
+            if waiting is not None:
+                echo(waiting)
 
 
 @main.command()
@@ -811,3 +820,7 @@ main.add_command(watch)
 
 # -- schedules (cli/schedules.py) ------------------------------------------------------------
 main.add_command(schedules)
+
+# -- bundles: versions side by side, replay checks, migration, export (cli/bundles.py)
+for _command in BUNDLE_COMMANDS:
+    main.add_command(_command)

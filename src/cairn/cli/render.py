@@ -41,6 +41,7 @@ STATUS_STYLE = {
     RunStatus.NEEDS_ATTENTION: "bold black on yellow",
     RunStatus.KILLED: "bold magenta",
     RunStatus.HALTED: "bold white on red",
+    RunStatus.INCOMPATIBLE: "bold black on yellow",
 }
 
 #: History entries shown in red, and those that call for an operator.

@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from cairn.codec import upcasters
 from cairn.errors import PayloadError, SecretLeak
 from cairn.security.secrets import SecretValue
 
@@ -191,6 +192,9 @@ def encode(value: Any) -> bytes:
     give equal bytes and input hashes are stable across processes.
     """
     try:
+        version = getattr(type(value), "__cairn_version__", None)
+        if version is not None:  # a versioned state type: record the version (codec.upcasters)
+            value = _with_version(value, version)
         data = _ENCODER.encode(value)
     except SecretLeak as leak:
         found = _find_secret(value, "value", 0)
@@ -214,6 +218,17 @@ def encode(value: Any) -> bytes:
     return data
 
 
+def _with_version(value: Any, version: Any) -> Any:
+    plain = msgspec.to_builtins(value, enc_hook=enc_hook)
+    if isinstance(plain, dict):
+        plain[upcasters.VERSION_KEY] = version
+    return plain
+
+
+#: the versioned state types decoders were built for (``codec.upcasters``)
+_VERSIONED: dict[Any, int] = {}
+
+
 def decoder_for(type_: Any) -> msgspec.json.Decoder[Any]:
     """A (cached) decoder producing ``type_``; ``Any`` gives plain JSON values."""
     try:
@@ -226,6 +241,9 @@ def decoder_for(type_: Any) -> msgspec.json.Decoder[Any]:
         decoder = msgspec.json.Decoder(type_, dec_hook=dec_hook)
     except TypeError as exc:
         raise PayloadError(f"type {type_!r} cannot be decoded from JSON: {exc}") from None
+    version = upcasters.schema_version(type_)
+    if version is not None:
+        _VERSIONED[type_] = version
     _decoders[type_] = decoder
     return decoder
 
@@ -235,7 +253,11 @@ def decode(data: bytes, type_: Any = Any, *, what: str | Callable[[], str] = "pa
     (a callable is only called then: journaled calls decode on every record,
     and formatting a description each time would cost more than decoding)."""
     try:
-        return decoder_for(type_).decode(data)
+        decoder = decoder_for(type_)
+        if _VERSIONED and isinstance(type_, type) and type_ in _VERSIONED:
+            plain = upcasters.upcast(type_, _VERSIONED[type_], msgspec.json.decode(data))
+            return msgspec.convert(plain, type_, dec_hook=dec_hook)
+        return decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, NotImplementedError, ValueError) as exc:
         raise PayloadError(f"cannot decode {what() if callable(what) else what}: {exc}") from None
     except RecursionError:

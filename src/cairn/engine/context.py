@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from cairn.codec import values
-from cairn.engine import approvals, messaging, modelcalls
+from cairn.engine import approvals, messaging, modelcalls, patches
 from cairn.engine.approvals import Decision
 from cairn.engine.drive import run_async, run_sync
 from cairn.engine.execution import Execution
@@ -115,6 +115,48 @@ class Context:
         """Why this run was sent back to an earlier step (``LogicalFailure``),
         oldest first: feed it to the step that runs again."""
         return list(self._ex.journal.rewinds)
+
+    # -- bundles: pinned prompts and settings, patches (``engine.bundles``) ---------
+
+    @property
+    def bundle(self) -> str | None:
+        """The id of the bundle this run executes on (``None``: a run older than bundles)."""
+        return self._ex.run.bundle
+
+    def prompt(self, name: str) -> str:
+        """Prompt ``name`` as registered in this run's bundle (``app.prompt``):
+        the text the run started with, on every replay and resume, whatever
+        the process registers now."""
+        prompts = self._pinned().prompts
+        if name not in prompts:
+            raise InvalidArgument(f"no prompt {name!r} in the bundle of run {self.run_id!r} "
+                                  f"(it has: {', '.join(sorted(prompts)) or 'none'})")
+        return str(prompts[name])
+
+    def model_settings(self, name: str) -> dict[str, Any]:
+        """Model settings ``name`` (``app.model_settings``) as pinned in this run's bundle."""
+        models = self._pinned().models
+        if name not in models:
+            raise InvalidArgument(f"no model settings {name!r} in the bundle of run {self.run_id!r} "
+                                  f"(it has: {', '.join(sorted(models)) or 'none'})")
+        return dict(models[name])
+
+    def _pinned(self) -> Any:
+        registry = self._ex.runtime.registry
+        if self._ex.run.bundle is None:  # a run older than bundles: what the process has
+            return registry
+        return registry.load(self._ex.run.bundle, self._ex.store)
+
+    def patched(self, patch_id: str) -> bool:
+        """``True`` on code that has the change ``patch_id`` for runs that
+        reach this point now; ``False`` on replay of a run that passed it
+        before (see ``cairn.engine.patches``)."""
+        return patches.patched(self._ex, patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The patch ``patch_id`` is no longer branched on: replays of runs
+        that recorded it still line up (see ``cairn.engine.patches``)."""
+        patches.deprecate_patch(self._ex, patch_id)
 
     # -- durable timers ----------------------------------------------------------
 

@@ -28,6 +28,7 @@ from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Ended, Release, Suspend
 from cairn.errors import (
     ChildFailed,
+    IncompatiblePayload,
     LogicalFailure,
     NonDeterminismError,
     PayloadError,
@@ -177,10 +178,14 @@ class Execution:
             input_hash=call.input_hash, attempt=1, started_at=call.started_at, payload=result_payload,
         )
         run = self.run
+        try:  # the child pins its own workflow's bundle (stored once per process)
+            bundle = self.runtime.registry.child_bundle(definition, self.store)
+        except INFRASTRUCTURE_ERRORS as exc:
+            raise Abandon(f"cannot store the bundle of child run {child_id}: {exc}") from exc
         child = NewRun(
             run_id=child_id, workflow=definition.name, workflow_version=definition.version,
             tenant=run.tenant, thread_id=run.thread_id, input=input_payload, parent_run_id=self.run_id,
-            queue=queue, priority=priority,
+            queue=queue, priority=priority, bundle=bundle,
         )
         with self._lock:
             event = self._stamped(event)
@@ -340,6 +345,13 @@ class Execution:
         self.position = max(self.position, position + 1)
         return position
 
+    def peek(self) -> HistoryEvent | None:
+        """What the journal records at the position the next call would
+        take (``None``: nothing, the live end). For calls that decide by it
+        whether to take a position at all (``ctx.patched``)."""
+        with self._lock:
+            return self._recorded_at(self._lowest)
+
     def _recorded_at(self, position: int) -> HistoryEvent | None:
         journal = self.journal
         return (journal.outcomes.get(position) or journal.intents.get(position)
@@ -431,7 +443,10 @@ class Execution:
         except INFRASTRUCTURE_ERRORS as exc:
             where = f"position {call.position} of run {self.run_id}"
             raise Abandon(f"cannot load the result at {where}: {exc}") from exc
-        return values.decode(raw, result_type, what=lambda: self._what(call))
+        try:
+            return values.decode(raw, result_type, what=lambda: self._what(call))
+        except IncompatiblePayload as exc:  # parks the run as incompatible (the executor)
+            raise exc.at(call.position) from None
 
     def complete_call(
         self, call: Call, value: Any, result_type: Any, detail: dict[str, Any] | None = None,
@@ -652,8 +667,9 @@ class Execution:
             detail["waiting_for"] = signal.waiting_for
         if signal.detail:
             detail.update(signal.detail)
-        kind = EventType.RUN_NEEDS_ATTENTION if signal.status is RunStatus.NEEDS_ATTENTION else (
-            EventType.RUN_SUSPENDED)
+        kinds = {RunStatus.NEEDS_ATTENTION: EventType.RUN_NEEDS_ATTENTION,
+                 RunStatus.INCOMPATIBLE: EventType.RUN_INCOMPATIBLE}
+        kind = kinds.get(signal.status, EventType.RUN_SUSPENDED)
         event = self.entry(kind, detail=detail)
         self.store.suspend_run(
             self.run_id, self.epoch, event, signal.wake_at, signal.waiting_on, signal.status,

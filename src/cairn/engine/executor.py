@@ -20,12 +20,14 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from cairn.engine.context import Context
 from cairn.engine.credentials import access_of
+from cairn.engine.definitions import WorkflowDef
 from cairn.engine.execution import CURRENT, Execution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
 from cairn.engine.tools import settle_end
 from cairn.errors import (
     CallCancelled,
+    IncompatiblePayload,
     LeaseLost,
     LogicalFailure,
     NonDeterminismError,
@@ -36,7 +38,7 @@ from cairn.errors import (
 )
 from cairn.security import redaction
 from cairn.security import secrets as security
-from cairn.store.records import Claim, EventType, HistoryEvent
+from cairn.store.records import Claim, EventType, HistoryEvent, RunStatus
 
 log = logging.getLogger("cairn.executor")
 
@@ -71,7 +73,11 @@ def execute(
 ) -> Outcome:
     """Run ``claim`` until its claim ends; never raises for workflow errors.
     An async workflow runs on this thread's loop of ``loops`` (default: ``INLINE_LOOPS``)."""
-    definition = runtime.workflows[claim.run.workflow]
+    definition = runtime.registry.definition_for(claim.run, runtime.store)
+    if definition is None and claim.run.bundle is None:  # a run older than bundles
+        definition = runtime.workflows.get(claim.run.workflow)
+    if definition is None:  # a bundle this process does not serve (claims filter it: a race)
+        return _refuse(runtime, claim, worker)
     execution = Execution(runtime, claim, worker, is_async=definition.is_async)
     if watcher is not None:
         watcher.watch(execution)
@@ -81,7 +87,7 @@ def execute(
     secrets_token = security.bind(runtime.secrets, access_of(execution))
     revealed_token = redaction.open_scope()  # what it records is searched for what it revealed
     try:
-        outcome = _drive(runtime, execution, loops or INLINE_LOOPS)
+        outcome = _drive(runtime, execution, loops or INLINE_LOOPS, definition)
         if outcome.status == "abandoned":
             wake_at = give_back(execution, store_failures(claim.history))
             if wake_at is not None:
@@ -163,9 +169,25 @@ def give_back(
         return wake_at
 
 
-def _drive(runtime: Runtime, execution: Execution, loops: EventLoops) -> Outcome:
+def _refuse(runtime: Runtime, claim: Claim, worker: str) -> Outcome:
+    """Give back a run whose bundle this process does not serve: it waits
+    for a worker that does (``cairn show`` says which)."""
+    run = claim.run
+    why = runtime.registry.why_not(run.bundle or "")
+    event = HistoryEvent(run_id=run.run_id, seq=claim.next_seq, event=EventType.RUN_RELEASED, at=time.time(),
+                         epoch=run.epoch, worker=worker,
+                         detail={"reason": f"not serving bundle {run.bundle}", "why": why})
     try:
-        return _run_to_end(runtime, execution, loops)
+        runtime.store.release_run(run.run_id, run.epoch, event)
+    except LeaseLost:
+        return Outcome("lost", error="lease lost")
+    log.warning("run %s: not serving its bundle %s (%s); given back", run.run_id, run.bundle, why)
+    return Outcome("refused", error=f"not serving bundle {run.bundle}: {why}")
+
+
+def _drive(runtime: Runtime, execution: Execution, loops: EventLoops, definition: WorkflowDef) -> Outcome:
+    try:
+        return _run_to_end(runtime, execution, loops, definition)
     except LeaseLost as lost:
         log.warning("run %s: %s; its writes are void", execution.run_id, lost)
         return Outcome("lost", error=str(lost))
@@ -301,8 +323,9 @@ def _cancel_rest(loop: asyncio.AbstractEventLoop) -> None:
             log.debug("a leftover task of the run ended with %r", task.exception())
 
 
-def _run_to_end(runtime: Runtime, execution: Execution, loops: EventLoops) -> Outcome:
-    definition = runtime.workflows[execution.run.workflow]
+def _run_to_end(
+    runtime: Runtime, execution: Execution, loops: EventLoops, definition: WorkflowDef
+) -> Outcome:
     try:
         raw = runtime.payloads.load(execution.run.input, Any, what=f"input of run {execution.run_id!r}")
         args, kwargs = definition.call_args(definition.convert(raw))
@@ -335,6 +358,11 @@ def _run_to_end(runtime: Runtime, execution: Execution, loops: EventLoops) -> Ou
         )
         execution.fail(impossible)
         return Outcome("failed", error=str(impossible))
+    except IncompatiblePayload as exc:  # no path to the type's current version: park, never retry
+        detail = {"why": str(exc), "type": exc.type_name, "found_version": exc.found,
+                  "current_version": exc.current, "position": exc.position}
+        execution.suspend(Suspend("incompatible", status=RunStatus.INCOMPATIBLE, detail=detail))
+        return Outcome("incompatible", error=str(exc))
     except NonDeterminismError as exc:  # a BaseException, so that no workflow code swallows it
         execution.fail(exc)
         return Outcome("failed", error=f"{type(exc).__qualname__}: {exc}")

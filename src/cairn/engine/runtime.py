@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cairn.codec.payloads import PayloadCodec
+from cairn.engine.bundles import Registry
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.schedules import Schedule
 from cairn.security.secrets import Secrets
@@ -26,3 +27,7 @@ class Runtime:
     secrets: Secrets = field(default_factory=Secrets)
     #: the schedules declared on the app, by (tenant, name): the workers fire them
     schedules: dict[tuple[str, str], Schedule] = field(default_factory=dict)
+
+    #: workflow versions, prompts, model settings and tools, and the bundles
+    #: served (``engine.bundles``); ``workflows`` maps each name to its newest version
+    registry: Registry = field(default_factory=Registry)

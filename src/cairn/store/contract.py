@@ -49,6 +49,7 @@ from cairn.store.records import (
     Approval,
     ApprovalRequest,
     ApprovalStatus,
+    BundleRecord,
     Claim,
     Delivery,
     Durability,
@@ -145,9 +146,12 @@ class Store(Protocol):
         lease_seconds: float,
         max_recoveries: int,
         queues: Collection[str] | None = None,
+        bundles: Collection[str] | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` runnable runs of the given workflows, in
-        ``queues`` (``None``: every queue).
+        ``queues`` (``None``: every queue). A run that records a bundle is
+        claimed only if ``bundles`` names it (``None``: any bundle); a run
+        without one (older than bundles) by its workflow alone.
 
         Runnable means: ``pending``; ``suspended`` with ``wake_at`` due; or
         ``running`` under an expired lease (its holder is presumed dead).
@@ -477,6 +481,38 @@ class Store(Protocol):
         """Stop the run at once after a security failure: ``halted`` with
         ``error``, lease revoked (epoch + 1). Fenced on ``epoch``; appends
         ``event``. Only ``revive_run`` brings it back."""
+        ...
+
+    # -- bundles (cairn.engine.bundles) ------------------------------------------
+
+    def put_bundles(self, bundles: Collection[BundleRecord]) -> None:
+        """Store each bundle unless one with its id exists (an id is its
+        content's hash: the stored one is the same bundle). Tenant-agnostic."""
+        ...
+
+    def bundles(self, workflows: Collection[str] | None = None) -> list[BundleRecord]:
+        """The stored bundles of ``workflows`` (``None``: all), by workflow
+        then age. The reader checks each against its id."""
+        ...
+
+    def serve_bundles(self, bundle_ids: Collection[str]) -> None:
+        """A worker serving these bundles says so: ``served_at`` = now."""
+        ...
+
+    def bundle_counts(self) -> list[tuple[str | None, str, str, str, int]]:
+        """``(bundle, workflow, version, status, runs)`` for every bundle
+        and status with runs this store may see (a tenant's own, under
+        row-level security)."""
+        ...
+
+    def migrate_run(
+        self, run_id: str, bundle: BundleRecord, detail: dict[str, Any], *, actor: str | None = None
+    ) -> RunRecord:
+        """An operator moves run ``run_id`` to ``bundle`` (of its workflow):
+        its journal stays, ``run.migrated`` records the old and new bundle,
+        ``detail`` and the actor (``lifecycle.migrate`` decides). Raises
+        ``RunNotFound`` or ``InvalidRunState`` (a running, completed or
+        cancelled run)."""
         ...
 
     # -- retention -------------------------------------------------------------

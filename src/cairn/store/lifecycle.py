@@ -38,6 +38,7 @@ from cairn.store.records import (
     DECISIONS,
     Approval,
     ApprovalStatus,
+    BundleRecord,
     EventType,
     HistoryEvent,
     NewRun,
@@ -81,6 +82,8 @@ class RunUpdate:
     budget: dict[str, Any] | None = None
     recoveries: int | None = None
     fence: int | None = None  # a fenced update applies only to the run held at this epoch
+    bundle: str | None = None  # ``migrate``: the run's new bundle and workflow version
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,8 +265,9 @@ def claim(
 
 
 def check_suspend_status(status: RunStatus) -> None:
-    if status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION):
-        raise ValueError(f"suspend_run parks a run as suspended or needs_attention, not {status}")
+    if status not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION, RunStatus.INCOMPATIBLE):
+        raise ValueError(f"suspend_run parks a run as suspended or needs_attention (or incompatible), "
+                         f"not {status}")
 
 
 def suspended_runnable_at(
@@ -382,11 +386,15 @@ def retry(
     run: RunRecord | None, run_id: str, last_failed_position: int | None, now: float, actor: str | None = None
 ) -> Transition:
     """A ``failed`` or ``quarantined`` run becomes ``pending`` again; replay
-    resumes before the last failed step (``from_position``)."""
+    resumes before the last failed step (``from_position``). An
+    ``incompatible`` run too, replaying its whole journal (nothing failed:
+    the code could not read a payload; an upcaster deployed since may)."""
     run = _found(run, run_id)
-    if run.status not in (RunStatus.FAILED, RunStatus.QUARANTINED):
+    if run.status not in (RunStatus.FAILED, RunStatus.QUARANTINED, RunStatus.INCOMPATIBLE):
         raise InvalidRunState(f"run {run_id!r} is {run.status.value}; only failed or "
-                              "quarantined runs can be retried")
+                              "quarantined runs can be retried (and incompatible ones)")
+    if run.status is RunStatus.INCOMPATIBLE:
+        last_failed_position = None
     detail = _by({"from_position": last_failed_position, "previous_status": run.status.value}, actor)
     epoch = run.epoch + 1
     return Transition(RunUpdate("retry", run_id, now, epoch),
@@ -421,6 +429,34 @@ def set_budget(
     detail = _by({"budget": budget}, actor)
     return Transition(RunUpdate("set_budget", run_id, now, run.epoch, budget=budget),
                       (entry(run_id, EventType.RUN_BUDGET_CHANGED, now, run.epoch, None, detail),))
+
+
+def migrate(
+    run: RunRecord | None, run_id: str, bundle: BundleRecord, detail: dict[str, Any], now: float,
+    actor: str | None = None,
+) -> Transition:
+    """An operator moves a run to another bundle of its workflow (``cairn
+    migrate``). Not while it is ``running`` (its holder executes the old
+    code: the move would take effect under it); not once it is
+    ``completed`` or ``cancelled`` (it will never run again). The journal
+    stays as it is; the entry records both bundles, the actor and
+    ``detail`` (the replay check, or the reason of a forced move). The
+    epoch stays: no holder is there to fence out."""
+    run = _found(run, run_id)
+    if run.status is RunStatus.RUNNING:
+        raise InvalidRunState(f"run {run_id!r} is running; migrate it once it is suspended or stopped")
+    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        raise InvalidRunState(f"run {run_id!r} is {run.status.value} and will not run again; it cannot be "
+                              "migrated")
+    if bundle.workflow != run.workflow:
+        raise InvalidRunState(f"bundle {bundle.bundle_id!r} is of workflow {bundle.workflow!r}, not of "
+                              f"run {run_id!r}'s workflow {run.workflow!r}")
+    full = _by({"from_bundle": run.bundle, "to_bundle": bundle.bundle_id,
+                "from_version": run.workflow_version,
+                "to_version": bundle.version, **detail}, actor)
+    return Transition(RunUpdate("migrate", run_id, now, run.epoch, bundle=bundle.bundle_id,
+                                version=bundle.version),
+                      (entry(run_id, EventType.RUN_MIGRATED, now, run.epoch, None, full),))
 
 
 def resolve_operation(

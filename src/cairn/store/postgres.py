@@ -778,6 +778,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         lease_seconds: float,
         max_recoveries: int,
         queues: Collection[str] | None = None,
+        bundles: Collection[str] | None = None,
     ) -> list[Claim]:
         if limit <= 0 or not workflows:
             return []
@@ -785,6 +786,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         params = {
             "now": now,
             "workflows": list(workflows),
+            "bundles": None if bundles is None else sorted(set(bundles)),
             "queues": sorted(set(queues)) if queues is not None else None,
             "limit": limit,
             "max_lanes": admission.MAX_LANES,
@@ -1175,6 +1177,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         with self._conn() as conn:
             cursor = conn.execute(_Q[name], params)
             return cursor.fetchall() if cursor.description is not None else []
+
+    def _list_param(self, items: Collection[str]) -> Any:
+        return list(items)
 
     # -- fenced: the holder stops its run ---------------------------------------------
 

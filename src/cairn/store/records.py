@@ -29,6 +29,9 @@ class RunStatus(enum.StrEnum):
     QUARANTINED = "quarantined"  # crashed its worker too often; needs an operator
     KILLED = "killed"  # stopped by the kill switch; resumes only when forced
     HALTED = "halted"  # a security failure: stopped at once, never retried automatically
+    #: a recorded payload has no path to its type's current version (``codec.upcasters``);
+    #: parked, never retried by itself: ``cairn retry`` resumes it once an upcaster is deployed
+    INCOMPATIBLE = "incompatible"
 
     @property
     def terminal(self) -> bool:
@@ -70,6 +73,8 @@ class EventType(enum.StrEnum):
     RUN_HALTED = "run.halted"
     RUN_REWOUND = "run.rewound"  # a logical failure sent the run back to an earlier step
     RUN_BUDGET_CHANGED = "run.budget_changed"
+    RUN_INCOMPATIBLE = "run.incompatible"  # parked: a recorded payload cannot be read by this code
+    RUN_MIGRATED = "run.migrated"  # an operator moved the run to another bundle (``cairn migrate``)
     LEASE_CLAIMED = "lease.claimed"
     LEASE_LOST = "lease.lost"
     LEASE_TAKEN_OVER = "lease.taken_over"
@@ -128,6 +133,9 @@ class NewRun:
     priority: int = 0
     parent_run_id: str | None = None
     budget: dict[str, Any] | None = None
+    #: the bundle the run executes on (``cairn.engine.bundles``); ``None``: a
+    #: run created before bundles existed, served by any worker with its workflow
+    bundle: str | None = None
 
     def __post_init__(self) -> None:
         check_names(run_id=self.run_id, workflow=self.workflow, tenant=self.tenant, queue=self.queue)
@@ -170,6 +178,9 @@ class RunRecord:
     #: what a ``suspended`` run waits for besides a timer or a child: a wait
     #: key such as ``"signal:approve"``; a delivery for it wakes the run
     waiting_for: str | None = None
+    #: the id of the bundle the run executes on, recorded at its start (see
+    #: ``cairn.engine.bundles``); ``None`` for a run older than bundles
+    bundle: str | None = None
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -223,6 +234,26 @@ class Delivery:
     sent_at: float
     taken_at: float | None = None
     taken_position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BundleRecord:
+    """A stored bundle: what decides a run's behaviour, by content hash.
+
+    ``content`` is canonical JSON (the workflow's name, version and code
+    hash, its prompts, model settings and tools); ``bundle_id`` is derived
+    from it (``cairn.engine.bundles.bundle_id``), so a reader can check that
+    the row is what its id says. Bundles are application definitions, not
+    tenant data: one row serves every tenant. ``served_at`` is when a worker
+    serving it last said so (``None``: never)."""
+
+    bundle_id: str
+    workflow: str
+    version: str
+    code: str
+    content: bytes
+    created_at: float
+    served_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from cairn.store.records import (
     Approval,
     ApprovalRequest,
     ApprovalStatus,
+    BundleRecord,
     Delivery,
     EventType,
     HistoryEvent,
@@ -58,6 +59,7 @@ def new_record(
         owner=owner, lease_expires_at=lease_until, wake_at=None, waiting_on=None, recoveries=0,
         queue=run.queue, priority=run.priority, parent_run_id=run.parent_run_id, created_at=now,
         updated_at=now, budget=loads(dumps(run.budget)) if run.budget is not None else None,
+        bundle=run.bundle,
     )
 
 
@@ -67,6 +69,7 @@ RUN_COLUMNS = (
     "run_id", "workflow", "workflow_version", "tenant", "thread_id", "status", "input", "input_ref",
     "result", "result_ref", "error", "epoch", "owner", "lease_expires_at", "wake_at", "waiting_on",
     "waiting_for", "recoveries", "queue", "priority", "parent_run_id", "created_at", "updated_at", "budget",
+    "bundle",
 )
 
 #: The columns of a history entry as statements read and write them, in
@@ -152,7 +155,19 @@ def run_from_row(row: Sequence[Any], *, lenient: bool = True) -> RunRecord:
         created_at=row[21],
         updated_at=row[22],
         budget=_json(row[23], "budget", lenient),
+        bundle=row[24],
     )
+
+
+def bundle_from_row(row: Sequence[Any]) -> BundleRecord:
+    """A ``BundleRecord`` from a ``select_bundles`` row (its content is
+    checked against its id by the reader: ``cairn.engine.bundles``)."""
+    raw = row[4]
+    # a row edited outside Cairn may hold text (or anything): bytes of it, which the check refuses
+    content = raw.encode() if isinstance(raw, str) else _bytes(raw) if isinstance(raw, bytes | memoryview) \
+        else str(raw).encode()
+    return BundleRecord(bundle_id=str(row[0]), workflow=str(row[1]), version=str(row[2]), code=str(row[3]),
+                        content=content or b"", created_at=row[5], served_at=row[6])
 
 
 #: The columns of a mailbox row, in ``Delivery`` field order.
@@ -267,6 +282,7 @@ def run_params(
         "lease_expires_at": lease_until,
         "runnable_at": runnable_at,
         "budget": dumps(run.budget) if run.budget is not None else None,
+        "bundle": run.bundle,
         "now": now,
     }
 
@@ -280,6 +296,8 @@ def update_params(update: RunUpdate) -> dict[str, Any]:
         "budget": dumps(update.budget) if update.budget is not None else None,
         "recoveries": update.recoveries,
         "fence": update.fence,
+        "bundle": update.bundle,
+        "version": update.version,
     }
 
 

@@ -14,7 +14,7 @@ each tuned to its database.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Generic, TypeVar
 
 from cairn.errors import InvalidArgument
@@ -23,13 +23,20 @@ from cairn.store import lifecycle as lc
 from cairn.store.records import (
     Approval,
     ApprovalStatus,
+    BundleRecord,
     Delivery,
     Payload,
     RunRecord,
     TokenRecord,
     approval_key,
 )
-from cairn.store.rows import approval_from_row, delivery_from_row, message_params, run_from_row
+from cairn.store.rows import (
+    approval_from_row,
+    bundle_from_row,
+    delivery_from_row,
+    message_params,
+    run_from_row,
+)
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -78,8 +85,13 @@ class SQLStore(Generic[Tx]):
         raise NotImplementedError
 
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """Run the dialect's read-only query ``name`` outside a write
-        transaction (readers never take the write lock)."""
+        """Run the read-only query ``name`` outside any write transaction
+        (inspection stores opened read-only answer it too)."""
+        raise NotImplementedError
+
+    def _list_param(self, items: Collection[str]) -> Any:
+        """A list of strings as the dialect's statements take one (SQLite:
+        JSON text for ``json_each``; PostgreSQL: an array)."""
         raise NotImplementedError
 
     # -- the operator transitions, once -------------------------------------------
@@ -242,6 +254,40 @@ class SQLStore(Generic[Tx]):
         params = {"tenant": tenant, "after_at": float(after[0]), "after_run_id": after[1],
                   "until": float(until), "limit": limit}
         return [run_from_row(row) for row in self._select("runs_changed", params)]
+
+
+    # -- bundles (cairn.engine.bundles): not on any hot path ------------------------
+
+    def put_bundles(self, bundles: Collection[BundleRecord]) -> None:
+        def body(tx: Tx) -> None:
+            now = self.clock()
+            for b in bundles:
+                self._query(tx, "insert_bundle", {"bundle_id": b.bundle_id, "workflow": b.workflow,
+                                                  "version": b.version, "code": b.code,
+                                                  "content": b.content, "now": now})
+
+        if bundles:
+            self._operate(body)
+
+    def bundles(self, workflows: Collection[str] | None = None) -> list[BundleRecord]:
+        wanted = None if workflows is None else self._list_param(sorted(set(workflows)))
+        return [bundle_from_row(row) for row in self._select("select_bundles", {"workflows": wanted})]
+
+    def serve_bundles(self, bundle_ids: Collection[str]) -> None:
+        if bundle_ids:
+            ids = self._list_param(sorted(set(bundle_ids)))
+            self._operate(lambda tx: self._query(tx, "serve_bundles",
+                                                 {"bundle_ids": ids, "now": self.clock()}))
+
+    def bundle_counts(self) -> list[tuple[str | None, str, str, str, int]]:
+        return [(row[0], row[1], row[2], str(row[3]), int(row[4]))
+                for row in self._select("bundle_counts", {})]
+
+    def migrate_run(
+        self, run_id: str, bundle: BundleRecord, detail: dict[str, Any], *, actor: str | None = None
+    ) -> RunRecord:
+        return self._operate(lambda tx: self._apply(tx, lc.migrate(self._held_run(tx, run_id), run_id, bundle,
+                                                                   detail, self.clock(), actor)))
 
 
 def _token_from_row(row: tuple[Any, ...]) -> TokenRecord:

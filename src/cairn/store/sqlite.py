@@ -429,11 +429,13 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         lease_seconds: float,
         max_recoveries: int,
         queues: Collection[str] | None = None,
+        bundles: Collection[str] | None = None,
     ) -> list[Claim]:
         if limit <= 0 or not workflows:
             return []
         wanted = dumps(list(workflows))
         tails: dict[str, tuple[int, int, float]] = {}
+        served_bundles = None if bundles is None else dumps(sorted(set(bundles)))
         with self._write() as tx:
             now = self.clock()
             limits = {row[0]: queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
@@ -441,7 +443,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             lanes: list[admission.Lane] = []
             states: dict[str, tuple[Any, ...]] = {}
             for queue in served:
-                lanes.extend(self._lanes(tx, queue, wanted, now, limit, states))
+                lanes.extend(self._lanes(tx, queue, wanted, now, limit, states, served_bundles))
             queue_running = {q: tx.execute(_Q["queue_running"], {"queue": q}).fetchone()[0]
                              for q in {lane.queue for lane in lanes} if q in limits}
             buckets: dict[admission.BucketKey, admission.Bucket] = {}
@@ -465,7 +467,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
 
     def _lanes(
         self, tx: sqlite3.Connection, queue: str, workflows: str, now: float, limit: int,
-        states: dict[str, tuple[Any, ...]] | None = None,
+        states: dict[str, tuple[Any, ...]] | None = None, bundles: str | None = None,
     ) -> list[admission.Lane]:
         """Up to ``admission.MAX_LANES`` lanes of ``queue`` from its cursor,
         each with its best ``limit`` due runs and its running count; the row
@@ -480,7 +482,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         running: dict[str, int] | None = None
         for tenant in tenants:
             rows = tx.execute(_Q["lane_candidates"], {"queue": queue, "tenant": tenant, "now": now,
-                                                     "workflows": workflows, "limit": limit}).fetchall()
+                                                     "workflows": workflows, "bundles": bundles,
+                                                     "limit": limit}).fetchall()
             if not rows:
                 continue
             if running is None:  # one statement for every lane of the queue
@@ -815,6 +818,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._read() as conn:
             return conn.execute(_Q[name], params).fetchall()
+
+    def _list_param(self, items: Collection[str]) -> Any:
+        return dumps(list(items))
 
     # -- retention -------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from cairn.engine.bundles import BundleNotServed
 from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.messaging import SIGNAL_PREFIX
 from cairn.engine.runtime import Runtime
@@ -64,12 +65,15 @@ class InlineDriver:
                 claim = store.claim_run(run_id, self.worker_id, self.lease_seconds,
                                         self.runtime.max_recoveries)
             if claim is not None:
+                claim_bundle = claim.run.bundle
                 outcome = execute(self.runtime, claim, self.worker_id, keeper, self.loops)
                 claim = None
                 if outcome.status == "completed":
                     return outcome
                 if outcome.status in ("failed", "lost"):
                     return None
+                if outcome.status == "refused":  # its bundle is not this process's code: waiting would spin
+                    raise BundleNotServed(run_id, claim_bundle or "?", outcome.error or "")
                 delay = self._after_suspension(outcome, run_id)
                 continue
             record = store.get_run(run_id)
@@ -117,13 +121,16 @@ class InlineDriver:
         waits = record.wake_at is not None or record.waiting_on is not None or _waits_for_signal(record)
         if record.status is RunStatus.NEEDS_ATTENTION:
             raise RunNeedsAttention(record.run_id, record.status.value, self._reason(record.run_id))
+        if record.status is RunStatus.INCOMPATIBLE:
+            raise RunSuspended(record.run_id, record.status.value, self._reason(record.run_id))
         if record.status is RunStatus.SUSPENDED and not waits:
             raise RunSuspended(record.run_id, record.status.value, self._reason(record.run_id))
 
     def _reason(self, run_id: str) -> str:
         """Why the run stopped, from its latest suspension entry."""
         for event in reversed(self.runtime.store.history(run_id)):
-            if event.event in (EventType.RUN_NEEDS_ATTENTION, EventType.RUN_SUSPENDED):
+            if event.event in (EventType.RUN_NEEDS_ATTENTION, EventType.RUN_SUSPENDED,
+                               EventType.RUN_INCOMPATIBLE):
                 detail = event.detail or {}
                 return str(detail.get("why") or detail.get("reason") or event.event.value)
         return "waiting for an operator"

@@ -82,9 +82,33 @@ class Worker:
         fired = list(runtime.schedules.values()) if self.settings.schedules else []
         self.scheduler = Scheduler(runtime, fired, worker_id=self.worker_id)
 
+        #: the bundles this worker claims runs of (``engine.bundles``), and when it last looked
+        self.bundles: set[str] = set()
+        self._bundles_at = -float("inf")
+
     @property
     def workflows(self) -> Collection[str]:
         return tuple(self.runtime.workflows)
+
+    def refresh_bundles(self, *, force: bool = False) -> set[str]:
+        """Store this worker's bundles, find the stored ones it serves (same
+        workflow, version and code: see ``Registry.refresh``; code that drifted
+        is refused with one log line) and say it serves them. At most every
+        ``Registry.REFRESH_SECONDS``; a store failure keeps the last set."""
+        now = time.monotonic()
+        registry = self.runtime.registry
+        if not force and now - self._bundles_at < registry.REFRESH_SECONDS:
+            return self.bundles
+        self._bundles_at = now
+        store = self.runtime.store
+        try:
+            registry.publish(store)
+            self.bundles = registry.refresh(store)
+            store.serve_bundles(self.bundles)
+        except StoreError as exc:
+            log.warning("worker %s cannot refresh its bundles: %s", self.worker_id, exc)
+            self.bundles = registry.served_ids() if not self.bundles else self.bundles
+        return self.bundles
 
     def run(self, *, install_signals: bool = True, max_idle: float | None = None) -> None:
         """Claim and execute until ``stop()`` (or SIGTERM/SIGINT); then drain.
@@ -164,7 +188,7 @@ class Worker:
                         self.keeper.renew_now()
                 claims = self.runtime.store.claim_runs(
                     self.worker_id, self.workflows, free, self.settings.lease_seconds,
-                    self.runtime.max_recoveries, self.settings.queues,
+                    self.runtime.max_recoveries, self.settings.queues, bundles=self.refresh_bundles(),
                 )
                 break
             except StoreError as exc:

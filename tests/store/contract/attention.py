@@ -107,7 +107,8 @@ class AttentionContract(ContractBase):
 
     @pytest.mark.parametrize(
         "status",
-        [s for s in RunStatus if s not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION)],
+        [s for s in RunStatus
+         if s not in (RunStatus.SUSPENDED, RunStatus.NEEDS_ATTENTION, RunStatus.INCOMPATIBLE)],
     )
     def test_suspend_refuses_other_statuses(self, store: Store, clock: FakeClock, status: RunStatus) -> None:
         c = running(store, clock)

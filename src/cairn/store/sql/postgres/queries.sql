@@ -24,12 +24,12 @@
 WITH ins AS (
     INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                       parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                      runnable_at, budget, created_at, updated_at)
+                      runnable_at, budget, created_at, updated_at, bundle)
     VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
             %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
             %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
             %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
-            %(budget)s::text, %(now)s::float8, %(now)s::float8)
+            %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id, tenant
 )
@@ -45,12 +45,12 @@ CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(e
 -- name: create_run_row
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, budget, created_at, updated_at)
+                  runnable_at, budget, created_at, updated_at, bundle)
 VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
         %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
         %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
         %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
-        %(budget)s::text, %(now)s::float8, %(now)s::float8)
+        %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text)
 ON CONFLICT (run_id) DO NOTHING
 
 -- name: create_run_entries
@@ -62,13 +62,13 @@ FROM unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)
 -- name: select_run
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at, budget
+       priority, parent_run_id, created_at, updated_at, budget, bundle
 FROM runs WHERE run_id = %(run_id)s::text
 
 -- name: list_runs
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at, budget
+       priority, parent_run_id, created_at, updated_at, budget, bundle
 FROM runs
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
@@ -155,7 +155,7 @@ UPDATE runs SET status = 'quarantined', owner = NULL, epoch = epoch + 1, lease_e
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: reclaim_owned
 UPDATE runs SET runnable_at = %(now)s::float8, lease_expires_at = %(now)s::float8,
@@ -259,7 +259,7 @@ FOR UPDATE
 -- name: lock_run
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at, budget
+       priority, parent_run_id, created_at, updated_at, budget, bundle
 FROM runs WHERE run_id = %(run_id)s::text
 FOR UPDATE
 
@@ -269,7 +269,7 @@ UPDATE runs SET status = 'cancelled', owner = NULL, epoch = epoch + 1, lease_exp
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: last_failed_position
 SELECT position FROM history
@@ -282,7 +282,7 @@ UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expir
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: select_live_of_tenant
 SELECT run_id, epoch FROM runs
@@ -296,7 +296,7 @@ UPDATE runs SET status = 'killed', owner = NULL, epoch = epoch + 1, lease_expire
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: reopen
 UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
@@ -305,7 +305,7 @@ UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expir
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: halt
 UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
@@ -313,7 +313,7 @@ UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expire
 WHERE run_id = %(run_id)s::text AND epoch = %(fence)s::bigint AND status = 'running'
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: set_budget
 UPDATE runs SET budget = %(budget)s::text, updated_at = %(now)s::float8,
@@ -323,7 +323,7 @@ UPDATE runs SET budget = %(budget)s::text, updated_at = %(now)s::float8,
 WHERE run_id = %(run_id)s::text
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- Storing bytes that exist already refreshes when they were last stored
 -- (pruning spares what was stored since its cutoff). The update locks the row,
@@ -494,6 +494,7 @@ WITH RECURSIVE
             SELECT 1 FROM runs AS r
             WHERE r.runnable_at IS NOT NULL AND r.runnable_at <= %(now)s::float8
               AND r.queue = l.queue AND r.tenant = l.tenant AND r.workflow = ANY(%(workflows)s::text[])
+              AND (r.bundle IS NULL OR %(bundles)s::text[] IS NULL OR r.bundle = ANY(%(bundles)s::text[]))
             ORDER BY r.priority DESC, r.runnable_at
             LIMIT 1
         ) AS due
@@ -509,6 +510,7 @@ LEFT JOIN LATERAL (
     SELECT r.run_id, r.status, r.priority, r.runnable_at, r.owner, r.epoch, r.recoveries FROM runs AS r
     WHERE r.runnable_at IS NOT NULL AND r.runnable_at <= %(now)s::float8
       AND r.queue = l.queue AND r.tenant = l.tenant AND r.workflow = ANY(%(workflows)s::text[])
+              AND (r.bundle IS NULL OR %(bundles)s::text[] IS NULL OR r.bundle = ANY(%(bundles)s::text[]))
       -- A queue or tenant already at its concurrency limit offers only
       -- takeovers (admitted at any load), before any row is locked: a
       -- saturated queue with a backlog costs its pollers reads, not locks and
@@ -600,7 +602,7 @@ FROM unnest(%(run_ids)s::text[], %(recoveries)s::bigint[]) AS c(run_id, recoveri
 WHERE runs.run_id = c.run_id
 RETURNING runs.run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, runs.recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: insert_events_many
 INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
@@ -668,6 +670,37 @@ SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at
 FROM mailbox WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint
   AND (%(key)s::text IS NULL OR key = %(key)s::text)
 ORDER BY seq
+
+-- Bundles (see schema.sql) ---------------------------------------------------------
+-- A bundle's id is its content's hash (the CHECK constraint): storing it
+-- again changes nothing.
+-- name: insert_bundle
+INSERT INTO bundles (bundle_id, workflow, version, code, content, created_at)
+VALUES (%(bundle_id)s::text, %(workflow)s::text, %(version)s::text, %(code)s::text, %(content)s::bytea,
+        %(now)s::float8)
+ON CONFLICT (bundle_id) DO NOTHING
+
+-- name: select_bundles
+SELECT bundle_id, workflow, version, code, content, created_at, served_at FROM bundles
+WHERE %(workflows)s::text[] IS NULL OR workflow = ANY(%(workflows)s::text[])
+ORDER BY workflow COLLATE "C", created_at, bundle_id COLLATE "C"
+
+-- name: serve_bundles
+UPDATE bundles SET served_at = %(now)s::float8
+WHERE bundle_id = ANY(%(bundle_ids)s::text[]) AND (served_at IS NULL OR served_at < %(now)s::float8)
+
+-- name: bundle_counts
+SELECT bundle, workflow, workflow_version, status, count(*) FROM runs
+GROUP BY bundle, workflow, workflow_version, status
+
+-- An operator moves a run that is not running to another bundle; its
+-- journal stays (lifecycle.migrate decides; the entry records it).
+-- name: migrate
+UPDATE runs SET bundle = %(bundle)s::text, workflow_version = %(version)s::text, updated_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- Published events (ctx.set_event): the latest entry of a key, through the
 -- partial index history_events.
@@ -749,7 +782,7 @@ UPDATE api_tokens SET revoked_at = %(now)s WHERE token_id = %(token_id)s AND rev
 -- A tenant's runs changed after the cursor (updated_at, run_id), in that order.
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at, budget
+       priority, parent_run_id, created_at, updated_at, budget, bundle
 FROM runs
 WHERE tenant = %(tenant)s
   AND (updated_at, run_id COLLATE "C") > (%(after_at)s::float8, %(after_run_id)s::text COLLATE "C")

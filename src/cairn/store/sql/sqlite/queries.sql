@@ -4,22 +4,22 @@
 -- name: insert_run
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, budget, created_at, updated_at)
+                  runnable_at, budget, created_at, updated_at, bundle)
 VALUES (:run_id, :tenant, :workflow, :workflow_version, :thread_id, :queue, :priority,
         :parent_run_id, :status, :input, :input_ref, :epoch, :owner, :lease_expires_at,
-        :runnable_at, :budget, :now, :now)
+        :runnable_at, :budget, :now, :now, :bundle)
 ON CONFLICT (run_id) DO NOTHING
 
 -- name: select_run
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at, budget
+       priority, parent_run_id, created_at, updated_at, budget, bundle
 FROM runs WHERE run_id = :run_id
 
 -- name: list_runs
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at, budget
+       priority, parent_run_id, created_at, updated_at, budget, bundle
 FROM runs
 WHERE (:tenant IS NULL OR tenant = :tenant)
   AND (:workflow IS NULL OR workflow = :workflow)
@@ -92,7 +92,7 @@ UPDATE runs SET status = 'quarantined', owner = NULL, epoch = epoch + 1, lease_e
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: reclaim_owned
 UPDATE runs SET runnable_at = :now, lease_expires_at = :now, updated_at = :now
@@ -142,7 +142,7 @@ UPDATE runs SET status = 'cancelled', owner = NULL, epoch = epoch + 1, lease_exp
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: last_failed_position
 SELECT position FROM history
@@ -155,7 +155,7 @@ UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expir
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: select_live_of_tenant
 SELECT run_id, epoch FROM runs
@@ -167,7 +167,7 @@ UPDATE runs SET status = 'killed', owner = NULL, epoch = epoch + 1, lease_expire
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: reopen
 UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
@@ -175,7 +175,7 @@ UPDATE runs SET status = 'pending', owner = NULL, epoch = epoch + 1, lease_expir
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: halt
 UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expires_at = NULL,
@@ -183,7 +183,7 @@ UPDATE runs SET status = 'halted', owner = NULL, epoch = epoch + 1, lease_expire
 WHERE run_id = :run_id AND epoch = :fence AND status = 'running'
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- name: set_budget
 UPDATE runs SET budget = :budget, updated_at = :now,
@@ -193,7 +193,7 @@ UPDATE runs SET budget = :budget, updated_at = :now,
 WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- Pruning ------------------------------------------------------------------------
 -- Candidate roots of prunable trees, oldest first, one page after the keyset
@@ -289,6 +289,7 @@ ORDER BY tenant LIMIT 1
 SELECT run_id, priority, runnable_at, status, owner, epoch, recoveries FROM runs
 WHERE runnable_at IS NOT NULL AND queue = :queue AND tenant = :tenant AND +runnable_at <= :now
   AND workflow IN (SELECT value FROM json_each(:workflows))
+  AND (bundle IS NULL OR :bundles IS NULL OR bundle IN (SELECT value FROM json_each(:bundles)))
 ORDER BY priority DESC, runnable_at
 LIMIT :limit
 
@@ -352,7 +353,7 @@ FROM (SELECT json_extract(value, '$[0]') AS claim_id, json_extract(value, '$[1]'
 WHERE runs.run_id = c.claim_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
-          queue, priority, parent_run_id, created_at, updated_at, budget
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
 -- :entries is a JSON array of [run_id, seq, event, at, epoch, worker, detail]
 -- (detail as JSON text, or null).
@@ -396,6 +397,35 @@ WHERE run_id = :run_id AND seq = :seq AND (taken_at IS NULL OR taken_position = 
 
 -- name: select_messages
 SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
+
+-- Bundles (see schema.sql) ---------------------------------------------------------
+-- A bundle's id is its content's hash: storing it again changes nothing.
+-- name: insert_bundle
+INSERT INTO bundles (bundle_id, workflow, version, code, content, created_at)
+VALUES (:bundle_id, :workflow, :version, :code, :content, :now)
+ON CONFLICT (bundle_id) DO NOTHING
+
+-- name: select_bundles
+SELECT bundle_id, workflow, version, code, content, created_at, served_at FROM bundles
+WHERE :workflows IS NULL OR workflow IN (SELECT value FROM json_each(:workflows))
+ORDER BY workflow, created_at, bundle_id
+
+-- name: serve_bundles
+UPDATE bundles SET served_at = :now
+WHERE bundle_id IN (SELECT value FROM json_each(:bundle_ids)) AND (served_at IS NULL OR served_at < :now)
+
+-- name: bundle_counts
+SELECT bundle, workflow, workflow_version, status, count(*) FROM runs
+GROUP BY bundle, workflow, workflow_version, status
+
+-- An operator moves a run that is not running to another bundle; its
+-- journal stays (lifecycle.migrate decides; the entry records it).
+-- name: migrate
+UPDATE runs SET bundle = :bundle, workflow_version = :version, updated_at = :now
+WHERE run_id = :run_id
+RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
+          result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
+          queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 FROM mailbox WHERE run_id = :run_id AND seq > :after_seq AND (:key IS NULL OR key = :key) ORDER BY seq
 
 -- Published events (ctx.set_event): the latest entry of a key, through the
@@ -476,7 +506,7 @@ UPDATE api_tokens SET revoked_at = :now WHERE token_id = :token_id AND revoked_a
 -- A tenant's runs changed after the cursor (updated_at, run_id), in that order.
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
-       priority, parent_run_id, created_at, updated_at, budget
+       priority, parent_run_id, created_at, updated_at, budget, bundle
 FROM runs
 WHERE tenant = :tenant AND (updated_at > :after_at OR (updated_at = :after_at AND run_id > :after_run_id))
   AND updated_at <= :until

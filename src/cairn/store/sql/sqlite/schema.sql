@@ -46,7 +46,10 @@ CREATE TABLE runs (
     budget           TEXT,
     -- What a suspended run waits for besides a timer or a child (a wait key
     -- such as 'signal:NAME'); a delivery for it wakes the run. (0005)
-    waiting_for      TEXT
+    waiting_for      TEXT,
+    -- The bundle the run executes on (cairn.engine.bundles); NULL for runs
+    -- older than bundles. Claims filter on it. (0006; assigned 0009 at merge)
+    bundle           TEXT
 ) WITHOUT ROWID;  -- the run id B-tree is the table: one tree less to write per commit
 
 -- Deliberately few indexes: each one is written on every claim and finish.
@@ -147,6 +150,23 @@ CREATE TABLE mailbox (
 
 CREATE UNIQUE INDEX mailbox_dedupe ON mailbox (run_id, dedupe) WHERE dedupe IS NOT NULL;
 CREATE INDEX mailbox_waiting ON mailbox (run_id, key, seq) WHERE taken_at IS NULL;
+
+-- Bundles (0006; assigned 0009 at merge):
+-- Bundles: what decides a run's behaviour (its workflow's name, version and
+-- code hash, the prompts, model settings and tools it uses), stored once per
+-- content hash. bundle_id is derived from content (cairn.engine.bundles),
+-- and every reader checks it, so a row is either what its id says or is
+-- refused as damaged. Application definitions, not tenant data: one row
+-- serves every tenant. served_at: when a worker serving it last said so.
+CREATE TABLE bundles (
+    bundle_id  TEXT PRIMARY KEY,
+    workflow   TEXT NOT NULL,
+    version    TEXT NOT NULL,
+    code       TEXT NOT NULL,
+    content    BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    served_at  REAL
+) WITHOUT ROWID;
 CREATE INDEX mailbox_payload_ref ON mailbox (payload_ref) WHERE payload_ref IS NOT NULL;
 
 -- Approvals (0007): requests a run made for people to approve, reject or
