@@ -397,6 +397,7 @@ WHERE run_id = :run_id AND seq = :seq AND (taken_at IS NULL OR taken_position = 
 
 -- name: select_messages
 SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
+FROM mailbox WHERE run_id = :run_id AND seq > :after_seq AND (:key IS NULL OR key = :key) ORDER BY seq
 
 -- Bundles (see schema.sql) ---------------------------------------------------------
 -- A bundle's id is its content's hash: storing it again changes nothing.
@@ -426,7 +427,6 @@ WHERE run_id = :run_id
 RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget, bundle
-FROM mailbox WHERE run_id = :run_id AND seq > :after_seq AND (:key IS NULL OR key = :key) ORDER BY seq
 
 -- Published events (ctx.set_event): the latest entry of a key, through the
 -- partial index history_events.
