@@ -401,8 +401,9 @@ CREATE POLICY tenant_isolation ON api_tokens
     WITH CHECK (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
--- Bundles (0009; assigned 0012 at merge):
+-- Bundles (0013):
 -- Bundles: what decides a run's behaviour (its workflow's name, version and
 -- code hash, the prompts, model settings and tools it uses), stored once per
 -- content hash. Application definitions, not tenant data: one row serves
@@ -434,7 +435,6 @@ CREATE POLICY serve_bundles ON bundles FOR UPDATE USING (true) WITH CHECK (true)
 -- Every role that may use the schema (granted a tenant: USAGE) may read,
 -- add and mark bundles served; none may change what a bundle holds.
 GRANT SELECT, INSERT, UPDATE (served_at) ON bundles TO PUBLIC;
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 CREATE FUNCTION grant_tenant(grantee NAME, tenant_name TEXT) RETURNS void
 LANGUAGE plpgsql AS $$

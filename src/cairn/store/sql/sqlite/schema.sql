@@ -151,7 +151,7 @@ CREATE TABLE mailbox (
 CREATE UNIQUE INDEX mailbox_dedupe ON mailbox (run_id, dedupe) WHERE dedupe IS NOT NULL;
 CREATE INDEX mailbox_waiting ON mailbox (run_id, key, seq) WHERE taken_at IS NULL;
 
--- Bundles (0006; assigned 0009 at merge):
+-- Bundles (0010):
 -- Bundles: what decides a run's behaviour (its workflow's name, version and
 -- code hash, the prompts, model settings and tools it uses), stored once per
 -- content hash. bundle_id is derived from content (cairn.engine.bundles),
