@@ -316,9 +316,14 @@ class Execution:
                     self.position = position + 1
                 if self.stop_reason is not None:
                     self.checkpoint()
-                return Call(position, kind, name, input_hash, None)
+                return self._new_call(position, kind, name, input_hash)
             position = self._allocate(kind, name, input_hash)
             return self._begin_at(position, kind, name, input_hash)
+
+    def _new_call(self, position: int, kind: str, name: str, input_hash: str | None) -> Call:
+        """A call past the journal's end: nothing recorded, first attempt.
+        (A dry replay, ``engine.replaycheck``, stops here instead.)"""
+        return Call(position, kind, name, input_hash, None)
 
     def _allocate(self, kind: str, name: str, input_hash: str | None) -> int:
         """The position of the next call: the lowest one not handed out yet.

@@ -94,6 +94,9 @@ class _DryExecution(Execution):
             raise ReplayEnd(position)
         return call
 
+    def _new_call(self, position: int, kind: str, name: str, input_hash: str | None) -> Call:
+        raise ReplayEnd(position)  # the journal's end: the first call it does not hold is never run
+
     def checkpoint(self) -> None:
         return None  # nothing to stop for: no lease, no worker
 
