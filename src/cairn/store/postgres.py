@@ -210,7 +210,6 @@ from cairn.store.records import (
     Approval,
     ApprovalRequest,
     Claim,
-    Delivery,
     Durability,
     HistoryEvent,
     NewRun,
@@ -226,7 +225,6 @@ from cairn.store.rows import (
     claim_history,
     claim_status,
     claimed_run,
-    delivery_from_row,
     event_from_row,
     event_values,
     finish_params,
@@ -1033,16 +1031,6 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             tx.execute(_Q["suspend"], params)
 
         self._transaction(body, faults=_FAULTS["suspend"])
-
-    def deliveries(self, run_id: str, key: str | None = None, after_seq: int = 0) -> list[Delivery]:
-        with self._conn() as conn:
-            rows = conn.execute(_Q["select_messages"], {"run_id": run_id, "key": key, "after_seq": after_seq})
-            return [delivery_from_row(row) for row in rows]
-
-    def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
-        with self._conn() as conn:
-            row = conn.execute(_Q["latest_event"], {"run_id": run_id, "key": key}).fetchone()
-            return None if row is None else event_from_row(row)
 
     def take_delivery(
         self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None

@@ -25,6 +25,7 @@ from cairn.store.records import (
     ApprovalStatus,
     BundleRecord,
     Delivery,
+    HistoryEvent,
     Payload,
     RunRecord,
     TokenRecord,
@@ -34,6 +35,7 @@ from cairn.store.rows import (
     approval_from_row,
     bundle_from_row,
     delivery_from_row,
+    event_from_row,
     message_params,
     run_from_row,
 )
@@ -171,6 +173,14 @@ class SQLStore(Generic[Tx]):
         delivered = self._operate(body)
         fault_point("store.deliver.after_commit")
         return delivered
+
+    def deliveries(self, run_id: str, key: str | None = None, after_seq: int = 0) -> list[Delivery]:
+        params = {"run_id": run_id, "key": key, "after_seq": after_seq}
+        return [delivery_from_row(row) for row in self._select("select_messages", params)]
+
+    def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
+        rows = self._select("latest_event", {"run_id": run_id, "key": key})
+        return event_from_row(rows[0]) if rows else None
 
     def _deliver(
         self, tx: Tx, run_id: str, key: str, payload: Payload | None, sender: str | None, dedupe: str | None,

@@ -65,7 +65,6 @@ from cairn.store.records import (
     Approval,
     ApprovalRequest,
     Claim,
-    Delivery,
     Durability,
     HistoryEvent,
     NewRun,
@@ -80,7 +79,6 @@ from cairn.store.rows import (
     claim_history,
     claim_status,
     claimed_run,
-    delivery_from_row,
     dumps,
     event_from_row,
     event_values,
@@ -695,16 +693,6 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             tx.execute(_Q["suspend"], {"run_id": run_id, "epoch": epoch, "now": now, "wake_at": wake_at,
                                        "waiting_on": waiting_on, "waiting_for": waiting_for,
                                        "status": status.value, "runnable_at": runnable_at})
-
-    def deliveries(self, run_id: str, key: str | None = None, after_seq: int = 0) -> list[Delivery]:
-        with self._read() as conn:
-            rows = conn.execute(_Q["select_messages"], {"run_id": run_id, "key": key, "after_seq": after_seq})
-            return [delivery_from_row(row) for row in rows]
-
-    def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
-        with self._read() as conn:
-            row = conn.execute(_Q["latest_event"], {"run_id": run_id, "key": key}).fetchone()
-            return None if row is None else event_from_row(row)
 
     def take_delivery(
         self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None
