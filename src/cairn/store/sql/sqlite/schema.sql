@@ -150,6 +150,7 @@ CREATE TABLE mailbox (
 
 CREATE UNIQUE INDEX mailbox_dedupe ON mailbox (run_id, dedupe) WHERE dedupe IS NOT NULL;
 CREATE INDEX mailbox_waiting ON mailbox (run_id, key, seq) WHERE taken_at IS NULL;
+CREATE INDEX mailbox_payload_ref ON mailbox (payload_ref) WHERE payload_ref IS NOT NULL;
 
 -- Bundles (0010):
 -- Bundles: what decides a run's behaviour (its workflow's name, version and
@@ -167,7 +168,6 @@ CREATE TABLE bundles (
     created_at REAL NOT NULL,
     served_at  REAL
 ) WITHOUT ROWID;
-CREATE INDEX mailbox_payload_ref ON mailbox (payload_ref) WHERE payload_ref IS NOT NULL;
 
 -- Approvals (0007): requests a run made for people to approve, reject or
 -- edit; written by the lease holder with the journal entry that records the
