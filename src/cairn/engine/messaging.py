@@ -177,15 +177,9 @@ def _deliver(ex: Execution, run_id: str, key: str, raw: bytes, dedupe: str) -> i
         if target is None or target.tenant != ex.run.tenant:
             raise RunNotFound(run_id)
         payload = ex.runtime.payloads.wrap(raw)
-        try:
-            delivery, _ = store.deliver(run_id, key, payload, sender=f"run:{ex.run_id}", dedupe=dedupe)
-        except InvalidRunState:
-            # Re-executed after a crash, to a run that has finished since:
-            # what we delivered the first time stands.
-            for message in store.deliveries(run_id, key):
-                if message.dedupe == dedupe:
-                    return message.seq
-            raise
+        # Re-executed after a crash, to a run that has finished since: the
+        # store returns what was delivered the first time (same dedupe key).
+        delivery, _ = store.deliver(run_id, key, payload, sender=f"run:{ex.run_id}", dedupe=dedupe)
         return delivery.seq
     except INFRASTRUCTURE_ERRORS as exc:
         raise Abandon(f"cannot deliver signal to run {run_id}: {exc}") from exc

@@ -324,7 +324,9 @@ class Store(Protocol):
 
         ``dedupe`` (the sender's idempotency key): if the mailbox already
         holds a message with it, that message is returned with ``False`` and
-        nothing changes; otherwise the new one with ``True``. ``sender`` (an
+        nothing changes, even if the run has finished since (a sender
+        re-executed after a crash learns that its delivery stands);
+        otherwise the new one with ``True``. ``sender`` (an
         actor, or ``"run:<id>"``) is recorded with it. Appends nothing to the
         run's history (its holder owns the next ``seq``): the mailbox row is
         the record of the delivery, and the journal entry that consumes it

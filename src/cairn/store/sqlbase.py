@@ -165,7 +165,11 @@ class SQLStore(Generic[Tx]):
         dedupe: str | None = None,
     ) -> tuple[Delivery, bool]:
         def body(tx: Tx) -> tuple[Delivery, bool]:
-            lc.check_deliverable(self._held_run(tx, run_id), run_id, key)
+            run = self._held_run(tx, run_id)
+            earlier = self._delivered(tx, run_id, dedupe) if run is not None else None
+            if earlier is not None:  # the same delivery, even to a run that has finished since
+                return earlier, False
+            lc.check_deliverable(run, run_id, key)
             delivered = self._deliver(tx, run_id, key, payload, sender, dedupe, self.clock())
             fault_point("store.deliver.before_commit")
             return delivered
@@ -182,6 +186,15 @@ class SQLStore(Generic[Tx]):
         rows = self._select("latest_event", {"run_id": run_id, "key": key})
         return event_from_row(rows[0]) if rows else None
 
+    def _delivered(self, tx: Tx, run_id: str, dedupe: str | None) -> Delivery | None:
+        """The message of run ``run_id``'s mailbox delivered with ``dedupe``."""
+        if dedupe is None:
+            return None
+        for (seq,) in self._query(tx, "message_by_dedupe", {"run_id": run_id, "dedupe": dedupe}):
+            params = {"run_id": run_id, "key": None, "after_seq": seq - 1}
+            return delivery_from_row(self._query(tx, "select_messages", params)[0])
+        return None
+
     def _deliver(
         self, tx: Tx, run_id: str, key: str, payload: Payload | None, sender: str | None, dedupe: str | None,
         now: float,
@@ -190,10 +203,9 @@ class SQLStore(Generic[Tx]):
         it may take deliveries (``lifecycle.check_deliverable``): for
         transitions that deliver as a part of what they do (a decision on an
         approval records the decision and delivers it, atomically)."""
-        if dedupe is not None:
-            for (seq,) in self._query(tx, "message_by_dedupe", {"run_id": run_id, "dedupe": dedupe}):
-                params = {"run_id": run_id, "key": None, "after_seq": seq - 1}
-                return delivery_from_row(self._query(tx, "select_messages", params)[0]), False
+        earlier = self._delivered(tx, run_id, dedupe)
+        if earlier is not None:
+            return earlier, False
         params = message_params(run_id, key, payload, sender, dedupe, now)
         ((seq,),) = self._query(tx, "insert_message", params)
         self._query(tx, "wake_waiting_for", {"run_id": run_id, "key": key, "now": now})

@@ -229,3 +229,19 @@ class MailboxContract(ContractBase):
         with pytest.raises(ValueError, match="not both"):
             store.suspend_run("r1", c.run.epoch, event, None, "child", RunStatus.SUSPENDED, waiting_for=KEY)
         assert store.history("r1") == c.history
+
+    def test_a_repeated_delivery_to_a_run_finished_since_returns_the_first(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """A sender that crashed after delivering and runs again learns that
+        its delivery stands, rather than that the run takes no more."""
+        c = running(store, clock)
+        first, _ = store.deliver("r1", KEY, Payload(data=b"1"), dedupe="op-1")
+        finish(store, clock, c)
+        again, created = store.deliver("r1", KEY, Payload(data=b"1"), dedupe="op-1")
+        assert not created
+        assert again == first
+        with pytest.raises(InvalidRunState):
+            store.deliver("r1", KEY, Payload(data=b"1"), dedupe="op-2")
+        assert [m.seq for m in store.deliveries("r1")] == [1]
+
