@@ -394,6 +394,7 @@ SNAPSHOTS = {
                  "ORDER BY run_id, request_id",
     "api_tokens": "SELECT * FROM api_tokens ORDER BY token_id",
     "schedules": "SELECT * FROM schedules WHERE tenant <> 'globex' ORDER BY tenant, name",
+    "tenant_privileges": "SELECT * FROM tenant_privileges ORDER BY object_name",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -490,8 +491,14 @@ WRITES = [
                 f"VALUES ('bevil', 'wf', '1', 'ast:evil', '{_FORGED.content.decode()}', 0)"),
     ("bundles", f"INSERT INTO bundles (bundle_id, workflow, version, code, content, created_at) "
                 f"VALUES ('{_FORGED.bundle_id}', 'wf', '2', 'ast:acme', '{_FORGED.content.decode()}', 0)"),
+    # what grant_tenant grants is data: a role that could change it would
+    # grant itself (and every later role) anything
+    ("tenant_privileges", "UPDATE tenant_privileges SET privileges = 'ALL'"),
+    ("tenant_privileges", "INSERT INTO tenant_privileges VALUES ('tenant_grants', 'TABLE', 'ALL')"),
+    ("tenant_privileges", "DELETE FROM tenant_privileges"),
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
+    ("functions", "SELECT grant_privileges('runs')"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.
@@ -561,6 +568,36 @@ def test_the_queue_wide_bucket_is_charged_only_for_claims_made(deployment: Deplo
     _attack(d, "globex", "SELECT spend_queue_tokens(ARRAY['q'], ARRAY[1000000000]::bigint[], 1e12)", {})
     [(after,)] = d.as_role("owner", query)
     assert after >= tokens
+
+
+def test_grant_tenant_grants_what_tenant_privileges_lists_and_nothing_more(deployment: Deployment) -> None:
+    """A tenant's privileges are data (migration 0014): grant_tenant gives
+    exactly the listed ones, and a table added later reaches the roles
+    granted before it through grant_privileges, without restating the rest."""
+    d = deployment
+    role = conninfo_to_dict(d.urls["globex"])["user"]
+    listed = dict(d.as_role("owner", "SELECT object_name, privileges FROM tenant_privileges"))
+    tables = {name for (name,) in d.as_role("owner", "SELECT tablename FROM pg_tables WHERE schemaname = %s",
+                                            (SCHEMA,))}
+    for table in sorted(tables):
+        has = {p for p in ("SELECT", "INSERT", "UPDATE", "DELETE")
+               if d.as_role("owner", "SELECT has_table_privilege(%s, %s, %s)",
+                            (role, f"{SCHEMA}.{table}", p))[0][0]}
+        if table == "bundles":  # granted to PUBLIC, not per tenant (0013)
+            continue
+        granted = listed.get(table, "").split(", ")
+        wanted = {p for p in ("SELECT", "INSERT", "UPDATE", "DELETE") if p in granted}
+        assert has == wanted, f"{table}: has {sorted(has)}, tenant_privileges lists {sorted(wanted)}"
+    assert "DELETE" not in listed["runs"]
+
+    d.as_role("owner", "CREATE TABLE later (tenant TEXT)")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        d.as_role("globex", "SELECT * FROM later")
+    d.as_role("owner", "INSERT INTO tenant_privileges (object_name, privileges) VALUES ('later', 'SELECT')")
+    d.as_role("owner", "SELECT grant_privileges('later')")
+    assert d.as_role("globex", "SELECT * FROM later") == []
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        d.as_role("globex", "INSERT INTO later VALUES ('globex')")
 
 
 def test_a_role_cannot_open_a_store_for_a_tenant_it_is_not_granted(deployment: Deployment) -> None:

@@ -436,20 +436,57 @@ CREATE POLICY serve_bundles ON bundles FOR UPDATE USING (true) WITH CHECK (true)
 -- add and mark bundles served; none may change what a bundle holds.
 GRANT SELECT, INSERT, UPDATE (served_at) ON bundles TO PUBLIC;
 
+-- The privileges grant_tenant gives a tenant's role, as data (0014): one
+-- row per table or sequence; a migration that adds a table adds its row and
+-- calls grant_privileges(name) for the roles granted before it. Only the
+-- schema's owner may change it: the privileges text is SQL grant_tenant runs.
+CREATE TABLE tenant_privileges (
+    object_name TEXT PRIMARY KEY,
+    object_kind TEXT NOT NULL DEFAULT 'TABLE',
+    privileges  TEXT NOT NULL,
+    CONSTRAINT tenant_privileges_kind CHECK (object_kind IN ('TABLE', 'SEQUENCE'))
+);
+
+INSERT INTO tenant_privileges (object_name, privileges) VALUES
+    ('runs', 'SELECT, INSERT, UPDATE'),
+    ('history', 'SELECT, INSERT'),
+    ('artifacts', 'SELECT'),
+    ('schema_migrations', 'SELECT'),
+    ('tenant_grants', 'SELECT'),
+    ('queues', 'SELECT, UPDATE (updated_at)'),
+    ('queue_buckets', 'SELECT, INSERT, UPDATE'),
+    ('mailbox', 'SELECT, INSERT, UPDATE'),
+    ('approvals', 'SELECT, INSERT, UPDATE'),
+    ('api_tokens', 'SELECT, INSERT, UPDATE'),
+    ('schedules', 'SELECT, INSERT, UPDATE');
+
+CREATE FUNCTION grant_privileges(name TEXT) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    grantee NAME;
+    item tenant_privileges%ROWTYPE;
+BEGIN
+    SELECT * INTO STRICT item FROM tenant_privileges AS p WHERE p.object_name = name;
+    FOR grantee IN SELECT DISTINCT g.role FROM tenant_grants AS g LOOP
+        IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = grantee) THEN
+            EXECUTE format('GRANT %s ON %s %I TO %I', item.privileges, item.object_kind, item.object_name,
+                           grantee);
+        END IF;
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION grant_tenant(grantee NAME, tenant_name TEXT) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    item tenant_privileges%ROWTYPE;
 BEGIN
     INSERT INTO tenant_grants (role, tenant) VALUES (grantee, tenant_name) ON CONFLICT DO NOTHING;
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', current_schema(), grantee);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON runs TO %I', grantee);
-    EXECUTE format('GRANT SELECT, INSERT ON history TO %I', grantee);
-    EXECUTE format('GRANT SELECT ON artifacts, schema_migrations, tenant_grants TO %I', grantee);
-    EXECUTE format('GRANT SELECT, UPDATE (updated_at) ON queues TO %I', grantee);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON queue_buckets TO %I', grantee);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON mailbox TO %I', grantee);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON approvals TO %I', grantee);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON api_tokens TO %I', grantee);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON schedules TO %I', grantee);
+    FOR item IN SELECT * FROM tenant_privileges ORDER BY object_name LOOP
+        EXECUTE format('GRANT %s ON %s %I TO %I', item.privileges, item.object_kind, item.object_name,
+                       grantee);
+    END LOOP;
 END
 $$;
 
@@ -458,7 +495,8 @@ LANGUAGE sql AS $$
     DELETE FROM tenant_grants WHERE role = grantee AND tenant = tenant_name
 $$;
 
-REVOKE EXECUTE ON FUNCTION grant_tenant(NAME, TEXT), revoke_tenant(NAME, TEXT) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION grant_tenant(NAME, TEXT), revoke_tenant(NAME, TEXT), grant_privileges(TEXT)
+    FROM PUBLIC;
 
 -- Functions run with a fixed search_path: the store's schema, then pg_temp
 -- (last, so a caller's temporary table cannot stand in for one of ours).
@@ -470,6 +508,7 @@ BEGIN
     EXECUTE format('ALTER FUNCTION spend_queue_tokens(TEXT[], BIGINT[], DOUBLE PRECISION) '
                    'SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION grant_tenant(NAME, TEXT) SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION grant_privileges(TEXT) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION revoke_tenant(NAME, TEXT) SET search_path = %I, pg_temp', current_schema());
 END
 $$;
