@@ -90,7 +90,7 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
                     "ORDER BY table_name", (schema,))
     assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",), ("bundles",),
                       ("history",), ("mailbox",), ("queue_buckets",), ("queues",), ("runs",), ("schedules",),
-                      ("schema_migrations",), ("tenant_grants",)]
+                      ("schema_migrations",), ("tenant_grants",), ("tenant_privileges",)]
     # The template's own schema is untouched and nothing landed in public.
     assert _query(pg_url, "SELECT count(*) FROM cairn.runs") == [(0,)]
     assert _query(pg_url, "SELECT to_regclass('public.runs')") == [(None,)]
