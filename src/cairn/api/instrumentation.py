@@ -39,12 +39,15 @@ Runs by status and queue depth are the store's, not a process's: see
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cairn.api.telemetry import call_attributes, error_message, span_id_of, trace_id_of
 from cairn.engine.observe import ObservedExecution
+from cairn.errors import CairnError
 from cairn.store.records import EventType, HistoryEvent
 
 if TYPE_CHECKING:
@@ -85,6 +88,42 @@ def instrument(app: App, tracer_provider: Any = None, meter_provider: Any = None
 
 def uninstrument(app: App) -> None:
     app.runtime.observer = None
+
+
+def export_otlp(app: App, *, service_name: str = "cairn") -> Callable[[], None]:
+    """``instrument(app)`` with the SDK exporting over OTLP/HTTP (the
+    ``otel-export`` extra): spans in batches, metrics every 60 s (the SDK's
+    ``OTEL_METRIC_EXPORT_INTERVAL``), both where the standard
+    ``OTEL_EXPORTER_OTLP_*`` variables say (``http://localhost:4318`` by
+    default); ``OTEL_SERVICE_NAME`` overrides ``service_name``. Returns the
+    function that flushes and stops them (``cairn worker --otel`` calls it
+    once the worker drained). The store's gauges are not added: one process
+    should report those (``cairn serve --metrics``), not every worker."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        raise CairnError(f"OTLP export needs the otel-export extra: pip install 'cairn-runtime[otel-export]' "
+                         f"({exc})") from None
+    named = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
+    resource = Resource.create(named)
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    meter_provider = MeterProvider(resource=resource,
+                                   metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())])
+    instrument(app, tracer_provider, meter_provider)
+
+    def shutdown() -> None:
+        uninstrument(app)
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+    return shutdown
 
 
 def due_since(history: list[HistoryEvent], claim_index: int) -> float | None:
