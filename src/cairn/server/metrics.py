@@ -21,6 +21,7 @@ server that was not asked for metrics answers 404 and does no work.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from starlette.responses import Response
@@ -43,6 +44,7 @@ class Metrics:
         try:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
             from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.resources import Resource
             from prometheus_client import CollectorRegistry
         except ImportError as exc:
             raise CairnError("metrics need the otel-export extra: pip install 'cairn-runtime[otel-export]' "
@@ -51,7 +53,8 @@ class Metrics:
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.reader = PrometheusMetricReader(registry=self.registry)
-        self.provider = MeterProvider(metric_readers=[self.reader])
+        named = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "cairn-serve"}
+        self.provider = MeterProvider(resource=Resource.create(named), metric_readers=[self.reader])
         self.store = StoreMetrics(app, self.provider)
 
     def render(self, tenant: str) -> bytes:
