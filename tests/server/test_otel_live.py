@@ -396,3 +396,43 @@ def test_due_since_reads_when_a_run_became_due() -> None:
     assert due_since([signalled, claim], 1) is None
     assert due_since([entry(EventType.RUN_SUSPENDED, 2.0, waiting_on="child"), claim], 1) is None
     assert due_since([claim], 0) is None
+
+
+def test_a_child_run_joins_its_root_runs_trace(tmp_path: Path, exporters: Exporters) -> None:
+    app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db")
+
+    @app.step
+    def leaf(i: int) -> int:
+        return i
+
+    @app.workflow(name="grandchild")
+    def grandchild(ctx: cairn.Context) -> int:
+        return leaf(3)
+
+    @app.workflow(name="child")
+    def child(ctx: cairn.Context) -> int:
+        return leaf(2) + ctx.child(grandchild)
+
+    @app.workflow(name="root")
+    def root(ctx: cairn.Context) -> int:
+        return leaf(1) + ctx.child(child)
+
+    try:
+        instrument(app, exporters.tracer_provider, exporters.meter_provider)
+        handle = app.start(root)
+        app.worker(poll_interval=0.05).run(install_signals=False, max_idle=0.5)
+        assert handle.result(timeout=5) == 6
+        runs = {s.attributes["cairn.workflow"]: s.attributes["cairn.run_id"]
+                for s in exporters.finished() if s.attributes and s.name.startswith("invoke_agent")}
+    finally:
+        uninstrument(app)
+        app.close()
+    assert set(runs) == {"root", "child", "grandchild"}
+    spans = exporters.finished()
+    # every span of the three runs is in the root's trace; each claim hangs from its own run's context
+    assert {s.context.trace_id for s in spans} == {trace_id_of(handle.run_id)}
+    for span in spans:
+        if span.name.startswith("invoke_agent") and span.attributes:
+            assert span.parent is not None
+            assert span.parent.span_id == span_id_of(str(span.attributes["cairn.run_id"]), "run")
+    assert exporters.value("cairn.runs.ended", **{"cairn.status": "completed"}) == 3
