@@ -65,7 +65,7 @@ def sqlite_setup(tmp_path: Path) -> Iterator[Setup]:
 
 @pytest.fixture
 def server(setup: Setup) -> Iterator[LiveServer]:
-    with LiveServer(setup.app, heartbeat=0.5) as live:
+    with LiveServer(setup.app, heartbeat=0.5, metrics=True) as live:
         yield live
 
 

@@ -45,6 +45,7 @@ SAMPLES: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {
     ("GET", "/api/tokens"): (None, {}),
     ("POST", "/api/tokens"): ({"name": "new-bot", "role": "viewer"}, {}),
     ("DELETE", "/api/tokens/{token_id}"): (None, {"token_id": "0000000000000000"}),
+    ("GET", "/metrics"): (None, {}),
 }
 
 IDENTITIES = ["none", "malformed", "revoked", "viewer", "operator", "admin", "other-admin"]

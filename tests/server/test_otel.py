@@ -4,6 +4,7 @@ takeover by another worker; GenAI attributes on model and tool spans."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -31,8 +32,8 @@ def test_one_trace_per_run_across_a_kill_and_a_takeover(tmp_path: Path) -> None:
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "src")])}
     sys.modules.pop("tests.server.otel_app", None)
     os.environ["CAIRN_DB"] = db
-    try:
-        from tests.server import otel_app
+    try:  # imported afresh (``from tests.server import`` would find another test's module)
+        otel_app = importlib.import_module("tests.server.otel_app")
     finally:
         del os.environ["CAIRN_DB"]
     app = otel_app.app

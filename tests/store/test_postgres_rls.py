@@ -159,6 +159,18 @@ def test_another_tenants_runs_are_invisible(deployment: Deployment) -> None:
     assert [c.run.run_id for c in d.acme.claim_runs("aw", [WF], 10, 30.0, 3)] == ["a2"]
 
 
+def test_run_counts_of_a_tenant_role_hold_only_its_runs(deployment: Deployment) -> None:
+    """The metrics' runs by status (``run_counts``), read as a tenant's role:
+    another tenant's runs are not counted, not even as zeros."""
+    d = deployment
+    d.acme.create_run(new_run("a1", tenant="acme"))
+    d.acme.create_run(new_run("a2", tenant="acme"))
+    d.globex.create_run(new_run("g1", tenant="globex"))
+    assert d.acme.run_counts() == [("acme", WF, "pending", 2)]
+    assert d.globex.run_counts() == [("globex", WF, "pending", 1)]
+    assert sorted(d.owner.run_counts()) == [("acme", WF, "pending", 2), ("globex", WF, "pending", 1)]
+
+
 def test_writes_to_another_tenants_run_are_refused(deployment: Deployment) -> None:
     d = deployment
     a = running(d.acme, d.clock, "a1")

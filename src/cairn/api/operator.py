@@ -310,6 +310,11 @@ class Operator:
         """Every queue with limits or live runs, with its load."""
         return self._store.queue_stats()
 
+    def run_counts(self) -> list[tuple[str, str, str, int]]:
+        """``(tenant, workflow, status, runs)``: how many runs there are of
+        each (the metrics' runs by status)."""
+        return self._store.run_counts()
+
     # -- bundles (cairn.engine.bundles) ------------------------------------------------------
 
     def bundles(self) -> list[BundleView]:

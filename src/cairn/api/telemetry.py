@@ -57,7 +57,8 @@ def trace_id_of(run_id: str) -> int:
     return value or 1
 
 
-def _span_id(*parts: object) -> int:
+def span_id_of(*parts: object) -> int:
+    """A span id derived from ``parts`` (never 0): the same in every process."""
     raw = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()[:8]
     return int.from_bytes(raw, "big") or 1
 
@@ -101,9 +102,9 @@ class RunTracer:
         root = self.root_of(record)
         trace_id = trace_id_of(root)
         if record.parent_run_id is not None:  # a child's run span sits under its parent's
-            parent_id = _span_id(record.parent_run_id, "run")
+            parent_id = span_id_of(record.parent_run_id, "run")
         else:  # a root run's span hangs from a fixed anchor, so its trace id is the derived one
-            parent_id = _span_id(root, "trace")
+            parent_id = span_id_of(root, "trace")
         anchor = trace.NonRecordingSpan(SpanContext(trace_id, parent_id, is_remote=True,
                                                     trace_flags=TraceFlags(TraceFlags.SAMPLED)))
         context = trace.set_span_in_context(anchor)
@@ -136,35 +137,51 @@ class RunTracer:
         return count
 
     def _call_span(self, event: HistoryEvent, intent: dict[str, Any], context: Any) -> None:
-        detail = event.detail or {}
-        kind = event.step_kind or "step"
-        attributes: dict[str, Any] = {"cairn.position": event.position, "cairn.kind": kind,
-                                      "cairn.attempt": event.attempt or 1, "cairn.worker": event.worker or "",
-                                      "cairn.epoch": event.epoch}
-        if kind == "model":
-            usage = detail.get("usage") or {}
-            model = str(detail.get("model") or event.name or "")
-            name = f"chat {model}"
-            attributes.update({"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-                               "gen_ai.response.model": model,
-                               "gen_ai.usage.input_tokens": int(usage.get("prompt_tokens") or 0),
-                               "gen_ai.usage.output_tokens": int(usage.get("completion_tokens") or 0)})
-            if detail.get("cost") is not None:
-                attributes["cairn.cost"] = float(detail["cost"])
-            if detail.get("latency_ms") is not None:
-                attributes["cairn.latency_ms"] = float(detail["latency_ms"])
-        elif kind == "tool":
-            name = f"execute_tool {event.name}"
-            attributes.update({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": event.name or ""})
-            operation = detail.get("operation_id") or intent.get("operation_id")
-            if operation:
-                attributes["cairn.operation_id"] = str(operation)
-            attributes["cairn.effect"] = str(intent.get("effect") or detail.get("effect") or "read")
-        else:
-            name = f"{kind} {event.name}"
+        name, attributes = call_attributes(event, intent)
         started = event.started_at if event.started_at is not None else event.at
         span = self.tracer.start_span(name, context=context, start_time=_ns(started), attributes=attributes)
         if event.event is EventType.STEP_FAILED:
-            error = detail.get("error") if isinstance(detail.get("error"), dict) else {}
-            span.set_status(Status(StatusCode.ERROR, str((error or {}).get("message", "failed"))))
+            span.set_status(Status(StatusCode.ERROR, error_message(event)))
         span.end(end_time=_ns(max(event.at, started)))
+
+
+def error_message(event: HistoryEvent) -> str:
+    """The message of a failed attempt's recorded error."""
+    detail = event.detail or {}
+    error = detail.get("error") if isinstance(detail.get("error"), dict) else {}
+    return str((error or {}).get("message", "failed"))
+
+
+def call_attributes(event: HistoryEvent, intent: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The span name and attributes of a journaled call's entry (``intent``:
+    the detail of its tool's ``op.intent``, if any), GenAI conventions first.
+    The journal's export and the live spans share it, so both say the same."""
+    detail = event.detail or {}
+    kind = event.step_kind or "step"
+    attributes: dict[str, Any] = {"cairn.position": event.position, "cairn.kind": kind,
+                                  "cairn.attempt": event.attempt or 1, "cairn.worker": event.worker or "",
+                                  "cairn.epoch": event.epoch}
+    if kind == "model":
+        usage = detail.get("usage") or {}
+        model = str(detail.get("model") or event.name or "")
+        name = f"chat {model}"
+        attributes.update({"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                           "gen_ai.response.model": model,
+                           "gen_ai.usage.input_tokens": int(usage.get("prompt_tokens") or 0),
+                           "gen_ai.usage.output_tokens": int(usage.get("completion_tokens") or 0)})
+        if detail.get("cost") is not None:
+            attributes["cairn.cost"] = float(detail["cost"])
+        if detail.get("latency_ms") is not None:
+            attributes["cairn.latency_ms"] = float(detail["latency_ms"])
+    elif kind == "tool":
+        name = f"execute_tool {event.name}"
+        attributes.update({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": event.name or ""})
+        operation = detail.get("operation_id") or intent.get("operation_id")
+        if operation:
+            attributes["cairn.operation_id"] = str(operation)
+        attributes["cairn.effect"] = str(intent.get("effect") or detail.get("effect") or "read")
+        if detail.get("reconciled"):
+            attributes["cairn.reconciled"] = str(detail["reconciled"])
+    else:
+        name = f"{kind} {event.name}"
+    return name, attributes

@@ -30,6 +30,7 @@ from cairn.engine.budget import Budget
 from cairn.engine.executor import Outcome
 from cairn.engine.ledger import OperationView
 from cairn.errors import (
+    CairnError,
     InvalidRunState,
     PayloadError,
     UnknownWorkflow,
@@ -207,6 +208,9 @@ def _parked(app: App, run_id: str) -> str:
 @click.option("--queue", "queues", multiple=True, metavar="Q", help="Serve only these queues (repeatable).")
 @click.option("--no-schedules", "no_schedules", is_flag=True,
               help="Fire none of the app's schedules (other workers do).")
+@click.option("--otel", is_flag=True,
+              help="Export live spans and metrics over OTLP/HTTP (OTEL_EXPORTER_OTLP_* variables; "
+                   "needs the otel-export extra).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO", show_default=True)
 @db_option
@@ -214,6 +218,7 @@ def _parked(app: App, run_id: str) -> str:
 def worker(
     ctx: click.Context, app_spec: str, concurrency: int, worker_id: str | None, lease: float | None,
     poll: float, queues: tuple[str, ...], log_level: str, db: str | None, no_schedules: bool = False,
+    otel: bool = False,
 ) -> None:
     """Execute runs of the app's workflows until SIGTERM or Ctrl-C.
 
@@ -240,9 +245,26 @@ def worker(
             echo(line)
         for bundle in sorted(app.runtime.registry.local().values(), key=lambda b: (b.workflow, b.version)):
             echo(f"  bundle {bundle.bundle_id}: {bundle.workflow} version {bundle.version}")
+        stop_export = _export_otlp(app) if otel else None
         sys.stdout.flush()
-        w.run(install_signals=True)
+        try:
+            w.run(install_signals=True)
+        finally:
+            if stop_export is not None:
+                stop_export()  # flushes the spans and metrics still buffered
         log.info("worker %s stopped after claiming %d run(s)", w.worker_id, w.claimed)
+
+
+def _export_otlp(app: App) -> Callable[[], None]:
+    try:
+        from cairn.api.instrumentation import export_otlp
+
+        stop = export_otlp(app, service_name="cairn-worker")
+    except (ImportError, CairnError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    echo(f"  telemetry: spans and metrics over OTLP/HTTP to "
+         f"{os.environ.get('OTEL_EXPORTER_OTLP_ENDPOINT', 'http://localhost:4318')}")
+    return stop
 
 
 def _served_database(app: App) -> str:

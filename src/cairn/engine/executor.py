@@ -22,6 +22,7 @@ from cairn.engine.context import Context
 from cairn.engine.credentials import access_of
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.execution import CURRENT, Execution
+from cairn.engine.observe import ObservedExecution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
 from cairn.engine.tools import settle_end
@@ -78,7 +79,12 @@ def execute(
         definition = runtime.workflows.get(claim.run.workflow)
     if definition is None:  # a bundle this process does not serve (claims filter it: a race)
         return _refuse(runtime, claim, worker)
-    execution = Execution(runtime, claim, worker, is_async=definition.is_async)
+    observer = runtime.observer  # once per claim: an unobserved step pays nothing
+    if observer is None:
+        execution = Execution(runtime, claim, worker, is_async=definition.is_async)
+    else:
+        execution = ObservedExecution(observer, runtime, claim, worker, is_async=definition.is_async)
+        _observe(observer.claimed, execution)
     if watcher is not None:
         watcher.watch(execution)
     token = CURRENT.set(execution)
@@ -94,6 +100,8 @@ def execute(
                 outcome = replace(outcome, wake_at=wake_at)
         if outcome.error is not None:  # workers log it
             outcome = replace(outcome, error=redaction.redact(outcome.error))
+        if observer is not None:
+            _observe(observer.ended, execution, outcome)
         return outcome
     finally:
         redaction.close_scope(revealed_token)
@@ -101,6 +109,13 @@ def execute(
         CURRENT.reset(token)
         if watcher is not None:
             watcher.unwatch(execution)
+
+
+def _observe(hook: Callable[..., None], *args: Any) -> None:
+    try:
+        hook(*args)
+    except Exception:  # telemetry never breaks a run
+        log.exception("the observer failed")
 
 
 #: ``Execution.stop_reason`` of an execution giving its run back after a

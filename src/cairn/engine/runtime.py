@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.bundles import Registry
@@ -10,6 +11,9 @@ from cairn.engine.definitions import WorkflowDef
 from cairn.engine.schedules import Schedule
 from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
+
+if TYPE_CHECKING:
+    from cairn.engine.observe import Observer
 
 
 @dataclass(slots=True)
@@ -31,3 +35,7 @@ class Runtime:
     #: workflow versions, prompts, model settings and tools, and the bundles
     #: served (``engine.bundles``); ``workflows`` maps each name to its newest version
     registry: Registry = field(default_factory=Registry)
+    #: told of every claim this process executes and of each entry it records
+    #: (``engine.observe``; live spans and metrics); ``None``: nothing is
+    #: observed and nothing is paid for it
+    observer: Observer | None = None

@@ -23,13 +23,14 @@ from starlette.staticfiles import StaticFiles
 
 from cairn.api.app import App
 from cairn.server import events, queues, runs, tokens
+from cairn.server import metrics as prometheus
 from cairn.server.errors import any_exception, http_exception
 from cairn.server.openapi import document
 from cairn.server.routing import Endpoint, ServerState, endpoint_function
 
 #: Every endpoint of the API. A resource adds its router module's ROUTES here
 #: (signals and approvals: ``signals.ROUTES``, ``approvals.ROUTES``).
-ROUTES: list[Endpoint] = [*runs.ROUTES, *events.ROUTES, *queues.ROUTES, *tokens.ROUTES]
+ROUTES: list[Endpoint] = [*runs.ROUTES, *events.ROUTES, *queues.ROUTES, *tokens.ROUTES, *prometheus.ROUTES]
 
 
 def create_app(
@@ -39,15 +40,19 @@ def create_app(
     settle: float | None = None,
     max_poll: float = 0.5,
     dashboard: bool = True,
+    metrics: bool = False,
 ) -> Starlette:
     """The ASGI app over ``app``. ``heartbeat``: seconds between comment lines
     on an idle event stream; ``settle``: how long the tenant stream holds a
     change back (default 0 on SQLite, 2 s on PostgreSQL: see
     ``cairn.server.events``); ``max_poll``: the longest wait between two
-    looks at the store when no notification comes."""
+    looks at the store when no notification comes; ``metrics``: serve
+    ``GET /metrics`` (Prometheus text; needs the ``otel-export`` extra)."""
     if settle is None:
         settle = 2.0 if (app.db_url or "").startswith(("postgres://", "postgresql://")) else 0.0
     state = ServerState(app, heartbeat=heartbeat, settle=settle, max_poll=max_poll)
+    if metrics:
+        state.extra["metrics"] = prometheus.Metrics(app)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document(ROUTES))
@@ -67,6 +72,8 @@ def create_app(
             yield
         finally:
             events.wakeup_of(state).close()
+            if "metrics" in state.extra:
+                state.extra["metrics"].close()
 
     handlers: dict[Any, Any] = {HTTPException: http_exception, Exception: any_exception}
     server = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)

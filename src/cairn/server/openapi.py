@@ -42,7 +42,7 @@ def _operation_id(spec: Endpoint) -> str:
 
 
 def _success_schema(spec: Endpoint) -> dict[str, Any]:
-    return {"type": "string"} if spec.media == "text/event-stream" else {"type": "object"}
+    return {"type": "object"} if spec.media == "application/json" else {"type": "string"}
 
 
 def document(routes: list[Endpoint]) -> dict[str, Any]:

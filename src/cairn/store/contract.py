@@ -501,6 +501,11 @@ class Store(Protocol):
         """A worker serving these bundles says so: ``served_at`` = now."""
         ...
 
+    def run_counts(self) -> list[tuple[str, str, str, int]]:
+        """``(tenant, workflow, status, runs)`` for every combination with
+        runs this store may see (a tenant's own, under row-level security)."""
+        ...
+
     def bundle_counts(self) -> list[tuple[str | None, str, str, str, int]]:
         """``(bundle, workflow, version, status, runs)`` for every bundle
         and status with runs this store may see (a tenant's own, under

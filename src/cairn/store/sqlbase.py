@@ -301,6 +301,10 @@ class SQLStore(Generic[Tx]):
             self._operate(lambda tx: self._query(tx, "serve_bundles",
                                                  {"bundle_ids": ids, "now": self.clock()}))
 
+    def run_counts(self) -> list[tuple[str, str, str, int]]:
+        rows = self._select("run_counts", {})
+        return [(str(row[0]), str(row[1]), str(row[2]), int(row[3])) for row in rows]
+
     def bundle_counts(self) -> list[tuple[str | None, str, str, str, int]]:
         return [(row[0], row[1], row[2], str(row[3]), int(row[4]))
                 for row in self._select("bundle_counts", {})]

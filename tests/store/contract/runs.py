@@ -48,6 +48,17 @@ class RunsContract(ContractBase):
         with pytest.raises(StoreError):
             store.create_run(new_run("r2"))
 
+    def test_run_counts_group_by_tenant_workflow_and_status(self, store: Store, clock: FakeClock) -> None:
+        """What the metrics' runs-by-status gauge reads: every combination
+        with runs, none without (an empty store counts nothing)."""
+        assert store.run_counts() == []
+        store.create_run(new_run("a1", tenant="acme"))
+        store.create_run(new_run("a2", tenant="acme"))
+        store.create_run(new_run("g1", tenant="globex"))
+        finish(store, clock, claim(store, "a2"))
+        assert sorted(store.run_counts()) == [("acme", WF, "completed", 1), ("acme", WF, "pending", 1),
+                                              ("globex", WF, "pending", 1)]
+
     # -- creating and reading runs ------------------------------------------------
 
     def test_create_run_makes_a_pending_run(self, store: Store, clock: FakeClock) -> None:

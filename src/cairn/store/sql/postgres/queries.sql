@@ -689,6 +689,11 @@ ORDER BY workflow COLLATE "C", created_at, bundle_id COLLATE "C"
 UPDATE bundles SET served_at = %(now)s::float8
 WHERE bundle_id = ANY(%(bundle_ids)s::text[]) AND (served_at IS NULL OR served_at < %(now)s::float8)
 
+-- Runs by tenant, workflow and status, for the metrics (a scan of runs:
+-- read at a scrape, not per step).
+-- name: run_counts
+SELECT tenant, workflow, status, count(*) FROM runs GROUP BY tenant, workflow, status
+
 -- name: bundle_counts
 SELECT bundle, workflow, workflow_version, status, count(*) FROM runs
 GROUP BY bundle, workflow, workflow_version, status

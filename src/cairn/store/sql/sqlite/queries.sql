@@ -415,6 +415,11 @@ ORDER BY workflow, created_at, bundle_id
 UPDATE bundles SET served_at = :now
 WHERE bundle_id IN (SELECT value FROM json_each(:bundle_ids)) AND (served_at IS NULL OR served_at < :now)
 
+-- Runs by tenant, workflow and status, for the metrics (a scan of runs:
+-- read at a scrape, not per step).
+-- name: run_counts
+SELECT tenant, workflow, status, count(*) FROM runs GROUP BY tenant, workflow, status
+
 -- name: bundle_counts
 SELECT bundle, workflow, workflow_version, status, count(*) FROM runs
 GROUP BY bundle, workflow, workflow_version, status
