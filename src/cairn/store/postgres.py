@@ -130,8 +130,8 @@ Why these choices:
       SELECT cairn.grant_tenant('acme_agent', 'acme');     -- the schema's owner
 
   ``grant_tenant`` records the grant and gives exactly the privileges a
-  tenant's store needs, as the ``tenant_privileges`` table lists them (``revoke_tenant`` removes the grant; the privileges
-  then reach nothing). Then ``postgresql://acme_agent@host/db?tenant=acme``.
+  tenant's store needs, as the ``tenant_privileges`` table lists them
+  (``revoke_tenant`` removes the grant; the privileges then reach nothing). Then ``postgresql://acme_agent@host/db?tenant=acme``.
   What such a role can do, whatever SQL it runs:
 
   - ``runs`` and ``history``: read, create and change only its tenants'
