@@ -18,11 +18,14 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+from urllib.parse import unquote_to_bytes
 
 import msgspec
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 from cairn.api.app import App
 from cairn.api.operator import Operator
@@ -226,3 +229,40 @@ def endpoint_function(state: ServerState, spec: Endpoint) -> Callable[[Request],
 
     endpoint.__name__ = spec.handler.__name__ if spec.handler is not None else "stream"
     return endpoint
+
+
+class EncodedRoute(Route):
+    """A route matched against the path as the client sent it (percent-encoded).
+
+    A server decodes ``%2F`` to ``/`` before routing, so a run id holding a
+    ``/`` would split ``/api/runs/{run_id}/events`` at the wrong place (run
+    ``a`` of ``a%2Fevents`` and the event stream of run ``a`` would be one
+    path). Matching the raw path keeps each ``{parameter}`` one segment, and
+    each is decoded on its own: every id works, percent-encoded, in every
+    route. Without a raw path (an ASGI server that gives none) it matches
+    the decoded path as a plain ``Route`` does.
+    """
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        raw = scope.get("raw_path")
+        if scope["type"] != "http" or not isinstance(raw, bytes):
+            return super().matches(scope)
+        path = raw.decode("latin-1").partition("?")[0]
+        root = scope.get("root_path", "")
+        if root:  # mounted: drop the mount's segments (the decoded path starts with them)
+            parts = path.split("/")
+            path = "/" + "/".join(parts[root.count("/") + 1:])
+        found = self.path_regex.match(path)
+        if found is None:
+            return Match.NONE, {}
+        params = {name: unquote_to_bytes(value.encode("latin-1")).decode("utf-8", "replace")
+                  for name, value in found.groupdict().items()}
+        child: Scope = {"endpoint": self.endpoint, "path_params": {**scope.get("path_params", {}), **params}}
+        if self.methods and scope["method"] not in self.methods:
+            return Match.PARTIAL, child
+        return Match.FULL, child
+
+
+def starlette_route(state: ServerState, spec: Endpoint) -> Route:
+    """The Starlette route serving ``spec`` (see ``EncodedRoute``)."""
+    return EncodedRoute(spec.path, endpoint_function(state, spec), methods=[spec.method])

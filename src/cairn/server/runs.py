@@ -26,8 +26,8 @@ from cairn.server.views import (
 from cairn.store.records import RunStatus
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
-#: a run id the API can address: no '/' (it would split the path) and no control characters
-RunId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")]
+#: a run id: any printable text ('/' included: paths carry it percent-encoded, see routing.EncodedRoute)
+RunId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -103,7 +103,7 @@ def start_run(call: Call[Any]) -> Any:
             key = msgspec.convert(key, RunId)
         except msgspec.ValidationError:
             raise ApiError(400, "invalid", "the Idempotency-Key header must be 1 to 200 printable "
-                                           "characters without '/'") from None
+                                           "characters") from None
         if body.run_id is not None and body.run_id != key:
             raise ApiError(400, "invalid", "run_id and the Idempotency-Key header differ")
     run_id = body.run_id or key
