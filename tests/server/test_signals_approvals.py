@@ -27,7 +27,8 @@ def _path(run_id: str) -> str:
     return "/api/runs/" + quote(run_id, safe="")
 
 
-def test_a_signal_wakes_the_run_once_per_key_and_records_the_sender(setup: Setup, client: httpx.Client) -> None:
+def test_a_signal_wakes_the_run_once_per_key_and_records_the_sender(setup: Setup,
+                                                                   client: httpx.Client) -> None:
     operator = setup.headers("operator")
     run_id = setup.app.start(setup.workflows["listener"], tenant=TENANT).run_id
     drain(setup.app)
@@ -60,7 +61,8 @@ def test_a_signal_wakes_the_run_once_per_key_and_records_the_sender(setup: Setup
 
 def test_a_published_event_read_waits_and_answers_not_yet(setup: Setup, client: httpx.Client) -> None:
     viewer = setup.headers("viewer")
-    run_id = setup.app.start(setup.workflows["echo"], "x", tenant=TENANT).run_id  # no worker: publishes nothing
+    # no worker: it publishes nothing
+    run_id = setup.app.start(setup.workflows["echo"], "x", tenant=TENANT).run_id
     waited = client.get(f"{_path(run_id)}/published/stage", params={"timeout": "0.2"}, headers=viewer)
     assert waited.status_code == 200
     assert waited.json() == {"run_id": run_id, "key": "stage", "published": False, "value": None, "seq": None,
@@ -71,7 +73,8 @@ def test_a_published_event_read_waits_and_answers_not_yet(setup: Setup, client: 
     assert client.get(f"{_path(theirs)}/published/stage", headers=viewer).status_code == 404
 
 
-def test_approve_with_an_edit_validated_and_the_run_continues_with_it(setup: Setup, client: httpx.Client) -> None:
+def test_approve_with_an_edit_validated_and_the_run_continues_with_it(setup: Setup,
+                                                                     client: httpx.Client) -> None:
     operator = setup.headers("operator")
     run_id = setup.app.start(setup.workflows["payout"], "ada", 5, tenant=TENANT).run_id
     setup.app.start(setup.workflows["payout"], "eve", 9, tenant=OTHER)
@@ -160,11 +163,12 @@ def test_run_ids_with_reserved_characters_work_in_every_run_route(setup: Setup, 
             with client.stream("GET", path, headers=admin) as response:
                 assert response.status_code == 200, path
                 first = next(line for line in response.iter_lines() if line.startswith("data:"))
-                assert f'"seq":1' in first
+                assert '"seq":1' in first
             continue
         response = client.request(spec.method, path, headers=admin, json=body)
-        assert response.status_code not in (404, 405) and response.status_code < 500, \
-            f"{spec.method} {path}: {response.status_code} {response.text}"
+        where = f"{spec.method} {path}: {response.status_code} {response.text}"
+        assert response.status_code not in (404, 405), where
+        assert response.status_code < 500, where
         answer: Any = response.json()
         if isinstance(answer, dict) and "run_id" in answer:
             assert answer["run_id"] == RESERVED

@@ -12,7 +12,6 @@ from cairn.models import Message
 from cairn.models.scripted import ScriptedModel
 
 
-
 class Payment(msgspec.Struct):
     """What the ``payout`` workflow asks to approve: an edit must fit it."""
 
@@ -63,7 +62,8 @@ def register(app: cairn.App) -> dict[str, Any]:
         return send(to)
 
     @app.workflow(name="payout")
-    def payout(ctx: cairn.Context, to: str, amount: int, approvers: list[str] | None = None) -> dict[str, Any]:
+    def payout(ctx: cairn.Context, to: str, amount: int,
+               approvers: list[str] | None = None) -> dict[str, Any]:
         decision = ctx.request_approval("pay", Payment(to, amount), approvers=approvers)
         paid = msgspec.to_builtins(decision.data) if decision.approved else None
         return {"decision": decision.status.value, "paid": paid, "by": decision.decided_by}

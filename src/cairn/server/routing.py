@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, get_args
 from urllib.parse import unquote_to_bytes
 
 import msgspec
@@ -108,6 +108,8 @@ class Endpoint:
     returns: str = "OK"
     #: the media type of a success ("text/event-stream" for streams)
     media: str = "application/json"
+    #: it reads an ``Idempotency-Key`` header (documented as such)
+    idempotent: bool = False
 
     @property
     def parameters(self) -> list[str]:
@@ -175,13 +177,34 @@ def _decode_query(kind: type[Any], request: Request) -> Any:
         raise ApiError(400, "invalid", f"bad query parameter: {exc}") from None
 
 
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return value
+
+
+def _integral(decoded: Any, kind: type[Any]) -> Any:
+    """JSON (and JSON Schema) make no difference between ``5`` and ``5.0``;
+    msgspec refuses ``5.0`` for an ``int``. The request's own fields read an
+    integral number as an integer; a field of any JSON (a run's input, a
+    signal's data, an edit) is the user's and passes through untouched."""
+    if not isinstance(decoded, dict):
+        return decoded
+    free = {f.encode_name for f in msgspec.structs.fields(kind) if f.type is Any or Any in get_args(f.type)}
+    return {k: v if k in free else _whole(v) for k, v in decoded.items()}
+
+
 def _decode_body(kind: type[Any], data: bytes) -> Any:
     if kind is NoBody:
         return None
     if not data.strip():
         data = b"{}"
     try:
-        return msgspec.json.decode(data, type=kind)
+        return msgspec.convert(_integral(msgspec.json.decode(data), kind), kind)
     except msgspec.ValidationError as exc:
         raise ApiError(400, "invalid", f"bad request body: {exc}") from None
     except msgspec.DecodeError as exc:

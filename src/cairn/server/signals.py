@@ -83,7 +83,7 @@ def read_published(call: Call[Any]) -> Any:
 ROUTES = [
     Endpoint("POST", "/api/runs/{run_id}/signals/{name}", Role.OPERATOR,
              "Send a signal to the run (idempotent on the Idempotency-Key header)", send_signal,
-             body=SignalBody, status=201, tag="signals",
+             body=SignalBody, status=201, tag="signals", idempotent=True,
              returns="The delivery (201: delivered now; 200: an earlier send with the same key did)"),
     Endpoint("GET", "/api/runs/{run_id}/published/{key}", Role.VIEWER,
              "The latest value the run published under key (ctx.set_event), waiting up to ?timeout= s",
