@@ -48,7 +48,7 @@ def test_hostile_input_gets_json_4xx_never_5xx(setup: Setup, client: httpx.Clien
     tried = 0
     for spec in ROUTES:
         body, params = SAMPLES[(spec.method, spec.path)]
-        path = spec.path.format(**{"run_id": own, **params})
+        path = spec.path.format(**{"run_id": own, "request_id": "0" * 32, **params})
         if body is not None:
             for raw in BODIES:
                 response = client.request(spec.method, path, content=raw,

@@ -12,12 +12,14 @@ unknown one, and the inbox lists the token's tenant.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import msgspec
 
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.tokens import Role
+from cairn.errors import ApprovalNotFound
 from cairn.server.routing import Call, Endpoint
 
 Comment = Annotated[str, msgspec.Meta(max_length=4000)]
@@ -52,6 +54,18 @@ class Reject(msgspec.Struct, forbid_unknown_fields=True):
     comment: Comment | None = None
 
 
+_PLAIN = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+
+def _request_id(call: Call[Any], run_id: str) -> str:
+    """The path's request id; one no request could have (control characters,
+    too long) is unknown without asking the store (PostgreSQL refuses NUL)."""
+    request_id = call.path["request_id"]
+    if not _PLAIN.match(request_id):
+        raise ApprovalNotFound(run_id, request_id[:200])
+    return request_id
+
+
 def approval_json(view: ApprovalView) -> dict[str, Any]:
     return {**view.as_dict(), "pending": view.pending}
 
@@ -75,21 +89,22 @@ def run_approvals(call: Call[Any]) -> Any:
 
 def show_approval(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
-    return approval_json(call.operator.approval(record.run_id, call.path["request_id"]))
+    return approval_json(call.operator.approval(record.run_id, _request_id(call, record.run_id)))
 
 
 def approve(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
     body: Approve = call.body
     edit = NO_EDIT if body.edit is msgspec.UNSET else body.edit
-    return approval_json(call.operator.approve(record.run_id, call.path["request_id"], comment=body.comment,
-                                               edit=edit))
+    return approval_json(call.operator.approve(record.run_id, _request_id(call, record.run_id),
+                                               comment=body.comment, edit=edit))
 
 
 def reject(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
     body: Reject = call.body
-    return approval_json(call.operator.reject(record.run_id, call.path["request_id"], comment=body.comment))
+    return approval_json(call.operator.reject(record.run_id, _request_id(call, record.run_id),
+                                              comment=body.comment))
 
 
 ONE = "/api/runs/{run_id}/approvals/{request_id}"
