@@ -8,7 +8,7 @@ Generated run ids are random, so a few known ones are mixed in (one with a
 '/' and one waiting for an approval) to reach the code behind the 404. The
 tenant's event stream never ends by design, so it is the one operation left
 out (``test_streams.py`` covers it). The example count is kept small so the
-whole module runs in CI in a few tens of seconds.
+whole module runs in CI in well under a minute, on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import cairn
 from cairn.server import create_app
+from tests.engine.conftest import postgres_url
 
 from .conftest import TENANT
 from .workflows import drain, register
@@ -38,10 +39,12 @@ CONFIG = schemathesis.config.SchemathesisConfig.from_dict(
     {"checks": {"positive_data_acceptance": {"expected-statuses": ACCEPTED}}})
 
 
-@pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
-    path: Path = tmp_path_factory.mktemp("fuzz")
-    app = cairn.App(db=f"sqlite:///{path}/cairn.db", lease_seconds=5.0)
+@pytest.fixture(params=["sqlite", "postgres"])
+def fuzzed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    if request.param == "postgres":  # its text refuses what SQLite's takes (NUL): both are fuzzed
+        app = cairn.App(db=postgres_url(request.getfixturevalue("pg_url")), lease_seconds=5.0)
+    else:
+        app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
     wf = register(app)
     token = app.tokens.mint(TENANT, "admin", "fuzzer").secret
     app.start(wf["echo"], "hello", tenant=TENANT, run_id=KNOWN[0])
