@@ -77,8 +77,11 @@ def test_approve_with_an_edit_validated_and_the_run_continues_with_it(setup: Set
                                                                      client: httpx.Client) -> None:
     operator = setup.headers("operator")
     run_id = setup.app.start(setup.workflows["payout"], "ada", 5, tenant=TENANT).run_id
-    setup.app.start(setup.workflows["payout"], "eve", 9, tenant=OTHER)
+    theirs = setup.app.start(setup.workflows["payout"], "eve", 9, tenant=OTHER).run_id
     drain(setup.app)
+    hidden = client.get("/api/approvals", params={"run_id": theirs}, headers=setup.headers("viewer"))
+    assert hidden.status_code == 404  # another tenant's run, as everywhere
+    assert hidden.json()["error"] == "not_found"
     inbox = client.get("/api/approvals", headers=setup.headers("viewer")).json()["approvals"]
     assert [(a["run_id"], a["details"], a["pending"]) for a in inbox] == [(run_id, {"to": "ada", "amount": 5},
                                                                            True)]
