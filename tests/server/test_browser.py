@@ -284,10 +284,12 @@ def test_approve_with_an_edit_and_the_run_continues_with_it(tmp_path: Path, brow
 
 def test_resolve_an_operation_needing_attention(tmp_path: Path, browser: Any) -> None:
     with Served(tmp_path, browser) as served:
-        run_id = served.app.start(served.wf["payer"], "ada", tenant=TENANT).run_id
-        served.wait_status(run_id, "needs_attention")
         page = served.open("/attention")
+        page.locator("#attention-empty").wait_for()
+        page.locator("#live[data-state=open]").wait_for()
+        run_id = served.app.start(served.wf["payer"], "ada", tenant=TENANT).run_id
         form = page.locator(f'form.resolve[data-run-id="{run_id}"]')
+        form.wait_for(timeout=20_000)  # it came to need attention: the page showed it by itself
         form.locator("input[name=result]").fill("not json")
         form.locator('button[value="true"]').click()
         form.locator(".resolve-error", has_text="not JSON").wait_for()

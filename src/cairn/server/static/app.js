@@ -191,7 +191,10 @@ function approvalNode(a, canOperate, withRun) {
   if (a.decided_by) head.appendChild(el("span", "fixed", "by " + a.decided_by + (a.comment ? ": " + a.comment : "")));
   article.appendChild(head);
   article.appendChild(el("pre", "approval-details", pretty(a.details)));
-  if (a.status === "edited") article.appendChild(el("pre", "approval-edited", pretty(a.edited)));
+  if (a.status === "edited") {
+    article.appendChild(el("p", "fixed", "edited to"));
+    article.appendChild(el("pre", "approval-edited", pretty(a.edited)));
+  }
   if (a.pending && canOperate) {
     const form = el("form", "decide");
     const label = el("label", null, "Proposed value (JSON; change it to approve with an edit)");
@@ -261,6 +264,27 @@ function approvals(box) {
     source.onerror = () => live("reconnecting");
     source.onmessage = () => soon("approvals", () => refreshApprovals(box));
   }
+}
+
+// The attention page is a list of forms: when a run comes to need attention
+// or stops needing it, the page is rendered again (unless a form is being
+// filled in: then the badge says so and the next change reloads).
+function attentionPage(box) {
+  const shown = new Set(box.dataset.runIds ? box.dataset.runIds.split("\n") : []);
+  const source = new EventSource("/api/events");
+  source.onopen = () => live("open");
+  source.onerror = () => live("reconnecting");
+  source.onmessage = (message) => {
+    const run = JSON.parse(message.data).run;
+    if (!run || (run.status === "needs_attention") === shown.has(run.run_id)) return;
+    const busy = document.activeElement && document.activeElement.closest("form.resolve");
+    if (busy) {
+      live("changed");
+      return;
+    }
+    source.close();
+    window.location.reload();
+  };
 }
 
 async function post(path, body) {
@@ -333,6 +357,8 @@ document.addEventListener("DOMContentLoaded", () => {
   if (timeline) runPage(timeline);
   document.querySelectorAll(".actions").forEach(actions);
   document.querySelectorAll("form.resolve").forEach(resolveForm);
+  const attention = document.getElementById("attention");
+  if (attention) attentionPage(attention);
   const asked = document.getElementById("approvals");
   if (asked) approvals(asked);
 });
