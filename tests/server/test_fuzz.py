@@ -30,7 +30,7 @@ from .conftest import TENANT
 from .workflows import drain, register
 
 KNOWN = ["fuzz-echo", "fuzz/with slash", "fuzz-pay"]
-EXAMPLES = 12
+EXAMPLES = 10
 #: A request can fit the document and still be refused for what it means: a
 #: workflow the server's app does not register, an edit that does not fit
 #: the request's schema, an operation that is not uncertain (422, 409).

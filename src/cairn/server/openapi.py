@@ -56,10 +56,15 @@ def _operation_id(spec: Endpoint) -> str:
     return "_".join([spec.method.lower(), *words])
 
 
-def _success_schema(spec: Endpoint) -> dict[str, Any]:
+def _success_schema(spec: Endpoint, components: dict[str, Any]) -> dict[str, Any]:
     if spec.media == "text/event-stream":  # each event: its fields, data a line of JSON
         return {"type": "object", "properties": {"event": {"type": "string"}, "data": {"type": "string"},
                                                  "id": {"type": "string"}, "retry": {"type": "integer"}}}
+    if spec.response is not None:
+        (schema,), extra = msgspec.json.schema_components([spec.response],
+                                                          ref_template="#/components/schemas/{name}")
+        components.update(extra)
+        return schema
     return {"type": "object"}
 
 
@@ -78,7 +83,7 @@ def document(routes: list[Endpoint]) -> dict[str, Any]:
                            *_query_parameters(spec.query, components)],
             "responses": {
                 str(spec.status): {"description": spec.returns,
-                                   "content": {spec.media: {"schema": _success_schema(spec)}}},
+                                   "content": {spec.media: {"schema": _success_schema(spec, components)}}},
                 **{code: {"description": text,
                           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
                    for code, text in _ERRORS.items()},

@@ -110,6 +110,9 @@ class Endpoint:
     media: str = "application/json"
     #: it reads an ``Idempotency-Key`` header (documented as such)
     idempotent: bool = False
+    #: the shape of a success's body (a msgspec struct), published as its schema; the
+    #: fuzz test holds the handler to it (``None``: documented as any object)
+    response: type[Any] | None = None
 
     @property
     def parameters(self) -> list[str]:

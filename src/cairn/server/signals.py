@@ -44,6 +44,36 @@ class WaitQuery(msgspec.Struct):
     timeout: Annotated[float, msgspec.Meta(ge=0, le=MAX_WAIT)] = 0.0
 
 
+class DeliveryOut(msgspec.Struct):
+    """A message in the run's mailbox."""
+
+    run_id: str
+    seq: int
+    key: str
+    sender: str | None
+    dedupe: str | None
+    sent_at: float
+    taken_at: float | None
+
+
+class SentOut(msgspec.Struct):
+    """``created``: this call delivered it (false: an earlier one with the same key did)."""
+
+    created: bool
+    delivery: DeliveryOut
+
+
+class PublishedOut(msgspec.Struct):
+    """``published``: whether the run published a value under ``key`` (by the end of the wait)."""
+
+    run_id: str
+    key: str
+    published: bool
+    value: Any
+    seq: int | None
+    at: float | None
+
+
 def delivery_json(delivery: Delivery) -> dict[str, Any]:
     return {"run_id": delivery.run_id, "seq": delivery.seq, "key": delivery.key, "sender": delivery.sender,
             "dedupe": delivery.dedupe, "sent_at": delivery.sent_at, "taken_at": delivery.taken_at}
@@ -83,9 +113,9 @@ def read_published(call: Call[Any]) -> Any:
 ROUTES = [
     Endpoint("POST", "/api/runs/{run_id}/signals/{name}", Role.OPERATOR,
              "Send a signal to the run (idempotent on the Idempotency-Key header)", send_signal,
-             body=SignalBody, status=201, tag="signals", idempotent=True,
+             body=SignalBody, status=201, tag="signals", idempotent=True, response=SentOut,
              returns="The delivery (201: delivered now; 200: an earlier send with the same key did)"),
     Endpoint("GET", "/api/runs/{run_id}/published/{key}", Role.VIEWER,
              "The latest value the run published under key (ctx.set_event), waiting up to ?timeout= s",
-             read_published, query=WaitQuery, tag="signals"),
+             read_published, query=WaitQuery, tag="signals", response=PublishedOut),
 ]
