@@ -7,6 +7,8 @@ and other reserved characters work, percent-encoded, in every run route."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -14,7 +16,7 @@ import httpx
 
 from cairn.server import ROUTES
 
-from .conftest import OTHER, TENANT, Setup
+from .conftest import OTHER, TENANT, LiveServer, Setup
 from .test_authorization import SAMPLES
 from .workflows import drain
 
@@ -176,3 +178,68 @@ def test_run_ids_with_reserved_characters_work_in_every_run_route(setup: Setup, 
         if isinstance(answer, dict) and "run_id" in answer:
             assert answer["run_id"] == RESERVED
     assert client.get(_path("team"), headers=admin).json()["input"] == {"text": "decoy"}
+
+
+class InFlight:
+    """ASGI middleware counting the requests being answered."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.count = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        self.count += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.count -= 1
+
+
+def test_waiting_readers_hold_no_thread_of_the_server(setup: Setup) -> None:
+    """More long polls than the server has threads (Starlette's pool: 40)
+    wait on a run that has not started; another request is still answered
+    while every one of them waits, and all of them get the value once the
+    run publishes it."""
+    run_id = setup.app.start(setup.workflows["listener"], tenant=TENANT).run_id  # no worker yet
+    seen: dict[str, InFlight] = {}
+
+    def wrap(asgi: Any) -> Any:
+        seen["m"] = InFlight(asgi)
+        return seen["m"]
+
+    with LiveServer(setup.app, wrap=wrap) as server:
+        _long_polls(setup, server, seen["m"], run_id)
+
+
+def _long_polls(setup: Setup, server: LiveServer, inflight: InFlight, run_id: str) -> None:
+    viewer = setup.headers("viewer")
+    answers: list[dict[str, Any]] = []
+    failures: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            with httpx.Client(base_url=server.url, timeout=60) as http:
+                answers.append(http.get(f"{_path(run_id)}/published/stage", params={"timeout": "30"},
+                                        headers=viewer).json())
+        except BaseException as exc:
+            failures.append(exc)
+
+    waiters = [threading.Thread(target=wait) for _ in range(60)]
+    for t in waiters:
+        t.start()
+    deadline = time.monotonic() + 30
+    while inflight.count < len(waiters):  # every reader is inside the server, waiting
+        assert time.monotonic() < deadline, f"only {inflight.count} readers arrived"
+        time.sleep(0.01)
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        shown = http.get(_path(run_id), headers=viewer)
+    assert shown.status_code == 200
+    assert answers == [], "a reader returned before the run published anything"
+    drain(setup.app)
+    for t in waiters:
+        t.join(60)
+    assert not failures, failures[:1]
+    assert len(answers) == 60
+    assert {a["published"] for a in answers} == {True}

@@ -10,10 +10,14 @@ so a new endpoint can be neither unauthenticated nor undocumented.
 A handler is a plain function of a ``Call`` (the request, who makes it, the
 operator acting as them, the parsed body and query) returning JSON-able data
 or a response; it runs in a worker thread, since the store is synchronous.
+A handler that waits (a long poll) is a coroutine function instead: it runs
+on the event loop and takes a thread only for each look at the store, so
+waiting clients cannot use up the server's threads.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -84,7 +88,7 @@ def tenant_run(app: App, principal: Principal, run_id: str) -> RunRecord:
     return record
 
 
-Handler = Callable[[Call[Any]], Any]
+Handler = Callable[[Call[Any]], Any]  # or returning an awaitable (see the module doc)
 Streamer = Callable[[Request, "ServerState", Principal], Awaitable[Response]]
 
 
@@ -246,7 +250,10 @@ def endpoint_function(state: ServerState, spec: Endpoint) -> Callable[[Request],
             operator = state.app.operator.acting_as(principal.actor)
             path = dict(request.path_params)
             call: Call[Any] = Call(request, state.app, principal, operator, body, query, path)
-            result = await run_in_threadpool(spec.handler, call)
+            if inspect.iscoroutinefunction(spec.handler):  # it waits: on the loop, not in a thread
+                result = await spec.handler(call)
+            else:
+                result = await run_in_threadpool(spec.handler, call)
         except Exception as exc:
             return response_for(exc)
         if isinstance(result, Response):

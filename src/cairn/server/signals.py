@@ -16,17 +16,21 @@ read as one.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Annotated, Any
 
 import msgspec
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
+from cairn.api.operator import Published
 from cairn.api.tokens import Role
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint
-from cairn.store.records import Delivery
+from cairn.store.records import Delivery, RunRecord
 
-#: the longest a published-event read waits (it holds one of the server's threads meanwhile)
+#: the longest a published-event read waits (a client wanting longer asks again)
 MAX_WAIT = 30.0
 _KEY = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
@@ -98,11 +102,27 @@ def send_signal(call: Call[Any]) -> Any:
                         status_code=201 if sent.created else 200)
 
 
-def read_published(call: Call[Any]) -> Any:
-    record = call.run(call.path["run_id"])
-    key = call.path["key"]
+def _look(call: Call[Any], run_id: str, key: str) -> tuple[RunRecord, Published | None]:
+    # the run first: if it has finished, the read after it sees everything it published
+    run = call.run(run_id)
+    return run, call.operator.latest_event(run_id, key)
+
+
+async def read_published(call: Call[Any]) -> Any:
+    """``Operator.get_event``'s wait (the same backoff, 5 ms doubling to
+    250 ms), written on the event loop: a thread is taken only for each look,
+    so clients waiting here cannot hold the server's threads."""
+    run_id, key = call.path["run_id"], call.path["key"]
     query: WaitQuery = call.query
-    found = call.operator.get_event(record.run_id, key, timeout=query.timeout)
+    deadline = time.monotonic() + query.timeout
+    delay = 0.005
+    while True:
+        record, found = await run_in_threadpool(_look, call, run_id, key)
+        remaining = deadline - time.monotonic()
+        if found is not None or remaining <= 0 or record.status.terminal:
+            break
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.25)
     if found is None:
         return {"run_id": record.run_id, "key": key, "published": False, "value": None, "seq": None,
                 "at": None}
