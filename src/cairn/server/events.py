@@ -264,12 +264,25 @@ def _unsubscribe(state: ServerState, feed: RunFeed) -> None:
             feed.task.cancel()
 
 
+def _within(app: App, run_id: str, cursor: int) -> int:
+    """``cursor``, or the run's last ``seq`` if the cursor is past it. No id
+    this server sent is past the end, but a client may say anything, and the
+    run's shared feed starts at the cursor of its first subscriber: one past
+    the end would leave every other subscriber of the run waiting for entries
+    the feed never reads, and for an ``end`` that never comes."""
+    if cursor == 0 or app.history(run_id, cursor - 1, 1):
+        return cursor
+    history = app.history(run_id)
+    return history[-1].seq if history else 0
+
+
 async def run_events(request: Request, state: ServerState, principal: Principal) -> Response:
     run_id = request.path_params["run_id"]
     after = run_cursor(request)
     app = state.app
 
     await run_in_threadpool(tenant_run, app, principal, run_id)
+    after = await run_in_threadpool(_within, app, run_id, after)
 
     async def stream() -> AsyncIterator[str]:
         cursor = after
