@@ -201,10 +201,10 @@ def test_concurrent_subscribers_share_one_feed_and_each_gets_exactly_its_entries
 
 
 def test_a_cursor_past_the_end_does_not_stall_the_other_subscribers(setup: Setup, server: LiveServer) -> None:
-    """A subscriber claiming to have seen entries the run never wrote (its
-    feed would start past the end) is read from the run's last entry; one
-    with an honest cursor on the same run meanwhile gets every entry and the
-    end."""
+    """A subscriber claiming to have seen entries the run never wrote gets
+    nothing but the end (at the run's real last entry), and the run's shared
+    feed does not begin past the end: a subscriber with an honest cursor on
+    the same run meanwhile gets every entry and the end."""
     handle = setup.app.start(setup.workflows["slow_ticker"], 40, tenant=TENANT)
     liar_opened = threading.Event()
     liar: list[Any] = []

@@ -265,11 +265,12 @@ def _unsubscribe(state: ServerState, feed: RunFeed) -> None:
 
 
 def _within(app: App, run_id: str, cursor: int) -> int:
-    """``cursor``, or the run's last ``seq`` if the cursor is past it. No id
-    this server sent is past the end, but a client may say anything, and the
-    run's shared feed starts at the cursor of its first subscriber: one past
-    the end would leave every other subscriber of the run waiting for entries
-    the feed never reads, and for an ``end`` that never comes."""
+    """Where a new feed of the run may begin for a subscriber at ``cursor``:
+    the cursor, or the run's last ``seq`` if the cursor is past it. The
+    subscriber still gets only entries after its cursor, but the feed, shared
+    by every subscriber of the run, must not begin past entries that exist:
+    it would never read them, and the others would wait for them, and for an
+    ``end``, forever."""
     if cursor == 0 or app.history(run_id, cursor - 1, 1):
         return cursor
     history = app.history(run_id)
@@ -282,11 +283,11 @@ async def run_events(request: Request, state: ServerState, principal: Principal)
     app = state.app
 
     await run_in_threadpool(tenant_run, app, principal, run_id)
-    after = await run_in_threadpool(_within, app, run_id, after)
+    start = await run_in_threadpool(_within, app, run_id, after)
 
     async def stream() -> AsyncIterator[str]:
         cursor = after
-        feed = _feed(state, run_id, cursor)
+        feed = _feed(state, run_id, start)
         try:
             yield "retry: 1000\n\n"
             while True:
