@@ -78,13 +78,14 @@ def test_starting_is_idempotent_on_the_key(setup: Setup, client: httpx.Client) -
     assert len(setup.app.list_runs(tenant=TENANT)) == 1
     differ = client.post("/api/runs", json={"workflow": "echo", "input": "a", "run_id": "other"},
                          headers=operator)
-    assert differ.status_code == 400
+    assert differ.status_code == 422
     unknown = client.post("/api/runs", json={"workflow": "nope"}, headers=setup.headers("operator"))
     assert unknown.status_code == 422
     assert unknown.json()["error"] == "unknown_workflow"
     misfit = client.post("/api/runs", json={"workflow": "echo", "input": {"text": 5}},
                          headers=setup.headers("operator"))
-    assert misfit.status_code == 400
+    assert misfit.status_code == 422
+    assert misfit.json()["error"] == "invalid_input"
 
 
 def test_the_journal_pages_and_model_calls(setup: Setup, client: httpx.Client) -> None:

@@ -22,6 +22,7 @@ from cairn.server import ROUTES
 from cairn.server.routing import Endpoint
 
 from .conftest import OTHER, TENANT, Setup
+from .workflows import drain
 
 #: a valid request for each endpoint: (body, path parameters other than run_id)
 SAMPLES: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {
@@ -46,6 +47,14 @@ SAMPLES: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {
     ("POST", "/api/tokens"): ({"name": "new-bot", "role": "viewer"}, {}),
     ("DELETE", "/api/tokens/{token_id}"): (None, {"token_id": "0000000000000000"}),
     ("GET", "/metrics"): (None, {}),
+    ("POST", "/api/runs/{run_id}/signals/{name}"): ({"data": {"n": 1}}, {"name": "go"}),
+    ("GET", "/api/runs/{run_id}/published/{key}"): (None, {"key": "stage"}),
+    ("GET", "/api/approvals"): (None, {}),
+    ("GET", "/api/runs/{run_id}/approvals"): (None, {}),
+    ("GET", "/api/runs/{run_id}/approvals/{request_id}"): (None, {}),
+    ("POST", "/api/runs/{run_id}/approvals/{request_id}/approve"): ({"comment": "ok"}, {}),
+    ("POST", "/api/runs/{run_id}/approvals/{request_id}/reject"): ({}, {}),
+    ("GET", "/api/schedules"): (None, {}),
 }
 
 IDENTITIES = ["none", "malformed", "revoked", "viewer", "operator", "admin", "other-admin"]
@@ -63,10 +72,13 @@ def _headers(setup: Setup, who: str) -> dict[str, str]:
     return setup.headers(who)
 
 
-def _call(http: httpx.Client, spec: Endpoint, headers: dict[str, str], target: str | None) -> httpx.Response:
+def _call(http: httpx.Client, spec: Endpoint, headers: dict[str, str], target: str | None,
+          requests: dict[str, str] | None = None) -> httpx.Response:
     body, params = SAMPLES[(spec.method, spec.path)]
     if target is not None:
         params = {**params, ("token_id" if "{token_id}" in spec.path else "run_id"): target}
+    if "{request_id}" in spec.path:  # the run's approval request (an unknown run: any id)
+        params["request_id"] = (requests or {}).get(str(target), "0" * 32)
     path = spec.path.format(**params)
     if spec.stream is not None:
         with http.stream(spec.method, path, headers=headers) as response:
@@ -88,15 +100,31 @@ def _role(who: str) -> Role | None:
             "other-admin": Role.ADMIN}.get(who)
 
 
+def _awaiting_approval(setup: Setup, count: int) -> tuple[list[str], list[str], dict[str, str]]:
+    """``count`` runs of each tenant waiting for a decision, and their requests' ids."""
+    start = setup.app.start
+    own = [start(setup.workflows["payout"], "ada", 5, tenant=TENANT).run_id for _ in range(count)]
+    theirs = [start(setup.workflows["payout"], "bob", 6, tenant=OTHER).run_id for _ in range(count)]
+    drain(setup.app)
+    requests = {a.run_id: a.request_id for a in setup.app.approvals()}
+    assert set(requests) == {*own, *theirs}
+    return own, theirs, requests
+
+
 def test_the_authorization_matrix(setup: Setup, client: httpx.Client) -> None:
     app, wf = setup.app, setup.workflows
     unknown = "01a00000-0000-7000-8000-000000000000"
     unknown_token = "0000000000000000"
+    deciding = sum("{request_id}" in spec.path for spec in ROUTES) * len(IDENTITIES)
+    own_waiting, their_waiting, requests = _awaiting_approval(setup, deciding)
     checked = 0
     for spec in ROUTES:
         for who in IDENTITIES:
             targets: list[str | None] = [None]
-            if "{run_id}" in spec.path:
+            if "{request_id}" in spec.path:  # each caller its own pending requests: one may decide
+                own, theirs = own_waiting.pop(), their_waiting.pop()
+                targets = [own, theirs, unknown]
+            elif "{run_id}" in spec.path:
                 own = app.start(wf["echo"], "own", tenant=TENANT).run_id
                 theirs = app.start(wf["echo"], "theirs", tenant=OTHER).run_id
                 targets = [own, theirs, unknown]
@@ -106,7 +134,7 @@ def test_the_authorization_matrix(setup: Setup, client: httpx.Client) -> None:
                 targets = [own, theirs, unknown_token]
             answers: dict[str | None, httpx.Response] = {}
             for target in targets:
-                response = _call(client, spec, _headers(setup, who), target)
+                response = _call(client, spec, _headers(setup, who), target, requests)
                 answers[target] = response
                 checked += 1
                 where = f"{spec.method} {spec.path} as {who} on {target}"

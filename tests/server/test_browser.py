@@ -9,9 +9,13 @@ cookie), then renders pages whose DOM (after their scripts ran) we read:
 - user text full of markup (``<script>``, ``<img onerror>``) is shown as
   text: no element is created from it and no script of it runs.
 
-Screenshots land in ``$CAIRN_SCREENSHOTS`` (default: the test's tmp dir).
-Skipped, with one reason, where chromium is not installed (``.ci/run``
-installs it).
+The interactive tests (approve with an edit, resolve an operation, live
+updates arriving without a reload) drive the same chromium with Playwright
+(``executable_path``: Playwright downloads no browser of its own).
+
+Screenshots land in ``$CAIRN_ARTIFACTS`` (``$CAIRN_SCREENSHOTS`` also read;
+default: the test's tmp dir). Skipped, with one reason, where chromium is
+not installed (``.ci/run`` installs it).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import os
 import shutil
 import subprocess
 import threading
+import time
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
 
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=\"document.body.dataset.pwned='1'\">"
+#: HOSTILE as shown inside a JSON string (its double quotes escaped)
+MARKUP = "<script>document.title='pwned'</script><img src=x onerror="
 HOSTILE_ID = "<b>bold</b><img src=y onerror=\"document.body.dataset.pwned='2'\">"  # '/' too: any id shows
 
 
@@ -94,7 +102,7 @@ def browse(url: str, screenshot: Path | None = None, *, stream_ends: bool = Fals
 
 
 def _shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("CAIRN_SCREENSHOTS") or tmp_path)
+    folder = Path(os.environ.get("CAIRN_ARTIFACTS") or os.environ.get("CAIRN_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -166,3 +174,160 @@ def test_runs_page_run_page_live_timeline_and_hostile_text(tmp_path: Path) -> No
                 assert not [tag for tag, _ in dom.elements if tag in ("img", "b")]
     finally:
         app.close()
+
+
+# -- interactive: Playwright driving the same chromium ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        yield launched
+        launched.close()
+
+
+class Served:
+    """An app on SQLite, a worker serving it in a thread, a live server and
+    a signed-in browser page."""
+
+    def __init__(self, tmp_path: Path, browser: Any) -> None:
+        self.app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
+        self.wf = register(self.app)
+        self.token = self.app.tokens.mint(TENANT, "operator", "ada").secret
+        self.browser = browser
+        self.shots = _shots(tmp_path)
+
+    def __enter__(self) -> Served:
+        self.worker = self.app.worker(concurrency=2, poll_interval=0.02)
+        self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False}, daemon=True)
+        self.thread.start()
+        self.server = LiveServer(self.app, heartbeat=0.5).__enter__()
+        self.context = self.browser.new_context(viewport={"width": 1366, "height": 900})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        return self
+
+    def open(self, path: str) -> Any:
+        """Sign in (the token rides in the fragment) and land on ``path``."""
+        self.page.goto(f"{self.server.url}/login?next={path}#token={self.token}")
+        self.page.wait_for_url(f"{self.server.url}{path.split('#')[0]}")
+        self.page.evaluate("window.cairnNoReload = 1")  # gone if the page reloads
+        return self.page
+
+    def not_reloaded(self) -> bool:
+        return bool(self.page.evaluate("window.cairnNoReload === 1"))
+
+    def wait_status(self, run_id: str, status: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while self.app.get_run(run_id).status.value != status:
+            assert time.monotonic() < deadline, f"{run_id} is {self.app.get_run(run_id).status.value}"
+            time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        self.context.close()
+        self.server.__exit__()
+        self.worker.stop()
+        self.thread.join(15)
+        self.app.close()
+
+
+def _awaiting(served: Served, *args: Any, run_id: str | None = None) -> str:
+    handle = served.app.start(served.wf["payout"], *args, tenant=TENANT, run_id=run_id)
+    deadline = time.monotonic() + 20
+    while not served.app.approvals(run_id=handle.run_id):
+        assert time.monotonic() < deadline, "the run never asked for approval"
+        time.sleep(0.05)
+    return handle.run_id
+
+
+def test_approve_with_an_edit_and_the_run_continues_with_it(tmp_path: Path, browser: Any) -> None:
+    with Served(tmp_path, browser) as served:
+        run_id = _awaiting(served, "ada", 500, run_id="pay/ada <500>")
+        page = served.open("/")
+        page.wait_for_selector(f'tr[data-run-id="{run_id}"]')  # the runs list shows it
+        page.goto(f"{served.server.url}/approvals")
+        article = page.locator(f'article[data-run-id="{run_id}"]')
+        article.wait_for()
+        assert '"amount": 500' in article.locator(".approval-details").inner_text()
+        page.screenshot(path=str(served.shots / "approvals-inbox.png"), full_page=True)
+        article.locator("a.id").click()  # open the run
+        page.wait_for_selector("#timeline")
+        assert page.locator("h1 .id").inner_text() == run_id
+        page.evaluate("window.cairnNoReload = 1")
+        form = page.locator("form.decide")
+        form.locator("textarea").fill('{"to": "bob", "amount": "lots"}')
+        form.locator('button[value="edit"]').click()
+        error = form.locator(".approval-error")
+        error.filter(has_text="amount").wait_for()
+        assert "does not fit" in error.inner_text()
+        assert served.app.approvals(run_id=run_id)[0].status.value == "pending"  # nothing stored
+        form.locator("textarea").fill('{"to": "bob", "amount": 3}')
+        form.locator("input[name=comment]").fill("<b>less</b>")
+        form.locator('button[value="edit"]').click()
+        page.locator("#run-status", has_text="completed").wait_for(timeout=20_000)
+        result = page.locator("#run-result").inner_text()
+        assert '"to": "bob"' in result
+        assert '"amount": 3' in result
+        assert served.not_reloaded(), "the page reloaded instead of updating live"
+        decided = page.locator(f'article[data-run-id="{run_id}"]')
+        assert decided.locator(".status").inner_text() == "edited"
+        assert "<b>less</b>" in decided.inner_text()  # the comment shown as text
+        assert page.locator("main b").count() == 0
+        page.screenshot(path=str(served.shots / "approved-with-edit.png"), full_page=True)
+        assert served.app.handle(run_id).result(timeout=5)["paid"] == {"to": "bob", "amount": 3}
+        assert served.errors == []
+
+
+def test_resolve_an_operation_needing_attention(tmp_path: Path, browser: Any) -> None:
+    with Served(tmp_path, browser) as served:
+        page = served.open("/attention")
+        page.locator("#attention-empty").wait_for()
+        page.locator("#live[data-state=open]").wait_for()
+        run_id = served.app.start(served.wf["payer"], "ada", tenant=TENANT).run_id
+        form = page.locator(f'form.resolve[data-run-id="{run_id}"]')
+        form.wait_for(timeout=20_000)  # it came to need attention: the page showed it by itself
+        form.locator("input[name=result]").fill("not json")
+        form.locator('button[value="true"]').click()
+        form.locator(".resolve-error", has_text="not JSON").wait_for()
+        page.screenshot(path=str(served.shots / "needs-attention.png"), full_page=True)
+        form.locator("input[name=result]").fill('"sent by hand"')
+        form.locator('button[value="true"]').click()
+        page.locator("#attention-empty").wait_for()  # the page reloads without it
+        served.wait_status(run_id, "completed")
+        assert served.app.handle(run_id).result(timeout=5) == "sent by hand"
+        page.goto(f"{served.server.url}/runs/{run_id}")
+        assert "operator_done by http:ada#" in page.locator("#operations").inner_text()
+
+
+def test_live_updates_arrive_without_a_reload_and_markup_stays_text(tmp_path: Path, browser: Any) -> None:
+    with Served(tmp_path, browser) as served:
+        page = served.open("/")
+        page.locator("#live[data-state=open]").wait_for()
+        started = served.app.start(served.wf["echo"], HOSTILE, tenant=TENANT, run_id=HOSTILE_ID).run_id
+        row = page.locator("#runs tr").filter(has_text="bold")
+        row.locator(".status", has_text="completed").wait_for(timeout=20_000)  # arrived, then changed
+        assert row.get_attribute("data-run-id") == started
+        assert served.not_reloaded()
+
+        page.goto(f"{served.server.url}/approvals")
+        page.evaluate("window.cairnNoReload = 1")
+        page.locator("#live[data-state=open]").wait_for()
+        asked = _awaiting(served, HOSTILE, 1)
+        article = page.locator(f'article[data-run-id="{asked}"]')
+        article.wait_for(timeout=20_000)  # built by the script from the live stream
+        assert served.not_reloaded()
+        assert MARKUP in article.locator(".approval-details").inner_text()
+        page.screenshot(path=str(served.shots / "live-approval.png"), full_page=True)
+
+        from urllib.parse import quote
+
+        page.goto(f"{served.server.url}/runs/{quote(started, safe='')}")
+        assert MARKUP in page.locator("#run-input").inner_text()
+        assert page.title().startswith("Run <b>bold</b>")
+        assert page.locator("main img, main b, main script").count() == 0
+        assert page.evaluate("document.body.dataset.pwned") is None
+        assert served.errors == []

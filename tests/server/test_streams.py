@@ -5,9 +5,11 @@ tenant stream pages by ``(updated_at, run_id)`` and shows no other tenant."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -196,3 +198,56 @@ def test_concurrent_subscribers_share_one_feed_and_each_gets_exactly_its_entries
     assert feeds == {}
     for start, seen in results.values():
         assert seen == [s for s in history if s > start], "a subscriber missed or repeated entries"
+
+
+def test_a_cursor_past_the_end_does_not_stall_the_other_subscribers(setup: Setup, server: LiveServer) -> None:
+    """A subscriber claiming to have seen entries the run never wrote gets
+    nothing but the end (at the run's real last entry), and the run's shared
+    feed does not begin past the end: a subscriber with an honest cursor on
+    the same run meanwhile gets every entry and the end."""
+    handle = setup.app.start(setup.workflows["slow_ticker"], 40, tenant=TENANT)
+    liar_opened = threading.Event()
+    liar: list[Any] = []
+
+    def lie() -> None:
+        with httpx.Client(base_url=server.url, timeout=60, headers=setup.headers("viewer")) as http, \
+                http.stream("GET", f"/api/runs/{handle.run_id}/events",
+                            headers={"Last-Event-ID": "1000000"}) as response:
+            lines = response.iter_lines()
+            assert next(lines).startswith("retry:")  # sent once the run's feed exists
+            liar_opened.set()
+            ending = False
+            for line in lines:
+                if line == "event: end":
+                    ending = True
+                elif ending and line.startswith("data: "):
+                    liar.append(json.loads(line[6:]))
+                    return
+
+    lying = threading.Thread(target=lie, daemon=True)
+    lying.start()
+    assert liar_opened.wait(30)
+    stop = threading.Event()
+    runner = _worker(setup, stop)
+    seen: list[int] = []
+    ended = False
+    try:
+        with httpx.Client(base_url=server.url, timeout=30, headers=setup.headers("viewer")) as http, \
+                http.stream("GET", f"/api/runs/{handle.run_id}/events") as response:
+            deadline = time.monotonic() + 30
+            for event in events(response):
+                assert time.monotonic() < deadline, "the honest subscriber never got the end"
+                if event.event == "end":
+                    ended = True
+                    break
+                if not event.comment:
+                    seen.append(int(event.id or -1))
+    finally:
+        stop.set()
+        runner.join(20)
+        lying.join(30)
+    assert ended
+    history = [e.seq for e in setup.app.history(handle.run_id)]
+    assert seen == history
+    assert liar, "the subscriber with a cursor past the end never got the end"
+    assert liar[0]["last_seq"] == history[-1]

@@ -5,9 +5,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
+
 import cairn
 from cairn.models import Message
 from cairn.models.scripted import ScriptedModel
+
+
+class Payment(msgspec.Struct):
+    """What the ``payout`` workflow asks to approve: an edit must fit it."""
+
+    to: str
+    amount: int
+
 
 llm = ScriptedModel(lambda request, n: Message(role="assistant", content=f"answer {n}"))
 
@@ -51,7 +61,22 @@ def register(app: cairn.App) -> dict[str, Any]:
     def payer(ctx: cairn.Context, to: str) -> str:
         return send(to)
 
-    return {"ticker": ticker, "slow_ticker": slow_ticker, "echo": echo, "chat": chat, "payer": payer}
+    @app.workflow(name="payout")
+    def payout(ctx: cairn.Context, to: str, amount: int,
+               approvers: list[str] | None = None) -> dict[str, Any]:
+        decision = ctx.request_approval("pay", Payment(to, amount), approvers=approvers)
+        paid = msgspec.to_builtins(decision.data) if decision.approved else None
+        return {"decision": decision.status.value, "paid": paid, "by": decision.decided_by}
+
+    @app.workflow(name="listener")
+    def listener(ctx: cairn.Context) -> Any:
+        ctx.set_event("stage", "waiting")
+        got = ctx.wait_for_signal("go")
+        ctx.set_event("stage", {"got": got})
+        return got
+
+    return {"ticker": ticker, "slow_ticker": slow_ticker, "echo": echo, "chat": chat, "payer": payer,
+            "payout": payout, "listener": listener}
 
 
 def drain(app: cairn.App, seconds: float = 10.0) -> None:

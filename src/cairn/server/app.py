@@ -22,15 +22,15 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cairn.api.app import App
-from cairn.server import events, queues, runs, tokens
+from cairn.server import approvals, events, queues, runs, schedules, signals, tokens
 from cairn.server import metrics as prometheus
 from cairn.server.errors import any_exception, http_exception
 from cairn.server.openapi import document
-from cairn.server.routing import Endpoint, ServerState, endpoint_function
+from cairn.server.routing import Endpoint, ServerState, starlette_route
 
-#: Every endpoint of the API. A resource adds its router module's ROUTES here
-#: (signals and approvals: ``signals.ROUTES``, ``approvals.ROUTES``).
-ROUTES: list[Endpoint] = [*runs.ROUTES, *events.ROUTES, *queues.ROUTES, *tokens.ROUTES, *prometheus.ROUTES]
+#: Every endpoint of the API. A resource adds its router module's ROUTES here.
+ROUTES: list[Endpoint] = [*runs.ROUTES, *events.ROUTES, *queues.ROUTES, *tokens.ROUTES]
+ROUTES += [*signals.ROUTES, *approvals.ROUTES, *schedules.ROUTES, *prometheus.ROUTES]
 
 
 def create_app(
@@ -57,8 +57,7 @@ def create_app(
     async def openapi(request: Request) -> Response:
         return JSONResponse(document(ROUTES))
 
-    routes: list[BaseRoute] = [Route(spec.path, endpoint_function(state, spec), methods=[spec.method])
-                               for spec in ROUTES]
+    routes: list[BaseRoute] = [starlette_route(state, spec) for spec in ROUTES]
     routes.append(Route("/api/openapi.json", openapi, methods=["GET"]))
     if dashboard:
         from cairn.server import dashboard as pages

@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from cairn.api.tokens import Principal, Role, TokenRefused
+from cairn.server import approvals as approval_routes
 from cairn.server import queues as queue_routes
 from cairn.server import runs as run_routes
 from cairn.server.errors import ApiError, as_api_error
@@ -105,9 +106,27 @@ def routes(state: ServerState) -> list[Route]:
         history = run_routes.run_history(call)
         models = run_routes.run_model_calls(call)
         ops = run_routes.run_operations(call)
+        asked = approval_routes.run_approvals(
+            _call(state, request, principal, approval_routes.RunApprovals()))
         return _page("run.html", principal=principal, run=run, history=history["events"],
                      more=history["next_after"], model_calls=models["model_calls"],
                      models_error=models.get("error"), operations=ops["operations"],
+                     approvals=asked["approvals"], can_operate=principal.role.allows(Role.OPERATOR))
+
+    def approvals_page(request: Request, principal: Principal) -> Response:
+        listed = approval_routes.inbox(_call(state, request, principal, approval_routes.Inbox()))
+        return _page("approvals.html", principal=principal, approvals=listed["approvals"],
+                     can_operate=principal.role.allows(Role.OPERATOR))
+
+    def attention_page(request: Request, principal: Principal) -> Response:
+        query = run_routes.ListRuns(status=RunStatus.NEEDS_ATTENTION, limit=100)
+        items = []
+        for run in run_routes.list_runs(_call(state, request, principal, query))["runs"]:
+            ops = run_routes.run_operations(_call(state, request, principal, path={"run_id": run["run_id"]}))
+            uncertain = set(ops["needs_resolution"])
+            items.append({"run": run, "operations": [op for op in ops["operations"]
+                                                     if op["position"] in uncertain]})
+        return _page("attention.html", principal=principal, items=items,
                      can_operate=principal.role.allows(Role.OPERATOR))
 
     def queues_page(request: Request, principal: Principal) -> Response:
@@ -141,6 +160,8 @@ def routes(state: ServerState) -> list[Route]:
         Route("/", page(runs_page), methods=["GET"]),
         Route("/runs/{run_id:path}", page(run_page), methods=["GET"]),  # any run id, '/' included
         Route("/queues", page(queues_page), methods=["GET"]),
+        Route("/approvals", page(approvals_page), methods=["GET"]),
+        Route("/attention", page(attention_page), methods=["GET"]),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),

@@ -14,9 +14,13 @@ from starlette.responses import JSONResponse
 
 from cairn.api.tokens import TokenRefused
 from cairn.errors import (
+    ApprovalClosed,
+    ApprovalNotFound,
     CairnError,
     InvalidArgument,
+    InvalidEdit,
     InvalidRunState,
+    NotAnApprover,
     PayloadError,
     RunNotFound,
     StoreError,
@@ -48,8 +52,14 @@ def as_api_error(exc: BaseException) -> ApiError:
     """The API's answer to ``exc``."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, RunNotFound):
+    if isinstance(exc, (RunNotFound, ApprovalNotFound)):
         return not_found(str(exc))
+    if isinstance(exc, InvalidEdit):  # well-formed JSON that does not fit the request's schema
+        return ApiError(422, "invalid_edit", str(exc))
+    if isinstance(exc, ApprovalClosed):
+        return ApiError(409, "conflict", str(exc))
+    if isinstance(exc, NotAnApprover):
+        return ApiError(403, "not_an_approver", str(exc))
     if isinstance(exc, TokenRefused):
         return ApiError(401, "unauthorized", str(exc))
     if isinstance(exc, InvalidRunState):

@@ -267,16 +267,30 @@ def _unsubscribe(state: ServerState, feed: RunFeed) -> None:
             feed.task.cancel()
 
 
+def _within(app: App, run_id: str, cursor: int) -> int:
+    """Where a new feed of the run may begin for a subscriber at ``cursor``:
+    the cursor, or the run's last ``seq`` if the cursor is past it. The
+    subscriber still gets only entries after its cursor, but the feed, shared
+    by every subscriber of the run, must not begin past entries that exist:
+    it would never read them, and the others would wait for them, and for an
+    ``end``, forever."""
+    if cursor == 0 or app.history(run_id, cursor - 1, 1):
+        return cursor
+    history = app.history(run_id)
+    return history[-1].seq if history else 0
+
+
 async def run_events(request: Request, state: ServerState, principal: Principal) -> Response:
     run_id = request.path_params["run_id"]
     after = run_cursor(request)
     app = state.app
 
     await run_in_threadpool(tenant_run, app, principal, run_id)
+    start = await run_in_threadpool(_within, app, run_id, after)
 
     async def stream() -> AsyncIterator[str]:
         cursor = after
-        feed = _feed(state, run_id, cursor)
+        feed = _feed(state, run_id, start)
         try:
             yield "retry: 1000\n\n"
             while True:

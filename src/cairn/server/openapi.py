@@ -23,6 +23,21 @@ _ERRORS = {
     "403": "The token's role does not allow this",
     "404": "No such run (or one of another tenant: the same answer)",
     "409": "The run's state does not allow this",
+    "413": "The request body is too large",
+    "422": "Well-formed but not acceptable (an unknown workflow, an edit that does not fit)",
+    "503": "The store is unavailable",
+}
+
+
+_TEXT = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\\x00-\\x1f\\x7f]+$"}
+#: what each path parameter may be (any other text is refused with a 4xx)
+_PATH: dict[str, dict[str, Any]] = {
+    "run_id": {**_TEXT, "description": "percent-encoded ('/' as %2F)"},
+    "name": {**_TEXT, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]+$"},
+    "key": {**_TEXT, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]+$"},
+    "request_id": _TEXT,
+    "token_id": _TEXT,
+    "position": {"type": "string", "pattern": "^[0-9]{1,18}$"},
 }
 
 
@@ -41,8 +56,18 @@ def _operation_id(spec: Endpoint) -> str:
     return "_".join([spec.method.lower(), *words])
 
 
-def _success_schema(spec: Endpoint) -> dict[str, Any]:
-    return {"type": "object"} if spec.media == "application/json" else {"type": "string"}
+def _success_schema(spec: Endpoint, components: dict[str, Any]) -> dict[str, Any]:
+    if spec.media == "text/event-stream":  # each event: its fields, data a line of JSON
+        return {"type": "object", "properties": {"event": {"type": "string"}, "data": {"type": "string"},
+                                                 "id": {"type": "string"}, "retry": {"type": "integer"}}}
+    if spec.media != "application/json":  # text (the Prometheus exposition format)
+        return {"type": "string"}
+    if spec.response is not None:
+        (schema,), extra = msgspec.json.schema_components([spec.response],
+                                                          ref_template="#/components/schemas/{name}")
+        components.update(extra)
+        return schema
+    return {"type": "object"}
 
 
 def document(routes: list[Endpoint]) -> dict[str, Any]:
@@ -55,29 +80,35 @@ def document(routes: list[Endpoint]) -> dict[str, Any]:
             "tags": [spec.tag],
             "security": [{"bearer": []}],
             "x-cairn-role": spec.role.value,
-            "parameters": [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                           for p in spec.parameters] + _query_parameters(spec.query, components),
+            "parameters": [*({"name": p, "in": "path", "required": True,
+                              "schema": _PATH.get(p, {"type": "string"})} for p in spec.parameters),
+                           *_query_parameters(spec.query, components)],
             "responses": {
                 str(spec.status): {"description": spec.returns,
-                                   "content": {spec.media: {"schema": _success_schema(spec)}}},
+                                   "content": {spec.media: {"schema": _success_schema(spec, components)}}},
                 **{code: {"description": text,
                           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
                    for code, text in _ERRORS.items()},
             },
         }
         if spec.stream is not None:
+            # a run's cursor is a seq; the tenant's is "<updated_at>/<run_id>"
+            cursor = ({"type": "string", "pattern": "^[0-9]{0,18}$"} if "{run_id}" in spec.path else
+                      {"type": "string", "maxLength": 400, "pattern": "^$|^[0-9]+(\\.[0-9]+)?/"})
             operation["parameters"].append({"name": "Last-Event-ID", "in": "header", "required": False,
-                                            "schema": {"type": "string"}})
+                                            "schema": cursor})
             operation["parameters"].append({"name": "after", "in": "query", "required": False,
-                                            "schema": {"type": "string"}})
-        if spec.path == "/api/runs" and spec.method == "POST":
+                                            "schema": cursor})
+        if spec.idempotent:
             operation["parameters"].append({"name": "Idempotency-Key", "in": "header", "required": False,
                                             "schema": {"type": "string", "minLength": 1, "maxLength": 200}})
         if spec.body is not NoBody:
             (schema,), extra = msgspec.json.schema_components([spec.body],
                                                               ref_template="#/components/schemas/{name}")
             components.update(extra)
-            operation["requestBody"] = {"required": False,
+            # a body with a required field is required; an empty one reads as {}
+            required = any(f.required for f in msgspec.structs.fields(spec.body))
+            operation["requestBody"] = {"required": required,
                                         "content": {"application/json": {"schema": schema}}}
         paths.setdefault(spec.path, {})[spec.method.lower()] = operation
     return {

@@ -18,7 +18,11 @@ from cairn.store.admission import QueueLimits, QueueStats, Rate
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)]
-RateText = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+_UNIT = r"(?:ms|s|sec|second|m|min|minute|h|hour|d|day)"
+_AMOUNT = r"(?:0*[1-9][0-9]{0,8}(?:\.[0-9]{0,6})?|0*\.[0-9]{0,5}[1-9])"
+#: what ``Rate.parse`` reads, as a pattern the document publishes (a client sees the rule up front)
+RATE = rf"^\s*0*[1-9][0-9]{{0,8}}\s*/\s*(?:{_AMOUNT}\s*{_UNIT}?|{_UNIT})\s*$"
+RateText = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=RATE)]
 
 
 class QueueBody(msgspec.Struct, forbid_unknown_fields=True):

@@ -10,19 +10,26 @@ so a new endpoint can be neither unauthenticated nor undocumented.
 A handler is a plain function of a ``Call`` (the request, who makes it, the
 operator acting as them, the parsed body and query) returning JSON-able data
 or a response; it runs in a worker thread, since the store is synchronous.
+A handler that waits (a long poll) is a coroutine function instead: it runs
+on the event loop and takes a thread only for each look at the store, so
+waiting clients cannot use up the server's threads.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, get_args
+from urllib.parse import unquote_to_bytes
 
 import msgspec
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 from cairn.api.app import App
 from cairn.api.operator import Operator
@@ -81,7 +88,7 @@ def tenant_run(app: App, principal: Principal, run_id: str) -> RunRecord:
     return record
 
 
-Handler = Callable[[Call[Any]], Any]
+Handler = Callable[[Call[Any]], Any]  # or returning an awaitable (see the module doc)
 Streamer = Callable[[Request, "ServerState", Principal], Awaitable[Response]]
 
 
@@ -105,6 +112,11 @@ class Endpoint:
     returns: str = "OK"
     #: the media type of a success ("text/event-stream" for streams)
     media: str = "application/json"
+    #: it reads an ``Idempotency-Key`` header (documented as such)
+    idempotent: bool = False
+    #: the shape of a success's body (a msgspec struct), published as its schema; the
+    #: fuzz test holds the handler to it (``None``: documented as any object)
+    response: type[Any] | None = None
 
     @property
     def parameters(self) -> list[str]:
@@ -172,13 +184,34 @@ def _decode_query(kind: type[Any], request: Request) -> Any:
         raise ApiError(400, "invalid", f"bad query parameter: {exc}") from None
 
 
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return value
+
+
+def _integral(decoded: Any, kind: type[Any]) -> Any:
+    """JSON (and JSON Schema) make no difference between ``5`` and ``5.0``;
+    msgspec refuses ``5.0`` for an ``int``. The request's own fields read an
+    integral number as an integer; a field of any JSON (a run's input, a
+    signal's data, an edit) is the user's and passes through untouched."""
+    if not isinstance(decoded, dict):
+        return decoded
+    free = {f.encode_name for f in msgspec.structs.fields(kind) if f.type is Any or Any in get_args(f.type)}
+    return {k: v if k in free else _whole(v) for k, v in decoded.items()}
+
+
 def _decode_body(kind: type[Any], data: bytes) -> Any:
     if kind is NoBody:
         return None
     if not data.strip():
         data = b"{}"
     try:
-        return msgspec.json.decode(data, type=kind)
+        return msgspec.convert(_integral(msgspec.json.decode(data), kind), kind)
     except msgspec.ValidationError as exc:
         raise ApiError(400, "invalid", f"bad request body: {exc}") from None
     except msgspec.DecodeError as exc:
@@ -217,7 +250,10 @@ def endpoint_function(state: ServerState, spec: Endpoint) -> Callable[[Request],
             operator = state.app.operator.acting_as(principal.actor)
             path = dict(request.path_params)
             call: Call[Any] = Call(request, state.app, principal, operator, body, query, path)
-            result = await run_in_threadpool(spec.handler, call)
+            if inspect.iscoroutinefunction(spec.handler):  # it waits: on the loop, not in a thread
+                result = await spec.handler(call)
+            else:
+                result = await run_in_threadpool(spec.handler, call)
         except Exception as exc:
             return response_for(exc)
         if isinstance(result, Response):
@@ -226,3 +262,40 @@ def endpoint_function(state: ServerState, spec: Endpoint) -> Callable[[Request],
 
     endpoint.__name__ = spec.handler.__name__ if spec.handler is not None else "stream"
     return endpoint
+
+
+class EncodedRoute(Route):
+    """A route matched against the path as the client sent it (percent-encoded).
+
+    A server decodes ``%2F`` to ``/`` before routing, so a run id holding a
+    ``/`` would split ``/api/runs/{run_id}/events`` at the wrong place (run
+    ``a`` of ``a%2Fevents`` and the event stream of run ``a`` would be one
+    path). Matching the raw path keeps each ``{parameter}`` one segment, and
+    each is decoded on its own: every id works, percent-encoded, in every
+    route. Without a raw path (an ASGI server that gives none) it matches
+    the decoded path as a plain ``Route`` does.
+    """
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        raw = scope.get("raw_path")
+        if scope["type"] != "http" or not isinstance(raw, bytes):
+            return super().matches(scope)
+        path = raw.decode("latin-1").partition("?")[0]
+        root = scope.get("root_path", "")
+        if root:  # mounted: drop the mount's segments (the decoded path starts with them)
+            parts = path.split("/")
+            path = "/" + "/".join(parts[root.count("/") + 1:])
+        found = self.path_regex.match(path)
+        if found is None:
+            return Match.NONE, {}
+        params = {name: unquote_to_bytes(value.encode("latin-1")).decode("utf-8", "replace")
+                  for name, value in found.groupdict().items()}
+        child: Scope = {"endpoint": self.endpoint, "path_params": {**scope.get("path_params", {}), **params}}
+        if self.methods and scope["method"] not in self.methods:
+            return Match.PARTIAL, child
+        return Match.FULL, child
+
+
+def starlette_route(state: ServerState, spec: Endpoint) -> Route:
+    """The Starlette route serving ``spec`` (see ``EncodedRoute``)."""
+    return EncodedRoute(spec.path, endpoint_function(state, spec), methods=[spec.method])

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 
 from cairn.api.tokens import Role
 from cairn.engine.budget import Budget
-from cairn.errors import InvalidArgument, RunNotFound
+from cairn.errors import PayloadError, RunNotFound
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint
 from cairn.server.views import (
@@ -26,8 +26,8 @@ from cairn.server.views import (
 from cairn.store.records import RunStatus
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
-#: a run id the API can address: no '/' (it would split the path) and no control characters
-RunId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")]
+#: a run id: any printable text ('/' included: paths carry it percent-encoded, see routing.EncodedRoute)
+RunId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -103,16 +103,19 @@ def start_run(call: Call[Any]) -> Any:
             key = msgspec.convert(key, RunId)
         except msgspec.ValidationError:
             raise ApiError(400, "invalid", "the Idempotency-Key header must be 1 to 200 printable "
-                                           "characters without '/'") from None
+                                           "characters") from None
         if body.run_id is not None and body.run_id != key:
-            raise ApiError(400, "invalid", "run_id and the Idempotency-Key header differ")
+            raise ApiError(422, "invalid", "run_id and the Idempotency-Key header differ")
     run_id = body.run_id or key
     tenant = call.principal.tenant
     data = {} if body.input is msgspec.UNSET else body.input
-    handle = call.app.start_json(
-        body.workflow, data, run_id=run_id, thread_id=body.thread_id, tenant=tenant, queue=body.queue,
-        priority=body.priority, budget=body.budget.budget() if body.budget is not None else None,
-    )
+    try:
+        handle = call.app.start_json(
+            body.workflow, data, run_id=run_id, thread_id=body.thread_id, tenant=tenant, queue=body.queue,
+            priority=body.priority, budget=body.budget.budget() if body.budget is not None else None,
+        )
+    except PayloadError as exc:  # JSON the document allows, that the workflow's parameters do not take
+        raise ApiError(422, "invalid_input", str(exc)) from None
     try:
         record = call.run(handle.run_id)
     except RunNotFound:  # the id belongs to another tenant's run: say no more than that it is taken
@@ -200,7 +203,7 @@ def set_budget(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
     body: BudgetBody = call.body
     if all(v is None for v in (body.tokens, body.cost, body.tool_calls, body.wall_seconds)):
-        raise InvalidArgument("give at least one limit: tokens, cost, tool_calls or wall_seconds")
+        raise ApiError(422, "invalid", "give at least one limit: tokens, cost, tool_calls or wall_seconds")
     change = call.operator.set_budget(record.run_id, body.budget(), keep_others=True)
     return _change(change.before, change.run)
 
@@ -217,7 +220,8 @@ RUN = "/api/runs/{run_id}"
 
 ROUTES = [
     Endpoint("POST", "/api/runs", Role.OPERATOR, "Start a run (idempotent on run_id / Idempotency-Key)",
-             start_run, body=StartRun, status=201, returns="The run (201: created; 200: it existed)"),
+             start_run, body=StartRun, status=201, returns="The run (201: created; 200: it existed)",
+             idempotent=True),
     Endpoint("GET", "/api/runs", Role.VIEWER, "List the tenant's runs, newest first", list_runs,
              query=ListRuns),
     Endpoint("GET", RUN, Role.VIEWER, "A run with its input, result, budget and usage", show_run),

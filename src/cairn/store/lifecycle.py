@@ -607,12 +607,13 @@ def approver_matches(approver: str, actor: str) -> bool:
     """Whether ``actor`` (an acting identity: ``cli:ada@host``, ``app:4242``)
     is the one ``approver`` names: the identity itself, or, for an approver
     without a ``:`` (a bare name such as ``ada``), any identity whose user
-    is that name (``cli:ada@any-host``, ``http:ada``)."""
+    is that name (``cli:ada@any-host``, ``http:ada``, and an API token
+    named ada: ``http:ada#<token id>``)."""
     if approver == actor:
         return True
     if ":" in approver:
         return False
-    user = actor.partition(":")[2].partition("@")[0]
+    user = actor.partition(":")[2].partition("@")[0].partition("#")[0]
     return bool(user) and user == approver
 
 

@@ -98,17 +98,193 @@ function runPage(table) {
     pre.textContent = pretty("result" in e ? e.result : "arguments" in e ? e.arguments : e.detail || "");
     detail.appendChild(pre);
     body.appendChild(row);
+    soon("run", () => refreshRun(runId));
   };
   source.addEventListener("end", (message) => {
     const end = JSON.parse(message.data);
-    const status = document.getElementById("run-status");
-    if (status) {
-      status.textContent = end.status;
-      status.className = "status s-" + String(end.status).replace(/[^a-z_]/g, "");
-    }
-    live("ended");
+    setStatus(end.status);
+    refreshRun(runId).finally(() => { live("ended"); });
     source.close();
   });
+}
+
+const timers = {};
+
+// Run ``fn`` once after a burst of calls (a run writes many entries at once).
+function soon(name, fn) {
+  clearTimeout(timers[name]);
+  timers[name] = setTimeout(fn, 150);
+}
+
+function setStatus(value) {
+  const status = document.getElementById("run-status");
+  if (!status) return;
+  status.textContent = value;
+  status.className = "status s-" + String(value).replace(/[^a-z_]/g, "");
+}
+
+// The run's status, result and approvals as they are now (after a live entry).
+async function refreshRun(runId) {
+  const response = await fetch("/api/runs/" + encodeURIComponent(runId), {credentials: "same-origin"});
+  if (!response.ok) return;
+  const run = await response.json();
+  setStatus(run.status);
+  const result = document.getElementById("run-result");
+  if (result) result.textContent = pretty(run.error ? run.error : run.result);
+  const box = document.getElementById("approvals");
+  if (box) await refreshApprovals(box);
+}
+
+function approvalsUrl(box) {
+  return box.dataset.scope === "run"
+    ? "/api/runs/" + encodeURIComponent(box.dataset.runId) + "/approvals"
+    : "/api/approvals";
+}
+
+function signature(list) {
+  return list.map((a) => a.request_id + ":" + a.status).join("|");
+}
+
+function shownSignature(box) {
+  return Array.from(box.querySelectorAll("article.approval")).map((el) =>
+    el.dataset.requestId + ":" + el.querySelector(".status").textContent).join("|");
+}
+
+// Rebuild the list like templates/_approvals.html does, with textContent only;
+// left alone while nothing changed, so a half-typed edit is not lost.
+async function refreshApprovals(box) {
+  const response = await fetch(approvalsUrl(box), {credentials: "same-origin"});
+  if (!response.ok) return;
+  const list = (await response.json()).approvals;
+  if (signature(list) === shownSignature(box)) return;
+  const canOperate = box.dataset.canOperate === "true";
+  const nodes = list.map((a) => approvalNode(a, canOperate, box.dataset.scope !== "run"));
+  if (!nodes.length) {
+    const empty = document.createElement("p");
+    empty.className = "empty";
+    empty.textContent = "No approval requests.";
+    nodes.push(empty);
+  }
+  box.replaceChildren(...nodes);
+}
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text != null) node.textContent = String(text);
+  return node;
+}
+
+function approvalNode(a, canOperate, withRun) {
+  const article = el("article", "approval");
+  article.dataset.runId = a.run_id;
+  article.dataset.requestId = a.request_id;
+  const head = el("header");
+  head.appendChild(el("strong", "approval-action", a.action));
+  head.appendChild(statusSpan(a.status));
+  if (withRun) {
+    const link = el("a", "id", a.run_id);
+    link.href = "/runs/" + encodeURIComponent(a.run_id);
+    head.appendChild(link);
+  }
+  head.appendChild(el("span", "fixed", "requested " + when(a.requested_at)));
+  if (a.decided_by) head.appendChild(el("span", "fixed", "by " + a.decided_by + (a.comment ? ": " + a.comment : "")));
+  article.appendChild(head);
+  article.appendChild(el("pre", "approval-details", pretty(a.details)));
+  if (a.status === "edited") {
+    article.appendChild(el("p", "fixed", "edited to"));
+    article.appendChild(el("pre", "approval-edited", pretty(a.edited)));
+  }
+  if (a.pending && canOperate) {
+    const form = el("form", "decide");
+    const label = el("label", null, "Proposed value (JSON; change it to approve with an edit)");
+    const area = el("textarea");
+    area.name = "edit";
+    area.spellcheck = false;
+    area.value = pretty(a.details);
+    label.appendChild(area);
+    form.appendChild(label);
+    const buttons = el("div", "buttons");
+    const comment = el("label", null, "Comment ");
+    const input = el("input");
+    input.name = "comment";
+    input.maxLength = 4000;
+    comment.appendChild(input);
+    buttons.appendChild(comment);
+    for (const [value, text] of [["approve", "Approve"], ["edit", "Approve with edit"], ["reject", "Reject"]]) {
+      const button = el("button", null, text);
+      button.type = "submit";
+      button.value = value;
+      buttons.appendChild(button);
+    }
+    const error = el("span", "error approval-error");
+    error.setAttribute("role", "alert");
+    buttons.appendChild(error);
+    form.appendChild(buttons);
+    article.appendChild(form);
+  }
+  return article;
+}
+
+// Decisions: delegated, so rebuilt forms work too. An edit that is not JSON,
+// or that the server refuses (422: it does not fit the request's schema), is
+// shown in the form and nothing changes.
+function approvals(box) {
+  box.addEventListener("submit", async (event) => {
+    const form = event.target.closest("form.decide");
+    if (!form) return;
+    event.preventDefault();
+    const article = form.closest("article.approval");
+    const error = form.querySelector(".approval-error");
+    const verb = event.submitter ? event.submitter.value : "approve";
+    const body = {};
+    const comment = form.elements.comment.value;
+    if (comment) body.comment = comment;
+    if (verb === "edit") {
+      try {
+        body.edit = JSON.parse(form.elements.edit.value);
+      } catch (err) {
+        error.textContent = "the edit is not JSON: " + err.message;
+        return;
+      }
+    }
+    const path = "/api/runs/" + encodeURIComponent(article.dataset.runId) + "/approvals/" +
+                 encodeURIComponent(article.dataset.requestId) + "/" + (verb === "reject" ? "reject" : "approve");
+    try {
+      await post(path, body);
+      error.textContent = "";
+      await refreshApprovals(box);
+    } catch (err) {
+      error.textContent = err.message;
+    }
+  });
+  if (box.dataset.scope === "inbox") {
+    const source = new EventSource("/api/events");
+    source.onopen = () => live("open");
+    source.onerror = () => live("reconnecting");
+    source.onmessage = () => soon("approvals", () => refreshApprovals(box));
+  }
+}
+
+// The attention page is a list of forms: when a run comes to need attention
+// or stops needing it, the page is rendered again (unless a form is being
+// filled in: then the badge says so and the next change reloads).
+function attentionPage(box) {
+  const shown = new Set(box.dataset.runIds ? box.dataset.runIds.split("\n") : []);
+  const source = new EventSource("/api/events");
+  source.onopen = () => live("open");
+  source.onerror = () => live("reconnecting");
+  source.onmessage = (message) => {
+    const run = JSON.parse(message.data).run;
+    if (!run || (run.status === "needs_attention") === shown.has(run.run_id)) return;
+    const busy = document.activeElement && document.activeElement.closest("form.resolve");
+    if (busy) {
+      live("changed");
+      return;
+    }
+    source.close();
+    window.location.reload();
+  };
 }
 
 async function post(path, body) {
@@ -143,11 +319,12 @@ function resolveForm(form) {
     event.preventDefault();
     const done = event.submitter && event.submitter.value === "true";
     const text = form.elements.result.value;
+    const message = form.querySelector(".resolve-error");
     let result = null;
     try {
       result = done ? JSON.parse(text) : null;
     } catch (err) {
-      alert("the result is not JSON: " + err.message);
+      message.textContent = "the result is not JSON: " + err.message;
       return;
     }
     const path = "/api/runs/" + encodeURIComponent(form.dataset.runId) + "/operations/" +
@@ -156,7 +333,7 @@ function resolveForm(form) {
       await post(path, {done: done, result: result});
       window.location.reload();
     } catch (err) {
-      alert(err.message);
+      message.textContent = err.message;
     }
   });
 }
@@ -180,4 +357,8 @@ document.addEventListener("DOMContentLoaded", () => {
   if (timeline) runPage(timeline);
   document.querySelectorAll(".actions").forEach(actions);
   document.querySelectorAll("form.resolve").forEach(resolveForm);
+  const attention = document.getElementById("attention");
+  if (attention) attentionPage(attention);
+  const asked = document.getElementById("approvals");
+  if (asked) approvals(asked);
 });
