@@ -58,7 +58,7 @@ from typing import Any, TypeVar
 from cairn import faults
 from cairn.errors import LeaseLost, PayloadError, StoreError
 from cairn.faults import fault_point
-from cairn.store import admission
+from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
@@ -98,7 +98,7 @@ from cairn.store.schedules import (
     schedule_from_row,
     schedule_params,
 )
-from cairn.store.sqlbase import SQLStore
+from cairn.store.sqlbase import SQLStore, TransactingStore
 from cairn.store.sqlfiles import load_migrations, load_queries
 from cairn.store.wakeups import TRIGGERS, Mark, Waker
 
@@ -133,7 +133,7 @@ _FAULTS: dict[str, _Faults] = {
 _NO_FAULTS: _Faults = ("", "")
 
 
-class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
+class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connection], Migratable, Notifier):
     """Store contract on one SQLite database file (see ``contract.Store``)."""
 
     def __init__(
@@ -775,6 +775,28 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             self._fenced(tx, run_id, epoch, event)
             tx.execute(_Q["halt"], update_params(update)).fetchall()
             tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
+
+    # -- transactional steps: the primitives of sqlbase.TransactingStore.transact -----
+
+    def _transact_in(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        # The body runs holding the write lock: nothing can take the run over
+        # (or write anything else) until it commits (docs/design.md).
+        with self._write(("store.transact.before_commit", "store.transact.after_commit")) as tx:
+            return work(tx)
+
+    def _fence_held(self, tx: sqlite3.Connection, run_id: str, epoch: int) -> None:
+        if tx.execute(_Q["transact_fence"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
+            raise LeaseLost(run_id, epoch)
+
+    def _user_tx(self, tx: sqlite3.Connection) -> transactions.Tx:
+        return transactions.Tx(tx, dialect="sqlite", paramstyle="qmark", driver_errors=(sqlite3.Error,),
+                               many=lambda sql, params: int(tx.executemany(sql, params).rowcount))
+
+    def _append_held(
+        self, tx: sqlite3.Connection, run_id: str, epoch: int, events: Sequence[HistoryEvent]
+    ) -> None:
+        for event in events:
+            self._fenced(tx, run_id, epoch, event)  # forgets the tail: remembered only once committed
 
     # -- operator actions: the primitives sqlbase.SQLStore decides over ------------
 

@@ -828,3 +828,13 @@ UPDATE schedules SET
     fired = fired + %(created)s::int
 WHERE tenant = %(tenant)s::text AND name = %(name)s::text
   AND (last_tick IS NULL OR last_tick < %(tick)s::float8)
+
+-- Transactional steps (``Store.transact``): the fence, checked inside the
+-- transaction before the user's body runs. FOR KEY SHARE conflicts with the
+-- FOR UPDATE every epoch bump takes first (claims, takeovers, operator
+-- actions), so no takeover interleaves until the commit; it does not conflict
+-- with a lease renewal's UPDATE, so a long body does not starve the renewals.
+-- name: transact_fence
+SELECT 1 FROM runs
+WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+FOR KEY SHARE
