@@ -1152,7 +1152,13 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
                 cursor.executemany(query, params)
                 return int(cursor.rowcount)
 
-        return transactions.Tx(tx, dialect="postgres", paramstyle="pyformat", driver_errors=(psycopg.Error,),
+        def run(query: str, params: transactions.Params | None) -> psycopg.Cursor[TupleRow]:
+            # binary: the extended protocol even without parameters, which
+            # takes one statement only (the simple protocol would run
+            # "SELECT 1; COMMIT" and commit the transaction midway)
+            return tx.execute(query, params, binary=True)
+
+        return transactions.Tx(run, dialect="postgres", paramstyle="pyformat", driver_errors=(psycopg.Error,),
                                infrastructure=_connection_lost, many=many, describe=_one_line)
 
     def _append_held(self, tx: _Conn, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:

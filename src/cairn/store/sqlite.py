@@ -789,7 +789,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             raise LeaseLost(run_id, epoch)
 
     def _user_tx(self, tx: sqlite3.Connection) -> transactions.Tx:
-        return transactions.Tx(tx, dialect="sqlite", paramstyle="qmark", driver_errors=(sqlite3.Error,),
+        def run(sql: str, params: transactions.Params | None) -> sqlite3.Cursor:
+            return tx.execute(sql) if params is None else tx.execute(sql, params)
+
+        return transactions.Tx(run, dialect="sqlite", paramstyle="qmark", driver_errors=(sqlite3.Error,),
                                many=lambda sql, params: int(tx.executemany(sql, params).rowcount))
 
     def _append_held(

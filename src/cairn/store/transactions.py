@@ -49,14 +49,13 @@ Params = Sequence[Any] | Mapping[str, Any]
 
 
 class _Cursor(Protocol):
-    description: Any
-    rowcount: int
+    @property
+    def description(self) -> Any: ...
+
+    @property
+    def rowcount(self) -> int: ...
 
     def fetchall(self) -> list[Any]: ...
-
-
-class _Connection(Protocol):
-    def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +123,12 @@ class Tx:
     ``"postgres"``; ``paramstyle`` the placeholders it takes (module doc).
     """
 
-    __slots__ = ("_conn", "_describe", "_driver_errors", "_failure", "_infrastructure", "_many", "_open",
-                 "dialect", "paramstyle")
+    __slots__ = ("_describe", "_driver_errors", "_failure", "_infrastructure", "_many", "_open",
+                 "_run", "dialect", "paramstyle")
 
     def __init__(
         self,
-        conn: _Connection,
+        run: Callable[[str, Params | None], _Cursor],
         *,
         dialect: str,
         paramstyle: str,
@@ -138,7 +137,7 @@ class Tx:
         many: Callable[[str, Iterable[Params]], int],
         describe: Callable[[BaseException], str] = str,
     ) -> None:
-        self._conn = conn
+        self._run = run
         self.dialect = dialect
         self.paramstyle = paramstyle
         self._driver_errors = driver_errors
@@ -156,8 +155,7 @@ class Tx:
         """Run one statement; its rows, fetched now."""
         self._check(sql)
         try:
-            conn = self._conn
-            cursor: _Cursor = conn.execute(sql, params) if params is not None else conn.execute(sql)
+            cursor = self._run(sql, params)
             rows = [tuple(row) for row in cursor.fetchall()] if cursor.description is not None else []
             columns = tuple(str(column[0]) for column in cursor.description or ())
             return Result(rows, columns, int(cursor.rowcount))
