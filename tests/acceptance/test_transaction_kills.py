@@ -54,7 +54,8 @@ class TxnCluster(WorkerPool):
     def spawn(self, worker_id: str, env: dict[str, str] | None = None) -> WorkerProcess:
         environment = {DB_ENV: self.backend.worker_url(worker_id), EFFECTS_ENV: str(self.effects_path)}
         environment.update(env or {})
-        return self._launch("tests.acceptance.run_txn_worker", worker_id, ["--lease", str(LEASE)], environment)
+        args = ["--lease", str(LEASE)]
+        return self._launch("tests.acceptance.run_txn_worker", worker_id, args, environment)
 
     def began(self, pid: int, position: int | None = None) -> bool:
         return any(e["kind"] == "begin" and e["pid"] == pid and position in (None, e["position"])
@@ -62,7 +63,9 @@ class TxnCluster(WorkerPool):
 
 
 @pytest.fixture
-def txn_cluster(tmp_path: Path, backend: StoreBackend, call_failed: Callable[[], bool]) -> Iterator[TxnCluster]:
+def txn_cluster(
+    tmp_path: Path, backend: StoreBackend, call_failed: Callable[[], bool]
+) -> Iterator[TxnCluster]:
     cluster = TxnCluster(tmp_path, backend)
     try:
         yield cluster
@@ -139,7 +142,8 @@ def test_random_sigkills_commit_rows_and_records_together(txn_cluster: TxnCluste
         delay = rng.uniform(0.0, 0.2)
         time.sleep(delay)  # the random kill point itself, not a synchronisation
         worker.kill()
-        print(f"kill {k}: {worker.worker_id} pid {worker.pid} +{delay:.3f}s after its first body (seed {SEED})")
+        print(f"kill {k}: {worker.worker_id} pid {worker.pid} +{delay:.3f}s after its first body "
+              f"(seed {SEED})")
         assert_exactly_once(app, txn_cluster.backend, run_ids, f"after kill {k} (seed {SEED})")
     final = txn_cluster.spawn("tk-final")
     finish(txn_cluster, app, run_ids, n, f"(seed {SEED}; set CAIRN_KILL_SEED to replay)")
@@ -154,7 +158,9 @@ def test_random_sigkills_commit_rows_and_records_together(txn_cluster: TxnCluste
     ("store.transact.before_commit", False),
     ("store.transact.after_commit", True),
 ])
-def test_a_kill_at_each_instant_of_a_transaction(txn_cluster: TxnCluster, point: str, committed: bool) -> None:
+def test_a_kill_at_each_instant_of_a_transaction(
+    txn_cluster: TxnCluster, point: str, committed: bool
+) -> None:
     app = txn_cluster.app()
     setup(app)
     run_id = app.start("orders", 3, 0.0, run_id=f"txn-{point}").run_id

@@ -50,7 +50,8 @@ def build_app(
         append_effect(effects_path, {"kind": "begin", "run_id": info.run_id, "position": info.position,
                                      "attempt": info.attempt, "pid": os.getpid(), "t0": time.time()})
         mark = "?" if tx.paramstyle == "qmark" else "%s"
-        tx.execute(f"INSERT INTO orders (run_id, position, attempt, pid) VALUES ({mark}, {mark}, {mark}, {mark})",
+        marks = ", ".join([mark] * 4)
+        tx.execute(f"INSERT INTO orders (run_id, position, attempt, pid) VALUES ({marks})",
                    (info.run_id, info.position, info.attempt, os.getpid()))
         slow = float(os.environ.get(SLOW_ENV, "0"))
         if slow:
