@@ -781,8 +781,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
     def _transact_in(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         # The body runs holding the write lock: nothing can take the run over
         # (or write anything else) until it commits (docs/design.md).
+        self._local.transacted = None
         with self._write(("store.transact.before_commit", "store.transact.after_commit")) as tx:
-            return work(tx)
+            result = work(tx)
+        if self._local.transacted is not None:  # committed: the next append may follow it unread
+            self._tail(*self._local.transacted)
+        return result
 
     def _fence_held(self, tx: sqlite3.Connection, run_id: str, epoch: int) -> None:
         if tx.execute(_Q["transact_fence"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
@@ -799,7 +803,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         self, tx: sqlite3.Connection, run_id: str, epoch: int, events: Sequence[HistoryEvent]
     ) -> None:
         for event in events:
-            self._fenced(tx, run_id, epoch, event)  # forgets the tail: remembered only once committed
+            at = self._fenced(tx, run_id, epoch, event)  # forgets the tail: remembered once committed
+            self._local.transacted = (run_id, epoch, event.seq, at)
 
     # -- operator actions: the primitives sqlbase.SQLStore decides over ------------
 

@@ -38,6 +38,7 @@ where a documented style is only inconvenient.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -97,8 +98,10 @@ _TEMP = re.compile(r"\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/|\s)*(?:GLOBAL\s+|LOCAL\s+)
                    re.DOTALL | re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=1024)
 def refusal(sql: str) -> str | None:
-    """Why ``sql`` may not run in a transactional step's body (``None``: it may)."""
+    """Why ``sql`` may not run in a transactional step's body (``None``: it
+    may). Cached: a body sends the same few statements on every step."""
     start = _LEADING.match(sql)
     rest = sql[start.end() if start else 0:]
     word = _WORD.match(rest)
