@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -345,3 +350,18 @@ def test_results_come_back_as_replay_decodes_them(app: cairn.App) -> None:
         return type(value).__name__ + repr(value)
 
     assert app.run(typed) == "tuple('book', 1)"
+
+
+def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Transactional steps"):]
+    found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert found is not None
+    script = tmp_path / "shop.py"
+    script.write_text(found.group(1), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["1"]
+    rows = sqlite3.connect(tmp_path / "shop.db").execute("SELECT id, item FROM orders").fetchall()
+    assert rows == [(1, "book")]
