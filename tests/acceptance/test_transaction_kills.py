@@ -6,7 +6,8 @@ step, alternating). After every scenario the ``orders`` table is compared with
 the journal: each recorded ``place`` has exactly one row, and no row exists
 for a ``place`` without a record.
 
-* random SIGKILLs (seeded; ``CAIRN_KILL_SEED`` replays a schedule);
+* random SIGKILLs (seeded; ``CAIRN_KILL_SEED`` replays a schedule): timed
+  ones, and every other one at a random instant of a random transaction;
 * a SIGKILL at each named instant of a transaction's life (fault points):
   after the body's SQL, before the append, before the commit (nothing
   committed) and after it (both committed, the worker never learnt it);
@@ -43,6 +44,9 @@ pytestmark = pytest.mark.slow
 LEASE = 1.0
 SEED = int(os.environ.get("CAIRN_KILL_SEED", "4242"))
 Key = tuple[str, int]
+#: the fault points of a transaction's life, in order
+INSTANTS = ("transaction.after_body", "store.transact.before_append", "store.transact.before_commit",
+            "store.transact.after_commit")
 
 
 class TxnCluster(WorkerPool):
@@ -136,14 +140,25 @@ def test_random_sigkills_commit_rows_and_records_together(txn_cluster: TxnCluste
     for run_id in run_ids:
         app.start("orders", n, 0.02, run_id=run_id)
     for k in range(kills):
-        worker = txn_cluster.spawn(f"tk-{k}" if k % 2 == 0 else f"tk-{k - 1}")
-        wait_until(lambda w=worker: txn_cluster.began(w.pid), LEASE + 20,
-                   f"worker {worker.worker_id} to begin a transaction (kill {k}, seed {SEED})")
-        delay = rng.uniform(0.0, 0.2)
-        time.sleep(delay)  # the random kill point itself, not a synchronisation
-        worker.kill()
-        print(f"kill {k}: {worker.worker_id} pid {worker.pid} +{delay:.3f}s after its first body "
-              f"(seed {SEED})")
+        worker_id = f"tk-{k}" if k % 2 == 0 else f"tk-{k - 1}"
+        if k % 2 == 1:
+            # every other life ends inside a transaction: a random instant of
+            # it, at a random one of its next transactions (a timed kill
+            # mostly lands between them: a body's SQL takes microseconds)
+            point, nth = rng.choice(INSTANTS), rng.randint(1, 6)
+            worker = txn_cluster.spawn(worker_id, env={"CAIRN_FAULTS": f"{point}@{nth}"})
+            wait_until(lambda w=worker: not w.alive(), 60, f"{worker_id} to die at {point}@{nth}")
+            worker.wait_exit(5)
+            how = f"at {point}@{nth}"
+        else:
+            worker = txn_cluster.spawn(worker_id)
+            wait_until(lambda w=worker: txn_cluster.began(w.pid), LEASE + 20,
+                       f"worker {worker_id} to begin a transaction (kill {k}, seed {SEED})")
+            delay = rng.uniform(0.0, 0.2)
+            time.sleep(delay)  # the random kill point itself, not a synchronisation
+            worker.kill()
+            how = f"+{delay:.3f}s after its first body"
+        print(f"kill {k}: {worker_id} pid {worker.pid} {how} (seed {SEED})")
         assert_exactly_once(app, txn_cluster.backend, run_ids, f"after kill {k} (seed {SEED})")
     final = txn_cluster.spawn("tk-final")
     finish(txn_cluster, app, run_ids, n, f"(seed {SEED}; set CAIRN_KILL_SEED to replay)")
