@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cairn.errors import LeaseLost, SQLError
+from cairn.errors import LeaseLost, SQLError, StoreError
 from cairn.store.contract import Store
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import EventType, HistoryEvent
@@ -180,3 +180,23 @@ def test_a_failed_statement_the_body_caught_commits_nothing(store: Store, clock:
         store.transact("r1", c.run.epoch, body)
     assert len(store.history("r1")) == c.next_seq - 1
     assert order_count(store, clock) == 0
+
+
+def test_a_body_idle_past_the_servers_timeout_commits_nothing(store: Store, clock: FakeClock) -> None:
+    """PostgreSQL ends a session idle in a transaction for 5 s (so a frozen
+    worker cannot keep its run locked); a body that pauses that long between
+    statements loses its transaction the same way. SQLite has no such bound."""
+    if not isinstance(store, PostgresStore):
+        pytest.skip("SQLite has no idle-in-transaction timeout: the body holds the write lock instead")
+    with_orders(store, clock)
+    c = running(store, clock)
+
+    def body(tx: Tx) -> tuple[Sequence[HistoryEvent], None]:
+        tx.execute(f"INSERT INTO orders (item) VALUES ({mark(tx)})", ("r1",))
+        threading.Event().wait(6.0)  # past idle_in_transaction_session_timeout (5 s)
+        return [ev(clock, "r1", c.next_seq, c.run.epoch)], None
+
+    with pytest.raises(StoreError, match="idle-in-transaction timeout"):
+        store.transact("r1", c.run.epoch, body)
+    assert order_count(store, clock) == 0
+    assert len(store.history("r1")) == c.next_seq - 1
