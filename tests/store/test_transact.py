@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cairn.errors import LeaseLost, SQLError, StoreError
+from cairn.errors import LeaseLost, SQLError, StoreError, TransactionMisuse
 from cairn.store.contract import Store
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import EventType, HistoryEvent
@@ -200,3 +200,53 @@ def test_a_body_idle_past_the_servers_timeout_commits_nothing(store: Store, cloc
         store.transact("r1", c.run.epoch, body)
     assert order_count(store, clock) == 0
     assert len(store.history("r1")) == c.next_seq - 1
+
+
+def test_a_body_cannot_leave_a_temporary_table_behind(store: Store, clock: FakeClock) -> None:
+    """Unqualified names look in the temporary schema first, on both
+    backends: a temporary ``history`` left on the store's connection would
+    take the records of every later step. The keyword guard refuses
+    ``CREATE TEMP``; a schema-qualified one is caught after the body."""
+    with_orders(store, clock)
+    c = running(store, clock)
+    temp = "temp" if isinstance(store, SQLiteStore) else "pg_temp"
+
+    def body(tx: Tx) -> tuple[Sequence[HistoryEvent], None]:
+        tx.execute(f"INSERT INTO orders (item) VALUES ({mark(tx)})", ("r1",))
+        tx.execute(f"CREATE TABLE {temp}.history (run_id TEXT)")
+        return [ev(clock, "r1", c.next_seq, c.run.epoch)], None
+
+    with pytest.raises(TransactionMisuse, match="temporary"):
+        store.transact("r1", c.run.epoch, body)
+    assert order_count(store, clock) == 0
+    # the connection is clean: the next record lands in the real history
+    ran: list[str] = []
+    store.transact("r1", c.run.epoch, inserting(clock, "r1", c.next_seq, c.run.epoch, ran))
+    assert store.history("r1")[-1].seq == c.next_seq
+    assert order_count(store, clock) == 1
+
+
+def test_session_settings_a_body_changes_are_set_back(pg_url: str, clock: FakeClock) -> None:
+    """PostgreSQL only (SQLite's connection has no such settings): a body's
+    ``set_config(..., false)`` commits with it and would stay on the pooled
+    connection; the store sets its own settings again before the record."""
+    store = PostgresStore(pg_url, clock=clock, pool_size=1)  # one connection: the next body gets it
+    try:
+        with_orders(store, clock)
+        c = running(store, clock)
+
+        def loosen(tx: Tx) -> tuple[Sequence[HistoryEvent], None]:
+            tx.execute("SELECT set_config('statement_timeout', '0', false), "
+                       "set_config('lock_timeout', '0', false), set_config('search_path', 'public', false)")
+            return [ev(clock, "r1", c.next_seq, c.run.epoch)], None
+
+        store.transact("r1", c.run.epoch, loosen)
+
+        def look(tx: Tx) -> tuple[Sequence[HistoryEvent], tuple[Any, ...] | None]:
+            row = tx.execute("SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), "
+                             "current_setting('search_path')").fetchone()
+            return [ev(clock, "r1", c.next_seq + 1, c.run.epoch)], row
+
+        assert store.transact("r1", c.run.epoch, look) == ("30s", "10s", '"cairn"')
+    finally:
+        store.close()

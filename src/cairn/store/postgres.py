@@ -201,7 +201,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from cairn.errors import LeaseLost, PayloadError, StoreError
+from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
 from cairn.faults import fault_point
 from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
@@ -1160,6 +1160,19 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
         return transactions.Tx(run, dialect="postgres", paramstyle="pyformat", driver_errors=(psycopg.Error,),
                                infrastructure=_connection_lost, many=many, describe=_one_line)
+
+    def _check_session(self, tx: _Conn) -> None:
+        # One round trip: the settings _configure gave the connection set again
+        # (a body's set_config(..., false) would otherwise outlive it), and
+        # whether the body left a temporary relation behind.
+        params = {"search_path": self._search_path, "commit": self._default_level,
+                  "idle": _IDLE_IN_TRANSACTION, "statement": _STATEMENT_TIMEOUT, "lock": _LOCK_TIMEOUT,
+                  "tenant": self.tenant}
+        row = tx.execute(_Q["transact_session_check"], params).fetchone()
+        if row is None or row[0]:
+            raise TransactionMisuse("a transactional step's body created a temporary relation: it would "
+                                    "outlive the transaction on the store's connection and could shadow "
+                                    "Cairn's own tables")
 
     def _append_held(self, tx: _Conn, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
         _append_fenced(tx, run_id, epoch, events)

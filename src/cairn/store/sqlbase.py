@@ -344,6 +344,13 @@ class TransactingStore(Generic[Tx]):
         """Append ``events`` under the fence inside ``tx`` (``LeaseLost`` if it fails)."""
         raise NotImplementedError
 
+    def _check_session(self, tx: Tx) -> None:
+        """After the body, before the append: undo or refuse what the body
+        did to the session that outlives the transaction on this pooled
+        connection (a temporary table that would shadow Cairn's, a changed
+        setting), so the store's own statements run where they always do."""
+        raise NotImplementedError
+
     def transact(
         self, run_id: str, epoch: int,
         body: Callable[[transactions.Tx], tuple[Sequence[HistoryEvent], T]],
@@ -372,6 +379,7 @@ class TransactingStore(Generic[Tx]):
             if doomed is not None:  # the body caught a failed statement: it must not commit
                 raise SQLError(f"{doomed} (the body went on after it, but a failed statement rolls "
                                "the whole transaction back)")
+            self._check_session(tx)
             fault_point("store.transact.before_append")
             self._append_held(tx, run_id, epoch, events)
             return result

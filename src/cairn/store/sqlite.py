@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cairn import faults
-from cairn.errors import LeaseLost, PayloadError, StoreError
+from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
 from cairn.faults import fault_point
 from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
@@ -118,6 +118,8 @@ log = logging.getLogger("cairn.store")
 _INSERT_EVENT = _Q["insert_event"]
 _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
 _INSERT_EVENT_NEXT = _Q["insert_event_next"]
+_TEMP_OBJECT = ("a transactional step's body created a temporary table or view: it would outlive the "
+                "transaction on the store's connection and could shadow Cairn's own tables")
 #: Runs whose last entry this store keeps in ``_tails`` at most (executions
 #: that end pop theirs; this only bounds those that never told it).
 _MAX_TAILS = 4096
@@ -798,6 +800,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
 
         return transactions.Tx(run, dialect="sqlite", paramstyle="qmark", driver_errors=(sqlite3.Error,),
                                many=lambda sql, params: int(tx.executemany(sql, params).rowcount))
+
+    def _check_session(self, tx: sqlite3.Connection) -> None:
+        if tx.execute(_Q["transact_session_check"]).fetchone() is not None:
+            raise TransactionMisuse(_TEMP_OBJECT)
 
     def _append_held(
         self, tx: sqlite3.Connection, run_id: str, epoch: int, events: Sequence[HistoryEvent]
