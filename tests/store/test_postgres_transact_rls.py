@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from cairn.errors import LeaseLost, SQLError, TransactionMisuse
+from cairn.errors import SQLError, TransactionMisuse
 from cairn.store.records import HistoryEvent
 from cairn.store.transactions import Tx
 from tests.store.contract import claim, ev, new_run
@@ -32,10 +32,6 @@ ATTACKS: dict[str, tuple[list[tuple[str, tuple[str, ...] | None]], type[BaseExce
                                      (FORGED, ("globex",))], SQLError),
     "widen-the-tenant-locally-then-forge": ([("SELECT set_config('cairn.tenant', 'globex', true)", None),
                                              (FORGED, ("globex",))], SQLError),
-    # the body's SQL succeeds, but the store's own fenced append then finds no
-    # run of its tenant (it sees nothing at all): nothing commits
-    "widen-the-tenant-and-return": ([("SELECT set_config('cairn.tenant', 'globex', false)", None)],
-                                    LeaseLost),
     "set-role": ([("SET ROLE NONE", None)], TransactionMisuse),
 }
 #: statements that run but must find nothing of the other tenant
@@ -96,3 +92,25 @@ def test_what_a_tenants_handle_may_run_finds_nothing_of_the_other(
     assert seen == [0, 0, 0, 0]  # nothing updated; g1 is invisible: no run, no history
     assert (d.owner.get_run("g1"), d.owner.history("g1")) == before
     assert d.owner.history("a1")[-1].seq == seq  # its own record committed
+
+
+def test_a_widened_tenant_setting_is_set_back(deployment: Deployment) -> None:  # noqa: F811 - the fixture
+    """A body that sets ``cairn.tenant`` to another tenant for the session and
+    returns: the store sets its own tenant again before the record (the
+    session would otherwise keep the setting after the commit), so the
+    record lands under the tenant's own run and the other's is untouched."""
+    d = deployment
+    epoch, seq = _setup(d)
+    before = (d.owner.get_run("g1"), d.owner.history("g1"))
+    seen: list[object] = []
+    widen = [("SELECT set_config('cairn.tenant', 'globex', false)", None)]
+    d.acme.transact("a1", epoch, _body(d, widen, seq, epoch, seen))  # type: ignore[arg-type]
+    assert seen == [1, 0, 0]  # it saw nothing of globex's even so (a role of acme only)
+    assert (d.owner.get_run("g1"), d.owner.history("g1")) == before
+    assert d.owner.history("a1")[-1].seq == seq
+
+    def look(tx: Tx) -> tuple[Sequence[HistoryEvent], object]:
+        tenant = tx.execute("SELECT current_setting('cairn.tenant')").scalar()
+        return [ev(d.clock, "a1", seq + 1, epoch)], tenant
+
+    assert d.acme.transact("a1", epoch, look) == "acme"
