@@ -14,9 +14,11 @@ runs statements and nothing else:
   rest of the connection's life): ``TransactionMisuse``, before anything is
   sent. Both drivers also refuse several statements in one ``execute``, so
   ``SELECT 1; COMMIT`` cannot pass the check. This is a guard against
-  mistakes, not a sandbox (a function call such as ``set_config`` is not
-  parsed): what keeps a tenant out of another tenant's rows is PostgreSQL's
-  row-level security, which applies to these statements as to the store's.
+  mistakes, not a sandbox, so the store checks the session again after the
+  body (``TransactingStore._check_session``: a temporary table left behind
+  is refused, PostgreSQL's settings are set back); what keeps a tenant out
+  of another tenant's rows is PostgreSQL's row-level security, which
+  applies to these statements as to the store's.
 * a statement that fails dooms the transaction: ``SQLError`` is raised at
   the call, and if the body catches it and returns anyway the transaction is
   rolled back all the same. PostgreSQL aborts a transaction at its first
