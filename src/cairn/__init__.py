@@ -21,6 +21,7 @@ from cairn.engine.replaycheck import ReplayReport
 from cairn.engine.schedules import InvalidSchedule, Schedule
 from cairn.engine.steps import Step, StepInfo, step_info
 from cairn.engine.tools import Done, Effect, NotFound, Operation, Tool, Unknown
+from cairn.engine.transactions import Transaction
 from cairn.errors import (
     ApprovalClosed,
     ApprovalError,
@@ -53,9 +54,11 @@ from cairn.errors import (
     SecurityViolation,
     SignalRefused,
     SignalTimeout,
+    SQLError,
     StepFailed,
     ToolResultInvalid,
     ToolTimeout,
+    TransactionMisuse,
 )
 from cairn.retry import RetryableError, RetryPolicy, TerminalError
 from cairn.security.secrets import (
@@ -70,6 +73,7 @@ from cairn.security.secrets import (
 )
 from cairn.store.admission import QueueLimits, QueueStats, Rate
 from cairn.store.records import ApprovalStatus, Durability, EventType, HistoryEvent, RunRecord, RunStatus
+from cairn.store.transactions import Result, Tx
 
 __version__ = "0.1.0"
 
@@ -121,6 +125,7 @@ __all__ = [
     "Rate",
     "ReplayDivergence",
     "ReplayReport",
+    "Result",
     "RetryPolicy",
     "RetryableError",
     "RunBlocked",
@@ -131,6 +136,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "RunSuspended",
+    "SQLError",
     "Schedule",
     "Secret",
     "SecretError",
@@ -149,6 +155,9 @@ __all__ = [
     "Tool",
     "ToolResultInvalid",
     "ToolTimeout",
+    "Transaction",
+    "TransactionMisuse",
+    "Tx",
     "Unknown",
     "Workflow",
     "operation_id",

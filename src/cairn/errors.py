@@ -361,3 +361,16 @@ class IncompatiblePayload(BaseException):
         if self.position is not None:
             return self
         return IncompatiblePayload(self.type_name, self.found, self.current, self.why, position)
+
+
+class SQLError(CairnError):
+    """A statement of a transactional step failed (a constraint, a syntax
+    error): the transaction is rolled back, user rows included, and the step
+    fails by its retry policy like any step."""
+
+
+class TransactionMisuse(CairnError):
+    """A transactional step's body tried what only Cairn may do in its
+    transaction (end it, open a savepoint, change the session), or used its
+    handle after the body returned. Refused before anything is sent; the
+    step fails at once, never retried (the same code would do it again)."""

@@ -29,10 +29,12 @@ POINTS = frozenset(
         "tool.after_effect",  # the tool changed the world; its result is not yet recorded
         "tool.after_record",  # the tool's result is recorded
         "signal.after_deliver",  # ctx.signal delivered to the other run; the send is not yet recorded
+        "transaction.after_body",  # a transactional step's body ran its SQL; nothing of it is committed
+        "store.transact.before_append",  # the body returned; its record is not yet appended
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",
-                               "deliver", "request_approval", "expire_approval", "fire_schedule")
+                               "deliver", "request_approval", "expire_approval", "fire_schedule", "transact")
             for moment in ("before_commit", "after_commit")
         ),
     }

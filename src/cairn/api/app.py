@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.export import export_run
@@ -36,6 +36,8 @@ from cairn.engine.runtime import Runtime
 from cairn.engine.schedules import DEFAULT_GRACE, InvalidSchedule, Schedule
 from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
+from cairn.engine.transactions import Transaction
+from cairn.engine.transactions import build as build_transaction
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
 from cairn.retry import NO_RETRY, RetryPolicy
@@ -55,6 +57,7 @@ from cairn.store.records import (
     RunStatus,
     check_names,
 )
+from cairn.store.transactions import Tx
 from cairn.worker.inline import InlineDriver
 from cairn.worker.worker import Worker, WorkerSettings
 
@@ -167,6 +170,31 @@ class App:
 
         def register(f: Callable[..., Any]) -> Step[..., Any]:
             return Step(StepDef.build(f, name, retry or NO_RETRY))
+
+        return register(fn) if fn is not None else register
+
+    @overload
+    def transaction(self, fn: Callable[Concatenate[Tx, P], R], /) -> Transaction[P, R]: ...
+
+    @overload
+    def transaction(
+        self, *, name: str | None = None, retry: RetryPolicy | None = None
+    ) -> Callable[[Callable[Concatenate[Tx, Q], T]], Transaction[Q, T]]: ...
+
+    def transaction(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Make a function a transactional step: it takes a ``cairn.Tx`` on
+        the store's own database first, and its statements commit in the
+        same transaction as the step's journal record (docs/design.md,
+        "Transactional steps"). Sync bodies only; not retried without ``retry``."""
+
+        def register(f: Callable[..., Any]) -> Transaction[..., Any]:
+            return Transaction(build_transaction(f, name, retry or NO_RETRY))
 
         return register(fn) if fn is not None else register
 

@@ -17,6 +17,7 @@ import hashlib
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -34,6 +35,7 @@ from cairn.errors import (
     PayloadError,
     StepFailed,
     StoreError,
+    TransactionMisuse,
 )
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
@@ -51,6 +53,7 @@ from cairn.store.records import (
 
 if TYPE_CHECKING:
     from cairn.engine.modelcalls import ModelLog
+    from cairn.store.transactions import Tx
 
 #: The execution whose workflow code is running in this context.
 CURRENT: contextvars.ContextVar[Execution] = contextvars.ContextVar("cairn_execution")
@@ -154,6 +157,8 @@ class Execution:
         self.stop_reason: str | None = None
         #: what this run's model calls journaled, built on its first live model call
         self.model_log: ModelLog | None = None
+        #: the thread running a transactional step's body (``transact``), which may make no journaled call
+        self._transacting: int | None = None
 
     # -- history -------------------------------------------------------------
 
@@ -306,6 +311,9 @@ class Execution:
         with self._lock:
             if self._ending:
                 raise Ended(f"run {self.run_id}: the execution has ended; no new call may start")
+            if self._transacting is not None and self._transacting == threading.get_ident():
+                raise TransactionMisuse(f"{kind} {name!r} called inside a transactional step's body: a "
+                                        "journaled call cannot run inside the step's own transaction")
             position = self._lowest
             if position >= self.journal.end and not self._taken:
                 # Past the journal's end, nothing handed out of order: a new
@@ -501,6 +509,36 @@ class Execution:
                 call.position, call.kind, call.name, call.input_hash, call.attempt, call.started_at, payload,
                 detail,
             ), False)
+
+    def transact(self, call: Call, body: Callable[[Tx], tuple[Payload, Any]]) -> Any:
+        """Run ``body`` (a transactional step's body and the encoding of its
+        result: the payload to record and the value replay will see) inside
+        one store transaction fenced on this claim, record that payload as
+        the outcome of ``call`` in the same transaction, and return the
+        value (``engine.transactions``). Holding the lock keeps the entry's
+        ``seq`` the next one; no journaled call may start in the body."""
+        with self._lock:
+            if self._closed:
+                raise Ended(f"run {self.run_id}: the execution has ended; {call.name!r} not recorded")
+
+            def write(handle: Tx) -> tuple[tuple[HistoryEvent], tuple[HistoryEvent, Any]]:
+                payload, decoded = body(handle)
+                event = HistoryEvent(
+                    self.run_id, self.seq, EventType.STEP_COMPLETED, time.time(), self.epoch, self.worker,
+                    call.position, call.kind, call.name, call.input_hash, call.attempt, call.started_at,
+                    payload, None)
+                return (event,), (event, decoded)
+
+            self._transacting = threading.get_ident()
+            try:
+                event, decoded = self.store.transact(self.run_id, self.epoch, write)
+            except INFRASTRUCTURE_ERRORS as exc:
+                raise Abandon(f"cannot record {call.kind} {call.name!r} of run {self.run_id}: {exc}") from exc
+            finally:
+                self._transacting = None
+            self.seq += 1
+            self.journal.record(event)
+            return decoded
 
     # -- deliveries (signals, decisions): what the run's mailbox holds ---------------
 

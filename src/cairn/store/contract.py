@@ -41,7 +41,7 @@ Rules common to every method:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.lifecycle import DEFAULT_PRUNE_STATUSES
@@ -62,6 +62,9 @@ from cairn.store.records import (
     TokenRecord,
 )
 from cairn.store.schedules import Fired, ScheduleSpec, ScheduleState
+from cairn.store.transactions import Tx
+
+_R = TypeVar("_R")
 
 #: An artifact stored (or stored again) less than this many seconds ago is
 #: never deleted by pruning, whatever ``older_than`` says: its writer may be
@@ -260,6 +263,23 @@ class Store(Protocol):
         events and everything before them are on stable storage, whatever the
         store's durability mode (one fsync in the ``process`` mode). It is
         used before a side effect touches the outside world.
+        """
+        ...
+
+    def transact(
+        self, run_id: str, epoch: int, body: Callable[[Tx], tuple[Sequence[HistoryEvent], _R]]
+    ) -> _R:
+        """Run ``body`` in one write transaction fenced on the lease and
+        append the entries it returns in that same transaction; return what
+        it returned besides them (a transactional step: the user's SQL
+        through the ``Tx`` and the step's record commit together or not at
+        all).
+
+        Fenced twice: ``LeaseLost`` before the body runs if the holder is
+        stale, and the append itself is the fenced append. No epoch bump
+        can interleave between the two. If ``body`` raises, or a statement
+        it ran failed, everything rolls back and the exception propagates
+        (a failed statement as ``SQLError``).
         """
         ...
 

@@ -191,7 +191,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -201,9 +201,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from cairn.errors import LeaseLost, PayloadError, StoreError
+from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
 from cairn.faults import fault_point
-from cairn.store import admission
+from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
@@ -244,7 +244,7 @@ from cairn.store.schedules import (
     schedule_from_row,
     schedule_params,
 )
-from cairn.store.sqlbase import SQLStore
+from cairn.store.sqlbase import SQLStore, TransactingStore
 from cairn.store.sqlfiles import load_migrations, load_queries
 
 _Q = load_queries("postgres")
@@ -359,7 +359,7 @@ class DatabaseClock:
             conn.close()
 
 
-class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
+class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifier):
     """Store contract on a PostgreSQL database (see ``contract.Store``).
 
     ``url`` is anything libpq accepts: ``postgresql://user@host:5432/db`` or
@@ -1134,6 +1134,49 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
     # -- operator actions: the primitives sqlbase.SQLStore decides over ------------
 
+    # -- transactional steps: the primitives of sqlbase.TransactingStore.transact -----
+
+    def _transact_in(self, work: Callable[[_Conn], _T]) -> _T:
+        # One pooled connection, the tenant's settings on it (_configure): row-level
+        # security applies to the user's statements as to the store's.
+        return self._transaction(work, durable=True,
+                                 faults=("store.transact.before_commit", "store.transact.after_commit"))
+
+    def _fence_held(self, tx: _Conn, run_id: str, epoch: int) -> None:
+        if tx.execute(_Q["transact_fence"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
+            raise LeaseLost(run_id, epoch)
+
+    def _user_tx(self, tx: _Conn) -> transactions.Tx:
+        def many(query: str, params: Iterable[transactions.Params]) -> int:
+            with tx.cursor() as cursor:
+                cursor.executemany(query, params)
+                return int(cursor.rowcount)
+
+        def run(query: str, params: transactions.Params | None) -> psycopg.Cursor[TupleRow]:
+            # binary: the extended protocol even without parameters, which
+            # takes one statement only (the simple protocol would run
+            # "SELECT 1; COMMIT" and commit the transaction midway)
+            return tx.execute(query, params, binary=True)
+
+        return transactions.Tx(run, dialect="postgres", paramstyle="pyformat", driver_errors=(psycopg.Error,),
+                               infrastructure=_connection_lost, many=many, describe=_one_line)
+
+    def _check_session(self, tx: _Conn) -> None:
+        # One round trip: the settings _configure gave the connection set again
+        # (a body's set_config(..., false) would otherwise outlive it), and
+        # whether the body left a temporary relation behind.
+        params = {"search_path": self._search_path, "commit": self._default_level,
+                  "idle": _IDLE_IN_TRANSACTION, "statement": _STATEMENT_TIMEOUT, "lock": _LOCK_TIMEOUT,
+                  "tenant": self.tenant}
+        row = tx.execute(_Q["transact_session_check"], params).fetchone()
+        if row is None or row[0]:
+            raise TransactionMisuse("a transactional step's body created a temporary relation: it would "
+                                    "outlive the transaction on the store's connection and could shadow "
+                                    "Cairn's own tables")
+
+    def _append_held(self, tx: _Conn, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+        _append_fenced(tx, run_id, epoch, events)
+
     def _operate(self, body: Callable[[_Conn], _T]) -> _T:
         return self._transaction(body, durable=True)
 
@@ -1275,6 +1318,17 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
 
 # -- helpers: each runs inside the caller's transaction (or autocommit statement) --
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether a failure of a user statement is the database's, not the
+    statement's: the connection went (class 08, or no SQLSTATE at all) or
+    the server is shutting down (class 57, but a timeout's 57014 is the
+    statement's own)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or (state.startswith("57") and state != "57014")
 
 
 def _end_transaction(conn: _Conn) -> None:

@@ -14,12 +14,13 @@ each tuned to its database.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from cairn.errors import InvalidArgument
+from cairn.errors import InvalidArgument, SQLError
 from cairn.faults import fault_point
 from cairn.store import lifecycle as lc
+from cairn.store import transactions
 from cairn.store.records import (
     Approval,
     ApprovalStatus,
@@ -320,3 +321,71 @@ def _token_from_row(row: tuple[Any, ...]) -> TokenRecord:
     return TokenRecord(token_id=row[0], tenant=row[1], role=row[2], name=row[3], digest=row[4],
                        created_at=float(row[5]), created_by=row[6],
                        revoked_at=None if row[7] is None else float(row[7]))
+
+
+class TransactingStore(Generic[Tx]):
+    """``Store.transact`` written once over three dialect primitives (kept
+    apart from ``SQLStore`` so the two merge independently; both SQL
+    backends inherit it). See ``transact`` and docs/design.md,
+    "Transactional steps"."""
+
+    def _transact_in(self, work: Callable[[Tx], T]) -> T:
+        """Run ``work`` in one write transaction that commits durably, with
+        the fault points ``store.transact.before_commit``/``after_commit``."""
+        raise NotImplementedError
+
+    def _fence_held(self, tx: Tx, run_id: str, epoch: int) -> None:
+        """``LeaseLost`` unless run ``run_id`` is running at ``epoch``; from
+        here to the commit no epoch bump can interleave (SQLite: the write
+        lock; PostgreSQL: the run row held ``FOR KEY SHARE``)."""
+        raise NotImplementedError
+
+    def _user_tx(self, tx: Tx) -> transactions.Tx:
+        """The handle for the user's statements on ``tx``'s connection."""
+        raise NotImplementedError
+
+    def _append_held(self, tx: Tx, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+        """Append ``events`` under the fence inside ``tx`` (``LeaseLost`` if it fails)."""
+        raise NotImplementedError
+
+    def _check_session(self, tx: Tx) -> None:
+        """After the body, before the append: undo or refuse what the body
+        did to the session that outlives the transaction on this pooled
+        connection (a temporary table that would shadow Cairn's, a changed
+        setting), so the store's own statements run where they always do."""
+        raise NotImplementedError
+
+    def transact(
+        self, run_id: str, epoch: int,
+        body: Callable[[transactions.Tx], tuple[Sequence[HistoryEvent], T]],
+    ) -> T:
+        """Run ``body`` inside one write transaction fenced on the lease of
+        ``run_id`` at ``epoch`` and append the entries it returns in that
+        same transaction: the user's rows and the step's record commit
+        together or not at all.
+
+        The fence is checked before the body runs (a stale holder's body
+        never runs) and again by the fenced append (the hard guarantee, as
+        for every append). ``body`` gets a ``transactions.Tx`` that refuses
+        transaction control; if it raises, or one of its statements failed,
+        nothing commits and its exception propagates. A PostgreSQL
+        transaction chosen as a deadlock victim runs again, body included
+        (nothing of the first run committed)."""
+
+        def work(tx: Tx) -> T:
+            self._fence_held(tx, run_id, epoch)
+            handle = self._user_tx(tx)
+            try:
+                events, result = body(handle)
+            finally:
+                handle.end()
+            doomed = handle.doomed()
+            if doomed is not None:  # the body caught a failed statement: it must not commit
+                raise SQLError(f"{doomed} (the body went on after it, but a failed statement rolls "
+                               "the whole transaction back)")
+            self._check_session(tx)
+            fault_point("store.transact.before_append")
+            self._append_held(tx, run_id, epoch, events)
+            return result
+
+        return self._transact_in(work)

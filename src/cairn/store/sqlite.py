@@ -56,9 +56,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cairn import faults
-from cairn.errors import LeaseLost, PayloadError, StoreError
+from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
 from cairn.faults import fault_point
-from cairn.store import admission
+from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
@@ -98,7 +98,7 @@ from cairn.store.schedules import (
     schedule_from_row,
     schedule_params,
 )
-from cairn.store.sqlbase import SQLStore
+from cairn.store.sqlbase import SQLStore, TransactingStore
 from cairn.store.sqlfiles import load_migrations, load_queries
 from cairn.store.wakeups import TRIGGERS, Mark, Waker
 
@@ -118,6 +118,8 @@ log = logging.getLogger("cairn.store")
 _INSERT_EVENT = _Q["insert_event"]
 _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
 _INSERT_EVENT_NEXT = _Q["insert_event_next"]
+_TEMP_OBJECT = ("a transactional step's body created a temporary table or view: it would outlive the "
+                "transaction on the store's connection and could shadow Cairn's own tables")
 #: Runs whose last entry this store keeps in ``_tails`` at most (executions
 #: that end pop theirs; this only bounds those that never told it).
 _MAX_TAILS = 4096
@@ -133,7 +135,7 @@ _FAULTS: dict[str, _Faults] = {
 _NO_FAULTS: _Faults = ("", "")
 
 
-class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
+class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connection], Migratable, Notifier):
     """Store contract on one SQLite database file (see ``contract.Store``)."""
 
     def __init__(
@@ -775,6 +777,40 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             self._fenced(tx, run_id, epoch, event)
             tx.execute(_Q["halt"], update_params(update)).fetchall()
             tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
+
+    # -- transactional steps: the primitives of sqlbase.TransactingStore.transact -----
+
+    def _transact_in(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        # The body runs holding the write lock: nothing can take the run over
+        # (or write anything else) until it commits (docs/design.md).
+        self._local.transacted = None
+        with self._write(("store.transact.before_commit", "store.transact.after_commit")) as tx:
+            result = work(tx)
+        if self._local.transacted is not None:  # committed: the next append may follow it unread
+            self._tail(*self._local.transacted)
+        return result
+
+    def _fence_held(self, tx: sqlite3.Connection, run_id: str, epoch: int) -> None:
+        if tx.execute(_Q["transact_fence"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
+            raise LeaseLost(run_id, epoch)
+
+    def _user_tx(self, tx: sqlite3.Connection) -> transactions.Tx:
+        def run(sql: str, params: transactions.Params | None) -> sqlite3.Cursor:
+            return tx.execute(sql) if params is None else tx.execute(sql, params)
+
+        return transactions.Tx(run, dialect="sqlite", paramstyle="qmark", driver_errors=(sqlite3.Error,),
+                               many=lambda sql, params: int(tx.executemany(sql, params).rowcount))
+
+    def _check_session(self, tx: sqlite3.Connection) -> None:
+        if tx.execute(_Q["transact_session_check"]).fetchone() is not None:
+            raise TransactionMisuse(_TEMP_OBJECT)
+
+    def _append_held(
+        self, tx: sqlite3.Connection, run_id: str, epoch: int, events: Sequence[HistoryEvent]
+    ) -> None:
+        for event in events:
+            at = self._fenced(tx, run_id, epoch, event)  # forgets the tail: remembered once committed
+            self._local.transacted = (run_id, epoch, event.seq, at)
 
     # -- operator actions: the primitives sqlbase.SQLStore decides over ------------
 

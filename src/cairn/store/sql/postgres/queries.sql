@@ -833,3 +833,30 @@ UPDATE schedules SET
     fired = fired + %(created)s::int
 WHERE tenant = %(tenant)s::text AND name = %(name)s::text
   AND (last_tick IS NULL OR last_tick < %(tick)s::float8)
+
+-- Transactional steps (``Store.transact``): the fence, checked inside the
+-- transaction before the user's body runs. FOR KEY SHARE conflicts with the
+-- FOR UPDATE every epoch bump takes first (claims, takeovers, operator
+-- actions), so no takeover interleaves until the commit; it does not conflict
+-- with a lease renewal's UPDATE, so a long body does not starve the renewals.
+-- name: transact_fence
+SELECT 1 FROM runs
+WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+FOR KEY SHARE
+
+-- After a transactional step's body, in its transaction: the connection's
+-- settings (those PostgresStore._configure sets) set again, since a body's
+-- set_config(..., false) would outlive the commit on this pooled connection,
+-- the role reset to the session's, and whether the body left a temporary
+-- relation (pg_temp is searched first: it could shadow runs or history).
+-- name: transact_session_check
+SELECT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = pg_my_temp_schema()),
+       set_config('search_path', %(search_path)s::text, false),
+       set_config('synchronous_commit', %(commit)s::text, false),
+       set_config('idle_in_transaction_session_timeout', %(idle)s::text, false),
+       set_config('statement_timeout', %(statement)s::text, false),
+       set_config('lock_timeout', %(lock)s::text, false),
+       set_config('jit', 'off', false),
+       set_config('role', 'none', false),
+       CASE WHEN %(tenant)s::text IS NULL THEN NULL
+            ELSE set_config('cairn.tenant', %(tenant)s::text, false) END

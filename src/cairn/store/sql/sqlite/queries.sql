@@ -552,3 +552,15 @@ UPDATE schedules SET
     fired_at = CASE WHEN :created = 1 THEN :now ELSE fired_at END,
     fired = fired + :created
 WHERE tenant = :tenant AND name = :name AND (last_tick IS NULL OR last_tick < :tick)
+
+-- Transactional steps (``Store.transact``): the fence, checked inside the
+-- write transaction before the user's body runs. The write lock the
+-- transaction holds keeps it true until the commit.
+-- name: transact_fence
+SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch AND status = 'running'
+
+-- After a transactional step's body: a temporary table or view it created
+-- would outlive the transaction on this connection and shadow main's tables
+-- (unqualified names look in temp first). Cairn's own temp objects are triggers.
+-- name: transact_session_check
+SELECT 1 FROM sqlite_temp_master WHERE type IN ('table', 'view') LIMIT 1
