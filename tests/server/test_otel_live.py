@@ -436,3 +436,43 @@ def test_a_child_run_joins_its_root_runs_trace(tmp_path: Path, exporters: Export
             assert span.parent is not None
             assert span.parent.span_id == span_id_of(str(span.attributes["cairn.run_id"]), "run")
     assert exporters.value("cairn.runs.ended", **{"cairn.status": "completed"}) == 3
+
+
+def test_every_entry_a_claim_commits_has_its_span_whatever_path_wrote_it(
+    tmp_path: Path, exporters: Exporters
+) -> None:
+    """Entries are committed by several paths (a plain append, a transaction,
+    a consumed signal): each reaches the observer, because it hooks the
+    journal every committed entry goes through, not each write path."""
+    app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db")
+
+    @app.transaction
+    def book(tx: cairn.Tx, n: int) -> int:
+        tx.execute("CREATE TABLE IF NOT EXISTS bookings (n INTEGER)")
+        tx.execute("INSERT INTO bookings VALUES (?)", (n,))
+        return n
+
+    @app.step
+    def double(n: int) -> int:
+        return 2 * n
+
+    @app.workflow(name="paths")
+    def paths(ctx: cairn.Context) -> int:
+        go = ctx.wait_for_signal("go", type_=int)
+        return double(book(go))
+
+    try:
+        instrument(app, exporters.tracer_provider, exporters.meter_provider)
+        handle = app.start(paths)
+        app.signal(handle.run_id, "go", 21)
+        app.worker(poll_interval=0.05).run(install_signals=False, max_idle=0.5)
+        assert handle.result(timeout=5) == 42
+    finally:
+        uninstrument(app)
+        app.close()
+    entries = [e for e in app_history(tmp_path, handle.run_id)
+               if e.event is EventType.STEP_COMPLETED and e.position is not None]
+    assert len(entries) == 3
+    spanned = {int(str(s.attributes["cairn.position"])) for s in exporters.finished()
+               if s.attributes and "cairn.position" in s.attributes}
+    assert spanned == {e.position for e in entries}
