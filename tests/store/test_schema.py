@@ -54,6 +54,8 @@ SQLITE_ONLY = {
     "queue_running": "counts running runs directly (PostgreSQL: queue_running_totals, through a "
                      "SECURITY DEFINER function, since row-level security hides other tenants' runs)",
     "upsert_bucket": "one token bucket per statement (PostgreSQL: upsert_buckets, all in one)",
+    "insert_created_events": "a run created held: its three first entries in one statement with the "
+                             "tenant bound (PostgreSQL: create_run, the run and its entries in one)",
     "insert_event_next": "the fenced append without reading history, when the store appended the "
                          "run's last entry itself (a read of the inserted table costs a temporary copy in "
                          "SQLite; PostgreSQL's trigger keeps time monotonic)",

@@ -109,6 +109,31 @@ except ImportError:  # pragma: no cover - not POSIX: puts and collection are not
 
 _Q = load_queries("sqlite")
 _T = TypeVar("_T")
+
+
+def _bind_without_lookups() -> None:
+    """Let ``sqlite3`` bind ``None`` and ``bytes`` parameters without its
+    adapter search.
+
+    The module binds ``int``, ``float`` and ``str`` directly but sends every
+    other parameter through ``microprotocols.adapt``: a registry miss, then
+    ``__adapt__`` and ``__conform__`` looked up and not found, about 0.2 µs
+    per ``None`` and 0.8 µs per ``bytes`` here. A history row binds a dozen
+    ``None``s and a payload, so that search was about 170,000 of the
+    1,400,000 instructions of a three-step run (callgrind). An identity
+    adapter found in the registry ends the search at its first lookup and
+    binds exactly what was passed (``dict.get`` of an empty dict returns
+    ``None`` for ``None``; ``bytes(b)`` returns ``b`` itself). The registry
+    is the process's: an adapter registered before for either type (by the
+    application) is left in place, and ours changes no value anyone binds."""
+    protocol = sqlite3.PrepareProtocol
+    identities: dict[type[Any], Callable[[Any], Any]] = {type(None): {}.get, bytes: bytes}
+    for kind, adapter in identities.items():
+        if (kind, protocol) not in sqlite3.adapters:
+            sqlite3.register_adapter(kind, adapter)
+
+
+_bind_without_lookups()
 #: fdatasync where the platform has it (it skips metadata that does not
 #: affect reading the data back); fsync elsewhere.
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
@@ -120,6 +145,7 @@ _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
 _INSERT_EVENT_NEXT = _Q["insert_event_next"]
 _TEMP_OBJECT = ("a transactional step's body created a temporary table or view: it would outlive the "
                 "transaction on the store's connection and could shadow Cairn's own tables")
+_INSERT_CREATED_EVENTS = _Q["insert_created_events"]
 #: Runs whose last entry this store keeps in ``_tails`` at most (executions
 #: that end pop theirs; this only bounds those that never told it).
 _MAX_TAILS = 4096
@@ -396,9 +422,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             if not _insert_run(tx, params):
                 return None
             # A run created here has no history to follow or to clamp the time
-            # against, and it is running at epoch 1: the statement without a
-            # read of history is exact (and the store knows its last entry).
-            tx.executemany(_INSERT_EVENT_NEXT, [event_values(event) for event in events])
+            # against, it is running at epoch 1 and its tenant is the one just
+            # inserted: its three entries go in one statement without a read
+            # (and the store knows its last entry).
+            created, claimed, started = events  # the statement's three rows
+            tx.execute(_INSERT_CREATED_EVENTS, (*event_values(created), *event_values(claimed),
+                                                *event_values(started), run.tenant))
         self._tail(run.run_id, 1, events[-1].seq, events[-1].at)
         record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)

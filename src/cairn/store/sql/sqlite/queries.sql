@@ -82,6 +82,18 @@ SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenan
 FROM runs AS r
 WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
 
+-- A run created already held (``create_claimed_run``): its first three
+-- entries (created, claimed, started) in one statement, the tenant bound
+-- rather than read from the run row inserted just before in the same
+-- transaction. One statement instead of three (executemany of
+-- insert_event_next): about 90,000 instructions less per run.
+-- name: insert_created_events
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                     attempt, started_at, payload, payload_ref, detail, tenant)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?46),
+       (?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?46),
+       (?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46)
+
 -- name: select_claim_state
 SELECT run_id, status, owner, epoch, recoveries, runnable_at FROM runs WHERE run_id = :run_id
 
