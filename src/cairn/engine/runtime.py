@@ -8,6 +8,7 @@ from cairn.codec.payloads import PayloadCodec
 from cairn.engine.bundles import Registry
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.schedules import Schedule
+from cairn.memory.policy import MemoryPolicy
 from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
 
@@ -31,3 +32,5 @@ class Runtime:
     #: workflow versions, prompts, model settings and tools, and the bundles
     #: served (``engine.bundles``); ``workflows`` maps each name to its newest version
     registry: Registry = field(default_factory=Registry)
+    #: retention of the memory tiers and the embedder of search (``App(memory=...)``)
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
