@@ -39,11 +39,12 @@ from tests.store.contract import (
     types,
 )
 from tests.store.pg import TestDatabases
+from tests.store.memory_contract import MemoryContract
 from tests.store.queue_contract import QueueContract
 from tests.store.schedule_contract import ScheduleContract
 
 
-class TestPostgresStore(StoreContract, QueueContract, ScheduleContract):
+class TestPostgresStore(StoreContract, QueueContract, ScheduleContract, MemoryContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()

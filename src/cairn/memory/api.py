@@ -131,7 +131,7 @@ class Memory:
         """Put ``value`` under ``key`` of ``namespace`` (a new version).
         ``index``: the text semantic search embeds (``None``: not searchable).
         ``ttl``: seconds it lives (default: the namespace's ``Retention``)."""
-        ns = encode_namespace(namespace)
+        ns = _ns(namespace)
         _check_key(key)
         if ttl is not None and not ttl > 0:
             raise InvalidArgument(f"a memory TTL must be a positive number of seconds, not {ttl!r}")
@@ -146,7 +146,7 @@ class Memory:
 
     def get(self, namespace: Sequence[str], key: str) -> Item | None:
         """The live item (``None``: absent or expired)."""
-        ns = encode_namespace(namespace)
+        ns = _ns(namespace)
         refresh = self._c.policy.for_namespace(namespace).refresh_on_read
 
         def read() -> Item | None:
@@ -157,11 +157,11 @@ class Memory:
         return result
 
     def delete(self, namespace: Sequence[str], key: str) -> None:
-        self._c.write("delete", (list(namespace), key), ItemDelete(encode_namespace(namespace), key))
+        self._c.write("delete", (list(namespace), key), ItemDelete(_ns(namespace), key))
 
     def list(self, prefix: Sequence[str] = (), *, limit: int = 100) -> list[Item]:
         """Live items under the namespace ``prefix``, by namespace and key."""
-        encoded = encode_prefix(prefix)
+        encoded = _ns(prefix, prefix=True)
 
         def read() -> list[Item]:
             found = self._c.store.memory_items(self._c.tenant, encoded, limit=limit)
@@ -175,7 +175,7 @@ class Memory:
     ) -> SearchResult:
         """The ``k`` items under ``prefix`` whose index text is nearest to
         ``query`` (the policy's embedder), with ``filter`` on metadata."""
-        encoded = encode_prefix(prefix)
+        encoded = _ns(prefix, prefix=True)
         embedder = self._c.policy.embedder
         store = self._c.store
         if embedder is None:
@@ -210,6 +210,7 @@ class Memory:
         chosen = thread_id if thread_id is not None else self._c.thread_id
         if not chosen:
             raise InvalidArgument("no thread: the run has no thread_id and none was given")
+        _check_key(chosen, "a thread id")
         return Thread(self._c, chosen)
 
 
@@ -313,9 +314,20 @@ def run_memory_value(entry: RunMemory, codec: PayloadCodec) -> Any:
     return codec.load(entry.value, what=f"run memory {entry.key!r}")
 
 
-def _check_key(key: str) -> None:
+def _check_key(key: str, what: str = "a memory key") -> None:
+    """Keys, labels and thread ids are text on both backends: PostgreSQL
+    text cannot hold NUL, so neither backend takes it (one behaviour)."""
     if not isinstance(key, str) or not key:
-        raise InvalidArgument(f"a memory key must be a non-empty string, not {key!r}")
+        raise InvalidArgument(f"{what} must be a non-empty string, not {key!r}")
+    if "\x00" in key:
+        raise InvalidArgument(f"{what} {key!r} contains NUL")
+
+
+def _ns(labels: Sequence[str], *, prefix: bool = False) -> str:
+    encoded = encode_prefix(labels) if prefix else encode_namespace(labels)
+    for label in labels:
+        _check_key(label, "a namespace label")
+    return encoded
 
 
 __all__ = ["Channel", "Hit", "Item", "Memory", "Message", "RunScratch", "SearchResult", "Thread",

@@ -898,7 +898,7 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND substr(namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
   AND (expires_at IS NULL OR expires_at > %(now)s::float8)
   AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
-ORDER BY tenant, namespace, key
+ORDER BY tenant COLLATE "C", namespace COLLATE "C", key COLLATE "C"
 LIMIT %(limit)s::bigint
 
 -- name: delete_memory_items_prefix
@@ -929,7 +929,7 @@ DELETE FROM memory_run WHERE run_id = %(run_id)s::text AND key = %(key)s::text
 SELECT run_id, tenant, key, value, value_ref, version, created_at, updated_at, position, operation_id, actor
 FROM memory_run
 WHERE run_id = %(run_id)s::text AND (%(key)s::text IS NULL OR key = %(key)s::text) AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
-ORDER BY key
+ORDER BY key COLLATE "C"
 
 -- name: delete_memory_run_of_run
 DELETE FROM memory_run WHERE run_id = %(run_id)s::text AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
@@ -967,7 +967,7 @@ RETURNING next_idx
 -- name: insert_memory_message
 INSERT INTO memory_thread_messages (tenant, thread_id, idx, kind, value, value_ref, created_at, run_id,
                                     position, operation_id, actor)
-VALUES (%(tenant)s::text, %(thread_id)s::text, %(idx)s::text, %(kind)s::text, %(value)s::bytea, %(value_ref)s::text, %(now)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text,
+VALUES (%(tenant)s::text, %(thread_id)s::text, %(idx)s::bigint, %(kind)s::text, %(value)s::bytea, %(value_ref)s::text, %(now)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text,
         %(actor)s::text)
 ON CONFLICT (tenant, thread_id, idx) DO UPDATE SET
     kind = excluded.kind, value = excluded.value, value_ref = excluded.value_ref,
@@ -1011,7 +1011,7 @@ LIMIT %(limit)s::bigint
 -- name: list_memory_threads
 SELECT tenant, thread_id, next_idx, created_at, updated_at, expires_at FROM memory_threads
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) AND (expires_at IS NULL OR expires_at > %(now)s::float8)
-ORDER BY tenant, thread_id
+ORDER BY tenant COLLATE "C", thread_id COLLATE "C"
 LIMIT %(limit)s::bigint
 
 -- name: delete_memory_messages_of_thread
@@ -1048,3 +1048,9 @@ RETURNING 1
 
 -- name: sweep_memory_threads
 DELETE FROM memory_threads WHERE expires_at IS NOT NULL AND expires_at <= %(now)s::float8
+
+-- name: select_all_memory_outbox
+-- Every outbox row, oldest first (inspection and tests; the embedding
+-- worker claims with its own statements).
+SELECT tenant, namespace, key, version, created_at, attempts, claimed_by, claimed_until, last_error
+FROM memory_outbox ORDER BY id

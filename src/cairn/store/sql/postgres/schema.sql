@@ -284,15 +284,7 @@ CREATE POLICY tenant_isolation ON mailbox
                 AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = mailbox.run_id AND r.tenant = mailbox.tenant));
 
 ALTER TABLE artifacts ENABLE ROW LEVEL SECURITY;
--- The subqueries run as the reader, under the policies of runs and history.
-CREATE POLICY referenced ON artifacts FOR SELECT
-    USING (EXISTS (SELECT 1 FROM runs AS r WHERE r.input_ref = artifacts.ref)
-           OR EXISTS (SELECT 1 FROM runs AS r WHERE r.result_ref = artifacts.ref)
-           OR EXISTS (SELECT 1 FROM history AS h WHERE h.payload_ref = artifacts.ref)
-           OR EXISTS (SELECT 1 FROM mailbox AS m WHERE m.payload_ref = artifacts.ref)
-           OR EXISTS (SELECT 1 FROM memory_run AS m WHERE m.value_ref = artifacts.ref)
-           OR EXISTS (SELECT 1 FROM memory_thread_messages AS m WHERE m.value_ref = artifacts.ref)
-           OR EXISTS (SELECT 1 FROM memory_items AS m WHERE m.value_ref = artifacts.ref));
+-- Its policy (referenced) is at the end, after the memory tables it names.
 
 ALTER TABLE artifact_gc ENABLE ROW LEVEL SECURITY;
 
@@ -760,3 +752,14 @@ BEGIN
     EXECUTE format('ALTER FUNCTION memory_drop_run_memory() SET search_path = %I, pg_temp', current_schema());
 END
 $$;
+
+-- artifacts: readable through a row the reader may see (runs, history,
+-- mailbox, memory).
+CREATE POLICY referenced ON artifacts FOR SELECT
+    USING (EXISTS (SELECT 1 FROM runs AS r WHERE r.input_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM runs AS r WHERE r.result_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM history AS h WHERE h.payload_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM mailbox AS m WHERE m.payload_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM memory_run AS m WHERE m.value_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM memory_thread_messages AS m WHERE m.value_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM memory_items AS m WHERE m.value_ref = artifacts.ref));

@@ -767,3 +767,9 @@ RETURNING 1
 
 -- name: sweep_memory_threads
 DELETE FROM memory_threads WHERE expires_at IS NOT NULL AND expires_at <= :now
+
+-- name: select_all_memory_outbox
+-- Every outbox row, oldest first (inspection and tests; the embedding
+-- worker claims with its own statements).
+SELECT tenant, namespace, key, version, created_at, attempts, claimed_by, claimed_until, last_error
+FROM memory_outbox ORDER BY id
