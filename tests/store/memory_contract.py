@@ -52,7 +52,9 @@ def _outbox(store: Store) -> list[tuple[object, ...]]:
 class MemoryContract:
     # -- writes committed with the step --------------------------------------------------
 
-    def test_writes_commit_with_the_entry_and_carry_its_provenance(self, store: Store, clock: FakeClock) -> None:
+    def test_writes_commit_with_the_entry_and_carry_its_provenance(
+        self, store: Store, clock: FakeClock
+    ) -> None:
         store.create_run(new_run("r1", tenant="t1", thread_id="th"))
         c = claim(store, "r1")
         entry = ev(clock, "r1", c.next_seq, c.run.epoch, position=3)
@@ -160,7 +162,9 @@ class MemoryContract:
         assert _outbox(store) == []
         assert _keys(store) == [(NS, "long")]
 
-    def test_refresh_on_read_renews_the_ttl_and_a_plain_read_does_not(self, store: Store, clock: FakeClock) -> None:
+    def test_refresh_on_read_renews_the_ttl_and_a_plain_read_does_not(
+        self, store: Store, clock: FakeClock
+    ) -> None:
         store.write_memory("t1", [_put("a", "a", ttl=10), _put("b", "b", ttl=10)], OP)
         for _ in range(3):
             clock.advance(6)
@@ -235,7 +239,9 @@ class MemoryContract:
         assert [m.value for m in store.thread_messages("t2", "th")] == [_v("t2")]
         assert self._collected(store, clock, ref)
 
-    def test_deleting_a_namespace_prefix_leaves_other_namespaces(self, store: Store, clock: FakeClock) -> None:
+    def test_deleting_a_namespace_prefix_leaves_other_namespaces(
+        self, store: Store, clock: FakeClock
+    ) -> None:
         self._world(store, clock)
         assert store.delete_memory(MemoryScope("t1", encode_prefix(("users", "u1")))) == 2
         assert _keys(store) == [(OTHER, "k")]
@@ -260,7 +266,9 @@ class MemoryContract:
         assert [o[0] for o in _outbox(store)] == ["t2"]
         assert self._collected(store, clock, ref)
 
-    def test_pruning_a_run_deletes_its_run_memory_and_its_values(self, store: Store, clock: FakeClock) -> None:
+    def test_pruning_a_run_deletes_its_run_memory_and_its_values(
+        self, store: Store, clock: FakeClock
+    ) -> None:
         store.create_run(new_run("r1", tenant="t1"))
         c = claim(store, "r1")
         ref = store.put_artifact(BIG)

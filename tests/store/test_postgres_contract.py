@@ -38,8 +38,8 @@ from tests.store.contract import (
     new_run,
     types,
 )
-from tests.store.pg import TestDatabases
 from tests.store.memory_contract import MemoryContract
+from tests.store.pg import TestDatabases
 from tests.store.queue_contract import QueueContract
 from tests.store.schedule_contract import ScheduleContract
 
