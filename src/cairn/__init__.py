@@ -57,6 +57,7 @@ from cairn.errors import (
     ToolResultInvalid,
     ToolTimeout,
 )
+from cairn.memory import Item, Memory, MemoryPolicy, Message, Retention, SearchResult
 from cairn.retry import RetryableError, RetryPolicy, TerminalError
 from cairn.security.secrets import (
     Access,
@@ -108,8 +109,12 @@ __all__ = [
     "InvalidEdit",
     "InvalidSchedule",
     "InvalidSignal",
+    "Item",
     "LeaseLost",
     "LogicalFailure",
+    "Memory",
+    "MemoryPolicy",
+    "Message",
     "MigrationRefused",
     "NonDeterminismError",
     "NotAnApprover",
@@ -121,6 +126,7 @@ __all__ = [
     "Rate",
     "ReplayDivergence",
     "ReplayReport",
+    "Retention",
     "RetryPolicy",
     "RetryableError",
     "RunBlocked",
@@ -132,6 +138,7 @@ __all__ = [
     "RunStatus",
     "RunSuspended",
     "Schedule",
+    "SearchResult",
     "Secret",
     "SecretError",
     "SecretLeak",
