@@ -57,7 +57,8 @@ def test_a_step_writes_with_its_record_and_replay_does_not_write_again(app: cair
     assert ran == [1]
     item = _item(app, "pref")
     assert item is not None
-    assert (item.value, item.version, item.metadata) == ({"text": "dark <b>mode</b> \u202e"}, 1, {"src": "step"})
+    expected = ({"text": "dark <b>mode</b> \u202e"}, 1, {"src": "step"})
+    assert (item.value, item.version, item.metadata) == expected
     step_entry = next(e for e in app.history("w1") if e.step_kind == "step")
     assert (item.run_id, item.position, item.operation_id) == (
         "w1", step_entry.position, cairn.operation_id("w1", step_entry.position or 0))
@@ -162,7 +163,8 @@ def test_compaction_replaces_a_prefix_by_a_summary(app: cairn.App) -> None:
         assert thread.compact_with(2, lambda older: summarize([m.value for m in older]))
         return [(m.index, m.kind, m.value) for m in thread.window()]
 
-    assert app.run(compact) == [(2, "summary", "summary: m0 m1 m2"), (3, "message", "m3"), (4, "message", "m4")]
+    expected = [(2, "summary", "summary: m0 m1 m2"), (3, "message", "m3"), (4, "message", "m4")]
+    assert app.run(compact) == expected
 
 
 def test_retention_policy_sets_the_ttl(tmp_path: Any) -> None:

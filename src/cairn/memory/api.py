@@ -58,6 +58,7 @@ class Item:
     position: int | None = None
     operation_id: str | None = None
     actor: str | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +301,7 @@ def item_of(item: MemoryItem, codec: PayloadCodec) -> Item:
     value = codec.load(item.value, what=f"memory item {item.key!r}")
     return Item(decode_namespace(item.namespace), item.key, value, item.metadata, item.version,
                 item.created_at, item.updated_at, item.expires_at, item.index_text, p.run_id, p.position,
-                p.operation_id, p.actor)
+                p.operation_id, p.actor, item.tenant)
 
 
 def message_of(message: ThreadMessage, codec: PayloadCodec) -> Message:
