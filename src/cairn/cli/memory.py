@@ -40,7 +40,8 @@ def _namespace(namespace: str | None, labels: tuple[str, ...]) -> tuple[str, ...
 
 def _item_dict(tenant: str | None, item: Item) -> dict[str, Any]:
     return {"tenant": item.tenant or tenant, "namespace": list(item.namespace), "key": item.key,
-            "value": item.value, "metadata": item.metadata, "index_text": item.index_text, "version": item.version,
+            "value": item.value, "metadata": item.metadata, "index_text": item.index_text,
+            "version": item.version,
             "created_at": item.created_at, "updated_at": item.updated_at, "expires_at": item.expires_at,
             "run_id": item.run_id, "position": item.position, "operation_id": item.operation_id,
             "actor": item.actor}
