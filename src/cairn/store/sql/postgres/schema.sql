@@ -666,7 +666,10 @@ CREATE FUNCTION memory_queue_artifact() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     IF OLD.value_ref IS NOT NULL AND (TG_OP = 'DELETE' OR OLD.value_ref IS DISTINCT FROM NEW.value_ref) THEN
-        INSERT INTO artifact_gc (ref, queued_at) VALUES (OLD.value_ref, extract(epoch FROM clock_timestamp()))
+        -- only a stored artifact: a role cannot fill the queue with made-up refs
+        INSERT INTO artifact_gc (ref, queued_at)
+        SELECT OLD.value_ref, extract(epoch FROM clock_timestamp())
+        WHERE EXISTS (SELECT 1 FROM artifacts WHERE ref = OLD.value_ref)
         ON CONFLICT (ref) DO NOTHING;
     END IF;
     RETURN NULL;
