@@ -536,7 +536,8 @@ WRITES = [
     ("memory_thread_messages", "UPDATE memory_thread_messages SET value = 'evil' WHERE tenant = 'acme'"),
     ("memory_thread_messages", "DELETE FROM memory_thread_messages"),
     ("memory_thread_messages", "INSERT INTO memory_thread_messages "
-                               "(tenant, thread_id, idx, kind, created_at) VALUES ('acme', 'th', 9, 'message', 0)"),
+                               "(tenant, thread_id, idx, kind, created_at) "
+                               "VALUES ('acme', 'th', 9, 'message', 0)"),
     ("memory_thread_messages", "INSERT INTO memory_thread_messages "
                                "(tenant, thread_id, idx, kind, created_at, run_id) "
                                "VALUES ('globex', 'th', 9, 'message', 0, 'a1')"),  # forged provenance
