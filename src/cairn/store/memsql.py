@@ -136,9 +136,11 @@ class SQLMemory(Generic[Tx]):
                   "expires_at": None if put.ttl is None else now + put.ttl}
         ((version,),) = self._query(tx, "put_memory_item", params)
         item = {"tenant": tenant, "namespace": put.namespace, "key": put.key}
-        if put.index_text is None:  # no longer searchable: nothing to embed, no stale vector
-            self._query(tx, "delete_memory_outbox_of_item", item)
-            self._drop_vectors(tx, tenant, put.namespace, put.key)
+        if put.index_text is None:
+            if version != 1:  # no longer searchable: nothing to embed, no stale vector (a new
+                # item has neither: deleting or sweeping an item deletes its outbox rows and vectors)
+                self._query(tx, "delete_memory_outbox_of_item", item)
+                self._drop_vectors(tx, tenant, put.namespace, put.key)
         else:
             self._query(tx, "insert_memory_outbox", {**item, "version": int(version), "now": now})
 
