@@ -85,7 +85,8 @@ def test_memory_writes_exist_once_per_recorded_step_under_sigkill(cluster: Clust
         time.sleep(rng.uniform(0.0, 0.3))  # the random kill point itself, not a synchronisation
         worker.kill()
         progress.append(_check(app, run_id, f"after kill {k} {context}"))
-        assert app.get_run(run_id).status is not RunStatus.COMPLETED, f"too short for {KILLS} kills {context}"
+        status = app.get_run(run_id).status
+        assert status is not RunStatus.COMPLETED, f"too short for {KILLS} kills {context}"
     final = cluster.spawn("mk-final", lease=LEASE)
     wait_until(lambda: app.get_run(run_id).status is RunStatus.COMPLETED, 60, f"the run to complete {context}")
     final.send(signal.SIGTERM)

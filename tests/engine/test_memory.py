@@ -188,3 +188,24 @@ def test_bad_namespaces_are_refused_naming_the_label(app: cairn.App, bad: Any) -
     with pytest.raises(cairn.InvalidArgument):
         app.operator.memory("default").put(bad, "k", 1)
     assert app.operator.memory_items(None) == []
+
+
+@both
+def test_a_tool_body_that_raised_writes_nothing_even_when_reconciled_done(app: cairn.App, kind: Kind) -> None:
+    """The effect may have happened (reconcile says so), but the body did not
+    finish: its buffered writes are not the recorded outcome's."""
+    def charge(op: cairn.Operation, cents: int) -> int:
+        op.memory.put(NS, "charged", cents)
+        raise ConnectionError("the reply was lost")
+
+    def reconcile(op: cairn.Operation) -> cairn.Done[int]:
+        return cairn.Done(op.arguments["cents"])
+
+    tool = app.tool(effect="write", reconcile=kind.fn(reconcile))(kind.fn(charge))
+
+    @kind.workflow(app, "charger")
+    def flow(ctx: cairn.Context) -> Flow[int]:
+        return (yield tool(1250))
+
+    assert app.run(flow) == 1250
+    assert _item(app, "charged") is None

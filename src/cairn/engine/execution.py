@@ -512,6 +512,12 @@ class Execution:
             else:  # the body wrote memory: it commits with this entry (``memory``)
                 self._write_memory(event, call, buffered[1])
 
+    def drop_memory(self, position: int) -> None:
+        """Forget the memory writes buffered at ``position``: its body raised
+        (a failed attempt, or one run again after a credential refresh), and
+        only the writes of a body whose outcome is recorded may land."""
+        self.memory_buffers.pop(position, None)
+
     def record_memory(self, call: Call, payload: Payload | None, writes: Sequence[MemoryWrite]) -> None:
         """Record the outcome of ``call`` with ``writes`` in one transaction
         (a workflow's ``ctx.memory`` write is its own journaled call)."""
@@ -651,7 +657,7 @@ class Execution:
     ) -> NoReturn:
         """Record a failed attempt; raise ``Suspend`` until the retry is due,
         or ``StepFailed`` if this was the last attempt."""
-        self.memory_buffers.pop(call.position, None)  # a failed attempt's memory writes never land
+        self.drop_memory(call.position)  # a failed attempt's memory writes never land
         category = "retryable" if retryable else "terminal"
         error = error_detail(exc, retryable=retryable, **{"class": category})
         if retry_delay is not None:

@@ -146,6 +146,7 @@ def _with_secrets(
         try:
             return (yield Invoke(definition.fn, body_args, body_kwargs, None, what))
         except Exception as exc:
+            execution.drop_memory(STEP_INFO.get()[2])  # the body failed: its writes never land
             if not credentials.should_refresh(execution, exc, used, refreshes, write=False):
                 raise
             credentials.refresh(execution, exc, used, refreshes, what)

@@ -342,6 +342,7 @@ class _ToolCall:
             try:
                 value = yield Invoke(self.d.fn, body_args, body_kwargs, self.d.timeout, self.what)
             except Exception as exc:
+                self.ex.drop_memory(self.call.position)  # the body failed: its writes never land
                 failure = self._refresh(exc, used)
                 if failure is not None:
                     plan = self._failed(failure)
