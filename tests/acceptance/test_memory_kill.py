@@ -88,7 +88,8 @@ def test_memory_writes_exist_once_per_recorded_step_under_sigkill(cluster: Clust
         status = app.get_run(run_id).status
         assert status is not RunStatus.COMPLETED, f"too short for {KILLS} kills {context}"
     final = cluster.spawn("mk-final", lease=LEASE)
-    wait_until(lambda: app.get_run(run_id).status is RunStatus.COMPLETED, 60, f"the run to complete {context}")
+    wait_until(lambda: app.get_run(run_id).status is RunStatus.COMPLETED, 60,
+               f"the run to complete {context}")
     final.send(signal.SIGTERM)
     assert final.wait_exit(10) == 0
     history = app.history(run_id)
