@@ -183,6 +183,21 @@ def build_app(
         effect("end", t0, time.time())
         return mark
 
+    @app.step()
+    def mem_slow(k: int) -> dict[str, int]:
+        """Writes memory first, then sleeps (SLOW_ENV): a worker frozen here holds buffered writes."""
+        t0 = time.time()
+        effect("begin", t0)
+        mark = remember(k)
+        time.sleep(float(os.environ.get(SLOW_ENV, "0")))
+        effect("end", t0, time.time())
+        return mark
+
+    @app.workflow(name="memfenced")
+    def memfenced(ctx: cairn.Context, k: int) -> int:
+        mem_slow(k)
+        return k
+
     @app.workflow(name="memfifty")
     def memfifty(ctx: cairn.Context, n: int, pause: float) -> int:
         for i in range(n):

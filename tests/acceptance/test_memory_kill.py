@@ -21,7 +21,14 @@ import pytest
 
 import cairn
 from cairn import EventType, RunStatus
-from tests.acceptance.harness import Cluster, audit_history, format_history, wait_until
+from tests.acceptance.apps import SLOW_ENV
+from tests.acceptance.harness import (
+    Cluster,
+    audit_history,
+    format_history,
+    stop_outside_transaction,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -99,3 +106,32 @@ def test_memory_writes_exist_once_per_recorded_step_under_sigkill(cluster: Clust
     assert progress == sorted(progress), f"recorded steps went back: {progress}"
     begins = [e for e in cluster.effects() if e["kind"] == "begin"]
     print(f"{KILLS} kills, {len(begins) - STEPS} step executions lost to them; progress {progress}")
+
+
+@pytest.mark.timeout(120)
+def test_a_frozen_workers_buffered_writes_never_land(cluster: Cluster) -> None:
+    """A worker frozen (SIGSTOP) inside a step body that has already buffered
+    its memory writes, past its lease; a second worker takes over and records
+    the step; the first wakes up (SIGCONT), finishes the body and is fenced
+    out: only the second worker's writes exist."""
+    app = cluster.app(lease_seconds=LEASE)
+    run_id = "mem-fenced"
+    app.start("memfenced", 7, run_id=run_id)
+    first = cluster.spawn("mf-w1", lease=LEASE, poll_interval=0.2, env={SLOW_ENV: "3.0"})
+    wait_until(lambda: any(e["kind"] == "begin" and e["pid"] == first.pid for e in cluster.effects()), 15,
+               "the first worker to enter the step")
+    stop_outside_transaction(first, cluster.backend)
+    wait_until(lambda: (app.get_run(run_id).lease_expires_at or 0) < time.time(), LEASE + 5,
+               "the frozen worker's lease to expire")
+    second = cluster.spawn("mf-w2", lease=LEASE, env={SLOW_ENV: "0"})
+    wait_until(lambda: app.get_run(run_id).status is RunStatus.COMPLETED, 15, "the second worker to finish")
+    first.send(signal.SIGCONT)
+    wait_until(lambda: any(e["kind"] == "end" and e["pid"] == first.pid for e in cluster.effects()), 10,
+               "the resumed worker to finish its step body")
+    wait_until(lambda: "no longer held" in first.log_text(), 10,
+               lambda: f"the resumed worker to report its rejected write; log:\n{first.log_tail()}")
+    [item] = app.operator.memory_items("default", ("mem", run_id))
+    assert (item.version, item.value["pid"]) == (1, second.pid), item
+    messages = app.operator.thread_messages("default", run_id)
+    assert [m.value["pid"] for m in messages] == [second.pid]
+    assert app.operator.run_memory(run_id) == {"s7": item.value}
