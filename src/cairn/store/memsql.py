@@ -90,7 +90,9 @@ class SQLMemory(Generic[Tx]):
             raise ValueError("append_memory needs the entry its writes commit with")
 
         def body(tx: Tx) -> None:
-            ((tenant,),) = self._query(tx, "memory_run_tenant", {"run_id": run_id})
+            tenant = ""  # run memory reads its run's tenant in its own statement
+            if any(not isinstance(write, (RunPut, RunDelete)) for write in writes):
+                ((tenant,),) = self._query(tx, "memory_run_tenant", {"run_id": run_id})
             self._apply_writes(tx, str(tenant), writes, provenance, run_id)
 
         self._append_with(run_id, epoch, events, body)
@@ -115,8 +117,8 @@ class SQLMemory(Generic[Tx]):
                 if run_id is None:
                     raise InvalidArgument("run memory is written by a run (no run given)")
                 value, ref = _split(write.value)
-                if not self._query(tx, "put_memory_run", {**origin, "tenant": tenant, "key": write.key,
-                                                          "value": value, "value_ref": ref}):
+                params = {**origin, "tenant": tenant or None, "key": write.key, "value": value, "value_ref": ref}
+                if not self._query(tx, "put_memory_run", params):
                     raise InvalidArgument(f"no run {run_id!r} of tenant {tenant!r} to write memory for")
             elif isinstance(write, RunDelete):
                 if run_id is None:
