@@ -117,7 +117,8 @@ class SQLMemory(Generic[Tx]):
                 if run_id is None:
                     raise InvalidArgument("run memory is written by a run (no run given)")
                 value, ref = _split(write.value)
-                params = {**origin, "tenant": tenant or None, "key": write.key, "value": value, "value_ref": ref}
+                params = {**origin, "tenant": tenant or None, "key": write.key, "value": value,
+                          "value_ref": ref}
                 if not self._query(tx, "put_memory_run", params):
                     raise InvalidArgument(f"no run {run_id!r} of tenant {tenant!r} to write memory for")
             elif isinstance(write, RunDelete):
