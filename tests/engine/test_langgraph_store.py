@@ -48,7 +48,8 @@ def test_ttl_in_minutes_and_refresh_on_read(app: cairn.App) -> None:
     assert item.expires_at is not None
     assert item.expires_at - item.updated_at == pytest.approx(60.0)
     store.put(("s",), "forever", {"v": 2}, ttl=None)
-    assert [i.expires_at for i in app.operator.memory_items("default", ("s",)) if i.key == "forever"] == [None]
+    forever = [i for i in app.operator.memory_items("default", ("s",)) if i.key == "forever"]
+    assert [i.expires_at for i in forever] == [None]
 
 
 class State(TypedDict):
