@@ -36,7 +36,7 @@ from cairn.engine.bundles import Bundle
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, Rate
-from cairn.store.memrecords import ItemPut, Provenance, RunPut, ThreadAppend
+from cairn.store.memrecords import ItemPut, MemoryScope, Provenance, RunPut, ThreadAppend
 from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import ApprovalRequest, Claim, EventType, Payload, RunFilter, RunStatus, TokenRecord
@@ -767,3 +767,25 @@ def test_another_tenants_mailbox_is_no_such_run(deployment: Deployment) -> None:
     assert d.globex.deliveries("a1") == []
     assert d.as_role("owner", "SELECT * FROM mailbox ORDER BY run_id, seq") == before
     assert [m.seq for m in d.acme.deliveries("a1")] == [1, 2]
+
+
+def test_a_scoped_store_sees_and_deletes_only_its_tenants_memory(deployment: Deployment) -> None:
+    """Through the store API (as a tenant's worker or operator would), not raw SQL."""
+    d = deployment
+    _acme_world(d)
+    assert {i.tenant for i in d.globex.memory_items(None)} == {"globex"}
+    assert d.globex.memory_item("acme", ACME_NS, "pref") is None
+    assert d.globex.thread_messages("acme", "th") == []
+    assert d.globex.run_memory("a1") == []
+    with pytest.raises(StoreError):  # the policy refuses a row of another tenant
+        d.globex.write_memory("acme", [ItemPut(ACME_NS, "evil", Payload(data=b'"x"'))], Provenance(actor="g"))
+    with pytest.raises(StoreError):  # and a provenance naming another tenant's run
+        d.globex.write_memory("globex", [ItemPut(ACME_NS, "evil", Payload(data=b'"x"'))],
+                              Provenance(run_id="a1", actor="g"))
+    assert d.globex.delete_memory(MemoryScope("acme")) == 0
+    assert d.globex.delete_memory(MemoryScope("globex", run_id="a1")) == 0
+    before = len(d.owner.memory_items("acme"))
+    assert before == 1
+    assert d.globex.delete_memory(MemoryScope("globex")) == 2  # its own item and message
+    assert len(d.owner.memory_items("acme")) == before
+    assert d.acme.memory_item("acme", ACME_NS, "pref") is not None
