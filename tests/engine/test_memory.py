@@ -209,3 +209,19 @@ def test_a_tool_body_that_raised_writes_nothing_even_when_reconciled_done(app: c
 
     assert app.run(flow) == 1250
     assert _item(app, "charged") is None
+
+
+def test_prune_sweeps_expired_memory(app: cairn.App) -> None:
+    """The sweep is part of pruning: expired rows (invisible already) are deleted by it."""
+    memory = app.operator.memory("default")
+    memory.put(NS, "short", 1, ttl=0.05)
+    memory.put(NS, "long", 2)
+    memory.thread("th").append("kept")
+    deadline = time.time() + 0.06
+    while time.time() < deadline:  # until the TTL has certainly passed (not a timing assert)
+        time.sleep(0.01)
+    assert [i.key for i in app.operator.memory_items("default")] == ["long"]  # invisible at once
+    app.prune(3600)
+    assert app.store.sweep_memory() == 0  # nothing expired left for a second sweep
+    assert [i.key for i in app.operator.memory_items("default")] == ["long"]
+    assert [m.value for m in app.operator.thread_messages("default", "th")] == ["kept"]
