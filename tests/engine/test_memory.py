@@ -179,6 +179,11 @@ def test_retention_policy_sets_the_ttl(tmp_path: Any) -> None:
         assert session.expires_at - session.updated_at == pytest.approx(60.0)
         assert user.expires_at is None
         assert session.actor == app.operator.actor
+        app.operator.memory("default").thread("t1", ttl=30.0).append("x")
+        [thread] = app.operator.memory_threads("default")
+        assert thread["expires_at"] - thread["updated_at"] == pytest.approx(30.0)
+        with pytest.raises(cairn.InvalidArgument, match="TTL"):
+            app.operator.memory("default").thread("t1", ttl=0)
     finally:
         app.close()
 

@@ -206,13 +206,16 @@ class Memory:
             raise CairnError("run memory exists only inside a run")
         return RunScratch(self._c, self._c.run_id)
 
-    def thread(self, thread_id: str | None = None) -> Thread:
-        """Thread memory: of ``thread_id``, default the run's thread."""
+    def thread(self, thread_id: str | None = None, *, ttl: float | None = None) -> Thread:
+        """Thread memory: of ``thread_id``, default the run's thread. ``ttl``:
+        the thread's retention from its next append on (default: the policy's)."""
         chosen = thread_id if thread_id is not None else self._c.thread_id
         if not chosen:
             raise InvalidArgument("no thread: the run has no thread_id and none was given")
         _check_key(chosen, "a thread id")
-        return Thread(self._c, chosen)
+        if ttl is not None and not ttl > 0:
+            raise InvalidArgument(f"a memory TTL must be a positive number of seconds, not {ttl!r}")
+        return Thread(self._c, chosen, ttl)
 
 
 class RunScratch:
@@ -250,15 +253,16 @@ class RunScratch:
 class Thread:
     """The ordered messages of one thread, shared by the runs of the thread."""
 
-    def __init__(self, channel: Channel, thread_id: str) -> None:
+    def __init__(self, channel: Channel, thread_id: str, ttl: float | None = None) -> None:
         self._c = channel
         self.thread_id = thread_id
+        self._ttl = ttl if ttl is not None else channel.policy.threads.ttl
 
     def append(self, *messages: Any) -> None:
         """Append ``messages`` in order (each a JSON value)."""
         payloads = tuple(self._c.codec.dump(m)[0] for m in messages)
-        self._c.write("thread.append", (self.thread_id, list(messages)),
-                      ThreadAppend(self.thread_id, payloads, self._c.policy.threads.ttl))
+        self._c.write("thread.append", (self.thread_id, list(messages), self._ttl),
+                      ThreadAppend(self.thread_id, payloads, self._ttl))
 
     def window(self, last: int | None = None, *, after: int = -1, limit: int = 1000) -> list[Message]:
         """The ``last`` messages, or those after index ``after`` (at most ``limit``), in order."""
