@@ -60,6 +60,7 @@ from cairn.errors import (
     ToolTimeout,
     TransactionMisuse,
 )
+from cairn.memory import Item, Memory, MemoryPolicy, Message, Retention, SearchResult
 from cairn.retry import RetryableError, RetryPolicy, TerminalError
 from cairn.security.secrets import (
     Access,
@@ -112,8 +113,12 @@ __all__ = [
     "InvalidEdit",
     "InvalidSchedule",
     "InvalidSignal",
+    "Item",
     "LeaseLost",
     "LogicalFailure",
+    "Memory",
+    "MemoryPolicy",
+    "Message",
     "MigrationRefused",
     "NonDeterminismError",
     "NotAnApprover",
@@ -126,6 +131,7 @@ __all__ = [
     "ReplayDivergence",
     "ReplayReport",
     "Result",
+    "Retention",
     "RetryPolicy",
     "RetryableError",
     "RunBlocked",
@@ -138,6 +144,7 @@ __all__ = [
     "RunSuspended",
     "SQLError",
     "Schedule",
+    "SearchResult",
     "Secret",
     "SecretError",
     "SecretLeak",

@@ -154,4 +154,64 @@ def build_app(
     def poisoned(ctx: cairn.Context) -> int:
         return quick(1) + poison()
 
+    # -- memory written with the step (issue 14; tests/acceptance/test_memory_kill.py) --------
+
+    def remember(i: int) -> dict[str, int]:
+        """Every tier, from the step body; the value names the process."""
+        info = cairn.step_info()
+        mark = {"i": i, "pid": os.getpid(), "attempt": info.attempt}
+        info.memory.put(("mem", info.run_id), f"s{i}", mark, index=f"step {i}")
+        info.memory.run.put(f"s{i}", mark)
+        info.memory.thread(info.run_id).append(mark)
+        return mark
+
+    @app.step()
+    def mem_step(i: int, pause: float) -> dict[str, int]:
+        t0 = time.time()
+        effect("begin", t0)
+        mark = remember(i)
+        time.sleep(pause)
+        effect("end", t0, time.time())
+        return mark
+
+    @app.step()
+    async def mem_step_async(i: int, pause: float) -> dict[str, int]:
+        t0 = time.time()
+        effect("begin", t0)
+        mark = remember(i)
+        await asyncio.sleep(pause)
+        effect("end", t0, time.time())
+        return mark
+
+    @app.step()
+    def mem_slow(k: int) -> dict[str, int]:
+        """Writes memory first, then sleeps (SLOW_ENV): a worker frozen here holds buffered writes."""
+        t0 = time.time()
+        effect("begin", t0)
+        mark = remember(k)
+        time.sleep(float(os.environ.get(SLOW_ENV, "0")))
+        effect("end", t0, time.time())
+        return mark
+
+    @app.workflow(name="memfenced")
+    def memfenced(ctx: cairn.Context, k: int) -> int:
+        mem_slow(k)
+        return k
+
+    @app.workflow(name="memfifty")
+    def memfifty(ctx: cairn.Context, n: int, pause: float) -> int:
+        for i in range(n):
+            mem_step(i, pause)
+            if i % 5 == 4:  # a write of the workflow's own: a journaled call
+                ctx.memory.put(("wf", ctx.run_id), f"w{i}", i)
+        return n
+
+    @app.workflow(name="amemfifty")
+    async def amemfifty(ctx: cairn.Context, n: int, pause: float) -> int:
+        for i in range(n):
+            await mem_step_async(i, pause)
+            if i % 5 == 4:
+                ctx.memory.put(("wf", ctx.run_id), f"w{i}", i)
+        return n
+
     return app

@@ -38,12 +38,13 @@ from tests.store.contract import (
     new_run,
     types,
 )
+from tests.store.memory_contract import MemoryContract
 from tests.store.pg import TestDatabases
 from tests.store.queue_contract import QueueContract
 from tests.store.schedule_contract import ScheduleContract
 
 
-class TestPostgresStore(StoreContract, QueueContract, ScheduleContract):
+class TestPostgresStore(StoreContract, QueueContract, ScheduleContract, MemoryContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()
@@ -89,8 +90,10 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
     tables = _query(pg_url, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
                     "ORDER BY table_name", (schema,))
     assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",), ("bundles",),
-                      ("history",), ("mailbox",), ("queue_buckets",), ("queues",), ("runs",), ("schedules",),
-                      ("schema_migrations",), ("tenant_grants",), ("tenant_privileges",)]
+                      ("history",), ("mailbox",), ("memory_items",), ("memory_outbox",), ("memory_run",),
+                      ("memory_thread_messages",), ("memory_threads",), ("queue_buckets",), ("queues",),
+                      ("runs",), ("schedules",), ("schema_migrations",), ("tenant_grants",),
+                      ("tenant_privileges",)]
     # The template's own schema is untouched and nothing landed in public.
     assert _query(pg_url, "SELECT count(*) FROM cairn.runs") == [(0,)]
     assert _query(pg_url, "SELECT to_regclass('public.runs')") == [(None,)]

@@ -36,6 +36,8 @@ from cairn.engine.bundles import Bundle
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, Rate
+from cairn.store.memrecords import ItemPut, MemoryScope, Provenance, RunPut, ThreadAppend
+from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import ApprovalRequest, Claim, EventType, Payload, RunFilter, RunStatus, TokenRecord
 from cairn.store.schedules import Fired, ScheduleSpec
@@ -349,6 +351,8 @@ def test_queue_limits_hold_across_scoped_tenants(deployment: Deployment) -> None
 
 SECRET = b"acme's secret step result " * 5_000  # stored as an artifact (above the lookup threshold)
 SECRET_SIGNAL = b"acme's secret signal payload " * 5_000  # referenced by acme's mailbox only
+SECRET_MEMORY = b'"' + b"acme's secret memory " * 15_000 + b'"'  # referenced by acme's memory only
+ACME_NS = encode_namespace(("users", "u1"))
 
 
 def _acme_world(d: Deployment) -> str:
@@ -378,6 +382,15 @@ def _acme_world(d: Deployment) -> str:
     d.acme.create_token(TokenRecord("acmetoken0000001", "acme", "admin", "acme-admin", "d" * 64, 0.0))
     d.globex.create_token(TokenRecord("globextoken00001", "globex", "viewer", "globex-bot", "e" * 64, 0.0))
     d.acme.put_bundles([ACME_BUNDLE.record()])  # any role may add a bundle (application definitions)
+    # memory (issue 14): every tier, written by acme's run and by an operator; one value offloaded
+    memory_ref = d.acme.put_artifact(SECRET_MEMORY)
+    d.acme.append_memory("a1", a.run.epoch, [ev(d.clock, "a1", a.next_seq + 2, a.run.epoch, position=2)], [
+        ItemPut(ACME_NS, "pref", Payload(ref=memory_ref), {"k": "v"}, "acme's index text", 60.0),
+        RunPut("note", Payload(data=b'"acme\'s note"')),
+        ThreadAppend("th", (Payload(data=b'"acme\'s message"'),), 60.0)], Provenance("a1", 2, "op-2"))
+    d.globex.write_memory("globex", [ItemPut(ACME_NS, "pref", Payload(data=b'"globex"'), None, "g", None),
+                                     ThreadAppend("th", (Payload(data=b'"globex"'),), None)],
+                          Provenance(actor="globex-op"))
     return ref
 
 
@@ -407,6 +420,15 @@ SNAPSHOTS = {
     "api_tokens": "SELECT * FROM api_tokens ORDER BY token_id",
     "schedules": "SELECT * FROM schedules WHERE tenant <> 'globex' ORDER BY tenant, name",
     "tenant_privileges": "SELECT * FROM tenant_privileges ORDER BY object_name",
+    # memory: globex's own rows are left out unless they name acme's run (a forged provenance)
+    "memory_run": "SELECT * FROM memory_run WHERE tenant <> 'globex' OR run_id = 'a1' ORDER BY run_id, key",
+    "memory_threads": "SELECT * FROM memory_threads WHERE tenant <> 'globex' ORDER BY tenant, thread_id",
+    "memory_thread_messages": "SELECT * FROM memory_thread_messages "
+                              "WHERE tenant <> 'globex' OR run_id = 'a1' "
+                              "ORDER BY tenant, thread_id, idx",
+    "memory_items": "SELECT * FROM memory_items WHERE tenant <> 'globex' OR run_id = 'a1' "
+                    "ORDER BY tenant, namespace, key",
+    "memory_outbox": "SELECT * FROM memory_outbox WHERE tenant <> 'globex' ORDER BY id",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -427,6 +449,15 @@ READS = [
     ("api_tokens", "SELECT token_id, digest FROM api_tokens WHERE tenant = 'acme'"),
     ("schedules", "SELECT name FROM schedules WHERE tenant = 'acme'"),
     ("schedules", "SELECT name FROM schedules WHERE tenant = 'acme' FOR UPDATE"),
+    ("memory_run", "SELECT key, value FROM memory_run WHERE tenant = 'acme' OR run_id = 'a1'"),
+    ("memory_threads", "SELECT thread_id FROM memory_threads WHERE tenant = 'acme'"),
+    ("memory_thread_messages", "SELECT idx, value FROM memory_thread_messages WHERE tenant = 'acme' "
+                               "OR run_id = 'a1'"),
+    ("memory_items", "SELECT key, value_ref, index_text FROM memory_items "
+                     "WHERE tenant = 'acme' OR run_id = 'a1'"),
+    ("memory_items", "SELECT key FROM memory_items WHERE tenant = 'acme' FOR UPDATE"),
+    ("memory_outbox", "SELECT id FROM memory_outbox WHERE tenant = 'acme'"),
+    ("artifacts", "SELECT ref FROM artifacts AS a WHERE a.data = %(memory)s"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -508,6 +539,44 @@ WRITES = [
     ("tenant_privileges", "UPDATE tenant_privileges SET privileges = 'ALL'"),
     ("tenant_privileges", "INSERT INTO tenant_privileges VALUES ('tenant_grants', 'TABLE', 'ALL')"),
     ("tenant_privileges", "DELETE FROM tenant_privileges"),
+    ("memory_run", "UPDATE memory_run SET value = 'evil' WHERE run_id = 'a1'"),
+    ("memory_run", "DELETE FROM memory_run"),
+    ("memory_run", "INSERT INTO memory_run (run_id, key, tenant, version, created_at, updated_at) "
+                   "VALUES ('a1', 'evil', 'acme', 1, 0, 0)"),
+    ("memory_run", "INSERT INTO memory_run (run_id, key, tenant, version, created_at, updated_at) "
+                   "VALUES ('a1', 'evil', 'globex', 1, 0, 0)"),  # globex's tenant on acme's run
+    ("memory_threads", "UPDATE memory_threads SET next_idx = 0, expires_at = 0 WHERE tenant = 'acme'"),
+    ("memory_threads", "UPDATE memory_threads SET tenant = 'acme' WHERE tenant = 'globex'"),
+    ("memory_threads", "DELETE FROM memory_threads"),
+    ("memory_threads", "INSERT INTO memory_threads (tenant, thread_id, next_idx, created_at, updated_at, "
+                       "accessed_at) VALUES ('acme', 'th', 0, 0, 0, 0) "
+                       "ON CONFLICT (tenant, thread_id) DO UPDATE SET next_idx = 0"),
+    ("memory_thread_messages", "UPDATE memory_thread_messages SET value = 'evil' WHERE tenant = 'acme'"),
+    ("memory_thread_messages", "DELETE FROM memory_thread_messages"),
+    ("memory_thread_messages", "INSERT INTO memory_thread_messages "
+                               "(tenant, thread_id, idx, kind, created_at) "
+                               "VALUES ('acme', 'th', 9, 'message', 0)"),
+    ("memory_thread_messages", "INSERT INTO memory_thread_messages "
+                               "(tenant, thread_id, idx, kind, created_at, run_id) "
+                               "VALUES ('globex', 'th', 9, 'message', 0, 'a1')"),  # forged provenance
+    ("memory_items", "UPDATE memory_items SET value = 'evil', expires_at = 0 WHERE tenant = 'acme'"),
+    ("memory_items", "UPDATE memory_items SET tenant = 'acme' WHERE tenant = 'globex'"),
+    ("memory_items", "UPDATE memory_items SET run_id = 'a1' WHERE tenant = 'globex'"),
+    ("memory_items", "DELETE FROM memory_items"),
+    ("memory_items", "INSERT INTO memory_items (tenant, namespace, key, version, created_at, updated_at, "
+                     "accessed_at) VALUES ('acme', %(ns)s, 'pref', 1, 0, 0, 0) "
+                     "ON CONFLICT (tenant, namespace, key) DO UPDATE SET value = 'evil'"),
+    ("memory_items", "INSERT INTO memory_items (tenant, namespace, key, version, created_at, updated_at, "
+                     "accessed_at, run_id) VALUES ('globex', 'x', 'forged', 1, 0, 0, 0, 'a1')"),
+    # a row of globex's own naming a made-up artifact, then deleted: the queue takes stored refs only
+    ("memory_items", "INSERT INTO memory_items (tenant, namespace, key, version, created_at, updated_at, "
+                     "accessed_at, value_ref) VALUES ('globex', 'gc', 'k', 1, 0, 0, 0, 'made-up')"),
+    ("memory_items", "DELETE FROM memory_items WHERE tenant = 'globex' AND namespace = 'gc'"),
+    ("memory_outbox", "UPDATE memory_outbox SET claimed_by = 'evil', claimed_until = 1e12"),
+    ("memory_outbox", "DELETE FROM memory_outbox"),
+    ("memory_outbox", "INSERT INTO memory_outbox (tenant, namespace, key, version, created_at) "
+                      "VALUES ('acme', %(ns)s, 'pref', 99, 0)"),
+    ("functions", "SELECT memory_queue_artifact()"),
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
     ("functions", "SELECT grant_privileges('runs')"),
@@ -541,12 +610,14 @@ def test_a_tenant_role_reads_and_writes_nothing_of_another_tenant_with_raw_sql(
     d = deployment
     ref = _acme_world(d)
     params = {"ref": ref, "next_ref": hashlib.sha256(b"acme's next result").hexdigest(),
-              "acme_role": conninfo_to_dict(d.urls["acme"])["user"], "signal": SECRET_SIGNAL}
+              "acme_role": conninfo_to_dict(d.urls["acme"])["user"], "signal": SECRET_SIGNAL,
+              "memory": SECRET_MEMORY, "ns": ACME_NS}
     before = _snapshot(d)
     assert before["runs"]
     assert before["history"]
     assert before["artifacts"]
     assert before["queue_buckets"]
+    assert all(before[table] for table in SNAPSHOTS if table.startswith("memory_"))
     tables = {table for table, _ in READS + WRITES}
     assert tables >= set(SNAPSHOTS), "every table is attacked"
     schema_tables = {row[0] for row in d.as_role("owner", "SELECT table_name FROM information_schema.tables "
@@ -566,6 +637,9 @@ def test_a_tenant_role_reads_and_writes_nothing_of_another_tenant_with_raw_sql(
         assert _attack(d, SETTINGS[setting], "SELECT run_id FROM runs", params) == [("g1",)]
         assert _attack(d, SETTINGS[setting], "UPDATE runs SET priority = 1 WHERE run_id = 'g1' "
                                              "RETURNING run_id", params) == [("g1",)]
+        own_item = ("INSERT INTO memory_items (tenant, namespace, key, version, created_at, updated_at, "
+                    "accessed_at) VALUES ('globex', 'own', 'k', 1, 0, 0, 0) RETURNING key")
+        assert _attack(d, SETTINGS[setting], own_item, params) == [("k",)]
     else:  # the forged setting narrows globex's grants to nothing
         assert _attack(d, SETTINGS[setting], "SELECT run_id FROM runs", params) == []
 
@@ -742,3 +816,25 @@ def test_another_tenants_mailbox_is_no_such_run(deployment: Deployment) -> None:
     assert d.globex.deliveries("a1") == []
     assert d.as_role("owner", "SELECT * FROM mailbox ORDER BY run_id, seq") == before
     assert [m.seq for m in d.acme.deliveries("a1")] == [1, 2]
+
+
+def test_a_scoped_store_sees_and_deletes_only_its_tenants_memory(deployment: Deployment) -> None:
+    """Through the store API (as a tenant's worker or operator would), not raw SQL."""
+    d = deployment
+    _acme_world(d)
+    assert {i.tenant for i in d.globex.memory_items(None)} == {"globex"}
+    assert d.globex.memory_item("acme", ACME_NS, "pref") is None
+    assert d.globex.thread_messages("acme", "th") == []
+    assert d.globex.run_memory("a1") == []
+    with pytest.raises(StoreError):  # the policy refuses a row of another tenant
+        d.globex.write_memory("acme", [ItemPut(ACME_NS, "evil", Payload(data=b'"x"'))], Provenance(actor="g"))
+    with pytest.raises(StoreError):  # and a provenance naming another tenant's run
+        d.globex.write_memory("globex", [ItemPut(ACME_NS, "evil", Payload(data=b'"x"'))],
+                              Provenance(run_id="a1", actor="g"))
+    assert d.globex.delete_memory(MemoryScope("acme")) == 0
+    assert d.globex.delete_memory(MemoryScope("globex", run_id="a1")) == 0
+    before = len(d.owner.memory_items("acme"))
+    assert before == 1
+    assert d.globex.delete_memory(MemoryScope("globex")) == 2  # its own item and message
+    assert len(d.owner.memory_items("acme")) == before
+    assert d.acme.memory_item("acme", ACME_NS, "pref") is not None

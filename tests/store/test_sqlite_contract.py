@@ -15,11 +15,12 @@ from cairn.store.records import Durability, EventType, Payload
 from cairn.store.sqlfiles import load_migrations
 from cairn.store.sqlite import SQLiteStore
 from tests.store.contract import FakeClock, StoreContract, exercise_every_writer, intent, new_run
+from tests.store.memory_contract import MemoryContract
 from tests.store.queue_contract import QueueContract
 from tests.store.schedule_contract import ScheduleContract
 
 
-class TestSQLiteStore(StoreContract, QueueContract, ScheduleContract):
+class TestSQLiteStore(StoreContract, QueueContract, ScheduleContract, MemoryContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()

@@ -40,6 +40,7 @@ from cairn.engine.transactions import Transaction
 from cairn.engine.transactions import build as build_transaction
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
+from cairn.memory.policy import MemoryPolicy
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
 from cairn.security.secrets import SecretProvider, Secrets
@@ -94,6 +95,7 @@ class App:
         check_inputs: bool = True,
         create: bool = True,
         secrets: Secrets | SecretProvider | Mapping[str, SecretProvider] | None = None,
+        memory: MemoryPolicy | None = None,
     ) -> None:
         #: where this app's data lives (``None`` when given a ``store`` object)
         self.db_url = None if store is not None else resolve_url(db)
@@ -104,6 +106,7 @@ class App:
             max_recoveries=max_recoveries,
             check_inputs=check_inputs,
             secrets=Secrets.coerce(secrets),
+            memory=memory if memory is not None else MemoryPolicy(),
         )
         redaction.protect_loggers()  # Cairn's log lines never show a revealed secret
         self.lease_seconds = lease_seconds
@@ -111,7 +114,7 @@ class App:
         self._inline_driver: InlineDriver | None = None
         self._inline_lock = threading.Lock()
         #: performs every operator action (cancel, kill, retry, ...) as this process
-        self.operator = Operator(self.store, self.runtime.payloads, app_actor())
+        self.operator = Operator(self.store, self.runtime.payloads, app_actor(), memory=self.runtime.memory)
 
     @property
     def secrets(self) -> Secrets:

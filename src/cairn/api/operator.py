@@ -20,6 +20,7 @@ will be a thin layer over the same object. Three rules hold for every action:
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import socket
 import sys
@@ -40,9 +41,14 @@ from cairn.engine.bundles import Bundle, BundleDamaged
 from cairn.engine.ledger import Ledger, OperationView, resolution_request
 from cairn.engine.messaging import check_name, signal_key
 from cairn.errors import ApprovalNotFound, InvalidArgument, InvalidEdit, PayloadError, RunNotFound
+from cairn.memory.api import Item, Memory, Message, SearchResult, item_of, message_of
+from cairn.memory.direct import direct_memory
+from cairn.memory.policy import MemoryPolicy
 from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.contract import Migratable, Store
+from cairn.store.memrecords import MemoryScope
+from cairn.store.namespaces import encode_namespace, encode_prefix
 from cairn.store.records import (
     Approval,
     ApprovalStatus,
@@ -58,6 +64,8 @@ from cairn.store.sqlfiles import load_migrations
 #: A bundle marked served less than this many seconds ago has a live worker
 #: (workers say so every ``Registry.REFRESH_SECONDS``).
 SERVED_RECENTLY = 5.0
+
+log = logging.getLogger("cairn.memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,14 +169,16 @@ class Published:
 class Operator:
     """Performs operator actions on the runs of one store, as ``actor``."""
 
-    def __init__(self, store: Store, codec: PayloadCodec, actor: str) -> None:
+    def __init__(self, store: Store, codec: PayloadCodec, actor: str, *,
+                 memory: MemoryPolicy | None = None) -> None:
         self._store = store
         self.codec = codec
         self.actor = actor
+        self.memory_policy = memory if memory is not None else MemoryPolicy()
 
     def acting_as(self, actor: str) -> Operator:
         """The same operator under another identity (the CLI on an ``--app``'s store)."""
-        return Operator(self._store, self.codec, actor)
+        return Operator(self._store, self.codec, actor, memory=self.memory_policy)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -387,8 +397,80 @@ class Operator:
         if dry_run:
             return self._store.prune_runs(cutoff, chosen, sys.maxsize, dry_run=True)
         total = 0
+        self.sweep_memory(batch_size)  # expired memory first: its artifacts are collected below
         while pruned := self._store.prune_runs(cutoff, chosen, batch_size):
             total += pruned
+        return total
+
+    # -- memory (issue 14): introspection and deletion ---------------------------------------
+
+    def memory(self, tenant: str) -> Memory:
+        """``tenant``'s memory as this operator reads and writes it: every
+        write is recorded with this operator as its actor."""
+        return direct_memory(self._store, self.codec, self.memory_policy, tenant, self.actor)
+
+    def memory_items(self, tenant: str | None, prefix: tuple[str, ...] = (), *, run_id: str | None = None,
+                     limit: int = 100) -> list[Item]:
+        """Live long-term items under ``prefix`` (of ``tenant``; ``None``: every tenant)."""
+        _check_limit(limit)
+        found = self._store.memory_items(tenant, encode_prefix(prefix), run_id=run_id, limit=limit)
+        return [item_of(item, self.codec) for item in found]
+
+    def memory_item(self, tenant: str, namespace: tuple[str, ...], key: str) -> Item | None:
+        """One live item (an operator's read never refreshes its TTL)."""
+        found = self._store.memory_item(tenant, encode_namespace(namespace), key)
+        return None if found is None else item_of(found, self.codec)
+
+    def thread_messages(self, tenant: str, thread_id: str, *, last: int | None = None,
+                        limit: int = 1000) -> list[Message]:
+        if last is not None:
+            _check_limit(last)
+        found = self._store.thread_messages(tenant, thread_id, last=last, limit=limit)
+        return [message_of(message, self.codec) for message in found]
+
+    def memory_threads(self, tenant: str | None, *, limit: int = 100) -> list[dict[str, Any]]:
+        _check_limit(limit)
+        return self._store.memory_threads(tenant, limit=limit)
+
+    def run_memory(self, run_id: str) -> dict[str, Any]:
+        """The run's own memory, key by key (``RunNotFound`` for an unknown run)."""
+        self.get_run(run_id)
+        return {entry.key: self.codec.load(entry.value, what=f"run memory {entry.key!r}")
+                for entry in self._store.run_memory(run_id)}
+
+    def search_memory(self, tenant: str, prefix: tuple[str, ...], query: str, *, k: int = 10,
+                      filter: dict[str, Any] | None = None) -> SearchResult:
+        _check_limit(k)
+        return self.memory(tenant).search(prefix, query, k=k, filter=filter)
+
+    def delete_memory(self, tenant: str | None, *, namespace: tuple[str, ...] | None = None,
+                      key: str | None = None, thread_id: str | None = None,
+                      run_id: str | None = None) -> int:
+        """Delete one item (``namespace`` + ``key``), a namespace prefix, a
+        thread, everything a run wrote, or (nothing else given) all of
+        ``tenant``'s memory, with outbox rows and vectors; offloaded values
+        go at the next prune. Returns how many rows went. The deletion is
+        logged with this operator as its actor (nothing of the memory is
+        left to carry it)."""
+        if key is not None:
+            if namespace is None or not namespace:
+                raise InvalidArgument("deleting one item needs its namespace")
+            encoded: str | None = encode_namespace(namespace)
+        else:
+            encoded = None if namespace is None else encode_prefix(namespace)
+        if run_id is not None:
+            self.get_run(run_id)
+        scope = MemoryScope(tenant, encoded, key, thread_id, run_id)
+        deleted = self._store.delete_memory(scope)
+        log.info("memory deleted by %s: %d rows (tenant=%r namespace=%r key=%r thread=%r run=%r)",
+                 self.actor, deleted, tenant, namespace, key, thread_id, run_id)
+        return deleted
+
+    def sweep_memory(self, batch_size: int = 1000) -> int:
+        """Delete expired memory (invisible already); how many rows went."""
+        total = 0
+        while swept := self._store.sweep_memory(batch_size):
+            total += swept
         return total
 
     # -- signals and published events ------------------------------------------------------
@@ -531,3 +613,8 @@ def open_schema(db: str | None, *, create: bool) -> Schema:
         store.close()
         raise ValueError(f"a {kind} store has no schema to manage")
     return Schema(store, kind)
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise InvalidArgument(f"a limit must be at least 1, not {limit}")

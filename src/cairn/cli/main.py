@@ -42,6 +42,7 @@ from . import render
 from .approvals import approvals, approve, pending_of, print_pending, reject
 from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .loading import loaded_app, open_session
+from .memory import memory
 from .options import CairnGroup, DefaultCommandGroup, app_option, database_label, db_option
 from .options import db_from_context as _db
 from .options import stderr_console as _stderr
@@ -818,6 +819,7 @@ def prune(
 
 
 main.add_command(queues)
+main.add_command(memory)
 main.add_command(signal_command)
 main.add_command(wait_command)
 

@@ -21,10 +21,12 @@ from cairn.engine import approvals, messaging, modelcalls, patches
 from cairn.engine.approvals import Decision
 from cairn.engine.drive import run_async, run_sync
 from cairn.engine.execution import Execution
+from cairn.engine.memory import workflow_memory
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import input_hash
 from cairn.engine.workflow import Workflow
 from cairn.errors import InvalidArgument, RunNotFound, UnknownWorkflow
+from cairn.memory.api import Memory
 from cairn.models.base import Message, ModelClient, ModelRequest, ModelResponse
 from cairn.retry import RetryPolicy
 from cairn.store.records import RunRecord, RunStatus
@@ -51,6 +53,13 @@ class Context:
         #: the queue this run was started in (its children default to it)
         self.queue = run.queue
         self.priority = run.priority
+
+    @property
+    def memory(self) -> Memory:
+        """Run, thread and long-term memory. Every read is journaled (replay
+        sees what the first execution saw); every write is a journaled call
+        of its own, committed with its entry."""
+        return workflow_memory(self._ex)
 
     # -- deterministic values ----------------------------------------------------
 

@@ -17,7 +17,7 @@ import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -39,6 +39,7 @@ from cairn.errors import (
 )
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
+from cairn.store.memrecords import MemoryWrite, Provenance
 from cairn.store.records import (
     ApprovalRequest,
     Claim,
@@ -159,6 +160,9 @@ class Execution:
         self.model_log: ModelLog | None = None
         #: the thread running a transactional step's body (``transact``), which may make no journaled call
         self._transacting: int | None = None
+        #: memory writes buffered by step and tool bodies (``op.memory``), by
+        #: position: (attempt, writes); committed with that call's outcome
+        self.memory_buffers: dict[int, tuple[int, list[MemoryWrite]]] = {}
 
     # -- history -------------------------------------------------------------
 
@@ -504,11 +508,45 @@ class Execution:
         with self._lock:
             if self._closed:
                 raise Ended(f"run {self.run_id}: the execution has ended; step.completed not recorded")
-            self._write(HistoryEvent(
+            event = HistoryEvent(
                 self.run_id, self.seq, EventType.STEP_COMPLETED, time.time(), self.epoch, self.worker,
                 call.position, call.kind, call.name, call.input_hash, call.attempt, call.started_at, payload,
                 detail,
-            ), False)
+            )
+            buffered = self.memory_buffers.pop(call.position, None) if self.memory_buffers else None
+            if buffered is None or buffered[0] != call.attempt or not buffered[1]:
+                self._write(event, False)
+            else:  # the body wrote memory: it commits with this entry (``memory``)
+                self._write_memory(event, call, buffered[1])
+
+    def drop_memory(self, position: int) -> None:
+        """Forget the memory writes buffered at ``position``: its body raised
+        (a failed attempt, or one run again after a credential refresh), and
+        only the writes of a body whose outcome is recorded may land."""
+        self.memory_buffers.pop(position, None)
+
+    def record_memory(self, call: Call, payload: Payload | None, writes: Sequence[MemoryWrite]) -> None:
+        """Record the outcome of ``call`` with ``writes`` in one transaction
+        (a workflow's ``ctx.memory`` write is its own journaled call)."""
+        with self._lock:
+            if self._closed:
+                raise Ended(f"run {self.run_id}: the execution has ended; step.completed not recorded")
+            self._write_memory(HistoryEvent(
+                self.run_id, self.seq, EventType.STEP_COMPLETED, time.time(), self.epoch, self.worker,
+                call.position, call.kind, call.name, call.input_hash, call.attempt, call.started_at, payload,
+                None,
+            ), call, writes)
+
+    def _write_memory(self, event: HistoryEvent, call: Call, writes: Sequence[MemoryWrite]) -> None:
+        event = self._stamped(event)
+        origin = Provenance(self.run_id, call.position,
+                            operation_id(self.run_id, call.position, self.journal.generation(call.position)))
+        try:
+            self.store.append_memory(self.run_id, self.epoch, (event,), writes, origin)
+        except INFRASTRUCTURE_ERRORS as exc:
+            raise Abandon(f"cannot record {event.event} for run {self.run_id}: {exc}") from exc
+        self.seq += 1
+        self.journal.record(event)
 
     def transact(self, call: Call, body: Callable[[Tx], tuple[Payload, Any]]) -> Any:
         """Run ``body`` (a transactional step's body and the encoding of its
@@ -656,6 +694,7 @@ class Execution:
     ) -> NoReturn:
         """Record a failed attempt; raise ``Suspend`` until the retry is due,
         or ``StepFailed`` if this was the last attempt."""
+        self.drop_memory(call.position)  # a failed attempt's memory writes never land
         category = "retryable" if retryable else "terminal"
         error = error_detail(exc, retryable=retryable, **{"class": category})
         if retry_delay is not None:

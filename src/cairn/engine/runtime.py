@@ -9,6 +9,7 @@ from cairn.codec.payloads import PayloadCodec
 from cairn.engine.bundles import Registry
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.schedules import Schedule
+from cairn.memory.policy import MemoryPolicy
 from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
 
@@ -39,3 +40,5 @@ class Runtime:
     #: (``engine.observe``; live spans and metrics); ``None``: nothing is
     #: observed and nothing is paid for it
     observer: Observer | None = None
+    #: retention of the memory tiers and the embedder of search (``App(memory=...)``)
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)

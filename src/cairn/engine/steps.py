@@ -20,8 +20,10 @@ from cairn.engine.credentials import SecretParams
 from cairn.engine.definitions import StepDef
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import CURRENT, Execution, operation_id
+from cairn.engine.memory import step_memory
 from cairn.errors import CairnError, PayloadError, SecretLeak
 from cairn.faults import fault_point
+from cairn.memory.api import Memory
 from cairn.store.records import RunRecord
 
 P = ParamSpec("P")
@@ -50,6 +52,13 @@ class StepInfo:
     @property
     def operation_id(self) -> str:
         return operation_id(self.run_id, self.position, self.generation)
+
+    @property
+    def memory(self) -> Memory:
+        """Memory for this step body: its writes are buffered and commit
+        with the step's journal entry (none if the attempt fails or the
+        worker dies first); reads see what is committed."""
+        return step_memory(CURRENT.get(None), self.position, self.attempt)
 
 
 #: Where the running step body is: (run, step name, position, attempt,
@@ -137,6 +146,7 @@ def _with_secrets(
         try:
             return (yield Invoke(definition.fn, body_args, body_kwargs, None, what))
         except Exception as exc:
+            execution.drop_memory(STEP_INFO.get()[2])  # the body failed: its writes never land
             if not credentials.should_refresh(execution, exc, used, refreshes, write=False):
                 raise
             credentials.refresh(execution, exc, used, refreshes, what)

@@ -40,6 +40,7 @@ from cairn.engine.credentials import SecretParams
 from cairn.engine.definitions import hints_of
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import Execution, current, operation_id
+from cairn.engine.memory import step_memory
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import STEP_INFO, input_hash
 from cairn.errors import (
@@ -51,6 +52,7 @@ from cairn.errors import (
     ToolTimeout,
 )
 from cairn.faults import fault_point
+from cairn.memory.api import Memory
 from cairn.retry import NO_RETRY, RetryPolicy, TerminalError
 from cairn.security import redaction
 from cairn.security.secrets import Secret
@@ -85,6 +87,12 @@ class Operation:
     position: int
     attempt: int
     arguments: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def memory(self) -> Memory:
+        """Memory for this tool body: writes commit with the tool's result
+        entry (so exactly once per recorded call); reads see what is committed."""
+        return step_memory(current(), self.position, self.attempt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +342,7 @@ class _ToolCall:
             try:
                 value = yield Invoke(self.d.fn, body_args, body_kwargs, self.d.timeout, self.what)
             except Exception as exc:
+                self.ex.drop_memory(self.call.position)  # the body failed: its writes never land
                 failure = self._refresh(exc, used)
                 if failure is not None:
                     plan = self._failed(failure)

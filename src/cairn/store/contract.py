@@ -45,6 +45,14 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.lifecycle import DEFAULT_PRUNE_STATUSES
+from cairn.store.memrecords import (
+    MemoryItem,
+    MemoryScope,
+    MemoryWrite,
+    Provenance,
+    RunMemory,
+    ThreadMessage,
+)
 from cairn.store.records import (
     Approval,
     ApprovalRequest,
@@ -599,6 +607,74 @@ class Store(Protocol):
     def get_artifact(self, ref: str) -> bytes:
         """The bytes stored under ``ref``; ``PayloadError`` if absent, or if
         they no longer hash to ``ref`` (damaged or edited: never returned)."""
+        ...
+
+    # -- memory tiers (store.memsql): run, thread and long-term memory ---------------
+
+    def append_memory(
+        self, run_id: str, epoch: int, events: Sequence[HistoryEvent], writes: Sequence[MemoryWrite],
+        provenance: Provenance,
+    ) -> None:
+        """``append`` (fenced, same rules) and apply ``writes`` in the same
+        transaction: a step's memory writes commit with its journal entry or
+        not at all, and a stale holder (``LeaseLost``) writes nothing. The
+        writes take the run's tenant (read from the run row, never the
+        caller's) and ``provenance`` (the run, position, operation id)."""
+        ...
+
+    def write_memory(self, tenant: str, writes: Sequence[MemoryWrite], provenance: Provenance) -> None:
+        """Apply ``writes`` for ``tenant`` in one transaction, outside any
+        run's journal (an operator: ``provenance.actor``). Run memory needs
+        ``provenance.run_id``, a run of that tenant (``InvalidArgument``
+        otherwise). A compaction beyond the thread's end is ``InvalidArgument``."""
+        ...
+
+    def memory_item(
+        self, tenant: str, namespace: str, key: str, *, refresh: bool = False
+    ) -> MemoryItem | None:
+        """The live item (``None``: absent or expired). ``refresh=True``
+        renews its expiry to ``ttl`` from now (a refresh-on-read policy)."""
+        ...
+
+    def memory_items(
+        self, tenant: str | None, prefix: str = "", *, run_id: str | None = None, limit: int = 100
+    ) -> list[MemoryItem]:
+        """Live items under the stored namespace ``prefix`` (of ``tenant``;
+        ``None``: every tenant the store may see), optionally only those
+        written by ``run_id``, ordered by (tenant, namespace, key)."""
+        ...
+
+    def thread_messages(
+        self, tenant: str, thread_id: str, *, after: int = -1, last: int | None = None,
+        limit: int = 1000, refresh: bool = False,
+    ) -> list[ThreadMessage]:
+        """The messages of a live thread in order: those after index
+        ``after`` (at most ``limit``), or the ``last`` ones. ``refresh``
+        renews the thread's expiry."""
+        ...
+
+    def memory_threads(self, tenant: str | None, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The live threads (of ``tenant``): id, messages written, times."""
+        ...
+
+    def run_memory(
+        self, run_id: str, key: str | None = None, *, tenant: str | None = None
+    ) -> list[RunMemory]:
+        """The run's memory keys (only ``key``; only if of ``tenant``)."""
+        ...
+
+    def delete_memory(self, scope: MemoryScope) -> int:
+        """Delete what ``scope`` covers, in one transaction: one item, a
+        namespace prefix, a thread, everything a run wrote (its run memory,
+        its thread messages and items), or all of a tenant's memory, with
+        the items' outbox rows and vectors; offloaded values are queued for
+        collection (``prune_runs`` deletes them). Returns how many rows
+        (items, messages, run keys) went."""
+        ...
+
+    def sweep_memory(self, limit: int = 1000) -> int:
+        """Delete expired memory (about ``limit`` items, and every expired
+        thread); expired rows are invisible already. Returns rows deleted."""
         ...
 
     # -- the HTTP API (cairn.server): tokens and a tenant's run changes ----------------------

@@ -997,6 +997,18 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
                 _append_fenced(conn, run_id, epoch, events)
             fault_point("store.append.after_commit")
 
+    def _append_with(
+        self, run_id: str, epoch: int, events: Sequence[HistoryEvent], body: Callable[[_Conn], None]
+    ) -> None:
+        """``append`` plus ``body`` in one transaction (memory writes committed
+        with their step's entry; see ``memsql``): the fenced insert holds the
+        run row ``FOR SHARE`` until the commit, so no takeover interleaves."""
+        def both(tx: _Conn) -> None:
+            _append_fenced(tx, run_id, epoch, events)
+            body(tx)
+
+        self._transaction(both, faults=_FAULTS["append"])
+
     def suspend_run(
         self,
         run_id: str,

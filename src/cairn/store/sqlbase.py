@@ -21,6 +21,7 @@ from cairn.errors import InvalidArgument, SQLError
 from cairn.faults import fault_point
 from cairn.store import lifecycle as lc
 from cairn.store import transactions
+from cairn.store.memsql import SQLMemory
 from cairn.store.records import (
     Approval,
     ApprovalStatus,
@@ -45,9 +46,10 @@ Tx = TypeVar("Tx")
 T = TypeVar("T")
 
 
-class SQLStore(Generic[Tx]):
+class SQLStore(SQLMemory[Tx], Generic[Tx]):
     """The operator transitions of ``contract.Store`` over a dialect's
-    primitives; ``Tx`` is the dialect's transaction handle."""
+    primitives; ``Tx`` is the dialect's transaction handle. The memory tiers
+    are ``memsql.SQLMemory``'s."""
 
     clock: Callable[[], float]
 
@@ -96,6 +98,15 @@ class SQLStore(Generic[Tx]):
         """A list of strings as the dialect's statements take one (SQLite:
         JSON text for ``json_each``; PostgreSQL: an array)."""
         raise NotImplementedError
+
+    def _drop_vectors(self, tx: Tx, tenant: str, namespace: str, key: str | None) -> None:
+        """Delete the vectors of item ``key`` of ``namespace`` (``key=None``:
+        of every item under the namespace prefix ``namespace``) of ``tenant``.
+
+        The seam with the vector index (helper ``vectors``): this branch has
+        no ``memory_vectors`` table yet, so there is nothing to delete; the
+        merge replaces this body with the index's deletion, which every
+        memory deletion already calls in its transaction."""
 
     # -- the operator transitions, once -------------------------------------------
 

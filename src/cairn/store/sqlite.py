@@ -656,6 +656,20 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
                 self._tails.pop(run_id, None)  # not committed yet
             self._tail(run_id, epoch, events[-1].seq, at)
 
+    def _append_with(
+        self, run_id: str, epoch: int, events: Sequence[HistoryEvent],
+        body: Callable[[sqlite3.Connection], None],
+    ) -> None:
+        """``append`` plus ``body`` in its write transaction (memory writes
+        committed with their step's entry; see ``memsql``)."""
+        with self._write(_FAULTS["append"]) as tx:
+            for event in events:
+                at = self._fenced(tx, run_id, epoch, event)
+                self._tails[run_id] = (epoch, event.seq, at)  # the next one follows it
+            self._tails.pop(run_id, None)  # not committed yet
+            body(tx)
+        self._tail(run_id, epoch, events[-1].seq, at)
+
     def _fenced(self, conn: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> float:
         """Append ``event`` under the fence; return the ``at`` stored. Without
         a read of history when this store appended the run's last entry

@@ -407,7 +407,10 @@ SELECT g.ref, g.queued_at,
        EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
        OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
        OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref) AS referenced
+       OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref) AS referenced
 FROM artifact_gc AS g
 WHERE %(after_at)s::float8 IS NULL OR g.queued_at > %(after_at)s::float8
       OR (g.queued_at = %(after_at)s::float8 AND g.ref COLLATE "C" > %(after_ref)s::text COLLATE "C")
@@ -860,3 +863,226 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = pg_my_temp_schema()),
        set_config('role', 'none', false),
        CASE WHEN %(tenant)s::text IS NULL THEN NULL
             ELSE set_config('cairn.tenant', %(tenant)s::text, false) END
+
+-- Memory tiers (issue 14; store/memsql.py). Expired rows are invisible at
+-- once (every read compares expires_at with now); sweep_memory deletes them.
+-- Namespace prefixes compare with substr, never LIKE (store/namespaces.py).
+
+-- name: memory_run_tenant
+SELECT tenant FROM runs WHERE run_id = %(run_id)s::text
+
+-- name: put_memory_item
+-- A new version of the item; an expired one starts over (created_at).
+INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
+                          created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
+                          operation_id, actor, tier)
+VALUES (%(tenant)s::text, %(namespace)s::text, %(key)s::text, %(value)s::bytea, %(value_ref)s::text, %(metadata)s::jsonb, %(index_text)s::text, 1, %(now)s::float8, %(now)s::float8, %(now)s::float8,
+        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot')
+ON CONFLICT (tenant, namespace, key) DO UPDATE SET
+    value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
+    index_text = excluded.index_text, version = memory_items.version + 1,
+    created_at = CASE WHEN memory_items.expires_at IS NOT NULL AND memory_items.expires_at <= excluded.updated_at
+                      THEN excluded.created_at ELSE memory_items.created_at END,
+    updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
+    expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+RETURNING version
+
+-- name: insert_memory_outbox
+INSERT INTO memory_outbox (tenant, namespace, key, version, created_at)
+VALUES (%(tenant)s::text, %(namespace)s::text, %(key)s::text, %(version)s::bigint, %(now)s::float8)
+ON CONFLICT (tenant, namespace, key, version) DO NOTHING
+
+-- name: delete_memory_outbox_of_item
+DELETE FROM memory_outbox WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+
+-- name: delete_orphan_memory_outbox
+-- Outbox rows whose item is gone (deleted, swept): nothing left to embed.
+DELETE FROM memory_outbox
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND NOT EXISTS (SELECT 1 FROM memory_items AS i
+                  WHERE i.tenant = memory_outbox.tenant AND i.namespace = memory_outbox.namespace
+                    AND i.key = memory_outbox.key)
+
+-- name: delete_memory_item
+DELETE FROM memory_items WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+RETURNING tenant, namespace, key
+
+-- name: select_memory_item
+SELECT tenant, namespace, key, value, value_ref, metadata, index_text, version, created_at, updated_at,
+       accessed_at, ttl, expires_at, run_id, position, operation_id, actor, tier
+FROM memory_items
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND (expires_at IS NULL OR expires_at > %(now)s::float8)
+
+-- name: refresh_memory_item
+-- A read under a refresh-on-read policy: the item lives ttl from now.
+UPDATE memory_items SET accessed_at = %(now)s::float8,
+    expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE %(now)s::float8 + ttl END
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND (expires_at IS NULL OR expires_at > %(now)s::float8)
+
+-- name: list_memory_items
+SELECT tenant, namespace, key, value, value_ref, metadata, index_text, version, created_at, updated_at,
+       accessed_at, ttl, expires_at, run_id, position, operation_id, actor, tier
+FROM memory_items
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND substr(namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+  AND (expires_at IS NULL OR expires_at > %(now)s::float8)
+  AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
+ORDER BY tenant COLLATE "C", namespace COLLATE "C", key COLLATE "C"
+LIMIT %(limit)s::bigint
+
+-- name: delete_memory_items_prefix
+DELETE FROM memory_items
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) AND substr(namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+RETURNING tenant, namespace, key
+
+-- name: delete_memory_items_of_run
+DELETE FROM memory_items WHERE run_id = %(run_id)s::text AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+RETURNING tenant, namespace, key
+
+-- name: put_memory_run
+-- The tenant is the run's, read by the statement (never the caller's).
+INSERT INTO memory_run (run_id, key, tenant, value, value_ref, version, created_at, updated_at, position,
+                        operation_id, actor)
+SELECT run_id, %(key)s::text, tenant, %(value)s::bytea, %(value_ref)s::text, 1, %(now)s::float8, %(now)s::float8, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text
+FROM runs WHERE run_id = %(run_id)s::text AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ON CONFLICT (run_id, key) DO UPDATE SET
+    value = excluded.value, value_ref = excluded.value_ref, version = memory_run.version + 1,
+    updated_at = excluded.updated_at, position = excluded.position, operation_id = excluded.operation_id,
+    actor = excluded.actor
+RETURNING version
+
+-- name: delete_memory_run_key
+DELETE FROM memory_run WHERE run_id = %(run_id)s::text AND key = %(key)s::text
+
+-- name: select_memory_run
+SELECT run_id, tenant, key, value, value_ref, version, created_at, updated_at, position, operation_id, actor
+FROM memory_run
+WHERE run_id = %(run_id)s::text AND (%(key)s::text IS NULL OR key = %(key)s::text) AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ORDER BY key COLLATE "C"
+
+-- name: delete_memory_run_of_run
+DELETE FROM memory_run WHERE run_id = %(run_id)s::text AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+RETURNING 1
+
+-- name: delete_memory_run_of_tenant
+DELETE FROM memory_run WHERE tenant = %(tenant)s::text
+RETURNING 1
+
+-- name: drop_expired_memory_messages
+-- Appending to an expired thread starts a new one: its old messages go first.
+DELETE FROM memory_thread_messages
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text
+  AND EXISTS (SELECT 1 FROM memory_threads AS t
+              WHERE t.tenant = %(tenant)s::text AND t.thread_id = %(thread_id)s::text
+                AND t.expires_at IS NOT NULL AND t.expires_at <= %(now)s::float8)
+
+-- name: drop_expired_memory_thread
+DELETE FROM memory_threads
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND expires_at IS NOT NULL AND expires_at <= %(now)s::float8
+
+-- name: reserve_memory_thread
+-- Take %(count)s::bigint indexes at the end of the thread; returns the one after them.
+-- A write refreshes the thread's retention (ttl from now).
+INSERT INTO memory_threads (tenant, thread_id, next_idx, created_at, updated_at, accessed_at, ttl, expires_at)
+VALUES (%(tenant)s::text, %(thread_id)s::text, %(count)s::bigint, %(now)s::float8, %(now)s::float8, %(now)s::float8, %(ttl)s::float8,
+        CASE WHEN %(ttl)s::float8 IS NULL THEN NULL ELSE %(now)s::float8 + %(ttl)s::float8 END)
+ON CONFLICT (tenant, thread_id) DO UPDATE SET
+    next_idx = memory_threads.next_idx + %(count)s::bigint, updated_at = excluded.updated_at,
+    accessed_at = excluded.accessed_at, ttl = COALESCE(%(ttl)s::float8, memory_threads.ttl),
+    expires_at = CASE WHEN COALESCE(%(ttl)s::float8, memory_threads.ttl) IS NULL THEN NULL
+                      ELSE %(now)s::float8 + COALESCE(%(ttl)s::float8, memory_threads.ttl) END
+RETURNING next_idx
+
+-- name: insert_memory_message
+INSERT INTO memory_thread_messages (tenant, thread_id, idx, kind, value, value_ref, created_at, run_id,
+                                    position, operation_id, actor)
+VALUES (%(tenant)s::text, %(thread_id)s::text, %(idx)s::bigint, %(kind)s::text, %(value)s::bytea, %(value_ref)s::text, %(now)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text,
+        %(actor)s::text)
+ON CONFLICT (tenant, thread_id, idx) DO UPDATE SET
+    kind = excluded.kind, value = excluded.value, value_ref = excluded.value_ref,
+    created_at = excluded.created_at, run_id = excluded.run_id, position = excluded.position,
+    operation_id = excluded.operation_id, actor = excluded.actor
+
+-- name: compact_memory_messages
+DELETE FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx < %(upto)s::bigint - 1
+
+-- name: select_memory_thread
+SELECT next_idx FROM memory_threads
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND (expires_at IS NULL OR expires_at > %(now)s::float8)
+
+-- name: refresh_memory_thread
+UPDATE memory_threads SET accessed_at = %(now)s::float8,
+    expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE %(now)s::float8 + ttl END
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND (expires_at IS NULL OR expires_at > %(now)s::float8)
+
+-- name: select_memory_messages
+-- The window of a live thread: from index %(after)s::bigint + 1, at most %(limit)s::bigint.
+SELECT tenant, thread_id, idx, kind, value, value_ref, created_at, run_id, position, operation_id, actor
+FROM memory_thread_messages AS m
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx > %(after)s::bigint
+  AND EXISTS (SELECT 1 FROM memory_threads AS t
+              WHERE t.tenant = m.tenant AND t.thread_id = m.thread_id
+                AND (t.expires_at IS NULL OR t.expires_at > %(now)s::float8))
+ORDER BY idx
+LIMIT %(limit)s::bigint
+
+-- name: select_memory_messages_last
+-- The last %(limit)s::bigint messages of a live thread (newest first: the caller reverses).
+SELECT tenant, thread_id, idx, kind, value, value_ref, created_at, run_id, position, operation_id, actor
+FROM memory_thread_messages AS m
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text
+  AND EXISTS (SELECT 1 FROM memory_threads AS t
+              WHERE t.tenant = m.tenant AND t.thread_id = m.thread_id
+                AND (t.expires_at IS NULL OR t.expires_at > %(now)s::float8))
+ORDER BY idx DESC
+LIMIT %(limit)s::bigint
+
+-- name: list_memory_threads
+SELECT tenant, thread_id, next_idx, created_at, updated_at, expires_at FROM memory_threads
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) AND (expires_at IS NULL OR expires_at > %(now)s::float8)
+ORDER BY tenant COLLATE "C", thread_id COLLATE "C"
+LIMIT %(limit)s::bigint
+
+-- name: delete_memory_messages_of_thread
+DELETE FROM memory_thread_messages
+WHERE thread_id = %(thread_id)s::text AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+RETURNING 1
+
+-- name: delete_memory_thread
+DELETE FROM memory_threads WHERE thread_id = %(thread_id)s::text AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+
+-- name: delete_memory_messages_of_run
+DELETE FROM memory_thread_messages WHERE run_id = %(run_id)s::text AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+RETURNING 1
+
+-- name: delete_memory_messages_of_tenant
+DELETE FROM memory_thread_messages WHERE tenant = %(tenant)s::text
+RETURNING 1
+
+-- name: delete_memory_threads_of_tenant
+DELETE FROM memory_threads WHERE tenant = %(tenant)s::text
+
+-- name: sweep_memory_items
+-- Expired items (the sweep: they were invisible since they expired).
+DELETE FROM memory_items
+WHERE (tenant, namespace, key) IN (SELECT tenant, namespace, key FROM memory_items
+                                   WHERE expires_at IS NOT NULL AND expires_at <= %(now)s::float8 LIMIT %(limit)s::bigint)
+RETURNING tenant, namespace, key
+
+-- name: sweep_memory_messages
+DELETE FROM memory_thread_messages
+WHERE (tenant, thread_id) IN (SELECT tenant, thread_id FROM memory_threads
+                              WHERE expires_at IS NOT NULL AND expires_at <= %(now)s::float8)
+RETURNING 1
+
+-- name: sweep_memory_threads
+DELETE FROM memory_threads WHERE expires_at IS NOT NULL AND expires_at <= %(now)s::float8
+
+-- name: select_all_memory_outbox
+-- Every outbox row, oldest first (inspection and tests; the embedding
+-- worker claims with its own statements).
+SELECT tenant, namespace, key, version, created_at, attempts, claimed_by, claimed_until, last_error
+FROM memory_outbox ORDER BY id

@@ -268,7 +268,10 @@ SELECT g.ref, g.queued_at,
        EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
        OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
        OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref) AS referenced
+       OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref) AS referenced
 FROM artifact_gc AS g
 WHERE :after_at IS NULL OR g.queued_at > :after_at OR (g.queued_at = :after_at AND g.ref > :after_ref)
 ORDER BY g.queued_at, g.ref
@@ -576,3 +579,226 @@ SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch AND status = 'runni
 -- (unqualified names look in temp first). Cairn's own temp objects are triggers.
 -- name: transact_session_check
 SELECT 1 FROM sqlite_temp_master WHERE type IN ('table', 'view') LIMIT 1
+
+-- Memory tiers (issue 14; store/memsql.py). Expired rows are invisible at
+-- once (every read compares expires_at with now); sweep_memory deletes them.
+-- Namespace prefixes compare with substr, never LIKE (store/namespaces.py).
+
+-- name: memory_run_tenant
+SELECT tenant FROM runs WHERE run_id = :run_id
+
+-- name: put_memory_item
+-- A new version of the item; an expired one starts over (created_at).
+INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
+                          created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
+                          operation_id, actor, tier)
+VALUES (:tenant, :namespace, :key, :value, :value_ref, :metadata, :index_text, 1, :now, :now, :now,
+        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot')
+ON CONFLICT (tenant, namespace, key) DO UPDATE SET
+    value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
+    index_text = excluded.index_text, version = memory_items.version + 1,
+    created_at = CASE WHEN memory_items.expires_at IS NOT NULL AND memory_items.expires_at <= excluded.updated_at
+                      THEN excluded.created_at ELSE memory_items.created_at END,
+    updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
+    expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+RETURNING version
+
+-- name: insert_memory_outbox
+INSERT INTO memory_outbox (tenant, namespace, key, version, created_at)
+VALUES (:tenant, :namespace, :key, :version, :now)
+ON CONFLICT (tenant, namespace, key, version) DO NOTHING
+
+-- name: delete_memory_outbox_of_item
+DELETE FROM memory_outbox WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+
+-- name: delete_orphan_memory_outbox
+-- Outbox rows whose item is gone (deleted, swept): nothing left to embed.
+DELETE FROM memory_outbox
+WHERE (:tenant IS NULL OR tenant = :tenant)
+  AND NOT EXISTS (SELECT 1 FROM memory_items AS i
+                  WHERE i.tenant = memory_outbox.tenant AND i.namespace = memory_outbox.namespace
+                    AND i.key = memory_outbox.key)
+
+-- name: delete_memory_item
+DELETE FROM memory_items WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+RETURNING tenant, namespace, key
+
+-- name: select_memory_item
+SELECT tenant, namespace, key, value, value_ref, metadata, index_text, version, created_at, updated_at,
+       accessed_at, ttl, expires_at, run_id, position, operation_id, actor, tier
+FROM memory_items
+WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+  AND (expires_at IS NULL OR expires_at > :now)
+
+-- name: refresh_memory_item
+-- A read under a refresh-on-read policy: the item lives ttl from now.
+UPDATE memory_items SET accessed_at = :now,
+    expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE :now + ttl END
+WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+  AND (expires_at IS NULL OR expires_at > :now)
+
+-- name: list_memory_items
+SELECT tenant, namespace, key, value, value_ref, metadata, index_text, version, created_at, updated_at,
+       accessed_at, ttl, expires_at, run_id, position, operation_id, actor, tier
+FROM memory_items
+WHERE (:tenant IS NULL OR tenant = :tenant)
+  AND substr(namespace, 1, length(:prefix)) = :prefix
+  AND (expires_at IS NULL OR expires_at > :now)
+  AND (:run_id IS NULL OR run_id = :run_id)
+ORDER BY tenant, namespace, key
+LIMIT :limit
+
+-- name: delete_memory_items_prefix
+DELETE FROM memory_items
+WHERE (:tenant IS NULL OR tenant = :tenant) AND substr(namespace, 1, length(:prefix)) = :prefix
+RETURNING tenant, namespace, key
+
+-- name: delete_memory_items_of_run
+DELETE FROM memory_items WHERE run_id = :run_id AND (:tenant IS NULL OR tenant = :tenant)
+RETURNING tenant, namespace, key
+
+-- name: put_memory_run
+-- The tenant is the run's, read by the statement (never the caller's).
+INSERT INTO memory_run (run_id, key, tenant, value, value_ref, version, created_at, updated_at, position,
+                        operation_id, actor)
+SELECT run_id, :key, tenant, :value, :value_ref, 1, :now, :now, :position, :operation_id, :actor
+FROM runs WHERE run_id = :run_id AND (:tenant IS NULL OR tenant = :tenant)
+ON CONFLICT (run_id, key) DO UPDATE SET
+    value = excluded.value, value_ref = excluded.value_ref, version = memory_run.version + 1,
+    updated_at = excluded.updated_at, position = excluded.position, operation_id = excluded.operation_id,
+    actor = excluded.actor
+RETURNING version
+
+-- name: delete_memory_run_key
+DELETE FROM memory_run WHERE run_id = :run_id AND key = :key
+
+-- name: select_memory_run
+SELECT run_id, tenant, key, value, value_ref, version, created_at, updated_at, position, operation_id, actor
+FROM memory_run
+WHERE run_id = :run_id AND (:key IS NULL OR key = :key) AND (:tenant IS NULL OR tenant = :tenant)
+ORDER BY key
+
+-- name: delete_memory_run_of_run
+DELETE FROM memory_run WHERE run_id = :run_id AND (:tenant IS NULL OR tenant = :tenant)
+RETURNING 1
+
+-- name: delete_memory_run_of_tenant
+DELETE FROM memory_run WHERE tenant = :tenant
+RETURNING 1
+
+-- name: drop_expired_memory_messages
+-- Appending to an expired thread starts a new one: its old messages go first.
+DELETE FROM memory_thread_messages
+WHERE tenant = :tenant AND thread_id = :thread_id
+  AND EXISTS (SELECT 1 FROM memory_threads AS t
+              WHERE t.tenant = :tenant AND t.thread_id = :thread_id
+                AND t.expires_at IS NOT NULL AND t.expires_at <= :now)
+
+-- name: drop_expired_memory_thread
+DELETE FROM memory_threads
+WHERE tenant = :tenant AND thread_id = :thread_id AND expires_at IS NOT NULL AND expires_at <= :now
+
+-- name: reserve_memory_thread
+-- Take :count indexes at the end of the thread; returns the one after them.
+-- A write refreshes the thread's retention (ttl from now).
+INSERT INTO memory_threads (tenant, thread_id, next_idx, created_at, updated_at, accessed_at, ttl, expires_at)
+VALUES (:tenant, :thread_id, :count, :now, :now, :now, :ttl,
+        CASE WHEN :ttl IS NULL THEN NULL ELSE :now + :ttl END)
+ON CONFLICT (tenant, thread_id) DO UPDATE SET
+    next_idx = memory_threads.next_idx + :count, updated_at = excluded.updated_at,
+    accessed_at = excluded.accessed_at, ttl = COALESCE(:ttl, memory_threads.ttl),
+    expires_at = CASE WHEN COALESCE(:ttl, memory_threads.ttl) IS NULL THEN NULL
+                      ELSE :now + COALESCE(:ttl, memory_threads.ttl) END
+RETURNING next_idx
+
+-- name: insert_memory_message
+INSERT INTO memory_thread_messages (tenant, thread_id, idx, kind, value, value_ref, created_at, run_id,
+                                    position, operation_id, actor)
+VALUES (:tenant, :thread_id, :idx, :kind, :value, :value_ref, :now, :run_id, :position, :operation_id,
+        :actor)
+ON CONFLICT (tenant, thread_id, idx) DO UPDATE SET
+    kind = excluded.kind, value = excluded.value, value_ref = excluded.value_ref,
+    created_at = excluded.created_at, run_id = excluded.run_id, position = excluded.position,
+    operation_id = excluded.operation_id, actor = excluded.actor
+
+-- name: compact_memory_messages
+DELETE FROM memory_thread_messages WHERE tenant = :tenant AND thread_id = :thread_id AND idx < :upto - 1
+
+-- name: select_memory_thread
+SELECT next_idx FROM memory_threads
+WHERE tenant = :tenant AND thread_id = :thread_id AND (expires_at IS NULL OR expires_at > :now)
+
+-- name: refresh_memory_thread
+UPDATE memory_threads SET accessed_at = :now,
+    expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE :now + ttl END
+WHERE tenant = :tenant AND thread_id = :thread_id AND (expires_at IS NULL OR expires_at > :now)
+
+-- name: select_memory_messages
+-- The window of a live thread: from index :after + 1, at most :limit.
+SELECT tenant, thread_id, idx, kind, value, value_ref, created_at, run_id, position, operation_id, actor
+FROM memory_thread_messages AS m
+WHERE tenant = :tenant AND thread_id = :thread_id AND idx > :after
+  AND EXISTS (SELECT 1 FROM memory_threads AS t
+              WHERE t.tenant = m.tenant AND t.thread_id = m.thread_id
+                AND (t.expires_at IS NULL OR t.expires_at > :now))
+ORDER BY idx
+LIMIT :limit
+
+-- name: select_memory_messages_last
+-- The last :limit messages of a live thread (newest first: the caller reverses).
+SELECT tenant, thread_id, idx, kind, value, value_ref, created_at, run_id, position, operation_id, actor
+FROM memory_thread_messages AS m
+WHERE tenant = :tenant AND thread_id = :thread_id
+  AND EXISTS (SELECT 1 FROM memory_threads AS t
+              WHERE t.tenant = m.tenant AND t.thread_id = m.thread_id
+                AND (t.expires_at IS NULL OR t.expires_at > :now))
+ORDER BY idx DESC
+LIMIT :limit
+
+-- name: list_memory_threads
+SELECT tenant, thread_id, next_idx, created_at, updated_at, expires_at FROM memory_threads
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY tenant, thread_id
+LIMIT :limit
+
+-- name: delete_memory_messages_of_thread
+DELETE FROM memory_thread_messages
+WHERE thread_id = :thread_id AND (:tenant IS NULL OR tenant = :tenant)
+RETURNING 1
+
+-- name: delete_memory_thread
+DELETE FROM memory_threads WHERE thread_id = :thread_id AND (:tenant IS NULL OR tenant = :tenant)
+
+-- name: delete_memory_messages_of_run
+DELETE FROM memory_thread_messages WHERE run_id = :run_id AND (:tenant IS NULL OR tenant = :tenant)
+RETURNING 1
+
+-- name: delete_memory_messages_of_tenant
+DELETE FROM memory_thread_messages WHERE tenant = :tenant
+RETURNING 1
+
+-- name: delete_memory_threads_of_tenant
+DELETE FROM memory_threads WHERE tenant = :tenant
+
+-- name: sweep_memory_items
+-- Expired items (the sweep: they were invisible since they expired).
+DELETE FROM memory_items
+WHERE (tenant, namespace, key) IN (SELECT tenant, namespace, key FROM memory_items
+                                   WHERE expires_at IS NOT NULL AND expires_at <= :now LIMIT :limit)
+RETURNING tenant, namespace, key
+
+-- name: sweep_memory_messages
+DELETE FROM memory_thread_messages
+WHERE (tenant, thread_id) IN (SELECT tenant, thread_id FROM memory_threads
+                              WHERE expires_at IS NOT NULL AND expires_at <= :now)
+RETURNING 1
+
+-- name: sweep_memory_threads
+DELETE FROM memory_threads WHERE expires_at IS NOT NULL AND expires_at <= :now
+
+-- name: select_all_memory_outbox
+-- Every outbox row, oldest first (inspection and tests; the embedding
+-- worker claims with its own statements).
+SELECT tenant, namespace, key, version, created_at, attempts, claimed_by, claimed_until, last_error
+FROM memory_outbox ORDER BY id

@@ -1,0 +1,56 @@
+"""Retention of the memory tiers: how long memory lives, and whether reading
+it keeps it alive.
+
+Configured once per app (``App(memory=MemoryPolicy(...))``) rather than per
+write, so that every writer of a namespace agrees on it. The rule for a
+namespace is that of its longest configured prefix; threads have one rule;
+run memory lives exactly as long as its run (no TTL: pruning the run deletes
+it). A ``put(..., ttl=...)`` may still override the TTL of one item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cairn.errors import InvalidArgument
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """``ttl``: seconds a memory lives after it was written (``None``:
+    forever). ``refresh_on_read``: a read renews it (``ttl`` from the read)."""
+
+    ttl: float | None = None
+    refresh_on_read: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ttl is not None and not self.ttl > 0:
+            raise InvalidArgument(f"a memory TTL must be a positive number of seconds, not {self.ttl!r}")
+
+
+FOREVER = Retention()
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPolicy:
+    """Retention by namespace prefix and for threads, and the embedder that
+    semantic search uses (any object with ``name``, ``dims`` and
+    ``embed(texts)``; see ``cairn.memory.embedders``)."""
+
+    namespaces: Mapping[tuple[str, ...], Retention] = field(default_factory=dict)
+    threads: Retention = FOREVER
+    embedder: Any = None
+
+    def for_namespace(self, namespace: Sequence[str]) -> Retention:
+        """The rule of the longest configured prefix of ``namespace``."""
+        labels = tuple(namespace)
+        for n in range(len(labels), -1, -1):
+            rule = self.namespaces.get(labels[:n])
+            if rule is not None:
+                return rule
+        return FOREVER
+
+
+__all__ = ["FOREVER", "MemoryPolicy", "Retention"]

@@ -1,0 +1,76 @@
+"""The LangGraph ``BaseStore`` adapter (issue 14 item 8) on both backends:
+LangGraph's own store calls (put/get/search/delete/list_namespaces, TTL in
+minutes with refresh on read), and a real LangGraph graph whose node uses it."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+import pytest
+
+import cairn
+
+langgraph_graph = pytest.importorskip("langgraph.graph")
+from langgraph.store.base import BaseStore  # noqa: E402
+
+from cairn.memory.langgraph import CairnStore  # noqa: E402
+
+
+def _store(app: cairn.App, **kwargs: Any) -> CairnStore:
+    return CairnStore(app.store, app.runtime.payloads, actor="langgraph:test", **kwargs)
+
+
+def test_the_base_store_api(app: cairn.App) -> None:
+    store = _store(app)
+    store.put(("users", "u1"), "prefs", {"theme": "dark", "lang": "en"})
+    store.put(("users", "u2"), "prefs", {"theme": "light", "lang": "<b>fr</b>"})
+    store.put(("docs",), "d1", {"text": "hello"}, index=False)
+    got = store.get(("users", "u1"), "prefs")
+    assert got is not None
+    assert (got.value, got.namespace, got.key) == ({"theme": "dark", "lang": "en"}, ("users", "u1"), "prefs")
+    assert [i.namespace for i in store.search(("users",))] == [("users", "u1"), ("users", "u2")]
+    assert [i.namespace for i in store.search(("users",), filter={"theme": "light"})] == [("users", "u2")]
+    assert store.list_namespaces() == [("docs",), ("users", "u1"), ("users", "u2")]
+    assert store.list_namespaces(prefix=("users",), max_depth=1) == [("users",)]
+    assert store.list_namespaces(suffix=("u2",)) == [("users", "u2")]
+    store.delete(("users", "u1"), "prefs")
+    assert store.get(("users", "u1"), "prefs") is None
+    [item] = app.operator.memory_items("default", ("users",))
+    assert item.actor == "langgraph:test"  # provenance of a write outside a run
+    with pytest.raises(cairn.CairnError, match="vector index"):
+        store.search(("users",), query="dark mode")
+
+
+def test_ttl_in_minutes_and_refresh_on_read(app: cairn.App) -> None:
+    store = _store(app, ttl={"default_ttl": 1.0, "refresh_on_read": True})
+    store.put(("s",), "k", {"v": 1})
+    [item] = app.operator.memory_items("default", ("s",))
+    assert item.expires_at is not None
+    assert item.expires_at - item.updated_at == pytest.approx(60.0)
+    store.put(("s",), "forever", {"v": 2}, ttl=None)
+    forever = [i for i in app.operator.memory_items("default", ("s",)) if i.key == "forever"]
+    assert [i.expires_at for i in forever] == [None]
+
+
+class State(TypedDict):
+    user: str
+    text: str
+    seen: list[str]
+
+
+def test_a_real_langgraph_graph_uses_it(app: cairn.App) -> None:
+    def remember(state: State, *, store: BaseStore) -> dict[str, Any]:
+        namespace = ("memories", state["user"])
+        store.put(namespace, f"m{len(store.search(namespace))}", {"text": state["text"]})
+        return {"seen": [i.value["text"] for i in store.search(namespace)]}
+
+    builder = langgraph_graph.StateGraph(State)
+    builder.add_node("remember", remember)
+    builder.add_edge(langgraph_graph.START, "remember")
+    builder.add_edge("remember", langgraph_graph.END)
+    graph = builder.compile(store=_store(app))
+    assert graph.invoke({"user": "ada", "text": "likes tea", "seen": []})["seen"] == ["likes tea"]
+    assert graph.invoke({"user": "ada", "text": "hates <script>", "seen": []})["seen"] == [
+        "likes tea", "hates <script>"]
+    assert graph.invoke({"user": "bob", "text": "x", "seen": []})["seen"] == ["x"]
+    assert len(app.operator.memory_items("default", ("memories",))) == 3
