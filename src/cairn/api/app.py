@@ -38,6 +38,7 @@ from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
+from cairn.memory.embedders import Embedder
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
 from cairn.security.secrets import SecretProvider, Secrets
@@ -77,6 +78,10 @@ class App:
     model clients use: a ``cairn.Secrets`` resolver, one provider, or a
     mapping of provider names to providers (default: environment variables
     named ``CAIRN_SECRET_*``). See ``cairn.security.secrets``.
+
+    ``embedder`` (a ``cairn.memory.embedders.Embedder``) turns long-term
+    memory items into vectors for search; ``cairn worker`` then also runs
+    the embedding worker (``cairn.memory.indexer``).
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class App:
         check_inputs: bool = True,
         create: bool = True,
         secrets: Secrets | SecretProvider | Mapping[str, SecretProvider] | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         #: where this app's data lives (``None`` when given a ``store`` object)
         self.db_url = None if store is not None else resolve_url(db)
@@ -101,6 +107,7 @@ class App:
             max_recoveries=max_recoveries,
             check_inputs=check_inputs,
             secrets=Secrets.coerce(secrets),
+            embedder=embedder,
         )
         redaction.protect_loggers()  # Cairn's log lines never show a revealed secret
         self.lease_seconds = lease_seconds

@@ -8,6 +8,7 @@ from cairn.codec.payloads import PayloadCodec
 from cairn.engine.bundles import Registry
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.schedules import Schedule
+from cairn.memory.embedders import Embedder
 from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
 
@@ -27,6 +28,8 @@ class Runtime:
     secrets: Secrets = field(default_factory=Secrets)
     #: the schedules declared on the app, by (tenant, name): the workers fire them
     schedules: dict[tuple[str, str], Schedule] = field(default_factory=dict)
+    #: embeds long-term memory items for search; ``cairn worker`` runs its indexer (``App(embedder=...)``)
+    embedder: Embedder | None = None
 
     #: workflow versions, prompts, model settings and tools, and the bundles
     #: served (``engine.bundles``); ``workflows`` maps each name to its newest version

@@ -39,14 +39,16 @@ from cairn.store.rows import (
     message_params,
     run_from_row,
 )
+from cairn.store.vectorindex import VectorIndex
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
 
 
-class SQLStore(Generic[Tx]):
+class SQLStore(VectorIndex[Tx], Generic[Tx]):
     """The operator transitions of ``contract.Store`` over a dialect's
-    primitives; ``Tx`` is the dialect's transaction handle."""
+    primitives; ``Tx`` is the dialect's transaction handle. (The vector
+    index of long-term memory is ``VectorIndex``'s, over the same ones.)"""
 
     clock: Callable[[], float]
 

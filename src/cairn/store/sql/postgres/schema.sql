@@ -450,6 +450,7 @@ BEGIN
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON approvals TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON api_tokens TO %I', grantee);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON schedules TO %I', grantee);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON memory_vectors TO %I', grantee);
 END
 $$;
 
@@ -536,6 +537,101 @@ CREATE TABLE schedules (
 
 ALTER TABLE schedules ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON schedules
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+
+-- A copy of memcore's memory_items and memory_outbox (issue 14's shared
+-- design, fixed DDL) so that the vector index can be built and tested on its
+-- own branch. The merger deletes this file: memcore's migration replaces it
+-- (with the row-level security and grants that this copy leaves out).
+
+-- Long-term memory: one row per (tenant, namespace, key); version counts puts (1, 2, ...).
+CREATE TABLE memory_items (
+    tenant       TEXT NOT NULL,
+    namespace    TEXT NOT NULL,
+    key          TEXT NOT NULL,
+    value        BYTEA,
+    value_ref    TEXT,
+    metadata     JSONB,
+    index_text   TEXT,
+    version      BIGINT NOT NULL,
+    created_at   DOUBLE PRECISION NOT NULL,
+    updated_at   DOUBLE PRECISION NOT NULL,
+    accessed_at  DOUBLE PRECISION NOT NULL,
+    ttl          DOUBLE PRECISION,
+    expires_at   DOUBLE PRECISION,
+    run_id       TEXT,
+    position     BIGINT,
+    operation_id TEXT,
+    actor        TEXT,
+    tier         TEXT NOT NULL DEFAULT 'hot',
+    PRIMARY KEY (tenant, namespace, key)
+);
+CREATE INDEX memory_items_expiry ON memory_items (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX memory_items_run ON memory_items (run_id) WHERE run_id IS NOT NULL;
+
+CREATE TABLE memory_outbox (
+    id            BIGSERIAL PRIMARY KEY,
+    tenant        TEXT NOT NULL,
+    namespace     TEXT NOT NULL,
+    key           TEXT NOT NULL,
+    version       BIGINT NOT NULL,
+    created_at    DOUBLE PRECISION NOT NULL,
+    attempts      BIGINT NOT NULL DEFAULT 0,
+    claimed_by    TEXT,
+    claimed_until DOUBLE PRECISION,
+    last_error    TEXT,
+    UNIQUE (tenant, namespace, key, version)
+);
+CREATE INDEX memory_outbox_ready ON memory_outbox (claimed_until, id);
+
+-- Vectors of long-term memory items (issue 14): derived data, computed by
+-- the embedding worker from memory_items.index_text after the item's put
+-- committed (memory_outbox says what is due). One row per item: the vector
+-- of `version`, made by `embedder` (vectors of different embedders are never
+-- compared). `tier`: 'hot' holds `dims` float32 (little-endian); 'cold'
+-- holds `dims` int8, each component `scale` times its int8 (a quarter of the
+-- bytes; see cairn.store.vectorindex). Without pgvector the store scores
+-- them exactly in the client; `vec` (pgvector's type, hot rows only) exists
+-- only where the extension could be created when this migration ran.
+CREATE TABLE memory_vectors (
+    tenant      TEXT NOT NULL,
+    namespace   TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    version     BIGINT NOT NULL,
+    embedder    TEXT NOT NULL,
+    dims        BIGINT NOT NULL,
+    tier        TEXT NOT NULL DEFAULT 'hot',
+    embedding   BYTEA NOT NULL,
+    scale       DOUBLE PRECISION,
+    embedded_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, namespace, key)
+);
+
+-- pgvector where it can be had (untested on machines without it): the
+-- exact fallback reads `embedding` either way.
+DO $$
+BEGIN
+    BEGIN
+        CREATE EXTENSION IF NOT EXISTS vector;
+    EXCEPTION WHEN OTHERS THEN
+        RETURN;  -- not installed, or not ours to create: the exact fallback
+    END;
+    ALTER TABLE memory_vectors ADD COLUMN vec vector;
+END
+$$;
+
+-- Row-level security: the grant rule of runs and history (migration 0006).
+-- A tenant's role reads, stores, re-tiers and drops only its own tenants'
+-- vectors (its embedding worker and its deletions).
+ALTER TABLE memory_vectors ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON memory_vectors
     USING (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
