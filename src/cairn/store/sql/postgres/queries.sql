@@ -952,6 +952,7 @@ FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
 WHERE v.tier = 'cold' AND i.accessed_at >= %(since)s::float8 AND i.version = v.version
 ON CONFLICT (tenant, namespace, key, version) DO NOTHING
+RETURNING 1
 
 -- name: vector_tiers
 SELECT tier, count(*), coalesce(sum(octet_length(embedding)), 0)

@@ -670,6 +670,7 @@ FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
 WHERE v.tier = 'cold' AND i.accessed_at >= :since AND i.version = v.version
 ON CONFLICT (tenant, namespace, key, version) DO NOTHING
+RETURNING 1
 
 -- name: vector_tiers
 SELECT tier, count(*), coalesce(sum(length(embedding)), 0)
