@@ -15,8 +15,8 @@ from typing import Any
 
 from tests.backends import PostgresBackend, SqliteBackend, StoreBackend
 
-_UPSERT = ("INSERT INTO memory_items (tenant, namespace, key, value, metadata, index_text, version, created_at, "
-           "updated_at, accessed_at) VALUES ({p}, {p}, {p}, NULL, {p}, {p}, 1, {p}, {p}, {p}) "
+_UPSERT = ("INSERT INTO memory_items (tenant, namespace, key, value, metadata, index_text, version, "
+           "created_at, updated_at, accessed_at) VALUES ({p}, {p}, {p}, NULL, {p}, {p}, 1, {p}, {p}, {p}) "
            "ON CONFLICT (tenant, namespace, key) DO UPDATE SET metadata = excluded.metadata, "
            "index_text = excluded.index_text, version = memory_items.version + 1, "
            "updated_at = excluded.updated_at, accessed_at = excluded.accessed_at "
@@ -70,8 +70,8 @@ class Items:
         return int(version)
 
     def touch(self, tenant: str, namespace: str, key: str, at: float) -> None:
-        self.execute("UPDATE memory_items SET accessed_at = %s WHERE tenant = %s AND namespace = %s AND key = %s",
-                     (at, tenant, namespace, key))
+        self.execute("UPDATE memory_items SET accessed_at = %s "
+                     "WHERE tenant = %s AND namespace = %s AND key = %s", (at, tenant, namespace, key))
 
     def outbox(self) -> list[tuple[Any, ...]]:
         return self.execute("SELECT tenant, namespace, key, version, attempts, last_error, claimed_until "

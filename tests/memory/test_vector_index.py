@@ -84,7 +84,8 @@ def test_a_filter_is_applied_before_the_top_k_cut(store: Store, items: Items) ->
         items.put("acme", PREFS, f"near{i}", "green tea with lemon", metadata={"kind": "drink", "n": i})
     items.put("acme", PREFS, "far", "a quiet walk in the forest", metadata={"kind": "hobby", "flag": True})
     drain(store)
-    assert search(store, "green tea with lemon", k=1, kind="hobby")[0] == ["far"]  # a post-filter finds nothing
+    # a post-filter of the best one would find nothing
+    assert search(store, "green tea with lemon", k=1, kind="hobby")[0] == ["far"]
     assert search(store, "green tea", k=3, kind="drink", n=7)[0] == ["near7"]
     assert search(store, "green tea", k=3, n=7.0)[0] == ["near7"]  # JSON numbers: 7 == 7.0
     assert search(store, "walk", flag=True)[0] == ["far"]
@@ -242,6 +243,7 @@ def test_drop_vectors_by_item_and_by_prefix(store: Store, items: Items) -> None:
     drain(store)
     operate = store._operate  # type: ignore[attr-defined]
     operate(lambda tx: store._drop_vectors(tx, "acme", PREFS, "a"))  # type: ignore[attr-defined]
-    assert [r[:3] for r in items.vectors()] == [("acme", PREFS, "b"), ("acme", U10, "c"), ("globex", PREFS, "a")]
+    assert [r[:3] for r in items.vectors()] == [
+        ("acme", PREFS, "b"), ("acme", U10, "c"), ("globex", PREFS, "a")]
     operate(lambda tx: store._drop_vectors(tx, "acme", encode_prefix(("users",)), None))  # type: ignore[attr-defined]
     assert [r[:3] for r in items.vectors()] == [("globex", PREFS, "a")]

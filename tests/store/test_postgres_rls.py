@@ -366,6 +366,8 @@ def _acme_world(d: Deployment) -> str:
     d.acme.create_token(TokenRecord("acmetoken0000001", "acme", "admin", "acme-admin", "d" * 64, 0.0))
     d.globex.create_token(TokenRecord("globextoken00001", "globex", "viewer", "globex-bot", "e" * 64, 0.0))
     d.acme.put_bundles([ACME_BUNDLE.record()])  # any role may add a bundle (application definitions)
+    # semantic memory: an item of acme's with its vector, a pending outbox row, and a vector of globex's
+    memory_world(d)
     return ref
 
 
@@ -394,6 +396,11 @@ SNAPSHOTS = {
                  "ORDER BY run_id, request_id",
     "api_tokens": "SELECT * FROM api_tokens ORDER BY token_id",
     "schedules": "SELECT * FROM schedules WHERE tenant <> 'globex' ORDER BY tenant, name",
+    # semantic memory: acme's item, outbox row and vector (memory_items and
+    # memory_outbox are the copy of memcore's tables: no grant at all here)
+    "memory_items": "SELECT * FROM memory_items ORDER BY tenant, namespace, key",
+    "memory_outbox": "SELECT * FROM memory_outbox ORDER BY id",
+    "memory_vectors": "SELECT * FROM memory_vectors WHERE tenant <> 'globex' ORDER BY tenant, namespace, key",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -414,6 +421,10 @@ READS = [
     ("api_tokens", "SELECT token_id, digest FROM api_tokens WHERE tenant = 'acme'"),
     ("schedules", "SELECT name FROM schedules WHERE tenant = 'acme'"),
     ("schedules", "SELECT name FROM schedules WHERE tenant = 'acme' FOR UPDATE"),
+    ("memory_items", "SELECT key FROM memory_items WHERE tenant = 'acme'"),
+    ("memory_outbox", "SELECT key FROM memory_outbox WHERE tenant = 'acme'"),
+    ("memory_vectors", "SELECT key, embedding FROM memory_vectors WHERE tenant = 'acme'"),
+    ("memory_vectors", "SELECT key FROM memory_vectors WHERE tenant = 'acme' FOR UPDATE"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -490,6 +501,18 @@ WRITES = [
                 f"VALUES ('bevil', 'wf', '1', 'ast:evil', '{_FORGED.content.decode()}', 0)"),
     ("bundles", f"INSERT INTO bundles (bundle_id, workflow, version, code, content, created_at) "
                 f"VALUES ('{_FORGED.bundle_id}', 'wf', '2', 'ast:acme', '{_FORGED.content.decode()}', 0)"),
+    ("memory_vectors", "UPDATE memory_vectors SET embedding = 'evil', version = 99 WHERE tenant = 'acme'"),
+    ("memory_vectors", "UPDATE memory_vectors SET tenant = 'acme' WHERE tenant = 'globex'"),
+    ("memory_vectors", "DELETE FROM memory_vectors"),
+    ("memory_vectors", "INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, "
+                       "embedding, embedded_at) VALUES ('acme', 'ns\x1f', 'evil', 99, 'e', 1, 'evil', 0)"),
+    ("memory_vectors", "INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, "
+                       "embedding, embedded_at) VALUES ('acme', 'ns\x1f', 'k', 99, 'e', 1, 'evil', 0) "
+                       "ON CONFLICT (tenant, namespace, key) DO UPDATE SET version = 100"),
+    ("memory_items", "UPDATE memory_items SET index_text = 'evil'"),
+    ("memory_items", "DELETE FROM memory_items"),
+    ("memory_outbox", "DELETE FROM memory_outbox"),
+    ("memory_outbox", "UPDATE memory_outbox SET claimed_by = 'evil', claimed_until = 1e300"),
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
 ]
@@ -693,3 +716,68 @@ def test_another_tenants_mailbox_is_no_such_run(deployment: Deployment) -> None:
     assert d.globex.deliveries("a1") == []
     assert d.as_role("owner", "SELECT * FROM mailbox ORDER BY run_id, seq") == before
     assert [m.seq for m in d.acme.deliveries("a1")] == [1, 2]
+
+
+# -- semantic memory (issue 14): the vector index under the policies -----------------------------
+
+def memory_world(d: Deployment) -> None:
+    """acme's item with its vector and a pending outbox row; a vector of globex's."""
+    for tenant in ("acme", "globex"):
+        d.as_role("owner", "INSERT INTO memory_items (tenant, namespace, key, metadata, index_text, "
+                  "version, created_at, updated_at, accessed_at) "
+                  "VALUES (%s, 'ns\x1f', 'k', '{}', 'secret', 1, 0, 0, 0)",
+                  (tenant,))
+        d.as_role("owner", "INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, "
+                  "embedding, embedded_at) VALUES (%s, 'ns\x1f', 'k', 1, 'e', 2, %s, 0)",
+                  (tenant, b"\x00\x00\x80?\x00\x00\x00\x00"))
+    d.as_role("owner", "INSERT INTO memory_outbox (tenant, namespace, key, version, created_at) "
+              "VALUES ('acme', 'ns\x1f', 'k', 2, 0)")
+
+
+#: What memcore's migration gives memory_items and memory_outbox (the copy
+#: migration of this branch has neither policies nor grants).
+MEMCORE_POLICIES = [
+    f"""ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY tenant_isolation ON {table}
+        USING (tenant = ANY (ARRAY(SELECT g.tenant FROM tenant_grants AS g WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))"""
+    for table in ("memory_items", "memory_outbox")
+]
+
+
+def test_search_and_the_embedding_worker_never_cross_tenants(deployment: Deployment) -> None:
+    from cairn.memory.embedders import HashEmbedder
+    from cairn.memory.indexer import Indexer
+
+    d = deployment
+    roles = [conninfo_to_dict(d.urls[key])["user"] for key in ("acme", "globex")]
+    for statement in MEMCORE_POLICIES:
+        d.as_role("owner", statement)
+    for role in roles:
+        d.as_role("owner", f'GRANT SELECT ON memory_items TO "{role}"; '
+                  f'GRANT SELECT, UPDATE, DELETE ON memory_outbox TO "{role}"')
+    emb = HashEmbedder(32)
+    for tenant in ("acme", "globex"):
+        d.as_role("owner", "INSERT INTO memory_items (tenant, namespace, key, index_text, version, "
+                  "created_at, updated_at, accessed_at) VALUES (%s, 'ns\x1f', %s, 'green tea', 1, 0, 0, 0)",
+                  (tenant, f"{tenant}-tea"))
+        d.as_role("owner", "INSERT INTO memory_outbox (tenant, namespace, key, version, created_at) "
+                  "VALUES (%s, 'ns\x1f', %s, 1, 0)", (tenant, f"{tenant}-tea"))
+    # globex's worker drains only globex's outbox: acme's row stays pending, unseen
+    assert Indexer(d.globex, emb).drain() == 1
+    query = emb.embed(["green tea"])[0]
+    assert d.acme.search_memory("acme", "", query, 5, embedder=emb.name).unindexed == 1
+    assert Indexer(d.acme, emb).drain() == 1
+    mine = d.globex.search_memory("globex", "", query, 5, embedder=emb.name)
+    assert [h.key for h in mine.hits] == ["globex-tea"]
+    stolen = d.globex.search_memory("acme", "", query, 5, embedder=emb.name)
+    assert (stolen.hits, stolen.unindexed) == ([], 0)
+    assert d.as_role("globex", "SELECT key FROM memory_vectors WHERE tenant = 'acme'") == []
+    # a forged store of acme's item by globex: no outbox row of acme's is claimed by it
+    claim = d.acme.claim_embeddings("aw", 10, 30.0)
+    assert claim.tasks == []
+    [(before,)] = d.as_role("owner", "SELECT embedding FROM memory_vectors WHERE key = 'acme-tea'")
+    from cairn.store.vectorindex import EmbeddingTask
+    forged = EmbeddingTask("acme", "ns\x1f", "acme-tea", 1, "x", (1,), 1)
+    assert d.globex.store_embeddings("any", emb.name, emb.dims, [(forged, [1.0] * emb.dims)]) == 0
+    assert d.as_role("owner", "SELECT embedding FROM memory_vectors WHERE key = 'acme-tea'") == [(before,)]
