@@ -29,10 +29,13 @@ POINTS = frozenset(
         "tool.after_effect",  # the tool changed the world; its result is not yet recorded
         "tool.after_record",  # the tool's result is recorded
         "signal.after_deliver",  # ctx.signal delivered to the other run; the send is not yet recorded
+        "indexer.after_claim",  # the embedding worker leased outbox rows; nothing is embedded yet
+        "indexer.after_embed",  # the vectors are computed; none is stored yet
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",
-                               "deliver", "request_approval", "expire_approval", "fire_schedule")
+                               "deliver", "request_approval", "expire_approval", "fire_schedule",
+                               "store_embeddings")
             for moment in ("before_commit", "after_commit")
         ),
     }

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cairn.errors import StoreError
+from cairn.faults import fault_point
 from cairn.memory.embedders import Embedder
 from cairn.models.openai import ModelUnavailable
 from cairn.store.contract import Store
@@ -70,7 +71,9 @@ class Indexer:
         claim = self.store.claim_embeddings(self.worker_id, self.batch, self.lease_seconds)
         if not claim.tasks:
             return BatchResult(claim.settled, 0, 0)
+        fault_point("indexer.after_claim")
         done, failures = self._embed(claim.tasks)
+        fault_point("indexer.after_embed")
         stored = self.store.store_embeddings(claim.token, self.embedder.name, self.embedder.dims, done)
         self.store.fail_embeddings(claim.token, failures)
         return BatchResult(len(claim.tasks) + claim.settled, stored, len(failures))

@@ -48,6 +48,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from cairn.errors import InvalidArgument
+from cairn.faults import fault_point
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -253,9 +254,14 @@ class VectorIndex(Generic[Tx]):
                 self._stored_vector(tx, task, embedding, vector)
                 self._query(tx, "delete_outbox_upto", {**item, "version": task.version})
                 stored += 1
+            fault_point("store.store_embeddings.before_commit")
             return stored
 
-        return self._operate(body) if encoded else 0
+        if not encoded:
+            return 0
+        stored = self._operate(body)
+        fault_point("store.store_embeddings.after_commit")
+        return stored
 
     def fail_embeddings(self, token: str, failures: Sequence[tuple[EmbeddingTask, str, float]]) -> None:
         """Give the rows of failed tasks back, each ready again ``delay``
