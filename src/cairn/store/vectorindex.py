@@ -314,21 +314,23 @@ class VectorIndex(Generic[Tx]):
 
 def score_candidates(rows: Sequence[tuple[Any, ...]], query: bytes, k: int) -> list[Scored]:
     """The exact search in the client: cosine distance of every candidate
-    ``(namespace, key, version, tier, scale, embedding)``, best ``k`` first."""
+    ``(namespace, key, version, tier, scale, embedding)``, best ``k`` first.
+    Cold (int8) rows are compared with the query quantized the same way,
+    which is what sqlite-vec computes for them in SQL: both scorers agree."""
     if not rows:
         return []
-    q = np.frombuffer(query, dtype="<f4").astype(np.float64)
-    q /= np.linalg.norm(q)
-    hot = [i for i, row in enumerate(rows) if row[3] == "hot"]
-    cold = [i for i, row in enumerate(rows) if row[3] != "hot"]
+    queries = {"hot": (query, "<f4"), "cold": (quantize(query)[0], np.int8)}
     similarity = np.empty(len(rows), dtype=np.float64)
-    for indexes, dtype in ((hot, "<f4"), (cold, np.int8)):
-        if indexes:
-            matrix = np.frombuffer(b"".join(bytes(rows[i][5]) for i in indexes), dtype=dtype)
-            matrix = matrix.reshape(len(indexes), -1).astype(np.float32)
-            norms = np.linalg.norm(matrix, axis=1)
-            norms[norms == 0] = 1.0
-            similarity[indexes] = (matrix @ q.astype(np.float32)) / norms
+    for tier, (q_bytes, dtype) in queries.items():
+        indexes = [i for i, row in enumerate(rows) if row[3] == tier]
+        if not indexes:
+            continue
+        q = np.frombuffer(q_bytes, dtype=dtype).astype(np.float32)
+        matrix = np.frombuffer(b"".join(bytes(rows[i][5]) for i in indexes), dtype=dtype)
+        matrix = matrix.reshape(len(indexes), -1).astype(np.float32)  # float32: 4 bytes per component
+        norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(q)
+        norms[norms == 0] = 1.0
+        similarity[indexes] = (matrix @ q) / norms
     distance = 1.0 - similarity
     take = min(k, len(rows))
     best = np.argpartition(distance, take - 1)[:take] if take < len(rows) else np.arange(len(rows))
