@@ -319,7 +319,8 @@ def score_candidates(rows: Sequence[tuple[Any, ...]], query: bytes, k: int) -> l
     which is what sqlite-vec computes for them in SQL: both scorers agree."""
     if not rows:
         return []
-    queries = {"hot": (query, "<f4"), "cold": (quantize(query)[0], np.int8)}
+    queries: dict[str, tuple[bytes, Any]] = {
+        "hot": (query, np.dtype("<f4")), "cold": (quantize(query)[0], np.dtype(np.int8))}
     similarity = np.empty(len(rows), dtype=np.float64)
     for tier, (q_bytes, dtype) in queries.items():
         indexes = [i for i, row in enumerate(rows) if row[3] == tier]
