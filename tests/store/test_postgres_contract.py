@@ -89,8 +89,9 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
     tables = _query(pg_url, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
                     "ORDER BY table_name", (schema,))
     assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",), ("bundles",),
-                      ("history",), ("mailbox",), ("queue_buckets",), ("queues",), ("runs",), ("schedules",),
-                      ("schema_migrations",), ("tenant_grants",)]
+                      ("history",), ("mailbox",), ("memory_items",), ("memory_outbox",), ("memory_vectors",),
+                      ("queue_buckets",), ("queues",), ("runs",), ("schedules",), ("schema_migrations",),
+                      ("tenant_grants",)]
     # The template's own schema is untouched and nothing landed in public.
     assert _query(pg_url, "SELECT count(*) FROM cairn.runs") == [(0,)]
     assert _query(pg_url, "SELECT to_regclass('public.runs')") == [(None,)]
