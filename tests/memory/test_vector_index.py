@@ -247,3 +247,31 @@ def test_drop_vectors_by_item_and_by_prefix(store: Store, items: Items) -> None:
         ("acme", PREFS, "b"), ("acme", U10, "c"), ("globex", PREFS, "a")]
     operate(lambda tx: store._drop_vectors(tx, "acme", encode_prefix(("users",)), None))  # type: ignore[attr-defined]
     assert [r[:3] for r in items.vectors()] == [("globex", PREFS, "a")]
+
+
+class Broken:
+    """An embedder that answers with vectors of the wrong size for one text."""
+
+    name, dims = EMB.name, EMB.dims
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[1.0] * 3 if "short" in t else EMB.embed([t])[0] for t in texts]
+
+
+def test_a_wrong_answer_of_the_embedder_fails_its_item_only(store: Store, items: Items) -> None:
+    items.put("acme", PREFS, "ok", "fine text")
+    items.put("acme", PREFS, "bad", "short answer")
+    result = Indexer(store, Broken()).run_batch()
+    assert (result.stored, result.failed) == (1, 1)
+    [row] = items.outbox()
+    assert row[2] == "bad"
+    assert "not 64 finite numbers" in row[5]
+
+
+def test_a_search_without_an_embedder_name_compares_vectors_of_its_size(store: Store, items: Items) -> None:
+    items.put("acme", PREFS, "tea", "green tea")
+    drain(store)
+    found = store.search_memory("acme", "", EMB.embed(["green tea"])[0], 3)
+    assert [h.key for h in found.hits] == ["tea"]
+    other = store.search_memory("acme", "", EMB.embed(["green tea"])[0], 3, embedder="another-model")
+    assert other.hits == []

@@ -19,6 +19,7 @@ only a new put of the item (a new outbox row) is likely to change it.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,9 +96,14 @@ class Indexer:
         return done, failures
 
     def _vectors(self, texts: list[str]) -> list[list[float]]:
+        """The embedder's vectors, checked: a wrong answer fails its items, not the batch's store."""
         vectors = self.embedder.embed(texts)
         if len(vectors) != len(texts):
             raise ValueError(f"{self.embedder.name} returned {len(vectors)} vectors for {len(texts)} texts")
+        for vector in vectors:
+            if len(vector) != self.embedder.dims or not all(math.isfinite(x) for x in vector):
+                raise ValueError(f"{self.embedder.name} returned a vector that is not {self.embedder.dims} "
+                                 f"finite numbers")
         return vectors
 
     def drain(self) -> int:
@@ -118,6 +124,9 @@ class Indexer:
                 result = self.run_batch()
             except StoreError as exc:
                 log.warning("indexer %s cannot reach the store: %s", self.worker_id, exc)
+                result = BatchResult(0, 0, 0)
+            except Exception:  # a side loop of cairn worker must not die of a bug: say so, go on
+                log.exception("indexer %s failed a batch", self.worker_id)
                 result = BatchResult(0, 0, 0)
             if result.claimed == 0:
                 self._stopping.wait(self.poll_interval)

@@ -614,7 +614,7 @@ class Store(Protocol):
 
     def search_memory(
         self, tenant: str, namespace_prefix: str, vector: Sequence[float], k: int,
-        filter: Mapping[str, Scalar] | None = None, *, embedder: str,
+        filter: Mapping[str, Scalar] | None = None, *, embedder: str | None = None,
     ) -> MemorySearch:
         """The ``k`` nearest items by cosine among ``tenant``'s vectors by
         ``embedder`` under ``namespace_prefix`` (encoded) whose metadata

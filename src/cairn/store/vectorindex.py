@@ -178,13 +178,15 @@ class VectorIndex(Generic[Tx]):
 
     def search_memory(
         self, tenant: str, namespace_prefix: str, vector: Sequence[float], k: int,
-        filter: Mapping[str, Scalar] | None = None, *, embedder: str,
+        filter: Mapping[str, Scalar] | None = None, *, embedder: str | None = None,
     ) -> MemorySearch:
         """The ``k`` items of ``tenant`` under ``namespace_prefix`` (encoded;
         "" for all) whose vectors by ``embedder`` are nearest ``vector`` by
         cosine, best first (ties by namespace and key), among those whose
         metadata matches ``filter``; and how many items in scope are not
-        indexed yet."""
+        indexed yet. Pass the embedder's name: ``None`` compares with the
+        vectors of every embedder of the same dimension, which is only right
+        where a deployment has only ever used one."""
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise InvalidArgument(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
         query = encode_vector(vector, len(vector))

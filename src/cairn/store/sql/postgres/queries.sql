@@ -844,7 +844,7 @@ SELECT v.namespace, v.key, v.version, (v.vec <=> %(vec)s::vector) AS distance
 FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
 WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
-  AND v.embedder = %(embedder)s::text AND v.dims = %(dims)s::bigint AND i.version = v.version
+  AND (%(embedder)s::text IS NULL OR v.embedder = %(embedder)s::text) AND v.dims = %(dims)s::bigint AND i.version = v.version
   AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
   AND (%(filter)s::jsonb IS NULL OR i.metadata @> %(filter)s::jsonb)
   AND v.tier = 'hot' AND v.vec IS NOT NULL
@@ -856,7 +856,7 @@ SELECT v.namespace, v.key, v.version, v.tier, v.scale, v.embedding
 FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
 WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
-  AND v.embedder = %(embedder)s::text AND v.dims = %(dims)s::bigint AND i.version = v.version
+  AND (%(embedder)s::text IS NULL OR v.embedder = %(embedder)s::text) AND v.dims = %(dims)s::bigint AND i.version = v.version
   AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
   AND (%(filter)s::jsonb IS NULL OR i.metadata @> %(filter)s::jsonb)
   AND (%(tier)s::text IS NULL OR v.tier = %(tier)s::text)

@@ -563,7 +563,7 @@ SELECT v.namespace, v.key, v.version,
 FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
 WHERE v.tenant = :tenant AND substr(v.namespace, 1, length(:prefix)) = :prefix
-  AND v.embedder = :embedder AND v.dims = :dims AND i.version = v.version
+  AND (:embedder IS NULL OR v.embedder = :embedder) AND v.dims = :dims AND i.version = v.version
   AND (i.expires_at IS NULL OR i.expires_at > :now)
   AND (:filter IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each(:filter) AS f
@@ -579,7 +579,7 @@ SELECT v.namespace, v.key, v.version, v.tier, v.scale, v.embedding
 FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
 WHERE v.tenant = :tenant AND substr(v.namespace, 1, length(:prefix)) = :prefix
-  AND v.embedder = :embedder AND v.dims = :dims AND i.version = v.version
+  AND (:embedder IS NULL OR v.embedder = :embedder) AND v.dims = :dims AND i.version = v.version
   AND (i.expires_at IS NULL OR i.expires_at > :now)
   AND (:filter IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each(:filter) AS f
