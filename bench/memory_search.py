@@ -224,9 +224,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.no_langgraph:
         results.append(run_langgraph(items, probes, truth, k))
     print(f"\n{n:,} items x {args.dims} dims, {args.queries} queries, k={k}\n")
-    print(f"{'system':45} {'p50 ms':>9} {'p99 ms':>9} {'recall@10':>10} {'bytes/item':>11}")
+    print(f"{'system':52} {'p50 ms':>9} {'p99 ms':>9} {'recall@10':>10} {'bytes/item':>11}")
     for r in results:
-        print(f"{r['system']:45} {r['p50_ms']:9.1f} {r['p99_ms']:9.1f} {r['recall@10']:10.3f} "
+        print(f"{r['system']:52} {r['p50_ms']:9.1f} {r['p99_ms']:9.1f} {r['recall@10']:10.3f} "
               f"{'-' if r['bytes/item'] is None else format(r['bytes/item'], '.0f'):>11}")
     if args.json:
         args.json.write_text(json.dumps({"items": n, "dims": args.dims, "results": results}, indent=2))
