@@ -31,10 +31,13 @@ POINTS = frozenset(
         "signal.after_deliver",  # ctx.signal delivered to the other run; the send is not yet recorded
         "transaction.after_body",  # a transactional step's body ran its SQL; nothing of it is committed
         "store.transact.before_append",  # the body returned; its record is not yet appended
+        "indexer.after_claim",  # the embedding worker leased outbox rows; nothing is embedded yet
+        "indexer.after_embed",  # the vectors are computed; none is stored yet
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",
-                               "deliver", "request_approval", "expire_approval", "fire_schedule", "transact")
+                               "deliver", "request_approval", "expire_approval", "fire_schedule", "transact",
+                               "store_embeddings")
             for moment in ("before_commit", "after_commit")
         ),
     }

@@ -13,6 +13,8 @@ import cairn
 langgraph_graph = pytest.importorskip("langgraph.graph")
 from langgraph.store.base import BaseStore  # noqa: E402
 
+from cairn.memory.embedders import HashEmbedder  # noqa: E402
+from cairn.memory.indexer import Indexer  # noqa: E402
 from cairn.memory.langgraph import CairnStore  # noqa: E402
 
 
@@ -37,7 +39,7 @@ def test_the_base_store_api(app: cairn.App) -> None:
     assert store.get(("users", "u1"), "prefs") is None
     [item] = app.operator.memory_items("default", ("users",))
     assert item.actor == "langgraph:test"  # provenance of a write outside a run
-    with pytest.raises(cairn.CairnError, match="vector index"):
+    with pytest.raises(cairn.CairnError, match="embedder"):
         store.search(("users",), query="dark mode")
 
 
@@ -74,3 +76,23 @@ def test_a_real_langgraph_graph_uses_it(app: cairn.App) -> None:
         "likes tea", "hates <script>"]
     assert graph.invoke({"user": "bob", "text": "x", "seen": []})["seen"] == ["x"]
     assert len(app.operator.memory_items("default", ("memories",))) == 3
+
+
+def test_semantic_search_ranks_by_the_vector_index_once_indexed(app: cairn.App) -> None:
+    embedder = HashEmbedder(64)
+    store = _store(app, embedder=embedder)
+    store.put(("notes", "ada"), "n1", {"text": "green tea with jasmine", "kind": "drink"})
+    store.put(("notes", "ada"), "n2", {"text": "black coffee", "kind": "drink"})
+    store.put(("notes", "ada"), "n3", {"text": "a red bicycle", "kind": "toy"})
+    store.put(("notes", "bob"), "n1", {"text": "jasmine tea too", "kind": "drink"})
+    assert store.search(("notes", "ada"), query="jasmine tea") == []  # not indexed yet
+    assert Indexer(app.store, embedder).drain() == 4
+    found = store.search(("notes", "ada"), query="jasmine tea", limit=2)
+    assert len(found) == 2
+    assert (found[0].namespace, found[0].key) == (("notes", "ada"), "n1")
+    assert all(i.namespace == ("notes", "ada") for i in found)  # the prefix scopes the index's scan
+    assert found[0].score is not None
+    assert found[0].score >= (found[1].score or 0.0)
+    drinks = store.search(("notes",), query="a red bicycle", filter={"kind": "drink"}, limit=10)
+    assert {(i.namespace, i.key) for i in drinks} == {(("notes", "ada"), "n1"), (("notes", "ada"), "n2"),
+                                                       (("notes", "bob"), "n1")}

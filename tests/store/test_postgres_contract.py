@@ -91,8 +91,9 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
                     "ORDER BY table_name", (schema,))
     assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",), ("bundles",),
                       ("history",), ("mailbox",), ("memory_items",), ("memory_outbox",), ("memory_run",),
-                      ("memory_thread_messages",), ("memory_threads",), ("queue_buckets",), ("queues",),
-                      ("runs",), ("schedules",), ("schema_migrations",), ("tenant_grants",),
+                      ("memory_thread_messages",), ("memory_threads",), ("memory_vectors",),
+                      ("queue_buckets",), ("queues",), ("runs",), ("schedules",), ("schema_migrations",),
+                      ("tenant_grants",),
                       ("tenant_privileges",)]
     # The template's own schema is untouched and nothing landed in public.
     assert _query(pg_url, "SELECT count(*) FROM cairn.runs") == [(0,)]

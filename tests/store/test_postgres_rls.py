@@ -391,6 +391,8 @@ def _acme_world(d: Deployment) -> str:
     d.globex.write_memory("globex", [ItemPut(ACME_NS, "pref", Payload(data=b'"globex"'), None, "g", None),
                                      ThreadAppend("th", (Payload(data=b'"globex"'),), None)],
                           Provenance(actor="globex-op"))
+    # semantic memory: an item of acme's with its vector, a pending outbox row, and a vector of globex's
+    memory_world(d)
     return ref
 
 
@@ -429,6 +431,7 @@ SNAPSHOTS = {
     "memory_items": "SELECT * FROM memory_items WHERE tenant <> 'globex' OR run_id = 'a1' "
                     "ORDER BY tenant, namespace, key",
     "memory_outbox": "SELECT * FROM memory_outbox WHERE tenant <> 'globex' ORDER BY id",
+    "memory_vectors": "SELECT * FROM memory_vectors WHERE tenant <> 'globex' ORDER BY tenant, namespace, key",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -458,6 +461,10 @@ READS = [
     ("memory_items", "SELECT key FROM memory_items WHERE tenant = 'acme' FOR UPDATE"),
     ("memory_outbox", "SELECT id FROM memory_outbox WHERE tenant = 'acme'"),
     ("artifacts", "SELECT ref FROM artifacts AS a WHERE a.data = %(memory)s"),
+    ("memory_items", "SELECT key FROM memory_items WHERE tenant = 'acme'"),
+    ("memory_outbox", "SELECT key FROM memory_outbox WHERE tenant = 'acme'"),
+    ("memory_vectors", "SELECT key, embedding FROM memory_vectors WHERE tenant = 'acme'"),
+    ("memory_vectors", "SELECT key FROM memory_vectors WHERE tenant = 'acme' FOR UPDATE"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -577,6 +584,18 @@ WRITES = [
     ("memory_outbox", "INSERT INTO memory_outbox (tenant, namespace, key, version, created_at) "
                       "VALUES ('acme', %(ns)s, 'pref', 99, 0)"),
     ("functions", "SELECT memory_queue_artifact()"),
+    ("memory_vectors", "UPDATE memory_vectors SET embedding = 'evil', version = 99 WHERE tenant = 'acme'"),
+    ("memory_vectors", "UPDATE memory_vectors SET tenant = 'acme' WHERE tenant = 'globex'"),
+    ("memory_vectors", "DELETE FROM memory_vectors"),
+    ("memory_vectors", "INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, "
+                       "embedding, embedded_at) VALUES ('acme', 'ns\x1f', 'evil', 99, 'e', 1, 'evil', 0)"),
+    ("memory_vectors", "INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, "
+                       "embedding, embedded_at) VALUES ('acme', 'ns\x1f', 'k', 99, 'e', 1, 'evil', 0) "
+                       "ON CONFLICT (tenant, namespace, key) DO UPDATE SET version = 100"),
+    ("memory_items", "UPDATE memory_items SET index_text = 'evil'"),
+    ("memory_items", "DELETE FROM memory_items"),
+    ("memory_outbox", "DELETE FROM memory_outbox"),
+    ("memory_outbox", "UPDATE memory_outbox SET claimed_by = 'evil', claimed_until = 1e300"),
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
     ("functions", "SELECT grant_privileges('runs')"),
@@ -838,3 +857,51 @@ def test_a_scoped_store_sees_and_deletes_only_its_tenants_memory(deployment: Dep
     assert d.globex.delete_memory(MemoryScope("globex")) == 2  # its own item and message
     assert len(d.owner.memory_items("acme")) == before
     assert d.acme.memory_item("acme", ACME_NS, "pref") is not None
+
+
+# -- semantic memory (issue 14): the vector index under the policies -----------------------------
+
+def memory_world(d: Deployment) -> None:
+    """acme's item with its vector and a pending outbox row; a vector of globex's."""
+    for tenant in ("acme", "globex"):
+        d.as_role("owner", "INSERT INTO memory_items (tenant, namespace, key, metadata, index_text, "
+                  "version, created_at, updated_at, accessed_at) "
+                  "VALUES (%s, 'ns\x1f', 'k', '{}', 'secret', 1, 0, 0, 0)",
+                  (tenant,))
+        d.as_role("owner", "INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, "
+                  "embedding, embedded_at) VALUES (%s, 'ns\x1f', 'k', 1, 'e', 2, %s, 0)",
+                  (tenant, b"\x00\x00\x80?\x00\x00\x00\x00"))
+    d.as_role("owner", "INSERT INTO memory_outbox (tenant, namespace, key, version, created_at) "
+              "VALUES ('acme', 'ns\x1f', 'k', 2, 0)")
+
+
+def test_search_and_the_embedding_worker_never_cross_tenants(deployment: Deployment) -> None:
+    from cairn.memory.embedders import HashEmbedder
+    from cairn.memory.indexer import Indexer
+
+    d = deployment
+    emb = HashEmbedder(32)
+    for tenant in ("acme", "globex"):
+        d.as_role("owner", "INSERT INTO memory_items (tenant, namespace, key, index_text, version, "
+                  "created_at, updated_at, accessed_at) VALUES (%s, 'ns\x1f', %s, 'green tea', 1, 0, 0, 0)",
+                  (tenant, f"{tenant}-tea"))
+        d.as_role("owner", "INSERT INTO memory_outbox (tenant, namespace, key, version, created_at) "
+                  "VALUES (%s, 'ns\x1f', %s, 1, 0)", (tenant, f"{tenant}-tea"))
+    # globex's worker drains only globex's outbox: acme's row stays pending, unseen
+    assert Indexer(d.globex, emb).drain() == 1
+    query = emb.embed(["green tea"])[0]
+    assert d.acme.search_memory("acme", "", query, 5, embedder=emb.name).unindexed == 1
+    assert Indexer(d.acme, emb).drain() == 1
+    mine = d.globex.search_memory("globex", "", query, 5, embedder=emb.name)
+    assert [h.key for h in mine.hits] == ["globex-tea"]
+    stolen = d.globex.search_memory("acme", "", query, 5, embedder=emb.name)
+    assert (stolen.hits, stolen.unindexed) == ([], 0)
+    assert d.as_role("globex", "SELECT key FROM memory_vectors WHERE tenant = 'acme'") == []
+    # a forged store of acme's item by globex: no outbox row of acme's is claimed by it
+    claim = d.acme.claim_embeddings("aw", 10, 30.0)
+    assert claim.tasks == []
+    [(before,)] = d.as_role("owner", "SELECT embedding FROM memory_vectors WHERE key = 'acme-tea'")
+    from cairn.store.vectorindex import EmbeddingTask
+    forged = EmbeddingTask("acme", "ns\x1f", "acme-tea", 1, "x", (1,), 1)
+    assert d.globex.store_embeddings("any", emb.name, emb.dims, [(forged, [1.0] * emb.dims)]) == 0
+    assert d.as_role("owner", "SELECT embedding FROM memory_vectors WHERE key = 'acme-tea'") == [(before,)]

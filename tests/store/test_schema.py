@@ -87,6 +87,10 @@ POSTGRES_ONLY = {
     "spend_queue_tokens": "queue-wide token buckets are spent through a SECURITY DEFINER function that "
                           "charges only what the transaction claimed (tenant roles cannot write them)",
     "role_scope": "row-level security and tenant grants are PostgreSQL's (SQLite has no roles)",
+    "set_pgvector": "pgvector's copy of a hot vector, where the extension exists (SQLite: sqlite-vec "
+                    "reads the float32 blob itself)",
+    "clear_pgvector": "a cooled vector leaves pgvector's column too",
+    "has_pgvector": "whether migration 0015 could add pgvector's column",
 }
 
 

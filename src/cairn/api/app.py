@@ -40,6 +40,7 @@ from cairn.engine.transactions import Transaction
 from cairn.engine.transactions import build as build_transaction
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.ids import new_run_id
+from cairn.memory.embedders import Embedder
 from cairn.memory.policy import MemoryPolicy
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
@@ -68,6 +69,17 @@ Q = ParamSpec("Q")
 T = TypeVar("T")
 
 
+def _memory_policy(memory: MemoryPolicy | None, embedder: Embedder | None) -> MemoryPolicy:
+    """The app's memory policy: ``memory``, with ``embedder`` as its embedder."""
+    policy = memory if memory is not None else MemoryPolicy()
+    if embedder is None:
+        return policy
+    if policy.embedder is not None and policy.embedder is not embedder:
+        raise InvalidArgument("App(embedder=...) and App(memory=MemoryPolicy(embedder=...)) name two "
+                              "embedders; give one")
+    return replace(policy, embedder=embedder)
+
+
 class App:
     """Registry of workflows and steps bound to one store.
 
@@ -81,6 +93,12 @@ class App:
     model clients use: a ``cairn.Secrets`` resolver, one provider, or a
     mapping of provider names to providers (default: environment variables
     named ``CAIRN_SECRET_*``). See ``cairn.security.secrets``.
+
+    ``memory`` (a ``cairn.MemoryPolicy``) sets the retention of the memory
+    tiers and the embedder of semantic search; ``embedder`` (a
+    ``cairn.memory.embedders.Embedder``) is short for the policy's: it turns
+    long-term memory items into vectors, and ``cairn worker`` then also runs
+    the embedding worker (``cairn.memory.indexer``).
     """
 
     def __init__(
@@ -96,6 +114,7 @@ class App:
         create: bool = True,
         secrets: Secrets | SecretProvider | Mapping[str, SecretProvider] | None = None,
         memory: MemoryPolicy | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         #: where this app's data lives (``None`` when given a ``store`` object)
         self.db_url = None if store is not None else resolve_url(db)
@@ -106,7 +125,7 @@ class App:
             max_recoveries=max_recoveries,
             check_inputs=check_inputs,
             secrets=Secrets.coerce(secrets),
-            memory=memory if memory is not None else MemoryPolicy(),
+            memory=_memory_policy(memory, embedder),
         )
         redaction.protect_loggers()  # Cairn's log lines never show a revealed secret
         self.lease_seconds = lease_seconds

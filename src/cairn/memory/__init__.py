@@ -1,4 +1,5 @@
-"""Memory tiers (issue 14): run, thread and long-term memory.
+"""Memory tiers (issue 14): run, thread and long-term memory, and what
+semantic search needs (``embedders``; ``indexer``: the embedding worker).
 
 A layer directly below the engine: the engine builds ``Memory`` objects for
 workflows (``ctx.memory``) and step or tool bodies (``op.memory``), the

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.errors import CairnError, InvalidArgument
@@ -109,14 +109,6 @@ class Channel(Protocol):
         ...
 
 
-@runtime_checkable
-class _Searchable(Protocol):
-    """The vector index's side of search (helper ``vectors``: ``Store.search_memory``)."""
-
-    def search_memory(self, tenant: str, namespace_prefix: str, vector: Sequence[float], k: int,
-                      filter: Mapping[str, Any] | None) -> Any: ...
-
-
 class Memory:
     """Run, thread and long-term memory of one tenant (and run, if any)."""
 
@@ -183,10 +175,8 @@ class Memory:
             raise CairnError("memory search needs an embedder: App(memory=MemoryPolicy(embedder=...))")
 
         def read() -> SearchResult:
-            if not isinstance(store, _Searchable):
-                raise CairnError("this store has no vector index (Store.search_memory)")
             [vector] = embedder.embed([query])
-            found = store.search_memory(self._c.tenant, encoded, vector, k, filter)
+            found = store.search_memory(self._c.tenant, encoded, vector, k, filter, embedder=embedder.name)
             hits = []
             for hit in found.hits:
                 item = store.memory_item(self._c.tenant, hit.namespace, hit.key)

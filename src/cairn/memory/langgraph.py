@@ -7,10 +7,15 @@ put (with LangGraph's TTL in minutes, and ``refresh_ttl`` on reads), delete
 fields, and list_namespaces with prefix/suffix conditions and ``max_depth``.
 Every write is recorded with the adapter's ``actor`` as its provenance.
 
-Search with a ``query`` (semantic) needs the vector index (``Store.search_memory``,
-helper ``vectors``); without it such a search raises ``CairnError`` rather
-than silently returning unranked items. Listing namespaces reads the
-tenant's items (no index of namespaces yet).
+Search with a ``query`` is semantic: the adapter's ``embedder`` embeds it
+and the store's vector index ranks the items (``Store.search_memory``); the
+embedding worker of ``cairn worker`` (or ``memory.indexer``) indexes what a
+put wrote, so an item put a moment ago may not be found yet (LangGraph's API
+has no way to say so). The value's top-level scalar fields are the item's
+metadata, so an equality filter narrows the index's scan before its top-k
+cut; other filters apply to the ranked items. Without an embedder such a
+search raises ``CairnError`` rather than silently returning unranked items.
+Listing namespaces reads the tenant's items (no index of namespaces yet).
 
 Requires ``langgraph`` (the ``bench`` and ``dev`` extras).
 """
@@ -37,9 +42,11 @@ from langgraph.store.base import (
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.errors import CairnError, InvalidArgument
+from cairn.memory.embedders import Embedder
 from cairn.store.contract import Store
 from cairn.store.memrecords import ItemDelete, ItemPut, MemoryItem, Provenance
 from cairn.store.namespaces import decode_namespace, encode_namespace, encode_prefix
+from cairn.store.vectorindex import MAX_K
 
 #: How many items a namespace listing or a filtered search reads at most.
 SCAN_LIMIT = 10_000
@@ -51,10 +58,12 @@ class CairnStore(BaseStore):
     supports_ttl: bool = True
 
     def __init__(self, store: Store, codec: PayloadCodec, *, tenant: str = "default",
-                 actor: str = "langgraph", ttl: TTLConfig | None = None) -> None:
+                 actor: str = "langgraph", ttl: TTLConfig | None = None,
+                 embedder: Embedder | None = None) -> None:
         if not tenant:
             raise InvalidArgument("CairnStore needs a tenant")
         self._store = store
+        self.embedder = embedder
         self._codec = codec
         self.tenant = tenant
         self.actor = actor
@@ -97,12 +106,13 @@ class CairnStore(BaseStore):
             chosen = {k: v for k, v in op.value.items() if fields is None or k in fields}
             index_text = " ".join(str(v) for v in chosen.values()) or None
         ttl = None if op.ttl is None else float(op.ttl) * 60.0  # LangGraph's TTLs are minutes
-        put = ItemPut(namespace, op.key, payload, None, index_text, ttl)
+        metadata = {k: v for k, v in op.value.items() if isinstance(v, (str, int, float, bool))} or None
+        put = ItemPut(namespace, op.key, payload, metadata, index_text, ttl)
         self._store.write_memory(self.tenant, [put], who)
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         if op.query:
-            raise CairnError("semantic search needs Cairn's vector index (Store.search_memory)")
+            return self._semantic(op, op.query)
         found = self._store.memory_items(self.tenant, encode_prefix(op.namespace_prefix), limit=SCAN_LIMIT)
         items = [self._item(i) for i in found]
         if op.filter:
@@ -113,6 +123,26 @@ class CairnStore(BaseStore):
                 self._store.memory_item(self.tenant, encode_namespace(item.namespace), item.key, refresh=True)
         return [SearchItem(item.namespace, item.key, item.value, item.created_at, item.updated_at)
                 for item in page]
+
+    def _semantic(self, op: SearchOp, query: str) -> list[SearchItem]:
+        if self.embedder is None:
+            raise CairnError("semantic search needs an embedder: CairnStore(..., embedder=...)")
+        exact = {k: v for k, v in (op.filter or {}).items() if isinstance(v, (str, int, float, bool))}
+        [vector] = self.embedder.embed([query])
+        found = self._store.search_memory(self.tenant, encode_prefix(op.namespace_prefix), vector,
+                                          min(op.offset + op.limit, MAX_K), exact or None,
+                                          embedder=self.embedder.name)
+        ranked: list[SearchItem] = []
+        for hit in found.hits:
+            item = self._store.memory_item(self.tenant, hit.namespace, hit.key, refresh=bool(op.refresh_ttl))
+            if item is None:  # deleted or expired since it was ranked
+                continue
+            value = self._item(item)
+            if op.filter and not all(value.value.get(k) == v for k, v in op.filter.items()):
+                continue
+            ranked.append(SearchItem(value.namespace, value.key, value.value, value.created_at,
+                                     value.updated_at, score=float(hit.score)))
+        return ranked[op.offset: op.offset + op.limit]
 
     def _namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         found = self._store.memory_items(self.tenant, "", limit=SCAN_LIMIT)

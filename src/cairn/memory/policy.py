@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from cairn.errors import InvalidArgument
+from cairn.memory.embedders import Embedder
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +36,12 @@ FOREVER = Retention()
 @dataclass(frozen=True, slots=True)
 class MemoryPolicy:
     """Retention by namespace prefix and for threads, and the embedder that
-    semantic search uses (any object with ``name``, ``dims`` and
-    ``embed(texts)``; see ``cairn.memory.embedders``)."""
+    semantic search uses (``cairn.memory.embedders``); with an embedder,
+    ``cairn worker`` also runs the embedding worker (``memory.indexer``)."""
 
     namespaces: Mapping[tuple[str, ...], Retention] = field(default_factory=dict)
     threads: Retention = FOREVER
-    embedder: Any = None
+    embedder: Embedder | None = None
 
     def for_namespace(self, namespace: Sequence[str]) -> Retention:
         """The rule of the longest configured prefix of ``namespace``."""

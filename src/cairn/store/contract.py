@@ -71,6 +71,14 @@ from cairn.store.records import (
 )
 from cairn.store.schedules import Fired, ScheduleSpec, ScheduleState
 from cairn.store.transactions import Tx
+from cairn.store.vectorindex import (
+    EmbeddingClaim,
+    EmbeddingTask,
+    MemorySearch,
+    Scalar,
+    TierMove,
+    TierUsage,
+)
 
 _R = TypeVar("_R")
 
@@ -701,6 +709,40 @@ class Store(Protocol):
         """The tenant's runs whose last change ``(updated_at, run_id)`` comes
         after the cursor ``after`` and no later than ``until``, in that
         order: the cursor of the tenant-wide event stream."""
+        ...
+
+    # -- semantic memory: the vector index (store.vectorindex) -----------------------------
+
+    def search_memory(
+        self, tenant: str, namespace_prefix: str, vector: Sequence[float], k: int,
+        filter: Mapping[str, Scalar] | None = None, *, embedder: str | None = None,
+    ) -> MemorySearch:
+        """The ``k`` nearest items by cosine among ``tenant``'s vectors by
+        ``embedder`` under ``namespace_prefix`` (encoded) whose metadata
+        equals ``filter`` on every key (applied before the top-``k`` cut),
+        and how many items in scope wait for their vector (``unindexed``)."""
+        ...
+
+    def claim_embeddings(self, worker: str, limit: int, lease_seconds: float) -> EmbeddingClaim:
+        """Lease up to ``limit`` ready outbox rows (one task per item)."""
+        ...
+
+    def store_embeddings(
+        self, token: str, embedder: str, dims: int, results: Sequence[tuple[EmbeddingTask, Sequence[float]]]
+    ) -> int:
+        """Store the tasks' vectors, fenced by the claim ``token``; how many were stored."""
+        ...
+
+    def fail_embeddings(self, token: str, failures: Sequence[tuple[EmbeddingTask, str, float]]) -> None:
+        """Record ``(task, error, delay)``: its rows are ready again after ``delay`` seconds."""
+        ...
+
+    def tier_vectors(self, idle_seconds: float, *, limit: int = 1000) -> TierMove:
+        """Cool vectors of items idle for ``idle_seconds``; queue cold ones touched since."""
+        ...
+
+    def vector_tiers(self, tenant: str | None = None) -> list[TierUsage]:
+        """Vectors and bytes per tier."""
         ...
 
     def close(self) -> None:

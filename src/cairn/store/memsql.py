@@ -46,6 +46,7 @@ from cairn.store.memrecords import (
 )
 from cairn.store.records import HistoryEvent, Payload
 from cairn.store.rows import dumps, loads
+from cairn.store.vectorindex import VectorIndex
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -54,7 +55,7 @@ T = TypeVar("T")
 DEFAULT_LIST_LIMIT = 100
 
 
-class SQLMemory(Generic[Tx]):
+class SQLMemory(VectorIndex[Tx], Generic[Tx]):
     """The memory methods of ``contract.Store`` over a dialect's primitives."""
 
     clock: Callable[[], float]
@@ -75,9 +76,6 @@ class SQLMemory(Generic[Tx]):
     ) -> None:
         """Append ``events`` fenced (as ``append``) and run ``body`` in the same
         transaction, holding the fence until it commits."""
-        raise NotImplementedError
-
-    def _drop_vectors(self, tx: Tx, tenant: str, namespace: str, key: str | None) -> None:
         raise NotImplementedError
 
     # -- writes ---------------------------------------------------------------------

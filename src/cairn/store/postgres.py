@@ -194,6 +194,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
@@ -246,6 +247,7 @@ from cairn.store.schedules import (
 )
 from cairn.store.sqlbase import SQLStore, TransactingStore
 from cairn.store.sqlfiles import load_migrations, load_queries
+from cairn.store.vectorindex import EmbeddingTask, Scored, score_candidates
 
 _Q = load_queries("postgres")
 _TERMINAL = list(lc.TERMINAL)
@@ -448,6 +450,8 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         try:
             #: whether row-level security passes this role by (the owner's, a superuser)
             self._exempt = self._check_role()
+            #: whether migration 0015 found pgvector (else vectors are scored in the client)
+            self.pgvector = self._has_pgvector()
         except BaseException:
             self.close()
             raise
@@ -1224,6 +1228,36 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
     def _list_param(self, items: Collection[str]) -> Any:
         return list(items)
 
+    # -- the vector index's pgvector path (vectorindex; untested where pgvector is missing) ----------
+
+    def _has_pgvector(self) -> bool:
+        try:
+            return bool(self._select("has_pgvector", {})[0][0])
+        except StoreError:
+            return False
+
+    def _scored_in_sql(self, params: dict[str, Any], query: bytes) -> list[Scored] | None:
+        if not self.pgvector:
+            return None  # the exact fallback: the client scores every vector in scope
+        vec = _pgvector_text(np.frombuffer(query, dtype="<f4").tolist())
+        rows = self._select("search_vectors", {**params, "vec": vec})
+        hot = [(r[0], r[1], int(r[2]), float(r[3])) for r in rows]
+        candidates = self._select("search_candidates", {**params, "tier": "cold"})
+        cold = score_candidates(candidates, query, params["k"])
+        return sorted(hot + cold, key=lambda hit: (hit[3], hit[0], hit[1]))[: params["k"]]
+
+    def _stored_vector(
+        self, tx: _Conn, task: EmbeddingTask, embedding: bytes, vector: Sequence[float]
+    ) -> None:
+        if self.pgvector:
+            self._query(tx, "set_pgvector", {"tenant": task.tenant, "namespace": task.namespace,
+                                             "key": task.key, "version": task.version,
+                                             "vec": _pgvector_text(vector)})
+
+    def _cooled_vector(self, tx: _Conn, tenant: str, namespace: str, key: str) -> None:
+        if self.pgvector:
+            self._query(tx, "clear_pgvector", {"tenant": tenant, "namespace": namespace, "key": key})
+
     # -- fenced: the holder stops its run ---------------------------------------------
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
@@ -1341,6 +1375,11 @@ def _connection_lost(exc: BaseException) -> bool:
         return False
     state = exc.sqlstate
     return state is None or state.startswith("08") or (state.startswith("57") and state != "57014")
+
+
+def _pgvector_text(vector: Sequence[float]) -> str:
+    """A vector as pgvector's text input (``[1,2,3]``)."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def _end_transaction(conn: _Conn) -> None:

@@ -49,7 +49,8 @@ T = TypeVar("T")
 class SQLStore(SQLMemory[Tx], Generic[Tx]):
     """The operator transitions of ``contract.Store`` over a dialect's
     primitives; ``Tx`` is the dialect's transaction handle. The memory tiers
-    are ``memsql.SQLMemory``'s."""
+    are ``memsql.SQLMemory``'s, over the vector index of long-term memory
+    (``vectorindex.VectorIndex``), over the same primitives."""
 
     clock: Callable[[], float]
 
@@ -98,17 +99,6 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
         """A list of strings as the dialect's statements take one (SQLite:
         JSON text for ``json_each``; PostgreSQL: an array)."""
         raise NotImplementedError
-
-    def _drop_vectors(self, tx: Tx, tenant: str, namespace: str, key: str | None) -> None:
-        """Delete the vectors of item ``key`` of ``namespace`` (``key=None``:
-        of every item under the namespace prefix ``namespace``) of ``tenant``.
-
-        The seam with the vector index (helper ``vectors``): this branch has
-        no ``memory_vectors`` table yet, so there is nothing to delete; the
-        merge replaces this body with the index's deletion, which every
-        memory deletion already calls in its transaction."""
-
-    # -- the operator transitions, once -------------------------------------------
 
     def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
         def body(tx: Tx) -> RunRecord:

@@ -58,7 +58,7 @@ from typing import Any, TypeVar
 from cairn import faults
 from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
 from cairn.faults import fault_point
-from cairn.store import admission, transactions
+from cairn.store import admission, sqlitevec, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
@@ -100,6 +100,7 @@ from cairn.store.schedules import (
 )
 from cairn.store.sqlbase import SQLStore, TransactingStore
 from cairn.store.sqlfiles import load_migrations, load_queries
+from cairn.store.vectorindex import Scored, quantize
 from cairn.store.wakeups import TRIGGERS, Mark, Waker
 
 try:
@@ -204,6 +205,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         #: it under that epoch: the hot path's fence needs no read of history
         #: when the next entry follows it (see ``append``)
         self._tails: dict[str, tuple[int, int, float]] = {}
+        #: whether the connections score vectors with sqlite-vec (``store.sqlitevec``)
+        self.sqlite_vec = False
+        sqlitevec.prepare()
         try:
             if not read_only:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -237,6 +241,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
                 raise StoreError("store is closed")
             try:
                 conn = self._connect()
+                self.sqlite_vec = sqlitevec.load(conn)
             except sqlite3.Error as exc:
                 raise self._failure(exc) from None
             self._local.conn = conn
@@ -885,6 +890,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._read() as conn:
             return conn.execute(_Q[name], params).fetchall()
+
+    def _scored_in_sql(self, params: dict[str, Any], query: bytes) -> list[Scored] | None:
+        if not self.sqlite_vec:
+            return None  # this Python cannot load sqlite-vec: the client scores (vectorindex)
+        rows = self._select("search_vectors", {**params, "query": query, "query_int8": quantize(query)[0]})
+        return [(row[0], row[1], int(row[2]), float(row[3])) for row in rows]
 
     def _list_param(self, items: Collection[str]) -> Any:
         return dumps(list(items))

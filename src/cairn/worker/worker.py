@@ -25,6 +25,7 @@ from types import FrameType
 from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
 from cairn.errors import StoreError
+from cairn.memory.indexer import Indexer
 from cairn.store.contract import Notifier
 from cairn.store.records import Claim
 from cairn.worker.leases import LeaseKeeper
@@ -81,6 +82,10 @@ class Worker:
         #: fires the app's schedules on a thread of this worker while it runs
         fired = list(runtime.schedules.values()) if self.settings.schedules else []
         self.scheduler = Scheduler(runtime, fired, worker_id=self.worker_id)
+        #: embeds long-term memory items on a thread of this worker, if the app has an embedder
+        embedder = runtime.memory.embedder
+        self.indexer = None if embedder is None else Indexer(runtime.store, embedder,
+                                                             worker_id=self.worker_id)
 
         #: the bundles this worker claims runs of (``engine.bundles``), and when it last looked
         self.bundles: set[str] = set()
@@ -131,6 +136,8 @@ class Worker:
         stop_listening = store.listen(self._wakeup.set) if isinstance(store, Notifier) else None
         idle_since = time.monotonic()
         self.scheduler.start()
+        if self.indexer is not None:
+            self.indexer.start()
         try:
             while not self._stopping.is_set():
                 claims = self._claim()
@@ -149,6 +156,8 @@ class Worker:
             # keep starting meanwhile.
             self.keeper.flag_all("draining")
             self.scheduler.stop()
+            if self.indexer is not None:
+                self.indexer.stop()
             if stop_listening is not None:
                 stop_listening()
             self._drain(pool)

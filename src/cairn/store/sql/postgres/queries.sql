@@ -1086,3 +1086,137 @@ DELETE FROM memory_threads WHERE expires_at IS NOT NULL AND expires_at <= %(now)
 -- worker claims with its own statements).
 SELECT tenant, namespace, key, version, created_at, attempts, claimed_by, claimed_until, last_error
 FROM memory_outbox ORDER BY id
+
+-- Semantic memory (cairn.store.vectorindex) ---------------------------------------------------
+-- The scope of a search, shared by its statements: the tenant's vectors of
+-- the namespaces under %(prefix)s, made by %(embedder)s, of the item's
+-- current version (a vector of an older version is stale: its item is
+-- counted as unindexed instead), not expired, and whose metadata contains
+-- %(filter)s (a JSON object of scalars: equality per key). The filter is
+-- part of the scan, before ORDER BY ... LIMIT, so it never costs recall.
+
+-- name: search_vectors
+-- pgvector's exact cosine distance over hot vectors (only where the column
+-- exists: see migration 0015; cold ones are scored by the client).
+SELECT v.namespace, v.key, v.version, (v.vec <=> %(vec)s::vector) AS distance
+FROM memory_vectors AS v
+JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
+WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+  AND (%(embedder)s::text IS NULL OR v.embedder = %(embedder)s::text) AND v.dims = %(dims)s::bigint AND i.version = v.version
+  AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
+  AND (%(filter)s::jsonb IS NULL OR i.metadata @> %(filter)s::jsonb)
+  AND v.tier = 'hot' AND v.vec IS NOT NULL
+ORDER BY distance, v.namespace COLLATE "C", v.key COLLATE "C"
+LIMIT %(k)s::bigint
+
+-- name: search_candidates
+SELECT v.namespace, v.key, v.version, v.tier, v.scale, v.embedding
+FROM memory_vectors AS v
+JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
+WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+  AND (%(embedder)s::text IS NULL OR v.embedder = %(embedder)s::text) AND v.dims = %(dims)s::bigint AND i.version = v.version
+  AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
+  AND (%(filter)s::jsonb IS NULL OR i.metadata @> %(filter)s::jsonb)
+  AND (%(tier)s::text IS NULL OR v.tier = %(tier)s::text)
+
+-- name: count_unindexed
+SELECT count(*) FROM (
+    SELECT DISTINCT o.namespace, o.key
+    FROM memory_outbox AS o
+    LEFT JOIN memory_vectors AS v ON v.tenant = o.tenant AND v.namespace = o.namespace AND v.key = o.key
+    WHERE o.tenant = %(tenant)s::text
+      AND substr(o.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+      AND (v.version IS NULL OR v.version < o.version)) AS pending
+
+-- name: claim_outbox
+-- SKIP LOCKED: concurrent workers pass over each other's rows.
+WITH ready AS (
+    SELECT id FROM memory_outbox
+    WHERE claimed_until IS NULL OR claimed_until <= %(now)s::float8
+    ORDER BY id LIMIT %(limit)s::bigint
+    FOR UPDATE SKIP LOCKED)
+UPDATE memory_outbox AS o
+SET claimed_by = %(token)s::text, claimed_until = %(until)s::float8, attempts = o.attempts + 1
+FROM ready WHERE o.id = ready.id
+RETURNING o.id, o.tenant, o.namespace, o.key, o.version, o.attempts
+
+-- name: outbox_item
+SELECT version, index_text FROM memory_items
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+
+-- name: outbox_claimed
+-- The fence: the row is held until the store's commit, so a re-claim waits
+-- for it (and then finds the row gone), or came first and this finds nothing.
+SELECT 1 FROM memory_outbox WHERE id = %(id)s::bigint AND claimed_by = %(token)s::text FOR UPDATE
+
+-- name: upsert_vector
+INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, tier, embedding, scale,
+                            embedded_at)
+VALUES (%(tenant)s::text, %(namespace)s::text, %(key)s::text, %(version)s::bigint, %(embedder)s::text,
+        %(dims)s::bigint, 'hot', %(embedding)s::bytea, NULL, %(now)s::float8)
+ON CONFLICT (tenant, namespace, key) DO UPDATE
+SET version = excluded.version, embedder = excluded.embedder, dims = excluded.dims, tier = 'hot',
+    embedding = excluded.embedding, scale = NULL, embedded_at = excluded.embedded_at
+WHERE memory_vectors.version <= excluded.version
+
+-- name: set_pgvector
+UPDATE memory_vectors SET vec = %(vec)s::vector
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND version = %(version)s::bigint
+
+-- name: delete_outbox_upto
+DELETE FROM memory_outbox WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text
+  AND key = %(key)s::text AND version <= %(version)s::bigint
+
+-- name: delete_outbox_row
+DELETE FROM memory_outbox WHERE id = %(id)s::bigint
+
+-- name: delete_vector
+DELETE FROM memory_vectors
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+
+-- name: fail_outbox
+UPDATE memory_outbox SET claimed_by = NULL, claimed_until = %(retry_at)s::float8, last_error = %(error)s::text
+WHERE id = %(id)s::bigint AND claimed_by = %(token)s::text
+
+-- name: drop_vectors
+DELETE FROM memory_vectors
+WHERE tenant = %(tenant)s::text
+  AND ((%(key)s::text IS NULL
+        AND substr(namespace, 1, length(%(namespace)s::text)) = %(namespace)s::text)
+       OR (namespace = %(namespace)s::text AND key = %(key)s::text))
+
+-- name: vectors_to_cool
+SELECT v.tenant, v.namespace, v.key, v.version, v.embedding
+FROM memory_vectors AS v
+JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
+WHERE v.tier = 'hot' AND i.accessed_at < %(before)s::float8
+ORDER BY v.tenant COLLATE "C", v.namespace COLLATE "C", v.key COLLATE "C"
+LIMIT %(limit)s::bigint
+
+-- name: cool_vector
+UPDATE memory_vectors SET tier = 'cold', embedding = %(embedding)s::bytea, scale = %(scale)s::float8
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND version = %(version)s::bigint AND tier = 'hot'
+
+-- name: clear_pgvector
+UPDATE memory_vectors SET vec = NULL
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text AND tier = 'cold'
+
+-- name: rewarm_vectors
+INSERT INTO memory_outbox (tenant, namespace, key, version, created_at)
+SELECT v.tenant, v.namespace, v.key, v.version, %(now)s::float8
+FROM memory_vectors AS v
+JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
+WHERE v.tier = 'cold' AND i.accessed_at >= %(since)s::float8 AND i.version = v.version
+ON CONFLICT (tenant, namespace, key, version) DO NOTHING
+RETURNING 1
+
+-- name: vector_tiers
+SELECT tier, count(*), coalesce(sum(octet_length(embedding)), 0)
+FROM memory_vectors WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+GROUP BY tier ORDER BY tier
+
+-- name: has_pgvector
+SELECT EXISTS (SELECT 1 FROM information_schema.columns
+               WHERE table_schema = current_schema() AND table_name = 'memory_vectors' AND column_name = 'vec')

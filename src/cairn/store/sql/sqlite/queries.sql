@@ -802,3 +802,132 @@ DELETE FROM memory_threads WHERE expires_at IS NOT NULL AND expires_at <= :now
 -- worker claims with its own statements).
 SELECT tenant, namespace, key, version, created_at, attempts, claimed_by, claimed_until, last_error
 FROM memory_outbox ORDER BY id
+
+-- Semantic memory (cairn.store.vectorindex) ---------------------------------------------------
+-- The scope of a search, shared by its statements: the tenant's vectors of
+-- the namespaces under :prefix, made by :embedder, of the item's current
+-- version (a vector of an older version is stale: its item is counted as
+-- unindexed instead), not expired, and matching every key of :filter (a
+-- JSON object of scalars) with equal type and value. The filter is part of
+-- the scan, before ORDER BY ... LIMIT, so it never costs recall.
+
+-- name: search_vectors
+SELECT v.namespace, v.key, v.version,
+       CASE v.tier WHEN 'hot' THEN vec_distance_cosine(v.embedding, :query)
+            ELSE vec_distance_cosine(vec_int8(v.embedding), vec_int8(:query_int8)) END AS distance
+FROM memory_vectors AS v
+JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
+WHERE v.tenant = :tenant AND substr(v.namespace, 1, length(:prefix)) = :prefix
+  AND (:embedder IS NULL OR v.embedder = :embedder) AND v.dims = :dims AND i.version = v.version
+  AND (i.expires_at IS NULL OR i.expires_at > :now)
+  AND (:filter IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each(:filter) AS f
+      WHERE NOT EXISTS (
+          SELECT 1 FROM json_each(i.metadata) AS m
+          WHERE m.key = f.key AND m.atom IS f.atom
+            AND (m.type = f.type OR (m.type IN ('integer', 'real') AND f.type IN ('integer', 'real'))))))
+ORDER BY distance, v.namespace, v.key
+LIMIT :k
+
+-- name: search_candidates
+SELECT v.namespace, v.key, v.version, v.tier, v.scale, v.embedding
+FROM memory_vectors AS v
+JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
+WHERE v.tenant = :tenant AND substr(v.namespace, 1, length(:prefix)) = :prefix
+  AND (:embedder IS NULL OR v.embedder = :embedder) AND v.dims = :dims AND i.version = v.version
+  AND (i.expires_at IS NULL OR i.expires_at > :now)
+  AND (:filter IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each(:filter) AS f
+      WHERE NOT EXISTS (
+          SELECT 1 FROM json_each(i.metadata) AS m
+          WHERE m.key = f.key AND m.atom IS f.atom
+            AND (m.type = f.type OR (m.type IN ('integer', 'real') AND f.type IN ('integer', 'real'))))))
+  AND (:tier IS NULL OR v.tier = :tier)
+
+-- name: count_unindexed
+-- Items in scope with an outbox row newer than their vector (or no vector).
+SELECT count(*) FROM (
+    SELECT DISTINCT o.namespace, o.key
+    FROM memory_outbox AS o
+    LEFT JOIN memory_vectors AS v ON v.tenant = o.tenant AND v.namespace = o.namespace AND v.key = o.key
+    WHERE o.tenant = :tenant AND substr(o.namespace, 1, length(:prefix)) = :prefix
+      AND (v.version IS NULL OR v.version < o.version))
+
+-- name: claim_outbox
+-- Up to :limit outbox rows that are ready (never claimed, or their claim or
+-- back-off is over), oldest first, claimed under :token until :until. The
+-- attempt is counted at the claim, so a worker that dies mid-batch counts too.
+UPDATE memory_outbox
+SET claimed_by = :token, claimed_until = :until, attempts = attempts + 1
+WHERE id IN (SELECT id FROM memory_outbox
+             WHERE claimed_until IS NULL OR claimed_until <= :now
+             ORDER BY id LIMIT :limit)
+RETURNING id, tenant, namespace, key, version, attempts
+
+-- name: outbox_item
+SELECT version, index_text FROM memory_items WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+
+-- name: outbox_claimed
+SELECT 1 FROM memory_outbox WHERE id = :id AND claimed_by = :token
+
+-- name: upsert_vector
+-- The vector of :version, unless one of a newer version is stored already.
+INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, tier, embedding, scale,
+                            embedded_at)
+VALUES (:tenant, :namespace, :key, :version, :embedder, :dims, 'hot', :embedding, NULL, :now)
+ON CONFLICT (tenant, namespace, key) DO UPDATE
+SET version = excluded.version, embedder = excluded.embedder, dims = excluded.dims, tier = 'hot',
+    embedding = excluded.embedding, scale = NULL, embedded_at = excluded.embedded_at
+WHERE memory_vectors.version <= excluded.version
+
+-- name: delete_outbox_upto
+DELETE FROM memory_outbox WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+  AND version <= :version
+
+-- name: delete_outbox_row
+DELETE FROM memory_outbox WHERE id = :id
+
+-- name: delete_vector
+DELETE FROM memory_vectors WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+
+-- name: fail_outbox
+UPDATE memory_outbox SET claimed_by = NULL, claimed_until = :retry_at, last_error = :error
+WHERE id = :id AND claimed_by = :token
+
+-- name: drop_vectors
+-- An item's vector (:key given: exactly :namespace and :key) or every vector
+-- under a namespace prefix (:key NULL), of one tenant.
+DELETE FROM memory_vectors
+WHERE tenant = :tenant
+  AND ((:key IS NULL AND substr(namespace, 1, length(:namespace)) = :namespace)
+       OR (namespace = :namespace AND key = :key))
+
+-- name: vectors_to_cool
+-- Hot vectors of items nobody touched since :before.
+SELECT v.tenant, v.namespace, v.key, v.version, v.embedding
+FROM memory_vectors AS v
+JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
+WHERE v.tier = 'hot' AND i.accessed_at < :before
+ORDER BY v.tenant, v.namespace, v.key
+LIMIT :limit
+
+-- name: cool_vector
+UPDATE memory_vectors SET tier = 'cold', embedding = :embedding, scale = :scale
+WHERE tenant = :tenant AND namespace = :namespace AND key = :key AND version = :version AND tier = 'hot'
+
+-- name: rewarm_vectors
+-- Cold vectors of items touched since :since go back to the embedding
+-- worker, which stores them hot again (a restore is a re-embedding: the
+-- float32 vector is gone). One outbox row per item at its current version.
+INSERT INTO memory_outbox (tenant, namespace, key, version, created_at)
+SELECT v.tenant, v.namespace, v.key, v.version, :now
+FROM memory_vectors AS v
+JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
+WHERE v.tier = 'cold' AND i.accessed_at >= :since AND i.version = v.version
+ON CONFLICT (tenant, namespace, key, version) DO NOTHING
+RETURNING 1
+
+-- name: vector_tiers
+SELECT tier, count(*), coalesce(sum(length(embedding)), 0)
+FROM memory_vectors WHERE (:tenant IS NULL OR tenant = :tenant)
+GROUP BY tier ORDER BY tier

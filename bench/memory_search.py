@@ -1,0 +1,236 @@
+"""Semantic search over long-term memory: latency and recall, side by side.
+
+    python -m bench.memory_search            # 10,000 items x 384 dims, in about a minute
+    python -m bench.memory_search --full     # 100,000 items (the issue's size)
+
+Every system searches the same synthetic corpus (unit vectors drawn around
+``items / 50`` random centres, so neighbourhoods are meaningful) with the
+same queries, and recall@10 is measured against exact search (numpy, float64)
+of the same run:
+
+* Cairn on SQLite: sqlite-vec's ``vec_distance_cosine`` in SQL, hot (float32)
+  and cold (every vector quantized to int8 by ``tier_vectors``), and with a
+  metadata filter (equality on one key, applied before the top-k cut).
+* Cairn on PostgreSQL (a private throwaway cluster, ``tests/pgcluster.py``, or
+  ``$CAIRN_TEST_POSTGRES_URL``): pgvector is not installed here, so this is the
+  exact fallback, scored in the client; hot and cold.
+* LangGraph's ``InMemoryStore`` with an index (``langgraph`` is in the
+  ``bench`` extra), whose embed function returns the precomputed vectors.
+
+Items are written straight into the tables (the embedding worker is not what
+is measured). Bytes per item are the vector bytes ``vector_tiers`` reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cairn.store.contract import Store
+from cairn.store.namespaces import encode_namespace
+from cairn.store.sqlite import SQLiteStore
+
+EMBEDDER = "bench-384"
+NS_LABELS = ("bench", "docs")
+NS = encode_namespace(NS_LABELS)
+BUCKETS = 10
+
+
+def corpus(n: int, dims: int, queries: int, seed: int = 14) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((max(n // 50, 1), dims)).astype(np.float32)
+    noise = rng.standard_normal((n, dims)).astype(np.float32)
+    items = centres[rng.integers(0, len(centres), n)] + 0.6 * noise
+    items /= np.linalg.norm(items, axis=1, keepdims=True)
+    probes = centres[rng.integers(0, len(centres), queries)]
+    probes = probes + 0.6 * rng.standard_normal(probes.shape).astype(np.float32)
+    probes /= np.linalg.norm(probes, axis=1, keepdims=True)
+    return items, probes
+
+
+def exact(items: np.ndarray, probes: np.ndarray, k: int, mask: np.ndarray | None = None) -> list[set[int]]:
+    scores = probes.astype(np.float64) @ items.astype(np.float64).T
+    if mask is not None:
+        scores[:, ~mask] = -np.inf
+    return [set(np.argsort(-row, kind="stable")[:k].tolist()) for row in scores]
+
+
+def rows(items: np.ndarray) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    item_rows = [("acme", NS, f"k{i}", json.dumps({"bucket": i % BUCKETS}), f"text {i}", 1, 0.0, 0.0, 0.0)
+                 for i in range(len(items))]
+    vector_rows = [("acme", NS, f"k{i}", 1, EMBEDDER, items.shape[1], "hot", items[i].astype("<f4").tobytes(),
+                    None, 0.0) for i in range(len(items))]
+    return item_rows, vector_rows
+
+
+_ITEMS = ("INSERT INTO memory_items (tenant, namespace, key, metadata, index_text, version, created_at, "
+          "updated_at, accessed_at) VALUES ({})")
+_VECTORS = ("INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, tier, embedding, "
+            "scale, embedded_at) VALUES ({})")
+
+
+def load_sqlite(path: Path, items: np.ndarray) -> SQLiteStore:
+    store = SQLiteStore(path, clock=lambda: 100.0)
+    item_rows, vector_rows = rows(items)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    conn.executemany(_ITEMS.format(", ".join("?" * 9)), item_rows)
+    conn.executemany(_VECTORS.format(", ".join("?" * 10)), vector_rows)
+    conn.execute("COMMIT")
+    conn.close()
+    return store
+
+
+def load_postgres(admin_url: str, items: np.ndarray) -> tuple[Store, Callable[[], None]]:
+    import psycopg
+    from psycopg import sql
+
+    from cairn.store.postgres import PostgresStore
+
+    name = f"cairn_bench_memory_{int(time.time())}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
+    store = PostgresStore(url, clock=lambda: 100.0)
+    item_rows, vector_rows = rows(items)
+    with psycopg.connect(url) as conn:
+        conn.execute("SET search_path TO cairn")
+        with conn.cursor() as cur:
+            with cur.copy("COPY memory_items (tenant, namespace, key, metadata, index_text, version, "
+                          "created_at, updated_at, accessed_at) FROM STDIN") as copy:
+                for row in item_rows:
+                    copy.write_row(row)
+            with cur.copy("COPY memory_vectors (tenant, namespace, key, version, embedder, dims, tier, "
+                          "embedding, scale, embedded_at) FROM STDIN") as copy:
+                for row in vector_rows:
+                    copy.write_row(row)
+        conn.execute("ANALYZE")
+
+    def drop() -> None:
+        store.close()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    return store, drop
+
+
+def measure(search: Callable[[np.ndarray], list[int]], probes: np.ndarray, truth: Sequence[set[int]],
+            k: int) -> dict[str, float]:
+    search(probes[0])  # warm-up (caches, prepared statements)
+    latencies, recalls = [], []
+    for probe, expected in zip(probes, truth, strict=True):
+        start = time.perf_counter()
+        found = search(probe)
+        latencies.append(time.perf_counter() - start)
+        recalls.append(len(set(found[:k]) & expected) / k)
+    return {"p50_ms": 1000 * float(np.percentile(latencies, 50)),
+            "p99_ms": 1000 * float(np.percentile(latencies, 99)), "recall@10": float(np.mean(recalls))}
+
+
+def cairn_search(
+    store: Store, k: int, filter: dict[str, Any] | None = None
+) -> Callable[[np.ndarray], list[int]]:
+    def search(probe: np.ndarray) -> list[int]:
+        found = store.search_memory("acme", "", probe.tolist(), k, filter, embedder=EMBEDDER)
+        return [int(hit.key[1:]) for hit in found.hits]
+
+    return search
+
+
+def bytes_per_item(store: Store, n: int) -> float:
+    return sum(t.bytes for t in store.vector_tiers()) / n
+
+
+def run_cairn(
+    label: str, store: Store, probes: np.ndarray, truth: list[set[int]], truth_filtered: list[set[int]],
+    n: int, k: int,
+) -> list[dict[str, Any]]:
+    results = []
+    hot_bytes = bytes_per_item(store, n)
+    results.append({"system": f"cairn {label} hot", **measure(cairn_search(store, k), probes, truth, k),
+                    "bytes/item": hot_bytes})
+    results.append({"system": f"cairn {label} hot, filter bucket=3",
+                    **measure(cairn_search(store, k, {"bucket": 3}), probes, truth_filtered, k),
+                    "bytes/item": hot_bytes})
+    while store.tier_vectors(1.0, limit=20_000).cooled:  # every item is idle at clock 100
+        pass
+    cold = measure(cairn_search(store, k), probes, truth, k)
+    results.append({"system": f"cairn {label} cold (int8)", **cold, "bytes/item": bytes_per_item(store, n)})
+    return results
+
+
+def run_langgraph(items: np.ndarray, probes: np.ndarray, truth: list[set[int]], k: int) -> dict[str, Any]:
+    from langgraph.store.memory import InMemoryStore
+
+    lookup: dict[str, list[float]] = {}
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        return [lookup[text] for text in texts]
+
+    store = InMemoryStore(index={"dims": items.shape[1], "embed": embed, "fields": ["text"]})
+    for i, vector in enumerate(items):
+        lookup[f"text {i}"] = vector.tolist()
+    for i in range(len(items)):
+        store.put(NS_LABELS, f"k{i}", {"text": f"text {i}", "bucket": i % BUCKETS})
+    queries = iter(range(len(probes) + 1))
+
+    def search(probe: np.ndarray) -> list[int]:
+        j = next(queries)
+        lookup[f"query {j}"] = probe.tolist()
+        return [int(hit.key[1:]) for hit in store.search(NS_LABELS, query=f"query {j}", limit=k)]
+
+    return {"system": "langgraph InMemoryStore (index)", **measure(search, probes, truth, k),
+            "bytes/item": None}  # in process memory, not comparable
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--full", action="store_true", help="100,000 items (the issue's size)")
+    parser.add_argument("--dims", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=30)
+    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--no-langgraph", action="store_true")
+    parser.add_argument("--json", type=Path, help="write the results here too")
+    args = parser.parse_args(argv)
+    n, k = (100_000 if args.full else args.items), 10
+    items, probes = corpus(n, args.dims, args.queries)
+    truth = exact(items, probes, k)
+    truth_filtered = exact(items, probes, k, np.arange(n) % BUCKETS == 3)
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        store = load_sqlite(Path(tmp) / "bench.db", items)
+        assert store.sqlite_vec, "sqlite-vec did not load: this would measure the client scorer"
+        results += run_cairn("sqlite (sqlite-vec)", store, probes, truth, truth_filtered, n, k)
+        store.close()
+    if not args.no_postgres:
+        from tests import pgcluster
+
+        pg, drop = load_postgres(pgcluster.admin_url(), items)
+        try:
+            results += run_cairn("postgres (exact fallback)", pg, probes, truth, truth_filtered, n, k)
+        finally:
+            drop()
+            pgcluster.shutdown()
+    if not args.no_langgraph:
+        results.append(run_langgraph(items, probes, truth, k))
+    print(f"\n{n:,} items x {args.dims} dims, {args.queries} queries, k={k}\n")
+    print(f"{'system':52} {'p50 ms':>9} {'p99 ms':>9} {'recall@10':>10} {'bytes/item':>11}")
+    for r in results:
+        print(f"{r['system']:52} {r['p50_ms']:9.1f} {r['p99_ms']:9.1f} {r['recall@10']:10.3f} "
+              f"{'-' if r['bytes/item'] is None else format(r['bytes/item'], '.0f'):>11}")
+    if args.json:
+        args.json.write_text(json.dumps({"items": n, "dims": args.dims, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
