@@ -853,8 +853,8 @@ def test_a_scoped_store_sees_and_deletes_only_its_tenants_memory(deployment: Dep
     assert d.globex.delete_memory(MemoryScope("acme")) == 0
     assert d.globex.delete_memory(MemoryScope("globex", run_id="a1")) == 0
     before = len(d.owner.memory_items("acme"))
-    assert before == 1
-    assert d.globex.delete_memory(MemoryScope("globex")) == 2  # its own item and message
+    assert before == 2  # the item of _acme_world's memory, and memory_world's
+    assert d.globex.delete_memory(MemoryScope("globex")) == 3  # its own two items and its message
     assert len(d.owner.memory_items("acme")) == before
     assert d.acme.memory_item("acme", ACME_NS, "pref") is not None
 
