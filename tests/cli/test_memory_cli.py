@@ -99,3 +99,29 @@ def test_bad_input_is_one_line_and_deletes_nothing(
     result = cli("memory", *args, "--db", backend.url)
     check_error(result, 1, fragment)
     assert app.operator.memory_items(None) == before
+
+
+def test_tiers_reports_the_vectors_and_bytes_of_each_tier(backend: StoreBackend) -> None:
+    from cairn.memory.embedders import HashEmbedder
+    from cairn.memory.indexer import Indexer
+
+    embedder = HashEmbedder(32)
+    app = cairn.App(db=backend.url, embedder=embedder)
+    try:
+        memory = app.operator.memory("acme")
+        for i in range(3):
+            memory.put(("docs",), f"d{i}", {"n": i}, index=f"document {i}")
+        assert Indexer(app.store, embedder).drain() == 3
+        assert app.store.tier_vectors(1e-9).cooled == 3  # everything is "untouched" past a nanosecond
+        memory.put(("docs",), "fresh", {"n": 9}, index="a fresh one")
+        assert Indexer(app.store, embedder).drain() == 1
+    finally:
+        app.close()
+    result = cli("memory", "tiers", "--db", backend.url, "--tenant", "acme", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {"hot": {"vectors": 1, "bytes": 32 * 4},
+                                         "cold": {"vectors": 3, "bytes": 3 * 32}}
+    text = cli("memory", "tiers", "--db", backend.url)
+    assert text.exit_code == 0, text.stderr
+    assert text.stdout.split() == ["hot", "1", "vectors", "128", "bytes",
+                                   "cold", "3", "vectors", "96", "bytes"]

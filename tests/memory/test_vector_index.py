@@ -7,6 +7,7 @@ memcore builds the real put); vectors come from the real embedding worker
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -275,3 +276,33 @@ def test_a_search_without_an_embedder_name_compares_vectors_of_its_size(store: S
     assert [h.key for h in found.hits] == ["tea"]
     other = store.search_memory("acme", "", EMB.embed(["green tea"])[0], 3, embedder="another-model")
     assert other.hits == []
+
+
+def test_the_embedding_worker_keeps_the_tiers_by_itself(store: Store, items: Items, clock: FakeClock) -> None:
+    """With ``cold_after`` the indexer's own loop cools what went untouched
+    and brings back what is used again: no job for anyone to remember."""
+    for i in range(4):
+        items.put("acme", PREFS, f"k{i}", f"note number {i} about tea", at=clock())
+    assert drain(store) == 4
+    clock.advance(100)
+    items.touch("acme", PREFS, "k0", clock())
+    indexer = Indexer(store, EMB, cold_after=50.0, tier_interval=0.0, poll_interval=0.01)
+
+    def tiers() -> dict[str, int]:
+        return {t.tier: t.vectors for t in store.vector_tiers("acme")}
+
+    indexer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while tiers() != {"cold": 3, "hot": 1} and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert tiers() == {"cold": 3, "hot": 1}
+        items.touch("acme", PREFS, "k2", clock() + 1)  # used again: re-embedded hot by the same loop
+        clock.advance(1)
+        while tiers() != {"cold": 2, "hot": 2} and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert tiers() == {"cold": 2, "hot": 2}
+    finally:
+        indexer.stop()
+    with pytest.raises(ValueError, match="cold_after"):
+        Indexer(store, EMB, cold_after=0.0)

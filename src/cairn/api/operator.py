@@ -60,6 +60,7 @@ from cairn.store.records import (
     RunStatus,
 )
 from cairn.store.sqlfiles import load_migrations
+from cairn.store.vectorindex import TierUsage
 
 #: A bundle marked served less than this many seconds ago has a live worker
 #: (workers say so every ``Registry.REFRESH_SECONDS``).
@@ -442,6 +443,11 @@ class Operator:
                       filter: dict[str, Any] | None = None) -> SearchResult:
         _check_limit(k)
         return self.memory(tenant).search(prefix, query, k=k, filter=filter)
+
+    def memory_tiers(self, tenant: str | None = None) -> list[TierUsage]:
+        """The vectors of long-term memory and their bytes per tier (hot:
+        float32; cold: int8), of ``tenant`` or every tenant the store sees."""
+        return self._store.vector_tiers(tenant)
 
     def delete_memory(self, tenant: str | None, *, namespace: tuple[str, ...] | None = None,
                       key: str | None = None, thread_id: str | None = None,

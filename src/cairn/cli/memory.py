@@ -194,3 +194,25 @@ def rm(ctx: click.Context, tenant: str | None, namespace: str | None, labels: tu
         echo_json({"deleted": deleted})
     else:
         echo(f"deleted {deleted} memory row{'s' if deleted != 1 else ''}")
+
+
+@memory.command("tiers")
+@click.option("--tenant", default=None, help="One tenant's vectors (default: every tenant).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@app_option(required=False)
+@db_option
+@click.pass_context
+def tiers(ctx: click.Context, tenant: str | None, as_json: bool, app_spec: str | None,
+          db: str | None) -> None:
+    """The vectors of long-term memory and their bytes per tier (hot:
+    float32, searched as stored; cold: int8, a quarter of the bytes)."""
+    with open_session(db_from_context(ctx, db), app_spec, read_only=True) as session:
+        usage = session.operator.memory_tiers(tenant)
+    rows = {t.tier: t for t in usage}
+    report = {tier: {"vectors": rows[tier].vectors if tier in rows else 0,
+                     "bytes": rows[tier].bytes if tier in rows else 0} for tier in ("hot", "cold")}
+    if as_json:
+        echo_json(report, indent=2)
+        return
+    for tier, figures in report.items():
+        echo(f"{tier:<5} {figures['vectors']:>9} vectors {figures['bytes']:>12} bytes")

@@ -14,6 +14,12 @@ hold back the others. A failed item goes back with its error recorded and a
 back-off that doubles with its attempts (``retry_delay``): a transient
 error (``ModelUnavailable``) is retried soon, a permanent one rarely, since
 only a new put of the item (a new outbox row) is likely to change it.
+
+Tiers: with ``cold_after`` (``MemoryPolicy(cold_after=...)``) the loop also
+moves the vectors of items untouched that long to the cold tier, and queues
+cold ones whose items were used since for re-embedding, every
+``tier_interval`` seconds (``Store.tier_vectors``): the hot/cold split is
+kept by the same thread that keeps the index, not by a job to remember.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,7 +36,7 @@ from cairn.faults import fault_point
 from cairn.memory.embedders import Embedder
 from cairn.models.openai import ModelUnavailable
 from cairn.store.contract import Store
-from cairn.store.vectorindex import EmbeddingTask
+from cairn.store.vectorindex import EmbeddingTask, TierMove
 
 log = logging.getLogger("cairn.memory")
 
@@ -55,9 +62,16 @@ class Indexer:
     """Embeds what ``store``'s outbox holds with ``embedder``."""
 
     def __init__(self, store: Store, embedder: Embedder, *, worker_id: str = "indexer", batch: int = 64,
-                 lease_seconds: float = 60.0, poll_interval: float = 1.0) -> None:
+                 lease_seconds: float = 60.0, poll_interval: float = 1.0, cold_after: float | None = None,
+                 tier_interval: float = 60.0) -> None:
         if batch < 1:
             raise ValueError(f"batch must be at least 1, not {batch}")
+        if cold_after is not None and not cold_after > 0:
+            raise ValueError(f"cold_after must be a positive number of seconds, not {cold_after!r}")
+        #: seconds an item goes untouched before its vector turns cold (``None``: never)
+        self.cold_after = cold_after
+        self.tier_interval = tier_interval
+        self._tiered_at = -math.inf
         self.store = store
         self.embedder = embedder
         self.worker_id = worker_id
@@ -117,10 +131,24 @@ class Indexer:
 
     # -- as a thread of cairn worker --------------------------------------------------------
 
+    def tier(self) -> TierMove | None:
+        """Move vectors between the tiers now (``None`` without ``cold_after``)."""
+        if self.cold_after is None:
+            return None
+        self._tiered_at = time.monotonic()
+        moved = self.store.tier_vectors(self.cold_after)
+        if moved.cooled or moved.rewarmed:
+            log.info("indexer %s: %d vectors cooled, %d queued to come back hot", self.worker_id,
+                     moved.cooled, moved.rewarmed)
+        return moved
+
     def run(self) -> None:
-        """Drain, then poll every ``poll_interval`` seconds, until ``stop``."""
+        """Drain, then poll every ``poll_interval`` seconds, until ``stop``;
+        with ``cold_after``, re-tier every ``tier_interval`` seconds."""
         while not self._stopping.is_set():
             try:
+                if self.cold_after is not None and time.monotonic() - self._tiered_at >= self.tier_interval:
+                    self.tier()
                 result = self.run_batch()
             except StoreError as exc:
                 log.warning("indexer %s cannot reach the store: %s", self.worker_id, exc)

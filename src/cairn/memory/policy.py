@@ -42,6 +42,13 @@ class MemoryPolicy:
     namespaces: Mapping[tuple[str, ...], Retention] = field(default_factory=dict)
     threads: Retention = FOREVER
     embedder: Embedder | None = None
+    #: seconds a long-term item goes unread and unwritten before its vector
+    #: is quantized to the cold tier (``None``: vectors stay hot)
+    cold_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.cold_after is not None and not self.cold_after > 0:
+            raise InvalidArgument(f"cold_after must be a positive number of seconds, not {self.cold_after!r}")
 
     def for_namespace(self, namespace: Sequence[str]) -> Retention:
         """The rule of the longest configured prefix of ``namespace``."""

@@ -84,8 +84,8 @@ class Worker:
         self.scheduler = Scheduler(runtime, fired, worker_id=self.worker_id)
         #: embeds long-term memory items on a thread of this worker, if the app has an embedder
         embedder = runtime.memory.embedder
-        self.indexer = None if embedder is None else Indexer(runtime.store, embedder,
-                                                             worker_id=self.worker_id)
+        self.indexer = None if embedder is None else Indexer(
+            runtime.store, embedder, worker_id=self.worker_id, cold_after=runtime.memory.cold_after)
 
         #: the bundles this worker claims runs of (``engine.bundles``), and when it last looked
         self.bundles: set[str] = set()
