@@ -8,10 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
+import cairn
 from cairn.memory.embedders import Embedder, HashEmbedder, OpenAIEmbedder
 from cairn.models.openai import ModelRequestError, ModelUnavailable
 from cairn.retry import TerminalError
 from tests.models.fake_openai import FakeOpenAI, Reply, error, json_reply
+from tests.security.world import Service
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -103,3 +105,23 @@ def test_bad_settings_are_refused() -> None:
         OpenAIEmbedder("m", 3, timeout=0)
     with pytest.raises(ValueError, match="dims"):
         OpenAIEmbedder("m", 0)
+
+
+def test_a_secret_key_is_resolved_per_call_refreshed_on_401_and_never_held(server: FakeOpenAI) -> None:
+    """The embedding worker runs outside any run, so the resolver is given
+    explicitly; the key is a reference, resolved at each request."""
+    service = Service()
+    resolver = cairn.Secrets(cairn.CallableSecrets(service.issue))
+    emb = OpenAIEmbedder("m", 3, base_url=server.url, api_key=cairn.Secret("embeddings"), secrets=resolver)
+    server.script(answer([1, 0, 0]), error(401, "expired"), answer([0, 1, 0]))
+    try:
+        assert emb.embed(["a"]) == [[1.0, 0.0, 0.0]]
+        service.revoke_all()
+        assert emb.embed(["b"]) == [[0.0, 1.0, 0.0]]
+    finally:
+        emb.close()
+    first, second = service.tokens()
+    assert [r.headers.get("authorization") for r in server.requests] == [
+        f"Bearer {first}", f"Bearer {first}", f"Bearer {second}"]
+    assert first not in repr(vars(emb))
+    assert second not in repr(vars(emb))

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 
 from cairn.models.openai import ModelRequestError, ModelUnavailable, _error_message, _retry_after
+from cairn.security import secrets as security
+from cairn.security.secrets import Secret, Secrets
 
 if TYPE_CHECKING:
     import httpx
@@ -107,13 +109,16 @@ class OpenAIEmbedder:
     ``{base_url}/embeddings``. ``dims`` must be what the model returns (it is
     checked on every answer; ``send_dimensions=True`` also asks the server
     for it, for models that can shorten their vectors). ``timeout`` bounds
-    each request as a whole.
+    each request as a whole. ``api_key=cairn.Secret("openai")`` keeps no
+    key in the object: it is resolved on each call (``secrets``: the
+    resolver, default environment variables) and refreshed once on a 401,
+    as the chat client does.
     """
 
     def __init__(
         self, model: str, dims: int, *, base_url: str = "https://api.openai.com/v1",
-        api_key: str | None = None, timeout: float = 30.0, send_dimensions: bool = False,
-        name: str | None = None,
+        api_key: str | Secret | None = None, timeout: float = 30.0, send_dimensions: bool = False,
+        name: str | None = None, secrets: Secrets | None = None,
     ) -> None:
         import httpx
 
@@ -128,7 +133,10 @@ class OpenAIEmbedder:
         self.timeout = timeout
         self.send_dimensions = send_dimensions
         headers = {"content-type": "application/json"}
-        if api_key:
+        #: a reference resolved at each call (never a value kept here)
+        self._key_ref = api_key if isinstance(api_key, Secret) else None
+        self._secrets = secrets
+        if isinstance(api_key, str) and api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout))
         self._httpx = httpx
@@ -142,13 +150,23 @@ class OpenAIEmbedder:
         body: dict[str, Any] = {"model": self.model, "input": list(texts), "encoding_format": "float"}
         if self.send_dimensions:
             body["dimensions"] = self.dims
+        content = msgspec.json.encode(body)
         try:
-            response = self._client.post(self.url, content=msgspec.json.encode(body))
+            response = self._client.post(self.url, content=content, headers=self._auth())
+            if response.status_code == 401 and self._key_ref is not None:  # expired: refresh, once
+                response = self._client.post(self.url, content=content, headers=self._auth(refresh=True))
         except self._httpx.TimeoutException:
             raise ModelUnavailable(f"embeddings at {self.url}: timed out after {self.timeout:g} s") from None
         except self._httpx.HTTPError as exc:
             raise ModelUnavailable(f"embeddings at {self.url}: {type(exc).__name__}: {exc}") from None
         return self._vectors(response, len(texts))
+
+    def _auth(self, *, refresh: bool = False) -> dict[str, str] | None:
+        ref = self._key_ref
+        if ref is None:
+            return None
+        value = security.refresh(ref, self._secrets) if refresh else security.resolve(ref, self._secrets)
+        return {"authorization": f"Bearer {value.reveal()}"}
 
     def _vectors(self, response: httpx.Response, count: int) -> list[list[float]]:
         status = response.status_code
