@@ -26,7 +26,7 @@ their row goes, whoever deletes it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from cairn.errors import InvalidArgument
@@ -58,18 +58,8 @@ DEFAULT_LIST_LIMIT = 100
 class SQLMemory(VectorIndex[Tx], Generic[Tx]):
     """The memory methods of ``contract.Store`` over a dialect's primitives."""
 
-    clock: Callable[[], float]
-
-    # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------
-
-    def _operate(self, body: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+    # -- dialect primitives (sqlbase.SQLStore and the dialects provide them;
+    # ``_operate``, ``_query`` and ``_select`` are declared by ``VectorIndex``) ----
 
     def _append_with(
         self, run_id: str, epoch: int, events: Sequence[HistoryEvent], body: Callable[[Tx], None]
