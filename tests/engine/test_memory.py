@@ -47,12 +47,12 @@ def test_a_step_writes_with_its_record_and_replay_does_not_write_again(app: cair
     @kind.workflow(app, "writer")
     def writer(ctx: cairn.Context, text: str) -> Flow[str]:
         out = yield step(text)
-        ctx.sleep(0.01)  # the next execution replays the step
+        ctx.sleep(0.5)  # the next execution replays the step (never due at once: commits are slow)
         return out
 
     app.start(writer, "dark <b>mode</b> \u202e", run_id="w1", thread_id="th")
     assert execute_once(app, "w1") == "suspended"
-    time.sleep(0.02)
+    time.sleep(0.55)
     assert app.resume("w1") == "DARK <B>MODE</B> \u202e"
     assert ran == [1]
     item = _item(app, "pref")
@@ -122,7 +122,7 @@ def test_workflow_reads_are_journaled_and_writes_are_entries(app: cairn.App, kin
         ctx.memory.run.put("k", "v")
         ctx.memory.thread().append("one", "two")
         window = ctx.memory.thread().window(last=1)
-        ctx.sleep(0.01)
+        ctx.sleep(0.5)  # never due at once, however slow the commits before it
         second = ctx.memory.get(NS, "mode")
         yield None
         return f"{first.value if first else '-'}/{second.value if second else '-'}/{window[0].value}"
@@ -130,7 +130,7 @@ def test_workflow_reads_are_journaled_and_writes_are_entries(app: cairn.App, kin
     app.start(reader, run_id="r1", thread_id="th1")
     assert execute_once(app, "r1") == "suspended"
     app.operator.memory("default").put(NS, "mode", "B")  # changed between the executions
-    time.sleep(0.02)
+    time.sleep(0.55)
     assert app.resume("r1") == "A/B/two"  # the first read replayed as it was
     seen = _item(app, "seen")
     assert seen is not None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,7 +56,7 @@ def test_a_workflow_finds_what_its_step_wrote_once_indexed_and_replays_its_first
     def seeker(ctx: cairn.Context) -> Flow[list[Any]]:
         yield step()
         before = _found(ctx.memory.search(DOCS, "jasmine tea", k=2))
-        ctx.sleep(0.01)  # the next execution replays the search above
+        ctx.sleep(0.5)  # the next execution replays the search above (long enough never to be due at once)
         after = _found(ctx.memory.search(DOCS, "jasmine tea", k=2))
         drinks = _found(ctx.memory.search(DOCS, "a red bicycle", k=3, filter={"kind": "drink"}))
         return [before, after, drinks]
@@ -63,7 +64,7 @@ def test_a_workflow_finds_what_its_step_wrote_once_indexed_and_replays_its_first
     app.start(seeker, run_id="s1")
     assert execute_once(app, "s1") == "suspended"
     assert Indexer(app.store, embedder).drain() == 3  # what the step wrote, indexed between the executions
-    time.sleep(0.02)
+    time.sleep(0.55)
     before, after, drinks = app.resume("s1")
     assert before == [[], 3]  # nothing indexed yet: said so, not silently missed; replayed as first seen
     assert after[0][0] == "tea"  # indexed now: the nearest first
@@ -72,3 +73,22 @@ def test_a_workflow_finds_what_its_step_wrote_once_indexed_and_replays_its_first
     # to its own text, is never a candidate; both drinks are
     assert set(drinks[0]) == {"coffee", "tea"}
     assert drinks[1] == 0
+
+
+def test_one_embedder_per_app(tmp_path: Path) -> None:
+    """``App(embedder=)`` is short for the policy's embedder: the same one
+    twice is fine, two different ones are refused with one line, and a bad
+    ``cold_after`` is refused before anything is opened."""
+    one, other = HashEmbedder(64), HashEmbedder(32)
+    db = f"sqlite:///{tmp_path}/cairn.db"
+    same = cairn.App(db=db, embedder=one, memory=cairn.MemoryPolicy(embedder=one))
+    try:
+        assert same.runtime.memory.embedder is one
+    finally:
+        same.close()
+    elsewhere = tmp_path / "never.db"
+    with pytest.raises(cairn.InvalidArgument, match="two embedders"):
+        cairn.App(db=f"sqlite:///{elsewhere}", embedder=one, memory=cairn.MemoryPolicy(embedder=other))
+    assert not elsewhere.exists()  # refused before anything was opened or created
+    with pytest.raises(cairn.InvalidArgument, match="cold_after"):
+        cairn.MemoryPolicy(cold_after=0)

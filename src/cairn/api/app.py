@@ -116,6 +116,7 @@ class App:
         memory: MemoryPolicy | None = None,
         embedder: Embedder | None = None,
     ) -> None:
+        policy = _memory_policy(memory, embedder)  # refused before any database is opened
         #: where this app's data lives (``None`` when given a ``store`` object)
         self.db_url = None if store is not None else resolve_url(db)
         self.store = store if store is not None else open_store(db, durability, create=create)
@@ -125,7 +126,7 @@ class App:
             max_recoveries=max_recoveries,
             check_inputs=check_inputs,
             secrets=Secrets.coerce(secrets),
-            memory=_memory_policy(memory, embedder),
+            memory=policy,
         )
         redaction.protect_loggers()  # Cairn's log lines never show a revealed secret
         self.lease_seconds = lease_seconds
