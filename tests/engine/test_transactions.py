@@ -11,11 +11,14 @@ placeholders of the backend it runs on.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import re
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +252,26 @@ def test_a_handle_kept_past_its_body_is_dead(app: cairn.App) -> None:
     assert "ended" in repr(kept[0])
 
 
-def test_no_journaled_call_may_run_inside_the_body(app: cairn.App, calls: Calls) -> None:
+def _in_this_thread(call: Callable[[], None]) -> None:
+    call()
+
+
+def _in_a_thread_of_the_body(call: Callable[[], None]) -> None:
+    """The body hands the call to a thread of its own, with its context
+    (as ``asyncio.to_thread`` or ``copy_context().run`` would), and waits:
+    that thread must be refused too, not left waiting for the lock the
+    body holds (a deadlock)."""
+    context = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(context.run, call).result(timeout=30)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("where", [_in_this_thread, _in_a_thread_of_the_body],
+                         ids=["same-thread", "body-thread"])
+def test_no_journaled_call_may_run_inside_the_body(
+    app: cairn.App, calls: Calls, where: Callable[[Callable[[], None]], None]
+) -> None:
     make_orders(app)
 
     @app.step
@@ -259,7 +281,7 @@ def test_no_journaled_call_may_run_inside_the_body(app: cairn.App, calls: Calls)
     @app.transaction(retry=cairn.RetryPolicy(max_attempts=3, initial_delay=0))
     def nesting(tx: cairn.Tx) -> None:
         tx.execute(sql(tx, "INSERT INTO orders (item, attempt) VALUES (?, 1)"), ("book",))
-        inner()
+        where(inner)
 
     @app.workflow(name="nesting")
     def workflow(ctx: cairn.Context) -> str:

@@ -58,6 +58,12 @@ if TYPE_CHECKING:
 
 #: The execution whose workflow code is running in this context.
 CURRENT: contextvars.ContextVar[Execution] = contextvars.ContextVar("cairn_execution")
+#: the execution whose transactional step's body runs in this context. A
+#: context variable, not a thread id: a thread the body starts with its
+#: context (``copy_context().run``, ``asyncio.to_thread``) is inside the body
+#: too, and must be refused, not left waiting for the lock the body holds.
+_TRANSACTING: contextvars.ContextVar[Execution | None] = contextvars.ContextVar(
+    "cairn_transacting", default=None)
 
 _OPERATION_NS = uuid.UUID("6f1d3c2e-8a4b-4c7d-9e0f-0c41a1b2c3d4").bytes
 
@@ -159,7 +165,6 @@ class Execution:
         #: what this run's model calls journaled, built on its first live model call
         self.model_log: ModelLog | None = None
         #: the thread running a transactional step's body (``transact``), which may make no journaled call
-        self._transacting: int | None = None
         #: memory writes buffered by step and tool bodies (``op.memory``), by
         #: position: (attempt, writes); committed with that call's outcome
         self.memory_buffers: dict[int, tuple[int, list[MemoryWrite]]] = {}
@@ -247,6 +252,9 @@ class Execution:
     def enter(self) -> None:
         """A driver starts a journaled call (see ``engine.drive``); refused
         with ``Ended`` once the execution is ending."""
+        if _TRANSACTING.get() is self:  # before the lock, which the body's transaction holds
+            raise TransactionMisuse("a journaled call started in a thread of a transactional step's body: "
+                                    "it cannot run inside the step's own transaction")
         with self._lock:
             if self._ending:
                 raise Ended(f"run {self.run_id}: the execution has ended; no new call may start")
@@ -312,12 +320,12 @@ class Execution:
         The position is taken now, under the lock, in the order the calls
         are made (see ``_allocate`` for calls of concurrent siblings).
         """
+        if _TRANSACTING.get() is self:  # before the lock, which the body's transaction holds
+            raise TransactionMisuse(f"{kind} {name!r} called inside a transactional step's body: a "
+                                    "journaled call cannot run inside the step's own transaction")
         with self._lock:
             if self._ending:
                 raise Ended(f"run {self.run_id}: the execution has ended; no new call may start")
-            if self._transacting is not None and self._transacting == threading.get_ident():
-                raise TransactionMisuse(f"{kind} {name!r} called inside a transactional step's body: a "
-                                        "journaled call cannot run inside the step's own transaction")
             position = self._lowest
             if position >= self.journal.end and not self._taken:
                 # Past the journal's end, nothing handed out of order: a new
@@ -567,13 +575,13 @@ class Execution:
                     payload, None)
                 return (event,), (event, decoded)
 
-            self._transacting = threading.get_ident()
+            token = _TRANSACTING.set(self)
             try:
                 event, decoded = self.store.transact(self.run_id, self.epoch, write)
             except INFRASTRUCTURE_ERRORS as exc:
                 raise Abandon(f"cannot record {call.kind} {call.name!r} of run {self.run_id}: {exc}") from exc
             finally:
-                self._transacting = None
+                _TRANSACTING.reset(token)
             self.seq += 1
             self.journal.record(event)
             return decoded
