@@ -23,6 +23,7 @@ import msgspec
 from rich.console import Console
 from rich.text import Text
 
+from cairn.api import views
 from cairn.api.app import App
 from cairn.api.operator import Schema, open_schema
 from cairn.codec import values
@@ -385,7 +386,7 @@ def runs(
         records = session.app.list_runs(status=status, tenant=tenant, workflow=workflow, limit=limit)
         if as_json:
             for record in records:
-                echo_json(render.run_json(record))
+                echo_json(views.run_json(record))
         elif records:
             render.print_runs(_stdout(), records)
         else:
@@ -444,11 +445,11 @@ def events(
                 batch = app.history(run_id, last)
                 # a model call is stored as what its run had not journaled yet:
                 # rebuilding it needs the entries before it, from the start
-                models = (render.model_calls(codec, app.history(run_id, 0, batch[-1].seq))
+                models = (views.model_calls(codec, app.history(run_id, 0, batch[-1].seq))
                           if any(e.step_kind == "model" for e in batch) else {})
                 for event in batch:
                     if as_json:
-                        echo_json(render.event_json(codec, event, models))
+                        echo_json(views.event_json(codec, event, models))
                     else:
                         console.print(render.event_line(codec, event, models), soft_wrap=True)
                     last = event.seq

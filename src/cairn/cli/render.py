@@ -15,16 +15,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cairn.api.views import ModelCalls, model_calls, result_of, run_json
 from cairn.codec.payloads import PayloadCodec
-from cairn.engine import modelcalls
 from cairn.engine.journal import Journal
 from cairn.engine.ledger import Decoded, OperationView, decode
-from cairn.errors import CairnError
 from cairn.store.lifecycle import wait_label
 from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, RunRecord, RunStatus
 
@@ -109,56 +107,7 @@ def show_decoded(decoded: Decoded, width: int = 60) -> str:
     return f"<{decoded.error}>" if decoded.error is not None else preview(decoded.value, width)
 
 
-#: Model calls of a history rebuilt as sent and received, by ``seq``: each
-#: entry stores only messages its run had not journaled yet, so it is shown
-#: through ``modelcalls.records``, never as the compact entry.
-ModelCalls = dict[int, Decoded]
-
-
-def model_calls(codec: PayloadCodec, history: list[HistoryEvent]) -> ModelCalls:
-    if not any(e.step_kind == "model" for e in history):
-        return {}
-    try:
-        rebuilt = modelcalls.records(history, codec)
-    except (CairnError, ValueError) as exc:  # a damaged entry must not hide the rest of the run
-        return {e.seq: Decoded(error=f"cannot rebuild model call: {exc}") for e in history
-                if e.step_kind == "model" and e.event is EventType.STEP_COMPLETED}
-    return {seq: Decoded(msgspec.to_builtins(record)) for seq, record in rebuilt.items()}
-
-
-def result_of(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls) -> Decoded:
-    """What a journal entry recorded: a model call rebuilt, anything else decoded."""
-    found = models.get(event.seq)
-    return found if found is not None else decode(codec, event.payload)
-
-
 # -- runs --------------------------------------------------------------------------------------
-
-
-def run_json(record: RunRecord) -> dict[str, Any]:
-    """A run's fields for ``--json`` output (times as Unix seconds, like the store)."""
-    return {
-        "run_id": record.run_id,
-        "workflow": record.workflow,
-        "version": record.workflow_version,
-        "status": record.status.value,
-        "tenant": record.tenant,
-        "thread_id": record.thread_id,
-        "queue": record.queue,
-        "priority": record.priority,
-        "parent_run_id": record.parent_run_id,
-        "owner": record.owner,
-        "epoch": record.epoch,
-        "recoveries": record.recoveries,
-        "lease_expires_at": record.lease_expires_at,
-        "wake_at": record.wake_at,
-        "waiting_on": record.waiting_on,
-        "waiting_for": record.waiting_for,
-        "error": record.error,
-        "budget": record.budget,
-        "created_at": record.created_at,
-        "updated_at": record.updated_at,
-    }
 
 
 def status_text(status: RunStatus) -> Text:
@@ -224,28 +173,6 @@ def print_runs(console: Console, records: list[RunRecord]) -> None:
 
 
 # -- history ---------------------------------------------------------------------------------
-
-
-def event_json(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "seq": event.seq,
-        "event": event.event.value,
-        "at": event.at,
-        "epoch": event.epoch,
-        "worker": event.worker,
-    }
-    if event.position is not None:
-        out.update(position=event.position, kind=event.step_kind, name=event.name, attempt=event.attempt,
-                   started_at=event.started_at)
-    if event.payload is not None:
-        decoded = result_of(codec, event, models or {})
-        key = "arguments" if event.event is EventType.OP_INTENT else "result"
-        out[key] = decoded.value
-        if decoded.error is not None:
-            out[f"{key}_error"] = decoded.error
-    if event.detail is not None:
-        out["detail"] = event.detail
-    return out
 
 
 def _clock(ts: Any) -> str:

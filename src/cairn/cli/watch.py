@@ -17,6 +17,7 @@ import click
 from rich.live import Live
 from rich.text import Text
 
+from cairn.api import views
 from cairn.api.app import App
 from cairn.engine.journal import Journal
 from cairn.store.records import EventType, HistoryEvent, RunRecord
@@ -49,7 +50,7 @@ def _follow(app: App, run_id: str, live: Live | None, console_print: object) -> 
             record = app.get_run(run_id)
             batch = app.history(run_id, history[-1].seq if history else 0)
             history.extend(batch)
-            models = render.model_calls(app.runtime.payloads, history) if any(
+            models = views.model_calls(app.runtime.payloads, history) if any(
                 e.step_kind == "model" for e in batch) else {}
             for event in batch:
                 line = render.event_line(app.runtime.payloads, event, models)

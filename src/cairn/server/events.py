@@ -48,9 +48,9 @@ from starlette.responses import Response, StreamingResponse
 
 from cairn.api.app import App
 from cairn.api.tokens import Principal, Role
+from cairn.api.views import ModelCalls, event_json, model_calls, run_json
 from cairn.server.errors import ApiError, log
 from cairn.server.routing import Endpoint, ServerState, tenant_run
-from cairn.server.views import event_json, model_records, run_summary
 from cairn.store.records import HistoryEvent, RunRecord
 
 MIN_POLL = 0.05
@@ -184,9 +184,9 @@ class _Pace:
 def _render(app: App, run_id: str, events: list[HistoryEvent]) -> list[tuple[int, str]]:
     """``(seq, SSE text)`` of history entries (a model call is rebuilt from
     the run's whole journal: an entry stores only what was new)."""
-    models: Any = {}
+    models: ModelCalls = {}
     if any(e.step_kind == "model" for e in events):
-        models = model_records(app.runtime.payloads, app.history(run_id))
+        models = model_calls(app.runtime.payloads, app.history(run_id))
     return [(e.seq, sse(event_json(app.runtime.payloads, e, models), id=str(e.seq))) for e in events]
 
 
@@ -341,7 +341,7 @@ async def tenant_events(request: Request, state: ServerState, principal: Princip
             changed = await run_in_threadpool(changes, cursor)
             for record in changed:
                 cursor = (record.updated_at, record.run_id)
-                yield sse({"event": "run.changed", "run": run_summary(record)},
+                yield sse({"event": "run.changed", "run": run_json(record)},
                           id=f"{record.updated_at!r}/{record.run_id}")
             if changed:
                 pace.found()

@@ -11,18 +11,12 @@ import msgspec
 from starlette.responses import JSONResponse
 
 from cairn.api.tokens import Role
+from cairn.api.views import event_json, model_calls, model_records, run_json
 from cairn.engine.budget import Budget
 from cairn.errors import PayloadError, RunNotFound
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint
-from cairn.server.views import (
-    event_json,
-    model_call_json,
-    model_records,
-    operation_json,
-    run_detail,
-    run_summary,
-)
+from cairn.server.views import model_call_json, operation_json, run_detail
 from cairn.store.records import RunStatus
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
@@ -120,7 +114,7 @@ def start_run(call: Call[Any]) -> Any:
         record = call.run(handle.run_id)
     except RunNotFound:  # the id belongs to another tenant's run: say no more than that it is taken
         raise ApiError(409, "conflict", f"run id {handle.run_id!r} is already taken") from None
-    return JSONResponse({"created": handle.created, "run": run_summary(record)},
+    return JSONResponse({"created": handle.created, "run": run_json(record)},
                         status_code=201 if handle.created else 200)
 
 
@@ -128,7 +122,7 @@ def list_runs(call: Call[Any]) -> Any:
     query: ListRuns = call.query
     records = call.app.list_runs(status=query.status, tenant=call.principal.tenant, workflow=query.workflow,
                                  thread_id=query.thread_id, limit=query.limit)
-    return {"runs": [run_summary(r) for r in records]}
+    return {"runs": [run_json(r) for r in records]}
 
 
 def show_run(call: Call[Any]) -> Any:
@@ -142,7 +136,7 @@ def run_history(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
     history = call.app.history(record.run_id)
     page = [e for e in history if e.seq > query.after][: query.limit]
-    models = model_records(call.operator.codec, history) if any(e.step_kind == "model" for e in page) else {}
+    models = model_calls(call.operator.codec, history) if any(e.step_kind == "model" for e in page) else {}
     last = history[-1].seq if history else 0
     next_after = page[-1].seq if page and page[-1].seq < last else None
     return {"run_id": record.run_id, "events": [event_json(call.operator.codec, e, models) for e in page],
@@ -170,7 +164,7 @@ def run_operations(call: Call[Any]) -> Any:
 
 def _change(before: Any, after: Any) -> dict[str, Any]:
     changed = after.epoch != before.epoch or after.status is not before.status
-    return {"changed": changed, "before": before.status.value, "run": run_summary(after)}
+    return {"changed": changed, "before": before.status.value, "run": run_json(after)}
 
 
 def cancel_run(call: Call[Any]) -> Any:
@@ -184,7 +178,7 @@ def kill_run(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
     body: Reason = call.body
     killed = call.operator.kill(record.run_id, reason=body.reason or "killed by operator")
-    return {"killed": [r.run_id for r in killed], "run": run_summary(call.run(record.run_id))}
+    return {"killed": [r.run_id for r in killed], "run": run_json(call.run(record.run_id))}
 
 
 def resume_run(call: Call[Any]) -> Any:
