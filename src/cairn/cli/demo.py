@@ -54,8 +54,11 @@ APP_SPEC = "cairn.demo.agent:app"
 #: looks like a death; the demo shortens it to keep the takeover watchable.
 DEMO_LEASE = 2.0
 KILL_FRACTION = 0.4
-#: The whole demo, workers' start-up included, must end well within 30 s.
-DEADLINE = 27.0
+#: A demo that cannot finish reports it and exits rather than hang. It takes
+#: about 10 s on a quiet machine; the bound is generous because a loaded one
+#: (a busy CI box, two cores shared) starts the second worker's interpreter
+#: slowly, and that is no failure of the run.
+DEADLINE = 90.0
 POLL = 0.05
 
 
