@@ -22,6 +22,14 @@ Reads compare ``expires_at`` with the store's clock: an expired row is gone
 for every reader at once; ``sweep_memory`` deletes such rows later.
 Offloaded values are queued for artifact collection by triggers whenever
 their row goes, whoever deletes it.
+
+Item values have a cold tier (``tier_items``, migration ``memory_cold``):
+the value of an item untouched for ``cold_after`` moves, compressed
+(``store.coldvalues``), from its hot row to ``memory_item_cold`` in the same
+database, one transaction per pass; reads join the cold copy and restore it
+(read-through: a read writes nothing, so it works on a read-only store); a
+put, or a pass after the item was touched, makes it hot again. Triggers
+delete the cold copy with its item, whoever deletes it.
 """
 
 from __future__ import annotations
@@ -29,10 +37,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from cairn.errors import InvalidArgument
+from cairn import faults
+from cairn.errors import InvalidArgument, PayloadError
+from cairn.faults import fault_point
+from cairn.store import coldvalues
 from cairn.store.memrecords import (
     ItemDelete,
     ItemPut,
+    ItemTierMove,
+    ItemTierUsage,
     MemoryItem,
     MemoryScope,
     MemoryWrite,
@@ -285,6 +298,59 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
 
         return self._operate(body)
 
+    # -- the cold tier of item values (migration memory_cold) -------------------------
+
+    def tier_items(self, idle_seconds: float, *, limit: int = 1000) -> ItemTierMove:
+        """Move the values of up to ``limit`` items nobody read or wrote for
+        ``idle_seconds`` to the cold tier (compressed, out of the hot row),
+        and bring back up to ``limit`` cold ones touched since. One
+        transaction: a pass that dies leaves every item hot or cold, and a
+        pass run again finds only what is left to move (each move is
+        conditioned on the item's tier and version, so a put that commits
+        first wins)."""
+        if not idle_seconds > 0:
+            raise InvalidArgument(f"idle_seconds must be positive, not {idle_seconds!r}")
+
+        def body(tx: Tx) -> ItemTierMove:
+            now = self.clock()
+            cut = now - idle_seconds
+            rows = self._query(tx, "items_to_cool", {"before": cut, "now": now, "limit": limit,
+                                                     "min_bytes": coldvalues.MIN_COLD_BYTES})
+            cooled = 0
+            for tenant, namespace, key, version, value in rows:
+                codec, size, data = coldvalues.freeze(bytes(value))
+                item = {"tenant": tenant, "namespace": namespace, "key": key}
+                if not self._query(tx, "cool_item", {**item, "version": version}):
+                    continue  # put since it was selected (a PostgreSQL pass skips locked rows anyway)
+                if faults.ARMED:
+                    fault_point("memory.tier_items.mid_move")
+                self._query(tx, "insert_item_cold", {**item, "codec": codec, "size": size, "value": data})
+                cooled += 1
+            warm = self._query(tx, "items_to_rewarm", {"since": cut, "limit": limit})
+            rewarmed = 0
+            for tenant, namespace, key, version, codec, size, data in warm:
+                try:
+                    value = coldvalues.thaw(codec, size, bytes(data), what=f"memory item {key!r}")
+                except PayloadError:
+                    continue  # a damaged copy stays as it is: its reads say so, a put replaces it
+                rewarmed += 1
+                self._query(tx, "rewarm_item", {"tenant": tenant, "namespace": namespace, "key": key,
+                                                "version": version, "value": value})
+            return ItemTierMove(cooled, rewarmed)
+
+        return self._operate(body)
+
+    def item_tiers(self, tenant: str | None = None) -> list[ItemTierUsage]:
+        """Items and the bytes of their values per tier (of ``tenant``, or
+        every tenant the store sees): the figures of ``cairn memory tiers``."""
+        usage = []
+        for tier, count, hot_bytes, cold_bytes, cold_raw in self._select("item_tiers", {"tenant": tenant}):
+            if tier == "cold":
+                usage.append(ItemTierUsage("cold", int(count), int(cold_bytes), int(cold_raw)))
+            else:
+                usage.append(ItemTierUsage(str(tier), int(count), int(hot_bytes), int(hot_bytes)))
+        return usage
+
 
 def _check_scope(scope: MemoryScope) -> None:
     chosen = [name for name in ("namespace", "thread_id", "run_id") if getattr(scope, name) is not None]
@@ -315,11 +381,18 @@ def _provenance(run_id: Any, position: Any, operation_id: Any, actor: Any) -> Pr
 
 
 def _item(row: tuple[Any, ...]) -> MemoryItem:
+    """An item of ``select_memory_item``/``list_memory_items``: a cold one's
+    value is read through from its cold copy (the last three columns)."""
     metadata = row[5]
     if isinstance(metadata, (str, bytes)):
         metadata = loads(metadata)
+    if row[17] == "cold":
+        value = Payload(data=coldvalues.thaw(row[18], row[19], None if row[20] is None else bytes(row[20]),
+                                             what=f"memory item {row[2]!r}"))
+    else:
+        value = _payload(row[3], row[4])
     return MemoryItem(
-        tenant=row[0], namespace=row[1], key=row[2], value=_payload(row[3], row[4]), metadata=metadata,
+        tenant=row[0], namespace=row[1], key=row[2], value=value, metadata=metadata,
         index_text=row[6], version=int(row[7]), created_at=float(row[8]), updated_at=float(row[9]),
         accessed_at=float(row[10]), ttl=None if row[11] is None else float(row[11]),
         expires_at=None if row[12] is None else float(row[12]),
