@@ -44,7 +44,8 @@ def _values(n: int, rng: random.Random) -> list[tuple[str, str, dict[str, Any], 
         user = f"u{i // 10}"
         kind = ("profile", "preferences", "note", "note", "note")[i % 5]
         if kind == "profile":
-            value: dict[str, Any] = {"name": f"User {user}", "locale": rng.choice(["en-GB", "fr-FR", "de-DE"]),
+            value: dict[str, Any] = {"name": f"User {user}",
+                                     "locale": rng.choice(["en-GB", "fr-FR", "de-DE"]),
                                      "timezone": rng.choice(["Europe/London", "Europe/Paris"]),
                                      "plan": rng.choice(["free", "pro", "team"]),
                                      "signed_up": 1_700_000_000 + rng.randrange(10**7)}
@@ -57,7 +58,8 @@ def _values(n: int, rng: random.Random) -> list[tuple[str, str, dict[str, Any], 
             sentences = [f"{rng.choice(PHRASES)} {topic} ({rng.randrange(1000)})."
                          for _ in range(rng.randrange(4, 40))]
             value = {"topic": topic, "summary": " ".join(sentences), "turns": rng.randrange(2, 60),
-                     "conversation": f"c-{rng.getrandbits(48):012x}", "sentiment": rng.choice(["+", "0", "-"])}
+                     "conversation": f"c-{rng.getrandbits(48):012x}",
+                     "sentiment": rng.choice(["+", "0", "-"])}
         meta = {"kind": kind, "user": user}
         out.append((encode_namespace(("users", user, kind)), f"{kind}-{i}", value, meta))
     return out
@@ -110,7 +112,8 @@ def main() -> None:
     print(f"{'':<22} {'hot':>9} {'cold':>9} {'cold/hot':>9}")
     print(f"{'value bytes / item':<22} {hot_usage.bytes / n:>9.0f} {cold_usage.bytes / n:>9.0f} "
           f"{cold_usage.bytes / hot_usage.bytes:>8.2f}x")
-    print(f"{'file bytes / item':<22} {hot_file / n:>9.0f} {cold_file / n:>9.0f} {cold_file / hot_file:>8.2f}x")
+    print(f"{'file bytes / item':<22} {hot_file / n:>9.0f} {cold_file / n:>9.0f} "
+          f"{cold_file / hot_file:>8.2f}x")
 
 
 if __name__ == "__main__":

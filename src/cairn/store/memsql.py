@@ -91,10 +91,13 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
             raise ValueError("append_memory needs the entry its writes commit with")
 
         def body(tx: Tx) -> None:
-            tenant = ""  # run memory reads its run's tenant in its own statement
-            if any(not isinstance(write, (RunPut, RunDelete)) for write in writes):
+            # Run memory and item puts read the run's tenant in their own
+            # statement (the per-step path: one statement a write); the other
+            # writes need it first.
+            tenant = None
+            if any(not isinstance(write, (RunPut, RunDelete, ItemPut)) for write in writes):
                 ((tenant,),) = self._query(tx, "memory_run_tenant", {"run_id": run_id})
-            self._apply_writes(tx, str(tenant), writes, provenance, run_id)
+            self._apply_writes(tx, tenant, writes, provenance, run_id)
 
         self._append_with(run_id, epoch, events, body)
 
@@ -104,8 +107,10 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
         self._operate(lambda tx: self._apply_writes(tx, tenant, writes, provenance, provenance.run_id))
 
     def _apply_writes(
-        self, tx: Tx, tenant: str, writes: Sequence[MemoryWrite], who: Provenance, run_id: str | None
+        self, tx: Tx, tenant: str | None, writes: Sequence[MemoryWrite], who: Provenance, run_id: str | None
     ) -> None:
+        """Apply ``writes`` of ``tenant`` (``None``: of run ``run_id``'s
+        tenant, which the statements read, for run memory and item puts)."""
         now = self.clock()
         origin = {"run_id": run_id, "position": who.position, "operation_id": who.operation_id,
                   "actor": who.actor, "now": now}
@@ -113,6 +118,7 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
             if isinstance(write, ItemPut):
                 self._put_item(tx, tenant, write, origin)
             elif isinstance(write, ItemDelete):
+                assert tenant is not None  # append_memory reads it for these
                 self._delete_item(tx, tenant, write.namespace, write.key)
             elif isinstance(write, RunPut):
                 if run_id is None:
@@ -127,18 +133,28 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
                     raise InvalidArgument("run memory is written by a run (no run given)")
                 self._query(tx, "delete_memory_run_key", {"run_id": run_id, "key": write.key})
             elif isinstance(write, ThreadAppend):
+                assert tenant is not None
                 self._append_thread(tx, tenant, write, origin)
             else:
+                assert tenant is not None
                 self._compact_thread(tx, tenant, write, origin)
 
-    def _put_item(self, tx: Tx, tenant: str, put: ItemPut, origin: dict[str, Any]) -> None:
-        value, ref = _split(put.value)
+    def _put_item(self, tx: Tx, tenant: str | None, put: ItemPut, origin: dict[str, Any]) -> None:
         now = origin["now"]
-        params = {**origin, "tenant": tenant, "namespace": put.namespace, "key": put.key, "value": value,
-                  "value_ref": ref, "metadata": None if put.metadata is None else dumps(put.metadata),
-                  "index_text": put.index_text, "ttl": put.ttl,
-                  "expires_at": None if put.ttl is None else now + put.ttl}
-        ((version,),) = self._query(tx, "put_memory_item", params)
+        ttl = put.ttl
+        params = {**origin, "tenant": tenant, "namespace": put.namespace, "key": put.key,
+                  "value": put.value.data, "value_ref": put.value.ref,
+                  "metadata": None if put.metadata is None else dumps(put.metadata),
+                  "index_text": put.index_text, "ttl": ttl, "expires_at": None if ttl is None else now + ttl}
+        if tenant is None:  # a step's put: the statement takes the run's tenant
+            rows = self._query(tx, "put_memory_item_of_run", params)
+            if not rows:
+                raise InvalidArgument(f"no run {origin['run_id']!r} to write memory for")
+            ((tenant, version),) = rows
+        else:
+            ((version,),) = self._query(tx, "put_memory_item", params)
+        if put.index_text is None and version == 1:
+            return  # a new item, not searchable: nothing to embed, no stale vector (see below)
         item = {"tenant": tenant, "namespace": put.namespace, "key": put.key}
         if put.index_text is None:
             if version != 1:  # no longer searchable: nothing to embed, no stale vector (a new

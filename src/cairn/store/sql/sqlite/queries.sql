@@ -604,6 +604,25 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
 RETURNING version
 
+-- name: put_memory_item_of_run
+-- put_memory_item by a step: the tenant is the run's, read by the statement
+-- (one statement, where reading it first would be two; never the caller's).
+INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
+                          created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
+                          operation_id, actor, tier)
+SELECT r.tenant, :namespace, :key, :value, :value_ref, :metadata, :index_text, 1, :now, :now, :now,
+        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot'
+FROM runs AS r WHERE r.run_id = :run_id
+ON CONFLICT (tenant, namespace, key) DO UPDATE SET
+    value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
+    index_text = excluded.index_text, version = memory_items.version + 1,
+    created_at = CASE WHEN memory_items.expires_at IS NOT NULL AND memory_items.expires_at <= excluded.updated_at
+                      THEN excluded.created_at ELSE memory_items.created_at END,
+    updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
+    expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+RETURNING tenant, version
+
 -- name: insert_memory_outbox
 INSERT INTO memory_outbox (tenant, namespace, key, version, created_at)
 VALUES (:tenant, :namespace, :key, :version, :now)
