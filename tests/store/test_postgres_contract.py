@@ -97,7 +97,8 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
     tables = _query(pg_url, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
                     "ORDER BY table_name", (schema,))
     assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",), ("bundles",),
-                      ("history",), ("mailbox",), ("memory_items",), ("memory_outbox",), ("memory_run",),
+                      ("history",), ("mailbox",), ("memory_item_cold",), ("memory_items",),
+                      ("memory_outbox",), ("memory_run",),
                       ("memory_thread_messages",), ("memory_threads",), ("memory_vectors",),
                       ("queue_buckets",), ("queues",), ("runs",), ("schedules",), ("schema_migrations",),
                       ("tenant_grants",),
