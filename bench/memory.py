@@ -42,16 +42,18 @@ from pathlib import Path
 import cairn
 from cairn.store.sqlite import SQLiteStore
 
-_HISTORY = ("INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, "
-            "attempt, started_at, payload, payload_ref, detail, tenant) "
-            "VALUES (?, ?, 'step.completed', ?, 1, 'w', ?, 'step', 'inc', 'h', 1, ?, ?, NULL, NULL, 'default')")
-_ITEM = ("INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version, "
-         "created_at, updated_at, accessed_at, ttl, expires_at, run_id, position, operation_id, actor, tier) "
-         "VALUES ('default', 'bench\x1f', ?, ?, NULL, NULL, NULL, 1, ?, ?, ?, NULL, NULL, ?, ?, ?, NULL, 'hot') "
-         "ON CONFLICT (tenant, namespace, key) DO UPDATE SET value = excluded.value, "
+_HISTORY = ("INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, "
+            "input_hash, attempt, started_at, payload, payload_ref, detail, tenant) "
+            "VALUES (?, ?, 'step.completed', ?, 1, 'w', ?, 'step', 'inc', 'h', 1, ?, ?, NULL, NULL, "
+            "'default')")
+_ITEM = ("INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, "
+         "version, created_at, updated_at, accessed_at, ttl, expires_at, run_id, position, operation_id, "
+         "actor, tier) "
+         "VALUES ('default', 'bench\x1f', ?, ?, NULL, NULL, NULL, 1, ?, ?, ?, NULL, NULL, ?, ?, ?, NULL, "
+         "'hot') ON CONFLICT (tenant, namespace, key) DO UPDATE SET value = excluded.value, "
          "version = memory_items.version + 1 RETURNING version")
-_RUN = ("INSERT INTO memory_run (run_id, key, tenant, value, value_ref, version, created_at, updated_at, position, "
-        "operation_id, actor) VALUES (?, ?, 'default', ?, NULL, 1, ?, ?, ?, ?, NULL) "
+_RUN = ("INSERT INTO memory_run (run_id, key, tenant, value, value_ref, version, created_at, updated_at, "
+        "position, operation_id, actor) VALUES (?, ?, 'default', ?, NULL, 1, ?, ?, ?, ?, NULL) "
         "ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, version = memory_run.version + 1 "
         "RETURNING version")
 
@@ -73,7 +75,8 @@ def _floor(path: Path, steps: int, kind: str) -> float:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(_HISTORY, history)
         if kind == "item write":
-            conn.execute(_ITEM, (f"k{seq}", str(seq).encode(), now, now, now, run, seq, f"op{seq}")).fetchall()
+            item = (f"k{seq}", str(seq).encode(), now, now, now, run, seq, f"op{seq}")
+            conn.execute(_ITEM, item).fetchall()
         else:
             conn.execute(_RUN, (run, f"k{seq}", str(seq).encode(), now, now, seq, f"op{seq}")).fetchall()
         conn.execute("COMMIT")
