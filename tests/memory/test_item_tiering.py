@@ -21,7 +21,8 @@ NS = encode_namespace(("notes",))
 
 def _fill(store: SQLiteStore, n: int) -> None:
     values = [Payload(data=json.dumps({"i": i, "text": "x " * 50}).encode()) for i in range(n)]
-    store.write_memory("t1", [ItemPut(NS, f"k{i}", v) for i, v in enumerate(values)], Provenance(actor="test"))
+    puts = [ItemPut(NS, f"k{i}", v) for i, v in enumerate(values)]
+    store.write_memory("t1", puts, Provenance(actor="test"))
 
 
 def test_a_pass_moves_every_idle_value_in_batches(tmp_path: Path) -> None:
