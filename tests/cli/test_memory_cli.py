@@ -119,9 +119,41 @@ def test_tiers_reports_the_vectors_and_bytes_of_each_tier(backend: StoreBackend)
         app.close()
     result = cli("memory", "tiers", "--db", backend.url, "--tenant", "acme", "--json")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout) == {"hot": {"vectors": 1, "bytes": 32 * 4},
-                                         "cold": {"vectors": 3, "bytes": 3 * 32}}
+    report = json.loads(result.stdout)
+    item_bytes = report["hot"]["item_bytes"]
+    assert item_bytes == len(b'{"n":0}') * 4  # four small values, inline in their rows
+    assert report == {
+        "hot": {"vectors": 1, "bytes": 32 * 4, "items": 4, "item_bytes": item_bytes,
+                "item_raw_bytes": item_bytes},
+        "cold": {"vectors": 3, "bytes": 3 * 32, "items": 0, "item_bytes": 0, "item_raw_bytes": 0}}
     text = cli("memory", "tiers", "--db", backend.url)
     assert text.exit_code == 0, text.stderr
-    assert text.stdout.split() == ["hot", "1", "vectors", "128", "bytes",
-                                   "cold", "3", "vectors", "96", "bytes"]
+    assert text.stdout.split() == [
+        "hot", "1", "vectors", "128", "bytes", "4", "items", str(item_bytes), "bytes",
+        f"({item_bytes}", "raw)",
+        "cold", "3", "vectors", "96", "bytes", "0", "items", "0", "bytes", "(0", "raw)"]
+
+
+def test_tier_moves_idle_values_cold_and_tiers_reports_their_bytes(backend: StoreBackend) -> None:
+    app = cairn.App(db=backend.url)
+    note = {"text": "the user prefers short answers and dark mode; " * 8}
+    try:
+        memory = app.operator.memory("acme")
+        for i in range(3):
+            memory.put(("notes",), f"n{i}", {**note, "n": i})
+    finally:
+        app.close()
+    moved = cli("memory", "tier", "--idle", "1e-9", "--db", backend.url, "--json")
+    assert moved.exit_code == 0, moved.stderr
+    assert json.loads(moved.stdout) == {"cooled": 3, "rewarmed": 0}
+    report = json.loads(cli("memory", "tiers", "--db", backend.url, "--json").stdout)
+    cold = report["cold"]
+    assert cold["items"] == 3
+    assert report["hot"]["items"] == 0
+    assert 0 < cold["item_bytes"] < cold["item_raw_bytes"] / 3  # repetitive JSON compresses well
+    shown = cli("memory", "get", "--db", backend.url, "--tenant", "acme", "--namespace", "notes", "n1",
+                "--json")
+    assert shown.exit_code == 0, shown.stderr
+    assert json.loads(shown.stdout)["value"] == {**note, "n": 1}  # read through, as it was
+    check_error(cli("memory", "tier", "--db", backend.url), 1, "cold_after")
+    check_error(cli("memory", "tier", "--idle", "0", "--db", backend.url), 1, "--idle")

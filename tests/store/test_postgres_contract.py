@@ -21,6 +21,7 @@ import pytest
 from psycopg import sql
 
 from cairn.errors import LeaseLost, RunNotFound, StoreError
+from cairn.store.contract import Store
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import Claim, Durability, EventType, RunStatus
 from cairn.store.sqlfiles import load_migrations
@@ -38,13 +39,14 @@ from tests.store.contract import (
     new_run,
     types,
 )
+from tests.store.memory_cold_contract import MemoryColdContract
 from tests.store.memory_contract import MemoryContract
 from tests.store.pg import TestDatabases
 from tests.store.queue_contract import QueueContract
 from tests.store.schedule_contract import ScheduleContract
 
 
-class TestPostgresStore(StoreContract, QueueContract, ScheduleContract, MemoryContract):
+class TestPostgresStore(StoreContract, QueueContract, ScheduleContract, MemoryContract, MemoryColdContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()
@@ -54,6 +56,11 @@ class TestPostgresStore(StoreContract, QueueContract, ScheduleContract, MemoryCo
         store = PostgresStore(pg_url, clock=clock)
         yield store
         store.close()
+
+    def damage_cold_copy(self, store: Store, key: str, data: bytes) -> None:
+        assert isinstance(store, PostgresStore)
+        statement = "UPDATE memory_item_cold SET value = %s WHERE key = %s"
+        store._operate(lambda tx: tx.execute(statement, (data, key)))
 
     @pytest.mark.parametrize("durability", list(Durability))
     def test_durability_is_kept(self, pg_url: str, durability: Durability) -> None:
@@ -90,7 +97,8 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
     tables = _query(pg_url, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
                     "ORDER BY table_name", (schema,))
     assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",), ("bundles",),
-                      ("history",), ("mailbox",), ("memory_items",), ("memory_outbox",), ("memory_run",),
+                      ("history",), ("mailbox",), ("memory_item_cold",), ("memory_items",),
+                      ("memory_outbox",), ("memory_run",),
                       ("memory_thread_messages",), ("memory_threads",), ("memory_vectors",),
                       ("queue_buckets",), ("queues",), ("runs",), ("schedules",), ("schema_migrations",),
                       ("tenant_grants",),

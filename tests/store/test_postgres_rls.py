@@ -391,6 +391,11 @@ def _acme_world(d: Deployment) -> str:
     d.globex.write_memory("globex", [ItemPut(ACME_NS, "pref", Payload(data=b'"globex"'), None, "g", None),
                                      ThreadAppend("th", (Payload(data=b'"globex"'),), None)],
                           Provenance(actor="globex-op"))
+    # the cold tier: a value of acme's compressed out of its row (memory_item_cold)
+    cold = Payload(data=b'"' + b"acme's cold secret " * 20 + b'"')
+    d.acme.write_memory("acme", [ItemPut(ACME_NS, "cold", cold)], Provenance(actor="acme-op"))
+    d.clock.advance(1.0)
+    assert d.acme.tier_items(0.5).cooled == 1
     # semantic memory: an item of acme's with its vector, a pending outbox row, and a vector of globex's
     memory_world(d)
     return ref
@@ -432,6 +437,8 @@ SNAPSHOTS = {
                     "ORDER BY tenant, namespace, key",
     "memory_outbox": "SELECT * FROM memory_outbox WHERE tenant <> 'globex' ORDER BY id",
     "memory_vectors": "SELECT * FROM memory_vectors WHERE tenant <> 'globex' ORDER BY tenant, namespace, key",
+    "memory_item_cold": "SELECT * FROM memory_item_cold WHERE tenant <> 'globex' "
+                        "ORDER BY tenant, namespace, key",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -465,6 +472,8 @@ READS = [
     ("memory_outbox", "SELECT key FROM memory_outbox WHERE tenant = 'acme'"),
     ("memory_vectors", "SELECT key, embedding FROM memory_vectors WHERE tenant = 'acme'"),
     ("memory_vectors", "SELECT key FROM memory_vectors WHERE tenant = 'acme' FOR UPDATE"),
+    ("memory_item_cold", "SELECT key, value FROM memory_item_cold"),
+    ("memory_item_cold", "SELECT key FROM memory_item_cold WHERE tenant = 'acme' FOR UPDATE"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -599,6 +608,13 @@ WRITES = [
     ("functions", "SELECT grant_tenant(current_user, 'acme')"),
     ("functions", "SELECT revoke_tenant(%(acme_role)s, 'acme')"),
     ("functions", "SELECT grant_privileges('runs')"),
+    ("memory_item_cold", "UPDATE memory_item_cold SET value = 'evil' WHERE tenant = 'acme'"),
+    ("memory_item_cold", "UPDATE memory_item_cold SET tenant = 'acme' WHERE tenant = 'globex'"),
+    ("memory_item_cold", "DELETE FROM memory_item_cold"),
+    ("memory_item_cold", "INSERT INTO memory_item_cold (tenant, namespace, key, codec, size, value) "
+                         "VALUES ('acme', %(ns)s, 'cold', 'zlib', 1, 'evil') "
+                         "ON CONFLICT (tenant, namespace, key) DO UPDATE SET value = 'evil'"),
+    ("functions", "SELECT memory_drop_cold_copy()"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.
@@ -853,7 +869,11 @@ def test_a_scoped_store_sees_and_deletes_only_its_tenants_memory(deployment: Dep
     assert d.globex.delete_memory(MemoryScope("acme")) == 0
     assert d.globex.delete_memory(MemoryScope("globex", run_id="a1")) == 0
     before = len(d.owner.memory_items("acme"))
-    assert before == 2  # the item of _acme_world's memory, and memory_world's
+    assert before == 3  # the items of _acme_world's memory (one cold), and memory_world's
+    [cold] = [i for i in d.acme.memory_items("acme") if i.tier == "cold"]
+    assert d.globex.memory_item("acme", cold.namespace, cold.key) is None
+    assert {i.tier for i in d.globex.memory_items(None)} == {"hot"}  # none of acme's cold values
+    assert {u.tier for u in d.globex.item_tiers()} == {"hot"}
     assert d.globex.delete_memory(MemoryScope("globex")) == 3  # its own two items and its message
     assert len(d.owner.memory_items("acme")) == before
     assert d.acme.memory_item("acme", ACME_NS, "pref") is not None

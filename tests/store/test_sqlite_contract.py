@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 
 from cairn.errors import LeaseLost, StoreError
-from cairn.store.contract import ARTIFACT_GRACE_SECONDS
+from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Store
 from cairn.store.records import Durability, EventType, Payload
 from cairn.store.sqlfiles import load_migrations
 from cairn.store.sqlite import SQLiteStore
 from tests.store.contract import FakeClock, StoreContract, exercise_every_writer, intent, new_run
+from tests.store.memory_cold_contract import MemoryColdContract
 from tests.store.memory_contract import MemoryContract
 from tests.store.queue_contract import QueueContract
 from tests.store.schedule_contract import ScheduleContract
 
 
-class TestSQLiteStore(StoreContract, QueueContract, ScheduleContract, MemoryContract):
+class TestSQLiteStore(StoreContract, QueueContract, ScheduleContract, MemoryContract, MemoryColdContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()
@@ -30,6 +31,11 @@ class TestSQLiteStore(StoreContract, QueueContract, ScheduleContract, MemoryCont
         store = SQLiteStore(tmp_path / "contract.db", clock=clock)
         yield store
         store.close()
+
+    def damage_cold_copy(self, store: Store, key: str, data: bytes) -> None:
+        assert isinstance(store, SQLiteStore)
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("UPDATE memory_item_cold SET value = ? WHERE key = ?", (data, key))
 
 
 def test_migrations_are_applied_once_and_recorded(tmp_path: Path) -> None:

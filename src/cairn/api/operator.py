@@ -44,10 +44,11 @@ from cairn.errors import ApprovalNotFound, InvalidArgument, InvalidEdit, Payload
 from cairn.memory.api import Item, Memory, Message, SearchResult, item_of, message_of
 from cairn.memory.direct import direct_memory
 from cairn.memory.policy import MemoryPolicy
+from cairn.memory.tiering import ItemTiering
 from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.contract import Migratable, Store
-from cairn.store.memrecords import MemoryScope
+from cairn.store.memrecords import ItemTierMove, ItemTierUsage, MemoryScope
 from cairn.store.namespaces import encode_namespace, encode_prefix
 from cairn.store.records import (
     Approval,
@@ -448,6 +449,21 @@ class Operator:
         """The vectors of long-term memory and their bytes per tier (hot:
         float32; cold: int8), of ``tenant`` or every tenant the store sees."""
         return self._store.vector_tiers(tenant)
+
+    def memory_item_tiers(self, tenant: str | None = None) -> list[ItemTierUsage]:
+        """Long-term items and the bytes of their values per tier (hot: inline
+        in the row; cold: compressed, ``MemoryPolicy(cold_after=)``), of
+        ``tenant`` or every tenant the store sees."""
+        return self._store.item_tiers(tenant)
+
+    def tier_memory(self, idle_seconds: float | None = None) -> ItemTierMove:
+        """Run a tiering pass of item values now (what ``cairn worker`` does
+        every minute with ``cold_after``): values idle for ``idle_seconds``
+        (default: the policy's ``cold_after``) go cold, touched ones come back."""
+        idle = idle_seconds if idle_seconds is not None else self.memory_policy.cold_after
+        if idle is None:
+            raise InvalidArgument("no idle period: give one, or App(memory=MemoryPolicy(cold_after=...))")
+        return ItemTiering(self._store, idle).tier()
 
     def delete_memory(self, tenant: str | None, *, namespace: tuple[str, ...] | None = None,
                       key: str | None = None, thread_id: str | None = None,

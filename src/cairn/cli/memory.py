@@ -197,22 +197,50 @@ def rm(ctx: click.Context, tenant: str | None, namespace: str | None, labels: tu
 
 
 @memory.command("tiers")
-@click.option("--tenant", default=None, help="One tenant's vectors (default: every tenant).")
+@click.option("--tenant", default=None, help="One tenant's memory (default: every tenant).")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @app_option(required=False)
 @db_option
 @click.pass_context
 def tiers(ctx: click.Context, tenant: str | None, as_json: bool, app_spec: str | None,
           db: str | None) -> None:
-    """The vectors of long-term memory and their bytes per tier (hot:
-    float32, searched as stored; cold: int8, a quarter of the bytes)."""
+    """Long-term memory per tier: the vectors and their bytes (hot: float32,
+    searched as stored; cold: int8, a quarter of the bytes), and the items
+    and the bytes of their values (hot: inline in the row; cold: compressed
+    out of it, with the bytes they restore to)."""
     with open_session(db_from_context(ctx, db), app_spec, read_only=True) as session:
-        usage = session.operator.memory_tiers(tenant)
-    rows = {t.tier: t for t in usage}
-    report = {tier: {"vectors": rows[tier].vectors if tier in rows else 0,
-                     "bytes": rows[tier].bytes if tier in rows else 0} for tier in ("hot", "cold")}
+        vectors = {t.tier: t for t in session.operator.memory_tiers(tenant)}
+        items = {t.tier: t for t in session.operator.memory_item_tiers(tenant)}
+    report: dict[str, dict[str, int]] = {}
+    for tier in ("hot", "cold"):
+        v, i = vectors.get(tier), items.get(tier)
+        report[tier] = {"vectors": v.vectors if v else 0, "bytes": v.bytes if v else 0,
+                        "items": i.items if i else 0, "item_bytes": i.bytes if i else 0,
+                        "item_raw_bytes": i.raw_bytes if i else 0}
     if as_json:
         echo_json(report, indent=2)
         return
-    for tier, figures in report.items():
-        echo(f"{tier:<5} {figures['vectors']:>9} vectors {figures['bytes']:>12} bytes")
+    for tier, f in report.items():
+        echo(f"{tier:<5} {f['vectors']:>9} vectors {f['bytes']:>12} bytes {f['items']:>9} items "
+             f"{f['item_bytes']:>12} bytes ({f['item_raw_bytes']} raw)")
+
+
+@memory.command("tier")
+@click.option("--idle", type=float, default=None,
+              help="Seconds unread and unwritten before a value goes cold (default: the app's cold_after).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@app_option(required=False)
+@db_option
+@click.pass_context
+def tier(ctx: click.Context, idle: float | None, as_json: bool, app_spec: str | None, db: str | None) -> None:
+    """Run a tiering pass of item values now (cairn worker runs one every
+    minute with MemoryPolicy(cold_after=...)): idle values go cold, values
+    touched since come back hot."""
+    if idle is not None and not idle > 0:
+        raise InvalidArgument(f"--idle must be a positive number of seconds, not {idle:g}")
+    with open_session(db_from_context(ctx, db), app_spec) as session:
+        moved = session.operator.tier_memory(idle)
+    if as_json:
+        echo_json({"cooled": moved.cooled, "rewarmed": moved.rewarmed})
+    else:
+        echo(f"{moved.cooled} item values cooled, {moved.rewarmed} back hot")

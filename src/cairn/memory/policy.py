@@ -43,7 +43,8 @@ class MemoryPolicy:
     threads: Retention = FOREVER
     embedder: Embedder | None = None
     #: seconds a long-term item goes unread and unwritten before its vector
-    #: is quantized to the cold tier (``None``: vectors stay hot)
+    #: is quantized to the cold tier and its value is compressed out of the
+    #: hot row (``memory.tiering``; ``None``: everything stays hot)
     cold_after: float | None = None
 
     def __post_init__(self) -> None:

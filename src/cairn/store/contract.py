@@ -46,6 +46,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from cairn.store.admission import QueueLimits, QueueStats
 from cairn.store.lifecycle import DEFAULT_PRUNE_STATUSES
 from cairn.store.memrecords import (
+    ItemTierMove,
+    ItemTierUsage,
     MemoryItem,
     MemoryScope,
     MemoryWrite,
@@ -683,6 +685,21 @@ class Store(Protocol):
     def sweep_memory(self, limit: int = 1000) -> int:
         """Delete expired memory (about ``limit`` items, and every expired
         thread); expired rows are invisible already. Returns rows deleted."""
+        ...
+
+    # -- the cold tier of item values (store.memsql, store.coldvalues) -----------------------
+
+    def tier_items(self, idle_seconds: float, *, limit: int = 1000) -> ItemTierMove:
+        """Move the values of up to ``limit`` items unread and unwritten for
+        ``idle_seconds`` to the cold tier (compressed, out of the hot row),
+        and up to ``limit`` cold ones touched since back, in one transaction
+        (idempotent: every item stays hot or cold, never lost). Reads of a
+        cold item restore its value (read-through), or raise ``PayloadError``
+        if its cold copy is damaged."""
+        ...
+
+    def item_tiers(self, tenant: str | None = None) -> list[ItemTierUsage]:
+        """Items and the bytes of their values per tier."""
         ...
 
     # -- the HTTP API (cairn.server): tokens and a tenant's run changes ----------------------

@@ -144,9 +144,31 @@ class MemoryScope:
     run_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ItemTierUsage:
+    """Long-term items of one tier and the bytes of their values: ``bytes``
+    as stored (hot: inline bytes, offloaded values being in the artifact
+    store; cold: compressed), ``raw_bytes`` what they decode to."""
+
+    tier: str  # 'hot' | 'cold'
+    items: int
+    bytes: int
+    raw_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ItemTierMove:
+    """What a tiering pass of item values did (``Store.tier_items``)."""
+
+    cooled: int
+    rewarmed: int
+
+
 __all__ = [
     "ItemDelete",
     "ItemPut",
+    "ItemTierMove",
+    "ItemTierUsage",
     "MemoryItem",
     "MemoryScope",
     "MemoryWrite",

@@ -22,6 +22,14 @@ Reads compare ``expires_at`` with the store's clock: an expired row is gone
 for every reader at once; ``sweep_memory`` deletes such rows later.
 Offloaded values are queued for artifact collection by triggers whenever
 their row goes, whoever deletes it.
+
+Item values have a cold tier (``tier_items``, migration ``memory_cold``):
+the value of an item untouched for ``cold_after`` moves, compressed
+(``store.coldvalues``), from its hot row to ``memory_item_cold`` in the same
+database, one transaction per pass; reads join the cold copy and restore it
+(read-through: a read writes nothing, so it works on a read-only store); a
+put, or a pass after the item was touched, makes it hot again. Triggers
+delete the cold copy with its item, whoever deletes it.
 """
 
 from __future__ import annotations
@@ -29,10 +37,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from cairn.errors import InvalidArgument
+from cairn import faults
+from cairn.errors import InvalidArgument, PayloadError
+from cairn.faults import fault_point
+from cairn.store import coldvalues
 from cairn.store.memrecords import (
     ItemDelete,
     ItemPut,
+    ItemTierMove,
+    ItemTierUsage,
     MemoryItem,
     MemoryScope,
     MemoryWrite,
@@ -78,10 +91,13 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
             raise ValueError("append_memory needs the entry its writes commit with")
 
         def body(tx: Tx) -> None:
-            tenant = ""  # run memory reads its run's tenant in its own statement
-            if any(not isinstance(write, (RunPut, RunDelete)) for write in writes):
+            # Run memory and item puts read the run's tenant in their own
+            # statement (the per-step path: one statement a write); the other
+            # writes need it first.
+            tenant = None
+            if any(not isinstance(write, (RunPut, RunDelete, ItemPut)) for write in writes):
                 ((tenant,),) = self._query(tx, "memory_run_tenant", {"run_id": run_id})
-            self._apply_writes(tx, str(tenant), writes, provenance, run_id)
+            self._apply_writes(tx, tenant, writes, provenance, run_id)
 
         self._append_with(run_id, epoch, events, body)
 
@@ -91,8 +107,10 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
         self._operate(lambda tx: self._apply_writes(tx, tenant, writes, provenance, provenance.run_id))
 
     def _apply_writes(
-        self, tx: Tx, tenant: str, writes: Sequence[MemoryWrite], who: Provenance, run_id: str | None
+        self, tx: Tx, tenant: str | None, writes: Sequence[MemoryWrite], who: Provenance, run_id: str | None
     ) -> None:
+        """Apply ``writes`` of ``tenant`` (``None``: of run ``run_id``'s
+        tenant, which the statements read, for run memory and item puts)."""
         now = self.clock()
         origin = {"run_id": run_id, "position": who.position, "operation_id": who.operation_id,
                   "actor": who.actor, "now": now}
@@ -100,6 +118,7 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
             if isinstance(write, ItemPut):
                 self._put_item(tx, tenant, write, origin)
             elif isinstance(write, ItemDelete):
+                assert tenant is not None  # append_memory reads it for these
                 self._delete_item(tx, tenant, write.namespace, write.key)
             elif isinstance(write, RunPut):
                 if run_id is None:
@@ -114,18 +133,28 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
                     raise InvalidArgument("run memory is written by a run (no run given)")
                 self._query(tx, "delete_memory_run_key", {"run_id": run_id, "key": write.key})
             elif isinstance(write, ThreadAppend):
+                assert tenant is not None
                 self._append_thread(tx, tenant, write, origin)
             else:
+                assert tenant is not None
                 self._compact_thread(tx, tenant, write, origin)
 
-    def _put_item(self, tx: Tx, tenant: str, put: ItemPut, origin: dict[str, Any]) -> None:
-        value, ref = _split(put.value)
+    def _put_item(self, tx: Tx, tenant: str | None, put: ItemPut, origin: dict[str, Any]) -> None:
         now = origin["now"]
-        params = {**origin, "tenant": tenant, "namespace": put.namespace, "key": put.key, "value": value,
-                  "value_ref": ref, "metadata": None if put.metadata is None else dumps(put.metadata),
-                  "index_text": put.index_text, "ttl": put.ttl,
-                  "expires_at": None if put.ttl is None else now + put.ttl}
-        ((version,),) = self._query(tx, "put_memory_item", params)
+        ttl = put.ttl
+        params = {**origin, "tenant": tenant, "namespace": put.namespace, "key": put.key,
+                  "value": put.value.data, "value_ref": put.value.ref,
+                  "metadata": None if put.metadata is None else dumps(put.metadata),
+                  "index_text": put.index_text, "ttl": ttl, "expires_at": None if ttl is None else now + ttl}
+        if tenant is None:  # a step's put: the statement takes the run's tenant
+            rows = self._query(tx, "put_memory_item_of_run", params)
+            if not rows:
+                raise InvalidArgument(f"no run {origin['run_id']!r} to write memory for")
+            ((tenant, version),) = rows
+        else:
+            ((version,),) = self._query(tx, "put_memory_item", params)
+        if put.index_text is None and version == 1:
+            return  # a new item, not searchable: nothing to embed, no stale vector (see below)
         item = {"tenant": tenant, "namespace": put.namespace, "key": put.key}
         if put.index_text is None:
             if version != 1:  # no longer searchable: nothing to embed, no stale vector (a new
@@ -285,6 +314,59 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
 
         return self._operate(body)
 
+    # -- the cold tier of item values (migration memory_cold) -------------------------
+
+    def tier_items(self, idle_seconds: float, *, limit: int = 1000) -> ItemTierMove:
+        """Move the values of up to ``limit`` items nobody read or wrote for
+        ``idle_seconds`` to the cold tier (compressed, out of the hot row),
+        and bring back up to ``limit`` cold ones touched since. One
+        transaction: a pass that dies leaves every item hot or cold, and a
+        pass run again finds only what is left to move (each move is
+        conditioned on the item's tier and version, so a put that commits
+        first wins)."""
+        if not idle_seconds > 0:
+            raise InvalidArgument(f"idle_seconds must be positive, not {idle_seconds!r}")
+
+        def body(tx: Tx) -> ItemTierMove:
+            now = self.clock()
+            cut = now - idle_seconds
+            rows = self._query(tx, "items_to_cool", {"before": cut, "now": now, "limit": limit,
+                                                     "min_bytes": coldvalues.MIN_COLD_BYTES})
+            cooled = 0
+            for tenant, namespace, key, version, value in rows:
+                codec, size, data = coldvalues.freeze(bytes(value))
+                item = {"tenant": tenant, "namespace": namespace, "key": key}
+                if not self._query(tx, "cool_item", {**item, "version": version}):
+                    continue  # put since it was selected (a PostgreSQL pass skips locked rows anyway)
+                if faults.ARMED:
+                    fault_point("memory.tier_items.mid_move")
+                self._query(tx, "insert_item_cold", {**item, "codec": codec, "size": size, "value": data})
+                cooled += 1
+            warm = self._query(tx, "items_to_rewarm", {"since": cut, "limit": limit})
+            rewarmed = 0
+            for tenant, namespace, key, version, codec, size, data in warm:
+                try:
+                    value = coldvalues.thaw(codec, size, bytes(data), what=f"memory item {key!r}")
+                except PayloadError:
+                    continue  # a damaged copy stays as it is: its reads say so, a put replaces it
+                rewarmed += 1
+                self._query(tx, "rewarm_item", {"tenant": tenant, "namespace": namespace, "key": key,
+                                                "version": version, "value": value})
+            return ItemTierMove(cooled, rewarmed)
+
+        return self._operate(body)
+
+    def item_tiers(self, tenant: str | None = None) -> list[ItemTierUsage]:
+        """Items and the bytes of their values per tier (of ``tenant``, or
+        every tenant the store sees): the figures of ``cairn memory tiers``."""
+        usage = []
+        for tier, count, hot_bytes, cold_bytes, cold_raw in self._select("item_tiers", {"tenant": tenant}):
+            if tier == "cold":
+                usage.append(ItemTierUsage("cold", int(count), int(cold_bytes), int(cold_raw)))
+            else:
+                usage.append(ItemTierUsage(str(tier), int(count), int(hot_bytes), int(hot_bytes)))
+        return usage
+
 
 def _check_scope(scope: MemoryScope) -> None:
     chosen = [name for name in ("namespace", "thread_id", "run_id") if getattr(scope, name) is not None]
@@ -315,11 +397,18 @@ def _provenance(run_id: Any, position: Any, operation_id: Any, actor: Any) -> Pr
 
 
 def _item(row: tuple[Any, ...]) -> MemoryItem:
+    """An item of ``select_memory_item``/``list_memory_items``: a cold one's
+    value is read through from its cold copy (the last three columns)."""
     metadata = row[5]
     if isinstance(metadata, (str, bytes)):
         metadata = loads(metadata)
+    if row[17] == "cold":
+        value = Payload(data=coldvalues.thaw(row[18], row[19], None if row[20] is None else bytes(row[20]),
+                                             what=f"memory item {row[2]!r}"))
+    else:
+        value = _payload(row[3], row[4])
     return MemoryItem(
-        tenant=row[0], namespace=row[1], key=row[2], value=_payload(row[3], row[4]), metadata=metadata,
+        tenant=row[0], namespace=row[1], key=row[2], value=value, metadata=metadata,
         index_text=row[6], version=int(row[7]), created_at=float(row[8]), updated_at=float(row[9]),
         accessed_at=float(row[10]), ttl=None if row[11] is None else float(row[11]),
         expires_at=None if row[12] is None else float(row[12]),

@@ -26,6 +26,7 @@ from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
 from cairn.errors import StoreError
 from cairn.memory.indexer import Indexer
+from cairn.memory.tiering import ItemTiering
 from cairn.store.contract import Notifier
 from cairn.store.records import Claim
 from cairn.worker.leases import LeaseKeeper
@@ -86,6 +87,10 @@ class Worker:
         embedder = runtime.memory.embedder
         self.indexer = None if embedder is None else Indexer(
             runtime.store, embedder, worker_id=self.worker_id, cold_after=runtime.memory.cold_after)
+        #: keeps the cold tier of long-term item values, if the app has ``cold_after``
+        cold_after = runtime.memory.cold_after
+        self.tiering = None if cold_after is None else ItemTiering(
+            runtime.store, cold_after, name=f"tiering-{self.worker_id}")
 
         #: the bundles this worker claims runs of (``engine.bundles``), and when it last looked
         self.bundles: set[str] = set()
@@ -138,6 +143,8 @@ class Worker:
         self.scheduler.start()
         if self.indexer is not None:
             self.indexer.start()
+        if self.tiering is not None:
+            self.tiering.start()
         try:
             while not self._stopping.is_set():
                 claims = self._claim()
@@ -158,6 +165,8 @@ class Worker:
             self.scheduler.stop()
             if self.indexer is not None:
                 self.indexer.stop()
+            if self.tiering is not None:
+                self.tiering.stop()
             if stop_listening is not None:
                 stop_listening()
             self._drain(pool)

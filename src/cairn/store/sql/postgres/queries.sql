@@ -888,6 +888,25 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
 RETURNING version
 
+-- name: put_memory_item_of_run
+-- put_memory_item by a step: the tenant is the run's, read by the statement
+-- (one statement, where reading it first would be two; never the caller's).
+INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
+                          created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
+                          operation_id, actor, tier)
+SELECT r.tenant, %(namespace)s::text, %(key)s::text, %(value)s::bytea, %(value_ref)s::text, %(metadata)s::jsonb, %(index_text)s::text, 1, %(now)s::float8, %(now)s::float8, %(now)s::float8,
+        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot'
+FROM runs AS r WHERE r.run_id = %(run_id)s::text
+ON CONFLICT (tenant, namespace, key) DO UPDATE SET
+    value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
+    index_text = excluded.index_text, version = memory_items.version + 1,
+    created_at = CASE WHEN memory_items.expires_at IS NOT NULL AND memory_items.expires_at <= excluded.updated_at
+                      THEN excluded.created_at ELSE memory_items.created_at END,
+    updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
+    expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+RETURNING tenant, version
+
 -- name: insert_memory_outbox
 INSERT INTO memory_outbox (tenant, namespace, key, version, created_at)
 VALUES (%(tenant)s::text, %(namespace)s::text, %(key)s::text, %(version)s::bigint, %(now)s::float8)
@@ -909,11 +928,15 @@ DELETE FROM memory_items WHERE tenant = %(tenant)s::text AND namespace = %(names
 RETURNING tenant, namespace, key
 
 -- name: select_memory_item
-SELECT tenant, namespace, key, value, value_ref, metadata, index_text, version, created_at, updated_at,
-       accessed_at, ttl, expires_at, run_id, position, operation_id, actor, tier
-FROM memory_items
-WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
-  AND (expires_at IS NULL OR expires_at > %(now)s::float8)
+-- A cold item's value is read through from memory_item_cold (codec, size, value last).
+SELECT i.tenant, i.namespace, i.key, i.value, i.value_ref, i.metadata, i.index_text, i.version, i.created_at,
+       i.updated_at, i.accessed_at, i.ttl, i.expires_at, i.run_id, i.position, i.operation_id, i.actor, i.tier,
+       c.codec, c.size, c.value
+FROM memory_items AS i
+LEFT JOIN memory_item_cold AS c
+       ON i.tier = 'cold' AND c.tenant = i.tenant AND c.namespace = i.namespace AND c.key = i.key
+WHERE i.tenant = %(tenant)s::text AND i.namespace = %(namespace)s::text AND i.key = %(key)s::text
+  AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
 
 -- name: refresh_memory_item
 -- A read under a refresh-on-read policy: the item lives ttl from now.
@@ -923,14 +946,17 @@ WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(
   AND (expires_at IS NULL OR expires_at > %(now)s::float8)
 
 -- name: list_memory_items
-SELECT tenant, namespace, key, value, value_ref, metadata, index_text, version, created_at, updated_at,
-       accessed_at, ttl, expires_at, run_id, position, operation_id, actor, tier
-FROM memory_items
-WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
-  AND substr(namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
-  AND (expires_at IS NULL OR expires_at > %(now)s::float8)
-  AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
-ORDER BY tenant COLLATE "C", namespace COLLATE "C", key COLLATE "C"
+SELECT i.tenant, i.namespace, i.key, i.value, i.value_ref, i.metadata, i.index_text, i.version, i.created_at,
+       i.updated_at, i.accessed_at, i.ttl, i.expires_at, i.run_id, i.position, i.operation_id, i.actor, i.tier,
+       c.codec, c.size, c.value
+FROM memory_items AS i
+LEFT JOIN memory_item_cold AS c
+       ON i.tier = 'cold' AND c.tenant = i.tenant AND c.namespace = i.namespace AND c.key = i.key
+WHERE (%(tenant)s::text IS NULL OR i.tenant = %(tenant)s::text)
+  AND substr(i.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+  AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
+  AND (%(run_id)s::text IS NULL OR i.run_id = %(run_id)s::text)
+ORDER BY i.tenant COLLATE "C", i.namespace COLLATE "C", i.key COLLATE "C"
 LIMIT %(limit)s::bigint
 
 -- name: delete_memory_items_prefix
@@ -1220,3 +1246,63 @@ GROUP BY tier ORDER BY tier
 -- name: has_pgvector
 SELECT EXISTS (SELECT 1 FROM information_schema.columns
                WHERE table_schema = current_schema() AND table_name = 'memory_vectors' AND column_name = 'vec')
+
+-- Cold tier of item values (store/memsql.py, tier_items; migration memory_cold) ----------------
+-- An item's value leaves its hot row once nobody read or wrote it since
+-- :before, and comes back when it was touched since; each move is one
+-- transaction of these statements (the value is compressed in the client).
+-- Values under min_bytes stay hot: their cold row would cost more than they do.
+
+-- name: items_to_cool
+-- FOR UPDATE: a put racing the pass waits for it (or the pass for the put).
+SELECT tenant, namespace, key, version, value FROM memory_items
+WHERE tier = 'hot' AND value IS NOT NULL AND length(value) >= %(min_bytes)s::bigint
+  AND accessed_at < %(before)s::float8
+  AND (expires_at IS NULL OR expires_at > %(now)s::float8)
+ORDER BY accessed_at
+LIMIT %(limit)s::bigint
+FOR UPDATE SKIP LOCKED
+
+-- name: insert_item_cold
+INSERT INTO memory_item_cold (tenant, namespace, key, codec, size, value)
+VALUES (%(tenant)s::text, %(namespace)s::text, %(key)s::text, %(codec)s::text, %(size)s::bigint,
+        %(value)s::bytea)
+ON CONFLICT (tenant, namespace, key) DO UPDATE SET codec = excluded.codec, size = excluded.size,
+    value = excluded.value
+
+-- name: cool_item
+UPDATE memory_items SET value = NULL, tier = 'cold'
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND version = %(version)s::bigint AND tier = 'hot'
+RETURNING 1
+
+-- name: items_to_rewarm
+-- Cold items touched (written, or read under refresh-on-read) since :since.
+SELECT i.tenant, i.namespace, i.key, i.version, c.codec, c.size, c.value
+FROM memory_items AS i
+JOIN memory_item_cold AS c ON c.tenant = i.tenant AND c.namespace = i.namespace AND c.key = i.key
+WHERE i.tier = 'cold' AND i.accessed_at >= %(since)s::float8
+LIMIT %(limit)s::bigint
+FOR UPDATE OF i SKIP LOCKED
+
+-- name: rewarm_item
+-- The trigger memory_items_cold_rewarmed drops the cold copy.
+UPDATE memory_items SET value = %(value)s::bytea, tier = 'hot'
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND version = %(version)s::bigint AND tier = 'cold'
+
+-- name: item_tiers
+-- Items and the bytes of their values per tier: inline bytes of hot rows
+-- (offloaded values live in the artifact store), compressed bytes of cold ones.
+SELECT i.tier, count(*), coalesce(sum(length(i.value)), 0), coalesce(sum(length(c.value)), 0),
+       coalesce(sum(c.size), 0)
+FROM memory_items AS i
+LEFT JOIN memory_item_cold AS c
+       ON i.tier = 'cold' AND c.tenant = i.tenant AND c.namespace = i.namespace AND c.key = i.key
+WHERE (%(tenant)s::text IS NULL OR i.tenant = %(tenant)s::text)
+GROUP BY i.tier ORDER BY i.tier
+
+-- name: select_all_item_cold
+-- Every cold copy (inspection and tests: a deletion must leave none behind).
+SELECT tenant, namespace, key, codec, size, value FROM memory_item_cold
+ORDER BY tenant COLLATE "C", namespace COLLATE "C", key COLLATE "C"
