@@ -16,8 +16,7 @@ from tests import pgcluster
 from tests.backends import BACKENDS, PostgresBackend, SqliteBackend, StoreBackend
 from tests.store.pg import ServerUnavailable, TestDatabases
 
-
-#: the fewest worker processes ``-n auto`` (pyproject's addopts) starts, whatever the core count
+#: the fewest worker processes ``-n auto`` (the README's test command) starts, whatever the core count
 MIN_WORKERS = 3
 
 
@@ -31,6 +30,26 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if given.isdigit():
         return int(given)
     return max(MIN_WORKERS, os.cpu_count() or 1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the ``slow`` tests (worker processes spawned,
+    SIGKILLed, servers restarted) run one at a time per backend: at most one
+    such test on SQLite and one on PostgreSQL at once, each in one worker
+    process, while the other processes take the rest of the suite. Three of
+    them at once on a 2-core machine starve the worker processes they spawn
+    (starting one takes seconds there), and their deadlines are about the
+    behaviour, not about a machine that busy."""
+    for item in items:
+        if item.get_closest_marker("slow") is None:
+            continue
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        backend = params.get("backend", params.get("app"))
+        if backend is None:  # not parametrized over backends: PostgreSQL's if it asks for the server
+            backend = "postgres" if "pg_admin_url" in item.fixturenames else "sqlite"
+        item.add_marker(pytest.mark.xdist_group(f"slow-{backend}"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -113,13 +113,15 @@ def test_connections_cut_again_and_again(dist: DistCluster) -> None:
     dist.close_app(app)
     worker = dist.spawn("survivor", concurrency=CONCURRENCY, lease=LEASE)
     name = application_name(worker.worker_id)
-    wait_until(lambda: dist.observer.sessions(name), 30, "the worker to connect")
+    # a loaded machine takes long to start a worker process
+    wait_until(lambda: dist.observer.sessions(name), 120, "the worker to connect")
     started = time.time()
     cuts: list[tuple[float, int, int]] = []  # (time, sessions cut, runs completed then)
     while not cuts or cuts[-1][2] < CUT_UNTIL * RUNS:
         time.sleep(rng.uniform(*CUT_PAUSE))
         assert worker.alive(), f"the worker died:\n{worker.log_tail(40)}"
-        assert time.time() - started < 180, f"too slow: {[done for _, _, done in cuts]}"
+        # a bound on the cutting, not a speed check: generous against a loaded machine
+        assert time.time() - started < 300, f"too slow: {[done for _, _, done in cuts]}"
         counts = dist.observer.statuses()
         cuts.append((time.time(), dist.observer.terminate(name), counts["completed"] if counts else -1))
     last_cut = cuts[-1][0]

@@ -18,7 +18,6 @@ import cairn
 from cairn.store.records import Claim
 from cairn.worker.worker import Worker, WorkerSettings
 
-
 #: seconds the test watches a full worker for claim passes (poll_interval 0.01: 100 polls)
 WINDOW = 1.0
 #: passes allowed in the window all the same: a wake-up the store pushed before the window may
