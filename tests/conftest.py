@@ -16,6 +16,41 @@ from tests import pgcluster
 from tests.backends import BACKENDS, PostgresBackend, SqliteBackend, StoreBackend
 from tests.store.pg import ServerUnavailable, TestDatabases
 
+#: the fewest worker processes ``-n auto`` (the README's test command) starts, whatever the core count
+MIN_WORKERS = 3
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many processes ``-n auto`` runs the suite in: one per core, but at
+    least ``MIN_WORKERS``. Most of a test's time is spent waiting (on an
+    fsync, a subprocess, a lease or a timer), so on a 2-core CI machine three
+    processes finish sooner than two. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still
+    decides when set (as it does for xdist's own hook, which this one replaces)."""
+    given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").strip()
+    if given.isdigit():
+        return int(given)
+    return max(MIN_WORKERS, os.cpu_count() or 1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the ``slow`` tests (worker processes spawned,
+    SIGKILLed, servers restarted) run one at a time per backend: at most one
+    such test on SQLite and one on PostgreSQL at once, each in one worker
+    process, while the other processes take the rest of the suite. Three of
+    them at once on a 2-core machine starve the worker processes they spawn
+    (starting one takes seconds there), and their deadlines are about the
+    behaviour, not about a machine that busy."""
+    for item in items:
+        if item.get_closest_marker("slow") is None:
+            continue
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        backend = params.get("backend", params.get("app"))
+        if backend is None:  # not parametrized over backends: PostgreSQL's if it asks for the server
+            backend = "postgres" if "pg_admin_url" in item.fixturenames else "sqlite"
+        item.add_marker(pytest.mark.xdist_group(f"slow-{backend}"))
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "bank(**options): options of the test's bank process "

@@ -17,7 +17,12 @@ private one:
   it runs with ``fsync`` and ``synchronous_commit`` on: the durability tests
   need a real flush;
 * the root ``conftest.py`` stops it and deletes the directory when the session
-  ends (an ``atexit`` hook does it too, should the session end abnormally).
+  ends (an ``atexit`` hook does it too, should the session end abnormally);
+* under pytest-xdist (the README's ``-n auto``) every worker process is a
+  session of its own and starts its own cluster (``cairn-test-pg-gw0-...``),
+  so a chaos test that restarts or crashes its server disturbs only the tests
+  of its own process, which run one after another; ``max_connections`` and
+  ``shared_buffers`` are per cluster (a few clusters fit in a small machine).
 
 ``CAIRN_TEST_POSTGRES_URL`` may still name an external server (a libpq URL of
 a user allowed to create databases and roles); then nothing is started, and
@@ -134,7 +139,10 @@ class PrivateCluster:
 
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
-        self.root = Path(tempfile.mkdtemp(prefix="cairn-test-pg-"))
+        # one cluster per test process: under pytest-xdist each worker (gw0, gw1, ...)
+        # starts its own, named for it, on a port of its own (``free_port``)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        self.root = Path(tempfile.mkdtemp(prefix=f"cairn-test-pg-{worker + '-' if worker else ''}"))
         self.data = self.root / "data"
         self.sockets = self.root / "sockets"
         self.log = self.root / "server.log"

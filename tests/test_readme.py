@@ -29,3 +29,24 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["T-42: closed", "T-43: closed"]
     assert (tmp_path / ".cairn" / "cairn.db").exists()  # the default: ./.cairn/cairn.db
+
+
+def quick_start() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Quick start"):text.index("## Writing an agent")]
+    found = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert found is not None, "no sh block under 'Quick start'"
+    return found.group(1).splitlines()
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """The quick start is two commands, install-and-demo then the tests, and
+    ``.ci/run`` runs that same test command (in parallel, ``-n auto``), so
+    what CI passes is what a reader runs."""
+    install, tests = quick_start()
+    assert install.startswith("python3 -m venv .venv && ")
+    assert tests.startswith(".venv/bin/python -m pytest")
+    command = tests.removeprefix(".venv/bin/")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert command in ci, f"{command!r} is not a line of .ci/run"
+    assert "-n auto" in command  # the suite runs in parallel processes

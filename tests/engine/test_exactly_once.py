@@ -20,6 +20,7 @@ from cairn.engine.signals import Release
 from cairn.engine.tools import RECONCILE_RETRY
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import execute_once
+from tests.timing import NAP, wait_out_nap
 
 # -- issue 9 item 4: the replay guard cannot be swallowed or skipped ----------------------
 
@@ -47,14 +48,14 @@ def test_nondeterminism_cannot_be_swallowed_by_except_exception(app: cairn.App) 
             first = a() if version["v"] == 1 else b()
         except Exception:  # the agent's "never crash" habit
             first = "fallback"
-        ctx.sleep(0.05)
+        ctx.sleep(NAP)
         return first + after()
 
     app.start(swallow, run_id="sw")
     assert execute_once(app, "sw") == "suspended"
     before = [e for e in app.history("sw") if e.position is not None]
     version["v"] = 2
-    time.sleep(0.06)
+    wait_out_nap()
     with pytest.raises(cairn.RunFailed, match="NonDeterminismError"):
         app.resume("sw")
     assert app.get_run("sw").status is RunStatus.FAILED
@@ -80,7 +81,7 @@ def test_code_that_ends_before_its_journal_fails(app: cairn.App) -> None:
         a()
         if version["v"] == 1:
             extra()
-            ctx.sleep(0.05)
+            ctx.sleep(NAP)
         return "done"
 
     app.start(shorter, run_id="short")
@@ -525,7 +526,7 @@ def test_an_async_step_in_a_sync_workflow_fails_at_the_call(app: cairn.App) -> N
 def test_await_ctx_sleep_works_in_an_async_workflow(app: cairn.App) -> None:
     @app.workflow(name="napper")
     async def napper(ctx: cairn.Context) -> str:
-        await ctx.sleep(0.05)
+        await ctx.sleep(NAP)
         ctx.sleep(0.01)  # without await as well
         return "rested"
 

@@ -10,6 +10,7 @@ import cairn
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls, execute_once
 from tests.engine.kinds import Flow, Kind, both
+from tests.timing import NAP, wait_out_nap
 
 
 def test_nondeterminism_fails_the_run_and_overwrites_nothing(app: cairn.App) -> None:
@@ -26,7 +27,7 @@ def test_nondeterminism_fails_the_run_and_overwrites_nothing(app: cairn.App) -> 
     @app.workflow(name="wf")
     def wf(ctx: cairn.Context) -> str:
         first = a() if version["v"] == 1 else b()
-        ctx.sleep(0.05)
+        ctx.sleep(NAP)
         return first
 
     app.start(wf, run_id="nd")
@@ -34,7 +35,7 @@ def test_nondeterminism_fails_the_run_and_overwrites_nothing(app: cairn.App) -> 
     assert execute_once(app, "nd") == "suspended"
     before = [e for e in app.history("nd") if e.position is not None]
     version["v"] = 2
-    time.sleep(0.06)
+    wait_out_nap()
     with pytest.raises(cairn.RunFailed, match="NonDeterminismError"):
         app.resume("nd")
     run = app.get_run("nd")
@@ -56,13 +57,13 @@ def test_changed_step_arguments_are_detected(app: cairn.App) -> None:
     @app.workflow(name="args")
     def args(ctx: cairn.Context) -> int:
         value = f(arg["x"])
-        ctx.sleep(0.05)
+        ctx.sleep(NAP)
         return value
 
     app.start(args, run_id="ar")
     assert execute_once(app, "ar") == "suspended"
     arg["x"] = 2
-    time.sleep(0.06)
+    wait_out_nap()
     with pytest.raises(cairn.RunFailed, match="input #"):
         app.resume("ar")
 
@@ -162,12 +163,12 @@ def test_recorded_step_failure_is_raised_again_on_replay(app: cairn.App, kind: K
             yield down()
         except cairn.StepFailed as failure:
             outcome = failure.error_type
-        ctx.sleep(0.05)
+        ctx.sleep(NAP)
         return outcome
 
     app.start(replayed_failure, run_id="rf")
     assert execute_once(app, "rf") == "suspended"
-    time.sleep(0.06)
+    wait_out_nap()
     assert app.resume("rf") == "ConnectionError"
     assert calls["down"] == 1  # the replay raised the recorded failure without running the body
 

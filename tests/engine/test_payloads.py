@@ -18,6 +18,7 @@ import pytest
 import cairn
 from cairn.codec import values
 from cairn.store.records import EventType
+from tests.timing import NAP
 
 
 class Color(enum.Enum):
@@ -91,7 +92,7 @@ def test_undecodable_step_result_names_run_and_step(tmp_path: Path) -> None:
     @app.workflow(name="w")
     def w(ctx: cairn.Context) -> int:
         value = produce()
-        ctx.sleep(0.01)
+        ctx.sleep(NAP)
         return value
 
     app.start(w, run_id="bad")

@@ -34,6 +34,7 @@ from cairn.store.sqlite import SQLiteStore
 from cairn.worker.leases import LeaseKeeper
 from tests.acceptance.harness import FakeClock, wait_until
 from tests.engine.conftest import Calls, execute_once
+from tests.timing import NAP, wait_out_nap
 
 
 def _suspension(app: cairn.App, run_id: str) -> dict[str, Any]:
@@ -124,13 +125,13 @@ def test_a_tool_where_the_journal_has_a_step_of_the_same_name_is_non_determinism
     @app.workflow(name="billing")
     def billing(ctx: cairn.Context) -> str:
         result = charge_step(5) if version["v"] == 1 else charge_tool(5)
-        ctx.sleep(0.05)
+        ctx.sleep(NAP)
         return str(result)
 
     app.start(billing, run_id="kind")
     assert execute_once(app, "kind") == "suspended"
     version["v"] = 2
-    time.sleep(0.06)
+    wait_out_nap()
     with pytest.raises(cairn.RunFailed, match="NonDeterminismError"):
         app.resume("kind")
     assert calls.counts == {"step": 1}

@@ -38,7 +38,12 @@ from .conftest import TENANT, LiveServer
 from .workflows import register
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)"),
+    # one worker process runs every browser test (pytest-xdist, --dist loadgroup): one chromium
+    # at a time, and the module-scoped browser is launched once, not once per process
+    pytest.mark.xdist_group("chromium"),
+]
 
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=\"document.body.dataset.pwned='1'\">"
 #: HOSTILE as shown inside a JSON string (its double quotes escaped)

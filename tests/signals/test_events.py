@@ -14,6 +14,7 @@ from cairn.store.records import RunStatus
 from tests.engine.conftest import execute_once
 from tests.engine.kinds import Flow, Kind, both
 from tests.signals.test_signals import recv
+from tests.timing import NAP, wait_out_nap
 
 
 @both
@@ -105,7 +106,7 @@ def test_ctx_get_event_is_journaled_so_replay_reads_the_same_value(app: cairn.Ap
     def reader(ctx: cairn.Context, target: str) -> Flow[list[Any]]:
         first = ctx.get_event(target, "n", type_=int)
         missing = ctx.get_event(target, "absent")
-        yield ctx.sleep(0.05)
+        yield ctx.sleep(NAP)
         return [first, missing]
 
     pub = app.start(publisher).run_id
@@ -114,7 +115,7 @@ def test_ctx_get_event_is_journaled_so_replay_reads_the_same_value(app: cairn.Ap
     assert execute_once(app, run_id) == "suspended"
     app.signal(pub, "next")
     assert execute_once(app, pub) == "completed"  # now it says 2
-    time.sleep(0.06)
+    wait_out_nap()
     assert execute_once(app, run_id) == "completed"
     assert app.handle(run_id).result(timeout=5) == [1, None]  # what the first execution read
 

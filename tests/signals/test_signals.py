@@ -20,6 +20,7 @@ from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import execute_once
 from tests.engine.kinds import Flow, Kind, both
 from tests.signals.conftest import worker_thread
+from tests.timing import NAP, wait_out_nap
 
 
 def recv(kind: Kind, ctx: cairn.Context, name: str, **options: Any) -> Any:
@@ -236,13 +237,13 @@ def test_ctx_signal_delivers_once_and_replay_sends_nothing_more(app: cairn.App, 
     @kind.workflow(app, "sender")
     def sender(ctx: cairn.Context, target: str) -> Flow[int]:
         seq = ctx.signal(target, "go", "from the sender")
-        yield ctx.sleep(0.05)  # a suspension: the next execution replays the send
+        yield ctx.sleep(NAP)  # a suspension: the next execution replays the send
         return seq
 
     receiver_id = app.start(receiver).run_id
     sender_id = app.start(sender, receiver_id).run_id
     assert execute_once(app, sender_id) == "suspended"
-    time.sleep(0.06)
+    wait_out_nap()
     assert execute_once(app, sender_id) == "completed"
     mailbox = app.operator.mailbox(receiver_id)
     assert len(mailbox) == 1
@@ -287,7 +288,7 @@ def test_ctx_signal_to_a_finished_run_is_refused_and_recorded(app: cairn.App) ->
         try:
             ctx.signal(target, "go", 1)
         except cairn.SignalRefused as refused:
-            ctx.sleep(0.05)  # replay must raise the same refusal, not send
+            ctx.sleep(NAP)  # replay must raise the same refusal, not send
             return refused.reason
         return "sent"
 
@@ -295,7 +296,7 @@ def test_ctx_signal_to_a_finished_run_is_refused_and_recorded(app: cairn.App) ->
     assert execute_once(app, target) == "completed"
     run_id = app.start(late, target).run_id
     assert execute_once(app, run_id) == "suspended"
-    time.sleep(0.06)
+    wait_out_nap()
     assert execute_once(app, run_id) == "completed"
     assert "is completed" in app.handle(run_id).result(timeout=5)
     refused = [e for e in app.history(run_id) if e.step_kind == "send_signal"]
