@@ -25,7 +25,7 @@ The rules, each in one place below:
   ``vec_distance_cosine`` in SQL (measured at 100k x 384: 137 ms brute force
   on the table against 113 ms for a ``vec0`` KNN, which is brute force too
   but cannot pre-filter on JSON metadata); PostgreSQL with pgvector's
-  ``<=>`` where migration 0015 could create it, else the client scores the
+  ``<=>`` where migration 0016 could create it, else the client scores the
   rows in scope with numpy (``score_candidates``: exact, and it moves ``4 * dims``
   bytes per item in scope per search). A search reports ``unindexed``, the
   items in scope whose newest version has no vector yet.
