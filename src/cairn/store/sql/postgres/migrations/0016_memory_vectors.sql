@@ -44,6 +44,13 @@ BEGIN
         RETURN;  -- no pgvector we may use: the exact fallback
     END IF;
     EXECUTE format('ALTER TABLE memory_vectors ADD COLUMN vec %I.vector', home);
+    -- A hot row holds its vector twice (1.5 kB each at 384 dimensions), over
+    -- the 2 kB at which PostgreSQL moves values out of line, and pgvector's
+    -- type defaults to EXTERNAL: every vector pgvector scans would be a TOAST
+    -- fetch (measured: no faster than the client's scan). So `vec` stays in
+    -- the row and the hot `embedding`, which only cooling reads, goes out.
+    ALTER TABLE memory_vectors ALTER COLUMN vec SET STORAGE MAIN,
+                               ALTER COLUMN embedding SET STORAGE EXTERNAL;
 END
 $$;
 
