@@ -11,9 +11,17 @@ of the same run:
 * Cairn on SQLite: sqlite-vec's ``vec_distance_cosine`` in SQL, hot (float32)
   and cold (every vector quantized to int8 by ``tier_vectors``), and with a
   metadata filter (equality on one key, applied before the top-k cut).
-* Cairn on PostgreSQL (a private throwaway cluster, ``tests/pgcluster.py``, or
-  ``$CAIRN_TEST_POSTGRES_URL``): pgvector is not installed here, so this is the
-  exact fallback, scored in the client; hot and cold.
+* Cairn on PostgreSQL without pgvector (the machine's server, a private
+  throwaway cluster, ``tests/pgcluster.py``, or ``$CAIRN_TEST_POSTGRES_URL``):
+  the exact fallback, scored in the client over a binary stream of the rows
+  in scope; hot and cold; and, as the baseline of the same run, the previous
+  fallback (every row fetched at once in the text format, then scored).
+* Cairn on PostgreSQL 16 with pgvector (the ``pgserver`` wheel's build, a
+  second throwaway cluster, ``tests/pgvector_cluster.py``): hot vectors by
+  pgvector's exact ``<=>`` in SQL, cold ones by the client.
+* LangGraph's ``PostgresStore`` (``langgraph-checkpoint-postgres``) with its
+  pgvector index (HNSW, cosine, its defaults) on the same pgvector cluster,
+  loaded through its own ``batch`` of puts.
 * LangGraph's ``InMemoryStore`` with an index (``langgraph`` is in the
   ``bench`` extra), whose embed function returns the precomputed vectors.
 
@@ -89,13 +97,20 @@ def load_sqlite(path: Path, items: np.ndarray) -> SQLiteStore:
     return store
 
 
-def load_postgres(admin_url: str, items: np.ndarray) -> tuple[Store, Callable[[], None]]:
+def vec_text(vector: np.ndarray) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def load_postgres(admin_url: str, items: np.ndarray) -> tuple[Any, Callable[[], None]]:
+    """Cairn's store on a new database of ``admin_url``'s server, the items
+    copied in (with pgvector's copy of each vector where the store has the
+    column, as the embedding worker would write it)."""
     import psycopg
     from psycopg import sql
 
     from cairn.store.postgres import PostgresStore
 
-    name = f"cairn_bench_memory_{int(time.time())}"
+    name = f"cairn_bench_memory_{int(time.time())}_{len(items)}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
@@ -108,10 +123,11 @@ def load_postgres(admin_url: str, items: np.ndarray) -> tuple[Store, Callable[[]
                           "created_at, updated_at, accessed_at) FROM STDIN") as copy:
                 for row in item_rows:
                     copy.write_row(row)
-            with cur.copy("COPY memory_vectors (tenant, namespace, key, version, embedder, dims, tier, "
-                          "embedding, scale, embedded_at) FROM STDIN") as copy:
-                for row in vector_rows:
-                    copy.write_row(row)
+            columns = "tenant, namespace, key, version, embedder, dims, tier, embedding, scale, embedded_at"
+            with cur.copy(f"COPY memory_vectors ({columns}{', vec' if store.pgvector else ''}) "
+                          "FROM STDIN") as copy:
+                for i, row in enumerate(vector_rows):
+                    copy.write_row((*row, vec_text(items[i])) if store.pgvector else row)
         conn.execute("ANALYZE")
 
     def drop() -> None:
@@ -124,6 +140,15 @@ def load_postgres(admin_url: str, items: np.ndarray) -> tuple[Store, Callable[[]
 
 def measure(search: Callable[[np.ndarray], list[int]], probes: np.ndarray, truth: Sequence[set[int]],
             k: int) -> dict[str, float]:
+    """p50/p99 latency and recall@10 (printed as soon as measured, should a long run break later)."""
+    figures = _measure(search, probes, truth, k)
+    print(f"  p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms, "
+          f"recall@10 {figures['recall@10']:.3f}", flush=True)
+    return figures
+
+
+def _measure(search: Callable[[np.ndarray], list[int]], probes: np.ndarray, truth: Sequence[set[int]],
+             k: int) -> dict[str, float]:
     search(probes[0])  # warm-up (caches, prepared statements)
     latencies, recalls = [], []
     for probe, expected in zip(probes, truth, strict=True):
@@ -145,6 +170,69 @@ def cairn_search(
     return search
 
 
+def previous_fallback(store: Any, k: int) -> Callable[[np.ndarray], list[int]]:
+    """The PostgreSQL fallback as it was: every row in scope fetched at once
+    in the text format, then scored (the baseline of the streamed one)."""
+    from cairn.store.vectorindex import encode_vector, score_candidates
+
+    def search(probe: np.ndarray) -> list[int]:
+        params = {"tenant": "acme", "prefix": "", "embedder": EMBEDDER, "dims": len(probe), "now": 100.0,
+                  "filter": None, "k": k, "tier": None}
+        scored = score_candidates(store._select("search_candidates", params), encode_vector(probe.tolist(),
+                                  len(probe)), k)
+        return [int(key[1:]) for _, key, _, _ in scored]
+
+    return search
+
+
+def run_langgraph_postgres(
+    admin_url: str, items: np.ndarray, probes: np.ndarray, truth: list[set[int]], k: int
+) -> list[dict[str, Any]]:
+    """LangGraph's PostgresStore with its pgvector index (HNSW by default)."""
+    import psycopg
+    from langgraph.store.base import PutOp
+    from langgraph.store.postgres import PostgresStore as LangGraphPostgresStore
+    from psycopg import sql
+
+    name = f"langgraph_bench_memory_{int(time.time())}_{len(items)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
+    lookup: dict[str, list[float]] = {}
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        return [lookup[text] for text in texts]
+
+    results = []
+    try:
+        with LangGraphPostgresStore.from_conn_string(
+                url, index={"dims": items.shape[1], "embed": embed, "fields": ["text"]}) as store:
+            store.setup()
+            started = time.perf_counter()
+            for start in range(0, len(items), 1000):
+                ops = []
+                for i in range(start, min(start + 1000, len(items))):
+                    lookup[f"text {i}"] = items[i].tolist()
+                    ops.append(PutOp(NS_LABELS, f"k{i}", {"text": f"text {i}", "bucket": i % BUCKETS}))
+                store.batch(ops)
+            load = time.perf_counter() - started
+            queries = iter(range(len(probes) + 1))
+
+            def search(probe: np.ndarray) -> list[int]:
+                j = next(queries)
+                lookup[f"query {j}"] = probe.tolist()
+                return [int(hit.key[1:]) for hit in store.search(NS_LABELS, query=f"query {j}", limit=k)]
+
+            with psycopg.connect(url) as conn:
+                (size,) = conn.execute("SELECT pg_total_relation_size('store_vectors')").fetchone() or (0,)
+            results.append({"system": f"langgraph PostgresStore (pgvector HNSW; load {load:.0f} s)",
+                            **measure(search, probes, truth, k), "bytes/item": size / len(items)})
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    return results
+
+
 def bytes_per_item(store: Store, n: int) -> float:
     return sum(t.bytes for t in store.vector_tiers()) / n
 
@@ -155,12 +243,17 @@ def run_cairn(
 ) -> list[dict[str, Any]]:
     results = []
     hot_bytes = bytes_per_item(store, n)
+    if label.startswith("postgres (exact"):
+        results.append({"system": f"cairn {label} hot, previous fallback (baseline)",
+                        **measure(previous_fallback(store, k), probes, truth, k), "bytes/item": hot_bytes})
     results.append({"system": f"cairn {label} hot", **measure(cairn_search(store, k), probes, truth, k),
                     "bytes/item": hot_bytes})
     results.append({"system": f"cairn {label} hot, filter bucket=3",
                     **measure(cairn_search(store, k, {"bucket": 3}), probes, truth_filtered, k),
                     "bytes/item": hot_bytes})
-    while store.tier_vectors(1.0, limit=20_000).cooled:  # every item is idle at clock 100
+    # every item is idle at clock 100; small batches: each is one transaction,
+    # which a loaded machine would otherwise hold past the idle-in-transaction timeout
+    while store.tier_vectors(1.0, limit=2_000).cooled:
         pass
     cold = measure(cairn_search(store, k), probes, truth, k)
     results.append({"system": f"cairn {label} cold (int8)", **cold, "bytes/item": bytes_per_item(store, n)})
@@ -199,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--queries", type=int, default=30)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--no-pgvector", action="store_true", help="leave out PostgreSQL with pgvector "
+                        "(Cairn's and LangGraph's PostgresStore)")
     parser.add_argument("--no-langgraph", action="store_true")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
@@ -217,10 +312,25 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         pg, drop = load_postgres(pgcluster.admin_url(), items)
         try:
+            assert not pg.pgvector, "this server has pgvector: the fallback would not be measured"
             results += run_cairn("postgres (exact fallback)", pg, probes, truth, truth_filtered, n, k)
         finally:
             drop()
             pgcluster.shutdown()
+    if not args.no_pgvector:
+        from tests import pgvector_cluster
+
+        try:
+            pg, drop = load_postgres(pgvector_cluster.admin_url(), items)
+            try:
+                assert pg.pgvector, "pgvector is missing: this would measure the client scorer"
+                results += run_cairn("postgres+pgvector", pg, probes, truth, truth_filtered, n, k)
+            finally:
+                drop()
+            if not args.no_langgraph:
+                results += run_langgraph_postgres(pgvector_cluster.admin_url(), items, probes, truth, k)
+        finally:
+            pgvector_cluster.shutdown()
     if not args.no_langgraph:
         results.append(run_langgraph(items, probes, truth, k))
     print(f"\n{n:,} items x {args.dims} dims, {args.queries} queries, k={k}\n")

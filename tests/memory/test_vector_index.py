@@ -34,15 +34,15 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def store(backend: StoreBackend, clock: FakeClock) -> Iterator[Store]:
-    opened = backend.open_store(clock)
+def store(vector_backend: StoreBackend, clock: FakeClock) -> Iterator[Store]:
+    opened = vector_backend.open_store(clock)
     yield opened
     opened.close()
 
 
 @pytest.fixture
-def items(backend: StoreBackend, store: Store) -> Items:
-    return Items(backend)
+def items(vector_backend: StoreBackend, store: Store) -> Items:
+    return Items(vector_backend)
 
 
 def search(store: Store, text: str, prefix: str = "", k: int = 5, tenant: str = "acme",

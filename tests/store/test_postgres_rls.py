@@ -41,6 +41,9 @@ from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import ApprovalRequest, Claim, EventType, Payload, RunFilter, RunStatus, TokenRecord
 from cairn.store.schedules import Fired, ScheduleSpec
+from tests import pgvector_cluster
+from tests.backends import libpq_url
+from tests.pgvector_cluster import PgvectorBackend
 from tests.store.contract import WF, FakeClock, claim, ev, finish, new_run
 
 SCHEMA = "tenancy"
@@ -90,6 +93,42 @@ class Deployment:
 
 @pytest.fixture
 def deployment(pg_url: str) -> Iterator[Deployment]:
+    with deploy(pg_url) as built:
+        yield built
+
+
+@pytest.fixture(scope="session")
+def pgvector_url() -> Iterator[str]:
+    """The pgvector cluster (``tests/pgvector_cluster.py``), stopped at session end."""
+    try:
+        yield pgvector_cluster.require()
+    finally:
+        pgvector_cluster.shutdown()
+
+
+@pytest.fixture(params=["postgres", "pgvector"])
+def vector_deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
+    """The deployment, and one on the pgvector cluster where an administrator
+    created the extension in ``public`` first (the owner, no superuser,
+    could not): the store must find it there and use it for every role."""
+    if request.param == "postgres":
+        with deploy(request.getfixturevalue("pg_url")) as built:
+            yield built
+        return
+    database = PgvectorBackend(request.getfixturevalue("pgvector_url"), prefix="cairn_rlsvec")
+    try:
+        url = libpq_url(database.admin_url, database.name_in_server)
+        _admin(url, "CREATE EXTENSION vector SCHEMA public")
+        with deploy(url) as built:
+            assert [s.pgvector for s in (built.owner, built.acme, built.globex)] == [True] * 3
+            yield built
+    finally:
+        database.drop()
+
+
+@contextlib.contextmanager
+def deploy(pg_url: str) -> Iterator[Deployment]:
+    """The owner and two tenant roles on the database of ``pg_url``, dropped after."""
     tag = f"cairn_rls_{os.getpid()}_{secrets.token_hex(3)}"
     roles = {key: f"{tag}_{key}" for key in ("owner", "acme", "globex")}
     dbname = conninfo_to_dict(pg_url)["dbname"]
@@ -895,11 +934,11 @@ def memory_world(d: Deployment) -> None:
               "VALUES ('acme', 'ns\x1f', 'k', 2, 0)")
 
 
-def test_search_and_the_embedding_worker_never_cross_tenants(deployment: Deployment) -> None:
+def test_search_and_the_embedding_worker_never_cross_tenants(vector_deployment: Deployment) -> None:
     from cairn.memory.embedders import HashEmbedder
     from cairn.memory.indexer import Indexer
 
-    d = deployment
+    d = vector_deployment
     emb = HashEmbedder(32)
     for tenant in ("acme", "globex"):
         d.as_role("owner", "INSERT INTO memory_items (tenant, namespace, key, index_text, version, "
@@ -925,3 +964,10 @@ def test_search_and_the_embedding_worker_never_cross_tenants(deployment: Deploym
     forged = EmbeddingTask("acme", "ns\x1f", "acme-tea", 1, "x", (1,), 1)
     assert d.globex.store_embeddings("any", emb.name, emb.dims, [(forged, [1.0] * emb.dims)]) == 0
     assert d.as_role("owner", "SELECT embedding FROM memory_vectors WHERE key = 'acme-tea'") == [(before,)]
+    if d.owner.pgvector:  # pgvector's copy of the vector is under the same policy
+        [(vec,)] = d.as_role("owner", "SELECT vec::text FROM memory_vectors WHERE key = 'acme-tea'")
+        assert vec is not None
+        theirs = d.as_role("globex", "SELECT key FROM memory_vectors WHERE vec IS NOT NULL")
+        assert theirs == [("globex-tea",)]
+        assert d.as_role("globex", "UPDATE memory_vectors SET vec = NULL WHERE tenant = 'acme'") == [(0,)]
+        assert d.as_role("owner", "SELECT vec::text FROM memory_vectors WHERE key = 'acme-tea'") == [(vec,)]

@@ -90,7 +90,8 @@ POSTGRES_ONLY = {
     "set_pgvector": "pgvector's copy of a hot vector, where the extension exists (SQLite: sqlite-vec "
                     "reads the float32 blob itself)",
     "clear_pgvector": "a cooled vector leaves pgvector's column too",
-    "has_pgvector": "whether migration 0015 could add pgvector's column",
+    "has_pgvector": "whether migration 0016 could add pgvector's column, and the extension's schema",
+    "search_without_pgvector": "the rows in scope pgvector cannot score (cold, or without pgvector's copy)",
 }
 
 

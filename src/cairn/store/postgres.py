@@ -247,9 +247,11 @@ from cairn.store.schedules import (
 )
 from cairn.store.sqlbase import SQLStore, TransactingStore
 from cairn.store.sqlfiles import load_migrations, load_queries
-from cairn.store.vectorindex import EmbeddingTask, Scored, score_candidates
+from cairn.store.vectorindex import EmbeddingTask, ExactScorer, Scored
 
 _Q = load_queries("postgres")
+#: rows scored at a time by the client's exact vector scan (7.5 MB at 384 float32 dimensions)
+_SCAN_CHUNK = 5000
 _TERMINAL = list(lc.TERMINAL)
 #: An entry's parameter names: ``epoch`` is the fence's, so the entry's own is ``event_epoch``.
 _EVENT_KEYS = tuple("event_epoch" if column == "epoch" else column for column in EVENT_COLUMNS)
@@ -450,11 +452,16 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         try:
             #: whether row-level security passes this role by (the owner's, a superuser)
             self._exempt = self._check_role()
-            #: whether migration 0015 found pgvector (else vectors are scored in the client)
-            self.pgvector = self._has_pgvector()
+            #: pgvector's statements, where migration 0016 found the extension (else the client scores)
+            self._pgvector_sql = self._find_pgvector()
         except BaseException:
             self.close()
             raise
+
+    @property
+    def pgvector(self) -> bool:
+        """Whether hot vectors are scored by pgvector in SQL (else by the client, exactly)."""
+        return self._pgvector_sql is not None
 
     def _check_role(self) -> bool:
         """Whether the role is exempt from row-level security; a scoped
@@ -1228,34 +1235,51 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
     def _list_param(self, items: Collection[str]) -> Any:
         return list(items)
 
-    # -- the vector index's pgvector path (vectorindex; untested where pgvector is missing) ----------
+    # -- the vector index's pgvector path (vectorindex; tests/memory/test_pgvector.py) ---------------
 
-    def _has_pgvector(self) -> bool:
+    def _find_pgvector(self) -> dict[str, str] | None:
+        """The pgvector statements with the extension's schema spelled out,
+        or ``None`` where migration 0016 added no ``vec`` column (or this
+        role may not use the extension's schema): then the client scores.
+        The schema is wherever the extension was created (the store's own,
+        or ``public`` where an administrator created it first); it is
+        named in each statement rather than put on the ``search_path``,
+        which stays the store's schema alone."""
         try:
-            return bool(self._select("has_pgvector", {})[0][0])
+            rows = self._select("has_pgvector", {})
         except StoreError:
-            return False
+            return None
+        if not rows or not rows[0][1]:
+            return None
+        schema = sql.Identifier(str(rows[0][0]))
+        with self._conn() as conn:
+            quoted = schema.as_string(conn)
+        return {name: _Q[name].replace("pgvector_schema.", quoted + ".")
+                for name in ("search_vectors", "set_pgvector")}
 
     def _scored_in_sql(self, params: dict[str, Any], query: bytes) -> list[Scored] | None:
-        if not self.pgvector:
-            return None  # the exact fallback: the client scores every vector in scope
-        vec = _pgvector_text(np.frombuffer(query, dtype="<f4").tolist())
-        rows = self._select("search_vectors", {**params, "vec": vec})
-        hot = [(r[0], r[1], int(r[2]), float(r[3])) for r in rows]
-        candidates = self._select("search_candidates", {**params, "tier": "cold"})
-        cold = score_candidates(candidates, query, params["k"])
-        return sorted(hot + cold, key=lambda hit: (hit[3], hit[0], hit[1]))[: params["k"]]
+        # pgvector scores the hot vectors that have its copy in SQL; the client
+        # scores the rest exactly, streamed (every vector in scope without pgvector)
+        with self._conn() as conn:
+            hot: list[Scored] = []
+            if self._pgvector_sql is not None:
+                vec = _pgvector_text(np.frombuffer(query, dtype="<f4").tolist())
+                rows = conn.execute(self._pgvector_sql["search_vectors"], {**params, "vec": vec}).fetchall()
+                hot = [(r[0], r[1], int(r[2]), float(r[3])) for r in rows]
+            name = "search_candidates" if self._pgvector_sql is None else "search_without_pgvector"
+            rest = _stream_scored(conn, _Q[name], params, query)
+        return sorted(hot + rest, key=lambda hit: (hit[3], hit[0], hit[1]))[: params["k"]]
 
     def _stored_vector(
         self, tx: _Conn, task: EmbeddingTask, embedding: bytes, vector: Sequence[float]
     ) -> None:
-        if self.pgvector:
-            self._query(tx, "set_pgvector", {"tenant": task.tenant, "namespace": task.namespace,
-                                             "key": task.key, "version": task.version,
-                                             "vec": _pgvector_text(vector)})
+        if self._pgvector_sql is not None:
+            tx.execute(self._pgvector_sql["set_pgvector"], {
+                "tenant": task.tenant, "namespace": task.namespace, "key": task.key, "version": task.version,
+                "vec": _pgvector_text(np.frombuffer(embedding, dtype="<f4").tolist())})
 
     def _cooled_vector(self, tx: _Conn, tenant: str, namespace: str, key: str) -> None:
-        if self.pgvector:
+        if self._pgvector_sql is not None:
             self._query(tx, "clear_pgvector", {"tenant": tenant, "namespace": namespace, "key": key})
 
     # -- fenced: the holder stops its run ---------------------------------------------
@@ -1375,6 +1399,20 @@ def _connection_lost(exc: BaseException) -> bool:
         return False
     state = exc.sqlstate
     return state is None or state.startswith("08") or (state.startswith("57") and state != "57014")
+
+
+def _stream_scored(conn: _Conn, query_sql: str, params: Mapping[str, Any], query: bytes) -> list[Scored]:
+    """The exact client search over the rows of ``query_sql``, fetched in
+    the binary format (bytea's text form is hex: twice the bytes, and
+    decoding it was most of the old fallback's time) and scored a chunk at
+    a time, so only a chunk of rows is ever Python objects. One round trip:
+    a server-side cursor's fetches measured slower at 20,000 rows."""
+    scorer = ExactScorer(query, int(params["k"]))
+    with conn.cursor(binary=True) as cursor:
+        cursor.execute(query_sql, params)
+        while chunk := cursor.fetchmany(_SCAN_CHUNK):
+            scorer.add(chunk)
+    return scorer.result()
 
 
 def _pgvector_text(vector: Sequence[float]) -> str:

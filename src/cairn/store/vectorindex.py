@@ -25,10 +25,11 @@ The rules, each in one place below:
   ``vec_distance_cosine`` in SQL (measured at 100k x 384: 137 ms brute force
   on the table against 113 ms for a ``vec0`` KNN, which is brute force too
   but cannot pre-filter on JSON metadata); PostgreSQL with pgvector's
-  ``<=>`` where migration 0015 could create it, else the client scores the
-  rows in scope with numpy (``score_candidates``: exact, and it moves ``4 * dims``
-  bytes per item in scope per search). A search reports ``unindexed``, the
-  items in scope whose newest version has no vector yet.
+  ``<=>`` where migration 0016 found the extension (exact: no ANN index,
+  see docs/design.md), else the client scores the rows in scope with numpy
+  (``ExactScorer``: exact, a chunk of rows at a time, and it moves
+  ``4 * dims`` bytes per item in scope per search). A search reports
+  ``unindexed``, the items in scope whose newest version has no vector yet.
 * **Hot and cold.** ``tier_vectors`` quantizes the vectors of items nobody
   touched for a while to int8 with a per-vector scale (a quarter of the
   bytes; cosine is scale-free, so the scale only matters to a reader that
@@ -314,28 +315,53 @@ class VectorIndex(Generic[Tx]):
                 for tier, count, size in self._select("vector_tiers", {"tenant": tenant})]
 
 
+class ExactScorer:
+    """The exact search in the client, fed candidate rows ``(namespace, key,
+    version, tier, scale, embedding)`` a chunk at a time: it keeps only the
+    best ``k`` so far (and whatever ties the ``k``-th), so a scope of any
+    size is scored in the memory of one chunk. Cold (int8) rows are compared
+    with the query quantized the same way, which is what sqlite-vec computes
+    for them in SQL: both scorers agree."""
+
+    def __init__(self, query: bytes, k: int) -> None:
+        self.k = k
+        hot = np.frombuffer(query, dtype="<f4").astype(np.float32)
+        cold = np.frombuffer(quantize(query)[0], dtype=np.int8).astype(np.float32)
+        self._queries: dict[str, tuple[Any, float, np.dtype[Any]]] = {
+            "hot": (hot, float(np.linalg.norm(hot)), np.dtype("<f4")),
+            "cold": (cold, float(np.linalg.norm(cold)), np.dtype(np.int8))}
+        self._best: list[Scored] = []
+
+    def add(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        distance = np.empty(len(rows), dtype=np.float64)
+        tiers = np.array([row[3] for row in rows])
+        for tier, (q, q_norm, dtype) in self._queries.items():
+            indexes = np.flatnonzero(tiers == tier).tolist()
+            if not indexes:
+                continue
+            matrix = np.frombuffer(b"".join([rows[i][5] for i in indexes]), dtype=dtype)
+            matrix = matrix.reshape(len(indexes), -1).astype(np.float32)  # float32: 4 bytes per component
+            norms = np.linalg.norm(matrix, axis=1) * q_norm
+            norms[norms == 0] = 1.0  # no direction: similarity 0
+            distance[indexes] = 1.0 - (matrix @ q) / norms
+        if len(rows) > self.k:  # the chunk's best k, and every row tied with its k-th
+            cut = np.partition(distance, self.k - 1)[self.k - 1]
+            keep: list[int] = np.flatnonzero(distance <= cut).tolist()
+        else:
+            keep = list(range(len(rows)))
+        self._best.extend((rows[i][0], rows[i][1], int(rows[i][2]), float(distance[i])) for i in keep)
+        self._best.sort(key=lambda hit: (hit[3], hit[0], hit[1]))
+        del self._best[self.k:]
+
+    def result(self) -> list[Scored]:
+        """The best ``k`` of every row added, best first (ties by namespace and key)."""
+        return list(self._best)
+
+
 def score_candidates(rows: Sequence[tuple[Any, ...]], query: bytes, k: int) -> list[Scored]:
-    """The exact search in the client: cosine distance of every candidate
-    ``(namespace, key, version, tier, scale, embedding)``, best ``k`` first.
-    Cold (int8) rows are compared with the query quantized the same way,
-    which is what sqlite-vec computes for them in SQL: both scorers agree."""
-    if not rows:
-        return []
-    queries: dict[str, tuple[bytes, Any]] = {
-        "hot": (query, np.dtype("<f4")), "cold": (quantize(query)[0], np.dtype(np.int8))}
-    similarity = np.empty(len(rows), dtype=np.float64)
-    for tier, (q_bytes, dtype) in queries.items():
-        indexes = [i for i, row in enumerate(rows) if row[3] == tier]
-        if not indexes:
-            continue
-        q = np.frombuffer(q_bytes, dtype=dtype).astype(np.float32)
-        matrix = np.frombuffer(b"".join(bytes(rows[i][5]) for i in indexes), dtype=dtype)
-        matrix = matrix.reshape(len(indexes), -1).astype(np.float32)  # float32: 4 bytes per component
-        norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(q)
-        norms[norms == 0] = 1.0
-        similarity[indexes] = (matrix @ q) / norms
-    distance = 1.0 - similarity
-    take = min(k, len(rows))
-    best = np.argpartition(distance, take - 1)[:take] if take < len(rows) else np.arange(len(rows))
-    ranked = sorted(best, key=lambda i: (distance[i], rows[i][0], rows[i][1]))
-    return [(rows[i][0], rows[i][1], int(rows[i][2]), float(distance[i])) for i in ranked]
+    """The exact search in the client over rows fetched at once (``ExactScorer``)."""
+    scorer = ExactScorer(query, k)
+    scorer.add(rows)
+    return scorer.result()

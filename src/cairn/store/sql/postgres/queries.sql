@@ -1122,9 +1122,15 @@ FROM memory_outbox ORDER BY id
 -- part of the scan, before ORDER BY ... LIMIT, so it never costs recall.
 
 -- name: search_vectors
--- pgvector's exact cosine distance over hot vectors (only where the column
--- exists: see migration 0015; cold ones are scored by the client).
-SELECT v.namespace, v.key, v.version, (v.vec <=> %(vec)s::vector) AS distance
+-- pgvector's exact cosine distance over the hot vectors that have their
+-- pgvector copy (only where migration 0016 added the column; the rest are
+-- scored by the client: search_without_pgvector). `pgvector_schema.` stands
+-- for the extension's schema, which the store writes in at open (it stays
+-- off the search_path). A zero vector has no direction: pgvector says NaN,
+-- the client's scorer 1 (similarity 0); so does this.
+SELECT v.namespace, v.key, v.version,
+       coalesce(nullif(v.vec OPERATOR(pgvector_schema.<=>) %(vec)s::pgvector_schema.vector, 'NaN'::float8),
+                1.0) AS distance
 FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
 WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
@@ -1134,6 +1140,18 @@ WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::
   AND v.tier = 'hot' AND v.vec IS NOT NULL
 ORDER BY distance, v.namespace COLLATE "C", v.key COLLATE "C"
 LIMIT %(k)s::bigint
+
+-- name: search_without_pgvector
+-- The rows in scope search_vectors leaves to the client: cold ones, and hot
+-- ones without a pgvector copy.
+SELECT v.namespace, v.key, v.version, v.tier, v.scale, v.embedding
+FROM memory_vectors AS v
+JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
+WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+  AND (%(embedder)s::text IS NULL OR v.embedder = %(embedder)s::text) AND v.dims = %(dims)s::bigint AND i.version = v.version
+  AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
+  AND (%(filter)s::jsonb IS NULL OR i.metadata @> %(filter)s::jsonb)
+  AND (v.tier = 'cold' OR v.vec IS NULL)
 
 -- name: search_candidates
 SELECT v.namespace, v.key, v.version, v.tier, v.scale, v.embedding
@@ -1186,7 +1204,8 @@ SET version = excluded.version, embedder = excluded.embedder, dims = excluded.di
 WHERE memory_vectors.version <= excluded.version
 
 -- name: set_pgvector
-UPDATE memory_vectors SET vec = %(vec)s::vector
+-- `pgvector_schema.`: as in search_vectors.
+UPDATE memory_vectors SET vec = %(vec)s::pgvector_schema.vector
 WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
   AND version = %(version)s::bigint
 
@@ -1244,8 +1263,13 @@ FROM memory_vectors WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 GROUP BY tier ORDER BY tier
 
 -- name: has_pgvector
-SELECT EXISTS (SELECT 1 FROM information_schema.columns
-               WHERE table_schema = current_schema() AND table_name = 'memory_vectors' AND column_name = 'vec')
+-- The schema of the type of memory_vectors.vec (pgvector's, wherever it was
+-- created) and whether this role may use it; no row: no pgvector here.
+SELECT n.nspname, has_schema_privilege(n.oid, 'USAGE')
+FROM pg_attribute AS a
+JOIN pg_type AS t ON t.oid = a.atttypid
+JOIN pg_namespace AS n ON n.oid = t.typnamespace
+WHERE a.attrelid = to_regclass('memory_vectors') AND a.attname = 'vec' AND NOT a.attisdropped
 
 -- Cold tier of item values (store/memsql.py, tier_items; migration memory_cold) ----------------
 -- An item's value leaves its hot row once nobody read or wrote it since

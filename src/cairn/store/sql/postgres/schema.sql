@@ -843,16 +843,30 @@ CREATE TABLE memory_vectors (
     PRIMARY KEY (tenant, namespace, key)
 );
 
--- pgvector where it can be had (untested on machines without it): the
--- exact fallback reads `embedding` either way.
+-- pgvector where it can be had: the extension as it is (created by an
+-- administrator before, in any schema, often `public`), else created here
+-- (in this schema: the search_path), else none. The column's type names the
+-- extension's schema, which is not on the store's search_path; the store
+-- finds it from the column (query has_pgvector). No ANN index: see
+-- docs/design.md ("pgvector: exact, no HNSW index"). The exact fallback reads
+-- `embedding` either way.
 DO $$
+DECLARE
+    home TEXT;
 BEGIN
     BEGIN
         CREATE EXTENSION IF NOT EXISTS vector;
     EXCEPTION WHEN OTHERS THEN
-        RETURN;  -- not installed, or not ours to create: the exact fallback
+        NULL;  -- not installed, or not ours to create: maybe an administrator did
     END;
-    ALTER TABLE memory_vectors ADD COLUMN vec vector;
+    SELECT n.nspname INTO home
+    FROM pg_extension AS e JOIN pg_namespace AS n ON n.oid = e.extnamespace
+    WHERE e.extname = 'vector' AND has_schema_privilege(n.oid, 'USAGE');
+    IF home IS NULL THEN
+        RETURN;  -- no pgvector we may use: the exact fallback
+    END IF;
+    EXECUTE format('ALTER TABLE memory_vectors ADD COLUMN vec %I.vector', home);
+    -- (how the column is stored: migration 0018)
 END
 $$;
 
@@ -922,5 +936,24 @@ CREATE POLICY tenant_isolation ON memory_item_cold
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION memory_drop_cold_copy() SET search_path = %I, pg_temp', current_schema());
+END
+$$;
+
+-- How memory_vectors keeps a hot row's vectors (issue 14, pgvector only).
+-- A hot row holds its vector twice (1.5 kB each at 384 dimensions), over
+-- the 2 kB at which PostgreSQL moves values out of line, and pgvector's type
+-- defaults to EXTERNAL: every vector pgvector scans would be a TOAST fetch
+-- (measured: no faster than the client's scan). So `vec` stays in the row
+-- and the hot `embedding`, which only cooling reads, goes out of line. A
+-- migration of its own, not an edit of 0016, so that a database that applied
+-- 0016 gets it too; rows written before keep their storage until rewritten
+-- (the next embedding or tiering of the item).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = 'memory_vectors'::regclass AND attname = 'vec' AND NOT attisdropped) THEN
+        ALTER TABLE memory_vectors ALTER COLUMN vec SET STORAGE MAIN,
+                                   ALTER COLUMN embedding SET STORAGE EXTERNAL;
+    END IF;
 END
 $$;

@@ -21,16 +21,30 @@ CREATE TABLE memory_vectors (
     PRIMARY KEY (tenant, namespace, key)
 );
 
--- pgvector where it can be had (untested on machines without it): the
--- exact fallback reads `embedding` either way.
+-- pgvector where it can be had: the extension as it is (created by an
+-- administrator before, in any schema, often `public`), else created here
+-- (in this schema: the search_path), else none. The column's type names the
+-- extension's schema, which is not on the store's search_path; the store
+-- finds it from the column (query has_pgvector). No ANN index: see
+-- docs/design.md ("pgvector: exact, no HNSW index"). The exact fallback reads
+-- `embedding` either way.
 DO $$
+DECLARE
+    home TEXT;
 BEGIN
     BEGIN
         CREATE EXTENSION IF NOT EXISTS vector;
     EXCEPTION WHEN OTHERS THEN
-        RETURN;  -- not installed, or not ours to create: the exact fallback
+        NULL;  -- not installed, or not ours to create: maybe an administrator did
     END;
-    ALTER TABLE memory_vectors ADD COLUMN vec vector;
+    SELECT n.nspname INTO home
+    FROM pg_extension AS e JOIN pg_namespace AS n ON n.oid = e.extnamespace
+    WHERE e.extname = 'vector' AND has_schema_privilege(n.oid, 'USAGE');
+    IF home IS NULL THEN
+        RETURN;  -- no pgvector we may use: the exact fallback
+    END IF;
+    EXECUTE format('ALTER TABLE memory_vectors ADD COLUMN vec %I.vector', home);
+    -- (how the column is stored: migration 0018)
 END
 $$;
 
