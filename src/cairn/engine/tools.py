@@ -41,7 +41,7 @@ from cairn.engine.approvals import ApprovalPolicy
 from cairn.engine.credentials import SecretParams
 from cairn.engine.definitions import hints_of
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
-from cairn.engine.execution import Execution, current, operation_id
+from cairn.engine.execution import CURRENT, Execution, current, operation_id
 from cairn.engine.memory import step_memory
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import STEP_INFO, input_hash
@@ -305,7 +305,7 @@ class Tool(Generic[P, R]):
         self._what = f"tool {definition.name!r}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        execution = current()
+        execution = CURRENT.get(None)  # ``current()``, inlined: once per call
         if execution is None:
             return self._detached(args, kwargs)  # type: ignore[no-any-return]
         # The position is taken now, at the call (not when an async tool is
@@ -395,8 +395,12 @@ class _ToolCall:
             # _EXECUTE (first attempt, or reconciliation found nothing: same key)
             token = STEP_INFO.set((self.ex.run, self.d.name, self.call.position, self.call.attempt,
                                    self.ex.journal.generation(self.call.position)))
+            used: tuple[Secret, ...] = ()
             try:
-                body_args, body_kwargs, used = self._body_call()
+                if self.d.secrets is None:  # ``_body_call`` without secrets, inlined
+                    body_args, body_kwargs = self._body_args(), self.kwargs
+                else:
+                    body_args, body_kwargs, used = self._body_call()
             except SecretError as exc:  # the body never ran: a definite failure, whatever the effect
                 STEP_INFO.reset(token)
                 self.ex.fail_by_policy(self.call, exc, self.d.retry)
@@ -421,7 +425,8 @@ class _ToolCall:
         if call.recorded is not None:
             self.outcome = ex.replay(call, d.result_type)
             return _RECORDED
-        ex.check_budget(tool_call=True)
+        if ex.budget is not None:
+            ex.check_budget(tool_call=True)
         if d.effect is Effect.READ:  # nothing to protect: no intent, and no Operation unless asked for
             self.operation = self._operation() if d.wants_operation else None
             return _EXECUTE
@@ -600,7 +605,9 @@ class _ToolCall:
     def _succeeded(self, value: Any) -> Any:
         if faults.ARMED:
             fault_point("tool.after_effect")
-        outcome = self._record(self._validated(value) if self.d.schema is not None else value, self._detail())
+        op = self.operation
+        outcome = self._record(self._validated(value) if self.d.schema is not None else value,
+                               {"operation_id": op.operation_id} if op is not None else None)
         if faults.ARMED:
             fault_point("tool.after_record")
         return outcome
