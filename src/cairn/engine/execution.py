@@ -178,13 +178,17 @@ class Execution:
         #: memory writes buffered by step and tool bodies (``op.memory``), by
         #: position: (attempt, writes); committed with that call's outcome
         self.memory_buffers: dict[int, tuple[int, list[MemoryWrite]]] = {}
-        #: the SHA-1 state of this run's operation ids before the position (``run_prefix``)
-        self._op_prefix = run_prefix(self.run_id)
+        #: the SHA-1 state of this run's operation ids before the position
+        #: (``run_prefix``), hashed at the first call that needs an id
+        self._op_prefix: Any = None
 
     def operation_id(self, position: int) -> str:
         """``operation_id(run_id, position, generation)`` of this run, from
         the run's hashed prefix (the same key, in about two thirds of the time)."""
-        return _uuid5_text(self._op_prefix, position, self.journal.generation(position))
+        prefix = self._op_prefix
+        if prefix is None:
+            prefix = self._op_prefix = run_prefix(self.run_id)
+        return _uuid5_text(prefix, position, self.journal.generation(position))
 
     # -- history -------------------------------------------------------------
 
