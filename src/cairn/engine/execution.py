@@ -83,12 +83,27 @@ def operation_id(run_id: str, position: int, generation: int = 0) -> str:
     Generation 0 (a run that never rewound past here) keeps the original
     derivation, so existing journals and keys are unchanged.
     """
-    key = f"{run_id}\x00{position}" if not generation else f"{run_id}\x00{position}\x00{generation}"
-    raw = bytearray(hashlib.sha1(_OPERATION_NS + key.encode()).digest()[:16])
+    return _uuid5_text(run_prefix(run_id), position, generation)
+
+
+def run_prefix(run_id: str) -> Any:
+    """The SHA-1 state of the operation ids of ``run_id`` up to the position
+    (namespace, run id, NUL): an ``Execution`` hashes it once per claim and
+    copies it for each call, instead of hashing the namespace and the run id
+    again on every tool call (``Execution.operation_id``)."""
+    return hashlib.sha1(_OPERATION_NS + f"{run_id}\x00".encode())
+
+
+def _uuid5_text(prefix: Any, position: int, generation: int) -> str:
+    """The uuid5 text of ``prefix`` (``run_prefix``) followed by the position
+    (and the generation, when not 0): the derivation ``operation_id`` documents."""
+    h = prefix.copy()
+    h.update((f"{position}" if not generation else f"{position}\x00{generation}").encode())
+    raw = bytearray(h.digest()[:16])
     raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 #: Failures of the database itself (not of the workflow): the execution is
@@ -168,6 +183,17 @@ class Execution:
         #: memory writes buffered by step and tool bodies (``op.memory``), by
         #: position: (attempt, writes); committed with that call's outcome
         self.memory_buffers: dict[int, tuple[int, list[MemoryWrite]]] = {}
+        #: the SHA-1 state of this run's operation ids before the position
+        #: (``run_prefix``), hashed at the first call that needs an id
+        self._op_prefix: Any = None
+
+    def operation_id(self, position: int) -> str:
+        """``operation_id(run_id, position, generation)`` of this run, from
+        the run's hashed prefix (the same key, in about two thirds of the time)."""
+        prefix = self._op_prefix
+        if prefix is None:
+            prefix = self._op_prefix = run_prefix(self.run_id)
+        return _uuid5_text(prefix, position, self.journal.generation(position))
 
     # -- history -------------------------------------------------------------
 

@@ -63,10 +63,25 @@ class Journal:
         """Take ``event`` into account (replayed history, or a live append)."""
         kind = event.event
         position = event.position
-        if kind is EventType.STEP_COMPLETED and position is not None and event.step_kind == "step":
-            # the common entry (a step's outcome), which the rules below would
-            # only file under ``outcomes``: taken first, it costs a fifth
-            self.outcomes[position] = event
+        if kind is EventType.STEP_COMPLETED and position is not None:
+            kind_of_step = event.step_kind
+            if kind_of_step == "step":
+                # the common entry (a step's outcome), which the rules below would
+                # only file under ``outcomes``: taken first, it costs a fifth
+                self.outcomes[position] = event
+                if position >= self.end:
+                    self.end = position + 1
+                return
+            if kind_of_step == "tool":  # a tool's result: what the rules below do for it, in short
+                self.outcomes[position] = event
+                self.usage.tool_calls += 1
+                if position >= self.end:
+                    self.end = position + 1
+                return
+        elif kind is EventType.OP_INTENT and position is not None:
+            # every side-effecting call's intent: what the rules below do for it, in short
+            self.op_state[position] = event
+            self.intents[position] = event
             if position >= self.end:
                 self.end = position + 1
             return

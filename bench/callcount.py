@@ -1,0 +1,115 @@
+"""Instructions per journaled call, counted by callgrind: ``python -m bench.callcount``.
+
+    python -m bench.callcount write               # this tree, 20 and 120 write-tool calls
+    python -m bench.callcount step --tree ../main  # another tree (its src/ on PYTHONPATH)
+    python -m bench.callcount write --sizes 20 220
+
+Wall clock on this shared 2-core machine moves by more than most changes to
+the engine do; an instruction count does not. For each of two sizes this
+runs one process under ``valgrind --tool=callgrind --instr-atstart=no``: the
+child builds the benchmark app (``bench.cairn_workloads``), runs a warm-up
+run, turns WAL auto-checkpoints off and freezes and disables the garbage
+collector (otherwise a checkpoint or a collection falling into one size and
+not the other moved the count by up to 40 %), then waits until the parent has
+switched instrumentation on (``callgrind_control -i on``) and runs the
+measured workflow. The difference of the two totals over the difference of
+the sizes is the cost of one call: start-up, the run's creation and its end
+cancel out. Interpreter start-up is not instrumented at all, which is what
+makes a count take minutes rather than a quarter of an hour.
+
+``KIND`` is ``step`` (a chain of steps), ``read`` or ``write`` (a loop of
+tool calls; the fsync is the kernel's and not counted) or ``three`` (that
+many 3-step runs, each ``app.run``: instructions per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KINDS = ("step", "read", "write", "three")
+
+
+def child(kind: str, n: int, signal_path: str) -> int:
+    """The counted process: set up, announce readiness, wait, run ``n`` calls."""
+    from bench.cairn_workloads import build
+
+    w = build(Path(tempfile.mkdtemp(prefix="cairn-callcount-")) / "cairn.sqlite")
+    if kind == "three":
+        w.app.run(w.three)
+    else:
+        workflow = {"step": w.chain, "read": w.reads, "write": w.writes}[kind]
+        w.app.run(workflow, 3)
+    w.app.store._conn().execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[attr-defined]
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    Path(signal_path + ".ready").write_text(str(os.getpid()))
+    while not os.path.exists(signal_path + ".go"):
+        time.sleep(0.05)
+    if kind == "three":
+        for _ in range(n):
+            w.app.run(w.three)
+    elif w.app.run(workflow, n) != n:
+        raise RuntimeError(f"{kind} workflow did not return {n}")
+    os._exit(0)  # no teardown: nothing after the measured run is counted
+
+
+def count(tree: Path, kind: str, n: int, workdir: Path) -> int:
+    """Instructions of one child process running ``n`` calls (instrumented from the go signal on)."""
+    signal_path = str(workdir / f"{kind}-{n}")
+    out = workdir / f"{kind}-{n}.callgrind"
+    paths = [str(tree / "src"), str(Path(__file__).resolve().parent.parent)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
+         "-m", "bench.callcount", "--child", kind, str(n), signal_path],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    ready = Path(signal_path + ".ready")
+    while not ready.exists():
+        if proc.poll() is not None:
+            shown = proc.stdout.read() if proc.stdout else ""
+            raise RuntimeError(f"the counted child exited early:\n{shown}")
+        time.sleep(0.2)
+    subprocess.run(["callgrind_control", "-i", "on", ready.read_text()], check=True, capture_output=True)
+    Path(signal_path + ".go").touch()
+    output, _ = proc.communicate()
+    found = re.search(r"Collected : (\d+)", output)
+    if found is None:
+        raise RuntimeError(f"no instruction count in callgrind's output:\n{output[-2000:]}")
+    return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.callcount", description=__doc__.splitlines()[0])
+    parser.add_argument("kind", nargs="?", choices=KINDS, default="write")
+    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parent.parent,
+                        help="source tree whose src/cairn is counted (default: this one)")
+    parser.add_argument("--sizes", type=int, nargs=2, default=(20, 120), metavar=("SMALL", "LARGE"))
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args.child[0], int(args.child[1]), args.child[2])
+    small, large = args.sizes
+    if not 0 < small < large:
+        parser.error("--sizes: SMALL must be positive and below LARGE")
+    with tempfile.TemporaryDirectory(prefix="cairn-callcount-") as name:
+        workdir = Path(name)
+        low = count(args.tree.resolve(), args.kind, small, workdir)
+        high = count(args.tree.resolve(), args.kind, large, workdir)
+    unit = "run" if args.kind == "three" else "call"
+    print(f"{args.tree}: {args.kind}: {small} -> {low:,} Ir, {large} -> {high:,} Ir; "
+          f"{(high - low) / (large - small):,.0f} instructions per {unit}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
