@@ -41,12 +41,11 @@ def quick_start() -> list[str]:
 
 def test_ci_runs_the_readme_test_command() -> None:
     """The quick start is two commands, install-and-demo then the tests, and
-    ``.ci/run`` runs that same test command (in parallel, ``-n auto``), so
-    what CI passes is what a reader runs."""
+    ``.ci/run`` runs that same test command, so what CI passes is what a
+    reader runs."""
     install, tests = quick_start()
     assert install.startswith("python3 -m venv .venv && ")
     assert tests.startswith(".venv/bin/python -m pytest")
     command = tests.removeprefix(".venv/bin/")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert command in ci, f"{command!r} is not a line of .ci/run"
-    assert "-n auto" in command  # the suite runs in parallel processes
