@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cairn.errors import StoreError
 from cairn.faults import fault_point
 from cairn.memory.embedders import Embedder
 from cairn.models.openai import ModelUnavailable
+from cairn.sideloop import SideLoop
 from cairn.store.contract import Store
 from cairn.store.vectorindex import EmbeddingTask, TierMove
 
@@ -58,8 +57,10 @@ class BatchResult:
     failed: int
 
 
-class Indexer:
-    """Embeds what ``store``'s outbox holds with ``embedder``."""
+class Indexer(SideLoop):
+    """Embeds what ``store``'s outbox holds with ``embedder``; as a side loop
+    of ``cairn worker``, drains the outbox, then polls it every ``poll_interval``
+    seconds, and with ``cold_after`` re-tiers vectors every ``tier_interval``."""
 
     def __init__(self, store: Store, embedder: Embedder, *, worker_id: str = "indexer", batch: int = 64,
                  lease_seconds: float = 60.0, poll_interval: float = 1.0, cold_after: float | None = None,
@@ -78,8 +79,7 @@ class Indexer:
         self.batch = batch
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(f"indexer-{worker_id}", log, max_wait=poll_interval)
 
     def run_batch(self) -> BatchResult:
         """Claim, embed and store one batch."""
@@ -142,32 +142,10 @@ class Indexer:
                      moved.cooled, moved.rewarmed)
         return moved
 
-    def run(self) -> None:
-        """Drain, then poll every ``poll_interval`` seconds, until ``stop``;
-        with ``cold_after``, re-tier every ``tier_interval`` seconds."""
-        while not self._stopping.is_set():
-            try:
-                if self.cold_after is not None and time.monotonic() - self._tiered_at >= self.tier_interval:
-                    self.tier()
-                result = self.run_batch()
-            except StoreError as exc:
-                log.warning("indexer %s cannot reach the store: %s", self.worker_id, exc)
-                result = BatchResult(0, 0, 0)
-            except Exception:  # a side loop of cairn worker must not die of a bug: say so, go on
-                log.exception("indexer %s failed a batch", self.worker_id)
-                result = BatchResult(0, 0, 0)
-            if result.claimed == 0:
-                self._stopping.wait(self.poll_interval)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name=f"cairn-indexer-{self.worker_id}", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def cycle(self) -> float:
+        if self.cold_after is not None and time.monotonic() - self._tiered_at >= self.tier_interval:
+            self.tier()
+        return 0.0 if self.run_batch().claimed else self.poll_interval
 
 
 def _failure(task: EmbeddingTask, exc: Exception) -> tuple[EmbeddingTask, str, float]:

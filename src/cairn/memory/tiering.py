@@ -12,29 +12,26 @@ leaves nothing half-moved. (The vectors' tiers are the embedding worker's,
 from __future__ import annotations
 
 import logging
-import threading
 
-from cairn.errors import StoreError
+from cairn.sideloop import SideLoop
 from cairn.store.contract import Store
 from cairn.store.memrecords import ItemTierMove
 
 log = logging.getLogger("cairn.memory")
 
 
-class ItemTiering:
+class ItemTiering(SideLoop):
     """Moves item values between the tiers of ``store`` every ``interval`` seconds."""
 
     def __init__(self, store: Store, cold_after: float, *, interval: float = 60.0, batch: int = 1000,
                  name: str = "tiering") -> None:
         if not cold_after > 0:
             raise ValueError(f"cold_after must be a positive number of seconds, not {cold_after!r}")
+        super().__init__(name, log, max_wait=interval)
         self.store = store
         self.cold_after = cold_after
         self.interval = interval
         self.batch = batch
-        self.name = name
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def tier(self) -> ItemTierMove:
         """One pass, until a pass moves less than a full batch."""
@@ -48,25 +45,9 @@ class ItemTiering:
             log.info("%s: %d item values cooled, %d back hot", self.name, cooled, rewarmed)
         return ItemTierMove(cooled, rewarmed)
 
-    def run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self.tier()
-            except StoreError as exc:
-                log.warning("%s cannot reach the store: %s", self.name, exc)
-            except Exception:  # a side loop of cairn worker must not die of a bug: say so, go on
-                log.exception("%s failed a pass", self.name)
-            self._stopping.wait(self.interval)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name=f"cairn-{self.name}", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def cycle(self) -> float:
+        self.tier()
+        return self.interval
 
 
 __all__ = ["ItemTiering"]

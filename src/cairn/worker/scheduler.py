@@ -21,13 +21,13 @@ twice however many do.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 
 from cairn.engine.runtime import Runtime
 from cairn.engine.schedules import MAX_TICKS_PER_PASS, Schedule, tick_text
 from cairn.errors import StoreError
+from cairn.sideloop import SideLoop
 from cairn.store.schedules import Fired, ScheduleState
 
 log = logging.getLogger("cairn.scheduler")
@@ -37,7 +37,7 @@ log = logging.getLogger("cairn.scheduler")
 REGISTER_RETRY_SECONDS = 60.0
 
 
-class Scheduler:
+class Scheduler(SideLoop):
     """Fires ``schedules`` on ``runtime``'s store; ``run_pass`` does one
     pass (tests call it directly with a store on a fake clock), ``start`` runs
     passes on a thread until ``stop``."""
@@ -53,8 +53,7 @@ class Scheduler:
         self.created = 0
         self._registered: set[tuple[str, str]] = set()
         self._retry_at: dict[tuple[str, str], float] = {}
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(f"scheduler-{worker_id}" if worker_id else "scheduler", log, max_wait=max_sleep)
 
     # -- one pass -------------------------------------------------------------------
 
@@ -134,38 +133,14 @@ class Scheduler:
 
     # -- the thread -------------------------------------------------------------------
 
+    def cycle(self) -> float:
+        next_tick = self.run_pass()
+        return self.max_sleep if next_tick is None else next_tick - self.store.clock()
+
     def start(self) -> None:
-        if self._thread is not None or not self.schedules:
-            return
-        self._thread = threading.Thread(target=self._loop, name=f"cairn-scheduler-{self.worker_id}",
-                                        daemon=True)
-        self._thread.start()
+        if self.schedules:
+            super().start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float | None = 10.0) -> None:
         """Stop after the pass in progress (a tick being fired is committed or not at all)."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def _loop(self) -> None:
-        backoff = 0.0
-        while not self._stopping.is_set():
-            try:
-                next_tick = self.run_pass()
-                if backoff:
-                    log.warning("scheduler: the store answers again; firing schedules as usual")
-                backoff = 0.0
-                if next_tick is None:
-                    delay = self.max_sleep
-                else:
-                    delay = min(max(next_tick - self.store.clock(), 0.0), self.max_sleep)
-            except StoreError as exc:
-                backoff = min(max(backoff * 2, 0.1), self.max_sleep)
-                log.warning("scheduler cannot fire schedules: %s; again in %.1fs", exc, backoff)
-                delay = backoff
-            except Exception:
-                backoff = min(max(backoff * 2, 0.1), self.max_sleep)
-                log.exception("scheduler pass failed; again in %.1fs", backoff)
-                delay = backoff
-            self._stopping.wait(delay)
+        super().stop(timeout)
