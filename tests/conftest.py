@@ -17,15 +17,16 @@ from tests.backends import BACKENDS, PostgresBackend, SqliteBackend, StoreBacken
 from tests.store.pg import ServerUnavailable, TestDatabases
 
 #: the fewest worker processes ``-n auto`` (the README's test command) starts, whatever the core count
-MIN_WORKERS = 3
+MIN_WORKERS = 2
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """How many processes ``-n auto`` runs the suite in: one per core, but at
-    least ``MIN_WORKERS``. Most of a test's time is spent waiting (on an
-    fsync, a subprocess, a lease or a timer), so on a 2-core CI machine three
-    processes finish sooner than two. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still
-    decides when set (as it does for xdist's own hook, which this one replaces)."""
+    least ``MIN_WORKERS``. Much of a test's time is spent waiting (on an fsync,
+    a subprocess, a lease or a timer), so even one core gains from a second
+    process; more processes than cores starve the worker processes the crash
+    tests spawn. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides when set (as it
+    does for xdist's own hook, which this one replaces)."""
     given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").strip()
     if given.isdigit():
         return int(given)

@@ -73,11 +73,18 @@ def _start() -> PrivateCluster:
     cluster = PrivateCluster(tree / "bin")
     try:
         if cluster.as_root and not _runs_as_server_user(cluster):
-            # a copy the server user can read: the build is relocatable
-            copy = cluster.root / "pginstall"
+            # a copy the server user can read: the build is relocatable, but its
+            # binaries find their shared libraries (libpq, ...) through an RPATH of
+            # ``$ORIGIN/../../../pgserver.libs``, the wheel's sibling directory in
+            # site-packages, so the copy keeps that layout
+            site = cluster.root / "site"
+            copy = site / "pgserver" / "pginstall"
             shutil.copytree(tree, copy, symlinks=True)
+            libs = tree.parent.parent / "pgserver.libs"
+            if libs.is_dir():
+                shutil.copytree(libs, site / "pgserver.libs", symlinks=True)
             entry = pwd.getpwnam(pgcluster.SERVER_USER)
-            for path in (cluster.root, *copy.rglob("*"), copy):
+            for path in (cluster.root, site, *site.rglob("*")):
                 os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
             cluster.bindir = copy / "bin"
         cluster.init()

@@ -332,8 +332,12 @@ def test_events_follow_until_the_run_ends(db: str, app: cairn.App, monkeypatch: 
 def test_events_follow_stops_quietly_on_ctrl_c(db: str) -> None:
     run_id = start(db, "slow", "--input", "{}")  # pending: no worker, so --follow would wait forever
     env = {k: v for k, v in os.environ.items() if k != "CAIRN_DB"}
+    # SIGINT back to its default in the child: a test run started in the
+    # background (CI, `pytest &`) inherits SIGINT ignored, and Python then
+    # never turns Ctrl-C into KeyboardInterrupt -- the follower would not stop
     proc = subprocess.Popen([sys.executable, "-m", "cairn", "events", run_id, "--follow", "--db", db],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()  # following has begun

@@ -58,7 +58,8 @@ def test_a_bug_in_a_pass_is_logged_with_its_traceback_and_the_loop_goes_on(
     assert loop.cycle_guarded() == FIRST_BACKOFF
     assert loop.cycle_guarded() == 0.0
     (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
+    assert record.exc_info is not None
+    assert record.exc_info[0] is ZeroDivisionError
     assert loop.passes == 2
 
 
@@ -93,7 +94,8 @@ def test_the_thread_runs_passes_until_stop_and_stop_lets_the_pass_in_progress_en
     assert stopper.is_alive(), "stop returned while a pass was still running"
     release.set()
     stopper.join(10)
-    assert not stopper.is_alive() and finished == [True]
+    assert not stopper.is_alive()
+    assert finished == [True]
     assert loop.stopping
     assert "cairn-scripted" not in [t.name for t in threading.enumerate()]
     passes = loop.passes
