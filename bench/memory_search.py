@@ -186,9 +186,13 @@ def previous_fallback(store: Any, k: int) -> Callable[[np.ndarray], list[int]]:
 
 
 def run_langgraph_postgres(
-    admin_url: str, items: np.ndarray, probes: np.ndarray, truth: list[set[int]], k: int
+    admin_url: str, items: np.ndarray, probes: np.ndarray, truth: list[set[int]], k: int, kind: str,
+    load_limit: float,
 ) -> list[dict[str, Any]]:
-    """LangGraph's PostgresStore with its pgvector index (HNSW by default)."""
+    """LangGraph's PostgresStore with its pgvector index of ``kind``: ``hnsw``
+    (its default) or ``flat`` (no index: pgvector's exact scan, as Cairn's).
+    Loading stops after ``load_limit`` seconds; the row then says how far it
+    got and has no latency figures (an index still building is not measured)."""
     import psycopg
     from langgraph.store.base import PutOp
     from langgraph.store.postgres import PostgresStore as LangGraphPostgresStore
@@ -203,18 +207,27 @@ def run_langgraph_postgres(
     def embed(texts: Sequence[str]) -> list[list[float]]:
         return [lookup[text] for text in texts]
 
-    results = []
+    results: list[dict[str, Any]] = []
     try:
-        with LangGraphPostgresStore.from_conn_string(
-                url, index={"dims": items.shape[1], "embed": embed, "fields": ["text"]}) as store:
+        index = {"dims": items.shape[1], "embed": embed, "fields": ["text"],
+                 "ann_index_config": {"kind": kind}}
+        with LangGraphPostgresStore.from_conn_string(url, index=index) as store:  # type: ignore[arg-type]
             store.setup()
             started = time.perf_counter()
+            loaded = 0
             for start in range(0, len(items), 1000):
+                if time.perf_counter() - started > load_limit:
+                    results.append({"system": f"langgraph PostgresStore (pgvector {kind}): loaded {loaded:,} "
+                                    f"of {len(items):,} in {load_limit:.0f} s, not measured",
+                                    "p50_ms": None, "p99_ms": None, "recall@10": None,
+                                    "bytes/item": None})
+                    return results
                 ops = []
                 for i in range(start, min(start + 1000, len(items))):
                     lookup[f"text {i}"] = items[i].tolist()
                     ops.append(PutOp(NS_LABELS, f"k{i}", {"text": f"text {i}", "bucket": i % BUCKETS}))
                 store.batch(ops)
+                loaded += len(ops)
             load = time.perf_counter() - started
             queries = iter(range(len(probes) + 1))
 
@@ -225,7 +238,7 @@ def run_langgraph_postgres(
 
             with psycopg.connect(url) as conn:
                 (size,) = conn.execute("SELECT pg_total_relation_size('store_vectors')").fetchone() or (0,)
-            results.append({"system": f"langgraph PostgresStore (pgvector HNSW; load {load:.0f} s)",
+            results.append({"system": f"langgraph PostgresStore (pgvector {kind}; load {load:.0f} s)",
                             **measure(search, probes, truth, k), "bytes/item": size / len(items)})
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
@@ -295,6 +308,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-pgvector", action="store_true", help="leave out PostgreSQL with pgvector "
                         "(Cairn's and LangGraph's PostgresStore)")
     parser.add_argument("--no-langgraph", action="store_true")
+    parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--langgraph-pg-index", default="flat,hnsw", metavar="KINDS",
+                        help="pgvector index kinds of LangGraph's PostgresStore, comma-separated "
+                        "(flat: none, an exact scan; hnsw: its default). Default: flat,hnsw")
+    parser.add_argument("--load-limit", type=float, default=900.0, metavar="SECONDS",
+                        help="how long LangGraph's PostgresStore may take to load (default 900)")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     n, k = (100_000 if args.full else args.items), 10
@@ -302,11 +321,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     truth = exact(items, probes, k)
     truth_filtered = exact(items, probes, k, np.arange(n) % BUCKETS == 3)
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        store = load_sqlite(Path(tmp) / "bench.db", items)
-        assert store.sqlite_vec, "sqlite-vec did not load: this would measure the client scorer"
-        results += run_cairn("sqlite (sqlite-vec)", store, probes, truth, truth_filtered, n, k)
-        store.close()
+    kinds = [kind.strip() for kind in args.langgraph_pg_index.split(",") if kind.strip()]
+    if unknown := sorted(set(kinds) - {"flat", "hnsw"}):
+        parser.error(f"--langgraph-pg-index: unknown kind(s) {', '.join(unknown)} (flat, hnsw)")
+    if not args.no_sqlite:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = load_sqlite(Path(tmp) / "bench.db", items)
+            assert store.sqlite_vec, "sqlite-vec did not load: this would measure the client scorer"
+            results += run_cairn("sqlite (sqlite-vec)", store, probes, truth, truth_filtered, n, k)
+            store.close()
     if not args.no_postgres:
         from tests import pgcluster
 
@@ -328,16 +351,21 @@ def main(argv: Sequence[str] | None = None) -> None:
             finally:
                 drop()
             if not args.no_langgraph:
-                results += run_langgraph_postgres(pgvector_cluster.admin_url(), items, probes, truth, k)
+                for kind in kinds:
+                    results += run_langgraph_postgres(pgvector_cluster.admin_url(), items, probes, truth, k,
+                                                      kind, args.load_limit)
         finally:
             pgvector_cluster.shutdown()
     if not args.no_langgraph:
         results.append(run_langgraph(items, probes, truth, k))
     print(f"\n{n:,} items x {args.dims} dims, {args.queries} queries, k={k}\n")
     print(f"{'system':52} {'p50 ms':>9} {'p99 ms':>9} {'recall@10':>10} {'bytes/item':>11}")
+    def cell(value: float | None, spec: str, width: int) -> str:
+        return f"{'-' if value is None else format(value, spec):>{width}}"
+
     for r in results:
-        print(f"{r['system']:52} {r['p50_ms']:9.1f} {r['p99_ms']:9.1f} {r['recall@10']:10.3f} "
-              f"{'-' if r['bytes/item'] is None else format(r['bytes/item'], '.0f'):>11}")
+        print(f"{r['system']:52} {cell(r['p50_ms'], '.1f', 9)} {cell(r['p99_ms'], '.1f', 9)} "
+              f"{cell(r['recall@10'], '.3f', 10)} {cell(r['bytes/item'], '.0f', 11)}")
     if args.json:
         args.json.write_text(json.dumps({"items": n, "dims": args.dims, "results": results}, indent=2))
 
