@@ -56,6 +56,27 @@ def fsync_cost_us(samples: int = 200, write_size: int = 64) -> float:
     return statistics.median(timings) * 1e6
 
 
+def fdatasync_overwrite_us(samples: int = 200, write_size: int = 64, blocks: int = 64) -> float:
+    """Median cost, in µs, of one ``os.fdatasync`` after overwriting a small
+    part of a file that already has its size: what the write tool's barrier
+    syncs once the WAL has grown (data blocks, no new file size)."""
+    payload = b"x" * write_size
+    with fresh_dir("fdatasync") as d:
+        fd = os.open(d / "fdatasync.bin", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"\0" * 4096 * blocks)
+            os.fsync(fd)  # the file's size and blocks are on disk before the timed syncs
+            timings: list[float] = []
+            for i in range(samples):
+                os.pwrite(fd, payload, (i % blocks) * 4096)
+                start = time.perf_counter()
+                os.fdatasync(fd)
+                timings.append(time.perf_counter() - start)
+        finally:
+            os.close(fd)
+    return statistics.median(timings) * 1e6
+
+
 def bare_sqlite_step_us(iterations: int = 2000, synchronous: str = "NORMAL") -> float:
     """Bare ``sqlite3`` (WAL): INSERT a small journal row + UPDATE the run row + COMMIT; µs each.
 

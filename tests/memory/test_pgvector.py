@@ -16,6 +16,7 @@ import pytest
 
 from cairn.memory.embedders import HashEmbedder
 from cairn.memory.indexer import Indexer
+from cairn.store import postgres as postgres_module
 from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
 from tests.backends import libpq_url
@@ -173,3 +174,39 @@ def test_the_extension_is_found_where_it_was_created(database: PgvectorBackend, 
         homes = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension "
                              "WHERE extname = 'vector'").fetchall()
     assert homes == [("public" if created_by == "administrator" else "first",)]
+
+
+def test_a_vector_cooled_during_a_search_is_found_once(
+    store: PostgresStore, database: PgvectorBackend, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search is two statements here: pgvector scores the hot vectors, then
+    the client scores the rest. The tiering (another worker) cooling a vector
+    between the two must not make the search score it twice (hot by pgvector,
+    then cold by the client) or never: both statements read one snapshot."""
+    items = Items(database)
+    for i in range(6):
+        items.put("acme", NS, f"k{i}", f"note {i} about tea", at=clock())
+    Indexer(store, EMB).drain()
+    clock.advance(100)
+    other = database.open_store(clock)  # another worker's store: its own connections
+    assert isinstance(other, PostgresStore)
+    stream = postgres_module._stream_scored
+    cooled: list[int] = []
+
+    def after_pgvector_scored(*args: object) -> object:
+        if not cooled:  # between the statements, once: every vector goes cold (committed)
+            cooled.append(other.tier_vectors(50.0).cooled)
+        return stream(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(postgres_module, "_stream_scored", after_pgvector_scored)
+    try:
+        hits = store.search_memory("acme", "", EMB.embed(["note 3 about tea"])[0], 10, embedder=EMB.name).hits
+    finally:
+        other.close()
+    assert cooled == [6]
+    assert sorted(h.key for h in hits) == [f"k{i}" for i in range(6)]  # each once, none lost
+    assert hits[0].key == "k3"
+    monkeypatch.undo()
+    again = store.search_memory("acme", "", EMB.embed(["note 3 about tea"])[0], 10, embedder=EMB.name).hits
+    assert [h.key for h in again] == [h.key for h in hits]  # the cold tier's scorer ranks them alike
+    assert [h.score for h in again] == pytest.approx([h.score for h in hits], abs=0.02)  # int8 vs float

@@ -1259,15 +1259,27 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
     def _scored_in_sql(self, params: dict[str, Any], query: bytes) -> list[Scored] | None:
         # pgvector scores the hot vectors that have its copy in SQL; the client
-        # scores the rest exactly, streamed (every vector in scope without pgvector)
+        # scores the rest exactly, streamed (every vector in scope without pgvector).
+        # One read-only snapshot, so a vector the tiering moves meanwhile is
+        # scored once, not twice or never. Custom plans: the statements'
+        # optional clauses (no prefix, no filter) fold away only when the plan
+        # sees the values, and a generic plan misjudged the scope's size and
+        # fully sorted it on disk (measured: twice the time at 100,000 rows);
+        # planning costs far less than the scan.
         with self._conn() as conn:
-            hot: list[Scored] = []
-            if self._pgvector_sql is not None:
-                vec = _pgvector_text(np.frombuffer(query, dtype="<f4").tolist())
-                rows = conn.execute(self._pgvector_sql["search_vectors"], {**params, "vec": vec}).fetchall()
-                hot = [(r[0], r[1], int(r[2]), float(r[3])) for r in rows]
-            name = "search_candidates" if self._pgvector_sql is None else "search_without_pgvector"
-            rest = _stream_scored(conn, _Q[name], params, query)
+            try:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+                             "SET LOCAL plan_cache_mode = force_custom_plan")
+                hot: list[Scored] = []
+                if self._pgvector_sql is not None:
+                    vec = _pgvector_text(np.frombuffer(query, dtype="<f4").tolist())
+                    found = conn.execute(self._pgvector_sql["search_vectors"], {**params, "vec": vec})
+                    hot = [(r[0], r[1], int(r[2]), float(r[3])) for r in found.fetchall()]
+                name = "search_candidates" if self._pgvector_sql is None else "search_without_pgvector"
+                rest = _stream_scored(conn, _Q[name], params, query)
+                conn.execute("COMMIT")
+            finally:
+                _end_transaction(conn)
         return sorted(hot + rest, key=lambda hit: (hit[3], hit[0], hit[1]))[: params["k"]]
 
     def _stored_vector(

@@ -1133,7 +1133,8 @@ SELECT v.namespace, v.key, v.version,
                 1.0) AS distance
 FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
-WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+WHERE v.tenant = %(tenant)s::text
+  AND (%(prefix)s::text = '' OR starts_with(v.namespace, %(prefix)s::text))
   AND (%(embedder)s::text IS NULL OR v.embedder = %(embedder)s::text) AND v.dims = %(dims)s::bigint AND i.version = v.version
   AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
   AND (%(filter)s::jsonb IS NULL OR i.metadata @> %(filter)s::jsonb)
@@ -1147,7 +1148,8 @@ LIMIT %(k)s::bigint
 SELECT v.namespace, v.key, v.version, v.tier, v.scale, v.embedding
 FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
-WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+WHERE v.tenant = %(tenant)s::text
+  AND (%(prefix)s::text = '' OR starts_with(v.namespace, %(prefix)s::text))
   AND (%(embedder)s::text IS NULL OR v.embedder = %(embedder)s::text) AND v.dims = %(dims)s::bigint AND i.version = v.version
   AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
   AND (%(filter)s::jsonb IS NULL OR i.metadata @> %(filter)s::jsonb)
@@ -1157,7 +1159,8 @@ WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::
 SELECT v.namespace, v.key, v.version, v.tier, v.scale, v.embedding
 FROM memory_vectors AS v
 JOIN memory_items AS i ON i.tenant = v.tenant AND i.namespace = v.namespace AND i.key = v.key
-WHERE v.tenant = %(tenant)s::text AND substr(v.namespace, 1, length(%(prefix)s::text)) = %(prefix)s::text
+WHERE v.tenant = %(tenant)s::text
+  AND (%(prefix)s::text = '' OR starts_with(v.namespace, %(prefix)s::text))
   AND (%(embedder)s::text IS NULL OR v.embedder = %(embedder)s::text) AND v.dims = %(dims)s::bigint AND i.version = v.version
   AND (i.expires_at IS NULL OR i.expires_at > %(now)s::float8)
   AND (%(filter)s::jsonb IS NULL OR i.metadata @> %(filter)s::jsonb)
