@@ -19,7 +19,8 @@ from cairn.memory.indexer import Indexer, retry_delay
 from cairn.models.openai import ModelUnavailable
 from cairn.store.contract import Store
 from cairn.store.namespaces import encode_namespace, encode_prefix
-from tests.backends import StoreBackend
+from cairn.store.sqlite import SQLiteStore
+from tests.backends import SqliteBackend, StoreBackend
 from tests.memory.items import Items
 from tests.store.contract.helpers import FakeClock
 
@@ -306,3 +307,37 @@ def test_the_embedding_worker_keeps_the_tiers_by_itself(store: Store, items: Ite
         indexer.stop()
     with pytest.raises(ValueError, match="cold_after"):
         Indexer(store, EMB, cold_after=0.0)
+
+
+def test_the_nearest_vectors_of_expired_or_stale_items_never_crowd_out_the_live_ones(
+    store: Store, items: Items, clock: FakeClock
+) -> None:
+    """SQLite scores the nearest vectors before it checks their items
+    (``search_nearest_vectors``) and falls back to the full join when too few
+    of those are current: here every one of the nearest 70 is expired or
+    stale, more than that first step takes, and the result must still be
+    the live items, best first, exactly as the full join orders them."""
+    for i in range(60):
+        items.put("acme", PREFS, f"old{i:02}", f"green tea number {i}")
+    for i in range(10):
+        items.put("acme", PREFS, f"stale{i}", f"green tea again {i}")
+    for i in range(8):
+        items.put("acme", PREFS, f"live{i}", f"coffee and green tea {i}" if i < 3 else f"rides a bike {i}")
+    drain(store)
+    p = "?" if isinstance(items.backend, SqliteBackend) else "%s"
+    items.execute(f"UPDATE memory_items SET expires_at = {p} WHERE key LIKE 'old%%'", (clock() - 1,))
+    for i in range(10):  # a new version, not embedded yet: its vector is stale
+        items.put("acme", PREFS, f"stale{i}", f"green tea again {i}, changed")
+    keys, unindexed = search(store, "green tea", k=5)
+    assert unindexed == 10
+    assert len(keys) == 5
+    assert set(keys) <= {f"live{i}" for i in range(8)}
+    assert set(keys[:3]) == {"live0", "live1", "live2"}  # the nearest of the live ones first
+    if isinstance(store, SQLiteStore):  # the same as the client's exact scorer over the full join
+        store.sqlite_vec = False
+        try:
+            assert search(store, "green tea", k=5) == (keys, unindexed)
+        finally:
+            store.sqlite_vec = True
+    with_filter, _ = search(store, "green tea", k=5, nothing="here")  # the full join alone: no match
+    assert with_filter == []

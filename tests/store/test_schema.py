@@ -40,6 +40,8 @@ from tests import pgcluster
 #: database lock, so it reads then writes inside its transaction, one row at
 #: a time where that is cheapest; artifacts are files beside the database.
 SQLITE_ONLY = {
+    "search_nearest_vectors": "sqlite-vec scores the nearest vectors before their items are checked "
+                              "(PostgreSQL: pgvector's scan joins by hash, search_vectors alone)",
     "insert_run": "a run is created inside the write transaction (PostgreSQL: create_run, one statement)",
     "max_seq": "the next seq is read under the write lock (PostgreSQL: append_auto takes it in the INSERT)",
     "insert_event": "unfenced append inside a write transaction (PostgreSQL: append_auto)",

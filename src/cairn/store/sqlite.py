@@ -135,6 +135,11 @@ def _bind_without_lookups() -> None:
 
 
 _bind_without_lookups()
+#: candidates beyond 2k that a search without a filter scores before it
+#: checks their items (``search_nearest_vectors``): room for stale or
+#: expired items among the nearest before it falls back to the full join
+NEAREST_SLACK = 32
+
 #: fdatasync where the platform has it (it skips metadata that does not
 #: affect reading the data back); fsync elsewhere.
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
@@ -894,7 +899,19 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
     def _scored_in_sql(self, params: dict[str, Any], query: bytes) -> list[Scored] | None:
         if not self.sqlite_vec:
             return None  # this Python cannot load sqlite-vec: the client scores (vectorindex)
-        rows = self._select("search_vectors", {**params, "query": query, "query_int8": quantize(query)[0]})
+        values = {**params, "query": query, "query_int8": quantize(query)[0]}
+        k = int(params["k"])
+        with self._read() as conn:
+            conn.execute("BEGIN")  # one snapshot for both statements
+            try:
+                rows: list[Any] = []
+                if params["filter"] is None:  # most candidates are hits: the nearest first
+                    rows = conn.execute(_Q["search_nearest_vectors"],
+                                        {**values, "candidates": 2 * k + NEAREST_SLACK}).fetchall()
+                if len(rows) < k:  # a filter, a small scope, or stale items among the nearest
+                    rows = conn.execute(_Q["search_vectors"], values).fetchall()
+            finally:
+                conn.execute("COMMIT")
         return [(row[0], row[1], int(row[2]), float(row[3])) for row in rows]
 
     def _list_param(self, items: Collection[str]) -> Any:

@@ -855,6 +855,31 @@ WHERE v.tenant = :tenant AND substr(v.namespace, 1, length(:prefix)) = :prefix
 ORDER BY distance, v.namespace, v.key
 LIMIT :k
 
+-- name: search_nearest_vectors
+-- search_vectors without a metadata filter, in two steps: the :candidates
+-- vectors in scope nearest the query, from memory_vectors alone, then those
+-- whose item is current and not expired. Joining every vector to its item
+-- first cost as much as scoring them all (100,000 index seeks); the item
+-- check only fails for stale or expiring items, so it is left to the few.
+-- The store falls back to search_vectors when fewer than :k survive: taken
+-- in the order of the scores, the survivors among the nearest candidates
+-- are the nearest survivors overall, so either way the result is exact.
+WITH nearest AS MATERIALIZED (
+    SELECT v.namespace, v.key, v.version,
+           CASE v.tier WHEN 'hot' THEN vec_distance_cosine(v.embedding, :query)
+                ELSE vec_distance_cosine(vec_int8(v.embedding), vec_int8(:query_int8)) END AS distance
+    FROM memory_vectors AS v
+    WHERE v.tenant = :tenant AND substr(v.namespace, 1, length(:prefix)) = :prefix
+      AND (:embedder IS NULL OR v.embedder = :embedder) AND v.dims = :dims
+    ORDER BY distance, v.namespace, v.key
+    LIMIT :candidates)
+SELECT n.namespace, n.key, n.version, n.distance
+FROM nearest AS n
+JOIN memory_items AS i ON i.tenant = :tenant AND i.namespace = n.namespace AND i.key = n.key
+WHERE i.version = n.version AND (i.expires_at IS NULL OR i.expires_at > :now)
+ORDER BY n.distance, n.namespace, n.key
+LIMIT :k
+
 -- name: search_candidates
 SELECT v.namespace, v.key, v.version, v.tier, v.scale, v.embedding
 FROM memory_vectors AS v
