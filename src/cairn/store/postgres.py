@@ -1290,9 +1290,9 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
                 "tenant": task.tenant, "namespace": task.namespace, "key": task.key, "version": task.version,
                 "vec": _pgvector_text(np.frombuffer(embedding, dtype="<f4").tolist())})
 
-    def _cooled_vector(self, tx: _Conn, tenant: str, namespace: str, key: str) -> None:
-        if self._pgvector_sql is not None:
-            self._query(tx, "clear_pgvector", {"tenant": tenant, "namespace": namespace, "key": key})
+    def _cool_vector(self, tx: _Conn, params: dict[str, Any]) -> None:
+        name = "cool_vector" if self._pgvector_sql is None else "cool_vector_without_pgvector"
+        self._query(tx, name, params)
 
     # -- fenced: the holder stops its run ---------------------------------------------
 

@@ -172,8 +172,11 @@ class VectorIndex(Generic[Tx]):
     def _stored_vector(self, tx: Tx, task: EmbeddingTask, embedding: bytes, vector: Sequence[float]) -> None:
         """A dialect's own copy of a stored vector (pgvector's column)."""
 
-    def _cooled_vector(self, tx: Tx, tenant: str, namespace: str, key: str) -> None:
-        """A dialect's own copy of a cooled vector goes (pgvector's column)."""
+    def _cool_vector(self, tx: Tx, params: dict[str, Any]) -> None:
+        """Turn one hot vector cold (``cool_vector``); a dialect with its own
+        copy of hot vectors drops that copy in the same statement (pgvector's
+        column: one row version written, not two)."""
+        self._query(tx, "cool_vector", params)
 
     # -- search -------------------------------------------------------------------------
 
@@ -301,9 +304,8 @@ class VectorIndex(Generic[Tx]):
             rows = self._query(tx, "vectors_to_cool", {"before": cut, "limit": limit})
             for tenant, namespace, key, version, embedding in rows:
                 small, scale = quantize(bytes(embedding))
-                self._query(tx, "cool_vector", {"tenant": tenant, "namespace": namespace, "key": key,
-                                                "version": version, "embedding": small, "scale": scale})
-                self._cooled_vector(tx, tenant, namespace, key)
+                self._cool_vector(tx, {"tenant": tenant, "namespace": namespace, "key": key,
+                                       "version": version, "embedding": small, "scale": scale})
             rewarmed = self._query(tx, "rewarm_vectors", {"since": cut, "now": now})
             return TierMove(len(rows), len(rewarmed))
 

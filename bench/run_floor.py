@@ -1,0 +1,137 @@
+"""The SQL floor of a three-step run on SQLite: Cairn's own statements, replayed bare.
+
+    python -m bench.run_floor            # 7 rounds of 500 runs each way, alternated
+    python -m bench.run_floor --quick    # 3 rounds of 200
+
+Issue 8 asks for 5,000 three-step runs per second. This measures what the
+statements of such a run cost with no engine at all: one ``app.run(three)``
+is recorded statement by statement (SQL text and parameters, through a
+``sqlite3.Connection`` subclass), then replayed with plain ``sqlite3`` on a
+fresh database of the same schema, a new run id per run (every parameter
+equal to the recorded run id is replaced), the same connection settings
+(WAL, ``synchronous=NORMAL``). Rounds alternate Cairn (``app.run``) and the
+replay in one process, so both meet the same machine; the figures are the
+median rounds, and the ratio says how much of a run is Cairn's Python.
+
+A replay is the floor of this schema, not of every schema: fewer index
+writes per run (each of the run row's indexes is written on create and
+again on finish) would lower it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+Params = Sequence[Any] | Mapping[str, Any]
+
+
+class _Recording(sqlite3.Connection):
+    """A connection that records what it executes while ``log`` is a list."""
+
+    log: list[tuple[str, Params]] | None = None
+
+    def execute(self, sql: str, parameters: Params = (), /) -> sqlite3.Cursor:  # type: ignore[override]
+        if _Recording.log is not None:
+            _Recording.log.append((sql, parameters))
+        return super().execute(sql, parameters)
+
+
+def record(path: Path) -> tuple[list[tuple[str, Params]], str]:
+    """The statements of one ``app.run(three)`` (after a warm-up run), and its run id."""
+    from bench.cairn_workloads import build
+
+    connect = sqlite3.connect
+
+    def recording_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn: sqlite3.Connection = connect(*args, **{**kwargs, "factory": _Recording})
+        return conn
+
+    sqlite3.connect = recording_connect  # type: ignore[assignment]
+    try:
+        w = build(path)
+        try:
+            w.app.run(w.three)
+            _Recording.log = []
+            w.app.run(w.three)
+            log, _Recording.log = _Recording.log, None
+        finally:
+            w.close()
+    finally:
+        sqlite3.connect = connect
+    run_ids = {v for _, p in log for v in (p.values() if isinstance(p, Mapping) else p)
+               if isinstance(v, str) and len(v) == 36 and v.count("-") == 4}
+    writes = [(sql, p) for sql, p in log if not sql.lstrip().upper().startswith(("SELECT", "PRAGMA"))]
+    if len(run_ids) != 1:
+        raise RuntimeError(f"expected one run id in the recorded statements, found {sorted(run_ids)}")
+    return writes, run_ids.pop()
+
+
+def _swap(params: Params, old: str, new: str) -> Params:
+    if isinstance(params, Mapping):
+        return {k: (new if v == old else v) for k, v in params.items()}
+    return tuple(new if v == old else v for v in params)
+
+
+def replay_runs_per_s(path: Path, statements: Sequence[tuple[str, Params]], run_id: str, runs: int) -> float:
+    from cairn.store.sqlite import SQLiteStore
+
+    SQLiteStore(path).close()  # the schema, by the store's migrations
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    batches = [[(sql, _swap(p, run_id, str(uuid.uuid4()))) for sql, p in statements] for _ in range(runs)]
+    started = time.perf_counter()
+    for batch in batches:
+        for sql, params in batch:
+            conn.execute(sql, params)
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return runs / elapsed
+
+
+def cairn_runs_per_s(path: Path, runs: int) -> float:
+    from bench.cairn_workloads import build
+
+    w = build(path)
+    try:
+        w.app.run(w.three)
+        started = time.perf_counter()
+        for _ in range(runs):
+            w.app.run(w.three)
+        return runs / (time.perf_counter() - started)
+    finally:
+        w.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    rounds, runs = (3, 200) if args.quick else (7, 500)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        statements, run_id = record(root / "recorded.db")
+        print(f"one 3-step run: {len(statements)} statements, "
+              f"{sum(1 for s, _ in statements if s.strip().upper() == 'COMMIT')} explicit COMMITs")
+        cairn: list[float] = []
+        bare: list[float] = []
+        for i in range(rounds):
+            cairn.append(cairn_runs_per_s(root / f"cairn{i}.db", runs))
+            bare.append(replay_runs_per_s(root / f"bare{i}.db", statements, run_id, runs))
+            print(f"round {i + 1}/{rounds}: cairn {cairn[-1]:,.0f} runs/s, "
+                  f"bare replay {bare[-1]:,.0f} runs/s")
+    c, b = statistics.median(cairn), statistics.median(bare)
+    print(f"\nmedians of {rounds} rounds x {runs} runs: cairn {c:,.0f} runs/s, "
+          f"bare SQL replay {b:,.0f} runs/s (cairn / floor {c / b:.2f}); target >= 5,000 runs/s")
+
+
+if __name__ == "__main__":
+    main()
