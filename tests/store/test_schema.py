@@ -89,8 +89,8 @@ POSTGRES_ONLY = {
     "spend_queue_tokens": "queue-wide token buckets are spent through a SECURITY DEFINER function that "
                           "charges only what the transaction claimed (tenant roles cannot write them)",
     "role_scope": "row-level security and tenant grants are PostgreSQL's (SQLite has no roles)",
-    "set_pgvector": "pgvector's copy of a hot vector, where the extension exists (SQLite: sqlite-vec "
-                    "reads the float32 blob itself)",
+    "upsert_vector_with_pgvector": "a stored vector and pgvector's copy of it in one statement, where the "
+                                   "extension exists (SQLite: sqlite-vec scores the stored blob itself)",
     "cool_vector_without_pgvector": "a cooled vector leaves pgvector's column in the same UPDATE",
     "has_pgvector": "whether migration 0016 could add pgvector's column, and the extension's schema",
     "search_without_pgvector": "the rows in scope pgvector cannot score (cold, or without pgvector's copy)",

@@ -247,7 +247,7 @@ from cairn.store.schedules import (
 )
 from cairn.store.sqlbase import SQLStore, TransactingStore
 from cairn.store.sqlfiles import load_migrations, load_queries
-from cairn.store.vectorindex import EmbeddingTask, ExactScorer, Scored
+from cairn.store.vectorindex import ExactScorer, Scored
 
 _Q = load_queries("postgres")
 #: rows scored at a time by the client's exact vector scan (7.5 MB at 384 float32 dimensions)
@@ -1255,7 +1255,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         with self._conn() as conn:
             quoted = schema.as_string(conn)
         return {name: _Q[name].replace("pgvector_schema.", quoted + ".")
-                for name in ("search_vectors", "set_pgvector")}
+                for name in ("search_vectors", "upsert_vector_with_pgvector")}
 
     def _scored_in_sql(self, params: dict[str, Any], query: bytes) -> list[Scored] | None:
         # pgvector scores the hot vectors that have its copy in SQL; the client
@@ -1282,13 +1282,12 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
                 _end_transaction(conn)
         return sorted(hot + rest, key=lambda hit: (hit[3], hit[0], hit[1]))[: params["k"]]
 
-    def _stored_vector(
-        self, tx: _Conn, task: EmbeddingTask, embedding: bytes, vector: Sequence[float]
-    ) -> None:
-        if self._pgvector_sql is not None:
-            tx.execute(self._pgvector_sql["set_pgvector"], {
-                "tenant": task.tenant, "namespace": task.namespace, "key": task.key, "version": task.version,
-                "vec": _pgvector_text(np.frombuffer(embedding, dtype="<f4").tolist())})
+    def _upsert_vector(self, tx: _Conn, params: dict[str, Any]) -> None:
+        if self._pgvector_sql is None:
+            self._query(tx, "upsert_vector", params)
+            return
+        vec = _pgvector_text(np.frombuffer(params["embedding"], dtype="<f4").tolist())
+        tx.execute(self._pgvector_sql["upsert_vector_with_pgvector"], {**params, "vec": vec})
 
     def _cool_vector(self, tx: _Conn, params: dict[str, Any]) -> None:
         name = "cool_vector" if self._pgvector_sql is None else "cool_vector_without_pgvector"

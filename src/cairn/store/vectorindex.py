@@ -169,8 +169,11 @@ class VectorIndex(Generic[Tx]):
         (the client scores them: ``score_candidates``)."""
         return None
 
-    def _stored_vector(self, tx: Tx, task: EmbeddingTask, embedding: bytes, vector: Sequence[float]) -> None:
-        """A dialect's own copy of a stored vector (pgvector's column)."""
+    def _upsert_vector(self, tx: Tx, params: dict[str, Any]) -> None:
+        """Store one item's vector, hot (``upsert_vector``); a dialect with its
+        own copy of hot vectors writes that copy in the same statement
+        (pgvector's column: one row version written, not two)."""
+        self._query(tx, "upsert_vector", params)
 
     def _cool_vector(self, tx: Tx, params: dict[str, Any]) -> None:
         """Turn one hot vector cold (``cool_vector``); a dialect with its own
@@ -243,11 +246,11 @@ class VectorIndex(Generic[Tx]):
         """Store each task's vector, fenced by the claim ``token``; how many
         were stored (a task whose rows were re-claimed, or whose item moved
         on since the claim, stores nothing)."""
-        encoded = [(task, encode_vector(vector, dims), vector) for task, vector in results]
+        encoded = [(task, encode_vector(vector, dims)) for task, vector in results]
 
         def body(tx: Tx) -> int:
             now, stored = self.clock(), 0
-            for task, embedding, vector in encoded:
+            for task, embedding in encoded:
                 held = [self._query(tx, "outbox_claimed", {"id": i, "token": token}) for i in task.outbox_ids]
                 if not all(held):
                     continue  # the fence: the claim lapsed and someone else holds these rows
@@ -255,9 +258,8 @@ class VectorIndex(Generic[Tx]):
                 found = self._query(tx, "outbox_item", item)
                 if not found or int(found[0][0]) != task.version:
                     continue  # changed since the claim: its newer version has an outbox row of its own
-                self._query(tx, "upsert_vector", {**item, "version": task.version, "embedder": embedder,
-                                                  "dims": dims, "embedding": embedding, "now": now})
-                self._stored_vector(tx, task, embedding, vector)
+                self._upsert_vector(tx, {**item, "version": task.version, "embedder": embedder, "dims": dims,
+                                         "embedding": embedding, "now": now})
                 self._query(tx, "delete_outbox_upto", {**item, "version": task.version})
                 stored += 1
             fault_point("store.store_embeddings.before_commit")

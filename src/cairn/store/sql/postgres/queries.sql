@@ -1206,11 +1206,19 @@ SET version = excluded.version, embedder = excluded.embedder, dims = excluded.di
     embedding = excluded.embedding, scale = NULL, embedded_at = excluded.embedded_at
 WHERE memory_vectors.version <= excluded.version
 
--- name: set_pgvector
--- `pgvector_schema.`: as in search_vectors.
-UPDATE memory_vectors SET vec = %(vec)s::pgvector_schema.vector
-WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
-  AND version = %(version)s::bigint
+-- name: upsert_vector_with_pgvector
+-- upsert_vector where migration 0016 added `vec`: pgvector's copy of the
+-- hot vector in the same statement (a second UPDATE wrote the 3 kB row
+-- again). `pgvector_schema.`: as in search_vectors.
+INSERT INTO memory_vectors (tenant, namespace, key, version, embedder, dims, tier, embedding, scale,
+                            embedded_at, vec)
+VALUES (%(tenant)s::text, %(namespace)s::text, %(key)s::text, %(version)s::bigint, %(embedder)s::text,
+        %(dims)s::bigint, 'hot', %(embedding)s::bytea, NULL, %(now)s::float8,
+        %(vec)s::pgvector_schema.vector)
+ON CONFLICT (tenant, namespace, key) DO UPDATE
+SET version = excluded.version, embedder = excluded.embedder, dims = excluded.dims, tier = 'hot',
+    embedding = excluded.embedding, scale = NULL, embedded_at = excluded.embedded_at, vec = excluded.vec
+WHERE memory_vectors.version <= excluded.version
 
 -- name: delete_outbox_upto
 DELETE FROM memory_outbox WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text
