@@ -102,8 +102,13 @@ function runPage(table) {
   };
   source.addEventListener("end", (message) => {
     const end = JSON.parse(message.data);
-    setStatus(end.status);
-    refreshRun(runId).finally(() => { live("ended"); });
+    // The status and the result change together, from the run as it is now:
+    // setting the status first showed "completed" beside the old result.
+    // The end event's status only where the run cannot be read.
+    refreshRun(runId)
+      .then((shown) => { if (!shown) setStatus(end.status); })
+      .catch(() => { setStatus(end.status); })
+      .finally(() => { live("ended"); });
     source.close();
   });
 }
@@ -123,16 +128,19 @@ function setStatus(value) {
   status.className = "status s-" + String(value).replace(/[^a-z_]/g, "");
 }
 
-// The run's status, result and approvals as they are now (after a live entry).
+// The run's status, result and approvals as they are now (after a live
+// entry); whether the run could be read. The result is written before the
+// status, in the same task: whoever sees the new status sees its result.
 async function refreshRun(runId) {
   const response = await fetch("/api/runs/" + encodeURIComponent(runId), {credentials: "same-origin"});
-  if (!response.ok) return;
+  if (!response.ok) return false;
   const run = await response.json();
-  setStatus(run.status);
   const result = document.getElementById("run-result");
   if (result) result.textContent = pretty(run.error ? run.error : run.result);
+  setStatus(run.status);
   const box = document.getElementById("approvals");
   if (box) await refreshApprovals(box);
+  return true;
 }
 
 function approvalsUrl(box) {
