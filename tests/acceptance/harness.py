@@ -152,6 +152,20 @@ def sleeping_in_syscall(pid: int) -> bool:
     return fields[0].isdigit() and int(fields[0]) in _SLEEP_SYSCALLS.get(os.uname().machine, set())
 
 
+def thread_syscalls(pid: int) -> str:
+    """Each thread of ``pid`` with the system call it is in (or ``running``):
+    for the message of a test that waited in vain for ``sleeping_in_syscall``."""
+    shown = []
+    for task in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        try:
+            where = f"/proc/{pid}/task/{task}"
+            with open(f"{where}/comm") as comm, open(f"{where}/syscall") as call:
+                shown.append(f"{task} {comm.read().strip()}: {call.read().split()[0]}")
+        except OSError:
+            continue
+    return "; ".join(shown)
+
+
 def can_see_syscalls() -> bool:
     return sys.platform == "linux" and os.uname().machine in _SLEEP_SYSCALLS
 

@@ -25,6 +25,7 @@ from tests.acceptance.harness import (
     journal,
     read_effects,
     sleeping_in_syscall,
+    thread_syscalls,
     wait_until,
 )
 
@@ -186,8 +187,11 @@ def test_sigterm_during_a_claim_gives_that_run_back(cluster: Cluster) -> None:
             lock.execute("ROLLBACK")  # the worker claimed it in the instant before the lock: again
         else:
             raise AssertionError("the worker always claimed the run before the test could take the lock")
-        wait_until(lambda: sleeping_in_syscall(worker.pid), 10,
-                   "the worker to wait for the write lock inside claim_runs")
+        # 20 s, not 10: once under `-n 2` (CI) no sleep was seen in 10 s, cause not
+        # established; the message now names every thread's system call for next time
+        wait_until(lambda: sleeping_in_syscall(worker.pid), 20,
+                   lambda: f"the worker to wait for the write lock inside claim_runs (its threads: "
+                           f"{thread_syscalls(worker.pid)}; log:\n{worker.log_tail()})")
         worker.send(signal.SIGTERM)
         lock.execute("ROLLBACK")
     finally:
