@@ -14,8 +14,8 @@ embeds memory items (``memory.indexer``) and moves item values between tiers
 * ``stop`` lets the pass in progress end (its transaction commits or not at
   all) and joins the thread.
 
-This module is at the bottom of the layers (it knows only ``cairn.errors``),
-so the memory layer and the worker layer can both build on it.
+This module is a layer of its own just above the leaves (it knows only
+``cairn.errors``), so the memory layer and the worker layer can both build on it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ FIRST_BACKOFF = 0.1
 
 
 class SideLoop(ABC):
-    """Calls ``run_pass`` on a daemon thread named ``cairn-<name>`` until ``stop``."""
+    """Calls ``cycle`` on a daemon thread named ``cairn-<name>`` until ``stop``."""
 
     def __init__(self, name: str, log: logging.Logger, *, max_wait: float) -> None:
         if not max_wait > 0:

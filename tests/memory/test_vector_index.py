@@ -341,3 +341,24 @@ def test_the_nearest_vectors_of_expired_or_stale_items_never_crowd_out_the_live_
             store.sqlite_vec = True
     with_filter, _ = search(store, "green tea", k=5, nothing="here")  # the full join alone: no match
     assert with_filter == []
+
+
+def test_another_tenants_vector_for_the_same_key_never_scores_this_tenants_item(
+    store: Store, items: Items
+) -> None:
+    """Two tenants may hold the same namespace and key. A search of acme's
+    must score acme's item by acme's vector: were the tenant condition missing
+    from a statement that scores vectors before joining their items, globex's
+    vector (here: the query's very text) would rank acme's "doc" first."""
+    items.put("acme", PREFS, "doc", "rides a bicycle to work")
+    items.put("acme", PREFS, "cup", "green tea leaves in a cup")
+    items.put("globex", PREFS, "doc", "green tea")
+    drain(store)
+    found = store.search_memory("acme", "", EMB.embed(["green tea"])[0], 2, None, embedder=EMB.name)
+    assert [hit.key for hit in found.hits] == ["cup", "doc"]
+    own = store.search_memory("acme", "", EMB.embed(["rides a bicycle to work"])[0], 1, None,
+                              embedder=EMB.name)
+    assert own.hits[0].key == "doc"
+    assert own.hits[0].score == pytest.approx(1.0, abs=1e-5)  # acme's doc is scored by acme's own vector
+    theirs = store.search_memory("globex", "", EMB.embed(["green tea"])[0], 5, None, embedder=EMB.name)
+    assert [(hit.key, round(hit.score, 5)) for hit in theirs.hits] == [("doc", 1.0)]

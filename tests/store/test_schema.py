@@ -91,7 +91,7 @@ POSTGRES_ONLY = {
     "role_scope": "row-level security and tenant grants are PostgreSQL's (SQLite has no roles)",
     "upsert_vector_with_pgvector": "a stored vector and pgvector's copy of it in one statement, where the "
                                    "extension exists (SQLite: sqlite-vec scores the stored blob itself)",
-    "cool_vector_without_pgvector": "a cooled vector leaves pgvector's column in the same UPDATE",
+    "cool_vector_with_pgvector": "a cooled vector leaves pgvector's column in the same UPDATE",
     "has_pgvector": "whether migration 0016 could add pgvector's column, and the extension's schema",
     "search_without_pgvector": "the rows in scope pgvector cannot score (cold, or without pgvector's copy)",
 }

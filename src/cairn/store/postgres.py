@@ -1290,7 +1290,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         tx.execute(self._pgvector_sql["upsert_vector_with_pgvector"], {**params, "vec": vec})
 
     def _cool_vector(self, tx: _Conn, params: dict[str, Any]) -> None:
-        name = "cool_vector" if self._pgvector_sql is None else "cool_vector_without_pgvector"
+        name = "cool_vector" if self._pgvector_sql is None else "cool_vector_with_pgvector"
         self._query(tx, name, params)
 
     # -- fenced: the holder stops its run ---------------------------------------------

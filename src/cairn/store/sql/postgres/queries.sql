@@ -1255,7 +1255,7 @@ UPDATE memory_vectors SET tier = 'cold', embedding = %(embedding)s::bytea, scale
 WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
   AND version = %(version)s::bigint AND tier = 'hot'
 
--- name: cool_vector_without_pgvector
+-- name: cool_vector_with_pgvector
 -- cool_vector where migration 0016 added `vec`: pgvector's copy goes in the
 -- same UPDATE (a second one wrote the 3 kB row again).
 UPDATE memory_vectors SET tier = 'cold', embedding = %(embedding)s::bytea, scale = %(scale)s::float8, vec = NULL
