@@ -21,6 +21,7 @@ again on finish) would lower it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sqlite3
 import statistics
 import tempfile
@@ -44,8 +45,9 @@ class _Recording(sqlite3.Connection):
         return super().execute(sql, parameters)
 
 
-def record(path: Path) -> tuple[list[tuple[str, Params]], str]:
-    """The statements of one ``app.run(three)`` (after a warm-up run), and its run id."""
+def record(path: Path) -> tuple[list[tuple[str, Params]], str, int]:
+    """The statements of one ``app.run(three)`` (after a warm-up run), its run
+    id and how many history entries it wrote."""
     from bench.cairn_workloads import build
 
     connect = sqlite3.connect
@@ -71,7 +73,10 @@ def record(path: Path) -> tuple[list[tuple[str, Params]], str]:
     writes = [(sql, p) for sql, p in log if not sql.lstrip().upper().startswith(("SELECT", "PRAGMA"))]
     if len(run_ids) != 1:
         raise RuntimeError(f"expected one run id in the recorded statements, found {sorted(run_ids)}")
-    return writes, run_ids.pop()
+    run_id = run_ids.pop()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        entries = conn.execute("SELECT count(*) FROM history WHERE run_id = ?", (run_id,)).fetchone()[0]
+    return writes, run_id, entries
 
 
 def _swap(params: Params, old: str, new: str) -> Params:
@@ -80,21 +85,41 @@ def _swap(params: Params, old: str, new: str) -> Params:
     return tuple(new if v == old else v for v in params)
 
 
-def replay_runs_per_s(path: Path, statements: Sequence[tuple[str, Params]], run_id: str, runs: int) -> float:
+def replay_runs_per_s(path: Path, statements: Sequence[tuple[str, Params]], run_id: str, entries_per_run: int,
+                      runs: int) -> float:
     from cairn.store.sqlite import SQLiteStore
 
     SQLiteStore(path).close()  # the schema, by the store's migrations
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
-    batches = [[(sql, _swap(p, run_id, str(uuid.uuid4()))) for sql, p in statements] for _ in range(runs)]
+    new_ids = [str(uuid.uuid4()) for _ in range(runs)]
+    batches = [[(sql, _swap(p, run_id, new)) for sql, p in statements] for new in new_ids]
     started = time.perf_counter()
     for batch in batches:
         for sql, params in batch:
             conn.execute(sql, params)
     elapsed = time.perf_counter() - started
-    conn.close()
+    try:
+        check_replayed(conn, entries_per_run, new_ids)
+    finally:
+        conn.close()
     return runs / elapsed
+
+
+def check_replayed(conn: sqlite3.Connection, entries_per_run: int, new_ids: Sequence[str]) -> None:
+    """Refuse a replay that did less than the recorded run: every replayed
+    run must end as the recorded one did, with as many history entries. (A
+    replay that gave each statement a run id of its own once fenced every
+    append and the finish out, and measured a floor of nothing.)"""
+    placeholders = ",".join("?" * len(new_ids))
+    statuses = dict(conn.execute(
+        f"SELECT status, count(*) FROM runs WHERE run_id IN ({placeholders}) GROUP BY status", new_ids).fetchall())
+    entries = conn.execute(
+        f"SELECT count(*) FROM history WHERE run_id IN ({placeholders})", new_ids).fetchone()[0]
+    if statuses != {"completed": len(new_ids)} or entries != entries_per_run * len(new_ids):
+        raise RuntimeError(f"the replay did not redo the recorded runs: statuses {statuses}, "
+                           f"{entries} history entries for {len(new_ids)} runs")
 
 
 def cairn_runs_per_s(path: Path, runs: int) -> float:
@@ -118,14 +143,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     rounds, runs = (3, 200) if args.quick else (7, 500)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        statements, run_id = record(root / "recorded.db")
+        statements, run_id, entries = record(root / "recorded.db")
         print(f"one 3-step run: {len(statements)} statements, "
               f"{sum(1 for s, _ in statements if s.strip().upper() == 'COMMIT')} explicit COMMITs")
         cairn: list[float] = []
         bare: list[float] = []
         for i in range(rounds):
             cairn.append(cairn_runs_per_s(root / f"cairn{i}.db", runs))
-            bare.append(replay_runs_per_s(root / f"bare{i}.db", statements, run_id, runs))
+            bare.append(replay_runs_per_s(root / f"bare{i}.db", statements, run_id, entries, runs))
             print(f"round {i + 1}/{rounds}: cairn {cairn[-1]:,.0f} runs/s, "
                   f"bare replay {bare[-1]:,.0f} runs/s")
     c, b = statistics.median(cairn), statistics.median(bare)
