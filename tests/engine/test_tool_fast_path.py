@@ -153,3 +153,64 @@ def test_a_tool_that_mutates_its_arguments_does_not_change_its_recorded_intent(a
     assert [e.detail["operation_id"] for e in intents if e.detail] == [
         _reference_id("ship", 0), _reference_id("ship", 1)]
 
+
+
+def _journal_of(app: cairn.App, run_id: str) -> list[tuple[Any, ...]]:
+    """What a run recorded, without the times and the worker."""
+    return [(e.event, e.position, e.step_kind, e.name, e.input_hash, e.attempt,
+             e.payload.data if e.payload else None, e.detail)
+            for e in app.history(run_id) if e.position is not None]
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["as-step", "general"])
+def test_a_plain_read_tool_records_what_the_general_tool_path_records(
+    app: cairn.App, monkeypatch: pytest.MonkeyPatch, general: bool
+) -> None:
+    """A read tool asking for nothing a step lacks is journaled by the step's
+    protocol (``ToolDef.as_step``); both paths must leave the same journal, a
+    failed attempt and its retry included, and count toward the tool budget."""
+    attempts: list[int] = []
+
+    @app.tool(effect="read", retry=cairn.RetryPolicy(max_attempts=2, initial_delay=0.0))
+    def lookup(key: str) -> dict[str, str]:
+        attempts.append(len(attempts))
+        if len(attempts) == 2:
+            raise ConnectionError("flaky")
+        return {"key": key}
+
+    assert lookup.definition.as_step  # type: ignore[attr-defined]
+    if general:
+        monkeypatch.setattr(lookup, "_as_step", False)
+
+    @app.workflow(name="lookups")
+    def lookups(ctx: cairn.Context) -> list[dict[str, str]]:
+        return [lookup("a"), lookup("b")]
+
+    run_id = "general" if general else "as-step"
+    assert app.run(lookups, run_id=run_id) == [{"key": "a"}, {"key": "b"}]
+    recorded = _journal_of(app, run_id)
+    kinds = [(event, position, kind, attempt) for event, position, kind, _, _, attempt, _, _ in recorded]
+    assert kinds == [(EventType.STEP_COMPLETED, 0, "tool", 1), (EventType.STEP_RETRIED, 1, "tool", 1),
+                     (EventType.STEP_COMPLETED, 1, "tool", 2)]
+    assert attempts == [0, 1, 2]
+    assert app.resume(run_id) == [{"key": "a"}, {"key": "b"}]  # replayed: no body runs again
+    assert attempts == [0, 1, 2]
+
+
+def test_both_read_tool_paths_record_the_same_entries(
+    app: cairn.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @app.tool(effect="read")
+    def price(item: str, qty: int = 1) -> float:
+        return 2.5 * qty
+
+    @app.workflow(name="prices")
+    def prices(ctx: cairn.Context) -> float:
+        return price("x") + price("y", qty=3)
+
+    assert app.run(prices, run_id="fast") == 10.0
+    monkeypatch.setattr(price, "_as_step", False)
+    assert app.run(prices, run_id="slow") == 10.0
+    fast, slow = _journal_of(app, "fast"), _journal_of(app, "slow")
+    assert len(fast) == 2
+    assert fast == slow

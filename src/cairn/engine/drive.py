@@ -1,6 +1,6 @@
 """One driver for sync and async journaled calls.
 
-The journaling protocol of a step (``steps._journaled``), a tool with its
+The journaling protocol of a step (``steps.journaled``), a tool with its
 reconciler (``tools._ToolCall.protocol``) or a model call
 (``modelcalls.ask``) is written once, as a generator: it decides what to do
 from the journal, ``yield``s an ``Invoke`` whenever user code (a step body, a

@@ -1,7 +1,7 @@
 """Journaled steps: the unit of work whose result is recorded before the
 workflow moves on, and returned from the record on replay.
 
-The journaling logic is one protocol (``_journaled``, see ``engine.drive``);
+The journaling logic is one protocol (``journaled``, see ``engine.drive``);
 a sync step runs it with ``run_sync``, an ``async def`` step with ``run_async``.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextvars
 import functools
 import hashlib
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
@@ -24,6 +26,7 @@ from cairn.engine.memory import step_memory
 from cairn.errors import CairnError, PayloadError, SecretLeak
 from cairn.faults import fault_point
 from cairn.memory.api import Memory
+from cairn.retry import RetryPolicy
 from cairn.store.records import RunRecord
 
 P = ParamSpec("P")
@@ -99,24 +102,52 @@ class Step(Generic[P, R]):
             # awaits would skip the step silently
             raise TypeError(f"async step {self.definition.name!r} called from a sync workflow: "
                             "make the step sync, or the workflow async")
-        protocol = _journaled(execution, self.definition, args, kwargs, self._what)
+        protocol = journaled(execution, self.definition, args, kwargs, self._what)
         if self.definition.is_async:
             return run_async(protocol)  # type: ignore[return-value]
         finished: R = run_sync(protocol)
         return finished
 
 
-def _journaled(
-    execution: Execution, definition: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], what: str
+class Journaled(typing.Protocol):
+    """What ``journaled`` needs of a definition: a step's, or a plain read
+    tool's (``ToolDef.as_step``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+    @property
+    def retry(self) -> RetryPolicy: ...
+    @property
+    def result_type(self) -> Any: ...
+    @property
+    def secrets(self) -> SecretParams | None: ...
+
+
+#: the fault point of ``journaled`` after the body, per kind (a tool's as ``_ToolCall``'s)
+_FAULT_POINTS = {"step": "step.before_record", "tool": "tool.after_effect"}
+
+
+def journaled(
+    execution: Execution, definition: Journaled, args: tuple[Any, ...], kwargs: dict[str, Any], what: str,
+    kind: str = "step",
 ) -> Protocol[Any]:
-    """Replay the step's recorded outcome, or run its body once and record
-    what it returned (or its failure, by the step's retry policy)."""
+    """Replay the call's recorded outcome, or run its body once and record
+    what it returned (or its failure, by the retry policy).
+
+    A step's protocol, and a read tool's that asks for nothing a step has
+    not (no ``Operation``, approval, timeout or result schema): such a tool
+    has nothing to protect, so it is journaled exactly like a step, under
+    its own kind, after the budget's check of one more tool call."""
     params = definition.secrets
     if params is not None:
         params.check(args, kwargs, what)
-    call = execution.begin("step", definition.name, input_hash(args, kwargs, what))
+    call = execution.begin(kind, definition.name, input_hash(args, kwargs, what))
     if call.recorded is not None:
         return execution.replay(call, definition.result_type)
+    if kind == "tool" and execution.budget is not None:
+        execution.check_budget(tool_call=True)
     token = STEP_INFO.set((execution.run, definition.name, call.position, call.attempt,
                            execution.journal.generation(call.position)))
     try:
@@ -129,12 +160,15 @@ def _journaled(
     finally:
         STEP_INFO.reset(token)
     if faults.ARMED:
-        fault_point("step.before_record")
-    return execution.complete_call(call, value, definition.result_type, policy=definition.retry)
+        fault_point(_FAULT_POINTS[kind])
+    outcome = execution.complete_call(call, value, definition.result_type, policy=definition.retry)
+    if faults.ARMED and kind == "tool":
+        fault_point("tool.after_record")
+    return outcome
 
 
 def _with_secrets(
-    execution: Execution, definition: StepDef, params: SecretParams, args: tuple[Any, ...],
+    execution: Execution, definition: Journaled, params: SecretParams, args: tuple[Any, ...],
     kwargs: dict[str, Any], what: str,
 ) -> Protocol[Any]:
     """The body with its secrets resolved now (for this attempt, on this

@@ -44,7 +44,7 @@ from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import CURRENT, Execution, current, operation_id
 from cairn.engine.memory import step_memory
 from cairn.engine.signals import Suspend
-from cairn.engine.steps import STEP_INFO, input_hash
+from cairn.engine.steps import STEP_INFO, input_hash, journaled
 from cairn.errors import (
     EffectNotApplied,
     NonDeterminismError,
@@ -202,6 +202,14 @@ class ToolDef:
     #: the type the arguments are approved (and edited) as
     arguments_type: Any = None
 
+    @property
+    def as_step(self) -> bool:
+        """A read tool asking for nothing a step does not have (no
+        ``Operation``, approval, timeout or result schema): nothing to
+        protect, so it is journaled by the step's protocol (``steps.journaled``)."""
+        return (self.effect is Effect.READ and not self.wants_operation and self.approval is None
+                and self.timeout is None and self.schema is None)
+
     @classmethod
     def build(
         cls,
@@ -303,6 +311,9 @@ class Tool(Generic[P, R]):
         self.definition = definition
         functools.update_wrapper(self, definition.fn)
         self._what = f"tool {definition.name!r}"
+        # sync only: an async tool takes its position at the call, before it
+        # is awaited (``_ToolCall``), which a protocol started by the driver would not
+        self._as_step = definition.as_step and not definition.is_async
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         execution = CURRENT.get(None)  # ``current()``, inlined: once per call
@@ -310,7 +321,8 @@ class Tool(Generic[P, R]):
             return self._detached(args, kwargs)  # type: ignore[no-any-return]
         # The position is taken now, at the call (not when an async tool is
         # awaited), so tools started together keep their call order.
-        protocol = _ToolCall(execution, self.definition, args, kwargs, self._what).protocol()
+        protocol = (journaled(execution, self.definition, args, kwargs, self._what, "tool") if self._as_step
+                    else _ToolCall(execution, self.definition, args, kwargs, self._what).protocol())
         if self.definition.is_async:
             return run_async(protocol)  # type: ignore[return-value]
         return run_sync(protocol)  # type: ignore[no-any-return]
