@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import time
 import uuid
 from typing import Any
 
@@ -162,55 +163,113 @@ def _journal_of(app: cairn.App, run_id: str) -> list[tuple[Any, ...]]:
             for e in app.history(run_id) if e.position is not None]
 
 
-@pytest.mark.parametrize("general", [False, True], ids=["as-step", "general"])
-def test_a_plain_read_tool_records_what_the_general_tool_path_records(
-    app: cairn.App, monkeypatch: pytest.MonkeyPatch, general: bool
-) -> None:
-    """A read tool asking for nothing a step lacks is journaled by the step's
-    protocol (``ToolDef.as_step``); both paths must leave the same journal, a
-    failed attempt and its retry included, and count toward the tool budget."""
-    attempts: list[int] = []
-
-    @app.tool(effect="read", retry=cairn.RetryPolicy(max_attempts=2, initial_delay=0.0))
-    def lookup(key: str) -> dict[str, str]:
-        attempts.append(len(attempts))
-        if len(attempts) == 2:
-            raise ConnectionError("flaky")
-        return {"key": key}
-
-    assert lookup.definition.as_step  # type: ignore[attr-defined]
-    if general:
-        monkeypatch.setattr(lookup, "_as_step", False)
-
-    @app.workflow(name="lookups")
-    def lookups(ctx: cairn.Context) -> list[dict[str, str]]:
-        return [lookup("a"), lookup("b")]
-
-    run_id = "general" if general else "as-step"
-    assert app.run(lookups, run_id=run_id) == [{"key": "a"}, {"key": "b"}]
-    recorded = _journal_of(app, run_id)
-    kinds = [(event, position, kind, attempt) for event, position, kind, _, _, attempt, _, _ in recorded]
-    assert kinds == [(EventType.STEP_COMPLETED, 0, "tool", 1), (EventType.STEP_RETRIED, 1, "tool", 1),
-                     (EventType.STEP_COMPLETED, 1, "tool", 2)]
-    assert attempts == [0, 1, 2]
-    assert app.resume(run_id) == [{"key": "a"}, {"key": "b"}]  # replayed: no body runs again
-    assert attempts == [0, 1, 2]
-
-
-def test_both_read_tool_paths_record_the_same_entries(
+def test_both_read_tool_paths_record_the_same_journal(
     app: cairn.App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    @app.tool(effect="read")
-    def price(item: str, qty: int = 1) -> float:
-        return 2.5 * qty
+    """A read tool asking for nothing a step lacks is journaled by the step's
+    protocol (``ToolDef.as_step``); the general path must have left the very
+    same entries, a failed attempt and its retry included, and a replay runs
+    no body again."""
+    attempts: list[str] = []
+    flaky: set[str] = set()  # keys whose next call fails once
 
-    @app.workflow(name="prices")
-    def prices(ctx: cairn.Context) -> float:
-        return price("x") + price("y", qty=3)
+    @app.tool(effect="read", retry=cairn.RetryPolicy(max_attempts=2, initial_delay=0.0))
+    def lookup(key: str, qty: int = 1) -> dict[str, Any]:
+        attempts.append(key)
+        if key in flaky:
+            flaky.discard(key)
+            raise ConnectionError("flaky")
+        return {"key": key, "qty": qty}
 
-    assert app.run(prices, run_id="fast") == 10.0
-    monkeypatch.setattr(price, "_as_step", False)
-    assert app.run(prices, run_id="slow") == 10.0
-    fast, slow = _journal_of(app, "fast"), _journal_of(app, "slow")
-    assert len(fast) == 2
+    assert lookup.definition.as_step  # type: ignore[attr-defined]
+
+    @app.workflow(name="lookups")
+    def lookups(ctx: cairn.Context) -> list[dict[str, Any]]:
+        return [lookup("a"), lookup("b", qty=3)]
+
+    expected = [{"key": "a", "qty": 1}, {"key": "b", "qty": 3}]
+    flaky.add("b")
+    assert app.run(lookups, run_id="as-step") == expected
+    monkeypatch.setattr(lookup, "_as_step", False)
+    flaky.add("b")
+    assert app.run(lookups, run_id="general") == expected
+    fast, slow = _journal_of(app, "as-step"), _journal_of(app, "general")
+    assert [(event, position, kind, attempt) for event, position, kind, _, _, attempt, _, _ in fast] == [
+        (EventType.STEP_COMPLETED, 0, "tool", 1), (EventType.STEP_RETRIED, 1, "tool", 1),
+        (EventType.STEP_COMPLETED, 1, "tool", 2)]
+    # the retry entry's detail carries its own time: compare it without that
+    for entries in (fast, slow):
+        entries[1] = (*entries[1][:7], entries[1][7]["error"])
     assert fast == slow
+    assert attempts == ["a", "b", "b"] * 2
+    assert app.resume("as-step") == expected  # replayed: no body runs again
+    assert attempts == ["a", "b", "b"] * 2
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["as-step", "general"])
+def test_a_read_tool_counts_toward_the_tool_call_budget_on_either_path(
+    app: cairn.App, monkeypatch: pytest.MonkeyPatch, general: bool
+) -> None:
+    calls: list[int] = []
+
+    @app.tool(effect="read")
+    def look(i: int) -> int:
+        calls.append(i)
+        return i
+
+    if general:
+        monkeypatch.setattr(look, "_as_step", False)
+
+    @app.workflow(name="looks")
+    def looks(ctx: cairn.Context) -> int:
+        return look(1) + look(2) + look(3)
+
+    with pytest.raises(cairn.RunSuspended):
+        app.run(looks, run_id="budgeted", budget=cairn.Budget(tool_calls=2))
+    assert calls == [1, 2]  # the third call was refused before its body
+
+
+def test_a_read_tool_with_an_approval_is_not_journaled_as_a_step(app: cairn.App) -> None:
+    """``as_step`` leaves out a tool that asks for an approval: the run must
+    wait for the decision before the body runs, as for any protected tool."""
+    from tests.approvals.conftest import one_pass
+
+    calls: list[str] = []
+
+    @app.tool(effect="read", approval=True)
+    def reveal(record: str) -> str:
+        calls.append(record)
+        return f"contents of {record}"
+
+    assert not reveal.definition.as_step  # type: ignore[attr-defined]
+
+    @app.workflow(name="reveals")
+    def reveals(ctx: cairn.Context) -> str:
+        return reveal("patient-7")
+
+    handle = app.start(reveals)
+    assert one_pass(app, handle.run_id) == "suspended"
+    assert calls == []
+    (view,) = app.approvals(run_id=handle.run_id)
+    app.approve(handle.run_id, view.request_id)
+    assert one_pass(app, handle.run_id) == "completed"
+    assert calls == ["patient-7"]
+
+
+def test_a_read_tool_with_a_timeout_is_bounded(app: cairn.App) -> None:
+    """``as_step`` leaves out a tool with a timeout: a body that overruns it
+    is the call's failure (``ToolTimeout``), not a late result recorded."""
+
+    @app.tool(effect="read", timeout=0.1)
+    def slow() -> str:
+        time.sleep(1.0)  # the execution waits for it to return before it ends (a straggler)
+        return "late"
+
+    assert not slow.definition.as_step  # type: ignore[attr-defined]
+
+    @app.workflow(name="slows")
+    def slows(ctx: cairn.Context) -> str:
+        return slow()
+
+    with pytest.raises(cairn.RunFailed, match="ToolTimeout"):
+        app.run(slows, run_id="slow")
