@@ -104,9 +104,14 @@ class WorkerProcess:
         try:
             code = self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            # the worker modules dump every thread's stack to their log on SIGUSR1
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGUSR1)
+                time.sleep(1.0)
             raise AssertionError(
                 f"worker {self.worker_id} (pid {self.pid}) still running {timeout}s after "
-                f"{self.signals[-1][1] if self.signals else 'start'}; log tail:\n{self.log_tail()}"
+                f"{self.signals[-1][1] if self.signals else 'start'}; log tail with its threads' "
+                f"stacks:\n{self.log_tail(80)}"
             ) from None
         self.ended_at = time.time()
         return code

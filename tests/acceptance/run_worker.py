@@ -9,8 +9,10 @@ harness sends them to a file per worker process).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import sys
 
 from tests.acceptance.apps import build_app
@@ -28,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, stream=sys.stderr,
         format=f"%(created).6f pid={os.getpid()} %(name)s %(levelname)s %(message)s",
     )
+    # SIGUSR1 writes every thread's stack to the log: the harness asks for it when a worker
+    # does not exit in time (``WorkerProcess.wait_exit``), so the failure says where it was
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     app = build_app(lease_seconds=args.lease, max_recoveries=args.max_recoveries)
     worker = app.worker(concurrency=args.concurrency, worker_id=args.worker_id,
                         poll_interval=args.poll_interval)

@@ -19,6 +19,7 @@ outages (that is what the tests check); this only covers start-up.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, stream=sys.stderr,
         format=f"%(created).6f pid={os.getpid()} %(name)s %(levelname)s %(message)s",
     )
+    # SIGUSR1 writes every thread's stack to the log: the harness asks for it when a worker
+    # does not exit in time (``WorkerProcess.wait_exit``), so the failure says where it was
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     log = logging.getLogger("run_worker")
     # SIGTERM before the worker installs its own handler (while this process imports, opens the
     # store or waits for the database) asks for the same drain, instead of killing the process

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from types import FrameType
 
 from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
@@ -31,6 +30,7 @@ from cairn.store.contract import Notifier
 from cairn.store.records import Claim
 from cairn.worker.leases import LeaseKeeper
 from cairn.worker.scheduler import Scheduler
+from cairn.worker.stopsignal import StopOnSignal
 
 log = logging.getLogger("cairn.worker")
 
@@ -126,9 +126,17 @@ class Worker:
         ``max_idle`` stops the worker after that many seconds with nothing to
         do (handy for scripts and tests).
         """
+        signals = None
         if install_signals and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
+            signals = StopOnSignal(self._on_signal, self._stopping.is_set)
+            signals.install()
+        try:
+            self._run(max_idle)
+        finally:
+            if signals is not None:
+                signals.uninstall()
+
+    def _run(self, max_idle: float | None) -> None:
         reclaimed = self.runtime.store.reclaim_owned(self.worker_id)
         if reclaimed:
             log.info("worker %s reclaimed %d run(s) from its previous incarnation", self.worker_id, reclaimed)
@@ -178,9 +186,8 @@ class Worker:
 
     # -- internals ---------------------------------------------------------------
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._stopping.is_set():  # a second signal: leave now, leases will expire
-            os._exit(128 + signum)
+    def _on_signal(self, signum: int) -> None:
+        """SIGTERM or SIGINT came (called on ``StopOnSignal``'s thread, never in the handler)."""
         log.info("worker %s received %s: draining", self.worker_id, signal.Signals(signum).name)
         self.stop()
 
