@@ -1,6 +1,6 @@
 """Schedules under PostgreSQL's row-level security: a tenant's role sees,
 registers and fires only its own tenants' schedules, whatever SQL it runs,
-and a run id squatted by another tenant cannot stop a schedule.
+and no tenant can take the run ids of another tenant's ticks.
 
 Uses the deployment of ``tests/store/test_postgres_rls.py``: an owner role
 that migrated the schema, and one scoped login role per tenant (acme,
@@ -14,8 +14,9 @@ import pytest
 
 from cairn import App, Context
 from cairn.engine.schedules import tick_run_id
-from cairn.errors import StoreError
+from cairn.errors import InvalidArgument, StoreError
 from cairn.store.records import RunFilter
+from cairn.store.runids import id_part
 from cairn.store.schedules import Fired
 from cairn.worker.scheduler import Scheduler
 from tests.store.contract import new_run
@@ -58,17 +59,44 @@ def test_raw_sql_of_a_tenant_role_reaches_no_other_tenants_schedule(deployment: 
     assert (state.name, state.last_tick) == ("nightly", None)
 
 
-def test_a_tick_id_squatted_by_another_tenant_skips_that_tick_only(deployment: Deployment) -> None:  # noqa: F811
+def test_a_tenant_cannot_squat_another_tenants_tick_ids(deployment: Deployment) -> None:  # noqa: F811
+    """Tick ids are predictable: globex taking acme's next tick ids would make
+    acme's schedule start nothing, tick after tick. Neither its store nor its
+    role's raw SQL (an insert, or renaming a run of its own) can."""
     d = deployment
     d.acme.register_schedule(spec(tenant="acme"))
     squatted = tick_run_id("acme", "nightly", TICK)
-    d.globex.create_run(new_run(squatted, tenant="globex"))
-    assert d.acme.fire_schedule("acme", "nightly", TICK, tick_run()) is Fired.TAKEN
-    record = d.owner.get_run(squatted)
-    assert record is not None
-    assert record.tenant == "globex"
-    assert d.acme.fire_schedule("acme", "nightly", TICK + 60, tick_run(TICK + 60)) is Fired.CREATED
-    assert [r.run_id for r in d.acme.list_runs(RunFilter())] == [tick_run_id("acme", "nightly", TICK + 60)]
+    with pytest.raises(InvalidArgument, match="is reserved"):
+        d.globex.create_run(new_run(squatted, tenant="globex"))
+    insert = ("INSERT INTO runs (run_id, tenant, workflow, workflow_version, status, created_at, updated_at) "
+              "VALUES (%s, %s, 'wf', '1', 'pending', 0, 0)")
+    with pytest.raises(psycopg.errors.CheckViolation, match="runs_schedule_ids"):
+        d.as_role("globex", insert, (squatted, "globex"))
+    # a name made to look like acme's prefix once encoded, or not encoded at all
+    for forged in (tick_run_id("acme", "nightly", TICK + 60).replace("acme", "acme%3A", 1),
+                   "schedule:acme:nightly:later"):
+        with pytest.raises(psycopg.errors.CheckViolation, match="runs_schedule_ids"):
+            d.as_role("globex", insert, (forged, "globex"))
+    d.globex.create_run(new_run("globex-own", tenant="globex"))
+    with pytest.raises(psycopg.errors.CheckViolation, match="runs_schedule_ids"):
+        d.as_role("globex", "UPDATE runs SET run_id = %s WHERE run_id = 'globex-own'", (squatted,))
+    # globex's own tick ids are globex's to take, by SQL as by the store
+    assert d.as_role("globex", insert, (tick_run_id("globex", "x", TICK), "globex")) == [(1,)]
+    assert d.globex.create_run(new_run(tick_run_id("globex", "x", TICK + 60), tenant="globex"))[1] is True
+
+    assert d.owner.get_run(squatted) is None
+    assert d.acme.fire_schedule("acme", "nightly", TICK, tick_run()) is Fired.CREATED
+    assert d.owner.get_run(squatted).tenant == "acme"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("text", ["acme", "a:b", "100%", "Ünïcødé ☃", "a b/c?d=e&f", "it's \\ \"quoted\"",
+                                  "-._~", "\t\n\x7f", "\U0001d54f", "schedule:acme:"])
+def test_the_databases_encoding_of_a_tenant_is_the_schedulers(
+    deployment: Deployment, text: str  # noqa: F811
+) -> None:
+    """The constraint's ``url_quote`` and ``store.runids.id_part`` must agree
+    byte for byte, or a tenant's own ticks would be refused (or another's let through)."""
+    assert deployment.as_role("owner", "SELECT url_quote(%s)", (text,)) == [(id_part(text),)]
 
 
 def test_roles_granted_before_the_migration_get_the_schedules_table(deployment: Deployment) -> None:  # noqa: F811

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import httpx
 
+from cairn.engine.schedules import tick_run_id
+
 from .conftest import TENANT, Setup
 from .workflows import drain
 
@@ -108,3 +110,23 @@ def test_the_journal_pages_and_model_calls(setup: Setup, client: httpx.Client) -
     listed = client.get("/api/runs", params={"status": "completed", "workflow": "chat"},
                         headers=viewer).json()
     assert [r["run_id"] for r in listed["runs"]] == [chat.run_id]
+
+
+def test_a_tenant_cannot_take_the_run_ids_of_another_tenants_ticks(
+    setup: Setup, client: httpx.Client
+) -> None:
+    """A schedule tick's run id is predictable; another tenant's token taking
+    it first would make that tick start nothing (``store.runids``)."""
+    tick = tick_run_id(TENANT, "nightly", 1_800_000_000.0)
+    for how in ({"json": {"workflow": "echo", "input": "a", "run_id": tick}},
+                {"json": {"workflow": "echo", "input": "a"}, "headers": {"Idempotency-Key": tick}}):
+        headers = {**setup.headers("other-admin"), **how.get("headers", {})}
+        refused = client.post("/api/runs", json=how["json"], headers=headers)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"] == "invalid"
+        assert "is reserved" in refused.json()["message"]
+    assert setup.app.store.get_run(tick) is None
+    own = client.post("/api/runs", json={"workflow": "echo", "input": "a", "run_id": tick},
+                      headers=setup.headers("operator"))
+    assert own.status_code == 201, own.text
+    assert setup.app.get_run(tick).tenant == TENANT  # type: ignore[union-attr]

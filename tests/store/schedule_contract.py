@@ -8,16 +8,18 @@ Mixed into both backends' contract classes (``test_sqlite_contract``,
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
 import pytest
 
 from cairn.engine.schedules import tick_run_id
+from cairn.errors import InvalidArgument
 from cairn.store.contract import Store
-from cairn.store.records import EventType, RunFilter, RunStatus
+from cairn.store.records import EventType, NewRun, RunFilter, RunStatus
 from cairn.store.schedules import Fired, ScheduleSpec
-from tests.store.contract import FakeClock, new_run
+from tests.store.contract import FakeClock, ev, new_run
 
 TICK = 1_000_060.0
 
@@ -102,12 +104,63 @@ class ScheduleContract:
         (state,) = store.list_schedules()
         assert (state.last_tick, state.fired) == (TICK, 0)
 
-    def test_another_tenants_run_under_the_id_does_not_block_later_ticks(
+    def write_legacy_run(self, store: Store, run: NewRun) -> None:
+        """Write ``run``'s row as a version without the rule of reserved tick
+        ids did (``store.runids``): each backend's contract class does it."""
+        raise NotImplementedError
+
+    @pytest.mark.parametrize(("tenant", "run_id"), [
+        ("globex", tick_run_id("acme", "nightly", TICK)),  # another tenant's tick
+        ("acme:nightly", tick_run_id("acme", "nightly", TICK)),  # a tenant named to look like the prefix
+        ("acme", tick_run_id("acme:x", "nightly", TICK)),  # a tenant whose name extends acme's
+        ("acm", tick_run_id("acme", "nightly", TICK)),  # a prefix of the owner's name
+        ("acme", "schedule:"),  # the bare prefix
+    ])
+    @pytest.mark.parametrize("creation", ["create_run", "create_claimed_run", "start_child"])
+    def test_a_tick_id_outside_the_tenants_own_prefix_cannot_be_taken(
+        self, store: Store, clock: FakeClock, tenant: str, run_id: str, creation: str
+    ) -> None:
+        """Tick ids are predictable and run ids are one namespace: a tenant
+        taking another's tick id before its time would make that tick start
+        nothing. Every way of creating a run refuses it, and writes nothing."""
+        squatter = new_run(run_id, tenant=tenant)
+        if creation == "start_child":
+            parent = store.create_claimed_run(new_run("parent", tenant=tenant), "w1", 30.0)
+            assert parent is not None
+            before = store.history("parent")
+            with pytest.raises(InvalidArgument, match="is reserved"):
+                store.start_child("parent", parent.run.epoch, ev(clock, "parent", parent.next_seq,
+                                                                parent.run.epoch), squatter)
+            assert store.history("parent") == before
+        else:
+            create = store.create_run if creation == "create_run" else functools.partial(
+                store.create_claimed_run, worker="w1", lease_seconds=30.0)
+            with pytest.raises(InvalidArgument, match="is reserved"):
+                create(squatter)
+        assert store.get_run(run_id) is None
+        assert store.history(run_id) == []
+
+    @pytest.mark.parametrize("tenant", ["acme", "acme:nightly", "Ünïcødé ☃/%", "a b'c\"d"])
+    def test_a_tenants_own_tick_ids_are_its_to_take(
+        self, store: Store, clock: FakeClock, tenant: str
+    ) -> None:
+        own = tick_run_id(tenant, "nightly", TICK)
+        assert store.create_run(new_run(own, tenant=tenant))[1] is True
+        claimed = store.create_claimed_run(new_run(own + "-2", tenant=tenant), "w1", 30.0)
+        assert claimed is not None
+        assert store.get_run(own).tenant == tenant  # type: ignore[union-attr]
+        assert store.create_run(new_run("schedule-ish", tenant="globex"))[1] is True  # no colon: not reserved
+        store.register_schedule(spec(tenant=tenant))
+        later = tick_run(TICK + 60, tenant=tenant)
+        assert store.fire_schedule(tenant, "nightly", TICK + 60, later) is Fired.CREATED
+
+    def test_another_tenants_earlier_run_under_the_id_does_not_block_later_ticks(
         self, store: Store, clock: FakeClock
     ) -> None:
+        """A squatter's row from before the rule: that tick is skipped, the next ones fire."""
         store.register_schedule(spec())
         squatter = new_run(tick_run_id("acme", "nightly", TICK), tenant="globex")
-        store.create_run(squatter)
+        self.write_legacy_run(store, squatter)
         assert store.fire_schedule("acme", "nightly", TICK, tick_run()) is Fired.TAKEN
         record = store.get_run(squatter.run_id)
         assert record is not None

@@ -23,7 +23,7 @@ from psycopg import sql
 from cairn.errors import LeaseLost, RunNotFound, StoreError
 from cairn.store.contract import Store
 from cairn.store.postgres import PostgresStore
-from cairn.store.records import Claim, Durability, EventType, RunStatus
+from cairn.store.records import Claim, Durability, EventType, NewRun, RunStatus
 from cairn.store.sqlfiles import load_migrations
 from tests.acceptance.harness import wait_until
 from tests.store.contract import (
@@ -62,11 +62,34 @@ class TestPostgresStore(StoreContract, QueueContract, ScheduleContract, MemoryCo
         statement = "UPDATE memory_item_cold SET value = %s WHERE key = %s"
         store._operate(lambda tx: tx.execute(statement, (data, key)))
 
+    def write_legacy_run(self, store: Store, run: NewRun) -> None:
+        """As before migration 0020: its constraint dropped for the insert, then
+        added back as that migration adds it (NOT VALID: the row stays)."""
+        assert isinstance(store, PostgresStore)
+        (constraint,) = _constraint_definitions(store, "runs_schedule_ids")
+
+        def write(tx: Any) -> None:
+            tx.execute("ALTER TABLE runs DROP CONSTRAINT runs_schedule_ids")
+            tx.execute("INSERT INTO runs (run_id, tenant, workflow, workflow_version, status, created_at, "
+                       "updated_at) VALUES (%s, %s, %s, %s, 'pending', 0, 0)",
+                       (run.run_id, run.tenant, run.workflow, run.workflow_version))
+            add = sql.SQL("ALTER TABLE runs ADD CONSTRAINT runs_schedule_ids {}").format(sql.SQL(constraint))
+            tx.execute(add)
+
+        store._operate(write)
+
     @pytest.mark.parametrize("durability", list(Durability))
     def test_durability_is_kept(self, pg_url: str, durability: Durability) -> None:
         store = PostgresStore(pg_url, durability=durability)
         assert store.durability is durability
         store.close()
+
+
+def _constraint_definitions(store: PostgresStore, name: str) -> list[str]:
+    """How PostgreSQL shows constraint ``name`` of ``runs`` (``CHECK (...) NOT VALID``)."""
+    statement = ("SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                 "WHERE conname = %s AND conrelid = 'runs'::regclass")
+    return store._operate(lambda tx: [row[0] for row in tx.execute(statement, (name,))])
 
 
 # -- schema and migrations ------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 from cairn.errors import LeaseLost, StoreError
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Store
-from cairn.store.records import Durability, EventType, Payload
+from cairn.store.records import Durability, EventType, NewRun, Payload
 from cairn.store.sqlfiles import load_migrations
 from cairn.store.sqlite import SQLiteStore
 from tests.store.contract import FakeClock, StoreContract, exercise_every_writer, intent, new_run
@@ -36,6 +36,13 @@ class TestSQLiteStore(StoreContract, QueueContract, ScheduleContract, MemoryCont
         assert isinstance(store, SQLiteStore)
         with sqlite3.connect(store.path) as conn:
             conn.execute("UPDATE memory_item_cold SET value = ? WHERE key = ?", (data, key))
+
+    def write_legacy_run(self, store: Store, run: NewRun) -> None:
+        assert isinstance(store, SQLiteStore)
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("INSERT INTO runs (run_id, tenant, workflow, workflow_version, status, created_at, "
+                         "updated_at) VALUES (?, ?, ?, ?, 'pending', 0, 0)",
+                         (run.run_id, run.tenant, run.workflow, run.workflow_version))
 
 
 def test_migrations_are_applied_once_and_recorded(tmp_path: Path) -> None:

@@ -41,7 +41,6 @@ Why these choices:
 from __future__ import annotations
 
 import math
-import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -54,6 +53,7 @@ from cairn.codec import values
 from cairn.engine.definitions import WorkflowDef
 from cairn.errors import InvalidArgument
 from cairn.store.records import NewRun
+from cairn.store.runids import id_part, tenant_prefix
 from cairn.store.schedules import MISSED_POLICIES, ScheduleSpec, ScheduleState
 
 #: A worker fires at most this many ticks of one schedule per pass (the rest
@@ -63,10 +63,6 @@ MAX_TICKS_PER_PASS = 100
 
 #: Default seconds after its time within which a tick still counts as on time.
 DEFAULT_GRACE = 60.0
-
-#: The prefix of every tick's run id.
-RUN_ID_PREFIX = "schedule:"
-
 
 class InvalidSchedule(InvalidArgument):
     """A schedule that cannot be declared: a malformed cron expression, an
@@ -158,11 +154,9 @@ def tick_text(tick: float) -> str:
 def tick_run_id(tenant: str, name: str, tick: float) -> str:
     """The run id of ``tick`` of schedule (``tenant``, ``name``): the same on
     every worker, unique per (tenant, name, tick). ``:`` and ``%`` in names
-    are percent-encoded, so the three parts can always be told apart."""
-    def part(text: str) -> str:
-        return urllib.parse.quote(text, safe="")
-
-    return f"{RUN_ID_PREFIX}{part(tenant)}:{part(name)}:{tick_text(tick)}"
+    are percent-encoded, so the three parts can always be told apart (and
+    the tenant's is the one ``store.runids.check_run_id`` requires)."""
+    return f"{tenant_prefix(tenant)}{id_part(name)}:{tick_text(tick)}"
 
 
 @dataclass(frozen=True, slots=True)

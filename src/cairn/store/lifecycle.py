@@ -47,6 +47,7 @@ from cairn.store.records import (
     RunStatus,
     approval_key,
 )
+from cairn.store.runids import check_run_id
 
 #: The terminal statuses as stored (for statements that test them).
 TERMINAL = tuple(status.value for status in RunStatus if status.terminal)
@@ -141,13 +142,17 @@ def id_taken(run_id: str) -> InvalidRunState:
 
 
 def create(run: NewRun, now: float) -> HistoryEvent:
-    """The first entry of a new ``pending`` run (epoch 0)."""
+    """The first entry of a new ``pending`` run (epoch 0); an id in the
+    reserved ``schedule:`` namespace that is not this tenant's is refused
+    (``runids.check_run_id``)."""
+    check_run_id(run.run_id, run.tenant)
     return entry(run.run_id, EventType.RUN_CREATED, now, 0, None, created_detail(run), seq=1)
 
 
 def create_claimed(run: NewRun, worker: str, now: float, lease_seconds: float) -> list[HistoryEvent]:
     """The history of a run created already held by ``worker`` at epoch 1:
-    created, claimed until ``now + lease_seconds``, started."""
+    created, claimed until ``now + lease_seconds``, started (its id checked as ``create`` does)."""
+    check_run_id(run.run_id, run.tenant)
     until = now + lease_seconds
     return [
         entry(run.run_id, EventType.RUN_CREATED, now, 1, None, created_detail(run), seq=1),

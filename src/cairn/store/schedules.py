@@ -86,7 +86,8 @@ class Fired(enum.Enum):
     EXISTED = "existed"
     #: no run was asked for (a skipped tick): ``last_tick`` moved up
     PASSED = "passed"
-    #: a run this store cannot read (another tenant's) holds the tick's id:
+    #: a run this store cannot read (another tenant's, written before ids under
+    #: ``schedule:`` were reserved: ``store.runids``) holds the tick's id:
     #: nothing created, ``last_tick`` moved up so later ticks still fire
     TAKEN = "taken"
     #: ``last_tick`` was already at or after the tick (another worker fired
