@@ -8,8 +8,10 @@ it, and replay returns the very same ``Decision``.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -302,3 +304,51 @@ def test_app_run_of_a_waiting_run_says_it_waits(tmp_path: Any) -> None:
         assert app.resume(info.value.run_id) == "approved"
     finally:
         app.close()
+
+
+def test_a_request_undone_by_a_rewind_is_voided_and_asked_again(app: cairn.App) -> None:
+    """A request made from a thread of the workflow while the workflow goes
+    on; the workflow then fails logically back to a step before it. The
+    replay asks again under a new id (a new generation of that position), so
+    the first request must stop being pending: otherwise approvers see two, and
+    a decision on the first is delivered to a run that never reads it."""
+    tries: list[int] = []
+
+    @app.step()
+    def plan() -> int:
+        return 500 + 100 * len(tries)
+
+    @app.step()
+    def check(cents: int) -> int:
+        tries.append(cents)
+        if len(tries) == 1:
+            raise cairn.LogicalFailure("the first plan is wrong", rewind_to="plan")
+        return cents
+
+    @app.workflow(name="asks-in-a-thread")
+    def asks(ctx: cairn.Context) -> dict[str, Any]:
+        cents = plan()
+        with ThreadPoolExecutor(1) as pool:
+            asked = pool.submit(contextvars.copy_context().run, ctx.request_approval, "refund",
+                                Refund("ada", cents))
+            asked.exception()  # the request is recorded (and waits) before the check runs
+            check(cents)
+            decision = asked.result()
+        return {"cents": decision.data.cents, "request_id": decision.request_id}
+
+    handle = app.start(asks, run_id="voided")
+    assert one_pass(app, "voided") == "released"  # rewound
+    (first,) = app.approvals(run_id="voided", pending=False)
+    assert first.status is ApprovalStatus.VOIDED
+    assert not first.pending
+    with pytest.raises(cairn.ApprovalClosed, match="was voided"):
+        app.approve("voided", first.request_id)
+    assert one_pass(app, "voided") == "suspended"
+    (second,) = app.approvals(run_id="voided")
+    assert second.request_id != first.request_id
+    assert second.details == {"customer": "ada", "cents": 600}
+    app.approve("voided", second.request_id, by="cli:ada@desk")
+    assert one_pass(app, "voided") == "completed"
+    assert handle.result(timeout=5) == {"cents": 600, "request_id": second.request_id}
+    assert {a.request_id: a.status for a in app.approvals(run_id="voided", pending=False)} == {
+        first.request_id: ApprovalStatus.VOIDED, second.request_id: ApprovalStatus.APPROVED}

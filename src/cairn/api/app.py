@@ -637,7 +637,7 @@ class App:
         self, *, tenant: str | None = None, run_id: str | None = None, pending: bool = True
     ) -> list[ApprovalView]:
         """Approval requests awaiting a decision (``pending=False``: every
-        one, decided and expired included), oldest first, across runs."""
+        one, decided, expired and voided included), oldest first, across runs."""
         return self.operator.approvals(tenant=tenant, run_id=run_id, pending=pending)
 
     def approve(

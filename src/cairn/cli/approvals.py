@@ -86,7 +86,7 @@ def pending_of(session: Session, run_id: str) -> list[ApprovalView]:
 @click.command("approvals")
 @click.option("--tenant", default=None, help="Only this tenant's requests.")
 @click.option("--run", "run_id", metavar="RUN", default=None, help="Only this run's requests.")
-@click.option("--all", "everything", is_flag=True, help="Decided and expired requests too.")
+@click.option("--all", "everything", is_flag=True, help="Decided, expired and voided requests too.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @app_option(required=False)
 @db_option

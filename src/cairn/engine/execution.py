@@ -810,8 +810,15 @@ class Execution:
                   "reason": redaction.redact(failure.reason),
                   "rewind": len(self.journal.rewinds) + 1}
         with self._lock:
-            self._write(self.entry(EventType.RUN_REWOUND, detail=detail), False)
-        self.release()
+            rewound = self.entry(EventType.RUN_REWOUND, detail=detail)
+            released = dataclasses.replace(self.entry(EventType.RUN_RELEASED), seq=self.seq + 1)
+            try:  # the cut, the voided approval requests and the release: one transaction
+                self.store.rewind_run(self.run_id, self.epoch, rewound, released)
+            except INFRASTRUCTURE_ERRORS as exc:
+                raise Abandon(f"cannot record the rewind of run {self.run_id}: {exc}") from exc
+            self.seq += 2
+            self.journal.record(rewound)
+            self.journal.record(released)
         return True
 
     def release(self) -> None:

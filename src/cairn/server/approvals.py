@@ -28,7 +28,7 @@ RunIdFilter = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=
 
 class Inbox(msgspec.Struct):
     """``pending`` (default): only requests awaiting a decision; ``false``:
-    decided and expired ones too. ``run_id``: one run's."""
+    decided, expired and voided ones too. ``run_id``: one run's."""
 
     pending: bool = True
     run_id: RunIdFilter | None = None

@@ -327,6 +327,15 @@ class Store(Protocol):
         runnable at once, no owner. Fenced; appends ``event``."""
         ...
 
+    def rewind_run(self, run_id: str, epoch: int, rewound: HistoryEvent, released: HistoryEvent) -> None:
+        """A logical failure sends the run back to an earlier step: append
+        ``rewound`` (a ``run.rewound`` entry whose detail names the cut,
+        ``from_position``) and ``released``, void every pending approval
+        request at or after the cut (a re-execution asks again under a new
+        request id, so a decision on the old one would never be read), and
+        give the run back as ``release_run`` does. One fenced transaction."""
+        ...
+
     def finish_run(
         self,
         run_id: str,
@@ -443,7 +452,7 @@ class Store(Protocol):
     ) -> list[Approval]:
         """Approval requests, oldest first: with ``pending``, only those
         still open (``pending``, of a run that has not finished); otherwise
-        every one, decided and expired included. Filters by tenant, run and
+        every one, decided, expired and voided included. Filters by tenant, run and
         request id when given."""
         ...
 

@@ -622,6 +622,16 @@ def approver_matches(approver: str, actor: str) -> bool:
     return bool(user) and user == approver
 
 
+def rewind_cut(rewound: HistoryEvent) -> int:
+    """The position a ``run.rewound`` entry cuts the journal at: its outcomes
+    from there on are void, and so are the approval requests made there
+    (``Store.rewind_run``)."""
+    cut = (rewound.detail or {}).get("from_position") if rewound.event is EventType.RUN_REWOUND else None
+    if not isinstance(cut, int) or isinstance(cut, bool) or cut < 0:
+        raise ValueError(f"not a run.rewound entry with a from_position: {rewound.event} {rewound.detail}")
+    return cut
+
+
 def check_decision(
     run: RunRecord | None, run_id: str, approval: Approval | None, request_id: str,
     status: ApprovalStatus, actor: str, now: float,
@@ -637,6 +647,9 @@ def check_decision(
     if approval is None:
         raise ApprovalNotFound(run_id, request_id)
     what = f"approval request {request_id!r} of run {run_id!r} ({approval.action!r})"
+    if approval.status is ApprovalStatus.VOIDED:
+        raise ApprovalClosed(f"{what} was voided: its run was rewound past the request before anyone "
+                             "decided, and asks again under a new request id")
     if approval.status is not ApprovalStatus.PENDING:
         by = f" by {approval.decided_by}" if approval.decided_by else ""
         raise ApprovalClosed(f"{what} is {approval.status.value}{by} already: a request is decided once")

@@ -1113,6 +1113,18 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
         self._transaction(body)
 
+    def rewind_run(self, run_id: str, epoch: int, rewound: HistoryEvent, released: HistoryEvent) -> None:
+        cut = lc.rewind_cut(rewound)
+        params = {"run_id": run_id, "epoch": epoch, "from_position": cut, "now": self.clock()}
+
+        def body(tx: _Conn) -> None:
+            _lock_fenced(tx, run_id, epoch)
+            _append_fenced(tx, run_id, epoch, [rewound, released])
+            tx.execute(_Q["void_approvals"], params)
+            tx.execute(_Q["release"], params)
+
+        self._transaction(body)
+
     def finish_run(
         self,
         run_id: str,

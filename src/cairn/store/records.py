@@ -284,14 +284,16 @@ class RunFilter:
 class ApprovalStatus(enum.StrEnum):
     """Where an approval request stands. It leaves ``pending`` once, for
     good: decided (``approved``, ``rejected``, ``edited``: approved with
-    other data) by a person, or ``expired`` by its run when its timeout
-    passed undecided."""
+    other data) by a person, ``expired`` by its run when its timeout
+    passed undecided, or ``voided`` by a rewind of its run that undid the
+    request before anyone decided (the run asks again, under a new id)."""
 
     PENDING = "pending"
     APPROVED = "approved"
     REJECTED = "rejected"
     EDITED = "edited"
     EXPIRED = "expired"
+    VOIDED = "voided"
 
 
 #: The statuses a person may decide on a request.

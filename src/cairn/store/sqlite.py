@@ -790,6 +790,16 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             self._fenced(tx, run_id, epoch, event)
             tx.execute(_Q["release"], {"run_id": run_id, "epoch": epoch, "now": self.clock()})
 
+    def rewind_run(self, run_id: str, epoch: int, rewound: HistoryEvent, released: HistoryEvent) -> None:
+        cut = lc.rewind_cut(rewound)
+        params = {"run_id": run_id, "epoch": epoch, "from_position": cut, "now": self.clock()}
+
+        def body(tx: sqlite3.Connection) -> None:
+            tx.execute(_Q["void_approvals"], params)
+            tx.execute(_Q["release"], params)
+
+        self._append_with(run_id, epoch, (rewound, released), body)
+
     def finish_run(
         self,
         run_id: str,

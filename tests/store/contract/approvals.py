@@ -242,3 +242,60 @@ class ApprovalsContract(ContractBase):
         clock.advance(100)
         assert store.prune_runs(clock() - 50) == 1
         assert store.approvals(pending=False) == []
+
+    # -- a rewind voids the requests it undid ---------------------------------------------
+
+    def _rewind(self, store: Store, clock: FakeClock, c: Claim, seq: int, cut: int, *,
+                epoch: int | None = None) -> None:
+        held = c.run.epoch if epoch is None else epoch
+        rewound = ev(clock, "r1", seq, held, EventType.RUN_REWOUND,
+                     detail={"from_position": cut, "to": "plan", "reason": "bad plan", "rewind": 1})
+        released = ev(clock, "r1", seq + 1, held, EventType.RUN_RELEASED)
+        store.rewind_run("r1", held, rewound, released)
+
+    def test_a_rewind_voids_the_pending_requests_it_undid_and_gives_the_run_back(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """A request at or after the cut is re-made under a new id when the run
+        replays; left pending, it would be listed to approvers and a decision
+        on it delivered but never read."""
+        c = running(store, clock)
+        kept = _request(store, clock, c, request_id="before", position=1)
+        _request(store, clock, c, request_id="at", seq=kept.seq + 1, position=3)
+        last = _request(store, clock, c, request_id="after", seq=kept.seq + 2, position=5)
+        clock.advance(2)
+        self._rewind(store, clock, c, last.seq + 1, cut=3)
+        statuses = {a.request_id: (a.status, a.decided_at) for a in store.approvals(pending=False)}
+        assert statuses == {"before": (ApprovalStatus.PENDING, None),
+                            "at": (ApprovalStatus.VOIDED, clock()), "after": (ApprovalStatus.VOIDED, clock())}
+        assert [a.request_id for a in store.approvals()] == ["before"]
+        assert [e.event for e in store.history("r1")[-2:]] == [EventType.RUN_REWOUND, EventType.RUN_RELEASED]
+        run = store.get_run("r1")
+        assert run is not None
+        assert (run.status, run.owner) == (RunStatus.PENDING, None)
+        assert claimable_ids(store) == {"r1"}
+        for request_id in ("at", "after"):
+            with pytest.raises(ApprovalClosed, match="was voided: its run was rewound"):
+                _decide(store, request_id=request_id)
+        assert store.deliveries("r1") == []
+        assert _decide(store, request_id="before").status is APPROVED
+
+    def test_a_decided_request_stays_decided_through_a_rewind(self, store: Store, clock: FakeClock) -> None:
+        c = running(store, clock)
+        made = _request(store, clock, c, position=4)
+        _decide(store)
+        self._rewind(store, clock, c, made.seq + 1, cut=2)
+        (listed,) = store.approvals(pending=False)
+        assert (listed.status, listed.decided_by) == (APPROVED, "cli:ada@host")
+
+    def test_a_stale_rewind_writes_nothing(self, store: Store, clock: FakeClock) -> None:
+        c = running(store, clock)
+        made = _request(store, clock, c, position=3)
+        history = store.history("r1")
+        with pytest.raises(LeaseLost):
+            self._rewind(store, clock, c, made.seq + 1, cut=0, epoch=c.run.epoch - 1)
+        assert store.approvals()[0].status is ApprovalStatus.PENDING
+        assert store.history("r1") == history
+        run = store.get_run("r1")
+        assert run is not None
+        assert run.status is RunStatus.RUNNING

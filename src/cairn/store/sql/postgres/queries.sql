@@ -741,6 +741,11 @@ ON CONFLICT (run_id, request_id) DO UPDATE SET request_seq = excluded.request_se
 UPDATE approvals SET status = 'expired', decided_at = %(now)s::float8
 WHERE run_id = %(run_id)s::text AND request_id = %(request_id)s::text AND status = 'pending'
 
+-- The pending requests a rewind undid (Store.rewind_run): those at or after its cut.
+-- name: void_approvals
+UPDATE approvals SET status = 'voided', decided_at = %(now)s::float8
+WHERE run_id = %(run_id)s::text AND status = 'pending' AND position >= %(from_position)s::bigint
+
 -- name: decide_approval
 UPDATE approvals SET status = %(status)s::text, decided_by = %(actor)s::text, decided_at = %(now)s::float8,
        comment = %(comment)s::text, decision_seq = %(decision_seq)s::bigint

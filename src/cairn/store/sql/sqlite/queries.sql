@@ -475,6 +475,11 @@ ON CONFLICT (run_id, request_id) DO UPDATE SET request_seq = excluded.request_se
 UPDATE approvals SET status = 'expired', decided_at = :now
 WHERE run_id = :run_id AND request_id = :request_id AND status = 'pending'
 
+-- The pending requests a rewind undid (Store.rewind_run): those at or after its cut.
+-- name: void_approvals
+UPDATE approvals SET status = 'voided', decided_at = :now
+WHERE run_id = :run_id AND status = 'pending' AND position >= :from_position
+
 -- name: decide_approval
 UPDATE approvals SET status = :status, decided_by = :actor, decided_at = :now, comment = :comment,
        decision_seq = :decision_seq
