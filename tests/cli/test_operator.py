@@ -158,6 +158,8 @@ def test_resolve_not_done_executes_again_with_the_same_key(
         (("one", "--not-done"), 2, "'one' is not a valid integer"),
         (("0", "--not-done"), 1, "operation at position 0 of run 'pay-1' is not uncertain"),
         (("7", "--done", "{}"), 1, "uncertain positions: [1]"),
+        (("1", "--done", '"t-manual"'), 1, "does not fit tool 'pay'"),  # pay returns an object
+        (("1", "--done", "null"), 1, "the value: None is not of type 'object'"),
     ],
 )
 def test_resolve_user_errors(

@@ -97,6 +97,21 @@ def test_resolve_returns_the_operation_it_settled(app: cairn.App, bank: dict[str
     assert app.operator.operations(run_id).uncertain() == []
 
 
+def test_a_done_result_must_fit_the_tools_result_type(app: cairn.App, bank: dict[str, str]) -> None:
+    """The run will read the recorded result back as the tool's result type
+    when it replays: a result that does not fit would make it fail then, with
+    the operator long gone. It is refused here and nothing is stored."""
+    run_id = stuck_payment(app, bank, "after")
+    history = app.history(run_id)
+    for wrong in ("t-1", None, ["t-1"], 7):
+        with pytest.raises(cairn.InvalidArgument, match="does not fit tool 'pay'.s result type"):
+            app.operator.resolve(run_id, 1, done=True, result=wrong)
+    assert app.history(run_id) == history
+    assert app.get_run(run_id).status is RunStatus.NEEDS_ATTENTION
+    app.operator.resolve(run_id, 1, done=True, result={"transfer": "t-1", "to": "acct_ada", "amount": 40})
+    assert app.resume(run_id)["receipt"] == {"transfer": "t-1", "to": "acct_ada", "amount": 40}
+
+
 def test_queues_and_prune(app: cairn.App) -> None:
     operator: Operator = app.operator
     operator.set_queue(cairn.QueueLimits("slow", concurrency=2))

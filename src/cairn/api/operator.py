@@ -239,15 +239,50 @@ class Operator:
     def resolve(self, run_id: str, position: int, *, done: bool, result: Any = None) -> Resolved:
         """Settle the uncertain operation at ``position``: ``done`` records
         ``result`` as the tool's result; not done executes it again with the
-        same operation id. The check that it is uncertain is the only one
-        made here; that the run needs attention is the store's rule."""
+        same operation id. Checked here: that it is uncertain, and that a
+        ``done`` result fits the tool's result type as the run's bundle pinned
+        it (its JSON Schema; the run would otherwise fail on replay, unable to
+        read what the operator recorded). That the run needs attention is the
+        store's rule."""
         before = self.get_run(run_id)
         ledger = Ledger(run_id, self._store.history(run_id))
         payload = self.codec.dump(result)[0] if done else None
         request = resolution_request(before, ledger, position, done=done, result=payload)
         operation = ledger.view(position, self.codec)
+        if done and operation is not None:
+            self._check_result(before, operation.tool, result)
         run = self._resolve_operation(run_id, request.position, request.done, request.result, request.detail)
         return Resolved(before, run, operation)
+
+    def _check_result(self, run: RunRecord, tool: str, result: Any) -> None:
+        """``InvalidArgument`` unless ``result`` fits the JSON Schema that
+        ``run``'s bundle records for ``tool``'s result. Nothing to check
+        against (a run older than bundles, a bundle this store does not hold,
+        a result type with no JSON Schema) lets it through, as before."""
+        schema = self._result_schema(run, tool)
+        if schema is None:
+            return
+        what = f"the result does not fit tool {tool!r}'s result type (as run {run.run_id!r} pinned it)"
+        try:
+            schemas.check(msgspec.json.decode(values.encode(result)), schema, what=what)
+        except PayloadError as exc:
+            raise InvalidArgument(str(exc)) from None
+
+    def _result_schema(self, run: RunRecord, tool: str) -> dict[str, Any] | None:
+        if run.bundle is None:
+            return None
+        for record in self._store.bundles([run.workflow]):
+            if record.bundle_id != run.bundle:
+                continue
+            try:
+                pinned = Bundle.from_record(record)
+            except BundleDamaged:
+                return None  # ``cairn bundles`` reports it; the resolution does not hinge on it
+            for fingerprint in pinned.tools:
+                schema = fingerprint.get("schema")
+                if fingerprint.get("name") == tool and isinstance(schema, dict):
+                    return schema
+        return None
 
     # -- approvals ----------------------------------------------------------------------------
 
