@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import cairn
+from cairn.engine.approvals import decision_body
 from cairn.store.records import ApprovalStatus, EventType
 from tests.approvals.conftest import one_pass
 from tests.engine.kinds import Flow, Kind, both
@@ -227,3 +228,76 @@ def test_a_protected_tool_outside_a_run_is_the_plain_function(app: cairn.App) ->
 
     assert pay("ada", 1) == "ada:1"
     assert ApprovalStatus.APPROVED == "approved"
+
+
+# -- a protected tool that takes a secret ----------------------------------------------------
+
+VALUES = {"ops-token": "tok-ops-4242", "root-token": "tok-root-9999"}
+
+
+def _with_secret(app: cairn.App, seen: list[tuple[str, int]]) -> Any:
+    app.secrets = cairn.CallableSecrets(lambda ref, access: VALUES[ref.name])
+
+    @app.tool(effect="write", name="charge", approval=True, reconcile=lambda op: cairn.NotFound())
+    def charge(op: cairn.Operation, token: cairn.SecretValue, cents: int) -> dict[str, Any]:
+        seen.append((token.reveal(), cents))
+        return {"charged": cents}
+
+    @app.workflow(name="charging")
+    def charging(ctx: cairn.Context, cents: int) -> Any:
+        return charge(cairn.Secret("ops-token"), cents)
+
+    return charging
+
+
+def test_a_protected_tool_with_a_secret_asks_with_the_reference_and_runs_with_the_value(
+    app: cairn.App,
+) -> None:
+    """Approvers see (and an edit keeps) which secret the call uses, never its
+    value; the tool gets the value resolved at the call. (It used to fail every
+    run: the request's type held a SecretValue, which nothing can decode.)"""
+    seen: list[tuple[str, int]] = []
+    handle = app.start(_with_secret(app, seen), 500, run_id="charge-1")
+    assert one_pass(app, "charge-1") == "suspended"
+    view = _request(app, "charge-1")
+    assert view.details == {"token": {"$cairn": "secret", "name": "ops-token"}, "cents": 500}
+    app.approve("charge-1", view.request_id, edit={"token": view.details["token"], "cents": 450})
+    assert one_pass(app, "charge-1") == "completed"
+    assert handle.result(timeout=5) == {"charged": 450}
+    assert seen == [("tok-ops-4242", 450)]
+    recorded = repr([(e.payload, e.detail) for e in app.history("charge-1")])
+    assert "tok-ops" not in recorded
+
+
+def test_an_edit_cannot_change_which_secret_a_protected_tool_uses(app: cairn.App) -> None:
+    """An approver may change the amount, not swap the credential for a
+    stronger one the worker can also resolve: refused where the decision is
+    taken, and nothing stored."""
+    seen: list[tuple[str, int]] = []
+    app.start(_with_secret(app, seen), 500, run_id="charge-2")
+    one_pass(app, "charge-2")
+    view = _request(app, "charge-2")
+    swapped = {"token": {"$cairn": "secret", "name": "root-token"}, "cents": 500}
+    with pytest.raises(cairn.InvalidEdit, match=r"\['token'\]"):
+        app.approve("charge-2", view.request_id, edit=swapped)
+    with pytest.raises(cairn.InvalidEdit, match=r"\['token'\]"):
+        app.approve("charge-2", view.request_id, edit={"token": None, "cents": 500})
+    assert _request(app, "charge-2").status is ApprovalStatus.PENDING
+    assert app.store.deliveries("charge-2") == []
+
+
+def test_a_decision_that_swapped_the_secret_past_the_check_halts_the_run(app: cairn.App) -> None:
+    """A decision written around the operator's check (straight to the store,
+    as a bug or an intruder would) is caught by the run before the tool runs."""
+    seen: list[tuple[str, int]] = []
+    app.start(_with_secret(app, seen), 500, run_id="charge-3")
+    one_pass(app, "charge-3")
+    view = _request(app, "charge-3")
+    swapped = {"token": {"$cairn": "secret", "name": "root-token"}, "cents": 500}
+    app.store.decide_approval("charge-3", view.request_id, ApprovalStatus.EDITED,
+                              app.runtime.payloads.wrap(decision_body(ApprovalStatus.EDITED, None, swapped)),
+                              None, actor="intruder")
+    assert one_pass(app, "charge-3") == "halted"
+    assert seen == []
+    assert app.get_run("charge-3").status is cairn.RunStatus.HALTED
+    assert "changed which secret" in app.get_run("charge-3").error["message"]

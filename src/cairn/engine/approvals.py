@@ -35,10 +35,19 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import msgspec
 
 from cairn.codec import schemas, values
+from cairn.engine import credentials
 from cairn.engine.execution import Execution, operation_id
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import input_hash
-from cairn.errors import ApprovalExpired, ApprovalRejected, InvalidArgument, InvalidEdit, PayloadError
+from cairn.errors import (
+    ApprovalExpired,
+    ApprovalRejected,
+    InvalidArgument,
+    InvalidEdit,
+    PayloadError,
+    SecurityViolation,
+)
+from cairn.security.secrets import Secret, SecretValue
 from cairn.store.records import ApprovalRequest, ApprovalStatus, Delivery, approval_key
 
 if TYPE_CHECKING:
@@ -121,10 +130,13 @@ def request(
     timeout: float | None,
     approvers: Sequence[str] | str | None,
     type_: Any,
+    pinned: Sequence[str] = (),
 ) -> Decision[Any]:
     """Ask for approval of ``action`` on ``details``; return the decision,
     or suspend the run until there is one (or until ``timeout`` seconds
-    after the first request: an ``expired`` decision)."""
+    after the first request: an ``expired`` decision). ``pinned``: fields
+    of ``details`` an edit must leave as they are (a protected tool's
+    secret references: see ``guard``)."""
     if not isinstance(action, str) or not action:
         raise InvalidArgument("an approval's action must be a non-empty string")
     if timeout is not None and not timeout >= 0:
@@ -138,7 +150,7 @@ def request(
     if call.recorded is not None:
         made: _Request = ex.replay(call, _Request)
     else:
-        schema = schemas.schema_of(kind)
+        schema = _pinning(schemas.schema_of(kind), {name: plain[name] for name in pinned})
         deadline = None if timeout is None else time.time() + timeout
         request_id = operation_id(ex.run_id, call.position, ex.journal.generation(call.position))
         made = _Request(request_id, action, plain, schemas.type_name(kind),
@@ -147,6 +159,19 @@ def request(
         stored = ApprovalRequest(request_id, action, made.type, schema, who, deadline)
         ex.request_approval(call, payload, stored)
     return _await(ex, made, kind)
+
+
+def _pinning(schema: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
+    """``schema``, and each field of ``fixed`` must keep its value (``const``):
+    the schema an edit is checked against where the decision is taken."""
+    if not fixed:
+        return schema
+    body = {key: value for key, value in schema.items() if key != "$defs"}
+    pinned: dict[str, Any] = {"allOf": [body, {"properties": {name: {"const": value}
+                                                             for name, value in fixed.items()}}]}
+    if "$defs" in schema:  # references resolve against the root
+        pinned["$defs"] = schema["$defs"]
+    return pinned
 
 
 def _approvers(approvers: Sequence[str] | str | None) -> tuple[str, ...] | None:
@@ -226,6 +251,9 @@ def arguments_type(name: str, signature: inspect.Signature, hints: dict[str, Any
                             f"by name: parameter {param.name!r} cannot be (no *args, **kwargs or "
                             "positional-only)")
         annotation = hints.get(param.name, Any)
+        if credentials.wants_value(annotation):
+            # what is recorded and approved is the reference, never the value (resolved at the call)
+            annotation = Secret if annotation is SecretValue else Secret | None
         if param.default is inspect.Parameter.empty:
             fields.append((param.name, annotation))
         else:
@@ -247,8 +275,9 @@ def guard(ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, An
     policy = d.approval
     if policy is False or policy is None or (policy is not True and not policy(arguments)):
         return None
+    pinned = () if d.secrets is None else tuple(sorted(d.secrets.names))
     decision = request(ex, d.name, arguments, timeout=d.approval_timeout, approvers=d.approvers,
-                       type_=d.arguments_type)
+                       type_=d.arguments_type, pinned=pinned)
     if decision.status is ApprovalStatus.EXPIRED:
         raise ApprovalExpired(f"tool {d.name!r} was not executed: its approval request {decision.request_id} "
                               "expired undecided", decision)
@@ -258,4 +287,8 @@ def guard(ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, An
         raise ApprovalRejected(f"tool {d.name!r} was not executed: approval request {decision.request_id} "
                                f"was rejected{by}{why}", decision)
     approved: dict[str, Any] = msgspec.structs.asdict(decision.data)  # type: ignore[arg-type]
+    for name in pinned:
+        if approved.get(name) != arguments.get(name):  # past the decider's schema check: tampering
+            raise SecurityViolation(f"the decision on approval request {decision.request_id} of tool "
+                                    f"{d.name!r} changed which secret its parameter {name!r} names")
     return approved
