@@ -104,7 +104,7 @@ def test_a_done_result_must_fit_the_tools_result_type(app: cairn.App, bank: dict
     run_id = stuck_payment(app, bank, "after")
     history = app.history(run_id)
     for wrong in ("t-1", None, ["t-1"], 7):
-        with pytest.raises(cairn.InvalidArgument, match="does not fit tool 'pay'.s result type"):
+        with pytest.raises(cairn.InvalidArgument, match=r"does not fit tool 'pay'.s result type"):
             app.operator.resolve(run_id, 1, done=True, result=wrong)
     assert app.history(run_id) == history
     assert app.get_run(run_id).status is RunStatus.NEEDS_ATTENTION
