@@ -235,7 +235,7 @@ def test_a_protected_tool_outside_a_run_is_the_plain_function(app: cairn.App) ->
 VALUES = {"ops-token": "tok-ops-4242", "root-token": "tok-root-9999"}
 
 
-def _with_secret(app: cairn.App, seen: list[tuple[str, int]]) -> Any:
+def _with_secret(app: cairn.App, seen: list[tuple[str, int]], ref: Any = None) -> Any:
     app.secrets = cairn.CallableSecrets(lambda ref, access: VALUES[ref.name])
 
     @app.tool(effect="write", name="charge", approval=True, reconcile=lambda op: cairn.NotFound())
@@ -245,7 +245,7 @@ def _with_secret(app: cairn.App, seen: list[tuple[str, int]]) -> Any:
 
     @app.workflow(name="charging")
     def charging(ctx: cairn.Context, cents: int) -> Any:
-        return charge(cairn.Secret("ops-token"), cents)
+        return charge(cairn.Secret("ops-token") if ref is None else ref, cents)
 
     return charging
 
@@ -301,3 +301,17 @@ def test_a_decision_that_swapped_the_secret_past_the_check_halts_the_run(app: ca
     assert seen == []
     assert app.get_run("charge-3").status is cairn.RunStatus.HALTED
     assert "changed which secret" in app.get_run("charge-3").error["message"]
+
+
+def test_a_reference_passed_in_its_json_form_is_approved_as_the_same_reference(app: cairn.App) -> None:
+    """A workflow that got its reference as data (a run's input decoded as
+    ``Any``) passes the JSON form: the approved call names the same secret,
+    so it runs, and is not taken for a swap."""
+    seen: list[tuple[str, int]] = []
+    as_data = {"$cairn": "secret", "name": "ops-token"}
+    handle = app.start(_with_secret(app, seen, as_data), 300, run_id="charge-4")
+    one_pass(app, "charge-4")
+    app.approve("charge-4", _request(app, "charge-4").request_id)
+    assert one_pass(app, "charge-4") == "completed"
+    assert handle.result(timeout=5) == {"charged": 300}
+    assert seen == [("tok-ops-4242", 300)]

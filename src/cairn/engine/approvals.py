@@ -47,7 +47,7 @@ from cairn.errors import (
     PayloadError,
     SecurityViolation,
 )
-from cairn.security.secrets import Secret, SecretValue
+from cairn.security.secrets import Secret, SecretValue, as_ref
 from cairn.store.records import ApprovalRequest, ApprovalStatus, Delivery, approval_key
 
 if TYPE_CHECKING:
@@ -288,7 +288,8 @@ def guard(ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, An
                                f"was rejected{by}{why}", decision)
     approved: dict[str, Any] = msgspec.structs.asdict(decision.data)  # type: ignore[arg-type]
     for name in pinned:
-        if approved.get(name) != arguments.get(name):  # past the decider's schema check: tampering
+        # a reference may come as a Secret or in its JSON form: compare what they name
+        if as_ref(approved.get(name)) != as_ref(arguments.get(name)):  # past the decider's check: tampering
             raise SecurityViolation(f"the decision on approval request {decision.request_id} of tool "
                                     f"{d.name!r} changed which secret its parameter {name!r} names")
     return approved

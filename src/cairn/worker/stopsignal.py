@@ -50,6 +50,12 @@ class StopOnSignal:
         self._pipe: tuple[int, int] | None = None
         self._watcher: threading.Thread | None = None
 
+    @property
+    def received(self) -> bool:
+        """Whether a signal came (set in the handler itself, before the
+        watcher thread runs): a loop may stop at once on it."""
+        return self._received
+
     def install(self) -> None:
         """Take over the signals (from the main thread only, as ``signal.signal`` requires)."""
         if self._pipe is not None:

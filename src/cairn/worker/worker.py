@@ -131,12 +131,12 @@ class Worker:
             signals = StopOnSignal(self._on_signal, self._stopping.is_set)
             signals.install()
         try:
-            self._run(max_idle)
+            self._run(max_idle, signals)
         finally:
             if signals is not None:
                 signals.uninstall()
 
-    def _run(self, max_idle: float | None) -> None:
+    def _run(self, max_idle: float | None, signals: StopOnSignal | None) -> None:
         reclaimed = self.runtime.store.reclaim_owned(self.worker_id)
         if reclaimed:
             log.info("worker %s reclaimed %d run(s) from its previous incarnation", self.worker_id, reclaimed)
@@ -154,7 +154,9 @@ class Worker:
         if self.tiering is not None:
             self.tiering.start()
         try:
-            while not self._stopping.is_set():
+            # ``signals.received`` is set by the handler itself: no claim starts
+            # after a signal, even before its watcher thread has called ``stop``
+            while not self._stopping.is_set() and not (signals is not None and signals.received):
                 claims = self._claim()
                 for claim in claims:
                     pool.submit(self._execute, claim)
