@@ -45,6 +45,7 @@ def main(mode: str, db: str) -> int:
 
     @app.step()
     def nap(seconds: float) -> str:
+        print("napping", flush=True)  # the test signals once the step is under way
         time.sleep(seconds)
         return "rested"
 

@@ -54,7 +54,7 @@ def test_a_second_signal_while_draining_leaves_at_once(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "running"
-        time.sleep(1.0)  # the worker claims the run and enters its minute-long step
+        assert proc.stdout.readline().strip() == "napping"  # the minute-long step is under way
         proc.send_signal(signal.SIGTERM)  # drain: waits for the step
         time.sleep(1.0)
         assert proc.poll() is None, "the first SIGTERM did not wait for the step in progress"
