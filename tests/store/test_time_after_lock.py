@@ -20,7 +20,7 @@ import pytest
 
 from cairn.store.contract import Store
 from cairn.store.postgres import PostgresStore
-from cairn.store.records import EventType, RunStatus
+from cairn.store.records import ApprovalRequest, EventType, RunStatus
 from cairn.store.sqlite import SQLiteStore
 from tests.store.contract.helpers import WF, FakeClock, claim, ev, new_run
 
@@ -109,4 +109,46 @@ def test_history_timestamps_never_go_back_in_a_run(
     ats = [e.at for e in history]
     assert ats == sorted(ats), ats
     assert again.run.status is RunStatus.RUNNING
+    store.close()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_history_timestamps_never_go_back_through_the_other_writes_of_a_holder(
+    tmp_path: Path, dialect: str, request: pytest.FixtureRequest
+) -> None:
+    """The holder's writes the test above leaves out: a child started, an
+    approval requested, a rewind, a suspension, the finish. Each after the
+    clock jumped back again."""
+    clock = FakeClock()
+    store: Store
+    if dialect == "postgres":
+        store = PostgresStore(request.getfixturevalue("pg_url"), clock=clock)
+    else:
+        store = SQLiteStore(tmp_path / "t.db", clock=clock)
+    store.create_run(new_run("r1"))
+    c = claim(store, "r1")
+    seq, epoch = c.next_seq, c.run.epoch
+    clock.advance(-100)
+    store.start_child("r1", epoch, ev(clock, "r1", seq, epoch, position=0, step_kind="child", name=WF),
+                      new_run("kid"))
+    clock.advance(-100)
+    store.request_approval("r1", epoch, ev(clock, "r1", seq + 1, epoch, position=1, step_kind="approval",
+                                           name="ok"),
+                           ApprovalRequest("req", "ok", "T", None, None, None))
+    clock.advance(-100)
+    store.rewind_run("r1", epoch, ev(clock, "r1", seq + 2, epoch, EventType.RUN_REWOUND,
+                                     detail={"from_position": 1, "to": "x", "reason": "r", "rewind": 1}),
+                     ev(clock, "r1", seq + 3, epoch, EventType.RUN_RELEASED))
+    again = claim(store, "r1")
+    clock.advance(-100)
+    store.suspend_run("r1", again.run.epoch, ev(clock, "r1", again.next_seq, again.run.epoch,
+                                                EventType.RUN_SUSPENDED), clock() - 50, None)
+    last = claim(store, "r1")  # due: its wake time has passed on the stepped-back clock
+    clock.advance(-100)
+    finished = ev(clock, "r1", last.next_seq, last.run.epoch, EventType.RUN_COMPLETED)
+    store.finish_run("r1", last.run.epoch, finished, RunStatus.COMPLETED, None, None)
+    history = store.history("r1")
+    ats = [e.at for e in history]
+    assert [e.event for e in history][-1] is EventType.RUN_COMPLETED
+    assert ats == sorted(ats), [(e.seq, e.event.value, e.at) for e in history]
     store.close()
