@@ -196,6 +196,18 @@ def test_errors_in_a_real_process(tmp_path: Path, args: tuple[str, ...], code: i
     assert_one_line_error(done.returncode, done.stderr, code, fragment)
 
 
+@pytest.mark.parametrize("args", [("show", "\udcff\udcfe"), ("cancel", "r-\udcff"),
+                                  ("runs", "--tenant", "\udcff"), ("events", "\udcff")])
+def test_an_argument_that_is_not_utf8_is_a_one_line_error(
+    db: str, app: cairn.App, args: tuple[str, ...]
+) -> None:
+    """A shell passes bytes; Python makes lone surrogates of those that are not
+    UTF-8 (here the bytes 0xff 0xfe). No database holds them: one line, exit 1."""
+    app.start("greet", "ada")  # the database exists
+    done = run_cli(*args, "--db", db)
+    assert_one_line_error(done.returncode, done.stderr, 1, "text that is not valid Unicode")
+
+
 # -- start, runs, show, events ------------------------------------------------------------------
 
 

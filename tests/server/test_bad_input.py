@@ -22,6 +22,10 @@ BODIES: list[bytes] = [
     b'{"workflow": "echo", "run_id": "a\\nb"}', b'{"name": ""}', b'{"role": "god", "name": "x"}',
     b'{"workflow": "echo", "budget": {"cost": "free"}}', b'{"reason": ""}',
     b'{"workflow": "echo", "input": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+    # lone surrogates: valid JSON escapes, but no text any database can store
+    b'{"workflow": "echo", "run_id": "\\ud800"}', b'{"workflow": "echo", "thread_id": "\\udfff"}',
+    b'{"workflow": "echo", "input": "\\ud800"}', b'{"name": "\\ud800"}', b'{"reason": "\\udc00x"}',
+    b'{"workflow": "echo", "queue": "\\ud800"}', b'{"data": "\\ud800"}', b'{"comment": "\\ud800"}',
 ]
 
 QUERIES: list[dict[str, str]] = [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.errors import StoreError
+from cairn.errors import InvalidArgument, StoreError
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunFilter
 from cairn.store.sqlite import SQLiteStore
@@ -82,5 +82,36 @@ def test_sqlite_artifact_file_failure_is_a_store_error(tmp_path: Path) -> None:
         store.artifact_dir.write_bytes(b"not a directory")
         with pytest.raises(StoreError, match="cannot store an artifact"):
             store.put_artifact(b"payload")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_text_no_database_can_hold_is_an_invalid_argument(
+    tmp_path: Path, dialect: str, request: pytest.FixtureRequest
+) -> None:
+    """A lone surrogate (what Python makes of a command-line argument that is
+    not UTF-8, or of a JSON escape like \\ud800) is text no database can hold:
+    the store says so with Cairn's error, whichever call met it, and writes
+    nothing. (It used to escape as a UnicodeEncodeError: a traceback in the CLI.)"""
+    store: SQLiteStore | PostgresStore
+    if dialect == "postgres":
+        store = PostgresStore(request.getfixturevalue("pg_url"))
+    else:
+        store = SQLiteStore(tmp_path / "db.sqlite")
+    bad = "run-\udcff"
+    try:
+        with pytest.raises(InvalidArgument, match="not valid Unicode"):
+            store.get_run(bad)
+        with pytest.raises(InvalidArgument, match="not valid Unicode"):
+            store.history(bad)
+        with pytest.raises(InvalidArgument, match="not valid Unicode"):
+            store.create_run(_run(bad))
+        with pytest.raises(InvalidArgument, match="not valid Unicode"):
+            store.list_runs(RunFilter(tenant="\ud800"))
+        with pytest.raises(InvalidArgument, match="not valid Unicode"):
+            store.cancel_run(bad, "no")
+        assert store.list_runs(RunFilter()) == []
+        assert store.create_run(_run("r1"))[1]  # the store still works
     finally:
         store.close()

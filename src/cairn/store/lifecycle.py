@@ -28,6 +28,7 @@ from typing import Any
 from cairn.errors import (
     ApprovalClosed,
     ApprovalNotFound,
+    InvalidArgument,
     InvalidRunState,
     NotAnApprover,
     PayloadError,
@@ -132,6 +133,14 @@ def created_detail(run: NewRun) -> dict[str, Any]:
     if run.parent_run_id:
         detail["parent_run_id"] = run.parent_run_id
     return detail
+
+
+def unstorable_text(exc: UnicodeError) -> InvalidArgument:
+    """The error for text no database can hold, met while binding a
+    statement's parameters: a lone surrogate, which is what Python makes of a
+    command-line argument that is not UTF-8 (or of a JSON escape like
+    ``\\ud800``). The same on every backend, and nothing was written."""
+    return InvalidArgument(f"text that is not valid Unicode cannot be stored or looked up ({exc})")
 
 
 def id_taken(run_id: str) -> InvalidRunState:

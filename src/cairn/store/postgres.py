@@ -531,6 +531,8 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
             raise StoreError(f"PostgreSQL refused {who} ({self._where}): {_one_line(exc)}") from None
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL error ({self._where}): {_one_line(exc)}") from None
+        except UnicodeEncodeError as exc:  # a parameter no database can hold
+            raise lc.unstorable_text(exc) from None
 
     def _transaction(
         self, body: Callable[[_Conn], _T], *, durable: bool = False, faults: _Faults = _NO_FAULTS,

@@ -307,6 +307,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
                 raise
         except sqlite3.Error as exc:
             raise self._failure(exc) from None
+        except UnicodeEncodeError as exc:  # a parameter no database can hold (rolled back above)
+            raise lc.unstorable_text(exc) from None
         finally:
             self._writer.release()
         self._waker.after_commit(mark)  # only now can another process see the change
@@ -336,6 +338,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             yield conn
         except sqlite3.Error as exc:
             raise self._failure(exc) from None
+        except UnicodeEncodeError as exc:  # a parameter no database can hold
+            raise lc.unstorable_text(exc) from None
 
     def _migrate(self, conn: sqlite3.Connection) -> list[int]:
         with self._read():
@@ -651,6 +655,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
                     at = _append_fenced(conn, run_id, epoch, event)
             except sqlite3.Error as exc:
                 raise self._failure(exc) from None
+            except UnicodeEncodeError as exc:
+                raise lc.unstorable_text(exc) from None
             finally:
                 self._writer.release()
             if len(tails) >= _MAX_TAILS:
