@@ -244,6 +244,29 @@ def test_non_utf8_bytes_in_a_model_name_step_and_field(app: cairn.App) -> None:
     assert "UTF-8" in error["message"]
 
 
+def test_text_with_a_lone_surrogate_is_a_payload_error_naming_the_step(app: cairn.App) -> None:
+    """A step that returns text JSON cannot hold (a lone surrogate, as from
+    a file name or an argument that is not UTF-8): the step fails with
+    Cairn's error, the run ends failed, nothing half-recorded; and an input
+    like it is refused when the run is started, before anything is stored."""
+    @app.step()
+    def name_of_a_file() -> str:
+        return "report-\udcff.txt"
+
+    @app.workflow(name="surrogate")
+    def wf(ctx: cairn.Context, label: str) -> str:
+        return name_of_a_file()
+
+    with pytest.raises(cairn.RunFailed):
+        app.run(wf, "ok", run_id="s")
+    error = _failure(app, "s")
+    assert "step 'name_of_a_file'" in error["message"]
+    assert "not valid Unicode" in error["message"]
+    with pytest.raises(cairn.PayloadError, match="not valid Unicode"):
+        app.start(wf, "bad-\ud800", run_id="s2")
+    assert app.store.get_run("s2") is None
+
+
 def test_nesting_too_deep_is_a_payload_error_naming_the_step(app: cairn.App) -> None:
     @app.step()
     def deep() -> Any:

@@ -186,7 +186,7 @@ _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 def encode(value: Any) -> bytes:
     """JSON bytes for ``value``; ``PayloadError`` if it holds an unsupported
     type, a NaN or an infinity (JSON has neither: they would come back as
-    ``None``), or is nested too deeply.
+    ``None``), text with a lone surrogate, or is nested too deeply.
 
     Encoding is deterministic (sorted mapping keys and sets), so equal values
     give equal bytes and input hashes are stable across processes.
@@ -203,6 +203,8 @@ def encode(value: Any) -> bytes:
         raise SecretLeak(secret_leak(found[1], found[0])) from leak.__cause__
     except (TypeError, NotImplementedError, OverflowError, msgspec.EncodeError) as exc:
         raise PayloadError(f"cannot encode value: {exc}") from None
+    except UnicodeEncodeError as exc:  # a lone surrogate: text JSON (UTF-8) cannot hold
+        raise PayloadError(f"cannot encode value: it holds text that is not valid Unicode ({exc})") from None
     except RecursionError:
         raise PayloadError("cannot encode value: it is nested too deeply") from None
     # NaN and infinities are written as null; only then, and only if the value's
