@@ -83,6 +83,12 @@ def test_every_waiting_transition_stamps_the_time_it_got_the_lock(tmp_path: Path
     store.close()
 
 
+def _store(dialect: str, tmp_path: Path, request: pytest.FixtureRequest, clock: FakeClock) -> Store:
+    if dialect == "postgres":
+        return PostgresStore(request.getfixturevalue("pg_url"), clock=clock)
+    return SQLiteStore(tmp_path / "t.db", clock=clock)
+
+
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
 def test_history_timestamps_never_go_back_in_a_run(
     tmp_path: Path, dialect: str, request: pytest.FixtureRequest
@@ -90,11 +96,7 @@ def test_history_timestamps_never_go_back_in_a_run(
     """A clock stepped back (NTP) or a lagging writer: each entry's ``at``
     is at least its predecessor's, through every kind of append."""
     clock = FakeClock()
-    store: Store
-    if dialect == "postgres":
-        store = PostgresStore(request.getfixturevalue("pg_url"), clock=clock)
-    else:
-        store = SQLiteStore(tmp_path / "t.db", clock=clock)
+    store = _store(dialect, tmp_path, request, clock)
     store.create_run(new_run("r1"))
     c = claim(store, "r1")
     clock.advance(-100)  # the clock jumps back
@@ -120,11 +122,7 @@ def test_history_timestamps_never_go_back_through_the_other_writes_of_a_holder(
     approval requested, a rewind, a suspension, the finish. Each after the
     clock jumped back again."""
     clock = FakeClock()
-    store: Store
-    if dialect == "postgres":
-        store = PostgresStore(request.getfixturevalue("pg_url"), clock=clock)
-    else:
-        store = SQLiteStore(tmp_path / "t.db", clock=clock)
+    store = _store(dialect, tmp_path, request, clock)
     store.create_run(new_run("r1"))
     c = claim(store, "r1")
     seq, epoch = c.next_seq, c.run.epoch

@@ -269,20 +269,24 @@ class Operator:
             raise InvalidArgument(str(exc)) from None
 
     def _result_schema(self, run: RunRecord, tool: str) -> dict[str, Any] | None:
+        record = self._stored_bundle(run)
+        if record is None:
+            return None
+        try:
+            pinned = Bundle.from_record(record)
+        except BundleDamaged:
+            return None  # ``cairn bundles`` reports it; the resolution does not hinge on it
+        for fingerprint in pinned.tools:
+            schema = fingerprint.get("schema")
+            if fingerprint.get("name") == tool and isinstance(schema, dict):
+                return schema
+        return None
+
+    def _stored_bundle(self, run: RunRecord) -> BundleRecord | None:
+        """The stored bundle ``run`` is pinned to (``None``: none, or not in this store)."""
         if run.bundle is None:
             return None
-        for record in self._store.bundles([run.workflow]):
-            if record.bundle_id != run.bundle:
-                continue
-            try:
-                pinned = Bundle.from_record(record)
-            except BundleDamaged:
-                return None  # ``cairn bundles`` reports it; the resolution does not hinge on it
-            for fingerprint in pinned.tools:
-                schema = fingerprint.get("schema")
-                if fingerprint.get("name") == tool and isinstance(schema, dict):
-                    return schema
-        return None
+        return next((b for b in self._store.bundles([run.workflow]) if b.bundle_id == run.bundle), None)
 
     # -- approvals ----------------------------------------------------------------------------
 
@@ -400,7 +404,7 @@ class Operator:
         now = time.time() if now is None else now
         if run.status is RunStatus.SUSPENDED and (run.wake_at is None or run.wake_at > now):
             return None  # not runnable yet: it waits for its timer, child or delivery
-        record = next((b for b in self._store.bundles([run.workflow]) if b.bundle_id == run.bundle), None)
+        record = self._stored_bundle(run)
         if record is not None and record.served_at is not None and now - record.served_at <= SERVED_RECENTLY:
             return None
         seen = "never served" if record is None or record.served_at is None else \
