@@ -39,6 +39,12 @@ class InvalidRunState(CairnError):
     """An operation that the run's current status does not allow."""
 
 
+class RunIdTaken(InvalidRunState):
+    """A run id already held by a run that is not the one being created (a
+    child's id taken by a run that is not that parent's child). It names no
+    tenant: "taken" is all a caller learns."""
+
+
 class UnknownWorkflow(CairnError):
     def __init__(self, name: str, known: list[str] | None = None) -> None:
         hint = f" (known: {', '.join(sorted(known))})" if known else ""

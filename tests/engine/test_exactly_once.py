@@ -18,7 +18,7 @@ import pytest
 import cairn
 from cairn.engine.signals import Release
 from cairn.engine.tools import RECONCILE_RETRY
-from cairn.store.records import EventType, RunStatus
+from cairn.store.records import EventType, RunFilter, RunStatus
 from tests.engine.conftest import execute_once
 from tests.timing import NAP, wait_out_nap
 
@@ -536,9 +536,12 @@ def test_await_ctx_sleep_works_in_an_async_workflow(app: cairn.App) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_a_squatted_derived_child_id_is_refused(app: cairn.App) -> None:
+def test_a_squatted_derived_child_id_neither_fails_nor_feeds_the_parent(app: cairn.App) -> None:
     """Another tenant guessed the derived id of a parent's first child and
-    created it first, with a result of its choosing: never adopted."""
+    created it first, with a result of its choosing. The parent neither
+    adopts it nor fails (a squatter must not be able to stop another
+    tenant's run): its child takes an id nobody can guess, recorded with the
+    child's start, and replay reads that id back."""
     @app.workflow(name="kid")
     def kid(ctx: cairn.Context) -> str:
         return "genuine"
@@ -552,10 +555,18 @@ def test_a_squatted_derived_child_id_is_refused(app: cairn.App) -> None:
         return str(ctx.child(kid))
 
     assert app.run(forged, run_id="fam:0", tenant="mallory") == "forged result"
-    with pytest.raises(cairn.RunFailed, match="not a child of run 'fam'"):
-        app.run(family, run_id="fam", tenant="alice")
-    assert not [e for e in app.history("fam") if e.step_kind == "child"]  # refused before recording
-    assert app.get_run("fam:0").tenant == "mallory"  # and the squatter's run is untouched
+    assert app.run(family, run_id="fam", tenant="alice") == "genuine"
+    assert len([e for e in app.history("fam") if e.step_kind == "child"]) == 1
+    (child,) = app.store.list_runs(RunFilter(parent_run_id="fam"))
+    assert child.tenant == "alice"
+    assert child.status is RunStatus.COMPLETED
+    assert child.run_id.startswith("fam:0~")
+    assert len(child.run_id) == len("fam:0~") + 16
+    # replayed from the journal (a worker taking the run over), the parent reads the same child back
+    assert app.resume("fam") == "genuine"
+    assert [r.run_id for r in app.store.list_runs(RunFilter(parent_run_id="fam"))] == [child.run_id]
+    squatter = app.get_run("fam:0")
+    assert (squatter.tenant, squatter.parent_run_id) == ("mallory", None)  # left untouched
 
 
 @pytest.mark.timeout(30)

@@ -6,10 +6,12 @@ end; the journal pages without gaps."""
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from cairn.engine.schedules import tick_run_id
+from cairn.errors import InvalidArgument
 
-from .conftest import TENANT, Setup
+from .conftest import OTHER, TENANT, Setup
 from .workflows import drain
 
 
@@ -76,7 +78,7 @@ def test_starting_is_idempotent_on_the_key(setup: Setup, client: httpx.Client) -
     first = client.post("/api/runs", json={"workflow": "echo", "input": "a"}, headers=operator)
     again = client.post("/api/runs", json={"workflow": "echo", "input": "b"}, headers=operator)
     assert (first.status_code, again.status_code) == (201, 200)
-    assert first.json()["run"]["run_id"] == again.json()["run"]["run_id"] == "order-42"
+    assert first.json()["run"]["run_id"] == again.json()["run"]["run_id"] == f"tenant:{TENANT}:order-42"
     assert len(setup.app.list_runs(tenant=TENANT)) == 1
     differ = client.post("/api/runs", json={"workflow": "echo", "input": "a", "run_id": "other"},
                          headers=operator)
@@ -116,17 +118,47 @@ def test_a_tenant_cannot_take_the_run_ids_of_another_tenants_ticks(
     setup: Setup, client: httpx.Client
 ) -> None:
     """A schedule tick's run id is predictable; another tenant's token taking
-    it first would make that tick start nothing (``store.runids``)."""
+    it first would make that tick start nothing (``store.runids``). An id a
+    token chooses lands in its own tenant's namespace, so the tick's id stays
+    free for the scheduler."""
     tick = tick_run_id(TENANT, "nightly", 1_800_000_000.0)
     for how in ({"json": {"workflow": "echo", "input": "a", "run_id": tick}},
                 {"json": {"workflow": "echo", "input": "a"}, "headers": {"Idempotency-Key": tick}}):
         headers = {**setup.headers("other-admin"), **how.get("headers", {})}
-        refused = client.post("/api/runs", json=how["json"], headers=headers)
-        assert refused.status_code == 400, refused.text
-        assert refused.json()["error"] == "invalid"
-        assert "is reserved" in refused.json()["message"]
+        taken = client.post("/api/runs", json=how["json"], headers=headers)
+        assert taken.status_code in (200, 201), taken.text
+        assert taken.json()["run"]["run_id"] == f"tenant:{OTHER}:{tick}"
     assert setup.app.store.get_run(tick) is None
     own = client.post("/api/runs", json={"workflow": "echo", "input": "a", "run_id": tick},
                       headers=setup.headers("operator"))
     assert own.status_code == 201, own.text
-    assert setup.app.get_run(tick).tenant == TENANT  # type: ignore[union-attr]
+    assert own.json()["run"]["run_id"] == f"tenant:{TENANT}:{tick}"
+    assert setup.app.store.get_run(tick) is None  # the tick's own id is the scheduler's to take
+
+
+def test_run_ids_and_idempotency_keys_are_scoped_per_tenant(setup: Setup, client: httpx.Client) -> None:
+    """Two tenants choosing the same run id (or Idempotency-Key) each get a run
+    of their own: no tenant learns whether another holds an id (201 for both,
+    never a 409), and none can take an id another's client will ask for."""
+    mine, theirs = setup.headers("operator"), setup.headers("other-admin")
+    for how in ({"json": {"workflow": "echo", "input": "a", "run_id": "order-42"}},
+                {"json": {"workflow": "echo", "input": "a"}, "headers": {"Idempotency-Key": "key-7"}}):
+        created = {}
+        for who, headers in (("theirs", theirs), ("mine", mine)):  # the other tenant goes first
+            answer = client.post("/api/runs", json=how["json"], headers={**headers, **how.get("headers", {})})
+            assert (answer.status_code, answer.json()["created"]) == (201, True), answer.text
+            created[who] = answer.json()["run"]["run_id"]
+        assert created["mine"] != created["theirs"]
+        assert setup.app.get_run(created["mine"]).tenant == TENANT  # type: ignore[union-attr]
+        assert setup.app.get_run(created["theirs"]).tenant == OTHER  # type: ignore[union-attr]
+        assert client.get(f"/api/runs/{created['mine']}", headers=mine).status_code == 200
+        assert client.get(f"/api/runs/{created['mine']}", headers=theirs).status_code == 404
+    # an id spelled in my namespace by the other tenant stays in its own
+    forged = client.post("/api/runs", json={"workflow": "echo", "input": "a",
+                                            "run_id": f"tenant:{TENANT}:order-43"}, headers=theirs)
+    assert forged.status_code == 201, forged.text
+    assert forged.json()["run"]["run_id"] == f"tenant:{OTHER}:tenant:{TENANT}:order-43"
+    assert setup.app.store.get_run(f"tenant:{TENANT}:order-43") is None
+    # and through the library, a run of another tenant cannot take an id in my namespace
+    with pytest.raises(InvalidArgument, match="is reserved"):
+        setup.app.start("echo", "a", run_id=f"tenant:{TENANT}:order-44", tenant=OTHER)

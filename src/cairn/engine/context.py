@@ -10,6 +10,7 @@ calls work unchanged in ``async def`` workflows.
 from __future__ import annotations
 
 import random as _random
+import secrets
 import time
 import uuid as _uuid
 from collections.abc import Generator, Sequence
@@ -25,7 +26,7 @@ from cairn.engine.memory import workflow_memory
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import input_hash
 from cairn.engine.workflow import Workflow
-from cairn.errors import InvalidArgument, RunNotFound, UnknownWorkflow
+from cairn.errors import InvalidArgument, RunIdTaken, RunNotFound, UnknownWorkflow
 from cairn.memory.api import Memory
 from cairn.models.base import Message, ModelClient, ModelRequest, ModelResponse
 from cairn.retry import RetryPolicy
@@ -319,17 +320,18 @@ class Context:
             generation = self._ex.journal.generation(call.position)
             # a child started again after a rewind is a new child, not the old one's result
             child_id = f"{self.run_id}:{call.position}" + (f"~{generation}" if generation else "")
-        # a run already under that id (chosen, or squatted by someone who guessed
-        # the derived one) must be ours: refuse before anything is recorded;
-        # ``ChildHandle.result`` checks again, so a race cannot slip past either
-        existing = self._ex.store.get_run(child_id)
-        if existing is not None:
-            _check_owned(self._ex, existing)
-        self._ex.start_child(
-            call, definition, arguments, child_id,
-            queue=self.queue if queue is None else queue,
-            priority=self.priority if priority is None else priority,
-        )
+        queue = self.queue if queue is None else queue
+        priority = self.priority if priority is None else priority
+        try:  # the store refuses an id held by a run that is not this child, recording nothing
+            self._ex.start_child(call, definition, arguments, child_id, queue=queue, priority=priority)
+        except RunIdTaken:
+            if run_id is not None:  # a chosen id names someone else's run: never adopted
+                raise InvalidArgument(_not_a_child(child_id, self.run_id)) from None
+            # The derived id was guessed and taken first (by another tenant, say):
+            # the child takes one nobody can guess. The id is recorded with the
+            # child's start, in one transaction, so replay reads it back.
+            child_id = f"{child_id}~{secrets.token_hex(8)}"
+            self._ex.start_child(call, definition, arguments, child_id, queue=queue, priority=priority)
         return ChildHandle(self._ex, child_id, definition)
 
     def child(
@@ -407,7 +409,9 @@ def _check_owned(ex: Execution, run: RunRecord) -> None:
     result to this run, or suspend it forever. The message is the same
     whoever owns the run: it says nothing about other tenants."""
     if run.parent_run_id != ex.run_id or run.tenant != ex.run.tenant:
-        raise InvalidArgument(
-            f"child run id {run.run_id!r} is taken by a run that is not a child of run {ex.run_id!r}: "
-            "omit run_id= (a child's id is derived from its parent's) or choose an unused one"
-        )
+        raise InvalidArgument(_not_a_child(run.run_id, ex.run_id))
+
+
+def _not_a_child(child_id: str, parent_id: str) -> str:
+    return (f"child run id {child_id!r} is taken by a run that is not a child of run {parent_id!r}: "
+            "omit run_id= (a child's id is derived from its parent's) or choose an unused one")

@@ -18,6 +18,7 @@ from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint
 from cairn.server.views import model_call_json, operation_json, run_detail
 from cairn.store.records import RunStatus
+from cairn.store.runids import scoped_run_id
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 #: a run id: any printable text ('/' included: paths carry it percent-encoded, see routing.EncodedRoute)
@@ -100,8 +101,10 @@ def start_run(call: Call[Any]) -> Any:
                                            "characters") from None
         if body.run_id is not None and body.run_id != key:
             raise ApiError(422, "invalid", "run_id and the Idempotency-Key header differ")
-    run_id = body.run_id or key
     tenant = call.principal.tenant
+    chosen = body.run_id or key
+    # a chosen id lives in the tenant's own namespace: no other tenant can hold it or see it exists
+    run_id = scoped_run_id(tenant, chosen) if chosen is not None else None
     data = {} if body.input is msgspec.UNSET else body.input
     try:
         handle = call.app.start_json(

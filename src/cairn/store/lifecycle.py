@@ -32,6 +32,7 @@ from cairn.errors import (
     InvalidRunState,
     NotAnApprover,
     PayloadError,
+    RunIdTaken,
     RunNotFound,
     StoreError,
 )
@@ -148,6 +149,17 @@ def id_taken(run_id: str) -> InvalidRunState:
     holds (another tenant's, under row-level security). It names no tenant
     and is the same whoever holds the id: "taken" is all a caller learns."""
     return InvalidRunState(f"run id {run_id!r} is already taken: choose another")
+
+
+def existing_child(existing: RunRecord | None, child: NewRun) -> RunRecord:
+    """The run already under ``child``'s id when a parent starts it: that run
+    if it is this very child (same parent, same tenant), else ``RunIdTaken``,
+    raised inside the transaction so that the parent's entry is not written.
+    ``None`` is a run this store cannot read (another tenant's, under
+    row-level security). The error is the same whoever holds the id."""
+    if existing is None or existing.parent_run_id != child.parent_run_id or existing.tenant != child.tenant:
+        raise RunIdTaken(f"run id {child.run_id!r} is already taken: choose another")
+    return existing
 
 
 def create(run: NewRun, now: float) -> HistoryEvent:

@@ -1163,10 +1163,9 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
             _append_fenced(tx, parent_run_id, epoch, [event])
             if _insert_run(tx, params, self._exempt):
                 return new_record(child, now, RunStatus.PENDING, epoch=0)
-            existing = _select_run(tx, child.run_id)
-            if existing is None:  # another tenant's (row-level security)
-                raise lc.id_taken(child.run_id)
-            return existing
+            # someone else's run under the id (invisible if another tenant's, under
+            # row-level security): refused, and the transaction takes the entry back
+            return lc.existing_child(_select_run(tx, child.run_id), child)
 
         return self._transaction(body, faults=_FAULTS["start_child"])
 

@@ -832,12 +832,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             created = _insert_run(tx, run_params(child, now, status=RunStatus.PENDING, runnable_at=now))
             if created:
                 tx.execute(_INSERT_EVENT, event_values(lc.create(child, now)))
-            else:
-                record = _select_run(tx, child.run_id)
+            else:  # someone else's run under the id: nothing is recorded (the transaction rolls back)
+                record = lc.existing_child(_select_run(tx, child.run_id), child)
         self._tail(parent_run_id, epoch, event.seq, at)
         if created:
             return new_record(child, now, RunStatus.PENDING, epoch=0)
-        assert record is not None
         return record
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cairn.errors import RunIdTaken
 from cairn.store.contract import Store
 from cairn.store.records import (
     EventType,
@@ -144,6 +145,32 @@ class ChildrenContract(ContractBase):
         assert again == kid_claim.run
         assert again != first
         assert store.history("kid") == kid_claim.history
+        assert store.history("parent")[-1] == event
+
+    @pytest.mark.parametrize("holder", ["another tenant", "no parent", "another parent"])
+    def test_start_child_under_an_id_someone_else_holds_records_nothing(
+        self, store: Store, clock: FakeClock, holder: str
+    ) -> None:
+        """A child id held by a run that is not this parent's child (a squatter
+        that guessed it, or an unrelated run) is refused with ``RunIdTaken``
+        inside the transaction: the parent's entry is not written, the holder is
+        untouched, and the parent may go on (under another id)."""
+        if holder == "another parent":
+            q = running(store, clock, "other-parent")
+            store.start_child("other-parent", q.run.epoch, ev(clock, "other-parent", q.next_seq, q.run.epoch),
+                              new_run("kid"))
+        else:
+            store.create_run(new_run("kid", tenant="mallory" if holder == "another tenant" else "default"))
+        before = store.get_run("kid")
+        p = running(store, clock, "parent")
+        history = store.history("parent")
+        with pytest.raises(RunIdTaken, match="'kid' is already taken"):
+            store.start_child("parent", p.run.epoch, ev(clock, "parent", p.next_seq, p.run.epoch),
+                              new_run("kid"))
+        assert store.history("parent") == history
+        assert store.get_run("kid") == before
+        event = ev(clock, "parent", p.next_seq, p.run.epoch)
+        assert store.start_child("parent", p.run.epoch, event, new_run("kid~other")).parent_run_id == "parent"
         assert store.history("parent")[-1] == event
 
     def test_start_child_sets_parent_even_if_spec_disagrees(self, store: Store, clock: FakeClock) -> None:

@@ -1006,3 +1006,9 @@ $$;
 ALTER TABLE runs ADD CONSTRAINT runs_schedule_ids
     CHECK (NOT starts_with(run_id, 'schedule:')
            OR starts_with(run_id, 'schedule:' || url_quote(tenant) || ':')) NOT VALID;
+
+-- A tenant's own ids (0021): ids beginning 'tenant:' go on with the row's own
+-- tenant, encoded as for tick ids (cairn/store/runids.py).
+ALTER TABLE runs ADD CONSTRAINT runs_tenant_ids
+    CHECK (NOT starts_with(run_id, 'tenant:')
+           OR starts_with(run_id, 'tenant:' || url_quote(tenant) || ':')) NOT VALID;
