@@ -30,6 +30,7 @@ from cairn.memory.api import Memory
 from cairn.models.base import Message, ModelClient, ModelRequest, ModelResponse
 from cairn.retry import RetryPolicy
 from cairn.store.records import RunRecord, RunStatus
+from cairn.store.runids import check_id
 
 if TYPE_CHECKING:
     from cairn.engine.definitions import WorkflowDef
@@ -314,6 +315,7 @@ class Context:
         if call.recorded is not None:
             return ChildHandle(self._ex, str(self._ex.replay(call, str)), definition)
         if run_id is not None:
+            check_id("run id", run_id)  # the rule ``NewRun`` applies, before the id is looked up
             child_id = run_id
         else:
             generation = self._ex.journal.generation(call.position)
