@@ -143,6 +143,9 @@ class NewRun:
         if self.thread_id is not None:
             names["thread_id"] = self.thread_id
         check_names(**names)
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) \
+                or not -(2**63) <= self.priority < 2**63:  # a BIGINT on every backend
+            raise InvalidArgument(f"a run's priority must be a 64-bit integer, not {self.priority!r}")
 
 
 def check_names(**names: str) -> None:
