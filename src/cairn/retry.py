@@ -44,10 +44,17 @@ class RetryPolicy:
     no_retry_on: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        if self.initial_delay < 0 or self.max_delay < 0 or self.backoff < 1 or not 0 <= self.jitter <= 1:
-            raise ValueError("retry delays must be >= 0, backoff >= 1 and jitter in [0, 1]")
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"max_attempts must be an integer of at least 1, not {self.max_attempts!r}")
+        # each must be a finite number: a NaN passes every check written as a comparison that fails
+        for name, low, high in (("initial_delay", 0.0, math.inf), ("max_delay", 0.0, math.inf),
+                                ("backoff", 1.0, math.inf), ("jitter", 0.0, 1.0)):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+                    or not low <= value <= high):
+                bound = f"in [{low:g}, {high:g}]" if high < math.inf else f">= {low:g}"
+                raise ValueError(f"RetryPolicy's {name} must be a finite number {bound}, not {value!r}")
 
     def retryable(self, exc: BaseException) -> bool:
         """Whether ``exc`` may be retried at all (ignoring the attempt count)."""

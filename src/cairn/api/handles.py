@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from cairn.engine.budget import check_number
 from cairn.errors import RunFailed
 from cairn.store.records import RunRecord, RunStatus
 
@@ -40,6 +41,8 @@ class RunHandle(Generic[R]):
         and ``TimeoutError`` if it is still going after ``timeout`` seconds.
         Waiting polls the store, so the run may execute on any worker.
         """
+        if timeout is not None:
+            check_number("timeout", timeout, infinite=True)  # a NaN would wait for ever
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = poll_interval
         while True:

@@ -14,8 +14,10 @@ models (optional dependency) go through ``model_dump``/``model_validate``.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import hashlib
+import itertools
 import math
 import re
 import sys
@@ -174,6 +176,26 @@ def _find_secret(value: Any, path: str, depth: int) -> tuple[str, SecretValue] |
     return None
 
 
+#: How deeply a stored value may nest (``[]`` is 1, ``{"a": []}`` 2). Well
+#: below what a read can take: decoding (msgspec, and ``json`` answering it
+#: over HTTP) recurses once a level on the Python stack, so a value stored
+#: at the old limit (whatever the writer's stack left of the recursion
+#: limit) failed every later read of its run, from a deeper stack.
+MAX_DEPTH = 256
+#: The integers a value may hold: 64 bits, signed or not. JSON has no limit,
+#: but its readers do (JavaScript, the dashboard, keeps 53 bits; MessagePack
+#: and most languages 64), and a larger one used to escape as a raw
+#: ``OverflowError``.
+MIN_INT, MAX_INT = -(2**63), 2**64 - 1
+#: Prefilters, so that ordinary values pay two ``bytes.count`` and one
+#: search: an integer beyond 64 bits has at least 19 digits (a float is written with at
+#: most 17), and a value is only nested past ``MAX_DEPTH`` with that many
+#: brackets. Digits or brackets inside strings match too; the check decides.
+_LONG_DIGITS = re.compile(rb"[0-9]{19,}")
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
+_DEPTH_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+
 _ENCODER = msgspec.json.Encoder(enc_hook=enc_hook, order="deterministic")
 #: A cheap prefilter for NaN/infinity: MessagePack writes a float as 0xcb and
 #: eight big-endian bytes, whose exponent bits are all ones only for those.
@@ -207,6 +229,7 @@ def encode(value: Any) -> bytes:
         raise PayloadError(f"cannot encode value: it holds text that is not valid Unicode ({exc})") from None
     except RecursionError:
         raise PayloadError("cannot encode value: it is nested too deeply") from None
+    _check_limits(value, data)
     # NaN and infinities are written as null; only then, and only if the value's
     # MessagePack form (which keeps them, as float64) may hold one, find where
     if b"null" in data and _NON_FINITE_FLOAT64.search(_PACKER.encode(value)):
@@ -218,6 +241,48 @@ def encode(value: Any) -> bytes:
             raise PayloadError(f"cannot encode value: {where} is not a finite number (NaN and infinity "
                                "have no JSON form)")
     return data
+
+
+def _check_limits(value: Any, data: bytes) -> None:
+    """Refuse (``PayloadError``) a value nested deeper than ``MAX_DEPTH`` or
+    holding an integer outside ``MIN_INT``..``MAX_INT``: the same rule for
+    every value stored (inputs, results, signals, edits), on every backend."""
+    if data.count(b"[") + data.count(b"{") >= MAX_DEPTH:
+        depth = nesting(data)
+        if depth > MAX_DEPTH:
+            raise PayloadError(f"cannot encode value: it is nested too deeply ({depth} levels; at most "
+                               f"{MAX_DEPTH} are stored)")
+    if _LONG_DIGITS.search(data):
+        where = _huge_int(msgspec.json.decode(data), "value")
+        if where is not None:
+            raise PayloadError(f"cannot encode value: {where} is an integer beyond 64 bits (integers are "
+                               f"stored from {MIN_INT} to {MAX_INT}); pass it as text")
+
+
+def nesting(data: bytes) -> int:
+    """How deeply the JSON ``data`` nests, without parsing it (so without
+    recursion): strings are cut out, then the brackets left are counted up
+    and down as signed bytes."""
+    brackets = _STRING.sub(b"", data).translate(None, _BRACKETS).translate(_DEPTH_STEP)
+    return max(itertools.accumulate(array.array("b", brackets)), default=0)
+
+
+def _huge_int(value: Any, path: str) -> str | None:
+    """Where plain JSON ``value`` holds an integer beyond 64 bits, if anywhere
+    (only walked when the bytes hold a long run of digits)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return path if not MIN_INT <= value <= MAX_INT else None
+    if isinstance(value, dict):
+        items: Any = ((f"{path}[{k!r}]", v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for where, item in items:
+        found = _huge_int(item, where)
+        if found is not None:
+            return found
+    return None
 
 
 def _with_version(value: Any, version: Any) -> Any:

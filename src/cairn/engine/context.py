@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from cairn.codec import values
 from cairn.engine import approvals, messaging, modelcalls, patches
 from cairn.engine.approvals import Decision
+from cairn.engine.budget import check_number
 from cairn.engine.drive import run_async, run_sync
 from cairn.engine.execution import Execution
 from cairn.engine.memory import workflow_memory
@@ -31,6 +32,7 @@ from cairn.memory.api import Memory
 from cairn.models.base import Message, ModelClient, ModelRequest, ModelResponse
 from cairn.retry import RetryPolicy
 from cairn.store.records import RunRecord, RunStatus
+from cairn.store.runids import check_id
 
 if TYPE_CHECKING:
     from cairn.engine.definitions import WorkflowDef
@@ -181,6 +183,7 @@ class Context:
         ``await ctx.sleep(5)`` works too, and reads like ``asyncio.sleep``:
         the returned object is awaitable and completes at once.
         """
+        check_number("ctx.sleep's seconds", seconds, negative=True)  # a negative wait is no wait
         call = self._ex.begin("sleep", "sleep")
         if call.recorded is not None:
             wake_at = float(self._ex.replay(call, float))
@@ -212,11 +215,13 @@ class Context:
         for the next). It never blocks, so in an ``async def`` workflow call
         it as it is, or ``await ctx.wait_for_signal_async(...)``.
         """
+        _check_timeout(timeout)
         return messaging.receive(self._ex, name, timeout, type_)
 
     async def wait_for_signal_async(self, name: str, *, timeout: float | None = None,
                                     type_: Any = Any) -> Any:
         """``wait_for_signal`` as a coroutine, for ``await`` in async workflows."""
+        _check_timeout(timeout)
         return messaging.receive(self._ex, name, timeout, type_)
 
     def signal(self, run_id: str, name: str, data: Any = None) -> int:
@@ -284,6 +289,7 @@ class Context:
         Like ``ctx.sleep``, it returns at once or suspends the run, so it
         works unchanged (without ``await``) in ``async def`` workflows.
         """
+        _check_timeout(timeout)
         return approvals.request(self._ex, action, details, timeout=timeout, approvers=approvers, type_=type_)
 
     # -- child workflows ----------------------------------------------------------
@@ -315,6 +321,7 @@ class Context:
         if call.recorded is not None:
             return ChildHandle(self._ex, str(self._ex.replay(call, str)), definition)
         if run_id is not None:
+            check_id("run id", run_id)  # the rule ``NewRun`` applies, before the id is looked up
             child_id = run_id
         else:
             generation = self._ex.journal.generation(call.position)
@@ -399,6 +406,12 @@ class ChildHandle(Generic[R]):
         if child.status.terminal:
             ex.child_failed(call, child)
         raise Suspend("child", waiting_on=self.run_id)
+
+
+def _check_timeout(timeout: float | None) -> None:
+    """A ``timeout=`` is recorded as a deadline: a finite number of seconds, or ``None`` (no deadline)."""
+    if timeout is not None:
+        check_number("timeout", timeout)
 
 
 def _check_owned(ex: Execution, run: RunRecord) -> None:

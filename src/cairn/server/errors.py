@@ -1,7 +1,8 @@
 """Every error the API answers is JSON, ``{"error": code, "message": ...}``,
 with the status that says whose fault it is. Cairn's own errors map to 4xx
 here, once; anything else is a bug and answers 500 with no detail (the
-traceback goes to the server's log, never to the client)."""
+traceback goes to the server's log, never to the client). A store failure
+answers 503 with no detail either: its message names the database."""
 
 from __future__ import annotations
 
@@ -68,8 +69,9 @@ def as_api_error(exc: BaseException) -> ApiError:
         return ApiError(422, "unknown_workflow", str(exc))
     if isinstance(exc, (InvalidArgument, PayloadError, ValueError)):
         return ApiError(400, "invalid", str(exc))
-    if isinstance(exc, StoreError):
-        return ApiError(503, "unavailable", str(exc))
+    if isinstance(exc, StoreError):  # its message may name the database (host, port, name): logged only
+        log.warning("store failure: %s", exc)
+        return ApiError(503, "unavailable", "the store is unavailable; try again (the server's log says why)")
     if isinstance(exc, CairnError):
         return ApiError(400, "invalid", str(exc))
     log.error("unexpected error", exc_info=exc)

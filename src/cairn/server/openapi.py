@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from cairn.server.routing import Endpoint, NoBody, NoQuery
+from cairn.store.runids import ID_PATTERN
 
 _ERROR = {"type": "object", "required": ["error", "message"],
           "properties": {"error": {"type": "string"}, "message": {"type": "string"}}}
@@ -32,7 +33,7 @@ _ERRORS = {
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\\x00-\\x1f\\x7f]+$"}
 #: what each path parameter may be (any other text is refused with a 4xx)
 _PATH: dict[str, dict[str, Any]] = {
-    "run_id": {**_TEXT, "description": "percent-encoded ('/' as %2F)"},
+    "run_id": {**_TEXT, "pattern": ID_PATTERN, "description": "percent-encoded ('/' as %2F)"},
     "name": {**_TEXT, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]+$"},
     "key": {**_TEXT, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]+$"},
     "request_id": _TEXT,

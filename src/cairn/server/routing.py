@@ -21,7 +21,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, get_args
+from typing import Annotated, Any, Generic, TypeVar, get_args
 from urllib.parse import unquote_to_bytes
 
 import msgspec
@@ -37,6 +37,7 @@ from cairn.api.tokens import Principal, Role, TokenRefused
 from cairn.errors import RunNotFound
 from cairn.server.errors import ApiError, response_for
 from cairn.store.records import RunRecord
+from cairn.store.runids import ID_PATTERN, MAX_ID_LENGTH, id_problem
 
 B = TypeVar("B")
 
@@ -73,14 +74,16 @@ class Call(Generic[B]):
         return tenant_run(self.app, self.principal, run_id)
 
 
-_PLAIN = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+#: an id or name in a request (a run id, a thread id, a queue, a signal's
+#: name): the rule every run is created with (``store.runids.check_id``)
+Ident = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)]
 
 
 def tenant_run(app: App, principal: Principal, run_id: str) -> RunRecord:
     """``run_id``'s run if it is of ``principal``'s tenant, else
-    ``RunNotFound`` (an id no run could have, with control characters or
-    too long, is unknown too: it never reaches the database)."""
-    if not _PLAIN.match(run_id):
+    ``RunNotFound`` (an id no run could have, one ``runids.check_id``
+    refuses, is unknown too: it never reaches the database)."""
+    if id_problem(run_id) is not None:
         raise RunNotFound(run_id)
     record = app.get_run(run_id)
     if record.tenant != principal.tenant:

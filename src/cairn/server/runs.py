@@ -15,14 +15,15 @@ from cairn.api.views import event_json, model_calls, model_records, run_json
 from cairn.engine.budget import Budget
 from cairn.errors import PayloadError, RunNotFound
 from cairn.server.errors import ApiError
-from cairn.server.routing import Call, Endpoint
+from cairn.server.routing import Call, Endpoint, Ident
 from cairn.server.views import model_call_json, operation_json, run_detail
 from cairn.store.records import RunStatus
 from cairn.store.runids import scoped_run_id
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
-#: a run id: any printable text ('/' included: paths carry it percent-encoded, see routing.EncodedRoute)
-RunId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Name = Ident
+#: a run id: any printable text but '.' and '..' ('/' included: paths carry it percent-encoded, see
+#: routing.EncodedRoute), the rule of ``store.runids.check_id``
+RunId = Ident
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -166,7 +167,9 @@ def run_operations(call: Call[Any]) -> Any:
 
 
 def _change(before: Any, after: Any) -> dict[str, Any]:
-    changed = after.epoch != before.epoch or after.status is not before.status
+    # a budget's change bumps no epoch and keeps the status: it is a change all the same
+    changed = (after.epoch != before.epoch or after.status is not before.status
+               or after.budget != before.budget)
     return {"changed": changed, "before": before.status.value, "run": run_json(after)}
 
 

@@ -144,6 +144,14 @@ def unstorable_text(exc: UnicodeError) -> InvalidArgument:
     return InvalidArgument(f"text that is not valid Unicode cannot be stored or looked up ({exc})")
 
 
+def nul_text() -> InvalidArgument:
+    """The error for text holding a NUL character, which PostgreSQL's text
+    cannot hold (met while binding a statement's parameters): bad input,
+    never a database failure, and nothing was written. (Ids refuse it on
+    every backend: ``runids.check_id``.)"""
+    return InvalidArgument("text holding a NUL character (U+0000) cannot be stored or looked up")
+
+
 def id_taken(run_id: str) -> InvalidRunState:
     """The error for creating a run whose id a run this store cannot read
     holds (another tenant's, under row-level security). It names no tenant

@@ -530,6 +530,8 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
             who = "access" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
             raise StoreError(f"PostgreSQL refused {who} ({self._where}): {_one_line(exc)}") from None
         except psycopg.Error as exc:
+            if _nul_parameter(exc):  # bad input, not a database failure: never retried, nor a 503
+                raise lc.nul_text() from None
             raise StoreError(f"PostgreSQL error ({self._where}): {_one_line(exc)}") from None
         except UnicodeEncodeError as exc:  # a parameter no database can hold
             raise lc.unstorable_text(exc) from None
@@ -1413,6 +1415,12 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
 
 # -- helpers: each runs inside the caller's transaction (or autocommit statement) --
+
+
+def _nul_parameter(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is psycopg refusing, before sending, a text parameter
+    that holds a NUL (PostgreSQL's text has no NUL; SQLite's has)."""
+    return isinstance(exc, psycopg.DataError) and exc.sqlstate is None and "NUL" in str(exc)
 
 
 def _connection_lost(exc: BaseException) -> bool:

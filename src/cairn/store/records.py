@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.errors import InvalidArgument
+from cairn.store.runids import check_id
 
 
 class RunStatus(enum.StrEnum):
@@ -138,16 +139,24 @@ class NewRun:
     bundle: str | None = None
 
     def __post_init__(self) -> None:
-        check_names(run_id=self.run_id, workflow=self.workflow, tenant=self.tenant, queue=self.queue)
+        names = {"run_id": self.run_id, "workflow": self.workflow, "tenant": self.tenant, "queue": self.queue}
+        if self.thread_id is not None:
+            names["thread_id"] = self.thread_id
+        check_names(**names)
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) \
+                or not -(2**63) <= self.priority < 2**63:  # a BIGINT on every backend
+            raise InvalidArgument(f"a run's priority must be a 64-bit integer, not {self.priority!r}")
 
 
 def check_names(**names: str) -> None:
-    """Refuse empty names (``InvalidArgument``). They would be ambiguous where
-    they are keys: an empty tenant is the queue-wide token bucket's key, for
-    one."""
+    """Refuse empty names (``InvalidArgument``): they would be ambiguous where
+    they are keys (an empty tenant is the queue-wide token bucket's key, for
+    one); and names that break the id rule (``runids.check_id``: control
+    characters, ``.``/``..``, too long), on every path that creates a run."""
     for what, value in names.items():
         if not value:
             raise InvalidArgument(f"a run needs a non-empty {what.replace('_', ' ')}")
+        check_id(what.replace("_", " "), value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,7 @@ from cairn.store.rows import (
     run_params,
     update_params,
 )
+from cairn.store.runids import unclaimable
 from cairn.store.schedules import (
     Fired,
     ScheduleSpec,
@@ -1243,6 +1244,32 @@ def _append_next(conn: sqlite3.Connection, event: HistoryEvent, last_at: float) 
 
 
 def _claim_many(
+    tx: sqlite3.Connection,
+    states: Sequence[lc.ClaimState],
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    max_recoveries: int,
+    tails: dict[str, tuple[int, int, float]],
+) -> list[Claim | None]:
+    """``_claim_batch`` of ``states``, but a run whose id cannot go through
+    the batch's JSON (``runids.unclaimable``: a NUL, where SQLite's JSON
+    ends the text) is set aside first, quarantined as damaged (``None`` in
+    its place): it would fail the batch, every poll, for every tenant."""
+    aside: dict[str, str] = {}
+    for state in states:
+        damage = unclaimable(state.run_id)
+        if damage is not None:
+            _apply(tx, lc.quarantine_damaged(state.run_id, state.epoch, state.recoveries, damage, now))
+            aside[state.run_id] = damage
+    if not aside:
+        return _claim_batch(tx, states, worker, now, lease_seconds, max_recoveries, tails)
+    batch = iter(_claim_batch(tx, [s for s in states if s.run_id not in aside], worker, now, lease_seconds,
+                              max_recoveries, tails))
+    return [None if state.run_id in aside else next(batch) for state in states]
+
+
+def _claim_batch(
     tx: sqlite3.Connection,
     states: Sequence[lc.ClaimState],
     worker: str,
