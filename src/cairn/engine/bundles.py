@@ -310,17 +310,47 @@ class Registry:
             mine = local.get((bundle.workflow, bundle.version))
             if mine is None:
                 continue  # a version this process does not have: not ours to judge
-            if mine.code != bundle.code:
-                why = (f"workflow {bundle.workflow!r} version {bundle.version!r}: the code here hashes to "
-                       f"{mine.code}, the bundle was registered with {bundle.code}; deploy the code it was "
-                       "registered with, or register the new code as a new version")
+            drift = self._drift(mine, bundle)
+            if drift is not None:
+                kind, why = drift
                 self.refused[bid] = why
-                log.error("refusing to claim runs of bundle %s (code drift): %s", bid, why)
+                log.error("refusing to claim runs of bundle %s (%s): %s", bid, kind, why)
                 continue
             with self._lock:
                 self._served[bid] = Served(bundle, self.versions[(bundle.workflow, bundle.version)])
                 self._known[bid] = bundle
         return self.served_ids()
+
+    def _drift(self, mine: Bundle, stored: Bundle) -> tuple[str, str] | None:
+        """Why this process must not run ``stored`` (a bundle of a workflow
+        version it registered as ``mine``), if it must not: its code differs,
+        or a tool the bundle pinned is missing here or declared otherwise (a
+        ``write`` re-declared ``read`` would be re-sent on replay instead of
+        reconciled). Prompts and model settings are read from ``stored``."""
+        where = f"workflow {stored.workflow!r} version {stored.version!r}"
+        if not self._same_code(mine, stored):
+            return "code drift", (
+                f"{where}: the code here hashes to {mine.code}, the bundle was registered with {stored.code}; "
+                "deploy the code it was registered with, or register the new code as a new version")
+        here = {str(t["name"]): t for t in mine.tools}
+        for pinned in stored.tools:
+            name = str(pinned["name"])
+            found = here.get(name)
+            if found == pinned:
+                continue
+            if found is None:
+                change = "is not registered here"
+            else:
+                change = "is declared otherwise here: " + ", ".join(
+                    f"{key} {pinned.get(key)!r} pinned, {found.get(key)!r} here"
+                    for key in sorted(set(pinned) | set(found)) if pinned.get(key) != found.get(key))
+            return "tool drift", (
+                f"{where}: tool {name!r} {change}; deploy the tools the bundle was registered with, or "
+                "register the changed tools with a new version of the workflow")
+        return None
+
+    def _same_code(self, mine: Bundle, stored: Bundle) -> bool:
+        return mine.code == stored.code
 
     def served_ids(self) -> set[str]:
         self.local()
