@@ -379,7 +379,7 @@ def twice_recorded(ctx: cairn.Context, pause: float) -> str:
     return first + c()
 
 
-def twice_new(ctx: cairn.Context, pause: float) -> str:  # lines up with the journal up to the first timer only
+def twice_new(ctx: cairn.Context, pause: float) -> str:  # lines up with the journal up to the first timer
     first = a()
     ctx.sleep(pause)
     first += x()

@@ -65,7 +65,7 @@ def test_a_worker_whose_tool_changed_effect_does_not_serve_an_uncertain_write(
         refusals = [r.getMessage() for r in caplog.records if run.bundle and run.bundle in r.getMessage()]
         assert len(refusals) == 1
         assert "tool 'charge'" in refusals[0]
-        assert "'write'" in refusals[0] and "'read'" in refusals[0]
+        assert "effect 'write' pinned, 'read' here" in refusals[0]
     finally:
         redeployed.close()
 
