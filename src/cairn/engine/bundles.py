@@ -208,6 +208,12 @@ class _Reach:
         return bool(self.package) and self.package != "cairn" and name.partition(".")[0] == self.package
 
     def _value(self, value: Any, attrs: set[str], binding: tuple[str, str] | None, depth: int) -> Any:
+        try:
+            return self._reach(value, attrs, binding, depth)
+        except Exception:  # an object that resists inspection (a lazy module, a proxy): its type counts
+            return {"opaque": f"{type(value).__module__}.{type(value).__qualname__}"}
+
+    def _reach(self, value: Any, attrs: set[str], binding: tuple[str, str] | None, depth: int) -> Any:
         if depth > 40:
             return {"deep": type(value).__qualname__}
         if isinstance(value, _IMMUTABLE):
