@@ -58,6 +58,11 @@ BASE = {
 
         def unrelated(ctx):
             return 1
+
+
+        def importing(ctx, x):
+            from .helpers import fee
+            return fee(x)
     ''',
     "helpers.py": '''
         def fee(x):
@@ -101,6 +106,13 @@ def _variant(root: Path, edits: dict[str, tuple[str, str]] | None = None) -> Mod
     _write(root, package, files)
     importlib.invalidate_caches()
     return importlib.import_module(f"{package}.flows")
+
+
+def test_a_helper_imported_in_the_workflow_body_is_reached(packages: Path) -> None:
+    base = _variant(packages)
+    drifted = _variant(packages, {"helpers.py": ("return x // 10", "return x // 5")})
+    assert code_hash(base.importing) == code_hash(_variant(packages).importing)
+    assert code_hash(drifted.importing) != code_hash(base.importing)
 
 
 def test_the_same_code_in_another_package_hashes_the_same(packages: Path) -> None:

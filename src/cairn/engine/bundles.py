@@ -42,6 +42,7 @@ import ast
 import dis
 import enum
 import hashlib
+import importlib.util
 import inspect
 import logging
 import sys
@@ -176,6 +177,21 @@ def _names(code: CodeType) -> tuple[set[str], set[str]]:
     return globals_, attrs
 
 
+def _imports(code: CodeType) -> set[tuple[str, int]]:
+    """The modules ``code`` (and the code nested in it) imports in its body,
+    with their relative level (``from .helpers import fee`` inside a function)."""
+    found: set[tuple[str, int]] = set()
+    instructions = list(dis.get_instructions(code))
+    for i, instruction in enumerate(instructions):
+        if instruction.opname == "IMPORT_NAME":
+            level = instructions[i - 2].argval if i >= 2 and instructions[i - 2].opname == "LOAD_CONST" else 0
+            found.add((str(instruction.argval), level if isinstance(level, int) else 0))
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            found |= _imports(const)
+    return found
+
+
 class _Reach:
     """What a workflow's code hash covers, as one JSON-able tree.
 
@@ -270,6 +286,7 @@ class _Reach:
         module = str(fn.__module__)
         found["globals"] = {name: self._value(fn.__globals__[name], attrs, (module, name), depth + 1)
                             for name in sorted(global_names) if name in fn.__globals__}
+        found["imports"] = self._imported(fn, code, attrs, depth)
         closure: dict[str, Any] = {}
         for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
             try:
@@ -283,6 +300,21 @@ class _Reach:
         wrapped = getattr(fn, "__wrapped__", None)
         if wrapped is not None:
             found["wrapped"] = self._value(wrapped, attrs, None, depth + 1)
+        return found
+
+    def _imported(self, fn: types.FunctionType, code: CodeType, attrs: set[str], depth: int) -> Any:
+        """The modules of the package that ``fn`` imports in its body, each
+        as the names of it the code uses."""
+        found: dict[str, Any] = {}
+        package = fn.__globals__.get("__package__") or str(fn.__module__).rpartition(".")[0]
+        for name, level in sorted(_imports(code)):
+            try:
+                resolved = importlib.util.resolve_name("." * level + name, package) if level else name
+            except (ImportError, ValueError):
+                continue
+            imported = sys.modules.get(resolved)
+            if imported is not None and self._mine(resolved):
+                found["." * level + name] = self._value(imported, attrs, None, depth + 1)
         return found
 
     def _code(self, fn: types.FunctionType) -> str:
