@@ -351,11 +351,14 @@ class IncompatiblePayload(BaseException):
     resumes it once an upcaster is deployed. A ``BaseException``, so that
     ``except Exception`` in workflow code cannot turn it into a guess."""
 
-    def __init__(self, type_name: str, found: object, current: int, why: str,
+    def __init__(self, type_name: str, found: object, current: int | None, why: str,
                  position: int | None = None) -> None:
         where = f" at position {position}" if position is not None else ""
-        super().__init__(f"a recorded {type_name} payload{where} is version {found}, the code's is "
-                         f"{current}: {why}")
+        if found is None:  # not a version's problem: the recorded value no longer fits the code's type
+            super().__init__(f"a recorded {type_name} payload{where} does not fit the code's type: {why}")
+        else:
+            super().__init__(f"a recorded {type_name} payload{where} is version {found}, the code's is "
+                             f"{current}: {why}")
         self.type_name = type_name
         self.found = found
         self.current = current

@@ -366,3 +366,58 @@ def test_a_damaged_export_is_one_line(tmp_path: Path, content: str, problem: str
             cairn.testing.replay(app, tmp_path / "missing.json")
     finally:
         app.close()
+
+
+# -- a check that is stale by the time of the move ---------------------------------------------
+
+
+def twice_recorded(ctx: cairn.Context, pause: float) -> str:
+    first = a()
+    ctx.sleep(pause)
+    first += b()
+    ctx.sleep(600.0)
+    return first + c()
+
+
+def twice_new(ctx: cairn.Context, pause: float) -> str:  # lines up with the journal up to the first timer
+    first = a()
+    ctx.sleep(pause)
+    first += x()
+    ctx.sleep(600.0)
+    return first + c()
+
+
+def test_migrate_commits_only_on_the_journal_it_checked(
+    code: Callable[[Callable[..., str], str], cairn.App], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run wakes and records ``b`` between the check (which saw only
+    ``a`` and the timer, compatible) and the move: the move must not commit
+    on a check of a journal that is no longer the run's."""
+    from cairn.engine import replaycheck
+    from tests.acceptance.harness import wait_until
+
+    old = code(twice_recorded, "1")
+    handle = old.start("flow", 0.3)
+    _drain(old, 0.1)
+    assert old.get_run(handle.run_id).status is RunStatus.SUSPENDED
+    new = code(twice_new, "2")
+    real_check = replaycheck.check
+
+    def check_then_the_run_moves_on(*args: object, **kwargs: object) -> replaycheck.ReplayReport:
+        report = real_check(*args, **kwargs)  # type: ignore[arg-type]
+        wait_until(lambda: (_drain(old, 0.05), [e for e in old.history(handle.run_id) if e.name == "b"])[1],
+                   30, "the run to wake and record b")
+        return report
+
+    monkeypatch.setattr(replaycheck, "check", check_then_the_run_moves_on)
+    before = old.get_run(handle.run_id)
+    assert before.status is RunStatus.SUSPENDED
+    with pytest.raises(InvalidRunState, match="its journal changed since the replay check"):
+        new.migrate(handle.run_id)
+    after = new.get_run(handle.run_id)
+    assert after.status is RunStatus.SUSPENDED  # at its second timer
+    assert after.bundle == before.bundle
+    assert _migrated_entries(new, handle.run_id) == []
+    monkeypatch.setattr(replaycheck, "check", real_check)
+    with pytest.raises(MigrationRefused, match="diverges at position 2"):  # checked again: the truth
+        new.migrate(handle.run_id)

@@ -49,7 +49,7 @@ def test_the_code_hash_ignores_comments_formatting_and_docstring_but_not_code() 
     assert code_hash(_wf_a) == code_hash(_wf_a)  # stable
     assert code_hash(_wf_a_reformatted) == code_hash(_wf_a)
     assert code_hash(_wf_a_changed) != code_hash(_wf_a)
-    assert code_hash(_wf_a).startswith("ast:")
+    assert code_hash(_wf_a).startswith("reach:")
 
 
 def test_a_bundle_id_is_its_content_hash_and_changes_with_what_it_pins() -> None:

@@ -394,9 +394,11 @@ class App:
         run: nothing is written, executed or asked of a model. Reports the
         first divergence, or that the code is compatible."""
         run = self.get_run(run_id)
-        target = self.target_bundle(run, bundle)
+        return self._check(run, self.target_bundle(run, bundle), self.store.history(run_id))
+
+    def _check(self, run: RunRecord, target: Served, history: list[HistoryEvent]) -> ReplayReport:
         pinned = replace(run, bundle=target.bundle.bundle_id, workflow_version=target.bundle.version)
-        return replaycheck.check(self.runtime, target.definition, pinned, self.store.history(run_id))
+        return replaycheck.check(self.runtime, target.definition, pinned, history)
 
     def migrate(self, run_id: str, to: str | None = None, *, force: bool = False, reason: str | None = None,
                 operator: Operator | None = None) -> tuple[ReplayReport, RunRecord]:
@@ -411,7 +413,8 @@ class App:
         target = self.target_bundle(run, to)
         # its state first (the store checks again, atomically with the move)
         lifecycle.migrate(run, run_id, target.bundle.record(), {}, 0.0)
-        report = self.replay_check(run_id, bundle=target.bundle.bundle_id)
+        history = self.store.history(run_id)  # the journal checked is the journal the move commits on
+        report = self._check(run, target, history)
         if not report.compatible and not force:
             raise MigrationRefused(f"not migrated: {report.describe()} (--force --reason R overrides)")
         detail: dict[str, Any] = {"check": report.describe(), "compatible": report.compatible,
@@ -420,7 +423,8 @@ class App:
             detail["reason"] = reason
         record = target.bundle.record()
         self.store.put_bundles([record])
-        change = (operator or self.operator).migrate(run_id, record, detail)
+        change = (operator or self.operator).migrate(run_id, record, detail,
+                                                     checked_seq=history[-1].seq if history else 0)
         return report, change.run
 
     def export_run(self, run_id: str) -> dict[str, Any]:

@@ -412,11 +412,15 @@ class Operator:
         return (f"waiting for a worker serving bundle {run.bundle} ({run.workflow} version "
                 f"{run.workflow_version}; {seen})")
 
-    def migrate(self, run_id: str, bundle: BundleRecord, detail: dict[str, Any]) -> Change:
+    def migrate(self, run_id: str, bundle: BundleRecord, detail: dict[str, Any], *,
+                checked_seq: int | None = None) -> Change:
         """Move run ``run_id`` to ``bundle``, recording ``detail`` (the replay
-        check's finding, or the forced override's reason) and the actor."""
+        check's finding, or the forced override's reason) and the actor;
+        with ``checked_seq``, only if its history still ends there (the
+        journal the check replayed)."""
         before = self.get_run(run_id)
-        return Change(before, self._store.migrate_run(run_id, bundle, detail, actor=self.actor))
+        return Change(before, self._store.migrate_run(run_id, bundle, detail, actor=self.actor,
+                                                      checked_seq=checked_seq))
 
     # -- maintenance -----------------------------------------------------------------------
 

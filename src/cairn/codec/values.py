@@ -205,17 +205,24 @@ _NON_FINITE_FLOAT64 = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
 _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
 
-def encode(value: Any) -> bytes:
+def encode(value: Any, as_type: Any = None) -> bytes:
     """JSON bytes for ``value``; ``PayloadError`` if it holds an unsupported
     type, a NaN or an infinity (JSON has neither: they would come back as
     ``None``), text with a lone surrogate, or is nested too deeply.
 
     Encoding is deterministic (sorted mapping keys and sets), so equal values
     give equal bytes and input hashes are stable across processes.
+
+    ``as_type`` is the type the value will be decoded into (a step's result
+    annotation): where it holds versioned state types, their values record
+    their versions (``codec.upcasters``); elsewhere only a value of a
+    versioned type itself does. Nothing is walked for a type that holds none.
     """
     try:
         version = getattr(type(value), "__cairn_version__", None)
-        if version is not None:  # a versioned state type: record the version (codec.upcasters)
+        if as_type is not None and _VERSIONED and _versioned(as_type):  # versioned types inside: mark them
+            value = upcasters.mark_versions(as_type, value, msgspec.to_builtins(value, enc_hook=enc_hook))
+        elif version is not None:  # a versioned state type: record the version (codec.upcasters)
             value = _with_version(value, version)
         data = _ENCODER.encode(value)
     except SecretLeak as leak:
@@ -292,8 +299,23 @@ def _with_version(value: Any, version: Any) -> Any:
     return plain
 
 
-#: the versioned state types decoders were built for (``codec.upcasters``)
+#: the types decoders were built for that are or hold a versioned state type (``codec.upcasters``)
 _VERSIONED: dict[Any, int] = {}
+
+
+def _versioned(type_: Any) -> bool:
+    try:
+        return type_ in _VERSIONED
+    except TypeError:  # an unhashable annotation
+        return False
+
+
+def _fits(obj: Any, type_: Any) -> bool:
+    try:
+        msgspec.convert(obj, type_, dec_hook=dec_hook)
+    except (msgspec.ValidationError, NotImplementedError, ValueError, TypeError):
+        return False
+    return True
 
 
 def decoder_for(type_: Any) -> msgspec.json.Decoder[Any]:
@@ -308,9 +330,8 @@ def decoder_for(type_: Any) -> msgspec.json.Decoder[Any]:
         decoder = msgspec.json.Decoder(type_, dec_hook=dec_hook)
     except TypeError as exc:
         raise PayloadError(f"type {type_!r} cannot be decoded from JSON: {exc}") from None
-    version = upcasters.schema_version(type_)
-    if version is not None:
-        _VERSIONED[type_] = version
+    if upcasters.versioned_in(type_):
+        _VERSIONED[type_] = upcasters.schema_version(type_) or 0
     _decoders[type_] = decoder
     return decoder
 
@@ -321,8 +342,8 @@ def decode(data: bytes, type_: Any = Any, *, what: str | Callable[[], str] = "pa
     and formatting a description each time would cost more than decoding)."""
     try:
         decoder = decoder_for(type_)
-        if _VERSIONED and isinstance(type_, type) and type_ in _VERSIONED:
-            plain = upcasters.upcast(type_, _VERSIONED[type_], msgspec.json.decode(data))
+        if _VERSIONED and _versioned(type_):
+            plain = upcasters.upcast_tree(type_, msgspec.json.decode(data), _fits)
             return msgspec.convert(plain, type_, dec_hook=dec_hook)
         return decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, NotImplementedError, ValueError) as exc:

@@ -8,8 +8,10 @@ change to one of them gives a new id.
 
 What changes the id:
 
-* the workflow's **code**: the function's syntax tree (``code_hash``), so any
-  change to a statement, expression or name in its body or signature;
+* the workflow's **code**: the function's syntax tree and what it reaches in
+  its own package (``code_hash``, ``_Reach``): helpers, classes, module
+  constants, the statements binding module-level values it reads, and a
+  decorator between ``@app.workflow`` and the function;
 * its name or version;
 * any prompt or model setting registered with the app (``app.prompt``,
   ``app.model_settings``), added, removed or changed;
@@ -17,15 +19,18 @@ What changes the id:
   result schema.
 
 What does not: comments, blank lines, formatting, the docstring, the
-decorators and the Python name of the workflow function; the bodies of steps and tools (their
-outcomes are journaled, so replay never runs them); anything else in the
-process. The Python version does not either, as long as the source is
-available (without it, the bytecode is hashed, which does depend on it).
+Python name of the workflow function, decorators above ``@app.workflow``;
+the rest of its module; the bodies of steps and tools (their outcomes are
+journaled, so replay never runs them); anything else in the process. The
+Python version does not either, as long as the source is available
+(without it, the bytecode is hashed in a canonical form, which depends on
+it but not on ``PYTHONHASHSEED``).
 
 A run records its bundle id at start. A worker serves a stored bundle when
-it has the same workflow name and version with the same code hash (the
-*code* is what must match: prompts and model settings are read from the
-stored bundle, never from the process), and refuses one whose code differs
+it has the same workflow name and version with the same code hash and the
+tools the bundle pinned (code and tools are what must match: prompts and
+model settings are read from the stored bundle, never from the process),
+and refuses one whose code or tools differ
 (``Registry.refresh`` logs why, once): silent drift is the failure this
 prevents. Several versions of one workflow are served side by side: each run
 executes on the code of its own bundle.
@@ -34,12 +39,17 @@ executes on the code of its own bundle.
 from __future__ import annotations
 
 import ast
+import dis
+import enum
 import hashlib
+import importlib.util
 import inspect
 import logging
+import sys
 import textwrap
 import threading
-from collections.abc import Callable, Collection, Mapping
+import types
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
@@ -79,16 +89,42 @@ def bundle_id(content: bytes) -> str:
 
 
 def code_hash(fn: Callable[..., Any]) -> str:
-    """A hash of ``fn``'s code that ignores what cannot change behaviour:
-    its syntax tree without positions, docstring, decorators or the
-    function's own name. Without
-    source (a function built by ``exec``), its bytecode and constants."""
+    """A hash of the code workflow function ``fn`` runs: the function and
+    what it reaches in its own package (``_Reach``), each piece as its syntax
+    tree without positions, docstring or the function's own name, so
+    comments and formatting do not count. Without source, the bytecode in a
+    canonical form (constants in an order that does not depend on
+    ``PYTHONHASHSEED``). Stable across processes; see ``_Reach`` for what
+    is reached."""
+    tree = _Reach(fn).root()
+    return "reach:" + hashlib.sha256(_ENCODER.encode(tree)).hexdigest()[:32]
+
+
+def legacy_code_hash(fn: Callable[..., Any]) -> str:
+    """The code hash of bundles stored before it covered what a workflow
+    reaches (``ast:``/``bytecode:``): the function's own syntax tree. Kept
+    so that runs started then are still served by the same code."""
     target = inspect.unwrap(fn)
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(target)))
     except (OSError, TypeError, SyntaxError, IndentationError):
-        return "bytecode:" + hashlib.sha256(_code_bytes(target.__code__)).hexdigest()[:32]
+        return "bytecode:" + hashlib.sha256(_legacy_code_bytes(target.__code__)).hexdigest()[:32]
     node = tree.body[0] if tree.body else tree
+    dumped = ast.dump(_strip(node), annotate_fields=True, include_attributes=False)
+    return "ast:" + hashlib.sha256(dumped.encode()).hexdigest()[:32]
+
+
+def _legacy_code_bytes(code: CodeType) -> bytes:
+    parts = [code.co_code, repr(code.co_names).encode(), repr(code.co_varnames).encode()]
+    for const in code.co_consts:
+        parts.append(_legacy_code_bytes(const) if isinstance(const, CodeType) else repr(const).encode())
+    return b"\x00".join(parts)
+
+
+def _strip(node: ast.AST) -> ast.AST:
+    """A function's node without what is not its behaviour: its decorators
+    (those below ``@app.workflow`` are reached as wrappers, those above do
+    not wrap what was registered), its name and its docstring."""
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         node.decorator_list = []
         node.name = "_"  # the workflow's name is in the bundle; the function's is not behaviour
@@ -96,15 +132,272 @@ def code_hash(fn: Callable[..., Any]) -> str:
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                 and isinstance(body[0].value.value, str) and len(body) > 1:
             node.body = body[1:]
-    dumped = ast.dump(node, annotate_fields=True, include_attributes=False)
-    return "ast:" + hashlib.sha256(dumped.encode()).hexdigest()[:32]
+    return node
 
 
-def _code_bytes(code: CodeType) -> bytes:
-    parts = [code.co_code, repr(code.co_names).encode(), repr(code.co_varnames).encode()]
+def _canonical_code(code: CodeType) -> str:
+    """Bytecode and its constants, names and variables, in a form that does
+    not depend on the process: a frozenset constant (a set literal in an
+    ``in`` test) is listed sorted, not in hash order."""
+    parts = [code.co_code.hex(), repr(code.co_names), repr(code.co_varnames), repr(code.co_freevars)]
+    parts.extend(_canonical_const(const) for const in code.co_consts)
+    return "\x00".join(parts)
+
+
+def _canonical_const(const: Any) -> str:
+    if isinstance(const, CodeType):
+        return "code(" + _canonical_code(const) + ")"
+    if isinstance(const, frozenset):
+        return "frozenset(" + ",".join(sorted(_canonical_const(c) for c in const)) + ")"
+    if isinstance(const, tuple):
+        return "(" + ",".join(_canonical_const(c) for c in const) + ")"
+    return repr(const)
+
+
+_LOADS_GLOBAL = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL"})
+_LOADS_ATTR = frozenset({"LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM"})
+_IMMUTABLE = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _names(code: CodeType) -> tuple[set[str], set[str]]:
+    """The global names ``code`` (and the code nested in it) reads, and the
+    attribute names it reads (of a module it reads: the module's names it uses)."""
+    globals_: set[str] = set()
+    attrs: set[str] = set()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in _LOADS_GLOBAL:
+            globals_.add(str(instruction.argval))
+        elif instruction.opname in _LOADS_ATTR:
+            attrs.add(str(instruction.argval))
     for const in code.co_consts:
-        parts.append(_code_bytes(const) if isinstance(const, CodeType) else repr(const).encode())
-    return b"\x00".join(parts)
+        if isinstance(const, CodeType):
+            inner_globals, inner_attrs = _names(const)
+            globals_ |= inner_globals
+            attrs |= inner_attrs
+    return globals_, attrs
+
+
+def _imports(code: CodeType) -> set[tuple[str, int]]:
+    """The modules ``code`` (and the code nested in it) imports in its body,
+    with their relative level (``from .helpers import fee`` inside a function)."""
+    found: set[tuple[str, int]] = set()
+    instructions = list(dis.get_instructions(code))
+    for i, instruction in enumerate(instructions):
+        if instruction.opname == "IMPORT_NAME":
+            level = instructions[i - 2].argval if i >= 2 and instructions[i - 2].opname == "LOAD_CONST" else 0
+            found.add((str(instruction.argval), level if isinstance(level, int) else 0))
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            found |= _imports(const)
+    return found
+
+
+class _Reach:
+    """What a workflow's code hash covers, as one JSON-able tree.
+
+    From the registered function (a wrapper too: a decorator between
+    ``@app.workflow`` and the function is what runs), it follows every
+    global name the code reads, its closure, its defaults and
+    ``__wrapped__``. Objects of the workflow's own top-level package are
+    followed into: functions (their code, then what they reach), classes
+    (their source and methods), modules (the names of them the code uses).
+    A value that cannot change in-process is hashed as its value (a
+    constant: also one computed at import, from the environment); any other
+    module-level value (a dict, a list, an object) as the source of the
+    module-level statements that bind it, since its contents are state the
+    process may change. Cairn's objects (steps, tools) count by their name
+    (their bodies are journaled), anything outside the package by its
+    qualified name. Keys are the names the code uses, never the package's,
+    so the same code under another package name hashes the same."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.package = str(getattr(inspect.unwrap(fn), "__module__", "") or "").partition(".")[0]
+        self._seen: set[int] = set()
+        self._modules: dict[str, ast.Module | None] = {}
+
+    def root(self) -> Any:
+        return self._value(self.fn, set(), None, 0)
+
+    def _mine(self, module: Any) -> bool:
+        name = str(module or "")
+        return bool(self.package) and self.package != "cairn" and name.partition(".")[0] == self.package
+
+    def _value(self, value: Any, attrs: set[str], binding: tuple[str, str] | None, depth: int) -> Any:
+        try:
+            return self._reach(value, attrs, binding, depth)
+        except Exception:  # an object that resists inspection (a lazy module, a proxy): its type counts
+            return {"opaque": f"{type(value).__module__}.{type(value).__qualname__}"}
+
+    def _reach(self, value: Any, attrs: set[str], binding: tuple[str, str] | None, depth: int) -> Any:
+        if depth > 40:
+            return {"deep": type(value).__qualname__}
+        if isinstance(value, _IMMUTABLE):
+            return {"const": f"{type(value).__name__}:{value!r}"}
+        if isinstance(value, tuple | frozenset):
+            items = [self._value(v, attrs, None, depth + 1) for v in value]
+            if isinstance(value, frozenset):
+                items.sort(key=_ENCODER.encode)
+            return {type(value).__name__: items}
+        if isinstance(value, enum.Enum):
+            return {"enum": f"{type(value).__qualname__}.{value.name}"}
+        if isinstance(value, types.FunctionType):
+            mine = self._mine(value.__module__)
+            return self._function(value, depth) if mine else self._outside(value, depth)
+        if isinstance(value, types.MethodType):
+            return {"method": self._value(value.__func__, attrs, None, depth + 1),
+                    "of": self._value(type(value.__self__), attrs, None, depth + 1)}
+        if isinstance(value, type):
+            return self._class(value, depth) if self._mine(value.__module__) else \
+                {"outside": f"{value.__module__}.{value.__qualname__}"}
+        if isinstance(value, types.ModuleType):
+            if not self._mine(value.__name__):
+                return {"outside": value.__name__}
+            return {"module": {a: self._value(getattr(value, a), attrs, (value.__name__, a), depth + 1)
+                               for a in sorted(attrs) if hasattr(value, a)}}
+        return self._object(value, binding, depth)
+
+    def _object(self, value: Any, binding: tuple[str, str] | None, depth: int) -> Any:
+        kind = type(value)
+        if kind.__module__.partition(".")[0] == "cairn":  # a step, a tool: what replay asks for is its name
+            definition = getattr(value, "definition", None)
+            return {"cairn": kind.__qualname__, "name": str(getattr(definition, "name", ""))}
+        found: Any = {"object": self._value(kind, set(), None, depth + 1)}
+        if binding is not None:
+            found["binding"] = self._binding(*binding)
+        return found
+
+    def _outside(self, fn: types.FunctionType, depth: int) -> Any:
+        """A function of another package: its name, and what it wraps (a
+        library's decorator around the workflow's own code)."""
+        found: dict[str, Any] = {"outside": f"{fn.__module__}.{fn.__qualname__}"}
+        wrapped = getattr(fn, "__wrapped__", None)
+        if wrapped is not None:
+            found["wrapped"] = self._value(wrapped, set(), None, depth + 1)
+        return found
+
+    def _function(self, fn: types.FunctionType, depth: int) -> Any:
+        if id(fn) in self._seen:
+            return {"ref": fn.__qualname__}
+        self._seen.add(id(fn))
+        code = fn.__code__
+        global_names, attrs = _names(code)
+        found: dict[str, Any] = {"code": self._code(fn)}
+        module = str(fn.__module__)
+        found["globals"] = {name: self._value(fn.__globals__[name], attrs, (module, name), depth + 1)
+                            for name in sorted(global_names) if name in fn.__globals__}
+        found["imports"] = self._imported(fn, code, attrs, depth)
+        closure: dict[str, Any] = {}
+        for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
+            try:
+                closure[name] = self._value(cell.cell_contents, attrs, None, depth + 1)
+            except ValueError:  # an empty cell
+                continue
+        found["closure"] = closure
+        found["defaults"] = [self._value(v, attrs, None, depth + 1) for v in fn.__defaults__ or ()]
+        found["kwdefaults"] = {k: self._value(v, attrs, None, depth + 1)
+                               for k, v in sorted((fn.__kwdefaults__ or {}).items())}
+        wrapped = getattr(fn, "__wrapped__", None)
+        if wrapped is not None:
+            found["wrapped"] = self._value(wrapped, attrs, None, depth + 1)
+        return found
+
+    def _imported(self, fn: types.FunctionType, code: CodeType, attrs: set[str], depth: int) -> Any:
+        """The modules of the package that ``fn`` imports in its body, each
+        as the names of it the code uses."""
+        found: dict[str, Any] = {}
+        package = fn.__globals__.get("__package__") or str(fn.__module__).rpartition(".")[0]
+        for name, level in sorted(_imports(code)):
+            try:
+                resolved = importlib.util.resolve_name("." * level + name, package) if level else name
+            except (ImportError, ValueError):
+                continue
+            imported = sys.modules.get(resolved)
+            if imported is not None and self._mine(resolved):
+                found["." * level + name] = self._value(imported, attrs, None, depth + 1)
+        return found
+
+    def _code(self, fn: types.FunctionType) -> str:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(fn.__code__)))  # the code: never unwrapped
+        except (OSError, TypeError, SyntaxError, IndentationError):
+            return "bytecode:" + _canonical_code(fn.__code__)
+        node = tree.body[0] if tree.body else tree
+        return ast.dump(_strip(node), annotate_fields=True, include_attributes=False)
+
+    def _class(self, cls: type, depth: int) -> Any:
+        if id(cls) in self._seen:
+            return {"ref": cls.__qualname__}
+        self._seen.add(id(cls))
+        found: dict[str, Any] = {}
+        try:
+            node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+            found["source"] = ast.dump(node, annotate_fields=True, include_attributes=False)
+        except (OSError, TypeError, SyntaxError, IndentationError, IndexError):
+            found["annotations"] = sorted(str(k) for k in vars(cls).get("__annotations__", {}))
+        filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
+        for name, member in sorted(vars(cls).items()):
+            fn = getattr(member, "__func__", member)  # static and class methods
+            if isinstance(member, property):
+                fn = member.fget
+            if isinstance(fn, types.FunctionType) and fn.__code__.co_filename == filename:
+                found[f"m:{name}"] = self._function(fn, depth + 1)  # generated methods (dataclasses) are not
+            elif not name.startswith("__") and isinstance(member, _IMMUTABLE):
+                found[f"a:{name}"] = self._value(member, set(), None, depth + 1)
+        return {"class": found}
+
+    def _binding(self, module: str, name: str) -> list[str] | None:
+        """The module-level statements of ``module`` that bind or change
+        ``name`` (``None`` without source)."""
+        if module not in self._modules:
+            try:
+                self._modules[module] = ast.parse(inspect.getsource(sys.modules[module]))
+            except (OSError, TypeError, SyntaxError, KeyError):
+                self._modules[module] = None
+        tree = self._modules[module]
+        if tree is None:
+            return None
+        return [ast.dump(statement, annotate_fields=True, include_attributes=False)
+                for statement in _top_level(tree.body) if name in _bound_by(statement)]
+
+
+def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """A module's statements, into ``if``/``try``/``with`` blocks (not into
+    functions or classes)."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, ast.If | ast.With | ast.Try):
+            for block in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(statement, block, [])
+                if block == "handlers":
+                    inner = [s for handler in inner for s in handler.body]
+                yield from _top_level(inner)
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _bound_by(statement: ast.stmt) -> set[str]:
+    """The names a module-level statement binds or changes in place."""
+    targets: list[ast.AST] = []
+    if isinstance(statement, ast.Assign):
+        targets = list(statement.targets)
+    elif isinstance(statement, ast.AnnAssign | ast.AugAssign):
+        targets = [statement.target]
+    elif isinstance(statement, ast.Import | ast.ImportFrom):
+        return {(alias.asname or alias.name).partition(".")[0] for alias in statement.names}
+    elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        targets = [statement.value.func]  # ``LIMITS.update(...)``
+    names: set[str] = set()
+    for target in targets:
+        for node in ast.walk(target) if isinstance(target, ast.Tuple | ast.List) else [target]:
+            root = _root_name(node)
+            if root is not None:
+                names.add(root)
+    return names
 
 
 def tool_fingerprint(name: str, effect: str, signature: str, result_type: Any) -> dict[str, Any]:
@@ -310,17 +603,51 @@ class Registry:
             mine = local.get((bundle.workflow, bundle.version))
             if mine is None:
                 continue  # a version this process does not have: not ours to judge
-            if mine.code != bundle.code:
-                why = (f"workflow {bundle.workflow!r} version {bundle.version!r}: the code here hashes to "
-                       f"{mine.code}, the bundle was registered with {bundle.code}; deploy the code it was "
-                       "registered with, or register the new code as a new version")
+            drift = self._drift(mine, bundle)
+            if drift is not None:
+                kind, why = drift
                 self.refused[bid] = why
-                log.error("refusing to claim runs of bundle %s (code drift): %s", bid, why)
+                log.error("refusing to claim runs of bundle %s (%s): %s", bid, kind, why)
                 continue
             with self._lock:
                 self._served[bid] = Served(bundle, self.versions[(bundle.workflow, bundle.version)])
                 self._known[bid] = bundle
         return self.served_ids()
+
+    def _drift(self, mine: Bundle, stored: Bundle) -> tuple[str, str] | None:
+        """Why this process must not run ``stored`` (a bundle of a workflow
+        version it registered as ``mine``), if it must not: its code differs,
+        or a tool the bundle pinned is missing here or declared otherwise (a
+        ``write`` re-declared ``read`` would be re-sent on replay instead of
+        reconciled). Prompts and model settings are read from ``stored``."""
+        where = f"workflow {stored.workflow!r} version {stored.version!r}"
+        if not self._same_code(mine, stored):
+            return "code drift", (
+                f"{where}: the code here hashes to {mine.code}, the bundle was registered with "
+                f"{stored.code}; "
+                "deploy the code it was registered with, or register the new code as a new version")
+        here = {str(t["name"]): t for t in mine.tools}
+        for pinned in stored.tools:
+            name = str(pinned["name"])
+            found = here.get(name)
+            if found == pinned:
+                continue
+            if found is None:
+                change = "is not registered here"
+            else:
+                change = "is declared otherwise here: " + ", ".join(
+                    f"{key} {pinned.get(key)!r} pinned, {found.get(key)!r} here"
+                    for key in sorted(set(pinned) | set(found)) if pinned.get(key) != found.get(key))
+            return "tool drift", (
+                f"{where}: tool {name!r} {change}; deploy the tools the bundle was registered with, or "
+                "register the changed tools with a new version of the workflow")
+        return None
+
+    def _same_code(self, mine: Bundle, stored: Bundle) -> bool:
+        if stored.code.startswith(("ast:", "bytecode:")):  # stored before the hash covered what code reaches
+            definition = self.versions[(stored.workflow, stored.version)]
+            return legacy_code_hash(definition.fn) == stored.code
+        return mine.code == stored.code
 
     def served_ids(self) -> set[str]:
         self.local()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from cairn.codec import values
+from cairn.codec import schemas, values
 from cairn.engine.budget import Budget
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.journal import Journal
@@ -498,6 +498,9 @@ class Execution:
             return values.decode(raw, result_type, what=lambda: self._what(call))
         except IncompatiblePayload as exc:  # parks the run as incompatible (the executor)
             raise exc.at(call.position) from None
+        except PayloadError as exc:  # it was recorded, so the code's type changed: deployable, park it
+            raise IncompatiblePayload(schemas.type_name(result_type), None, None, str(exc),
+                                      call.position) from None
 
     def complete_call(
         self, call: Call, value: Any, result_type: Any, detail: dict[str, Any] | None = None,
@@ -521,7 +524,7 @@ class Execution:
         call) if it cannot be encoded or does not decode back into
         ``result_type``. Checked before anything is stored."""
         try:
-            raw = values.encode(value)
+            raw = values.encode(value, result_type)
             decoded = values.decode(raw, result_type, what="it back")
         except PayloadError as exc:  # its type kept: a SecretLeak stays one
             raise type(exc)(f"the {self._what(call)} cannot be recorded: {exc}") from None
@@ -762,7 +765,7 @@ class Execution:
 
     def complete(self, value: Any, result_type: Any) -> Any:
         """Record the run's result; return it as a reader of the run will see it."""
-        raw = values.encode(value)
+        raw = values.encode(value, result_type)
         decoded = values.decode(raw, result_type, what=f"result of run {self.run_id!r}")  # before storing it
         event = self.entry(EventType.RUN_COMPLETED)
         payload = self.runtime.payloads.wrap(raw)

@@ -560,13 +560,16 @@ class Store(Protocol):
         ...
 
     def migrate_run(
-        self, run_id: str, bundle: BundleRecord, detail: dict[str, Any], *, actor: str | None = None
+        self, run_id: str, bundle: BundleRecord, detail: dict[str, Any], *, actor: str | None = None,
+        checked_seq: int | None = None,
     ) -> RunRecord:
         """An operator moves run ``run_id`` to ``bundle`` (of its workflow):
         its journal stays, ``run.migrated`` records the old and new bundle,
         ``detail`` and the actor (``lifecycle.migrate`` decides). Raises
         ``RunNotFound`` or ``InvalidRunState`` (a running, completed or
-        cancelled run)."""
+        cancelled run; with ``checked_seq``, a run whose history no longer
+        ends at that seq: the replay check that allowed the move saw a
+        shorter journal, decided in the same transaction as the move)."""
         ...
 
     # -- retention -------------------------------------------------------------

@@ -467,7 +467,7 @@ def set_budget(
 
 def migrate(
     run: RunRecord | None, run_id: str, bundle: BundleRecord, detail: dict[str, Any], now: float,
-    actor: str | None = None,
+    actor: str | None = None, journal: tuple[int, int] | None = None,
 ) -> Transition:
     """An operator moves a run to another bundle of its workflow (``cairn
     migrate``). Not while it is ``running`` (its holder executes the old
@@ -475,7 +475,10 @@ def migrate(
     ``completed`` or ``cancelled`` (it will never run again). The journal
     stays as it is; the entry records both bundles, the actor and
     ``detail`` (the replay check, or the reason of a forced move). The
-    epoch stays: no holder is there to fence out."""
+    epoch stays: no holder is there to fence out. ``journal``: the last
+    seq of the history the replay check read, and the run's last seq now;
+    they must be equal (the run woke and wrote more in between: the check
+    no longer speaks for it)."""
     run = _found(run, run_id)
     if run.status is RunStatus.RUNNING:
         raise InvalidRunState(f"run {run_id!r} is running; migrate it once it is suspended or stopped")
@@ -485,6 +488,9 @@ def migrate(
     if bundle.workflow != run.workflow:
         raise InvalidRunState(f"bundle {bundle.bundle_id!r} is of workflow {bundle.workflow!r}, not of "
                               f"run {run_id!r}'s workflow {run.workflow!r}")
+    if journal is not None and journal[0] != journal[1]:
+        raise InvalidRunState(f"run {run_id!r} was not migrated: its journal changed since the replay check "
+                              f"(checked up to entry {journal[0]}, now {journal[1]}); check it again")
     full = _by({"from_bundle": run.bundle, "to_bundle": bundle.bundle_id,
                 "from_version": run.workflow_version,
                 "to_version": bundle.version, **detail}, actor)

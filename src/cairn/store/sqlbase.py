@@ -312,10 +312,16 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
                 for row in self._select("bundle_counts", {})]
 
     def migrate_run(
-        self, run_id: str, bundle: BundleRecord, detail: dict[str, Any], *, actor: str | None = None
+        self, run_id: str, bundle: BundleRecord, detail: dict[str, Any], *, actor: str | None = None,
+        checked_seq: int | None = None,
     ) -> RunRecord:
-        return self._operate(lambda tx: self._apply(tx, lc.migrate(self._held_run(tx, run_id), run_id, bundle,
-                                                                   detail, self.clock(), actor)))
+        def body(tx: Tx) -> RunRecord:
+            run = self._held_run(tx, run_id)  # held: no claim, so no append, until the commit
+            journal = None if run is None or checked_seq is None else \
+                (checked_seq, int(self._query(tx, "max_seq", {"run_id": run_id})[0][0]))
+            return self._apply(tx, lc.migrate(run, run_id, bundle, detail, self.clock(), actor, journal))
+
+        return self._operate(body)
 
 
 def _token_from_row(row: tuple[Any, ...]) -> TokenRecord:

@@ -710,6 +710,10 @@ RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, 
           result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries,
           queue, priority, parent_run_id, created_at, updated_at, budget, bundle
 
+-- The last seq of a run's history (a migration's fence on the journal its check read).
+-- name: max_seq
+SELECT COALESCE(MAX(seq), 0) FROM history WHERE run_id = %(run_id)s::text
+
 -- Published events (ctx.set_event): the latest entry of a key, through the
 -- partial index history_events.
 -- name: latest_event
