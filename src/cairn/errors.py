@@ -20,6 +20,29 @@ class ConfigError(CairnError):
     """Bad configuration: an unknown database URL, an unloadable app, ..."""
 
 
+class MissingExtra(ConfigError, ImportError):
+    """A feature was used whose optional dependencies are not installed.
+
+    ``pip install cairn-runtime`` installs the core only; PostgreSQL, the HTTP
+    server, the OpenAI adapter, OpenTelemetry and the LangGraph store come as
+    extras, imported only where they are used. The message is one line that
+    names the extra to install, so the CLI prints it as is (a ``CairnError``)
+    and code that guards an optional import with ``except ImportError`` keeps
+    working (an ``ImportError``). ``.ci/check_install.py`` asserts this message
+    for every module of a venv without the extra.
+    """
+
+    def __init__(self, feature: str, extra: str) -> None:
+        super().__init__(missing_extra_message(feature, extra))
+        self.feature = feature
+        self.extra = extra
+
+
+def missing_extra_message(feature: str, extra: str) -> str:
+    """The one line a missing extra is reported with."""
+    return f"{feature} needs the '{extra}' extra: pip install 'cairn-runtime[{extra}]'"
+
+
 class InvalidArgument(CairnError, ValueError):
     """An argument Cairn cannot accept: an empty tenant or queue name, a
     concurrency limit of zero, a malformed rate. Also a ``ValueError``."""

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.api.telemetry import call_attributes, error_message, span_id_of, trace_id_of
 from cairn.engine.observe import ObservedExecution
-from cairn.errors import CairnError
+from cairn.errors import MissingExtra
 from cairn.store.records import EventType, HistoryEvent
 
 if TYPE_CHECKING:
@@ -107,9 +107,8 @@ def export_otlp(app: App, *, service_name: str = "cairn") -> Callable[[], None]:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    except ImportError as exc:
-        raise CairnError(f"OTLP export needs the otel-export extra: pip install 'cairn-runtime[otel-export]' "
-                         f"({exc})") from None
+    except ImportError:
+        raise MissingExtra("OTLP export", "otel-export") from None
     named = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
     resource = Resource.create(named)
     tracer_provider = TracerProvider(resource=resource)
@@ -163,8 +162,7 @@ class Telemetry:
 
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         if trace is None:
-            raise ImportError("cairn's OpenTelemetry support needs the otel extra: pip install "
-                              "'cairn-runtime[otel]'")
+            raise MissingExtra("OpenTelemetry instrumentation", "otel")
         self.tracer = trace.get_tracer("cairn", tracer_provider=tracer_provider)
         meter = metrics.get_meter("cairn", meter_provider=meter_provider)
         self.step_duration = meter.create_histogram(

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from cairn.errors import StoreError
+from cairn.errors import MissingExtra, StoreError
 
 if TYPE_CHECKING:
     from cairn.api.app import App
@@ -36,8 +36,7 @@ class StoreMetrics:
 
     def __init__(self, app: App, meter_provider: Any = None) -> None:
         if metrics is None:
-            raise ImportError("cairn's OpenTelemetry support needs the otel extra: pip install "
-                              "'cairn-runtime[otel]'")
+            raise MissingExtra("OpenTelemetry store metrics", "otel")
         self.app = app
         meter = metrics.get_meter("cairn.store", meter_provider=meter_provider)
         meter.create_observable_gauge("cairn.runs", callbacks=[self.runs], unit="{run}",

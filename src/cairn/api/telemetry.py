@@ -28,6 +28,7 @@ import hashlib
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from cairn.errors import MissingExtra
 from cairn.store.records import EventType, HistoryEvent, RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -73,8 +74,7 @@ class RunTracer:
 
     def __init__(self, app: App, tracer_provider: Any = None) -> None:
         if trace is None:
-            raise ImportError("cairn's OpenTelemetry spans need the otel extra: pip install "
-                              "'cairn-runtime[otel]'")
+            raise MissingExtra("OpenTelemetry spans", "otel")
         self.app = app
         self.tracer = trace.get_tracer("cairn", tracer_provider=tracer_provider)
 

@@ -9,7 +9,7 @@ from types import FrameType
 import click
 
 from cairn.api.app import App
-from cairn.errors import CairnError
+from cairn.errors import CairnError, MissingExtra
 
 from .loading import load_app, require_database
 from .options import app_option, database_label, db_from_context, db_option
@@ -36,13 +36,15 @@ def serve(ctx: click.Context, app_spec: str | None, host: str, port: int, heartb
     dashboard (/). Starting runs needs --app (the workflows); everything else
     works on the database alone. Requests authenticate with tokens from
     'cairn tokens mint'."""
+    # one line naming the extra, the command's own (cairn.server's says "cairn.server")
     try:
         import uvicorn
-
+    except ImportError:
+        raise MissingExtra("cairn serve", "server") from None
+    try:
         from cairn.server import create_app
-    except ImportError as exc:
-        raise click.ClickException(f"cairn serve needs the server extra: pip install 'cairn-runtime[server]' "
-                                   f"({exc})") from None
+    except MissingExtra:
+        raise MissingExtra("cairn serve", "server") from None
     db = db_from_context(ctx, db)
     if app_spec is not None:
         if db is not None:

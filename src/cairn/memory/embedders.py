@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from cairn.models.openai import ModelRequestError, ModelUnavailable, _error_message, _retry_after
+from cairn.errors import MissingExtra
+from cairn.models.errors import ModelRequestError, ModelUnavailable, error_message, retry_after
 from cairn.security import secrets as security
 from cairn.security.secrets import Secret, Secrets
 
@@ -120,8 +121,10 @@ class OpenAIEmbedder:
         api_key: str | Secret | None = None, timeout: float = 30.0, send_dimensions: bool = False,
         name: str | None = None, secrets: Secrets | None = None,
     ) -> None:
-        import httpx
-
+        try:
+            import httpx
+        except ImportError as exc:
+            raise MissingExtra("OpenAIEmbedder", "openai") from exc
         if dims < 1:
             raise ValueError(f"dims must be positive, not {dims}")
         if not (timeout > 0 and math.isfinite(timeout)):
@@ -174,10 +177,10 @@ class OpenAIEmbedder:
         if status in (408, 409, 429) or status >= 500:
             quota = b"insufficient_quota" in response.content
             if not quota:
-                raise ModelUnavailable(f"{where}: {_error_message(response)}", status_code=status,
-                                       retry_after=_retry_after(response.headers))
+                raise ModelUnavailable(f"{where}: {error_message(response)}", status_code=status,
+                                       retry_after=retry_after(response.headers))
         if not 200 <= status < 300:
-            raise ModelRequestError(f"{where}: {_error_message(response)}", status_code=status)
+            raise ModelRequestError(f"{where}: {error_message(response)}", status_code=status)
         try:
             data = msgspec.json.decode(response.content)["data"]
             rows = sorted(data, key=lambda row: int(row["index"]))

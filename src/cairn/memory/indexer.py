@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from cairn.faults import fault_point
 from cairn.memory.embedders import Embedder
-from cairn.models.openai import ModelUnavailable
+from cairn.models.errors import ModelUnavailable
 from cairn.sideloop import SideLoop
 from cairn.store.contract import Store
 from cairn.store.vectorindex import EmbeddingTask, TierMove

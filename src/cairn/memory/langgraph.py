@@ -17,7 +17,7 @@ cut; other filters apply to the ranked items. Without an embedder such a
 search raises ``CairnError`` rather than silently returning unranked items.
 Listing namespaces reads the tenant's items (no index of namespaces yet).
 
-Requires ``langgraph`` (the ``bench`` and ``dev`` extras).
+Requires ``langgraph`` (the ``langgraph`` extra; ``bench`` and ``dev`` have it too).
 """
 
 from __future__ import annotations
@@ -26,27 +26,30 @@ import asyncio
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from langgraph.store.base import (
-    BaseStore,
-    GetOp,
-    Item,
-    ListNamespacesOp,
-    MatchCondition,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-    TTLConfig,
-)
-
 from cairn.codec.payloads import PayloadCodec
-from cairn.errors import CairnError, InvalidArgument
+from cairn.errors import CairnError, InvalidArgument, MissingExtra
 from cairn.memory.embedders import Embedder
 from cairn.store.contract import Store
 from cairn.store.memrecords import ItemDelete, ItemPut, MemoryItem, Provenance
 from cairn.store.namespaces import decode_namespace, encode_namespace, encode_prefix
 from cairn.store.vectorindex import MAX_K
+
+try:
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+        TTLConfig,
+    )
+except ImportError as exc:
+    raise MissingExtra("cairn.memory.langgraph", "langgraph") from exc
 
 #: How many items a namespace listing or a filtered search reads at most.
 SCAN_LIMIT = 10_000

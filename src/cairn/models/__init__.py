@@ -1,5 +1,6 @@
-"""Model clients: the provider-neutral types, a scripted offline model, and
-an OpenAI-compatible chat-completions adapter (``cairn.models.openai``)."""
+"""Model clients: the provider-neutral types and errors, a scripted offline
+model, and an OpenAI-compatible chat-completions adapter (``cairn.models.openai``,
+the ``openai`` extra; not imported here, so a plain install imports this)."""
 
 from cairn.models.base import (
     FunctionCall,
@@ -11,6 +12,7 @@ from cairn.models.base import (
     ToolCall,
     Usage,
 )
+from cairn.models.errors import ModelRequestError, ModelUnavailable
 from cairn.models.scripted import ScriptedModel
 
 __all__ = [
@@ -19,7 +21,9 @@ __all__ = [
     "ModelClient",
     "ModelRecord",
     "ModelRequest",
+    "ModelRequestError",
     "ModelResponse",
+    "ModelUnavailable",
     "ScriptedModel",
     "ToolCall",
     "Usage",

@@ -20,7 +20,6 @@ answer) will fail the same way again.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import math
 import os
 import re
@@ -28,15 +27,21 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
 import msgspec
 
-from cairn.errors import CairnError
+from cairn.errors import CairnError, MissingExtra
 from cairn.models.base import FunctionCall, Message, ModelRequest, ModelResponse, ToolCall, Usage
-from cairn.retry import TerminalError
+from cairn.models.errors import (
+    ModelRequestError,
+    ModelUnavailable,
+    error_code,
+    error_message,
+    one_line,
+    retry_after,
+)
 from cairn.security import redaction
 from cairn.security import secrets as security
 from cairn.security.secrets import Secret, Secrets
@@ -44,50 +49,12 @@ from cairn.security.secrets import Secret, Secrets
 try:
     import httpcore
     import httpx
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("cairn.models.openai needs httpx: pip install 'cairn-runtime[openai]'") from exc
+except ImportError as exc:
+    raise MissingExtra("cairn.models.openai", "openai") from exc
 
 __all__ = ["DEFAULT_BASE_URL", "ModelRequestError", "ModelUnavailable", "OpenAIChat"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
-#: Longest server error message kept in an exception: enough to diagnose,
-#: short enough that an HTML error page does not flood the journal and the CLI.
-_MAX_MESSAGE = 300
-
-
-class ModelUnavailable(CairnError):
-    """The model server could not answer now: rate limited (429), failing
-    (5xx), unreachable or too slow. Retrying later may succeed.
-
-    ``retry_after`` is the server's hint in seconds (``Retry-After`` as
-    seconds or an HTTP date, or ``retry-after-ms``); a ``RetryPolicy`` waits
-    exactly that long before the next attempt (``cairn.retry``), capped by its
-    ``max_delay``.
-    """
-
-    def __init__(self, message: str, *, status_code: int | None = None, retry_after: float | None = None):
-        super().__init__(message)
-        self.status_code = status_code
-        self.retry_after = retry_after
-
-
-class ModelRequestError(TerminalError, CairnError):
-    """The server refused the request (4xx other than 429; a 429 for an
-    exhausted quota, ``insufficient_quota``), or answered with something that
-    is not a chat completion, or the request cannot be sent as asked
-    (``stream=True``). Sending the same request again
-    would fail the same way, so it is a ``TerminalError``: never retried,
-    whatever the call's retry policy says.
-
-    ``status_code`` is the HTTP status (``None`` when the request never got
-    an HTTP answer, e.g. an unsupported URL scheme).
-    """
-
-    def __init__(self, message: str, *, status_code: int | None = None):
-        super().__init__(message)
-        self.status_code = status_code
-
 
 class OpenAIChat:
     """An OpenAI-compatible chat model, usable as ``ctx.model(client, ...)``.
@@ -232,29 +199,29 @@ class OpenAIChat:
 
     def _response(self, response: httpx.Response) -> ModelResponse:
         status = response.status_code
-        if status == 429 and _error_code(response) == "insufficient_quota":
+        if status == 429 and error_code(response) == "insufficient_quota":
             # an exhausted quota or billing limit does not lift by waiting
-            raise self._rejected(f"HTTP {status}: {_error_message(response)}", status)
+            raise self._rejected(f"HTTP {status}: {error_message(response)}", status)
         if status in (408, 429) or status >= 500:
-            raise self._unavailable(f"HTTP {status}: {_error_message(response)}", status,
-                                    retry_after=_retry_after(response.headers))
+            raise self._unavailable(f"HTTP {status}: {error_message(response)}", status,
+                                    retry_after=retry_after(response.headers))
         if not 200 <= status < 300:
-            raise self._rejected(f"HTTP {status}: {_error_message(response)}", status)
+            raise self._rejected(f"HTTP {status}: {error_message(response)}", status)
         try:
             body = msgspec.json.decode(response.content)
         except msgspec.DecodeError:
             raise self._rejected(
                 f"response is not JSON (content-type {response.headers.get('content-type', 'unknown')!r}): "
-                f"{_one_line(response.text)!r}", status,
+                f"{one_line(response.text)!r}", status,
             ) from None
         if isinstance(body, dict) and "error" in body and not body.get("choices"):
             # gateways (OpenRouter, LiteLLM...) report failures with a 200 and an
             # error body, whose numeric code says whether waiting can help
-            detail = f"HTTP {status} with an error body: {_error_message(response)}"
+            detail = f"HTTP {status} with an error body: {error_message(response)}"
             error = body["error"]
             code = error.get("code") if isinstance(error, dict) else None
             if isinstance(code, int) and not isinstance(code, bool) and (code in (408, 429) or code >= 500):
-                raise self._unavailable(detail, status, retry_after=_retry_after(response.headers))
+                raise self._unavailable(detail, status, retry_after=retry_after(response.headers))
             raise self._rejected(detail, status)
         try:
             return self._parse(body)
@@ -319,10 +286,10 @@ class OpenAIChat:
     def _transport_error(self, exc: Exception) -> CairnError:
         # a bad URL or a request httpx cannot even send is a configuration mistake, not an outage
         if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError | httpx.InvalidURL):
-            return self._rejected(f"cannot send request: {_one_line(str(exc))}")
+            return self._rejected(f"cannot send request: {one_line(str(exc))}")
         if isinstance(exc, httpx.TimeoutException):
             return self._unavailable(f"timed out after {self.timeout:g} s")
-        return self._unavailable(f"unreachable: {_one_line(str(exc)) or type(exc).__name__}")
+        return self._unavailable(f"unreachable: {one_line(str(exc)) or type(exc).__name__}")
 
     # -- HTTP clients ----------------------------------------------------------------------
 
@@ -504,72 +471,6 @@ def _usage(raw: Any) -> Usage:
 
     prompt, completion = count("prompt_tokens"), count("completion_tokens")
     return Usage(prompt, completion, count("total_tokens") or prompt + completion)
-
-
-def _error_body(response: httpx.Response) -> Any:
-    try:
-        return msgspec.json.decode(response.content)
-    except msgspec.DecodeError:
-        return None
-
-
-def _error_code(response: httpx.Response) -> str | None:
-    """OpenAI's ``error.code`` (or ``error.type``), e.g. ``insufficient_quota``."""
-    body = _error_body(response)
-    error = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(error, dict):
-        return None
-    if "insufficient_quota" in (error.get("code"), error.get("type")):
-        return "insufficient_quota"
-    code = error.get("code")
-    return code if isinstance(code, str) else None
-
-
-def _error_message(response: httpx.Response) -> str:
-    """The server's own explanation, on one line: OpenAI-style
-    ``{"error": {"message": ...}}`` when present, else the body's start."""
-    body = _error_body(response)
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return _one_line(error["message"]) or response.reason_phrase
-        if isinstance(error, str):
-            return _one_line(error) or response.reason_phrase
-        if isinstance(body.get("message"), str):
-            return _one_line(body["message"]) or response.reason_phrase
-    return _one_line(response.text) or response.reason_phrase
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= _MAX_MESSAGE else line[: _MAX_MESSAGE - 3] + "..."
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """The server's wait hint in seconds: ``retry-after-ms`` (OpenAI), else
-    ``Retry-After`` as seconds or as an HTTP date; ``None`` if absent or
-    unreadable."""
-    seconds: float | None = None
-    try:
-        if "retry-after-ms" in headers:
-            seconds = float(headers["retry-after-ms"]) / 1000
-        elif "retry-after" in headers:
-            seconds = float(headers["retry-after"])
-    except ValueError:
-        seconds = _seconds_until(headers.get("retry-after", ""))
-    if seconds is None or not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
-
-
-def _seconds_until(http_date: str) -> float | None:
-    try:
-        when = email.utils.parsedate_to_datetime(http_date)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return (when - datetime.now(UTC)).total_seconds()
 
 
 #: query parameters whose values are credentials (Azure ``api-key``, SAS ``sig``, ``token``...)

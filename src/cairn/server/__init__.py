@@ -3,6 +3,14 @@
 
 from __future__ import annotations
 
+from cairn.errors import MissingExtra
+
+try:  # every module of the package imports these: one message for all of them
+    import jinja2  # noqa: F401
+    import starlette  # noqa: F401
+except ImportError as exc:
+    raise MissingExtra("cairn.server", "server") from exc
+
 from cairn.server.app import ROUTES, create_app
 
 __all__ = ["ROUTES", "create_app"]

@@ -28,7 +28,7 @@ from starlette.responses import Response
 
 from cairn.api.app import App
 from cairn.api.tokens import Role
-from cairn.errors import CairnError
+from cairn.errors import MissingExtra
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint
 
@@ -46,9 +46,8 @@ class Metrics:
             from opentelemetry.sdk.metrics import MeterProvider
             from opentelemetry.sdk.resources import Resource
             from prometheus_client import CollectorRegistry
-        except ImportError as exc:
-            raise CairnError("metrics need the otel-export extra: pip install 'cairn-runtime[otel-export]' "
-                             f"({exc})") from None
+        except ImportError:
+            raise MissingExtra("GET /metrics", "otel-export") from None
         from cairn.api.store_metrics import StoreMetrics
 
         self.registry = CollectorRegistry(auto_describe=False)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from cairn.errors import ConfigError, StoreError
+from cairn.errors import ConfigError, MissingExtra, StoreError
 from cairn.store.contract import Migratable, Notifier, Store
 from cairn.store.records import Durability
 
@@ -104,8 +104,8 @@ def _open_postgres(url: str, mode: Durability, migrate: bool) -> Store:
     query parameters, removed before libpq sees the URL."""
     try:
         from cairn.store.postgres import PostgresStore
-    except ImportError:
-        raise ConfigError("PostgreSQL support is not installed: pip install 'cairn[postgres]'") from None
+    except MissingExtra:
+        raise MissingExtra("PostgreSQL (a postgresql:// database)", "postgres") from None
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     ours = {key: value for key, value in query if key in ("schema", "tenant")}

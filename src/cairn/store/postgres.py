@@ -196,14 +196,18 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Any, TypeVar
 
 import numpy as np
-import psycopg
-from psycopg import errors as pg_errors
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
+from cairn.errors import LeaseLost, MissingExtra, PayloadError, StoreError, TransactionMisuse
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg.rows import TupleRow
+    from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+except ImportError as exc:
+    raise MissingExtra("cairn.store.postgres", "postgres") from exc
 from cairn.faults import fault_point
 from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
