@@ -618,20 +618,17 @@ class Execution:
         """The message for wait key ``key`` that the next consuming call
         takes: the oldest one no live journal entry has consumed. A message
         consumed by an entry that a retry or a rewind voided is available
-        again (the re-executed code reads its inputs again), in its place."""
+        again (the re-executed code reads its inputs again), in its place.
+        One row read: the journal knows the freed ones (``Journal.freed``),
+        the store finds the oldest untaken one by its index."""
+        freed = self.journal.first_freed(key)
         try:
-            messages = self.store.deliveries(self.run_id, key)
+            untaken = self.store.delivery(self.run_id, key)
+            if freed is None or (untaken is not None and untaken.seq < freed):
+                return untaken
+            return self.store.delivery(self.run_id, key, freed) or untaken
         except INFRASTRUCTURE_ERRORS as exc:
             raise Abandon(f"cannot read the mailbox of run {self.run_id}: {exc}") from exc
-        outcomes = self.journal.outcomes
-        for message in messages:
-            taken = message.taken_position
-            if taken is None:
-                return message
-            live = outcomes.get(taken)
-            if live is None or (live.detail or {}).get("delivery") != message.seq:
-                return message
-        return None
 
     def take_delivery(
         self, call: Call, message: Delivery, payload: Payload | None, detail: dict[str, Any] | None = None,

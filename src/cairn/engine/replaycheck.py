@@ -73,8 +73,8 @@ class ReplayReport:
 class ReadOnlyStore:
     """A store that answers reads and refuses every write (``DryRunWrite``)."""
 
-    _READS = frozenset({"get_run", "history", "get_artifact", "deliveries", "list_runs", "bundles",
-                        "durability"})
+    _READS = frozenset({"get_run", "history", "get_artifact", "deliveries", "delivery", "list_runs",
+                        "bundles", "durability"})
 
     def __init__(self, store: Any) -> None:
         self._store = store

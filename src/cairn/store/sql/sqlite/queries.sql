@@ -406,6 +406,10 @@ WHERE run_id = :run_id AND status = 'suspended' AND waiting_for = :key
 SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
 FROM mailbox WHERE run_id = :run_id AND key = :key AND taken_at IS NULL ORDER BY seq LIMIT 1
 
+-- name: message_at
+SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
+FROM mailbox WHERE run_id = :run_id AND seq = :seq AND key = :key
+
 -- name: take_message
 UPDATE mailbox SET taken_at = :now, taken_position = :position
 WHERE run_id = :run_id AND seq = :seq AND (taken_at IS NULL OR taken_position = :released)
