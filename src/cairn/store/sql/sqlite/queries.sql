@@ -585,9 +585,12 @@ SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch AND status = 'runni
 
 -- After a transactional step's body: a temporary table or view it created
 -- would outlive the transaction on this connection and shadow main's tables
--- (unqualified names look in temp first). Cairn's own temp objects are triggers.
+-- (unqualified names look in temp first), and a temporary trigger on a main
+-- table (CREATE TRIGGER temp.x ... ON main.history) would act on Cairn's own
+-- writes. Cairn's own temp objects are triggers: the store compares what this
+-- returns with what it installed (SQLiteStore._check_session).
 -- name: transact_session_check
-SELECT 1 FROM sqlite_temp_master WHERE type IN ('table', 'view') LIMIT 1
+SELECT type, name, tbl_name, sql FROM sqlite_temp_master
 
 -- Memory tiers (issue 14; store/memsql.py). Expired rows are invisible at
 -- once (every read compares expires_at with now); sweep_memory deletes them.
