@@ -135,6 +135,8 @@ def _check(runtime: Runtime, definition: WorkflowDef, ex: Execution) -> ReplayRe
                 loop.close()
         else:
             definition.fn(ctx, *args, **kwargs)
+        if ex.suspension is not None:  # swallowed by the code (a bare except): it waits there all the same
+            raise ex.suspension
         ex.close()
         settle_end(ex)
     except ReplayEnd as end:
