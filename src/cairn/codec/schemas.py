@@ -140,7 +140,7 @@ def _decodes_as(validator: Any, name: Any, instance: Any, schema: Any) -> Any:
         return
     try:
         values.decode(msgspec.json.encode(instance), decoded, what="value")
-    except PayloadError as exc:
+    except (PayloadError, ValueError) as exc:  # ValueError: text no JSON holds (a lone surrogate)
         reason = str(exc).split(": ", 1)[-1]
         yield jsonschema.exceptions.ValidationError(f"{instance!r} is not a valid {name} ({reason})")
 
