@@ -78,6 +78,7 @@ def _flow() -> tuple[int, int | None]:
 
 
 signals.on_suspend = _note_suspension
+
 #: the execution whose transactional step's body runs in this context. A
 #: context variable, not a thread id: a thread the body starts with its
 #: context (``copy_context().run``, ``asyncio.to_thread``) is inside the body
