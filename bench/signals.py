@@ -3,6 +3,7 @@
     python -m bench.signals                 # 100,000 waiting runs, 300 signals per backend, DBOS side by side
     python -m bench.signals --quick         # 10,000 waiting runs, 60 signals, ~1 minute
     python -m bench.signals --only latency --backends sqlite
+    python -m bench.signals --only queued   # 1,000 signals queued for one run, taken in one execution
 
 Results go to ``bench/results/signals-latest.json``. PostgreSQL is
 ``$CAIRN_BENCH_PG`` if set, else a private throwaway cluster started like the
@@ -26,6 +27,10 @@ Figures (see bench/README.md, "Signals"):
   (``app.signal``) once the run is suspended again, and the step body
   records when it starts. Latency = step start minus the moment before
   ``app.signal`` (one machine, one clock). p50 and p99.
+* **queued signals**: 1,000 signals delivered to one run before it runs,
+  then taken by 1,000 receives in one execution (``app.run``): seconds, and
+  the mailbox rows the store handed the engine (one per receive; it was
+  every message of the key, taken ones included: N²).
 * **DBOS recv/send**: the same loop with ``DBOS.recv`` / ``DBOS.send`` on
   DBOS's SQLite system database, in one process (DBOS's best case: its
   sender and receiver share memory); fewer rounds, since each takes as long
@@ -72,6 +77,10 @@ def build_app(db: str) -> cairn.App:
     @app.workflow(name="noop")
     def noop(ctx: cairn.Context) -> int:
         return 1
+
+    @app.workflow(name="drain")
+    def drain(ctx: cairn.Context, n: int) -> int:
+        return sum(int(ctx.wait_for_signal("n", type_=int)) for _ in range(n))
 
     @app.step
     def mark(i: int) -> int:
@@ -393,6 +402,49 @@ def _until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
         time.sleep(0.001)
 
 
+def queued_drain(backend: str, n: int) -> list[Result]:
+    """``n`` signals queued for one run, taken by ``n`` receives in one
+    execution (``app.run``): the seconds it takes, and the mailbox rows the
+    store hands the engine (a receive used to read every message of its key,
+    taken ones included: n² rows)."""
+    with BACKENDS[backend]("sig_queued") as db:
+        app = build_app(db)
+        try:
+            run_id = app.start("drain", n).run_id
+            for i in range(n):
+                app.signal(run_id, "n", i)
+            rows = _count_mailbox_rows(app.store)
+            t0 = time.perf_counter()
+            assert app.run("drain", n, run_id=run_id) == n * (n - 1) // 2
+            seconds = time.perf_counter() - t0
+        finally:
+            app.close()
+    system = f"{backend}: {n:,} queued signals"
+    print(f"{system}: taken in {seconds:.2f}s, {rows[0]:,} mailbox rows read", file=sys.stderr)
+    return [Result("drain queued signals s", system, "s", Sample((seconds,)), params={"signals": n}),
+            Result("mailbox rows read", system, "rows", Sample((float(rows[0]),)), params={"signals": n})]
+
+
+def _count_mailbox_rows(store: Store) -> list[int]:
+    """Count (``[0]``) every mailbox message any method of ``store`` returns."""
+    from cairn.store.records import Delivery
+
+    rows = [0]
+    for name in dir(type(store)):
+        method = getattr(store, name, None)
+        if name.startswith("_") or not callable(method):
+            continue
+
+        def counting(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            result = _method(*args, **kwargs)
+            found = result if isinstance(result, list) else [result]
+            rows[0] += sum(1 for item in found if isinstance(item, Delivery))
+            return result
+
+        setattr(store, name, counting)
+    return rows
+
+
 # -- main -------------------------------------------------------------------------------------------
 
 
@@ -406,7 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--waiting", type=int, default=None, help="waiting runs (default 100,000)")
     parser.add_argument("--rounds", type=int, default=None, help="signals per backend (default 300)")
     parser.add_argument("--backends", default="sqlite,postgres")
-    parser.add_argument("--only", default="waiting,latency,dbos", help="groups: waiting, latency, dbos")
+    parser.add_argument("--only", default="waiting,latency,queued,dbos",
+                        help="groups: waiting, latency, queued, dbos")
+    parser.add_argument("--queued", type=int, default=None, help="signals queued for one run (default 1,000)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args(argv)
     waiting = args.waiting or (10_000 if args.quick else 100_000)
@@ -422,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
             results.extend(waiting_costs(backend, waiting))
         if "latency" in groups:
             results.extend(signal_latency(backend, rounds))
+        if "queued" in groups:
+            results.extend(queued_drain(backend, args.queued or (200 if args.quick else 1000)))
     if "dbos" in groups:
         results.extend(dbos_latency(10 if args.quick else 30))
     baselines = [f"{b} 0 waiting" for b in backends] + ["sqlite: Cairn worker process"]

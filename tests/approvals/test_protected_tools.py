@@ -6,6 +6,8 @@ never runs. SQLite and PostgreSQL, sync and async."""
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import time
 from typing import Any
 
@@ -315,3 +317,65 @@ def test_a_reference_passed_in_its_json_form_is_approved_as_the_same_reference(a
     assert one_pass(app, "charge-4") == "completed"
     assert handle.result(timeout=5) == {"charged": 300}
     assert seen == [("tok-ops-4242", 300)]
+
+
+def _scheduled(app: cairn.App, kind: Kind, paid: list[Any]) -> Any:
+    """A protected tool whose arguments msgspec reads from strings (a
+    ``datetime``, a ``Decimal``) and an ``int``: what JSON Schema alone says
+    less about than the type."""
+    def schedule(op: cairn.Operation, when: datetime.datetime, amount: decimal.Decimal, times: int) -> str:
+        paid.append((when, amount, times))
+        return f"{amount} x{times} at {when.isoformat()}"
+
+    tool = app.tool(effect="write", name="schedule", approval=True)(kind.fn(schedule))
+
+    @kind.workflow(app, "scheduled")
+    def scheduled(ctx: cairn.Context) -> Flow[Any]:
+        return (yield tool(datetime.datetime(2030, 1, 1, 9, 0), decimal.Decimal("12.50"), 2))
+
+    return scheduled
+
+
+@both
+def test_an_edit_the_type_refuses_is_refused_where_it_is_made(app: cairn.App, kind: Kind) -> None:
+    """A value the schema alone would admit but the run's type refuses ("next
+    tuesday" for a datetime, "lots" for a Decimal, 2.0 for an int) is an
+    ``InvalidEdit`` at decision time, nothing stored: the request can still
+    be decided, and the run does what the good edit says."""
+    paid: list[Any] = []
+    handle = app.start(_scheduled(app, kind, paid))
+    one_pass(app, handle.run_id)
+    request_id = _request(app, handle.run_id).request_id
+    good = {"when": "2030-01-02T10:00:00", "amount": "7.25", "times": 3}
+    for field, bad in (("when", "next tuesday"), ("amount", "lots"), ("times", 2.0)):
+        with pytest.raises(cairn.InvalidEdit, match=rf"\['{field}'\]"):
+            app.approve(handle.run_id, request_id, edit={**good, field: bad})
+    assert app.store.deliveries(handle.run_id) == []
+    assert _request(app, handle.run_id).status is ApprovalStatus.PENDING
+    app.approve(handle.run_id, request_id, edit=good)
+    assert one_pass(app, handle.run_id) == "completed"
+    assert paid == [(datetime.datetime(2030, 1, 2, 10, 0), decimal.Decimal("7.25"), 3)]
+
+
+@both
+def test_a_decision_no_type_accepts_fails_the_decision_call_and_the_tool_never_runs(
+    app: cairn.App, kind: Kind
+) -> None:
+    """The type has the last word: an edit written straight to the store,
+    past the decider's check, fails the run's decision call with
+    ``InvalidEdit`` and records nothing as decided; the tool is not run."""
+    paid: list[Any] = []
+    handle = app.start(_scheduled(app, kind, paid))
+    one_pass(app, handle.run_id)
+    view = _request(app, handle.run_id)
+    bad = {"when": "next tuesday", "amount": "7.25", "times": 3}
+    app.store.decide_approval(handle.run_id, view.request_id, ApprovalStatus.EDITED,
+                              app.runtime.payloads.wrap(decision_body(ApprovalStatus.EDITED, None, bad)),
+                              None, actor="intruder")
+    assert one_pass(app, handle.run_id) == "failed"
+    assert paid == []
+    run = app.get_run(handle.run_id)
+    assert run.status is cairn.RunStatus.FAILED
+    assert run.error is not None
+    assert "InvalidEdit" in run.error["message"], run.error
+    assert _kinds(app, handle.run_id) == ["step.completed:approval", "step.failed:decision"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -168,3 +169,78 @@ def test_step_info_gives_a_stable_operation_id(app: cairn.App, kind: Kind) -> No
     assert seen[0].run_id == "p1"
     with pytest.raises(cairn.CairnError):
         cairn.step_info()
+
+
+# -- the replay check's store -------------------------------------------------------------------
+
+#: what a replay check may ask of its store: reads only (named here, not taken from the code under test)
+_STORE_READS = frozenset({
+    "get_run", "list_runs", "history", "queue_stats", "list_schedules", "deliveries", "latest_event",
+    "approvals", "bundles", "run_counts", "bundle_counts", "get_artifact", "memory_item", "memory_items",
+    "thread_messages", "memory_threads", "run_memory", "item_tiers", "get_token", "list_tokens",
+    "runs_changed", "search_memory", "vector_tiers", "durability", "delivery",
+})
+
+
+def _store_methods() -> list[str]:
+    from cairn.store.contract import Store
+
+    return sorted(name for name, member in vars(Store).items()
+                  if not name.startswith("_") and callable(member))
+
+
+def test_the_replay_checks_store_refuses_every_write(app: cairn.App) -> None:
+    """Every method of the store contract that is not a read raises
+    ``DryRunWrite`` before reaching the store: a replay check cannot write
+    whatever the code it replays asks for."""
+    from cairn.engine.replaycheck import DryRunWrite, ReadOnlyStore
+
+    dry: Any = ReadOnlyStore(app.store)
+    writes = [name for name in _store_methods() if name not in _STORE_READS]
+    assert {"append", "transact", "create_run", "finish_run", "deliver", "take_delivery", "put_artifact",
+            "suspend_run", "rewind_run", "decide_approval", "write_memory"} <= set(writes)
+    for name in writes:
+        with pytest.raises(DryRunWrite):
+            getattr(dry, name)
+    assert dry.get_run("no-such-run") is None  # reads reach the store
+
+
+@both
+def test_a_replay_check_writes_nothing(app: cairn.App, kind: Kind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spy on the store under a replay check sees reads only, though the
+    replayed code goes on past its journal (a step, a sleep, a signal)."""
+    from cairn.engine import replaycheck
+
+    big = "x" * (app.runtime.payloads.inline_limit + 1)  # an artifact: the replay reads the store
+
+    @app.step()
+    def fetch(n: int) -> dict[str, Any]:
+        return {"n": n + 1, "padding": big}
+
+    @kind.workflow(app, "checked")
+    def checked(ctx: cairn.Context, n: int) -> Flow[int]:
+        first = yield fetch(n)
+        second = yield fetch(first["n"])
+        return int(second["n"])
+
+    assert app.run(checked, 1, run_id="checked-1") == 3
+    history = app.store.history("checked-1")
+    run = app.get_run("checked-1")
+    asked: list[str] = []
+
+    class Spy:
+        def __init__(self, store: object) -> None:
+            self._store = store
+
+        def __getattr__(self, name: str) -> object:
+            asked.append(name)
+            return getattr(self._store, name)
+
+    spied = dataclasses.replace(app.runtime, store=Spy(app.store))
+    definition = app.target_bundle(run, None).definition
+    # the journal cut before its second step: the code goes on where the journal ends
+    cut = [e for e in history if e.position is None or e.position < 1]
+    report = replaycheck.check(spied, definition, run, cut)
+    assert report.compatible, report.describe()
+    assert asked, "the spy saw nothing: it is not the store the check used"
+    assert set(asked) <= _STORE_READS, asked

@@ -208,6 +208,52 @@ def test_the_handle_refuses_transaction_control(app: cairn.App, statement: str) 
     assert orders(app) == []
 
 
+# SQLite only: a temporary trigger on a main table is SQLite's (PostgreSQL has no
+# temporary triggers; its temporary relations are checked by tests/store/test_transact.py)
+@pytest.mark.parametrize("app", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("statement", [
+    "CREATE TRIGGER temp.swallow BEFORE INSERT ON main.history BEGIN SELECT RAISE(IGNORE); END",
+    "create trigger temp.late after insert on main.history begin delete from history "
+    "where run_id = new.run_id and seq = new.seq; end",
+])
+def test_a_body_cannot_leave_a_temporary_trigger_behind(app: cairn.App, statement: str) -> None:
+    """A trigger in the temporary schema outlives the transaction on the
+    store's connection, as a temporary table would: one that drops history
+    rows made a later run's step record vanish (and ``app.run`` wait forever).
+    The step fails with ``TransactionMisuse``, rolled back with its trigger,
+    and a later run's steps are recorded."""
+
+    @app.transaction
+    def hostile(tx: cairn.Tx) -> None:
+        tx.execute(statement)
+
+    @app.workflow(name="hostile")
+    def workflow(ctx: cairn.Context) -> str:
+        try:
+            hostile()
+        except cairn.StepFailed as exc:
+            return f"{exc.error_type}: {exc.message}"
+        return "ran"
+
+    @app.step(name="later_step")
+    def later_step() -> int:
+        return 7
+
+    @app.workflow(name="later")
+    def later(ctx: cairn.Context) -> int:
+        return int(later_step())
+
+    first = app.start(workflow).run_id
+    assert execute_once(app, first) == "completed"
+    outcome = app.handle(first).result(timeout=5)
+    assert outcome.startswith("TransactionMisuse: "), outcome
+    assert "temporary" in outcome
+    second = app.start(later).run_id
+    assert execute_once(app, second) == "completed"
+    assert [e.name for e in app.history(second) if e.event is EventType.STEP_COMPLETED] == ["later_step"]
+    assert app.handle(second).result(timeout=5) == 7
+
+
 @pytest.mark.parametrize("how", ["execute", "execute-with-params", "executemany"])
 def test_two_statements_in_one_call_cannot_smuggle_a_commit(app: cairn.App, how: str) -> None:
     make_orders(app)

@@ -124,6 +124,26 @@ def test_redaction_masks_revealed_values_in_text_and_log_records(caplog: pytest.
     assert TOKEN not in caplog.text
 
 
+def test_redaction_masks_the_json_escaped_form_of_a_value(caplog: pytest.LogCaptureFixture) -> None:
+    """A value with a quote or a backslash is echoed JSON-escaped by an HTTP
+    library's error (``{"token": "tok\\"en..."}``): that form is masked too,
+    in an error's text and in a log line, and no piece of it is left."""
+    value = 'tok"en\\wall-4242'
+    cairn.SecretValue(value, ref=cairn.Secret("odd"))
+    escaped = values.encode(value).decode()[1:-1]
+    assert escaped != value
+    body = f'HTTP 401: {{"error": "bad token", "token": "{escaped}"}}'
+    assert redaction.redact(body) == 'HTTP 401: {"error": "bad token", "token": "***"}'
+    assert redaction.redact(f"raw {value}") == "raw ***"
+    logger = logging.getLogger("cairn.test_redaction_escaped")
+    redaction.protect_loggers()
+    with caplog.at_level(logging.INFO, logger="cairn"):
+        logger.info("the server answered %s", body)
+    assert '"token": "***"' in caplog.text
+    assert escaped not in caplog.text
+    assert "wall-4242" not in caplog.text
+
+
 def test_the_registry_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redaction, "CAPACITY", 3)
     for i in range(5):

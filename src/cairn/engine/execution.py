@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from cairn.codec import schemas, values
+from cairn.engine import signals
 from cairn.engine.budget import Budget
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.journal import Journal
@@ -58,6 +59,26 @@ if TYPE_CHECKING:
 
 #: The execution whose workflow code is running in this context.
 CURRENT: contextvars.ContextVar[Execution] = contextvars.ContextVar("cairn_execution")
+
+
+def _note_suspension(signal: Suspend) -> None:
+    """A suspension is being made: the execution of this context is suspending."""
+    execution = CURRENT.get(None)
+    if execution is not None:
+        execution.suspending(signal)
+
+
+def _flow() -> tuple[int, int | None]:
+    """The thread, and the asyncio task if any, a call is made from."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop in this thread
+        task = None
+    return threading.get_ident(), None if task is None else id(task)
+
+
+signals.on_suspend = _note_suspension
+
 #: the execution whose transactional step's body runs in this context. A
 #: context variable, not a thread id: a thread the body starts with its
 #: context (``copy_context().run``, ``asyncio.to_thread``) is inside the body
@@ -177,6 +198,13 @@ class Execution:
         self.main_task: asyncio.Task[Any] | None = None
         #: set from other threads (heartbeat, drain, cancel); checked at each boundary
         self.stop_reason: str | None = None
+        #: the suspension this execution began (its first): raised again by the
+        #: workflow returning, and by every later journaled call of the flow (thread,
+        #: task) it was made in, so workflow code that swallowed it (a bare
+        #: ``except:``) cannot go on past the wait. A sibling flow (a thread or task
+        #: of the workflow) goes on as before until the workflow joins it.
+        self.suspension: Suspend | None = None
+        self._suspended: dict[tuple[int, int | None], Suspend] = {}
         #: what this run's model calls journaled, built on its first live model call
         self.model_log: ModelLog | None = None
         #: the thread running a transactional step's body (``transact``), which may make no journaled call
@@ -342,10 +370,16 @@ class Execution:
         """Claim the next position and compare it with the journal.
 
         Raises ``NonDeterminismError`` if the journal recorded a different
-        call there, and ``Suspend`` if a retry of this call is not yet due.
-        The position is taken now, under the lock, in the order the calls
-        are made (see ``_allocate`` for calls of concurrent siblings).
+        call there, and ``Suspend`` if a retry of this call is not yet due,
+        or if this execution has begun to suspend (``suspension``: code that
+        swallowed it goes no further). The position is taken now, under the
+        lock, in the order the calls are made (see ``_allocate`` for calls
+        of concurrent siblings).
         """
+        if self._suspended:
+            suspended = self._suspended.get(_flow())
+            if suspended is not None:  # this flow is suspending: nothing runs past its wait
+                raise suspended
         if _TRANSACTING.get() is self:  # before the lock, which the body's transaction holds
             raise TransactionMisuse(f"{kind} {name!r} called inside a transactional step's body: a "
                                     "journaled call cannot run inside the step's own transaction")
@@ -365,6 +399,13 @@ class Execution:
                 return self._new_call(position, kind, name, input_hash)
             position = self._allocate(kind, name, input_hash)
             return self._begin_at(position, kind, name, input_hash)
+
+    def suspending(self, signal: Suspend) -> None:
+        """``signal`` is being raised in this execution's current flow (see ``suspension``)."""
+        with self._lock:
+            if self.suspension is None:
+                self.suspension = signal
+            self._suspended.setdefault(_flow(), signal)
 
     def _new_call(self, position: int, kind: str, name: str, input_hash: str | None) -> Call:
         """A call past the journal's end: nothing recorded, first attempt.
@@ -621,20 +662,17 @@ class Execution:
         """The message for wait key ``key`` that the next consuming call
         takes: the oldest one no live journal entry has consumed. A message
         consumed by an entry that a retry or a rewind voided is available
-        again (the re-executed code reads its inputs again), in its place."""
+        again (the re-executed code reads its inputs again), in its place.
+        One row read: the journal knows the freed ones (``Journal.freed``),
+        the store finds the oldest untaken one by its index."""
+        freed = self.journal.first_freed(key)
         try:
-            messages = self.store.deliveries(self.run_id, key)
+            untaken = self.store.delivery(self.run_id, key)
+            if freed is None or (untaken is not None and untaken.seq < freed):
+                return untaken
+            return self.store.delivery(self.run_id, key, freed) or untaken
         except INFRASTRUCTURE_ERRORS as exc:
             raise Abandon(f"cannot read the mailbox of run {self.run_id}: {exc}") from exc
-        outcomes = self.journal.outcomes
-        for message in messages:
-            taken = message.taken_position
-            if taken is None:
-                return message
-            live = outcomes.get(taken)
-            if live is None or (live.detail or {}).get("delivery") != message.seq:
-                return message
-        return None
 
     def take_delivery(
         self, call: Call, message: Delivery, payload: Payload | None, detail: dict[str, Any] | None = None,

@@ -353,6 +353,8 @@ def _run_to_end(
             finally:
                 execution.wait_settled()
                 execution.close()
+        if execution.suspension is not None:  # the code swallowed it (a bare except) and returned
+            raise execution.suspension
         settle_end(execution)  # the journal must end where the code did, every effect settled
     except Suspend as signal:
         execution.suspend(signal)

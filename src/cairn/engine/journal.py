@@ -39,7 +39,7 @@ class Usage:
 class Journal:
     """Final outcomes, retry and side-effect state of each position."""
 
-    __slots__ = ("end", "intents", "op_state", "outcomes", "retries", "rewinds", "usage")
+    __slots__ = ("end", "freed", "intents", "op_state", "outcomes", "retries", "rewinds", "takes", "usage")
 
     def __init__(self, history: Iterable[HistoryEvent]) -> None:
         #: position -> the step.completed / step.failed entry that settled it
@@ -53,6 +53,13 @@ class Journal:
         #: details of every logical rewind, oldest first
         self.rewinds: list[dict[str, Any]] = []
         self.usage = Usage()
+        #: position -> (wait key, seq) of the mailbox message its live outcome consumed
+        self.takes: dict[int, tuple[str, int]] = {}
+        #: wait key -> seqs of messages consumed by entries since voided (a
+        #: retry, a rewind): available again, before any message not yet taken
+        #: (``Execution.next_delivery``). Kept here so a receive need not read
+        #: the key's whole mailbox to find them.
+        self.freed: dict[str, set[int]] = {}
         #: one past the highest position with an outcome, an intent or a
         #: retry: a call from here on is new (``Execution.begin``'s fast path)
         self.end = 0
@@ -68,11 +75,15 @@ class Journal:
             if kind_of_step == "step":
                 # the common entry (a step's outcome), which the rules below would
                 # only file under ``outcomes``: taken first, it costs a fifth
+                if self.takes:
+                    self._untake(position)
                 self.outcomes[position] = event
                 if position >= self.end:
                     self.end = position + 1
                 return
             if kind_of_step == "tool":  # a tool's result: what the rules below do for it, in short
+                if self.takes:
+                    self._untake(position)
                 self.outcomes[position] = event
                 self.usage.tool_calls += 1
                 if position >= self.end:
@@ -99,7 +110,10 @@ class Journal:
             return
         self._count(event)
         if kind in (EventType.STEP_COMPLETED, EventType.STEP_FAILED):
+            if self.takes:
+                self._untake(position)
             self.outcomes[position] = event
+            self._take(position, event.detail)
         if kind is EventType.STEP_RETRIED:
             self.retries[position] = event
         if kind in _OP_EVENTS:
@@ -119,7 +133,34 @@ class Journal:
         ):
             self.usage.tool_calls += 1
 
+    def _take(self, position: int, detail: dict[str, Any] | None) -> None:
+        """The outcome at ``position`` consumed a mailbox message (its detail
+        names it: ``Execution.take_delivery``)."""
+        if not detail or "delivery" not in detail:
+            return
+        key, seq = str(detail.get("key")), int(detail["delivery"])
+        self.takes[position] = (key, seq)
+        freed = self.freed.get(key)
+        if freed is not None:
+            freed.discard(seq)
+            if not freed:
+                del self.freed[key]
+
+    def _untake(self, position: int) -> None:
+        """The outcome at ``position`` is void or replaced: the message it
+        consumed, if any, is free again."""
+        taken = self.takes.pop(position, None)
+        if taken is not None:
+            self.freed.setdefault(taken[0], set()).add(taken[1])
+
+    def first_freed(self, key: str) -> int | None:
+        """The oldest message for ``key`` that a voided entry had consumed."""
+        freed = self.freed.get(key)
+        return min(freed) if freed else None
+
     def _forget_from(self, position: int) -> None:
+        for taken in [p for p in self.takes if p >= position]:
+            self._untake(taken)
         for table in (self.outcomes, self.retries, self.op_state, self.intents):
             for pos in [p for p in table if p >= position]:
                 del table[pos]

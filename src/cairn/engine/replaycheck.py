@@ -73,8 +73,8 @@ class ReplayReport:
 class ReadOnlyStore:
     """A store that answers reads and refuses every write (``DryRunWrite``)."""
 
-    _READS = frozenset({"get_run", "history", "get_artifact", "deliveries", "list_runs", "bundles",
-                        "durability"})
+    _READS = frozenset({"get_run", "history", "get_artifact", "deliveries", "delivery", "list_runs",
+                        "bundles", "durability"})
 
     def __init__(self, store: Any) -> None:
         self._store = store
@@ -135,6 +135,8 @@ def _check(runtime: Runtime, definition: WorkflowDef, ex: Execution) -> ReplayRe
                 loop.close()
         else:
             definition.fn(ctx, *args, **kwargs)
+        if ex.suspension is not None:  # swallowed by the code (a bare except): it waits there all the same
+            raise ex.suspension
         ex.close()
         settle_end(ex)
     except ReplayEnd as end:

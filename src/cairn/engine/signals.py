@@ -3,10 +3,16 @@
 They derive from ``BaseException`` so that a workflow's ``except Exception``
 cannot swallow them: a suspension or an abandoned execution must reach the
 executor no matter what the code in between does.
+
+A bare ``except:`` or ``except BaseException`` still can. So a suspension is
+told, as it is made, to the execution it suspends (``on_suspend``, which
+``engine.execution`` sets): from then on that execution's every journaled
+call, and its workflow returning, raises it again (``Execution.begin``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from cairn.store.records import RunStatus
@@ -36,6 +42,13 @@ class Suspend(BaseException):
         self.waiting_for = waiting_for
         self.status = status
         self.detail = detail
+        if on_suspend is not None:
+            on_suspend(self)
+
+
+#: Called with every ``Suspend`` made (set by ``engine.execution``: it notes
+#: the suspension on the execution of the context it is made in).
+on_suspend: Callable[[Suspend], None] | None = None
 
 
 class Release(BaseException):

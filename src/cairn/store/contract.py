@@ -387,6 +387,14 @@ class Store(Protocol):
         (for ``key`` only, if given), consumed or not, in order."""
         ...
 
+    def delivery(self, run_id: str, key: str, seq: int | None = None) -> Delivery | None:
+        """One message of run ``run_id``'s mailbox for wait key ``key``, one
+        row read: message ``seq``, or without it the oldest message no entry
+        has taken. What a receive reads (``Execution.next_delivery``): reading
+        the key's whole mailbox each time made taking N queued messages
+        read N² rows."""
+        ...
+
     def take_delivery(
         self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None
     ) -> None:

@@ -184,6 +184,13 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
         params = {"run_id": run_id, "key": key, "after_seq": after_seq}
         return [delivery_from_row(row) for row in self._select("select_messages", params)]
 
+    def delivery(self, run_id: str, key: str, seq: int | None = None) -> Delivery | None:
+        if seq is None:
+            rows = self._select("next_message", {"run_id": run_id, "key": key})
+        else:
+            rows = self._select("message_at", {"run_id": run_id, "key": key, "seq": seq})
+        return delivery_from_row(rows[0]) if rows else None
+
     def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
         rows = self._select("latest_event", {"run_id": run_id, "key": key})
         return event_from_row(rows[0]) if rows else None

@@ -150,8 +150,9 @@ log = logging.getLogger("cairn.store")
 _INSERT_EVENT = _Q["insert_event"]
 _INSERT_EVENT_FENCED = _Q["insert_event_fenced"]
 _INSERT_EVENT_NEXT = _Q["insert_event_next"]
-_TEMP_OBJECT = ("a transactional step's body created a temporary table or view: it would outlive the "
-                "transaction on the store's connection and could shadow Cairn's own tables")
+_TEMP_OBJECT = ("a transactional step's body created a temporary table, view, index or trigger: it "
+                "would outlive the transaction on the store's connection and could shadow or act on "
+                "Cairn's own tables")
 _INSERT_CREATED_EVENTS = _Q["insert_created_events"]
 #: Runs whose last entry this store keeps in ``_tails`` at most (executions
 #: that end pop theirs; this only bounds those that never told it).
@@ -284,6 +285,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
+        self._local.temp_objects = frozenset(conn.execute(_Q["transact_session_check"]))
 
     @contextlib.contextmanager
     def _write(self, faults: _Faults = _NO_FAULTS) -> Iterator[sqlite3.Connection]:
@@ -871,7 +873,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
                                many=lambda sql, params: int(tx.executemany(sql, params).rowcount))
 
     def _check_session(self, tx: sqlite3.Connection) -> None:
-        if tx.execute(_Q["transact_session_check"]).fetchone() is not None:
+        # what the temporary schema holds must be what _install_wake left there
+        if frozenset(tx.execute(_Q["transact_session_check"])) != getattr(self._local, "temp_objects", None):
             raise TransactionMisuse(_TEMP_OBJECT)
 
     def _append_held(

@@ -245,3 +245,27 @@ class MailboxContract(ContractBase):
             store.deliver("r1", KEY, Payload(data=b"1"), dedupe="op-2")
         assert [m.seq for m in store.deliveries("r1")] == [1]
 
+
+    def test_delivery_reads_one_message_oldest_untaken_or_by_seq(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        """What a receive reads (``Store.delivery``): without a seq the oldest
+        message of the key nobody has taken, with one that message if it has
+        the key; ``None`` otherwise."""
+        c = running(store, clock)
+        store.deliver("r1", KEY, Payload(data=b"1"))
+        store.deliver("r1", "signal:other", Payload(data=b"2"))
+        store.deliver("r1", KEY, Payload(data=b"3"))
+        first = store.delivery("r1", KEY)
+        assert first is not None
+        assert (first.seq, first.payload) == (1, Payload(data=b"1"))
+        store.take_delivery("r1", c.run.epoch, _taken(clock, "r1", c.next_seq, c.run.epoch, 0, b"1"), 1)
+        after = store.delivery("r1", KEY)
+        assert after is not None
+        assert after.seq == 3
+        taken = store.delivery("r1", KEY, 1)
+        assert taken is not None
+        assert (taken.seq, taken.taken_position) == (1, 0)
+        assert store.delivery("r1", KEY, 2) is None  # another key's
+        assert store.delivery("r1", "signal:none") is None
+        assert store.delivery("r2", KEY) is None

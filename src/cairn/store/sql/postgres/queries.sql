@@ -663,6 +663,10 @@ SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at
 FROM mailbox WHERE run_id = %(run_id)s::text AND key = %(key)s::text AND taken_at IS NULL
 ORDER BY seq LIMIT 1
 
+-- name: message_at
+SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
+FROM mailbox WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint AND key = %(key)s::text
+
 -- name: take_message
 UPDATE mailbox SET taken_at = %(now)s::float8, taken_position = %(position)s::bigint
 WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint

@@ -406,6 +406,10 @@ WHERE run_id = :run_id AND status = 'suspended' AND waiting_for = :key
 SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
 FROM mailbox WHERE run_id = :run_id AND key = :key AND taken_at IS NULL ORDER BY seq LIMIT 1
 
+-- name: message_at
+SELECT run_id, seq, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position
+FROM mailbox WHERE run_id = :run_id AND seq = :seq AND key = :key
+
 -- name: take_message
 UPDATE mailbox SET taken_at = :now, taken_position = :position
 WHERE run_id = :run_id AND seq = :seq AND (taken_at IS NULL OR taken_position = :released)
@@ -581,9 +585,12 @@ SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch AND status = 'runni
 
 -- After a transactional step's body: a temporary table or view it created
 -- would outlive the transaction on this connection and shadow main's tables
--- (unqualified names look in temp first). Cairn's own temp objects are triggers.
+-- (unqualified names look in temp first), and a temporary trigger on a main
+-- table (CREATE TRIGGER temp.x ... ON main.history) would act on Cairn's own
+-- writes. Cairn's own temp objects are triggers: the store compares what this
+-- returns with what it installed (SQLiteStore._check_session).
 -- name: transact_session_check
-SELECT 1 FROM sqlite_temp_master WHERE type IN ('table', 'view') LIMIT 1
+SELECT type, name, tbl_name, sql FROM sqlite_temp_master
 
 -- Memory tiers (issue 14; store/memsql.py). Expired rows are invisible at
 -- once (every read compares expires_at with now); sweep_memory deletes them.
