@@ -1,6 +1,6 @@
 """A tenant's own run ids under PostgreSQL's row-level security: ids in the
 ``tenant:<tenant>:`` namespace (``store.runids``) belong to the tenant they
-name, whatever SQL another tenant's role runs (migration 0021's CHECK).
+name, whatever SQL another tenant's role runs (migration 0022's CHECK).
 
 Uses the deployment of ``tests/store/test_postgres_rls.py``: an owner role
 that migrated the schema, and one scoped login role per tenant (acme, globex).

@@ -18,7 +18,7 @@ it names, percent-encoded, then ``:``:
 ``check_run_id`` refuses an id in either namespace that is not the run's own
 tenant's. Every backend applies it where a run is created
 (``lifecycle.create``, ``lifecycle.create_claimed``); PostgreSQL also in
-``CHECK`` constraints on ``runs`` (migrations 0020 and 0021), which hold for
+``CHECK`` constraints on ``runs`` (migrations 0020 and 0022), which hold for
 whatever SQL a tenant's role runs. SQLite has no roles: whoever can write its
 file is its owner, so the rule in ``lifecycle`` is the whole boundary there.
 

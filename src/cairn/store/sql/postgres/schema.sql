@@ -1007,7 +1007,7 @@ ALTER TABLE runs ADD CONSTRAINT runs_schedule_ids
     CHECK (NOT starts_with(run_id, 'schedule:')
            OR starts_with(run_id, 'schedule:' || url_quote(tenant) || ':')) NOT VALID;
 
--- A tenant's own ids (0021): ids beginning 'tenant:' go on with the row's own
+-- A tenant's own ids (0022): ids beginning 'tenant:' go on with the row's own
 -- tenant, encoded as for tick ids (cairn/store/runids.py).
 ALTER TABLE runs ADD CONSTRAINT runs_tenant_ids
     CHECK (NOT starts_with(run_id, 'tenant:')
