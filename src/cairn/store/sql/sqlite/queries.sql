@@ -38,7 +38,7 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
        started_at,
        CASE WHEN substr(payload, 1, 2) = X'0002'
             THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
-            ELSE payload END,
+            ELSE payload END AS payload,
        payload_ref, detail
 FROM history WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
 
@@ -371,7 +371,7 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
        started_at,
        CASE WHEN substr(payload, 1, 2) = X'0002'
             THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
-            ELSE payload END,
+            ELSE payload END AS payload,
        payload_ref, detail
 FROM history WHERE run_id IN (SELECT value FROM json_each(:run_ids)) ORDER BY run_id, seq
 
@@ -472,7 +472,7 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
        started_at,
        CASE WHEN substr(payload, 1, 2) = X'0002'
             THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
-            ELSE payload END,
+            ELSE payload END AS payload,
        payload_ref, detail
 FROM history WHERE run_id = :run_id AND step_kind = 'event' AND name = :key AND event = 'step.completed'
 ORDER BY seq DESC LIMIT 1
@@ -516,7 +516,7 @@ SELECT a.run_id, a.request_id, a.tenant, a.position, a.request_seq, a.action, a.
        a.decision_seq,
        CASE WHEN substr(h.payload, 1, 2) = X'0002'
             THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(h.payload, 3) AS INTEGER))
-            ELSE h.payload END,
+            ELSE h.payload END AS payload,
        h.payload_ref, m.payload, m.payload_ref, r.status
 FROM approvals AS a
 JOIN runs AS r ON r.run_id = a.run_id
