@@ -235,6 +235,7 @@ from cairn.store.rows import (
     event_values,
     finish_params,
     new_record,
+    pack_payload,
     update_params,
 )
 from cairn.store.rows import dumps as _dumps
@@ -1589,7 +1590,7 @@ def _batch_params(run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> di
         "input_hashes": [e.input_hash for e in events],
         "attempts": [e.attempt for e in events],
         "started_ats": [e.started_at for e in events],
-        "payloads": [e.payload.data if e.payload else None for e in events],
+        "payloads": [pack_payload(e.payload.data) if e.payload else None for e in events],
         "payload_refs": [e.payload.ref if e.payload else None for e in events],
         "details": [_dumps(e.detail) if e.detail is not None else None for e in events],
     }

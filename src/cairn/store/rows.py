@@ -8,6 +8,7 @@ several times faster than ``json``, and values read back exactly as written.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -128,6 +129,63 @@ def _bytes(value: Any) -> bytes | None:
     return value if value is None or type(value) is bytes else bytes(value)
 
 
+#: History payloads at least this long are stored zlib-compressed when that
+#: saves space. A model call's entry (two 1 KB messages: about 2.4 KB) is
+#: larger than a SQLite ``WITHOUT ROWID`` row keeps in its page (about 1 KB
+#: on 4 KB pages): stored as it is, each one took an overflow page of its own
+#: (80 turns: 2.2x the message bytes on disk); on PostgreSQL a row over
+#: 2 KB is moved to TOAST in 2 KB chunks. A plain step's small result stays
+#: below the limit and costs one length check.
+COMPRESS_AT = 512
+#: The first bytes of a stored payload that is not the payload itself: JSON
+#: never starts with a NUL byte, so only a payload that does (written through
+#: the store API, not the codec) is escaped, and no value is ambiguous.
+_PACKED = 0
+_RAW_TAG = b"\x00\x00"
+_ZLIB_TAG = b"\x00\x01"
+#: A SQLite row whose payload lives in ``history_payloads`` (the digits of
+#: its id follow); the store's queries put the payload in its place, so a
+#: reader that meets the tag met a dangling link.
+LINK_TAG = b"\x00\x02"
+
+
+def pack_payload(data: bytes | None) -> bytes | None:
+    """A history payload as stored: compressed if large and compressible,
+    escaped if it starts with a NUL byte, else unchanged (see ``COMPRESS_AT``)."""
+    if data is None:
+        return None
+    if len(data) >= COMPRESS_AT:
+        packed = zlib.compress(data, 1)
+        if len(packed) + len(_ZLIB_TAG) < len(data):
+            return _ZLIB_TAG + packed
+    if data[:1] == b"\x00":
+        return _RAW_TAG + data
+    return data
+
+
+def unpack_payload(stored: Any, what: str = "a history payload", lenient: bool = True) -> bytes | None:
+    """The payload ``pack_payload`` stored. A damaged one is a ``DamagedRow``
+    unless ``lenient``: then its stored bytes, which decode as no value."""
+    data = _bytes(stored)
+    if not data or data[0] != _PACKED:
+        return data
+    tag = data[:2]
+    if tag == _RAW_TAG:
+        return data[2:]
+    if tag == _ZLIB_TAG:
+        try:
+            return zlib.decompress(data[2:])
+        except zlib.error as exc:
+            problem = f"{what} does not decompress: {exc}"
+    elif tag == LINK_TAG:
+        problem = f"{what} links to a missing stored payload {data[2:].decode(errors='replace')}"
+    else:
+        problem = f"{what} starts with an unknown tag {tag.hex()}"
+    if lenient:
+        return data
+    raise DamagedRow(problem)
+
+
 def run_from_row(row: Sequence[Any], *, lenient: bool = True) -> RunRecord:
     """A ``RunRecord`` from a row of ``RUN_COLUMNS``. A damaged value
     (``DamagedRow`` when not ``lenient``) reads as a stand-in: an unknown
@@ -195,7 +253,8 @@ def event_from_row(row: Sequence[Any], *, lenient: bool = True) -> HistoryEvent:
     """A ``HistoryEvent`` from a row of ``EVENT_COLUMNS``; damaged values as
     in ``run_from_row``. Replay must never read a stand-in: a claim reads
     histories with ``lenient=False`` (see ``claim_history``)."""
-    payload = Payload(_bytes(row[12]), row[13]) if (row[12] is not None or row[13] is not None) else None
+    payload = (Payload(unpack_payload(row[12], f"the payload of history entry {row[1]}", lenient), row[13])
+               if (row[12] is not None or row[13] is not None) else None)
     return HistoryEvent(
         run_id=row[0],
         seq=row[1],
@@ -249,7 +308,7 @@ def event_values(event: HistoryEvent) -> tuple[Any, ...]:
     return (
         event.run_id, event.seq, event.event._value_, event.at, event.epoch, event.worker, event.position,
         event.step_kind, event.name, event.input_hash, event.attempt, event.started_at,
-        None if payload is None else payload.data, None if payload is None else payload.ref,
+        None if payload is None else pack_payload(payload.data), None if payload is None else payload.ref,
         None if detail is None else _ENCODE_JSON.encode(detail).decode(),
     )
 
@@ -368,7 +427,8 @@ def approval_from_row(row: Sequence[Any]) -> Approval:
     approver and admits no edit."""
     approvers = _json(row[8], "approvers", True)
     schema = _json(row[7], "schema", True)
-    request = Payload(_bytes(row[16]), row[17]) if (row[16] is not None or row[17] is not None) else None
+    request = (Payload(unpack_payload(row[16]), row[17])
+               if (row[16] is not None or row[17] is not None) else None)
     decision = Payload(_bytes(row[18]), row[19]) if (row[18] is not None or row[19] is not None) else None
     status = _member(ApprovalStatus, row[11], True)  # an unknown status is not pending: it takes no decision
     run_status = _member(RunStatus, row[20], True)

@@ -74,6 +74,7 @@ from cairn.store.records import (
     RunStatus,
 )
 from cairn.store.rows import (
+    LINK_TAG,
     approval_from_row,
     approval_params,
     claim_history,
@@ -154,6 +155,7 @@ _TEMP_OBJECT = ("a transactional step's body created a temporary table, view, in
                 "would outlive the transaction on the store's connection and could shadow or act on "
                 "Cairn's own tables")
 _INSERT_CREATED_EVENTS = _Q["insert_created_events"]
+_INSERT_HISTORY_PAYLOAD = _Q["insert_history_payload"]
 #: Runs whose last entry this store keeps in ``_tails`` at most (executions
 #: that end pop theirs; this only bounds those that never told it).
 _MAX_TAILS = 4096
@@ -426,7 +428,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
                 existing = _select_run(tx, run.run_id)
                 assert existing is not None
                 return existing, False
-            tx.execute(_INSERT_EVENT, event_values(lc.create(run, now)))
+            tx.execute(_INSERT_EVENT, _event_row(tx, lc.create(run, now)))
         return new_record(run, now, RunStatus.PENDING, epoch=0), True
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
@@ -443,8 +445,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             # inserted: its three entries go in one statement without a read
             # (and the store knows its last entry).
             created, claimed, started = events  # the statement's three rows
-            tx.execute(_INSERT_CREATED_EVENTS, (*event_values(created), *event_values(claimed),
-                                                *event_values(started), run.tenant))
+            tx.execute(_INSERT_CREATED_EVENTS, (*_event_row(tx, created), *_event_row(tx, claimed),
+                                                *_event_row(tx, started), run.tenant))
         self._tail(run.run_id, 1, events[-1].seq, events[-1].at)
         record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
@@ -585,7 +587,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             fired = Fired.PASSED
             if run is not None:
                 if _insert_run(tx, run_params(run, now, status=RunStatus.PENDING, runnable_at=now)):
-                    tx.execute(_INSERT_EVENT, event_values(lc.create(run, now)))
+                    tx.execute(_INSERT_EVENT, _event_row(tx, lc.create(run, now)))
                     fired = Fired.CREATED
                 else:
                     existing = _select_run(tx, run.run_id)
@@ -638,7 +640,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             self._sync_artifacts(events)  # before the entries that reference them can be durable
             self.append(run_id, epoch, events)
             self._sync_wal()
-        elif len(events) == 1:  # the per-step hot path: one self-contained statement
+        elif len(events) == 1 and not _may_spill(events[0]):  # the per-step hot path: one statement
             # ``_conn``, ``_writing``, ``_fenced`` and ``_tail`` written out: a
             # call costs more than each of them does
             event = events[0]
@@ -834,7 +836,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             at = self._fenced(tx, parent_run_id, epoch, event)
             created = _insert_run(tx, run_params(child, now, status=RunStatus.PENDING, runnable_at=now))
             if created:
-                tx.execute(_INSERT_EVENT, event_values(lc.create(child, now)))
+                tx.execute(_INSERT_EVENT, _event_row(tx, lc.create(child, now)))
             else:  # someone else's run under the id: nothing is recorded (the transaction rolls back)
                 record = lc.existing_child(_select_run(tx, child.run_id), child)
         self._tail(parent_run_id, epoch, event.seq, at)
@@ -1178,12 +1180,40 @@ def _live(tx: sqlite3.Connection, query: str, params: dict[str, Any]) -> list[tu
     return [(row[0], row[1]) for row in tx.execute(_Q[query], {**params, "terminal": _TERMINAL_JSON})]
 
 
+#: A packed history payload (``rows.pack_payload``) longer than this goes to
+#: ``history_payloads`` (migration 0014), its row keeping a link: a history
+#: row keeps about 1 KB in its page (a ``WITHOUT ROWID`` B-tree's limit on
+#: 4 KB pages, less the entry's other columns); a larger one took an
+#: overflow page of its own.
+_SPILL_AT = 640
+
+
+def _may_spill(event: HistoryEvent) -> bool:
+    """Whether ``event``'s payload could go to ``history_payloads`` (packed, it
+    is at most two bytes longer): then it is appended in a transaction."""
+    payload = event.payload
+    return payload is not None and payload.data is not None and len(payload.data) + 2 > _SPILL_AT
+
+
+def _event_row(tx: sqlite3.Connection, event: HistoryEvent) -> tuple[Any, ...]:
+    """``event_values(event)``, a payload too large for its row moved to
+    ``history_payloads`` (its link in its place). ``tx`` must be in a
+    transaction for such a payload (``_may_spill``), so that the payload
+    and the entry are written, or rolled back, together."""
+    values = event_values(event)
+    payload = values[12]
+    if payload is None or len(payload) <= _SPILL_AT:
+        return values
+    rowid = tx.execute(_INSERT_HISTORY_PAYLOAD, (payload,)).lastrowid
+    return (*values[:12], LINK_TAG + str(rowid).encode(), *values[13:])
+
+
 def _append_auto(tx: sqlite3.Connection, entries: Sequence[HistoryEvent]) -> None:
     """Append ``entries`` (``seq`` 0) after the run's current last entry:
     for writers that hold the write lock and bump the epoch."""
     for entry in entries:
         seq = int(tx.execute(_Q["max_seq"], {"run_id": entry.run_id}).fetchone()[0]) + 1
-        values = event_values(entry)
+        values = _event_row(tx, entry)
         if tx.execute(_INSERT_EVENT, (values[0], seq, *values[2:])).rowcount != 1:
             raise StoreError(f"run {entry.run_id!r} vanished while its history was being written")
 
@@ -1212,7 +1242,7 @@ def _append_fenced(tx: sqlite3.Connection, run_id: str, epoch: int, event: Histo
     which commits it outside a transaction."""
     _check_fenced(run_id, epoch, event)
     try:
-        rows = tx.execute(_INSERT_EVENT_FENCED, event_values(event)).fetchall()
+        rows = tx.execute(_INSERT_EVENT_FENCED, _event_row(tx, event)).fetchall()
     except sqlite3.IntegrityError:
         raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
     if len(rows) != 1:
@@ -1232,7 +1262,7 @@ def _append_next(conn: sqlite3.Connection, event: HistoryEvent, last_at: float) 
     every writer appends right after the last entry, so another entry
     would be at this very ``seq``); ``at`` is clamped to the last
     entry's here, as the statement would."""
-    values = event_values(event)
+    values = _event_row(conn, event)
     at = event.at
     if at < last_at:
         at = last_at

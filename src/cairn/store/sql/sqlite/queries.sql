@@ -29,9 +29,17 @@ WHERE (:tenant IS NULL OR tenant = :tenant)
 ORDER BY created_at DESC, run_id DESC
 LIMIT :limit
 
+-- A history payload too large for its row is in history_payloads, its row
+-- holding a link (X'0002' and the id, see schema.sql): every statement that
+-- reads entries puts the payload back in the link's place (a rowid lookup
+-- for those rows, a two-byte comparison for the others).
 -- name: select_history
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
-       started_at, payload, payload_ref, detail
+       started_at,
+       CASE WHEN substr(payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
+            ELSE payload END AS payload,
+       payload_ref, detail
 FROM history WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
 
 -- name: max_seq
@@ -52,6 +60,11 @@ SELECT ?1, ?2, ?3,
        MAX(?4, COALESCE((SELECT h.at FROM history AS h WHERE h.run_id = ?1 ORDER BY h.seq DESC LIMIT 1), ?4)),
        ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
 FROM runs AS r WHERE r.run_id = ?1
+
+-- A payload too large for a history row (SQLiteStore: _event_row), written
+-- in the transaction of the entry that links to it.
+-- name: insert_history_payload
+INSERT INTO history_payloads (data) VALUES (?)
 
 -- The hot path: one statement checks the fence (the run row must be running
 -- at this epoch; the same row gives the tenant), keeps the history gap-free
@@ -355,7 +368,11 @@ WHERE runnable_at IS NOT NULL GROUP BY queue
 -- those runs meanwhile and the entries need no fence.
 -- name: select_histories
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
-       started_at, payload, payload_ref, detail
+       started_at,
+       CASE WHEN substr(payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
+            ELSE payload END AS payload,
+       payload_ref, detail
 FROM history WHERE run_id IN (SELECT value FROM json_each(:run_ids)) ORDER BY run_id, seq
 
 -- :claims is a JSON array of [run_id, recoveries] pairs.
@@ -456,7 +473,11 @@ RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, 
 -- partial index history_events.
 -- name: latest_event
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
-       started_at, payload, payload_ref, detail
+       started_at,
+       CASE WHEN substr(payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
+            ELSE payload END AS payload,
+       payload_ref, detail
 FROM history WHERE run_id = :run_id AND step_kind = 'event' AND name = :key AND event = 'step.completed'
 ORDER BY seq DESC LIMIT 1
 
@@ -496,7 +517,11 @@ WHERE run_id = :run_id AND request_id = :request_id AND status = 'pending'
 -- name: select_approvals
 SELECT a.run_id, a.request_id, a.tenant, a.position, a.request_seq, a.action, a.type_name, a.schema,
        a.approvers, a.requested_at, a.expires_at, a.status, a.decided_by, a.decided_at, a.comment,
-       a.decision_seq, h.payload, h.payload_ref, m.payload, m.payload_ref, r.status
+       a.decision_seq,
+       CASE WHEN substr(h.payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(h.payload, 3) AS INTEGER))
+            ELSE h.payload END AS payload,
+       h.payload_ref, m.payload, m.payload_ref, r.status
 FROM approvals AS a
 JOIN runs AS r ON r.run_id = a.run_id
 LEFT JOIN history AS h ON h.run_id = a.run_id AND h.seq = a.request_seq

@@ -96,6 +96,22 @@ CREATE TABLE history (
 CREATE INDEX history_payload_ref ON history (payload_ref) WHERE payload_ref IS NOT NULL;
 CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'event';
 
+-- A history payload too large for its row, even compressed (0014): the row
+-- keeps a link (X'0002' and this id's digits) and the store's queries put
+-- the payload back in its place. A rowid table: a WITHOUT ROWID row of a
+-- few kilobytes takes an overflow page of its own, a rowid table's leaves
+-- hold such rows one after another.
+CREATE TABLE history_payloads (
+    id   INTEGER PRIMARY KEY,
+    data BLOB NOT NULL
+);
+
+-- Deleting an entry (pruning) deletes the payload it links to. (0014)
+CREATE TRIGGER history_payload_gone AFTER DELETE ON history WHEN substr(OLD.payload, 1, 2) = X'0002'
+BEGIN
+    DELETE FROM history_payloads WHERE id = CAST(substr(OLD.payload, 3) AS INTEGER);
+END;
+
 -- Artifacts are content-addressed files beside the database, shared by every
 -- tenant. Those referenced by pruned runs wait here to be collected, so a
 -- crash loses no candidate.
