@@ -44,7 +44,6 @@ SQLITE_ONLY = {
     "search_nearest_vectors": "sqlite-vec scores the nearest vectors before their items are checked "
                               "(PostgreSQL: pgvector's scan joins by hash, search_vectors alone)",
     "insert_run": "a run is created inside the write transaction (PostgreSQL: create_run, one statement)",
-    "max_seq": "the next seq is read under the write lock (PostgreSQL: append_auto takes it in the INSERT)",
     "insert_event": "unfenced append inside a write transaction (PostgreSQL: append_auto)",
     "renew_lease": "renews one lease per statement (PostgreSQL: renew_leases, all in one statement)",
     "finish": "the end of a run under the write lock (PostgreSQL: finish_fenced after lock_fenced)",
