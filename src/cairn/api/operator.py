@@ -357,9 +357,11 @@ class Operator:
         """Remove a queue's limits: it admits every runnable run again."""
         return self.set_queue(QueueLimits(name))
 
-    def queues(self) -> list[QueueStats]:
-        """Every queue with limits or live runs, with its load."""
-        return self._store.queue_stats()
+    def queues(self, tenant: str | None = None) -> list[QueueStats]:
+        """Every queue with limits or live runs, with its load; with
+        ``tenant``, the queues with limits or with that tenant's live runs,
+        and only its load."""
+        return self._store.queue_stats(tenant)
 
     def run_counts(self) -> list[tuple[str, str, str, int]]:
         """``(tenant, workflow, status, runs)``: how many runs there are of

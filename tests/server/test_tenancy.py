@@ -1,0 +1,83 @@
+"""Tenancy and identity over HTTP: a token is its secret, not its id; what
+every tenant shares (queue-wide limits, every queue's load) is the
+installation's, not a tenant admin's; no token mints a role above its own."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from cairn.api.tokens import Role, TokenRefused
+from cairn.store.admission import QueueLimits
+
+from .conftest import OTHER, TENANT, Setup
+
+
+def _with_secret(token: str, secret: str) -> str:
+    prefix, token_id, _ = token.split("_", 2)
+    return f"{prefix}_{token_id}_{secret}"
+
+
+def test_a_known_token_id_with_a_wrong_secret_is_refused(sqlite_setup: Setup) -> None:
+    tokens = sqlite_setup.app.tokens
+    minted = tokens.mint(TENANT, "admin", "ada")
+    assert tokens.check(minted.secret).token_id == minted.record.token_id
+    other_secret = tokens.mint(TENANT, "viewer", "bob").secret.split("_", 2)[2]
+    for wrong in (other_secret, "x" * 43, minted.secret.split("_", 2)[2][:-1] + "A"):
+        if wrong == minted.secret.split("_", 2)[2]:
+            continue
+        with pytest.raises(TokenRefused):
+            tokens.check(_with_secret(minted.secret, wrong))
+
+
+def test_over_http_a_known_token_id_with_a_wrong_secret_is_401(setup: Setup, client: httpx.Client) -> None:
+    forged = _with_secret(setup.tokens["admin"], "y" * 43)
+    response = client.get("/api/whoami", headers={"Authorization": f"Bearer {forged}"})
+    assert response.status_code == 401
+    assert response.json()["error"] == "unauthorized"
+    assert client.get("/api/whoami", headers=setup.headers("admin")).status_code == 200
+
+
+def test_a_tenant_admin_cannot_set_the_limits_every_tenant_shares(setup: Setup, client: httpx.Client) -> None:
+    refused = client.put("/api/queues/default", json={"rate": "1/d"}, headers=setup.headers("admin"))
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"] == "forbidden"
+    assert all(q.limits.unlimited for q in setup.app.operator.queues())
+    allowed = client.put("/api/queues/default", json={"rate": "1/d"}, headers=setup.headers("installation"))
+    assert allowed.status_code == 200, allowed.text
+    (default,) = [q for q in setup.app.operator.queues() if q.limits.name == "default"]
+    assert default.limits.rate is not None
+    assert default.limits.rate.limit == 1
+
+
+@pytest.mark.parametrize("role", ["installation"])
+def test_a_tenant_admin_cannot_mint_a_role_above_its_own(setup: Setup, client: httpx.Client,
+                                                         role: str) -> None:
+    before = {t.token_id for t in setup.app.tokens.list()}
+    refused = client.post("/api/tokens", json={"name": "root", "role": role}, headers=setup.headers("admin"))
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"] == "forbidden"
+    assert {t.token_id for t in setup.app.tokens.list()} == before
+    minted = client.post("/api/tokens", json={"name": "peer", "role": "admin"},
+                         headers=setup.headers("admin"))
+    assert minted.status_code == 201, minted.text
+    assert setup.app.tokens.check(minted.json()["token"]).role is Role.ADMIN
+
+
+def test_a_viewer_sees_only_its_tenants_queues_and_load(setup: Setup, client: httpx.Client) -> None:
+    app, echo = setup.app, setup.workflows["echo"]
+    for i in range(3):
+        app.start(echo, f"theirs {i}", tenant=OTHER, queue="globex-secret-project")
+        app.start(echo, f"theirs {i}", tenant=OTHER)
+    app.start(echo, "mine", tenant=TENANT)
+    app.operator.set_queue(QueueLimits("emails", concurrency=5))
+    listed = client.get("/api/queues", headers=setup.headers("viewer"))
+    assert listed.status_code == 200, listed.text
+    queues = {q["queue"]: q for q in listed.json()["queues"]}
+    assert "globex-secret-project" not in queues
+    assert queues["default"]["runnable"] == 1, "another tenant's load is shown"
+    assert queues["emails"]["concurrency"] == 5  # the installation's limits are everyone's to read
+    everything = client.get("/api/queues", headers=setup.headers("installation")).json()["queues"]
+    every = {q["queue"]: q for q in everything}
+    assert every["globex-secret-project"]["runnable"] == 3
+    assert every["default"]["runnable"] == 4
