@@ -10,7 +10,7 @@ import pytest
 from cairn.api.tokens import Role, TokenRefused
 from cairn.store.admission import QueueLimits
 
-from .conftest import OTHER, TENANT, Setup
+from .conftest import OTHER, TENANT, LiveServer, Setup
 
 
 def _with_secret(token: str, secret: str) -> str:
@@ -81,3 +81,29 @@ def test_a_viewer_sees_only_its_tenants_queues_and_load(setup: Setup, client: ht
     every = {q["queue"]: q for q in everything}
     assert every["globex-secret-project"]["runnable"] == 3
     assert every["default"]["runnable"] == 4
+
+
+CROSS_SITE = [{"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
+              {"Sec-Fetch-Site": "same-site", "Origin": "https://sub.evil.example"}, {"Origin": "null"}]
+
+
+@pytest.mark.parametrize("cross", CROSS_SITE)
+def test_a_cross_site_form_neither_signs_in_nor_out(sqlite_setup: Setup, cross: dict[str, str]) -> None:
+    """Login CSRF: a form on another site posting its own token would swap a
+    signed-in user's session for another tenant's (or sign the user out)."""
+    setup = sqlite_setup
+    theirs = setup.app.tokens.mint(OTHER, "admin", "mallory").secret
+    with LiveServer(setup.app) as live, httpx.Client(base_url=live.url, timeout=10) as http:
+        http.cookies.set("cairn_token", setup.tokens["viewer"])
+        login = http.post("/login", data={"token": theirs, "next": "/"}, headers=cross)
+        assert login.status_code == 403, login.text
+        assert "set-cookie" not in login.headers
+        logout = http.post("/logout", headers=cross)
+        assert logout.status_code == 403, logout.text
+        assert "set-cookie" not in logout.headers
+        same = {"Origin": live.url, "Sec-Fetch-Site": "same-origin"}
+        ok = http.post("/login", data={"token": theirs, "next": "/"}, headers=same)
+        assert ok.status_code == 303
+        assert "cairn_token=" in ok.headers["set-cookie"]
+        plain = http.post("/logout")  # no browser headers at all (curl): nothing to forge
+        assert plain.status_code == 303
