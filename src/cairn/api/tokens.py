@@ -128,6 +128,12 @@ class Tokens:
             raise TokenRefused("invalid or revoked token") from None
         return Principal(record.token_id, record.tenant, role, record.name)
 
+    def live(self, token_id: str) -> bool:
+        """Whether the token is known and not revoked (an open stream looks
+        again: a revoked token's streams end)."""
+        record = self._store.get_token(token_id)
+        return record is not None and record.revoked_at is None
+
     def list(self, tenant: str | None = None) -> list[TokenRecord]:
         return self._store.list_tokens(tenant)
 
