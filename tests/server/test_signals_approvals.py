@@ -42,7 +42,7 @@ def test_a_signal_wakes_the_run_once_per_key_and_records_the_sender(setup: Setup
     assert refused.status_code == 403
     keyed = {**operator, "Idempotency-Key": "send-1"}
     first = client.post(f"{_path(run_id)}/signals/go", json={"data": {"n": 7}}, headers=keyed)
-    again = client.post(f"{_path(run_id)}/signals/go", json={"data": {"n": 8}}, headers=keyed)
+    again = client.post(f"{_path(run_id)}/signals/go", json={"data": {"n": 7}}, headers=keyed)  # a retry
     assert (first.status_code, again.status_code) == (201, 200), first.text
     assert first.json()["delivery"]["seq"] == again.json()["delivery"]["seq"]
     assert first.json()["delivery"]["sender"] == _actor(setup, "operator")
