@@ -9,8 +9,10 @@ import pytest
 
 from cairn.api.tokens import Role, TokenRefused
 from cairn.store.admission import QueueLimits
+from cairn.store.lifecycle import approver_matches
 
 from .conftest import OTHER, TENANT, LiveServer, Setup
+from .workflows import drain
 
 
 def _with_secret(token: str, secret: str) -> str:
@@ -107,3 +109,53 @@ def test_a_cross_site_form_neither_signs_in_nor_out(sqlite_setup: Setup, cross: 
         assert "cairn_token=" in ok.headers["set-cookie"]
         plain = http.post("/logout")  # no browser headers at all (curl): nothing to forge
         assert plain.status_code == 303
+
+
+def _token_actor(setup: Setup, secret: str) -> str:
+    return setup.app.tokens.check(secret).actor
+
+
+def test_an_approver_is_an_identity_the_restrained_admin_cannot_mint(setup: Setup,
+                                                                     client: httpx.Client) -> None:
+    """``approvers=["ada"]`` restrains the tenant's admin; that admin mints
+    tokens of any name (``ada``, ``ada@mallory``), so a bare name matches no
+    token, and a token approves only when named by its whole identity,
+    whose id the installation assigns."""
+    app = setup.app
+    ada = app.tokens.mint(TENANT, "operator", "ada").secret
+    forged = [client.post("/api/tokens", json={"name": name, "role": "operator"},
+                          headers=setup.headers("admin")).json()["token"] for name in ("ada", "ada@mallory")]
+    by_name = app.start(setup.workflows["payout"], "x", 1, ["ada"], tenant=TENANT).run_id
+    exact = [_token_actor(setup, ada)]
+    by_identity = app.start(setup.workflows["payout"], "y", 2, exact, tenant=TENANT).run_id
+    drain(app)
+    requests = {a.run_id: a.request_id for a in app.approvals()}
+
+    def approve(run_id: str, token: str) -> httpx.Response:
+        return client.post(f"/api/runs/{run_id}/approvals/{requests[run_id]}/approve", json={},
+                           headers={"Authorization": f"Bearer {token}"})
+
+    for token in (*forged, ada, setup.tokens["admin"]):
+        refused = approve(by_name, token)
+        assert refused.status_code == 403, f"{_token_actor(setup, token)}: {refused.text}"
+        assert refused.json()["error"] == "not_an_approver"
+    for token in (*forged, setup.tokens["admin"]):
+        assert approve(by_identity, token).status_code == 403
+    assert approve(by_identity, ada).status_code == 200
+    assert app.operator.approval(by_name, requests[by_name]).status.value == "pending"
+
+
+@pytest.mark.parametrize(("approver", "actor", "matches"), [
+    ("ada", "cli:ada@laptop", True),
+    ("ada", "cli:ada@mallory@laptop", False),
+    ("ada", "cli:adam@laptop", False),
+    ("ada", "http:ada#0123456789abcdef", False),
+    ("ada", "http:ada@mallory#0123456789abcdef", False),
+    ("ada", "app:4242", False),
+    ("ada", "ada", True),
+    ("http:ada#0123456789abcdef", "http:ada#0123456789abcdef", True),
+    ("http:ada#0123456789abcdef", "http:ada#fedcba9876543210", False),
+    ("cli:ada@laptop", "cli:ada@desk", False),
+])
+def test_the_approver_rule(approver: str, actor: str, matches: bool) -> None:
+    assert approver_matches(approver, actor) is matches
