@@ -1,7 +1,10 @@
 """The authorization matrix, generated from the route table: every endpoint
-x {no token, malformed, revoked, each role, another tenant's admin} x {own
-run, another tenant's run, an unknown id}. A new endpoint without a sample
-request below fails ``test_every_endpoint_has_a_sample``, so none escapes.
+x {no token, malformed, revoked, each role (installation included), another
+tenant's admin} x {own run, another tenant's run, an unknown id}. A new
+endpoint without a sample request below fails
+``test_every_endpoint_has_a_sample``, so none escapes; the role each needs
+is written out in ``EXPECTED_ROLES``, not read from the table under test,
+so lowering one fails too.
 
 - no token, a malformed or a revoked one: 401, JSON error;
 - a role below the endpoint's: 403 (before the run is looked up, so a
