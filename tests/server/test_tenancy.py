@@ -4,6 +4,8 @@ installation's, not a tenant admin's; no token mints a role above its own."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -159,3 +161,19 @@ def test_an_approver_is_an_identity_the_restrained_admin_cannot_mint(setup: Setu
 ])
 def test_the_approver_rule(approver: str, actor: str, matches: bool) -> None:
     assert approver_matches(approver, actor) is matches
+
+
+def test_a_sign_in_link_does_not_replace_a_session_by_itself(sqlite_setup: Setup) -> None:
+    """``/login#token=...`` signs in by the page's own script (same origin),
+    so any site could link a signed-in user into another tenant's session:
+    with a session, the page asks instead of submitting."""
+    setup = sqlite_setup
+    with LiveServer(setup.app) as live, httpx.Client(base_url=live.url, timeout=10) as http:
+        fresh = http.get("/login")
+        assert 'data-signed-in' not in fresh.text
+        http.cookies.set("cairn_token", setup.tokens["viewer"])
+        signed_in = http.get("/login")
+        assert 'id="login" data-signed-in="1"' in signed_in.text
+        assert "viewer-bot" in signed_in.text
+    script = (Path(__file__).resolve().parents[2] / "src/cairn/server/static/app.js").read_text("utf-8")
+    assert "if (!form.dataset.signedIn) form.submit();" in script

@@ -136,7 +136,10 @@ def routes(state: ServerState) -> list[Route]:
         return _page("queues.html", principal=principal, queues=listed["queues"])
 
     async def login_form(request: Request) -> Response:
-        return _page("login.html", principal=None, next=_next(request), error=None)
+        # signed in already: a sign-in link (/login#token=...) is not followed by itself, or any
+        # site could link a user into another tenant's session (login CSRF by a link)
+        current = await run_in_threadpool(_principal, state, request)
+        return _page("login.html", principal=None, next=_next(request), error=None, current=current)
 
     async def login(request: Request) -> Response:
         if not _same_origin(request):
