@@ -33,6 +33,15 @@ def _wait_for(condition: Any, what: str, seconds: float = 20.0) -> None:
         time.sleep(0.01)
 
 
+def _next_change(stream: Iterator[Event]) -> str:
+    """The run of the next change on a tenant stream (within 25 heartbeats)."""
+    for beats, event in enumerate(stream):
+        assert beats < 25, "no change came"
+        if not event.comment:
+            return str(event.data["run"]["run_id"])
+    raise AssertionError("the stream ended")
+
+
 def _until_closed(stream: Iterator[Event], revoke: Any) -> list[Event]:
     """Read a stream; revoke its token at the first heartbeat; the events
     from then on, which must end (at most 20 heartbeats later)."""
@@ -195,3 +204,30 @@ def test_the_tenant_stream_holds_back_changes_younger_than_the_settle_window(set
             assert event.comment, f"a change younger than the settle window was sent: {event}"
             if beats == 5:
                 break
+
+
+def test_a_tenant_subscriber_behind_the_shared_reader_catches_up_from_the_store(
+        setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader keeps 3 changes (``CACHE``): a subscriber arriving after
+    it trimmed reads the store until it passes the reader, then joins it;
+    either way each subscriber gets every change after its cursor once."""
+    from cairn.server import events as events_module
+
+    monkeypatch.setattr(events_module, "CACHE", 3)
+    app, echo = setup.app, setup.workflows["echo"]
+    before = [app.start(echo, f"before {i}", tenant=TENANT).run_id for i in range(8)]
+    with LiveServer(app, heartbeat=0.2) as live, \
+            httpx.Client(base_url=live.url, timeout=30, headers=setup.headers("viewer")) as http, \
+            http.stream("GET", "/api/events") as first:
+        first_events = events(first)
+        seen = [_next_change(first_events) for _ in before]
+        assert seen == before
+        feed = _feeds(live, "tenant_feeds")[TENANT]
+        assert len(feed.keys) == 3
+        with http.stream("GET", "/api/events") as second:
+            second_events = events(second)
+            late = [_next_change(second_events) for _ in before]
+            assert late == before
+            new = app.start(echo, "new", tenant=TENANT).run_id
+            assert _next_change(second_events) == new
+            assert _next_change(first_events) == new
