@@ -46,7 +46,8 @@ class StartRun(msgspec.Struct, forbid_unknown_fields=True):
     object names parameters, an array lists them, any other value is the
     only argument; left out, the workflow gets no arguments (its defaults).
     ``run_id`` (or the ``Idempotency-Key`` header) makes the start
-    idempotent: starting an existing run of yours answers it unchanged."""
+    idempotent: starting an existing run of yours answers it unchanged
+    (with another workflow or input: 422 ``idempotency_key_reused``)."""
 
     workflow: Name
     input: Any | msgspec.UnsetType = msgspec.UNSET
