@@ -150,3 +150,16 @@ def test_cairn_approve_decides_as_the_os_user_not_as_dollar_user(tmp_path: Path)
         assert app.operator.approval(guarded, requests[guarded]).status.value == "pending"
         decided = app.operator.approval(mine, requests[mine])
     assert decided.decided_by == f"cli:{me}@{socket.gethostname()}"
+
+
+def test_the_installation_role_is_minted_at_the_command(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/cairn.db"
+    cairn.App(db=db).close()
+    code, out, err = cli("tokens", "mint", "ops", "--tenant", "acme", "--role", "installation", "--json",
+                         "--db", db)
+    assert code == 0, err
+    with cairn.App(db=db) as app:
+        assert app.tokens.check(json.loads(out)["token"]).role.value == "installation"
+    code, out, err = cli("tokens", "mint", "ops", "--tenant", "acme", "--role", "root", "--db", db)
+    assert code != 0
+    assert "installation" in err
