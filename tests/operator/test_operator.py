@@ -3,8 +3,8 @@ identity, and the precondition each action checks, on a real SQLite store."""
 
 from __future__ import annotations
 
-import getpass
 import os
+import pwd
 import socket
 from pathlib import Path
 
@@ -18,9 +18,12 @@ from cairn.store.records import RunStatus
 from tests.operator.conftest import stuck_payment
 
 
-def test_the_app_acts_as_its_process_and_the_cli_as_its_user(app: cairn.App) -> None:
+def test_the_app_acts_as_its_process_and_the_cli_as_its_user(app: cairn.App,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     assert app.operator.actor == f"app:{os.getpid()}"
-    assert cli_actor() == f"cli:{getpass.getuser()}@{socket.gethostname()}"
+    monkeypatch.setenv("USER", "ada")  # the uid's user, not $USER (USER=ada cairn approve)
+    monkeypatch.setenv("LOGNAME", "ada")
+    assert cli_actor() == f"cli:{pwd.getpwuid(os.getuid()).pw_name}@{socket.gethostname()}"
     other = app.operator.acting_as("http:ada")
     assert (other.actor, app.operator.actor) == ("http:ada", f"app:{os.getpid()}")
 

@@ -30,7 +30,7 @@ ROLES = ("viewer", "operator", "admin")
 class Setup:
     app: cairn.App
     workflows: dict[str, Any]
-    #: role -> token of TENANT; "other-admin": an admin token of OTHER
+    #: role -> token of TENANT ("installation" included); "other-admin": an admin token of OTHER
     tokens: dict[str, str]
 
     def headers(self, who: str) -> dict[str, str]:
@@ -46,6 +46,7 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
     workflows = register(app)
     tokens = {role: app.tokens.mint(TENANT, role, f"{role}-bot").secret for role in ROLES}
     tokens["other-admin"] = app.tokens.mint(OTHER, "admin", "intruder").secret
+    tokens["installation"] = app.tokens.mint(TENANT, "installation", "installation-bot").secret
     revoked = app.tokens.mint(TENANT, "admin", "revoked-bot")
     app.tokens.revoke(revoked.record.token_id)
     tokens["revoked"] = revoked.secret

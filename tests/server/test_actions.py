@@ -76,7 +76,7 @@ def test_resolving_an_uncertain_write_through_the_api(setup: Setup, client: http
 def test_starting_is_idempotent_on_the_key(setup: Setup, client: httpx.Client) -> None:
     operator = {**setup.headers("operator"), "Idempotency-Key": "order-42"}
     first = client.post("/api/runs", json={"workflow": "echo", "input": "a"}, headers=operator)
-    again = client.post("/api/runs", json={"workflow": "echo", "input": "b"}, headers=operator)
+    again = client.post("/api/runs", json={"workflow": "echo", "input": "a"}, headers=operator)
     assert (first.status_code, again.status_code) == (201, 200)
     assert first.json()["run"]["run_id"] == again.json()["run"]["run_id"] == f"tenant:{TENANT}:order-42"
     assert len(setup.app.list_runs(tenant=TENANT)) == 1

@@ -1,7 +1,10 @@
 """The authorization matrix, generated from the route table: every endpoint
-x {no token, malformed, revoked, each role, another tenant's admin} x {own
-run, another tenant's run, an unknown id}. A new endpoint without a sample
-request below fails ``test_every_endpoint_has_a_sample``, so none escapes.
+x {no token, malformed, revoked, each role (installation included), another
+tenant's admin} x {own run, another tenant's run, an unknown id}. A new
+endpoint without a sample request below fails
+``test_every_endpoint_has_a_sample``, so none escapes; the role each needs
+is written out in ``EXPECTED_ROLES``, not read from the table under test,
+so lowering one fails too.
 
 - no token, a malformed or a revoked one: 401, JSON error;
 - a role below the endpoint's: 403 (before the run is looked up, so a
@@ -57,11 +60,49 @@ SAMPLES: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {
     ("GET", "/api/schedules"): (None, {}),
 }
 
-IDENTITIES = ["none", "malformed", "revoked", "viewer", "operator", "admin", "other-admin"]
+#: the least role of each endpoint, written out here and not read from the route table, so
+#: lowering a route's role (minting tokens as an operator, approving as a viewer) fails the matrix
+EXPECTED_ROLES: dict[tuple[str, str], Role] = {
+    ("POST", "/api/runs"): Role.OPERATOR,
+    ("GET", "/api/runs"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}/history"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}/model-calls"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}/operations"): Role.VIEWER,
+    ("POST", "/api/runs/{run_id}/cancel"): Role.OPERATOR,
+    ("POST", "/api/runs/{run_id}/kill"): Role.OPERATOR,
+    ("POST", "/api/runs/{run_id}/resume"): Role.OPERATOR,
+    ("POST", "/api/runs/{run_id}/retry"): Role.OPERATOR,
+    ("PUT", "/api/runs/{run_id}/budget"): Role.OPERATOR,
+    ("POST", "/api/runs/{run_id}/operations/{position}/resolve"): Role.OPERATOR,
+    ("GET", "/api/runs/{run_id}/events"): Role.VIEWER,
+    ("GET", "/api/events"): Role.VIEWER,
+    ("GET", "/api/queues"): Role.VIEWER,
+    ("PUT", "/api/queues/{name}"): Role.INSTALLATION,
+    ("GET", "/api/whoami"): Role.VIEWER,
+    ("GET", "/api/tokens"): Role.ADMIN,
+    ("POST", "/api/tokens"): Role.ADMIN,
+    ("DELETE", "/api/tokens/{token_id}"): Role.ADMIN,
+    ("GET", "/metrics"): Role.VIEWER,
+    ("POST", "/api/runs/{run_id}/signals/{name}"): Role.OPERATOR,
+    ("GET", "/api/runs/{run_id}/published/{key}"): Role.VIEWER,
+    ("GET", "/api/approvals"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}/approvals"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}/approvals/{request_id}"): Role.VIEWER,
+    ("POST", "/api/runs/{run_id}/approvals/{request_id}/approve"): Role.OPERATOR,
+    ("POST", "/api/runs/{run_id}/approvals/{request_id}/reject"): Role.OPERATOR,
+    ("GET", "/api/schedules"): Role.VIEWER,
+}
+
+IDENTITIES = ["none", "malformed", "revoked", "viewer", "operator", "admin", "installation", "other-admin"]
 
 
 def test_every_endpoint_has_a_sample() -> None:
     assert {(e.method, e.path) for e in ROUTES} == set(SAMPLES)
+
+
+def test_every_endpoint_needs_the_role_this_table_expects() -> None:
+    assert {(e.method, e.path): e.role for e in ROUTES} == EXPECTED_ROLES
 
 
 def _headers(setup: Setup, who: str) -> dict[str, str]:
@@ -97,7 +138,7 @@ def _json_error(response: httpx.Response) -> dict[str, Any]:
 
 def _role(who: str) -> Role | None:
     return {"viewer": Role.VIEWER, "operator": Role.OPERATOR, "admin": Role.ADMIN,
-            "other-admin": Role.ADMIN}.get(who)
+            "installation": Role.INSTALLATION, "other-admin": Role.ADMIN}.get(who)
 
 
 def _awaiting_approval(setup: Setup, count: int) -> tuple[list[str], list[str], dict[str, str]]:
@@ -143,7 +184,7 @@ def test_the_authorization_matrix(setup: Setup, client: httpx.Client) -> None:
                 if role is None:
                     assert response.status_code == 401, where
                     assert _json_error(response)["error"] == "unauthorized"
-                elif not role.allows(spec.role):
+                elif not role.allows(EXPECTED_ROLES[(spec.method, spec.path)]):
                     assert response.status_code == 403, where
                     assert _json_error(response)["error"] == "forbidden"
                 elif target is not None and (target in (unknown, unknown_token)
@@ -151,7 +192,7 @@ def test_the_authorization_matrix(setup: Setup, client: httpx.Client) -> None:
                     assert response.status_code == 404, f"{where}: {response.status_code} {response.text}"
                 else:
                     assert response.status_code not in (401, 403, 404), f"{where}: {response.text}"
-            if len(targets) == 3 and who in ("viewer", "operator", "admin"):
+            if len(targets) == 3 and who in ("viewer", "operator", "admin", "installation"):
                 other, missing = answers[targets[1]], answers[targets[2]]
                 if other.status_code == 404:
                     expected = missing.json()["message"].replace(str(targets[2]), str(targets[1]))

@@ -120,3 +120,46 @@ def test_cairn_serve_serves_the_api(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "cairn serve: database" in err
+
+
+def test_cairn_approve_decides_as_the_os_user_not_as_dollar_user(tmp_path: Path) -> None:
+    """``USER=ada cairn approve`` decided as ada, passing ``approvers=["ada"]``:
+    the decider is the user of the process's uid, whatever the environment says."""
+    import os
+    import pwd
+    import socket
+
+    from .workflows import drain
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert me != "ada"
+    db = f"sqlite:///{tmp_path}/cairn.db"
+    with cairn.App(db=db) as app:
+        wf = register(app)
+        guarded = app.start(wf["payout"], "x", 1, ["ada"]).run_id
+        mine = app.start(wf["payout"], "y", 2, [me]).run_id
+        drain(app)
+        requests = {a.run_id: a.request_id for a in app.approvals()}
+    forged = {"COLUMNS": "200", "USER": "ada", "LOGNAME": "ada", "LNAME": "ada", "USERNAME": "ada"}
+    result = CliRunner().invoke(main, ["approve", guarded, requests[guarded], "--db", db], env=forged)
+    assert result.exit_code != 0
+    assert "may not decide" in result.stderr
+    result = CliRunner().invoke(main, ["approve", mine, requests[mine], "--db", db], env=forged)
+    assert result.exit_code == 0, result.stderr
+    with cairn.App(db=db) as app:
+        assert app.operator.approval(guarded, requests[guarded]).status.value == "pending"
+        decided = app.operator.approval(mine, requests[mine])
+    assert decided.decided_by == f"cli:{me}@{socket.gethostname()}"
+
+
+def test_the_installation_role_is_minted_at_the_command(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/cairn.db"
+    cairn.App(db=db).close()
+    code, out, err = cli("tokens", "mint", "ops", "--tenant", "acme", "--role", "installation", "--json",
+                         "--db", db)
+    assert code == 0, err
+    with cairn.App(db=db) as app:
+        assert app.tokens.check(json.loads(out)["token"]).role.value == "installation"
+    code, out, err = cli("tokens", "mint", "ops", "--tenant", "acme", "--role", "root", "--db", db)
+    assert code != 0
+    assert "installation" in err

@@ -42,7 +42,7 @@ def test_a_signal_wakes_the_run_once_per_key_and_records_the_sender(setup: Setup
     assert refused.status_code == 403
     keyed = {**operator, "Idempotency-Key": "send-1"}
     first = client.post(f"{_path(run_id)}/signals/go", json={"data": {"n": 7}}, headers=keyed)
-    again = client.post(f"{_path(run_id)}/signals/go", json={"data": {"n": 8}}, headers=keyed)
+    again = client.post(f"{_path(run_id)}/signals/go", json={"data": {"n": 7}}, headers=keyed)  # a retry
     assert (first.status_code, again.status_code) == (201, 200), first.text
     assert first.json()["delivery"]["seq"] == again.json()["delivery"]["seq"]
     assert first.json()["delivery"]["sender"] == _actor(setup, "operator")
@@ -122,7 +122,8 @@ def test_approve_with_an_edit_validated_and_the_run_continues_with_it(setup: Set
 def test_reject_and_approvers(setup: Setup, client: httpx.Client) -> None:
     ada = setup.app.tokens.mint(TENANT, "operator", "ada").secret
     bob = setup.app.tokens.mint(TENANT, "operator", "bob").secret
-    guarded = setup.app.start(setup.workflows["payout"], "x", 1, ["ada"], tenant=TENANT).run_id
+    exact = [setup.app.tokens.check(ada).actor]  # a token approves by its whole identity, never by name
+    guarded = setup.app.start(setup.workflows["payout"], "x", 1, exact, tenant=TENANT).run_id
     plain = setup.app.start(setup.workflows["payout"], "y", 2, tenant=TENANT).run_id
     drain(setup.app)
     requests = {a.run_id: a.request_id for a in setup.app.approvals()}

@@ -99,11 +99,17 @@ def app_actor() -> str:
 
 
 def cli_actor() -> str:
-    """The identity of a person at the ``cairn`` command: ``cli:user@host``."""
+    """The identity of a person at the ``cairn`` command: ``cli:user@host``,
+    the user of the process's uid (``getpass.getuser`` reads ``$USER`` first,
+    so ``USER=ada cairn approve`` decided as ada)."""
+    if not hasattr(os, "getuid"):  # Windows: no uid, the login name
+        return f"cli:{getpass.getuser()}@{socket.gethostname()}"
     try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (containers)
-        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+        import pwd
+
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # no name for this uid (containers)
+        user = str(os.getuid())
     return f"cli:{user}@{socket.gethostname()}"
 
 
@@ -357,9 +363,11 @@ class Operator:
         """Remove a queue's limits: it admits every runnable run again."""
         return self.set_queue(QueueLimits(name))
 
-    def queues(self) -> list[QueueStats]:
-        """Every queue with limits or live runs, with its load."""
-        return self._store.queue_stats()
+    def queues(self, tenant: str | None = None) -> list[QueueStats]:
+        """Every queue with limits or live runs, with its load; with
+        ``tenant``, the queues with limits or with that tenant's live runs,
+        and only its load."""
+        return self._store.queue_stats(tenant)
 
     def run_counts(self) -> list[tuple[str, str, str, int]]:
         """``(tenant, workflow, status, runs)``: how many runs there are of

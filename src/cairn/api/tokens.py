@@ -10,8 +10,11 @@ compared with ``hmac.compare_digest``, so neither the look-up nor the compare
 tells a caller how much of a guessed secret was right.
 
 Each token is bound to one tenant and one role; the roles are ordered
-(``viewer`` < ``operator`` < ``admin``) and each endpoint names the least one
-it needs.
+(``viewer`` < ``operator`` < ``admin`` < ``installation``) and each endpoint
+names the least one it needs. ``admin`` is the tenant's; ``installation`` is
+the operator of the whole installation (queue-wide limits shared by every
+tenant), minted with ``cairn tokens mint`` only: a token never mints one
+above its own role, so no tenant admin can make itself one.
 """
 
 from __future__ import annotations
@@ -35,17 +38,19 @@ _SHAPE = re.compile(r"^cairn_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})$")
 class Role(enum.StrEnum):
     """What a token may do. ``viewer``: read; ``operator``: act on runs
     (cancel, kill, resume, retry, budgets, operations; later signals and
-    approvals); ``admin``: also queues and tokens."""
+    approvals); ``admin``: also the tenant's tokens; ``installation``: also
+    what every tenant shares (queue-wide limits, every queue's load)."""
 
     VIEWER = "viewer"
     OPERATOR = "operator"
     ADMIN = "admin"
+    INSTALLATION = "installation"
 
     def allows(self, needed: Role) -> bool:
         return _RANK[self] >= _RANK[needed]
 
 
-_RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
+_RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2, Role.INSTALLATION: 3}
 
 
 class TokenRefused(CairnError):
@@ -95,7 +100,8 @@ class Tokens:
         try:
             chosen = Role(role)
         except ValueError:
-            raise InvalidArgument(f"unknown role {role!r}: choose viewer, operator or admin") from None
+            raise InvalidArgument(f"unknown role {role!r}: choose viewer, operator, admin or "
+                                  "installation") from None
         token_id = secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)
         record = TokenRecord(token_id=token_id, tenant=tenant, role=chosen.value, name=name,
@@ -121,6 +127,12 @@ class Tokens:
         except ValueError:
             raise TokenRefused("invalid or revoked token") from None
         return Principal(record.token_id, record.tenant, role, record.name)
+
+    def live(self, token_id: str) -> bool:
+        """Whether the token is known and not revoked (an open stream looks
+        again: a revoked token's streams end)."""
+        record = self._store.get_token(token_id)
+        return record is not None and record.revoked_at is None
 
     def list(self, tenant: str | None = None) -> list[TokenRecord]:
         return self._store.list_tokens(tenant)

@@ -1,7 +1,9 @@
 """``cairn tokens``: mint, list and revoke the bearer tokens of ``cairn serve``.
 
-A token is bound to one tenant and one role (viewer, operator, admin); its
-secret is printed once, at minting, and only its SHA-256 is stored.
+A token is bound to one tenant and one role (viewer, operator, admin,
+installation); its secret is printed once, at minting, and only its SHA-256
+is stored. The installation role is minted here only: over HTTP no token
+mints a role above its own.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ def tokens(db: str | None) -> None:
     """Bearer tokens of the HTTP API (cairn serve).
 
     \b
-    cairn tokens mint NAME --tenant T --role viewer|operator|admin
+    cairn tokens mint NAME --tenant T --role viewer|operator|admin|installation
     cairn tokens                        list them ('list' is the default)
     cairn tokens revoke TOKEN_ID
 
-    viewer: read runs, streams and queues; operator: also cancel, kill,
-    resume, retry, budgets and operations; admin: also queues and tokens.
+    viewer: read runs, streams and the tenant's queues; operator: also
+    cancel, kill, resume, retry, budgets, operations, signals and approvals;
+    admin: also the tenant's tokens; installation: also the queue limits
+    every tenant shares, and every queue's load.
     The token's identity is recorded in the history of every action it takes.
     """
 

@@ -39,6 +39,7 @@ def create_app(
     heartbeat: float = 15.0,
     settle: float | None = None,
     max_poll: float = 0.5,
+    max_streams: int = 32,
     dashboard: bool = True,
     metrics: bool = False,
 ) -> Starlette:
@@ -46,11 +47,12 @@ def create_app(
     on an idle event stream; ``settle``: how long the tenant stream holds a
     change back (default 0 on SQLite, 2 s on PostgreSQL: see
     ``cairn.server.events``); ``max_poll``: the longest wait between two
-    looks at the store when no notification comes; ``metrics``: serve
+    looks at the store when no notification comes; ``max_streams``: event
+    streams one token may hold open at once (429 beyond); ``metrics``: serve
     ``GET /metrics`` (Prometheus text; needs the ``otel-export`` extra)."""
     if settle is None:
         settle = 2.0 if (app.db_url or "").startswith(("postgres://", "postgresql://")) else 0.0
-    state = ServerState(app, heartbeat=heartbeat, settle=settle, max_poll=max_poll)
+    state = ServerState(app, heartbeat=heartbeat, settle=settle, max_poll=max_poll, max_streams=max_streams)
     if metrics:
         state.extra["metrics"] = prometheus.Metrics(app)
 

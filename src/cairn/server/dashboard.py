@@ -6,7 +6,9 @@ inline script (a Content-Security-Policy of ``script-src 'self'`` forbids it,
 as a second line of defence) and the small ``static/app.js`` builds live
 rows with ``textContent``, never ``innerHTML``. Sign-in stores the token in
 an HttpOnly, SameSite=Strict cookie; actions post to the API with the
-``X-Cairn-CSRF`` header a cross-site form cannot send.
+``X-Cairn-CSRF`` header a cross-site form cannot send; sign-in and sign-out
+forms are refused unless the browser says they came from this server
+(``_same_origin``).
 """
 
 from __future__ import annotations
@@ -134,9 +136,14 @@ def routes(state: ServerState) -> list[Route]:
         return _page("queues.html", principal=principal, queues=listed["queues"])
 
     async def login_form(request: Request) -> Response:
-        return _page("login.html", principal=None, next=_next(request), error=None)
+        # signed in already: a sign-in link (/login#token=...) is not followed by itself, or any
+        # site could link a user into another tenant's session (login CSRF by a link)
+        current = await run_in_threadpool(_principal, state, request)
+        return _page("login.html", principal=None, next=_next(request), error=None, current=current)
 
     async def login(request: Request) -> Response:
+        if not _same_origin(request):
+            return _cross_site()
         # a urlencoded form of two fields: parsed here, without a multipart parser
         raw = await request.body()
         form = parse_qs(raw[:8192].decode("utf-8", "replace"), max_num_fields=10)
@@ -152,6 +159,8 @@ def routes(state: ServerState) -> list[Route]:
         return response
 
     async def logout(request: Request) -> Response:
+        if not _same_origin(request):
+            return _cross_site()
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -166,6 +175,30 @@ def routes(state: ServerState) -> list[Route]:
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
     ]
+
+
+def _same_origin(request: Request) -> bool:
+    """Whether a sign-in or sign-out form was posted from this server's own
+    pages. Neither can demand the ``X-Cairn-CSRF`` header (the form has no
+    script), and SameSite does not help: login CSRF needs no cookie, a
+    cross-site form just posts its own token and the answer's cookie replaces
+    the user's session with another tenant's. A browser says where a form
+    came from: ``Sec-Fetch-Site`` (``same-origin``; ``none`` for a user's
+    own navigation), else ``Origin``, which must be this server's. A client
+    sending neither is no browser and carries no one else's session."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    host = request.headers.get("host", "")
+    return origin in (f"{request.url.scheme}://{host}", f"http://{host}", f"https://{host}")
+
+
+def _cross_site() -> Response:
+    return _page("error.html", 403, principal=None, error=ApiError(
+        403, "forbidden", "this form was posted from another site; sign in from this server's own page"))
 
 
 def _next(request: Request, given: str | None = None) -> str:

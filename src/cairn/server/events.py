@@ -22,7 +22,13 @@ write lock, so the order is commit order. On PostgreSQL a change is stamped
 before its transaction commits; the stream holds back changes younger than
 ``settle`` seconds (default 2), so one is skipped only if its transaction took
 longer than that to commit. Changes of one run between two reads collapse into
-its latest state; every entry is in the run's own stream.
+its latest state; every entry is in the run's own stream. A tenant's streams
+share one reader per server (``TenantFeed``), as a run's do (``RunFeed``).
+
+**Tokens.** A stream looks at its token again once a heartbeat interval (one
+read per token, however many streams it holds): once revoked, its streams
+send a ``revoked`` event and end, and a reconnect is a 401. A token holds at
+most ``max_streams`` streams at once (default 32); one more is a 429.
 
 **Waiting.** When the store notifies (``App.listen_for_changes``: PostgreSQL's
 ``LISTEN``; SQLite once it offers a ``Notifier``), a stream wakes at once;
@@ -35,10 +41,12 @@ out after ``heartbeat`` idle seconds, so proxies keep idle streams open.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 import math
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -181,6 +189,80 @@ class _Pace:
         return False
 
 
+class _Guard:
+    """A stream's token, looked at again once a heartbeat interval: a
+    revoked token's streams end (with a ``revoked`` event) instead of
+    delivering on. One look at the store per token and interval, however
+    many streams the token holds (``state.extra["token_checks"]``)."""
+
+    def __init__(self, state: ServerState, principal: Principal) -> None:
+        self.state = state
+        self.token_id = principal.token_id
+        self.due = time.monotonic() + state.heartbeat
+
+    async def revoked(self) -> bool:
+        now = time.monotonic()
+        if now < self.due:
+            return False
+        self.due = now + self.state.heartbeat
+        checks: dict[str, tuple[float, bool]] = self.state.extra.setdefault("token_checks", {})
+        checked = checks.get(self.token_id)
+        if checked is None or now - checked[0] >= self.state.heartbeat:
+            try:
+                live = await run_in_threadpool(self.state.app.tokens.live, self.token_id)
+            except Exception as exc:  # the store is down: the stream waits for it, as its reads do
+                log.warning("cannot look at token %s again: %s", self.token_id, exc)
+                return False
+            checked = checks[self.token_id] = (now, live)
+        return not checked[1]
+
+
+REVOKED = sse({"error": "unauthorized", "message": "the token was revoked"}, event="revoked")
+
+
+class _Held:
+    """A stream's body, holding one of its token's stream slots until it
+    ends, fails or is dropped (a client that hangs up before the first
+    event never starts it, so ``__del__`` gives the slot back too)."""
+
+    def __init__(self, state: ServerState, token_id: str, body: AsyncIterator[str]) -> None:
+        self.open = False
+        held: dict[str, int] = state.extra.setdefault("streams", {})
+        if held.get(token_id, 0) >= state.max_streams:
+            raise ApiError(429, "too_many_streams", f"this token holds {state.max_streams} event streams "
+                                                    "already, the most one token may; close one first")
+        held[token_id] = held.get(token_id, 0) + 1
+        self.held, self.token_id, self.body = held, token_id, body
+        self.open = True
+
+    def __aiter__(self) -> _Held:
+        return self
+
+    async def __anext__(self) -> str:
+        try:
+            return await self.body.__anext__()
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        if self.open:
+            self.open = False
+            left = self.held.get(self.token_id, 1) - 1
+            if left > 0:
+                self.held[self.token_id] = left
+            else:
+                self.held.pop(self.token_id, None)
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _streaming(state: ServerState, principal: Principal, body: AsyncIterator[str]) -> Response:
+    return StreamingResponse(_Held(state, principal.token_id, body), media_type="text/event-stream",
+                             headers=_HEADERS)
+
+
 def _render(app: App, run_id: str, events: list[HistoryEvent]) -> list[tuple[int, str]]:
     """``(seq, SSE text)`` of history entries (a model call is rebuilt from
     the run's whole journal: an entry stores only what was new)."""
@@ -291,9 +373,13 @@ async def run_events(request: Request, state: ServerState, principal: Principal)
     async def stream() -> AsyncIterator[str]:
         cursor = after
         feed = _feed(state, run_id, start)
+        guard = _Guard(state, principal)
         try:
             yield "retry: 1000\n\n"
             while True:
+                if await guard.revoked():
+                    yield REVOKED
+                    return
                 if cursor < feed.base:  # behind the cache: straight from the store
                     gap = min(BATCH, feed.base - cursor)
                     events = await run_in_threadpool(app.history, run_id, cursor, gap)
@@ -322,35 +408,137 @@ async def run_events(request: Request, state: ServerState, principal: Principal)
         finally:
             _unsubscribe(state, feed)
 
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=_HEADERS)
+    return _streaming(state, principal, stream())
+
+
+class TenantFeed:
+    """One tenant's changes read once for every subscriber of this server
+    (as ``RunFeed`` does for a run: 1,000 dashboards of a tenant cost one
+    read per look, not 1,000).
+
+    The feed reads ``runs_changed`` from ``base`` on and keeps what it read,
+    in cursor order: ``keys[i]`` is the cursor of ``entries[i]``. A
+    subscriber at cursor ``c >= base`` is served the entries after ``c``
+    (every change after ``base`` is one of them, once read); one behind
+    ``base`` reads the store itself until it passes ``base``. A new feed
+    begins at its first subscriber's cursor, and moves back to an earlier
+    subscriber's while it has read nothing (a cursor claiming the future
+    would otherwise leave every honest subscriber reading on its own).
+    """
+
+    def __init__(self, state: ServerState, tenant: str, base: tuple[float, str]) -> None:
+        self.state = state
+        self.tenant = tenant
+        self.base = base
+        self.keys: list[tuple[float, str]] = []
+        self.entries: list[str] = []
+        self.changed = asyncio.Event()
+        self.subscribers = 0
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def last(self) -> tuple[float, str]:
+        return self.keys[-1] if self.keys else self.base
+
+    def _notify(self) -> None:
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+    async def poll(self) -> None:
+        pace = _Pace(self.state)
+        while True:
+            start = self.last
+            try:
+                changed = await run_in_threadpool(_changes, self.state, self.tenant, start)
+            except Exception as exc:  # the store is down: look again later
+                log.warning("event feed of tenant %r: %s", self.tenant, exc)
+                await asyncio.sleep(self.state.max_poll)
+                continue
+            if self.last != start:  # moved back meanwhile: what was read may skip changes
+                continue
+            if changed:
+                for record in changed:
+                    key = (record.updated_at, record.run_id)
+                    self.keys.append(key)
+                    self.entries.append(_change_event(record))
+                if len(self.keys) > CACHE:
+                    dropped = len(self.keys) - CACHE
+                    self.base = self.keys[dropped - 1]
+                    del self.keys[:dropped], self.entries[:dropped]
+                self._notify()
+                pace.found()
+                if len(changed) == BATCH:
+                    continue
+            await pace.wait()
+
+
+def _changes(state: ServerState, tenant: str, cursor: tuple[float, str]) -> list[RunRecord]:
+    return state.app.runs_changed(tenant, cursor, settle=state.settle, limit=BATCH)
+
+
+def _change_event(record: RunRecord) -> str:
+    return sse({"event": "run.changed", "run": run_json(record)}, id=f"{record.updated_at!r}/{record.run_id}")
+
+
+def _tenant_feed(state: ServerState, tenant: str, cursor: tuple[float, str]) -> TenantFeed:
+    feeds: dict[str, TenantFeed] = state.extra.setdefault("tenant_feeds", {})
+    feed = feeds.get(tenant)
+    if feed is None:
+        feed = feeds[tenant] = TenantFeed(state, tenant, cursor)
+        feed.task = asyncio.get_running_loop().create_task(feed.poll())
+    elif cursor < feed.base and not feed.keys:
+        feed.base = cursor
+    feed.subscribers += 1
+    return feed
+
+
+def _leave(state: ServerState, feed: TenantFeed) -> None:
+    feed.subscribers -= 1
+    if feed.subscribers == 0:
+        state.extra.get("tenant_feeds", {}).pop(feed.tenant, None)
+        if feed.task is not None:
+            feed.task.cancel()
 
 
 async def tenant_events(request: Request, state: ServerState, principal: Principal) -> Response:
     after = tenant_cursor(request)
-    app = state.app
     tenant = principal.tenant
-
-    def changes(cursor: tuple[float, str]) -> list[RunRecord]:
-        return app.runs_changed(tenant, cursor, settle=state.settle, limit=BATCH)
 
     async def stream() -> AsyncIterator[str]:
         cursor = after
+        feed = _tenant_feed(state, tenant, after)
+        guard = _Guard(state, principal)
         pace = _Pace(state)
-        yield "retry: 1000\n\n"
-        while True:
-            changed = await run_in_threadpool(changes, cursor)
-            for record in changed:
-                cursor = (record.updated_at, record.run_id)
-                yield sse({"event": "run.changed", "run": run_json(record)},
-                          id=f"{record.updated_at!r}/{record.run_id}")
-            if changed:
-                pace.found()
-                if len(changed) == BATCH:
+        try:
+            yield "retry: 1000\n\n"
+            while True:
+                if await guard.revoked():
+                    yield REVOKED
+                    return
+                if cursor < feed.base:  # behind the feed: straight from the store
+                    changed = await run_in_threadpool(_changes, state, tenant, cursor)
+                    if changed:
+                        yield "".join(_change_event(r) for r in changed)
+                        cursor = (changed[-1].updated_at, changed[-1].run_id)
+                        pace.found()
+                        continue
+                    if await pace.wait():
+                        yield ": heartbeat\n\n"
                     continue
-            if await pace.wait():
-                yield ": heartbeat\n\n"
+                index = bisect.bisect_right(feed.keys, cursor)
+                if index < len(feed.keys):
+                    ready = feed.entries[index:index + WRITE]
+                    yield "".join(ready)
+                    cursor = feed.keys[index + len(ready) - 1]
+                    continue
+                try:
+                    await asyncio.wait_for(feed.changed.wait(), state.heartbeat)
+                except TimeoutError:
+                    yield ": heartbeat\n\n"
+        finally:
+            _leave(state, feed)
 
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=_HEADERS)
+    return _streaming(state, principal, stream())
 
 
 ROUTES = [

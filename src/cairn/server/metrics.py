@@ -12,8 +12,9 @@ on the same provider its process's executions would appear too.
 
 Authorization: a **viewer** token, like every other read, and the answer
 holds only the token's tenant: a series labelled with another tenant is
-left out (queue depth is not a tenant's: queues are shared, and
-``GET /api/queues`` shows them to any viewer). Prometheus sends the token
+left out, and so is queue depth (a queue's load is every tenant's runs in
+it, and its name may be another tenant's). An ``installation`` token gets
+every series. Prometheus sends the token
 with ``authorization: {credentials_file: ...}`` in its scrape config.
 Off unless ``create_app(metrics=True)`` (``cairn serve --metrics``): a
 server that was not asked for metrics answers 404 and does no work.
@@ -34,6 +35,8 @@ from cairn.server.routing import Call, Endpoint
 
 #: the Prometheus label of a series' tenant
 TENANT_LABEL = "cairn_tenant"
+#: the label of a queue's series (every tenant's load: the installation's to see)
+QUEUE_LABEL = "cairn_queue"
 
 
 class Metrics:
@@ -56,11 +59,12 @@ class Metrics:
         self.provider = MeterProvider(resource=Resource.create(named), metric_readers=[self.reader])
         self.store = StoreMetrics(app, self.provider)
 
-    def render(self, tenant: str) -> bytes:
-        """The exposition of every series of ``tenant`` and of no tenant."""
+    def render(self, tenant: str | None) -> bytes:
+        """The exposition of every series of ``tenant`` and of no tenant but
+        a queue's (``None``: every series)."""
         from prometheus_client import generate_latest
 
-        return generate_latest(_OfTenant(self.registry, tenant))
+        return generate_latest(self.registry if tenant is None else _OfTenant(self.registry, tenant))
 
     def close(self) -> None:
         self.provider.shutdown()
@@ -76,7 +80,8 @@ class _OfTenant:
     def collect(self) -> Any:
         for family in self.registry.collect():
             tenant = self.tenant
-            family.samples = [s for s in family.samples if s.labels.get(TENANT_LABEL, tenant) == tenant]
+            family.samples = [s for s in family.samples if s.labels.get(TENANT_LABEL, tenant) == tenant
+                              and QUEUE_LABEL not in s.labels]
             yield family
 
 
@@ -86,7 +91,9 @@ def get_metrics(call: Call[Any]) -> Any:
         raise ApiError(404, "not_found", "metrics are off: start the server with cairn serve --metrics")
     from prometheus_client import CONTENT_TYPE_LATEST
 
-    return Response(exporter.render(call.principal.tenant), media_type=CONTENT_TYPE_LATEST)
+    everything = call.principal.role.allows(Role.INSTALLATION)
+    return Response(exporter.render(None if everything else call.principal.tenant),
+                    media_type=CONTENT_TYPE_LATEST)
 
 
 ROUTES = [

@@ -93,6 +93,9 @@ def document(routes: list[Endpoint]) -> dict[str, Any]:
             },
         }
         if spec.stream is not None:
+            operation["responses"]["429"] = {
+                "description": "The token holds the most event streams one token may (close one)",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
             # a run's cursor is a seq; the tenant's is "<updated_at>/<run_id>"
             cursor = ({"type": "string", "pattern": "^[0-9]{0,18}$"} if "{run_id}" in spec.path else
                       {"type": "string", "maxLength": 400, "pattern": "^$|^[0-9]+(\\.[0-9]+)?/"})
@@ -116,7 +119,8 @@ def document(routes: list[Endpoint]) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "Cairn", "version": "1",
                  "description": "Start, watch and operate durable agent runs. Every request carries a bearer "
-                                "token bound to one tenant and one role (viewer, operator, admin)."},
+                                "token bound to one tenant and one role (viewer, operator, admin, "
+                                "installation)."},
         "paths": dict(sorted(paths.items())),
         "components": {"schemas": dict(sorted(components.items())),
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},

@@ -1,9 +1,12 @@
-"""``/api/queues``: queue limits and load (read by viewers, set by admins).
+"""``/api/queues``: queue limits and load (read by viewers, set by the installation).
 
 Queues are shared by every tenant (limits apply queue-wide and per
-tenant), so setting one is an admin's action; what a tenant sees of a
-queue is what ``cairn queues`` shows any tenant's role: its limits and how
-many runs it has running and runnable."""
+tenant), so setting one is the installation's action (an ``installation``
+token, never a tenant admin: one tenant's ``{"rate": "1/d"}`` on
+``default`` starved every other). A tenant's token sees the queues that
+have limits (the installation's names) and those its own runs are in,
+with its own runs' load; another tenant's queue names and load stay
+hidden. An installation token sees what ``cairn queues`` shows."""
 
 from __future__ import annotations
 
@@ -46,8 +49,15 @@ def queue_json(stats: QueueStats) -> dict[str, Any]:
             "rate": _rate(limits.rate), "tenant_rate": _rate(limits.tenant_rate)}
 
 
+def _tenant_of(call: Call[Any]) -> str | None:
+    """Whose load the caller sees: an installation token every tenant's,
+    any other token its own tenant's only (another tenant's queue names
+    and load are that tenant's business)."""
+    return None if call.principal.role.allows(Role.INSTALLATION) else call.principal.tenant
+
+
 def list_queues(call: Call[Any]) -> Any:
-    return {"queues": [queue_json(q) for q in call.operator.queues()]}
+    return {"queues": [queue_json(q) for q in call.operator.queues(_tenant_of(call))]}
 
 
 def set_queue(call: Call[Any]) -> Any:
@@ -61,13 +71,16 @@ def set_queue(call: Call[Any]) -> Any:
                          Rate.parse(body.rate) if body.rate is not None else None,
                          Rate.parse(body.tenant_rate) if body.tenant_rate is not None else None)
     call.operator.set_queue(limits)
-    found = next((q for q in call.operator.queues() if q.limits.name == name), QueueStats(limits, 0, 0))
+    found = next((q for q in call.operator.queues(_tenant_of(call)) if q.limits.name == name),
+                 QueueStats(limits, 0, 0))
     return queue_json(found)
 
 
 ROUTES = [
-    Endpoint("GET", "/api/queues", Role.VIEWER, "Every queue with limits or live runs, with its load",
-             list_queues, tag="queues"),
-    Endpoint("PUT", "/api/queues/{name}", Role.ADMIN, "Replace a queue's limits (for every tenant)",
+    Endpoint("GET", "/api/queues", Role.VIEWER,
+             "The queues with limits or with the tenant's live runs, with the tenant's load (an "
+             "installation token: every queue, every tenant's load)", list_queues, tag="queues"),
+    Endpoint("PUT", "/api/queues/{name}", Role.INSTALLATION,
+             "Replace a queue's limits, shared by every tenant (an installation token only)",
              set_queue, body=QueueBody, tag="queues"),
 ]

@@ -137,6 +137,8 @@ class ServerState:
     settle: float = 0.0
     #: the longest wait between two looks at the store when no notification comes
     max_poll: float = 0.5
+    #: event streams one token may hold open at once (429 beyond)
+    max_streams: int = 32
     extra: dict[str, Any] = field(default_factory=dict)
 
 

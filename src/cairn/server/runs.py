@@ -12,12 +12,14 @@ from starlette.responses import JSONResponse
 
 from cairn.api.tokens import Role
 from cairn.api.views import event_json, model_calls, model_records, run_json
+from cairn.codec import values
 from cairn.engine.budget import Budget
+from cairn.engine.ledger import decode
 from cairn.errors import PayloadError, RunNotFound
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint, Ident
 from cairn.server.views import model_call_json, operation_json, run_detail
-from cairn.store.records import RunStatus
+from cairn.store.records import RunRecord, RunStatus
 from cairn.store.runids import scoped_run_id
 
 Name = Ident
@@ -46,7 +48,8 @@ class StartRun(msgspec.Struct, forbid_unknown_fields=True):
     object names parameters, an array lists them, any other value is the
     only argument; left out, the workflow gets no arguments (its defaults).
     ``run_id`` (or the ``Idempotency-Key`` header) makes the start
-    idempotent: starting an existing run of yours answers it unchanged."""
+    idempotent: starting an existing run of yours answers it unchanged
+    (with another workflow or input: 422 ``idempotency_key_reused``)."""
 
     workflow: Name
     input: Any | msgspec.UnsetType = msgspec.UNSET
@@ -91,6 +94,22 @@ def _position(call: Call[Any]) -> int:
     return int(raw)
 
 
+def _same_start(call: Call[Any], record: RunRecord, data: Any) -> None:
+    """A start that found its run existing must be the request that made it
+    (the same workflow and input): a key reused for another request would
+    otherwise answer the old run and drop the new request without a word."""
+    body: StartRun = call.body
+    chosen = body.run_id or call.request.headers.get("idempotency-key", "")
+    same = record.workflow == body.workflow
+    if same:
+        stored = decode(call.operator.codec, record.input, "the input")
+        asked = values.decode(values.encode(call.app.definition(body.workflow).inputs_from_json(data)))
+        same = stored.error is not None or stored.value == asked  # an unreadable input cannot tell: as asked
+    if not same:
+        raise ApiError(422, "idempotency_key_reused", f"run {chosen!r} was started by another request "
+                                                      "(another workflow or input): choose a new key")
+
+
 def start_run(call: Call[Any]) -> Any:
     body: StartRun = call.body
     key = call.request.headers.get("idempotency-key")
@@ -118,6 +137,8 @@ def start_run(call: Call[Any]) -> Any:
         record = call.run(handle.run_id)
     except RunNotFound:  # the id belongs to another tenant's run: say no more than that it is taken
         raise ApiError(409, "conflict", f"run id {handle.run_id!r} is already taken") from None
+    if not handle.created:
+        _same_start(call, record, data)
     return JSONResponse({"created": handle.created, "run": run_json(record)},
                         status_code=201 if handle.created else 200)
 

@@ -26,6 +26,8 @@ from starlette.responses import JSONResponse
 
 from cairn.api.operator import Published
 from cairn.api.tokens import Role
+from cairn.engine.ledger import decode
+from cairn.engine.messaging import signal_key
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint
 from cairn.store.records import Delivery, RunRecord
@@ -94,10 +96,21 @@ def _dedupe(call: Call[Any]) -> str | None:
             from None
 
 
+def _same_signal(call: Call[Any], delivery: Delivery, data: Any) -> None:
+    """A send that found its key delivered already must be the request that
+    delivered it (the same signal and data), not another one dropped unsaid."""
+    stored = decode(call.operator.codec, delivery.payload, "the signal's data")
+    if delivery.key != signal_key(call.path["name"]) or (stored.error is None and stored.value != data):
+        raise ApiError(422, "idempotency_key_reused", f"Idempotency-Key {delivery.dedupe!r} was used for "
+                                                      "another signal or data to this run: choose a new key")
+
+
 def send_signal(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
     body: SignalBody = call.body
     sent = call.operator.signal(record.run_id, call.path["name"], body.data, dedupe=_dedupe(call))
+    if not sent.created:
+        _same_signal(call, sent.delivery, body.data)
     return JSONResponse({"created": sent.created, "delivery": delivery_json(sent.delivery)},
                         status_code=201 if sent.created else 200)
 

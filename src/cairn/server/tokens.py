@@ -1,6 +1,8 @@
 """``/api/tokens`` and ``/api/whoami``: who a token is, and an admin's view
 of the tenant's tokens (list, mint, revoke). Tokens of other tenants are
-invisible: revoking one answers 404 like an unknown id."""
+invisible: revoking one answers 404 like an unknown id. A token mints no
+role above its own (403), so the ``installation`` role comes from
+``cairn tokens mint`` only."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import msgspec
 from starlette.responses import JSONResponse
 
 from cairn.api.tokens import Role
-from cairn.server.errors import not_found
+from cairn.server.errors import ApiError, not_found
 from cairn.server.routing import Call, Endpoint
 from cairn.store.records import TokenRecord
 
@@ -37,6 +39,9 @@ def list_tokens(call: Call[Any]) -> Any:
 
 def mint_token(call: Call[Any]) -> Any:
     body: MintBody = call.body
+    if not call.principal.role.allows(body.role):  # a tenant admin never makes itself the installation
+        raise ApiError(403, "forbidden", f"a {call.principal.role.value} token cannot mint a "
+                                         f"{body.role.value} token (cairn tokens mint can)")
     tokens = call.app.tokens
     tokens.actor = call.principal.actor
     minted = tokens.mint(call.principal.tenant, body.role, body.name)

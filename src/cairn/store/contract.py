@@ -225,10 +225,11 @@ class Store(Protocol):
         one whose rate changes keeps its tokens."""
         ...
 
-    def queue_stats(self) -> list[QueueStats]:
+    def queue_stats(self, tenant: str | None = None) -> list[QueueStats]:
         """Every queue that has limits or runs that are running or runnable,
         by name, with how many of its runs are ``running`` and how many could
-        be claimed now."""
+        be claimed now. With ``tenant``: the queues with limits or with runs
+        of that tenant, counting only its runs (what a tenant may see)."""
         ...
 
     # -- schedules (store/schedules.py) ------------------------------------------

@@ -644,17 +644,22 @@ def select_prunable(
 
 
 def approver_matches(approver: str, actor: str) -> bool:
-    """Whether ``actor`` (an acting identity: ``cli:ada@host``, ``app:4242``)
-    is the one ``approver`` names: the identity itself, or, for an approver
-    without a ``:`` (a bare name such as ``ada``), any identity whose user
-    is that name (``cli:ada@any-host``, ``http:ada``, and an API token
-    named ada: ``http:ada#<token id>``)."""
+    """Whether ``actor`` (an acting identity: ``cli:ada@host``, ``app:4242``,
+    ``http:ada#<token id>``) is the one ``approver`` names, matched exactly:
+    the identity itself, or, for an approver without a ``:`` (a bare name
+    such as ``ada``), the operating-system user of that name at the CLI on
+    any host (``cli:ada@laptop``; not ``cli:ada@mallory@laptop``).
+
+    A bare name never matches an API token: a token's name is free text
+    that the tenant's admin, the very one an approver rule restrains, mints
+    at will (``ada``, ``ada@mallory``). A token approves only when named by
+    its whole identity, whose id the installation assigns at random."""
     if approver == actor:
         return True
-    if ":" in approver:
+    if ":" in approver or not actor.startswith("cli:"):
         return False
-    user = actor.partition(":")[2].partition("@")[0].partition("#")[0]
-    return bool(user) and user == approver
+    user, at, _host = actor.removeprefix("cli:").rpartition("@")
+    return bool(at) and user == approver
 
 
 def rewind_cut(rewound: HistoryEvent) -> int:

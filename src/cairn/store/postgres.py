@@ -895,11 +895,13 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
         self._transaction(body)
 
-    def queue_stats(self) -> list[admission.QueueStats]:
+    def queue_stats(self, tenant: str | None = None) -> list[admission.QueueStats]:
+        query, params = ("queue_counts", {"now": self.clock()}) if tenant is None else (
+            "tenant_queue_counts", {"now": self.clock(), "tenant": tenant})
+
         def body(tx: _Conn) -> list[admission.QueueStats]:
             limits = {row[0]: _queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
-            counts = {q: (running, runnable)
-                      for q, running, runnable in tx.execute(_Q["queue_counts"], {"now": self.clock()})}
+            counts = {q: (running, runnable) for q, running, runnable in tx.execute(_Q[query], params)}
             return admission.stats(limits, counts)
 
         return self._transaction(body)

@@ -551,13 +551,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             tx.execute(_Q["delete_queue" if limits.unlimited else "upsert_queue"], params)
             tx.execute(_Q["delete_stale_buckets"], params)
 
-    def queue_stats(self) -> list[admission.QueueStats]:
+    def queue_stats(self, tenant: str | None = None) -> list[admission.QueueStats]:
+        query, params = ("queue_counts", {"now": self.clock()}) if tenant is None else (
+            "tenant_queue_counts", {"now": self.clock(), "tenant": tenant})
         with self._read() as conn:
             conn.execute("BEGIN")  # a read transaction: one snapshot for both statements, no write lock
             try:
                 limits = {row[0]: queue_from_row(row) for row in conn.execute(_Q["select_queues"])}
                 counts = {q: (running, runnable) for q, running, runnable
-                          in conn.execute(_Q["queue_counts"], {"now": self.clock()})}
+                          in conn.execute(_Q[query], params)}
             finally:
                 conn.execute("COMMIT")
         return admission.stats(limits, counts)

@@ -353,7 +353,8 @@ function loginFromFragment(form) {
   if (!match) return;
   history.replaceState(null, "", window.location.pathname + window.location.search);
   form.elements.token.value = decodeURIComponent(match[1]);
-  form.submit();
+  // signed in already: the user submits the link's token, no page does it for them
+  if (!form.dataset.signedIn) form.submit();
 }
 
 document.addEventListener("DOMContentLoaded", () => {

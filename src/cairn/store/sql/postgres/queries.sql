@@ -589,6 +589,10 @@ WHERE queue = %(name)s::text
 SELECT queue, count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE runnable_at <= %(now)s::float8)
 FROM runs WHERE runnable_at IS NOT NULL GROUP BY queue
 
+-- name: tenant_queue_counts
+SELECT queue, count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE runnable_at <= %(now)s::float8)
+FROM runs WHERE runnable_at IS NOT NULL AND tenant = %(tenant)s GROUP BY queue
+
 -- Set-based claiming: several runs whose rows the claim holds FOR UPDATE, in
 -- three statements for the whole batch instead of three per run. Nobody else
 -- can append to those runs meanwhile, so the entries need no checks.

@@ -362,6 +362,10 @@ WHERE queue = :name AND ((tenant = '' AND :rate_limit IS NULL) OR (tenant <> '' 
 SELECT queue, SUM(status = 'running'), SUM(runnable_at <= :now) FROM runs
 WHERE runnable_at IS NOT NULL GROUP BY queue
 
+-- name: tenant_queue_counts
+SELECT queue, SUM(status = 'running'), SUM(runnable_at <= :now) FROM runs
+WHERE runnable_at IS NOT NULL AND tenant = :tenant GROUP BY queue
+
 -- Set-based claiming: the runs a claim takes, in three statements for the
 -- whole batch (their histories, their rows, their lifecycle entries) instead
 -- of several per run. The claim holds the write lock, so nobody appends to
