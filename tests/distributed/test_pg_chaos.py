@@ -5,7 +5,8 @@ Four worker processes (``tests.distributed.run_worker``, 4 executions each,
 money at the fake bank (a separate process with its own database), keyed by the
 call's operation id, with an amount unique to its (run, step). Meanwhile:
 
-* a seeded RNG SIGKILLs a random worker every 0.05-0.5 s and starts it again,
+* a seeded RNG SIGKILLs a random worker every 0.05-0.5 s (counted from the
+  moment the previous kill's replacement launched) and starts it again,
   alternately under the same worker id (its runs are reclaimed at once) and a
   new one (its runs wait for their leases to expire, then are taken over);
 * the PostgreSQL server itself is restarted twice while runs are in flight:
@@ -40,6 +41,7 @@ import pytest
 from tests.acceptance.harness import WorkerProcess, wait_until
 from tests.distributed.bank_app import WORKFLOW
 from tests.distributed.cluster import DistCluster, Outage, PgServer, verify_runs, worked_after_giving_up
+from tests.timing import STALL, StallWatch
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -59,8 +61,8 @@ MIN_KILLS = 20
 RESTARTS = ((1 / 3, "fast"), (2 / 3, "immediate"))
 #: how long every worker that lived through a restart gets to record a step again
 RECOVERY_TIMEOUT = 60.0
-#: the whole chaos phase must end within this (the test's own timeout is 900 s)
-MAX_SECONDS = 720.0
+#: the chaos phase fails once no run completed for this long (a hang, not a slow machine)
+STALL_SECONDS = STALL
 #: statuses a run may have in this test
 LIVE = frozenset({"pending", "running", "suspended", "completed"})
 
@@ -118,6 +120,12 @@ def test_kills_and_server_restarts_never_repeat_a_recorded_step(
     restarts: list[Restart] = []
     plan = list(RESTARTS)
     next_kill = started + rng.uniform(*KILL_PAUSE)
+    # The pause before the next kill runs from the moment the worker spawned for the last one has
+    # launched (imported Cairn; its start-up proper, reclaim, claims are all still ahead of it):
+    # a schedule in wall clock alone outpaces the respawns on a loaded machine, where starting a
+    # Python process takes longer than the pause times the workers, and no run completes ever.
+    launching: WorkerProcess | None = None
+    stalled = StallWatch("a run to complete under chaos", STALL_SECONDS)
 
     def check_workers() -> None:
         for worker in slots:
@@ -127,7 +135,8 @@ def test_kills_and_server_restarts_never_repeat_a_recorded_step(
     while True:
         elapsed = time.monotonic() - started
         counts = dist.observer.statuses()
-        assert elapsed < MAX_SECONDS, f"too slow: {counts} after {elapsed:.0f}s, {len(kills)} kills {context}"
+        stalled.check(counts["completed"] if counts else stalled.last,
+                      f"{counts}, {len(kills)} kills {context}")
         check_workers()
         if counts is None:  # a connection the restart broke: the observer reconnects next time
             time.sleep(0.1)
@@ -167,8 +176,11 @@ def test_kills_and_server_restarts_never_repeat_a_recorded_step(
                   f"{outage}; {len(again)} of the {len(survivors)} workers that lived through it recorded "
                   f"steps again within {recovered_in:.2f}s")
             next_kill = time.monotonic() + rng.uniform(*KILL_PAUSE)
+            stalled.touch()  # the restart's own wait was bounded by its own progress condition
             continue
-        if time.monotonic() >= next_kill:
+        if launching is not None and "launching" in launching.log_text():
+            launching, next_kill = None, time.monotonic() + rng.uniform(*KILL_PAUSE)
+        if launching is None and time.monotonic() >= next_kill:
             slot = rng.randrange(WORKERS)
             victim = slots[slot]
             rows = dist.observer.query("SELECT count(*) FROM runs WHERE owner = %s AND status = 'running'",
@@ -178,8 +190,7 @@ def test_kills_and_server_restarts_never_repeat_a_recorded_step(
             worker_id = f"w{slot}-k{len(kills)}" if len(kills) % 2 == 0 else victim.worker_id
             kills.append(Kill(time.time(), victim.worker_id, victim.pid, worker_id, completed,
                               int(rows[0][0]) if rows else -1))
-            slots[slot] = dist.spawn(worker_id, concurrency=CONCURRENCY, lease=LEASE)
-            next_kill = time.monotonic() + rng.uniform(*KILL_PAUSE)
+            slots[slot] = launching = dist.spawn(worker_id, concurrency=CONCURRENCY, lease=LEASE)
         time.sleep(0.1)
     chaos_seconds = time.monotonic() - started
     dist.terminate_gracefully(slots)
