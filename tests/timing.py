@@ -114,3 +114,13 @@ def wait_progressing(
             return value
         watch.check(progress())
         time.sleep(interval)
+
+
+def slowness(wall: float, cpu: float) -> float:
+    """How many times slower than when alone the machine runs a process: the
+    wall time some CPU-bound work took (a worker process's start-up: the
+    interpreter, the imports) over the CPU time it used. About 1 on a quiet
+    machine, 7 and more at load ~15 on two cores; never below 1. A schedule in
+    seconds multiplied by it keeps its proportion to the work (how many kills
+    land per step done) on any machine."""
+    return max(1.0, wall / max(cpu, 0.01))

@@ -5,8 +5,8 @@ Four worker processes (``tests.distributed.run_worker``, 4 executions each,
 money at the fake bank (a separate process with its own database), keyed by the
 call's operation id, with an amount unique to its (run, step). Meanwhile:
 
-* a seeded RNG SIGKILLs a random worker every 0.05-0.5 s (counted from the
-  moment the previous kill's replacement launched) and starts it again,
+* a seeded RNG SIGKILLs a random worker every 0.05-0.5 s (of a quiet
+  machine: times how slow the machine is, ``MachineSpeed``) and starts it again,
   alternately under the same worker id (its runs are reclaimed at once) and a
   new one (its runs wait for their leases to expire, then are taken over);
 * the PostgreSQL server itself is restarted twice while runs are in flight:
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ import pytest
 from tests.acceptance.harness import WorkerProcess, wait_until
 from tests.distributed.bank_app import WORKFLOW
 from tests.distributed.cluster import DistCluster, Outage, PgServer, verify_runs, worked_after_giving_up
-from tests.timing import STALL, StallWatch
+from tests.timing import STALL, StallWatch, slowness
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -92,6 +93,38 @@ class Restart:
     recorded_again: int
 
 
+class MachineSpeed:
+    """How slow the machine is now, from the worker processes' start-ups: the
+    wall time from spawn to the ``launching`` line over the CPU time the
+    process had used by then (``tests.timing.slowness``), of the latest
+    worker that launched."""
+
+    LINE = re.compile(r"^(\d+\.\d+) pid=\d+ run_worker INFO worker \S+ launching \(cpu ([\d.]+)s\)", re.M)
+
+    def __init__(self, workers: list[WorkerProcess]) -> None:
+        self.pending = list(workers)
+        self.latest: float | None = None
+        self.seen: list[float] = []
+
+    def watch(self, worker: WorkerProcess) -> None:
+        self.pending.append(worker)
+
+    def measured(self) -> bool:
+        for worker in list(self.pending):
+            match = self.LINE.search(worker.log_text())
+            if match is not None:
+                self.pending.remove(worker)
+                self.latest = slowness(float(match[1]) - worker.spawned_at, float(match[2]))
+                self.seen.append(self.latest)
+            elif not worker.alive():  # killed before it launched: nothing to learn from it
+                self.pending.remove(worker)
+        return self.latest is not None
+
+    def factor(self) -> float:
+        self.measured()
+        return self.latest or 1.0
+
+
 def steps_recorded_since(dist: DistCluster, worker_id: str, since: float) -> int:
     rows = dist.observer.query(
         "SELECT count(*) FROM history WHERE worker = %s AND at > %s AND event = 'step.completed'",
@@ -119,12 +152,13 @@ def test_kills_and_server_restarts_never_repeat_a_recorded_step(
     kills: list[Kill] = []
     restarts: list[Restart] = []
     plan = list(RESTARTS)
-    next_kill = started + rng.uniform(*KILL_PAUSE)
-    # The pause before the next kill runs from the moment the worker spawned for the last one has
-    # launched (imported Cairn; its start-up proper, reclaim, claims are all still ahead of it):
-    # a schedule in wall clock alone outpaces the respawns on a loaded machine, where starting a
-    # Python process takes longer than the pause times the workers, and no run completes ever.
-    launching: WorkerProcess | None = None
+    # The pauses between kills are in the machine's own time: KILL_PAUSE times how slow the last
+    # worker process to launch found the machine. In wall clock alone the schedule outpaces the
+    # respawns on a loaded machine (starting a Python process takes ten times as long there, the
+    # pause does not) and no run completes ever; in the machine's time the chaos is the same share
+    # of the work on any machine. The first kill waits for the first measurement.
+    slow = MachineSpeed(slots)
+    next_kill: float | None = None
     stalled = StallWatch("a run to complete under chaos", STALL_SECONDS)
 
     def check_workers() -> None:
@@ -175,12 +209,12 @@ def test_kills_and_server_restarts_never_repeat_a_recorded_step(
             print(f"  restart {len(restarts)} at {completed}/{RUNS} runs completed ({elapsed:.1f}s): "
                   f"{outage}; {len(again)} of the {len(survivors)} workers that lived through it recorded "
                   f"steps again within {recovered_in:.2f}s")
-            next_kill = time.monotonic() + rng.uniform(*KILL_PAUSE)
+            next_kill = time.monotonic() + rng.uniform(*KILL_PAUSE) * slow.factor()
             stalled.touch()  # the restart's own wait was bounded by its own progress condition
             continue
-        if launching is not None and "launching" in launching.log_text():
-            launching, next_kill = None, time.monotonic() + rng.uniform(*KILL_PAUSE)
-        if launching is None and time.monotonic() >= next_kill:
+        if next_kill is None and slow.measured():
+            next_kill = time.monotonic() + rng.uniform(*KILL_PAUSE) * slow.factor()
+        if next_kill is not None and time.monotonic() >= next_kill:
             slot = rng.randrange(WORKERS)
             victim = slots[slot]
             rows = dist.observer.query("SELECT count(*) FROM runs WHERE owner = %s AND status = 'running'",
@@ -190,7 +224,9 @@ def test_kills_and_server_restarts_never_repeat_a_recorded_step(
             worker_id = f"w{slot}-k{len(kills)}" if len(kills) % 2 == 0 else victim.worker_id
             kills.append(Kill(time.time(), victim.worker_id, victim.pid, worker_id, completed,
                               int(rows[0][0]) if rows else -1))
-            slots[slot] = launching = dist.spawn(worker_id, concurrency=CONCURRENCY, lease=LEASE)
+            slots[slot] = dist.spawn(worker_id, concurrency=CONCURRENCY, lease=LEASE)
+            slow.watch(slots[slot])
+            next_kill = time.monotonic() + rng.uniform(*KILL_PAUSE) * slow.factor()
         time.sleep(0.1)
     chaos_seconds = time.monotonic() - started
     dist.terminate_gracefully(slots)
@@ -214,5 +250,6 @@ def test_kills_and_server_restarts_never_repeat_a_recorded_step(
           f"{sum(max(k.held, 0) for k in kills)} runs in all), {len(restarts)} server restarts "
           f"({', '.join(f'{r.outage.mode} {r.outage.seconds:.2f}s' for r in restarts)}), {len(dist.workers)} "
           f"worker processes in all\n  claims ended (as logged by workers that lived to tell): "
-          f"{dict(statuses)}\n"
+          f"{dict(statuses)}\n  the machine was {min(slow.seen):.1f}-{max(slow.seen):.1f}x slower than alone "
+          f"(worker start-ups: wall over CPU time), the kill pauses scaled by it\n"
           f"  {verdict}")
