@@ -326,3 +326,38 @@ def test_the_kill_chain_check_names_what_breaks_the_rule() -> None:
     assert kill_chain_problems([first, second], 21.0, {1: 25.0})  # killed only after the second began
     assert kill_chain_problems([first, second], 21.0, {})  # never killed
     assert kill_chain_problems([first, second], 19.0, {1: 11.0})  # the second began after the record
+
+
+@pytest.mark.timeout(180)
+def test_two_kills_before_one_record_run_that_step_three_times(cluster: Cluster) -> None:
+    """What the random-kill test once called a broken guarantee ("executed 3
+    times" where it allowed two), made on purpose: the first worker is
+    SIGKILLed (``step.before_record``) after the third step body returned and
+    before its record, and so is the next one after its first body, which is
+    that same step. The step's body then finishes three times, by three
+    processes, every execution before its record and each but the last ended
+    by its process's death: the at-least-once rule holds, and the count is
+    1 + the kills that hit the step, not a constant."""
+    app = cluster.app(lease_seconds=LEASE)
+    run_id = "twice-killed"
+    steps = 5
+    app.start("fifty", steps, 0.01, run_id=run_id)
+    died_at: dict[int, float] = {}
+    for nth in (3, 1):  # the first worker's third body, the second worker's first (the same step)
+        doomed = cluster.spawn("tk-w1", lease=LEASE, env={"CAIRN_FAULTS": f"step.before_record@{nth}"})
+        wait_until(lambda w=doomed: not w.alive(), 30, f"pid {doomed.pid} to die at step.before_record@{nth}")
+        assert doomed.popen.returncode == -signal.SIGKILL, f"worker exited {doomed.popen.returncode}"
+        died_at[doomed.pid] = doomed.ended_at = time.time()
+        assert sorted(journal(app.history(run_id))) == [0, 1], "something was recorded past position 1"
+    survivor = cluster.spawn("tk-w1", lease=LEASE)
+    wait_until(lambda: app.get_run(run_id).status is RunStatus.COMPLETED, 30, "the third worker to finish")
+    assert app.handle(run_id).result(timeout=1) == expected_fifty(steps)
+    effects = cluster.effects()
+    begins, ends = by_key(effects, "begin")[(run_id, 2)], by_key(effects, "end")[(run_id, 2)]
+    assert [e["pid"] for e in ends] == [*died_at, survivor.pid], f"ends of position 2: {ends}"
+    entry = journal(app.history(run_id))[2]
+    chain = describe_chain(begins, ends, entry.at, died_at)
+    assert kill_chain_problems(begins, entry.at, died_at) == [], chain
+    assert entry.at >= ends[-1]["t1"], "position 2 was recorded from a killed execution"
+    survivor.send(signal.SIGTERM)
+    assert survivor.wait_exit(10) == 0
