@@ -124,7 +124,9 @@ def test_random_sigkills_never_repeat_recorded_steps(cluster: Cluster, concurren
     #    and its record's commit sends the step to the next worker, whose first step it is: a
     #    second kill timed from that worker's first step lands in it again, as often as the
     #    machine makes the record's commit slow
-    killed_at = {w.pid: w.signals[-1][0] for w in killed}
+    # when the test had reaped each killed process: after anything it did (the time the SIGKILL
+    # was sent is not: a loaded machine may run the worker between that and the kill itself)
+    killed_at = {w.pid: w.ended_at or math.inf for w in killed}
     chains: dict[Key, str] = {}
     for run_id in run_ids:
         for position, entry in journal(histories[run_id]).items():
@@ -195,7 +197,7 @@ def kill_chain_problems(
     ``begin`` effects, in start order): one began at or after its record
     (``recorded_at``, taken before the commit, so stricter than the commit),
     or one was followed by another without a SIGKILL of its own process
-    (``killed_at``: pid -> time of the kill) between the two starts."""
+    (``killed_at``: pid -> when the test saw it dead) between the two starts."""
     problems = [f"pid {e['pid']} began it at {e['t0']:.3f}, after its record at {recorded_at:.3f}"
                 for e in executions if e["t0"] >= recorded_at]
     for before, after in itertools.pairwise(executions):
