@@ -14,9 +14,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TypeVar
-
-T = TypeVar("T")
 
 #: seconds of a ``ctx.sleep`` that must suspend the run (never due before its own entry is committed)
 NAP = 0.5
@@ -46,20 +43,6 @@ SLACK = float(os.environ.get("CAIRN_TEST_SLACK", "10"))
 TIMEOUT_SLACK = float(os.environ.get("CAIRN_TEST_TIMEOUT_SLACK", "4"))
 #: seconds without any progress after which a wait fails; ``CAIRN_TEST_STALL`` overrides it
 STALL = float(os.environ.get("CAIRN_TEST_STALL", "120"))
-#: a ceiling for waits that have no progress to watch but must end (a process starting up):
-#: ten times what the slowest of them takes at load ~15 on two cores
-PATIENCE = float(os.environ.get("CAIRN_TEST_PATIENCE", "300"))
-
-
-def cpu_ticks(pid: int) -> int:
-    """User plus system clock ticks ``pid`` has used (0 once it is gone): a
-    process that is starting up shows no other sign of progress."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])
 
 
 class StallWatch:
@@ -93,27 +76,6 @@ class StallWatch:
             why = (f"nothing progressed for {now - self.since:.0f}s" if not over
                    else f"still going after the ceiling of {self.ceiling:.0f}s")
             raise AssertionError(f"{why} waiting for {what} (last progress {progress!r}) {detail}")
-
-
-def wait_progressing(
-    condition: Callable[[], T],
-    progress: Callable[[], object],
-    what: str | Callable[[], str],
-    *,
-    stall: float = STALL,
-    ceiling: float | None = None,
-    interval: float = 0.02,
-) -> T:
-    """Poll ``condition`` until it returns something truthy (returned); fail
-    (``AssertionError`` naming ``what``) only when ``progress()`` has not
-    changed for ``stall`` seconds, or after ``ceiling`` seconds if given."""
-    watch = StallWatch(what, stall, ceiling)
-    while True:
-        value = condition()
-        if value:
-            return value
-        watch.check(progress())
-        time.sleep(interval)
 
 
 def slowness(wall: float, cpu: float) -> float:
