@@ -15,6 +15,7 @@ from cairn.demo.bank import BankProcess
 from tests import pgcluster
 from tests.backends import BACKENDS, PostgresBackend, SqliteBackend, StoreBackend
 from tests.store.pg import ServerUnavailable, TestDatabases
+from tests.timing import TIMEOUT_SLACK
 
 #: the fewest worker processes ``-n auto`` (the README's test command) starts, whatever the core count
 MIN_WORKERS = 2
@@ -41,8 +42,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     process, while the other processes take the rest of the suite. Three of
     them at once on a 2-core machine starve the worker processes they spawn
     (starting one takes seconds there), and their deadlines are about the
-    behaviour, not about a machine that busy."""
+    behaviour, not about a machine that busy.
+
+    A test's own ``timeout`` mark is scaled by ``TIMEOUT_SLACK``: it was set
+    for a quiet machine, and is only the bound that ends a hung test."""
     for item in items:
+        timeout = item.get_closest_marker("timeout")
+        if timeout is not None and timeout.args:
+            item.add_marker(pytest.mark.timeout(float(timeout.args[0]) * TIMEOUT_SLACK), append=False)
         if item.get_closest_marker("slow") is None:
             continue
         callspec = getattr(item, "callspec", None)

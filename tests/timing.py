@@ -11,7 +11,9 @@ suspending. ``NAP`` is long against one commit, short enough to wait out.
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 
 #: seconds of a ``ctx.sleep`` that must suspend the run (never due before its own entry is committed)
 NAP = 0.5
@@ -21,3 +23,66 @@ def wait_out_nap() -> None:
     """Sleep until a ``NAP`` timer set before this call is due (with a margin
     for the clock's resolution), so the next execution finds it passed."""
     time.sleep(NAP + 0.05)
+
+
+# -- waiting on a busy machine: progress, not wall clock ----------------------------------------
+#
+# A crash test waits for worker processes: to start, to claim, to finish the runs. How long that
+# takes is a property of the machine (a worker process takes ~1 s to start alone, 10 s and more
+# beside seven other test sessions on two cores), not of the behaviour under test, so no such wait
+# may fail on elapsed time alone. They wait while something progresses and fail only after
+# ``STALL`` seconds in which nothing did (a hang: a deadlock, a lost wake-up, a stopped process),
+# or past a ceiling far above any need (a livelock that keeps "progressing" forever).
+
+#: how many times its quiet-machine timeout a plain ``wait_until`` waits (``CAIRN_TEST_SLACK``):
+#: a worker process's start, a claim poll, a commit all run some ten times slower at load ~15 on
+#: two cores, and a wait's timeout is a bound against a hang, not a judgement of speed
+SLACK = float(os.environ.get("CAIRN_TEST_SLACK", "10"))
+#: likewise for the pytest-timeout marks of the tests (``tests/conftest.py`` scales them): each
+#: test's own waits already have ``SLACK``, this only ends a test that hangs outright
+TIMEOUT_SLACK = float(os.environ.get("CAIRN_TEST_TIMEOUT_SLACK", "4"))
+#: seconds without any progress after which a wait fails; ``CAIRN_TEST_STALL`` overrides it
+STALL = float(os.environ.get("CAIRN_TEST_STALL", "120"))
+
+
+class StallWatch:
+    """Fails a loop that stopped progressing: ``check(progress)`` with any
+    comparable fingerprint of the work done so far (runs completed, history
+    length, effects written) raises once it has not changed for ``stall``
+    seconds, or once ``ceiling`` seconds passed since the watch began."""
+
+    def __init__(
+        self, what: str | Callable[[], str], stall: float = STALL, ceiling: float | None = None
+    ) -> None:
+        self.what = what
+        self.stall = stall
+        self.ceiling = ceiling
+        self.began = self.since = time.monotonic()
+        self.last: object = None
+
+    def touch(self) -> None:
+        """Count now as progress (after a wait bounded by a condition of its own)."""
+        self.since = time.monotonic()
+
+    def check(self, progress: object, state: str | Callable[[], str] = "") -> None:
+        now = time.monotonic()
+        if progress != self.last:
+            self.last, self.since = progress, now
+            return
+        over = self.ceiling is not None and now - self.began > self.ceiling
+        if now - self.since > self.stall or over:
+            what = self.what() if callable(self.what) else self.what
+            detail = state() if callable(state) else state
+            why = (f"nothing progressed for {now - self.since:.0f}s" if not over
+                   else f"still going after the ceiling of {self.ceiling:.0f}s")
+            raise AssertionError(f"{why} waiting for {what} (last progress {progress!r}) {detail}")
+
+
+def slowness(wall: float, cpu: float) -> float:
+    """How many times slower than when alone the machine runs a process: the
+    wall time some CPU-bound work took (a worker process's start-up: the
+    interpreter, the imports) over the CPU time it used. About 1 on a quiet
+    machine, 7 and more at load ~15 on two cores; never below 1. A schedule in
+    seconds multiplied by it keeps its proportion to the work (how many kills
+    land per step done) on any machine."""
+    return max(1.0, wall / max(cpu, 0.01))

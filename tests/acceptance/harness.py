@@ -38,6 +38,7 @@ from cairn.store.records import EventType, HistoryEvent
 from tests.acceptance.apps import DB_ENV, EFFECTS_ENV, build_app
 from tests.backends import SqliteBackend, StoreBackend
 from tests.backends import write_locked as write_locked  # tests/payments uses it from here
+from tests.timing import SLACK
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,15 +52,19 @@ def wait_until(
     interval: float = 0.02,
 ) -> T:
     """Poll ``condition`` until it returns something truthy (returned), or fail
-    with an ``AssertionError`` naming ``what`` once ``timeout`` seconds passed."""
-    deadline = time.monotonic() + timeout
+    with an ``AssertionError`` naming ``what`` once ``timeout`` seconds passed
+    ``SLACK`` times over: ``timeout`` is what a quiet machine needs, the slack
+    what a loaded one does (``tests.timing``); either way a hang ends."""
+    limit = timeout * SLACK
+    deadline = time.monotonic() + limit
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() >= deadline:
             description = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {description}")
+            raise AssertionError(
+                f"timed out after {limit:.1f}s ({timeout:g}s x {SLACK:g}) waiting for {description}")
         time.sleep(interval)
 
 
@@ -94,22 +99,23 @@ class WorkerProcess:
     def kill(self, timeout: float = 10.0) -> float:
         """SIGKILL the process and reap it; return the time of the kill."""
         at = self.send(signal.SIGKILL)
-        self.popen.wait(timeout=timeout)
+        self.popen.wait(timeout=timeout * SLACK)
         self.killed = True
         self.ended_at = time.time()
         return at
 
     def wait_exit(self, timeout: float) -> int:
-        """The exit code, waiting at most ``timeout`` seconds (AssertionError after)."""
+        """The exit code, waiting at most ``timeout`` seconds (on a quiet machine:
+        ``SLACK`` times that) before an AssertionError."""
         try:
-            code = self.popen.wait(timeout=timeout)
+            code = self.popen.wait(timeout=timeout * SLACK)
         except subprocess.TimeoutExpired:
             # the worker modules dump every thread's stack to their log on SIGUSR1
             with contextlib.suppress(ProcessLookupError):
                 self.popen.send_signal(signal.SIGUSR1)
                 time.sleep(1.0)
             raise AssertionError(
-                f"worker {self.worker_id} (pid {self.pid}) still running {timeout}s after "
+                f"worker {self.worker_id} (pid {self.pid}) still running {timeout * SLACK:g}s after "
                 f"{self.signals[-1][1] if self.signals else 'start'}; log tail with its threads' "
                 f"stacks:\n{self.log_tail(80)}"
             ) from None

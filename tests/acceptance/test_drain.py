@@ -184,7 +184,12 @@ def test_sigterm_during_a_claim_gives_that_run_back(cluster: Cluster) -> None:
             lock.execute("BEGIN IMMEDIATE")  # every other writer now waits in its busy handler
             if app.get_run(run_id).status is RunStatus.PENDING:
                 break
-            lock.execute("ROLLBACK")  # the worker claimed it in the instant before the lock: again
+            lock.execute("ROLLBACK")  # the worker claimed it in the instant before the lock: again,
+            # once that run is done: until then the worker's one slot is taken and it claims nothing
+            # (seen at load ~17: the next attempt waited in vain for a claim, the worker's executor
+            # thread was the one waiting for the lock)
+            wait_until(lambda r=run_id: app.get_run(r).status is RunStatus.COMPLETED, 15,
+                       f"{run_id}, claimed before the lock, to complete")
         else:
             raise AssertionError("the worker always claimed the run before the test could take the lock")
         # 20 s, not 10: once under `-n 2` (CI) no sleep was seen in 10 s, cause not

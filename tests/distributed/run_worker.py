@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             worker.stop()
 
     signal.signal(signal.SIGTERM, on_term)
-    log.info("worker %s launching", args.worker_id)  # the harness waits for this before any SIGTERM
+    # the harness waits for this before any SIGTERM; the CPU time it took to get here (interpreter,
+    # imports) against the wall time tells a test how slow the machine is (``tests.timing.slowness``)
+    log.info("worker %s launching (cpu %.3fs)", args.worker_id, time.process_time())
     os.environ[WORKER_ENV] = args.worker_id
     url = os.environ[DB_ENV]
     if args.application_name:

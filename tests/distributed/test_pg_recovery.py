@@ -135,9 +135,9 @@ def test_connections_cut_again_and_again(dist: DistCluster) -> None:
     while not cuts or cuts[-1][2] < CUT_UNTIL * RUNS:
         time.sleep(rng.uniform(*CUT_PAUSE))
         assert worker.alive(), f"the worker died:\n{worker.log_tail(40)}"
-        # a bound on the cutting, not a speed check: generous against a loaded machine
-        assert time.time() - started < 300, f"too slow: {[done for _, _, done in cuts]}"
-        if cuts:  # cut again once the worker made progress since the last cut, however slow the machine
+        # cut again once the worker made progress since the last cut, however slow the machine (no
+        # budget in seconds: made_progress fails when no run completes between two cuts)
+        if cuts:
             made_progress(dist, worker, cuts[-1][2])
         counts = dist.observer.statuses()
         cuts.append((time.time(), dist.observer.terminate(name), counts["completed"] if counts else -1))

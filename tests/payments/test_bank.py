@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from cairn.demo.bank import BankClient, BankProcess, BankRejected, BankUnavailable
+from tests.timing import SLACK
 
 StartBank = Callable[..., BankProcess]
 
@@ -178,7 +179,7 @@ def test_server_wide_delay_holds_the_reply_after_the_commit(start_bank: StartBan
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pending = pool.submit(client.create_transfer, idempotency_key="k", from_account="a", to_account="b",
                               amount_cents=3)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 5 * SLACK
         while client.transfer_by_key("k") is None:  # committed while the caller still waits
             assert time.monotonic() < deadline, "the transfer was never committed"
             time.sleep(0.01)

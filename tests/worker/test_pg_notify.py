@@ -14,6 +14,7 @@ import cairn
 from cairn.errors import RunNotFound
 from cairn.store.postgres import PostgresStore
 from tests.store.pg import TestDatabases
+from tests.timing import SLACK
 
 
 @pytest.fixture
@@ -117,11 +118,11 @@ def test_a_freed_slot_of_a_limited_queue_wakes_the_workers(app: tuple[cairn.App,
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10 * SLACK
         while not _exists(application, "inline") and time.monotonic() < deadline:
             time.sleep(0.01)
         second = application.start("ping")
-        holding.join(timeout=10)
+        holding.join(timeout=10 * SLACK)
         assert application.get_run("inline").status.value == "completed"  # type: ignore[union-attr]
         assert second.result(timeout=10) == "pong"
     finally:

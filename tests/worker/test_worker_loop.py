@@ -17,6 +17,7 @@ from pathlib import Path
 import cairn
 from cairn.store.records import Claim
 from cairn.worker.worker import Worker, WorkerSettings
+from tests.timing import SLACK
 
 #: seconds the test watches a full worker for claim passes (poll_interval 0.01: 100 polls)
 WINDOW = 1.0
@@ -26,9 +27,10 @@ LATE_WAKEUPS = 2
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    """``timeout`` is for a quiet machine; a loaded one gets ``SLACK`` times it."""
+    deadline = time.monotonic() + timeout * SLACK
     while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out after {timeout * SLACK:.0f}s waiting for {what}"
         time.sleep(0.01)
 
 
