@@ -160,6 +160,18 @@ def check_names(**names: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """What a run has spent, summed by the store over its whole history as
+    ``engine.journal.Usage`` sums it (completed model calls' tokens and cost,
+    tool entries), and its last entry's ``seq`` (0: none)."""
+
+    tokens: int
+    cost: float
+    tool_calls: int
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunRecord:
     """One run as stored."""
 
