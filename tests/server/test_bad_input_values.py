@@ -11,6 +11,9 @@ after a change; non-ASCII digits taken as a cursor.
 
 from __future__ import annotations
 
+import logging
+import socket
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -170,3 +173,25 @@ def test_non_ascii_digits_are_not_cursors(setup: Setup, client: httpx.Client, cu
     resolve = client.post(f"{path}/operations/{quote(cursor)}/resolve", json={"done": False},
                           headers=operator)
     _assert_client_error(resolve, cursor)
+
+
+def test_a_cut_off_body_writes_no_error_traceback(setup: Setup, server: Any,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A client that declares a body and hangs up halfway is not a bug of
+    the server: it used to log ``unexpected error`` with a traceback at
+    ERROR, as often as anyone cared to send one."""
+    caplog.set_level(logging.INFO, logger="cairn.server")
+    token = setup.tokens["operator"]
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", server.port)) as conn:
+            conn.sendall(f"POST /api/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                         '{"workflow"'.encode())
+    with httpx.Client(base_url=server.url, timeout=30) as client:  # served after them, so they were handled
+        assert client.get("/api/runs", headers=setup.headers("viewer")).status_code == 200
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any("cut off" in r.getMessage() for r in caplog.records):
+        time.sleep(0.05)
+    assert any("cut off" in r.getMessage() for r in caplog.records)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
