@@ -225,7 +225,7 @@ def _decode_body(kind: type[Any], data: bytes) -> Any:
 
 async def _read_body(request: Request) -> bytes:
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+    if declared is not None and (not (declared.isascii() and declared.isdigit()) or int(declared) > MAX_BODY):
         raise ApiError(413, "too_large", f"request bodies are limited to {MAX_BODY} bytes")
     chunks: list[bytes] = []
     size = 0

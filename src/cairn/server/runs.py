@@ -85,7 +85,8 @@ class Resolve(msgspec.Struct, forbid_unknown_fields=True):
 
 def _position(call: Call[Any]) -> int:
     raw = call.path["position"]
-    if not raw.isdigit() or len(raw) > 18:
+    # ASCII only: str.isdigit takes Arabic-Indic digits (int reads them) and superscripts too
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise ApiError(400, "invalid", f"position must be a non-negative integer, not {raw[:40]!r}")
     return int(raw)
 
