@@ -90,6 +90,18 @@ def test_an_integer_beyond_64_bits_is_bad_input_everywhere(setup: Setup, client:
     assert edge.status_code == 201, edge.text
 
 
+def test_an_edit_with_an_integer_beyond_64_bits_is_bad_input(setup: Setup, client: httpx.Client) -> None:
+    operator = setup.headers("operator")
+    run_id = setup.app.start(setup.workflows["payout"], "ada", 5, tenant=TENANT).run_id
+    drain(setup.app)
+    (request,) = client.get("/api/approvals", headers=operator).json()["approvals"]
+    one = f"/api/runs/{quote(run_id, safe='')}/approvals/{request['request_id']}"
+    edited = client.post(f"{one}/approve", json={"edit": {"to": "bob", "amount": HUGE}, "comment": None},
+                         headers=operator)
+    _assert_client_error(edited, "approve with edit")
+    assert client.get(one, headers=operator).json()["status"] == "pending"  # nothing stored
+
+
 def test_a_step_returning_an_integer_beyond_64_bits_fails_its_run_with_a_message(setup: Setup) -> None:
     @setup.app.workflow(name="huge")
     def huge(ctx: cairn.Context) -> Any:
