@@ -12,6 +12,7 @@ after a change; non-ASCII digits taken as a cursor.
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import time
 from typing import Any
@@ -208,3 +209,24 @@ def test_a_cut_off_body_writes_no_error_traceback(setup: Setup, server: Any,
     assert any("cut off" in r.getMessage() for r in caplog.records)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
+
+
+def test_a_response_is_rendered_inside_the_error_handling(setup: Setup) -> None:
+    """A handler's answer that JSON cannot render (here a NaN) is answered
+    as the API's JSON error, never a raw exception out of the endpoint."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from cairn.api.tokens import Role
+    from cairn.server.routing import Endpoint, ServerState, endpoint_function
+
+    spec = Endpoint("GET", "/x", Role.VIEWER, "a handler with an unrenderable answer",
+                    lambda call: {"value": math.nan})
+    endpoint = endpoint_function(ServerState(setup.app), spec)
+    token = setup.tokens["viewer"].encode()
+    scope = {"type": "http", "method": "GET", "path": "/x", "query_string": b"", "path_params": {},
+             "headers": [(b"authorization", b"Bearer " + token)]}
+    response = asyncio.run(endpoint(Request(scope)))
+    assert response.status_code == 500
+    assert b'"internal"' in response.body

@@ -261,7 +261,10 @@ def endpoint_function(state: ServerState, spec: Endpoint) -> Callable[[Request],
             return response_for(exc)
         if isinstance(result, Response):
             return result
-        return JSONResponse(result, status_code=spec.status)
+        try:  # an answer JSON cannot render is the server's bug: answered as one (500, logged), never raised
+            return JSONResponse(result, status_code=spec.status)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return response_for(RuntimeError(f"cannot render the answer of {spec.method} {spec.path}: {exc}"))
 
     endpoint.__name__ = spec.handler.__name__ if spec.handler is not None else "stream"
     return endpoint
