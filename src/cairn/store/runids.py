@@ -38,7 +38,7 @@ RUN_ID_PREFIX = "schedule:"
 MAX_ID_LENGTH = 200
 #: ``check_id``'s rule as a regular expression, for the HTTP API's request
 #: types and its OpenAPI document (the same in Python's ``re`` and in
-#: ECMAScript: ``$(?!\\n)`` is the end of the text in both, where Python's
+#: ECMAScript: ``$(?!\n)`` is the end of the text in both, where Python's
 #: plain ``$`` also matches before a final line feed).
 ID_PATTERN = r"^(?!\.\.?$)[^\x00-\x1f\x7f-\x9f]+$(?!\n)"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
