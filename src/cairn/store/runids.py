@@ -11,10 +11,11 @@ before its time and the tick would start nothing. So an id beginning
 tenant's role runs. SQLite has no roles: whoever can write its file is its
 owner, so the rule in ``lifecycle`` is the whole boundary there.
 
-It also holds the one rule every id and name a run is created with must
-follow (``check_id``: run, thread and child ids, queues, tenants, workflow
-names), on every path (``App.start``, ``ctx.start_child``, the HTTP API,
-schedules) and every backend, because ``NewRun`` applies it. An id is text
+It also holds the one rule every id a run is created with must follow
+(``check_id``: run, thread and child ids, queues; tenants and workflow
+names are free text but for a NUL: ``records.check_names``), on every path
+(``App.start``, ``ctx.start_child``, the HTTP API, schedules) and every
+backend, because ``NewRun`` applies it. An id is text
 that travels: in URLs (the dashboard cannot open ``/runs/..``), in
 Server-Sent Events lines (a line break in an id forges an event), in
 SQLite's JSON functions (a NUL cuts the text short, so the claim of a batch
