@@ -26,6 +26,9 @@ from tests.cli.test_cli import ROOT, cli
 
 #: markup that raises MarkupError, markup that styles, and terminal control
 HOSTILE = "[/INST] [bold red]red[/] [/] \x1b]0;pwned\x07\x1b[2J\x9b31m\u202eevil\nfake line"
+#: hostile text an id may hold (``runids.check_id`` refuses control characters
+#: in run ids, thread ids and queues): markup and a bidi override
+HOSTILE_ID = "[/INST] [bold red]red[/] [/] \u202eevil fake line"
 #: what must never reach the terminal raw
 RAW_CONTROL = ("\x1b", "\x07", "\x9b", "\u202e")
 
@@ -76,13 +79,14 @@ def hostile(db: str) -> dict[str, str]:
     def attention(ctx: cairn.Context) -> None:
         pay(1)
 
-    ids = {"completed": f"run {HOSTILE}", "failed": f"failed {HOSTILE}", "attention": f"att {HOSTILE}"}
+    ids = {"completed": f"run {HOSTILE_ID}", "failed": f"failed {HOSTILE_ID}",
+           "attention": f"att {HOSTILE_ID}"}
     app.start(f"wf {HOSTILE}", HOSTILE, run_id=ids["completed"], tenant=f"tenant {HOSTILE}",
-              thread_id=HOSTILE, queue=f"queue {HOSTILE}")
+              thread_id=HOSTILE_ID, queue=f"queue {HOSTILE_ID}")
     app.start("fails", HOSTILE, run_id=ids["failed"], tenant="[/]")
     app.start("attention", run_id=ids["attention"])
-    app.set_queue(f"queue {HOSTILE}", concurrency=2)
-    app.worker(concurrency=1, poll_interval=0.01, queues=(f"queue {HOSTILE}", "default")).run(
+    app.set_queue(f"queue {HOSTILE_ID}", concurrency=2)
+    app.worker(concurrency=1, poll_interval=0.01, queues=(f"queue {HOSTILE_ID}", "default")).run(
         install_signals=False, max_idle=0.3)
     assert app.get_run(ids["completed"]).status is RunStatus.COMPLETED
     assert app.get_run(ids["failed"]).status is RunStatus.FAILED
@@ -97,7 +101,8 @@ def test_runs_prints_hostile_tenants_and_names_literally(
 ) -> None:
     result = cli("runs", "--db", db, columns=columns)
     _assert_safe(result)
-    assert "[/INST] [bold red]red[/] [/] \\x1b]0;pwned\\x07" in result.stdout
+    assert "[/INST] [bold red]red[/] [/] \\u202eevil" in result.stdout  # an id, escaped
+    assert "\\x1b]0;pwned\\x07" in result.stdout.replace("\n", "").replace(" ", "")  # a tenant, a name
     assert "[/]" in result.stdout  # the tenant that broke `cairn runs` for everyone
 
 
@@ -134,7 +139,8 @@ def test_json_output_stays_valid_and_keeps_the_value(db: str, hostile: dict[str,
         text = result.stdout
         values = [json.loads(line) for line in text.splitlines()] if args[0] in ("runs", "events") else [
             json.loads(text)]
-        assert any(HOSTILE in text for text in _strings(values))  # escaped on screen, same value decoded
+        # escaped on screen, the same value decoded (a queue holds the text an id may hold)
+        assert any(HOSTILE in text or HOSTILE_ID in text for text in _strings(values))
 
 
 def _strings(value: object) -> Iterator[str]:

@@ -145,3 +145,24 @@ def test_cairn_runs_and_show_survive_damaged_rows(tmp_path: Path) -> None:
     events = runner.invoke(main, ["--db", str(db), "events", "bad"])
     assert events.exit_code == 0, events.output
     assert "?run.exploded" in events.output
+
+
+def test_usage_counts_nothing_for_a_damaged_detail(store: Store, clock: FakeClock) -> None:
+    """``run_usage`` sums in SQL; a model entry whose detail does not parse
+    counts nothing (and fails neither the read nor the others' sums)."""
+    from tests.store.contract.helpers import ev
+
+    store.create_run(new_run("r1"))
+    c = store.claim_run("r1", "w1", LEASE, 3)
+    assert c is not None
+    seq = c.next_seq
+    store.append("r1", c.run.epoch, [
+        ev(clock, "r1", seq, c.run.epoch, position=0, step_kind="model",
+           detail={"usage": {"total_tokens": 5}}),
+        ev(clock, "r1", seq + 1, c.run.epoch, position=1, step_kind="model",
+           detail={"usage": {"total_tokens": 7}, "cost": 1.5}),
+        ev(clock, "r1", seq + 2, c.run.epoch, position=2, step_kind="tool"),
+    ])
+    vandalise(store, "UPDATE {t}history SET detail = %s WHERE run_id = %s AND seq = %s", "{oops", "r1", seq)
+    totals = store.run_usage("r1")
+    assert (totals.tokens, totals.cost, totals.tool_calls, totals.last_seq) == (7, 1.5, 1, seq + 2)

@@ -57,6 +57,7 @@ from cairn.store.records import (
     RunFilter,
     RunRecord,
     RunStatus,
+    UsageTotals,
     check_names,
 )
 from cairn.store.transactions import Tx
@@ -589,6 +590,11 @@ class App:
     def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
         self.get_run(run_id)
         return self.store.history(run_id, after_seq, limit)
+
+    def usage(self, run_id: str) -> UsageTotals:
+        """What ``run_id`` has spent (tokens, cost, tool calls) and its last
+        ``seq``, summed by the store: its history stays in the database."""
+        return self.store.run_usage(run_id)
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> RunRecord:
         """Cancel a run and its children. A worker executing it is fenced out

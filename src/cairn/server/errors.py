@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from cairn.api.tokens import TokenRefused
@@ -74,6 +74,9 @@ def as_api_error(exc: BaseException) -> ApiError:
         return ApiError(503, "unavailable", "the store is unavailable; try again (the server's log says why)")
     if isinstance(exc, CairnError):
         return ApiError(400, "invalid", str(exc))
+    if isinstance(exc, ClientDisconnect):  # the client's doing, as often as it likes: no traceback
+        log.info("a request body was cut off: the client disconnected")
+        return ApiError(400, "invalid", "the request body was cut off (the client disconnected)")
     log.error("unexpected error", exc_info=exc)
     return ApiError(500, "internal", "internal error (see the server's log)")
 

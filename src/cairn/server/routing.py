@@ -227,7 +227,7 @@ def _decode_body(kind: type[Any], data: bytes) -> Any:
 
 async def _read_body(request: Request) -> bytes:
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+    if declared is not None and (not (declared.isascii() and declared.isdigit()) or int(declared) > MAX_BODY):
         raise ApiError(413, "too_large", f"request bodies are limited to {MAX_BODY} bytes")
     chunks: list[bytes] = []
     size = 0
@@ -263,7 +263,10 @@ def endpoint_function(state: ServerState, spec: Endpoint) -> Callable[[Request],
             return response_for(exc)
         if isinstance(result, Response):
             return result
-        return JSONResponse(result, status_code=spec.status)
+        try:  # an answer JSON cannot render is the server's bug: answered as one (500, logged), never raised
+            return JSONResponse(result, status_code=spec.status)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return response_for(RuntimeError(f"cannot render the answer of {spec.method} {spec.path}: {exc}"))
 
     endpoint.__name__ = spec.handler.__name__ if spec.handler is not None else "stream"
     return endpoint

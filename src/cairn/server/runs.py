@@ -89,7 +89,8 @@ class Resolve(msgspec.Struct, forbid_unknown_fields=True):
 
 def _position(call: Call[Any]) -> int:
     raw = call.path["position"]
-    if not raw.isdigit() or len(raw) > 18:
+    # ASCII only: str.isdigit takes Arabic-Indic digits (int reads them) and superscripts too
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise ApiError(400, "invalid", f"position must be a non-negative integer, not {raw[:40]!r}")
     return int(raw)
 
@@ -152,18 +153,21 @@ def list_runs(call: Call[Any]) -> Any:
 
 def show_run(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
-    history = call.app.history(record.run_id)
-    return run_detail(call.operator.codec, record, history)
+    return run_detail(call.operator.codec, record, call.app.usage(record.run_id))  # summed in the store
 
 
 def run_history(call: Call[Any]) -> Any:
+    """One page, read as one: the entries after ``after``, one more than the
+    page to know whether another follows. A page with a model call reads
+    the history up to its end (a call is rebuilt from the ones before it)."""
     query: Page = call.query
     record = call.run(call.path["run_id"])
-    history = call.app.history(record.run_id)
-    page = [e for e in history if e.seq > query.after][: query.limit]
-    models = model_calls(call.operator.codec, history) if any(e.step_kind == "model" for e in page) else {}
-    last = history[-1].seq if history else 0
-    next_after = page[-1].seq if page and page[-1].seq < last else None
+    fetched = call.app.history(record.run_id, query.after, query.limit + 1)
+    page = fetched[: query.limit]
+    models: Any = {}
+    if any(e.step_kind == "model" for e in page):
+        models = model_calls(call.operator.codec, call.app.history(record.run_id, 0, page[-1].seq))
+    next_after = page[-1].seq if len(fetched) > query.limit else None
     return {"run_id": record.run_id, "events": [event_json(call.operator.codec, e, models) for e in page],
             "next_after": next_after}
 

@@ -16,21 +16,20 @@ import msgspec
 
 from cairn.api.views import put_decoded, run_json
 from cairn.codec.payloads import PayloadCodec
-from cairn.engine.journal import Journal
 from cairn.engine.ledger import Decoded, OperationView, decode
 from cairn.models.base import ModelRecord
-from cairn.store.records import HistoryEvent, RunRecord, RunStatus
+from cairn.store.records import HistoryEvent, RunRecord, RunStatus, UsageTotals
 
 
-def run_detail(codec: PayloadCodec, record: RunRecord, history: list[HistoryEvent]) -> dict[str, Any]:
-    """A run with its input, result, budget and usage (``GET /api/runs/{id}``)."""
+def run_detail(codec: PayloadCodec, record: RunRecord, usage: UsageTotals) -> dict[str, Any]:
+    """A run with its input, result, budget and usage (``GET /api/runs/{id}``);
+    ``usage`` is summed by the store, so the run's history is not read."""
     out = run_json(record)
     put_decoded(decode(codec, record.input, "the input"), out, "input")
     result = decode(codec, record.result, "the result") if record.status is RunStatus.COMPLETED else Decoded()
     put_decoded(result, out, "result")
-    usage = Journal(history).usage
     out["usage"] = {"tokens": usage.tokens, "cost": usage.cost, "tool_calls": usage.tool_calls}
-    out["history_length"] = history[-1].seq if history else 0
+    out["history_length"] = usage.last_seq
     return out
 
 

@@ -70,6 +70,7 @@ from cairn.store.records import (
     RunRecord,
     RunStatus,
     TokenRecord,
+    UsageTotals,
 )
 from cairn.store.schedules import Fired, ScheduleSpec, ScheduleState
 from cairn.store.transactions import Tx
@@ -155,6 +156,13 @@ class Store(Protocol):
 
     def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
         """History entries of ``run_id`` with ``seq > after_seq``, in order."""
+        ...
+
+    def run_usage(self, run_id: str) -> UsageTotals:
+        """What ``run_id`` has spent and its last ``seq``, summed in the
+        database (a read of a long run must not load its history for three
+        numbers); all zero for a run with no history. A model entry whose
+        detail is damaged counts nothing."""
         ...
 
     # -- claiming and leases -----------------------------------------------

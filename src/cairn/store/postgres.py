@@ -217,12 +217,14 @@ from cairn.store.records import (
     ApprovalRequest,
     Claim,
     Durability,
+    EventType,
     HistoryEvent,
     NewRun,
     Payload,
     RunFilter,
     RunRecord,
     RunStatus,
+    UsageTotals,
 )
 from cairn.store.rows import (
     EVENT_COLUMNS,
@@ -786,6 +788,16 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
     def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
         with self._conn() as conn:
             return _select_history(conn, run_id, after_seq, limit)
+
+    def run_usage(self, run_id: str) -> UsageTotals:
+        with self._conn() as conn:
+            try:
+                row = conn.execute(_Q["run_usage"], {"run_id": run_id}).fetchone()
+            except psycopg.DataError:  # a damaged detail (not JSON): sum the entries here instead
+                conn.rollback()
+                return _summed_usage(_select_history(conn, run_id, 0, None))
+        assert row is not None
+        return UsageTotals(int(row[0]), float(row[1]), int(row[2]), int(row[3]))
 
     # -- claiming and leases -----------------------------------------------
 
@@ -1422,6 +1434,25 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
 
 # -- helpers: each runs inside the caller's transaction (or autocommit statement) --
+
+
+def _summed_usage(history: Sequence[HistoryEvent]) -> UsageTotals:
+    """``run_usage`` summed from the entries (the statement's rule, for a
+    history with a damaged detail, which reads as ``{"damaged": ...}`` and
+    counts nothing)."""
+    tokens, cost, tool_calls = 0, 0.0, 0
+    for e in history:
+        if e.position is None:
+            continue
+        if e.step_kind == "model" and e.event is EventType.STEP_COMPLETED:
+            detail = e.detail or {}
+            usage = detail.get("usage")
+            tokens += int((usage.get("total_tokens") if isinstance(usage, dict) else 0) or 0)
+            cost += float(detail.get("cost") or 0.0)
+        elif e.step_kind == "tool" and e.event in (EventType.STEP_COMPLETED, EventType.STEP_FAILED,
+                                                   EventType.STEP_RETRIED):
+            tool_calls += 1
+    return UsageTotals(tokens, cost, tool_calls, history[-1].seq if history else 0)
 
 
 def _nul_parameter(exc: psycopg.Error) -> bool:

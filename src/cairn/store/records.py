@@ -148,15 +148,38 @@ class NewRun:
             raise InvalidArgument(f"a run's priority must be a 64-bit integer, not {self.priority!r}")
 
 
+#: the names that travel as ids (in URLs, Server-Sent Events, the claim's
+#: batches): they follow ``runids.check_id``. A tenant or a workflow name is
+#: free text, shown escaped wherever it is shown; only a NUL is refused in it
+#: (PostgreSQL's text cannot hold one, so SQLite must not either).
+_IDS = frozenset({"run_id", "thread_id", "queue"})
+
+
 def check_names(**names: str) -> None:
     """Refuse empty names (``InvalidArgument``): they would be ambiguous where
     they are keys (an empty tenant is the queue-wide token bucket's key, for
-    one); and names that break the id rule (``runids.check_id``: control
-    characters, ``.``/``..``, too long), on every path that creates a run."""
+    one); ids that break the id rule (``runids.check_id``: control
+    characters, ``.``/``..``, too long), on every path that creates a run;
+    a NUL in any name."""
     for what, value in names.items():
         if not value:
             raise InvalidArgument(f"a run needs a non-empty {what.replace('_', ' ')}")
-        check_id(what.replace("_", " "), value)
+        if what in _IDS:
+            check_id(what.replace("_", " "), value)
+        elif "\x00" in value:
+            raise InvalidArgument(f"the {what.replace('_', ' ')} {value!r} holds a NUL character (U+0000)")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """What a run has spent, summed by the store over its whole history as
+    ``engine.journal.Usage`` sums it (completed model calls' tokens and cost,
+    tool entries), and its last entry's ``seq`` (0: none)."""
+
+    tokens: int
+    cost: float
+    tool_calls: int
+    last_seq: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,11 @@ tenant's. Every backend applies it where a run is created
 whatever SQL a tenant's role runs. SQLite has no roles: whoever can write its
 file is its owner, so the rule in ``lifecycle`` is the whole boundary there.
 
-It also holds the one rule every id and name a run is created with must
-follow (``check_id``: run, thread and child ids, queues, tenants, workflow
-names), on every path (``App.start``, ``ctx.start_child``, the HTTP API,
-schedules) and every backend, because ``NewRun`` applies it. An id is text
+It also holds the one rule every id a run is created with must follow
+(``check_id``: run, thread and child ids, queues; tenants and workflow
+names are free text but for a NUL: ``records.check_names``), on every path
+(``App.start``, ``ctx.start_child``, the HTTP API, schedules) and every
+backend, because ``NewRun`` applies it. An id is text
 that travels: in URLs (the dashboard cannot open ``/runs/..``), in
 Server-Sent Events lines (a line break in an id forges an event), in
 SQLite's JSON functions (a NUL cuts the text short, so the claim of a batch
@@ -52,7 +53,7 @@ _RESERVED = (RUN_ID_PREFIX, TENANT_ID_PREFIX)
 MAX_ID_LENGTH = 200
 #: ``check_id``'s rule as a regular expression, for the HTTP API's request
 #: types and its OpenAPI document (the same in Python's ``re`` and in
-#: ECMAScript: ``$(?!\\n)`` is the end of the text in both, where Python's
+#: ECMAScript: ``$(?!\n)`` is the end of the text in both, where Python's
 #: plain ``$`` also matches before a final line feed).
 ID_PATTERN = r"^(?!\.\.?$)[^\x00-\x1f\x7f-\x9f]+$(?!\n)"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -72,6 +72,7 @@ from cairn.store.records import (
     RunFilter,
     RunRecord,
     RunStatus,
+    UsageTotals,
 )
 from cairn.store.rows import (
     LINK_TAG,
@@ -466,6 +467,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         params = {"run_id": run_id, "after_seq": after_seq, "limit": -1 if limit is None else limit}
         with self._read() as conn:
             return [event_from_row(row) for row in conn.execute(_Q["select_history"], params)]
+
+    def run_usage(self, run_id: str) -> UsageTotals:
+        with self._read() as conn:
+            tokens, cost, tool_calls, last_seq = conn.execute(_Q["run_usage"], {"run_id": run_id}).fetchone()
+        return UsageTotals(int(tokens), float(cost), int(tool_calls), int(last_seq))
 
     # -- claiming and leases -----------------------------------------------
 

@@ -166,3 +166,37 @@ class BudgetsContract(ContractBase):
         changed.budget["max_tokens"] = 1  # type: ignore[index]
         assert store.get_run("r1").budget == {"max_tokens": 20}  # type: ignore[union-attr]
         assert store.history("r1")[-1].detail == {"budget": {"max_tokens": 20}}
+
+    # -- usage, summed by the store ------------------------------------------------------
+
+    def test_usage_is_summed_in_the_store_as_the_journal_sums_it(self, store: Store,
+                                                                 clock: FakeClock) -> None:
+        """``run_usage`` is what ``Journal(history).usage`` makes of the whole
+        history, and the last ``seq``, without the history leaving the
+        database (a read of a 20,000-entry run loaded all of it to answer
+        three numbers)."""
+        from cairn.engine.journal import Journal
+
+        c = running(store, clock)
+        epoch, seq = c.run.epoch, c.next_seq
+        model = {"usage": {"total_tokens": 120, "prompt_tokens": 100}, "cost": 0.25}
+        entries = [
+            ev(clock, "r1", seq, epoch, position=0, step_kind="model", detail=model),
+            ev(clock, "r1", seq + 1, epoch, position=1, step_kind="model",
+               detail={"usage": {"total_tokens": 7}, "cost": 0.5}),
+            ev(clock, "r1", seq + 2, epoch, position=2, step_kind="model", detail={"usage": None}),
+            ev(clock, "r1", seq + 3, epoch, EventType.STEP_RETRIED, position=3, step_kind="tool"),
+            ev(clock, "r1", seq + 4, epoch, EventType.STEP_FAILED, position=3, step_kind="tool"),
+            ev(clock, "r1", seq + 5, epoch, position=4, step_kind="tool"),
+            ev(clock, "r1", seq + 6, epoch, EventType.STEP_FAILED, position=5, step_kind="model",
+               detail={"usage": {"total_tokens": 1000}, "cost": 9.0}),  # a failed call is not counted
+            ev(clock, "r1", seq + 7, epoch, position=6),
+        ]
+        store.append("r1", epoch, entries)
+        usage = Journal(store.history("r1")).usage
+        assert (usage.tokens, usage.cost, usage.tool_calls) == (127, 0.75, 3)
+        totals = store.run_usage("r1")
+        assert (totals.tokens, totals.cost, totals.tool_calls) == (127, 0.75, 3)
+        assert totals.last_seq == seq + 7
+        empty = store.run_usage("nobody")
+        assert (empty.tokens, empty.cost, empty.tool_calls, empty.last_seq) == (0, 0.0, 0, 0)

@@ -78,6 +78,22 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
 ORDER BY created_at DESC, run_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
 
+-- name: run_usage
+-- What engine.journal.Usage sums, summed here (a read must not load a long
+-- run's history for it): the tokens and cost of completed model calls, the
+-- tool entries that count as calls (entries with a position only); and the
+-- last seq. A detail that is not JSON fails the cast: the store then sums
+-- the history itself (PostgreSQL 15 has no test for valid JSON).
+SELECT
+  COALESCE(SUM(trunc(COALESCE((detail::jsonb #>> '{usage,total_tokens}')::numeric, 0)))
+           FILTER (WHERE step_kind = 'model' AND event = 'step.completed' AND position IS NOT NULL), 0)::bigint,
+  COALESCE(SUM(COALESCE((detail::jsonb ->> 'cost')::float8, 0))
+           FILTER (WHERE step_kind = 'model' AND event = 'step.completed' AND position IS NOT NULL), 0)::float8,
+  COUNT(*) FILTER (WHERE step_kind = 'tool' AND position IS NOT NULL
+                   AND event IN ('step.completed', 'step.failed', 'step.retried')),
+  COALESCE(MAX(seq), 0)
+FROM history WHERE run_id = %(run_id)s::text
+
 -- name: select_history
 -- A NULL limit means no limit in PostgreSQL.
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,

@@ -45,6 +45,23 @@ FROM history WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :lim
 -- name: max_seq
 SELECT COALESCE(MAX(seq), 0) FROM history WHERE run_id = :run_id
 
+-- name: run_usage
+-- What engine.journal.Usage sums, summed here (a read must not load a long
+-- run's history for it): the tokens and cost of completed model calls, the
+-- tool entries that count as calls (entries with a position only); and the
+-- last seq. A damaged detail (not JSON) counts nothing.
+SELECT
+  COALESCE(SUM(CASE WHEN step_kind = 'model' AND event = 'step.completed' AND position IS NOT NULL
+                         AND json_valid(detail)
+                    THEN CAST(COALESCE(json_extract(detail, '$.usage.total_tokens'), 0) AS INTEGER) END), 0),
+  COALESCE(SUM(CASE WHEN step_kind = 'model' AND event = 'step.completed' AND position IS NOT NULL
+                         AND json_valid(detail)
+                    THEN CAST(COALESCE(json_extract(detail, '$.cost'), 0) AS REAL) END), 0.0),
+  COUNT(CASE WHEN step_kind = 'tool' AND position IS NOT NULL
+                  AND event IN ('step.completed', 'step.failed', 'step.retried') THEN 1 END),
+  COALESCE(MAX(seq), 0)
+FROM history WHERE run_id = :run_id
+
 -- Event inserts take positional parameters (?1..?15, in HistoryEvent field
 -- order): they run once per step, and binding by position is measurably
 -- cheaper than binding by name. The tenant is never a parameter: it is read
