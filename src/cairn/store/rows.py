@@ -304,11 +304,13 @@ def event_values(event: HistoryEvent) -> tuple[Any, ...]:
     kept to one tuple display, no per-field calls; ``_value_`` is the enum
     member's value without the ``value`` property's Python-level call)."""
     payload = event.payload
+    data = None if payload is None else payload.data  # stored as pack_payload stores it (its cheap case here)
     detail = event.detail
     return (
         event.run_id, event.seq, event.event._value_, event.at, event.epoch, event.worker, event.position,
         event.step_kind, event.name, event.input_hash, event.attempt, event.started_at,
-        None if payload is None else pack_payload(payload.data), None if payload is None else payload.ref,
+        data if data is None or (len(data) < COMPRESS_AT and (not data or data[0])) else pack_payload(data),
+        None if payload is None else payload.ref,
         None if detail is None else _ENCODE_JSON.encode(detail).decode(),
     )
 

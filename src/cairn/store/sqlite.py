@@ -648,7 +648,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             self._sync_artifacts(events)  # before the entries that reference them can be durable
             self.append(run_id, epoch, events)
             self._sync_wal()
-        elif len(events) == 1 and not _may_spill(events[0]):  # the per-step hot path: one statement
+        elif len(events) == 1 and not (  # the per-step hot path: one statement; a payload that
+                # may go to history_payloads (packed, at most 2 bytes longer) is written in a transaction
+                (p := events[0].payload) is not None and p.data is not None and len(p.data) + 2 > _SPILL_AT):
             # ``_conn``, ``_writing``, ``_fenced`` and ``_tail`` written out: a
             # call costs more than each of them does
             event = events[0]
@@ -1196,23 +1198,20 @@ def _live(tx: sqlite3.Connection, query: str, params: dict[str, Any]) -> list[tu
 _SPILL_AT = 640
 
 
-def _may_spill(event: HistoryEvent) -> bool:
-    """Whether ``event``'s payload could go to ``history_payloads`` (packed, it
-    is at most two bytes longer): then it is appended in a transaction."""
-    payload = event.payload
-    return payload is not None and payload.data is not None and len(payload.data) + 2 > _SPILL_AT
-
-
 def _event_row(tx: sqlite3.Connection, event: HistoryEvent) -> tuple[Any, ...]:
     """``event_values(event)``, a payload too large for its row moved to
     ``history_payloads`` (its link in its place). ``tx`` must be in a
-    transaction for such a payload (``_may_spill``), so that the payload
-    and the entry are written, or rolled back, together."""
+    transaction for such a payload (``append`` sees to it), so that the
+    payload and the entry are written, or rolled back, together."""
     values = event_values(event)
-    payload = values[12]
-    if payload is None or len(payload) <= _SPILL_AT:
+    if values[12] is None or len(values[12]) <= _SPILL_AT:
         return values
-    rowid = tx.execute(_INSERT_HISTORY_PAYLOAD, (payload,)).lastrowid
+    return _spilled(tx, values)
+
+
+def _spilled(tx: sqlite3.Connection, values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``values`` with their payload written to ``history_payloads``, a link in its place."""
+    rowid = tx.execute(_INSERT_HISTORY_PAYLOAD, (values[12],)).lastrowid
     return (*values[:12], LINK_TAG + str(rowid).encode(), *values[13:])
 
 
@@ -1250,7 +1249,10 @@ def _append_fenced(tx: sqlite3.Connection, run_id: str, epoch: int, event: Histo
     which commits it outside a transaction."""
     _check_fenced(run_id, epoch, event)
     try:
-        rows = tx.execute(_INSERT_EVENT_FENCED, _event_row(tx, event)).fetchall()
+        values = event_values(event)
+        if values[12] is not None and len(values[12]) > _SPILL_AT:
+            values = _spilled(tx, values)
+        rows = tx.execute(_INSERT_EVENT_FENCED, values).fetchall()
     except sqlite3.IntegrityError:
         raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
     if len(rows) != 1:
@@ -1270,7 +1272,9 @@ def _append_next(conn: sqlite3.Connection, event: HistoryEvent, last_at: float) 
     every writer appends right after the last entry, so another entry
     would be at this very ``seq``); ``at`` is clamped to the last
     entry's here, as the statement would."""
-    values = _event_row(conn, event)
+    values = event_values(event)
+    if values[12] is not None and len(values[12]) > _SPILL_AT:  # _event_row, written out: once per step
+        values = _spilled(conn, values)
     at = event.at
     if at < last_at:
         at = last_at
