@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 import cairn
 from cairn.cli.main import main, parse_duration
-from cairn.errors import RunFailed
+from cairn.errors import ConfigError, RunFailed
 from cairn.store import open_store
 from cairn.store.records import RunStatus
 from cairn.store.sqlfiles import load_migrations
@@ -122,6 +122,22 @@ def test_db_commands_refuse_a_memory_store(command: str) -> None:
 
 def test_db_commands_refuse_an_unknown_scheme() -> None:
     check_error(cli("db", "status", "--db", "mysql://x/y"), 1, "unsupported database URL scheme 'mysql'")
+
+
+def test_a_libpq_connection_string_is_refused_not_opened_as_a_file(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``host=... dbname=...`` is PostgreSQL's keyword form; taken as a plain
+    path it silently created a SQLite file of that name (a test whose
+    PostgreSQL cases ran on SQLite). Refused, nothing created."""
+    monkeypatch.chdir(tmp_path)
+    conninfo = "user=postgres dbname=cairn host=127.0.0.1 port=5432"
+    check_error(cli("db", "status", "--db", conninfo), 1, "looks like a PostgreSQL connection string")
+    with pytest.raises(ConfigError, match="postgresql://"):
+        cairn.App(db=conninfo)
+    assert list(tmp_path.iterdir()) == []
+    other = cairn.App(db="plain=name.db")  # any other file name is still a file
+    other.close()
+    assert (tmp_path / "plain=name.db").exists()
 
 
 def test_db_commands_on_postgres_with_a_schema() -> None:

@@ -8,6 +8,7 @@ parameters for both SQL dialects; ``sqlite`` and ``postgres`` are dialects.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -35,7 +36,17 @@ def sqlite_path(url: str) -> Path | None:
         if path in ("", ":memory:"):
             raise ConfigError("in-memory SQLite is not supported: use memory:// for a throwaway store")
         return Path(path)
-    return None if "://" in url else Path(url)
+    if "://" in url:
+        return None
+    if _CONNINFO.match(url):
+        raise ConfigError(f"{url[:60]!r} looks like a PostgreSQL connection string, not a file: "
+                          "use a URL, postgresql://user@host:port/dbname")
+    return Path(url)
+
+
+#: A libpq keyword/value connection string (``host=... dbname=...``): taken as a
+#: plain file path it would silently open a SQLite file of that name.
+_CONNINFO = re.compile(r"^\s*(host|hostaddr|port|dbname|user|password|sslmode|service|options)\s*=")
 
 
 def dialect(db: str | None) -> str:
