@@ -447,11 +447,11 @@ _FORGED = Bundle.build("wf", "1", "ast:evil", {"system": "evil"}, {}, [])
 
 SNAPSHOTS = {
     # served_at left out: any role may say it serves a bundle, by design; and
-    # bundles of real code (``ast:`` + 32 hex digits), which the apps of these
-    # tests store for their own workflows, legitimately: the attacks use codes
-    # of their own ('ast:acme', 'ast:evil')
+    # bundles of real code (``reach:``, or before it ``ast:``, + 32 hex digits),
+    # which the apps of these tests store for their own workflows, legitimately:
+    # the attacks use codes of their own ('ast:acme', 'ast:evil')
     "bundles": "SELECT bundle_id, workflow, version, code, content, created_at FROM bundles "
-               "WHERE length(code) <> 36 ORDER BY bundle_id",
+               "WHERE code !~ '^(ast|reach):[0-9a-f]{32}$' ORDER BY bundle_id",
     "runs": "SELECT * FROM runs WHERE tenant <> 'globex' ORDER BY run_id",
     "history": "SELECT * FROM history WHERE tenant <> 'globex' OR run_id <> 'g1' ORDER BY run_id, seq",
     "artifacts": "SELECT * FROM artifacts ORDER BY ref",
