@@ -187,6 +187,11 @@ def test_non_ascii_digits_are_not_cursors(setup: Setup, client: httpx.Client, cu
                           headers=operator)
     assert resolve.status_code == 400, resolve.text  # not read as position 1 (then: 409, not uncertain)
     assert "position must be a non-negative integer" in resolve.json()["message"]
+    for how in ({"params": {"after": cursor}}, {"headers": {"Last-Event-ID": cursor.encode()}}):  # the stream
+        stream = client.get(f"{path}/events", params=how.get("params"),
+                            headers={**operator, **how.get("headers", {})})
+        assert stream.status_code == 400, stream.text  # not resumed after seq 1
+        assert "must be a sequence number" in stream.json()["message"]
 
 
 def test_a_cut_off_body_writes_no_error_traceback(setup: Setup, server: Any,

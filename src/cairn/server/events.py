@@ -144,7 +144,7 @@ def run_cursor(request: Request) -> int:
     raw = _cursor_text(request)
     if raw is None or raw == "":
         return 0
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise ApiError(400, "invalid", f"the cursor (Last-Event-ID or after) must be a sequence number, "
                                        f"not {raw[:40]!r}")
     return int(raw)
