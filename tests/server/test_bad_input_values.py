@@ -156,6 +156,12 @@ def test_a_nul_in_text_is_never_an_outage_nor_names_the_database(setup: Setup, c
         assert response.status_code < 500, response.text
         for word in ("127.0.0.1", "cairn_test", "PostgreSQL error"):
             assert word not in response.text
+    # one rule on both backends (SQLite could store these, PostgreSQL cannot): refused, nothing stored
+    for response in (approve, token):
+        assert response.status_code == 400, response.text
+        assert "NUL" in response.json()["message"] or "control" in response.json()["message"]
+    assert client.get("/api/approvals", headers=operator).json()["approvals"][0]["status"] == "pending"
+    assert not [t for t in setup.app.tokens.list(TENANT) if t.name.startswith("bot")]
 
 
 def test_a_store_failure_answers_503_without_the_database_address() -> None:

@@ -348,6 +348,8 @@ class Operator:
     ) -> ApprovalView:
         if comment is not None and not isinstance(comment, str):
             raise InvalidArgument("a decision's comment is text")
+        if comment is not None and "\x00" in comment:  # PostgreSQL's text cannot hold it: one rule for both
+            raise InvalidArgument("a decision's comment must not hold a NUL character")
         payload = self.codec.wrap(decision_body(status, comment, edited))
         approval = self._store.decide_approval(run_id, request_id, status, payload, comment, actor=self.actor)
         return approval_view(self.codec, approval)

@@ -94,7 +94,8 @@ class Tokens:
 
     def mint(self, tenant: str, role: Role | str, name: str) -> Minted:
         check_names(tenant=tenant)
-        if not name or len(name) > 200 or any(ch in name for ch in "#\n\r\t"):
+        control = any(ch < " " or "\x7f" <= ch <= "\x9f" for ch in name)
+        if not name or len(name) > 200 or "#" in name or control:
             raise InvalidArgument("a token needs a name of 1 to 200 characters without '#' or control "
                                   "characters")
         try:
