@@ -65,6 +65,10 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"kwargs": {"topic": math.inf}}, "kwargs cannot be stored"),
     ({"tick_arg": "when"}, "workflow 'report' has no parameter 'when' for tick_arg"),
     ({"kwargs": {"topic": "x", "at": None}, "tick_arg": "at"}, "'at' is the tick argument"),
+    # a tick's run id is schedule:<tenant>:<name>:<time>, percent-encoded: it must pass the id rule
+    ({"name": "n" * 170}, "its ticks' run ids"),
+    ({"name": "é" * 30}, "characters long; at most 200"),
+    ({"tenant": "t" * 171}, "use a shorter name"),
 ]
 
 
@@ -92,3 +96,8 @@ def test_the_decorator_needs_a_workflow(app: cairn.App) -> None:
     with pytest.raises(cairn.InvalidSchedule, match="decorates a workflow"):
         @app.schedule("* * * * *")
         def plain(ctx: cairn.Context) -> None: ...
+
+
+def test_a_name_whose_tick_ids_fit_is_accepted(app: cairn.App) -> None:
+    declared = app.schedule("* * * * *", "report", name="n" * 150, kwargs={"topic": "x"})
+    assert declared.name == "n" * 150

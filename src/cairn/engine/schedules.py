@@ -53,7 +53,7 @@ from cairn.codec import values
 from cairn.engine.definitions import WorkflowDef
 from cairn.errors import InvalidArgument
 from cairn.store.records import NewRun
-from cairn.store.runids import id_part, tenant_prefix
+from cairn.store.runids import id_part, id_problem, tenant_prefix
 from cairn.store.schedules import MISSED_POLICIES, ScheduleSpec, ScheduleState
 
 #: A worker fires at most this many ticks of one schedule per pass (the rest
@@ -211,6 +211,12 @@ class Schedule:
         for part, value in (("name", label), ("tenant", tenant), ("queue", queue)):
             if not isinstance(value, str) or not value:
                 raise InvalidSchedule(f"{what}: the {part} must be a non-empty string, not {value!r}")
+        # every tick's run id must pass the id rule, or each tick would be refused when due
+        problem = id_problem(tick_run_id(tenant, label, 4102444800.0))  # 2100-01-01: the longest time text
+        if problem is not None:
+            raise InvalidSchedule(f"{what}: its ticks' run ids (schedule:<tenant>:<name>:<time>, the "
+                                  f"tenant and name percent-encoded) would be refused: the id {problem}; "
+                                  "use a shorter name")
         if missed not in MISSED_POLICIES:
             raise InvalidSchedule(f"{what}: missed must be one of {', '.join(map(repr, MISSED_POLICIES))}, "
                                   f"not {missed!r}")
