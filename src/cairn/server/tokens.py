@@ -16,9 +16,13 @@ from cairn.server.errors import ApiError, not_found
 from cairn.server.routing import Call, Endpoint
 from cairn.store.records import TokenRecord
 
+#: A token name as ``Tokens.mint`` takes it, in the ECMAScript form of the document (``$(?!\n)``: the end).
+TOKEN_NAME = r"^[^#\x00-\x1f\x7f-\x9f]+$(?!\n)"
+
 
 class MintBody(msgspec.Struct, forbid_unknown_fields=True):
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    #: what ``Tokens.mint`` takes: no '#' (it separates name and id in an actor) and no control character
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TOKEN_NAME)]
     role: Role = Role.VIEWER
 
 
