@@ -15,6 +15,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from cairn.errors import InvalidArgument
+
 
 class TerminalError(Exception):
     """Raise from a step to fail it at once, whatever its retry policy says."""
@@ -46,7 +48,7 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         attempts = self.max_attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ValueError(f"max_attempts must be an integer of at least 1, not {self.max_attempts!r}")
+            raise InvalidArgument(f"max_attempts must be an integer of at least 1, not {self.max_attempts!r}")
         # each must be a finite number: a NaN passes every check written as a comparison that fails
         for name, low, high in (("initial_delay", 0.0, math.inf), ("max_delay", 0.0, math.inf),
                                 ("backoff", 1.0, math.inf), ("jitter", 0.0, 1.0)):
@@ -54,7 +56,7 @@ class RetryPolicy:
             if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
                     or not low <= value <= high):
                 bound = f"in [{low:g}, {high:g}]" if high < math.inf else f">= {low:g}"
-                raise ValueError(f"RetryPolicy's {name} must be a finite number {bound}, not {value!r}")
+                raise InvalidArgument(f"RetryPolicy's {name} must be a finite number {bound}, not {value!r}")
 
     def retryable(self, exc: BaseException) -> bool:
         """Whether ``exc`` may be retried at all (ignoring the attempt count)."""

@@ -82,9 +82,9 @@ def test_a_budget_limit_that_could_never_trigger_is_refused(limits: dict[str, An
 
 @pytest.mark.parametrize("field", ["initial_delay", "max_delay", "backoff", "jitter"])
 def test_a_retry_policy_with_nan_is_refused(field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidArgument, match=field):
         RetryPolicy(**{field: NAN})
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidArgument, match=field):
         RetryPolicy(**{field: INF})
 
 
