@@ -341,10 +341,12 @@ def _feed(state: ServerState, run_id: str, cursor: int) -> RunFeed:
     return feed
 
 
-def _unsubscribe(state: ServerState, feed: RunFeed) -> None:
+def _unsubscribe(state: ServerState, table: str, key: str, feed: RunFeed | TenantFeed) -> None:
+    """One subscriber fewer on ``feed`` (``state.extra[table][key]``); the
+    last one stops its poller and forgets it (run and tenant feeds alike)."""
     feed.subscribers -= 1
     if feed.subscribers == 0:
-        state.extra.get("feeds", {}).pop(feed.run_id, None)
+        state.extra.get(table, {}).pop(key, None)
         if feed.task is not None:
             feed.task.cancel()
 
@@ -406,7 +408,7 @@ async def run_events(request: Request, state: ServerState, principal: Principal)
                 except TimeoutError:
                     yield ": heartbeat\n\n"
         finally:
-            _unsubscribe(state, feed)
+            _unsubscribe(state, "feeds", feed.run_id, feed)
 
     return _streaming(state, principal, stream())
 
@@ -492,13 +494,6 @@ def _tenant_feed(state: ServerState, tenant: str, cursor: tuple[float, str]) -> 
     return feed
 
 
-def _leave(state: ServerState, feed: TenantFeed) -> None:
-    feed.subscribers -= 1
-    if feed.subscribers == 0:
-        state.extra.get("tenant_feeds", {}).pop(feed.tenant, None)
-        if feed.task is not None:
-            feed.task.cancel()
-
 
 async def tenant_events(request: Request, state: ServerState, principal: Principal) -> Response:
     after = tenant_cursor(request)
@@ -536,7 +531,7 @@ async def tenant_events(request: Request, state: ServerState, principal: Princip
                 except TimeoutError:
                     yield ": heartbeat\n\n"
         finally:
-            _leave(state, feed)
+            _unsubscribe(state, "tenant_feeds", feed.tenant, feed)
 
     return _streaming(state, principal, stream())
 
