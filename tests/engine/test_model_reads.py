@@ -19,6 +19,7 @@ import pytest
 import cairn
 from cairn.codec import values
 from cairn.engine import modelcalls
+from cairn.errors import PayloadError
 from cairn.models import Message, ModelRequest, ToolCall
 from cairn.store.records import EventType, HistoryEvent
 from tests.engine.kinds import Kind
@@ -43,8 +44,11 @@ def test_packed_needs_round_trip() -> None:
     rng = random.Random(7)
     for _ in range(200):
         seqs = sorted(rng.sample(range(1, 400), rng.randrange(0, 40)))
-        assert modelcalls.unpacked(modelcalls._packed(seqs)) == seqs
+        assert modelcalls.unpacked(modelcalls._packed(seqs), 400) == seqs
     assert modelcalls._packed(list(range(4, 400, 4))) == (4, 99)  # a chat's stride packs flat
+    for damaged in ((4,), (0, 3), (4, -1), (1, 10**12)):  # never a loop past the needing entry
+        with pytest.raises(PayloadError, match="malformed"):
+            modelcalls.unpacked(damaged, 400)
 
 
 def test_any_window_of_calls_rebuilds_as_the_whole_history_does(app: cairn.App) -> None:

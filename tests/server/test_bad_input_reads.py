@@ -169,4 +169,5 @@ def test_model_calls_come_in_pages_read_in_the_database(
         after = body["next_after"]
     assert shown == [whole[seq] for seq in sorted(whole)]
     everything = client.get(path, params={"limit": 1000}, headers=viewer).json()  # the dashboard's page
-    assert everything["model_calls"] == shown and everything["next_after"] is None
+    assert everything["model_calls"] == shown
+    assert everything["next_after"] is None

@@ -107,9 +107,12 @@ def _packed(seqs: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def unpacked(packed: Sequence[int]) -> list[int]:
-    """The seqs ``_packed`` coded (a malformed code is a ``PayloadError``)."""
-    if len(packed) % 2 or any(n < 1 for n in packed):
+def unpacked(packed: Sequence[int], before: int) -> list[int]:
+    """The seqs ``_packed`` coded, all below ``before`` (the needing entry's
+    seq): a malformed or damaged code is a ``PayloadError``, never a loop
+    past the journal."""
+    if len(packed) % 2 or any(n < 1 for n in packed) or sum(
+            gap * count for gap, count in zip(packed[::2], packed[1::2], strict=True)) >= before:
         raise PayloadError("a model call's needs are malformed")
     seqs: list[int] = []
     last = 0
@@ -328,7 +331,7 @@ def needs(events: Iterable[HistoryEvent], payloads: PayloadCodec) -> set[int] | 
             continue  # the full request: it needs nothing
         if entry.needs is None:
             return None
-        wanted.update(unpacked(entry.needs))
+        wanted.update(unpacked(entry.needs, event.seq))
     return wanted
 
 
