@@ -54,6 +54,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests import processes
+
 ENV_URL = "CAIRN_TEST_POSTGRES_URL"
 ENV_SKIP = "CAIRN_SKIP_POSTGRES"
 ENV_REQUIRE = "CAIRN_REQUIRE_POSTGRES"
@@ -125,8 +127,9 @@ def find_bindir() -> Path | None:
         candidates.append(os.environ[ENV_BINDIR])
     if shutil.which("pg_config"):
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            done = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, timeout=10,
-                                  check=False)
+            with processes.infrastructure():
+                done = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, timeout=10,
+                                      check=False)
             if done.returncode == 0:
                 candidates.append(done.stdout.strip())
 
@@ -181,7 +184,7 @@ class PrivateCluster:
     def _run(self, tool: str, *args: str, timeout: float = 120.0) -> None:
         # output to a file, never a pipe: the server pg_ctl forks inherits the
         # descriptors, and a pipe held open by it would never reach EOF
-        with (self.root / "commands.log").open("ab") as out:
+        with (self.root / "commands.log").open("ab") as out, processes.infrastructure():
             done = subprocess.run(self._command(tool, *args), stdin=subprocess.DEVNULL, stdout=out,
                                   stderr=subprocess.STDOUT, timeout=timeout, check=False)
         if done.returncode != 0:
@@ -242,8 +245,9 @@ class PrivateCluster:
 
     def running(self) -> bool:
         """Whether the postmaster is running (``pg_ctl status``)."""
-        done = subprocess.run(self._command("pg_ctl", "-D", str(self.data), "status"), capture_output=True,
-                              timeout=30, check=False)
+        with processes.infrastructure():
+            done = subprocess.run(self._command("pg_ctl", "-D", str(self.data), "status"),
+                                  capture_output=True, timeout=30, check=False)
         return done.returncode == 0
 
     def is_up(self, timeout: int = 2) -> bool:
