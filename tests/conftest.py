@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cairn.demo.bank import BankProcess
-from tests import pgcluster
+from tests import pgcluster, processes
 from tests.backends import BACKENDS, PostgresBackend, SqliteBackend, StoreBackend
 from tests.store.pg import ServerUnavailable, TestDatabases
 from tests.timing import TIMEOUT_SLACK
@@ -61,11 +61,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    processes.install()
     config.addinivalue_line("markers", "bank(**options): options of the test's bank process "
                             "(delay_ms, reply_delay_ms; see cairn.demo.bank.BankProcess.start)")
 
 
 CALL_FAILED = pytest.StashKey[bool]()
+REFUSED_SPAWNS = pytest.StashKey[list[str]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    """A test not marked ``slow`` may not start a process, in its fixtures or
+    its body (``tests/processes.py``): ``pytest -m "not slow"`` is the quick
+    loop, and a spawned worker is what makes a test slow."""
+    with processes.guard(item.nodeid, slow=item.get_closest_marker("slow") is not None) as refused:
+        item.stash[REFUSED_SPAWNS] = refused
+        return (yield)
 
 
 @pytest.fixture
@@ -87,6 +101,10 @@ def pytest_runtest_makereport(
     folds them into one line (``SKIPPED [N] tests/pgcluster.py: ...``)
     instead of one per test, which would bury the reason."""
     report = yield
+    refused = item.stash.get(REFUSED_SPAWNS, [])
+    if report.when == "call" and refused and report.passed:  # the test swallowed the refusal
+        report.outcome = "failed"
+        report.longrepr = "\n".join(refused)
     if report.when == "call":
         item.stash[CALL_FAILED] = report.failed
     longrepr = report.longrepr

@@ -14,8 +14,7 @@ private one:
   is none), since the server refuses to run as root;
 * the server listens on a free port of 127.0.0.1 only, its unix socket lives
   in the temporary directory (so it never collides with a system cluster), and
-  it runs with ``fsync`` and ``synchronous_commit`` on: the durability tests
-  need a real flush;
+  it runs without ``fsync`` (see ``SETTINGS``);
 * the root ``conftest.py`` stops it and deletes the directory when the session
   ends (an ``atexit`` hook does it too, should the session end abnormally);
 * under pytest-xdist (the README's ``-n auto``) every worker process is a
@@ -55,6 +54,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests import processes
+
 ENV_URL = "CAIRN_TEST_POSTGRES_URL"
 ENV_SKIP = "CAIRN_SKIP_POSTGRES"
 ENV_REQUIRE = "CAIRN_REQUIRE_POSTGRES"
@@ -66,12 +67,28 @@ SERVER_USER = "postgres"
 SUPERUSER = "postgres"
 _TOOLS = ("initdb", "pg_ctl", "postgres")
 
-#: written into the private cluster's postgresql.conf
+#: written into the private cluster's postgresql.conf.
+#:
+#: ``fsync`` and ``full_page_writes`` off: a flush (and a whole page in the WAL
+#: after each checkpoint) protects committed data from a crash of the operating
+#: system or a power cut, and no test crashes the machine: the SIGKILL tests kill
+#: worker processes, and the chaos test's "immediate" restart kills the server's
+#: processes, after which the WAL they wrote is still in the page cache and
+#: recovery replays it. A throwaway cluster that would not survive a power cut is
+#: gone after one anyway. The flush only cost time: every commit of every test
+#: waited on the disk, which on a busy shared disk is the slowest thing a test
+#: does. (No test reads the server's fsync: the barrier tests pin the
+#: ``synchronous_commit`` a commit asks for, ``test_effect_barrier_postgres``.)
+#:
+#: ``synchronous_commit`` stays on: off, a commit is acknowledged before its WAL
+#: leaves the server's memory, so the chaos test's immediate restart
+#: (``tests/distributed/test_pg_chaos.py``) would lose acknowledged steps. With
+#: ``fsync`` off it costs a write to the page cache, not a flush.
 SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
-    "fsync": "on",  # durability tests need a real flush
+    "fsync": "off",
     "synchronous_commit": "on",
-    "full_page_writes": "on",
+    "full_page_writes": "off",
     "max_connections": "200",  # the chaos tests: 4 workers x pools, observers, the test itself
     "shared_buffers": "128MB",
     "autovacuum": "off",  # tests are short; vacuum would only add noise
@@ -110,8 +127,9 @@ def find_bindir() -> Path | None:
         candidates.append(os.environ[ENV_BINDIR])
     if shutil.which("pg_config"):
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            done = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, timeout=10,
-                                  check=False)
+            with processes.infrastructure():
+                done = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, timeout=10,
+                                      check=False)
             if done.returncode == 0:
                 candidates.append(done.stdout.strip())
 
@@ -166,7 +184,7 @@ class PrivateCluster:
     def _run(self, tool: str, *args: str, timeout: float = 120.0) -> None:
         # output to a file, never a pipe: the server pg_ctl forks inherits the
         # descriptors, and a pipe held open by it would never reach EOF
-        with (self.root / "commands.log").open("ab") as out:
+        with (self.root / "commands.log").open("ab") as out, processes.infrastructure():
             done = subprocess.run(self._command(tool, *args), stdin=subprocess.DEVNULL, stdout=out,
                                   stderr=subprocess.STDOUT, timeout=timeout, check=False)
         if done.returncode != 0:
@@ -190,7 +208,7 @@ class PrivateCluster:
             for path in (self.root, self.sockets):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
         # --no-sync: initdb's own files need no flush (a crash of the machine
-        # loses the whole throwaway cluster anyway); the server runs with fsync on
+        # loses the whole throwaway cluster anyway); nor does the server (SETTINGS)
         self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
                   "--locale=C", "--no-sync", "--no-instructions")
         settings = dict(SETTINGS, unix_socket_directories=f"'{self.sockets}'")
@@ -227,8 +245,9 @@ class PrivateCluster:
 
     def running(self) -> bool:
         """Whether the postmaster is running (``pg_ctl status``)."""
-        done = subprocess.run(self._command("pg_ctl", "-D", str(self.data), "status"), capture_output=True,
-                              timeout=30, check=False)
+        with processes.infrastructure():
+            done = subprocess.run(self._command("pg_ctl", "-D", str(self.data), "status"),
+                                  capture_output=True, timeout=30, check=False)
         return done.returncode == 0
 
     def is_up(self, timeout: int = 2) -> bool:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cairn.store.contract import Store
-from tests import pgcluster
+from tests import pgcluster, processes
 from tests.backends import PostgresBackend
 from tests.pgcluster import PrivateCluster, Unavailable
 
@@ -58,8 +58,9 @@ def _runs_as_server_user(cluster: PrivateCluster) -> bool:
     """Whether the server user can execute the cluster's binaries where they
     are (a venv under a root-only home directory is out of its reach)."""
     try:
-        done = subprocess.run(cluster._command("postgres", "--version"), capture_output=True, timeout=30,
-                              check=False)
+        with processes.infrastructure():
+            done = subprocess.run(cluster._command("postgres", "--version"), capture_output=True, timeout=30,
+                                  check=False)
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0

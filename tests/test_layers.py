@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -24,6 +26,7 @@ def lint_imports(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_layers_point_down_only() -> None:
     done = lint_imports()
     assert done.returncode == 0, done.stdout + done.stderr
@@ -31,6 +34,7 @@ def test_layers_point_down_only() -> None:
     assert "The CLI never reaches a store directly KEPT" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_contract_catches_an_upward_import(tmp_path: Path) -> None:
     """The contract is not vacuous: the same layers, given a config that puts
     the store above the CLI, must be broken (the CLI imports the store)."""

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = ROOT / ".ci" / "check_install.py"
 
@@ -26,6 +28,7 @@ def check(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=600, check=False)
 
 
+@pytest.mark.slow
 def test_without_extras_everything_imports_and_each_feature_names_its_extra() -> None:
     """The base install: every module that needs no extra imports, the four
     that do raise ``MissingExtra`` with the one line, and so do the features
@@ -35,6 +38,7 @@ def test_without_extras_everything_imports_and_each_feature_names_its_extra() ->
     assert "ok   cairn-runtime[base]: 0 failure(s)" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_blocked_extra_is_reported_as_a_failure() -> None:
     """The check itself is no skip: a module that imports an optional
     package at its top, or raises ``MissingExtra`` where none is expected,

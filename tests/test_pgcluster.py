@@ -2,8 +2,8 @@
 
 ``tests/pgcluster.py`` starts it; these tests pin what the rest of the suite
 relies on: it is the server the fixtures hand out, it lives in a temporary
-directory with its own socket directory and port, and it flushes for real
-(the durability tests would prove nothing on a server with fsync off). They
+directory with its own socket directory and port, and it commits
+synchronously without flushing to disk (``pgcluster.SETTINGS`` says why). They
 also pin when a missing PostgreSQL skips and when it fails the run.
 """
 
@@ -36,9 +36,13 @@ def test_the_tests_server_is_the_private_cluster(pg_admin_url: str) -> None:
     assert setting(pg_admin_url, "listen_addresses") == "127.0.0.1"
 
 
-def test_the_private_cluster_flushes_for_real(pg_admin_url: str) -> None:
-    assert setting(pg_admin_url, "fsync") == "on"
+def test_the_private_cluster_commits_synchronously_without_flushing(pg_admin_url: str) -> None:
+    """A commit is acknowledged once its WAL reached the operating system (the
+    chaos test's immediate restart must not lose it), never flushed further
+    (no test crashes the operating system)."""
     assert setting(pg_admin_url, "synchronous_commit") == "on"
+    assert setting(pg_admin_url, "fsync") == "off"
+    assert setting(pg_admin_url, "full_page_writes") == "off"
 
 
 def test_no_postgres_skips_unless_required(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,6 +22,7 @@ def example() -> str:
     return found.group(1)
 
 
+@pytest.mark.slow
 def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
     script = tmp_path / "example.py"
     script.write_text(example(), encoding="utf-8")

@@ -35,12 +35,13 @@ from typing import Any, TypeVar
 
 import cairn
 from cairn.store.records import EventType, HistoryEvent
+from tests import processes
 from tests.acceptance.apps import DB_ENV, EFFECTS_ENV, build_app
 from tests.backends import SqliteBackend, StoreBackend
 from tests.backends import write_locked as write_locked  # tests/payments uses it from here
 from tests.timing import SLACK
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = processes.REPO_ROOT
 
 T = TypeVar("T")
 
@@ -222,15 +223,9 @@ class WorkerPool:
         """Start ``python -m module --worker-id worker_id *args`` in its own
         session, from the repository root, its output in a log file."""
         log_path = self.directory / f"worker-{len(self.workers):03d}-{worker_id}.log"
-        # a fault plan of the test process is not the worker's unless the test passes one
-        environment = {k: v for k, v in os.environ.items() if k != "CAIRN_FAULTS"}
-        environment["PYTHONUNBUFFERED"] = "1"
-        environment.update(env)
-        command = [sys.executable, "-m", module, "--worker-id", worker_id, *args]
-        with log_path.open("wb") as log:
-            spawned_at = time.time()
-            popen = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        spawned_at = time.time()
+        # (a fault plan of the test process is not the worker's unless the test passes one)
+        popen = processes.spawn(module, ["--worker-id", worker_id, *args], env=env, log=log_path)
         worker = WorkerProcess(worker_id, popen, log_path, spawned_at)
         self.workers.append(worker)
         return worker

@@ -8,7 +8,6 @@ approved or edited amount. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import importlib
-import os
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 
 import cairn
 from cairn.store.records import EventType, RunStatus
+from tests import processes
 from tests.acceptance.harness import wait_until
 from tests.backends import StoreBackend
 
@@ -48,14 +48,8 @@ def child(world: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., subpr
     spawned: list[subprocess.Popen[bytes]] = []
 
     def start(*args: str, fault: str | None = None) -> subprocess.Popen[bytes]:
-        env = {**os.environ, **world}
-        env.pop("CAIRN_FAULTS", None)
-        if fault is not None:
-            env["CAIRN_FAULTS"] = fault
-        log = open(tmp_path / f"child-{len(spawned)}.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([sys.executable, "-m", MODULE, *args], cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-        log.close()
+        env = {**world, **({"CAIRN_FAULTS": fault} if fault is not None else {})}
+        proc = processes.spawn(MODULE, args, env=env, log=tmp_path / f"child-{len(spawned)}.log")
         spawned.append(proc)
         return proc
 

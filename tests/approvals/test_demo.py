@@ -26,6 +26,7 @@ def test_the_approval_demo_pays_the_edited_amount_once(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_the_approval_demo_needs_a_file_database(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "cairn", "demo", "approval", "--db", "memory://"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)

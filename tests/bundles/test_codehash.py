@@ -187,6 +187,7 @@ print(code_hash(module.flow))
 """
 
 
+@pytest.mark.slow
 def test_without_source_the_hash_does_not_depend_on_the_hash_seed(packages: Path) -> None:
     _write(packages, "sourceless", BASE)
     assert compileall.compile_dir(str(packages / "sourceless"), legacy=True, quiet=1)

@@ -39,6 +39,7 @@ def _crash_after_the_charge(db_url: str, bank: Path, run_id: str) -> None:
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_worker_whose_tool_changed_effect_does_not_serve_an_uncertain_write(
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -56,6 +56,7 @@ def _show(url: str, run_id: str) -> str:
     return result.output
 
 
+@pytest.mark.slow
 def test_v1_runs_wait_for_a_v1_worker_then_finish_on_v1_code(pool: Deployments) -> None:
     v1, v2 = pool.app("v1"), pool.app("v2")
     old = [v1.start("order", 2, 1.5).run_id for _ in range(3)]
@@ -89,6 +90,7 @@ def test_v1_runs_wait_for_a_v1_worker_then_finish_on_v1_code(pool: Deployments) 
     assert {version for run, version in versions if run in fresh} == {"v2"}
 
 
+@pytest.mark.slow
 def test_both_versions_served_each_run_on_its_own_code_across_kills(pool: Deployments) -> None:
     v1, v2 = pool.app("v1"), pool.app("v2")
     runs = {v1.start("order", 3, 0.4).run_id: "v1" for _ in range(3)}

@@ -191,6 +191,7 @@ def test_usage_errors(db: str, args: tuple[str, ...]) -> None:
         (("start", "greet", "--app", "tests.cli.broken_app:app"), 1, "the config file is missing"),
     ],
 )
+@pytest.mark.slow
 def test_errors_in_a_real_process(tmp_path: Path, args: tuple[str, ...], code: int, fragment: str) -> None:
     """What a shell sees: exit status and stderr of the actual process."""
     done = run_cli(*args, "--db", f"sqlite:///{tmp_path / 'c.db'}")
@@ -199,6 +200,7 @@ def test_errors_in_a_real_process(tmp_path: Path, args: tuple[str, ...], code: i
 
 @pytest.mark.parametrize("args", [("show", "\udcff\udcfe"), ("cancel", "r-\udcff"),
                                   ("runs", "--tenant", "\udcff"), ("events", "\udcff")])
+@pytest.mark.slow
 def test_an_argument_that_is_not_utf8_is_a_one_line_error(
     db: str, app: cairn.App, args: tuple[str, ...]
 ) -> None:
@@ -342,6 +344,7 @@ def test_events_follow_until_the_run_ends(db: str, app: cairn.App, monkeypatch: 
     assert [e["seq"] for e in entries] == list(range(1, len(entries) + 1))  # each entry once
 
 
+@pytest.mark.slow
 def test_events_follow_stops_quietly_on_ctrl_c(db: str) -> None:
     run_id = start(db, "slow", "--input", "{}")  # pending: no worker, so --follow would wait forever
     env = {k: v for k, v in os.environ.items() if k != "CAIRN_DB"}
@@ -439,6 +442,7 @@ def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_worker_executes_runs_and_drains_on_sigterm(db: str, app: cairn.App) -> None:
     greeting = app.start("greet", "ada")
     app.set_queue("default", concurrency=3, rate="50/min")

@@ -186,6 +186,7 @@ def test_runs_at_80_columns_shows_whole_ids_and_statuses(db: str) -> None:
     assert "acme-corporation-eu-west" in result.stdout
 
 
+@pytest.mark.slow
 def test_start_and_worker_print_the_absolute_database(tmp_path: Path) -> None:
     """``sqlite:///.cairn/cairn.db`` is relative to each command's directory:
     both commands say which file they use."""
@@ -221,6 +222,7 @@ def test_database_label_resolves_a_relative_sqlite_path(
     assert database_label("sqlite:///.cairn/cairn.db") == expected
 
 
+@pytest.mark.slow
 def test_worker_banner_and_log_escape_hostile_names(db: str) -> None:
     """The banner prints the worker id and queue names the command line gave,
     and its log lines carry run errors: neither may act on the terminal."""

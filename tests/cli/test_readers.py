@@ -84,6 +84,7 @@ def writer_holding_the_lock(db: Path) -> Iterator[sqlite3.Connection]:
 
 
 @pytest.mark.parametrize("command", READERS, ids=lambda c: " ".join(c))
+@pytest.mark.slow
 def test_inspection_answers_while_a_writer_holds_the_lock(
     db: Path, writer_holding_the_lock: sqlite3.Connection, command: list[str]
 ) -> None:
@@ -99,6 +100,7 @@ def test_inspection_answers_while_a_writer_holds_the_lock(
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_writer_command_under_the_same_conditions_fails_at_once(
     db: Path, writer_holding_the_lock: sqlite3.Connection
 ) -> None:
@@ -142,6 +144,7 @@ def _readable_old_version() -> int | None:
     return None
 
 
+@pytest.mark.slow
 def test_an_older_database_is_read_as_it_is_and_never_migrated(tmp_path: Path) -> None:
     """Readers never migrate. A database whose schema this Cairn can still
     read is read as it is, with one note that migrations are pending; one it
@@ -169,6 +172,7 @@ def test_an_older_database_is_read_as_it_is_and_never_migrated(tmp_path: Path) -
     assert "cairn db migrate" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_schema_too_old_to_read_is_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "ancient.db"
     _old_database(path, 1)  # no budget column yet

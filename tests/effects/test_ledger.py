@@ -24,6 +24,7 @@ def kinds(module: ModuleType, kind: str) -> list[dict[str, object]]:
     return [e for e in module.ledger_entries() if e["kind"] == kind]
 
 
+@pytest.mark.slow
 def test_write_with_reconcile_after_effect_is_not_sent_twice(
     crash_at: Callable[..., None], world: dict[str, str]
 ) -> None:
@@ -39,6 +40,7 @@ def test_write_with_reconcile_after_effect_is_not_sent_twice(
     assert completed[0].detail["reconciled"] == "done"
 
 
+@pytest.mark.slow
 def test_write_with_reconcile_after_intent_executes_once(
     crash_at: Callable[..., None], world: dict[str, str]
 ) -> None:
@@ -55,6 +57,7 @@ def test_write_with_reconcile_after_intent_executes_once(
     assert result["balance"] == 70
 
 
+@pytest.mark.slow
 def test_write_without_reconcile_waits_for_an_operator(
     crash_at: Callable[..., None], world: dict[str, str]
 ) -> None:
@@ -84,6 +87,7 @@ def test_write_without_reconcile_waits_for_an_operator(
     assert app.operations("r3")[0]["status"] == "done"
 
 
+@pytest.mark.slow
 def test_operator_can_say_not_done_and_it_is_sent_with_the_same_key(
     crash_at: Callable[..., None], world: dict[str, str]
 ) -> None:
@@ -107,6 +111,7 @@ def test_operator_can_say_not_done_and_it_is_sent_with_the_same_key(
     assert sent[0]["key"] == cairn.operation_id("r4", 0)
 
 
+@pytest.mark.slow
 def test_idempotent_tool_is_resent_with_the_same_key(
     crash_at: Callable[..., None], world: dict[str, str]
 ) -> None:
@@ -116,6 +121,7 @@ def test_idempotent_tool_is_resent_with_the_same_key(
     assert result["receipt"]["key"] == cairn.operation_id("r5", 0)
 
 
+@pytest.mark.slow
 def test_read_tool_simply_runs_again(crash_at: Callable[..., None], world: dict[str, str]) -> None:
     # die after the read tool's effect (position 1), before its result was recorded
     crash_at("tool.after_effect@2", "r6", "transfer", 5)
@@ -125,6 +131,7 @@ def test_read_tool_simply_runs_again(crash_at: Callable[..., None], world: dict[
     assert result["balance"] == 5
 
 
+@pytest.mark.slow
 def test_rewound_write_gets_a_new_key_that_survives_a_crash(
     crash_at: Callable[..., None], world: dict[str, str]
 ) -> None:
@@ -145,6 +152,7 @@ def test_rewound_write_gets_a_new_key_that_survives_a_crash(
     assert [(e.detail or {})["operation_id"] for e in reconciled] == [second]
 
 
+@pytest.mark.slow
 def test_a_deploy_that_removed_a_write_call_does_not_complete_over_its_effect(
     crash_at: Callable[..., None], world: dict[str, str]
 ) -> None:

@@ -4,21 +4,26 @@ minutes with refresh on read), and a real LangGraph graph whose node uses it."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pytest
 
 import cairn
+from cairn.memory.embedders import HashEmbedder
+from cairn.memory.indexer import Indexer
 
-langgraph_graph = pytest.importorskip("langgraph.graph")
-from langgraph.store.base import BaseStore  # noqa: E402
+if TYPE_CHECKING:
+    from langgraph.store.base import BaseStore
 
-from cairn.memory.embedders import HashEmbedder  # noqa: E402
-from cairn.memory.indexer import Indexer  # noqa: E402
-from cairn.memory.langgraph import CairnStore  # noqa: E402
+    from cairn.memory.langgraph import CairnStore
 
 
 def _store(app: cairn.App, **kwargs: Any) -> CairnStore:
+    """The adapter over ``app``'s store. LangGraph (the dev extra has it) is
+    imported here, by the tests that use it, not when pytest collects this
+    module: it costs a second of CPU in every process that collects."""
+    from cairn.memory.langgraph import CairnStore
+
     return CairnStore(app.store, app.runtime.payloads, actor="langgraph:test", **kwargs)
 
 
@@ -61,6 +66,8 @@ class State(TypedDict):
 
 
 def test_a_real_langgraph_graph_uses_it(app: cairn.App) -> None:
+    from langgraph import graph as langgraph_graph
+
     def remember(state: State, *, store: BaseStore) -> dict[str, Any]:
         namespace = ("memories", state["user"])
         store.put(namespace, f"m{len(store.search(namespace))}", {"text": state["text"]})

@@ -154,6 +154,7 @@ def chat_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
         module.app.close()
 
 
+@pytest.mark.slow
 def test_a_crash_between_model_calls_replays_the_recorded_decisions(chat_world: dict[str, str]) -> None:
     env = {**os.environ, **chat_world, "CAIRN_FAULTS": "step.before_record@3"}
     child = subprocess.run([sys.executable, "-m", "tests.engine.chat_app", "crash", "6"], cwd=ROOT, env=env,

@@ -179,6 +179,7 @@ print(input_hash((model,), {}), values.encode(model).decode())
 """
 
 
+@pytest.mark.slow
 def test_input_hash_of_a_model_with_sets_is_the_same_in_every_process() -> None:
     outputs = set()
     for seed in ("0", "1", "2", "3", "12345"):

@@ -420,6 +420,7 @@ def test_results_come_back_as_replay_decodes_them(app: cairn.App) -> None:
     assert app.run(typed) == "tuple('book', 1)"
 
 
+@pytest.mark.slow
 def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     section = text[text.index("### Transactional steps"):]

@@ -14,7 +14,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +25,10 @@ from cairn.memory.embedders import HashEmbedder
 from cairn.memory.indexer import Indexer
 from cairn.store.contract import Store
 from cairn.store.namespaces import encode_namespace
+from tests import processes
 from tests.backends import StoreBackend
 from tests.memory.items import Items
+from tests.timing import SLACK
 
 pytestmark = pytest.mark.slow
 
@@ -39,9 +40,8 @@ POINTS = ["indexer.after_claim", "indexer.after_embed", "store.store_embeddings.
 
 
 def spawn(url: str, worker_id: str, *args: str, faults: str = "") -> subprocess.Popen[str]:
-    env = {**os.environ, "CAIRN_FAULTS": faults}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.memory.indexer_main", url, worker_id, *args],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    proc = processes.spawn("tests.memory.indexer_main", [url, worker_id, *args], env={"CAIRN_FAULTS": faults},
+                           stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     return proc
@@ -56,7 +56,7 @@ def store(backend: StoreBackend) -> Iterator[Store]:
 
 def wait_for_leases(items: Items) -> None:
     """Until every lease a killed worker left has expired (a condition, not a nap)."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30 * SLACK
     while any(row[6] is not None and row[6] > time.time() for row in items.outbox()):
         assert time.monotonic() < deadline, "leases never expired"
         time.sleep(0.05)

@@ -15,6 +15,7 @@ from cairn.store.memrecords import ItemPut, ItemTierMove, Provenance
 from cairn.store.namespaces import encode_namespace
 from cairn.store.records import Payload
 from cairn.store.sqlite import SQLiteStore
+from tests.timing import SLACK
 
 NS = encode_namespace(("notes",))
 
@@ -42,7 +43,7 @@ def test_the_loop_cools_by_itself_until_stopped(tmp_path: Path) -> None:
     try:
         _fill(store, 3)
         tiering.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10 * SLACK
         while {u.tier: u.items for u in store.item_tiers()} != {"cold": 3}:
             assert time.monotonic() < deadline, "the loop never cooled the idle values"
             time.sleep(0.01)

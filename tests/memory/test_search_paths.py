@@ -23,6 +23,7 @@ from cairn.worker.worker import Worker, WorkerSettings
 from tests.backends import SqliteBackend
 from tests.memory.items import Items
 from tests.store.contract.helpers import FakeClock
+from tests.timing import SLACK
 
 EMB = HashEmbedder(48)
 NS = encode_namespace(("docs",))
@@ -68,7 +69,7 @@ def test_cairn_worker_runs_the_embedding_worker_when_the_app_has_an_embedder(tmp
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * SLACK
         while items.outbox():  # until the worker's indexer has drained it
             assert time.monotonic() < deadline, "cairn worker never indexed the items"
             time.sleep(0.05)

@@ -23,6 +23,7 @@ from cairn.store.sqlite import SQLiteStore
 from tests.backends import SqliteBackend, StoreBackend
 from tests.memory.items import Items
 from tests.store.contract.helpers import FakeClock
+from tests.timing import SLACK
 
 EMB = HashEmbedder(64)
 PREFS = encode_namespace(("users", "u1", "prefs"))
@@ -294,7 +295,7 @@ def test_the_embedding_worker_keeps_the_tiers_by_itself(store: Store, items: Ite
 
     indexer.start()
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * SLACK
         while tiers() != {"cold": 3, "hot": 1} and time.monotonic() < deadline:
             time.sleep(0.02)
         assert tiers() == {"cold": 3, "hot": 1}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,22 +20,16 @@ from cairn.models.openai import OpenAIChat
 from cairn.store.records import EventType
 from tests.models.fake_openai import FakeOpenAI, Reply
 
-openai_types = pytest.importorskip("openai.types.chat", reason="the dev extra installs openai")
-from openai.types.chat import (  # noqa: E402
-    ChatCompletion,
-    ChatCompletionMessage,
-    ChatCompletionMessageCustomToolCall,
-    ChatCompletionMessageFunctionToolCall,
-)
-from openai.types.chat.chat_completion import Choice  # noqa: E402
-from openai.types.chat.chat_completion_message import FunctionCall as OpenAIFunctionCall  # noqa: E402
-from openai.types.chat.chat_completion_message_custom_tool_call import Custom  # noqa: E402
-from openai.types.chat.chat_completion_message_function_tool_call import Function  # noqa: E402
-from openai.types.completion_usage import CompletionUsage  # noqa: E402
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessage
 
 
 def served(message: ChatCompletionMessage, finish: str = "stop") -> Reply:
     """A ``ChatCompletion`` built and serialized by the openai package itself."""
+    from openai.types.chat import ChatCompletion
+    from openai.types.chat.chat_completion import Choice
+    from openai.types.completion_usage import CompletionUsage
+
     body = ChatCompletion(
         id="chatcmpl-real", object="chat.completion", created=1_700_000_000, model="gpt-4o-2024-08-06",
         choices=[Choice(index=0, message=message, finish_reason=finish, logprobs=None)],  # type: ignore[arg-type]
@@ -44,23 +38,37 @@ def served(message: ChatCompletionMessage, finish: str = "stop") -> Reply:
     return Reply(200, body.model_dump_json().encode(), {"Content-Type": "application/json"})
 
 
-REFUSAL = ChatCompletionMessage(
-    role="assistant", content=None, refusal="I can't help with wiring money to that account.",
-)
-LEGACY = ChatCompletionMessage(
-    role="assistant", content=None,
-    function_call=OpenAIFunctionCall(name="get_weather", arguments='{"city": "Paris"}'),
-)
-MIXED_TOOLS = ChatCompletionMessage(
-    role="assistant", content=None,
-    tool_calls=[
-        ChatCompletionMessageFunctionToolCall(
-            id="call_fn", type="function",
-            function=Function(name="get_weather", arguments='{"city": "Oslo"}')),
-        ChatCompletionMessageCustomToolCall(
-            id="call_sql", type="custom", custom=Custom(name="run_sql", input="SELECT 1; -- not JSON")),
-    ],
-)
+def shape(name: str) -> ChatCompletionMessage:
+    """The message of each shape, built with the openai package's types. The
+    package (the dev extra has it) is imported here, in the tests that use it,
+    not when pytest collects this module: it costs a second of CPU per process."""
+    from openai.types.chat import (
+        ChatCompletionMessage,
+        ChatCompletionMessageCustomToolCall,
+        ChatCompletionMessageFunctionToolCall,
+    )
+    from openai.types.chat.chat_completion_message import FunctionCall as OpenAIFunctionCall
+    from openai.types.chat.chat_completion_message_custom_tool_call import Custom
+    from openai.types.chat.chat_completion_message_function_tool_call import Function
+
+    if name == "refusal":
+        return ChatCompletionMessage(
+            role="assistant", content=None, refusal="I can't help with wiring money to that account.")
+    if name == "function_call":
+        return ChatCompletionMessage(
+            role="assistant", content=None,
+            function_call=OpenAIFunctionCall(name="get_weather", arguments='{"city": "Paris"}'))
+    assert name == "custom", name
+    return ChatCompletionMessage(
+        role="assistant", content=None,
+        tool_calls=[
+            ChatCompletionMessageFunctionToolCall(
+                id="call_fn", type="function",
+                function=Function(name="get_weather", arguments='{"city": "Oslo"}')),
+            ChatCompletionMessageCustomToolCall(
+                id="call_sql", type="custom", custom=Custom(name="run_sql", input="SELECT 1; -- not JSON")),
+        ],
+    )
 
 
 @pytest.fixture
@@ -75,21 +83,21 @@ def ask(chat: OpenAIChat) -> ModelResponse:
 
 
 def test_a_refusal_is_kept(server: FakeOpenAI, make_chat: Any) -> None:
-    server.script(served(REFUSAL))
+    server.script(served(shape("refusal")))
     response = ask(make_chat())
     assert response.message.refusal == "I can't help with wiring money to that account."
     assert response.message.content is None
 
 
 def test_a_legacy_function_call_is_kept(server: FakeOpenAI, make_chat: Any) -> None:
-    server.script(served(LEGACY, "function_call"))
+    server.script(served(shape("function_call"), "function_call"))
     response = ask(make_chat())
     assert response.message.function_call == FunctionCall(name="get_weather", arguments='{"city": "Paris"}')
     assert response.finish_reason == "function_call"
 
 
 def test_custom_tool_calls_are_kept_beside_function_calls(server: FakeOpenAI, make_chat: Any) -> None:
-    server.script(served(MIXED_TOOLS, "tool_calls"))
+    server.script(served(shape("custom"), "tool_calls"))
     response = ask(make_chat())
     assert response.message.tool_calls == (
         ToolCall(id="call_fn", name="get_weather", arguments='{"city": "Oslo"}'),
@@ -97,14 +105,16 @@ def test_custom_tool_calls_are_kept_beside_function_calls(server: FakeOpenAI, ma
     )
 
 
-@pytest.mark.parametrize("message", [REFUSAL, LEGACY, MIXED_TOOLS],
-                         ids=["refusal", "function_call", "custom"])
+@pytest.mark.parametrize("name", ["refusal", "function_call", "custom"])
 def test_each_shape_is_journaled_and_sent_back_exactly(
-    app: cairn.App, server: FakeOpenAI, make_chat: Any, tmp_path: Path, message: ChatCompletionMessage
+    app: cairn.App, server: FakeOpenAI, make_chat: Any, tmp_path: Path, name: str
 ) -> None:
     """The answer survives the journal (a replay after the suspension reads
     it back) and goes back to the server on the next turn as the API wrote
     it: the openai package's own dump of the message, field for field."""
+    from openai.types.chat import ChatCompletionMessage
+
+    message = shape(name)
     server.script(served(message), served(ChatCompletionMessage(role="assistant", content="done")))
     chat = make_chat()
 

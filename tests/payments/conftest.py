@@ -24,6 +24,7 @@ import pytest
 
 import cairn
 from cairn.demo.bank import BankClient, BankProcess, Transfer
+from tests import processes
 from tests.acceptance.harness import process_state, wait_until, write_locked
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -101,8 +102,7 @@ class Procs:
     def spawn(self, name: str, command: list[str], env: dict[str, str]) -> Proc:
         log_path = self.directory / f"{len(self.procs):03d}-{name}.log"
         log = log_path.open("wb")
-        popen = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+        popen = processes.start(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         proc = Proc(name, popen, log_path, log)
         self.procs.append(proc)
         return proc

@@ -42,6 +42,7 @@ def transfer_body(
     return {"idempotency_key": key, "from": "acct_shop", "to": to, "amount_cents": amount, "memo": memo}
 
 
+@pytest.mark.slow
 def test_post_creates_then_replays_the_original(start_bank: StartBank) -> None:
     bank = start_bank()
     status, _, created = call(bank, "POST", "/transfers", transfer_body())
@@ -61,6 +62,7 @@ def test_post_creates_then_replays_the_original(start_bank: StartBank) -> None:
     assert listing["transfers"] == [created]
 
 
+@pytest.mark.slow
 def test_reused_key_with_other_parameters_is_refused(start_bank: StartBank) -> None:
     bank = start_bank()
     assert call(bank, "POST", "/transfers", transfer_body(amount=100))[0] == 201
@@ -74,6 +76,7 @@ def test_reused_key_with_other_parameters_is_refused(start_bank: StartBank) -> N
     assert len(bank.client().transfers()) == 1
 
 
+@pytest.mark.slow
 def test_lookup_by_key_and_404(start_bank: StartBank) -> None:
     bank = start_bank()
     client = bank.client()
@@ -103,6 +106,7 @@ def test_lookup_by_key_and_404(start_bank: StartBank) -> None:
         ["not", "an", "object"],
     ],
 )
+@pytest.mark.slow
 def test_invalid_requests_are_refused_and_change_nothing(start_bank: StartBank, body: Any) -> None:
     bank = start_bank()
     status, _, answer = call(bank, "POST", "/transfers", body)
@@ -110,6 +114,7 @@ def test_invalid_requests_are_refused_and_change_nothing(start_bank: StartBank, 
     assert bank.client().transfers() == []
 
 
+@pytest.mark.slow
 def test_separate_process_with_its_own_database(start_bank: StartBank, tmp_path: Path) -> None:
     bank = start_bank("ledger")
     health = bank.client().health()
@@ -132,6 +137,7 @@ def test_separate_process_with_its_own_database(start_bank: StartBank, tmp_path:
     conn.close()
 
 
+@pytest.mark.slow
 def test_committed_transfer_survives_a_bank_crash(start_bank: StartBank, tmp_path: Path) -> None:
     first = start_bank("crashy")
     created = first.client().create_transfer(idempotency_key="k", from_account="a", to_account="b",
@@ -146,6 +152,7 @@ def test_committed_transfer_survives_a_bank_crash(start_bank: StartBank, tmp_pat
     assert (status, again["id"]) == (200, created.id)
 
 
+@pytest.mark.slow
 def test_concurrent_posts_with_one_key_make_one_transfer(start_bank: StartBank) -> None:
     bank = start_bank(delay_ms=20)  # the requests overlap in the bank's threads
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -156,6 +163,7 @@ def test_concurrent_posts_with_one_key_make_one_transfer(start_bank: StartBank) 
     assert len(bank.client().transfers()) == 1
 
 
+@pytest.mark.slow
 def test_fault_knobs_delay_and_lost_reply(start_bank: StartBank) -> None:
     bank = start_bank()
     client = bank.client()
@@ -173,6 +181,7 @@ def test_fault_knobs_delay_and_lost_reply(start_bank: StartBank) -> None:
     assert found.amount_cents == 2
 
 
+@pytest.mark.slow
 def test_server_wide_delay_holds_the_reply_after_the_commit(start_bank: StartBank) -> None:
     bank = start_bank(reply_delay_ms=300)
     client = bank.client()
@@ -187,6 +196,7 @@ def test_server_wide_delay_holds_the_reply_after_the_commit(start_bank: StartBan
         assert pending.result(timeout=5).amount_cents == 3
 
 
+@pytest.mark.slow
 def test_unreachable_bank_is_unavailable_not_rejected(start_bank: StartBank) -> None:
     bank = start_bank()
     url = bank.url
@@ -195,6 +205,7 @@ def test_unreachable_bank_is_unavailable_not_rejected(start_bank: StartBank) -> 
         BankClient(url, timeout=2).transfer_by_key("k")
 
 
+@pytest.mark.slow
 def test_a_request_abandoned_before_processing_is_dropped(start_bank: StartBank) -> None:
     bank = start_bank(delay_ms=300)
     parts = urllib.parse.urlsplit(bank.url)

@@ -76,6 +76,7 @@ def traced_run(tmp_path: Path, durability: str) -> list[tuple[str, str, str]]:
 
 @pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 @pytest.mark.parametrize("durability", ["process", "power"])
+@pytest.mark.slow
 def test_the_intent_is_synced_before_the_tool_runs(tmp_path: Path, durability: str) -> None:
     calls = traced_run(tmp_path, durability)
     tool = next((i for i, (_, call, rest) in enumerate(calls)

@@ -32,6 +32,7 @@ RUNS = 300
 
 
 @pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+@pytest.mark.slow
 def test_a_draining_worker_never_sleeps_in_the_busy_handler(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'busy.db'}"
     app = build(db)

@@ -166,6 +166,7 @@ def _fast_runs(db: str) -> list[str]:
     return [v["last_run_id"] for v in data if v["name"] == "every-second" and v["fired"]]
 
 
+@pytest.mark.slow
 def test_cairn_worker_fires_the_schedules_and_names_them(db: str) -> None:
     process = _worker(db)
     try:
@@ -177,6 +178,7 @@ def test_cairn_worker_fires_the_schedules_and_names_them(db: str) -> None:
     assert "started run schedule:acme:every-second:" in err
 
 
+@pytest.mark.slow
 def test_cairn_worker_no_schedules_fires_none(db: str) -> None:
     process = _worker(db, "--no-schedules")
     try:

@@ -36,6 +36,7 @@ from cairn.store.records import RunFilter, RunRecord, RunStatus
 from tests.acceptance.harness import WorkerPool, WorkerProcess, wait_until
 from tests.backends import StoreBackend
 from tests.schedules.sched_app import DB_ENV, GRACE, SCHEDULES, TENANT, build_app
+from tests.timing import StallWatch
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +86,12 @@ def by_tick_created(app: cairn.App, name: str, tick: float) -> float:
     return runs_by_tick(app, name)[tick].created_at
 
 
+#: seconds of random kills at least (the loop goes on until the fault plans fired)
+CHAOS = 8.0
+#: ...and at most: past it the loop is a livelock, whatever progresses
+CHAOS_CEILING = 600.0
+
+
 def test_three_workers_killed_and_restarted_start_one_run_per_tick(pool: SchedulePool) -> None:
     app = pool.app()
     rng = random.Random(11)
@@ -93,8 +100,18 @@ def test_three_workers_killed_and_restarted_start_one_run_per_tick(pool: Schedul
     wait_until(lambda: any(ready(w) for w in workers), 60, "a worker to start")
     wait_until(lambda: all(runs_by_tick(app, name) for name in SCHEDULES), 30, "the first ticks")
     restarts = 0
-    deadline = time.monotonic() + 8.0
-    while time.monotonic() < deadline:
+    armed = [w for w in workers if getattr(w, "armed", False)]
+
+    def plans_fired() -> bool:
+        return all(w.popen.poll() == -signal.SIGKILL for w in armed)
+
+    # kill for CHAOS seconds, and on until both fault plans fired (at a worker's 3rd and 4th
+    # firing: on a loaded machine the workers may need longer than CHAOS to get there); a hang
+    # fails once no schedule fired for STALL seconds, not after a guess at the machine's speed
+    watch = StallWatch("the fault plans to fire", ceiling=CHAOS_CEILING)
+    began = time.monotonic()
+    while time.monotonic() - began < CHAOS or not plans_fired():
+        watch.check(sum(len(runs_by_tick(app, name)) for name in SCHEDULES), pool.describe_workers)
         time.sleep(0.6)
         for i, worker in enumerate(workers):
             if not worker.alive():  # killed by us, or by its fault plan inside a firing

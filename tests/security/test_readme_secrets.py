@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PRELUDE = '''
@@ -66,6 +68,7 @@ def block() -> str:
     return found.group(1)
 
 
+@pytest.mark.slow
 def test_the_readme_secrets_example_runs(tmp_path: Path) -> None:
     script = tmp_path / "secrets_example.py"
     script.write_text(PRELUDE + block() + POSTLUDE, encoding="utf-8")

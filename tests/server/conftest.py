@@ -19,6 +19,7 @@ import uvicorn
 import cairn
 from cairn.server import create_app
 from tests.engine.conftest import postgres_url
+from tests.timing import SLACK
 
 from .workflows import register
 
@@ -99,7 +100,7 @@ class LiveServer:
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10 * SLACK
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("uvicorn did not start")

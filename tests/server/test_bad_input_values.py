@@ -26,6 +26,7 @@ from cairn.codec.values import MAX_DEPTH
 from cairn.errors import InvalidArgument, StoreError
 from cairn.server.errors import as_api_error
 from cairn.store.records import RunFilter
+from tests.timing import SLACK
 
 from .conftest import TENANT, Setup
 from .workflows import drain
@@ -216,7 +217,7 @@ def test_a_cut_off_body_writes_no_error_traceback(setup: Setup, server: Any,
                          '{"workflow"'.encode())
     with httpx.Client(base_url=server.url, timeout=30) as client:  # served after them, so they were handled
         assert client.get("/api/runs", headers=setup.headers("viewer")).status_code == 200
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * SLACK
     while time.monotonic() < deadline and not any("cut off" in r.getMessage() for r in caplog.records):
         time.sleep(0.05)
     assert any("cut off" in r.getMessage() for r in caplog.records)

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 import cairn
+from tests.timing import SLACK
 
 from .conftest import TENANT, LiveServer
 from .workflows import register
@@ -125,6 +126,7 @@ class SeesStream:
         await self.app(scope, receive, send)
 
 
+@pytest.mark.slow
 def test_runs_page_run_page_live_timeline_and_hostile_text(tmp_path: Path) -> None:
     app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db")
     wf = register(app)
@@ -227,7 +229,7 @@ class Served:
         return bool(self.page.evaluate("window.cairnNoReload === 1"))
 
     def wait_status(self, run_id: str, status: str, timeout: float = 20) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * SLACK
         while self.app.get_run(run_id).status.value != status:
             assert time.monotonic() < deadline, f"{run_id} is {self.app.get_run(run_id).status.value}"
             time.sleep(0.05)
@@ -242,13 +244,14 @@ class Served:
 
 def _awaiting(served: Served, *args: Any, run_id: str | None = None) -> str:
     handle = served.app.start(served.wf["payout"], *args, tenant=TENANT, run_id=run_id)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20 * SLACK
     while not served.app.approvals(run_id=handle.run_id):
         assert time.monotonic() < deadline, "the run never asked for approval"
         time.sleep(0.05)
     return handle.run_id
 
 
+@pytest.mark.slow
 def test_approve_with_an_edit_and_the_run_continues_with_it(tmp_path: Path, browser: Any) -> None:
     with Served(tmp_path, browser) as served:
         run_id = _awaiting(served, "ada", 500, run_id="pay/ada <500>")
@@ -287,6 +290,7 @@ def test_approve_with_an_edit_and_the_run_continues_with_it(tmp_path: Path, brow
         assert served.errors == []
 
 
+@pytest.mark.slow
 def test_resolve_an_operation_needing_attention(tmp_path: Path, browser: Any) -> None:
     with Served(tmp_path, browser) as served:
         page = served.open("/attention")
@@ -308,6 +312,7 @@ def test_resolve_an_operation_needing_attention(tmp_path: Path, browser: Any) ->
         assert "operator_done by http:ada#" in page.locator("#operations").inner_text()
 
 
+@pytest.mark.slow
 def test_live_updates_arrive_without_a_reload_and_markup_stays_text(tmp_path: Path, browser: Any) -> None:
     with Served(tmp_path, browser) as served:
         page = served.open("/")

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 import cairn
 from cairn.cli.main import main
+from tests.timing import SLACK
 
 from .workflows import register
 
@@ -85,6 +86,7 @@ def test_serve_and_watch_refuse_a_missing_database(tmp_path: Path) -> None:
     assert err.startswith("error: no database at")
 
 
+@pytest.mark.slow
 def test_cairn_serve_serves_the_api(tmp_path: Path) -> None:
     import os
     import signal
@@ -103,7 +105,7 @@ def test_cairn_serve_serves_the_api(tmp_path: Path) -> None:
                              "--log-level", "warning"], stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "COLUMNS": "200"})
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 20 * SLACK
         while True:
             try:
                 answer = httpx.get(f"http://127.0.0.1:{port}/api/whoami",

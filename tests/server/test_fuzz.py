@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import cairn
 from cairn.server import create_app
@@ -35,8 +32,6 @@ EXAMPLES = 10
 #: workflow the server's app does not register, an edit that does not fit
 #: the request's schema, an operation that is not uncertain (422, 409).
 ACCEPTED = ["2xx", "401", "403", "404", "409", "422"]
-CONFIG = schemathesis.config.SchemathesisConfig.from_dict(
-    {"checks": {"positive_data_acceptance": {"expected-statuses": ACCEPTED}}})
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -56,8 +51,16 @@ def fuzzed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any
 
 
 def test_the_api_conforms_and_never_fails(fuzzed: tuple[Any, str]) -> None:
+    # imported here, not at the top: schemathesis and hypothesis cost two seconds of CPU in
+    # every process that collects the suite, and only this test uses them (the dev extra has both)
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    config = schemathesis.config.SchemathesisConfig.from_dict(
+        {"checks": {"positive_data_acceptance": {"expected-statuses": ACCEPTED}}})
     asgi, token = fuzzed
-    schema = schemathesis.openapi.from_asgi("/api/openapi.json", asgi, config=CONFIG)
+    schema = schemathesis.openapi.from_asgi("/api/openapi.json", asgi, config=config)
     schema = schema.exclude(path="/api/events")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 25

@@ -26,6 +26,7 @@ from cairn.api.telemetry import RunTracer, trace_id_of
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_one_trace_per_run_across_a_kill_and_a_takeover(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/cairn.db"
     env = {**os.environ, "CAIRN_DB": db, "CAIRN_TEST_DIE_AT": "3",

@@ -67,6 +67,7 @@ def collector() -> Iterator[Collector]:
     found.server.server_close()
 
 
+@pytest.mark.slow
 def test_a_worker_exports_spans_and_metrics_over_otlp(tmp_path: Path, collector: Collector) -> None:
     db = f"sqlite:///{tmp_path}/cairn.db"
     env = {**os.environ, "CAIRN_DB": db, "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,

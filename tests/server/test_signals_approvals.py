@@ -15,6 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from cairn.server import ROUTES
+from tests.timing import SLACK
 
 from .conftest import OTHER, TENANT, LiveServer, Setup
 from .test_authorization import SAMPLES
@@ -229,7 +230,7 @@ def _long_polls(setup: Setup, server: LiveServer, inflight: InFlight, run_id: st
     waiters = [threading.Thread(target=wait) for _ in range(60)]
     for t in waiters:
         t.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30 * SLACK
     while inflight.count < len(waiters):  # every reader is inside the server, waiting
         assert time.monotonic() < deadline, f"only {inflight.count} readers arrived"
         time.sleep(0.01)

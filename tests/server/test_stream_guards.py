@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.timing import SLACK
+
 from .conftest import OTHER, TENANT, LiveServer, Setup
 from .sse import Event, events
 
@@ -27,7 +29,7 @@ def _feeds(server: LiveServer, kind: str) -> dict[str, Any]:
 
 
 def _wait_for(condition: Any, what: str, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + seconds * SLACK
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         time.sleep(0.01)

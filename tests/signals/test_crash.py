@@ -78,6 +78,7 @@ def _check_consumed_once(app: cairn.App, run_id: str, key: str = "signal:go") ->
 
 
 @pytest.mark.parametrize("workflow", ["receiver", "areceiver"])
+@pytest.mark.slow
 def test_killed_before_the_wait_is_recorded(cluster: SignalCluster, workflow: str) -> None:
     app = cluster.app()
     run_id = app.start(workflow).run_id
@@ -92,6 +93,7 @@ def test_killed_before_the_wait_is_recorded(cluster: SignalCluster, workflow: st
 
 
 @pytest.mark.parametrize("workflow", ["receiver", "areceiver"])
+@pytest.mark.slow
 def test_killed_while_waiting(cluster: SignalCluster, workflow: str) -> None:
     app = cluster.app()
     first = cluster.spawn("w1")
@@ -106,6 +108,7 @@ def test_killed_while_waiting(cluster: SignalCluster, workflow: str) -> None:
 
 
 @pytest.mark.parametrize("point", ["store.take_delivery.before_commit", "store.take_delivery.after_commit"])
+@pytest.mark.slow
 def test_killed_while_the_signal_is_consumed(cluster: SignalCluster, point: str) -> None:
     app = cluster.app()
     first = cluster.spawn("w1", faults=point)
@@ -119,6 +122,7 @@ def test_killed_while_the_signal_is_consumed(cluster: SignalCluster, point: str)
     _check_consumed_once(app, run_id)
 
 
+@pytest.mark.slow
 def test_killed_after_the_run_resumed(cluster: SignalCluster) -> None:
     app = cluster.app()
     first = cluster.spawn("w1")
@@ -135,6 +139,7 @@ def test_killed_after_the_run_resumed(cluster: SignalCluster) -> None:
     _check_consumed_once(app, run_id)
 
 
+@pytest.mark.slow
 def test_the_timeout_fires_after_a_restart(cluster: SignalCluster) -> None:
     app = cluster.app()
     first = cluster.spawn("w1")
@@ -150,6 +155,7 @@ def test_the_timeout_fires_after_a_restart(cluster: SignalCluster) -> None:
 
 
 @pytest.mark.parametrize("point", ["store.deliver.before_commit", "store.deliver.after_commit"])
+@pytest.mark.slow
 def test_a_sender_killed_while_delivering(cluster: SignalCluster, point: str) -> None:
     app = cluster.app()
     cluster.spawn("w1")
@@ -167,6 +173,7 @@ def test_a_sender_killed_while_delivering(cluster: SignalCluster, point: str) ->
     assert len(app.operator.mailbox(run_id)) == 1
 
 
+@pytest.mark.slow
 def test_signals_between_runs_are_delivered_exactly_once_under_kills(cluster: SignalCluster) -> None:
     app = cluster.app()
     count = 6

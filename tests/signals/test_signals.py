@@ -20,7 +20,7 @@ from cairn.store.records import Delivery, EventType, RunStatus
 from tests.engine.conftest import execute_once
 from tests.engine.kinds import Flow, Kind, both
 from tests.signals.conftest import worker_thread
-from tests.timing import NAP, wait_out_nap
+from tests.timing import NAP, SLACK, wait_out_nap
 
 
 def recv(kind: Kind, ctx: cairn.Context, name: str, **options: Any) -> Any:
@@ -319,7 +319,7 @@ def test_a_waiting_run_holds_no_worker_slot(app: cairn.App, kind: Kind) -> None:
 
     with worker_thread(app, concurrency=1):
         waiting = app.start(waiter).run_id
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10 * SLACK
         while app.get_run(waiting).status is not RunStatus.SUSPENDED:
             assert time.monotonic() < deadline
             time.sleep(0.01)
@@ -339,7 +339,7 @@ def test_a_worker_wakes_on_a_signal_without_polling(app: cairn.App) -> None:
 
     with worker_thread(app, poll=60.0):
         run_id = app.start(woken).run_id  # a new run: woken by the store too
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10 * SLACK
         while app.get_run(run_id).status is not RunStatus.SUSPENDED:
             assert time.monotonic() < deadline, "the new run was not claimed: no wake-up"
             time.sleep(0.01)
@@ -357,7 +357,7 @@ def test_app_run_waits_for_a_signal_sent_from_another_thread(app: cairn.App, kin
         return value
 
     def send_later() -> None:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10 * SLACK
         while time.monotonic() < deadline:
             runs = app.list_runs(workflow="inline", status="suspended")
             if runs:

@@ -96,6 +96,7 @@ def test_a_rolled_back_write_wakes_nobody(stores: tuple[SQLiteStore, SQLiteStore
     listener.stop()
 
 
+@pytest.mark.slow
 def test_the_socket_of_a_dead_listener_is_removed_by_the_next_sender(
     stores: tuple[SQLiteStore, SQLiteStore], tmp_path: Path
 ) -> None:

@@ -93,6 +93,7 @@ def _recover(store: Store) -> None:
     store.finish_run("r1", claim.run.epoch, end, RunStatus.COMPLETED, Payload(b"out"), None)
 
 
+@pytest.mark.slow
 def test_killed_before_the_finish_commits_finishes_once_after_recovery(
     database: tuple[str, str, Callable[[], Store]],
 ) -> None:
@@ -118,6 +119,7 @@ def test_killed_before_the_finish_commits_finishes_once_after_recovery(
         store.close()
 
 
+@pytest.mark.slow
 def test_killed_after_the_finish_committed_stays_finished(
     database: tuple[str, str, Callable[[], Store]],
 ) -> None:
@@ -156,6 +158,7 @@ CLAIMER = textwrap.dedent(
 
 @pytest.mark.parametrize(("moment", "status", "holder"), [("before_commit", RunStatus.PENDING, None),
                                                           ("after_commit", RunStatus.RUNNING, "child")])
+@pytest.mark.slow
 def test_killed_at_the_claim_commit_boundary(
     database: tuple[str, str, Callable[[], Store]], moment: str, status: RunStatus, holder: str | None,
 ) -> None:

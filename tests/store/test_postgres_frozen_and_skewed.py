@@ -21,7 +21,9 @@ import pytest
 
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import EventType, HistoryEvent, RunStatus
+from tests import processes
 from tests.store.contract import WF, FakeClock, new_run
+from tests.timing import SLACK
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The server's idle_in_transaction_session_timeout is 5 s: a frozen
@@ -80,11 +82,10 @@ print(" ".join(c.run.run_id for c in claims) or "none", flush=True)
 
 
 def _child(code: str, url: str) -> subprocess.Popen[str]:
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT),
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT),
                                           os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-c", code, url, WF], env=env, cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return processes.start([sys.executable, "-c", code, url, WF], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
 
 
 def _stopped(pid: int) -> bool:
@@ -93,6 +94,7 @@ def _stopped(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("script", [FREEZE_IN_CLAIM, FREEZE_IN_FINISH], ids=["claim", "finish"])
+@pytest.mark.slow
 def test_a_worker_frozen_mid_transaction_does_not_wedge_its_runs(pg_url: str, script: str) -> None:
     store = PostgresStore(pg_url)
     frozen = _child(script, pg_url)
@@ -100,7 +102,7 @@ def test_a_worker_frozen_mid_transaction_does_not_wedge_its_runs(pg_url: str, sc
         store.create_run(new_run("r1"))
         assert frozen.stdout is not None
         assert frozen.stdout.readline().strip() == "locked", frozen.stderr.read() if frozen.stderr else ""
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 5 * SLACK
         while not _stopped(frozen.pid):
             assert time.monotonic() < deadline, "the child never froze"
             time.sleep(0.01)
@@ -125,6 +127,7 @@ def test_a_worker_frozen_mid_transaction_does_not_wedge_its_runs(pg_url: str, sc
         store.close()
 
 
+@pytest.mark.slow
 def test_a_worker_with_a_clock_ahead_does_not_take_over_a_live_lease(pg_url: str) -> None:
     store = PostgresStore(pg_url)  # the server's clock
     try:
@@ -155,6 +158,7 @@ print(" ".join(c.run.run_id for c in claims) or "none", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_worker_with_a_clock_behind_does_not_write_a_lease_already_expired(pg_url: str) -> None:
     """The other side of skew: a lease written by a worker whose clock is
     behind would have expired at once, and every other worker would take the

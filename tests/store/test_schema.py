@@ -192,6 +192,7 @@ def pg_schema(conninfo: str) -> list[str]:
             if line.strip() and not line.startswith(("--", "\\restrict", "\\unrestrict"))]
 
 
+@pytest.mark.slow
 def test_postgres_schema_sql_is_what_the_migrations_produce(two_databases: tuple[str, str]) -> None:
     migrated_url, declared_url = two_databases
     PostgresStore(migrated_url, schema=SCHEMA).close()

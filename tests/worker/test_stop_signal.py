@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+import pytest
+
+from tests import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def spawn(mode: str, tmp_path: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.worker.signalled_worker", mode, str(tmp_path / "cairn.db")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    return processes.spawn("tests.worker.signalled_worker", [mode, str(tmp_path / "cairn.db")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int | None, str, str]:
@@ -39,6 +40,7 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int | None, str
         return None, out, err
 
 
+@pytest.mark.slow
 def test_a_signal_landing_inside_the_wakeup_lock_still_drains_the_worker(tmp_path: Path) -> None:
     code, out, err = finish(spawn("held", tmp_path), timeout=30)
     assert code is not None, (
@@ -49,6 +51,7 @@ def test_a_signal_landing_inside_the_wakeup_lock_still_drains_the_worker(tmp_pat
     assert "drained restored=True" in out, f"the worker did not drain, or kept its handler:\n{out}"
 
 
+@pytest.mark.slow
 def test_a_second_signal_while_draining_leaves_at_once(tmp_path: Path) -> None:
     proc = spawn("busy", tmp_path)
     try:

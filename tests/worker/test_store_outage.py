@@ -71,6 +71,7 @@ def fill(mount: Path) -> Path:
     return filler
 
 
+@pytest.mark.slow
 def test_runs_survive_a_full_disk_and_finish_once_space_is_freed(
     tiny_fs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -30,11 +30,9 @@ import sys
 import uuid
 from typing import Annotated, Any
 
-import jsonschema
 import msgspec
 import msgspec._json_schema as msgspec_schema
 import msgspec.inspect as mi
-from referencing.exceptions import Unresolvable
 
 from cairn.codec import values
 from cairn.errors import PayloadError
@@ -129,6 +127,8 @@ def _strict_schema(type_: Any) -> dict[str, Any]:
 
 def _decodes_as(validator: Any, name: Any, instance: Any, schema: Any) -> Any:
     """The ``DECODES`` keyword: the value decodes as the type the run reads it as."""
+    import jsonschema  # here, not at the top: ``import cairn`` need not pay for it (0.06 s of CPU)
+
     decoded = _DECODED.get(name) if isinstance(name, str) else None
     if decoded is None:  # written by a newer version, or damaged: the rest of the schema still holds
         return
@@ -156,6 +156,9 @@ def type_name(type_: Any) -> str:
 def check(value: Any, schema: dict[str, Any], *, what: str) -> None:
     """``PayloadError`` naming ``what`` and the first problem unless the
     plain JSON ``value`` fits ``schema``."""
+    import jsonschema  # here, not at the top: only an approval edit is checked against a schema
+    from referencing.exceptions import Unresolvable
+
     try:
         validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         validator_class.check_schema(schema)  # a damaged stored schema is an error, never a crash or a pass

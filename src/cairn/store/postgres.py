@@ -195,8 +195,6 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
-
 from cairn.errors import LeaseLost, MissingExtra, PayloadError, StoreError, TransactionMisuse
 
 try:
@@ -1320,6 +1318,8 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
                              "SET LOCAL plan_cache_mode = force_custom_plan")
                 hot: list[Scored] = []
                 if self._pgvector_sql is not None:
+                    import numpy as np  # where vectors are read: not at import
+
                     vec = _pgvector_text(np.frombuffer(query, dtype="<f4").tolist())
                     found = conn.execute(self._pgvector_sql["search_vectors"], {**params, "vec": vec})
                     hot = [(r[0], r[1], int(r[2]), float(r[3])) for r in found.fetchall()]
@@ -1334,6 +1334,8 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         if self._pgvector_sql is None:
             self._query(tx, "upsert_vector", params)
             return
+        import numpy as np  # where vectors are read: not at import
+
         vec = _pgvector_text(np.frombuffer(params["embedding"], dtype="<f4").tolist())
         tx.execute(self._pgvector_sql["upsert_vector_with_pgvector"], {**params, "vec": vec})
 

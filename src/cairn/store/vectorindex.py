@@ -46,8 +46,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import numpy as np
-
 from cairn.errors import InvalidArgument
 from cairn.faults import fault_point
 
@@ -117,6 +115,7 @@ class TierMove:
 
 def encode_vector(vector: Sequence[float], dims: int) -> bytes:
     """``dims`` finite floats as little-endian float32 (what sqlite-vec reads)."""
+    import numpy as np  # here and below, not at the top: ``import cairn`` need not pay 0.1 s for it
     array = np.asarray(vector, dtype="<f4")
     if array.shape != (dims,):
         raise InvalidArgument(f"a vector of {len(vector)} dimensions where {dims} are expected")
@@ -127,6 +126,7 @@ def encode_vector(vector: Sequence[float], dims: int) -> bytes:
 
 def quantize(embedding: bytes) -> tuple[bytes, float]:
     """A float32 vector as int8 components and the scale that maps them back."""
+    import numpy as np
     array = np.frombuffer(embedding, dtype="<f4")
     top = float(np.abs(array).max()) if array.size else 0.0
     scale = top / 127.0 if top > 0 else 1.0
@@ -196,6 +196,8 @@ class VectorIndex(Generic[Tx]):
         where a deployment has only ever used one."""
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise InvalidArgument(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
+        import numpy as np
+
         query = encode_vector(vector, len(vector))
         if not np.any(np.frombuffer(query, dtype="<f4")):
             raise InvalidArgument("the query vector is all zeros: it has no direction to compare")
@@ -328,6 +330,8 @@ class ExactScorer:
     for them in SQL: both scorers agree."""
 
     def __init__(self, query: bytes, k: int) -> None:
+        import numpy as np
+
         self.k = k
         hot = np.frombuffer(query, dtype="<f4").astype(np.float32)
         cold = np.frombuffer(quantize(query)[0], dtype=np.int8).astype(np.float32)
@@ -337,6 +341,8 @@ class ExactScorer:
         self._best: list[Scored] = []
 
     def add(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        import numpy as np
+
         if not rows:
             return
         distance = np.empty(len(rows), dtype=np.float64)
