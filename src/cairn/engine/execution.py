@@ -54,7 +54,6 @@ from cairn.store.records import (
 )
 
 if TYPE_CHECKING:
-    from cairn.engine.modelcalls import ModelLog
     from cairn.store.transactions import Tx
 
 #: The execution whose workflow code is running in this context.
@@ -205,8 +204,6 @@ class Execution:
         #: of the workflow) goes on as before until the workflow joins it.
         self.suspension: Suspend | None = None
         self._suspended: dict[tuple[int, int | None], Suspend] = {}
-        #: what this run's model calls journaled, built on its first live model call
-        self.model_log: ModelLog | None = None
         #: the thread running a transactional step's body (``transact``), which may make no journaled call
         #: memory writes buffered by step and tool bodies (``op.memory``), by
         #: position: (attempt, writes); committed with that call's outcome
