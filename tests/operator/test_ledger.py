@@ -1,4 +1,4 @@
-"""The operation ledger (``cairn.engine.ledger``): typed views of a run's tool
+"""The operation ledger (``cairn.api.ledger``): typed views of a run's tool
 calls, read from real runs on SQLite and from histories written out by hand
 where a case is hard to reach by running (an actor, a cut)."""
 
@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 import cairn
-from cairn.codec.payloads import PayloadCodec
-from cairn.engine.ledger import (
+from cairn.api.ledger import (
     Ledger,
     OpStatus,
     Settled,
     operations,
     resolution_request,
 )
+from cairn.codec.payloads import PayloadCodec
 from cairn.store.records import EventType, HistoryEvent, Payload
 from tests.cli.effects import ledger_lines
 from tests.operator.conftest import stuck_payment

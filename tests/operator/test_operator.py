@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import cairn
+from cairn.api.ledger import OpStatus
 from cairn.api.operator import Operator, cli_actor, open_schema
 from cairn.engine.budget import Budget
-from cairn.engine.ledger import OpStatus
 from cairn.store.records import RunStatus
 from tests.operator.conftest import stuck_payment
 

@@ -41,7 +41,7 @@ from cairn.api.instrumentation import Telemetry, due_since, instrument, uninstru
 from cairn.api.store_metrics import StoreMetrics
 from cairn.api.telemetry import span_id_of, trace_id_of
 from cairn.engine.execution import Execution, current, operation_id
-from cairn.engine.observe import ObservedExecution
+from cairn.engine.executor import ObservedExecution
 from cairn.models import Message
 from cairn.models.base import ModelRequest, ModelResponse
 from cairn.models.scripted import ScriptedModel

@@ -643,7 +643,7 @@ class App:
         """Side-effecting tool calls of a run and where each stands:
         ``done``, ``failed``, ``uncertain`` (intent without result) or
         ``pending`` (retry or reconciliation scheduled). The typed views are
-        ``app.operator.operations(run_id)`` (see ``cairn.engine.ledger``)."""
+        ``app.operator.operations(run_id)`` (see ``cairn.api.ledger``)."""
         return [view.as_dict() for view in self.operator.operations(run_id).operations]
 
     def resolve_operation(self, run_id: str, position: int, *, done: bool, result: Any = None) -> RunRecord:

@@ -46,14 +46,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cairn.api.telemetry import call_attributes, error_message, span_id_of, trace_id_of
-from cairn.engine.observe import ObservedExecution
+from cairn.engine.observe import Ending, Observed
 from cairn.errors import MissingExtra
 from cairn.store.records import EventType, HistoryEvent
 
 if TYPE_CHECKING:
     from cairn.api.app import App
-    from cairn.engine.execution import Execution
-    from cairn.engine.executor import Outcome
 
 try:
     from opentelemetry import metrics, trace
@@ -190,8 +188,7 @@ class Telemetry:
 
     # -- the observer ------------------------------------------------------------
 
-    def claimed(self, execution: Execution) -> None:
-        assert isinstance(execution, ObservedExecution)
+    def claimed(self, execution: Observed) -> None:
         run = execution.run
         history = execution.claim.history
         claim_index = _claim_index(history, run.epoch)
@@ -215,7 +212,7 @@ class Telemetry:
                         "cairn.recoveries": run.recoveries, "cairn.takeover": takeover, **base})
         execution.observed = _Claimed(span, trace.set_span_in_context(span), base)
 
-    def recorded(self, execution: Execution, event: HistoryEvent) -> None:
+    def recorded(self, execution: Observed, event: HistoryEvent) -> None:
         claimed: _Claimed | None = getattr(execution, "observed", None)
         if claimed is None:
             return
@@ -230,7 +227,7 @@ class Telemetry:
         elif event.event is not EventType.OP_INTENT:
             claimed.span.add_event(event.event.value, timestamp=int(event.at * _NS))
 
-    def ended(self, execution: Execution, outcome: Outcome) -> None:
+    def ended(self, execution: Observed, outcome: Ending) -> None:
         claimed: _Claimed | None = getattr(execution, "observed", None)
         if claimed is None:
             return
@@ -245,7 +242,7 @@ class Telemetry:
 
     # -- internals ---------------------------------------------------------------
 
-    def _call(self, execution: Execution, claimed: _Claimed, event: HistoryEvent, ended: str) -> None:
+    def _call(self, execution: Observed, claimed: _Claimed, event: HistoryEvent, ended: str) -> None:
         intent = execution.journal.intents.get(event.position) if event.position is not None else None
         name, attributes = call_attributes(event, (intent.detail or {}) if intent is not None else {})
         started = event.started_at if event.started_at is not None else event.at
@@ -272,7 +269,7 @@ class Telemetry:
         if detail.get("reconciled"):
             self.reconciliations.add(1, {**claimed.attributes, "cairn.outcome": str(detail["reconciled"])})
 
-    def _root(self, execution: Execution) -> str:
+    def _root(self, execution: Observed) -> str:
         """The id of the root of ``execution``'s run tree (its trace)."""
         run = execution.run
         if run.parent_run_id is None:

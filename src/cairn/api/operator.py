@@ -33,12 +33,12 @@ import msgspec
 
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.approvals import view as approval_view
+from cairn.api.ledger import Ledger, OperationView, resolution_request
 from cairn.codec import schemas, values
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.approvals import decision_body
 from cairn.engine.budget import Budget
 from cairn.engine.bundles import Bundle, BundleDamaged
-from cairn.engine.ledger import Ledger, OperationView, resolution_request
 from cairn.engine.messaging import check_name, signal_key
 from cairn.errors import ApprovalNotFound, InvalidArgument, InvalidEdit, PayloadError, RunNotFound
 from cairn.memory.api import Item, Memory, Message, SearchResult, item_of, message_of
@@ -197,7 +197,7 @@ class Operator:
         return record
 
     def operations(self, run_id: str) -> RunOperations:
-        """The run and its tool calls (see ``cairn.engine.ledger``)."""
+        """The run and its tool calls (see ``cairn.api.ledger``)."""
         run = self.get_run(run_id)
         ledger = Ledger(run_id, self._store.history(run_id))
         return RunOperations(run, ledger.views(self.codec))

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 import msgspec
 
+from cairn.api.ledger import Decoded, decode
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine import modelcalls
-from cairn.engine.ledger import Decoded, decode
 from cairn.errors import CairnError
 from cairn.models.base import ModelRecord
 from cairn.store.records import EventType, HistoryEvent, RunRecord

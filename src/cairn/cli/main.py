@@ -25,11 +25,11 @@ from rich.text import Text
 
 from cairn.api import views
 from cairn.api.app import App
+from cairn.api.ledger import OperationView
 from cairn.api.operator import Schema, open_schema
 from cairn.codec import values
 from cairn.engine.budget import Budget
 from cairn.engine.executor import Outcome
-from cairn.engine.ledger import OperationView
 from cairn.errors import (
     CairnError,
     InvalidRunState,

@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cairn.api.ledger import Decoded, OperationView, decode
 from cairn.api.views import ModelCalls, model_calls, result_of, run_json
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.journal import Journal
-from cairn.engine.ledger import Decoded, OperationView, decode
 from cairn.store.lifecycle import wait_label
 from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, RunRecord, RunStatus
 

@@ -29,8 +29,8 @@ import click
 import msgspec
 
 from cairn.api.app import App
+from cairn.api.ledger import decode
 from cairn.codec import values
-from cairn.engine.ledger import decode
 from cairn.errors import RunNotFound
 from cairn.store.records import HistoryEvent, RunRecord, RunStatus
 

@@ -30,12 +30,13 @@ import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
 from cairn.codec import schemas, values
 from cairn.engine import credentials
+from cairn.engine.credentials import SecretParams
 from cairn.engine.execution import Execution, operation_id
 from cairn.engine.signals import Suspend
 from cairn.engine.steps import input_hash
@@ -50,13 +51,39 @@ from cairn.errors import (
 from cairn.security.secrets import Secret, SecretValue, as_ref
 from cairn.store.records import ApprovalRequest, ApprovalStatus, Delivery, approval_key
 
-if TYPE_CHECKING:
-    from cairn.engine.tools import ToolDef
-
 T = TypeVar("T")
 
 #: What ``approval=`` on a tool may be: always, or a policy of the bound arguments.
 ApprovalPolicy = bool | Callable[[dict[str, Any]], bool]
+
+
+class Protected(Protocol):
+    """What ``guard`` reads of a tool's definition: its name and signature,
+    its approval settings, the type its arguments are approved as, and its
+    secret parameters (pinned: a decision may not change what they name).
+    ``engine.tools.ToolDef`` is one; named by this Protocol because the tools
+    module imports this one (the approval is part of calling a tool)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def call_signature(self) -> inspect.Signature: ...
+
+    @property
+    def approval(self) -> ApprovalPolicy | None: ...
+
+    @property
+    def approvers(self) -> tuple[str, ...] | None: ...
+
+    @property
+    def approval_timeout(self) -> float | None: ...
+
+    @property
+    def arguments_type(self) -> Any: ...
+
+    @property
+    def secrets(self) -> SecretParams | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +290,9 @@ def arguments_type(name: str, signature: inspect.Signature, hints: dict[str, Any
     return arguments
 
 
-def guard(ex: Execution, d: ToolDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+def guard(
+    ex: Execution, d: Protected, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any] | None:
     """For a protected tool: if its policy asks for approval of these
     arguments, request it (suspending until decided) and return the
     arguments to execute, exactly the approved or edited ones, by name; or

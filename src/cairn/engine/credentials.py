@@ -34,19 +34,39 @@ import logging
 import types
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cairn.errors import CredentialExpired, PayloadError, SecretError
 from cairn.security import redaction
-from cairn.security.secrets import Access, Secret, SecretValue, as_ref
-
-if TYPE_CHECKING:  # the execution imports the definitions, which import this module
-    from cairn.engine.execution import Execution
+from cairn.security.secrets import Access, Secret, Secrets, SecretValue, as_ref
+from cairn.store.records import RunRecord
 
 log = logging.getLogger("cairn.secrets")
 
 #: How many times one attempt is refreshed and run again after an expired credential.
 MAX_REFRESHES = 2
+
+
+class _Resolving(Protocol):
+    @property
+    def secrets(self) -> Secrets: ...
+
+
+class Executing(Protocol):
+    """What this module needs of the execution making a call: the run it
+    executes (whose identity a provider is shown, ``Access``) and the
+    process's secrets (``runtime.secrets``). ``engine.execution.Execution``
+    is one; named by this Protocol because that module sits above this one
+    (the definitions it imports import this module)."""
+
+    @property
+    def run(self) -> RunRecord: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def runtime(self) -> _Resolving: ...
 
 
 def wants_value(annotation: Any) -> bool:
@@ -93,7 +113,7 @@ class SecretParams:
                 "cairn.Secret('NAME'); its value is resolved when the body runs and is never recorded")
 
     def resolve(
-        self, ex: Execution, args: tuple[Any, ...], kwargs: dict[str, Any], what: str
+        self, ex: Executing, args: tuple[Any, ...], kwargs: dict[str, Any], what: str
     ) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Secret, ...]]:
         """The body's arguments with each reference replaced by its value,
         and the references used. ``SecretError`` if one cannot be resolved."""
@@ -113,12 +133,12 @@ class SecretParams:
         return bound.args, bound.kwargs, tuple(used)
 
 
-def access_of(ex: Execution, what: str | None = None) -> Access:
+def access_of(ex: Executing, what: str | None = None) -> Access:
     run = ex.run
     return Access(tenant=run.tenant, run_id=run.run_id, workflow=run.workflow, call=what)
 
 
-def should_refresh(ex: Execution, exc: Exception, used: tuple[Secret, ...], refreshes: int, *,
+def should_refresh(ex: Executing, exc: Exception, used: tuple[Secret, ...], refreshes: int, *,
                    write: bool) -> bool:
     """Whether the attempt that raised ``exc`` gets its secrets refreshed and
     runs again (see the module docstring)."""
@@ -131,7 +151,7 @@ def should_refresh(ex: Execution, exc: Exception, used: tuple[Secret, ...], refr
     return ex.runtime.secrets.is_expired(exc, used)
 
 
-def refresh(ex: Execution, exc: Exception, used: tuple[Secret, ...], refreshes: int, what: str) -> None:
+def refresh(ex: Executing, exc: Exception, used: tuple[Secret, ...], refreshes: int, what: str) -> None:
     """Refresh the secrets named by ``exc`` (a ``CredentialExpired`` naming
     one), or every secret the attempt used. A refresh that fails is the
     attempt's failure, as a ``CredentialExpired`` (a definite one: the

@@ -22,7 +22,8 @@ from cairn.engine.context import Context
 from cairn.engine.credentials import access_of
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.execution import CURRENT, Execution
-from cairn.engine.observe import ObservedExecution
+from cairn.engine.journal import Journal
+from cairn.engine.observe import Observer
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Release, Suspend
 from cairn.engine.tools import settle_end
@@ -45,6 +46,50 @@ log = logging.getLogger("cairn.executor")
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class _ReportingJournal(Journal):
+    """A journal that reports each live entry taken into it.
+
+    Every committed entry of an execution reaches its journal (its one
+    commit path, ``Execution._commit``, and the step's fast path beside it):
+    hooking the journal rather than each write path means a write path added
+    later is observed without anyone remembering to."""
+
+    report: Callable[[HistoryEvent], None] | None = None
+
+    def record(self, event: HistoryEvent) -> None:
+        super().record(event)
+        if self.report is not None:
+            self.report(event)
+
+
+class ObservedExecution(Execution):
+    """An ``Execution`` that reports every entry it appends to its observer
+    (``engine.observe``), built instead of a plain one when there is one.
+
+    The claim's history is taken in before reporting starts, so only what
+    this execution commits is reported. Terminal writes (``complete``,
+    ``fail``, ``suspend``...) end the claim and reach the observer as the
+    ``Outcome``."""
+
+    def __init__(self, observer: Observer, runtime: Runtime, claim: Claim, worker: str, *,
+                 is_async: bool = False) -> None:
+        super().__init__(runtime, claim, worker, is_async=is_async)
+        self.observer = observer
+        self.claim = claim
+        #: what the observer keeps of this claim while it executes
+        self.observed: Any = None
+        journal = _ReportingJournal(claim.history)
+        journal.report = self._report
+        self.journal = journal
+
+    def _report(self, event: HistoryEvent) -> None:
+        try:
+            self.observer.recorded(self, event)
+        except Exception:  # telemetry never breaks a run
+            log.exception("run %s: the observer failed on %s", self.run_id, event.event)
+
 
 
 @dataclass(frozen=True, slots=True)

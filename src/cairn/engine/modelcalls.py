@@ -41,6 +41,7 @@ import asyncio
 import hashlib
 import itertools
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -423,10 +424,16 @@ def _recorded(ex: Execution, call: Call) -> ModelEntry | ModelRecord:
     return decode_entry(bytes(raw), what=f"model call at position {call.position} of run {ex.run_id!r}")
 
 
+#: each execution's model log, for as long as the execution lives: kept here,
+#: not on the ``Execution``, so that the execution module needs nothing of this
+#: one (this one is above it)
+_LOGS: weakref.WeakKeyDictionary[Execution, ModelLog] = weakref.WeakKeyDictionary()
+
+
 def _log(ex: Execution, call: Call) -> ModelLog:
     """The execution's model log, built on its first live model call from the
     live journal (never from entries a cut voided)."""
-    log = ex.model_log
+    log = _LOGS.get(ex)
     if log is None:
         log = ModelLog()
         live = sorted((e for e in ex.journal.outcomes.values() if is_model_call(e) and
@@ -436,7 +443,7 @@ def _log(ex: Execution, call: Call) -> ModelLog:
             what = f"model call at position {event.position} of run {ex.run_id!r}"
             raw = ex.runtime.payloads.raw(event.payload, what=what)
             log.take(decode_entry(raw, what=what), rebuild=False, what=what, seq=event.seq)
-        ex.model_log = log
+        _LOGS[ex] = log
     return log
 
 

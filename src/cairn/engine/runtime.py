@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.bundles import Registry
 from cairn.engine.definitions import WorkflowDef
+from cairn.engine.observe import Observer
 from cairn.engine.schedules import Schedule
 from cairn.memory.policy import MemoryPolicy
 from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
-
-if TYPE_CHECKING:
-    from cairn.engine.observe import Observer
 
 
 @dataclass(slots=True)

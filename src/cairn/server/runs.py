@@ -10,11 +10,11 @@ from typing import Annotated, Any
 import msgspec
 from starlette.responses import JSONResponse
 
+from cairn.api.ledger import decode
 from cairn.api.tokens import Role
 from cairn.api.views import event_json, model_calls_of, model_records_of, run_json
 from cairn.codec import values
 from cairn.engine.budget import Budget
-from cairn.engine.ledger import decode
 from cairn.errors import PayloadError, RunNotFound
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint, Ident

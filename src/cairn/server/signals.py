@@ -24,9 +24,9 @@ import msgspec
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
+from cairn.api.ledger import decode
 from cairn.api.operator import Published
 from cairn.api.tokens import Role
-from cairn.engine.ledger import decode
 from cairn.engine.messaging import signal_key
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint

@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
+from cairn.api.ledger import Decoded, OperationView, decode
 from cairn.api.views import put_decoded, run_json
 from cairn.codec.payloads import PayloadCodec
-from cairn.engine.ledger import Decoded, OperationView, decode
 from cairn.models.base import ModelRecord
 from cairn.store.records import HistoryEvent, RunRecord, RunStatus, UsageTotals
 
