@@ -2,7 +2,7 @@
 for the HTTP API, so a script that reads one can read the other.
 
 Payloads are read through the payload codec (so encryption at rest applies)
-and decoded as plain JSON, never into user types (``engine.ledger.decode``):
+and decoded as plain JSON, never into user types (``api.ledger.decode``):
 neither the CLI nor the server needs workflow code to show a run, and stored
 bytes are trusted with nothing but a JSON parser. A value that cannot be
 decoded is shown as its error, so one damaged entry hides nothing else.

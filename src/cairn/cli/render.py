@@ -4,7 +4,7 @@ Payloads are read through the payload codec (so a codec stage such as
 encryption at rest applies here too) and decoded as plain JSON, never into
 user types: the inspection commands must work without the workflow code and
 must not trust stored bytes with anything but a JSON parser
-(``cairn.engine.ledger.decode``). Tool calls are shown from the ledger's
+(``cairn.api.ledger.decode``). Tool calls are shown from the ledger's
 typed views; nothing here classifies history itself.
 """
 

@@ -2,7 +2,7 @@
 (a run's summary and its history entries are ``cairn.api.views``, shared with
 the CLI's ``--json``).
 
-Payloads are decoded as plain JSON through the codec (``engine.ledger.decode``),
+Payloads are decoded as plain JSON through the codec (``api.ledger.decode``),
 never into user types: the server needs no workflow code to show a run, and
 stored bytes are trusted with nothing but a JSON parser. A value that cannot
 be decoded is shown as its error, so one damaged entry hides nothing else.
