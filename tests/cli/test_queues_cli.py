@@ -10,7 +10,7 @@ from click.testing import CliRunner, Result
 
 import cairn
 from cairn.cli.main import main
-from cairn.store.admission import QueueLimits, Rate
+from cairn.store.admission import QueueLimits, QueueShare, Rate
 from tests.cli.test_db_cli import check_error
 from tests.cli.workflows import build_app
 
@@ -62,6 +62,42 @@ def _three_runs(app: cairn.App) -> None:
     app.start("greet", "c")
 
 
+def test_share_sets_lists_and_removes_a_tenants_own_cap(db: str) -> None:
+    result = cli("queues", "share", "emails", "--tenant", "acme", "--concurrency", "3", "--db", db)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "queue emails, tenant acme: at most 3 running\n"
+    other = cli("queues", "share", "emails", "--tenant", "globex", "--concurrency", "1", "--db", db)
+    assert other.exit_code == 0
+    listed = json.loads(cli("queues", "shares", "--json", "--tenant", "acme", "--db", db).stdout)
+    assert listed == [{"queue": "emails", "tenant": "acme", "concurrency": 3}]
+    removed = cli("queues", "share", "emails", "--tenant", "acme", "--db", db)
+    assert removed.stdout == "queue emails, tenant acme: no cap of its own\n"
+    app = cairn.App(db=db)
+    try:
+        assert app.operator.queue_shares() == [QueueShare("emails", "globex", 1)]
+        assert app.set_queue_share("q", "acme", concurrency=2) == QueueShare("q", "acme", 2)
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("share", "q", "--tenant", "acme", "--concurrency", "0"), ("--concurrency", "0")),
+        (("share", "q", "--tenant", "acme", "--concurrency", "-2"), ("--concurrency",)),
+        (("share", "q", "--tenant", "acme", "--concurrency", "\u0663"), ("--concurrency",)),
+        (("share", "q", "--concurrency", "1"), ("--tenant",)),
+        (("share", "q", "--tenant", "", "--concurrency", "1"), ("needs a tenant",)),
+        (("share", "", "--tenant", "acme", "--concurrency", "1"), ("non-empty name",)),
+    ],
+)
+def test_bad_share_input_is_one_line_and_changes_nothing(
+    db: str, args: tuple[str, ...], fragments: tuple[str, ...]
+) -> None:
+    check_error(cli("queues", *args, "--db", db), 2, *fragments)
+    assert json.loads(cli("queues", "shares", "--json", "--db", db).stdout) == []
+
+
 def test_app_set_queue_takes_text_or_rate(db: str) -> None:
     app = cairn.App(db=db)
     try:
@@ -80,6 +116,7 @@ def test_app_set_queue_takes_text_or_rate(db: str) -> None:
         (("set", "q", "--tenant-rate", "0/s"), ("'--tenant-rate'", "at least 1")),
         (("set", "q", "--burst", "3", "--concurrency", "1"), ("--burst needs --rate",)),
         (("set", "q", "--concurrency", "0"), ("--concurrency", "0")),
+        (("set", "q", "--tenant-concurrency", "\u0663"), ("--tenant-concurrency", "whole number")),
         (("set", "", "--concurrency", "1"), ("non-empty name",)),
         (("clear", ""), ("non-empty name",)),
     ],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from cairn.store.admission import MAX_LANES, QueueLimits, QueueStats, Rate
+from cairn.store.admission import MAX_LANES, QueueLimits, QueueShare, QueueStats, Rate
 from cairn.store.contract import Store
 from cairn.store.records import Claim, EventType, RunStatus
 from tests.store.contract import LEASE, WF, FakeClock, ev, finish, new_run
@@ -106,6 +106,63 @@ class QueueContract:
         assert len(claimed) == 3
         tenants = sorted(c.run.tenant for c in claimed)
         assert tenants in (["a", "a", "b"], ["a", "b", "b"])
+
+    # -- a tenant's own share (issue 21) -------------------------------------------
+
+    def test_a_tenant_share_caps_that_tenant_alone(self, store: Store, clock: FakeClock) -> None:
+        """A's share of an unlimited queue holds A's runs to it; B's runs in
+        the same queue are claimed as if there were no share at all."""
+        store.set_queue_share(QueueShare("q", "a", concurrency=1))
+        fill(store, clock, "a", 3)
+        fill(store, clock, "b", 3)
+        assert sorted(claim_ids(store)) == ["a-0", "b-0", "b-1", "b-2"]
+        assert claim_ids(store, worker="w2") == []
+        store.set_queue_share(QueueShare("q", "a"))  # removed: A's runs are claimed again
+        assert claim_ids(store) == ["a-1", "a-2"]
+        assert store.queue_shares() == []
+
+    def test_a_share_above_the_queue_limit_does_not_raise_it(self, store: Store, clock: FakeClock) -> None:
+        store.set_queue(QueueLimits("q", tenant_concurrency=1))
+        store.set_queue_share(QueueShare("q", "a", concurrency=50))
+        fill(store, clock, "a", 3)
+        assert claim_ids(store) == ["a-0"]
+        assert claim_ids(store) == []
+
+    def test_a_share_under_the_queue_limit_restricts_further(self, store: Store, clock: FakeClock) -> None:
+        store.set_queue(QueueLimits("q", concurrency=10, tenant_concurrency=3))
+        store.set_queue_share(QueueShare("q", "a", concurrency=2))
+        fill(store, clock, "a", 5)
+        fill(store, clock, "b", 5)
+        got = store.claim_runs("w1", [WF], 10, LEASE, 3)
+        assert sorted(c.run.tenant for c in got) == ["a", "a", "b", "b", "b"]
+        finish(store, clock, next(c for c in got if c.run.tenant == "a"))
+        assert claim_ids(store) == ["a-2"]
+
+    def test_a_share_holds_under_concurrent_claimers(self, store: Store, clock: FakeClock) -> None:
+        store.set_queue_share(QueueShare("q", "a", concurrency=2))
+        fill(store, clock, "a", 10)
+        claimed: list[Claim] = []
+        lock = threading.Lock()
+
+        def claimer(name: str) -> None:
+            for _ in range(5):
+                got = store.claim_runs(name, [WF], 2, LEASE, 3)
+                with lock:
+                    claimed.extend(got)
+
+        threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(claimed) == 2
+
+    def test_queue_shares_are_listed_per_tenant(self, store: Store) -> None:
+        store.set_queue_share(QueueShare("q", "a", concurrency=2))
+        store.set_queue_share(QueueShare("q", "b", concurrency=3))
+        store.set_queue_share(QueueShare("q", "a", concurrency=4))  # replaces
+        assert store.queue_shares("a") == [QueueShare("q", "a", 4)]
+        assert store.queue_shares() == [QueueShare("q", "a", 4), QueueShare("q", "b", 3)]
 
     # -- rates -------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from cairn.cli.main import main
 from cairn.engine.bundles import Bundle
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
-from cairn.store.admission import QueueLimits, Rate
+from cairn.store.admission import QueueLimits, QueueShare, Rate
 from cairn.store.memrecords import ItemPut, MemoryScope, Provenance, RunPut, ThreadAppend
 from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
@@ -381,6 +381,26 @@ def test_queue_limits_hold_across_scoped_tenants(deployment: Deployment) -> None
     assert stats["q"].running == 2  # its own: the other tenant's runs stay invisible
 
 
+def test_a_tenant_share_holds_for_its_scoped_role_alone(deployment: Deployment) -> None:
+    """Issue 21: acme's own share caps acme's claims made by acme's role;
+    globex's role claims as if there were none, sees none of acme's, and
+    neither role can write a share (the owner writes them)."""
+    d = deployment
+    d.owner.set_queue_share(QueueShare("q", "acme", 1))
+    for tenant, store in (("acme", d.acme), ("globex", d.globex)):
+        for i in range(3):
+            store.create_run(new_run(f"{tenant}-{i}", tenant=tenant, queue="q"))
+    assert [c.run.tenant for c in d.acme.claim_runs("aw", [WF], 5, 30.0, 3)] == ["acme"]
+    assert d.acme.claim_runs("aw2", [WF], 5, 30.0, 3) == []
+    assert len(d.globex.claim_runs("gw", [WF], 5, 30.0, 3)) == 3
+    assert d.acme.queue_shares() == [QueueShare("q", "acme", 1)]
+    assert d.globex.queue_shares() == []
+    for store, tenant in ((d.acme, "acme"), (d.globex, "acme"), (d.globex, "globex")):
+        with pytest.raises(StoreError, match="permission denied"):
+            store.set_queue_share(QueueShare("q", tenant, 100))
+    assert d.owner.queue_shares() == [QueueShare("q", "acme", 1)]
+
+
 # -- the attacker's matrix (issue 9, item 1) ---------------------------------------------------
 #
 # A tenant's role (globex) with raw SQL, under its own setting, a forged one
@@ -398,6 +418,7 @@ def _acme_world(d: Deployment) -> str:
     """Runs, history, an artifact, buckets and limits of acme (and a run of
     globex's own); returns the reference of acme's artifact."""
     d.owner.set_queue(QueueLimits("q", concurrency=10, rate=Rate(100, 1.0), tenant_rate=Rate(100, 1.0)))
+    d.owner.set_queue_share(QueueShare("q", "acme", 5))
     d.acme.create_run(new_run("a1", tenant="acme", queue="q"))
     [a] = d.acme.claim_runs("aw", [WF], 1, 30.0, 3)
     ref = d.acme.put_artifact(SECRET)
@@ -458,6 +479,7 @@ SNAPSHOTS = {
     "artifact_gc": "SELECT * FROM artifact_gc ORDER BY ref",
     "queues": "SELECT * FROM queues ORDER BY name",
     "queue_buckets": "SELECT * FROM queue_buckets WHERE tenant <> 'globex' ORDER BY queue, tenant",
+    "queue_shares": "SELECT * FROM queue_shares ORDER BY queue, tenant",
     "schema_migrations": "SELECT * FROM schema_migrations ORDER BY version",
     "tenant_grants": "SELECT * FROM tenant_grants ORDER BY role, tenant",
     "mailbox": "SELECT * FROM mailbox WHERE tenant <> 'globex' OR run_id <> 'g1' ORDER BY run_id, seq",
@@ -489,6 +511,8 @@ READS = [
     ("artifacts", "SELECT ref FROM artifacts"),
     ("artifact_gc", "SELECT ref FROM artifact_gc"),
     ("queue_buckets", "SELECT tenant FROM queue_buckets WHERE tenant = 'acme'"),
+    ("queue_shares", "SELECT tenant, concurrency FROM queue_shares WHERE tenant = 'acme'"),
+    ("queue_shares", "SELECT tenant FROM queue_shares FOR UPDATE"),
     ("tenant_grants", "SELECT tenant FROM tenant_grants WHERE tenant = 'acme'"),
     ("mailbox", "SELECT seq FROM mailbox WHERE tenant = 'acme' OR run_id = 'a1'"),
     ("mailbox", "SELECT payload_ref FROM mailbox WHERE payload_ref IS NOT NULL"),
@@ -546,6 +570,12 @@ WRITES = [
     ("queue_buckets", "INSERT INTO queue_buckets VALUES ('q', 'acme', -1e9, 1e12) "
                       "ON CONFLICT (queue, tenant) DO UPDATE SET tokens = -1e9, refilled_at = 1e12"),
     ("queue_buckets", "INSERT INTO queue_buckets VALUES ('q3', '', -1e9, 1e12)"),
+    ("queue_shares", "UPDATE queue_shares SET concurrency = 1000000"),
+    ("queue_shares", "UPDATE queue_shares SET updated_at = 0"),
+    ("queue_shares", "DELETE FROM queue_shares"),
+    ("queue_shares", "INSERT INTO queue_shares VALUES ('q', 'acme', 1, 0) "
+                     "ON CONFLICT (queue, tenant) DO UPDATE SET concurrency = 1"),
+    ("queue_shares", "INSERT INTO queue_shares VALUES ('q', 'globex', 1000, 0)"),
     ("schema_migrations", "UPDATE schema_migrations SET name = 'evil'"),
     ("schema_migrations", "DELETE FROM schema_migrations"),
     ("schema_migrations", "INSERT INTO schema_migrations VALUES (999, 'evil', 0)"),

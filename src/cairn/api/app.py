@@ -46,7 +46,7 @@ from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
 from cairn.security.secrets import SecretProvider, Secrets
 from cairn.store import lifecycle, open_store, resolve_url
-from cairn.store.admission import QueueLimits, QueueStats, Rate
+from cairn.store.admission import QueueLimits, QueueShare, QueueStats, Rate
 from cairn.store.contract import Notifier, Store
 from cairn.store.records import (
     Claim,
@@ -725,6 +725,12 @@ class App:
 
         limits = QueueLimits(name, concurrency, tenant_concurrency, parsed(rate), parsed(tenant_rate))
         return self.operator.set_queue(limits)
+
+    def set_queue_share(self, name: str, tenant: str, *, concurrency: int | None = None) -> QueueShare:
+        """Cap ``tenant``'s own running runs of queue ``name`` at
+        ``concurrency`` (``None``: remove its cap), on top of the queue's
+        limits: a share only ever holds that tenant back further."""
+        return self.operator.set_queue_share(QueueShare(name, tenant, concurrency))
 
     def queues(self) -> list[QueueStats]:
         """Every queue with limits or live runs: its limits, how many of its

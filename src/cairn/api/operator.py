@@ -46,7 +46,7 @@ from cairn.memory.direct import direct_memory
 from cairn.memory.policy import MemoryPolicy
 from cairn.memory.tiering import ItemTiering
 from cairn.store import dialect, open_store
-from cairn.store.admission import QueueLimits, QueueStats
+from cairn.store.admission import QueueLimits, QueueShare, QueueStats
 from cairn.store.contract import Migratable, Store
 from cairn.store.memrecords import ItemTierMove, ItemTierUsage, MemoryScope
 from cairn.store.namespaces import encode_namespace, encode_prefix
@@ -364,6 +364,18 @@ class Operator:
     def clear_queue(self, name: str) -> QueueLimits:
         """Remove a queue's limits: it admits every runnable run again."""
         return self.set_queue(QueueLimits(name))
+
+    def set_queue_share(self, share: QueueShare) -> QueueShare:
+        """Replace one tenant's own cap in a queue (concurrency ``None``:
+        remove it). It holds back that tenant's runs of the queue only, on
+        top of the queue's limits: never raises them, never touches another
+        tenant (``cairn.store.admission``)."""
+        self._store.set_queue_share(share)
+        return share
+
+    def queue_shares(self, tenant: str | None = None) -> list[QueueShare]:
+        """Every tenant's own queue shares; with ``tenant``, that tenant's."""
+        return self._store.queue_shares(tenant)
 
     def queues(self, tenant: str | None = None) -> list[QueueStats]:
         """Every queue with limits or live runs, with its load; with

@@ -9,11 +9,30 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from cairn.store.admission import QueueLimits, QueueStats, Rate
+from cairn.store.admission import QueueLimits, QueueShare, QueueStats, Rate
 
 from .loading import open_session
 from .options import DefaultCommandGroup, app_option, db_from_context, db_option, stdout_console
 from .terminal import echo, echo_json
+
+
+class Count(click.ParamType[int]):
+    """A whole number of at least 1, in ASCII digits: ``int()`` alone reads
+    other scripts' digits too (``"\u0663"`` is 3), which a limit typed by
+    mistake should not silently become."""
+
+    name = "integer"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if not (text.isascii() and text.isdigit() and int(text) >= 1):
+            self.fail(f"{value!r} is not a whole number of at least 1", param, ctx)
+        return int(text)
+
+
+COUNT = Count()
 
 
 def describe_limits(limits: QueueLimits) -> str:
@@ -62,6 +81,8 @@ def queues(db: str | None) -> None:
     cairn queues                                  list them ('list' is the default)
     cairn queues set Q --concurrency 10 --rate 100/min --tenant-concurrency 2
     cairn queues clear Q                          remove Q's limits
+    cairn queues share Q --tenant T --concurrency 3   T's own cap in Q
+    cairn queues shares [--tenant T]              list the tenants' own caps
 
     Tenants share every queue fairly: a claim always takes the next run from
     the tenant with the fewest runs of that queue running.
@@ -99,9 +120,9 @@ def _rate(value: str | None, burst: int | None, option: str, burst_option: str) 
 
 @queues.command("set")
 @click.argument("name", metavar="QUEUE")
-@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+@click.option("--concurrency", type=COUNT, default=None,
               help="At most this many of the queue's runs running at once, all tenants together.")
-@click.option("--tenant-concurrency", type=click.IntRange(min=1), default=None,
+@click.option("--tenant-concurrency", type=COUNT, default=None,
               help="At most this many running at once per tenant.")
 @click.option("--rate", default=None, metavar="N/PERIOD",
               help="At most N claims per PERIOD sustained (token bucket), e.g. 100/min, 10/s, 5/30s.")
@@ -146,3 +167,50 @@ def queues_clear(ctx: click.Context, name: str, app_spec: str | None, db: str | 
     with open_session(db_from_context(ctx, db), app_spec) as session:
         session.operator.clear_queue(name)
     echo(f"queue {name}: unlimited")
+
+
+@queues.command("share")
+@click.argument("name", metavar="QUEUE")
+@click.option("--tenant", required=True, help="The tenant whose own share this is.")
+@click.option("--concurrency", type=COUNT, default=None,
+              help="At most this many of the tenant's runs of QUEUE running at once (not given: no cap of "
+                   "its own).")
+@app_option(required=False)
+@db_option
+@click.pass_context
+def queues_share(
+    ctx: click.Context, name: str, tenant: str, concurrency: int | None, app_spec: str | None, db: str | None,
+) -> None:
+    """Replace TENANT's own share of QUEUE: a cap on its own running runs
+    there, on top of QUEUE's limits (it can only hold TENANT back; other
+    tenants are not affected)."""
+    try:
+        share = QueueShare(name, tenant, concurrency)
+    except ValueError as exc:  # an empty name or tenant
+        raise click.BadParameter(str(exc)) from None
+    with open_session(db_from_context(ctx, db), app_spec) as session:
+        session.operator.set_queue_share(share)
+    own = f"at most {concurrency} running" if concurrency is not None else "no cap of its own"
+    echo(f"queue {name}, tenant {tenant}: {own}")
+
+
+@queues.command("shares")
+@click.option("--tenant", default=None, help="Only this tenant's shares.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, one object per share.")
+@app_option(required=False)
+@db_option
+@click.pass_context
+def queues_shares(
+    ctx: click.Context, tenant: str | None, as_json: bool, app_spec: str | None, db: str | None
+) -> None:
+    """The tenants' own shares of queues (set with 'cairn queues share')."""
+    with open_session(db_from_context(ctx, db), app_spec, read_only=True) as session:
+        shares = session.operator.queue_shares(tenant)
+    if as_json:
+        echo_json([{"queue": s.queue, "tenant": s.tenant, "concurrency": s.concurrency} for s in shares],
+                  indent=2)
+    elif not shares:
+        echo("no tenant has a share of its own", err=True)
+    else:
+        for s in shares:
+            echo(f"queue {s.queue}, tenant {s.tenant}: at most {s.concurrency} running")

@@ -6,7 +6,13 @@ token, never a tenant admin: one tenant's ``{"rate": "1/d"}`` on
 ``default`` starved every other). A tenant's token sees the queues that
 have limits (the installation's names) and those its own runs are in,
 with its own runs' load; another tenant's queue names and load stay
-hidden. An installation token sees what ``cairn queues`` shows."""
+hidden. An installation token sees what ``cairn queues`` shows.
+
+A tenant's admin sets its own tenant's *share* of a queue
+(``/api/queues/{name}/share``): a cap on how many of its own runs of the
+queue run at once, on top of the installation's limits, so it can only hold
+that tenant back. The tenant is always the token's: a body naming another
+is refused (no such field), and no path or query names one."""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import msgspec
 from cairn.api.tokens import Role
 from cairn.errors import InvalidArgument
 from cairn.server.routing import Call, Endpoint
-from cairn.store.admission import QueueLimits, QueueStats, Rate
+from cairn.store.admission import QueueLimits, QueueShare, QueueStats, Rate
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)]
@@ -60,13 +66,43 @@ def list_queues(call: Call[Any]) -> Any:
     return {"queues": [queue_json(q) for q in call.operator.queues(_tenant_of(call))]}
 
 
-def set_queue(call: Call[Any]) -> Any:
-    body: QueueBody = call.body
-    name = call.path["name"]
+class ShareBody(msgspec.Struct, forbid_unknown_fields=True):
+    """The caller's tenant's own share of a queue, replacing any it had:
+    at most ``concurrency`` of its runs of the queue running at once
+    (``null``: no share of its own, the queue's limits alone apply)."""
+
+    concurrency: Count | None = None
+
+
+def _queue_name(call: Call[Any]) -> str:
+    name: str = call.path["name"]
     try:
         msgspec.convert(name, Name)
     except msgspec.ValidationError:
         raise InvalidArgument("a queue name is 1 to 200 characters without control characters") from None
+    return name
+
+
+def share_json(share: QueueShare) -> dict[str, Any]:
+    return {"queue": share.queue, "tenant": share.tenant, "concurrency": share.concurrency}
+
+
+def get_share(call: Call[Any]) -> Any:
+    name, tenant = _queue_name(call), call.principal.tenant
+    found = [s for s in call.operator.queue_shares(tenant) if s.queue == name]
+    return share_json(found[0] if found else QueueShare(name, tenant))
+
+
+def set_share(call: Call[Any]) -> Any:
+    body: ShareBody = call.body
+    share = QueueShare(_queue_name(call), call.principal.tenant, body.concurrency)
+    call.operator.set_queue_share(share)
+    return share_json(share)
+
+
+def set_queue(call: Call[Any]) -> Any:
+    body: QueueBody = call.body
+    name = _queue_name(call)
     limits = QueueLimits(name, body.concurrency, body.tenant_concurrency,
                          Rate.parse(body.rate) if body.rate is not None else None,
                          Rate.parse(body.tenant_rate) if body.tenant_rate is not None else None)
@@ -83,4 +119,10 @@ ROUTES = [
     Endpoint("PUT", "/api/queues/{name}", Role.INSTALLATION,
              "Replace a queue's limits, shared by every tenant (an installation token only)",
              set_queue, body=QueueBody, tag="queues"),
+    Endpoint("GET", "/api/queues/{name}/share", Role.VIEWER,
+             "The token's tenant's own share of a queue (concurrency null: none)", get_share, tag="queues"),
+    Endpoint("PUT", "/api/queues/{name}/share", Role.ADMIN,
+             "Replace the token's tenant's own share of a queue: a cap on its own running runs there, "
+             "on top of the queue's limits (it can only hold the tenant back)",
+             set_share, body=ShareBody, tag="queues"),
 ]

@@ -13,6 +13,14 @@ workers run (``cairn queues set``):
   whole and for each tenant in it. Every claim of the queue spends a token,
   except a takeover (the run was admitted already; its worker died).
 
+Those limits are the installation's (an ``installation`` token sets them).
+A tenant may also cap *its own share* of a queue (``QueueShare``, set by
+that tenant's admin): at most ``concurrency`` of its runs of the queue
+running at once. A share only ever restricts its own tenant: it is checked
+in addition to the queue-wide limits, never instead of them, so a share
+above ``tenant_concurrency`` changes nothing, and no other tenant's lane
+reads it. A share applies to a queue with or without limits.
+
 A run counts against concurrency while its status is ``running``, also when
 it was started inline (``App.run``) rather than claimed by a worker, and also
 while its lease has expired and nobody took it over yet: the limit is on work
@@ -137,6 +145,25 @@ class QueueLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueShare:
+    """One tenant's own cap within a queue (see the module doc). ``None``:
+    no cap of its own (the queue's limits alone apply)."""
+
+    queue: str
+    tenant: str
+    concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.queue:
+            raise InvalidArgument("a queue needs a non-empty name")
+        if not self.tenant:
+            raise InvalidArgument("a queue share needs a tenant")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise InvalidArgument(f"queue {self.queue!r}: a share's concurrency must be at least 1, "
+                                  f"not {self.concurrency}")
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """A queue as an operator sees it: its limits and what is in it now."""
 
@@ -186,13 +213,15 @@ class Candidate:
 
 @dataclass(slots=True)
 class Lane:
-    """One tenant's runnable runs in one queue, best first, and how many runs
-    that tenant has ``running`` in the queue."""
+    """One tenant's runnable runs in one queue, best first, how many runs
+    that tenant has ``running`` in the queue, and the concurrency of its own
+    ``QueueShare`` (``None``: none)."""
 
     queue: str
     tenant: str
     running: int
     candidates: list[Candidate] = field(default_factory=list)
+    share: int | None = None
 
 
 def bucket_keys(limits: Mapping[str, QueueLimits], lanes: Iterable[Lane]) -> set[BucketKey]:
@@ -266,6 +295,8 @@ def plan(
         lane = lanes[i]
         if lane.queue in full_queues:
             continue
+        if lane.share is not None and lane.running + taken_in_lane[i] >= lane.share:
+            continue  # the tenant's own cap: this lane alone is done
         queue = limits.get(lane.queue)
         if queue is not None:
             wide, own = (lane.queue, QUEUE_WIDE), (lane.queue, lane.tenant)

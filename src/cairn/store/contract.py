@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from cairn.store.admission import QueueLimits, QueueStats
+from cairn.store.admission import QueueLimits, QueueShare, QueueStats
 from cairn.store.lifecycle import DEFAULT_PRUNE_STATUSES
 from cairn.store.memrecords import (
     ItemTierMove,
@@ -250,6 +250,18 @@ class Store(Protocol):
         by name, with how many of its runs are ``running`` and how many could
         be claimed now. With ``tenant``: the queues with limits or with runs
         of that tenant, counting only its runs (what a tenant may see)."""
+        ...
+
+    def set_queue_share(self, share: QueueShare) -> None:
+        """Replace tenant ``share.tenant``'s own cap in queue ``share.queue``
+        (``concurrency`` ``None``: remove it). It applies from the next claim
+        on, to that tenant's runs of the queue only, on top of the queue's
+        limits (``set_queue``): it can only hold the tenant back further."""
+        ...
+
+    def queue_shares(self, tenant: str | None = None) -> list[QueueShare]:
+        """Every tenant's own queue shares (with ``tenant``: that tenant's),
+        by queue, then tenant."""
         ...
 
     # -- schedules (store/schedules.py) ------------------------------------------

@@ -929,6 +929,21 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
         return self._transaction(body)
 
+    def set_queue_share(self, share: admission.QueueShare) -> None:
+        params = {"queue": share.queue, "tenant": share.tenant, "concurrency": share.concurrency,
+                  "now": self.clock()}
+
+        def body(tx: _Conn) -> None:
+            tx.execute(_Q["delete_share" if share.concurrency is None else "upsert_share"], params)
+
+        self._transaction(body)
+
+    def queue_shares(self, tenant: str | None = None) -> list[admission.QueueShare]:
+        def body(tx: _Conn) -> list[admission.QueueShare]:
+            return [admission.QueueShare(*row) for row in tx.execute(_Q["select_shares"], {"tenant": tenant})]
+
+        return self._transaction(body)
+
     # -- schedules (store/schedules.py) ------------------------------------------
 
     def register_schedule(self, spec: ScheduleSpec) -> ScheduleState:
@@ -1692,21 +1707,27 @@ def _lock_limits(
 ) -> tuple[dict[str, admission.QueueLimits], dict[str, int], dict[admission.BucketKey, admission.Bucket]]:
     """Lock the limited queues among ``lanes`` (name order: no deadlock
     between claimers) and read, under those locks, what ``admission.plan``
-    needs: their limits, running totals, each lane's own running count
-    (updated in place) and the token buckets."""
+    needs: their limits, running totals, each lane's own running count and
+    share (updated in place) and the token buckets. A lane's tenant share
+    (``queue_shares``) is locked too, after the queues, in key order."""
     names = sorted({lane.queue for lane in lanes if lane.candidates})
     limits = {row[0]: _queue_from_row(row) for row in tx.execute(_Q["lock_queues"], {"queues": names})}
+    keys = sorted((lane.queue, lane.tenant) for lane in lanes if lane.candidates)
+    shares = {(q, t): n for q, t, n in tx.execute(_Q["lane_shares"], {
+        "queues": [k[0] for k in keys], "tenants": [k[1] for k in keys]})}
     queue_running: dict[str, int] = {}
     buckets: dict[admission.BucketKey, admission.Bucket] = {}
-    if not limits:
+    if not limits and not shares:
         return limits, queue_running, buckets
     # Statements of their own, after the locks: under READ COMMITTED they see
     # every claim the previous holder of a lock committed.
     limited = {"queues": sorted(limits)}
-    queue_running = dict(tx.execute(_Q["queue_running_totals"], limited).fetchall())
-    running = {(q, t): n for q, t, n in tx.execute(_Q["lane_running"], limited)}
+    queue_running = dict(tx.execute(_Q["queue_running_totals"], limited).fetchall()) if limits else {}
+    counted = {"queues": sorted(limits.keys() | {q for q, _ in shares})}
+    running = {(q, t): n for q, t, n in tx.execute(_Q["lane_running"], counted)}
     for lane in lanes:
-        if lane.queue in limits:
+        lane.share = shares.get((lane.queue, lane.tenant))
+        if lane.queue in limits or lane.share is not None:
             lane.running = running.get((lane.queue, lane.tenant), 0)
     rated = sorted({key[0] for key in admission.bucket_keys(limits, lanes)})
     if rated:

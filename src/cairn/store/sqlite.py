@@ -546,6 +546,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         self._lane_cursor.saw(queue, tenants)
         lanes = []
         running: dict[str, int] | None = None
+        shares: dict[str, int] | None = None
         for tenant in tenants:
             rows = tx.execute(_Q["lane_candidates"], {"queue": queue, "tenant": tenant, "now": now,
                                                      "workflows": workflows, "bundles": bundles,
@@ -554,11 +555,14 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
                 continue
             if running is None:  # one statement for every lane of the queue
                 running = dict(tx.execute(_Q["lane_running"], {"queue": queue}).fetchall())
+                shares = dict(tx.execute(_Q["lane_shares"], {"queue": queue}).fetchall())
             candidates = [admission.Candidate(row[0], queue, tenant, row[1], row[2], row[3] == "running")
                           for row in rows]
             if states is not None:
                 states.update((row[0], row) for row in rows)
-            lanes.append(admission.Lane(queue, tenant, running.get(tenant, 0), candidates))
+            assert shares is not None
+            lanes.append(admission.Lane(queue, tenant, running.get(tenant, 0), candidates,
+                                        shares.get(tenant)))
         return lanes
 
     # -- queues ------------------------------------------------------------------
@@ -581,6 +585,17 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             finally:
                 conn.execute("COMMIT")
         return admission.stats(limits, counts)
+
+    def set_queue_share(self, share: admission.QueueShare) -> None:
+        params = {"queue": share.queue, "tenant": share.tenant, "concurrency": share.concurrency,
+                  "now": self.clock()}
+        with self._write() as tx:
+            tx.execute(_Q["delete_share" if share.concurrency is None else "upsert_share"], params)
+
+    def queue_shares(self, tenant: str | None = None) -> list[admission.QueueShare]:
+        with self._read() as conn:
+            rows = conn.execute(_Q["select_shares"], {"tenant": tenant}).fetchall()
+        return [admission.QueueShare(*row) for row in rows]
 
     # -- schedules (store/schedules.py) ------------------------------------------
 

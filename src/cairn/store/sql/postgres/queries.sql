@@ -1394,3 +1394,26 @@ GROUP BY i.tier ORDER BY i.tier
 -- Every cold copy (inspection and tests: a deletion must leave none behind).
 SELECT tenant, namespace, key, codec, size, value FROM memory_item_cold
 ORDER BY tenant COLLATE "C", namespace COLLATE "C", key COLLATE "C"
+
+-- A tenant's own share of a queue (migration 0023): the lanes' share rows,
+-- locked in key order (after lock_queues, so every claimer takes its locks
+-- in the same order), so one tenant's claims of one queue cannot both take
+-- its share's last slot. A tenant's role sees and locks its own rows only.
+-- name: lane_shares
+SELECT s.queue, s.tenant, s.concurrency FROM queue_shares AS s
+JOIN unnest(%(queues)s::text[], %(tenants)s::text[]) AS l(queue, tenant)
+  ON s.queue = l.queue AND s.tenant = l.tenant
+ORDER BY s.queue, s.tenant
+FOR UPDATE OF s
+
+-- name: select_shares
+SELECT queue, tenant, concurrency FROM queue_shares
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text ORDER BY queue, tenant
+
+-- name: upsert_share
+INSERT INTO queue_shares (queue, tenant, concurrency, updated_at)
+VALUES (%(queue)s::text, %(tenant)s::text, %(concurrency)s::bigint, %(now)s::float8)
+ON CONFLICT (queue, tenant) DO UPDATE SET concurrency = excluded.concurrency, updated_at = excluded.updated_at
+
+-- name: delete_share
+DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::text

@@ -169,12 +169,14 @@ CREATE TRIGGER runs_notify_runnable
     WHEN (NEW.runnable_at IS NOT NULL AND NEW.status <> 'running')
     EXECUTE FUNCTION notify_runnable();
 
--- A run of a queue with a concurrency limit that stops running frees a slot:
--- wake the workers, as for a new run. (0005)
+-- A run of a queue with a concurrency limit, or of a tenant with a share of
+-- the queue, that stops running frees a slot: wake the workers, as for a new
+-- run. (0005, 0023)
 CREATE FUNCTION notify_slot_freed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM queues
-               WHERE name = NEW.queue AND (concurrency IS NOT NULL OR tenant_concurrency IS NOT NULL)) THEN
+               WHERE name = NEW.queue AND (concurrency IS NOT NULL OR tenant_concurrency IS NOT NULL))
+       OR EXISTS (SELECT 1 FROM queue_shares WHERE queue = NEW.queue AND tenant = NEW.tenant) THEN
         PERFORM pg_notify('cairn_runnable', TG_TABLE_SCHEMA);
     END IF;
     RETURN NULL;
@@ -1012,3 +1014,29 @@ ALTER TABLE runs ADD CONSTRAINT runs_schedule_ids
 ALTER TABLE runs ADD CONSTRAINT runs_tenant_ids
     CHECK (NOT starts_with(run_id, 'tenant:')
            OR starts_with(run_id, 'tenant:' || url_quote(tenant) || ':')) NOT VALID;
+
+-- A tenant's own share of a shared queue (0023): at most concurrency of its
+-- runs of the queue running, on top of the installation's limits. Written by
+-- the owner; a tenant's role reads and locks (FOR UPDATE) its own rows only.
+CREATE TABLE queue_shares (
+    queue       TEXT NOT NULL,
+    tenant      TEXT NOT NULL CHECK (tenant <> ''),
+    concurrency BIGINT NOT NULL CHECK (concurrency >= 1),
+    updated_at  DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (queue, tenant)
+);
+
+ALTER TABLE queue_shares ENABLE ROW LEVEL SECURITY;
+CREATE POLICY read_own_shares ON queue_shares FOR SELECT
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+CREATE POLICY lock_own_shares ON queue_shares FOR UPDATE
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (false);
+
+INSERT INTO tenant_privileges (object_name, privileges) VALUES ('queue_shares', 'SELECT, UPDATE (updated_at)');

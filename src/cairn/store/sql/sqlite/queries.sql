@@ -1117,3 +1117,18 @@ GROUP BY i.tier ORDER BY i.tier
 -- name: select_all_item_cold
 -- Every cold copy (inspection and tests: a deletion must leave none behind).
 SELECT tenant, namespace, key, codec, size, value FROM memory_item_cold ORDER BY tenant, namespace, key
+
+-- A tenant's own share of a queue (migration 0015).
+-- name: lane_shares
+SELECT tenant, concurrency FROM queue_shares WHERE queue = :queue
+
+-- name: select_shares
+SELECT queue, tenant, concurrency FROM queue_shares
+WHERE :tenant IS NULL OR tenant = :tenant ORDER BY queue, tenant
+
+-- name: upsert_share
+INSERT INTO queue_shares (queue, tenant, concurrency, updated_at) VALUES (:queue, :tenant, :concurrency, :now)
+ON CONFLICT (queue, tenant) DO UPDATE SET concurrency = excluded.concurrency, updated_at = excluded.updated_at
+
+-- name: delete_share
+DELETE FROM queue_shares WHERE queue = :queue AND tenant = :tenant

@@ -456,3 +456,13 @@ WHEN OLD.tier = 'cold' AND NEW.tier = 'hot'
 BEGIN
     DELETE FROM memory_item_cold WHERE tenant = OLD.tenant AND namespace = OLD.namespace AND key = OLD.key;
 END;
+
+-- A tenant's own share of a shared queue (0015): at most concurrency of its
+-- runs of the queue running, on top of the installation's limits.
+CREATE TABLE queue_shares (
+    queue       TEXT NOT NULL,
+    tenant      TEXT NOT NULL CHECK (tenant <> ''),
+    concurrency INTEGER NOT NULL CHECK (concurrency >= 1),
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (queue, tenant)
+) WITHOUT ROWID;
