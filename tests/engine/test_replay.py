@@ -178,7 +178,7 @@ _STORE_READS = frozenset({
     "get_run", "list_runs", "history", "queue_stats", "list_schedules", "deliveries", "latest_event",
     "approvals", "bundles", "run_counts", "bundle_counts", "get_artifact", "memory_item", "memory_items",
     "thread_messages", "memory_threads", "run_memory", "item_tiers", "get_token", "list_tokens",
-    "runs_changed", "search_memory", "vector_tiers", "durability", "delivery",
+    "runs_changed", "search_memory", "vector_tiers", "durability", "delivery", "history_at", "model_calls",
 })
 
 

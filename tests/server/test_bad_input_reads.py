@@ -9,13 +9,17 @@ it returns to the server."""
 
 from __future__ import annotations
 
+import json
+import random
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
 
+from cairn.engine import modelcalls
 from cairn.engine.journal import Journal
+from cairn.server.views import model_call_json
 
 from .conftest import TENANT, Setup
 from .workflows import drain
@@ -82,3 +86,88 @@ def test_usage_of_model_calls_and_tools_matches_the_journal(setup: Setup, client
     assert models
     assert all("result_error" not in e and e["result"]["response"]["message"]["content"].startswith("answer ")
                for e in models), models
+
+
+class CountedReads:
+    """The entries the store hands the server, over every history read
+    (``history``, ``history_at``, ``model_calls``)."""
+
+    def __init__(self, setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entries = 0
+        for name in ("history", "history_at", "model_calls"):
+            monkeypatch.setattr(setup.app.store, name, self._counting(getattr(setup.app.store, name)))
+
+    def _counting(self, read: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            got = read(*args, **kwargs)
+            self.entries += len(got)
+            return got
+        return counted
+
+
+def _model_calls_as_read_whole(setup: Setup, run_id: str) -> dict[int, Any]:
+    history = setup.app.history(run_id)
+    by_seq = {e.seq: e for e in history}
+    return {seq: json.loads(json.dumps(model_call_json(by_seq[seq], record)))  # as the server sends it
+            for seq, record in modelcalls.records(history, setup.app.runtime.payloads).items()}
+
+
+def test_a_page_deep_in_a_long_run_reads_what_its_model_calls_need(
+        setup: Setup, client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page with model calls read the history from seq 0 to rebuild them
+    (a page of 10 after seq 284 of this 300-entry run: 305 entries, seen
+    failing); now the page, one
+    entry more and the few entries its calls name as needed. Any page, at
+    random boundaries, shows the calls the whole history rebuilds."""
+    viewer = setup.headers("viewer")
+    run_id = setup.app.start(setup.workflows["agent"], 150, tenant=TENANT).run_id
+    drain(setup.app)
+    whole = _model_calls_as_read_whole(setup, run_id)
+    assert len(whole) == 150
+    last = setup.app.history(run_id)[-1].seq
+    spy = CountedReads(setup, monkeypatch)
+    path = f"/api/runs/{quote(run_id, safe='')}"
+    rng = random.Random(5)
+    for after in [last - 20, 0, last // 2, *(rng.randrange(last) for _ in range(12))]:
+        limit = rng.choice([1, 2, 5, 10])
+        spy.entries = 0
+        page = client.get(f"{path}/history", params={"after": after, "limit": limit}, headers=viewer)
+        assert page.status_code == 200, page.text
+        events = page.json()["events"]
+        calls = [e for e in events if e.get("kind") == "model" and e["event"] == "step.completed"]
+        # the page, one entry more, and per call the system prompt's carrier and the window's
+        assert spy.entries <= limit + 1 + 6 * len(calls), (after, limit, spy.entries)
+        for event in calls:
+            assert event["result"]["request"] == whole[event["seq"]]["request"]
+            assert event["result"]["response"]["message"] == whole[event["seq"]]["response"]
+
+
+def test_model_calls_come_in_pages_read_in_the_database(
+        setup: Setup, client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/model-calls`` read the run's whole history for every request; now
+    it reads a page of model entries (filtered in SQL, never the steps
+    between) and what they need, and pages with ``after``/``next_after``
+    (seen failing: the whole run's 150 calls in one answer, the query ignored)."""
+    viewer = setup.headers("viewer")
+    run_id = setup.app.start(setup.workflows["agent"], 150, tenant=TENANT).run_id
+    drain(setup.app)
+    whole = _model_calls_as_read_whole(setup, run_id)
+    spy = CountedReads(setup, monkeypatch)
+    path = f"/api/runs/{quote(run_id, safe='')}/model-calls"
+    shown: list[dict[str, Any]] = []
+    after: int | None = 0
+    while after is not None:
+        spy.entries = 0
+        got = client.get(path, params={"after": after, "limit": 20}, headers=viewer)
+        assert got.status_code == 200, got.text
+        body = got.json()
+        assert "error" not in body, body
+        assert len(body["model_calls"]) <= 20
+        # 21 model entries, and the system prompt's carrier and the window's of the page's first call
+        assert spy.entries <= 21 + 6, spy.entries
+        shown.extend(body["model_calls"])
+        after = body["next_after"]
+    assert shown == [whole[seq] for seq in sorted(whole)]
+    everything = client.get(path, params={"limit": 1000}, headers=viewer).json()  # the dashboard's page
+    assert everything["model_calls"] == shown
+    assert everything["next_after"] is None

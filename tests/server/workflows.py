@@ -53,6 +53,18 @@ def register(app: cairn.App) -> dict[str, Any]:
         answer = ctx.model(llm, [Message(role="user", content=question)])
         return answer.message.content or ""
 
+    @app.workflow(name="agent")
+    def agent(ctx: cairn.Context, turns: int) -> int:
+        """A long agent loop that sends a system prompt and its last few
+        messages on every call, with a step between calls."""
+        system = Message(role="system", content="You are terse. " * 10)
+        recent: list[Message] = []
+        for turn in range(turns):
+            recent = [*recent[-4:], Message(role="user", content=f"question {turn} " * 10)]
+            recent.append(ctx.model(llm, [system, *recent]).message)
+            tick(turn)
+        return turns
+
     @app.tool(effect="write")
     def send(to: str) -> str:
         raise RuntimeError("the connection dropped after the request was sent")
@@ -76,7 +88,7 @@ def register(app: cairn.App) -> dict[str, Any]:
         return got
 
     return {"ticker": ticker, "slow_ticker": slow_ticker, "echo": echo, "chat": chat, "payer": payer,
-            "payout": payout, "listener": listener}
+            "payout": payout, "listener": listener, "agent": agent}
 
 
 def drain(app: cairn.App, seconds: float = 10.0) -> None:

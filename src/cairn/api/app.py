@@ -591,6 +591,18 @@ class App:
         self.get_run(run_id)
         return self.store.history(run_id, after_seq, limit)
 
+    def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
+        """The entries of ``run_id`` at ``seqs``: what a page's model calls
+        need to be rebuilt (``cairn.api.views.model_calls_of``)."""
+        self.get_run(run_id)
+        return self.store.history_at(run_id, seqs)
+
+    def model_calls(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        """A page of the recorded model call entries of ``run_id``, read in
+        the database without the entries between them."""
+        self.get_run(run_id)
+        return self.store.model_calls(run_id, after_seq, limit)
+
     def usage(self, run_id: str) -> UsageTotals:
         """What ``run_id`` has spent (tokens, cost, tool calls) and its last
         ``seq``, summed by the store: its history stays in the database."""

@@ -10,7 +10,8 @@ decoded is shown as its error, so one damaged entry hides nothing else.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import Any, Protocol
 
 import msgspec
 
@@ -73,6 +74,45 @@ def model_calls(codec: PayloadCodec, history: list[HistoryEvent]) -> ModelCalls:
     return {seq: Decoded(msgspec.to_builtins(record)) for seq, record in records.items()}
 
 
+class Reads(Protocol):
+    """The reads of one run's journal a page of model calls needs (``App``)."""
+
+    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]: ...
+
+    def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]: ...
+
+
+def model_records_of(reads: Reads, codec: PayloadCodec, run_id: str,
+                     entries: Sequence[HistoryEvent]) -> dict[int, ModelRecord] | str:
+    """The model calls among ``entries`` (a page of ``run_id``'s history),
+    rebuilt from the entries they name as needed, read by seq: a page deep
+    in a long run reads about as much as it shows, not the journal before
+    it. Entries written before they named their needs are rebuilt from the
+    journal's start, as before. An error names why they cannot be."""
+    calls = [e for e in entries if modelcalls.is_model_call(e)]
+    if not calls:
+        return {}
+    try:
+        needed = modelcalls.needs(calls, codec)
+        if needed is None:
+            found = modelcalls.records(reads.history(run_id, 0, max(e.seq for e in calls)), codec)
+        else:
+            have = {e.seq for e in calls}
+            found = modelcalls.rebuild_some(calls, reads.history_at(run_id, needed - have), codec)
+    except (CairnError, ValueError) as exc:
+        return f"cannot rebuild model calls: {exc}"
+    return {e.seq: found[e.seq] for e in calls if e.seq in found}
+
+
+def model_calls_of(reads: Reads, codec: PayloadCodec, run_id: str,
+                   entries: Sequence[HistoryEvent]) -> ModelCalls:
+    """``model_records_of`` as decoded values (the error on each model call's entry)."""
+    records = model_records_of(reads, codec, run_id, entries)
+    if isinstance(records, str):
+        return {e.seq: Decoded(error=records) for e in entries if modelcalls.is_model_call(e)}
+    return {seq: Decoded(msgspec.to_builtins(record)) for seq, record in records.items()}
+
+
 def result_of(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls) -> Decoded:
     """What a journal entry recorded: a model call rebuilt, anything else decoded."""
     found = models.get(event.seq)
@@ -101,4 +141,5 @@ def event_json(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | No
     return out
 
 
-__all__ = ["ModelCalls", "event_json", "model_calls", "model_records", "put_decoded", "result_of", "run_json"]
+__all__ = ["ModelCalls", "Reads", "event_json", "model_calls", "model_calls_of", "model_records",
+           "model_records_of", "put_decoded", "result_of", "run_json"]

@@ -444,9 +444,8 @@ def events(
                 record = app.get_run(run_id)
                 batch = app.history(run_id, last)
                 # a model call is stored as what its run had not journaled yet:
-                # rebuilding it needs the entries before it, from the start
-                models = (views.model_calls(codec, app.history(run_id, 0, batch[-1].seq))
-                          if any(e.step_kind == "model" for e in batch) else {})
+                # rebuilt from the entries it names as needed
+                models = views.model_calls_of(app, codec, run_id, batch)
                 for event in batch:
                     if as_json:
                         echo_json(views.event_json(codec, event, models))

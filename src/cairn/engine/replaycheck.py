@@ -74,7 +74,7 @@ class ReadOnlyStore:
     """A store that answers reads and refuses every write (``DryRunWrite``)."""
 
     _READS = frozenset({"get_run", "history", "get_artifact", "deliveries", "delivery", "list_runs",
-                        "bundles", "durability"})
+                        "bundles", "durability", "history_at", "model_calls"})
 
     def __init__(self, store: Any) -> None:
         self._store = store

@@ -56,7 +56,7 @@ from starlette.responses import Response, StreamingResponse
 
 from cairn.api.app import App
 from cairn.api.tokens import Principal, Role
-from cairn.api.views import ModelCalls, event_json, model_calls, run_json
+from cairn.api.views import ModelCalls, event_json, model_calls_of, run_json
 from cairn.server.errors import ApiError, log
 from cairn.server.routing import Endpoint, ServerState, tenant_run
 from cairn.store.records import HistoryEvent, RunRecord
@@ -265,10 +265,8 @@ def _streaming(state: ServerState, principal: Principal, body: AsyncIterator[str
 
 def _render(app: App, run_id: str, events: list[HistoryEvent]) -> list[tuple[int, str]]:
     """``(seq, SSE text)`` of history entries (a model call is rebuilt from
-    the run's whole journal: an entry stores only what was new)."""
-    models: ModelCalls = {}
-    if any(e.step_kind == "model" for e in events):
-        models = model_calls(app.runtime.payloads, app.history(run_id))
+    the entries it names as needed: an entry stores only what was new)."""
+    models: ModelCalls = model_calls_of(app, app.runtime.payloads, run_id, events)
     return [(e.seq, sse(event_json(app.runtime.payloads, e, models), id=str(e.seq))) for e in events]
 
 

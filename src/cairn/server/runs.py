@@ -11,7 +11,7 @@ import msgspec
 from starlette.responses import JSONResponse
 
 from cairn.api.tokens import Role
-from cairn.api.views import event_json, model_calls, model_records, run_json
+from cairn.api.views import event_json, model_calls_of, model_records_of, run_json
 from cairn.codec import values
 from cairn.engine.budget import Budget
 from cairn.engine.ledger import decode
@@ -158,29 +158,32 @@ def show_run(call: Call[Any]) -> Any:
 
 def run_history(call: Call[Any]) -> Any:
     """One page, read as one: the entries after ``after``, one more than the
-    page to know whether another follows. A page with a model call reads
-    the history up to its end (a call is rebuilt from the ones before it)."""
+    page to know whether another follows, and the entries the page's model
+    calls name as needed to rebuild them (``model_calls_of``)."""
     query: Page = call.query
     record = call.run(call.path["run_id"])
     fetched = call.app.history(record.run_id, query.after, query.limit + 1)
     page = fetched[: query.limit]
-    models: Any = {}
-    if any(e.step_kind == "model" for e in page):
-        models = model_calls(call.operator.codec, call.app.history(record.run_id, 0, page[-1].seq))
+    models = model_calls_of(call.app, call.operator.codec, record.run_id, page)
     next_after = page[-1].seq if len(fetched) > query.limit else None
     return {"run_id": record.run_id, "events": [event_json(call.operator.codec, e, models) for e in page],
             "next_after": next_after}
 
 
 def run_model_calls(call: Call[Any]) -> Any:
+    """A page of the run's model calls (``after``: a ``seq``), read in the
+    database without the entries between them, each rebuilt from the entries
+    it needs."""
+    query: Page = call.query
     record = call.run(call.path["run_id"])
-    history = call.app.history(record.run_id)
-    models = model_records(call.operator.codec, history)
+    fetched = call.app.model_calls(record.run_id, query.after, query.limit + 1)
+    page = fetched[: query.limit]
+    next_after = page[-1].seq if len(fetched) > query.limit else None
+    models = model_records_of(call.app, call.operator.codec, record.run_id, page)
     if isinstance(models, str):
-        return {"run_id": record.run_id, "model_calls": [], "error": models}
-    by_seq = {e.seq: e for e in history}
-    return {"run_id": record.run_id,
-            "model_calls": [model_call_json(by_seq[seq], rec) for seq, rec in sorted(models.items())]}
+        return {"run_id": record.run_id, "model_calls": [], "error": models, "next_after": next_after}
+    return {"run_id": record.run_id, "next_after": next_after,
+            "model_calls": [model_call_json(e, models[e.seq]) for e in page if e.seq in models]}
 
 
 def run_operations(call: Call[Any]) -> Any:
@@ -252,8 +255,8 @@ ROUTES = [
     Endpoint("GET", RUN, Role.VIEWER, "A run with its input, result, budget and usage", show_run),
     Endpoint("GET", RUN + "/history", Role.VIEWER, "A page of the run's history (its journal)", run_history,
              query=Page),
-    Endpoint("GET", RUN + "/model-calls", Role.VIEWER, "The run's model calls as sent and received",
-             run_model_calls),
+    Endpoint("GET", RUN + "/model-calls", Role.VIEWER, "A page of the run's model calls as sent and received",
+             run_model_calls, query=Page),
     Endpoint("GET", RUN + "/operations", Role.VIEWER, "The run's tool calls and where each stands",
              run_operations, tag="operations"),
     Endpoint("POST", RUN + "/cancel", Role.OPERATOR, "Cancel the run and its unfinished children",

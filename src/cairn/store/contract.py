@@ -172,6 +172,18 @@ class Store(Protocol):
         """History entries of ``run_id`` with ``seq > after_seq``, in order."""
         ...
 
+    def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
+        """The entries of ``run_id`` at ``seqs`` (those that exist), in order:
+        a read of a few model calls fetches what they need, not the journal
+        before them (``modelcalls.needs``)."""
+        ...
+
+    def model_calls(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        """The recorded model calls of ``run_id`` (``step.completed`` entries
+        of kind ``model`` with a payload) with ``seq > after_seq``, in order,
+        at most ``limit``: a page of them, without the entries between."""
+        ...
+
     def run_usage(self, run_id: str) -> UsageTotals:
         """What ``run_id`` has spent and its last ``seq``, summed in the
         database (a read of a long run must not load its history for three

@@ -769,6 +769,19 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         with self._conn() as conn:
             return _select_history(conn, run_id, after_seq, limit)
 
+    def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
+        if not seqs:
+            return []
+        params = {"run_id": run_id, "seqs": sorted(seqs)}
+        with self._conn() as conn:
+            return [event_from_row(row) for row in conn.execute(_Q["select_history_at"], params)]
+
+    def model_calls(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        params = {"run_id": run_id, "after_seq": after_seq,
+                  "limit": None if limit is None or limit < 0 else limit}
+        with self._conn() as conn:
+            return [event_from_row(row) for row in conn.execute(_Q["select_model_calls"], params)]
+
     def run_usage(self, run_id: str) -> UsageTotals:
         with self._conn() as conn:
             try:

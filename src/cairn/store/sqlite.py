@@ -447,6 +447,18 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         with self._read() as conn:
             return [event_from_row(row) for row in conn.execute(_Q["select_history"], params)]
 
+    def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
+        if not seqs:
+            return []
+        params = {"run_id": run_id, "seqs": dumps(sorted(seqs))}
+        with self._read() as conn:
+            return [event_from_row(row) for row in conn.execute(_Q["select_history_at"], params)]
+
+    def model_calls(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        params = {"run_id": run_id, "after_seq": after_seq, "limit": -1 if limit is None else limit}
+        with self._read() as conn:
+            return [event_from_row(row) for row in conn.execute(_Q["select_model_calls"], params)]
+
     def run_usage(self, run_id: str) -> UsageTotals:
         with self._read() as conn:
             tokens, cost, tool_calls, last_seq = conn.execute(_Q["run_usage"], {"run_id": run_id}).fetchone()

@@ -200,3 +200,37 @@ class BudgetsContract(ContractBase):
         assert totals.last_seq == seq + 7
         empty = store.run_usage("nobody")
         assert (empty.tokens, empty.cost, empty.tool_calls, empty.last_seq) == (0, 0.0, 0, 0)
+
+    def test_history_at_and_model_calls_read_only_the_entries_asked(self, store: Store,
+                                                                    clock: FakeClock) -> None:
+        """``history_at`` answers the entries at the seqs given (those that
+        exist, in order) and ``model_calls`` a page of recorded model calls
+        filtered in the database: what a page of a long run's model calls
+        reads instead of its whole history."""
+        import random
+
+        from cairn.store.records import Payload
+
+        c = running(store, clock)
+        epoch, seq = c.run.epoch, c.next_seq
+        # hex of random bytes: packed, still over what a SQLite row keeps (it is spilled)
+        big = Payload(data=f'"{random.Random(3).randbytes(2000).hex()}"'.encode())
+        entries = [
+            ev(clock, "r1", seq, epoch, position=0, step_kind="model", payload=big),
+            ev(clock, "r1", seq + 1, epoch, position=1),
+            ev(clock, "r1", seq + 2, epoch, EventType.STEP_FAILED, position=2, step_kind="model"),
+            ev(clock, "r1", seq + 3, epoch, position=3, step_kind="model", payload=None),
+            ev(clock, "r1", seq + 4, epoch, position=4, step_kind="model"),
+            ev(clock, "r1", seq + 5, epoch, position=5, step_kind="tool"),
+            ev(clock, "r1", seq + 6, epoch, position=6, step_kind="model"),
+        ]
+        store.append("r1", epoch, entries)
+        whole = {e.seq: e for e in store.history("r1")}
+        asked = store.history_at("r1", {seq + 6, seq, seq + 4, 10_000})
+        assert asked == [whole[s] for s in (seq, seq + 4, seq + 6)]
+        assert store.history_at("r1", []) == []
+        assert store.history_at("nobody", [seq]) == []
+        assert whole[seq].payload == big  # the spilled payload comes back whole
+        assert store.model_calls("r1") == [whole[s] for s in (seq, seq + 4, seq + 6)]
+        assert store.model_calls("r1", seq, 1) == [whole[seq + 4]]
+        assert store.model_calls("r1", seq + 6) == []

@@ -101,6 +101,23 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
 FROM history WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint ORDER BY seq
 LIMIT %(limit)s::bigint
 
+-- The entries of a run at the seqs given: what rebuilding a page's model
+-- calls needs, and nothing else (modelcalls.needs).
+-- name: select_history_at
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, payload, payload_ref, detail
+FROM history WHERE run_id = %(run_id)s::text AND seq = ANY(%(seqs)s::bigint[]) ORDER BY seq
+
+-- A page of a run's model calls (the recorded ones, with a payload), read
+-- in the primary key's order after after_seq. A NULL limit means no limit.
+-- name: select_model_calls
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, payload, payload_ref, detail
+FROM history
+WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint AND step_kind = 'model'
+  AND event = 'step.completed' AND (payload IS NOT NULL OR payload_ref IS NOT NULL)
+ORDER BY seq LIMIT %(limit)s::bigint
+
 -- The hot path: one autocommit statement checks the fence, keeps the history
 -- gap-free and appends. FOR SHARE locks the run row for the statement's
 -- transaction, so a concurrent epoch bump (which takes FOR UPDATE) either

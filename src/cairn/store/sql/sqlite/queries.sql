@@ -42,6 +42,31 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
        payload_ref, detail
 FROM history WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
 
+-- The entries of a run at the seqs given (a JSON array): what rebuilding a
+-- page's model calls needs, and nothing else (modelcalls.needs).
+-- name: select_history_at
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at,
+       CASE WHEN substr(payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
+            ELSE payload END AS payload,
+       payload_ref, detail
+FROM history WHERE run_id = :run_id AND seq IN (SELECT value FROM json_each(:seqs)) ORDER BY seq
+
+-- A page of a run's model calls (the recorded ones, with a payload), read
+-- from the primary key's order after :after_seq.
+-- name: select_model_calls
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at,
+       CASE WHEN substr(payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
+            ELSE payload END AS payload,
+       payload_ref, detail
+FROM history
+WHERE run_id = :run_id AND seq > :after_seq AND step_kind = 'model' AND event = 'step.completed'
+  AND (payload IS NOT NULL OR payload_ref IS NOT NULL)
+ORDER BY seq LIMIT :limit
+
 -- name: max_seq
 SELECT COALESCE(MAX(seq), 0) FROM history WHERE run_id = :run_id
 
