@@ -10,11 +10,12 @@ in time, whatever the writers' clocks say.
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -149,4 +150,136 @@ def test_history_timestamps_never_go_back_through_the_other_writes_of_a_holder(
     ats = [e.at for e in history]
     assert [e.event for e in history][-1] is EventType.RUN_COMPLETED
     assert ats == sorted(ats), [(e.seq, e.event.value, e.at) for e in history]
+    store.close()
+
+
+# -- a holder write reads "now" once it holds its run ------------------------------
+#
+# The lock is held by the same run's holder, inside a transactional step
+# (``Store.transact``): the SQLite write lock, or on PostgreSQL the run row
+# held FOR KEY SHARE, which the holder writes' FOR UPDATE waits for. Once the
+# write under test is seen waiting for it, the fake clock moves on and the
+# lock is let go: a write that read "now" before its lock stamps the old time.
+
+SKEW = 100.0
+
+
+def _blocked_on_lock(store: Store, thread: threading.Thread, pg_url: str | None) -> bool:
+    """Whether ``thread``'s write waits for the lock (PostgreSQL: a backend
+    of the database waits for a row lock; SQLite: the thread is inside the
+    store's wait for the write lock)."""
+    if pg_url is not None:
+        import psycopg
+
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                               "AND wait_event_type = 'Lock'").fetchone()
+        return bool(row and row[0])
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "_writing":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _prepare(store: Store, clock: FakeClock, op: str) -> tuple[int, int]:
+    """A run ``r1`` held by w1, with what ``op`` needs; its ``(epoch, next seq)``."""
+    store.create_run(new_run("r1"))
+    c = claim(store, "r1")
+    seq = c.next_seq
+    if op == "take_delivery":
+        store.deliver("r1", "signal:go", None)
+    if op == "expire_approval":
+        store.request_approval("r1", c.run.epoch, ev(clock, "r1", seq, c.run.epoch, position=0,
+                                                     step_kind="approval", name="ok"),
+                               ApprovalRequest("req", "ok", "T", None, None, None))
+        seq += 1
+    return c.run.epoch, seq
+
+
+def _write(store: Store, clock: FakeClock, op: str, epoch: int, seq: int) -> None:
+    entry = ev(clock, "r1", seq, epoch, position=1, step_kind="approval", name="ok")
+    if op == "suspend_run":
+        store.suspend_run("r1", epoch, ev(clock, "r1", seq, epoch, EventType.RUN_SUSPENDED), None, None)
+    elif op == "release_run":
+        store.release_run("r1", epoch, ev(clock, "r1", seq, epoch, EventType.RUN_RELEASED))
+    elif op == "rewind_run":
+        store.rewind_run("r1", epoch, ev(clock, "r1", seq, epoch, EventType.RUN_REWOUND,
+                                         detail={"from_position": 0, "to": "s", "reason": "r", "rewind": 1}),
+                         ev(clock, "r1", seq + 1, epoch, EventType.RUN_RELEASED))
+    elif op == "halt_run":
+        store.halt_run("r1", epoch, ev(clock, "r1", seq, epoch, EventType.RUN_HALTED), {"type": "X"})
+    elif op == "start_child":
+        store.start_child("r1", epoch, ev(clock, "r1", seq, epoch, position=1, step_kind="child", name=WF),
+                          new_run("kid"))
+    elif op == "request_approval":
+        store.request_approval("r1", epoch, entry, ApprovalRequest("req", "ok", "T", None, None, None))
+    elif op == "expire_approval":
+        assert store.expire_approval("r1", epoch, entry, "req")
+    else:
+        assert op == "take_delivery", op
+        store.take_delivery("r1", epoch, ev(clock, "r1", seq, epoch, position=1, step_kind="receive",
+                                            name="signal:go"), 1)
+
+
+def _stamped(store: Store, op: str) -> float | None:
+    """The "now" ``op`` wrote."""
+    if op == "start_child":
+        kid = store.get_run("kid")
+        return None if kid is None else kid.created_at
+    if op in ("request_approval", "expire_approval"):
+        (approval,) = store.approvals(run_id="r1", pending=False)
+        return approval.requested_at if op == "request_approval" else approval.decided_at
+    if op == "take_delivery":
+        (message,) = store.deliveries("r1")
+        return message.taken_at
+    run = store.get_run("r1")
+    return None if run is None else run.updated_at
+
+
+@pytest.mark.parametrize("op", ["suspend_run", "release_run", "rewind_run", "halt_run", "start_child",
+                                "request_approval", "expire_approval", "take_delivery"])
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_a_holder_write_that_waited_for_its_run_stamps_the_time_it_got_it(
+    tmp_path: Path, dialect: str, op: str, request: pytest.FixtureRequest
+) -> None:
+    """The finish is left out: PostgreSQL's is one message, its "now"
+    bound before it is sent (see ``PostgresStore.finish_run``)."""
+    clock = FakeClock()
+    store = _store(dialect, tmp_path, request, clock)
+    pg_url = request.getfixturevalue("pg_url") if dialect == "postgres" else None
+    epoch, seq = _prepare(store, clock, op)
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold(tx: object) -> tuple[list[Any], None]:
+        inside.set()
+        assert leave.wait(30), "the test never let the lock go"
+        return [ev(clock, "r1", seq, epoch, position=0)], None
+
+    errors: list[BaseException] = []
+
+    def guarded(call: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                call()
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+        return run
+
+    holder = threading.Thread(target=guarded(lambda: store.transact("r1", epoch, hold)))
+    holder.start()
+    assert inside.wait(30), "the transactional step never started"
+    writer = threading.Thread(target=guarded(lambda: _write(store, clock, op, epoch, seq + 1)))
+    writer.start()
+    deadline = time.monotonic() + 30  # a bound on the wait, never a figure checked
+    while not _blocked_on_lock(store, writer, pg_url) and writer.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _blocked_on_lock(store, writer, pg_url), "the write never waited for the lock"
+    clock.advance(SKEW)
+    leave.set()
+    holder.join(30)
+    writer.join(30)
+    assert not errors, errors
+    assert _stamped(store, op) == clock(), f"{op} stamped the time before it held its run"
     store.close()

@@ -91,6 +91,20 @@ _R = TypeVar("_R")
 #: storing a payload and appending its entry (lock and connection timeouts).
 ARTIFACT_GRACE_SECONDS = 3600.0
 
+#: The holder writes: the ``Store`` methods by which a run's lease holder
+#: writes its run, each fenced on ``(run_id, epoch)`` (``LeaseLost`` and
+#: nothing written unless the caller holds the run at that epoch). The SQL
+#: stores write every one but the hot append and the finish through one
+#: primitive (``sqlbase.SQLStore._held_write``). The contract suite's fencing
+#: matrix is derived from this set: every member against every way of
+#: losing a lease (tests/store/contract/fencing.py), and a test there fails
+#: when a method of a store that takes an ``epoch`` is missing here, so a new
+#: holder write is fenced-tested by construction.
+HOLDER_WRITES = frozenset({
+    "append", "transact", "suspend_run", "release_run", "rewind_run", "finish_run", "start_child",
+    "take_delivery", "request_approval", "expire_approval", "halt_run", "append_memory",
+})
+
 
 @runtime_checkable
 class Notifier(Protocol):

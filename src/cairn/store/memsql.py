@@ -15,9 +15,10 @@ per batch of writes:
   and vectors (``_drop_vectors``) with it.
 
 Writes made by a step commit in the transaction of that step's journal
-entry (``append_memory``): the dialect supplies ``_append_with``, its fenced
-append followed by a body in one transaction, so a stale holder's writes
-are never applied and a crash leaves the entry and its writes, or neither.
+entry (``append_memory``): ``sqlbase`` supplies ``_append_with``, a holder
+write (``SQLStore._held_write``): the fenced append, then a body, in one
+transaction, so a stale holder's writes are never applied and a crash
+leaves the entry and its writes, or neither.
 Reads compare ``expires_at`` with the store's clock: an expired row is gone
 for every reader at once; ``sweep_memory`` deletes such rows later.
 Offloaded values are queued for artifact collection by triggers whenever

@@ -8,9 +8,10 @@ made safe when writers no longer queue on one file lock.
 Why these choices:
 
 * **A dialect.** The rules are ``lifecycle``'s (the run state machine as
-  pure functions) and ``admission``'s (claims); the operator transitions are
-  written once in ``sqlbase.SQLStore`` over this module's primitives (hold
-  rows ``FOR UPDATE``, apply a transition); rows map through ``rows``. What
+  pure functions) and ``admission``'s (claims); the operator transitions and
+  the holder writes are written once in ``sqlbase.SQLStore`` over this
+  module's primitives (hold rows ``FOR UPDATE``, lock then append, apply a
+  transition); rows map through ``rows``. What
   is here is how PostgreSQL holds rows and how the hot paths (one-statement
   append, pipelined finish, set-based claim) are made cheap. Every psycopg
   error leaves as ``StoreError`` (``_conn``, the only way to a connection).
@@ -211,8 +212,6 @@ from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
-    Approval,
-    ApprovalRequest,
     Claim,
     Durability,
     EventType,
@@ -226,8 +225,6 @@ from cairn.store.records import (
 )
 from cairn.store.rows import (
     EVENT_COLUMNS,
-    approval_from_row,
-    approval_params,
     claim_history,
     claim_status,
     claimed_run,
@@ -243,15 +240,7 @@ from cairn.store.rows import queue_from_row as _queue_from_row
 from cairn.store.rows import queue_params as _queue_params
 from cairn.store.rows import run_from_row as _run_from_row
 from cairn.store.rows import run_params as _run_params
-from cairn.store.schedules import (
-    Fired,
-    ScheduleSpec,
-    ScheduleState,
-    check_tick_run,
-    schedule_from_row,
-    schedule_params,
-)
-from cairn.store.sqlbase import SQLStore, TransactingStore
+from cairn.store.sqlbase import NO_FAULTS, Faults, Hold, SQLStore, commit_faults
 from cairn.store.sqlfiles import load_migrations, load_queries
 from cairn.store.vectorindex import ExactScorer, Scored
 
@@ -261,15 +250,6 @@ _SCAN_CHUNK = 5000
 _TERMINAL = list(lc.TERMINAL)
 #: An entry's parameter names: ``epoch`` is the fence's, so the entry's own is ``event_epoch``.
 _EVENT_KEYS = tuple("event_epoch" if column == "epoch" else column for column in EVENT_COLUMNS)
-#: ``(before_commit, after_commit)`` fault points of the transitions that
-#: always commit something (claims hit theirs only when they claim).
-_Faults = tuple[str, str]
-_FAULTS: dict[str, _Faults] = {
-    name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
-    for name in ("finish", "suspend", "start_child", "append", "take_delivery", "request_approval",
-                 "expire_approval", "fire_schedule")
-}
-_NO_FAULTS: _Faults = ("", "")
 
 #: Seconds to wait for a connection: at open, and from the pool afterwards.
 _CONNECT_TIMEOUT = 10
@@ -369,7 +349,7 @@ class DatabaseClock:
             conn.close()
 
 
-class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifier):
+class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     """Store contract on a PostgreSQL database (see ``contract.Store``).
 
     ``url`` is anything libpq accepts: ``postgresql://user@host:5432/db`` or
@@ -487,7 +467,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
             )
         return exempt
 
-    # -- connections, transactions, migrations ---------------------------------
+    # -- connections, transactions, migrations: where psycopg errors become StoreError --------
 
     def _configure(self, conn: _Conn) -> None:
         """Run once per new pooled connection: one round trip sets the
@@ -542,7 +522,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
             raise lc.unstorable_text(exc) from None
 
     def _transaction(
-        self, body: Callable[[_Conn], _T], *, durable: bool = False, faults: _Faults = _NO_FAULTS,
+        self, body: Callable[[_Conn], _T], *, durable: bool = False, faults: Faults = NO_FAULTS,
         begin: str = "BEGIN",
     ) -> _T:
         """Run ``body`` in one transaction, again if it was a deadlock victim.
@@ -584,7 +564,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
     def _one_message(
         self, statements: Sequence[str], params: Mapping[str, Any], run_id: str, epoch: int,
-        faults: _Faults = _NO_FAULTS,
+        faults: Faults = NO_FAULTS,
     ) -> list[tuple[Any, ...] | None]:
         """Run ``statements`` as one transaction sent as one message (a
         simple query with the parameters bound here): one round trip, and
@@ -689,7 +669,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         if isinstance(self.clock, DatabaseClock):
             self.clock.close()
 
-    # -- wake-ups ------------------------------------------------------------------
+    # -- wake-ups (contract.Notifier) ---------------------------------------------------------
 
     def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` soon after any run of this schema may have become
@@ -726,7 +706,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
         return close
 
-    # -- creating and reading runs -------------------------------------------
+    # -- contract, dialect code: creating runs, and reading them ------------------------------
 
     def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
         now = self.clock()
@@ -810,7 +790,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         assert row is not None
         return UsageTotals(int(row[0]), float(row[1]), int(row[2]), int(row[3]))
 
-    # -- claiming and leases -----------------------------------------------
+    # -- contract, dialect code: claims and leases --------------------------------------------
 
     def claim_runs(
         self,
@@ -907,7 +887,49 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
             self._lane_cursor.saw(queue, tenants)
         return list(lanes.values()), locked
 
-    # -- queues ------------------------------------------------------------------
+    def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
+        now = self.clock()
+
+        def body(tx: _Conn) -> Claim | None:
+            state = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
+            if state is None or state[4] is None or state[4] > now:
+                return None
+            self._commit_durably(tx)
+            claim = _claim_many(tx, [(run_id, *state[:4])], worker, now, lease_seconds, max_recoveries)[0]
+            fault_point("store.claim.before_commit")
+            return claim
+
+        claim = self._transaction(body)
+        if claim is not None:
+            fault_point("store.claim.after_commit")
+        return claim
+
+    def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
+        if not leases:
+            return set()
+        now = self.clock()
+        params = {
+            "worker": worker,
+            "run_ids": list(leases),
+            "epochs": list(leases.values()),
+            "lease_until": now + lease_seconds,
+            "now": now,
+        }
+        # One autocommit statement: a heartbeat never leaves a transaction open
+        # (a frozen heartbeat must not hold run rows locked); it simply runs
+        # again if it was a deadlock victim.
+        with self._conn() as conn:
+            for attempt in range(1, _TX_ATTEMPTS + 1):
+                try:
+                    held = {row[0] for row in conn.execute(_Q["renew_leases"], params)}
+                    break
+                except pg_errors.TransactionRollback:
+                    if attempt == _TX_ATTEMPTS:
+                        raise
+                    time.sleep(0.005 * attempt)
+        return set(leases) - held
+
+    # -- contract, dialect code: queues -------------------------------------------------------
 
     def set_queue(self, limits: admission.QueueLimits) -> None:
         params = _queue_params(limits, self.clock())
@@ -944,97 +966,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
 
         return self._transaction(body)
 
-    # -- schedules (store/schedules.py) ------------------------------------------
-
-    def register_schedule(self, spec: ScheduleSpec) -> ScheduleState:
-        params = schedule_params(spec, self.clock())
-        with self._conn() as conn:
-            row = conn.execute(_Q["upsert_schedule"], params).fetchone()
-        return schedule_from_row(row)
-
-    def list_schedules(self, tenant: str | None = None) -> list[ScheduleState]:
-        with self._conn() as conn:
-            rows = conn.execute(_Q["select_schedules"], {"tenant": tenant}).fetchall()
-        return [schedule_from_row(row) for row in rows]
-
-    def fire_schedule(self, tenant: str, name: str, tick: float, run: NewRun | None) -> Fired:
-        check_tick_run(tenant, run)
-        now = self.clock()
-
-        def body(tx: _Conn) -> Fired:
-            # The row lock serialises every worker firing this schedule: the
-            # second one reads last_tick after the first one's commit.
-            row = tx.execute(_Q["lock_schedule"], {"tenant": tenant, "name": name}).fetchone()
-            if row is None:
-                return Fired.MISSING
-            state = schedule_from_row(row)
-            if state.last_tick is not None and state.last_tick >= tick:
-                return Fired.STALE
-            fired = Fired.PASSED
-            if run is not None:
-                params = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
-                params.update(_lifecycle_arrays([lc.create(run, now)]))
-                if _insert_run(tx, params, self._exempt):
-                    fired = Fired.CREATED
-                else:  # a run already holds the id: ours (a lost state), or one we cannot read
-                    existing = _select_run(tx, run.run_id)
-                    ours = existing is not None and existing.tenant == tenant
-                    fired = Fired.EXISTED if ours else Fired.TAKEN
-            tx.execute(_Q["advance_schedule"], {
-                "tenant": tenant, "name": name, "tick": tick, "now": now,
-                "run_id": run.run_id if run is not None else None, "created": int(fired is Fired.CREATED)})
-            return fired
-
-        return self._transaction(body, faults=_FAULTS["fire_schedule"])
-
-    def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
-        now = self.clock()
-
-        def body(tx: _Conn) -> Claim | None:
-            state = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
-            if state is None or state[4] is None or state[4] > now:
-                return None
-            self._commit_durably(tx)
-            claim = _claim_many(tx, [(run_id, *state[:4])], worker, now, lease_seconds, max_recoveries)[0]
-            fault_point("store.claim.before_commit")
-            return claim
-
-        claim = self._transaction(body)
-        if claim is not None:
-            fault_point("store.claim.after_commit")
-        return claim
-
-    def reclaim_owned(self, worker: str) -> int:
-        params = {"worker": worker, "now": self.clock()}
-        # Several rows: a possible deadlock victim, hence a (retried) transaction.
-        return self._transaction(lambda tx: tx.execute(_Q["reclaim_owned"], params).rowcount)
-
-    def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
-        if not leases:
-            return set()
-        now = self.clock()
-        params = {
-            "worker": worker,
-            "run_ids": list(leases),
-            "epochs": list(leases.values()),
-            "lease_until": now + lease_seconds,
-            "now": now,
-        }
-        # One autocommit statement: a heartbeat never leaves a transaction open
-        # (a frozen heartbeat must not hold run rows locked); it simply runs
-        # again if it was a deadlock victim.
-        with self._conn() as conn:
-            for attempt in range(1, _TX_ATTEMPTS + 1):
-                try:
-                    held = {row[0] for row in conn.execute(_Q["renew_leases"], params)}
-                    break
-                except pg_errors.TransactionRollback:
-                    if attempt == _TX_ATTEMPTS:
-                        raise
-                    time.sleep(0.005 * attempt)
-        return set(leases) - held
-
-    # -- fenced writes by the lease holder -----------------------------------
+    # -- contract, dialect code: the hot append and the pipelined finish ----------------------
 
     def append(
         self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False
@@ -1051,129 +983,12 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
             # transaction committed with synchronous_commit on, which returns
             # once the WAL up to it (so every earlier commit too) is on disk.
             self._transaction(lambda tx: _append_fenced(tx, run_id, epoch, events), durable=True,
-                              faults=_FAULTS["append"])
+                              faults=commit_faults("append"))
         else:  # the per-step hot path: one autocommit statement
             with self._conn() as conn:
                 fault_point("store.append.before_commit")
                 _append_fenced(conn, run_id, epoch, events)
             fault_point("store.append.after_commit")
-
-    def _append_with(
-        self, run_id: str, epoch: int, events: Sequence[HistoryEvent], body: Callable[[_Conn], None]
-    ) -> None:
-        """``append`` plus ``body`` in one transaction (memory writes committed
-        with their step's entry; see ``memsql``): the fenced insert holds the
-        run row ``FOR SHARE`` until the commit, so no takeover interleaves."""
-        def both(tx: _Conn) -> None:
-            _append_fenced(tx, run_id, epoch, events)
-            body(tx)
-
-        self._transaction(both, faults=_FAULTS["append"])
-
-    def suspend_run(
-        self,
-        run_id: str,
-        epoch: int,
-        event: HistoryEvent,
-        wake_at: float | None,
-        waiting_on: str | None,
-        status: RunStatus = RunStatus.SUSPENDED,
-        waiting_for: str | None = None,
-    ) -> None:
-        lc.check_suspend_status(status)
-        lc.check_wait(waiting_on, waiting_for)
-        now = self.clock()
-
-        def body(tx: _Conn) -> None:
-            # The run row is held from here: a delivery (which holds it too)
-            # either committed before, and its message is seen below, or
-            # waits for this suspension and then wakes the run.
-            _lock_fenced(tx, run_id, epoch)
-            _append_fenced(tx, run_id, epoch, [event])
-            child = None
-            if status is RunStatus.SUSPENDED and waiting_on is not None:
-                row = tx.execute(_Q["lock_child_status"], {"run_id": waiting_on}).fetchone()
-                child = None if row is None else row[0]
-            delivered = waiting_for is not None and tx.execute(
-                _Q["next_message"], {"run_id": run_id, "key": waiting_for}).fetchone() is not None
-            runnable_at = lc.suspended_runnable_at(status, wake_at, waiting_on, child, now,
-                                                   waiting_for, delivered)
-            params = {"run_id": run_id, "epoch": epoch, "now": now, "wake_at": wake_at,
-                      "waiting_on": waiting_on, "waiting_for": waiting_for, "status": status.value,
-                      "runnable_at": runnable_at}
-            tx.execute(_Q["suspend"], params)
-
-        self._transaction(body, faults=_FAULTS["suspend"])
-
-    def take_delivery(
-        self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None
-    ) -> None:
-        params = {"run_id": run_id, "seq": seq, "now": self.clock(), "position": event.position,
-                  "released": released}
-
-        def body(tx: _Conn) -> None:
-            _lock_fenced(tx, run_id, epoch)
-            _append_fenced(tx, run_id, epoch, [event])
-            if tx.execute(_Q["take_message"], params).rowcount != 1:
-                raise lc.already_taken(run_id, seq)
-
-        self._transaction(body, faults=_FAULTS["take_delivery"])
-
-    # -- approvals (decide_approval is sqlbase's) -----------------------------------
-
-    def request_approval(
-        self, run_id: str, epoch: int, event: HistoryEvent, request: ApprovalRequest
-    ) -> None:
-        params = approval_params(run_id, event, request, self.clock())
-
-        def body(tx: _Conn) -> None:
-            _lock_fenced(tx, run_id, epoch)  # a decision holds the row too: they serialise
-            _append_fenced(tx, run_id, epoch, [event])
-            tx.execute(_Q["insert_approval"], params)
-
-        self._transaction(body, faults=_FAULTS["request_approval"])
-
-    def expire_approval(self, run_id: str, epoch: int, event: HistoryEvent, request_id: str) -> bool:
-        params = {"run_id": run_id, "request_id": request_id, "now": self.clock()}
-
-        def body(tx: _Conn) -> bool:
-            _lock_fenced(tx, run_id, epoch)
-            if tx.execute(_Q["expire_approval"], params).rowcount != 1:
-                return False  # decided first: the decision waits in the mailbox
-            _append_fenced(tx, run_id, epoch, [event])
-            return True
-
-        return self._transaction(body, faults=_FAULTS["expire_approval"])
-
-    def approvals(
-        self, *, tenant: str | None = None, run_id: str | None = None, request_id: str | None = None,
-        pending: bool = True, limit: int = 1000,
-    ) -> list[Approval]:
-        params = self._approval_filter(run_id, request_id, tenant, pending, limit)
-        with self._conn() as conn:
-            return [approval_from_row(row) for row in conn.execute(_Q["select_approvals"], params)]
-
-    def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
-        params = {"run_id": run_id, "epoch": epoch, "now": self.clock()}
-
-        def body(tx: _Conn) -> None:
-            _lock_fenced(tx, run_id, epoch)
-            _append_fenced(tx, run_id, epoch, [event])
-            tx.execute(_Q["release"], params)
-
-        self._transaction(body)
-
-    def rewind_run(self, run_id: str, epoch: int, rewound: HistoryEvent, released: HistoryEvent) -> None:
-        cut = lc.rewind_cut(rewound)
-        params = {"run_id": run_id, "epoch": epoch, "from_position": cut, "now": self.clock()}
-
-        def body(tx: _Conn) -> None:
-            _lock_fenced(tx, run_id, epoch)
-            _append_fenced(tx, run_id, epoch, [rewound, released])
-            tx.execute(_Q["void_approvals"], params)
-            tx.execute(_Q["release"], params)
-
-        self._transaction(body)
 
     def finish_run(
         self,
@@ -1195,40 +1010,40 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         # finish_fenced's snapshot is taken after it was granted (see
         # finish_fenced).
         locked, ended = self._one_message([_Q["lock_fenced"], _Q["finish_fenced"]], params,
-                                          run_id, epoch, _FAULTS["finish"])
+                                          run_id, epoch, commit_faults("finish"))
         if not locked or ended is None or ended[0] != 1 or ended[1] != 1:
             raise LeaseLost(run_id, epoch)
 
-    def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
-        now = self.clock()
-        child = lc.child_of(child, parent_run_id)
-        params = _run_params(child, now, status=RunStatus.PENDING, runnable_at=now)
-        params.update(_lifecycle_arrays([lc.create(child, now)]))
+    # -- primitives for sqlbase: write transactions, the hold of a holder write, creation -----
 
-        def body(tx: _Conn) -> RunRecord:
-            _lock_fenced(tx, parent_run_id, epoch)
-            _append_fenced(tx, parent_run_id, epoch, [event])
-            if _insert_run(tx, params, self._exempt):
-                return new_record(child, now, RunStatus.PENDING, epoch=0)
-            # someone else's run under the id (invisible if another tenant's, under
-            # row-level security): refused, and the transaction takes the entry back
-            return lc.existing_child(_select_run(tx, child.run_id), child)
-
-        return self._transaction(body, faults=_FAULTS["start_child"])
-
-    # -- operator actions: the primitives sqlbase.SQLStore decides over ------------
-
-    # -- transactional steps: the primitives of sqlbase.TransactingStore.transact -----
-
-    def _transact_in(self, work: Callable[[_Conn], _T]) -> _T:
+    def _in_write(
+        self, work: Callable[[_Conn], _T], *, faults: Faults = NO_FAULTS, durable: bool = False
+    ) -> _T:
         # One pooled connection, the tenant's settings on it (_configure): row-level
-        # security applies to the user's statements as to the store's.
-        return self._transaction(work, durable=True,
-                                 faults=("store.transact.before_commit", "store.transact.after_commit"))
+        # security applies to a transactional step's statements as to the store's.
+        return self._transaction(work, durable=durable, faults=faults)
 
-    def _fence_held(self, tx: _Conn, run_id: str, epoch: int) -> None:
-        if tx.execute(_Q["transact_fence"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
+    def _hold_lease(
+        self, tx: _Conn, run_id: str, epoch: int, hold: Hold, events: Sequence[HistoryEvent]
+    ) -> None:
+        # Lock, then append (see "Fencing, argued" in the module doc): the row
+        # lock re-reads the newest committed run row and re-checks the fence,
+        # and the append's snapshot, taken after it, sees every entry before.
+        if hold is Hold.ROW:
+            _lock_fenced(tx, run_id, epoch)
+        elif (hold is Hold.KEY or not events) and tx.execute(
+                _Q["transact_fence"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
             raise LeaseLost(run_id, epoch)
+        if events:
+            _append_fenced(tx, run_id, epoch, events)
+
+    def _append_held(self, tx: _Conn, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+        _append_fenced(tx, run_id, epoch, events)
+
+    def _create_in(self, tx: _Conn, run: NewRun, now: float) -> bool:
+        params = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
+        params.update(_lifecycle_arrays([lc.create(run, now)]))
+        return _insert_run(tx, params, self._exempt)
 
     def _user_tx(self, tx: _Conn) -> transactions.Tx:
         def many(query: str, params: Iterable[transactions.Params]) -> int:
@@ -1258,11 +1073,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
                                     "outlive the transaction on the store's connection and could shadow "
                                     "Cairn's own tables")
 
-    def _append_held(self, tx: _Conn, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
-        _append_fenced(tx, run_id, epoch, events)
-
-    def _operate(self, body: Callable[[_Conn], _T]) -> _T:
-        return self._transaction(body, durable=True)
+    # -- primitives for sqlbase: rows held and statements -------------------------------------
 
     def _held_run(self, tx: _Conn, run_id: str) -> RunRecord | None:
         return _lock_run(tx, run_id)
@@ -1288,6 +1099,9 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         cursor = tx.execute(_Q[name], params)
         return cursor.fetchall() if cursor.description is not None else []
 
+    def _changed(self, tx: _Conn, name: str, params: Mapping[str, Any]) -> int:
+        return int(tx.execute(_Q[name], params).rowcount)
+
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._conn() as conn:
             cursor = conn.execute(_Q[name], params)
@@ -1296,7 +1110,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
     def _list_param(self, items: Collection[str]) -> Any:
         return list(items)
 
-    # -- the vector index's pgvector path (vectorindex; tests/memory/test_pgvector.py) ---------------
+    # -- primitives for vectorindex: the pgvector path (tests/memory/test_pgvector.py) --------
 
     def _find_pgvector(self) -> dict[str, str] | None:
         """The pgvector statements with the extension's schema spelled out,
@@ -1358,20 +1172,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
         name = "cool_vector" if self._pgvector_sql is None else "cool_vector_with_pgvector"
         self._query(tx, name, params)
 
-    # -- fenced: the holder stops its run ---------------------------------------------
-
-    def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
-        update = lc.halt(run_id, epoch, error, self.clock())
-
-        def body(tx: _Conn) -> None:
-            _lock_fenced(tx, run_id, epoch)
-            _append_fenced(tx, run_id, epoch, [event])
-            tx.execute(_Q["halt"], update_params(update))
-            tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
-
-        self._transaction(body, durable=True)
-
-    # -- retention -------------------------------------------------------------
+    # -- contract, dialect code: retention ----------------------------------------------------
 
     def prune_runs(
         self,
@@ -1432,7 +1233,7 @@ class PostgresStore(SQLStore[_Conn], TransactingStore[_Conn], Migratable, Notifi
                 return
             after = (rows[-1][1], rows[-1][0])
 
-    # -- artifacts ---------------------------------------------------------------
+    # -- contract, dialect code: artifacts ----------------------------------------------------
 
     def put_artifact(self, data: bytes) -> str:
         """Artifacts commit like appends. Storing bytes that exist already

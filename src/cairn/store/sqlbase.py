@@ -1,20 +1,32 @@
-"""What the SQL backends share: the operator transitions, written once over a
-few dialect primitives.
+"""What the SQL backends share: the operator transitions and the holder
+writes, written once over a few dialect primitives.
 
 Every operator transition is the same three moves in every dialect: read the
 rows it decides on while holding them, let ``lifecycle`` decide, apply the
-outcome. The moves are written here once; a dialect (``SQLiteStore``,
-``PostgresStore``) supplies only how to hold and read rows in one write
-transaction (``_operate``, ``_held_run``, ``_held_tree``, ...) and how to
-apply a ``lifecycle.Transition`` (``_apply``). What "holding" means is the
-dialect's business: the SQLite write lock, PostgreSQL ``FOR UPDATE`` locks.
-The per-step hot paths (fenced append, finish, claims) stay in the dialects,
-each tuned to its database.
+outcome. Every holder write (``contract.HOLDER_WRITES``) is one shape too:
+hold the run at the caller's epoch, append the holder's entries under that
+fence, read "now", write the rest, commit (``_held_write``, the one
+primitive for "a fenced write with more in the same transaction"). The
+moves are written here once; a dialect (``SQLiteStore``, ``PostgresStore``)
+supplies only how to run a write transaction (``_in_write``), how to hold
+rows in it (``_hold_lease``, ``_held_run``, ``_held_tree``, ...), how to
+append under the fence (``_append_held``), how to apply a
+``lifecycle.Transition`` (``_apply``) and the SQL of each query name. What
+"holding" means is the dialect's business: the SQLite write lock (and its
+cache of each run's last entry, so an append need not read history),
+PostgreSQL row locks (the run row locked, then the append). The hot paths
+(the one-statement append, the finish, claims, run creation) and leases,
+pruning and artifacts stay in the dialects, each tuned to its database.
+
+Sections and prefixes say which way code faces: public methods are the
+``contract.Store`` a caller sees; ``_`` methods under "dialect primitives"
+face down, to what a dialect must supply.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from cairn.errors import InvalidArgument, SQLError
@@ -24,26 +36,68 @@ from cairn.store import transactions
 from cairn.store.memsql import SQLMemory
 from cairn.store.records import (
     Approval,
+    ApprovalRequest,
     ApprovalStatus,
     BundleRecord,
     Delivery,
     HistoryEvent,
+    NewRun,
     Payload,
     RunRecord,
+    RunStatus,
     TokenRecord,
     approval_key,
 )
 from cairn.store.rows import (
     approval_from_row,
+    approval_params,
     bundle_from_row,
     delivery_from_row,
     event_from_row,
     message_params,
+    new_record,
     run_from_row,
+    update_params,
+)
+from cairn.store.schedules import (
+    Fired,
+    ScheduleSpec,
+    ScheduleState,
+    check_tick_run,
+    schedule_from_row,
+    schedule_params,
 )
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
+
+#: ``(before_commit, after_commit)``: the fault points of a transaction.
+Faults = tuple[str, str]
+NO_FAULTS: Faults = ("", "")
+
+
+def commit_faults(name: str) -> Faults:
+    """The fault points just before and just after the commit of transition
+    ``name`` (``cairn.faults.POINTS``)."""
+    return f"store.{name}.before_commit", f"store.{name}.after_commit"
+
+
+class Hold(Enum):
+    """How a holder write holds its run from the fence to its commit, so no
+    epoch bump (a takeover, an operator action) interleaves. The SQLite
+    write lock holds everything, whichever is asked; on PostgreSQL:"""
+
+    #: the run row locked ``FOR UPDATE`` first, then the append: for writes
+    #: that change the run row (a shared lock upgraded could deadlock with
+    #: another) or must queue behind a delivery or a decision, which lock it too
+    ROW = "row"
+    #: only the fenced append's own ``FOR SHARE``: for writes of other tables
+    #: only, committed with a step's entry (memory writes)
+    APPEND = "append"
+    #: the fence checked first, the row held ``FOR KEY SHARE``: it conflicts
+    #: with the ``FOR UPDATE`` of every epoch bump but not with a lease
+    #: renewal, so a long body (a transactional step's) starves no renewal
+    KEY = "key"
 
 
 class SQLStore(SQLMemory[Tx], Generic[Tx]):
@@ -54,12 +108,44 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
 
     clock: Callable[[], float]
 
-    # -- dialect primitives -------------------------------------------------------
+    # -- dialect primitives: transactions and holds --------------------------------
+
+    def _in_write(self, work: Callable[[Tx], T], *, faults: Faults = NO_FAULTS, durable: bool = False) -> T:
+        """Run ``work`` in one write transaction, with the fault points
+        ``faults`` just before and just after its commit; ``durable``: it
+        commits durably whatever the store's mode (PostgreSQL). A dialect
+        keeps what it learnt of appends made under ``_append_held`` only
+        once the commit is done (SQLite's tail cache)."""
+        raise NotImplementedError
+
+    def _hold_lease(
+        self, tx: Tx, run_id: str, epoch: int, hold: Hold, events: Sequence[HistoryEvent]
+    ) -> None:
+        """The fence of a holder write, as ``hold`` says, and ``events``
+        appended under it: ``LeaseLost`` (and nothing written) unless run
+        ``run_id`` is running at ``epoch``. With no events the hold alone
+        checks the fence."""
+        raise NotImplementedError
+
+    def _append_held(self, tx: Tx, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
+        """Append ``events`` under the fence inside ``tx`` (``LeaseLost`` if it fails)."""
+        raise NotImplementedError
+
+    def _create_in(self, tx: Tx, run: NewRun, now: float) -> bool:
+        """Create ``run``, ``pending`` and runnable at ``now``, with its first
+        entry, inside ``tx``; ``False`` (nothing written) if its id is taken."""
+        raise NotImplementedError
+
+    def _changed(self, tx: Tx, name: str, params: Mapping[str, Any]) -> int:
+        """Run the dialect's statement ``name``; the number of rows it changed."""
+        raise NotImplementedError
 
     def _operate(self, body: Callable[[Tx], T]) -> T:
         """Run ``body`` in one write transaction that commits durably (an
         operator's decision survives whatever crashes next)."""
-        raise NotImplementedError
+        return self._in_write(body, durable=True)
+
+    # -- dialect primitives: rows held and statements -----------------------------
 
     def _held_run(self, tx: Tx, run_id: str) -> RunRecord | None:
         """The run, held until the transaction ends (``None``: no such run)."""
@@ -160,6 +246,222 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
         return self._operate(lambda tx: self._apply(tx, lc.set_budget(self._held_run(tx, run_id), run_id,
                                                                       budget, self.clock(), actor)))
 
+    # -- holder writes: the lease holder's fenced transitions (contract.HOLDER_WRITES) --
+
+    def _held_write(
+        self, run_id: str, epoch: int, write: Callable[[Tx, float], T], *,
+        events: Sequence[HistoryEvent] = (), hold: Hold = Hold.ROW, faults: Faults = NO_FAULTS,
+        durable: bool = False,
+    ) -> T:
+        """The one primitive of a holder write: in one write transaction,
+        hold run ``run_id`` at ``epoch`` (``LeaseLost`` unless its caller
+        holds it; ``hold``), append ``events`` under that fence, read "now",
+        then ``write(tx, now)`` the rest, which may append more
+        (``_append_held``). Everything commits together or nothing does.
+
+        "Now" is read once the run is held: a holder write that waited for
+        a lock (another writer of the SQLite file, a delivery holding the
+        run row on PostgreSQL) stamps the time it got it, never a time
+        before a change it waited for (tests/store/test_time_after_lock.py)."""
+
+        def work(tx: Tx) -> T:
+            self._hold_lease(tx, run_id, epoch, hold, events)
+            return write(tx, self.clock())
+
+        return self._in_write(work, faults=faults, durable=durable)
+
+    def suspend_run(
+        self, run_id: str, epoch: int, event: HistoryEvent, wake_at: float | None, waiting_on: str | None,
+        status: RunStatus = RunStatus.SUSPENDED, waiting_for: str | None = None,
+    ) -> None:
+        lc.check_suspend_status(status)
+        lc.check_wait(waiting_on, waiting_for)
+
+        def write(tx: Tx, now: float) -> None:
+            # The run row is held from the fence: a delivery (which holds it too)
+            # either committed before, and its message is seen below, or waits
+            # for this suspension and then wakes the run. A child's status is
+            # read holding its row (lock_child_status) for the same reason.
+            child = None
+            if status is RunStatus.SUSPENDED and waiting_on is not None:
+                child = next((row[0] for row in self._query(tx, "lock_child_status", {"run_id": waiting_on})),
+                             None)
+            delivered = waiting_for is not None and bool(
+                self._query(tx, "next_message", {"run_id": run_id, "key": waiting_for}))
+            runnable_at = lc.suspended_runnable_at(status, wake_at, waiting_on, child, now, waiting_for,
+                                                   delivered)
+            self._query(tx, "suspend", {"run_id": run_id, "epoch": epoch, "now": now, "wake_at": wake_at,
+                                        "waiting_on": waiting_on, "waiting_for": waiting_for,
+                                        "status": status.value, "runnable_at": runnable_at})
+
+        self._held_write(run_id, epoch, write, events=(event,), faults=commit_faults("suspend"))
+
+    def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
+        self._held_write(run_id, epoch, lambda tx, now: self._release(tx, run_id, epoch, now),
+                         events=(event,))
+
+    def rewind_run(self, run_id: str, epoch: int, rewound: HistoryEvent, released: HistoryEvent) -> None:
+        cut = lc.rewind_cut(rewound)
+
+        def write(tx: Tx, now: float) -> None:
+            self._query(tx, "void_approvals", {"run_id": run_id, "from_position": cut, "now": now})
+            self._release(tx, run_id, epoch, now)
+
+        self._held_write(run_id, epoch, write, events=(rewound, released))
+
+    def _release(self, tx: Tx, run_id: str, epoch: int, now: float) -> None:
+        self._query(tx, "release", {"run_id": run_id, "epoch": epoch, "now": now})
+
+    def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
+        def write(tx: Tx, now: float) -> None:
+            update = lc.halt(run_id, epoch, error, now)
+            self._query(tx, "halt", update_params(update))
+            self._query(tx, "wake_waiting_parent", {"child_id": run_id, "now": update.at})
+
+        self._held_write(run_id, epoch, write, events=(event,), durable=True)
+
+    def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
+        child = lc.child_of(child, parent_run_id)
+
+        def write(tx: Tx, now: float) -> RunRecord:
+            if self._create_in(tx, child, now):
+                return new_record(child, now, RunStatus.PENDING, epoch=0)
+            # someone else's run under the id (invisible if another tenant's, under
+            # row-level security): refused, and the transaction takes the entry back
+            return lc.existing_child(self._read_run(tx, child.run_id), child)
+
+        return self._held_write(parent_run_id, epoch, write, events=(event,),
+                                faults=commit_faults("start_child"))
+
+    def take_delivery(
+        self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None
+    ) -> None:
+        def write(tx: Tx, now: float) -> None:
+            params = {"run_id": run_id, "seq": seq, "now": now, "position": event.position,
+                      "released": released}
+            if self._changed(tx, "take_message", params) != 1:
+                raise lc.already_taken(run_id, seq)
+
+        self._held_write(run_id, epoch, write, events=(event,), faults=commit_faults("take_delivery"))
+
+    def request_approval(
+        self, run_id: str, epoch: int, event: HistoryEvent, request: ApprovalRequest
+    ) -> None:
+        # the run row is held: a decision (which holds it too) waits for the request
+        self._held_write(run_id, epoch,
+                         lambda tx, now: self._query(tx, "insert_approval",
+                                                     approval_params(run_id, event, request, now)),
+                         events=(event,), faults=commit_faults("request_approval"))
+
+    def expire_approval(self, run_id: str, epoch: int, event: HistoryEvent, request_id: str) -> bool:
+        def write(tx: Tx, now: float) -> bool:
+            params = {"run_id": run_id, "request_id": request_id, "now": now}
+            if self._changed(tx, "expire_approval", params) != 1:
+                return False  # decided first: the decision waits in the mailbox
+            self._append_held(tx, run_id, epoch, (event,))
+            return True
+
+        # the fence before the expiry is decided: a stale holder learns LeaseLost, whichever came first
+        return self._held_write(run_id, epoch, write, faults=commit_faults("expire_approval"))
+
+    def _append_with(
+        self, run_id: str, epoch: int, events: Sequence[HistoryEvent], body: Callable[[Tx], None]
+    ) -> None:
+        # memory writes touch no run row: the append's own hold is enough
+        self._held_write(run_id, epoch, lambda tx, now: body(tx), events=events, hold=Hold.APPEND,
+                         faults=commit_faults("append"))
+
+    def transact(
+        self, run_id: str, epoch: int,
+        body: Callable[[transactions.Tx], tuple[Sequence[HistoryEvent], T]],
+    ) -> T:
+        """Run ``body`` inside one write transaction fenced on the lease of
+        ``run_id`` at ``epoch`` and append the entries it returns in that
+        same transaction: the user's rows and the step's record commit
+        together or not at all.
+
+        The fence is checked before the body runs (a stale holder's body
+        never runs) and again by the fenced append (the hard guarantee, as
+        for every append). ``body`` gets a ``transactions.Tx`` that refuses
+        transaction control; if it raises, or one of its statements failed,
+        nothing commits and its exception propagates. A PostgreSQL
+        transaction chosen as a deadlock victim runs again, body included
+        (nothing of the first run committed)."""
+
+        def write(tx: Tx, now: float) -> T:
+            handle = self._user_tx(tx)
+            try:
+                events, result = body(handle)
+            finally:
+                handle.end()
+            doomed = handle.doomed()
+            if doomed is not None:  # the body caught a failed statement: it must not commit
+                raise SQLError(f"{doomed} (the body went on after it, but a failed statement rolls "
+                               "the whole transaction back)")
+            self._check_session(tx)
+            fault_point("store.transact.before_append")
+            self._append_held(tx, run_id, epoch, events)
+            return result
+
+        return self._held_write(run_id, epoch, write, hold=Hold.KEY, faults=commit_faults("transact"),
+                                durable=True)
+
+    def _user_tx(self, tx: Tx) -> transactions.Tx:
+        """The handle for the user's statements on ``tx``'s connection."""
+        raise NotImplementedError
+
+    def _check_session(self, tx: Tx) -> None:
+        """After the body, before the append: undo or refuse what the body
+        did to the session that outlives the transaction on this pooled
+        connection (a temporary table that would shadow Cairn's, a changed
+        setting), so the store's own statements run where they always do."""
+        raise NotImplementedError
+
+    # -- a worker's own runs ---------------------------------------------------------
+
+    def reclaim_owned(self, worker: str) -> int:
+        # several rows: on PostgreSQL a possible deadlock victim, hence a (retried) transaction
+        return self._in_write(lambda tx: self._changed(tx, "reclaim_owned",
+                                                       {"worker": worker, "now": self.clock()}))
+
+    # -- schedules (store/schedules.py) ------------------------------------------
+
+    def register_schedule(self, spec: ScheduleSpec) -> ScheduleState:
+        return self._in_write(lambda tx: schedule_from_row(
+            self._query(tx, "upsert_schedule", schedule_params(spec, self.clock()))[0]))
+
+    def list_schedules(self, tenant: str | None = None) -> list[ScheduleState]:
+        return [schedule_from_row(row) for row in self._select("select_schedules", {"tenant": tenant})]
+
+    def fire_schedule(self, tenant: str, name: str, tick: float, run: NewRun | None) -> Fired:
+        check_tick_run(tenant, run)
+
+        def body(tx: Tx) -> Fired:
+            # The schedule's row is held (SQLite: the write lock; PostgreSQL: FOR
+            # UPDATE): every worker firing this tick queues here, and each later
+            # one reads last_tick after the first one's commit.
+            now = self.clock()
+            rows = self._query(tx, "lock_schedule", {"tenant": tenant, "name": name})
+            if not rows:
+                return Fired.MISSING
+            state = schedule_from_row(rows[0])
+            if state.last_tick is not None and state.last_tick >= tick:
+                return Fired.STALE
+            fired = Fired.PASSED
+            if run is not None:
+                if self._create_in(tx, run, now):
+                    fired = Fired.CREATED
+                else:  # a run already holds the id: ours (a lost state), or one we cannot read
+                    existing = self._read_run(tx, run.run_id)
+                    ours = existing is not None and existing.tenant == tenant
+                    fired = Fired.EXISTED if ours else Fired.TAKEN
+            self._query(tx, "advance_schedule", {
+                "tenant": tenant, "name": name, "tick": tick, "now": now,
+                "run_id": run.run_id if run is not None else None, "created": int(fired is Fired.CREATED)})
+            return fired
+
+        return self._in_write(body, faults=commit_faults("fire_schedule"))
+
     # -- mailboxes ------------------------------------------------------------------
 
     def deliver(
@@ -241,6 +543,13 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
             return approval_from_row(row)
 
         return self._operate(body)
+
+    def approvals(
+        self, *, tenant: str | None = None, run_id: str | None = None, request_id: str | None = None,
+        pending: bool = True, limit: int = 1000,
+    ) -> list[Approval]:
+        params = self._approval_filter(run_id, request_id, tenant, pending, limit)
+        return [approval_from_row(row) for row in self._select("select_approvals", params)]
 
     def _approval_filter(
         self, run_id: str | None, request_id: str | None, tenant: str | None = None, pending: bool = False,
@@ -335,71 +644,3 @@ def _token_from_row(row: tuple[Any, ...]) -> TokenRecord:
     return TokenRecord(token_id=row[0], tenant=row[1], role=row[2], name=row[3], digest=row[4],
                        created_at=float(row[5]), created_by=row[6],
                        revoked_at=None if row[7] is None else float(row[7]))
-
-
-class TransactingStore(Generic[Tx]):
-    """``Store.transact`` written once over three dialect primitives (kept
-    apart from ``SQLStore`` so the two merge independently; both SQL
-    backends inherit it). See ``transact`` and docs/design.md,
-    "Transactional steps"."""
-
-    def _transact_in(self, work: Callable[[Tx], T]) -> T:
-        """Run ``work`` in one write transaction that commits durably, with
-        the fault points ``store.transact.before_commit``/``after_commit``."""
-        raise NotImplementedError
-
-    def _fence_held(self, tx: Tx, run_id: str, epoch: int) -> None:
-        """``LeaseLost`` unless run ``run_id`` is running at ``epoch``; from
-        here to the commit no epoch bump can interleave (SQLite: the write
-        lock; PostgreSQL: the run row held ``FOR KEY SHARE``)."""
-        raise NotImplementedError
-
-    def _user_tx(self, tx: Tx) -> transactions.Tx:
-        """The handle for the user's statements on ``tx``'s connection."""
-        raise NotImplementedError
-
-    def _append_held(self, tx: Tx, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
-        """Append ``events`` under the fence inside ``tx`` (``LeaseLost`` if it fails)."""
-        raise NotImplementedError
-
-    def _check_session(self, tx: Tx) -> None:
-        """After the body, before the append: undo or refuse what the body
-        did to the session that outlives the transaction on this pooled
-        connection (a temporary table that would shadow Cairn's, a changed
-        setting), so the store's own statements run where they always do."""
-        raise NotImplementedError
-
-    def transact(
-        self, run_id: str, epoch: int,
-        body: Callable[[transactions.Tx], tuple[Sequence[HistoryEvent], T]],
-    ) -> T:
-        """Run ``body`` inside one write transaction fenced on the lease of
-        ``run_id`` at ``epoch`` and append the entries it returns in that
-        same transaction: the user's rows and the step's record commit
-        together or not at all.
-
-        The fence is checked before the body runs (a stale holder's body
-        never runs) and again by the fenced append (the hard guarantee, as
-        for every append). ``body`` gets a ``transactions.Tx`` that refuses
-        transaction control; if it raises, or one of its statements failed,
-        nothing commits and its exception propagates. A PostgreSQL
-        transaction chosen as a deadlock victim runs again, body included
-        (nothing of the first run committed)."""
-
-        def work(tx: Tx) -> T:
-            self._fence_held(tx, run_id, epoch)
-            handle = self._user_tx(tx)
-            try:
-                events, result = body(handle)
-            finally:
-                handle.end()
-            doomed = handle.doomed()
-            if doomed is not None:  # the body caught a failed statement: it must not commit
-                raise SQLError(f"{doomed} (the body went on after it, but a failed statement rolls "
-                               "the whole transaction back)")
-            self._check_session(tx)
-            fault_point("store.transact.before_append")
-            self._append_held(tx, run_id, epoch, events)
-            return result
-
-        return self._transact_in(work)

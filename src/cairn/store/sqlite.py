@@ -20,11 +20,12 @@ Why these choices (see docs/design.md for the long form):
   row by the INSERT itself, so the per-step append stays one statement.
   Artifacts are files named by their SHA-256, shared by every tenant.
 * **A dialect.** The rules of every transition are ``lifecycle``'s pure
-  functions, the operator transitions are written once in
-  ``sqlbase.SQLStore``, and the row mapping is ``rows``'s: this module reads
-  their inputs inside a write transaction and applies their outputs. Every
-  ``sqlite3.Error`` leaves as ``StoreError`` (``_write``, ``_read`` and the
-  one-statement append are the only places that run statements).
+  functions, the operator transitions and the holder writes (but the hot
+  append and the finish) are written once in ``sqlbase.SQLStore``, and
+  the row mapping is ``rows``'s: this module reads their inputs inside a
+  write transaction and applies their outputs. Every ``sqlite3.Error``
+  leaves as ``StoreError`` (``_write``, ``_read`` and the one-statement
+  append are the only places that run statements).
 * **Set-based claims.** A claim reads the state of its candidates with the
   lane walk, then writes the batch in three statements (histories, run rows,
   lifecycle entries), however many runs it takes.
@@ -62,8 +63,6 @@ from cairn.store import admission, sqlitevec, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
-    Approval,
-    ApprovalRequest,
     Claim,
     Durability,
     HistoryEvent,
@@ -76,8 +75,6 @@ from cairn.store.records import (
 )
 from cairn.store.rows import (
     LINK_TAG,
-    approval_from_row,
-    approval_params,
     claim_history,
     claim_status,
     claimed_run,
@@ -93,15 +90,7 @@ from cairn.store.rows import (
     update_params,
 )
 from cairn.store.runids import unclaimable
-from cairn.store.schedules import (
-    Fired,
-    ScheduleSpec,
-    ScheduleState,
-    check_tick_run,
-    schedule_from_row,
-    schedule_params,
-)
-from cairn.store.sqlbase import SQLStore, TransactingStore
+from cairn.store.sqlbase import NO_FAULTS, Faults, Hold, SQLStore, commit_faults
 from cairn.store.sqlfiles import load_migrations, load_queries
 from cairn.store.vectorindex import Scored, quantize
 from cairn.store.wakeups import TRIGGERS, Mark, Waker
@@ -161,18 +150,9 @@ _INSERT_HISTORY_PAYLOAD = _Q["insert_history_payload"]
 #: that end pop theirs; this only bounds those that never told it).
 _MAX_TAILS = 4096
 
-#: ``(before_commit, after_commit)`` fault points of the transitions that
-#: always commit something (claims hit theirs only when they claim).
-_Faults = tuple[str, str]
-_FAULTS: dict[str, _Faults] = {
-    name: (f"store.{name}.before_commit", f"store.{name}.after_commit")
-    for name in ("finish", "suspend", "start_child", "append", "take_delivery", "request_approval",
-                 "expire_approval", "fire_schedule")
-}
-_NO_FAULTS: _Faults = ("", "")
 
 
-class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connection], Migratable, Notifier):
+class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     """Store contract on one SQLite database file (see ``contract.Store``)."""
 
     def __init__(
@@ -228,7 +208,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         except (StoreError, sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open SQLite database {str(self.path)!r}: {_reason(exc)}") from None
 
-    # -- connections and transactions: where sqlite3 errors become StoreError --
+    # -- connections and transactions: where sqlite3 errors become StoreError -----------------
 
     def _failure(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)
@@ -291,7 +271,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         self._local.temp_objects = frozenset(conn.execute(_Q["transact_session_check"]))
 
     @contextlib.contextmanager
-    def _write(self, faults: _Faults = _NO_FAULTS) -> Iterator[sqlite3.Connection]:
+    def _write(self, faults: Faults = NO_FAULTS) -> Iterator[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE``), with its fault points."""
         if self.read_only:
             raise StoreError(f"SQLite database {str(self.path)!r} is open read-only (for inspection)")
@@ -405,7 +385,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         self._local = threading.local()
         self._waker.close()
 
-    # -- wake-ups (``contract.Notifier``) ------------------------------------------
+    # -- wake-ups (contract.Notifier) ---------------------------------------------------------
 
     def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` soon after any process's commit made a run of
@@ -420,16 +400,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
                         self.path, exc)
             return lambda: None
 
-    # -- creating and reading runs -------------------------------------------
+    # -- contract, dialect code: creating runs, and reading them ------------------------------
 
     def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
         with self._write() as tx:
             now = self.clock()
-            if not _insert_run(tx, run_params(run, now, status=RunStatus.PENDING, runnable_at=now)):
+            if not self._create_in(tx, run, now):
                 existing = _select_run(tx, run.run_id)
                 assert existing is not None
                 return existing, False
-            tx.execute(_INSERT_EVENT, _event_row(tx, lc.create(run, now)))
         return new_record(run, now, RunStatus.PENDING, epoch=0), True
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
@@ -485,7 +464,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             tokens, cost, tool_calls, last_seq = conn.execute(_Q["run_usage"], {"run_id": run_id}).fetchone()
         return UsageTotals(int(tokens), float(cost), int(tool_calls), int(last_seq))
 
-    # -- claiming and leases -----------------------------------------------
+    # -- contract, dialect code: claims and leases --------------------------------------------
 
     def claim_runs(
         self,
@@ -565,7 +544,36 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
                                         shares.get(tenant)))
         return lanes
 
-    # -- queues ------------------------------------------------------------------
+    def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
+        tails: dict[str, tuple[int, int, float]] = {}
+        with self._write() as tx:
+            now = self.clock()
+            row = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
+            if row is None or row[5] is None or row[5] > now:
+                return None
+            state = lc.ClaimState(row[0], claim_status(row[1]), row[2], row[3], row[4])
+            claim = _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries, tails)[0]
+            fault_point("store.claim.before_commit")
+        for claimed, tail in tails.items():
+            self._tail(claimed, *tail)
+        fault_point("store.claim.after_commit")
+        return claim
+
+    def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
+        if not leases:
+            return set()
+        lost: set[str] = set()
+        with self._write() as tx:
+            now = self.clock()
+            until = now + lease_seconds
+            for run_id, epoch in leases.items():
+                params = {"run_id": run_id, "worker": worker, "epoch": epoch, "lease_until": until,
+                          "now": now}
+                if tx.execute(_Q["renew_lease"], params).rowcount == 0:
+                    lost.add(run_id)
+        return lost
+
+    # -- contract, dialect code: queues -------------------------------------------------------
 
     def set_queue(self, limits: admission.QueueLimits) -> None:
         with self._write() as tx:
@@ -597,76 +605,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             rows = conn.execute(_Q["select_shares"], {"tenant": tenant}).fetchall()
         return [admission.QueueShare(*row) for row in rows]
 
-    # -- schedules (store/schedules.py) ------------------------------------------
-
-    def register_schedule(self, spec: ScheduleSpec) -> ScheduleState:
-        with self._write() as tx:
-            row = tx.execute(_Q["upsert_schedule"], schedule_params(spec, self.clock())).fetchone()
-        return schedule_from_row(row)
-
-    def list_schedules(self, tenant: str | None = None) -> list[ScheduleState]:
-        with self._read() as conn:
-            rows = conn.execute(_Q["select_schedules"], {"tenant": tenant}).fetchall()
-        return [schedule_from_row(row) for row in rows]
-
-    def fire_schedule(self, tenant: str, name: str, tick: float, run: NewRun | None) -> Fired:
-        check_tick_run(tenant, run)
-        with self._write(_FAULTS["fire_schedule"]) as tx:
-            now = self.clock()
-            row = tx.execute(_Q["lock_schedule"], {"tenant": tenant, "name": name}).fetchone()
-            if row is None:
-                return Fired.MISSING
-            state = schedule_from_row(row)
-            if state.last_tick is not None and state.last_tick >= tick:
-                return Fired.STALE
-            fired = Fired.PASSED
-            if run is not None:
-                if _insert_run(tx, run_params(run, now, status=RunStatus.PENDING, runnable_at=now)):
-                    tx.execute(_INSERT_EVENT, _event_row(tx, lc.create(run, now)))
-                    fired = Fired.CREATED
-                else:
-                    existing = _select_run(tx, run.run_id)
-                    ours = existing is not None and existing.tenant == tenant
-                    fired = Fired.EXISTED if ours else Fired.TAKEN
-            tx.execute(_Q["advance_schedule"], {
-                "tenant": tenant, "name": name, "tick": tick, "now": now,
-                "run_id": run.run_id if run is not None else None, "created": int(fired is Fired.CREATED)})
-        return fired
-
-    def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
-        tails: dict[str, tuple[int, int, float]] = {}
-        with self._write() as tx:
-            now = self.clock()
-            row = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
-            if row is None or row[5] is None or row[5] > now:
-                return None
-            state = lc.ClaimState(row[0], claim_status(row[1]), row[2], row[3], row[4])
-            claim = _claim_many(tx, [state], worker, now, lease_seconds, max_recoveries, tails)[0]
-            fault_point("store.claim.before_commit")
-        for claimed, tail in tails.items():
-            self._tail(claimed, *tail)
-        fault_point("store.claim.after_commit")
-        return claim
-
-    def reclaim_owned(self, worker: str) -> int:
-        with self._write() as tx:
-            return int(tx.execute(_Q["reclaim_owned"], {"worker": worker, "now": self.clock()}).rowcount)
-
-    def renew_leases(self, worker: str, leases: Mapping[str, int], lease_seconds: float) -> set[str]:
-        if not leases:
-            return set()
-        lost: set[str] = set()
-        with self._write() as tx:
-            now = self.clock()
-            until = now + lease_seconds
-            for run_id, epoch in leases.items():
-                params = {"run_id": run_id, "worker": worker, "epoch": epoch, "lease_until": until,
-                          "now": now}
-                if tx.execute(_Q["renew_lease"], params).rowcount == 0:
-                    lost.add(run_id)
-        return lost
-
-    # -- fenced writes by the lease holder -----------------------------------
+    # -- contract, dialect code: the hot append and the finish (the tail cache) ---------------
 
     def append(
         self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False
@@ -707,26 +646,26 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
             if faults.ARMED:
                 fault_point("store.append.after_commit")
         else:
-            with self._write(_FAULTS["append"]) as tx:
-                for event in events:
-                    at = self._fenced(tx, run_id, epoch, event)
-                    self._tails[run_id] = (epoch, event.seq, at)  # the next one follows it
-                self._tails.pop(run_id, None)  # not committed yet
-            self._tail(run_id, epoch, events[-1].seq, at)
+            self._in_write(lambda tx: self._append_held(tx, run_id, epoch, events),
+                           faults=commit_faults("append"))
 
-    def _append_with(
-        self, run_id: str, epoch: int, events: Sequence[HistoryEvent],
-        body: Callable[[sqlite3.Connection], None],
+    def finish_run(
+        self,
+        run_id: str,
+        epoch: int,
+        event: HistoryEvent,
+        status: RunStatus,
+        result: Payload | None,
+        error: dict[str, Any] | None,
     ) -> None:
-        """``append`` plus ``body`` in its write transaction (memory writes
-        committed with their step's entry; see ``memsql``)."""
-        with self._write(_FAULTS["append"]) as tx:
-            for event in events:
-                at = self._fenced(tx, run_id, epoch, event)
-                self._tails[run_id] = (epoch, event.seq, at)  # the next one follows it
-            self._tails.pop(run_id, None)  # not committed yet
-            body(tx)
-        self._tail(run_id, epoch, events[-1].seq, at)
+        lc.check_finish_status(status)
+        with self._write(commit_faults("finish")) as tx:
+            now = self.clock()
+            params = finish_params(run_id, epoch, now, status, result, error)
+            self._fenced(tx, run_id, epoch, event)
+            (parent,) = tx.execute(_Q["finish"], params).fetchone()
+            if parent is not None:
+                tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
 
     def _fenced(self, conn: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> float:
         """Append ``event`` under the fence; return the ``at`` stored. Without
@@ -770,139 +709,49 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         except OSError as exc:
             raise StoreError(f"cannot sync the write-ahead log of {str(self.path)!r}: {exc}") from None
 
-    def suspend_run(
-        self,
-        run_id: str,
-        epoch: int,
-        event: HistoryEvent,
-        wake_at: float | None,
-        waiting_on: str | None,
-        status: RunStatus = RunStatus.SUSPENDED,
-        waiting_for: str | None = None,
-    ) -> None:
-        lc.check_suspend_status(status)
-        lc.check_wait(waiting_on, waiting_for)
-        with self._write(_FAULTS["suspend"]) as tx:
-            now = self.clock()
-            self._fenced(tx, run_id, epoch, event)
-            child = None
-            if status is RunStatus.SUSPENDED and waiting_on is not None:
-                row = tx.execute(_Q["lock_child_status"], {"run_id": waiting_on}).fetchone()
-                child = None if row is None else row[0]
-            delivered = waiting_for is not None and tx.execute(
-                _Q["next_message"], {"run_id": run_id, "key": waiting_for}).fetchone() is not None
-            runnable_at = lc.suspended_runnable_at(status, wake_at, waiting_on, child, now,
-                                                   waiting_for, delivered)
-            tx.execute(_Q["suspend"], {"run_id": run_id, "epoch": epoch, "now": now, "wake_at": wake_at,
-                                       "waiting_on": waiting_on, "waiting_for": waiting_for,
-                                       "status": status.value, "runnable_at": runnable_at})
+    # -- primitives for sqlbase: write transactions, the hold of a holder write, creation -----
 
-    def take_delivery(
-        self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *, released: int | None = None
-    ) -> None:
-        with self._write(_FAULTS["take_delivery"]) as tx:
-            _append_fenced(tx, run_id, epoch, event)
-            params = {"run_id": run_id, "seq": seq, "now": self.clock(), "position": event.position,
-                      "released": released}
-            if tx.execute(_Q["take_message"], params).rowcount != 1:
-                raise lc.already_taken(run_id, seq)
-
-    # -- approvals (decide_approval is sqlbase's) -----------------------------------
-
-    def request_approval(
-        self, run_id: str, epoch: int, event: HistoryEvent, request: ApprovalRequest
-    ) -> None:
-        with self._write(_FAULTS["request_approval"]) as tx:
-            _append_fenced(tx, run_id, epoch, event)
-            tx.execute(_Q["insert_approval"], approval_params(run_id, event, request, self.clock()))
-
-    def expire_approval(self, run_id: str, epoch: int, event: HistoryEvent, request_id: str) -> bool:
-        with self._write(_FAULTS["expire_approval"]) as tx:
-            params = {"run_id": run_id, "request_id": request_id, "now": self.clock()}
-            if tx.execute(_Q["expire_approval"], params).rowcount != 1:
-                _check_fenced(run_id, epoch, event)
-                return False  # decided first: the decision waits in the mailbox
-            _append_fenced(tx, run_id, epoch, event)
-            return True
-
-    def approvals(
-        self, *, tenant: str | None = None, run_id: str | None = None, request_id: str | None = None,
-        pending: bool = True, limit: int = 1000,
-    ) -> list[Approval]:
-        params = self._approval_filter(run_id, request_id, tenant, pending, limit)
-        with self._read() as conn:
-            return [approval_from_row(row) for row in conn.execute(_Q["select_approvals"], params)]
-
-    def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
-        with self._write() as tx:
-            self._fenced(tx, run_id, epoch, event)
-            tx.execute(_Q["release"], {"run_id": run_id, "epoch": epoch, "now": self.clock()})
-
-    def rewind_run(self, run_id: str, epoch: int, rewound: HistoryEvent, released: HistoryEvent) -> None:
-        cut = lc.rewind_cut(rewound)
-        params = {"run_id": run_id, "epoch": epoch, "from_position": cut, "now": self.clock()}
-
-        def body(tx: sqlite3.Connection) -> None:
-            tx.execute(_Q["void_approvals"], params)
-            tx.execute(_Q["release"], params)
-
-        self._append_with(run_id, epoch, (rewound, released), body)
-
-    def finish_run(
-        self,
-        run_id: str,
-        epoch: int,
-        event: HistoryEvent,
-        status: RunStatus,
-        result: Payload | None,
-        error: dict[str, Any] | None,
-    ) -> None:
-        lc.check_finish_status(status)
-        with self._write(_FAULTS["finish"]) as tx:
-            now = self.clock()
-            params = finish_params(run_id, epoch, now, status, result, error)
-            self._fenced(tx, run_id, epoch, event)
-            (parent,) = tx.execute(_Q["finish"], params).fetchone()
-            if parent is not None:
-                tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
-
-    def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
-        child = lc.child_of(child, parent_run_id)
-        with self._write(_FAULTS["start_child"]) as tx:
-            now = self.clock()
-            at = self._fenced(tx, parent_run_id, epoch, event)
-            created = _insert_run(tx, run_params(child, now, status=RunStatus.PENDING, runnable_at=now))
-            if created:
-                tx.execute(_INSERT_EVENT, _event_row(tx, lc.create(child, now)))
-            else:  # someone else's run under the id: nothing is recorded (the transaction rolls back)
-                record = lc.existing_child(_select_run(tx, child.run_id), child)
-        self._tail(parent_run_id, epoch, event.seq, at)
-        if created:
-            return new_record(child, now, RunStatus.PENDING, epoch=0)
-        return record
-
-    def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
-        with self._write() as tx:
-            update = lc.halt(run_id, epoch, error, self.clock())
-            self._fenced(tx, run_id, epoch, event)
-            tx.execute(_Q["halt"], update_params(update)).fetchall()
-            tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": update.at})
-
-    # -- transactional steps: the primitives of sqlbase.TransactingStore.transact -----
-
-    def _transact_in(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        # The body runs holding the write lock: nothing can take the run over
-        # (or write anything else) until it commits (docs/design.md).
-        self._local.transacted = None
-        with self._write(("store.transact.before_commit", "store.transact.after_commit")) as tx:
+    def _in_write(
+        self, work: Callable[[sqlite3.Connection], _T], *, faults: Faults = NO_FAULTS, durable: bool = False
+    ) -> _T:
+        # durable: nothing to do, every commit here is as durable as the store's
+        # mode (the effect barrier is append's)
+        local = self._local
+        local.transacted = None
+        with self._write(faults) as tx:  # holds the write lock: every row read is held
             result = work(tx)
-        if self._local.transacted is not None:  # committed: the next append may follow it unread
-            self._tail(*self._local.transacted)
+        if local.transacted is not None:  # committed: the next append may follow it unread
+            self._tail(*local.transacted)
         return result
 
-    def _fence_held(self, tx: sqlite3.Connection, run_id: str, epoch: int) -> None:
-        if tx.execute(_Q["transact_fence"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
+    def _hold_lease(
+        self, tx: sqlite3.Connection, run_id: str, epoch: int, hold: Hold, events: Sequence[HistoryEvent]
+    ) -> None:
+        # Whatever ``hold`` asks, the write lock (BEGIN IMMEDIATE) holds the run
+        # until the commit: the fenced append is the fence, and without an entry
+        # to append first one read of the run row is.
+        if events:
+            self._append_held(tx, run_id, epoch, events)
+        elif tx.execute(_Q["transact_fence"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
             raise LeaseLost(run_id, epoch)
+
+    def _append_held(
+        self, tx: sqlite3.Connection, run_id: str, epoch: int, events: Sequence[HistoryEvent]
+    ) -> None:
+        if not events:
+            return
+        tails = self._tails
+        for event in events:
+            at = self._fenced(tx, run_id, epoch, event)  # forgets the tail: remembered once committed
+            tails[run_id] = (epoch, event.seq, at)  # the next one follows it unread
+        tails.pop(run_id, None)  # not committed yet: _in_write remembers it once it is
+        self._local.transacted = (run_id, epoch, events[-1].seq, at)
+
+    def _create_in(self, tx: sqlite3.Connection, run: NewRun, now: float) -> bool:
+        if not _insert_run(tx, run_params(run, now, status=RunStatus.PENDING, runnable_at=now)):
+            return False
+        tx.execute(_INSERT_EVENT, _event_row(tx, lc.create(run, now)))
+        return True
 
     def _user_tx(self, tx: sqlite3.Connection) -> transactions.Tx:
         def run(sql: str, params: transactions.Params | None) -> sqlite3.Cursor:
@@ -916,23 +765,13 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         if frozenset(tx.execute(_Q["transact_session_check"])) != getattr(self._local, "temp_objects", None):
             raise TransactionMisuse(_TEMP_OBJECT)
 
-    def _append_held(
-        self, tx: sqlite3.Connection, run_id: str, epoch: int, events: Sequence[HistoryEvent]
-    ) -> None:
-        for event in events:
-            at = self._fenced(tx, run_id, epoch, event)  # forgets the tail: remembered once committed
-            self._local.transacted = (run_id, epoch, event.seq, at)
-
-    # -- operator actions: the primitives sqlbase.SQLStore decides over ------------
-
-    def _operate(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
-        with self._write() as tx:  # holds the write lock: every row read is held
-            return body(tx)
+    # -- primitives for sqlbase: rows held and statements -------------------------------------
 
     def _held_run(self, tx: sqlite3.Connection, run_id: str) -> RunRecord | None:
         return _select_run(tx, run_id)
 
-    _read_run = _held_run
+    def _read_run(self, tx: sqlite3.Connection, run_id: str) -> RunRecord | None:
+        return _select_run(tx, run_id)
 
     def _held_tree(self, tx: sqlite3.Connection, run_id: str) -> list[tuple[str, int]]:
         return _live(tx, "select_live_descendants", {"run_id": run_id})
@@ -949,6 +788,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
 
     def _query(self, tx: sqlite3.Connection, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         return tx.execute(_Q[name], params).fetchall()
+
+    def _changed(self, tx: sqlite3.Connection, name: str, params: Mapping[str, Any]) -> int:
+        return int(tx.execute(_Q[name], params).rowcount)
 
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._read() as conn:
@@ -975,7 +817,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
     def _list_param(self, items: Collection[str]) -> Any:
         return dumps(list(items))
 
-    # -- retention -------------------------------------------------------------
+    # -- contract, dialect code: retention ----------------------------------------------------
 
     def prune_runs(
         self,
@@ -1062,7 +904,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], TransactingStore[sqlite3.Connect
         finally:
             os.close(fd)  # releases the lock
 
-    # -- artifacts ---------------------------------------------------------------
+    # -- contract, dialect code: artifacts ----------------------------------------------------
 
     def put_artifact(self, data: bytes) -> str:
         if self.read_only:

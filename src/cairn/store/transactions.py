@@ -15,7 +15,7 @@ runs statements and nothing else:
   sent. Both drivers also refuse several statements in one ``execute``, so
   ``SELECT 1; COMMIT`` cannot pass the check. This is a guard against
   mistakes, not a sandbox, so the store checks the session again after the
-  body (``TransactingStore._check_session``: a temporary table left behind
+  body (``SQLStore._check_session``: a temporary table left behind
   is refused, PostgreSQL's settings are set back); what keeps a tenant out
   of another tenant's rows is PostgreSQL's row-level security, which
   applies to these statements as to the store's.

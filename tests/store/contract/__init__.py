@@ -27,6 +27,7 @@ from tests.store.contract.fencing import FencingContract
 from tests.store.contract.halt import HaltContract
 from tests.store.contract.helpers import (
     FENCED_OPS,
+    HOLDER_CASES,
     LEASE,
     LOSS_SCENARIOS,
     SECURITY_ERROR,
@@ -78,6 +79,7 @@ class StoreContract(
 
 __all__ = [
     "FENCED_OPS",
+    "HOLDER_CASES",
     "LEASE",
     "LOSS_SCENARIOS",
     "SECURITY_ERROR",

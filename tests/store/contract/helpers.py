@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cairn.store.contract import Store
+from cairn.store.contract import HOLDER_WRITES, Store
+from cairn.store.memrecords import Provenance, RunPut
 from cairn.store.records import (
+    ApprovalRequest,
     Claim,
     EventType,
     HistoryEvent,
@@ -339,40 +341,96 @@ LOSS_SCENARIOS: dict[str, Callable[[Store, FakeClock], tuple[str, int, int]]] = 
 }
 
 
-def _fenced_write(op: str, store: Store, clock: FakeClock, run_id: str, epoch: int, seq: int) -> None:
-    if op == "append":
-        store.append(run_id, epoch, [ev(clock, run_id, seq, epoch)])
-    elif op == "append_barrier":
-        store.append(run_id, epoch, [intent(clock, run_id, seq, epoch)], barrier=True)
-    elif op == "suspend":
-        event = ev(clock, run_id, seq, epoch, EventType.RUN_SUSPENDED)
-        store.suspend_run(run_id, epoch, event, wake_at=clock() + 5, waiting_on=None)
-    elif op == "suspend_attention":
-        event = ev(clock, run_id, seq, epoch, EventType.RUN_NEEDS_ATTENTION)
-        store.suspend_run(run_id, epoch, event, None, None, status=RunStatus.NEEDS_ATTENTION)
-    elif op == "halt":
-        store.halt_run(run_id, epoch, ev(clock, run_id, seq, epoch, EventType.RUN_HALTED), SECURITY_ERROR)
-    elif op == "release":
-        store.release_run(run_id, epoch, ev(clock, run_id, seq, epoch, EventType.RUN_RELEASED))
-    elif op == "finish":
-        event = ev(clock, run_id, seq, epoch, EventType.RUN_COMPLETED)
-        store.finish_run(run_id, epoch, event, RunStatus.COMPLETED, Payload(data=b"1"), None)
-    elif op == "start_child":
-        store.start_child(run_id, epoch, ev(clock, run_id, seq, epoch), new_run("child"))
-    else:  # pragma: no cover - a typo in the parametrization
-        raise AssertionError(op)
+HolderWrite = Callable[[Store, FakeClock, str, int, int], object]
 
 
-FENCED_OPS = [
-    "append",
-    "append_barrier",
-    "suspend",
-    "suspend_attention",
-    "release",
-    "finish",
-    "start_child",
-    "halt",
-]
+def _suspend(
+    kind: EventType, status: RunStatus, wake_in: float | None = None, waiting_on: str | None = None,
+    waiting_for: str | None = None,
+) -> HolderWrite:
+    def write(store: Store, clock: FakeClock, run_id: str, epoch: int, seq: int) -> object:
+        wake_at = None if wake_in is None else clock() + wake_in
+        store.suspend_run(run_id, epoch, ev(clock, run_id, seq, epoch, kind), wake_at, waiting_on,
+                          status=status, waiting_for=waiting_for)
+        return None
+
+    return write
+
+
+def _transact(store: Store, clock: FakeClock, run_id: str, epoch: int, seq: int) -> object:
+    return store.transact(run_id, epoch, lambda tx: ([ev(clock, run_id, seq, epoch)], None))
+
+
+def _rewind(store: Store, clock: FakeClock, run_id: str, epoch: int, seq: int) -> object:
+    rewound = ev(clock, run_id, seq, epoch, EventType.RUN_REWOUND,
+                 detail={"from_position": 0, "to": "s", "reason": "r", "rewind": 1})
+    store.rewind_run(run_id, epoch, rewound, ev(clock, run_id, seq + 1, epoch, EventType.RUN_RELEASED))
+    return None
+
+
+def _approval_entry(clock: FakeClock, run_id: str, seq: int, epoch: int) -> HistoryEvent:
+    return ev(clock, run_id, seq, epoch, position=0, step_kind="approval", name="ok")
+
+
+FENCED_REQUEST = ApprovalRequest("fenced-req", "ok", "T", None, None, None)
+
+#: The cases of the fencing matrix: label -> (the ``Store`` method, the
+#: call a holder makes with its view ``(run_id, epoch, seq)``). A method
+#: with branches that write differently has a case per branch.
+HOLDER_CASES: dict[str, tuple[str, HolderWrite]] = {
+    "append": ("append", lambda s, c, r, e, q: s.append(r, e, [ev(c, r, q, e)])),
+    "append_batch": ("append", lambda s, c, r, e, q: s.append(r, e, [ev(c, r, q, e),
+                                                                     ev(c, r, q + 1, e, position=1)])),
+    "append_barrier": ("append", lambda s, c, r, e, q: s.append(r, e, [intent(c, r, q, e)], barrier=True)),
+    "transact": ("transact", _transact),
+    "suspend": ("suspend_run", _suspend(EventType.RUN_SUSPENDED, RunStatus.SUSPENDED, wake_in=5)),
+    "suspend_attention": ("suspend_run", _suspend(EventType.RUN_NEEDS_ATTENTION, RunStatus.NEEDS_ATTENTION)),
+    "suspend_waiting_for": ("suspend_run", _suspend(EventType.RUN_SUSPENDED, RunStatus.SUSPENDED,
+                                                    waiting_for="signal:go")),
+    "suspend_waiting_on": ("suspend_run", _suspend(EventType.RUN_SUSPENDED, RunStatus.SUSPENDED,
+                                                   waiting_on="child")),
+    "release": ("release_run", lambda s, c, r, e, q: s.release_run(
+        r, e, ev(c, r, q, e, EventType.RUN_RELEASED))),
+    "rewind": ("rewind_run", _rewind),
+    "finish": ("finish_run", lambda s, c, r, e, q: s.finish_run(
+        r, e, ev(c, r, q, e, EventType.RUN_COMPLETED), RunStatus.COMPLETED, Payload(data=b"1"), None)),
+    "finish_failed": ("finish_run", lambda s, c, r, e, q: s.finish_run(
+        r, e, ev(c, r, q, e, EventType.RUN_FAILED), RunStatus.FAILED, None, {"type": "E", "message": "m"})),
+    "start_child": ("start_child", lambda s, c, r, e, q: s.start_child(
+        r, e, ev(c, r, q, e), new_run("child"))),
+    "take_delivery": ("take_delivery", lambda s, c, r, e, q: s.take_delivery(
+        r, e, ev(c, r, q, e, position=0, step_kind="receive", name="signal:go"), 1)),
+    "request_approval": ("request_approval", lambda s, c, r, e, q: s.request_approval(
+        r, e, _approval_entry(c, r, q, e), FENCED_REQUEST)),
+    "expire_approval": ("expire_approval", lambda s, c, r, e, q: s.expire_approval(
+        r, e, _approval_entry(c, r, q, e), FENCED_REQUEST.request_id)),
+    "halt": ("halt_run", lambda s, c, r, e, q: s.halt_run(r, e, ev(c, r, q, e, EventType.RUN_HALTED),
+                                                          SECURITY_ERROR)),
+    "append_memory": ("append_memory", lambda s, c, r, e, q: s.append_memory(
+        r, e, [ev(c, r, q, e)], [RunPut("k", Payload(data=b"1"))], Provenance(run_id=r, position=0))),
+}
+
+#: The fencing matrix's rows: every case of ``HOLDER_CASES``, and, for a
+#: holder write of the contract (``contract.HOLDER_WRITES``) that has no
+#: case yet, a row that fails saying so.
+FENCED_OPS = list(HOLDER_CASES) + [f"uncovered:{method}" for method in
+                                   sorted(HOLDER_WRITES - {m for m, _ in HOLDER_CASES.values()})]
+
+
+def _fenced_write(op: str, store: Store, clock: FakeClock, run_id: str, epoch: int, seq: int) -> object:
+    if op.startswith("uncovered:"):
+        raise AssertionError(f"the holder write {op.split(':', 1)[1]} has no case in HOLDER_CASES "
+                             "(tests/store/contract/helpers.py): add one")
+    _, write = HOLDER_CASES[op]
+    return write(store, clock, run_id, epoch, seq)
+
+
+def held_state(store: Store, run_id: str) -> tuple[object, ...]:
+    """Everything a holder write may change about ``run_id`` (and the child
+    the matrix's ``start_child`` would create): a refused write leaves all
+    of it as it was."""
+    return (store.get_run(run_id), store.history(run_id), store.get_run("child"),
+            store.approvals(run_id=run_id, pending=False), store.deliveries(run_id), store.run_memory(run_id))
 
 
 def family(
@@ -468,6 +526,7 @@ class ContractBase:
 
 __all__ = [
     "FENCED_OPS",
+    "HOLDER_CASES",
     "LEASE",
     "LOSS_SCENARIOS",
     "SECURITY_ERROR",
@@ -483,6 +542,7 @@ __all__ = [
     "family",
     "finish",
     "halt",
+    "held_state",
     "intent",
     "needs_attention",
     "new_run",
