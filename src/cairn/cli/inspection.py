@@ -56,15 +56,12 @@ def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, d
     """Show a run: its state, its journal step by step, and its result or error."""
     with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         record = session.app.get_run(run_id)
-        history = session.app.history(run_id)
-        pending = pending_of(session, run_id)
-        waiting = session.operator.waiting_for_worker(record)  # no live worker serves its bundle
-        if as_json:
-            shown = render.show_json(session.codec, record, history)
-            shown["approvals"] = [view.as_dict() for view in pending]
-            shown["bundle"], shown["waiting"] = record.bundle, waiting
-            echo_json(shown, indent=2)
+        if as_json:  # the shape of GET /api/runs/{id}?journal=true
+            echo_json(views.run_detail(session.operator, record, journal=True), indent=2)
         else:
+            history = session.app.history(run_id)
+            pending = pending_of(session, run_id)
+            waiting = session.operator.waiting_for_worker(record)  # no live worker serves its bundle
             console = _stdout()
             render.print_run(console, session.codec, record, history)
             print_pending(console, pending)

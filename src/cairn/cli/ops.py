@@ -8,9 +8,12 @@ import shlex
 from typing import Any
 
 import click
+import msgspec
 from rich.console import Console
 from rich.text import Text
 
+from cairn.api import views
+from cairn.api.views import ResolveCommandsOut
 from cairn.engine.ledger import OperationView
 from cairn.store import DEFAULT_DB
 
@@ -59,18 +62,12 @@ def ops_list(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | Non
     with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         report = session.operator.operations(run_id)  # RunNotFound for an unknown id
     record, uncertain = report.run, report.uncertain()
-    if as_json:
-        operations = []
-        waiting = {op.position for op in uncertain}
-        for op in report.operations:
-            entry = op.as_dict()
-            if op.position in waiting:
-                entry["arguments"] = op.arguments.value if op.arguments is not None else None
-                entry["why"] = op.why
-                entry["resolve"] = _resolve_commands(run_id, op.position, session.db_url)
-            operations.append(entry)
-        out = {"run_id": run_id, "status": record.status.value, "operations": operations}
-        echo_json(out, indent=2, ensure_ascii=False, default=str)
+    if as_json:  # the shape of GET /api/runs/{id}/operations, and the commands that resolve
+        resolve = [ResolveCommandsOut(position=op.position, **_resolve_commands(run_id, op.position,
+                                                                                 session.db_url))
+                   for op in uncertain]
+        out = msgspec.structs.replace(views.operations_of(report), resolve=resolve)
+        echo_json(views.plain(out), indent=2, ensure_ascii=False, default=str)
         return
     if not report.operations:
         echo(f"run {run_id} ({record.status.value}) has made no tool calls", err=True)
