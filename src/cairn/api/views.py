@@ -171,7 +171,7 @@ class ResolutionOut(msgspec.Struct, kw_only=True):
 class OperationOut(msgspec.Struct, kw_only=True):
     """One tool call of a run and where it stands. ``attempt``: the number
     of the latest attempt at its position (1: the first); ``arguments``: what
-    its latest intent was about to send (``None`` without an intent, so for
+    its latest intent was about to send (null without an intent, so for
     a read tool)."""
 
     position: int
