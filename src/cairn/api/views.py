@@ -35,7 +35,8 @@ ModelCalls = dict[int, Decoded]
 # -- the shapes -------------------------------------------------------------------------------
 # Each object is a msgspec Struct, built here and nowhere else; ``*_json`` turns it into plain JSON
 # values. The OpenAPI document takes its schemas from the same Structs (``Endpoint(response=...)``),
-# so the document cannot drift from what is answered. A field that is only sometimes there is
+# so the document cannot drift from what is answered. (A history entry, the one object answered by
+# the thousand, is built as its dict directly: see ``event_json``.) A field that is only sometimes there is
 # ``UNSET`` (left out), never ``None`` (which is a value: a step may return null).
 
 
@@ -277,23 +278,24 @@ def _decoded(decoded: Decoded, key: str) -> dict[str, Any]:
 # -- history entries ------------------------------------------------------------------------------
 
 
-def event_of(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | None = None) -> EventOut:
-    fields: dict[str, Any] = {}
+def event_json(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | None = None) -> dict[str, Any]:
+    """One history entry (``cairn events --json``, the API's journal pages and
+    event streams), in the shape of ``EventOut``. Built as a dict, not through
+    the struct: pages of a thousand entries and every stream event pass here,
+    and ``to_builtins`` would copy each decoded payload once more (a 1,000-entry
+    page took about a third longer, on a busy machine); ``tests/server/test_shapes.py``
+    validates real pages against ``EventOut``'s schema."""
+    out: dict[str, Any] = {"seq": event.seq, "event": event.event.value, "at": event.at, "epoch": event.epoch,
+                           "worker": event.worker}
     if event.position is not None:
-        fields.update(position=event.position, kind=event.step_kind, name=event.name, attempt=event.attempt,
-                      started_at=event.started_at)
+        out.update(position=event.position, kind=event.step_kind, name=event.name, attempt=event.attempt,
+                   started_at=event.started_at)
     if event.payload is not None:
         key = "arguments" if event.event is EventType.OP_INTENT else "result"
-        fields.update(_decoded(result_of(codec, event, models or {}), key))
+        put_decoded(result_of(codec, event, models or {}), out, key)
     if event.detail is not None:
-        fields["detail"] = event.detail
-    return EventOut(seq=event.seq, event=event.event, at=event.at, epoch=event.epoch, worker=event.worker,
-                    **fields)
-
-
-def event_json(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | None = None) -> dict[str, Any]:
-    """One history entry (``cairn events --json``, the API's journal pages and event streams)."""
-    return plain(event_of(codec, event, models))
+        out["detail"] = event.detail
+    return out
 
 
 _JOURNAL_STATUS = {
@@ -447,6 +449,6 @@ def model_call_json(event: HistoryEvent, record: ModelRecord) -> dict[str, Any]:
 
 __all__ = ["ApprovalOut", "EventOut", "JournalEntryOut", "ModelCallOut", "ModelCalls", "OperationOut",
            "OperationsOut", "ResolveCommandsOut", "RunDetailOut", "RunOut", "approval_json", "approval_of",
-           "attention", "event_json", "event_of", "journal_entry", "journal_status", "model_call_json",
+           "attention", "event_json", "journal_entry", "journal_status", "model_call_json",
            "model_calls", "model_records", "operation_json", "operation_of", "operations_of",
            "pending_approvals", "plain", "put_decoded", "result_of", "run_detail", "run_json", "run_of"]
