@@ -347,20 +347,27 @@ def attention(history: list[HistoryEvent]) -> dict[str, Any] | None:
 # -- a run in detail ------------------------------------------------------------------------------
 
 
-def pending_approvals(operator: Operator, run_id: str) -> list[ApprovalView]:
-    """The pending approvals of one run; none if the database predates them
-    (an inspection never migrates: its schema may lack the table)."""
+def pending_approvals(operator: Operator, run_id: str, *, inspecting: bool = False) -> list[ApprovalView]:
+    """The pending approvals of one run. ``inspecting`` (the CLI's read-only
+    commands, which never migrate: the schema may predate approvals): none if
+    they cannot be read, rather than no answer at all. The server's database
+    is migrated, so there a failure is the store's, and raised."""
     try:
         return operator.approvals(run_id=run_id)
     except StoreError:
+        if not inspecting:
+            raise
         return []
 
 
-def run_detail(operator: Operator, record: RunRecord, *, journal: bool) -> dict[str, Any]:
+def run_detail(
+    operator: Operator, record: RunRecord, *, journal: bool, inspecting: bool = False
+) -> dict[str, Any]:
     """A run in detail (``cairn show --json``; ``GET /api/runs/{id}``, with
-    its journal if ``journal``). Usage and length are summed by the store;
-    the history is read only for the journal, or for what a run that needs
-    attention is stuck on (such a run is parked: it grows no more)."""
+    its journal if ``journal``; ``inspecting``: see ``pending_approvals``).
+    Usage and length are summed by the store; the history is read only for
+    the journal, or for what a run that needs attention is stuck on (such a
+    run is parked: it grows no more)."""
     codec = operator.codec
     usage = operator.usage(record.run_id)
     needs_history = journal or record.status is RunStatus.NEEDS_ATTENTION
@@ -376,7 +383,7 @@ def run_detail(operator: Operator, record: RunRecord, *, journal: bool) -> dict[
         usage=UsageOut(tokens=usage.tokens, cost=usage.cost, tool_calls=usage.tool_calls),
         history_length=usage.last_seq,
         attention=attention(history) if record.status is RunStatus.NEEDS_ATTENTION else None,
-        approvals=[approval_of(v) for v in pending_approvals(operator, record.run_id)],
+        approvals=[approval_of(v) for v in pending_approvals(operator, record.run_id, inspecting=inspecting)],
         waiting=operator.waiting_for_worker(record)))
 
 

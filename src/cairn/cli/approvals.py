@@ -77,7 +77,7 @@ def print_pending(console: Console, views: list[ApprovalView]) -> None:
 def pending_of(session: Session, run_id: str) -> list[ApprovalView]:
     """The pending approvals of one run; none if the database predates them
     (an inspection never migrates: its schema may lack the table)."""
-    return pending_approvals(session.operator, run_id)
+    return pending_approvals(session.operator, run_id, inspecting=True)
 
 
 @click.command("approvals")

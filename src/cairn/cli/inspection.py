@@ -57,7 +57,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, d
     with open_session(_db(ctx, db), app_spec, read_only=True) as session:
         record = session.app.get_run(run_id)
         if as_json:  # the shape of GET /api/runs/{id}?journal=true
-            echo_json(views.run_detail(session.operator, record, journal=True), indent=2)
+            echo_json(views.run_detail(session.operator, record, journal=True, inspecting=True), indent=2)
         else:
             history = session.app.history(run_id)
             pending = pending_of(session, run_id)
