@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import cairn
-from cairn.engine.approvals import decision_body
+from cairn.engine.approvalmessages import decision_message
 from cairn.store.records import ApprovalStatus, EventType
 from tests.approvals.conftest import one_pass
 from tests.engine.kinds import Flow, Kind, both
@@ -296,9 +296,9 @@ def test_a_decision_that_swapped_the_secret_past_the_check_halts_the_run(app: ca
     one_pass(app, "charge-3")
     view = _request(app, "charge-3")
     swapped = {"token": {"$cairn": "secret", "name": "root-token"}, "cents": 500}
+    message = decision_message(ApprovalStatus.EDITED, None, swapped)
     app.store.decide_approval("charge-3", view.request_id, ApprovalStatus.EDITED,
-                              app.runtime.payloads.wrap(decision_body(ApprovalStatus.EDITED, None, swapped)),
-                              None, actor="intruder")
+                              app.runtime.payloads.wrap(message), None, actor="intruder")
     assert one_pass(app, "charge-3") == "halted"
     assert seen == []
     assert app.get_run("charge-3").status is cairn.RunStatus.HALTED
@@ -370,7 +370,7 @@ def test_a_decision_no_type_accepts_fails_the_decision_call_and_the_tool_never_r
     view = _request(app, handle.run_id)
     bad = {"when": "next tuesday", "amount": "7.25", "times": 3}
     app.store.decide_approval(handle.run_id, view.request_id, ApprovalStatus.EDITED,
-                              app.runtime.payloads.wrap(decision_body(ApprovalStatus.EDITED, None, bad)),
+                              app.runtime.payloads.wrap(decision_message(ApprovalStatus.EDITED, None, bad)),
                               None, actor="intruder")
     assert one_pass(app, handle.run_id) == "failed"
     assert paid == []

@@ -98,13 +98,16 @@ def test_ops_lists_the_uncertain_operation_and_how_to_resolve_it(
     data = json.loads(cli("ops", run_id, "--json", "--db", db).stdout)
     assert data["status"] == "needs_attention"
     [lookup, op] = data["operations"]
-    assert (lookup["tool"], lookup["status"], "arguments" in lookup) == ("lookup_account", "done", False)
+    assert (lookup["tool"], lookup["status"], lookup["arguments"]) == ("lookup_account", "done", None)
     assert (op["position"], op["tool"], op["status"], op["operation_id"], op["attempt"]) == (
         1, "pay", "uncertain", key, 1)
     assert op["arguments"] == {"to": "acct_ada", "amount": 40, "ledger": bank["ledger"],
                                "outage": bank["outage"]}
     assert "TimeoutError" in op["why"]
-    assert op["resolve"]["not_done"] == f"cairn ops resolve {run_id} 1 --not-done --db {db}"
+    assert data["needs_resolution"] == [1]
+    resolve = f"cairn ops resolve {run_id} 1"
+    assert data["resolve"] == [{"position": 1, "done": f"{resolve} --done RESULT_JSON --db {db}",
+                                "not_done": f"{resolve} --not-done --db {db}"}]
     # `list` is the default command, and can be named (e.g. for a run called "resolve")
     assert json.loads(cli("ops", "list", run_id, "--json", "--db", db).stdout) == data
     assert json.loads(cli("--db", db, "ops", "--json", run_id).stdout) == data

@@ -18,6 +18,7 @@ from cairn.api.ledger import (
     operations,
     resolution_request,
 )
+from cairn.api.views import operation_json
 from cairn.codec.payloads import PayloadCodec
 from cairn.store.records import EventType, HistoryEvent, Payload
 from tests.cli.effects import ledger_lines
@@ -34,7 +35,7 @@ def test_an_uncertain_write_and_the_read_before_it(app: cairn.App, bank: dict[st
     assert lookup.last_event is EventType.STEP_COMPLETED
     assert (pay.position, pay.tool, pay.status, pay.effect) == (1, "pay", OpStatus.UNCERTAIN, "write")
     assert pay.operation_id == cairn.operation_id(run_id, 1)
-    assert pay.attempts == 1
+    assert pay.attempt == 1
     assert pay.arguments is not None
     assert pay.arguments.error is None
     assert pay.arguments.value == {"to": "acct_ada", "amount": 40, "ledger": bank["ledger"],
@@ -44,8 +45,10 @@ def test_an_uncertain_write_and_the_read_before_it(app: cairn.App, bank: dict[st
     assert pay.resolution is None
     assert pay.last_event is EventType.OP_INTENT
     assert Ledger(run_id, app.history(run_id)).uncertain_positions() == [1]
-    # App.operations keeps its dict shape, derived from the same views
-    assert app.operations(run_id) == [lookup.as_dict(), pay.as_dict()]
+    # App.operations answers the one operation shape (cli ops --json, the API), from the same views
+    assert app.operations(run_id) == [operation_json(lookup), operation_json(pay)]
+    assert [(op["tool"], op["attempt"], op["arguments"]) for op in app.operations(run_id)] == [
+        ("lookup_account", 1, None), ("pay", 1, pay.arguments.value)]
 
 
 def test_resolved_done_by_an_operator(app: cairn.App, bank: dict[str, str]) -> None:

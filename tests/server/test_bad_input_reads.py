@@ -16,10 +16,10 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from cairn.server.views import model_call_json
 
 from cairn.engine import modelcalls
 from cairn.engine.journal import Journal
-from cairn.server.views import model_call_json
 
 from .conftest import TENANT, Setup
 from .workflows import drain

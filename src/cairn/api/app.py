@@ -21,6 +21,7 @@ from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
 from cairn.api.schedules import ScheduleView, list_views
 from cairn.api.tokens import Tokens
+from cairn.api.views import operation_json
 from cairn.api.workflow import Workflow
 from cairn.codec import upcasters, values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
@@ -643,8 +644,9 @@ class App:
         """Side-effecting tool calls of a run and where each stands:
         ``done``, ``failed``, ``uncertain`` (intent without result) or
         ``pending`` (retry or reconciliation scheduled). The typed views are
-        ``app.operator.operations(run_id)`` (see ``cairn.api.ledger``)."""
-        return [view.as_dict() for view in self.operator.operations(run_id).operations]
+        ``app.operator.operations(run_id)`` (see ``cairn.api.ledger``);
+        each is the shape ``cairn ops --json`` and the HTTP API show."""
+        return [operation_json(view) for view in self.operator.operations(run_id).operations]
 
     def resolve_operation(self, run_id: str, position: int, *, done: bool, result: Any = None) -> RunRecord:
         """Settle the uncertain operation at ``position`` of a run that needs

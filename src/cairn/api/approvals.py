@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.codec.payloads import PayloadCodec
+from cairn.engine.approvalmessages import read_decision, read_request
 from cairn.errors import PayloadError
 from cairn.store.records import Approval, ApprovalStatus, RunStatus
 
@@ -59,28 +60,26 @@ class ApprovalView:
         """Whether it still awaits a decision: pending, and its run not finished."""
         return self.status is ApprovalStatus.PENDING and not self.run_status.terminal
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON values (``cairn approvals --json``)."""
-        return {
-            "run_id": self.run_id, "request_id": self.request_id, "tenant": self.tenant,
-            "action": self.action,
-            "details": self.details, "type": self.type_name,
-            "approvers": None if self.approvers is None else list(self.approvers),
-            "requested_at": self.requested_at, "expires_at": self.expires_at, "status": self.status.value,
-            "run_status": self.run_status.value, "position": self.position, "decided_by": self.decided_by,
-            "decided_at": self.decided_at, "comment": self.comment, "edited": self.edited,
-        }
-
 
 def view(codec: PayloadCodec, approval: Approval) -> ApprovalView:
-    """Decode ``approval``'s request and decision payloads into a view. A
-    payload that cannot be read shows as ``{"unreadable": why}``: a listing
-    must not fail for one damaged row."""
-    request = _load(codec, approval.request, f"approval request {approval.request_id}")
-    decision = _load(codec, approval.decision, f"the decision on approval request {approval.request_id}")
-    details = request.get("details") if isinstance(request, dict) and "unreadable" not in request else request
-    edited = decision.get("data") if isinstance(decision, dict) and approval.status is ApprovalStatus.EDITED \
-        else None
+    """Decode ``approval``'s request and decision payloads into a view
+    (``engine.approvalmessages``: the readers the engine's own). A payload
+    that cannot be read shows as ``{"unreadable": why}``: a listing must not
+    fail for one damaged row."""
+    details: Any = None
+    if approval.request is not None:
+        what = f"approval request {approval.request_id}"
+        try:
+            details = read_request(codec.raw(approval.request, what=what), what=what).details
+        except PayloadError as exc:
+            details = {"unreadable": str(exc)}
+    edited: Any = None
+    if approval.decision is not None and approval.status is ApprovalStatus.EDITED:
+        what = f"the decision on approval request {approval.request_id}"
+        try:
+            edited = read_decision(codec.raw(approval.decision, what=what), what=what).edited
+        except PayloadError as exc:
+            edited = {"unreadable": str(exc)}
     return ApprovalView(
         run_id=approval.run_id, request_id=approval.request_id, tenant=approval.tenant,
         action=approval.action,
@@ -89,12 +88,3 @@ def view(codec: PayloadCodec, approval: Approval) -> ApprovalView:
         run_status=approval.run_status, position=approval.position, decided_by=approval.decided_by,
         decided_at=approval.decided_at, comment=approval.comment, edited=edited,
     )
-
-
-def _load(codec: PayloadCodec, payload: Any, what: str) -> Any:
-    if payload is None:
-        return None
-    try:
-        return codec.load(payload, what=what)
-    except PayloadError as exc:
-        return {"unreadable": str(exc)}

@@ -87,8 +87,9 @@ class OperationView:
     effect: str | None
     status: OpStatus
     operation_id: str
-    #: the attempt of the latest entry at this position
-    attempts: int
+    #: the number of the latest attempt at this position (1: the first), as
+    #: its journal entries count them (``HistoryEvent.attempt``)
+    attempt: int
     #: what the latest intent was about to send; ``None`` without an intent
     arguments: Decoded | None
     resolution: Resolution | None
@@ -100,12 +101,6 @@ class OperationView:
     @property
     def uncertain(self) -> bool:
         return self.status is OpStatus.UNCERTAIN
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields ``App.operations`` has always returned."""
-        return {"position": self.position, "tool": self.tool, "status": self.status.value,
-                "operation_id": self.operation_id, "last_event": self.last_event.value,
-                "attempt": self.attempts}
 
 
 class _LedgerJournal(Journal):
@@ -212,7 +207,7 @@ class Ledger:
             status=status,
             operation_id=str(detail.get("operation_id")
                              or operation_id(self.run_id, position, journal.generation(position))),
-            attempts=last.attempt or 1,
+            attempt=last.attempt or 1,
             arguments=decode(codec, intent.payload, f"arguments of #{position} of run {self.run_id!r}")
             if intent is not None else None,
             resolution=resolution,

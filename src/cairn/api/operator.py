@@ -36,7 +36,7 @@ from cairn.api.approvals import view as approval_view
 from cairn.api.ledger import Ledger, OperationView, resolution_request
 from cairn.codec import schemas, values
 from cairn.codec.payloads import PayloadCodec
-from cairn.engine.approvals import decision_body
+from cairn.engine.approvalmessages import decision_message
 from cairn.engine.budget import Budget
 from cairn.engine.bundles import Bundle, BundleDamaged
 from cairn.engine.messaging import check_name, signal_key
@@ -56,9 +56,11 @@ from cairn.store.records import (
     BundleRecord,
     Delivery,
     EventType,
+    HistoryEvent,
     Payload,
     RunRecord,
     RunStatus,
+    UsageTotals,
 )
 from cairn.store.sqlfiles import load_migrations
 from cairn.store.vectorindex import TierUsage
@@ -195,6 +197,15 @@ class Operator:
         if record is None:
             raise RunNotFound(run_id)
         return record
+
+    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        """The run's history entries after ``after_seq`` (at most ``limit``)."""
+        return self._store.history(run_id, after_seq, limit)
+
+    def usage(self, run_id: str) -> UsageTotals:
+        """What the run has spent and its last ``seq``, summed by the store
+        (its history stays in the database)."""
+        return self._store.run_usage(run_id)
 
     def operations(self, run_id: str) -> RunOperations:
         """The run and its tool calls (see ``cairn.api.ledger``)."""
@@ -350,7 +361,7 @@ class Operator:
             raise InvalidArgument("a decision's comment is text")
         if comment is not None and "\x00" in comment:  # PostgreSQL's text cannot hold it: one rule for both
             raise InvalidArgument("a decision's comment must not hold a NUL character")
-        payload = self.codec.wrap(decision_body(status, comment, edited))
+        payload = self.codec.wrap(decision_message(status, comment, edited))
         approval = self._store.decide_approval(run_id, request_id, status, payload, comment, actor=self.actor)
         return approval_view(self.codec, approval)
 

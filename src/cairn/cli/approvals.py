@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cairn.api.approvals import NO_EDIT, ApprovalView
-from cairn.errors import InvalidEdit, StoreError
+from cairn.api.views import approval_json, pending_approvals
+from cairn.errors import InvalidEdit
 
 from . import render
 from .loading import Session, open_session
@@ -76,11 +77,7 @@ def print_pending(console: Console, views: list[ApprovalView]) -> None:
 def pending_of(session: Session, run_id: str) -> list[ApprovalView]:
     """The pending approvals of one run; none if the database predates them
     (an inspection never migrates: its schema may lack the table)."""
-    try:
-        views: list[ApprovalView] = session.operator.approvals(run_id=run_id)
-    except StoreError:
-        return []
-    return views
+    return pending_approvals(session.operator, run_id, inspecting=True)
 
 
 @click.command("approvals")
@@ -100,7 +97,7 @@ def approvals(
         views = session.operator.approvals(tenant=tenant, run_id=run_id, pending=not everything)
     if as_json:
         for v in views:
-            echo_json(v.as_dict(), ensure_ascii=False, default=str)
+            echo_json(approval_json(v), ensure_ascii=False, default=str)
         return
     if not views:
         echo("no approval requests" if everything else "no pending approval requests", err=True)

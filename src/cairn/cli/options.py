@@ -112,6 +112,14 @@ def database_label(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}{port}"))
 
 
+def served_database(db_url: str | None) -> str:
+    """Which database an App on ``db_url`` works on, for the worker's banner
+    and ``start`` (``None``: an App built on a store object, not a URL)."""
+    if db_url is None:
+        return "the store the app was built with"
+    return database_label(db_url)
+
+
 def stdout_console() -> Console:
     return SafeConsole()
 

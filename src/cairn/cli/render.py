@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cairn.api.ledger import Decoded, OperationView, decode
-from cairn.api.views import ModelCalls, model_calls, result_of, run_json
+from cairn.api.views import ModelCalls, attention, journal_status, model_calls, result_of
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.journal import Journal
 from cairn.store.lifecycle import wait_label
@@ -50,13 +50,6 @@ _ATTENTION_EVENTS = frozenset({EventType.RUN_NEEDS_ATTENTION, EventType.OP_INTEN
 #: History entries that end a run (for its "ended" time).
 _END_EVENTS = (EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED,
                EventType.RUN_QUARANTINED, EventType.RUN_KILLED, EventType.RUN_HALTED)
-
-_JOURNAL_STATUS = {
-    EventType.STEP_COMPLETED: "completed",
-    EventType.STEP_FAILED: "failed",
-    EventType.STEP_RETRIED: "retried",
-}
-
 
 def line(text: str) -> str:
     """User text for one line: control characters, newlines included, escaped
@@ -298,11 +291,6 @@ def event_line(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | No
     return text
 
 
-def journal_status(event: HistoryEvent) -> str:
-    """``completed``/``failed``/``retried``, or the last word of any other journal event."""
-    return _JOURNAL_STATUS.get(event.event, event.event.value.rsplit(".", 1)[-1])
-
-
 def _problem(event: HistoryEvent) -> str:
     detail = event.detail or {}
     error = detail.get("error")
@@ -366,13 +354,6 @@ def first_at(history: list[HistoryEvent], *kinds: EventType) -> float | None:
 
 def last_at(history: list[HistoryEvent], *kinds: EventType) -> float | None:
     return next((e.at for e in reversed(history) if e.event in kinds), None)
-
-
-def attention(history: list[HistoryEvent]) -> dict[str, Any] | None:
-    """The detail of the latest ``run.needs_attention`` entry (position, tool,
-    operation id, arguments, why), if any."""
-    entry = next((e for e in reversed(history) if e.event is EventType.RUN_NEEDS_ATTENTION), None)
-    return entry.detail or {} if entry is not None else None
 
 
 def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history: list[HistoryEvent]) -> None:
@@ -452,36 +433,6 @@ def waiting_text(record: RunRecord, history: list[HistoryEvent]) -> str:
     return lifecycle_detail(last) if last is not None else "-"
 
 
-def show_json(codec: PayloadCodec, record: RunRecord, history: list[HistoryEvent]) -> dict[str, Any]:
-    """``cairn show --json``: everything ``print_run`` shows, machine-readable."""
-    out = run_json(record)
-    out["input"] = decode(codec, record.input).value
-    result = decode(codec, record.result) if record.status is RunStatus.COMPLETED else Decoded()
-    out["result"] = result.value
-    models = model_calls(codec, history)
-    out["journal"] = [_journal_json(codec, e, models) for e in history
-                      if e.event in JOURNAL_EVENTS and e.position is not None]
-    if record.status is RunStatus.NEEDS_ATTENTION:
-        out["attention"] = attention(history)
-    return out
-
-
-def _journal_json(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls) -> dict[str, Any]:
-    duration = event.at - event.started_at if event.started_at is not None else None
-    entry: dict[str, Any] = {
-        "position": event.position, "kind": event.step_kind, "name": event.name, "attempt": event.attempt,
-        "status": journal_status(event), "worker": event.worker,
-        "duration_ms": round(duration * 1000, 3) if duration is not None else None,
-    }
-    if event.event is EventType.STEP_COMPLETED:
-        entry["result"] = result_of(codec, event, models).value
-    elif event.event is EventType.OP_INTENT:
-        entry["arguments"] = decode(codec, event.payload).value
-    if event.detail is not None and (event.event is not EventType.STEP_COMPLETED or settled_by(event)):
-        entry["detail"] = event.detail
-    return entry
-
-
 # -- operations (side-effecting tool calls) ---------------------------------------------------
 
 OP_STYLE = {"done": "green", "failed": "red", "uncertain": "bold black on yellow", "pending": "yellow"}
@@ -498,7 +449,7 @@ def ops_table(ops: list[OperationView]) -> Table:
     for op in ops:
         status = op.status.value
         table.add_row(str(op.position), line(op.tool), Text(status, style=OP_STYLE.get(status, "")),
-                      line(op.operation_id), str(op.attempts))
+                      line(op.operation_id), str(op.attempt))
     return table
 
 

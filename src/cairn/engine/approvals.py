@@ -36,6 +36,7 @@ import msgspec
 
 from cairn.codec import schemas, values
 from cairn.engine import credentials
+from cairn.engine.approvalmessages import DecisionRecord, RequestRecord, read_decision
 from cairn.engine.credentials import SecretParams
 from cairn.engine.execution import Execution, operation_id
 from cairn.engine.signals import Suspend
@@ -111,44 +112,6 @@ class Decision(Generic[T]):
         return self.status in (ApprovalStatus.APPROVED, ApprovalStatus.EDITED)
 
 
-class _Request(msgspec.Struct, frozen=True):
-    """The recorded outcome of an ``approval`` call."""
-
-    request_id: str
-    action: str
-    details: Any
-    type: str
-    approvers: list[str] | None = None
-    expires_at: float | None = None
-
-
-class _Recorded(msgspec.Struct, frozen=True):
-    """The recorded outcome of a ``decision`` call (and what replay rebuilds from)."""
-
-    status: str
-    request_id: str
-    action: str
-    data: Any = None
-    decided_by: str | None = None
-    decided_at: float | None = None
-    comment: str | None = None
-
-
-class _Delivered(msgspec.Struct, frozen=True):
-    """What a decision message carries (the sender and time are the message's)."""
-
-    status: str
-    comment: str | None = None
-    data: Any = None
-
-
-def decision_body(status: ApprovalStatus, comment: str | None, edited: Any = None) -> bytes:
-    """The JSON a decision delivers to the run: its status, the comment and,
-    for an edit, the edited value (plain JSON, checked by the decider)."""
-    data = edited if status is ApprovalStatus.EDITED else None
-    return values.encode(_Delivered(status.value, comment, data))
-
-
 def request(
     ex: Execution,
     action: str,
@@ -175,12 +138,12 @@ def request(
     plain = msgspec.json.decode(raw)
     call = ex.begin("approval", action, input_hash((), {"details": plain, "approvers": who}))
     if call.recorded is not None:
-        made: _Request = ex.replay(call, _Request)
+        made: RequestRecord = ex.replay(call, RequestRecord)
     else:
         schema = _pinning(schemas.schema_of(kind), {name: plain[name] for name in pinned})
         deadline = None if timeout is None else time.time() + timeout
         request_id = operation_id(ex.run_id, call.position, ex.journal.generation(call.position))
-        made = _Request(request_id, action, plain, schemas.type_name(kind),
+        made = RequestRecord(request_id, action, plain, schemas.type_name(kind),
                         None if who is None else list(who), deadline)
         payload = ex.runtime.payloads.wrap(values.encode(made))
         stored = ApprovalRequest(request_id, action, made.type, schema, who, deadline)
@@ -211,16 +174,16 @@ def _approvers(approvers: Sequence[str] | str | None) -> tuple[str, ...] | None:
     return chosen
 
 
-def _await(ex: Execution, made: _Request, kind: Any) -> Decision[Any]:
+def _await(ex: Execution, made: RequestRecord, kind: Any) -> Decision[Any]:
     call = ex.begin("decision", made.request_id)
     if call.recorded is not None:
-        return _decision(ex.replay(call, _Recorded), kind)
+        return _decision(ex.replay(call, DecisionRecord), kind)
     key = approval_key(made.request_id)
     message = ex.next_delivery(key)
     if message is not None:
         return _take(ex, call, message, made, kind)
     if made.expires_at is not None and time.time() >= made.expires_at:
-        expired = _Recorded(ApprovalStatus.EXPIRED.value, made.request_id, made.action)
+        expired = DecisionRecord(ApprovalStatus.EXPIRED.value, made.request_id, made.action)
         if ex.expire_approval(call, ex.runtime.payloads.wrap(values.encode(expired)), made.request_id):
             return _decision(expired, kind)
         message = ex.next_delivery(key)  # a decision came first: it is in the mailbox
@@ -232,10 +195,10 @@ def _await(ex: Execution, made: _Request, kind: Any) -> Decision[Any]:
     })
 
 
-def _take(ex: Execution, call: Any, message: Delivery, made: _Request, kind: Any) -> Decision[Any]:
+def _take(ex: Execution, call: Any, message: Delivery, made: RequestRecord, kind: Any) -> Decision[Any]:
     what = f"the decision on approval request {made.request_id} of run {ex.run_id!r}"
     raw = ex.runtime.payloads.raw(message.payload, what=what) if message.payload is not None else b"{}"
-    body = values.decode(raw, _Delivered, what=what)
+    body = read_decision(raw, what=what)
     status = ApprovalStatus(body.status)
     data = None
     if status is ApprovalStatus.APPROVED:
@@ -246,14 +209,14 @@ def _take(ex: Execution, call: Any, message: Delivery, made: _Request, kind: Any
             values.decode(values.encode(data), kind, what=f"the edit of approval {made.action!r}")
         except PayloadError as exc:
             ex.fail_call(call, InvalidEdit(str(exc)), retryable=False, retry_delay=None)
-    recorded = _Recorded(status.value, made.request_id, made.action, data, message.sender, message.sent_at,
-                         body.comment)
+    recorded = DecisionRecord(status.value, made.request_id, made.action, data, message.sender,
+                              message.sent_at, body.comment)
     payload = ex.runtime.payloads.wrap(values.encode(recorded))
     ex.take_delivery(call, message, payload, {"request_id": made.request_id, "decision": status.value})
     return _decision(recorded, kind)
 
 
-def _decision(recorded: _Recorded, kind: Any) -> Decision[Any]:
+def _decision(recorded: DecisionRecord, kind: Any) -> Decision[Any]:
     status = ApprovalStatus(recorded.status)
     data = None
     if recorded.data is not None or status in (ApprovalStatus.APPROVED, ApprovalStatus.EDITED):

@@ -17,8 +17,9 @@ from typing import Annotated, Any
 
 import msgspec
 
-from cairn.api.approvals import NO_EDIT, ApprovalView
+from cairn.api.approvals import NO_EDIT
 from cairn.api.tokens import Role
+from cairn.api.views import ApprovalOut, approval_json
 from cairn.errors import ApprovalNotFound
 from cairn.server.routing import Call, Endpoint
 
@@ -66,8 +67,13 @@ def _request_id(call: Call[Any], run_id: str) -> str:
     return request_id
 
 
-def approval_json(view: ApprovalView) -> dict[str, Any]:
-    return {**view.as_dict(), "pending": view.pending}
+class InboxOut(msgspec.Struct, kw_only=True):
+    approvals: list[ApprovalOut]
+
+
+class RunApprovalsOut(msgspec.Struct, kw_only=True):
+    run_id: str
+    approvals: list[ApprovalOut]
 
 
 def inbox(call: Call[Any]) -> Any:
@@ -111,13 +117,14 @@ ONE = "/api/runs/{run_id}/approvals/{request_id}"
 
 ROUTES = [
     Endpoint("GET", "/api/approvals", Role.VIEWER, "The tenant's approval requests (pending by default)",
-             inbox, query=Inbox, tag="approvals"),
+             inbox, query=Inbox, tag="approvals", response=InboxOut),
     Endpoint("GET", "/api/runs/{run_id}/approvals", Role.VIEWER, "The run's approval requests",
-             run_approvals, query=RunApprovals, tag="approvals"),
-    Endpoint("GET", ONE, Role.VIEWER, "One approval request, decided or not", show_approval, tag="approvals"),
+             run_approvals, query=RunApprovals, tag="approvals", response=RunApprovalsOut),
+    Endpoint("GET", ONE, Role.VIEWER, "One approval request, decided or not", show_approval, tag="approvals",
+             response=ApprovalOut),
     Endpoint("POST", ONE + "/approve", Role.OPERATOR,
              "Approve a request as it is, or with an edit that fits its schema (422 if it does not)",
-             approve, body=Approve, tag="approvals"),
+             approve, body=Approve, tag="approvals", response=ApprovalOut),
     Endpoint("POST", ONE + "/reject", Role.OPERATOR, "Reject a request", reject, body=Reject,
-             tag="approvals"),
+             tag="approvals", response=ApprovalOut),
 ]

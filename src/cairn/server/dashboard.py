@@ -104,7 +104,7 @@ def routes(state: ServerState) -> list[Route]:
 
     def run_page(request: Request, principal: Principal) -> Response:
         call = _call(state, request, principal, run_routes.Page(after=0, limit=1000))
-        run = run_routes.show_run(call)
+        run = run_routes.show_run(_call(state, request, principal, run_routes.ShowRun()))
         history = run_routes.run_history(call)
         models = run_routes.run_model_calls(call)
         ops = run_routes.run_operations(call)

@@ -12,13 +12,26 @@ from starlette.responses import JSONResponse
 
 from cairn.api.ledger import decode
 from cairn.api.tokens import Role
-from cairn.api.views import event_json, model_calls_of, model_records_of, run_json
+from cairn.api.views import (
+    EventOut,
+    ModelCallOut,
+    OperationsOut,
+    RunDetailOut,
+    RunOut,
+    event_json,
+    model_call_json,
+    model_calls_of,
+    model_records_of,
+    operations_of,
+    plain,
+    run_detail,
+    run_json,
+)
 from cairn.codec import values
 from cairn.engine.budget import Budget
 from cairn.errors import PayloadError, RunNotFound
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint, Ident
-from cairn.server.views import model_call_json, operation_json, run_detail
 from cairn.store.records import RunRecord, RunStatus
 from cairn.store.runids import scoped_run_id
 
@@ -67,6 +80,13 @@ class ListRuns(msgspec.Struct):
     limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
 
 
+class ShowRun(msgspec.Struct):
+    """``journal``: the run's journal too, as ``cairn show --json`` has it
+    (it reads the whole history; pages of it are ``/history``)."""
+
+    journal: bool = False
+
+
 class Page(msgspec.Struct):
     """``after``: only entries with a larger ``seq``; ``limit``: at most that many."""
 
@@ -85,6 +105,55 @@ class Resolve(msgspec.Struct, forbid_unknown_fields=True):
 
     done: bool
     result: Any = None
+
+
+# -- what the routes answer (documented in the OpenAPI document; the objects are cairn.api.views)
+
+
+class StartedOut(msgspec.Struct, kw_only=True):
+    created: bool
+    run: RunOut
+
+
+class RunListOut(msgspec.Struct, kw_only=True):
+    runs: list[RunOut]
+
+
+class HistoryPageOut(msgspec.Struct, kw_only=True):
+    """``next_after``: the ``after`` of the next page; ``None``: this is the last."""
+
+    run_id: str
+    events: list[EventOut]
+    next_after: int | None
+
+
+class ModelCallsOut(msgspec.Struct, kw_only=True):
+    """``error``: why the model calls cannot be rebuilt (none are listed then);
+    ``next_after``: the ``after`` of the next page; ``None``: this is the last."""
+
+    run_id: str
+    model_calls: list[ModelCallOut]
+    next_after: int | None
+    error: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class ChangeOut(msgspec.Struct, kw_only=True):
+    """An action's effect: whether it changed the run, its status before,
+    the run after; ``from_position`` (retry): where it resumes (``None``:
+    the top of its journal); ``position`` (resolve): the call settled."""
+
+    changed: bool
+    before: RunStatus
+    run: RunOut
+    from_position: int | msgspec.UnsetType | None = msgspec.UNSET
+    position: int | msgspec.UnsetType = msgspec.UNSET
+
+
+class KilledOut(msgspec.Struct, kw_only=True):
+    """The runs killed (the run and its unfinished children), and the run now."""
+
+    killed: list[str]
+    run: RunOut
 
 
 def _position(call: Call[Any]) -> int:
@@ -153,7 +222,8 @@ def list_runs(call: Call[Any]) -> Any:
 
 def show_run(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
-    return run_detail(call.operator.codec, record, call.app.usage(record.run_id))  # summed in the store
+    query: ShowRun = call.query
+    return run_detail(call.operator, record, journal=query.journal)
 
 
 def run_history(call: Call[Any]) -> Any:
@@ -189,9 +259,7 @@ def run_model_calls(call: Call[Any]) -> Any:
 def run_operations(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
     ops = call.operator.operations(record.run_id)
-    return {"run_id": record.run_id, "status": ops.run.status.value,
-            "operations": [operation_json(op) for op in ops.operations],
-            "needs_resolution": [op.position for op in ops.uncertain()]}
+    return plain(operations_of(ops))
 
 
 def _change(before: Any, after: Any) -> dict[str, Any]:
@@ -249,27 +317,29 @@ RUN = "/api/runs/{run_id}"
 ROUTES = [
     Endpoint("POST", "/api/runs", Role.OPERATOR, "Start a run (idempotent on run_id / Idempotency-Key)",
              start_run, body=StartRun, status=201, returns="The run (201: created; 200: it existed)",
-             idempotent=True),
+             idempotent=True, response=StartedOut),
     Endpoint("GET", "/api/runs", Role.VIEWER, "List the tenant's runs, newest first", list_runs,
-             query=ListRuns),
-    Endpoint("GET", RUN, Role.VIEWER, "A run with its input, result, budget and usage", show_run),
+             query=ListRuns, response=RunListOut),
+    Endpoint("GET", RUN, Role.VIEWER, "A run with its input, result, budget, usage, pending approvals "
+             "and (?journal=true) its journal: the shape of 'cairn show --json'", show_run, query=ShowRun,
+             response=RunDetailOut),
     Endpoint("GET", RUN + "/history", Role.VIEWER, "A page of the run's history (its journal)", run_history,
-             query=Page),
+             query=Page, response=HistoryPageOut),
     Endpoint("GET", RUN + "/model-calls", Role.VIEWER, "A page of the run's model calls as sent and received",
-             run_model_calls, query=Page),
+             run_model_calls, query=Page, response=ModelCallsOut),
     Endpoint("GET", RUN + "/operations", Role.VIEWER, "The run's tool calls and where each stands",
-             run_operations, tag="operations"),
+             run_operations, tag="operations", response=OperationsOut),
     Endpoint("POST", RUN + "/cancel", Role.OPERATOR, "Cancel the run and its unfinished children",
-             cancel_run, body=Reason),
+             cancel_run, body=Reason, response=ChangeOut),
     Endpoint("POST", RUN + "/kill", Role.OPERATOR, "Kill switch: stop the run and its children now",
-             kill_run, body=Reason),
+             kill_run, body=Reason, response=KilledOut),
     Endpoint("POST", RUN + "/resume", Role.OPERATOR, "Bring a killed or halted run back (revive)",
-             resume_run),
+             resume_run, response=ChangeOut),
     Endpoint("POST", RUN + "/retry", Role.OPERATOR, "Resume a failed or quarantined run from its last "
-             "good step", retry_run),
+             "good step", retry_run, response=ChangeOut),
     Endpoint("PUT", RUN + "/budget", Role.OPERATOR, "Change limits of the run's budget (others are kept)",
-             set_budget, body=BudgetBody),
+             set_budget, body=BudgetBody, response=ChangeOut),
     Endpoint("POST", RUN + "/operations/{position}/resolve", Role.OPERATOR,
              "Settle an uncertain write of a run that needs attention", resolve_operation, body=Resolve,
-             tag="operations"),
+             tag="operations", response=ChangeOut),
 ]
