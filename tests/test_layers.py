@@ -52,6 +52,7 @@ def test_the_contract_catches_an_upward_import(tmp_path: Path) -> None:
     assert "cairn.store" in done.stdout
 
 
+@pytest.mark.slow  # runs lint-imports in a process of its own
 def test_a_cycle_through_type_only_imports_breaks_the_dag(tmp_path: Path) -> None:
     """The DAG contract counts ``if TYPE_CHECKING:`` imports (the engine's
     cycle ran through them): given the repository's settings, a package

@@ -83,6 +83,7 @@ def test_below_admin_may_not_set_a_share(setup: Setup, client: httpx.Client, who
     ("/api/queues/emails/share", {"rate": "1000000000/ms"}),
     ("/api/queues/em%00ails/share", {"concurrency": 1}),
     ("/api/queues/em%01ails/share", {"concurrency": 1}),
+    ("/api/queues/emails%0A/share", {"concurrency": 1}),  # a final LF: a bare $ in the rule let it in
 ])
 def test_bad_shares_are_refused_and_nothing_is_written(setup: Setup, client: httpx.Client, path: str,
                                                        body: dict[str, object]) -> None:

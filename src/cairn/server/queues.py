@@ -25,7 +25,8 @@ from cairn.errors import InvalidArgument
 from cairn.server.routing import Call, Endpoint
 from cairn.store.admission import QueueLimits, QueueShare, QueueStats, Rate
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+#: ``$`` alone would admit a final LF (Python matches it before a trailing newline)
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$(?!\n)")]
 Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)]
 _UNIT = r"(?:ms|s|sec|second|m|min|minute|h|hour|d|day)"
 _AMOUNT = r"(?:0*[1-9][0-9]{0,8}(?:\.[0-9]{0,6})?|0*\.[0-9]{0,5}[1-9])"
