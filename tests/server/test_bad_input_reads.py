@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from cairn.server.views import model_call_json
 
+from cairn.api.views import model_call_json
 from cairn.engine import modelcalls
 from cairn.engine.journal import Journal
 
