@@ -3,7 +3,8 @@ hash grew to cover what a workflow reaches).
 
 Each figure here is a count taken in a fresh Python process (a worker
 starting): how many files' paths it resolves (``os.path.realpath``) and how
-many sources it parses (``ast.parse``) to hash one workflow; never a time.
+many sources it parses (``ast.parse``) and how much bytecode it
+disassembles (``dis.get_instructions``) to hash one workflow; never a time.
 What a parse yields is kept in a per-user cache on disk
 (``cairn.engine.codecache``), keyed by the content of the source it was
 parsed from: an edit that keeps a file's size, mtime and inode still misses
@@ -48,20 +49,23 @@ FILES = {
 }
 
 _HASH_IN_A_FRESH_PROCESS = """
-import ast, json, os, sys
+import ast, dis, json, os, sys
 sys.path.insert(0, sys.argv[1])
 import importlib
 from cairn.engine.bundles import code_hash
 module = importlib.import_module(sys.argv[2] + ".flows")
-counts = {"parses": 0, "realpaths": 0}
-real_parse, real_realpath = ast.parse, os.path.realpath
+counts = {"parses": 0, "realpaths": 0, "disassemblies": 0}
+real_parse, real_realpath, real_dis = ast.parse, os.path.realpath, dis.get_instructions
 def parse(*args, **kwargs):
     counts["parses"] += 1
     return real_parse(*args, **kwargs)
 def realpath(*args, **kwargs):
     counts["realpaths"] += 1
     return real_realpath(*args, **kwargs)
-ast.parse, os.path.realpath = parse, realpath
+def get_instructions(*args, **kwargs):
+    counts["disassemblies"] += 1
+    return real_dis(*args, **kwargs)
+ast.parse, os.path.realpath, dis.get_instructions = parse, realpath, get_instructions
 print(json.dumps({"hash": code_hash(module.flow), "modules": len(sys.modules), **counts}))
 """
 
@@ -110,8 +114,10 @@ def test_a_second_process_takes_what_it_would_parse_from_the_cache(package: Path
     first = _fresh(package, tmp_path / "xdg")
     second = _fresh(package, tmp_path / "xdg")
     assert first["parses"] > 0
+    assert first["disassemblies"] > 0
     assert _entries(tmp_path / "xdg")
     assert second["parses"] == 0, second
+    assert second["disassemblies"] == 0, second
     assert uncached["hash"] == first["hash"] == second["hash"]
 
 

@@ -92,7 +92,27 @@ def cached(kind: str, file: str | None, module_globals: dict[str, Any] | None, w
     digest = _digest(file, module_globals, refresh=True)
     if digest is None:
         return compute()
-    key = hashlib.sha256(f"{_engine_stamp()}\x00{kind}\x00{digest}\x00{where}".encode()).hexdigest()
+    # ``compute`` reads the file through linecache itself: keep it only if it read what was hashed
+    return _lookup(_key(kind, f"{digest}\x00{where}"), compute,
+                   lambda: _digest(file, module_globals, refresh=False) == digest)
+
+
+def keyed(kind: str, material: str, compute: Callable[[], str]) -> str:
+    """``compute()``, a value that is a function of ``material`` alone (a
+    canonical form of some bytecode), from the cache when it is there."""
+    if not enabled():
+        return compute()
+    return _lookup(_key(kind, material), compute, lambda: True)
+
+
+def _key(kind: str, material: str) -> str:
+    return hashlib.sha256(f"{_engine_stamp()}\x00{kind}\x00{material}".encode("utf-8", "surrogatepass")
+                          ).hexdigest()
+
+
+def _lookup(key: str, compute: Callable[[], str], keep: Callable[[], bool]) -> str:
+    """The value of ``key``: this process's, else the disk's, else
+    ``compute()``'s (written to disk if ``keep()`` says it is still true)."""
     with _lock:
         hit = _memo.get(key)
     if hit is not None:
@@ -101,8 +121,7 @@ def cached(kind: str, file: str | None, module_globals: dict[str, Any] | None, w
     hit = _read(path, key)
     if hit is None:
         hit = compute()
-        # ``compute`` read the file through linecache itself: keep it only if it read what was hashed
-        if _digest(file, module_globals, refresh=False) != digest:
+        if not keep():
             return hit
         _write(path, key, hit)
     with _lock:
