@@ -10,6 +10,12 @@ measured with the code-hash cache switched off (``CAIRN_CODE_CACHE=off``),
 and, where the tree has the cache (``cairn/engine/codecache.py``), cold (an
 empty cache directory per sample) and warm (one directory the first sample
 filled). Medians of ``--samples`` per cell, in ms.
+
+``--resume N`` times instead ``bench.engine.cairn_resume_ms`` (resume of a
+SIGKILLed run, the call to the next new step: ``python -m bench.engine``'s
+``resume ms``), N samples per tree, in one long-lived child process per
+tree (as in ``bench.engine``: a new app per sample, the cache warm after the
+first), the trees alternated sample by sample.
 """
 
 from __future__ import annotations
@@ -49,13 +55,56 @@ def sample(tree: Path, mode: str, warm_dir: Path) -> float:
     return float(child.stdout.strip().splitlines()[-1])
 
 
+RESUME_CHILD = """
+import sys
+from bench import engine
+engine.cairn_resume_ms()  # warm-up, as bench.engine's warm-up round
+for line in sys.stdin:
+    print(engine.cairn_resume_ms(), flush=True)
+"""
+
+
+def resume(trees: list[Path], samples: int) -> None:
+    """Alternated resume samples of each tree, one child process per tree."""
+    cache = tempfile.mkdtemp(prefix="codehash-resume-")
+    children = {}
+    for tree in trees:
+        env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}", "XDG_CACHE_HOME": cache}
+        children[tree] = subprocess.Popen([sys.executable, "-c", RESUME_CHILD], cwd=tree, env=env, text=True,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    figures: dict[Path, list[float]] = {tree: [] for tree in trees}
+    try:
+        for i in range(samples):
+            for tree in trees if i % 2 == 0 else reversed(trees):
+                child = children[tree]
+                assert child.stdin is not None
+                assert child.stdout is not None
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                figures[tree].append(float(child.stdout.readline()))
+    finally:
+        for child in children.values():
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait(timeout=60)
+    print(f"resume ms (bench.engine.cairn_resume_ms), median of {samples}, alternated:")
+    for tree, values in figures.items():
+        ordered = sorted(values)
+        print(f"  {tree!s:40} {statistics.median(values):7.2f}  (quartiles {ordered[len(ordered) // 4]:.2f}-"
+              f"{ordered[3 * len(ordered) // 4]:.2f}; {min(values):.2f}-{max(values):.2f})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trees", nargs="*", type=Path, help="source trees (default: this one)")
     parser.add_argument("--samples", type=int, default=9, help="fresh processes per cell (default 9)")
+    parser.add_argument("--resume", type=int, metavar="N", help="time N resumes per tree instead")
     args = parser.parse_args(argv)
     trees = [t.resolve() for t in args.trees] or [Path(__file__).resolve().parent.parent]
+    if args.resume:
+        resume(trees, args.resume)
+        return 0
     cells: dict[tuple[Path, str], list[float]] = {}
     warm = {tree: Path(tempfile.mkdtemp(prefix="codehash-warm-")) for tree in trees}
     for tree in trees:
