@@ -26,7 +26,14 @@ of the same run:
   ``bench`` extra), whose embed function returns the precomputed vectors.
 
 Items are written straight into the tables (the embedding worker is not what
-is measured). Bytes per item are the vector bytes ``vector_tiers`` reports.
+is measured). Bytes per item are measured on disk, as the growth of the
+store over the same store empty, divided by the items: SQLite, the database
+file after ``PRAGMA wal_checkpoint(TRUNCATE)`` and ``VACUUM`` (plus its
+artifact directory); PostgreSQL, the sum of ``pg_total_relation_size``
+(heap, TOAST and indexes) of every table of Cairn's schema, after ``VACUUM
+FULL`` (the cooling rewrites rows; SQLite's figure is after ``VACUUM`` too),
+and for LangGraph's ``PostgresStore`` of every table of its schema after its
+load (inserts only, nothing to vacuum; its HNSW index included).
 """
 
 from __future__ import annotations
@@ -85,8 +92,10 @@ _VECTORS = ("INSERT INTO memory_vectors (tenant, namespace, key, version, embedd
             "scale, embedded_at) VALUES ({})")
 
 
-def load_sqlite(path: Path, items: np.ndarray) -> SQLiteStore:
+def load_sqlite(path: Path, items: np.ndarray) -> tuple[SQLiteStore, int]:
+    """The store with the items written in, and its on-disk bytes empty."""
     store = SQLiteStore(path, clock=lambda: 100.0)
+    empty = disk_bytes(store)
     item_rows, vector_rows = rows(items)
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
@@ -94,17 +103,18 @@ def load_sqlite(path: Path, items: np.ndarray) -> SQLiteStore:
     conn.executemany(_VECTORS.format(", ".join("?" * 10)), vector_rows)
     conn.execute("COMMIT")
     conn.close()
-    return store
+    return store, empty
 
 
 def vec_text(vector: np.ndarray) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
-def load_postgres(admin_url: str, items: np.ndarray) -> tuple[Any, Callable[[], None]]:
+def load_postgres(admin_url: str, items: np.ndarray) -> tuple[Any, int, Callable[[], None]]:
     """Cairn's store on a new database of ``admin_url``'s server, the items
     copied in (with pgvector's copy of each vector where the store has the
-    column, as the embedding worker would write it)."""
+    column, as the embedding worker would write it); its on-disk bytes
+    empty; and what drops the database."""
     import psycopg
     from psycopg import sql
 
@@ -115,6 +125,7 @@ def load_postgres(admin_url: str, items: np.ndarray) -> tuple[Any, Callable[[], 
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
     store = PostgresStore(url, clock=lambda: 100.0)
+    empty = disk_bytes(store)
     item_rows, vector_rows = rows(items)
     with psycopg.connect(url) as conn:
         conn.execute("SET search_path TO cairn")
@@ -135,7 +146,49 @@ def load_postgres(admin_url: str, items: np.ndarray) -> tuple[Any, Callable[[], 
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
-    return store, drop
+    return store, empty, drop
+
+
+def tree_bytes(root: Path) -> int:
+    """Bytes of the files under ``root`` (0 if it does not exist)."""
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.exists() else 0
+
+
+def disk_bytes(store: Any) -> int:
+    """What ``store`` takes on disk (the project's rule for storage figures):
+    SQLite, the file after ``VACUUM`` and a truncating WAL checkpoint, plus
+    the artifact directory; PostgreSQL, ``pg_total_relation_size`` (heap,
+    TOAST, indexes) of every table of the store's schema, after ``VACUUM
+    FULL`` so that rows the cooling rewrote count once, as SQLite's do."""
+    if isinstance(store, SQLiteStore):
+        lite = sqlite3.connect(store.path, isolation_level=None)
+        try:
+            lite.execute("VACUUM")
+            lite.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            lite.close()
+        return store.path.stat().st_size + tree_bytes(store.artifact_dir)
+    import psycopg
+
+    with psycopg.connect(store._url, autocommit=True) as conn:
+        conn.execute(f'VACUUM FULL {", ".join(_tables(conn, store.schema))}')
+        return _relation_bytes(conn, store.schema)
+
+
+def _tables(conn: Any, schema: str) -> list[str]:
+    rows = conn.execute("SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class AS c "
+                        "JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+                        "WHERE n.nspname = %s AND c.relkind = 'r'",
+                        (schema,)).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def _relation_bytes(conn: Any, schema: str) -> int:
+    """``pg_total_relation_size`` of every table of ``schema`` (TOAST and indexes included)."""
+    row = conn.execute("SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class AS c "
+                       "JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+                       "WHERE n.nspname = %s AND c.relkind = 'r'", (schema,)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def measure(search: Callable[[np.ndarray], list[int]], probes: np.ndarray, truth: Sequence[set[int]],
@@ -213,6 +266,8 @@ def run_langgraph_postgres(
                  "ann_index_config": {"kind": kind}}
         with LangGraphPostgresStore.from_conn_string(url, index=index) as store:  # type: ignore[arg-type]
             store.setup()
+            with psycopg.connect(url) as conn:
+                empty = _relation_bytes(conn, "public")
             started = time.perf_counter()
             loaded = 0
             for start in range(0, len(items), 1000):
@@ -236,40 +291,44 @@ def run_langgraph_postgres(
                 lookup[f"query {j}"] = probe.tolist()
                 return [int(hit.key[1:]) for hit in store.search(NS_LABELS, query=f"query {j}", limit=k)]
 
-            with psycopg.connect(url) as conn:
-                (size,) = conn.execute("SELECT pg_total_relation_size('store_vectors')").fetchone() or (0,)
+            figures = measure(search, probes, truth, k)
+            with psycopg.connect(url) as conn:  # its tables (store, store_vectors, migrations) and indexes
+                size = _relation_bytes(conn, "public") - empty
             results.append({"system": f"langgraph PostgresStore (pgvector {kind}; load {load:.0f} s)",
-                            **measure(search, probes, truth, k), "bytes/item": size / len(items)})
+                            **figures, "bytes/item": size / len(items)})
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
     return results
 
 
-def bytes_per_item(store: Store, n: int) -> float:
-    return sum(t.bytes for t in store.vector_tiers()) / n
-
-
 def run_cairn(
-    label: str, store: Store, probes: np.ndarray, truth: list[set[int]], truth_filtered: list[set[int]],
-    n: int, k: int,
+    label: str, store: Store, empty: int, probes: np.ndarray, truth: list[set[int]],
+    truth_filtered: list[set[int]], n: int, k: int,
 ) -> list[dict[str, Any]]:
+    """The store's rows: hot (with the previous fallback as baseline on
+    PostgreSQL without pgvector), hot with a filter, cold. Bytes are
+    measured on disk after each state's searches (``disk_bytes`` vacuums,
+    which must not change what the searches find on disk), over ``empty``."""
     results = []
-    hot_bytes = bytes_per_item(store, n)
     if label.startswith("postgres (exact"):
         results.append({"system": f"cairn {label} hot, previous fallback (baseline)",
-                        **measure(previous_fallback(store, k), probes, truth, k), "bytes/item": hot_bytes})
-    results.append({"system": f"cairn {label} hot", **measure(cairn_search(store, k), probes, truth, k),
-                    "bytes/item": hot_bytes})
+                        **measure(previous_fallback(store, k), probes, truth, k)})
+    results.append({"system": f"cairn {label} hot", **measure(cairn_search(store, k), probes, truth, k)})
     results.append({"system": f"cairn {label} hot, filter bucket=3",
-                    **measure(cairn_search(store, k, {"bucket": 3}), probes, truth_filtered, k),
-                    "bytes/item": hot_bytes})
+                    **measure(cairn_search(store, k, {"bucket": 3}), probes, truth_filtered, k)})
+    hot_bytes = (disk_bytes(store) - empty) / n
+    print(f"  on disk, hot: {hot_bytes:,.0f} bytes/item", flush=True)
+    for row in results:
+        row["bytes/item"] = hot_bytes
     # every item is idle at clock 100; small batches: each is one transaction,
     # which a loaded machine would otherwise hold past the idle-in-transaction timeout
     while store.tier_vectors(1.0, limit=2_000).cooled:
         pass
     cold = measure(cairn_search(store, k), probes, truth, k)
-    results.append({"system": f"cairn {label} cold (int8)", **cold, "bytes/item": bytes_per_item(store, n)})
+    cold_bytes = (disk_bytes(store) - empty) / n
+    print(f"  on disk, cold: {cold_bytes:,.0f} bytes/item", flush=True)
+    results.append({"system": f"cairn {label} cold (int8)", **cold, "bytes/item": cold_bytes})
     return results
 
 
@@ -326,17 +385,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--langgraph-pg-index: unknown kind(s) {', '.join(unknown)} (flat, hnsw)")
     if not args.no_sqlite:
         with tempfile.TemporaryDirectory() as tmp:
-            store = load_sqlite(Path(tmp) / "bench.db", items)
+            store, empty = load_sqlite(Path(tmp) / "bench.db", items)
             assert store.sqlite_vec, "sqlite-vec did not load: this would measure the client scorer"
-            results += run_cairn("sqlite (sqlite-vec)", store, probes, truth, truth_filtered, n, k)
+            results += run_cairn("sqlite (sqlite-vec)", store, empty, probes, truth, truth_filtered, n, k)
             store.close()
     if not args.no_postgres:
         from tests import pgcluster
 
-        pg, drop = load_postgres(pgcluster.admin_url(), items)
+        pg, empty, drop = load_postgres(pgcluster.admin_url(), items)
         try:
             assert not pg.pgvector, "this server has pgvector: the fallback would not be measured"
-            results += run_cairn("postgres (exact fallback)", pg, probes, truth, truth_filtered, n, k)
+            results += run_cairn("postgres (exact fallback)", pg, empty, probes, truth, truth_filtered, n, k)
         finally:
             drop()
             pgcluster.shutdown()
@@ -344,10 +403,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from tests import pgvector_cluster
 
         try:
-            pg, drop = load_postgres(pgvector_cluster.admin_url(), items)
+            pg, empty, drop = load_postgres(pgvector_cluster.admin_url(), items)
             try:
                 assert pg.pgvector, "pgvector is missing: this would measure the client scorer"
-                results += run_cairn("postgres+pgvector", pg, probes, truth, truth_filtered, n, k)
+                results += run_cairn("postgres+pgvector", pg, empty, probes, truth, truth_filtered, n, k)
             finally:
                 drop()
             if not args.no_langgraph:

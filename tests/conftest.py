@@ -6,6 +6,8 @@ store on SQLite or PostgreSQL, ``tests/backends.py``) and the fake ``bank``."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
@@ -62,6 +64,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     processes.install()
+    # the code hash's per-user cache (cairn.engine.codecache) in a directory of
+    # this session's, for its processes and every worker it starts: never the
+    # user's own ~/.cache
+    os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
     config.addinivalue_line("markers", "bank(**options): options of the test's bank process "
                             "(delay_ms, reply_delay_ms; see cairn.demo.bank.BankProcess.start)")
 
@@ -90,6 +96,10 @@ def call_failed(request: pytest.FixtureRequest) -> Callable[[], bool]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     pgcluster.shutdown()
+    shutil.rmtree(_CACHE_HOME, ignore_errors=True)
+
+
+_CACHE_HOME = tempfile.mkdtemp(prefix="cairn-test-cache-")
 
 
 @pytest.hookimpl(wrapper=True)

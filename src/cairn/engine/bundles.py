@@ -56,6 +56,7 @@ from typing import Any
 
 import msgspec
 
+from cairn.engine import codecache
 from cairn.engine.definitions import WorkflowDef
 from cairn.errors import CairnError, StoreError
 from cairn.store.contract import Store
@@ -177,6 +178,41 @@ def _names(code: CodeType) -> tuple[set[str], set[str]]:
     return globals_, attrs
 
 
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the walk needs of a code object's bytecode (and its nested code's)."""
+
+    globals: frozenset[str]
+    attrs: frozenset[str]
+    imports: frozenset[tuple[str, int]]
+
+
+class _FactsWire(msgspec.Struct, array_like=True):
+    globals: list[str]
+    attrs: list[str]
+    imports: list[tuple[str, int]]
+
+
+def _facts(code: CodeType) -> _Facts:
+    """``_names`` and ``_imports`` of ``code``, from the code-hash cache:
+    disassembling is most of what hashing costs once sources come from the
+    cache, and both are a function of the canonical bytecode (its
+    instructions, names and constants, nested code included), which is 20
+    times cheaper to compute than the walk."""
+    def compute() -> str:
+        global_names, attrs = _names(code)
+        wire = _FactsWire(sorted(global_names), sorted(attrs), sorted(_imports(code)))
+        return _ENCODER.encode(wire).decode()
+
+    encoded = codecache.keyed("bytecode-facts", _canonical_code(code), compute)
+    try:
+        wire = msgspec.json.decode(encoded, type=_FactsWire)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        wire = msgspec.json.decode(compute(), type=_FactsWire)
+    imports = frozenset((name, level) for name, level in wire.imports)
+    return _Facts(frozenset(wire.globals), frozenset(wire.attrs), imports)
+
+
 def _imports(code: CodeType) -> set[tuple[str, int]]:
     """The modules ``code`` (and the code nested in it) imports in its body,
     with their relative level (``from .helpers import fee`` inside a function)."""
@@ -281,12 +317,13 @@ class _Reach:
             return {"ref": fn.__qualname__}
         self._seen.add(id(fn))
         code = fn.__code__
-        global_names, attrs = _names(code)
+        facts = _facts(code)
+        global_names, attrs = facts.globals, set(facts.attrs)
         found: dict[str, Any] = {"code": self._code(fn)}
         module = str(fn.__module__)
         found["globals"] = {name: self._value(fn.__globals__[name], attrs, (module, name), depth + 1)
                             for name in sorted(global_names) if name in fn.__globals__}
-        found["imports"] = self._imported(fn, code, attrs, depth)
+        found["imports"] = self._imported(fn, facts.imports, attrs, depth)
         closure: dict[str, Any] = {}
         for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
             try:
@@ -302,12 +339,13 @@ class _Reach:
             found["wrapped"] = self._value(wrapped, attrs, None, depth + 1)
         return found
 
-    def _imported(self, fn: types.FunctionType, code: CodeType, attrs: set[str], depth: int) -> Any:
+    def _imported(self, fn: types.FunctionType, imports: Collection[tuple[str, int]], attrs: set[str],
+                  depth: int) -> Any:
         """The modules of the package that ``fn`` imports in its body, each
         as the names of it the code uses."""
         found: dict[str, Any] = {}
         package = fn.__globals__.get("__package__") or str(fn.__module__).rpartition(".")[0]
-        for name, level in sorted(_imports(code)):
+        for name, level in sorted(imports):
             try:
                 resolved = importlib.util.resolve_name("." * level + name, package) if level else name
             except (ImportError, ValueError):
@@ -318,24 +356,26 @@ class _Reach:
         return found
 
     def _code(self, fn: types.FunctionType) -> str:
+        shell = _shell(fn)
         try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(fn.__code__)))  # the code: never unwrapped
+            return codecache.cached("code", _source_file(shell), fn.__globals__,
+                                    str(fn.__code__.co_firstlineno), lambda: _function_dump(shell))
         except (OSError, TypeError, SyntaxError, IndentationError):
             return "bytecode:" + _canonical_code(fn.__code__)
-        node = tree.body[0] if tree.body else tree
-        return ast.dump(_strip(node), annotate_fields=True, include_attributes=False)
 
     def _class(self, cls: type, depth: int) -> Any:
         if id(cls) in self._seen:
             return {"ref": cls.__qualname__}
         self._seen.add(id(cls))
         found: dict[str, Any] = {}
+        module = sys.modules.get(cls.__module__)
         try:
-            node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
-            found["source"] = ast.dump(node, annotate_fields=True, include_attributes=False)
+            where = f"{cls.__qualname__}:{getattr(cls, '__firstlineno__', '')}"
+            found["source"] = codecache.cached("class", _source_file(cls), vars(module) if module else None,
+                                               where, lambda: _class_dump(cls))
         except (OSError, TypeError, SyntaxError, IndentationError, IndexError):
             found["annotations"] = sorted(str(k) for k in vars(cls).get("__annotations__", {}))
-        filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
+        filename = getattr(module, "__file__", None)
         for name, member in sorted(vars(cls).items()):
             fn = getattr(member, "__func__", member)  # static and class methods
             if isinstance(member, property):
@@ -349,6 +389,19 @@ class _Reach:
     def _binding(self, module: str, name: str) -> list[str] | None:
         """The module-level statements of ``module`` that bind or change
         ``name`` (``None`` without source)."""
+        loaded = sys.modules.get(module)
+        namespace = vars(loaded) if loaded is not None else None
+        try:
+            encoded = codecache.cached("binding", _source_file(loaded), namespace, name,
+                                       lambda: _ENCODER.encode(self._statements(module, name)).decode())
+        except _NoSource:
+            return None
+        try:
+            return msgspec.json.decode(encoded, type=list[str])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return self._statements(module, name)
+
+    def _statements(self, module: str, name: str) -> list[str]:
         if module not in self._modules:
             try:
                 self._modules[module] = ast.parse(inspect.getsource(sys.modules[module]))
@@ -356,9 +409,45 @@ class _Reach:
                 self._modules[module] = None
         tree = self._modules[module]
         if tree is None:
-            return None
+            raise _NoSource(module)
         return [ast.dump(statement, annotate_fields=True, include_attributes=False)
                 for statement in _top_level(tree.body) if name in _bound_by(statement)]
+
+
+class _NoSource(Exception):
+    """A module whose source cannot be read (a ``.pyc``-only deploy)."""
+
+
+def _shell(fn: types.FunctionType) -> types.FunctionType:
+    """A bare function over ``fn``'s code: what ``inspect.getsource`` reads
+    the code's own source from (never what ``fn`` wraps), found through its
+    ``__module__``. Asked for a code object instead, ``inspect`` looks for
+    its module by resolving the path of every module loaded (hundreds in a
+    worker): most of a fresh process's time to hash (issue 21). The source
+    is the same either way: both read ``co_filename``'s lines at
+    ``co_firstlineno``."""
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__code__.co_name, None, fn.__closure__)
+
+
+def _source_file(obj: Any) -> str | None:
+    """The file ``inspect`` reads ``obj``'s source from (``None``: none)."""
+    if obj is None:
+        return None
+    try:
+        return inspect.getsourcefile(obj)
+    except TypeError:
+        return None
+
+
+def _function_dump(shell: types.FunctionType) -> str:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(shell)))
+    node = tree.body[0] if tree.body else tree
+    return ast.dump(_strip(node), annotate_fields=True, include_attributes=False)
+
+
+def _class_dump(cls: type) -> str:
+    node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    return ast.dump(node, annotate_fields=True, include_attributes=False)
 
 
 def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
