@@ -100,15 +100,17 @@ def _entries(cache: Path) -> list[Path]:
     return sorted((cache / "cairn").rglob("*.json"))
 
 
+@pytest.mark.slow  # each hashes in fresh interpreters (tests.processes)
 def test_a_fresh_process_does_not_resolve_every_loaded_module_to_find_a_source(package: Path) -> None:
     """Asking ``inspect`` for a code object's source makes it resolve the
     path of every module loaded (``inspect.getmodule``): hundreds in a
     worker, most of the hash's time in a fresh process."""
     found = _fresh(package, None)
-    assert found["modules"] > 200
+    assert found["modules"] > 100  # the old lookup resolved about this many (178 with lazy imports)
     assert found["realpaths"] < 20, found
 
 
+@pytest.mark.slow  # each hashes in fresh interpreters (tests.processes)
 def test_a_second_process_takes_what_it_would_parse_from_the_cache(package: Path, tmp_path: Path) -> None:
     uncached = _fresh(package, None)
     first = _fresh(package, tmp_path / "xdg")
@@ -121,6 +123,7 @@ def test_a_second_process_takes_what_it_would_parse_from_the_cache(package: Path
     assert uncached["hash"] == first["hash"] == second["hash"]
 
 
+@pytest.mark.slow  # each hashes in fresh interpreters (tests.processes)
 @pytest.mark.parametrize("edited", ["helpers.py", "flows.py"])
 def test_an_edit_keeping_size_mtime_and_inode_misses_the_cache(
     package: Path, tmp_path: Path, edited: str
@@ -186,6 +189,7 @@ def _spoil(how: str, cache: Path) -> None:
             entry.mkdir()
 
 
+@pytest.mark.slow  # each hashes in fresh interpreters (tests.processes)
 def test_a_consistent_entry_of_the_users_own_is_what_the_hash_is_made_of(
     package: Path, tmp_path: Path
 ) -> None:
@@ -198,6 +202,7 @@ def test_a_consistent_entry_of_the_users_own_is_what_the_hash_is_made_of(
     assert _fresh(package, tmp_path / "xdg")["hash"] != good["hash"]
 
 
+@pytest.mark.slow  # each hashes in fresh interpreters (tests.processes)
 @pytest.mark.parametrize("how", ["garbage", "wrong types", "a value that fails its check",
                                  "writable by others", "another user's", "a symlink", "a directory"])
 def test_a_cache_that_cannot_be_trusted_is_ignored(package: Path, tmp_path: Path, how: str) -> None:
@@ -210,6 +215,7 @@ def test_a_cache_that_cannot_be_trusted_is_ignored(package: Path, tmp_path: Path
     assert found["parses"] > 0  # computed again, not read
 
 
+@pytest.mark.slow  # each hashes in fresh interpreters (tests.processes)
 def test_a_cache_directory_that_cannot_be_made_leaves_the_hash(package: Path, tmp_path: Path) -> None:
     blocked = tmp_path / "xdg"
     blocked.write_text("a file where the cache directory would go")
