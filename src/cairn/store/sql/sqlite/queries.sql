@@ -29,40 +29,26 @@ WHERE (:tenant IS NULL OR tenant = :tenant)
 ORDER BY created_at DESC, run_id DESC
 LIMIT :limit
 
--- A history payload too large for its row is in history_payloads, its row
--- holding a link (X'0002' and the id, see schema.sql): every statement that
--- reads entries puts the payload back in the link's place (a rowid lookup
--- for those rows, a two-byte comparison for the others).
+-- Entries are read through the view history_entries (schema.sql), which puts
+-- a payload too large for its row back from history_payloads.
 -- name: select_history
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
-       started_at,
-       CASE WHEN substr(payload, 1, 2) = X'0002'
-            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
-            ELSE payload END AS payload,
-       payload_ref, detail
-FROM history WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
+       started_at, payload, payload_ref, detail
+FROM history_entries WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
 
 -- The entries of a run at the seqs given (a JSON array): what rebuilding a
 -- page's model calls needs, and nothing else (modelcalls.needs).
 -- name: select_history_at
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
-       started_at,
-       CASE WHEN substr(payload, 1, 2) = X'0002'
-            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
-            ELSE payload END AS payload,
-       payload_ref, detail
-FROM history WHERE run_id = :run_id AND seq IN (SELECT value FROM json_each(:seqs)) ORDER BY seq
+       started_at, payload, payload_ref, detail
+FROM history_entries WHERE run_id = :run_id AND seq IN (SELECT value FROM json_each(:seqs)) ORDER BY seq
 
 -- A page of a run's model calls (the recorded ones, with a payload), read
 -- from the primary key's order after :after_seq.
 -- name: select_model_calls
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
-       started_at,
-       CASE WHEN substr(payload, 1, 2) = X'0002'
-            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
-            ELSE payload END AS payload,
-       payload_ref, detail
-FROM history
+       started_at, payload, payload_ref, detail
+FROM history_entries
 WHERE run_id = :run_id AND seq > :after_seq AND step_kind = 'model' AND event = 'step.completed'
   AND (payload IS NOT NULL OR payload_ref IS NOT NULL)
 ORDER BY seq LIMIT :limit
@@ -414,12 +400,8 @@ WHERE runnable_at IS NOT NULL AND tenant = :tenant GROUP BY queue
 -- those runs meanwhile and the entries need no fence.
 -- name: select_histories
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
-       started_at,
-       CASE WHEN substr(payload, 1, 2) = X'0002'
-            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
-            ELSE payload END AS payload,
-       payload_ref, detail
-FROM history WHERE run_id IN (SELECT value FROM json_each(:run_ids)) ORDER BY run_id, seq
+       started_at, payload, payload_ref, detail
+FROM history_entries WHERE run_id IN (SELECT value FROM json_each(:run_ids)) ORDER BY run_id, seq
 
 -- :claims is a JSON array of [run_id, recoveries] pairs.
 -- name: claim_many
@@ -519,12 +501,8 @@ RETURNING run_id, workflow, workflow_version, tenant, thread_id, status, input, 
 -- partial index history_events.
 -- name: latest_event
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
-       started_at,
-       CASE WHEN substr(payload, 1, 2) = X'0002'
-            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
-            ELSE payload END AS payload,
-       payload_ref, detail
-FROM history WHERE run_id = :run_id AND step_kind = 'event' AND name = :key AND event = 'step.completed'
+       started_at, payload, payload_ref, detail
+FROM history_entries WHERE run_id = :run_id AND step_kind = 'event' AND name = :key AND event = 'step.completed'
 ORDER BY seq DESC LIMIT 1
 
 -- Approvals (see schema.sql): a request is written by the lease holder with
@@ -564,13 +542,10 @@ WHERE run_id = :run_id AND request_id = :request_id AND status = 'pending'
 SELECT a.run_id, a.request_id, a.tenant, a.position, a.request_seq, a.action, a.type_name, a.schema,
        a.approvers, a.requested_at, a.expires_at, a.status, a.decided_by, a.decided_at, a.comment,
        a.decision_seq,
-       CASE WHEN substr(h.payload, 1, 2) = X'0002'
-            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(h.payload, 3) AS INTEGER))
-            ELSE h.payload END AS payload,
-       h.payload_ref, m.payload, m.payload_ref, r.status
+       h.payload, h.payload_ref, m.payload, m.payload_ref, r.status
 FROM approvals AS a
 JOIN runs AS r ON r.run_id = a.run_id
-LEFT JOIN history AS h ON h.run_id = a.run_id AND h.seq = a.request_seq
+LEFT JOIN history_entries AS h ON h.run_id = a.run_id AND h.seq = a.request_seq
 LEFT JOIN mailbox AS m ON m.run_id = a.run_id AND m.seq = a.decision_seq
 WHERE (:run_id IS NULL OR a.run_id = :run_id)
   AND (:request_id IS NULL OR a.request_id = :request_id)

@@ -112,6 +112,18 @@ BEGIN
     DELETE FROM history_payloads WHERE id = CAST(substr(OLD.payload, 3) AS INTEGER);
 END;
 
+-- The history as it reads: a spilled payload put back in its link's place,
+-- written once for every statement that reads entries (0016; SQLite flattens
+-- the view into each query, which keeps its own index and order).
+CREATE VIEW history_entries AS
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at,
+       CASE WHEN substr(payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(payload, 3) AS INTEGER))
+            ELSE payload END AS payload,
+       payload_ref, detail
+FROM history;
+
 -- Artifacts are content-addressed files beside the database, shared by every
 -- tenant. Those referenced by pruned runs wait here to be collected, so a
 -- crash loses no candidate.
