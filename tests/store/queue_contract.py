@@ -34,6 +34,25 @@ def fill(
     return ids
 
 
+def claim_from_four_threads(store: Store, rounds: int) -> list[Claim]:
+    """Four workers claiming at once, ``rounds`` batches of two each: what
+    every one of them got (a limit must hold across racing claimers)."""
+    claimed: list[Claim] = []
+    lock = threading.Lock()
+
+    def claimer(name: str) -> None:
+        for _ in range(rounds):
+            got = store.claim_runs(name, [WF], 2, LEASE, 3)
+            with lock:
+                claimed.extend(got)
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return claimed
+
 class QueueContract:
     # -- concurrency -------------------------------------------------------------
 
@@ -89,20 +108,7 @@ class QueueContract:
         store.set_queue(QueueLimits("q", concurrency=3, tenant_concurrency=2))
         fill(store, clock, "a", 10)
         fill(store, clock, "b", 10)
-        claimed: list[Claim] = []
-        lock = threading.Lock()
-
-        def claimer(name: str) -> None:
-            for _ in range(10):
-                got = store.claim_runs(name, [WF], 2, LEASE, 3)
-                with lock:
-                    claimed.extend(got)
-
-        threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        claimed = claim_from_four_threads(store, rounds=10)
         assert len(claimed) == 3
         tenants = sorted(c.run.tenant for c in claimed)
         assert tenants in (["a", "a", "b"], ["a", "b", "b"])
@@ -141,20 +147,7 @@ class QueueContract:
     def test_a_share_holds_under_concurrent_claimers(self, store: Store, clock: FakeClock) -> None:
         store.set_queue_share(QueueShare("q", "a", concurrency=2))
         fill(store, clock, "a", 10)
-        claimed: list[Claim] = []
-        lock = threading.Lock()
-
-        def claimer(name: str) -> None:
-            for _ in range(5):
-                got = store.claim_runs(name, [WF], 2, LEASE, 3)
-                with lock:
-                    claimed.extend(got)
-
-        threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        claimed = claim_from_four_threads(store, rounds=5)
         assert len(claimed) == 2
 
     def test_queue_shares_are_listed_per_tenant(self, store: Store) -> None:
