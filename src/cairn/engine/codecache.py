@@ -21,6 +21,13 @@ version and the size and mtime of the modules that make the dumps (a
 changed Cairn cannot reuse an old dump). ``CAIRN_CODE_CACHE=off`` switches
 it off; the directory can be deleted at any time.
 
+Pruning: an entry's mtime says when it was last used (a hit refreshes it,
+at most once a day), and an entry unused for ``RETAIN_DAYS`` is deleted.
+The sweep runs after a process writes an entry (a miss: new code), at most
+once a day per directory (the ``.swept`` marker's mtime), so a steady
+deployment never lists the directory and a cache left to code that keeps
+changing stays the size of the code used in the last month.
+
 Trust: an entry is read only if it is a regular file (not a symlink) owned
 by this process's user and writable by nobody else, holds JSON of the
 expected shape, names its key and passes its check; anything else (garbage,
@@ -39,6 +46,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +55,9 @@ import msgspec
 
 #: bumped when what an entry holds changes shape
 CACHE_FORMAT = 1
+#: an entry no process has used for this long is deleted by the next sweep
+RETAIN_DAYS = 30
+_DAY = 86400.0
 
 _lock = threading.Lock()
 #: per source file: the ``linecache`` lines last hashed (held, so their id is never reused) and their digest
@@ -124,6 +135,7 @@ def _lookup(key: str, compute: Callable[[], str], keep: Callable[[], bool]) -> s
         if not keep():
             return hit
         _write(path, key, hit)
+        sweep(path.parent)
     with _lock:
         _memo[key] = hit
     return hit
@@ -178,6 +190,9 @@ def _read(path: Path, key: str) -> str | None:
             return None
         if st.st_size > 64 * 1024 * 1024:
             return None
+        if st.st_mtime < time.time() - _DAY:
+            with contextlib.suppress(OSError):
+                os.utime(fd)  # used: the sweep keeps it
         with os.fdopen(os.dup(fd), "rb") as f:
             raw = f.read()
         entry = _DECODER.decode(raw)
@@ -205,3 +220,37 @@ def _write(path: Path, key: str, value: str) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+
+
+def sweep(folder: Path, *, now: float | None = None) -> int:
+    """Delete the entries of ``folder`` unused for ``RETAIN_DAYS``, unless
+    a sweep ran there in the last day; return how many were deleted. Only
+    this user's regular ``*.json`` and stale ``.entry-*.tmp`` files are
+    touched; any failure leaves the rest as it was."""
+    now = time.time() if now is None else now
+    marker = folder / ".swept"
+    try:
+        if marker.stat().st_mtime > now - _DAY:
+            return 0
+    except OSError:
+        pass
+    try:
+        marker.touch()
+        os.utime(marker, (now, now))
+        listing = list(os.scandir(folder))
+    except OSError:
+        return 0
+    cutoff = now - RETAIN_DAYS * _DAY
+    removed = 0
+    for item in listing:
+        if not (item.name.endswith(".json") or item.name.startswith(".entry-")):
+            continue
+        try:
+            st = item.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mtime >= cutoff:
+                continue
+            os.unlink(item.path)
+        except OSError:
+            continue
+        removed += 1
+    return removed
