@@ -43,13 +43,34 @@ def _has(conn: sqlite3.Connection) -> bool:
     return True
 
 
+def _loaded_sqlite() -> str:
+    """The SQLite library ``_sqlite3`` is linked to, as this process mapped
+    it (``/proc/self/maps``); else the usual soname. ``ctypes.util.find_library``
+    only where neither can be read: it runs ``ldconfig -p`` in a subprocess,
+    which every worker process paid at start."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rsplit(" ", 1)[-1].strip()
+                if "/libsqlite3" in path:
+                    return path
+    except OSError:
+        pass
+    for name in ("libsqlite3.so.0", "libsqlite3.dylib"):
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return name
+    return ctypes.util.find_library("sqlite3") or "libsqlite3.so.0"
+
+
 def _register_auto_extension() -> bool:
     """Register sqlite-vec with ``sqlite3_auto_extension`` (see the module doc)."""
     try:
         import sqlite_vec  # type: ignore[import-untyped]
 
-        name = ctypes.util.find_library("sqlite3") or "libsqlite3.so.0"
-        lib = ctypes.CDLL(name)
+        lib = ctypes.CDLL(_loaded_sqlite())
         lib.sqlite3_libversion.restype = ctypes.c_char_p
         if lib.sqlite3_libversion().decode() != sqlite3.sqlite_version:
             return False  # not the library _sqlite3 runs on
