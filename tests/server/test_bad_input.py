@@ -104,3 +104,25 @@ def test_bad_stream_cursors_and_oversized_bodies(setup: Setup, client: httpx.Cli
     wrong = client.delete("/api/runs", headers=viewer)
     assert wrong.status_code == 405
     assert wrong.json()["error"] == "method_not_allowed"
+
+
+def test_unknown_or_repeated_query_parameters_are_refused_by_name(setup: Setup, client: httpx.Client) -> None:
+    """A misspelt ``limt`` used to mean the default, silently; a repeated
+    ``limit`` meant whichever the framework kept. Every endpoint now names
+    the parameter it does not take."""
+    viewer = setup.headers("viewer")
+    run_id = setup.app.start(setup.workflows["echo"], "q", tenant=TENANT).run_id
+    cases = {
+        "/api/runs?limt=5": "'limt'",
+        "/api/runs?limit=1&limit=2": "given more than once",
+        f"/api/runs/{run_id}/history?afterr=3": "'afterr'",
+        f"/api/runs/{run_id}/events?since=0": "'since'",
+        "/api/events?after=&after=": "given more than once",
+        "/api/queues?x=<b>1</b>": "'x'",
+    }
+    for path, named in cases.items():
+        response = client.get(path, headers=viewer)
+        _assert_client_error(response, path)
+        assert named in response.json()["message"], (path, response.json())
+    assert client.get("/api/runs?limit=1", headers=viewer).status_code == 200
+    assert client.get(f"/api/runs/{run_id}/history?after=0&limit=5", headers=viewer).status_code == 200

@@ -42,9 +42,13 @@ def test_a_tenant_cannot_set_another_tenants_share(setup: Setup, client: httpx.C
     refused = client.put("/api/queues/emails/share", json=forged, headers=setup.headers("admin"))
     assert refused.status_code == 400, refused.text
     assert setup.app.operator.queue_shares() == []
-    # a tenant in the query string is not read: the share is the token's own
-    put = client.put(f"/api/queues/emails/share?tenant={OTHER}", json={"concurrency": 1},
-                     headers=setup.headers("admin"))
+    # a tenant in the query string is refused by name: the share is the token's own
+    forged_query = client.put(f"/api/queues/emails/share?tenant={OTHER}", json={"concurrency": 1},
+                              headers=setup.headers("admin"))
+    assert forged_query.status_code == 400, forged_query.text
+    assert "'tenant'" in forged_query.json()["message"]
+    assert setup.app.operator.queue_shares() == []
+    put = client.put("/api/queues/emails/share", json={"concurrency": 1}, headers=setup.headers("admin"))
     assert put.json()["tenant"] == TENANT, put.text
     assert setup.app.operator.queue_shares() == [QueueShare("emails", TENANT, 1)]
     # another tenant's admin sets its own share only

@@ -175,14 +175,32 @@ def authorize(principal: Principal, needed: Role) -> None:
                                          f"{principal.role.value}")
 
 
+#: what a stream's query may hold: its cursor (``events.run_cursor``, ``events.tenant_cursor``)
+STREAM_QUERY = frozenset({"after"})
+
+
+def check_query_names(request: Request, allowed: frozenset[str]) -> dict[str, str]:
+    """The query as one value per name, refusing a name the endpoint does
+    not take (a misspelt ``limt`` silently meant the default) or a name
+    given twice (which one counted was the framework's choice)."""
+    given: dict[str, str] = {}
+    for key, value in request.query_params.multi_items():
+        if key not in allowed:
+            takes = ", ".join(sorted(allowed)) if allowed else "none"
+            raise ApiError(400, "invalid",
+                           f"unknown query parameter {key[:40]!r} (this endpoint takes: {takes})")
+        if key in given:
+            raise ApiError(400, "invalid", f"query parameter {key[:40]!r} is given more than once")
+        given[key] = value
+    return given
+
+
 def _decode_query(kind: type[Any], request: Request) -> Any:
     if kind is NoQuery:
+        check_query_names(request, frozenset())
         return None
-    raw: dict[str, Any] = {}
-    fields = {f.encode_name: f for f in msgspec.structs.fields(kind)}
-    for key, value in request.query_params.multi_items():
-        if key in fields:
-            raw[key] = value
+    raw: dict[str, Any] = check_query_names(
+        request, frozenset(f.encode_name for f in msgspec.structs.fields(kind)))
     try:
         return msgspec.convert(raw, kind, strict=False)
     except msgspec.ValidationError as exc:
@@ -248,6 +266,7 @@ def endpoint_function(state: ServerState, spec: Endpoint) -> Callable[[Request],
             principal = await run_in_threadpool(authenticate, state, request)
             authorize(principal, spec.role)
             if spec.stream is not None:
+                check_query_names(request, STREAM_QUERY)
                 return await spec.stream(request, state, principal)
             assert spec.handler is not None
             body = _decode_body(spec.body, await _read_body(request)) if spec.body is not NoBody else None
