@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from cairn.engine.budget import check_number
 from cairn.errors import RunFailed
 from cairn.store.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:
-    from cairn.api.app import App
+    from cairn.engine.runtime import Runtime
 
 R = TypeVar("R")
+
+
+class RunSource(Protocol):
+    """What a handle reads through (``cairn.App`` is one): declared here so
+    the handle needs nothing of the app module, which returns handles."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    def get_run(self, run_id: str) -> RunRecord: ...
 
 
 class RunHandle(Generic[R]):
     """A run by id. Cheap to create; every call reads the store afresh."""
 
-    def __init__(self, app: App, run_id: str, *, created: bool | None = None) -> None:
+    def __init__(self, app: RunSource, run_id: str, *, created: bool | None = None) -> None:
         self.app = app
         self.run_id = run_id
         #: from ``app.start``: whether this call created the run (``False``: it

@@ -11,6 +11,7 @@ try:  # every module of the package imports these: one message for all of them
 except ImportError as exc:
     raise MissingExtra("cairn.server", "server") from exc
 
-from cairn.server.app import ROUTES, create_app
+from cairn.server.app import create_app
+from cairn.server.routes import ROUTES
 
 __all__ = ["ROUTES", "create_app"]

@@ -22,15 +22,12 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cairn.api.app import App
-from cairn.server import approvals, events, queues, runs, schedules, signals, tokens
+from cairn.server import events
 from cairn.server import metrics as prometheus
 from cairn.server.errors import any_exception, http_exception
 from cairn.server.openapi import document
-from cairn.server.routing import Endpoint, ServerState, starlette_route
-
-#: Every endpoint of the API. A resource adds its router module's ROUTES here.
-ROUTES: list[Endpoint] = [*runs.ROUTES, *events.ROUTES, *queues.ROUTES, *tokens.ROUTES]
-ROUTES += [*signals.ROUTES, *approvals.ROUTES, *schedules.ROUTES, *prometheus.ROUTES]
+from cairn.server.routes import ROUTES
+from cairn.server.routing import ServerState, starlette_route
 
 
 def create_app(

@@ -128,7 +128,7 @@ def document(routes: list[Endpoint]) -> dict[str, Any]:
 
 
 def main() -> None:
-    from cairn.server.app import ROUTES
+    from cairn.server.routes import ROUTES
 
     sys.stdout.write(json.dumps(document(ROUTES), indent=2, sort_keys=True) + "\n")
 
