@@ -164,6 +164,10 @@ Why these choices:
     bucket only through ``spend_queue_tokens`` (``SECURITY DEFINER``), which
     charges no more tokens than its own transaction moved runs of that queue
     to running, so no role can drain another tenant's rate.
+  - ``queue_shares``: a tenant's own caps, written by the owner; a role
+    reads and locks its own tenants' rows, and spends a share's rate
+    bucket only through ``spend_share_tokens`` (``SECURITY DEFINER``), which
+    charges no more than its own transaction claimed of that tenant.
   - ``artifact_gc`` is the owner's; ``schema_migrations`` is read-only;
     ``tenant_grants`` shows a role its own grants only.
   - ``queue_running_totals`` (``SECURITY DEFINER``) tells every role how many
