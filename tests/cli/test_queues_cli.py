@@ -69,7 +69,7 @@ def test_share_sets_lists_and_removes_a_tenants_own_cap(db: str) -> None:
     other = cli("queues", "share", "emails", "--tenant", "globex", "--concurrency", "1", "--db", db)
     assert other.exit_code == 0
     listed = json.loads(cli("queues", "shares", "--json", "--tenant", "acme", "--db", db).stdout)
-    assert listed == [{"queue": "emails", "tenant": "acme", "concurrency": 3}]
+    assert listed == [{"queue": "emails", "tenant": "acme", "concurrency": 3, "rate": None}]
     removed = cli("queues", "share", "emails", "--tenant", "acme", "--db", db)
     assert removed.stdout == "queue emails, tenant acme: no cap of its own\n"
     app = cairn.App(db=db)
@@ -89,6 +89,11 @@ def test_share_sets_lists_and_removes_a_tenants_own_cap(db: str) -> None:
         (("share", "q", "--concurrency", "1"), ("--tenant",)),
         (("share", "q", "--tenant", "", "--concurrency", "1"), ("needs a tenant",)),
         (("share", "", "--tenant", "acme", "--concurrency", "1"), ("non-empty name",)),
+        (("share", "q", "--tenant", "acme", "--rate", "0/m"), ("--rate", "at least 1 claim")),
+        (("share", "q", "--tenant", "acme", "--rate", "abc"), ("--rate", "not COUNT/PERIOD")),
+        (("share", "q", "--tenant", "acme", "--rate", "1/0s"), ("--rate", "positive number of seconds")),
+        (("share", "q", "--tenant", "acme", "--burst", "2"), ("--burst needs --rate",)),
+        (("share", "q", "--tenant", "acme", "--rate", "2/s", "--burst", "0"), ("--burst",)),
     ],
 )
 def test_bad_share_input_is_one_line_and_changes_nothing(
@@ -152,3 +157,37 @@ def test_start_puts_a_run_in_a_queue_with_a_priority(tmp_path: Path, monkeypatch
         assert len(app.list_runs()) == 1  # the refused starts created nothing
     finally:
         app.close()
+
+
+def test_share_sets_lists_and_removes_a_tenants_own_rate(db: str) -> None:
+    result = cli("queues", "share", "emails", "--tenant", "acme", "--concurrency", "3", "--rate", "10/min",
+                 "--db", db)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "queue emails, tenant acme: at most 3 running, at most 10/min claims\n"
+    assert cli("queues", "share", "emails", "--tenant", "globex", "--rate", "5/30s", "--burst", "1",
+               "--db", db).exit_code == 0
+    listed = json.loads(cli("queues", "shares", "--json", "--db", db).stdout)
+    assert listed == [
+        {"queue": "emails", "tenant": "acme", "concurrency": 3,
+         "rate": {"limit": 10, "period": 60.0, "burst": 10}},
+        {"queue": "emails", "tenant": "globex", "concurrency": None,
+         "rate": {"limit": 5, "period": 30.0, "burst": 1}},
+    ]
+    text = cli("queues", "shares", "--tenant", "globex", "--db", db).stdout
+    assert text == "queue emails, tenant globex: at most 5/30s (burst 1) claims\n"
+    cli("queues", "share", "emails", "--tenant", "acme", "--concurrency", "3", "--db", db)  # rate removed
+    app = cairn.App(db=db)
+    try:
+        assert app.operator.queue_shares("acme") == [QueueShare("emails", "acme", 3)]
+        assert app.set_queue_share("q", "acme", rate="10/min") == QueueShare("q", "acme", None, Rate(10, 60))
+        assert app.operator.queue_shares("acme")[1] == QueueShare("q", "acme", rate=Rate(10, 60))
+    finally:
+        app.close()
+
+
+def test_a_share_rate_above_the_installations_is_refused_in_one_line(db: str) -> None:
+    assert cli("queues", "set", "emails", "--tenant-rate", "5/min", "--db", db).exit_code == 0
+    refused = cli("queues", "share", "emails", "--tenant", "acme", "--rate", "10/min", "--db", db)
+    check_error(refused, 2, "--rate", "exceeds the installation's per-tenant rate 5/min")
+    assert json.loads(cli("queues", "shares", "--json", "--db", db).stdout) == []
+    assert cli("queues", "share", "emails", "--tenant", "acme", "--rate", "5/min", "--db", db).exit_code == 0

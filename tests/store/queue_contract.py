@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from cairn.errors import InvalidArgument
 from cairn.store.admission import MAX_LANES, QueueLimits, QueueShare, QueueStats, Rate
 from cairn.store.contract import Store
 from cairn.store.records import Claim, EventType, RunStatus
@@ -156,6 +159,76 @@ class QueueContract:
         store.set_queue_share(QueueShare("q", "a", concurrency=4))  # replaces
         assert store.queue_shares("a") == [QueueShare("q", "a", 4)]
         assert store.queue_shares() == [QueueShare("q", "a", 4), QueueShare("q", "b", 3)]
+
+    # -- a tenant's own rate share (issue 21) ----------------------------------------
+
+    def test_a_tenant_rate_share_limits_that_tenant_alone(self, store: Store, clock: FakeClock) -> None:
+        """A's share of 2 claims per 20 s: no more than 2 of A's runs are
+        claimed in a period (then one per 10 s), while B's runs of the same
+        queue are all claimed at once, now and later."""
+        store.set_queue_share(QueueShare("q", "a", rate=Rate(2, 20)))
+        fill(store, clock, "a", 6)
+        fill(store, clock, "b", 6)
+        assert sorted(claim_ids(store)) == ["a-0", "a-1", "b-0", "b-1", "b-2", "b-3", "b-4", "b-5"]
+        assert claim_ids(store, worker="w2") == []
+        clock.advance(9.9)  # 0.99 of A's tokens
+        later = [f"b-late-{i}" for i in range(4)]
+        for run_id in later:
+            store.create_run(new_run(run_id, tenant="b", queue="q"))
+        assert claim_ids(store) == later  # B is not slowed by A's share
+        clock.advance(0.2)  # 1.01
+        assert claim_ids(store) == ["a-2"]
+        assert claim_ids(store) == []
+        clock.advance(15)  # 1.51: the refill goes on at 1 per 10 s
+        assert claim_ids(store) == ["a-3"]
+        assert store.queue_shares() == [QueueShare("q", "a", rate=Rate(2, 20))]
+
+    def test_a_rate_share_tightens_the_installations_tenant_rate(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        store.set_queue(QueueLimits("q", tenant_rate=Rate(4, 3600)))
+        store.set_queue_share(QueueShare("q", "a", rate=Rate(1, 3600)))
+        fill(store, clock, "a", 6)
+        fill(store, clock, "b", 6)
+        assert sorted(claim_ids(store)) == ["a-0", "b-0", "b-1", "b-2", "b-3"]
+        assert claim_ids(store) == []
+
+    @pytest.mark.parametrize("rate", [Rate(5, 3600), Rate(4, 1800), Rate(4, 3600, burst=5)])
+    def test_a_rate_share_above_the_installations_is_refused(self, store: Store, rate: Rate) -> None:
+        store.set_queue(QueueLimits("q", tenant_rate=Rate(4, 3600)))
+        store.set_queue_share(QueueShare("q", "a", concurrency=2))
+        with pytest.raises(InvalidArgument, match=r"exceeds the installation's per-tenant rate 4/h"):
+            store.set_queue_share(QueueShare("q", "a", rate=rate))
+        assert store.queue_shares() == [QueueShare("q", "a", 2)]  # unchanged
+        store.set_queue_share(QueueShare("q", "a", rate=Rate(4, 3600)))  # equal is within
+        store.set_queue_share(QueueShare("other", "a", rate=rate))  # a queue without a tenant rate: any
+
+    def test_a_rate_share_is_unset_and_its_bucket_forgotten(self, store: Store, clock: FakeClock) -> None:
+        store.set_queue_share(QueueShare("q", "a", concurrency=5, rate=Rate(1, 3600)))
+        fill(store, clock, "a", 5)
+        assert claim_ids(store) == ["a-0"]
+        assert claim_ids(store) == []
+        store.set_queue_share(QueueShare("q", "a", concurrency=3))  # replaced: no rate now
+        assert claim_ids(store) == ["a-1", "a-2"]
+        store.set_queue_share(QueueShare("q", "a", rate=Rate(1, 3600)))  # a new rate starts full
+        assert claim_ids(store) == ["a-3"]
+        assert claim_ids(store) == []
+        store.set_queue_share(QueueShare("q", "a"))
+        assert store.queue_shares() == []
+
+    def test_a_rate_share_holds_under_concurrent_claimers(self, store: Store, clock: FakeClock) -> None:
+        store.set_queue_share(QueueShare("q", "a", rate=Rate(3, 3600)))
+        fill(store, clock, "a", 10)
+        claimed = claim_from_four_threads(store, rounds=5)
+        assert len(claimed) == 3
+
+    def test_a_takeover_spends_no_share_token(self, store: Store, clock: FakeClock) -> None:
+        store.set_queue_share(QueueShare("q", "a", rate=Rate(1, 3600)))
+        fill(store, clock, "a", 2)
+        assert claim_ids(store) == ["a-0"]
+        clock.advance(LEASE + 1)
+        assert claim_ids(store, worker="w2") == ["a-0"]  # the takeover
+        assert claim_ids(store, worker="w2") == []  # and still no token for a-1
 
     # -- rates -------------------------------------------------------------------
 

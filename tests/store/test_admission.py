@@ -15,8 +15,11 @@ from cairn.store.admission import (
     Lane,
     LaneCursor,
     QueueLimits,
+    QueueShare,
     Rate,
     charge,
+    charge_shares,
+    check_share,
     plan,
 )
 
@@ -106,6 +109,31 @@ def test_charge_spends_queue_and_tenant_tokens() -> None:
         ("q", "a"): Bucket(0.0, 10.0),  # 1.5 + 2 refilled, capped at 2, minus 2
         ("q", "b"): Bucket(1.0, 10.0),
     }
+
+
+def test_plan_share_rate_holds_its_own_lane_alone() -> None:
+    """A tenant's rate share spends its own bucket only: its lane stops at
+    the bucket's tokens, the other lane goes on, and the spent state is what
+    charge_shares stores (takeovers spend nothing)."""
+    mine, theirs = _lane("q", "a", 0, 5, takeovers=1), _lane("q", "b", 0, 5)
+    mine.share = QueueShare("q", "a", rate=Rate(2, 60))  # a token per 30 s
+    got = plan([mine, theirs], {}, {}, {}, 100.0, 10)
+    assert sorted(c.run_id for c in got) == ["a0", "a1", "a2", "b0", "b1", "b2", "b3", "b4"]
+    assert charge_shares([mine, theirs], got, 100.0) == {("q", "a"): Bucket(0.0, 100.0)}
+    mine.share_bucket = Bucket(0.5, 100.0)
+    assert [c.run_id for c in plan([mine], {}, {}, {}, 114.0, 10)] == ["a0"]  # 0.97: the takeover only
+    assert [c.run_id for c in plan([mine], {}, {}, {}, 116.0, 10)] == ["a0", "a1"]  # 1.03
+
+
+def test_check_share_refuses_a_rate_above_the_installations_per_tenant_rate() -> None:
+    limits = QueueLimits("q", rate=Rate(1, 60), tenant_rate=Rate(10, 60))
+    check_share(QueueShare("q", "a", rate=Rate(10, 60)), limits)
+    check_share(QueueShare("q", "a", rate=Rate(1, 6)), limits)  # the same rate in other units
+    check_share(QueueShare("q", "a", rate=Rate(50, 3600)), None)  # no limits: any share
+    check_share(QueueShare("q", "a", rate=Rate(50, 60)), QueueLimits("q", rate=Rate(1, 60)))
+    for rate in (Rate(11, 60), Rate(1, 5), Rate(10, 60, burst=11)):
+        with pytest.raises(ValueError, match=r"exceeds the installation's per-tenant rate 10/min"):
+            check_share(QueueShare("q", "a", rate=rate), limits)
 
 
 def test_lane_cursor_moves_on_only_when_the_window_was_full() -> None:

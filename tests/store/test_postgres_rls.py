@@ -401,6 +401,44 @@ def test_a_tenant_share_holds_for_its_scoped_role_alone(deployment: Deployment) 
     assert d.owner.queue_shares() == [QueueShare("q", "acme", 1)]
 
 
+def test_a_tenant_rate_share_holds_for_its_scoped_role_alone(deployment: Deployment) -> None:
+    """Issue 21: acme's own rate share (2 an hour) holds acme's claims made
+    by acme's role; globex's role claims as if there were none and reads
+    none of acme's; neither role writes a share."""
+    d = deployment
+    d.owner.set_queue_share(QueueShare("q", "acme", rate=Rate(2, 3600)))
+    for tenant, store in (("acme", d.acme), ("globex", d.globex)):
+        for i in range(4):
+            store.create_run(new_run(f"{tenant}-{i}", tenant=tenant, queue="q"))
+    assert [c.run.tenant for c in d.acme.claim_runs("aw", [WF], 5, 30.0, 3)] == ["acme", "acme"]
+    assert d.acme.claim_runs("aw2", [WF], 5, 30.0, 3) == []
+    assert len(d.globex.claim_runs("gw", [WF], 5, 30.0, 3)) == 4
+    assert d.acme.queue_shares() == [QueueShare("q", "acme", rate=Rate(2, 3600))]
+    assert d.globex.queue_shares() == []
+    for store, tenant in ((d.acme, "acme"), (d.globex, "acme"), (d.globex, "globex")):
+        with pytest.raises(StoreError, match="permission denied"):
+            store.set_queue_share(QueueShare("q", tenant, rate=Rate(1000, 1)))
+    d.clock.advance(1800)  # one token back (and the leases expired: takeovers spend none)
+    got = sorted(c.run.run_id for c in d.acme.claim_runs("aw", [WF], 5, 30.0, 3))
+    assert got == ["acme-0", "acme-1", "acme-2"]
+
+
+def test_a_share_bucket_is_spent_only_by_claims_made(deployment: Deployment) -> None:
+    """spend_share_tokens charges no more than the caller's own transaction
+    claimed of that tenant: called by another tenant's role (or by acme's
+    own outside a claim), with a huge count, it leaves acme's bucket as it
+    was."""
+    d = deployment
+    _acme_world(d)
+    query = "SELECT tokens, refilled_at FROM queue_shares WHERE queue = 'q' AND tenant = 'acme'"
+    [before] = d.as_role("owner", query)
+    assert before[0] is not None  # acme's claim spent a token of its share
+    attack = "SELECT spend_share_tokens(ARRAY['q'], ARRAY['acme'], ARRAY[1000000000]::bigint[], 1e12)"
+    _attack(d, "globex", attack, {})
+    d.as_role("acme", attack)  # acme's own role, outside a claim
+    assert d.as_role("owner", query) == [before]
+
+
 # -- the attacker's matrix (issue 9, item 1) ---------------------------------------------------
 #
 # A tenant's role (globex) with raw SQL, under its own setting, a forged one
@@ -418,7 +456,7 @@ def _acme_world(d: Deployment) -> str:
     """Runs, history, an artifact, buckets and limits of acme (and a run of
     globex's own); returns the reference of acme's artifact."""
     d.owner.set_queue(QueueLimits("q", concurrency=10, rate=Rate(100, 1.0), tenant_rate=Rate(100, 1.0)))
-    d.owner.set_queue_share(QueueShare("q", "acme", 5))
+    d.owner.set_queue_share(QueueShare("q", "acme", 5, Rate(50, 1.0)))  # a1's claim spends its bucket
     d.acme.create_run(new_run("a1", tenant="acme", queue="q"))
     [a] = d.acme.claim_runs("aw", [WF], 1, 30.0, 3)
     ref = d.acme.put_artifact(SECRET)
@@ -572,6 +610,12 @@ WRITES = [
     ("queue_buckets", "INSERT INTO queue_buckets VALUES ('q3', '', -1e9, 1e12)"),
     ("queue_shares", "UPDATE queue_shares SET concurrency = 1000000"),
     ("queue_shares", "UPDATE queue_shares SET updated_at = 0"),
+    ("queue_shares", "UPDATE queue_shares SET tokens = 1e9, refilled_at = 1e12"),
+    ("queue_shares", "UPDATE queue_shares SET rate_limit = NULL, rate_period = NULL"),
+    ("queue_shares", "SELECT spend_share_tokens(ARRAY['q'], ARRAY['acme'], "
+                     "ARRAY[1000000000]::bigint[], 1e12)"),
+    ("queue_shares", "SELECT spend_share_tokens(ARRAY['q'], ARRAY['acme'], "
+                     "ARRAY[-1000000000]::bigint[], 1e12)"),
     ("queue_shares", "DELETE FROM queue_shares"),
     ("queue_shares", "INSERT INTO queue_shares VALUES ('q', 'acme', 1, 0) "
                      "ON CONFLICT (queue, tenant) DO UPDATE SET concurrency = 1"),

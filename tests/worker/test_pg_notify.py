@@ -104,14 +104,19 @@ def test_lost_notifications_cost_a_poll_never_a_stuck_run(app: tuple[cairn.App, 
     assert not thread.is_alive()
 
 
-def test_a_freed_slot_of_a_limited_queue_wakes_the_workers(app: tuple[cairn.App, str]) -> None:
-    """Queue ``default`` runs one run at a time, and an inline run (``App.run``,
-    in a thread of this process) holds that slot. The worker is told of the
-    second run at once but may not start it; when the inline run completes
-    (which makes no run runnable: only the freed slot can wake the worker), it
-    starts it at once, not after its minute-long poll."""
+@pytest.mark.parametrize("cap", ["queue", "share"])
+def test_a_freed_slot_of_a_limited_queue_wakes_the_workers(app: tuple[cairn.App, str], cap: str) -> None:
+    """Queue ``default`` runs one run at a time (its limit, or its tenant's
+    own share), and an inline run (``App.run``, in a thread of this process)
+    holds that slot. The worker is told of the second run at once but may
+    not start it; when the inline run completes (which makes no run
+    runnable: only the freed slot can wake the worker), it starts it at
+    once, not after its minute-long poll."""
     application, _ = app
-    application.set_queue("default", concurrency=1)
+    if cap == "queue":
+        application.set_queue("default", concurrency=1)
+    else:  # a share with a rate too: the slot, not the rate, is what wakes
+        application.set_queue_share("default", "default", concurrency=1, rate="1000/s")
     holding = threading.Thread(target=application.run, args=("busy", 1.0), kwargs={"run_id": "inline"})
     holding.start()
     worker = application.worker(concurrency=2, poll_interval=60.0)

@@ -728,11 +728,17 @@ class App:
         limits = QueueLimits(name, concurrency, tenant_concurrency, parsed(rate), parsed(tenant_rate))
         return self.operator.set_queue(limits)
 
-    def set_queue_share(self, name: str, tenant: str, *, concurrency: int | None = None) -> QueueShare:
-        """Cap ``tenant``'s own running runs of queue ``name`` at
-        ``concurrency`` (``None``: remove its cap), on top of the queue's
-        limits: a share only ever holds that tenant back further."""
-        return self.operator.set_queue_share(QueueShare(name, tenant, concurrency))
+    def set_queue_share(
+        self, name: str, tenant: str, *, concurrency: int | None = None, rate: Rate | str | None = None
+    ) -> QueueShare:
+        """Replace ``tenant``'s own share of queue ``name``: at most
+        ``concurrency`` of its runs running, at most ``rate`` claims of them
+        (``Rate`` or text such as ``"10/min"``); ``None``: no cap of that
+        kind, neither: no share. On top of the queue's limits: a share only
+        ever holds that tenant back further, and a rate above the queue's
+        per-tenant rate is refused (``InvalidArgument``)."""
+        parsed = Rate.parse(rate) if isinstance(rate, str) else rate
+        return self.operator.set_queue_share(QueueShare(name, tenant, concurrency, parsed))
 
     def queues(self) -> list[QueueStats]:
         """Every queue with limits or live runs: its limits, how many of its

@@ -377,10 +377,12 @@ class Operator:
         return self.set_queue(QueueLimits(name))
 
     def set_queue_share(self, share: QueueShare) -> QueueShare:
-        """Replace one tenant's own cap in a queue (concurrency ``None``:
-        remove it). It holds back that tenant's runs of the queue only, on
-        top of the queue's limits: never raises them, never touches another
-        tenant (``cairn.store.admission``)."""
+        """Replace one tenant's own caps in a queue, on its running runs
+        and on its claims' rate (neither: remove the share). It holds back
+        that tenant's runs of the queue only, on top of the queue's limits:
+        never raises them, never touches another tenant; a rate above the
+        queue's per-tenant rate raises ``InvalidArgument``
+        (``cairn.store.admission``)."""
         self._store.set_queue_share(share)
         return share
 

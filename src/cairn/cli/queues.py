@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
+from cairn.errors import InvalidArgument
 from cairn.store.admission import QueueLimits, QueueShare, QueueStats, Rate
 
 from .loading import open_session
@@ -81,7 +82,7 @@ def queues(db: str | None) -> None:
     cairn queues                                  list them ('list' is the default)
     cairn queues set Q --concurrency 10 --rate 100/min --tenant-concurrency 2
     cairn queues clear Q                          remove Q's limits
-    cairn queues share Q --tenant T --concurrency 3   T's own cap in Q
+    cairn queues share Q --tenant T --concurrency 3 --rate 10/min   T's own caps in Q
     cairn queues shares [--tenant T]              list the tenants' own caps
 
     Tenants share every queue fairly: a claim always takes the next run from
@@ -169,29 +170,55 @@ def queues_clear(ctx: click.Context, name: str, app_spec: str | None, db: str | 
     echo(f"queue {name}: unlimited")
 
 
+def describe_share(share: QueueShare) -> str:
+    """``at most 3 running, at most 10/min claims`` (or ``no cap of its own``)."""
+    parts = []
+    if share.concurrency is not None:
+        parts.append(f"at most {share.concurrency} running")
+    if share.rate is not None:
+        parts.append(f"at most {share.rate} claims")
+    return ", ".join(parts) or "no cap of its own"
+
+
+def _share_json(share: QueueShare) -> dict[str, object]:
+    rate = share.rate
+    return {"queue": share.queue, "tenant": share.tenant, "concurrency": share.concurrency,
+            "rate": None if rate is None else {"limit": rate.limit, "period": rate.period,
+                                               "burst": rate.capacity}}
+
+
 @queues.command("share")
 @click.argument("name", metavar="QUEUE")
 @click.option("--tenant", required=True, help="The tenant whose own share this is.")
 @click.option("--concurrency", type=COUNT, default=None,
               help="At most this many of the tenant's runs of QUEUE running at once (not given: no cap of "
                    "its own).")
+@click.option("--rate", default=None, metavar="N/PERIOD",
+              help="At most N claims of the tenant's runs of QUEUE per PERIOD (token bucket), e.g. 10/min; "
+                   "never above QUEUE's --tenant-rate (not given: no rate of its own).")
+@click.option("--burst", type=click.IntRange(min=1), default=None,
+              help="Claims allowed at once under --rate (default: N).")
 @app_option(required=False)
 @db_option
 @click.pass_context
 def queues_share(
-    ctx: click.Context, name: str, tenant: str, concurrency: int | None, app_spec: str | None, db: str | None,
+    ctx: click.Context, name: str, tenant: str, concurrency: int | None, rate: str | None, burst: int | None,
+    app_spec: str | None, db: str | None,
 ) -> None:
-    """Replace TENANT's own share of QUEUE: a cap on its own running runs
-    there, on top of QUEUE's limits (it can only hold TENANT back; other
-    tenants are not affected)."""
+    """Replace TENANT's own share of QUEUE: caps on its own running runs
+    and on its claims' rate there, on top of QUEUE's limits (it can only
+    hold TENANT back; other tenants are not affected). Neither given:
+    remove the share."""
     try:
-        share = QueueShare(name, tenant, concurrency)
+        share = QueueShare(name, tenant, concurrency, _rate(rate, burst, "--rate", "--burst"))
     except ValueError as exc:  # an empty name or tenant
         raise click.BadParameter(str(exc)) from None
     with open_session(db_from_context(ctx, db), app_spec) as session:
-        session.operator.set_queue_share(share)
-    own = f"at most {concurrency} running" if concurrency is not None else "no cap of its own"
-    echo(f"queue {name}, tenant {tenant}: {own}")
+        try:
+            session.operator.set_queue_share(share)
+        except InvalidArgument as exc:  # a rate above the installation's per-tenant rate
+            raise click.BadParameter(str(exc), param_hint="'--rate'") from None
+    echo(f"queue {name}, tenant {tenant}: {describe_share(share)}")
 
 
 @queues.command("shares")
@@ -207,10 +234,9 @@ def queues_shares(
     with open_session(db_from_context(ctx, db), app_spec, read_only=True) as session:
         shares = session.operator.queue_shares(tenant)
     if as_json:
-        echo_json([{"queue": s.queue, "tenant": s.tenant, "concurrency": s.concurrency} for s in shares],
-                  indent=2)
+        echo_json([_share_json(s) for s in shares], indent=2)
     elif not shares:
         echo("no tenant has a share of its own", err=True)
     else:
         for s in shares:
-            echo(f"queue {s.queue}, tenant {s.tenant}: at most {s.concurrency} running")
+            echo(f"queue {s.queue}, tenant {s.tenant}: {describe_share(s)}")

@@ -10,9 +10,11 @@ hidden. An installation token sees what ``cairn queues`` shows.
 
 A tenant's admin sets its own tenant's *share* of a queue
 (``/api/queues/{name}/share``): a cap on how many of its own runs of the
-queue run at once, on top of the installation's limits, so it can only hold
-that tenant back. The tenant is always the token's: a body naming another
-is refused (no such field), and no path or query names one."""
+queue run at once and on how fast they are claimed (a rate of its own), on
+top of the installation's limits, so it can only hold that tenant back (a
+rate above the installation's per-tenant rate is refused, saying so). The
+tenant is always the token's: a body naming another is refused (no such
+field), and no path or query names one."""
 
 from __future__ import annotations
 
@@ -69,10 +71,13 @@ def list_queues(call: Call[Any]) -> Any:
 
 class ShareBody(msgspec.Struct, forbid_unknown_fields=True):
     """The caller's tenant's own share of a queue, replacing any it had:
-    at most ``concurrency`` of its runs of the queue running at once
-    (``null``: no share of its own, the queue's limits alone apply)."""
+    at most ``concurrency`` of its runs of the queue running at once, and
+    at most ``rate`` claims of them (``10/min``: a token bucket, bursts of
+    up to 10). ``null`` or left out: no cap of that kind of its own (both:
+    no share, the queue's limits alone apply)."""
 
     concurrency: Count | None = None
+    rate: RateText | None = None
 
 
 def _queue_name(call: Call[Any]) -> str:
@@ -85,7 +90,8 @@ def _queue_name(call: Call[Any]) -> str:
 
 
 def share_json(share: QueueShare) -> dict[str, Any]:
-    return {"queue": share.queue, "tenant": share.tenant, "concurrency": share.concurrency}
+    return {"queue": share.queue, "tenant": share.tenant, "concurrency": share.concurrency,
+            "rate": _rate(share.rate)}
 
 
 def get_share(call: Call[Any]) -> Any:
@@ -96,7 +102,8 @@ def get_share(call: Call[Any]) -> Any:
 
 def set_share(call: Call[Any]) -> Any:
     body: ShareBody = call.body
-    share = QueueShare(_queue_name(call), call.principal.tenant, body.concurrency)
+    share = QueueShare(_queue_name(call), call.principal.tenant, body.concurrency,
+                       Rate.parse(body.rate) if body.rate is not None else None)
     call.operator.set_queue_share(share)
     return share_json(share)
 
@@ -121,9 +128,11 @@ ROUTES = [
              "Replace a queue's limits, shared by every tenant (an installation token only)",
              set_queue, body=QueueBody, tag="queues"),
     Endpoint("GET", "/api/queues/{name}/share", Role.VIEWER,
-             "The token's tenant's own share of a queue (concurrency null: none)", get_share, tag="queues"),
+             "The token's tenant's own share of a queue (concurrency, rate null: none)", get_share,
+             tag="queues"),
     Endpoint("PUT", "/api/queues/{name}/share", Role.ADMIN,
-             "Replace the token's tenant's own share of a queue: a cap on its own running runs there, "
-             "on top of the queue's limits (it can only hold the tenant back)",
+             "Replace the token's tenant's own share of a queue: caps on its own running runs and on "
+             "its claims' rate there, on top of the queue's limits (it can only hold the tenant back; "
+             "a rate above the installation's per-tenant rate is refused)",
              set_share, body=ShareBody, tag="queues"),
 ]

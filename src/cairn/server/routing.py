@@ -228,6 +228,10 @@ def _integral(decoded: Any, kind: type[Any]) -> Any:
     return {k: v if k in free else _whole(v) for k, v in decoded.items()}
 
 
+#: msgspec quotes a refused string's whole pattern; the pattern is in the API document
+_PATTERN_MISMATCH = re.compile(r"Expected `str` matching regex '.*' - at")
+
+
 def _decode_body(kind: type[Any], data: bytes) -> Any:
     if kind is NoBody:
         return None
@@ -236,7 +240,9 @@ def _decode_body(kind: type[Any], data: bytes) -> Any:
     try:
         return msgspec.convert(_integral(msgspec.json.decode(data), kind), kind)
     except msgspec.ValidationError as exc:
-        raise ApiError(400, "invalid", f"bad request body: {exc}") from None
+        problem = _PATTERN_MISMATCH.sub(
+            "Expected `str` of the form its pattern in /api/openapi.json gives - at", str(exc))
+        raise ApiError(400, "invalid", f"bad request body: {problem}") from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, "invalid", f"the request body is not JSON: {exc}") from None
     except RecursionError:

@@ -16,10 +16,14 @@ workers run (``cairn queues set``):
 Those limits are the installation's (an ``installation`` token sets them).
 A tenant may also cap *its own share* of a queue (``QueueShare``, set by
 that tenant's admin): at most ``concurrency`` of its runs of the queue
-running at once. A share only ever restricts its own tenant: it is checked
-in addition to the queue-wide limits, never instead of them, so a share
-above ``tenant_concurrency`` changes nothing, and no other tenant's lane
-reads it. A share applies to a queue with or without limits.
+running at once, and at most ``rate`` claims of them (a token bucket of its
+own, stored with the share). A share only ever restricts its own tenant: it
+is checked in addition to the queue-wide limits, never instead of them, so a
+share above ``tenant_concurrency`` changes nothing, and no other tenant's
+lane reads it. A share applies to a queue with or without limits. A share's
+rate above the installation's ``tenant_rate`` is refused when it is set
+(``check_share``): it could not loosen anything, and a tenant asking for
+more should hear so rather than believe it got it.
 
 A run counts against concurrency while its status is ``running``, also when
 it was started inline (``App.run``) rather than claimed by a worker, and also
@@ -113,6 +117,12 @@ class Rate:
         number = float(amount) if amount else 1.0
         return cls(int(count), number * _UNIT_SECONDS[unit], burst)
 
+    def within(self, other: Rate) -> bool:
+        """Whether this rate never admits more than ``other``: its sustained
+        rate and its burst both at most ``other``'s (a rounding error of the
+        period's units aside: ``10/min`` is within ``1/6s``)."""
+        return self.per_second <= other.per_second * (1 + 1e-9) and self.capacity <= other.capacity
+
     def __str__(self) -> str:
         named = {1.0: "s", 60.0: "min", 3600.0: "h", 86400.0: "day"}
         period = named.get(self.period) or f"{self.period:g}s"
@@ -146,12 +156,18 @@ class QueueLimits:
 
 @dataclass(frozen=True, slots=True)
 class QueueShare:
-    """One tenant's own cap within a queue (see the module doc). ``None``:
-    no cap of its own (the queue's limits alone apply)."""
+    """One tenant's own caps within a queue (see the module doc): running
+    runs (``concurrency``) and claims (``rate``). ``None``: no cap of its
+    own of that kind (the queue's limits alone apply); neither: no share."""
 
     queue: str
     tenant: str
     concurrency: int | None = None
+    rate: Rate | None = None
+
+    @property
+    def unset(self) -> bool:
+        return self.concurrency is None and self.rate is None
 
     def __post_init__(self) -> None:
         if not self.queue:
@@ -161,6 +177,18 @@ class QueueShare:
         if self.concurrency is not None and self.concurrency < 1:
             raise InvalidArgument(f"queue {self.queue!r}: a share's concurrency must be at least 1, "
                                   f"not {self.concurrency}")
+
+
+def check_share(share: QueueShare, limits: QueueLimits | None) -> None:
+    """Refuse a share whose rate would admit more than the installation's
+    per-tenant rate of the queue (``limits``: ``None`` if it has none). The
+    claim would hold it to the installation's anyway; refusing says so."""
+    allowed = limits.tenant_rate if limits is not None else None
+    if share.rate is not None and allowed is not None and not share.rate.within(allowed):
+        raise InvalidArgument(
+            f"queue {share.queue!r}: a share's rate {share.rate} exceeds the installation's per-tenant "
+            f"rate {allowed} (a share can only tighten it: its rate and its burst must both be at most "
+            f"the installation's)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,14 +242,24 @@ class Candidate:
 @dataclass(slots=True)
 class Lane:
     """One tenant's runnable runs in one queue, best first, how many runs
-    that tenant has ``running`` in the queue, and the concurrency of its own
-    ``QueueShare`` (``None``: none)."""
+    that tenant has ``running`` in the queue, its own ``QueueShare``
+    (``None``: none) and the stored state of that share's rate bucket
+    (``None``: full)."""
 
     queue: str
     tenant: str
     running: int
     candidates: list[Candidate] = field(default_factory=list)
-    share: int | None = None
+    share: QueueShare | None = None
+    share_bucket: Bucket | None = None
+
+    def share_bucket_at(self, now: float) -> Bucket | None:
+        """Its share's rate bucket as of ``now`` (``None``: no rate share)."""
+        rate = self.share.rate if self.share is not None else None
+        if rate is None:
+            return None
+        stored = self.share_bucket
+        return Bucket(float(rate.capacity), now) if stored is None else stored.refilled(rate, now)
 
 
 def bucket_keys(limits: Mapping[str, QueueLimits], lanes: Iterable[Lane]) -> set[BucketKey]:
@@ -275,6 +313,7 @@ def plan(
             if candidate.takeover and len(chosen) < limit:
                 chosen.append(candidate)
     tokens = {key: _current(limits, buckets, key, now).tokens for key in bucket_keys(limits, lanes)}
+    share_tokens = [None if (b := lane.share_bucket_at(now)) is None else b.tokens for lane in lanes]
     taken_in_queue: dict[str, int] = {}
     taken_in_lane = [0] * len(lanes)
     next_in_lane = [0] * len(lanes)
@@ -295,7 +334,11 @@ def plan(
         lane = lanes[i]
         if lane.queue in full_queues:
             continue
-        if lane.share is not None and lane.running + taken_in_lane[i] >= lane.share:
+        share, own_tokens = lane.share, share_tokens[i]
+        if (share is not None and share.concurrency is not None
+                and lane.running + taken_in_lane[i] >= share.concurrency) or (
+            own_tokens is not None and own_tokens < 1
+        ):
             continue  # the tenant's own cap: this lane alone is done
         queue = limits.get(lane.queue)
         if queue is not None:
@@ -315,6 +358,8 @@ def plan(
                 tokens[wide] -= 1
             if queue.tenant_rate is not None:
                 tokens[own] -= 1
+        if own_tokens is not None:
+            share_tokens[i] = own_tokens - 1
         chosen.append(fresh[i][next_in_lane[i]])
         next_in_lane[i] += 1
         taken_in_lane[i] += 1
@@ -346,6 +391,24 @@ def charge(
     for key, count in spent.items():
         current = _current(limits, buckets, key, now)
         states[key] = Bucket(current.tokens - count, current.at)
+    return states
+
+
+def charge_shares(lanes: Iterable[Lane], claimed: Iterable[Candidate], now: float) -> dict[BucketKey, Bucket]:
+    """The share buckets to store after ``claimed`` were claimed, by
+    ``(queue, tenant)``: every claim that is not a takeover spends one token
+    of its tenant's share rate in its queue, if that share has one."""
+    spent: dict[BucketKey, int] = {}
+    for candidate in claimed:
+        if not candidate.takeover:
+            key = (candidate.queue, candidate.tenant)
+            spent[key] = spent.get(key, 0) + 1
+    states: dict[BucketKey, Bucket] = {}
+    for lane in lanes:
+        count = spent.get((lane.queue, lane.tenant), 0)
+        current = lane.share_bucket_at(now)
+        if count and current is not None:
+            states[(lane.queue, lane.tenant)] = Bucket(current.tokens - count, current.at)
     return states
 
 

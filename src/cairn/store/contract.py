@@ -267,10 +267,13 @@ class Store(Protocol):
         ...
 
     def set_queue_share(self, share: QueueShare) -> None:
-        """Replace tenant ``share.tenant``'s own cap in queue ``share.queue``
-        (``concurrency`` ``None``: remove it). It applies from the next claim
-        on, to that tenant's runs of the queue only, on top of the queue's
-        limits (``set_queue``): it can only hold the tenant back further."""
+        """Replace tenant ``share.tenant``'s own caps in queue ``share.queue``
+        (``concurrency`` and ``rate`` both ``None``: remove the share). They
+        apply from the next claim on, to that tenant's runs of the queue
+        only, on top of the queue's limits (``set_queue``): they can only
+        hold the tenant back further. A rate above the queue's
+        ``tenant_rate`` raises ``InvalidArgument`` and writes nothing
+        (``admission.check_share``, in the same transaction)."""
         ...
 
     def queue_shares(self, tenant: str | None = None) -> list[QueueShare]:

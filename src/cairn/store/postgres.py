@@ -164,6 +164,10 @@ Why these choices:
     bucket only through ``spend_queue_tokens`` (``SECURITY DEFINER``), which
     charges no more tokens than its own transaction moved runs of that queue
     to running, so no role can drain another tenant's rate.
+  - ``queue_shares``: a tenant's own caps, written by the owner; a role
+    reads and locks its own tenants' rows, and spends a share's rate
+    bucket only through ``spend_share_tokens`` (``SECURITY DEFINER``), which
+    charges no more than its own transaction claimed of that tenant.
   - ``artifact_gc`` is the owner's; ``schema_migrations`` is read-only;
     ``tenant_grants`` shows a role its own grants only.
   - ``queue_running_totals`` (``SECURITY DEFINER``) tells every role how many
@@ -233,6 +237,9 @@ from cairn.store.rows import (
     finish_params,
     new_record,
     pack_payload,
+    share_bucket_from_row,
+    share_from_row,
+    share_params,
     update_params,
 )
 from cairn.store.rows import dumps as _dumps
@@ -833,6 +840,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                     claims.append(claim)
                     claimed.append(candidate)
             _spend_tokens(tx, admission.charge(limits, buckets, claimed, now), claimed, now)
+            _spend_share_tokens(tx, lanes, claimed, now)
             fault_point("store.claim.before_commit")  # an idle poll returned above: not a boundary
             return claims
 
@@ -952,17 +960,18 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         return self._transaction(body)
 
     def set_queue_share(self, share: admission.QueueShare) -> None:
-        params = {"queue": share.queue, "tenant": share.tenant, "concurrency": share.concurrency,
-                  "now": self.clock()}
+        params = share_params(share, self.clock())
 
         def body(tx: _Conn) -> None:
-            tx.execute(_Q["delete_share" if share.concurrency is None else "upsert_share"], params)
+            limits = {row[0]: _queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
+            admission.check_share(share, limits.get(share.queue))
+            tx.execute(_Q["delete_share" if share.unset else "upsert_share"], params)
 
         self._transaction(body)
 
     def queue_shares(self, tenant: str | None = None) -> list[admission.QueueShare]:
         def body(tx: _Conn) -> list[admission.QueueShare]:
-            return [admission.QueueShare(*row) for row in tx.execute(_Q["select_shares"], {"tenant": tenant})]
+            return [share_from_row(row) for row in tx.execute(_Q["select_shares"], {"tenant": tenant})]
 
         return self._transaction(body)
 
@@ -1514,8 +1523,9 @@ def _lock_limits(
     names = sorted({lane.queue for lane in lanes if lane.candidates})
     limits = {row[0]: _queue_from_row(row) for row in tx.execute(_Q["lock_queues"], {"queues": names})}
     keys = sorted((lane.queue, lane.tenant) for lane in lanes if lane.candidates)
-    shares = {(q, t): n for q, t, n in tx.execute(_Q["lane_shares"], {
-        "queues": [k[0] for k in keys], "tenants": [k[1] for k in keys]})}
+    shares = {(row[0], row[1]): (share_from_row(row), share_bucket_from_row(row[6], row[7]))
+              for row in tx.execute(_Q["lane_shares"], {
+                  "queues": [k[0] for k in keys], "tenants": [k[1] for k in keys]})}
     queue_running: dict[str, int] = {}
     buckets: dict[admission.BucketKey, admission.Bucket] = {}
     if not limits and not shares:
@@ -1527,7 +1537,7 @@ def _lock_limits(
     counted = {"queues": sorted(limits.keys() | {q for q, _ in shares})}
     running = {(q, t): n for q, t, n in tx.execute(_Q["lane_running"], counted)}
     for lane in lanes:
-        lane.share = shares.get((lane.queue, lane.tenant))
+        lane.share, lane.share_bucket = shares.get((lane.queue, lane.tenant), (None, None))
         if lane.queue in limits or lane.share is not None:
             lane.running = running.get((lane.queue, lane.tenant), 0)
     rated = sorted({key[0] for key in admission.bucket_keys(limits, lanes)})
@@ -1555,6 +1565,21 @@ def _spend_tokens(
     if wide:
         counts = [sum(1 for c in claimed if c.queue == queue and not c.takeover) for queue in wide]
         tx.execute(_Q["spend_queue_tokens"], {"queues": wide, "counts": counts, "now": now})
+
+
+def _spend_share_tokens(
+    tx: _Conn, lanes: Sequence[admission.Lane], claimed: Sequence[admission.Candidate], now: float,
+) -> None:
+    """Store what a claim spent of its lanes' share buckets, through
+    ``spend_share_tokens`` (migration 0024), which recomputes each under the
+    share row's lock (``lane_shares``) and charges no more than this
+    transaction claimed: a tenant's role writes no share row itself."""
+    spent = admission.charge_shares(lanes, claimed, now)
+    if spent:
+        keys = sorted(spent)
+        counts = [sum(1 for c in claimed if (c.queue, c.tenant) == key and not c.takeover) for key in keys]
+        tx.execute(_Q["spend_share_tokens"], {"queues": [k[0] for k in keys], "tenants": [k[1] for k in keys],
+                                              "counts": counts, "now": now})
 
 
 def _claim_many(

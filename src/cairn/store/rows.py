@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from cairn.errors import StoreError
-from cairn.store.admission import QueueLimits, Rate
+from cairn.store.admission import Bucket, QueueLimits, QueueShare, Rate
 from cairn.store.lifecycle import RunUpdate, check_finish_status
 from cairn.store.records import (
     Approval,
@@ -387,6 +387,27 @@ def queue_from_row(row: Sequence[Any]) -> QueueLimits:
         return Rate(int(limit), float(period), burst) if limit is not None and period is not None else None
 
     return QueueLimits(row[0], row[1], row[2], rate(*row[3:6]), rate(*row[6:9]))
+
+
+def share_params(share: QueueShare, now: float) -> dict[str, Any]:
+    """Statement parameters of ``upsert_share`` / ``delete_share``."""
+    rate = share.rate
+    return {"queue": share.queue, "tenant": share.tenant, "concurrency": share.concurrency,
+            "rate_limit": rate.limit if rate else None, "rate_period": rate.period if rate else None,
+            "rate_burst": rate.burst if rate else None, "now": now}
+
+
+def share_from_row(row: Sequence[Any]) -> QueueShare:
+    """``QueueShare`` from ``queue, tenant, concurrency, rate_limit,
+    rate_period, rate_burst``."""
+    limit, period, burst = row[3:6]
+    rate = Rate(int(limit), float(period), burst) if limit is not None and period is not None else None
+    return QueueShare(row[0], row[1], row[2], rate)
+
+
+def share_bucket_from_row(tokens: float | None, refilled_at: float | None) -> Bucket | None:
+    """A share's stored bucket (``None``: full, never spent)."""
+    return None if tokens is None or refilled_at is None else Bucket(float(tokens), float(refilled_at))
 
 
 def finish_params(

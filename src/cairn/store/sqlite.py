@@ -87,6 +87,9 @@ from cairn.store.rows import (
     queue_params,
     run_from_row,
     run_params,
+    share_bucket_from_row,
+    share_from_row,
+    share_params,
     update_params,
 )
 from cairn.store.runids import unclaimable
@@ -502,6 +505,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             for (queue, tenant), state in admission.charge(limits, buckets, claimed, now).items():
                 tx.execute(_Q["upsert_bucket"], {"queue": queue, "tenant": tenant, "tokens": state.tokens,
                                                  "at": state.at})
+            for (queue, tenant), state in admission.charge_shares(lanes, claimed, now).items():
+                tx.execute(_Q["spend_share_tokens"], {"queue": queue, "tenant": tenant,
+                                                      "tokens": state.tokens, "at": state.at})
             if chosen:  # the claim's commit boundary (an idle poll is not one)
                 fault_point("store.claim.before_commit")
         for run_id, tail in tails.items():
@@ -525,7 +531,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         self._lane_cursor.saw(queue, tenants)
         lanes = []
         running: dict[str, int] | None = None
-        shares: dict[str, int] | None = None
+        shares: dict[str, tuple[admission.QueueShare, admission.Bucket | None]] | None = None
         for tenant in tenants:
             rows = tx.execute(_Q["lane_candidates"], {"queue": queue, "tenant": tenant, "now": now,
                                                      "workflows": workflows, "bundles": bundles,
@@ -534,14 +540,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 continue
             if running is None:  # one statement for every lane of the queue
                 running = dict(tx.execute(_Q["lane_running"], {"queue": queue}).fetchall())
-                shares = dict(tx.execute(_Q["lane_shares"], {"queue": queue}).fetchall())
+                shares = {row[0]: (share_from_row((queue, *row[:5])), share_bucket_from_row(row[5], row[6]))
+                          for row in tx.execute(_Q["lane_shares"], {"queue": queue})}
             candidates = [admission.Candidate(row[0], queue, tenant, row[1], row[2], row[3] == "running")
                           for row in rows]
             if states is not None:
                 states.update((row[0], row) for row in rows)
             assert shares is not None
-            lanes.append(admission.Lane(queue, tenant, running.get(tenant, 0), candidates,
-                                        shares.get(tenant)))
+            share, bucket = shares.get(tenant, (None, None))
+            lanes.append(admission.Lane(queue, tenant, running.get(tenant, 0), candidates, share, bucket))
         return lanes
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
@@ -595,15 +602,16 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         return admission.stats(limits, counts)
 
     def set_queue_share(self, share: admission.QueueShare) -> None:
-        params = {"queue": share.queue, "tenant": share.tenant, "concurrency": share.concurrency,
-                  "now": self.clock()}
         with self._write() as tx:
-            tx.execute(_Q["delete_share" if share.concurrency is None else "upsert_share"], params)
+            limits = {row[0]: queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
+            admission.check_share(share, limits.get(share.queue))
+            params = share_params(share, self.clock())
+            tx.execute(_Q["delete_share" if share.unset else "upsert_share"], params)
 
     def queue_shares(self, tenant: str | None = None) -> list[admission.QueueShare]:
         with self._read() as conn:
             rows = conn.execute(_Q["select_shares"], {"tenant": tenant}).fetchall()
-        return [admission.QueueShare(*row) for row in rows]
+        return [share_from_row(row) for row in rows]
 
     # -- contract, dialect code: the hot append and the finish (the tail cache) ---------------
 

@@ -1400,20 +1400,34 @@ ORDER BY tenant COLLATE "C", namespace COLLATE "C", key COLLATE "C"
 -- in the same order), so one tenant's claims of one queue cannot both take
 -- its share's last slot. A tenant's role sees and locks its own rows only.
 -- name: lane_shares
-SELECT s.queue, s.tenant, s.concurrency FROM queue_shares AS s
+SELECT s.queue, s.tenant, s.concurrency, s.rate_limit, s.rate_period, s.rate_burst, s.tokens, s.refilled_at
+FROM queue_shares AS s
 JOIN unnest(%(queues)s::text[], %(tenants)s::text[]) AS l(queue, tenant)
   ON s.queue = l.queue AND s.tenant = l.tenant
 ORDER BY s.queue, s.tenant
 FOR UPDATE OF s
 
 -- name: select_shares
-SELECT queue, tenant, concurrency FROM queue_shares
+SELECT queue, tenant, concurrency, rate_limit, rate_period, rate_burst FROM queue_shares
 WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text ORDER BY queue, tenant
 
+-- A share replaced keeps its bucket while it has a rate (as a queue's
+-- limits do); a share without one forgets it, so a later rate starts full.
 -- name: upsert_share
-INSERT INTO queue_shares (queue, tenant, concurrency, updated_at)
-VALUES (%(queue)s::text, %(tenant)s::text, %(concurrency)s::bigint, %(now)s::float8)
-ON CONFLICT (queue, tenant) DO UPDATE SET concurrency = excluded.concurrency, updated_at = excluded.updated_at
+INSERT INTO queue_shares (queue, tenant, concurrency, rate_limit, rate_period, rate_burst, updated_at)
+VALUES (%(queue)s::text, %(tenant)s::text, %(concurrency)s::bigint, %(rate_limit)s::bigint,
+        %(rate_period)s::float8, %(rate_burst)s::bigint, %(now)s::float8)
+ON CONFLICT (queue, tenant) DO UPDATE SET
+    concurrency = excluded.concurrency, rate_limit = excluded.rate_limit, rate_period = excluded.rate_period,
+    rate_burst = excluded.rate_burst,
+    tokens = CASE WHEN excluded.rate_limit IS NULL THEN NULL ELSE queue_shares.tokens END,
+    refilled_at = CASE WHEN excluded.rate_limit IS NULL THEN NULL ELSE queue_shares.refilled_at END,
+    updated_at = excluded.updated_at
+
+-- What a claim spent of its lanes' share buckets (migration 0024: no more
+-- than this transaction claimed).
+-- name: spend_share_tokens
+SELECT spend_share_tokens(%(queues)s::text[], %(tenants)s::text[], %(counts)s::bigint[], %(now)s::float8)
 
 -- name: delete_share
 DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::text

@@ -176,7 +176,8 @@ CREATE FUNCTION notify_slot_freed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM queues
                WHERE name = NEW.queue AND (concurrency IS NOT NULL OR tenant_concurrency IS NOT NULL))
-       OR EXISTS (SELECT 1 FROM queue_shares WHERE queue = NEW.queue AND tenant = NEW.tenant) THEN
+       OR EXISTS (SELECT 1 FROM queue_shares
+                  WHERE queue = NEW.queue AND tenant = NEW.tenant AND concurrency IS NOT NULL) THEN
         PERFORM pg_notify('cairn_runnable', TG_TABLE_SCHEMA);
     END IF;
     RETURN NULL;
@@ -1015,15 +1016,26 @@ ALTER TABLE runs ADD CONSTRAINT runs_tenant_ids
     CHECK (NOT starts_with(run_id, 'tenant:')
            OR starts_with(run_id, 'tenant:' || url_quote(tenant) || ':')) NOT VALID;
 
--- A tenant's own share of a shared queue (0023): at most concurrency of its
--- runs of the queue running, on top of the installation's limits. Written by
--- the owner; a tenant's role reads and locks (FOR UPDATE) its own rows only.
+-- A tenant's own share of a shared queue (0023, rates 0024): at most
+-- concurrency of its runs of the queue running, and at most rate_limit
+-- claims per rate_period (a token bucket: tokens as of refilled_at, NULL:
+-- full), on top of the installation's limits. Written by the owner; a
+-- tenant's role reads and locks (FOR UPDATE) its own rows only, and spends
+-- its bucket only through spend_share_tokens.
 CREATE TABLE queue_shares (
     queue       TEXT NOT NULL,
     tenant      TEXT NOT NULL CHECK (tenant <> ''),
-    concurrency BIGINT NOT NULL CHECK (concurrency >= 1),
+    concurrency BIGINT CHECK (concurrency >= 1),
     updated_at  DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (queue, tenant)
+    rate_limit  BIGINT CHECK (rate_limit >= 1),
+    rate_period DOUBLE PRECISION CHECK (rate_period > 0),
+    rate_burst  BIGINT CHECK (rate_burst >= 1),
+    tokens      DOUBLE PRECISION,
+    refilled_at DOUBLE PRECISION,
+    PRIMARY KEY (queue, tenant),
+    CONSTRAINT queue_shares_whole_rate
+        CHECK ((rate_limit IS NULL) = (rate_period IS NULL) AND (rate_burst IS NULL OR rate_limit IS NOT NULL)),
+    CONSTRAINT queue_shares_not_empty CHECK (concurrency IS NOT NULL OR rate_limit IS NOT NULL)
 );
 
 ALTER TABLE queue_shares ENABLE ROW LEVEL SECURITY;
@@ -1040,3 +1052,34 @@ CREATE POLICY lock_own_shares ON queue_shares FOR UPDATE
     WITH CHECK (false);
 
 INSERT INTO tenant_privileges (object_name, privileges) VALUES ('queue_shares', 'SELECT, UPDATE (updated_at)');
+
+-- Spend the share buckets of a claim (0024): no more than the caller's own
+-- transaction claimed of each queue and tenant, and no row of a tenant it
+-- claimed none of. See migrations/0024_queue_share_rates.sql.
+CREATE FUNCTION spend_share_tokens(queues TEXT[], tenants TEXT[], counts BIGINT[], at DOUBLE PRECISION)
+RETURNS void LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
+DECLARE
+    stamp DOUBLE PRECISION := LEAST(at, extract(epoch FROM clock_timestamp()));
+    me TEXT := (pg_current_xact_id()::text::numeric % 4294967296)::text;
+BEGIN
+    UPDATE queue_shares AS s SET
+        tokens = CASE WHEN s.tokens IS NULL THEN COALESCE(s.rate_burst, s.rate_limit)::float8
+                      WHEN stamp <= s.refilled_at THEN s.tokens
+                      ELSE LEAST(COALESCE(s.rate_burst, s.rate_limit)::float8,
+                                 s.tokens + (stamp - s.refilled_at) * s.rate_limit / s.rate_period) END
+                 - LEAST(GREATEST(c.n, 0), m.moved),
+        refilled_at = CASE WHEN s.tokens IS NULL OR stamp > s.refilled_at THEN stamp ELSE s.refilled_at END
+    FROM unnest(queues, tenants, counts) AS c(queue, tenant, n)
+    CROSS JOIN LATERAL (SELECT count(*) AS moved FROM runs AS r
+                        WHERE r.queue = c.queue AND r.tenant = c.tenant AND r.status = 'running'
+                          AND r.xmin::text = me) AS m
+    WHERE s.queue = c.queue AND s.tenant = c.tenant AND s.rate_limit IS NOT NULL AND m.moved > 0;
+END
+$$;
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION spend_share_tokens(TEXT[], TEXT[], BIGINT[], DOUBLE PRECISION) '
+                   'SET search_path = %I, pg_temp', current_schema());
+END
+$$;

@@ -1095,15 +1095,28 @@ SELECT tenant, namespace, key, codec, size, value FROM memory_item_cold ORDER BY
 
 -- A tenant's own share of a queue (migration 0015).
 -- name: lane_shares
-SELECT tenant, concurrency FROM queue_shares WHERE queue = :queue
+SELECT tenant, concurrency, rate_limit, rate_period, rate_burst, tokens, refilled_at
+FROM queue_shares WHERE queue = :queue
 
 -- name: select_shares
-SELECT queue, tenant, concurrency FROM queue_shares
+SELECT queue, tenant, concurrency, rate_limit, rate_period, rate_burst FROM queue_shares
 WHERE :tenant IS NULL OR tenant = :tenant ORDER BY queue, tenant
 
+-- A share replaced keeps its bucket while it has a rate (as a queue's
+-- limits do); a share without one forgets it, so a later rate starts full.
 -- name: upsert_share
-INSERT INTO queue_shares (queue, tenant, concurrency, updated_at) VALUES (:queue, :tenant, :concurrency, :now)
-ON CONFLICT (queue, tenant) DO UPDATE SET concurrency = excluded.concurrency, updated_at = excluded.updated_at
+INSERT INTO queue_shares (queue, tenant, concurrency, rate_limit, rate_period, rate_burst, updated_at)
+VALUES (:queue, :tenant, :concurrency, :rate_limit, :rate_period, :rate_burst, :now)
+ON CONFLICT (queue, tenant) DO UPDATE SET
+    concurrency = excluded.concurrency, rate_limit = excluded.rate_limit, rate_period = excluded.rate_period,
+    rate_burst = excluded.rate_burst,
+    tokens = CASE WHEN excluded.rate_limit IS NULL THEN NULL ELSE queue_shares.tokens END,
+    refilled_at = CASE WHEN excluded.rate_limit IS NULL THEN NULL ELSE queue_shares.refilled_at END,
+    updated_at = excluded.updated_at
+
+-- What a claim spent of one lane's share bucket (admission.charge_shares).
+-- name: spend_share_tokens
+UPDATE queue_shares SET tokens = :tokens, refilled_at = :at WHERE queue = :queue AND tenant = :tenant
 
 -- name: delete_share
 DELETE FROM queue_shares WHERE queue = :queue AND tenant = :tenant

@@ -469,12 +469,21 @@ BEGIN
     DELETE FROM memory_item_cold WHERE tenant = OLD.tenant AND namespace = OLD.namespace AND key = OLD.key;
 END;
 
--- A tenant's own share of a shared queue (0015): at most concurrency of its
--- runs of the queue running, on top of the installation's limits.
+-- A tenant's own share of a shared queue (0015, rates 0017): at most
+-- concurrency of its runs of the queue running, and at most rate_limit
+-- claims per rate_period (a token bucket: tokens as of refilled_at, NULL:
+-- full), on top of the installation's limits.
 CREATE TABLE queue_shares (
     queue       TEXT NOT NULL,
     tenant      TEXT NOT NULL CHECK (tenant <> ''),
-    concurrency INTEGER NOT NULL CHECK (concurrency >= 1),
+    concurrency INTEGER CHECK (concurrency >= 1),
     updated_at  REAL NOT NULL,
+    rate_limit  INTEGER CHECK (rate_limit >= 1),
+    rate_period REAL CHECK (rate_period > 0),
+    rate_burst  INTEGER CHECK (rate_burst >= 1),
+    tokens      REAL,
+    refilled_at REAL,
+    CHECK ((rate_limit IS NULL) = (rate_period IS NULL) AND (rate_burst IS NULL OR rate_limit IS NOT NULL)),
+    CHECK (concurrency IS NOT NULL OR rate_limit IS NOT NULL),
     PRIMARY KEY (queue, tenant)
 ) WITHOUT ROWID;
