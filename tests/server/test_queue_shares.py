@@ -160,9 +160,16 @@ def test_a_hostile_tenant_cannot_set_or_read_another_tenants_rate_share(
     for forged in ({"rate": "1/d", "tenant": TENANT}, {"rate": "1/d", "tenants": [TENANT]}):
         refused = client.put("/api/queues/emails/share", json=forged, headers=intruder)
         assert refused.status_code == 400, refused.text
-    put = client.put(f"/api/queues/emails/share?tenant={TENANT}", json={"rate": "1/d"}, headers=intruder)
+    # a tenant in the query string is refused by name, on a write and on a read
+    for method in ("PUT", "GET"):
+        forged_query = client.request(method, f"/api/queues/emails/share?tenant={TENANT}", headers=intruder,
+                                      json={"rate": "1/d"} if method == "PUT" else None)
+        assert forged_query.status_code == 400, forged_query.text
+        assert "'tenant'" in forged_query.json()["message"]
+    assert setup.app.operator.queue_shares() == [QueueShare("emails", TENANT, rate=Rate(2, 3600))]
+    put = client.put("/api/queues/emails/share", json={"rate": "1/d"}, headers=intruder)
     assert put.json()["tenant"] == OTHER, put.text
-    read = client.get(f"/api/queues/emails/share?tenant={TENANT}", headers=intruder)
+    read = client.get("/api/queues/emails/share", headers=intruder)
     assert read.json()["tenant"] == OTHER
     assert read.json()["rate"] == {"limit": 1, "period": 86400.0, "burst": 1}
     assert setup.app.operator.queue_shares() == [QueueShare("emails", TENANT, rate=Rate(2, 3600)),
