@@ -1128,6 +1128,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             who = "a tenant's role" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
             raise StoreError(f"{who} cannot prune: artifacts are shared, and only the owner role sees "
                              "every reference to them (prune as the owner)")
+
         def body(tx: _Conn) -> int:
             roots, chosen = _select_prunable(tx, older_than, wanted, limit)
             if not chosen:
