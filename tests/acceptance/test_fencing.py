@@ -19,8 +19,9 @@ over and finish it, then wake the first one (SIGCONT):
 
 The in-process tests check the same rule one level down: two ``App``
 instances on one database sharing a fake clock, every fenced store write by
-the stale holder, and the executor's handling of a takeover that happens
-while a step body runs.
+the stale holder (every member of ``contract.HOLDER_WRITES``, through the
+case table of the store contract's fencing matrix), and the executor's
+handling of a takeover that happens while a step body runs.
 """
 
 from __future__ import annotations
@@ -36,11 +37,10 @@ import cairn
 from cairn import EventType, RunStatus
 from cairn.engine.executor import execute
 from cairn.errors import LeaseLost
-from cairn.store.records import HistoryEvent, NewRun, Payload
+from cairn.store.records import HistoryEvent, Payload
 from tests.acceptance.apps import SLOW_ENV, expected_fenced
 from tests.acceptance.harness import (
     Cluster,
-    FakeClock,
     audit_history,
     by_key,
     format_history,
@@ -52,6 +52,7 @@ from tests.acceptance.harness import (
 from tests.backends import StoreBackend
 from tests.distributed import bank_app
 from tests.distributed.cluster import DistCluster, verify_runs
+from tests.store.contract.helpers import FENCED_OPS, FakeClock, _fenced_write, held_state
 
 pytestmark = pytest.mark.slow
 
@@ -228,7 +229,7 @@ def test_frozen_worker_tool_call_is_fenced_out_after_takeover(bank_cluster: Dist
     slow_transfer = next(t for t in transfers if t.idempotency_key == end["operation_id"])
     assert end["replayed"] is True
     assert end["transfer_id"] == slow_transfer.id
-    assert float(end["sent"]) > cont_at  # type: ignore[arg-type]
+    assert float(end["sent"]) > cont_at
     verdict = verify_runs(app, transfers, dist.effects(), {run_id: 7}, TOOL_STEPS, context=shown)
 
     dist.terminate_gracefully([first, second])
@@ -275,7 +276,15 @@ def register(app: cairn.App, during_middle: Callable[[], None]) -> None:
         return head(x) + middle(x) + tail(x)
 
 
-def test_stale_holder_store_writes_are_all_rejected(two_apps: Apps) -> None:
+@pytest.mark.parametrize("op", FENCED_OPS)
+def test_stale_holder_store_writes_are_all_rejected(two_apps: Apps, op: str) -> None:
+    """Every holder write of the contract (``contract.HOLDER_WRITES``), each
+    case of the fencing matrix's table (``HOLDER_CASES``: a holder write
+    without a case fails here as it does there), by the holder a second App
+    took the run over from, through the first App's own store: its view of
+    the run (on SQLite, its cache of the run's last entry) is the one from
+    before the takeover. Each is tried at the seq it would write next, which
+    the takeover's entries took (the cached path), and at the next free one."""
     app_a, app_b, clock = two_apps
     register(app_a, lambda: None)
     register(app_b, lambda: None)
@@ -289,38 +298,17 @@ def test_stale_holder_store_writes_are_all_rejected(two_apps: Apps) -> None:
     assert claim_b is not None, "the second app could not take over an expired lease"
     assert claim_b.run.epoch == 2
 
-    record = app_a.get_run(run_id)
+    before = held_state(app_a.store, run_id)
     history = app_a.history(run_id)
     free_seq = history[-1].seq + 1
-
-    def step_entry(seq: int) -> HistoryEvent:
-        return HistoryEvent(run_id=run_id, seq=seq, event=EventType.STEP_COMPLETED, at=clock(), epoch=1,
-                            worker="A", position=0, step_kind="step", name="head", attempt=1,
-                            payload=Payload(data=b"4"))
-
-    def lifecycle(event: EventType) -> HistoryEvent:
-        return HistoryEvent(run_id=run_id, seq=free_seq, event=event, at=clock(), epoch=1, worker="A")
-
-    child = NewRun(run_id="fence-child", workflow="three", workflow_version="1", tenant="default",
-                   thread_id=None, input=Payload(data=b'{"x":1}'))
-    stale_writes: dict[str, Callable[[], object]] = {
-        "append at a taken seq": lambda: app_a.store.append(run_id, 1, (step_entry(claim_a.next_seq),)),
-        "append at a free seq": lambda: app_a.store.append(run_id, 1, (step_entry(free_seq),)),
-        "suspend_run": lambda: app_a.store.suspend_run(run_id, 1, lifecycle(EventType.RUN_SUSPENDED),
-                                                      clock() + 60, None),
-        "release_run": lambda: app_a.store.release_run(run_id, 1, lifecycle(EventType.RUN_RELEASED)),
-        "finish_run": lambda: app_a.store.finish_run(run_id, 1, lifecycle(EventType.RUN_COMPLETED),
-                                                    RunStatus.COMPLETED, Payload(data=b"0"), None),
-        "start_child": lambda: app_a.store.start_child(run_id, 1, step_entry(free_seq), child),
-    }
-    for name, write in stale_writes.items():
-        with pytest.raises(LeaseLost):
-            write()
-        assert app_a.history(run_id) == history, f"stale {name} changed the history"
-        assert app_a.get_run(run_id) == record, f"stale {name} changed the run record"
-    assert app_a.store.get_run("fence-child") is None, "a stale start_child created the child"
+    assert claim_a.next_seq < free_seq
+    for seq in (claim_a.next_seq, free_seq):
+        with pytest.raises(LeaseLost) as info:
+            _fenced_write(op, app_a.store, clock, run_id, claim_a.run.epoch, seq)
+        assert (info.value.run_id, info.value.epoch) == (run_id, claim_a.run.epoch)
+        assert held_state(app_a.store, run_id) == before, f"a stale {op} at seq {seq} changed the run"
     assert app_a.store.renew_leases("A", {run_id: 1}, 5.0) == {run_id}
-    assert app_a.get_run(run_id) == record, "a stale renewal extended the lease"
+    assert held_state(app_a.store, run_id) == before, "a stale renewal extended the lease"
 
     # the new holder writes at the same seq without trouble
     app_b.store.append(run_id, 2, (HistoryEvent(

@@ -283,3 +283,57 @@ def test_a_holder_write_that_waited_for_its_run_stamps_the_time_it_got_it(
     assert not errors, errors
     assert _stamped(store, op) == clock(), f"{op} stamped the time before it held its run"
     store.close()
+
+
+# -- a PostgreSQL claim reads "now" once it holds what it waited for --------------
+#
+# SQLite's claims are covered at the top (the write lock). On PostgreSQL a
+# single claim locks its run row FOR UPDATE, and a batch claim locks the
+# limited queues' rows: another transaction holding either makes it wait, and
+# a lease that started at the time it asked would be short by that wait.
+
+
+@pytest.mark.parametrize("op", ["claim_run", "claim_runs"])
+def test_a_postgres_claim_that_waited_for_a_lock_leases_from_the_time_it_got_it(
+    op: str, pg_url: str
+) -> None:
+    import psycopg
+
+    from cairn.store.admission import QueueLimits
+
+    clock = FakeClock()
+    store = PostgresStore(pg_url, clock=clock)
+    store.set_queue(QueueLimits("q", concurrency=5))
+    store.create_run(new_run("r1", queue="q"))
+    got: list[object] = []
+    errors: list[BaseException] = []
+
+    def claim() -> None:
+        try:
+            got.extend(store.claim_runs("w1", [WF], 1, LEASE, 3) if op == "claim_runs"
+                       else [store.claim_run("r1", "w1", LEASE, 3)])
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    locked = ("SELECT 1 FROM cairn.runs WHERE run_id = 'r1' FOR UPDATE" if op == "claim_run"
+              else "SELECT 1 FROM cairn.queues WHERE name = 'q' FOR UPDATE")
+    with psycopg.connect(pg_url, autocommit=True) as holder:
+        holder.execute("BEGIN")
+        holder.execute(locked)
+        writer = threading.Thread(target=claim)
+        writer.start()
+        deadline = time.monotonic() + 30  # a bound on the wait, never a figure checked
+        while (not _blocked_on_lock(store, writer, pg_url) and writer.is_alive()
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        assert _blocked_on_lock(store, writer, pg_url), "the claim never waited for the lock"
+        clock.advance(SKEW)
+        holder.execute("COMMIT")
+    writer.join(30)
+    assert not errors, errors
+    (claimed,) = got
+    assert claimed is not None
+    run = store.get_run("r1")
+    assert run is not None
+    assert run.lease_expires_at == clock() + LEASE, f"{op} leased from the time before it held its lock"
+    store.close()

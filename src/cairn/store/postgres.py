@@ -8,14 +8,16 @@ made safe when writers no longer queue on one file lock.
 Why these choices:
 
 * **A dialect.** The rules are ``lifecycle``'s (the run state machine as
-  pure functions) and ``admission``'s (claims); the operator transitions and
-  the holder writes are written once in ``sqlbase.SQLStore`` over this
-  module's primitives (hold rows ``FOR UPDATE``, lock then append, apply a
-  transition); rows map through ``rows``. What
+  pure functions) and ``admission``'s (claims); the operator transitions,
+  the holder writes, the reads of runs and histories and the queue settings
+  are written once in ``sqlbase.SQLStore`` over this module's primitives
+  (hold rows ``FOR UPDATE``, lock then append, apply a transition, read one
+  snapshot); rows map through ``rows``. What
   is here is how PostgreSQL holds rows and how the hot paths (one-statement
   append, pipelined finish, set-based claim) are made cheap. Every psycopg
   error leaves as ``StoreError`` (``_conn``, the only way to a connection).
-* **Row locks, not a global write lock.** Transactions run at READ COMMITTED.
+* **Row locks, not a global write lock.** Transactions run at READ COMMITTED
+  (a read of several statements, ``_in_read``, at REPEATABLE READ: one snapshot).
   Every writer that bumps a run's epoch (claims, takeovers, cancels, kills,
   operator actions, halts) first locks the run row ``FOR UPDATE``. A fenced
   append checks the epoch and takes ``FOR SHARE`` on the same row in the same
@@ -222,7 +224,6 @@ from cairn.store.records import (
     HistoryEvent,
     NewRun,
     Payload,
-    RunFilter,
     RunRecord,
     RunStatus,
     UsageTotals,
@@ -232,19 +233,16 @@ from cairn.store.rows import (
     claim_history,
     claim_status,
     claimed_run,
-    event_from_row,
     event_values,
     finish_params,
     new_record,
     pack_payload,
     share_bucket_from_row,
     share_from_row,
-    share_params,
     update_params,
 )
 from cairn.store.rows import dumps as _dumps
 from cairn.store.rows import queue_from_row as _queue_from_row
-from cairn.store.rows import queue_params as _queue_params
 from cairn.store.rows import run_from_row as _run_from_row
 from cairn.store.rows import run_params as _run_params
 from cairn.store.sqlbase import NO_FAULTS, Faults, Hold, SQLStore, commit_faults
@@ -713,7 +711,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
         return close
 
-    # -- contract, dialect code: creating runs, and reading them ------------------------------
+    # -- contract, dialect code: creating runs, and a run's usage -----------------------------
 
     def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
         now = self.clock()
@@ -754,47 +752,15 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 return _insert_run(conn, params, True)
         return self._transaction(lambda tx: _insert_run(tx, params, False))
 
-    def get_run(self, run_id: str) -> RunRecord | None:
-        with self._conn() as conn:
-            return _select_run(conn, run_id)
-
-    def list_runs(self, filter: RunFilter) -> list[RunRecord]:
-        params = {
-            "tenant": filter.tenant,
-            "workflow": filter.workflow,
-            "thread_id": filter.thread_id,
-            "parent_run_id": filter.parent_run_id,
-            "statuses": [s.value for s in filter.statuses] if filter.statuses is not None else None,
-            "limit": filter.limit if filter.limit >= 0 else None,  # negative: no limit, as in SQLite
-        }
-        with self._conn() as conn:
-            return [_run_from_row(row) for row in conn.execute(_Q["list_runs"], params)]
-
-    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
-        with self._conn() as conn:
-            return _select_history(conn, run_id, after_seq, limit)
-
-    def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
-        if not seqs:
-            return []
-        params = {"run_id": run_id, "seqs": sorted(seqs)}
-        with self._conn() as conn:
-            return [event_from_row(row) for row in conn.execute(_Q["select_history_at"], params)]
-
-    def model_calls(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
-        params = {"run_id": run_id, "after_seq": after_seq,
-                  "limit": None if limit is None or limit < 0 else limit}
-        with self._conn() as conn:
-            return [event_from_row(row) for row in conn.execute(_Q["select_model_calls"], params)]
-
     def run_usage(self, run_id: str) -> UsageTotals:
         with self._conn() as conn:
             try:
                 row = conn.execute(_Q["run_usage"], {"run_id": run_id}).fetchone()
             except psycopg.DataError:  # a damaged detail (not JSON): sum the entries here instead
                 conn.rollback()
-                return _summed_usage(_select_history(conn, run_id, 0, None))
-        assert row is not None
+                row = None
+        if row is None:  # the connection is back in the pool: history takes one (pool_size may be 1)
+            return _summed_usage(self.history(run_id))
         return UsageTotals(int(row[0]), float(row[1]), int(row[2]), int(row[3]))
 
     # -- contract, dialect code: claims and leases --------------------------------------------
@@ -811,9 +777,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     ) -> list[Claim]:
         if limit <= 0 or not workflows:
             return []
-        now = self.clock()
         params = {
-            "now": now,
             "workflows": list(workflows),
             "bundles": None if bundles is None else sorted(set(bundles)),
             "queues": sorted(set(queues)) if queues is not None else None,
@@ -822,12 +786,16 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         }
 
         def body(tx: _Conn) -> list[Claim]:
-            lanes, locked = self._select_lanes(tx, params)
+            lanes, locked = self._select_lanes(tx, {**params, "now": self.clock()})
             if not any(lane.candidates for lane in lanes):
                 return []  # an idle poll: one statement, nothing written
             # Durable only now that it bumps epochs.
             self._commit_durably(tx)
             limits, queue_running, buckets = _lock_limits(tx, lanes)
+            # "Now" again, holding the queues' rows: a lease or a refill from
+            # before a wait for another claimer's lock would be in the past
+            # (tests/store/test_time_after_lock.py); a run due then is due now.
+            now = self.clock()
             claims: list[Claim] = []
             claimed: list[admission.Candidate] = []
             # Candidates the plan leaves out stay locked until the commit, a
@@ -896,10 +864,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         return list(lanes.values()), locked
 
     def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
-        now = self.clock()
-
         def body(tx: _Conn) -> Claim | None:
             state = tx.execute(_Q["select_claim_state"], {"run_id": run_id}).fetchone()
+            now = self.clock()  # read holding the run row (FOR UPDATE): a wait for it is not in the past
             if state is None or state[4] is None or state[4] > now:
                 return None
             self._commit_durably(tx)
@@ -936,44 +903,6 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                         raise
                     time.sleep(0.005 * attempt)
         return set(leases) - held
-
-    # -- contract, dialect code: queues -------------------------------------------------------
-
-    def set_queue(self, limits: admission.QueueLimits) -> None:
-        params = _queue_params(limits, self.clock())
-
-        def body(tx: _Conn) -> None:
-            tx.execute(_Q["delete_queue" if limits.unlimited else "upsert_queue"], params)
-            tx.execute(_Q["delete_stale_buckets"], params)
-
-        self._transaction(body)
-
-    def queue_stats(self, tenant: str | None = None) -> list[admission.QueueStats]:
-        query, params = ("queue_counts", {"now": self.clock()}) if tenant is None else (
-            "tenant_queue_counts", {"now": self.clock(), "tenant": tenant})
-
-        def body(tx: _Conn) -> list[admission.QueueStats]:
-            limits = {row[0]: _queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
-            counts = {q: (running, runnable) for q, running, runnable in tx.execute(_Q[query], params)}
-            return admission.stats(limits, counts)
-
-        return self._transaction(body)
-
-    def set_queue_share(self, share: admission.QueueShare) -> None:
-        params = share_params(share, self.clock())
-
-        def body(tx: _Conn) -> None:
-            limits = {row[0]: _queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
-            admission.check_share(share, limits.get(share.queue))
-            tx.execute(_Q["delete_share" if share.unset else "upsert_share"], params)
-
-        self._transaction(body)
-
-    def queue_shares(self, tenant: str | None = None) -> list[admission.QueueShare]:
-        def body(tx: _Conn) -> list[admission.QueueShare]:
-            return [share_from_row(row) for row in tx.execute(_Q["select_shares"], {"tenant": tenant})]
-
-        return self._transaction(body)
 
     # -- contract, dialect code: the hot append and the pipelined finish ----------------------
 
@@ -1082,7 +1011,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                                     "outlive the transaction on the store's connection and could shadow "
                                     "Cairn's own tables")
 
-    # -- primitives for sqlbase: rows held and statements -------------------------------------
+    # -- primitives for sqlbase: rows held, statements, reads ---------------------------------
 
     def _held_run(self, tx: _Conn, run_id: str) -> RunRecord | None:
         return _lock_run(tx, run_id)
@@ -1116,7 +1045,13 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             cursor = conn.execute(_Q[name], params)
             return cursor.fetchall() if cursor.description is not None else []
 
-    def _list_param(self, items: Collection[str]) -> Any:
+    def _in_read(self, work: Callable[[_Conn], _T]) -> _T:
+        # REPEATABLE READ: one snapshot for the whole transaction (READ
+        # COMMITTED would take one per statement); read-only, it never fails
+        # to serialise
+        return self._transaction(work, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+    def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
         return list(items)
 
     # -- primitives for vectorindex: the pgvector path (tests/memory/test_pgvector.py) --------
@@ -1200,7 +1135,6 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             who = "a tenant's role" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
             raise StoreError(f"{who} cannot prune: artifacts are shared, and only the owner role sees "
                              "every reference to them (prune as the owner)")
-        now = self.clock()
 
         def body(tx: _Conn) -> int:
             roots, chosen = _select_prunable(tx, older_than, wanted, limit)
@@ -1210,6 +1144,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             # check their trees again under the locks: a run retried, revived
             # or changed since the read above disqualifies its tree.
             locked = {row[0] for row in tx.execute(_Q["lock_runs"], {"run_ids": chosen})}
+            now = self.clock()  # read holding the runs: a wait for them is not in the past
             trees = {root: tree for root, tree in _trees(tx, roots).items()
                      if all(run_id in locked for run_id, _, _ in tree)}
             doomed: list[str] = []
@@ -1226,7 +1161,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         pruned = self._transaction(body)
         # Only after the runs are gone for good (committed): a crash from here
         # on leaves queued refs, never a run whose artifacts were deleted.
-        self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), lc.prune_page_size(limit))
+        self._collect_artifacts(min(older_than, self.clock() - ARTIFACT_GRACE_SECONDS),
+                                lc.prune_page_size(limit))
         return pruned
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
@@ -1434,13 +1370,6 @@ def _lock_live_descendants(tx: _Conn, run_id: str) -> list[tuple[str, int]]:
             return live
         tx.execute(_Q["lock_runs"], {"run_ids": new})
         locked.update(new)
-
-
-def _select_history(conn: _Conn, run_id: str, after_seq: int, limit: int | None) -> list[HistoryEvent]:
-    if limit is not None and limit < 0:
-        limit = None  # as in SQLite: a negative limit means all of them
-    params = {"run_id": run_id, "after_seq": after_seq, "limit": limit}
-    return [event_from_row(row) for row in conn.execute(_Q["select_history"], params)]
 
 
 def _event_params(event: HistoryEvent) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""What the SQL backends share: the operator transitions and the holder
-writes, written once over a few dialect primitives.
+"""What the SQL backends share: the operator transitions, the holder
+writes, the reads of runs and their histories and the queue settings,
+written once over a few dialect primitives.
 
 Every operator transition is the same three moves in every dialect: read the
 rows it decides on while holding them, let ``lifecycle`` decide, apply the
@@ -8,15 +9,19 @@ hold the run at the caller's epoch, append the holder's entries under that
 fence, read "now", write the rest, commit (``_held_write``, the one
 primitive for "a fenced write with more in the same transaction"). The
 moves are written here once; a dialect (``SQLiteStore``, ``PostgresStore``)
-supplies only how to run a write transaction (``_in_write``), how to hold
-rows in it (``_hold_lease``, ``_held_run``, ``_held_tree``, ...), how to
-append under the fence (``_append_held``), how to apply a
-``lifecycle.Transition`` (``_apply``) and the SQL of each query name. What
+supplies only how to run a write transaction (``_in_write``), a read of
+one statement (``_select``) or of several from one snapshot
+(``_in_read``), how to hold rows in it (``_hold_lease``, ``_held_run``,
+``_held_tree``, ...), how to append under the fence (``_append_held``),
+how to apply a ``lifecycle.Transition`` (``_apply``) and the SQL of each
+query name. What
 "holding" means is the dialect's business: the SQLite write lock (and its
 cache of each run's last entry, so an append need not read history),
 PostgreSQL row locks (the run row locked, then the append). The hot paths
 (the one-statement append, the finish, claims, run creation) and leases,
-pruning and artifacts stay in the dialects, each tuned to its database.
+pruning, artifacts and a run's usage (PostgreSQL sums the entries of a run
+whose detail its JSON operators refuse) stay in the dialects, each tuned to
+its database.
 
 Sections and prefixes say which way code faces: public methods are the
 ``contract.Store`` a caller sees; ``_`` methods under "dialect primitives"
@@ -31,8 +36,8 @@ from typing import Any, Generic, TypeVar
 
 from cairn.errors import InvalidArgument, SQLError
 from cairn.faults import fault_point
+from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
-from cairn.store import transactions
 from cairn.store.memsql import SQLMemory
 from cairn.store.records import (
     Approval,
@@ -43,6 +48,7 @@ from cairn.store.records import (
     HistoryEvent,
     NewRun,
     Payload,
+    RunFilter,
     RunRecord,
     RunStatus,
     TokenRecord,
@@ -56,7 +62,11 @@ from cairn.store.rows import (
     event_from_row,
     message_params,
     new_record,
+    queue_from_row,
+    queue_params,
     run_from_row,
+    share_from_row,
+    share_params,
     update_params,
 )
 from cairn.store.schedules import (
@@ -181,9 +191,15 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
         (inspection stores opened read-only answer it too)."""
         raise NotImplementedError
 
-    def _list_param(self, items: Collection[str]) -> Any:
-        """A list of strings as the dialect's statements take one (SQLite:
-        JSON text for ``json_each``; PostgreSQL: an array)."""
+    def _in_read(self, work: Callable[[Tx], T]) -> T:
+        """Run ``work`` in one read-only transaction: every statement it runs
+        (``_query``) reads the same snapshot, and it takes no write lock
+        (inspection stores opened read-only answer it too)."""
+        raise NotImplementedError
+
+    def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
+        """A list of strings or integers as the dialect's statements take one
+        (SQLite: JSON text for ``json_each``; PostgreSQL: an array)."""
         raise NotImplementedError
 
     def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
@@ -245,6 +261,34 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
     def set_budget(self, run_id: str, budget: dict[str, Any], *, actor: str | None = None) -> RunRecord:
         return self._operate(lambda tx: self._apply(tx, lc.set_budget(self._held_run(tx, run_id), run_id,
                                                                       budget, self.clock(), actor)))
+
+    # -- reads: runs and their histories ------------------------------------------
+    # One statement each, outside any write transaction. A limit that is
+    # ``None`` or negative means none: the statements take ``NULL`` for that.
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        rows = self._select("select_run", {"run_id": run_id})
+        return run_from_row(rows[0]) if rows else None
+
+    def list_runs(self, filter: RunFilter) -> list[RunRecord]:
+        statuses = None if filter.statuses is None else self._list_param([s.value for s in filter.statuses])
+        params = {"tenant": filter.tenant, "workflow": filter.workflow, "thread_id": filter.thread_id,
+                  "parent_run_id": filter.parent_run_id, "statuses": statuses, "limit": _limit(filter.limit)}
+        return [run_from_row(row) for row in self._select("list_runs", params)]
+
+    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        params = {"run_id": run_id, "after_seq": after_seq, "limit": _limit(limit)}
+        return [event_from_row(row) for row in self._select("select_history", params)]
+
+    def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
+        if not seqs:
+            return []
+        params = {"run_id": run_id, "seqs": self._list_param(sorted(seqs))}
+        return [event_from_row(row) for row in self._select("select_history_at", params)]
+
+    def model_calls(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        params = {"run_id": run_id, "after_seq": after_seq, "limit": _limit(limit)}
+        return [event_from_row(row) for row in self._select("select_model_calls", params)]
 
     # -- holder writes: the lease holder's fenced transitions (contract.HOLDER_WRITES) --
 
@@ -423,6 +467,40 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
         # several rows: on PostgreSQL a possible deadlock victim, hence a (retried) transaction
         return self._in_write(lambda tx: self._changed(tx, "reclaim_owned",
                                                        {"worker": worker, "now": self.clock()}))
+
+    # -- queues (store/admission.py) -------------------------------------------------
+
+    def set_queue(self, limits: admission.QueueLimits) -> None:
+        def body(tx: Tx) -> None:
+            params = queue_params(limits, self.clock())  # in the transaction: SQLite's write lock held
+            self._changed(tx, "delete_queue" if limits.unlimited else "upsert_queue", params)
+            self._changed(tx, "delete_stale_buckets", params)
+
+        self._in_write(body)
+
+    def queue_stats(self, tenant: str | None = None) -> list[admission.QueueStats]:
+        def body(tx: Tx) -> list[admission.QueueStats]:
+            # one snapshot: the limits and the counts they are judged with
+            query, params = ("queue_counts", {"now": self.clock()}) if tenant is None else (
+                "tenant_queue_counts", {"now": self.clock(), "tenant": tenant})
+            limits = {row[0]: queue_from_row(row) for row in self._query(tx, "select_queues", {})}
+            counts = {q: (running, runnable) for q, running, runnable in self._query(tx, query, params)}
+            return admission.stats(limits, counts)
+
+        return self._in_read(body)
+
+    def set_queue_share(self, share: admission.QueueShare) -> None:
+        def body(tx: Tx) -> None:
+            # judged against the queue's limits as they are in this very transaction
+            limits = {row[0]: queue_from_row(row) for row in self._query(tx, "select_queues", {})}
+            admission.check_share(share, limits.get(share.queue))
+            params = share_params(share, self.clock())  # in the transaction: SQLite's write lock held
+            self._changed(tx, "delete_share" if share.unset else "upsert_share", params)
+
+        self._in_write(body)
+
+    def queue_shares(self, tenant: str | None = None) -> list[admission.QueueShare]:
+        return [share_from_row(row) for row in self._select("select_shares", {"tenant": tenant})]
 
     # -- schedules (store/schedules.py) ------------------------------------------
 
@@ -638,6 +716,11 @@ class SQLStore(SQLMemory[Tx], Generic[Tx]):
             return self._apply(tx, lc.migrate(run, run_id, bundle, detail, self.clock(), actor, journal))
 
         return self._operate(body)
+
+
+def _limit(limit: int | None) -> int | None:
+    """A read's limit as its statement takes it: ``None`` for no limit."""
+    return None if limit is None or limit < 0 else limit
 
 
 def _token_from_row(row: tuple[Any, ...]) -> TokenRecord:

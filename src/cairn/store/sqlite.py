@@ -20,8 +20,9 @@ Why these choices (see docs/design.md for the long form):
   row by the INSERT itself, so the per-step append stays one statement.
   Artifacts are files named by their SHA-256, shared by every tenant.
 * **A dialect.** The rules of every transition are ``lifecycle``'s pure
-  functions, the operator transitions and the holder writes (but the hot
-  append and the finish) are written once in ``sqlbase.SQLStore``, and
+  functions, the operator transitions, the holder writes (but the hot
+  append and the finish), the reads of runs and histories and the queue
+  settings are written once in ``sqlbase.SQLStore``, and
   the row mapping is ``rows``'s: this module reads their inputs inside a
   write transaction and applies their outputs. Every ``sqlite3.Error``
   leaves as ``StoreError`` (``_write``, ``_read`` and the one-statement
@@ -68,7 +69,6 @@ from cairn.store.records import (
     HistoryEvent,
     NewRun,
     Payload,
-    RunFilter,
     RunRecord,
     RunStatus,
     UsageTotals,
@@ -79,17 +79,14 @@ from cairn.store.rows import (
     claim_status,
     claimed_run,
     dumps,
-    event_from_row,
     event_values,
     finish_params,
     new_record,
     queue_from_row,
-    queue_params,
     run_from_row,
     run_params,
     share_bucket_from_row,
     share_from_row,
-    share_params,
     update_params,
 )
 from cairn.store.runids import unclaimable
@@ -403,7 +400,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                         self.path, exc)
             return lambda: None
 
-    # -- contract, dialect code: creating runs, and reading them ------------------------------
+    # -- contract, dialect code: creating runs, and a run's usage -----------------------------
 
     def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
         with self._write() as tx:
@@ -433,34 +430,6 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         self._tail(run.run_id, 1, events[-1].seq, events[-1].at)
         record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
         return Claim(run=record, history=events, next_seq=4)
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        with self._read() as conn:
-            return _select_run(conn, run_id)
-
-    def list_runs(self, filter: RunFilter) -> list[RunRecord]:
-        statuses = dumps([s.value for s in filter.statuses]) if filter.statuses is not None else None
-        params = {"tenant": filter.tenant, "workflow": filter.workflow, "thread_id": filter.thread_id,
-                  "parent_run_id": filter.parent_run_id, "statuses": statuses, "limit": filter.limit}
-        with self._read() as conn:
-            return [run_from_row(row) for row in conn.execute(_Q["list_runs"], params)]
-
-    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
-        params = {"run_id": run_id, "after_seq": after_seq, "limit": -1 if limit is None else limit}
-        with self._read() as conn:
-            return [event_from_row(row) for row in conn.execute(_Q["select_history"], params)]
-
-    def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
-        if not seqs:
-            return []
-        params = {"run_id": run_id, "seqs": dumps(sorted(seqs))}
-        with self._read() as conn:
-            return [event_from_row(row) for row in conn.execute(_Q["select_history_at"], params)]
-
-    def model_calls(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
-        params = {"run_id": run_id, "after_seq": after_seq, "limit": -1 if limit is None else limit}
-        with self._read() as conn:
-            return [event_from_row(row) for row in conn.execute(_Q["select_model_calls"], params)]
 
     def run_usage(self, run_id: str) -> UsageTotals:
         with self._read() as conn:
@@ -579,39 +548,6 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 if tx.execute(_Q["renew_lease"], params).rowcount == 0:
                     lost.add(run_id)
         return lost
-
-    # -- contract, dialect code: queues -------------------------------------------------------
-
-    def set_queue(self, limits: admission.QueueLimits) -> None:
-        with self._write() as tx:
-            params = queue_params(limits, self.clock())
-            tx.execute(_Q["delete_queue" if limits.unlimited else "upsert_queue"], params)
-            tx.execute(_Q["delete_stale_buckets"], params)
-
-    def queue_stats(self, tenant: str | None = None) -> list[admission.QueueStats]:
-        query, params = ("queue_counts", {"now": self.clock()}) if tenant is None else (
-            "tenant_queue_counts", {"now": self.clock(), "tenant": tenant})
-        with self._read() as conn:
-            conn.execute("BEGIN")  # a read transaction: one snapshot for both statements, no write lock
-            try:
-                limits = {row[0]: queue_from_row(row) for row in conn.execute(_Q["select_queues"])}
-                counts = {q: (running, runnable) for q, running, runnable
-                          in conn.execute(_Q[query], params)}
-            finally:
-                conn.execute("COMMIT")
-        return admission.stats(limits, counts)
-
-    def set_queue_share(self, share: admission.QueueShare) -> None:
-        with self._write() as tx:
-            limits = {row[0]: queue_from_row(row) for row in tx.execute(_Q["select_queues"])}
-            admission.check_share(share, limits.get(share.queue))
-            params = share_params(share, self.clock())
-            tx.execute(_Q["delete_share" if share.unset else "upsert_share"], params)
-
-    def queue_shares(self, tenant: str | None = None) -> list[admission.QueueShare]:
-        with self._read() as conn:
-            rows = conn.execute(_Q["select_shares"], {"tenant": tenant}).fetchall()
-        return [share_from_row(row) for row in rows]
 
     # -- contract, dialect code: the hot append and the finish (the tail cache) ---------------
 
@@ -773,7 +709,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         if frozenset(tx.execute(_Q["transact_session_check"])) != getattr(self._local, "temp_objects", None):
             raise TransactionMisuse(_TEMP_OBJECT)
 
-    # -- primitives for sqlbase: rows held and statements -------------------------------------
+    # -- primitives for sqlbase: rows held, statements, reads ---------------------------------
 
     def _held_run(self, tx: sqlite3.Connection, run_id: str) -> RunRecord | None:
         return _select_run(tx, run_id)
@@ -804,25 +740,32 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         with self._read() as conn:
             return conn.execute(_Q[name], params).fetchall()
 
+    def _in_read(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._read() as conn:
+            conn.execute("BEGIN")  # a read transaction: one snapshot, no write lock
+            try:
+                return work(conn)
+            finally:
+                conn.execute("COMMIT")
+
     def _scored_in_sql(self, params: dict[str, Any], query: bytes) -> list[Scored] | None:
         if not self.sqlite_vec:
             return None  # this Python cannot load sqlite-vec: the client scores (vectorindex)
         values = {**params, "query": query, "query_int8": quantize(query)[0]}
         k = int(params["k"])
-        with self._read() as conn:
-            conn.execute("BEGIN")  # one snapshot for both statements
-            try:
-                rows: list[Any] = []
-                if params["filter"] is None:  # most candidates are hits: the nearest first
-                    rows = conn.execute(_Q["search_nearest_vectors"],
-                                        {**values, "candidates": 2 * k + NEAREST_SLACK}).fetchall()
-                if len(rows) < k:  # a filter, a small scope, or stale items among the nearest
-                    rows = conn.execute(_Q["search_vectors"], values).fetchall()
-            finally:
-                conn.execute("COMMIT")
-        return [(row[0], row[1], int(row[2]), float(row[3])) for row in rows]
 
-    def _list_param(self, items: Collection[str]) -> Any:
+        def scored(conn: sqlite3.Connection) -> list[Any]:  # one snapshot for both statements
+            rows: list[Any] = []
+            if params["filter"] is None:  # most candidates are hits: the nearest first
+                rows = conn.execute(_Q["search_nearest_vectors"],
+                                    {**values, "candidates": 2 * k + NEAREST_SLACK}).fetchall()
+            if len(rows) < k:  # a filter, a small scope, or stale items among the nearest
+                rows = conn.execute(_Q["search_vectors"], values).fetchall()
+            return rows
+
+        return [(row[0], row[1], int(row[2]), float(row[3])) for row in self._in_read(scored)]
+
+    def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
         return dumps(list(items))
 
     # -- contract, dialect code: retention ----------------------------------------------------

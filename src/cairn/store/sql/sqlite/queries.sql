@@ -16,6 +16,8 @@ SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, inp
        priority, parent_run_id, created_at, updated_at, budget, bundle
 FROM runs WHERE run_id = :run_id
 
+-- A NULL :limit means no limit, as in PostgreSQL (here LIMIT takes -1 for that),
+-- in list_runs, select_history and select_model_calls.
 -- name: list_runs
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
        result_ref, error, epoch, owner, lease_expires_at, wake_at, waiting_on, waiting_for, recoveries, queue,
@@ -27,14 +29,14 @@ WHERE (:tenant IS NULL OR tenant = :tenant)
   AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
   AND (:statuses IS NULL OR status IN (SELECT value FROM json_each(:statuses)))
 ORDER BY created_at DESC, run_id DESC
-LIMIT :limit
+LIMIT ifnull(:limit, -1)
 
 -- Entries are read through the view history_entries (schema.sql), which puts
 -- a payload too large for its row back from history_payloads.
 -- name: select_history
 SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
        started_at, payload, payload_ref, detail
-FROM history_entries WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
+FROM history_entries WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT ifnull(:limit, -1)
 
 -- The entries of a run at the seqs given (a JSON array): what rebuilding a
 -- page's model calls needs, and nothing else (modelcalls.needs).
@@ -51,7 +53,7 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
 FROM history_entries
 WHERE run_id = :run_id AND seq > :after_seq AND step_kind = 'model' AND event = 'step.completed'
   AND (payload IS NOT NULL OR payload_ref IS NOT NULL)
-ORDER BY seq LIMIT :limit
+ORDER BY seq LIMIT ifnull(:limit, -1)
 
 -- name: max_seq
 SELECT COALESCE(MAX(seq), 0) FROM history WHERE run_id = :run_id
