@@ -48,6 +48,10 @@ class Node:
     #: ``(state, ctx)`` rather than ``(state)``
     takes_context: bool
     retry: RetryPolicy
+    #: ask for an approval (``ctx.request_approval``) before a super-step
+    #: running this node, and after one that ran it; an edit sets the state
+    interrupt_before: bool = False
+    interrupt_after: bool = False
 
 
 def _takes_context(name: str, fn: NodeFn) -> bool:
@@ -73,17 +77,23 @@ class Graph:
         self.routers: dict[str, Router] = {}
 
     @overload
-    def node(self, fn: NodeFn, /, *, name: str | None = None, retry: RetryPolicy | None = None) -> NodeFn: ...
+    def node(self, fn: NodeFn, /, *, name: str | None = None, retry: RetryPolicy | None = None,
+             interrupt_before: bool = False, interrupt_after: bool = False) -> NodeFn: ...
 
     @overload
-    def node(self, fn: None = None, /, *, name: str | None = None,
-             retry: RetryPolicy | None = None) -> Callable[[NodeFn], NodeFn]: ...
+    def node(self, fn: None = None, /, *, name: str | None = None, retry: RetryPolicy | None = None,
+             interrupt_before: bool = False, interrupt_after: bool = False) -> Callable[[NodeFn], NodeFn]: ...
 
     def node(self, fn: NodeFn | None = None, /, *, name: str | None = None,
-             retry: RetryPolicy | None = None) -> Any:
+             retry: RetryPolicy | None = None, interrupt_before: bool = False,
+             interrupt_after: bool = False) -> Any:
         """Add a node: ``fn(state)`` or ``fn(state, ctx)``, sync or async,
         returning a dict of the fields it updates (or ``None``). Without
-        ``retry`` a failing node fails the run."""
+        ``retry`` a failing node fails the run. ``interrupt_before`` /
+        ``interrupt_after``: the run waits for an approval (``cairn
+        approvals``, ``app.approve``) with the state as its details before a
+        super-step that runs the node / after one that ran it, holding no
+        worker; an edit replaces the fields it gives, a rejection fails the run."""
         def add(f: NodeFn) -> NodeFn:
             node_name = name or getattr(f, "__name__", None)
             if not isinstance(node_name, str) or not node_name:
@@ -93,7 +103,8 @@ class Graph:
             if node_name in self.nodes:
                 raise InvalidGraph(f"node {node_name!r} is already in the graph")
             self.nodes[node_name] = Node(node_name, f, inspect.iscoroutinefunction(f),
-                                         _takes_context(node_name, f), retry or NO_RETRY)
+                                         _takes_context(node_name, f), retry or NO_RETRY,
+                                         bool(interrupt_before), bool(interrupt_after))
             return f
 
         return add(fn) if fn is not None else add
@@ -173,7 +184,8 @@ class Compiled:
         with their retry policies, edges, which nodes route, the state's fields."""
         return {
             "state": {f.name: [repr(f.type), _name(f.reducer)] for f in self.schema.fields.values()},
-            "nodes": {n.name: [n.takes_context, repr(n.retry)] for n in self.nodes.values()},
+            "nodes": {n.name: [n.takes_context, repr(n.retry), n.interrupt_before, n.interrupt_after]
+                      for n in self.nodes.values()},
             "edges": {k: list(v) for k, v in sorted(self.edges.items())},
             "routers": sorted(self.routers),
         }

@@ -27,6 +27,7 @@ from cairn.graph import checkpoints
 from cairn.graph.checkpoints import KIND, Chain, Task
 from cairn.graph.errors import GraphError
 from cairn.graph.graph import END, START, Compiled, Node, Send
+from cairn.store.records import ApprovalStatus
 
 
 def workflow(name: str, version: str, graph: Compiled, max_steps: int) -> WorkflowDef:
@@ -59,17 +60,22 @@ class GraphRun:
     async def run(self, given: Any) -> dict[str, int]:
         restored = self.execution.restore_point(KIND)
         versions: dict[str, list[int]] = {}
+        ran: list[str] = []
         if restored is None:
-            state = self.schema.initial(given)
+            committed = self.schema.initial(given)
             step = 0
-            tasks = self._next(((START, None),), state)
-            self._commit(0, [], {}, state, {}, tasks, versions, None)
+            tasks = self._next(((START, None),), committed)
+            self._commit(0, [], {}, committed, {}, tasks, versions, None)
         else:
-            step, state, tasks, versions = self._restore()
+            step, committed, tasks, versions, ran = self._restore()
+        # ``committed``: the state of the latest checkpoint; ``state``: that
+        # state as an interrupt's edit left it (the next checkpoint records both)
+        state = self._interrupt("after", ran, committed)
         while tasks:
             if step >= self.max_steps:
                 raise GraphError(f"graph {self.name!r} ran {self.max_steps} super-steps (max_steps) without "
                                  f"reaching END; next: {', '.join(sorted({t.node for t in tasks}))}")
+            state = self._interrupt("before", [t.node for t in tasks], state)
             updates = await self._superstep(state, tasks)
             after = dict(state)
             added: dict[str, list[Any]] = {}
@@ -77,10 +83,37 @@ class GraphRun:
                 self.schema.apply(task.node, after, update, added)
             following = self._next(tuple((t.node, None) for t in tasks), after)
             step += 1
-            tasks = self._commit(step, [t.node for t in tasks], state, after, added, following, versions,
-                                 step - 1)
-            state = after
+            ran = [t.node for t in tasks]
+            tasks = self._commit(step, ran, committed, after, added if state is committed else {}, following,
+                                 versions, step - 1)
+            committed = after
+            state = self._interrupt("after", ran, committed)
+        if state is not committed:  # an edit after the last super-step: a checkpoint of its own
+            step += 1
+            self._commit(step, [], committed, state, {}, [], versions, step - 1)
         return {"step": step}
+
+    def _interrupt(self, when: str, nodes: list[str], state: dict[str, Any]) -> dict[str, Any]:
+        """The approval asked ``when`` ("before"/"after") the nodes that
+        want one, with ``state`` as its details: ``state`` again when
+        approved, with the edit's fields set when edited; a rejection or an
+        expiry fails the run. The request suspends the run until decided
+        (no worker held); a resume replays the decision from the journal."""
+        names = sorted({n for n in nodes if getattr(self.graph.nodes[n], f"interrupt_{when}")})
+        if not names:
+            return state
+        action = f"graph {self.name}: {when} {', '.join(names)}"
+        decision = self.ctx.request_approval(action, self.schema.view(state), type_=self.schema.cls)
+        if not decision.approved:
+            raise GraphError(f"{action}: the approval was {decision.status.value}"
+                             + (f" by {decision.decided_by}" if decision.decided_by else ""))
+        if decision.status is not ApprovalStatus.EDITED:
+            return state
+        edited = dict(state)
+        for name, value in self.schema.fields_of(decision.data).items():
+            field = self.schema.fields[name]
+            edited[name] = field.validate(value, field.type, lambda: f"the edit {when} {', '.join(names)}")
+        return edited
 
     # -- checkpoints ------------------------------------------------------------------
 
@@ -96,8 +129,9 @@ class GraphRun:
             execution.record_restore_point(call, execution.runtime.payloads.wrap(raw))
         return checkpoints.decode(raw).tasks() if any(t.send for t in tasks) else tasks
 
-    def _restore(self) -> tuple[int, dict[str, Any], list[Task], dict[str, list[int]]]:
-        """The latest checkpoint's step, state, next tasks and versions, read from the journal."""
+    def _restore(self) -> tuple[int, dict[str, Any], list[Task], dict[str, list[int]], list[str]]:
+        """The latest checkpoint's step, state, next tasks, versions and the
+        nodes that ran in it, read from the journal."""
         execution = self.execution
         entries = {}
         for entry in execution.journal.outcomes.values():
@@ -125,7 +159,8 @@ class GraphRun:
         for task in tasks:
             if task.node not in self.graph.nodes:
                 raise GraphError(f"{what} runs node {task.node!r} next, which this graph has no more")
-        return step, state, tasks, {k: list(v) for k, v in record.versions.items()}
+        ran = [n for n in record.nodes if n in self.graph.nodes]
+        return step, state, tasks, {k: list(v) for k, v in record.versions.items()}, ran
 
     # -- a super-step -----------------------------------------------------------------
 
