@@ -41,6 +41,7 @@ from cairn.engine.transactions import Transaction
 from cairn.engine.transactions import build as build_transaction
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.graph import runner as graph_runner
+from cairn.graph.errors import GraphError
 from cairn.graph.graph import Graph
 from cairn.graph.reader import Checkpoint, Readers, graph_of
 from cairn.ids import new_run_id
@@ -588,6 +589,12 @@ class App:
         check_names(tenant=tenant, queue=queue, **given)  # before the input may be stored as an artifact
         raw = values.encode(arguments)
         definition.convert(values.decode(raw, what="the input"))  # as a worker will: refuse what it cannot
+        graph = graph_of(definition.fn)
+        if graph is not None:  # as its first super-step will
+            try:
+                graph.schema.initial(values.decode(raw, what="the input").get("state"))
+            except GraphError as exc:
+                raise PayloadError(f"input 'state' of workflow {definition.name!r}: {exc}") from None
         payload = self.runtime.payloads.wrap(raw)
         return NewRun(
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,

@@ -33,7 +33,13 @@ from cairn.store.records import ApprovalStatus
 def workflow(name: str, version: str, graph: Compiled, max_steps: int) -> WorkflowDef:
     """The workflow definition of ``graph``: one parameter, the input state;
     its result is ``{"step": n}`` (the final state is the last checkpoint's,
-    read by ``App`` rather than stored a second time)."""
+    read by ``App`` rather than stored a second time).
+
+    The input is declared as plain JSON and validated as the state type by
+    the runner at super-step 0 (and by ``App`` before a run is stored): a
+    resumed run never reads it again, so a deploy whose state type no
+    longer reads the input must not fail the run before its checkpoint is
+    even looked at (a checkpoint it cannot read parks it as incompatible)."""
     async def run_graph(ctx: Context, state: Any) -> dict[str, int]:
         return await GraphRun(name, graph, max_steps, ctx).run(state)
 
@@ -41,7 +47,7 @@ def workflow(name: str, version: str, graph: Compiled, max_steps: int) -> Workfl
     run_graph.__qualname__ = run_graph.__name__ = f"graph:{name}"
     signature = inspect.Signature([inspect.Parameter("state", inspect.Parameter.POSITIONAL_OR_KEYWORD)])
     return WorkflowDef(name=name, version=version, fn=run_graph, is_async=True, signature=signature,
-                       param_types={"state": graph.schema.cls}, result_type=dict[str, int])
+                       param_types={"state": Any}, result_type=dict[str, int])
 
 
 class GraphRun:
