@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, overload
 
+from cairn.engine.workflow import Workflow
 from cairn.graph.errors import InvalidGraph
 from cairn.graph.state import Schema
 from cairn.retry import NO_RETRY, RetryPolicy
@@ -52,6 +53,9 @@ class Node:
     #: running this node, and after one that ran it; an edit sets the state
     interrupt_before: bool = False
     interrupt_after: bool = False
+    #: a node that is a graph (``app.graph``'s workflow): it runs as a child
+    #: run, with its own checkpoints, under an id derived from this run's
+    subgraph: Workflow[Any] | None = None
 
 
 def _takes_context(name: str, fn: NodeFn) -> bool:
@@ -95,6 +99,9 @@ class Graph:
         super-step that runs the node / after one that ran it, holding no
         worker; an edit replaces the fields it gives, a rejection fails the run."""
         def add(f: NodeFn) -> NodeFn:
+            if isinstance(f, Workflow):
+                self._subgraph(f, name, retry, interrupt_before, interrupt_after)
+                return f
             node_name = name or getattr(f, "__name__", None)
             if not isinstance(node_name, str) or not node_name:
                 raise InvalidGraph(f"node {f!r} needs a name")
@@ -108,6 +115,17 @@ class Graph:
             return f
 
         return add(fn) if fn is not None else add
+
+    def _subgraph(self, workflow: Workflow[Any], name: str | None, retry: RetryPolicy | None,
+                  before: bool, after: bool) -> None:
+        if getattr(workflow.definition.fn, "__cairn_graph__", None) is None:
+            raise InvalidGraph(f"workflow {workflow.name!r} is not a graph: a node is a function or a graph "
+                               "registered with app.graph")
+        node_name = name or workflow.name
+        if node_name in (START, END) or node_name in self.nodes:
+            raise InvalidGraph(f"node {node_name!r} is reserved or already in the graph")
+        self.nodes[node_name] = Node(node_name, workflow.definition.fn, True, True, retry or NO_RETRY,
+                                     bool(before), bool(after), workflow)
 
     def edge(self, source: str, target: str) -> None:
         """After ``source`` runs, ``target`` runs in the next super-step."""
@@ -184,18 +202,24 @@ class Compiled:
         with their retry policies, edges, which nodes route, the state's fields."""
         return {
             "state": {f.name: [repr(f.type), _name(f.reducer)] for f in self.schema.fields.values()},
-            "nodes": {n.name: [n.takes_context, repr(n.retry), n.interrupt_before, n.interrupt_after]
-                      for n in self.nodes.values()},
+            "nodes": {n.name: [n.takes_context, repr(n.retry), n.interrupt_before, n.interrupt_after,
+                               _subgraph_of(n)] for n in self.nodes.values()},
             "edges": {k: list(v) for k, v in sorted(self.edges.items())},
             "routers": sorted(self.routers),
         }
 
     def callables(self) -> list[Callable[..., Any]]:
         """What the code hash reaches into: node functions, routers, custom reducers."""
-        found: list[Callable[..., Any]] = [self.nodes[n].fn for n in sorted(self.nodes)]
+        # a subgraph counts by name and version (in ``structure``): its code is its own run's bundle
+        found: list[Callable[..., Any]] = [self.nodes[n].fn for n in sorted(self.nodes)
+                                           if self.nodes[n].subgraph is None]
         found += [self.routers[n] for n in sorted(self.routers)]
         found += [f.reducer for f in self.schema.fields.values() if f.reducer is not None]
         return found
+
+
+def _subgraph_of(node: Node) -> list[str] | None:
+    return None if node.subgraph is None else [node.subgraph.name, node.subgraph.definition.version]
 
 
 def _name(fn: Any) -> str | None:

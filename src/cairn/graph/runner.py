@@ -27,6 +27,7 @@ from cairn.graph import checkpoints
 from cairn.graph.checkpoints import KIND, Chain, Task
 from cairn.graph.errors import GraphError
 from cairn.graph.graph import END, START, Compiled, Node, Send
+from cairn.graph.reader import GraphHistory, graph_of
 from cairn.store.records import ApprovalStatus
 
 
@@ -202,12 +203,44 @@ class GraphRun:
                 attempt += 1
 
     async def _call(self, node: Node, arg: Any) -> Any:
+        if node.subgraph is not None:
+            return self._subgraph(node, node.subgraph, arg)
         args = (arg, self.ctx) if node.takes_context else (arg,)
         if node.is_async:
             return await node.fn(*args)
         if asyncio.current_task() is self.execution.main_task:
             return node.fn(*args)  # a lone sync node: in the workflow's flow, as a sync workflow would
         return await asyncio.to_thread(node.fn, *args)
+
+    def _subgraph(self, node: Node, workflow: Any, given: Any) -> dict[str, Any]:
+        """Run graph ``workflow`` as a child run on the fields it shares with
+        this state (its checkpoints are its own, under a child id derived
+        from this run's) and wait for it, holding no worker; its final state
+        is the update: an ``append`` field's new items, any other shared
+        field that changed."""
+        child = graph_of(workflow.definition.fn)
+        assert child is not None
+        view = given if isinstance(given, Mapping) else self.schema.fields_of(given)
+        shared = {name: view[name] for name in child.schema.fields if name in view}
+        handle = self.ctx.start_child(workflow, shared)
+        result = handle.result()
+        step = result["step"] if isinstance(result, Mapping) else None
+        history = GraphHistory(self.execution.store, self.execution.runtime.payloads, handle.run_id)
+        final = history.refresh().chain.state(child.schema, step, f"the final state of child run "
+                                              f"{handle.run_id!r}") if isinstance(step, int) else {}
+        update: dict[str, Any] = {}
+        for name, value in final.items():
+            field = self.schema.fields.get(name)
+            if field is None:
+                continue
+            before = shared.get(name)
+            if field.appends and isinstance(value, list) and isinstance(before, list) \
+                    and value[:len(before)] == before:
+                if len(value) > len(before):
+                    update[name] = value[len(before):]
+            elif value != before:
+                update[name] = value
+        return update
 
     # -- routing ----------------------------------------------------------------------
 
