@@ -189,3 +189,35 @@ def test_a_new_execution_resumes_from_the_latest_checkpoint(app: cairn.App) -> N
     assert final == {"log": ["0", "1", "2", "3", "4"], "n": 5}
     assert ran == [0, 1, 2, 2, 3, 4]
     assert [c.step for c in app.checkpoints("resume")] == [5, 4, 3, 2, 1, 0]
+
+
+def test_model_calls_in_a_node_replay_when_its_super_step_runs_again(app: cairn.App) -> None:
+    """The node asks the model, then the run is released before its
+    super-step commits: the super-step runs again and the model's answer
+    comes from the model journal, not from a second request."""
+    from cairn.models.base import Message, ModelRequest
+    from cairn.models.scripted import ScriptedModel
+
+    asked: list[int] = []
+
+    def policy(request: ModelRequest, n: int) -> Message:
+        asked.append(n)
+        return Message(role="assistant", content=f"answer {n}")
+
+    model = ScriptedModel(policy)
+    released: list[bool] = []
+    g = cairn.Graph(Log)
+
+    def talk(state: Log, ctx: cairn.Context) -> dict[str, Any]:
+        reply = ctx.model(model, [Message(role="user", content=f"turn {state['n']}")])
+        if state["n"] == 1 and not released:
+            released.append(True)
+            raise Release("worker is draining")
+        return {"log": [reply.message.text], "n": state["n"] + 1}
+
+    g.node(talk)
+    g.edge(cairn.START, "talk")
+    g.route("talk", lambda state: cairn.END if state["n"] >= 3 else "talk")
+    final = app.run(app.graph("talker", g), {"log": [], "n": 0}, run_id="t")
+    assert final["log"] == ["answer 0", "answer 1", "answer 2"]
+    assert asked == [0, 1, 2]  # turn 1 was asked once, though its node ran twice
