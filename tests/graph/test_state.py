@@ -96,6 +96,8 @@ def failed(app: cairn.App, g: cairn.Graph, name: str) -> tuple[str, list[cairn.C
     ({"n": "seven"}, "n", "Expected `int`, got `str`"),
     ({"tags": [1]}, "tags", "Expected `str`, got `int`"),
     ({"nope": 1}, "nope", "is not a field of Small"),
+    ({"n": float("nan")}, "n", "not a finite number"),
+    ({"tags": [object()]}, "tags", "cannot encode value"),
 ])
 def test_an_update_that_does_not_fit_fails_the_node_naming_node_and_field(
         app: cairn.App, update: dict[str, Any], field: str, says: str) -> None:
