@@ -105,3 +105,24 @@ def test_the_readers_see_what_was_committed_since_their_last_read(app: cairn.App
     app.resume("m")
     assert [c.step for c in app.checkpoints("m")] == [2, 1, 0]
     assert app.graph_state("m") == {"messages": ["draft", "sent n=1 last=draft"], "n": 1}
+
+
+def test_an_interrupt_from_inside_a_node_uses_the_decision(app: cairn.App) -> None:
+    """A node may ask itself (``ctx.request_approval``): the run suspends in
+    its super-step, which runs again once decided, the decision replayed."""
+    asked: list[int] = []
+    g = cairn.Graph(Mail)
+
+    def propose(state: Mail, ctx: cairn.Context) -> dict[str, Any]:
+        asked.append(state["n"])
+        decision = ctx.request_approval("send the draft", {"text": "hello"})
+        return {"messages": [str((decision.data or {}).get("text"))], "n": state["n"] + 1}
+
+    g.node(propose)
+    g.edge(cairn.START, "propose")
+    g.edge("propose", cairn.END)
+    request = waiting(app, app.graph("inside", g), "i")
+    assert request.action == "send the draft"
+    app.approve("i", request.request_id, edit={"text": "hello, edited"})
+    assert app.resume("i") == {"messages": ["hello, edited"], "n": 1}
+    assert asked == [0, 0]  # the super-step that waited ran again; the decision came from the journal
