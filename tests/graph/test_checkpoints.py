@@ -185,3 +185,13 @@ def test_a_stale_holders_checkpoint_is_refused_and_the_chain_never_forks(app: ca
     assert "w1:1" in runs  # w1 did run the node: only its checkpoint was refused
     writers = {e.name: e.worker for e in app.history("f") if e.step_kind == format_.KIND}
     assert writers == {"step 0": "w1", "step 1": "w1", "step 2": "w2", "step 3": "w2", "step 4": "w2"}
+
+
+def test_readers_without_the_graphs_code_read_plain_json(app: cairn.App) -> None:
+    """The CLI and the HTTP API read checkpoints with no user code loaded:
+    the versions alone say which fields are lists that grew."""
+    final = app.run(app.graph("chat", chat_graph(4, size=4)), START_STATE, run_id="c")
+    bare = cairn.App(store=app.store)  # registers nothing (shares the store: not closed here)
+    assert [c.step for c in bare.checkpoints("c")] == [4, 3, 2, 1, 0]
+    assert bare.graph_state("c") == final
+    assert bare.graph_state("c", 2) == {"messages": final["messages"][:2], "n": 2, "big": ""}

@@ -201,24 +201,19 @@ class App:
 
     def checkpoints(self, run_id: str, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
         """The checkpoints of graph run ``run_id``, newest first: those of
-        super-steps below ``before`` (``None``: from the latest), at most ``limit``."""
-        record, _ = self._graph_of(run_id)
-        return self.graph_readers.of(record).checkpoints(before=before, limit=limit)
+        super-steps below ``before`` (``None``: from the latest), at most
+        ``limit``. Needs no code of the graph (the CLI, the HTTP API)."""
+        return self.graph_readers.of(self.get_run(run_id)).checkpoints(before=before, limit=limit)
 
     def graph_state(self, run_id: str, step: int | None = None) -> Any:
         """The state of graph run ``run_id`` after super-step ``step`` (0:
-        the input; ``None``: the latest), as the graph's state type."""
-        record, graph = self._graph_of(run_id)
-        return self.graph_readers.of(record).state(graph, step)
-
-    def _graph_of(self, run_id: str) -> tuple[RunRecord, Any]:
+        the input; ``None``: the latest), as the graph's state type; as
+        plain JSON where the graph is not registered (the CLI, the HTTP API)."""
         record = self.get_run(run_id)
         definition = self.runtime.registry.definition_for(record, self.store) \
             or self.runtime.workflows.get(record.workflow)
         graph = graph_of(definition.fn) if definition is not None else None
-        if graph is None:
-            raise InvalidArgument(f"run {run_id!r} is not a run of a graph registered here")
-        return record, graph
+        return self.graph_readers.of(record).state(graph, step)
 
     @overload
     def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...

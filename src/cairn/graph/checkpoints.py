@@ -167,23 +167,26 @@ class Chain:
     def latest(self) -> int | None:
         return self.steps[-1] if self.steps else None
 
-    def state(self, schema: Schema, step: int, what: str) -> dict[str, Any]:
+    def state(self, schema: Schema | None, step: int, what: str) -> dict[str, Any]:
         """The state after super-step ``step``, each field decoded as its type
-        (``PayloadError`` naming ``what`` and the field if one cannot be)."""
+        (``PayloadError`` naming ``what`` and the field if one cannot be);
+        without ``schema`` (a reader without the graph's code: the CLI, the
+        HTTP API) as plain JSON, which the versions alone allow: a field
+        whose last change is not its base is a list that grew."""
         record = self.record(step)
         state: dict[str, Any] = {}
         for name, (changed, base) in record.versions.items():
-            field = schema.fields.get(name)
-            if field is None:  # a field the state type no longer has
+            field = None if schema is None else schema.fields.get(name)
+            if schema is not None and field is None:  # a field the state type no longer has
                 continue
+            type_ = Any if field is None else field.type
             described = f"field {name!r} of {what}"
-            if field.item_type is None or changed == base:
-                holder = self.record(changed if field.item_type is None else base)
-                state[name] = values.decode(holder.set[name], field.type, what=described)
+            if changed == base or (field is not None and field.item_type is None):
+                state[name] = values.decode(self.record(changed).set[name], type_, what=described)
                 continue
-            value = values.decode(self.record(base).set[name], field.type, what=described)
+            value = values.decode(self.record(base).set[name], type_, what=described)
             items = list(value)
-            item_list = _list_of(field.item_type)
+            item_list = _list_of(Any if field is None else field.item_type)
             low = bisect.bisect_right(self.steps, base)
             high = bisect.bisect_right(self.steps, changed)
             for later in self.steps[low:high]:

@@ -123,8 +123,9 @@ class GraphHistory:
                                     record.parent))
         return found
 
-    def state(self, graph: Compiled, step: int | None = None) -> Any:
-        """The state after super-step ``step`` (the latest: ``None``), as the graph's state type."""
+    def state(self, graph: Compiled | None, step: int | None = None) -> Any:
+        """The state after super-step ``step`` (the latest: ``None``), as the
+        graph's state type; without ``graph``, as plain JSON."""
         chain = self.chain
         if step is None:
             step = chain.latest()
@@ -132,8 +133,9 @@ class GraphHistory:
                 raise InvalidArgument(f"run {self.run_id!r} has no checkpoint yet")
         elif isinstance(step, bool) or not isinstance(step, int) or step not in self.entries:
             raise InvalidArgument(f"run {self.run_id!r} has no checkpoint at super-step {step!r}")
-        state = chain.state(graph.schema, step, f"checkpoint {step} of run {self.run_id!r}")
-        return graph.schema.view(state)
+        state = chain.state(None if graph is None else graph.schema, step,
+                            f"checkpoint {step} of run {self.run_id!r}")
+        return state if graph is None else graph.schema.view(state)
 
 
 class Readers:
@@ -141,7 +143,7 @@ class Readers:
     shared by an ``App``'s readers: long runs are read again and again
     (a history page, then the state at one of its checkpoints)."""
 
-    def __init__(self, store: Store, payloads: PayloadCodec, size: int = 32) -> None:
+    def __init__(self, store: Store, payloads: PayloadCodec, size: int = 8) -> None:
         self._store = store
         self._payloads = payloads
         self._size = size
