@@ -189,3 +189,9 @@ def test_a_reducer_on_the_wrong_type_is_refused() -> None:
         cairn.Graph(WrongMerge)
     with pytest.raises(cairn.InvalidGraph, match="TypedDict, a dataclass or a pydantic model"):
         cairn.Graph(int)
+
+
+def test_a_node_returning_something_else_than_a_dict_fails_naming_it(app: cairn.App) -> None:
+    message, checkpoints = failed(app, one_node(lambda state: ["n", 2]), "not-a-dict")
+    assert "node 'bad' returned a list: a node returns a dict of the fields of Small it updates" in message
+    assert [c.step for c in checkpoints] == [0]

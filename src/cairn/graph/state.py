@@ -172,10 +172,8 @@ class Schema:
         """What node ``node`` returned, as ``{field: value}`` (not yet validated)."""
         if returned is None:
             return {}
-        if isinstance(returned, Mapping):
+        if isinstance(returned, Mapping):  # not a whole state: its lists would be appended again
             update = dict(returned)
-        elif isinstance(returned, self.cls) if isinstance(self.cls, type) else False:
-            update = self.fields_of(returned)
         else:
             raise GraphError(f"node {node!r} returned a {type(returned).__name__}: a node returns a dict "
                              f"of the fields of {self.name} it updates (or None)")
