@@ -221,3 +221,31 @@ def test_model_calls_in_a_node_replay_when_its_super_step_runs_again(app: cairn.
     final = app.run(app.graph("talker", g), {"log": [], "n": 0}, run_id="t")
     assert final["log"] == ["answer 0", "answer 1", "answer 2"]
     assert asked == [0, 1, 2]  # turn 1 was asked once, though its node ran twice
+
+
+def test_non_determinism_after_the_restore_point_is_still_caught(app: cairn.App) -> None:
+    """The super-step that did not commit runs again and its node asks for a
+    different call than the journal recorded there: NonDeterminismError,
+    as in any workflow (the restore point skips only what committed)."""
+    attempts: list[int] = []
+
+    @app.step
+    def lookup(n: int) -> int:
+        return n
+
+    g = cairn.Graph(Log)
+
+    def tick(state: Log) -> dict[str, Any]:
+        attempts.append(state["n"])
+        if state["n"] == 1:
+            lookup(len(attempts))  # arguments that differ on the second execution
+            if attempts.count(1) == 1:
+                raise Release("worker is draining")
+        return {"n": state["n"] + 1}
+
+    g.node(tick)
+    g.edge(cairn.START, "tick")
+    g.route("tick", lambda state: cairn.END if state["n"] >= 3 else "tick")
+    with pytest.raises(RunFailed, match="NonDeterminismError"):
+        app.run(app.graph("drift", g), {"log": [], "n": 0}, run_id="drift")
+    assert attempts == [0, 1, 1]
