@@ -97,6 +97,8 @@ class Record(msgspec.Struct, frozen=True):
 
 
 _DECODER = msgspec.json.Decoder(Record)
+#: list types whose items no reader can change: their decoded appends may be shared
+_IMMUTABLE: dict[Any, bool] = {_list_of(t): True for t in (str, int, float, bool)}
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -153,10 +155,14 @@ class Chain:
     """The checkpoints of one run, read by super-step (``load(step)``
     returns its record): the state at any of them, by reference."""
 
-    def __init__(self, steps: Sequence[int], load: Callable[[int], Record]) -> None:
+    def __init__(self, steps: Sequence[int], load: Callable[[int], Record],
+                 items: dict[tuple[int, str], list[Any]] | None = None) -> None:
         self.steps = sorted(steps)
         self._load = load
         self._cache: dict[int, Record] = {}
+        #: decoded appends of immutable items (text, numbers), by (record id, field):
+        #: a reader shares them between reads, since no caller can change them
+        self._items = items
 
     def record(self, step: int) -> Record:
         found = self._cache.get(step)
@@ -189,9 +195,19 @@ class Chain:
             item_list = _list_of(Any if field is None else field.item_type)
             low = bisect.bisect_right(self.steps, base)
             high = bisect.bisect_right(self.steps, changed)
+            shared = self._items if _IMMUTABLE.get(item_list, False) else None
             for later in self.steps[low:high]:
-                raw = self.record(later).add.get(name)
-                if raw is not None:
+                record = self.record(later)
+                raw = record.add.get(name)
+                if raw is None:
+                    continue
+                if shared is None:
                     items.extend(values.decode(raw, item_list, what=described))
+                    continue
+                key = (id(record), name)
+                found = shared.get(key)
+                if found is None:
+                    found = shared[key] = values.decode(raw, item_list, what=described)
+                items.extend(found)
             state[name] = items
         return state

@@ -68,7 +68,8 @@ class GraphHistory:
         self.entries: dict[int, HistoryEvent] = {}
         #: decoded checkpoints by history seq (an entry's seq is never reused)
         self._records: dict[int, checkpoints.Record] = {}
-        self.chain = Chain([], self._load)
+        self._items: dict[tuple[int, str], list[Any]] = {}
+        self.chain = Chain([], self._load, self._items)
 
     def refresh(self) -> GraphHistory:
         """Take in the entries appended since the last read."""
@@ -92,7 +93,7 @@ class GraphHistory:
                     step = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
                     if step is not None and entry.event is EventType.STEP_COMPLETED:
                         self.entries[step] = entry
-            self.chain = Chain(list(self.entries), self._load)
+            self.chain = Chain(list(self.entries), self._load, self._items)
         return self
 
     def _load(self, step: int) -> checkpoints.Record:
