@@ -40,6 +40,10 @@ from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.engine.transactions import Transaction
 from cairn.engine.transactions import build as build_transaction
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
+from cairn.graph import runner as graph_runner
+from cairn.graph.errors import GraphError
+from cairn.graph.graph import Graph
+from cairn.graph.reader import Checkpoint, Readers, graph_of
 from cairn.ids import new_run_id
 from cairn.memory.embedders import Embedder
 from cairn.memory.policy import MemoryPolicy
@@ -135,6 +139,8 @@ class App:
         self._inline_id = f"inline-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._inline_driver: InlineDriver | None = None
         self._inline_lock = threading.Lock()
+        #: graph runs' checkpoints, read incrementally (``app.checkpoints``, ``app.graph_state``)
+        self.graph_readers = Readers(self.store, self.runtime.payloads)
         #: performs every operator action (cancel, kill, retry, ...) as this process
         self.operator = Operator(self.store, self.runtime.payloads, app_actor(), memory=self.runtime.memory)
 
@@ -174,6 +180,40 @@ class App:
             return Workflow(definition)
 
         return register(fn) if fn is not None else register
+
+    def graph(self, name: str, graph: Graph, *, version: str = "1", max_steps: int = 10_000) -> Workflow[Any]:
+        """Register ``graph`` as workflow ``name``: started, claimed,
+        recovered and pinned to its bundle like any workflow (``app.run(w,
+        state)``, ``app.start(w, state)``; the result is the final state).
+        The graph is checked now (``InvalidGraph``: nothing registered);
+        a run fails after ``max_steps`` super-steps without reaching END."""
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise InvalidArgument(f"max_steps must be a positive integer, not {max_steps!r}")
+        if not isinstance(graph, Graph):
+            raise InvalidArgument(f"app.graph takes a cairn.Graph, not {type(graph).__name__}")
+        definition = graph_runner.workflow(name, version, graph.compile(), max_steps)
+        registry = self.runtime.registry
+        registry.add_workflow(definition)
+        newest = registry.newest(definition.name)
+        assert newest is not None
+        self.runtime.workflows[definition.name] = newest
+        return Workflow(definition)
+
+    def checkpoints(self, run_id: str, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
+        """The checkpoints of graph run ``run_id``, newest first: those of
+        super-steps below ``before`` (``None``: from the latest), at most
+        ``limit``. Needs no code of the graph (the CLI, the HTTP API)."""
+        return self.graph_readers.of(self.get_run(run_id)).checkpoints(before=before, limit=limit)
+
+    def graph_state(self, run_id: str, step: int | None = None) -> Any:
+        """The state of graph run ``run_id`` after super-step ``step`` (0:
+        the input; ``None``: the latest), as the graph's state type; as
+        plain JSON where the graph is not registered (the CLI, the HTTP API)."""
+        record = self.get_run(run_id)
+        definition = self.runtime.registry.definition_for(record, self.store) \
+            or self.runtime.workflows.get(record.workflow)
+        graph = graph_of(definition.fn) if definition is not None else None
+        return self.graph_readers.of(record).state(graph, step)
 
     @overload
     def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...
@@ -544,6 +584,12 @@ class App:
         check_names(tenant=tenant, queue=queue, **given)  # before the input may be stored as an artifact
         raw = values.encode(arguments)
         definition.convert(values.decode(raw, what="the input"))  # as a worker will: refuse what it cannot
+        graph = graph_of(definition.fn)
+        if graph is not None:  # as its first super-step will
+            try:
+                graph.schema.initial(values.decode(raw, what="the input").get("state"))
+            except GraphError as exc:
+                raise PayloadError(f"input 'state' of workflow {definition.name!r}: {exc}") from None
         payload = self.runtime.payloads.wrap(raw)
         return NewRun(
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
@@ -556,7 +602,7 @@ class App:
         """Execute ``run_id`` here until it ends (``cairn.worker.inline``)."""
         outcome = self._inline().drive(run_id, claim)
         if outcome is not None:
-            return outcome.result
+            return self.handle(run_id).final(outcome.result)
         return RunHandle[Any](self, run_id).result()
 
     def _inline(self) -> InlineDriver:
