@@ -1,0 +1,1 @@
+"""Graph workflows (issue 23): typed state, reducers, checkpoints per super-step, time travel."""
