@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import cairn
 from bench.common import environment, fresh_dir, stopwatch
 from bench.model_journal import text, tree_bytes
 
@@ -247,24 +248,23 @@ def measure_langgraph(steps: int, samples: int, seed: int, system: str = "langgr
 # -- Cairn -----------------------------------------------------------------------
 
 
-def graph_available() -> bool:
-    import cairn
+class CairnState(TypedDict):
+    """At module level: the graph reads its annotations (strings here) in this module's namespace."""
 
+    messages: Annotated[list[str], cairn.append]  # type: ignore[attr-defined]
+    n: int
+
+
+def graph_available() -> bool:
     return hasattr(cairn, "Graph")
 
 
 def cairn_workflow(app: Any, steps: int, started: dict[int, float]) -> Any:
     """The same graph through Cairn's graph API (issue 23)."""
-    import cairn
-
-    class State(TypedDict):
-        messages: Annotated[list[str], cairn.append]  # type: ignore[attr-defined]
-        n: int
-
-    g = cairn.Graph(State)  # type: ignore[attr-defined]
+    g = cairn.Graph(CairnState)  # type: ignore[attr-defined]
 
     @g.node  # type: ignore[misc]
-    def talk(state: State) -> dict[str, Any]:
+    def talk(state: CairnState) -> dict[str, Any]:
         started[state["n"]] = time.perf_counter()
         return {"messages": [message(state["n"])], "n": state["n"] + 1}
 
@@ -274,8 +274,6 @@ def cairn_workflow(app: Any, steps: int, started: dict[int, float]) -> Any:
 
 
 def cairn_app(directory: Path) -> Any:
-    import cairn
-
     return cairn.App(db=f"sqlite:///{directory / 'cairn.sqlite'}")
 
 

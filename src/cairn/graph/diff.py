@@ -99,9 +99,11 @@ _END = object()
 def first_divergence(states_a: Iterable[Any], states_b: Iterable[Any]) -> int | None:
     """The first super-step index at which two runs' states differ, or None if they never do.
 
-    ``states_a`` and ``states_b`` are the states by super-step (index 0 first),
-    consumed lazily: nothing is read past the first divergence. A run that ends
-    while the other goes on diverges where it ends (at its length).
+    ``states_a`` and ``states_b`` are the states by super-step, the same step
+    first in both (the answer is a position in them: the super-step itself
+    when both start at step 0), consumed lazily: nothing is read past the
+    first divergence. A run that ends while the other goes on diverges where
+    it ends (at its length).
     """
     pairs = itertools.zip_longest(states_a, states_b, fillvalue=_END)
     for step, (a, b) in enumerate(pairs):
