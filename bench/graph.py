@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import operator
 import random
 import sqlite3
@@ -140,7 +141,7 @@ def file_bytes(path: Path, *, vacuum: bool = False) -> int:
 def percentile(values: Sequence[float], pct: float) -> float:
     """Nearest-rank percentile (p99 of 100 samples is the second largest)."""
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(pct / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(pct / 100 * len(ordered))))
     return ordered[rank - 1]
 
 
@@ -453,8 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "cairn" in only and not graph_available():
         skipped["cairn"] = NO_GRAPH
         only.remove("cairn")
-    if not args.json and "cairn" in skipped:
-        print(f"cairn: skipped: {NO_GRAPH}", flush=True)
+    if "cairn" in skipped:  # with --json, on stderr: stdout holds the JSON alone
+        print(f"cairn: skipped: {NO_GRAPH}", file=sys.stderr if args.json else sys.stdout, flush=True)
     sizes = []
     for steps in args.steps:
         measured = [measure_langgraph(steps, args.samples, args.seed, system) for system in SYSTEMS
