@@ -73,6 +73,10 @@ if TYPE_CHECKING:
         ToolTimeout,
         TransactionMisuse,
     )
+    from cairn.graph.errors import GraphError, InvalidGraph
+    from cairn.graph.graph import END, START, Graph, Send
+    from cairn.graph.reader import Checkpoint
+    from cairn.graph.reducers import append, merge
     from cairn.memory import Item, Memory, MemoryPolicy, Message, Retention, SearchResult
     from cairn.retry import RetryableError, RetryPolicy, TerminalError
     from cairn.security.secrets import (
@@ -99,6 +103,15 @@ _LAZY: dict[str, str] = {
     "RunHandle": "cairn.api.handles",
     "BundleView": "cairn.api.operator",
     "Workflow": "cairn.api.workflow",
+    "Graph": "cairn.graph.graph",
+    "START": "cairn.graph.graph",
+    "END": "cairn.graph.graph",
+    "Send": "cairn.graph.graph",
+    "append": "cairn.graph.reducers",
+    "merge": "cairn.graph.reducers",
+    "Checkpoint": "cairn.graph.reader",
+    "GraphError": "cairn.graph.errors",
+    "InvalidGraph": "cairn.graph.errors",
     "Decision": "cairn.engine.approvals",
     "Budget": "cairn.engine.budget",
     "Bundle": "cairn.engine.bundles",
@@ -203,7 +216,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "END",
     "NO_EDIT",
+    "START",
     "Access",
     "App",
     "ApprovalClosed",
@@ -220,6 +235,7 @@ __all__ = [
     "CairnError",
     "CallCancelled",
     "CallableSecrets",
+    "Checkpoint",
     "ChildFailed",
     "ChildHandle",
     "Context",
@@ -232,9 +248,12 @@ __all__ = [
     "EnvSecrets",
     "EventType",
     "FileSecrets",
+    "Graph",
+    "GraphError",
     "HistoryEvent",
     "InvalidArgument",
     "InvalidEdit",
+    "InvalidGraph",
     "InvalidSchedule",
     "InvalidSignal",
     "Item",
@@ -277,6 +296,7 @@ __all__ = [
     "SecretValue",
     "Secrets",
     "SecurityViolation",
+    "Send",
     "SignalRefused",
     "SignalTimeout",
     "Step",
@@ -291,6 +311,8 @@ __all__ = [
     "Tx",
     "Unknown",
     "Workflow",
+    "append",
+    "merge",
     "operation_id",
     "step_info",
     "testing",

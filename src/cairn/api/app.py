@@ -40,6 +40,9 @@ from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.engine.transactions import Transaction
 from cairn.engine.transactions import build as build_transaction
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
+from cairn.graph import runner as graph_runner
+from cairn.graph.graph import Graph
+from cairn.graph.reader import Checkpoint, GraphHistory, graph_of
 from cairn.ids import new_run_id
 from cairn.memory.embedders import Embedder
 from cairn.memory.policy import MemoryPolicy
@@ -174,6 +177,45 @@ class App:
             return Workflow(definition)
 
         return register(fn) if fn is not None else register
+
+    def graph(self, name: str, graph: Graph, *, version: str = "1", max_steps: int = 10_000) -> Workflow[Any]:
+        """Register ``graph`` as workflow ``name``: started, claimed,
+        recovered and pinned to its bundle like any workflow (``app.run(w,
+        state)``, ``app.start(w, state)``; the result is the final state).
+        The graph is checked now (``InvalidGraph``: nothing registered);
+        a run fails after ``max_steps`` super-steps without reaching END."""
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise InvalidArgument(f"max_steps must be a positive integer, not {max_steps!r}")
+        if not isinstance(graph, Graph):
+            raise InvalidArgument(f"app.graph takes a cairn.Graph, not {type(graph).__name__}")
+        definition = graph_runner.workflow(name, version, graph.compile(), max_steps)
+        registry = self.runtime.registry
+        registry.add_workflow(definition)
+        newest = registry.newest(definition.name)
+        assert newest is not None
+        self.runtime.workflows[definition.name] = newest
+        return Workflow(definition)
+
+    def checkpoints(self, run_id: str, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
+        """The checkpoints of graph run ``run_id``, newest first: those of
+        super-steps below ``before`` (``None``: from the latest), at most ``limit``."""
+        self._graph_of(run_id)
+        return GraphHistory(self.store, self.runtime.payloads, run_id).checkpoints(before=before, limit=limit)
+
+    def graph_state(self, run_id: str, step: int | None = None) -> Any:
+        """The state of graph run ``run_id`` after super-step ``step`` (0:
+        the input; ``None``: the latest), as the graph's state type."""
+        graph = self._graph_of(run_id)
+        return GraphHistory(self.store, self.runtime.payloads, run_id).state(graph, step)
+
+    def _graph_of(self, run_id: str) -> Any:
+        record = self.get_run(run_id)
+        definition = self.runtime.registry.definition_for(record, self.store) \
+            or self.runtime.workflows.get(record.workflow)
+        graph = graph_of(definition.fn) if definition is not None else None
+        if graph is None:
+            raise InvalidArgument(f"run {run_id!r} is not a run of a graph registered here")
+        return graph
 
     @overload
     def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...
@@ -556,7 +598,7 @@ class App:
         """Execute ``run_id`` here until it ends (``cairn.worker.inline``)."""
         outcome = self._inline().drive(run_id, claim)
         if outcome is not None:
-            return outcome.result
+            return self.handle(run_id).final(outcome.result)
         return RunHandle[Any](self, run_id).result()
 
     def _inline(self) -> InlineDriver:

@@ -6,7 +6,9 @@ import time
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from cairn.engine.budget import check_number
+from cairn.engine.definitions import WorkflowDef
 from cairn.errors import RunFailed
+from cairn.graph.reader import GraphHistory, graph_of
 from cairn.store.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -64,6 +66,22 @@ class RunHandle(Generic[R]):
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
+    def final(self, value: Any, definition: WorkflowDef | None = None) -> Any:
+        """The result a caller sees for recorded result ``value``: a graph
+        run records only its last super-step (the state is its checkpoint,
+        not stored twice), so its result is the state read from there."""
+        if not isinstance(value, dict) or "step" not in value:
+            return value
+        if definition is None:
+            record = self.get()
+            definition = self.app.runtime.registry.definition_for(record) \
+                or self.app.runtime.workflows.get(record.workflow)
+        graph = graph_of(definition.fn) if definition is not None else None
+        if graph is None:
+            return value
+        history = GraphHistory(self.app.store, self.app.runtime.payloads, self.run_id)
+        return history.state(graph, value["step"])
+
     def _outcome(self, record: RunRecord) -> R:
         if record.status is RunStatus.COMPLETED:
             definition = self.app.runtime.registry.definition_for(record) \
@@ -74,7 +92,8 @@ class RunHandle(Generic[R]):
             value: R = self.app.runtime.payloads.load(
                 record.result, result_type, what=f"result of run {self.run_id!r}"
             )
-            return value
+            final: R = self.final(value, definition)
+            return final
         error = record.error or {}
         message = f"{error.get('type', 'Error')}: {error.get('message', '')}"
         raise RunFailed(self.run_id, record.status.value, message)

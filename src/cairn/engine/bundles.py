@@ -96,8 +96,14 @@ def code_hash(fn: Callable[..., Any]) -> str:
     comments and formatting do not count. Without source, the bytecode in a
     canonical form (constants in an order that does not depend on
     ``PYTHONHASHSEED``). Stable across processes; see ``_Reach`` for what
-    is reached."""
-    tree = _Reach(fn).root()
+    is reached. A graph workflow (``__cairn_graph__``) hashes its structure
+    (nodes, edges, routers, state fields and reducers) and what each node,
+    router and reducer reaches: the runner itself is Cairn's code."""
+    graph = getattr(fn, "__cairn_graph__", None)
+    if graph is not None:  # a graph workflow (``cairn.graph``): its shape, what each function reaches
+        tree = {"graph": graph.structure(), "reach": [_Reach(part).root() for part in graph.callables()]}
+    else:
+        tree = _Reach(fn).root()
     return "reach:" + hashlib.sha256(_ENCODER.encode(tree)).hexdigest()[:32]
 
 

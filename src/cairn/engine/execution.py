@@ -420,6 +420,40 @@ class Execution:
             position = self._allocate(kind, name, input_hash)
             return self._begin_at(position, kind, name, input_hash)
 
+    def restore_point(self, kind: str) -> HistoryEvent | None:
+        """Resume past the latest recorded outcome of ``kind`` (a graph's
+        checkpoint): the journal before it is not replayed call by call, the
+        next call takes the position after it. ``None``: there is none, the
+        run starts from the top as usual.
+
+        Sound only for an outcome that stands for everything before it (a
+        graph's super-step commits after all its nodes' calls settled): the
+        caller rebuilds its state from the entry, and every call after it is
+        checked against the journal as always (``begin``), so non-determinism
+        past the restore point is still caught; a dry replay
+        (``engine.replaycheck``) takes the same path. Taken before any other
+        journaled call of the execution."""
+        with self._lock:
+            if self.position or self._taken:
+                raise RuntimeError(f"run {self.run_id}: a restore point is taken before any journaled call")
+            found: HistoryEvent | None = None
+            for position, entry in self.journal.outcomes.items():
+                if entry.step_kind == kind and entry.event is EventType.STEP_COMPLETED and (
+                        found is None or position > (found.position or 0)):
+                    found = entry
+            if found is None or found.position is None:
+                return None
+            self._lowest = self.position = found.position + 1
+            return found
+
+    def record_restore_point(self, call: Call, payload: Payload) -> None:
+        """Record ``payload`` as the outcome of ``call``, a restore point
+        (``restore_point``), through the fenced commit path: a stale holder's
+        is refused like any of its writes, so one run's chain never forks."""
+        event = self._outcome_entry(call, payload, None)
+        self._commit_entries(f"{call.kind} {call.name!r}", (event,), lambda entries: (
+            self.store.append(self.run_id, self.epoch, entries, barrier=False)))
+
     def suspending(self, signal: Suspend) -> None:
         """``signal`` is being raised in this execution's current flow (see ``suspension``)."""
         with self._lock:

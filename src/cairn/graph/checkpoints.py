@@ -1,0 +1,194 @@
+"""The checkpoint of a super-step: its format, how one is written from two
+states, and how the state at any checkpoint is read back.
+
+A checkpoint is one journal entry of the run (``step.completed``, kind
+``graph``, name ``step <n>``) whose payload is the JSON below, so it is
+written by the engine's fenced commit path like every other record (a stale
+worker's checkpoint is refused with its append) and goes to the artifact
+store by reference when it is large, as every payload does::
+
+    {"v": 1, "step": 3, "parent": 2,            # super-step; the one before it
+     "nodes": ["a", "b"],                        # the tasks that ran (task order)
+     "next": [["c"], ["d", <arg>]],              # the next super-step's tasks (a Send's arg)
+     "set": {"summary": <value>},                # fields whose value changed, as their new value
+     "add": {"messages": [<item>, ...]},         # list fields that only grew: the new items
+     "versions": {"messages": [3, 0], "summary": [3, 3]}}
+
+A field that did not change is in neither ``set`` nor ``add``.
+``versions`` is the reference snapshot, carried by every checkpoint (a few
+bytes a field, nothing copied): for each field, the super-step that last
+changed it and the one that last *set* it whole (the base; for a field that
+is never appended, the same step). The value of a field at step ``k`` is the
+``set`` value at its base, followed, for a list, by the ``add`` items of the
+checkpoints after the base up to its last change. Reading any state never
+folds from the start and never applies a reducer: it reads the checkpoint,
+the ones its versions name, and a list's appends (which are that list).
+
+The names follow LangGraph's checkpoint (next issue): ``versions`` are its
+``channel_versions``, ``set``/``add`` its per-channel blobs, ``parent`` its
+parent checkpoint, ``nodes`` and ``step`` its metadata; pending writes are the
+journal entries of the super-step that has not committed yet.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from cairn.codec import values
+from cairn.errors import PayloadError
+from cairn.graph.state import Schema, _list_of
+
+#: the ``step_kind`` of a checkpoint's journal entry
+KIND = "graph"
+VERSION = 1
+
+
+def entry_name(step: int) -> str:
+    """The journal name of super-step ``step``'s checkpoint."""
+    return f"step {step}"
+
+
+def step_of(name: str | None) -> int | None:
+    """The super-step an entry named ``name`` checkpoints (``None``: not a checkpoint name)."""
+    if name is None or not name.startswith("step "):
+        return None
+    try:
+        return int(name[5:])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A node to run in a super-step, with a ``Send``'s argument (or the state)."""
+
+    node: str
+    arg: Any = None
+    send: bool = False
+
+
+class Record(msgspec.Struct, frozen=True):
+    """A checkpoint as stored (field values left encoded until read as their type)."""
+
+    v: int
+    step: int
+    nodes: list[str]
+    next: list[list[msgspec.Raw]]
+    versions: dict[str, list[int]]
+    parent: int | None = None
+    set: dict[str, msgspec.Raw] = {}
+    add: dict[str, msgspec.Raw] = {}
+
+    def tasks(self) -> list[Task]:
+        """The next super-step's tasks, decoded (a ``Send``'s arg as plain JSON)."""
+        found = []
+        for task in self.next:
+            name = msgspec.json.decode(task[0], type=str)
+            if len(task) > 1:
+                found.append(Task(name, values.decode(task[1], what=f"the input of node {name!r}"), True))
+            else:
+                found.append(Task(name))
+        return found
+
+
+_DECODER = msgspec.json.Decoder(Record)
+_ENCODER = msgspec.json.Encoder()
+
+
+def decode(raw: bytes) -> Record:
+    try:
+        record = _DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise PayloadError(f"a graph checkpoint cannot be read: {exc}") from None
+    if record.v != VERSION:
+        raise PayloadError(f"a graph checkpoint of format {record.v} cannot be read (this code reads "
+                           f"format {VERSION})")
+    return record
+
+
+def write(schema: Schema, step: int, nodes: Sequence[str], before: Mapping[str, Any],
+          after: Mapping[str, Any], added: Mapping[str, list[Any]], tasks: Sequence[Task],
+          versions: dict[str, list[int]], parent: int | None) -> bytes:
+    """The checkpoint of super-step ``step``, which took the state from
+    ``before`` to ``after`` (``added``: the items ``cairn.append`` fields
+    gained); ``versions`` is updated in place."""
+    sets: dict[str, msgspec.Raw] = {}
+    adds: dict[str, msgspec.Raw] = {}
+    for name, field in schema.fields.items():
+        if name not in after:
+            continue
+        new = after[name]
+        if name not in before:
+            sets[name] = msgspec.Raw(values.encode(new, field.type))
+            versions[name] = [step, step]
+            continue
+        old = before[name]
+        if field.appends and name in added:
+            items: list[Any] | None = added[name]
+        elif new is old or new == old:
+            continue
+        elif (field.item_type is not None and isinstance(new, list) and isinstance(old, list)
+              and len(new) > len(old) and new[:len(old)] == old):
+            items = new[len(old):]
+        else:
+            items = None
+        if items is None:
+            sets[name] = msgspec.Raw(values.encode(new, field.type))
+            versions[name] = [step, step]
+        elif items:
+            adds[name] = msgspec.Raw(values.encode(items, _list_of(field.item_type)))
+            versions[name] = [step, versions.get(name, [step, step])[1]]
+    next_tasks = [[msgspec.Raw(_ENCODER.encode(t.node)), msgspec.Raw(values.encode(t.arg))] if t.send
+                  else [msgspec.Raw(_ENCODER.encode(t.node))] for t in tasks]
+    record = Record(VERSION, step, list(nodes), next_tasks, dict(versions), parent, sets, adds)
+    return _ENCODER.encode(record)
+
+
+class Chain:
+    """The checkpoints of one run, read by super-step (``load(step)``
+    returns its record): the state at any of them, by reference."""
+
+    def __init__(self, steps: Sequence[int], load: Callable[[int], Record]) -> None:
+        self.steps = sorted(steps)
+        self._load = load
+        self._cache: dict[int, Record] = {}
+
+    def record(self, step: int) -> Record:
+        found = self._cache.get(step)
+        if found is None:
+            found = self._cache[step] = self._load(step)
+        return found
+
+    def latest(self) -> int | None:
+        return self.steps[-1] if self.steps else None
+
+    def state(self, schema: Schema, step: int, what: str) -> dict[str, Any]:
+        """The state after super-step ``step``, each field decoded as its type
+        (``PayloadError`` naming ``what`` and the field if one cannot be)."""
+        record = self.record(step)
+        state: dict[str, Any] = {}
+        for name, (changed, base) in record.versions.items():
+            field = schema.fields.get(name)
+            if field is None:  # a field the state type no longer has
+                continue
+            described = f"field {name!r} of {what}"
+            if field.item_type is None or changed == base:
+                holder = self.record(changed if field.item_type is None else base)
+                state[name] = values.decode(holder.set[name], field.type, what=described)
+                continue
+            value = values.decode(self.record(base).set[name], field.type, what=described)
+            items = list(value)
+            item_list = _list_of(field.item_type)
+            low = bisect.bisect_right(self.steps, base)
+            high = bisect.bisect_right(self.steps, changed)
+            for later in self.steps[low:high]:
+                raw = self.record(later).add.get(name)
+                if raw is not None:
+                    items.extend(values.decode(raw, item_list, what=described))
+            state[name] = items
+        return state

@@ -1,0 +1,243 @@
+"""A graph run: the workflow ``app.graph`` registers, executing super-steps.
+
+Each super-step runs its tasks side by side (async nodes as tasks of the
+run's event loop, sync ones in its threads: the engine's concurrency inside
+a run, so their journaled calls take positions the engine reconciles on
+replay), merges their updates in task order (whatever order they finish
+in), asks the routers what runs next and commits one checkpoint
+(``graph.checkpoints``) through the engine's fenced commit path. A new
+execution of the run starts from its latest checkpoint
+(``Execution.restore_point``): super-steps that committed never run again;
+the one that did not commit runs again, and its nodes' tools, steps and
+model calls replay or reconcile from the journal as in any workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from cairn.engine import execution as executions
+from cairn.engine.context import Context
+from cairn.engine.definitions import WorkflowDef
+from cairn.errors import IncompatiblePayload, PayloadError
+from cairn.graph import checkpoints
+from cairn.graph.checkpoints import KIND, Chain, Task
+from cairn.graph.errors import GraphError
+from cairn.graph.graph import END, START, Compiled, Node, Send
+from cairn.store.records import ApprovalStatus
+
+
+def workflow(name: str, version: str, graph: Compiled, max_steps: int) -> WorkflowDef:
+    """The workflow definition of ``graph``: one parameter, the input state;
+    its result is ``{"step": n}`` (the final state is the last checkpoint's,
+    read by ``App`` rather than stored a second time)."""
+    async def run_graph(ctx: Context, state: Any) -> dict[str, int]:
+        return await GraphRun(name, graph, max_steps, ctx).run(state)
+
+    run_graph.__cairn_graph__ = graph  # type: ignore[attr-defined]
+    run_graph.__qualname__ = run_graph.__name__ = f"graph:{name}"
+    signature = inspect.Signature([inspect.Parameter("state", inspect.Parameter.POSITIONAL_OR_KEYWORD)])
+    return WorkflowDef(name=name, version=version, fn=run_graph, is_async=True, signature=signature,
+                       param_types={"state": graph.schema.cls}, result_type=dict[str, int])
+
+
+class GraphRun:
+    """One execution of a graph run (from a claim to its end)."""
+
+    def __init__(self, name: str, graph: Compiled, max_steps: int, ctx: Context) -> None:
+        self.name = name
+        self.graph = graph
+        self.schema = graph.schema
+        self.max_steps = max_steps
+        self.ctx = ctx
+        execution = executions.current()
+        assert execution is not None, "a graph runs inside an execution"
+        self.execution = execution
+
+    async def run(self, given: Any) -> dict[str, int]:
+        restored = self.execution.restore_point(KIND)
+        versions: dict[str, list[int]] = {}
+        ran: list[str] = []
+        if restored is None:
+            committed = self.schema.initial(given)
+            step = 0
+            tasks = self._next(((START, None),), committed)
+            self._commit(0, [], {}, committed, {}, tasks, versions, None)
+        else:
+            step, committed, tasks, versions, ran = self._restore()
+        # ``committed``: the state of the latest checkpoint; ``state``: that
+        # state as an interrupt's edit left it (the next checkpoint records both)
+        state = self._interrupt("after", ran, committed)
+        while tasks:
+            if step >= self.max_steps:
+                raise GraphError(f"graph {self.name!r} ran {self.max_steps} super-steps (max_steps) without "
+                                 f"reaching END; next: {', '.join(sorted({t.node for t in tasks}))}")
+            state = self._interrupt("before", [t.node for t in tasks], state)
+            updates = await self._superstep(state, tasks)
+            after = dict(state)
+            added: dict[str, list[Any]] = {}
+            for task, update in zip(tasks, updates, strict=True):
+                self.schema.apply(task.node, after, update, added)
+            following = self._next(tuple((t.node, None) for t in tasks), after)
+            step += 1
+            ran = [t.node for t in tasks]
+            tasks = self._commit(step, ran, committed, after, added if state is committed else {}, following,
+                                 versions, step - 1)
+            committed = after
+            state = self._interrupt("after", ran, committed)
+        if state is not committed:  # an edit after the last super-step: a checkpoint of its own
+            step += 1
+            self._commit(step, [], committed, state, {}, [], versions, step - 1)
+        return {"step": step}
+
+    def _interrupt(self, when: str, nodes: list[str], state: dict[str, Any]) -> dict[str, Any]:
+        """The approval asked ``when`` ("before"/"after") the nodes that
+        want one, with ``state`` as its details: ``state`` again when
+        approved, with the edit's fields set when edited; a rejection or an
+        expiry fails the run. The request suspends the run until decided
+        (no worker held); a resume replays the decision from the journal."""
+        names = sorted({n for n in nodes if getattr(self.graph.nodes[n], f"interrupt_{when}")})
+        if not names:
+            return state
+        action = f"graph {self.name}: {when} {', '.join(names)}"
+        decision = self.ctx.request_approval(action, self.schema.view(state), type_=self.schema.cls)
+        if not decision.approved:
+            raise GraphError(f"{action}: the approval was {decision.status.value}"
+                             + (f" by {decision.decided_by}" if decision.decided_by else ""))
+        if decision.status is not ApprovalStatus.EDITED:
+            return state
+        edited = dict(state)
+        for name, value in self.schema.fields_of(decision.data).items():
+            field = self.schema.fields[name]
+            edited[name] = field.validate(value, field.type, lambda: f"the edit {when} {', '.join(names)}")
+        return edited
+
+    # -- checkpoints ------------------------------------------------------------------
+
+    def _commit(self, step: int, nodes: list[str], before: Mapping[str, Any], after: Mapping[str, Any],
+                added: Mapping[str, list[Any]], tasks: list[Task], versions: dict[str, list[int]],
+                parent: int | None) -> list[Task]:
+        """Record the checkpoint of ``step``; return the next tasks as a
+        resume will read them (a ``Send``'s arg decoded from its record)."""
+        raw = checkpoints.write(self.schema, step, nodes, before, after, added, tasks, versions, parent)
+        execution = self.execution
+        call = execution.begin(KIND, checkpoints.entry_name(step))
+        if call.recorded is None:
+            execution.record_restore_point(call, execution.runtime.payloads.wrap(raw))
+        return checkpoints.decode(raw).tasks() if any(t.send for t in tasks) else tasks
+
+    def _restore(self) -> tuple[int, dict[str, Any], list[Task], dict[str, list[int]], list[str]]:
+        """The latest checkpoint's step, state, next tasks, versions and the
+        nodes that ran in it, read from the journal."""
+        execution = self.execution
+        entries = {}
+        for entry in execution.journal.outcomes.values():
+            found = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
+            if found is not None:
+                entries[found] = entry
+
+        def load(step: int) -> checkpoints.Record:
+            payload = entries[step].payload
+            assert payload is not None
+            return checkpoints.decode(execution.runtime.payloads.raw(
+                payload, what=f"checkpoint {step} of run {execution.run_id}"))
+
+        chain = Chain(list(entries), load)
+        step = chain.latest()
+        assert step is not None
+        what = f"checkpoint {step} of run {execution.run_id!r}"
+        try:
+            record = chain.record(step)
+            state = chain.state(self.schema, step, what)
+            tasks = record.tasks()
+        except PayloadError as exc:  # it was recorded: the code's state type changed (deployable)
+            position = entries[step].position
+            raise IncompatiblePayload(self.schema.name, None, None, str(exc), position) from None
+        for task in tasks:
+            if task.node not in self.graph.nodes:
+                raise GraphError(f"{what} runs node {task.node!r} next, which this graph has no more")
+        ran = [n for n in record.nodes if n in self.graph.nodes]
+        return step, state, tasks, {k: list(v) for k, v in record.versions.items()}, ran
+
+    # -- a super-step -----------------------------------------------------------------
+
+    async def _superstep(self, state: Mapping[str, Any], tasks: list[Task]) -> list[dict[str, Any]]:
+        """Every task's update (validated keys), in task order. Tasks run
+        side by side; all of them finish before a failure is raised (the
+        first in task order), so nothing of the super-step outlives it."""
+        if len(tasks) == 1:  # in the workflow's own flow: no task or thread to start
+            return [await self._attempts(tasks[0], state)]
+        outcomes = await asyncio.gather(*(self._attempts(t, state) for t in tasks), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return outcomes  # type: ignore[return-value]
+
+    async def _attempts(self, task: Task, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Run ``task``'s node under its retry policy (attempts in this
+        execution; a node whose super-step did not commit starts again)."""
+        node = self.graph.nodes[task.node]
+        policy = node.retry
+        attempt = 1
+        while True:
+            try:
+                returned = await self._call(node, task.arg if task.send else self.schema.view(state))
+                return self.schema.update_of(node.name, returned)
+            except GraphError:
+                raise
+            except Exception as exc:
+                if not policy.retryable(exc) or attempt >= policy.max_attempts:
+                    raise GraphError(f"node {node.name!r} failed (attempt {attempt} of "
+                                     f"{policy.max_attempts}): {type(exc).__name__}: {exc}") from exc
+                await asyncio.sleep(policy.delay(attempt, exc))
+                attempt += 1
+
+    async def _call(self, node: Node, arg: Any) -> Any:
+        args = (arg, self.ctx) if node.takes_context else (arg,)
+        if node.is_async:
+            return await node.fn(*args)
+        if asyncio.current_task() is self.execution.main_task:
+            return node.fn(*args)  # a lone sync node: in the workflow's flow, as a sync workflow would
+        return await asyncio.to_thread(node.fn, *args)
+
+    # -- routing ----------------------------------------------------------------------
+
+    def _next(self, ran: tuple[tuple[str, Any], ...], state: Mapping[str, Any]) -> list[Task]:
+        """The tasks of the next super-step: the nodes the edges and routers
+        of the nodes that ran name (each once, by name), then their ``Send``s
+        (in the order the routers returned them)."""
+        plain: set[str] = set()
+        sends: list[Task] = []
+        for source in sorted({name for name, _ in ran}):
+            targets: list[Any] = list(self.graph.edges.get(source, ()))
+            router = self.graph.routers.get(source)
+            if router is not None:
+                targets += self._routed(source, router, state)
+            for target in targets:
+                if isinstance(target, Send):
+                    self._known(source, target.node)
+                    sends.append(Task(target.node, target.arg, True))
+                elif target != END:
+                    self._known(source, target)
+                    plain.add(target)
+        return [Task(name) for name in sorted(plain)] + sends
+
+    def _routed(self, source: str, router: Any, state: Mapping[str, Any]) -> list[Any]:
+        try:
+            chosen = router(self.schema.view(state))
+        except Exception as exc:
+            raise GraphError(f"the router of {source!r} raised {type(exc).__name__}: {exc}") from None
+        found = list(chosen) if isinstance(chosen, list | tuple) else [chosen]
+        for target in found:
+            if not isinstance(target, str | Send):
+                raise GraphError(f"the router of {source!r} returned {target!r}: a router returns a node "
+                                 "name, a list of them, cairn.END or cairn.Send(node, arg)")
+        return found
+
+    def _known(self, source: str, target: str) -> None:
+        if target not in self.graph.nodes:
+            raise GraphError(f"the router of {source!r} named {target!r}, which is not a node of graph "
+                             f"{self.name!r} (nodes: {', '.join(sorted(self.graph.nodes))})")

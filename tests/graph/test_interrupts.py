@@ -1,0 +1,93 @@
+"""Interrupts before and after a node, through the existing approvals: the
+run waits suspended (no worker held) with the state as the request's
+details; an edit changes the state (and the next checkpoint records it), a
+rejection fails the run; nodes that completed before the wait never run again."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+import cairn
+from cairn.errors import RunFailed, RunSuspended
+from cairn.store.records import RunStatus
+
+
+class Mail(TypedDict):
+    messages: Annotated[list[str], cairn.append]
+    n: int
+
+
+def mail_graph(ran: list[str], *, before: bool = False, after: bool = False) -> cairn.Graph:
+    g = cairn.Graph(Mail)
+
+    def draft(state: Mail) -> dict[str, Any]:
+        ran.append("draft")
+        return {"messages": ["draft"], "n": state["n"] + 1}
+
+    def send(state: Mail) -> dict[str, Any]:
+        ran.append("send")
+        return {"messages": [f"sent n={state['n']} last={state['messages'][-1]}"]}
+
+    g.node(draft, interrupt_after=after)
+    g.node(send, interrupt_before=before)
+    g.edge(cairn.START, "draft")
+    g.edge("draft", "send")
+    g.edge("send", cairn.END)
+    return g
+
+
+def waiting(app: cairn.App, workflow: cairn.Workflow[Any], run_id: str) -> cairn.ApprovalView:
+    with pytest.raises(RunSuspended, match="waiting for a decision"):
+        app.run(workflow, {"messages": [], "n": 0}, run_id=run_id)
+    assert app.get_run(run_id).status is RunStatus.SUSPENDED
+    [request] = app.approvals(run_id=run_id)
+    return request
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_an_edit_at_an_interrupt_changes_the_state(app: cairn.App, where: str) -> None:
+    ran: list[str] = []
+    workflow = app.graph("mail", mail_graph(ran, before=where == "before", after=where == "after"))
+    request = waiting(app, workflow, "m")
+    assert request.action == f"graph mail: {where} {'send' if where == 'before' else 'draft'}"
+    assert request.details == {"messages": ["draft"], "n": 1}
+    assert ran == ["draft"]
+    app.approve("m", request.request_id, edit={"messages": ["edited"], "n": 41})
+    final = app.resume("m")
+    assert final == {"messages": ["edited", "sent n=41 last=edited"], "n": 41}
+    assert ran == ["draft", "send"]  # draft's super-step committed before the wait: not run again
+    assert app.graph_state("m", 1) == {"messages": ["draft"], "n": 1}
+    assert app.graph_state("m") == final
+
+
+def test_approved_as_requested_goes_on_unchanged(app: cairn.App) -> None:
+    ran: list[str] = []
+    workflow = app.graph("mail", mail_graph(ran, before=True))
+    request = waiting(app, workflow, "m")
+    app.approve("m", request.request_id)
+    assert app.resume("m") == {"messages": ["draft", "sent n=1 last=draft"], "n": 1}
+
+
+def test_a_rejection_fails_the_run_and_the_node_never_runs(app: cairn.App) -> None:
+    ran: list[str] = []
+    workflow = app.graph("mail", mail_graph(ran, before=True))
+    request = waiting(app, workflow, "m")
+    app.reject("m", request.request_id, comment="no")
+    with pytest.raises(RunFailed, match="graph mail: before send: the approval was rejected"):
+        app.resume("m")
+    assert ran == ["draft"]
+    assert [c.step for c in app.checkpoints("m")] == [1, 0]
+
+
+def test_an_edit_after_the_last_super_step_is_checkpointed(app: cairn.App) -> None:
+    g = cairn.Graph(Mail)
+    g.node(lambda state: {"n": 1}, name="only", interrupt_after=True)
+    g.edge(cairn.START, "only")
+    g.edge("only", cairn.END)
+    workflow = app.graph("last", g)
+    request = waiting(app, workflow, "l")
+    app.approve("l", request.request_id, edit={"messages": ["x"], "n": 7})
+    assert app.resume("l") == {"messages": ["x"], "n": 7}
+    assert [(c.step, c.nodes) for c in app.checkpoints("l")] == [(2, ()), (1, ("only",)), (0, ())]
