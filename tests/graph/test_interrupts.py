@@ -91,3 +91,17 @@ def test_an_edit_after_the_last_super_step_is_checkpointed(app: cairn.App) -> No
     app.approve("l", request.request_id, edit={"messages": ["x"], "n": 7})
     assert app.resume("l") == {"messages": ["x"], "n": 7}
     assert [(c.step, c.nodes) for c in app.checkpoints("l")] == [(2, ()), (1, ("only",)), (0, ())]
+
+
+def test_the_readers_see_what_was_committed_since_their_last_read(app: cairn.App) -> None:
+    """``app.checkpoints`` and ``app.graph_state`` read a run's history
+    incrementally: what a run commits after a read shows in the next one."""
+    ran: list[str] = []
+    workflow = app.graph("mail", mail_graph(ran, before=True))
+    request = waiting(app, workflow, "m")
+    assert [c.step for c in app.checkpoints("m")] == [1, 0]
+    assert app.graph_state("m") == {"messages": ["draft"], "n": 1}
+    app.approve("m", request.request_id)
+    app.resume("m")
+    assert [c.step for c in app.checkpoints("m")] == [2, 1, 0]
+    assert app.graph_state("m") == {"messages": ["draft", "sent n=1 last=draft"], "n": 1}

@@ -42,7 +42,7 @@ from cairn.engine.transactions import build as build_transaction
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.graph import runner as graph_runner
 from cairn.graph.graph import Graph
-from cairn.graph.reader import Checkpoint, GraphHistory, graph_of
+from cairn.graph.reader import Checkpoint, Readers, graph_of
 from cairn.ids import new_run_id
 from cairn.memory.embedders import Embedder
 from cairn.memory.policy import MemoryPolicy
@@ -138,6 +138,8 @@ class App:
         self._inline_id = f"inline-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._inline_driver: InlineDriver | None = None
         self._inline_lock = threading.Lock()
+        #: graph runs' checkpoints, read incrementally (``app.checkpoints``, ``app.graph_state``)
+        self.graph_readers = Readers(self.store, self.runtime.payloads)
         #: performs every operator action (cancel, kill, retry, ...) as this process
         self.operator = Operator(self.store, self.runtime.payloads, app_actor(), memory=self.runtime.memory)
 
@@ -199,23 +201,23 @@ class App:
     def checkpoints(self, run_id: str, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
         """The checkpoints of graph run ``run_id``, newest first: those of
         super-steps below ``before`` (``None``: from the latest), at most ``limit``."""
-        self._graph_of(run_id)
-        return GraphHistory(self.store, self.runtime.payloads, run_id).checkpoints(before=before, limit=limit)
+        record, _ = self._graph_of(run_id)
+        return self.graph_readers.of(record).checkpoints(before=before, limit=limit)
 
     def graph_state(self, run_id: str, step: int | None = None) -> Any:
         """The state of graph run ``run_id`` after super-step ``step`` (0:
         the input; ``None``: the latest), as the graph's state type."""
-        graph = self._graph_of(run_id)
-        return GraphHistory(self.store, self.runtime.payloads, run_id).state(graph, step)
+        record, graph = self._graph_of(run_id)
+        return self.graph_readers.of(record).state(graph, step)
 
-    def _graph_of(self, run_id: str) -> Any:
+    def _graph_of(self, run_id: str) -> tuple[RunRecord, Any]:
         record = self.get_run(run_id)
         definition = self.runtime.registry.definition_for(record, self.store) \
             or self.runtime.workflows.get(record.workflow)
         graph = graph_of(definition.fn) if definition is not None else None
         if graph is None:
             raise InvalidArgument(f"run {run_id!r} is not a run of a graph registered here")
-        return graph
+        return record, graph
 
     @overload
     def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from cairn.engine.budget import check_number
 from cairn.engine.definitions import WorkflowDef
 from cairn.errors import RunFailed
-from cairn.graph.reader import GraphHistory, graph_of
+from cairn.graph.reader import graph_of
 from cairn.store.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -72,15 +72,14 @@ class RunHandle(Generic[R]):
         not stored twice), so its result is the state read from there."""
         if not isinstance(value, dict) or "step" not in value:
             return value
+        record = self.get()
         if definition is None:
-            record = self.get()
             definition = self.app.runtime.registry.definition_for(record) \
                 or self.app.runtime.workflows.get(record.workflow)
         graph = graph_of(definition.fn) if definition is not None else None
         if graph is None:
             return value
-        history = GraphHistory(self.app.store, self.app.runtime.payloads, self.run_id)
-        return history.state(graph, value["step"])
+        return self.app.graph_readers.of(record).state(graph, value["step"])
 
     def _outcome(self, record: RunRecord) -> R:
         if record.status is RunStatus.COMPLETED:

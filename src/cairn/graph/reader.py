@@ -5,6 +5,9 @@ can serve them as they are)."""
 
 from __future__ import annotations
 
+import bisect
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +18,7 @@ from cairn.graph import checkpoints
 from cairn.graph.checkpoints import KIND, Chain
 from cairn.graph.graph import Compiled
 from cairn.store.contract import Store
-from cairn.store.records import EventType, HistoryEvent
+from cairn.store.records import EventType, HistoryEvent, RunRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,35 +51,72 @@ def graph_of(fn: Any) -> Compiled | None:
 
 
 class GraphHistory:
-    """The live checkpoints of one run (those no operator retry or rewind voided)."""
+    """The live checkpoints of one run (those no operator retry or rewind
+    voided), read incrementally: ``refresh`` reads only the entries appended
+    since the last read, and checkpoints, which never change once written,
+    are decoded once (``Readers`` keeps one of these per recently read run,
+    so a second read of a long run costs a query for what is new, not a
+    scan of its history)."""
 
-    def __init__(self, store: Store, payloads: PayloadCodec, run_id: str,
-                 history: list[HistoryEvent] | None = None) -> None:
+    def __init__(self, store: Store, payloads: PayloadCodec, run_id: str) -> None:
         self.run_id = run_id
+        self._store = store
         self._payloads = payloads
-        journal = Journal(store.history(run_id) if history is None else history)
+        self._journal = Journal(())
+        self._last_seq = 0
+        self._lock = threading.Lock()
         self.entries: dict[int, HistoryEvent] = {}
-        for entry in journal.outcomes.values():
-            step = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
-            if step is not None and entry.event is EventType.STEP_COMPLETED:
-                self.entries[step] = entry
-        self.chain = Chain(list(self.entries), self._load)
+        #: decoded checkpoints by history seq (an entry's seq is never reused)
+        self._records: dict[int, checkpoints.Record] = {}
+        self.chain = Chain([], self._load)
+
+    def refresh(self) -> GraphHistory:
+        """Take in the entries appended since the last read."""
+        with self._lock:
+            new = self._store.history(self.run_id, after_seq=self._last_seq)
+            if not new:
+                return self
+            cut = False
+            for entry in new:
+                self._journal.record(entry)
+                if entry.event in (EventType.RUN_RETRIED, EventType.RUN_REWOUND):
+                    cut = True
+                elif entry.step_kind == KIND and entry.event is EventType.STEP_COMPLETED:
+                    step = checkpoints.step_of(entry.name)
+                    if step is not None:
+                        self.entries[step] = entry
+            self._last_seq = new[-1].seq
+            if cut:  # outcomes were voided: the live checkpoints are the journal's
+                self.entries = {}
+                for entry in self._journal.outcomes.values():
+                    step = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
+                    if step is not None and entry.event is EventType.STEP_COMPLETED:
+                        self.entries[step] = entry
+            self.chain = Chain(list(self.entries), self._load)
+        return self
 
     def _load(self, step: int) -> checkpoints.Record:
-        payload = self.entries[step].payload
-        assert payload is not None
-        what = f"checkpoint {step} of run {self.run_id!r}"
-        return checkpoints.decode(self._payloads.raw(payload, what=what))
+        entry = self.entries[step]
+        found = self._records.get(entry.seq)
+        if found is None:
+            assert entry.payload is not None
+            what = f"checkpoint {step} of run {self.run_id!r}"
+            raw = self._payloads.raw(entry.payload, what=what)
+            found = self._records[entry.seq] = checkpoints.decode(raw)
+        return found
 
     def checkpoints(self, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
         """Newest first: the checkpoints of super-steps below ``before``
         (all: ``None``), at most ``limit``."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidArgument(f"limit must be a positive integer, not {limit!r}")
-        steps = [s for s in reversed(self.chain.steps) if before is None or s < before][:limit]
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+            raise InvalidArgument(f"before must be a super-step number, not {before!r}")
+        chain = self.chain
+        high = len(chain.steps) if before is None else bisect.bisect_left(chain.steps, before)
         found = []
-        for step in steps:
-            record = self.chain.record(step)
+        for step in reversed(chain.steps[max(0, high - limit):high]):
+            record = chain.record(step)
             entry = self.entries[step]
             following = tuple(t.node for t in record.tasks())
             found.append(Checkpoint(self.run_id, step, tuple(record.nodes), following, entry.at, entry.seq,
@@ -85,11 +125,39 @@ class GraphHistory:
 
     def state(self, graph: Compiled, step: int | None = None) -> Any:
         """The state after super-step ``step`` (the latest: ``None``), as the graph's state type."""
+        chain = self.chain
         if step is None:
-            step = self.chain.latest()
+            step = chain.latest()
             if step is None:
                 raise InvalidArgument(f"run {self.run_id!r} has no checkpoint yet")
-        elif step not in self.entries:
+        elif isinstance(step, bool) or not isinstance(step, int) or step not in self.entries:
             raise InvalidArgument(f"run {self.run_id!r} has no checkpoint at super-step {step!r}")
-        state = self.chain.state(graph.schema, step, f"checkpoint {step} of run {self.run_id!r}")
+        state = chain.state(graph.schema, step, f"checkpoint {step} of run {self.run_id!r}")
         return graph.schema.view(state)
+
+
+class Readers:
+    """The ``GraphHistory`` of the runs read lately (at most ``size``),
+    shared by an ``App``'s readers: long runs are read again and again
+    (a history page, then the state at one of its checkpoints)."""
+
+    def __init__(self, store: Store, payloads: PayloadCodec, size: int = 32) -> None:
+        self._store = store
+        self._payloads = payloads
+        self._size = size
+        self._runs: OrderedDict[tuple[str, float], GraphHistory] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, run: RunRecord) -> GraphHistory:
+        """Run ``run``'s checkpoints, up to date (keyed by its id and
+        creation time: a run pruned and started again under the same id is
+        another history)."""
+        key = (run.run_id, run.created_at)
+        with self._lock:
+            found = self._runs.pop(key, None)
+            if found is None:
+                found = GraphHistory(self._store, self._payloads, run.run_id)
+            self._runs[key] = found
+            while len(self._runs) > self._size:
+                self._runs.popitem(last=False)
+        return found.refresh()
