@@ -29,6 +29,14 @@ from cairn.store.records import NewRun, RunRecord
 NewRunOf = Callable[[WorkflowDef, dict[str, Any], str | None, str | None, str, str, int], NewRun]
 
 
+class NotAGraphRun(InvalidArgument):
+    """Time travel asked of a run that has no checkpoint (not a graph run)."""
+
+
+class NoCheckpoint(InvalidArgument):
+    """A super-step the run has no checkpoint of."""
+
+
 def check_step(step: Any, what: str = "step") -> int:
     """``step`` if it is a super-step number (a non-negative integer)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -64,7 +72,7 @@ class TimeTravel:
         (``InvalidArgument`` for a run that has none: not a graph run)."""
         found = self.graph_readers.of(self.get_run(run_id))
         if not found.entries and self.lineage(run_id) is None:
-            raise InvalidArgument(f"run {run_id!r} has no checkpoint: it is not a graph run, or it has not "
+            raise NotAGraphRun(f"run {run_id!r} has no checkpoint: it is not a graph run, or it has not "
                                   "started yet")
         return found
 
@@ -81,7 +89,7 @@ class TimeTravel:
         if step is None:
             latest = found.chain.latest()
             if latest is None:
-                raise InvalidArgument(f"run {run_id!r} has no checkpoint yet")
+                raise NoCheckpoint(f"run {run_id!r} has no checkpoint yet")
             return found, latest
         check_step(step)
         seen = {run_id}
@@ -89,14 +97,14 @@ class TimeTravel:
         while step not in found.entries:
             origin = self.lineage(current)
             if origin is None or step >= origin.step or origin.run_id in seen:
-                raise InvalidArgument(f"run {run_id!r} has no checkpoint at super-step {step}"
+                raise NoCheckpoint(f"run {run_id!r} has no checkpoint at super-step {step}"
                                       f"{self._known(found)}")
             seen.add(origin.run_id)
             current = origin.run_id
             try:
                 found = self.graph_readers.of(self.get_run(current))
             except RunNotFound:
-                raise InvalidArgument(f"run {run_id!r} has no checkpoint at super-step {step}: it was forked "
+                raise NoCheckpoint(f"run {run_id!r} has no checkpoint at super-step {step}: it was forked "
                                       f"from run {current!r}, which no longer exists") from None
         return found, step
 

@@ -481,7 +481,7 @@ class StateOut(msgspec.Struct, kw_only=True):
     state: dict[str, Any]
 
 
-class ChangeOut(msgspec.Struct, kw_only=True):
+class StateChangeOut(msgspec.Struct, kw_only=True):
     """One difference (``cairn.graph.diff``): ``path`` from the state's root
     (keys and list indexes), ``kind`` (added, removed, replaced, appended,
     inserted, deleted) and the old and new values (``null`` where the kind has none)."""
@@ -499,7 +499,7 @@ class DiffOut(msgspec.Struct, kw_only=True):
     step_a: int
     other_run: str
     step_b: int
-    changes: list[ChangeOut]
+    changes: list[StateChangeOut]
 
 
 class DivergenceOut(msgspec.Struct, kw_only=True):
