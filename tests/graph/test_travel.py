@@ -275,3 +275,28 @@ def test_divergence_of_two_independent_runs(app: cairn.App) -> None:
     assert app.graph_divergence("a", "b") == 2  # the same input and thought; the model's reply differs
     app.run(agent.workflow, {**START_STATE, "n": 5}, run_id="c")
     assert app.graph_divergence("a", "c") == 0
+
+
+def test_a_fork_carries_the_sends_of_its_checkpoint_and_passes_the_replay_check(app: cairn.App) -> None:
+    class Fan(TypedDict):
+        items: list[int]
+        out: Annotated[list[int], cairn.append]
+
+    g = cairn.Graph(Fan)
+    runs: Counter[int] = Counter()
+
+    def square(item: int) -> dict[str, Any]:
+        runs[item] += 1
+        return {"out": [item * item]}
+
+    g.node(square)
+    g.route(cairn.START, lambda state: [cairn.Send("square", i) for i in state["items"]])
+    g.edge("square", cairn.END)
+    workflow = app.graph("fan", g)
+    assert app.run(workflow, {"items": [1, 2, 3], "out": []}, run_id="o")["out"] == [1, 4, 9]
+    app.graph_fork("o", 0, update={"items": [7]}, run_id="f")  # the Sends were computed at step 0
+    assert app.resume("f")["out"] == [1, 4, 9]
+    assert runs == {1: 2, 2: 2, 3: 2}
+    assert app.checkpoints("f")[-1].next == ("square", "square", "square")
+    assert app.replay_check("f").compatible
+    assert app.graph_state("f")["items"] == [7]
