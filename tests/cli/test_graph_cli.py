@@ -14,7 +14,7 @@ import pytest
 
 import cairn
 from tests.cli.graph_app import register
-from tests.cli.test_cli import check_error, cli
+from tests.cli.test_cli import assert_one_line_error, check_error, cli, run_cli
 
 APP = "tests.cli.graph_app:app"
 START = {"notes": [], "n": 0, "meta": {}}
@@ -126,3 +126,15 @@ def test_bad_input_is_one_line_and_exit_2(app: cairn.App, db: str, args: tuple[s
     app.run(plain, run_id="p")
     check_error(cli(*args, "--db", db), 2, *fragments)
     assert {r.run_id for r in app.list_runs()} == {"o", "p"}
+
+
+@pytest.mark.slow
+def test_the_installed_command_reads_and_refuses(app: cairn.App, db: str) -> None:
+    found = run_cli("graph", "state", "o", "--step", "1", "--json", "--db", db)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["state"]["n"] == 1
+    missing = run_cli("graph", "diff", "o", "0", "9", "--db", db)
+    assert_one_line_error(missing.returncode, missing.stderr, 2, "no checkpoint at super-step 9")
+    forked = run_cli("graph", "fork", "o", "--step", "1", "--update", '{"n": 2}', "--app", APP, "--db", db)
+    assert forked.returncode == 0, forked.stderr
+    assert "forked from o at step 1" in forked.stdout
