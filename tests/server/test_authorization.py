@@ -60,6 +60,11 @@ SAMPLES: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {
     ("POST", "/api/runs/{run_id}/approvals/{request_id}/approve"): ({"comment": "ok"}, {}),
     ("POST", "/api/runs/{run_id}/approvals/{request_id}/reject"): ({}, {}),
     ("GET", "/api/schedules"): (None, {}),
+    ("GET", "/api/runs/{run_id}/checkpoints"): (None, {}),
+    ("GET", "/api/runs/{run_id}/checkpoints/{step}"): (None, {"step": "0"}),
+    ("GET", "/api/runs/{run_id}/checkpoints/{a}/diff/{b}"): (None, {"a": "0", "b": "0"}),
+    ("POST", "/api/runs/{run_id}/checkpoints/{step}/replay"): ({}, {"step": "0"}),
+    ("POST", "/api/runs/{run_id}/checkpoints/{step}/fork"): ({"update": {}}, {"step": "0"}),
 }
 
 #: the least role of each endpoint, written out here and not read from the route table, so
@@ -96,6 +101,11 @@ EXPECTED_ROLES: dict[tuple[str, str], Role] = {
     ("POST", "/api/runs/{run_id}/approvals/{request_id}/approve"): Role.OPERATOR,
     ("POST", "/api/runs/{run_id}/approvals/{request_id}/reject"): Role.OPERATOR,
     ("GET", "/api/schedules"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}/checkpoints"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}/checkpoints/{step}"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}/checkpoints/{a}/diff/{b}"): Role.VIEWER,
+    ("POST", "/api/runs/{run_id}/checkpoints/{step}/replay"): Role.OPERATOR,
+    ("POST", "/api/runs/{run_id}/checkpoints/{step}/fork"): Role.OPERATOR,
 }
 
 IDENTITIES = ["none", "malformed", "revoked", "viewer", "operator", "admin", "installation", "other-admin"]

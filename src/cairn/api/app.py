@@ -21,6 +21,7 @@ from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
 from cairn.api.schedules import ScheduleView, list_views
 from cairn.api.tokens import Tokens
+from cairn.api.travel import TimeTravel
 from cairn.api.views import operation_json
 from cairn.api.workflow import Workflow
 from cairn.codec import upcasters, values
@@ -41,9 +42,11 @@ from cairn.engine.transactions import Transaction
 from cairn.engine.transactions import build as build_transaction
 from cairn.errors import InvalidArgument, MigrationRefused, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.graph import runner as graph_runner
+from cairn.graph.diff import Change
 from cairn.graph.errors import GraphError
 from cairn.graph.graph import Graph
 from cairn.graph.reader import Checkpoint, Readers, graph_of
+from cairn.graph.travel import Lineage
 from cairn.ids import new_run_id
 from cairn.memory.embedders import Embedder
 from cairn.memory.policy import MemoryPolicy
@@ -141,6 +144,8 @@ class App:
         self._inline_lock = threading.Lock()
         #: graph runs' checkpoints, read incrementally (``app.checkpoints``, ``app.graph_state``)
         self.graph_readers = Readers(self.store, self.runtime.payloads)
+        #: replay, fork, diff and the states of graph runs (``app.graph_replay``, ...)
+        self.travel = TimeTravel(self.runtime, self.graph_readers, self._new_run)
         #: performs every operator action (cancel, kill, retry, ...) as this process
         self.operator = Operator(self.store, self.runtime.payloads, app_actor(), memory=self.runtime.memory)
 
@@ -202,18 +207,55 @@ class App:
     def checkpoints(self, run_id: str, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
         """The checkpoints of graph run ``run_id``, newest first: those of
         super-steps below ``before`` (``None``: from the latest), at most
-        ``limit``. Needs no code of the graph (the CLI, the HTTP API)."""
-        return self.graph_readers.of(self.get_run(run_id)).checkpoints(before=before, limit=limit)
+        ``limit``. Read without the graph's code; a replayed or forked run
+        lists its own (from the step it was forked at: ``app.lineage``)."""
+        return self.travel.checkpoints(run_id, before, limit)
 
     def graph_state(self, run_id: str, step: int | None = None) -> Any:
         """The state of graph run ``run_id`` after super-step ``step`` (0:
-        the input; ``None``: the latest), as the graph's state type; as
-        plain JSON where the graph is not registered (the CLI, the HTTP API)."""
-        record = self.get_run(run_id)
-        definition = self.runtime.registry.definition_for(record, self.store) \
-            or self.runtime.workflows.get(record.workflow)
-        graph = graph_of(definition.fn) if definition is not None else None
-        return self.graph_readers.of(record).state(graph, step)
+        the input; ``None``: the latest), as the graph's state type (a
+        replayed or forked run's states before its fork are its origin's)."""
+        return self.travel.state(run_id, step)
+
+    def graph_state_json(self, run_id: str, step: int | None = None) -> tuple[int, dict[str, Any]]:
+        """The super-step (``None``: the latest) and the state after it as
+        plain JSON values, read without the graph's code (the CLI, the HTTP API)."""
+        return self.travel.state_json(run_id, step)
+
+    def graph_replay(self, origin: str, step: int, /, *, run_id: str | None = None) -> RunHandle[Any]:
+        """A new run of ``origin``'s graph (its newest version registered
+        here) that starts from the state after super-step ``step`` and runs
+        again every super-step after it: no node, tool, model call or
+        approval of ``origin`` after ``step`` is reused. Its lineage is
+        recorded (``app.lineage``). Idempotent on ``run_id``, as ``start``."""
+        return self._forked(self.travel.fork(origin, step, None, run_id, edited=False))
+
+    def graph_fork(self, origin: str, step: int, /, *, update: Mapping[str, Any] | Any = None,
+                   run_id: str | None = None) -> RunHandle[Any]:
+        """``graph_replay`` from the state after super-step ``step`` with
+        ``update``'s fields set (each replaced, as an interrupt's edit does,
+        and validated as its field's type: ``InvalidArgument`` naming the
+        field, and no run is created)."""
+        return self._forked(self.travel.fork(origin, step, update, run_id, edited=True))
+
+    def _forked(self, made: tuple[str, bool]) -> RunHandle[Any]:
+        return RunHandle(self, made[0], created=made[1])
+
+    def lineage(self, run_id: str) -> Lineage | None:
+        """Where run ``run_id`` was replayed or forked from (``None``: neither)."""
+        return self.travel.lineage(run_id)
+
+    def graph_diff(self, run_id: str, step_a: int, step_b: int, *,
+                   other_run: str | None = None) -> list[Change]:
+        """What changed, field by field (``cairn.graph.diff``), from the
+        state after super-step ``step_a`` of ``run_id`` to the state after
+        ``step_b`` of ``other_run`` (default: the same run)."""
+        return self.travel.diff(run_id, step_a, step_b, other_run)
+
+    def graph_divergence(self, run_a: str, run_b: str) -> int | None:
+        """The first super-step at which the states of two graph runs
+        differ; ``None`` if they never do."""
+        return self.travel.divergence(run_a, run_b)
 
     @overload
     def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...

@@ -24,6 +24,10 @@ from cairn.api.operator import Operator, RunOperations
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine import modelcalls
 from cairn.errors import CairnError, StoreError
+from cairn.graph import diff as diffs
+from cairn.graph.diff import Change
+from cairn.graph.reader import Checkpoint
+from cairn.graph.travel import lineage_of
 from cairn.models.base import ModelRecord
 from cairn.store.records import JOURNAL_EVENTS, ApprovalStatus, EventType, HistoryEvent, RunRecord, RunStatus
 
@@ -118,6 +122,15 @@ class ApprovalOut(msgspec.Struct, kw_only=True):
     pending: bool
 
 
+class LineageOut(msgspec.Struct, kw_only=True):
+    """Where a run was replayed (``edited: false``) or forked (``true``)
+    from: super-step ``step`` of run ``run_id``."""
+
+    run_id: str
+    step: int
+    edited: bool
+
+
 class RunDetailOut(RunOut, kw_only=True):
     """A run with its input, result, usage, bundle, what it waits for and,
     when asked (``cairn show --json`` always; the API with ``?journal=true``),
@@ -137,6 +150,8 @@ class RunDetailOut(RunOut, kw_only=True):
     approvals: list[ApprovalOut]
     waiting: str | None
     journal: list[JournalEntryOut] | UnsetType = UNSET
+    #: a graph run's replay or fork: where it comes from
+    forked_from: LineageOut | UnsetType = UNSET
 
 
 class EventOut(msgspec.Struct, kw_only=True):
@@ -424,7 +439,103 @@ def run_detail(
         history_length=usage.last_seq,
         attention=attention(history) if record.status is RunStatus.NEEDS_ATTENTION else None,
         approvals=[approval_of(v) for v in pending_approvals(operator, record.run_id, inspecting=inspecting)],
-        waiting=operator.waiting_for_worker(record)))
+        waiting=operator.waiting_for_worker(record), **_lineage(operator, record)))
+
+
+def _lineage(operator: Operator, record: RunRecord) -> dict[str, Any]:
+    first = operator.history(record.run_id, 0, 1)
+    found = lineage_of(first[0] if first else None)
+    return {} if found is None else {"forked_from": LineageOut(**found.to_json())}
+
+
+# -- graph runs' checkpoints (time travel) -------------------------------------------------------
+
+
+class CheckpointOut(msgspec.Struct, kw_only=True):
+    """One super-step of a graph run: the tasks that ran in it (a node
+    once per task), the nodes the next one runs (empty: the graph reached
+    END), when it committed, its history entry and the step before it."""
+
+    run_id: str
+    step: int
+    nodes: list[str]
+    next: list[str]
+    at: float
+    seq: int
+    parent: int | None
+
+
+class CheckpointPageOut(msgspec.Struct, kw_only=True):
+    """Newest first; ``next_before``: the ``before`` of the next page (``None``: this is the last)."""
+
+    run_id: str
+    checkpoints: list[CheckpointOut]
+    next_before: int | None
+
+
+class StateOut(msgspec.Struct, kw_only=True):
+    """The state after super-step ``step`` of a graph run, as plain JSON."""
+
+    run_id: str
+    step: int
+    state: dict[str, Any]
+
+
+class StateChangeOut(msgspec.Struct, kw_only=True):
+    """One difference (``cairn.graph.diff``): ``path`` from the state's root
+    (keys and list indexes), ``kind`` (added, removed, replaced, appended,
+    inserted, deleted) and the old and new values (``null`` where the kind has none)."""
+
+    path: list[str | int]
+    kind: str
+    old: Any
+    new: Any
+
+
+class DiffOut(msgspec.Struct, kw_only=True):
+    """What changed from ``step_a`` of ``run_id`` to ``step_b`` of ``other_run``."""
+
+    run_id: str
+    step_a: int
+    other_run: str
+    step_b: int
+    changes: list[StateChangeOut]
+
+
+class DivergenceOut(msgspec.Struct, kw_only=True):
+    """The first super-step where two graph runs' states differ (``None``: they never do)."""
+
+    run_a: str
+    run_b: str
+    step: int | None
+
+
+def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    """One checkpoint (``cairn graph history --json``, ``GET /api/runs/{id}/checkpoints``)."""
+    return plain(CheckpointOut(run_id=checkpoint.run_id, step=checkpoint.step, nodes=list(checkpoint.nodes),
+                               next=list(checkpoint.next), at=checkpoint.at, seq=checkpoint.seq,
+                               parent=checkpoint.parent))
+
+
+def checkpoint_page(run_id: str, found: Sequence[Checkpoint], limit: int) -> dict[str, Any]:
+    """A page of ``limit`` checkpoints (``found`` holds one more if another page follows)."""
+    page = list(found[:limit])
+    return {"run_id": run_id, "checkpoints": [checkpoint_json(c) for c in page],
+            "next_before": page[-1].step if len(found) > limit else None}
+
+
+def state_json(run_id: str, step: int, state: dict[str, Any]) -> dict[str, Any]:
+    return plain(StateOut(run_id=run_id, step=step, state=state))
+
+
+def diff_json(run_id: str, step_a: int, other_run: str, step_b: int,
+              changes: Sequence[Change]) -> dict[str, Any]:
+    return {"run_id": run_id, "step_a": step_a, "other_run": other_run, "step_b": step_b,
+            "changes": diffs.to_json(changes)}
+
+
+def divergence_json(run_a: str, run_b: str, step: int | None) -> dict[str, Any]:
+    return plain(DivergenceOut(run_a=run_a, run_b=run_b, step=step))
 
 
 # -- operations and approvals ---------------------------------------------------------------------

@@ -18,6 +18,7 @@ from .approvals import approvals, approve, reject
 from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
+from .graph import graph
 from .inspection import events, runs, show
 from .memory import memory
 from .ops import ops
@@ -52,5 +53,6 @@ for _command in (
     approvals, approve, reject,                                 # approvals (cli/approvals.py)
     serve, tokens, watch,                                       # the HTTP API (cairn.server)
     schedules, *BUNDLE_COMMANDS,                                # schedules; bundles, replay checks, migration
+    graph,                                                      # graph runs' time travel (cli/graph.py)
 ):
     main.add_command(_command)

@@ -23,6 +23,7 @@ from cairn.api.ledger import Decoded, OperationView, decode
 from cairn.api.views import ModelCalls, attention, journal_status, model_calls, result_of
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.journal import Journal
+from cairn.graph.travel import lineage_of
 from cairn.store.lifecycle import wait_label
 from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, RunRecord, RunStatus
 
@@ -178,7 +179,8 @@ def lifecycle_detail(event: HistoryEvent) -> str:
     kind = event.event
     if kind is EventType.RUN_CREATED:
         return f"{d.get('workflow')} v{d.get('version')}, tenant {d.get('tenant')}" + (
-            f", child of {d['parent_run_id']}" if d.get("parent_run_id") else "")
+            f", child of {d['parent_run_id']}" if d.get("parent_run_id") else "") + (
+            f", {forked.describe()}" if (forked := lineage_of(event)) is not None else "")
     if kind is EventType.LEASE_CLAIMED:
         return f"lease until {_clock(d.get('lease_until'))}"
     if kind is EventType.LEASE_TAKEN_OVER:
@@ -368,6 +370,9 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
     head.add_row("thread", line(record.thread_id or "-"))
     if record.parent_run_id:
         head.add_row("parent", line(record.parent_run_id))
+    forked = lineage_of(history[0] if history else None)
+    if forked is not None:
+        head.add_row("lineage", line(forked.describe()))
     head.add_row("queue", line(f"{record.queue} (priority {record.priority})"))
     started = first_at(history, EventType.RUN_STARTED)
     ended = last_at(history, *_END_EVENTS) if record.status.terminal else None

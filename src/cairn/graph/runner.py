@@ -28,6 +28,7 @@ from cairn.graph.checkpoints import KIND, Chain, Task
 from cairn.graph.errors import GraphError
 from cairn.graph.graph import END, START, Compiled, Node, Send
 from cairn.graph.reader import GraphHistory, graph_of
+from cairn.graph.travel import SEED_PARAM, Seed
 from cairn.store.records import ApprovalStatus
 
 
@@ -41,14 +42,17 @@ def workflow(name: str, version: str, graph: Compiled, max_steps: int) -> Workfl
     resumed run never reads it again, so a deploy whose state type no
     longer reads the input must not fail the run before its checkpoint is
     even looked at (a checkpoint it cannot read parks it as incompatible)."""
-    async def run_graph(ctx: Context, state: Any) -> dict[str, int]:
-        return await GraphRun(name, graph, max_steps, ctx).run(state)
+    async def run_graph(ctx: Context, state: Any, cairn_fork: Seed | None = None) -> dict[str, int]:
+        return await GraphRun(name, graph, max_steps, ctx).run(state, cairn_fork)
 
     run_graph.__cairn_graph__ = graph  # type: ignore[attr-defined]
     run_graph.__qualname__ = run_graph.__name__ = f"graph:{name}"
-    signature = inspect.Signature([inspect.Parameter("state", inspect.Parameter.POSITIONAL_OR_KEYWORD)])
+    # ``cairn_fork``: a replay's or a fork's seed (``graph.travel``), never given by a plain start
+    signature = inspect.Signature([
+        inspect.Parameter("state", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter(SEED_PARAM, inspect.Parameter.KEYWORD_ONLY, default=None)])
     return WorkflowDef(name=name, version=version, fn=run_graph, is_async=True, signature=signature,
-                       param_types={"state": Any}, result_type=dict[str, int])
+                       param_types={"state": Any, SEED_PARAM: Seed | None}, result_type=dict[str, int])
 
 
 class GraphRun:
@@ -64,15 +68,15 @@ class GraphRun:
         assert execution is not None, "a graph runs inside an execution"
         self.execution = execution
 
-    async def run(self, given: Any) -> dict[str, int]:
+    async def run(self, given: Any, seed: Seed | None = None) -> dict[str, int]:
         restored = self.execution.restore_point(KIND)
         versions: dict[str, list[int]] = {}
         ran: list[str] = []
         if restored is None:
             committed = self.schema.initial(given)
-            step = 0
-            tasks = self._next(((START, None),), committed)
-            self._commit(0, [], {}, committed, {}, tasks, versions, None)
+            step = 0 if seed is None else seed.step  # a replay or a fork goes on from its seed's step
+            tasks = self._next(((START, None),), committed) if seed is None else self._seeded(seed)
+            self._commit(step, [], {}, committed, {}, tasks, versions, None)
         else:
             step, committed, tasks, versions, ran = self._restore()
         # ``committed``: the state of the latest checkpoint; ``state``: that
@@ -121,6 +125,14 @@ class GraphRun:
             field = self.schema.fields[name]
             edited[name] = field.validate(value, field.type, lambda: f"the edit {when} {', '.join(names)}")
         return edited
+
+    def _seeded(self, seed: Seed) -> list[Task]:
+        tasks = seed.tasks()
+        for task in tasks:
+            if task.node not in self.graph.nodes:
+                raise GraphError(f"checkpoint {seed.step} of run {seed.run_id!r} runs node {task.node!r} "
+                                 "next, which this graph has not")
+        return tasks
 
     # -- checkpoints ------------------------------------------------------------------
 

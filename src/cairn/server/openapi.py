@@ -39,6 +39,8 @@ _PATH: dict[str, dict[str, Any]] = {
     "request_id": _TEXT,
     "token_id": _TEXT,
     "position": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+    **{step: {"type": "string", "pattern": "^[0-9]{1,18}$", "description": "a super-step"}
+       for step in ("step", "a", "b")},
 }
 
 

@@ -180,8 +180,10 @@ def _same_start(call: Call[Any], record: RunRecord, data: Any) -> None:
                                                       "(another workflow or input): choose a new key")
 
 
-def start_run(call: Call[Any]) -> Any:
-    body: StartRun = call.body
+def chosen_run_id(call: Call[Any], given: str | None) -> str | None:
+    """The id a request that creates a run chose (the body's ``run_id`` or
+    the ``Idempotency-Key`` header; they must agree), in the caller's
+    tenant's own namespace: no other tenant can hold it or see it exists."""
     key = call.request.headers.get("idempotency-key")
     if key is not None:
         try:
@@ -189,12 +191,16 @@ def start_run(call: Call[Any]) -> Any:
         except msgspec.ValidationError:
             raise ApiError(400, "invalid", "the Idempotency-Key header must be 1 to 200 printable "
                                            "characters") from None
-        if body.run_id is not None and body.run_id != key:
+        if given is not None and given != key:
             raise ApiError(422, "invalid", "run_id and the Idempotency-Key header differ")
+    chosen = given or key
+    return scoped_run_id(call.principal.tenant, chosen) if chosen is not None else None
+
+
+def start_run(call: Call[Any]) -> Any:
+    body: StartRun = call.body
     tenant = call.principal.tenant
-    chosen = body.run_id or key
-    # a chosen id lives in the tenant's own namespace: no other tenant can hold it or see it exists
-    run_id = scoped_run_id(tenant, chosen) if chosen is not None else None
+    run_id = chosen_run_id(call, body.run_id)
     data = {} if body.input is msgspec.UNSET else body.input
     try:
         handle = call.app.start_json(

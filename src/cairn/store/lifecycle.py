@@ -133,6 +133,8 @@ def created_detail(run: NewRun) -> dict[str, Any]:
     detail: dict[str, Any] = {"workflow": run.workflow, "version": run.workflow_version, "tenant": run.tenant}
     if run.parent_run_id:
         detail["parent_run_id"] = run.parent_run_id
+    if run.origin is not None:
+        detail["forked_from"] = run.origin
     return detail
 
 

@@ -137,6 +137,10 @@ class NewRun:
     #: the bundle the run executes on (``cairn.engine.bundles``); ``None``: a
     #: run created before bundles existed, served by any worker with its workflow
     bundle: str | None = None
+    #: where the run was forked from (a graph run's replay or fork at a
+    #: checkpoint: ``{"run_id": ..., "step": n, "edited": bool}``), recorded in
+    #: its ``run.created`` entry (its lineage: ``cairn.graph.travel.lineage_of``)
+    origin: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         names = {"run_id": self.run_id, "workflow": self.workflow, "tenant": self.tenant, "queue": self.queue}
