@@ -193,5 +193,7 @@ def test_readers_without_the_graphs_code_read_plain_json(app: cairn.App) -> None
     final = app.run(app.graph("chat", chat_graph(4, size=4)), START_STATE, run_id="c")
     bare = cairn.App(store=app.store)  # registers nothing (shares the store: not closed here)
     assert [c.step for c in bare.checkpoints("c")] == [4, 3, 2, 1, 0]
-    assert bare.graph_state("c") == final
-    assert bare.graph_state("c", 2) == {"messages": final["messages"][:2], "n": 2, "big": ""}
+    assert bare.graph_state_json("c") == (4, final)
+    assert bare.graph_state_json("c", 2) == (2, {"messages": final["messages"][:2], "n": 2, "big": ""})
+    with pytest.raises(cairn.InvalidArgument, match="not a run of a graph registered here"):
+        bare.graph_state("c")  # the typed reader needs the state type
