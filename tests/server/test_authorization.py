@@ -63,6 +63,7 @@ SAMPLES: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {
     ("GET", "/api/runs/{run_id}/checkpoints"): (None, {}),
     ("GET", "/api/runs/{run_id}/checkpoints/{step}"): (None, {"step": "0"}),
     ("GET", "/api/runs/{run_id}/checkpoints/{a}/diff/{b}"): (None, {"a": "0", "b": "0"}),
+    ("GET", "/api/runs/{run_id}/divergence"): (None, {}),
     ("POST", "/api/runs/{run_id}/checkpoints/{step}/replay"): ({}, {"step": "0"}),
     ("POST", "/api/runs/{run_id}/checkpoints/{step}/fork"): ({"update": {}}, {"step": "0"}),
 }
@@ -104,6 +105,7 @@ EXPECTED_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/api/runs/{run_id}/checkpoints"): Role.VIEWER,
     ("GET", "/api/runs/{run_id}/checkpoints/{step}"): Role.VIEWER,
     ("GET", "/api/runs/{run_id}/checkpoints/{a}/diff/{b}"): Role.VIEWER,
+    ("GET", "/api/runs/{run_id}/divergence"): Role.VIEWER,
     ("POST", "/api/runs/{run_id}/checkpoints/{step}/replay"): Role.OPERATOR,
     ("POST", "/api/runs/{run_id}/checkpoints/{step}/fork"): Role.OPERATOR,
 }

@@ -148,3 +148,25 @@ def test_bad_input_is_one_json_error_and_nothing_is_created(setup: Setup, client
     assert error_of(client.post(f"/api/runs/{graph_run}/checkpoints/0/replay",
                                 headers=setup.headers("viewer"), json={}), 403)
     assert {r.run_id for r in setup.app.list_runs(tenant=TENANT)} == before
+
+
+def test_divergence_of_a_fork_and_its_origin(setup: Setup, client: httpx.Client, graph_run: str) -> None:
+    viewer = setup.headers("viewer")
+    made = client.post(f"/api/runs/{graph_run}/checkpoints/1/fork", headers=setup.headers("operator"),
+                       json={"update": {"n": 41}, "run_id": "f"})
+    assert made.status_code == 201, made.text
+    fork = made.json()["run"]["run_id"]
+    setup.app.resume(fork)
+    same = client.get(f"/api/runs/{graph_run}/divergence?other={graph_run}", headers=viewer)
+    assert same.json() == {"run_a": graph_run, "run_b": graph_run, "step": None}
+    forked = client.get(f"/api/runs/{graph_run}/divergence?other={fork}", headers=viewer)
+    assert forked.status_code == 200, forked.text
+    expected = setup.app.graph_divergence(graph_run, fork)
+    assert forked.json() == {"run_a": graph_run, "run_b": fork, "step": expected}
+    assert forked.json()["step"] == 1  # the fork's edit is its checkpoint 1
+    assert "'other'" in error_of(client.get(f"/api/runs/{graph_run}/divergence", headers=viewer), 400)
+    intruder = setup.headers("other-admin")
+    assert client.get(f"/api/runs/{graph_run}/divergence?other={fork}", headers=intruder).status_code == 404
+    theirs = "theirs"
+    setup.app.run(setup.workflows["notes"], {"notes": [], "n": 0}, run_id=theirs, tenant=OTHER)
+    assert client.get(f"/api/runs/{theirs}/divergence?other={graph_run}", headers=intruder).status_code == 404

@@ -1,7 +1,8 @@
 """``/api/runs/{run_id}/checkpoints``: time travel over a graph run. Its
 history of checkpoints (newest first, paged), the state at one (plain
 JSON, read without the graph's code), the diff of two (of one run or of
-two: ``?other=``), and replay and fork at one, which start a new run of the
+two: ``?other=``), the first super-step where two runs' states differ
+(``/divergence?other=``), and replay and fork at one, which start a new run of the
 graph (the server's app must register it) in the run's tenant, with its
 lineage recorded. Fork and replay are idempotent on ``run_id`` /
 ``Idempotency-Key`` as ``POST /api/runs`` is.
@@ -26,9 +27,11 @@ from cairn.api.travel import NoCheckpoint
 from cairn.api.views import (
     CheckpointPageOut,
     DiffOut,
+    DivergenceOut,
     StateOut,
     checkpoint_page,
     diff_json,
+    divergence_json,
     run_json,
     state_json,
 )
@@ -51,6 +54,13 @@ class CheckpointPage(msgspec.Struct):
 
 class DiffQuery(msgspec.Struct):
     """``other``: step ``b`` is of this run (default: the same run)."""
+
+    other: Ident | None = None
+
+
+class DivergenceQuery(msgspec.Struct):
+    """``other``: the run compared with this one (required; checked after
+    the run itself, so another tenant's run is 404 whatever the query)."""
 
     other: Ident | None = None
 
@@ -118,6 +128,17 @@ def diff_checkpoints(call: Call[Any]) -> Any:
     return diff_json(record.run_id, step_a, other.run_id, step_b, changes)
 
 
+def diverge_runs(call: Call[Any]) -> Any:
+    record = call.run(call.path["run_id"])
+    query: DivergenceQuery = call.query
+    if query.other is None:
+        raise ApiError(400, "invalid", "the query parameter 'other' (the run to compare with) is required")
+    other = call.run(query.other)  # another tenant's run: 404 as an unknown one
+    with _answered():
+        step = call.app.graph_divergence(record.run_id, other.run_id)
+    return divergence_json(record.run_id, other.run_id, step)
+
+
 def _started(call: Call[Any], origin: str, make: Callable[[str | None], Any], asked_id: str | None,
              step: int, update: dict[str, Any] | None) -> JSONResponse:
     run_id = chosen_run_id(call, asked_id)
@@ -176,6 +197,9 @@ ROUTES = [
     Endpoint("GET", CHECKPOINTS + "/{a}/diff/{b}", Role.VIEWER, "What changed from checkpoint a to "
              "checkpoint b (of ?other= if given), field by field", diff_checkpoints, query=DiffQuery,
              tag="graphs", response=DiffOut),
+    Endpoint("GET", RUN + "/divergence", Role.VIEWER, "The first super-step at which this graph run's "
+             "state and ?other='s differ (null: never)", diverge_runs, query=DivergenceQuery, tag="graphs",
+             response=DivergenceOut),
     Endpoint("POST", CHECKPOINTS + "/{step}/replay", Role.OPERATOR, "Start a new run from the checkpoint, "
              "running every super-step after it again", replay_checkpoint, body=Replay, status=201,
              returns="The new run (201: created; 200: it existed)", idempotent=True, tag="graphs",
