@@ -63,7 +63,7 @@ SAMPLES: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {
     ("GET", "/api/runs/{run_id}/checkpoints"): (None, {}),
     ("GET", "/api/runs/{run_id}/checkpoints/{step}"): (None, {"step": "0"}),
     ("GET", "/api/runs/{run_id}/checkpoints/{a}/diff/{b}"): (None, {"a": "0", "b": "0"}),
-    ("GET", "/api/runs/{run_id}/divergence"): (None, {}),
+    ("GET", "/api/runs/{run_id}/divergence"): (None, {"?": "other={run_id}"}),
     ("POST", "/api/runs/{run_id}/checkpoints/{step}/replay"): ({}, {"step": "0"}),
     ("POST", "/api/runs/{run_id}/checkpoints/{step}/fork"): ({"update": {}}, {"step": "0"}),
 }
@@ -132,11 +132,13 @@ def _headers(setup: Setup, who: str) -> dict[str, str]:
 def _call(http: httpx.Client, spec: Endpoint, headers: dict[str, str], target: str | None,
           requests: dict[str, str] | None = None) -> httpx.Response:
     body, params = SAMPLES[(spec.method, spec.path)]
+    params = dict(params)
     if target is not None:
         params = {**params, ("token_id" if "{token_id}" in spec.path else "run_id"): target}
     if "{request_id}" in spec.path:  # the run's approval request (an unknown run: any id)
         params["request_id"] = (requests or {}).get(str(target), "0" * 32)
-    path = spec.path.format(**params)
+    query = params.pop("?", None)  # a required query parameter, formatted like the path
+    path = spec.path.format(**params) + ("" if query is None else "?" + query.format(**params))
     if spec.stream is not None:
         with http.stream(spec.method, path, headers=headers) as response:
             response.read() if response.status_code != 200 else None

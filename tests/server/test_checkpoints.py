@@ -164,7 +164,7 @@ def test_divergence_of_a_fork_and_its_origin(setup: Setup, client: httpx.Client,
     expected = setup.app.graph_divergence(graph_run, fork)
     assert forked.json() == {"run_a": graph_run, "run_b": fork, "step": expected}
     assert forked.json()["step"] == 1  # the fork's edit is its checkpoint 1
-    assert "'other'" in error_of(client.get(f"/api/runs/{graph_run}/divergence", headers=viewer), 400)
+    assert "`other`" in error_of(client.get(f"/api/runs/{graph_run}/divergence", headers=viewer), 400)
     intruder = setup.headers("other-admin")
     assert client.get(f"/api/runs/{graph_run}/divergence?other={fork}", headers=intruder).status_code == 404
     theirs = "theirs"

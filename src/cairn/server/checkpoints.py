@@ -59,10 +59,9 @@ class DiffQuery(msgspec.Struct):
 
 
 class DivergenceQuery(msgspec.Struct):
-    """``other``: the run compared with this one (required; checked after
-    the run itself, so another tenant's run is 404 whatever the query)."""
+    """``other``: the run compared with this one."""
 
-    other: Ident | None = None
+    other: Ident
 
 
 class Replay(msgspec.Struct, forbid_unknown_fields=True):
@@ -131,8 +130,6 @@ def diff_checkpoints(call: Call[Any]) -> Any:
 def diverge_runs(call: Call[Any]) -> Any:
     record = call.run(call.path["run_id"])
     query: DivergenceQuery = call.query
-    if query.other is None:
-        raise ApiError(400, "invalid", "the query parameter 'other' (the run to compare with) is required")
     other = call.run(query.other)  # another tenant's run: 404 as an unknown one
     with _answered():
         step = call.app.graph_divergence(record.run_id, other.run_id)

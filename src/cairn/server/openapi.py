@@ -50,7 +50,8 @@ def _query_parameters(kind: type[Any], components: dict[str, Any]) -> list[dict[
     (schema,), extra = msgspec.json.schema_components([kind], ref_template="#/components/schemas/{name}")
     components.update(extra)
     resolved = extra[kind.__name__] if "$ref" in schema else schema
-    return [{"name": name, "in": "query", "required": False, "schema": prop}
+    required = set(resolved.get("required", ()))
+    return [{"name": name, "in": "query", "required": name in required, "schema": prop}
             for name, prop in resolved.get("properties", {}).items()]
 
 
