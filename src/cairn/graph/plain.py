@@ -14,12 +14,14 @@ when the two differ, that the field is a list that only grew since, by the
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from cairn.errors import PayloadError
-from cairn.graph.checkpoints import Chain
+
+if TYPE_CHECKING:  # checkpoints reads an older version's state through this module
+    from cairn.graph.checkpoints import Chain
 
 
 def plain_state(chain: Chain, step: int, what: str) -> dict[str, Any]:

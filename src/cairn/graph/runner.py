@@ -56,6 +56,8 @@ class GraphRun:
         execution = executions.current()
         assert execution is not None, "a graph runs inside an execution"
         self.execution = execution
+        #: the next checkpoint sets every field (the run resumed from an older state version's)
+        self._whole = False
 
     async def run(self, given: Any) -> dict[str, int]:
         restored = self.execution.restore_point(KIND)
@@ -122,6 +124,9 @@ class GraphRun:
                 parent: int | None) -> list[Task]:
         """Record the checkpoint of ``step``; return the next tasks as a
         resume will read them (a ``Send``'s arg decoded from its record)."""
+        if self._whole:  # no checkpoint of this version reads a field from an older version's
+            before, added, self._whole = {}, {}, False
+            versions.clear()  # a field the state type no longer has is not carried on
         raw = checkpoints.write(self.schema, step, nodes, before, after, added, tasks, versions, parent)
         execution = self.execution
         call = execution.begin(KIND, checkpoints.entry_name(step))
@@ -156,6 +161,10 @@ class GraphRun:
         except PayloadError as exc:  # it was recorded: the code's state type changed (deployable)
             position = entries[step].position
             raise IncompatiblePayload(self.schema.name, None, None, str(exc), position) from None
+        except IncompatiblePayload as exc:  # no upcaster (or one that raised): the run is parked
+            position = entries[step].position
+            raise exc.at(position) if position is not None else exc from None
+        self._whole = self.schema.version is not None and record.sv != self.schema.version
         for task in tasks:
             if task.node not in self.graph.nodes:
                 raise GraphError(f"{what} runs node {task.node!r} next, which this graph has no more")

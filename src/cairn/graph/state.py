@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.codec import values
+from cairn.codec import upcasters, values
 from cairn.errors import PayloadError
 from cairn.graph import reducers
 from cairn.graph.errors import GraphError, InvalidGraph
@@ -87,6 +87,9 @@ class Schema:
     def __init__(self, cls: Any) -> None:
         self.cls = cls
         self.kind = self._kind(cls)
+        #: the schema version the state type declares (``__cairn_version__``), recorded in
+        #: every checkpoint: an older one is read through the type's upcasters
+        self.version = upcasters.schema_version(cls)
         try:
             hints = typing.get_type_hints(cls, include_extras=True)
         except Exception as exc:
