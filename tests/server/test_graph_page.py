@@ -167,3 +167,22 @@ def test_a_10_mb_value_is_cut_in_the_diff(sqlite_setup: Setup, value: str) -> No
         assert shown.status_code == 200
         assert f"({len(value) + 2 - graphpage.MAX_VALUE:,} more characters)" in shown.text
         assert len(section(shown.text)) < 20_000
+
+
+def test_a_failed_graph_runs_error_and_path_are_text(setup: Setup, client: httpx.Client) -> None:
+    g = cairn.Graph(Notes)
+
+    def explode(state: Notes) -> None:
+        raise RuntimeError(MARKUP)
+
+    g.node(explode, name=NODE)
+    g.edge(cairn.START, NODE)
+    g.edge(NODE, cairn.END)
+    with pytest.raises(cairn.RunFailed):
+        setup.app.run(setup.app.graph("explodes", g), {"notes": [], "meta": {}, "n": 0}, tenant=TENANT,
+                      run_id="boom")
+    html = page(client, setup.tokens["viewer"], "boom").text
+    assert rows(html) == [0]
+    assert "RuntimeError: &lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in html
+    for markup in ("<b>", "<script>alert", "<img"):
+        assert markup not in html

@@ -25,7 +25,7 @@ from cairn.engine.definitions import WorkflowDef
 from cairn.errors import IncompatiblePayload, PayloadError
 from cairn.graph import checkpoints
 from cairn.graph.checkpoints import KIND, Chain, Task
-from cairn.graph.errors import GraphError
+from cairn.graph.errors import GraphError, cut
 from cairn.graph.graph import END, START, Compiled, Node, Send
 from cairn.store.records import ApprovalStatus
 
@@ -199,8 +199,9 @@ class GraphRun:
                 raise
             except Exception as exc:
                 if not policy.retryable(exc) or attempt >= policy.max_attempts:
-                    raise GraphError(f"node {node.name!r} failed (attempt {attempt} of "
-                                     f"{policy.max_attempts}): {type(exc).__name__}: {exc}") from exc
+                    tries = f"attempt {attempt} of {policy.max_attempts}"
+                    raise GraphError(f"node {node.name!r} failed ({tries}): {type(exc).__name__}: "
+                                     f"{cut(str(exc))}") from exc
                 await asyncio.sleep(policy.delay(attempt, exc))
                 attempt += 1
 
@@ -238,15 +239,16 @@ class GraphRun:
         try:
             chosen = router(self.schema.view(state))
         except Exception as exc:
-            raise GraphError(f"the router of {source!r} raised {type(exc).__name__}: {exc}") from None
+            raise GraphError(f"the router of {source!r} raised {type(exc).__name__}: "
+                             f"{cut(str(exc))}") from None
         found = list(chosen) if isinstance(chosen, list | tuple) else [chosen]
         for target in found:
             if not isinstance(target, str | Send):
-                raise GraphError(f"the router of {source!r} returned {target!r}: a router returns a node "
-                                 "name, a list of them, cairn.END or cairn.Send(node, arg)")
+                raise GraphError(f"the router of {source!r} returned {cut(repr(target))}: a router returns "
+                                 "a node name, a list of them, cairn.END or cairn.Send(node, arg)")
         return found
 
     def _known(self, source: str, target: str) -> None:
         if target not in self.graph.nodes:
-            raise GraphError(f"the router of {source!r} named {target!r}, which is not a node of graph "
-                             f"{self.name!r} (nodes: {', '.join(sorted(self.graph.nodes))})")
+            raise GraphError(f"the router of {source!r} named {cut(repr(target))}, which is not a node of "
+                             f"graph {self.name!r} (nodes: {', '.join(sorted(self.graph.nodes))})")

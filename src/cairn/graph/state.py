@@ -19,7 +19,7 @@ from typing import Any
 from cairn.codec import upcasters, values
 from cairn.errors import PayloadError
 from cairn.graph import reducers
-from cairn.graph.errors import GraphError, InvalidGraph
+from cairn.graph.errors import GraphError, InvalidGraph, cut
 
 Reducer = Callable[[Any, Any], Any]
 
@@ -210,5 +210,5 @@ class Schema:
                 reduced = field.reducer(state.get(name), new)
             except Exception as exc:
                 raise GraphError(f"node {node!r}: the reducer of field {name!r} raised "
-                                 f"{type(exc).__name__}: {exc}") from None
+                                 f"{type(exc).__name__}: {cut(str(exc))}") from None
             state[name] = field.validate(reduced, field.type, what)
