@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from cairn.engine.budget import check_number
 from cairn.engine.definitions import WorkflowDef
 from cairn.errors import RunFailed
-from cairn.graph.reader import graph_of
+from cairn.graph.reader import Readers, graph_of
 from cairn.store.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -25,6 +25,9 @@ class RunSource(Protocol):
     def runtime(self) -> Runtime: ...
 
     def get_run(self, run_id: str) -> RunRecord: ...
+
+    @property
+    def graph_readers(self) -> Readers: ...  # a graph run's result is its last checkpoint's state
 
 
 class RunHandle(Generic[R]):

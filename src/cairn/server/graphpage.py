@@ -18,7 +18,7 @@ import bisect
 import json
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from starlette.datastructures import QueryParams
 
@@ -101,9 +101,9 @@ def graph_view(app: App, record: RunRecord, params: QueryParams) -> dict[str, An
     listed = history.checkpoints(before=before, limit=PAGE)
     base = f"/runs/{quote(record.run_id, safe='')}"
 
-    def link(**query: int | None) -> str:
-        given = {k: v for k, v in query.items() if v is not None}
-        return base + ("?" + urlencode(given) if given else "") + "#graph"
+    def link(**query: int | None) -> str:  # numbers only: nothing to encode
+        given = "&".join(f"{k}={v}" for k, v in query.items() if v is not None)
+        return base + ("?" + given if given else "") + "#graph"
 
     rows = [{"step": c.step, "ran": compact(c.nodes), "next": compact(c.next), "at": c.at, "parent": c.parent,
              "diff": link(steps=before, a=c.parent, b=c.step) if c.parent is not None else None}
