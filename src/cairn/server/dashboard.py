@@ -111,7 +111,8 @@ def routes(state: ServerState) -> list[Route]:
         ops = run_routes.run_operations(call)
         asked = approval_routes.run_approvals(
             _call(state, request, principal, approval_routes.RunApprovals()))
-        graph = graphpage.graph_view(state.app, call.run(call.path["run_id"]), request.query_params)
+        graph = graphpage.graph_view(state.app, call.run(call.path["run_id"]), request.query_params) \
+            if graphpage.is_graph_run(history["events"]) else None
         return _page("run.html", principal=principal, run=run, graph=graph, history=history["events"],
                      more=history["next_after"], model_calls=models["model_calls"],
                      models_error=models.get("error"), operations=ops["operations"],

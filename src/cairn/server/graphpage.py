@@ -25,6 +25,7 @@ from starlette.datastructures import QueryParams
 from cairn.api.app import App
 from cairn.errors import InvalidArgument, PayloadError
 from cairn.graph import diff as diffs
+from cairn.graph.checkpoints import KIND
 from cairn.graph.plain import plain_state
 from cairn.graph.reader import GraphHistory
 from cairn.server.errors import ApiError
@@ -88,6 +89,13 @@ def path_text(path: diffs.Path) -> str:
         else:
             parts.append(f"[{json.dumps(key, ensure_ascii=False)}]")
     return "".join(parts)
+
+
+def is_graph_run(events: list[dict[str, Any]]) -> bool:
+    """Whether a run's first page of history (``event_json`` entries) holds a
+    checkpoint: a graph run writes its first before anything else it journals,
+    so any other run is told apart without reading its whole history."""
+    return any(event.get("kind") == KIND for event in events)
 
 
 def graph_view(app: App, record: RunRecord, params: QueryParams) -> dict[str, Any] | None:
