@@ -182,3 +182,67 @@ def test_a_state_type_that_gained_a_required_field_parks_the_run(apps: tuple[cai
     _drain(new_app)
     record = new_app.get_run(run_id)
     assert record.status is RunStatus.INCOMPATIBLE, (record.status, record.error)
+
+
+@dataclass
+class ItemV1:
+    name: str
+
+
+@dataclass
+class ItemV2:  # the item type changed; the state type around it did not declare a version
+    __cairn_version__: ClassVar[int] = 2
+    name: str
+    qty: int
+
+
+@dataclass
+class CartV1:
+    items: Annotated[list[ItemV1], cairn.append]
+    n: int
+
+
+@dataclass
+class CartV2:
+    items: Annotated[list[ItemV2], cairn.append]
+    n: int
+
+
+def cart_v1(state: CartV1, ctx: cairn.Context) -> dict[str, Any]:
+    if state.n == 1:
+        ctx.sleep(1.0)
+    return {"items": [ItemV1(f"v1:{state.n}")], "n": state.n + 1}
+
+
+def cart_v2(state: CartV2, ctx: cairn.Context) -> dict[str, Any]:
+    if state.n == 1:
+        ctx.sleep(1.0)
+    return {"items": [ItemV2(f"v2:{state.n}", sum(i.qty for i in state.items))], "n": state.n + 1}
+
+
+def cart(state: Any, node: Any) -> cairn.Graph:
+    g = cairn.Graph(state)
+    g.node(node, name="work")
+    g.edge(cairn.START, "work")
+    g.route("work", lambda s: cairn.END if s.n >= 3 else "work")
+    return g
+
+
+def test_a_changed_item_type_in_an_appended_list_reads_through_its_upcaster(
+        apps: tuple[cairn.App, cairn.App]) -> None:
+    app, new_app = apps
+    run = app.start(app.graph("cart", cart(CartV1, cart_v1)), CartV1([], 0))
+    _drain(app, 0.1)
+    assert app.get_run(run.run_id).status is RunStatus.SUSPENDED
+    time.sleep(1.0)
+    new_app.graph("cart", cart(CartV2, cart_v2))
+    new_app.upcaster(ItemV2, from_version=1)(lambda data: {**data, "qty": 1})
+    try:
+        report, _ = new_app.migrate(run.run_id)
+        assert report.compatible, report.describe()
+        _drain(new_app)
+        assert new_app.handle(run.run_id).result(timeout=5) == CartV2(
+            [ItemV2("v1:0", 1), ItemV2("v2:1", 1), ItemV2("v2:2", 2)], 3)
+        assert new_app.graph_state(run.run_id, 1) == CartV2([ItemV2("v1:0", 1)], 1)
+    finally:
+        upcasters.unregister(ItemV2, 1)
