@@ -27,7 +27,7 @@ class RunSource(Protocol):
     def get_run(self, run_id: str) -> RunRecord: ...
 
     @property
-    def graph_readers(self) -> Readers: ...
+    def graph_readers(self) -> Readers: ...  # a graph run's result is its last checkpoint's state
 
 
 class RunHandle(Generic[R]):

@@ -70,8 +70,9 @@ class TimeTravel:
     def history(self, run_id: str) -> GraphHistory:
         """Run ``run_id``'s own checkpoints, read without its graph's code
         (``InvalidArgument`` for a run that has none: not a graph run)."""
-        found = self.graph_readers.of(self.get_run(run_id))
-        if not found.entries and self.lineage(run_id) is None:
+        record = self.get_run(run_id)
+        found = self.graph_readers.of(record)
+        if not found.entries and self.lineage(run_id) is None and not self._is_graph(record):
             raise NotAGraphRun(f"run {run_id!r} has no checkpoint: it is not a graph run, or it has not "
                                   "started yet")
         return found
@@ -123,6 +124,15 @@ class TimeTravel:
         graph = self._graph(self.get_run(run_id))
         found, at = self.source(run_id, step)
         return found.state(graph, at)
+
+    def _is_graph(self, record: RunRecord) -> bool:
+        """Whether this process registers ``record``'s workflow as a graph
+        (a graph run that failed before its first checkpoint has none)."""
+        try:
+            self._graph(record)
+        except InvalidArgument:
+            return False
+        return True
 
     def _graph(self, record: RunRecord) -> Compiled:
         definition = self.runtime.registry.definition_for(record, self.store) \

@@ -15,9 +15,9 @@ from typing import Any
 
 import msgspec
 
-from cairn.codec import values
+from cairn.codec import upcasters, values
 from cairn.engine.credentials import SecretParams, wants_value
-from cairn.errors import PayloadError
+from cairn.errors import IncompatiblePayload, PayloadError
 from cairn.retry import RetryPolicy
 
 
@@ -119,11 +119,28 @@ class WorkflowDef:
         """Turn plain JSON values into the annotated types (validating them)."""
         out: dict[str, Any] = {}
         for name, value in arguments.items():
+            type_ = self.param_types.get(name, Any)
+            if upcasters.versioned_in(type_):  # an input recorded by older code reads through the upcasters
+                out[name] = values.decode(values.encode(value), type_,
+                                          what=f"input {name!r} of workflow {self.name!r}")
+                continue
             try:
-                out[name] = msgspec.convert(value, self.param_types.get(name, Any), dec_hook=values.dec_hook)
+                out[name] = msgspec.convert(value, type_, dec_hook=values.dec_hook)
             except (msgspec.ValidationError, NotImplementedError, ValueError) as exc:
                 raise PayloadError(f"input {name!r} of workflow {self.name!r}: {exc}") from None
         return out
+
+    def recorded(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``convert`` of a run's recorded input, which was validated when the
+        run started: if it no longer fits, the code's types changed since, a
+        deployable fix (an upcaster), so ``IncompatiblePayload`` (the run is
+        parked ``incompatible``), never the run's failure."""
+        try:
+            return self.convert(arguments)
+        except PayloadError as exc:
+            named = [getattr(t, "__qualname__", repr(t)) for t in self.param_types.values()]
+            raise IncompatiblePayload(named[0] if len(named) == 1 else f"input of {self.name}", None, None,
+                                      str(exc), None) from None
 
     def call_args(self, arguments: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Positional and keyword arguments for calling the function."""

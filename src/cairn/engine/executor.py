@@ -388,7 +388,7 @@ def _run_to_end(
 ) -> Outcome:
     try:
         raw = runtime.payloads.load(execution.run.input, Any, what=f"input of run {execution.run_id!r}")
-        args, kwargs = definition.call_args(definition.convert(raw))
+        args, kwargs = definition.call_args(definition.recorded(raw))
         ctx = Context(execution)
         if definition.is_async:
             result = _run_async(execution, definition.fn(ctx, *args, **kwargs), loops.get())

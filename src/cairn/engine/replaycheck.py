@@ -28,7 +28,7 @@ from cairn.engine.execution import CURRENT, Call, Execution
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Ended, Release, Suspend
 from cairn.engine.tools import settle_end
-from cairn.errors import CairnError, NonDeterminismError
+from cairn.errors import CairnError, IncompatiblePayload, NonDeterminismError
 from cairn.store.records import Claim, HistoryEvent, RunRecord
 
 
@@ -125,7 +125,7 @@ def _check(runtime: Runtime, definition: WorkflowDef, ex: Execution) -> ReplayRe
 
     try:
         raw = runtime.payloads.load(ex.run.input, Any, what=f"input of run {run_id!r}")
-        args, kwargs = definition.call_args(definition.convert(raw))
+        args, kwargs = definition.call_args(definition.recorded(raw))
         ctx = Context(ex)
         if definition.is_async:
             loop = asyncio.new_event_loop()
@@ -154,6 +154,9 @@ def _check(runtime: Runtime, definition: WorkflowDef, ex: Execution) -> ReplayRe
         return ReplayReport(run_id, True, replayed(), note=f"stopped: {exc}")
     except DryRunWrite as exc:
         return ReplayReport(run_id, True, replayed(), note=str(exc))
+    except IncompatiblePayload as exc:  # a recorded value this code cannot read (no upcaster): a report
+        return ReplayReport(run_id, False, replayed(), exc.position, f"a {exc.type_name} payload",
+                            f"a type it cannot read ({exc.why})")
     except Exception as exc:
         return _raised(run_id, ex, exc)
     return ReplayReport(run_id, True, replayed(), note="the code returns at the end of the journal")

@@ -12,9 +12,11 @@ store by reference when it is large, as every payload does::
      "next": [["c"], ["d", <arg>]],              # the next super-step's tasks (a Send's arg)
      "set": {"summary": <value>},                # fields whose value changed, as their new value
      "add": {"messages": [<item>, ...]},         # list fields that only grew: the new items
-     "versions": {"messages": [3, 0], "summary": [3, 3]}}
+     "versions": {"messages": [3, 0], "summary": [3, 3]},
+     "sv": 2}                                    # the state type's schema version, if it declares one
 
-A field that did not change is in neither ``set`` nor ``add``.
+A field that did not change is in neither ``set`` nor ``add``; a key whose
+value is its default (no ``set``, no ``parent``, no ``sv``) is left out.
 ``versions`` is the reference snapshot, carried by every checkpoint (a few
 bytes a field, nothing copied): for each field, the super-step that last
 changed it and the one that last *set* it whole (the base; for a field that
@@ -23,6 +25,15 @@ is never appended, the same step). The value of a field at step ``k`` is the
 checkpoints after the base up to its last change. Reading any state never
 folds from the start and never applies a reducer: it reads the checkpoint,
 the ones its versions name, and a list's appends (which are that list).
+
+A state type that evolves declares a schema version (``__cairn_version__``,
+``codec.upcasters``), which every checkpoint records as ``sv``. The state
+at a checkpoint of an older version is read whole as plain JSON
+(``graph.plain``) and decoded as the state type, which runs its upcasters
+(``IncompatiblePayload`` when no chain of them reaches the current version:
+the run is parked, never failed). The first checkpoint a new version writes
+sets every field (``write(..., before={})``), so no checkpoint's state
+mixes records of two versions.
 
 The names follow LangGraph's checkpoint (next issue): ``versions`` are its
 ``channel_versions``, ``set``/``add`` its per-channel blobs, ``parent`` its
@@ -39,8 +50,9 @@ from typing import Any
 
 import msgspec
 
-from cairn.codec import values
+from cairn.codec import upcasters, values
 from cairn.errors import PayloadError
+from cairn.graph.plain import plain_state
 from cairn.graph.state import Schema, _list_of
 
 #: the ``step_kind`` of a checkpoint's journal entry
@@ -72,7 +84,7 @@ class Task:
     send: bool = False
 
 
-class Record(msgspec.Struct, frozen=True):
+class Record(msgspec.Struct, frozen=True, omit_defaults=True):
     """A checkpoint as stored (field values left encoded until read as their type)."""
 
     v: int
@@ -83,6 +95,8 @@ class Record(msgspec.Struct, frozen=True):
     parent: int | None = None
     set: dict[str, msgspec.Raw] = {}
     add: dict[str, msgspec.Raw] = {}
+    #: the schema version of the state type that wrote it (``None``: it declares none)
+    sv: int | None = None
 
     def tasks(self) -> list[Task]:
         """The next super-step's tasks, decoded (a ``Send``'s arg as plain JSON)."""
@@ -147,7 +161,8 @@ def write(schema: Schema, step: int, nodes: Sequence[str], before: Mapping[str, 
             versions[name] = [step, versions.get(name, [step, step])[1]]
     next_tasks = [[msgspec.Raw(_ENCODER.encode(t.node)), msgspec.Raw(values.encode(t.arg))] if t.send
                   else [msgspec.Raw(_ENCODER.encode(t.node))] for t in tasks]
-    record = Record(VERSION, step, list(nodes), next_tasks, dict(versions), parent, sets, adds)
+    record = Record(VERSION, step, list(nodes), next_tasks, dict(versions), parent, sets, adds,
+                    schema.version)
     return _ENCODER.encode(record)
 
 
@@ -175,11 +190,15 @@ class Chain:
 
     def state(self, schema: Schema | None, step: int, what: str) -> dict[str, Any]:
         """The state after super-step ``step``, each field decoded as its type
-        (``PayloadError`` naming ``what`` and the field if one cannot be);
-        without ``schema`` (a reader without the graph's code: the CLI, the
-        HTTP API) as plain JSON, which the versions alone allow: a field
-        whose last change is not its base is a list that grew."""
+        (``PayloadError`` naming ``what`` and the field if one cannot be, or
+        a required field that it lacks; ``IncompatiblePayload`` if an older
+        version's state has no upcaster to the current one); without
+        ``schema`` (a reader without the graph's code: the CLI, the HTTP API)
+        as plain JSON, which the versions alone allow: a field whose last
+        change is not its base is a list that grew."""
         record = self.record(step)
+        if schema is not None and schema.version is not None and record.sv != schema.version:
+            return self._upcast(schema, step, record.sv, what)
         state: dict[str, Any] = {}
         for name, (changed, base) in record.versions.items():
             field = None if schema is None else schema.fields.get(name)
@@ -210,4 +229,22 @@ class Chain:
                     found = shared[key] = values.decode(raw, item_list, what=described)
                 items.extend(found)
             state[name] = items
-        return state
+        return state if schema is None else _complete(schema, state, what)
+
+    def _upcast(self, schema: Schema, step: int, found: int | None, what: str) -> dict[str, Any]:
+        """The state of an older version's checkpoint, through the state type's upcasters."""
+        plain = plain_state(self, step, what)
+        plain[upcasters.VERSION_KEY] = 1 if found is None else found  # no version recorded: version 1
+        decoded = values.decode(msgspec.json.encode(plain), schema.cls, what=what)
+        return _complete(schema, schema.fields_of(decoded), what)
+
+
+def _complete(schema: Schema, state: dict[str, Any], what: str) -> dict[str, Any]:
+    """``state``, if it has every field the state type requires (a type that
+    gained one since the checkpoint was written no longer reads it: a
+    ``PayloadError``, which parks a resuming run until an upcaster is deployed)."""
+    missing = [name for name, field in schema.fields.items() if field.required and name not in state]
+    if missing:
+        raise PayloadError(f"cannot decode {what}: it has no {', '.join(map(repr, missing))} (a field "
+                           f"{schema.name} requires now; declare __cairn_version__ and an upcaster)")
+    return state

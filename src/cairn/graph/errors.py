@@ -18,3 +18,15 @@ class GraphError(CairnError, TerminalError):
     """A graph run cannot go on: an update that does not fit the state, a
     reducer that raised, a router naming no node, the super-step limit.
     Terminal: retrying the node would meet the same state and code."""
+
+
+#: how much of a user's text (an exception's message, a value a router returned) an error quotes
+QUOTED = 300
+
+
+def cut(text: str, limit: int = QUOTED) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were left out: a
+    run's error is one readable line, never a copy of a 10 MB value."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"

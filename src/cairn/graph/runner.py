@@ -25,7 +25,7 @@ from cairn.engine.definitions import WorkflowDef
 from cairn.errors import IncompatiblePayload, PayloadError
 from cairn.graph import checkpoints
 from cairn.graph.checkpoints import KIND, Chain, Task
-from cairn.graph.errors import GraphError
+from cairn.graph.errors import GraphError, cut
 from cairn.graph.graph import END, START, Compiled, Node, Send
 from cairn.graph.reader import GraphHistory, graph_of
 from cairn.graph.travel import SEED_PARAM, Seed
@@ -67,6 +67,8 @@ class GraphRun:
         execution = executions.current()
         assert execution is not None, "a graph runs inside an execution"
         self.execution = execution
+        #: the next checkpoint sets every field (the run resumed from an older state version's)
+        self._whole = False
 
     async def run(self, given: Any, seed: Seed | None = None) -> dict[str, int]:
         restored = self.execution.restore_point(KIND)
@@ -141,6 +143,9 @@ class GraphRun:
                 parent: int | None) -> list[Task]:
         """Record the checkpoint of ``step``; return the next tasks as a
         resume will read them (a ``Send``'s arg decoded from its record)."""
+        if self._whole:  # no checkpoint of this version reads a field from an older version's
+            before, added, self._whole = {}, {}, False
+            versions.clear()  # a field the state type no longer has is not carried on
         raw = checkpoints.write(self.schema, step, nodes, before, after, added, tasks, versions, parent)
         execution = self.execution
         call = execution.begin(KIND, checkpoints.entry_name(step))
@@ -175,6 +180,10 @@ class GraphRun:
         except PayloadError as exc:  # it was recorded: the code's state type changed (deployable)
             position = entries[step].position
             raise IncompatiblePayload(self.schema.name, None, None, str(exc), position) from None
+        except IncompatiblePayload as exc:  # no upcaster (or one that raised): the run is parked
+            position = entries[step].position
+            raise exc.at(position) if position is not None else exc from None
+        self._whole = self.schema.version is not None and record.sv != self.schema.version
         for task in tasks:
             if task.node not in self.graph.nodes:
                 raise GraphError(f"{what} runs node {task.node!r} next, which this graph has no more")
@@ -209,8 +218,9 @@ class GraphRun:
                 raise
             except Exception as exc:
                 if not policy.retryable(exc) or attempt >= policy.max_attempts:
-                    raise GraphError(f"node {node.name!r} failed (attempt {attempt} of "
-                                     f"{policy.max_attempts}): {type(exc).__name__}: {exc}") from exc
+                    tries = f"attempt {attempt} of {policy.max_attempts}"
+                    raise GraphError(f"node {node.name!r} failed ({tries}): {type(exc).__name__}: "
+                                     f"{cut(str(exc))}") from exc
                 await asyncio.sleep(policy.delay(attempt, exc))
                 attempt += 1
 
@@ -280,15 +290,16 @@ class GraphRun:
         try:
             chosen = router(self.schema.view(state))
         except Exception as exc:
-            raise GraphError(f"the router of {source!r} raised {type(exc).__name__}: {exc}") from None
+            raise GraphError(f"the router of {source!r} raised {type(exc).__name__}: "
+                             f"{cut(str(exc))}") from None
         found = list(chosen) if isinstance(chosen, list | tuple) else [chosen]
         for target in found:
             if not isinstance(target, str | Send):
-                raise GraphError(f"the router of {source!r} returned {target!r}: a router returns a node "
-                                 "name, a list of them, cairn.END or cairn.Send(node, arg)")
+                raise GraphError(f"the router of {source!r} returned {cut(repr(target))}: a router returns "
+                                 "a node name, a list of them, cairn.END or cairn.Send(node, arg)")
         return found
 
     def _known(self, source: str, target: str) -> None:
         if target not in self.graph.nodes:
-            raise GraphError(f"the router of {source!r} named {target!r}, which is not a node of graph "
-                             f"{self.name!r} (nodes: {', '.join(sorted(self.graph.nodes))})")
+            raise GraphError(f"the router of {source!r} named {cut(repr(target))}, which is not a node of "
+                             f"graph {self.name!r} (nodes: {', '.join(sorted(self.graph.nodes))})")

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.codec import values
+from cairn.codec import upcasters, values
 from cairn.errors import PayloadError
 from cairn.graph import reducers
-from cairn.graph.errors import GraphError, InvalidGraph
+from cairn.graph.errors import GraphError, InvalidGraph, cut
 
 Reducer = Callable[[Any, Any], Any]
 
@@ -87,6 +87,9 @@ class Schema:
     def __init__(self, cls: Any) -> None:
         self.cls = cls
         self.kind = self._kind(cls)
+        #: the schema version the state type declares (``__cairn_version__``), recorded in
+        #: every checkpoint: an older one is read through the type's upcasters
+        self.version = upcasters.schema_version(cls)
         try:
             hints = typing.get_type_hints(cls, include_extras=True)
         except Exception as exc:
@@ -205,5 +208,5 @@ class Schema:
                 reduced = field.reducer(state.get(name), new)
             except Exception as exc:
                 raise GraphError(f"node {node!r}: the reducer of field {name!r} raised "
-                                 f"{type(exc).__name__}: {exc}") from None
+                                 f"{type(exc).__name__}: {cut(str(exc))}") from None
             state[name] = field.validate(reduced, field.type, what)

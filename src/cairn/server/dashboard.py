@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from cairn.api.tokens import Principal, Role, TokenRefused
 from cairn.server import approvals as approval_routes
+from cairn.server import graphpage
 from cairn.server import queues as queue_routes
 from cairn.server import runs as run_routes
 from cairn.server.errors import ApiError, as_api_error
@@ -110,7 +111,9 @@ def routes(state: ServerState) -> list[Route]:
         ops = run_routes.run_operations(call)
         asked = approval_routes.run_approvals(
             _call(state, request, principal, approval_routes.RunApprovals()))
-        return _page("run.html", principal=principal, run=run, history=history["events"],
+        graph = graphpage.graph_view(state.app, call.run(call.path["run_id"]), request.query_params) \
+            if graphpage.is_graph_run(history["events"]) else None
+        return _page("run.html", principal=principal, run=run, graph=graph, history=history["events"],
                      more=history["next_after"], model_calls=models["model_calls"],
                      models_error=models.get("error"), operations=ops["operations"],
                      approvals=asked["approvals"], can_operate=principal.role.allows(Role.OPERATOR))
