@@ -132,6 +132,9 @@ def test_a_3000_step_run_is_shown_a_page_at_a_time(sqlite_setup: Setup) -> None:
         token = sqlite_setup.tokens["viewer"]
         first = page(client, token, "long")
         assert rows(first.text) == list(range(3000, 3000 - graphpage.PAGE, -1))
+        # the timeline's checkpoint rows name what ran and changed, not the state again
+        assert len(first.text) < 400_000, len(first.text)
+        assert "checkpoint: ran step; changed n, log" in first.text
         older = re.search(r'id="graph-older" href="([^"]+)"', first.text)
         assert older is not None
         assert 'id="graph-newer"' not in first.text
