@@ -1124,6 +1124,27 @@ def test_a_tenant_role_cannot_refill_the_installations_rate_buckets(deployment: 
     assert all(0 <= tokens < 0.5 for _, _, tokens in rows), rows
 
 
+def test_the_installations_tenant_rate_holds_and_refills_for_every_claimer(deployment: Deployment) -> None:
+    """The normal claim path through spend_tenant_tokens: a tenant's role and
+    the installation's own (which claims for every tenant) share one bucket
+    per tenant, spend it exactly, and get tokens back as the clock moves."""
+    d = deployment
+    d.owner.set_queue(QueueLimits("q", tenant_rate=Rate(2, 3600)))
+    for tenant, store in (("acme", d.acme), ("globex", d.globex)):
+        for i in range(6):
+            store.create_run(new_run(f"{tenant}-{i}", tenant=tenant, queue="q"))
+    assert _claimed(d.acme.claim_runs("aw", [WF], 1, 3600.0, 3)) == {("q", "acme"): 1}
+    assert _claimed(d.owner.claim_runs("ow", [WF], 20, 3600.0, 3)) == {("q", "acme"): 1, ("q", "globex"): 2}
+    assert _claimed(*[store.claim_runs(worker, [WF], 20, 3600.0, 3)
+                      for store, worker in ((d.acme, "aw"), (d.globex, "gw"), (d.owner, "ow"))]) == {}
+    query = "SELECT tenant, tokens, refilled_at FROM queue_buckets ORDER BY tenant"
+    assert d.as_role("owner", query) == [("acme", 0.0, d.clock.now), ("globex", 0.0, d.clock.now)]
+    d.clock.advance(1800)  # one token back for each tenant
+    assert _claimed(d.globex.claim_runs("gw", [WF], 20, 3600.0, 3)) == {("q", "globex"): 1}
+    assert _claimed(d.owner.claim_runs("ow", [WF], 20, 3600.0, 3)) == {("q", "acme"): 1}
+    assert d.as_role("owner", query) == [("acme", 0.0, d.clock.now), ("globex", 0.0, d.clock.now)]
+
+
 def test_migration_25_takes_the_bucket_writes_back_from_roles_granted_before_it(pg_url: str) -> None:
     """A role granted a tenant under migration 24 could INSERT and UPDATE
     its buckets; after 25 it reads them only, and its raw writes fail."""
