@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import os
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import ApprovalRequest, Claim, EventType, Payload, RunFilter, RunStatus, TokenRecord
 from cairn.store.schedules import Fired, ScheduleSpec
+from cairn.store.sqlfiles import load_migrations
 from tests import pgvector_cluster
 from tests.backends import libpq_url
 from tests.pgvector_cluster import PgvectorBackend
@@ -1045,3 +1047,143 @@ def test_search_and_the_embedding_worker_never_cross_tenants(vector_deployment: 
         assert theirs == [("globex-tea",)]
         assert d.as_role("globex", "UPDATE memory_vectors SET vec = NULL WHERE tenant = 'acme'") == [(0,)]
         assert d.as_role("owner", "SELECT vec::text FROM memory_vectors WHERE key = 'acme-tea'") == [(vec,)]
+
+
+# -- the token buckets of the installation's rates, as an attacker (issue 21) -------------------
+#
+# A tenant's role, with raw SQL, tries to refill (or reset) its own per-tenant
+# bucket of the installation's tenant_rate, another tenant's, and the
+# queue-wide one: by writing the rows, removing them (a missing row is a full
+# bucket) and through the spending functions. {queue} and {tenant} name the
+# row attacked ('' is the queue-wide bucket).
+BUCKET_ATTACKS = [
+    "UPDATE queue_buckets SET refilled_at = 0",  # refilled since 1970: full
+    "UPDATE queue_buckets SET tokens = 1e9",
+    "UPDATE queue_buckets SET tokens = 1e9, refilled_at = 1e12 "
+    "WHERE queue = '{queue}' AND tenant = '{tenant}'",
+    "DELETE FROM queue_buckets",
+    "DELETE FROM queue_buckets WHERE queue = '{queue}' AND tenant = '{tenant}'",
+    "TRUNCATE queue_buckets",
+    "INSERT INTO queue_buckets VALUES ('{queue}', '{tenant}', 1e9, 1e12) "
+    "ON CONFLICT (queue, tenant) DO UPDATE SET tokens = 1e9, refilled_at = 1e12",
+    "SELECT spend_queue_tokens(ARRAY['{queue}'], ARRAY[-1000000000]::bigint[], 1e12)",
+    "SELECT spend_tenant_tokens(ARRAY['{queue}'], ARRAY['{tenant}'], ARRAY[-1000000000]::bigint[], 1e12)",
+    # its own running runs touched first, so this transaction counts as having moved them
+    "UPDATE runs SET updated_at = updated_at WHERE status = 'running'; "
+    "SELECT spend_tenant_tokens(ARRAY['{queue}'], ARRAY['{tenant}'], ARRAY[-1000000000]::bigint[], 1e12); "
+    "SELECT spend_queue_tokens(ARRAY['{queue}'], ARRAY[-1000000000]::bigint[], 1e12)",
+]
+
+
+def _attack_buckets(d: Deployment) -> None:
+    """Every attack of BUCKET_ATTACKS by both tenants' roles (under their own
+    setting), on every bucket row of both rated queues; refusals ignored."""
+    for key in ("acme", "globex"):
+        for queue in ("q", "w"):
+            for tenant in ("acme", "globex", ""):
+                for attack in BUCKET_ATTACKS:
+                    with contextlib.suppress(psycopg.Error):
+                        d.as_role(key, attack.format(queue=queue, tenant=tenant))
+
+
+def _claimed(*claims: list[Claim]) -> dict[tuple[str, str], int]:
+    counts: dict[tuple[str, str], int] = {}
+    for batch in claims:
+        for c in batch:
+            counts[(c.run.queue, c.run.tenant)] = counts.get((c.run.queue, c.run.tenant), 0) + 1
+    return counts
+
+
+def test_a_tenant_role_cannot_refill_the_installations_rate_buckets(deployment: Deployment) -> None:
+    """The installation's per-tenant rate of queue q (2 an hour) and the
+    queue-wide rate of queue w (3 an hour) hold for claims made by the
+    tenants' roles and by the installation's own, however a tenant's role
+    wrote, removed or spent bucket rows with raw SQL before and between
+    the claims (under a clock that stands still: no token comes back)."""
+    d = deployment
+    d.clock.now = time.time()  # the functions cap a claim's clock by the server's: keep the two together
+    d.owner.set_queue(QueueLimits("q", tenant_rate=Rate(2, 3600)))
+    d.owner.set_queue(QueueLimits("w", rate=Rate(3, 3600)))
+    for tenant, store in (("acme", d.acme), ("globex", d.globex)):
+        for queue in ("q", "w"):
+            for i in range(4):
+                store.create_run(new_run(f"{tenant}-{queue}{i}", tenant=tenant, queue=queue))
+    _attack_buckets(d)  # before any claim: no bucket row exists yet
+    first = _claimed(d.acme.claim_runs("aw", [WF], 20, 3600.0, 3),
+                     d.globex.claim_runs("gw", [WF], 20, 3600.0, 3))
+    assert first[("q", "acme")] == first[("q", "globex")] == 2
+    assert first.get(("w", "acme"), 0) + first.get(("w", "globex"), 0) == 3
+    _attack_buckets(d)  # now on the rows the claims wrote, with their runs running
+    later = [store.claim_runs(worker, [WF], 20, 3600.0, 3)
+             for store, worker in ((d.acme, "aw"), (d.globex, "gw"), (d.owner, "ow"))]
+    assert _claimed(*later) == {}
+    # spent, and refilled by no more than the seconds the server's clock moved
+    # (a spending function refills up to the server's clock, never past it)
+    rows = d.as_role("owner", "SELECT queue, tenant, tokens FROM queue_buckets ORDER BY queue, tenant")
+    assert [(q, t) for q, t, _ in rows] == [("q", "acme"), ("q", "globex"), ("w", "")]
+    assert all(0 <= tokens < 0.5 for _, _, tokens in rows), rows
+
+
+def test_the_installations_tenant_rate_holds_and_refills_for_every_claimer(deployment: Deployment) -> None:
+    """The normal claim path through spend_tenant_tokens: a tenant's role and
+    the installation's own (which claims for every tenant) share one bucket
+    per tenant, spend it exactly, and get tokens back as the clock moves."""
+    d = deployment
+    d.owner.set_queue(QueueLimits("q", tenant_rate=Rate(2, 3600)))
+    for tenant, store in (("acme", d.acme), ("globex", d.globex)):
+        for i in range(6):
+            store.create_run(new_run(f"{tenant}-{i}", tenant=tenant, queue="q"))
+    assert _claimed(d.acme.claim_runs("aw", [WF], 1, 3600.0, 3)) == {("q", "acme"): 1}
+    assert _claimed(d.owner.claim_runs("ow", [WF], 20, 3600.0, 3)) == {("q", "acme"): 1, ("q", "globex"): 2}
+    assert _claimed(*[store.claim_runs(worker, [WF], 20, 3600.0, 3)
+                      for store, worker in ((d.acme, "aw"), (d.globex, "gw"), (d.owner, "ow"))]) == {}
+    query = "SELECT tenant, tokens, refilled_at FROM queue_buckets ORDER BY tenant"
+    assert d.as_role("owner", query) == [("acme", 0.0, d.clock.now), ("globex", 0.0, d.clock.now)]
+    d.clock.advance(1800)  # one token back for each tenant
+    assert _claimed(d.globex.claim_runs("gw", [WF], 20, 3600.0, 3)) == {("q", "globex"): 1}
+    assert _claimed(d.owner.claim_runs("ow", [WF], 20, 3600.0, 3)) == {("q", "acme"): 1}
+    assert d.as_role("owner", query) == [("acme", 0.0, d.clock.now), ("globex", 0.0, d.clock.now)]
+
+
+def test_migration_25_takes_the_bucket_writes_back_from_roles_granted_before_it(pg_url: str) -> None:
+    """A role granted a tenant under migration 24 could INSERT and UPDATE
+    its buckets; after 25 it reads them only, and its raw writes fail."""
+    role = f"cairn_rls_{os.getpid()}_{secrets.token_hex(3)}_old"
+    schema = f"buckets_{secrets.token_hex(3)}"
+    migrations = load_migrations("postgres")
+    assert migrations[24].version == 25
+    _admin(pg_url, sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(role)))
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            conn.execute(sql.SQL("SET LOCAL search_path = {}").format(sql.Identifier(schema)))
+            conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                         "applied_at DOUBLE PRECISION NOT NULL)")
+            for migration in migrations[:24]:
+                conn.execute(migration.sql.encode())
+                conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 0)",
+                             (migration.version, migration.name))
+            conn.execute("SELECT grant_tenant(%s, 'acme')", (role,))
+        table = f"{schema}.queue_buckets"
+
+        def may(privilege: str) -> bool:
+            return bool(_value(pg_url, "SELECT has_table_privilege(%s, %s, %s)", (role, table, privilege)))
+
+        assert (may("INSERT"), may("UPDATE")) == (True, True)
+        PostgresStore(pg_url, schema=schema).close()  # migrates the rest
+        assert (may("SELECT"), may("INSERT"), may("UPDATE"), may("DELETE")) == (True, False, False, False)
+        with (psycopg.connect(make_conninfo(pg_url, user=role), autocommit=True) as conn,
+              pytest.raises(psycopg.errors.InsufficientPrivilege, match="queue_buckets")):
+            conn.execute(sql.SQL("INSERT INTO {} VALUES ('q', 'acme', 1e9, 1e12)").format(
+                sql.Identifier(schema, "queue_buckets")))
+    finally:
+        _admin(pg_url, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)),
+               sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)),
+               sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def _value(url: str, query: str, params: tuple[Any, ...]) -> Any:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query, params).fetchone()
+        assert row is not None
+        return row[0]

@@ -55,7 +55,8 @@ SQLITE_ONLY = {
     "lane_candidates": "the lane walk, as next_queue",
     "queue_running": "counts running runs directly (PostgreSQL: queue_running_totals, through a "
                      "SECURITY DEFINER function, since row-level security hides other tenants' runs)",
-    "upsert_bucket": "one token bucket per statement (PostgreSQL: upsert_buckets, all in one)",
+    "upsert_bucket": "one token bucket per statement (PostgreSQL: spend_tenant_tokens and "
+                     "spend_queue_tokens, through SECURITY DEFINER functions)",
     "insert_created_events": "a run created held: its three first entries in one statement with the "
                              "tenant bound (PostgreSQL: create_run, the run and its entries in one)",
     "insert_event_next": "the fenced append without reading history, when the store appended the "
@@ -80,7 +81,8 @@ POSTGRES_ONLY = {
     "finish_fenced": "the end of a run after lock_fenced, in one statement",
     "select_lanes": "the lane walk as one recursive query (one round trip)",
     "queue_running_totals": "calls the SECURITY DEFINER function that counts across tenants",
-    "upsert_buckets": "every token bucket a claim used, in one statement",
+    "spend_tenant_tokens": "per-tenant token buckets are spent through a SECURITY DEFINER function that "
+                           "charges only what the transaction claimed (tenant roles cannot write them)",
     "put_artifact": "artifacts are rows here (SQLite: files)",
     "touch_artifact": "artifacts are rows here (SQLite: files)",
     "get_artifact": "artifacts are rows here (SQLite: files)",

@@ -162,10 +162,13 @@ Why these choices:
   - ``queues``: limits are operator state: readable, never changed by a
     tenant role (it locks a queue's row while it claims, which ``FOR
     UPDATE`` allows, but an UPDATE fails the policy).
-  - ``queue_buckets``: it writes its own tenants' buckets; the queue-wide
-    bucket only through ``spend_queue_tokens`` (``SECURITY DEFINER``), which
-    charges no more tokens than its own transaction moved runs of that queue
-    to running, so no role can drain another tenant's rate.
+  - ``queue_buckets``: it reads its own tenants' buckets and the queue-wide
+    ones, and writes none: a claim spends them only through
+    ``spend_tenant_tokens`` and ``spend_queue_tokens`` (``SECURITY
+    DEFINER``), which charge no more tokens than its own transaction moved
+    runs of that queue (and tenant) to running, so no role can refill its
+    own bucket of the installation's per-tenant rate (migration 0025) nor
+    drain another tenant's.
   - ``queue_shares``: a tenant's own caps, written by the owner; a role
     reads and locks its own tenants' rows, and spends a share's rate
     bucket only through ``spend_share_tokens`` (``SECURITY DEFINER``), which
@@ -1480,16 +1483,17 @@ def _spend_tokens(
     tx: _Conn, charged: Mapping[admission.BucketKey, admission.Bucket],
     claimed: Sequence[admission.Candidate], now: float,
 ) -> None:
-    """Store the token buckets a claim spent. A tenant's own buckets are
-    written as computed; the queue-wide ones (shared by every tenant) only
-    through ``spend_queue_tokens``, which recomputes them under the same lock
-    and charges no more than this transaction claimed (migration 0006)."""
-    own = {key: bucket for key, bucket in charged.items() if key[1] != admission.QUEUE_WIDE}
+    """Store the token buckets a claim spent, through the functions that
+    recompute them under the row's lock and charge no more than this
+    transaction claimed: a tenant's own buckets through
+    ``spend_tenant_tokens`` (migration 0025: a tenant's role writes no bucket
+    row, else it could refill its own), the queue-wide ones through
+    ``spend_queue_tokens`` (migration 0006)."""
+    own = sorted(key for key in charged if key[1] != admission.QUEUE_WIDE)
     if own:
-        tx.execute(_Q["upsert_buckets"], {
-            "queues": [k[0] for k in own], "tenants": [k[1] for k in own],
-            "tokens": [b.tokens for b in own.values()], "ats": [b.at for b in own.values()],
-        })
+        counts = [sum(1 for c in claimed if (c.queue, c.tenant) == key and not c.takeover) for key in own]
+        tx.execute(_Q["spend_tenant_tokens"], {"queues": [k[0] for k in own], "tenants": [k[1] for k in own],
+                                               "counts": counts, "now": now})
     wide = sorted(key[0] for key in charged if key[1] == admission.QUEUE_WIDE)
     if wide:
         counts = [sum(1 for c in claimed if c.queue == queue and not c.takeover) for queue in wide]

@@ -587,10 +587,6 @@ GROUP BY queue, tenant
 -- name: select_buckets
 SELECT queue, tenant, tokens, refilled_at FROM queue_buckets WHERE queue = ANY(%(queues)s::text[])
 
--- name: upsert_buckets
-INSERT INTO queue_buckets (queue, tenant, tokens, refilled_at)
-SELECT * FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(tokens)s::float8[], %(ats)s::float8[])
-ON CONFLICT (queue, tenant) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
 
 -- name: select_queues
 SELECT name, concurrency, tenant_concurrency, rate_limit, rate_period, rate_burst,
@@ -663,6 +659,11 @@ SELECT store_artifact(%(data)s::bytea, %(now)s::float8)
 -- function every role uses, which charges no more than the transaction claimed.
 -- name: spend_queue_tokens
 SELECT spend_queue_tokens(%(queues)s::text[], %(counts)s::bigint[], %(now)s::float8)
+
+-- The per-tenant token buckets of a claim, likewise (migration 0025: no role
+-- but the owner writes a bucket row).
+-- name: spend_tenant_tokens
+SELECT spend_tenant_tokens(%(queues)s::text[], %(tenants)s::text[], %(counts)s::bigint[], %(now)s::float8)
 
 -- What the connecting role may do: whether it is exempt from row-level
 -- security (a superuser, BYPASSRLS, or a member of the tables' owner), and

@@ -134,7 +134,9 @@ CREATE TABLE queues (
 );
 
 -- Token bucket states: tenant '' is the queue-wide bucket, any other value
--- that tenant's own bucket. A missing row is a full bucket. (0005)
+-- that tenant's own bucket. A missing row is a full bucket. (0005) Only
+-- the owner writes rows; every claim spends through spend_queue_tokens and
+-- spend_tenant_tokens. (0025)
 CREATE TABLE queue_buckets (
     queue       TEXT NOT NULL,
     tenant      TEXT NOT NULL,
@@ -210,8 +212,9 @@ CREATE TRIGGER history_monotonic_at
 -- (FORCE is deliberately not set). Any other role sees and writes rows of
 -- runs and history only for the tenants tenant_grants grants it, narrowed
 -- (never widened) by its session setting cairn.tenant; artifacts only through
--- a reference it may see; queue limits read-only; the queue-wide token bucket
--- only through spend_queue_tokens. See migrations/0006_tenant_boundary.sql.
+-- a reference it may see; queue limits read-only; the token buckets only
+-- through spend_queue_tokens and spend_tenant_tokens (0025). See
+-- migrations/0006_tenant_boundary.sql.
 
 CREATE TABLE tenant_grants (
     role   NAME NOT NULL,
@@ -301,20 +304,6 @@ CREATE POLICY read_buckets ON queue_buckets FOR SELECT
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
-CREATE POLICY add_own_buckets ON queue_buckets FOR INSERT
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
-CREATE POLICY spend_own_buckets ON queue_buckets FOR UPDATE
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 ALTER TABLE schema_migrations ENABLE ROW LEVEL SECURITY;
 CREATE POLICY read_versions ON schema_migrations FOR SELECT USING (true);
@@ -362,6 +351,45 @@ BEGIN
     JOIN queues AS q ON q.name = c.name AND q.rate_limit IS NOT NULL
     LEFT JOIN queue_buckets AS b ON b.queue = q.name AND b.tenant = ''
     ON CONFLICT (queue, tenant) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at;
+END
+$$;
+
+-- Spend the per-tenant buckets of a claim (0025): counts[i] tokens of tenants[i]'s
+-- bucket of queue names[i] (a queue with a tenant rate), but never more than
+-- the runs of that queue and tenant the caller's own transaction moved to
+-- running (their rows' xmin is this transaction), and no row at all where it
+-- moved none: through it a role can only spend, and only a tenant it claimed
+-- for. Each bucket is recomputed from its current row under the row's lock
+-- (ON CONFLICT DO UPDATE), not from what the caller read. The refill is
+-- admission.Bucket.refilled with the queue's tenant rate; "at" is the
+-- claimer's clock, capped by the server's.
+CREATE FUNCTION spend_tenant_tokens(names TEXT[], tenants TEXT[], counts BIGINT[], at DOUBLE PRECISION)
+RETURNS void LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
+DECLARE
+    stamp DOUBLE PRECISION := LEAST(at, extract(epoch FROM clock_timestamp()));
+    me TEXT := (pg_current_xact_id()::text::numeric % 4294967296)::text;
+    lane RECORD;
+BEGIN
+    FOR lane IN
+        SELECT c.name, c.tenant, LEAST(GREATEST(c.n, 0), m.moved) AS spent,
+               COALESCE(q.tenant_rate_burst, q.tenant_rate_limit)::float8 AS capacity,
+               q.tenant_rate_limit / q.tenant_rate_period AS per_second
+        FROM unnest(names, tenants, counts) AS c(name, tenant, n)
+        JOIN queues AS q ON q.name = c.name AND q.tenant_rate_limit IS NOT NULL
+        CROSS JOIN LATERAL (SELECT count(*) AS moved FROM runs AS r
+                            WHERE r.queue = c.name AND r.tenant = c.tenant AND r.status = 'running'
+                              AND r.xmin::text = me) AS m
+        WHERE c.tenant <> '' AND LEAST(GREATEST(c.n, 0), m.moved) > 0
+        ORDER BY c.name, c.tenant
+    LOOP
+        INSERT INTO queue_buckets AS b (queue, tenant, tokens, refilled_at)
+        VALUES (lane.name, lane.tenant, lane.capacity - lane.spent, stamp)
+        ON CONFLICT (queue, tenant) DO UPDATE SET
+            tokens = CASE WHEN stamp <= b.refilled_at THEN b.tokens
+                          ELSE LEAST(lane.capacity, b.tokens + (stamp - b.refilled_at) * lane.per_second) END
+                     - lane.spent,
+            refilled_at = GREATEST(b.refilled_at, stamp);
+    END LOOP;
 END
 $$;
 
@@ -452,7 +480,7 @@ INSERT INTO tenant_privileges (object_name, privileges) VALUES
     ('schema_migrations', 'SELECT'),
     ('tenant_grants', 'SELECT'),
     ('queues', 'SELECT, UPDATE (updated_at)'),
-    ('queue_buckets', 'SELECT, INSERT, UPDATE'),
+    ('queue_buckets', 'SELECT'),  -- (0025; was SELECT, INSERT, UPDATE)
     ('mailbox', 'SELECT, INSERT, UPDATE'),
     ('approvals', 'SELECT, INSERT, UPDATE'),
     ('api_tokens', 'SELECT, INSERT, UPDATE'),
@@ -521,6 +549,8 @@ BEGIN
     EXECUTE format('ALTER FUNCTION store_artifact(BYTEA, DOUBLE PRECISION) SET search_path = %I, pg_temp',
                    current_schema());
     EXECUTE format('ALTER FUNCTION spend_queue_tokens(TEXT[], BIGINT[], DOUBLE PRECISION) '
+                   'SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION spend_tenant_tokens(TEXT[], TEXT[], BIGINT[], DOUBLE PRECISION) '
                    'SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION grant_tenant(NAME, TEXT) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION grant_privileges(TEXT) SET search_path = %I, pg_temp', current_schema());
