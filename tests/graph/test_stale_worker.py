@@ -38,7 +38,8 @@ def _wait(what: str, done: object, seconds: float) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_frozen_worker_let_go_after_a_takeover_writes_nothing(tmp_path: Path, backend: StoreBackend) -> None:
+def test_a_frozen_worker_let_go_after_a_takeover_writes_nothing(tmp_path: Path,
+                                                                backend: StoreBackend) -> None:
     app, workflow = kill_app.build_app(backend.url, tmp_path)
     app.start(workflow, START, run_id="ledger")
     noted = tmp_path / "executions.jsonl"
