@@ -290,8 +290,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     def _dump(self, value: Any) -> tuple[str, bytes]:
         kind, data = self.serde.dumps_typed(value)
-        if "pickle" in kind:
-            raise InvalidArgument(f"CairnSaver never stores pickles (the serializer returned {kind!r})")
+        if "pickle" in kind or _looks_pickled(data):
+            raise InvalidArgument(f"CairnSaver never stores pickles (the serializer returned one, type {kind!r})")
         return kind, bytes(data)
 
     def _encode(self, value: Any, rows: ValueRows) -> tuple[str, Digests]:
@@ -337,7 +337,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                     raise UnreadableCheckpoint(f"{name}: refused its {what}: {exc}") from None
                 except Exception as exc:
                     raise UnreadableCheckpoint(f"{name}: cannot decode its {what}: {exc}") from None
-        elif "pickle" in kind:
+        if "pickle" in kind or _looks_pickled(data):
             raise UnreadableCheckpoint(f"{name}: refused its {what}: a pickle payload")
         try:
             return serde.loads_typed((kind, data))
@@ -411,6 +411,13 @@ def digest(kind: str, data: bytes) -> int:
     return int.from_bytes(raw, "little", signed=True)
 
 
+def _looks_pickled(data: bytes) -> bool:
+    """Whether ``data`` is a pickle (protocol 2 or later: ``\\x80``, the
+    protocol, ..., ``.``), whatever type a custom serializer called it: a
+    serializer wrapping ``pickle`` is refused too, not only LangGraph's fallback."""
+    return len(data) >= 3 and data[0] == 0x80 and 2 <= data[1] <= 5 and data.endswith(b".")
+
+
 def _refuse_unsafe(serde: SerializerProtocol) -> None:
     """Refuse a serializer that could run what a row holds: LangGraph's with
     its pickle fallback, or one allowing every module."""
@@ -433,6 +440,7 @@ def _scan(data: bytes, allowed: Any) -> None:
     """Walk a msgpack row without constructing anything, refusing any
     constructor or method its serializer would not allow (LangGraph's own hook
     would hand back the raw arguments instead, or call it if allowed)."""
+    refused: list[str] = []  # ormsgpack replaces an error raised by the hook by its own
 
     def permitted(module: Any, name: Any) -> bool:
         key = (module, name)
@@ -445,19 +453,24 @@ def _scan(data: bytes, allowed: Any) -> None:
             return None
         if code == EXT_NUMPY_ARRAY:
             if "O" in str(inner[0]):
-                raise UnreadableCheckpoint("a numpy array of Python objects")
-            return None
-        if code in _CONSTRUCTORS:
+                refused.append("a numpy array of Python objects")
+        elif code in _CONSTRUCTORS:
             if not permitted(inner[0], inner[1]):
-                raise UnreadableCheckpoint(f"{inner[0]}.{inner[1]} is not in the allowlist")
-            return None
-        if code == EXT_METHOD_SINGLE_ARG:
+                refused.append(f"{inner[0]}.{inner[1]} is not in the allowlist")
+        elif code == EXT_METHOD_SINGLE_ARG:
             if (inner[0], inner[1], inner[3]) not in lg_msgpack.SAFE_MSGPACK_METHODS:
-                raise UnreadableCheckpoint(f"a call of {inner[0]}.{inner[1]}.{inner[3]}")
-            return None
-        raise UnreadableCheckpoint(f"an unknown msgpack extension {code}")
+                refused.append(f"a call of {inner[0]}.{inner[1]}.{inner[3]}")
+        else:
+            refused.append(f"an unknown msgpack extension {code}")
+        return None
 
-    ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+    try:
+        ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+    except Exception:
+        if not refused:
+            raise
+    if refused:
+        raise UnreadableCheckpoint(refused[0])
 
 
 __all__ = ["CairnSaver", "digest"]
