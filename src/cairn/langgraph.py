@@ -291,7 +291,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def _dump(self, value: Any) -> tuple[str, bytes]:
         kind, data = self.serde.dumps_typed(value)
         if "pickle" in kind or _looks_pickled(data):
-            raise InvalidArgument(f"CairnSaver never stores pickles (the serializer returned one, type {kind!r})")
+            raise InvalidArgument(f"CairnSaver never stores pickles (the serializer returned one, "
+                                  f"type {kind!r})")
         return kind, bytes(data)
 
     def _encode(self, value: Any, rows: ValueRows) -> tuple[str, Digests]:

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import pickle
+import re
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,7 +110,7 @@ def test_a_pickle_row_is_refused_and_not_run(app: cairn.App, db_url: str, tmp_pa
             return pickle.dumps(obj)
 
         def loads(self, data: bytes) -> Any:
-            return pickle.loads(data)  # noqa: S301 - what the saver must never reach
+            return pickle.loads(data)  # what the saver must never reach
 
     with pytest.raises(InvalidArgument, match="never uses pickle"):
         _saved(app, "x", serde=_pickle_fallback())
@@ -153,7 +154,8 @@ def test_a_constructor_outside_the_allowlist_is_refused_and_not_run(
     marker.rmdir()
     saver, config = _saved(app, "fine")
     _execute(db_url, "UPDATE lg_values SET data = ?", (payload,))
-    with pytest.raises(UnreadableCheckpoint, match="refused its channel 'c': os.mkdir is not in the allowlist"):
+    refused = r"refused its channel 'c': os\.mkdir is not in the allowlist"
+    with pytest.raises(UnreadableCheckpoint, match=refused):
         saver.get_tuple(config)
     assert not marker.exists()
     with pytest.raises(InvalidArgument, match="allowlist"):
@@ -162,7 +164,7 @@ def test_a_constructor_outside_the_allowlist_is_refused_and_not_run(
 
 def test_an_allowlisted_copy_reads_the_type_and_the_original_still_refuses(app: cairn.App) -> None:
     saver, config = _saved(app, Point(1, 2))
-    with pytest.raises(UnreadableCheckpoint, match=f"{__name__}.Point is not in the allowlist"):
+    with pytest.raises(UnreadableCheckpoint, match=re.escape(f"{__name__}.Point is not in the allowlist")):
         saver.get_tuple(config)
     allowed = saver.with_allowlist([(__name__, "Point")])
     got = allowed.get_tuple(config)
