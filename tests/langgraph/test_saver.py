@@ -161,3 +161,44 @@ def test_concurrent_async_threads_each_keep_their_own_state(app: cairn.App) -> N
         assert out["log"] == [f"t{i}", *(f"t{i}:{n}" for n in range(1, 12))]
         state = graph.get_state(_config(f"t{i}"))
         assert state.values["log"] == out["log"]
+
+
+def _count(db_url: str, query: str) -> int:
+    if db_url.startswith("sqlite"):
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            return int(conn.execute(query).fetchone()[0])
+    with psycopg.connect(db_url) as conn:
+        conn.execute("SET search_path = cairn")
+        row = conn.execute(query).fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_an_add_messages_list_stores_each_message_once(app: cairn.App, db_url: str) -> None:
+    """LangGraph's message reducer (which gives each message an id) with
+    messages a node returns: each message is one value row, the one its
+    pending write and every later checkpoint's list name."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.graph.message import add_messages
+
+    # the functional form: evaluated here, where add_messages is (annotations are strings in this module)
+    chat = TypedDict("chat", {"messages": Annotated[list[Any], add_messages]})  # type: ignore[misc]  # noqa: UP013
+
+    def step(state: dict[str, Any]) -> dict[str, list[Any]]:
+        return {"messages": [AIMessage(content=f"reply {len(state['messages'])}")]}
+
+    def route(state: dict[str, Any]) -> str:
+        return END if len(state["messages"]) >= 40 else "step"
+
+    g = StateGraph(chat)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", route)
+    graph = g.compile(checkpointer=_saver(app, tenant="acme"))
+    out = graph.invoke({"messages": []}, _config("chat"))
+    assert [m.content for m in out["messages"]] == [f"reply {n}" for n in range(40)]
+    holds = ("data LIKE '%reply%'" if db_url.startswith("sqlite")
+             else "position(convert_to('reply', 'UTF8') in data) > 0")
+    messages = _count(db_url, f"SELECT count(*) FROM lg_values WHERE {holds}")
+    assert messages == 40, messages
+    assert graph.get_state(_config("chat")).values["messages"] == out["messages"]
