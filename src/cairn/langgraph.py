@@ -13,6 +13,10 @@ by digest, a list channel that grew stores only its new items (the value a
 node wrote and the item appended to the list are the same row), and a
 checkpoint row holds only the checkpoint's own fields.
 
+Writes are fenced: the saver that wrote a thread and lost it to another
+saver (another process took it since) is refused with ``ThreadTaken``, so
+two processes never fork a thread's chain (``cairn.store.checkpointsql``).
+
 Decoding is guarded: the default serializer is LangGraph's
 ``JsonPlusSerializer`` with a strict msgpack allowlist (LangGraph's safe
 types plus ``allowlist=``), never its pickle fallback; a serializer that
@@ -43,6 +47,7 @@ from cairn.store import open_store
 from cairn.store.checkpointsql import (
     BlobRow,
     CheckpointRow,
+    Holder,
     Snapshot,
     SQLCheckpoints,
     ThreadKey,
@@ -127,6 +132,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
         self.tenant = tenant
         self._lists: OrderedDict[tuple[str, str, str], tuple[str, Digests]] = OrderedDict()
         self._lock = threading.Lock()
+        #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
+        self._owner = secrets.token_hex(8)
+        self._held: dict[str, int] = {}
 
     def close(self) -> None:
         """Close the store if the saver opened it (from a URL)."""
@@ -201,7 +209,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
         parent = config["configurable"].get("checkpoint_id")
         row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata)
         run_id = full_metadata.get("run_id")
-        self._rows.lg_put(key, row, None if run_id is None else str(run_id), blobs, rows, max_depth=MAX_CHAIN)
+        self._held[key.thread_id] = self._rows.lg_put(key, self._holder(key), row,
+                                                      None if run_id is None else str(run_id), blobs, rows,
+                                                      max_depth=MAX_CHAIN)
         self._remember(lists)
         return {"configurable": {"thread_id": key.thread_id, "checkpoint_ns": key.ns,
                                  "checkpoint_id": checkpoint["id"]}}
@@ -215,10 +225,12 @@ class CairnSaver(BaseCheckpointSaver[str]):
             kind, digests = self._encode(value, rows)
             stored.append(WriteRow(task_id, WRITES_IDX_MAP.get(channel, i), channel, task_path, kind,
                                    pack_refs(digests)))
-        self._rows.lg_put_writes(key, config["configurable"]["checkpoint_id"], stored, rows)
+        self._held[key.thread_id] = self._rows.lg_put_writes(
+            key, self._holder(key), config["configurable"]["checkpoint_id"], stored, rows)
 
     def delete_thread(self, thread_id: str) -> None:
         self._rows.lg_delete_thread(self.tenant, str(thread_id))
+        self._held.pop(str(thread_id), None)
         self._forget()
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -287,6 +299,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def _key(self, config: RunnableConfig) -> ThreadKey:
         conf = config["configurable"]
         return ThreadKey(self.tenant, str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")))
+
+    def _holder(self, key: ThreadKey) -> Holder:
+        return Holder(self._owner, self._held.get(key.thread_id))
 
     def _dump(self, value: Any) -> tuple[str, bytes]:
         kind, data = self.serde.dumps_typed(value)

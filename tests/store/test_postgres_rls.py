@@ -36,7 +36,7 @@ from cairn.engine.bundles import Bundle
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, QueueShare, Rate
-from cairn.store.checkpointsql import BlobRow, CheckpointRow, ThreadKey, ValueRow, WriteRow, pack_refs
+from cairn.store.checkpointsql import BlobRow, CheckpointRow, Holder, ThreadKey, ValueRow, WriteRow, pack_refs
 from cairn.store.memrecords import ItemPut, MemoryScope, Provenance, RunPut, ThreadAppend
 from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
@@ -500,9 +500,11 @@ def _acme_world(d: Deployment) -> str:
     # a LangGraph thread of acme's (cairn.langgraph.CairnSaver's tables), through the store's own methods
     key = ThreadKey("acme", "lg-thread", "")
     row = CheckpointRow("lg-thread", "", "c1", None, "msgpack", b"acme ckpt", "msgpack", b"meta")
-    d.acme.lg_put(key, row, "acme-run", [BlobRow("ch", "1", "value", pack_refs([7]))],
+    d.acme.lg_put(key, Holder("acme-saver", None), row, "acme-run",
+                  [BlobRow("ch", "1", "value", pack_refs([7]))],
                   [ValueRow(7, "msgpack", b"acme's checkpoint secret")], max_depth=8)
-    d.acme.lg_put_writes(key, "c1", [WriteRow("task", 0, "ch", "", "value", pack_refs([7]))], [])
+    d.acme.lg_put_writes(key, Holder("acme-saver", 1), "c1",
+                         [WriteRow("task", 0, "ch", "", "value", pack_refs([7]))], [])
     return ref
 
 
@@ -552,6 +554,7 @@ SNAPSHOTS = {
     "lg_writes": "SELECT * FROM lg_writes WHERE tenant <> 'globex' "
                  "ORDER BY tenant, thread_id, ns, checkpoint_id, task_id, idx",
     "lg_values": "SELECT * FROM lg_values WHERE tenant <> 'globex' ORDER BY tenant, thread_id, digest",
+    "lg_threads": "SELECT * FROM lg_threads WHERE tenant <> 'globex' ORDER BY tenant, thread_id",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -595,6 +598,7 @@ READS = [
     ("lg_writes", "SELECT refs FROM lg_writes WHERE tenant = 'acme'"),
     ("lg_values", "SELECT data FROM lg_values WHERE tenant = 'acme'"),
     ("lg_values", "SELECT data FROM lg_values WHERE digest = 7"),
+    ("lg_threads", "SELECT owner FROM lg_threads WHERE tenant = 'acme'"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -763,6 +767,11 @@ WRITES = [
     ("lg_values", "INSERT INTO lg_values (tenant, thread_id, digest, kind, data) "
                   "VALUES ('acme', 'lg-thread', 7, 'msgpack', 'evil') "
                   "ON CONFLICT (tenant, thread_id, digest) DO UPDATE SET data = 'evil'"),
+    # taking acme's thread away from its saver (fencing), or freeing it
+    ("lg_threads", "UPDATE lg_threads SET owner = 'evil', epoch = epoch + 1"),
+    ("lg_threads", "DELETE FROM lg_threads"),
+    ("lg_threads", "INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES ('acme', 'lg-thread', "
+                   "'evil', 9) ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = 'evil'"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.

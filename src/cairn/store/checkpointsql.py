@@ -20,6 +20,13 @@ Every statement names the tenant, so another tenant's thread is absent, and
 each write takes the thread's lock (PostgreSQL: an advisory lock for the
 transaction; SQLite has one writer anyway), so a prune's garbage collection
 never races a put on the same thread.
+
+Writes are fenced (``lg_threads``): a put names its ``Holder``, the saver's
+owner id and the epoch it last held the thread at (``None``: it never held
+it). Under the thread's lock, a thread nobody holds, or held by another
+saver while this one never held it, is taken (epoch + 1); one held by this
+saver at its epoch is written; one this saver held and another took since
+raises ``ThreadTaken`` and nothing of the write is applied.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from cairn.errors import ThreadTaken
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -42,6 +51,14 @@ class ThreadKey:
     tenant: str
     thread_id: str
     ns: str
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who writes: a saver's ``owner`` id and the epoch it last held the thread at."""
+
+    owner: str
+    epoch: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +153,14 @@ class SQLCheckpoints(Generic[Tx]):
 
     # -- writes -------------------------------------------------------------------------
 
-    def lg_put(self, key: ThreadKey, row: CheckpointRow, run_id: str | None, blobs: Sequence[BlobRow],
-               values: Sequence[ValueRow], *, max_depth: int) -> None:
-        """Store a checkpoint, the channel versions it made and their values, in one transaction."""
+    def lg_put(self, key: ThreadKey, holder: Holder, row: CheckpointRow, run_id: str | None,
+               blobs: Sequence[BlobRow], values: Sequence[ValueRow], *, max_depth: int) -> int:
+        """Store a checkpoint, the channel versions it made and their values, in
+        one transaction; the epoch ``holder`` holds the thread at."""
 
-        def body(tx: Tx) -> None:
+        def body(tx: Tx) -> int:
             where = self._lg_lock(tx, key)
+            epoch = self._lg_hold(tx, where, holder)
             self._lg_put_values(tx, where, values)
             for blob in blobs:
                 base, depth, refs = None, 0, blob.refs
@@ -157,22 +176,26 @@ class SQLCheckpoints(Generic[Tx]):
                 **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
                 "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
                 "metadata_kind": row.metadata_kind, "metadata": row.metadata})
+            return epoch
 
-        self._operate(body)
+        return self._operate(body)
 
-    def lg_put_writes(self, key: ThreadKey, checkpoint_id: str, writes: Sequence[WriteRow],
-                      values: Sequence[ValueRow]) -> None:
-        """Store pending writes in one transaction, committed before this returns."""
+    def lg_put_writes(self, key: ThreadKey, holder: Holder, checkpoint_id: str, writes: Sequence[WriteRow],
+                      values: Sequence[ValueRow]) -> int:
+        """Store pending writes in one transaction, committed before this
+        returns; the epoch ``holder`` holds the thread at."""
 
-        def body(tx: Tx) -> None:
+        def body(tx: Tx) -> int:
             where = self._lg_lock(tx, key)
+            epoch = self._lg_hold(tx, where, holder)
             self._lg_put_values(tx, where, values)
             for w in writes:
                 self._query(tx, "lg_replace_write" if w.idx < 0 else "lg_put_write", {
                     **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
                     "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs})
+            return epoch
 
-        self._operate(body)
+        return self._operate(body)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -212,7 +235,7 @@ class SQLCheckpoints(Generic[Tx]):
     def lg_delete_thread(self, tenant: str, thread_id: str) -> None:
         def body(tx: Tx) -> None:
             where = self._lg_lock(tx, ThreadKey(tenant, thread_id, ""))
-            for table in ("checkpoints", "blobs", "writes", "values"):
+            for table in ("checkpoints", "blobs", "writes", "values", "holder"):
                 self._query(tx, f"lg_delete_thread_{table}", where)
 
         self._operate(body)
@@ -239,7 +262,7 @@ class SQLCheckpoints(Generic[Tx]):
             for thread_id in thread_ids:
                 where = self._lg_lock(tx, ThreadKey(tenant, thread_id, ""))
                 if not keep_latest:
-                    for table in ("checkpoints", "blobs", "writes", "values"):
+                    for table in ("checkpoints", "blobs", "writes", "values", "holder"):
                         self._query(tx, f"lg_delete_thread_{table}", where)
                     continue
                 self._query(tx, "lg_delete_older", where)
@@ -264,6 +287,22 @@ class SQLCheckpoints(Generic[Tx]):
         where = _where(key)
         self._query(tx, "lg_lock_thread", where)
         return where
+
+    def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder) -> int:
+        """The epoch ``holder`` holds the thread at, taking it if it may (see the module)."""
+        found = self._query(tx, "lg_thread_holder", where)
+        if found:
+            owner, epoch = str(found[0][0]), int(found[0][1])
+            if owner == holder.owner:
+                return epoch
+            if holder.epoch is not None:
+                raise ThreadTaken(f"LangGraph thread {where['thread_id']!r} was taken by another saver "
+                                  f"(epoch {epoch}): this saver's writes to it are refused")
+            taken = epoch + 1
+        else:
+            taken = 1
+        self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": taken})
+        return taken
 
     def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
         seen: set[int] = set()

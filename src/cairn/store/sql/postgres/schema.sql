@@ -480,7 +480,8 @@ INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
     ('lg_checkpoints', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE'),
     ('lg_blobs', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE'),
     ('lg_writes', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE'),
-    ('lg_values', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE');
+    ('lg_values', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('lg_threads', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE');
 
 CREATE FUNCTION grant_privileges(name TEXT) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -1185,6 +1186,29 @@ CREATE POLICY tenant_isolation ON lg_writes
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 ALTER TABLE lg_values ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON lg_values
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+
+-- Who writes a thread (fencing): the saver that took it (owner, a random id
+-- per CairnSaver) and how many times it changed hands (epoch). A saver takes
+-- a thread on its first write to it; a saver that held it and lost it to
+-- another is refused every write after (cairn.errors.ThreadTaken), so two
+-- processes driving one thread never fork its chain of checkpoints.
+CREATE TABLE lg_threads (
+    tenant    TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    owner     TEXT NOT NULL,
+    epoch     BIGINT NOT NULL,
+    PRIMARY KEY (tenant, thread_id)
+);
+ALTER TABLE lg_threads ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON lg_threads
     USING (tenant = ANY (ARRAY(
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user

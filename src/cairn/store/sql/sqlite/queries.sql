@@ -1284,3 +1284,13 @@ INSERT INTO lg_values (tenant, thread_id, digest, kind, data)
 SELECT tenant, :target, digest, kind, data
 FROM lg_values WHERE tenant = :tenant AND thread_id = :source
 ON CONFLICT (tenant, thread_id, digest) DO NOTHING
+
+-- name: lg_thread_holder
+SELECT owner, epoch FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
+
+-- name: lg_take_thread
+INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES (:tenant, :thread_id, :owner, :epoch)
+ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch
+
+-- name: lg_delete_thread_holder
+DELETE FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id

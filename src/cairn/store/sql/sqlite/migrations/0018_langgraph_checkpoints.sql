@@ -58,3 +58,16 @@ CREATE TABLE lg_values (
     data      BLOB NOT NULL,
     PRIMARY KEY (tenant, thread_id, digest)
 );
+
+-- Who writes a thread (fencing): the saver that took it (owner, a random id
+-- per CairnSaver) and how many times it changed hands (epoch). A saver takes
+-- a thread on its first write to it; a saver that held it and lost it to
+-- another is refused every write after (cairn.errors.ThreadTaken), so two
+-- processes driving one thread never fork its chain of checkpoints.
+CREATE TABLE lg_threads (
+    tenant    TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    owner     TEXT NOT NULL,
+    epoch     INTEGER NOT NULL,
+    PRIMARY KEY (tenant, thread_id)
+) WITHOUT ROWID;
