@@ -55,6 +55,7 @@ IMPORT_NEEDS = {
     "cairn.server": "server",
     "cairn.store.postgres": "postgres",
     "cairn.memory.langgraph": "langgraph",
+    "cairn.langgraph": "langgraph",
 }
 
 failures: list[str] = []

@@ -100,6 +100,21 @@ class PayloadError(CairnError):
     """A value could not be encoded, or stored bytes could not be decoded."""
 
 
+class ThreadTaken(CairnError):
+    """A ``CairnSaver`` that wrote a LangGraph thread lost it to another saver
+    (another process drove the thread since): its writes to the thread are
+    refused, so the two never fork the thread's chain of checkpoints. A new
+    saver takes the thread back on its first write."""
+
+
+class UnreadableCheckpoint(PayloadError):
+    """A stored LangGraph checkpoint (``cairn.langgraph.CairnSaver``) could
+    not be decoded, or held what its serializer must never run (a pickle, a
+    constructor outside the allowlist): the message names the checkpoint.
+    Raised instead of returning ``None`` or a default, so a damaged row is
+    never mistaken for an empty thread."""
+
+
 class StepFailed(CairnError):
     """A step failed for good (terminal error, or retries exhausted).
 

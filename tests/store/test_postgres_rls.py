@@ -37,6 +37,7 @@ from cairn.engine.bundles import Bundle
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, QueueShare, Rate
+from cairn.store.checkpointsql import BlobRow, CheckpointRow, Holder, ThreadKey, ValueRow, WriteRow, pack_refs
 from cairn.store.memrecords import ItemPut, MemoryScope, Provenance, RunPut, ThreadAppend
 from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
@@ -498,6 +499,14 @@ def _acme_world(d: Deployment) -> str:
     assert d.acme.tier_items(0.5).cooled == 1
     # semantic memory: an item of acme's with its vector, a pending outbox row, and a vector of globex's
     memory_world(d)
+    # a LangGraph thread of acme's (cairn.langgraph.CairnSaver's tables), through the store's own methods
+    key = ThreadKey("acme", "lg-thread", "")
+    row = CheckpointRow("lg-thread", "", "c1", None, "msgpack", b"acme ckpt", "msgpack", b"meta")
+    d.acme.lg_put(key, Holder("acme-saver", None), row, "acme-run",
+                  [BlobRow("ch", "1", "value", pack_refs([7]))],
+                  [ValueRow(7, "msgpack", b"acme's checkpoint secret")], max_depth=8)
+    d.acme.lg_put_writes(key, Holder("acme-saver", 1), "c1",
+                         [WriteRow("task", 0, "ch", "", "value", pack_refs([7]))], [])
     return ref
 
 
@@ -540,6 +549,14 @@ SNAPSHOTS = {
     "memory_vectors": "SELECT * FROM memory_vectors WHERE tenant <> 'globex' ORDER BY tenant, namespace, key",
     "memory_item_cold": "SELECT * FROM memory_item_cold WHERE tenant <> 'globex' "
                         "ORDER BY tenant, namespace, key",
+    "lg_checkpoints": "SELECT * FROM lg_checkpoints WHERE tenant <> 'globex' "
+                      "ORDER BY tenant, thread_id, ns, checkpoint_id",
+    "lg_blobs": "SELECT * FROM lg_blobs WHERE tenant <> 'globex' "
+                "ORDER BY tenant, thread_id, ns, channel, version",
+    "lg_writes": "SELECT * FROM lg_writes WHERE tenant <> 'globex' "
+                 "ORDER BY tenant, thread_id, ns, checkpoint_id, task_id, idx",
+    "lg_values": "SELECT * FROM lg_values WHERE tenant <> 'globex' ORDER BY tenant, thread_id, digest",
+    "lg_threads": "SELECT * FROM lg_threads WHERE tenant <> 'globex' ORDER BY tenant, thread_id",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -577,6 +594,13 @@ READS = [
     ("memory_vectors", "SELECT key FROM memory_vectors WHERE tenant = 'acme' FOR UPDATE"),
     ("memory_item_cold", "SELECT key, value FROM memory_item_cold"),
     ("memory_item_cold", "SELECT key FROM memory_item_cold WHERE tenant = 'acme' FOR UPDATE"),
+    ("lg_checkpoints", "SELECT checkpoint, metadata FROM lg_checkpoints WHERE tenant = 'acme'"),
+    ("lg_checkpoints", "SELECT checkpoint_id FROM lg_checkpoints FOR UPDATE"),
+    ("lg_blobs", "SELECT refs FROM lg_blobs WHERE tenant = 'acme'"),
+    ("lg_writes", "SELECT refs FROM lg_writes WHERE tenant = 'acme'"),
+    ("lg_values", "SELECT data FROM lg_values WHERE tenant = 'acme'"),
+    ("lg_values", "SELECT data FROM lg_values WHERE digest = 7"),
+    ("lg_threads", "SELECT owner FROM lg_threads WHERE tenant = 'acme'"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -730,6 +754,26 @@ WRITES = [
                          "VALUES ('acme', %(ns)s, 'cold', 'zlib', 1, 'evil') "
                          "ON CONFLICT (tenant, namespace, key) DO UPDATE SET value = 'evil'"),
     ("functions", "SELECT memory_drop_cold_copy()"),
+    ("lg_checkpoints", "UPDATE lg_checkpoints SET checkpoint = 'evil' WHERE tenant = 'acme'"),
+    ("lg_checkpoints", "DELETE FROM lg_checkpoints"),
+    ("lg_checkpoints", "INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, checkpoint_kind, "
+                       "checkpoint, metadata_kind, metadata) "
+                       "VALUES ('acme', 'lg-thread', '', 'c2', 'msgpack', 'evil', 'msgpack', 'evil')"),
+    ("lg_blobs", "UPDATE lg_blobs SET refs = 'evil'"),
+    ("lg_blobs", "DELETE FROM lg_blobs"),
+    ("lg_writes", "UPDATE lg_writes SET refs = 'evil'"),
+    ("lg_writes", "DELETE FROM lg_writes"),
+    ("lg_values", "UPDATE lg_values SET data = 'evil'"),
+    ("lg_values", "UPDATE lg_values SET tenant = 'globex'"),
+    ("lg_values", "DELETE FROM lg_values"),
+    ("lg_values", "INSERT INTO lg_values (tenant, thread_id, digest, kind, data) "
+                  "VALUES ('acme', 'lg-thread', 7, 'msgpack', 'evil') "
+                  "ON CONFLICT (tenant, thread_id, digest) DO UPDATE SET data = 'evil'"),
+    # taking acme's thread away from its saver (fencing), or freeing it
+    ("lg_threads", "UPDATE lg_threads SET owner = 'evil', epoch = epoch + 1"),
+    ("lg_threads", "DELETE FROM lg_threads"),
+    ("lg_threads", "INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES ('acme', 'lg-thread', "
+                   "'evil', 9) ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = 'evil'"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.

@@ -1432,3 +1432,176 @@ SELECT spend_share_tokens(%(queues)s::text[], %(tenants)s::text[], %(counts)s::b
 
 -- name: delete_share
 DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::text
+
+-- LangGraph checkpoints (cairn.store.checkpointsql, migration lg). Every
+-- statement names its tenant: another tenant's thread is absent.
+
+-- name: lg_lock_thread
+-- one writer per thread at a time (SQLite has one writer per database)
+SELECT pg_advisory_xact_lock(hashtextextended(%(tenant)s || '/' || %(thread_id)s::text, 0))
+
+-- name: lg_put_checkpoint
+INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
+                            checkpoint_kind, checkpoint, metadata_kind, metadata)
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(parent_id)s::text, %(run_id)s::text,
+        %(checkpoint_kind)s, %(checkpoint)s, %(metadata_kind)s, %(metadata)s)
+ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
+    parent_id = excluded.parent_id, run_id = excluded.run_id,
+    checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
+    metadata_kind = excluded.metadata_kind, metadata = excluded.metadata
+
+-- name: lg_put_value
+INSERT INTO lg_values (tenant, thread_id, digest, kind, data)
+VALUES (%(tenant)s, %(thread_id)s::text, %(digest)s, %(kind)s, %(data)s)
+ON CONFLICT (tenant, thread_id, digest) DO NOTHING
+
+-- name: lg_blob_depth
+SELECT depth FROM lg_blobs
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND channel = %(channel)s AND version = %(version)s
+
+-- name: lg_put_blob
+INSERT INTO lg_blobs (tenant, thread_id, ns, channel, version, kind, base, depth, refs)
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(channel)s, %(version)s, %(kind)s, %(base)s::text, %(depth)s, %(refs)s)
+ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
+    kind = excluded.kind, base = excluded.base, depth = excluded.depth, refs = excluded.refs
+
+-- name: lg_put_write
+-- a regular write is kept as first written (a retried task writes the same)
+INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
+ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO NOTHING
+
+-- name: lg_replace_write
+-- a special write (error, interrupt, resume, scheduled: negative idx) replaces the last one
+INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
+ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
+
+-- name: lg_latest_checkpoint
+SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
+ORDER BY checkpoint_id COLLATE "C" DESC LIMIT 1
+
+-- name: lg_checkpoint
+SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = %(checkpoint_id)s::text
+
+-- name: lg_list_checkpoints
+SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text) AND (%(ns)s::text IS NULL OR ns = %(ns)s::text)
+  AND (%(checkpoint_id)s::text IS NULL OR checkpoint_id = %(checkpoint_id)s::text) AND (%(before)s::text IS NULL OR checkpoint_id COLLATE "C" < %(before)s::text)
+ORDER BY thread_id COLLATE "C", ns COLLATE "C", checkpoint_id COLLATE "C" DESC
+LIMIT %(limit)s::bigint
+
+-- name: lg_blob_chain
+-- a channel's version and the bases below it, the oldest first
+WITH RECURSIVE chain (kind, base, depth, refs) AS (
+    SELECT kind, base, depth, refs FROM lg_blobs
+    WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND channel = %(channel)s AND version = %(version)s
+    UNION ALL
+    SELECT b.kind, b.base, b.depth, b.refs FROM lg_blobs AS b JOIN chain AS c
+      ON b.tenant = %(tenant)s AND b.thread_id = %(thread_id)s::text AND b.ns = %(ns)s::text AND b.channel = %(channel)s
+     AND b.version = c.base
+)
+SELECT kind, base, depth, refs FROM chain ORDER BY depth
+
+-- name: lg_values
+SELECT digest, kind, data FROM lg_values
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND digest = ANY(%(digests)s::bigint[])
+
+-- name: lg_writes_of
+SELECT task_id, idx, channel, task_path, kind, refs FROM lg_writes
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = %(checkpoint_id)s::text
+ORDER BY task_path COLLATE "C", task_id COLLATE "C", idx
+
+-- name: lg_delete_thread_checkpoints
+DELETE FROM lg_checkpoints WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_delete_thread_blobs
+DELETE FROM lg_blobs WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_delete_thread_writes
+DELETE FROM lg_writes WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_delete_thread_values
+DELETE FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_delete_runs
+DELETE FROM lg_checkpoints WHERE tenant = %(tenant)s AND run_id = ANY(%(run_ids)s::text[])
+RETURNING thread_id
+
+-- name: lg_delete_older
+-- every checkpoint of the thread but the latest of each namespace
+DELETE FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+  AND checkpoint_id COLLATE "C" < (SELECT max(c.checkpoint_id COLLATE "C") FROM lg_checkpoints AS c
+                       WHERE c.tenant = lg_checkpoints.tenant AND c.thread_id = lg_checkpoints.thread_id
+                         AND c.ns = lg_checkpoints.ns)
+
+-- name: lg_delete_orphan_writes
+DELETE FROM lg_writes
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+  AND NOT EXISTS (SELECT 1 FROM lg_checkpoints AS c
+                  WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
+                    AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id)
+
+-- name: lg_thread_checkpoints
+SELECT ns, checkpoint_id, checkpoint_kind, checkpoint FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_thread_blobs
+SELECT ns, channel, version, base FROM lg_blobs WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_delete_blob
+DELETE FROM lg_blobs
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND channel = %(channel)s AND version = %(version)s
+
+-- name: lg_thread_refs
+SELECT refs FROM lg_blobs WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+UNION ALL
+SELECT refs FROM lg_writes WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_thread_digests
+SELECT digest FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_delete_value
+DELETE FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND digest = %(digest)s
+
+-- name: lg_copy_checkpoints
+INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
+                            checkpoint_kind, checkpoint, metadata_kind, metadata)
+SELECT tenant, %(target)s::text, ns, checkpoint_id, parent_id, run_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+FROM lg_checkpoints WHERE tenant = %(tenant)s AND thread_id = %(source)s::text
+ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO NOTHING
+
+-- name: lg_copy_blobs
+INSERT INTO lg_blobs (tenant, thread_id, ns, channel, version, kind, base, depth, refs)
+SELECT tenant, %(target)s::text, ns, channel, version, kind, base, depth, refs
+FROM lg_blobs WHERE tenant = %(tenant)s AND thread_id = %(source)s::text
+ON CONFLICT (tenant, thread_id, ns, channel, version) DO NOTHING
+
+-- name: lg_copy_writes
+INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
+SELECT tenant, %(target)s::text, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs
+FROM lg_writes WHERE tenant = %(tenant)s AND thread_id = %(source)s::text
+ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO NOTHING
+
+-- name: lg_copy_values
+INSERT INTO lg_values (tenant, thread_id, digest, kind, data)
+SELECT tenant, %(target)s::text, digest, kind, data
+FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(source)s::text
+ON CONFLICT (tenant, thread_id, digest) DO NOTHING
+
+-- name: lg_thread_holder
+SELECT owner, epoch FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_take_thread
+INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES (%(tenant)s, %(thread_id)s::text, %(owner)s::text, %(epoch)s)
+ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch
+
+-- name: lg_delete_thread_holder
+DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text

@@ -1,0 +1,492 @@
+"""LangGraph's ``BaseCheckpointSaver`` on Cairn's store (issue 24, part 1).
+
+``CairnSaver(app, tenant="acme")`` (or a store, or a store URL) lets a
+LangGraph graph keep its checkpoints, pending writes and metadata in Cairn's
+SQLite or PostgreSQL database: ``graph.compile(checkpointer=CairnSaver(app))``.
+The saver is bound to one tenant: every row it writes or reads is that
+tenant's, so another tenant's thread is "not found" (and on PostgreSQL a
+tenant's role is held to its grants by row-level security as well).
+
+Storage is incremental without the graph opting in to LangGraph's delta
+channels (``cairn.store.checkpointsql``): values are stored once per thread
+by digest, a list channel that grew stores only its new items (the value a
+node wrote and the item appended to the list are the same row), and a
+checkpoint row holds only the checkpoint's own fields.
+
+Writes are fenced: the saver that wrote a thread and lost it to another
+saver (another process took it since) is refused with ``ThreadTaken``, so
+two processes never fork a thread's chain (``cairn.store.checkpointsql``).
+
+Decoding is guarded: the default serializer is LangGraph's
+``JsonPlusSerializer`` with a strict msgpack allowlist (LangGraph's safe
+types plus ``allowlist=``), never its pickle fallback; a serializer that
+allows pickle or every module is refused; a stored row of type ``pickle`` is
+refused, and a msgpack row is scanned before it is decoded, so a constructor
+or method call outside the allowlist is refused rather than executed or
+silently turned into its raw arguments. A row that cannot be decoded raises
+``UnreadableCheckpoint`` naming the checkpoint, never ``None``.
+
+Requires ``langgraph`` (the ``langgraph`` extra; ``bench`` and ``dev`` have it too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import functools
+import hashlib
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from typing import Any, cast
+
+from cairn.api.app import App
+from cairn.errors import InvalidArgument, MissingExtra, UnreadableCheckpoint
+from cairn.store import open_store
+from cairn.store.checkpointsql import (
+    BlobRow,
+    CheckpointRow,
+    Holder,
+    Snapshot,
+    SQLCheckpoints,
+    ThreadKey,
+    ValueRow,
+    WriteRow,
+    pack_refs,
+    unpack_refs,
+)
+from cairn.store.contract import Store
+
+try:
+    import ormsgpack
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde import _msgpack as lg_msgpack
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+    from langgraph.checkpoint.serde.jsonplus import (
+        EXT_CONSTRUCTOR_KW_ARGS,
+        EXT_CONSTRUCTOR_POS_ARGS,
+        EXT_CONSTRUCTOR_SINGLE_ARG,
+        EXT_DELTA_SNAPSHOT,
+        EXT_METHOD_SINGLE_ARG,
+        EXT_NUMPY_ARRAY,
+        EXT_PYDANTIC_V1,
+        EXT_PYDANTIC_V2,
+        JsonPlusSerializer,
+    )
+except ImportError as exc:
+    raise MissingExtra("cairn.langgraph", "langgraph") from exc
+
+#: A list channel's chain of bases is restated whole once it is this deep,
+#: so a read walks at most this many rows per channel (a restatement costs
+#: 8 bytes per item, not the items).
+MAX_CHAIN = 256
+#: How many channels' last known list (version and item digests) a saver keeps.
+LIST_CACHE = 1024
+#: Serializer types a row may have; anything else (``pickle`` above all) is refused.
+KNOWN_TYPES = frozenset({"null", "bytes", "bytearray", "json", "msgpack"})
+
+#: item digests of a list, the new value rows of a write (``list`` is a method of the saver)
+Digests = list[int]
+ValueRows = list[ValueRow]
+
+_CONSTRUCTORS = (EXT_CONSTRUCTOR_SINGLE_ARG, EXT_CONSTRUCTOR_POS_ARGS, EXT_CONSTRUCTOR_KW_ARGS,
+                 EXT_PYDANTIC_V1, EXT_PYDANTIC_V2)
+
+
+class CairnSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer on one tenant's LangGraph threads in Cairn's store."""
+
+    def __init__(self, source: App | Store | str, *, tenant: str = "default",
+                 serde: SerializerProtocol | None = None,
+                 allowlist: Collection[tuple[str, ...]] = ()) -> None:
+        if not tenant:
+            raise InvalidArgument("CairnSaver needs a tenant")
+        chosen = serde if serde is not None else JsonPlusSerializer(
+            allowed_msgpack_modules=tuple(allowlist) or None)
+        if serde is not None and allowlist:
+            raise InvalidArgument("CairnSaver takes serde= or allowlist=, not both "
+                                  "(use saver.with_allowlist)")
+        _refuse_unsafe(chosen)
+        super().__init__(serde=chosen)
+        self._owned: Store | None = None
+        if isinstance(source, str):
+            self._owned = open_store(source)
+            store: Any = self._owned
+        else:
+            store = source.store if isinstance(source, App) else source
+        if not isinstance(store, SQLCheckpoints):
+            raise InvalidArgument(f"CairnSaver needs a SQL store, not {type(store).__name__}")
+        self._rows: SQLCheckpoints[Any] = store
+        self.tenant = tenant
+        self._lists: OrderedDict[tuple[str, str, str], tuple[str, Digests]] = OrderedDict()
+        self._lock = threading.Lock()
+        #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
+        self._owner = secrets.token_hex(8)
+        self._held: dict[str, int] = {}
+
+    def close(self) -> None:
+        """Close the store if the saver opened it (from a URL)."""
+        if self._owned is not None:
+            self._owned.close()
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> CairnSaver:
+        """A copy whose serializer also allows ``extra_allowlist`` (sharing the store)."""
+        clone = super().with_allowlist(extra_allowlist)
+        assert isinstance(clone, CairnSaver)
+        _refuse_unsafe(clone.serde)
+        return clone
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        key = self._key(config)
+        decoded: dict[str, Any] = {}
+        snap = self._rows.lg_read(key, get_checkpoint_id(config), lambda r: self._versions(r, decoded))
+        return None if snap is None else self._tuple(snap, decoded)
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        conf = config["configurable"] if config else {}
+        rows = self._rows.lg_list(self.tenant, conf.get("thread_id"), conf.get("checkpoint_ns"),
+                                  conf.get("checkpoint_id"), get_checkpoint_id(before) if before else None,
+                                  None if filter else limit)
+        left = limit
+        for row in rows:
+            if left is not None and left <= 0:
+                return
+            metadata = self._load(row.metadata_kind, row.metadata, row, "metadata")
+            if filter and not all(metadata.get(k) == v for k, v in filter.items()):
+                continue
+            if left is not None:
+                left -= 1
+            decoded: dict[str, Any] = {}
+            versions_of = functools.partial(self._versions, decoded=decoded)
+            snap = self._rows.lg_snapshot(self.tenant, row, versions_of)
+            yield self._tuple(snap, decoded, metadata)
+
+    # -- writes -------------------------------------------------------------------------
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        key = self._key(config)
+        c: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = c.pop("channel_values")
+        blobs: builtins.list[BlobRow] = []
+        rows: ValueRows = []
+        lists: dict[tuple[str, str, str], tuple[str, Digests]] = {}
+        for channel, version in new_versions.items():
+            ver = str(version)
+            if channel not in values:
+                blobs.append(BlobRow(channel, ver, "empty", b""))
+                continue
+            kind, digests = self._encode(values[channel], rows)
+            if kind != "list":
+                blobs.append(BlobRow(channel, ver, kind, pack_refs(digests)))
+                continue
+            cache_key = (key.thread_id, key.ns, channel)
+            with self._lock:
+                known = self._lists.get(cache_key)
+            base, added = None, b""
+            if known is not None and len(known[1]) <= len(digests) and digests[:len(known[1])] == known[1]:
+                base, added = known[0], pack_refs(digests[len(known[1]):])
+            blobs.append(BlobRow(channel, ver, "list", pack_refs(digests), base, added))
+            lists[cache_key] = (ver, digests)
+        ckind, cdata = self._dump(c)
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        mkind, mdata = self._dump(full_metadata)
+        parent = config["configurable"].get("checkpoint_id")
+        row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata)
+        run_id = full_metadata.get("run_id")
+        self._held[key.thread_id] = self._rows.lg_put(key, self._holder(key), row,
+                                                      None if run_id is None else str(run_id), blobs, rows,
+                                                      max_depth=MAX_CHAIN)
+        self._remember(lists)
+        return {"configurable": {"thread_id": key.thread_id, "checkpoint_ns": key.ns,
+                                 "checkpoint_id": checkpoint["id"]}}
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        key = self._key(config)
+        rows: ValueRows = []
+        stored: builtins.list[WriteRow] = []
+        for i, (channel, value) in enumerate(writes):
+            kind, digests = self._encode(value, rows)
+            stored.append(WriteRow(task_id, WRITES_IDX_MAP.get(channel, i), channel, task_path, kind,
+                                   pack_refs(digests)))
+        self._held[key.thread_id] = self._rows.lg_put_writes(
+            key, self._holder(key), config["configurable"]["checkpoint_id"], stored, rows)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._rows.lg_delete_thread(self.tenant, str(thread_id))
+        self._held.pop(str(thread_id), None)
+        self._forget()
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if run_ids:
+            self._rows.lg_delete_runs(self.tenant, [str(r) for r in run_ids], self._versions)
+            self._forget()
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._rows.lg_copy_thread(self.tenant, str(source_thread_id), str(target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidArgument(f"unknown prune strategy {strategy!r} (use 'keep_latest' or 'delete')")
+        if thread_ids:
+            self._rows.lg_prune(self.tenant, [str(t) for t in thread_ids], strategy == "keep_latest",
+                                self._versions)
+            self._forget()
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """The version after ``current``: its number plus one, zero-padded so
+        versions compare as strings, then a random tag, so two branches of a
+        thread forked from one checkpoint never name different values alike."""
+        if current is None:
+            number = 0
+        elif isinstance(current, (int, float)):
+            number = int(current)
+        else:
+            number = int(str(current).split(".")[0])
+        return f"{number + 1:010d}.{secrets.token_hex(3)}"
+
+    # -- async (the store is synchronous: each call runs in a thread) ---------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None,
+                    limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: [*self.list(config, filter=filter, before=before, limit=limit)])
+        for item in found:
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+    # -- encoding -----------------------------------------------------------------------
+
+    def _key(self, config: RunnableConfig) -> ThreadKey:
+        conf = config["configurable"]
+        return ThreadKey(self.tenant, str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")))
+
+    def _holder(self, key: ThreadKey) -> Holder:
+        return Holder(self._owner, self._held.get(key.thread_id))
+
+    def _dump(self, value: Any) -> tuple[str, bytes]:
+        kind, data = self.serde.dumps_typed(value)
+        if "pickle" in kind or _looks_pickled(data):
+            raise InvalidArgument(f"CairnSaver never stores pickles (the serializer returned one, "
+                                  f"type {kind!r})")
+        return kind, bytes(data)
+
+    def _encode(self, value: Any, rows: ValueRows) -> tuple[str, Digests]:
+        """``value`` as ``('list', item digests)`` or ``('value', [digest])``;
+        its value rows are added to ``rows``."""
+        items = value if type(value) is list else [value]
+        digests: Digests = []
+        for item in items:
+            kind, data = self._dump(item)
+            d = digest(kind, data)
+            rows.append(ValueRow(d, kind, data))
+            digests.append(d)
+        return ("list" if type(value) is list else "value"), digests
+
+    def _remember(self, lists: Mapping[tuple[str, str, str], tuple[str, Digests]]) -> None:
+        with self._lock:
+            for k, v in lists.items():
+                self._lists[k] = v
+                self._lists.move_to_end(k)
+            while len(self._lists) > LIST_CACHE:
+                self._lists.popitem(last=False)
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._lists.clear()
+
+    # -- decoding -----------------------------------------------------------------------
+
+    def _load(self, kind: str, data: bytes, row: CheckpointRow, what: str) -> Any:
+        """Decode one stored value of ``row``, refusing what must not run."""
+        name = f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}"
+        if row.ns:
+            name += f" (namespace {row.ns!r})"
+        serde = self.serde
+        if isinstance(serde, JsonPlusSerializer):
+            if kind not in KNOWN_TYPES:
+                raise UnreadableCheckpoint(f"{name}: refused its {what}: serializer type {kind!r} "
+                                           "is not allowed")
+            if kind == "msgpack":
+                try:
+                    _scan(data, _allowed(serde))
+                except UnreadableCheckpoint as exc:
+                    raise UnreadableCheckpoint(f"{name}: refused its {what}: {exc}") from None
+                except Exception as exc:
+                    raise UnreadableCheckpoint(f"{name}: cannot decode its {what}: {exc}") from None
+        if "pickle" in kind or _looks_pickled(data):
+            raise UnreadableCheckpoint(f"{name}: refused its {what}: a pickle payload")
+        try:
+            return serde.loads_typed((kind, data))
+        except Exception as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            raise UnreadableCheckpoint(f"{name}: cannot decode its {what}: {problem}") from None
+
+    def _versions(self, row: CheckpointRow, decoded: dict[str, Any] | None = None) -> dict[str, str]:
+        checkpoint = self._load(row.checkpoint_kind, row.checkpoint, row, "checkpoint")
+        if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("channel_versions"), dict):
+            raise UnreadableCheckpoint(f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}: "
+                                       "its checkpoint is not a LangGraph checkpoint")
+        if decoded is not None:
+            decoded["checkpoint"] = checkpoint
+        return {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
+
+    def _tuple(self, snap: Snapshot, decoded: dict[str, Any], metadata: Any = None) -> CheckpointTuple:
+        row = snap.row
+        checkpoint = decoded.get("checkpoint")
+        if checkpoint is None:  # a checkpoint with no channels: versions_of still ran
+            self._versions(row, decoded)
+            checkpoint = decoded["checkpoint"]
+        values = snap.values
+
+        def item(d: int, what: str) -> Any:
+            found = values.get(d)
+            if found is None:
+                raise UnreadableCheckpoint(f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}: "
+                                           f"its {what} names a value that is not stored")
+            return self._load(found[0], found[1], row, what)
+
+        channel_values: dict[str, Any] = {}
+        lists: dict[tuple[str, str, str], tuple[str, Digests]] = {}
+        versions = {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
+        for channel, chain in snap.chains.items():
+            kind = chain[-1][0]
+            if kind == "empty":
+                continue
+            what = f"channel {channel!r}"
+            if kind == "value":
+                channel_values[channel] = item(unpack_refs(chain[-1][1])[0], what)
+                continue
+            digests = [d for _, refs in chain for d in unpack_refs(refs)]
+            channel_values[channel] = [item(d, what) for d in digests]
+            lists[(row.thread_id, row.ns, channel)] = (versions[channel], digests)
+        self._remember(lists)
+        pending = []
+        for w in snap.writes:
+            what = f"pending write {w.task_id!r}/{w.idx}"
+            got = [item(d, what) for d in unpack_refs(w.refs)]
+            pending.append((w.task_id, w.channel, got if w.kind == "list" else got[0]))
+        if metadata is None:
+            metadata = self._load(row.metadata_kind, row.metadata, row, "metadata")
+        conf = {"thread_id": row.thread_id, "checkpoint_ns": row.ns}
+        full = cast(Checkpoint, {**checkpoint, "channel_values": channel_values})
+        return CheckpointTuple(
+            config={"configurable": {**conf, "checkpoint_id": row.checkpoint_id}},
+            checkpoint=full,
+            metadata=metadata,
+            parent_config=({"configurable": {**conf, "checkpoint_id": row.parent_id}}
+                           if row.parent_id else None),
+            pending_writes=pending,
+        )
+
+
+def digest(kind: str, data: bytes) -> int:
+    """A value's 64-bit digest (signed, as the databases' BIGINT): values are
+    deduplicated per thread under it, so two different values of one thread
+    colliding is a 2**-64 chance per pair."""
+    raw = hashlib.blake2b(kind.encode() + b"\0" + data, digest_size=8).digest()
+    return int.from_bytes(raw, "little", signed=True)
+
+
+def _looks_pickled(data: bytes) -> bool:
+    """Whether ``data`` is a pickle (protocol 2 or later: ``\\x80``, the
+    protocol, ..., ``.``), whatever type a custom serializer called it: a
+    serializer wrapping ``pickle`` is refused too, not only LangGraph's fallback."""
+    return len(data) >= 3 and data[0] == 0x80 and 2 <= data[1] <= 5 and data.endswith(b".")
+
+
+def _refuse_unsafe(serde: SerializerProtocol) -> None:
+    """Refuse a serializer that could run what a row holds: LangGraph's with
+    its pickle fallback, or one allowing every module."""
+    inner = serde.serde if isinstance(serde, EncryptedSerializer) else serde
+    if isinstance(inner, JsonPlusSerializer):
+        if inner.pickle_fallback:
+            raise InvalidArgument("CairnSaver never uses pickle: pass a JsonPlusSerializer "
+                                  "without pickle_fallback")
+        if _allowed(inner) is True or getattr(inner, "_allowed_json_modules", None) is True:
+            raise InvalidArgument("CairnSaver needs a serializer with an allowlist, not one allowing every "
+                                  "module (JsonPlusSerializer(allowed_msgpack_modules=[...]))")
+
+
+def _allowed(serde: JsonPlusSerializer) -> Any:
+    """The msgpack allowlist of ``serde`` (a set of ``(module, name)``, ``None`` or ``True``)."""
+    return getattr(serde, "_allowed_msgpack_modules", None)
+
+
+def _scan(data: bytes, allowed: Any) -> None:
+    """Walk a msgpack row without constructing anything, refusing any
+    constructor or method its serializer would not allow (LangGraph's own hook
+    would hand back the raw arguments instead, or call it if allowed)."""
+    refused: list[str] = []  # ormsgpack replaces an error raised by the hook by its own
+
+    def permitted(module: Any, name: Any) -> bool:
+        key = (module, name)
+        listed = isinstance(allowed, (set, frozenset)) and key in allowed
+        return key in lg_msgpack.SAFE_MSGPACK_TYPES or listed
+
+    def hook(code: int, payload: bytes) -> None:
+        inner = ormsgpack.unpackb(payload, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+        if code == EXT_DELTA_SNAPSHOT:
+            return None
+        if code == EXT_NUMPY_ARRAY:
+            if "O" in str(inner[0]):
+                refused.append("a numpy array of Python objects")
+        elif code in _CONSTRUCTORS:
+            if not permitted(inner[0], inner[1]):
+                refused.append(f"{inner[0]}.{inner[1]} is not in the allowlist")
+        elif code == EXT_METHOD_SINGLE_ARG:
+            if (inner[0], inner[1], inner[3]) not in lg_msgpack.SAFE_MSGPACK_METHODS:
+                refused.append(f"a call of {inner[0]}.{inner[1]}.{inner[3]}")
+        else:
+            refused.append(f"an unknown msgpack extension {code}")
+        return None
+
+    try:
+        ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+    except Exception:
+        if not refused:
+            raise
+    if refused:
+        raise UnreadableCheckpoint(refused[0])
+
+
+__all__ = ["CairnSaver", "digest"]

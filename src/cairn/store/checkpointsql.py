@@ -1,0 +1,378 @@
+"""LangGraph checkpoint rows of the SQL stores (migration ``langgraph_checkpoints``).
+
+The tables hold what ``cairn.langgraph.CairnSaver`` writes, as bytes it
+serialized: this module never decodes a value (only the saver holds the
+serializer and its allowlist). What it knows is the layout that keeps a
+thread's storage linear:
+
+* ``lg_values``: each distinct value of a thread once, under a 64-bit
+  digest of its serializer type and bytes (the saver computes it);
+* ``lg_blobs``: a channel's value at one version, as packed digests
+  (``refs``): one for a plain value, the items for a list. A list that grew
+  from a version still stored names that version as its ``base`` and holds
+  only the new items; ``depth`` counts the bases below it, so the saver can
+  bound the chain a read walks;
+* ``lg_writes``: pending writes, each a packed digest list too, so the value
+  a node wrote and the item the next checkpoint appends are one row;
+* ``lg_checkpoints``: the checkpoint (channel values removed) and metadata.
+
+Every statement names the tenant, so another tenant's thread is absent, and
+each write takes the thread's lock (PostgreSQL: an advisory lock for the
+transaction; SQLite has one writer anyway), so a prune's garbage collection
+never races a put on the same thread.
+
+Writes are fenced (``lg_threads``): a put names its ``Holder``, the saver's
+owner id and the epoch it last held the thread at (``None``: it never held
+it). Under the thread's lock, a thread nobody holds, or held by another
+saver while this one never held it, is taken (epoch + 1); one held by this
+saver at its epoch is written; one this saver held and another took since
+raises ``ThreadTaken`` and nothing of the write is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from cairn.errors import ThreadTaken
+
+Tx = TypeVar("Tx")
+T = TypeVar("T")
+
+#: bytes of one digest in ``refs``
+REF_SIZE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadKey:
+    """Where a checkpoint lives: a tenant's thread and its namespace."""
+
+    tenant: str
+    thread_id: str
+    ns: str
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who writes: a saver's ``owner`` id and the epoch it last held the thread at."""
+
+    owner: str
+    epoch: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ValueRow:
+    """One serialized value: ``digest`` of (``kind``, ``data``)."""
+
+    digest: int
+    kind: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRow:
+    """A channel at ``version``: ``kind`` ``value``, ``list`` or ``empty``.
+
+    ``refs`` is the whole value (packed digests). ``base``/``added``: a
+    list that only grew since version ``base``, and its new items; stored
+    as that delta only when ``base`` is still stored and its chain is below
+    ``max_depth``, otherwise whole."""
+
+    channel: str
+    version: str
+    kind: str
+    refs: bytes
+    base: str | None = None
+    added: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRow:
+    """A pending write of task ``task_id`` (``idx`` < 0: a special channel)."""
+
+    task_id: str
+    idx: int
+    channel: str
+    task_path: str
+    kind: str
+    refs: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    """A stored checkpoint, still serialized."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint_kind: str
+    checkpoint: bytes
+    metadata_kind: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A checkpoint read in one snapshot: its row, each channel's chain of
+    ``(kind, refs)`` (oldest first), its writes, and the values they name."""
+
+    row: CheckpointRow
+    chains: dict[str, list[tuple[str, bytes]]]
+    writes: list[WriteRow]
+    values: dict[int, tuple[str, bytes]]
+
+
+def unpack_refs(refs: bytes) -> list[int]:
+    """The digests packed in ``refs``."""
+    return [int.from_bytes(refs[i:i + REF_SIZE], "little", signed=True)
+            for i in range(0, len(refs), REF_SIZE)]
+
+
+def pack_refs(digests: Iterable[int]) -> bytes:
+    return b"".join(d.to_bytes(REF_SIZE, "little", signed=True) for d in digests)
+
+
+class SQLCheckpoints(Generic[Tx]):
+    """The LangGraph checkpoint methods of the SQL stores over a dialect's primitives."""
+
+    # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
+
+    def _operate(self, body: Callable[[Tx], T]) -> T:
+        raise NotImplementedError
+
+    def _in_read(self, work: Callable[[Tx], T]) -> T:
+        raise NotImplementedError
+
+    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _list_param(self, items: Any) -> Any:
+        raise NotImplementedError
+
+    # -- writes -------------------------------------------------------------------------
+
+    def lg_put(self, key: ThreadKey, holder: Holder, row: CheckpointRow, run_id: str | None,
+               blobs: Sequence[BlobRow], values: Sequence[ValueRow], *, max_depth: int) -> int:
+        """Store a checkpoint, the channel versions it made and their values, in
+        one transaction; the epoch ``holder`` holds the thread at."""
+
+        def body(tx: Tx) -> int:
+            where = self._lg_lock(tx, key)
+            epoch = self._lg_hold(tx, where, holder)
+            self._lg_put_values(tx, where, values)
+            for blob in blobs:
+                base, depth, refs = None, 0, blob.refs
+                if blob.base is not None and blob.base != blob.version:
+                    found = self._query(tx, "lg_blob_depth", {**where, "channel": blob.channel,
+                                                               "version": blob.base})
+                    if found and int(found[0][0]) + 1 < max_depth:
+                        base, depth, refs = blob.base, int(found[0][0]) + 1, blob.added
+                self._query(tx, "lg_put_blob", {
+                    **where, "channel": blob.channel, "version": blob.version, "kind": blob.kind,
+                    "base": base, "depth": depth, "refs": refs})
+            self._query(tx, "lg_put_checkpoint", {
+                **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
+                "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
+                "metadata_kind": row.metadata_kind, "metadata": row.metadata})
+            return epoch
+
+        return self._operate(body)
+
+    def lg_put_writes(self, key: ThreadKey, holder: Holder, checkpoint_id: str, writes: Sequence[WriteRow],
+                      values: Sequence[ValueRow]) -> int:
+        """Store pending writes in one transaction, committed before this
+        returns; the epoch ``holder`` holds the thread at."""
+
+        def body(tx: Tx) -> int:
+            where = self._lg_lock(tx, key)
+            epoch = self._lg_hold(tx, where, holder)
+            self._lg_put_values(tx, where, values)
+            for w in writes:
+                self._query(tx, "lg_replace_write" if w.idx < 0 else "lg_put_write", {
+                    **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
+                    "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs})
+            return epoch
+
+        return self._operate(body)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def lg_read(self, key: ThreadKey, checkpoint_id: str | None,
+                versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> Snapshot | None:
+        """The checkpoint ``checkpoint_id`` (the latest of the namespace if
+        ``None``) with its channels, writes and values, from one snapshot;
+        ``versions_of`` decodes the row's channel versions."""
+
+        def work(tx: Tx) -> Snapshot | None:
+            where = _where(key)
+            if checkpoint_id is None:
+                found = self._query(tx, "lg_latest_checkpoint", where)
+            else:
+                found = self._query(tx, "lg_checkpoint", {**where, "checkpoint_id": checkpoint_id})
+            if not found:
+                return None
+            return self._lg_snapshot(tx, key, _row(found[0]), versions_of)
+
+        return self._in_read(work)
+
+    def lg_list(self, tenant: str, thread_id: str | None, ns: str | None, checkpoint_id: str | None,
+                before: str | None, limit: int | None) -> list[CheckpointRow]:
+        """Checkpoint rows, newest first within each thread and namespace."""
+        params = {"tenant": tenant, "thread_id": thread_id, "ns": ns, "checkpoint_id": checkpoint_id,
+                  "before": before, "limit": limit}
+        return self._in_read(lambda tx: [_row(r) for r in self._query(tx, "lg_list_checkpoints", params)])
+
+    def lg_snapshot(self, tenant: str, row: CheckpointRow,
+                    versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> Snapshot:
+        """``row``'s channels, writes and values (for a listing)."""
+        key = ThreadKey(tenant, row.thread_id, row.ns)
+        return self._in_read(lambda tx: self._lg_snapshot(tx, key, row, versions_of))
+
+    # -- deletions and copies -------------------------------------------------------------
+
+    def lg_delete_thread(self, tenant: str, thread_id: str) -> None:
+        def body(tx: Tx) -> None:
+            where = self._lg_lock(tx, ThreadKey(tenant, thread_id, ""))
+            for table in ("checkpoints", "blobs", "writes", "values", "holder"):
+                self._query(tx, f"lg_delete_thread_{table}", where)
+
+        self._operate(body)
+
+    def lg_delete_runs(self, tenant: str, run_ids: Sequence[str],
+                       versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> None:
+        """Delete the checkpoints written by ``run_ids``, their writes, and what nothing names any more."""
+
+        def body(tx: Tx) -> None:
+            gone = self._query(tx, "lg_delete_runs", {"tenant": tenant,
+                                                      "run_ids": self._lg_ids_param(list(run_ids))})
+            for thread_id in sorted({r[0] for r in gone}):
+                where = self._lg_lock(tx, ThreadKey(tenant, thread_id, ""))
+                self._query(tx, "lg_delete_orphan_writes", where)
+                self._lg_collect(tx, where, versions_of)
+
+        self._operate(body)
+
+    def lg_prune(self, tenant: str, thread_ids: Sequence[str], keep_latest: bool,
+                 versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> None:
+        """Keep only each namespace's latest checkpoint (or nothing) of each thread."""
+
+        def body(tx: Tx) -> None:
+            for thread_id in thread_ids:
+                where = self._lg_lock(tx, ThreadKey(tenant, thread_id, ""))
+                if not keep_latest:
+                    for table in ("checkpoints", "blobs", "writes", "values", "holder"):
+                        self._query(tx, f"lg_delete_thread_{table}", where)
+                    continue
+                self._query(tx, "lg_delete_older", where)
+                self._query(tx, "lg_delete_orphan_writes", where)
+                self._lg_collect(tx, where, versions_of)
+
+        self._operate(body)
+
+    def lg_copy_thread(self, tenant: str, source: str, target: str) -> None:
+        """Copy every row of thread ``source`` to ``target`` (rows ``target`` has are kept)."""
+
+        def body(tx: Tx) -> None:
+            self._lg_lock(tx, ThreadKey(tenant, target, ""))
+            for table in ("values", "blobs", "writes", "checkpoints"):
+                self._query(tx, f"lg_copy_{table}", {"tenant": tenant, "source": source, "target": target})
+
+        self._operate(body)
+
+    # -- inside a transaction -------------------------------------------------------------
+
+    def _lg_lock(self, tx: Tx, key: ThreadKey) -> dict[str, Any]:
+        where = _where(key)
+        self._query(tx, "lg_lock_thread", where)
+        return where
+
+    def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder) -> int:
+        """The epoch ``holder`` holds the thread at, taking it if it may (see the module)."""
+        found = self._query(tx, "lg_thread_holder", where)
+        if found:
+            owner, epoch = str(found[0][0]), int(found[0][1])
+            if owner == holder.owner:
+                return epoch
+            if holder.epoch is not None:
+                raise ThreadTaken(f"LangGraph thread {where['thread_id']!r} was taken by another saver "
+                                  f"(epoch {epoch}): this saver's writes to it are refused")
+            taken = epoch + 1
+        else:
+            taken = 1
+        self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": taken})
+        return taken
+
+    def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
+        seen: set[int] = set()
+        for v in values:
+            if v.digest not in seen:
+                seen.add(v.digest)
+                self._query(tx, "lg_put_value", {**where, "digest": v.digest, "kind": v.kind, "data": v.data})
+
+    def _lg_ids_param(self, items: list[str] | list[int]) -> Any:
+        """A list parameter, as the dialect takes it (a JSON array for SQLite's
+        ``json_each``, an array for PostgreSQL)."""
+        return self._list_param(items)
+
+    def _lg_snapshot(self, tx: Tx, key: ThreadKey, row: CheckpointRow,
+                  versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> Snapshot:
+        where = _where(key)
+        chains: dict[str, list[tuple[str, bytes]]] = {}
+        wanted: set[int] = set()
+        for channel, version in versions_of(row).items():
+            chain = [(str(kind), bytes(refs)) for kind, _base, _depth, refs in self._query(
+                tx, "lg_blob_chain", {**where, "channel": channel, "version": version})]
+            if chain:
+                chains[channel] = chain
+                for _, refs in chain:
+                    wanted.update(unpack_refs(refs))
+        found = self._query(tx, "lg_writes_of", {**where, "checkpoint_id": row.checkpoint_id})
+        writes = [WriteRow(str(t), int(i), str(c), str(p), str(k), bytes(r)) for t, i, c, p, k, r in found]
+        for w in writes:
+            wanted.update(unpack_refs(w.refs))
+        values: dict[int, tuple[str, bytes]] = {}
+        if wanted:
+            params = {**where, "digests": self._lg_ids_param(sorted(wanted))}
+            for digest, kind, data in self._query(tx, "lg_values", params):
+                values[int(digest)] = (str(kind), bytes(data))
+        return Snapshot(row, chains, writes, values)
+
+    def _lg_collect(self, tx: Tx, where: Mapping[str, Any],
+                 versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> None:
+        """Delete the thread's channel versions no checkpoint reaches (through
+        list bases too), then the values nothing names."""
+        live: set[tuple[str, str, str]] = set()
+        for ns, checkpoint_id, kind, data in self._query(tx, "lg_thread_checkpoints", where):
+            row = CheckpointRow(where["thread_id"], str(ns), str(checkpoint_id), None, str(kind), bytes(data),
+                                "", b"")
+            live.update((str(ns), channel, version) for channel, version in versions_of(row).items())
+        bases = {(str(ns), str(ch), str(v)): (None if b is None else str(b))
+                 for ns, ch, v, b in self._query(tx, "lg_thread_blobs", where)}
+        reached: set[tuple[str, str, str]] = set()
+        for start in live:
+            at: tuple[str, str, str] | None = start
+            while at is not None and at in bases and at not in reached:
+                reached.add(at)
+                base = bases[at]
+                at = None if base is None else (at[0], at[1], base)
+        for ns, channel, version in bases.keys() - reached:
+            self._query(tx, "lg_delete_blob", {**where, "ns": ns, "channel": channel, "version": version})
+        named: set[int] = set()
+        for (refs,) in self._query(tx, "lg_thread_refs", where):
+            named.update(unpack_refs(bytes(refs)))
+        for (digest,) in self._query(tx, "lg_thread_digests", where):
+            if int(digest) not in named:
+                self._query(tx, "lg_delete_value", {**where, "digest": int(digest)})
+
+
+def _where(key: ThreadKey) -> dict[str, Any]:
+    return {"tenant": key.tenant, "thread_id": key.thread_id, "ns": key.ns}
+
+
+def _row(r: tuple[Any, ...]) -> CheckpointRow:
+    thread_id, ns, checkpoint_id, parent_id, ckind, ckpt, mkind, meta = r
+    parent = None if parent_id is None else str(parent_id)
+    return CheckpointRow(str(thread_id), str(ns), str(checkpoint_id), parent, str(ckind), bytes(ckpt),
+                         str(mkind), bytes(meta))

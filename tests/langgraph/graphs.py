@@ -1,0 +1,31 @@
+"""Graphs the LangGraph checkpointer tests drive (imported where LangGraph is wanted)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Annotated, Any, TypedDict
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def counting_loop(steps: int, tag: str, pause: Callable[[int], None] | None = None) -> Any:
+    """One node looping until the log has ``steps`` items, each ``<tag><n>``
+    (``pause(n)`` first, when given)."""
+    from langgraph.graph import END, START, StateGraph
+
+    def step(state: Log) -> dict[str, list[str]]:
+        if pause is not None:
+            pause(len(state["log"]))
+        return {"log": [f"{tag}{len(state['log'])}"]}
+
+    def route(state: Log) -> str:
+        return END if len(state["log"]) >= steps else "step"
+
+    g = StateGraph(Log)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", route)
+    return g
