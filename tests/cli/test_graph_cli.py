@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import cairn
-from tests.cli.graph_app import register
+from tests.cli.graph_flows import register
 from tests.cli.test_cli import assert_one_line_error, check_error, cli, run_cli
 
 APP = "tests.cli.graph_app:app"
