@@ -68,8 +68,9 @@ class GraphHistory:
         self.entries: dict[int, HistoryEvent] = {}
         #: decoded checkpoints by history seq (an entry's seq is never reused)
         self._records: dict[int, checkpoints.Record] = {}
-        self._items: dict[tuple[int, str], list[Any]] = {}
-        self.chain = Chain([], self._load, self._items)
+        #: decoded appends shared between reads (``checkpoints.Appended``)
+        self._shared = checkpoints.Shared()
+        self.chain = Chain([], self._load, self._shared)
 
     def refresh(self) -> GraphHistory:
         """Take in the entries appended since the last read."""
@@ -77,7 +78,7 @@ class GraphHistory:
             new = self._store.history(self.run_id, after_seq=self._last_seq)
             if not new:
                 return self
-            cut = False
+            cut = rewritten = False
             for entry in new:
                 self._journal.record(entry)
                 if entry.event in (EventType.RUN_RETRIED, EventType.RUN_REWOUND):
@@ -85,6 +86,7 @@ class GraphHistory:
                 elif entry.step_kind == KIND and entry.event is EventType.STEP_COMPLETED:
                     step = checkpoints.step_of(entry.name)
                     if step is not None:
+                        rewritten = rewritten or step in self.entries
                         self.entries[step] = entry
             self._last_seq = new[-1].seq
             if cut:  # outcomes were voided: the live checkpoints are the journal's
@@ -93,7 +95,9 @@ class GraphHistory:
                     step = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
                     if step is not None and entry.event is EventType.STEP_COMPLETED:
                         self.entries[step] = entry
-            self.chain = Chain(list(self.entries), self._load, self._items)
+            if cut or rewritten:  # what was decoded of voided checkpoints is void too
+                self._shared = checkpoints.Shared()
+            self.chain = Chain(list(self.entries), self._load, self._shared)
         return self
 
     def _load(self, step: int) -> checkpoints.Record:

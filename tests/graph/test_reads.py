@@ -1,0 +1,100 @@
+"""What a repeated read of a long graph run costs, in counts (decoded values,
+checkpoints visited), never in time: a reader decodes a list's appended items
+once and shares those no caller can change (text, numbers) between reads, so
+a second read of any state neither decodes nor walks the run's checkpoints
+again; items that can be changed (dicts) are decoded afresh for each read."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+import cairn
+from cairn.codec import values
+from cairn.graph import checkpoints
+
+STEPS = 40
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], cairn.append]
+    log: Annotated[list[dict[str, int]], cairn.append]
+    n: int
+
+
+def chat_graph(steps: int) -> cairn.Graph:
+    g = cairn.Graph(Chat)
+
+    @g.node
+    def talk(state: Chat) -> dict[str, Any]:
+        n = state["n"]
+        return {"messages": [f"message {n}"], "log": [{"n": n}], "n": n + 1}
+
+    g.edge(cairn.START, "talk")
+    g.route("talk", lambda s: cairn.END if s["n"] >= steps else "talk")
+    return g
+
+
+def expected(step: int) -> dict[str, Any]:
+    return {"messages": [f"message {n}" for n in range(step)], "log": [{"n": n} for n in range(step)],
+            "n": step}
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Calls of ``values.decode`` and of ``Chain.record`` (checkpoints visited) since the last reset."""
+    found = {"decoded": 0, "visited": 0}
+    decode, record = values.decode, checkpoints.Chain.record
+
+    def counting_decode(*args: Any, **kwargs: Any) -> Any:
+        found["decoded"] += 1
+        return decode(*args, **kwargs)
+
+    def counting_record(self: checkpoints.Chain, step: int) -> checkpoints.Record:
+        found["visited"] += 1
+        return record(self, step)
+
+    monkeypatch.setattr(values, "decode", counting_decode)
+    monkeypatch.setattr(checkpoints.Chain, "record", counting_record)
+    return found
+
+
+def reset(counts: dict[str, int]) -> None:
+    counts.update(decoded=0, visited=0)
+
+
+def test_a_repeated_typed_read_visits_a_few_checkpoints_not_the_run(app: cairn.App,
+                                                                    counts: dict[str, int]) -> None:
+    app.run(app.graph("chat", chat_graph(STEPS)), {"messages": [], "log": [], "n": 0}, run_id="c")
+    assert app.graph_state("c") == expected(STEPS)  # the first read walks the run once
+    for step in (STEPS, 7, STEPS - 1, 0, 23):
+        reset(counts)
+        assert app.graph_state("c", step) == expected(step)
+        # the checkpoint, and per field its base and its last change; 'log' (dicts) decodes
+        # its items again, one value per checkpoint, but never walks more than that
+        assert counts["visited"] <= 5 + step, step
+        assert counts["decoded"] <= 3 + step, step
+
+
+def test_a_repeated_plain_json_read_decodes_no_shared_item_again(app: cairn.App,
+                                                                 counts: dict[str, int]) -> None:
+    app.run(app.graph("chat", chat_graph(STEPS)), {"messages": [], "log": [], "n": 0}, run_id="c")
+    bare = cairn.App(store=app.store)  # no graph code: the CLI's and the HTTP API's reader
+    assert bare.graph_state_json("c") == (STEPS, expected(STEPS))
+    for step in (STEPS, 11, STEPS - 1, 0, 30):
+        reset(counts)
+        assert bare.graph_state_json("c", step) == (step, expected(step))
+        # 'n', and the base value of each list; 'log' (dicts) decodes its items again
+        assert counts["decoded"] <= 3 + step, step
+
+
+def test_items_a_caller_can_change_are_never_shared_between_reads(app: cairn.App) -> None:
+    app.run(app.graph("chat", chat_graph(5)), {"messages": [], "log": [], "n": 0}, run_id="c")
+    bare = cairn.App(store=app.store)
+    for read in (lambda: app.graph_state("c"), lambda: bare.graph_state_json("c")[1]):
+        state = read()
+        state["log"][0]["n"] = 99
+        state["log"].append({"n": -1})
+        state["messages"].append("mine")
+        assert read() == expected(5)
