@@ -273,9 +273,12 @@ class Chain:
             found = Appended(base)
         if found.upto >= changed:
             return found
+        # as far as the latest checkpoint still has this base: the reads after this one are slices
+        latest = self.record(self.steps[-1]).versions.get(name)
+        upto = max(changed, latest[0]) if latest is not None and latest[1] == base else changed
         typed = _IMMUTABLE.get(item_list, False)
         low = bisect.bisect_right(self.steps, found.upto)
-        high = bisect.bisect_right(self.steps, changed)
+        high = bisect.bisect_right(self.steps, upto)
         items: list[Any] = []
         steps: list[int] = []
         ends: list[int] = []
@@ -293,6 +296,6 @@ class Chain:
         found.items.extend(items)
         found.steps.extend(steps)
         found.ends.extend(ends)
-        found.upto = changed
+        found.upto = upto
         shared[key] = found
         return found
