@@ -119,3 +119,37 @@ def test_a_cold_history_page_fetches_the_payloads_of_a_window_not_the_run(
     assert [c.step for c in cold.checkpoints("c", limit=10)] == list(range(steps, steps - 10, -1))
     assert unpacked["n"] <= reader.WINDOW + 1  # the newest checkpoints' payloads, not all of them
     assert cold.graph_state_json("c", steps // 2) == (steps // 2, expected(steps // 2))  # the rest, when read
+
+
+class Notes(TypedDict):
+    messages: Annotated[list[str], cairn.append]
+    big: dict[str, str]
+    n: int
+
+
+def test_a_diff_of_one_run_reads_only_the_fields_whose_versions_differ(
+        app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = cairn.Graph(Notes)
+
+    @g.node
+    def talk(state: Notes) -> dict[str, Any]:
+        return {"messages": [f"m{state['n']}"], "n": state["n"] + 1}
+
+    g.edge(cairn.START, "talk")
+    g.route("talk", lambda s: cairn.END if s["n"] >= 6 else "talk")
+    app.run(app.graph("notes", g), {"messages": [], "big": {"k": "v" * 100}, "n": 0}, run_id="c")
+    read: list[str] = []
+    decode = values.decode
+
+    def watching(*args: Any, what: Any = "payload", **kwargs: Any) -> Any:
+        read.append(what() if callable(what) else what)
+        return decode(*args, what=what, **kwargs)
+
+    monkeypatch.setattr(values, "decode", watching)
+    changes = app.graph_diff("c", 2, 5)
+    assert [(c.path, c.kind) for c in changes] == [(("messages",), "appended"), (("n",), "replaced")]
+    assert changes[0].new == ["m2", "m3", "m4"]
+    assert not [w for w in read if "'big'" in w]  # the same versions in both: equal unread
+    read.clear()
+    assert app.graph_diff("c", 0, 5, other_run="c")  # the same run named twice: still one chain
+    assert not [w for w in read if "'big'" in w]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,15 +210,19 @@ class Chain:
     def latest(self) -> int | None:
         return self.steps[-1] if self.steps else None
 
-    def state(self, schema: Schema | None, step: int, what: str) -> dict[str, Any]:
+    def state(self, schema: Schema | None, step: int, what: str,
+              only: Collection[str] | None = None) -> dict[str, Any]:
         """The state after super-step ``step``, each field decoded as its type
         (``PayloadError`` naming ``what`` and the field if one cannot be);
         without ``schema`` (a reader without the graph's code: the CLI, the
         HTTP API) as plain JSON, which the versions alone allow: a field
-        whose last change is not its base is a list that grew."""
+        whose last change is not its base is a list that grew. With
+        ``only``, just those fields (a diff's, whose versions differ)."""
         record = self.record(step)
         state: dict[str, Any] = {}
         for name, (changed, base) in record.versions.items():
+            if only is not None and name not in only:
+                continue
             field = None if schema is None else schema.fields.get(name)
             if schema is not None and field is None:  # a field the state type no longer has
                 continue
