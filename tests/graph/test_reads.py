@@ -153,3 +153,32 @@ def test_a_diff_of_one_run_reads_only_the_fields_whose_versions_differ(
     read.clear()
     assert app.graph_diff("c", 0, 5, other_run="c")  # the same run named twice: still one chain
     assert not [w for w in read if "'big'" in w]
+
+
+def test_a_reader_follows_an_operator_retry_of_a_failed_graph_run(app: cairn.App) -> None:
+    """A retry (a cut in the journal) makes the reader rebuild its checkpoints
+    and drop what it shared: the states read after it are the retried run's."""
+    failing = {"at": 3}
+    g = cairn.Graph(Chat)
+
+    @g.node
+    def talk(state: Chat) -> dict[str, Any]:
+        n = state["n"]
+        if n == failing["at"]:
+            raise RuntimeError("not now")
+        return {"messages": [f"message {n}"], "log": [{"n": n}], "n": n + 1}
+
+    g.edge(cairn.START, "talk")
+    g.route("talk", lambda s: cairn.END if s["n"] >= 6 else "talk")
+    chat = app.graph("chat", g)
+    with pytest.raises(cairn.RunFailed):
+        app.run(chat, {"messages": [], "log": [], "n": 0}, run_id="c")
+    assert [c.step for c in app.checkpoints("c")] == [3, 2, 1, 0]
+    assert app.graph_state_json("c") == (3, expected(3))
+    failing["at"] = -1
+    app.retry("c")
+    app.resume("c")
+    assert [c.step for c in app.checkpoints("c")] == [6, 5, 4, 3, 2, 1, 0]
+    for step in (6, 2, 4):
+        assert app.graph_state_json("c", step) == (step, expected(step))
+        assert app.graph_state("c", step) == expected(step)

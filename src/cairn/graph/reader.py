@@ -69,7 +69,6 @@ class GraphHistory:
         self.run_id = run_id
         self._store = store
         self._payloads = payloads
-        self._journal = Journal(())
         self._last_seq = 0
         self._lock = threading.Lock()
         self.entries: dict[int, HistoryEvent] = {}
@@ -87,7 +86,6 @@ class GraphHistory:
                 return self
             cut = rewritten = False
             for entry in new:
-                self._journal.record(entry)
                 if entry.event in (EventType.RUN_RETRIED, EventType.RUN_REWOUND):
                     cut = True
                 elif entry.step_kind == KIND and entry.event is EventType.STEP_COMPLETED:
@@ -96,9 +94,12 @@ class GraphHistory:
                         rewritten = rewritten or step in self.entries
                         self.entries[step] = entry
             self._last_seq = new[-1].seq
-            if cut:  # outcomes were voided: the live checkpoints are the journal's
+            if cut:  # outcomes were voided: the live checkpoints are the journal's, rebuilt (rare:
+                # an operator's retry or rewind) rather than kept up to date on every read
                 self.entries = {}
-                for entry in self._journal.outcomes.values():
+                whole = self._store.history_headers(self.run_id)
+                self._last_seq = max(self._last_seq, whole[-1].seq if whole else 0)
+                for entry in Journal(whole).outcomes.values():
                     step = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
                     if step is not None and entry.event is EventType.STEP_COMPLETED:
                         self.entries[step] = entry
