@@ -15,6 +15,7 @@ import pytest
 
 import cairn
 from cairn.errors import PayloadError, RunFailed, UnknownWorkflow
+from cairn.graph.errors import GraphError
 
 
 class Chat(TypedDict):
@@ -195,3 +196,12 @@ def test_a_node_returning_something_else_than_a_dict_fails_naming_it(app: cairn.
     message, checkpoints = failed(app, one_node(lambda state: ["n", 2]), "not-a-dict")
     assert "node 'bad' returned a list: a node returns a dict of the fields of Small it updates" in message
     assert [c.step for c in checkpoints] == [0]
+
+
+@pytest.mark.parametrize("returned", ["n", 3, ("n", 2), [("n", 2)], Small])
+def test_update_of_on_a_typeddict_state_names_the_node_for_any_non_dict(returned: Any) -> None:
+    """A TypedDict refuses ``isinstance`` checks (a bare ``TypeError``): what
+    a node returned is only ever checked against ``Mapping``."""
+    schema = cairn.Graph(Small).schema
+    with pytest.raises(GraphError, match=r"^node 'talk' returned a \w+: a node returns a dict of the fields"):
+        schema.update_of("talk", returned)

@@ -168,9 +168,18 @@ class TimeTravel:
 
     def diff(self, run_id: str, step_a: int, step_b: int, other_run: str | None) -> list[diffs.Change]:
         """What changed from super-step ``step_a`` of ``run_id`` to ``step_b``
-        of ``other_run`` (default: the same run), field by field."""
-        _, a = self.state_json(run_id, check_step(step_a, "step_a"))
-        _, b = self.state_json(other_run or run_id, check_step(step_b, "step_b"))
+        of ``other_run`` (default: the same run), field by field. Two
+        checkpoints of one chain whose versions give a field the same last
+        change and base hold the same value of it: such a field is equal
+        without being read."""
+        found_a, at_a = self.source(run_id, check_step(step_a, "step_a"))
+        found_b, at_b = self.source(other_run or run_id, check_step(step_b, "step_b"))
+        only: set[str] | None = None
+        if found_a is found_b:
+            va, vb = found_a.chain.record(at_a).versions, found_b.chain.record(at_b).versions
+            only = {name for name in va.keys() | vb.keys() if va.get(name) != vb.get(name)}
+        a = found_a.chain.state(None, at_a, f"checkpoint {at_a} of run {found_a.run_id!r}", only)
+        b = found_b.chain.state(None, at_b, f"checkpoint {at_b} of run {found_b.run_id!r}", only)
         return diffs.diff(a, b)
 
     def divergence(self, run_a: str, run_b: str) -> int | None:

@@ -44,7 +44,8 @@ journal entries of the super-step that has not committed yet.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +114,40 @@ class Record(msgspec.Struct, frozen=True, omit_defaults=True):
 _DECODER = msgspec.json.Decoder(Record)
 #: list types whose items no reader can change: their decoded appends may be shared
 _IMMUTABLE: dict[Any, bool] = {_list_of(t): True for t in (str, int, float, bool)}
+#: the types of items a plain-JSON read may share (what JSON decodes to that cannot be changed)
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+class Appended:
+    """The items a list field gained after its base, decoded once, in
+    order: ``ends[i]`` is how many of them ``steps[i]`` and the appends
+    before it hold, and ``upto`` the last super-step taken in. A reader
+    shares one per (field, base, item type) between reads, so the state at
+    any checkpoint up to ``upto`` is the base value and a slice of
+    ``items`` (a copy at C speed), neither decoded nor walked again."""
+
+    __slots__ = ("ends", "items", "steps", "upto")
+
+    def __init__(self, base: int) -> None:
+        self.items: list[Any] = []
+        self.steps: list[int] = []
+        self.ends: list[int] = []
+        self.upto = base
+
+    def count_at(self, step: int) -> int:
+        """How many items the appends up to ``step`` (at most ``upto``) hold."""
+        i = bisect.bisect_right(self.steps, step)
+        return self.ends[i - 1] if i else 0
+
+
+class Shared:
+    """The ``Appended`` of one run's reader, by (field, base, item list
+    type; ``None``: that field's items cannot be shared), and the lock under
+    which a read extends one (readers of one run may be threads of a server)."""
+
+    def __init__(self) -> None:
+        self.by: dict[tuple[str, int, Any], Appended | None] = {}
+        self.lock = threading.Lock()
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -171,13 +206,15 @@ class Chain:
     returns its record): the state at any of them, by reference."""
 
     def __init__(self, steps: Sequence[int], load: Callable[[int], Record],
-                 items: dict[tuple[int, str], list[Any]] | None = None) -> None:
+                 shared: Shared | None = None) -> None:
         self.steps = sorted(steps)
         self._load = load
         self._cache: dict[int, Record] = {}
-        #: decoded appends of immutable items (text, numbers), by (record id, field):
-        #: a reader shares them between reads, since no caller can change them
-        self._items = items
+        #: decoded appends of immutable items (text, numbers): a reader
+        #: shares them between reads, since no caller can change them; the
+        #: reader drops them when an operator's retry or rewind voids
+        #: checkpoints (the steps they were read from may then hold others)
+        self._shared = shared
 
     def record(self, step: int) -> Record:
         found = self._cache.get(step)
@@ -188,19 +225,23 @@ class Chain:
     def latest(self) -> int | None:
         return self.steps[-1] if self.steps else None
 
-    def state(self, schema: Schema | None, step: int, what: str) -> dict[str, Any]:
+    def state(self, schema: Schema | None, step: int, what: str,
+              only: Collection[str] | None = None) -> dict[str, Any]:
         """The state after super-step ``step``, each field decoded as its type
         (``PayloadError`` naming ``what`` and the field if one cannot be, or
         a required field that it lacks; ``IncompatiblePayload`` if an older
         version's state has no upcaster to the current one); without
         ``schema`` (a reader without the graph's code: the CLI, the HTTP API)
         as plain JSON, which the versions alone allow: a field whose last
-        change is not its base is a list that grew."""
+        change is not its base is a list that grew. With ``only``, just
+        those fields (a diff's, whose versions differ)."""
         record = self.record(step)
         if schema is not None and schema.version is not None and record.sv != schema.version:
             return self._upcast(schema, step, record.sv, what)
         state: dict[str, Any] = {}
         for name, (changed, base) in record.versions.items():
+            if only is not None and name not in only:
+                continue
             field = None if schema is None else schema.fields.get(name)
             if schema is not None and field is None:  # a field the state type no longer has
                 continue
@@ -210,26 +251,77 @@ class Chain:
                 state[name] = values.decode(self.record(changed).set[name], type_, what=described)
                 continue
             value = values.decode(self.record(base).set[name], type_, what=described)
-            items = list(value)
             item_list = _list_of(Any if field is None else field.item_type)
-            low = bisect.bisect_right(self.steps, base)
-            high = bisect.bisect_right(self.steps, changed)
-            shared = self._items if _IMMUTABLE.get(item_list, False) else None
-            for later in self.steps[low:high]:
-                record = self.record(later)
-                raw = record.add.get(name)
-                if raw is None:
-                    continue
-                if shared is None:
-                    items.extend(values.decode(raw, item_list, what=described))
-                    continue
-                key = (id(record), name)
-                found = shared.get(key)
-                if found is None:
-                    found = shared[key] = values.decode(raw, item_list, what=described)
-                items.extend(found)
-            state[name] = items
-        return state if schema is None else _complete(schema, state, what)
+            if not isinstance(value, list):  # plain JSON that is not a list: nothing appended to it
+                state[name] = value
+                continue
+            appended = self._appended(name, base, changed, item_list, described)
+            if appended is None:
+                value.extend(self._decode_appends(name, base, changed, item_list, described))
+            else:
+                value.extend(appended.items[:appended.count_at(changed)])
+            state[name] = value
+        return state if schema is None or only is not None else _complete(schema, state, what)
+
+    def _decode_appends(self, name: str, base: int, changed: int, item_list: Any,
+                        described: str) -> list[Any]:
+        """The items field ``name`` gained after ``base`` up to ``changed``, decoded now."""
+        items: list[Any] = []
+        low = bisect.bisect_right(self.steps, base)
+        high = bisect.bisect_right(self.steps, changed)
+        for later in self.steps[low:high]:
+            raw = self.record(later).add.get(name)
+            if raw is not None:
+                items.extend(values.decode(raw, item_list, what=described))
+        return items
+
+    def _appended(self, name: str, base: int, changed: int, item_list: Any,
+                  described: str) -> Appended | None:
+        """The shared appends of field ``name`` since ``base``, taken in up
+        to ``changed`` (``None``: not shared by this chain, or items a caller
+        could change: each read decodes its own)."""
+        if self._shared is None:
+            return None
+        with self._shared.lock:
+            return self._extended(self._shared.by, name, base, changed, item_list, described)
+
+    def _extended(self, shared: dict[tuple[str, int, Any], Appended | None], name: str, base: int,
+                  changed: int, item_list: Any, described: str) -> Appended | None:
+        key = (name, base, item_list)
+        if key in shared:
+            found = shared[key]
+            if found is None:
+                return None
+        else:
+            found = Appended(base)
+        if found.upto >= changed:
+            return found
+        # as far as the latest checkpoint still has this base: the reads after this one are slices
+        latest = self.record(self.steps[-1]).versions.get(name)
+        upto = max(changed, latest[0]) if latest is not None and latest[1] == base else changed
+        typed = _IMMUTABLE.get(item_list, False)
+        low = bisect.bisect_right(self.steps, found.upto)
+        high = bisect.bisect_right(self.steps, upto)
+        items: list[Any] = []
+        steps: list[int] = []
+        ends: list[int] = []
+        for later in self.steps[low:high]:  # all decoded before any is taken in (one may fail)
+            raw = self.record(later).add.get(name)
+            if raw is None:
+                continue
+            decoded = values.decode(raw, item_list, what=described)
+            if not typed and not set(map(type, decoded)) <= _ATOMS:
+                shared[key] = None  # dicts or lists inside: a caller may change them
+                return None
+            items.extend(decoded)
+            steps.append(later)
+            ends.append(len(found.items) + len(items))
+        found.items.extend(items)
+        found.steps.extend(steps)
+        found.ends.extend(ends)
+        found.upto = upto
+        shared[key] = found
+        return found
 
     def _upcast(self, schema: Schema, step: int, found: int | None, what: str) -> dict[str, Any]:
         """The state of an older version's checkpoint, through the state type's upcasters."""
@@ -237,6 +329,7 @@ class Chain:
         plain[upcasters.VERSION_KEY] = 1 if found is None else found  # no version recorded: version 1
         decoded = values.decode(msgspec.json.encode(plain), schema.cls, what=what)
         return _complete(schema, schema.fields_of(decoded), what)
+
 
 
 def _complete(schema: Schema, state: dict[str, Any], what: str) -> dict[str, Any]:

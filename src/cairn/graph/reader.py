@@ -13,7 +13,7 @@ from typing import Any
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.journal import Journal
-from cairn.errors import InvalidArgument
+from cairn.errors import InvalidArgument, PayloadError
 from cairn.graph import checkpoints
 from cairn.graph.checkpoints import KIND, Chain
 from cairn.graph.graph import Compiled
@@ -50,61 +50,87 @@ def graph_of(fn: Any) -> Compiled | None:
     return found if isinstance(found, Compiled) else None
 
 
+#: checkpoints whose payloads one fetch reads around the one asked for (a
+#: page walks down from it, a state read up from a field's base)
+WINDOW = 128
+
+
 class GraphHistory:
     """The live checkpoints of one run (those no operator retry or rewind
     voided), read incrementally: ``refresh`` reads only the entries appended
-    since the last read, and checkpoints, which never change once written,
-    are decoded once (``Readers`` keeps one of these per recently read run,
-    so a second read of a long run costs a query for what is new, not a
-    scan of its history)."""
+    since the last read, without their payloads, and a checkpoint's payload
+    is fetched (with those of the ``WINDOW`` checkpoints either side of it
+    not read yet) and decoded once, when a read needs it: checkpoints never
+    change once written (``Readers`` keeps one of these per recently read
+    run, so a second read of a long run costs a query for what is new, and
+    a first read of a page, ten checkpoints, not a scan of every payload)."""
 
     def __init__(self, store: Store, payloads: PayloadCodec, run_id: str) -> None:
         self.run_id = run_id
         self._store = store
         self._payloads = payloads
-        self._journal = Journal(())
         self._last_seq = 0
         self._lock = threading.Lock()
         self.entries: dict[int, HistoryEvent] = {}
         #: decoded checkpoints by history seq (an entry's seq is never reused)
         self._records: dict[int, checkpoints.Record] = {}
-        self._items: dict[tuple[int, str], list[Any]] = {}
-        self.chain = Chain([], self._load, self._items)
+        #: decoded appends shared between reads (``checkpoints.Appended``)
+        self._shared = checkpoints.Shared()
+        self.chain = Chain([], self._load, self._shared)
 
     def refresh(self) -> GraphHistory:
         """Take in the entries appended since the last read."""
         with self._lock:
-            new = self._store.history(self.run_id, after_seq=self._last_seq)
+            new = self._store.history_headers(self.run_id, after_seq=self._last_seq)
             if not new:
                 return self
-            cut = False
+            cut = rewritten = False
             for entry in new:
-                self._journal.record(entry)
                 if entry.event in (EventType.RUN_RETRIED, EventType.RUN_REWOUND):
                     cut = True
                 elif entry.step_kind == KIND and entry.event is EventType.STEP_COMPLETED:
                     step = checkpoints.step_of(entry.name)
                     if step is not None:
+                        rewritten = rewritten or step in self.entries
                         self.entries[step] = entry
             self._last_seq = new[-1].seq
-            if cut:  # outcomes were voided: the live checkpoints are the journal's
+            if cut:  # outcomes were voided: the live checkpoints are the journal's, rebuilt (rare:
+                # an operator's retry or rewind) rather than kept up to date on every read
                 self.entries = {}
-                for entry in self._journal.outcomes.values():
+                whole = self._store.history_headers(self.run_id)
+                self._last_seq = max(self._last_seq, whole[-1].seq if whole else 0)
+                for entry in Journal(whole).outcomes.values():
                     step = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
                     if step is not None and entry.event is EventType.STEP_COMPLETED:
                         self.entries[step] = entry
-            self.chain = Chain(list(self.entries), self._load, self._items)
+            if cut or rewritten:  # what was decoded of voided checkpoints is void too
+                self._shared = checkpoints.Shared()
+            self.chain = Chain(list(self.entries), self._load, self._shared)
         return self
 
     def _load(self, step: int) -> checkpoints.Record:
         entry = self.entries[step]
         found = self._records.get(entry.seq)
         if found is None:
-            assert entry.payload is not None
-            what = f"checkpoint {step} of run {self.run_id!r}"
-            raw = self._payloads.raw(entry.payload, what=what)
-            found = self._records[entry.seq] = checkpoints.decode(raw)
+            self._fetch(step)
+            found = self._records[entry.seq]
         return found
+
+    def _fetch(self, step: int) -> None:
+        """Fetch and decode the checkpoint of ``step`` and those of the
+        ``WINDOW`` steps either side of it that are not decoded yet."""
+        steps = self.chain.steps if step in self.chain.steps else sorted(self.entries)
+        at = bisect.bisect_left(steps, step)
+        around = steps[max(0, at - WINDOW):at + WINDOW + 1]
+        by_seq = {self.entries[s].seq: s for s in around if self.entries[s].seq not in self._records}
+        for entry in self._store.history_at(self.run_id, list(by_seq)):
+            if entry.payload is None:
+                raise PayloadError(f"checkpoint {by_seq[entry.seq]} of run {self.run_id!r} has no payload")
+            raw = self._payloads.raw(entry.payload, what=f"checkpoint {by_seq[entry.seq]} of run "
+                                                        f"{self.run_id!r}")
+            self._records[entry.seq] = checkpoints.decode(raw)
+        if self.entries[step].seq not in self._records:
+            raise PayloadError(f"checkpoint {step} of run {self.run_id!r} is no longer in its history")
 
     def checkpoints(self, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
         """Newest first: the checkpoints of super-steps below ``before``

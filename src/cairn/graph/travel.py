@@ -15,14 +15,12 @@ its run memory) is copied, so nothing of it is reused. The new run's
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from cairn.codec import values
 from cairn.errors import InvalidArgument
 from cairn.graph.checkpoints import Chain, Record, Task
 from cairn.graph.errors import GraphError
@@ -59,21 +57,9 @@ def plain_state(chain: Chain, step: int, what: str) -> dict[str, Any]:
     no state type (the CLI and the server do not import the graph's code):
     each field's value at the checkpoint its versions name as its base,
     followed, for a list that grew since, by the items the checkpoints after
-    the base added (``checkpoints.py`` documents the format)."""
-    record = chain.record(step)
-    state: dict[str, Any] = {}
-    for name, (changed, base) in record.versions.items():
-        described = f"field {name!r} of {what}"
-        value = values.decode(chain.record(base).set[name], what=described)
-        if changed != base and isinstance(value, list):
-            low = bisect.bisect_right(chain.steps, base)
-            high = bisect.bisect_right(chain.steps, changed)
-            for later in chain.steps[low:high]:
-                raw = chain.record(later).add.get(name)
-                if raw is not None:
-                    value.extend(values.decode(raw, what=described))
-        state[name] = value
-    return state
+    the base added (``checkpoints.py`` documents the format; the reader's
+    chain shares the decoded items no caller can change between reads)."""
+    return chain.state(None, step, what)
 
 
 def same_delta(a: Record, b: Record) -> bool:

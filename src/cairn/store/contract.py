@@ -172,6 +172,14 @@ class Store(Protocol):
         """History entries of ``run_id`` with ``seq > after_seq``, in order."""
         ...
 
+    def history_headers(self, run_id: str, after_seq: int = 0) -> list[HistoryEvent]:
+        """``history(run_id, after_seq)`` without the payloads (every entry's
+        ``payload`` is ``None``, whether it has one or not): what a reader
+        that needs a few entries' payloads reads first, fetching those with
+        ``history_at`` (a graph run's history page reads ten of its
+        checkpoints, not all of them, nor decompresses the rest)."""
+        ...
+
     def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
         """The entries of ``run_id`` at ``seqs`` (those that exist), in order:
         a read of a few model calls fetches what they need, not the journal

@@ -281,6 +281,10 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], Generic[Tx]):
         params = {"run_id": run_id, "after_seq": after_seq, "limit": _limit(limit)}
         return [event_from_row(row) for row in self._select("select_history", params)]
 
+    def history_headers(self, run_id: str, after_seq: int = 0) -> list[HistoryEvent]:
+        params = {"run_id": run_id, "after_seq": after_seq}
+        return [event_from_row(row) for row in self._select("select_history_headers", params)]
+
     def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
         if not seqs:
             return []

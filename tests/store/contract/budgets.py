@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -230,6 +231,12 @@ class BudgetsContract(ContractBase):
         assert asked == [whole[s] for s in (seq, seq + 4, seq + 6)]
         assert store.history_at("r1", []) == []
         assert store.history_at("nobody", [seq]) == []
+        # the headers: every entry after the seq asked, as history has it, with no payload
+        headers = store.history_headers("r1", seq)
+        assert [e.seq for e in headers] == [s for s in sorted(whole) if s > seq]
+        assert all(e.payload is None for e in headers)
+        assert [replace(e, payload=None) for e in store.history("r1")] == store.history_headers("r1")
+        assert store.history_headers("nobody") == []
         assert whole[seq].payload == big  # the spilled payload comes back whole
         assert store.model_calls("r1") == [whole[s] for s in (seq, seq + 4, seq + 6)]
         assert store.model_calls("r1", seq, 1) == [whole[seq + 4]]

@@ -101,6 +101,13 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
 FROM history WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint ORDER BY seq
 LIMIT %(limit)s::bigint
 
+-- select_history without the payloads: the entries a reader fetches a few
+-- payloads of (history_at).
+-- name: select_history_headers
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, NULL::bytea, NULL::text, detail
+FROM history WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint ORDER BY seq
+
 -- The entries of a run at the seqs given: what rebuilding a page's model
 -- calls needs, and nothing else (modelcalls.needs).
 -- name: select_history_at

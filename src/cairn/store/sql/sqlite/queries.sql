@@ -38,6 +38,13 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
        started_at, payload, payload_ref, detail
 FROM history_entries WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT ifnull(:limit, -1)
 
+-- select_history without the payloads (from the table: no payload is read,
+-- nor a spilled one looked up): the entries a reader fetches a few payloads of.
+-- name: select_history_headers
+SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+       started_at, NULL, NULL, detail
+FROM history WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq
+
 -- The entries of a run at the seqs given (a JSON array): what rebuilding a
 -- page's model calls needs, and nothing else (modelcalls.needs).
 -- name: select_history_at

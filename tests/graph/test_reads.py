@@ -1,0 +1,184 @@
+"""What a repeated read of a long graph run costs, in counts (decoded values,
+checkpoints visited), never in time: a reader decodes a list's appended items
+once and shares those no caller can change (text, numbers) between reads, so
+a second read of any state neither decodes nor walks the run's checkpoints
+again; items that can be changed (dicts) are decoded afresh for each read."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+import cairn
+from cairn.codec import values
+from cairn.graph import checkpoints
+
+STEPS = 40
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], cairn.append]
+    log: Annotated[list[dict[str, int]], cairn.append]
+    n: int
+
+
+def chat_graph(steps: int) -> cairn.Graph:
+    g = cairn.Graph(Chat)
+
+    @g.node
+    def talk(state: Chat) -> dict[str, Any]:
+        n = state["n"]
+        return {"messages": [f"message {n}"], "log": [{"n": n}], "n": n + 1}
+
+    g.edge(cairn.START, "talk")
+    g.route("talk", lambda s: cairn.END if s["n"] >= steps else "talk")
+    return g
+
+
+def expected(step: int) -> dict[str, Any]:
+    return {"messages": [f"message {n}" for n in range(step)], "log": [{"n": n} for n in range(step)],
+            "n": step}
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Calls of ``values.decode`` and of ``Chain.record`` (checkpoints visited) since the last reset."""
+    found = {"decoded": 0, "visited": 0}
+    decode, record = values.decode, checkpoints.Chain.record
+
+    def counting_decode(*args: Any, **kwargs: Any) -> Any:
+        found["decoded"] += 1
+        return decode(*args, **kwargs)
+
+    def counting_record(self: checkpoints.Chain, step: int) -> checkpoints.Record:
+        found["visited"] += 1
+        return record(self, step)
+
+    monkeypatch.setattr(values, "decode", counting_decode)
+    monkeypatch.setattr(checkpoints.Chain, "record", counting_record)
+    return found
+
+
+def reset(counts: dict[str, int]) -> None:
+    counts.update(decoded=0, visited=0)
+
+
+def test_a_repeated_typed_read_visits_a_few_checkpoints_not_the_run(app: cairn.App,
+                                                                    counts: dict[str, int]) -> None:
+    app.run(app.graph("chat", chat_graph(STEPS)), {"messages": [], "log": [], "n": 0}, run_id="c")
+    assert app.graph_state("c") == expected(STEPS)  # the first read walks the run once
+    for step in (STEPS, 7, STEPS - 1, 0, 23):
+        reset(counts)
+        assert app.graph_state("c", step) == expected(step)
+        # the checkpoint, and per field its base and its last change; 'log' (dicts) decodes
+        # its items again, one value per checkpoint, but never walks more than that
+        assert counts["visited"] <= 5 + step, step
+        assert counts["decoded"] <= 3 + step, step
+
+
+def test_a_repeated_plain_json_read_decodes_no_shared_item_again(app: cairn.App,
+                                                                 counts: dict[str, int]) -> None:
+    app.run(app.graph("chat", chat_graph(STEPS)), {"messages": [], "log": [], "n": 0}, run_id="c")
+    bare = cairn.App(store=app.store)  # no graph code: the CLI's and the HTTP API's reader
+    assert bare.graph_state_json("c", 5) == (5, expected(5))  # decodes as far as the latest at once
+    for step in (STEPS, 11, STEPS - 1, 0, 30):
+        reset(counts)
+        assert bare.graph_state_json("c", step) == (step, expected(step))
+        # 'n', and the base value of each list; 'log' (dicts) decodes its items again
+        assert counts["decoded"] <= 3 + step, step
+
+
+def test_items_a_caller_can_change_are_never_shared_between_reads(app: cairn.App) -> None:
+    app.run(app.graph("chat", chat_graph(5)), {"messages": [], "log": [], "n": 0}, run_id="c")
+    bare = cairn.App(store=app.store)
+    for read in (lambda: app.graph_state("c"), lambda: bare.graph_state_json("c")[1]):
+        state = read()
+        state["log"][0]["n"] = 99
+        state["log"].append({"n": -1})
+        state["messages"].append("mine")
+        assert read() == expected(5)
+
+
+def test_a_cold_history_page_fetches_the_payloads_of_a_window_not_the_run(
+        app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cairn.graph import reader
+    from cairn.store import rows
+
+    steps = 3 * reader.WINDOW
+    app.run(app.graph("chat", chat_graph(steps)), {"messages": [], "log": [], "n": 0}, run_id="c")
+    unpacked = {"n": 0}
+    unpack = rows.unpack_payload
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        unpacked["n"] += 1
+        return unpack(*args, **kwargs)
+
+    monkeypatch.setattr(rows, "unpack_payload", counting)
+    cold = cairn.App(store=app.store)  # has read nothing of the run
+    assert [c.step for c in cold.checkpoints("c", limit=10)] == list(range(steps, steps - 10, -1))
+    assert unpacked["n"] <= reader.WINDOW + 1  # the newest checkpoints' payloads, not all of them
+    assert cold.graph_state_json("c", steps // 2) == (steps // 2, expected(steps // 2))  # the rest, when read
+
+
+class Notes(TypedDict):
+    messages: Annotated[list[str], cairn.append]
+    big: dict[str, str]
+    n: int
+
+
+def test_a_diff_of_one_run_reads_only_the_fields_whose_versions_differ(
+        app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = cairn.Graph(Notes)
+
+    @g.node
+    def talk(state: Notes) -> dict[str, Any]:
+        return {"messages": [f"m{state['n']}"], "n": state["n"] + 1}
+
+    g.edge(cairn.START, "talk")
+    g.route("talk", lambda s: cairn.END if s["n"] >= 6 else "talk")
+    app.run(app.graph("notes", g), {"messages": [], "big": {"k": "v" * 100}, "n": 0}, run_id="c")
+    read: list[str] = []
+    decode = values.decode
+
+    def watching(*args: Any, what: Any = "payload", **kwargs: Any) -> Any:
+        read.append(what() if callable(what) else what)
+        return decode(*args, what=what, **kwargs)
+
+    monkeypatch.setattr(values, "decode", watching)
+    changes = app.graph_diff("c", 2, 5)
+    assert [(c.path, c.kind) for c in changes] == [(("messages",), "appended"), (("n",), "replaced")]
+    assert changes[0].new == ["m2", "m3", "m4"]
+    assert not [w for w in read if "'big'" in w]  # the same versions in both: equal unread
+    read.clear()
+    assert app.graph_diff("c", 0, 5, other_run="c")  # the same run named twice: still one chain
+    assert not [w for w in read if "'big'" in w]
+
+
+def test_a_reader_follows_an_operator_retry_of_a_failed_graph_run(app: cairn.App) -> None:
+    """A retry (a cut in the journal) makes the reader rebuild its checkpoints
+    and drop what it shared: the states read after it are the retried run's."""
+    failing = {"at": 3}
+    g = cairn.Graph(Chat)
+
+    @g.node
+    def talk(state: Chat) -> dict[str, Any]:
+        n = state["n"]
+        if n == failing["at"]:
+            raise RuntimeError("not now")
+        return {"messages": [f"message {n}"], "log": [{"n": n}], "n": n + 1}
+
+    g.edge(cairn.START, "talk")
+    g.route("talk", lambda s: cairn.END if s["n"] >= 6 else "talk")
+    chat = app.graph("chat", g)
+    with pytest.raises(cairn.RunFailed):
+        app.run(chat, {"messages": [], "log": [], "n": 0}, run_id="c")
+    assert [c.step for c in app.checkpoints("c")] == [3, 2, 1, 0]
+    assert app.graph_state_json("c") == (3, expected(3))
+    failing["at"] = -1
+    app.retry("c")
+    app.resume("c")
+    assert [c.step for c in app.checkpoints("c")] == [6, 5, 4, 3, 2, 1, 0]
+    for step in (6, 2, 4):
+        assert app.graph_state_json("c", step) == (step, expected(step))
+        assert app.graph_state("c", step) == expected(step)
