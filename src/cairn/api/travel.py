@@ -117,7 +117,7 @@ class TimeTravel:
     def state_json(self, run_id: str, step: int | None) -> tuple[int, dict[str, Any]]:
         """The super-step and the state after it, as plain JSON values."""
         found, at = self.source(run_id, step)
-        return at, travel.plain_state(found.chain, at, f"checkpoint {at} of run {found.run_id!r}")
+        return at, found.chain.state(None, at, f"checkpoint {at} of run {found.run_id!r}")
 
     def state(self, run_id: str, step: int | None) -> Any:
         """The state after super-step ``step`` as the graph's state type."""
@@ -201,8 +201,8 @@ class TimeTravel:
                 continue
             if equal_so_far and travel.same_delta(hist_a.chain.record(step_a), hist_b.chain.record(step_b)):
                 continue
-            a = travel.plain_state(hist_a.chain, step_a, f"checkpoint {step_a} of run {hist_a.run_id!r}")
-            b = travel.plain_state(hist_b.chain, step_b, f"checkpoint {step_b} of run {hist_b.run_id!r}")
+            a = hist_a.chain.state(None, step_a, f"checkpoint {step_a} of run {hist_a.run_id!r}")
+            b = hist_b.chain.state(None, step_b, f"checkpoint {step_b} of run {hist_b.run_id!r}")
             if not diffs.equal(a, b):
                 return position
         return None

@@ -29,7 +29,7 @@ the ones its versions name, and a list's appends (which are that list).
 A state type that evolves declares a schema version (``__cairn_version__``,
 ``codec.upcasters``), which every checkpoint records as ``sv``. The state
 at a checkpoint of an older version is read whole as plain JSON
-(``graph.plain``) and decoded as the state type, which runs its upcasters
+(``Chain.state`` without a schema) and decoded as the state type, which runs its upcasters
 (``IncompatiblePayload`` when no chain of them reaches the current version:
 the run is parked, never failed). The first checkpoint a new version writes
 sets every field (``write(..., before={})``), so no checkpoint's state
@@ -53,7 +53,6 @@ import msgspec
 
 from cairn.codec import upcasters, values
 from cairn.errors import PayloadError
-from cairn.graph.plain import plain_state
 from cairn.graph.state import Schema, _list_of
 
 #: the ``step_kind`` of a checkpoint's journal entry
@@ -325,7 +324,7 @@ class Chain:
 
     def _upcast(self, schema: Schema, step: int, found: int | None, what: str) -> dict[str, Any]:
         """The state of an older version's checkpoint, through the state type's upcasters."""
-        plain = plain_state(self, step, what)
+        plain = self.state(None, step, what)
         plain[upcasters.VERSION_KEY] = 1 if found is None else found  # no version recorded: version 1
         decoded = values.decode(msgspec.json.encode(plain), schema.cls, what=what)
         return _complete(schema, schema.fields_of(decoded), what)

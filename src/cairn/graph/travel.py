@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from cairn.errors import InvalidArgument
-from cairn.graph.checkpoints import Chain, Record, Task
+from cairn.graph.checkpoints import Record, Task
 from cairn.graph.errors import GraphError
 from cairn.graph.state import Schema
 from cairn.store.records import HistoryEvent
@@ -50,16 +50,6 @@ def seed_of(run_id: str, record: Record) -> Seed:
     for task in record.tasks():
         found.append([task.node, task.arg] if task.send else [task.node])
     return Seed(run_id, record.step, found)
-
-
-def plain_state(chain: Chain, step: int, what: str) -> dict[str, Any]:
-    """The state after super-step ``step`` as plain JSON values, read with
-    no state type (the CLI and the server do not import the graph's code):
-    each field's value at the checkpoint its versions name as its base,
-    followed, for a list that grew since, by the items the checkpoints after
-    the base added (``checkpoints.py`` documents the format; the reader's
-    chain shares the decoded items no caller can change between reads)."""
-    return chain.state(None, step, what)
 
 
 def same_delta(a: Record, b: Record) -> bool:

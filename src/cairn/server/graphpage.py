@@ -1,7 +1,7 @@
 """The graph section of a run's dashboard page: the run's path through its
 nodes, super-step by super-step, and the diff between two checkpoints.
 
-Read without the graph's code (``graph.plain``): the server need not
+Read without the graph's code (``Chain.state`` without a schema): the server need not
 register the workflow, and a run whose state type changed since still
 shows what it recorded. A page lists ``PAGE`` super-steps, newest first,
 with links to older and newer pages (``?steps=<before>``), so a 3,000-step
@@ -26,7 +26,6 @@ from cairn.api.app import App
 from cairn.errors import InvalidArgument, PayloadError
 from cairn.graph import diff as diffs
 from cairn.graph.checkpoints import KIND
-from cairn.graph.plain import plain_state
 from cairn.graph.reader import GraphHistory
 from cairn.server.errors import ApiError
 from cairn.store.records import RunRecord
@@ -142,7 +141,7 @@ def _diff(history: GraphHistory, run_id: str, a: int, b: int) -> dict[str, Any]:
     for step in (a, b):
         if step not in history.entries:
             raise InvalidArgument(f"run {run_id!r} has no checkpoint at super-step {step}")
-        states.append(plain_state(history.chain, step, f"checkpoint {step} of run {run_id!r}"))
+        states.append(history.chain.state(None, step, f"checkpoint {step} of run {run_id!r}"))
     changes = diffs.to_json(diffs.diff(states[0], states[1]))
     shown = [{"path": path_text(tuple(c["path"])), "kind": c["kind"],
               "old": None if c["old"] is None and c["kind"] in ("added", "appended", "inserted")
