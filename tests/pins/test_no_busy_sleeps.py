@@ -68,7 +68,6 @@ def test_a_draining_worker_never_sleeps_in_the_busy_handler(tmp_path: Path) -> N
         cwd=REPO_ROOT, env=env, check=True, timeout=300, capture_output=True,
     )
     calls = [line for line in trace.read_text().splitlines() if "nanosleep(" in line]
-    assert worker.returncode == 0
     busy = [line for line in calls if requested_ns(line) >= BUSY_HANDLER_FIRST_SLEEP_NS]
     assert not busy, (f"the worker slept {len(busy)} times in SQLite's busy handler, e.g. {busy[:5]}; "
                       f"worker stderr: {worker.stderr.decode(errors='replace')[-2000:]}")
