@@ -97,9 +97,9 @@ def chat_app(app: cairn.App, size: int, style: str = "lorem") -> cairn.Workflow[
     model = ScriptedModel(answer, model_id="bench-chat")
 
     @app.workflow(name="chat")
-    def chat(ctx: cairn.Context, turns: int) -> int:
+    def chat(ctx: cairn.Context, turns: int, first: int = 0) -> int:
         messages: list[Message] = []
-        for turn in range(turns):
+        for turn in range(first, first + turns):
             messages.append(Message(role="user", content=text("user", turn, size, style)))
             messages.append(ctx.model(model, messages).message)
         return len(messages)
@@ -221,6 +221,14 @@ def postgres_app() -> Iterator[cairn.App]:
         pgcluster.shutdown()
 
 
+def warm(app: cairn.App, turns: int, size: int, style: str) -> None:
+    """An unmeasured chat whose turns are numbered past any measured one's (no message shared):
+    the tables' one-time free-space and visibility maps and first index pages are then paid."""
+    if turns:
+        workflow = "chat" if "chat" in app.runtime.workflows else chat_app(app, size, style)
+        app.run(workflow, turns, 10**6, run_id="warm-up")
+
+
 def report(rows: Sequence[Disk]) -> None:
     print(f"{'backend':>8} {'turns':>6} {'messages':>10} {'before':>11} {'handed':>10} {'handed/msg':>11} "
           f"{'on disk':>10} {'disk/msg':>9} {'vacuumed/msg':>13}")
@@ -240,16 +248,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--text", choices=("lorem", "words"), default="lorem",
                         help="message content: one repeated phrase, or words drawn from a vocabulary")
     parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
+    parser.add_argument("--warm", type=int, default=0, metavar="TURNS",
+                        help="first run (unmeasured) a chat of TURNS turns whose messages the measured "
+                             "runs do not share, so each figure is of a database already in use")
     args = parser.parse_args(argv)
     rows: list[Disk] = []
     with tempfile.TemporaryDirectory(prefix="cairn-model-journal-") as tmp:
         app = cairn.App(db=f"sqlite:///{Path(tmp) / 'cairn.db'}")
         try:
+            warm(app, args.warm, args.size, args.text)
             rows += [measure_sqlite(app, turns, args.size, style=args.text) for turns in args.turns]
         finally:
             app.close()
     if not args.no_postgres:
         with postgres_app() as app:
+            warm(app, args.warm, args.size, args.text)
             rows += [measure_postgres(app, turns, args.size, style=args.text) for turns in args.turns]
     report(rows)
     return 0
