@@ -22,14 +22,17 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
 
-import httpcore
-import httpx
-
-from cairn.errors import CairnError
+from cairn.errors import CairnError, MissingExtra
 from cairn.models.errors import ModelRequestError, ModelUnavailable, one_line
 from cairn.security import redaction
 from cairn.security import secrets as security
 from cairn.security.secrets import Secret, Secrets
+
+try:
+    import httpcore
+    import httpx
+except ImportError as exc:  # the adapters check first, naming their own extra; this is for a direct import
+    raise MissingExtra("cairn.models.transport", "openai") from exc
 
 __all__ = ["SECRET_PARAM", "HTTPModel", "Redactor", "endpoint", "shown"]
 
