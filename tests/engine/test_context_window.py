@@ -237,3 +237,24 @@ def test_a_sigkill_during_or_right_after_a_summary_makes_each_summary_once(
         assert max(a["tokens"] for a in asks(agent_world)) <= WINDOW
     finally:
         app.close()
+
+
+def test_async_workflows_compact_the_same_way(app: cairn.App) -> None:
+    from tests.engine.kinds import AsyncScriptedModel
+
+    model = AsyncScriptedModel(echo, model_id="small")
+    policy = ContextPolicy(window=3000, keep_last=2, keep_tool_outputs=None)
+
+    @app.workflow(name="asynchronous")
+    async def asynchronous(ctx: cairn.Context) -> int:
+        history = [Message(role="system", content="sys")]
+        for i in range(10):
+            history += tool_turn(i, 1200)
+            await ctx.model_async(model, history, context=policy)
+        return len(history)
+
+    assert app.run(asynchronous, run_id="async") == 21
+    records = records_of(app, compactions(app.history("async")))
+    assert records
+    assert any("summarize" in r.strategy for r in records)
+    assert max(true_tokens(r.messages) for r in requests(app, "async")) <= 3000

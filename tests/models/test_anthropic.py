@@ -343,3 +343,43 @@ def test_acomplete_sends_the_same_request(server: FakeOpenAI, make_claude: MakeC
     assert response.message.text == "async"
     assert claude.complete(ask()).message.text == "sync"
     assert server.requests[0].body == server.requests[1].body
+
+
+def test_provider_compaction_is_asked_for_and_its_block_sent_back(
+    app: cairn.App, server: FakeOpenAI, make_claude: MakeClaude
+) -> None:
+    """``ContextPolicy(provider=True)``: the API is asked to compact at the
+    threshold (with its beta feature); its compaction block is journaled and
+    sent back verbatim, and what precedes it no longer counts, so Cairn does
+    not compact on its own."""
+    from cairn.models import ContextPolicy
+    from cairn.models.anthropic import COMPACTION_BETA
+
+    old = "an old message that the provider's compaction made irrelevant " * 40  # ~2,600 bytes
+    # the provider read the whole history (more than the window) before it compacted it
+    server.script(message(COMPACTION, text("Compacted; go on."), context_management=EDITS,
+                          usage={"input_tokens": 1300, "output_tokens": 5}),
+                  message(text("Still here.")))
+    claude = make_claude(beta=("interleaved-thinking-2025-05-14",))
+    policy = ContextPolicy(window=1200, trigger=0.5, provider=True)
+
+    @app.workflow(name="provider")
+    def provider(ctx: cairn.Context) -> list[str]:
+        history = [Message(role="system", content="sys"), Message(role="user", content="task")]
+        history += [Message(role="user", content=old)]
+        first = ctx.model(claude, history, context=policy)
+        history += [first.message, Message(role="user", content="next")]
+        second = ctx.model(claude, history, context=policy)
+        return [first.message.text, second.message.text]
+
+    assert app.run(provider, run_id="p") == ["Compacted; go on.", "Still here."]
+    first, second = server.requests
+    assert first.body["context_management"] == {
+        "edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 600}}]}
+    assert first.headers["anthropic-beta"] == f"interleaved-thinking-2025-05-14,{COMPACTION_BETA}"
+    # the whole history is sent (the API wants it), the compaction block verbatim
+    assert second.body["messages"][1] == {"role": "assistant",
+                                          "content": [COMPACTION, text("Compacted; go on.")]}
+    assert second.body["messages"][0]["content"][-1] == text(old)
+    # Cairn did not summarize or trim: the provider compacts
+    assert not [e for e in app.history("p") if e.step_kind == "context"]

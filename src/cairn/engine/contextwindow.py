@@ -27,8 +27,9 @@ part was rewritten is refused (the last summarized message is fingerprinted).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -46,6 +47,7 @@ from cairn.models.window import (
     Count,
     Sent,
     TokenCounter,
+    compacted_at,
     count_request,
     counter,
     head_indexes,
@@ -112,7 +114,17 @@ def ask(
     _check_history(state, messages, policy)
     sent = _effective(state, messages, policy)
     count = count_request(state.tokens, sent, request.tools, state.last)
+    compacted = compacted_at(sent, 0) if policy.provider else 0
+    if compacted:  # the provider ignores what precedes its compaction block: it is sent, not counted
+        kept = [m for m in sent[:compacted] if m.role in ("system", "developer")] + sent[compacted:]
+        count = count_request(state.tokens, kept, request.tools, None)
     threshold = policy.threshold_of(client.model_id)
+    provider: Callable[[int], dict[str, Any]] | None = getattr(client, "compaction_params", None)
+    if policy.provider and provider is not None:
+        # the provider compacts at the threshold; Cairn only if the window itself would be passed
+        if "context_management" not in request.params:
+            request = ModelRequest(messages, request.tools, {**request.params, **provider(threshold)})
+        threshold = policy.window_of(client.model_id)
     if count.tokens > threshold:
         yield from _compact(ex, client, request, retry, policy, state, count, is_async=is_async)
         sent = _effective(state, messages, policy)

@@ -49,13 +49,20 @@ except ImportError as exc:
 
 from cairn.models.transport import HTTPModel, endpoint
 
-__all__ = ["API_VERSION", "DEFAULT_BASE_URL", "AnthropicChat"]
+__all__ = ["API_VERSION", "COMPACTION_BETA", "COMPACTION_EDIT", "CONTEXT_EDITING_BETA", "DEFAULT_BASE_URL",
+           "AnthropicChat"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 #: the ``anthropic-version`` header: the API version whose wire format this speaks
 API_VERSION = "2023-06-01"
 #: ``max_tokens`` is required by the API; this is sent when the params have none
 DEFAULT_MAX_TOKENS = 4096
+#: the context edit by which the API compacts a conversation itself, and the
+#: beta features that enable it and the other context edits (clearing tool
+#: uses, thinking): added to ``anthropic-beta`` when a request uses them
+COMPACTION_EDIT = "compact_20260112"
+COMPACTION_BETA = "compact-2026-01-12"
+CONTEXT_EDITING_BETA = "context-management-2025-06-27"
 #: statuses a later attempt may get past: timeout, rate limit, overloaded (529), server errors
 _UNAVAILABLE = frozenset({408, 429})
 
@@ -103,6 +110,7 @@ class AnthropicChat(HTTPModel):
         url, shown_url, url_secrets = endpoint(raw_url, "/v1/messages")
         headers = {"Accept": "application/json", "Content-Type": "application/json",
                    "anthropic-version": API_VERSION}
+        self.beta = tuple(beta)
         if beta:
             headers["anthropic-beta"] = ",".join(beta)
         super().__init__(
@@ -123,11 +131,32 @@ class AnthropicChat(HTTPModel):
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Send ``request`` and return the answer."""
-        return self._response(self._post(self._body(request)))
+        return self._response(self._post(self._body(request), self._betas(request)))
 
     async def acomplete(self, request: ModelRequest) -> ModelResponse:
         """``complete`` without blocking the event loop (``ctx.model_async`` uses it)."""
-        return self._response(await self._apost(self._body(request)))
+        return self._response(await self._apost(self._body(request), self._betas(request)))
+
+    def compaction_params(self, threshold: int) -> dict[str, Any]:
+        """The params that make the API compact the conversation itself once
+        its input passes ``threshold`` tokens (``ContextPolicy(provider=True)``
+        adds them): the answer then carries a ``compaction`` block, kept
+        verbatim, and the API ignores every message before it."""
+        return {"context_management": {"edits": [
+            {"type": COMPACTION_EDIT, "trigger": {"type": "input_tokens", "value": threshold}}]}}
+
+    def _betas(self, request: ModelRequest) -> dict[str, str] | None:
+        """The ``anthropic-beta`` header a request's ``context_management``
+        needs, beside the client's own ``beta`` features."""
+        edits = request.params.get("context_management")
+        if not isinstance(edits, dict):
+            return None
+        kinds = {str(e.get("type", "")) for e in edits.get("edits") or () if isinstance(e, dict)}
+        needed = [COMPACTION_BETA] if any(k.startswith("compact_") for k in kinds) else []
+        if kinds - {COMPACTION_EDIT}:
+            needed.append(CONTEXT_EDITING_BETA)
+        features = [*self.beta, *(b for b in needed if b not in self.beta)]
+        return {"anthropic-beta": ",".join(features)} if features else None
 
     def _body(self, request: ModelRequest) -> bytes:
         if request.params.get("stream"):

@@ -94,14 +94,16 @@ class HTTPModel:
 
     # -- one POST ------------------------------------------------------------------------
 
-    def _post(self, body: bytes) -> httpx.Response:
-        """POST ``body``, within the call's timeout; a 401 with a ``Secret``
-        key refreshes it and sends once more (a refused request did nothing)."""
+    def _post(self, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
+        """POST ``body`` (with ``headers`` of this request), within the call's
+        timeout; a 401 with a ``Secret`` key refreshes it and sends once
+        more (a refused request did nothing)."""
         _deadline.at = time.monotonic() + self.timeout
         try:
-            response = self._sync_client().post(self._url, content=body, headers=self._auth())
+            response = self._sync_client().post(self._url, content=body, headers=self._auth(headers=headers))
             if response.status_code == 401 and self._key_ref is not None:  # expired: refresh, once
-                response = self._sync_client().post(self._url, content=body, headers=self._auth(refresh=True))
+                response = self._sync_client().post(self._url, content=body,
+                                                    headers=self._auth(refresh=True, headers=headers))
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             # not chained: httpx's exception may carry the URL, credentials included
             raise self._transport_error(exc) from None
@@ -109,29 +111,31 @@ class HTTPModel:
             _deadline.at = None
         return response
 
-    async def _apost(self, body: bytes) -> httpx.Response:
+    async def _apost(self, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
         """``_post`` without blocking the event loop."""
         try:
             async with asyncio.timeout(self.timeout):
-                response = await self._async_client().post(self._url, content=body, headers=self._auth())
+                response = await self._async_client().post(self._url, content=body,
+                                                           headers=self._auth(headers=headers))
                 if response.status_code == 401 and self._key_ref is not None:  # expired: refresh, once
-                    response = await self._async_client().post(self._url, content=body,
-                                                               headers=self._auth(refresh=True))
+                    response = await self._async_client().post(
+                        self._url, content=body, headers=self._auth(refresh=True, headers=headers))
         except TimeoutError:
             raise self._unavailable(f"timed out after {self.timeout:g} s") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise self._transport_error(exc) from None
         return response
 
-    def _auth(self, *, refresh: bool = False) -> dict[str, str] | None:
-        """The key header of a key given as a ``Secret``, resolved now
-        (``refresh``: a new value, the last one was refused)."""
+    def _auth(self, *, refresh: bool = False, headers: dict[str, str] | None = None) -> dict[str, str] | None:
+        """This request's own ``headers`` plus the key header of a key given
+        as a ``Secret``, resolved now (``refresh``: a new value, the last one
+        was refused)."""
         ref = self._key_ref
         if ref is None:
-            return None
+            return headers
         value = security.refresh(ref, self._secrets) if refresh else security.resolve(ref, self._secrets)
         name, template = self._key_header
-        return {name: template.format(key=value.reveal())}
+        return {**(headers or {}), name: template.format(key=value.reveal())}
 
     # -- errors: every message goes through _redact ---------------------------------------
 

@@ -102,7 +102,10 @@ class ContextPolicy:
     ``summarize``: summarize when trimming is not enough, with ``summarizer``
     (default: the model being called) and ``summary_prompt``. ``pin``:
     indexes of messages (of the list given to ``ctx.model``) always sent.
-    ``name``: the conversation, when a run holds several.
+    ``name``: the conversation, when a run holds several. ``provider``:
+    where the client can compact on the provider's side
+    (``compaction_params``), ask it to at the threshold, and send nothing
+    before the provider's last compaction block (the provider ignores it).
 
     A policy is part of what a run's code decides: changing it changes the
     requests a replay would make (pin it with the bundle like a prompt).
@@ -118,6 +121,10 @@ class ContextPolicy:
     summary_prompt: str = SUMMARY_PROMPT
     pin: tuple[int, ...] = ()
     name: str = "context"
+    #: let the provider compact where it can (``client.compaction_params``,
+    #: e.g. Anthropic's ``compact_20260112``); Cairn's own strategies then
+    #: act only if a request would still exceed the window
+    provider: bool = False
     #: tokens counted with this (``counter()`` by default)
     tokens: TokenCounter | None = field(default=None, compare=False)
 
@@ -162,7 +169,7 @@ class ContextPolicy:
         """What of the policy decides the requests (recorded in the journal)."""
         return {"window": self.window_of(model_id), "threshold": self.threshold_of(model_id),
                 "keep_last": self.keep_last, "keep_tool_outputs": self.keep_tool_outputs,
-                "summarize": self.summarize, "pin": list(self.pin),
+                "summarize": self.summarize, "pin": list(self.pin), "provider": self.provider,
                 "summarizer": (self.summarizer.model_id if self.summarizer is not None else model_id)}
 
 
@@ -275,6 +282,16 @@ def head_indexes(messages: Sequence[Message], pin: Sequence[int]) -> list[int]:
             break
         head.append(i)
     return sorted(set(head) | {i for i in pin if i < len(messages)})
+
+
+def compacted_at(messages: Sequence[Message], start: int) -> int:
+    """The index of the last message (from ``start``) holding a provider's
+    ``compaction`` block, else ``start``: the provider ignores what precedes it."""
+    for i in range(len(messages) - 1, start - 1, -1):
+        content = messages[i].content
+        if isinstance(content, tuple) and any(part.get("type") == "compaction" for part in content):
+            return i
+    return start
 
 
 def safe_cut(messages: Sequence[Message], cut: int, floor: int) -> int:
