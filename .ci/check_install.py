@@ -48,12 +48,13 @@ from typing import Any
 
 DIST = "cairn-runtime"
 #: the extras this checks (``dev`` and ``bench`` are for working on Cairn, not features)
-EXTRAS = ("pydantic", "openai", "anthropic", "postgres", "server", "otel", "otel-export", "langgraph")
+EXTRAS = ("pydantic", "openai", "anthropic", "mcp", "postgres", "server", "otel", "otel-export", "langgraph")
 #: module (and its submodules) -> the extra its import needs; the feature its message names
 IMPORT_NEEDS = {
     "cairn.models.openai": "openai",
     "cairn.models.anthropic": "anthropic",
     "cairn.models.transport": "openai",
+    "cairn.mcp": "mcp",
     "cairn.server": "server",
     "cairn.store.postgres": "postgres",
     "cairn.memory.langgraph": "langgraph",
