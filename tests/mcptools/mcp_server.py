@@ -98,5 +98,30 @@ def fail(why: str) -> str:
     raise ValueError(why)
 
 
+def _slow(effect: str, key: str, seconds: float, idempotency_key: str = "") -> str:
+    world(f"start {effect} {key} {idempotency_key}".rstrip())
+    time.sleep(0 if os.environ.get("MCP_FAST") else seconds)
+    world(f"done {effect} {key}")
+    return f"{effect} {key} done"
+
+
+@server.tool(annotations=READ)
+def slow_read(key: str, seconds: float) -> str:
+    """A slow read (the test kills the worker while it runs)."""
+    return _slow("read", key, seconds)
+
+
+@server.tool(annotations=ToolAnnotations(idempotentHint=True))
+def slow_put(key: str, seconds: float, idempotency_key: str = "") -> str:
+    """A slow idempotent write."""
+    return _slow("idempotent", key, seconds, idempotency_key)
+
+
+@server.tool()
+def slow_send(key: str, seconds: float) -> str:
+    """A slow write."""
+    return _slow("write", key, seconds)
+
+
 if __name__ == "__main__":
     server.run(transport="stdio" if sys.argv[1] == "stdio" else "streamable-http")

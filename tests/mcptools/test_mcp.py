@@ -255,3 +255,53 @@ def test_a_server_over_streamable_http(app: cairn.App, http_url: str, state: Pat
     finally:
         server.close()
     assert sys.executable  # the server ran under this interpreter (tests/processes.spawn)
+
+
+# -- a SIGKILL of the worker mid-call, for each effect class ------------------------------
+
+
+@pytest.mark.parametrize(("tool", "effect"), [("slow_read", "read"), ("slow_put", "idempotent"),
+                                              ("slow_send", "write")])
+def test_a_sigkill_of_the_worker_mid_call(
+    tmp_path: Path, state: Path, monkeypatch: pytest.MonkeyPatch, tool: str, effect: str
+) -> None:
+    """The worker (and the stdio server it started: its process group) dies
+    while the tool runs. Resumed: a read runs again; an idempotent call is
+    sent again with the same operation id as its key; a write is never sent
+    again blindly: the run waits in needs_attention."""
+    import os
+    import signal
+
+    from tests.mcptools import kill_app
+
+    env = {"CAIRN_TEST_DB": f"sqlite:///{tmp_path}/kill.db", "MCP_STATE": str(state)}
+    child = spawn("tests.mcptools.kill_app", ["killed", tool, "30"], env=env, log=tmp_path / "child.log")
+    deadline = time.monotonic() + 60
+    while not any(line.startswith("start") for line in world(state)):
+        assert time.monotonic() < deadline, (tmp_path / "child.log").read_text()[-2000:]
+        assert child.poll() is None, (tmp_path / "child.log").read_text()[-2000:]
+        time.sleep(0.05)
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+    app = cairn.App(db=env["CAIRN_TEST_DB"], lease_seconds=0.5)
+    monkeypatch.setenv("MCP_STATE", str(state))
+    monkeypatch.setenv("MCP_FAST", "1")  # the server started by the resumed run does not sleep
+    _, server = kill_app.register(app)
+    try:
+        time.sleep(0.6)  # the dead worker's lease runs out
+        if effect == "write":
+            app.worker().run(max_idle=1.0)
+            record = app.store.get_run("killed")  # type: ignore[attr-defined]
+            assert record is not None
+            assert record.status is RunStatus.NEEDS_ATTENTION
+            assert [line.split()[0] for line in world(state)] == ["start"]  # never sent again
+        else:
+            assert app.resume("killed") == f"{effect} killed done"
+            starts = [line for line in world(state) if line.startswith("start")]
+            assert len(starts) == 2  # sent again after the crash
+            if effect == "idempotent":
+                assert starts[0] == starts[1]  # with the same operation id as its key
+                assert len(starts[0].split()[-1]) == 36  # (a key was sent: a uuid)
+    finally:
+        server.close()
+        app.close()
