@@ -14,7 +14,8 @@ one stdio server (tests/mcptools/mcp_server.py, the SDK's FastMCP) and SQLite:
 * **through Cairn**: ``server.call("lookup", ...)`` in a workflow (the list
   journaled once before the timed loop).
 
-overhead = through Cairn - direct - journal. Rounds alternate the three.
+overhead = through Cairn - direct - journal, from per-call medians of paired
+samples (each iteration times the three in turn).
 """
 
 from __future__ import annotations
@@ -51,27 +52,31 @@ def main(argv: list[str] | None = None) -> int:
             return {"content": [{"type": "text", "text": f"value of {key}"}], "structured": None,
                     "text": f"value of {key}"}
 
-        @app.workflow(name="through")
-        def through(ctx: cairn.Context, n: int, via_mcp: bool) -> float:
+        @app.workflow(name="paired")
+        def paired(ctx: cairn.Context, n: int) -> list[list[float]]:
+            """Each iteration times the three side by side (paired samples:
+            the machine's load drifts alike for all three)."""
             server.tools()
-            started = time.perf_counter()
+            connection = server._session()
+            samples: list[list[float]] = [[], [], []]
             for i in range(n):
-                if via_mcp:
-                    server.call("lookup", {"key": f"k{i}"})
-                else:
-                    local(f"k{i}")
-            return time.perf_counter() - started
+                t0 = time.perf_counter()
+                connection.call_tool("lookup", {"key": f"k{i}"}, 30)
+                t1 = time.perf_counter()
+                local(f"k{i}")
+                t2 = time.perf_counter()
+                server.call("lookup", {"key": f"k{i}"})
+                t3 = time.perf_counter()
+                for column, value in zip(samples, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                    column.append(value * 1e6)
+            return samples
 
-        connection = server._session()
-        connection.call_tool("lookup", {"key": "warm"}, 30)
         direct, journal, cairn_mcp = [], [], []
         for r in range(args.rounds):
-            started = time.perf_counter()
-            for i in range(args.calls):
-                connection.call_tool("lookup", {"key": f"k{i}"}, 30)
-            direct.append((time.perf_counter() - started) / args.calls * 1e6)
-            journal.append(app.run(through, args.calls, False, run_id=f"local{r}") / args.calls * 1e6)
-            cairn_mcp.append(app.run(through, args.calls, True, run_id=f"mcp{r}") / args.calls * 1e6)
+            d_, j_, c_ = app.run(paired, args.calls, run_id=f"paired{r}")
+            direct.append(statistics.median(d_))
+            journal.append(statistics.median(j_))
+            cairn_mcp.append(statistics.median(c_))
         server.close()
         app.close()
     d, j, c = statistics.median(direct), statistics.median(journal), statistics.median(cairn_mcp)
