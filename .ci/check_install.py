@@ -55,6 +55,7 @@ IMPORT_NEEDS = {
     "cairn.models.anthropic": "anthropic",
     "cairn.models.transport": "openai",
     "cairn.mcp": "mcp",
+    "cairn.mcpserve": "mcp",
     "cairn.server": "server",
     "cairn.store.postgres": "postgres",
     "cairn.memory.langgraph": "langgraph",
