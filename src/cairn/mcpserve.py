@@ -31,7 +31,7 @@ try:
     from mcp.server.fastmcp import FastMCP
     from mcp.server.fastmcp.exceptions import ToolError
 except ImportError as exc:
-    raise MissingExtra("cairn mcp serve", "mcp") from exc
+    raise MissingExtra("cairn.mcpserve", "mcp") from exc
 
 __all__ = ["build"]
 
