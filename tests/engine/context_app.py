@@ -94,7 +94,7 @@ class WindowModel:
 POLICY_OFF = False
 
 
-def register(app: cairn.App, model: WindowModel, sleep_every: int = 0) -> Any:
+def register(app: cairn.App, model: WindowModel, sleep_every: int = 0, policy: ContextPolicy = POLICY) -> Any:
     """The agent (``sleep_every``: a durable sleep every that many turns, so
     the rest of the run is a replay of its journal)."""
 
@@ -110,7 +110,7 @@ def register(app: cairn.App, model: WindowModel, sleep_every: int = 0) -> Any:
             turn += 1
             if sleep_every and turn % sleep_every == 0:
                 ctx.sleep(0.01)
-            reply = ctx.model(model, history, tools=TOOLS, context=None if POLICY_OFF else POLICY)
+            reply = ctx.model(model, history, tools=TOOLS, context=None if POLICY_OFF else policy)
             history.append(reply.message)
             if not reply.message.tool_calls:
                 return len(history)

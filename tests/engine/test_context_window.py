@@ -90,6 +90,38 @@ def test_cairn_show_marks_each_compaction(tmp_path: Path) -> None:
     assert "compacted: summarized messages 0-" in out.output
 
 
+def test_the_conversation_and_its_summaries_are_kept_in_thread_memory(app: cairn.App) -> None:
+    """``thread=True``: every message is appended to the run's thread once;
+    each summary replaces what it covers through the thread's compaction,
+    with the range it covers (the thread ends up as the last summary and the
+    messages after it)."""
+    from dataclasses import replace
+
+    model = WindowModel(150)
+    agent = context_app.register(app, model, policy=replace(context_app.POLICY, thread=True))
+    app.run(agent, run_id="threaded", thread_id="conversation-1")
+    records = records_of(app, compactions(app.history("threaded")))
+    last = records[-1]
+    thread = app.operator.thread_messages("default", "conversation-1", limit=10_000)
+    summary, *rest = thread
+    assert summary.kind == "summary"
+    assert summary.index == last.upto - 1
+    assert summary.value == {"summary": last.summary, "covers": [last.first, last.upto], "policy": "context"}
+    assert all(m.kind == "message" for m in rest)
+    assert [m.index for m in rest] == list(range(last.upto, last.upto + len(rest)))
+    sent = requests(app, "threaded")[-1]  # the last request holds every message the thread mirrored
+    assert rest[-1].value == msgspec.to_builtins(sent.messages[-1])
+    assert len(thread) == 1 + (2 + 2 * 150) - last.upto  # each mirrored message once, the answer not yet
+
+
+def test_a_thread_policy_needs_a_thread(app: cairn.App) -> None:
+    from dataclasses import replace
+
+    agent = context_app.register(app, WindowModel(3), policy=replace(context_app.POLICY, thread=True))
+    with pytest.raises(cairn.RunFailed, match=r"in the run's thread, and run 'lonely' has none"):
+        app.run(agent, run_id="lonely")
+
+
 # -- what is kept -------------------------------------------------------------------------
 
 

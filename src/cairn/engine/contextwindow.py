@@ -37,8 +37,10 @@ from cairn.codec import values
 from cairn.engine import modelcalls
 from cairn.engine.drive import Protocol
 from cairn.engine.execution import Execution
+from cairn.engine.memory import workflow_memory
 from cairn.errors import InvalidArgument
 from cairn.faults import fault_point
+from cairn.memory.api import Thread
 from cairn.models.base import Message, ModelClient, ModelRequest, ModelResponse
 from cairn.models.errors import ModelRequestError
 from cairn.models.window import (
@@ -91,6 +93,9 @@ class _Conversation:
     trimmed_before: int = 0
     last: Sent | None = None
     tokens: TokenCounter = field(default_factory=counter)
+    #: ``thread``: the thread index of message 0, and how many messages are in the thread
+    base: int | None = None
+    mirrored: int = 0
 
 
 _STATES: weakref.WeakKeyDictionary[Execution, dict[str, _Conversation]] = weakref.WeakKeyDictionary()
@@ -112,6 +117,8 @@ def ask(
     state = _state(ex, policy)
     messages = request.messages
     _check_history(state, messages, policy)
+    if policy.thread:
+        _mirror(ex, state, messages, policy)
     sent = _effective(state, messages, policy)
     count = count_request(state.tokens, sent, request.tools, state.last)
     compacted = compacted_at(sent, 0) if policy.provider else 0
@@ -216,9 +223,33 @@ def _compact(
                   "removed": record.removed, "trimmed": record.trimmed, "tokens_before": record.tokens_before,
                   "tokens_after": record.tokens_after, "counted_by": record.counted_by}
         record = ex.complete_call(call, record, Compaction, detail=detail)
+    if policy.thread and record.summary is not None and record.upto > record.first:
+        assert state.base is not None
+        _thread(ex, policy).compact(state.base + record.upto, {
+            "summary": record.summary, "covers": [record.first, record.upto], "policy": policy.name})
     state.upto, state.summary, state.anchor = record.upto, record.summary, record.anchor
     state.trimmed_before = record.trimmed_before
     state.last = None  # the next request no longer extends the last one
+
+
+def _thread(ex: Execution, policy: ContextPolicy) -> Thread:
+    thread_id = policy.thread if isinstance(policy.thread, str) else ex.run.thread_id
+    if not thread_id:
+        raise InvalidArgument(f"context policy {policy.name!r} keeps the conversation in the run's thread, "
+                              f"and run {ex.run.run_id!r} has none: start it with a thread_id, or name one")
+    return workflow_memory(ex).thread(thread_id)
+
+
+def _mirror(ex: Execution, state: _Conversation, messages: Sequence[Message], policy: ContextPolicy) -> None:
+    """Append the messages the thread does not hold yet (journaled writes,
+    like any ``ctx.memory`` write); the first time, read where they start."""
+    thread = _thread(ex, policy)
+    if state.base is None:
+        last = thread.window(last=1)
+        state.base = last[-1].index + 1 if last else 0
+    if len(messages) > state.mirrored:
+        thread.append(*(msgspec.to_builtins(m) for m in messages[state.mirrored:]))
+        state.mirrored = len(messages)
 
 
 def _count(state: _Conversation, messages: Sequence[Message], policy: ContextPolicy, request: ModelRequest,

@@ -104,8 +104,11 @@ class ContextPolicy:
     indexes of messages (of the list given to ``ctx.model``) always sent.
     ``name``: the conversation, when a run holds several. ``provider``:
     where the client can compact on the provider's side
-    (``compaction_params``), ask it to at the threshold, and send nothing
-    before the provider's last compaction block (the provider ignores it).
+    (``compaction_params``), ask it to at the threshold; what precedes its
+    last compaction block is sent but not counted (the provider ignores it).
+    ``thread``: mirror the conversation into thread memory (the run's
+    thread if ``True``): each message appended once, each summary stored by
+    the thread's compaction (``Thread.compact``) with the range it covers.
 
     A policy is part of what a run's code decides: changing it changes the
     requests a replay would make (pin it with the bundle like a prompt).
@@ -125,6 +128,10 @@ class ContextPolicy:
     #: e.g. Anthropic's ``compact_20260112``); Cairn's own strategies then
     #: act only if a request would still exceed the window
     provider: bool = False
+    #: keep the conversation in thread memory too: ``True`` the run's
+    #: thread, or a thread id (``engine.contextwindow``: each message
+    #: appended once, each summary stored by the thread's compaction)
+    thread: str | bool = False
     #: tokens counted with this (``counter()`` by default)
     tokens: TokenCounter | None = field(default=None, compare=False)
 
@@ -148,6 +155,8 @@ class ContextPolicy:
                                   f"not {self.keep_tool_outputs!r}")
         if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in self.pin):
             raise InvalidArgument(f"pinned messages are indexes >= 0, not {self.pin!r}")
+        if not isinstance(self.thread, str | bool) or self.thread == "":
+            raise InvalidArgument(f"a context policy's thread is True or a thread id, not {self.thread!r}")
         if not isinstance(self.name, str) or not self.name:
             raise InvalidArgument(f"a context policy's name must be a non-empty string, not {self.name!r}")
 
@@ -170,6 +179,7 @@ class ContextPolicy:
         return {"window": self.window_of(model_id), "threshold": self.threshold_of(model_id),
                 "keep_last": self.keep_last, "keep_tool_outputs": self.keep_tool_outputs,
                 "summarize": self.summarize, "pin": list(self.pin), "provider": self.provider,
+                "thread": self.thread,
                 "summarizer": (self.summarizer.model_id if self.summarizer is not None else model_id)}
 
 
