@@ -109,7 +109,7 @@ def register(app: cairn.App, model: WindowModel, sleep_every: int = 0, policy: C
         while True:
             turn += 1
             if sleep_every and turn % sleep_every == 0:
-                ctx.sleep(0.01)
+                ctx.sleep(0.3)
             reply = ctx.model(model, history, tools=TOOLS, context=None if POLICY_OFF else policy)
             history.append(reply.message)
             if not reply.message.tool_calls:
