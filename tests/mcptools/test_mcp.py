@@ -20,6 +20,7 @@ import cairn
 from cairn.mcp import Access, Egress, EgressRefused, MCPServer
 from cairn.mcp.server import Listed, _result
 from cairn.store.records import EventType, HistoryEvent, RunStatus
+from tests.backends import StoreBackend
 from tests.mcptools.conftest import EGRESS, SERVER_SCRIPT
 from tests.processes import spawn
 
@@ -263,7 +264,8 @@ def test_a_server_over_streamable_http(app: cairn.App, http_url: str, state: Pat
 @pytest.mark.parametrize(("tool", "effect"), [("slow_read", "read"), ("slow_put", "idempotent"),
                                               ("slow_send", "write")])
 def test_a_sigkill_of_the_worker_mid_call(
-    tmp_path: Path, state: Path, monkeypatch: pytest.MonkeyPatch, tool: str, effect: str
+    backend: StoreBackend, tmp_path: Path, state: Path, monkeypatch: pytest.MonkeyPatch, tool: str,
+    effect: str,
 ) -> None:
     """The worker (and the stdio server it started: its process group) dies
     while the tool runs. Resumed: a read runs again; an idempotent call is
@@ -274,7 +276,7 @@ def test_a_sigkill_of_the_worker_mid_call(
 
     from tests.mcptools import kill_app
 
-    env = {"CAIRN_TEST_DB": f"sqlite:///{tmp_path}/kill.db", "MCP_STATE": str(state)}
+    env = {"CAIRN_TEST_DB": backend.url, "MCP_STATE": str(state)}
     child = spawn("tests.mcptools.kill_app", ["killed", tool, "30"], env=env, log=tmp_path / "child.log")
     deadline = time.monotonic() + 60
     while not any(line.startswith("start") for line in world(state)):

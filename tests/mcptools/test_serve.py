@@ -8,7 +8,6 @@ import importlib
 import json
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from mcp.client.stdio import stdio_client
 
 import cairn
 from cairn.store.records import RunStatus
+from tests.backends import StoreBackend
 from tests.processes import REPO_ROOT
 from tests.processes import run as run_child
 
@@ -64,9 +64,9 @@ class Client:
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[cairn.App, str]]:
-    """The app module on a fresh database (the server process imports it too)."""
-    db = f"sqlite:///{tmp_path}/serve.db"
+def world(backend: StoreBackend, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[cairn.App, str]]:
+    """The app module on a fresh database, SQLite or PostgreSQL (the server process imports it too)."""
+    db = backend.url
     monkeypatch.setenv("CAIRN_TEST_DB", db)
     sys.modules.pop("tests.mcptools.serve_app", None)
     serve_app = importlib.import_module("tests.mcptools.serve_app")
