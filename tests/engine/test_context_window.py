@@ -180,7 +180,7 @@ def test_old_tool_outputs_are_trimmed_before_anything_is_summarized(app: cairn.A
     last = requests(app, "trims")[-1]
     outputs = [m.text for m in last.messages if m.role == "tool"]
     assert [o.startswith("out") for o in outputs] == [False] * 4 + [True] * 2
-    assert outputs[0].startswith("[tool output removed to save context: about")
+    assert outputs[0] == "[tool output removed to save context: 3006 characters]"
     assert model.calls == 6  # no summarizing call
 
 
@@ -212,6 +212,43 @@ def test_a_history_rewritten_under_a_summary_is_refused(app: cairn.App) -> None:
 
     with pytest.raises(cairn.RunFailed, match=r"the conversation given to ctx\.model changed"):
         app.run(rewrite, run_id="rewrite")
+
+
+def test_tiktoken_is_used_only_when_asked_and_its_absence_is_one_clear_line() -> None:
+    """Counts decide when a run compacts: a tokenizer that happens to be
+    installed on one worker and not on another would make replays diverge,
+    so the default is the approximation and tiktoken is asked for by name."""
+    from cairn.errors import MissingExtra
+    from cairn.models.window import TokenCounter, tiktoken_counter
+
+    assert TokenCounter().name == "approx"
+    assert ContextPolicy().tokens is None
+    try:
+        import tiktoken  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except ImportError:
+        with pytest.raises(MissingExtra, match=r"tiktoken token counts needs the 'tokens' extra"):
+            tiktoken_counter()
+    else:  # pragma: no cover - the dev environment has no tiktoken
+        assert tiktoken_counter().name == "tiktoken:o200k_base"
+
+
+def test_counts_come_from_the_provider_when_it_reported_the_last_call() -> None:
+    from cairn.models import Usage
+    from cairn.models.window import Sent, TokenCounter, count_request
+
+    tokens = TokenCounter()
+    first = (Message(role="user", content="x" * 3000),)
+    answer = Message(role="assistant", content="ok")
+    approx = count_request(tokens, (*first, answer), (), None)
+    assert approx.source == "approx"
+    told = count_request(tokens, (*first, answer, Message(role="user", content="y")), (),
+                         Sent(first, answer, Usage(10, 2, 12)))
+    assert told.source == "provider"
+    assert told.tokens == 10 + tokens.message(answer) + tokens.message(Message(role="user", content="y"))
+    # a request that does not extend the last one is counted, not guessed from it
+    last = Sent(first, answer, Usage(10, 2, 12))
+    other = count_request(tokens, (Message(role="user", content="z"),), (), last)
+    assert other.source == "approx"
 
 
 def test_an_unknown_model_needs_a_window(app: cairn.App) -> None:

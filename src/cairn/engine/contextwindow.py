@@ -51,7 +51,6 @@ from cairn.models.window import (
     TokenCounter,
     compacted_at,
     count_request,
-    counter,
     head_indexes,
     safe_cut,
     summary_message,
@@ -92,7 +91,7 @@ class _Conversation:
     anchor: str | None = None
     trimmed_before: int = 0
     last: Sent | None = None
-    tokens: TokenCounter = field(default_factory=counter)
+    tokens: TokenCounter = field(default_factory=TokenCounter)
     #: ``thread``: the thread index of message 0, and how many messages are in the thread
     base: int | None = None
     mirrored: int = 0
@@ -105,7 +104,8 @@ def _state(ex: Execution, policy: ContextPolicy) -> _Conversation:
     states = _STATES.setdefault(ex, {})
     found = states.get(policy.name)
     if found is None:
-        found = states[policy.name] = _Conversation(tokens=policy.tokens or counter())
+        found = states[policy.name] = _Conversation(
+            tokens=policy.tokens.fresh() if policy.tokens is not None else TokenCounter())
     return found
 
 
@@ -158,7 +158,7 @@ def _effective(state: _Conversation, messages: Sequence[Message], policy: Contex
     for i in range(state.upto, len(messages)):
         message = messages[i]
         if i < state.trimmed_before and message.role == "tool":
-            message = trimmed(message, state.tokens.message(message))
+            message = trimmed(message)
         sent.append(message)
     return sent
 
@@ -192,8 +192,7 @@ def _compact(
         return
     summary = state.summary
     if upto > state.upto:
-        covered = [trimmed(messages[i], state.tokens.message(messages[i]))
-                   if i < trim_before and messages[i].role == "tool" else messages[i]
+        covered = [trimmed(messages[i]) if i < trim_before and messages[i].role == "tool" else messages[i]
                    for i in range(state.upto, upto) if i not in head]
         answer = yield from modelcalls.ask(ex, policy.summarizer or client,
                                            summary_request(policy, state.summary, covered), retry,

@@ -20,10 +20,13 @@ well under the threshold, so the next many turns send a stable prefix (cheap
 for the journal, which stores each message once, and for provider caches).
 
 Token counts come from the provider where it reported them (the previous
-call's usage, plus a count of what was added since), else from ``tiktoken``
-when installed, else from an approximation (JSON bytes / 3, rounded up, plus
-a per-message overhead: pessimistic for English and code). ``Count.source``
-says which was used; the journal records it.
+call's usage, plus a count of what was added since), else from the policy's
+counter: an approximation by default (JSON bytes / 3, rounded up, plus a
+per-message overhead: pessimistic for English and code), or ``tiktoken``
+when the policy asks for it (``tiktoken_counter()``: never picked up just
+because it happens to be installed, since counts decide when a run compacts
+and a replay elsewhere must decide the same). ``Count.source`` says which
+was used; the journal records it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 
 import msgspec
 
-from cairn.errors import InvalidArgument
+from cairn.errors import InvalidArgument, MissingExtra
 from cairn.models.base import Message, ModelClient, ModelRequest, Usage
 from cairn.retry import TerminalError
 
@@ -45,11 +48,11 @@ __all__ = [
     "ContextPolicy",
     "Count",
     "TokenCounter",
-    "counter",
     "known_window",
     "safe_cut",
     "summary_message",
     "summary_request",
+    "tiktoken_counter",
     "trimmed",
 ]
 
@@ -132,7 +135,8 @@ class ContextPolicy:
     #: thread, or a thread id (``engine.contextwindow``: each message
     #: appended once, each summary stored by the thread's compaction)
     thread: str | bool = False
-    #: tokens counted with this (``counter()`` by default)
+    #: how tokens are counted where the provider has not said (default: the
+    #: approximation; ``tiktoken_counter()`` with the ``tokens`` extra)
     tokens: TokenCounter | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -238,24 +242,30 @@ class TokenCounter:
     def messages(self, messages: Sequence[Message]) -> int:
         return sum(self.message(m) for m in messages)
 
+    def fresh(self) -> TokenCounter:
+        """The same counting with an empty memory (one per conversation)."""
+        return TokenCounter(self.name, self._encode)
+
     def tools(self, tools: Sequence[dict[str, Any]]) -> int:
         data = msgspec.json.encode(list(tools))
         return math.ceil(len(data) / 3) if self._encode is None else self._encode(data.decode())
 
 
-def counter() -> TokenCounter:
-    """``tiktoken``'s ``o200k_base`` when it is installed and loads, else the approximation."""
+def tiktoken_counter(encoding: str = "o200k_base") -> TokenCounter:
+    """Counts with ``tiktoken``'s ``encoding`` (the ``tokens`` extra), for
+    ``ContextPolicy(tokens=tiktoken_counter())``. Never chosen silently:
+    counts decide when a run compacts, so a replay on a machine without
+    tiktoken must fail here, not count differently and diverge."""
     try:
         import tiktoken  # type: ignore[import-not-found,unused-ignore]
-
-        encoding = tiktoken.get_encoding("o200k_base")
-    except Exception:  # not installed, or its data cannot be loaded (offline): the approximation
-        return TokenCounter()
+    except ImportError:
+        raise MissingExtra("tiktoken token counts", "tokens") from None
+    loaded = tiktoken.get_encoding(encoding)
 
     def encode(text: str) -> int:
-        return len(encoding.encode(text, disallowed_special=()))
+        return len(loaded.encode(text, disallowed_special=()))
 
-    return TokenCounter("tiktoken:o200k_base", encode)
+    return TokenCounter(f"tiktoken:{encoding}", encode)
 
 
 @dataclass
@@ -312,9 +322,11 @@ def safe_cut(messages: Sequence[Message], cut: int, floor: int) -> int:
     return cut
 
 
-def trimmed(message: Message, tokens: int) -> Message:
-    """A tool output replaced by a placeholder (the call id and name kept)."""
-    return Message(role=message.role, content=f"[tool output removed to save context: about {tokens} tokens]",
+def trimmed(message: Message) -> Message:
+    """A tool output replaced by a placeholder (the call id and name kept;
+    its size in characters, which no tokenizer choice changes)."""
+    return Message(role=message.role,
+                   content=f"[tool output removed to save context: {len(message.text)} characters]",
                    tool_call_id=message.tool_call_id, name=message.name)
 
 
