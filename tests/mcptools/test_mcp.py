@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import cairn
-from cairn.mcp import Access, Egress, EgressRefused, MCPServer
+from cairn.mcp import Egress, EgressRefused, MCPServer, ToolAccess
 from cairn.mcp.server import Listed, _result
 from cairn.store.records import EventType, HistoryEvent, RunStatus
 from tests.backends import StoreBackend
@@ -128,8 +128,8 @@ def test_a_tool_missing_from_the_runs_list_is_refused_and_recorded(
 def test_an_unauthorized_tenant_or_workflow_is_refused_and_recorded(
     app: cairn.App, make_server: MakeServer, state: Path
 ) -> None:
-    server = make_server(access={"send": Access(tenants=frozenset({"acme"})),
-                                 "put": Access(workflows=frozenset({"admin"}))})
+    server = make_server(access={"send": ToolAccess(tenants=frozenset({"acme"})),
+                                 "put": ToolAccess(workflows=frozenset({"admin"}))})
 
     @app.workflow(name="intruder")
     def intruder(ctx: cairn.Context, tool: str) -> None:

@@ -9,6 +9,7 @@ except ImportError as exc:
     raise MissingExtra("cairn.mcp", "mcp") from exc
 
 from cairn.mcp.connection import MCPUnavailable
-from cairn.mcp.server import Access, Egress, EgressRefused, MCPServer, MCPToolError, ToolRefused
+from cairn.mcp.server import Egress, EgressRefused, MCPServer, MCPToolError, ToolAccess, ToolRefused
 
-__all__ = ["Access", "Egress", "EgressRefused", "MCPServer", "MCPToolError", "MCPUnavailable", "ToolRefused"]
+__all__ = ["Egress", "EgressRefused", "MCPServer", "MCPToolError", "MCPUnavailable", "ToolAccess",
+           "ToolRefused"]

@@ -37,6 +37,7 @@ from typing import Any
 import jsonschema
 import msgspec
 
+from cairn.engine.access import ToolAccess, ToolRefused, refuse
 from cairn.engine.execution import Execution, current
 from cairn.engine.tools import Effect, Operation, Reconciler, Tool, ToolDef
 from cairn.errors import CairnError, EffectNotApplied, InvalidArgument, ToolResultInvalid
@@ -44,15 +45,12 @@ from cairn.mcp.connection import Connection, MCPUnavailable, http_transport, std
 from cairn.models.base import ToolCall
 from cairn.retry import NO_RETRY, RetryPolicy, TerminalError
 
-__all__ = ["Access", "Egress", "EgressRefused", "MCPServer", "MCPToolError", "MCPUnavailable", "ToolRefused"]
+__all__ = ["Egress", "EgressRefused", "MCPServer", "MCPToolError", "MCPUnavailable", "ToolAccess",
+           "ToolRefused"]
 
 
 class EgressRefused(InvalidArgument):
     """The app's egress rule does not allow starting or reaching this server."""
-
-
-class ToolRefused(TerminalError, CairnError):
-    """A call the app does not allow (or a tool the run's list does not have): never sent."""
 
 
 class MCPToolError(TerminalError, EffectNotApplied):
@@ -81,21 +79,6 @@ class Egress:
             raise EgressRefused(f"egress refused: the app may not reach MCP server {url!r}")
 
 
-@dataclass(frozen=True)
-class Access:
-    """Who may call a tool: tenants and workflows (``None``: any)."""
-
-    tenants: frozenset[str] | None = None
-    workflows: frozenset[str] | None = None
-
-    def refusal(self, tenant: str, workflow: str) -> str | None:
-        if self.tenants is not None and tenant not in self.tenants:
-            return f"tenant {tenant!r} may not call it"
-        if self.workflows is not None and workflow not in self.workflows:
-            return f"workflow {workflow!r} may not call it"
-        return None
-
-
 class Listed(msgspec.Struct, frozen=True, omit_defaults=True):
     """One tool as the run's journaled list records it."""
 
@@ -121,7 +104,7 @@ class MCPServer:
     #: how long starting a stdio server or reaching an HTTP one may take
     connect_timeout: float = 30.0
     effects: Mapping[str, Effect | str] = field(default_factory=dict)
-    access: Mapping[str, Access] = field(default_factory=dict)
+    access: Mapping[str, ToolAccess] = field(default_factory=dict)
     reconcile: Mapping[str, Reconciler] = field(default_factory=dict)
     retry: RetryPolicy | None = None
 
@@ -165,7 +148,7 @@ class MCPServer:
         if listed is None:
             self._refuse(ex, name, f"the run's list of MCP server {self.name!r} has no tool {name!r}")
         assert listed is not None
-        refusal = self.access.get(name, Access()).refusal(ex.run.tenant, ex.run.workflow)
+        refusal = self.access.get(name, ToolAccess()).refusal(ex.run.tenant, ex.run.workflow)
         if refusal is not None:
             self._refuse(ex, name, f"tool {self.name}.{name} refused: {refusal}")
         if not isinstance(args, dict):
@@ -241,10 +224,7 @@ class MCPServer:
         return body
 
     def _refuse(self, ex: Execution, name: str, why: str) -> None:
-        call = ex.begin("tool", f"{self.name}.{name}")
-        if call.recorded is not None:
-            ex.replay(call, Any)  # the recorded refusal, raised again
-        ex.fail_call(call, ToolRefused(why), retryable=False, retry_delay=None)
+        refuse(ex, f"{self.name}.{name}", why)
 
     def _session(self) -> Connection:
         with self._lock:
