@@ -137,7 +137,9 @@ class MCPServer:
     def call(self, tool: str | ToolCall, arguments: Mapping[str, Any] | None = None) -> Any:
         """Call ``tool`` (its name, with or without the ``<server>.`` prefix,
         or a model's ``ToolCall``) through the ledger; its result is
-        ``{"content": [...], "structured": ..., "text": ...}``."""
+        ``{"text": ..., "content": [...], "structured": ...}``: the text
+        blocks joined, the other blocks (images, audio, resources) as the
+        server sent them, and the structured content if any."""
         if isinstance(tool, ToolCall):
             name, args = tool.name, tool.parsed_arguments()
         else:
@@ -261,7 +263,8 @@ def _result(server: str, listed: Listed, result: Any) -> dict[str, Any]:
         except jsonschema.SchemaError as exc:
             raise ToolResultInvalid(f"{server}.{listed.name}",
                                     f"its outputSchema is invalid: {exc.message[:300]}") from None
-    return {"content": content, "structured": structured, "text": text}
+    # the text once: a 10 MB answer is not journaled twice
+    return {"text": text, "content": [b for b in content if b.get("type") != "text"], "structured": structured}
 
 
 def _execution() -> Execution:
