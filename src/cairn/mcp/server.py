@@ -264,7 +264,8 @@ def _result(server: str, listed: Listed, result: Any) -> dict[str, Any]:
             raise ToolResultInvalid(f"{server}.{listed.name}",
                                     f"its outputSchema is invalid: {exc.message[:300]}") from None
     # the text once: a 10 MB answer is not journaled twice
-    return {"text": text, "content": [b for b in content if b.get("type") != "text"], "structured": structured}
+    others = [b for b in content if b.get("type") != "text"]
+    return {"text": text, "content": others, "structured": structured}
 
 
 def _execution() -> Execution:
