@@ -7,6 +7,7 @@ refused tenants and workflows, and the egress rule."""
 
 from __future__ import annotations
 
+import re
 import socket
 import sys
 import time
@@ -46,9 +47,10 @@ def test_effect_classes_come_from_annotations_and_the_list_is_journaled_once(
     def use(ctx: cairn.Context) -> list[Any]:
         specs = server.tools()
         again = server.tools()
-        looked = server.call("t.lookup", {"key": "k1"})
+        looked = server.call("t__lookup", {"key": "k1"})  # as a model names it
         stored = server.call("put", {"key": "k", "value": "v"})
         sent = server.call("send", {"to": "ada", "text": "hi"})
+        assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", spec["function"]["name"]) for spec in specs)
         return [len(specs), specs == again, looked["text"], stored["text"], sent["text"]]
 
     count, same, *texts = app.run(use, run_id="use")
@@ -188,6 +190,12 @@ def test_an_error_result_is_a_definite_failure(app: cairn.App, make_server: Make
         app.run(failing, run_id="failing")  # failed, not needs_attention: the server said it did not
 
 
+@pytest.mark.parametrize("name", ["a.b", "a__b", "", "x" * 33, "<b>"])
+def test_a_server_name_is_one_providers_accept_in_tool_names(name: str) -> None:
+    with pytest.raises(cairn.InvalidArgument, match="an MCP server name is 1 to 32 letters"):
+        MCPServer(name, command=[sys.executable], egress=EGRESS)
+
+
 def test_structured_output_is_checked_against_the_output_schema() -> None:
     from mcp import types
 
@@ -251,7 +259,7 @@ def test_a_server_over_streamable_http(app: cairn.App, http_url: str, state: Pat
             return [names[:2], server.call("lookup", {"key": "r"})["text"],
                     server.call("send", {"to": "bo", "text": "over http"})["text"]]
 
-        assert app.run(remote, run_id="remote") == [["h.big", "h.crash"], "value of r", "sent"]
+        assert app.run(remote, run_id="remote") == [["h__big", "h__crash"], "value of r", "sent"]
         assert world(state) == ["send bo: over http"]
     finally:
         server.close()

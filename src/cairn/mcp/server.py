@@ -6,7 +6,8 @@ inside a workflow:
 * ``server.tools()`` lists its tools, journaled once per run (a ``mcp``
   entry): every later call of the run, and every replay, sees that list,
   whatever the server says meanwhile. It returns them as tool specs for a
-  model (chat-completions shape, names prefixed ``<server>.``).
+  model (chat-completions shape, named ``<server>__<tool>``); the journal
+  names the calls ``<server>.<tool>``.
 * ``server.call(name, arguments)`` (or ``server.call(tool_call)``) calls one
   through the operation ledger, with the effect class of the recorded list:
   ``readOnlyHint`` -> ``read``, ``idempotentHint`` -> ``idempotent`` (the
@@ -28,6 +29,7 @@ stored by reference like any large payload (the artifact store).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -47,6 +49,11 @@ from cairn.retry import NO_RETRY, RetryPolicy, TerminalError
 
 __all__ = ["Egress", "EgressRefused", "MCPServer", "MCPToolError", "MCPUnavailable", "ToolAccess",
            "ToolRefused"]
+
+
+#: a server's name, and a tool name as model providers take it
+_SERVER_NAME = re.compile(r"[A-Za-z0-9-]{1,32}")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class EgressRefused(InvalidArgument):
@@ -111,8 +118,8 @@ class MCPServer:
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
             raise InvalidArgument(f"MCP server {self.name!r}: give command= (stdio) or url= (HTTP), not both")
-        if not self.name or "." in self.name:
-            raise InvalidArgument(f"an MCP server name is non-empty and has no '.', not {self.name!r}")
+        if not isinstance(self.name, str) or not _SERVER_NAME.fullmatch(self.name):
+            raise InvalidArgument(f"an MCP server name is 1 to 32 letters, digits and '-', not {self.name!r}")
         if not self.timeout > 0:
             raise InvalidArgument(f"MCP server {self.name!r}: timeout must be > 0 seconds")
         for tool, effect in self.effects.items():
@@ -129,10 +136,18 @@ class MCPServer:
     # -- in a workflow --------------------------------------------------------------------
 
     def tools(self) -> list[dict[str, Any]]:
-        """The server's tools as model tool specs, from the run's journaled list."""
-        return [{"type": "function", "function": {
-            "name": f"{self.name}.{t.name}", "description": t.description or "",
-            "parameters": t.input_schema}} for t in self._listed(_execution()).values()]
+        """The server's tools as model tool specs, from the run's journaled
+        list, named ``<server>__<tool>`` (providers take only letters,
+        digits, ``_`` and ``-`` in a tool name, at most 64: a tool whose
+        name cannot be so spelled is left out of the specs, though code may
+        still call it by name)."""
+        specs = []
+        for t in self._listed(_execution()).values():
+            name = f"{self.name}__{t.name}"
+            if _MODEL_NAME.fullmatch(name):
+                specs.append({"type": "function", "function": {
+                    "name": name, "description": t.description or "", "parameters": t.input_schema}})
+        return specs
 
     def call(self, tool: str | ToolCall, arguments: Mapping[str, Any] | None = None) -> Any:
         """Call ``tool`` (its name, with or without the ``<server>.`` prefix,
@@ -144,7 +159,7 @@ class MCPServer:
             name, args = tool.name, tool.parsed_arguments()
         else:
             name, args = tool, dict(arguments or {})
-        name = name.removeprefix(f"{self.name}.")
+        name = name.removeprefix(f"{self.name}__").removeprefix(f"{self.name}.")
         ex = _execution()
         listed = self._listed(ex).get(name)
         if listed is None:
