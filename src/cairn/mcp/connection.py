@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -180,5 +180,3 @@ async def _closing_client(inner: Any, client: Any) -> Any:
     async with client, inner as streams:
         yield streams
 
-
-_Coro = Coroutine[Any, Any, Any]

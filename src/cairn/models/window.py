@@ -105,7 +105,9 @@ class ContextPolicy:
     ``summarize``: summarize when trimming is not enough, with ``summarizer``
     (default: the model being called) and ``summary_prompt``. ``pin``:
     indexes of messages (of the list given to ``ctx.model``) always sent.
-    ``name``: the conversation, when a run holds several. ``provider``:
+    ``name``: the conversation, when a run holds several (one conversation
+    per name, its calls one after another: its state is the order of its
+    compactions). ``provider``:
     where the client can compact on the provider's side
     (``compaction_params``), ask it to at the threshold; what precedes its
     last compaction block is sent but not counted (the provider ignores it).
