@@ -45,11 +45,15 @@ from cairn.engine.tools import Effect, Operation, Reconciler, Tool, ToolDef
 from cairn.errors import CairnError, EffectNotApplied, InvalidArgument, ToolResultInvalid
 from cairn.mcp.connection import Connection, MCPUnavailable, http_transport, stdio_transport
 from cairn.models.base import ToolCall
-from cairn.retry import NO_RETRY, RetryPolicy, TerminalError
+from cairn.retry import RetryPolicy, TerminalError
 
 __all__ = ["Egress", "EgressRefused", "MCPServer", "MCPToolError", "MCPUnavailable", "ToolAccess",
            "ToolRefused"]
 
+
+#: listing the tools is a read: a server still starting or briefly gone is
+#: asked again (an egress refusal is an ``InvalidArgument``: never retried)
+_LIST_RETRY = RetryPolicy(max_attempts=3, initial_delay=1.0, backoff=2.0, retry_on=(MCPUnavailable,))
 
 #: a server's name, and a tool name as model providers take it
 _SERVER_NAME = re.compile(r"[A-Za-z0-9-]{1,32}")
@@ -194,7 +198,7 @@ class MCPServer:
             try:
                 live = self._session().list_tools()
             except (MCPUnavailable, EgressRefused) as exc:
-                ex.fail_by_policy(call, exc, self.retry or NO_RETRY)
+                ex.fail_by_policy(call, exc, self.retry or _LIST_RETRY)
             listed = ex.complete_call(call, [self._classified(t) for t in live], list[Listed],
                                       detail={"tools": len(live)})
         table = {t.name: t for t in listed}
