@@ -48,10 +48,14 @@ from typing import Any
 
 DIST = "cairn-runtime"
 #: the extras this checks (``dev`` and ``bench`` are for working on Cairn, not features)
-EXTRAS = ("pydantic", "openai", "postgres", "server", "otel", "otel-export", "langgraph")
+EXTRAS = ("pydantic", "openai", "anthropic", "mcp", "postgres", "server", "otel", "otel-export", "langgraph")
 #: module (and its submodules) -> the extra its import needs; the feature its message names
 IMPORT_NEEDS = {
     "cairn.models.openai": "openai",
+    "cairn.models.anthropic": "anthropic",
+    "cairn.models.transport": "openai",
+    "cairn.mcp": "mcp",
+    "cairn.mcpserve": "mcp",
     "cairn.server": "server",
     "cairn.store.postgres": "postgres",
     "cairn.memory.langgraph": "langgraph",
@@ -251,6 +255,10 @@ def check_features(have: set[str], workdir: Path) -> None:
         from cairn.models.openai import OpenAIChat
 
         OpenAIChat("gpt-4o-mini", api_key="k").close()
+    if "anthropic" in have:
+        from cairn.models.anthropic import AnthropicChat
+
+        AnthropicChat("claude-sonnet-4-5", api_key="k").close()
     else:
         expect_missing("OpenAIEmbedder", "openai", lambda: OpenAIEmbedder("m", 8))
     # PostgreSQL (psycopg): in the library, and through the CLI

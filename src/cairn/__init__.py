@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from cairn.api.handles import RunHandle
     from cairn.api.operator import BundleView
     from cairn.api.workflow import Workflow
+    from cairn.engine.access import ToolAccess, ToolRefused
     from cairn.engine.approvals import Decision
     from cairn.engine.budget import Budget
     from cairn.engine.bundles import Bundle, BundleNotServed
@@ -125,6 +126,8 @@ _LAZY: dict[str, str] = {
     "Step": "cairn.engine.steps",
     "step_info": "cairn.engine.steps",
     "StepInfo": "cairn.engine.steps",
+    "ToolAccess": "cairn.engine.access",
+    "ToolRefused": "cairn.engine.access",
     "Done": "cairn.engine.tools",
     "Effect": "cairn.engine.tools",
     "NotFound": "cairn.engine.tools",
@@ -304,6 +307,8 @@ __all__ = [
     "StepInfo",
     "TerminalError",
     "Tool",
+    "ToolAccess",
+    "ToolRefused",
     "ToolResultInvalid",
     "ToolTimeout",
     "Transaction",

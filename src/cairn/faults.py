@@ -28,6 +28,7 @@ POINTS = frozenset(
         "tool.after_intent",  # the intent is durable; the tool has not run
         "tool.after_effect",  # the tool changed the world; its result is not yet recorded
         "tool.after_record",  # the tool's result is recorded
+        "context.after_summary",  # a compaction's summary is recorded; the compaction entry is not yet
         "signal.after_deliver",  # ctx.signal delivered to the other run; the send is not yet recorded
         "transaction.after_body",  # a transactional step's body ran its SQL; nothing of it is committed
         "store.transact.before_append",  # the body returned; its record is not yet appended

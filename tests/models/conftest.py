@@ -1,5 +1,5 @@
 """Fixtures for model-client tests: a fake server per test, clients that are
-always closed, and an environment free of the host's OpenAI settings."""
+always closed, and an environment free of the host's OpenAI and Anthropic settings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from cairn.models.openai import OpenAIChat
 from tests.models.fake_openai import FakeOpenAI
 
-ENV_VARS = ("CAIRN_OPENAI_BASE_URL", "OPENAI_BASE_URL", "CAIRN_OPENAI_API_KEY", "OPENAI_API_KEY")
+ENV_VARS = ("CAIRN_OPENAI_BASE_URL", "OPENAI_BASE_URL", "CAIRN_OPENAI_API_KEY", "OPENAI_API_KEY",
+            "CAIRN_ANTHROPIC_BASE_URL", "ANTHROPIC_BASE_URL", "CAIRN_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,7 @@ from cairn.codec import upcasters, values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
 from cairn.codec.upcasters import Upcaster
 from cairn.engine import replaycheck
+from cairn.engine.access import ToolAccess
 from cairn.engine.approvals import ApprovalPolicy
 from cairn.engine.budget import Budget
 from cairn.engine.bundles import Served, tool_fingerprint
@@ -319,6 +320,7 @@ class App:
         approval: ApprovalPolicy | None = None,
         approvers: list[str] | tuple[str, ...] | str | None = None,
         approval_timeout: float | None = None,
+        access: ToolAccess | None = None,
     ) -> Any:
         """Make a function a tool with a declared ``effect`` (``"read"``,
         ``"idempotent"`` or ``"write"``): see ``cairn.engine.tools``. A tool
@@ -332,13 +334,17 @@ class App:
         exact arguments (``approvers``, ``approval_timeout`` as in
         ``ctx.request_approval``) and executes exactly the approved or edited
         ones; a rejection raises ``cairn.ApprovalRejected`` in the workflow
-        (``cairn.ApprovalExpired`` on timeout) and the tool does not run."""
+        (``cairn.ApprovalExpired`` on timeout) and the tool does not run.
+
+        ``access=cairn.ToolAccess(tenants=..., workflows=...)``: only those may
+        call it; any other call is refused (``cairn.ToolRefused``) and the
+        refusal recorded in the run's journal (``engine.access``)."""
 
         def register(f: Callable[..., Any]) -> Tool[..., Any]:
             definition = ToolDef.build(f, name=name, effect=effect, reconcile=reconcile, timeout=timeout,
                                        schema=schema, retry=retry, reconcile_retry=reconcile_retry,
                                        approval=approval, approvers=approvers,
-                                       approval_timeout=approval_timeout)
+                                       approval_timeout=approval_timeout, access=access)
             self.runtime.registry.add_tool(tool_fingerprint(  # part of every bundle of this app
                 definition.name, definition.effect.value, str(definition.call_signature),
                 definition.result_type))

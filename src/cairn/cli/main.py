@@ -20,6 +20,7 @@ from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
 from .graph import graph
 from .inspection import events, runs, show
+from .mcp import mcp
 from .memory import memory
 from .ops import ops
 from .options import CairnGroup, db_option
@@ -52,6 +53,7 @@ for _command in (
     queues, memory, signal_command, wait_command,
     approvals, approve, reject,                                 # approvals (cli/approvals.py)
     serve, tokens, watch,                                       # the HTTP API (cairn.server)
+    mcp,                                                        # cairn mcp serve (cairn.mcpserve)
     schedules, *BUNDLE_COMMANDS,                                # schedules; bundles, replay checks, migration
     graph,                                                      # graph runs' time travel (cli/graph.py)
 ):

@@ -277,7 +277,26 @@ def op_text(codec: PayloadCodec, event: HistoryEvent) -> str:
 def _result_text(kind: str | None, decoded: Decoded, width: int) -> str:
     if kind == "sleep" and isinstance(decoded.value, float):
         return f"until {_clock(decoded.value)}"
+    if kind == "context" and isinstance(decoded.value, dict) and "strategy" in decoded.value:
+        return compaction_text(decoded.value)
     return show_decoded(decoded, width)
+
+
+def compaction_text(record: dict[str, Any]) -> str:
+    """A compaction (``engine.contextwindow.Compaction``) as one line: what
+    it removed and the request's size before and after."""
+    def number(key: str) -> int:
+        value = record.get(key, 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    done = []
+    if number("removed"):
+        done.append(f"summarized messages {number('first')}-{number('upto') - 1} "
+                    f"({number('removed')} removed)")
+    if number("trimmed"):
+        done.append(f"trimmed {number('trimmed')} tool outputs")
+    return (f"compacted: {', '.join(done) or 'nothing'}; {number('tokens_before')} -> "
+            f"{number('tokens_after')} tokens ({line(str(record.get('counted_by', '?')))})")
 
 
 def event_line(codec: PayloadCodec, event: HistoryEvent, models: ModelCalls | None = None) -> Text:

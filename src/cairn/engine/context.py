@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from cairn.codec import values
-from cairn.engine import approvals, messaging, modelcalls, patches
+from cairn.engine import approvals, contextwindow, messaging, modelcalls, patches
 from cairn.engine.approvals import Decision
 from cairn.engine.budget import check_number
 from cairn.engine.drive import run_async, run_sync
@@ -30,6 +30,7 @@ from cairn.engine.workflow import Workflow
 from cairn.errors import InvalidArgument, RunIdTaken, RunNotFound, UnknownWorkflow
 from cairn.memory.api import Memory
 from cairn.models.base import Message, ModelClient, ModelRequest, ModelResponse
+from cairn.models.window import ContextPolicy
 from cairn.retry import RetryPolicy
 from cairn.store.records import RunRecord, RunStatus
 from cairn.store.runids import check_id
@@ -96,6 +97,7 @@ class Context:
         *,
         tools: Sequence[dict[str, Any]] = (),
         retry: RetryPolicy | None = None,
+        context: ContextPolicy | None = None,
         **params: Any,
     ) -> ModelResponse:
         """Ask ``client`` once, and never again for this position.
@@ -105,8 +107,15 @@ class Context:
         replay or recovery the recorded response is returned, so every
         decision derived from it (tool arguments, ids) is identical after a
         crash. Token usage and cost count against the run's budget.
+
+        ``context``: fit ``messages`` (the whole history, appended to from
+        call to call) into the model's window by that policy: old tool
+        outputs trimmed, older messages summarized, each compaction journaled
+        (``engine.contextwindow``).
         """
         request = ModelRequest(tuple(messages), tuple(tools), params)
+        if context is not None:
+            return run_sync(contextwindow.ask(self._ex, client, request, retry, context, is_async=False))
         return run_sync(modelcalls.ask(self._ex, client, request, retry, is_async=False))
 
     async def model_async(
@@ -116,11 +125,15 @@ class Context:
         *,
         tools: Sequence[dict[str, Any]] = (),
         retry: RetryPolicy | None = None,
+        context: ContextPolicy | None = None,
         **params: Any,
     ) -> ModelResponse:
         """``model`` for async workflows: uses ``client.acomplete`` when the
         client has one, otherwise runs ``complete`` in a thread."""
         request = ModelRequest(tuple(messages), tuple(tools), params)
+        if context is not None:
+            return await run_async(contextwindow.ask(self._ex, client, request, retry, context,
+                                                     is_async=True))
         return await run_async(modelcalls.ask(self._ex, client, request, retry, is_async=True))
 
     def rewinds(self) -> list[dict[str, Any]]:

@@ -395,13 +395,12 @@ def ask(
         ex.fail_by_policy(call, exc, retry or NO_RETRY)
     latency_ms = (time.perf_counter() - started) * 1000
     usage = response.usage
-    detail = {
-        "model": response.model,
-        "latency_ms": round(latency_ms, 3),
-        "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                  "total_tokens": usage.total_tokens},
-        "cost": response.cost,
-    }
+    counts = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+              "total_tokens": usage.total_tokens}
+    if usage.cache_read_tokens or usage.cache_write_tokens:  # only where the provider reports a cache
+        counts.update(cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens)
+    detail = {"model": response.model, "latency_ms": round(latency_ms, 3), "usage": counts,
+              "cost": response.cost}
     log = _log(ex, call)
     stored: ModelEntry = ex.complete_call(call, log.entry(request, response, latency_ms), ModelEntry,
                                           detail=detail)

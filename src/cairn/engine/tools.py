@@ -37,6 +37,7 @@ import msgspec
 from cairn import faults
 from cairn.codec import values
 from cairn.engine import approvals, credentials
+from cairn.engine.access import ToolAccess, refuse
 from cairn.engine.approvals import ApprovalPolicy
 from cairn.engine.credentials import SecretParams
 from cairn.engine.definitions import hints_of
@@ -201,6 +202,8 @@ class ToolDef:
     approval_timeout: float | None = None
     #: the type the arguments are approved (and edited) as
     arguments_type: Any = None
+    #: who may call it (``engine.access``); ``None``: anyone
+    access: ToolAccess | None = None
 
     @property
     def as_step(self) -> bool:
@@ -225,8 +228,11 @@ class ToolDef:
         approval: ApprovalPolicy | None = None,
         approvers: tuple[str, ...] | list[str] | str | None = None,
         approval_timeout: float | None = None,
+        access: ToolAccess | None = None,
     ) -> ToolDef:
         kind = Effect(effect)
+        if access is not None and not isinstance(access, ToolAccess):
+            raise TypeError(f"tool {name or fn.__name__!r}: access= is a cairn.ToolAccess, not {access!r}")
         if reconcile is not None and kind is not Effect.WRITE:
             raise ValueError("reconcile= is only meaningful for effect='write' tools")
         is_async = inspect.iscoroutinefunction(fn)
@@ -249,7 +255,7 @@ class ToolDef:
             retry=retry or NO_RETRY, wants_operation=wants_operation,
             reconcile_retry=reconcile_retry or RECONCILE_RETRY,
             call_signature=call_signature, secrets=SecretParams.of(call_signature, hints),
-            positional=_positional_names(call_signature), **protected,
+            positional=_positional_names(call_signature), access=access, **protected,
         )
 
 
@@ -319,6 +325,11 @@ class Tool(Generic[P, R]):
         execution = CURRENT.get(None)  # ``current()``, inlined: once per call
         if execution is None:
             return self._detached(args, kwargs)  # type: ignore[no-any-return]
+        access = self.definition.access
+        if access is not None:
+            refusal = access.refusal(execution.run.tenant, execution.run.workflow)
+            if refusal is not None:
+                refuse(execution, self.definition.name, f"tool {self.definition.name!r} refused: {refusal}")
         # The position is taken now, at the call (not when an async tool is
         # awaited), so tools started together keep their call order.
         protocol = (journaled(execution, self.definition, args, kwargs, self._what, "tool") if self._as_step

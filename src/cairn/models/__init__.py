@@ -14,8 +14,11 @@ from cairn.models.base import (
 )
 from cairn.models.errors import ModelRequestError, ModelUnavailable
 from cairn.models.scripted import ScriptedModel
+from cairn.models.window import ContextOverflow, ContextPolicy
 
 __all__ = [
+    "ContextOverflow",
+    "ContextPolicy",
     "FunctionCall",
     "Message",
     "ModelClient",

@@ -65,10 +65,18 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True):
         return "".join(str(part.get("text", "")) for part in self.content if part.get("type") == "text")
 
 
-class Usage(msgspec.Struct, frozen=True):
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Tokens a call used. ``prompt_tokens`` counts every input token the
+    model read, cached or not (so a budget sees them all); the cache fields
+    say how many of them were read from (``cache_read_tokens``) or written
+    to (``cache_write_tokens``) the provider's prompt cache, where it says.
+    Zero fields are left out of the journal."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class ModelRequest(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -81,13 +89,16 @@ class ModelRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class ModelResponse(msgspec.Struct, frozen=True, omit_defaults=True):
-    """What the model answered, plus what it cost."""
+    """What the model answered, plus what it cost. ``provider``: what the
+    provider returned beside the message that must be kept as it came
+    (Anthropic's ``context_management``: the context edits it applied)."""
 
     message: Message
     model: str
     usage: Usage = Usage()
     finish_reason: str | None = None
     cost: float | None = None
+    provider: dict[str, Any] | None = None
 
 
 class ModelRecord(msgspec.Struct, frozen=True):
