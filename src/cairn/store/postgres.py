@@ -729,22 +729,56 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         return existing, False
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
-        now = self.clock()
-        until = now + lease_seconds
-        events = lc.create_claimed(run, worker, now, lease_seconds)
-        params = _run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
-                             lease_until=until)
-        params.update(_lifecycle_arrays(events))
-
-        # One autocommit statement (atomic on its own, so one round trip), and
-        # durable like every commit: it hands out epoch 1.
-        if not self._insert_run(params):
+        started: float | None
+        if self._exempt:
+            # The owner's: one autocommit statement (atomic on its own, so one
+            # round trip), and durable like every commit: it hands out epoch 1.
+            # Never held back by a queue (module doc of store.admission).
+            now = self.clock()
+            started = now if self._insert_run(_claimed_params(run, worker, lease_seconds, now)) else None
+        else:
+            started = self._transaction(lambda tx: self._start_admitted(tx, run, worker, lease_seconds))
+        if started is None:
             with self._conn() as conn:
                 if _select_run(conn, run.run_id) is None:  # another tenant's (row-level security)
                     raise lc.id_taken(run.run_id)
             return None
-        record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
-        return Claim(run=record, history=events, next_seq=4)
+        record = new_record(run, started, RunStatus.RUNNING, epoch=1, owner=worker,
+                            lease_until=started + lease_seconds)
+        return Claim(run=record, history=lc.create_claimed(run, worker, started, lease_seconds), next_seq=4)
+
+    def _start_admitted(self, tx: _Conn, run: NewRun, worker: str, lease_seconds: float) -> float | None:
+        """``create_claimed_run`` for a tenant's role, in ``tx``: the time it
+        started the run, or ``None`` if the id exists or its queue does not
+        admit it now (then it is created pending, for ``claim_run`` or a
+        worker once its queue admits it). The database cannot tell a run
+        started inline from a fake claim, so it admits both alike (migration
+        0027): a run started past a limit would fail at the commit."""
+        now = self._admitted(tx, run.run_id, run.queue, run.tenant, run.priority, self.clock())
+        if now is not None:
+            return now if _insert_run(tx, _claimed_params(run, worker, lease_seconds, now), False) else None
+        now = self.clock()
+        pending = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
+        pending.update(_lifecycle_arrays([lc.create(run, now)]))
+        _insert_run(tx, pending, False)
+        return None
+
+    def _admitted(
+        self, tx: _Conn, run_id: str, queue: str, tenant: str, priority: int, now: float
+    ) -> float | None:
+        """Whether the queue admits a fresh claim of one run (by id, or an
+        inline start) at ``now``: the time to claim it at, or ``None``.
+        Always for the owner (the installation's own runs are not held
+        back); for a tenant's role by ``admission.plan``, under the locks of
+        a claim and at a time read holding them, which ``admit_claim`` checks
+        again at the commit with the same time (the row's ``updated_at``)."""
+        if self._exempt:
+            return now
+        candidate = admission.Candidate(run_id, queue, tenant, priority, now, False)
+        lane = admission.Lane(queue, tenant, 0, [candidate])
+        limits, queue_running, buckets = _lock_limits(tx, [lane])
+        now = self.clock()  # holding the locks: a wait for them is not in the past
+        return now if admission.plan([lane], limits, queue_running, buckets, now, 1) else None
 
     def _insert_run(self, params: Mapping[str, Any]) -> bool:
         """Insert a run and its first entries; ``False`` if the id exists.
@@ -810,8 +844,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 if claim is not None:  # None: a takeover that quarantined its run
                     claims.append(claim)
                     claimed.append(candidate)
-            _spend_tokens(tx, admission.charge(limits, buckets, claimed, now), claimed, now)
-            _spend_share_tokens(tx, lanes, claimed, now)
+            if self._exempt:  # a tenant's role: admit_claim charges its claims as they commit (0027)
+                _spend_tokens(tx, admission.charge(limits, buckets, claimed, now), claimed, now)
+                _spend_share_tokens(tx, lanes, claimed, now)
             fault_point("store.claim.before_commit")  # an idle poll returned above: not a boundary
             return claims
 
@@ -872,6 +907,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             now = self.clock()  # read holding the run row (FOR UPDATE): a wait for it is not in the past
             if state is None or state[4] is None or state[4] > now:
                 return None
+            if state[0] != RunStatus.RUNNING:  # a takeover was admitted before (its run is running)
+                admitted = self._admitted(tx, run_id, state[5], state[6], state[7], now)
+                if admitted is None:
+                    return None
+                now = admitted
             self._commit_durably(tx)
             claim = _claim_many(tx, [(run_id, *state[:4])], worker, now, lease_seconds, max_recoveries)[0]
             fault_point("store.claim.before_commit")
@@ -1308,6 +1348,16 @@ def _insert_run(conn: _Conn, params: Mapping[str, Any], exempt: bool) -> bool:
         return False
     conn.execute(_Q["create_run_entries"], params)
     return True
+
+
+def _claimed_params(run: NewRun, worker: str, lease_seconds: float, now: float) -> dict[str, Any]:
+    """The parameters of ``create_run`` for ``run`` created already held by
+    ``worker`` at ``now`` (``create_claimed_run``)."""
+    until = now + lease_seconds
+    params = _run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
+                         lease_until=until)
+    params.update(_lifecycle_arrays(lc.create_claimed(run, worker, now, lease_seconds)))
+    return params
 
 
 def _select_run(conn: _Conn, run_id: str) -> RunRecord | None:
