@@ -24,6 +24,7 @@ that migrated the schema, and one scoped login role per tenant.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -194,6 +195,82 @@ def test_a_role_of_two_tenants_cannot_move_running_runs_between_them(deployment:
     _raw(d, "acme", "UPDATE runs SET tenant = 'acme2', queue = 'q' WHERE status = 'pending'", tenant=None)
     assert _running(d, "q", "acme") <= 1
     assert _running(d, "q", "acme2") <= 1
+
+
+def test_a_refused_fake_claim_says_why_in_one_line_and_writes_nothing(deployment: Deployment) -> None:  # noqa: F811
+    """The refusal comes at the commit, names the run and the limit, is a
+    serialization failure (a store claim that lost a race plans again), and
+    leaves every row as it was."""
+    d = deployment
+    d.owner.set_queue(QueueLimits("q", concurrency=3, tenant_concurrency=2))
+    pending, _ = _acme_holds(d)
+    with psycopg.connect(d.urls["acme"]) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(SCHEMA)))
+        conn.execute("SELECT set_config('cairn.tenant', 'acme', false)")
+        assert conn.execute(f"UPDATE runs SET {TAKE} WHERE queue = 'q' AND status = 'pending'").rowcount == 4
+        with pytest.raises(psycopg.errors.SerializationFailure) as info:
+            conn.commit()
+    primary = info.value.diag.message_primary or ""
+    assert re.fullmatch(r"run acme-q[0-3] cannot start now: queue q runs at most 3 at once", primary)
+    assert _running(d, "q") == 0
+    assert all(d.owner.get_run(r).status.value == "pending" for r in pending)  # type: ignore[union-attr]
+
+
+def test_two_tenants_taking_the_last_slot_at_once_cannot_both_have_it(deployment: Deployment) -> None:  # noqa: F811
+    """q runs one run at once. acme's and globex's roles each move a run to
+    running, and commit at the same time: the check of the second waits for
+    the first's commit (it takes the queue's row, as a claim does) and then
+    counts it, so one of the two is refused."""
+    d = deployment
+    d.owner.set_queue(QueueLimits("q", concurrency=1))
+    [a] = _pending(d, "acme", "q", 1)
+    [g] = _pending(d, "globex", "q", 1)
+    first = psycopg.connect(d.urls["acme"])
+    try:
+        first.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(SCHEMA)))
+        first.execute("SELECT set_config('cairn.tenant', 'acme', false)")
+        first.execute(f"UPDATE runs SET {TAKE} WHERE run_id = '{a}'")
+        first.execute("SET CONSTRAINTS ALL IMMEDIATE")  # acme's check runs now: its transaction holds q
+        outcome: list[bool] = []
+        second = threading.Thread(target=lambda: outcome.append(_raw(d, "globex", f"UPDATE runs SET {TAKE} "
+                                                                                  f"WHERE run_id = '{g}'")))
+        second.start()
+        _wait_for(lambda: bool(outcome) or _waiting_for_a_lock(d, "globex"))
+        first.commit()
+    finally:
+        first.close()
+    second.join(timeout=60)
+    assert outcome == [False]
+    assert _running(d, "q") == 1
+
+
+def _waiting_for_a_lock(d: Deployment, key: str) -> bool:
+    """Whether a session of ``key``'s role waits for a lock (as the test
+    server's superuser: other roles' wait events are hidden from the owner)."""
+    role = conninfo_to_dict(d.urls[key])["user"]
+    with psycopg.connect(d.admin_url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s "
+                           "AND wait_event_type = 'Lock'", (role,)).fetchone()
+    return bool(row and row[0])
+
+
+def test_a_claim_that_quarantines_a_damaged_run_spends_only_for_the_run_it_started(
+    deployment: Deployment,  # noqa: F811
+) -> None:
+    """A tenant's worker claims two runs of a rated queue; one's own row is
+    damaged, so the claim quarantines it in the same transaction. Only the
+    run that went on running spent a token: the check at the commit reads
+    each row as it is then."""
+    d = deployment
+    d.owner.set_queue(QueueLimits("q", tenant_rate=Rate(5, 3600)))
+    good, bad = _pending(d, "acme", "q", 2)
+    d.as_role("owner", "UPDATE runs SET budget = '{nope' WHERE run_id = %s", (bad,))
+    claims = d.acme.claim_runs("aw", [WF], 5, 30.0, 3)
+    assert [c.run.run_id for c in claims] == [good]
+    record = d.owner.get_run(bad)
+    assert record is not None
+    assert record.status.value == "quarantined"
+    assert _tokens(d, "q", "acme") == 4
 
 
 # -- fake claims past the rates -----------------------------------------------------------------
