@@ -162,17 +162,34 @@ Why these choices:
   - ``queues``: limits are operator state: readable, never changed by a
     tenant role (it locks a queue's row while it claims, which ``FOR
     UPDATE`` allows, but an UPDATE fails the policy).
-  - ``queue_buckets``: it reads its own tenants' buckets and the queue-wide
-    ones, and writes none: a claim spends them only through
-    ``spend_tenant_tokens`` and ``spend_queue_tokens`` (``SECURITY
-    DEFINER``), which charge no more tokens than its own transaction moved
-    runs of that queue (and tenant) to running, so no role can refill its
-    own bucket of the installation's per-tenant rate (migration 0025) nor
-    drain another tenant's.
-  - ``queue_shares``: a tenant's own caps, written by the owner; a role
-    reads and locks its own tenants' rows, and spends a share's rate
-    bucket only through ``spend_share_tokens`` (``SECURITY DEFINER``), which
-    charges no more than its own transaction claimed of that tenant.
+  - ``queue_buckets`` and ``queue_shares``: it reads its own tenants'
+    buckets and shares and the queue-wide buckets, and writes none
+    (migration 0025; a share is written by the owner, for the tenant's
+    admin). It locks its own shares' rows while it claims, as for queues.
+  - **Admission** (migration 0027): a run its role moves to ``running``
+    (inserted so, updated to it, moved to another queue or tenant while
+    running: whatever SQL did it) is admitted when the transaction commits,
+    by ``admit_claim``, a deferred constraint trigger on ``runs``
+    (``SECURITY DEFINER``). Under the claim's own locks (the queue's row,
+    then the share's) it refuses the transaction if the queue, the tenant
+    or its share would run more than their concurrency, and takes one
+    token from every bucket the run is subject to (queue-wide, per tenant,
+    the share's), refusing an empty one, with the row's ``updated_at``
+    (the claimer's clock, capped by the server's) as the time. The store's
+    claims plan under the same locks first (``admission.plan``), so they
+    pass; a refusal is SQLSTATE 40001, so a claim that lost a race to the
+    owner's inline start (which takes no lock) is planned again. A run that
+    left ``running`` again before the commit claimed nothing. The role
+    therefore cannot fake claims past a limit, nor spend another tenant's
+    share of a rate but by claims admitted under it; the spending
+    functions (``spend_queue_tokens``, ``spend_tenant_tokens``,
+    ``spend_share_tokens``) do nothing for it (they used to charge "the
+    rows this transaction moved", counted by ``xmin`` on every call, which
+    repeated calls and merely touched rows inflated at will: the
+    queue-wide bucket, every tenant's rate, drained). ``claim_run`` and
+    ``create_claimed_run`` (``App.run``) of such a store are admitted like
+    a claim, since the database cannot tell them from a fake one: on a
+    full queue the run is created pending and waits for its turn.
   - ``artifact_gc`` is the owner's; ``schema_migrations`` is read-only;
     ``tenant_grants`` shows a role its own grants only.
   - ``queue_running_totals`` (``SECURITY DEFINER``) tells every role how many
@@ -182,8 +199,13 @@ Why these choices:
   ``SECURITY DEFINER`` functions run with ``search_path`` fixed to the
   store's schema then ``pg_temp``. Not covered: a role can hold a queue
   row's lock (delaying claims of that queue until ``lock_timeout`` or its
-  session's end) and send ``NOTIFY cairn_runnable`` (waking workers for
-  nothing); a database role is still a resource to give with care. A scoped
+  session's end; its own admission check at commit takes them in the
+  order it chose, so it can also make a claim the loser of a deadlock)
+  and send ``NOTIFY cairn_runnable`` (waking workers for nothing); a
+  database role is still a resource to give with care. The owner (and any
+  role exempt from row-level security) is the installation: its claims are
+  not checked again (the triggers' ``WHEN`` is false for it, so its claim
+  path gains no per-row work) and its inline starts are never held back. A scoped
   store does not migrate (the owner does: ``cairn db migrate``) and does not
   prune. Trees spanning tenants are not supported under a scoped role (a
   child could not wake a parent it cannot see).
@@ -1533,12 +1555,12 @@ def _spend_tokens(
     tx: _Conn, charged: Mapping[admission.BucketKey, admission.Bucket],
     claimed: Sequence[admission.Candidate], now: float,
 ) -> None:
-    """Store the token buckets a claim spent, through the functions that
-    recompute them under the row's lock and charge no more than this
-    transaction claimed: a tenant's own buckets through
-    ``spend_tenant_tokens`` (migration 0025: a tenant's role writes no bucket
-    row, else it could refill its own), the queue-wide ones through
-    ``spend_queue_tokens`` (migration 0006)."""
+    """Store the token buckets an exempt role's claim spent (the owner's:
+    a tenant's role's claims are charged by ``admit_claim`` as they commit,
+    migration 0027), through the functions that recompute each from its
+    current row under the row's lock: a tenant's own buckets through
+    ``spend_tenant_tokens``, the queue-wide ones through
+    ``spend_queue_tokens``."""
     own = sorted(key for key in charged if key[1] != admission.QUEUE_WIDE)
     if own:
         counts = [sum(1 for c in claimed if (c.queue, c.tenant) == key and not c.takeover) for key in own]
@@ -1553,10 +1575,10 @@ def _spend_tokens(
 def _spend_share_tokens(
     tx: _Conn, lanes: Sequence[admission.Lane], claimed: Sequence[admission.Candidate], now: float,
 ) -> None:
-    """Store what a claim spent of its lanes' share buckets, through
-    ``spend_share_tokens`` (migration 0024), which recomputes each under the
-    share row's lock (``lane_shares``) and charges no more than this
-    transaction claimed: a tenant's role writes no share row itself."""
+    """Store what an exempt role's claim spent of its lanes' share buckets,
+    through ``spend_share_tokens``, which recomputes each under the share
+    row's lock (``lane_shares``); a tenant's role's claims are charged by
+    ``admit_claim`` (migration 0027)."""
     spent = admission.charge_shares(lanes, claimed, now)
     if spent:
         keys = sorted(spent)
