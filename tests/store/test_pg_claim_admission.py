@@ -38,7 +38,7 @@ from psycopg.conninfo import conninfo_to_dict
 from cairn import App, Context
 from cairn.store.admission import QueueLimits, QueueShare, Rate
 from cairn.store.postgres import PostgresStore
-from tests.store.contract import WF, claim, finish, new_run
+from tests.store.contract import WF, FakeClock, claim, finish, new_run
 from tests.store.test_postgres_rls import SCHEMA, Deployment, deployment  # noqa: F401
 
 #: What a fake claim writes: the columns a real claim sets (lease far away).
@@ -59,7 +59,7 @@ def _raw(d: Deployment, key: str, *statements: str, tenant: str | None = "") -> 
         conn.commit()
         try:
             for statement in statements:
-                conn.execute(statement)  # type: ignore[arg-type]  # attacks are literal SQL
+                conn.execute(statement)
             conn.commit()
         except psycopg.Error:
             conn.rollback()
@@ -242,6 +242,49 @@ def test_two_tenants_taking_the_last_slot_at_once_cannot_both_have_it(deployment
     second.join(timeout=60)
     assert outcome == [False]
     assert _running(d, "q") == 1
+
+
+class _Racing(FakeClock):
+    """acme's store's clock that, read for the second time (a claim reads it
+    once to find candidates, then again holding the queue's lock, after the
+    running counts), first lets ``race`` commit: the counts the claim plans
+    with are then stale."""
+
+    def __init__(self, start: float, race: Callable[[], object]) -> None:
+        super().__init__(start)
+        self.reads = 0
+        self.race = race
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads == 2:
+            self.race()
+        return self.now
+
+
+def test_a_claim_that_lost_a_race_to_the_owners_inline_start_is_planned_again(
+    deployment: Deployment,  # noqa: F811
+) -> None:
+    """q runs one run at once. acme's worker plans a claim of its run; the
+    owner starts a run inline in q meanwhile (it takes no claim lock). The
+    commit's check finds q over its limit and refuses as a serialization
+    failure, so the store plans the claim again and takes nothing: no error,
+    and q runs only the owner's run."""
+    d = deployment
+    d.owner.set_queue(QueueLimits("q", concurrency=1))
+    [a] = _pending(d, "acme", "q", 1)
+    clock = _Racing(d.clock.now, lambda: d.owner.create_claimed_run(
+        new_run("o1", tenant="globex", queue="q"), "inline", 30.0))
+    racing = PostgresStore(d.urls["acme"], schema=SCHEMA, clock=clock, tenant="acme")
+    try:
+        assert racing.claim_runs("aw", [WF], 5, 30.0, 3) == []
+    finally:
+        racing.close()
+    assert clock.reads > 2  # planned again
+    assert _running(d, "q") == 1
+    record = d.owner.get_run(a)
+    assert record is not None
+    assert record.status.value == "pending"
 
 
 def _waiting_for_a_lock(d: Deployment, key: str) -> bool:

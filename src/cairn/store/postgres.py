@@ -584,7 +584,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                     conn.execute("COMMIT")
                 except BaseException as exc:
                     _end_transaction(conn)
-                    if not isinstance(exc, pg_errors.TransactionRollback) or attempt == _TX_ATTEMPTS:
+                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
                         raise
                     time.sleep(0.005 * attempt)
                     continue
@@ -622,8 +622,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                         rows.append(cur.fetchone())
                 except pg_errors.UniqueViolation:
                     raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
-                except pg_errors.TransactionRollback:
-                    if attempt == _TX_ATTEMPTS:
+                except psycopg.OperationalError as exc:
+                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
                         raise
                     time.sleep(0.005 * attempt)
                     continue
@@ -963,8 +963,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 try:
                     held = {row[0] for row in conn.execute(_Q["renew_leases"], params)}
                     break
-                except pg_errors.TransactionRollback:
-                    if attempt == _TX_ATTEMPTS:
+                except psycopg.OperationalError as exc:
+                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
                         raise
                     time.sleep(0.005 * attempt)
         return set(leases) - held
@@ -1330,6 +1330,18 @@ def _stream_scored(conn: _Conn, query_sql: str, params: Mapping[str, Any], query
 def _pgvector_text(vector: Sequence[float]) -> str:
     """A vector as pgvector's text input (``[1,2,3]``)."""
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def _rolled_back(exc: BaseException) -> bool:
+    """Whether ``exc`` is of SQLSTATE class 40 (transaction rollback: a
+    deadlock victim, a serialization failure such as ``admit_claim``'s
+    refusal of a claim planned on a state that changed), after which the
+    transaction may simply run again. psycopg 3 gives each SQLSTATE a class
+    of its own that is not a subclass of ``TransactionRollback``
+    (``DeadlockDetected`` is an ``OperationalError``): an ``isinstance``
+    check of that class never matched them, and deadlock victims were not
+    run again as this module meant."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("40")
 
 
 def _end_transaction(conn: _Conn) -> None:
