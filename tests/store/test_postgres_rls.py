@@ -427,10 +427,11 @@ def test_a_tenant_rate_share_holds_for_its_scoped_role_alone(deployment: Deploym
 
 
 def test_a_share_bucket_is_spent_only_by_claims_made(deployment: Deployment) -> None:
-    """spend_share_tokens charges no more than the caller's own transaction
-    claimed of that tenant: called by another tenant's role (or by acme's
-    own outside a claim), with a huge count, it leaves acme's bucket as it
-    was."""
+    """spend_share_tokens charges nothing for a tenant's role (its claims
+    are charged as they commit, migration 0027): called by another tenant's
+    role (or by acme's own outside a claim), with a huge count, it leaves
+    acme's bucket as it was. (tests/store/test_pg_claim_admission.py calls
+    it inside real claims, again and again.)"""
     d = deployment
     _acme_world(d)
     query = "SELECT tokens, refilled_at FROM queue_shares WHERE queue = 'q' AND tenant = 'acme'"
@@ -839,8 +840,8 @@ def test_a_tenant_role_reads_and_writes_nothing_of_another_tenant_with_raw_sql(
 
 
 def test_the_queue_wide_bucket_is_charged_only_for_claims_made(deployment: Deployment) -> None:
-    """spend_queue_tokens charges no more than the caller's own transaction
-    claimed: called alone, with a huge count, it cannot drain the bucket."""
+    """spend_queue_tokens charges nothing for a tenant's role (migration
+    0027): called alone, with a huge count, it cannot drain the bucket."""
     d = deployment
     _acme_world(d)
     query = "SELECT tokens FROM queue_buckets WHERE queue = 'q' AND tenant = ''"

@@ -28,7 +28,11 @@ more should hear so rather than believe it got it.
 A run counts against concurrency while its status is ``running``, also when
 it was started inline (``App.run``) rather than claimed by a worker, and also
 while its lease has expired and nobody took it over yet: the limit is on work
-in flight, and a run whose holder may only be frozen is still in flight.
+in flight, and a run whose holder may only be frozen is still in flight. An
+inline start is not held back by a limit, except where the store is bound
+by admission it cannot step around: a tenant's own role on PostgreSQL, whose
+every move of a run to ``running`` the database admits by this module's rule
+as it commits (``store.postgres``, migration 0027).
 Waiting runs (``suspended``, ``needs_attention``) count for nothing: waiting
 costs no slot.
 

@@ -156,7 +156,11 @@ class Store(Protocol):
 
         The embedded fast path: one transaction instead of create + claim.
         History is ``[run.created, lease.claimed, run.started]``. Returns
-        ``None`` and changes nothing if the run id already exists.
+        ``None`` and changes nothing if the run id already exists. Also
+        ``None`` where queue admission binds the store (a tenant's role on
+        PostgreSQL, migration 0027) and the run's queue does not admit it
+        now: the run is then created pending, for ``claim_run`` (or a
+        worker) to take once it does.
         """
         ...
 

@@ -162,17 +162,34 @@ Why these choices:
   - ``queues``: limits are operator state: readable, never changed by a
     tenant role (it locks a queue's row while it claims, which ``FOR
     UPDATE`` allows, but an UPDATE fails the policy).
-  - ``queue_buckets``: it reads its own tenants' buckets and the queue-wide
-    ones, and writes none: a claim spends them only through
-    ``spend_tenant_tokens`` and ``spend_queue_tokens`` (``SECURITY
-    DEFINER``), which charge no more tokens than its own transaction moved
-    runs of that queue (and tenant) to running, so no role can refill its
-    own bucket of the installation's per-tenant rate (migration 0025) nor
-    drain another tenant's.
-  - ``queue_shares``: a tenant's own caps, written by the owner; a role
-    reads and locks its own tenants' rows, and spends a share's rate
-    bucket only through ``spend_share_tokens`` (``SECURITY DEFINER``), which
-    charges no more than its own transaction claimed of that tenant.
+  - ``queue_buckets`` and ``queue_shares``: it reads its own tenants'
+    buckets and shares and the queue-wide buckets, and writes none
+    (migration 0025; a share is written by the owner, for the tenant's
+    admin). It locks its own shares' rows while it claims, as for queues.
+  - **Admission** (migration 0027): a run its role moves to ``running``
+    (inserted so, updated to it, moved to another queue or tenant while
+    running: whatever SQL did it) is admitted when the transaction commits,
+    by ``admit_claim``, a deferred constraint trigger on ``runs``
+    (``SECURITY DEFINER``). Under the claim's own locks (the queue's row,
+    then the share's) it refuses the transaction if the queue, the tenant
+    or its share would run more than their concurrency, and takes one
+    token from every bucket the run is subject to (queue-wide, per tenant,
+    the share's), refusing an empty one, with the row's ``updated_at``
+    (the claimer's clock, capped by the server's) as the time. The store's
+    claims plan under the same locks first (``admission.plan``), so they
+    pass; a refusal is SQLSTATE 40001, so a claim that lost a race to the
+    owner's inline start (which takes no lock) is planned again. A run that
+    left ``running`` again before the commit claimed nothing. The role
+    therefore cannot fake claims past a limit, nor spend another tenant's
+    share of a rate but by claims admitted under it; the spending
+    functions (``spend_queue_tokens``, ``spend_tenant_tokens``,
+    ``spend_share_tokens``) do nothing for it (they used to charge "the
+    rows this transaction moved", counted by ``xmin`` on every call, which
+    repeated calls and merely touched rows inflated at will: the
+    queue-wide bucket, every tenant's rate, drained). ``claim_run`` and
+    ``create_claimed_run`` (``App.run``) of such a store are admitted like
+    a claim, since the database cannot tell them from a fake one: on a
+    full queue the run is created pending and waits for its turn.
   - ``artifact_gc`` is the owner's; ``schema_migrations`` is read-only;
     ``tenant_grants`` shows a role its own grants only.
   - ``queue_running_totals`` (``SECURITY DEFINER``) tells every role how many
@@ -182,8 +199,13 @@ Why these choices:
   ``SECURITY DEFINER`` functions run with ``search_path`` fixed to the
   store's schema then ``pg_temp``. Not covered: a role can hold a queue
   row's lock (delaying claims of that queue until ``lock_timeout`` or its
-  session's end) and send ``NOTIFY cairn_runnable`` (waking workers for
-  nothing); a database role is still a resource to give with care. A scoped
+  session's end; its own admission check at commit takes them in the
+  order it chose, so it can also make a claim the loser of a deadlock)
+  and send ``NOTIFY cairn_runnable`` (waking workers for nothing); a
+  database role is still a resource to give with care. The owner (and any
+  role exempt from row-level security) is the installation: its claims are
+  not checked again (the triggers' ``WHEN`` is false for it, so its claim
+  path gains no per-row work) and its inline starts are never held back. A scoped
   store does not migrate (the owner does: ``cairn db migrate``) and does not
   prune. Trees spanning tenants are not supported under a scoped role (a
   child could not wake a parent it cannot see).
@@ -562,7 +584,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                     conn.execute("COMMIT")
                 except BaseException as exc:
                     _end_transaction(conn)
-                    if not isinstance(exc, pg_errors.TransactionRollback) or attempt == _TX_ATTEMPTS:
+                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
                         raise
                     time.sleep(0.005 * attempt)
                     continue
@@ -600,8 +622,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                         rows.append(cur.fetchone())
                 except pg_errors.UniqueViolation:
                     raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
-                except pg_errors.TransactionRollback:
-                    if attempt == _TX_ATTEMPTS:
+                except psycopg.OperationalError as exc:
+                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
                         raise
                     time.sleep(0.005 * attempt)
                     continue
@@ -729,22 +751,56 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         return existing, False
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
-        now = self.clock()
-        until = now + lease_seconds
-        events = lc.create_claimed(run, worker, now, lease_seconds)
-        params = _run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
-                             lease_until=until)
-        params.update(_lifecycle_arrays(events))
-
-        # One autocommit statement (atomic on its own, so one round trip), and
-        # durable like every commit: it hands out epoch 1.
-        if not self._insert_run(params):
+        started: float | None
+        if self._exempt:
+            # The owner's: one autocommit statement (atomic on its own, so one
+            # round trip), and durable like every commit: it hands out epoch 1.
+            # Never held back by a queue (module doc of store.admission).
+            now = self.clock()
+            started = now if self._insert_run(_claimed_params(run, worker, lease_seconds, now)) else None
+        else:
+            started = self._transaction(lambda tx: self._start_admitted(tx, run, worker, lease_seconds))
+        if started is None:
             with self._conn() as conn:
                 if _select_run(conn, run.run_id) is None:  # another tenant's (row-level security)
                     raise lc.id_taken(run.run_id)
             return None
-        record = new_record(run, now, RunStatus.RUNNING, epoch=1, owner=worker, lease_until=until)
-        return Claim(run=record, history=events, next_seq=4)
+        record = new_record(run, started, RunStatus.RUNNING, epoch=1, owner=worker,
+                            lease_until=started + lease_seconds)
+        return Claim(run=record, history=lc.create_claimed(run, worker, started, lease_seconds), next_seq=4)
+
+    def _start_admitted(self, tx: _Conn, run: NewRun, worker: str, lease_seconds: float) -> float | None:
+        """``create_claimed_run`` for a tenant's role, in ``tx``: the time it
+        started the run, or ``None`` if the id exists or its queue does not
+        admit it now (then it is created pending, for ``claim_run`` or a
+        worker once its queue admits it). The database cannot tell a run
+        started inline from a fake claim, so it admits both alike (migration
+        0027): a run started past a limit would fail at the commit."""
+        now = self._admitted(tx, run.run_id, run.queue, run.tenant, run.priority, self.clock())
+        if now is not None:
+            return now if _insert_run(tx, _claimed_params(run, worker, lease_seconds, now), False) else None
+        now = self.clock()
+        pending = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
+        pending.update(_lifecycle_arrays([lc.create(run, now)]))
+        _insert_run(tx, pending, False)
+        return None
+
+    def _admitted(
+        self, tx: _Conn, run_id: str, queue: str, tenant: str, priority: int, now: float
+    ) -> float | None:
+        """Whether the queue admits a fresh claim of one run (by id, or an
+        inline start) at ``now``: the time to claim it at, or ``None``.
+        Always for the owner (the installation's own runs are not held
+        back); for a tenant's role by ``admission.plan``, under the locks of
+        a claim and at a time read holding them, which ``admit_claim`` checks
+        again at the commit with the same time (the row's ``updated_at``)."""
+        if self._exempt:
+            return now
+        candidate = admission.Candidate(run_id, queue, tenant, priority, now, False)
+        lane = admission.Lane(queue, tenant, 0, [candidate])
+        limits, queue_running, buckets = _lock_limits(tx, [lane])
+        now = self.clock()  # holding the locks: a wait for them is not in the past
+        return now if admission.plan([lane], limits, queue_running, buckets, now, 1) else None
 
     def _insert_run(self, params: Mapping[str, Any]) -> bool:
         """Insert a run and its first entries; ``False`` if the id exists.
@@ -810,8 +866,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 if claim is not None:  # None: a takeover that quarantined its run
                     claims.append(claim)
                     claimed.append(candidate)
-            _spend_tokens(tx, admission.charge(limits, buckets, claimed, now), claimed, now)
-            _spend_share_tokens(tx, lanes, claimed, now)
+            if self._exempt:  # a tenant's role: admit_claim charges its claims as they commit (0027)
+                _spend_tokens(tx, admission.charge(limits, buckets, claimed, now), claimed, now)
+                _spend_share_tokens(tx, lanes, claimed, now)
             fault_point("store.claim.before_commit")  # an idle poll returned above: not a boundary
             return claims
 
@@ -872,6 +929,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             now = self.clock()  # read holding the run row (FOR UPDATE): a wait for it is not in the past
             if state is None or state[4] is None or state[4] > now:
                 return None
+            if state[0] != RunStatus.RUNNING:  # a takeover was admitted before (its run is running)
+                admitted = self._admitted(tx, run_id, state[5], state[6], state[7], now)
+                if admitted is None:
+                    return None
+                now = admitted
             self._commit_durably(tx)
             claim = _claim_many(tx, [(run_id, *state[:4])], worker, now, lease_seconds, max_recoveries)[0]
             fault_point("store.claim.before_commit")
@@ -901,8 +963,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 try:
                     held = {row[0] for row in conn.execute(_Q["renew_leases"], params)}
                     break
-                except pg_errors.TransactionRollback:
-                    if attempt == _TX_ATTEMPTS:
+                except psycopg.OperationalError as exc:
+                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
                         raise
                     time.sleep(0.005 * attempt)
         return set(leases) - held
@@ -1270,6 +1332,18 @@ def _pgvector_text(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
+def _rolled_back(exc: BaseException) -> bool:
+    """Whether ``exc`` is of SQLSTATE class 40 (transaction rollback: a
+    deadlock victim, a serialization failure such as ``admit_claim``'s
+    refusal of a claim planned on a state that changed), after which the
+    transaction may simply run again. psycopg 3 gives each SQLSTATE a class
+    of its own that is not a subclass of ``TransactionRollback``
+    (``DeadlockDetected`` is an ``OperationalError``): an ``isinstance``
+    check of that class never matched them, and deadlock victims were not
+    run again as this module meant."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("40")
+
+
 def _end_transaction(conn: _Conn) -> None:
     """Roll back whatever transaction ``conn`` has open (a failed statement
     leaves it aborted); a connection that broke meanwhile is the pool's."""
@@ -1308,6 +1382,16 @@ def _insert_run(conn: _Conn, params: Mapping[str, Any], exempt: bool) -> bool:
         return False
     conn.execute(_Q["create_run_entries"], params)
     return True
+
+
+def _claimed_params(run: NewRun, worker: str, lease_seconds: float, now: float) -> dict[str, Any]:
+    """The parameters of ``create_run`` for ``run`` created already held by
+    ``worker`` at ``now`` (``create_claimed_run``)."""
+    until = now + lease_seconds
+    params = _run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
+                         lease_until=until)
+    params.update(_lifecycle_arrays(lc.create_claimed(run, worker, now, lease_seconds)))
+    return params
 
 
 def _select_run(conn: _Conn, run_id: str) -> RunRecord | None:
@@ -1483,12 +1567,12 @@ def _spend_tokens(
     tx: _Conn, charged: Mapping[admission.BucketKey, admission.Bucket],
     claimed: Sequence[admission.Candidate], now: float,
 ) -> None:
-    """Store the token buckets a claim spent, through the functions that
-    recompute them under the row's lock and charge no more than this
-    transaction claimed: a tenant's own buckets through
-    ``spend_tenant_tokens`` (migration 0025: a tenant's role writes no bucket
-    row, else it could refill its own), the queue-wide ones through
-    ``spend_queue_tokens`` (migration 0006)."""
+    """Store the token buckets an exempt role's claim spent (the owner's:
+    a tenant's role's claims are charged by ``admit_claim`` as they commit,
+    migration 0027), through the functions that recompute each from its
+    current row under the row's lock: a tenant's own buckets through
+    ``spend_tenant_tokens``, the queue-wide ones through
+    ``spend_queue_tokens``."""
     own = sorted(key for key in charged if key[1] != admission.QUEUE_WIDE)
     if own:
         counts = [sum(1 for c in claimed if (c.queue, c.tenant) == key and not c.takeover) for key in own]
@@ -1503,10 +1587,10 @@ def _spend_tokens(
 def _spend_share_tokens(
     tx: _Conn, lanes: Sequence[admission.Lane], claimed: Sequence[admission.Candidate], now: float,
 ) -> None:
-    """Store what a claim spent of its lanes' share buckets, through
-    ``spend_share_tokens`` (migration 0024), which recomputes each under the
-    share row's lock (``lane_shares``) and charges no more than this
-    transaction claimed: a tenant's role writes no share row itself."""
+    """Store what an exempt role's claim spent of its lanes' share buckets,
+    through ``spend_share_tokens``, which recomputes each under the share
+    row's lock (``lane_shares``); a tenant's role's claims are charged by
+    ``admit_claim`` (migration 0027)."""
     spent = admission.charge_shares(lanes, claimed, now)
     if spent:
         keys = sorted(spent)

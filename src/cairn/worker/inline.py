@@ -60,11 +60,13 @@ class InlineDriver:
         store = self.runtime.store
         keeper = self._lease_keeper()
         delay = 0.0
+        refused = 0  # claims in a row that found the run pending and did not get it
         while True:
             if claim is None:
                 claim = store.claim_run(run_id, self.worker_id, self.lease_seconds,
                                         self.runtime.max_recoveries)
             if claim is not None:
+                refused = 0
                 claim_bundle = claim.run.bundle
                 outcome = execute(self.runtime, claim, self.worker_id, keeper, self.loops)
                 claim = None
@@ -88,6 +90,13 @@ class InlineDriver:
             if record.status is RunStatus.SUSPENDED and _waits_for_signal(record):
                 self._wait_for_wakeup(record)
                 continue
+            if record.status is RunStatus.PENDING:
+                # Not admitted by its queue yet (a tenant's role on PostgreSQL:
+                # store.postgres, migration 0027): wait for a slot to free (the
+                # store's wake-ups) or a token, polling less and less often.
+                refused += 1
+                self._wait_for_queue(min(0.01 * 2 ** min(refused, 6), 0.5))
+                continue
             time.sleep(delay or 0.01)  # held elsewhere, or a timer not yet due
 
     def _after_suspension(self, outcome: Outcome, run_id: str) -> float:
@@ -107,6 +116,13 @@ class InlineDriver:
         limit = 1.0
         if record.wake_at is not None:
             limit = max(0.0, min(limit, record.wake_at - time.time()))
+        self._woken.wait(limit)
+        self._woken.clear()
+
+    def _wait_for_queue(self, limit: float) -> None:
+        """Sleep until the store says a run became runnable or a slot freed,
+        or ``limit`` seconds."""
+        self._listen()
         self._woken.wait(limit)
         self._woken.clear()
 

@@ -184,7 +184,7 @@ FROM history WHERE run_id = %(run_id)s::text
 RETURNING seq
 
 -- name: select_claim_state
-SELECT status, owner, epoch, recoveries, runnable_at FROM runs
+SELECT status, owner, epoch, recoveries, runnable_at, queue, tenant, priority FROM runs
 WHERE run_id = %(run_id)s::text
 FOR UPDATE
 

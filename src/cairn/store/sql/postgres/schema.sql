@@ -135,8 +135,9 @@ CREATE TABLE queues (
 
 -- Token bucket states: tenant '' is the queue-wide bucket, any other value
 -- that tenant's own bucket. A missing row is a full bucket. (0005) Only
--- the owner writes rows; every claim spends through spend_queue_tokens and
--- spend_tenant_tokens. (0025)
+-- the owner writes rows (0025): its claims spend through spend_queue_tokens
+-- and spend_tenant_tokens, a tenant's role's are charged by admit_claim as
+-- they commit (0027).
 CREATE TABLE queue_buckets (
     queue       TEXT NOT NULL,
     tenant      TEXT NOT NULL,
@@ -212,8 +213,8 @@ CREATE TRIGGER history_monotonic_at
 -- (FORCE is deliberately not set). Any other role sees and writes rows of
 -- runs and history only for the tenants tenant_grants grants it, narrowed
 -- (never widened) by its session setting cairn.tenant; artifacts only through
--- a reference it may see; queue limits read-only; the token buckets only
--- through spend_queue_tokens and spend_tenant_tokens (0025). See
+-- a reference it may see; queue limits read-only; the token buckets not at
+-- all: its claims are admitted and charged by admit_claim (0025, 0027). See
 -- migrations/0006_tenant_boundary.sql.
 
 CREATE TABLE tenant_grants (
@@ -325,27 +326,27 @@ BEGIN
 END
 $$;
 
--- Spend the queue-wide token buckets of a claim: counts[i] tokens of queue
--- names[i], but never more than the runs of that queue the caller's own
--- transaction has moved to running (their rows' xmin is this transaction), so
--- no role can drain a bucket it did not claim from. The refill is
--- admission.Bucket.refilled: capacity rate_burst (else rate_limit), rate_limit
--- per rate_period seconds, nothing for a clock that went back. "at" is the
--- claimer's clock, capped by the server's.
+-- Spend the queue-wide token buckets of the owner's claims (0006; 0027: run as
+-- the caller, and a no-op for any role under row-level security, whose
+-- claims admit_claim charges as they commit): counts[i] tokens of queue
+-- names[i]. The refill is admission.Bucket.refilled: capacity rate_burst
+-- (else rate_limit), rate_limit per rate_period seconds, nothing for a
+-- clock that went back. "at" is the claimer's clock, capped by the server's.
 CREATE FUNCTION spend_queue_tokens(names TEXT[], counts BIGINT[], at DOUBLE PRECISION) RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER AS $$
 DECLARE
     stamp DOUBLE PRECISION := LEAST(at, extract(epoch FROM clock_timestamp()));
-    me TEXT := (pg_current_xact_id()::text::numeric % 4294967296)::text;
 BEGIN
+    IF row_security_active('runs') THEN
+        RETURN;  -- a tenant's role: admit_claim charged its claims
+    END IF;
     INSERT INTO queue_buckets (queue, tenant, tokens, refilled_at)
     SELECT q.name, '',
            CASE WHEN b.queue IS NULL THEN COALESCE(q.rate_burst, q.rate_limit)::float8
                 WHEN stamp <= b.refilled_at THEN b.tokens
                 ELSE LEAST(COALESCE(q.rate_burst, q.rate_limit)::float8,
                            b.tokens + (stamp - b.refilled_at) * q.rate_limit / q.rate_period) END
-           - LEAST(GREATEST(c.n, 0), (SELECT count(*) FROM runs AS r
-                                      WHERE r.queue = q.name AND r.status = 'running' AND r.xmin::text = me)),
+           - GREATEST(c.n, 0),
            CASE WHEN b.queue IS NULL OR stamp > b.refilled_at THEN stamp ELSE b.refilled_at END
     FROM unnest(names, counts) AS c(name, n)
     JOIN queues AS q ON q.name = c.name AND q.rate_limit IS NOT NULL
@@ -354,32 +355,26 @@ BEGIN
 END
 $$;
 
--- Spend the per-tenant buckets of a claim (0025): counts[i] tokens of tenants[i]'s
--- bucket of queue names[i] (a queue with a tenant rate), but never more than
--- the runs of that queue and tenant the caller's own transaction moved to
--- running (their rows' xmin is this transaction), and no row at all where it
--- moved none: through it a role can only spend, and only a tenant it claimed
--- for. Each bucket is recomputed from its current row under the row's lock
--- (ON CONFLICT DO UPDATE), not from what the caller read. The refill is
--- admission.Bucket.refilled with the queue's tenant rate; "at" is the
--- claimer's clock, capped by the server's.
+-- Spend the per-tenant buckets of the owner's claims (0025; 0027 as
+-- spend_queue_tokens): counts[i] tokens of tenants[i]'s bucket of queue
+-- names[i] (a queue with a tenant rate), each recomputed from its current
+-- row under the row's lock (ON CONFLICT DO UPDATE).
 CREATE FUNCTION spend_tenant_tokens(names TEXT[], tenants TEXT[], counts BIGINT[], at DOUBLE PRECISION)
-RETURNS void LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
+RETURNS void LANGUAGE plpgsql VOLATILE SECURITY INVOKER AS $$
 DECLARE
     stamp DOUBLE PRECISION := LEAST(at, extract(epoch FROM clock_timestamp()));
-    me TEXT := (pg_current_xact_id()::text::numeric % 4294967296)::text;
     lane RECORD;
 BEGIN
+    IF row_security_active('runs') THEN
+        RETURN;  -- a tenant's role: admit_claim charged its claims
+    END IF;
     FOR lane IN
-        SELECT c.name, c.tenant, LEAST(GREATEST(c.n, 0), m.moved) AS spent,
+        SELECT c.name, c.tenant, c.n AS spent,
                COALESCE(q.tenant_rate_burst, q.tenant_rate_limit)::float8 AS capacity,
                q.tenant_rate_limit / q.tenant_rate_period AS per_second
         FROM unnest(names, tenants, counts) AS c(name, tenant, n)
         JOIN queues AS q ON q.name = c.name AND q.tenant_rate_limit IS NOT NULL
-        CROSS JOIN LATERAL (SELECT count(*) AS moved FROM runs AS r
-                            WHERE r.queue = c.name AND r.tenant = c.tenant AND r.status = 'running'
-                              AND r.xmin::text = me) AS m
-        WHERE c.tenant <> '' AND LEAST(GREATEST(c.n, 0), m.moved) > 0
+        WHERE c.tenant <> '' AND c.n > 0
         ORDER BY c.name, c.tenant
     LOOP
         INSERT INTO queue_buckets AS b (queue, tenant, tokens, refilled_at)
@@ -1058,8 +1053,9 @@ ALTER TABLE runs ADD CONSTRAINT runs_tenant_ids
 -- concurrency of its runs of the queue running, and at most rate_limit
 -- claims per rate_period (a token bucket: tokens as of refilled_at, NULL:
 -- full), on top of the installation's limits. Written by the owner; a
--- tenant's role reads and locks (FOR UPDATE) its own rows only, and spends
--- its bucket only through spend_share_tokens.
+-- tenant's role reads and locks (FOR UPDATE) its own rows only; its claims
+-- spend its bucket through admit_claim (0027), the owner's through
+-- spend_share_tokens.
 CREATE TABLE queue_shares (
     queue       TEXT NOT NULL,
     tenant      TEXT NOT NULL CHECK (tenant <> ''),
@@ -1091,27 +1087,25 @@ CREATE POLICY lock_own_shares ON queue_shares FOR UPDATE
 
 INSERT INTO tenant_privileges (object_name, privileges) VALUES ('queue_shares', 'SELECT, UPDATE (updated_at)');
 
--- Spend the share buckets of a claim (0024): no more than the caller's own
--- transaction claimed of each queue and tenant, and no row of a tenant it
--- claimed none of. See migrations/0024_queue_share_rates.sql.
+-- Spend the share buckets of the owner's claims (0024; 0027 as
+-- spend_queue_tokens): counts[i] tokens of tenants[i]'s share of queues[i].
 CREATE FUNCTION spend_share_tokens(queues TEXT[], tenants TEXT[], counts BIGINT[], at DOUBLE PRECISION)
-RETURNS void LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
+RETURNS void LANGUAGE plpgsql VOLATILE SECURITY INVOKER AS $$
 DECLARE
     stamp DOUBLE PRECISION := LEAST(at, extract(epoch FROM clock_timestamp()));
-    me TEXT := (pg_current_xact_id()::text::numeric % 4294967296)::text;
 BEGIN
+    IF row_security_active('runs') THEN
+        RETURN;  -- a tenant's role: admit_claim charged its claims
+    END IF;
     UPDATE queue_shares AS s SET
         tokens = CASE WHEN s.tokens IS NULL THEN COALESCE(s.rate_burst, s.rate_limit)::float8
                       WHEN stamp <= s.refilled_at THEN s.tokens
                       ELSE LEAST(COALESCE(s.rate_burst, s.rate_limit)::float8,
                                  s.tokens + (stamp - s.refilled_at) * s.rate_limit / s.rate_period) END
-                 - LEAST(GREATEST(c.n, 0), m.moved),
+                 - c.n,
         refilled_at = CASE WHEN s.tokens IS NULL OR stamp > s.refilled_at THEN stamp ELSE s.refilled_at END
     FROM unnest(queues, tenants, counts) AS c(queue, tenant, n)
-    CROSS JOIN LATERAL (SELECT count(*) AS moved FROM runs AS r
-                        WHERE r.queue = c.queue AND r.tenant = c.tenant AND r.status = 'running'
-                          AND r.xmin::text = me) AS m
-    WHERE s.queue = c.queue AND s.tenant = c.tenant AND s.rate_limit IS NOT NULL AND m.moved > 0;
+    WHERE s.queue = c.queue AND s.tenant = c.tenant AND s.rate_limit IS NOT NULL AND c.n > 0;
 END
 $$;
 
@@ -1119,6 +1113,146 @@ DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION spend_share_tokens(TEXT[], TEXT[], BIGINT[], DOUBLE PRECISION) '
                    'SET search_path = %I, pg_temp', current_schema());
+END
+$$;
+
+-- Queue admission binds a tenant's own role (0027): a run that a role under
+-- row-level security moves to running (inserted so, updated to it, or moved
+-- to another queue or tenant while running) is admitted when its
+-- transaction commits, by admit_claim: the queue's and the tenant's
+-- concurrency (its share's included) are checked under the claim's locks,
+-- and one token is taken from each bucket the run is subject to. The owner's
+-- claims are not re-checked; it spends through the functions above. See
+-- migrations/0027_claim_admission.sql.
+-- One token taken from a bucket (admission.Bucket.refilled, then minus one):
+-- its state (tokens as of refilled_at; NULL tokens: a full bucket) refilled
+-- to stamp; NULL when it holds less than one token then (admission.plan
+-- refuses the claim). Returns ARRAY[tokens, refilled_at] to store. The
+-- arithmetic is Python's, in its order (per_second is limit / period), and
+-- 1e-9 absorbs a last-bit difference.
+CREATE FUNCTION bucket_take(tokens DOUBLE PRECISION, refilled_at DOUBLE PRECISION, capacity DOUBLE PRECISION,
+                            per_second DOUBLE PRECISION, stamp DOUBLE PRECISION)
+RETURNS DOUBLE PRECISION[] LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN b.have >= 1 - 1e-9 THEN ARRAY[b.have - 1, b.at] END
+    FROM (SELECT CASE WHEN tokens IS NULL OR refilled_at IS NULL THEN capacity
+                      WHEN stamp <= refilled_at THEN tokens
+                      ELSE LEAST(capacity, tokens + (stamp - refilled_at) * per_second) END AS have,
+                 CASE WHEN tokens IS NULL OR refilled_at IS NULL OR stamp > refilled_at THEN stamp
+                      ELSE refilled_at END AS at) AS b
+$$;
+
+-- Admit one run that entered 'running' in this transaction (fired at commit,
+-- once per such row): see the top of this file.
+CREATE FUNCTION admit_claim() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    server DOUBLE PRECISION := extract(epoch FROM clock_timestamp());
+    stamp DOUBLE PRECISION;
+    q queues%ROWTYPE;
+    s queue_shares%ROWTYPE;
+    b queue_buckets%ROWTYPE;
+    counted BIGINT;
+    taken DOUBLE PRECISION[];
+    refused TEXT;
+BEGIN
+    -- The row as it is now: a run that left running (or this queue or
+    -- tenant) later in the transaction claimed nothing here.
+    SELECT LEAST(r.updated_at, server) INTO stamp FROM runs AS r
+    WHERE r.run_id = NEW.run_id AND r.status = 'running' AND r.queue = NEW.queue AND r.tenant = NEW.tenant;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF NOT stamp > '-Infinity'::float8 THEN
+        stamp := server;
+    END IF;
+    -- The claim's locks, in its order (queue, then share): claims of this
+    -- queue and tenant are serialised, and what they committed is counted.
+    SELECT * INTO q FROM queues WHERE name = NEW.queue FOR UPDATE;
+    SELECT * INTO s FROM queue_shares WHERE queue = NEW.queue AND tenant = NEW.tenant FOR UPDATE;
+    IF q.name IS NULL AND s.queue IS NULL THEN
+        RETURN NULL;  -- an unlimited queue, no share
+    END IF;
+    IF q.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO counted FROM runs WHERE queue = NEW.queue AND status = 'running';
+        IF counted > q.concurrency THEN
+            refused := format('queue %s runs at most %s at once', NEW.queue, q.concurrency);
+        END IF;
+    END IF;
+    IF refused IS NULL AND (q.tenant_concurrency IS NOT NULL OR s.concurrency IS NOT NULL) THEN
+        SELECT count(*) INTO counted FROM runs
+        WHERE queue = NEW.queue AND tenant = NEW.tenant AND status = 'running';
+        IF counted > LEAST(q.tenant_concurrency, s.concurrency) THEN
+            refused := format('queue %s runs at most %s of tenant %s at once', NEW.queue,
+                              LEAST(q.tenant_concurrency, s.concurrency), NEW.tenant);
+        END IF;
+    END IF;
+    IF refused IS NULL AND q.rate_limit IS NOT NULL THEN
+        SELECT * INTO b FROM queue_buckets WHERE queue = NEW.queue AND tenant = '' FOR UPDATE;
+        taken := bucket_take(b.tokens, b.refilled_at, COALESCE(q.rate_burst, q.rate_limit)::float8,
+                             q.rate_limit::float8 / q.rate_period, stamp);
+        IF taken IS NULL THEN
+            refused := format('queue %s has no token left (its rate)', NEW.queue);
+        ELSE
+            INSERT INTO queue_buckets (queue, tenant, tokens, refilled_at) VALUES (NEW.queue, '', taken[1], taken[2])
+            ON CONFLICT (queue, tenant) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at;
+        END IF;
+    END IF;
+    IF refused IS NULL AND q.tenant_rate_limit IS NOT NULL THEN
+        SELECT * INTO b FROM queue_buckets WHERE queue = NEW.queue AND tenant = NEW.tenant FOR UPDATE;
+        taken := bucket_take(b.tokens, b.refilled_at, COALESCE(q.tenant_rate_burst, q.tenant_rate_limit)::float8,
+                             q.tenant_rate_limit::float8 / q.tenant_rate_period, stamp);
+        IF taken IS NULL THEN
+            refused := format('queue %s has no token left for tenant %s (its tenant rate)', NEW.queue, NEW.tenant);
+        ELSE
+            INSERT INTO queue_buckets (queue, tenant, tokens, refilled_at)
+            VALUES (NEW.queue, NEW.tenant, taken[1], taken[2])
+            ON CONFLICT (queue, tenant) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at;
+        END IF;
+    END IF;
+    IF refused IS NULL AND s.rate_limit IS NOT NULL THEN
+        taken := bucket_take(s.tokens, s.refilled_at, COALESCE(s.rate_burst, s.rate_limit)::float8,
+                             s.rate_limit::float8 / s.rate_period, stamp);
+        IF taken IS NULL THEN
+            refused := format('tenant %s has no token left in its share of queue %s', NEW.tenant, NEW.queue);
+        ELSE
+            UPDATE queue_shares SET tokens = taken[1], refilled_at = taken[2]
+            WHERE queue = NEW.queue AND tenant = NEW.tenant;
+        END IF;
+    END IF;
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'run % cannot start now: %', NEW.run_id, refused
+            USING ERRCODE = 'serialization_failure',
+                  HINT = 'a claim is admitted by its queue''s limits when it commits; claim again later';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Deferred: checked at commit, on the transaction's final state (a run that
+-- entered running and left it again claimed nothing). The WHEN clauses are
+-- evaluated at the row change, so for a role exempt from row-level security
+-- (the owner) nothing is queued at all. SET CONSTRAINTS ... IMMEDIATE only
+-- checks earlier, never less.
+CREATE CONSTRAINT TRIGGER runs_admit_inserted
+    AFTER INSERT ON runs
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (NEW.status = 'running' AND row_security_active('runs'))
+    EXECUTE FUNCTION admit_claim();
+
+CREATE CONSTRAINT TRIGGER runs_admit_updated
+    AFTER UPDATE OF status, queue, tenant ON runs
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (NEW.status = 'running'
+          AND (OLD.status <> 'running' OR OLD.queue <> NEW.queue OR OLD.tenant <> NEW.tenant)
+          AND row_security_active('runs'))
+    EXECUTE FUNCTION admit_claim();
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION admit_claim() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION bucket_take(DOUBLE PRECISION, DOUBLE PRECISION, DOUBLE PRECISION, '
+                   'DOUBLE PRECISION, DOUBLE PRECISION) SET search_path = %I, pg_temp', current_schema());
 END
 $$;
 
