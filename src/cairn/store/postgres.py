@@ -204,8 +204,8 @@ Why these choices:
   and send ``NOTIFY cairn_runnable`` (waking workers for nothing); a
   database role is still a resource to give with care. The owner (and any
   role exempt from row-level security) is the installation: its claims are
-  not checked again (the triggers' ``WHEN`` is false for it, so its claim
-  path gains no per-row work) and its inline starts are never held back. A scoped
+  not checked again (the triggers' ``WHEN`` is false for it, so nothing is
+  queued or run for them) and its inline starts are never held back. A scoped
   store does not migrate (the owner does: ``cairn db migrate``) and does not
   prune. Trees spanning tenants are not supported under a scoped role (a
   child could not wake a parent it cannot see).

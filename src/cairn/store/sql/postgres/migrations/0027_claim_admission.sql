@@ -27,8 +27,8 @@
 -- they pass; they no longer spend themselves.
 --
 -- The owner (and any role exempt from row-level security) is the
--- installation: its claims are not re-checked (no per-row work on its claim
--- path: the triggers' WHEN is false for it), and it spends through
+-- installation: its claims are not re-checked (the triggers' WHEN is false
+-- for it: nothing is queued or run for them), and it spends through
 -- spend_queue_tokens, spend_tenant_tokens and spend_share_tokens, which now
 -- run as their caller and charge what the owner says; called by any other
 -- role they do nothing (their claims were charged as they commit).
