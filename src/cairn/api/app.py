@@ -204,6 +204,29 @@ class App:
         self.runtime.workflows[definition.name] = newest
         return Workflow(definition)
 
+    def langgraph(self, graph: Any, *, name: str, version: str = "1") -> Workflow[Any]:
+        """Register a compiled LangGraph graph (``StateGraph(...).compile()``,
+        without a checkpointer) as workflow ``name``: started, claimed and
+        recovered like any workflow, its checkpoints in this store, its
+        ``interrupt()`` calls approvals of the run (``cairn.lgdurable``).
+        The run's input is the graph's input; its result the final state.
+        Needs the ``langgraph`` extra."""
+        from cairn import lgdurable  # the extra is imported only by an app that uses it
+
+        compiled = lgdurable.check(graph, name, version)
+        registry = self.runtime.registry
+        existing = registry.newest(name)
+        if existing is not None and (lgdurable.graph_of(existing.fn) is None or
+                                     (name, version) in registry.versions):
+            raise InvalidArgument(f"workflow {name!r} version {version!r} is already registered: give the "
+                                  "LangGraph graph another name= (or a new version=)")
+        definition = lgdurable.workflow(compiled, name, version)
+        registry.add_workflow(definition)
+        newest = registry.newest(definition.name)
+        assert newest is not None
+        self.runtime.workflows[definition.name] = newest
+        return Workflow(definition)
+
     def checkpoints(self, run_id: str, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
         """The checkpoints of graph run ``run_id``, newest first: those of
         super-steps below ``before`` (``None``: from the latest), at most
