@@ -53,10 +53,10 @@ from cairn.langgraph import CairnSaver
 from cairn.store.records import ApprovalStatus
 
 try:
+    from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.runnables import RunnableConfig
     from langchain_core.runnables.config import var_child_runnable_config
     from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
-    from langgraph.constants import ERROR
     from langgraph.graph.state import StateGraph
     from langgraph.pregel import Pregel
     from langgraph.types import Command
@@ -65,6 +65,8 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in dev
 
 #: the journal entries of a LangGraph run's root checkpoints (its restore points)
 KIND = "langgraph"
+#: the channel of a task's error in LangGraph's pending writes (private in LangGraph 1.x)
+ERROR = "__error__"
 #: a compiled graph, whatever its state, context, input and output types
 Graph = Pregel[Any, Any, Any, Any]
 
@@ -148,27 +150,13 @@ class RunSaver(CairnSaver):
         execution = run.execution
         super().__init__(execution.store, tenant=execution.run.tenant, lease=execution.epoch)
         self._run = run
-        #: the seen versions of the last root checkpoint this saver stored
-        self._seen: dict[str, Any] | None = None
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         saved = super().put(config, checkpoint, metadata, new_versions)
         if not config["configurable"].get("checkpoint_ns"):  # a subgraph's checkpoints are inside a task
-            self._run.mark(checkpoint["id"], dict(metadata), self._ran(config, checkpoint))
+            self._run.mark(checkpoint["id"], dict(metadata))
         return saved
-
-    def _ran(self, config: RunnableConfig, checkpoint: Checkpoint) -> list[str]:
-        """The nodes that ran in the super-step ``checkpoint`` ends: those
-        whose seen versions changed since its parent (read once per execution)."""
-        before = self._seen
-        parent = config["configurable"].get("checkpoint_id")
-        if before is None and parent:
-            found = self.get_tuple(config)
-            before = found.checkpoint["versions_seen"] if found is not None else {}
-        seen = checkpoint["versions_seen"]
-        self._seen = {k: dict(v) for k, v in seen.items()}
-        return sorted(n for n, v in seen.items() if (before or {}).get(n) != v and not n.startswith("__"))
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
@@ -178,6 +166,32 @@ class RunSaver(CairnSaver):
                 if not (c == ERROR and isinstance(v, BaseException) and not isinstance(v, Exception))]
         if kept:
             super().put_writes(config, kept, task_id, task_path)
+
+
+class NodeNotes(BaseCallbackHandler):
+    """Which nodes started in each super-step (LangGraph's callbacks: a
+    task's run carries its step and node in its metadata), for the names of
+    the run's journal entries."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: dict[int, list[str]] = {}
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, metadata: dict[str, Any] | None = None,
+                       **kwargs: Any) -> None:
+        found = metadata or {}
+        step, node, ns = (found.get("langgraph_step"), found.get("langgraph_node"),
+                          found.get("langgraph_checkpoint_ns"))
+        if not isinstance(step, int) or not isinstance(node, str) or not isinstance(ns, str) or "|" in ns:
+            return  # not a task of the root graph
+        with self._lock:
+            started = self._started.setdefault(step, [])
+            if node not in started and not node.startswith("__"):
+                started.append(node)
+
+    def of(self, step: Any) -> list[str]:
+        with self._lock:
+            return sorted(self._started.pop(step, [])) if isinstance(step, int) else []
 
 
 class LangGraphRun:
@@ -192,7 +206,8 @@ class LangGraphRun:
         self.thread = thread_of(execution.run_id)
         self.saver = RunSaver(self)
         self.graph = graph.copy(update={"checkpointer": self.saver})
-        self.config: RunnableConfig = {"configurable": {"thread_id": self.thread}}
+        self.notes = NodeNotes()
+        self.config: RunnableConfig = {"configurable": {"thread_id": self.thread}, "callbacks": [self.notes]}
         self._lock = threading.Lock()
         #: journaled calls made so far by each task (by checkpoint namespace) in this invocation
         self._calls: dict[str, int] = {}
@@ -247,10 +262,11 @@ class LangGraphRun:
             self._calls[ns] = number + 1
         return f"{ns}#{number}"
 
-    def mark(self, checkpoint_id: str, metadata: dict[str, Any], nodes: list[str]) -> None:
+    def mark(self, checkpoint_id: str, metadata: dict[str, Any]) -> None:
         """Record root checkpoint ``checkpoint_id`` in the run's journal: the
         restore point of the next execution (``Execution.restore_point``)."""
         step = metadata.get("step")
+        nodes = self.notes.of(step)
         name = f"step {step}: {', '.join(nodes)}" if nodes else f"step {step} ({metadata.get('source')})"
         execution = self.execution
         key = hashlib.blake2b(checkpoint_id.encode(), digest_size=8).hexdigest()
@@ -268,7 +284,7 @@ class LangGraphRun:
         latest = self.saver.get_tuple(self.config)
         if latest is None or latest.checkpoint["id"] == self._marked:
             return
-        self.mark(latest.checkpoint["id"], dict(latest.metadata or {}), [])
+        self.mark(latest.checkpoint["id"], dict(latest.metadata or {}))
 
     # -- interrupts -------------------------------------------------------------------
 
