@@ -27,8 +27,11 @@ from langgraph.types import Send
 import cairn
 
 ROUNDS = 3
-#: payments per round: two ``pay`` tasks, ``check`` and ``stamp``
-PER_ROUND = 4
+#: payments per round: two ``pay`` tasks, ``check`` and ``stamp``, and each
+#: ``pay`` task's fee (the same call with the same arguments in both tasks)
+PAYMENTS = {**{f"pay {r}.{k}": 1 for r in range(1, ROUNDS + 1) for k in range(2)},
+            **{f"{what} {r}": 1 for r in range(1, ROUNDS + 1) for what in ("check", "stamp")},
+            **{f"fee {r}": 2 for r in range(1, ROUNDS + 1)}}
 START_STATE = {"log": [], "n": 0, "paid": 0}
 
 
@@ -97,7 +100,8 @@ def build(db: str, directory: Path, *, lease_seconds: float = 1.0) -> tuple[cair
         pause(0.05)
         receipt = transfer(f"pay {payment['round']}.{payment['k']}", 10 + payment["k"])
         pause(0.03)
-        return {"log": [receipt], "paid": 10 + payment["k"]}
+        fee = transfer(f"fee {payment['round']}", 1)  # the same call in both tasks: two fees
+        return {"log": [receipt, fee], "paid": 11 + payment["k"]}
 
     def check(state: Audit) -> dict[str, Any]:
         noted("check", dict(state))

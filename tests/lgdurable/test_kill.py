@@ -23,6 +23,9 @@ from tests import processes
 from tests.backends import StoreBackend
 from tests.lgdurable import agent_app
 
+#: where the run stops for good: finished, or waiting for an operator (an unresolved effect)
+SETTLED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
@@ -44,22 +47,21 @@ def test_sigkilled_langgraph_workers_resume_with_each_payment_once(tmp_path: Pat
             deadline = time.monotonic() + 120
             if round_ < 12:  # kill it once a node has started, at a random moment after
                 while time.monotonic() < deadline and len(agent_app.lines(noted)) == seen \
-                        and app.get_run("agent").status is not RunStatus.COMPLETED:
+                        and app.get_run("agent").status not in SETTLED:
                     time.sleep(0.005)
                 time.sleep(rnd.uniform(0, 0.12))
                 kills += 1
             else:  # the last one finishes the run
-                while time.monotonic() < deadline and app.get_run("agent").status is not RunStatus.COMPLETED:
+                while time.monotonic() < deadline and app.get_run("agent").status not in SETTLED:
                     time.sleep(0.02)
             worker.kill()
             worker.wait(10)
-            if app.get_run("agent").status is RunStatus.COMPLETED:
+            if app.get_run("agent").status in SETTLED:
                 break
         run = app.get_run("agent")
         assert run.status is RunStatus.COMPLETED, (run.status, run.error, [w.args for w in workers])
         paid = Counter(e["what"] for e in agent_app.lines(tmp_path / "bank.jsonl"))
-        assert len(paid) == agent_app.ROUNDS * agent_app.PER_ROUND, paid
-        assert all(count == 1 for count in paid.values()), paid  # each payment happened once
+        assert paid == Counter(agent_app.PAYMENTS), paid  # each payment happened once (each fee twice)
         steps = [e.name for e in app.history("agent") if e.step_kind == KIND]
         assert any("audit, pay" in str(name) for name in steps), steps  # the journal names the nodes
         final = app.handle("agent").result()
