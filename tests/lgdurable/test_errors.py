@@ -1,0 +1,76 @@
+"""Bad input to ``app.langgraph``: one clear line (``InvalidArgument``), and nothing registered."""
+
+from __future__ import annotations
+
+import operator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+
+import cairn
+from cairn.errors import InvalidArgument
+
+
+class Count(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def builder() -> StateGraph[Count, Any, Count, Count]:
+    graph = StateGraph(Count)
+    graph.add_node("one", lambda state: {"log": ["one"]})
+    graph.add_edge(START, "one")
+    return graph
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Any:
+    application = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db")
+    yield application
+    application.close()
+
+
+@pytest.mark.parametrize(("graph", "message"), [
+    (lambda: builder(), r"^app.langgraph\('g'\) takes a compiled graph: call .compile\(\) on the StateGraph"),
+    (lambda: 42, r"^app.langgraph\('g'\) takes a compiled LangGraph graph \(StateGraph\(...\).compile\(\)\), "
+                 r"not int$"),
+    (lambda: builder().compile(checkpointer=InMemorySaver()),
+     r"^graph 'g' was compiled with checkpointer=InMemorySaver: compile it without one"),
+    (lambda: builder().compile(checkpointer=False), r"^graph 'g' was compiled with checkpointer=False"),
+    (lambda: builder().compile(interrupt_before=["one"]),
+     r"^graph 'g' was compiled with interrupt_before/interrupt_after \(one\): call "
+     r"langgraph.types.interrupt\(\) in the node instead"),
+])
+def test_a_graph_that_cannot_run_is_refused_in_one_line(app: cairn.App, graph: Any, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message) as refused:
+        app.langgraph(graph(), name="g")
+    assert "\n" not in str(refused.value)
+    assert "g" not in app.runtime.workflows
+
+
+@pytest.mark.parametrize("name", ["", None, 3])
+def test_a_missing_name_is_refused(app: cairn.App, name: Any) -> None:
+    with pytest.raises(InvalidArgument, match=r"^app.langgraph needs name= \(a non-empty string\)"):
+        app.langgraph(builder().compile(), name=name)
+
+
+def test_a_name_clash_is_refused(app: cairn.App) -> None:
+    @app.workflow(name="taken")
+    def taken(ctx: cairn.Context) -> int:
+        return 1
+
+    with pytest.raises(InvalidArgument, match=r"^workflow 'taken' version '1' is already registered: give "
+                                              r"the LangGraph graph another name="):
+        app.langgraph(builder().compile(), name="taken")
+    assert app.runtime.workflows["taken"].fn is taken.definition.fn
+    app.langgraph(builder().compile(), name="counting")
+    with pytest.raises(InvalidArgument, match="workflow 'counting' version '1' is already registered"):
+        app.langgraph(builder().compile(), name="counting")
+    assert app.langgraph(builder().compile(), name="counting", version="2").definition.version == "2"
+
+
+def test_a_registered_graph_runs_inline(app: cairn.App) -> None:
+    workflow = app.langgraph(builder().compile(), name="counting")
+    assert app.run(workflow, {"log": []}) == {"log": ["one"]}
