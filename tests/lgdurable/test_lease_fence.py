@@ -37,7 +37,8 @@ def test_an_earlier_lease_never_takes_the_thread_back(app: cairn.App) -> None:
         frozen.put_writes(CONFIG | {"configurable": {**CONFIG["configurable"], "checkpoint_id": "x"}},
                           [("who", "frozen")], "task")
     latest = taker.get_tuple(CONFIG)
-    assert latest is not None and latest.checkpoint["channel_values"] == {"who": "taker"}
+    assert latest is not None
+    assert latest.checkpoint["channel_values"] == {"who": "taker"}
     assert [t.checkpoint["channel_values"]["who"] for t in taker.list(CONFIG)] == ["taker"]
 
 

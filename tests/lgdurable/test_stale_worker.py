@@ -64,7 +64,8 @@ def test_a_frozen_worker_let_go_after_a_takeover_writes_nothing(tmp_path: Path,
         saver = CairnSaver(app)
         chain = list(saver.list({"configurable": {"thread_id": "lg:agent", "checkpoint_ns": ""}}))
         parents = Counter(t.parent_config["configurable"]["checkpoint_id"] for t in chain if t.parent_config)
-        assert parents and max(parents.values()) == 1, parents  # one chain: no checkpoint has two children
+        assert parents, chain
+        assert max(parents.values()) == 1, parents  # one chain: no checkpoint has two children
         ops: dict[str, set[str]] = {}
         for effect in agent_app.lines(tmp_path / "bank.jsonl"):
             ops.setdefault(effect["what"], set()).add(effect["op"])
