@@ -10,6 +10,7 @@ import pytest
 
 import cairn
 from tests.engine.conftest import postgres_url
+from tests.server.conftest import setup  # noqa: F401 (the HTTP tests' fixture: an App, tokens of two tenants)
 
 BACKENDS = ("sqlite", "postgres")
 

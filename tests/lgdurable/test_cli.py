@@ -36,10 +36,9 @@ def test_start_worker_approve_show(tmp_path: Path, backend: StoreBackend) -> Non
     app = cairn.App(db=db)
     try:
         deadline = time.monotonic() + 90
-        while not app.approvals(run_id="t-1") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while app.get_run("t-1").status is not RunStatus.SUSPENDED and time.monotonic() < deadline:
+            time.sleep(0.05)  # the request is stored, then the run suspends
         [request] = app.approvals(run_id="t-1")
-        assert app.get_run("t-1").status is RunStatus.SUSPENDED
         cli(db, "approve", "t-1", request.request_id, "--edit", "25")
         assert app.handle("t-1").result(timeout=90) == {"order": "A-17",
                                                         "log": ["triaged A-17", "refunded 25 on A-17"]}
