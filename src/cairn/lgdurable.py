@@ -43,12 +43,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cairn import faults
 from cairn.codec import values
 from cairn.engine import execution as executions
 from cairn.engine.context import Context
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.execution import Execution
 from cairn.errors import CairnError, InvalidArgument, LeaseLost, MissingExtra, ThreadTaken
+from cairn.faults import fault_point
 from cairn.langgraph import CairnSaver
 from cairn.store.records import ApprovalStatus
 
@@ -265,6 +267,8 @@ class LangGraphRun:
     def mark(self, checkpoint_id: str, metadata: dict[str, Any]) -> None:
         """Record root checkpoint ``checkpoint_id`` in the run's journal: the
         restore point of the next execution (``Execution.restore_point``)."""
+        if faults.ARMED:
+            fault_point("langgraph.after_checkpoint")
         step = metadata.get("step")
         nodes = self.notes.of(step)
         name = f"step {step}: {', '.join(nodes)}" if nodes else f"step {step} ({metadata.get('source')})"

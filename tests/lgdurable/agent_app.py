@@ -27,11 +27,13 @@ from langgraph.types import Send
 import cairn
 
 ROUNDS = 3
-#: payments per round: two ``pay`` tasks, ``check`` and ``stamp``, and each
-#: ``pay`` task's fee (the same call with the same arguments in both tasks)
+#: payments per round: two ``pay`` tasks, ``check`` and ``stamp``, each
+#: ``pay`` task's fee (the same call with the same arguments in both tasks),
+#: and ``decide``'s closing entry
 PAYMENTS = {**{f"pay {r}.{k}": 1 for r in range(1, ROUNDS + 1) for k in range(2)},
             **{f"{what} {r}": 1 for r in range(1, ROUNDS + 1) for what in ("check", "stamp")},
-            **{f"fee {r}": 2 for r in range(1, ROUNDS + 1)}}
+            **{f"fee {r}": 2 for r in range(1, ROUNDS + 1)},
+            **{f"close {r}": 1 for r in range(1, ROUNDS + 1)}}
 START_STATE = {"log": [], "n": 0, "paid": 0}
 
 
@@ -129,7 +131,7 @@ def build(db: str, directory: Path, *, lease_seconds: float = 1.0) -> tuple[cair
     def decide(state: Agent) -> dict[str, Any]:
         noted("decide", dict(state))
         pause(0.03)
-        return {"log": [f"decided {state['n']}"]}
+        return {"log": [f"decided {state['n']}", transfer(f"close {state['n']}", 0)]}
 
     builder = StateGraph(Agent)
     builder.add_node("plan", plan)

@@ -132,3 +132,24 @@ def test_a_waiting_run_holds_no_worker(app: cairn.App) -> None:
     second = serve()
     assert app.handle("o").result(timeout=60)["log"][-1] == "paid balance 5"
     second.join(60)
+
+
+def test_parallel_interrupts_are_asked_one_after_the_other(app: cairn.App) -> None:
+    """Two tasks of one super-step interrupt: each gets its own approval (the
+    run suspends on the first undecided one), and the graph resumes once with
+    every answer (``Command(resume={interrupt id: answer})``)."""
+    builder = StateGraph(Order)
+    for name in ("left", "right"):
+        def ask(state: Order, name: str = name) -> dict[str, Any]:
+            return {"log": [f"{name} {interrupt(f'{name}?')}"]}
+        builder.add_node(name, ask)
+        builder.add_edge(START, name)
+    workflow = app.langgraph(builder.compile(), name="both")
+    first = waiting(app, workflow, "b")
+    app.approve("b", first.request_id, edit=f"{first.details} yes")
+    with pytest.raises(RunSuspended, match="waiting for a decision"):
+        app.resume("b")
+    [second] = app.approvals(run_id="b")
+    assert {first.details, second.details} == {"left?", "right?"}
+    app.approve("b", second.request_id, edit=f"{second.details} yes")
+    assert sorted(app.resume("b")["log"]) == ["left left? yes", "right right? yes"]
