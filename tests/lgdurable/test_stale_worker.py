@@ -35,6 +35,25 @@ def _wait(what: str, done: Any, seconds: float) -> None:
         time.sleep(0.02)
 
 
+def stop_outside_transaction(pid: int, worker_id: str, backend: StoreBackend) -> None:
+    """SIGSTOP worker ``pid`` at a moment it holds no write transaction open:
+    one frozen inside would block the takeover on the database's locks (a
+    property of the database, not what fencing is about)."""
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        _wait(f"pid {pid} to stop", lambda: _state(pid) == "T", 5)
+        if not backend.in_transaction(worker_id):
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError(f"worker {worker_id} was inside a transaction at each of 50 stops")
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_frozen_worker_let_go_after_a_takeover_writes_nothing(tmp_path: Path,
@@ -50,7 +69,7 @@ def test_a_frozen_worker_let_go_after_a_takeover_writes_nothing(tmp_path: Path,
         _wait("A to pay in round 2", lambda: any(e["node"] == "pay" and e["n"] == 2
                                                  for e in agent_app.lines(noted)), 60)
         time.sleep(0.03)
-        os.kill(a.pid, signal.SIGSTOP)
+        stop_outside_transaction(a.pid, "A", backend)
         frozen_at = app.get_run("agent").epoch
         b = processes.spawn("tests.lgdurable.agent_app", ["--worker-id", "B"],
                             env={**env, "CAIRN_TEST_DB": backend.worker_url("B")}, log=tmp_path / "b.log")
