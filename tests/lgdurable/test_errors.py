@@ -12,6 +12,7 @@ from langgraph.graph import START, StateGraph
 
 import cairn
 from cairn.errors import InvalidArgument
+from cairn.lgdurable import run_context
 
 
 class Count(TypedDict):
@@ -61,12 +62,14 @@ def test_a_name_clash_is_refused(app: cairn.App) -> None:
     def taken(ctx: cairn.Context) -> int:
         return 1
 
-    with pytest.raises(InvalidArgument, match=r"^workflow 'taken' version '1' is already registered: give "
-                                              r"the LangGraph graph another name="):
-        app.langgraph(builder().compile(), name="taken")
+    for version in ("1", "2"):
+        with pytest.raises(InvalidArgument, match=r"^workflow 'taken' is already registered \(not a LangGraph "
+                                                  r"graph\): give the graph another name=$"):
+            app.langgraph(builder().compile(), name="taken", version=version)
     assert app.runtime.workflows["taken"].fn is taken.definition.fn
     app.langgraph(builder().compile(), name="counting")
-    with pytest.raises(InvalidArgument, match="workflow 'counting' version '1' is already registered"):
+    with pytest.raises(InvalidArgument, match=r"^LangGraph workflow 'counting' version '1' is already "
+                                              r"registered: give the new graph a new version="):
         app.langgraph(builder().compile(), name="counting")
     assert app.langgraph(builder().compile(), name="counting", version="2").definition.version == "2"
 
@@ -74,3 +77,17 @@ def test_a_name_clash_is_refused(app: cairn.App) -> None:
 def test_a_registered_graph_runs_inline(app: cairn.App) -> None:
     workflow = app.langgraph(builder().compile(), name="counting")
     assert app.run(workflow, {"log": []}) == {"log": ["one"]}
+
+
+def test_a_node_reaches_its_run_through_run_context(app: cairn.App) -> None:
+    """``cairn.lgdurable.run_context()`` in a node is the run's ``Context``
+    (its calls journaled per task like tools); outside a run it says where it belongs."""
+    graph = StateGraph(Count)
+    graph.add_node("who", lambda state: {"log": [run_context().run_id, str(run_context().uuid())]})
+    graph.add_edge(START, "who")
+    workflow = app.langgraph(graph.compile(), name="who")
+    log = app.run(workflow, {"log": []}, run_id="w-1")["log"]
+    assert log[0] == "w-1"
+    assert [e.step_kind for e in app.history("w-1") if e.step_kind == "uuid"] == ["uuid"]
+    with pytest.raises(InvalidArgument, match="is called inside a node of a graph run by app.langgraph"):
+        run_context()

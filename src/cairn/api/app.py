@@ -216,10 +216,12 @@ class App:
         compiled = lgdurable.check(graph, name, version)
         registry = self.runtime.registry
         existing = registry.newest(name)
-        if existing is not None and (lgdurable.graph_of(existing.fn) is None or
-                                     (name, version) in registry.versions):
-            raise InvalidArgument(f"workflow {name!r} version {version!r} is already registered: give the "
-                                  "LangGraph graph another name= (or a new version=)")
+        if existing is not None and lgdurable.graph_of(existing.fn) is None:
+            raise InvalidArgument(f"workflow {name!r} is already registered (not a LangGraph graph): give "
+                                  "the graph another name=")
+        if (name, version) in registry.versions:
+            raise InvalidArgument(f"LangGraph workflow {name!r} version {version!r} is already registered: "
+                                  "give the new graph a new version= (or another name=)")
         definition = lgdurable.workflow(compiled, name, version)
         registry.add_workflow(definition)
         newest = registry.newest(definition.name)
