@@ -63,8 +63,8 @@ def test_a_name_clash_is_refused(app: cairn.App) -> None:
         return 1
 
     for version in ("1", "2"):
-        with pytest.raises(InvalidArgument, match=r"^workflow 'taken' is already registered \(not a LangGraph "
-                                                  r"graph\): give the graph another name=$"):
+        clash = r"^workflow 'taken' is already registered \(not a LangGraph graph\): give the graph another name=$"
+        with pytest.raises(InvalidArgument, match=clash):
             app.langgraph(builder().compile(), name="taken", version=version)
     assert app.runtime.workflows["taken"].fn is taken.definition.fn
     app.langgraph(builder().compile(), name="counting")
@@ -89,5 +89,5 @@ def test_a_node_reaches_its_run_through_run_context(app: cairn.App) -> None:
     log = app.run(workflow, {"log": []}, run_id="w-1")["log"]
     assert log[0] == "w-1"
     assert [e.step_kind for e in app.history("w-1") if e.step_kind == "uuid"] == ["uuid"]
-    with pytest.raises(InvalidArgument, match="is called inside a node of a graph run by app.langgraph"):
+    with pytest.raises(InvalidArgument, match=r"is called inside a node of a graph run by app\.langgraph"):
         run_context()
