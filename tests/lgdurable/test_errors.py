@@ -62,8 +62,8 @@ def test_a_name_clash_is_refused(app: cairn.App) -> None:
     def taken(ctx: cairn.Context) -> int:
         return 1
 
+    clash = r"^workflow 'taken' is already registered \(not a LangGraph graph\): give the graph another name="
     for version in ("1", "2"):
-        clash = r"^workflow 'taken' is already registered \(not a LangGraph graph\): give the graph another name=$"
         with pytest.raises(InvalidArgument, match=clash):
             app.langgraph(builder().compile(), name="taken", version=version)
     assert app.runtime.workflows["taken"].fn is taken.definition.fn
