@@ -208,6 +208,9 @@ class LangGraphRun:
         self.thread = thread_of(execution.run_id)
         self.saver = RunSaver(self)
         self.graph = graph.copy(update={"checkpointer": self.saver})
+        #: a node has an async body only (LangGraph's sync API cannot run it)
+        self.is_async = any(getattr(n.bound, "func", True) is None and getattr(n.bound, "afunc", None)
+                            for n in graph.nodes.values())
         self.notes = NodeNotes()
         self.config: RunnableConfig = {"configurable": {"thread_id": self.thread}, "callbacks": [self.notes]}
         self._lock = threading.Lock()
@@ -246,9 +249,21 @@ class LangGraphRun:
                         return snapshot.values
                 with self._lock:
                     self._calls.clear()  # every task of this invocation runs from its start
-                self.graph.invoke(command, self.config, durability="sync")
+                self._invoke(command)
         except ThreadTaken as exc:
             raise LeaseLost(execution.run_id, execution.epoch) from exc
+
+    def _invoke(self, command: Any) -> None:
+        """One invocation of the graph, in this thread: the async API, on an
+        event loop of this thread's own, when a node has only an async body."""
+        if not self.is_async:
+            self.graph.invoke(command, self.config, durability="sync")
+            return
+
+        async def invoke() -> None:
+            await self.graph.ainvoke(command, self.config, durability="sync")
+
+        asyncio.run(invoke())
 
     # -- the journal: restore points and scopes ------------------------------------------
 
