@@ -39,9 +39,8 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
-from cairn.api.app import App
 from cairn.errors import InvalidArgument, MissingExtra, UnreadableCheckpoint
 from cairn.store import open_store
 from cairn.store.checkpointsql import (
@@ -105,12 +104,24 @@ _CONSTRUCTORS = (EXT_CONSTRUCTOR_SINGLE_ARG, EXT_CONSTRUCTOR_POS_ARGS, EXT_CONST
                  EXT_PYDANTIC_V1, EXT_PYDANTIC_V2)
 
 
-class CairnSaver(BaseCheckpointSaver[str]):
-    """A LangGraph checkpointer on one tenant's LangGraph threads in Cairn's store."""
+class StoreOwner(Protocol):
+    """What has a store (a ``cairn.App``): named by its attribute, so this
+    module needs nothing above the store (``cairn.lgdurable``, below the
+    API, builds savers)."""
 
-    def __init__(self, source: App | Store | str, *, tenant: str = "default",
+    @property
+    def store(self) -> Store: ...
+
+
+class CairnSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer on one tenant's LangGraph threads in Cairn's store.
+
+    ``lease``: a run's lease epoch fencing every write (``cairn.lgdurable``):
+    refused once a later lease wrote the thread (``cairn.store.checkpointsql``)."""
+
+    def __init__(self, source: StoreOwner | Store | str, *, tenant: str = "default",
                  serde: SerializerProtocol | None = None,
-                 allowlist: Collection[tuple[str, ...]] = ()) -> None:
+                 allowlist: Collection[tuple[str, ...]] = (), lease: int | None = None) -> None:
         if not tenant:
             raise InvalidArgument("CairnSaver needs a tenant")
         chosen = serde if serde is not None else JsonPlusSerializer(
@@ -125,7 +136,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             self._owned = open_store(source)
             store: Any = self._owned
         else:
-            store = source.store if isinstance(source, App) else source
+            store = getattr(source, "store", source)  # an App, or a store
         if not isinstance(store, SQLCheckpoints):
             raise InvalidArgument(f"CairnSaver needs a SQL store, not {type(store).__name__}")
         self._rows: SQLCheckpoints[Any] = store
@@ -135,6 +146,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
         self._owner = secrets.token_hex(8)
         self._held: dict[str, int] = {}
+        self.lease = lease
 
     def close(self) -> None:
         """Close the store if the saver opened it (from a URL)."""
@@ -301,7 +313,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
         return ThreadKey(self.tenant, str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")))
 
     def _holder(self, key: ThreadKey) -> Holder:
-        return Holder(self._owner, self._held.get(key.thread_id))
+        return Holder(self._owner, self._held.get(key.thread_id), self.lease)
+
+    def hold(self, thread_id: str) -> None:
+        """Take thread ``thread_id`` now, writing nothing else: from here on
+        a writer it was taken from is refused (before this saver reads it)."""
+        key = ThreadKey(self.tenant, str(thread_id), "")
+        self._held[key.thread_id] = self._rows.lg_put_writes(key, self._holder(key), "", [], [])
 
     def _dump(self, value: Any) -> tuple[str, bytes]:
         kind, data = self.serde.dumps_typed(value)

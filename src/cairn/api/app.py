@@ -205,6 +205,31 @@ class App:
         self.runtime.workflows[definition.name] = newest
         return Workflow(definition)
 
+    def langgraph(self, graph: Any, *, name: str, version: str = "1") -> Workflow[Any]:
+        """Register a compiled LangGraph graph (``StateGraph(...).compile()``,
+        without a checkpointer) as workflow ``name``: started, claimed and
+        recovered like any workflow, its checkpoints in this store, its
+        ``interrupt()`` calls approvals of the run (``cairn.lgdurable``).
+        The run's input is the graph's input; its result the final state.
+        Needs the ``langgraph`` extra."""
+        from cairn import lgdurable  # the extra is imported only by an app that uses it
+
+        compiled = lgdurable.check(graph, name, version)
+        registry = self.runtime.registry
+        existing = registry.newest(name)
+        if existing is not None and lgdurable.graph_of(existing.fn) is None:
+            raise InvalidArgument(f"workflow {name!r} is already registered (not a LangGraph graph): give "
+                                  "the graph another name=")
+        if (name, version) in registry.versions:
+            raise InvalidArgument(f"LangGraph workflow {name!r} version {version!r} is already registered: "
+                                  "give the new graph a new version= (or another name=)")
+        definition = lgdurable.workflow(compiled, name, version)
+        registry.add_workflow(definition)
+        newest = registry.newest(definition.name)
+        assert newest is not None
+        self.runtime.workflows[definition.name] = newest
+        return Workflow(definition)
+
     def checkpoints(self, run_id: str, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
         """The checkpoints of graph run ``run_id``, newest first: those of
         super-steps below ``before`` (``None``: from the latest), at most

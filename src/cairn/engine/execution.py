@@ -108,6 +108,14 @@ def operation_id(run_id: str, position: int, generation: int = 0) -> str:
     return _uuid5_text(run_prefix(run_id), position, generation)
 
 
+def scoped_hash(scope: str, input_hash: str | None) -> str:
+    """The input hash of a call made in ``scope`` (``Execution.scope``): the
+    scope and the call's own hash together, so a sibling call that is not
+    made again after a crash (its task finished) is never taken for one
+    that is (``_allocate`` matches a sibling's record by kind, name and hash)."""
+    return hashlib.blake2b(f"{scope}\x00{input_hash or ''}".encode(), digest_size=8).hexdigest()
+
+
 def run_prefix(run_id: str) -> Any:
     """The SHA-1 state of the operation ids of ``run_id`` up to the position
     (namespace, run id, NUL): an ``Execution`` hashes it once per claim and
@@ -212,6 +220,12 @@ class Execution:
         #: the SHA-1 state of this run's operation ids before the position
         #: (``run_prefix``), hashed at the first call that needs an id
         self._op_prefix: Any = None
+        #: where a call is made, when not by its order alone: a function that
+        #: names the caller's scope (``None``: the run's own order). A call
+        #: inside a scope is matched to its record by scope and arguments, not
+        #: by position (``scoped_hash``): ``cairn.lgdurable`` names a LangGraph
+        #: task, whose finished siblings are never run again after a crash.
+        self.scope: Callable[[], str | None] | None = None
 
     def operation_id(self, position: int) -> str:
         """``operation_id(run_id, position, generation)`` of this run, from
@@ -403,6 +417,10 @@ class Execution:
         if _TRANSACTING.get() is self:  # before the lock, which the body's transaction holds
             raise TransactionMisuse(f"{kind} {name!r} called inside a transactional step's body: a "
                                     "journaled call cannot run inside the step's own transaction")
+        if self.scope is not None:
+            where = self.scope()
+            if where is not None:
+                input_hash = scoped_hash(where, input_hash)
         with self._lock:
             if self._ending:
                 raise Ended(f"run {self.run_id}: the execution has ended; no new call may start")

@@ -27,6 +27,12 @@ it). Under the thread's lock, a thread nobody holds, or held by another
 saver while this one never held it, is taken (epoch + 1); one held by this
 saver at its epoch is written; one this saver held and another took since
 raises ``ThreadTaken`` and nothing of the write is applied.
+
+A holder with a ``lease`` (a run's lease epoch: ``cairn.lgdurable`` drives
+thread ``lg:<run id>`` with one) is fenced by it instead: it holds the
+thread at that epoch, and is refused once a holder of a later lease has
+written, whether or not it wrote before (a worker frozen before its first
+write never takes the thread back from the run's next lease).
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ class Holder:
 
     owner: str
     epoch: int | None
+    #: a run's lease epoch fencing the writes (see the module); ``None``: owner fencing
+    lease: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +299,8 @@ class SQLCheckpoints(Generic[Tx]):
     def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder) -> int:
         """The epoch ``holder`` holds the thread at, taking it if it may (see the module)."""
         found = self._query(tx, "lg_thread_holder", where)
+        if holder.lease is not None:
+            return self._lg_hold_lease(tx, where, holder, found)
         if found:
             owner, epoch = str(found[0][0]), int(found[0][1])
             if owner == holder.owner:
@@ -303,6 +313,20 @@ class SQLCheckpoints(Generic[Tx]):
             taken = 1
         self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": taken})
         return taken
+
+    def _lg_hold_lease(self, tx: Tx, where: Mapping[str, Any], holder: Holder, found: Any) -> int:
+        """The thread held at ``holder.lease``, refused if a later lease holds it."""
+        lease = holder.lease
+        assert lease is not None
+        if found:
+            owner, epoch = str(found[0][0]), int(found[0][1])
+            if epoch > lease:
+                raise ThreadTaken(f"LangGraph thread {where['thread_id']!r} is held by a later lease (epoch "
+                                  f"{epoch}, this writer's is {lease}): this writer's writes are refused")
+            if owner == holder.owner and epoch == lease:
+                return lease
+        self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": lease})
+        return lease
 
     def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
         seen: set[int] = set()
