@@ -34,6 +34,7 @@ POINTS = frozenset(
         "indexer.after_claim",  # the embedding worker leased outbox rows; nothing is embedded yet
         "indexer.after_embed",  # the vectors are computed; none is stored yet
         "memory.tier_items.mid_move",  # an item's cold copy is written, its hot value not yet cleared
+        "langgraph.put.before_commit",  # a LangGraph checkpoint's rows are written, not yet committed
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",

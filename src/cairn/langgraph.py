@@ -135,6 +135,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
         #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
         self._owner = secrets.token_hex(8)
         self._held: dict[str, int] = {}
+        #: this saver's ``put_writes`` in flight, per (thread, namespace, checkpoint id)
+        self._writing: dict[tuple[str, str, str], int] = {}
+        self._written = threading.Condition(self._lock)
 
     def close(self) -> None:
         """Close the store if the saver opened it (from a URL)."""
@@ -207,6 +210,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         full_metadata = get_checkpoint_metadata(config, metadata)
         mkind, mdata = self._dump(full_metadata)
         parent = config["configurable"].get("checkpoint_id")
+        if parent is not None:
+            self._await_writes((key.thread_id, key.ns, str(parent)))
         row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata)
         run_id = full_metadata.get("run_id")
         self._held[key.thread_id] = self._rows.lg_put(key, self._holder(key), row,
@@ -218,6 +223,14 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
+        writing = self._begin_writes(config)
+        try:
+            self._put_writes(config, writes, task_id, task_path)
+        finally:
+            self._end_writes(writing)
+
+    def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                    task_path: str) -> None:
         key = self._key(config)
         rows: ValueRows = []
         stored: builtins.list[WriteRow] = []
@@ -280,7 +293,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        # in flight from here, before the first await: LangGraph's loop starts
+        # this task before the put of the next checkpoint, which waits for it
+        writing = self._begin_writes(config)
+        try:
+            await asyncio.to_thread(self._put_writes, config, writes, task_id, task_path)
+        finally:
+            self._end_writes(writing)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
@@ -293,6 +312,39 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+    # -- pending writes before the checkpoint that follows them ---------------------------
+
+    def _begin_writes(self, config: RunnableConfig) -> tuple[str, str, str]:
+        """Count a ``put_writes`` on its checkpoint as in flight until ``_end_writes``."""
+        conf = config["configurable"]
+        writing = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), str(conf["checkpoint_id"]))
+        with self._lock:
+            self._writing[writing] = self._writing.get(writing, 0) + 1
+        return writing
+
+    def _end_writes(self, writing: tuple[str, str, str]) -> None:
+        with self._lock:
+            left = self._writing[writing] - 1
+            if left:
+                self._writing[writing] = left
+            else:
+                del self._writing[writing]
+                self._written.notify_all()
+
+    def _await_writes(self, parent: tuple[str, str, str]) -> None:
+        """Wait until none of this saver's ``put_writes`` on checkpoint
+        ``parent`` is in flight (whether it committed or failed).
+
+        LangGraph's loop hands a super-step's pending writes and the next
+        checkpoint to its background executor with no order between them
+        (LangGraph issue 8039): without this wait the checkpoint could start
+        committing while a finished node's writes are still on their way, and
+        a crash then loses both, so the node runs again on resume. With it,
+        by the time a checkpoint's transaction begins, the writes of its
+        parent that this saver was handed are durable."""
+        with self._written:
+            self._written.wait_for(lambda: parent not in self._writing)
 
     # -- encoding -----------------------------------------------------------------------
 

@@ -35,7 +35,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from cairn import faults
 from cairn.errors import ThreadTaken
+from cairn.faults import fault_point
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -176,6 +178,8 @@ class SQLCheckpoints(Generic[Tx]):
                 **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
                 "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
                 "metadata_kind": row.metadata_kind, "metadata": row.metadata})
+            if faults.ARMED:
+                fault_point("langgraph.put.before_commit")
             return epoch
 
         return self._operate(body)
