@@ -36,9 +36,11 @@ import builtins
 import functools
 import hashlib
 import secrets
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from cairn.api.app import App
@@ -92,14 +94,27 @@ except ImportError as exc:
 #: so a read walks at most this many rows per channel (a restatement costs
 #: 8 bytes per item, not the items).
 MAX_CHAIN = 256
-#: How many channels' last known list (version and item digests) a saver keeps.
-LIST_CACHE = 1024
+#: How many channels' last known list (version, items, their digests) a saver keeps.
+LIST_CACHE = 256
 #: Serializer types a row may have; anything else (``pickle`` above all) is refused.
 KNOWN_TYPES = frozenset({"null", "bytes", "bytearray", "json", "msgpack"})
 
 #: item digests of a list, the new value rows of a write (``list`` is a method of the saver)
 Digests = list[int]
 ValueRows = list[ValueRow]
+#: a channel of a thread: (thread id, namespace, channel)
+ListKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class KnownList:
+    """A list channel as this saver last wrote or read it: its version, its
+    items (the objects themselves, so that a later list starting with the
+    same objects is known without encoding them) and their packed digests."""
+
+    version: str
+    items: tuple[Any, ...]
+    refs: bytes
 
 _CONSTRUCTORS = (EXT_CONSTRUCTOR_SINGLE_ARG, EXT_CONSTRUCTOR_POS_ARGS, EXT_CONSTRUCTOR_KW_ARGS,
                  EXT_PYDANTIC_V1, EXT_PYDANTIC_V2)
@@ -130,7 +145,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             raise InvalidArgument(f"CairnSaver needs a SQL store, not {type(store).__name__}")
         self._rows: SQLCheckpoints[Any] = store
         self.tenant = tenant
-        self._lists: OrderedDict[tuple[str, str, str], tuple[str, Digests]] = OrderedDict()
+        self._lists: OrderedDict[ListKey, KnownList] = OrderedDict()
         self._lock = threading.Lock()
         #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
         self._owner = secrets.token_hex(8)
@@ -188,24 +203,23 @@ class CairnSaver(BaseCheckpointSaver[str]):
         values: dict[str, Any] = c.pop("channel_values")
         blobs: builtins.list[BlobRow] = []
         rows: ValueRows = []
-        lists: dict[tuple[str, str, str], tuple[str, Digests]] = {}
+        lists: dict[ListKey, KnownList] = {}
         for channel, version in new_versions.items():
             ver = str(version)
             if channel not in values:
                 blobs.append(BlobRow(channel, ver, "empty", b""))
                 continue
-            kind, digests = self._encode(values[channel], rows)
-            if kind != "list":
+            value = values[channel]
+            if type(value) is not list:
+                kind, digests = self._encode(value, rows)
                 blobs.append(BlobRow(channel, ver, kind, pack_refs(digests)))
                 continue
-            cache_key = (key.thread_id, key.ns, channel)
+            list_key = (key.thread_id, key.ns, channel)
             with self._lock:
-                known = self._lists.get(cache_key)
-            base, added = None, b""
-            if known is not None and len(known[1]) <= len(digests) and digests[:len(known[1])] == known[1]:
-                base, added = known[0], pack_refs(digests[len(known[1]):])
-            blobs.append(BlobRow(channel, ver, "list", pack_refs(digests), base, added))
-            lists[cache_key] = (ver, digests)
+                known = self._lists.get(list_key)
+            blob = self._list_blob(channel, ver, value, known, rows)
+            blobs.append(blob)
+            lists[list_key] = KnownList(ver, tuple(value), blob.refs)
         ckind, cdata = self._dump(c)
         full_metadata = get_checkpoint_metadata(config, metadata)
         mkind, mdata = self._dump(full_metadata)
@@ -362,6 +376,27 @@ class CairnSaver(BaseCheckpointSaver[str]):
                                   f"type {kind!r})")
         return kind, bytes(data)
 
+    def _list_blob(self, channel: str, version: str, value: list[Any], known: KnownList | None,
+                   rows: ValueRows) -> BlobRow:
+        """A list channel's blob, as the items it gained over ``known`` when it
+        only grew. Items are recognised by identity first: LangGraph's
+        reducers build a new list holding the old items, so only the new
+        ones are encoded (a list whose items are not those objects, e.g.
+        read by another saver, is encoded whole and compared by digest).
+        An item mutated in place after it was stored is not seen as
+        changed; LangGraph itself stores a channel only when a node wrote
+        to it, so it does not see such a change either."""
+        if known is not None and len(known.items) <= len(value) and all(
+                map(operator.is_, known.items, value)):
+            _, digests = self._encode(value[len(known.items):], rows)
+            added = pack_refs(digests)
+            return BlobRow(channel, version, "list", known.refs + added, known.version, added)
+        _, digests = self._encode(value, rows)
+        refs = pack_refs(digests)
+        if known is not None and refs.startswith(known.refs):
+            return BlobRow(channel, version, "list", refs, known.version, refs[len(known.refs):])
+        return BlobRow(channel, version, "list", refs)
+
     def _encode(self, value: Any, rows: ValueRows) -> tuple[str, Digests]:
         """``value`` as ``('list', item digests)`` or ``('value', [digest])``;
         its value rows are added to ``rows``."""
@@ -374,7 +409,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             digests.append(d)
         return ("list" if type(value) is list else "value"), digests
 
-    def _remember(self, lists: Mapping[tuple[str, str, str], tuple[str, Digests]]) -> None:
+    def _remember(self, lists: Mapping[ListKey, KnownList]) -> None:
         with self._lock:
             for k, v in lists.items():
                 self._lists[k] = v
@@ -438,7 +473,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             return self._load(found[0], found[1], row, what)
 
         channel_values: dict[str, Any] = {}
-        lists: dict[tuple[str, str, str], tuple[str, Digests]] = {}
+        lists: dict[ListKey, KnownList] = {}
         versions = {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
         for channel, chain in snap.chains.items():
             kind = chain[-1][0]
@@ -448,9 +483,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
             if kind == "value":
                 channel_values[channel] = item(unpack_refs(chain[-1][1])[0], what)
                 continue
-            digests = [d for _, refs in chain for d in unpack_refs(refs)]
-            channel_values[channel] = [item(d, what) for d in digests]
-            lists[(row.thread_id, row.ns, channel)] = (versions[channel], digests)
+            refs = b"".join(r for _, r in chain)
+            items = [item(d, what) for d in unpack_refs(refs)]
+            channel_values[channel] = items
+            lists[(row.thread_id, row.ns, channel)] = KnownList(versions[channel], tuple(items), refs)
         self._remember(lists)
         pending = []
         for w in snap.writes:
