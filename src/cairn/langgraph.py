@@ -35,8 +35,8 @@ import asyncio
 import builtins
 import functools
 import hashlib
-import secrets
 import operator
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
@@ -47,6 +47,7 @@ from cairn.api.app import App
 from cairn.errors import InvalidArgument, MissingExtra, UnreadableCheckpoint
 from cairn.store import open_store
 from cairn.store.checkpointsql import (
+    REF_SIZE,
     BlobRow,
     CheckpointRow,
     Holder,
@@ -171,8 +172,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         key = self._key(config)
         decoded: dict[str, Any] = {}
-        snap = self._rows.lg_read(key, get_checkpoint_id(config), lambda r: self._versions(r, decoded))
-        return None if snap is None else self._tuple(snap, decoded)
+        held: dict[str, KnownList] = {}
+        snap = self._rows.lg_read(key, get_checkpoint_id(config), lambda r: self._versions(r, decoded),
+                                  functools.partial(self._knows, key.thread_id, key.ns, held))
+        return None if snap is None else self._tuple(snap, decoded, held)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
@@ -190,9 +193,11 @@ class CairnSaver(BaseCheckpointSaver[str]):
             if left is not None:
                 left -= 1
             decoded: dict[str, Any] = {}
+            held: dict[str, KnownList] = {}
             versions_of = functools.partial(self._versions, decoded=decoded)
-            snap = self._rows.lg_snapshot(self.tenant, row, versions_of)
-            yield self._tuple(snap, decoded, metadata)
+            snap = self._rows.lg_snapshot(self.tenant, row, versions_of,
+                                          functools.partial(self._knows, row.thread_id, row.ns, held))
+            yield self._tuple(snap, decoded, held, metadata)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -409,9 +414,27 @@ class CairnSaver(BaseCheckpointSaver[str]):
             digests.append(d)
         return ("list" if type(value) is list else "value"), digests
 
-    def _remember(self, lists: Mapping[ListKey, KnownList]) -> None:
+    def _knows(self, thread_id: str, ns: str, held: dict[str, KnownList], channel: str, refs: bytes) -> bool:
+        """Whether this saver holds the items of a list whose digests are
+        ``refs`` (the list it last wrote or read for the channel starts with
+        them), kept in ``held`` for the read that asked. A value is stored
+        under the digest of its bytes, so the items it holds are what
+        decoding the stored values would give."""
+        with self._lock:
+            known = self._lists.get((thread_id, ns, channel))
+        if known is None or not known.refs.startswith(refs):
+            return False
+        held[channel] = known
+        return True
+
+    def _remember(self, lists: Mapping[ListKey, KnownList], longer_kept: bool = False) -> None:
+        """Keep ``lists`` as the channels' last known lists (a read, with
+        ``longer_kept``, does not replace a list that extends what it read)."""
         with self._lock:
             for k, v in lists.items():
+                old = self._lists.get(k)
+                if longer_kept and old is not None and old.refs.startswith(v.refs):
+                    continue
                 self._lists[k] = v
                 self._lists.move_to_end(k)
             while len(self._lists) > LIST_CACHE:
@@ -425,28 +448,53 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     def _load(self, kind: str, data: bytes, row: CheckpointRow, what: str) -> Any:
         """Decode one stored value of ``row``, refusing what must not run."""
-        name = f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}"
-        if row.ns:
-            name += f" (namespace {row.ns!r})"
         serde = self.serde
         if isinstance(serde, JsonPlusSerializer):
             if kind not in KNOWN_TYPES:
-                raise UnreadableCheckpoint(f"{name}: refused its {what}: serializer type {kind!r} "
+                raise UnreadableCheckpoint(f"{_name(row)}: refused its {what}: serializer type {kind!r} "
                                            "is not allowed")
-            if kind == "msgpack":
+            # a msgpack extension (what could construct or call) starts with one
+            # of these bytes: a row holding none of them anywhere holds none
+            if kind == "msgpack" and data.translate(None, _NOT_EXT_START):
                 try:
                     _scan(data, _allowed(serde))
                 except UnreadableCheckpoint as exc:
-                    raise UnreadableCheckpoint(f"{name}: refused its {what}: {exc}") from None
+                    raise UnreadableCheckpoint(f"{_name(row)}: refused its {what}: {exc}") from None
                 except Exception as exc:
-                    raise UnreadableCheckpoint(f"{name}: cannot decode its {what}: {exc}") from None
+                    raise UnreadableCheckpoint(f"{_name(row)}: cannot decode its {what}: {exc}") from None
         if "pickle" in kind or _looks_pickled(data):
-            raise UnreadableCheckpoint(f"{name}: refused its {what}: a pickle payload")
+            raise UnreadableCheckpoint(f"{_name(row)}: refused its {what}: a pickle payload")
         try:
             return serde.loads_typed((kind, data))
         except Exception as exc:
             problem = f"{type(exc).__name__}: {exc}"
-            raise UnreadableCheckpoint(f"{name}: cannot decode its {what}: {problem}") from None
+            raise UnreadableCheckpoint(f"{_name(row)}: cannot decode its {what}: {problem}") from None
+
+    def _items(self, digests: Digests, values: Mapping[int, tuple[str, bytes]], row: CheckpointRow,
+               what: str) -> builtins.list[Any]:
+        """The items of a list channel. With LangGraph's own serializer, a
+        msgpack item holding no extension and no pickle is what
+        ``loads_typed`` would give without its hook, so it is unpacked
+        directly (a list of thousands of items is read item by item: the
+        checks of ``_load`` per item cost more than the decoding); anything
+        else, or an item that does not unpack, goes through ``_load``."""
+        direct = type(self.serde).loads_typed is JsonPlusSerializer.loads_typed
+        out: builtins.list[Any] = []
+        unpack, option = ormsgpack.unpackb, ormsgpack.OPT_NON_STR_KEYS
+        for d in digests:
+            found = values.get(d)
+            if found is None:
+                raise UnreadableCheckpoint(f"{_name(row)}: its {what} names a value that is not stored")
+            kind, data = found
+            if (direct and kind == "msgpack" and not data.translate(None, _NOT_EXT_START)
+                    and not _looks_pickled(data)):
+                try:
+                    out.append(unpack(data, option=option))
+                    continue
+                except Exception:
+                    pass
+            out.append(self._load(kind, data, row, what))
+        return out
 
     def _versions(self, row: CheckpointRow, decoded: dict[str, Any] | None = None) -> dict[str, str]:
         checkpoint = self._load(row.checkpoint_kind, row.checkpoint, row, "checkpoint")
@@ -457,7 +505,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
             decoded["checkpoint"] = checkpoint
         return {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
 
-    def _tuple(self, snap: Snapshot, decoded: dict[str, Any], metadata: Any = None) -> CheckpointTuple:
+    def _tuple(self, snap: Snapshot, decoded: dict[str, Any], held: Mapping[str, KnownList],
+               metadata: Any = None) -> CheckpointTuple:
         row = snap.row
         checkpoint = decoded.get("checkpoint")
         if checkpoint is None:  # a checkpoint with no channels: versions_of still ran
@@ -484,10 +533,14 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 channel_values[channel] = item(unpack_refs(chain[-1][1])[0], what)
                 continue
             refs = b"".join(r for _, r in chain)
-            items = [item(d, what) for d in unpack_refs(refs)]
+            known = held.get(channel)
+            if known is not None:  # its values were not fetched: this saver holds its items
+                channel_values[channel] = [*known.items[:len(refs) // REF_SIZE]]
+                continue
+            items = self._items(unpack_refs(refs), values, row, what)
             channel_values[channel] = items
             lists[(row.thread_id, row.ns, channel)] = KnownList(versions[channel], tuple(items), refs)
-        self._remember(lists)
+        self._remember(lists, longer_kept=True)
         pending = []
         for w in snap.writes:
             what = f"pending write {w.task_id!r}/{w.idx}"
@@ -505,6 +558,17 @@ class CairnSaver(BaseCheckpointSaver[str]):
                            if row.parent_id else None),
             pending_writes=pending,
         )
+
+
+#: every byte but the first byte of a msgpack extension (ext 8/16/32, fixext 1-16):
+#: ``data.translate(None, _NOT_EXT_START)`` is empty when ``data`` holds none
+_NOT_EXT_START = bytes(b for b in range(256) if b not in (0xc7, 0xc8, 0xc9, 0xd4, 0xd5, 0xd6, 0xd7, 0xd8))
+
+
+def _name(row: CheckpointRow) -> str:
+    """How an error names the checkpoint ``row``."""
+    name = f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}"
+    return f"{name} (namespace {row.ns!r})" if row.ns else name
 
 
 def digest(kind: str, data: bytes) -> int:

@@ -204,10 +204,13 @@ class SQLCheckpoints(Generic[Tx]):
     # -- reads --------------------------------------------------------------------------
 
     def lg_read(self, key: ThreadKey, checkpoint_id: str | None,
-                versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> Snapshot | None:
+                versions_of: Callable[[CheckpointRow], Mapping[str, str]],
+                known: Callable[[str, bytes], bool] = lambda channel, refs: False) -> Snapshot | None:
         """The checkpoint ``checkpoint_id`` (the latest of the namespace if
         ``None``) with its channels, writes and values, from one snapshot;
-        ``versions_of`` decodes the row's channel versions."""
+        ``versions_of`` decodes the row's channel versions; the values of a
+        list channel whose items the caller holds already (``known(channel,
+        refs)``) are not fetched."""
 
         def work(tx: Tx) -> Snapshot | None:
             where = _where(key)
@@ -217,7 +220,7 @@ class SQLCheckpoints(Generic[Tx]):
                 found = self._query(tx, "lg_checkpoint", {**where, "checkpoint_id": checkpoint_id})
             if not found:
                 return None
-            return self._lg_snapshot(tx, key, _row(found[0]), versions_of)
+            return self._lg_snapshot(tx, key, _row(found[0]), versions_of, known)
 
         return self._in_read(work)
 
@@ -229,10 +232,11 @@ class SQLCheckpoints(Generic[Tx]):
         return self._in_read(lambda tx: [_row(r) for r in self._query(tx, "lg_list_checkpoints", params)])
 
     def lg_snapshot(self, tenant: str, row: CheckpointRow,
-                    versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> Snapshot:
+                    versions_of: Callable[[CheckpointRow], Mapping[str, str]],
+                    known: Callable[[str, bytes], bool] = lambda channel, refs: False) -> Snapshot:
         """``row``'s channels, writes and values (for a listing)."""
         key = ThreadKey(tenant, row.thread_id, row.ns)
-        return self._in_read(lambda tx: self._lg_snapshot(tx, key, row, versions_of))
+        return self._in_read(lambda tx: self._lg_snapshot(tx, key, row, versions_of, known))
 
     # -- deletions and copies -------------------------------------------------------------
 
@@ -321,7 +325,8 @@ class SQLCheckpoints(Generic[Tx]):
         return self._list_param(items)
 
     def _lg_snapshot(self, tx: Tx, key: ThreadKey, row: CheckpointRow,
-                  versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> Snapshot:
+                     versions_of: Callable[[CheckpointRow], Mapping[str, str]],
+                     known: Callable[[str, bytes], bool]) -> Snapshot:
         where = _where(key)
         chains: dict[str, list[tuple[str, bytes]]] = {}
         wanted: set[int] = set()
@@ -330,6 +335,8 @@ class SQLCheckpoints(Generic[Tx]):
                 tx, "lg_blob_chain", {**where, "channel": channel, "version": version})]
             if chain:
                 chains[channel] = chain
+                if chain[-1][0] == "list" and known(channel, b"".join(refs for _, refs in chain)):
+                    continue
                 for _, refs in chain:
                     wanted.update(unpack_refs(refs))
         found = self._query(tx, "lg_writes_of", {**where, "checkpoint_id": row.checkpoint_id})
