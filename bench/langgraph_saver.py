@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sqlite3
 import statistics
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -285,7 +284,8 @@ def report(steps: int, measured: Sequence[Figures]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, nargs="+", default=[300, 3000])
     parser.add_argument("--only", default=",".join(SYSTEMS),
                         help=f"comma-separated systems, of: {', '.join(SYSTEMS)}")

@@ -45,6 +45,8 @@ from typing import Any, cast
 
 from cairn.api.app import App
 from cairn.errors import InvalidArgument, MissingExtra, UnreadableCheckpoint
+from cairn.graph.diff import Change
+from cairn.graph.diff import diff as state_diff
 from cairn.store import open_store
 from cairn.store.checkpointsql import (
     REF_SIZE,
@@ -293,6 +295,38 @@ class CairnSaver(BaseCheckpointSaver[str]):
             number = int(str(current).split(".")[0])
         return f"{number + 1:010d}.{secrets.token_hex(3)}"
 
+    # -- time travel (issue 24, part 3) ----------------------------------------------------
+
+    def values(self, thread_id: str, checkpoint_id: str | None = None, *, ns: str = "",
+               internal: bool = False) -> dict[str, Any]:
+        """The thread's channel values at ``checkpoint_id`` (its latest
+        checkpoint if ``None``): the graph's state, without LangGraph's own
+        channels (``__start__``, ``branch:to:<node>``, ...) unless
+        ``internal``. A checkpoint this tenant does not have is an
+        ``InvalidArgument`` naming it."""
+        conf: dict[str, Any] = {"thread_id": str(thread_id), "checkpoint_ns": ns}
+        if checkpoint_id is not None:
+            conf["checkpoint_id"] = str(checkpoint_id)
+        found = self.get_tuple({"configurable": conf})
+        if found is None:
+            what = "no checkpoint" if checkpoint_id is None else f"no checkpoint {checkpoint_id!r}"
+            raise InvalidArgument(f"LangGraph thread {thread_id!r} of tenant {self.tenant!r} has {what}"
+                                  + (f" in namespace {ns!r}" if ns else ""))
+        channels = found.checkpoint["channel_values"]
+        return {k: v for k, v in channels.items() if internal or not is_internal_channel(k)}
+
+    def diff(self, thread_id: str, a: str | None, b: str | None, *, other_thread: str | None = None,
+             ns: str = "", internal: bool = False) -> builtins.list[Change]:
+        """What changed from checkpoint ``a`` of the thread to checkpoint
+        ``b`` (of ``other_thread`` if given; ``None``: the latest), as
+        ``cairn.graph.diff`` reports it for graph runs: a list that grew as
+        ``appended`` with the new items, a dict's changes by key path, a
+        replaced value old -> new; a message is the dict of its fields."""
+        before = self.values(thread_id, a, ns=ns, internal=internal)
+        after = self.values(other_thread if other_thread is not None else thread_id, b, ns=ns,
+                            internal=internal)
+        return state_diff(before, after)
+
     # -- async (the store is synchronous: each call runs in a thread) ---------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -381,7 +415,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                                   f"type {kind!r})")
         return kind, bytes(data)
 
-    def _list_blob(self, channel: str, version: str, value: list[Any], known: KnownList | None,
+    def _list_blob(self, channel: str, version: str, value: builtins.list[Any], known: KnownList | None,
                    rows: ValueRows) -> BlobRow:
         """A list channel's blob, as the items it gained over ``known`` when it
         only grew. Items are recognised by identity first: LangGraph's
@@ -571,6 +605,12 @@ def _name(row: CheckpointRow) -> str:
     return f"{name} (namespace {row.ns!r})" if row.ns else name
 
 
+def is_internal_channel(name: str) -> bool:
+    """Whether a channel is LangGraph's own (``__start__``, ``__pregel_tasks``,
+    ``branch:to:<node>``, ...) rather than a field of the graph's state."""
+    return name.startswith(("__", "branch:"))
+
+
 def digest(kind: str, data: bytes) -> int:
     """A value's 64-bit digest (signed, as the databases' BIGINT): values are
     deduplicated per thread under it, so two different values of one thread
@@ -641,4 +681,4 @@ def _scan(data: bytes, allowed: Any) -> None:
         raise UnreadableCheckpoint(refused[0])
 
 
-__all__ = ["CairnSaver", "digest"]
+__all__ = ["CairnSaver", "digest", "is_internal_channel"]

@@ -97,7 +97,8 @@ def test_a_value_that_is_not_stored_is_refused_not_defaulted(app: cairn.App, db_
     # the saver that wrote the list holds its items, by digest: it reads them
     # without fetching the values, so what it returns is what it stored
     found = saver.get_tuple(config)
-    assert found is not None and found.checkpoint["channel_values"]["c"] == ["a", "b"]
+    assert found is not None
+    assert found.checkpoint["channel_values"]["c"] == ["a", "b"]
 
 
 def test_a_pickle_row_is_refused_and_not_run(app: cairn.App, db_url: str, tmp_path: Path) -> None:

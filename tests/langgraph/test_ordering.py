@@ -51,5 +51,5 @@ def test_a_node_finished_before_the_kill_never_runs_again(app: cairn.App, db_url
     assert final["log"] == [f"s{n}" for n in range(STEPS)]
     runs = Counter(ledger.read_text().split())
     again = sorted(n for n, times in runs.items() if times > 1)
-    assert again == [], f"nodes that finished before the kill ran again: {again} (before the kill: {ran_before})"
+    assert again == [], f"finished before the kill, ran again: {again} (before the kill: {ran_before})"
     assert sorted(runs, key=int) == [str(n) for n in range(STEPS)]

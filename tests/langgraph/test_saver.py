@@ -221,13 +221,18 @@ def test_a_put_encodes_only_the_items_a_list_gained(app: cairn.App) -> None:
             return super().dumps_typed(obj)
 
     steps = 120
-    graph = _loop(steps, 64).compile(checkpointer=CairnSaver(app, tenant="acme", serde=Counting(allowed_msgpack_modules=None)))
+
+    def saver() -> CairnSaver:
+        return CairnSaver(app, tenant="acme", serde=Counting(allowed_msgpack_modules=None))
+
+    graph = _loop(steps, 64).compile(checkpointer=saver())
     graph.invoke({"log": []}, _config("t"))
     first = Counting.encodes
-    assert first <= 8 * steps, first  # 6 a step: its write and its item, a branch write and value, the checkpoint, its metadata
+    # 6 a step: the node's write and the item, a branch write and value, the checkpoint, its metadata
+    assert first <= 8 * steps, first
     # another process: it reads the thread, then goes on appending
     Counting.encodes = 0
-    again = _loop(2 * steps, 64).compile(checkpointer=CairnSaver(app, tenant="acme", serde=Counting(allowed_msgpack_modules=None)))
+    again = _loop(2 * steps, 64).compile(checkpointer=saver())
     out = again.invoke({"log": []}, _config("t"))
     assert len(out["log"]) == 2 * steps
     assert Counting.encodes <= 8 * steps, Counting.encodes
