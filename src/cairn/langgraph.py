@@ -99,6 +99,8 @@ except ImportError as exc:
 MAX_CHAIN = 256
 #: How many channels' last known list (version, items, their digests) a saver keeps.
 LIST_CACHE = 256
+#: How many listed checkpoints are read in one transaction (``list``'s pages).
+LIST_PAGE = 16
 #: Serializer types a row may have; anything else (``pickle`` above all) is refused.
 KNOWN_TYPES = frozenset({"null", "bytes", "bytearray", "json", "msgpack"})
 
@@ -186,19 +188,33 @@ class CairnSaver(BaseCheckpointSaver[str]):
                                   conf.get("checkpoint_id"), get_checkpoint_id(before) if before else None,
                                   None if filter else limit)
         left = limit
+        page: builtins.list[tuple[CheckpointRow, Any]] = []
         for row in rows:
             if left is not None and left <= 0:
-                return
+                break
             metadata = self._load(row.metadata_kind, row.metadata, row, "metadata")
             if filter and not all(metadata.get(k) == v for k, v in filter.items()):
                 continue
             if left is not None:
                 left -= 1
+            page.append((row, metadata))
+            if len(page) == LIST_PAGE:
+                yield from self._page(page)
+                page = []
+        yield from self._page(page)
+
+    def _page(self, page: Sequence[tuple[CheckpointRow, Any]]) -> Iterator[CheckpointTuple]:
+        """The tuples of a page of listed rows (with their metadata), read in one transaction."""
+        asked = []
+        kept: builtins.list[tuple[dict[str, Any], dict[str, KnownList]]] = []
+        for row, _ in page:
             decoded: dict[str, Any] = {}
             held: dict[str, KnownList] = {}
-            versions_of = functools.partial(self._versions, decoded=decoded)
-            snap = self._rows.lg_snapshot(self.tenant, row, versions_of,
-                                          functools.partial(self._knows, row.thread_id, row.ns, held))
+            asked.append((row, functools.partial(self._versions, decoded=decoded),
+                          functools.partial(self._knows, row.thread_id, row.ns, held)))
+            kept.append((decoded, held))
+        snaps = self._rows.lg_snapshots(self.tenant, asked)
+        for snap, (decoded, held), (_, metadata) in zip(snaps, kept, page, strict=True):
             yield self._tuple(snap, decoded, held, metadata)
 
     # -- writes -------------------------------------------------------------------------

@@ -126,6 +126,10 @@ class Snapshot:
     values: dict[int, tuple[str, bytes]]
 
 
+#: a listed row to read, with how to read its channel versions and which lists the reader holds
+Asked = tuple[CheckpointRow, Callable[[CheckpointRow], Mapping[str, str]], Callable[[str, bytes], bool]]
+
+
 def unpack_refs(refs: bytes) -> list[int]:
     """The digests packed in ``refs``."""
     return [int.from_bytes(refs[i:i + REF_SIZE], "little", signed=True)
@@ -231,12 +235,15 @@ class SQLCheckpoints(Generic[Tx]):
                   "before": before, "limit": limit}
         return self._in_read(lambda tx: [_row(r) for r in self._query(tx, "lg_list_checkpoints", params)])
 
-    def lg_snapshot(self, tenant: str, row: CheckpointRow,
-                    versions_of: Callable[[CheckpointRow], Mapping[str, str]],
-                    known: Callable[[str, bytes], bool] = lambda channel, refs: False) -> Snapshot:
-        """``row``'s channels, writes and values (for a listing)."""
-        key = ThreadKey(tenant, row.thread_id, row.ns)
-        return self._in_read(lambda tx: self._lg_snapshot(tx, key, row, versions_of, known))
+    def lg_snapshots(self, tenant: str, asked: Sequence[Asked]) -> list[Snapshot]:
+        """Each row's channels, writes and values (a page of a listing), in
+        one read: ``asked`` holds each row with its ``versions_of`` and
+        ``known`` (as ``lg_read`` takes them)."""
+        def work(tx: Tx) -> list[Snapshot]:
+            return [self._lg_snapshot(tx, ThreadKey(tenant, row.thread_id, row.ns), row, versions_of, known)
+                    for row, versions_of, known in asked]
+
+        return self._in_read(work) if asked else []
 
     # -- deletions and copies -------------------------------------------------------------
 
@@ -330,15 +337,19 @@ class SQLCheckpoints(Generic[Tx]):
         where = _where(key)
         chains: dict[str, list[tuple[str, bytes]]] = {}
         wanted: set[int] = set()
-        for channel, version in versions_of(row).items():
-            chain = [(str(kind), bytes(refs)) for kind, _base, _depth, refs in self._query(
-                tx, "lg_blob_chain", {**where, "channel": channel, "version": version})]
-            if chain:
-                chains[channel] = chain
-                if chain[-1][0] == "list" and known(channel, b"".join(refs for _, refs in chain)):
-                    continue
-                for _, refs in chain:
-                    wanted.update(unpack_refs(refs))
+        versions = versions_of(row)
+        if versions:
+            names = list(versions)
+            for channel, kind, _base, _depth, refs in self._query(tx, "lg_blob_chains", {
+                    **where, "channels": self._list_param(names),
+                    "versions": self._list_param([versions[n] for n in names])}):
+                chains.setdefault(str(channel), []).append((str(kind), bytes(refs)))
+            chains = {n: chains[n] for n in names if n in chains}  # in the checkpoint's order
+        for channel, chain in chains.items():
+            if chain[-1][0] == "list" and known(channel, b"".join(refs for _, refs in chain)):
+                continue
+            for _, refs in chain:
+                wanted.update(unpack_refs(refs))
         found = self._query(tx, "lg_writes_of", {**where, "checkpoint_id": row.checkpoint_id})
         writes = [WriteRow(str(t), int(i), str(c), str(p), str(k), bytes(r)) for t, i, c, p, k, r in found]
         for w in writes:

@@ -1504,17 +1504,20 @@ WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thre
 ORDER BY thread_id COLLATE "C", ns COLLATE "C", checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
 
--- name: lg_blob_chain
--- a channel's version and the bases below it, the oldest first
-WITH RECURSIVE chain (kind, base, depth, refs) AS (
-    SELECT kind, base, depth, refs FROM lg_blobs
-    WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND channel = %(channel)s AND version = %(version)s
+-- name: lg_blob_chains
+-- each asked channel's version and the bases below it, by channel, the oldest first
+WITH RECURSIVE wanted (channel, version) AS (
+    SELECT * FROM unnest(%(channels)s::text[], %(versions)s::text[])
+), chain (channel, kind, base, depth, refs) AS (
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs FROM wanted AS w JOIN lg_blobs AS b
+      ON b.tenant = %(tenant)s AND b.thread_id = %(thread_id)s::text AND b.ns = %(ns)s::text
+     AND b.channel = w.channel AND b.version = w.version
     UNION ALL
-    SELECT b.kind, b.base, b.depth, b.refs FROM lg_blobs AS b JOIN chain AS c
-      ON b.tenant = %(tenant)s AND b.thread_id = %(thread_id)s::text AND b.ns = %(ns)s::text AND b.channel = %(channel)s
-     AND b.version = c.base
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs FROM chain AS c JOIN lg_blobs AS b
+      ON b.tenant = %(tenant)s AND b.thread_id = %(thread_id)s::text AND b.ns = %(ns)s::text
+     AND b.channel = c.channel AND b.version = c.base
 )
-SELECT kind, base, depth, refs FROM chain ORDER BY depth
+SELECT channel, kind, base, depth, refs FROM chain ORDER BY channel, depth
 
 -- name: lg_values
 SELECT digest, kind, data FROM lg_values
