@@ -143,6 +143,10 @@ def pack_refs(digests: Iterable[int]) -> bytes:
 class SQLCheckpoints(Generic[Tx]):
     """The LangGraph checkpoint methods of the SQL stores over a dialect's primitives."""
 
+    #: whether the dialect writes a put's rows in one statement per table
+    #: (``lg_put_*_many``, PostgreSQL: a round trip each); else row by row
+    _lg_arrays = False
+
     # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
 
     def _operate(self, body: Callable[[Tx], T]) -> T:
@@ -168,7 +172,13 @@ class SQLCheckpoints(Generic[Tx]):
             where = self._lg_lock(tx, key)
             epoch = self._lg_hold(tx, where, holder)
             self._lg_put_values(tx, where, values)
-            for blob in blobs:
+            if self._lg_arrays:
+                self._query(tx, "lg_put_blobs_many", {
+                    **where, "max_depth": max_depth, "channels": [b.channel for b in blobs],
+                    "versions": [b.version for b in blobs], "kinds": [b.kind for b in blobs],
+                    "bases": [b.base for b in blobs], "refs": [b.refs for b in blobs],
+                    "added": [b.added for b in blobs]})
+            for blob in () if self._lg_arrays else blobs:
                 base, depth, refs = None, 0, blob.refs
                 if blob.base is not None and blob.base != blob.version:
                     found = self._query(tx, "lg_blob_depth", {**where, "channel": blob.channel,
@@ -197,7 +207,13 @@ class SQLCheckpoints(Generic[Tx]):
             where = self._lg_lock(tx, key)
             epoch = self._lg_hold(tx, where, holder)
             self._lg_put_values(tx, where, values)
-            for w in writes:
+            if self._lg_arrays and writes:
+                self._query(tx, "lg_put_writes_many", {
+                    **where, "checkpoint_id": checkpoint_id, "task_ids": [w.task_id for w in writes],
+                    "idxs": [w.idx for w in writes], "channels": [w.channel for w in writes],
+                    "task_paths": [w.task_path for w in writes], "kinds": [w.kind for w in writes],
+                    "refs": [w.refs for w in writes]})
+            for w in () if self._lg_arrays else writes:
                 self._query(tx, "lg_replace_write" if w.idx < 0 else "lg_put_write", {
                     **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
                     "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs})
@@ -320,11 +336,15 @@ class SQLCheckpoints(Generic[Tx]):
         return taken
 
     def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
-        seen: set[int] = set()
-        for v in values:
-            if v.digest not in seen:
-                seen.add(v.digest)
-                self._query(tx, "lg_put_value", {**where, "digest": v.digest, "kind": v.kind, "data": v.data})
+        unique = list({v.digest: v for v in values}.values())
+        if self._lg_arrays:
+            if unique:
+                self._query(tx, "lg_put_values_many", {
+                    **where, "digests": [v.digest for v in unique], "kinds": [v.kind for v in unique],
+                    "datas": [v.data for v in unique]})
+            return
+        for v in unique:
+            self._query(tx, "lg_put_value", {**where, "digest": v.digest, "kind": v.kind, "data": v.data})
 
     def _lg_ids_param(self, items: list[str] | list[int]) -> Any:
         """A list parameter, as the dialect takes it (a JSON array for SQLite's
