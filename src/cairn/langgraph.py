@@ -583,8 +583,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 channel_values[channel] = item(unpack_refs(chain[-1][1])[0], what)
                 continue
             refs = b"".join(r for _, r in chain)
-            known = held.get(channel)
-            if known is not None:  # its values were not fetched: this saver holds its items
+            known = held.get(channel)  # its values were not fetched: this saver holds its items
+            if known is None:  # or it holds them now (an earlier checkpoint of a listed page)
+                with self._lock:
+                    latest = self._lists.get((row.thread_id, row.ns, channel))
+                if latest is not None and latest.refs.startswith(refs):
+                    known = latest
+            if known is not None:
                 channel_values[channel] = [*known.items[:len(refs) // REF_SIZE]]
                 continue
             items = self._items(unpack_refs(refs), values, row, what)

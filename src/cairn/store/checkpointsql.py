@@ -256,7 +256,9 @@ class SQLCheckpoints(Generic[Tx]):
         one read: ``asked`` holds each row with its ``versions_of`` and
         ``known`` (as ``lg_read`` takes them)."""
         def work(tx: Tx) -> list[Snapshot]:
-            return [self._lg_snapshot(tx, ThreadKey(tenant, row.thread_id, row.ns), row, versions_of, known)
+            page: dict[int, tuple[str, bytes]] = {}  # values fetched for the page: each once
+            return [self._lg_snapshot(tx, ThreadKey(tenant, row.thread_id, row.ns), row, versions_of, known,
+                                      page)
                     for row, versions_of, known in asked]
 
         return self._in_read(work) if asked else []
@@ -353,7 +355,10 @@ class SQLCheckpoints(Generic[Tx]):
 
     def _lg_snapshot(self, tx: Tx, key: ThreadKey, row: CheckpointRow,
                      versions_of: Callable[[CheckpointRow], Mapping[str, str]],
-                     known: Callable[[str, bytes], bool]) -> Snapshot:
+                     known: Callable[[str, bytes], bool],
+                     fetched: dict[int, tuple[str, bytes]] | None = None) -> Snapshot:
+        """``row``'s chains, writes and values; ``fetched``: values already
+        read in this transaction (a page's), which are not read again."""
         where = _where(key)
         chains: dict[str, list[tuple[str, bytes]]] = {}
         wanted: set[int] = set()
@@ -374,7 +379,8 @@ class SQLCheckpoints(Generic[Tx]):
         writes = [WriteRow(str(t), int(i), str(c), str(p), str(k), bytes(r)) for t, i, c, p, k, r in found]
         for w in writes:
             wanted.update(unpack_refs(w.refs))
-        values: dict[int, tuple[str, bytes]] = {}
+        values: dict[int, tuple[str, bytes]] = {} if fetched is None else fetched
+        wanted.difference_update(values)
         if wanted:
             params = {**where, "digests": self._lg_ids_param(sorted(wanted))}
             for digest, kind, data in self._query(tx, "lg_values", params):
