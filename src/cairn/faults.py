@@ -36,6 +36,7 @@ POINTS = frozenset(
         "indexer.after_embed",  # the vectors are computed; none is stored yet
         "memory.tier_items.mid_move",  # an item's cold copy is written, its hot value not yet cleared
         "langgraph.after_checkpoint",  # a LangGraph run's root checkpoint is stored; its journal entry is not
+        "langgraph.put.before_commit",  # a LangGraph checkpoint's rows are written, not yet committed
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",

@@ -35,15 +35,20 @@ import asyncio
 import builtins
 import functools
 import hashlib
+import operator
 import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from cairn.errors import InvalidArgument, MissingExtra, UnreadableCheckpoint
+from cairn.graph.diff import Change
+from cairn.graph.diff import diff as state_diff
 from cairn.store import open_store
 from cairn.store.checkpointsql import (
+    REF_SIZE,
     BlobRow,
     CheckpointRow,
     Holder,
@@ -91,14 +96,29 @@ except ImportError as exc:
 #: so a read walks at most this many rows per channel (a restatement costs
 #: 8 bytes per item, not the items).
 MAX_CHAIN = 256
-#: How many channels' last known list (version and item digests) a saver keeps.
-LIST_CACHE = 1024
+#: How many channels' last known list (version, items, their digests) a saver keeps.
+LIST_CACHE = 256
+#: How many listed checkpoints are read in one transaction (``list``'s pages).
+LIST_PAGE = 16
 #: Serializer types a row may have; anything else (``pickle`` above all) is refused.
 KNOWN_TYPES = frozenset({"null", "bytes", "bytearray", "json", "msgpack"})
 
 #: item digests of a list, the new value rows of a write (``list`` is a method of the saver)
 Digests = list[int]
 ValueRows = list[ValueRow]
+#: a channel of a thread: (thread id, namespace, channel)
+ListKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class KnownList:
+    """A list channel as this saver last wrote or read it: its version, its
+    items (the objects themselves, so that a later list starting with the
+    same objects is known without encoding them) and their packed digests."""
+
+    version: str
+    items: tuple[Any, ...]
+    refs: bytes
 
 _CONSTRUCTORS = (EXT_CONSTRUCTOR_SINGLE_ARG, EXT_CONSTRUCTOR_POS_ARGS, EXT_CONSTRUCTOR_KW_ARGS,
                  EXT_PYDANTIC_V1, EXT_PYDANTIC_V2)
@@ -141,12 +161,15 @@ class CairnSaver(BaseCheckpointSaver[str]):
             raise InvalidArgument(f"CairnSaver needs a SQL store, not {type(store).__name__}")
         self._rows: SQLCheckpoints[Any] = store
         self.tenant = tenant
-        self._lists: OrderedDict[tuple[str, str, str], tuple[str, Digests]] = OrderedDict()
+        self._lists: OrderedDict[ListKey, KnownList] = OrderedDict()
         self._lock = threading.Lock()
         #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
         self._owner = secrets.token_hex(8)
         self._held: dict[str, int] = {}
         self.lease = lease
+        #: this saver's ``put_writes`` in flight, per (thread, namespace, checkpoint id)
+        self._writing: dict[tuple[str, str, str], int] = {}
+        self._written = threading.Condition(self._lock)
 
     def close(self) -> None:
         """Close the store if the saver opened it (from a URL)."""
@@ -165,8 +188,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         key = self._key(config)
         decoded: dict[str, Any] = {}
-        snap = self._rows.lg_read(key, get_checkpoint_id(config), lambda r: self._versions(r, decoded))
-        return None if snap is None else self._tuple(snap, decoded)
+        held: dict[str, KnownList] = {}
+        snap = self._rows.lg_read(key, get_checkpoint_id(config), lambda r: self._versions(r, decoded),
+                                  functools.partial(self._knows, key.thread_id, key.ns, held))
+        return None if snap is None else self._tuple(snap, decoded, held)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
@@ -175,18 +200,34 @@ class CairnSaver(BaseCheckpointSaver[str]):
                                   conf.get("checkpoint_id"), get_checkpoint_id(before) if before else None,
                                   None if filter else limit)
         left = limit
+        page: builtins.list[tuple[CheckpointRow, Any]] = []
         for row in rows:
             if left is not None and left <= 0:
-                return
+                break
             metadata = self._load(row.metadata_kind, row.metadata, row, "metadata")
             if filter and not all(metadata.get(k) == v for k, v in filter.items()):
                 continue
             if left is not None:
                 left -= 1
+            page.append((row, metadata))
+            if len(page) == LIST_PAGE:
+                yield from self._page(page)
+                page = []
+        yield from self._page(page)
+
+    def _page(self, page: Sequence[tuple[CheckpointRow, Any]]) -> Iterator[CheckpointTuple]:
+        """The tuples of a page of listed rows (with their metadata), read in one transaction."""
+        asked = []
+        kept: builtins.list[tuple[dict[str, Any], dict[str, KnownList]]] = []
+        for row, _ in page:
             decoded: dict[str, Any] = {}
-            versions_of = functools.partial(self._versions, decoded=decoded)
-            snap = self._rows.lg_snapshot(self.tenant, row, versions_of)
-            yield self._tuple(snap, decoded, metadata)
+            held: dict[str, KnownList] = {}
+            asked.append((row, functools.partial(self._versions, decoded=decoded),
+                          functools.partial(self._knows, row.thread_id, row.ns, held)))
+            kept.append((decoded, held))
+        snaps = self._rows.lg_snapshots(self.tenant, asked)
+        for snap, (decoded, held), (_, metadata) in zip(snaps, kept, page, strict=True):
+            yield self._tuple(snap, decoded, held, metadata)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -197,28 +238,29 @@ class CairnSaver(BaseCheckpointSaver[str]):
         values: dict[str, Any] = c.pop("channel_values")
         blobs: builtins.list[BlobRow] = []
         rows: ValueRows = []
-        lists: dict[tuple[str, str, str], tuple[str, Digests]] = {}
+        lists: dict[ListKey, KnownList] = {}
         for channel, version in new_versions.items():
             ver = str(version)
             if channel not in values:
                 blobs.append(BlobRow(channel, ver, "empty", b""))
                 continue
-            kind, digests = self._encode(values[channel], rows)
-            if kind != "list":
+            value = values[channel]
+            if type(value) is not list:
+                kind, digests = self._encode(value, rows)
                 blobs.append(BlobRow(channel, ver, kind, pack_refs(digests)))
                 continue
-            cache_key = (key.thread_id, key.ns, channel)
+            list_key = (key.thread_id, key.ns, channel)
             with self._lock:
-                known = self._lists.get(cache_key)
-            base, added = None, b""
-            if known is not None and len(known[1]) <= len(digests) and digests[:len(known[1])] == known[1]:
-                base, added = known[0], pack_refs(digests[len(known[1]):])
-            blobs.append(BlobRow(channel, ver, "list", pack_refs(digests), base, added))
-            lists[cache_key] = (ver, digests)
+                known = self._lists.get(list_key)
+            blob = self._list_blob(channel, ver, value, known, rows)
+            blobs.append(blob)
+            lists[list_key] = KnownList(ver, tuple(value), blob.refs)
         ckind, cdata = self._dump(c)
         full_metadata = get_checkpoint_metadata(config, metadata)
         mkind, mdata = self._dump(full_metadata)
         parent = config["configurable"].get("checkpoint_id")
+        if parent is not None:
+            self._await_writes((key.thread_id, key.ns, str(parent)))
         row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata)
         run_id = full_metadata.get("run_id")
         self._held[key.thread_id] = self._rows.lg_put(key, self._holder(key), row,
@@ -230,6 +272,14 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
+        writing = self._begin_writes(config)
+        try:
+            self._put_writes(config, writes, task_id, task_path)
+        finally:
+            self._end_writes(writing)
+
+    def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                    task_path: str) -> None:
         key = self._key(config)
         rows: ValueRows = []
         stored: builtins.list[WriteRow] = []
@@ -273,6 +323,38 @@ class CairnSaver(BaseCheckpointSaver[str]):
             number = int(str(current).split(".")[0])
         return f"{number + 1:010d}.{secrets.token_hex(3)}"
 
+    # -- time travel (issue 24, part 3) ----------------------------------------------------
+
+    def values(self, thread_id: str, checkpoint_id: str | None = None, *, ns: str = "",
+               internal: bool = False) -> dict[str, Any]:
+        """The thread's channel values at ``checkpoint_id`` (its latest
+        checkpoint if ``None``): the graph's state, without LangGraph's own
+        channels (``__start__``, ``branch:to:<node>``, ...) unless
+        ``internal``. A checkpoint this tenant does not have is an
+        ``InvalidArgument`` naming it."""
+        conf: dict[str, Any] = {"thread_id": str(thread_id), "checkpoint_ns": ns}
+        if checkpoint_id is not None:
+            conf["checkpoint_id"] = str(checkpoint_id)
+        found = self.get_tuple({"configurable": conf})
+        if found is None:
+            what = "no checkpoint" if checkpoint_id is None else f"no checkpoint {checkpoint_id!r}"
+            raise InvalidArgument(f"LangGraph thread {thread_id!r} of tenant {self.tenant!r} has {what}"
+                                  + (f" in namespace {ns!r}" if ns else ""))
+        channels = found.checkpoint["channel_values"]
+        return {k: v for k, v in channels.items() if internal or not is_internal_channel(k)}
+
+    def diff(self, thread_id: str, a: str | None, b: str | None, *, other_thread: str | None = None,
+             ns: str = "", internal: bool = False) -> builtins.list[Change]:
+        """What changed from checkpoint ``a`` of the thread to checkpoint
+        ``b`` (of ``other_thread`` if given; ``None``: the latest), as
+        ``cairn.graph.diff`` reports it for graph runs: a list that grew as
+        ``appended`` with the new items, a dict's changes by key path, a
+        replaced value old -> new; a message is the dict of its fields."""
+        before = self.values(thread_id, a, ns=ns, internal=internal)
+        after = self.values(other_thread if other_thread is not None else thread_id, b, ns=ns,
+                            internal=internal)
+        return state_diff(before, after)
+
     # -- async (the store is synchronous: each call runs in a thread) ---------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -292,7 +374,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        # in flight from here, before the first await: LangGraph's loop starts
+        # this task before the put of the next checkpoint, which waits for it
+        writing = self._begin_writes(config)
+        try:
+            await asyncio.to_thread(self._put_writes, config, writes, task_id, task_path)
+        finally:
+            self._end_writes(writing)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
@@ -305,6 +393,39 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+    # -- pending writes before the checkpoint that follows them ---------------------------
+
+    def _begin_writes(self, config: RunnableConfig) -> tuple[str, str, str]:
+        """Count a ``put_writes`` on its checkpoint as in flight until ``_end_writes``."""
+        conf = config["configurable"]
+        writing = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), str(conf["checkpoint_id"]))
+        with self._lock:
+            self._writing[writing] = self._writing.get(writing, 0) + 1
+        return writing
+
+    def _end_writes(self, writing: tuple[str, str, str]) -> None:
+        with self._lock:
+            left = self._writing[writing] - 1
+            if left:
+                self._writing[writing] = left
+            else:
+                del self._writing[writing]
+                self._written.notify_all()
+
+    def _await_writes(self, parent: tuple[str, str, str]) -> None:
+        """Wait until none of this saver's ``put_writes`` on checkpoint
+        ``parent`` is in flight (whether it committed or failed).
+
+        LangGraph's loop hands a super-step's pending writes and the next
+        checkpoint to its background executor with no order between them
+        (LangGraph issue 8039): without this wait the checkpoint could start
+        committing while a finished node's writes are still on their way, and
+        a crash then loses both, so the node runs again on resume. With it,
+        by the time a checkpoint's transaction begins, the writes of its
+        parent that this saver was handed are durable."""
+        with self._written:
+            self._written.wait_for(lambda: parent not in self._writing)
 
     # -- encoding -----------------------------------------------------------------------
 
@@ -328,6 +449,27 @@ class CairnSaver(BaseCheckpointSaver[str]):
                                   f"type {kind!r})")
         return kind, bytes(data)
 
+    def _list_blob(self, channel: str, version: str, value: builtins.list[Any], known: KnownList | None,
+                   rows: ValueRows) -> BlobRow:
+        """A list channel's blob, as the items it gained over ``known`` when it
+        only grew. Items are recognised by identity first: LangGraph's
+        reducers build a new list holding the old items, so only the new
+        ones are encoded (a list whose items are not those objects, e.g.
+        read by another saver, is encoded whole and compared by digest).
+        An item mutated in place after it was stored is not seen as
+        changed; LangGraph itself stores a channel only when a node wrote
+        to it, so it does not see such a change either."""
+        if known is not None and len(known.items) <= len(value) and all(
+                map(operator.is_, known.items, value)):
+            _, digests = self._encode(value[len(known.items):], rows)
+            added = pack_refs(digests)
+            return BlobRow(channel, version, "list", known.refs + added, known.version, added)
+        _, digests = self._encode(value, rows)
+        refs = pack_refs(digests)
+        if known is not None and refs.startswith(known.refs):
+            return BlobRow(channel, version, "list", refs, known.version, refs[len(known.refs):])
+        return BlobRow(channel, version, "list", refs)
+
     def _encode(self, value: Any, rows: ValueRows) -> tuple[str, Digests]:
         """``value`` as ``('list', item digests)`` or ``('value', [digest])``;
         its value rows are added to ``rows``."""
@@ -340,9 +482,27 @@ class CairnSaver(BaseCheckpointSaver[str]):
             digests.append(d)
         return ("list" if type(value) is list else "value"), digests
 
-    def _remember(self, lists: Mapping[tuple[str, str, str], tuple[str, Digests]]) -> None:
+    def _knows(self, thread_id: str, ns: str, held: dict[str, KnownList], channel: str, refs: bytes) -> bool:
+        """Whether this saver holds the items of a list whose digests are
+        ``refs`` (the list it last wrote or read for the channel starts with
+        them), kept in ``held`` for the read that asked. A value is stored
+        under the digest of its bytes, so the items it holds are what
+        decoding the stored values would give."""
+        with self._lock:
+            known = self._lists.get((thread_id, ns, channel))
+        if known is None or not known.refs.startswith(refs):
+            return False
+        held[channel] = known
+        return True
+
+    def _remember(self, lists: Mapping[ListKey, KnownList], longer_kept: bool = False) -> None:
+        """Keep ``lists`` as the channels' last known lists (a read, with
+        ``longer_kept``, does not replace a list that extends what it read)."""
         with self._lock:
             for k, v in lists.items():
+                old = self._lists.get(k)
+                if longer_kept and old is not None and old.refs.startswith(v.refs):
+                    continue
                 self._lists[k] = v
                 self._lists.move_to_end(k)
             while len(self._lists) > LIST_CACHE:
@@ -356,28 +516,53 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     def _load(self, kind: str, data: bytes, row: CheckpointRow, what: str) -> Any:
         """Decode one stored value of ``row``, refusing what must not run."""
-        name = f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}"
-        if row.ns:
-            name += f" (namespace {row.ns!r})"
         serde = self.serde
         if isinstance(serde, JsonPlusSerializer):
             if kind not in KNOWN_TYPES:
-                raise UnreadableCheckpoint(f"{name}: refused its {what}: serializer type {kind!r} "
+                raise UnreadableCheckpoint(f"{_name(row)}: refused its {what}: serializer type {kind!r} "
                                            "is not allowed")
-            if kind == "msgpack":
+            # a msgpack extension (what could construct or call) starts with one
+            # of these bytes: a row holding none of them anywhere holds none
+            if kind == "msgpack" and data.translate(None, _NOT_EXT_START):
                 try:
                     _scan(data, _allowed(serde))
                 except UnreadableCheckpoint as exc:
-                    raise UnreadableCheckpoint(f"{name}: refused its {what}: {exc}") from None
+                    raise UnreadableCheckpoint(f"{_name(row)}: refused its {what}: {exc}") from None
                 except Exception as exc:
-                    raise UnreadableCheckpoint(f"{name}: cannot decode its {what}: {exc}") from None
+                    raise UnreadableCheckpoint(f"{_name(row)}: cannot decode its {what}: {exc}") from None
         if "pickle" in kind or _looks_pickled(data):
-            raise UnreadableCheckpoint(f"{name}: refused its {what}: a pickle payload")
+            raise UnreadableCheckpoint(f"{_name(row)}: refused its {what}: a pickle payload")
         try:
             return serde.loads_typed((kind, data))
         except Exception as exc:
             problem = f"{type(exc).__name__}: {exc}"
-            raise UnreadableCheckpoint(f"{name}: cannot decode its {what}: {problem}") from None
+            raise UnreadableCheckpoint(f"{_name(row)}: cannot decode its {what}: {problem}") from None
+
+    def _items(self, digests: Digests, values: Mapping[int, tuple[str, bytes]], row: CheckpointRow,
+               what: str) -> builtins.list[Any]:
+        """The items of a list channel. With LangGraph's own serializer, a
+        msgpack item holding no extension and no pickle is what
+        ``loads_typed`` would give without its hook, so it is unpacked
+        directly (a list of thousands of items is read item by item: the
+        checks of ``_load`` per item cost more than the decoding); anything
+        else, or an item that does not unpack, goes through ``_load``."""
+        direct = type(self.serde).loads_typed is JsonPlusSerializer.loads_typed
+        out: builtins.list[Any] = []
+        unpack, option = ormsgpack.unpackb, ormsgpack.OPT_NON_STR_KEYS
+        for d in digests:
+            found = values.get(d)
+            if found is None:
+                raise UnreadableCheckpoint(f"{_name(row)}: its {what} names a value that is not stored")
+            kind, data = found
+            if (direct and kind == "msgpack" and not data.translate(None, _NOT_EXT_START)
+                    and not _looks_pickled(data)):
+                try:
+                    out.append(unpack(data, option=option))
+                    continue
+                except Exception:
+                    pass
+            out.append(self._load(kind, data, row, what))
+        return out
 
     def _versions(self, row: CheckpointRow, decoded: dict[str, Any] | None = None) -> dict[str, str]:
         checkpoint = self._load(row.checkpoint_kind, row.checkpoint, row, "checkpoint")
@@ -388,7 +573,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
             decoded["checkpoint"] = checkpoint
         return {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
 
-    def _tuple(self, snap: Snapshot, decoded: dict[str, Any], metadata: Any = None) -> CheckpointTuple:
+    def _tuple(self, snap: Snapshot, decoded: dict[str, Any], held: Mapping[str, KnownList],
+               metadata: Any = None) -> CheckpointTuple:
         row = snap.row
         checkpoint = decoded.get("checkpoint")
         if checkpoint is None:  # a checkpoint with no channels: versions_of still ran
@@ -404,7 +590,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             return self._load(found[0], found[1], row, what)
 
         channel_values: dict[str, Any] = {}
-        lists: dict[tuple[str, str, str], tuple[str, Digests]] = {}
+        lists: dict[ListKey, KnownList] = {}
         versions = {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
         for channel, chain in snap.chains.items():
             kind = chain[-1][0]
@@ -414,10 +600,20 @@ class CairnSaver(BaseCheckpointSaver[str]):
             if kind == "value":
                 channel_values[channel] = item(unpack_refs(chain[-1][1])[0], what)
                 continue
-            digests = [d for _, refs in chain for d in unpack_refs(refs)]
-            channel_values[channel] = [item(d, what) for d in digests]
-            lists[(row.thread_id, row.ns, channel)] = (versions[channel], digests)
-        self._remember(lists)
+            refs = b"".join(r for _, r in chain)
+            known = held.get(channel)  # its values were not fetched: this saver holds its items
+            if known is None:  # or it holds them now (an earlier checkpoint of a listed page)
+                with self._lock:
+                    latest = self._lists.get((row.thread_id, row.ns, channel))
+                if latest is not None and latest.refs.startswith(refs):
+                    known = latest
+            if known is not None:
+                channel_values[channel] = [*known.items[:len(refs) // REF_SIZE]]
+                continue
+            items = self._items(unpack_refs(refs), values, row, what)
+            channel_values[channel] = items
+            lists[(row.thread_id, row.ns, channel)] = KnownList(versions[channel], tuple(items), refs)
+        self._remember(lists, longer_kept=True)
         pending = []
         for w in snap.writes:
             what = f"pending write {w.task_id!r}/{w.idx}"
@@ -435,6 +631,23 @@ class CairnSaver(BaseCheckpointSaver[str]):
                            if row.parent_id else None),
             pending_writes=pending,
         )
+
+
+#: every byte but the first byte of a msgpack extension (ext 8/16/32, fixext 1-16):
+#: ``data.translate(None, _NOT_EXT_START)`` is empty when ``data`` holds none
+_NOT_EXT_START = bytes(b for b in range(256) if b not in (0xc7, 0xc8, 0xc9, 0xd4, 0xd5, 0xd6, 0xd7, 0xd8))
+
+
+def _name(row: CheckpointRow) -> str:
+    """How an error names the checkpoint ``row``."""
+    name = f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}"
+    return f"{name} (namespace {row.ns!r})" if row.ns else name
+
+
+def is_internal_channel(name: str) -> bool:
+    """Whether a channel is LangGraph's own (``__start__``, ``__pregel_tasks``,
+    ``branch:to:<node>``, ...) rather than a field of the graph's state."""
+    return name.startswith(("__", "branch:"))
 
 
 def digest(kind: str, data: bytes) -> int:
@@ -507,4 +720,4 @@ def _scan(data: bytes, allowed: Any) -> None:
         raise UnreadableCheckpoint(refused[0])
 
 
-__all__ = ["CairnSaver", "digest"]
+__all__ = ["CairnSaver", "digest", "is_internal_channel"]

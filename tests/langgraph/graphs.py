@@ -29,3 +29,19 @@ def counting_loop(steps: int, tag: str, pause: Callable[[int], None] | None = No
     g.add_edge(START, "step")
     g.add_conditional_edges("step", route)
     return g
+
+
+def ledger_loop(steps: int, ledger: str) -> Any:
+    """``counting_loop`` whose node, before returning, appends ``<n>`` to the
+    file ``ledger`` and fsyncs it: the effect a crash test counts."""
+    import os
+
+    def record(n: int) -> None:
+        fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, f"{n}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    return counting_loop(steps, "s", record)

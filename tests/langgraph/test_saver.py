@@ -202,3 +202,38 @@ def test_an_add_messages_list_stores_each_message_once(app: cairn.App, db_url: s
     messages = _count(db_url, f"SELECT count(*) FROM lg_values WHERE {holds}")
     assert messages == 40, messages
     assert graph.get_state(_config("chat")).values["messages"] == out["messages"]
+
+
+def test_a_put_encodes_only_the_items_a_list_gained(app: cairn.App) -> None:
+    """Each put is handed the whole list: it encodes only the items appended
+    since the list it last wrote or read, not every item every time (120
+    super-steps: 7,865 encodes when every item was, 725 now),
+    and a new saver that reads the thread first does the same."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from cairn.langgraph import CairnSaver
+
+    class Counting(JsonPlusSerializer):
+        encodes = 0
+
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            Counting.encodes += 1
+            return super().dumps_typed(obj)
+
+    steps = 120
+
+    def saver() -> CairnSaver:
+        return CairnSaver(app, tenant="acme", serde=Counting(allowed_msgpack_modules=None))
+
+    graph = _loop(steps, 64).compile(checkpointer=saver())
+    graph.invoke({"log": []}, _config("t"))
+    first = Counting.encodes
+    # 6 a step: the node's write and the item, a branch write and value, the checkpoint, its metadata
+    assert first <= 8 * steps, first
+    # another process: it reads the thread, then goes on appending
+    Counting.encodes = 0
+    again = _loop(2 * steps, 64).compile(checkpointer=saver())
+    out = again.invoke({"log": []}, _config("t"))
+    assert len(out["log"]) == 2 * steps
+    assert Counting.encodes <= 8 * steps, Counting.encodes
+    assert again.get_state(_config("t")).values["log"] == out["log"]

@@ -68,6 +68,9 @@ SQLITE_ONLY = {
 #: one database lock, pays a round trip per statement, and keeps artifacts in
 #: the database.
 POSTGRES_ONLY = {
+    "lg_put_values_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
+    "lg_put_blobs_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
+    "lg_put_writes_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
     "create_run": "the run and its first entries in one autocommit statement (one round trip)",
     "create_run_row": "create_run in two statements, for a tenant's role (the history policy checks the run)",
     "create_run_entries": "create_run in two statements, for a tenant's role",

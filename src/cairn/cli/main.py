@@ -20,6 +20,7 @@ from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
 from .graph import graph
 from .inspection import events, runs, show
+from .langgraph import langgraph
 from .mcp import mcp
 from .memory import memory
 from .ops import ops
@@ -56,5 +57,6 @@ for _command in (
     mcp,                                                        # cairn mcp serve (cairn.mcpserve)
     schedules, *BUNDLE_COMMANDS,                                # schedules; bundles, replay checks, migration
     graph,                                                      # graph runs' time travel (cli/graph.py)
+    langgraph,                                                  # LangGraph threads' time travel
 ):
     main.add_command(_command)

@@ -41,7 +41,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from cairn import faults
 from cairn.errors import ThreadTaken
+from cairn.faults import fault_point
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -132,6 +134,10 @@ class Snapshot:
     values: dict[int, tuple[str, bytes]]
 
 
+#: a listed row to read, with how to read its channel versions and which lists the reader holds
+Asked = tuple[CheckpointRow, Callable[[CheckpointRow], Mapping[str, str]], Callable[[str, bytes], bool]]
+
+
 def unpack_refs(refs: bytes) -> list[int]:
     """The digests packed in ``refs``."""
     return [int.from_bytes(refs[i:i + REF_SIZE], "little", signed=True)
@@ -144,6 +150,10 @@ def pack_refs(digests: Iterable[int]) -> bytes:
 
 class SQLCheckpoints(Generic[Tx]):
     """The LangGraph checkpoint methods of the SQL stores over a dialect's primitives."""
+
+    #: whether the dialect writes a put's rows in one statement per table
+    #: (``lg_put_*_many``, PostgreSQL: a round trip each); else row by row
+    _lg_arrays = False
 
     # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
 
@@ -170,7 +180,13 @@ class SQLCheckpoints(Generic[Tx]):
             where = self._lg_lock(tx, key)
             epoch = self._lg_hold(tx, where, holder)
             self._lg_put_values(tx, where, values)
-            for blob in blobs:
+            if self._lg_arrays:
+                self._query(tx, "lg_put_blobs_many", {
+                    **where, "max_depth": max_depth, "channels": [b.channel for b in blobs],
+                    "versions": [b.version for b in blobs], "kinds": [b.kind for b in blobs],
+                    "bases": [b.base for b in blobs], "refs": [b.refs for b in blobs],
+                    "added": [b.added for b in blobs]})
+            for blob in () if self._lg_arrays else blobs:
                 base, depth, refs = None, 0, blob.refs
                 if blob.base is not None and blob.base != blob.version:
                     found = self._query(tx, "lg_blob_depth", {**where, "channel": blob.channel,
@@ -184,6 +200,8 @@ class SQLCheckpoints(Generic[Tx]):
                 **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
                 "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
                 "metadata_kind": row.metadata_kind, "metadata": row.metadata})
+            if faults.ARMED:
+                fault_point("langgraph.put.before_commit")
             return epoch
 
         return self._operate(body)
@@ -197,7 +215,13 @@ class SQLCheckpoints(Generic[Tx]):
             where = self._lg_lock(tx, key)
             epoch = self._lg_hold(tx, where, holder)
             self._lg_put_values(tx, where, values)
-            for w in writes:
+            if self._lg_arrays and writes:
+                self._query(tx, "lg_put_writes_many", {
+                    **where, "checkpoint_id": checkpoint_id, "task_ids": [w.task_id for w in writes],
+                    "idxs": [w.idx for w in writes], "channels": [w.channel for w in writes],
+                    "task_paths": [w.task_path for w in writes], "kinds": [w.kind for w in writes],
+                    "refs": [w.refs for w in writes]})
+            for w in () if self._lg_arrays else writes:
                 self._query(tx, "lg_replace_write" if w.idx < 0 else "lg_put_write", {
                     **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
                     "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs})
@@ -208,10 +232,13 @@ class SQLCheckpoints(Generic[Tx]):
     # -- reads --------------------------------------------------------------------------
 
     def lg_read(self, key: ThreadKey, checkpoint_id: str | None,
-                versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> Snapshot | None:
+                versions_of: Callable[[CheckpointRow], Mapping[str, str]],
+                known: Callable[[str, bytes], bool] = lambda channel, refs: False) -> Snapshot | None:
         """The checkpoint ``checkpoint_id`` (the latest of the namespace if
         ``None``) with its channels, writes and values, from one snapshot;
-        ``versions_of`` decodes the row's channel versions."""
+        ``versions_of`` decodes the row's channel versions; the values of a
+        list channel whose items the caller holds already (``known(channel,
+        refs)``) are not fetched."""
 
         def work(tx: Tx) -> Snapshot | None:
             where = _where(key)
@@ -221,7 +248,7 @@ class SQLCheckpoints(Generic[Tx]):
                 found = self._query(tx, "lg_checkpoint", {**where, "checkpoint_id": checkpoint_id})
             if not found:
                 return None
-            return self._lg_snapshot(tx, key, _row(found[0]), versions_of)
+            return self._lg_snapshot(tx, key, _row(found[0]), versions_of, known)
 
         return self._in_read(work)
 
@@ -232,11 +259,17 @@ class SQLCheckpoints(Generic[Tx]):
                   "before": before, "limit": limit}
         return self._in_read(lambda tx: [_row(r) for r in self._query(tx, "lg_list_checkpoints", params)])
 
-    def lg_snapshot(self, tenant: str, row: CheckpointRow,
-                    versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> Snapshot:
-        """``row``'s channels, writes and values (for a listing)."""
-        key = ThreadKey(tenant, row.thread_id, row.ns)
-        return self._in_read(lambda tx: self._lg_snapshot(tx, key, row, versions_of))
+    def lg_snapshots(self, tenant: str, asked: Sequence[Asked]) -> list[Snapshot]:
+        """Each row's channels, writes and values (a page of a listing), in
+        one read: ``asked`` holds each row with its ``versions_of`` and
+        ``known`` (as ``lg_read`` takes them)."""
+        def work(tx: Tx) -> list[Snapshot]:
+            page: dict[int, tuple[str, bytes]] = {}  # values fetched for the page: each once
+            return [self._lg_snapshot(tx, ThreadKey(tenant, row.thread_id, row.ns), row, versions_of, known,
+                                      page)
+                    for row, versions_of, known in asked]
+
+        return self._in_read(work) if asked else []
 
     # -- deletions and copies -------------------------------------------------------------
 
@@ -329,11 +362,15 @@ class SQLCheckpoints(Generic[Tx]):
         return lease
 
     def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
-        seen: set[int] = set()
-        for v in values:
-            if v.digest not in seen:
-                seen.add(v.digest)
-                self._query(tx, "lg_put_value", {**where, "digest": v.digest, "kind": v.kind, "data": v.data})
+        unique = list({v.digest: v for v in values}.values())
+        if self._lg_arrays:
+            if unique:
+                self._query(tx, "lg_put_values_many", {
+                    **where, "digests": [v.digest for v in unique], "kinds": [v.kind for v in unique],
+                    "datas": [v.data for v in unique]})
+            return
+        for v in unique:
+            self._query(tx, "lg_put_value", {**where, "digest": v.digest, "kind": v.kind, "data": v.data})
 
     def _lg_ids_param(self, items: list[str] | list[int]) -> Any:
         """A list parameter, as the dialect takes it (a JSON array for SQLite's
@@ -341,22 +378,33 @@ class SQLCheckpoints(Generic[Tx]):
         return self._list_param(items)
 
     def _lg_snapshot(self, tx: Tx, key: ThreadKey, row: CheckpointRow,
-                  versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> Snapshot:
+                     versions_of: Callable[[CheckpointRow], Mapping[str, str]],
+                     known: Callable[[str, bytes], bool],
+                     fetched: dict[int, tuple[str, bytes]] | None = None) -> Snapshot:
+        """``row``'s chains, writes and values; ``fetched``: values already
+        read in this transaction (a page's), which are not read again."""
         where = _where(key)
         chains: dict[str, list[tuple[str, bytes]]] = {}
         wanted: set[int] = set()
-        for channel, version in versions_of(row).items():
-            chain = [(str(kind), bytes(refs)) for kind, _base, _depth, refs in self._query(
-                tx, "lg_blob_chain", {**where, "channel": channel, "version": version})]
-            if chain:
-                chains[channel] = chain
-                for _, refs in chain:
-                    wanted.update(unpack_refs(refs))
+        versions = versions_of(row)
+        if versions:
+            names = list(versions)
+            for channel, kind, _base, _depth, refs in self._query(tx, "lg_blob_chains", {
+                    **where, "channels": self._list_param(names),
+                    "versions": self._list_param([versions[n] for n in names])}):
+                chains.setdefault(str(channel), []).append((str(kind), bytes(refs)))
+            chains = {n: chains[n] for n in names if n in chains}  # in the checkpoint's order
+        for channel, chain in chains.items():
+            if chain[-1][0] == "list" and known(channel, b"".join(refs for _, refs in chain)):
+                continue
+            for _, refs in chain:
+                wanted.update(unpack_refs(refs))
         found = self._query(tx, "lg_writes_of", {**where, "checkpoint_id": row.checkpoint_id})
         writes = [WriteRow(str(t), int(i), str(c), str(p), str(k), bytes(r)) for t, i, c, p, k, r in found]
         for w in writes:
             wanted.update(unpack_refs(w.refs))
-        values: dict[int, tuple[str, bytes]] = {}
+        values: dict[int, tuple[str, bytes]] = {} if fetched is None else fetched
+        wanted.difference_update(values)
         if wanted:
             params = {**where, "digests": self._lg_ids_param(sorted(wanted))}
             for digest, kind, data in self._query(tx, "lg_values", params):

@@ -394,6 +394,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     "now" is the server's clock (``DatabaseClock``).
     """
 
+    #: LangGraph checkpoint rows go in one statement per table (checkpointsql)
+    _lg_arrays = True
+
+
     def __init__(
         self,
         url: str,

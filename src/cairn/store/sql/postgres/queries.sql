@@ -1472,6 +1472,43 @@ VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(channel)s, %(version)s,
 ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
     kind = excluded.kind, base = excluded.base, depth = excluded.depth, refs = excluded.refs
 
+-- name: lg_put_values_many
+-- a put's new values in one statement (SQLite inserts them one by one)
+INSERT INTO lg_values (tenant, thread_id, digest, kind, data)
+SELECT %(tenant)s, %(thread_id)s::text, u.digest, u.kind, u.data
+FROM unnest(%(digests)s::bigint[], %(kinds)s::text[], %(datas)s::bytea[]) AS u (digest, kind, data)
+ON CONFLICT (tenant, thread_id, digest) DO NOTHING
+
+-- name: lg_put_blobs_many
+-- a put's channel versions in one statement: a list naming a base still stored whose
+-- chain is below max_depth keeps its base and holds only its added items, else it is whole
+-- (the base found by its whole primary key: see lg_blob_chains)
+INSERT INTO lg_blobs (tenant, thread_id, ns, channel, version, kind, base, depth, refs)
+SELECT %(tenant)s, %(thread_id)s::text, %(ns)s::text, u.channel, u.version, u.kind,
+       CASE WHEN b.depth + 1 < %(max_depth)s THEN u.base END,
+       CASE WHEN b.depth + 1 < %(max_depth)s THEN b.depth + 1 ELSE 0 END,
+       CASE WHEN b.depth + 1 < %(max_depth)s THEN u.added ELSE u.refs END
+FROM unnest(%(channels)s::text[], %(versions)s::text[], %(kinds)s::text[], %(bases)s::text[],
+            %(refs)s::bytea[], %(added)s::bytea[]) AS u (channel, version, kind, base, refs, added)
+LEFT JOIN LATERAL (SELECT x.depth FROM lg_blobs AS x
+                   WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
+                     AND x.channel = u.channel AND x.version = u.base AND u.base <> u.version
+                   LIMIT 1) AS b ON true
+ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
+    kind = excluded.kind, base = excluded.base, depth = excluded.depth, refs = excluded.refs
+
+-- name: lg_put_writes_many
+-- pending writes in one statement: a regular write (idx >= 0) is kept as first written,
+-- a special one (idx < 0) replaces the last one (as lg_put_write and lg_replace_write)
+INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
+SELECT %(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s, u.task_id, u.idx, u.channel,
+       u.task_path, u.kind, u.refs
+FROM unnest(%(task_ids)s::text[], %(idxs)s::bigint[], %(channels)s::text[], %(task_paths)s::text[],
+            %(kinds)s::text[], %(refs)s::bytea[]) AS u (task_id, idx, channel, task_path, kind, refs)
+ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
+    WHERE excluded.idx < 0
+
 -- name: lg_put_write
 -- a regular write is kept as first written (a retried task writes the same)
 INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
@@ -1504,17 +1541,26 @@ WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thre
 ORDER BY thread_id COLLATE "C", ns COLLATE "C", checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
 
--- name: lg_blob_chain
--- a channel's version and the bases below it, the oldest first
-WITH RECURSIVE chain (kind, base, depth, refs) AS (
-    SELECT kind, base, depth, refs FROM lg_blobs
-    WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND channel = %(channel)s AND version = %(version)s
+-- name: lg_blob_chains
+-- each asked channel's version and the bases below it, by channel, the oldest first; each
+-- blob is found by its whole primary key (LATERAL ... LIMIT 1: the planner, with the
+-- statistics of a freshly filled table, would otherwise scan the thread's blobs per step)
+WITH RECURSIVE chain (channel, kind, base, depth, refs) AS (
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs
+    FROM unnest(%(channels)s::text[], %(versions)s::text[]) AS w (channel, version),
+         LATERAL (SELECT x.channel, x.kind, x.base, x.depth, x.refs FROM lg_blobs AS x
+                  WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text
+                    AND x.ns = %(ns)s::text AND x.channel = w.channel AND x.version = w.version
+                  LIMIT 1) AS b
     UNION ALL
-    SELECT b.kind, b.base, b.depth, b.refs FROM lg_blobs AS b JOIN chain AS c
-      ON b.tenant = %(tenant)s AND b.thread_id = %(thread_id)s::text AND b.ns = %(ns)s::text AND b.channel = %(channel)s
-     AND b.version = c.base
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs
+    FROM chain AS c,
+         LATERAL (SELECT x.channel, x.kind, x.base, x.depth, x.refs FROM lg_blobs AS x
+                  WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text
+                    AND x.ns = %(ns)s::text AND x.channel = c.channel AND x.version = c.base
+                  LIMIT 1) AS b
 )
-SELECT kind, base, depth, refs FROM chain ORDER BY depth
+SELECT channel, kind, base, depth, refs FROM chain ORDER BY channel, depth
 
 -- name: lg_values
 SELECT digest, kind, data FROM lg_values

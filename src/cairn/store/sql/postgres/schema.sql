@@ -1281,6 +1281,9 @@ CREATE TABLE lg_checkpoints (
     PRIMARY KEY (tenant, thread_id, ns, checkpoint_id)
 );
 
+-- delete_for_runs: a tenant's checkpoints by run id (migration 0028)
+CREATE INDEX lg_checkpoints_run ON lg_checkpoints (tenant, run_id);
+
 CREATE TABLE lg_blobs (
     tenant    TEXT NOT NULL,
     thread_id TEXT NOT NULL,

@@ -1193,17 +1193,22 @@ WHERE tenant = :tenant AND (:thread_id IS NULL OR thread_id = :thread_id) AND (:
 ORDER BY thread_id, ns, checkpoint_id DESC
 LIMIT coalesce(:limit, -1)
 
--- name: lg_blob_chain
--- a channel's version and the bases below it, the oldest first
-WITH RECURSIVE chain (kind, base, depth, refs) AS (
-    SELECT kind, base, depth, refs FROM lg_blobs
-    WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND channel = :channel AND version = :version
+-- name: lg_blob_chains
+-- each asked channel's version and the bases below it, by channel, the oldest first
+-- (:channels and :versions are JSON arrays of the same length, paired by position;
+-- CROSS JOIN keeps SQLite from scanning the thread's blobs to match them)
+WITH RECURSIVE wanted (channel, version) AS (
+    SELECT c.value, v.value FROM json_each(:channels) AS c JOIN json_each(:versions) AS v ON v.key = c.key
+), chain (channel, kind, base, depth, refs) AS (
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs FROM wanted AS w CROSS JOIN lg_blobs AS b
+      ON b.tenant = :tenant AND b.thread_id = :thread_id AND b.ns = :ns AND b.channel = w.channel
+     AND b.version = w.version
     UNION ALL
-    SELECT b.kind, b.base, b.depth, b.refs FROM lg_blobs AS b JOIN chain AS c
-      ON b.tenant = :tenant AND b.thread_id = :thread_id AND b.ns = :ns AND b.channel = :channel
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs FROM chain AS c CROSS JOIN lg_blobs AS b
+      ON b.tenant = :tenant AND b.thread_id = :thread_id AND b.ns = :ns AND b.channel = c.channel
      AND b.version = c.base
 )
-SELECT kind, base, depth, refs FROM chain ORDER BY depth
+SELECT channel, kind, base, depth, refs FROM chain ORDER BY channel, depth
 
 -- name: lg_values
 SELECT digest, kind, data FROM lg_values

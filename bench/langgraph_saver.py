@@ -1,0 +1,338 @@
+"""LangGraph checkpointers side by side, in one run: LangGraph's ``SqliteSaver``
+and ``PostgresSaver`` against ``cairn.langgraph.CairnSaver`` on SQLite and on
+PostgreSQL (issue 24's performance targets).
+
+    python -m bench.langgraph_saver                       # 300 and 3,000 super-steps, all four
+    python -m bench.langgraph_saver --steps 300 --only sqlite,cairn-sqlite
+    python -m bench.langgraph_saver --json                # the figures as JSON on stdout
+
+The workload is ``bench.graph``'s LangGraph graph, unchanged: one node,
+``talk``, looping to itself until ``n`` reaches the step count, each
+super-step appending one distinct 1 KB message (made-up words, about as
+compressible as prose) to an ``operator.add`` list and setting ``n``.
+"Logical bytes" is ``steps * 1024``. Every system runs the graph with
+LangGraph's defaults (durability ``"async"``) on a fresh database: SQLite
+files in a fresh temporary directory, PostgreSQL databases created on
+``$CAIRN_BENCH_PG`` (``bench.pgdb``) and dropped after, after a short warm-up
+run on another one. One run per size, no repeats.
+
+Figures:
+
+* **µs per super-step**: the ``invoke``'s wall time / steps;
+* **on disk / logical**: SQLite, the file after ``PRAGMA wal_checkpoint(TRUNCATE)``
+  and ``VACUUM`` minus the same for the database before the run (tables
+  made); PostgreSQL, ``pg_total_relation_size`` (heap, TOAST, indexes) of the
+  saver's tables after ``VACUUM``, minus the same before the run;
+* **get_state p50 / p99**: ms of ``graph.get_state`` at ``--samples`` random
+  checkpoints (by ``checkpoint_id``), and p50 of the latest state;
+* **history page**: median ms of 20 reads of ``get_state_history(limit=10)``
+  (states included), and the same read once by a new saver (cold).
+
+Ratios are against LangGraph's saver on the same database in the same run
+(``cairn-sqlite`` / ``sqlite``, ``cairn-postgres`` / ``postgres``). Below each
+size the issue's targets are judged: per super-step >= 2x faster than
+LangGraph's saver on the same database, on disk <= 1.3x the logical bytes,
+get_state p50 <= 1 ms (and flat in N: compare the sizes), history page
+<= 10 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sqlite3
+import statistics
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import environment, fresh_dir, stopwatch
+from bench.graph import MESSAGE_BYTES, file_bytes, langgraph_builder, percentile, timed_ms
+
+SYSTEMS = ("sqlite", "cairn-sqlite", "postgres", "cairn-postgres")
+BASELINE = {"cairn-sqlite": "sqlite", "cairn-postgres": "postgres"}
+HISTORY_PAGE = 10
+HISTORY_READS = 20
+LG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations")
+CAIRN_TABLES = ("cairn.lg_checkpoints", "cairn.lg_blobs", "cairn.lg_writes", "cairn.lg_values",
+                "cairn.lg_threads")
+
+
+@dataclass
+class Figures:
+    system: str
+    steps: int
+    step_us: float | None = None
+    disk_bytes: int | None = None
+    state_p50_ms: float | None = None
+    state_p99_ms: float | None = None
+    latest_ms: float | None = None
+    history_ms: float | None = None
+    cold_history_ms: float | None = None
+    checkpoints: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def disk_ratio(self) -> float | None:
+        return None if self.disk_bytes is None else self.disk_bytes / (self.steps * MESSAGE_BYTES)
+
+    def as_json(self) -> dict[str, Any]:
+        return {**vars(self), "disk_ratio": self.disk_ratio}
+
+
+# -- databases -----------------------------------------------------------------------
+
+
+class Database:
+    """Where one system runs: how to open its saver, and its bytes on disk."""
+
+    def saver(self) -> tuple[Any, Callable[[], None]]:
+        raise NotImplementedError
+
+    def disk_bytes(self) -> int:
+        raise NotImplementedError
+
+    def checkpoint_ids(self) -> list[str]:
+        """The thread's checkpoint ids, read from the table (listing them
+        through LangGraph's savers would read every checkpoint's whole state:
+        4.6 GB at 3,000 super-steps)."""
+        raise NotImplementedError
+
+
+class SqliteFile(Database):
+    def __init__(self, path: Path, cairn: bool) -> None:
+        self.path, self.cairn = path, cairn
+
+    def saver(self) -> tuple[Any, Callable[[], None]]:
+        if self.cairn:
+            from cairn.langgraph import CairnSaver
+
+            saver = CairnSaver(f"sqlite:///{self.path}", tenant="bench")
+            return saver, saver.close
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        context = SqliteSaver.from_conn_string(str(self.path))
+        lg = context.__enter__()
+        lg.setup()
+        return lg, lambda: context.__exit__(None, None, None)
+
+    def disk_bytes(self) -> int:
+        return file_bytes(self.path, vacuum=True)
+
+    def checkpoint_ids(self) -> list[str]:
+        table, where = ("lg_checkpoints", "tenant = 'bench' AND ") if self.cairn else ("checkpoints", "")
+        with sqlite3.connect(self.path) as conn:
+            return [str(r[0]) for r in conn.execute(
+                f"SELECT checkpoint_id FROM {table} WHERE {where}thread_id = 'chat'")]
+
+
+class PostgresDatabase(Database):
+    def __init__(self, url: str, cairn: bool) -> None:
+        self.url, self.cairn = url, cairn
+
+    def saver(self) -> tuple[Any, Callable[[], None]]:
+        if self.cairn:
+            from cairn.langgraph import CairnSaver
+
+            saver = CairnSaver(self.url, tenant="bench")
+            return saver, saver.close
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        context = PostgresSaver.from_conn_string(self.url)
+        lg = context.__enter__()
+        lg.setup()
+        return lg, lambda: context.__exit__(None, None, None)
+
+    def disk_bytes(self) -> int:
+        import psycopg
+
+        tables = CAIRN_TABLES if self.cairn else LG_TABLES
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            total = 0
+            for table in tables:
+                conn.execute(f"VACUUM {table}")
+                row = conn.execute("SELECT pg_total_relation_size(%s::regclass)", (table,)).fetchone()
+                total += int(row[0]) if row else 0
+        return total
+
+    def checkpoint_ids(self) -> list[str]:
+        import psycopg
+
+        table = "cairn.lg_checkpoints" if self.cairn else "checkpoints"
+        where = "tenant = 'bench' AND " if self.cairn else ""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return [str(r[0]) for r in conn.execute(
+                f"SELECT checkpoint_id FROM {table} WHERE {where}thread_id = 'chat'")]
+
+
+@contextmanager
+def database(system: str, label: str) -> Iterator[Database]:
+    cairn = system.startswith("cairn")
+    if system.endswith("sqlite"):
+        with fresh_dir(f"lgsaver-{label}") as d:
+            yield SqliteFile(d / "db.sqlite", cairn)
+        return
+    from bench import pgdb
+
+    with pgdb.fresh_database(f"lgsaver_{label}") as url:
+        yield PostgresDatabase(url, cairn)
+
+
+# -- one system at one size ------------------------------------------------------------
+
+
+def config(**conf: str) -> Any:
+    return {"configurable": {"thread_id": "chat", **conf}}
+
+
+def run(saver: Any, steps: int) -> float:
+    graph = langgraph_builder(steps, {}).compile(checkpointer=saver)
+    with stopwatch() as elapsed:
+        final = graph.invoke({"messages": [], "n": 0}, {**config(), "recursion_limit": steps + 10})
+    if final["n"] != steps or len(final["messages"]) != steps:
+        raise RuntimeError(f"ended at n={final['n']} with {len(final['messages'])} messages")
+    return elapsed()
+
+
+def measure(system: str, steps: int, samples: int, seed: int) -> Figures:
+    figures = Figures(system, steps)
+    with database(system, "warm") as db:  # imports, code paths, connections: outside the figures
+        saver, close = db.saver()
+        try:
+            run(saver, 3)
+        finally:
+            close()
+    with database(system, system.replace("-", "_")) as db:
+        saver, close = db.saver()
+        try:
+            empty = db.disk_bytes()
+            figures.step_us = run(saver, steps) / steps * 1e6
+            graph = langgraph_builder(2, {}).compile(checkpointer=saver)
+            ids = db.checkpoint_ids()
+            figures.checkpoints = len(ids)
+            pick = random.Random(seed)
+            reads = [timed_ms(lambda c=c: graph.get_state(config(checkpoint_id=c)))  # type: ignore[misc]
+                     for c in (pick.choice(ids) for _ in range(samples))]
+            figures.state_p50_ms, figures.state_p99_ms = percentile(reads, 50), percentile(reads, 99)
+            figures.latest_ms = statistics.median(timed_ms(lambda: graph.get_state(config()))
+                                                  for _ in range(HISTORY_READS))
+            page = list(graph.get_state_history(config(), limit=HISTORY_PAGE))
+            if len(page) != HISTORY_PAGE or len(page[0].values["messages"]) != steps:
+                raise RuntimeError(f"{system}: the history page is not the last {HISTORY_PAGE} checkpoints")
+            figures.history_ms = statistics.median(
+                timed_ms(lambda: list(graph.get_state_history(config(), limit=HISTORY_PAGE)))
+                for _ in range(HISTORY_READS))
+        finally:
+            close()
+        cold, close = db.saver()
+        try:
+            fresh = langgraph_builder(2, {}).compile(checkpointer=cold)
+            figures.cold_history_ms = timed_ms(lambda: list(fresh.get_state_history(config(),
+                                                                                    limit=HISTORY_PAGE)))
+        finally:
+            close()
+        figures.disk_bytes = db.disk_bytes() - empty
+    return figures
+
+
+# -- report --------------------------------------------------------------------------
+
+
+ROWS = (
+    ("µs per super-step", "step_us"),
+    ("on disk, bytes", "disk_bytes"),
+    ("on disk / logical", "disk_ratio"),
+    ("get_state p50, ms", "state_p50_ms"),
+    ("get_state p99, ms", "state_p99_ms"),
+    ("latest state p50, ms", "latest_ms"),
+    ("history page (10), ms", "history_ms"),
+    ("cold history page, ms", "cold_history_ms"),
+    ("checkpoints", "checkpoints"),
+)
+
+
+def fmt(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.3f}" if value < 1 else f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+
+
+def targets(by: dict[str, Figures]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for system, base in BASELINE.items():
+        c, b = by.get(system), by.get(base)
+        if c is None:
+            continue
+        speedup = b.step_us / c.step_us if b is not None and b.step_us and c.step_us else None
+        for what, value, met in (
+            (f"{base} / {system} per super-step >= 2", speedup, None if speedup is None else speedup >= 2),
+            (f"{system} on disk / logical <= 1.3", c.disk_ratio,
+             None if c.disk_ratio is None else c.disk_ratio <= 1.3),
+            (f"{system} get_state p50 <= 1 ms", c.state_p50_ms,
+             None if c.state_p50_ms is None else c.state_p50_ms <= 1),
+            (f"{system} history page <= 10 ms", c.history_ms,
+             None if c.history_ms is None else c.history_ms <= 10),
+        ):
+            out.append({"target": what, "measured": value, "met": met})
+    return out
+
+
+def report(steps: int, measured: Sequence[Figures]) -> None:
+    print(f"\n== {steps:,} super-steps, 1 KB appended per step: {steps * MESSAGE_BYTES:,} logical bytes")
+    by = {f.system: f for f in measured}
+    pairs = [(c, b) for c, b in BASELINE.items() if c in by and b in by]
+    header = f"{'figure':<26}" + "".join(f"{f.system:>16}" for f in measured)
+    header += "".join(f"{c + '/' + b:>24}" for c, b in pairs)
+    print(header)
+    print("-" * len(header))
+    for label, attr in ROWS:
+        line = f"{label:<26}" + "".join(f"{fmt(getattr(f, attr)):>16}" for f in measured)
+        for c, b in pairs:
+            x, y = getattr(by[c], attr), getattr(by[b], attr)
+            line += f"{f'{x / y:,.3f}x' if x is not None and y else '':>24}"
+        print(line.rstrip())
+    for f in measured:
+        for note in f.notes:
+            print(f"{f.system}: {note}")
+    for t in targets(by):
+        verdict = "—" if t["met"] is None else "met" if t["met"] else "MISSED"
+        print(f"target {t['target']}: {fmt(t['measured'])} {verdict}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, nargs="+", default=[300, 3000])
+    parser.add_argument("--only", default=",".join(SYSTEMS),
+                        help=f"comma-separated systems, of: {', '.join(SYSTEMS)}")
+    parser.add_argument("--samples", type=int, default=100, help="random checkpoints read per size")
+    parser.add_argument("--seed", type=int, default=24)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
+    args = parser.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SYSTEMS))
+    if unknown:
+        parser.error(f"--only: unknown system {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
+    if any(n < HISTORY_PAGE for n in args.steps) or args.samples < 2:
+        parser.error(f"--steps must be at least {HISTORY_PAGE} and --samples at least 2")
+    sizes = []
+    for steps in args.steps:
+        measured = [measure(system, steps, args.samples, args.seed) for system in SYSTEMS if system in only]
+        by = {f.system: f for f in measured}
+        sizes.append({"steps": steps, "logical_bytes": steps * MESSAGE_BYTES,
+                      **{f.system: f.as_json() for f in measured}, "targets": targets(by)})
+        if not args.json:
+            report(steps, measured)
+    if args.json:
+        json.dump({**environment(), "sizes": sizes}, sys.stdout, indent=2, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
