@@ -1612,3 +1612,19 @@ ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = ex
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ======================
+
+-- name: select_data_keys
+SELECT tenant, version, kek_id, wrapped, created_at FROM data_keys
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ORDER BY tenant, version
+
+-- name: insert_data_key
+INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at)
+VALUES (%(tenant)s::text, %(version)s::bigint, %(kek_id)s::text, %(wrapped)s::bytea, %(created_at)s::float8)
+ON CONFLICT (tenant, version) DO NOTHING
+
+-- name: rewrap_data_key
+UPDATE data_keys SET kek_id = %(kek_id)s::text, wrapped = %(wrapped)s::bytea
+WHERE tenant = %(tenant)s::text AND version = %(version)s::bigint AND kek_id = %(old_kek_id)s::text

@@ -1301,3 +1301,19 @@ ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = ex
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
+
+-- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ======================
+
+-- name: select_data_keys
+SELECT tenant, version, kek_id, wrapped, created_at FROM data_keys
+WHERE (:tenant IS NULL OR tenant = :tenant)
+ORDER BY tenant, version
+
+-- name: insert_data_key
+INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at)
+VALUES (:tenant, :version, :kek_id, :wrapped, :created_at)
+ON CONFLICT (tenant, version) DO NOTHING
+
+-- name: rewrap_data_key
+UPDATE data_keys SET kek_id = :kek_id, wrapped = :wrapped
+WHERE tenant = :tenant AND version = :version AND kek_id = :old_kek_id

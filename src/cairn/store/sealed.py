@@ -1,0 +1,489 @@
+"""Encryption at rest: a store whose run data is sealed before any row is made.
+
+``SealedStore`` wraps a SQL store (SQLite or PostgreSQL alike) at the store
+contract, the one way to the database: every value a run stores passes here
+on its way in and out, with what the row mapping alone does not know, the
+run's tenant. Each value becomes an envelope (``cairn.security.envelope``)
+sealed with the tenant's newest data key and bound to its place:
+
+=========================  ==================================================
+value                      place (table, position, kind)
+=========================  ==================================================
+run input / result         ``runs``, ``-``, ``input`` / ``result``
+run error (JSON)           ``runs``, ``-``, ``error``
+entry payload / detail     ``history``, ``seq N``, ``payload`` / ``detail``
+mailbox message (signals,  ``mailbox``, the wait key, ``payload`` (a message's
+approval decisions)        ``seq`` is the store's to assign, after sealing)
+=========================  ==================================================
+
+JSON columns keep the keys the database itself reads in plaintext (a model
+entry's ``usage`` and ``cost``, summed in SQL by ``run_usage``; a rewind's
+``from_position``) and hold the rest under ``"sealed"``. The entry an
+operator's ``resolve_operation`` writes gets its ``seq`` inside the store,
+so its values are bound to ``op <position>`` (marked ``"sealed_at": "op"``).
+
+No plaintext fallback: with encryption on, a payload that is not an
+envelope, or one that does not open at the place it is read from, raises
+``SealError`` naming that place. A claimed run whose values do not open
+(a wrong or missing key) is parked as ``needs_attention`` with that error
+and not returned, so nothing is executed or overwritten.
+
+Not sealed yet (see docs/design.md, "Encryption at rest"): values the store
+writes itself (operator reasons, quarantine messages), artifacts (payloads
+over the inline limit), memory and LangGraph checkpoints.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import msgspec
+
+from cairn.errors import RunNotFound
+from cairn.security.envelope import KEY_SIZE, Place, SealError, aesgcm, header_of, open_sealed, seal
+from cairn.security.keyring import Keyring
+from cairn.store.contract import Store
+from cairn.store.keysql import DataKeyRow
+from cairn.store.records import (
+    Approval,
+    ApprovalRequest,
+    ApprovalStatus,
+    Claim,
+    Delivery,
+    EventType,
+    HistoryEvent,
+    NewRun,
+    Payload,
+    RunFilter,
+    RunRecord,
+    RunStatus,
+)
+from cairn.store.schedules import Fired
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from cairn.store.transactions import Tx
+
+R = TypeVar("R")
+
+#: detail keys the database reads itself, kept in plaintext beside ``"sealed"``
+PLAIN_DETAIL = frozenset({"usage", "cost", "from_position", "step_kind", "name", "sealed_at"})
+#: how long a process seals with the newest data key it knows before looking for a newer one
+KEY_REFRESH_SECONDS = 5.0
+
+_ENCODE = msgspec.json.Encoder()
+_DECODE = msgspec.json.Decoder()
+
+
+def _context(tenant: str, version: int) -> bytes:
+    """What a wrapped data key is bound to: its tenant and version."""
+    return tenant.encode() + b"\x00" + str(version).encode()
+
+
+class DataKeys:
+    """The tenants' data keys: created, unwrapped and cached per process.
+
+    The newest version of a tenant seals its new writes; any stored version
+    opens what it sealed. A tenant's first sealed write creates version 1
+    (insert-if-absent: concurrent writers agree on one key)."""
+
+    def __init__(self, store: Any, keyring: Keyring) -> None:
+        self._store = store
+        self.keyring = keyring
+        self._ciphers: dict[tuple[str, int], AESGCM] = {}
+        self._newest: dict[str, tuple[int, float]] = {}
+        self._lock = threading.Lock()
+
+    def _unwrap(self, row: DataKeyRow) -> AESGCM:
+        try:
+            key = self.keyring.unwrap(row.kek_id, row.wrapped, _context(row.tenant, row.version))
+        except SealError as exc:
+            raise SealError(f"data key {row.version} of tenant {row.tenant!r}: {exc}") from None
+        return aesgcm(key)
+
+    def _load(self, tenant: str) -> int:
+        """Cache the tenant's stored keys; its newest version (0: none)."""
+        newest = 0
+        for row in self._store.data_keys(tenant):
+            if (tenant, row.version) not in self._ciphers:
+                self._ciphers[(tenant, row.version)] = self._unwrap(row)
+            newest = max(newest, row.version)
+        self._newest[tenant] = (newest, time.monotonic())
+        return newest
+
+    def add(self, tenant: str) -> int:
+        """Create the tenant's next key version (rotation); its number."""
+        with self._lock:
+            version = self._load(tenant) + 1
+            kek = self.keyring.current()
+            row = DataKeyRow(tenant, version, kek, self.keyring.wrap(kek, os.urandom(KEY_SIZE),
+                                                                     _context(tenant, version)), time.time())
+            stored = self._store.add_data_key(row)
+            self._ciphers[(tenant, version)] = self._unwrap(stored)
+            self._newest[tenant] = (version, time.monotonic())
+            return version
+
+    def writer(self, tenant: str) -> tuple[int, AESGCM]:
+        """The tenant's newest version and its cipher (created if none)."""
+        known = self._newest.get(tenant)
+        if known is None or time.monotonic() - known[1] > KEY_REFRESH_SECONDS:
+            with self._lock:
+                version = self._load(tenant)
+            if version == 0:
+                version = self.add(tenant)
+        else:
+            version = known[0]
+        return version, self._ciphers[(tenant, version)]
+
+    def reader(self, tenant: str, version: int, place: Place) -> AESGCM:
+        cipher = self._ciphers.get((tenant, version))
+        if cipher is None:
+            with self._lock:
+                self._load(tenant)
+            cipher = self._ciphers.get((tenant, version))
+            if cipher is None:
+                raise SealError(f"{place} was sealed with data key {version} of tenant {tenant!r}, "
+                                "which is not stored: refused")
+        return cipher
+
+
+class Sealer:
+    """Seals and opens values and JSON columns at their places."""
+
+    def __init__(self, keys: DataKeys) -> None:
+        self.keys = keys
+
+    def seal(self, place: Place, data: bytes) -> bytes:
+        version, cipher = self.keys.writer(place.tenant)
+        return seal(cipher, version, place, data)
+
+    def open(self, place: Place, data: bytes) -> bytes:
+        header = header_of(data, place)
+        return open_sealed(self.keys.reader(place.tenant, header.key_version, place), header, place, data)
+
+    def seal_payload(self, place: Place, payload: Payload | None) -> Payload | None:
+        if payload is None or payload.data is None:
+            return payload  # a reference into the artifact store (not sealed yet), or nothing
+        return Payload(self.seal(place, payload.data), payload.ref)
+
+    def open_payload(self, place: Place, payload: Payload | None) -> Payload | None:
+        if payload is None or payload.data is None:
+            return payload
+        return Payload(self.open(place, payload.data), payload.ref)
+
+    def seal_json(self, place: Place, value: dict[str, Any] | None,
+                  plain: frozenset[str] = PLAIN_DETAIL) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        kept = {k: v for k, v in value.items() if k in plain}
+        rest = {k: v for k, v in value.items() if k not in plain}
+        if rest:
+            kept["sealed"] = base64.b64encode(self.seal(place, _ENCODE.encode(rest))).decode()
+        return kept
+
+    def open_json(self, place: Place, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The value ``seal_json`` sealed. One without ``"sealed"`` was
+        written by the store itself (an operator's reason, a quarantine) and
+        is read as it is."""
+        if not isinstance(value, dict) or "sealed" not in value:
+            return value
+        sealed = value["sealed"]
+        try:
+            data = base64.b64decode(sealed, validate=True) if isinstance(sealed, str) else b""
+        except (binascii.Error, ValueError):
+            data = b""
+        opened = _DECODE.decode(self.open(place, data))
+        if not isinstance(opened, dict):
+            raise SealError(f"{place} holds no JSON object")
+        return {**{k: v for k, v in value.items() if k != "sealed"}, **opened}
+
+
+def _run_place(run: RunRecord | NewRun, kind: str) -> Place:
+    return Place(run.tenant, run.run_id, "runs", "-", kind)
+
+
+def _entry_position(event: HistoryEvent) -> str:
+    detail = event.detail
+    if isinstance(detail, dict) and detail.get("sealed_at") == "op":
+        return f"op {event.position}"
+    return f"seq {event.seq}"
+
+
+class SealedStore:
+    """A store (``inner``) whose run data is sealed; see the module doc.
+    Everything it does not seal is the inner store's, unchanged."""
+
+    #: what ``cairn.store.with_keyring`` tells a sealed store by
+    sealed = True
+
+    def __init__(self, inner: Store, keyring: Keyring) -> None:
+        self.inner = inner
+        self.keys = DataKeys(inner, keyring)
+        self.sealer = Sealer(self.keys)
+        self._tenants: dict[str, str] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    # -- places ------------------------------------------------------------------------
+
+    def _tenant(self, run_id: str) -> str:
+        tenant = self._tenants.get(run_id)
+        if tenant is None:
+            run = self.inner.get_run(run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            tenant = self._tenants[run_id] = run.tenant
+        return tenant
+
+    def _seal_event(self, tenant: str, event: HistoryEvent) -> HistoryEvent:
+        if (event.payload is None or event.payload.data is None) and not event.detail:
+            return event
+        at = _entry_position(event)
+        return dataclasses.replace(
+            event,
+            payload=self.sealer.seal_payload(Place(tenant, event.run_id, "history", at, "payload"), event.payload),
+            detail=self.sealer.seal_json(Place(tenant, event.run_id, "history", at, "detail"), event.detail),
+        )
+
+    def _open_event(self, tenant: str, event: HistoryEvent) -> HistoryEvent:
+        payload, detail = event.payload, event.detail
+        if (payload is None or payload.data is None) and not (isinstance(detail, dict) and "sealed" in detail):
+            return event
+        at = _entry_position(event)
+        return dataclasses.replace(
+            event,
+            payload=self.sealer.open_payload(Place(tenant, event.run_id, "history", at, "payload"), payload),
+            detail=self.sealer.open_json(Place(tenant, event.run_id, "history", at, "detail"), detail),
+        )
+
+    def _seal_events(self, run_id: str, events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+        tenant = self._tenant(run_id)
+        return [self._seal_event(tenant, e) for e in events]
+
+    def _open_events(self, run_id: str, events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+        if not events:
+            return []
+        tenant = self._tenant(run_id)
+        return [self._open_event(tenant, e) for e in events]
+
+    def _seal_new(self, run: NewRun) -> NewRun:
+        self._tenants[run.run_id] = run.tenant
+        sealed = self.sealer.seal_payload(_run_place(run, "input"), run.input)
+        assert sealed is not None
+        return dataclasses.replace(run, input=sealed)
+
+    def _open_run(self, run: RunRecord) -> RunRecord:
+        self._tenants[run.run_id] = run.tenant
+        return dataclasses.replace(
+            run,
+            input=self.sealer.open_payload(_run_place(run, "input"), run.input) or run.input,
+            result=self.sealer.open_payload(_run_place(run, "result"), run.result),
+            error=self.sealer.open_json(_run_place(run, "error"), run.error),
+        )
+
+    def _seal_error(self, run_id: str, error: dict[str, Any] | None) -> dict[str, Any] | None:
+        return self.sealer.seal_json(Place(self._tenant(run_id), run_id, "runs", "-", "error"), error,
+                                     frozenset())
+
+    def _mail_place(self, tenant: str, run_id: str, key: str) -> Place:
+        return Place(tenant, run_id, "mailbox", key, "payload")
+
+    def _open_delivery(self, tenant: str, delivery: Delivery) -> Delivery:
+        place = self._mail_place(tenant, delivery.run_id, delivery.key)
+        return dataclasses.replace(delivery, payload=self.sealer.open_payload(place, delivery.payload))
+
+    def _open_approval(self, approval: Approval) -> Approval:
+        tenant = approval.tenant
+        request = self.sealer.open_payload(
+            Place(tenant, approval.run_id, "history", f"seq {approval.request_seq}", "payload"), approval.request)
+        decision = self.sealer.open_payload(
+            self._mail_place(tenant, approval.run_id, f"approval:{approval.request_id}"), approval.decision)
+        return dataclasses.replace(approval, request=request, decision=decision)
+
+    def _open_claim(self, claim: Claim, worker: str) -> Claim | None:
+        """The claim opened; ``None`` if its values do not open: the run is
+        then parked as ``needs_attention`` with the error (nothing else is
+        written, nothing executes)."""
+        run = claim.run
+        try:
+            return dataclasses.replace(claim, run=self._open_run(run),
+                                       history=self._open_events(run.run_id, claim.history))
+        except SealError as exc:
+            stop = HistoryEvent(run_id=run.run_id, seq=claim.next_seq, event=EventType.RUN_NEEDS_ATTENTION,
+                                at=self.inner.clock(), epoch=run.epoch, worker=worker,
+                                detail={"error": {"type": "SealError", "message": str(exc)}})
+            self.inner.suspend_run(run.run_id, run.epoch, stop, None, None, RunStatus.NEEDS_ATTENTION)
+            return None
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
+        record, created = self.inner.create_run(self._seal_new(run))
+        return self._open_run(record), created
+
+    def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
+        claim = self.inner.create_claimed_run(self._seal_new(run), worker, lease_seconds)
+        return None if claim is None else self._open_claim(claim, worker)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        run = self.inner.get_run(run_id)
+        return None if run is None else self._open_run(run)
+
+    def list_runs(self, filter: RunFilter) -> list[RunRecord]:
+        return [self._open_run(r) for r in self.inner.list_runs(filter)]
+
+    def runs_changed(self, *args: Any, **kwargs: Any) -> list[RunRecord]:
+        return [self._open_run(r) for r in self.inner.runs_changed(*args, **kwargs)]
+
+    def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        return self._open_events(run_id, self.inner.history(run_id, after_seq, limit))
+
+    def history_headers(self, run_id: str, after_seq: int = 0) -> list[HistoryEvent]:
+        return self._open_events(run_id, self.inner.history_headers(run_id, after_seq))
+
+    def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
+        return self._open_events(run_id, self.inner.history_at(run_id, seqs))
+
+    def model_calls(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
+        return self._open_events(run_id, self.inner.model_calls(run_id, after_seq, limit))
+
+    def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
+        event = self.inner.latest_event(run_id, key)
+        return None if event is None else self._open_events(run_id, [event])[0]
+
+    def claim_runs(self, worker: str, *args: Any, **kwargs: Any) -> list[Claim]:
+        claims = [self._open_claim(c, worker) for c in self.inner.claim_runs(worker, *args, **kwargs)]
+        return [c for c in claims if c is not None]
+
+    def claim_run(self, run_id: str, worker: str, lease_seconds: float, max_recoveries: int) -> Claim | None:
+        claim = self.inner.claim_run(run_id, worker, lease_seconds, max_recoveries)
+        return None if claim is None else self._open_claim(claim, worker)
+
+    # -- the holder's writes -------------------------------------------------------------------
+
+    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False) -> None:
+        self.inner.append(run_id, epoch, self._seal_events(run_id, events), barrier=barrier)
+
+    def transact(self, run_id: str, epoch: int, body: Callable[[Tx], tuple[Sequence[HistoryEvent], R]]) -> R:
+        def sealed(tx: Tx) -> tuple[Sequence[HistoryEvent], R]:
+            events, result = body(tx)
+            return self._seal_events(run_id, events), result
+
+        return self.inner.transact(run_id, epoch, sealed)
+
+    def suspend_run(self, run_id: str, epoch: int, event: HistoryEvent, *args: Any, **kwargs: Any) -> None:
+        self.inner.suspend_run(run_id, epoch, self._seal_events(run_id, [event])[0], *args, **kwargs)
+
+    def release_run(self, run_id: str, epoch: int, event: HistoryEvent) -> None:
+        self.inner.release_run(run_id, epoch, self._seal_events(run_id, [event])[0])
+
+    def rewind_run(self, run_id: str, epoch: int, rewound: HistoryEvent, released: HistoryEvent) -> None:
+        rewound, released = self._seal_events(run_id, [rewound, released])
+        self.inner.rewind_run(run_id, epoch, rewound, released)
+
+    def finish_run(self, run_id: str, epoch: int, event: HistoryEvent, status: RunStatus,
+                   result: Payload | None, error: dict[str, Any] | None) -> None:
+        tenant = self._tenant(run_id)
+        self.inner.finish_run(
+            run_id, epoch, self._seal_event(tenant, event), status,
+            self.sealer.seal_payload(Place(tenant, run_id, "runs", "-", "result"), result),
+            self._seal_error(run_id, error))
+
+    def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
+        sealed = self._seal_error(run_id, error)
+        assert sealed is not None
+        self.inner.halt_run(run_id, epoch, self._seal_events(run_id, [event])[0], sealed)
+
+    def start_child(self, parent_run_id: str, epoch: int, event: HistoryEvent, child: NewRun) -> RunRecord:
+        record = self.inner.start_child(parent_run_id, epoch, self._seal_events(parent_run_id, [event])[0],
+                                        self._seal_new(child))
+        return self._open_run(record)
+
+    def take_delivery(self, run_id: str, epoch: int, event: HistoryEvent, seq: int, *,
+                      released: int | None = None) -> None:
+        self.inner.take_delivery(run_id, epoch, self._seal_events(run_id, [event])[0], seq, released=released)
+
+    def request_approval(self, run_id: str, epoch: int, event: HistoryEvent, request: ApprovalRequest) -> None:
+        self.inner.request_approval(run_id, epoch, self._seal_events(run_id, [event])[0], request)
+
+    def expire_approval(self, run_id: str, epoch: int, event: HistoryEvent, request_id: str) -> bool:
+        return self.inner.expire_approval(run_id, epoch, self._seal_events(run_id, [event])[0], request_id)
+
+    # -- mailboxes and approvals ------------------------------------------------------------------
+
+    def deliver(self, run_id: str, key: str, payload: Payload | None, *, sender: str | None = None,
+                dedupe: str | None = None) -> tuple[Delivery, bool]:
+        tenant = self._tenant(run_id)
+        sealed = self.sealer.seal_payload(self._mail_place(tenant, run_id, key), payload)
+        delivery, new = self.inner.deliver(run_id, key, sealed, sender=sender, dedupe=dedupe)
+        return self._open_delivery(tenant, delivery), new
+
+    def deliveries(self, run_id: str, key: str | None = None, after_seq: int = 0) -> list[Delivery]:
+        found = self.inner.deliveries(run_id, key, after_seq)
+        return [self._open_delivery(self._tenant(run_id), d) for d in found]
+
+    def delivery(self, run_id: str, key: str, seq: int | None = None) -> Delivery | None:
+        found = self.inner.delivery(run_id, key, seq)
+        return None if found is None else self._open_delivery(self._tenant(run_id), found)
+
+    def decide_approval(self, run_id: str, request_id: str, status: ApprovalStatus, payload: Payload | None,
+                        comment: str | None, *, actor: str) -> Approval:
+        place = self._mail_place(self._tenant(run_id), run_id, f"approval:{request_id}")
+        return self._open_approval(self.inner.decide_approval(
+            run_id, request_id, status, self.sealer.seal_payload(place, payload), comment, actor=actor))
+
+    def approvals(self, **kwargs: Any) -> list[Approval]:
+        return [self._open_approval(a) for a in self.inner.approvals(**kwargs)]
+
+    # -- operator actions that store a value ---------------------------------------------------------
+
+    def resolve_operation(self, run_id: str, position: int, done: bool, result: Payload | None,
+                          detail: dict[str, Any], *, actor: str | None = None) -> RunRecord:
+        tenant = self._tenant(run_id)
+        at = f"op {position}"
+        sealed = self.sealer.seal_json(Place(tenant, run_id, "history", at, "detail"),
+                                       {**detail, "sealed_at": "op"}) or {}
+        payload = self.sealer.seal_payload(Place(tenant, run_id, "history", at, "payload"), result)
+        return self._open_run(self.inner.resolve_operation(run_id, position, done, payload, sealed, actor=actor))
+
+    def fire_schedule(self, tenant: str, name: str, tick: float, run: NewRun | None) -> Fired:
+        return self.inner.fire_schedule(tenant, name, tick, None if run is None else self._seal_new(run))
+
+    def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
+        return self._open_run(self.inner.cancel_run(run_id, reason, actor=actor))
+
+    def retry_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
+        return self._open_run(self.inner.retry_run(run_id, actor=actor))
+
+    def kill_runs(self, reason: str, **kwargs: Any) -> list[RunRecord]:
+        return [self._open_run(r) for r in self.inner.kill_runs(reason, **kwargs)]
+
+    def revive_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
+        return self._open_run(self.inner.revive_run(run_id, actor=actor))
+
+    def set_budget(self, run_id: str, budget: dict[str, Any], *, actor: str | None = None) -> RunRecord:
+        return self._open_run(self.inner.set_budget(run_id, budget, actor=actor))
+
+    def migrate_run(self, *args: Any, **kwargs: Any) -> RunRecord:
+        return self._open_run(self.inner.migrate_run(*args, **kwargs))
+
+    # -- keys ----------------------------------------------------------------------------------------
+
+    def rotate(self, tenant: str) -> int:
+        """A new data key for ``tenant``: it seals every new write from now on
+        (in this process at once, in others within ``KEY_REFRESH_SECONDS``)."""
+        return self.keys.add(tenant)
+
+
+def sealed_store(inner: Store, keyring: Keyring) -> Store:
+    """``inner`` with its run data sealed (``SealedStore``)."""
+    return cast(Store, SealedStore(inner, keyring))

@@ -1,0 +1,4 @@
+-- Reserved: migration 0019 belongs to another branch (issue 25's brief). This
+-- placeholder keeps the crypt branch's numbering contiguous; it is deleted
+-- when that branch's 0019 is merged.
+SELECT 1;
