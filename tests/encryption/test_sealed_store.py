@@ -1,0 +1,290 @@
+"""Encryption at rest on both backends (cairn.store.sealed): a canary
+written through every sealed path appears nowhere at rest; every sealed
+column copied to another tenant, run or position is refused; plaintext
+injected in place of an envelope is refused; a wrong or missing key stops a
+run with a clear error and overwrites nothing; replay after a key rotation
+reads the values recorded before it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import cairn
+from cairn.errors import ConfigError
+from cairn.security.envelope import SealError
+from cairn.security.keyring import LocalKeyring
+from cairn.store.records import RunStatus
+from tests.engine.conftest import execute_once, postgres_url
+from tests.store.test_schema import pg_dump_binary
+
+CANARY = "Zq7canaryXw9"
+
+
+def forms(value: str) -> list[bytes]:
+    """The byte strings that show ``value`` in a file, a row or a dump."""
+    raw = value.encode()
+    found = {raw, raw.hex().encode(), raw.hex().upper().encode(), value.encode("utf-16-le"),
+             value.encode("utf-16-be")}
+    for shift in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            text = encode(b"\0" * shift + raw)
+            found.add(text[4 if shift else 0:-4])
+    return sorted(found)
+
+
+def inflated(blob: bytes) -> Iterator[bytes]:
+    """Every zlib or gzip stream found anywhere in ``blob``, decompressed."""
+    for start in range(len(blob) - 2):
+        pair = blob[start:start + 2]
+        if pair[0] == 0x78 and pair[1] in (0x01, 0x5E, 0x9C, 0xDA) or pair == b"\x1f\x8b":
+            try:
+                yield zlib.decompressobj(47).decompress(blob[start:], 1 << 20)
+            except zlib.error:
+                continue
+
+
+def hits(blob: bytes) -> list[str]:
+    found = [f"{form!r}" for form in forms(CANARY) if form in blob]
+    found += [f"zlib@{i}" for i, out in enumerate(inflated(blob)) if any(f in out for f in forms(CANARY))]
+    return found
+
+
+def keyring() -> LocalKeyring:
+    return LocalKeyring({"kek1": os.urandom(32)}, "kek1")
+
+
+@pytest.fixture(params=("sqlite", "postgres"))
+def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database URL on each backend."""
+    if request.param == "postgres":
+        yield postgres_url(request.getfixturevalue("pg_url"))
+    else:
+        yield f"sqlite:///{tmp_path}/cairn.db"
+
+
+def build(url: str, ring: LocalKeyring | None) -> cairn.App:
+    app = cairn.App(db=url, keyring=ring, lease_seconds=5.0)
+
+    @app.step()
+    def shout(text: str) -> str:
+        return f"{text} {CANARY}-step"
+
+    @app.workflow(name="canary")
+    def canary(ctx: cairn.Context, text: str) -> dict[str, Any]:
+        loud = shout(text)
+        ctx.set_event("progress", f"{CANARY}-event")
+        signal = ctx.wait_for_signal("go")
+        decision = ctx.request_approval("ship", {"note": f"{CANARY}-approval"})
+        if signal == "fail":
+            raise ValueError(f"{CANARY}-error")
+        return {"loud": loud, "signal": signal, "decision": decision.data, "tail": f"{CANARY}-result"}
+
+    return app
+
+
+def drive(app: cairn.App, run_id: str, signal: str) -> str:
+    assert execute_once(app, run_id) == "suspended"  # at the signal
+    app.signal(run_id, "go", signal if signal == "fail" else f"{CANARY}-signal")
+    assert execute_once(app, run_id) == "suspended"  # at the approval
+    (request,) = app.approvals(run_id=run_id)
+    app.approve(run_id, request.request_id, edit={"note": f"{CANARY}-edit"})
+    return execute_once(app, run_id)
+
+
+def rows_at_rest(url: str) -> bytes:
+    """Every byte of the database: the SQLite file, WAL and -shm, or pg_dump."""
+    if url.startswith("sqlite"):
+        path = Path(url.removeprefix("sqlite:///"))
+        return b"".join(p.read_bytes() for p in path.parent.iterdir() if p.is_file())
+    return subprocess.run([pg_dump_binary(), "--data-only", "--schema=cairn", "-d", url.replace(
+        "postgresql://", "postgresql://", 1)], check=True, capture_output=True).stdout
+
+
+@pytest.mark.slow  # pg_dump is a process
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "plain-control"])
+def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, sealed: bool) -> None:
+    """The control (encryption off) finds the canary: the scan sees what it looks for."""
+    app = build(place, keyring() if sealed else None)
+    done = app.start("canary", f"{CANARY}-input").run_id
+    assert drive(app, done, "ok") == "completed"
+    failed = app.start("canary", f"{CANARY}-input2").run_id
+    assert drive(app, failed, "fail") == "failed"
+    result = app.handle(done).result(timeout=5)
+    assert result["decision"] == {"note": f"{CANARY}-edit"} and result["signal"] == f"{CANARY}-signal"
+    assert CANARY in app.store.get_run(failed).error["message"]
+    assert app.get_event(done, "progress") == f"{CANARY}-event"
+    events = json.dumps([e.detail for e in app.history(failed)], default=str)
+    assert CANARY in events  # the error is read back from the sealed detail
+    app.close()
+    found = hits(rows_at_rest(place))
+    assert found == [] if sealed else len(found) > 0
+
+
+class Raw:
+    """Statements on the database under the store, as an attacker with
+    write access to it would run them (``:name`` parameters on both)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __call__(self, statement: str, **params: Any) -> list[tuple[Any, ...]]:
+        if self.url.startswith("sqlite"):
+            with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
+                return conn.execute(statement, params).fetchall()
+        import re
+
+        text = re.sub(r":(\w+)", r"%(\1)s", statement)
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("SET search_path TO cairn")
+            cursor = conn.execute(text, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+
+#: every sealed column: (table, column, the key columns of its row)
+SEALED = [("runs", "input", ("run_id",)), ("runs", "result", ("run_id",)), ("runs", "error", ("run_id",)),
+          ("history", "payload", ("run_id", "seq")), ("history", "detail", ("run_id", "seq")),
+          ("mailbox", "payload", ("run_id", "seq"))]
+
+
+def read_back(app: cairn.App, table: str, run_id: str) -> None:
+    """Read what ``table`` holds of ``run_id`` through the store."""
+    if table == "runs":
+        app.store.get_run(run_id)
+    elif table == "history":
+        app.history(run_id)
+    else:
+        app.store.deliveries(run_id)
+
+
+def runs_of(app: cairn.App) -> dict[str, str]:
+    """Six finished runs: a completed and a failed one for tenant a (twice) and b."""
+    made = {}
+    for name, tenant, signal in (("a1", "a", "ok"), ("a2", "a", "ok"), ("b1", "b", "ok"),
+                                 ("fa1", "a", "fail"), ("fa2", "a", "fail"), ("fb1", "b", "fail")):
+        made[name] = app.start("canary", f"{CANARY}-{name}", tenant=tenant).run_id
+        drive(app, made[name], signal)
+    return made
+
+
+def test_every_sealed_column_copied_to_another_tenant_run_or_position_is_refused(place: str) -> None:
+    app = build(place, keyring())
+    runs = runs_of(app)
+    raw = Raw(place)
+    tried = refused = 0
+    for table, column, keys in SEALED:
+        failed = column == "error"
+        source_run, same_tenant, other_tenant = ((runs["fa1"], runs["fa2"], runs["fb1"]) if failed
+                                                 else (runs["a1"], runs["a2"], runs["b1"]))
+        where = " AND ".join(f"{k} = :{k}" for k in keys)
+        rows = raw(f"SELECT {', '.join(keys)}, {column} FROM {table} WHERE run_id = :run_id "
+                   f"AND {column} IS NOT NULL ORDER BY {', '.join(keys)}", run_id=source_run)
+        if column == "detail":
+            rows = [r for r in rows if "sealed" in json.loads(r[-1])]
+        assert rows, f"no sealed {table}.{column} to copy"
+        for row in rows:
+            source = dict(zip(keys, row[:-1], strict=True))
+            targets = [{**source, "run_id": same_tenant}, {**source, "run_id": other_tenant}]
+            targets += [dict(zip(keys, other[:-1], strict=True)) for other in rows if other != row][:2]
+            for target in targets:
+                before = raw(f"SELECT {column} FROM {table} WHERE {where}", **target)
+                if not before:
+                    continue
+                raw(f"UPDATE {table} SET {column} = :value WHERE {where}", value=row[-1], **target)
+                tried += 1
+                try:
+                    read_back(app, table, target["run_id"])
+                except SealError as exc:
+                    refused += 1
+                    assert target["run_id"] in str(exc) and table in str(exc)
+                finally:
+                    raw(f"UPDATE {table} SET {column} = :value WHERE {where}", value=before[0][0], **target)
+                read_back(app, table, target["run_id"])  # restored: reads again
+    assert tried >= 30 and refused == tried
+
+
+@pytest.mark.parametrize(("table", "column", "plain"), [
+    ("runs", "input", b'{"text": "injected"}'), ("history", "payload", b'"injected"'),
+    ("mailbox", "payload", b'"injected"'), ("history", "detail", '{"sealed": "aW5qZWN0ZWQ="}'),
+    ("runs", "result", b'{"loud": "injected"}')])
+def test_plaintext_injected_in_place_of_an_envelope_is_refused(place: str, table: str, column: str,
+                                                               plain: Any) -> None:
+    app = build(place, keyring())
+    run_id = runs_of_one(app)
+    raw = Raw(place)
+    raw(f"UPDATE {table} SET {column} = :value WHERE run_id = :run_id AND {column} IS NOT NULL"
+        + (" AND detail LIKE :pattern" if column == "detail" else ""), value=plain, run_id=run_id,
+        **({"pattern": "%sealed%"} if column == "detail" else {}))
+    with pytest.raises(SealError, match="not encrypted|does not decrypt"):
+        read_back(app, table, run_id)
+
+
+def runs_of_one(app: cairn.App) -> str:
+    run_id = app.start("canary", f"{CANARY}-one").run_id
+    assert drive(app, run_id, "ok") == "completed"
+    return run_id
+
+
+def test_a_wrong_key_parks_the_run_with_a_clear_error_and_overwrites_nothing(place: str) -> None:
+    right = keyring()
+    app = build(place, right)
+    run_id = app.start("canary", f"{CANARY}-w").run_id
+    assert execute_once(app, run_id) == "suspended"
+    raw = Raw(place)
+    app.signal(run_id, "go", "x")
+    before = raw("SELECT seq, payload, detail FROM history WHERE run_id = :run_id ORDER BY seq", run_id=run_id)
+    input_before = raw("SELECT input FROM runs WHERE run_id = :run_id", run_id=run_id)
+    app.close()
+    wrong = build(place, keyring())  # another KEK: the data key does not unwrap
+    claim = wrong.store.claim_run(run_id, "w", 5.0, 5)
+    assert claim is None  # not handed to the engine: parked
+    status, = raw("SELECT status FROM runs WHERE run_id = :run_id", run_id=run_id)[0]
+    assert status == RunStatus.NEEDS_ATTENTION.value
+    after = raw("SELECT seq, payload, detail FROM history WHERE run_id = :run_id ORDER BY seq", run_id=run_id)
+    assert after[:len(before)] == before and raw("SELECT input FROM runs WHERE run_id = :run_id",
+                                                 run_id=run_id) == input_before
+    assert "does not unwrap" in after[-1][2]  # the error, named, in the run's journal
+    with pytest.raises(SealError, match="does not unwrap"):
+        wrong.start("canary", "new input")  # refused at start: nothing stored
+    wrong.close()
+    reopened = build(place, right)
+    assert reopened.store.get_run(run_id).input.data is not None  # the right key still opens it all
+    assert [e.seq for e in reopened.history(run_id)] == [r[0] for r in after]
+    reopened.close()
+
+
+def test_an_encrypted_database_is_refused_without_its_keyring(place: str) -> None:
+    app = build(place, keyring())
+    runs_of_one(app)
+    app.close()
+    with pytest.raises(ConfigError, match="this database is encrypted"):
+        cairn.App(db=place)
+
+
+def test_replay_after_a_rotation_returns_the_values_recorded_before_it(place: str) -> None:
+    app = build(place, keyring())
+    run_id = app.start("canary", f"{CANARY}-r").run_id
+    assert execute_once(app, run_id) == "suspended"  # step and event sealed with key 1
+    assert app.store.rotate("default") == 2
+    app.signal(run_id, "go", "after rotation")  # sealed with key 2
+    assert execute_once(app, run_id) == "suspended"  # replays the step recorded under key 1
+    (request,) = app.approvals(run_id=run_id)
+    app.approve(run_id, request.request_id)
+    assert execute_once(app, run_id) == "completed"
+    result = app.handle(run_id).result(timeout=5)
+    assert result["loud"] == f"{CANARY}-r {CANARY}-step" and result["signal"] == "after rotation"
+    versions = {int.from_bytes(bytes(p)[4:8], "big") for (p,) in Raw(place)(
+        "SELECT payload FROM history WHERE run_id = :run_id AND payload IS NOT NULL", run_id=run_id)}
+    assert versions == {1, 2}
+    app.close()
