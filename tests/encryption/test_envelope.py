@@ -84,7 +84,8 @@ def test_the_local_keyring_from_a_file_and_an_environment_variable(tmp_path: Pat
     path = tmp_path / "keys"
     path.write_text(f"# KEKs, the last one current\n{new_kek_line('old')}\n{new_kek_line('new')}\n")
     ring = keyring_from_spec(f"file:{path}")
-    assert ring.current() == "new" and ring.ids() == ["old", "new"]
+    assert ring.current() == "new"
+    assert ring.ids() == ["old", "new"]
     wrapped = ring.wrap("old", b"k" * 32, b"acme\x001")
     assert ring.unwrap("old", wrapped, b"acme\x001") == b"k" * 32
     with pytest.raises(SealError, match="does not unwrap"):
@@ -108,7 +109,8 @@ def test_a_malformed_keyring_is_one_line_naming_its_source_never_a_key(text: str
     with pytest.raises(ConfigError) as caught:
         LocalKeyring.parse(text, "$MY_KEK")
     message = str(caught.value)
-    assert problem in message and "\n" not in message
+    assert problem in message
+    assert "\n" not in message
     assert "notbase64" not in message
 
 
@@ -116,3 +118,19 @@ def test_an_unknown_keyring_spec_and_a_missing_file_or_variable_are_config_error
     for spec in ("kms:x", "file:", f"file:{tmp_path}/none", "env:CAIRN_TEST_UNSET_VARIABLE"):
         with pytest.raises(ConfigError):
             keyring_from_spec(spec)
+
+
+def test_encryption_without_its_extra_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    import sys
+
+    import cairn
+    from cairn.errors import MissingExtra
+
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers.aead", None)
+    ring = LocalKeyring({"k1": bytes(32)}, "k1")
+    with pytest.raises(MissingExtra) as caught:
+        cairn.App(db=f"sqlite:///{tmp_path}/c.db", keyring=ring)
+    assert "'encryption'" in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "c.db").exists()  # refused before anything was opened
+    cairn.App(db=f"sqlite:///{tmp_path}/plain.db").close()  # without a keyring: not needed

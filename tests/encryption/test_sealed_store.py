@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import zlib
@@ -48,7 +47,7 @@ def inflated(blob: bytes) -> Iterator[bytes]:
     """Every zlib or gzip stream found anywhere in ``blob``, decompressed."""
     for start in range(len(blob) - 2):
         pair = blob[start:start + 2]
-        if pair[0] == 0x78 and pair[1] in (0x01, 0x5E, 0x9C, 0xDA) or pair == b"\x1f\x8b":
+        if (pair[0] == 0x78 and pair[1] in (0x01, 0x5E, 0x9C, 0xDA)) or pair == b"\x1f\x8b":
             try:
                 yield zlib.decompressobj(47).decompress(blob[start:], 1 << 20)
             except zlib.error:
@@ -122,7 +121,8 @@ def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, seale
     failed = app.start("canary", f"{CANARY}-input2").run_id
     assert drive(app, failed, "fail") == "failed"
     result = app.handle(done).result(timeout=5)
-    assert result["decision"] == {"note": f"{CANARY}-edit"} and result["signal"] == f"{CANARY}-signal"
+    assert result["decision"] == {"note": f"{CANARY}-edit"}
+    assert result["signal"] == f"{CANARY}-signal"
     assert CANARY in app.store.get_run(failed).error["message"]
     assert app.get_event(done, "progress") == f"{CANARY}-event"
     events = json.dumps([e.detail for e in app.history(failed)], default=str)
@@ -204,14 +204,16 @@ def test_every_sealed_column_copied_to_another_tenant_run_or_position_is_refused
                 raw(f"UPDATE {table} SET {column} = :value WHERE {where}", value=row[-1], **target)
                 tried += 1
                 try:
-                    read_back(app, table, target["run_id"])
-                except SealError as exc:
+                    with pytest.raises(SealError) as caught:
+                        read_back(app, table, target["run_id"])
                     refused += 1
-                    assert target["run_id"] in str(exc) and table in str(exc)
+                    assert target["run_id"] in str(caught.value)
+                    assert table in str(caught.value)
                 finally:
                     raw(f"UPDATE {table} SET {column} = :value WHERE {where}", value=before[0][0], **target)
                 read_back(app, table, target["run_id"])  # restored: reads again
-    assert tried >= 30 and refused == tried
+    assert tried >= 30
+    assert refused == tried
 
 
 @pytest.mark.parametrize(("table", "column", "plain"), [
@@ -226,7 +228,7 @@ def test_plaintext_injected_in_place_of_an_envelope_is_refused(place: str, table
     raw(f"UPDATE {table} SET {column} = :value WHERE run_id = :run_id AND {column} IS NOT NULL"
         + (" AND detail LIKE :pattern" if column == "detail" else ""), value=plain, run_id=run_id,
         **({"pattern": "%sealed%"} if column == "detail" else {}))
-    with pytest.raises(SealError, match="not encrypted|does not decrypt"):
+    with pytest.raises(SealError, match=r"not encrypted|does not decrypt"):
         read_back(app, table, run_id)
 
 
@@ -243,7 +245,8 @@ def test_a_wrong_key_parks_the_run_with_a_clear_error_and_overwrites_nothing(pla
     assert execute_once(app, run_id) == "suspended"
     raw = Raw(place)
     app.signal(run_id, "go", "x")
-    before = raw("SELECT seq, payload, detail FROM history WHERE run_id = :run_id ORDER BY seq", run_id=run_id)
+    entries = "SELECT seq, payload, detail FROM history WHERE run_id = :run_id ORDER BY seq"
+    before = raw(entries, run_id=run_id)
     input_before = raw("SELECT input FROM runs WHERE run_id = :run_id", run_id=run_id)
     app.close()
     wrong = build(place, keyring())  # another KEK: the data key does not unwrap
@@ -252,7 +255,8 @@ def test_a_wrong_key_parks_the_run_with_a_clear_error_and_overwrites_nothing(pla
     status, = raw("SELECT status FROM runs WHERE run_id = :run_id", run_id=run_id)[0]
     assert status == RunStatus.NEEDS_ATTENTION.value
     after = raw("SELECT seq, payload, detail FROM history WHERE run_id = :run_id ORDER BY seq", run_id=run_id)
-    assert after[:len(before)] == before and raw("SELECT input FROM runs WHERE run_id = :run_id",
+    assert after[:len(before)] == before
+    assert raw("SELECT input FROM runs WHERE run_id = :run_id",
                                                  run_id=run_id) == input_before
     assert "does not unwrap" in after[-1][2]  # the error, named, in the run's journal
     with pytest.raises(SealError, match="does not unwrap"):
@@ -283,7 +287,8 @@ def test_replay_after_a_rotation_returns_the_values_recorded_before_it(place: st
     app.approve(run_id, request.request_id)
     assert execute_once(app, run_id) == "completed"
     result = app.handle(run_id).result(timeout=5)
-    assert result["loud"] == f"{CANARY}-r {CANARY}-step" and result["signal"] == "after rotation"
+    assert result["loud"] == f"{CANARY}-r {CANARY}-step"
+    assert result["signal"] == "after rotation"
     versions = {int.from_bytes(bytes(p)[4:8], "big") for (p,) in Raw(place)(
         "SELECT payload FROM history WHERE run_id = :run_id AND payload IS NOT NULL", run_id=run_id)}
     assert versions == {1, 2}

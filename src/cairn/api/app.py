@@ -52,8 +52,8 @@ from cairn.memory.embedders import Embedder
 from cairn.memory.policy import MemoryPolicy
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
-from cairn.security.secrets import SecretProvider, Secrets
 from cairn.security.keyring import Keyring
+from cairn.security.secrets import SecretProvider, Secrets
 from cairn.store import lifecycle, open_store, resolve_url, with_keyring
 from cairn.store.admission import QueueLimits, QueueShare, QueueStats, Rate
 from cairn.store.contract import Notifier, Store

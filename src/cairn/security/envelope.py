@@ -144,7 +144,8 @@ def open_sealed(cipher: AESGCM, header: Header, place: Place, data: bytes) -> by
 
     nonce = data[HEADER_SIZE:HEADER_SIZE + NONCE_SIZE]
     try:
-        plaintext = cipher.decrypt(nonce, data[HEADER_SIZE + NONCE_SIZE:], data[:HEADER_SIZE] + place.associated())
+        sealed = data[HEADER_SIZE + NONCE_SIZE:]
+        plaintext = cipher.decrypt(nonce, sealed, data[:HEADER_SIZE] + place.associated())
     except InvalidTag:
         raise SealError(f"{place} does not decrypt: sealed for another run, table or position, "
                         f"or damaged") from None

@@ -250,13 +250,15 @@ class SealedStore:
         at = _entry_position(event)
         return dataclasses.replace(
             event,
-            payload=self.sealer.seal_payload(Place(tenant, event.run_id, "history", at, "payload"), event.payload),
+            payload=self.sealer.seal_payload(Place(tenant, event.run_id, "history", at, "payload"),
+                                             event.payload),
             detail=self.sealer.seal_json(Place(tenant, event.run_id, "history", at, "detail"), event.detail),
         )
 
     def _open_event(self, tenant: str, event: HistoryEvent) -> HistoryEvent:
         payload, detail = event.payload, event.detail
-        if (payload is None or payload.data is None) and not (isinstance(detail, dict) and "sealed" in detail):
+        sealed_detail = isinstance(detail, dict) and "sealed" in detail
+        if (payload is None or payload.data is None) and not sealed_detail:
             return event
         at = _entry_position(event)
         return dataclasses.replace(
@@ -304,7 +306,8 @@ class SealedStore:
     def _open_approval(self, approval: Approval) -> Approval:
         tenant = approval.tenant
         request = self.sealer.open_payload(
-            Place(tenant, approval.run_id, "history", f"seq {approval.request_seq}", "payload"), approval.request)
+            Place(tenant, approval.run_id, "history", f"seq {approval.request_seq}", "payload"),
+            approval.request)
         decision = self.sealer.open_payload(
             self._mail_place(tenant, approval.run_id, f"approval:{approval.request_id}"), approval.decision)
         return dataclasses.replace(approval, request=request, decision=decision)
@@ -370,8 +373,13 @@ class SealedStore:
 
     # -- the holder's writes -------------------------------------------------------------------
 
-    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *, barrier: bool = False) -> None:
+    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *,
+               barrier: bool = False) -> None:
         self.inner.append(run_id, epoch, self._seal_events(run_id, events), barrier=barrier)
+
+    def append_memory(self, run_id: str, epoch: int, events: Sequence[HistoryEvent], writes: Sequence[Any],
+                      provenance: Any) -> None:
+        self.inner.append_memory(run_id, epoch, self._seal_events(run_id, events), writes, provenance)
 
     def transact(self, run_id: str, epoch: int, body: Callable[[Tx], tuple[Sequence[HistoryEvent], R]]) -> R:
         def sealed(tx: Tx) -> tuple[Sequence[HistoryEvent], R]:
@@ -412,7 +420,8 @@ class SealedStore:
                       released: int | None = None) -> None:
         self.inner.take_delivery(run_id, epoch, self._seal_events(run_id, [event])[0], seq, released=released)
 
-    def request_approval(self, run_id: str, epoch: int, event: HistoryEvent, request: ApprovalRequest) -> None:
+    def request_approval(self, run_id: str, epoch: int, event: HistoryEvent,
+                         request: ApprovalRequest) -> None:
         self.inner.request_approval(run_id, epoch, self._seal_events(run_id, [event])[0], request)
 
     def expire_approval(self, run_id: str, epoch: int, event: HistoryEvent, request_id: str) -> bool:
@@ -453,7 +462,8 @@ class SealedStore:
         sealed = self.sealer.seal_json(Place(tenant, run_id, "history", at, "detail"),
                                        {**detail, "sealed_at": "op"}) or {}
         payload = self.sealer.seal_payload(Place(tenant, run_id, "history", at, "payload"), result)
-        return self._open_run(self.inner.resolve_operation(run_id, position, done, payload, sealed, actor=actor))
+        resolved = self.inner.resolve_operation(run_id, position, done, payload, sealed, actor=actor)
+        return self._open_run(resolved)
 
     def fire_schedule(self, tenant: str, name: str, tick: float, run: NewRun | None) -> Fired:
         return self.inner.fire_schedule(tenant, name, tick, None if run is None else self._seal_new(run))
