@@ -131,6 +131,7 @@ def test_encryption_without_its_extra_is_one_line_naming_it(monkeypatch: pytest.
     ring = LocalKeyring({"k1": bytes(32)}, "k1")
     with pytest.raises(MissingExtra) as caught:
         cairn.App(db=f"sqlite:///{tmp_path}/c.db", keyring=ring)
-    assert "'encryption'" in str(caught.value) and "\n" not in str(caught.value)
+    assert "'encryption'" in str(caught.value)
+    assert "\n" not in str(caught.value)
     assert not (tmp_path / "c.db").exists()  # refused before anything was opened
     cairn.App(db=f"sqlite:///{tmp_path}/plain.db").close()  # without a keyring: not needed

@@ -26,11 +26,14 @@ JSON compresses well; ciphertext does not, so it is compressed first).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from cairn.errors import MissingExtra, PayloadError
 
@@ -61,9 +64,13 @@ def aesgcm(key: bytes) -> AESGCM:
     return AESGCM(key)
 
 
+@functools.lru_cache(maxsize=4096)
 def tenant_tag(tenant: str) -> bytes:
     """4 bytes naming ``tenant`` in an envelope's header."""
     return hashlib.blake2b(tenant.encode(), digest_size=4).digest()
+
+
+_ENCODE_PLACE = msgspec.msgpack.Encoder().encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,14 +84,10 @@ class Place:
     kind: str
 
     def associated(self) -> bytes:
-        """The associated data: each part length-prefixed, so no two places
-        share it (``("a", "bc")`` and ``("ab", "c")`` differ)."""
-        out = bytearray()
-        for part in (self.tenant, self.run, self.table, self.position, self.kind):
-            raw = part.encode()
-            out += len(raw).to_bytes(4, "big")
-            out += raw
-        return bytes(out)
+        """The associated data: the five parts as one MessagePack array, in
+        which each string is length-prefixed, so no two places share it
+        (``("a", "bc")`` and ``("ab", "c")`` differ); one C call per value."""
+        return _ENCODE_PLACE((self.tenant, self.run, self.table, self.position, self.kind))
 
     def __str__(self) -> str:
         return (f"{self.table}.{self.kind} at {self.position} of run {self.run!r} "
@@ -120,6 +123,11 @@ def header_of(data: bytes, place: Place) -> Header:
     return Header(data[3], int.from_bytes(data[4:8], "big"), bytes(data[8:12]))
 
 
+@functools.lru_cache(maxsize=4096)
+def _header(flags: int, key_version: int, tenant: str) -> bytes:
+    return bytes((MAGIC, VERSION, AES_256_GCM, flags)) + key_version.to_bytes(4, "big") + tenant_tag(tenant)
+
+
 def seal(cipher: AESGCM, key_version: int, place: Place, plaintext: bytes) -> bytes:
     """``plaintext`` sealed for ``place`` with ``cipher`` (the tenant's data
     key of ``key_version``)."""
@@ -128,8 +136,7 @@ def seal(cipher: AESGCM, key_version: int, place: Place, plaintext: bytes) -> by
         packed = zlib.compress(plaintext, 1)
         if len(packed) < len(plaintext):
             plaintext, flags = packed, FLAG_ZLIB
-    header = bytes((MAGIC, VERSION, AES_256_GCM, flags)) + key_version.to_bytes(4, "big") + tenant_tag(
-        place.tenant)
+    header = _header(flags, key_version, place.tenant)
     nonce = os.urandom(NONCE_SIZE)
     return header + nonce + cipher.encrypt(nonce, plaintext, header + place.associated())
 
