@@ -74,21 +74,27 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 def build(url: str, ring: LocalKeyring | None) -> cairn.App:
-    app = cairn.App(db=url, keyring=ring, lease_seconds=5.0)
+    app = cairn.App(db=url, keyring=ring, lease_seconds=5.0, inline_limit=1024)  # larger: artifacts
 
     @app.step()
     def shout(text: str) -> str:
         return f"{text} {CANARY}-step"
 
+    @app.step()
+    def big(text: str) -> str:
+        return f"{text} {CANARY}-artifact " + "z" * 2000
+
     @app.workflow(name="canary")
     def canary(ctx: cairn.Context, text: str) -> dict[str, Any]:
         loud = shout(text)
+        large = big(text)
         ctx.set_event("progress", f"{CANARY}-event")
         signal = ctx.wait_for_signal("go")
         decision = ctx.request_approval("ship", {"note": f"{CANARY}-approval"})
         if signal == "fail":
             raise ValueError(f"{CANARY}-error")
-        return {"loud": loud, "signal": signal, "decision": decision.data, "tail": f"{CANARY}-result"}
+        return {"loud": loud, "signal": signal, "decision": decision.data, "tail": f"{CANARY}-result",
+                "large": large[:40]}
 
     return app
 
@@ -106,7 +112,7 @@ def rows_at_rest(url: str) -> bytes:
     """Every byte of the database: the SQLite file, WAL and -shm, or pg_dump."""
     if url.startswith("sqlite"):
         path = Path(url.removeprefix("sqlite:///"))
-        return b"".join(p.read_bytes() for p in path.parent.iterdir() if p.is_file())
+        return b"".join(p.read_bytes() for p in path.parent.rglob("*") if p.is_file())  # artifacts too
     return subprocess.run([pg_dump_binary(), "--data-only", "--schema=cairn", "-d", url.replace(
         "postgresql://", "postgresql://", 1)], check=True, capture_output=True).stdout
 
@@ -116,13 +122,15 @@ def rows_at_rest(url: str) -> bytes:
 def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, sealed: bool) -> None:
     """The control (encryption off) finds the canary: the scan sees what it looks for."""
     app = build(place, keyring() if sealed else None)
-    done = app.start("canary", f"{CANARY}-input").run_id
+    done = app.start("canary", f"{CANARY}-input" + "y" * 2000).run_id  # an input stored as an artifact
     assert drive(app, done, "ok") == "completed"
     failed = app.start("canary", f"{CANARY}-input2").run_id
     assert drive(app, failed, "fail") == "failed"
     result = app.handle(done).result(timeout=5)
     assert result["decision"] == {"note": f"{CANARY}-edit"}
     assert result["signal"] == f"{CANARY}-signal"
+    assert result["large"].startswith(f"{CANARY}-input")
+    assert app.store.get_run(done).input.ref is not None  # the input is an artifact
     assert CANARY in app.store.get_run(failed).error["message"]
     assert app.get_event(done, "progress") == f"{CANARY}-event"
     events = json.dumps([e.detail for e in app.history(failed)], default=str)
@@ -292,4 +300,27 @@ def test_replay_after_a_rotation_returns_the_values_recorded_before_it(place: st
     versions = {int.from_bytes(bytes(p)[4:8], "big") for (p,) in Raw(place)(
         "SELECT payload FROM history WHERE run_id = :run_id AND payload IS NOT NULL", run_id=run_id)}
     assert versions == {1, 2}
+    app.close()
+
+
+def test_artifacts_dedup_within_a_tenant_only_and_open_only_as_their_tenants(place: str) -> None:
+    app = build(place, keyring())
+    text = f"{CANARY}-shared" + "s" * 2000
+    a1, a2 = (app.start("canary", text, tenant="a").run_id for _ in range(2))
+    b1 = app.start("canary", text, tenant="b").run_id
+    refs = {r: app.store.get_run(r).input.ref for r in (a1, a2, b1)}
+    assert refs[a1] == refs[a2]  # equal content: one artifact per tenant
+    assert refs[a1] != refs[b1]
+    for run_id in (a1, a2, b1):
+        assert execute_once(app, run_id) == "suspended"
+    raw = Raw(place)
+    raw("UPDATE runs SET input_ref = :ref WHERE run_id = :run_id", ref=refs[a1], run_id=b1)
+    with pytest.raises(cairn.errors.PayloadError, match="another tenant"):
+        app.runtime.payloads.raw(app.store.get_run(b1).input, what="the input")  # tenant a's bytes
+    app.signal(b1, "go", "x")
+    outcome = execute_once(app, b1)  # replay reads its input: tenant a's artifact, refused
+    assert outcome not in ("suspended", "completed"), outcome
+    assert "another tenant" in json.dumps(app.history(b1)[-1].detail)
+    raw("UPDATE runs SET input_ref = :ref WHERE run_id = :run_id", ref=refs[b1], run_id=b1)
+    assert app.runtime.payloads.raw(app.store.get_run(b1).input, what="x").decode().count(CANARY) == 1
     app.close()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import os
 import zlib
 from dataclasses import dataclass
@@ -128,17 +129,36 @@ def _header(flags: int, key_version: int, tenant: str) -> bytes:
     return bytes((MAGIC, VERSION, AES_256_GCM, flags)) + key_version.to_bytes(4, "big") + tenant_tag(tenant)
 
 
-def seal(cipher: AESGCM, key_version: int, place: Place, plaintext: bytes) -> bytes:
+def seal(cipher: AESGCM, key_version: int, place: Place, plaintext: bytes,
+         nonce: bytes | None = None) -> bytes:
     """``plaintext`` sealed for ``place`` with ``cipher`` (the tenant's data
-    key of ``key_version``)."""
+    key of ``key_version``), under a random nonce; or under ``nonce``, which
+    must then be a keyed hash of the plaintext and place (``synthetic_nonce``:
+    one nonce per distinct value, so equal values seal to equal bytes)."""
     flags = 0
     if len(plaintext) >= COMPRESS_AT:
         packed = zlib.compress(plaintext, 1)
         if len(packed) < len(plaintext):
             plaintext, flags = packed, FLAG_ZLIB
     header = _header(flags, key_version, place.tenant)
-    nonce = os.urandom(NONCE_SIZE)
+    nonce = nonce or os.urandom(NONCE_SIZE)
     return header + nonce + cipher.encrypt(nonce, plaintext, header + place.associated())
+
+
+def synthetic_nonce(nonce_key: bytes, place: Place, plaintext: bytes) -> bytes:
+    """A nonce derived from the value (HMAC-SHA-256 with a key of its own,
+    derived from the data key): the same value at the same place under the
+    same key always gets the same nonce, and two different values collide
+    only as HMAC truncated to 96 bits does. Artifacts use it, so identical
+    content stored twice by one tenant is one file (dedup within a tenant),
+    while another tenant's key gives other bytes (no dedup, nothing learnt
+    across tenants)."""
+    return hmac.new(nonce_key, place.associated() + plaintext, hashlib.sha256).digest()[:NONCE_SIZE]
+
+
+def nonce_key(data_key: bytes) -> bytes:
+    """The key of ``synthetic_nonce`` for ``data_key`` (never the data key itself)."""
+    return hmac.new(data_key, b"cairn synthetic nonce", hashlib.sha256).digest()
 
 
 def open_sealed(cipher: AESGCM, header: Header, place: Place, data: bytes) -> bytes:

@@ -39,15 +39,28 @@ import base64
 import binascii
 import dataclasses
 import os
+import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
 
 from cairn.errors import RunNotFound
-from cairn.security.envelope import KEY_SIZE, Place, SealError, aesgcm, header_of, open_sealed, seal
+from cairn.security.envelope import (
+    KEY_SIZE,
+    Place,
+    SealError,
+    aesgcm,
+    header_of,
+    nonce_key,
+    open_sealed,
+    seal,
+    synthetic_nonce,
+    tenant_tag,
+)
 from cairn.security.keyring import Keyring
 from cairn.store.contract import Store
 from cairn.store.keysql import DataKeyRow
@@ -78,6 +91,8 @@ R = TypeVar("R")
 PLAIN_DETAIL = frozenset({"usage", "cost", "from_position", "step_kind", "name", "sealed_at"})
 #: how long a process seals with the newest data key it knows before looking for a newer one
 KEY_REFRESH_SECONDS = 5.0
+#: how many artifacts put but not yet stored for a run a store keeps (``SealedStore.put_artifact``)
+PENDING_ARTIFACTS = 64
 
 _ENCODE = msgspec.json.Encoder()
 _DECODE = msgspec.json.Decoder()
@@ -99,6 +114,7 @@ class DataKeys:
         self._store = store
         self.keyring = keyring
         self._ciphers: dict[tuple[str, int], AESGCM] = {}
+        self._nonce_keys: dict[tuple[str, int], bytes] = {}
         self._newest: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
 
@@ -107,7 +123,16 @@ class DataKeys:
             key = self.keyring.unwrap(row.kek_id, row.wrapped, _context(row.tenant, row.version))
         except SealError as exc:
             raise SealError(f"data key {row.version} of tenant {row.tenant!r}: {exc}") from None
+        self._nonce_keys[(row.tenant, row.version)] = nonce_key(key)
         return aesgcm(key)
+
+    def nonce_key(self, tenant: str, version: int) -> bytes:
+        """The synthetic-nonce key of a key ``writer`` or ``reader`` returned."""
+        return self._nonce_keys[(tenant, version)]
+
+    def tenants(self) -> list[str]:
+        """Every tenant with a stored data key."""
+        return sorted({row.tenant for row in self._store.data_keys(None)})
 
     def _load(self, tenant: str) -> int:
         """Cache the tenant's stored keys; its newest version (0: none)."""
@@ -160,6 +185,9 @@ class Sealer:
 
     def __init__(self, keys: DataKeys) -> None:
         self.keys = keys
+        #: artifact ref -> the tenant whose run named it when last read: a ref
+        #: copied into another tenant's row is opened as that tenant's, and refused
+        self.artifact_tenants: OrderedDict[str, str] = OrderedDict()
 
     def seal(self, place: Place, data: bytes) -> bytes:
         version, cipher = self.keys.writer(place.tenant)
@@ -169,13 +197,14 @@ class Sealer:
         header = header_of(data, place)
         return open_sealed(self.keys.reader(place.tenant, header.key_version, place), header, place, data)
 
-    def seal_payload(self, place: Place, payload: Payload | None) -> Payload | None:
-        if payload is None or payload.data is None:
-            return payload  # a reference into the artifact store (not sealed yet), or nothing
-        return Payload(self.seal(place, payload.data), payload.ref)
-
     def open_payload(self, place: Place, payload: Payload | None) -> Payload | None:
-        if payload is None or payload.data is None:
+        if payload is None:
+            return None
+        if payload.data is None:
+            if payload.ref is not None:  # its artifact opens only as this tenant's (``get_artifact``)
+                self.artifact_tenants[payload.ref] = place.tenant
+                if len(self.artifact_tenants) > 4096:
+                    self.artifact_tenants.popitem(last=False)
             return payload
         return Payload(self.open(place, payload.data), payload.ref)
 
@@ -235,9 +264,79 @@ class SealedStore:
         self.keys = DataKeys(inner, keyring)
         self.sealer = Sealer(self.keys)
         self._tenants: dict[str, str] = {}
+        #: artifacts put but not yet sealed: a stand-in ref -> the plaintext (see ``put_artifact``)
+        self._pending: OrderedDict[str, bytes] = OrderedDict()
+        #: (stand-in ref, tenant) -> the ref of the sealed artifact stored for it
+        self._resolved: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._artifact_lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    # -- artifacts -------------------------------------------------------------------------
+
+    def put_artifact(self, data: bytes) -> str:
+        """A stand-in ref for ``data`` (64 random hex digits), nothing stored
+        yet: the value codec puts an artifact without saying whose it is, so
+        it is sealed and stored when a payload naming it is stored for a run
+        (``_payload``), with that run's tenant key. Its real ref is the
+        SHA-256 of the sealed bytes, whose nonce is derived from the content
+        (``synthetic_nonce``): a keyed hash per tenant, equal content of one
+        tenant stored once, nothing shared or learnt across tenants."""
+        token = secrets.token_hex(32)
+        with self._artifact_lock:
+            self._pending[token] = data
+            while len(self._pending) > PENDING_ARTIFACTS:
+                self._pending.popitem(last=False)
+        return token
+
+    def _artifact_ref(self, tenant: str, token: str) -> str:
+        """The sealed artifact's ref for stand-in ``token`` in ``tenant``'s data (stored now if needed)."""
+        with self._artifact_lock:
+            done = self._resolved.get((token, tenant))
+            data = self._pending.get(token)
+        if done is not None:
+            return done
+        if data is None:
+            raise SealError(f"artifact {token} was never stored: its value is gone (put_artifact's "
+                            f"stand-ins are kept for the last {PENDING_ARTIFACTS} values)")
+        version, cipher = self.keys.writer(tenant)
+        place = Place(tenant, "-", "artifacts", "-", "data")
+        nonce = synthetic_nonce(self.keys.nonce_key(tenant, version), place, data)
+        ref = self.inner.put_artifact(seal(cipher, version, place, data, nonce))
+        with self._artifact_lock:
+            self._resolved[(token, tenant)] = ref
+            while len(self._resolved) > 16 * PENDING_ARTIFACTS:
+                self._resolved.popitem(last=False)
+        return ref
+
+    def get_artifact(self, ref: str) -> bytes:
+        with self._artifact_lock:
+            pending = self._pending.get(ref)
+        if pending is not None:
+            return pending
+        data = self.inner.get_artifact(ref)
+        if len(data) < 12 or data[0] != 0xCE:
+            raise SealError(f"artifact {ref} is not encrypted (plaintext or damaged): refused, "
+                            "encryption is on")
+        tag = bytes(data[8:12])
+        tenant = self.sealer.artifact_tenants.get(ref)
+        if tenant is None:  # a ref no run named here yet: whose it is, from its header
+            tenant = next((t for t in self.keys.tenants() if tenant_tag(t) == tag), None)
+        if tenant is None:
+            raise SealError(f"artifact {ref} was sealed for a tenant without a stored data key: refused")
+        return self.sealer.open(Place(tenant, "-", "artifacts", "-", "data"), data)
+
+    def _payload(self, place: Place, payload: Payload | None) -> Payload | None:
+        """``payload`` as stored at ``place``: its bytes sealed, or its
+        artifact (a stand-in ref) sealed and stored."""
+        if payload is None:
+            return None
+        if payload.data is not None:
+            return Payload(self.sealer.seal(place, payload.data), payload.ref)
+        if payload.ref is not None:
+            return Payload(None, self._artifact_ref(place.tenant, payload.ref))
+        return payload
 
     # -- places ------------------------------------------------------------------------
 
@@ -254,12 +353,11 @@ class SealedStore:
         """``event`` with its payload and detail sealed (once per step: no
         ``dataclasses.replace``, several times slower than the constructor)."""
         payload, detail = event.payload, event.detail
-        if (payload is None or payload.data is None) and not detail:
+        if payload is None and not detail:
             return event
         at = _entry_position(event)
-        if payload is not None and payload.data is not None:
-            payload = Payload(self.sealer.seal(Place(tenant, event.run_id, "history", at, "payload"),
-                                               payload.data), payload.ref)
+        if payload is not None:
+            payload = self._payload(Place(tenant, event.run_id, "history", at, "payload"), payload)
         if detail:
             detail = self.sealer.seal_json(Place(tenant, event.run_id, "history", at, "detail"), detail)
         return _with(event, payload, detail)
@@ -286,7 +384,7 @@ class SealedStore:
 
     def _seal_new(self, run: NewRun) -> NewRun:
         self._tenants[run.run_id] = run.tenant
-        sealed = self.sealer.seal_payload(_run_place(run, "input"), run.input)
+        sealed = self._payload(_run_place(run, "input"), run.input)
         assert sealed is not None
         return dataclasses.replace(run, input=sealed)
 
@@ -345,7 +443,7 @@ class SealedStore:
         if claim is None:
             return None
         # its input is the one just sealed, and its first entries hold nothing sealed: nothing to open
-        opened = dataclasses.replace(claim.run, input=run.input)
+        opened = dataclasses.replace(claim.run, input=Payload(run.input.data, claim.run.input.ref))
         return Claim(opened, self._open_events(run.run_id, claim.history), claim.next_seq)
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -414,7 +512,7 @@ class SealedStore:
         tenant = self._tenant(run_id)
         self.inner.finish_run(
             run_id, epoch, self._seal_event(tenant, event), status,
-            self.sealer.seal_payload(Place(tenant, run_id, "runs", "-", "result"), result),
+            self._payload(Place(tenant, run_id, "runs", "-", "result"), result),
             self._seal_error(run_id, error))
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
@@ -443,7 +541,7 @@ class SealedStore:
     def deliver(self, run_id: str, key: str, payload: Payload | None, *, sender: str | None = None,
                 dedupe: str | None = None) -> tuple[Delivery, bool]:
         tenant = self._tenant(run_id)
-        sealed = self.sealer.seal_payload(self._mail_place(tenant, run_id, key), payload)
+        sealed = self._payload(self._mail_place(tenant, run_id, key), payload)
         delivery, new = self.inner.deliver(run_id, key, sealed, sender=sender, dedupe=dedupe)
         return self._open_delivery(tenant, delivery), new
 
@@ -459,7 +557,7 @@ class SealedStore:
                         comment: str | None, *, actor: str) -> Approval:
         place = self._mail_place(self._tenant(run_id), run_id, f"approval:{request_id}")
         return self._open_approval(self.inner.decide_approval(
-            run_id, request_id, status, self.sealer.seal_payload(place, payload), comment, actor=actor))
+            run_id, request_id, status, self._payload(place, payload), comment, actor=actor))
 
     def approvals(self, **kwargs: Any) -> list[Approval]:
         return [self._open_approval(a) for a in self.inner.approvals(**kwargs)]
@@ -472,7 +570,7 @@ class SealedStore:
         at = f"op {position}"
         sealed = self.sealer.seal_json(Place(tenant, run_id, "history", at, "detail"),
                                        {**detail, "sealed_at": "op"}) or {}
-        payload = self.sealer.seal_payload(Place(tenant, run_id, "history", at, "payload"), result)
+        payload = self._payload(Place(tenant, run_id, "history", at, "payload"), result)
         resolved = self.inner.resolve_operation(run_id, position, done, payload, sealed, actor=actor)
         return self._open_run(resolved)
 
