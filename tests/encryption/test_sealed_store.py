@@ -24,7 +24,8 @@ import cairn
 from cairn.errors import ConfigError
 from cairn.security.envelope import SealError
 from cairn.security.keyring import LocalKeyring
-from cairn.store.records import RunStatus
+from cairn.store.memrecords import ItemPut, Provenance
+from cairn.store.records import Payload, RunStatus
 from tests.engine.conftest import execute_once, postgres_url
 from tests.store.test_schema import pg_dump_binary
 
@@ -88,6 +89,9 @@ def build(url: str, ring: LocalKeyring | None) -> cairn.App:
     def canary(ctx: cairn.Context, text: str) -> dict[str, Any]:
         loud = shout(text)
         large = big(text)
+        ctx.memory.put(("docs",), "note", f"{CANARY}-memory", index=f"{CANARY}-index " + text[:20])
+        ctx.memory.run.put("scratch", f"{CANARY}-run-memory")
+        ctx.memory.thread(f"th-{text[-6:]}").append(f"{CANARY}-thread")
         ctx.set_event("progress", f"{CANARY}-event")
         signal = ctx.wait_for_signal("go")
         decision = ctx.request_approval("ship", {"note": f"{CANARY}-approval"})
@@ -133,6 +137,11 @@ def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, seale
     assert app.store.get_run(done).input.ref is not None  # the input is an artifact
     assert CANARY in app.store.get_run(failed).error["message"]
     assert app.get_event(done, "progress") == f"{CANARY}-event"
+    item = app.store.memory_item("default", "docs\x1f", "note")
+    assert item is not None
+    assert CANARY in item.value.data.decode()
+    assert CANARY in (item.index_text or "")
+    assert CANARY in app.store.run_memory(done)[0].value.data.decode()
     events = json.dumps([e.detail for e in app.history(failed)], default=str)
     assert CANARY in events  # the error is read back from the sealed detail
     app.close()
@@ -323,4 +332,34 @@ def test_artifacts_dedup_within_a_tenant_only_and_open_only_as_their_tenants(pla
     assert "another tenant" in json.dumps(app.history(b1)[-1].detail)
     raw("UPDATE runs SET input_ref = :ref WHERE run_id = :run_id", ref=refs[b1], run_id=b1)
     assert app.runtime.payloads.raw(app.store.get_run(b1).input, what="x").decode().count(CANARY) == 1
+    app.close()
+
+
+def test_memory_values_and_texts_copied_to_another_tenant_or_key_are_refused(place: str) -> None:
+    app = build(place, keyring())
+    a = app.start("canary", f"{CANARY}-ma", tenant="a").run_id
+    b = app.start("canary", f"{CANARY}-mb", tenant="b").run_id
+    for run_id in (a, b):
+        assert execute_once(app, run_id) == "suspended"
+    app.store.write_memory("a", [ItemPut("docs\x1f", "other", Payload(b'"x"'), None, "other text")],
+                           Provenance())
+    raw = Raw(place)
+    where = "tenant = :tenant AND namespace = :ns AND key = :key"
+    for column in ("value", "index_text"):
+        (source,), = raw(f"SELECT {column} FROM memory_items WHERE {where}", tenant="a", ns="docs\x1f",
+                         key="note")
+        for tenant, key in (("b", "note"), ("a", "other")):
+            (before,), = raw(f"SELECT {column} FROM memory_items WHERE {where}", tenant=tenant, ns="docs\x1f",
+                             key=key)
+            raw(f"UPDATE memory_items SET {column} = :value WHERE {where}", value=source, tenant=tenant,
+                ns="docs\x1f", key=key)
+            with pytest.raises(SealError, match=rf"memory_items\.{column}"):
+                app.store.memory_item(tenant, "docs\x1f", key)
+            raw(f"UPDATE memory_items SET {column} = :value WHERE {where}", value=before, tenant=tenant,
+                ns="docs\x1f", key=key)
+            assert app.store.memory_item(tenant, "docs\x1f", key) is not None
+    raw("UPDATE memory_run SET value = (SELECT value FROM memory_run WHERE run_id = :a) WHERE run_id = :b",
+        a=a, b=b)
+    with pytest.raises(SealError, match=r"memory_run\.value"):
+        app.store.run_memory(b)
     app.close()

@@ -64,6 +64,17 @@ from cairn.security.envelope import (
 from cairn.security.keyring import Keyring
 from cairn.store.contract import Store
 from cairn.store.keysql import DataKeyRow
+from cairn.store.memrecords import (
+    ItemPut,
+    MemoryItem,
+    MemoryWrite,
+    Provenance,
+    RunMemory,
+    RunPut,
+    ThreadAppend,
+    ThreadCompact,
+    ThreadMessage,
+)
 from cairn.store.records import (
     Approval,
     ApprovalRequest,
@@ -79,6 +90,7 @@ from cairn.store.records import (
     RunStatus,
 )
 from cairn.store.schedules import Fired
+from cairn.store.vectorindex import EmbeddingClaim
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -486,9 +498,11 @@ class SealedStore:
                barrier: bool = False) -> None:
         self.inner.append(run_id, epoch, self._seal_events(run_id, events), barrier=barrier)
 
-    def append_memory(self, run_id: str, epoch: int, events: Sequence[HistoryEvent], writes: Sequence[Any],
-                      provenance: Any) -> None:
-        self.inner.append_memory(run_id, epoch, self._seal_events(run_id, events), writes, provenance)
+    def append_memory(self, run_id: str, epoch: int, events: Sequence[HistoryEvent],
+                      writes: Sequence[MemoryWrite], provenance: Provenance) -> None:
+        tenant = self._tenant(run_id)
+        self.inner.append_memory(run_id, epoch, [self._seal_event(tenant, e) for e in events],
+                                 self._seal_writes(tenant, run_id, writes), provenance)
 
     def transact(self, run_id: str, epoch: int, body: Callable[[Tx], tuple[Sequence[HistoryEvent], R]]) -> R:
         def sealed(tx: Tx) -> tuple[Sequence[HistoryEvent], R]:
@@ -594,6 +608,104 @@ class SealedStore:
 
     def migrate_run(self, *args: Any, **kwargs: Any) -> RunRecord:
         return self._open_run(self.inner.migrate_run(*args, **kwargs))
+
+    # -- memory: values and the text to embed --------------------------------------------------------
+
+    def _item_place(self, tenant: str, namespace: str, key: str, kind: str) -> Place:
+        return Place(tenant, "-", "memory_items", _ENCODE.encode([namespace, key]).decode(), kind)
+
+    def _seal_text(self, place: Place, text: str | None) -> str | None:
+        return None if text is None else base64.b64encode(self.sealer.seal(place, text.encode())).decode()
+
+    def _open_text(self, place: Place, text: str | None) -> str | None:
+        if text is None:
+            return None
+        try:
+            data = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            data = b""
+        return self.sealer.open(place, data).decode()
+
+    def _value(self, place: Place, payload: Payload) -> Payload:
+        return cast(Payload, self._payload(place, payload))
+
+    def _seal_writes(self, tenant: str, run_id: str | None,
+                     writes: Sequence[MemoryWrite]) -> list[MemoryWrite]:
+        """``writes`` with every value and text to embed sealed for its place
+        (metadata stays plaintext: searches filter on it in SQL)."""
+        sealed: list[MemoryWrite] = []
+        for write in writes:
+            if isinstance(write, ItemPut):
+                ns, key = write.namespace, write.key
+                write = dataclasses.replace(
+                    write, value=self._value(self._item_place(tenant, ns, key, "value"), write.value),
+                    index_text=self._seal_text(self._item_place(tenant, ns, key, "index_text"),
+                                               write.index_text))
+            elif isinstance(write, RunPut):
+                if run_id is None:
+                    raise ValueError("run memory is written with its run's entry (append_memory)")
+                write = dataclasses.replace(write, value=self._value(
+                    Place(tenant, run_id, "memory_run", write.key, "value"), write.value))
+            elif isinstance(write, ThreadAppend):
+                place = self._thread_place(tenant, write.thread_id)
+                messages = tuple(self._value(place, m) for m in write.messages)
+                write = dataclasses.replace(write, messages=messages)
+            elif isinstance(write, ThreadCompact):
+                write = dataclasses.replace(write, summary=self._value(
+                    self._thread_place(tenant, write.thread_id), write.summary))
+            sealed.append(write)
+        return sealed
+
+    def _thread_place(self, tenant: str, thread_id: str) -> Place:
+        """A thread message's place: its index is the store's to assign, after sealing."""
+        return Place(tenant, "-", "memory_threads", thread_id, "value")
+
+    def _open_item(self, item: MemoryItem) -> MemoryItem:
+        t, ns, key = item.tenant, item.namespace, item.key
+        value = self.sealer.open_payload(self._item_place(t, ns, key, "value"), item.value)
+        return dataclasses.replace(
+            item, value=value or item.value,
+            index_text=self._open_text(self._item_place(t, ns, key, "index_text"), item.index_text))
+
+    def write_memory(self, tenant: str, writes: Sequence[MemoryWrite], provenance: Provenance) -> None:
+        self.inner.write_memory(tenant, self._seal_writes(tenant, None, writes), provenance)
+
+    def memory_item(self, tenant: str, namespace: str, key: str, *,
+                    refresh: bool = False) -> MemoryItem | None:
+        item = self.inner.memory_item(tenant, namespace, key, refresh=refresh)
+        return None if item is None else self._open_item(item)
+
+    def memory_items(self, tenant: str | None, prefix: str = "", **kwargs: Any) -> list[MemoryItem]:
+        return [self._open_item(i) for i in self.inner.memory_items(tenant, prefix, **kwargs)]
+
+    def thread_messages(self, tenant: str, thread_id: str, **kwargs: Any) -> list[ThreadMessage]:
+        place = self._thread_place(tenant, thread_id)
+        return [dataclasses.replace(m, value=self.sealer.open_payload(place, m.value) or m.value)
+                for m in self.inner.thread_messages(tenant, thread_id, **kwargs)]
+
+    def run_memory(self, run_id: str, key: str | None = None, *,
+                   tenant: str | None = None) -> list[RunMemory]:
+        return [dataclasses.replace(m, value=self.sealer.open_payload(
+                    Place(m.tenant, m.run_id, "memory_run", m.key, "value"), m.value) or m.value)
+                for m in self.inner.run_memory(run_id, key, tenant=tenant)]
+
+    def claim_embeddings(self, worker: str, limit: int, lease_seconds: float) -> EmbeddingClaim:
+        """The claimed tasks with their text opened; a task whose text does not
+        open is failed (retried in an hour, its error recorded) rather than
+        failing the whole claim: one damaged row never stalls the others."""
+        claim = self.inner.claim_embeddings(worker, limit, lease_seconds)
+        tasks, refused = [], []
+        for task in claim.tasks:
+            try:
+                text = self._open_text(self._item_place(task.tenant, task.namespace, task.key, "index_text"),
+                                       task.text)
+            except SealError as exc:
+                refused.append((task, str(exc), 3600.0))
+                continue
+            tasks.append(dataclasses.replace(task, text=text or ""))
+        if refused:
+            self.inner.fail_embeddings(claim.token, refused)
+        return dataclasses.replace(claim, tasks=tasks)
 
     # -- keys ----------------------------------------------------------------------------------------
 
