@@ -20,6 +20,7 @@ from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
 from .graph import graph
 from .inspection import events, runs, show
+from .keys import keys
 from .memory import memory
 from .ops import ops
 from .options import CairnGroup, db_option
@@ -54,5 +55,6 @@ for _command in (
     serve, tokens, watch,                                       # the HTTP API (cairn.server)
     schedules, *BUNDLE_COMMANDS,                                # schedules; bundles, replay checks, migration
     graph,                                                      # graph runs' time travel (cli/graph.py)
+    keys,                                                       # encryption keys (cli/keys.py)
 ):
     main.add_command(_command)

@@ -46,6 +46,25 @@ class SQLKeys(Generic[Tx]):
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
+    def _changed(self, tx: Tx, name: str, params: Mapping[str, Any]) -> int:
+        raise NotImplementedError
+
+    # -- re-encryption (cairn.store.rekey): pages of sealed columns, compare-and-set writes --------
+
+    def rekey_page(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """A page of sealed columns: the ``rekey_*_page`` query ``name``."""
+        if not (name.startswith("rekey_") and name.endswith("_page")):
+            raise ValueError(f"not a re-encryption page: {name!r}")
+        return self._select(name, params)
+
+    def rekey_set(self, name: str, params: Mapping[str, Any]) -> bool:
+        """Write new envelopes if the row still holds the old ones (the
+        ``rekey_*_set`` statement ``name``); whether it did. Durable like an
+        operator's action: a re-encryption pass is one."""
+        if not (name.startswith("rekey_") and name.endswith("_set")):
+            raise ValueError(f"not a re-encryption write: {name!r}")
+        return self._operate(lambda tx: self._changed(tx, name, params)) == 1
+
     def data_keys(self, tenant: str | None = None) -> list[DataKeyRow]:
         """Every stored data key (of ``tenant``), by tenant then version."""
         return [_row(row) for row in self._select("select_data_keys", {"tenant": tenant})]

@@ -95,6 +95,7 @@ from cairn.store.vectorindex import EmbeddingClaim
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+    from cairn.store.rekey import Progress
     from cairn.store.transactions import Tx
 
 R = TypeVar("R")
@@ -713,6 +714,34 @@ class SealedStore:
         """A new data key for ``tenant``: it seals every new write from now on
         (in this process at once, in others within ``KEY_REFRESH_SECONDS``)."""
         return self.keys.add(tenant)
+
+    def reencrypt(self, tenant: str, *, page: int = 200, pause: float = 0.0) -> Progress:
+        """One re-encryption pass over ``tenant``'s values (``cairn.store.rekey``)."""
+        from cairn.store.rekey import Rekeyer
+
+        return Rekeyer(self, tenant, page=page, pause=pause).run()
+
+    def key_status(self, tenant: str) -> Progress:
+        """How many of ``tenant``'s values each key version seals (a read-only pass)."""
+        from cairn.store.rekey import Rekeyer
+
+        return Rekeyer(self, tenant, move=False).run()
+
+    def rewrap(self) -> int:
+        """KEK rotation: every data key not wrapped by the keyring's current
+        KEK is wrapped by it (no value is re-encrypted); how many were."""
+        current = self.keys.keyring.current()
+        count = 0
+        inner: Any = self.inner
+        for row in inner.data_keys(None):
+            if row.kek_id == current:
+                continue
+            context = _context(row.tenant, row.version)
+            key = self.keys.keyring.unwrap(row.kek_id, row.wrapped, context)
+            wrapped = self.keys.keyring.wrap(current, key, context)
+            again = DataKeyRow(row.tenant, row.version, current, wrapped, row.created_at)
+            count += bool(inner.rewrap_data_key(again, row.kek_id))
+        return count
 
 
 def sealed_store(inner: Store, keyring: Keyring) -> Store:

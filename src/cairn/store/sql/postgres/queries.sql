@@ -1628,3 +1628,39 @@ ON CONFLICT (tenant, version) DO NOTHING
 -- name: rewrap_data_key
 UPDATE data_keys SET kek_id = %(kek_id)s::text, wrapped = %(wrapped)s::bytea
 WHERE tenant = %(tenant)s::text AND version = %(version)s::bigint AND kek_id = %(old_kek_id)s::text
+
+-- Re-encryption after a rotation (cairn.store.rekey): pages of a tenant's
+-- sealed columns by key, and compare-and-set writes of their new envelopes
+-- (a row changed since it was read is left for the next pass: a holder's
+-- write always wins). PostgreSQL keeps no spilled payloads (TOAST does).
+-- name: rekey_runs_page
+SELECT run_id, input, result, error FROM runs
+WHERE tenant = %(tenant)s::text AND run_id > %(after)s::text ORDER BY run_id LIMIT %(limit)s::bigint
+
+-- name: rekey_run_set
+UPDATE runs SET input = %(input)s::bytea, result = %(result)s::bytea, error = %(error)s::text
+WHERE run_id = %(run_id)s::text AND input IS NOT DISTINCT FROM %(old_input)s::bytea
+  AND result IS NOT DISTINCT FROM %(old_result)s::bytea AND error IS NOT DISTINCT FROM %(old_error)s::text
+
+-- name: rekey_history_page
+SELECT run_id, seq, position, payload, NULL::bytea, detail FROM history
+WHERE tenant = %(tenant)s::text
+  AND (run_id > %(after_run)s::text OR (run_id = %(after_run)s::text AND seq > %(after_seq)s::bigint))
+  AND (payload IS NOT NULL OR detail IS NOT NULL)
+ORDER BY run_id, seq LIMIT %(limit)s::bigint
+
+-- name: rekey_history_set
+UPDATE history SET payload = %(payload)s::bytea, detail = %(detail)s::text
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint
+  AND payload IS NOT DISTINCT FROM %(old_payload)s::bytea AND detail IS NOT DISTINCT FROM %(old_detail)s::text
+
+-- name: rekey_mailbox_page
+SELECT run_id, seq, key, payload FROM mailbox
+WHERE tenant = %(tenant)s::text
+  AND (run_id > %(after_run)s::text OR (run_id = %(after_run)s::text AND seq > %(after_seq)s::bigint))
+  AND payload IS NOT NULL
+ORDER BY run_id, seq LIMIT %(limit)s::bigint
+
+-- name: rekey_mailbox_set
+UPDATE mailbox SET payload = %(payload)s::bytea
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint AND payload = %(old_payload)s::bytea

@@ -1317,3 +1317,41 @@ ON CONFLICT (tenant, version) DO NOTHING
 -- name: rewrap_data_key
 UPDATE data_keys SET kek_id = :kek_id, wrapped = :wrapped
 WHERE tenant = :tenant AND version = :version AND kek_id = :old_kek_id
+
+-- Re-encryption after a rotation (cairn.store.rekey): pages of a tenant's
+-- sealed columns by key, and compare-and-set writes of their new envelopes
+-- (a row changed since it was read is left for the next pass: a holder's
+-- write always wins). A spilled history payload (history_payloads) comes
+-- with its row's link, and is written back there.
+-- name: rekey_runs_page
+SELECT run_id, input, result, error FROM runs
+WHERE tenant = :tenant AND run_id > :after ORDER BY run_id LIMIT :limit
+
+-- name: rekey_run_set
+UPDATE runs SET input = :input, result = :result, error = :error
+WHERE run_id = :run_id AND input IS :old_input AND result IS :old_result AND error IS :old_error
+
+-- name: rekey_history_page
+SELECT h.run_id, h.seq, h.position, h.payload, p.data, h.detail FROM history AS h
+LEFT JOIN history_payloads AS p
+  ON substr(h.payload, 1, 2) = X'0002' AND p.id = CAST(substr(h.payload, 3) AS INTEGER)
+WHERE h.tenant = :tenant AND (h.run_id > :after_run OR (h.run_id = :after_run AND h.seq > :after_seq))
+  AND (h.payload IS NOT NULL OR h.detail IS NOT NULL)
+ORDER BY h.run_id, h.seq LIMIT :limit
+
+-- name: rekey_history_set
+UPDATE history SET payload = :payload, detail = :detail
+WHERE run_id = :run_id AND seq = :seq AND payload IS :old_payload AND detail IS :old_detail
+
+-- name: rekey_spilled_set
+UPDATE history_payloads SET data = :payload
+WHERE id = CAST(substr(:link, 3) AS INTEGER) AND data = :old_payload
+
+-- name: rekey_mailbox_page
+SELECT run_id, seq, key, payload FROM mailbox
+WHERE tenant = :tenant AND (run_id > :after_run OR (run_id = :after_run AND seq > :after_seq))
+  AND payload IS NOT NULL
+ORDER BY run_id, seq LIMIT :limit
+
+-- name: rekey_mailbox_set
+UPDATE mailbox SET payload = :payload WHERE run_id = :run_id AND seq = :seq AND payload = :old_payload

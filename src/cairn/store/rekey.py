@@ -1,0 +1,185 @@
+"""Re-encryption after a rotation: moving a tenant's sealed values to its newest data key.
+
+A rotation (``SealedStore.rotate``) makes a new data key seal new writes at
+once; the values sealed before stay readable under their old version. A
+pass here reads the tenant's sealed columns page by page (runs, history
+entries, mailbox messages), opens every value sealed under an older version
+and seals it again under the newest, at the same place, and writes it back
+with compare-and-set on the old bytes: a row a holder changed since it was
+read is left as the holder wrote it (a later pass sees it), so a pass never
+overwrites a write and needs no lease. Nothing is kept between passes: a
+pass killed half-way (SIGKILL included) is resumed by the next, which skips
+what is already on the newest key with a header read. ``pause`` throttles
+it: the seconds to sleep after each page.
+
+Not moved yet: memory values and artifacts (their values stay readable under
+their old key; a rotation of those is the next step of issue 25).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+from cairn.security.envelope import HEADER_SIZE, MAGIC, Place
+from cairn.store.rows import LINK_TAG
+
+
+class Sealing(Protocol):
+    """What a pass uses of a ``SealedStore`` (named here, not imported: the
+    sealed store calls this module)."""
+
+    inner: Any
+    sealer: Any
+    keys: Any
+
+_DECODE = msgspec.json.Decoder()
+_ENCODE = msgspec.json.Encoder()
+
+
+@dataclass(slots=True)
+class Progress:
+    """What a pass (or a status scan) found: values per key version, and
+    how many it moved to the newest, or left (changed while it worked)."""
+
+    tenant: str
+    newest: int
+    versions: Counter[int] = field(default_factory=Counter)
+    moved: int = 0
+    raced: int = 0
+
+    @property
+    def old(self) -> int:
+        """Values still sealed under an older version than the newest."""
+        return sum(n for v, n in self.versions.items() if v < self.newest)
+
+
+def version_of(data: bytes | None) -> int | None:
+    """The key version in an envelope's header (``None``: not an envelope)."""
+    if data is None or len(data) < HEADER_SIZE or data[0] != MAGIC:
+        return None
+    return int.from_bytes(data[4:8], "big")
+
+
+def _sealed_json(text: Any) -> tuple[dict[str, Any], bytes] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = _DECODE.decode(text)
+        return (value, base64.b64decode(value["sealed"], validate=True)) if isinstance(value, dict) \
+            and isinstance(value.get("sealed"), str) else None
+    except (msgspec.DecodeError, binascii.Error, ValueError):
+        return None
+
+
+class Rekeyer:
+    """Moves a tenant's values to its newest data key (see the module doc)."""
+
+    def __init__(self, store: Sealing, tenant: str, *, page: int = 200, pause: float = 0.0,
+                 move: bool = True) -> None:
+        self.store = store
+        self.inner: Any = store.inner
+        self.tenant = tenant
+        self.page = page
+        self.pause = pause
+        self.move = move
+        self.progress = Progress(tenant, store.keys.writer(tenant)[0])
+
+    def _bytes(self, place: Place, data: bytes | None) -> bytes | None:
+        """``data`` sealed again under the newest key if it is on an older one, else ``None``."""
+        version = version_of(data)
+        if version is None or data is None:
+            return None
+        self.progress.versions[version] += 1
+        if version >= self.progress.newest or not self.move:
+            return None
+        again: bytes = self.store.sealer.seal(place, self.store.sealer.open(place, data))
+        return again
+
+    def _json(self, place: Place, text: Any) -> str | None:
+        found = _sealed_json(text)
+        if found is None:
+            return None
+        value, data = found
+        again = self._bytes(place, data)
+        if again is None:
+            return None
+        return _ENCODE.encode({**value, "sealed": base64.b64encode(again).decode()}).decode()
+
+    def _write(self, name: str, params: dict[str, Any]) -> None:
+        if self.inner.rekey_set(name, params):
+            self.progress.moved += 1
+        else:
+            self.progress.raced += 1
+
+    def _rest(self) -> None:
+        if self.pause > 0:
+            time.sleep(self.pause)
+
+    def run(self) -> Progress:
+        """One pass over the tenant's runs, entries and messages."""
+        self._runs()
+        self._history()
+        self._mailbox()
+        return self.progress
+
+    def _runs(self) -> None:
+        after = ""
+        while rows := self.inner.rekey_page("rekey_runs_page", {"tenant": self.tenant, "after": after,
+                                                                "limit": self.page}):
+            for run_id, data, result, error in rows:
+                data, result = (None if d is None else bytes(d) for d in (data, result))
+                at = Place(self.tenant, run_id, "runs", "-", "input")
+                new_input = self._bytes(at, data)
+                new_result = self._bytes(Place(self.tenant, run_id, "runs", "-", "result"), result)
+                new_error = self._json(Place(self.tenant, run_id, "runs", "-", "error"), error)
+                if new_input or new_result or new_error:
+                    self._write("rekey_run_set", {
+                        "run_id": run_id, "input": new_input or data, "result": new_result or result,
+                        "error": new_error or error, "old_input": data, "old_result": result,
+                        "old_error": error})
+            after = rows[-1][0]
+            self._rest()
+
+    def _history(self) -> None:
+        after_run, after_seq = "", 0
+        while rows := self.inner.rekey_page("rekey_history_page", {
+                "tenant": self.tenant, "after_run": after_run, "after_seq": after_seq, "limit": self.page}):
+            for run_id, seq, position, payload, spilled, detail in rows:
+                payload = None if payload is None else bytes(payload)
+                linked = payload is not None and payload[:2] == LINK_TAG
+                envelope = (None if spilled is None else bytes(spilled)) if linked else payload
+                value = _sealed_json(detail)
+                by_op = value is not None and value[0].get("sealed_at") == "op"
+                at = f"op {position}" if by_op else f"seq {seq}"
+                new_payload = self._bytes(Place(self.tenant, run_id, "history", at, "payload"), envelope)
+                new_detail = self._json(Place(self.tenant, run_id, "history", at, "detail"), detail)
+                if new_payload is not None and linked:
+                    self._write("rekey_spilled_set", {"link": payload, "payload": new_payload,
+                                                      "old_payload": envelope})
+                    new_payload = None
+                if new_payload is not None or new_detail is not None:
+                    self._write("rekey_history_set", {
+                        "run_id": run_id, "seq": seq, "payload": new_payload or payload,
+                        "detail": new_detail or detail, "old_payload": payload, "old_detail": detail})
+            after_run, after_seq = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _mailbox(self) -> None:
+        after_run, after_seq = "", 0
+        while rows := self.inner.rekey_page("rekey_mailbox_page", {
+                "tenant": self.tenant, "after_run": after_run, "after_seq": after_seq, "limit": self.page}):
+            for run_id, seq, key, payload in rows:
+                payload = bytes(payload)
+                new = self._bytes(Place(self.tenant, run_id, "mailbox", key, "payload"), payload)
+                if new is not None:
+                    self._write("rekey_mailbox_set", {"run_id": run_id, "seq": seq, "payload": new,
+                                                      "old_payload": payload})
+            after_run, after_seq = rows[-1][0], rows[-1][1]
+            self._rest()

@@ -1,0 +1,103 @@
+"""Rotation: a new data key seals new writes at once, a re-encryption pass
+moves the old values to it (compare-and-set, resumable after SIGKILL), and a
+KEK rotation rewraps the data keys only. Values read back after each step
+are the values recorded before it."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import cairn
+from cairn.cli.main import main as cli
+from cairn.security.keyring import LocalKeyring, new_kek_line
+from cairn.store.rekey import version_of
+from tests.encryption.test_sealed_store import CANARY, Raw, build, drive, keyring, place, runs_of  # noqa: F401
+
+
+def snapshot(app: cairn.App, runs: dict[str, str]) -> dict[str, Any]:
+    """Every sealed value of ``runs`` as the store reads it back."""
+    out: dict[str, Any] = {}
+    for name, run_id in runs.items():
+        run = app.store.get_run(run_id)
+        out[name] = (run.input, run.result, run.error,
+                     [(e.seq, e.payload, e.detail) for e in app.history(run_id)],
+                     [(d.seq, d.payload) for d in app.store.deliveries(run_id)])
+    return out
+
+
+def versions(place: str, tenant: str) -> set[int]:
+    raw = Raw(place)
+    rows = raw("SELECT h.payload FROM history AS h WHERE h.tenant = :t AND h.payload IS NOT NULL", t=tenant)
+    rows += raw("SELECT input FROM runs WHERE tenant = :t AND input IS NOT NULL", t=tenant)
+    rows += raw("SELECT payload FROM mailbox WHERE tenant = :t AND payload IS NOT NULL", t=tenant)
+    return {version_of(bytes(r[0])) for r in rows} - {None}  # type: ignore[misc]
+
+
+def test_a_pass_moves_one_tenants_values_to_its_new_key_and_reads_the_same(place: str) -> None:
+    app = build(place, keyring())
+    runs = runs_of(app)
+    before = snapshot(app, runs)
+    store: Any = app.store
+    assert store.rotate("a") == 2
+    assert store.key_status("a").old > 0
+    first = store.reencrypt("a", page=3)  # small pages: the cursor crosses many of them
+    assert first.moved > 0 and first.raced == 0
+    assert store.key_status("a").old == 0
+    assert versions(place, "a") == {2} and versions(place, "b") == {1}
+    assert snapshot(app, runs) == before
+    assert store.reencrypt("a").moved == 0  # nothing left: a second pass writes nothing
+    app.close()
+
+
+def test_a_kek_rotation_rewraps_the_data_keys_only(place: str, tmp_path: Path) -> None:
+    old = LocalKeyring.parse(new_kek_line("old"), "old key")
+    app = build(place, old)
+    runs = runs_of(app)
+    before = snapshot(app, runs)
+    sealed_before = Raw(place)("SELECT run_id, input FROM runs ORDER BY run_id")
+    app.close()
+    both = LocalKeyring({"old": old._kek("old"), "new": os.urandom(32)}, "new")  # the new KEK is current
+    app = build(place, both)
+    assert app.store.rewrap() == 2  # tenants a and b, version 1 each
+    assert {r[0] for r in Raw(place)("SELECT kek_id FROM data_keys")} == {"new"}
+    assert Raw(place)("SELECT run_id, input FROM runs ORDER BY run_id") == sealed_before  # no value touched
+    app.close()
+    only_new = LocalKeyring({"new": both._kek("new")}, "new")
+    app = build(place, only_new)  # the old KEK is gone: every value still opens
+    assert snapshot(app, runs) == before
+    app.close()
+
+
+def test_cairn_keys_status_rotate_reencrypt_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CAIRN_KEYRING", raising=False)  # --keyring sets it in this process: undone after
+    keys = tmp_path / "keys"
+    keys.write_text(new_kek_line("k1") + "\n")
+    url = f"sqlite:///{tmp_path}/c.db"
+    app = build(url, LocalKeyring.from_file(keys))
+    runs_of(app)
+    app.close()
+    runner = CliRunner()
+    spec = ["--db", url, "keys"]
+    ring = ["--keyring", f"file:{keys}"]
+    done = runner.invoke(cli, [*spec, "rotate", *ring, "--tenant", "a"])
+    assert done.exit_code == 0 and "a: data key v2" in done.output, done.output
+    done = runner.invoke(cli, [*spec, "status", *ring, "--tenant", "a"])
+    assert "newest v2" in done.output and " 0 on older keys" not in done.output, done.output
+    done = runner.invoke(cli, [*spec, "reencrypt", *ring, "--tenant", "a"])
+    assert done.exit_code == 0 and "a: moved" in done.output, done.output
+    done = runner.invoke(cli, [*spec, "status", *ring])
+    assert "a: newest v2" in done.output and "values v2:" in done.output, done.output
+    assert "; 0 on older keys" in done.output.splitlines()[0], done.output
+    assert runner.invoke(cli, [*spec, "verify", *ring]).exit_code == 0
+    Raw(url)("UPDATE runs SET input = :v WHERE run_id = (SELECT MIN(run_id) FROM runs WHERE tenant = 'a')",
+             v=b'"plain"')
+    done = runner.invoke(cli, [*spec, "verify", *ring])
+    assert done.exit_code == 1 and "not encrypted" in done.output, done.output
+    done = runner.invoke(cli, ["--db", url, "keys", "new-kek", "k2"])
+    assert done.output.startswith("k2 ") and len(base64.b64decode(done.output.split()[1])) == 32
