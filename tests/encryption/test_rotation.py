@@ -17,7 +17,7 @@ import cairn
 from cairn.cli.main import main as cli
 from cairn.security.keyring import LocalKeyring, new_kek_line
 from cairn.store.rekey import version_of
-from tests.encryption.test_sealed_store import CANARY, Raw, build, drive, keyring, place, runs_of  # noqa: F401
+from tests.encryption.test_sealed_store import Raw, build, keyring, runs_of
 
 
 def snapshot(app: cairn.App, runs: dict[str, str]) -> dict[str, Any]:
@@ -47,9 +47,11 @@ def test_a_pass_moves_one_tenants_values_to_its_new_key_and_reads_the_same(place
     assert store.rotate("a") == 2
     assert store.key_status("a").old > 0
     first = store.reencrypt("a", page=3)  # small pages: the cursor crosses many of them
-    assert first.moved > 0 and first.raced == 0
+    assert first.moved > 0
+    assert first.raced == 0
     assert store.key_status("a").old == 0
-    assert versions(place, "a") == {2} and versions(place, "b") == {1}
+    assert versions(place, "a") == {2}
+    assert versions(place, "b") == {1}
     assert snapshot(app, runs) == before
     assert store.reencrypt("a").moved == 0  # nothing left: a second pass writes nothing
     app.close()
@@ -75,7 +77,7 @@ def test_a_kek_rotation_rewraps_the_data_keys_only(place: str, tmp_path: Path) -
 
 
 def test_cairn_keys_status_rotate_reencrypt_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CAIRN_KEYRING", raising=False)  # --keyring sets it in this process: undone after
+    monkeypatch.setenv("CAIRN_KEYRING", "")  # --keyring sets it in this process: restored (unset) after
     keys = tmp_path / "keys"
     keys.write_text(new_kek_line("k1") + "\n")
     url = f"sqlite:///{tmp_path}/c.db"
@@ -86,18 +88,24 @@ def test_cairn_keys_status_rotate_reencrypt_verify(tmp_path: Path, monkeypatch: 
     spec = ["--db", url, "keys"]
     ring = ["--keyring", f"file:{keys}"]
     done = runner.invoke(cli, [*spec, "rotate", *ring, "--tenant", "a"])
-    assert done.exit_code == 0 and "a: data key v2" in done.output, done.output
+    assert done.exit_code == 0, done.output
+    assert "a: data key v2" in done.output, done.output
     done = runner.invoke(cli, [*spec, "status", *ring, "--tenant", "a"])
-    assert "newest v2" in done.output and " 0 on older keys" not in done.output, done.output
+    assert "newest v2" in done.output, done.output
+    assert " 0 on older keys" not in done.output, done.output
     done = runner.invoke(cli, [*spec, "reencrypt", *ring, "--tenant", "a"])
-    assert done.exit_code == 0 and "a: moved" in done.output, done.output
+    assert done.exit_code == 0, done.output
+    assert "a: moved" in done.output, done.output
     done = runner.invoke(cli, [*spec, "status", *ring])
-    assert "a: newest v2" in done.output and "values v2:" in done.output, done.output
+    assert "a: newest v2" in done.output, done.output
+    assert "values v2:" in done.output, done.output
     assert "; 0 on older keys" in done.output.splitlines()[0], done.output
     assert runner.invoke(cli, [*spec, "verify", *ring]).exit_code == 0
     Raw(url)("UPDATE runs SET input = :v WHERE run_id = (SELECT MIN(run_id) FROM runs WHERE tenant = 'a')",
              v=b'"plain"')
     done = runner.invoke(cli, [*spec, "verify", *ring])
-    assert done.exit_code == 1 and "not encrypted" in done.output, done.output
+    assert done.exit_code == 1, done.output
+    assert "not encrypted" in done.output, done.output
     done = runner.invoke(cli, ["--db", url, "keys", "new-kek", "k2"])
-    assert done.output.startswith("k2 ") and len(base64.b64decode(done.output.split()[1])) == 32
+    assert done.output.startswith("k2 ")
+    assert len(base64.b64decode(done.output.split()[1])) == 32

@@ -26,7 +26,7 @@ from cairn.security.envelope import SealError
 from cairn.security.keyring import LocalKeyring
 from cairn.store.memrecords import ItemPut, Provenance
 from cairn.store.records import Payload, RunStatus
-from tests.engine.conftest import execute_once, postgres_url
+from tests.engine.conftest import execute_once
 from tests.store.test_schema import pg_dump_binary
 
 CANARY = "Zq7canaryXw9"
@@ -63,15 +63,6 @@ def hits(blob: bytes) -> list[str]:
 
 def keyring() -> LocalKeyring:
     return LocalKeyring({"kek1": os.urandom(32)}, "kek1")
-
-
-@pytest.fixture(params=("sqlite", "postgres"))
-def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database URL on each backend."""
-    if request.param == "postgres":
-        yield postgres_url(request.getfixturevalue("pg_url"))
-    else:
-        yield f"sqlite:///{tmp_path}/cairn.db"
 
 
 def build(url: str, ring: LocalKeyring | None) -> cairn.App:
