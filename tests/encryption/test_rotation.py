@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ import cairn
 from cairn.cli.main import main as cli
 from cairn.security.keyring import LocalKeyring, new_kek_line
 from cairn.store.rekey import version_of
-from tests.encryption.test_sealed_store import Raw, build, keyring, runs_of
+from tests.encryption.test_sealed_store import CANARY, Raw, build, drive, keyring, runs_of
+from tests.engine.conftest import execute_once
+from tests.processes import spawn
 
 
 def snapshot(app: cairn.App, runs: dict[str, str]) -> dict[str, Any]:
@@ -109,3 +112,58 @@ def test_cairn_keys_status_rotate_reencrypt_verify(tmp_path: Path, monkeypatch: 
     done = runner.invoke(cli, ["--db", url, "keys", "new-kek", "k2"])
     assert done.output.startswith("k2 ")
     assert len(base64.b64decode(done.output.split()[1])) == 32
+
+
+@pytest.mark.slow  # a cairn keys reencrypt process, SIGKILLed
+def test_rotation_under_load_with_a_sigkilled_reencryption(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text(new_kek_line("k1") + "\n")
+    url = f"sqlite:///{tmp_path}/c.db"
+    app = build(url, LocalKeyring.from_file(keys))
+    runs = {f"r{i}": app.start("canary", f"{CANARY}-{i}", tenant="a").run_id for i in range(12)}
+    for run_id in runs.values():
+        assert drive(app, run_id, "ok") == "completed"
+    before = snapshot(app, runs)
+    store: Any = app.store
+    store.rotate("a")
+    total = store.key_status("a").old
+    child = spawn("cairn", ["--db", url, "keys", "reencrypt", "--keyring", f"file:{keys}", "--tenant", "a",
+                            "--page", "2", "--pause", "0.02"], log=tmp_path / "rekey.log")
+    load = []
+    try:
+        while store.key_status("a").old > total * 2 // 3:  # a third moved: kill it mid-pass
+            run_id = app.start("canary", f"{CANARY}-load", tenant="a").run_id  # load: new writes meanwhile
+            load.append(run_id)
+            assert drive(app, run_id, "ok") == "completed"
+            assert child.poll() is None, (tmp_path / "rekey.log").read_text()
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    left = store.key_status("a").old
+    assert 0 < left < total
+    resumed = store.reencrypt("a", page=5)  # the next pass finishes what the killed one left
+    assert resumed.moved > 0
+    assert store.key_status("a").old == 0
+    assert snapshot(app, runs) == before  # replay reads the values recorded before the rotation
+    for run_id in [*runs.values(), *load]:
+        assert app.store.get_run(run_id).status.value == "completed"
+        assert not [e for e in app.history(run_id) if e.event.value == "step.failed"]
+    app.close()
+
+
+def test_a_pass_never_overwrites_a_row_changed_since_it_read_it(place: str) -> None:
+    """Compare-and-set: a holder that finished a run between the pass's read
+    and its write keeps its result; the pass counts the row as raced."""
+    app = build(place, keyring())
+    run_id = app.start("canary", f"{CANARY}-cas").run_id
+    assert execute_once(app, run_id) == "suspended"
+    store: Any = app.store
+    store.rotate("default")
+    (row,) = [r for r in store.inner.rekey_page("rekey_runs_page", {"tenant": "default", "after": "",
+                                                                     "limit": 10}) if r[0] == run_id]
+    Raw(place)("UPDATE runs SET result = :v WHERE run_id = :run_id", v=b"holder's result", run_id=run_id)
+    stale = {"run_id": run_id, "input": b"resealed", "result": row[2], "error": row[3],
+             "old_input": row[1], "old_result": row[2], "old_error": row[3]}
+    assert store.inner.rekey_set("rekey_run_set", stale) is False
+    assert Raw(place)("SELECT result FROM runs WHERE run_id = :r", r=run_id)[0][0] == b"holder's result"
+    app.close()

@@ -88,13 +88,14 @@ def keys_rotate(ctx: click.Context, tenant: str | None, kek: bool, db: str | Non
 @keys.command("reencrypt")
 @click.option("--tenant", default=None)
 @click.option("--pause", type=float, default=0.0, show_default=True, help="Seconds to rest after each page.")
+@click.option("--page", type=click.IntRange(1, 10_000), default=200, show_default=True, help="Rows per page.")
 @db_option
 @keyring_option
 @click.pass_context
-def keys_reencrypt(ctx: click.Context, tenant: str | None, pause: float, db: str | None) -> None:
+def keys_reencrypt(ctx: click.Context, tenant: str | None, pause: float, page: int, db: str | None) -> None:
     """Move values sealed under older keys to each tenant's newest (resumable)."""
     with open_session(db_from_context(ctx, db), None) as session:
-        for p in Keys(session.app.store).reencrypt(tenant, pause=pause):
+        for p in Keys(session.app.store).reencrypt(tenant, pause=pause, page=page):
             echo(f"{p.tenant}: moved {p.moved} rows to v{p.newest}; {p.raced} changed meanwhile "
                  "(the next pass takes them)")
 
