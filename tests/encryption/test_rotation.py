@@ -45,6 +45,8 @@ def versions(place: str, tenant: str) -> set[int]:
 def test_a_pass_moves_one_tenants_values_to_its_new_key_and_reads_the_same(place: str) -> None:
     app = build(place, keyring())
     runs = runs_of(app)
+    runs["cancelled"] = app.start("canary", "c", tenant="a").run_id
+    app.cancel(runs["cancelled"], reason=f"{CANARY} why")  # operator text, sealed under key 1 too
     before = snapshot(app, runs)
     store: Any = app.store
     assert store.rotate("a") == 2

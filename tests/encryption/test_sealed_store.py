@@ -121,6 +121,12 @@ def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, seale
     assert drive(app, done, "ok") == "completed"
     failed = app.start("canary", f"{CANARY}-input2").run_id
     assert drive(app, failed, "fail") == "failed"
+    cancelled = app.start("canary", f"{CANARY}-c").run_id
+    app.cancel(cancelled, reason=f"{CANARY}-cancel reason")
+    killed = app.start("canary", f"{CANARY}-k", tenant="t2").run_id
+    app.kill(tenant="t2", reason=f"{CANARY}-kill reason")
+    assert app.store.get_run(cancelled).error["message"] == f"{CANARY}-cancel reason"
+    assert app.history(killed)[-1].detail["reason"] == f"{CANARY}-kill reason"
     result = app.handle(done).result(timeout=5)
     assert result["decision"] == {"note": f"{CANARY}-edit"}
     assert result["signal"] == f"{CANARY}-signal"

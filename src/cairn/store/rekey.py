@@ -43,6 +43,15 @@ _DECODE = msgspec.json.Decoder()
 _ENCODE = msgspec.json.Encoder()
 
 
+#: how a sealed operator text starts in a JSON column (``Sealer.seal_text``)
+REASON_PREFIX = "cairn-sealed:"
+
+
+def reason_place(tenant: str) -> Place:
+    """Where operator text is sealed: one tenant, any run (one reason goes to every run an action reaches)."""
+    return Place(tenant, "-", "operator", "-", "reason")
+
+
 @dataclass(slots=True)
 class Progress:
     """What a pass (or a status scan) found: values per key version, and
@@ -103,14 +112,34 @@ class Rekeyer:
         return again
 
     def _json(self, place: Place, text: Any) -> str | None:
-        found = _sealed_json(text)
-        if found is None:
+        """A JSON column's text with its sealed part and its operator texts
+        sealed again under the newest key; ``None`` if nothing needed it."""
+        if not isinstance(text, str) or ("sealed" not in text and REASON_PREFIX not in text):
             return None
-        value, data = found
-        again = self._bytes(place, data)
-        if again is None:
+        try:
+            value = _DECODE.decode(text)
+        except msgspec.DecodeError:
             return None
-        return _ENCODE.encode({**value, "sealed": base64.b64encode(again).decode()}).decode()
+        if not isinstance(value, dict):
+            return None
+        changed = False
+        for key, item in list(value.items()):
+            if not isinstance(item, str):
+                continue
+            if key == "sealed":
+                at, raw, prefix = place, item, ""
+            elif item.startswith(REASON_PREFIX):
+                at, raw, prefix = reason_place(self.tenant), item[len(REASON_PREFIX):], REASON_PREFIX
+            else:
+                continue
+            try:
+                again = self._bytes(at, base64.b64decode(raw, validate=True))
+            except (binascii.Error, ValueError):
+                continue
+            if again is not None:
+                value[key] = prefix + base64.b64encode(again).decode()
+                changed = True
+        return _ENCODE.encode(value).decode() if changed else None
 
     def _write(self, name: str, params: dict[str, Any]) -> None:
         if self.inner.rekey_set(name, params):

@@ -89,13 +89,13 @@ from cairn.store.records import (
     RunRecord,
     RunStatus,
 )
+from cairn.store.rekey import REASON_PREFIX, Progress, Rekeyer, reason_place
 from cairn.store.schedules import Fired
 from cairn.store.vectorindex import EmbeddingClaim
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-    from cairn.store.rekey import Progress
     from cairn.store.transactions import Tx
 
 R = TypeVar("R")
@@ -231,11 +231,31 @@ class Sealer:
             kept["sealed"] = base64.b64encode(self.seal(place, _ENCODE.encode(rest))).decode()
         return kept
 
+    def seal_text(self, tenant: str, text: str) -> str:
+        """Text an operator gives the store (a cancel or kill reason), sealed
+        for the tenant: the store copies it into the error and the entry of
+        every run the action reaches, so it is bound to the tenant and its
+        kind (``operator``/``reason``), not to one run."""
+        return REASON_PREFIX + base64.b64encode(self.seal(reason_place(tenant), text.encode())).decode()
+
+    def open_text(self, tenant: str, text: str) -> str:
+        try:
+            data = base64.b64decode(text[len(REASON_PREFIX):], validate=True)
+        except (binascii.Error, ValueError):
+            data = b""
+        return self.open(reason_place(tenant), data).decode()
+
     def open_json(self, place: Place, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The value ``seal_json`` sealed. One without ``"sealed"`` was
-        written by the store itself (an operator's reason, a quarantine) and
-        is read as it is."""
-        if not isinstance(value, dict) or "sealed" not in value:
+        """The value ``seal_json`` sealed, and any operator text in it
+        (``seal_text``) opened. The other keys of a value were written by
+        the store itself (a status, an actor, a quarantine's cause) and are
+        read as they are."""
+        if not isinstance(value, dict):
+            return value
+        if any(isinstance(v, str) and v.startswith(REASON_PREFIX) for v in value.values()):
+            value = {k: self.open_text(place.tenant, v) if isinstance(v, str) and v.startswith(REASON_PREFIX)
+                     else v for k, v in value.items()}
+        if "sealed" not in value:
             return value
         sealed = value["sealed"]
         try:
@@ -377,7 +397,8 @@ class SealedStore:
 
     def _open_event(self, tenant: str, event: HistoryEvent) -> HistoryEvent:
         payload, detail = event.payload, event.detail
-        sealed_detail = isinstance(detail, dict) and "sealed" in detail
+        sealed_detail = isinstance(detail, dict) and ("sealed" in detail or any(
+            isinstance(v, str) and v.startswith(REASON_PREFIX) for v in detail.values()))
         if (payload is None or payload.data is None) and not sealed_detail:
             return event
         at = _entry_position(event)
@@ -593,13 +614,18 @@ class SealedStore:
         return self.inner.fire_schedule(tenant, name, tick, None if run is None else self._seal_new(run))
 
     def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:
-        return self._open_run(self.inner.cancel_run(run_id, reason, actor=actor))
+        sealed = self.sealer.seal_text(self._tenant(run_id), reason)
+        return self._open_run(self.inner.cancel_run(run_id, sealed, actor=actor))
 
     def retry_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
         return self._open_run(self.inner.retry_run(run_id, actor=actor))
 
-    def kill_runs(self, reason: str, **kwargs: Any) -> list[RunRecord]:
-        return [self._open_run(r) for r in self.inner.kill_runs(reason, **kwargs)]
+    def kill_runs(self, reason: str, *, run_id: str | None = None, tenant: str | None = None,
+                  actor: str | None = None) -> list[RunRecord]:
+        owner = tenant if tenant is not None else self._tenant(run_id) if run_id is not None else None
+        sealed = reason if owner is None else self.sealer.seal_text(owner, reason)  # None: the store refuses
+        killed = self.inner.kill_runs(sealed, run_id=run_id, tenant=tenant, actor=actor)
+        return [self._open_run(r) for r in killed]
 
     def revive_run(self, run_id: str, *, actor: str | None = None) -> RunRecord:
         return self._open_run(self.inner.revive_run(run_id, actor=actor))
@@ -717,14 +743,10 @@ class SealedStore:
 
     def reencrypt(self, tenant: str, *, page: int = 200, pause: float = 0.0) -> Progress:
         """One re-encryption pass over ``tenant``'s values (``cairn.store.rekey``)."""
-        from cairn.store.rekey import Rekeyer
-
         return Rekeyer(self, tenant, page=page, pause=pause).run()
 
     def key_status(self, tenant: str) -> Progress:
         """How many of ``tenant``'s values each key version seals (a read-only pass)."""
-        from cairn.store.rekey import Rekeyer
-
         return Rekeyer(self, tenant, move=False).run()
 
     def rewrap(self) -> int:
