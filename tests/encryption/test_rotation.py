@@ -23,11 +23,15 @@ from tests.engine.conftest import execute_once
 from tests.processes import spawn
 
 
-def snapshot(app: cairn.App, runs: dict[str, str]) -> dict[str, Any]:
-    """Every sealed value of ``runs`` as the store reads it back."""
+def snapshot(app: cairn.App, runs: dict[str, str], *, memory: bool = True) -> dict[str, Any]:
+    """Every sealed value of ``runs`` (and their tenants' memory) as the store reads it back."""
     out: dict[str, Any] = {}
+    for tenant in ("a", "b", "default") if memory else ():
+        out[f"memory:{tenant}"] = [(i.namespace, i.key, i.value, i.index_text)
+                                   for i in app.store.memory_items(tenant, "", limit=1000)]
     for name, run_id in runs.items():
         run = app.store.get_run(run_id)
+        out[f"run memory:{name}"] = [(m.key, m.value) for m in app.store.run_memory(run_id)]
         out[name] = (run.input, run.result, run.error,
                      [(e.seq, e.payload, e.detail) for e in app.history(run_id)],
                      [(d.seq, d.payload) for d in app.store.deliveries(run_id)])
@@ -39,6 +43,9 @@ def versions(place: str, tenant: str) -> set[int]:
     rows = raw("SELECT h.payload FROM history AS h WHERE h.tenant = :t AND h.payload IS NOT NULL", t=tenant)
     rows += raw("SELECT input FROM runs WHERE tenant = :t AND input IS NOT NULL", t=tenant)
     rows += raw("SELECT payload FROM mailbox WHERE tenant = :t AND payload IS NOT NULL", t=tenant)
+    rows += raw("SELECT value FROM memory_items WHERE tenant = :t AND value IS NOT NULL", t=tenant)
+    rows += raw("SELECT value FROM memory_run WHERE tenant = :t AND value IS NOT NULL", t=tenant)
+    rows += raw("SELECT value FROM memory_thread_messages WHERE tenant = :t AND value IS NOT NULL", t=tenant)
     return {version_of(bytes(r[0])) for r in rows} - {None}  # type: ignore[misc]
 
 
@@ -125,7 +132,7 @@ def test_rotation_under_load_with_a_sigkilled_reencryption(tmp_path: Path) -> No
     runs = {f"r{i}": app.start("canary", f"{CANARY}-{i}", tenant="a").run_id for i in range(12)}
     for run_id in runs.values():
         assert drive(app, run_id, "ok") == "completed"
-    before = snapshot(app, runs)
+    before = snapshot(app, runs, memory=False)  # the load below writes the same memory item again
     store: Any = app.store
     store.rotate("a")
     total = store.key_status("a").old
@@ -146,7 +153,8 @@ def test_rotation_under_load_with_a_sigkilled_reencryption(tmp_path: Path) -> No
     resumed = store.reencrypt("a", page=5)  # the next pass finishes what the killed one left
     assert resumed.moved > 0
     assert store.key_status("a").old == 0
-    assert snapshot(app, runs) == before  # replay reads the values recorded before the rotation
+    assert snapshot(app, runs, memory=False) == before  # replay reads the values recorded before the rotation
+    assert versions(url, "a") == {2}  # 0 values left on the retired key, memory included
     for run_id in [*runs.values(), *load]:
         assert app.store.get_run(run_id).status.value == "completed"
         assert not [e for e in app.history(run_id) if e.event.value == "step.failed"]

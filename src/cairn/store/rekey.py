@@ -12,8 +12,10 @@ pass killed half-way (SIGKILL included) is resumed by the next, which skips
 what is already on the newest key with a header read. ``pause`` throttles
 it: the seconds to sleep after each page.
 
-Not moved yet: memory values and artifacts (their values stay readable under
-their old key; a rotation of those is the next step of issue 25).
+Memory moves too: long-term items (value and text to embed), run memory,
+thread messages. Not moved yet: the cold copies of items (compressed sealed
+bytes) and artifacts (a new envelope is a new address, and every row naming
+the old one would have to follow): they stay readable under their old key.
 """
 
 from __future__ import annotations
@@ -156,6 +158,9 @@ class Rekeyer:
         self._runs()
         self._history()
         self._mailbox()
+        self._items()
+        self._run_memory()
+        self._threads()
         return self.progress
 
     def _runs(self) -> None:
@@ -211,4 +216,55 @@ class Rekeyer:
                     self._write("rekey_mailbox_set", {"run_id": run_id, "seq": seq, "payload": new,
                                                       "old_payload": payload})
             after_run, after_seq = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _items(self) -> None:
+        after_ns, after_key = "", ""
+        while rows := self.inner.rekey_page("rekey_items_page", {
+                "tenant": self.tenant, "after_ns": after_ns, "after_key": after_key, "limit": self.page}):
+            for namespace, key, value, text in rows:
+                value = None if value is None else bytes(value)
+                where = _ENCODE.encode([namespace, key]).decode()
+                new_value = self._bytes(Place(self.tenant, "-", "memory_items", where, "value"), value)
+                new_text = None
+                if text is not None:
+                    try:
+                        sealed = base64.b64decode(text, validate=True)
+                    except (binascii.Error, ValueError):
+                        sealed = None
+                    again = self._bytes(Place(self.tenant, "-", "memory_items", where, "index_text"), sealed)
+                    new_text = None if again is None else base64.b64encode(again).decode()
+                if new_value is not None or new_text is not None:
+                    self._write("rekey_item_set", {
+                        "tenant": self.tenant, "namespace": namespace, "key": key,
+                        "value": new_value or value, "index_text": new_text or text,
+                        "old_value": value, "old_index_text": text})
+            after_ns, after_key = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _run_memory(self) -> None:
+        after_run, after_key = "", ""
+        while rows := self.inner.rekey_page("rekey_run_memory_page", {
+                "tenant": self.tenant, "after_run": after_run, "after_key": after_key, "limit": self.page}):
+            for run_id, key, value in rows:
+                value = bytes(value)
+                new = self._bytes(Place(self.tenant, run_id, "memory_run", key, "value"), value)
+                if new is not None:
+                    self._write("rekey_run_memory_set", {"run_id": run_id, "key": key, "value": new,
+                                                         "old_value": value})
+            after_run, after_key = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _threads(self) -> None:
+        after_thread, after_idx = "", -1
+        while rows := self.inner.rekey_page("rekey_thread_page", {
+                "tenant": self.tenant, "after_thread": after_thread, "after_idx": after_idx,
+                "limit": self.page}):
+            for thread_id, idx, value in rows:
+                value = bytes(value)
+                new = self._bytes(Place(self.tenant, "-", "memory_threads", thread_id, "value"), value)
+                if new is not None:
+                    self._write("rekey_thread_set", {"tenant": self.tenant, "thread_id": thread_id,
+                                                     "idx": idx, "value": new, "old_value": value})
+            after_thread, after_idx = rows[-1][0], rows[-1][1]
             self._rest()

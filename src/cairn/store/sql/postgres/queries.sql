@@ -1664,3 +1664,40 @@ ORDER BY run_id, seq LIMIT %(limit)s::bigint
 -- name: rekey_mailbox_set
 UPDATE mailbox SET payload = %(payload)s::bytea
 WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint AND payload = %(old_payload)s::bytea
+
+-- name: rekey_items_page
+SELECT namespace, key, value, index_text FROM memory_items
+WHERE tenant = %(tenant)s::text
+  AND (namespace > %(after_ns)s::text OR (namespace = %(after_ns)s::text AND key > %(after_key)s::text))
+  AND (value IS NOT NULL OR index_text IS NOT NULL)
+ORDER BY namespace, key LIMIT %(limit)s::bigint
+
+-- name: rekey_item_set
+UPDATE memory_items SET value = %(value)s::bytea, index_text = %(index_text)s::text
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND value IS NOT DISTINCT FROM %(old_value)s::bytea
+  AND index_text IS NOT DISTINCT FROM %(old_index_text)s::text
+
+-- name: rekey_run_memory_page
+SELECT run_id, key, value FROM memory_run
+WHERE tenant = %(tenant)s::text
+  AND (run_id > %(after_run)s::text OR (run_id = %(after_run)s::text AND key > %(after_key)s::text))
+  AND value IS NOT NULL
+ORDER BY run_id, key LIMIT %(limit)s::bigint
+
+-- name: rekey_run_memory_set
+UPDATE memory_run SET value = %(value)s::bytea
+WHERE run_id = %(run_id)s::text AND key = %(key)s::text AND value = %(old_value)s::bytea
+
+-- name: rekey_thread_page
+SELECT thread_id, idx, value FROM memory_thread_messages
+WHERE tenant = %(tenant)s::text
+  AND (thread_id > %(after_thread)s::text
+       OR (thread_id = %(after_thread)s::text AND idx > %(after_idx)s::bigint))
+  AND value IS NOT NULL
+ORDER BY thread_id, idx LIMIT %(limit)s::bigint
+
+-- name: rekey_thread_set
+UPDATE memory_thread_messages SET value = %(value)s::bytea
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx = %(idx)s::bigint
+  AND value = %(old_value)s::bytea

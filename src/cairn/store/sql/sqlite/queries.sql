@@ -1355,3 +1355,33 @@ ORDER BY run_id, seq LIMIT :limit
 
 -- name: rekey_mailbox_set
 UPDATE mailbox SET payload = :payload WHERE run_id = :run_id AND seq = :seq AND payload = :old_payload
+
+-- name: rekey_items_page
+SELECT namespace, key, value, index_text FROM memory_items
+WHERE tenant = :tenant AND (namespace > :after_ns OR (namespace = :after_ns AND key > :after_key))
+  AND (value IS NOT NULL OR index_text IS NOT NULL)
+ORDER BY namespace, key LIMIT :limit
+
+-- name: rekey_item_set
+UPDATE memory_items SET value = :value, index_text = :index_text
+WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+  AND value IS :old_value AND index_text IS :old_index_text
+
+-- name: rekey_run_memory_page
+SELECT run_id, key, value FROM memory_run
+WHERE tenant = :tenant AND (run_id > :after_run OR (run_id = :after_run AND key > :after_key))
+  AND value IS NOT NULL
+ORDER BY run_id, key LIMIT :limit
+
+-- name: rekey_run_memory_set
+UPDATE memory_run SET value = :value WHERE run_id = :run_id AND key = :key AND value = :old_value
+
+-- name: rekey_thread_page
+SELECT thread_id, idx, value FROM memory_thread_messages
+WHERE tenant = :tenant AND (thread_id > :after_thread OR (thread_id = :after_thread AND idx > :after_idx))
+  AND value IS NOT NULL
+ORDER BY thread_id, idx LIMIT :limit
+
+-- name: rekey_thread_set
+UPDATE memory_thread_messages SET value = :value
+WHERE tenant = :tenant AND thread_id = :thread_id AND idx = :idx AND value = :old_value
