@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 import cairn
 from cairn.cli.main import main as cli
+from cairn.security.envelope import SealError
 from cairn.security.keyring import LocalKeyring, new_kek_line
 from cairn.store.rekey import version_of
 from tests.encryption.test_sealed_store import CANARY, Raw, build, drive, keyring, runs_of
@@ -177,3 +178,47 @@ def test_a_pass_never_overwrites_a_row_changed_since_it_read_it(place: str) -> N
     assert store.inner.rekey_set("rekey_run_set", stale) is False
     assert Raw(place)("SELECT result FROM runs WHERE run_id = :r", r=run_id)[0][0] == b"holder's result"
     app.close()
+
+
+def test_cairn_keys_adopt_seals_a_database_written_without_encryption(
+        place: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_KEYRING", "")
+    keys = tmp_path / "keys"
+    keys.write_text(new_kek_line("k1") + "\n")
+    plain = build(place, None, inline_limit=1 << 20)  # no artifacts: adoption does not seal those yet
+    runs = runs_of(plain)
+    runs["cancelled"] = plain.start("canary", "c", tenant="a").run_id
+    plain.cancel(runs["cancelled"], reason=f"{CANARY} why")
+    before = snapshot(plain, runs)
+    plain.close()
+    with pytest.raises(cairn.errors.ConfigError, match="written without encryption"):
+        build(place, LocalKeyring.from_file(keys))  # a worker given a keyring now would park every run
+    done = CliRunner().invoke(cli, ["--db", place, "keys", "adopt", "--keyring", f"file:{keys}"])
+    assert done.exit_code == 0, done.output
+    app = build(place, LocalKeyring.from_file(keys), inline_limit=1 << 20)
+    assert snapshot(app, runs) == before  # every value reads back as it was written
+    for tenant in ("a", "b", "default"):
+        assert versions(place, tenant) <= {1}
+    raw = Raw(place)
+    assert not raw("SELECT tenant FROM data_keys WHERE version = 0")  # the adoption is over: strict again
+    dump = "".join(repr(raw(f"SELECT * FROM {table}")) for table in (
+        "runs", "history", "mailbox", "memory_items", "memory_run", "memory_thread_messages"))
+    assert CANARY not in dump
+    raw("UPDATE runs SET input = :v WHERE run_id = :r", v=b'"plain"', r=runs["a1"])
+    with pytest.raises(SealError, match="not encrypted"):
+        app.store.get_run(runs["a1"])
+    app.close()
+
+
+def test_cairn_keys_adopt_refuses_a_database_with_artifacts(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_KEYRING", "")
+    keys = tmp_path / "keys"
+    keys.write_text(new_kek_line("k1") + "\n")
+    url = f"sqlite:///{tmp_path}/c.db"
+    plain = build(url, None)  # the canary's large step result is an artifact
+    runs_of(plain)
+    plain.close()
+    done = CliRunner().invoke(cli, ["--db", url, "keys", "adopt", "--keyring", f"file:{keys}"])
+    assert done.exit_code != 0
+    assert "holds artifacts" in done.output

@@ -65,8 +65,8 @@ def keyring() -> LocalKeyring:
     return LocalKeyring({"kek1": os.urandom(32)}, "kek1")
 
 
-def build(url: str, ring: LocalKeyring | None) -> cairn.App:
-    app = cairn.App(db=url, keyring=ring, lease_seconds=5.0, inline_limit=1024)  # larger: artifacts
+def build(url: str, ring: LocalKeyring | None, inline_limit: int = 1024) -> cairn.App:
+    app = cairn.App(db=url, keyring=ring, lease_seconds=5.0, inline_limit=inline_limit)  # larger: artifacts
 
     @app.step()
     def shout(text: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from cairn.errors import ConfigError
 from cairn.security.envelope import SealError
 from cairn.store.records import RunFilter
-from cairn.store.rekey import Progress
+from cairn.store.rekey import Progress, Rekeyer
 from cairn.store.sealed import SealedStore
 
 
@@ -83,6 +83,31 @@ class Keys:
 
     def reencrypt(self, tenant: str | None = None, *, pause: float = 0.0, page: int = 200) -> list[Progress]:
         return [self.store.reencrypt(name, pause=pause, page=page) for name in self.tenants(tenant)]
+
+    def adopt(self, *, pause: float = 0.0, page: int = 200, passes: int = 10) -> list[Progress]:
+        """Turn encryption on for a database written without it: mark it as
+        adopting (plaintext values are read as they are meanwhile, and only
+        then), seal every tenant's plaintext values in passes (new writes are
+        sealed already), and end the adoption once a pass finds none left:
+        from then on plaintext is refused. Refused (``ConfigError``) while a
+        row names an artifact: artifacts are not adopted yet."""
+        inner: Any = self.store.inner
+        if inner.rekey_page("rekey_any_artifact_page", {}):
+            raise ConfigError("this database holds artifacts (values over the inline limit), which "
+                              "adoption does not seal yet: not adopted")
+        self.store.keys.start_adoption()
+        for _ in range(passes):
+            tenants: list[str] = []
+            while rows := inner.rekey_page("rekey_tenants_page", {"after": tenants[-1] if tenants else "",
+                                                                   "limit": 500}):
+                tenants += [str(r[0]) for r in rows]
+            done = [Rekeyer(self.store, t, page=page, pause=pause, adopt=True).run() for t in tenants]
+            check = [Rekeyer(self.store, t, adopt=True, move=False).run() for t in tenants]
+            if not any(p.versions[0] for p in check):
+                self.store.keys.end_adoption()
+                return done
+        raise ConfigError(f"plaintext values were still being written after {passes} passes: "
+                          "adoption goes on (run 'cairn keys adopt' again)")
 
     def verify(self, tenant: str | None = None, *, limit: int = 1_000_000) -> list[Verified]:
         reports = []

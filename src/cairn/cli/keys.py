@@ -12,7 +12,8 @@ import sys
 import click
 
 from cairn.api.keys import Keys
-from cairn.security.keyring import KEYRING_ENV, new_kek_line
+from cairn.security.keyring import KEYRING_ENV, keyring_from_spec, new_kek_line
+from cairn.store.sealed import SealedStore
 
 from .loading import open_session
 from .options import DefaultCommandGroup, db_from_context, db_option
@@ -98,6 +99,24 @@ def keys_reencrypt(ctx: click.Context, tenant: str | None, pause: float, page: i
         for p in Keys(session.app.store).reencrypt(tenant, pause=pause, page=page):
             echo(f"{p.tenant}: moved {p.moved} rows to v{p.newest}; {p.raced} changed meanwhile "
                  "(the next pass takes them)")
+
+
+@keys.command("adopt")
+@click.option("--pause", type=float, default=0.0, show_default=True, help="Seconds to rest after each page.")
+@db_option
+@keyring_option
+@click.pass_context
+def keys_adopt(ctx: click.Context, pause: float, db: str | None) -> None:
+    """Turn encryption on for a database written without it: seal what it holds (resumable)."""
+    spec = os.environ.pop(KEYRING_ENV, None)  # opened plain: a keyring refuses a plaintext database
+    if not spec:
+        raise click.UsageError("give the keyring to seal with: --keyring or $CAIRN_KEYRING")
+    try:
+        with open_session(db_from_context(ctx, db), None) as session:
+            done = Keys(SealedStore(session.app.store, keyring_from_spec(spec))).adopt(pause=pause)
+    finally:
+        os.environ[KEYRING_ENV] = spec
+    echo(f"sealed {sum(p.moved for p in done)} rows of {len(done)} tenants; plaintext is refused from now on")
 
 
 @keys.command("verify")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from cairn.errors import ConfigError, MissingExtra, StoreError
@@ -115,6 +116,18 @@ def open_store(
     return with_keyring(store, keyring)
 
 
+def _plaintext_database(store: Store) -> bool:
+    """Whether ``store`` holds runs or memory but no data key: written before
+    encryption was turned on (a worker given a keyring would park every run
+    it claims; ``cairn keys adopt`` seals it first)."""
+    inner: Any = store
+    try:
+        return not inner.data_keys(None) and bool(inner.rekey_page("rekey_tenants_page",
+                                                                    {"after": "", "limit": 1}))
+    except Exception:  # not a SQL store, or a schema before data_keys (inspection): nothing to say
+        return False
+
+
 def with_keyring(store: Store, keyring: Keyring | None) -> Store:
     """``store`` sealed with ``keyring``; without one, ``store`` itself, unless
     it holds data keys (an encrypted database): then ``ConfigError`` (and
@@ -124,6 +137,10 @@ def with_keyring(store: Store, keyring: Keyring | None) -> Store:
     if keyring is not None:
         from cairn.store.sealed import sealed_store
 
+        if _plaintext_database(store):
+            store.close()
+            raise ConfigError("this database holds data written without encryption: seal it first with "
+                              "'cairn keys adopt' (nothing is read as plaintext)")
         return sealed_store(store, keyring)
     keys = getattr(store, "data_keys", None)
     try:

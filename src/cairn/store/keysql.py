@@ -84,6 +84,11 @@ class SQLKeys(Generic[Tx]):
 
         return self._operate(body)
 
+    def delete_data_key(self, tenant: str, version: int) -> bool:
+        """Remove one stored key (the adoption marker; crypto-shredding is issue 26's)."""
+        return self._operate(lambda tx: self._changed(tx, "delete_data_key",
+                                                      {"tenant": tenant, "version": version})) == 1
+
     def rewrap_data_key(self, row: DataKeyRow, old_kek_id: str) -> bool:
         """Replace the wrapping of ``row``'s key if still wrapped by ``old_kek_id``."""
 

@@ -30,7 +30,10 @@ from typing import Any, Protocol
 import msgspec
 
 from cairn.security.envelope import HEADER_SIZE, MAGIC, Place
-from cairn.store.rows import LINK_TAG
+from cairn.store.rows import LINK_TAG, unpack_payload
+
+#: detail keys the database reads itself, kept in plaintext beside ``"sealed"`` (``cairn.store.sealed``)
+PLAIN_DETAIL = frozenset({"usage", "cost", "from_position", "step_kind", "name", "sealed_at"})
 
 
 class Sealing(Protocol):
@@ -93,7 +96,9 @@ class Rekeyer:
     """Moves a tenant's values to its newest data key (see the module doc)."""
 
     def __init__(self, store: Sealing, tenant: str, *, page: int = 200, pause: float = 0.0,
-                 move: bool = True) -> None:
+                 move: bool = True, adopt: bool = False) -> None:
+        #: seal plaintext values too (turning encryption on for an existing database); counted as version 0
+        self.adopt = adopt
         self.store = store
         self.inner: Any = store.inner
         self.tenant = tenant
@@ -102,20 +107,40 @@ class Rekeyer:
         self.move = move
         self.progress = Progress(tenant, store.keys.writer(tenant)[0])
 
-    def _bytes(self, place: Place, data: bytes | None) -> bytes | None:
-        """``data`` sealed again under the newest key if it is on an older one, else ``None``."""
-        version = version_of(data)
-        if version is None or data is None:
+    def _bytes(self, place: Place, data: bytes | None, *, packed: bool = False) -> bytes | None:
+        """``data`` sealed again under the newest key if it is on an older one
+        (or, adopting, sealed if it is plaintext: ``packed`` if it is stored
+        as ``rows.pack_payload`` stores a history payload), else ``None``."""
+        if data is None:
             return None
+        version = version_of(data)
+        if version is None:
+            if not self.adopt:
+                return None
+            self.progress.versions[0] += 1
+            plain = unpack_payload(data, str(place), lenient=False) if packed else data
+            return self.store.sealer.seal(place, plain) if self.move and plain is not None else None
         self.progress.versions[version] += 1
         if version >= self.progress.newest or not self.move:
             return None
         again: bytes = self.store.sealer.seal(place, self.store.sealer.open(place, data))
         return again
 
-    def _json(self, place: Place, text: Any) -> str | None:
+    def _json(self, place: Place, text: Any, plain: frozenset[str] = frozenset()) -> str | None:
         """A JSON column's text with its sealed part and its operator texts
-        sealed again under the newest key; ``None`` if nothing needed it."""
+        sealed again under the newest key (adopting: plaintext JSON sealed,
+        keeping ``plain`` keys in the clear); ``None`` if nothing needed it."""
+        if self.adopt and isinstance(text, str) and '"sealed"' not in text:
+            try:
+                value = _DECODE.decode(text)
+            except msgspec.DecodeError:
+                return None
+            if isinstance(value, dict) and any(k not in plain for k in value):
+                self.progress.versions[0] += 1
+                if self.move:
+                    sealed = self.store.sealer.seal_json(place, value, plain)
+                    return _ENCODE.encode(sealed).decode()
+            return None
         if not isinstance(text, str) or ("sealed" not in text and REASON_PREFIX not in text):
             return None
         try:
@@ -192,8 +217,10 @@ class Rekeyer:
                 value = _sealed_json(detail)
                 by_op = value is not None and value[0].get("sealed_at") == "op"
                 at = f"op {position}" if by_op else f"seq {seq}"
-                new_payload = self._bytes(Place(self.tenant, run_id, "history", at, "payload"), envelope)
-                new_detail = self._json(Place(self.tenant, run_id, "history", at, "detail"), detail)
+                new_payload = self._bytes(Place(self.tenant, run_id, "history", at, "payload"), envelope,
+                                          packed=True)
+                new_detail = self._json(Place(self.tenant, run_id, "history", at, "detail"), detail,
+                                        PLAIN_DETAIL)
                 if new_payload is not None and linked:
                     self._write("rekey_spilled_set", {"link": payload, "payload": new_payload,
                                                       "old_payload": envelope})
@@ -232,6 +259,8 @@ class Rekeyer:
                         sealed = base64.b64decode(text, validate=True)
                     except (binascii.Error, ValueError):
                         sealed = None
+                    if version_of(sealed) is None:  # plaintext (adopting)
+                        sealed = text.encode()
                     again = self._bytes(Place(self.tenant, "-", "memory_items", where, "index_text"), sealed)
                     new_text = None if again is None else base64.b64encode(again).decode()
                 if new_value is not None or new_text is not None:

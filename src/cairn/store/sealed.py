@@ -55,6 +55,7 @@ from cairn.security.envelope import (
     SealError,
     aesgcm,
     header_of,
+    is_envelope,
     nonce_key,
     open_sealed,
     seal,
@@ -89,7 +90,7 @@ from cairn.store.records import (
     RunRecord,
     RunStatus,
 )
-from cairn.store.rekey import REASON_PREFIX, Progress, Rekeyer, reason_place
+from cairn.store.rekey import PLAIN_DETAIL, REASON_PREFIX, Progress, Rekeyer, reason_place
 from cairn.store.schedules import Fired
 from cairn.store.vectorindex import EmbeddingClaim
 
@@ -100,8 +101,9 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
-#: detail keys the database reads itself, kept in plaintext beside ``"sealed"``
-PLAIN_DETAIL = frozenset({"usage", "cost", "from_position", "step_kind", "name", "sealed_at"})
+#: the ``data_keys`` row (tenant, version) that says an existing database is being sealed
+ADOPTION = ("", 0)
+ADOPTION_CONTEXT = b"cairn adoption of a plaintext database"
 #: how long a process seals with the newest data key it knows before looking for a newer one
 KEY_REFRESH_SECONDS = 5.0
 #: how many artifacts put but not yet stored for a run a store keeps (``SealedStore.put_artifact``)
@@ -128,6 +130,7 @@ class DataKeys:
         self.keyring = keyring
         self._ciphers: dict[tuple[str, int], AESGCM] = {}
         self._nonce_keys: dict[tuple[str, int], bytes] = {}
+        self._adopting: tuple[bool, float] | None = None
         self._newest: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
 
@@ -145,7 +148,40 @@ class DataKeys:
 
     def tenants(self) -> list[str]:
         """Every tenant with a stored data key."""
-        return sorted({row.tenant for row in self._store.data_keys(None)})
+        return sorted({row.tenant for row in self._store.data_keys(None) if row.tenant != ADOPTION[0]})
+
+    # -- turning encryption on for an existing database ---------------------------------------
+
+    def adopting(self) -> bool:
+        """Whether plaintext values written before encryption was turned on
+        are still being sealed (``cairn keys adopt``): only then is a value
+        that is not an envelope read as it is. The marker is a ``data_keys``
+        row wrapped by a KEK of this keyring: one planted without the KEK
+        does not unwrap and is ignored. Looked up again every
+        ``KEY_REFRESH_SECONDS``, so a worker turns strict soon after the
+        adoption ends."""
+        known = self._adopting
+        if known is not None and time.monotonic() - known[1] <= KEY_REFRESH_SECONDS:
+            return known[0]
+        found = False
+        for row in self._store.data_keys(ADOPTION[0]):
+            if row.version == ADOPTION[1]:
+                try:
+                    found = self.keyring.unwrap(row.kek_id, row.wrapped, ADOPTION_CONTEXT) == ADOPTION_CONTEXT
+                except SealError:
+                    found = False
+        self._adopting = (found, time.monotonic())
+        return found
+
+    def start_adoption(self) -> None:
+        kek = self.keyring.current()
+        wrapped = self.keyring.wrap(kek, ADOPTION_CONTEXT, ADOPTION_CONTEXT)
+        self._store.add_data_key(DataKeyRow(ADOPTION[0], ADOPTION[1], kek, wrapped, time.time()))
+        self._adopting = None
+
+    def end_adoption(self) -> None:
+        self._store.delete_data_key(*ADOPTION)
+        self._adopting = None
 
     def _load(self, tenant: str) -> int:
         """Cache the tenant's stored keys; its newest version (0: none)."""
@@ -207,6 +243,8 @@ class Sealer:
         return seal(cipher, version, place, data)
 
     def open(self, place: Place, data: bytes) -> bytes:
+        if not is_envelope(data) and self.keys.adopting():
+            return data  # written before encryption was turned on, not sealed yet (``cairn keys adopt``)
         header = header_of(data, place)
         return open_sealed(self.keys.reader(place.tenant, header.key_version, place), header, place, data)
 
@@ -349,6 +387,8 @@ class SealedStore:
         if pending is not None:
             return pending
         data = self.inner.get_artifact(ref)
+        if not is_envelope(data) and self.keys.adopting():
+            return data  # stored before encryption was turned on
         if len(data) < 12 or data[0] != 0xCE:
             raise SealError(f"artifact {ref} is not encrypted (plaintext or damaged): refused, "
                             "encryption is on")
@@ -651,6 +691,8 @@ class SealedStore:
             data = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
             data = b""
+        if not is_envelope(data) and self.keys.adopting():
+            return text  # written before encryption was turned on
         return self.sealer.open(place, data).decode()
 
     def _value(self, place: Place, payload: Payload) -> Payload:

@@ -1701,3 +1701,19 @@ ORDER BY thread_id, idx LIMIT %(limit)s::bigint
 UPDATE memory_thread_messages SET value = %(value)s::bytea
 WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx = %(idx)s::bigint
   AND value = %(old_value)s::bytea
+
+-- Every tenant with runs or memory: what turning encryption on for an existing database seals.
+-- name: rekey_tenants_page
+SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_items
+                    UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run) AS t
+WHERE tenant > %(after)s::text ORDER BY tenant LIMIT %(limit)s::bigint
+
+-- name: delete_data_key
+DELETE FROM data_keys WHERE tenant = %(tenant)s::text AND version = %(version)s::bigint
+
+-- Whether any row names an artifact (adopting a plaintext database does not seal artifacts yet).
+-- name: rekey_any_artifact_page
+SELECT 1 WHERE EXISTS (SELECT 1 FROM runs WHERE input_ref IS NOT NULL OR result_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM history WHERE payload_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref IS NOT NULL)
