@@ -142,17 +142,22 @@ def new_kek_line(kek_id: str) -> str:
     return f"{kek_id} {base64.b64encode(os.urandom(KEY_SIZE)).decode()}"
 
 
-def keyring_from_spec(spec: str) -> LocalKeyring:
-    """A keyring from ``file:/path`` or ``env:VARIABLE``."""
+def keyring_from_spec(spec: str) -> Keyring:
+    """A keyring from ``file:/path``, ``env:VARIABLE`` or ``vault:[MOUNT/]KEY``
+    (Vault's transit engine at ``$VAULT_ADDR``, ``cairn.security.vault``)."""
     kind, _, where = spec.partition(":")
     if kind == "file" and where:
         return LocalKeyring.from_file(where)
     if kind == "env" and where:
         return LocalKeyring.from_env(where)
-    raise ConfigError(f"unknown keyring {spec[:40]!r}: use file:/path/to/keys or env:VARIABLE")
+    if kind == "vault" and where:
+        from cairn.security.vault import VaultTransitKeyring
+
+        return VaultTransitKeyring.from_env(where)
+    raise ConfigError(f"unknown keyring {spec[:40]!r}: use file:/path/to/keys, env:VARIABLE or vault:KEY")
 
 
-def keyring_from_env() -> LocalKeyring | None:
+def keyring_from_env() -> Keyring | None:
     """The keyring ``$CAIRN_KEYRING`` names, or ``None`` when unset."""
     spec = os.environ.get(KEYRING_ENV)
     return keyring_from_spec(spec) if spec else None
