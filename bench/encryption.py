@@ -4,7 +4,10 @@
     python -m bench.encryption --quick
 
 One embedded App per mode on its own SQLite file (durability ``process``);
-the modes alternate round by round so drift hits both alike. Per-step cost:
+the modes alternate round by round so drift hits both alike. Each figure is
+given as wall time and as this process's CPU time (``time.process_time``):
+on a shared, loaded machine the wall figures are mostly other processes'
+noise, the CPU figures what encryption itself adds. Per-step cost:
 a run of ``STEPS`` steps each returning a payload of the given size, its
 wall time over ``STEPS`` (median of the rounds); the same with encryption
 off gives the added cost. Runs/s: 3-step runs of 100-byte results, back to
@@ -65,14 +68,14 @@ def seal_cost(app: cairn.App, size: int, count: int = 20000) -> tuple[float, flo
     batch = count // 9
     seal_times, open_times = [], []
     for _ in range(9):
-        started = time.perf_counter()
+        started = time.process_time()
         for _ in range(batch):
             store._seal_event(tenant, event)
-        seal_times.append((time.perf_counter() - started) / batch * 1e6)
-        started = time.perf_counter()
+        seal_times.append((time.process_time() - started) / batch * 1e6)
+        started = time.process_time()
         for _ in range(batch):
             store._open_event(tenant, sealed)
-        open_times.append((time.perf_counter() - started) / batch * 1e6)
+        open_times.append((time.process_time() - started) / batch * 1e6)
     return statistics.median(seal_times), statistics.median(open_times)
 
 
@@ -85,26 +88,36 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-"))
     apps = {mode: make(work / f"{mode}.db", mode == "on") for mode in ("off", "on")}
     per_step: dict[tuple[str, int], list[float]] = {}
+    cpu_step: dict[tuple[str, int], list[float]] = {}
     runs_per_s: dict[str, list[float]] = {}
+    cpu_runs_per_s: dict[str, list[float]] = {}
     for _ in range(rounds):
         for mode, (app, steps, three) in apps.items():
             for size in sizes:
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 app.run(steps, size, STEPS)
                 per_step.setdefault((mode, size), []).append((time.perf_counter() - started) / STEPS * 1e6)
+                cpu_step.setdefault((mode, size), []).append((time.process_time() - cpu) / STEPS * 1e6)
             count = 50 if args.quick else 200
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             for _ in range(count):
                 app.run(three)
             runs_per_s.setdefault(mode, []).append(count / (time.perf_counter() - started))
+            cpu_runs_per_s.setdefault(mode, []).append(count / (time.process_time() - cpu))
     print(f"per journaled step (median of {rounds} rounds of {STEPS} steps), SQLite:")
     for size in sizes:
         off = statistics.median(per_step[("off", size)])
         on = statistics.median(per_step[("on", size)])
-        print(f"  payload {size:>5} B: off {off:7.1f} us  on {on:7.1f} us  added {on - off:+6.1f} us")
+        c_off = statistics.median(cpu_step[("off", size)])
+        c_on = statistics.median(cpu_step[("on", size)])
+        print(f"  payload {size:>5} B: wall off {off:7.1f} us  on {on:7.1f} us  added {on - off:+6.1f} us | "
+              f"CPU off {c_off:7.1f} us  on {c_on:7.1f} us  added {c_on - c_off:+6.1f} us")
     off_r, on_r = statistics.median(runs_per_s["off"]), statistics.median(runs_per_s["on"])
     print(f"3-step runs/s: off {off_r:7.1f}  on {on_r:7.1f}  ({(on_r / off_r - 1) * 100:+.1f} %)")
-    print("sealing alone (an entry's payload of random hex, in process, no database):")
+    c_off_r, c_on_r = statistics.median(cpu_runs_per_s["off"]), statistics.median(cpu_runs_per_s["on"])
+    change = (c_on_r / c_off_r - 1) * 100
+    print(f"3-step runs per CPU second: off {c_off_r:7.1f}  on {c_on_r:7.1f}  ({change:+.1f} %)")
+    print("sealing alone, CPU (an entry's payload of random hex, in process, no database):")
     for size in sizes:
         sealing, opening = seal_cost(apps["on"][0], size)
         print(f"  payload {size:>5} B: seal {sealing:5.1f} us  open {opening:5.1f} us")
