@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import sqlite3
 import subprocess
@@ -114,8 +115,10 @@ def rows_at_rest(url: str) -> bytes:
 
 @pytest.mark.slow  # pg_dump is a process
 @pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "plain-control"])
-def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, sealed: bool) -> None:
+def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, sealed: bool,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     """The control (encryption off) finds the canary: the scan sees what it looks for."""
+    caplog.set_level(logging.DEBUG)
     app = build(place, keyring() if sealed else None)
     done = app.start("canary", f"{CANARY}-input" + "y" * 2000).run_id  # an input stored as an artifact
     assert drive(app, done, "ok") == "completed"
@@ -142,6 +145,7 @@ def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, seale
     events = json.dumps([e.detail for e in app.history(failed)], default=str)
     assert CANARY in events  # the error is read back from the sealed detail
     app.close()
+    assert hits(caplog.text.encode()) == []  # nor in this process's log records, at any level
     found = hits(rows_at_rest(place))
     assert found == [] if sealed else len(found) > 0
 
