@@ -363,4 +363,11 @@ def test_memory_values_and_texts_copied_to_another_tenant_or_key_are_refused(pla
         a=a, b=b)
     with pytest.raises(SealError, match=r"memory_run\.value"):
         app.store.run_memory(b)
+    threads = raw("SELECT tenant, thread_id FROM memory_thread_messages ORDER BY tenant")
+    (ta, tha), (tb, thb) = threads[0], threads[-1]
+    raw("UPDATE memory_thread_messages SET value = (SELECT value FROM memory_thread_messages "
+        "WHERE tenant = :ta AND thread_id = :tha) WHERE tenant = :tb AND thread_id = :thb",
+        ta=ta, tha=tha, tb=tb, thb=thb)
+    with pytest.raises(SealError, match=r"memory_threads\.value"):
+        app.store.thread_messages(tb, thb)  # another tenant's thread message
     app.close()
