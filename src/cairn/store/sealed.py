@@ -14,6 +14,13 @@ run error (JSON)           ``runs``, ``-``, ``error``
 entry payload / detail     ``history``, ``seq N``, ``payload`` / ``detail``
 mailbox message (signals,  ``mailbox``, the wait key, ``payload`` (a message's
 approval decisions)        ``seq`` is the store's to assign, after sealing)
+artifact                   ``artifacts``, ``-``, ``data`` (run ``-``: shared by
+                           the tenant's runs; a synthetic nonce, see ``put_artifact``)
+memory item value / text   ``memory_items``, ``[namespace, key]``, ``value`` /
+                           ``index_text`` (run ``-``)
+run memory                 ``memory_run``, the key, ``value``
+thread message / summary   ``memory_threads``, the thread, ``value`` (run ``-``)
+operator text (a reason)   ``operator``, ``-``, ``reason`` (run ``-``)
 =========================  ==================================================
 
 JSON columns keep the keys the database itself reads in plaintext (a model
@@ -28,9 +35,10 @@ envelope, or one that does not open at the place it is read from, raises
 (a wrong or missing key) is parked as ``needs_attention`` with that error
 and not returned, so nothing is executed or overwritten.
 
-Not sealed yet (see docs/design.md, "Encryption at rest"): values the store
-writes itself (operator reasons, quarantine messages), artifacts (payloads
-over the inline limit), memory and LangGraph checkpoints.
+Not sealed yet (see docs/design.md, "Encryption at rest"): the other JSON the
+store writes itself (a quarantine's cause, lease and budget details) and
+LangGraph checkpoints. Keys and the sealing itself are ``cairn.store.sealing``;
+rotation and adoption passes ``cairn.store.rekey``.
 """
 
 from __future__ import annotations
