@@ -128,6 +128,10 @@ def _with(e: HistoryEvent, payload: Payload | None, detail: dict[str, Any] | Non
                         e.input_hash, e.attempt, e.started_at, payload, detail)
 
 
+#: the attributes of a ``SealedStore`` itself (every other one is its inner store's)
+_OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock"})
+
+
 class SealedStore:
     """A store (``inner``) whose run data is sealed; see the module doc.
     Everything it does not seal is the inner store's, unchanged."""
@@ -148,6 +152,14 @@ class SealedStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """The wrapper's own state is its own; any other attribute set on it
+        (a store's ``clock``, say) is the inner store's, as it is read."""
+        if name in _OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.inner, name, value)
 
     # -- artifacts -------------------------------------------------------------------------
 
