@@ -48,7 +48,8 @@ from typing import Any
 
 DIST = "cairn-runtime"
 #: the extras this checks (``dev`` and ``bench`` are for working on Cairn, not features)
-EXTRAS = ("pydantic", "openai", "anthropic", "mcp", "postgres", "server", "otel", "otel-export", "langgraph")
+EXTRAS = ("pydantic", "openai", "anthropic", "mcp", "postgres", "server", "otel", "otel-export", "langgraph",
+          "encryption")
 #: module (and its submodules) -> the extra its import needs; the feature its message names
 IMPORT_NEEDS = {
     "cairn.models.openai": "openai",
@@ -293,6 +294,19 @@ def check_features(have: set[str], workdir: Path) -> None:
         check_otlp_export()
     else:
         expect_missing("OTLP export", "otel-export", lambda: export_otlp(app))
+    # encryption at rest (cryptography): only when a keyring is given
+    import base64
+
+    from cairn.security.keyring import LocalKeyring
+
+    ring = LocalKeyring.parse(f"k1 {base64.b64encode(os.urandom(32)).decode()}", "a test key")
+    if "encryption" in have:
+        sealed = cairn.App("memory://", keyring=ring)
+        if sealed.run(sealed.workflow(name="sealed")(lambda ctx: "ok")) != "ok":
+            fail("a run with encryption on did not complete")
+        sealed.close()
+    else:
+        expect_missing("encryption at rest", "encryption", lambda: cairn.App("memory://", keyring=ring))
     # the HTTP server and the dashboard
     if "server" not in have:
         one_line_error("cairn serve", run_cli("serve", "--db", f"sqlite:///{workdir}/serve.db"),

@@ -558,6 +558,7 @@ SNAPSHOTS = {
                  "ORDER BY tenant, thread_id, ns, checkpoint_id, task_id, idx",
     "lg_values": "SELECT * FROM lg_values WHERE tenant <> 'globex' ORDER BY tenant, thread_id, digest",
     "lg_threads": "SELECT * FROM lg_threads WHERE tenant <> 'globex' ORDER BY tenant, thread_id",
+    "data_keys": "SELECT * FROM data_keys WHERE tenant <> 'globex' ORDER BY tenant, version",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -602,6 +603,7 @@ READS = [
     ("lg_values", "SELECT data FROM lg_values WHERE tenant = 'acme'"),
     ("lg_values", "SELECT data FROM lg_values WHERE digest = 7"),
     ("lg_threads", "SELECT owner FROM lg_threads WHERE tenant = 'acme'"),
+    ("data_keys", "SELECT wrapped FROM data_keys WHERE tenant = 'acme'"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -775,6 +777,11 @@ WRITES = [
     ("lg_threads", "DELETE FROM lg_threads"),
     ("lg_threads", "INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES ('acme', 'lg-thread', "
                    "'evil', 9) ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = 'evil'"),
+    # a data key of acme's (encryption at rest): replacing it, planting one, or shredding it
+    ("data_keys", "UPDATE data_keys SET wrapped = 'evil'"),
+    ("data_keys", "DELETE FROM data_keys"),
+    ("data_keys", "INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at) "
+                  "VALUES ('acme', 9, 'evil', 'evil', 0)"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.

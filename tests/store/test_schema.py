@@ -40,6 +40,7 @@ from tests import pgcluster
 #: database lock, so it reads then writes inside its transaction, one row at
 #: a time where that is cheapest; artifacts are files beside the database.
 SQLITE_ONLY = {
+    "rekey_spilled_set": "a re-encrypted payload too large for its row is written back out of it",
     "insert_history_payload": "a history payload too large for its row goes out of it (PostgreSQL: TOAST)",
     "search_nearest_vectors": "sqlite-vec scores the nearest vectors before their items are checked "
                               "(PostgreSQL: pgvector's scan joins by hash, search_vectors alone)",

@@ -53,8 +53,9 @@ from cairn.memory.embedders import Embedder
 from cairn.memory.policy import MemoryPolicy
 from cairn.retry import NO_RETRY, RetryPolicy
 from cairn.security import redaction
+from cairn.security.keyring import Keyring
 from cairn.security.secrets import SecretProvider, Secrets
-from cairn.store import lifecycle, open_store, resolve_url
+from cairn.store import lifecycle, open_store, resolve_url, with_keyring
 from cairn.store.admission import QueueLimits, QueueShare, QueueStats, Rate
 from cairn.store.contract import Notifier, Store
 from cairn.store.records import (
@@ -125,11 +126,14 @@ class App:
         secrets: Secrets | SecretProvider | Mapping[str, SecretProvider] | None = None,
         memory: MemoryPolicy | None = None,
         embedder: Embedder | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         policy = _memory_policy(memory, embedder)  # refused before any database is opened
         #: where this app's data lives (``None`` when given a ``store`` object)
         self.db_url = None if store is not None else resolve_url(db)
-        self.store = store if store is not None else open_store(db, durability, create=create)
+        #: ``keyring`` (or ``$CAIRN_KEYRING``) seals every run's data at rest (``cairn.store.sealed``)
+        self.store = (with_keyring(store, keyring) if store is not None
+                      else open_store(db, durability, create=create, keyring=keyring))
         self.runtime = Runtime(
             store=self.store,
             payloads=PayloadCodec(self.store, inline_limit),

@@ -20,6 +20,7 @@ from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
 from .graph import graph
 from .inspection import events, runs, show
+from .keys import keys
 from .langgraph import langgraph
 from .mcp import mcp
 from .memory import memory
@@ -58,5 +59,6 @@ for _command in (
     schedules, *BUNDLE_COMMANDS,                                # schedules; bundles, replay checks, migration
     graph,                                                      # graph runs' time travel (cli/graph.py)
     langgraph,                                                  # LangGraph threads' time travel
+    keys,                                                       # encryption keys (cli/keys.py)
 ):
     main.add_command(_command)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from cairn.errors import ConfigError, MissingExtra, StoreError
+from cairn.security.envelope import aesgcm
+from cairn.security.keyring import Keyring, keyring_from_env
 from cairn.store.contract import Migratable, Notifier, Store
 from cairn.store.records import Durability
 
@@ -75,6 +78,7 @@ def open_store(
     create: bool = True,
     migrate: bool = True,
     read_only: bool = False,
+    keyring: Keyring | None = None,
 ) -> Store:
     """Open the store named by ``db`` (``sqlite:///path``, ``memory://``, or a
     plain file path), defaulting to ``$CAIRN_DB`` then ``./.cairn/cairn.db``.
@@ -92,19 +96,62 @@ def open_store(
     kind = dialect(url)
     if read_only:
         create = migrate = False
+    keyring = keyring if keyring is not None else keyring_from_env()
+    if keyring is not None:
+        aesgcm(bytes(32))  # MissingExtra (one line naming it) before anything is opened
     if kind == "postgres":
-        return _open_postgres(url, mode, migrate)
-    if kind == "memory":  # a throwaway SQLite store: gone on close(), or with the process
+        store = _open_postgres(url, mode, migrate)
+    elif kind == "memory":  # a throwaway SQLite store: gone on close(), or with the process
         from cairn.store.sqlite import throwaway_store
 
-        return throwaway_store(mode)
-    path = sqlite_path(url)
-    assert path is not None
-    if not create and not path.exists():
-        raise StoreError(f"no database at {str(path)!r}")
-    from cairn.store.sqlite import SQLiteStore
+        store = throwaway_store(mode)
+    else:
+        path = sqlite_path(url)
+        assert path is not None
+        if not create and not path.exists():
+            raise StoreError(f"no database at {str(path)!r}")
+        from cairn.store.sqlite import SQLiteStore
 
-    return SQLiteStore(path, durability=mode, auto_migrate=migrate, read_only=read_only)
+        store = SQLiteStore(path, durability=mode, auto_migrate=migrate, read_only=read_only)
+    return with_keyring(store, keyring)
+
+
+def _plaintext_database(store: Store) -> bool:
+    """Whether ``store`` holds runs or memory but no data key: written before
+    encryption was turned on (a worker given a keyring would park every run
+    it claims; ``cairn keys adopt`` seals it first)."""
+    inner: Any = store
+    try:
+        return not inner.data_keys(None) and bool(inner.rekey_page("rekey_tenants_page",
+                                                                    {"after": "", "limit": 1}))
+    except Exception:  # not a SQL store, or a schema before data_keys (inspection): nothing to say
+        return False
+
+
+def with_keyring(store: Store, keyring: Keyring | None) -> Store:
+    """``store`` sealed with ``keyring``; without one, ``store`` itself, unless
+    it holds data keys (an encrypted database): then ``ConfigError`` (and
+    ``store`` closed), so encrypted rows are never read as plaintext."""
+    if getattr(store, "sealed", False):
+        return store  # sealed already
+    if keyring is not None:
+        from cairn.store.sealed import sealed_store
+
+        if _plaintext_database(store):
+            store.close()
+            raise ConfigError("this database holds data written without encryption: seal it first with "
+                              "'cairn keys adopt' (nothing is read as plaintext)")
+        return sealed_store(store, keyring)
+    keys = getattr(store, "data_keys", None)
+    try:
+        tenants = {row.tenant for row in keys()} if keys is not None else set()
+    except Exception:  # a schema before data_keys (inspecting an old database read-only): none
+        tenants = set()
+    if tenants:
+        store.close()
+        raise ConfigError(f"this database is encrypted (data keys of {len(tenants)} tenant(s)): "
+                          "give its keyring (App(keyring=...), --keyring, or $CAIRN_KEYRING)")
+    return store
 
 
 def _open_postgres(url: str, mode: Durability, migrate: bool) -> Store:
@@ -130,4 +177,5 @@ def _open_postgres(url: str, mode: Durability, migrate: bool) -> Store:
 
 __all__ = [
     "DEFAULT_DB", "Migratable", "Notifier", "Store", "dialect", "open_store", "resolve_url", "sqlite_path",
+    "with_keyring",
 ]

@@ -149,12 +149,17 @@ _ZLIB_TAG = b"\x00\x01"
 LINK_TAG = b"\x00\x02"
 
 
+#: The first byte of a sealed value (``cairn.security.envelope.MAGIC``; JSON
+#: never starts with it): its ciphertext is not worth a compression attempt.
+ENVELOPE = 0xCE
+
+
 def pack_payload(data: bytes | None) -> bytes | None:
     """A history payload as stored: compressed if large and compressible,
     escaped if it starts with a NUL byte, else unchanged (see ``COMPRESS_AT``)."""
     if data is None:
         return None
-    if len(data) >= COMPRESS_AT:
+    if len(data) >= COMPRESS_AT and data[0] != ENVELOPE:  # an envelope's ciphertext does not compress
         packed = zlib.compress(data, 1)
         if len(packed) + len(_ZLIB_TAG) < len(data):
             return _ZLIB_TAG + packed

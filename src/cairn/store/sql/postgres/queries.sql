@@ -1658,3 +1658,108 @@ ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = ex
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ======================
+
+-- name: select_data_keys
+SELECT tenant, version, kek_id, wrapped, created_at FROM data_keys
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ORDER BY tenant, version
+
+-- name: insert_data_key
+INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at)
+VALUES (%(tenant)s::text, %(version)s::bigint, %(kek_id)s::text, %(wrapped)s::bytea, %(created_at)s::float8)
+ON CONFLICT (tenant, version) DO NOTHING
+
+-- name: rewrap_data_key
+UPDATE data_keys SET kek_id = %(kek_id)s::text, wrapped = %(wrapped)s::bytea
+WHERE tenant = %(tenant)s::text AND version = %(version)s::bigint AND kek_id = %(old_kek_id)s::text
+
+-- Re-encryption after a rotation (cairn.store.rekey): pages of a tenant's
+-- sealed columns by key, and compare-and-set writes of their new envelopes
+-- (a row changed since it was read is left for the next pass: a holder's
+-- write always wins). PostgreSQL keeps no spilled payloads (TOAST does).
+-- name: rekey_runs_page
+SELECT run_id, input, result, error FROM runs
+WHERE tenant = %(tenant)s::text AND run_id > %(after)s::text ORDER BY run_id LIMIT %(limit)s::bigint
+
+-- name: rekey_run_set
+UPDATE runs SET input = %(input)s::bytea, result = %(result)s::bytea, error = %(error)s::text
+WHERE run_id = %(run_id)s::text AND input IS NOT DISTINCT FROM %(old_input)s::bytea
+  AND result IS NOT DISTINCT FROM %(old_result)s::bytea AND error IS NOT DISTINCT FROM %(old_error)s::text
+
+-- name: rekey_history_page
+SELECT run_id, seq, position, payload, NULL::bytea, detail FROM history
+WHERE tenant = %(tenant)s::text
+  AND (run_id > %(after_run)s::text OR (run_id = %(after_run)s::text AND seq > %(after_seq)s::bigint))
+  AND (payload IS NOT NULL OR detail IS NOT NULL)
+ORDER BY run_id, seq LIMIT %(limit)s::bigint
+
+-- name: rekey_history_set
+UPDATE history SET payload = %(payload)s::bytea, detail = %(detail)s::text
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint
+  AND payload IS NOT DISTINCT FROM %(old_payload)s::bytea AND detail IS NOT DISTINCT FROM %(old_detail)s::text
+
+-- name: rekey_mailbox_page
+SELECT run_id, seq, key, payload FROM mailbox
+WHERE tenant = %(tenant)s::text
+  AND (run_id > %(after_run)s::text OR (run_id = %(after_run)s::text AND seq > %(after_seq)s::bigint))
+  AND payload IS NOT NULL
+ORDER BY run_id, seq LIMIT %(limit)s::bigint
+
+-- name: rekey_mailbox_set
+UPDATE mailbox SET payload = %(payload)s::bytea
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint AND payload = %(old_payload)s::bytea
+
+-- name: rekey_items_page
+SELECT namespace, key, value, index_text FROM memory_items
+WHERE tenant = %(tenant)s::text
+  AND (namespace > %(after_ns)s::text OR (namespace = %(after_ns)s::text AND key > %(after_key)s::text))
+  AND (value IS NOT NULL OR index_text IS NOT NULL)
+ORDER BY namespace, key LIMIT %(limit)s::bigint
+
+-- name: rekey_item_set
+UPDATE memory_items SET value = %(value)s::bytea, index_text = %(index_text)s::text
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND value IS NOT DISTINCT FROM %(old_value)s::bytea
+  AND index_text IS NOT DISTINCT FROM %(old_index_text)s::text
+
+-- name: rekey_run_memory_page
+SELECT run_id, key, value FROM memory_run
+WHERE tenant = %(tenant)s::text
+  AND (run_id > %(after_run)s::text OR (run_id = %(after_run)s::text AND key > %(after_key)s::text))
+  AND value IS NOT NULL
+ORDER BY run_id, key LIMIT %(limit)s::bigint
+
+-- name: rekey_run_memory_set
+UPDATE memory_run SET value = %(value)s::bytea
+WHERE run_id = %(run_id)s::text AND key = %(key)s::text AND value = %(old_value)s::bytea
+
+-- name: rekey_thread_page
+SELECT thread_id, idx, value FROM memory_thread_messages
+WHERE tenant = %(tenant)s::text
+  AND (thread_id > %(after_thread)s::text
+       OR (thread_id = %(after_thread)s::text AND idx > %(after_idx)s::bigint))
+  AND value IS NOT NULL
+ORDER BY thread_id, idx LIMIT %(limit)s::bigint
+
+-- name: rekey_thread_set
+UPDATE memory_thread_messages SET value = %(value)s::bytea
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx = %(idx)s::bigint
+  AND value = %(old_value)s::bytea
+
+-- Every tenant with runs or memory: what turning encryption on for an existing database seals.
+-- name: rekey_tenants_page
+SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_items
+                    UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run) AS t
+WHERE tenant > %(after)s::text ORDER BY tenant LIMIT %(limit)s::bigint
+
+-- name: delete_data_key
+DELETE FROM data_keys WHERE tenant = %(tenant)s::text AND version = %(version)s::bigint
+
+-- Whether any row names an artifact (adopting a plaintext database does not seal artifacts yet).
+-- name: rekey_any_artifact_page
+SELECT 1 WHERE EXISTS (SELECT 1 FROM runs WHERE input_ref IS NOT NULL OR result_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM history WHERE payload_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref IS NOT NULL)

@@ -506,6 +506,10 @@ INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
     ('lg_values', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE'),
     ('lg_threads', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE');
 
+-- the data keys of encryption at rest (0029)
+INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
+    ('data_keys', 'TABLE', 'SELECT, INSERT');
+
 CREATE FUNCTION grant_privileges(name TEXT) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -1384,3 +1388,26 @@ CREATE POLICY tenant_isolation ON lg_threads
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+
+-- Encryption at rest: each tenant's data keys, wrapped by a KEK (0029, cairn.store.sealed).
+CREATE TABLE data_keys (
+    tenant     TEXT NOT NULL,
+    version    BIGINT NOT NULL,
+    kek_id     TEXT NOT NULL,
+    wrapped    BYTEA NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, version)
+);
+
+-- Row-level security: the grant rule of the memory tables (0015).
+ALTER TABLE data_keys ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON data_keys
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+

@@ -1306,3 +1306,103 @@ ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = ex
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
+
+-- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ======================
+
+-- name: select_data_keys
+SELECT tenant, version, kek_id, wrapped, created_at FROM data_keys
+WHERE (:tenant IS NULL OR tenant = :tenant)
+ORDER BY tenant, version
+
+-- name: insert_data_key
+INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at)
+VALUES (:tenant, :version, :kek_id, :wrapped, :created_at)
+ON CONFLICT (tenant, version) DO NOTHING
+
+-- name: rewrap_data_key
+UPDATE data_keys SET kek_id = :kek_id, wrapped = :wrapped
+WHERE tenant = :tenant AND version = :version AND kek_id = :old_kek_id
+
+-- Re-encryption after a rotation (cairn.store.rekey): pages of a tenant's
+-- sealed columns by key, and compare-and-set writes of their new envelopes
+-- (a row changed since it was read is left for the next pass: a holder's
+-- write always wins). A spilled history payload (history_payloads) comes
+-- with its row's link, and is written back there.
+-- name: rekey_runs_page
+SELECT run_id, input, result, error FROM runs
+WHERE tenant = :tenant AND run_id > :after ORDER BY run_id LIMIT :limit
+
+-- name: rekey_run_set
+UPDATE runs SET input = :input, result = :result, error = :error
+WHERE run_id = :run_id AND input IS :old_input AND result IS :old_result AND error IS :old_error
+
+-- name: rekey_history_page
+SELECT h.run_id, h.seq, h.position, h.payload, p.data, h.detail FROM history AS h
+LEFT JOIN history_payloads AS p
+  ON substr(h.payload, 1, 2) = X'0002' AND p.id = CAST(substr(h.payload, 3) AS INTEGER)
+WHERE h.tenant = :tenant AND (h.run_id > :after_run OR (h.run_id = :after_run AND h.seq > :after_seq))
+  AND (h.payload IS NOT NULL OR h.detail IS NOT NULL)
+ORDER BY h.run_id, h.seq LIMIT :limit
+
+-- name: rekey_history_set
+UPDATE history SET payload = :payload, detail = :detail
+WHERE run_id = :run_id AND seq = :seq AND payload IS :old_payload AND detail IS :old_detail
+
+-- name: rekey_spilled_set
+UPDATE history_payloads SET data = :payload
+WHERE id = CAST(substr(:link, 3) AS INTEGER) AND data = :old_payload
+
+-- name: rekey_mailbox_page
+SELECT run_id, seq, key, payload FROM mailbox
+WHERE tenant = :tenant AND (run_id > :after_run OR (run_id = :after_run AND seq > :after_seq))
+  AND payload IS NOT NULL
+ORDER BY run_id, seq LIMIT :limit
+
+-- name: rekey_mailbox_set
+UPDATE mailbox SET payload = :payload WHERE run_id = :run_id AND seq = :seq AND payload = :old_payload
+
+-- name: rekey_items_page
+SELECT namespace, key, value, index_text FROM memory_items
+WHERE tenant = :tenant AND (namespace > :after_ns OR (namespace = :after_ns AND key > :after_key))
+  AND (value IS NOT NULL OR index_text IS NOT NULL)
+ORDER BY namespace, key LIMIT :limit
+
+-- name: rekey_item_set
+UPDATE memory_items SET value = :value, index_text = :index_text
+WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+  AND value IS :old_value AND index_text IS :old_index_text
+
+-- name: rekey_run_memory_page
+SELECT run_id, key, value FROM memory_run
+WHERE tenant = :tenant AND (run_id > :after_run OR (run_id = :after_run AND key > :after_key))
+  AND value IS NOT NULL
+ORDER BY run_id, key LIMIT :limit
+
+-- name: rekey_run_memory_set
+UPDATE memory_run SET value = :value WHERE run_id = :run_id AND key = :key AND value = :old_value
+
+-- name: rekey_thread_page
+SELECT thread_id, idx, value FROM memory_thread_messages
+WHERE tenant = :tenant AND (thread_id > :after_thread OR (thread_id = :after_thread AND idx > :after_idx))
+  AND value IS NOT NULL
+ORDER BY thread_id, idx LIMIT :limit
+
+-- name: rekey_thread_set
+UPDATE memory_thread_messages SET value = :value
+WHERE tenant = :tenant AND thread_id = :thread_id AND idx = :idx AND value = :old_value
+
+-- Every tenant with runs or memory: what turning encryption on for an existing database seals.
+-- name: rekey_tenants_page
+SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_items
+                    UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run)
+WHERE tenant > :after ORDER BY tenant LIMIT :limit
+
+-- name: delete_data_key
+DELETE FROM data_keys WHERE tenant = :tenant AND version = :version
+
+-- Whether any row names an artifact (adopting a plaintext database does not seal artifacts yet).
+-- name: rekey_any_artifact_page
+SELECT 1 WHERE EXISTS (SELECT 1 FROM runs WHERE input_ref IS NOT NULL OR result_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM history WHERE payload_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref IS NOT NULL)

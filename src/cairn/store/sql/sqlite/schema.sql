@@ -564,3 +564,13 @@ CREATE TABLE lg_threads (
     epoch     INTEGER NOT NULL,
     PRIMARY KEY (tenant, thread_id)
 ) WITHOUT ROWID;
+
+-- Encryption at rest: each tenant's data keys, wrapped by a KEK (0020, cairn.store.sealed).
+CREATE TABLE data_keys (
+    tenant     TEXT NOT NULL,
+    version    INTEGER NOT NULL,
+    kek_id     TEXT NOT NULL,
+    wrapped    BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, version)
+) WITHOUT ROWID;

@@ -1,0 +1,125 @@
+"""Encryption keys of an App's database: status, rotation, re-encryption, verification.
+
+What ``cairn keys`` does, on the App's sealed store (``cairn.store.sealed``):
+
+* ``status``: each tenant's data key versions (the KEK wrapping each) and
+  how many of its values each version seals: a re-encryption's progress;
+* ``rotate``: a new data key version for a tenant (or every tenant), which
+  seals new writes at once; ``rewrap``: KEK rotation, every data key wrapped
+  again by the keyring's current KEK (no value is re-encrypted);
+* ``reencrypt``: passes that move a tenant's values to its newest key
+  (``cairn.store.rekey``: compare-and-set, resumable, throttled);
+* ``verify``: open every sealed value of runs, entries and messages, and
+  report any that does not open, by place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cairn.errors import ConfigError
+from cairn.security.envelope import SealError
+from cairn.store.records import RunFilter
+from cairn.store.rekey import Progress, Rekeyer
+from cairn.store.sealed import SealedStore
+
+
+@dataclass(frozen=True, slots=True)
+class KeyVersion:
+    version: int
+    kek_id: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TenantKeys:
+    """A tenant's keys and what each seals (``values``: version -> count)."""
+
+    tenant: str
+    versions: list[KeyVersion]
+    values: dict[int, int]
+    old: int
+
+
+@dataclass(slots=True)
+class Verified:
+    tenant: str
+    runs: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def sealed_store(store: Any) -> SealedStore:
+    """The App's store if encryption is on; ``ConfigError`` (one line) if not."""
+    if not isinstance(store, SealedStore):
+        raise ConfigError("encryption at rest is off for this database: give a keyring "
+                          "(App(keyring=...) or $CAIRN_KEYRING=file:/path | env:VARIABLE)")
+    return store
+
+
+class Keys:
+    """``cairn keys`` over one App's store."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = sealed_store(store)
+
+    def tenants(self, tenant: str | None = None) -> list[str]:
+        return [tenant] if tenant is not None else self.store.keys.tenants()
+
+    def status(self, tenant: str | None = None) -> list[TenantKeys]:
+        found = []
+        for name in self.tenants(tenant):
+            rows = self.store.inner.data_keys(name)  # type: ignore[attr-defined]
+            progress = self.store.key_status(name)
+            found.append(TenantKeys(name, [KeyVersion(r.version, r.kek_id, r.created_at) for r in rows],
+                                    dict(sorted(progress.versions.items())), progress.old))
+        return found
+
+    def rotate(self, tenant: str | None = None) -> list[tuple[str, int]]:
+        return [(name, self.store.rotate(name)) for name in self.tenants(tenant)]
+
+    def rewrap(self) -> int:
+        return self.store.rewrap()
+
+    def reencrypt(self, tenant: str | None = None, *, pause: float = 0.0, page: int = 200) -> list[Progress]:
+        return [self.store.reencrypt(name, pause=pause, page=page) for name in self.tenants(tenant)]
+
+    def adopt(self, *, pause: float = 0.0, page: int = 200, passes: int = 10) -> list[Progress]:
+        """Turn encryption on for a database written without it: mark it as
+        adopting (plaintext values are read as they are meanwhile, and only
+        then), seal every tenant's plaintext values in passes (new writes are
+        sealed already), and end the adoption once a pass finds none left:
+        from then on plaintext is refused. Refused (``ConfigError``) while a
+        row names an artifact: artifacts are not adopted yet."""
+        inner: Any = self.store.inner
+        if inner.rekey_page("rekey_any_artifact_page", {}):
+            raise ConfigError("this database holds artifacts (values over the inline limit), which "
+                              "adoption does not seal yet: not adopted")
+        self.store.keys.start_adoption()
+        for _ in range(passes):
+            tenants: list[str] = []
+            while rows := inner.rekey_page("rekey_tenants_page", {"after": tenants[-1] if tenants else "",
+                                                                   "limit": 500}):
+                tenants += [str(r[0]) for r in rows]
+            done = [Rekeyer(self.store, t, page=page, pause=pause, adopt=True).run() for t in tenants]
+            check = [Rekeyer(self.store, t, adopt=True, move=False).run() for t in tenants]
+            if not any(p.versions[0] for p in check):
+                self.store.keys.end_adoption()
+                return done
+        raise ConfigError(f"plaintext values were still being written after {passes} passes: "
+                          "adoption goes on (run 'cairn keys adopt' again)")
+
+    def verify(self, tenant: str | None = None, *, limit: int = 1_000_000) -> list[Verified]:
+        reports = []
+        for name in self.tenants(tenant):
+            report = Verified(name)
+            inner: Any = self.store.inner
+            for run in inner.list_runs(RunFilter(tenant=name, limit=limit)):
+                report.runs += 1
+                for read in (self.store.get_run, self.store.history, self.store.deliveries):
+                    try:
+                        read(run.run_id)
+                    except SealError as exc:
+                        report.failures.append(str(exc))
+            reports.append(report)
+        return reports

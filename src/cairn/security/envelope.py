@@ -1,0 +1,184 @@
+"""Envelopes: AES-256-GCM ciphertext bound to the place it is stored at.
+
+An envelope is the bytes stored in place of a value when encryption at rest
+is on (``cairn.store.sealed``)::
+
+    magic 0xCE | version 1 | algorithm 1 (AES-256-GCM) | flags
+    | key version (4 bytes, big endian) | tenant tag (4 bytes)
+    | nonce (12 random bytes) | ciphertext + 16-byte tag
+
+The header (everything before the nonce) is authenticated with the
+ciphertext, and so is the ``Place``: tenant, run, table, position/key and
+kind (the column). A row copied to another tenant, run, table, position or
+column therefore fails to open, and the error names the place it was read
+at. The key version names which of the tenant's data keys sealed it
+(rotation, ``cairn keys``); the tenant tag (4 bytes of BLAKE2b of the
+tenant) lets a reader say "sealed for another tenant" without a decryption
+attempt, and is authenticated too.
+
+Nonces are 96 random bits per envelope (``os.urandom``): NIST SP 800-38D
+allows 2**32 random-nonce encryptions under one key; a data key is per
+tenant and per version, and rotation bounds its use.
+
+``flags`` bit 0: the plaintext was zlib-compressed before sealing (large
+JSON compresses well; ciphertext does not, so it is compressed first).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import os
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from cairn.errors import MissingExtra, PayloadError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+MAGIC = 0xCE
+VERSION = 1
+AES_256_GCM = 1
+FLAG_ZLIB = 1
+HEADER_SIZE = 12
+NONCE_SIZE = 12
+TAG_SIZE = 16
+KEY_SIZE = 32
+#: plaintexts at least this long are compressed before sealing when that saves space
+COMPRESS_AT = 512
+
+
+def aesgcm(key: bytes) -> AESGCM:
+    """An AES-256-GCM cipher of ``key``; ``MissingExtra`` (one line naming
+    the ``encryption`` extra) when ``cryptography`` is not installed."""
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:
+        raise MissingExtra("encryption at rest", "encryption") from None
+    if len(key) != KEY_SIZE:
+        raise ValueError(f"an AES-256 key is {KEY_SIZE} bytes, not {len(key)}")
+    return AESGCM(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def tenant_tag(tenant: str) -> bytes:
+    """4 bytes naming ``tenant`` in an envelope's header."""
+    return hashlib.blake2b(tenant.encode(), digest_size=4).digest()
+
+
+_ENCODE_PLACE = msgspec.msgpack.Encoder().encode
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a sealed value is stored: what its ciphertext is bound to."""
+
+    tenant: str
+    run: str
+    table: str
+    position: str
+    kind: str
+
+    def associated(self) -> bytes:
+        """The associated data: the five parts as one MessagePack array, in
+        which each string is length-prefixed, so no two places share it
+        (``("a", "bc")`` and ``("ab", "c")`` differ); one C call per value."""
+        return _ENCODE_PLACE((self.tenant, self.run, self.table, self.position, self.kind))
+
+    def __str__(self) -> str:
+        return (f"{self.table}.{self.kind} at {self.position} of run {self.run!r} "
+                f"(tenant {self.tenant!r})")
+
+
+class SealError(PayloadError):
+    """A stored value that should be an envelope cannot be opened: not an
+    envelope (plaintext, damaged), sealed for another place, or sealed with
+    a key this keyring does not hold. The message names the place."""
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The parsed header of an envelope."""
+
+    flags: int
+    key_version: int
+    tenant_tag: bytes
+
+
+def is_envelope(data: bytes | None) -> bool:
+    """Whether ``data`` starts like an envelope (not whether it opens)."""
+    return data is not None and len(data) >= HEADER_SIZE + NONCE_SIZE + TAG_SIZE and data[0] == MAGIC
+
+
+def header_of(data: bytes, place: Place) -> Header:
+    """The header of envelope ``data`` read at ``place``; ``SealError`` if it is none."""
+    if not is_envelope(data):
+        raise SealError(f"{place} is not encrypted (plaintext or damaged): refused, encryption is on")
+    if data[1] != VERSION or data[2] != AES_256_GCM:
+        raise SealError(f"{place} is sealed in an unknown format (version {data[1]}, algorithm {data[2]})")
+    return Header(data[3], int.from_bytes(data[4:8], "big"), bytes(data[8:12]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _header(flags: int, key_version: int, tenant: str) -> bytes:
+    return bytes((MAGIC, VERSION, AES_256_GCM, flags)) + key_version.to_bytes(4, "big") + tenant_tag(tenant)
+
+
+def seal(cipher: AESGCM, key_version: int, place: Place, plaintext: bytes,
+         nonce: bytes | None = None) -> bytes:
+    """``plaintext`` sealed for ``place`` with ``cipher`` (the tenant's data
+    key of ``key_version``), under a random nonce; or under ``nonce``, which
+    must then be a keyed hash of the plaintext and place (``synthetic_nonce``:
+    one nonce per distinct value, so equal values seal to equal bytes)."""
+    flags = 0
+    if len(plaintext) >= COMPRESS_AT:
+        packed = zlib.compress(plaintext, 1)
+        if len(packed) < len(plaintext):
+            plaintext, flags = packed, FLAG_ZLIB
+    header = _header(flags, key_version, place.tenant)
+    nonce = nonce or os.urandom(NONCE_SIZE)
+    return header + nonce + cipher.encrypt(nonce, plaintext, header + place.associated())
+
+
+def synthetic_nonce(nonce_key: bytes, place: Place, plaintext: bytes) -> bytes:
+    """A nonce derived from the value (HMAC-SHA-256 with a key of its own,
+    derived from the data key): the same value at the same place under the
+    same key always gets the same nonce, and two different values collide
+    only as HMAC truncated to 96 bits does. Artifacts use it, so identical
+    content stored twice by one tenant is one file (dedup within a tenant),
+    while another tenant's key gives other bytes (no dedup, nothing learnt
+    across tenants)."""
+    return hmac.new(nonce_key, place.associated() + plaintext, hashlib.sha256).digest()[:NONCE_SIZE]
+
+
+def nonce_key(data_key: bytes) -> bytes:
+    """The key of ``synthetic_nonce`` for ``data_key`` (never the data key itself)."""
+    return hmac.new(data_key, b"cairn synthetic nonce", hashlib.sha256).digest()
+
+
+def open_sealed(cipher: AESGCM, header: Header, place: Place, data: bytes) -> bytes:
+    """The plaintext of envelope ``data`` (its ``header`` read by
+    ``header_of``) stored at ``place``; ``SealError`` naming the place if it
+    was sealed for another place or damaged."""
+    if header.tenant_tag != tenant_tag(place.tenant):
+        raise SealError(f"{place} was sealed for another tenant: refused")
+    from cryptography.exceptions import InvalidTag
+
+    nonce = data[HEADER_SIZE:HEADER_SIZE + NONCE_SIZE]
+    try:
+        sealed = data[HEADER_SIZE + NONCE_SIZE:]
+        plaintext = cipher.decrypt(nonce, sealed, data[:HEADER_SIZE] + place.associated())
+    except InvalidTag:
+        raise SealError(f"{place} does not decrypt: sealed for another run, table or position, "
+                        f"or damaged") from None
+    if header.flags & FLAG_ZLIB:
+        try:
+            return zlib.decompress(plaintext)
+        except zlib.error as exc:  # authenticated, so only a bug could get here
+            raise SealError(f"{place} does not decompress: {exc}") from None
+    return plaintext

@@ -1,0 +1,299 @@
+"""Re-encryption after a rotation: moving a tenant's sealed values to its newest data key.
+
+A rotation (``SealedStore.rotate``) makes a new data key seal new writes at
+once; the values sealed before stay readable under their old version. A
+pass here reads the tenant's sealed columns page by page (runs, history
+entries, mailbox messages), opens every value sealed under an older version
+and seals it again under the newest, at the same place, and writes it back
+with compare-and-set on the old bytes: a row a holder changed since it was
+read is left as the holder wrote it (a later pass sees it), so a pass never
+overwrites a write and needs no lease. Nothing is kept between passes: a
+pass killed half-way (SIGKILL included) is resumed by the next, which skips
+what is already on the newest key with a header read. ``pause`` throttles
+it: the seconds to sleep after each page.
+
+Memory moves too: long-term items (value and text to embed), run memory,
+thread messages. Not moved yet: the cold copies of items (compressed sealed
+bytes) and artifacts (a new envelope is a new address, and every row naming
+the old one would have to follow): they stay readable under their old key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+from cairn.security.envelope import HEADER_SIZE, MAGIC, Place
+from cairn.store.rows import LINK_TAG, unpack_payload
+
+#: detail keys the database reads itself, kept in plaintext beside ``"sealed"`` (``cairn.store.sealed``)
+PLAIN_DETAIL = frozenset({"usage", "cost", "from_position", "step_kind", "name", "sealed_at"})
+
+
+class Sealing(Protocol):
+    """What a pass uses of a ``SealedStore`` (named here, not imported: the
+    sealed store calls this module)."""
+
+    inner: Any
+    sealer: Any
+    keys: Any
+
+_DECODE = msgspec.json.Decoder()
+_ENCODE = msgspec.json.Encoder()
+
+
+#: how a sealed operator text starts in a JSON column (``Sealer.seal_text``)
+REASON_PREFIX = "cairn-sealed:"
+
+
+def reason_place(tenant: str) -> Place:
+    """Where operator text is sealed: one tenant, any run (one reason goes to every run an action reaches)."""
+    return Place(tenant, "-", "operator", "-", "reason")
+
+
+@dataclass(slots=True)
+class Progress:
+    """What a pass (or a status scan) found: values per key version, and
+    how many it moved to the newest, or left (changed while it worked)."""
+
+    tenant: str
+    newest: int
+    versions: Counter[int] = field(default_factory=Counter)
+    moved: int = 0
+    raced: int = 0
+
+    @property
+    def old(self) -> int:
+        """Values still sealed under an older version than the newest."""
+        return sum(n for v, n in self.versions.items() if v < self.newest)
+
+
+def version_of(data: bytes | None) -> int | None:
+    """The key version in an envelope's header (``None``: not an envelope)."""
+    if data is None or len(data) < HEADER_SIZE or data[0] != MAGIC:
+        return None
+    return int.from_bytes(data[4:8], "big")
+
+
+def _sealed_json(text: Any) -> tuple[dict[str, Any], bytes] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = _DECODE.decode(text)
+        return (value, base64.b64decode(value["sealed"], validate=True)) if isinstance(value, dict) \
+            and isinstance(value.get("sealed"), str) else None
+    except (msgspec.DecodeError, binascii.Error, ValueError):
+        return None
+
+
+class Rekeyer:
+    """Moves a tenant's values to its newest data key (see the module doc)."""
+
+    def __init__(self, store: Sealing, tenant: str, *, page: int = 200, pause: float = 0.0,
+                 move: bool = True, adopt: bool = False) -> None:
+        #: seal plaintext values too (turning encryption on for an existing database); counted as version 0
+        self.adopt = adopt
+        self.store = store
+        self.inner: Any = store.inner
+        self.tenant = tenant
+        self.page = page
+        self.pause = pause
+        self.move = move
+        self.progress = Progress(tenant, store.keys.writer(tenant)[0])
+
+    def _bytes(self, place: Place, data: bytes | None, *, packed: bool = False) -> bytes | None:
+        """``data`` sealed again under the newest key if it is on an older one
+        (or, adopting, sealed if it is plaintext: ``packed`` if it is stored
+        as ``rows.pack_payload`` stores a history payload), else ``None``."""
+        if data is None:
+            return None
+        version = version_of(data)
+        if version is None:
+            if not self.adopt:
+                return None
+            self.progress.versions[0] += 1
+            plain = unpack_payload(data, str(place), lenient=False) if packed else data
+            return self.store.sealer.seal(place, plain) if self.move and plain is not None else None
+        self.progress.versions[version] += 1
+        if version >= self.progress.newest or not self.move:
+            return None
+        again: bytes = self.store.sealer.seal(place, self.store.sealer.open(place, data))
+        return again
+
+    def _json(self, place: Place, text: Any, plain: frozenset[str] = frozenset()) -> str | None:
+        """A JSON column's text with its sealed part and its operator texts
+        sealed again under the newest key (adopting: plaintext JSON sealed,
+        keeping ``plain`` keys in the clear); ``None`` if nothing needed it."""
+        if self.adopt and isinstance(text, str) and '"sealed"' not in text:
+            try:
+                value = _DECODE.decode(text)
+            except msgspec.DecodeError:
+                return None
+            if isinstance(value, dict) and any(k not in plain for k in value):
+                self.progress.versions[0] += 1
+                if self.move:
+                    sealed = self.store.sealer.seal_json(place, value, plain)
+                    return _ENCODE.encode(sealed).decode()
+            return None
+        if not isinstance(text, str) or ("sealed" not in text and REASON_PREFIX not in text):
+            return None
+        try:
+            value = _DECODE.decode(text)
+        except msgspec.DecodeError:
+            return None
+        if not isinstance(value, dict):
+            return None
+        changed = False
+        for key, item in list(value.items()):
+            if not isinstance(item, str):
+                continue
+            if key == "sealed":
+                at, raw, prefix = place, item, ""
+            elif item.startswith(REASON_PREFIX):
+                at, raw, prefix = reason_place(self.tenant), item[len(REASON_PREFIX):], REASON_PREFIX
+            else:
+                continue
+            try:
+                again = self._bytes(at, base64.b64decode(raw, validate=True))
+            except (binascii.Error, ValueError):
+                continue
+            if again is not None:
+                value[key] = prefix + base64.b64encode(again).decode()
+                changed = True
+        return _ENCODE.encode(value).decode() if changed else None
+
+    def _write(self, name: str, params: dict[str, Any]) -> None:
+        if self.inner.rekey_set(name, params):
+            self.progress.moved += 1
+        else:
+            self.progress.raced += 1
+
+    def _rest(self) -> None:
+        if self.pause > 0:
+            time.sleep(self.pause)
+
+    def run(self) -> Progress:
+        """One pass over the tenant's runs, entries and messages."""
+        self._runs()
+        self._history()
+        self._mailbox()
+        self._items()
+        self._run_memory()
+        self._threads()
+        return self.progress
+
+    def _runs(self) -> None:
+        after = ""
+        while rows := self.inner.rekey_page("rekey_runs_page", {"tenant": self.tenant, "after": after,
+                                                                "limit": self.page}):
+            for run_id, data, result, error in rows:
+                data, result = (None if d is None else bytes(d) for d in (data, result))
+                at = Place(self.tenant, run_id, "runs", "-", "input")
+                new_input = self._bytes(at, data)
+                new_result = self._bytes(Place(self.tenant, run_id, "runs", "-", "result"), result)
+                new_error = self._json(Place(self.tenant, run_id, "runs", "-", "error"), error)
+                if new_input or new_result or new_error:
+                    self._write("rekey_run_set", {
+                        "run_id": run_id, "input": new_input or data, "result": new_result or result,
+                        "error": new_error or error, "old_input": data, "old_result": result,
+                        "old_error": error})
+            after = rows[-1][0]
+            self._rest()
+
+    def _history(self) -> None:
+        after_run, after_seq = "", 0
+        while rows := self.inner.rekey_page("rekey_history_page", {
+                "tenant": self.tenant, "after_run": after_run, "after_seq": after_seq, "limit": self.page}):
+            for run_id, seq, position, payload, spilled, detail in rows:
+                payload = None if payload is None else bytes(payload)
+                linked = payload is not None and payload[:2] == LINK_TAG
+                envelope = (None if spilled is None else bytes(spilled)) if linked else payload
+                value = _sealed_json(detail)
+                by_op = value is not None and value[0].get("sealed_at") == "op"
+                at = f"op {position}" if by_op else f"seq {seq}"
+                new_payload = self._bytes(Place(self.tenant, run_id, "history", at, "payload"), envelope,
+                                          packed=True)
+                new_detail = self._json(Place(self.tenant, run_id, "history", at, "detail"), detail,
+                                        PLAIN_DETAIL)
+                if new_payload is not None and linked:
+                    self._write("rekey_spilled_set", {"link": payload, "payload": new_payload,
+                                                      "old_payload": envelope})
+                    new_payload = None
+                if new_payload is not None or new_detail is not None:
+                    self._write("rekey_history_set", {
+                        "run_id": run_id, "seq": seq, "payload": new_payload or payload,
+                        "detail": new_detail or detail, "old_payload": payload, "old_detail": detail})
+            after_run, after_seq = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _mailbox(self) -> None:
+        after_run, after_seq = "", 0
+        while rows := self.inner.rekey_page("rekey_mailbox_page", {
+                "tenant": self.tenant, "after_run": after_run, "after_seq": after_seq, "limit": self.page}):
+            for run_id, seq, key, payload in rows:
+                payload = bytes(payload)
+                new = self._bytes(Place(self.tenant, run_id, "mailbox", key, "payload"), payload)
+                if new is not None:
+                    self._write("rekey_mailbox_set", {"run_id": run_id, "seq": seq, "payload": new,
+                                                      "old_payload": payload})
+            after_run, after_seq = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _items(self) -> None:
+        after_ns, after_key = "", ""
+        while rows := self.inner.rekey_page("rekey_items_page", {
+                "tenant": self.tenant, "after_ns": after_ns, "after_key": after_key, "limit": self.page}):
+            for namespace, key, value, text in rows:
+                value = None if value is None else bytes(value)
+                where = _ENCODE.encode([namespace, key]).decode()
+                new_value = self._bytes(Place(self.tenant, "-", "memory_items", where, "value"), value)
+                new_text = None
+                if text is not None:
+                    try:
+                        sealed = base64.b64decode(text, validate=True)
+                    except (binascii.Error, ValueError):
+                        sealed = None
+                    if version_of(sealed) is None:  # plaintext (adopting)
+                        sealed = text.encode()
+                    again = self._bytes(Place(self.tenant, "-", "memory_items", where, "index_text"), sealed)
+                    new_text = None if again is None else base64.b64encode(again).decode()
+                if new_value is not None or new_text is not None:
+                    self._write("rekey_item_set", {
+                        "tenant": self.tenant, "namespace": namespace, "key": key,
+                        "value": new_value or value, "index_text": new_text or text,
+                        "old_value": value, "old_index_text": text})
+            after_ns, after_key = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _run_memory(self) -> None:
+        after_run, after_key = "", ""
+        while rows := self.inner.rekey_page("rekey_run_memory_page", {
+                "tenant": self.tenant, "after_run": after_run, "after_key": after_key, "limit": self.page}):
+            for run_id, key, value in rows:
+                value = bytes(value)
+                new = self._bytes(Place(self.tenant, run_id, "memory_run", key, "value"), value)
+                if new is not None:
+                    self._write("rekey_run_memory_set", {"run_id": run_id, "key": key, "value": new,
+                                                         "old_value": value})
+            after_run, after_key = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _threads(self) -> None:
+        after_thread, after_idx = "", -1
+        while rows := self.inner.rekey_page("rekey_thread_page", {
+                "tenant": self.tenant, "after_thread": after_thread, "after_idx": after_idx,
+                "limit": self.page}):
+            for thread_id, idx, value in rows:
+                value = bytes(value)
+                new = self._bytes(Place(self.tenant, "-", "memory_threads", thread_id, "value"), value)
+                if new is not None:
+                    self._write("rekey_thread_set", {"tenant": self.tenant, "thread_id": thread_id,
+                                                     "idx": idx, "value": new, "old_value": value})
+            after_thread, after_idx = rows[-1][0], rows[-1][1]
+            self._rest()

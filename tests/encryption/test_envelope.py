@@ -1,0 +1,137 @@
+"""Envelopes and the local keyring (cairn.security.envelope, .keyring): a
+value sealed at one place opens there only; every other place, a damaged
+byte or plaintext is refused with an error naming the place read."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from cairn.errors import ConfigError
+from cairn.security.envelope import (
+    HEADER_SIZE,
+    NONCE_SIZE,
+    Place,
+    SealError,
+    aesgcm,
+    header_of,
+    open_sealed,
+    seal,
+)
+from cairn.security.keyring import LocalKeyring, keyring_from_spec, new_kek_line
+
+PLACE = Place("acme", "run-1", "history", "seq 3", "payload")
+
+
+def opened(cipher: object, place: Place, data: bytes) -> bytes:
+    return open_sealed(cipher, header_of(data, place), place, data)  # type: ignore[arg-type]
+
+
+def test_a_value_opens_at_its_place_small_and_compressed() -> None:
+    cipher = aesgcm(os.urandom(32))
+    for value in (b"", b"x", b'{"a": 1}', b"y" * 5000, os.urandom(4096)):
+        sealed = seal(cipher, 7, PLACE, value)
+        assert value not in sealed or not value
+        assert header_of(sealed, PLACE).key_version == 7
+        assert opened(cipher, PLACE, sealed) == value
+    assert len(seal(cipher, 1, PLACE, b"y" * 5000)) < 200  # compressed before sealing
+
+
+@pytest.mark.parametrize("field", ["tenant", "run", "table", "position", "kind"])
+def test_a_value_read_at_any_other_place_is_refused_naming_it(field: str) -> None:
+    cipher = aesgcm(os.urandom(32))
+    sealed = seal(cipher, 1, PLACE, b"secret")
+    elsewhere = dataclasses.replace(PLACE, **{field: getattr(PLACE, field) + "x"})
+    with pytest.raises(SealError) as caught:
+        opened(cipher, elsewhere, sealed)
+    assert str(elsewhere) in str(caught.value)
+
+
+def test_every_damaged_byte_and_plaintext_are_refused() -> None:
+    cipher = aesgcm(os.urandom(32))
+    sealed = seal(cipher, 1, PLACE, b"secret value")
+    for i in range(len(sealed)):
+        damaged = bytearray(sealed)
+        damaged[i] ^= 0x01
+        with pytest.raises(SealError):
+            opened(cipher, PLACE, bytes(damaged))
+    for plain in (b'"secret value"', b"", b"\xce" + b"\x00" * 10):
+        with pytest.raises(SealError, match="not encrypted"):
+            opened(cipher, PLACE, plain)
+
+
+def test_a_value_sealed_with_another_key_is_refused() -> None:
+    sealed = seal(aesgcm(os.urandom(32)), 1, PLACE, b"secret")
+    with pytest.raises(SealError, match="does not decrypt"):
+        opened(aesgcm(os.urandom(32)), PLACE, sealed)
+
+
+def test_no_nonce_repeats_over_a_million_encryptions_with_one_key() -> None:
+    cipher = aesgcm(os.urandom(32))
+    seen = set()
+    for _ in range(1_000_000):
+        sealed = seal(cipher, 1, PLACE, b"v")
+        seen.add(sealed[HEADER_SIZE:HEADER_SIZE + NONCE_SIZE])
+    assert len(seen) == 1_000_000
+
+
+def test_the_local_keyring_from_a_file_and_an_environment_variable(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "keys"
+    path.write_text(f"# KEKs, the last one current\n{new_kek_line('old')}\n{new_kek_line('new')}\n")
+    ring = keyring_from_spec(f"file:{path}")
+    assert ring.current() == "new"
+    assert ring.ids() == ["old", "new"]
+    wrapped = ring.wrap("old", b"k" * 32, b"acme\x001")
+    assert ring.unwrap("old", wrapped, b"acme\x001") == b"k" * 32
+    with pytest.raises(SealError, match="does not unwrap"):
+        ring.unwrap("old", wrapped, b"other\x001")  # a key row moved to another tenant
+    with pytest.raises(SealError, match="does not unwrap"):
+        ring.unwrap("new", wrapped, b"acme\x001")
+    with pytest.raises(SealError, match="does not hold KEK 'gone'"):
+        ring.unwrap("gone", wrapped, b"acme\x001")
+    monkeypatch.setenv("MY_KEK", f"k1:{base64.b64encode(os.urandom(32)).decode()}")
+    assert keyring_from_spec("env:MY_KEK").current() == "k1"
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("", "holds no key-encryption key"),
+    ("k1", "is not '<kek id> <base64 key>'"),
+    ("k1 !!!notbase64", "is not base64"),
+    (f"k1 {base64.b64encode(b'short').decode()}", "is 5 bytes"),
+    (f"bad/id {base64.b64encode(bytes(32)).decode()}", "bad KEK id"),
+])
+def test_a_malformed_keyring_is_one_line_naming_its_source_never_a_key(text: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        LocalKeyring.parse(text, "$MY_KEK")
+    message = str(caught.value)
+    assert problem in message
+    assert "\n" not in message
+    assert "notbase64" not in message
+
+
+def test_an_unknown_keyring_spec_and_a_missing_file_or_variable_are_config_errors(tmp_path: Path) -> None:
+    for spec in ("kms:x", "file:", f"file:{tmp_path}/none", "env:CAIRN_TEST_UNSET_VARIABLE"):
+        with pytest.raises(ConfigError):
+            keyring_from_spec(spec)
+
+
+def test_encryption_without_its_extra_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    import sys
+
+    import cairn
+    from cairn.errors import MissingExtra
+
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers.aead", None)
+    ring = LocalKeyring({"k1": bytes(32)}, "k1")
+    with pytest.raises(MissingExtra) as caught:
+        cairn.App(db=f"sqlite:///{tmp_path}/c.db", keyring=ring)
+    assert "'encryption'" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "c.db").exists()  # refused before anything was opened
+    cairn.App(db=f"sqlite:///{tmp_path}/plain.db").close()  # without a keyring: not needed
