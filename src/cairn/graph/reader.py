@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from cairn.graph import checkpoints
 from cairn.graph.checkpoints import KIND, Chain
 from cairn.graph.graph import Compiled
 from cairn.store.contract import Store
-from cairn.store.records import EventType, HistoryEvent, RunRecord
+from cairn.store.records import EventType, IndexEntry, RunRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,9 @@ def graph_of(fn: Any) -> Compiled | None:
     return found if isinstance(found, Compiled) else None
 
 
+#: the entries that void outcomes after a position (a retry's, a rewind's cut)
+_CUTS = frozenset({EventType.RUN_RETRIED.value, EventType.RUN_REWOUND.value})
+
 #: checkpoints whose payloads one fetch reads around the one asked for (a
 #: page walks down from it, a state read up from a field's base)
 WINDOW = 128
@@ -74,7 +78,8 @@ class GraphHistory:
         self._payloads = payloads
         self._last_seq = 0
         self._lock = threading.Lock()
-        self.entries: dict[int, HistoryEvent] = {}
+        #: the live checkpoint entries by super-step (from ``Store.history_index``)
+        self.entries: dict[int, IndexEntry] = {}
         #: steps with two live entries at different journal positions: a
         #: damaged history (a run never writes a super-step twice; a retry's
         #: or a rewind's cut voids the first), refused by any read of them
@@ -95,33 +100,35 @@ class GraphHistory:
     def refresh(self) -> GraphHistory:
         """Take in the entries appended since the last read."""
         with self._lock:
-            new = self._store.history_headers(self.run_id, after_seq=self._last_seq)
+            new = self._store.history_index(self.run_id, after_seq=self._last_seq)
             if not new:
                 return self
             cut = rewritten = False
             for entry in new:
-                if entry.event in (EventType.RUN_RETRIED, EventType.RUN_REWOUND):
+                if entry.step_kind == KIND:
+                    if entry.event == EventType.STEP_COMPLETED:
+                        step = checkpoints.step_of(entry.name)
+                        if step is not None:
+                            rewritten = self._take(step, entry) or rewritten
+                elif entry.event in _CUTS:
                     cut = True
-                elif entry.step_kind == KIND and entry.event is EventType.STEP_COMPLETED:
-                    step = checkpoints.step_of(entry.name)
-                    if step is not None:
-                        rewritten = self._take(step, entry) or rewritten
             self._last_seq = new[-1].seq
             if cut:  # outcomes were voided: the live checkpoints are the journal's, rebuilt (rare:
                 # an operator's retry or rewind) rather than kept up to date on every read
                 self.entries, self._twice = {}, {}
                 whole = self._store.history_headers(self.run_id)
                 self._last_seq = max(self._last_seq, whole[-1].seq if whole else 0)
-                for entry in Journal(whole).outcomes.values():
-                    step = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
-                    if step is not None and entry.event is EventType.STEP_COMPLETED:
-                        self._take(step, entry)
+                for outcome in Journal(whole).outcomes.values():
+                    step = checkpoints.step_of(outcome.name) if outcome.step_kind == KIND else None
+                    if step is not None and outcome.event is EventType.STEP_COMPLETED:
+                        self._take(step, IndexEntry(outcome.seq, outcome.event.value, outcome.position,
+                                                    outcome.step_kind, outcome.name, outcome.at))
             if cut or rewritten:  # what was decoded of voided checkpoints is void too
                 self._shared = checkpoints.Shared()
             self.chain = self._chain()
         return self
 
-    def _take(self, step: int, entry: HistoryEvent) -> bool:
+    def _take(self, step: int, entry: IndexEntry) -> bool:
         """Take in ``entry``, the checkpoint of ``step``; whether it replaces
         one (the same journal position: the later outcome is the live one,
         as in the journal). At another position, the step is written twice."""
@@ -165,12 +172,19 @@ class GraphHistory:
         read: a damaged one fails the reads of it, not of its window)."""
         steps = self.chain.steps if step in self.chain.steps else sorted(self.entries)
         at = bisect.bisect_left(steps, step)
-        around = steps[max(0, at - WINDOW):at + WINDOW + 1]
+        self._prefetch(steps[max(0, at - WINDOW):at + WINDOW + 1])
+        if self.entries[step].seq not in self._raws:
+            raise PayloadError(f"{checkpoints.what_of(self.run_id, step)} is no longer in its history")
+
+    def _prefetch(self, steps: Sequence[int]) -> None:
+        """Fetch the payloads of the checkpoints of ``steps`` not fetched yet, in one query."""
         by_seq = {}
-        for s in around:
+        for s in steps:
             seq = self.entries[s].seq
             if seq not in self._records and seq not in self._raws and seq not in self._errors:
                 by_seq[seq] = s
+        if not by_seq:
+            return
         for entry in self._store.history_at(self.run_id, list(by_seq)):
             what = checkpoints.what_of(self.run_id, by_seq[entry.seq])
             try:
@@ -179,8 +193,6 @@ class GraphHistory:
                 self._raws[entry.seq] = self._payloads.raw(entry.payload, what=what)
             except PayloadError as exc:
                 self._raws[entry.seq] = exc
-        if self.entries[step].seq not in self._raws:
-            raise PayloadError(f"{checkpoints.what_of(self.run_id, step)} is no longer in its history")
 
     def checkpoints(self, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
         """Newest first: the checkpoints of super-steps below ``before``
@@ -191,8 +203,10 @@ class GraphHistory:
             raise InvalidArgument(f"before must be a super-step number, not {before!r}")
         chain = self.chain
         high = len(chain.steps) if before is None else bisect.bisect_left(chain.steps, before)
+        low = max(0, high - limit)
+        self._prefetch(chain.steps[max(0, low - 1):high])  # the page and the parent of its oldest: one query
         found = []
-        for step in reversed(chain.steps[max(0, high - limit):high]):
+        for step in reversed(chain.steps[low:high]):
             entry = self.entries[step]
             try:
                 record = chain.record(step)
