@@ -232,3 +232,31 @@ def test_a_reader_follows_a_rewind_that_shortens_the_run(app: cairn.App) -> None
     assert app.graph_state_json("t", 1) == (1, {"messages": ["first 0"], "n": 1, "again": False})
     with pytest.raises(cairn.InvalidArgument, match="no checkpoint at super-step 4"):
         app.graph_state("t", 4)
+
+
+def test_app_run_returns_the_state_its_execution_committed_without_reading_it_back(
+        app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process that finished a graph run has its final state: ``app.run``
+    returns it instead of reading every checkpoint's appends back (the same
+    value the readers read); a run finished elsewhere is read from the store."""
+    read: list[int] = []
+    state = checkpoints.Chain.state
+
+    def watching(self: checkpoints.Chain, *args: Any, **kwargs: Any) -> Any:
+        read.append(args[1])
+        return state(self, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoints.Chain, "state", watching)
+    chat = app.graph("chat", chat_graph(12))
+    final = app.run(chat, {"messages": [], "log": [], "n": 0}, run_id="c")
+    assert final == expected(12)
+    assert read == []  # not read back
+    assert app.graph_state("c") == final
+    assert read == [12]
+    assert app.handle("c").result() == final  # taken once: read from the store now
+    assert read == [12, 12]
+
+    elsewhere = cairn.App(store=app.store)  # has not run it: reads it
+    elsewhere.graph("chat", chat_graph(12))
+    assert elsewhere.handle("c").result() == final
+    assert read == [12, 12, 12]

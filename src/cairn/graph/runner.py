@@ -104,6 +104,8 @@ class GraphRun:
         if state is not committed:  # an edit after the last super-step: a checkpoint of its own
             step += 1
             self._commit(step, [], committed, state, {}, [], versions, step - 1)
+        execution = self.execution  # the state of checkpoint ``step``, committed: for app.run, here
+        execution.runtime.handed.put((execution.run_id, execution.epoch, ("graph", step)), state)
         return {"step": step}
 
     def _interrupt(self, when: str, nodes: list[str], state: dict[str, Any]) -> dict[str, Any]:
