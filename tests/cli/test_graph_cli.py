@@ -138,3 +138,22 @@ def test_the_installed_command_reads_and_refuses(app: cairn.App, db: str) -> Non
     forked = run_cli("graph", "fork", "o", "--step", "1", "--update", '{"n": 2}', "--app", APP, "--db", db)
     assert forked.returncode == 0, forked.stderr
     assert "forked from o at step 1" in forked.stdout
+
+
+def test_a_damaged_checkpoint_is_listed_as_such_and_its_state_is_one_line(app: cairn.App, db: str) -> None:
+    import sqlite3
+
+    [entry] = [e for e in app.history("o") if e.step_kind == "graph" and e.name == "step 1"]
+    with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE history SET payload = ?, payload_ref = NULL WHERE run_id = 'o' AND seq = ?",
+                     (b'{"v":1,"step":1,"nodes":["<b>x</b>"],"next":[],"versions":{"n":[7,7]}}', entry.seq))
+    page = json_of("graph", "history", "o", "--json", "--db", db)
+    listed = page["checkpoints"]
+    assert [(c["step"], c["error"] is None) for c in listed] == [(2, True), (1, False), (0, True)]
+    assert "checkpoint 1 of run 'o' is damaged: field 'n' has version [7, 7]" in listed[1]["error"]
+    text = cli("graph", "history", "o", "--db", db)
+    assert text.exit_code == 0, text.stderr
+    assert "unreadable: checkpoint 1 of run 'o' is damaged" in text.stdout
+    refused = cli("graph", "state", "o", "--step", "1", "--db", db)
+    check_error(refused, 2, "checkpoint 1 of run 'o' is damaged")
+    assert json_of("graph", "state", "o", "--step", "0", "--json", "--db", db)["state"] == START

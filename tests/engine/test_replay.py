@@ -179,6 +179,7 @@ _STORE_READS = frozenset({
     "approvals", "bundles", "run_counts", "bundle_counts", "get_artifact", "memory_item", "memory_items",
     "thread_messages", "memory_threads", "run_memory", "item_tiers", "get_token", "list_tokens",
     "runs_changed", "search_memory", "vector_tiers", "durability", "delivery", "history_at", "model_calls",
+    "history_headers", "history_index",
 })
 
 

@@ -16,8 +16,12 @@ from tests.graph import determinism_app
 
 
 def stored(app: cairn.App, run_id: str) -> list[bytes]:
-    return [app.runtime.payloads.raw(e.payload, what="a checkpoint") for e in app.history(run_id)
-            if e.step_kind == KIND and e.payload is not None]
+    """The run's checkpoints as stored, but for the run each names (its last key)."""
+    found = [app.runtime.payloads.raw(e.payload, what="a checkpoint") for e in app.history(run_id)
+             if e.step_kind == KIND and e.payload is not None]
+    own = f',"run":"{run_id}"}}'.encode()
+    assert all(raw.endswith(own) for raw in found)
+    return [raw[:-len(own)] for raw in found]
 
 
 def test_parallel_merges_are_the_same_in_every_run(app: cairn.App) -> None:

@@ -126,3 +126,31 @@ def test_an_interrupt_from_inside_a_node_uses_the_decision(app: cairn.App) -> No
     app.approve("i", request.request_id, edit={"text": "hello, edited"})
     assert app.resume("i") == {"messages": ["hello, edited"], "n": 1}
     assert asked == [0, 0]  # the super-step that waited ran again; the decision came from the journal
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    ({"messages": ["ok"], "n": "forty-one"}, "n"),
+    ({"messages": "not a list", "n": 1}, "messages"),
+    ({"messages": [None], "n": 1}, "messages"),
+], ids=["wrong-type", "not-a-list", "bad-item"])
+def test_an_edit_that_does_not_fit_the_state_is_refused_and_nothing_changes(
+        app: cairn.App, edit: dict[str, Any], says: str) -> None:
+    """A hostile edit at an interrupt is one line naming the field; the
+    approval stays pending, no checkpoint is written, the run still waits,
+    and a good edit afterwards goes through."""
+    ran: list[str] = []
+    workflow = app.graph("mail", mail_graph(ran, before=True))
+    request = waiting(app, workflow, "h")
+    before = [c.step for c in app.checkpoints("h")]
+    with pytest.raises(cairn.InvalidEdit) as raised:
+        app.approve("h", request.request_id, edit=edit)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert says in message, message
+    [still] = app.approvals(run_id="h")
+    assert still.request_id == request.request_id
+    assert [c.step for c in app.checkpoints("h")] == before
+    assert app.get_run("h").status is RunStatus.SUSPENDED
+    app.approve("h", request.request_id, edit={"messages": ["<b>mine</b>"], "n": 5})
+    assert app.resume("h") == {"messages": ["<b>mine</b>", "sent n=5 last=<b>mine</b>"], "n": 5}
+    assert ran == ["draft", "send"]

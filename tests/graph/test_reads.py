@@ -12,7 +12,10 @@ import pytest
 
 import cairn
 from cairn.codec import values
+from cairn.errors import LogicalFailure, RunSuspended
 from cairn.graph import checkpoints
+from cairn.graph import checkpoints as format_
+from cairn.store.records import EventType
 
 STEPS = 40
 
@@ -100,7 +103,7 @@ def test_items_a_caller_can_change_are_never_shared_between_reads(app: cairn.App
         assert read() == expected(5)
 
 
-def test_a_cold_history_page_fetches_the_payloads_of_a_window_not_the_run(
+def test_a_cold_history_page_fetches_the_payloads_of_the_page_not_the_run(
         app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
     from cairn.graph import reader
     from cairn.store import rows
@@ -117,7 +120,7 @@ def test_a_cold_history_page_fetches_the_payloads_of_a_window_not_the_run(
     monkeypatch.setattr(rows, "unpack_payload", counting)
     cold = cairn.App(store=app.store)  # has read nothing of the run
     assert [c.step for c in cold.checkpoints("c", limit=10)] == list(range(steps, steps - 10, -1))
-    assert unpacked["n"] <= reader.WINDOW + 1  # the newest checkpoints' payloads, not all of them
+    assert unpacked["n"] <= 11  # the page's payloads and its oldest's parent, not a window, nor the run
     assert cold.graph_state_json("c", steps // 2) == (steps // 2, expected(steps // 2))  # the rest, when read
 
 
@@ -182,3 +185,78 @@ def test_a_reader_follows_an_operator_retry_of_a_failed_graph_run(app: cairn.App
     for step in (6, 2, 4):
         assert app.graph_state_json("c", step) == (step, expected(step))
         assert app.graph_state("c", step) == expected(step)
+
+
+class Trip(TypedDict):
+    messages: Annotated[list[str], cairn.append]
+    n: int
+    again: bool
+
+
+def test_a_reader_follows_a_rewind_that_shortens_the_run(app: cairn.App) -> None:
+    """A node's ``LogicalFailure`` sends the run back to super-step 2: the
+    checkpoints from 2 on are void, and the run, taking another path, ends
+    at 3 where it had reached 4. A reader that read the long run reads the
+    short one after: the rewind's cut rebuilds its checkpoints (without that
+    it lists the void checkpoint 4 and reads the void states)."""
+    g = cairn.Graph(Trip)
+
+    @g.node
+    def talk(state: Trip, ctx: cairn.Context) -> dict[str, Any]:
+        again = bool(ctx.rewinds())
+        n = state["n"]
+        if n == 4 and not again:
+            ctx.request_approval("a wrong turn?", {"n": n})  # the run waits here, checkpoints 0 to 4 written
+            raise LogicalFailure("the turn was wrong", rewind_to=format_.entry_name(2))
+        return {"messages": [f"{'again' if again else 'first'} {n}"], "n": n + 1, "again": again}
+
+    g.edge(cairn.START, "talk")
+    g.route("talk", lambda s: cairn.END if s["n"] >= (3 if s["again"] else 8) else "talk")
+    trip = app.graph("trip", g)
+    with pytest.raises(RunSuspended):
+        app.run(trip, {"messages": [], "n": 0, "again": False}, run_id="t")
+    assert [c.step for c in app.checkpoints("t")] == [4, 3, 2, 1, 0]
+    long = {"messages": ["first 0", "first 1", "first 2", "first 3"], "n": 4, "again": False}
+    assert app.graph_state("t") == long
+    assert app.graph_state_json("t", 3)[1]["messages"] == long["messages"][:3]
+
+    [approval] = app.approvals(run_id="t")
+    app.approve("t", approval.request_id)
+    app.resume("t")
+    assert [e.event for e in app.history("t")].count(EventType.RUN_REWOUND) == 1
+    assert [c.step for c in app.checkpoints("t")] == [3, 2, 1, 0]
+    short = {"messages": ["first 0", "again 1", "again 2"], "n": 3, "again": True}
+    assert app.graph_state("t") == short
+    assert app.graph_state_json("t") == (3, short)
+    assert app.graph_state("t", 2) == {"messages": short["messages"][:2], "n": 2, "again": True}
+    assert app.graph_state_json("t", 1) == (1, {"messages": ["first 0"], "n": 1, "again": False})
+    with pytest.raises(cairn.InvalidArgument, match="no checkpoint at super-step 4"):
+        app.graph_state("t", 4)
+
+
+def test_app_run_returns_the_state_its_execution_committed_without_reading_it_back(
+        app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process that finished a graph run has its final state: ``app.run``
+    returns it instead of reading every checkpoint's appends back (the same
+    value the readers read); a run finished elsewhere is read from the store."""
+    read: list[int] = []
+    state = checkpoints.Chain.state
+
+    def watching(self: checkpoints.Chain, *args: Any, **kwargs: Any) -> Any:
+        read.append(args[1])
+        return state(self, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoints.Chain, "state", watching)
+    chat = app.graph("chat", chat_graph(12))
+    final = app.run(chat, {"messages": [], "log": [], "n": 0}, run_id="c")
+    assert final == expected(12)
+    assert read == []  # not read back
+    assert app.graph_state("c") == final
+    assert read == [12]
+    assert app.handle("c").result() == final  # taken once: read from the store now
+    assert read == [12, 12]
+
+    elsewhere = cairn.App(store=app.store)  # has not run it: reads it
+    elsewhere.graph("chat", chat_graph(12))
+    assert elsewhere.handle("c").result() == final
+    assert read == [12, 12, 12]

@@ -189,3 +189,41 @@ def test_a_failed_graph_runs_error_and_path_are_text(setup: Setup, client: httpx
     assert "RuntimeError: &lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in html
     for markup in ("<b>", "<script>alert", "<img"):
         assert markup not in html
+
+
+def test_a_damaged_checkpoint_with_markup_is_one_row_of_text_and_the_others_show(
+        setup: Setup, client: httpx.Client, request: pytest.FixtureRequest) -> None:
+    """A checkpoint row damaged behind Cairn's back (here: a field name full
+    of markup with a version after the checkpoint) is listed as its error,
+    escaped, over HTTP and on the page; its neighbours still show, and a
+    diff that needs it says why instead of failing the page."""
+    from tests.graph.test_damaged import Rows
+
+    assert setup.app.db_url is not None
+    with cairn.App(db=setup.app.db_url) as elsewhere:  # the server's app has read nothing of the run
+        elsewhere.run(elsewhere.graph("hostile", hostile_graph(4)), {"notes": [], "meta": {}, "n": 0},
+                      tenant=TENANT, run_id="d")
+    rows_of = Rows(setup.app, request)
+    record = rows_of.record("d", 4)
+    record["versions"][MARKUP + "\n"] = [9, 9]
+    rows_of.write(4, record, run_id="d")
+
+    html = page(client, setup.tokens["viewer"], "d", "?a=3&b=4").text
+    assert rows(html) == [5, 3, 2, 1, 0]  # 4 is listed as damaged (a row of its own)
+    damaged = section(html)[section(html).index('class="damaged"'):]
+    assert "checkpoint 4 of run &#39;d&#39; is damaged: field &#39;&lt;script&gt;alert(1)" in damaged
+    assert "<script>alert" not in html
+    assert "<img" not in html
+    assert 'id="graph-diff-error"' in html
+    assert "checkpoint 4 of run &#39;d&#39; is damaged" in html
+
+    client.cookies.set("cairn_token", setup.tokens["viewer"])
+    listed = client.get("/api/runs/d/checkpoints").json()["checkpoints"]
+    assert [(c["step"], c["error"] is None) for c in listed] == [
+        (5, True), (4, False), (3, True), (2, True), (1, True), (0, True)]
+    assert "\n" not in listed[1]["error"]
+    assert "checkpoint 4 of run 'd' is damaged" in listed[1]["error"]
+    refused = client.get("/api/runs/d/checkpoints/4")
+    assert refused.status_code == 422
+    assert "checkpoint 4 of run 'd' is damaged" in refused.text
+    assert client.get("/api/runs/d/checkpoints/3").status_code == 200

@@ -82,7 +82,12 @@ class RunHandle(Generic[R]):
         graph = graph_of(definition.fn) if definition is not None else None
         if graph is None:
             return value
-        return self.app.graph_readers.of(record).state(graph, value["step"])
+        step = value["step"]
+        if record.status is RunStatus.COMPLETED:  # finished here: the state its last execution committed
+            handed = self.app.runtime.handed.take((record.run_id, record.epoch, ("graph", step)))
+            if handed is not None:
+                return graph.schema.view(handed)
+        return self.app.graph_readers.of(record).state(graph, step)
 
     def _outcome(self, record: RunRecord) -> R:
         if record.status is RunStatus.COMPLETED:

@@ -463,6 +463,8 @@ class CheckpointOut(msgspec.Struct, kw_only=True):
     at: float
     seq: int
     parent: int | None
+    #: why the checkpoint cannot be read (a damaged row); ``None``: it can
+    error: str | None = None
 
 
 class CheckpointPageOut(msgspec.Struct, kw_only=True):
@@ -514,7 +516,7 @@ def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
     """One checkpoint (``cairn graph history --json``, ``GET /api/runs/{id}/checkpoints``)."""
     return plain(CheckpointOut(run_id=checkpoint.run_id, step=checkpoint.step, nodes=list(checkpoint.nodes),
                                next=list(checkpoint.next), at=checkpoint.at, seq=checkpoint.seq,
-                               parent=checkpoint.parent))
+                               parent=checkpoint.parent, error=checkpoint.error))
 
 
 def checkpoint_page(run_id: str, found: Sequence[Checkpoint], limit: int) -> dict[str, Any]:

@@ -77,6 +77,9 @@ def history(ctx: click.Context, run_id: str, before: int | None, limit: int, as_
         ran = ", ".join(checkpoint["nodes"]) or "-"
         following = ", ".join(checkpoint["next"]) or "END"
         when = render.fmt_time(checkpoint["at"])
+        if checkpoint["error"] is not None:
+            echo(f"step {checkpoint['step']:>5}  {when}  unreadable: {checkpoint['error']}")
+            continue
         echo(f"step {checkpoint['step']:>5}  {when}  ran {ran}  next {following}")
     if page["next_before"] is not None:
         echo(f"(more: --before {page['next_before']})")

@@ -74,7 +74,8 @@ class ReadOnlyStore:
     """A store that answers reads and refuses every write (``DryRunWrite``)."""
 
     _READS = frozenset({"get_run", "history", "get_artifact", "deliveries", "delivery", "list_runs",
-                        "bundles", "durability", "history_at", "model_calls"})
+                        "bundles", "durability", "history_at", "model_calls", "history_headers",
+                        "history_index"})
 
     def __init__(self, store: Any) -> None:
         self._store = store

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.bundles import Registry
@@ -12,6 +15,33 @@ from cairn.engine.schedules import Schedule
 from cairn.memory.policy import MemoryPolicy
 from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
+
+
+class Handed:
+    """Values an execution of this process computed and recorded only by
+    reference, kept for the caller that drives the run here: a graph run
+    records ``{"step": n}`` and its final state as checkpoint ``n``, which
+    ``app.run`` would otherwise read back whole from the store (every
+    checkpoint's appends: ~10% of a 300-super-step run's time). Keyed by
+    ``(run id, epoch, what)``: only the holder that finished the run put the
+    value under the run's final epoch. At most ``size`` are kept (a worker
+    finishing runs for other processes never takes them)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._values: OrderedDict[tuple[str, int, Any], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, key: tuple[str, int, Any], value: Any) -> None:
+        with self._lock:
+            self._values[key] = value
+            while len(self._values) > self._size:
+                self._values.popitem(last=False)
+
+    def take(self, key: tuple[str, int, Any]) -> Any:
+        """The value put under ``key`` (``None``: none), taken out."""
+        with self._lock:
+            return self._values.pop(key, None)
 
 
 @dataclass(slots=True)
@@ -39,3 +69,5 @@ class Runtime:
     observer: Observer | None = None
     #: retention of the memory tiers and the embedder of search (``App(memory=...)``)
     memory: MemoryPolicy = field(default_factory=MemoryPolicy)
+    #: values recorded by reference that executions here hand to the caller driving the run
+    handed: Handed = field(default_factory=Handed)

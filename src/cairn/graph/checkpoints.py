@@ -13,7 +13,8 @@ store by reference when it is large, as every payload does::
      "set": {"summary": <value>},                # fields whose value changed, as their new value
      "add": {"messages": [<item>, ...]},         # list fields that only grew: the new items
      "versions": {"messages": [3, 0], "summary": [3, 3]},
-     "sv": 2}                                    # the state type's schema version, if it declares one
+     "sv": 2,                                    # the state type's schema version, if it declares one
+     "run": "r1"}                                # the run that wrote it
 
 A field that did not change is in neither ``set`` nor ``add``; a key whose
 value is its default (no ``set``, no ``parent``, no ``sv``) is left out.
@@ -35,6 +36,19 @@ the run is parked, never failed). The first checkpoint a new version writes
 sets every field (``write(..., before={})``), so no checkpoint's state
 mixes records of two versions.
 
+A checkpoint is checked as it is read, since a row can be damaged behind
+Cairn's back (a bad restore, a disk, SQL): ``decode`` checks it alone (its
+format, that it is the super-step and the run its entry says, that its
+versions point at no later super-step and agree with what it sets and
+appends, that its next tasks name nodes) and ``Chain.record`` against the
+checkpoint before it (which must be in the run's history: a deleted row
+is a gap, not a state read without that row's items; a field it did not
+change has the same version in both). ``Chain.state`` checks that each
+version it follows names a checkpoint that changed the field that way.
+Each refusal is a one-line ``PayloadError`` naming the checkpoint (run and
+super-step): a resumed run is parked ``incompatible``, a read refused,
+never a wrong state returned.
+
 The names follow LangGraph's checkpoint (next issue): ``versions`` are its
 ``channel_versions``, ``set``/``add`` its per-channel blobs, ``parent`` its
 parent checkpoint, ``nodes`` and ``step`` its metadata; pending writes are the
@@ -53,6 +67,7 @@ import msgspec
 
 from cairn.codec import upcasters, values
 from cairn.errors import PayloadError
+from cairn.graph.errors import cut
 from cairn.graph.state import Schema, _list_of
 
 #: the ``step_kind`` of a checkpoint's journal entry
@@ -97,9 +112,13 @@ class Record(msgspec.Struct, frozen=True, omit_defaults=True):
     add: dict[str, msgspec.Raw] = {}
     #: the schema version of the state type that wrote it (``None``: it declares none)
     sv: int | None = None
+    #: the run that wrote it (``None``: written before runs were recorded; a row of
+    #: another run's copied into this run's history is refused by it)
+    run: str | None = None
 
     def tasks(self) -> list[Task]:
-        """The next super-step's tasks, decoded (a ``Send``'s arg as plain JSON)."""
+        """The next super-step's tasks, decoded (a ``Send``'s arg as plain
+        JSON; ``decode`` checked each is ``[name]`` or ``[name, arg]``)."""
         found = []
         for task in self.next:
             name = msgspec.json.decode(task[0], type=str)
@@ -108,6 +127,10 @@ class Record(msgspec.Struct, frozen=True, omit_defaults=True):
             else:
                 found.append(Task(name))
         return found
+
+    def node_names(self) -> list[str]:
+        """The nodes the next super-step runs (without a ``Send``'s arg)."""
+        return [msgspec.json.decode(task[0], type=str) for task in self.next]
 
 
 _DECODER = msgspec.json.Decoder(Record)
@@ -150,23 +173,88 @@ class Shared:
 _ENCODER = msgspec.json.Encoder()
 
 
-def decode(raw: bytes) -> Record:
+def what_of(run_id: str, step: int) -> str:
+    """How an error names checkpoint ``step`` of run ``run_id``."""
+    return f"checkpoint {step} of run {run_id!r}"
+
+
+def damaged(what: str, why: str) -> PayloadError:
+    """The error for a checkpoint that is not what it should be (one line)."""
+    return PayloadError(f"{what} is damaged: {cut(why)}")
+
+
+def decode(raw: bytes, what: str = "a graph checkpoint", *, step: int | None = None,
+           run: str | None = None) -> Record:
+    """The checkpoint ``raw``, checked alone (``what`` names it in errors):
+    that it is super-step ``step`` of run ``run`` (when given) and that its
+    versions, what it sets and appends, its parent and its next tasks agree."""
     try:
         record = _DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise PayloadError(f"a graph checkpoint cannot be read: {exc}") from None
+        raise PayloadError(f"{what} cannot be read: {cut(str(exc))}") from None
     if record.v != VERSION:
-        raise PayloadError(f"a graph checkpoint of format {record.v} cannot be read (this code reads "
-                           f"format {VERSION})")
+        raise PayloadError(f"{what} is of format {record.v}, which this code cannot read (it reads format "
+                           f"{VERSION})")
+    at = record.step
+    if step is not None and at != step:
+        raise damaged(what, f"it holds super-step {at}")
+    if run is not None and record.run is not None and record.run != run:
+        raise damaged(what, f"it was written by run {record.run!r}")
+    if record.parent is not None and record.parent != at - 1:
+        raise damaged(what, f"its parent is {record.parent}, not super-step {at - 1}")
+    for name, version in record.versions.items():
+        if len(version) != 2 or not 0 <= version[1] <= version[0] <= at:
+            raise damaged(what, f"field {name!r} has version {version}, not [last changed, last set] with "
+                                f"0 <= last set <= last changed <= {at}")
+        changed, base = version
+        if record.parent is None and changed != at:
+            raise damaged(what, f"it is its run's first checkpoint and does not set field {name!r}")
+        if (changed == at and base == at) != (name in record.set) or (changed == at and base < at) != (
+                name in record.add):
+            raise damaged(what, f"field {name!r} has version {version}, which what it sets and appends "
+                                "contradicts")
+    for name in (*record.set, *record.add):
+        if name not in record.versions:
+            raise damaged(what, f"it changes field {name!r}, which has no version")
+    for task in record.next:
+        if not 1 <= len(task) <= 2:
+            raise damaged(what, "a next task is not [node] or [node, arg]")
+        try:
+            msgspec.json.decode(task[0], type=str)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise damaged(what, "a next task does not name a node") from None
     return record
+
+
+def check_link(record: Record, parent: Record | None, what: str, steps: Sequence[int]) -> None:
+    """``record`` against the checkpoint before it: the parent must be in
+    the run's history (``steps``: else a row is missing, and a state read
+    across the gap would lack its items), and a field ``record`` did not
+    change has the same version in both (one it appended to, the same base)."""
+    if record.parent is None:
+        if steps and steps[0] != record.step:
+            raise damaged(what, f"it has no parent, yet checkpoint {steps[0]} comes before it")
+        return
+    if parent is None:
+        raise damaged(what, f"it follows checkpoint {record.parent}, which is not in the run's history "
+                            "(a row is missing)")
+    at = record.step
+    for name, (changed, base) in record.versions.items():
+        before = parent.versions.get(name)
+        if changed < at and before != [changed, base]:
+            raise damaged(what, f"field {name!r} has version {[changed, base]}, but checkpoint {parent.step} "
+                                f"before it says {before}")
+        if changed == at and base < at and (before is None or before[1] != base):
+            raise damaged(what, f"field {name!r} is appended to since super-step {base}, but checkpoint "
+                                f"{parent.step} before it says {before}")
 
 
 def write(schema: Schema, step: int, nodes: Sequence[str], before: Mapping[str, Any],
           after: Mapping[str, Any], added: Mapping[str, list[Any]], tasks: Sequence[Task],
-          versions: dict[str, list[int]], parent: int | None) -> bytes:
-    """The checkpoint of super-step ``step``, which took the state from
-    ``before`` to ``after`` (``added``: the items ``cairn.append`` fields
-    gained); ``versions`` is updated in place."""
+          versions: dict[str, list[int]], parent: int | None, run: str | None = None) -> bytes:
+    """The checkpoint of super-step ``step`` of run ``run``, which took the
+    state from ``before`` to ``after`` (``added``: the items
+    ``cairn.append`` fields gained); ``versions`` is updated in place."""
     sets: dict[str, msgspec.Raw] = {}
     adds: dict[str, msgspec.Raw] = {}
     for name, field in schema.fields.items():
@@ -196,18 +284,23 @@ def write(schema: Schema, step: int, nodes: Sequence[str], before: Mapping[str, 
     next_tasks = [[msgspec.Raw(_ENCODER.encode(t.node)), msgspec.Raw(values.encode(t.arg))] if t.send
                   else [msgspec.Raw(_ENCODER.encode(t.node))] for t in tasks]
     record = Record(VERSION, step, list(nodes), next_tasks, dict(versions), parent, sets, adds,
-                    schema.version)
+                    schema.version, run)
     return _ENCODER.encode(record)
 
 
 class Chain:
     """The checkpoints of one run, read by super-step (``load(step)``
-    returns its record): the state at any of them, by reference."""
+    returns its record, decoded and checked alone): the state at any of
+    them, by reference. ``what(step)`` names a checkpoint in errors."""
 
     def __init__(self, steps: Sequence[int], load: Callable[[int], Record],
-                 shared: Shared | None = None) -> None:
+                 shared: Shared | None = None, what: Callable[[int], str] | None = None) -> None:
         self.steps = sorted(steps)
+        self._present = frozenset(self.steps)
         self._load = load
+        self._what = what or (lambda step: f"checkpoint {step}")
+        #: decoded records (checked alone), and those also checked against their parent
+        self._loaded: dict[int, Record] = {}
         self._cache: dict[int, Record] = {}
         #: decoded appends of immutable items (text, numbers): a reader
         #: shares them between reads, since no caller can change them; the
@@ -216,9 +309,27 @@ class Chain:
         self._shared = shared
 
     def record(self, step: int) -> Record:
+        """Checkpoint ``step``, checked alone and against the one before it."""
         found = self._cache.get(step)
         if found is None:
-            found = self._cache[step] = self._load(step)
+            found = self._decoded(step)
+            parent = found.parent
+            if parent is None or parent not in self._present:
+                check_link(found, None, self._what(step), self.steps)
+            else:
+                try:
+                    before = self._decoded(parent)
+                except PayloadError:  # the parent's own error, when a read needs it; this one reads
+                    pass
+                else:
+                    check_link(found, before, self._what(step), self.steps)
+            self._cache[step] = found
+        return found
+
+    def _decoded(self, step: int) -> Record:
+        found = self._loaded.get(step)
+        if found is None:
+            found = self._loaded[step] = self._load(step)
         return found
 
     def latest(self) -> int | None:
@@ -246,14 +357,18 @@ class Chain:
                 continue
             type_ = Any if field is None else field.type
             described = f"field {name!r} of {what}"
-            if changed == base or (field is not None and field.item_type is None):
-                state[name] = values.decode(self.record(changed).set[name], type_, what=described)
+            last = record if changed == step else self._follow(step, name, changed, base)
+            if changed == base:
+                state[name] = values.decode(last.set[name], type_, what=described)
                 continue
-            value = values.decode(self.record(base).set[name], type_, what=described)
+            if field is not None and field.item_type is None:
+                raise PayloadError(f"cannot decode {described}: it was appended to, and "
+                                   f"{schema_name(schema)} no longer declares it a list")
+            first = self._follow(changed, name, base, base)
+            value = values.decode(first.set[name], type_, what=described)
+            if not isinstance(value, list):
+                raise damaged(self._what(base), f"field {name!r} is appended to later but is not a list")
             item_list = _list_of(Any if field is None else field.item_type)
-            if not isinstance(value, list):  # plain JSON that is not a list: nothing appended to it
-                state[name] = value
-                continue
             appended = self._appended(name, base, changed, item_list, described)
             if appended is None:
                 value.extend(self._decode_appends(name, base, changed, item_list, described))
@@ -262,13 +377,25 @@ class Chain:
             state[name] = value
         return state if schema is None or only is not None else _complete(schema, state, what)
 
+    def _follow(self, step: int, name: str, changed: int, base: int) -> Record:
+        """Checkpoint ``changed``, which checkpoint ``step``'s version of
+        ``name`` names: it must be in the run and have changed the field so."""
+        if changed not in self._present:
+            raise damaged(self._what(step), f"field {name!r} was last changed at super-step {changed}, which "
+                                            "has no checkpoint in the run's history")
+        found = self.record(changed)
+        if found.versions.get(name) != [changed, base]:
+            raise damaged(self._what(step), f"field {name!r} was last changed at super-step {changed}, but "
+                                            f"checkpoint {changed} says {found.versions.get(name)}")
+        return found
+
     def _decode_appends(self, name: str, base: int, changed: int, item_list: Any,
                         described: str) -> list[Any]:
         """The items field ``name`` gained after ``base`` up to ``changed``, decoded now."""
         items: list[Any] = []
         low = bisect.bisect_right(self.steps, base)
         high = bisect.bisect_right(self.steps, changed)
-        for later in self.steps[low:high]:
+        for later in self.steps[low:high]:  # each checked against its parent: a missing row is a gap
             raw = self.record(later).add.get(name)
             if raw is not None:
                 items.extend(values.decode(raw, item_list, what=described))
@@ -296,7 +423,10 @@ class Chain:
         if found.upto >= changed:
             return found
         # as far as the latest checkpoint still has this base: the reads after this one are slices
-        latest = self.record(self.steps[-1]).versions.get(name)
+        try:
+            latest = self.record(self.steps[-1]).versions.get(name)
+        except PayloadError:  # a damaged latest checkpoint fails the reads that need it, not this one
+            latest = None
         upto = max(changed, latest[0]) if latest is not None and latest[1] == base else changed
         typed = _IMMUTABLE.get(item_list, False)
         low = bisect.bisect_right(self.steps, found.upto)
@@ -304,11 +434,18 @@ class Chain:
         items: list[Any] = []
         steps: list[int] = []
         ends: list[int] = []
-        for later in self.steps[low:high]:  # all decoded before any is taken in (one may fail)
-            raw = self.record(later).add.get(name)
-            if raw is None:
+        for index in range(low, high):  # all decoded before any is taken in (one may fail)
+            later = self.steps[index]
+            try:
+                raw = self.record(later).add.get(name)
+                decoded = None if raw is None else values.decode(raw, item_list, what=described)
+            except PayloadError:
+                if later <= changed:
+                    raise
+                upto = max(found.upto, self.steps[index - 1])  # reading ahead: stop before a damaged one
+                break
+            if decoded is None:
                 continue
-            decoded = values.decode(raw, item_list, what=described)
             if not typed and not set(map(type, decoded)) <= _ATOMS:
                 shared[key] = None  # dicts or lists inside: a caller may change them
                 return None
@@ -329,6 +466,10 @@ class Chain:
         decoded = values.decode(msgspec.json.encode(plain), schema.cls, what=what)
         return _complete(schema, schema.fields_of(decoded), what)
 
+
+
+def schema_name(schema: Schema | None) -> str:
+    return "the state type" if schema is None else schema.name
 
 
 def _complete(schema: Schema, state: dict[str, Any], what: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from cairn.graph import checkpoints
 from cairn.graph.checkpoints import KIND, Chain
 from cairn.graph.graph import Compiled
 from cairn.store.contract import Store
-from cairn.store.records import EventType, HistoryEvent, RunRecord
+from cairn.store.records import EventType, IndexEntry, RunRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +39,13 @@ class Checkpoint:
     seq: int
     #: the super-step before it (``None`` for the input)
     parent: int | None
+    #: why the checkpoint cannot be read (``None``: it can): a damaged one is
+    #: listed with the others, its nodes, next and parent empty
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "step": self.step, "nodes": list(self.nodes), "next": list(self.next),
-                "at": self.at, "seq": self.seq, "parent": self.parent}
+                "at": self.at, "seq": self.seq, "parent": self.parent, "error": self.error}
 
 
 def graph_of(fn: Any) -> Compiled | None:
@@ -49,6 +53,9 @@ def graph_of(fn: Any) -> Compiled | None:
     found = getattr(fn, "__cairn_graph__", None)
     return found if isinstance(found, Compiled) else None
 
+
+#: the entries that void outcomes after a position (a retry's, a rewind's cut)
+_CUTS = frozenset({EventType.RUN_RETRIED.value, EventType.RUN_REWOUND.value})
 
 #: checkpoints whose payloads one fetch reads around the one asked for (a
 #: page walks down from it, a state read up from a field's base)
@@ -71,66 +78,121 @@ class GraphHistory:
         self._payloads = payloads
         self._last_seq = 0
         self._lock = threading.Lock()
-        self.entries: dict[int, HistoryEvent] = {}
-        #: decoded checkpoints by history seq (an entry's seq is never reused)
+        #: the live checkpoint entries by super-step (from ``Store.history_index``)
+        self.entries: dict[int, IndexEntry] = {}
+        #: steps with two live entries at different journal positions: a
+        #: damaged history (a run never writes a super-step twice; a retry's
+        #: or a rewind's cut voids the first), refused by any read of them
+        self._twice: dict[int, str] = {}
+        #: fetched payloads not decoded yet, decoded checkpoints and the
+        #: errors of damaged ones, by history seq (an entry's seq is never reused)
+        self._raws: dict[int, bytes | PayloadError] = {}
         self._records: dict[int, checkpoints.Record] = {}
+        self._errors: dict[int, PayloadError] = {}
         #: decoded appends shared between reads (``checkpoints.Appended``)
         self._shared = checkpoints.Shared()
-        self.chain = Chain([], self._load, self._shared)
+        self.chain = self._chain()
+
+    def _chain(self) -> Chain:
+        return Chain(list(self.entries), self._load, self._shared,
+                     lambda step: checkpoints.what_of(self.run_id, step))
 
     def refresh(self) -> GraphHistory:
         """Take in the entries appended since the last read."""
         with self._lock:
-            new = self._store.history_headers(self.run_id, after_seq=self._last_seq)
+            new = self._store.history_index(self.run_id, after_seq=self._last_seq)
             if not new:
                 return self
             cut = rewritten = False
             for entry in new:
-                if entry.event in (EventType.RUN_RETRIED, EventType.RUN_REWOUND):
+                if entry.step_kind == KIND:
+                    if entry.event == EventType.STEP_COMPLETED:
+                        step = checkpoints.step_of(entry.name)
+                        if step is not None:
+                            rewritten = self._take(step, entry) or rewritten
+                elif entry.event in _CUTS:
                     cut = True
-                elif entry.step_kind == KIND and entry.event is EventType.STEP_COMPLETED:
-                    step = checkpoints.step_of(entry.name)
-                    if step is not None:
-                        rewritten = rewritten or step in self.entries
-                        self.entries[step] = entry
             self._last_seq = new[-1].seq
             if cut:  # outcomes were voided: the live checkpoints are the journal's, rebuilt (rare:
                 # an operator's retry or rewind) rather than kept up to date on every read
-                self.entries = {}
+                self.entries, self._twice = {}, {}
                 whole = self._store.history_headers(self.run_id)
                 self._last_seq = max(self._last_seq, whole[-1].seq if whole else 0)
-                for entry in Journal(whole).outcomes.values():
-                    step = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
-                    if step is not None and entry.event is EventType.STEP_COMPLETED:
-                        self.entries[step] = entry
+                for outcome in Journal(whole).outcomes.values():
+                    step = checkpoints.step_of(outcome.name) if outcome.step_kind == KIND else None
+                    if step is not None and outcome.event is EventType.STEP_COMPLETED:
+                        self._take(step, IndexEntry(outcome.seq, outcome.event.value, outcome.position,
+                                                    outcome.step_kind, outcome.name, outcome.at))
             if cut or rewritten:  # what was decoded of voided checkpoints is void too
                 self._shared = checkpoints.Shared()
-            self.chain = Chain(list(self.entries), self._load, self._shared)
+            self.chain = self._chain()
         return self
 
-    def _load(self, step: int) -> checkpoints.Record:
-        entry = self.entries[step]
-        found = self._records.get(entry.seq)
+    def _take(self, step: int, entry: IndexEntry) -> bool:
+        """Take in ``entry``, the checkpoint of ``step``; whether it replaces
+        one (the same journal position: the later outcome is the live one,
+        as in the journal). At another position, the step is written twice."""
+        found = self.entries.get(step)
+        self.entries[step] = entry
         if found is None:
+            return False
+        if found.position != entry.position:
+            self._twice[step] = (f"{checkpoints.what_of(self.run_id, step)} is damaged: it is in the run's "
+                                 f"history twice (entries {found.seq} and {entry.seq})")
+        return True
+
+    def _load(self, step: int) -> checkpoints.Record:
+        """Checkpoint ``step``, decoded and checked alone (its error again for a damaged one)."""
+        twice = self._twice.get(step)
+        if twice is not None:
+            raise PayloadError(twice)
+        seq = self.entries[step].seq
+        found = self._records.get(seq)
+        if found is not None:
+            return found
+        if seq in self._errors:
+            raise self._errors[seq]
+        raw = self._raws.pop(seq, None)
+        if raw is None:
             self._fetch(step)
-            found = self._records[entry.seq]
+            raw = self._raws.pop(seq)
+        try:
+            if isinstance(raw, PayloadError):
+                raise raw
+            found = self._records[seq] = checkpoints.decode(
+                raw, checkpoints.what_of(self.run_id, step), step=step, run=self.run_id)
+        except PayloadError as exc:
+            self._errors[seq] = exc
+            raise
         return found
 
     def _fetch(self, step: int) -> None:
-        """Fetch and decode the checkpoint of ``step`` and those of the
-        ``WINDOW`` steps either side of it that are not decoded yet."""
+        """Fetch the payload of checkpoint ``step`` and those of the
+        ``WINDOW`` steps either side of it not fetched yet (decoded when
+        read: a damaged one fails the reads of it, not of its window)."""
         steps = self.chain.steps if step in self.chain.steps else sorted(self.entries)
         at = bisect.bisect_left(steps, step)
-        around = steps[max(0, at - WINDOW):at + WINDOW + 1]
-        by_seq = {self.entries[s].seq: s for s in around if self.entries[s].seq not in self._records}
+        self._prefetch(steps[max(0, at - WINDOW):at + WINDOW + 1])
+        if self.entries[step].seq not in self._raws:
+            raise PayloadError(f"{checkpoints.what_of(self.run_id, step)} is no longer in its history")
+
+    def _prefetch(self, steps: Sequence[int]) -> None:
+        """Fetch the payloads of the checkpoints of ``steps`` not fetched yet, in one query."""
+        by_seq = {}
+        for s in steps:
+            seq = self.entries[s].seq
+            if seq not in self._records and seq not in self._raws and seq not in self._errors:
+                by_seq[seq] = s
+        if not by_seq:
+            return
         for entry in self._store.history_at(self.run_id, list(by_seq)):
-            if entry.payload is None:
-                raise PayloadError(f"checkpoint {by_seq[entry.seq]} of run {self.run_id!r} has no payload")
-            raw = self._payloads.raw(entry.payload, what=f"checkpoint {by_seq[entry.seq]} of run "
-                                                        f"{self.run_id!r}")
-            self._records[entry.seq] = checkpoints.decode(raw)
-        if self.entries[step].seq not in self._records:
-            raise PayloadError(f"checkpoint {step} of run {self.run_id!r} is no longer in its history")
+            what = checkpoints.what_of(self.run_id, by_seq[entry.seq])
+            try:
+                if entry.payload is None:
+                    raise PayloadError(f"{what} has no payload")
+                self._raws[entry.seq] = self._payloads.raw(entry.payload, what=what)
+            except PayloadError as exc:
+                self._raws[entry.seq] = exc
 
     def checkpoints(self, *, before: int | None = None, limit: int = 50) -> list[Checkpoint]:
         """Newest first: the checkpoints of super-steps below ``before``
@@ -141,13 +203,18 @@ class GraphHistory:
             raise InvalidArgument(f"before must be a super-step number, not {before!r}")
         chain = self.chain
         high = len(chain.steps) if before is None else bisect.bisect_left(chain.steps, before)
+        low = max(0, high - limit)
+        self._prefetch(chain.steps[max(0, low - 1):high])  # the page and the parent of its oldest: one query
         found = []
-        for step in reversed(chain.steps[max(0, high - limit):high]):
-            record = chain.record(step)
+        for step in reversed(chain.steps[low:high]):
             entry = self.entries[step]
-            following = tuple(t.node for t in record.tasks())
-            found.append(Checkpoint(self.run_id, step, tuple(record.nodes), following, entry.at, entry.seq,
-                                    record.parent))
+            try:
+                record = chain.record(step)
+            except PayloadError as exc:  # listed, saying why: the others of the page still read
+                found.append(Checkpoint(self.run_id, step, (), (), entry.at, entry.seq, None, str(exc)))
+                continue
+            found.append(Checkpoint(self.run_id, step, tuple(record.nodes), tuple(record.node_names()),
+                                    entry.at, entry.seq, record.parent))
         return found
 
     def state(self, graph: Compiled | None, step: int | None = None) -> Any:

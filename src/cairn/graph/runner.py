@@ -29,7 +29,7 @@ from cairn.graph.errors import GraphError, cut
 from cairn.graph.graph import END, START, Compiled, Node, Send
 from cairn.graph.reader import GraphHistory, graph_of
 from cairn.graph.travel import SEED_PARAM, Seed
-from cairn.store.records import ApprovalStatus
+from cairn.store.records import ApprovalStatus, EventType, HistoryEvent
 
 
 def workflow(name: str, version: str, graph: Compiled, max_steps: int) -> WorkflowDef:
@@ -104,6 +104,8 @@ class GraphRun:
         if state is not committed:  # an edit after the last super-step: a checkpoint of its own
             step += 1
             self._commit(step, [], committed, state, {}, [], versions, step - 1)
+        execution = self.execution  # the state of checkpoint ``step``, committed: for app.run, here
+        execution.runtime.handed.put((execution.run_id, execution.epoch, ("graph", step)), state)
         return {"step": step}
 
     def _interrupt(self, when: str, nodes: list[str], state: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +148,8 @@ class GraphRun:
         if self._whole:  # no checkpoint of this version reads a field from an older version's
             before, added, self._whole = {}, {}, False
             versions.clear()  # a field the state type no longer has is not carried on
-        raw = checkpoints.write(self.schema, step, nodes, before, after, added, tasks, versions, parent)
+        raw = checkpoints.write(self.schema, step, nodes, before, after, added, tasks, versions, parent,
+                                self.execution.run_id)
         execution = self.execution
         call = execution.begin(KIND, checkpoints.entry_name(step))
         if call.recorded is None:
@@ -155,38 +158,49 @@ class GraphRun:
 
     def _restore(self) -> tuple[int, dict[str, Any], list[Task], dict[str, list[int]], list[str]]:
         """The latest checkpoint's step, state, next tasks, versions and the
-        nodes that ran in it, read from the journal."""
+        nodes that ran in it, read from the journal. A checkpoint this code
+        cannot read (its state type changed, a node it names next is gone
+        from the graph, a damaged row) parks the run as incompatible: a
+        deploy, or a repair, may let it go on (``retry``)."""
         execution = self.execution
-        entries = {}
+        run_id = execution.run_id
+        entries: dict[int, HistoryEvent] = {}
+        twice: list[int] = []
         for entry in execution.journal.outcomes.values():
             found = checkpoints.step_of(entry.name) if entry.step_kind == KIND else None
-            if found is not None:
+            if found is not None and entry.event is EventType.STEP_COMPLETED:
+                if found in entries:
+                    twice.append(found)
                 entries[found] = entry
 
         def load(step: int) -> checkpoints.Record:
+            what = checkpoints.what_of(run_id, step)
+            if step in twice:
+                raise checkpoints.damaged(what, "it is in the run's history twice")
             payload = entries[step].payload
-            assert payload is not None
-            return checkpoints.decode(execution.runtime.payloads.raw(
-                payload, what=f"checkpoint {step} of run {execution.run_id}"))
+            if payload is None:
+                raise PayloadError(f"{what} has no payload")
+            return checkpoints.decode(execution.runtime.payloads.raw(payload, what=what), what, step=step,
+                                      run=run_id)
 
-        chain = Chain(list(entries), load)
+        chain = Chain(list(entries), load, what=lambda step: checkpoints.what_of(run_id, step))
         step = chain.latest()
         assert step is not None
-        what = f"checkpoint {step} of run {execution.run_id!r}"
+        what = checkpoints.what_of(run_id, step)
+        position = entries[step].position
         try:
             record = chain.record(step)
             state = chain.state(self.schema, step, what)
             tasks = record.tasks()
-        except PayloadError as exc:  # it was recorded: the code's state type changed (deployable)
-            position = entries[step].position
+            for task in tasks:
+                if task.node not in self.graph.nodes:
+                    raise PayloadError(f"{what} runs node {task.node!r} next, which this graph has no more "
+                                       f"(nodes: {', '.join(sorted(self.graph.nodes))})")
+        except PayloadError as exc:  # it was recorded: the code changed (deployable) or the row is damaged
             raise IncompatiblePayload(self.schema.name, None, None, str(exc), position) from None
         except IncompatiblePayload as exc:  # no upcaster (or one that raised): the run is parked
-            position = entries[step].position
             raise exc.at(position) if position is not None else exc from None
         self._whole = self.schema.version is not None and record.sv != self.schema.version
-        for task in tasks:
-            if task.node not in self.graph.nodes:
-                raise GraphError(f"{what} runs node {task.node!r} next, which this graph has no more")
         ran = [n for n in record.nodes if n in self.graph.nodes]
         return step, state, tasks, {k: list(v) for k, v in record.versions.items()}, ran
 

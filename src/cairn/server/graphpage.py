@@ -113,7 +113,8 @@ def graph_view(app: App, record: RunRecord, params: QueryParams) -> dict[str, An
         return base + ("?" + given if given else "") + "#graph"
 
     rows = [{"step": c.step, "ran": compact(c.nodes), "next": compact(c.next), "at": c.at, "parent": c.parent,
-             "diff": link(steps=before, a=c.parent, b=c.step) if c.parent is not None else None}
+             "diff": link(steps=before, a=c.parent, b=c.step) if c.parent is not None else None,
+             "error": c.error}
             for c in listed]
     older = newer = None
     if listed and listed[-1].step > steps[0]:

@@ -64,6 +64,7 @@ from cairn.store.records import (
     Delivery,
     Durability,
     HistoryEvent,
+    IndexEntry,
     NewRun,
     Payload,
     RunFilter,
@@ -182,6 +183,13 @@ class Store(Protocol):
         that needs a few entries' payloads reads first, fetching those with
         ``history_at`` (a graph run's history page reads ten of its
         checkpoints, not all of them, nor decompresses the rest)."""
+        ...
+
+    def history_index(self, run_id: str, after_seq: int = 0) -> list[IndexEntry]:
+        r"""The entries of ``run_id`` after ``after_seq``, in order, as their
+        seq, entry type, position, step kind, name and time only: a graph
+        run's reader lists its checkpoints from these (a 3,000-super-step
+        run's cold history page built 3,000 ``HistoryEvent``\ s it did not need)."""
         ...
 
     def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cairn.errors import InvalidArgument
 from cairn.store.runids import check_id
@@ -217,6 +217,19 @@ class RunRecord:
     #: the id of the bundle the run executes on, recorded at its start (see
     #: ``cairn.engine.bundles``); ``None`` for a run older than bundles
     bundle: str | None = None
+
+
+class IndexEntry(NamedTuple):
+    """An entry of a run's history as ``Store.history_index`` lists it: what
+    a reader needs to find the entries it wants (their kind, name and
+    position), without the rest of the row. ``event`` is the stored value."""
+
+    seq: int
+    event: str
+    position: int | None
+    step_kind: str | None
+    name: str | None
+    at: float
 
 
 @dataclass(slots=True, unsafe_hash=True)

@@ -48,6 +48,7 @@ from cairn.store.records import (
     BundleRecord,
     Delivery,
     HistoryEvent,
+    IndexEntry,
     NewRun,
     Payload,
     RunFilter,
@@ -285,6 +286,10 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], Generic[Tx]):
     def history_headers(self, run_id: str, after_seq: int = 0) -> list[HistoryEvent]:
         params = {"run_id": run_id, "after_seq": after_seq}
         return [event_from_row(row) for row in self._select("select_history_headers", params)]
+
+    def history_index(self, run_id: str, after_seq: int = 0) -> list[IndexEntry]:
+        params = {"run_id": run_id, "after_seq": after_seq}
+        return list(map(IndexEntry._make, self._select("select_history_index", params)))
 
     def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:
         if not seqs:

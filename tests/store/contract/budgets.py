@@ -237,6 +237,12 @@ class BudgetsContract(ContractBase):
         assert all(e.payload is None for e in headers)
         assert [replace(e, payload=None) for e in store.history("r1")] == store.history_headers("r1")
         assert store.history_headers("nobody") == []
+        # the index: the same entries, as their seq, type, position, kind, name and time
+        index = store.history_index("r1", seq)
+        assert [(e.seq, e.event, e.position, e.step_kind, e.name, e.at) for e in index] == [
+            (e.seq, e.event.value, e.position, e.step_kind, e.name, e.at) for e in headers]
+        assert len(store.history_index("r1")) == len(whole)
+        assert store.history_index("nobody") == []
         assert whole[seq].payload == big  # the spilled payload comes back whole
         assert store.model_calls("r1") == [whole[s] for s in (seq, seq + 4, seq + 6)]
         assert store.model_calls("r1", seq, 1) == [whole[seq + 4]]

@@ -108,6 +108,12 @@ SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_h
        started_at, NULL::bytea, NULL::text, detail
 FROM history WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint ORDER BY seq
 
+-- Each entry's seq, type, position, kind, name and time, and nothing else:
+-- what a graph run's reader lists its checkpoints from (history_index).
+-- name: select_history_index
+SELECT seq, event, position, step_kind, name, at
+FROM history WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint ORDER BY seq
+
 -- The entries of a run at the seqs given: what rebuilding a page's model
 -- calls needs, and nothing else (modelcalls.needs).
 -- name: select_history_at
