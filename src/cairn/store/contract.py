@@ -40,7 +40,7 @@ Rules common to every method:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from cairn.store.admission import QueueLimits, QueueShare, QueueStats
@@ -838,6 +838,30 @@ class Store(Protocol):
 
     def vector_tiers(self, tenant: str | None = None) -> list[TierUsage]:
         """Vectors and bytes per tier."""
+        ...
+
+    # -- the audit chain (issue 26; store.auditsql, store.auditlinks) ---------------------
+
+    def audit_scan(self, consume: Callable[[Iterator[tuple[Any, ...]], Iterator[tuple[Any, ...]],
+                                             Callable[[str], bool]], _R],
+                   tenant: str | None = None, run_id: str | None = None) -> _R:
+        """``consume(entries, links, has_links)`` inside one read snapshot:
+        every history entry as stored (``auditlinks.AUDIT_COLUMNS``, the
+        payload as packed, never decoded) and ``(run_id, seq, tenant,
+        link)`` of every audit link, both of one run or tenant or of all, in
+        ``(run_id, seq)`` order; ``has_links`` says whether a run has any link."""
+        ...
+
+    def audit_pruned(self, tenant: str | None = None, run_id: str | None = None) -> list[tuple[Any, ...]]:
+        """``(run_id, tenant, seq, link, pruned_at)``: the last link of each pruned run."""
+        ...
+
+    def save_audit_checkpoint(self, tenant: str, at: float, record: str) -> int:
+        """Keep a signed checkpoint of ``tenant`` (its JSON record); its id."""
+        ...
+
+    def audit_checkpoints(self, tenant: str | None = None) -> list[tuple[str, int, float, str]]:
+        """``(tenant, id, at, record)`` of the checkpoints kept, oldest first."""
         ...
 
     def close(self) -> None:

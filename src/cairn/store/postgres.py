@@ -1156,6 +1156,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 ids = {"run_ids": doomed}
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
                 tx.execute(_Q["delete_history_of_runs"], ids)
+                tx.execute(_Q["retire_audit_links_of_runs"], {**ids, "now": now})
+                tx.execute(_Q["delete_audit_links_of_runs"], ids)
                 tx.execute(_Q["delete_mailbox_of_runs"], ids)
                 tx.execute(_Q["delete_approvals_of_runs"], ids)
                 tx.execute(_Q["delete_runs"], ids)

@@ -60,7 +60,7 @@ from typing import Any, TypeVar
 from cairn import faults
 from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
 from cairn.faults import fault_point
-from cairn.store import admission, sqlitevec, transactions
+from cairn.store import admission, auditlinks, sqlitevec, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
@@ -149,6 +149,7 @@ _INSERT_HISTORY_PAYLOAD = _Q["insert_history_payload"]
 #: Runs whose last entry this store keeps in ``_tails`` at most (executions
 #: that end pop theirs; this only bounds those that never told it).
 _MAX_TAILS = 4096
+_AUDIT_CHAIN_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_links'"
 
 
 
@@ -256,18 +257,25 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         conn.execute("PRAGMA foreign_keys = OFF")
         self._local.mark = mark = Mark(self.clock)
         conn.create_function("cairn_wake", 1, mark)
+        conn.create_function("cairn_audit_link", 1 + len(auditlinks.AUDIT_COLUMNS), auditlinks.sqlite_link,
+                             deterministic=True)
         self._install_wake(conn)
         return conn
 
     def _install_wake(self, conn: sqlite3.Connection) -> None:
         """The temp triggers that mark this connection's commits that make a
-        run runnable (``store.wakeups``); none before the schema exists."""
+        run runnable (``store.wakeups``) and link each history entry into
+        its run's audit chain (``store.auditlinks``); none before the schema
+        exists."""
         try:
             for statement in TRIGGERS:
                 conn.execute(statement)
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
+        if conn.execute(_AUDIT_CHAIN_EXISTS).fetchone() is not None:  # the schema has migration 0023
+            for statement in auditlinks.TRIGGERS:
+                conn.execute(statement)
         self._local.temp_objects = frozenset(conn.execute(_Q["transact_session_check"]))
 
     @contextlib.contextmanager
@@ -790,6 +798,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 ids = {"run_ids": dumps(doomed)}
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
                 tx.execute(_Q["delete_history_of_runs"], ids)
+                tx.execute(_Q["retire_audit_links_of_runs"], {**ids, "now": now})
+                tx.execute(_Q["delete_audit_links_of_runs"], ids)
                 tx.execute(_Q["delete_mailbox_of_runs"], ids)
                 tx.execute(_Q["delete_approvals_of_runs"], ids)
                 tx.execute(_Q["delete_runs"], ids)

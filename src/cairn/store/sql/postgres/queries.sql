@@ -434,6 +434,19 @@ ON CONFLICT (ref) DO NOTHING
 -- name: delete_history_of_runs
 DELETE FROM history WHERE run_id = ANY(%(run_ids)s::text[])
 
+-- A pruned run's last audit link is kept (cairn.api.audit tells a pruned
+-- run from one deleted behind Cairn's back), its other links go.
+-- name: retire_audit_links_of_runs
+INSERT INTO audit_pruned (run_id, tenant, seq, link, pruned_at)
+SELECT DISTINCT ON (l.run_id) l.run_id, l.tenant, l.seq, l.link, %(now)s::float8 FROM audit_links AS l
+WHERE l.run_id = ANY(%(run_ids)s::text[])
+ORDER BY l.run_id, l.seq DESC
+ON CONFLICT (run_id) DO UPDATE SET tenant = excluded.tenant, seq = excluded.seq, link = excluded.link,
+                                   pruned_at = excluded.pruned_at
+
+-- name: delete_audit_links_of_runs
+DELETE FROM audit_links WHERE run_id = ANY(%(run_ids)s::text[])
+
 -- name: delete_mailbox_of_runs
 DELETE FROM mailbox WHERE run_id = ANY(%(run_ids)s::text[])
 
@@ -1612,3 +1625,49 @@ ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = ex
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- The audit chain (issue 26; store/auditsql.py): entries and links in
+-- (run_id, seq) order, a page at a time after a key, as stored.
+-- name: audit_entries_page
+SELECT h.run_id, h.seq, h.tenant, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name,
+       h.input_hash, h.attempt, h.started_at, h.payload, h.payload_ref, h.detail
+FROM history AS h
+WHERE (h.run_id, h.seq) > (%(after_run)s::text, %(after_seq)s::bigint)
+  AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
+ORDER BY h.run_id, h.seq LIMIT %(page)s::bigint
+
+-- name: audit_entries_of_run
+SELECT h.run_id, h.seq, h.tenant, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name,
+       h.input_hash, h.attempt, h.started_at, h.payload, h.payload_ref, h.detail
+FROM history AS h
+WHERE h.run_id = %(run_id)s::text AND h.seq > %(after_seq)s::bigint
+ORDER BY h.seq LIMIT %(page)s::bigint
+
+-- name: audit_links_page
+SELECT run_id, seq, tenant, link FROM audit_links
+WHERE (run_id, seq) > (%(after_run)s::text, %(after_seq)s::bigint)
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ORDER BY run_id, seq LIMIT %(page)s::bigint
+
+-- name: audit_links_of_run
+SELECT run_id, seq, tenant, link FROM audit_links
+WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint
+ORDER BY seq LIMIT %(page)s::bigint
+
+-- name: audit_pruned
+SELECT run_id, tenant, seq, link, pruned_at FROM audit_pruned
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
+ORDER BY run_id
+
+-- Two checkpoints of a tenant at once: one takes the id, the other fails.
+-- name: insert_audit_checkpoint
+INSERT INTO audit_checkpoints (tenant, id, at, record)
+SELECT %(tenant)s::text, COALESCE(MAX(id), 0) + 1, %(at)s::float8, %(record)s::text
+FROM audit_checkpoints WHERE tenant = %(tenant)s::text
+RETURNING id
+
+-- name: audit_checkpoints
+SELECT tenant, id, at, record FROM audit_checkpoints
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ORDER BY tenant, id

@@ -305,6 +305,19 @@ ON CONFLICT (ref) DO NOTHING
 -- name: delete_history_of_runs
 DELETE FROM history WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 
+-- A pruned run's last audit link is kept (cairn.api.audit tells a pruned
+-- run from one deleted behind Cairn's back), its other links go.
+-- name: retire_audit_links_of_runs
+INSERT INTO audit_pruned (run_id, tenant, seq, link, pruned_at)
+SELECT l.run_id, l.tenant, l.seq, l.link, :now FROM audit_links AS l
+WHERE l.run_id IN (SELECT value FROM json_each(:run_ids))
+  AND l.seq = (SELECT MAX(m.seq) FROM audit_links AS m WHERE m.run_id = l.run_id)
+ON CONFLICT (run_id) DO UPDATE SET tenant = excluded.tenant, seq = excluded.seq, link = excluded.link,
+                                   pruned_at = excluded.pruned_at
+
+-- name: delete_audit_links_of_runs
+DELETE FROM audit_links WHERE run_id IN (SELECT value FROM json_each(:run_ids))
+
 -- name: delete_mailbox_of_runs
 DELETE FROM mailbox WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 
@@ -1301,3 +1314,53 @@ ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = ex
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
+
+-- The audit chain (issue 26; store/auditsql.py): entries and links in
+-- (run_id, seq) order, a page at a time after a key, as stored (a spilled
+-- payload read back from history_payloads: what its link covers).
+-- name: audit_entries_page
+SELECT h.run_id, h.seq, h.tenant, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name,
+       h.input_hash, h.attempt, h.started_at,
+       CASE WHEN substr(h.payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(h.payload, 3) AS INTEGER))
+            ELSE h.payload END,
+       h.payload_ref, h.detail
+FROM history AS h
+WHERE (h.run_id, h.seq) > (:after_run, :after_seq) AND (:tenant IS NULL OR h.tenant = :tenant)
+ORDER BY h.run_id, h.seq LIMIT :page
+
+-- name: audit_entries_of_run
+SELECT h.run_id, h.seq, h.tenant, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name,
+       h.input_hash, h.attempt, h.started_at,
+       CASE WHEN substr(h.payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(h.payload, 3) AS INTEGER))
+            ELSE h.payload END,
+       h.payload_ref, h.detail
+FROM history AS h
+WHERE h.run_id = :run_id AND h.seq > :after_seq
+ORDER BY h.seq LIMIT :page
+
+-- name: audit_links_page
+SELECT run_id, seq, tenant, link FROM audit_links
+WHERE (run_id, seq) > (:after_run, :after_seq) AND (:tenant IS NULL OR tenant = :tenant)
+ORDER BY run_id, seq LIMIT :page
+
+-- name: audit_links_of_run
+SELECT run_id, seq, tenant, link FROM audit_links
+WHERE run_id = :run_id AND seq > :after_seq
+ORDER BY seq LIMIT :page
+
+-- name: audit_pruned
+SELECT run_id, tenant, seq, link, pruned_at FROM audit_pruned
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:run_id IS NULL OR run_id = :run_id)
+ORDER BY run_id
+
+-- name: insert_audit_checkpoint
+INSERT INTO audit_checkpoints (tenant, id, at, record)
+SELECT :tenant, COALESCE(MAX(id), 0) + 1, :at, :record FROM audit_checkpoints WHERE tenant = :tenant
+RETURNING id
+
+-- name: audit_checkpoints
+SELECT tenant, id, at, record FROM audit_checkpoints
+WHERE (:tenant IS NULL OR tenant = :tenant)
+ORDER BY tenant, id

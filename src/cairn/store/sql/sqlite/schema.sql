@@ -561,3 +561,36 @@ CREATE TABLE lg_threads (
     epoch     INTEGER NOT NULL,
     PRIMARY KEY (tenant, thread_id)
 ) WITHOUT ROWID;
+
+-- The audit chain (0023; issue 26, cairn/store/auditlinks.py): one SHA-256 link
+-- per history entry, link(n) = SHA-256(link(n-1) || the entry's stored row),
+-- written by a TEMP trigger each write connection carries, in the statement
+-- that writes the entry. A separate table, so the hot path's insert into
+-- history is unchanged and an erased payload leaves its link in place.
+CREATE TABLE audit_links (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    link   BLOB NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+
+-- The last link of each pruned run, so that verification can tell a run an
+-- operator pruned from one deleted behind Cairn's back.
+CREATE TABLE audit_pruned (
+    run_id    TEXT PRIMARY KEY,
+    tenant    TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    link      BLOB NOT NULL,
+    pruned_at REAL NOT NULL
+) WITHOUT ROWID;
+
+-- Signed checkpoints of a tenant's run heads (cairn.api.audit): the record
+-- as exported to an anchor, JSON.
+CREATE TABLE audit_checkpoints (
+    tenant TEXT NOT NULL,
+    id     INTEGER NOT NULL,
+    at     REAL NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+) WITHOUT ROWID;

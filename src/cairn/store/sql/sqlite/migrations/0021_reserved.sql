@@ -1,0 +1,4 @@
+-- Reserved: migration 0021 belongs to another branch (issue 26's brief). This
+-- placeholder keeps the audit branch's numbering contiguous; it is deleted
+-- when that branch's 0021 is merged.
+SELECT 1;
