@@ -1315,26 +1315,38 @@ LANGUAGE sql IMMUTABLE AS $$
                 ELSE '\x03'::bytea || int4send(octet_length(h.detail)) || convert_to(h.detail, 'UTF8') END
 $$;
 
--- Each entry inserted gets its link, in the same statement.
-CREATE FUNCTION audit_link_entry() RETURNS trigger
+-- The entries a statement inserted get their links at its end, in the
+-- statement's transaction: one trigger call per statement, over its rows in
+-- (run_id, seq) order, each run's previous link read once and then carried
+-- (a row trigger's read would not see the links written for the rows before
+-- it in the same statement).
+CREATE FUNCTION audit_link_entries() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
+    entry history;
+    run TEXT := NULL;
     previous BYTEA;
 BEGIN
-    SELECT l.link INTO previous FROM audit_links AS l
-    WHERE l.run_id = NEW.run_id AND l.seq < NEW.seq ORDER BY l.seq DESC LIMIT 1;
-    INSERT INTO audit_links (run_id, seq, tenant, link)
-    VALUES (NEW.run_id, NEW.seq, NEW.tenant,
-            sha256(COALESCE(previous, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea)
-                   || audit_canonical(NEW)));
+    FOR entry IN SELECT * FROM new_entries ORDER BY run_id, seq LOOP
+        IF run IS DISTINCT FROM entry.run_id THEN
+            run := entry.run_id;
+            previous := NULL;
+            SELECT l.link INTO previous FROM audit_links AS l
+            WHERE l.run_id = entry.run_id AND l.seq < entry.seq ORDER BY l.seq DESC LIMIT 1;
+        END IF;
+        previous := sha256(COALESCE(previous, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea)
+                           || audit_canonical(entry));
+        INSERT INTO audit_links (run_id, seq, tenant, link) VALUES (entry.run_id, entry.seq, entry.tenant, previous);
+    END LOOP;
     RETURN NULL;
 END
 $$;
 
-CREATE TRIGGER audit_link AFTER INSERT ON history FOR EACH ROW EXECUTE FUNCTION audit_link_entry();
+CREATE TRIGGER audit_link AFTER INSERT ON history REFERENCING NEW TABLE AS new_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION audit_link_entries();
 
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION audit_link_entry() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION audit_link_entries() SET search_path = %I, pg_temp', current_schema());
 END
 $$;
