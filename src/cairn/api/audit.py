@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.api import auditanchor
+from cairn.api.actors import auth_of
 from cairn.api.auditanchor import Checkpoint
 from cairn.api.auditchain import Chains, Problem, verify_chains
 from cairn.errors import InvalidArgument
@@ -247,10 +248,6 @@ def _add(report: Report, problem: Problem) -> None:
         report.problems.append(problem)
 
 
-_AUTH = {"cli": "os-user", "http": "api-token", "app": "in-process", "schedule": "schedule",
-         "run": "parent-run", "worker": "lease"}
-
-
 def event_of(row: tuple[Any, ...]) -> AuditEvent:
     """The log's view of a stored entry (``auditlinks.AUDIT_COLUMNS``)."""
     detail: Any = None
@@ -270,13 +267,9 @@ def actor_of(event: str, worker: Any, epoch: int, detail: dict[str, Any] | None)
     if detail is not None:
         started = detail.get("started_by") if event == "run.created" else None
         if isinstance(started, dict) and isinstance(started.get("actor"), str):
-            return started["actor"], str(started.get("auth") or _auth(started["actor"]))
+            return started["actor"], str(started.get("auth") or auth_of(started["actor"]))
         if isinstance(detail.get("actor"), str):
-            return detail["actor"], str(detail.get("auth") or _auth(detail["actor"]))
+            return detail["actor"], str(detail.get("auth") or auth_of(detail["actor"]))
     if worker is not None:
         return f"worker:{worker}", f"lease epoch {epoch}"
     return "system", "none"
-
-
-def _auth(actor: str) -> str:
-    return _AUTH.get(actor.partition(":")[0], "unknown")

@@ -103,7 +103,12 @@ def app_actor() -> str:
 def cli_actor() -> str:
     """The identity of a person at the ``cairn`` command: ``cli:user@host``,
     the user of the process's uid (``getpass.getuser`` reads ``$USER`` first,
-    so ``USER=ada cairn approve`` decided as ada)."""
+    so ``USER=ada cairn approve`` decided as ada); or ``user:NAME``, an
+    identity configured in ``$CAIRN_ACTOR`` (a deployment that logs people
+    in some other way sets it: trusted configuration, not a login)."""
+    configured = "".join(ch for ch in os.environ.get("CAIRN_ACTOR", "") if ch.isprintable()).strip()[:200]
+    if configured:
+        return f"user:{configured}"
     if not hasattr(os, "getuid"):  # Windows: no uid, the login name
         return f"cli:{getpass.getuser()}@{socket.gethostname()}"
     try:

@@ -26,6 +26,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from cairn.errors import CairnError, InvalidArgument
 from cairn.store.contract import Store
@@ -71,6 +72,10 @@ class Principal:
     def actor(self) -> str:
         """The identity recorded in the history entry of every action it takes."""
         return f"http:{self.name}#{self.token_id}"
+
+    def started_by(self) -> dict[str, Any]:
+        """The permissions context of a run this token starts (``api.actors``)."""
+        return {"actor": self.actor, "auth": "api-token", "token_id": self.token_id, "role": self.role.value}
 
 
 @dataclass(frozen=True, slots=True)

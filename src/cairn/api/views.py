@@ -152,6 +152,9 @@ class RunDetailOut(RunOut, kw_only=True):
     journal: list[JournalEntryOut] | UnsetType = UNSET
     #: a graph run's replay or fork: where it comes from
     forked_from: LineageOut | UnsetType = UNSET
+    #: its permissions context: who started it, how authenticated, tenant,
+    #: role and scopes (``api.actors``; runs older than issue 26 have none)
+    started_by: dict[str, Any] | UnsetType = UNSET
 
 
 class EventOut(msgspec.Struct, kw_only=True):
@@ -443,9 +446,22 @@ def run_detail(
 
 
 def _lineage(operator: Operator, record: RunRecord) -> dict[str, Any]:
+    """Where the run comes from, and who started it (its ``run.created`` entry)."""
     first = operator.history(record.run_id, 0, 1)
     found = lineage_of(first[0] if first else None)
-    return {} if found is None else {"forked_from": LineageOut(**found.to_json())}
+    out: dict[str, Any] = {} if found is None else {"forked_from": LineageOut(**found.to_json())}
+    starter = started_by(first[0] if first else None)
+    if starter is not None:
+        out["started_by"] = starter
+    return out
+
+
+def started_by(created: HistoryEvent | None) -> dict[str, Any] | None:
+    """The permissions context a ``run.created`` entry records, if any."""
+    if created is None or created.event is not EventType.RUN_CREATED or not isinstance(created.detail, dict):
+        return None
+    found = created.detail.get("started_by")
+    return found if isinstance(found, dict) else None
 
 
 # -- graph runs' checkpoints (time travel) -------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import click
 
 from .approvals import approvals, approve, reject
+from .audit import audit
 from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
@@ -54,5 +55,6 @@ for _command in (
     serve, tokens, watch,                                       # the HTTP API (cairn.server)
     schedules, *BUNDLE_COMMANDS,                                # schedules; bundles, replay checks, migration
     graph,                                                      # graph runs' time travel (cli/graph.py)
+    audit,                                                      # the audit log (cli/audit.py)
 ):
     main.add_command(_command)

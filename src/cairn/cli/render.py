@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cairn.api.ledger import Decoded, OperationView, decode
-from cairn.api.views import ModelCalls, attention, journal_status, model_calls, result_of
+from cairn.api.views import ModelCalls, attention, journal_status, model_calls, result_of, started_by
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.journal import Journal
 from cairn.graph.travel import lineage_of
@@ -358,6 +358,16 @@ def last_at(history: list[HistoryEvent], *kinds: EventType) -> float | None:
     return next((e.at for e in reversed(history) if e.event in kinds), None)
 
 
+def describe_starter(starter: dict[str, Any]) -> str:
+    """A permissions context in words: ``http:ci#t1 (api-token), role operator, scopes a, b``."""
+    text = f"{starter.get('actor')} ({starter.get('auth')})"
+    if starter.get("role"):
+        text += f", role {starter['role']}"
+    if starter.get("scopes"):
+        text += ", scopes " + ", ".join(str(s) for s in starter["scopes"])
+    return text
+
+
 def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history: list[HistoryEvent]) -> None:
     """``cairn show``: the run's record, its journal and how it ended."""
     head = Table.grid(padding=(0, 2))
@@ -373,6 +383,9 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
     forked = lineage_of(history[0] if history else None)
     if forked is not None:
         head.add_row("lineage", line(forked.describe()))
+    starter = started_by(history[0] if history else None)
+    if starter is not None:
+        head.add_row("started by", line(describe_starter(starter)))
     head.add_row("queue", line(f"{record.queue} (priority {record.priority})"))
     started = first_at(history, EventType.RUN_STARTED)
     ended = last_at(history, *_END_EVENTS) if record.status.terminal else None
