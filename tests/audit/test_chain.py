@@ -46,3 +46,51 @@ def test_a_run_is_verified_alone(app: cairn.App) -> None:
     assert set(chains.heads) == {"b"}
     assert chains.problems == []
     assert verify(app, tenant="nobody").entries == 0
+
+
+def test_the_migration_links_the_history_already_written(app: cairn.App) -> None:
+    """A database from before the audit chain: its history is linked by the
+    migration, each run from its first entry, and verifies."""
+    app.run("steps", 5, run_id="old1")
+    handle = app.start("steps", 2, run_id="old2")
+    app.cancel(handle.run_id, "before the audit chain")
+    sqlite = type(app.store).__name__ == "SQLiteStore"
+    url = app.db_url
+    assert url is not None
+    before = scan(app)[0]
+    app.close()
+    if sqlite:
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        conn.executescript("DROP TABLE audit_links; DROP TABLE audit_pruned; DROP TABLE audit_checkpoints; "
+                           "DELETE FROM schema_migrations WHERE version = 23;")
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SET search_path = cairn")
+            conn.execute("DROP TRIGGER audit_link ON history; DROP FUNCTION audit_link_entries(); "
+                         "DROP FUNCTION audit_canonical(history); DROP TABLE audit_links, audit_pruned, "
+                         "audit_checkpoints; DELETE FROM schema_migrations WHERE version = 32")
+    reopened = cairn.App(db=url)
+    try:
+        entries, links = scan(reopened)
+        assert entries == before
+        assert len(links) == len(entries)
+        chains = verify(reopened)
+        assert chains.problems == []
+        assert set(chains.heads) == {"old1", "old2"}
+    finally:
+        reopened.close()
+
+
+def test_pruning_keeps_each_runs_last_link(app: cairn.App) -> None:
+    import time
+
+    app.run("steps", 2, run_id="gone")
+    head = verify(app).heads["gone"]
+    assert app.store.prune_runs(time.time() + 60) == 1
+    assert scan(app) == ([], [])
+    assert [(r[0], r[2], bytes(r[3])) for r in app.store.audit_pruned()] == [("gone", head.seq, head.link)]
