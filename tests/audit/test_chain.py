@@ -72,7 +72,10 @@ def test_the_migration_links_the_history_already_written(app: cairn.App) -> None
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SET search_path = cairn")
             conn.execute("DROP TRIGGER audit_link ON history; DROP FUNCTION audit_link_entries(); "
-                         "DROP FUNCTION audit_canonical(history); DROP TABLE audit_links, audit_pruned, "
+                         "DROP FUNCTION audit_canonical(history), audit_mp_text(text), "
+                         "audit_mp_bytes(bytea), "
+                         "audit_mp_int(bigint), audit_mp_float(double precision); "
+                         "DROP TABLE audit_links, audit_pruned, "
                          "audit_checkpoints; DELETE FROM schema_migrations WHERE version = 32")
     reopened = cairn.App(db=url)
     try:
@@ -94,3 +97,54 @@ def test_pruning_keeps_each_runs_last_link(app: cairn.App) -> None:
     assert app.store.prune_runs(time.time() + 60) == 1
     assert scan(app) == ([], [])
     assert [(r[0], r[2], bytes(r[3])) for r in app.store.audit_pruned()] == [("gone", head.seq, head.link)]
+
+
+INTS = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1, -1, -32, -33, -128, -129,
+        -32768, -32769, -2**31, -2**31 - 1, -2**63]
+SIZES = [0, 1, 31, 32, 255, 256, 65535, 65536, 70000]
+
+
+def test_the_database_encodes_every_value_as_python_does(app: cairn.App) -> None:
+    """Rows written straight into the table (the trigger links them) with
+    integers, text and bytes at every size boundary of the encoding: the
+    database's links are Python's (PostgreSQL builds the bytes in SQL)."""
+    from tests.audit.test_tamper import raw
+
+    texts = ["", "é", *("x" * (n - 2) + "é" for n in SIZES if n >= 2)]
+    rows = []
+    for i, number in enumerate(INTS):
+        size = SIZES[i % len(SIZES)]
+        rows.append((f"edge{i}", number, "t" * (i + 1), texts[i % len(texts)], [0.0, -0.0, 1e300, 0.1][i % 4],
+                     number, None if i % 3 else "w", number, "step", texts[(i + 3) % len(texts)],
+                     "h" * size, number, None if i % 2 else 1.5, bytes([i % 256]) * size, None,
+                     '{"actor": "x"}' if i % 2 else None))
+    sqlite = type(app.store).__name__ == "SQLiteStore"
+    statements = []
+    for row in rows:
+        values = ", ".join(_literal(v, sqlite) for v in row)
+        statements.append(f"INSERT INTO history (run_id, seq, tenant, event, at, epoch, worker, position, "
+                          f"step_kind, name, input_hash, attempt, started_at, payload, payload_ref, detail) "
+                          f"VALUES ({values})")
+    if sqlite:  # the trigger is a connection's: write through the store's own
+        conn = app.store._conn()  # type: ignore[attr-defined]
+        for statement in statements:
+            conn.execute(statement)
+    else:
+        raw(app, ";".join(statements))
+    entries, links = scan(app)
+    assert len(entries) == len(rows) == len(links)
+    for entry, stored in zip(entries, links, strict=True):
+        assert link(None, entry) == bytes(stored[3]), entry[:2]
+    assert sorted(tuple(e) for e in entries) == sorted(rows)
+
+
+def _literal(value: object, sqlite: bool) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'" if sqlite else f"'\\x{value.hex()}'::bytea"
+    if isinstance(value, float):
+        return "-0.0" if str(value) == "-0.0" else repr(value)
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"

@@ -537,6 +537,11 @@ SNAPSHOTS = {
     "api_tokens": "SELECT * FROM api_tokens ORDER BY token_id",
     "schedules": "SELECT * FROM schedules WHERE tenant <> 'globex' ORDER BY tenant, name",
     "tenant_privileges": "SELECT * FROM tenant_privileges ORDER BY object_name",
+    # the audit chain: globex's own entries (run g1) are linked as they are written
+    "audit_links": "SELECT * FROM audit_links WHERE tenant <> 'globex' OR run_id <> 'g1' "
+                   "ORDER BY run_id, seq",
+    "audit_pruned": "SELECT * FROM audit_pruned ORDER BY run_id",
+    "audit_checkpoints": "SELECT * FROM audit_checkpoints ORDER BY tenant, id",
     # memory: globex's own rows are left out unless they name acme's run (a forged provenance)
     "memory_run": "SELECT * FROM memory_run WHERE tenant <> 'globex' OR run_id = 'a1' ORDER BY run_id, key",
     "memory_threads": "SELECT * FROM memory_threads WHERE tenant <> 'globex' ORDER BY tenant, thread_id",

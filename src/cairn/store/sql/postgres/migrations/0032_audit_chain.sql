@@ -33,36 +33,55 @@ CREATE TABLE audit_checkpoints (
     PRIMARY KEY (tenant, id)
 );
 
--- The canonical bytes of a stored entry: each column tagged by type and
--- length-prefixed, exactly as auditlinks.canonical encodes them in Python.
+-- The canonical bytes of a stored entry: its columns as one MessagePack
+-- array, each value in the smallest form of its type (integers by
+-- magnitude, floats as 64-bit doubles, text and bytes length-prefixed),
+-- exactly as auditlinks.canonical encodes them in Python (msgspec).
+CREATE FUNCTION audit_mp_text(v TEXT) RETURNS BYTEA
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN v IS NULL THEN '\xc0'::bytea
+                WHEN octet_length(v) < 32 THEN set_byte('\x00'::bytea, 0, 160 + octet_length(v))
+                WHEN octet_length(v) < 256 THEN '\xd9'::bytea || set_byte('\x00'::bytea, 0, octet_length(v))
+                WHEN octet_length(v) < 65536 THEN '\xda'::bytea || substring(int4send(octet_length(v)) FROM 3)
+                ELSE '\xdb'::bytea || int4send(octet_length(v)) END
+        || COALESCE(convert_to(v, 'UTF8'), '\x'::bytea)
+$$;
+
+CREATE FUNCTION audit_mp_bytes(v BYTEA) RETURNS BYTEA
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN v IS NULL THEN '\xc0'::bytea
+                WHEN length(v) < 256 THEN '\xc4'::bytea || set_byte('\x00'::bytea, 0, length(v)) || v
+                WHEN length(v) < 65536 THEN '\xc5'::bytea || substring(int4send(length(v)) FROM 3) || v
+                ELSE '\xc6'::bytea || int4send(length(v)) || v END
+$$;
+
+CREATE FUNCTION audit_mp_int(v BIGINT) RETURNS BYTEA
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN v IS NULL THEN '\xc0'::bytea
+                WHEN v >= 0 AND v < 128 THEN set_byte('\x00'::bytea, 0, v::int)
+                WHEN v >= -32 AND v < 0 THEN set_byte('\x00'::bytea, 0, (v + 256)::int)
+                WHEN v >= 0 AND v < 256 THEN '\xcc'::bytea || set_byte('\x00'::bytea, 0, v::int)
+                WHEN v >= 0 AND v < 65536 THEN '\xcd'::bytea || substring(int4send(v::int) FROM 3)
+                WHEN v >= 0 AND v < 4294967296 THEN '\xce'::bytea || substring(int8send(v) FROM 5)
+                WHEN v >= 0 THEN '\xcf'::bytea || int8send(v)
+                WHEN v >= -128 THEN '\xd0'::bytea || set_byte('\x00'::bytea, 0, (v + 256)::int)
+                WHEN v >= -32768 THEN '\xd1'::bytea || substring(int4send(v::int) FROM 3)
+                WHEN v >= -2147483648 THEN '\xd2'::bytea || int4send(v::int)
+                ELSE '\xd3'::bytea || int8send(v) END
+$$;
+
+CREATE FUNCTION audit_mp_float(v DOUBLE PRECISION) RETURNS BYTEA
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN v IS NULL THEN '\xc0'::bytea ELSE '\xcb'::bytea || float8send(v) END
+$$;
+
 CREATE FUNCTION audit_canonical(h history) RETURNS BYTEA
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN h.run_id IS NULL THEN '\x00'::bytea
-                ELSE '\x03'::bytea || int4send(octet_length(h.run_id)) || convert_to(h.run_id, 'UTF8') END
-        || CASE WHEN h.seq IS NULL THEN '\x00'::bytea ELSE '\x01'::bytea || int8send(h.seq) END
-        || CASE WHEN h.tenant IS NULL THEN '\x00'::bytea
-                ELSE '\x03'::bytea || int4send(octet_length(h.tenant)) || convert_to(h.tenant, 'UTF8') END
-        || CASE WHEN h.event IS NULL THEN '\x00'::bytea
-                ELSE '\x03'::bytea || int4send(octet_length(h.event)) || convert_to(h.event, 'UTF8') END
-        || CASE WHEN h.at IS NULL THEN '\x00'::bytea ELSE '\x02'::bytea || float8send(h.at) END
-        || CASE WHEN h.epoch IS NULL THEN '\x00'::bytea ELSE '\x01'::bytea || int8send(h.epoch) END
-        || CASE WHEN h.worker IS NULL THEN '\x00'::bytea
-                ELSE '\x03'::bytea || int4send(octet_length(h.worker)) || convert_to(h.worker, 'UTF8') END
-        || CASE WHEN h.position IS NULL THEN '\x00'::bytea ELSE '\x01'::bytea || int8send(h.position) END
-        || CASE WHEN h.step_kind IS NULL THEN '\x00'::bytea
-                ELSE '\x03'::bytea || int4send(octet_length(h.step_kind)) || convert_to(h.step_kind, 'UTF8') END
-        || CASE WHEN h.name IS NULL THEN '\x00'::bytea
-                ELSE '\x03'::bytea || int4send(octet_length(h.name)) || convert_to(h.name, 'UTF8') END
-        || CASE WHEN h.input_hash IS NULL THEN '\x00'::bytea
-                ELSE '\x03'::bytea || int4send(octet_length(h.input_hash)) || convert_to(h.input_hash, 'UTF8') END
-        || CASE WHEN h.attempt IS NULL THEN '\x00'::bytea ELSE '\x01'::bytea || int8send(h.attempt) END
-        || CASE WHEN h.started_at IS NULL THEN '\x00'::bytea ELSE '\x02'::bytea || float8send(h.started_at) END
-        || CASE WHEN h.payload IS NULL THEN '\x00'::bytea
-                ELSE '\x04'::bytea || int4send(length(h.payload)) || h.payload END
-        || CASE WHEN h.payload_ref IS NULL THEN '\x00'::bytea
-                ELSE '\x03'::bytea || int4send(octet_length(h.payload_ref)) || convert_to(h.payload_ref, 'UTF8') END
-        || CASE WHEN h.detail IS NULL THEN '\x00'::bytea
-                ELSE '\x03'::bytea || int4send(octet_length(h.detail)) || convert_to(h.detail, 'UTF8') END
+    SELECT '\xdc0010'::bytea || audit_mp_text(h.run_id) || audit_mp_int(h.seq) || audit_mp_text(h.tenant)
+        || audit_mp_text(h.event) || audit_mp_float(h.at) || audit_mp_int(h.epoch) || audit_mp_text(h.worker)
+        || audit_mp_int(h.position) || audit_mp_text(h.step_kind) || audit_mp_text(h.name)
+        || audit_mp_text(h.input_hash) || audit_mp_int(h.attempt) || audit_mp_float(h.started_at)
+        || audit_mp_bytes(h.payload) || audit_mp_text(h.payload_ref) || audit_mp_text(h.detail)
 $$;
 
 -- The entries a statement inserted get their links at its end, in the
