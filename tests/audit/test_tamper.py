@@ -107,7 +107,7 @@ def forge_actor(e: list[Row], lk: list[Row], rng: random.Random, _: Any) -> set[
     row = list(e[i])
     if row[15] and "actor" in row[15] and (row[6] is None or rng.random() < 0.5):
         detail = json.loads(row[15])
-        held = detail["started_by"] if "started_by" in detail else detail  # who started it, or who acted
+        held = detail.get("started_by", detail)  # who started it, or who acted
         held["actor"] = rng.choice(["cli:mallory@host", "http:admin#t0", "app:1", held["actor"] + "!"])
         row[15] = json.dumps(detail, separators=(",", ":"))
     else:

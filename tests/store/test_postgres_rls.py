@@ -566,6 +566,9 @@ SNAPSHOTS = {
 
 #: (table, statement): reads of acme's rows, which must return no row.
 READS = [
+    ("audit_links", "SELECT link FROM audit_links"),
+    ("audit_pruned", "SELECT link FROM audit_pruned"),
+    ("audit_checkpoints", "SELECT record FROM audit_checkpoints"),
     ("runs", "SELECT run_id FROM runs WHERE tenant = 'acme' OR run_id = 'a1'"),
     ("runs", "SELECT run_id FROM runs WHERE run_id = 'a1' FOR UPDATE"),
     ("history", "SELECT seq FROM history WHERE tenant = 'acme' OR run_id = 'a1'"),
@@ -610,6 +613,16 @@ READS = [
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
 WRITES = [
+    # the audit chain: no tenant's role may rewrite, forge or drop a link or a checkpoint
+    ("audit_links", "UPDATE audit_links SET link = '\\x00'::bytea"),
+    ("audit_links", "DELETE FROM audit_links"),
+    ("audit_links", "INSERT INTO audit_links (run_id, seq, tenant, link) "
+                    "VALUES ('a1', 1000, 'acme', '\\x00')"),
+    ("audit_pruned", "INSERT INTO audit_pruned (run_id, tenant, seq, link, pruned_at) "
+                     "VALUES ('a1', 'acme', 1000, '\\x00', 0)"),
+    ("audit_checkpoints", "INSERT INTO audit_checkpoints (tenant, id, at, record) "
+                          "VALUES ('acme', 1000, 0, '{}')"),
+    ("audit_checkpoints", "DELETE FROM audit_checkpoints"),
     ("runs", "UPDATE runs SET status = 'killed', epoch = epoch + 1 WHERE run_id = 'a1'"),
     ("runs", "UPDATE runs SET tenant = 'acme' WHERE run_id = 'g1'"),
     ("runs", "DELETE FROM runs WHERE run_id = 'a1'"),
