@@ -5,7 +5,10 @@ entry. Both backends."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 import cairn
 from cairn.api.auditchain import Chains, verify_chains
@@ -148,3 +151,28 @@ def _literal(value: object, sqlite: bool) -> str:
     if isinstance(value, int):
         return str(value)
     return "'" + str(value).replace("'", "''") + "'"
+
+
+def test_verdicts_per_tenant_and_run_and_a_refused_checkpoint(app: cairn.App, tmp_path: Path) -> None:
+    from cairn.api import auditanchor
+    from cairn.api.audit import AuditRefused, Verdict
+    from tests.audit.test_tamper import raw
+
+    app.run("steps", 2, run_id="a1", tenant="acme")
+    app.run("steps", 2, run_id="g1", tenant="globex")
+    key, anchor = tmp_path / "k", tmp_path / "anchor.jsonl"
+    auditanchor.generate_key(key)
+    records = app.audit.checkpoint(key, anchor=anchor)
+    assert [r["tenant"] for r in records] == ["acme", "globex"]
+    app.run("steps", 1, run_id="g2", tenant="globex")  # after the checkpoint
+    assert app.audit.verify(anchor=anchor, tenant="acme").verdict is Verdict.VERIFIED
+    assert app.audit.verify(anchor=anchor, run_id="g1").verdict is Verdict.VERIFIED
+    newer = app.audit.verify(anchor=anchor, tenant="globex")
+    assert newer.verdict is Verdict.UNANCHORED
+    assert newer.unanchored == len(app.history("g2"))
+    assert "newer entries are verified only as a chain" in newer.summary()
+    raw(app, "UPDATE history SET name = 'other' WHERE run_id = 'g1' AND seq = 4")
+    with pytest.raises(AuditRefused, match="not checkpointed: TAMPERED: run 'g1' entry 4"):
+        app.audit.checkpoint(key, anchor=anchor)
+    assert len(anchor.read_text().splitlines()) == 2  # nothing appended
+    assert app.audit.verify(anchor=anchor, tenant="acme").verdict is Verdict.VERIFIED
