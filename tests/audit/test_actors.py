@@ -97,7 +97,7 @@ def test_cli_start_and_cancel_record_the_os_user(db: str, monkeypatch: pytest.Mo
     finally:
         app.close()
     shown = cli("show", "c1", "--db", db)
-    assert "started by" in shown.stdout
+    assert "starter" in shown.stdout
     assert "(os-user)" in shown.stdout
 
 

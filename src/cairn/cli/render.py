@@ -385,7 +385,7 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
         head.add_row("lineage", line(forked.describe()))
     starter = started_by(history[0] if history else None)
     if starter is not None:
-        head.add_row("started by", line(describe_starter(starter)))
+        head.add_row("starter", line(describe_starter(starter)))
     head.add_row("queue", line(f"{record.queue} (priority {record.priority})"))
     started = first_at(history, EventType.RUN_STARTED)
     ended = last_at(history, *_END_EVENTS) if record.status.terminal else None
