@@ -1,0 +1,202 @@
+"""Make a directory exactly a stored snapshot, writing through nothing.
+
+Two passes. The plan reads the disk (``lstat`` only) against the snapshot's
+trees and fetches the contents of the files it cannot keep, in batches; a
+file is kept when it is a regular file whose stat and content id match the
+``TreeCache`` (its mode is fixed if it differs). The apply pass works
+through directory file descriptors, each opened with ``O_NOFOLLOW``: it
+removes what the snapshot does not hold, writes each file to a fresh
+``O_EXCL`` temporary name in its directory and renames it over the old one
+(a rename replaces a symlink, never writes through it), creates symlinks
+as symlinks, and sets each directory's mode after filling it. No path of
+the snapshot is ever resolved through a symlink on disk, whether the
+symlink came from the snapshot or from a step (a symlink to ``/etc/passwd``
+is restored as that symlink; a file of the same name is written beside
+it, never into ``/etc/passwd``). Every object is checked on read
+(``workspace.trees``), and the whole snapshot's trees are loaded and
+checked before the disk is touched.
+
+A crash midway leaves a directory that is neither snapshot (and perhaps a
+temporary file): the next restore makes it exact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+
+from cairn.errors import WorkspaceError
+from cairn.workspace.objects import DIR, FILE, LINK, Entry
+from cairn.workspace.scan import Cached, TreeCache, stat_key
+from cairn.workspace.trees import Objects, Source
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_TEMP = b".cairn-ws-"
+
+
+@dataclass(slots=True)
+class Restored:
+    """What a restore did."""
+
+    root: str
+    written: int = 0
+    written_bytes: int = 0
+    kept: int = 0
+    removed: int = 0
+
+
+def restore(path: str | bytes, root: str, source: Source, cache: TreeCache) -> Restored:
+    """Make directory ``path`` (created if absent, never followed if a
+    symlink) exactly snapshot ``root``; update ``cache`` to what was written."""
+    objects = Objects(source, root)
+    trees = objects.load_all()  # every tree checked before anything is written
+    where = os.fsencode(path)
+    os.makedirs(where, mode=0o700, exist_ok=True)
+    try:
+        top = os.open(where, _DIR_FLAGS)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot open workspace {os.fsdecode(where)!r}: {exc.strerror}") from None
+    done = Restored(root)
+    seen: dict[bytes, Cached] = {}
+    try:
+        stored = _prefetch(objects, where, root, trees, cache)
+        _apply(top, root, b"", trees, objects, stored, cache, seen, done)
+    finally:
+        os.close(top)
+    cache.files = seen
+    cache.root = root
+    cache.known.update(trees)  # what a snapshot reads is stored: a scan need not send it again
+    cache.known.update(c.oid for c in seen.values())
+    return done
+
+
+def _prefetch(objects: Objects, where: bytes, root: str, trees: dict[str, list[Entry]],
+              cache: TreeCache) -> dict[str, bytes]:
+    """The stored contents of every file the disk does not already hold."""
+    wanted: list[str] = []
+    stack = [(root, b"")]
+    while stack:
+        oid, rel = stack.pop()
+        for e in trees[oid]:
+            child = rel + b"/" + e.name if rel else e.name
+            if e.kind == DIR:
+                stack.append((str(e.ref), child))
+            elif e.kind == FILE and _keep(where + b"/" + child, child, e, cache) is None:
+                wanted.append(str(e.ref))
+    return objects.fetch(wanted) if wanted else {}  # a large file's chunks come with it (``content``)
+
+
+def _keep(full: bytes, rel: bytes, entry: Entry, cache: TreeCache) -> os.stat_result | None:
+    """The stat of the file at ``full`` if it already holds ``entry``'s content."""
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    cached = cache.hit(rel, stat_key(st), stored=False)
+    return st if cached is not None and cached.oid == entry.ref else None
+
+
+def _apply(dfd: int, oid: str, rel: bytes, trees: dict[str, list[Entry]], objects: Objects,
+           stored: dict[str, bytes], cache: TreeCache, seen: dict[bytes, Cached], done: Restored) -> None:
+    target = trees[oid]
+    names = {e.name for e in target}
+    with os.scandir(dfd) as found:
+        present = {os.fsencode(item.name): item.stat(follow_symlinks=False) for item in found}
+    for name, gone in present.items():
+        if name not in names:
+            _remove(dfd, name, gone)
+            done.removed += 1
+    for e in target:
+        child = rel + b"/" + e.name if rel else e.name
+        st = present.get(e.name)
+        if e.kind == DIR:
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                _remove(dfd, e.name, st)
+                st = None
+            if st is None:
+                os.mkdir(e.name, 0o700, dir_fd=dfd)
+            sub = os.open(e.name, _DIR_FLAGS, dir_fd=dfd)
+            try:
+                if st is None or st.st_mode & 0o700 != 0o700:
+                    os.fchmod(sub, 0o700)  # writable while it is filled
+                _apply(sub, str(e.ref), child, trees, objects, stored, cache, seen, done)
+                os.fchmod(sub, e.mode)
+            finally:
+                os.close(sub)
+        elif e.kind == LINK:
+            assert isinstance(e.ref, bytes)
+            if st is not None and stat.S_ISLNK(st.st_mode) and os.readlink(e.name, dir_fd=dfd) == e.ref:
+                done.kept += 1
+                continue
+            if st is not None:
+                _remove(dfd, e.name, st)
+            os.symlink(e.ref, e.name, dir_fd=dfd)
+            done.written += 1
+        else:
+            regular = st if st is not None and stat.S_ISREG(st.st_mode) else None
+            cached = cache.hit(child, stat_key(regular), stored=False) if regular is not None else None
+            if regular is not None and cached is not None and cached.oid == e.ref:
+                if stat.S_IMODE(regular.st_mode) != e.mode:
+                    fd = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
+                    try:
+                        os.fchmod(fd, e.mode)
+                    finally:
+                        os.close(fd)
+                    cached = None  # the chmod changed its ctime: stat it again below
+                else:
+                    seen[child] = cached
+                    done.kept += 1
+                    continue
+            else:
+                if st is not None and stat.S_ISDIR(st.st_mode):
+                    _remove(dfd, e.name, st)
+                _write(dfd, e, objects, stored, done)
+            after = os.stat(e.name, dir_fd=dfd, follow_symlinks=False)
+            seen[child] = Cached(stat_key(after), str(e.ref), (), trusted=False)
+
+
+def _write(dfd: int, e: Entry, objects: Objects, stored: dict[str, bytes], done: Restored) -> None:
+    temp = _TEMP + secrets.token_hex(8).encode()
+    fd = os.open(temp, _NEW_FILE, 0o600, dir_fd=dfd)
+    try:
+        try:
+            for chunk in objects.content(e, stored):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+                done.written_bytes += len(chunk)
+            os.fchmod(fd, e.mode)
+        finally:
+            os.close(fd)
+        os.replace(temp, e.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dfd)
+        raise
+    done.written += 1
+
+
+def _remove(dfd: int, name: bytes, st: os.stat_result) -> None:
+    """Remove ``name`` (a whole directory, never following a symlink in it)."""
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dfd)
+        return
+    sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+    try:
+        os.fchmod(sub, 0o700)
+        with os.scandir(sub) as found:
+            inside = [(os.fsencode(item.name), item.stat(follow_symlinks=False)) for item in found]
+        for child, child_st in inside:
+            _remove(sub, child, child_st)
+    finally:
+        os.close(sub)
+    os.rmdir(name, dir_fd=dfd)
+
+
+__all__ = ["Restored", "restore"]
