@@ -40,6 +40,7 @@ from tests import pgcluster
 #: database lock, so it reads then writes inside its transaction, one row at
 #: a time where that is cheapest; artifacts are files beside the database.
 SQLITE_ONLY = {
+    "ws_put_object": "one workspace object per statement (PostgreSQL: ws_put_objects, all in one)",
     "insert_history_payload": "a history payload too large for its row goes out of it (PostgreSQL: TOAST)",
     "search_nearest_vectors": "sqlite-vec scores the nearest vectors before their items are checked "
                               "(PostgreSQL: pgvector's scan joins by hash, search_vectors alone)",
@@ -68,6 +69,7 @@ SQLITE_ONLY = {
 #: one database lock, pays a round trip per statement, and keeps artifacts in
 #: the database.
 POSTGRES_ONLY = {
+    "ws_put_objects": "every workspace object of a batch in one statement (round trips)",
     "create_run": "the run and its first entries in one autocommit statement (one round trip)",
     "create_run_row": "create_run in two statements, for a tenant's role (the history policy checks the run)",
     "create_run_entries": "create_run in two statements, for a tenant's role",

@@ -71,6 +71,7 @@ from cairn.store.records import (
 from cairn.store.transactions import Tx
 from cairn.worker.inline import InlineDriver
 from cairn.worker.worker import Worker, WorkerSettings
+from cairn.workspace.local import Workspaces
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -124,6 +125,7 @@ class App:
         secrets: Secrets | SecretProvider | Mapping[str, SecretProvider] | None = None,
         memory: MemoryPolicy | None = None,
         embedder: Embedder | None = None,
+        workspaces: str | os.PathLike[str] | None = None,
     ) -> None:
         policy = _memory_policy(memory, embedder)  # refused before any database is opened
         #: where this app's data lives (``None`` when given a ``store`` object)
@@ -136,6 +138,9 @@ class App:
             check_inputs=check_inputs,
             secrets=Secrets.coerce(secrets),
             memory=policy,
+            # runs' workspace directories on this worker (ctx.workspace): ``workspaces``, else
+            # $CAIRN_WORKSPACES, else ./.cairn/workspaces
+            workspaces=Workspaces(workspaces),
         )
         redaction.protect_loggers()  # Cairn's log lines never show a revealed secret
         self.lease_seconds = lease_seconds

@@ -209,6 +209,10 @@ class Execution:
         #: memory writes buffered by step and tool bodies (``op.memory``), by
         #: position: (attempt, writes); committed with that call's outcome
         self.memory_buffers: dict[int, tuple[int, list[MemoryWrite]]] = {}
+        #: the run's workspace on this worker (``engine.workspace.RunWorkspace``),
+        #: once the run uses one; ``workspace_checked``: its journal was looked at
+        self.workspace: Any = None
+        self.workspace_checked = False
         #: the SHA-1 state of this run's operation ids before the position
         #: (``run_prefix``), hashed at the first call that needs an id
         self._op_prefix: Any = None

@@ -12,6 +12,7 @@ from cairn.engine.schedules import Schedule
 from cairn.memory.policy import MemoryPolicy
 from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
+from cairn.workspace.local import Workspaces
 
 
 @dataclass(slots=True)
@@ -39,3 +40,5 @@ class Runtime:
     observer: Observer | None = None
     #: retention of the memory tiers and the embedder of search (``App(memory=...)``)
     memory: MemoryPolicy = field(default_factory=MemoryPolicy)
+    #: where this process keeps runs' workspace directories (``engine.workspace``)
+    workspaces: Workspaces = field(default_factory=Workspaces)

@@ -49,7 +49,9 @@ class Restored:
     removed: int = 0
 
 
-def restore(path: str | bytes, root: str, source: Source, cache: TreeCache) -> Restored:
+def restore(
+    path: str | bytes | os.PathLike[str], root: str, source: Source, cache: TreeCache
+) -> Restored:
     """Make directory ``path`` (created if absent, never followed if a
     symlink) exactly snapshot ``root``; update ``cache`` to what was written."""
     objects = Objects(source, root)

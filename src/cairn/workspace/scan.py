@@ -215,7 +215,7 @@ class _Walk:
         return oid, size
 
 
-def snapshot(path: str | bytes, cache: TreeCache, sink: Sink | None) -> Scan:
+def snapshot(path: str | bytes | os.PathLike[str], cache: TreeCache, sink: Sink | None) -> Scan:
     """Snapshot directory ``path``: its root tree's id and what was done.
 
     With a ``sink``, every object the store may lack (not in

@@ -1612,3 +1612,18 @@ ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = ex
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- Workspace objects (cairn.store.wssql, migration workspaces) ------------------------------
+
+-- name: ws_run_tenant
+SELECT tenant FROM runs WHERE run_id = %(run_id)s::text
+
+-- name: ws_put_objects
+INSERT INTO workspace_objects (tenant, oid, data, stored_at)
+SELECT %(tenant)s::text, o.oid, o.data, %(now)s
+FROM unnest(%(oids)s::text[], %(datas)s::bytea[]) AS o (oid, data)
+ON CONFLICT (tenant, oid) DO NOTHING
+
+-- name: ws_objects
+SELECT oid, data FROM workspace_objects
+WHERE tenant = %(tenant)s::text AND oid = ANY (%(oids)s::text[])

@@ -1301,3 +1301,17 @@ ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = ex
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
+
+-- Workspace objects (cairn.store.wssql, migration workspaces) ------------------------------
+
+-- name: ws_run_tenant
+SELECT tenant FROM runs WHERE run_id = :run_id
+
+-- name: ws_put_object
+INSERT INTO workspace_objects (tenant, oid, data, stored_at)
+VALUES (:tenant, :oid, :data, :now)
+ON CONFLICT (tenant, oid) DO NOTHING
+
+-- name: ws_objects
+SELECT oid, data FROM workspace_objects
+WHERE tenant = :tenant AND oid IN (SELECT value FROM json_each(:oids))
