@@ -30,7 +30,9 @@ from tests.workspace.wsapps import DB_ENV, MARKER_ENV, build, root_of
 pytestmark = pytest.mark.slow
 
 
-def _spawn(backend: StoreBackend, tmp_path: Path, worker_id: str, workspaces: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    backend: StoreBackend, tmp_path: Path, worker_id: str, workspaces: Path
+) -> subprocess.Popen[bytes]:
     env = {DB_ENV: backend.worker_url(worker_id), "CAIRN_WORKSPACES": str(workspaces),
            MARKER_ENV: str(tmp_path / "marker")}
     return processes.spawn("tests.workspace.ws_worker", ["--worker-id", worker_id, "--lease", "1.0"],
@@ -52,7 +54,8 @@ def test_sigkill_mid_write_leaves_the_last_committed_snapshot(backend: StoreBack
     try:
         handle = app.start("ws-kill", run_id="k1")
         workers.append(_spawn(backend, tmp_path, "a", shared))
-        _wait(lambda: (tmp_path / "marker").exists(), 120, "worker a never started writing", tmp_path / "a.log")
+        _wait(lambda: (tmp_path / "marker").exists(), 120, "worker a never started writing",
+              tmp_path / "a.log")
         workers[0].send_signal(signal.SIGKILL)
         workers[0].wait(timeout=10)
         committed = roots(app, "k1")
