@@ -32,6 +32,7 @@ from .signals import wait as wait_command
 from .tokens import tokens
 from .watch import watch
 from .worker import _outcome_logger, worker
+from .workspace import workspace
 
 #: importable from here as they always were (tests and scripts use them)
 __all__ = ["_outcome_logger", "_payments_demo", "main", "parse_duration"]
@@ -54,5 +55,6 @@ for _command in (
     serve, tokens, watch,                                       # the HTTP API (cairn.server)
     schedules, *BUNDLE_COMMANDS,                                # schedules; bundles, replay checks, migration
     graph,                                                      # graph runs' time travel (cli/graph.py)
+    workspace,                                                  # runs' workspaces (cli/workspace.py)
 ):
     main.add_command(_command)
