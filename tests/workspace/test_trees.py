@@ -331,3 +331,32 @@ def test_a_symlink_in_a_snapshot_is_restored_as_a_symlink_and_never_followed(tmp
     restore(tmp_path / "dst", link, store, TreeCache())
     assert os.readlink(tmp_path / "dst" / "passwd") == "/etc/passwd"
     assert Path("/etc/passwd").read_bytes() == before
+
+
+def test_a_warm_restore_visits_only_what_differs_and_stays_exact(tmp_path: Path) -> None:
+    """``trust_cache`` (the engine's warm path, right after a verifying scan):
+    unchanged subdirectories are skipped, and the result, and the cache it
+    leaves, are exact whichever way it goes."""
+    root = tmp_path / "w"
+    for d in ("same", "changed", "gone"):
+        (root / d / "sub").mkdir(parents=True)
+        (root / d / "sub" / "f.txt").write_text(d)
+        (root / d / "g.txt").write_text(d)
+    old(root)
+    store, cache = DictSource(), TreeCache()
+    a = snapshot(root, cache, store.put).root
+    (root / "changed" / "sub" / "f.txt").write_text("new content")
+    import shutil
+
+    shutil.rmtree(root / "gone")
+    (root / "added" / "x").mkdir(parents=True)
+    (root / "changed").chmod(0o700)
+    b = snapshot(root, cache, store.put).root
+    for target, other in ((a, b), (b, a), (a, b)):
+        assert snapshot(root, cache, None).root == other  # the engine's verification first
+        restore(root, target, store, cache, trust_cache=True)
+        assert fresh_root(root) == target
+        assert snapshot(root, cache, None).root == target  # the cache it left agrees with the disk
+    cold = tmp_path / "cold"
+    restore(cold, a, store, TreeCache())
+    assert fresh_root(cold) == a

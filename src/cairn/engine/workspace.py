@@ -101,14 +101,15 @@ class RunWorkspace:
             raise
 
     def _ensure(self) -> None:
-        want = self.expected
-        path = self.path
-        if self.cache.root == want and path.is_dir() and snapshot(path, self.cache, None).root == want:
-            self._on_disk = want  # a warm worker: verified by root id, nothing read but changed files
+        want, path, cache = self.expected, self.path, self.cache
+        warm = cache.root is not None and path.is_dir()
+        if warm and snapshot(path, cache, None).root == want:
+            self._on_disk = want  # verified by root id: nothing read but files whose stat changed
             return
-        restore(path, want, _RunSource(self.execution), self.cache)
+        # warm: the scan just saw the disk, so the restore visits only directories that differ
+        restore(path, want, _RunSource(self.execution), cache, trust_cache=warm)
         if want == EMPTY_ROOT:  # the source made it up: the store may not have it
-            self.cache.known.discard(EMPTY_ROOT)
+            cache.known.discard(EMPTY_ROOT)
         self._on_disk = want
 
     def capture(self, position: int) -> str:

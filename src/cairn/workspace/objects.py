@@ -28,6 +28,7 @@ formed (``UnsafeSnapshot`` otherwise).
 from __future__ import annotations
 
 import hashlib
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +139,12 @@ def encode_tree(entries: list[Entry]) -> bytes:
     return _ENCODER.encode([[e.name, e.kind, e.mode, e.size, e.ref] for e in entries])
 
 
+def encode_rows(rows: list[list[object]]) -> bytes:
+    """``encode_tree`` of rows ``[name, kind, mode, size, ref]`` sorted by name
+    (a scan builds rows, not ``Entry`` objects: it makes one per file)."""
+    return _ENCODER.encode(rows)
+
+
 def decode_tree(oid: str, data: bytes) -> list[Entry]:
     """The entries of tree ``oid``, each checked (``UnsafeSnapshot``)."""
     try:
@@ -185,8 +192,11 @@ def _entry(oid: str, row: Any) -> Entry:
     return Entry(name, kind, mode, size, ref)
 
 
+_HEX_ID = re.compile(r"[0-9a-f]{64}")
+
+
 def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
+    return _HEX_ID.fullmatch(text) is not None
 
 
 def split_chunks(oid: str, data: bytes) -> list[str]:
@@ -202,5 +212,5 @@ def join_chunks(oids: list[str]) -> bytes:
 
 __all__ = [
     "BLOB", "CHUNK", "CHUNKS", "DIR", "FILE", "ID_SIZE", "LINK", "TREE", "Entry", "check_name", "decode_tree",
-    "encode_tree", "join_chunks", "object_id", "pack", "split_chunks", "unpack",
+    "encode_rows", "encode_tree", "join_chunks", "object_id", "pack", "split_chunks", "unpack",
 ]

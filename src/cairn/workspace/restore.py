@@ -26,7 +26,7 @@ import contextlib
 import os
 import secrets
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cairn.errors import WorkspaceError
 from cairn.workspace.objects import DIR, FILE, LINK, Entry
@@ -50,12 +50,18 @@ class Restored:
 
 
 def restore(
-    path: str | bytes | os.PathLike[str], root: str, source: Source, cache: TreeCache
+    path: str | bytes | os.PathLike[str], root: str, source: Source, cache: TreeCache, *,
+    trust_cache: bool = False,
 ) -> Restored:
     """Make directory ``path`` (created if absent, never followed if a
-    symlink) exactly snapshot ``root``; update ``cache`` to what was written."""
+    symlink) exactly snapshot ``root``; update ``cache`` to what was written.
+
+    ``trust_cache``: the directory is exactly ``cache.root`` now (a scan just
+    said so), so a subdirectory whose tree id is the one the cache recorded
+    for it is left unvisited: a warm restore touches only what differs."""
     objects = Objects(source, root)
     trees = objects.load_all()  # every tree checked before anything is written
+    known_dirs = cache.dirs if trust_cache and cache.root is not None else {}
     where = os.fsencode(path)
     os.makedirs(where, mode=0o700, exist_ok=True)
     try:
@@ -63,21 +69,38 @@ def restore(
     except OSError as exc:
         raise WorkspaceError(f"cannot open workspace {os.fsdecode(where)!r}: {exc.strerror}") from None
     done = Restored(root)
-    seen: dict[bytes, Cached] = {}
+    seen: dict[bytes, Cached] = dict(cache.files) if known_dirs else {}
+    dirs: dict[bytes, str] = dict(known_dirs)
+    work = _Work(trees, objects, cache, seen, dirs, known_dirs, done)
     try:
-        stored = _prefetch(objects, where, root, trees, cache)
-        _apply(top, root, b"", trees, objects, stored, cache, seen, done)
+        if known_dirs.get(b"") != root:
+            work.stored = _prefetch(objects, where, root, trees, cache, known_dirs)
+            _apply(top, root, b"", work)
     finally:
         os.close(top)
+    dirs[b""] = root
     cache.files = seen
+    cache.dirs = dirs
     cache.root = root
     cache.known.update(trees)  # what a snapshot reads is stored: a scan need not send it again
     cache.known.update(c.oid for c in seen.values())
     return done
 
 
+@dataclass(slots=True)
+class _Work:
+    trees: dict[str, list[Entry]]
+    objects: Objects
+    cache: TreeCache
+    seen: dict[bytes, Cached]
+    dirs: dict[bytes, str]
+    known_dirs: dict[bytes, str]
+    done: Restored
+    stored: dict[str, bytes] = field(default_factory=dict)
+
+
 def _prefetch(objects: Objects, where: bytes, root: str, trees: dict[str, list[Entry]],
-              cache: TreeCache) -> dict[str, bytes]:
+              cache: TreeCache, known_dirs: dict[bytes, str]) -> dict[str, bytes]:
     """The stored contents of every file the disk does not already hold."""
     wanted: list[str] = []
     stack = [(root, b"")]
@@ -86,7 +109,8 @@ def _prefetch(objects: Objects, where: bytes, root: str, trees: dict[str, list[E
         for e in trees[oid]:
             child = rel + b"/" + e.name if rel else e.name
             if e.kind == DIR:
-                stack.append((str(e.ref), child))
+                if known_dirs.get(child) != e.ref:
+                    stack.append((str(e.ref), child))
             elif e.kind == FILE and _keep(where + b"/" + child, child, e, cache) is None:
                 wanted.append(str(e.ref))
     return objects.fetch(wanted) if wanted else {}  # a large file's chunks come with it (``content``)
@@ -104,33 +128,45 @@ def _keep(full: bytes, rel: bytes, entry: Entry, cache: TreeCache) -> os.stat_re
     return st if cached is not None and cached.oid == entry.ref else None
 
 
-def _apply(dfd: int, oid: str, rel: bytes, trees: dict[str, list[Entry]], objects: Objects,
-           stored: dict[str, bytes], cache: TreeCache, seen: dict[bytes, Cached], done: Restored) -> None:
-    target = trees[oid]
+def _apply(dfd: int, oid: str, rel: bytes, work: _Work) -> None:
+    target = work.trees[oid]
+    done, seen, cache = work.done, work.seen, work.cache
     names = {e.name for e in target}
     with os.scandir(dfd) as found:
         present = {os.fsencode(item.name): item.stat(follow_symlinks=False) for item in found}
+    prefix = rel + b"/" if rel else b""
     for name, gone in present.items():
         if name not in names:
             _remove(dfd, name, gone)
+            _forget(work, prefix + name)
             done.removed += 1
     for e in target:
-        child = rel + b"/" + e.name if rel else e.name
+        child = prefix + e.name
         st = present.get(e.name)
         if e.kind == DIR:
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 _remove(dfd, e.name, st)
+                _forget(work, child)
                 st = None
+            if st is not None and work.known_dirs.get(child) == e.ref:  # unchanged since the scan
+                if stat.S_IMODE(st.st_mode) != e.mode:
+                    sub = os.open(e.name, _DIR_FLAGS, dir_fd=dfd)
+                    try:
+                        os.fchmod(sub, e.mode)
+                    finally:
+                        os.close(sub)
+                continue
             if st is None:
                 os.mkdir(e.name, 0o700, dir_fd=dfd)
             sub = os.open(e.name, _DIR_FLAGS, dir_fd=dfd)
             try:
                 if st is None or st.st_mode & 0o700 != 0o700:
                     os.fchmod(sub, 0o700)  # writable while it is filled
-                _apply(sub, str(e.ref), child, trees, objects, stored, cache, seen, done)
+                _apply(sub, str(e.ref), child, work)
                 os.fchmod(sub, e.mode)
             finally:
                 os.close(sub)
+            work.dirs[child] = str(e.ref)
         elif e.kind == LINK:
             assert isinstance(e.ref, bytes)
             if st is not None and stat.S_ISLNK(st.st_mode) and os.readlink(e.name, dir_fd=dfd) == e.ref:
@@ -138,29 +174,40 @@ def _apply(dfd: int, oid: str, rel: bytes, trees: dict[str, list[Entry]], object
                 continue
             if st is not None:
                 _remove(dfd, e.name, st)
+                _forget(work, child)
             os.symlink(e.ref, e.name, dir_fd=dfd)
             done.written += 1
         else:
             regular = st if st is not None and stat.S_ISREG(st.st_mode) else None
             cached = cache.hit(child, stat_key(regular), stored=False) if regular is not None else None
             if regular is not None and cached is not None and cached.oid == e.ref:
-                if stat.S_IMODE(regular.st_mode) != e.mode:
-                    fd = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
-                    try:
-                        os.fchmod(fd, e.mode)
-                    finally:
-                        os.close(fd)
-                    cached = None  # the chmod changed its ctime: stat it again below
-                else:
+                if stat.S_IMODE(regular.st_mode) == e.mode:
                     seen[child] = cached
                     done.kept += 1
                     continue
+                fd = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
+                try:
+                    os.fchmod(fd, e.mode)  # the chmod changes its ctime: stat it again below
+                finally:
+                    os.close(fd)
             else:
                 if st is not None and stat.S_ISDIR(st.st_mode):
                     _remove(dfd, e.name, st)
-                _write(dfd, e, objects, stored, done)
+                    _forget(work, child)
+                _write(dfd, e, work.objects, work.stored, done)
             after = os.stat(e.name, dir_fd=dfd, follow_symlinks=False)
             seen[child] = Cached(stat_key(after), str(e.ref), (), trusted=False)
+
+
+def _forget(work: _Work, rel: bytes) -> None:
+    """``rel`` is gone from disk: so are the cache entries of it and below it."""
+    work.seen.pop(rel, None)
+    work.dirs.pop(rel, None)
+    if work.known_dirs:
+        below = rel + b"/"
+        for table in (work.seen, work.dirs):
+            for key in [k for k in table if k.startswith(below)]:
+                del table[key]
 
 
 def _write(dfd: int, e: Entry, objects: Objects, stored: dict[str, bytes], done: Restored) -> None:

@@ -29,6 +29,7 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 from cairn.errors import WorkspaceError
 from cairn.workspace.objects import (
@@ -40,8 +41,7 @@ from cairn.workspace.objects import (
     LINK,
     MAX_OBJECT,
     TREE,
-    Entry,
-    encode_tree,
+    encode_rows,
     join_chunks,
     object_id,
     pack,
@@ -79,6 +79,8 @@ class TreeCache:
     known: set[str] = field(default_factory=set)
     #: the root of the last scan or restore of this directory
     root: str | None = None
+    #: the tree id of each directory (``b""``: the root) at that scan or restore
+    dirs: dict[bytes, str] = field(default_factory=dict)
 
     def hit(self, rel: bytes, key: tuple[int, int, int, int], stored: bool) -> Cached | None:
         """The cached content of ``rel`` if its stat is ``key`` (and, when
@@ -115,6 +117,7 @@ class _Walk:
         self.cache = cache
         self.sink = sink
         self.seen: dict[bytes, Cached] = {}
+        self.dirs: dict[bytes, str] = {}
         self.pending: dict[str, bytes] = {}
         self.pending_bytes = 0
         self.started = time.time_ns()
@@ -140,38 +143,49 @@ class _Walk:
         self.pending_bytes = 0
 
     def directory(self, path: bytes, rel: bytes) -> str:
-        entries: list[Entry] = []
+        rows: list[list[object]] = []
         try:
             with os.scandir(path) as found:
                 items = list(found)
         except OSError as exc:
             raise WorkspaceError(f"cannot read workspace directory {_show(rel)}: {exc.strerror}") from None
+        cache, seen, scan = self.cache, self.seen, self.scan
+        files, trusted, stored = cache.files, cache.known, self.sink is not None
+        prefix = rel + b"/" if rel else b""
         for item in items:
             name = item.name
-            child = rel + b"/" + name if rel else name
+            child = prefix + name
             st = item.stat(follow_symlinks=False)
             mode = st.st_mode
-            if stat.S_ISREG(mode):
-                oid, size = self.file(item.path, child, st)
-                entries.append(Entry(name, FILE, stat.S_IMODE(mode) & 0o777, size, oid))
-                self.scan.files += 1
-            elif stat.S_ISDIR(mode):
-                tree = self.directory(item.path, child)
-                entries.append(Entry(name, DIR, stat.S_IMODE(mode) & 0o777, 0, tree))
-                self.scan.dirs += 1
-            elif stat.S_ISLNK(mode):
+            if S_ISREG(mode):
+                # the stat cache's hit, inlined (``TreeCache.hit``): this runs once per file
+                cached = files.get(child)
+                if (cached is not None and cached.trusted and cached.key == (st.st_ino, st.st_size,
+                                                                            st.st_mtime_ns, st.st_ctime_ns)
+                        and (not stored or trusted.issuperset(cached.parts))):
+                    seen[child] = cached
+                    oid, size = cached.oid, st.st_size
+                else:
+                    oid, size = self.file(item.path, child, st)
+                rows.append([name, FILE, mode & 0o777, size, oid])
+                scan.files += 1
+            elif S_ISDIR(mode):
+                rows.append([name, DIR, mode & 0o777, 0, self.directory(item.path, child)])
+                scan.dirs += 1
+            elif S_ISLNK(mode):
                 target = os.readlink(item.path)
-                entries.append(Entry(name, LINK, 0o777, len(target), target))
-                self.scan.links += 1
+                rows.append([name, LINK, 0o777, len(target), target])
+                scan.links += 1
             else:
                 raise WorkspaceError(f"workspace entry {_show(child)} is a {_kind(mode)}: a snapshot holds "
                                      "files, directories and symlinks only")
-        entries.sort(key=lambda e: e.name)
-        data = encode_tree(entries)
+        rows.sort(key=_name)
+        data = encode_rows(rows)
         if len(data) > MAX_OBJECT:
-            raise WorkspaceError(f"workspace directory {_show(rel)} has too many entries ({len(entries)})")
+            raise WorkspaceError(f"workspace directory {_show(rel)} has too many entries ({len(rows)})")
         oid = object_id(TREE, data)
         self.emit(oid, TREE, data)
+        self.dirs[rel] = oid
         return oid
 
     def file(self, path: bytes, rel: bytes, st: os.stat_result) -> tuple[str, int]:
@@ -226,8 +240,15 @@ def snapshot(path: str | bytes | os.PathLike[str], cache: TreeCache, sink: Sink 
     walk.scan.root = walk.directory(os.fsencode(path), b"")
     walk.flush()
     cache.files = walk.seen
+    cache.dirs = walk.dirs
     cache.root = walk.scan.root
     return walk.scan
+
+
+def _name(row: list[object]) -> bytes:
+    name = row[0]
+    assert isinstance(name, bytes)
+    return name
 
 
 def _show(rel: bytes) -> str:
