@@ -40,6 +40,10 @@ _CUTS = (EventType.RUN_RETRIED, EventType.RUN_REWOUND)
 _DETAIL_KEY = "workspace"
 
 
+class NoSnapshot(InvalidArgument):
+    """The run has snapshots, but none at the position asked for."""
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotRef:
     """One recorded snapshot: the entry that records it and its root id."""
@@ -98,7 +102,7 @@ class WorkspaceViews:
         for shot in shots:
             if shot.position == position:
                 return shot
-        raise InvalidArgument(f"run {run_id} recorded no workspace snapshot at position {position} (it has "
+        raise NoSnapshot(f"run {run_id} recorded no workspace snapshot at position {position} (it has "
                               f"{', '.join(str(s.position) for s in shots)})")
 
     def objects(self, run_id: str, root: str) -> Objects:
@@ -187,4 +191,4 @@ def _git(cwd: Path, *args: str, date: str | None = None) -> str:
     return done.stdout
 
 
-__all__ = ["SnapshotRef", "WorkspaceViews"]
+__all__ = ["NoSnapshot", "SnapshotRef", "WorkspaceViews"]
