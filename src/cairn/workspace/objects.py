@@ -95,9 +95,13 @@ def unpack(oid: str, stored: bytes) -> tuple[bytes, bytes]:
         if _ZSTD_D is None:
             raise WorkspaceError(f"workspace object {oid} is zstd-compressed: install cairn-runtime"
                                  "[workspace] (zstandard)")
-        try:  # streamed, bounded: a frame may claim any size (a bomb is refused, never allocated)
-            with _ZSTD_D.stream_reader(body) as reader:
-                plain = reader.read(MAX_OBJECT + 1)
+        try:
+            declared = _zstd.frame_content_size(body)
+            if 0 <= declared <= MAX_OBJECT:  # one shot: zstd refuses output beyond the declared size
+                plain = _ZSTD_D.decompress(body)
+            else:  # undeclared, or a bomb's claim: streamed and bounded, never allocated
+                with _ZSTD_D.stream_reader(body) as reader:
+                    plain = reader.read(MAX_OBJECT + 1)
         except Exception as exc:  # zstandard.ZstdError: damaged
             raise UnsafeSnapshot(f"workspace object {oid} cannot be decompressed: {exc}") from None
         if len(plain) > MAX_OBJECT:

@@ -59,9 +59,11 @@ def restore(
     ``trust_cache``: the directory is exactly ``cache.root`` now (a scan just
     said so), so a subdirectory whose tree id is the one the cache recorded
     for it is left unvisited: a warm restore touches only what differs."""
-    objects = Objects(source, root)
-    trees = objects.load_all()  # every tree checked before anything is written
     known_dirs = cache.dirs if trust_cache and cache.root is not None else {}
+    objects = Objects(source, root)
+    # every tree checked before anything is written, but those already on disk (a tree with
+    # such an id holds what a scan of this disk found: it needs no check)
+    trees = objects.load_all(skip=set(known_dirs.values()) - {root})
     where = os.fsencode(path)
     os.makedirs(where, mode=0o700, exist_ok=True)
     try:
@@ -103,15 +105,15 @@ def _prefetch(objects: Objects, where: bytes, root: str, trees: dict[str, list[E
               cache: TreeCache, known_dirs: dict[bytes, str]) -> dict[str, bytes]:
     """The stored contents of every file the disk does not already hold."""
     wanted: list[str] = []
-    stack = [(root, b"")]
+    stack = [(root, b"", True)]
     while stack:
-        oid, rel = stack.pop()
-        for e in trees[oid]:
+        oid, rel, present = stack.pop()
+        for e in objects.tree(oid) if oid not in trees else trees[oid]:
             child = rel + b"/" + e.name if rel else e.name
             if e.kind == DIR:
-                if known_dirs.get(child) != e.ref:
-                    stack.append((str(e.ref), child))
-            elif e.kind == FILE and _keep(where + b"/" + child, child, e, cache) is None:
+                if known_dirs.get(child) != e.ref:  # a directory absent from the cache holds nothing kept
+                    stack.append((str(e.ref), child, present and child in cache.dirs))
+            elif e.kind == FILE and (not present or _keep(where + b"/" + child, child, e, cache) is None):
                 wanted.append(str(e.ref))
     return objects.fetch(wanted) if wanted else {}  # a large file's chunks come with it (``content``)
 
@@ -128,12 +130,14 @@ def _keep(full: bytes, rel: bytes, entry: Entry, cache: TreeCache) -> os.stat_re
     return st if cached is not None and cached.oid == entry.ref else None
 
 
-def _apply(dfd: int, oid: str, rel: bytes, work: _Work) -> None:
-    target = work.trees[oid]
+def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) -> None:
+    target = work.trees[oid] if oid in work.trees else work.objects.tree(oid)
     done, seen, cache = work.done, work.seen, work.cache
     names = {e.name for e in target}
-    with os.scandir(dfd) as found:
-        present = {os.fsencode(item.name): item.stat(follow_symlinks=False) for item in found}
+    present: dict[bytes, os.stat_result] = {}
+    if not empty:  # a directory this restore just made has nothing to look at
+        with os.scandir(dfd) as found:
+            present = {os.fsencode(item.name): item.stat(follow_symlinks=False) for item in found}
     prefix = rel + b"/" if rel else b""
     for name, gone in present.items():
         if name not in names:
@@ -162,7 +166,7 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work) -> None:
             try:
                 if st is None or st.st_mode & 0o700 != 0o700:
                     os.fchmod(sub, 0o700)  # writable while it is filled
-                _apply(sub, str(e.ref), child, work)
+                _apply(sub, str(e.ref), child, work, empty=st is None)
                 os.fchmod(sub, e.mode)
             finally:
                 os.close(sub)
@@ -194,6 +198,12 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work) -> None:
                 if st is not None and stat.S_ISDIR(st.st_mode):
                     _remove(dfd, e.name, st)
                     _forget(work, child)
+                    st = None
+                if st is None:  # nothing there: written in place (a crash leaves a file the next restore
+                    # rewrites: its stat matches no cache entry)
+                    after = _write_new(dfd, e, work.objects, work.stored, done)
+                    seen[child] = Cached(stat_key(after), str(e.ref), (), trusted=False)
+                    continue
                 _write(dfd, e, work.objects, work.stored, done)
             after = os.stat(e.name, dir_fd=dfd, follow_symlinks=False)
             seen[child] = Cached(stat_key(after), str(e.ref), (), trusted=False)
@@ -208,6 +218,25 @@ def _forget(work: _Work, rel: bytes) -> None:
         for table in (work.seen, work.dirs):
             for key in [k for k in table if k.startswith(below)]:
                 del table[key]
+
+
+def _write_new(dfd: int, e: Entry, objects: Objects, stored: dict[str, bytes], done: Restored
+               ) -> os.stat_result:
+    """Create ``e`` where nothing is (``O_EXCL``: never over anything, never
+    through a symlink); its stat once written."""
+    fd = os.open(e.name, _NEW_FILE, 0o600, dir_fd=dfd)
+    try:
+        for chunk in objects.content(e, stored):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view):]
+            done.written_bytes += len(chunk)
+        os.fchmod(fd, e.mode)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    done.written += 1
+    return after
 
 
 def _write(dfd: int, e: Entry, objects: Objects, stored: dict[str, bytes], done: Restored) -> None:

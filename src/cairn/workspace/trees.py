@@ -60,11 +60,13 @@ class Objects:
             raise UnsafeSnapshot(f"workspace object {oid} is a {found!r} object where a {kind!r} one belongs")
         return data
 
-    def load_all(self) -> dict[str, list[Entry]]:
-        """Every tree of the snapshot, one fetch per level of depth."""
+    def load_all(self, skip: Collection[str] = ()) -> dict[str, list[Entry]]:
+        """Every tree of the snapshot, one fetch per level of depth, except
+        the subtrees ``skip`` names (trees already on disk: ``tree`` reads
+        one of them if it is wanted after all)."""
         level = [self.root]
         while level:
-            wanted = [o for o in dict.fromkeys(level) if o not in self.trees]
+            wanted = [o for o in dict.fromkeys(level) if o not in self.trees and o not in skip]
             stored = self.fetch(wanted)
             level = []
             for oid in wanted:
