@@ -19,7 +19,7 @@ from cairn import EventType, RunStatus
 from cairn.engine.workspace import DETAIL_KEY, EMPTY_ROOT
 from cairn.errors import LeaseLost
 from cairn.workspace import Objects, TreeCache, restore, walk
-from cairn.workspace.objects import BLOB, object_id
+from cairn.workspace.objects import BLOB, object_id, pack
 from tests.engine.conftest import postgres_url
 from tests.workspace.wsapps import build, root_of
 
@@ -160,3 +160,43 @@ def test_put_workspace_objects_is_fenced(apps: tuple[cairn.App, cairn.App]) -> N
     assert a.store.workspace_objects("default", [oid]) == {}
     with pytest.raises(cairn.InvalidArgument):
         a.store.workspace_objects("default", ["../../etc/passwd"])
+
+
+def _corrupt(db: str, oid: str, data: bytes) -> None:
+    """Overwrite a stored object's bytes behind the store's back (a damaged or forged row)."""
+    if db.startswith("sqlite:///"):
+        import sqlite3
+
+        with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
+            assert conn.execute("UPDATE workspace_objects SET data = ? WHERE oid = ?", (data, oid)).rowcount
+        return
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        ((schema,),) = conn.execute("SELECT table_schema FROM information_schema.tables "
+                                    "WHERE table_name = 'workspace_objects'").fetchall()
+        changed = conn.execute(f'UPDATE "{schema}".workspace_objects SET data = %s WHERE oid = %s',
+                               (data, oid)).rowcount
+        assert changed
+
+
+def test_a_damaged_object_fails_the_step_and_its_body_never_runs(apps: tuple[cairn.App, cairn.App],
+                                                                  db: str) -> None:
+    """A row whose bytes no longer hash to its id (here: another file's
+    content under the id of src/main.py) is refused on the worker that
+    restores it: the body never runs on a wrong tree."""
+    a, b = apps
+    handle = a.start("ws-handoff", run_id="r6")
+    a.worker(concurrency=1).run(max_idle=0.5)
+    blob = object_id(BLOB, b"print('hi')\n")
+    forged = b"evil(); rm \n"  # as long as the real content: only the hash can tell
+    assert len(forged) == len(b"print('hi')\n")
+    _corrupt(db, blob, pack(BLOB, forged))
+    b.signal("r6", "go")
+    b.worker(concurrency=1).run(max_idle=1.0)
+    with pytest.raises(cairn.RunFailed, match="damaged"):
+        handle.result(timeout=10)
+    ws = b.runtime.workspaces.path_for("default", "r6")
+    assert not (ws / "second.txt").exists()  # flaky's body never ran
+    main = ws / "src" / "main.py"
+    assert not main.exists() or "evil" not in main.read_text()
