@@ -22,7 +22,9 @@ sample is:
 * ``restore cold``: an empty directory and cache, the latest snapshot.
 * ``diff``: the changes between two consecutive snapshots, trees read from
   the store.
-* ``tar+zstd``: ``tarfile`` into a zstd stream (level 3) of the same tree.
+* ``tar+zstd``: ``tarfile`` into a zstd stream (level 3) of the same tree;
+  ``untar``: that archive extracted into a new directory (what a cold
+  restore does instead).
 """
 
 from __future__ import annotations
@@ -73,13 +75,22 @@ def change(paths: list[Path], n: int, rng: random.Random) -> None:
         p.write_bytes((" ".join(rng.choice(WORDS) for _ in range(size // 4 + 1)).encode())[:size])
 
 
-def tar_zstd(root: Path) -> tuple[float, int]:
+def tar_zstd(root: Path) -> tuple[float, bytes]:
     out = io.BytesIO()
     t0 = time.perf_counter()
     with zstandard.ZstdCompressor(level=3).stream_writer(out, closefd=False) as z, \
             tarfile.open(fileobj=z, mode="w|") as tar:
         tar.add(str(root), arcname=".")
-    return time.perf_counter() - t0, len(out.getvalue())
+    return time.perf_counter() - t0, out.getvalue()
+
+
+def untar_zstd(data: bytes, dest: Path) -> float:
+    """Extract a tar+zstd snapshot into a new directory (the cold restore's counterpart)."""
+    t0 = time.perf_counter()
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as z, \
+            tarfile.open(fileobj=z, mode="r|") as tar:
+        tar.extractall(dest, filter="tar")
+    return time.perf_counter() - t0
 
 
 class Source:
@@ -183,10 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         changed.append(len(found))
 
     tar_s: list[float] = []
-    tar_b = 0
-    for _ in range(3):
+    untar_s: list[float] = []
+    tar_b = b""
+    for k in range(3):
         s, tar_b = tar_zstd(ws)
         tar_s.append(s)
+        untar_s.append(untar_zstd(tar_b, base / f"untar{k}"))
     app.close()
 
     figures = {
@@ -204,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         "restore_warm_median_ms": med_ms(warm_s),
         "restore_cold_median_s": round(statistics.median(cold_s), 3),
         "diff_median_ms": med_ms(diff_s), "diff_changes_median": statistics.median(changed),
-        "tar_zstd_median_s": round(statistics.median(tar_s), 3), "tar_zstd_mb": round(tar_b / 1e6, 1),
+        "tar_zstd_median_s": round(statistics.median(tar_s), 3), "tar_zstd_mb": round(len(tar_b) / 1e6, 1),
+        "untar_zstd_median_s": round(statistics.median(untar_s), 3),
     }
     print(json.dumps(figures, indent=2))
     if args.out:
@@ -213,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                                               "figures": figures, "samples": {
                                                   "snapshot_10_changed_s": snap_s, "no_change_s": none_s,
                                                   "restore_warm_s": warm_s, "restore_cold_s": cold_s,
-                                                  "diff_s": diff_s, "tar_zstd_s": tar_s}}, indent=1))
+                                                  "diff_s": diff_s, "tar_zstd_s": tar_s,
+                                                  "untar_zstd_s": untar_s}}, indent=1))
     return 0
 
 
