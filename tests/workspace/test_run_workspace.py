@@ -200,3 +200,38 @@ def test_a_damaged_object_fails_the_step_and_its_body_never_runs(apps: tuple[cai
     assert not (ws / "second.txt").exists()  # flaky's body never ran
     main = ws / "src" / "main.py"
     assert not main.exists() or "evil" not in main.read_text()
+
+
+def test_a_transactional_step_cannot_use_the_workspace(apps: tuple[cairn.App, cairn.App]) -> None:
+    """Its files could not commit with its database transaction: refused,
+    and the refusal leaves the protocol intact (the next body still starts
+    from the last snapshot: workflow code's write is undone)."""
+    a, _ = apps
+
+    @a.step
+    def put() -> None:
+        (cairn.step_info().workspace / "kept.txt").write_text("by a step")
+
+    @a.transaction(retry=cairn.RetryPolicy(max_attempts=1))
+    def in_tx(tx: cairn.Tx) -> str:
+        return str(cairn.step_info().workspace)
+
+    @a.step
+    def look_now(path: str) -> list[str]:
+        return sorted(p.name for p in Path(path).iterdir())
+
+    @a.workflow(name="ws-tx")
+    def flow(ctx: cairn.Context) -> dict[str, object]:
+        path = str(ctx.workspace)
+        put()
+        (ctx.workspace / "by-workflow-code.txt").write_text("not journaled")
+        refused = ""
+        try:
+            in_tx()
+        except cairn.StepFailed as exc:
+            refused = str(exc)
+        return {"refused": refused, "files": look_now(path)}
+
+    result = a.run(flow, run_id="r7")
+    assert "transactional step cannot use the workspace" in str(result["refused"])
+    assert result["files"] == ["kept.txt"]

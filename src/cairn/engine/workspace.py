@@ -6,12 +6,13 @@ The protocol, around each step or tool body of a run that uses one:
 
 * **before the body** (``enter``) the directory is made exactly the latest
   snapshot the journal records (an empty directory before the first): on a
-  worker that just recorded it, nothing to do; on a worker that holds an
-  older or dirty copy, it is verified by root id (a stat walk, through the
-  stat cache) and restored if it differs; on a fresh worker it is restored
-  from the store. So a failed attempt's or a crashed worker's half-written
-  files never reach the next attempt. Bodies running side by side in one
-  execution share the live directory: only the first to enter verifies it.
+  worker that holds a copy (even the one that just recorded it), it is
+  verified by root id (a stat walk, through the stat cache) and what
+  differs is restored; on a fresh worker it is restored from the store. So
+  a failed attempt's or a crashed worker's half-written files, and changes
+  workflow code made between calls, never reach the next body. Bodies
+  running side by side in one execution share the live directory: only
+  the first to enter verifies it.
 * **after the body** (``capture``) the directory is snapshotted; the objects
   the store lacks are stored by a holder write (``put_workspace_objects``,
   fenced: a worker that lost the run stores nothing and stops with
@@ -22,7 +23,8 @@ The protocol, around each step or tool body of a run that uses one:
 
 Workflow code may hand the path around, but only step and tool bodies may
 change the directory: a change made by workflow code between calls is not
-a journaled effect, and the next body's ``enter`` undoes it.
+a journaled effect, and the next body's ``enter`` undoes it. Transactional
+steps may not use it (their files could not commit with their transaction).
 
 A run starts using a workspace when its code first asks for it; a run whose
 journal records a snapshot uses it on every worker from the first body on
@@ -35,7 +37,7 @@ import threading
 from collections.abc import Collection
 from pathlib import Path
 
-from cairn.engine.execution import Execution
+from cairn.engine.execution import _TRANSACTING, Execution
 from cairn.engine.signals import Abandon
 from cairn.errors import CairnError, StoreError
 from cairn.store.records import EventType
@@ -83,8 +85,6 @@ class RunWorkspace:
         self._lock = threading.Lock()
         #: positions whose bodies are running now
         self._bodies: set[int] = set()
-        #: the root known to be on disk (``None``: a body ran since)
-        self._on_disk: str | None = None
 
     def enter(self, position: int) -> None:
         """A body at ``position`` is about to run: the directory is made the
@@ -92,8 +92,10 @@ class RunWorkspace:
         with self._lock:
             busy = bool(self._bodies)
             self._bodies.add(position)
-            if busy or self._on_disk == self.expected:
+            if busy:
                 return
+        # verified even on the worker that recorded it: workflow code (or anything else on this
+        # machine) may have changed the directory since; a stat walk, files read only if changed
         try:
             self._ensure()
         except BaseException:
@@ -104,13 +106,11 @@ class RunWorkspace:
         want, path, cache = self.expected, self.path, self.cache
         warm = cache.root is not None and path.is_dir()
         if warm and snapshot(path, cache, None).root == want:
-            self._on_disk = want  # verified by root id: nothing read but files whose stat changed
-            return
+            return  # verified by root id: nothing read but files whose stat changed
         # warm: the scan just saw the disk, so the restore visits only directories that differ
         restore(path, want, _RunSource(self.execution), cache, trust_cache=warm)
         if want == EMPTY_ROOT:  # the source made it up: the store may not have it
             cache.known.discard(EMPTY_ROOT)
-        self._on_disk = want
 
     def capture(self, position: int) -> str:
         """Snapshot the directory after the body at ``position`` returned;
@@ -129,21 +129,17 @@ class RunWorkspace:
         finally:
             with self._lock:
                 self._bodies.discard(position)
-                self._on_disk = None
 
     def recorded(self, root: str) -> None:
         """The call's entry naming ``root`` committed: it is the latest snapshot."""
         with self._lock:
             self.expected = root
-            if not self._bodies:
-                self._on_disk = root if self.cache.root == root else None
 
     def abandon(self, position: int) -> None:
         """The body at ``position`` failed (or its outcome was not recorded):
         whatever it wrote is undone by the next body's ``enter``."""
         with self._lock:
             self._bodies.discard(position)
-            self._on_disk = None
 
 
 def latest_root(execution: Execution) -> str | None:
@@ -176,6 +172,9 @@ def attach(execution: Execution | None, position: int | None = None) -> Path:
     ``enter`` would have, and the body's changes are captured after it."""
     if execution is None:
         raise CairnError("a workspace is only available inside a running workflow, step or tool")
+    if _TRANSACTING.get() is execution:
+        raise CairnError("a transactional step cannot use the workspace: its files cannot commit with "
+                         "the database transaction (use a step or a tool)")
     with execution._lock:
         ws = current(execution)
         if ws is None:
