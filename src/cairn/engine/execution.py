@@ -833,6 +833,8 @@ class Execution:
         event = self.entry(EventType.RUN_COMPLETED)
         payload = self.runtime.payloads.wrap(raw)
         self.store.finish_run(self.run_id, self.epoch, event, RunStatus.COMPLETED, payload, None)
+        if self.workspace is not None:  # the store holds its snapshots: the directory is done with
+            self.workspace.finished()
         return decoded
 
     def fail(self, exc: BaseException) -> None:
@@ -841,6 +843,8 @@ class Execution:
             error["step"] = exc.step
         event = self.entry(EventType.RUN_FAILED, detail={"error": error})
         self.store.finish_run(self.run_id, self.epoch, event, RunStatus.FAILED, None, error)
+        if self.workspace is not None:
+            self.workspace.finished()
 
     def suspend(self, signal: Suspend) -> None:
         detail: dict[str, Any] = {"reason": signal.reason, "wake_at": signal.wake_at,

@@ -135,6 +135,11 @@ class RunWorkspace:
         with self._lock:
             self.expected = root
 
+    def finished(self) -> None:
+        """The run has ended (its end committed): its directory and cache go
+        (every snapshot stays in the store, for ``cairn workspace`` and a retry)."""
+        self.execution.runtime.workspaces.forget(self.path)
+
     def abandon(self, position: int) -> None:
         """The body at ``position`` failed (or its outcome was not recorded):
         whatever it wrote is undone by the next body's ``enter``."""

@@ -10,11 +10,13 @@ re-read.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
 from pathlib import Path
 
+from cairn.workspace.restore import _remove
 from cairn.workspace.scan import TreeCache
 
 #: the environment variable naming the directory of workspaces
@@ -40,12 +42,30 @@ class Workspaces:
         digest = hashlib.blake2b(f"{tenant}\0{run_id}".encode("utf-8", "surrogatepass"), digest_size=16)
         return self.root / digest.hexdigest()
 
+    def forget(self, path: Path) -> None:
+        """Delete a run's directory and its cache (its run has ended). A
+        failure to delete is left for later: the run's end is committed."""
+        with self._lock:
+            self._caches.pop(path, None)
+        with contextlib.suppress(OSError):
+            _remove_tree(path)
+
     def cache_for(self, path: Path) -> TreeCache:
         with self._lock:
             cache = self._caches.get(path)
             if cache is None:
                 cache = self._caches[path] = TreeCache()
             return cache
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything in it, read-only directories too,
+    never following a symlink (``restore``'s removal, from its parent)."""
+    parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _remove(parent, os.fsencode(path.name), os.lstat(path))
+    finally:
+        os.close(parent)
 
 
 __all__ = ["ENV_ROOT", "Workspaces"]
