@@ -49,7 +49,7 @@ from typing import Any
 DIST = "cairn-runtime"
 #: the extras this checks (``dev`` and ``bench`` are for working on Cairn, not features)
 EXTRAS = ("pydantic", "openai", "anthropic", "mcp", "postgres", "server", "otel", "otel-export", "langgraph",
-          "encryption")
+          "encryption", "workspace")
 #: module (and its submodules) -> the extra its import needs; the feature its message names
 IMPORT_NEEDS = {
     "cairn.models.openai": "openai",

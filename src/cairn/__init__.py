@@ -73,6 +73,8 @@ if TYPE_CHECKING:
         ToolResultInvalid,
         ToolTimeout,
         TransactionMisuse,
+        UnsafeSnapshot,
+        WorkspaceError,
     )
     from cairn.graph.errors import GraphError, InvalidGraph
     from cairn.graph.graph import END, START, Graph, Send
@@ -171,6 +173,8 @@ _LAZY: dict[str, str] = {
     "ToolResultInvalid": "cairn.errors",
     "ToolTimeout": "cairn.errors",
     "TransactionMisuse": "cairn.errors",
+    "UnsafeSnapshot": "cairn.errors",
+    "WorkspaceError": "cairn.errors",
     "Item": "cairn.memory",
     "Memory": "cairn.memory",
     "MemoryPolicy": "cairn.memory",
@@ -315,7 +319,9 @@ __all__ = [
     "TransactionMisuse",
     "Tx",
     "Unknown",
+    "UnsafeSnapshot",
     "Workflow",
+    "WorkspaceError",
     "append",
     "merge",
     "operation_id",

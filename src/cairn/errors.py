@@ -421,3 +421,15 @@ class TransactionMisuse(CairnError):
     transaction (end it, open a savepoint, change the session), or used its
     handle after the body returned. Refused before anything is sent; the
     step fails at once, never retried (the same code would do it again)."""
+
+
+class WorkspaceError(CairnError):
+    """A run's workspace cannot be snapshotted or restored: a file kind a
+    snapshot cannot hold (a socket, a device), or a directory it may not
+    write through."""
+
+
+class UnsafeSnapshot(WorkspaceError):
+    """A stored workspace object is refused: damaged (it no longer hashes to
+    its id), or hostile (a name with ``/`` or ``..``, an absolute path, an
+    unknown entry kind). Nothing of it is written to disk."""

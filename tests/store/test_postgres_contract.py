@@ -128,7 +128,7 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
                       ("queue_buckets",), ("queue_shares",), ("queues",), ("runs",), ("schedules",),
                       ("schema_migrations",),
                       ("tenant_grants",),
-                      ("tenant_privileges",)]
+                      ("tenant_privileges",), ("workspace_objects",)]
     # The template's own schema is untouched and nothing landed in public.
     assert _query(pg_url, "SELECT count(*) FROM cairn.runs") == [(0,)]
     assert _query(pg_url, "SELECT to_regclass('public.runs')") == [(None,)]

@@ -1239,3 +1239,23 @@ def _value(url: str, query: str, params: tuple[Any, ...]) -> Any:
         row = conn.execute(query, params).fetchone()
         assert row is not None
         return row[0]
+
+
+def test_a_scoped_store_stores_and_reads_only_its_tenants_workspace_objects(deployment: Deployment) -> None:
+    """Workspace objects (migration 0030): a tenant's worker stores them for
+    its own held run and reads its own; another tenant's identical object
+    is a row of its own, and neither sees the other's, even by id."""
+    d = deployment
+    acme = running(d.acme, d.clock, "wa")
+    globex = running(d.globex, d.clock, "wg")
+    oid = "ab" * 32
+    d.acme.put_workspace_objects("wa", acme.run.epoch, {oid: b"nacme's bytes"})
+    assert d.acme.workspace_objects("acme", [oid]) == {oid: b"nacme's bytes"}
+    assert d.globex.workspace_objects("acme", [oid]) == {}  # the policy hides another tenant's row
+    assert d.globex.workspace_objects("globex", [oid]) == {}
+    d.globex.put_workspace_objects("wg", globex.run.epoch, {oid: b"nglobex's bytes"})
+    assert d.globex.workspace_objects("globex", [oid]) == {oid: b"nglobex's bytes"}
+    assert d.acme.workspace_objects("acme", [oid]) == {oid: b"nacme's bytes"}
+    with pytest.raises(LeaseLost):  # another tenant's run is not one it can hold
+        d.globex.put_workspace_objects("wa", acme.run.epoch, {"cd" * 32: b"nx"})
+    assert d.owner.workspace_objects("acme", ["cd" * 32]) == {}

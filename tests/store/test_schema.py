@@ -41,6 +41,7 @@ from tests import pgcluster
 #: a time where that is cheapest; artifacts are files beside the database.
 SQLITE_ONLY = {
     "rekey_spilled_set": "a re-encrypted payload too large for its row is written back out of it",
+    "ws_put_object": "one workspace object per statement (PostgreSQL: ws_put_objects, all in one)",
     "insert_history_payload": "a history payload too large for its row goes out of it (PostgreSQL: TOAST)",
     "search_nearest_vectors": "sqlite-vec scores the nearest vectors before their items are checked "
                               "(PostgreSQL: pgvector's scan joins by hash, search_vectors alone)",
@@ -72,6 +73,7 @@ POSTGRES_ONLY = {
     "lg_put_values_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
     "lg_put_blobs_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
     "lg_put_writes_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
+    "ws_put_objects": "every workspace object of a batch in one statement (round trips)",
     "create_run": "the run and its first entries in one autocommit statement (one round trip)",
     "create_run_row": "create_run in two statements, for a tenant's role (the history policy checks the run)",
     "create_run_entries": "create_run in two statements, for a tenant's role",

@@ -73,6 +73,7 @@ from cairn.store.records import (
 from cairn.store.transactions import Tx
 from cairn.worker.inline import InlineDriver
 from cairn.worker.worker import Worker, WorkerSettings
+from cairn.workspace.local import Workspaces
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -127,6 +128,7 @@ class App:
         memory: MemoryPolicy | None = None,
         embedder: Embedder | None = None,
         keyring: Keyring | None = None,
+        workspaces: str | os.PathLike[str] | None = None,
     ) -> None:
         policy = _memory_policy(memory, embedder)  # refused before any database is opened
         #: where this app's data lives (``None`` when given a ``store`` object)
@@ -141,6 +143,9 @@ class App:
             check_inputs=check_inputs,
             secrets=Secrets.coerce(secrets),
             memory=policy,
+            # runs' workspace directories on this worker (ctx.workspace): ``workspaces``, else
+            # $CAIRN_WORKSPACES, else ./.cairn/workspaces
+            workspaces=Workspaces(workspaces),
         )
         redaction.protect_loggers()  # Cairn's log lines never show a revealed secret
         self.lease_seconds = lease_seconds

@@ -34,6 +34,7 @@ import msgspec
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.approvals import view as approval_view
 from cairn.api.ledger import Ledger, OperationView, resolution_request
+from cairn.api.workspaces import WorkspaceViews
 from cairn.codec import schemas, values
 from cairn.codec.payloads import PayloadCodec
 from cairn.engine.approvalmessages import decision_message
@@ -191,6 +192,11 @@ class Operator:
         return Operator(self._store, self.codec, actor, memory=self.memory_policy)
 
     # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def workspaces(self) -> WorkspaceViews:
+        """Runs' workspace snapshots: list, diff, restore, export (``api.workspaces``)."""
+        return WorkspaceViews(self._store)
 
     def get_run(self, run_id: str) -> RunRecord:
         record = self._store.get_run(run_id)

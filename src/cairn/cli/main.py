@@ -35,6 +35,7 @@ from .signals import wait as wait_command
 from .tokens import tokens
 from .watch import watch
 from .worker import _outcome_logger, worker
+from .workspace import workspace
 
 #: importable from here as they always were (tests and scripts use them)
 __all__ = ["_outcome_logger", "_payments_demo", "main", "parse_duration"]
@@ -60,5 +61,6 @@ for _command in (
     graph,                                                      # graph runs' time travel (cli/graph.py)
     langgraph,                                                  # LangGraph threads' time travel
     keys,                                                       # encryption keys (cli/keys.py)
+    workspace,                                                  # runs' workspaces (cli/workspace.py)
 ):
     main.add_command(_command)

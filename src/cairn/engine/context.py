@@ -15,10 +15,11 @@ import time
 import uuid as _uuid
 from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from cairn.codec import values
-from cairn.engine import approvals, contextwindow, messaging, modelcalls, patches
+from cairn.engine import approvals, contextwindow, messaging, modelcalls, patches, workspace
 from cairn.engine.approvals import Decision
 from cairn.engine.budget import check_number
 from cairn.engine.drive import run_async, run_sync
@@ -66,6 +67,16 @@ class Context:
         return workflow_memory(self._ex)
 
     # -- deterministic values ----------------------------------------------------
+
+    @property
+    def workspace(self) -> Path:
+        """The run's workspace directory (``engine.workspace``), used by the
+        run from now on: each step and tool body finds it exactly as the
+        last one left it, on any worker, and what a body changes is
+        snapshotted with its journal entry. Change it only in step and tool
+        bodies: a change made by workflow code is not journaled (the next
+        body's start undoes it)."""
+        return workspace.attach(self._ex)
 
     def now(self) -> datetime:
         """The current UTC time, recorded once."""

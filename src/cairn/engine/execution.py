@@ -217,6 +217,10 @@ class Execution:
         #: memory writes buffered by step and tool bodies (``op.memory``), by
         #: position: (attempt, writes); committed with that call's outcome
         self.memory_buffers: dict[int, tuple[int, list[MemoryWrite]]] = {}
+        #: the run's workspace on this worker (``engine.workspace.RunWorkspace``),
+        #: once the run uses one; ``workspace_checked``: its journal was looked at
+        self.workspace: Any = None
+        self.workspace_checked = False
         #: the SHA-1 state of this run's operation ids before the position
         #: (``run_prefix``), hashed at the first call that needs an id
         self._op_prefix: Any = None
@@ -847,6 +851,8 @@ class Execution:
         event = self.entry(EventType.RUN_COMPLETED)
         payload = self.runtime.payloads.wrap(raw)
         self.store.finish_run(self.run_id, self.epoch, event, RunStatus.COMPLETED, payload, None)
+        if self.workspace is not None:  # the store holds its snapshots: the directory is done with
+            self.workspace.finished()
         return decoded
 
     def fail(self, exc: BaseException) -> None:
@@ -855,6 +861,8 @@ class Execution:
             error["step"] = exc.step
         event = self.entry(EventType.RUN_FAILED, detail={"error": error})
         self.store.finish_run(self.run_id, self.epoch, event, RunStatus.FAILED, None, error)
+        if self.workspace is not None:
+            self.workspace.finished()
 
     def suspend(self, signal: Suspend) -> None:
         detail: dict[str, Any] = {"reason": signal.reason, "wake_at": signal.wake_at,

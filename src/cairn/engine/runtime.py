@@ -15,6 +15,7 @@ from cairn.engine.schedules import Schedule
 from cairn.memory.policy import MemoryPolicy
 from cairn.security.secrets import Secrets
 from cairn.store.contract import Store
+from cairn.workspace.local import Workspaces
 
 
 class Handed:
@@ -71,3 +72,5 @@ class Runtime:
     memory: MemoryPolicy = field(default_factory=MemoryPolicy)
     #: values recorded by reference that executions here hand to the caller driving the run
     handed: Handed = field(default_factory=Handed)
+    #: where this process keeps runs' workspace directories (``engine.workspace``)
+    workspaces: Workspaces = field(default_factory=Workspaces)

@@ -13,11 +13,12 @@ import hashlib
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from cairn import faults
 from cairn.codec import values
-from cairn.engine import credentials
+from cairn.engine import credentials, workspace
 from cairn.engine.credentials import SecretParams
 from cairn.engine.definitions import StepDef
 from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
@@ -62,6 +63,13 @@ class StepInfo:
         with the step's journal entry (none if the attempt fails or the
         worker dies first); reads see what is committed."""
         return step_memory(CURRENT.get(None), self.position, self.attempt)
+
+    @property
+    def workspace(self) -> Path:
+        """The run's workspace directory (``engine.workspace``): exactly the
+        latest snapshot when the body started; what the body leaves in it is
+        snapshotted and recorded with the step's outcome."""
+        return workspace.attach(CURRENT.get(None), self.position)
 
 
 #: Where the running step body is: (run, step name, position, attempt,
@@ -151,19 +159,56 @@ def journaled(
     token = STEP_INFO.set((execution.run, definition.name, call.position, call.attempt,
                            execution.journal.generation(call.position)))
     try:
+        if execution.workspace is not None or not execution.workspace_checked:
+            ws = workspace.current(execution)
+            if ws is not None:  # the directory is the latest snapshot before the body runs
+                ws.enter(call.position)
         if params is None:
             value = yield Invoke(definition.fn, args, kwargs, None, what)
         else:
             value = yield from _with_secrets(execution, definition, params, args, kwargs, what)
+        detail = _captured(execution, call.position)
     except Exception as exc:
+        _abandoned(execution, call.position)
         execution.fail_by_policy(call, exc, definition.retry)
+    except BaseException:
+        _abandoned(execution, call.position)
+        raise
     finally:
         STEP_INFO.reset(token)
     if faults.ARMED:
         fault_point(_FAULT_POINTS[kind])
-    outcome = execution.complete_call(call, value, definition.result_type, policy=definition.retry)
+    if detail is None:
+        outcome = execution.complete_call(call, value, definition.result_type, policy=definition.retry)
+    else:
+        outcome = _complete_with_workspace(execution, call, value, definition, detail)
     if faults.ARMED and kind == "tool":
         fault_point("tool.after_record")
+    return outcome
+
+
+def _captured(execution: Execution, position: int) -> dict[str, Any] | None:
+    """After a body returned: the detail naming its workspace snapshot (``None``: no workspace)."""
+    ws = execution.workspace
+    return None if ws is None else {workspace.DETAIL_KEY: ws.capture(position)}
+
+
+def _abandoned(execution: Execution, position: int) -> None:
+    ws = execution.workspace
+    if ws is not None:
+        ws.abandon(position)
+
+
+def _complete_with_workspace(
+    execution: Execution, call: Any, value: Any, definition: Journaled, detail: dict[str, Any]
+) -> Any:
+    try:
+        outcome = execution.complete_call(call, value, definition.result_type, detail,
+                                          policy=definition.retry)
+    except BaseException:
+        _abandoned(execution, call.position)
+        raise
+    execution.workspace.recorded(detail[workspace.DETAIL_KEY])
     return outcome
 
 

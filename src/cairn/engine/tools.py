@@ -30,13 +30,14 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
 import msgspec
 
 from cairn import faults
 from cairn.codec import values
-from cairn.engine import approvals, credentials
+from cairn.engine import approvals, credentials, workspace
 from cairn.engine.access import ToolAccess, refuse
 from cairn.engine.approvals import ApprovalPolicy
 from cairn.engine.credentials import SecretParams
@@ -45,7 +46,7 @@ from cairn.engine.drive import Invoke, Protocol, run_async, run_sync
 from cairn.engine.execution import CURRENT, Execution, current, operation_id
 from cairn.engine.memory import step_memory
 from cairn.engine.signals import Suspend
-from cairn.engine.steps import STEP_INFO, input_hash, journaled
+from cairn.engine.steps import STEP_INFO, _abandoned, _captured, input_hash, journaled
 from cairn.errors import (
     EffectNotApplied,
     NonDeterminismError,
@@ -96,6 +97,13 @@ class Operation:
         """Memory for this tool body: writes commit with the tool's result
         entry (so exactly once per recorded call); reads see what is committed."""
         return step_memory(current(), self.position, self.attempt)
+
+    @property
+    def workspace(self) -> Path:
+        """The run's workspace directory (``engine.workspace``): exactly the
+        latest snapshot when the body started; what the body leaves in it is
+        its recorded effect, snapshotted with the tool's result entry."""
+        return workspace.attach(CURRENT.get(None), self.position)
 
 
 #: ``Operation``'s fields in order, set by ``_operation_of`` (checked below).
@@ -428,16 +436,34 @@ class _ToolCall:
                 STEP_INFO.reset(token)
                 self.ex.fail_by_policy(self.call, exc, self.d.retry)
             try:
+                if self.ex.workspace is not None or not self.ex.workspace_checked:
+                    ws = workspace.current(self.ex)
+                    if ws is not None:  # the directory is the latest snapshot before the body runs
+                        ws.enter(self.call.position)
                 value = yield Invoke(self.d.fn, body_args, body_kwargs, self.d.timeout, self.what)
+                captured = _captured(self.ex, self.call.position)
             except Exception as exc:
                 self.ex.drop_memory(self.call.position)  # the body failed: its writes never land
+                _abandoned(self.ex, self.call.position)
                 failure = self._refresh(exc, used)
                 if failure is not None:
                     plan = self._failed(failure)
                 continue  # refreshed: the same attempt again, same operation id
+            except BaseException:
+                _abandoned(self.ex, self.call.position)
+                raise
             finally:
                 STEP_INFO.reset(token)
-            return self._succeeded(value)
+            if captured is None:
+                return self._succeeded(value)
+            snapshot = captured[workspace.DETAIL_KEY]
+            try:
+                outcome = self._succeeded(value, snapshot)
+            except BaseException:
+                _abandoned(self.ex, self.call.position)
+                raise
+            self.ex.workspace.recorded(snapshot)
+            return outcome
 
     # -- the ledger protocol -------------------------------------------------------
 
@@ -625,12 +651,14 @@ class _ToolCall:
     def _detail(self) -> dict[str, Any] | None:
         return {"operation_id": self.operation.operation_id} if self.operation is not None else None
 
-    def _succeeded(self, value: Any) -> Any:
+    def _succeeded(self, value: Any, snapshot: str | None = None) -> Any:
         if faults.ARMED:
             fault_point("tool.after_effect")
         op = self.operation
-        outcome = self._record(self._validated(value) if self.d.schema is not None else value,
-                               {"operation_id": op.operation_id} if op is not None else None)
+        detail = {"operation_id": op.operation_id} if op is not None else None
+        if snapshot is not None:  # the workspace as the body left it (engine.workspace)
+            detail = {**(detail or {}), workspace.DETAIL_KEY: snapshot}
+        outcome = self._record(self._validated(value) if self.d.schema is not None else value, detail)
         if faults.ARMED:
             fault_point("tool.after_record")
         return outcome

@@ -4,10 +4,11 @@ the OpenAPI document describes, one list for both."""
 
 from __future__ import annotations
 
-from cairn.server import approvals, checkpoints, events, queues, runs, schedules, signals, tokens
+from cairn.server import approvals, checkpoints, events, queues, runs, schedules, signals, tokens, workspaces
 from cairn.server import metrics as prometheus
 from cairn.server.routing import Endpoint
 
 ROUTES: list[Endpoint] = [*runs.ROUTES, *events.ROUTES, *queues.ROUTES, *tokens.ROUTES]
 ROUTES += [*signals.ROUTES, *approvals.ROUTES, *schedules.ROUTES, *prometheus.ROUTES]
 ROUTES += checkpoints.ROUTES
+ROUTES += workspaces.ROUTES

@@ -104,6 +104,7 @@ ARTIFACT_GRACE_SECONDS = 3600.0
 HOLDER_WRITES = frozenset({
     "append", "transact", "suspend_run", "release_run", "rewind_run", "finish_run", "start_child",
     "take_delivery", "request_approval", "expire_approval", "halt_run", "append_memory",
+    "put_workspace_objects",
 })
 
 
@@ -707,6 +708,23 @@ class Store(Protocol):
     def get_artifact(self, ref: str) -> bytes:
         """The bytes stored under ``ref``; ``PayloadError`` if absent, or if
         they no longer hash to ``ref`` (damaged or edited: never returned)."""
+        ...
+
+    # -- workspace objects (store.wssql, cairn.workspace) ------------------------------
+
+    def put_workspace_objects(self, run_id: str, epoch: int, objects: Mapping[str, bytes]) -> None:
+        """Store workspace ``objects`` (``{id: stored bytes}``, ids 64 lower
+        hex digits, else ``InvalidArgument``) for run ``run_id``'s tenant,
+        read from the run row, keeping any already stored. A holder write:
+        ``LeaseLost`` and nothing stored unless the caller holds the run at
+        ``epoch``. Durable as a commit of the store's mode before it returns,
+        so the entry recorded next may name them."""
+        ...
+
+    def workspace_objects(self, tenant: str, oids: Collection[str]) -> dict[str, bytes]:
+        """The stored bytes of those of ``oids`` that ``tenant`` has (another
+        tenant's identical object is not one of them). Not checked here:
+        ``cairn.workspace`` checks each against its id before using it."""
         ...
 
     # -- memory tiers (store.memsql): run, thread and long-term memory ---------------

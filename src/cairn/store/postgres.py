@@ -1123,6 +1123,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
         return list(items)
 
+    def _ws_insert(self, tx: _Conn, tenant: str, objects: Mapping[str, bytes], now: float) -> None:
+        self._query(tx, "ws_put_objects", {"tenant": tenant, "oids": list(objects),
+                                           "datas": list(objects.values()), "now": now})
+
     # -- primitives for vectorindex: the pgvector path (tests/memory/test_pgvector.py) --------
 
     def _find_pgvector(self) -> dict[str, str] | None:

@@ -80,6 +80,7 @@ from cairn.store.schedules import (
     schedule_from_row,
     schedule_params,
 )
+from cairn.store.wssql import SQLWorkspaces
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -113,7 +114,7 @@ class Hold(Enum):
     KEY = "key"
 
 
-class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], Generic[Tx]):
+class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx], Generic[Tx]):
     """The operator transitions of ``contract.Store`` over a dialect's
     primitives; ``Tx`` is the dialect's transaction handle. The memory tiers
     are ``memsql.SQLMemory``'s, over the vector index of long-term memory

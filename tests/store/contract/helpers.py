@@ -408,6 +408,8 @@ HOLDER_CASES: dict[str, tuple[str, HolderWrite]] = {
                                                           SECURITY_ERROR)),
     "append_memory": ("append_memory", lambda s, c, r, e, q: s.append_memory(
         r, e, [ev(c, r, q, e)], [RunPut("k", Payload(data=b"1"))], Provenance(run_id=r, position=0))),
+    "put_workspace_objects": ("put_workspace_objects", lambda s, c, r, e, q: s.put_workspace_objects(
+        r, e, {"0" * 64: b"nstale holder's object"})),
 }
 
 #: The fencing matrix's rows: every case of ``HOLDER_CASES``, and, for a
@@ -429,8 +431,11 @@ def held_state(store: Store, run_id: str) -> tuple[object, ...]:
     """Everything a holder write may change about ``run_id`` (and the child
     the matrix's ``start_child`` would create): a refused write leaves all
     of it as it was."""
-    return (store.get_run(run_id), store.history(run_id), store.get_run("child"),
-            store.approvals(run_id=run_id, pending=False), store.deliveries(run_id), store.run_memory(run_id))
+    run = store.get_run(run_id)
+    objects = store.workspace_objects(run.tenant, ["0" * 64]) if run is not None else {}
+    return (run, store.history(run_id), store.get_run("child"),
+            store.approvals(run_id=run_id, pending=False), store.deliveries(run_id), store.run_memory(run_id),
+            objects)
 
 
 def family(

@@ -1,0 +1,82 @@
+"""Workspace objects of the SQL stores (migration ``workspaces``).
+
+The rows hold what ``cairn.workspace`` packed: this module never reads an
+object's bytes (the workspace layer checks each against its id on read, so
+a damaged or forged row is refused there). What it guarantees is who may
+write and whose rows a read sees:
+
+* ``put_workspace_objects`` is a holder write: fenced on the run's epoch
+  (``LeaseLost``, nothing stored, for a holder that lost its lease), and
+  the objects take the run's tenant, read from the run row in the same
+  transaction, never the caller's;
+* ``workspace_objects`` reads one tenant's rows (PostgreSQL's row-level
+  security hides other tenants' from a tenant's role as well).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Generic, TypeVar
+
+from cairn.errors import InvalidArgument
+
+Tx = TypeVar("Tx")
+T = TypeVar("T")
+
+_OID = re.compile(r"[0-9a-f]{64}")
+
+
+def check_oids(oids: Collection[str]) -> None:
+    for oid in oids:
+        if not isinstance(oid, str) or _OID.fullmatch(oid) is None:
+            raise InvalidArgument(f"not a workspace object id: {oid!r}")
+
+
+class SQLWorkspaces(Generic[Tx]):
+    """The workspace object methods of the SQL stores over a dialect's primitives."""
+
+    clock: Callable[[], float]
+
+    # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
+
+    def _held_write(self, run_id: str, epoch: int, write: Callable[[Tx, float], T]) -> T:
+        raise NotImplementedError
+
+    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _list_param(self, items: Any) -> Any:
+        raise NotImplementedError
+
+    def _ws_insert(self, tx: Tx, tenant: str, objects: Mapping[str, bytes], now: float) -> None:
+        """Insert ``objects`` for ``tenant``, keeping rows already there (one
+        statement per object; PostgreSQL sends them all in one)."""
+        for oid, data in objects.items():
+            self._query(tx, "ws_put_object", {"tenant": tenant, "oid": oid, "data": data, "now": now})
+
+    # -- contract ------------------------------------------------------------------------
+
+    def put_workspace_objects(self, run_id: str, epoch: int, objects: Mapping[str, bytes]) -> None:
+        check_oids(objects)
+        if not objects:
+            return
+
+        def write(tx: Tx, now: float) -> None:
+            ((tenant,),) = self._query(tx, "ws_run_tenant", {"run_id": run_id})
+            self._ws_insert(tx, tenant, objects, now)
+
+        self._held_write(run_id, epoch, write)
+
+    def workspace_objects(self, tenant: str, oids: Collection[str]) -> dict[str, bytes]:
+        check_oids(oids)
+        if not oids:
+            return {}
+        rows = self._select("ws_objects", {"tenant": tenant, "oids": self._list_param(list(oids))})
+        return {str(oid): bytes(data) for oid, data in rows}
+
+
+__all__ = ["SQLWorkspaces", "check_oids"]

@@ -1,0 +1,220 @@
+"""The objects of a workspace tree, as stored: ids, compression and the
+checks that make a stored object safe to materialize.
+
+Three kinds of object, each identified by the BLAKE2b-256 of its kind byte
+and its plain bytes (so the id says nothing of how it is compressed, and
+the same file in two snapshots of one tenant is one object):
+
+* ``b`` a blob: a file's bytes, or one ``CHUNK``-sized piece of a larger file;
+* ``c`` a chunk list: the ids of a large file's blobs, in order;
+* ``t`` a tree: one directory's entries, sorted by name (msgpack).
+
+A tree entry is ``[name, kind, mode, size, ref]``: ``name`` the raw bytes of
+one path component (any bytes a POSIX file name may hold, so non-UTF-8
+names survive), ``kind`` ``f`` (file), ``d`` (directory) or ``l`` (symlink),
+``mode`` the permission bits (``0o777``: set-id and sticky bits are not
+kept), ``size`` the file's length, and ``ref`` the id of its blob, chunk
+list or tree, or a symlink's target (kept as a symlink, never followed).
+
+A stored object is one codec byte (``z`` zstd, ``d`` zlib, ``n`` none)
+and its compressed bytes. Reading one checks everything a hostile or
+damaged row could get wrong before a byte of it reaches a disk: it must
+hash to its id, and a tree's names must be single components (no ``/``,
+``.``, ``..`` or NUL: neither ``../`` nor an absolute path can be
+spelled), its entries sorted and unique, its kinds, modes and refs well
+formed (``UnsafeSnapshot`` otherwise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from cairn.errors import UnsafeSnapshot, WorkspaceError
+
+_zstd: Any
+try:  # the workspace extra: faster than zlib at a better ratio
+    import zstandard as _zstd
+except ImportError:  # pragma: no cover - the extra is installed in CI
+    _zstd = None
+
+#: bytes of an object id (BLAKE2b-256)
+ID_SIZE = 32
+#: files larger than this are stored as a chunk list of blobs this large
+CHUNK = 1 << 20
+#: the largest object a reader inflates (a tree of a directory of ~500,000
+#: entries, a chunk list of a 2 TiB file); a larger one is refused
+MAX_OBJECT = 64 << 20
+#: the longest symlink target a snapshot accepts (Linux's PATH_MAX)
+MAX_TARGET = 4096
+#: the longest file name (Linux's NAME_MAX)
+MAX_NAME = 255
+
+BLOB, CHUNKS, TREE = b"b", b"c", b"t"
+FILE, DIR, LINK = "f", "d", "l"
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder()
+_ZSTD_C = _zstd.ZstdCompressor(level=3) if _zstd is not None else None
+_ZSTD_D = _zstd.ZstdDecompressor() if _zstd is not None else None
+#: objects below this size are stored uncompressed (a header would outweigh the gain)
+_TINY = 64
+
+
+def object_id(kind: bytes, data: bytes) -> str:
+    """The id (hex) of the object of ``kind`` with plain bytes ``data``."""
+    h = hashlib.blake2b(kind, digest_size=ID_SIZE)
+    h.update(data)
+    return h.hexdigest()
+
+
+def pack(kind: bytes, data: bytes) -> bytes:
+    """The stored form of an object: a codec byte, then its kind and bytes,
+    compressed when that makes them smaller."""
+    plain = kind + data
+    if len(plain) >= _TINY:
+        packed = _ZSTD_C.compress(plain) if _ZSTD_C is not None else zlib.compress(plain, 6)
+        if len(packed) + 1 < len(plain):
+            return (b"z" if _ZSTD_C is not None else b"d") + packed
+    return b"n" + plain
+
+
+def unpack(oid: str, stored: bytes) -> tuple[bytes, bytes]:
+    """``(kind, data)`` of the stored object ``oid``; ``UnsafeSnapshot`` if
+    it cannot be read or does not hash to ``oid`` (damaged, or another
+    object's bytes under this id)."""
+    codec, body = stored[:1], stored[1:]
+    if codec == b"n":
+        plain = body
+    elif codec == b"z":
+        if _ZSTD_D is None:
+            raise WorkspaceError(f"workspace object {oid} is zstd-compressed: install cairn-runtime"
+                                 "[workspace] (zstandard)")
+        try:
+            declared = _zstd.frame_content_size(body)
+            if 0 <= declared <= MAX_OBJECT:  # one shot: zstd refuses output beyond the declared size
+                plain = _ZSTD_D.decompress(body)
+            else:  # undeclared, or a bomb's claim: streamed and bounded, never allocated
+                with _ZSTD_D.stream_reader(body) as reader:
+                    plain = reader.read(MAX_OBJECT + 1)
+        except Exception as exc:  # zstandard.ZstdError: damaged
+            raise UnsafeSnapshot(f"workspace object {oid} cannot be decompressed: {exc}") from None
+        if len(plain) > MAX_OBJECT:
+            raise UnsafeSnapshot(f"workspace object {oid} inflates beyond the largest object")
+    elif codec == b"d":
+        inflater = zlib.decompressobj()
+        try:
+            plain = inflater.decompress(body, MAX_OBJECT + 1)
+        except zlib.error as exc:
+            raise UnsafeSnapshot(f"workspace object {oid} cannot be decompressed: {exc}") from None
+        if inflater.unconsumed_tail or len(plain) > MAX_OBJECT:
+            raise UnsafeSnapshot(f"workspace object {oid} inflates beyond the largest object")
+    else:
+        raise UnsafeSnapshot(f"workspace object {oid} has an unknown codec {codec!r}")
+    kind, data = plain[:1], plain[1:]
+    if object_id(kind, data) != oid:
+        raise UnsafeSnapshot(f"workspace object {oid} is damaged: its bytes no longer hash to its id")
+    return kind, data
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry of a directory: see the module doc."""
+
+    name: bytes
+    kind: str
+    mode: int
+    size: int
+    ref: str | bytes  # an object id (hex) for files and directories, the target for a symlink
+
+    @property
+    def text(self) -> str:
+        """The name as text (undecodable bytes as surrogates, like ``os.fsdecode``)."""
+        return self.name.decode("utf-8", "surrogateescape")
+
+
+def encode_tree(entries: list[Entry]) -> bytes:
+    """A tree's plain bytes; ``entries`` sorted by name."""
+    return _ENCODER.encode([[e.name, e.kind, e.mode, e.size, e.ref] for e in entries])
+
+
+def encode_rows(rows: list[list[object]]) -> bytes:
+    """``encode_tree`` of rows ``[name, kind, mode, size, ref]`` sorted by name
+    (a scan builds rows, not ``Entry`` objects: it makes one per file)."""
+    return _ENCODER.encode(rows)
+
+
+def decode_tree(oid: str, data: bytes) -> list[Entry]:
+    """The entries of tree ``oid``, each checked (``UnsafeSnapshot``)."""
+    try:
+        rows = _DECODER.decode(data)
+    except msgspec.DecodeError as exc:
+        raise UnsafeSnapshot(f"workspace tree {oid} is not a tree: {exc}") from None
+    if not isinstance(rows, list):
+        raise UnsafeSnapshot(f"workspace tree {oid} is not a list of entries")
+    entries: list[Entry] = []
+    previous: bytes | None = None
+    for row in rows:
+        entry = _entry(oid, row)
+        if previous is not None and entry.name <= previous:
+            raise UnsafeSnapshot(f"workspace tree {oid}: entries are not sorted and unique at {entry.text!r}")
+        previous = entry.name
+        entries.append(entry)
+    return entries
+
+
+def check_name(name: bytes, where: str) -> None:
+    """Refuse anything but one path component (no ``/``, ``.``, ``..``, NUL)."""
+    if not name or name in (b".", b"..") or b"/" in name or b"\0" in name or len(name) > MAX_NAME:
+        raise UnsafeSnapshot(f"{where}: {name!r} is not a single file name (a path with '/' or '..', an "
+                             "absolute path, or an empty or overlong name is refused)")
+
+
+def _entry(oid: str, row: Any) -> Entry:
+    where = f"workspace tree {oid}"
+    if not isinstance(row, list) or len(row) != 5:
+        raise UnsafeSnapshot(f"{where}: an entry is not [name, kind, mode, size, ref]")
+    name, kind, mode, size, ref = row
+    if not isinstance(name, bytes):
+        raise UnsafeSnapshot(f"{where}: an entry's name is not bytes")
+    check_name(name, where)
+    if type(mode) is not int or not 0 <= mode <= 0o777 or type(size) is not int or size < 0:
+        raise UnsafeSnapshot(f"{where}: entry {name!r} has a bad mode or size")
+    if kind in (FILE, DIR):
+        if not isinstance(ref, str) or len(ref) != 2 * ID_SIZE or not _is_hex(ref):
+            raise UnsafeSnapshot(f"{where}: entry {name!r} does not name an object")
+    elif kind == LINK:
+        if not isinstance(ref, bytes) or not ref or b"\0" in ref or len(ref) > MAX_TARGET:
+            raise UnsafeSnapshot(f"{where}: symlink {name!r} has a bad target")
+    else:
+        raise UnsafeSnapshot(f"{where}: entry {name!r} has an unknown kind {kind!r}")
+    return Entry(name, kind, mode, size, ref)
+
+
+_HEX_ID = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_hex(text: str) -> bool:
+    return _HEX_ID.fullmatch(text) is not None
+
+
+def split_chunks(oid: str, data: bytes) -> list[str]:
+    """The blob ids of chunk list ``oid``."""
+    if len(data) % ID_SIZE:
+        raise UnsafeSnapshot(f"workspace chunk list {oid} is not a list of ids")
+    return [data[i:i + ID_SIZE].hex() for i in range(0, len(data), ID_SIZE)]
+
+
+def join_chunks(oids: list[str]) -> bytes:
+    return b"".join(bytes.fromhex(o) for o in oids)
+
+
+__all__ = [
+    "BLOB", "CHUNK", "CHUNKS", "DIR", "FILE", "ID_SIZE", "LINK", "TREE", "Entry", "check_name", "decode_tree",
+    "encode_rows", "encode_tree", "join_chunks", "object_id", "pack", "split_chunks", "unpack",
+]
