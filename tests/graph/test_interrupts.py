@@ -132,7 +132,8 @@ def test_an_interrupt_from_inside_a_node_uses_the_decision(app: cairn.App) -> No
     ({"messages": ["ok"], "n": "forty-one"}, "n"),
     ({"messages": "not a list", "n": 1}, "messages"),
     ({"messages": [None], "n": 1}, "messages"),
-], ids=["wrong-type", "not-a-list", "bad-item"])
+    ({"messages": ["ok"], "n": 1, "subject": "hi"}, "subject"),
+], ids=["wrong-type", "not-a-list", "bad-item", "unknown-field"])
 def test_an_edit_that_does_not_fit_the_state_is_refused_and_nothing_changes(
         app: cairn.App, edit: dict[str, Any], says: str) -> None:
     """A hostile edit at an interrupt is one line naming the field; the

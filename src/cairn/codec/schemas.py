@@ -98,13 +98,21 @@ def _decodes(t: mi.Type) -> str | None:
     return next((name for kind, name in leaves if isinstance(t, kind)), None)
 
 
+#: the types whose fields are named: an edit's key they do not name is refused (msgspec would drop it
+#: silently when the run decodes the edit, so the decider's change would be lost without a word)
+_NAMED_FIELDS = (mi.TypedDictType, mi.DataclassType, mi.StructType)
+
+
 class _Strict(msgspec_schema._SchemaGenerator):
-    """msgspec's schema generator, each leaf marked with what it decodes as."""
+    """msgspec's schema generator, each leaf marked with what it decodes as,
+    and an object of named fields closed to keys it does not name."""
 
     def to_schema(self, t: mi.Type, check_ref: bool = True) -> dict[str, Any]:
         schema: dict[str, Any] = super().to_schema(t, check_ref)
         while isinstance(t, mi.Metadata):
             t = t.type
+        if isinstance(t, _NAMED_FIELDS) and "properties" in schema:
+            schema.setdefault("additionalProperties", False)
         name = _decodes(t)
         if name is not None:
             schema[DECODES] = name
