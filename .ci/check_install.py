@@ -61,6 +61,7 @@ IMPORT_NEEDS = {
     "cairn.store.postgres": "postgres",
     "cairn.memory.langgraph": "langgraph",
     "cairn.langgraph": "langgraph",
+    "cairn.lgdurable": "langgraph",
 }
 
 failures: list[str] = []
