@@ -51,10 +51,9 @@ from cairn.engine.definitions import WorkflowDef
 from cairn.engine.execution import Execution
 from cairn.errors import CairnError, InvalidArgument, LeaseLost, MissingExtra, ThreadTaken
 from cairn.faults import fault_point
-from cairn.langgraph import CairnSaver
 from cairn.store.records import ApprovalStatus
 
-try:
+try:  # LangGraph's own modules first: without the extra, the error names this module
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.runnables import RunnableConfig
     from langchain_core.runnables.config import var_child_runnable_config
@@ -64,6 +63,7 @@ try:
     from langgraph.types import Command
 except ImportError as exc:  # pragma: no cover - the extra is installed in dev
     raise MissingExtra("cairn.lgdurable", "langgraph") from exc
+from cairn.langgraph import CairnSaver  # after the extra's check, so its message names this module
 
 #: the journal entries of a LangGraph run's root checkpoints (its restore points)
 KIND = "langgraph"
