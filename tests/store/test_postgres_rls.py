@@ -496,6 +496,8 @@ def _acme_world(d: Deployment) -> str:
     # the cold tier: a value of acme's compressed out of its row (memory_item_cold)
     cold = Payload(data=b'"' + b"acme's cold secret " * 20 + b'"')
     d.acme.write_memory("acme", [ItemPut(ACME_NS, "cold", cold)], Provenance(actor="acme-op"))
+    # a workspace object of acme's run (issue 27, migration 0030), and globex's copy of the same id
+    d.acme.put_workspace_objects("a1", a.run.epoch, {"ab" * 32: b"acme's workspace file"})
     d.clock.advance(1.0)
     assert d.acme.tier_items(0.5).cooled == 1
     # semantic memory: an item of acme's with its vector, a pending outbox row, and a vector of globex's
@@ -559,6 +561,7 @@ SNAPSHOTS = {
     "lg_values": "SELECT * FROM lg_values WHERE tenant <> 'globex' ORDER BY tenant, thread_id, digest",
     "lg_threads": "SELECT * FROM lg_threads WHERE tenant <> 'globex' ORDER BY tenant, thread_id",
     "data_keys": "SELECT * FROM data_keys WHERE tenant <> 'globex' ORDER BY tenant, version",
+    "workspace_objects": "SELECT * FROM workspace_objects WHERE tenant <> 'globex' ORDER BY tenant, oid",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -604,6 +607,7 @@ READS = [
     ("lg_values", "SELECT data FROM lg_values WHERE digest = 7"),
     ("lg_threads", "SELECT owner FROM lg_threads WHERE tenant = 'acme'"),
     ("data_keys", "SELECT wrapped FROM data_keys WHERE tenant = 'acme'"),
+    ("workspace_objects", "SELECT data FROM workspace_objects WHERE tenant = 'acme'"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -780,6 +784,10 @@ WRITES = [
     # a data key of acme's (encryption at rest): replacing it, planting one, or shredding it
     ("data_keys", "UPDATE data_keys SET wrapped = 'evil'"),
     ("data_keys", "DELETE FROM data_keys"),
+    ("workspace_objects", "UPDATE workspace_objects SET data = 'evil'"),
+    ("workspace_objects", "DELETE FROM workspace_objects"),
+    ("workspace_objects", "INSERT INTO workspace_objects (tenant, oid, data, stored_at) "
+                          "VALUES ('acme', 'cd', 'evil', 0)"),
     ("data_keys", "INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at) "
                   "VALUES ('acme', 9, 'evil', 'evil', 0)"),
 ]

@@ -1665,7 +1665,7 @@ ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = ex
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
 
--- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ===============
+-- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ======================
 -- name: select_data_keys
 SELECT tenant, version, kek_id, wrapped, created_at FROM data_keys
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
@@ -1768,7 +1768,7 @@ SELECT 1 WHERE EXISTS (SELECT 1 FROM runs WHERE input_ref IS NOT NULL OR result_
   OR EXISTS (SELECT 1 FROM history WHERE payload_ref IS NOT NULL)
   OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref IS NOT NULL)
   OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref IS NOT NULL)
-=======
+
 -- Workspace objects (cairn.store.wssql, migration workspaces) ------------------------------
 
 -- name: ws_run_tenant
