@@ -126,3 +126,20 @@ def test_unknown_or_repeated_query_parameters_are_refused_by_name(setup: Setup, 
         assert named in response.json()["message"], (path, response.json())
     assert client.get("/api/runs?limit=1", headers=viewer).status_code == 200
     assert client.get(f"/api/runs/{run_id}/history?after=0&limit=5", headers=viewer).status_code == 200
+
+
+def test_a_cursor_beyond_64_bits_is_a_client_error(setup: Setup, client: httpx.Client) -> None:
+    """A history or model-call cursor (``after``) larger than any stored seq
+    reached the database as it was: SQLite raised OverflowError (a 500) and
+    PostgreSQL "bigint out of range" (a 503 "unavailable"). It is a 400 naming
+    the parameter; the largest 64-bit cursor is a valid, empty page."""
+    viewer = setup.headers("viewer")
+    run_id = setup.app.start(setup.workflows["echo"], "q", tenant=TENANT).run_id
+    for page in ("history", "model-calls"):
+        path = f"/api/runs/{run_id}/{page}?after=24544848699546745719236571768553472"
+        response = client.get(path, headers=viewer)
+        _assert_client_error(response, path)
+        assert "after" in response.json()["message"], response.json()
+        last = client.get(f"/api/runs/{run_id}/{page}?after={2**63 - 1}", headers=viewer)
+        assert last.status_code == 200, last.json()
+        assert last.json()["next_after"] is None

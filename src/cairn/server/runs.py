@@ -39,7 +39,8 @@ Name = Ident
 #: a run id: any printable text but '.' and '..' ('/' included: paths carry it percent-encoded, see
 #: routing.EncodedRoute), the rule of ``store.runids.check_id``
 RunId = Ident
-NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+#: a count or a cursor: both backends store it as a signed 64-bit integer
+NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
