@@ -34,8 +34,8 @@ def test_sigkilled_langgraph_workers_resume_with_each_payment_once(tmp_path: Pat
     # KNOWN BUG (open, issue 24; README "LangGraph on Cairn workers"): about one run in three of this
     # test (seen on both backends) ends FAILED with "non-determinism ... journal recorded tool
     # 'transfer', workflow requested nothing": after some kill the resumed graph finishes before its
-    # last nodes ran (with the end check relaxed, the run completed with payments missing). The check
-    # keeps the run from completing wrongly; no payment was made twice. Not fixed yet: this marks the
+    # last nodes ran; mostly the end check fails it, but it was also seen to complete with payments
+    # missing (the Counter assertion below); no payment was made twice. Not fixed yet: this marks the
     # failure as expected, it does not count it as a pass (a pass is reported as XPASS).
     request.applymarker(pytest.mark.xfail(reason="known: a resumed LangGraph run can end early after a "
                                                  "SIGKILL (issue 24)", strict=False))
