@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from bench import graph
 
-pytest.importorskip("langgraph.checkpoint.sqlite", reason="the bench extra (langgraph) is not installed")
-
 STEPS = 25
 #: figures only Cairn has (LangGraph has no diff, nor a code-free JSON reader)
 CAIRN_ONLY = {"diff_p50_ms", "diff_p99_ms", "read_diff_p50_ms", "read_diff_p99_ms",

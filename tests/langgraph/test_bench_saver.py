@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from bench import langgraph_saver
 
-pytest.importorskip("langgraph.checkpoint.sqlite", reason="the bench extra (langgraph) is not installed")
-
 
 def test_the_json_output_holds_every_figure_of_both_savers(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
