@@ -1,0 +1,75 @@
+"""The ``bwrap`` command line of one sandbox (a pure function of what it
+needs, so the flags are read and tested in one place).
+
+The sandbox sees: the system directories read-only (``SYSTEM``), its own
+``/proc`` (a new PID namespace: only its own processes), a minimal ``/dev``,
+a size-capped ``/tmp``, the workspace at ``/workspace`` (the one writable
+place that outlives it) and, with egress, the proxy's socket. Not the
+host's ``/home``, ``/root``, ``/run``, ``/var``, ``/tmp`` or the worker's
+own directories: what is not bound does not exist in there. The root is
+remounted read-only last, so nothing can be written beside the binds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+#: read-only system directories (those the host has); a top-level symlink (``/bin -> usr/bin``) is kept one
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: where the workspace and the proxy's socket appear inside
+WORKSPACE = "/workspace"
+PROXY_SOCKET = "/run/cairn-egress.sock"
+#: the uid and gid the sandboxed processes see (not root)
+INNER_UID = 1000
+#: the environment every sandboxed command starts from (nothing of the worker's)
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    workspace: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    tmp_bytes: int
+    seccomp_fd: int | None = None
+    proxy_socket: str | None = None
+    info_fd: int | None = None
+
+
+def system_binds() -> list[str]:
+    args: list[str] = []
+    for path in SYSTEM:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def command(spec: Spec, bwrap: str = "bwrap") -> list[str]:
+    args = [
+        bwrap,
+        "--unshare-all", "--unshare-user",  # as root --unshare-all keeps the user namespace: ask for it
+        "--disable-userns",
+        "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--hostname", "sandbox",
+        *system_binds(),
+        "--proc", "/proc", "--dev", "/dev",
+        "--perms", "1777", "--size", str(spec.tmp_bytes), "--tmpfs", "/tmp",
+        "--bind", spec.workspace, WORKSPACE,
+    ]
+    if spec.proxy_socket is not None:
+        args += ["--ro-bind", spec.proxy_socket, PROXY_SOCKET]
+    args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
+    for key, value in {**BASE_ENV, **spec.env}.items():
+        args += ["--setenv", key, value]
+    if spec.seccomp_fd is not None:
+        args += ["--seccomp", str(spec.seccomp_fd)]
+    if spec.info_fd is not None:
+        args += ["--info-fd", str(spec.info_fd)]
+    return [*args, "--", *spec.argv]
+
+
+__all__ = ["BASE_ENV", "INNER_UID", "PROXY_SOCKET", "SYSTEM", "Spec", "WORKSPACE", "command"]

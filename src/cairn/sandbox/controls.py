@@ -1,0 +1,138 @@
+"""Which of the sandbox's controls this host provides, checked once per
+process: ``cairn sandbox check`` prints them, and every launch requires
+them (``require``): a missing one refuses to start with a message naming
+it, unless the policy's ``allow_degraded`` names it (``policy.DEGRADABLE``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from cairn.errors import CairnError
+from cairn.sandbox import bwrap, seccomp
+from cairn.sandbox.policy import Policy
+
+#: bwrap 0.8.0 is the first with --disable-userns and tmpfs --size
+MIN_BWRAP = (0, 8, 0)
+#: the interpreter ``run_python`` and the egress bridge use inside the sandbox
+SANDBOX_PYTHON = "/usr/bin/python3"
+
+
+class SandboxUnavailable(CairnError):
+    """A control the sandbox needs is missing on this host (and the policy
+    does not allow running without it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    name: str
+    available: bool
+    detail: str
+
+
+def _bwrap() -> Control:
+    path = shutil.which("bwrap")
+    if path is None:
+        return Control("bwrap", False, "bubblewrap is not installed (apt-get install bubblewrap)")
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Control("bwrap", False, f"{path} --version failed: {exc}")
+    found = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+    version = tuple(int(g) for g in found.groups()) if found else (0, 0, 0)
+    if version < MIN_BWRAP:
+        return Control("bwrap", False, f"{path} is {out.strip()!r}; 0.8.0 or later is needed "
+                                       "(--disable-userns, tmpfs --size)")
+    return Control("bwrap", True, f"{path} ({out.strip()})")
+
+
+def _userns(uid: int | None) -> Control:
+    """A trivial sandbox with every namespace, as the user launches run as."""
+    args = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+            *bwrap.system_binds(), "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30, user=uid, group=uid,
+                              extra_groups=[] if uid is not None else None)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Control("namespaces", False, f"cannot start bwrap: {exc}")
+    if done.returncode != 0:
+        return Control("namespaces", False, "user/PID/network namespaces refused: "
+                                            f"{done.stderr.strip() or done.returncode}")
+    return Control("namespaces", True, "user, PID, IPC, UTS, cgroup and network namespaces; nested "
+                                       "user namespaces disabled")
+
+
+def _uid() -> Control:
+    if os.geteuid() == 0:
+        return Control("uid", True, "each workspace's sandbox runs as its own unprivileged host uid "
+                                    "(process limit per sandbox; root-only files unreadable)")
+    return Control("uid", False, f"not root: sandboxes run as this process's uid {os.geteuid()}, so "
+                                 "their process limit counts this worker's processes too")
+
+
+def _prlimit() -> Control:
+    path = shutil.which("prlimit")
+    if path is None:
+        return Control("rlimits", False, "prlimit (util-linux) is not installed")
+    return Control("rlimits", True, f"{path}: processes, memory, file size, CPU time, open files")
+
+
+def _seccomp() -> Control:
+    problem = seccomp.available()
+    if problem is not None:
+        return Control("seccomp", False, problem)
+    return Control("seccomp", True, f"libseccomp filter: {len(seccomp.DENIED)} syscalls denied, "
+                                    "nested user namespaces, AF_NETLINK/AF_PACKET (AF_UNIX without egress)")
+
+
+@functools.lru_cache(maxsize=1)
+def check() -> tuple[Control, ...]:
+    """Every control, as this host provides it (checked once per process)."""
+    bwrap = _bwrap()
+    uid = _uid()
+    found = [bwrap, uid, _prlimit(), _seccomp()]
+    if bwrap.available:
+        found.insert(1, _userns(sandbox_uid("/") if uid.available else None))
+    else:
+        found.insert(1, Control("namespaces", False, "needs bwrap"))
+    python = os.path.exists(SANDBOX_PYTHON)
+    found.append(Control("python", python, SANDBOX_PYTHON + ("" if python else " is missing: run_python "
+                                                                                 "and egress need it")))
+    return tuple(found)
+
+
+def require(policy: Policy, *, python: bool = False) -> frozenset[str]:
+    """The controls this launch runs without (allowed by the policy); raises
+    ``SandboxUnavailable`` naming the first missing one it may not."""
+    degraded: set[str] = set()
+    for control in check():
+        if control.available or (control.name == "python" and not python):
+            continue
+        if control.name in policy.allow_degraded:
+            degraded.add(control.name)
+            continue
+        raise SandboxUnavailable(f"sandbox control unavailable: {control.name} ({control.detail})")
+    return frozenset(degraded)
+
+
+#: the first host uid of sandboxes, and how many there are (far above any real user's)
+UID_BASE = 1_500_000_000
+UID_RANGE = 1 << 24
+
+
+def sandbox_uid(workspace: str) -> int:
+    """The unprivileged host uid of the sandboxes of ``workspace``: one per
+    workspace path, so two runs' sandboxes never share a process count or
+    each other's files."""
+    import hashlib
+
+    digest = hashlib.blake2b(os.fsencode(workspace), digest_size=8).digest()
+    return UID_BASE + int.from_bytes(digest, "big") % UID_RANGE
+
+
+__all__ = ["Control", "SandboxUnavailable", "check", "require", "sandbox_uid"]
