@@ -1,7 +1,8 @@
 """The ``bwrap`` command line of one sandbox (a pure function of what it
 needs, so the flags are read and tested in one place).
 
-The sandbox sees: the system directories read-only (``SYSTEM``), its own
+The sandbox sees: the system directories read-only (``SYSTEM``, part of
+``/etc``), its own
 ``/proc`` (a new PID namespace: only its own processes), a minimal ``/dev``,
 a size-capped ``/tmp``, the workspace at ``/workspace`` (the one writable
 place that outlives it) and, with egress, the proxy's socket. Not the
@@ -17,7 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 #: read-only system directories (those the host has); a top-level symlink (``/bin -> usr/bin``) is kept one
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: what of ``/etc`` programs need (names, libraries, certificates, alternatives), read-only. Not all of
+#: it: outside their user namespace the sandbox's processes are this process's user, so as root they
+#: would read root's own 0600 files (``/etc/shadow``, ``/etc/ssl/private``, tokens in ``pip.conf``)
+ETC = ("passwd", "group", "hosts", "host.conf", "nsswitch.conf", "gai.conf", "protocols", "services",
+       "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "alternatives", "ssl/certs",
+       "ca-certificates", "os-release", "debian_version", "mime.types", "profile", "bash.bashrc",
+       "inputrc", "python3", "python3.11", "python3.12", "python3.13", "terminfo", "magic", "mtab")
 #: where the workspace and the proxy's socket appear inside
 WORKSPACE = "/workspace"
 PROXY_SOCKET = "/run/cairn-egress.sock"
@@ -44,6 +52,10 @@ def system_binds() -> list[str]:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in ETC:
+        path = "/etc/" + name
+        if os.path.lexists(path):
             args += ["--ro-bind", path, path]
     return args
 

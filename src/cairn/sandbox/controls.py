@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 
 from cairn.errors import CairnError
-from cairn.sandbox import bwrap, seccomp
+from cairn.sandbox import bwrap, cgroups, seccomp
 from cairn.sandbox.policy import Policy
 
 #: bwrap 0.8.0 is the first with --disable-userns and tmpfs --size
@@ -51,13 +51,12 @@ def _bwrap() -> Control:
     return Control("bwrap", True, f"{path} ({out.strip()})")
 
 
-def _userns(uid: int | None) -> Control:
-    """A trivial sandbox with every namespace, as the user launches run as."""
+def _userns() -> Control:
+    """A trivial sandbox with every namespace."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             *bwrap.system_binds(), "--proc", "/proc", "--dev", "/dev", "/usr/bin/true"]
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=30, user=uid, group=uid,
-                              extra_groups=[] if uid is not None else None)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
         return Control("namespaces", False, f"cannot start bwrap: {exc}")
     if done.returncode != 0:
@@ -67,12 +66,11 @@ def _userns(uid: int | None) -> Control:
                                        "user namespaces disabled")
 
 
-def _uid() -> Control:
-    if os.geteuid() == 0:
-        return Control("uid", True, "each workspace's sandbox runs as its own unprivileged host uid "
-                                    "(process limit per sandbox; root-only files unreadable)")
-    return Control("uid", False, f"not root: sandboxes run as this process's uid {os.geteuid()}, so "
-                                 "their process limit counts this worker's processes too")
+def _processes() -> Control:
+    problem = cgroups.available()
+    if problem is not None:
+        return Control("processes", False, problem)
+    return Control("processes", True, f"a pids cgroup per sandbox, under {cgroups.parent()}")
 
 
 def _prlimit() -> Control:
@@ -94,10 +92,9 @@ def _seccomp() -> Control:
 def check() -> tuple[Control, ...]:
     """Every control, as this host provides it (checked once per process)."""
     bwrap = _bwrap()
-    uid = _uid()
-    found = [bwrap, uid, _prlimit(), _seccomp()]
+    found = [bwrap, _processes(), _prlimit(), _seccomp()]
     if bwrap.available:
-        found.insert(1, _userns(sandbox_uid("/") if uid.available else None))
+        found.insert(1, _userns())
     else:
         found.insert(1, Control("namespaces", False, "needs bwrap"))
     python = os.path.exists(SANDBOX_PYTHON)
@@ -120,19 +117,4 @@ def require(policy: Policy, *, python: bool = False) -> frozenset[str]:
     return frozenset(degraded)
 
 
-#: the first host uid of sandboxes, and how many there are (far above any real user's)
-UID_BASE = 1_500_000_000
-UID_RANGE = 1 << 24
-
-
-def sandbox_uid(workspace: str) -> int:
-    """The unprivileged host uid of the sandboxes of ``workspace``: one per
-    workspace path, so two runs' sandboxes never share a process count or
-    each other's files."""
-    import hashlib
-
-    digest = hashlib.blake2b(os.fsencode(workspace), digest_size=8).digest()
-    return UID_BASE + int.from_bytes(digest, "big") % UID_RANGE
-
-
-__all__ = ["Control", "SandboxUnavailable", "check", "require", "sandbox_uid"]
+__all__ = ["Control", "SandboxUnavailable", "check", "require"]

@@ -161,7 +161,6 @@ class Proxy:
         self.policy = policy
         self.refusals: list[str] = []
         self._dir = Path(tempfile.mkdtemp(prefix="cairn-egress-"))
-        self._dir.chmod(0o711)  # the sandbox's own host uid must reach the socket to bind-mount it
         self.path = str(self._dir / "proxy.sock")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(self.path)

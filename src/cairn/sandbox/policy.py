@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from cairn.errors import InvalidArgument
 
 #: the controls a host may lack, which ``allow_degraded`` may name (``controls.CONTROLS`` checks them)
-DEGRADABLE = frozenset({"seccomp", "uid"})
+DEGRADABLE = frozenset({"seccomp", "processes"})
 
 #: a hostname the proxy accepts: lowercase LDH labels, no trailing dot (see ``check_hostname``)
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from cairn.errors import InvalidArgument
-from cairn.sandbox import bridge, bwrap, controls, seccomp
+from cairn.sandbox import bridge, bwrap, cgroups, controls, seccomp
 from cairn.sandbox.egress import Proxy
 from cairn.sandbox.policy import Policy
 
@@ -57,29 +57,9 @@ class Result:
                 "degraded": list(self.degraded), "refused": list(self.refused)}
 
 
-def _hand_over(workspace: Path, uid: int) -> None:
-    """Make every entry of the workspace the sandbox uid's (it writes there
-    as that uid); what is already its is not touched, so an unchanged
-    workspace keeps its stat cache valid. Symlinks are changed themselves,
-    never followed."""
-    def visit(path: str) -> None:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                st = entry.stat(follow_symlinks=False)
-                if st.st_uid != uid or st.st_gid != uid:
-                    os.lchown(entry.path, uid, uid)
-                if entry.is_dir(follow_symlinks=False):
-                    visit(entry.path)
-
-    st = os.lstat(workspace)
-    if st.st_uid != uid or st.st_gid != uid:
-        os.lchown(workspace, uid, uid)
-    visit(str(workspace))
-
-
 def _rlimits(policy: Policy) -> list[str]:
     lim = policy.limits
-    return ["prlimit", f"--nproc={lim.processes}", f"--as={lim.memory_bytes}", f"--fsize={lim.file_bytes}",
+    return ["prlimit", f"--as={lim.memory_bytes}", f"--fsize={lim.file_bytes}",
             f"--cpu={lim.cpu_seconds}", f"--nofile={lim.open_files}", "--core=0", "--"]
 
 
@@ -118,10 +98,13 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
     ws = Path(workspace).absolute()
     if not ws.is_dir():
         raise InvalidArgument(f"sandbox workspace {str(ws)!r} is not a directory")
-    uid = controls.sandbox_uid(str(ws)) if "uid" not in degraded else None
-    if uid is not None:
-        _hand_over(ws, uid)
-    proxy = Proxy(policy.egress, owner=uid) if policy.egress is not None else None
+    group = cgroups.Group.make(policy.limits.processes) if "processes" not in degraded else None
+    try:
+        proxy = Proxy(policy.egress) if policy.egress is not None else None
+    except BaseException:
+        if group is not None:
+            group.remove()
+        raise
     command = list(argv)
     extra_env = dict(env or {})
     if proxy is not None:
@@ -132,6 +115,8 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
     passed = [info_write] + ([filter_fd] if filter_fd is not None else [])
     spec = bwrap.Spec(workspace=str(ws), argv=command, env=extra_env, tmp_bytes=policy.limits.tmp_bytes,
                       seccomp_fd=filter_fd, proxy_socket=proxy.path if proxy else None, info_fd=info_write)
+    # the launcher joins the cgroup before it execs anything, so every process of the sandbox is counted
+    launch = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', group.procs] if group is not None else []
     started = time.perf_counter()
     try:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
@@ -139,11 +124,10 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
             given.write(stdin or b"")
             given.seek(0)
             process = subprocess.Popen(
-                [*_rlimits(policy), *bwrap.command(spec)], stdin=given, stdout=out, stderr=err,
+                [*launch, *_rlimits(policy), *bwrap.command(spec)], stdin=given, stdout=out, stderr=err,
                 # bwrap's init (the sandbox's pid 1) keeps the environment bwrap was given, and the
                 # sandbox can read /proc/1/environ: give it nothing of this process's
-                env=LAUNCH_ENV, pass_fds=passed, start_new_session=True, user=uid, group=uid,
-                extra_groups=[] if uid is not None else None)
+                env=LAUNCH_ENV, pass_fds=passed, start_new_session=True)
             for fd in passed:
                 os.close(fd)
             passed = []
@@ -164,6 +148,8 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
                 os.close(fd)
         if proxy is not None:
             proxy.close()
+        if group is not None:
+            group.remove()
     return Result(exit_code=code, stdout=stdout, stderr=stderr, timed_out=timed_out, seconds=seconds,
                   truncated=cut_out or cut_err, degraded=tuple(sorted(degraded)),
                   refused=tuple(proxy.refusals) if proxy else ())
