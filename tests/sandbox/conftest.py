@@ -19,15 +19,12 @@ import pytest
 from cairn.sandbox import check
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _controls() -> None:
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A workspace of the test's own, on a host checked to have every control."""
     missing = [f"{c.name}: {c.detail}" for c in check() if not c.available]
     if missing:
         pytest.fail("the sandbox's controls are missing on this host: " + "; ".join(missing))
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
     path = tmp_path / "workspace"
     path.mkdir()
     return path
