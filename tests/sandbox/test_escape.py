@@ -81,7 +81,8 @@ for line in open("/etc/resolv.conf") if __import__("os").path.exists("/etc/resol
             seen["host-resolver"] = type(exc).__name__
 """, ws)
     assert udp_listener.received() == 0
-    assert seen["resolve"] != "resolved" and seen.get("host-resolver") != "answered", seen
+    assert seen["resolve"] != "resolved", seen
+    assert seen.get("host-resolver") != "answered", seen
 
 
 # -- files ---------------------------------------------------------------------------------------
@@ -117,18 +118,21 @@ try:
 except OSError:
     pass
 """, ws)
-    for path in targets[:3] + ["/etc/shadow", "/root/.ssh", targets[-1]]:
+    for path in [*targets[:3], "/etc/shadow", "/root/.ssh", targets[-1]]:
         assert seen[path] in ("FileNotFoundError", "PermissionError", "IsADirectoryError"), (path, seen[path])
     for path in ("/proc/1/environ", "/proc/self/environ"):
-        assert "hunter2" not in str(seen[path]) and str(home) not in str(seen[path]), seen[path]
-    assert seen["cwd"] == "/workspace" and seen["writable-root"] == "no"
+        assert "hunter2" not in str(seen[path]), seen[path]
+        assert str(home) not in str(seen[path]), seen[path]
+    assert seen["cwd"] == "/workspace"
+    assert seen["writable-root"] == "no"
     assert not (other / "evil").exists()
 
 
 def test_only_the_workspace_and_tmp_are_writable(ws: Path) -> None:
     result = run(["sh", "-c", "echo kept > /workspace/out.txt; echo gone > /tmp/t.txt; "
                               "touch /usr/evil /etc/passwd 2>&1; echo done"], ws)
-    assert result.exit_code == 0 and "done" in result.stdout
+    assert result.exit_code == 0
+    assert "done" in result.stdout
     assert "Read-only file system" in result.stdout or "Permission denied" in result.stdout
     assert (ws / "out.txt").read_text() == "kept\n"
     assert not Path("/usr/evil").exists()
@@ -171,7 +175,9 @@ except OSError as exc:
 
 def test_nested_user_namespace_via_unshare_command_fails(ws: Path) -> None:
     result = run(["sh", "-c", "unshare -U id 2>&1; echo rc=$?"], ws)
-    assert result.exit_code == 0 and "rc=0" not in result.stdout and "rc=" in result.stdout, result
+    assert result.exit_code == 0, result
+    assert "rc=0" not in result.stdout, result
+    assert "rc=" in result.stdout, result
 
 
 # -- resources -----------------------------------------------------------------------------------
@@ -194,14 +200,16 @@ for _ in range(200):
 print(started, refused, flush=True)
 """, ws, Policy(limits=Limits(processes=20, wall_seconds=60)))
     started, refused = (int(n) for n in result.stdout.split())
-    assert started < 20 and refused == 200 - started, result
+    assert started < 20, result
+    assert refused == 200 - started, result
     assert not result.timed_out  # the command returned: its sleeping children died with the sandbox
 
 
 def test_memory_bomb_is_contained(ws: Path) -> None:
     result = run_python("b = bytearray(512 << 20)\nprint('allocated')", ws,
                         Policy(limits=Limits(memory_bytes=256 << 20)))
-    assert "allocated" not in result.stdout and "MemoryError" in result.stderr, result
+    assert "allocated" not in result.stdout, result
+    assert "MemoryError" in result.stderr, result
 
 
 def test_disk_bombs_are_contained(ws: Path) -> None:
@@ -219,13 +227,15 @@ for path, n in (("/workspace/big.bin", 16), ("/tmp/a.bin", 3), ("/tmp/b.bin", 3)
         seen[path] = exc.strerror
 print(seen)
 """, ws, policy)
-    assert "File too large" in result.stdout and "No space left on device" in result.stdout, result
+    assert "File too large" in result.stdout, result
+    assert "No space left on device" in result.stdout, result
     assert (ws / "big.bin").stat().st_size <= 4 << 20
 
 
 def test_cpu_bomb_is_stopped(ws: Path) -> None:
     result = run_python("while True: pass", ws, Policy(limits=Limits(cpu_seconds=1, wall_seconds=60)))
-    assert not result.timed_out and result.exit_code in (-9, -24, 137, 152), result  # SIGXCPU / SIGKILL
+    assert not result.timed_out, result
+    assert result.exit_code in (-9, -24, 137, 152), result  # SIGXCPU / SIGKILL
 
 
 def _survivors(marker: str) -> list[str]:
@@ -247,7 +257,8 @@ def test_no_process_survives_the_timeout(ws: Path) -> None:
     script = (f"({sleeper} &) ; setsid {sleeper} & nohup {sleeper} >/dev/null 2>&1 & "
               f"sh -c \"{sleeper} &\" ; echo started; {sleeper}")
     result = run(["sh", "-c", script], ws, Policy(limits=Limits(wall_seconds=3)))
-    assert result.timed_out and "started" in result.stdout, result
+    assert result.timed_out, result
+    assert "started" in result.stdout, result
     deadline = time.monotonic() + 5
     while _survivors(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -265,7 +276,8 @@ if os.fork() == 0:
     os._exit(0)
 print("detached")
 """, ws)
-    assert result.exit_code == 0 and "detached" in result.stdout, result
+    assert result.exit_code == 0, result
+    assert "detached" in result.stdout, result
     deadline = time.monotonic() + 5
     while _survivors(marker) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -18,7 +18,6 @@ from cairn.engine.workspace import DETAIL_KEY
 from cairn.sandbox import Limits, Policy
 from cairn.sandbox.tool import sandbox_tool
 from tests.engine.conftest import postgres_url
-from tests.workspace.wsapps import root_of
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +52,8 @@ def test_the_commands_files_are_the_runs_workspace(app: cairn.App, tmp_path: Pat
     def flow(ctx: cairn.Context) -> dict[str, object]:
         prepare()
         first = sandbox(code="n = int(open('input.txt').read())\nopen('output.txt', 'w').write(str(n + 1))\n"
-                             "try:\n    open('escape', 'w').write('overwritten')\n    print('wrote through')\n"
+                             "try:\n    open('escape', 'w').write('overwritten')\n"
+                             "    print('wrote through')\n"
                              "except OSError as e:\n    print('refused', e.strerror)\n")
         # a failed attempt leaves garbage.txt and exits 3 (check=True: the call fails and is retried);
         # the next attempt must start from the recorded workspace, without it
@@ -66,12 +66,14 @@ def test_the_commands_files_are_the_runs_workspace(app: cairn.App, tmp_path: Pat
 
     result = app.run(flow, run_id="sbx-1")
     assert result["first"]["exit_code"] == 0, result
-    assert "refused" in result["first"]["stdout"] and outside.read_text() == "host file"
+    assert "refused" in result["first"]["stdout"]
+    assert outside.read_text() == "host file"
     assert result["files"]["output.txt"] == "42"
     # the snapshot recorded with the first call holds the command's file
     roots = [e.detail[DETAIL_KEY] for e in app.history("sbx-1")
              if e.event is EventType.STEP_COMPLETED and e.detail and DETAIL_KEY in e.detail]
     assert len(set(roots)) >= 2
     # both attempts ran the command on the restored workspace: neither saw the other's garbage
-    assert isinstance(result["flaky"], str) and "exited 3" in result["flaky"], result["flaky"]
+    assert isinstance(result["flaky"], str), result["flaky"]
+    assert "exited 3" in result["flaky"], result["flaky"]
     assert "garbage.txt" not in result["files"]

@@ -84,4 +84,4 @@ def command(spec: Spec, bwrap: str = "bwrap") -> list[str]:
     return [*args, "--", *spec.argv]
 
 
-__all__ = ["BASE_ENV", "INNER_UID", "PROXY_SOCKET", "SYSTEM", "Spec", "WORKSPACE", "command"]
+__all__ = ["BASE_ENV", "INNER_UID", "PROXY_SOCKET", "SYSTEM", "WORKSPACE", "Spec", "command"]

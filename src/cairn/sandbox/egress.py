@@ -123,7 +123,7 @@ def parse_head(head: bytes) -> tuple[str, str, int, bytes]:
     if not target.startswith("http://"):
         raise Refused("plain HTTP requests must use an absolute http:// URL (origin-form is refused)")
     rest = target[len("http://"):]
-    authority, slash, path = rest.partition("/")
+    authority, _, path = rest.partition("/")
     if "@" in authority or not authority:
         raise Refused(f"bad authority in {target[:100]!r}")
     host, port = _split_authority(authority, 80)
@@ -178,7 +178,8 @@ class Proxy:
                 client, _ = self._server.accept()
             except OSError:
                 return
-            threading.Thread(target=self._handle, args=(client,), name="cairn-egress-conn", daemon=True).start()
+            threading.Thread(target=self._handle, args=(client,), name="cairn-egress-conn",
+                             daemon=True).start()
 
     def _read_head(self, client: socket.socket) -> tuple[bytes, bytes]:
         client.settimeout(HEAD_TIMEOUT)

@@ -29,7 +29,6 @@ from cairn.sandbox import bridge, bwrap, cgroups, controls, seccomp
 from cairn.sandbox.egress import Proxy
 from cairn.sandbox.policy import Policy
 
-
 #: the whole environment of prlimit and bwrap (never this process's: see ``run``)
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 

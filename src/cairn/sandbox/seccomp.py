@@ -56,7 +56,7 @@ DENIED = (
 
 def _load() -> Any:
     try:
-        import pyseccomp
+        import pyseccomp  # type: ignore[import-untyped]  # no stubs: a single ctypes module
     except ImportError:
         raise MissingExtra("the sandbox's seccomp filter", "sandbox") from None
     except RuntimeError as exc:  # pyseccomp raises this when libseccomp.so is missing
