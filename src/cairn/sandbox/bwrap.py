@@ -13,7 +13,10 @@ remounted read-only last, so nothing can be written beside the binds.
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +49,26 @@ class Spec:
     info_fd: int | None = None
 
 
+@functools.lru_cache(maxsize=1)
+def etc_view() -> str:
+    """A copy of ``ETC`` made once per process (symlinks kept as symlinks),
+    bound as the sandbox's ``/etc`` in one mount: binding its ~30 entries
+    one by one took a third of a launch. A change to the host's ``/etc``
+    after the first launch is not seen by later sandboxes of this process."""
+    view = tempfile.mkdtemp(prefix="cairn-sandbox-etc-")
+    for name in ETC:
+        source, target = os.path.join("/etc", name), os.path.join(view, name)
+        if not os.path.lexists(source):
+            continue
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.isdir(source) and not os.path.islink(source):
+            shutil.copytree(source, target, symlinks=True)
+        else:
+            shutil.copy2(source, target, follow_symlinks=False)
+    os.chmod(view, 0o755)
+    return view
+
+
 def system_binds() -> list[str]:
     args: list[str] = []
     for path in SYSTEM:
@@ -53,11 +76,7 @@ def system_binds() -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    for name in ETC:
-        path = "/etc/" + name
-        if os.path.lexists(path):
-            args += ["--ro-bind", path, path]
-    return args
+    return [*args, "--ro-bind", etc_view(), "/etc"]
 
 
 def command(spec: Spec, bwrap: str = "bwrap") -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -85,20 +86,26 @@ class Group:
             raise
         return cls(path)
 
-    def remove(self, wait: float = 2.0) -> None:
-        """Remove the cgroup once its tasks are gone (the kernel reaps a
-        killed PID namespace asynchronously: retried briefly, then left)."""
+    def remove(self) -> None:
+        """Remove the cgroup, now if its tasks are gone, else from a thread
+        once they are (the kernel reaps a killed PID namespace
+        asynchronously; the caller does not wait for it)."""
+        if not self._try_remove():
+            threading.Thread(target=self._reap, name="cairn-sandbox-cgroup", daemon=True).start()
+
+    def _try_remove(self) -> bool:
+        try:
+            self.path.rmdir()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
+
+    def _reap(self, wait: float = 10.0) -> None:
         deadline = time.monotonic() + wait
-        while True:
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.01)
+        while not self._try_remove() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 __all__ = ["Group", "available", "parent"]

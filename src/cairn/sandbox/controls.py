@@ -77,7 +77,7 @@ def _prlimit() -> Control:
     path = shutil.which("prlimit")
     if path is None:
         return Control("rlimits", False, "prlimit (util-linux) is not installed")
-    return Control("rlimits", True, f"{path}: processes, memory, file size, CPU time, open files")
+    return Control("rlimits", True, f"{path}: memory, file size, CPU time, open files")
 
 
 def _seccomp() -> Control:
