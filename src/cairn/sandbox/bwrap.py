@@ -13,6 +13,7 @@ remounted read-only last, so nothing can be written beside the binds.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -56,6 +57,7 @@ def etc_view() -> str:
     one by one took a third of a launch. A change to the host's ``/etc``
     after the first launch is not seen by later sandboxes of this process."""
     view = tempfile.mkdtemp(prefix="cairn-sandbox-etc-")
+    atexit.register(shutil.rmtree, view, ignore_errors=True)
     for name in ETC:
         source, target = os.path.join("/etc", name), os.path.join(view, name)
         if not os.path.lexists(source):

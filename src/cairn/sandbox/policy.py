@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from cairn.errors import InvalidArgument
@@ -129,9 +129,12 @@ class Policy:
 
     limits: Limits = Limits()
     egress: Egress | None = None
-    allow_degraded: frozenset[str] = frozenset()
+    allow_degraded: Collection[str] = frozenset()
 
     def __post_init__(self) -> None:
+        if isinstance(self.allow_degraded, str):
+            raise InvalidArgument("allow_degraded is a set of control names, not a string")
+        object.__setattr__(self, "allow_degraded", frozenset(self.allow_degraded))  # a set or list is fine
         unknown = set(self.allow_degraded) - DEGRADABLE
         if unknown:
             raise InvalidArgument(f"allow_degraded names unknown controls {sorted(unknown)} "
