@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cairn.errors import InvalidArgument
-from cairn.sandbox import Egress, Policy, run_python
+from cairn.sandbox import Egress, Limits, Policy, run_python
 from cairn.sandbox.egress import Refused, decide, parse_head
 from cairn.sandbox.policy import check_hostname
 from tests.sandbox.conftest import Listener
@@ -208,3 +208,16 @@ def test_no_egress_means_no_proxy(ws: Path) -> None:
                         "    print('open')\n"
                         "except OSError as e:\n    print(type(e).__name__)\n", ws)
     assert result.stdout.split() == ["False", "ConnectionRefusedError"], result
+
+
+@pytest.mark.slow
+def test_a_sandbox_cannot_exhaust_the_proxys_threads(ws: Path) -> None:
+    # the relay inside spends two threads per connection: threads count as processes, and each
+    # reserves 8 MB of address space
+    policy = Policy(egress=Egress(hosts=("allowed.test",), resolver=resolver),
+                    limits=Limits(processes=400, memory_bytes=8 << 30))
+    result = run_python("import socket, time\n"
+                        "held = [socket.create_connection(('127.0.0.1', 3128)) for _ in range(100)]\n"
+                        "time.sleep(1)\nprint(len(held))\n", ws, policy)
+    assert result.stdout.strip() == "100", result
+    assert any(r.startswith("more than 64 connections") for r in result.refused), result.refused

@@ -44,13 +44,21 @@ def relay(client):
     except OSError:
         client.close()
         return
-    threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+    try:
+        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+    except RuntimeError:  # no thread left (the sandbox's process limit): this connection only fails
+        client.close()
+        upstream.close()
+        return
     pump(client, upstream)
 if os.fork() == 0:
     os.setsid()
     while True:
         client, _ = listener.accept()
-        threading.Thread(target=relay, args=(client,), daemon=True).start()
+        try:
+            threading.Thread(target=relay, args=(client,), daemon=True).start()
+        except RuntimeError:
+            client.close()
 listener.close()
 os.execvp(sys.argv[1], sys.argv[1:])
 """

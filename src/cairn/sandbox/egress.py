@@ -43,6 +43,8 @@ MAX_HEAD = 16 * 1024
 #: seconds a client has to send its request head, and an upstream to accept
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
+#: connections one sandbox may hold open through its proxy at once (each is a thread here)
+MAX_CONNECTIONS = 64
 
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -169,6 +171,7 @@ class Proxy:
             os.chown(self.path, owner, owner)
         self._server.listen(64)
         self._closed = False
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._thread = threading.Thread(target=self._serve, name="cairn-egress", daemon=True)
         self._thread.start()
 
@@ -178,8 +181,18 @@ class Proxy:
                 client, _ = self._server.accept()
             except OSError:
                 return
-            threading.Thread(target=self._handle, args=(client,), name="cairn-egress-conn",
+            if not self._slots.acquire(blocking=False):  # a sandbox may not exhaust the worker's threads
+                self.refusals.append(f"more than {MAX_CONNECTIONS} connections at once")
+                client.close()
+                continue
+            threading.Thread(target=self._serve_one, args=(client,), name="cairn-egress-conn",
                              daemon=True).start()
+
+    def _serve_one(self, client: socket.socket) -> None:
+        try:
+            self._handle(client)
+        finally:
+            self._slots.release()
 
     def _read_head(self, client: socket.socket) -> tuple[bytes, bytes]:
         client.settimeout(HEAD_TIMEOUT)
