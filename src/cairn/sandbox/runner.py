@@ -122,11 +122,11 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
     for key, value in (env or {}).items():
         if not key or "=" in key or "\0" in key or "\0" in value:
             raise InvalidArgument(f"bad sandbox environment variable {key!r}")
-    needs_python = python or policy.egress is not None
-    degraded = controls.require(policy, python=needs_python)
     ws = Path(workspace).absolute()
     if not ws.is_dir():
         raise InvalidArgument(f"sandbox workspace {str(ws)!r} is not a directory")
+    needs_python = python or policy.egress is not None
+    degraded = controls.require(policy, python=needs_python)
     group = cgroups.Group.make(policy.limits.processes) if "processes" not in degraded else None
     try:
         proxy = Proxy(policy.egress) if policy.egress is not None else None
