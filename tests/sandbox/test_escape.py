@@ -282,3 +282,26 @@ print("detached")
     while _survivors(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _survivors(marker) == []
+
+
+def test_no_process_survives_an_interrupted_call(ws: Path) -> None:
+    """The caller is interrupted while the command runs (here a signal handler
+    raising, as Ctrl-C would): the sandbox is killed before the exception
+    leaves ``run``."""
+    import signal
+
+    marker = f"cairn-interrupted-{os.getpid()}-{time.monotonic_ns()}"
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise RuntimeError("interrupted")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(RuntimeError, match="interrupted"):
+            run_python(f"import time, sys\nprint('{marker}', flush=True)\ntime.sleep(60)", ws,
+                       Policy(limits=Limits(wall_seconds=60)))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert _survivors(marker) == []

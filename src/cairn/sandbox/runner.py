@@ -127,58 +127,65 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
         raise InvalidArgument(f"sandbox workspace {str(ws)!r} is not a directory")
     needs_python = python or policy.egress is not None
     degraded = controls.require(policy, python=needs_python)
-    group = cgroups.Group.make(policy.limits.processes) if "processes" not in degraded else None
-    try:
-        proxy = Proxy(policy.egress) if policy.egress is not None else None
-    except BaseException:
-        if group is not None:
-            group.remove()
-        raise
-    command = list(argv)
-    extra_env = dict(env or {})
-    if proxy is not None:
-        command = bridge.wrap(command, controls.SANDBOX_PYTHON)
-        extra_env.update(bridge.PROXY_ENV)
-    filter_fd = None if "seccomp" in degraded else seccomp.filter_fd(unix_sockets=proxy is not None)
-    info_read, info_write = os.pipe()
-    passed = [info_write] + ([filter_fd] if filter_fd is not None else [])
-    spec = bwrap.Spec(workspace=str(ws), argv=command, env=extra_env, tmp_bytes=policy.limits.tmp_bytes,
-                      seccomp_fd=filter_fd, proxy_socket=proxy.path if proxy else None, info_fd=info_write)
-    # the launcher joins the cgroup before it execs anything, so every process of the sandbox is counted
-    launch = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', group.procs] if group is not None else []
-    started = time.perf_counter()
-    try:
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-                tempfile.TemporaryFile() as given:
-            given.write(stdin or b"")
-            given.seek(0)
-            process = subprocess.Popen(
-                [*launch, *_rlimits(policy), *bwrap.command(spec)], stdin=given, stdout=out, stderr=err,
-                # bwrap's init (the sandbox's pid 1) keeps the environment bwrap was given, and the
-                # sandbox can read /proc/1/environ: give it nothing of this process's
-                env=LAUNCH_ENV, pass_fds=passed, start_new_session=True)
-            for fd in passed:
-                os.close(fd)
-            passed = []
-            timed_out = not _exited(process, policy.limits.wall_seconds)
-            if timed_out:
-                _kill(process, info_read)
-            code = process.wait()
-            seconds = time.perf_counter() - started
-            limit = policy.limits.output_bytes
-            stdout, cut_out = _read(out, limit)
-            stderr, cut_err = _read(err, limit)
-    finally:
-        for fd in [*passed, info_read]:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    with contextlib.ExitStack() as cleanup:  # whatever fails below, nothing made here outlives the call
+        group = None
+        if "processes" not in degraded:
+            group = cgroups.Group.make(policy.limits.processes)
+            cleanup.callback(group.remove)
+        proxy = None
+        if policy.egress is not None:
+            proxy = Proxy(policy.egress)
+            cleanup.callback(proxy.close)
+        command, extra_env = list(argv), dict(env or {})
         if proxy is not None:
-            proxy.close()
-        if group is not None:
-            group.remove()
+            command = bridge.wrap(command, controls.SANDBOX_PYTHON)
+            extra_env.update(bridge.PROXY_ENV)
+        owned: list[int] = []  # descriptors still ours to close (each closed exactly once: a number
+        cleanup.callback(_close_all, owned)  # closed twice could be another thread's file by then)
+        filter_fd = None if "seccomp" in degraded else seccomp.filter_fd(unix_sockets=proxy is not None)
+        if filter_fd is not None:
+            owned.append(filter_fd)
+        info_read, info_write = os.pipe()
+        owned += [info_read, info_write]
+        passed = [info_write] + ([filter_fd] if filter_fd is not None else [])
+        spec = bwrap.Spec(workspace=str(ws), argv=command, env=extra_env,
+                          tmp_bytes=policy.limits.tmp_bytes, seccomp_fd=filter_fd,
+                          proxy_socket=proxy.path if proxy else None, info_fd=info_write)
+        # the launcher joins the cgroup before it execs anything, so every process of the sandbox is counted
+        launch = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', group.procs] if group is not None else []
+        out, err, given = (cleanup.enter_context(tempfile.TemporaryFile()) for _ in range(3))
+        given.write(stdin or b"")
+        given.seek(0)
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            [*launch, *_rlimits(policy), *bwrap.command(spec)], stdin=given, stdout=out, stderr=err,
+            # bwrap's init (the sandbox's pid 1) keeps the environment bwrap was given, and the
+            # sandbox can read /proc/1/environ: give it nothing of this process's
+            env=LAUNCH_ENV, pass_fds=passed, start_new_session=True)
+        for fd in passed:  # the child has its copies
+            owned.remove(fd)
+            os.close(fd)
+        try:
+            timed_out = not _exited(process, policy.limits.wall_seconds)
+        except BaseException:  # interrupted while waiting: the sandbox does not outlive the call
+            _kill(process, info_read)
+            process.wait()
+            raise
+        if timed_out:
+            _kill(process, info_read)
+        code = process.wait()
+        seconds = time.perf_counter() - started
+        stdout, cut_out = _read(out, policy.limits.output_bytes)
+        stderr, cut_err = _read(err, policy.limits.output_bytes)
     return Result(exit_code=code, stdout=stdout, stderr=stderr, timed_out=timed_out, seconds=seconds,
                   truncated=cut_out or cut_err, degraded=tuple(sorted(degraded)),
                   refused=tuple(proxy.refusals) if proxy else ())
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def run_python(code: str, workspace: str | os.PathLike[str], policy: Policy | None = None, *,
