@@ -32,7 +32,10 @@ pytestmark = pytest.mark.slow
 
 def _spawn(backend: StoreBackend, tmp_path: Path, worker_id: str,
            workspaces: Path) -> subprocess.Popen[bytes]:
-    env = {DB_ENV: backend.worker_url(worker_id), "CAIRN_WORKSPACES": str(workspaces)}
+    # TMPDIR: the worker's copy of /etc (bwrap.etc_view) goes in the test's directory, since a
+    # SIGKILLed worker never removes it
+    env = {DB_ENV: backend.worker_url(worker_id), "CAIRN_WORKSPACES": str(workspaces),
+           "TMPDIR": str(tmp_path)}
     return processes.spawn("tests.sandbox.sbx_worker", ["--worker-id", worker_id], env=env,
                            log=tmp_path / f"{worker_id}.log")
 
