@@ -49,7 +49,7 @@ from typing import Any
 DIST = "cairn-runtime"
 #: the extras this checks (``dev`` and ``bench`` are for working on Cairn, not features)
 EXTRAS = ("pydantic", "openai", "anthropic", "mcp", "postgres", "server", "otel", "otel-export", "langgraph",
-          "encryption", "workspace")
+          "encryption", "workspace", "sandbox")
 #: module (and its submodules) -> the extra its import needs; the feature its message names
 IMPORT_NEEDS = {
     "cairn.models.openai": "openai",
@@ -295,6 +295,14 @@ def check_features(have: set[str], workdir: Path) -> None:
         check_otlp_export()
     else:
         expect_missing("OTLP export", "otel-export", lambda: export_otlp(app))
+    # the sandbox's seccomp filter (pyseccomp over the system's libseccomp2)
+    from cairn.sandbox.seccomp import filter_bytes
+
+    if "sandbox" in have:
+        if not filter_bytes(unix_sockets=False):
+            fail("the sandbox's seccomp filter is empty")
+    else:
+        expect_missing("the sandbox's seccomp filter", "sandbox", lambda: filter_bytes(unix_sockets=True))
     # encryption at rest (cryptography): only when a keyring is given
     import base64
 

@@ -28,6 +28,7 @@ from .ops import ops
 from .options import CairnGroup, db_option
 from .queues import queues
 from .runs import budget, cancel, kill, resume, retry, start
+from .sandbox import sandbox
 from .schedules import schedules
 from .serve import serve
 from .signals import signal as signal_command
@@ -62,5 +63,6 @@ for _command in (
     langgraph,                                                  # LangGraph threads' time travel
     keys,                                                       # encryption keys (cli/keys.py)
     workspace,                                                  # runs' workspaces (cli/workspace.py)
+    sandbox,                                                    # cairn sandbox check (cli/sandbox.py)
 ):
     main.add_command(_command)
