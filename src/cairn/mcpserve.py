@@ -96,7 +96,8 @@ def build(app: App, principal: Principal) -> FastMCP:
         need(Role.OPERATOR)
         chosen = scoped_run_id(principal.tenant, run_id) if run_id is not None else None
         handle = app.start_json(workflow, input or {}, run_id=chosen, thread_id=thread_id,
-                                tenant=principal.tenant)
+                                tenant=principal.tenant, started_role=principal.role.value,
+                                started_token=principal.token_id)
         record = run(handle.run_id)  # an id taken by another tenant's run: not found, as in the API
         return {"created": handle.created, "run": run_json(record)}
 

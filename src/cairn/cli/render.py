@@ -180,7 +180,9 @@ def lifecycle_detail(event: HistoryEvent) -> str:
     if kind is EventType.RUN_CREATED:
         return f"{d.get('workflow')} v{d.get('version')}, tenant {d.get('tenant')}" + (
             f", child of {d['parent_run_id']}" if d.get("parent_run_id") else "") + (
-            f", {forked.describe()}" if (forked := lineage_of(event)) is not None else "")
+            f", {forked.describe()}" if (forked := lineage_of(event)) is not None else "") + (
+            f", started as {d['started_role']}" if d.get("started_role") else "") + (
+            f" (token {d['started_token']})" if d.get("started_token") else "")
     if kind is EventType.LEASE_CLAIMED:
         return f"lease until {_clock(d.get('lease_until'))}"
     if kind is EventType.LEASE_TAKEN_OVER:

@@ -169,7 +169,7 @@ class MCPServer:
         if listed is None:
             self._refuse(ex, name, f"the run's list of MCP server {self.name!r} has no tool {name!r}")
         assert listed is not None
-        refusal = self.access.get(name, ToolAccess()).refusal(ex.run.tenant, ex.run.workflow)
+        refusal = self.access.get(name, ToolAccess()).refusal_in(ex)
         if refusal is not None:
             self._refuse(ex, name, f"tool {self.name}.{name} refused: {refusal}")
         if not isinstance(args, dict):
