@@ -83,7 +83,8 @@ def token(app: cairn.App, tenant: str, role: str) -> str:
 
 def test_every_tool_start_read_approve_signal(world: tuple[cairn.App, str]) -> None:
     app, db = world
-    acme = Client(db, token(app, "acme", "operator"))
+    secret = token(app, "acme", "operator")
+    acme = Client(db, secret)
     [(_, tools), (err, started), (err2, waiting)] = acme.session([
         ("@tools", {}),
         ("start_run", {"workflow": "payout", "input": {"cents": 1250}, "run_id": "p1"}),
@@ -95,6 +96,8 @@ def test_every_tool_start_read_approve_signal(world: tuple[cairn.App, str]) -> N
     assert started["created"] is True
     assert started["run"]["tenant"] == "acme"
     p1, w1 = started["run"]["run_id"], waiting["run"]["run_id"]
+    # the run has the rights of the token that started it, wherever it runs (engine.startedwith)
+    assert app.store.started_with(p1) == ("operator", app.tokens.check(secret).token_id)
     app.worker().run(max_idle=0.5)  # both runs now wait: for an approval, for a signal
     answers = acme.session([
         ("list_approvals", {}),
