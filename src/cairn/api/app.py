@@ -391,7 +391,7 @@ class App:
                                        approval_timeout=approval_timeout, access=access)
             self.runtime.registry.add_tool(tool_fingerprint(  # part of every bundle of this app
                 definition.name, definition.effect.value, str(definition.call_signature),
-                definition.result_type))
+                definition.result_type, None if access is None else access.pinned()))
             return Tool(definition)
 
         return register(fn) if fn is not None else register

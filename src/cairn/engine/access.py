@@ -70,6 +70,16 @@ class ToolAccess:
             return f"{who} may not call it: it needs {self.role}"
         return None
 
+    def pinned(self) -> dict[str, Any]:
+        """The rule as a bundle pins it (``engine.bundles.tool_fingerprint``,
+        and the code hash where the workflow's code holds one): changing it is
+        a bundle change."""
+        return {"tenants": None if self.tenants is None else sorted(self.tenants),
+                "workflows": None if self.workflows is None else sorted(self.workflows),
+                "role": self.role}
+
+    bundle_pin = pinned
+
     def refusal_in(self, ex: Execution) -> str | None:
         """``refusal`` for the run ``ex`` executes (its role read only when
         the rule names one)."""

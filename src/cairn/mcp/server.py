@@ -137,6 +137,20 @@ class MCPServer:
         self._lists: dict[int, dict[str, Listed]] = {}
         self._tools: dict[tuple[str, str, str], Tool[..., Any]] = {}
 
+    def bundle_pin(self) -> dict[str, Any]:
+        """The server as a bundle's code hash pins it (``engine.bundles``):
+        what it is, what the app allows it, and the app's rules over its
+        tools (effects, access, which have a reconciler). Changing any of
+        them is a new bundle: a run keeps the rules it started under."""
+        return {
+            "name": self.name, "command": None if self.command is None else list(self.command),
+            "url": self.url, "timeout": self.timeout,
+            "egress": {"commands": list(self.egress.commands), "urls": list(self.egress.urls)},
+            "effects": {tool: Effect(effect).value for tool, effect in sorted(self.effects.items())},
+            "access": {tool: rule.pinned() for tool, rule in sorted(self.access.items())},
+            "reconcile": sorted(self.reconcile),
+        }
+
     # -- in a workflow --------------------------------------------------------------------
 
     def tools(self) -> list[dict[str, Any]]:
