@@ -32,7 +32,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +135,7 @@ class MCPServer:
         self._connection: Connection | None = None
         self._lock = threading.Lock()
         self._lists: dict[int, dict[str, Listed]] = {}
-        self._tools: dict[tuple[str, str, str], Tool[..., Any]] = {}
+        self._tools: dict[tuple[str, str, str, bool], Tool[..., Any]] = {}
 
     def bundle_pin(self) -> dict[str, Any]:
         """The server as a bundle's code hash pins it (``engine.bundles``):
@@ -173,6 +173,22 @@ class MCPServer:
         ``{"text": ..., "content": [...], "structured": ...}``: the text
         blocks joined, the other blocks (images, audio, resources) as the
         server sent them, and the structured content if any."""
+        listed, args = self._checked(tool, arguments)
+        return self._tool(listed, False)(args)
+
+    def acall(self, tool: str | ToolCall, arguments: Mapping[str, Any] | None = None) -> Awaitable[Any]:
+        """``call`` for an async workflow: ``await server.acall(...)``. The
+        call takes its position now (so calls started together keep their
+        order, as local async tools do); awaiting it sends the request
+        without a thread or a blocked loop. The run's tool list, if not yet
+        journaled, is listed at this call (``tools()`` first avoids that)."""
+        listed, args = self._checked(tool, arguments)
+        result: Awaitable[Any] = self._tool(listed, True)(args)
+        return result
+
+    def _checked(self, tool: str | ToolCall,
+                 arguments: Mapping[str, Any] | None) -> tuple[Listed, dict[str, Any]]:
+        """The listed tool and the arguments of a call, or the recorded refusal."""
         if isinstance(tool, ToolCall):
             name, args = tool.name, tool.parsed_arguments()
         else:
@@ -188,7 +204,7 @@ class MCPServer:
             self._refuse(ex, name, f"tool {self.name}.{name} refused: {refusal}")
         if not isinstance(args, dict):
             self._refuse(ex, name, f"the arguments of {self.name}.{name} are not a JSON object")
-        return self._tool(listed)(args)
+        return listed, args
 
     def close(self) -> None:
         with self._lock:
@@ -236,13 +252,14 @@ class MCPServer:
 
     # -- calls -------------------------------------------------------------------------------
 
-    def _tool(self, listed: Listed) -> Tool[..., Any]:
-        key = (listed.name, listed.effect, msgspec.json.encode(listed.output_schema).decode())
+    def _tool(self, listed: Listed, is_async: bool) -> Tool[..., Any]:
+        key = (listed.name, listed.effect, msgspec.json.encode(listed.output_schema).decode(), is_async)
         with self._lock:
             found = self._tools.get(key)
             if found is None:
+                body = self._abody(listed) if is_async else self._body(listed)
                 found = self._tools[key] = Tool(ToolDef.build(
-                    self._body(listed), name=f"{self.name}.{listed.name}", effect=listed.effect,
+                    body, name=f"{self.name}.{listed.name}", effect=listed.effect,
                     reconcile=self.reconcile.get(listed.name) if listed.effect == Effect.WRITE else None,
                     timeout=self.timeout, schema=None, retry=self.retry, reconcile_retry=None))
             return found
@@ -254,6 +271,17 @@ class MCPServer:
             if keyed and op.effect is not Effect.READ:
                 arguments = {**arguments, "idempotency_key": op.operation_id}
             result = self._session().call_tool(listed.name, arguments, self.timeout)
+            return _result(self.name, listed, result)
+
+        return body
+
+    def _abody(self, listed: Listed) -> Callable[..., Any]:
+        keyed = "idempotency_key" in (listed.input_schema.get("properties") or {})
+
+        async def body(op: Operation, arguments: dict[str, Any]) -> Any:
+            if keyed and op.effect is not Effect.READ:
+                arguments = {**arguments, "idempotency_key": op.operation_id}
+            result = await self._session().acall_tool(listed.name, arguments, self.timeout)
             return _result(self.name, listed, result)
 
         return body
