@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from cairn.store.contract import Store
 from cairn.store.records import STARTED_ROLES
-
-if TYPE_CHECKING:
-    from cairn.engine.execution import Execution
 
 __all__ = ["NOBODY", "StartedWith", "inherited", "rank", "started_with"]
 
@@ -40,6 +38,17 @@ class StartedWith:
 
 #: a run started without a token
 NOBODY = StartedWith()
+class Execution(Protocol):
+    """What is read here of an execution (``engine.execution.Execution``,
+    which imports this module: named by shape, not by import)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+
 _READ: weakref.WeakKeyDictionary[Execution, StartedWith] = weakref.WeakKeyDictionary()
 
 
