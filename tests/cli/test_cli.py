@@ -249,6 +249,14 @@ def test_start_is_idempotent_on_run_id(db: str) -> None:
     assert len(cli("runs", "--json", "--db", db).stdout.splitlines()) == 1
 
 
+def test_start_with_a_role_records_it(db: str, app: cairn.App) -> None:
+    run_id = start(db, "greet", "--input", '{"name": "ada"}', "--role", "operator")
+    assert app.store.started_with(run_id) == ("operator", None)
+    assert app.store.started_with(start(db, "greet", "--input", '{"name": "bo"}')) == (None, None)
+    check_error(cli("start", "greet", "--app", APP, "--db", db, "--role", "root"), 2, "--role", "'root'")
+    assert len(cli("runs", "--json", "--db", db).stdout.splitlines()) == 2
+
+
 def test_runs_filters_and_table(db: str, app: cairn.App) -> None:
     done = start(db, "greet", "--input", '{"name": "ada"}', "--tenant", "acme")
     waiting = start(db, "slow", "--input", "{}")

@@ -152,6 +152,27 @@ def test_an_unauthorized_tenant_or_workflow_is_refused_and_recorded(
     assert world(state) == ["send x: allowed"]
 
 
+def test_a_run_started_below_the_tools_role_is_refused_and_recorded(
+    app: cairn.App, make_server: MakeServer, state: Path
+) -> None:
+    """The role is the run's, recorded at its start: a viewer's run calling
+    a tool the app reserves to admin is refused, before anything is sent."""
+    server = make_server(access={"send": ToolAccess(role="admin")})
+
+    @app.workflow(name="mailer")
+    def mailer(ctx: cairn.Context, text: str) -> str:
+        return str(server.call("send", {"to": "x", "text": text})["text"])
+
+    with pytest.raises(cairn.RunFailed, match=r"tool t\.send refused: a run started as viewer \(token tv\) "
+                                              r"may not call it: it needs admin"):
+        app.run(mailer, "from a viewer", run_id="viewer-run", started_role="viewer", started_token="tv")
+    [refused] = entries(app, "viewer-run", "tool", EventType.STEP_FAILED)
+    assert refused.name == "t.send"
+    assert world(state) == []  # never sent
+    assert app.run(mailer, "from an admin", run_id="admin-run", started_role="admin") == "sent"
+    assert world(state) == ["send x: from an admin"]
+
+
 def test_a_hanging_server_times_out(app: cairn.App, make_server: MakeServer) -> None:
     server = make_server(timeout=2.0)
 

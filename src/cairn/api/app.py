@@ -38,6 +38,7 @@ from cairn.engine.executor import Outcome
 from cairn.engine.replaycheck import ReplayReport
 from cairn.engine.runtime import Runtime
 from cairn.engine.schedules import DEFAULT_GRACE, InvalidSchedule, Schedule
+from cairn.engine.startedwith import NOBODY, StartedWith
 from cairn.engine.steps import Step
 from cairn.engine.tools import Effect, Reconciler, Tool, ToolDef
 from cairn.engine.transactions import Transaction
@@ -390,7 +391,7 @@ class App:
                                        approval_timeout=approval_timeout, access=access)
             self.runtime.registry.add_tool(tool_fingerprint(  # part of every bundle of this app
                 definition.name, definition.effect.value, str(definition.call_signature),
-                definition.result_type))
+                definition.result_type, None if access is None else access.pinned()))
             return Tool(definition)
 
         return register(fn) if fn is not None else register
@@ -593,15 +594,21 @@ class App:
         priority: int = 0,
         budget: Budget | None = None,
         version: str | None = None,
+        started_role: str | None = None,
+        started_token: str | None = None,
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
         starting an existing id returns a handle on that run, unchanged.
         A workflow given by name starts its newest version, or ``version``;
-        the run records its bundle and executes only on that bundle's code."""
+        the run records its bundle and executes only on that bundle's code.
+        ``started_role`` (and ``started_token``, a token's id): the rights
+        it is started with, which tools restricted by role check
+        (``cairn.ToolAccess(role=...)``) wherever it runs; ``None``: none."""
         definition = self.definition(workflow, version)
         arguments = _bind(definition, args, kwargs)
-        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget)
+        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
+                            StartedWith(started_role, started_token))
         _, created = self.store.create_run(new)
         return RunHandle(self, new.run_id, created=created)
 
@@ -617,16 +624,20 @@ class App:
         priority: int = 0,
         budget: Budget | None = None,
         version: str | None = None,
+        started_role: str | None = None,
+        started_token: str | None = None,
     ) -> RunHandle[Any]:
         """Start ``workflow`` with inputs given as JSON values (the CLI's
         ``--input``): an object names parameters, an array lists them, any
-        other value is the only argument. Validated against the annotations."""
+        other value is the only argument. Validated against the annotations.
+        ``started_role``, ``started_token``: as for ``start``."""
         definition = self.definition(workflow, version)
         try:
             arguments = definition.inputs_from_json(data)
         except TypeError as exc:
             raise PayloadError(f"input does not fit workflow {workflow!r}: {exc}") from None
-        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget)
+        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
+                            StartedWith(started_role, started_token))
         _, created = self.store.create_run(new)
         return RunHandle(self, new.run_id, created=created)
 
@@ -638,6 +649,8 @@ class App:
         thread_id: str | None = None,
         tenant: str = "default",
         budget: Budget | None = None,
+        started_role: str | None = None,
+        started_token: str | None = None,
         **kwargs: Any,
     ) -> R:
         """Start a run and execute it here, in this thread, to the end.
@@ -649,7 +662,8 @@ class App:
         """
         definition = self.definition(workflow)
         arguments = _bind(definition, args, kwargs)
-        new = self._new_run(definition, arguments, run_id, thread_id, tenant, "default", 0, budget)
+        new = self._new_run(definition, arguments, run_id, thread_id, tenant, "default", 0, budget,
+                            StartedWith(started_role, started_token))
         claim = self.store.create_claimed_run(new, self._inline_id, self.lease_seconds)
         result: R = self._drive(new.run_id, claim)
         return result
@@ -670,7 +684,9 @@ class App:
         queue: str,
         priority: int,
         budget: Budget | None = None,
+        started: StartedWith = NOBODY,
     ) -> NewRun:
+        NewRun.check_started(started.role, started.token)  # before anything is stored
         given = {} if run_id is None else {"run_id": run_id}  # '' is a mistake, not "make one up"
         check_names(tenant=tenant, queue=queue, **given)  # before the input may be stored as an artifact
         raw = values.encode(arguments)
@@ -687,6 +703,7 @@ class App:
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
             budget=budget.to_dict() if budget is not None else None,
             bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id,
+            started_role=started.role, started_token=started.token,
         )
 
     def _drive(self, run_id: str, claim: Claim | None) -> Any:

@@ -180,7 +180,9 @@ def lifecycle_detail(event: HistoryEvent) -> str:
     if kind is EventType.RUN_CREATED:
         return f"{d.get('workflow')} v{d.get('version')}, tenant {d.get('tenant')}" + (
             f", child of {d['parent_run_id']}" if d.get("parent_run_id") else "") + (
-            f", {forked.describe()}" if (forked := lineage_of(event)) is not None else "")
+            f", {forked.describe()}" if (forked := lineage_of(event)) is not None else "") + (
+            f", started as {d['started_role']}" if d.get("started_role") else "") + (
+            f" (token {d['started_token']})" if d.get("started_token") else "")
     if kind is EventType.LEASE_CLAIMED:
         return f"lease until {_clock(d.get('lease_until'))}"
     if kind is EventType.LEASE_TAKEN_OVER:
@@ -392,6 +394,10 @@ def print_run(console: Console, codec: PayloadCodec, record: RunRecord, history:
     forked = lineage_of(history[0] if history else None)
     if forked is not None:
         head.add_row("lineage", line(forked.describe()))
+    created = (history[0].detail or {}) if history and history[0].event is EventType.RUN_CREATED else {}
+    if created.get("started_role"):  # the rights tools restricted by role check (engine.startedwith)
+        token = f" (token {created['started_token']})" if created.get("started_token") else ""
+        head.add_row("started as", line(f"{created['started_role']}{token}"))
     head.add_row("queue", line(f"{record.queue} (priority {record.priority})"))
     started = first_at(history, EventType.RUN_STARTED)
     ended = last_at(history, *_END_EVENTS) if record.status.terminal else None

@@ -74,12 +74,15 @@ def _wait(app: App, run_id: str, timeout: float | None) -> Any:
               help="With --wait: give up after S seconds.")
 @click.option("--version", "version", metavar="V", default=None,
               help="The workflow version to start (default: the newest registered).")
+@click.option("--role", type=click.Choice(["viewer", "operator", "admin", "installation"]), default=None,
+              help="The token role the run is started with: what tools restricted by role "
+                   "(cairn.ToolAccess(role=...)) allow it. Default: none (such tools refuse it).")
 @db_option
 @click.pass_context
 def start(
     ctx: click.Context, workflow: str, app_spec: str, input_json: str | None, run_id: str | None,
     thread_id: str | None, tenant: str, queue: str, priority: int, wait: bool, timeout: float | None,
-    version: str | None, db: str | None,
+    version: str | None, role: str | None, db: str | None,
 ) -> None:
     """Start a run of WORKFLOW for a worker to execute; print its id.
 
@@ -92,7 +95,7 @@ def start(
     with loaded_app(app_spec, _db(ctx, db)) as app:
         try:
             handle = app.start_json(workflow, data, run_id=run_id, thread_id=thread_id, tenant=tenant,
-                                    queue=queue, priority=priority, version=version)
+                                    queue=queue, priority=priority, version=version, started_role=role)
         except UnknownWorkflow as exc:
             raise click.BadParameter(str(exc), param_hint="'WORKFLOW'") from None
         except PayloadError as exc:

@@ -15,8 +15,11 @@ What changes the id:
 * its name or version;
 * any prompt or model setting registered with the app (``app.prompt``,
   ``app.model_settings``), added, removed or changed;
-* any tool registered with the app: its name, effect class, parameters or
-  result schema.
+* any tool registered with the app: its name, effect class, parameters,
+  result schema or access rule (``cairn.ToolAccess``: tenants, workflows,
+  role). An MCP server's rules (``MCPServer(access=..., effects=...)``) and
+  a context policy are the code's: a module-level value the workflow reads
+  is in its code hash.
 
 What does not: comments, blank lines, formatting, the docstring, the
 Python name of the workflow function, decorators above ``@app.workflow``;
@@ -249,7 +252,10 @@ class _Reach:
     module-level statements that bind it, since its contents are state the
     process may change. Cairn's objects (steps, tools) count by their name
     (their bodies are journaled), anything outside the package by its
-    qualified name. Keys are the names the code uses, never the package's,
+    qualified name; Cairn's policies (an ``MCPServer``'s rules, a
+    ``ContextPolicy``, a ``ToolAccess``) by their settings (``bundle_pin``),
+    wherever the code holds them (a module global, a default, a closure).
+    Keys are the names the code uses, never the package's,
     so the same code under another package name hashes the same."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
@@ -301,7 +307,11 @@ class _Reach:
 
     def _object(self, value: Any, binding: tuple[str, str] | None, depth: int) -> Any:
         kind = type(value)
-        if kind.__module__.partition(".")[0] == "cairn":  # a step, a tool: what replay asks for is its name
+        if kind.__module__.partition(".")[0] == "cairn":
+            pin = getattr(value, "bundle_pin", None)
+            if callable(pin):  # a policy (MCP server rules, context policy, access rule): its settings
+                return {"cairn": kind.__qualname__, "pinned": _ENCODER.encode(pin()).decode()}
+            # a step, a tool: what replay asks for is its name
             definition = getattr(value, "definition", None)
             return {"cairn": kind.__qualname__, "name": str(getattr(definition, "name", ""))}
         found: Any = {"object": self._value(kind, set(), None, depth + 1)}
@@ -495,17 +505,24 @@ def _bound_by(statement: ast.stmt) -> set[str]:
     return names
 
 
-def tool_fingerprint(name: str, effect: str, signature: str, result_type: Any) -> dict[str, Any]:
+def tool_fingerprint(name: str, effect: str, signature: str, result_type: Any,
+                     access: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a bundle holds of a tool: name, effect class, parameters and
     result schema (a JSON Schema where one can be derived, else the type's
-    name)."""
+    name), and who may call it (``ToolAccess.pinned``) where the app says:
+    a run is authorized by the rule it started under, since a worker whose
+    rule differs does not serve its bundle (tool drift). A tool without a
+    rule has no ``access`` key, so its bundles keep the ids they had."""
     schema: Any
     try:
         model_schema = getattr(result_type, "model_json_schema", None)
         schema = model_schema() if callable(model_schema) else msgspec.json.schema(result_type)
     except Exception:  # not every annotation has a JSON Schema: its name is what we can pin
         schema = getattr(result_type, "__qualname__", repr(result_type))
-    return {"name": name, "effect": effect, "parameters": signature, "schema": schema}
+    pinned = {"name": name, "effect": effect, "parameters": signature, "schema": schema}
+    if access is not None:
+        pinned["access"] = dict(access)
+    return pinned
 
 
 _ENCODER = msgspec.json.Encoder(order="sorted")

@@ -28,6 +28,7 @@ from cairn.engine.definitions import WorkflowDef
 from cairn.engine.journal import Journal
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Ended, Release, Suspend
+from cairn.engine.startedwith import inherited
 from cairn.errors import (
     ChildFailed,
     IncompatiblePayload,
@@ -266,10 +267,12 @@ class Execution:
             bundle = self.runtime.registry.child_bundle(definition, self.store)
         except INFRASTRUCTURE_ERRORS as exc:
             raise Abandon(f"cannot store the bundle of child run {child_id}: {exc}") from exc
+        parent = inherited(self)  # a child has its parent's rights, no more, no fewer
         child = NewRun(
             run_id=child_id, workflow=definition.name, workflow_version=definition.version,
             tenant=run.tenant, thread_id=run.thread_id, input=input_payload, parent_run_id=self.run_id,
             queue=queue, priority=priority, bundle=bundle,
+            started_role=parent.role, started_token=parent.token,
         )
         self._commit_entries(f"the start of child run {child_id}", (event,), lambda entries: (
             self.store.start_child(self.run_id, self.epoch, entries[0], child)))

@@ -335,7 +335,7 @@ class Tool(Generic[P, R]):
             return self._detached(args, kwargs)  # type: ignore[no-any-return]
         access = self.definition.access
         if access is not None:
-            refusal = access.refusal(execution.run.tenant, execution.run.workflow)
+            refusal = access.refusal_in(execution)
             if refusal is not None:
                 refuse(execution, self.definition.name, f"tool {self.definition.name!r} refused: {refusal}")
         # The position is taken now, at the call (not when an async tool is

@@ -70,6 +70,31 @@ class Connection:
 
         return self.request(call, timeout)
 
+    async def acall_tool(self, name: str, arguments: dict[str, Any], timeout: float) -> types.CallToolResult:
+        """``call_tool`` for async code: the caller's loop awaits the answer
+        (no thread is taken per call, the loop is never blocked); the request
+        runs on the session's own loop, where the SDK requires it."""
+        async def call(session: ClientSession) -> types.CallToolResult:
+            return await session.call_tool(name, arguments, read_timeout_seconds=timedelta(seconds=timeout))
+
+        session = self._session
+        if session is None:  # the first call opens it: blocking work (a process, a handshake), off the loop
+            session = await asyncio.to_thread(self._open)
+        assert self._loop is not None
+        future = asyncio.run_coroutine_threadsafe(_awaited(call(session)), self._loop)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout + 5)
+        except TimeoutError:
+            future.cancel()
+            self._drop()
+            raise MCPUnavailable(f"MCP server {self.label} did not answer within {timeout:g} s") from None
+        except asyncio.CancelledError:
+            future.cancel()  # the caller gave up (its own timeout): so does the request
+            raise
+        except Exception as exc:
+            self._drop()
+            raise MCPUnavailable(f"MCP server {self.label} failed: {_why(exc)}") from None
+
     def request(self, body: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
         """Run ``body(session)`` on the connection's loop; any failure of the
         session (not of the tool: that is a result) drops it."""

@@ -32,7 +32,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +135,21 @@ class MCPServer:
         self._connection: Connection | None = None
         self._lock = threading.Lock()
         self._lists: dict[int, dict[str, Listed]] = {}
-        self._tools: dict[tuple[str, str, str], Tool[..., Any]] = {}
+        self._tools: dict[tuple[str, str, str, bool], Tool[..., Any]] = {}
+
+    def bundle_pin(self) -> dict[str, Any]:
+        """The server as a bundle's code hash pins it (``engine.bundles``):
+        what it is, what the app allows it, and the app's rules over its
+        tools (effects, access, which have a reconciler). Changing any of
+        them is a new bundle: a run keeps the rules it started under."""
+        return {
+            "name": self.name, "command": None if self.command is None else list(self.command),
+            "url": self.url, "timeout": self.timeout,
+            "egress": {"commands": list(self.egress.commands), "urls": list(self.egress.urls)},
+            "effects": {tool: Effect(effect).value for tool, effect in sorted(self.effects.items())},
+            "access": {tool: rule.pinned() for tool, rule in sorted(self.access.items())},
+            "reconcile": sorted(self.reconcile),
+        }
 
     # -- in a workflow --------------------------------------------------------------------
 
@@ -159,6 +173,22 @@ class MCPServer:
         ``{"text": ..., "content": [...], "structured": ...}``: the text
         blocks joined, the other blocks (images, audio, resources) as the
         server sent them, and the structured content if any."""
+        listed, args = self._checked(tool, arguments)
+        return self._tool(listed, False)(args)
+
+    def acall(self, tool: str | ToolCall, arguments: Mapping[str, Any] | None = None) -> Awaitable[Any]:
+        """``call`` for an async workflow: ``await server.acall(...)``. The
+        call takes its position now (so calls started together keep their
+        order, as local async tools do); awaiting it sends the request
+        without a thread or a blocked loop. The run's tool list, if not yet
+        journaled, is listed at this call (``tools()`` first avoids that)."""
+        listed, args = self._checked(tool, arguments)
+        result: Awaitable[Any] = self._tool(listed, True)(args)
+        return result
+
+    def _checked(self, tool: str | ToolCall,
+                 arguments: Mapping[str, Any] | None) -> tuple[Listed, dict[str, Any]]:
+        """The listed tool and the arguments of a call, or the recorded refusal."""
         if isinstance(tool, ToolCall):
             name, args = tool.name, tool.parsed_arguments()
         else:
@@ -169,12 +199,12 @@ class MCPServer:
         if listed is None:
             self._refuse(ex, name, f"the run's list of MCP server {self.name!r} has no tool {name!r}")
         assert listed is not None
-        refusal = self.access.get(name, ToolAccess()).refusal(ex.run.tenant, ex.run.workflow)
+        refusal = self.access.get(name, ToolAccess()).refusal_in(ex)
         if refusal is not None:
             self._refuse(ex, name, f"tool {self.name}.{name} refused: {refusal}")
         if not isinstance(args, dict):
             self._refuse(ex, name, f"the arguments of {self.name}.{name} are not a JSON object")
-        return self._tool(listed)(args)
+        return listed, args
 
     def close(self) -> None:
         with self._lock:
@@ -222,13 +252,14 @@ class MCPServer:
 
     # -- calls -------------------------------------------------------------------------------
 
-    def _tool(self, listed: Listed) -> Tool[..., Any]:
-        key = (listed.name, listed.effect, msgspec.json.encode(listed.output_schema).decode())
+    def _tool(self, listed: Listed, is_async: bool) -> Tool[..., Any]:
+        key = (listed.name, listed.effect, msgspec.json.encode(listed.output_schema).decode(), is_async)
         with self._lock:
             found = self._tools.get(key)
             if found is None:
+                body = self._abody(listed) if is_async else self._body(listed)
                 found = self._tools[key] = Tool(ToolDef.build(
-                    self._body(listed), name=f"{self.name}.{listed.name}", effect=listed.effect,
+                    body, name=f"{self.name}.{listed.name}", effect=listed.effect,
                     reconcile=self.reconcile.get(listed.name) if listed.effect == Effect.WRITE else None,
                     timeout=self.timeout, schema=None, retry=self.retry, reconcile_retry=None))
             return found
@@ -240,6 +271,17 @@ class MCPServer:
             if keyed and op.effect is not Effect.READ:
                 arguments = {**arguments, "idempotency_key": op.operation_id}
             result = self._session().call_tool(listed.name, arguments, self.timeout)
+            return _result(self.name, listed, result)
+
+        return body
+
+    def _abody(self, listed: Listed) -> Callable[..., Any]:
+        keyed = "idempotency_key" in (listed.input_schema.get("properties") or {})
+
+        async def body(op: Operation, arguments: dict[str, Any]) -> Any:
+            if keyed and op.effect is not Effect.READ:
+                arguments = {**arguments, "idempotency_key": op.operation_id}
+            result = await self._session().acall_tool(listed.name, arguments, self.timeout)
             return _result(self.name, listed, result)
 
         return body

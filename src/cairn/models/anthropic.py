@@ -37,9 +37,8 @@ from typing import Any
 
 import msgspec
 
-from cairn.errors import MissingExtra
+from cairn.errors import CairnError, MissingExtra
 from cairn.models.base import Message, ModelRequest, ModelResponse, ToolCall, Usage
-from cairn.models.errors import error_message, one_line, retry_after
 from cairn.security.secrets import Secret, Secrets
 
 try:
@@ -47,7 +46,7 @@ try:
 except ImportError as exc:
     raise MissingExtra("cairn.models.anthropic", "anthropic") from exc
 
-from cairn.models.transport import HTTPModel, endpoint
+from cairn.models.transport import HTTPModel, Malformed, endpoint
 
 __all__ = ["API_VERSION", "COMPACTION_BETA", "COMPACTION_EDIT", "CONTEXT_EDITING_BETA", "DEFAULT_BASE_URL",
            "AnthropicChat"]
@@ -63,8 +62,6 @@ DEFAULT_MAX_TOKENS = 4096
 COMPACTION_EDIT = "compact_20260112"
 COMPACTION_BETA = "compact-2026-01-12"
 CONTEXT_EDITING_BETA = "context-management-2025-06-27"
-#: statuses a later attempt may get past: timeout, rate limit, overloaded (529), server errors
-_UNAVAILABLE = frozenset({408, 429})
 
 
 class AnthropicChat(HTTPModel):
@@ -174,48 +171,32 @@ class AnthropicChat(HTTPModel):
         body.update(request.params)
         return msgspec.json.encode(body)
 
-    def _response(self, response: httpx.Response) -> ModelResponse:
-        status = response.status_code
-        if status in _UNAVAILABLE or status >= 500:
-            raise self._unavailable(f"HTTP {status}: {error_message(response)}", status,
-                                    retry_after=retry_after(response.headers))
-        if not 200 <= status < 300:
-            raise self._rejected(f"HTTP {status}: {error_message(response)}", status)
-        try:
-            body = msgspec.json.decode(response.content)
-        except msgspec.DecodeError:
-            raise self._rejected(
-                f"response is not JSON (content-type {response.headers.get('content-type', 'unknown')!r}): "
-                f"{one_line(response.text)!r}", status,
-            ) from None
-        if isinstance(body, dict) and body.get("type") == "error":
-            # a proxy may wrap an error in a 200: overloaded and rate limits may pass, the rest will not
-            error = body.get("error")
-            kind = error.get("type") if isinstance(error, dict) else None
-            detail = f"HTTP {status} with an error body: {error_message(response)}"
-            if kind in ("overloaded_error", "rate_limit_error", "api_error", "timeout_error"):
-                raise self._unavailable(detail, status, retry_after=retry_after(response.headers))
-            raise self._rejected(detail, status)
-        try:
-            return self._parse(body)
-        except _Malformed as exc:
-            raise self._rejected(f"malformed message: {exc}", status) from None
+    answer_name = "message"
+
+    def _body_error(self, body: Any, response: httpx.Response) -> CairnError | None:
+        if not (isinstance(body, dict) and body.get("type") == "error"):
+            return None
+        # a proxy may wrap an error in a 200: overloaded and rate limits may pass, the rest will not
+        error = body.get("error")
+        kind = error.get("type") if isinstance(error, dict) else None
+        return self._in_body(response, kind in ("overloaded_error", "rate_limit_error", "api_error",
+                                                "timeout_error"))
 
     def _parse(self, body: Any) -> ModelResponse:
         if not isinstance(body, dict):
-            raise _Malformed(f"expected a JSON object, got {type(body).__name__}")
+            raise Malformed(f"expected a JSON object, got {type(body).__name__}")
         blocks = body.get("content")
         if not isinstance(blocks, list):
-            raise _Malformed("no content list")
+            raise Malformed("no content list")
         calls: list[ToolCall] = []
         plain = True
         for i, block in enumerate(blocks):
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                raise _Malformed(f"content block {i} has no type")
+                raise Malformed(f"content block {i} has no type")
             kind = block["type"]
             if kind == "text":
                 if not isinstance(block.get("text"), str):
-                    raise _Malformed(f"text block {i} has no text")
+                    raise Malformed(f"text block {i} has no text")
                 plain = plain and set(block) <= {"type", "text"}
             elif kind == "tool_use":
                 calls.append(_tool_call(block, i))
@@ -252,10 +233,6 @@ class AnthropicChat(HTTPModel):
         uncached = usage.prompt_tokens - usage.cache_read_tokens - usage.cache_write_tokens
         return (uncached * price_in + usage.cache_read_tokens * read + usage.cache_write_tokens * write
                 + usage.completion_tokens * (self.price_per_1k_output or 0.0)) / 1000
-
-
-class _Malformed(Exception):
-    """A response body that is JSON but not a usable message."""
 
 
 class _Unsendable(Exception):
@@ -352,11 +329,11 @@ def _wire_tool(tool: dict[str, Any]) -> dict[str, Any]:
 def _tool_call(block: dict[str, Any], index: int) -> ToolCall:
     call_id, name, arguments = block.get("id"), block.get("name"), block.get("input")
     if not isinstance(call_id, str) or not call_id:
-        raise _Malformed(f"tool_use block {index} has no id")
+        raise Malformed(f"tool_use block {index} has no id")
     if not isinstance(name, str) or not name:
-        raise _Malformed(f"tool_use block {index} has no name")
+        raise Malformed(f"tool_use block {index} has no name")
     if not isinstance(arguments, dict):
-        raise _Malformed(f"tool_use block {index} has no input object")
+        raise Malformed(f"tool_use block {index} has no input object")
     return ToolCall(id=call_id, name=name, arguments=msgspec.json.encode(arguments).decode())
 
 

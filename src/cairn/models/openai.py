@@ -24,15 +24,13 @@ from typing import Any
 
 import msgspec
 
-from cairn.errors import MissingExtra
+from cairn.errors import CairnError, MissingExtra
 from cairn.models.base import FunctionCall, Message, ModelRequest, ModelResponse, ToolCall, Usage
 from cairn.models.errors import (
     ModelRequestError,
     ModelUnavailable,
     error_code,
     error_message,
-    one_line,
-    retry_after,
 )
 from cairn.security.secrets import Secret, Secrets
 
@@ -41,7 +39,7 @@ try:
 except ImportError as exc:
     raise MissingExtra("cairn.models.openai", "openai") from exc
 
-from cairn.models.transport import HTTPModel, endpoint
+from cairn.models.transport import RETRYABLE_STATUSES, HTTPModel, Malformed, endpoint
 
 __all__ = ["DEFAULT_BASE_URL", "ModelRequestError", "ModelUnavailable", "OpenAIChat"]
 
@@ -139,55 +137,43 @@ class OpenAIChat(HTTPModel):
         body.update(request.params)
         return msgspec.json.encode(body)
 
-    def _response(self, response: httpx.Response) -> ModelResponse:
-        status = response.status_code
-        if status == 429 and error_code(response) == "insufficient_quota":
+    answer_name = "chat completion"
+
+    def _status_error(self, response: httpx.Response) -> CairnError | None:
+        if response.status_code == 429 and error_code(response) == "insufficient_quota":
             # an exhausted quota or billing limit does not lift by waiting
-            raise self._rejected(f"HTTP {status}: {error_message(response)}", status)
-        if status in (408, 429) or status >= 500:
-            raise self._unavailable(f"HTTP {status}: {error_message(response)}", status,
-                                    retry_after=retry_after(response.headers))
-        if not 200 <= status < 300:
-            raise self._rejected(f"HTTP {status}: {error_message(response)}", status)
-        try:
-            body = msgspec.json.decode(response.content)
-        except msgspec.DecodeError:
-            raise self._rejected(
-                f"response is not JSON (content-type {response.headers.get('content-type', 'unknown')!r}): "
-                f"{one_line(response.text)!r}", status,
-            ) from None
-        if isinstance(body, dict) and "error" in body and not body.get("choices"):
-            # gateways (OpenRouter, LiteLLM...) report failures with a 200 and an
-            # error body, whose numeric code says whether waiting can help
-            detail = f"HTTP {status} with an error body: {error_message(response)}"
-            error = body["error"]
-            code = error.get("code") if isinstance(error, dict) else None
-            if isinstance(code, int) and not isinstance(code, bool) and (code in (408, 429) or code >= 500):
-                raise self._unavailable(detail, status, retry_after=retry_after(response.headers))
-            raise self._rejected(detail, status)
-        try:
-            return self._parse(body)
-        except _Malformed as exc:
-            raise self._rejected(f"malformed chat completion: {exc}", status) from None
+            return self._rejected(f"HTTP 429: {error_message(response)}", 429)
+        return None
+
+    def _body_error(self, body: Any, response: httpx.Response) -> CairnError | None:
+        if not (isinstance(body, dict) and "error" in body and not body.get("choices")):
+            return None
+        # gateways (OpenRouter, LiteLLM...) report failures with a 200 and an
+        # error body, whose numeric code says whether waiting can help
+        error = body["error"]
+        code = error.get("code") if isinstance(error, dict) else None
+        retryable = isinstance(code, int) and not isinstance(code, bool) and (
+            code in RETRYABLE_STATUSES or code >= 500)
+        return self._in_body(response, retryable)
 
     def _parse(self, body: Any) -> ModelResponse:
         if not isinstance(body, dict):
-            raise _Malformed(f"expected a JSON object, got {type(body).__name__}")
+            raise Malformed(f"expected a JSON object, got {type(body).__name__}")
         choices = body.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise _Malformed("no choices")
+            raise Malformed("no choices")
         choice = choices[0]
         if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
-            raise _Malformed("the first choice has no message")
+            raise Malformed("the first choice has no message")
         raw = choice["message"]
         content = raw.get("content")
         if isinstance(content, list) and all(isinstance(part, dict) for part in content):
             content = tuple(content)  # content parts
         elif content is not None and not isinstance(content, str):
-            raise _Malformed(f"message content is a {type(content).__name__}, not a string or parts")
+            raise Malformed(f"message content is a {type(content).__name__}, not a string or parts")
         calls = raw.get("tool_calls") or []
         if not isinstance(calls, list):
-            raise _Malformed("tool_calls is not a list")
+            raise Malformed("tool_calls is not a list")
         message = Message(
             role=str(raw.get("role") or "assistant"),
             content=content,
@@ -211,10 +197,6 @@ class OpenAIChat(HTTPModel):
             return None
         return (usage.prompt_tokens * (self.price_per_1k_input or 0.0)
                 + usage.completion_tokens * (self.price_per_1k_output or 0.0)) / 1000
-
-
-class _Malformed(Exception):
-    """A response body that is JSON but not a usable chat completion."""
 
 
 def _wire_message(message: Message) -> dict[str, Any]:
@@ -246,7 +228,7 @@ def _wire_call(call: ToolCall) -> dict[str, Any]:
 def _text(raw: dict[str, Any], key: str) -> str | None:
     value = raw.get(key)
     if value is not None and not isinstance(value, str):
-        raise _Malformed(f"message {key} is a {type(value).__name__}, not a string")
+        raise Malformed(f"message {key} is a {type(value).__name__}, not a string")
     return value
 
 
@@ -255,13 +237,13 @@ def _function_call(raw: Any) -> FunctionCall | None:
     if raw is None:
         return None
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
-        raise _Malformed("function_call has no name")
+        raise Malformed("function_call has no name")
     return FunctionCall(name=raw["name"], arguments=_arguments(raw.get("arguments")))
 
 
 def _tool_call(raw: Any, index: int) -> ToolCall:
     if not isinstance(raw, dict):
-        raise _Malformed(f"tool call {index} is not an object")
+        raise Malformed(f"tool call {index} is not an object")
     call_id = raw.get("id")
     # some local servers omit ids; a positional id is stable, and the response is journaled anyway
     call_id = call_id if isinstance(call_id, str) and call_id else f"call_{index}"
@@ -269,17 +251,17 @@ def _tool_call(raw: Any, index: int) -> ToolCall:
     if kind == "custom":
         custom = raw.get("custom")
         if not isinstance(custom, dict) or not isinstance(custom.get("name"), str) or not custom["name"]:
-            raise _Malformed(f"custom tool call {index} has no name")
+            raise Malformed(f"custom tool call {index} has no name")
         text = custom.get("input")
         if not isinstance(text, str):
-            raise _Malformed(f"custom tool call {index} has no input")
+            raise Malformed(f"custom tool call {index} has no input")
         return ToolCall(id=call_id, name=custom["name"], arguments=text, type="custom")
     function = raw.get(kind) if isinstance(kind, str) else None
     if not isinstance(function, dict):
-        raise _Malformed(f"tool call {index} has no {kind}")
+        raise Malformed(f"tool call {index} has no {kind}")
     name = function.get("name")
     if not isinstance(name, str) or not name:
-        raise _Malformed(f"tool call {index} has no function name")
+        raise Malformed(f"tool call {index} has no function name")
     return ToolCall(id=call_id, name=name, arguments=_arguments(function.get("arguments")), type=kind)
 
 

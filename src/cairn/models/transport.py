@@ -3,7 +3,10 @@ timeout, the API key kept out of sight, and the redaction of every message.
 
 ``HTTPModel`` is the base of ``cairn.models.openai.OpenAIChat`` and
 ``cairn.models.anthropic.AnthropicChat``: each adds only its wire format
-(the body it sends, how it reads an answer and an error). Keeping the
+(the body it sends, ``_parse`` of an answer, and two hooks for what only
+its provider says: ``_status_error`` and ``_body_error``). How a status
+maps to the error taxonomy and how a body that is not JSON is reported is
+``_response``'s, here, once. Keeping the
 transport in one place means a fix to the timeout, the secret handling or
 the pooling reaches both providers. Needs httpx (the ``openai`` and
 ``anthropic`` extras); the adapters import it only after checking for httpx,
@@ -22,8 +25,11 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
 
+import msgspec
+
 from cairn.errors import CairnError, MissingExtra
-from cairn.models.errors import ModelRequestError, ModelUnavailable, one_line
+from cairn.models.base import ModelResponse
+from cairn.models.errors import ModelRequestError, ModelUnavailable, error_message, one_line, retry_after
 from cairn.security import redaction
 from cairn.security import secrets as security
 from cairn.security.secrets import Secret, Secrets
@@ -34,7 +40,14 @@ try:
 except ImportError as exc:  # the adapters check first, naming their own extra; this is for a direct import
     raise MissingExtra("cairn.models.transport", "openai") from exc
 
-__all__ = ["SECRET_PARAM", "HTTPModel", "Redactor", "endpoint", "shown"]
+__all__ = ["SECRET_PARAM", "HTTPModel", "Malformed", "Redactor", "endpoint", "shown"]
+
+#: statuses a later attempt may get past (with 5xx): a timeout, a rate limit
+RETRYABLE_STATUSES = frozenset({408, 429})
+
+
+class Malformed(Exception):
+    """A response body that is JSON but not a usable answer (``_parse``)."""
 
 
 class HTTPModel:
@@ -136,6 +149,64 @@ class HTTPModel:
         value = security.refresh(ref, self._secrets) if refresh else security.resolve(ref, self._secrets)
         name, template = self._key_header
         return {**(headers or {}), name: template.format(key=value.reveal())}
+
+    # -- an answer: the taxonomy once, the provider's format by hooks ---------------------
+
+    #: what a body ``_parse`` refuses is called in the error ("chat completion", "message")
+    answer_name = "answer"
+
+    def _response(self, response: httpx.Response) -> ModelResponse:
+        """The parsed answer, or the error it is: the provider's own reading
+        of the status first (``_status_error``), then 408, 429 and 5xx are
+        ``ModelUnavailable`` (with ``Retry-After``), any other non-2xx a
+        ``ModelRequestError``; a body that is not JSON is refused naming its
+        content type; an error inside a 2xx body is the provider's to judge
+        (``_body_error``); what ``_parse`` finds malformed is refused."""
+        status = response.status_code
+        own = self._status_error(response)
+        if own is not None:
+            raise own
+        if status in RETRYABLE_STATUSES or status >= 500:
+            raise self._unavailable(f"HTTP {status}: {error_message(response)}", status,
+                                    retry_after=retry_after(response.headers))
+        if not 200 <= status < 300:
+            raise self._rejected(f"HTTP {status}: {error_message(response)}", status)
+        try:
+            body = msgspec.json.decode(response.content)
+        except msgspec.DecodeError:
+            raise self._rejected(
+                f"response is not JSON (content-type {response.headers.get('content-type', 'unknown')!r}): "
+                f"{one_line(response.text)!r}", status,
+            ) from None
+        in_body = self._body_error(body, response)
+        if in_body is not None:
+            raise in_body
+        try:
+            return self._parse(body)
+        except Malformed as exc:
+            raise self._rejected(f"malformed {self.answer_name}: {exc}", status) from None
+
+    def _status_error(self, response: httpx.Response) -> CairnError | None:
+        """The provider's error for a status it reads otherwise than the
+        common rule (``None``: the rule applies)."""
+        return None
+
+    def _body_error(self, body: Any, response: httpx.Response) -> CairnError | None:
+        """The error reported inside a 2xx JSON body, as the provider or a
+        gateway in front of it writes one (``None``: an answer)."""
+        return None
+
+    def _parse(self, body: Any) -> ModelResponse:
+        """The answer in ``body`` (decoded JSON); ``Malformed`` if it is not one."""
+        raise NotImplementedError
+
+    def _in_body(self, response: httpx.Response, retryable: bool) -> CairnError:
+        """An error found in a 2xx body: unavailable if waiting may help."""
+        status = response.status_code
+        detail = f"HTTP {status} with an error body: {error_message(response)}"
+        if retryable:
+            return self._unavailable(detail, status, retry_after=retry_after(response.headers))
+        return self._rejected(detail, status)
 
     # -- errors: every message goes through _redact ---------------------------------------
 

@@ -141,6 +141,17 @@ class ContextPolicy:
     #: approximation; ``tiktoken_counter()`` with the ``tokens`` extra)
     tokens: TokenCounter | None = field(default=None, compare=False)
 
+    def bundle_pin(self) -> dict[str, Any]:
+        """The policy as a bundle's code hash pins it (``engine.bundles``):
+        every setting that decides the requests, the summarizer and token
+        counter by kind."""
+        return {"window": self.window, "trigger": self.trigger, "threshold": self.threshold,
+                "keep_last": self.keep_last, "keep_tool_outputs": self.keep_tool_outputs,
+                "summarize": self.summarize, "summary_prompt": self.summary_prompt, "pin": list(self.pin),
+                "name": self.name, "provider": self.provider, "thread": self.thread,
+                "summarizer": None if self.summarizer is None else _kind(self.summarizer),
+                "tokens": None if self.tokens is None else self.tokens.name}
+
     def __post_init__(self) -> None:
         if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
                                         or self.window < 64):
@@ -355,3 +366,10 @@ def summary_request(policy: ContextPolicy, previous: str | None, messages: Seque
         lines.append(f"<{who}>\n{text}\n</{who}>")
     return ModelRequest((Message(role="system", content=policy.summary_prompt),
                          Message(role="user", content="\n".join(lines))))
+
+
+def _kind(value: object) -> str:
+    """A value by its class and, for a model client, the model it names."""
+    model = getattr(value, "model", None)
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    return f"{kind}:{model}" if isinstance(model, str) else kind

@@ -207,6 +207,7 @@ def start_run(call: Call[Any]) -> Any:
         handle = call.app.start_json(
             body.workflow, data, run_id=run_id, thread_id=body.thread_id, tenant=tenant, queue=body.queue,
             priority=body.priority, budget=body.budget.budget() if body.budget is not None else None,
+            started_role=call.principal.role.value, started_token=call.principal.token_id,
         )
     except PayloadError as exc:  # JSON the document allows, that the workflow's parameters do not take
         raise ApiError(422, "invalid_input", str(exc)) from None

@@ -170,6 +170,13 @@ class Store(Protocol):
         """The run with this id, or ``None``."""
         ...
 
+    def started_with(self, run_id: str) -> tuple[str | None, str | None] | None:
+        """The role and token id run ``run_id`` was started with (either
+        ``None``: started without a token), or ``None`` if there is no such
+        run. Written at creation and never changed (the database refuses
+        it), so a reader may keep it for as long as it holds the run."""
+        ...
+
     def list_runs(self, filter: RunFilter) -> list[RunRecord]:
         """Runs matching ``filter``, newest first, at most ``filter.limit``."""
         ...

@@ -135,6 +135,10 @@ def created_detail(run: NewRun) -> dict[str, Any]:
         detail["parent_run_id"] = run.parent_run_id
     if run.origin is not None:
         detail["forked_from"] = run.origin
+    if run.started_role is not None:  # shown; authorization reads the row (engine.startedwith)
+        detail["started_role"] = run.started_role
+        if run.started_token is not None:
+            detail["started_token"] = run.started_token
     return detail
 
 

@@ -120,6 +120,11 @@ class Payload:
     ref: str | None = None
 
 
+#: the roles a run can be started with: the API tokens' (``cairn.api.tokens.Role``),
+#: lowest first; the database checks the same list (SQLite 0025, PostgreSQL 0034)
+STARTED_ROLES = ("viewer", "operator", "admin", "installation")
+
+
 @dataclass(frozen=True, slots=True)
 class NewRun:
     """Everything needed to create a run."""
@@ -141,12 +146,25 @@ class NewRun:
     #: checkpoint: ``{"run_id": ..., "step": n, "edited": bool}``), recorded in
     #: its ``run.created`` entry (its lineage: ``cairn.graph.travel.lineage_of``)
     origin: dict[str, Any] | None = None
+    #: the token role and token id the run is started with (``cairn.engine.access``):
+    #: its rights wherever it is resumed; ``None``: started without a token
+    started_role: str | None = None
+    started_token: str | None = None
+
+    @staticmethod
+    def check_started(role: str | None, token: str | None) -> None:
+        """Refuse a role that is not a token role, and a token without its role."""
+        if role is not None and role not in STARTED_ROLES:
+            raise InvalidArgument(f"a run is started as one of {', '.join(STARTED_ROLES)}, not {role!r}")
+        if token is not None and (role is None or not isinstance(token, str) or not token):
+            raise InvalidArgument("a run started with a token records the token's id and role")
 
     def __post_init__(self) -> None:
         names = {"run_id": self.run_id, "workflow": self.workflow, "tenant": self.tenant, "queue": self.queue}
         if self.thread_id is not None:
             names["thread_id"] = self.thread_id
         check_names(**names)
+        self.check_started(self.started_role, self.started_token)
         if isinstance(self.priority, bool) or not isinstance(self.priority, int) \
                 or not -(2**63) <= self.priority < 2**63:  # a BIGINT on every backend
             raise InvalidArgument(f"a run's priority must be a 64-bit integer, not {self.priority!r}")

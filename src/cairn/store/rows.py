@@ -349,6 +349,8 @@ def run_params(
         "runnable_at": runnable_at,
         "budget": dumps(run.budget) if run.budget is not None else None,
         "bundle": run.bundle,
+        "started_role": run.started_role,
+        "started_token": run.started_token,
         "now": now,
     }
 

@@ -274,6 +274,10 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
         rows = self._select("select_run", {"run_id": run_id})
         return run_from_row(rows[0]) if rows else None
 
+    def started_with(self, run_id: str) -> tuple[str | None, str | None] | None:
+        rows = self._select("select_started_with", {"run_id": run_id})
+        return (rows[0][0], rows[0][1]) if rows else None
+
     def list_runs(self, filter: RunFilter) -> list[RunRecord]:
         statuses = None if filter.statuses is None else self._list_param([s.value for s in filter.statuses])
         params = {"tenant": filter.tenant, "workflow": filter.workflow, "thread_id": filter.thread_id,

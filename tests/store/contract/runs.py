@@ -112,6 +112,20 @@ class RunsContract(ContractBase):
         assert store.get_run("r1") == first
         assert types(store.history("r1")) == [EventType.RUN_CREATED]
 
+    def test_a_run_keeps_the_role_and_token_it_was_started_with(self, store: Store, clock: FakeClock) -> None:
+        store.create_run(new_run("r1", started_role="viewer", started_token="t1"))
+        claimed = store.create_claimed_run(new_run("r2", started_role="admin"), "w1", LEASE)
+        store.create_run(new_run("r3"))
+        # a second start of the same id, by a higher role, changes nothing
+        store.create_run(new_run("r1", started_role="installation", started_token="t9"))
+        assert claimed is not None
+        assert store.started_with("r1") == ("viewer", "t1")
+        assert store.started_with("r2") == ("admin", None)
+        assert store.started_with("r3") == (None, None)
+        assert store.started_with("missing") is None
+        assert store.history("r1")[0].detail == {"workflow": WF, "version": "1", "tenant": "default",
+                                                 "started_role": "viewer", "started_token": "t1"}
+
     def test_create_run_does_not_disturb_a_running_run(self, store: Store, clock: FakeClock) -> None:
         c = running(store, clock)
         record, created = store.create_run(new_run("r1"))

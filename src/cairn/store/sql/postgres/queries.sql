@@ -24,12 +24,13 @@
 WITH ins AS (
     INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                       parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                      runnable_at, budget, created_at, updated_at, bundle)
+                      runnable_at, budget, created_at, updated_at, bundle, started_role, started_token)
     VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
             %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
             %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
             %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
-            %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text)
+            %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text,
+            %(started_role)s::text, %(started_token)s::text)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id, tenant
 )
@@ -45,12 +46,13 @@ CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(e
 -- name: create_run_row
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, budget, created_at, updated_at, bundle)
+                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token)
 VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
         %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
         %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
         %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
-        %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text)
+        %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text,
+            %(started_role)s::text, %(started_token)s::text)
 ON CONFLICT (run_id) DO NOTHING
 
 -- name: create_run_entries
@@ -58,6 +60,10 @@ INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
 SELECT %(run_id)s::text, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, %(tenant)s::text
 FROM unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
             %(workers)s::text[], %(details)s::text[]) AS e(seq, event, at, epoch, worker, detail)
+
+-- name: select_started_with
+-- The role and token a run was started with (cairn.engine.access reads it, once per execution).
+SELECT started_role, started_token FROM runs WHERE run_id = %(run_id)s::text
 
 -- name: select_run
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,

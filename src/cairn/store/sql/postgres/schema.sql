@@ -56,7 +56,12 @@ CREATE TABLE runs (
     waiting_for      TEXT,
     -- The bundle the run executes on (cairn.engine.bundles); NULL for runs
     -- older than bundles. Claims filter on it. (0009; assigned 0012 at merge)
-    bundle           TEXT
+    bundle           TEXT,
+    -- The role and token the run was started with; never changed, and a
+    -- tenant's role cannot record 'installation' (0034, cairn.engine.access).
+    started_role     TEXT,
+    started_token    TEXT,
+    CONSTRAINT runs_started_role CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation'))
 );
 
 -- Deliberately few indexes: each one is written on every claim and finish.
@@ -1443,3 +1448,29 @@ CREATE POLICY tenant_isolation ON workspace_objects
         WHERE g.role = current_user
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
+-- The role and token a run was started with (0034, cairn.engine.access).
+CREATE FUNCTION runs_started_with_checked() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND (NEW.started_role IS DISTINCT FROM OLD.started_role
+                             OR NEW.started_token IS DISTINCT FROM OLD.started_token) THEN
+        RAISE EXCEPTION 'the role and token a run was started with never change'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NEW.started_role = 'installation' AND row_security_active('runs') THEN
+        RAISE EXCEPTION 'a tenant''s role cannot start a run as installation'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER runs_started_with_checked
+    BEFORE INSERT OR UPDATE OF started_role, started_token ON runs
+    FOR EACH ROW EXECUTE FUNCTION runs_started_with_checked();
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION runs_started_with_checked() SET search_path = %I, pg_temp',
+                   current_schema());
+END
+$$;

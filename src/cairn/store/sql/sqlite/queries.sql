@@ -4,11 +4,15 @@
 -- name: insert_run
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, budget, created_at, updated_at, bundle)
+                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token)
 VALUES (:run_id, :tenant, :workflow, :workflow_version, :thread_id, :queue, :priority,
         :parent_run_id, :status, :input, :input_ref, :epoch, :owner, :lease_expires_at,
-        :runnable_at, :budget, :now, :now, :bundle)
+        :runnable_at, :budget, :now, :now, :bundle, :started_role, :started_token)
 ON CONFLICT (run_id) DO NOTHING
+
+-- name: select_started_with
+-- The role and token a run was started with (cairn.engine.access reads it, once per execution).
+SELECT started_role, started_token FROM runs WHERE run_id = :run_id
 
 -- name: select_run
 SELECT run_id, workflow, workflow_version, tenant, thread_id, status, input, input_ref, result,
