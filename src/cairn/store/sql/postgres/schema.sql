@@ -96,11 +96,16 @@ CREATE TABLE history (
     payload_ref TEXT,
     detail      TEXT,
     tenant      TEXT NOT NULL,
+    digest      BYTEA,
+    link        BYTEA DEFAULT '\x'::bytea,
     PRIMARY KEY (run_id, seq)
 );
 
 CREATE INDEX history_payload_ref ON history (payload_ref) WHERE payload_ref IS NOT NULL;
 CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'event';
+-- The audit chain (0031; cairn/store/auditlinks.py): entries not linked yet
+-- (only inside a transaction in progress: the store links them before commit).
+CREATE INDEX history_unlinked ON history (run_id, seq) WHERE link = '\x'::bytea;
 
 -- Large payloads, content-addressed by SHA-256, in the database because
 -- workers may share nothing but this server. touched_at: when last stored
@@ -470,7 +475,7 @@ CREATE TABLE tenant_privileges (
 
 INSERT INTO tenant_privileges (object_name, privileges) VALUES
     ('runs', 'SELECT, INSERT, UPDATE'),
-    ('history', 'SELECT, INSERT'),
+    ('history', 'SELECT, INSERT, UPDATE (digest, link)'),
     ('artifacts', 'SELECT'),
     ('schema_migrations', 'SELECT'),
     ('tenant_grants', 'SELECT'),
@@ -1443,3 +1448,14 @@ CREATE POLICY tenant_isolation ON workspace_objects
         WHERE g.role = current_user
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
+
+-- Signed checkpoints of a tenant's run heads (0032; issue 26, cairn.audit): the
+-- Merkle root over every run's last (seq, link), signed with Ed25519, and the
+-- record as exported to an anchor (JSON).
+CREATE TABLE audit_checkpoints (
+    tenant TEXT NOT NULL,
+    id     BIGINT NOT NULL,
+    at     DOUBLE PRECISION NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
