@@ -62,13 +62,28 @@ def link(previous: bytes, meta: Sequence[Any], entry_digest: bytes) -> bytes:
     """The link after ``previous`` of an entry with ``meta`` (``run_id, seq,
     event, at, epoch, worker, position, step_kind, name, input_hash,
     attempt, started_at, payload_ref``, as stored) and ``entry_digest``."""
-    return _sha256(previous + _ENCODE((*meta, entry_digest))).digest()
+    return _sha256(previous + body(meta, entry_digest)).digest()
 
 
 def body(meta: Sequence[Any], entry_digest: bytes) -> bytes:
-    """What a link hashes after the previous link (PostgreSQL hashes it in
-    the statement that knows the previous link: ``sha256(previous || body)``)."""
+    """What a link hashes after the previous link. The two times are
+    encoded as the REAL / float8 columns return them, floats (a caller's
+    clock may give an int)."""
+    at, started = meta[3], meta[11]
+    if type(at) is not float or (started is not None and type(started) is not float):
+        meta = (*meta[:3], float(at), *meta[4:11], None if started is None else float(started), *meta[12:])
     return _ENCODE((*meta, entry_digest))
+
+
+def body_around_at(meta: Sequence[Any], entry_digest: bytes) -> tuple[bytes, bytes]:
+    """``body`` without its time: the bytes before it and after it. The time
+    (index 3) is a float64, ``0xcb`` and 8 bytes big-endian, so PostgreSQL
+    puts in the one it stores as ``'\\xcb' || float8send(at)``. The array
+    header is one byte: 14 items, a fixarray (``0x90 | 14``)."""
+    meta = (*meta[:11], None if meta[11] is None else float(meta[11]), *meta[12:])
+    items = (*meta, entry_digest)
+    head = bytes([0x90 | len(items)]) + b"".join(_ENCODE(item) for item in items[:3])
+    return head, b"".join(_ENCODE(item) for item in items[4:])
 
 
 def meta_of_values(values: Sequence[Any]) -> tuple[Any, ...]:
