@@ -54,6 +54,10 @@ class SQLAudit(Generic[Tx]):
         """run -> tenant of the runs in scope (the run rows, to check each entry's tenant against)."""
         return {str(r): str(t) for r, t in self._select("audit_run_tenants", {"tenant": tenant, "run_id": run_id})}
 
+    def audit_legacy(self) -> dict[str, int]:
+        """run -> the last entry it had before the audit chain existed (migration 0022 / 0031)."""
+        return {str(r): int(s) for r, s in self._select("audit_legacy", {})}
+
     def save_audit_checkpoint(self, tenant: str, at: float, record: str) -> int:
         """Keep a signed checkpoint record (JSON); its id (per tenant, from 1)."""
         rows = self._operate(lambda tx: self._query(tx, "insert_audit_checkpoint",

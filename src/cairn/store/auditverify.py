@@ -74,14 +74,18 @@ class Chains:
 
 
 def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], opener: Opener | None,
-                  want: dict[str, int] | None = None, check_digests: bool = True) -> Chains:
+                  want: dict[str, int] | None = None, check_digests: bool = True,
+                  legacy: dict[str, int] | None = None) -> Chains:
     """Check every row (``auditsql.ENTRY_COLUMNS``, in ``(run_id, seq)``
-    order). ``tenants``: run -> tenant from the run rows; ``opener``: opens
+    order). ``tenants``: run -> tenant from the run rows; ``legacy``: run ->
+    its last entry written before the chain (``audit_legacy``: only those
+    may have no link); ``opener``: opens
     a sealed entry (``None``: the store does not seal); ``want``: run ->
     seq whose link to keep in ``found``. ``check_digests=False`` checks the
     links only (no payload read back, no decryption)."""
     chains = Chains()
     wanted = want or {}
+    before = legacy or {}
     run: str | None = None
     previous = GENESIS
     expected = 1
@@ -100,7 +104,7 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], open
             continue
         expected = seq + 1
         if stored_link is None:
-            if prefix:  # written before migration 0022: the chain starts after it
+            if prefix and seq <= before.get(run_id, 0):  # written before the chain: it starts after them
                 chains.before_chain += 1
                 continue
             chains.fail(run_id, seq, "the entry has no audit link (written outside Cairn, or its link was "
@@ -160,4 +164,32 @@ def verify_store(store: Any, *, tenant: str | None = None, run_id: str | None = 
     ``SealedStore``)."""
     rows = store.audit_entries(tenant=tenant, run_id=run_id)
     tenants = store.audit_run_tenants(tenant=tenant, run_id=run_id)
-    return verify_chains(rows, tenants, getattr(store, "audit_open", None), want, check_digests)
+    return verify_chains(rows, tenants, getattr(store, "audit_open", None), want, check_digests,
+                         store.audit_legacy())
+
+
+def check_anchor(chains: Chains, heads: dict[str, tuple[int, bytes]], tenant_of: dict[str, str],
+                 stamp: str) -> list[Problem]:
+    """What differs between ``chains`` (found with ``want`` = these heads'
+    seqs) and the run ``heads`` (run -> (seq, link)) an anchored checkpoint
+    of ``stamp`` recorded for tenant ``tenant_of[run]``: a run gone, cut
+    short, of another tenant now, or whose anchored entry is not the one
+    there now (rewritten and relinked, or rolled back to a copy)."""
+    problems = []
+    for run, (seq, anchored) in sorted(heads.items()):
+        head = chains.heads.get(run)
+        if run in chains.broken:
+            continue  # its first problem is already named
+        if head is None:
+            problems.append(Problem(run, None, f"the run is gone: the anchor of {stamp} has it at entry {seq}"))
+        elif head.tenant != tenant_of.get(run, head.tenant):
+            problems.append(Problem(run, seq, f"the run is now of tenant {head.tenant!r}, anchored as of "
+                                              f"{tenant_of.get(run)!r}"))
+        elif head.seq < seq:
+            problems.append(Problem(run, head.seq + 1, f"the anchor of {stamp} has entries up to {seq}, only "
+                                                       f"{head.seq} remain (the tail was cut, or the database "
+                                                       f"rolled back)"))
+        elif chains.found.get(run) != anchored:
+            problems.append(Problem(run, seq, f"the entry differs from the one anchored on {stamp} (the history "
+                                              f"was rewritten and relinked, or rolled back)"))
+    return problems

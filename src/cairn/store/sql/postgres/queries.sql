@@ -1833,3 +1833,6 @@ RETURNING id
 -- name: audit_checkpoints
 SELECT tenant, id, at, record FROM audit_checkpoints
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) ORDER BY tenant, id
+
+-- name: audit_legacy
+SELECT run_id, last_seq FROM audit_legacy

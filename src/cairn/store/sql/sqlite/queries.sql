@@ -1469,3 +1469,6 @@ RETURNING id
 
 -- name: audit_checkpoints
 SELECT tenant, id, at, record FROM audit_checkpoints WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY tenant, id
+
+-- name: audit_legacy
+SELECT run_id, last_seq FROM audit_legacy

@@ -606,3 +606,10 @@ CREATE TABLE audit_checkpoints (
     record TEXT NOT NULL,
     PRIMARY KEY (tenant, id)
 ) WITHOUT ROWID;
+
+-- The runs with entries before the audit chain (0022 / 0031), and their last
+-- such entry: the verifier accepts an entry without a link only there.
+CREATE TABLE audit_legacy (
+    run_id   TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL
+) WITHOUT ROWID;
