@@ -237,7 +237,7 @@ def write_back(raw: Raw, rows: list[Row]) -> None:
 
 @pytest.mark.slow
 def test_every_tampering_of_the_history_is_detected(place: str, sealed: bool) -> None:
-    app, runs = made(place, sealed)
+    app, _ = made(place, sealed)
     store: Any = app.store
     raw = Raw(place)
     backup = list(store.audit_entries())  # the "backup copy" a rollback restores
@@ -278,7 +278,8 @@ def test_every_tampering_of_the_history_is_detected(place: str, sealed: bool) ->
         write_back(raw, tampered)
         found = verify_store(store, want={run: seq for run, (seq, _) in heads.items()})
         problems = found.problems + check_anchor(found, heads, tenants, "the checkpoint")
-        assert [str(p) for p in problems] == [str(p) for p in verdict(tampered, tenants, opener, heads, legacy)]
+        expected = verdict(tampered, tenants, opener, heads, legacy)
+        assert [str(p) for p in problems] == [str(p) for p in expected]
         assert problems, f"{kind} written to the database went unnoticed"
     write_back(raw, rows)
     assert verify_store(store).problems == []  # and the original rows, written back, verify again

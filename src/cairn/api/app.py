@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from cairn.api.approvals import NO_EDIT, ApprovalView
+from cairn.api.audit import Audit
 from cairn.api.export import export_run
 from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
@@ -902,6 +903,11 @@ class App:
         """
         return self.operator.prune(older_than_seconds, statuses=statuses, batch_size=batch_size,
                                    dry_run=dry_run)
+
+    @property
+    def audit(self) -> Audit:
+        """The audit log: verify the chains, checkpoint them to an anchor, list who did what."""
+        return Audit(self.store)
 
     # -- the HTTP API (cairn.server): tokens, change feeds ---------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import click
 
 from .approvals import approvals, approve, reject
+from .audit import audit
 from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
@@ -62,5 +63,6 @@ for _command in (
     langgraph,                                                  # LangGraph threads' time travel
     keys,                                                       # encryption keys (cli/keys.py)
     workspace,                                                  # runs' workspaces (cli/workspace.py)
+    audit,                                                      # the audit chain (cli/audit.py)
 ):
     main.add_command(_command)

@@ -52,7 +52,8 @@ class SQLAudit(Generic[Tx]):
 
     def audit_run_tenants(self, *, tenant: str | None = None, run_id: str | None = None) -> dict[str, str]:
         """run -> tenant of the runs in scope (the run rows, to check each entry's tenant against)."""
-        return {str(r): str(t) for r, t in self._select("audit_run_tenants", {"tenant": tenant, "run_id": run_id})}
+        rows = self._select("audit_run_tenants", {"tenant": tenant, "run_id": run_id})
+        return {str(r): str(t) for r, t in rows}
 
     def audit_legacy(self) -> dict[str, int]:
         """run -> the last entry it had before the audit chain existed (migration 0022 / 0031)."""

@@ -181,15 +181,16 @@ def check_anchor(chains: Chains, heads: dict[str, tuple[int, bytes]], tenant_of:
         if run in chains.broken:
             continue  # its first problem is already named
         if head is None:
-            problems.append(Problem(run, None, f"the run is gone: the anchor of {stamp} has it at entry {seq}"))
+            problems.append(Problem(run, None, f"the run is gone: the anchor of {stamp} has it at entry "
+                                               f"{seq}"))
         elif head.tenant != tenant_of.get(run, head.tenant):
             problems.append(Problem(run, seq, f"the run is now of tenant {head.tenant!r}, anchored as of "
                                               f"{tenant_of.get(run)!r}"))
         elif head.seq < seq:
-            problems.append(Problem(run, head.seq + 1, f"the anchor of {stamp} has entries up to {seq}, only "
-                                                       f"{head.seq} remain (the tail was cut, or the database "
-                                                       f"rolled back)"))
+            problems.append(Problem(run, head.seq + 1,
+                                    f"the anchor of {stamp} has entries up to {seq}, only {head.seq} remain "
+                                    f"(the tail was cut, or the database rolled back)"))
         elif chains.found.get(run) != anchored:
-            problems.append(Problem(run, seq, f"the entry differs from the one anchored on {stamp} (the history "
-                                              f"was rewritten and relinked, or rolled back)"))
+            problems.append(Problem(run, seq, f"the entry differs from the one anchored on {stamp} (the "
+                                              f"history was rewritten and relinked, or rolled back)"))
     return problems

@@ -241,6 +241,7 @@ except ImportError as exc:
 from cairn.faults import fault_point
 from cairn.store import admission, auditlinks, transactions
 from cairn.store import lifecycle as lc
+from cairn.store.auditlinks import Opener
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
     Claim,
@@ -253,7 +254,6 @@ from cairn.store.records import (
     RunStatus,
     UsageTotals,
 )
-from cairn.store.auditlinks import Opener
 from cairn.store.rows import (
     EVENT_COLUMNS,
     claim_history,
@@ -777,8 +777,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             # round trip), and durable like every commit: it hands out epoch 1.
             # Never held back by a queue (module doc of store.admission).
             now = self.clock()
-            started = now if self._insert_run(_claimed_params(run, worker, lease_seconds, now, self.audit_open)) \
-                else None
+            claimed = _claimed_params(run, worker, lease_seconds, now, self.audit_open)
+            started = now if self._insert_run(claimed) else None
         else:
             started = self._transaction(lambda tx: self._start_admitted(tx, run, worker, lease_seconds))
         if started is None:

@@ -61,8 +61,8 @@ from cairn import faults
 from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
 from cairn.faults import fault_point
 from cairn.store import admission, auditlinks, sqlitevec, transactions
-from cairn.store.auditlinks import Opener
 from cairn.store import lifecycle as lc
+from cairn.store.auditlinks import Opener
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
     Claim,
@@ -1120,7 +1120,8 @@ def _append_fenced(
 
 
 def _append_next(
-    conn: sqlite3.Connection, event: HistoryEvent, last_at: float, previous: bytes | None, opener: Opener | None
+    conn: sqlite3.Connection, event: HistoryEvent, last_at: float, previous: bytes | None,
+    opener: Opener | None,
 ) -> tuple[float, bytes]:
     """Append ``event`` right after the run's last entry, which this store
     appended itself under the same epoch, at ``last_at``; return the
@@ -1201,7 +1202,8 @@ def _link_unlinked(conn: sqlite3.Connection, opener: Opener | None) -> None:
         if digest is None:
             event = event_from_row(row[:15])
             if opener is None:
-                digest = auditlinks.digest(None if event.payload is None else event.payload.data, event.detail)
+                data = None if event.payload is None else event.payload.data
+                digest = auditlinks.digest(data, event.detail)
             else:
                 digest = auditlinks.digest(*opener(event, row[17]))
         assert previous is not None, f"entry {seq} of run {run_id!r} follows an entry left unlinked"
