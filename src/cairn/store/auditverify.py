@@ -20,9 +20,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from cairn.security.envelope import SealError
-from cairn.store.auditlinks import GENESIS, PENDING, Opener, digest, link
-from cairn.store.rows import DamagedRow, event_from_row
+from cairn.store.auditlinks import GENESIS, PENDING, Opener, digest, row_link
+from cairn.store.rows import DamagedRow, event_from_row, unpack_payload
+
+_decode_json = msgspec.json.decode
 
 #: How many problems a report keeps (the first is the verdict's).
 MAX_PROBLEMS = 100
@@ -86,17 +90,23 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], open
     chains = Chains()
     wanted = want or {}
     before = legacy or {}
+    broken = chains.broken
+    heads = chains.heads
     run: str | None = None
     previous = GENESIS
     expected = 1
     prefix = True
+    last: tuple[str, int, bytes] | None = None  # the run's head so far (tenant, seq, link)
+    count = 0
     for row in rows:
         run_id, seq = row[0], int(row[1])
+        count += 1
         if run_id != run:
-            run, previous, expected, prefix = run_id, GENESIS, 1, True
-        chains.entries += 1
+            if last is not None and run is not None:
+                heads[run] = Head(run, *last)
+            run, previous, expected, prefix, last = run_id, GENESIS, 1, True, None
         stored_digest, stored_link, tenant = row[15], row[16], row[17]
-        if run_id in chains.broken:
+        if run_id in broken:
             continue
         if seq != expected:
             chains.fail(run_id, expected, f"entries {expected} to {seq - 1} are missing (deleted)"
@@ -125,31 +135,34 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], open
             if problem is not None:
                 chains.fail(run_id, seq, problem)
                 continue
-        if link(previous, (*row[:12], row[13]), stored_digest) != stored_link:
+        if row_link(previous, row, stored_digest) != stored_link:
             chains.fail(run_id, seq, "the entry does not match its link: its metadata (type, time, actor, "
                                      "position, name...) was edited, it was moved or copied from elsewhere, "
                                      "or an entry before it was rewritten")
             continue
         previous = stored_link
-        if wanted.get(run_id) == seq:
+        if wanted and wanted.get(run_id) == seq:
             chains.found[run_id] = stored_link
-        chains.heads[run_id] = Head(run_id, str(tenant), seq, stored_link)
-    for run_id in chains.broken:  # a broken run has no trustworthy head
-        chains.heads.pop(run_id, None)
+        last = (str(tenant), seq, stored_link)
+    if last is not None and run is not None:
+        heads[run] = Head(run, *last)
+    chains.entries = count
+    for run_id in broken:  # a broken run has no trustworthy head
+        heads.pop(run_id, None)
     return chains
 
 
 def _digest_problem(row: tuple[Any, ...], tenant: str, opener: Opener | None, stored: bytes) -> str | None:
     """What is wrong with an entry's payload and detail against its digest (``None``: nothing)."""
     try:
-        event = event_from_row(row[:15], lenient=False)
-        if opener is None:
-            found = digest(None if event.payload is None else event.payload.data, event.detail)
+        if opener is None:  # the stored values themselves (no entry built)
+            detail = None if row[14] is None else _decode_json(row[14])
+            found = digest(unpack_payload(row[12], f"the payload of entry {row[1]}", False), detail)
         else:
-            found = digest(*opener(event, tenant))
+            found = digest(*opener(event_from_row(row[:15], lenient=False), tenant))
     except SealError as exc:
         return f"a sealed value does not open (its ciphertext was edited, or moved): {exc}"
-    except (DamagedRow, ValueError, TypeError) as exc:
+    except (DamagedRow, ValueError, TypeError, msgspec.DecodeError) as exc:
         return f"the entry is damaged: {exc}"
     if found != stored:
         return "the payload or detail differs from the digest recorded when it was written (edited)"

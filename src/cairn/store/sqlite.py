@@ -1182,7 +1182,7 @@ def _audited(
         digest = auditlinks.digest(*opener(event, None))
     if previous is None:
         return digest, auditlinks.PENDING
-    return digest, auditlinks.link(previous, (*values[:12], values[13]), digest)
+    return digest, auditlinks.row_link(previous, values, digest)
 
 
 def _link_unlinked(conn: sqlite3.Connection, opener: Opener | None) -> None:
