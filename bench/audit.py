@@ -162,7 +162,8 @@ def main() -> None:
     steps, rounds = (300, 3) if args.quick else (args.steps, args.rounds)
     print(f"bench.audit {time.strftime('%Y-%m-%d %H:%M:%S')}")
     rows, tenants = rows_of(5 if args.quick else 20, 200 if args.quick else 1000)
-    print(f"chain work alone: {chain_work(rows, 3):.2f} us CPU per entry (digest + link), {len(rows)} entries")
+    work = chain_work(rows, 3)
+    print(f"chain work alone: {work:.2f} us CPU per entry (digest + link), {len(rows)} entries")
     for digests in (False, True):
         what = "links and digests" if digests else "links only"
         print(f"verify ({what}): {verify_speed(rows, tenants, digests, 3):,.0f} entries/s CPU")

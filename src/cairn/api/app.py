@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
+from cairn.api import actors
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.audit import Audit
 from cairn.api.export import export_run
@@ -594,6 +595,7 @@ class App:
         priority: int = 0,
         budget: Budget | None = None,
         version: str | None = None,
+        started_by: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
@@ -602,7 +604,8 @@ class App:
         the run records its bundle and executes only on that bundle's code."""
         definition = self.definition(workflow, version)
         arguments = _bind(definition, args, kwargs)
-        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget)
+        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
+                            started_by)
         _, created = self.store.create_run(new)
         return RunHandle(self, new.run_id, created=created)
 
@@ -618,6 +621,7 @@ class App:
         priority: int = 0,
         budget: Budget | None = None,
         version: str | None = None,
+        started_by: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]:
         """Start ``workflow`` with inputs given as JSON values (the CLI's
         ``--input``): an object names parameters, an array lists them, any
@@ -627,7 +631,8 @@ class App:
             arguments = definition.inputs_from_json(data)
         except TypeError as exc:
             raise PayloadError(f"input does not fit workflow {workflow!r}: {exc}") from None
-        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget)
+        new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
+                            started_by)
         _, created = self.store.create_run(new)
         return RunHandle(self, new.run_id, created=created)
 
@@ -639,6 +644,7 @@ class App:
         thread_id: str | None = None,
         tenant: str = "default",
         budget: Budget | None = None,
+        started_by: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> R:
         """Start a run and execute it here, in this thread, to the end.
@@ -650,7 +656,8 @@ class App:
         """
         definition = self.definition(workflow)
         arguments = _bind(definition, args, kwargs)
-        new = self._new_run(definition, arguments, run_id, thread_id, tenant, "default", 0, budget)
+        new = self._new_run(definition, arguments, run_id, thread_id, tenant, "default", 0, budget,
+                            started_by)
         claim = self.store.create_claimed_run(new, self._inline_id, self.lease_seconds)
         result: R = self._drive(new.run_id, claim)
         return result
@@ -671,9 +678,13 @@ class App:
         queue: str,
         priority: int,
         budget: Budget | None = None,
+        started_by: Mapping[str, Any] | None = None,
     ) -> NewRun:
         given = {} if run_id is None else {"run_id": run_id}  # '' is a mistake, not "make one up"
         check_names(tenant=tenant, queue=queue, **given)  # before the input may be stored as an artifact
+        me = self.operator.actor
+        context = actors.context(me, tenant) if started_by is None else \
+            actors.checked(started_by, tenant, actors.auth_of(me))
         raw = values.encode(arguments)
         definition.convert(values.decode(raw, what="the input"))  # as a worker will: refuse what it cannot
         graph = graph_of(definition.fn)
@@ -687,7 +698,7 @@ class App:
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
             budget=budget.to_dict() if budget is not None else None,
-            bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id,
+            bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id, started_by=context,
         )
 
     def _drive(self, run_id: str, claim: Claim | None) -> Any:

@@ -135,6 +135,8 @@ def created_detail(run: NewRun) -> dict[str, Any]:
         detail["parent_run_id"] = run.parent_run_id
     if run.origin is not None:
         detail["forked_from"] = run.origin
+    if run.started_by is not None:
+        detail["started_by"] = run.started_by
     return detail
 
 

@@ -141,6 +141,10 @@ class NewRun:
     #: checkpoint: ``{"run_id": ..., "step": n, "edited": bool}``), recorded in
     #: its ``run.created`` entry (its lineage: ``cairn.graph.travel.lineage_of``)
     origin: dict[str, Any] | None = None
+    #: who started the run, how authenticated, with which tenant, role and
+    #: delegated scopes (``cairn.api.actors``), recorded in its ``run.created``
+    #: entry, which the audit chain covers
+    started_by: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         names = {"run_id": self.run_id, "workflow": self.workflow, "tenant": self.tenant, "queue": self.queue}
