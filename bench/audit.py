@@ -117,6 +117,36 @@ def side_by_side(name: str, measure: Callable[[bool, int], tuple[float, float]],
               f"difference {a - b:+6.1f} us ({a / b:.3f}x); {rounds} rounds of {steps} steps")
 
 
+def store_append(on: bool, steps: int) -> tuple[float, float]:
+    """(wall, CPU) microseconds per ``SQLiteStore.append`` of one journal
+    entry (a step's result, 40 bytes), the store alone: what the chain adds
+    to the write itself, without the engine's noise around it."""
+    from cairn.store.records import EventType, HistoryEvent, NewRun, Payload
+    from cairn.store.sqlite import SQLiteStore
+
+    with fresh_dir(f"audit-append-{'on' if on else 'off'}") as d, chain(on):
+        store = SQLiteStore(str(d / "cairn.sqlite"))
+        try:
+            run = NewRun(run_id="r", workflow="w", workflow_version="1", tenant="default", thread_id=None,
+                         input=Payload(b"null", None))
+            claim = store.create_claimed_run(run, "bench", 60.0)
+            assert claim is not None
+            seq, epoch = claim.next_seq, claim.run.epoch
+            data = b'"' + b"r" * 38 + b'"'
+            events = [HistoryEvent("r", seq + i, EventType.STEP_COMPLETED, time.time(), epoch, "bench", i,
+                                   "step", "inc", "0123456789abcdef", 1, time.time(), Payload(data, None))
+                      for i in range(steps + 1)]
+            store.append("r", epoch, events[:1])  # warm-up
+            settle()
+            wall, cpu = time.perf_counter(), time.process_time()
+            for event in events[1:]:
+                store.append("r", epoch, [event])
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        finally:
+            store.close()
+    return wall / steps * 1e6, cpu / steps * 1e6
+
+
 def rows_of(runs: int, run_steps: int) -> tuple[list[tuple[Any, ...]], dict[str, str]]:
     """Rows as ``audit_entries`` returns them, of a real SQLite store."""
     with fresh_dir("audit-verify") as d:
@@ -167,6 +197,7 @@ def main() -> None:
     for digests in (False, True):
         what = "links and digests" if digests else "links only"
         print(f"verify ({what}): {verify_speed(rows, tenants, digests, 3):,.0f} entries/s CPU")
+    side_by_side("append", store_append, steps * 5, rounds)
     side_by_side("sqlite", sqlite_step, steps, rounds)
     if not args.sqlite_only:
         from tests import pgcluster
