@@ -37,10 +37,11 @@ def test_python_start_records_the_app_and_a_program_may_pass_who_it_acts_for(pla
                                    "tenant": "a", "role": "support", "scopes": ["refunds:write"]}
     app.cancel(other, "by hand")
     log = app.audit.log(run_id=other)
-    assert [(e.event, e.actor) for e in log] == [("run.created", "user:ada"), ("run.cancelled", f"app:{os.getpid()}")]
+    assert [(e.event, e.actor) for e in log] == [("run.created", "user:ada"),
+                                                 ("run.cancelled", f"app:{os.getpid()}")]
     # the context is part of the chained entry: changing it is tampering
-    Raw(place)("UPDATE history SET detail = replace(detail, 'support', 'admin') WHERE run_id = :r AND seq = 1",
-               r=other)
+    Raw(place)("UPDATE history SET detail = replace(detail, 'support', 'admin') "
+               "WHERE run_id = :r AND seq = 1", r=other)
     problems = verify_store(app.store).problems
     assert [(p.run_id, p.seq) for p in problems] == [(other, 1)]
     app.close()
@@ -82,8 +83,8 @@ def cli_run(*args: str, env: dict[str, str] | None = None) -> Any:
     return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
 
 
-def test_cli_start_and_cancel_record_the_os_user_or_the_configured_identity(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_start_and_cancel_record_the_os_user_or_the_configured_identity(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = f"sqlite:///{tmp_path / 'cairn.db'}"
     monkeypatch.delenv("CAIRN_ACTOR", raising=False)
     started = cli_run("start", "greet", "--app", "tests.cli.sample_app:app", "--db", db,

@@ -211,9 +211,11 @@ def event_of(row: tuple[Any, ...]) -> AuditEvent:
 
 def actor_of(event: str, worker: Any, epoch: int, detail: dict[str, Any] | None) -> tuple[str, str]:
     """Who wrote an entry and how they were authenticated: a run's starter
-    (its ``run.created`` entry's ``started_by``), an operator's (``detail.actor``; the prefix says how: ``cli:`` the OS user, ``http:``
-    an API token, ``app:`` a program in-process), a lease holder's (the
-    worker, by its lease epoch), else the system's."""
+    (its ``run.created`` entry's ``started_by``), an operator's
+    (``detail.actor``; the prefix says how: ``cli:`` the OS user, ``user:``
+    a configured identity, ``http:`` an API token, ``app:`` a program
+    in-process), a lease holder's (the worker, by its lease epoch), else the
+    system's."""
     started = detail.get("started_by") if detail is not None and event == "run.created" else None
     if isinstance(started, dict) and isinstance(started.get("actor"), str):
         return str(started["actor"]), str(started.get("auth") or "unknown")
