@@ -42,6 +42,24 @@ def test_the_actor_in_history_is_the_tokens_identity(setup: Setup, client: httpx
     assert (setup.app.history(killed)[-1].detail or {})["actor"] == _actor(setup, "operator")
 
 
+def test_a_run_started_over_http_records_the_tokens_permissions_context(setup: Setup,
+                                                                       client: httpx.Client) -> None:
+    """Issue 26: the token that started a run, its role and tenant, are in
+    the run's ``run.created`` entry (so the audit chain covers them), and the
+    audit log names the token for each action."""
+    operator = setup.headers("operator")
+    started = client.post("/api/runs", json={"workflow": "echo", "input": "x"}, headers=operator).json()
+    run_id = started["run"]["run_id"]
+    created = setup.app.history(run_id)[0]
+    assert (created.detail or {})["started_by"] == {
+        "actor": _actor(setup, "operator"), "auth": "api-token", "tenant": TENANT, "role": "operator"}
+    client.post(f"/api/runs/{run_id}/cancel", json={"reason": "stop"}, headers=setup.headers("admin"))
+    log = setup.app.audit.log(run_id=run_id)
+    assert [(e.event, e.actor, e.auth) for e in log] == [
+        ("run.created", _actor(setup, "operator"), "api-token"),
+        ("run.cancelled", _actor(setup, "admin"), "api-token")]
+
+
 def test_resolving_an_uncertain_write_through_the_api(setup: Setup, client: httpx.Client) -> None:
     operator = setup.headers("operator")
     run_id = client.post("/api/runs", json={"workflow": "payer", "input": "ada"},

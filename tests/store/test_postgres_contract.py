@@ -119,7 +119,8 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
     assert rows == [(m.version, m.name) for m in migrations]
     tables = _query(pg_url, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
                     "ORDER BY table_name", (schema,))
-    assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",), ("bundles",),
+    assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",),
+                      ("audit_checkpoints",), ("audit_legacy",), ("bundles",),
                       ("data_keys",), ("history",), ("lg_blobs",), ("lg_checkpoints",), ("lg_threads",),
                       ("lg_values",), ("lg_writes",),
                       ("mailbox",), ("memory_item_cold",), ("memory_items",),

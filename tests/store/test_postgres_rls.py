@@ -562,6 +562,9 @@ SNAPSHOTS = {
     "lg_threads": "SELECT * FROM lg_threads WHERE tenant <> 'globex' ORDER BY tenant, thread_id",
     "data_keys": "SELECT * FROM data_keys WHERE tenant <> 'globex' ORDER BY tenant, version",
     "workspace_objects": "SELECT * FROM workspace_objects WHERE tenant <> 'globex' ORDER BY tenant, oid",
+    # the audit chain's tables: no tenant role is granted them (an operator's)
+    "audit_checkpoints": "SELECT * FROM audit_checkpoints ORDER BY tenant, id",
+    "audit_legacy": "SELECT * FROM audit_legacy ORDER BY run_id",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -608,6 +611,8 @@ READS = [
     ("lg_threads", "SELECT owner FROM lg_threads WHERE tenant = 'acme'"),
     ("data_keys", "SELECT wrapped FROM data_keys WHERE tenant = 'acme'"),
     ("workspace_objects", "SELECT data FROM workspace_objects WHERE tenant = 'acme'"),
+    ("audit_checkpoints", "SELECT record FROM audit_checkpoints"),
+    ("audit_legacy", "SELECT run_id FROM audit_legacy"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -785,6 +790,12 @@ WRITES = [
     ("data_keys", "UPDATE data_keys SET wrapped = 'evil'"),
     ("data_keys", "DELETE FROM data_keys"),
     ("workspace_objects", "UPDATE workspace_objects SET data = 'evil'"),
+    ("history", "UPDATE history SET link = 'evil', digest = 'evil' WHERE run_id = 'a1'"),
+    ("audit_checkpoints", "INSERT INTO audit_checkpoints (tenant, id, at, record) "
+                          "VALUES ('acme', 99, 0, 'x')"),
+    ("audit_checkpoints", "DELETE FROM audit_checkpoints"),
+    ("audit_legacy", "INSERT INTO audit_legacy (run_id, last_seq) VALUES ('a1', 99)"),
+    ("audit_legacy", "DELETE FROM audit_legacy"),
     ("workspace_objects", "DELETE FROM workspace_objects"),
     ("workspace_objects", "INSERT INTO workspace_objects (tenant, oid, data, stored_at) "
                           "VALUES ('acme', 'cd', 'evil', 0)"),

@@ -40,6 +40,7 @@ from tests import pgcluster
 #: database lock, so it reads then writes inside its transaction, one row at
 #: a time where that is cheapest; artifacts are files beside the database.
 SQLITE_ONLY = {
+    "audit_previous": "the entry before an appended one, read for its audit link (PostgreSQL: in the insert)",
     "rekey_spilled_set": "a re-encrypted payload too large for its row is written back out of it",
     "ws_put_object": "one workspace object per statement (PostgreSQL: ws_put_objects, all in one)",
     "insert_history_payload": "a history payload too large for its row goes out of it (PostgreSQL: TOAST)",

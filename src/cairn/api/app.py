@@ -16,7 +16,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
+from cairn.api import actors
 from cairn.api.approvals import NO_EDIT, ApprovalView
+from cairn.api.audit import Audit
 from cairn.api.export import export_run
 from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
@@ -596,6 +598,7 @@ class App:
         version: str | None = None,
         started_role: str | None = None,
         started_token: str | None = None,
+        started_by: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
@@ -608,7 +611,7 @@ class App:
         definition = self.definition(workflow, version)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
-                            StartedWith(started_role, started_token))
+                            StartedWith(started_role, started_token), started_by)
         _, created = self.store.create_run(new)
         return RunHandle(self, new.run_id, created=created)
 
@@ -626,6 +629,7 @@ class App:
         version: str | None = None,
         started_role: str | None = None,
         started_token: str | None = None,
+        started_by: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]:
         """Start ``workflow`` with inputs given as JSON values (the CLI's
         ``--input``): an object names parameters, an array lists them, any
@@ -637,7 +641,7 @@ class App:
         except TypeError as exc:
             raise PayloadError(f"input does not fit workflow {workflow!r}: {exc}") from None
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
-                            StartedWith(started_role, started_token))
+                            StartedWith(started_role, started_token), started_by)
         _, created = self.store.create_run(new)
         return RunHandle(self, new.run_id, created=created)
 
@@ -651,6 +655,7 @@ class App:
         budget: Budget | None = None,
         started_role: str | None = None,
         started_token: str | None = None,
+        started_by: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> R:
         """Start a run and execute it here, in this thread, to the end.
@@ -663,7 +668,7 @@ class App:
         definition = self.definition(workflow)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, "default", 0, budget,
-                            StartedWith(started_role, started_token))
+                            StartedWith(started_role, started_token), started_by)
         claim = self.store.create_claimed_run(new, self._inline_id, self.lease_seconds)
         result: R = self._drive(new.run_id, claim)
         return result
@@ -685,10 +690,14 @@ class App:
         priority: int,
         budget: Budget | None = None,
         started: StartedWith = NOBODY,
+        started_by: Mapping[str, Any] | None = None,
     ) -> NewRun:
         NewRun.check_started(started.role, started.token)  # before anything is stored
         given = {} if run_id is None else {"run_id": run_id}  # '' is a mistake, not "make one up"
         check_names(tenant=tenant, queue=queue, **given)  # before the input may be stored as an artifact
+        me = self.operator.actor
+        context = actors.context(me, tenant) if started_by is None else \
+            actors.checked(started_by, tenant, actors.auth_of(me))
         raw = values.encode(arguments)
         definition.convert(values.decode(raw, what="the input"))  # as a worker will: refuse what it cannot
         graph = graph_of(definition.fn)
@@ -702,7 +711,7 @@ class App:
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
             budget=budget.to_dict() if budget is not None else None,
-            bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id,
+            bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id, started_by=context,
             started_role=started.role, started_token=started.token,
         )
 
@@ -919,6 +928,11 @@ class App:
         """
         return self.operator.prune(older_than_seconds, statuses=statuses, batch_size=batch_size,
                                    dry_run=dry_run)
+
+    @property
+    def audit(self) -> Audit:
+        """The audit log: verify the chains, checkpoint them to an anchor, list who did what."""
+        return Audit(self.store)
 
     # -- the HTTP API (cairn.server): tokens, change feeds ---------------------------------
 

@@ -104,7 +104,11 @@ def app_actor() -> str:
 def cli_actor() -> str:
     """The identity of a person at the ``cairn`` command: ``cli:user@host``,
     the user of the process's uid (``getpass.getuser`` reads ``$USER`` first,
-    so ``USER=ada cairn approve`` decided as ada)."""
+    so ``USER=ada cairn approve`` decided as ada), or ``user:NAME`` when
+    ``$CAIRN_ACTOR`` names a configured identity (control characters dropped)."""
+    configured = "".join(ch for ch in os.environ.get("CAIRN_ACTOR", "") if ch.isprintable())[:200]
+    if configured.strip():
+        return f"user:{configured.strip()}"
     if not hasattr(os, "getuid"):  # Windows: no uid, the login name
         return f"cli:{getpass.getuser()}@{socket.gethostname()}"
     try:

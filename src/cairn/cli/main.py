@@ -15,6 +15,7 @@ from __future__ import annotations
 import click
 
 from .approvals import approvals, approve, reject
+from .audit import audit
 from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
@@ -64,5 +65,6 @@ for _command in (
     keys,                                                       # encryption keys (cli/keys.py)
     workspace,                                                  # runs' workspaces (cli/workspace.py)
     sandbox,                                                    # cairn sandbox check (cli/sandbox.py)
+    audit,                                                      # the audit chain (cli/audit.py)
 ):
     main.add_command(_command)

@@ -10,7 +10,9 @@ from typing import Any
 import click
 import msgspec
 
+from cairn.api import actors
 from cairn.api.app import App
+from cairn.api.operator import cli_actor
 from cairn.codec import values
 from cairn.engine.budget import Budget
 from cairn.errors import InvalidRunState, PayloadError, UnknownWorkflow
@@ -95,7 +97,8 @@ def start(
     with loaded_app(app_spec, _db(ctx, db)) as app:
         try:
             handle = app.start_json(workflow, data, run_id=run_id, thread_id=thread_id, tenant=tenant,
-                                    queue=queue, priority=priority, version=version, started_role=role)
+                                    queue=queue, priority=priority, version=version, started_role=role,
+                                    started_by=actors.context(cli_actor(), tenant))
         except UnknownWorkflow as exc:
             raise click.BadParameter(str(exc), param_hint="'WORKFLOW'") from None
         except PayloadError as exc:

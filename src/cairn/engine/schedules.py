@@ -272,7 +272,9 @@ class Schedule:
         raw = values.encode(self.inputs(tick))
         return NewRun(run_id=self.run_id(tick), workflow=self.workflow.name,
                       workflow_version=self.workflow.version, tenant=self.tenant, thread_id=None,
-                      input=wrap(raw), queue=self.queue, priority=self.priority, budget=None)
+                      input=wrap(raw), queue=self.queue, priority=self.priority, budget=None,
+                      started_by={"actor": f"schedule:{self.name}", "auth": "schedule",
+                                  "tenant": self.tenant})
 
     def due(self, state: ScheduleState, now: float) -> Due:
         """Which ticks to fire at ``now`` given the stored ``state`` (see the

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import msgspec
 from starlette.responses import JSONResponse
 
+from cairn.api import actors
 from cairn.api.ledger import decode
 from cairn.api.tokens import Role
 from cairn.api.views import (
@@ -208,6 +209,7 @@ def start_run(call: Call[Any]) -> Any:
             body.workflow, data, run_id=run_id, thread_id=body.thread_id, tenant=tenant, queue=body.queue,
             priority=body.priority, budget=body.budget.budget() if body.budget is not None else None,
             started_role=call.principal.role.value, started_token=call.principal.token_id,
+            started_by=actors.context(call.principal.actor, tenant, role=call.principal.role.value),
         )
     except PayloadError as exc:  # JSON the document allows, that the workflow's parameters do not take
         raise ApiError(422, "invalid_input", str(exc)) from None

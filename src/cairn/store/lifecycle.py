@@ -139,6 +139,8 @@ def created_detail(run: NewRun) -> dict[str, Any]:
         detail["started_role"] = run.started_role
         if run.started_token is not None:
             detail["started_token"] = run.started_token
+    if run.started_by is not None:
+        detail["started_by"] = run.started_by
     return detail
 
 

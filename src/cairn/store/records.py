@@ -158,6 +158,10 @@ class NewRun:
             raise InvalidArgument(f"a run is started as one of {', '.join(STARTED_ROLES)}, not {role!r}")
         if token is not None and (role is None or not isinstance(token, str) or not token):
             raise InvalidArgument("a run started with a token records the token's id and role")
+    #: who started the run, how authenticated, with which tenant, role and
+    #: delegated scopes (``cairn.api.actors``), recorded in its ``run.created``
+    #: entry, which the audit chain covers
+    started_by: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         names = {"run_id": self.run_id, "workflow": self.workflow, "tenant": self.tenant, "queue": self.queue}

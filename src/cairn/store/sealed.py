@@ -149,6 +149,13 @@ class SealedStore:
         #: (stand-in ref, tenant) -> the ref of the sealed artifact stored for it
         self._resolved: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._artifact_lock = threading.Lock()
+        # the audit chain digests what an entry says, not its ciphertext (store/auditlinks.py)
+        inner.audit_open = self.audit_plaintext  # type: ignore[attr-defined]
+
+    def audit_plaintext(self, event: HistoryEvent, tenant: str | None) -> tuple[bytes | None, Any]:
+        """``event``'s payload bytes and detail opened: what its audit digest covers."""
+        opened = self._open_event(tenant if tenant is not None else self._tenant(event.run_id), event)
+        return (None if opened.payload is None else opened.payload.data), opened.detail
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -38,6 +38,7 @@ from cairn.errors import InvalidArgument, SQLError
 from cairn.faults import fault_point
 from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
+from cairn.store.auditsql import SQLAudit
 from cairn.store.checkpointsql import SQLCheckpoints
 from cairn.store.keysql import SQLKeys
 from cairn.store.memsql import SQLMemory
@@ -114,7 +115,7 @@ class Hold(Enum):
     KEY = "key"
 
 
-class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx], Generic[Tx]):
+class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx], SQLAudit[Tx], Generic[Tx]):
     """The operator transitions of ``contract.Store`` over a dialect's
     primitives; ``Tx`` is the dialect's transaction handle. The memory tiers
     are ``memsql.SQLMemory``'s, over the vector index of long-term memory

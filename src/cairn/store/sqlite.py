@@ -60,8 +60,9 @@ from typing import Any, TypeVar
 from cairn import faults
 from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
 from cairn.faults import fault_point
-from cairn.store import admission, sqlitevec, transactions
+from cairn.store import admission, auditlinks, sqlitevec, transactions
 from cairn.store import lifecycle as lc
+from cairn.store.auditlinks import Opener
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
     Claim,
@@ -79,6 +80,7 @@ from cairn.store.rows import (
     claim_status,
     claimed_run,
     dumps,
+    event_from_row,
     event_values,
     finish_params,
     new_record,
@@ -195,6 +197,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         #: it under that epoch: the hot path's fence needs no read of history
         #: when the next entry follows it (see ``append``)
         self._tails: dict[str, tuple[int, int, float]] = {}
+        #: run -> (seq, link) of its last entry this store appended and committed (the audit chain)
+        self._links: dict[str, tuple[int, bytes]] = {}
+        #: opens a sealed entry's payload and detail for its digest (a ``SealedStore`` sets it)
+        self.audit_open: Opener | None = None
+        #: whether history has the audit columns (migration 0022); ``None``: not looked yet
+        self._chained: bool | None = None
         #: whether the connections score vectors with sqlite-vec (``store.sqlitevec``)
         self.sqlite_vec = False
         sqlitevec.prepare()
@@ -284,6 +292,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                if self._chained is None:
+                    self._chained = _has_audit_columns(conn)
+                if self._chained:
+                    _link_unlinked(conn, self.audit_open)
                 fault_point(faults[0])
                 conn.execute("COMMIT")
             except BaseException:
@@ -328,6 +340,13 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             raise lc.unstorable_text(exc) from None
 
     def _migrate(self, conn: sqlite3.Connection) -> list[int]:
+        self._chained = False  # no audit link pass while the schema may lack its columns
+        try:
+            return self._migrate_all(conn)
+        finally:
+            self._chained = None
+
+    def _migrate_all(self, conn: sqlite3.Connection) -> list[int]:
         with self._read():
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -574,10 +593,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             if not self._writer.acquire(False):  # the common case, without the timeout's cost
                 self._writing()
             try:
+                known = self._links.pop(run_id, None)
+                previous = known[1] if known is not None and known[0] == event.seq - 1 else None
                 if tail is not None and tail[0] == epoch and tail[1] == event.seq - 1:
-                    at = _append_next(conn, event, tail[2])
+                    at, link = _append_next(conn, event, tail[2], previous, self.audit_open)
                 else:
-                    at = _append_fenced(conn, run_id, epoch, event)
+                    at, link = _append_fenced(conn, run_id, epoch, event, self.audit_open)
             except sqlite3.Error as exc:
                 raise self._failure(exc) from None
             except UnicodeEncodeError as exc:
@@ -587,6 +608,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             if len(tails) >= _MAX_TAILS:
                 tails.clear()
             tails[run_id] = (epoch, event.seq, at)
+            if link:  # committed (autocommit): the next entry chains from it unread
+                links = self._links
+                if len(links) >= _MAX_TAILS:
+                    links.clear()
+                links[run_id] = (event.seq, link)
             if faults.ARMED:
                 fault_point("store.append.after_commit")
         else:
@@ -617,10 +643,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         itself (``_tails``); the tail is forgotten meanwhile, and remembered
         again only once the entry is committed (``_tail``)."""
         tail = self._tails.pop(run_id, None)
+        self._links.pop(run_id, None)  # in a transaction: known again once committed and read
         if (tail is not None and tail[0] == epoch == event.epoch and tail[1] == event.seq - 1
                 and event.run_id == run_id):
-            return _append_next(conn, event, tail[2])
-        return _append_fenced(conn, run_id, epoch, event)
+            return _append_next(conn, event, tail[2], None, self.audit_open)[0]
+        return _append_fenced(conn, run_id, epoch, event, self.audit_open)[0]
 
     def _tail(self, run_id: str, epoch: int, seq: int, at: float) -> None:
         """Remember the last entry this store appended to ``run_id`` (committed)."""
@@ -1063,24 +1090,39 @@ def _check_fenced(run_id: str, epoch: int, event: HistoryEvent) -> None:
         raise LeaseLost(run_id, epoch)
 
 
-def _append_fenced(tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> float:
+def _append_fenced(
+    tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent, opener: Opener | None
+) -> tuple[float, bytes]:
     """Append ``event`` under the fence; return the ``at`` stored (clamped
-    to the run's last entry's). Reading every row returned ends the statement,
-    which commits it outside a transaction."""
+    to the run's last entry's) and its audit link. Reading every row returned
+    ends the statement, which commits it outside a transaction. The entry
+    before it is read first for its link (and time: the statement's clamp
+    then changes nothing); entries never change once written, and the
+    statement refuses this one unless that entry is still the last."""
     _check_fenced(run_id, epoch, event)
     try:
         values = event_values(event)
+        before = tx.execute(_AUDIT_PREVIOUS, (run_id, event.seq - 1)).fetchone()
+        previous: bytes | None = auditlinks.GENESIS
+        if before is not None:
+            previous = auditlinks.previous_of(before[1])
+            if values[3] < before[0]:
+                values = (*values[:3], before[0], *values[4:])
+        link = _audited(values, event, previous, opener)
         if values[12] is not None and len(values[12]) > _SPILL_AT:
             values = _spilled(tx, values)
-        rows = tx.execute(_INSERT_EVENT_FENCED, values).fetchall()
+        rows = tx.execute(_INSERT_EVENT_FENCED, values + link).fetchall()
     except sqlite3.IntegrityError:
         raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
     if len(rows) != 1:
         raise LeaseLost(run_id, epoch)
-    return float(rows[0][0])
+    return float(rows[0][0]), link[1]
 
 
-def _append_next(conn: sqlite3.Connection, event: HistoryEvent, last_at: float) -> float:
+def _append_next(
+    conn: sqlite3.Connection, event: HistoryEvent, last_at: float, previous: bytes | None,
+    opener: Opener | None,
+) -> tuple[float, bytes]:
     """Append ``event`` right after the run's last entry, which this store
     appended itself under the same epoch, at ``last_at``; return the
     ``at`` stored.
@@ -1091,21 +1133,83 @@ def _append_next(conn: sqlite3.Connection, event: HistoryEvent, last_at: float) 
     (checked by the caller) and nobody else took it (the primary key:
     every writer appends right after the last entry, so another entry
     would be at this very ``seq``); ``at`` is clamped to the last
-    entry's here, as the statement would."""
+    entry's here, as the statement would. ``previous``: the link of the
+    entry before, if known (else read: ``_previous_link``)."""
     values = event_values(event)
-    if values[12] is not None and len(values[12]) > _SPILL_AT:  # _event_row, written out: once per step
-        values = _spilled(conn, values)
     at = event.at
     if at < last_at:
         at = last_at
         values = (*values[:3], at, *values[4:])
+    if previous is None:
+        previous = _previous_link(conn, event)
+    link = _audited(values, event, previous, opener)
+    if values[12] is not None and len(values[12]) > _SPILL_AT:  # _event_row, written out: once per step
+        values = _spilled(conn, values)
     try:
-        inserted = conn.execute(_INSERT_EVENT_NEXT, values).rowcount
+        inserted = conn.execute(_INSERT_EVENT_NEXT, values + link).rowcount
     except sqlite3.IntegrityError:
         raise LeaseLost(event.run_id, event.epoch) from None  # seq taken: someone else appended
     if inserted != 1:
         raise LeaseLost(event.run_id, event.epoch)
-    return at
+    return at, link[1]
+
+
+# -- the audit chain (store/auditlinks.py) ---------------------------------------------------
+
+_AUDIT_PREVIOUS = _Q["audit_previous"]
+
+
+def _has_audit_columns(conn: sqlite3.Connection) -> bool:
+    return any(row[1] == "link" for row in conn.execute("PRAGMA table_info(history)"))
+
+
+def _previous_link(conn: sqlite3.Connection, event: HistoryEvent) -> bytes | None:
+    """The link ``event`` chains from, read from the entry before it
+    (``None``: that one is pending, so is this one)."""
+    before = conn.execute(_AUDIT_PREVIOUS, (event.run_id, event.seq - 1)).fetchone()
+    return auditlinks.GENESIS if before is None else auditlinks.previous_of(before[1])
+
+
+def _audited(
+    values: tuple[Any, ...], event: HistoryEvent, previous: bytes | None, opener: Opener | None
+) -> tuple[bytes, bytes]:
+    """``(digest, link)`` of the entry ``event`` written as ``values`` (its
+    ``at`` final) after ``previous`` (``None``: pending, linked at commit)."""
+    if opener is None:
+        payload = event.payload
+        digest = auditlinks.digest(None if payload is None else payload.data, event.detail)
+    else:
+        digest = auditlinks.digest(*opener(event, None))
+    if previous is None:
+        return digest, auditlinks.PENDING
+    return digest, auditlinks.row_link(previous, values, digest)
+
+
+def _link_unlinked(conn: sqlite3.Connection, opener: Opener | None) -> None:
+    """Link the entries this transaction wrote without their link (bulk
+    claims, lifecycle transitions), before it commits: each after the link
+    before it, in ``seq`` order. Their digests are of the rows as read back
+    (opened by ``opener`` where sealed), unless the writer gave one."""
+    rows = conn.execute(_Q["audit_unlinked"]).fetchall()
+    if not rows:
+        return
+    done: dict[tuple[str, int], bytes] = {}
+    for row in rows:
+        run_id, seq = row[0], row[1]
+        stored = done.get((run_id, seq - 1))
+        previous = stored if stored is not None else auditlinks.previous_of(row[16])
+        digest = row[15]
+        if digest is None:
+            event = event_from_row(row[:15])
+            if opener is None:
+                data = None if event.payload is None else event.payload.data
+                digest = auditlinks.digest(data, event.detail)
+            else:
+                digest = auditlinks.digest(*opener(event, row[17]))
+        assert previous is not None, f"entry {seq} of run {run_id!r} follows an entry left unlinked"
+        link = auditlinks.link(previous, (*row[:12], row[13]), digest)
+        done[(run_id, seq)] = link
+        conn.execute(_Q["audit_set_link"], (run_id, seq, digest, link))
 
 
 def _claim_many(

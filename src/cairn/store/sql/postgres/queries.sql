@@ -34,11 +34,12 @@ WITH ins AS (
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id, tenant
 )
-INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
-SELECT ins.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, ins.tenant
+INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant, digest, link)
+SELECT ins.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, ins.tenant, e.digest, e.link
 FROM ins
 CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
-                  %(workers)s::text[], %(details)s::text[]) AS e(seq, event, at, epoch, worker, detail)
+                  %(workers)s::text[], %(details)s::text[], %(digests)s::bytea[], %(links)s::bytea[])
+     AS e(seq, event, at, epoch, worker, detail, digest, link)
 
 -- The same in two statements, for a tenant's role: the history policy checks
 -- that an entry's run is of the entry's tenant, and a run inserted by a CTE of
@@ -56,10 +57,11 @@ VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_versi
 ON CONFLICT (run_id) DO NOTHING
 
 -- name: create_run_entries
-INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant)
-SELECT %(run_id)s::text, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, %(tenant)s::text
+INSERT INTO history (run_id, seq, event, at, epoch, worker, detail, tenant, digest, link)
+SELECT %(run_id)s::text, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, %(tenant)s::text, e.digest, e.link
 FROM unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
-            %(workers)s::text[], %(details)s::text[]) AS e(seq, event, at, epoch, worker, detail)
+            %(workers)s::text[], %(details)s::text[], %(digests)s::bytea[], %(links)s::bytea[])
+     AS e(seq, event, at, epoch, worker, detail, digest, link)
 
 -- name: select_started_with
 -- The role and token a run was started with (cairn.engine.access reads it, once per execution).
@@ -149,13 +151,18 @@ WITH fence AS (
     SELECT tenant FROM runs
     WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
     FOR SHARE
+), prev AS (  -- the entry before: its link, and its time (history_monotonic_at's clamp, done here)
+    SELECT b.at, b.link FROM history AS b WHERE b.run_id = %(run_id)s::text AND b.seq = %(seq)s::bigint - 1
 )
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
-                     attempt, started_at, payload, payload_ref, detail, tenant)
-SELECT %(run_id)s::text, %(seq)s::bigint, %(event)s::text, %(at)s::float8, %(event_epoch)s::bigint,
+                     attempt, started_at, payload, payload_ref, detail, tenant, digest, link)
+SELECT %(run_id)s::text, %(seq)s::bigint, %(event)s::text, GREATEST(%(at)s::float8, COALESCE((SELECT at FROM prev), %(at)s::float8)), %(event_epoch)s::bigint,
        %(worker)s::text, %(position)s::bigint, %(step_kind)s::text, %(name)s::text,
        %(input_hash)s::text, %(attempt)s::bigint, %(started_at)s::float8, %(payload)s::bytea,
-       %(payload_ref)s::text, %(detail)s::text, fence.tenant
+       %(payload_ref)s::text, %(detail)s::text, fence.tenant, %(digest)s::bytea,
+       CASE WHEN (SELECT link FROM prev) = '\x'::bytea THEN '\x'::bytea
+            ELSE sha256(COALESCE((SELECT link FROM prev), '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea) || %(audit_head)s::bytea || '\xcb'::bytea
+                        || float8send(GREATEST(%(at)s::float8, COALESCE((SELECT at FROM prev), %(at)s::float8))) || %(audit_tail)s::bytea) END
 FROM fence
 WHERE %(seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = %(run_id)s::text)
 
@@ -260,13 +267,18 @@ WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'runn
 WITH fence AS (
     SELECT tenant FROM runs
     WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+), prev AS (  -- the entry before: its link, and its time (history_monotonic_at's clamp, done here)
+    SELECT b.at, b.link FROM history AS b WHERE b.run_id = %(run_id)s::text AND b.seq = %(seq)s::bigint - 1
 ), ins AS (
     INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
-                         attempt, started_at, payload, payload_ref, detail, tenant)
-    SELECT %(run_id)s::text, %(seq)s::bigint, %(event)s::text, %(at)s::float8, %(event_epoch)s::bigint,
+                         attempt, started_at, payload, payload_ref, detail, tenant, digest, link)
+    SELECT %(run_id)s::text, %(seq)s::bigint, %(event)s::text, GREATEST(%(at)s::float8, COALESCE((SELECT at FROM prev), %(at)s::float8)), %(event_epoch)s::bigint,
            %(worker)s::text, %(position)s::bigint, %(step_kind)s::text, %(name)s::text,
            %(input_hash)s::text, %(attempt)s::bigint, %(started_at)s::float8, %(payload)s::bytea,
-           %(payload_ref)s::text, %(detail)s::text, fence.tenant
+           %(payload_ref)s::text, %(detail)s::text, fence.tenant, %(digest)s::bytea,
+           CASE WHEN (SELECT link FROM prev) = '\x'::bytea THEN '\x'::bytea
+            ELSE sha256(COALESCE((SELECT link FROM prev), '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea) || %(audit_head)s::bytea || '\xcb'::bytea
+                        || float8send(GREATEST(%(at)s::float8, COALESCE((SELECT at FROM prev), %(at)s::float8))) || %(audit_tail)s::bytea) END
     FROM fence
     WHERE %(seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = %(run_id)s::text)
     RETURNING run_id
@@ -1789,3 +1801,44 @@ ON CONFLICT (tenant, oid) DO NOTHING
 -- name: ws_objects
 SELECT oid, data FROM workspace_objects
 WHERE tenant = %(tenant)s::text AND oid = ANY (%(oids)s::text[])
+
+-- The audit chain (issue 26; cairn/store/auditlinks.py). Entries written
+-- without their link in the transaction in progress (the partial index holds
+-- nothing else), each with the stored link before it.
+-- name: audit_unlinked
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name, h.input_hash,
+       h.attempt, h.started_at, h.payload, h.payload_ref, h.detail, h.digest,
+       (SELECT b.link FROM history AS b WHERE b.run_id = h.run_id AND b.seq = h.seq - 1), h.tenant
+FROM history AS h WHERE h.link = '\x'::bytea ORDER BY h.run_id, h.seq
+
+-- name: audit_set_link
+UPDATE history SET digest = %(digest)s::bytea, link = %(link)s::bytea
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint
+
+-- A page of entries as the audit verifier reads them (after a key, in
+-- (run_id, seq) order, compared as the database sorts; one tenant's or one run's).
+-- name: audit_entries
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name, h.input_hash,
+       h.attempt, h.started_at, h.payload, h.payload_ref, h.detail, h.digest, h.link, h.tenant
+FROM history AS h
+WHERE (h.run_id, h.seq) > (%(after_run)s::text, %(after_seq)s::bigint)
+  AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
+  AND (%(run_id)s::text IS NULL OR h.run_id = %(run_id)s::text)
+ORDER BY h.run_id, h.seq LIMIT %(page)s::bigint
+
+-- name: audit_run_tenants
+SELECT run_id, tenant FROM runs
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
+
+-- name: insert_audit_checkpoint
+INSERT INTO audit_checkpoints (tenant, id, at, record)
+SELECT %(tenant)s::text, COALESCE(MAX(id), 0) + 1, %(at)s::float8, %(record)s::text
+FROM audit_checkpoints WHERE tenant = %(tenant)s::text
+RETURNING id
+
+-- name: audit_checkpoints
+SELECT tenant, id, at, record FROM audit_checkpoints
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) ORDER BY tenant, id
+
+-- name: audit_legacy
+SELECT run_id, last_seq FROM audit_legacy

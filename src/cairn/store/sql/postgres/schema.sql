@@ -101,11 +101,16 @@ CREATE TABLE history (
     payload_ref TEXT,
     detail      TEXT,
     tenant      TEXT NOT NULL,
+    digest      BYTEA,
+    link        BYTEA DEFAULT '\x'::bytea,
     PRIMARY KEY (run_id, seq)
 );
 
 CREATE INDEX history_payload_ref ON history (payload_ref) WHERE payload_ref IS NOT NULL;
 CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'event';
+-- The audit chain (0031; cairn/store/auditlinks.py): entries not linked yet
+-- (only inside a transaction in progress: the store links them before commit).
+CREATE INDEX history_unlinked ON history (run_id, seq) WHERE link = '\x'::bytea;
 
 -- Large payloads, content-addressed by SHA-256, in the database because
 -- workers may share nothing but this server. touched_at: when last stored
@@ -475,7 +480,7 @@ CREATE TABLE tenant_privileges (
 
 INSERT INTO tenant_privileges (object_name, privileges) VALUES
     ('runs', 'SELECT, INSERT, UPDATE'),
-    ('history', 'SELECT, INSERT'),
+    ('history', 'SELECT, INSERT, UPDATE (digest, link)'),
     ('artifacts', 'SELECT'),
     ('schema_migrations', 'SELECT'),
     ('tenant_grants', 'SELECT'),
@@ -1474,3 +1479,21 @@ BEGIN
                    current_schema());
 END
 $$;
+
+-- Signed checkpoints of a tenant's run heads (0032; issue 26, cairn.audit): the
+-- Merkle root over every run's last (seq, link), signed with Ed25519, and the
+-- record as exported to an anchor (JSON).
+CREATE TABLE audit_checkpoints (
+    tenant TEXT NOT NULL,
+    id     BIGINT NOT NULL,
+    at     DOUBLE PRECISION NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+
+-- The runs with entries before the audit chain (0022 / 0031), and their last
+-- such entry: the verifier accepts an entry without a link only there.
+CREATE TABLE audit_legacy (
+    run_id   TEXT PRIMARY KEY,
+    last_seq BIGINT NOT NULL
+);

@@ -118,10 +118,10 @@ INSERT INTO history_payloads (data) VALUES (?)
 -- it is atomic without an explicit transaction.
 -- name: insert_event_fenced
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
-                     attempt, started_at, payload, payload_ref, detail, tenant)
+                     attempt, started_at, payload, payload_ref, detail, tenant, digest, link)
 SELECT ?1, ?2, ?3,
        MAX(?4, COALESCE((SELECT h.at FROM history AS h WHERE h.run_id = ?1 ORDER BY h.seq DESC LIMIT 1), ?4)),
-       ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
+       ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant, ?16, ?17
 FROM runs AS r
 WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
   AND ?2 = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = ?1)
@@ -136,8 +136,8 @@ RETURNING at
 -- ``at`` to its time, and the primary key refuses a ``seq`` taken meanwhile.
 -- name: insert_event_next
 INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
-                     attempt, started_at, payload, payload_ref, detail, tenant)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant
+                     attempt, started_at, payload, payload_ref, detail, tenant, digest, link)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, r.tenant, ?16, ?17
 FROM runs AS r
 WHERE r.run_id = ?1 AND r.epoch = ?5 AND r.status = 'running'
 
@@ -1428,3 +1428,51 @@ ON CONFLICT (tenant, oid) DO NOTHING
 -- name: ws_objects
 SELECT oid, data FROM workspace_objects
 WHERE tenant = :tenant AND oid IN (SELECT value FROM json_each(:oids))
+
+-- The audit chain (issue 26; cairn/store/auditlinks.py). The entry before
+-- the one a store appends: its time (the clamp) and its link.
+-- name: audit_previous
+SELECT at, link FROM history WHERE run_id = ?1 AND seq = ?2
+
+-- Entries written without their link in the transaction in progress (the
+-- partial index holds nothing else), each with the stored link before it.
+-- name: audit_unlinked
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name, h.input_hash,
+       h.attempt, h.started_at,
+       CASE WHEN substr(h.payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(h.payload, 3) AS INTEGER))
+            ELSE h.payload END,
+       h.payload_ref, h.detail, h.digest,
+       (SELECT b.link FROM history AS b WHERE b.run_id = h.run_id AND b.seq = h.seq - 1), h.tenant
+FROM history AS h WHERE h.link = X'' ORDER BY h.run_id, h.seq
+
+-- name: audit_set_link
+UPDATE history SET digest = ?3, link = ?4 WHERE run_id = ?1 AND seq = ?2
+
+-- A page of entries as the audit verifier reads them (after a key, in
+-- (run_id, seq) order; one tenant's or one run's).
+-- name: audit_entries
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name, h.input_hash,
+       h.attempt, h.started_at,
+       CASE WHEN substr(h.payload, 1, 2) = X'0002'
+            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(h.payload, 3) AS INTEGER))
+            ELSE h.payload END,
+       h.payload_ref, h.detail, h.digest, h.link, h.tenant
+FROM history AS h
+WHERE (h.run_id, h.seq) > (:after_run, :after_seq)
+  AND (:tenant IS NULL OR h.tenant = :tenant) AND (:run_id IS NULL OR h.run_id = :run_id)
+ORDER BY h.run_id, h.seq LIMIT :page
+
+-- name: audit_run_tenants
+SELECT run_id, tenant FROM runs WHERE (:tenant IS NULL OR tenant = :tenant) AND (:run_id IS NULL OR run_id = :run_id)
+
+-- name: insert_audit_checkpoint
+INSERT INTO audit_checkpoints (tenant, id, at, record)
+SELECT :tenant, COALESCE(MAX(id), 0) + 1, :at, :record FROM audit_checkpoints WHERE tenant = :tenant
+RETURNING id
+
+-- name: audit_checkpoints
+SELECT tenant, id, at, record FROM audit_checkpoints WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY tenant, id
+
+-- name: audit_legacy
+SELECT run_id, last_seq FROM audit_legacy

@@ -93,11 +93,16 @@ CREATE TABLE history (
     payload     BLOB,
     payload_ref TEXT,
     detail      TEXT,
+    digest      BLOB,
+    link        BLOB DEFAULT X'',
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 
 CREATE INDEX history_payload_ref ON history (payload_ref) WHERE payload_ref IS NOT NULL;
 CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'event';
+-- The audit chain (0022; cairn/store/auditlinks.py): entries not linked yet
+-- (only inside a transaction in progress: the store links them before commit).
+CREATE INDEX history_unlinked ON history (run_id, seq) WHERE link = X'';
 
 -- A history payload too large for its row, even compressed (0014): the row
 -- keeps a link (X'0002' and this id's digits) and the store's queries put
@@ -601,3 +606,20 @@ WHEN NEW.started_role IS NOT OLD.started_role OR NEW.started_token IS NOT OLD.st
 BEGIN
     SELECT RAISE(ABORT, 'the role and token a run was started with never change');
 END;
+-- Signed checkpoints of a tenant's run heads (0023; issue 26, cairn.audit): the
+-- Merkle root over every run's last (seq, link), signed with Ed25519, and the
+-- record as exported to an anchor (JSON).
+CREATE TABLE audit_checkpoints (
+    tenant TEXT NOT NULL,
+    id     INTEGER NOT NULL,
+    at     REAL NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+) WITHOUT ROWID;
+
+-- The runs with entries before the audit chain (0022 / 0031), and their last
+-- such entry: the verifier accepts an entry without a link only there.
+CREATE TABLE audit_legacy (
+    run_id   TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL
+) WITHOUT ROWID;

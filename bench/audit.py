@@ -1,0 +1,212 @@
+"""What the audit chain costs (issue 26): per journaled step, side by side
+with the chain off, and how fast the verifier checks entries.
+
+    python -m bench.audit                    # SQLite and PostgreSQL (a throwaway cluster)
+    python -m bench.audit --sqlite-only
+    python -m bench.audit --quick            # small sizes
+
+Step cost: one run of ``--steps`` steps (``app.run``, durability ``process``)
+on a fresh database, with the chain and without it, alternated round by
+round so drift hits both alike; medians of ``--rounds``, wall and CPU time
+per step. "Off" is the same code with the chain's work taken out of the
+write: SQLite's ``_audited`` (the digest and the link) returns no link and
+no previous link is read; PostgreSQL's entry parameters carry no digest and
+no body (the statement's ``sha256`` of NULL is NULL). What "off" keeps
+(PostgreSQL's read of the entry before, which also does the time clamp the
+``history_monotonic_at`` trigger did before) is not counted, so the
+PostgreSQL figure is the chain's Python side plus the hash in the server.
+
+Also measured in-process, without a database: the chain's own work per
+entry (digest, link), and the verifier's speed over rows already read,
+links only and links plus digests (entries/s, CPU time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from bench.cairn_workloads import CairnWorkloads, build, build_url
+from bench.common import fresh_dir, settle
+from cairn.store import auditlinks, postgres, sqlite
+from cairn.store.auditverify import verify_chains
+
+
+@contextlib.contextmanager
+def chain(on: bool) -> Iterator[None]:
+    """The stores' chain work on (as shipped) or taken out of the write."""
+    kept = sqlite._audited, sqlite._previous_link, postgres._event_params
+    if not on:
+        def no_link(values: Any, event: Any, previous: Any, opener: Any) -> tuple[None, None]:
+            return None, None
+
+        def plain_params(event: Any, opener: Any = None) -> dict[str, Any]:
+            params = dict(zip(postgres._EVENT_KEYS, postgres.event_values(event), strict=True))
+            params.update(digest=None, audit_head=None, audit_tail=None)
+            return params
+
+        sqlite._audited = no_link  # type: ignore[assignment]
+        sqlite._previous_link = lambda conn, event: auditlinks.GENESIS  # type: ignore[assignment]
+        postgres._event_params = plain_params  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sqlite._audited, sqlite._previous_link, postgres._event_params = kept  # type: ignore[assignment]
+
+
+def step_cost(make: Callable[[], CairnWorkloads], steps: int) -> tuple[float, float]:
+    """(wall, CPU) microseconds per step of one run of ``steps`` steps."""
+    w = make()
+    try:
+        w.app.run(w.chain, 1)  # warm-up: connection and statements ready
+        settle()
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = w.app.run(w.chain, steps)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        w.close()
+    if result != steps:
+        raise RuntimeError(f"chain returned {result!r}, expected {steps}")
+    return wall / steps * 1e6, cpu / steps * 1e6
+
+
+def sqlite_step(on: bool, steps: int) -> tuple[float, float]:
+    with fresh_dir(f"audit-{'on' if on else 'off'}") as d, chain(on):
+        return step_cost(lambda: build(d / "cairn.sqlite"), steps)
+
+
+def pg_step(admin: str) -> Callable[[bool, int], tuple[float, float]]:
+    import psycopg
+    from psycopg import sql
+
+    counter = iter(range(10**6))
+
+    def measure(on: bool, steps: int) -> tuple[float, float]:
+        name = f"cairn_bench_audit_{next(counter)}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        try:
+            from psycopg.conninfo import make_conninfo
+            from tests.engine.conftest import postgres_url
+
+            url = postgres_url(make_conninfo(admin, dbname=name))
+            with chain(on):
+                return step_cost(lambda: build_url(url), steps)
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    return measure
+
+
+def side_by_side(name: str, measure: Callable[[bool, int], tuple[float, float]], steps: int,
+                 rounds: int) -> None:
+    on: list[tuple[float, float]] = []
+    off: list[tuple[float, float]] = []
+    for i in range(rounds):
+        for state in ((True, False) if i % 2 == 0 else (False, True)):
+            (on if state else off).append(measure(state, steps))
+    for label, index in (("wall", 0), ("CPU", 1)):
+        a = statistics.median(x[index] for x in on)
+        b = statistics.median(x[index] for x in off)
+        print(f"{name:10} {label:4} per step: chain on {a:8.1f} us, off {b:8.1f} us, "
+              f"difference {a - b:+6.1f} us ({a / b:.3f}x); {rounds} rounds of {steps} steps")
+
+
+def store_append(on: bool, steps: int) -> tuple[float, float]:
+    """(wall, CPU) microseconds per ``SQLiteStore.append`` of one journal
+    entry (a step's result, 40 bytes), the store alone: what the chain adds
+    to the write itself, without the engine's noise around it."""
+    from cairn.store.records import EventType, HistoryEvent, NewRun, Payload
+    from cairn.store.sqlite import SQLiteStore
+
+    with fresh_dir(f"audit-append-{'on' if on else 'off'}") as d, chain(on):
+        store = SQLiteStore(str(d / "cairn.sqlite"))
+        try:
+            run = NewRun(run_id="r", workflow="w", workflow_version="1", tenant="default", thread_id=None,
+                         input=Payload(b"null", None))
+            claim = store.create_claimed_run(run, "bench", 60.0)
+            assert claim is not None
+            seq, epoch = claim.next_seq, claim.run.epoch
+            data = b'"' + b"r" * 38 + b'"'
+            events = [HistoryEvent("r", seq + i, EventType.STEP_COMPLETED, time.time(), epoch, "bench", i,
+                                   "step", "inc", "0123456789abcdef", 1, time.time(), Payload(data, None))
+                      for i in range(steps + 1)]
+            store.append("r", epoch, events[:1])  # warm-up
+            settle()
+            wall, cpu = time.perf_counter(), time.process_time()
+            for event in events[1:]:
+                store.append("r", epoch, [event])
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        finally:
+            store.close()
+    return wall / steps * 1e6, cpu / steps * 1e6
+
+
+def rows_of(runs: int, run_steps: int) -> tuple[list[tuple[Any, ...]], dict[str, str]]:
+    """Rows as ``audit_entries`` returns them, of a real SQLite store."""
+    with fresh_dir("audit-verify") as d:
+        w = build(d / "cairn.sqlite")
+        try:
+            for _ in range(runs):
+                w.app.run(w.chain, run_steps)
+            store: Any = w.app.store
+            return list(store.audit_entries()), store.audit_run_tenants()
+        finally:
+            w.close()
+
+
+def chain_work(rows: list[tuple[Any, ...]], repeat: int) -> float:
+    """CPU microseconds of the chain's own work per entry (digest and link)."""
+    import json
+
+    details = [None if r[14] is None else json.loads(r[14]) for r in rows]
+    started = time.process_time()
+    for _ in range(repeat):
+        previous = auditlinks.GENESIS
+        for row, detail in zip(rows, details, strict=True):
+            d = auditlinks.digest(row[12], detail)
+            previous = auditlinks.link(previous, (*row[:12], row[13]), d)
+    return (time.process_time() - started) / (repeat * len(rows)) * 1e6
+
+
+def verify_speed(rows: list[tuple[Any, ...]], tenants: dict[str, str], digests: bool, repeat: int) -> float:
+    started = time.process_time()
+    for _ in range(repeat):
+        chains = verify_chains(rows, tenants, None, check_digests=digests)
+        assert not chains.problems, chains.problems[:1]
+    return repeat * len(rows) / (time.process_time() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--sqlite-only", action="store_true")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    steps, rounds = (300, 3) if args.quick else (args.steps, args.rounds)
+    print(f"bench.audit {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    rows, tenants = rows_of(5 if args.quick else 20, 200 if args.quick else 1000)
+    work = chain_work(rows, 3)
+    print(f"chain work alone: {work:.2f} us CPU per entry (digest + link), {len(rows)} entries")
+    for digests in (False, True):
+        what = "links and digests" if digests else "links only"
+        print(f"verify ({what}): {verify_speed(rows, tenants, digests, 3):,.0f} entries/s CPU")
+    side_by_side("append", store_append, steps * 5, rounds)
+    side_by_side("sqlite", sqlite_step, steps, rounds)
+    if not args.sqlite_only:
+        from tests import pgcluster
+
+        try:
+            side_by_side("postgres", pg_step(pgcluster.admin_url()), steps, rounds)
+        finally:
+            pgcluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The audit chain's links: one per history entry, chaining a run's entries
+in ``seq`` order (issue 26; docs/design.md, "Audit chain").
+
+::
+
+    digest(n) = SHA-256(msgpack([payload plaintext, detail plaintext]))
+    link(n)   = SHA-256(link(n-1) || msgpack([run_id, seq, event, at, epoch, worker,
+                                              position, step_kind, name, input_hash,
+                                              attempt, started_at, payload_ref, digest(n)]))
+
+with 32 zero bytes before a run's first entry. Both are columns of the
+history row, written by the store in the statement (or the transaction)
+that writes the entry: no trigger, no second table.
+
+Why the *plaintext* digest and not the stored bytes: key rotation
+(``cairn keys rotate`` / ``reencrypt``, ``store.rekey``) re-seals history
+rows with a new data key, which changes every stored byte of a sealed
+value and nothing it means; a chain over stored bytes called that
+tampering. The digest is of what the entry says, so a re-seal keeps every
+link, an edit of the ciphertext fails to open (AES-GCM), and an edit of
+the plaintext or of the metadata fails the chain. An erased entry (its key
+destroyed) can no longer have its digest recomputed, but its stored digest
+still links, so the chain around it verifies and the entry is reported as
+erased, not tampered.
+
+Link values: ``None`` marks an entry written before the chain existed
+(migration 0022 leaves them so), ``PENDING`` (empty) an entry written by a
+statement that does not compute links itself (claims in bulk, lifecycle
+transitions): the store links those in the same transaction, before its
+commit (``link_rows``), so no committed entry stays pending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+#: The link before a run's first entry.
+GENESIS = bytes(32)
+
+#: A row written without its link, linked before the transaction commits.
+PENDING = b""
+
+#: Deterministic: maps by sorted key (a sealed detail opens with its keys in another order).
+_ENCODE = msgspec.msgpack.Encoder(order="sorted").encode
+_sha256 = hashlib.sha256
+
+#: Gives an entry's payload bytes and detail in plaintext (a sealed store
+#: opens them), given the entry and its run's tenant if the caller knows it.
+Opener = Callable[[Any, "str | None"], tuple[bytes | None, dict[str, Any] | None]]
+
+
+def digest(data: bytes | None, detail: dict[str, Any] | None) -> bytes:
+    """The digest of an entry's plaintext payload bytes and detail."""
+    if data is None and detail is None:
+        return _EMPTY
+    return _sha256(_ENCODE((data, detail))).digest()
+
+
+_EMPTY = _sha256(_ENCODE((None, None))).digest()
+
+
+def row_link(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> bytes:
+    """``link`` of an entry written as ``values`` (``rows.EVENT_COLUMNS``
+    order), the hot path's: no intermediate tuple when its times are floats."""
+    at, started = values[3], values[11]
+    if type(at) is float and (started is None or type(started) is float):
+        h = _sha256(previous)
+        h.update(_ENCODE((*values[:12], values[13], entry_digest)))
+        return h.digest()
+    return link(previous, (*values[:12], values[13]), entry_digest)
+
+
+def link(previous: bytes, meta: Sequence[Any], entry_digest: bytes) -> bytes:
+    """The link after ``previous`` of an entry with ``meta`` (``run_id, seq,
+    event, at, epoch, worker, position, step_kind, name, input_hash,
+    attempt, started_at, payload_ref``, as stored) and ``entry_digest``."""
+    return _sha256(previous + body(meta, entry_digest)).digest()
+
+
+def body(meta: Sequence[Any], entry_digest: bytes) -> bytes:
+    """What a link hashes after the previous link. The two times are
+    encoded as the REAL / float8 columns return them, floats (a caller's
+    clock may give an int)."""
+    at, started = meta[3], meta[11]
+    if type(at) is not float or (started is not None and type(started) is not float):
+        meta = (*meta[:3], float(at), *meta[4:11], None if started is None else float(started), *meta[12:])
+    return _ENCODE((*meta, entry_digest))
+
+
+def body_around_at(meta: Sequence[Any], entry_digest: bytes) -> tuple[bytes, bytes]:
+    """``body`` without its time: the bytes before it and after it. The time
+    (index 3) is a float64, ``0xcb`` and 8 bytes big-endian, so PostgreSQL
+    puts in the one it stores as ``'\\xcb' || float8send(at)``. The array
+    header is one byte: 14 items, a fixarray (``0x90 | 14``)."""
+    meta = (*meta[:11], None if meta[11] is None else float(meta[11]), *meta[12:])
+    items = (*meta, entry_digest)
+    head = bytes([0x90 | len(items)]) + b"".join(_ENCODE(item) for item in items[:3])
+    return head, b"".join(_ENCODE(item) for item in items[4:])
+
+
+def meta_of_values(values: Sequence[Any]) -> tuple[Any, ...]:
+    """The metadata a link covers from a row of ``EVENT_COLUMNS`` (payload and detail left out)."""
+    return (*values[:12], values[13])
+
+
+def previous_of(stored: bytes | None) -> bytes | None:
+    """The link a next entry chains from, given the stored link before it:
+    ``None`` if that one is still pending (so is the next)."""
+    if stored is None:
+        return GENESIS  # written before the chain: the chain starts after it
+    stored = bytes(stored)
+    return None if stored == PENDING else stored

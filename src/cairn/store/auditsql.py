@@ -1,0 +1,71 @@
+"""The audit chain's reads and checkpoint rows in the SQL stores (issue 26;
+the links themselves are written with the entries: ``store.auditlinks``).
+
+Reads come a page at a time in ``(run_id, seq)`` order, rows as stored
+(``ENTRY_COLUMNS``): the verifier (``store.auditverify``) recomputes every
+link from them and never trusts a decoded copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+Tx = TypeVar("Tx")
+T = TypeVar("T")
+
+#: The columns of an ``audit_entries`` row, in order.
+ENTRY_COLUMNS = ("run_id", "seq", "event", "at", "epoch", "worker", "position", "step_kind", "name",
+                 "input_hash", "attempt", "started_at", "payload", "payload_ref", "detail", "digest", "link",
+                 "tenant")
+
+#: Rows read per page.
+PAGE = 2000
+
+
+class SQLAudit(Generic[Tx]):
+    """Audit reads and checkpoint rows over a dialect's primitives."""
+
+    clock: Callable[[], float]
+
+    def _operate(self, body: Callable[[Tx], T]) -> T:
+        raise NotImplementedError
+
+    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def audit_entries(self, *, tenant: str | None = None, run_id: str | None = None,
+                      page: int = PAGE) -> Iterator[tuple[Any, ...]]:
+        """Every history row (``ENTRY_COLUMNS``) of ``tenant``, of
+        ``run_id`` or of all, in ``(run_id, seq)`` order, a page at a time."""
+        after_run, after_seq = "", 0
+        while True:
+            rows = self._select("audit_entries", {"tenant": tenant, "run_id": run_id, "after_run": after_run,
+                                                  "after_seq": after_seq, "page": page})
+            yield from rows
+            if len(rows) < page:
+                return
+            after_run, after_seq = rows[-1][0], int(rows[-1][1])
+
+    def audit_run_tenants(self, *, tenant: str | None = None, run_id: str | None = None) -> dict[str, str]:
+        """run -> tenant of the runs in scope (the run rows, to check each entry's tenant against)."""
+        rows = self._select("audit_run_tenants", {"tenant": tenant, "run_id": run_id})
+        return {str(r): str(t) for r, t in rows}
+
+    def audit_legacy(self) -> dict[str, int]:
+        """run -> the last entry it had before the audit chain existed (migration 0022 / 0031)."""
+        return {str(r): int(s) for r, s in self._select("audit_legacy", {})}
+
+    def save_audit_checkpoint(self, tenant: str, at: float, record: str) -> int:
+        """Keep a signed checkpoint record (JSON); its id (per tenant, from 1)."""
+        rows = self._operate(lambda tx: self._query(tx, "insert_audit_checkpoint",
+                                                    {"tenant": tenant, "at": at, "record": record}))
+        return int(rows[0][0])
+
+    def audit_checkpoints(self, tenant: str | None = None) -> list[tuple[str, int, float, str]]:
+        """The checkpoints kept: ``(tenant, id, at, record)``."""
+        return [(str(t), int(i), float(a), str(r)) for t, i, a, r in
+                self._select("audit_checkpoints", {"tenant": tenant})]

@@ -1,0 +1,209 @@
+"""Checking the audit chain (issue 26): every stored entry against its
+digest and its link (``store.auditlinks``), one pass in ``(run_id, seq)``
+order, and each run's head (its last ``seq`` and link) for the signed
+checkpoints that anchor them (``api.auditanchor``).
+
+What a pass catches by itself: an entry whose plaintext (payload, detail)
+or metadata (type, time, worker, epoch: the actor, position, name...) was
+edited, one inserted, deleted or moved (its successor's link no longer
+follows), one copied from another run (the run id is in the link), a
+ciphertext edited (it no longer opens), an entry of another tenant's. What
+it cannot catch alone: the tail cut off, the whole database rolled back to
+a copy, or a run rewritten and every link after the edit recomputed (the
+hash is keyless). A head recorded outside the database catches those; the
+caller compares the heads found here with the anchored ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from cairn.security.envelope import SealError
+from cairn.store.auditlinks import GENESIS, PENDING, Opener, digest, row_link
+from cairn.store.rows import DamagedRow, event_from_row, unpack_payload
+
+_decode_json = msgspec.json.decode
+
+#: How many problems a report keeps (the first is the verdict's).
+MAX_PROBLEMS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """The first bad entry of a run, and what is wrong with it."""
+
+    run_id: str
+    seq: int | None
+    what: str
+
+    def __str__(self) -> str:
+        where = f"run {self.run_id!r}" + (f" entry {self.seq}" if self.seq is not None else "")
+        return f"{where}: {self.what}"
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A run's last entry: its ``seq`` and link, and the run's tenant."""
+
+    run_id: str
+    tenant: str
+    seq: int
+    link: bytes
+
+
+@dataclass(slots=True)
+class Chains:
+    """What a pass over the entries found."""
+
+    entries: int = 0
+    #: entries written before the chain existed (a prefix of their run's)
+    before_chain: int = 0
+    heads: dict[str, Head] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    #: (run, seq) -> link, for each entry an anchor's head names (``want``)
+    found: dict[str, bytes] = field(default_factory=dict)
+    broken: set[str] = field(default_factory=set)
+
+    def fail(self, run_id: str, seq: int | None, what: str) -> None:
+        """Record the first problem of a run (later ones follow from it)."""
+        if run_id in self.broken:
+            return
+        self.broken.add(run_id)
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(Problem(run_id, seq, what))
+
+
+def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], opener: Opener | None,
+                  want: dict[str, int] | None = None, check_digests: bool = True,
+                  legacy: dict[str, int] | None = None) -> Chains:
+    """Check every row (``auditsql.ENTRY_COLUMNS``, in ``(run_id, seq)``
+    order). ``tenants``: run -> tenant from the run rows; ``legacy``: run ->
+    its last entry written before the chain (``audit_legacy``: only those
+    may have no link); ``opener``: opens
+    a sealed entry (``None``: the store does not seal); ``want``: run ->
+    seq whose link to keep in ``found``. ``check_digests=False`` checks the
+    links only (no payload read back, no decryption)."""
+    chains = Chains()
+    wanted = want or {}
+    before = legacy or {}
+    broken = chains.broken
+    heads = chains.heads
+    run: str | None = None
+    previous = GENESIS
+    expected = 1
+    prefix = True
+    last: tuple[str, int, bytes] | None = None  # the run's head so far (tenant, seq, link)
+    count = 0
+    for row in rows:
+        run_id, seq = row[0], int(row[1])
+        count += 1
+        if run_id != run:
+            if last is not None and run is not None:
+                heads[run] = Head(run, *last)
+            run, previous, expected, prefix, last = run_id, GENESIS, 1, True, None
+        stored_digest, stored_link, tenant = row[15], row[16], row[17]
+        if run_id in broken:
+            continue
+        if seq != expected:
+            chains.fail(run_id, expected, f"entries {expected} to {seq - 1} are missing (deleted)"
+                        if seq > expected + 1 else f"entry {expected} is missing (deleted)")
+            continue
+        expected = seq + 1
+        if stored_link is None:
+            if prefix and seq <= before.get(run_id, 0):  # written before the chain: it starts after them
+                chains.before_chain += 1
+                continue
+            chains.fail(run_id, seq, "the entry has no audit link (written outside Cairn, or its link was "
+                                     "removed)")
+            continue
+        prefix = False
+        stored_link = bytes(stored_link)
+        if stored_link == PENDING or stored_digest is None:
+            chains.fail(run_id, seq, "the entry was never linked (written outside Cairn)")
+            continue
+        stored_digest = bytes(stored_digest)
+        if tenants.get(run_id) != tenant:
+            chains.fail(run_id, seq, f"the entry's tenant {tenant!r} is not its run's "
+                                     f"({tenants.get(run_id)!r}): moved across tenants")
+            continue
+        if check_digests:
+            problem = _digest_problem(row, tenant, opener, stored_digest)
+            if problem is not None:
+                chains.fail(run_id, seq, problem)
+                continue
+        if row_link(previous, row, stored_digest) != stored_link:
+            chains.fail(run_id, seq, "the entry does not match its link: its metadata (type, time, actor, "
+                                     "position, name...) was edited, it was moved or copied from elsewhere, "
+                                     "or an entry before it was rewritten")
+            continue
+        previous = stored_link
+        if wanted and wanted.get(run_id) == seq:
+            chains.found[run_id] = stored_link
+        last = (str(tenant), seq, stored_link)
+    if last is not None and run is not None:
+        heads[run] = Head(run, *last)
+    chains.entries = count
+    for run_id in broken:  # a broken run has no trustworthy head
+        heads.pop(run_id, None)
+    return chains
+
+
+def _digest_problem(row: tuple[Any, ...], tenant: str, opener: Opener | None, stored: bytes) -> str | None:
+    """What is wrong with an entry's payload and detail against its digest (``None``: nothing)."""
+    try:
+        if opener is None:  # the stored values themselves (no entry built)
+            detail = None if row[14] is None else _decode_json(row[14])
+            found = digest(unpack_payload(row[12], f"the payload of entry {row[1]}", False), detail)
+        else:
+            found = digest(*opener(event_from_row(row[:15], lenient=False), tenant))
+    except SealError as exc:
+        return f"a sealed value does not open (its ciphertext was edited, or moved): {exc}"
+    except (DamagedRow, ValueError, TypeError, msgspec.DecodeError) as exc:
+        return f"the entry is damaged: {exc}"
+    if found != stored:
+        return "the payload or detail differs from the digest recorded when it was written (edited)"
+    return None
+
+
+def verify_store(store: Any, *, tenant: str | None = None, run_id: str | None = None,
+                 want: dict[str, int] | None = None, check_digests: bool = True,
+                 progress: Callable[[int], None] | None = None) -> Chains:
+    """``verify_chains`` over a SQL store's rows (``auditsql.SQLAudit``;
+    ``store.audit_open`` opens sealed entries when it is wrapped by a
+    ``SealedStore``)."""
+    rows = store.audit_entries(tenant=tenant, run_id=run_id)
+    tenants = store.audit_run_tenants(tenant=tenant, run_id=run_id)
+    return verify_chains(rows, tenants, getattr(store, "audit_open", None), want, check_digests,
+                         store.audit_legacy())
+
+
+def check_anchor(chains: Chains, heads: dict[str, tuple[int, bytes]], tenant_of: dict[str, str],
+                 stamp: str) -> list[Problem]:
+    """What differs between ``chains`` (found with ``want`` = these heads'
+    seqs) and the run ``heads`` (run -> (seq, link)) an anchored checkpoint
+    of ``stamp`` recorded for tenant ``tenant_of[run]``: a run gone, cut
+    short, of another tenant now, or whose anchored entry is not the one
+    there now (rewritten and relinked, or rolled back to a copy)."""
+    problems = []
+    for run, (seq, anchored) in sorted(heads.items()):
+        head = chains.heads.get(run)
+        if run in chains.broken:
+            continue  # its first problem is already named
+        if head is None:
+            problems.append(Problem(run, None, f"the run is gone: the anchor of {stamp} has it at entry "
+                                               f"{seq}"))
+        elif head.tenant != tenant_of.get(run, head.tenant):
+            problems.append(Problem(run, seq, f"the run is now of tenant {head.tenant!r}, anchored as of "
+                                              f"{tenant_of.get(run)!r}"))
+        elif head.seq < seq:
+            problems.append(Problem(run, head.seq + 1,
+                                    f"the anchor of {stamp} has entries up to {seq}, only {head.seq} remain "
+                                    f"(the tail was cut, or the database rolled back)"))
+        elif chains.found.get(run) != anchored:
+            problems.append(Problem(run, seq, f"the entry differs from the one anchored on {stamp} (the "
+                                              f"history was rewritten and relinked, or rolled back)"))
+    return problems

@@ -1,0 +1,10 @@
+-- Signed checkpoints of a tenant's run heads (issue 26, cairn.audit): the
+-- Merkle root over every run's last (seq, link), signed with Ed25519, and the
+-- record as exported to an anchor (JSON).
+CREATE TABLE audit_checkpoints (
+    tenant TEXT NOT NULL,
+    id     INTEGER NOT NULL,
+    at     REAL NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+) WITHOUT ROWID;

@@ -1,0 +1,133 @@
+"""The audit chain as the stores write it (issue 26): every entry linked in
+the statement or transaction that writes it, on both backends, sealed or
+not; a key rotation and re-encryption keep every link; each kind of edit
+made behind the store's back is named by the verifier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cairn
+from cairn.store.auditlinks import GENESIS, digest, link
+from cairn.store.auditverify import verify_store
+from tests.encryption.test_sealed_store import Raw, build, drive, keyring, runs_of
+
+
+def made(place: str, sealed: bool) -> tuple[cairn.App, dict[str, str]]:
+    app = build(place, keyring() if sealed else None)
+    runs = runs_of(app)
+    cancelled = app.start("canary", "to cancel", tenant="a").run_id
+    app.cancel(cancelled, reason="an operator's reason")
+    runs["cancelled"] = cancelled
+    return app, runs
+
+
+def test_every_entry_is_linked_when_written_and_verifies(place: str, sealed: bool) -> None:
+    app, runs = made(place, sealed)
+    raw = Raw(place)
+    assert raw("SELECT count(*) FROM history WHERE link IS NULL OR digest IS NULL OR length(link) <> 32") \
+        == [(0,)]
+    chains = verify_store(app.store)
+    assert chains.problems == []
+    assert chains.entries == raw("SELECT count(*) FROM history")[0][0] > 50
+    assert set(chains.heads) == set(runs.values())
+    app.close()
+
+
+def test_the_first_link_is_the_documented_formula(place: str) -> None:
+    """An independent recomputation of a run's first entry (not the store's code path)."""
+    app = build(place, None)
+    run_id = app.start("canary", "one").run_id
+    raw = Raw(place)
+    row = raw("SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt, "
+              "started_at, payload_ref, detail, digest, link FROM history WHERE run_id = :r AND seq = 1",
+              r=run_id)[0]
+    import json
+
+    assert bytes(row[14]) == digest(None, json.loads(row[13]))
+    assert bytes(row[15]) == link(GENESIS, row[:13], bytes(row[14]))
+    app.close()
+
+
+def test_rotation_and_reencryption_keep_the_chain_verified(place: str) -> None:
+    app, _ = made(place, True)
+    store: Any = app.store
+    stored_before = Raw(place)("SELECT run_id, seq, payload, digest, link FROM history ORDER BY run_id, seq")
+    assert verify_store(store).problems == []
+    assert store.rotate("a") == 2
+    assert store.reencrypt("a").moved > 0
+    stored_after = Raw(place)("SELECT run_id, seq, payload, digest, link FROM history ORDER BY run_id, seq")
+    resealed = [b for b, a in zip(stored_before, stored_after, strict=True) if b[2] != a[2]]
+    assert resealed, "the pass re-sealed no history payload: the test would prove nothing"
+    assert [r[:2] + r[3:] for r in stored_before] == [r[:2] + r[3:] for r in stored_after]
+    chains = verify_store(store)
+    assert chains.problems == []
+    run_id = app.start("canary", "after", tenant="a").run_id  # new entries under key 2 link on
+    drive(app, run_id, "ok")
+    assert verify_store(store).problems == []
+    app.close()
+
+
+# -- each edit behind the store's back, named --------------------------------------------------
+
+
+def first_problem(app: cairn.App) -> str:
+    problems = verify_store(app.store).problems
+    assert problems, "the edit went unnoticed"
+    return str(problems[0])
+
+
+def a_step(raw: Raw, run_id: str) -> int:
+    return int(raw("SELECT min(seq) FROM history WHERE run_id = :r AND payload IS NOT NULL", r=run_id)[0][0])
+
+
+def test_an_edited_payload_is_named(place: str, sealed: bool) -> None:
+    app, runs = made(place, sealed)
+    raw = Raw(place)
+    seq = a_step(raw, runs["a1"])
+    if sealed:  # one bit of the ciphertext
+        data = bytearray(raw("SELECT payload FROM history WHERE run_id = :r AND seq = :s",
+                             r=runs["a1"], s=seq)[0][0])
+        data[-1] ^= 1
+        raw("UPDATE history SET payload = :p WHERE run_id = :r AND seq = :s", p=bytes(data), r=runs["a1"],
+            s=seq)
+        assert "does not open" in first_problem(app)
+    else:
+        raw("UPDATE history SET payload = :p WHERE run_id = :r AND seq = :s", p=b'"forged"', r=runs["a1"],
+            s=seq)
+        assert "differs from the digest" in first_problem(app)
+    assert f"entry {seq}" in first_problem(app)
+    app.close()
+
+
+def test_a_forged_actor_is_named(place: str, sealed: bool) -> None:
+    app, runs = made(place, sealed)
+    raw = Raw(place)
+    seq = a_step(raw, runs["b1"])
+    raw("UPDATE history SET worker = 'someone-else' WHERE run_id = :r AND seq = :s", r=runs["b1"], s=seq)
+    problem = first_problem(app)
+    assert f"run {runs['b1']!r} entry {seq}" in problem
+    assert "metadata" in problem
+    app.close()
+
+
+def test_a_deleted_entry_is_named(place: str) -> None:
+    app, runs = made(place, False)
+    raw = Raw(place)
+    raw("DELETE FROM history WHERE run_id = :r AND seq = 3", r=runs["a2"])
+    assert f"run {runs['a2']!r} entry 3: entry 3 is missing" in first_problem(app)
+    app.close()
+
+
+def test_an_entry_copied_from_another_run_is_named(place: str) -> None:
+    app, runs = made(place, False)
+    raw = Raw(place)
+    seq = a_step(raw, runs["a1"])
+    # a1's step entry overwritten by a2's at the same seq, every column but the run id (digest and link too)
+    columns = ("event", "at", "epoch", "worker", "position", "step_kind", "name", "input_hash", "attempt",
+               "started_at", "payload", "payload_ref", "detail", "digest", "link")
+    raw("UPDATE history SET " + ", ".join(
+        f"{c} = (SELECT o.{c} FROM history AS o WHERE o.run_id = :b AND o.seq = :s)" for c in columns)
+        + " WHERE run_id = :a AND seq = :s", a=runs["a1"], b=runs["a2"], s=seq)
+    assert f"run {runs['a1']!r} entry {seq}" in first_problem(app)
+    app.close()
