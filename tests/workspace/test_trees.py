@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Collection
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 
 from cairn.errors import UnsafeSnapshot, WorkspaceError
 from cairn.workspace import TreeCache, diff, restore, snapshot, walk
+from cairn.workspace.scan import RACY_NS, fs_clock
 from cairn.workspace.objects import (
     BLOB,
     CHUNK,
@@ -51,12 +53,28 @@ def fresh_root(path: Path) -> str:
 
 
 def old(path: Path) -> None:
-    """Backdate every file's mtime, so a stat cache may trust it (scan.RACY_NS)."""
+    """Backdate every file's mtime and wait for the filesystem's clock to
+    pass their ctimes, so a stat cache may trust them (the racy-clean rule)."""
+    latest = 0
     for dirpath, _dirnames, filenames in os.walk(path):
         for name in filenames:
             full = os.path.join(dirpath, name)
             if not os.path.islink(full):
                 os.utime(full, (1_000_000_000, 1_000_000_000))
+                latest = max(latest, os.stat(full).st_ctime_ns)
+    settle(path, latest)
+
+
+def settle(path: Path, latest: int) -> None:
+    """Wait until the filesystem's clock (scan.fs_clock) is past ``latest``."""
+    while True:
+        now = fs_clock(os.fsencode(path))
+        if now is None:  # no O_TMPFILE here: the system clock's rule
+            time.sleep(RACY_NS / 1e9)
+            return
+        if now > latest:
+            return
+        time.sleep(0.001)
 
 
 def build(root: Path) -> None:
@@ -159,9 +177,37 @@ def test_a_file_written_just_before_a_snapshot_is_hashed_again(tmp_path: Path) -
     root = tmp_path / "w"
     root.mkdir()
     (root / "f").write_text("one")
+    # stamped in the scan's own tick or later (what a write during the scan's tick looks like)
+    future = time.time_ns() + 3_600_000_000_000
+    os.utime(root / "f", ns=(future, future))
     cache = TreeCache()
     snapshot(root, cache, None)
     assert snapshot(root, cache, None).hashed == 3
+    assert snapshot(root, cache, None).hashed == 3  # every time, until its stamp is in the past
+
+
+def test_a_directory_seen_unchanged_is_reused_but_any_change_in_it_is_seen(tmp_path: Path) -> None:
+    """The per-directory memo: an unchanged listing is one comparison, and a
+    change to any one entry (content with size and mtime kept, mode, a new
+    name, a subdirectory's content) makes the directory's tree again."""
+    root = tmp_path / "w"
+    build(root)
+    (root / "readonly-dir").chmod(0o755)
+    old(root)
+    store, cache = DictSource(), TreeCache()
+    first = snapshot(root, cache, store.put)
+    assert snapshot(root, cache, store.put).root == first.root
+    st = os.stat(root / "src" / "main.py")
+    (root / "src" / "main.py").write_text("print('HI')\n")  # same size
+    os.utime(root / "src" / "main.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    changed = snapshot(root, cache, store.put)
+    assert changed.root != first.root and changed.root == fresh_root(root)
+    (root / "run.sh").chmod(0o700)
+    assert snapshot(root, cache, store.put).root == fresh_root(root) != changed.root
+    old(root)
+    steady = snapshot(root, cache, store.put).root
+    (root / "deep" / "er" / "x").write_text("")
+    assert snapshot(root, cache, store.put).root == fresh_root(root) != steady
 
 
 def test_large_file_changes_store_only_the_changed_chunk(tmp_path: Path) -> None:
