@@ -371,6 +371,26 @@ def test_restore_never_writes_through_symlinks_on_disk(tmp_path: Path) -> None:
     assert fresh_root(dst) == root
 
 
+def test_restore_never_writes_into_a_hard_link_to_a_file_elsewhere(tmp_path: Path) -> None:
+    """A step hard-linked a file of the snapshot to a file outside the
+    workspace (the test's own, standing for a host file): a warm restore
+    that rewrites the name leaves the other file's bytes alone."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("snapshot")
+    store, cache = DictSource(), TreeCache()
+    root = snapshot(ws, cache, store.put).root
+    (ws / "f.txt").unlink()
+    os.link(victim, ws / "f.txt")
+    assert snapshot(ws, cache, None).root != root
+    restore(ws, root, store, cache, trust_cache=True)
+    assert victim.read_text() == "precious"
+    assert (ws / "f.txt").read_text() == "snapshot"
+    assert os.stat(victim).st_nlink == 1
+
+
 def test_a_symlink_in_a_snapshot_is_restored_as_a_symlink_and_never_followed(tmp_path: Path) -> None:
     """A snapshot with ``etc -> /etc`` and a file under ``etc/``: a tree
     cannot say that (``etc`` is one entry: a link or a directory, never
