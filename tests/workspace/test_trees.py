@@ -38,12 +38,14 @@ class DictSource:
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self.fetched = 0
+        self.calls = 0
 
     def put(self, batch: dict[str, bytes]) -> None:
         self.objects.update(batch)
 
     def fetch(self, oids: Collection[str]) -> dict[str, bytes]:
         self.fetched += len(oids)
+        self.calls += 1
         return {o: self.objects[o] for o in oids if o in self.objects}
 
 
@@ -230,6 +232,25 @@ def test_special_files_are_refused(tmp_path: Path) -> None:
     os.mkfifo(root / "pipe")
     with pytest.raises(WorkspaceError, match="'pipe' is a FIFO"):
         snapshot(root, TreeCache(), None)
+
+
+def test_a_diff_reads_trees_one_fetch_per_level(tmp_path: Path) -> None:
+    """A change in each of 20 directories two levels down: the diff reads
+    its trees in one fetch per level (3), not one per directory (a store
+    round trip each)."""
+    root = tmp_path / "w"
+    for i in range(20):
+        (root / f"d{i}" / "sub").mkdir(parents=True)
+        (root / f"d{i}" / "sub" / "f").write_text(f"one {i}")  # 20 distinct trees per level
+    store, cache = DictSource(), TreeCache()
+    a = snapshot(root, cache, store.put).root
+    for i in range(20):
+        (root / f"d{i}" / "sub" / "f").write_text(f"two {i}")
+    b = snapshot(root, cache, store.put).root
+    store.calls = 0
+    changes = diff(Objects(store, b), a, b)
+    assert sorted(c.path for c in changes) == sorted(f"d{i}/sub/f" for i in range(20))
+    assert store.calls == 3
 
 
 def test_diff_and_walk(tmp_path: Path) -> None:
