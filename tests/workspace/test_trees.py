@@ -18,7 +18,6 @@ import pytest
 
 from cairn.errors import UnsafeSnapshot, WorkspaceError
 from cairn.workspace import TreeCache, diff, restore, snapshot, walk
-from cairn.workspace.scan import RACY_NS, fs_clock
 from cairn.workspace.objects import (
     BLOB,
     CHUNK,
@@ -31,6 +30,7 @@ from cairn.workspace.objects import (
     object_id,
     pack,
 )
+from cairn.workspace.scan import RACY_NS, fs_clock
 from cairn.workspace.trees import Objects
 
 
@@ -203,7 +203,8 @@ def test_a_directory_seen_unchanged_is_reused_but_any_change_in_it_is_seen(tmp_p
     (root / "src" / "main.py").write_text("print('HI')\n")  # same size
     os.utime(root / "src" / "main.py", ns=(st.st_atime_ns, st.st_mtime_ns))
     changed = snapshot(root, cache, store.put)
-    assert changed.root != first.root and changed.root == fresh_root(root)
+    assert changed.root != first.root
+    assert changed.root == fresh_root(root)
     (root / "run.sh").chmod(0o700)
     assert snapshot(root, cache, store.put).root == fresh_root(root) != changed.root
     old(root)
