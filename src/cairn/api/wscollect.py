@@ -125,7 +125,8 @@ class Collector:
         """Every object the snapshots ``roots`` need: their trees, read level
         by level, and the blobs of their files (a large file's chunk list is
         read for its blobs)."""
-        live: set[str] = {EMPTY_ROOT}  # never stored: the engine makes it up
+        live: set[str] = set()
+        # an empty root is never stored (the engine makes it up); an empty subdirectory's tree is
         level = [r for r in dict.fromkeys(roots) if r != EMPTY_ROOT]
         while level:
             level = [o for o in dict.fromkeys(level) if o not in live]
