@@ -318,6 +318,9 @@ def test_hostile_names_are_refused(tmp_path: Path, name: bytes) -> None:
     [b"f", FILE, 0o4755, 0, "00" * 32],  # setuid bits
     [b"f", FILE, 0o644, -1, "00" * 32],
     [b"f", FILE, 0o644, 0, "../../etc/passwd"],  # not an object id
+    [b"f", FILE, 0o644, 0, "/" + "0" * 63],  # an id's length, not an id
+    [b"f", FILE, True, 0, "00" * 32],  # a bool for a mode
+    [b"f", FILE, 0o644, 0, b"0" * 64],  # bytes where an id belongs
     [b"l", LINK, 0o777, 0, b""],
     [b"l", LINK, 0o777, 0, b"a\0b"],
 ])

@@ -28,7 +28,6 @@ formed (``UnsafeSnapshot`` otherwise).
 from __future__ import annotations
 
 import hashlib
-import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -149,23 +148,56 @@ def encode_rows(rows: list[list[object]]) -> bytes:
     return _ENCODER.encode(rows)
 
 
+class _Row(msgspec.Struct, array_like=True):
+    """A tree entry as stored, the types of its first four fields checked by
+    the decoder itself."""
+
+    name: bytes
+    kind: str
+    mode: int
+    size: int
+    ref: Any  # a str (an object id) or bytes (a symlink target): checked below
+
+
+_ROWS = msgspec.msgpack.Decoder(list[_Row])
+_HEX = frozenset("0123456789abcdef")
+
+
 def decode_tree(oid: str, data: bytes) -> list[Entry]:
-    """The entries of tree ``oid``, each checked (``UnsafeSnapshot``)."""
+    """The entries of tree ``oid``, each checked (``UnsafeSnapshot``). The
+    types by msgspec, the rest here, inline: this runs once per entry of
+    every tree a restore, diff or collection reads."""
     try:
-        rows = _DECODER.decode(data)
-    except msgspec.DecodeError as exc:
-        raise UnsafeSnapshot(f"workspace tree {oid} is not a tree: {exc}") from None
-    if not isinstance(rows, list):
-        raise UnsafeSnapshot(f"workspace tree {oid} is not a list of entries")
+        rows = _ROWS.decode(data)
+    except msgspec.DecodeError as exc:  # a ValidationError too (an entry of the wrong shape or types)
+        raise UnsafeSnapshot(f"workspace tree {oid} is not a list of [name, kind, mode, size, ref] entries: "
+                             f"{exc}") from None
+    where = f"workspace tree {oid}"
     entries: list[Entry] = []
     previous: bytes | None = None
     for row in rows:
-        entry = _entry(oid, row)
-        if previous is not None and entry.name <= previous:
-            raise UnsafeSnapshot(f"workspace tree {oid}: entries are not sorted and unique at {entry.text!r}")
-        previous = entry.name
-        entries.append(entry)
+        name, kind, mode, size, ref = row.name, row.kind, row.mode, row.size, row.ref
+        if not name or name in (b".", b"..") or b"/" in name or b"\0" in name or len(name) > MAX_NAME:
+            check_name(name, where)
+        if not 0 <= mode <= 0o777 or size < 0:
+            raise UnsafeSnapshot(f"{where}: entry {name!r} has a bad mode or size")
+        if kind in (FILE, DIR):
+            if type(ref) is not str or len(ref) != 2 * ID_SIZE or not _HEX.issuperset(ref):
+                raise UnsafeSnapshot(f"{where}: entry {name!r} does not name an object")
+        elif kind == LINK:
+            if type(ref) is not bytes or not ref or b"\0" in ref or len(ref) > MAX_TARGET:
+                raise UnsafeSnapshot(f"{where}: symlink {name!r} has a bad target")
+        else:
+            raise UnsafeSnapshot(f"{where}: entry {name!r} has an unknown kind {kind!r}")
+        if previous is not None and name <= previous:
+            raise UnsafeSnapshot(f"{where}: entries are not sorted and unique at {_text(name)!r}")
+        previous = name
+        entries.append(Entry(name, kind, mode, size, ref))
     return entries
+
+
+def _text(name: bytes) -> str:
+    return name.decode("utf-8", "surrogateescape")
 
 
 def check_name(name: bytes, where: str) -> None:
@@ -173,34 +205,6 @@ def check_name(name: bytes, where: str) -> None:
     if not name or name in (b".", b"..") or b"/" in name or b"\0" in name or len(name) > MAX_NAME:
         raise UnsafeSnapshot(f"{where}: {name!r} is not a single file name (a path with '/' or '..', an "
                              "absolute path, or an empty or overlong name is refused)")
-
-
-def _entry(oid: str, row: Any) -> Entry:
-    where = f"workspace tree {oid}"
-    if not isinstance(row, list) or len(row) != 5:
-        raise UnsafeSnapshot(f"{where}: an entry is not [name, kind, mode, size, ref]")
-    name, kind, mode, size, ref = row
-    if not isinstance(name, bytes):
-        raise UnsafeSnapshot(f"{where}: an entry's name is not bytes")
-    check_name(name, where)
-    if type(mode) is not int or not 0 <= mode <= 0o777 or type(size) is not int or size < 0:
-        raise UnsafeSnapshot(f"{where}: entry {name!r} has a bad mode or size")
-    if kind in (FILE, DIR):
-        if not isinstance(ref, str) or len(ref) != 2 * ID_SIZE or not _is_hex(ref):
-            raise UnsafeSnapshot(f"{where}: entry {name!r} does not name an object")
-    elif kind == LINK:
-        if not isinstance(ref, bytes) or not ref or b"\0" in ref or len(ref) > MAX_TARGET:
-            raise UnsafeSnapshot(f"{where}: symlink {name!r} has a bad target")
-    else:
-        raise UnsafeSnapshot(f"{where}: entry {name!r} has an unknown kind {kind!r}")
-    return Entry(name, kind, mode, size, ref)
-
-
-_HEX_ID = re.compile(r"[0-9a-f]{64}")
-
-
-def _is_hex(text: str) -> bool:
-    return _HEX_ID.fullmatch(text) is not None
 
 
 def split_chunks(oid: str, data: bytes) -> list[str]:

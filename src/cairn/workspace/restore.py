@@ -147,7 +147,7 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) 
     for name, gone in present.items():
         if name not in names:
             _remove(dfd, name, gone)
-            _forget(work, prefix + name)
+            _forget(work, prefix + name, gone)
             done.removed += 1
     for e in target:
         child = prefix + e.name
@@ -155,7 +155,7 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) 
         if e.kind == DIR:
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 _remove(dfd, e.name, st)
-                _forget(work, child)
+                _forget(work, child, st)
                 st = None
             if st is not None and work.known_dirs.get(child) == e.ref:  # unchanged since the scan
                 if stat.S_IMODE(st.st_mode) != e.mode:
@@ -183,7 +183,7 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) 
                 continue
             if st is not None:
                 _remove(dfd, e.name, st)
-                _forget(work, child)
+                _forget(work, child, st)
             os.symlink(e.ref, e.name, dir_fd=dfd)
             done.written += 1
         else:
@@ -205,7 +205,7 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) 
                     # removed, then made anew: never written into (a hard link's other names keep
                     # their bytes), and no rename over a file (which ext4 flushes synchronously)
                     _remove(dfd, e.name, st)
-                    _forget(work, child)
+                    _forget(work, child, st)
                 # a crash leaves a file the next restore rewrites: its stat matches no cache entry
                 after = _write_new(dfd, e, work.objects, work.stored, done)
                 seen[child] = Cached(stat_key(after), str(e.ref), (), trusted=False)
@@ -214,11 +214,12 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) 
             seen[child] = Cached(stat_key(after), str(e.ref), (), trusted=False)
 
 
-def _forget(work: _Work, rel: bytes) -> None:
-    """``rel`` is gone from disk: so are the cache entries of it and below it."""
+def _forget(work: _Work, rel: bytes, st: os.stat_result) -> None:
+    """``rel`` (whose stat was ``st``) is gone from disk: so are the cache
+    entries of it and, if it was a directory, below it."""
     work.seen.pop(rel, None)
     work.dirs.pop(rel, None)
-    if work.known_dirs:
+    if work.known_dirs and stat.S_ISDIR(st.st_mode):
         below = rel + b"/"
         for table in (work.seen, work.dirs):
             for key in [k for k in table if k.startswith(below)]:
