@@ -1,0 +1,1 @@
+-- reserved: a placeholder for another branch's migration 0033 (the lead deletes it and renumbers at merge)
