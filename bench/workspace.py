@@ -12,8 +12,9 @@ sample is:
 
 * ``snapshot, 10 changed``: rewrite 10 random files (same size, new bytes),
   then time ``snapshot`` (walk, hash what the stat cache cannot vouch for,
-  compress and store new objects). The files changed one step before are
-  hashed again too (the stat cache's racy-clean rule, scan.RACY_NS).
+  compress and store new objects). A file changed in the same tick of the
+  filesystem's clock as the scan that hashed it is hashed again by the next
+  (the stat cache's racy-clean rule, ``scan.fs_clock``).
 * ``snapshot, no change``: the same right after, with nothing changed.
 * ``verify``: a warm worker's check before a body (``snapshot`` without a
   sink: ids only, nothing stored).
