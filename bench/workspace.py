@@ -30,7 +30,8 @@ sample is:
   the least a copy-based snapshot or restore costs.
 * ``stat walk``: ``scandir`` and ``lstat`` of every entry, nothing else: the
   floor of any scan that must notice a change to any file (the machine's
-  speed and load in one figure: the scans are compared with it).
+  speed and load in one figure: the scans are compared with it; sampled
+  between the snapshot and restore samples, so at the same load).
 
 The summary prints each target beside these baselines, all from this run.
 """
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     none_s: list[float] = []
     none_stored: list[int] = []
     verify_s: list[float] = []
+    walk_s: list[float] = []
     for i in range(steps):
         change(paths, 10, rng)
         s, scan = timed(lambda: snapshot(ws, cache, sink))
@@ -212,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             assert same.root == scan.root
             s, _ = timed(lambda: snapshot(ws, cache, None))
             verify_s.append(s)
+            walk_s.append(timed(lambda: stat_walk(os.fsencode(ws)))[0])  # beside them, at the same load
 
     warm_s: list[float] = []
     for _ in range(10):
@@ -222,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         s, _ = timed(lambda: (snapshot(ws, cache, None),
                               restore(ws, roots[-1], Source(app), cache, trust_cache=True)))
         warm_s.append(s)
+        walk_s.append(timed(lambda: stat_walk(os.fsencode(ws)))[0])
 
     cold_s: list[float] = []
     for k in range(3):
@@ -240,7 +244,6 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(3):
         s, _ = timed(lambda k=k: shutil.copytree(ws, base / f"copy{k}", symlinks=True))  # type: ignore[misc]
         copy_s.append(s)
-    walk_s = [timed(lambda: stat_walk(os.fsencode(ws)))[0] for _ in range(5)]
 
     tar_s: list[float] = []
     untar_s: list[float] = []
