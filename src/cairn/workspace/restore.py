@@ -16,8 +16,8 @@ it, never into ``/etc/passwd``). Every object is checked on read
 (``workspace.trees``), and the whole snapshot's trees are loaded and
 checked before the disk is touched.
 
-A crash midway leaves a directory that is neither snapshot (and perhaps a
-temporary file): the next restore makes it exact.
+A crash midway leaves a directory that is neither snapshot (perhaps with a
+file removed or partly written): the next restore makes it exact.
 """
 
 from __future__ import annotations
