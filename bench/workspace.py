@@ -12,8 +12,9 @@ sample is:
 
 * ``snapshot, 10 changed``: rewrite 10 random files (same size, new bytes),
   then time ``snapshot`` (walk, hash what the stat cache cannot vouch for,
-  compress and store new objects). The files changed one step before are
-  hashed again too (the stat cache's racy-clean rule, scan.RACY_NS).
+  compress and store new objects). A file changed in the same tick of the
+  filesystem's clock as the scan that hashed it is hashed again by the next
+  (the stat cache's racy-clean rule, ``scan.fs_clock``).
 * ``snapshot, no change``: the same right after, with nothing changed.
 * ``verify``: a warm worker's check before a body (``snapshot`` without a
   sink: ids only, nothing stored).
@@ -25,6 +26,14 @@ sample is:
 * ``tar+zstd``: ``tarfile`` into a zstd stream (level 3) of the same tree;
   ``untar``: that archive extracted into a new directory (what a cold
   restore does instead).
+* ``plain copy``: ``shutil.copytree`` of the tree (symlinks as symlinks),
+  the least a copy-based snapshot or restore costs.
+* ``stat walk``: ``scandir`` and ``lstat`` of every entry, nothing else: the
+  floor of any scan that must notice a change to any file (the machine's
+  speed and load in one figure: the scans are compared with it; sampled
+  between the snapshot and restore samples, so at the same load).
+
+The summary prints each target beside these baselines, all from this run.
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ import io
 import json
 import os
 import random
+import shutil
+import stat
 import statistics
 import tarfile
 import tempfile
@@ -111,6 +122,39 @@ def med_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1000, 2)
 
 
+def stat_walk(path: bytes) -> int:
+    """``lstat`` every entry below ``path`` (the floor of a change-noticing scan)."""
+    n = 0
+    with os.scandir(path) as found:
+        items = list(found)
+    for item in items:
+        st = item.stat(follow_symlinks=False)
+        n += 1
+        if stat.S_ISDIR(st.st_mode):
+            n += stat_walk(item.path)
+    return n
+
+
+def summary(f: dict[str, Any]) -> None:
+    """Each target beside the baselines of the same run (times in ms)."""
+    tar, copy, walk = f["tar_zstd_median_s"] * 1000, f["plain_copy_median_s"] * 1000, f["stat_walk_median_ms"]
+    rows = [
+        ("snapshot, 10 changed", f["snapshot_10_changed_median_ms"], 50, tar),
+        ("snapshot, no change", f["snapshot_no_change_median_ms"], 40, tar),
+        ("verify (warm worker)", f["verify_median_ms"], 40, tar),
+        ("restore, warm", f["restore_warm_median_ms"], 50, f["untar_zstd_median_s"] * 1000),
+        ("restore, cold", f["restore_cold_median_s"] * 1000, 2000, f["untar_zstd_median_s"] * 1000),
+        ("diff", f["diff_median_ms"], 20, None),
+    ]
+    print(f"\n{'':22} {'median ms':>10} {'target':>7} {'x stat walk':>12} {'tar/untar ms':>13} "
+          f"{'copy ms':>8}")
+    for name, value, target, tar_like in rows:
+        print(f"{name:22} {value:10.1f} {target:7} {value / walk:12.2f} "
+              f"{'' if tar_like is None else f'{tar_like:.0f}':>13} {copy:8.0f}")
+    print(f"(stat walk of the tree: {walk:.1f} ms; tar+zstd {tar:.0f} ms, {f['tar_zstd_mb']} MB; stored per "
+          f"10-file snapshot {f['stored_per_snapshot_median_kb']} KB)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -155,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     none_s: list[float] = []
     none_stored: list[int] = []
     verify_s: list[float] = []
+    walk_s: list[float] = []
     for i in range(steps):
         change(paths, 10, rng)
         s, scan = timed(lambda: snapshot(ws, cache, sink))
@@ -169,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             assert same.root == scan.root
             s, _ = timed(lambda: snapshot(ws, cache, None))
             verify_s.append(s)
+            walk_s.append(timed(lambda: stat_walk(os.fsencode(ws)))[0])  # beside them, at the same load
 
     warm_s: list[float] = []
     for _ in range(10):
@@ -179,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         s, _ = timed(lambda: (snapshot(ws, cache, None),
                               restore(ws, roots[-1], Source(app), cache, trust_cache=True)))
         warm_s.append(s)
+        walk_s.append(timed(lambda: stat_walk(os.fsencode(ws)))[0])
 
     cold_s: list[float] = []
     for k in range(3):
@@ -192,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         s, found = timed(lambda k=k: diff(Objects(Source(app), roots[-k]), roots[-k - 1], roots[-k]))  # type: ignore[misc]
         diff_s.append(s)
         changed.append(len(found))
+
+    copy_s: list[float] = []
+    for k in range(3):
+        s, _ = timed(lambda k=k: shutil.copytree(ws, base / f"copy{k}", symlinks=True))  # type: ignore[misc]
+        copy_s.append(s)
 
     tar_s: list[float] = []
     untar_s: list[float] = []
@@ -219,8 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         "diff_median_ms": med_ms(diff_s), "diff_changes_median": statistics.median(changed),
         "tar_zstd_median_s": round(statistics.median(tar_s), 3), "tar_zstd_mb": round(len(tar_b) / 1e6, 1),
         "untar_zstd_median_s": round(statistics.median(untar_s), 3),
+        "plain_copy_median_s": round(statistics.median(copy_s), 3),
+        "stat_walk_median_ms": med_ms(walk_s),
     }
     print(json.dumps(figures, indent=2))
+    summary(figures)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
@@ -228,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "snapshot_10_changed_s": snap_s, "no_change_s": none_s,
                                                   "restore_warm_s": warm_s, "restore_cold_s": cold_s,
                                                   "diff_s": diff_s, "tar_zstd_s": tar_s,
-                                                  "untar_zstd_s": untar_s}}, indent=1))
+                                                  "untar_zstd_s": untar_s, "plain_copy_s": copy_s,
+                                                  "stat_walk_s": walk_s}}, indent=1))
     return 0
 
 

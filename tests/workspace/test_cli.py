@@ -121,3 +121,16 @@ def test_export_as_git(app: cairn.App, backend: StoreBackend, tmp_path: Path) ->
 def test_bad_input_is_one_line(app: cairn.App, backend: StoreBackend, args: tuple[str, ...],
                                fragment: str) -> None:
     check_error(cli("workspace", *args, "--db", backend.url), 1, fragment)
+
+
+def test_gc_keeps_every_recorded_snapshot_and_refuses_a_bad_grace(app: cairn.App, backend: StoreBackend,
+                                                                  tmp_path: Path) -> None:
+    result = cli("workspace", "gc", "--grace", "0s", "--json", "--db", backend.url)
+    assert result.exit_code == 0, result.stderr
+    (done,) = json.loads(result.stdout)["tenants"]
+    assert (done["tenant"], done["roots"], done["deleted"]) == ("default", 4, 0)
+    assert done["examined"] == done["reachable"] > 0
+    dest = tmp_path / "checkout"
+    assert cli("workspace", "restore", "w1", "0", "--to", str(dest), "--db", backend.url).exit_code == 0
+    assert root_of(dest) == roots(app, "w1")["write"]
+    check_error(cli("workspace", "gc", "--grace", "soon", "--db", backend.url), 2, "'--grace'")

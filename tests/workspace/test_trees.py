@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Collection
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from cairn.workspace.objects import (
     object_id,
     pack,
 )
+from cairn.workspace.scan import RACY_NS, fs_clock
 from cairn.workspace.trees import Objects
 
 
@@ -36,12 +38,14 @@ class DictSource:
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self.fetched = 0
+        self.calls = 0
 
     def put(self, batch: dict[str, bytes]) -> None:
         self.objects.update(batch)
 
     def fetch(self, oids: Collection[str]) -> dict[str, bytes]:
         self.fetched += len(oids)
+        self.calls += 1
         return {o: self.objects[o] for o in oids if o in self.objects}
 
 
@@ -51,12 +55,28 @@ def fresh_root(path: Path) -> str:
 
 
 def old(path: Path) -> None:
-    """Backdate every file's mtime, so a stat cache may trust it (scan.RACY_NS)."""
+    """Backdate every file's mtime and wait for the filesystem's clock to
+    pass their ctimes, so a stat cache may trust them (the racy-clean rule)."""
+    latest = 0
     for dirpath, _dirnames, filenames in os.walk(path):
         for name in filenames:
             full = os.path.join(dirpath, name)
             if not os.path.islink(full):
                 os.utime(full, (1_000_000_000, 1_000_000_000))
+                latest = max(latest, os.stat(full).st_ctime_ns)
+    settle(path, latest)
+
+
+def settle(path: Path, latest: int) -> None:
+    """Wait until the filesystem's clock (scan.fs_clock) is past ``latest``."""
+    while True:
+        now = fs_clock(os.fsencode(path))
+        if now is None:  # no O_TMPFILE here: the system clock's rule
+            time.sleep(RACY_NS / 1e9)
+            return
+        if now > latest:
+            return
+        time.sleep(0.001)
 
 
 def build(root: Path) -> None:
@@ -159,9 +179,38 @@ def test_a_file_written_just_before_a_snapshot_is_hashed_again(tmp_path: Path) -
     root = tmp_path / "w"
     root.mkdir()
     (root / "f").write_text("one")
+    # stamped in the scan's own tick or later (what a write during the scan's tick looks like)
+    future = time.time_ns() + 3_600_000_000_000
+    os.utime(root / "f", ns=(future, future))
     cache = TreeCache()
     snapshot(root, cache, None)
     assert snapshot(root, cache, None).hashed == 3
+    assert snapshot(root, cache, None).hashed == 3  # every time, until its stamp is in the past
+
+
+def test_a_directory_seen_unchanged_is_reused_but_any_change_in_it_is_seen(tmp_path: Path) -> None:
+    """The per-directory memo: an unchanged listing is one comparison, and a
+    change to any one entry (content with size and mtime kept, mode, a new
+    name, a subdirectory's content) makes the directory's tree again."""
+    root = tmp_path / "w"
+    build(root)
+    (root / "readonly-dir").chmod(0o755)
+    old(root)
+    store, cache = DictSource(), TreeCache()
+    first = snapshot(root, cache, store.put)
+    assert snapshot(root, cache, store.put).root == first.root
+    st = os.stat(root / "src" / "main.py")
+    (root / "src" / "main.py").write_text("print('HI')\n")  # same size
+    os.utime(root / "src" / "main.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    changed = snapshot(root, cache, store.put)
+    assert changed.root != first.root
+    assert changed.root == fresh_root(root)
+    (root / "run.sh").chmod(0o700)
+    assert snapshot(root, cache, store.put).root == fresh_root(root) != changed.root
+    old(root)
+    steady = snapshot(root, cache, store.put).root
+    (root / "deep" / "er" / "x").write_text("")
+    assert snapshot(root, cache, store.put).root == fresh_root(root) != steady
 
 
 def test_large_file_changes_store_only_the_changed_chunk(tmp_path: Path) -> None:
@@ -184,6 +233,25 @@ def test_special_files_are_refused(tmp_path: Path) -> None:
     os.mkfifo(root / "pipe")
     with pytest.raises(WorkspaceError, match="'pipe' is a FIFO"):
         snapshot(root, TreeCache(), None)
+
+
+def test_a_diff_reads_trees_one_fetch_per_level(tmp_path: Path) -> None:
+    """A change in each of 20 directories two levels down: the diff reads
+    its trees in one fetch per level (3), not one per directory (a store
+    round trip each)."""
+    root = tmp_path / "w"
+    for i in range(20):
+        (root / f"d{i}" / "sub").mkdir(parents=True)
+        (root / f"d{i}" / "sub" / "f").write_text(f"one {i}")  # 20 distinct trees per level
+    store, cache = DictSource(), TreeCache()
+    a = snapshot(root, cache, store.put).root
+    for i in range(20):
+        (root / f"d{i}" / "sub" / "f").write_text(f"two {i}")
+    b = snapshot(root, cache, store.put).root
+    store.calls = 0
+    changes = diff(Objects(store, b), a, b)
+    assert sorted(c.path for c in changes) == sorted(f"d{i}/sub/f" for i in range(20))
+    assert store.calls == 3
 
 
 def test_diff_and_walk(tmp_path: Path) -> None:
@@ -250,6 +318,9 @@ def test_hostile_names_are_refused(tmp_path: Path, name: bytes) -> None:
     [b"f", FILE, 0o4755, 0, "00" * 32],  # setuid bits
     [b"f", FILE, 0o644, -1, "00" * 32],
     [b"f", FILE, 0o644, 0, "../../etc/passwd"],  # not an object id
+    [b"f", FILE, 0o644, 0, "/" + "0" * 63],  # an id's length, not an id
+    [b"f", FILE, True, 0, "00" * 32],  # a bool for a mode
+    [b"f", FILE, 0o644, 0, b"0" * 64],  # bytes where an id belongs
     [b"l", LINK, 0o777, 0, b""],
     [b"l", LINK, 0o777, 0, b"a\0b"],
 ])
@@ -323,6 +394,26 @@ def test_restore_never_writes_through_symlinks_on_disk(tmp_path: Path) -> None:
     assert not (dst / "d").is_symlink()
     assert (dst / "d" / "planted.txt").read_text() == "planted"
     assert fresh_root(dst) == root
+
+
+def test_restore_never_writes_into_a_hard_link_to_a_file_elsewhere(tmp_path: Path) -> None:
+    """A step hard-linked a file of the snapshot to a file outside the
+    workspace (the test's own, standing for a host file): a warm restore
+    that rewrites the name leaves the other file's bytes alone."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("snapshot")
+    store, cache = DictSource(), TreeCache()
+    root = snapshot(ws, cache, store.put).root
+    (ws / "f.txt").unlink()
+    os.link(victim, ws / "f.txt")
+    assert snapshot(ws, cache, None).root != root
+    restore(ws, root, store, cache, trust_cache=True)
+    assert victim.read_text() == "precious"
+    assert (ws / "f.txt").read_text() == "snapshot"
+    assert os.stat(victim).st_nlink == 1
 
 
 def test_a_symlink_in_a_snapshot_is_restored_as_a_symlink_and_never_followed(tmp_path: Path) -> None:

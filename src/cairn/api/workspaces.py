@@ -26,6 +26,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn.api.wscollect import GRACE_SECONDS, Collected, collect
 from cairn.errors import InvalidArgument, RunNotFound, WorkspaceError
 from cairn.store.contract import Store
 from cairn.store.records import EventType
@@ -104,6 +105,12 @@ class WorkspaceViews:
                 return shot
         raise NoSnapshot(f"run {run_id} recorded no workspace snapshot at position {position} (it has "
                               f"{', '.join(str(s.position) for s in shots)})")
+
+    def collect(self, tenant: str | None = None, *, grace_seconds: float = GRACE_SECONDS,
+                dry_run: bool = False) -> list[Collected]:
+        """Delete the workspace objects no recorded snapshot of an existing
+        run needs, stored more than ``grace_seconds`` ago (``api.wscollect``)."""
+        return collect(self._store, tenant, grace=grace_seconds, dry_run=dry_run)
 
     def objects(self, run_id: str, root: str) -> Objects:
         return Objects(_TenantSource(self._store, self._tenant(run_id)), root)

@@ -96,13 +96,13 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+")
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, option: str = "--older-than") -> float:
     """Seconds in a duration such as ``7d``, ``12h``, ``30m``, ``90s``, ``2w``
-    or ``1d12h``."""
+    or ``1d12h`` (``option``: the option a bad one is reported against)."""
     cleaned = text.strip().lower()
     if not _DURATION.fullmatch(cleaned):
         raise click.BadParameter(f"{text!r} is not a duration: use a number and a unit, e.g. 7d, 12h, 30m "
-                                 "or 1d12h (units s, m, h, d, w)", param_hint="'--older-than'")
+                                 "or 1d12h (units s, m, h, d, w)", param_hint=f"'{option}'")
     return sum(float(number) * _DURATION_UNITS[unit]
                for number, unit in re.findall(r"(\d+(?:\.\d+)?)([smhdw])", cleaned))
 

@@ -1,5 +1,7 @@
 """``cairn workspace ls|diff|restore|export RUN [POSITION]``: a run's
-workspace snapshots (``api.workspaces``), read through the operator façade.
+workspace snapshots (``api.workspaces``), read through the operator façade;
+``cairn workspace gc``: delete the objects no recorded snapshot needs
+(``api.wscollect``).
 
 POSITION is the journal position of the step or tool whose entry records
 the snapshot (``cairn workspace ls RUN --snapshots`` lists them); without
@@ -15,6 +17,7 @@ import click
 
 from cairn.workspace.objects import LINK
 
+from .database import parse_duration
 from .loading import open_session
 from .options import app_option, db_from_context, db_option
 from .terminal import echo, echo_json
@@ -128,6 +131,31 @@ def export_command(ctx: click.Context, as_json: bool, app_spec: str | None, db: 
     for shot, commit in commits:
         echo(f"{commit[:12]}  position {shot.position}  {shot.kind} {shot.name}")
     echo(f"exported {len(commits)} snapshot(s) of run {run_id} to {dest}", err=True)
+
+
+@workspace.command("gc")
+@_common
+@click.option("--tenant", default=None, help="Collect one tenant's objects (default: every tenant's).")
+@click.option("--grace", "grace", default="1h", show_default=True, metavar="DURATION",
+              help="Keep objects stored less than this long ago (a snapshot being recorded needs them).")
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+def gc_command(ctx: click.Context, as_json: bool, app_spec: str | None, db: str | None, tenant: str | None,
+               grace: str, dry_run: bool) -> None:
+    """Delete workspace objects that no snapshot recorded by an existing run needs.
+
+    Safe while runs take snapshots: an object stored (or stored again) after
+    the collection began is never deleted. Stops with nothing deleted if a
+    recorded snapshot cannot be read whole."""
+    seconds = parse_duration(grace, "--grace")
+    with open_session(db_from_context(ctx, db), app_spec) as session:
+        found = session.operator.workspaces.collect(tenant, grace_seconds=seconds, dry_run=dry_run)
+    if as_json:
+        echo_json({"dry_run": dry_run, "tenants": [c.as_dict() for c in found]})
+        return
+    for c in found:
+        verb = "would delete" if dry_run else "deleted"
+        echo(f"tenant {c.tenant}: {c.roots} snapshot(s) reach {c.reachable} object(s); {verb} {c.deleted} of "
+             f"{c.examined} older than {grace}")
 
 
 def _text(ref: str | bytes) -> str:

@@ -85,6 +85,8 @@ class RunWorkspace:
         self._lock = threading.Lock()
         #: positions whose bodies are running now
         self._bodies: set[int] = set()
+        #: the objects each captured but not yet recorded snapshot stored, by position
+        self._unrecorded: dict[int, tuple[str, set[str]]] = {}
 
     def enter(self, position: int) -> None:
         """A body at ``position`` is about to run: the directory is made the
@@ -125,7 +127,10 @@ class RunWorkspace:
 
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            return snapshot(self.path, self.cache, sink).root
+            scan = snapshot(self.path, self.cache, sink)
+            with self._lock:
+                self._unrecorded[position] = (scan.root, scan.sent)
+            return scan.root
         finally:
             with self._lock:
                 self._bodies.discard(position)
@@ -134,6 +139,8 @@ class RunWorkspace:
         """The call's entry naming ``root`` committed: it is the latest snapshot."""
         with self._lock:
             self.expected = root
+            for position in [p for p, (r, _) in self._unrecorded.items() if r == root]:
+                del self._unrecorded[position]
 
     def finished(self) -> None:
         """The run has ended (its end committed): its directory and cache go
@@ -142,9 +149,15 @@ class RunWorkspace:
 
     def abandon(self, position: int) -> None:
         """The body at ``position`` failed (or its outcome was not recorded):
-        whatever it wrote is undone by the next body's ``enter``."""
+        whatever it wrote is undone by the next body's ``enter``. The objects
+        its snapshot stored, if it took one, are no longer counted as stored:
+        no recorded snapshot keeps them from the collector (``api.wscollect``),
+        so a later snapshot that needs them stores them again."""
         with self._lock:
             self._bodies.discard(position)
+            unrecorded = self._unrecorded.pop(position, None)
+            if unrecorded is not None:
+                self.cache.revoke(unrecorded[1])
 
 
 def latest_root(execution: Execution) -> str | None:

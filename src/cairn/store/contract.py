@@ -734,6 +734,30 @@ class Store(Protocol):
         ``cairn.workspace`` checks each against its id before using it."""
         ...
 
+    def workspace_tenants(self) -> list[str]:
+        """The tenants that have workspace objects."""
+        ...
+
+    def workspace_roots(self, tenant: str) -> set[str]:
+        """The snapshot root ids the journal entries of ``tenant``'s existing
+        runs record (``detail["workspace"]``), whatever those entries'
+        standing. ``WorkspaceError`` if any of those details is sealed (the
+        roots cannot be read, so nothing may be collected)."""
+        ...
+
+    def workspace_candidates(self, tenant: str, before: float, after: str = "", limit: int = 1000
+                             ) -> list[str]:
+        """Up to ``limit`` ids of ``tenant``'s objects last stored before
+        ``before`` (a time of the store's clock), greater than ``after``, in
+        order (a collection pages through them)."""
+        ...
+
+    def delete_workspace_objects(self, tenant: str, oids: Collection[str], before: float) -> int:
+        """Delete those of ``tenant``'s objects ``oids`` that were last stored
+        before ``before``, in one transaction; how many went. An object
+        stored again since (``put_workspace_objects`` moves its time) stays."""
+        ...
+
     # -- memory tiers (store.memsql): run, thread and long-term memory ---------------
 
     def append_memory(

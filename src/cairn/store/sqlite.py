@@ -795,6 +795,12 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
         return dumps(list(items))
 
+    def _ws_insert(self, tx: sqlite3.Connection, tenant: str, objects: Mapping[str, bytes], now: float
+                   ) -> None:
+        """One prepared statement for the whole batch (``executemany``)."""
+        tx.executemany(_Q["ws_put_object"], [{"tenant": tenant, "oid": oid, "data": data, "now": now}
+                                             for oid, data in objects.items()])
+
     # -- contract, dialect code: retention ----------------------------------------------------
 
     def prune_runs(

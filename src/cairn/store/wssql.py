@@ -11,6 +11,14 @@ write and whose rows a read sees:
   transaction, never the caller's;
 * ``workspace_objects`` reads one tenant's rows (PostgreSQL's row-level
   security hides other tenants' from a tenant's role as well).
+
+For the collector (``cairn.api.wscollect``): ``workspace_roots`` (the roots
+the journals of a tenant's existing runs record), ``workspace_candidates``
+(a page of objects last stored before a time) and
+``delete_workspace_objects``, which deletes an object only if it was still
+last stored before that time. Storing an object that is already there
+moves its ``stored_at`` to now: that is the collector's fence against a
+snapshot that stores (or re-stores) an object while a collection runs.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Generic, TypeVar
 
-from cairn.errors import InvalidArgument
+from cairn.errors import InvalidArgument, WorkspaceError
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -52,6 +60,12 @@ class SQLWorkspaces(Generic[Tx]):
     def _list_param(self, items: Any) -> Any:
         raise NotImplementedError
 
+    def _operate(self, body: Callable[[Tx], T]) -> T:
+        raise NotImplementedError
+
+    def _changed(self, tx: Tx, name: str, params: Mapping[str, Any]) -> int:
+        raise NotImplementedError
+
     def _ws_insert(self, tx: Tx, tenant: str, objects: Mapping[str, bytes], now: float) -> None:
         """Insert ``objects`` for ``tenant``, keeping rows already there (one
         statement per object; PostgreSQL sends them all in one)."""
@@ -77,6 +91,36 @@ class SQLWorkspaces(Generic[Tx]):
             return {}
         rows = self._select("ws_objects", {"tenant": tenant, "oids": self._list_param(list(oids))})
         return {str(oid): bytes(data) for oid, data in rows}
+
+    def workspace_tenants(self) -> list[str]:
+        return [str(t) for (t,) in self._select("ws_tenants", {})]
+
+    def workspace_roots(self, tenant: str) -> set[str]:
+        sealed = self._select("ws_sealed_detail", {"tenant": tenant})
+        if sealed:
+            raise WorkspaceError(f"tenant {tenant!r}'s journal details are sealed (run {sealed[0][0]}): "
+                                 "the workspace collector cannot read their snapshot roots, so it collects "
+                                 "nothing")
+        roots = {str(r) for (r,) in self._select("ws_roots", {"tenant": tenant}) if r is not None}
+        check_oids(roots)
+        return roots
+
+    def workspace_candidates(self, tenant: str, before: float, after: str = "", limit: int = 1000
+                             ) -> list[str]:
+        rows = self._select("ws_candidates", {"tenant": tenant, "before": before, "after": after,
+                                              "limit": max(1, int(limit))})
+        return [str(oid) for (oid,) in rows]
+
+    def delete_workspace_objects(self, tenant: str, oids: Collection[str], before: float) -> int:
+        check_oids(oids)
+        if not oids:
+            return 0
+
+        def body(tx: Tx) -> int:
+            return self._changed(tx, "ws_delete", {"tenant": tenant, "oids": self._list_param(list(oids)),
+                                                   "before": before})
+
+        return self._operate(body)
 
 
 __all__ = ["SQLWorkspaces", "check_oids"]

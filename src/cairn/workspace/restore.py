@@ -5,9 +5,9 @@ trees and fetches the contents of the files it cannot keep, in batches; a
 file is kept when it is a regular file whose stat and content id match the
 ``TreeCache`` (its mode is fixed if it differs). The apply pass works
 through directory file descriptors, each opened with ``O_NOFOLLOW``: it
-removes what the snapshot does not hold, writes each file to a fresh
-``O_EXCL`` temporary name in its directory and renames it over the old one
-(a rename replaces a symlink, never writes through it), creates symlinks
+removes what the snapshot does not hold, removes a file it must rewrite
+(whatever it is: a symlink, or a hard link to a file elsewhere) and creates
+it anew with ``O_EXCL`` (never into anything that exists), creates symlinks
 as symlinks, and sets each directory's mode after filling it. No path of
 the snapshot is ever resolved through a symlink on disk, whether the
 symlink came from the snapshot or from a step (a symlink to ``/etc/passwd``
@@ -16,15 +16,13 @@ it, never into ``/etc/passwd``). Every object is checked on read
 (``workspace.trees``), and the whole snapshot's trees are loaded and
 checked before the disk is touched.
 
-A crash midway leaves a directory that is neither snapshot (and perhaps a
-temporary file): the next restore makes it exact.
+A crash midway leaves a directory that is neither snapshot (perhaps with a
+file removed or partly written): the next restore makes it exact.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import stat
 from dataclasses import dataclass, field
 
@@ -35,7 +33,6 @@ from cairn.workspace.trees import Objects, Source
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_TEMP = b".cairn-ws-"
 
 
 @dataclass(slots=True)
@@ -85,7 +82,7 @@ def restore(
     cache.dirs = dirs
     cache.root = root
     cache.known.update(trees)  # what a snapshot reads is stored: a scan need not send it again
-    cache.known.update(c.oid for c in seen.values())
+    cache.known.update(work.contents)
     return done
 
 
@@ -99,11 +96,14 @@ class _Work:
     known_dirs: dict[bytes, str]
     done: Restored
     stored: dict[str, bytes] = field(default_factory=dict)
+    #: the content ids of the files this restore kept or wrote (stored: the snapshot holds them)
+    contents: list[str] = field(default_factory=list)
 
 
 def _prefetch(objects: Objects, where: bytes, root: str, trees: dict[str, list[Entry]],
               cache: TreeCache, known_dirs: dict[bytes, str]) -> dict[str, bytes]:
     """The stored contents of every file the disk does not already hold."""
+    trusted = bool(known_dirs)
     wanted: list[str] = []
     stack = [(root, b"", True)]
     while stack:
@@ -113,21 +113,26 @@ def _prefetch(objects: Objects, where: bytes, root: str, trees: dict[str, list[E
             if e.kind == DIR:
                 if known_dirs.get(child) != e.ref:  # a directory absent from the cache holds nothing kept
                     stack.append((str(e.ref), child, present and child in cache.dirs))
-            elif e.kind == FILE and (not present or _keep(where + b"/" + child, child, e, cache) is None):
+            elif e.kind == FILE and not (present and _kept(where + b"/" + child, child, e, cache, trusted)):
                 wanted.append(str(e.ref))
     return objects.fetch(wanted) if wanted else {}  # a large file's chunks come with it (``content``)
 
 
-def _keep(full: bytes, rel: bytes, entry: Entry, cache: TreeCache) -> os.stat_result | None:
-    """The stat of the file at ``full`` if it already holds ``entry``'s content."""
+def _kept(full: bytes, rel: bytes, entry: Entry, cache: TreeCache, trusted: bool) -> bool:
+    """The file at ``full`` likely holds ``entry``'s content already (``_apply``
+    decides; a wrong guess costs a fetch there). ``trusted``: a scan just
+    stat'd every file, so its cache entry says so without another ``lstat``."""
+    if trusted:
+        cached = cache.files.get(rel)
+        return cached is not None and cached.trusted and cached.oid == entry.ref
     try:
         st = os.lstat(full)
     except OSError:
-        return None
+        return False
     if not stat.S_ISREG(st.st_mode):
-        return None
+        return False
     cached = cache.hit(rel, stat_key(st), stored=False)
-    return st if cached is not None and cached.oid == entry.ref else None
+    return cached is not None and cached.oid == entry.ref
 
 
 def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) -> None:
@@ -142,7 +147,7 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) 
     for name, gone in present.items():
         if name not in names:
             _remove(dfd, name, gone)
-            _forget(work, prefix + name)
+            _forget(work, prefix + name, gone)
             done.removed += 1
     for e in target:
         child = prefix + e.name
@@ -150,7 +155,7 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) 
         if e.kind == DIR:
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 _remove(dfd, e.name, st)
-                _forget(work, child)
+                _forget(work, child, st)
                 st = None
             if st is not None and work.known_dirs.get(child) == e.ref:  # unchanged since the scan
                 if stat.S_IMODE(st.st_mode) != e.mode:
@@ -178,10 +183,11 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) 
                 continue
             if st is not None:
                 _remove(dfd, e.name, st)
-                _forget(work, child)
+                _forget(work, child, st)
             os.symlink(e.ref, e.name, dir_fd=dfd)
             done.written += 1
         else:
+            work.contents.append(str(e.ref))
             regular = st if st is not None and stat.S_ISREG(st.st_mode) else None
             cached = cache.hit(child, stat_key(regular), stored=False) if regular is not None else None
             if regular is not None and cached is not None and cached.oid == e.ref:
@@ -195,25 +201,25 @@ def _apply(dfd: int, oid: str, rel: bytes, work: _Work, *, empty: bool = False) 
                 finally:
                     os.close(fd)
             else:
-                if st is not None and stat.S_ISDIR(st.st_mode):
+                if st is not None:
+                    # removed, then made anew: never written into (a hard link's other names keep
+                    # their bytes), and no rename over a file (which ext4 flushes synchronously)
                     _remove(dfd, e.name, st)
-                    _forget(work, child)
-                    st = None
-                if st is None:  # nothing there: written in place (a crash leaves a file the next restore
-                    # rewrites: its stat matches no cache entry)
-                    after = _write_new(dfd, e, work.objects, work.stored, done)
-                    seen[child] = Cached(stat_key(after), str(e.ref), (), trusted=False)
-                    continue
-                _write(dfd, e, work.objects, work.stored, done)
+                    _forget(work, child, st)
+                # a crash leaves a file the next restore rewrites: its stat matches no cache entry
+                after = _write_new(dfd, e, work.objects, work.stored, done)
+                seen[child] = Cached(stat_key(after), str(e.ref), (), trusted=False)
+                continue
             after = os.stat(e.name, dir_fd=dfd, follow_symlinks=False)
             seen[child] = Cached(stat_key(after), str(e.ref), (), trusted=False)
 
 
-def _forget(work: _Work, rel: bytes) -> None:
-    """``rel`` is gone from disk: so are the cache entries of it and below it."""
+def _forget(work: _Work, rel: bytes, st: os.stat_result) -> None:
+    """``rel`` (whose stat was ``st``) is gone from disk: so are the cache
+    entries of it and, if it was a directory, below it."""
     work.seen.pop(rel, None)
     work.dirs.pop(rel, None)
-    if work.known_dirs:
+    if work.known_dirs and stat.S_ISDIR(st.st_mode):
         below = rel + b"/"
         for table in (work.seen, work.dirs):
             for key in [k for k in table if k.startswith(below)]:
@@ -237,27 +243,6 @@ def _write_new(dfd: int, e: Entry, objects: Objects, stored: dict[str, bytes], d
         os.close(fd)
     done.written += 1
     return after
-
-
-def _write(dfd: int, e: Entry, objects: Objects, stored: dict[str, bytes], done: Restored) -> None:
-    temp = _TEMP + secrets.token_hex(8).encode()
-    fd = os.open(temp, _NEW_FILE, 0o600, dir_fd=dfd)
-    try:
-        try:
-            for chunk in objects.content(e, stored):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view):]
-                done.written_bytes += len(chunk)
-            os.fchmod(fd, e.mode)
-        finally:
-            os.close(fd)
-        os.replace(temp, e.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=dfd)
-        raise
-    done.written += 1
 
 
 def _remove(dfd: int, name: bytes, st: os.stat_result) -> None:

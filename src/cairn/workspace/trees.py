@@ -75,6 +75,14 @@ class Objects:
                 level.extend(str(e.ref) for e in entries if e.kind == DIR)
         return self.trees
 
+    def load_trees(self, oids: Collection[str]) -> None:
+        """Read the trees ``oids`` not read yet, in one fetch per batch."""
+        wanted = [o for o in dict.fromkeys(oids) if o not in self.trees]
+        if wanted:
+            stored = self.fetch(wanted)
+            for oid in wanted:
+                self.trees[oid] = decode_tree(oid, self.load(TREE, oid, stored[oid]))
+
     def tree(self, oid: str) -> list[Entry]:
         if oid not in self.trees:
             self.trees[oid] = decode_tree(oid, self.load(TREE, oid, self.fetch([oid])[oid]))
@@ -136,9 +144,31 @@ def diff(objects: Objects, old: str | None, new: str) -> list[Change]:
     """What changed from tree ``old`` (``None``: empty) to tree ``new``;
     subtrees with the same id are skipped unread. A directory added or
     removed is listed with everything under it."""
+    _preload(objects, old, new)
     changes: list[Change] = []
     _diff(objects, old, new, "", changes)
     return changes
+
+
+def _preload(objects: Objects, old: str | None, new: str) -> None:
+    """Read every tree ``_diff`` will visit, one fetch per level of depth
+    (not one per directory: a store round trip each)."""
+    pairs: list[tuple[str | None, str | None]] = [(old, new)]
+    while pairs:
+        objects.load_trees([o for pair in pairs for o in pair if o is not None])
+        deeper: list[tuple[str | None, str | None]] = []
+        for a, b in pairs:
+            if a == b:
+                continue
+            before = {e.name: e for e in objects.tree(a)} if a is not None else {}
+            after = {e.name: e for e in objects.tree(b)} if b is not None else {}
+            for name in before.keys() | after.keys():
+                x, y = before.get(name), after.get(name)
+                xd = str(x.ref) if x is not None and x.kind == DIR else None
+                yd = str(y.ref) if y is not None and y.kind == DIR else None
+                if xd != yd:
+                    deeper.append((xd, yd))
+        pairs = deeper
 
 
 def _diff(objects: Objects, old: str | None, new: str | None, prefix: str, out: list[Change]) -> None:

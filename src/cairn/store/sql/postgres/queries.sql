@@ -1793,10 +1793,11 @@ SELECT 1 WHERE EXISTS (SELECT 1 FROM runs WHERE input_ref IS NOT NULL OR result_
 SELECT tenant FROM runs WHERE run_id = %(run_id)s::text
 
 -- name: ws_put_objects
+-- storing an object again counts as storing it (stored_at: the collector's fence)
 INSERT INTO workspace_objects (tenant, oid, data, stored_at)
 SELECT %(tenant)s::text, o.oid, o.data, %(now)s
 FROM unnest(%(oids)s::text[], %(datas)s::bytea[]) AS o (oid, data)
-ON CONFLICT (tenant, oid) DO NOTHING
+ON CONFLICT (tenant, oid) DO UPDATE SET stored_at = GREATEST(workspace_objects.stored_at, EXCLUDED.stored_at)
 
 -- name: ws_objects
 SELECT oid, data FROM workspace_objects
@@ -1842,3 +1843,25 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) ORDER BY tenant, i
 
 -- name: audit_legacy
 SELECT run_id, last_seq FROM audit_legacy
+-- name: ws_tenants
+SELECT DISTINCT tenant FROM workspace_objects ORDER BY tenant
+
+-- name: ws_roots
+SELECT DISTINCT h.detail::jsonb ->> 'workspace'
+FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.tenant = %(tenant)s::text AND h.detail IS NOT NULL
+  AND jsonb_typeof(h.detail::jsonb -> 'workspace') = 'string'
+
+-- name: ws_sealed_detail
+SELECT h.run_id FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.tenant = %(tenant)s::text AND h.detail IS NOT NULL AND h.detail::jsonb ? 'sealed'
+LIMIT 1
+
+-- name: ws_candidates
+SELECT oid FROM workspace_objects
+WHERE tenant = %(tenant)s::text AND oid > %(after)s::text AND stored_at < %(before)s::float8
+ORDER BY oid LIMIT %(limit)s::int
+
+-- name: ws_delete
+DELETE FROM workspace_objects
+WHERE tenant = %(tenant)s::text AND oid = ANY (%(oids)s::text[]) AND stored_at < %(before)s::float8

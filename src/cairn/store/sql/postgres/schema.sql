@@ -519,9 +519,9 @@ INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
 -- the data keys of encryption at rest (0029)
 INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
     ('data_keys', 'TABLE', 'SELECT, INSERT');
--- the workspace objects (0030)
+-- the workspace objects (0030; UPDATE since 0035: storing one again moves its stored_at)
 INSERT INTO tenant_privileges (object_name, object_kind, privileges)
-VALUES ('workspace_objects', 'TABLE', 'SELECT, INSERT, DELETE');
+VALUES ('workspace_objects', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE');
 
 CREATE FUNCTION grant_privileges(name TEXT) RETURNS void
 LANGUAGE plpgsql AS $$

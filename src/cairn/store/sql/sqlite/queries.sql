@@ -1421,9 +1421,10 @@ SELECT 1 WHERE EXISTS (SELECT 1 FROM runs WHERE input_ref IS NOT NULL OR result_
 SELECT tenant FROM runs WHERE run_id = :run_id
 
 -- name: ws_put_object
+-- storing an object again counts as storing it (stored_at: the collector's fence)
 INSERT INTO workspace_objects (tenant, oid, data, stored_at)
 VALUES (:tenant, :oid, :data, :now)
-ON CONFLICT (tenant, oid) DO NOTHING
+ON CONFLICT (tenant, oid) DO UPDATE SET stored_at = max(stored_at, excluded.stored_at)
 
 -- name: ws_objects
 SELECT oid, data FROM workspace_objects
@@ -1476,3 +1477,24 @@ SELECT tenant, id, at, record FROM audit_checkpoints WHERE (:tenant IS NULL OR t
 
 -- name: audit_legacy
 SELECT run_id, last_seq FROM audit_legacy
+-- name: ws_tenants
+SELECT DISTINCT tenant FROM workspace_objects ORDER BY tenant
+
+-- name: ws_roots
+SELECT DISTINCT json_extract(h.detail, '$.workspace')
+FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.tenant = :tenant AND h.detail IS NOT NULL AND json_type(h.detail, '$.workspace') = 'text'
+
+-- name: ws_sealed_detail
+SELECT h.run_id FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.tenant = :tenant AND h.detail IS NOT NULL AND json_type(h.detail, '$.sealed') IS NOT NULL
+LIMIT 1
+
+-- name: ws_candidates
+SELECT oid FROM workspace_objects
+WHERE tenant = :tenant AND oid > :after AND stored_at < :before
+ORDER BY oid LIMIT :limit
+
+-- name: ws_delete
+DELETE FROM workspace_objects
+WHERE tenant = :tenant AND oid IN (SELECT value FROM json_each(:oids)) AND stored_at < :before
