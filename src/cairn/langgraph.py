@@ -94,7 +94,8 @@ except ImportError as exc:
 
 #: A list channel's chain of bases is restated whole once it is this deep,
 #: so a read walks at most this many rows per channel (a restatement costs
-#: 8 bytes per item, not the items).
+#: 8 bytes per item, not the items). A saver's own appends keep chains far
+#: shorter (``Spine``): about log2 of the list's versions.
 MAX_CHAIN = 256
 #: How many channels' last known list (version, items, their digests) a saver keeps.
 LIST_CACHE = 256
@@ -108,17 +109,43 @@ Digests = list[int]
 ValueRows = list[ValueRow]
 #: a channel of a thread: (thread id, namespace, channel)
 ListKey = tuple[str, str, str]
+#: the list versions a new version of a channel may name as its base, newest
+#: first: (index, version, items) of each (see ``next_base``)
+Spine = tuple[tuple[int, str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class KnownList:
     """A list channel as this saver last wrote or read it: its version, its
     items (the objects themselves, so that a later list starting with the
-    same objects is known without encoding them) and their packed digests."""
+    same objects is known without encoding them), their packed digests, and
+    the spine of versions a next one may be stored against."""
 
     version: str
     items: tuple[Any, ...]
     refs: bytes
+    spine: Spine = ()
+
+    @classmethod
+    def root(cls, version: str, items: tuple[Any, ...], refs: bytes) -> KnownList:
+        """A list the saver writes whole, or read: index 0 of the spines after it."""
+        return cls(version, items, refs, ((0, version, len(refs) // REF_SIZE),))
+
+
+def next_base(spine: Spine) -> tuple[int, tuple[int, str, int], Spine]:
+    """The base of the next version of a list whose versions since its root
+    are ``spine``, and the spine without what the next version no longer
+    needs: version ``j`` (counted from the root, 0) is stored against
+    version ``j - lowbit(j)``, as a Fenwick tree links its nodes, so a read
+    walks at most log2(j) + 1 rows to the root and a list of n versions
+    stores about n * log2(n) / 2 item digests in all (one base per version,
+    the previous one, walked n rows and was restated whole every
+    ``MAX_CHAIN`` versions). ``j - lowbit(j)`` is always on the spine of
+    ``j - 1``: clearing the lowest set bits of ``j - 1`` one by one reaches it."""
+    j = spine[0][0] + 1
+    target = j - (j & -j)
+    kept = tuple(e for e in spine if e[0] <= target)
+    return j, kept[0], kept
 
 _CONSTRUCTORS = (EXT_CONSTRUCTOR_SINGLE_ARG, EXT_CONSTRUCTOR_POS_ARGS, EXT_CONSTRUCTOR_KW_ARGS,
                  EXT_PYDANTIC_V1, EXT_PYDANTIC_V2)
@@ -252,9 +279,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
             list_key = (key.thread_id, key.ns, channel)
             with self._lock:
                 known = self._lists.get(list_key)
-            blob = self._list_blob(channel, ver, value, known, rows)
+            blob, spine = self._list_blob(channel, ver, value, known, rows)
             blobs.append(blob)
-            lists[list_key] = KnownList(ver, tuple(value), blob.refs)
+            lists[list_key] = KnownList(ver, tuple(value), blob.refs, spine)
         ckind, cdata = self._dump(c)
         full_metadata = get_checkpoint_metadata(config, metadata)
         mkind, mdata = self._dump(full_metadata)
@@ -450,9 +477,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
         return kind, bytes(data)
 
     def _list_blob(self, channel: str, version: str, value: builtins.list[Any], known: KnownList | None,
-                   rows: ValueRows) -> BlobRow:
-        """A list channel's blob, as the items it gained over ``known`` when it
-        only grew. Items are recognised by identity first: LangGraph's
+                   rows: ValueRows) -> tuple[BlobRow, Spine]:
+        """A list channel's blob, as the items it gained over a version of
+        ``known``'s spine when it only grew (``next_base``), and its spine.
+        Items are recognised by identity first: LangGraph's
         reducers build a new list holding the old items, so only the new
         ones are encoded (a list whose items are not those objects, e.g.
         read by another saver, is encoded whole and compared by digest).
@@ -462,13 +490,17 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if known is not None and len(known.items) <= len(value) and all(
                 map(operator.is_, known.items, value)):
             _, digests = self._encode(value[len(known.items):], rows)
-            added = pack_refs(digests)
-            return BlobRow(channel, version, "list", known.refs + added, known.version, added)
-        _, digests = self._encode(value, rows)
-        refs = pack_refs(digests)
-        if known is not None and refs.startswith(known.refs):
-            return BlobRow(channel, version, "list", refs, known.version, refs[len(known.refs):])
-        return BlobRow(channel, version, "list", refs)
+            refs = known.refs + pack_refs(digests)
+        else:
+            _, digests = self._encode(value, rows)
+            refs = pack_refs(digests)
+            if known is None or not refs.startswith(known.refs):
+                return BlobRow(channel, version, "list", refs), KnownList.root(version, (), refs).spine
+        spine = known.spine or KnownList.root(known.version, (), known.refs).spine
+        index, (_, base, count), kept = next_base(spine)
+        # every version on a spine holds a prefix of ``known``'s items, so of ``value``'s
+        grown = ((index, version, len(refs) // REF_SIZE), *kept)
+        return BlobRow(channel, version, "list", refs, base, refs[count * REF_SIZE:]), grown
 
     def _encode(self, value: Any, rows: ValueRows) -> tuple[str, Digests]:
         """``value`` as ``('list', item digests)`` or ``('value', [digest])``;
@@ -612,7 +644,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 continue
             items = self._items(unpack_refs(refs), values, row, what)
             channel_values[channel] = items
-            lists[(row.thread_id, row.ns, channel)] = KnownList(versions[channel], tuple(items), refs)
+            lists[(row.thread_id, row.ns, channel)] = KnownList.root(versions[channel], tuple(items), refs)
         self._remember(lists, longer_kept=True)
         pending = []
         for w in snap.writes:

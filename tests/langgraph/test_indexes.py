@@ -85,3 +85,26 @@ def test_a_read_finds_each_blob_by_its_whole_key(app: cairn.App, db_url: str) ->
         assert plan.count("Index Scan using lg_blobs_pkey") == 2, plan
         assert "version = w.version" in plan, plan
         assert "version = c.base" in plan, plan
+
+
+def test_a_read_finds_each_value_by_its_whole_key(app: cairn.App, db_url: str) -> None:
+    """Reading the values a checkpoint names (``lg_values``) looks each up by
+    its whole primary key, on a freshly filled table too (PostgreSQL's
+    planner, with the statistics of a fresh table, took ``digest = ANY(...)``
+    as a filter over the thread's every value: 4 ms a read at 3,000 values)."""
+    from cairn.langgraph import CairnSaver
+    from tests.langgraph.graphs import counting_loop
+
+    saver = CairnSaver(app, tenant="acme")
+    graph = counting_loop(30, "a").compile(checkpointer=saver)
+    graph.invoke({"log": []}, {"configurable": {"thread_id": "t"}})
+    plan = _explain(db_url, "lg_values", {"tenant": "acme", "thread_id": "t", "digests": [1, 2, 3]})
+    if db_url.startswith("sqlite"):
+        assert "SEARCH lg_values USING INDEX sqlite_autoindex_lg_values_1 (tenant=? AND thread_id=? AND " \
+               "digest=?)" in plan, plan
+        assert "SCAN lg_values" not in plan, plan
+    else:
+        assert "Index Scan using lg_values_pkey" in plan, plan
+        assert "digest = w.digest" in plan, plan
+        assert "Filter" not in plan, plan
+    assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is not None

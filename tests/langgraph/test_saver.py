@@ -237,3 +237,37 @@ def test_a_put_encodes_only_the_items_a_list_gained(app: cairn.App) -> None:
     assert len(out["log"]) == 2 * steps
     assert Counting.encodes <= 8 * steps, Counting.encodes
     assert again.get_state(_config("t")).values["log"] == out["log"]
+
+
+def test_a_list_read_walks_a_few_rows_however_long_the_list(app: cairn.App, db_url: str) -> None:
+    """A list that grows by one item a super-step is stored as a chain of
+    deltas; a read of any version walks its chain to the root. Each version
+    is stored against the one a Fenwick tree would link it to, so no chain
+    is longer than log2 of the versions plus one: 9 rows at 150 versions
+    (against the previous version, the chain of the last one was 150 rows
+    long). Every state of the history still reads whole and in order, from
+    this saver and from a new one (which reads the rows, not its memory),
+    and a new saver going on from a read state keeps the chains short."""
+    from tests.langgraph.graphs import counting_loop
+
+    steps = 150
+    saver = _saver(app, tenant="acme")
+    graph = counting_loop(steps, "x").compile(checkpointer=saver)
+    graph.invoke({"log": []}, _config("t"))
+    deepest = _count(db_url, "SELECT max(depth) FROM lg_blobs WHERE tenant = 'acme' AND channel = 'log'")
+    assert deepest <= 8, deepest  # depth counts the bases below a row: 9 rows
+    cold = counting_loop(steps, "x").compile(checkpointer=_saver(app, tenant="acme"))
+    for reader in (graph, cold):
+        seen = [s.values.get("log") for s in reader.get_state_history(_config("t"))]
+        lengths = [len(log) for log in seen if log is not None]
+        assert lengths == sorted(lengths, reverse=True) and lengths[0] == steps, lengths
+        for log in seen:
+            assert log is None or log == [f"x{n}" for n in range(len(log))], log
+    # another process goes on from the thread's state: its versions are stored against what it read
+    longer = counting_loop(2 * steps, "x").compile(checkpointer=_saver(app, tenant="acme"))
+    out = longer.invoke({"log": []}, _config("t"))
+    assert out["log"] == [f"x{n}" for n in range(2 * steps)]
+    deepest = _count(db_url, "SELECT max(depth) FROM lg_blobs WHERE tenant = 'acme' AND channel = 'log'")
+    assert deepest <= 8 + 9, deepest  # the chain read (9 rows at most), then one of 150 versions
+    fresh = counting_loop(2 * steps, "x").compile(checkpointer=_saver(app, tenant="acme"))
+    assert fresh.get_state(_config("t")).values["log"] == out["log"]

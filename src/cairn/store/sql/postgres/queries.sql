@@ -1569,8 +1569,14 @@ WITH RECURSIVE chain (channel, kind, base, depth, refs) AS (
 SELECT channel, kind, base, depth, refs FROM chain ORDER BY channel, depth
 
 -- name: lg_values
-SELECT digest, kind, data FROM lg_values
-WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND digest = ANY(%(digests)s::bigint[])
+-- each asked value by its whole primary key (LATERAL ... LIMIT 1: with the statistics of a
+-- freshly filled table the planner would take "digest = ANY" as a filter over the thread's
+-- every value, 4 ms at 3,000 of them, instead of one index seek per digest)
+SELECT v.digest, v.kind, v.data
+FROM unnest(%(digests)s::bigint[]) AS w (digest),
+     LATERAL (SELECT x.digest, x.kind, x.data FROM lg_values AS x
+              WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.digest = w.digest
+              LIMIT 1) AS v
 
 -- name: lg_writes_of
 SELECT task_id, idx, channel, task_path, kind, refs FROM lg_writes
