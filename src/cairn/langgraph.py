@@ -9,9 +9,11 @@ tenant's role is held to its grants by row-level security as well).
 
 Storage is incremental without the graph opting in to LangGraph's delta
 channels (``cairn.store.checkpointsql``): values are stored once per thread
-by digest, a list channel that grew stores only its new items (the value a
-node wrote and the item appended to the list are the same row), and a
-checkpoint row holds only the checkpoint's own fields.
+by digest (compressed when long), a list channel that grew stores only its
+new items against an earlier version chosen so that a read walks about
+log2(versions) rows (``next_base``; the value a node wrote and the item
+appended to the list are the same row), and a checkpoint row holds only the
+checkpoint's own fields.
 
 Writes are fenced: the saver that wrote a thread and lost it to another
 saver (another process took it since) is refused with ``ThreadTaken``, so
