@@ -1547,6 +1547,24 @@ WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thre
 ORDER BY thread_id COLLATE "C", ns COLLATE "C", checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
 
+-- name: lg_list_thread
+-- a page of one thread's namespace, newest first (ids compared as "C" strings, as in
+-- lg_list_checkpoints: the key's own collation is the database's, so this still sorts the
+-- namespace's checkpoints; a "C" key would let the primary key serve the order)
+SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
+ORDER BY checkpoint_id COLLATE "C" DESC
+LIMIT %(limit)s::bigint
+
+-- name: lg_list_thread_before
+SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
+  AND checkpoint_id COLLATE "C" < %(before)s::text
+ORDER BY checkpoint_id COLLATE "C" DESC
+LIMIT %(limit)s::bigint
+
 -- name: lg_blob_chains
 -- each asked channel's version and the bases below it, by channel, the oldest first; each
 -- blob is found by its whole primary key (LATERAL ... LIMIT 1: the planner, with the
