@@ -129,7 +129,8 @@ def test_a_threads_history_page_is_read_from_the_end_of_its_key(app: cairn.App, 
         plan = _explain(db_url, name, params)
         assert "USING PRIMARY KEY (tenant=? AND thread_id=? AND ns=?" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
-    every = [t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "t"}})]
+    listed = saver.list({"configurable": {"thread_id": "t"}})
+    every = [t.config["configurable"]["checkpoint_id"] for t in listed]
     assert every == sorted(every, reverse=True), every
     assert len(every) == 14, every  # the input, 12 steps, the end
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
