@@ -152,10 +152,10 @@ def next_base(spine: Spine) -> tuple[int, tuple[int, str, int], Spine]:
     needs: version ``j`` (counted from the root, 0) is stored against
     version ``j - lowbit(j)``, as a Fenwick tree links its nodes, so a read
     walks at most log2(j) + 1 rows to the root and a list of n versions
-    stores about n * log2(n) / 2 item digests in all (one base per version,
-    the previous one, walked n rows and was restated whole every
-    ``MAX_CHAIN`` versions). ``j - lowbit(j)`` is always on the spine of
-    ``j - 1``: clearing the lowest set bits of ``j - 1`` one by one reaches it."""
+    stores about n * log2(n) / 2 item digests in all (basing each version
+    on the previous one walked up to n rows, and restated the list whole
+    every ``MAX_CHAIN`` versions). ``j - lowbit(j)`` is always on the spine
+    of ``j - 1``: clearing the lowest set bits of ``j - 1`` one by one reaches it."""
     j = spine[0][0] + 1
     target = j - (j & -j)
     kept = tuple(e for e in spine if e[0] <= target)
