@@ -9,9 +9,11 @@ tenant's role is held to its grants by row-level security as well).
 
 Storage is incremental without the graph opting in to LangGraph's delta
 channels (``cairn.store.checkpointsql``): values are stored once per thread
-by digest, a list channel that grew stores only its new items (the value a
-node wrote and the item appended to the list are the same row), and a
-checkpoint row holds only the checkpoint's own fields.
+by digest (compressed when long), a list channel that grew stores only its
+new items against an earlier version chosen so that a read walks about
+log2(versions) rows (``next_base``; the value a node wrote and the item
+appended to the list are the same row), and a checkpoint row holds only the
+checkpoint's own fields.
 
 Writes are fenced: the saver that wrote a thread and lost it to another
 saver (another process took it since) is refused with ``ThreadTaken``, so
@@ -38,6 +40,7 @@ import hashlib
 import operator
 import secrets
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,7 +97,8 @@ except ImportError as exc:
 
 #: A list channel's chain of bases is restated whole once it is this deep,
 #: so a read walks at most this many rows per channel (a restatement costs
-#: 8 bytes per item, not the items).
+#: 8 bytes per item, not the items). A saver's own appends keep chains far
+#: shorter (``Spine``): about log2 of the list's versions.
 MAX_CHAIN = 256
 #: How many channels' last known list (version, items, their digests) a saver keeps.
 LIST_CACHE = 256
@@ -102,23 +106,60 @@ LIST_CACHE = 256
 LIST_PAGE = 16
 #: Serializer types a row may have; anything else (``pickle`` above all) is refused.
 KNOWN_TYPES = frozenset({"null", "bytes", "bytearray", "json", "msgpack"})
+#: A value or checkpoint this long is stored zlib-compressed (its type
+#: prefixed ``ZLIB``) when that saves at least ``COMPRESS_GAIN`` bytes: a
+#: 1 KB message of prose takes about 2/3 of its bytes, and the table's
+#: pages hold more rows (SQLite kept 3 rows of 1 KB a 4 KB page). Rows
+#: stored before stay as they are and read as before.
+COMPRESS_AT = 128
+COMPRESS_GAIN = 16
+ZLIB = "zlib:"
+#: the most bytes a compressed row may expand to (a damaged or hostile row
+#: claiming more is refused, not inflated in memory)
+INFLATE_LIMIT = 256 * 1024 * 1024
 
 #: item digests of a list, the new value rows of a write (``list`` is a method of the saver)
 Digests = list[int]
 ValueRows = list[ValueRow]
 #: a channel of a thread: (thread id, namespace, channel)
 ListKey = tuple[str, str, str]
+#: the list versions a new version of a channel may name as its base, newest
+#: first: (index, version, items) of each (see ``next_base``)
+Spine = tuple[tuple[int, str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class KnownList:
     """A list channel as this saver last wrote or read it: its version, its
     items (the objects themselves, so that a later list starting with the
-    same objects is known without encoding them) and their packed digests."""
+    same objects is known without encoding them), their packed digests, and
+    the spine of versions a next one may be stored against."""
 
     version: str
     items: tuple[Any, ...]
     refs: bytes
+    spine: Spine = ()
+
+    @classmethod
+    def root(cls, version: str, items: tuple[Any, ...], refs: bytes) -> KnownList:
+        """A list the saver writes whole, or read: index 0 of the spines after it."""
+        return cls(version, items, refs, ((0, version, len(refs) // REF_SIZE),))
+
+
+def next_base(spine: Spine) -> tuple[int, tuple[int, str, int], Spine]:
+    """The base of the next version of a list whose versions since its root
+    are ``spine``, and the spine without what the next version no longer
+    needs: version ``j`` (counted from the root, 0) is stored against
+    version ``j - lowbit(j)``, as a Fenwick tree links its nodes, so a read
+    walks at most log2(j) + 1 rows to the root and a list of n versions
+    stores about n * log2(n) / 2 item digests in all (basing each version
+    on the previous one walked up to n rows, and restated the list whole
+    every ``MAX_CHAIN`` versions). ``j - lowbit(j)`` is always on the spine
+    of ``j - 1``: clearing the lowest set bits of ``j - 1`` one by one reaches it."""
+    j = spine[0][0] + 1
+    target = j - (j & -j)
+    kept = tuple(e for e in spine if e[0] <= target)
+    return j, kept[0], kept
 
 _CONSTRUCTORS = (EXT_CONSTRUCTOR_SINGLE_ARG, EXT_CONSTRUCTOR_POS_ARGS, EXT_CONSTRUCTOR_KW_ARGS,
                  EXT_PYDANTIC_V1, EXT_PYDANTIC_V2)
@@ -252,10 +293,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
             list_key = (key.thread_id, key.ns, channel)
             with self._lock:
                 known = self._lists.get(list_key)
-            blob = self._list_blob(channel, ver, value, known, rows)
+            blob, spine = self._list_blob(channel, ver, value, known, rows)
             blobs.append(blob)
-            lists[list_key] = KnownList(ver, tuple(value), blob.refs)
-        ckind, cdata = self._dump(c)
+            lists[list_key] = KnownList(ver, tuple(value), blob.refs, spine)
+        ckind, cdata = packed(*self._dump(c))
         full_metadata = get_checkpoint_metadata(config, metadata)
         mkind, mdata = self._dump(full_metadata)
         parent = config["configurable"].get("checkpoint_id")
@@ -450,9 +491,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
         return kind, bytes(data)
 
     def _list_blob(self, channel: str, version: str, value: builtins.list[Any], known: KnownList | None,
-                   rows: ValueRows) -> BlobRow:
-        """A list channel's blob, as the items it gained over ``known`` when it
-        only grew. Items are recognised by identity first: LangGraph's
+                   rows: ValueRows) -> tuple[BlobRow, Spine]:
+        """A list channel's blob, as the items it gained over a version of
+        ``known``'s spine when it only grew (``next_base``), and its spine.
+        Items are recognised by identity first: LangGraph's
         reducers build a new list holding the old items, so only the new
         ones are encoded (a list whose items are not those objects, e.g.
         read by another saver, is encoded whole and compared by digest).
@@ -462,13 +504,17 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if known is not None and len(known.items) <= len(value) and all(
                 map(operator.is_, known.items, value)):
             _, digests = self._encode(value[len(known.items):], rows)
-            added = pack_refs(digests)
-            return BlobRow(channel, version, "list", known.refs + added, known.version, added)
-        _, digests = self._encode(value, rows)
-        refs = pack_refs(digests)
-        if known is not None and refs.startswith(known.refs):
-            return BlobRow(channel, version, "list", refs, known.version, refs[len(known.refs):])
-        return BlobRow(channel, version, "list", refs)
+            refs = known.refs + pack_refs(digests)
+        else:
+            _, digests = self._encode(value, rows)
+            refs = pack_refs(digests)
+            if known is None or not refs.startswith(known.refs):
+                return BlobRow(channel, version, "list", refs), KnownList.root(version, (), refs).spine
+        spine = known.spine or KnownList.root(known.version, (), known.refs).spine
+        index, (_, base, count), kept = next_base(spine)
+        # every version on a spine holds a prefix of ``known``'s items, so of ``value``'s
+        grown = ((index, version, len(refs) // REF_SIZE), *kept)
+        return BlobRow(channel, version, "list", refs, base, refs[count * REF_SIZE:]), grown
 
     def _encode(self, value: Any, rows: ValueRows) -> tuple[str, Digests]:
         """``value`` as ``('list', item digests)`` or ``('value', [digest])``;
@@ -477,8 +523,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         digests: Digests = []
         for item in items:
             kind, data = self._dump(item)
-            d = digest(kind, data)
-            rows.append(ValueRow(d, kind, data))
+            d = digest(kind, data)  # of the value as serialized: a compressed copy is the same value
+            rows.append(ValueRow(d, *packed(kind, data)))
             digests.append(d)
         return ("list" if type(value) is list else "value"), digests
 
@@ -516,6 +562,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     def _load(self, kind: str, data: bytes, row: CheckpointRow, what: str) -> Any:
         """Decode one stored value of ``row``, refusing what must not run."""
+        kind, data = unpacked(kind, data, row, what)
         serde = self.serde
         if isinstance(serde, JsonPlusSerializer):
             if kind not in KNOWN_TYPES:
@@ -553,7 +600,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             found = values.get(d)
             if found is None:
                 raise UnreadableCheckpoint(f"{_name(row)}: its {what} names a value that is not stored")
-            kind, data = found
+            kind, data = unpacked(*found, row, what)
             if (direct and kind == "msgpack" and not data.translate(None, _NOT_EXT_START)
                     and not _looks_pickled(data)):
                 try:
@@ -612,7 +659,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 continue
             items = self._items(unpack_refs(refs), values, row, what)
             channel_values[channel] = items
-            lists[(row.thread_id, row.ns, channel)] = KnownList(versions[channel], tuple(items), refs)
+            lists[(row.thread_id, row.ns, channel)] = KnownList.root(versions[channel], tuple(items), refs)
         self._remember(lists, longer_kept=True)
         pending = []
         for w in snap.writes:
@@ -642,6 +689,31 @@ def _name(row: CheckpointRow) -> str:
     """How an error names the checkpoint ``row``."""
     name = f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}"
     return f"{name} (namespace {row.ns!r})" if row.ns else name
+
+
+def packed(kind: str, data: bytes) -> tuple[str, bytes]:
+    """A value as stored: compressed when long and worth it (``COMPRESS_AT``)."""
+    if len(data) >= COMPRESS_AT:
+        small = zlib.compress(data, 1)
+        if len(small) + COMPRESS_GAIN <= len(data):
+            return ZLIB + kind, small
+    return kind, data
+
+
+def unpacked(kind: str, data: bytes, row: CheckpointRow, what: str) -> tuple[str, bytes]:
+    """The value ``packed`` stored (a row that does not inflate, or inflates
+    beyond ``INFLATE_LIMIT``, is an ``UnreadableCheckpoint`` naming ``row``)."""
+    if not kind.startswith(ZLIB):
+        return kind, data
+    inflate = zlib.decompressobj()
+    try:
+        whole = inflate.decompress(data, INFLATE_LIMIT)
+    except zlib.error as exc:
+        raise UnreadableCheckpoint(f"{_name(row)}: cannot decompress its {what}: {exc}") from None
+    if inflate.unconsumed_tail or not inflate.eof:
+        raise UnreadableCheckpoint(f"{_name(row)}: cannot decompress its {what}: it is truncated or "
+                                   f"inflates beyond {INFLATE_LIMIT:,} bytes")
+    return kind[len(ZLIB):], whole
 
 
 def is_internal_channel(name: str) -> bool:

@@ -85,3 +85,57 @@ def test_a_read_finds_each_blob_by_its_whole_key(app: cairn.App, db_url: str) ->
         assert plan.count("Index Scan using lg_blobs_pkey") == 2, plan
         assert "version = w.version" in plan, plan
         assert "version = c.base" in plan, plan
+
+
+def test_a_read_finds_each_value_by_its_whole_key(app: cairn.App, db_url: str) -> None:
+    """Reading the values a checkpoint names (``lg_values``) looks each up by
+    its whole primary key, on a freshly filled table too (PostgreSQL's
+    planner, with the statistics of a fresh table, took ``digest = ANY(...)``
+    as a filter over the thread's every value: 4 ms a read at 3,000 values)."""
+    from cairn.langgraph import CairnSaver
+    from tests.langgraph.graphs import counting_loop
+
+    saver = CairnSaver(app, tenant="acme")
+    graph = counting_loop(30, "a").compile(checkpointer=saver)
+    graph.invoke({"log": []}, {"configurable": {"thread_id": "t"}})
+    plan = _explain(db_url, "lg_values", {"tenant": "acme", "thread_id": "t", "digests": [1, 2, 3]})
+    if db_url.startswith("sqlite"):
+        assert "SEARCH lg_values USING INDEX sqlite_autoindex_lg_values_1 (tenant=? AND thread_id=? AND " \
+               "digest=?)" in plan, plan
+        assert "SCAN lg_values" not in plan, plan
+    else:
+        assert "Index Scan using lg_values_pkey" in plan, plan
+        assert "digest = w.digest" in plan, plan
+        assert "Filter" not in plan, plan
+    assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+
+
+def test_a_threads_history_page_is_read_from_the_end_of_its_key(app: cairn.App, db_url: str) -> None:
+    """A history page of one thread's namespace (``lg_list_thread``, what
+    ``get_state_history`` asks) reads the newest rows of its primary key on
+    SQLite, sorting nothing (the catch-all listing sorted every checkpoint of
+    the tenant: 4.7 ms a first page at 3,000; on PostgreSQL the "C" order of
+    ids is still a sort of the thread's checkpoints). On both, the pages, with
+    ``before`` too, are the newest first, as LangGraph lists them."""
+    from cairn.langgraph import CairnSaver
+    from tests.langgraph.graphs import counting_loop
+
+    saver = CairnSaver(app, tenant="acme")
+    graph = counting_loop(12, "a").compile(checkpointer=saver)
+    for thread in ("t", "u"):
+        graph.invoke({"log": []}, {"configurable": {"thread_id": thread}})
+    params = {"tenant": "acme", "thread_id": "t", "ns": "", "limit": 10, "before": "z"}
+    for name in ("lg_list_thread", "lg_list_thread_before") if db_url.startswith("sqlite") else ():
+        plan = _explain(db_url, name, params)
+        assert "USING PRIMARY KEY (tenant=? AND thread_id=? AND ns=?" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
+    listed = saver.list({"configurable": {"thread_id": "t"}})
+    every = [t.config["configurable"]["checkpoint_id"] for t in listed]
+    assert every == sorted(every, reverse=True), every
+    assert len(every) == 14, every  # the input, 12 steps, the end
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    first = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config, limit=5)]
+    assert first == every[:5]
+    after = [t.config["configurable"]["checkpoint_id"] for t in saver.list(
+        config, before={"configurable": {"checkpoint_id": first[-1]}}, limit=5)]
+    assert after == every[5:10]

@@ -257,7 +257,11 @@ class SQLCheckpoints(Generic[Tx]):
         """Checkpoint rows, newest first within each thread and namespace."""
         params = {"tenant": tenant, "thread_id": thread_id, "ns": ns, "checkpoint_id": checkpoint_id,
                   "before": before, "limit": limit}
-        return self._in_read(lambda tx: [_row(r) for r in self._query(tx, "lg_list_checkpoints", params)])
+        name = "lg_list_checkpoints"
+        if thread_id is not None and ns is not None and checkpoint_id is None:
+            # one thread's namespace (a graph's history): read from its key's end, not sorted whole
+            name = "lg_list_thread" if before is None else "lg_list_thread_before"
+        return self._in_read(lambda tx: [_row(r) for r in self._query(tx, name, params)])
 
     def lg_snapshots(self, tenant: str, asked: Sequence[Asked]) -> list[Snapshot]:
         """Each row's channels, writes and values (a page of a listing), in

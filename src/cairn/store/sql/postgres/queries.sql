@@ -1565,6 +1565,24 @@ WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thre
 ORDER BY thread_id COLLATE "C", ns COLLATE "C", checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
 
+-- name: lg_list_thread
+-- a page of one thread's namespace, newest first (ids compared as "C" strings, as in
+-- lg_list_checkpoints: the key's own collation is the database's, so this still sorts the
+-- namespace's checkpoints; a "C" key would let the primary key serve the order)
+SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
+ORDER BY checkpoint_id COLLATE "C" DESC
+LIMIT %(limit)s::bigint
+
+-- name: lg_list_thread_before
+SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
+  AND checkpoint_id COLLATE "C" < %(before)s::text
+ORDER BY checkpoint_id COLLATE "C" DESC
+LIMIT %(limit)s::bigint
+
 -- name: lg_blob_chains
 -- each asked channel's version and the bases below it, by channel, the oldest first; each
 -- blob is found by its whole primary key (LATERAL ... LIMIT 1: the planner, with the
@@ -1587,8 +1605,14 @@ WITH RECURSIVE chain (channel, kind, base, depth, refs) AS (
 SELECT channel, kind, base, depth, refs FROM chain ORDER BY channel, depth
 
 -- name: lg_values
-SELECT digest, kind, data FROM lg_values
-WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND digest = ANY(%(digests)s::bigint[])
+-- each asked value by its whole primary key (LATERAL ... LIMIT 1: with the statistics of a
+-- freshly filled table the planner would take "digest = ANY" as a filter over the thread's
+-- every value, 4 ms at 3,000 of them, instead of one index seek per digest)
+SELECT v.digest, v.kind, v.data
+FROM unnest(%(digests)s::bigint[]) AS w (digest),
+     LATERAL (SELECT x.digest, x.kind, x.data FROM lg_values AS x
+              WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.digest = w.digest
+              LIMIT 1) AS v
 
 -- name: lg_writes_of
 SELECT task_id, idx, channel, task_path, kind, refs FROM lg_writes
