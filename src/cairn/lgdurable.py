@@ -30,6 +30,8 @@ How a run executes (``LangGraphRun``):
   the graph resumes with ``Command(resume=answer)``: the edit when the
   approver edited, the interrupt's value as it was when approved as asked. A
   rejection or an expiry fails the run.
+* A run is finished when its latest checkpoint has no task left
+  (``snapshot.tasks``), not when ``snapshot.next`` is empty: see ``_drive``.
 
 Requires ``langgraph`` (the ``langgraph`` extra).
 """
@@ -168,6 +170,8 @@ class RunSaver(CairnSaver):
                 if not (c == ERROR and isinstance(v, BaseException) and not isinstance(v, Exception))]
         if kept:
             super().put_writes(config, kept, task_id, task_path)
+            if faults.ARMED and not config["configurable"].get("checkpoint_ns"):
+                fault_point("langgraph.after_writes")
 
 
 class NodeNotes(BaseCallbackHandler):
@@ -235,6 +239,7 @@ class LangGraphRun:
         try:
             self.saver.hold(self.thread)  # before reading it: a stale lease's writes are refused from now
             self._catch_up()
+            stalled: str | None = None
             while True:
                 latest = self.saver.get_tuple(self.config)
                 if latest is None:
@@ -242,9 +247,25 @@ class LangGraphRun:
                 else:
                     snapshot = self.graph.get_state(self.config)
                     if snapshot.interrupts:
-                        command = Command(resume=self._answers(snapshot))
-                    elif snapshot.next:
-                        command = None
+                        command, stalled = Command(resume=self._answers(snapshot)), None
+                    elif snapshot.tasks:
+                        # Issue 24's "resumed run ends early": the end is no
+                        # task left, not an empty ``snapshot.next``. ``next``
+                        # leaves out the tasks whose writes are stored (and
+                        # ``values`` has their writes applied), so after a
+                        # death between the last task's writes of a super-step
+                        # and that super-step's checkpoint (fault points
+                        # ``langgraph.after_writes``, ``put.before_commit``)
+                        # the graph looked finished: the run completed with
+                        # the nodes after it never run, or ``settle_end``
+                        # failed it on their journaled calls. Resuming applies
+                        # the stored writes, runs none of those tasks again,
+                        # and goes on with the next super-step.
+                        checkpoint_id = latest.checkpoint["id"]
+                        if checkpoint_id == stalled:
+                            raise CairnError(f"LangGraph run {execution.run_id!r}: resuming checkpoint "
+                                             f"{checkpoint_id} stored no new checkpoint")
+                        command, stalled = None, checkpoint_id
                     else:
                         return snapshot.values
                 with self._lock:

@@ -7,7 +7,6 @@ zero setup) or hand them to worker processes (``app.start``).
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -221,16 +220,8 @@ class App:
         recovered like any workflow, its checkpoints in this store, its
         ``interrupt()`` calls approvals of the run (``cairn.lgdurable``).
         The run's input is the graph's input; its result the final state.
-        Needs the ``langgraph`` extra.
-
-        Experimental: a known bug (issue 24) can make a run resumed after a
-        worker's crash finish before its last nodes ran, failed or, rarely,
-        completed; registering logs a warning saying so."""
+        Needs the ``langgraph`` extra."""
         from cairn import lgdurable  # the extra is imported only by an app that uses it
-
-        logging.getLogger("cairn.lgdurable").warning(
-            "app.langgraph(%r) is experimental: after a worker's crash a resumed run can end before its "
-            "last nodes ran (known bug, issue 24); do not rely on it where runs must survive crashes", name)
 
         compiled = lgdurable.check(graph, name, version)
         registry = self.runtime.registry
