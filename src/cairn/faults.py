@@ -37,6 +37,7 @@ POINTS = frozenset(
         "memory.tier_items.mid_move",  # an item's cold copy is written, its hot value not yet cleared
         "langgraph.after_checkpoint",  # a LangGraph run's root checkpoint is stored; its journal entry is not
         "langgraph.put.before_commit",  # a LangGraph checkpoint's rows are written, not yet committed
+        "langgraph.after_writes",  # a LangGraph task's writes are stored; its super-step's checkpoint is not
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",

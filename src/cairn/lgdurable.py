@@ -26,10 +26,15 @@ How a run executes (``LangGraphRun``):
   run again after a crash replays (or reconciles) its own calls, whatever
   its finished siblings did, so each ``write`` effect happens once.
 * ``interrupt()`` in a node becomes an approval request of the run (one per
-  pending interrupt): the run suspends and holds no worker; once decided,
-  the graph resumes with ``Command(resume=answer)``: the edit when the
-  approver edited, the interrupt's value as it was when approved as asked. A
-  rejection or an expiry fails the run.
+  pending interrupt, all of a super-step's open together): the run suspends
+  and holds no worker; once decided, the graph resumes with
+  ``Command(resume=answer)``: the edit when the approver edited, the
+  interrupt's value as it was when approved as asked. A rejection or an
+  expiry fails the run. With ``interrupts="signal"`` the pending interrupts
+  are published (event ``interrupts``) and signal ``resume`` carries the
+  answer (a map by interrupt id when there are several).
+* A run is finished when its latest checkpoint has no task left
+  (``snapshot.tasks``), not when ``snapshot.next`` is empty: see ``_drive``.
 
 Requires ``langgraph`` (the ``langgraph`` extra).
 """
@@ -39,12 +44,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from cairn import faults
 from cairn.codec import values
+from cairn.engine import approvals
 from cairn.engine import execution as executions
 from cairn.engine.context import Context
 from cairn.engine.definitions import WorkflowDef
@@ -71,6 +78,14 @@ KIND = "langgraph"
 ERROR = "__error__"
 #: a compiled graph, whatever its state, context, input and output types
 Graph = Pregel[Any, Any, Any, Any]
+#: how an ``interrupt()`` is answered: an approval request each, or signal ``resume``
+INTERRUPT_MODES = ("approval", "signal")
+#: the signal answering a run's pending interrupts (``interrupts="signal"``)
+RESUME_SIGNAL = "resume"
+#: the event naming a run's pending interrupts (``interrupts="signal"``)
+INTERRUPTS_EVENT = "interrupts"
+
+_log = logging.getLogger(__name__)
 
 
 class InterruptRejected(CairnError):
@@ -89,10 +104,13 @@ def graph_of(fn: Callable[..., Any]) -> Graph | None:
     return found if isinstance(found, Pregel) else None
 
 
-def check(graph: Any, name: Any, version: Any) -> Graph:
+def check(graph: Any, name: Any, version: Any, interrupts: Any = "approval") -> Graph:
     """``graph`` if it can run as a workflow; ``InvalidArgument`` (one line) if not."""
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"app.langgraph needs name= (a non-empty string), not {name!r}")
+    if interrupts not in INTERRUPT_MODES:
+        raise InvalidArgument(f"app.langgraph({name!r})'s interrupts= is 'approval' or 'signal', not "
+                              f"{interrupts!r}")
     if not isinstance(version, str) or not version:
         raise InvalidArgument(f"app.langgraph's version= is a non-empty string, not {version!r}")
     if isinstance(graph, StateGraph):
@@ -120,11 +138,12 @@ def _nodes(found: Any) -> list[str]:
     return ["*"] if found == "*" else [str(n) for n in found]
 
 
-def workflow(graph: Graph, name: str, version: str) -> WorkflowDef:
+def workflow(graph: Graph, name: str, version: str, interrupts: str = "approval") -> WorkflowDef:
     """The workflow definition of ``graph``: one parameter, the graph's input
-    (``app.start(w, {"messages": [...]})``); its result is the final state."""
+    (``app.start(w, {"messages": [...]})``); its result is the final state.
+    ``interrupts``: how an ``interrupt()`` is answered (``INTERRUPT_MODES``)."""
     async def run_langgraph(ctx: Context, input: Any = None) -> Any:
-        return await LangGraphRun(name, graph, ctx).run(input)
+        return await LangGraphRun(name, graph, ctx, interrupts).run(input)
 
     run_langgraph.__cairn_langgraph__ = graph  # type: ignore[attr-defined]
     run_langgraph.__qualname__ = run_langgraph.__name__ = f"langgraph:{name}"
@@ -168,6 +187,8 @@ class RunSaver(CairnSaver):
                 if not (c == ERROR and isinstance(v, BaseException) and not isinstance(v, Exception))]
         if kept:
             super().put_writes(config, kept, task_id, task_path)
+            if faults.ARMED and not config["configurable"].get("checkpoint_ns"):
+                fault_point("langgraph.after_writes")
 
 
 class NodeNotes(BaseCallbackHandler):
@@ -199,10 +220,11 @@ class NodeNotes(BaseCallbackHandler):
 class LangGraphRun:
     """One execution of a LangGraph run (from a claim to its end)."""
 
-    def __init__(self, name: str, graph: Graph, ctx: Context) -> None:
+    def __init__(self, name: str, graph: Graph, ctx: Context, interrupts: str = "approval") -> None:
         execution = executions.current()
         assert execution is not None, "a LangGraph run executes inside an execution"
         self.name = name
+        self.interrupts = interrupts
         self.ctx = ctx
         self.execution: Execution = execution
         self.thread = thread_of(execution.run_id)
@@ -235,6 +257,7 @@ class LangGraphRun:
         try:
             self.saver.hold(self.thread)  # before reading it: a stale lease's writes are refused from now
             self._catch_up()
+            stalled: str | None = None
             while True:
                 latest = self.saver.get_tuple(self.config)
                 if latest is None:
@@ -242,9 +265,25 @@ class LangGraphRun:
                 else:
                     snapshot = self.graph.get_state(self.config)
                     if snapshot.interrupts:
-                        command = Command(resume=self._answers(snapshot))
-                    elif snapshot.next:
-                        command = None
+                        command, stalled = Command(resume=self._answers(snapshot)), None
+                    elif snapshot.tasks:
+                        # Issue 24's "resumed run ends early": the end is no
+                        # task left, not an empty ``snapshot.next``. ``next``
+                        # leaves out the tasks whose writes are stored (and
+                        # ``values`` has their writes applied), so after a
+                        # death between the last task's writes of a super-step
+                        # and that super-step's checkpoint (fault points
+                        # ``langgraph.after_writes``, ``put.before_commit``)
+                        # the graph looked finished: the run completed with
+                        # the nodes after it never run, or ``settle_end``
+                        # failed it on their journaled calls. Resuming applies
+                        # the stored writes, runs none of those tasks again,
+                        # and goes on with the next super-step.
+                        checkpoint_id = latest.checkpoint["id"]
+                        if checkpoint_id == stalled:
+                            raise CairnError(f"LangGraph run {execution.run_id!r}: resuming checkpoint "
+                                             f"{checkpoint_id} stored no new checkpoint")
+                        command, stalled = None, checkpoint_id
                     else:
                         return snapshot.values
                 with self._lock:
@@ -308,23 +347,50 @@ class LangGraphRun:
     # -- interrupts -------------------------------------------------------------------
 
     def _answers(self, snapshot: Any) -> Any:
-        """The answer to each pending interrupt, asked as an approval (the
-        run suspends until each is decided): one value, or a map by interrupt
-        id when several tasks wait."""
-        answers: dict[str, Any] = {}
-        for task in snapshot.tasks:
-            for found in task.interrupts:
-                answers[found.id] = self._ask(task.name, found)
+        """The answer to each pending interrupt (the run suspends, holding no
+        worker, until there is one): one value, or a map by interrupt id when
+        several tasks of the super-step wait (LangGraph's resume map)."""
+        pending = [(task.name, found) for task in snapshot.tasks for found in task.interrupts]
+        answers = self._signalled(pending) if self.interrupts == "signal" else self._approved(pending)
         return next(iter(answers.values())) if len(answers) == 1 else answers
 
-    def _ask(self, node: str, found: Any) -> Any:
-        action = f"LangGraph {self.name}: interrupt in {node} ({found.id[:8]})"
-        decision = self.ctx.request_approval(action, found.value, type_=Any)
-        if not decision.approved:
-            by = f" by {decision.decided_by}" if decision.decided_by else ""
-            raise InterruptRejected(f"{action}: {decision.status.value}{by}")
-        return decision.data if decision.status is ApprovalStatus.EDITED else found.value
+    def _approved(self, pending: list[tuple[str, Any]]) -> dict[str, Any]:
+        """One approval request per interrupt, every one of them open before
+        the run waits for the first decision: the super-step's parallel
+        interrupts are asked together, not one after the other."""
+        execution = self.execution
+        asked = [(found, approvals.ask(execution, f"LangGraph {self.name}: interrupt in {node} "
+                                                  f"({found.id[:8]})", found.value, timeout=None,
+                                       approvers=None, type_=Any))
+                 for node, found in pending]
+        answers: dict[str, Any] = {}
+        for found, made in asked:
+            decision = approvals.decision(execution, made, Any)
+            if not decision.approved:
+                by = f" by {decision.decided_by}" if decision.decided_by else ""
+                raise InterruptRejected(f"{made.action}: {decision.status.value}{by}")
+            answers[found.id] = decision.data if decision.status is ApprovalStatus.EDITED else found.value
+        return answers
+
+    def _signalled(self, pending: list[tuple[str, Any]]) -> dict[str, Any]:
+        """The answers carried by signal ``resume``: the pending interrupts are
+        published first (event ``interrupts``: id, node and value of each).
+        With one interrupt the signal's data is its answer; with several, a
+        map naming each interrupt id (a signal that does not is logged and
+        passed over: the run waits for the next)."""
+        ids = [found.id for _, found in pending]
+        self.ctx.set_event(INTERRUPTS_EVENT, [{"id": found.id, "node": node, "value": found.value}
+                                              for node, found in pending])
+        while True:
+            data = self.ctx.wait_for_signal(RESUME_SIGNAL)
+            if len(ids) == 1:
+                return {ids[0]: data}
+            if isinstance(data, dict) and all(i in data for i in ids):
+                return {i: data[i] for i in ids}
+            _log.warning("run %s: signal %r passed over: it answers %d interrupts, so its data is a map "
+                         "naming each interrupt id (%s)", self.execution.run_id, RESUME_SIGNAL, len(ids),
+                         ", ".join(ids))
 
 
-__all__ = ["KIND", "InterruptRejected", "LangGraphRun", "RunSaver", "check", "graph_of", "run_context",
-           "thread_of", "workflow"]
+__all__ = ["INTERRUPTS_EVENT", "INTERRUPT_MODES", "KIND", "RESUME_SIGNAL", "InterruptRejected",
+           "LangGraphRun", "RunSaver", "check", "graph_of", "run_context", "thread_of", "workflow"]

@@ -7,9 +7,12 @@ and a tool it called before asking is replayed, not paid twice."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import operator
 import threading
 import time
+from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -17,7 +20,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 import cairn
-from cairn.errors import RunFailed, RunSuspended
+from cairn.errors import InvalidArgument, RunFailed, RunSuspended
+from cairn.lgdurable import INTERRUPTS_EVENT, RESUME_SIGNAL
 from cairn.store.records import RunStatus
 
 
@@ -134,22 +138,103 @@ def test_a_waiting_run_holds_no_worker(app: cairn.App) -> None:
     second.join(60)
 
 
-def test_parallel_interrupts_are_asked_one_after_the_other(app: cairn.App) -> None:
-    """Two tasks of one super-step interrupt: each gets its own approval (the
-    run suspends on the first undecided one), and the graph resumes once with
-    every answer (``Command(resume={interrupt id: answer})``)."""
+def two_askers(app: cairn.App, name: str, interrupts: str = "approval") -> cairn.Workflow[Any]:
+    """``left`` and ``right`` run in one super-step and each interrupts."""
     builder = StateGraph(Order)
-    for name in ("left", "right"):
-        def ask(state: Order, name: str = name) -> dict[str, Any]:
-            return {"log": [f"{name} {interrupt(f'{name}?')}"]}
-        builder.add_node(name, ask)
-        builder.add_edge(START, name)
-    workflow = app.langgraph(builder.compile(), name="both")
-    first = waiting(app, workflow, "b")
+    for node in ("left", "right"):
+        def ask(state: Order, node: str = node) -> dict[str, Any]:
+            return {"log": [f"{node} {interrupt(f'{node}?')}"]}
+        builder.add_node(node, ask)
+        builder.add_edge(START, node)
+    return app.langgraph(builder.compile(), name=name, interrupts=interrupts)
+
+
+def test_parallel_interrupts_are_asked_together(app: cairn.App) -> None:
+    """Two tasks of one super-step interrupt: both approval requests are
+    open at the first suspension (decided in any order), and the graph
+    resumes once with every answer (``Command(resume={interrupt id: answer})``)."""
+    workflow = two_askers(app, "both")
+    with pytest.raises(RunSuspended, match="waiting for a decision") as suspended:
+        app.run(workflow, {"log": []}, run_id="b")
+    requests = app.approvals(run_id="b")
+    assert sorted(r.details for r in requests) == ["left?", "right?"]
+    [last] = [r for r in requests if r.request_id in str(suspended.value)]  # the one the run waits on
+    [first] = [r for r in requests if r is not last]  # decided first
     app.approve("b", first.request_id, edit=f"{first.details} yes")
     with pytest.raises(RunSuspended, match="waiting for a decision"):
-        app.resume("b")
-    [second] = app.approvals(run_id="b")
-    assert {first.details, second.details} == {"left?", "right?"}
-    app.approve("b", second.request_id, edit=f"{second.details} yes")
+        app.resume("b")  # the earlier request is still open: the run waits for it
+    app.approve("b", last.request_id, edit=f"{last.details} yes")
     assert sorted(app.resume("b")["log"]) == ["left left? yes", "right right? yes"]
+
+
+@contextlib.contextmanager
+def driven(app: cairn.App, run_id: str) -> Iterator[concurrent.futures.Future[Any]]:
+    """``app.resume(run_id)`` in a daemon thread (it waits for the run's
+    signals); cancelled if the test fails first, so nothing is left waiting."""
+    final: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def drive() -> None:
+        try:
+            final.set_result(app.resume(run_id))
+        except BaseException as exc:
+            final.set_exception(exc)
+
+    threading.Thread(target=drive, daemon=True).start()
+    try:
+        yield final
+    finally:
+        if not final.done():
+            app.cancel(run_id)
+            with contextlib.suppress(Exception):
+                final.result(30)
+
+
+def published(app: cairn.App, run_id: str, signals: int = 0) -> Any:
+    """The pending interrupts run ``run_id`` published, once it waits for its
+    signal having consumed ``signals`` signals before (its journal says so)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        taken = sum(1 for e in app.history(run_id) if e.step_kind == "signal"
+                    and e.event.value == "step.completed")
+        if taken == signals and app.get_run(run_id).status is RunStatus.SUSPENDED:
+            return app.get_event(run_id, INTERRUPTS_EVENT)
+        time.sleep(0.02)
+    raise AssertionError(f"run {run_id} never waited for its signal: {app.get_run(run_id).status}")
+
+
+def test_an_interrupt_as_a_signal_wait(app: cairn.App) -> None:
+    """``interrupts="signal"``: the pending interrupt is published (event
+    ``interrupts``) and signal ``resume`` answers it; a tool the node called
+    before asking is replayed, not paid twice; no approval is requested."""
+    paid: list[str] = []
+    workflow = app.langgraph(order_graph(app, paid, []), name="order", interrupts="signal")
+    app.start(workflow, {"log": []}, run_id="s")
+    with driven(app, "s") as final:
+        [pending] = published(app, "s")
+        assert (pending["node"], pending["value"]) == ("confirm", {"question": "how much?", "default": 10})
+        assert app.approvals(run_id="s") == []
+        app.signal("s", RESUME_SIGNAL, 7)
+        assert final.result(60) == {"log": ["drafted", "paid deposit", "paid balance 7"]}
+    assert paid == ["deposit", "balance 7"]
+
+
+def test_parallel_interrupts_answered_by_one_signal_naming_each(app: cairn.App) -> None:
+    """Several interrupts: one signal whose data maps each interrupt id to
+    its answer; a signal that does not name them all is passed over."""
+    workflow = two_askers(app, "both", interrupts="signal")
+    app.start(workflow, {"log": []}, run_id="b")
+    with driven(app, "b") as final:
+        ids = {p["value"]: p["id"] for p in published(app, "b")}
+        assert sorted(ids) == ["left?", "right?"]
+        app.signal("b", RESUME_SIGNAL, {ids["left?"]: "only left"})  # not every interrupt: passed over
+        published(app, "b", signals=1)  # consumed, and the run waits again
+        app.signal("b", RESUME_SIGNAL, {ids["left?"]: "L", ids["right?"]: "R"})
+        assert sorted(final.result(60)["log"]) == ["left L", "right R"]
+
+
+def test_an_unknown_interrupt_mode_is_refused(app: cairn.App) -> None:
+    builder = StateGraph(Order)
+    builder.add_node("n", lambda state: {"log": ["n"]})
+    builder.add_edge(START, "n")
+    with pytest.raises(InvalidArgument, match=r"interrupts= is 'approval' or 'signal', not 'email'"):
+        app.langgraph(builder.compile(), name="n", interrupts="email")

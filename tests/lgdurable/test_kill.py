@@ -29,16 +29,8 @@ SETTLED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_sigkilled_langgraph_workers_resume_with_each_payment_once(tmp_path: Path, backend: StoreBackend,
-                                                                   request: pytest.FixtureRequest) -> None:
-    # KNOWN BUG (open, issue 24; README "LangGraph on Cairn workers"): about one run in three of this
-    # test (seen on both backends) ends FAILED with "non-determinism ... journal recorded tool
-    # 'transfer', workflow requested nothing": after some kill the resumed graph finishes before its
-    # last nodes ran; mostly the end check fails it, but it was also seen to complete with payments
-    # missing (the Counter assertion below); no payment was made twice. Not fixed yet: this marks the
-    # failure as expected, it does not count it as a pass (a pass is reported as XPASS).
-    request.applymarker(pytest.mark.xfail(reason="known: a resumed LangGraph run can end early after a "
-                                                 "SIGKILL (issue 24)", strict=False))
+def test_sigkilled_langgraph_workers_resume_with_each_payment_once(tmp_path: Path,
+                                                                   backend: StoreBackend) -> None:
     app, workflow = agent_app.build(backend.url, tmp_path)
     app.start(workflow, agent_app.START_STATE, run_id="agent")
     rnd = random.Random()

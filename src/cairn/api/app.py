@@ -7,7 +7,6 @@ zero setup) or hand them to worker processes (``app.start``).
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -218,24 +217,20 @@ class App:
         self.runtime.workflows[definition.name] = newest
         return Workflow(definition)
 
-    def langgraph(self, graph: Any, *, name: str, version: str = "1") -> Workflow[Any]:
+    def langgraph(self, graph: Any, *, name: str, version: str = "1",
+                  interrupts: str = "approval") -> Workflow[Any]:
         """Register a compiled LangGraph graph (``StateGraph(...).compile()``,
         without a checkpointer) as workflow ``name``: started, claimed and
-        recovered like any workflow, its checkpoints in this store, its
-        ``interrupt()`` calls approvals of the run (``cairn.lgdurable``).
+        recovered like any workflow, its checkpoints in this store
+        (``cairn.lgdurable``). Its ``interrupt()`` calls are approval
+        requests of the run (``interrupts="approval"``: those of one
+        super-step asked together) or, with ``interrupts="signal"``,
+        published as event ``interrupts`` and answered by signal ``resume``.
         The run's input is the graph's input; its result the final state.
-        Needs the ``langgraph`` extra.
-
-        Experimental: a known bug (issue 24) can make a run resumed after a
-        worker's crash finish before its last nodes ran, failed or, rarely,
-        completed; registering logs a warning saying so."""
+        Needs the ``langgraph`` extra."""
         from cairn import lgdurable  # the extra is imported only by an app that uses it
 
-        logging.getLogger("cairn.lgdurable").warning(
-            "app.langgraph(%r) is experimental: after a worker's crash a resumed run can end before its "
-            "last nodes ran (known bug, issue 24); do not rely on it where runs must survive crashes", name)
-
-        compiled = lgdurable.check(graph, name, version)
+        compiled = lgdurable.check(graph, name, version, interrupts)
         registry = self.runtime.registry
         existing = registry.newest(name)
         if existing is not None and lgdurable.graph_of(existing.fn) is None:
@@ -244,7 +239,7 @@ class App:
         if (name, version) in registry.versions:
             raise InvalidArgument(f"LangGraph workflow {name!r} version {version!r} is already registered: "
                                   "give the new graph a new version= (or another name=)")
-        definition = lgdurable.workflow(compiled, name, version)
+        definition = lgdurable.workflow(compiled, name, version, interrupts)
         registry.add_workflow(definition)
         newest = registry.newest(definition.name)
         assert newest is not None

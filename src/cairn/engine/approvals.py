@@ -127,6 +127,24 @@ def request(
     after the first request: an ``expired`` decision). ``pinned``: fields
     of ``details`` an edit must leave as they are (a protected tool's
     secret references: see ``guard``)."""
+    kind = type(details) if type_ is None else type_
+    return decision(ex, ask(ex, action, details, timeout=timeout, approvers=approvers, type_=type_,
+                            pinned=pinned), kind)
+
+
+def ask(
+    ex: Execution,
+    action: str,
+    details: Any,
+    *,
+    timeout: float | None,
+    approvers: Sequence[str] | str | None,
+    type_: Any,
+    pinned: Sequence[str] = (),
+) -> RequestRecord:
+    """The first half of ``request``: the request, recorded (or replayed),
+    not waited for. Several requests asked before the first ``decision``
+    are all open at once (a LangGraph super-step's parallel interrupts)."""
     if not isinstance(action, str) or not action:
         raise InvalidArgument("an approval's action must be a non-empty string")
     if timeout is not None and not timeout >= 0:
@@ -148,7 +166,7 @@ def request(
         payload = ex.runtime.payloads.wrap(values.encode(made))
         stored = ApprovalRequest(request_id, action, made.type, schema, who, deadline)
         ex.request_approval(call, payload, stored)
-    return _await(ex, made, kind)
+    return made
 
 
 def _pinning(schema: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
@@ -174,7 +192,9 @@ def _approvers(approvers: Sequence[str] | str | None) -> tuple[str, ...] | None:
     return chosen
 
 
-def _await(ex: Execution, made: RequestRecord, kind: Any) -> Decision[Any]:
+def decision(ex: Execution, made: RequestRecord, kind: Any) -> Decision[Any]:
+    """The decision on request ``made`` (``ask``) as ``kind``, or suspend the
+    run until there is one (or until the request expires)."""
     call = ex.begin("decision", made.request_id)
     if call.recorded is not None:
         return _decision(ex.replay(call, DecisionRecord), kind)

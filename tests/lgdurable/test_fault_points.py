@@ -1,0 +1,91 @@
+"""A LangGraph run's workers killed at each hit of one fault point in turn (both backends).
+
+``test_kill.py`` kills at random moments; this test kills at exact ones, so
+a crash window that breaks resumption fails here every time. For each point
+a chain of worker processes runs the agent (``agent_app``), each armed with
+``CAIRN_FAULTS=<point>@n``: it SIGKILLs itself at its n-th hit. ``n`` is 1,
+or one more than the last worker's when that one died without the run
+moving on (a resumed worker passes the same point again first: the redone
+``put`` of the checkpoint whose commit was killed, ``_catch_up``'s journal
+entry of the checkpoint stored before the kill), so the chain dies once at
+each hit of the point, from the first to the last. An unarmed worker then
+finishes the run, which must end COMPLETED with each payment made once and
+the final state of an uninterrupted run.
+
+Regression test of issue 24's "a resumed run ends before its last nodes
+ran": killed at ``langgraph.put.before_commit`` or ``langgraph.after_writes``
+once every task of a super-step had stored its writes, the next worker took
+the graph for finished (``get_state().next`` leaves those tasks out)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import cairn
+from cairn.store.records import RunStatus
+from tests import processes
+from tests.backends import StoreBackend
+from tests.lgdurable import agent_app
+
+#: the points a LangGraph run passes, from its checkpoints to its tools' effects
+POINTS = ("langgraph.put.before_commit", "langgraph.after_writes", "langgraph.after_checkpoint",
+          "tool.after_intent", "tool.after_effect", "tool.after_record")
+#: more workers than any point has hits in one run (the agent makes 21 payments, 23 checkpoints)
+MOST_WORKERS = 80
+
+
+def _progress(app: cairn.App) -> int:
+    """How far the run got: its journaled entries (calls, intents, restore points)."""
+    return sum(1 for e in app.history("agent") if e.position is not None)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("point", POINTS)
+def test_a_worker_killed_at_each_hit_of_a_point(tmp_path: Path, backend: StoreBackend, point: str) -> None:
+    app, workflow = agent_app.build(backend.url, tmp_path, lease_seconds=0.5)
+    app.start(workflow, agent_app.START_STATE, run_id="agent")
+    env = {"CAIRN_TEST_DIR": str(tmp_path)}
+    kills, nth, worker = 0, 1, None
+    try:
+        for k in range(MOST_WORKERS + 1):
+            armed = k < MOST_WORKERS
+            before = _progress(app)
+            worker = processes.spawn(
+                "tests.lgdurable.agent_app", ["--worker-id", f"w{k}"],
+                env={**env, "CAIRN_TEST_DB": backend.worker_url(f"w{k}"),
+                     **({"CAIRN_FAULTS": f"{point}@{nth}"} if armed else {})},
+                log=tmp_path / f"w{k}.log")
+            deadline = time.monotonic() + 120
+            while worker.poll() is None and not app.get_run("agent").status.terminal \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if worker.poll() is None:  # the run settled (or hangs: the assertion below says which)
+                worker.kill()
+                worker.wait(10)
+                break
+            kills += 1
+            nth = 1 if _progress(app) > before else nth + 1
+        run = app.get_run("agent")
+        assert run.status is RunStatus.COMPLETED, f"{run.status.value}, {kills} kills at {point}: {run.error}"
+        paid = Counter(e["what"] for e in agent_app.lines(tmp_path / "bank.jsonl"))
+        assert paid == Counter(agent_app.PAYMENTS), paid
+        assert kills >= 3, f"{point} fired {kills} time(s)"
+        final = app.handle("agent").result()
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+        app.close()
+    clean_dir = tmp_path / "clean"
+    clean_dir.mkdir()
+    clean, clean_workflow = agent_app.build(f"sqlite:///{clean_dir}/cairn.db", clean_dir)
+    try:
+        assert final == clean.run(clean_workflow, agent_app.START_STATE, run_id="agent")
+    finally:
+        clean.close()
+    print(f"{point}: {kills} workers killed")
