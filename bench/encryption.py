@@ -123,7 +123,7 @@ def instructions(count: int) -> None:
                 raise SystemExit(f"the {mode} process ended before its runs: {child.communicate()[1][-500:]}")
             time.sleep(0.2)
         subprocess.run(["callgrind_control", "-i", "on", ready.read_text()], check=True,
-                       stdout=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         ready.with_name(ready.name + ".go").touch()
         _, err = child.communicate()
         found = re.search(r"Collected : (\d+)", err)
