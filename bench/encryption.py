@@ -12,13 +12,24 @@ a run of ``STEPS`` steps each returning a payload of the given size, its
 wall time over ``STEPS`` (median of the rounds); the same with encryption
 off gives the added cost. Runs/s: 3-step runs of 100-byte results, back to
 back. Figures only: no assertion (tests/ holds none on time either).
+
+    python -m bench.encryption --instructions     # needs valgrind
+
+counts the CPU instructions of 3-step runs instead (callgrind, only the
+measured runs: each mode's process is instrumented after its warm-up), a
+figure that other processes' load does not move: the one to compare
+changes by on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -79,10 +90,66 @@ def seal_cost(app: cairn.App, size: int, count: int = 20000) -> tuple[float, flo
     return statistics.median(seal_times), statistics.median(open_times)
 
 
+def _instrumented_child(mode: str, count: int, ready: Path) -> None:
+    """Under callgrind (instrumentation off): warm up, say so, wait to be
+    instrumented, then run ``count`` 3-step runs and leave at once."""
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-ir-"))
+    app, _, three = make(work / "x.db", mode == "on")
+    for _ in range(30):
+        app.run(three)
+    go = ready.with_name(ready.name + ".go")
+    ready.write_text(str(os.getpid()))
+    while not go.exists():
+        time.sleep(0.05)
+    for _ in range(count):
+        app.run(three)
+    os._exit(0)  # nothing after the measured runs is counted: no teardown
+
+
+def instructions(count: int) -> None:
+    """Instructions per 3-step run, encryption off and on (see the module doc)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (callgrind and callgrind_control)")
+    per_run: dict[str, float] = {}
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-ir-"))
+    for mode in ("off", "on"):
+        ready = work / f"{mode}.ready"
+        child = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={work}/{mode}.out",
+             sys.executable, "-m", "bench.encryption", "--child", mode, str(count), str(ready)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"})  # one hash seed: counts repeat (±0.5 %)
+        while not ready.exists():
+            if child.poll() is not None:
+                raise SystemExit(f"the {mode} process ended before its runs: {child.communicate()[1][-500:]}")
+            time.sleep(0.2)
+        subprocess.run(["callgrind_control", "-i", "on", ready.read_text()], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ready.with_name(ready.name + ".go").touch()
+        _, err = child.communicate()
+        found = re.search(r"Collected : (\d+)", err)
+        if found is None:
+            raise SystemExit(f"callgrind printed no count for {mode}: {err[-500:]}")
+        per_run[mode] = int(found.group(1)) / count
+    off, on = per_run["off"], per_run["on"]
+    print(f"instructions per 3-step run (callgrind, {count} runs each), SQLite: off {off:,.0f}  "
+          f"on {on:,.0f}  ({(on / off - 1) * 100:+.1f} %; {(on - off) / 5:,.0f} per sealed value, 5 a run)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per 3-step run under callgrind instead (needs valgrind)")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        mode, count, ready = args.child
+        _instrumented_child(mode, int(count), Path(ready))
+        return
+    if args.instructions:
+        instructions(20 if args.quick else 100)
+        return
     rounds = 3 if args.quick else 15
     sizes = (100, 1024, 4096)
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-"))

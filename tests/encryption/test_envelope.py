@@ -5,7 +5,6 @@ byte or plaintext is refused with an error naming the place read."""
 from __future__ import annotations
 
 import base64
-import dataclasses
 import os
 from pathlib import Path
 
@@ -35,7 +34,7 @@ def test_a_value_opens_at_its_place_small_and_compressed() -> None:
     cipher = aesgcm(os.urandom(32))
     for value in (b"", b"x", b'{"a": 1}', b"y" * 5000, os.urandom(4096)):
         sealed = seal(cipher, 7, PLACE, value)
-        assert value not in sealed or not value
+        assert len(value) < 8 or value not in sealed  # one byte may well occur in random ciphertext
         assert header_of(sealed, PLACE).key_version == 7
         assert opened(cipher, PLACE, sealed) == value
     assert len(seal(cipher, 1, PLACE, b"y" * 5000)) < 200  # compressed before sealing
@@ -45,7 +44,7 @@ def test_a_value_opens_at_its_place_small_and_compressed() -> None:
 def test_a_value_read_at_any_other_place_is_refused_naming_it(field: str) -> None:
     cipher = aesgcm(os.urandom(32))
     sealed = seal(cipher, 1, PLACE, b"secret")
-    elsewhere = dataclasses.replace(PLACE, **{field: getattr(PLACE, field) + "x"})
+    elsewhere = PLACE._replace(**{field: getattr(PLACE, field) + "x"})
     with pytest.raises(SealError) as caught:
         opened(cipher, elsewhere, sealed)
     assert str(elsewhere) in str(caught.value)

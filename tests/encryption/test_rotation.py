@@ -222,3 +222,30 @@ def test_cairn_keys_adopt_refuses_a_database_with_artifacts(tmp_path: Path,
     done = CliRunner().invoke(cli, ["--db", url, "keys", "adopt", "--keyring", f"file:{keys}"])
     assert done.exit_code != 0
     assert "holds artifacts" in done.output
+
+
+@pytest.mark.parametrize("size", [100, 4096])
+def test_a_value_sealed_in_one_call_opens_only_at_its_place_and_under_the_newest_key(
+        place: str, size: int) -> None:
+    """``Sealer.seal_at`` (a journaled step's path, its key cached) seals what
+    ``seal`` does: bound to all five parts of its place, with the tenant's
+    newest key, a rotation taking effect for the next value at once."""
+    from cairn.security.envelope import Place, header_of
+
+    app = build(place, keyring())
+    store: Any = app.store
+    value = os.urandom(size // 2).hex().encode()  # 4 KiB: compressible, the other path
+    for parts in (("a", "run-1", "history", "seq 4", "payload"), ("a", "run-2", "runs", "-", "result")):
+        sealed = store.sealer.seal_at(*parts, value)
+        assert store.sealer.open(Place(*parts), sealed) == value
+        for i in range(len(parts)):
+            elsewhere = Place(*(p + "x" if j == i else p for j, p in enumerate(parts)))
+            with pytest.raises(SealError) as caught:
+                store.sealer.open(elsewhere, sealed)
+            assert str(elsewhere) in str(caught.value)
+    assert header_of(sealed, Place(*parts)).key_version == 1
+    assert store.rotate("a") == 2
+    again = store.sealer.seal_at(*parts, value)
+    assert header_of(again, Place(*parts)).key_version == 2
+    assert store.sealer.open(Place(*parts), again) == value
+    app.close()
