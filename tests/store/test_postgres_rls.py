@@ -1275,7 +1275,7 @@ def test_a_scoped_store_stores_and_reads_only_its_tenants_workspace_objects(depl
     d.globex.put_workspace_objects("wg", globex.run.epoch, {oid: b"nglobex's bytes"})
     assert d.globex.workspace_objects("globex", [oid]) == {oid: b"nglobex's bytes"}
     assert d.acme.workspace_objects("acme", [oid]) == {oid: b"nacme's bytes"}
-    d.clock.advance(60)  # storing it again moves its stored_at (0035: the collector's fence), own row only
+    d.clock.advance(60)  # storing it again moves its stored_at (0034: the collector's fence), own row only
     d.acme.put_workspace_objects("wa", acme.run.epoch, {oid: b"nacme's bytes"})
     assert d.acme.workspace_candidates("acme", d.clock() - 30) == []
     assert d.owner.workspace_candidates("globex", d.clock() - 30) == [oid]

@@ -1,6 +1,6 @@
 """The role a run was started with, attacked by a tenant's SQL role on
 PostgreSQL (row-level security): whatever that role can write to its own
-runs, it cannot raise a run's rights (migration 0034).
+runs, it cannot raise a run's rights (migration 0033).
 
 A tenant's role may insert and update its runs (0014) and mint its own
 tenant's tokens (0011), so a run it inserts as ``admin`` is within what it

@@ -8,7 +8,7 @@ none. Per-tool authorization by role (``engine.access``) reads them here,
 from the store, once per execution: a run resumed on another worker, after
 a crash or a week's wait, is authorized with the rights it started with,
 never with the worker's. The database refuses any change of either column
-(SQLite 0025, PostgreSQL 0034), so what is read once stays true.
+(SQLite 0024, PostgreSQL 0033), so what is read once stays true.
 
 Every reader of the two columns goes through ``started_with``; a child run
 inherits its parent's pair (``inherited``), so starting a child is no way

@@ -121,7 +121,7 @@ class Payload:
 
 
 #: the roles a run can be started with: the API tokens' (``cairn.api.tokens.Role``),
-#: lowest first; the database checks the same list (SQLite 0025, PostgreSQL 0034)
+#: lowest first; the database checks the same list (SQLite 0024, PostgreSQL 0033)
 STARTED_ROLES = ("viewer", "operator", "admin", "installation")
 
 

@@ -58,7 +58,7 @@ CREATE TABLE runs (
     -- older than bundles. Claims filter on it. (0009; assigned 0012 at merge)
     bundle           TEXT,
     -- The role and token the run was started with; never changed, and a
-    -- tenant's role cannot record 'installation' (0034, cairn.engine.access).
+    -- tenant's role cannot record 'installation' (0033, cairn.engine.access).
     started_role     TEXT,
     started_token    TEXT,
     CONSTRAINT runs_started_role CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation'))
@@ -519,7 +519,7 @@ INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
 -- the data keys of encryption at rest (0029)
 INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
     ('data_keys', 'TABLE', 'SELECT, INSERT');
--- the workspace objects (0030; UPDATE since 0035: storing one again moves its stored_at)
+-- the workspace objects (0030; UPDATE since 0034: storing one again moves its stored_at)
 INSERT INTO tenant_privileges (object_name, object_kind, privileges)
 VALUES ('workspace_objects', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE');
 
@@ -1453,7 +1453,7 @@ CREATE POLICY tenant_isolation ON workspace_objects
         WHERE g.role = current_user
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
--- The role and token a run was started with (0034, cairn.engine.access).
+-- The role and token a run was started with (0033, cairn.engine.access).
 CREATE FUNCTION runs_started_with_checked() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'UPDATE' AND (NEW.started_role IS DISTINCT FROM OLD.started_role

@@ -50,7 +50,7 @@ CREATE TABLE runs (
     -- The bundle the run executes on (cairn.engine.bundles); NULL for runs
     -- older than bundles. Claims filter on it. (0006; assigned 0009 at merge)
     bundle           TEXT,
-    -- The role and token the run was started with; never changed (0025).
+    -- The role and token the run was started with; never changed (0024).
     started_role     TEXT CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation')),
     started_token    TEXT
 ) WITHOUT ROWID;  -- the run id B-tree is the table: one tree less to write per commit
@@ -599,7 +599,7 @@ CREATE TABLE workspace_objects (
     PRIMARY KEY (tenant, oid)
 );
 
--- The role and token a run was started with never change (0025, cairn.engine.access).
+-- The role and token a run was started with never change (0024, cairn.engine.access).
 CREATE TRIGGER runs_started_with_fixed
 BEFORE UPDATE OF started_role, started_token ON runs
 WHEN NEW.started_role IS NOT OLD.started_role OR NEW.started_token IS NOT OLD.started_token

@@ -1,1 +1,0 @@
--- reserved: a migration of another branch, not yet on main (the lead deletes this placeholder at merge)
