@@ -1282,3 +1282,32 @@ def test_a_scoped_store_stores_and_reads_only_its_tenants_workspace_objects(depl
     with pytest.raises(LeaseLost):  # another tenant's run is not one it can hold
         d.globex.put_workspace_objects("wa", acme.run.epoch, {"cd" * 32: b"nx"})
     assert d.owner.workspace_objects("acme", ["cd" * 32]) == {}
+
+
+@pytest.mark.parametrize("attack", [
+    "INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at) "
+    "VALUES ('evil000000000002', 'globex', 'installation', 'evil', 'f', 0)",
+    "UPDATE api_tokens SET role = 'installation' WHERE token_id = 'glob000000000001'",
+    "INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at) "
+    "VALUES ('glob000000000001', 'globex', 'viewer', 'again', 'f', 0) "
+    "ON CONFLICT (token_id) DO UPDATE SET role = 'installation'",
+    # the operator's installation token of globex, its secret replaced by one the tenant knows
+    "UPDATE api_tokens SET digest = 'known', revoked_at = NULL WHERE role = 'installation'",
+])
+def test_a_tenant_role_cannot_mint_itself_an_installation_token(deployment: Deployment, attack: str) -> None:
+    """``installation`` is the operator of the whole installation (queue-wide
+    limits every tenant shares), above any tenant's ``admin``: a tenant's
+    role that writes api_tokens with raw SQL, in its own tenant, must not be
+    able to give itself that role, by a new row, an update, an upsert or a
+    secret of its own on the operator's token. The owner (the installation's
+    operator) still mints them."""
+    deployment.as_role("owner", "INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at, "
+                                "revoked_at) VALUES ('inst000000000001', 'globex', 'installation', 'ops', 's', 0, 1)")
+    deployment.as_role("globex", "INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at) "
+                                 "VALUES ('glob000000000001', 'globex', 'admin', 'mine', 'f', 0)")
+    before = deployment.as_role("owner", "SELECT * FROM api_tokens ORDER BY token_id")
+    with pytest.raises(psycopg.Error, match="installation"):
+        deployment.as_role("globex", attack)
+    assert deployment.as_role("owner", "SELECT * FROM api_tokens ORDER BY token_id") == before
+    assert [row[:3] for row in before] == [("glob000000000001", "globex", "admin"),
+                                           ("inst000000000001", "globex", "installation")]

@@ -434,6 +434,14 @@ CREATE POLICY tenant_isolation ON api_tokens
         WHERE g.role = current_user
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
+-- ...and never writes an installation token (0035): `installation` is the
+-- installation's operator, above a tenant's admin; the owner still mints them.
+CREATE POLICY tenant_token_not_installation ON api_tokens AS RESTRICTIVE FOR INSERT
+    WITH CHECK (role <> 'installation');
+CREATE POLICY tenant_token_stays_below_installation ON api_tokens AS RESTRICTIVE FOR UPDATE
+    USING (true)
+    WITH CHECK (role <> 'installation');
+
 -- Bundles (0013):
 -- Bundles: what decides a run's behaviour (its workflow's name, version and
 -- code hash, the prompts, model settings and tools it uses), stored once per
