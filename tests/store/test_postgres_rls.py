@@ -1302,7 +1302,8 @@ def test_a_tenant_role_cannot_mint_itself_an_installation_token(deployment: Depl
     secret of its own on the operator's token. The owner (the installation's
     operator) still mints them."""
     deployment.as_role("owner", "INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at, "
-                                "revoked_at) VALUES ('inst000000000001', 'globex', 'installation', 'ops', 's', 0, 1)")
+                                "revoked_at) "
+                                "VALUES ('inst000000000001', 'globex', 'installation', 'ops', 's', 0, 1)")
     deployment.as_role("globex", "INSERT INTO api_tokens (token_id, tenant, role, name, digest, created_at) "
                                  "VALUES ('glob000000000001', 'globex', 'admin', 'mine', 'f', 0)")
     before = deployment.as_role("owner", "SELECT * FROM api_tokens ORDER BY token_id")
