@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 import cairn
+from cairn.engine.bundles import Bundle
 from cairn.errors import ConfigError
 from cairn.security.envelope import SealError
 from cairn.security.keyring import LocalKeyring
@@ -100,7 +101,7 @@ def drive(app: cairn.App, run_id: str, signal: str) -> str:
     app.signal(run_id, "go", signal if signal == "fail" else f"{CANARY}-signal")
     assert execute_once(app, run_id) == "suspended"  # at the approval
     (request,) = app.approvals(run_id=run_id)
-    app.approve(run_id, request.request_id, edit={"note": f"{CANARY}-edit"})
+    app.approve(run_id, request.request_id, edit={"note": f"{CANARY}-edit"}, comment=f"{CANARY}-comment")
     return execute_once(app, run_id)
 
 
@@ -130,8 +131,16 @@ def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, seale
     app.kill(tenant="t2", reason=f"{CANARY}-kill reason")
     assert app.store.get_run(cancelled).error["message"] == f"{CANARY}-cancel reason"
     assert app.history(killed)[-1].detail["reason"] == f"{CANARY}-kill reason"
+    moved = Bundle.build("canary", "2", "ast:two", {}, {}, []).record()  # an operator's forced move
+    app.store.put_bundles([moved])
+    app.store.migrate_run(killed, moved, {"check": f"{CANARY}-check", "compatible": False, "forced": True,
+                                          "reason": f"{CANARY}-migrate reason"}, actor="cli:ops")
+    migrated = app.history(killed)[-1].detail
+    assert (migrated["reason"], migrated["check"], migrated["forced"]) == (
+        f"{CANARY}-migrate reason", f"{CANARY}-check", True)
     result = app.handle(done).result(timeout=5)
     assert result["decision"] == {"note": f"{CANARY}-edit"}
+    assert [a.comment for a in app.store.approvals(run_id=done, pending=False)] == [f"{CANARY}-comment"]
     assert result["signal"] == f"{CANARY}-signal"
     assert result["large"].startswith(f"{CANARY}-input")
     assert app.store.get_run(done).input.ref is not None  # the input is an artifact
@@ -173,7 +182,7 @@ class Raw:
 #: every sealed column: (table, column, the key columns of its row)
 SEALED = [("runs", "input", ("run_id",)), ("runs", "result", ("run_id",)), ("runs", "error", ("run_id",)),
           ("history", "payload", ("run_id", "seq")), ("history", "detail", ("run_id", "seq")),
-          ("mailbox", "payload", ("run_id", "seq"))]
+          ("mailbox", "payload", ("run_id", "seq")), ("approvals", "comment", ("run_id",))]
 
 
 def read_back(app: cairn.App, table: str, run_id: str) -> None:
@@ -182,6 +191,8 @@ def read_back(app: cairn.App, table: str, run_id: str) -> None:
         app.store.get_run(run_id)
     elif table == "history":
         app.history(run_id)
+    elif table == "approvals":
+        app.store.approvals(run_id=run_id, pending=False)
     else:
         app.store.deliveries(run_id)
 
@@ -237,7 +248,7 @@ def test_every_sealed_column_copied_to_another_tenant_run_or_position_is_refused
 @pytest.mark.parametrize(("table", "column", "plain"), [
     ("runs", "input", b'{"text": "injected"}'), ("history", "payload", b'"injected"'),
     ("mailbox", "payload", b'"injected"'), ("history", "detail", '{"sealed": "aW5qZWN0ZWQ="}'),
-    ("runs", "result", b'{"loud": "injected"}')])
+    ("runs", "result", b'{"loud": "injected"}'), ("approvals", "comment", "injected")])
 def test_plaintext_injected_in_place_of_an_envelope_is_refused(place: str, table: str, column: str,
                                                                plain: Any) -> None:
     app = build(place, keyring())

@@ -13,7 +13,7 @@ what is already on the newest key with a header read. ``pause`` throttles
 it: the seconds to sleep after each page.
 
 Memory moves too: long-term items (value and text to embed), run memory,
-thread messages. Not moved yet: the cold copies of items (compressed sealed
+thread messages; and approvers' decision comments. Not moved yet: the cold copies of items (compressed sealed
 bytes) and artifacts (a new envelope is a new address, and every row naming
 the old one would have to follow): they stay readable under their old key.
 """
@@ -186,6 +186,7 @@ class Rekeyer:
         self._items()
         self._run_memory()
         self._threads()
+        self._approvals()
         return self.progress
 
     def _runs(self) -> None:
@@ -296,4 +297,25 @@ class Rekeyer:
                     self._write("rekey_thread_set", {"tenant": self.tenant, "thread_id": thread_id,
                                                      "idx": idx, "value": new, "old_value": value})
             after_thread, after_idx = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _approvals(self) -> None:
+        """Decision comments: base64 text of an envelope (plaintext, adopting)."""
+        after_run, after_request = "", ""
+        while rows := self.inner.rekey_page("rekey_approvals_page", {
+                "tenant": self.tenant, "after_run": after_run, "after_request": after_request,
+                "limit": self.page}):
+            for run_id, request_id, comment in rows:
+                try:
+                    sealed: bytes | None = base64.b64decode(comment, validate=True)
+                except (binascii.Error, ValueError):
+                    sealed = None
+                if version_of(sealed) is None:  # plaintext (adopting)
+                    sealed = comment.encode()
+                again = self._bytes(Place(self.tenant, run_id, "approvals", request_id, "comment"), sealed)
+                if again is not None:
+                    self._write("rekey_approval_set", {"run_id": run_id, "request_id": request_id,
+                                                       "comment": base64.b64encode(again).decode(),
+                                                       "old_comment": comment})
+            after_run, after_request = rows[-1][0], rows[-1][1]
             self._rest()

@@ -1795,6 +1795,17 @@ UPDATE memory_thread_messages SET value = %(value)s::bytea
 WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx = %(idx)s::bigint
   AND value = %(old_value)s::bytea
 
+-- name: rekey_approvals_page
+SELECT run_id, request_id, comment FROM approvals
+WHERE tenant = %(tenant)s::text
+  AND (run_id > %(after_run)s::text OR (run_id = %(after_run)s::text AND request_id > %(after_request)s::text))
+  AND comment IS NOT NULL
+ORDER BY run_id, request_id LIMIT %(limit)s::bigint
+
+-- name: rekey_approval_set
+UPDATE approvals SET comment = %(comment)s::text
+WHERE run_id = %(run_id)s::text AND request_id = %(request_id)s::text AND comment = %(old_comment)s::text
+
 -- Every tenant with runs or memory: what turning encryption on for an existing database seals.
 -- name: rekey_tenants_page
 SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_items

@@ -1416,6 +1416,16 @@ ORDER BY thread_id, idx LIMIT :limit
 UPDATE memory_thread_messages SET value = :value
 WHERE tenant = :tenant AND thread_id = :thread_id AND idx = :idx AND value = :old_value
 
+-- name: rekey_approvals_page
+SELECT run_id, request_id, comment FROM approvals
+WHERE tenant = :tenant AND (run_id > :after_run OR (run_id = :after_run AND request_id > :after_request))
+  AND comment IS NOT NULL
+ORDER BY run_id, request_id LIMIT :limit
+
+-- name: rekey_approval_set
+UPDATE approvals SET comment = :comment
+WHERE run_id = :run_id AND request_id = :request_id AND comment = :old_comment
+
 -- Every tenant with runs or memory: what turning encryption on for an existing database seals.
 -- name: rekey_tenants_page
 SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_items
