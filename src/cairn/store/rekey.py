@@ -12,10 +12,11 @@ pass killed half-way (SIGKILL included) is resumed by the next, which skips
 what is already on the newest key with a header read. ``pause`` throttles
 it: the seconds to sleep after each page.
 
-Memory moves too: long-term items (value and text to embed), run memory,
-thread messages; and approvers' decision comments. Not moved yet: the cold copies of items (compressed sealed
-bytes) and artifacts (a new envelope is a new address, and every row naming
-the old one would have to follow): they stay readable under their old key.
+Memory moves too: long-term items (value and text to embed, and the cold
+copies of their values: thawed, sealed again, frozen again), run memory,
+thread messages; and approvers' decision comments. Not moved yet:
+artifacts (a new envelope is a new address, and every row naming the old
+one would have to follow): they stay readable under their old key.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 import msgspec
 
 from cairn.security.envelope import HEADER_SIZE, MAGIC, Place
+from cairn.store.coldvalues import freeze, thaw
 from cairn.store.rows import LINK_TAG, unpack_payload
 
 #: detail keys the database reads itself, kept in plaintext beside ``"sealed"`` (``cairn.store.sealed``)
@@ -184,6 +186,7 @@ class Rekeyer:
         self._history()
         self._mailbox()
         self._items()
+        self._cold()
         self._run_memory()
         self._threads()
         self._approvals()
@@ -269,6 +272,26 @@ class Rekeyer:
                         "tenant": self.tenant, "namespace": namespace, "key": key,
                         "value": new_value or value, "index_text": new_text or text,
                         "old_value": value, "old_index_text": text})
+            after_ns, after_key = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _cold(self) -> None:
+        """The cold copies of items: thawed, their envelope sealed again at
+        the item's value place, frozen again (compare-and-set on the old
+        compressed bytes; a rewarm or a put since drops the copy: nothing to write)."""
+        after_ns, after_key = "", ""
+        while rows := self.inner.rekey_page("rekey_cold_page", {
+                "tenant": self.tenant, "after_ns": after_ns, "after_key": after_key, "limit": self.page}):
+            for namespace, key, codec, size, value in rows:
+                value = bytes(value)
+                where = _ENCODE.encode([namespace, key]).decode()
+                held = thaw(codec, size, value, what=f"the cold copy of memory item {where}")
+                again = self._bytes(Place(self.tenant, "-", "memory_items", where, "value"), held)
+                if again is not None:
+                    codec, size, frozen = freeze(again)
+                    self._write("rekey_cold_set", {"tenant": self.tenant, "namespace": namespace, "key": key,
+                                                   "codec": codec, "size": size, "value": frozen,
+                                                   "old_value": value})
             after_ns, after_key = rows[-1][0], rows[-1][1]
             self._rest()
 

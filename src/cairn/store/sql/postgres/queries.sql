@@ -1795,6 +1795,17 @@ UPDATE memory_thread_messages SET value = %(value)s::bytea
 WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx = %(idx)s::bigint
   AND value = %(old_value)s::bytea
 
+-- name: rekey_cold_page
+SELECT namespace, key, codec, size, value FROM memory_item_cold
+WHERE tenant = %(tenant)s::text
+  AND (namespace > %(after_ns)s::text OR (namespace = %(after_ns)s::text AND key > %(after_key)s::text))
+ORDER BY namespace, key LIMIT %(limit)s::bigint
+
+-- name: rekey_cold_set
+UPDATE memory_item_cold SET codec = %(codec)s::text, size = %(size)s::bigint, value = %(value)s::bytea
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND value = %(old_value)s::bytea
+
 -- name: rekey_approvals_page
 SELECT run_id, request_id, comment FROM approvals
 WHERE tenant = %(tenant)s::text

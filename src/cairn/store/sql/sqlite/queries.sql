@@ -1416,6 +1416,15 @@ ORDER BY thread_id, idx LIMIT :limit
 UPDATE memory_thread_messages SET value = :value
 WHERE tenant = :tenant AND thread_id = :thread_id AND idx = :idx AND value = :old_value
 
+-- name: rekey_cold_page
+SELECT namespace, key, codec, size, value FROM memory_item_cold
+WHERE tenant = :tenant AND (namespace > :after_ns OR (namespace = :after_ns AND key > :after_key))
+ORDER BY namespace, key LIMIT :limit
+
+-- name: rekey_cold_set
+UPDATE memory_item_cold SET codec = :codec, size = :size, value = :value
+WHERE tenant = :tenant AND namespace = :namespace AND key = :key AND value = :old_value
+
 -- name: rekey_approvals_page
 SELECT run_id, request_id, comment FROM approvals
 WHERE tenant = :tenant AND (run_id > :after_run OR (run_id = :after_run AND request_id > :after_request))
