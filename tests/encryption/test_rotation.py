@@ -159,6 +159,7 @@ def test_rotation_under_load_with_a_sigkilled_reencryption(tmp_path: Path) -> No
         assert drive(app, run_id, "ok") == "completed"
     before = snapshot(app, runs, memory=False)  # the load below writes the same memory item again
     store: Any = app.store
+    cool(store)  # cold copies on key 1 too
     store.rotate("a")
     total = store.key_status("a").old
     child = spawn("cairn", ["--db", url, "keys", "reencrypt", "--keyring", f"file:{keys}", "--tenant", "a",
