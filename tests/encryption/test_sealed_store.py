@@ -136,6 +136,17 @@ def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, seale
     app.store.migrate_run(killed, moved, {"check": f"{CANARY}-check", "compatible": False, "forced": True,
                                           "reason": f"{CANARY}-migrate reason"}, actor="cli:ops")
     migrated = app.history(killed)[-1].detail
+    lost = app.start("canary", f"{CANARY}-q").run_id  # the store's own JSON: lease, quarantine, budget
+    assert app.store.claim_run(lost, "w1", 5.0, 0) is not None
+    now = app.store.clock
+    app.store.clock = lambda: now() + 60.0  # its lease expired: the next claim is a takeover, one too many
+    try:
+        assert app.store.claim_run(lost, "w2", 5.0, 0) is None
+    finally:
+        app.store.clock = now
+    app.store.set_budget(lost, {"tokens": 1000}, actor="cli:ops")
+    assert [e.event.value for e in app.history(lost)][-3:] == ["lease.lost", "run.quarantined",
+                                                                "run.budget_changed"]
     assert (migrated["reason"], migrated["check"], migrated["forced"]) == (
         f"{CANARY}-migrate reason", f"{CANARY}-check", True)
     result = app.handle(done).result(timeout=5)
