@@ -250,6 +250,22 @@ def test_cairn_keys_adopt_refuses_a_database_with_artifacts(tmp_path: Path,
     assert "holds artifacts" in done.output
 
 
+@pytest.mark.parametrize("table", ["memory_run", "memory_thread_messages"])
+def test_cairn_keys_adopt_refuses_a_database_whose_run_or_thread_memory_names_an_artifact(
+        place: str, table: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_KEYRING", "")
+    keys = tmp_path / "keys"
+    keys.write_text(new_kek_line("k1") + "\n")
+    plain = build(place, None, inline_limit=1 << 20)  # no artifact but the one named below
+    runs_of(plain)
+    plain.close()
+    Raw(place)(f"UPDATE {table} SET value_ref = :ref", ref="ab" * 32)  # as a large value would be stored
+    done = CliRunner().invoke(cli, ["--db", place, "keys", "adopt", "--keyring", f"file:{keys}"])
+    assert done.exit_code != 0
+    assert "holds artifacts" in done.output
+    assert not Raw(place)("SELECT tenant FROM data_keys")  # nothing half-done: no marker, no key
+
+
 @pytest.mark.parametrize("size", [100, 4096])
 def test_a_value_sealed_in_one_call_opens_only_at_its_place_and_under_the_newest_key(
         place: str, size: int) -> None:

@@ -1450,6 +1450,8 @@ SELECT 1 WHERE EXISTS (SELECT 1 FROM runs WHERE input_ref IS NOT NULL OR result_
   OR EXISTS (SELECT 1 FROM history WHERE payload_ref IS NOT NULL)
   OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref IS NOT NULL)
   OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref IS NOT NULL)
 
 -- Workspace objects (cairn.store.wssql, migration workspaces) ------------------------------
 
