@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from cairn.errors import PayloadError
 from cairn.security.envelope import HEADER_SIZE, MAGIC, Place
 from cairn.store.coldvalues import freeze, thaw
 from cairn.store.rows import LINK_TAG, unpack_payload
@@ -69,11 +70,18 @@ class Progress:
     versions: Counter[int] = field(default_factory=Counter)
     moved: int = 0
     raced: int = 0
+    #: artifacts the tenant's rows name, per key version (counted by a status scan only)
+    artifacts: Counter[int] = field(default_factory=Counter)
 
     @property
     def old(self) -> int:
         """Values still sealed under an older version than the newest."""
         return sum(n for v, n in self.versions.items() if v < self.newest)
+
+    @property
+    def old_artifacts(self) -> int:
+        """Artifacts still sealed under an older version (a pass does not move them yet)."""
+        return sum(n for v, n in self.artifacts.items() if v < self.newest)
 
 
 def version_of(data: bytes | None) -> int | None:
@@ -190,6 +198,8 @@ class Rekeyer:
         self._run_memory()
         self._threads()
         self._approvals()
+        if not self.move:
+            self._artifacts()
         return self.progress
 
     def _runs(self) -> None:
@@ -341,4 +351,19 @@ class Rekeyer:
                                                        "comment": base64.b64encode(again).decode(),
                                                        "old_comment": comment})
             after_run, after_request = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _artifacts(self) -> None:
+        """Count the key versions of the artifacts the tenant's rows name
+        (plaintext ones as version 0); a missing artifact is not counted."""
+        after = ""
+        while rows := self.inner.rekey_page("rekey_artifact_refs_page", {
+                "tenant": self.tenant, "after": after, "limit": self.page}):
+            for (ref,) in rows:
+                try:
+                    data = self.inner.get_artifact(ref)
+                except PayloadError:
+                    continue
+                self.progress.artifacts[version_of(data) or 0] += 1
+            after = rows[-1][0]
             self._rest()

@@ -1806,6 +1806,19 @@ UPDATE memory_item_cold SET codec = %(codec)s::text, size = %(size)s::bigint, va
 WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
   AND value = %(old_value)s::bytea
 
+-- The artifacts a tenant's rows name, by ref (cairn keys status counts their key versions).
+-- name: rekey_artifact_refs_page
+SELECT ref FROM (
+    SELECT input_ref AS ref FROM runs WHERE tenant = %(tenant)s::text AND input_ref IS NOT NULL
+    UNION SELECT result_ref FROM runs WHERE tenant = %(tenant)s::text AND result_ref IS NOT NULL
+    UNION SELECT payload_ref FROM history WHERE tenant = %(tenant)s::text AND payload_ref IS NOT NULL
+    UNION SELECT payload_ref FROM mailbox WHERE tenant = %(tenant)s::text AND payload_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_items WHERE tenant = %(tenant)s::text AND value_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_run WHERE tenant = %(tenant)s::text AND value_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND value_ref IS NOT NULL
+) AS refs
+WHERE ref > %(after)s::text ORDER BY ref LIMIT %(limit)s::bigint
+
 -- name: rekey_approvals_page
 SELECT run_id, request_id, comment FROM approvals
 WHERE tenant = %(tenant)s::text

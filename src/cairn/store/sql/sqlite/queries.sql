@@ -1425,6 +1425,19 @@ ORDER BY namespace, key LIMIT :limit
 UPDATE memory_item_cold SET codec = :codec, size = :size, value = :value
 WHERE tenant = :tenant AND namespace = :namespace AND key = :key AND value = :old_value
 
+-- The artifacts a tenant's rows name, by ref (cairn keys status counts their key versions).
+-- name: rekey_artifact_refs_page
+SELECT ref FROM (
+    SELECT input_ref AS ref FROM runs WHERE tenant = :tenant AND input_ref IS NOT NULL
+    UNION SELECT result_ref FROM runs WHERE tenant = :tenant AND result_ref IS NOT NULL
+    UNION SELECT payload_ref FROM history WHERE tenant = :tenant AND payload_ref IS NOT NULL
+    UNION SELECT payload_ref FROM mailbox WHERE tenant = :tenant AND payload_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_items WHERE tenant = :tenant AND value_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_run WHERE tenant = :tenant AND value_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_thread_messages WHERE tenant = :tenant AND value_ref IS NOT NULL
+) AS refs
+WHERE ref > :after ORDER BY ref LIMIT :limit
+
 -- name: rekey_approvals_page
 SELECT run_id, request_id, comment FROM approvals
 WHERE tenant = :tenant AND (run_id > :after_run OR (run_id = :after_run AND request_id > :after_request))
