@@ -145,6 +145,15 @@ def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, seale
     finally:
         app.store.clock = now
     app.store.set_budget(lost, {"tokens": 1000}, actor="cli:ops")
+    app.store.write_memory("default", [ItemPut("cold\x1f", "k", Payload(json.dumps(
+        f"{CANARY}-cold " + "c" * 200).encode()), None, None)], Provenance())
+    app.store.clock = lambda: now() + 3600.0  # nobody read it for an hour: its value goes cold
+    try:
+        assert app.store.tier_items(60.0).cooled >= 1
+    finally:
+        app.store.clock = now
+    (cold,) = [i for i in app.store.memory_items("default", "cold\x1f") if i.key == "k"]
+    assert CANARY in cold.value.data.decode()  # read through from the cold copy
     assert [e.event.value for e in app.history(lost)][-3:] == ["lease.lost", "run.quarantined",
                                                                 "run.budget_changed"]
     assert (migrated["reason"], migrated["check"], migrated["forced"]) == (
