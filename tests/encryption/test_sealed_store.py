@@ -281,6 +281,27 @@ def test_plaintext_injected_in_place_of_an_envelope_is_refused(place: str, table
         read_back(app, table, run_id)
 
 
+@pytest.mark.parametrize(("table", "column", "key"), [("history", "detail", "error"),
+                                                      ("runs", "error", "traceback")])
+def test_plaintext_added_beside_a_sealed_json_value_is_refused(place: str, table: str, column: str,
+                                                               key: str) -> None:
+    app = build(place, keyring())
+    run_id = app.start("canary", f"{CANARY}-x").run_id
+    assert drive(app, run_id, "fail") == "failed"
+    raw = Raw(place)
+    keys = "seq" if table == "history" else "run_id"
+    found = raw(f"SELECT {keys}, {column} FROM {table} WHERE run_id = :run_id AND {column} LIKE :pattern",
+                run_id=run_id, pattern="%sealed%")
+    rows = [(k, json.loads(v)) for k, v in found]
+    assert rows
+    where, value = rows[-1]
+    raw(f"UPDATE {table} SET {column} = :value WHERE run_id = :run_id AND {keys} = :where",
+        value=json.dumps({**value, key: "injected"}), run_id=run_id, where=where)
+    with pytest.raises(SealError, match=rf"plaintext beside its sealed value \({key}\)"):
+        read_back(app, table, run_id)
+    app.close()
+
+
 def runs_of_one(app: cairn.App) -> str:
     run_id = app.start("canary", f"{CANARY}-one").run_id
     assert drive(app, run_id, "ok") == "completed"

@@ -37,6 +37,9 @@ from cairn.store.rows import LINK_TAG, unpack_payload
 
 #: detail keys the database reads itself, kept in plaintext beside ``"sealed"`` (``cairn.store.sealed``)
 PLAIN_DETAIL = frozenset({"usage", "cost", "from_position", "step_kind", "name", "sealed_at"})
+#: the keys an entry's detail may hold beside ``"sealed"``: those, and what the store adds around
+#: a sealed detail itself (``lifecycle.resolve_operation``); anything else is refused when read
+BESIDE_SEALED = PLAIN_DETAIL | {"resolved_by", "position", "done", "actor"}
 
 
 class Sealing(Protocol):
