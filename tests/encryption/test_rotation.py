@@ -6,6 +6,7 @@ are the values recorded before it."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 from pathlib import Path
@@ -18,6 +19,9 @@ import cairn
 from cairn.cli.main import main as cli
 from cairn.security.envelope import SealError
 from cairn.security.keyring import LocalKeyring, new_kek_line
+from cairn.store.coldvalues import thaw
+from cairn.store.memrecords import ItemPut, Provenance
+from cairn.store.records import Payload
 from cairn.store.rekey import version_of
 from tests.encryption.test_sealed_store import CANARY, Raw, build, drive, keyring, runs_of
 from tests.engine.conftest import execute_once
@@ -35,7 +39,8 @@ def snapshot(app: cairn.App, runs: dict[str, str], *, memory: bool = True) -> di
         out[f"run memory:{name}"] = [(m.key, m.value) for m in app.store.run_memory(run_id)]
         out[name] = (run.input, run.result, run.error,
                      [(e.seq, e.payload, e.detail) for e in app.history(run_id)],
-                     [(d.seq, d.payload) for d in app.store.deliveries(run_id)])
+                     [(d.seq, d.payload) for d in app.store.deliveries(run_id)],
+                     [(a.request_id, a.comment) for a in app.store.approvals(run_id=run_id, pending=False)])
     return out
 
 
@@ -47,7 +52,23 @@ def versions(place: str, tenant: str) -> set[int]:
     rows += raw("SELECT value FROM memory_items WHERE tenant = :t AND value IS NOT NULL", t=tenant)
     rows += raw("SELECT value FROM memory_run WHERE tenant = :t AND value IS NOT NULL", t=tenant)
     rows += raw("SELECT value FROM memory_thread_messages WHERE tenant = :t AND value IS NOT NULL", t=tenant)
+    colds = raw("SELECT codec, size, value FROM memory_item_cold WHERE tenant = :t", t=tenant)
+    rows += [(thaw(codec, size, bytes(value), what="a cold copy"),) for codec, size, value in colds]
+    comments = raw("SELECT comment FROM approvals WHERE tenant = :t AND comment IS NOT NULL", t=tenant)
+    rows += [(base64.b64decode(c),) for (c,) in comments]
     return {version_of(bytes(r[0])) for r in rows} - {None}  # type: ignore[misc]
+
+
+def cool(store: Any) -> None:
+    """Tenant a's long-term memory items in the cold tier (their values compressed, out of the hot row)."""
+    value = Payload(json.dumps(f"{CANARY}-cold " + "c" * 200).encode())
+    store.write_memory("a", [ItemPut("cold\x1f", f"k{i}", value, None, None) for i in range(3)], Provenance())
+    now = store.clock
+    store.clock = lambda: now() + 3600.0  # an hour later: nobody read them since
+    try:
+        assert store.tier_items(60.0).cooled >= 3
+    finally:
+        store.clock = now
 
 
 def test_a_pass_moves_one_tenants_values_to_its_new_key_and_reads_the_same(place: str) -> None:
@@ -55,16 +76,21 @@ def test_a_pass_moves_one_tenants_values_to_its_new_key_and_reads_the_same(place
     runs = runs_of(app)
     runs["cancelled"] = app.start("canary", "c", tenant="a").run_id
     app.cancel(runs["cancelled"], reason=f"{CANARY} why")  # operator text, sealed under key 1 too
-    before = snapshot(app, runs)
     store: Any = app.store
+    cool(store)
+    before = snapshot(app, runs)
     assert store.rotate("a") == 2
     assert store.key_status("a").old > 0
     first = store.reencrypt("a", page=3)  # small pages: the cursor crosses many of them
     assert first.moved > 0
     assert first.raced == 0
-    assert store.key_status("a").old == 0
+    status = store.key_status("a")
+    assert status.old == 0
+    assert status.old_artifacts == status.artifacts[1] > 0  # the large step results: not moved yet, said
     assert versions(place, "a") == {2}
     assert versions(place, "b") == {1}
+    assert Raw(place)("SELECT comment FROM approvals WHERE tenant = 'a' AND comment IS NOT NULL")  # looked at
+    assert Raw(place)("SELECT value FROM memory_item_cold WHERE tenant = 'a'")  # looked at, still cold
     assert snapshot(app, runs) == before
     assert store.reencrypt("a").moved == 0  # nothing left: a second pass writes nothing
     app.close()
@@ -112,7 +138,8 @@ def test_cairn_keys_status_rotate_reencrypt_verify(tmp_path: Path, monkeypatch: 
     done = runner.invoke(cli, [*spec, "status", *ring])
     assert "a: newest v2" in done.output, done.output
     assert "values v2:" in done.output, done.output
-    assert "; 0 on older keys" in done.output.splitlines()[0], done.output
+    assert "; 0 on older keys; " in done.output.splitlines()[0], done.output
+    assert "artifacts on older keys (reencrypt does not move artifacts yet)" in done.output, done.output
     assert runner.invoke(cli, [*spec, "verify", *ring]).exit_code == 0
     Raw(url)("UPDATE runs SET input = :v WHERE run_id = (SELECT MIN(run_id) FROM runs WHERE tenant = 'a')",
              v=b'"plain"')
@@ -135,6 +162,7 @@ def test_rotation_under_load_with_a_sigkilled_reencryption(tmp_path: Path) -> No
         assert drive(app, run_id, "ok") == "completed"
     before = snapshot(app, runs, memory=False)  # the load below writes the same memory item again
     store: Any = app.store
+    cool(store)  # cold copies on key 1 too
     store.rotate("a")
     total = store.key_status("a").old
     child = spawn("cairn", ["--db", url, "keys", "reencrypt", "--keyring", f"file:{keys}", "--tenant", "a",
@@ -189,6 +217,7 @@ def test_cairn_keys_adopt_seals_a_database_written_without_encryption(
     runs = runs_of(plain)
     runs["cancelled"] = plain.start("canary", "c", tenant="a").run_id
     plain.cancel(runs["cancelled"], reason=f"{CANARY} why")
+    cool(plain.store)  # plaintext cold copies: adopted too
     before = snapshot(plain, runs)
     plain.close()
     with pytest.raises(cairn.errors.ConfigError, match="written without encryption"):
@@ -202,7 +231,7 @@ def test_cairn_keys_adopt_seals_a_database_written_without_encryption(
     raw = Raw(place)
     assert not raw("SELECT tenant FROM data_keys WHERE version = 0")  # the adoption is over: strict again
     dump = "".join(repr(raw(f"SELECT * FROM {table}")) for table in (
-        "runs", "history", "mailbox", "memory_items", "memory_run", "memory_thread_messages"))
+        "runs", "history", "mailbox", "memory_items", "memory_run", "memory_thread_messages", "approvals"))
     assert CANARY not in dump
     raw("UPDATE runs SET input = :v WHERE run_id = :r", v=b'"plain"', r=runs["a1"])
     with pytest.raises(SealError, match="not encrypted"):
@@ -222,6 +251,22 @@ def test_cairn_keys_adopt_refuses_a_database_with_artifacts(tmp_path: Path,
     done = CliRunner().invoke(cli, ["--db", url, "keys", "adopt", "--keyring", f"file:{keys}"])
     assert done.exit_code != 0
     assert "holds artifacts" in done.output
+
+
+@pytest.mark.parametrize("table", ["memory_run", "memory_thread_messages"])
+def test_cairn_keys_adopt_refuses_a_database_whose_run_or_thread_memory_names_an_artifact(
+        place: str, table: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_KEYRING", "")
+    keys = tmp_path / "keys"
+    keys.write_text(new_kek_line("k1") + "\n")
+    plain = build(place, None, inline_limit=1 << 20)  # no artifact but the one named below
+    runs_of(plain)
+    plain.close()
+    Raw(place)(f"UPDATE {table} SET value_ref = :ref", ref="ab" * 32)  # as a large value would be stored
+    done = CliRunner().invoke(cli, ["--db", place, "keys", "adopt", "--keyring", f"file:{keys}"])
+    assert done.exit_code != 0
+    assert "holds artifacts" in done.output
+    assert not Raw(place)("SELECT tenant FROM data_keys")  # nothing half-done: no marker, no key
 
 
 @pytest.mark.parametrize("size", [100, 4096])

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 import cairn
+from cairn.engine.bundles import Bundle
 from cairn.errors import ConfigError
 from cairn.security.envelope import SealError
 from cairn.security.keyring import LocalKeyring
@@ -100,7 +101,7 @@ def drive(app: cairn.App, run_id: str, signal: str) -> str:
     app.signal(run_id, "go", signal if signal == "fail" else f"{CANARY}-signal")
     assert execute_once(app, run_id) == "suspended"  # at the approval
     (request,) = app.approvals(run_id=run_id)
-    app.approve(run_id, request.request_id, edit={"note": f"{CANARY}-edit"})
+    app.approve(run_id, request.request_id, edit={"note": f"{CANARY}-edit"}, comment=f"{CANARY}-comment")
     return execute_once(app, run_id)
 
 
@@ -130,8 +131,36 @@ def test_a_canary_through_every_sealed_path_is_nowhere_at_rest(place: str, seale
     app.kill(tenant="t2", reason=f"{CANARY}-kill reason")
     assert app.store.get_run(cancelled).error["message"] == f"{CANARY}-cancel reason"
     assert app.history(killed)[-1].detail["reason"] == f"{CANARY}-kill reason"
+    moved = Bundle.build("canary", "2", "ast:two", {}, {}, []).record()  # an operator's forced move
+    app.store.put_bundles([moved])
+    app.store.migrate_run(killed, moved, {"check": f"{CANARY}-check", "compatible": False, "forced": True,
+                                          "reason": f"{CANARY}-migrate reason"}, actor="cli:ops")
+    migrated = app.history(killed)[-1].detail
+    lost = app.start("canary", f"{CANARY}-q").run_id  # the store's own JSON: lease, quarantine, budget
+    assert app.store.claim_run(lost, "w1", 5.0, 0) is not None
+    now = app.store.clock
+    app.store.clock = lambda: now() + 60.0  # its lease expired: the next claim is a takeover, one too many
+    try:
+        assert app.store.claim_run(lost, "w2", 5.0, 0) is None
+    finally:
+        app.store.clock = now
+    app.store.set_budget(lost, {"tokens": 1000}, actor="cli:ops")
+    app.store.write_memory("default", [ItemPut("cold\x1f", "k", Payload(json.dumps(
+        f"{CANARY}-cold " + "c" * 200).encode()), None, None)], Provenance())
+    app.store.clock = lambda: now() + 3600.0  # nobody read it for an hour: its value goes cold
+    try:
+        assert app.store.tier_items(60.0).cooled >= 1
+    finally:
+        app.store.clock = now
+    (cold,) = [i for i in app.store.memory_items("default", "cold\x1f") if i.key == "k"]
+    assert CANARY in cold.value.data.decode()  # read through from the cold copy
+    assert [e.event.value for e in app.history(lost)][-3:] == ["lease.lost", "run.quarantined",
+                                                                "run.budget_changed"]
+    assert (migrated["reason"], migrated["check"], migrated["forced"]) == (
+        f"{CANARY}-migrate reason", f"{CANARY}-check", True)
     result = app.handle(done).result(timeout=5)
     assert result["decision"] == {"note": f"{CANARY}-edit"}
+    assert [a.comment for a in app.store.approvals(run_id=done, pending=False)] == [f"{CANARY}-comment"]
     assert result["signal"] == f"{CANARY}-signal"
     assert result["large"].startswith(f"{CANARY}-input")
     assert app.store.get_run(done).input.ref is not None  # the input is an artifact
@@ -173,7 +202,7 @@ class Raw:
 #: every sealed column: (table, column, the key columns of its row)
 SEALED = [("runs", "input", ("run_id",)), ("runs", "result", ("run_id",)), ("runs", "error", ("run_id",)),
           ("history", "payload", ("run_id", "seq")), ("history", "detail", ("run_id", "seq")),
-          ("mailbox", "payload", ("run_id", "seq"))]
+          ("mailbox", "payload", ("run_id", "seq")), ("approvals", "comment", ("run_id",))]
 
 
 def read_back(app: cairn.App, table: str, run_id: str) -> None:
@@ -182,6 +211,8 @@ def read_back(app: cairn.App, table: str, run_id: str) -> None:
         app.store.get_run(run_id)
     elif table == "history":
         app.history(run_id)
+    elif table == "approvals":
+        app.store.approvals(run_id=run_id, pending=False)
     else:
         app.store.deliveries(run_id)
 
@@ -237,7 +268,7 @@ def test_every_sealed_column_copied_to_another_tenant_run_or_position_is_refused
 @pytest.mark.parametrize(("table", "column", "plain"), [
     ("runs", "input", b'{"text": "injected"}'), ("history", "payload", b'"injected"'),
     ("mailbox", "payload", b'"injected"'), ("history", "detail", '{"sealed": "aW5qZWN0ZWQ="}'),
-    ("runs", "result", b'{"loud": "injected"}')])
+    ("runs", "result", b'{"loud": "injected"}'), ("approvals", "comment", "injected")])
 def test_plaintext_injected_in_place_of_an_envelope_is_refused(place: str, table: str, column: str,
                                                                plain: Any) -> None:
     app = build(place, keyring())
@@ -248,6 +279,27 @@ def test_plaintext_injected_in_place_of_an_envelope_is_refused(place: str, table
         **({"pattern": "%sealed%"} if column == "detail" else {}))
     with pytest.raises(SealError, match=r"not encrypted|does not decrypt"):
         read_back(app, table, run_id)
+
+
+@pytest.mark.parametrize(("table", "column", "key"), [("history", "detail", "error"),
+                                                      ("runs", "error", "traceback")])
+def test_plaintext_added_beside_a_sealed_json_value_is_refused(place: str, table: str, column: str,
+                                                               key: str) -> None:
+    app = build(place, keyring())
+    run_id = app.start("canary", f"{CANARY}-x").run_id
+    assert drive(app, run_id, "fail") == "failed"
+    raw = Raw(place)
+    keys = "seq" if table == "history" else "run_id"
+    found = raw(f"SELECT {keys}, {column} FROM {table} WHERE run_id = :run_id AND {column} LIKE :pattern",
+                run_id=run_id, pattern="%sealed%")
+    rows = [(k, json.loads(v)) for k, v in found]
+    assert rows
+    where, value = rows[-1]
+    raw(f"UPDATE {table} SET {column} = :value WHERE run_id = :run_id AND {keys} = :where",
+        value=json.dumps({**value, key: "injected"}), run_id=run_id, where=where)
+    with pytest.raises(SealError, match=rf"plaintext beside its sealed value \({key}\)"):
+        read_back(app, table, run_id)
+    app.close()
 
 
 def runs_of_one(app: cairn.App) -> str:

@@ -40,6 +40,8 @@ class TenantKeys:
     versions: list[KeyVersion]
     values: dict[int, int]
     old: int
+    #: artifacts on older keys: ``reencrypt`` does not move them yet (docs/design.md)
+    old_artifacts: int = 0
 
 
 @dataclass(slots=True)
@@ -72,7 +74,8 @@ class Keys:
             rows = self.store.inner.data_keys(name)  # type: ignore[attr-defined]
             progress = self.store.key_status(name)
             found.append(TenantKeys(name, [KeyVersion(r.version, r.kek_id, r.created_at) for r in rows],
-                                    dict(sorted(progress.versions.items())), progress.old))
+                                    dict(sorted(progress.versions.items())), progress.old,
+                                    progress.old_artifacts))
         return found
 
     def rotate(self, tenant: str | None = None) -> list[tuple[str, int]]:

@@ -60,12 +60,15 @@ def keys_status(ctx: click.Context, tenant: str | None, as_json: bool, db: str |
         if as_json:
             echo_json({"tenant": t.tenant, "versions": [{"version": v.version, "kek": v.kek_id,
                                                          "created_at": v.created_at} for v in t.versions],
-                       "values": {str(k): n for k, n in t.values.items()}, "old": t.old})
+                       "values": {str(k): n for k, n in t.values.items()}, "old": t.old,
+                       "old_artifacts": t.old_artifacts})
             continue
         newest = max((v.version for v in t.versions), default=0)
         counts = ", ".join(f"v{k}: {n}" for k, n in t.values.items()) or "none"
+        artifacts = (f"; {t.old_artifacts} artifacts on older keys (reencrypt does not move artifacts yet)"
+                     if t.old_artifacts else "")
         echo(f"{t.tenant}: newest v{newest} ({len(t.versions)} versions), values {counts}; "
-             f"{t.old} on older keys")
+             f"{t.old} on older keys{artifacts}")
 
 
 @keys.command("rotate")

@@ -12,10 +12,11 @@ pass killed half-way (SIGKILL included) is resumed by the next, which skips
 what is already on the newest key with a header read. ``pause`` throttles
 it: the seconds to sleep after each page.
 
-Memory moves too: long-term items (value and text to embed), run memory,
-thread messages. Not moved yet: the cold copies of items (compressed sealed
-bytes) and artifacts (a new envelope is a new address, and every row naming
-the old one would have to follow): they stay readable under their old key.
+Memory moves too: long-term items (value and text to embed, and the cold
+copies of their values: thawed, sealed again, frozen again), run memory,
+thread messages; and approvers' decision comments. Not moved yet:
+artifacts (a new envelope is a new address, and every row naming the old
+one would have to follow): they stay readable under their old key.
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ from typing import Any, Protocol
 
 import msgspec
 
+from cairn.errors import PayloadError
 from cairn.security.envelope import HEADER_SIZE, MAGIC, Place
+from cairn.store.coldvalues import freeze, thaw
 from cairn.store.rows import LINK_TAG, unpack_payload
 
 #: detail keys the database reads itself, kept in plaintext beside ``"sealed"`` (``cairn.store.sealed``)
 PLAIN_DETAIL = frozenset({"usage", "cost", "from_position", "step_kind", "name", "sealed_at"})
+#: the keys an entry's detail may hold beside ``"sealed"``: those, and what the store adds around
+#: a sealed detail itself (``lifecycle.resolve_operation``); anything else is refused when read
+BESIDE_SEALED = PLAIN_DETAIL | {"resolved_by", "position", "done", "actor"}
 
 
 class Sealing(Protocol):
@@ -67,11 +73,18 @@ class Progress:
     versions: Counter[int] = field(default_factory=Counter)
     moved: int = 0
     raced: int = 0
+    #: artifacts the tenant's rows name, per key version (counted by a status scan only)
+    artifacts: Counter[int] = field(default_factory=Counter)
 
     @property
     def old(self) -> int:
         """Values still sealed under an older version than the newest."""
         return sum(n for v, n in self.versions.items() if v < self.newest)
+
+    @property
+    def old_artifacts(self) -> int:
+        """Artifacts still sealed under an older version (a pass does not move them yet)."""
+        return sum(n for v, n in self.artifacts.items() if v < self.newest)
 
 
 def version_of(data: bytes | None) -> int | None:
@@ -184,8 +197,12 @@ class Rekeyer:
         self._history()
         self._mailbox()
         self._items()
+        self._cold()
         self._run_memory()
         self._threads()
+        self._approvals()
+        if not self.move:
+            self._artifacts()
         return self.progress
 
     def _runs(self) -> None:
@@ -271,6 +288,26 @@ class Rekeyer:
             after_ns, after_key = rows[-1][0], rows[-1][1]
             self._rest()
 
+    def _cold(self) -> None:
+        """The cold copies of items: thawed, their envelope sealed again at
+        the item's value place, frozen again (compare-and-set on the old
+        compressed bytes; a rewarm or a put since drops the copy: nothing to write)."""
+        after_ns, after_key = "", ""
+        while rows := self.inner.rekey_page("rekey_cold_page", {
+                "tenant": self.tenant, "after_ns": after_ns, "after_key": after_key, "limit": self.page}):
+            for namespace, key, codec, size, value in rows:
+                value = bytes(value)
+                where = _ENCODE.encode([namespace, key]).decode()
+                held = thaw(codec, size, value, what=f"the cold copy of memory item {where}")
+                again = self._bytes(Place(self.tenant, "-", "memory_items", where, "value"), held)
+                if again is not None:
+                    codec, size, frozen = freeze(again)
+                    self._write("rekey_cold_set", {"tenant": self.tenant, "namespace": namespace, "key": key,
+                                                   "codec": codec, "size": size, "value": frozen,
+                                                   "old_value": value})
+            after_ns, after_key = rows[-1][0], rows[-1][1]
+            self._rest()
+
     def _run_memory(self) -> None:
         after_run, after_key = "", ""
         while rows := self.inner.rekey_page("rekey_run_memory_page", {
@@ -296,4 +333,40 @@ class Rekeyer:
                     self._write("rekey_thread_set", {"tenant": self.tenant, "thread_id": thread_id,
                                                      "idx": idx, "value": new, "old_value": value})
             after_thread, after_idx = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _approvals(self) -> None:
+        """Decision comments: base64 text of an envelope (plaintext, adopting)."""
+        after_run, after_request = "", ""
+        while rows := self.inner.rekey_page("rekey_approvals_page", {
+                "tenant": self.tenant, "after_run": after_run, "after_request": after_request,
+                "limit": self.page}):
+            for run_id, request_id, comment in rows:
+                try:
+                    sealed: bytes | None = base64.b64decode(comment, validate=True)
+                except (binascii.Error, ValueError):
+                    sealed = None
+                if version_of(sealed) is None:  # plaintext (adopting)
+                    sealed = comment.encode()
+                again = self._bytes(Place(self.tenant, run_id, "approvals", request_id, "comment"), sealed)
+                if again is not None:
+                    self._write("rekey_approval_set", {"run_id": run_id, "request_id": request_id,
+                                                       "comment": base64.b64encode(again).decode(),
+                                                       "old_comment": comment})
+            after_run, after_request = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _artifacts(self) -> None:
+        """Count the key versions of the artifacts the tenant's rows name
+        (plaintext ones as version 0); a missing artifact is not counted."""
+        after = ""
+        while rows := self.inner.rekey_page("rekey_artifact_refs_page", {
+                "tenant": self.tenant, "after": after, "limit": self.page}):
+            for (ref,) in rows:
+                try:
+                    data = self.inner.get_artifact(ref)
+                except PayloadError:
+                    continue
+                self.progress.artifacts[version_of(data) or 0] += 1
+            after = rows[-1][0]
             self._rest()

@@ -20,7 +20,9 @@ memory item value / text   ``memory_items``, ``[namespace, key]``, ``value`` /
                            ``index_text`` (run ``-``)
 run memory                 ``memory_run``, the key, ``value``
 thread message / summary   ``memory_threads``, the thread, ``value`` (run ``-``)
-operator text (a reason)   ``operator``, ``-``, ``reason`` (run ``-``)
+operator text (a reason,   ``operator``, ``-``, ``reason`` (run ``-``)
+a migration's check/reason)
+approval decision comment  ``approvals``, the request id, ``comment``
 =========================  ==================================================
 
 JSON columns keep the keys the database itself reads in plaintext (a model
@@ -35,9 +37,10 @@ envelope, or one that does not open at the place it is read from, raises
 (a wrong or missing key) is parked as ``needs_attention`` with that error
 and not returned, so nothing is executed or overwritten.
 
-Not sealed yet (see docs/design.md, "Encryption at rest"): the other JSON the
-store writes itself (a quarantine's cause, lease and budget details) and
-LangGraph checkpoints. Keys and the sealing itself are ``cairn.store.sealing``;
+Not sealed (see docs/design.md, "Encryption at rest"): the JSON the store
+composes itself from its own columns (a quarantine's cause, lease and budget
+details: counts, times, worker names, limits; no run value) and LangGraph
+checkpoints. Keys and the sealing itself are ``cairn.store.sealing``;
 rotation and adoption passes ``cairn.store.rekey``.
 """
 
@@ -81,6 +84,7 @@ from cairn.store.records import (
     Approval,
     ApprovalRequest,
     ApprovalStatus,
+    BundleRecord,
     Claim,
     Delivery,
     EventType,
@@ -113,6 +117,11 @@ _DECODE = msgspec.json.Decoder()
 
 def _run_place(run: RunRecord | NewRun, kind: str) -> Place:
     return Place(run.tenant, run.run_id, "runs", "-", kind)
+
+
+def _comment_place(tenant: str, run_id: str, request_id: str) -> Place:
+    """Where an approval's decision comment is sealed: its request's row."""
+    return Place(tenant, run_id, "approvals", request_id, "comment")
 
 
 def _entry_position(event: HistoryEvent) -> str:
@@ -349,7 +358,9 @@ class SealedStore:
             approval.request)
         decision = self.sealer.open_payload(
             self._mail_place(tenant, approval.run_id, f"approval:{approval.request_id}"), approval.decision)
-        return dataclasses.replace(approval, request=request, decision=decision)
+        comment = self._open_text(_comment_place(tenant, approval.run_id, approval.request_id),
+                                  approval.comment)
+        return dataclasses.replace(approval, request=request, decision=decision, comment=comment)
 
     def _open_claim(self, claim: Claim, worker: str) -> Claim | None:
         """The claim opened; ``None`` if its values do not open: the run is
@@ -502,9 +513,11 @@ class SealedStore:
 
     def decide_approval(self, run_id: str, request_id: str, status: ApprovalStatus, payload: Payload | None,
                         comment: str | None, *, actor: str) -> Approval:
-        place = self._mail_place(self._tenant(run_id), run_id, f"approval:{request_id}")
+        tenant = self._tenant(run_id)
+        place = self._mail_place(tenant, run_id, f"approval:{request_id}")
+        sealed = self._seal_text(_comment_place(tenant, run_id, request_id), comment)
         return self._open_approval(self.inner.decide_approval(
-            run_id, request_id, status, self._payload(place, payload), comment, actor=actor))
+            run_id, request_id, status, self._payload(place, payload), sealed, actor=actor))
 
     def approvals(self, **kwargs: Any) -> list[Approval]:
         return [self._open_approval(a) for a in self.inner.approvals(**kwargs)]
@@ -544,8 +557,15 @@ class SealedStore:
     def set_budget(self, run_id: str, budget: dict[str, Any], *, actor: str | None = None) -> RunRecord:
         return self._open_run(self.inner.set_budget(run_id, budget, actor=actor))
 
-    def migrate_run(self, *args: Any, **kwargs: Any) -> RunRecord:
-        return self._open_run(self.inner.migrate_run(*args, **kwargs))
+    def migrate_run(self, run_id: str, bundle: BundleRecord, detail: dict[str, Any], *,
+                    actor: str | None = None, checked_seq: int | None = None) -> RunRecord:
+        """The move's detail with its texts (the replay check's finding, the
+        reason of a forced move) sealed as operator text (``seal_text``): the
+        store writes them into the ``run.migrated`` entry it numbers itself."""
+        tenant = self._tenant(run_id)
+        sealed = {k: self.sealer.seal_text(tenant, v) if isinstance(v, str) else v for k, v in detail.items()}
+        return self._open_run(self.inner.migrate_run(run_id, bundle, sealed, actor=actor,
+                                                     checked_seq=checked_seq))
 
     # -- memory: values and the text to embed --------------------------------------------------------
 

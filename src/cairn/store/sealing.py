@@ -38,7 +38,7 @@ from cairn.security.envelope import (
 from cairn.security.keyring import Keyring
 from cairn.store.keysql import DataKeyRow
 from cairn.store.records import Payload
-from cairn.store.rekey import PLAIN_DETAIL, REASON_PREFIX, reason_place
+from cairn.store.rekey import BESIDE_SEALED, PLAIN_DETAIL, REASON_PREFIX, reason_place
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -263,9 +263,11 @@ class Sealer:
 
     def open_json(self, place: Place, value: dict[str, Any] | None) -> dict[str, Any] | None:
         """The value ``seal_json`` sealed, and any operator text in it
-        (``seal_text``) opened. The other keys of a value were written by
-        the store itself (a status, an actor, a quarantine's cause) and are
-        read as they are."""
+        (``seal_text``) opened. Beside ``"sealed"`` only the keys kept in
+        plaintext on purpose are accepted (``BESIDE_SEALED`` in an entry's
+        detail, none in a run's error). A value without ``"sealed"`` was
+        written by the store itself (a status, an actor, a quarantine's
+        cause) and is read as it is."""
         if not isinstance(value, dict):
             return value
         if any(isinstance(v, str) and v.startswith(REASON_PREFIX) for v in value.values()):
@@ -273,6 +275,10 @@ class Sealer:
                      else v for k, v in value.items()}
         if "sealed" not in value:
             return value
+        beside = set(value).difference(("sealed",), BESIDE_SEALED if place.table == "history" else ())
+        if beside:  # no plaintext fallback: nothing is added to a sealed value unsealed
+            raise SealError(f"{place} holds plaintext beside its sealed value ({', '.join(sorted(beside))}): "
+                            "refused, encryption is on")
         sealed = value["sealed"]
         try:
             data = base64.b64decode(sealed, validate=True) if isinstance(sealed, str) else b""

@@ -1795,6 +1795,41 @@ UPDATE memory_thread_messages SET value = %(value)s::bytea
 WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx = %(idx)s::bigint
   AND value = %(old_value)s::bytea
 
+-- name: rekey_cold_page
+SELECT namespace, key, codec, size, value FROM memory_item_cold
+WHERE tenant = %(tenant)s::text
+  AND (namespace > %(after_ns)s::text OR (namespace = %(after_ns)s::text AND key > %(after_key)s::text))
+ORDER BY namespace, key LIMIT %(limit)s::bigint
+
+-- name: rekey_cold_set
+UPDATE memory_item_cold SET codec = %(codec)s::text, size = %(size)s::bigint, value = %(value)s::bytea
+WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text AND key = %(key)s::text
+  AND value = %(old_value)s::bytea
+
+-- The artifacts a tenant's rows name, by ref (cairn keys status counts their key versions).
+-- name: rekey_artifact_refs_page
+SELECT ref FROM (
+    SELECT input_ref AS ref FROM runs WHERE tenant = %(tenant)s::text AND input_ref IS NOT NULL
+    UNION SELECT result_ref FROM runs WHERE tenant = %(tenant)s::text AND result_ref IS NOT NULL
+    UNION SELECT payload_ref FROM history WHERE tenant = %(tenant)s::text AND payload_ref IS NOT NULL
+    UNION SELECT payload_ref FROM mailbox WHERE tenant = %(tenant)s::text AND payload_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_items WHERE tenant = %(tenant)s::text AND value_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_run WHERE tenant = %(tenant)s::text AND value_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND value_ref IS NOT NULL
+) AS refs
+WHERE ref > %(after)s::text ORDER BY ref LIMIT %(limit)s::bigint
+
+-- name: rekey_approvals_page
+SELECT run_id, request_id, comment FROM approvals
+WHERE tenant = %(tenant)s::text
+  AND (run_id > %(after_run)s::text OR (run_id = %(after_run)s::text AND request_id > %(after_request)s::text))
+  AND comment IS NOT NULL
+ORDER BY run_id, request_id LIMIT %(limit)s::bigint
+
+-- name: rekey_approval_set
+UPDATE approvals SET comment = %(comment)s::text
+WHERE run_id = %(run_id)s::text AND request_id = %(request_id)s::text AND comment = %(old_comment)s::text
+
 -- Every tenant with runs or memory: what turning encryption on for an existing database seals.
 -- name: rekey_tenants_page
 SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_items
@@ -1810,6 +1845,8 @@ SELECT 1 WHERE EXISTS (SELECT 1 FROM runs WHERE input_ref IS NOT NULL OR result_
   OR EXISTS (SELECT 1 FROM history WHERE payload_ref IS NOT NULL)
   OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref IS NOT NULL)
   OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref IS NOT NULL)
 
 -- Workspace objects (cairn.store.wssql, migration workspaces) ------------------------------
 

@@ -1416,6 +1416,38 @@ ORDER BY thread_id, idx LIMIT :limit
 UPDATE memory_thread_messages SET value = :value
 WHERE tenant = :tenant AND thread_id = :thread_id AND idx = :idx AND value = :old_value
 
+-- name: rekey_cold_page
+SELECT namespace, key, codec, size, value FROM memory_item_cold
+WHERE tenant = :tenant AND (namespace > :after_ns OR (namespace = :after_ns AND key > :after_key))
+ORDER BY namespace, key LIMIT :limit
+
+-- name: rekey_cold_set
+UPDATE memory_item_cold SET codec = :codec, size = :size, value = :value
+WHERE tenant = :tenant AND namespace = :namespace AND key = :key AND value = :old_value
+
+-- The artifacts a tenant's rows name, by ref (cairn keys status counts their key versions).
+-- name: rekey_artifact_refs_page
+SELECT ref FROM (
+    SELECT input_ref AS ref FROM runs WHERE tenant = :tenant AND input_ref IS NOT NULL
+    UNION SELECT result_ref FROM runs WHERE tenant = :tenant AND result_ref IS NOT NULL
+    UNION SELECT payload_ref FROM history WHERE tenant = :tenant AND payload_ref IS NOT NULL
+    UNION SELECT payload_ref FROM mailbox WHERE tenant = :tenant AND payload_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_items WHERE tenant = :tenant AND value_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_run WHERE tenant = :tenant AND value_ref IS NOT NULL
+    UNION SELECT value_ref FROM memory_thread_messages WHERE tenant = :tenant AND value_ref IS NOT NULL
+) AS refs
+WHERE ref > :after ORDER BY ref LIMIT :limit
+
+-- name: rekey_approvals_page
+SELECT run_id, request_id, comment FROM approvals
+WHERE tenant = :tenant AND (run_id > :after_run OR (run_id = :after_run AND request_id > :after_request))
+  AND comment IS NOT NULL
+ORDER BY run_id, request_id LIMIT :limit
+
+-- name: rekey_approval_set
+UPDATE approvals SET comment = :comment
+WHERE run_id = :run_id AND request_id = :request_id AND comment = :old_comment
+
 -- Every tenant with runs or memory: what turning encryption on for an existing database seals.
 -- name: rekey_tenants_page
 SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_items
@@ -1431,6 +1463,8 @@ SELECT 1 WHERE EXISTS (SELECT 1 FROM runs WHERE input_ref IS NOT NULL OR result_
   OR EXISTS (SELECT 1 FROM history WHERE payload_ref IS NOT NULL)
   OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref IS NOT NULL)
   OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref IS NOT NULL)
 
 -- Workspace objects (cairn.store.wssql, migration workspaces) ------------------------------
 
