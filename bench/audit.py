@@ -41,10 +41,10 @@ def chain(on: bool) -> Iterator[None]:
     """The stores' chain work on (as shipped) or taken out of the write."""
     kept = sqlite._audited, sqlite._previous_link, postgres._event_params
     if not on:
-        def no_link(values: Any, event: Any, previous: Any, opener: Any) -> tuple[None, None]:
+        def no_link(values: Any, event: Any, previous: Any, digester: Any) -> tuple[None, None]:
             return None, None
 
-        def plain_params(event: Any, opener: Any = None) -> dict[str, Any]:
+        def plain_params(event: Any, digester: Any = None) -> dict[str, Any]:
             params = dict(zip(postgres._EVENT_KEYS, postgres.event_values(event), strict=True))
             params.update(digest=None, audit_head=None, audit_tail=None)
             return params
