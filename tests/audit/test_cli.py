@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from cairn.cli.main import main as cli
-from tests.audit.test_chain import made
 from cairn.security.keyring import LocalKeyring
+from tests.audit.test_chain import made
 from tests.encryption.test_sealed_store import Raw, build, drive, runs_of
 
 

@@ -7,15 +7,20 @@ checked, while an edited ciphertext under a live key stays tampered."""
 from __future__ import annotations
 
 import hmac
+from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
+from click.testing import CliRunner
 
 import cairn
+from cairn.cli.main import main as cli
+from cairn.security.keyring import LocalKeyring, new_kek_line
 from cairn.store.auditlinks import AuditKey, digest
 from cairn.store.auditverify import verify_store
 from tests.audit.test_chain import a_step, made
-from tests.encryption.test_sealed_store import Raw, build
+from tests.encryption.test_sealed_store import Raw, build, drive, runs_of
 
 
 def reopened(app: cairn.App, place: str) -> cairn.App:
@@ -144,4 +149,27 @@ def test_an_edited_ciphertext_on_a_live_key_stays_tampered(place: str) -> None:
     assert chains.problems, "the edit went unnoticed"
     assert "does not open" in str(chains.problems[0])
     assert f"entry {seq}" in str(chains.problems[0])
+    app.close()
+
+
+def test_a_database_adopted_into_encryption_still_verifies(place: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries digested in the clear before ``cairn keys adopt`` sealed them
+    keep their plain digests: they verify, and new sealed entries are keyed."""
+    monkeypatch.setenv("CAIRN_KEYRING", "")
+    keys = tmp_path / "keys"
+    keys.write_text(new_kek_line("k1") + "\n")
+    plain = build(place, None, inline_limit=1 << 20)
+    runs_of(plain)
+    plain.close()
+    done = CliRunner().invoke(cli, ["--db", place, "keys", "adopt", "--keyring", f"file:{keys}"])
+    assert done.exit_code == 0, done.output
+    app = build(place, LocalKeyring.from_file(keys), inline_limit=1 << 20)
+    assert verify_store(app.store).problems == []
+    later = app.start("canary", "after adoption", tenant="a").run_id
+    drive(app, later, "ok")
+    raw = Raw(place)
+    seq = a_step(raw, later)
+    assert stored_digest(raw, later, seq) != plain_digest(app, later, seq)
+    assert verify_store(app.store).problems == []
     app.close()

@@ -59,6 +59,8 @@ class AuditKeys:
         self._open = open_entry
         self._tenant_of = tenant_of
         self._keys: dict[str, AuditKey] = {}
+        #: tenant -> when its data key 1 was made (``written_before_keys``)
+        self._created: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def key(self, tenant: str) -> AuditKey:
@@ -97,6 +99,23 @@ class AuditKeys:
                 raise KeyGone(f"a key of entry {event.seq} is gone (erased): {exc}") from None
             raise
         return self.key(tenant).digest(data, opened)
+
+    def plain_before_keys(self, event: HistoryEvent, tenant: str) -> bytes | None:
+        """The plain SHA-256 digest of ``event`` if it was written before its
+        tenant's first data key (so before its audit key), else ``None``: its
+        digest was plain then, and ``cairn keys adopt`` sealed it keeping
+        the digest. The verifier accepts a plain digest for such an entry
+        only; every write after the key is keyed."""
+        created = self._created.get(tenant)
+        if created is None:
+            row = next((r for r in self._store.data_keys(tenant) if r.version == AUDIT_KEY_VERSION), None)
+            if row is None:
+                return None
+            created = self._created[tenant] = row.created_at
+        if float(event.at) >= created:
+            return None
+        data, detail = self._open(event, tenant)
+        return auditlinks.digest(data, detail)
 
     def _erased(self, tenant: str, event: HistoryEvent) -> bool:
         """Whether ``event`` was sealed with a data key that was destroyed (the

@@ -82,13 +82,16 @@ class Chains:
 
 def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], digester: Digester | None,
                   want: dict[str, int] | None = None, check_digests: bool = True,
-                  legacy: dict[str, int] | None = None) -> Chains:
+                  legacy: dict[str, int] | None = None,
+                  plain_before: Callable[[Any, str], bytes | None] | None = None) -> Chains:
     """Check every row (``auditsql.ENTRY_COLUMNS``, in ``(run_id, seq)``
     order). ``tenants``: run -> tenant from the run rows; ``legacy``: run ->
     its last entry written before the chain (``audit_legacy``: only those
     may have no link); ``digester``: a sealed
     entry's keyed digest (``None``: the store does not seal); ``want``: run ->
-    seq whose link to keep in ``found``. ``check_digests=False`` checks the
+    seq whose link to keep in ``found``; ``plain_before``: the plain digest
+    of an entry written before its tenant's audit key existed (``None`` for
+    a later one: ``auditkeys.AuditKeys.plain_before_keys``). ``check_digests=False`` checks the
     links only (no payload read back, no decryption)."""
     chains = Chains()
     wanted = want or {}
@@ -134,7 +137,7 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
                                      f"({tenants.get(run_id)!r}): moved across tenants")
             continue
         if check_digests:
-            problem = _digest_problem(row, tenant, digester, stored_digest)
+            problem = _digest_problem(row, tenant, digester, stored_digest, plain_before)
             if problem is _ERASED:
                 chains.erased += 1
             elif problem is not None:
@@ -161,15 +164,18 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
 _ERASED = "erased"
 
 
-def _digest_problem(row: tuple[Any, ...], tenant: str, digester: Digester | None,
-                    stored: bytes) -> str | None:
+def _digest_problem(row: tuple[Any, ...], tenant: str, digester: Digester | None, stored: bytes,
+                    plain_before: Callable[[Any, str], bytes | None] | None = None) -> str | None:
     """What is wrong with an entry's payload and detail against its digest (``None``: nothing)."""
     try:
         if digester is None:  # the stored values themselves (no entry built)
             detail = None if row[14] is None else _decode_json(row[14])
             found = digest(unpack_payload(row[12], f"the payload of entry {row[1]}", False), detail)
         else:
-            found = digester(event_from_row(row[:15], lenient=False), tenant)
+            event = event_from_row(row[:15], lenient=False)
+            found = digester(event, tenant)
+            if found != stored and plain_before is not None:
+                found = plain_before(event, tenant) or found
     except KeyGone:
         return _ERASED  # nothing to check its digest against: its link still is
     except SealError as exc:
@@ -190,7 +196,7 @@ def verify_store(store: Any, *, tenant: str | None = None, run_id: str | None = 
     rows = store.audit_entries(tenant=tenant, run_id=run_id)
     tenants = store.audit_run_tenants(tenant=tenant, run_id=run_id)
     return verify_chains(rows, tenants, getattr(store, "audit_digest", None), want, check_digests,
-                         store.audit_legacy())
+                         store.audit_legacy(), getattr(store, "audit_plain_before", None))
 
 
 def check_anchor(chains: Chains, heads: dict[str, tuple[int, bytes]], tenant_of: dict[str, str],

@@ -169,6 +169,7 @@ class SealedStore:
         # the audit chain digests what an entry says, keyed by its tenant (store/auditkeys.py)
         self.audit_keys = AuditKeys(inner, keyring, self.audit_plaintext, self._tenant)
         inner.audit_digest = self.audit_keys.digest  # type: ignore[attr-defined]
+        inner.audit_plain_before = self.audit_keys.plain_before_keys  # type: ignore[attr-defined]
 
     def audit_plaintext(self, event: HistoryEvent, tenant: str | None) -> tuple[bytes | None, Any]:
         """``event``'s payload bytes and detail opened: what its audit digest covers."""
