@@ -173,3 +173,39 @@ def test_a_database_adopted_into_encryption_still_verifies(place: str, tmp_path:
     assert stored_digest(raw, later, seq) != plain_digest(app, later, seq)
     assert verify_store(app.store).problems == []
     app.close()
+
+
+def test_a_key_version_that_never_existed_is_an_edit_not_an_erasure(place: str) -> None:
+    """An envelope header rewritten to name key 99 (the tenant's newest is 1) hides nothing as 'erased'."""
+    app, runs = made(place, True)
+    raw = Raw(place)
+    seq = a_step(raw, runs["a1"])
+    where = {"r": runs["a1"], "s": seq}
+    data = bytearray(raw("SELECT payload FROM history WHERE run_id = :r AND seq = :s", **where)[0][0])
+    data[4:8] = (99).to_bytes(4, "big")
+    raw("UPDATE history SET payload = :p WHERE run_id = :r AND seq = :s", p=bytes(data), **where)
+    app = reopened(app, place)
+    chains = verify_store(app.store)
+    assert chains.erased == 0
+    assert chains.problems, "the edit went unnoticed"
+    assert f"run {runs['a1']!r} entry {seq}: a sealed value does not open" in str(chains.problems[0])
+    app.close()
+
+
+def test_data_key_1_destroyed_after_a_rotation_erases_every_sealed_entry_of_the_tenant(place: str) -> None:
+    """The audit key comes from data key 1: without it no sealed entry's digest can be recomputed,
+    those sealed under key 2 included (they still open): all ERASED, none TAMPERED."""
+    app, _ = made(place, True)
+    store: Any = app.store
+    assert store.rotate("b") == 2
+    later = app.start("canary", "under key 2", tenant="b").run_id
+    drive(app, later, "ok")
+    raw = Raw(place)
+    raw("DELETE FROM data_keys WHERE tenant = 'b' AND version = 1")
+    app = reopened(app, place)
+    chains = verify_store(app.store)
+    assert chains.problems == []
+    b_runs = {run_id for (run_id,) in raw("SELECT run_id FROM runs WHERE tenant = 'b'")}
+    assert later in b_runs
+    assert chains.erased == len([e for e in sealed_entries(raw) if e[0] in b_runs])
+    app.close()
