@@ -5,6 +5,11 @@ with the chain off, and how fast the verifier checks entries.
     python -m bench.audit --sqlite-only
     python -m bench.audit --quick            # small sizes
 
+Keyed digests (encryption on): each entry's digest alone, plain SHA-256
+against HMAC-SHA-256 under a tenant's audit key, and a step's cost on an
+encrypted SQLite app with the keyed digest as shipped against the plain
+digest swapped in, alternated round by round like the chain's.
+
 Step cost: one run of ``--steps`` steps (``app.run``, durability ``process``)
 on a fresh database, with the chain and without it, alternated round by
 round so drift hits both alike; medians of ``--rounds``, wall and CPU time
@@ -41,10 +46,10 @@ def chain(on: bool) -> Iterator[None]:
     """The stores' chain work on (as shipped) or taken out of the write."""
     kept = sqlite._audited, sqlite._previous_link, postgres._event_params
     if not on:
-        def no_link(values: Any, event: Any, previous: Any, opener: Any) -> tuple[None, None]:
+        def no_link(values: Any, event: Any, previous: Any, digester: Any) -> tuple[None, None]:
             return None, None
 
-        def plain_params(event: Any, opener: Any = None) -> dict[str, Any]:
+        def plain_params(event: Any, digester: Any = None) -> dict[str, Any]:
             params = dict(zip(postgres._EVENT_KEYS, postgres.event_values(event), strict=True))
             params.update(digest=None, audit_head=None, audit_tail=None)
             return params
@@ -104,7 +109,7 @@ def pg_step(admin: str) -> Callable[[bool, int], tuple[float, float]]:
 
 
 def side_by_side(name: str, measure: Callable[[bool, int], tuple[float, float]], steps: int,
-                 rounds: int) -> None:
+                 rounds: int, labels: tuple[str, str] = ("chain on", "off")) -> None:
     on: list[tuple[float, float]] = []
     off: list[tuple[float, float]] = []
     for i in range(rounds):
@@ -113,7 +118,7 @@ def side_by_side(name: str, measure: Callable[[bool, int], tuple[float, float]],
     for label, index in (("wall", 0), ("CPU", 1)):
         a = statistics.median(x[index] for x in on)
         b = statistics.median(x[index] for x in off)
-        print(f"{name:10} {label:4} per step: chain on {a:8.1f} us, off {b:8.1f} us, "
+        print(f"{name:10} {label:4} per step: {labels[0]} {a:8.1f} us, {labels[1]} {b:8.1f} us, "
               f"difference {a - b:+6.1f} us ({a / b:.3f}x); {rounds} rounds of {steps} steps")
 
 
@@ -174,6 +179,52 @@ def chain_work(rows: list[tuple[Any, ...]], repeat: int) -> float:
     return (time.process_time() - started) / (repeat * len(rows)) * 1e6
 
 
+@contextlib.contextmanager
+def keyed(on: bool) -> Iterator[None]:
+    """A sealed store's entry digests keyed (as shipped) or the plain
+    SHA-256 of before (``AuditKey.digest`` swapped for ``auditlinks.digest``)."""
+    kept = auditlinks.AuditKey.digest
+    if not on:
+        auditlinks.AuditKey.digest = lambda self, data, detail: auditlinks.digest(data, detail)  # type: ignore
+    try:
+        yield
+    finally:
+        auditlinks.AuditKey.digest = kept  # type: ignore[method-assign]
+
+
+def sealed_step(on: bool, steps: int) -> tuple[float, float]:
+    """A step's cost on an encrypted SQLite app, its digests keyed or plain."""
+    import base64
+    import os
+
+    ring = "kek1 " + base64.b64encode(bytes(32)).decode()
+    os.environ["CAIRN_BENCH_KEYS"], os.environ["CAIRN_KEYRING"] = ring, "env:CAIRN_BENCH_KEYS"
+    try:
+        with fresh_dir(f"audit-keyed-{'on' if on else 'off'}") as d, keyed(on):
+            return step_cost(lambda: build(d / "cairn.sqlite"), steps)
+    finally:
+        del os.environ["CAIRN_KEYRING"], os.environ["CAIRN_BENCH_KEYS"]
+
+
+def digest_work(rows: list[tuple[Any, ...]], repeat: int) -> tuple[float, float]:
+    """CPU microseconds per entry of the plain and of the keyed digest, alternated."""
+    import json
+
+    details = [None if r[14] is None else json.loads(r[14]) for r in rows]
+    key = auditlinks.AuditKey(bytes(range(32)))
+    times: tuple[list[float], list[float]] = ([], [])
+    for i in range(repeat * 2):
+        use_key = i % 2 == 1
+        started = time.process_time()
+        for row, detail in zip(rows, details, strict=True):
+            if use_key:
+                key.digest(row[12], detail)
+            else:
+                auditlinks.digest(row[12], detail)
+        times[use_key].append((time.process_time() - started) / len(rows) * 1e6)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def verify_speed(rows: list[tuple[Any, ...]], tenants: dict[str, str], digests: bool, repeat: int) -> float:
     started = time.process_time()
     for _ in range(repeat):
@@ -197,6 +248,10 @@ def main() -> None:
     for digests in (False, True):
         what = "links and digests" if digests else "links only"
         print(f"verify ({what}): {verify_speed(rows, tenants, digests, 3):,.0f} entries/s CPU")
+    plain, keyed_us = digest_work(rows, 5)
+    print(f"entry digest alone: plain SHA-256 {plain:.2f} us, keyed (HMAC-SHA-256) {keyed_us:.2f} us CPU, "
+          f"difference {keyed_us - plain:+.2f} us per entry")
+    side_by_side("sealed", sealed_step, steps, rounds, ("keyed", "plain"))
     side_by_side("append", store_append, steps * 5, rounds)
     side_by_side("sqlite", sqlite_step, steps, rounds)
     if not args.sqlite_only:

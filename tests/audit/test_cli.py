@@ -5,14 +5,18 @@ anchor, log --json; bad input is a one-line error."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from cairn.cli.main import main as cli
+from cairn.security.keyring import LocalKeyring
 from tests.audit.test_chain import made
-from tests.encryption.test_sealed_store import Raw, drive
+from tests.encryption.test_sealed_store import Raw, build, drive, runs_of
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -97,3 +101,29 @@ def test_bad_anchor_and_key_files_are_one_line_errors(place: str, tmp_path: Path
     assert code == 1, out
     assert "signature does not match" in out, out
     app.close()
+
+
+def test_verify_reports_erased_entries_apart_from_tampered_ones(place: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant's keys destroyed: ``cairn audit verify`` (a new process's view,
+    keyring from ``$CAIRN_KEYRING``) names its entries ERASED, the chains hold;
+    an actor forged on an erased entry is still TAMPERED."""
+    ring = LocalKeyring({"kek1": os.urandom(32)}, "kek1")
+    app = build(place, ring)
+    runs = runs_of(app)
+    app.close()
+    monkeypatch.setenv("CAIRN_KEYRING", "env:AUDIT_TEST_KEYS")
+    monkeypatch.setenv("AUDIT_TEST_KEYS", "kek1 " + base64.b64encode(ring._kek("kek1")).decode())
+    raw = Raw(place)
+    raw("DELETE FROM data_keys WHERE tenant = 'b'")
+    code, out = run("audit", "verify", "--db", place, "--json")
+    assert code == 3, out  # chains hold (no anchor given: UNANCHORED, never TAMPERED)
+    report = json.loads(out)
+    assert report["verdict"] == "UNANCHORED"
+    assert report["erased"] > 5
+    assert "ERASED" in report["summary"]
+    seq = raw("SELECT min(seq) FROM history WHERE run_id = :r AND payload IS NOT NULL", r=runs["b1"])[0][0]
+    raw("UPDATE history SET worker = 'someone-else' WHERE run_id = :r AND seq = :s", r=runs["b1"], s=seq)
+    code, out = run("audit", "verify", "--db", place)
+    assert code == 4, out
+    assert out.startswith(f"TAMPERED: run {runs['b1']!r} entry {seq}"), out

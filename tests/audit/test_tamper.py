@@ -207,14 +207,14 @@ class Tamperer:
         return flat(runs)
 
 
-def verdict(rows: list[Row], tenants: dict[str, str], opener: Any, heads: dict[str, tuple[int, bytes]],
+def verdict(rows: list[Row], tenants: dict[str, str], digester: Any, heads: dict[str, tuple[int, bytes]],
             legacy: dict[str, int]) -> list[Problem]:
     want = {run: seq for run, (seq, _) in heads.items()}
-    chains = verify_chains(rows, tenants, opener, want, legacy=legacy)
+    chains = verify_chains(rows, tenants, digester, want, legacy=legacy)
     return chains.problems + check_anchor(chains, heads, tenants, "the checkpoint")
 
 
-def quick_verdict(tampered: list[Row], original: dict[str, list[Row]], tenants: dict[str, str], opener: Any,
+def quick_verdict(tampered: list[Row], original: dict[str, list[Row]], tenants: dict[str, str], digester: Any,
                   heads: dict[str, tuple[int, bytes]], legacy: dict[str, int]) -> list[Problem]:
     """``verdict`` of ``tampered``, verifying only the runs whose rows differ
     from ``original`` (chains are per run: an untouched run's verdict is the
@@ -223,7 +223,7 @@ def quick_verdict(tampered: list[Row], original: dict[str, list[Row]], tenants: 
     touched = {r for r in set(now) | set(original) if now.get(r) != original.get(r)}
     rows = [row for r in sorted(touched) for row in now.get(r, [])]
     touched_heads = {r: h for r, h in heads.items() if r in touched}
-    return verdict(rows, tenants, opener, touched_heads, legacy)
+    return verdict(rows, tenants, digester, touched_heads, legacy)
 
 
 def write_back(raw: Raw, rows: list[Row]) -> None:
@@ -251,8 +251,8 @@ def test_every_tampering_of_the_history_is_detected(place: str, sealed: bool) ->
     rows = list(store.audit_entries())
     tenants = store.audit_run_tenants()
     legacy = store.audit_legacy()
-    opener = getattr(store, "audit_open", None)
-    assert verdict(rows, tenants, opener, heads, legacy) == []  # the control: untouched rows pass
+    digester = getattr(store, "audit_digest", None)
+    assert verdict(rows, tenants, digester, heads, legacy) == []  # the control: untouched rows pass
 
     rng = random.Random(f"{place[:6]}-{sealed}")
     tamper = Tamperer(rows, backup, rng)
@@ -264,7 +264,7 @@ def test_every_tampering_of_the_history_is_detected(place: str, sealed: bool) ->
         if tampered == rows:
             continue  # not a change (cannot happen by construction; never counted)
         tried[kind] += 1
-        if not quick_verdict(tampered, tamper.runs, tenants, opener, heads, legacy):
+        if not quick_verdict(tampered, tamper.runs, tenants, digester, heads, legacy):
             missed.append((kind, trial))
     print(f"\n{place.split(':')[0]} {'sealed' if sealed else 'plain'}: {sum(tried.values())} trials, "
           f"{sum(tried.values()) - len(missed)} detected; by kind {dict(tried)}")
@@ -278,7 +278,7 @@ def test_every_tampering_of_the_history_is_detected(place: str, sealed: bool) ->
         write_back(raw, tampered)
         found = verify_store(store, want={run: seq for run, (seq, _) in heads.items()})
         problems = found.problems + check_anchor(found, heads, tenants, "the checkpoint")
-        expected = verdict(tampered, tenants, opener, heads, legacy)
+        expected = verdict(tampered, tenants, digester, heads, legacy)
         assert [str(p) for p in problems] == [str(p) for p in expected]
         assert problems, f"{kind} written to the database went unnoticed"
     write_back(raw, rows)

@@ -5,7 +5,9 @@ export checkpoints, and show who did what.
 anchor: ``TAMPERED`` (the first bad entry and what is wrong with it),
 ``UNANCHORED`` (every chain holds, but entries newer than the last exported
 checkpoint, or all of them with no anchor, are verified only as chains: a
-cut tail or a rollback there cannot be told) or ``VERIFIED``.
+cut tail or a rollback there cannot be told) or ``VERIFIED``. Entries whose
+keys were destroyed (erasure) are counted as ``ERASED`` in the verdict's
+line: their links still hold, their contents can no longer be checked.
 ``Audit.checkpoint`` signs each tenant's run heads only after verifying
 them (against the anchor too, when one exists: a rolled-back database is
 never re-anchored in its rolled-back state). ``Audit.log`` lists the
@@ -48,6 +50,8 @@ class Report:
     anchored: int = 0
     #: entries written before the chain existed (not verifiable)
     before_chain: int = 0
+    #: entries whose key was destroyed (erasure): their links verified, their contents unreadable
+    erased: int = 0
     problems: list[Problem] = field(default_factory=list)
     #: tenant -> time of the checkpoint verified against
     anchors: dict[str, float] = field(default_factory=dict)
@@ -61,6 +65,9 @@ class Report:
         counted = f"{self.entries} entries of {self.runs} runs"
         if self.before_chain:
             counted += f" ({self.before_chain} written before the audit chain existed, not verifiable)"
+        if self.erased:
+            counted += (f" ({self.erased} ERASED: their keys were destroyed, their links verified, their "
+                        f"contents unreadable)")
         if self.verdict is Verdict.TAMPERED:
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
             return f"TAMPERED: {self.problems[0]}{more}"
@@ -75,6 +82,7 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "entries": self.entries, "runs": self.runs,
                 "anchored": self.anchored, "unanchored": self.unanchored, "before_chain": self.before_chain,
+                "erased": self.erased,
                 "problems": [{"run_id": p.run_id, "seq": p.seq, "problem": p.what} for p in self.problems],
                 "anchors": self.anchors, "summary": self.summary()}
 
@@ -131,7 +139,7 @@ class Audit:
         chains = verify_store(self._store, tenant=tenant, run_id=run_id,
                               want={run: seq for run, (seq, _) in heads.items()})
         report = Report(Verdict.UNANCHORED, chains.entries, len(chains.heads),
-                        before_chain=chains.before_chain,
+                        before_chain=chains.before_chain, erased=chains.erased,
                         problems=list(chains.problems))
         report.anchors = {t: c.at for t, c in checkpoints.items()}
         stamp = _when(report.anchors) if report.anchors else ""

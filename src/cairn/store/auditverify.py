@@ -23,7 +23,8 @@ from typing import Any
 import msgspec
 
 from cairn.security.envelope import SealError
-from cairn.store.auditlinks import GENESIS, PENDING, Opener, digest, row_link
+from cairn.store.auditkeys import KeyGone
+from cairn.store.auditlinks import GENESIS, PENDING, Digester, digest, row_link
 from cairn.store.rows import DamagedRow, event_from_row, unpack_payload
 
 _decode_json = msgspec.json.decode
@@ -62,6 +63,8 @@ class Chains:
     entries: int = 0
     #: entries written before the chain existed (a prefix of their run's)
     before_chain: int = 0
+    #: entries whose key was destroyed (erased): linked by their stored digest, their content unreadable
+    erased: int = 0
     heads: dict[str, Head] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     #: (run, seq) -> link, for each entry an anchor's head names (``want``)
@@ -77,15 +80,18 @@ class Chains:
             self.problems.append(Problem(run_id, seq, what))
 
 
-def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], opener: Opener | None,
+def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], digester: Digester | None,
                   want: dict[str, int] | None = None, check_digests: bool = True,
-                  legacy: dict[str, int] | None = None) -> Chains:
+                  legacy: dict[str, int] | None = None,
+                  plain_before: Callable[[Any, str], bytes | None] | None = None) -> Chains:
     """Check every row (``auditsql.ENTRY_COLUMNS``, in ``(run_id, seq)``
     order). ``tenants``: run -> tenant from the run rows; ``legacy``: run ->
     its last entry written before the chain (``audit_legacy``: only those
-    may have no link); ``opener``: opens
-    a sealed entry (``None``: the store does not seal); ``want``: run ->
-    seq whose link to keep in ``found``. ``check_digests=False`` checks the
+    may have no link); ``digester``: a sealed
+    entry's keyed digest (``None``: the store does not seal); ``want``: run ->
+    seq whose link to keep in ``found``; ``plain_before``: the plain digest
+    of an entry written before its tenant's audit key existed (``None`` for
+    a later one: ``auditkeys.AuditKeys.plain_before_keys``). ``check_digests=False`` checks the
     links only (no payload read back, no decryption)."""
     chains = Chains()
     wanted = want or {}
@@ -131,8 +137,10 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], open
                                      f"({tenants.get(run_id)!r}): moved across tenants")
             continue
         if check_digests:
-            problem = _digest_problem(row, tenant, opener, stored_digest)
-            if problem is not None:
+            problem = _digest_problem(row, tenant, digester, stored_digest, plain_before)
+            if problem is _ERASED:
+                chains.erased += 1
+            elif problem is not None:
                 chains.fail(run_id, seq, problem)
                 continue
         if row_link(previous, row, stored_digest) != stored_link:
@@ -152,14 +160,24 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], open
     return chains
 
 
-def _digest_problem(row: tuple[Any, ...], tenant: str, opener: Opener | None, stored: bytes) -> str | None:
+#: ``_digest_problem``'s answer for an entry whose key was destroyed
+_ERASED = "erased"
+
+
+def _digest_problem(row: tuple[Any, ...], tenant: str, digester: Digester | None, stored: bytes,
+                    plain_before: Callable[[Any, str], bytes | None] | None = None) -> str | None:
     """What is wrong with an entry's payload and detail against its digest (``None``: nothing)."""
     try:
-        if opener is None:  # the stored values themselves (no entry built)
+        if digester is None:  # the stored values themselves (no entry built)
             detail = None if row[14] is None else _decode_json(row[14])
             found = digest(unpack_payload(row[12], f"the payload of entry {row[1]}", False), detail)
         else:
-            found = digest(*opener(event_from_row(row[:15], lenient=False), tenant))
+            event = event_from_row(row[:15], lenient=False)
+            found = digester(event, tenant)
+            if found != stored and plain_before is not None:
+                found = plain_before(event, tenant) or found
+    except KeyGone:
+        return _ERASED  # nothing to check its digest against: its link still is
     except SealError as exc:
         return f"a sealed value does not open (its ciphertext was edited, or moved): {exc}"
     except (DamagedRow, ValueError, TypeError, msgspec.DecodeError) as exc:
@@ -173,12 +191,12 @@ def verify_store(store: Any, *, tenant: str | None = None, run_id: str | None = 
                  want: dict[str, int] | None = None, check_digests: bool = True,
                  progress: Callable[[int], None] | None = None) -> Chains:
     """``verify_chains`` over a SQL store's rows (``auditsql.SQLAudit``;
-    ``store.audit_open`` opens sealed entries when it is wrapped by a
+    ``store.audit_digest`` opens sealed entries when it is wrapped by a
     ``SealedStore``)."""
     rows = store.audit_entries(tenant=tenant, run_id=run_id)
     tenants = store.audit_run_tenants(tenant=tenant, run_id=run_id)
-    return verify_chains(rows, tenants, getattr(store, "audit_open", None), want, check_digests,
-                         store.audit_legacy())
+    return verify_chains(rows, tenants, getattr(store, "audit_digest", None), want, check_digests,
+                         store.audit_legacy(), getattr(store, "audit_plain_before", None))
 
 
 def check_anchor(chains: Chains, heads: dict[str, tuple[int, bytes]], tenant_of: dict[str, str],

@@ -241,7 +241,7 @@ except ImportError as exc:
 from cairn.faults import fault_point
 from cairn.store import admission, auditlinks, transactions
 from cairn.store import lifecycle as lc
-from cairn.store.auditlinks import Opener
+from cairn.store.auditlinks import Digester
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
     Claim,
@@ -424,7 +424,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         self._closed = False
         self._lane_cursor = admission.LaneCursor()
         #: opens a sealed entry's payload and detail for its digest (a ``SealedStore`` sets it)
-        self.audit_open: Opener | None = None
+        self.audit_digest: Digester | None = None
         #: whether history has the audit columns (migration 0031); ``None``: not looked yet
         self._audit_columns: bool | None = None
         try:
@@ -591,7 +591,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                         self._commit_durably(conn)
                     result = body(conn)
                     if "READ ONLY" not in begin and self._chained(conn):
-                        _link_unlinked(conn, self.audit_open)
+                        _link_unlinked(conn, self.audit_digest)
                     fault_point(faults[0])
                     conn.execute("COMMIT")
                 except BaseException as exc:
@@ -761,7 +761,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
         now = self.clock()
         params = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
-        params.update(_created_arrays([lc.create(run, now)], run.tenant, self.audit_open))
+        params.update(_created_arrays([lc.create(run, now)], run.tenant, self.audit_digest))
         if self._insert_run(params):
             return new_record(run, now, RunStatus.PENDING, epoch=0), True
         with self._conn() as conn:
@@ -777,7 +777,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             # round trip), and durable like every commit: it hands out epoch 1.
             # Never held back by a queue (module doc of store.admission).
             now = self.clock()
-            claimed = _claimed_params(run, worker, lease_seconds, now, self.audit_open)
+            claimed = _claimed_params(run, worker, lease_seconds, now, self.audit_digest)
             started = now if self._insert_run(claimed) else None
         else:
             started = self._transaction(lambda tx: self._start_admitted(tx, run, worker, lease_seconds))
@@ -799,11 +799,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         0027): a run started past a limit would fail at the commit."""
         now = self._admitted(tx, run.run_id, run.queue, run.tenant, run.priority, self.clock())
         if now is not None:
-            return now if _insert_run(tx, _claimed_params(run, worker, lease_seconds, now, self.audit_open),
+            return now if _insert_run(tx, _claimed_params(run, worker, lease_seconds, now, self.audit_digest),
                                       False) else None
         now = self.clock()
         pending = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
-        pending.update(_created_arrays([lc.create(run, now)], run.tenant, self.audit_open))
+        pending.update(_created_arrays([lc.create(run, now)], run.tenant, self.audit_digest))
         _insert_run(tx, pending, False)
         return None
 
@@ -1003,20 +1003,20 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             return
         if any(event.seq != events[0].seq + i for i, event in enumerate(events)):
             raise LeaseLost(run_id, epoch)  # a gap or a repeat: the history would not be gap-free
-        opener = self.audit_open
+        digester = self.audit_digest
         if barrier and self._default_level != self._durable_level:
             # The effect barrier in the process mode: the same statement in a
             # transaction committed with synchronous_commit on, which returns
             # once the WAL up to it (so every earlier commit too) is on disk.
-            self._transaction(lambda tx: _append_fenced(tx, run_id, epoch, events, opener), durable=True,
+            self._transaction(lambda tx: _append_fenced(tx, run_id, epoch, events, digester), durable=True,
                               faults=commit_faults("append"))
         elif len(events) > 1:  # a batch is linked before its commit (store/auditlinks.py)
-            self._transaction(lambda tx: _append_fenced(tx, run_id, epoch, events, opener),
+            self._transaction(lambda tx: _append_fenced(tx, run_id, epoch, events, digester),
                               faults=commit_faults("append"))
         else:  # the per-step hot path: one autocommit statement, its audit link computed in it
             with self._conn() as conn:
                 fault_point("store.append.before_commit")
-                _append_fenced(conn, run_id, epoch, events, opener)
+                _append_fenced(conn, run_id, epoch, events, digester)
             fault_point("store.append.after_commit")
 
     def finish_run(
@@ -1033,7 +1033,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
         if event.run_id != run_id:
             raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")
-        params.update(_event_params(event, self.audit_open))
+        params.update(_event_params(event, self.audit_digest))
         # lock_fenced then finish_fenced, one transaction in one message: one
         # round trip. The lock is a statement of its own so that
         # finish_fenced's snapshot is taken after it was granted (see
@@ -1064,14 +1064,14 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 _Q["transact_fence"], {"run_id": run_id, "epoch": epoch}).fetchone() is None:
             raise LeaseLost(run_id, epoch)
         if events:
-            _append_fenced(tx, run_id, epoch, events, self.audit_open)
+            _append_fenced(tx, run_id, epoch, events, self.audit_digest)
 
     def _append_held(self, tx: _Conn, run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> None:
-        _append_fenced(tx, run_id, epoch, events, self.audit_open)
+        _append_fenced(tx, run_id, epoch, events, self.audit_digest)
 
     def _create_in(self, tx: _Conn, run: NewRun, now: float) -> bool:
         params = _run_params(run, now, status=RunStatus.PENDING, runnable_at=now)
-        params.update(_created_arrays([lc.create(run, now)], run.tenant, self.audit_open))
+        params.update(_created_arrays([lc.create(run, now)], run.tenant, self.audit_digest))
         return _insert_run(tx, params, self._exempt)
 
     def _user_tx(self, tx: _Conn) -> transactions.Tx:
@@ -1374,11 +1374,11 @@ def _rolled_back(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("40")
 
 
-def _link_unlinked(conn: _Conn, opener: Opener | None) -> None:
+def _link_unlinked(conn: _Conn, digester: Digester | None) -> None:
     """Link the entries this transaction wrote without their link (bulk
     claims, lifecycle transitions, batches), before it commits: each after
     the link before it, in ``seq`` order; their digests of the rows as read
-    back (opened by ``opener`` where sealed). The partial index
+    back (keyed by ``digester`` where sealed). The partial index
     ``history_unlinked`` holds only this transaction's (every writer links
     its own before committing), so the look costs one index probe."""
     rows = conn.execute(_Q["audit_unlinked"]).fetchall()
@@ -1393,9 +1393,8 @@ def _link_unlinked(conn: _Conn, opener: Opener | None) -> None:
         digest = row[15]
         if digest is None:
             event = event_from_row(row[:15])
-            plain = opener(event, row[17]) if opener is not None else (
+            digest = digester(event, row[17]) if digester is not None else auditlinks.digest(
                 None if event.payload is None else event.payload.data, event.detail)
-            digest = auditlinks.digest(*plain)
         link = auditlinks.link(previous, (*row[:12], row[13]), bytes(digest))
         done[(run_id, seq)] = link
         updates.append({"run_id": run_id, "seq": seq, "digest": bytes(digest), "link": link})
@@ -1418,7 +1417,7 @@ def _describe(params: Mapping[str, Any]) -> str:
     return f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
 
 
-def _created_arrays(events: Sequence[HistoryEvent], tenant: str, opener: Opener | None) -> dict[str, Any]:
+def _created_arrays(events: Sequence[HistoryEvent], tenant: str, digester: Digester | None) -> dict[str, Any]:
     """``_lifecycle_arrays`` of a new run's first entries, with their audit
     digests and links: they follow nothing, so the store computes the whole
     chain itself (no lifecycle entry has a payload)."""
@@ -1426,8 +1425,7 @@ def _created_arrays(events: Sequence[HistoryEvent], tenant: str, opener: Opener 
     previous = auditlinks.GENESIS
     digests, links = [], []
     for event in events:
-        plain = opener(event, tenant) if opener is not None else (None, event.detail)
-        digest = auditlinks.digest(*plain)
+        digest = digester(event, tenant) if digester is not None else auditlinks.digest(None, event.detail)
         previous = auditlinks.link(previous, (*event_values(event)[:12], None), digest)
         digests.append(digest)
         links.append(previous)
@@ -1461,14 +1459,14 @@ def _insert_run(conn: _Conn, params: Mapping[str, Any], exempt: bool) -> bool:
 
 
 def _claimed_params(
-    run: NewRun, worker: str, lease_seconds: float, now: float, opener: Opener | None
+    run: NewRun, worker: str, lease_seconds: float, now: float, digester: Digester | None
 ) -> dict[str, Any]:
     """The parameters of ``create_run`` for ``run`` created already held by
     ``worker`` at ``now`` (``create_claimed_run``)."""
     until = now + lease_seconds
     params = _run_params(run, now, status=RunStatus.RUNNING, runnable_at=until, epoch=1, owner=worker,
                          lease_until=until)
-    params.update(_created_arrays(lc.create_claimed(run, worker, now, lease_seconds), run.tenant, opener))
+    params.update(_created_arrays(lc.create_claimed(run, worker, now, lease_seconds), run.tenant, digester))
     return params
 
 
@@ -1537,15 +1535,15 @@ def _lock_live_descendants(tx: _Conn, run_id: str) -> list[tuple[str, int]]:
         locked.update(new)
 
 
-def _event_params(event: HistoryEvent, opener: Opener | None = None) -> dict[str, Any]:
+def _event_params(event: HistoryEvent, digester: Digester | None = None) -> dict[str, Any]:
     """The parameters of an entry's insert, with its audit digest and the
     body its link hashes after the previous link (the statement reads that one)."""
     values = event_values(event)
     params = dict(zip(_EVENT_KEYS, values, strict=True))
-    if opener is None:
+    if digester is None:
         digest = auditlinks.digest(None if event.payload is None else event.payload.data, event.detail)
     else:
-        digest = auditlinks.digest(*opener(event, None))
+        digest = digester(event, None)
     params["digest"] = digest
     # the body a link hashes, split around ``at``: the statement puts in the
     # time it stores (clamped to the entry before's, as history_monotonic_at would)
@@ -1577,25 +1575,25 @@ def _batch_params(run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> di
 
 
 def _fenced_insert(
-    run_id: str, epoch: int, events: Sequence[HistoryEvent], opener: Opener | None
+    run_id: str, epoch: int, events: Sequence[HistoryEvent], digester: Digester | None
 ) -> tuple[str, dict[str, Any]]:
     """The one statement that appends ``events`` under the fence (a batch
     unlinked: the transaction it is in links it before its commit)."""
     if len(events) == 1:
-        params = _event_params(events[0], opener)
+        params = _event_params(events[0], digester)
         params["epoch"] = epoch
         return _Q["insert_event_fenced"], params
     return _Q["insert_events_fenced"], _batch_params(run_id, epoch, events)
 
 
 def _append_fenced(
-    conn: _Conn, run_id: str, epoch: int, events: Sequence[HistoryEvent], opener: Opener | None
+    conn: _Conn, run_id: str, epoch: int, events: Sequence[HistoryEvent], digester: Digester | None
 ) -> None:
     """Append consecutive ``events`` under the fence, all or nothing, in one
     statement; ``LeaseLost`` if the fence or the next ``seq`` does not hold."""
     if any(event.run_id != run_id for event in events):
         raise ValueError(f"event for run {events[0].run_id!r} appended to run {run_id!r}")
-    query, params = _fenced_insert(run_id, epoch, events, opener)
+    query, params = _fenced_insert(run_id, epoch, events, digester)
     try:
         inserted = conn.execute(query, params).rowcount
     except pg_errors.UniqueViolation:

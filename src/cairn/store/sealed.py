@@ -67,6 +67,7 @@ from cairn.security.envelope import (
     tenant_tag,
 )
 from cairn.security.keyring import Keyring
+from cairn.store.auditkeys import AuditKeys
 from cairn.store.contract import Store
 from cairn.store.keysql import DataKeyRow
 from cairn.store.memrecords import (
@@ -153,7 +154,8 @@ def _new_with_input(run: NewRun, sealed: Payload) -> NewRun:
 
 
 #: the attributes of a ``SealedStore`` itself (every other one is its inner store's)
-_OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock"})
+_OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock",
+                  "audit_keys"})
 
 
 class SealedStore:
@@ -173,8 +175,10 @@ class SealedStore:
         #: (stand-in ref, tenant) -> the ref of the sealed artifact stored for it
         self._resolved: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._artifact_lock = threading.Lock()
-        # the audit chain digests what an entry says, not its ciphertext (store/auditlinks.py)
-        inner.audit_open = self.audit_plaintext  # type: ignore[attr-defined]
+        # the audit chain digests what an entry says, keyed by its tenant (store/auditkeys.py)
+        self.audit_keys = AuditKeys(inner, keyring, self.audit_plaintext, self._tenant)
+        inner.audit_digest = self.audit_keys.digest  # type: ignore[attr-defined]
+        inner.audit_plain_before = self.audit_keys.plain_before_keys  # type: ignore[attr-defined]
 
     def audit_plaintext(self, event: HistoryEvent, tenant: str | None) -> tuple[bytes | None, Any]:
         """``event``'s payload bytes and detail opened: what its audit digest covers."""

@@ -62,7 +62,7 @@ from cairn.errors import LeaseLost, PayloadError, StoreError, TransactionMisuse
 from cairn.faults import fault_point
 from cairn.store import admission, auditlinks, sqlitevec, transactions
 from cairn.store import lifecycle as lc
-from cairn.store.auditlinks import Opener
+from cairn.store.auditlinks import Digester
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
     Claim,
@@ -200,7 +200,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         #: run -> (seq, link) of its last entry this store appended and committed (the audit chain)
         self._links: dict[str, tuple[int, bytes]] = {}
         #: opens a sealed entry's payload and detail for its digest (a ``SealedStore`` sets it)
-        self.audit_open: Opener | None = None
+        self.audit_digest: Digester | None = None
         #: whether history has the audit columns (migration 0022); ``None``: not looked yet
         self._chained: bool | None = None
         #: whether the connections score vectors with sqlite-vec (``store.sqlitevec``)
@@ -295,7 +295,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 if self._chained is None:
                     self._chained = _has_audit_columns(conn)
                 if self._chained:
-                    _link_unlinked(conn, self.audit_open)
+                    _link_unlinked(conn, self.audit_digest)
                 fault_point(faults[0])
                 conn.execute("COMMIT")
             except BaseException:
@@ -596,9 +596,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 known = self._links.pop(run_id, None)
                 previous = known[1] if known is not None and known[0] == event.seq - 1 else None
                 if tail is not None and tail[0] == epoch and tail[1] == event.seq - 1:
-                    at, link = _append_next(conn, event, tail[2], previous, self.audit_open)
+                    at, link = _append_next(conn, event, tail[2], previous, self.audit_digest)
                 else:
-                    at, link = _append_fenced(conn, run_id, epoch, event, self.audit_open)
+                    at, link = _append_fenced(conn, run_id, epoch, event, self.audit_digest)
             except sqlite3.Error as exc:
                 raise self._failure(exc) from None
             except UnicodeEncodeError as exc:
@@ -646,8 +646,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         self._links.pop(run_id, None)  # in a transaction: known again once committed and read
         if (tail is not None and tail[0] == epoch == event.epoch and tail[1] == event.seq - 1
                 and event.run_id == run_id):
-            return _append_next(conn, event, tail[2], None, self.audit_open)[0]
-        return _append_fenced(conn, run_id, epoch, event, self.audit_open)[0]
+            return _append_next(conn, event, tail[2], None, self.audit_digest)[0]
+        return _append_fenced(conn, run_id, epoch, event, self.audit_digest)[0]
 
     def _tail(self, run_id: str, epoch: int, seq: int, at: float) -> None:
         """Remember the last entry this store appended to ``run_id`` (committed)."""
@@ -1097,7 +1097,7 @@ def _check_fenced(run_id: str, epoch: int, event: HistoryEvent) -> None:
 
 
 def _append_fenced(
-    tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent, opener: Opener | None
+    tx: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent, digester: Digester | None
 ) -> tuple[float, bytes]:
     """Append ``event`` under the fence; return the ``at`` stored (clamped
     to the run's last entry's) and its audit link. Reading every row returned
@@ -1114,7 +1114,7 @@ def _append_fenced(
             previous = auditlinks.previous_of(before[1])
             if values[3] < before[0]:
                 values = (*values[:3], before[0], *values[4:])
-        link = _audited(values, event, previous, opener)
+        link = _audited(values, event, previous, digester)
         if values[12] is not None and len(values[12]) > _SPILL_AT:
             values = _spilled(tx, values)
         rows = tx.execute(_INSERT_EVENT_FENCED, values + link).fetchall()
@@ -1127,7 +1127,7 @@ def _append_fenced(
 
 def _append_next(
     conn: sqlite3.Connection, event: HistoryEvent, last_at: float, previous: bytes | None,
-    opener: Opener | None,
+    digester: Digester | None,
 ) -> tuple[float, bytes]:
     """Append ``event`` right after the run's last entry, which this store
     appended itself under the same epoch, at ``last_at``; return the
@@ -1148,7 +1148,7 @@ def _append_next(
         values = (*values[:3], at, *values[4:])
     if previous is None:
         previous = _previous_link(conn, event)
-    link = _audited(values, event, previous, opener)
+    link = _audited(values, event, previous, digester)
     if values[12] is not None and len(values[12]) > _SPILL_AT:  # _event_row, written out: once per step
         values = _spilled(conn, values)
     try:
@@ -1177,25 +1177,25 @@ def _previous_link(conn: sqlite3.Connection, event: HistoryEvent) -> bytes | Non
 
 
 def _audited(
-    values: tuple[Any, ...], event: HistoryEvent, previous: bytes | None, opener: Opener | None
+    values: tuple[Any, ...], event: HistoryEvent, previous: bytes | None, digester: Digester | None
 ) -> tuple[bytes, bytes]:
     """``(digest, link)`` of the entry ``event`` written as ``values`` (its
     ``at`` final) after ``previous`` (``None``: pending, linked at commit)."""
-    if opener is None:
+    if digester is None:
         payload = event.payload
         digest = auditlinks.digest(None if payload is None else payload.data, event.detail)
     else:
-        digest = auditlinks.digest(*opener(event, None))
+        digest = digester(event, None)
     if previous is None:
         return digest, auditlinks.PENDING
     return digest, auditlinks.row_link(previous, values, digest)
 
 
-def _link_unlinked(conn: sqlite3.Connection, opener: Opener | None) -> None:
+def _link_unlinked(conn: sqlite3.Connection, digester: Digester | None) -> None:
     """Link the entries this transaction wrote without their link (bulk
     claims, lifecycle transitions), before it commits: each after the link
     before it, in ``seq`` order. Their digests are of the rows as read back
-    (opened by ``opener`` where sealed), unless the writer gave one."""
+    (keyed by ``digester`` where sealed), unless the writer gave one."""
     rows = conn.execute(_Q["audit_unlinked"]).fetchall()
     if not rows:
         return
@@ -1207,11 +1207,11 @@ def _link_unlinked(conn: sqlite3.Connection, opener: Opener | None) -> None:
         digest = row[15]
         if digest is None:
             event = event_from_row(row[:15])
-            if opener is None:
+            if digester is None:
                 data = None if event.payload is None else event.payload.data
                 digest = auditlinks.digest(data, event.detail)
             else:
-                digest = auditlinks.digest(*opener(event, row[17]))
+                digest = digester(event, row[17])
         assert previous is not None, f"entry {seq} of run {run_id!r} follows an entry left unlinked"
         link = auditlinks.link(previous, (*row[:12], row[13]), digest)
         done[(run_id, seq)] = link

@@ -1,0 +1,141 @@
+"""The tenants' audit keys and the keyed digest of a sealed entry (issue 26).
+
+With encryption on, an entry's audit digest is HMAC-SHA-256 under its
+tenant's audit key (``auditlinks.AuditKey``), not a plain hash a reader of
+the database could test a guessed plaintext against. The audit key is
+derived from the tenant's data key version 1, unwrapped by the keyring:
+
+    audit key = HMAC-SHA-256(data key 1, "cairn audit digest" || 0x00 || tenant)
+
+so it is the same before and after any rotation (a newer data key seals
+new writes; version 1 stays stored while anything it sealed or digested
+does), is never the data key itself, and is gone when the tenant's keys are
+destroyed (crypto-shredding): its entries can then no longer be opened nor
+their digests recomputed, and ``KeyGone`` tells the verifier so: erased, not
+tampered, their stored digests still checked in the links.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import hmac
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from cairn.security.envelope import SealError, is_envelope
+from cairn.security.keyring import Keyring
+from cairn.store import auditlinks
+from cairn.store.auditlinks import AuditKey
+from cairn.store.records import HistoryEvent
+from cairn.store.rekey import REASON_PREFIX
+from cairn.store.sealing import context
+
+#: the data key version an audit key is derived from
+AUDIT_KEY_VERSION = 1
+_LABEL = b"cairn audit digest\x00"
+
+#: opens an entry of a tenant: its payload bytes and detail in plaintext
+Open = Callable[[HistoryEvent, "str | None"], "tuple[bytes | None, Any]"]
+
+
+class KeyGone(SealError):
+    """An entry's key is no longer stored: its data key or its tenant's
+    audit key was destroyed (erased), so nothing about its content can be
+    checked."""
+
+
+class AuditKeys:
+    """The audit keys of a sealed store's tenants, derived once per process,
+    and the keyed digest of an entry (``digest``, the store's ``audit_digest``)."""
+
+    def __init__(self, store: Any, keyring: Keyring, open_entry: Open,
+                 tenant_of: Callable[[str], str]) -> None:
+        self._store = store
+        self._keyring = keyring
+        self._open = open_entry
+        self._tenant_of = tenant_of
+        self._keys: dict[str, AuditKey] = {}
+        #: tenant -> when its data key 1 was made (``written_before_keys``)
+        self._created: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def key(self, tenant: str) -> AuditKey:
+        """``tenant``'s audit key; ``KeyGone`` if its data key 1 is not stored."""
+        known = self._keys.get(tenant)
+        if known is not None:
+            return known
+        with self._lock:
+            row = next((r for r in self._store.data_keys(tenant) if r.version == AUDIT_KEY_VERSION), None)
+            if row is None:
+                raise KeyGone(f"the audit key of tenant {tenant!r} is gone (its data key "
+                              f"{AUDIT_KEY_VERSION} was destroyed)")
+            data_key = self._keyring.unwrap(row.kek_id, row.wrapped, context(tenant, AUDIT_KEY_VERSION))
+            key = self._keys[tenant] = AuditKey(hmac.new(data_key, _LABEL + tenant.encode(),
+                                                         hashlib.sha256).digest())
+        return key
+
+    def digest(self, event: HistoryEvent, tenant: str | None) -> bytes:
+        """The digest of ``event`` as stored: keyed if it holds a sealed
+        value (its plaintext is what the digest must not give away), plain
+        SHA-256 if it holds none (a lifecycle entry's detail is stored in
+        the clear: nothing to hide, and no key needed, so a process with a
+        wrong keyring can still claim and park a run). ``KeyGone`` if a key
+        it needs was destroyed, another ``SealError`` if it does not open
+        under a key that is stored (edited)."""
+        payload, detail = event.payload, event.detail
+        if (payload is None or payload.data is None) and not _sealed_detail(detail):
+            return auditlinks.digest(None if payload is None else payload.data, detail)
+        tenant = tenant if tenant is not None else self._tenant_of(event.run_id)
+        try:
+            data, opened = self._open(event, tenant)
+        except KeyGone:
+            raise
+        except SealError as exc:
+            if self._erased(tenant, event):
+                raise KeyGone(f"a key of entry {event.seq} is gone (erased): {exc}") from None
+            raise
+        return self.key(tenant).digest(data, opened)
+
+    def plain_before_keys(self, event: HistoryEvent, tenant: str) -> bytes | None:
+        """The plain SHA-256 digest of ``event`` if it was written before its
+        tenant's first data key (so before its audit key), else ``None``: its
+        digest was plain then, and ``cairn keys adopt`` sealed it keeping
+        the digest. The verifier accepts a plain digest for such an entry
+        only; every write after the key is keyed."""
+        created = self._created.get(tenant)
+        if created is None:
+            row = next((r for r in self._store.data_keys(tenant) if r.version == AUDIT_KEY_VERSION), None)
+            if row is None:
+                return None
+            created = self._created[tenant] = row.created_at
+        if float(event.at) >= created:
+            return None
+        data, detail = self._open(event, tenant)
+        return auditlinks.digest(data, detail)
+
+    def _erased(self, tenant: str, event: HistoryEvent) -> bool:
+        """Whether ``event`` was sealed with a data key that was destroyed (the
+        stored keys read afresh, not those this process cached): the tenant
+        has none left, or the envelope names a version below its newest that
+        is gone. A version above the newest never existed: an edited header,
+        not an erasure."""
+        stored = {row.version for row in self._store.data_keys(tenant)}
+        if not stored:
+            return True
+        sealed = [None if event.payload is None else event.payload.data]
+        if isinstance(event.detail, dict) and isinstance(event.detail.get("sealed"), str):
+            with contextlib.suppress(binascii.Error, ValueError):
+                sealed.append(base64.b64decode(event.detail["sealed"], validate=True))
+        versions = [int.from_bytes(data[4:8], "big") for data in sealed
+                    if data is not None and is_envelope(data)]
+        return any(v not in stored and 0 < v < max(stored) for v in versions)
+
+
+def _sealed_detail(detail: Any) -> bool:
+    """Whether an entry's stored detail holds a sealed value (``Sealer.seal_json``, ``seal_text``)."""
+    return isinstance(detail, dict) and ("sealed" in detail or any(
+        isinstance(v, str) and v.startswith(REASON_PREFIX) for v in detail.values()))
