@@ -49,7 +49,7 @@ import dataclasses
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
@@ -95,6 +95,7 @@ from cairn.store.rekey import REASON_PREFIX, Progress, Rekeyer
 from cairn.store.schedules import Fired
 from cairn.store.sealing import DataKeys, Sealer, context
 from cairn.store.vectorindex import EmbeddingClaim
+from cairn.store.wssealed import SealedObjects
 
 if TYPE_CHECKING:
 
@@ -144,7 +145,8 @@ def _new_with_input(run: NewRun, sealed: Payload) -> NewRun:
 
 
 #: the attributes of a ``SealedStore`` itself (every other one is its inner store's)
-_OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock"})
+_OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock",
+                  "_workspace"})
 
 
 class SealedStore:
@@ -164,6 +166,7 @@ class SealedStore:
         #: (stand-in ref, tenant) -> the ref of the sealed artifact stored for it
         self._resolved: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._artifact_lock = threading.Lock()
+        self._workspace = SealedObjects(inner, self.keys, self.sealer)
         # the audit chain digests what an entry says, not its ciphertext (store/auditlinks.py)
         inner.audit_open = self.audit_plaintext  # type: ignore[attr-defined]
 
@@ -249,6 +252,14 @@ class SealedStore:
         if payload.ref is not None:
             return Payload(None, self._artifact_ref(place.tenant, payload.ref))
         return payload
+
+    # -- workspace objects (``store.wssealed``) ---------------------------------------------
+
+    def put_workspace_objects(self, run_id: str, epoch: int, objects: Mapping[str, bytes]) -> None:
+        self._workspace.put(self._tenant(run_id), run_id, epoch, objects)
+
+    def workspace_objects(self, tenant: str, oids: Collection[str]) -> dict[str, bytes]:
+        return self._workspace.get(tenant, oids)
 
     # -- places ------------------------------------------------------------------------
 
