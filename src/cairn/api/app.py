@@ -23,6 +23,7 @@ from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
 from cairn.api.schedules import ScheduleView, list_views
 from cairn.api.tokens import Tokens
+from cairn.api.wsimport import start_from_git
 from cairn.api.travel import TimeTravel
 from cairn.api.views import operation_json
 from cairn.api.workflow import Workflow
@@ -594,6 +595,8 @@ class App:
         started_role: str | None = None,
         started_token: str | None = None,
         started_by: Mapping[str, Any] | None = None,
+        workspace_from: str | os.PathLike[str] | None = None,
+        workspace_ref: str = "HEAD",
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
@@ -602,11 +605,17 @@ class App:
         the run records its bundle and executes only on that bundle's code.
         ``started_role`` (and ``started_token``, a token's id): the rights
         it is started with, which tools restricted by role check
-        (``cairn.ToolAccess(role=...)``) wherever it runs; ``None``: none."""
+        (``cairn.ToolAccess(role=...)``) wherever it runs; ``None``: none.
+        ``workspace_from``: a local git repository whose tree at
+        ``workspace_ref`` is the run's starting workspace (``api.wsimport``;
+        a bad repository or ref is refused before anything is stored)."""
         definition = self.definition(workflow, version)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
                             StartedWith(started_role, started_token), started_by)
+        if workspace_from is not None:
+            created = start_from_git(self.store, new, workspace_from, workspace_ref, self.lease_seconds)
+            return RunHandle(self, new.run_id, created=created)
         _, created = self.store.create_run(new)
         return RunHandle(self, new.run_id, created=created)
 
