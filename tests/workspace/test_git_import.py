@@ -57,7 +57,7 @@ def write_tree(at: Path, version: str) -> None:
 
 def normalize(at: Path) -> None:
     """git's modes: 0o755 for executables and directories, 0o644 for other files."""
-    for dirpath, dirnames, filenames in os.walk(at):
+    for dirpath, _, filenames in os.walk(at):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             path = Path(dirpath, name)
@@ -125,16 +125,22 @@ def test_a_run_starts_on_the_tree_of_the_ref(app: cairn.App, repo: Path, tmp_pat
     seen = handle.result(timeout=10)
     assert seen["root"] == expected_root(tmp_path, "v1")
     files = seen["files"]
-    assert isinstance(files, list) and "later.txt" not in files and "uncommitted.txt" not in files
+    assert isinstance(files, list)
+    assert "later.txt" not in files
+    assert "uncommitted.txt" not in files
     assert not any(f == ".git" or f.startswith(".git/") for f in files)
     history = app.history("g1")
     imported = [e for e in history if e.name == IMPORT_NAME]
-    assert len(imported) == 1 and imported[0].position == IMPORT_POSITION
-    assert imported[0].detail is not None and imported[0].detail[DETAIL_KEY] == seen["root"]
+    assert len(imported) == 1
+    assert imported[0].position == IMPORT_POSITION
+    assert imported[0].detail is not None
+    assert imported[0].detail[DETAIL_KEY] == seen["root"]
     first_step = next(e for e in history if e.event is EventType.STEP_COMPLETED and e.name != IMPORT_NAME)
     assert imported[0].seq < first_step.seq  # recorded before the first step
     shots = app.operator.workspaces.snapshots("g1")
-    assert [s.root for s in shots][0] == seen["root"] and len(shots) == 3
+    assert len(shots) == 3
+    assert shots[0].root == seen["root"]
+    assert shots[0].position == IMPORT_POSITION
     restored = tmp_path / "restored"
     app.operator.workspaces.restore("g1", IMPORT_POSITION, restored)
     assert root_of(restored) == seen["root"]
@@ -157,7 +163,8 @@ def _stored_objects(app: cairn.App) -> int:
 
 
 @pytest.mark.parametrize("case", ["not-a-dir", "not-a-repo", "unknown-ref", "option-ref"])
-def test_bad_input_is_one_line_and_stores_nothing(app: cairn.App, repo: Path, tmp_path: Path, case: str) -> None:
+def test_bad_input_is_one_line_and_stores_nothing(app: cairn.App, repo: Path, tmp_path: Path,
+                                                  case: str) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     path, ref, words = {"not-a-dir": (tmp_path / "missing", "HEAD", "not a directory"),
@@ -167,7 +174,8 @@ def test_bad_input_is_one_line_and_stores_nothing(app: cairn.App, repo: Path, tm
     with pytest.raises(GitImportError) as refused:
         app.start("ws-git", run_id="bad", workspace_from=path, workspace_ref=ref)
     message = str(refused.value)
-    assert words in message and "\n" not in message
+    assert words in message
+    assert "\n" not in message
     assert app.store.get_run("bad") is None
     assert _stored_objects(app) == 0
 

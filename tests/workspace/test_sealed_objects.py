@@ -116,7 +116,8 @@ def stored_bytes(db: str) -> bytes:
         tables = [t for (t,) in conn.execute("SELECT table_name FROM information_schema.tables WHERE "
                                              "table_schema = %s AND table_type = 'BASE TABLE'", (schema,))]
         for table in tables:
-            query = sql.SQL("SELECT t::text FROM {}.{} AS t").format(sql.Identifier(schema), sql.Identifier(table))
+            query = sql.SQL("SELECT t::text FROM {}.{} AS t").format(sql.Identifier(schema),
+                                                                     sql.Identifier(table))
             chunks.extend(str(row[0]).encode() for row in conn.execute(query))
         chunks.extend(bytes(d) for (d,) in conn.execute(
             sql.SQL("SELECT data FROM {}.workspace_objects").format(sql.Identifier(schema))))
@@ -129,7 +130,8 @@ def object_rows(db: str) -> list[tuple[str, str, bytes]]:
         import sqlite3
 
         with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
-            return [(t, o, bytes(d)) for t, o, d in conn.execute("SELECT tenant, oid, data FROM workspace_objects")]
+            rows = conn.execute("SELECT tenant, oid, data FROM workspace_objects")
+            return [(t, o, bytes(d)) for t, o, d in rows]
     import psycopg
 
     with psycopg.connect(db, autocommit=True) as conn:
@@ -144,7 +146,8 @@ def set_row(db: str, address: str, data: bytes) -> None:
         import sqlite3
 
         with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
-            assert conn.execute("UPDATE workspace_objects SET data = ? WHERE oid = ?", (data, address)).rowcount
+            changed = conn.execute("UPDATE workspace_objects SET data = ? WHERE oid = ?", (data, address))
+            assert changed.rowcount
         return
     import psycopg
 
@@ -167,10 +170,12 @@ def test_without_a_keyring_the_scan_finds_the_canary(db: str, tmp_path: Path) ->
     run(app, "plain", secret["content"], secret["name"])
     app.close()
     found = occurrences(stored_bytes(db), secret)
-    assert found.get("content") and found.get("name")
+    assert found.get("content")
+    assert found.get("name")
 
 
-def test_a_sealed_workspace_holds_no_canary_and_reads_back(sealed: cairn.App, db: str, tmp_path: Path) -> None:
+def test_a_sealed_workspace_holds_no_canary_and_reads_back(sealed: cairn.App, db: str,
+                                                            tmp_path: Path) -> None:
     secret = canaries()
     roots = run(sealed, "r1", secret["content"], secret["name"])
     assert len(roots) == 2
@@ -181,7 +186,8 @@ def test_a_sealed_workspace_holds_no_canary_and_reads_back(sealed: cairn.App, db
     _, _, changes = views.diff("r1")
     assert [c.path for c in changes] == ["later.txt"]
     rows = object_rows(db)
-    assert rows and all(d[:1] == b"\xce" for _, _, d in rows)  # every object an envelope
+    assert rows
+    assert all(d[:1] == b"\xce" for _, _, d in rows)  # every object an envelope
     sealed.close()
     assert occurrences(stored_bytes(db), secret) == {}
 
@@ -193,10 +199,12 @@ def test_addresses_are_keyed_per_tenant_and_dedup_stays_within_one(sealed: cairn
     assert {o for t, o, _ in object_rows(db) if t == "acme"} == acme  # one tenant stores it once
     run(sealed, "g1", "same content", "same.txt", tenant="globex")
     globex = {o for t, o, _ in object_rows(db) if t == "globex"}
-    assert len(globex) == len(acme) and not globex & acme  # nothing in common across tenants
+    assert len(globex) == len(acme)
+    assert not globex & acme  # nothing in common across tenants
 
 
-def test_a_swapped_object_row_is_refused_naming_the_object(sealed: cairn.App, db: str, tmp_path: Path) -> None:
+def test_a_swapped_object_row_is_refused_naming_the_object(sealed: cairn.App, db: str,
+                                                           tmp_path: Path) -> None:
     run(sealed, "s1", "swap me", "swap.txt")
     rows = sorted(object_rows(db), key=lambda r: r[1])
     (_, first, first_data), (_, second, second_data) = rows[0], rows[1]

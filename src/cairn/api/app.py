@@ -23,10 +23,10 @@ from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
 from cairn.api.schedules import ScheduleView, list_views
 from cairn.api.tokens import Tokens
-from cairn.api.wsimport import start_from_git
 from cairn.api.travel import TimeTravel
 from cairn.api.views import operation_json
 from cairn.api.workflow import Workflow
+from cairn.api.wsimport import start_from_git
 from cairn.codec import upcasters, values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
 from cairn.codec.upcasters import Upcaster

@@ -114,7 +114,7 @@ def _blobs(repo: Path, oids: list[str]) -> dict[str, bytes]:
     at = 0
     for oid in oids:
         end = out.index(b"\n", at)
-        _, kind, size = out[at:end].decode().split(" ")
+        size = out[at:end].decode().split(" ")[2]
         start = end + 1
         found[oid] = out[start:start + int(size)]
         at = start + int(size) + 1
@@ -186,8 +186,9 @@ def start_from_git(store: Store, new: NewRun, path: str | os.PathLike[str], ref:
         store.put_workspace_objects(new.run_id, epoch, batch)
         now = clock()
         store.append(new.run_id, epoch, [HistoryEvent(
-            run_id=new.run_id, seq=seq, event=EventType.STEP_COMPLETED, at=now, epoch=epoch, worker=IMPORT_NAME,
-            position=IMPORT_POSITION, step_kind="step", name=IMPORT_NAME, attempt=1, started_at=now,
+            run_id=new.run_id, seq=seq, event=EventType.STEP_COMPLETED, at=now, epoch=epoch,
+            worker=IMPORT_NAME, position=IMPORT_POSITION, step_kind="step", name=IMPORT_NAME, attempt=1,
+            started_at=now,
             detail={DETAIL_KEY: root, "git": {"commit": commit, "ref": ref}})])
         store.release_run(new.run_id, epoch, HistoryEvent(
             run_id=new.run_id, seq=seq + 1, event=EventType.RUN_RELEASED, at=clock(), epoch=epoch,
