@@ -145,6 +145,11 @@ def test_a_run_starts_on_the_tree_of_the_ref(app: cairn.App, repo: Path, tmp_pat
     app.operator.workspaces.restore("g1", IMPORT_POSITION, restored)
     assert root_of(restored) == seen["root"]
     assert os.readlink(restored / "passwd") == "/etc/passwd"
+    # the collector reaches the imported tree (its root is recorded like any snapshot's): nothing goes
+    assert app.operator.workspaces.collect("default", grace_seconds=0)[0].deleted == 0
+    again = tmp_path / "again"
+    app.operator.workspaces.restore("g1", IMPORT_POSITION, again)
+    assert root_of(again) == seen["root"]
 
 
 def test_the_default_ref_is_head(app: cairn.App, repo: Path, tmp_path: Path) -> None:
@@ -188,3 +193,23 @@ def test_an_import_under_encryption_reads_back(db: str, repo: Path, tmp_path: Pa
         assert handle.result(timeout=10)["root"] == expected_root(tmp_path, "v1")
     finally:
         app.close()
+
+
+def test_the_cli_refuses_bad_input_in_one_line_and_imports_good(db: str, repo: Path, tmp_path: Path) -> None:
+    from tests.cli.test_cli import APP, check_error, cli
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    args = ("start", "greet", "--app", APP, "--db", db, "--input", '{"name": "ada"}', "--run-id", "c1")
+    check_error(cli(*args, "--workspace-from", str(plain)), 1, "not a git repository")
+    check_error(cli(*args, "--workspace-from", str(repo), "--workspace-ref", "nope"), 1, "unknown ref 'nope'")
+    check_error(cli(*args, "--workspace-ref", "v1"), 2, "--workspace-ref only applies with --workspace-from")
+    reader = cairn.App(db=db)
+    try:
+        assert reader.store.get_run("c1") is None
+        done = cli(*args, "--workspace-from", str(repo), "--workspace-ref", "v1")
+        assert done.exit_code == 0, done.stderr
+        shots = reader.operator.workspaces.snapshots("c1")
+        assert [s.root for s in shots] == [expected_root(tmp_path, "v1")]
+    finally:
+        reader.close()

@@ -613,10 +613,14 @@ class App:
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
                             StartedWith(started_role, started_token), started_by)
+        return self._create(new, workspace_from, workspace_ref)
+
+    def _create(self, new: NewRun, workspace_from: str | os.PathLike[str] | None, workspace_ref: str
+                ) -> RunHandle[Any]:
         if workspace_from is not None:
             created = start_from_git(self.store, new, workspace_from, workspace_ref, self.lease_seconds)
-            return RunHandle(self, new.run_id, created=created)
-        _, created = self.store.create_run(new)
+        else:
+            _, created = self.store.create_run(new)
         return RunHandle(self, new.run_id, created=created)
 
     def start_json(
@@ -634,11 +638,13 @@ class App:
         started_role: str | None = None,
         started_token: str | None = None,
         started_by: Mapping[str, Any] | None = None,
+        workspace_from: str | os.PathLike[str] | None = None,
+        workspace_ref: str = "HEAD",
     ) -> RunHandle[Any]:
         """Start ``workflow`` with inputs given as JSON values (the CLI's
         ``--input``): an object names parameters, an array lists them, any
         other value is the only argument. Validated against the annotations.
-        ``started_role``, ``started_token``: as for ``start``."""
+        ``started_role``, ``started_token``, ``workspace_from``, ``workspace_ref``: as for ``start``."""
         definition = self.definition(workflow, version)
         try:
             arguments = definition.inputs_from_json(data)
@@ -646,8 +652,7 @@ class App:
             raise PayloadError(f"input does not fit workflow {workflow!r}: {exc}") from None
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
                             StartedWith(started_role, started_token), started_by)
-        _, created = self.store.create_run(new)
-        return RunHandle(self, new.run_id, created=created)
+        return self._create(new, workspace_from, workspace_ref)
 
     def run(
         self,
