@@ -94,6 +94,21 @@ def build(db: str, workspaces: Path, ring: LocalKeyring | None = None) -> cairn.
     def change() -> None:
         (cairn.step_info().workspace / "new.txt").write_text("new")
 
+    @app.step
+    def fail_once() -> None:
+        ws = cairn.step_info().workspace
+        marker = ws.parent / f"{ws.name}.failed"  # outside the workspace: survives the retry
+        (ws / "src" / "pkg" / "mod.py").write_text("broken")
+        if not marker.exists():
+            marker.write_text("once")
+            raise RuntimeError("fails once")
+
+    @app.workflow(name="ws-git-retry")
+    def retried(ctx: cairn.Context) -> dict[str, object]:
+        change()
+        fail_once()
+        return look()
+
     @app.workflow(name="ws-git")
     def start(ctx: cairn.Context) -> dict[str, object]:
         first = look()
@@ -150,6 +165,22 @@ def test_a_run_starts_on_the_tree_of_the_ref(app: cairn.App, repo: Path, tmp_pat
     again = tmp_path / "again"
     app.operator.workspaces.restore("g1", IMPORT_POSITION, again)
     assert root_of(again) == seen["root"]
+
+
+def test_an_operator_retry_starts_again_from_the_imported_tree(app: cairn.App, repo: Path,
+                                                              tmp_path: Path) -> None:
+    handle = app.start("ws-git-retry", run_id="g4", workspace_from=repo, workspace_ref="v1")
+    app.worker(concurrency=1).run(max_idle=0.5)
+    assert app.get_run("g4").status is RunStatus.FAILED
+    app.retry("g4")  # voids the journal from position 0 on: the import, at -1, stays
+    app.worker(concurrency=1).run(max_idle=0.5)
+    tree = tmp_path / "expected-retry"
+    tree.mkdir()
+    write_tree(tree, "v1")
+    (tree / "new.txt").write_text("new")
+    (tree / "src" / "pkg" / "mod.py").write_text("broken")
+    normalize(tree)
+    assert handle.result(timeout=10)["root"] == root_of(tree)
 
 
 def test_the_default_ref_is_head(app: cairn.App, repo: Path, tmp_path: Path) -> None:
