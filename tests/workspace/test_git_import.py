@@ -198,13 +198,16 @@ def _stored_objects(app: cairn.App) -> int:
     return len(app.store.workspace_candidates("default", float("inf"), "", 100000))
 
 
-@pytest.mark.parametrize("case", ["not-a-dir", "not-a-repo", "unknown-ref", "option-ref"])
+@pytest.mark.parametrize("case", ["not-a-dir", "not-a-repo", "inside-a-repo", "unknown-ref", "option-ref",
+                                  "a-tree-not-a-commit"])
 def test_bad_input_is_one_line_and_stores_nothing(app: cairn.App, repo: Path, tmp_path: Path,
                                                   case: str) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     path, ref, words = {"not-a-dir": (tmp_path / "missing", "HEAD", "not a directory"),
                         "not-a-repo": (plain, "HEAD", "not a git repository"),
+                        "inside-a-repo": (repo / "src", "HEAD", "not the top of a git repository"),
+                        "a-tree-not-a-commit": (repo, "HEAD^{tree}", "unknown ref 'HEAD^{tree}'"),
                         "unknown-ref": (repo, "no-such-tag", "unknown ref 'no-such-tag'"),
                         "option-ref": (repo, "--output=/tmp/x", "is not a ref")}[case]
     with pytest.raises(GitImportError) as refused:
@@ -244,3 +247,11 @@ def test_the_cli_refuses_bad_input_in_one_line_and_imports_good(db: str, repo: P
         assert [s.root for s in shots] == [expected_root(tmp_path, "v1")]
     finally:
         reader.close()
+
+
+def test_a_bare_repository_imports_the_same_tree(app: cairn.App, repo: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], env=GIT_ENV, check=True)
+    handle = app.start("ws-git", run_id="g5", workspace_from=bare, workspace_ref="v1")
+    app.worker(concurrency=1).run(max_idle=0.5)
+    assert handle.result(timeout=10)["root"] == expected_root(tmp_path, "v1")

@@ -56,6 +56,14 @@ class GitImportError(InvalidArgument):
     """A repository, ref or tree that cannot become a run's starting workspace."""
 
 
+class _GitFailed(Exception):
+    """A git command failed; ``why``: the last line it wrote to stderr."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
 def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
     try:
         done = subprocess.run(["git", "-C", str(repo), *args], input=data, capture_output=True,
@@ -63,34 +71,40 @@ def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
     except FileNotFoundError:
         raise GitImportError("cannot import a git repository: the git command is not installed") from None
     if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip().splitlines()
-        raise GitImportError(f"git {args[0]} in {repo} failed: {why[-1] if why else done.returncode}")
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        raise _GitFailed(lines[-1] if lines else f"git {args[0]} exited with {done.returncode}")
     return done.stdout
 
 
 def resolve(path: str | os.PathLike[str], ref: str) -> tuple[Path, str]:
-    """The repository and the commit id ``ref`` names in it."""
+    """The repository at ``path`` (its top, or a bare repository itself,
+    never a directory inside one) and the commit id ``ref`` names in it."""
     repo = Path(path).expanduser().absolute()
     if not repo.is_dir():
         raise GitImportError(f"cannot import {repo}: not a directory")
     try:
-        inside = _git(repo, "rev-parse", "--is-inside-work-tree", "--is-bare-repository")
-    except GitImportError:
-        raise GitImportError(f"cannot import {repo}: not a git repository") from None
-    if b"true" not in inside:
-        raise GitImportError(f"cannot import {repo}: not a git repository")
+        said = _git(repo, "rev-parse", "--is-bare-repository", "--absolute-git-dir").decode()
+        bare, git_dir = [*said.split("\n"), "", ""][:2]
+        top = git_dir if bare == "true" else _git(repo, "rev-parse", "--show-toplevel").decode().strip()
+    except _GitFailed as exc:
+        raise GitImportError(f"cannot import {repo}: not a git repository ({exc.why})") from None
+    if Path(top).resolve() != repo.resolve():
+        raise GitImportError(f"cannot import {repo}: not the top of a git repository (it is inside {top})")
     if not ref or ref.startswith("-") or "\0" in ref:
         raise GitImportError(f"cannot import {repo}: {ref!r} is not a ref")
     try:
         commit = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
-    except GitImportError:
+    except _GitFailed:
         raise GitImportError(f"cannot import {repo}: unknown ref {ref!r}") from None
     return repo, commit.decode().strip()
 
 
 def _entries(repo: Path, commit: str) -> list[tuple[str, str, str, bytes]]:
     """``(mode, type, object id, path)`` of every entry of the commit's tree, parents first."""
-    out = _git(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", commit)
+    try:
+        out = _git(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", commit)
+    except _GitFailed as exc:
+        raise GitImportError(f"cannot import {repo}: git ls-tree failed ({exc.why})") from None
     found: list[tuple[str, str, str, bytes]] = []
     for record in out.split(b"\0"):
         if not record:
@@ -109,12 +123,18 @@ def _blobs(repo: Path, oids: list[str]) -> dict[str, bytes]:
     """The content of each blob (one ``git cat-file --batch``)."""
     if not oids:
         return {}
-    out = _git(repo, "cat-file", "--batch", data="".join(f"{o}\n" for o in oids).encode())
+    try:
+        out = _git(repo, "cat-file", "--batch", data="".join(f"{o}\n" for o in oids).encode())
+    except _GitFailed as exc:
+        raise GitImportError(f"cannot import {repo}: git cat-file failed ({exc.why})") from None
     found: dict[str, bytes] = {}
     at = 0
     for oid in oids:
         end = out.index(b"\n", at)
-        size = out[at:end].decode().split(" ")[2]
+        head = out[at:end].decode().split(" ")
+        if len(head) != 3 or head[1] != "blob":
+            raise GitImportError(f"cannot import {repo}: git cannot read blob {oid} ({' '.join(head[1:])})")
+        size = head[2]
         start = end + 1
         found[oid] = out[start:start + int(size)]
         at = start + int(size) + 1
