@@ -21,8 +21,10 @@ the run given back to the workers. A failure after the run is created
 cancels it.
 
 Not atomic against a crash of this process between creating the run and
-recording the root: a worker that then recovers the run (after the lease)
-finds no import entry and starts it on an empty directory.
+recording the root: a worker that then recovers the run (after the
+import's lease, at least ``IMPORT_LEASE_SECONDS``) finds no import entry
+and starts it on an empty directory. The tree is read and snapshotted
+before the run is created, so the lease covers only database writes.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ from cairn.workspace.scan import TreeCache, snapshot
 IMPORT_POSITION = -1
 #: the name of the import's journal entry and the worker that holds the run while importing
 IMPORT_NAME = "workspace.import"
+#: the least lease the importer holds the new run with: storing a large tree's objects must not
+#: outlast it (a worker would take the run over before its starting workspace is recorded)
+IMPORT_LEASE_SECONDS = 600.0
 #: objects stored per holder write
 _BATCH = 256
 _ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
@@ -187,7 +192,7 @@ def start_from_git(store: Store, new: NewRun, path: str | os.PathLike[str], ref:
     commit, root, objects = tree_of(path, ref)  # every input error is raised here, before anything is stored
     if store.get_run(new.run_id) is not None:
         return False
-    claim = store.create_claimed_run(new, IMPORT_NAME, lease_seconds)
+    claim = store.create_claimed_run(new, IMPORT_NAME, max(lease_seconds, IMPORT_LEASE_SECONDS))
     if claim is None:
         if store.get_run(new.run_id) is None:
             return False  # pragma: no cover - raced by another start of the same id, then deleted
