@@ -172,6 +172,10 @@ def test_without_a_keyring_the_scan_finds_the_canary(db: str, tmp_path: Path) ->
     found = occurrences(stored_bytes(db), secret)
     assert found.get("content")
     assert found.get("name")
+    # in the workspace rows themselves, not only in the run's input: what sealing must hide
+    in_objects = occurrences(_with_frames(b"\n".join(d for _, _, d in object_rows(db))), secret)
+    assert in_objects.get("content")
+    assert in_objects.get("name")
 
 
 def test_a_sealed_workspace_holds_no_canary_and_reads_back(sealed: cairn.App, db: str,
