@@ -227,3 +227,17 @@ def test_a_sealed_tenant_is_still_refused_by_the_collector(sealed: cairn.App) ->
     with pytest.raises(CairnError, match="sealed"):
         sealed.operator.workspaces.collect("default")
 
+
+
+def test_a_key_rotation_keeps_addresses_and_old_objects_readable(sealed: cairn.App, db: str,
+                                                                  tmp_path: Path) -> None:
+    """Addresses derive from the tenant's first data key, which rotation
+    never removes: the same content keeps its address (stored once) and
+    what the old key sealed still opens."""
+    run(sealed, "k1", "before rotation", "k.txt")
+    before = {o for _, o, _ in object_rows(db)}
+    assert sealed.store.rotate("default") == 2
+    roots = run(sealed, "k2", "before rotation", "k.txt")
+    assert {o for _, o, _ in object_rows(db)} == before  # nothing new: dedup across the rotation
+    sealed.operator.workspaces.restore("k1", None, tmp_path / "old")
+    assert root_of(tmp_path / "old") == roots[-1]
