@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="snapshots with 10 changed files")
     parser.add_argument("--out", default="bench/results/workspace.json")
     parser.add_argument("--sealed", action="store_true",
-                        help="with a keyring: objects sealed at per-tenant keyed addresses (store/wssealed.py)")
+                        help="with a keyring: objects sealed at keyed addresses (store/wssealed.py)")
     args = parser.parse_args(argv)
     files, total = (1_000, 10 << 20) if args.quick else (10_000, 100 << 20)
     steps = args.steps or (50 if args.quick else 1_000)
