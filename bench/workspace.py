@@ -56,6 +56,7 @@ from typing import Any
 import zstandard
 
 import cairn
+from cairn.security.keyring import LocalKeyring
 from cairn.workspace import Objects, TreeCache, diff, restore, snapshot
 
 WORDS = [f"w{i:x}" for i in range(4096)]
@@ -161,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--steps", type=int, default=None, help="snapshots with 10 changed files")
     parser.add_argument("--out", default="bench/results/workspace.json")
+    parser.add_argument("--sealed", action="store_true",
+                        help="with a keyring: objects sealed at keyed addresses (store/wssealed.py)")
     args = parser.parse_args(argv)
     files, total = (1_000, 10 << 20) if args.quick else (10_000, 100 << 20)
     steps = args.steps or (50 if args.quick else 1_000)
@@ -173,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(built in {time.perf_counter() - t0:.1f} s)")
 
     db = base / "bench.db"
-    app = cairn.App(db=f"sqlite:///{db}")
+    ring = LocalKeyring({"bench": os.urandom(32)}, "bench") if args.sealed else None
+    app = cairn.App(db=f"sqlite:///{db}", keyring=ring)
 
     @app.workflow(name="bench-ws")
     def held(ctx: cairn.Context) -> None:
@@ -255,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     app.close()
 
     figures = {
-        "files": files, "bytes": sum(p.stat().st_size for p in paths), "steps": steps,
+        "sealed": args.sealed, "files": files, "bytes": sum(p.stat().st_size for p in paths), "steps": steps,
         "first_snapshot_s": round(first_s, 3), "first_snapshot_stored_mb": round(first.stored_bytes / 1e6, 2),
         "snapshot_10_changed_median_ms": med_ms(snap_s),
         "snapshot_10_changed_p90_ms": round(sorted(snap_s)[int(len(snap_s) * 0.9)] * 1000, 2),

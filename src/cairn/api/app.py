@@ -26,6 +26,7 @@ from cairn.api.tokens import Tokens
 from cairn.api.travel import TimeTravel
 from cairn.api.views import operation_json
 from cairn.api.workflow import Workflow
+from cairn.api.wsimport import start_from_git
 from cairn.codec import upcasters, values
 from cairn.codec.payloads import DEFAULT_INLINE_LIMIT, PayloadCodec
 from cairn.codec.upcasters import Upcaster
@@ -594,6 +595,8 @@ class App:
         started_role: str | None = None,
         started_token: str | None = None,
         started_by: Mapping[str, Any] | None = None,
+        workspace_from: str | os.PathLike[str] | None = None,
+        workspace_ref: str = "HEAD",
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
@@ -602,12 +605,22 @@ class App:
         the run records its bundle and executes only on that bundle's code.
         ``started_role`` (and ``started_token``, a token's id): the rights
         it is started with, which tools restricted by role check
-        (``cairn.ToolAccess(role=...)``) wherever it runs; ``None``: none."""
+        (``cairn.ToolAccess(role=...)``) wherever it runs; ``None``: none.
+        ``workspace_from``: a local git repository whose tree at
+        ``workspace_ref`` is the run's starting workspace (``api.wsimport``;
+        a bad repository or ref is refused before anything is stored)."""
         definition = self.definition(workflow, version)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
                             StartedWith(started_role, started_token), started_by)
-        _, created = self.store.create_run(new)
+        return self._create(new, workspace_from, workspace_ref)
+
+    def _create(self, new: NewRun, workspace_from: str | os.PathLike[str] | None, workspace_ref: str
+                ) -> RunHandle[Any]:
+        if workspace_from is not None:
+            created = start_from_git(self.store, new, workspace_from, workspace_ref, self.lease_seconds)
+        else:
+            _, created = self.store.create_run(new)
         return RunHandle(self, new.run_id, created=created)
 
     def start_json(
@@ -625,11 +638,13 @@ class App:
         started_role: str | None = None,
         started_token: str | None = None,
         started_by: Mapping[str, Any] | None = None,
+        workspace_from: str | os.PathLike[str] | None = None,
+        workspace_ref: str = "HEAD",
     ) -> RunHandle[Any]:
         """Start ``workflow`` with inputs given as JSON values (the CLI's
         ``--input``): an object names parameters, an array lists them, any
         other value is the only argument. Validated against the annotations.
-        ``started_role``, ``started_token``: as for ``start``."""
+        ``started_role``, ``started_token``, ``workspace_from``, ``workspace_ref``: as for ``start``."""
         definition = self.definition(workflow, version)
         try:
             arguments = definition.inputs_from_json(data)
@@ -637,8 +652,7 @@ class App:
             raise PayloadError(f"input does not fit workflow {workflow!r}: {exc}") from None
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
                             StartedWith(started_role, started_token), started_by)
-        _, created = self.store.create_run(new)
-        return RunHandle(self, new.run_id, created=created)
+        return self._create(new, workspace_from, workspace_ref)
 
     def run(
         self,

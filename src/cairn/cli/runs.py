@@ -79,12 +79,17 @@ def _wait(app: App, run_id: str, timeout: float | None) -> Any:
 @click.option("--role", type=click.Choice(["viewer", "operator", "admin", "installation"]), default=None,
               help="The token role the run is started with: what tools restricted by role "
                    "(cairn.ToolAccess(role=...)) allow it. Default: none (such tools refuse it).")
+@click.option("--workspace-from", metavar="REPO", default=None,
+              help="A local git repository whose tree (at --workspace-ref) is the run's starting workspace.")
+@click.option("--workspace-ref", metavar="REF", default=None,
+              help="With --workspace-from: the commit, branch or tag to import (default: HEAD).")
 @db_option
 @click.pass_context
 def start(
     ctx: click.Context, workflow: str, app_spec: str, input_json: str | None, run_id: str | None,
     thread_id: str | None, tenant: str, queue: str, priority: int, wait: bool, timeout: float | None,
-    version: str | None, role: str | None, db: str | None,
+    version: str | None, role: str | None, workspace_from: str | None, workspace_ref: str | None,
+    db: str | None,
 ) -> None:
     """Start a run of WORKFLOW for a worker to execute; print its id.
 
@@ -93,12 +98,15 @@ def start(
     """
     if timeout is not None and not wait:
         raise click.UsageError("--timeout only applies with --wait")
+    if workspace_ref is not None and workspace_from is None:
+        raise click.UsageError("--workspace-ref only applies with --workspace-from")
     data = _parse_input(input_json)
     with loaded_app(app_spec, _db(ctx, db)) as app:
         try:
             handle = app.start_json(workflow, data, run_id=run_id, thread_id=thread_id, tenant=tenant,
                                     queue=queue, priority=priority, version=version, started_role=role,
-                                    started_by=actors.context(cli_actor(), tenant))
+                                    started_by=actors.context(cli_actor(), tenant),
+                                    workspace_from=workspace_from, workspace_ref=workspace_ref or "HEAD")
         except UnknownWorkflow as exc:
             raise click.BadParameter(str(exc), param_hint="'WORKFLOW'") from None
         except PayloadError as exc:

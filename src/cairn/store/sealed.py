@@ -52,7 +52,7 @@ import dataclasses
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
@@ -100,6 +100,7 @@ from cairn.store.rekey import REASON_PREFIX, Progress, Rekeyer
 from cairn.store.schedules import Fired
 from cairn.store.sealing import DataKeys, Sealer, context
 from cairn.store.vectorindex import EmbeddingClaim
+from cairn.store.wssealed import SealedObjects
 
 if TYPE_CHECKING:
 
@@ -155,7 +156,7 @@ def _new_with_input(run: NewRun, sealed: Payload) -> NewRun:
 
 #: the attributes of a ``SealedStore`` itself (every other one is its inner store's)
 _OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock",
-                  "audit_keys"})
+                  "audit_keys", "_workspace"})
 
 
 class SealedStore:
@@ -179,6 +180,7 @@ class SealedStore:
         self.audit_keys = AuditKeys(inner, keyring, self.audit_plaintext, self._tenant)
         inner.audit_digest = self.audit_keys.digest  # type: ignore[attr-defined]
         inner.audit_plain_before = self.audit_keys.plain_before_keys  # type: ignore[attr-defined]
+        self._workspace = SealedObjects(inner, self.keys, self.sealer)
 
     def audit_plaintext(self, event: HistoryEvent, tenant: str | None) -> tuple[bytes | None, Any]:
         """``event``'s payload bytes and detail opened: what its audit digest covers."""
@@ -262,6 +264,14 @@ class SealedStore:
         if payload.ref is not None:
             return Payload(None, self._artifact_ref(place.tenant, payload.ref))
         return payload
+
+    # -- workspace objects (``store.wssealed``) ---------------------------------------------
+
+    def put_workspace_objects(self, run_id: str, epoch: int, objects: Mapping[str, bytes]) -> None:
+        self._workspace.put(self._tenant(run_id), run_id, epoch, objects)
+
+    def workspace_objects(self, tenant: str, oids: Collection[str]) -> dict[str, bytes]:
+        return self._workspace.get(tenant, oids)
 
     # -- places ------------------------------------------------------------------------
 
