@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import cairn
 from cairn.cli.main import main as cli
 from cairn.errors import InvalidArgument
 from cairn.store.auditverify import verify_store
+from cairn.store.records import RunFilter
+from cairn.worker.scheduler import Scheduler
 from tests.encryption.test_sealed_store import Raw, build
 
 
@@ -75,6 +78,18 @@ def test_a_child_and_a_scheduled_run_record_who_started_them(tmp_path: Path) -> 
 
     app.run("parent", run_id="mom")
     assert created(app, "kid-1") == {"actor": "run:mom", "auth": "parent-run", "tenant": "default"}
+
+    # a schedule due every second, fired by a worker's scheduler pass a tick later
+    app.schedule("* * * * * *", "kid", name="each-second", tenant="acme", grace=600)
+    scheduler = Scheduler(app.runtime, list(app.runtime.schedules.values()))
+    scheduler.run_pass()
+    time.sleep(1.1)
+    scheduler.run_pass()
+    ticks = [run.run_id for run in app.store.list_runs(RunFilter(tenant="acme"))]
+    assert ticks
+    assert all(run_id.startswith("schedule:acme:each-second:") for run_id in ticks), ticks
+    for run_id in ticks:
+        assert created(app, run_id) == {"actor": "schedule:each-second", "auth": "schedule", "tenant": "acme"}
     assert verify_store(app.store).problems == []
     app.close()
 
