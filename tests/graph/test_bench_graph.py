@@ -1,5 +1,5 @@
-"""The graph benchmark (``bench/graph.py``) runs in-process at a small size on
-both sides and its output is complete: every figure of every system is
+"""The graph benchmark (``bench/graph.py``) runs at a small size on both
+sides (in this process; and once as it is run, each system in an interpreter of its own) and its output is complete: every figure of every system is
 measured and every ratio computed. The figures themselves are not judged
 here (tests assert behaviour, never speed)."""
 
@@ -28,7 +28,7 @@ def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_the_json_output_holds_every_figure_and_ratio_of_both_sides(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    doc = json.loads(run(capsys, monkeypatch, tmp_path, "--only", "langgraph,cairn", "--json"))
+    doc = json.loads(run(capsys, monkeypatch, tmp_path, "--only", "langgraph,cairn", "--json", "--in-process"))
     assert doc["skipped"] == {}
     (size,) = doc["sizes"]
     assert size["steps"] == STEPS
@@ -48,7 +48,7 @@ def test_the_json_output_holds_every_figure_and_ratio_of_both_sides(
 
 def test_the_table_shows_each_figure_with_its_ratio_and_every_target(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    out = run(capsys, monkeypatch, tmp_path, "--only", "langgraph,cairn")
+    out = run(capsys, monkeypatch, tmp_path, "--only", "langgraph,cairn", "--in-process")
     lines = out.splitlines()
     assert any("cairn/langgraph" in line for line in lines)
     for label, _attr, _style in graph.ROWS:
@@ -59,3 +59,20 @@ def test_the_table_shows_each_figure_with_its_ratio_and_every_target(
     verdicts = [line for line in lines if line.startswith("target ")]
     assert len(verdicts) == len(graph.targets(None, None))
     assert all(line.endswith((" met", " MISSED")) for line in verdicts), verdicts
+
+
+@pytest.mark.slow
+def test_as_run_each_system_is_measured_in_an_interpreter_of_its_own(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without ``--in-process`` each system's figures come from a child
+    interpreter (``--child``): they arrive whole, and the parent never ran
+    the workload (it imported no LangGraph)."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "langgraph.graph", raising=False)
+    doc = json.loads(run(capsys, monkeypatch, tmp_path, "--only", "langgraph,cairn", "--json"))
+    (size,) = doc["sizes"]
+    for system in ("langgraph", "cairn"):
+        assert size[system]["checkpoints"] >= STEPS
+        assert size[system]["step_cpu_us"] > 0
+    assert "langgraph.graph" not in sys.modules
