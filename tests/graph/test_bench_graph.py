@@ -1,5 +1,6 @@
 """The graph benchmark (``bench/graph.py``) runs at a small size on both
-sides (in this process; and once as it is run, each system in an interpreter of its own) and its output is complete: every figure of every system is
+sides (in this process; and once as it is run, each system in an
+interpreter of its own) and its output is complete: every figure of every system is
 measured and every ratio computed. The figures themselves are not judged
 here (tests assert behaviour, never speed)."""
 
@@ -28,7 +29,8 @@ def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_the_json_output_holds_every_figure_and_ratio_of_both_sides(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    doc = json.loads(run(capsys, monkeypatch, tmp_path, "--only", "langgraph,cairn", "--json", "--in-process"))
+    doc = json.loads(run(capsys, monkeypatch, tmp_path, "--only", "langgraph,cairn", "--json",
+                         "--in-process"))
     assert doc["skipped"] == {}
     (size,) = doc["sizes"]
     assert size["steps"] == STEPS

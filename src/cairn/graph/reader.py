@@ -104,12 +104,20 @@ class GraphHistory:
             if not new:
                 return self
             cut = rewritten = False
-            for entry in new:
+            entries = self.entries
+            completed = EventType.STEP_COMPLETED.value
+            for entry in new:  # once per entry of a long run: what it calls is written out
                 if entry.step_kind == KIND:
-                    if entry.event == EventType.STEP_COMPLETED:
-                        step = checkpoints.step_of(entry.name)
-                        if step is not None:
+                    name = entry.name
+                    if entry.event == completed and name is not None and name.startswith("step "):
+                        try:
+                            step = int(name[5:])
+                        except ValueError:  # not a checkpoint's name (checkpoints.step_of)
+                            continue
+                        if step in entries:
                             rewritten = self._take(step, entry) or rewritten
+                        else:
+                            entries[step] = entry
                 elif entry.event in _CUTS:
                     cut = True
             self._last_seq = new[-1].seq
@@ -119,9 +127,9 @@ class GraphHistory:
                 whole = self._store.history_headers(self.run_id)
                 self._last_seq = max(self._last_seq, whole[-1].seq if whole else 0)
                 for outcome in Journal(whole).outcomes.values():
-                    step = checkpoints.step_of(outcome.name) if outcome.step_kind == KIND else None
-                    if step is not None and outcome.event is EventType.STEP_COMPLETED:
-                        self._take(step, IndexEntry(outcome.seq, outcome.event.value, outcome.position,
+                    found = checkpoints.step_of(outcome.name) if outcome.step_kind == KIND else None
+                    if found is not None and outcome.event is EventType.STEP_COMPLETED:
+                        self._take(found, IndexEntry(outcome.seq, outcome.event.value, outcome.position,
                                                     outcome.step_kind, outcome.name, outcome.at))
             if cut or rewritten:  # what was decoded of voided checkpoints is void too
                 self._shared = checkpoints.Shared()

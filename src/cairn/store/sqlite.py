@@ -201,8 +201,6 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         self._links: dict[str, tuple[int, bytes]] = {}
         #: opens a sealed entry's payload and detail for its digest (a ``SealedStore`` sets it)
         self.audit_digest: Digester | None = None
-        #: whether history has the audit columns (migration 0022); ``None``: not looked yet
-        self._chained: bool | None = None
         #: whether the connections score vectors with sqlite-vec (``store.sqlitevec``)
         self.sqlite_vec = False
         sqlitevec.prepare()
@@ -264,15 +262,21 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         conn.execute("PRAGMA foreign_keys = OFF")
         self._local.mark = mark = Mark(self.clock)
         conn.create_function("cairn_wake", 1, mark)
+        self._local.unlinked = unlinked = _Unlinked()
+        conn.create_function("cairn_unlinked", 0, unlinked)
         self._install_wake(conn)
         return conn
 
     def _install_wake(self, conn: sqlite3.Connection) -> None:
         """The temp triggers that mark this connection's commits that make a
-        run runnable (``store.wakeups``); none before the schema exists."""
+        run runnable (``store.wakeups``), and the one that marks an entry
+        written without its audit link (``_UNLINKED_TRIGGER``); none before
+        the schema exists."""
         try:
             for statement in TRIGGERS:
                 conn.execute(statement)
+            if _has_audit_columns(conn):
+                conn.execute(_UNLINKED_TRIGGER)
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
@@ -287,14 +291,14 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         mark: Mark | None = getattr(self._local, "mark", None)
         if mark is not None:
             mark.marked = False
+        unlinked: _Unlinked = self._local.unlinked
+        unlinked.marked = False
         self._writing()
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
-                if self._chained is None:
-                    self._chained = _has_audit_columns(conn)
-                if self._chained:
+                if unlinked.marked:  # an entry went in without its link: link it now
                     _link_unlinked(conn, self.audit_digest)
                 fault_point(faults[0])
                 conn.execute("COMMIT")
@@ -340,13 +344,6 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             raise lc.unstorable_text(exc) from None
 
     def _migrate(self, conn: sqlite3.Connection) -> list[int]:
-        self._chained = False  # no audit link pass while the schema may lack its columns
-        try:
-            return self._migrate_all(conn)
-        finally:
-            self._chained = None
-
-    def _migrate_all(self, conn: sqlite3.Connection) -> list[int]:
         with self._read():
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -637,17 +634,24 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             if parent is not None:
                 tx.execute(_Q["wake_waiting_parent"], {"child_id": run_id, "now": now})
 
-    def _fenced(self, conn: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent) -> float:
-        """Append ``event`` under the fence; return the ``at`` stored. Without
-        a read of history when this store appended the run's last entry
-        itself (``_tails``); the tail is forgotten meanwhile, and remembered
-        again only once the entry is committed (``_tail``)."""
+    def _fenced(
+        self, conn: sqlite3.Connection, run_id: str, epoch: int, event: HistoryEvent,
+        previous: bytes | None = None,
+    ) -> tuple[float, bytes]:
+        """Append ``event`` under the fence; return the ``at`` and link
+        stored. Without a read of history when this store appended the run's
+        last entry itself (``_tails``), nor of its link when known (``_links``,
+        or ``previous``: the entry before, written in this transaction); both
+        are forgotten meanwhile, and remembered again only once the entry is
+        committed (``_in_write``)."""
         tail = self._tails.pop(run_id, None)
-        self._links.pop(run_id, None)  # in a transaction: known again once committed and read
+        known = self._links.pop(run_id, None)
         if (tail is not None and tail[0] == epoch == event.epoch and tail[1] == event.seq - 1
                 and event.run_id == run_id):
-            return _append_next(conn, event, tail[2], None, self.audit_digest)[0]
-        return _append_fenced(conn, run_id, epoch, event, self.audit_digest)[0]
+            if previous is None and known is not None and known[0] == event.seq - 1:
+                previous = known[1]
+            return _append_next(conn, event, tail[2], previous, self.audit_digest)
+        return _append_fenced(conn, run_id, epoch, event, self.audit_digest)
 
     def _tail(self, run_id: str, epoch: int, seq: int, at: float) -> None:
         """Remember the last entry this store appended to ``run_id`` (committed)."""
@@ -692,7 +696,13 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         with self._write(faults) as tx:  # holds the write lock: every row read is held
             result = work(tx)
         if local.transacted is not None:  # committed: the next append may follow it unread
-            self._tail(*local.transacted)
+            run_id, epoch, seq, at, link = local.transacted
+            self._tail(run_id, epoch, seq, at)
+            if link:  # and chain from its link unread (not pending: linked at commit)
+                links = self._links
+                if len(links) >= _MAX_TAILS and run_id not in links:
+                    links.clear()
+                links[run_id] = (seq, link)
         return result
 
     def _hold_lease(
@@ -712,11 +722,13 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         if not events:
             return
         tails = self._tails
+        link: bytes | None = None
         for event in events:
-            at = self._fenced(tx, run_id, epoch, event)  # forgets the tail: remembered once committed
+            # forgets the tail and link: remembered once committed
+            at, link = self._fenced(tx, run_id, epoch, event, link or None)
             tails[run_id] = (epoch, event.seq, at)  # the next one follows it unread
         tails.pop(run_id, None)  # not committed yet: _in_write remembers it once it is
-        self._local.transacted = (run_id, epoch, events[-1].seq, at)
+        self._local.transacted = (run_id, epoch, events[-1].seq, at, link)
 
     def _create_in(self, tx: sqlite3.Connection, run: NewRun, now: float) -> bool:
         if not _insert_run(tx, run_params(run, now, status=RunStatus.PENDING, runnable_at=now)):
@@ -1189,6 +1201,27 @@ def _audited(
     if previous is None:
         return digest, auditlinks.PENDING
     return digest, auditlinks.row_link(previous, values, digest)
+
+
+#: Marks a connection whose transaction wrote an entry without its link
+#: (``PENDING``, the column's default: bulk claims, lifecycle transitions
+#: written in SQL), so that ``_link_unlinked`` runs at the commits that need
+#: it and no other (it is a query, and most commits append linked entries).
+#: The database decides, not a list of writers to keep in step.
+_UNLINKED_TRIGGER = """CREATE TEMP TRIGGER IF NOT EXISTS cairn_unlinked AFTER INSERT ON main.history
+   FOR EACH ROW WHEN NEW.link = X'' BEGIN SELECT cairn_unlinked(); END"""
+
+
+class _Unlinked:
+    """The ``cairn_unlinked`` SQL function of one connection."""
+
+    __slots__ = ("marked",)
+
+    def __init__(self) -> None:
+        self.marked = False
+
+    def __call__(self) -> None:
+        self.marked = True
 
 
 def _link_unlinked(conn: sqlite3.Connection, digester: Digester | None) -> None:
