@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import _posixsubprocess
 import contextlib
+import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,6 +102,89 @@ def run(
     return subprocess.run(python_command(target, args), cwd=cwd, env=child_environment(env),
                           input=stdin, capture_output=True, text=True, timeout=timeout, check=False,
                           start_new_session=True)
+
+
+class Forked:
+    """A child of a ``Zygote``: the part of ``Popen`` the crash tests use."""
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        self.zygote = zygote
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.zygote.ask({"poll": self.pid})["code"]
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # not reaped: the pid is still this child's
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"forked {self.pid}", timeout or 0)
+            time.sleep(0.01)
+        return code
+
+
+class Zygote:
+    """Starts Python children pre-loaded with ``module`` (``tests/zygote.py``):
+    each is a real process (its own session, SIGKILLed like any other) forked
+    from a parent that imported ``module`` once, so a chain of dozens of
+    workers does not import LangGraph dozens of times. ``spawn`` takes what
+    the module-level ``spawn`` takes; its child runs ``module`` as
+    ``python -m module args`` would."""
+
+    def __init__(self, module: str, *, env: Mapping[str, str] | None = None, log: Path | None = None) -> None:
+        self.module = module
+        self._lock = threading.Lock()
+        with contextlib.ExitStack() as files:
+            err = subprocess.DEVNULL if log is None else files.enter_context(log.open("wb"))
+            self._parent = spawn("tests.zygote", [module], env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=err, text=True)
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        parent = self._parent
+        assert parent.stdin is not None
+        assert parent.stdout is not None
+        with self._lock:
+            parent.stdin.write(json.dumps(request) + "\n")
+            parent.stdin.flush()
+            answer = parent.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the zygote of {self.module} ended (exit {parent.poll()})")
+        found: dict[str, Any] = json.loads(answer)
+        return found
+
+    def spawn(self, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None, log: Path) -> Forked:
+        request = {"fork": list(args), "env": child_environment(env), "log": str(log)}
+        return Forked(self, self.ask(request)["pid"])
+
+    def close(self) -> None:
+        """End the zygote, and with it every child still running."""
+        parent = self._parent
+        if parent.stdin is not None:
+            with contextlib.suppress(OSError):
+                parent.stdin.close()
+        try:
+            parent.wait(30)
+        except subprocess.TimeoutExpired:
+            parent.kill()
+            parent.wait(10)
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+    def __enter__(self) -> Zygote:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # -- the rule: only slow tests start processes ---------------------------------------------------

@@ -67,6 +67,18 @@ _hits: dict[str, int] = {}
 _lock = threading.Lock()
 
 
+def arm(spec: str) -> None:
+    """Replace this process's fault plan by ``spec`` (``CAIRN_FAULTS``'s
+    syntax), its hit counts from zero: for a process forked from one that
+    imported Cairn before its plan was known (the crash tests' pre-loaded
+    worker parent), where the plan read at import is not the child's."""
+    global _ARMED, ARMED
+    armed = _parse(spec)
+    with _lock:
+        _hits.clear()
+        _ARMED, ARMED = armed, bool(armed)
+
+
 def fault_point(name: str) -> None:
     """SIGKILL this process if ``name`` is armed and this is the chosen hit."""
     if not _ARMED or name not in _ARMED:

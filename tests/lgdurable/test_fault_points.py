@@ -34,7 +34,7 @@ from tests.lgdurable import agent_app
 #: the points a LangGraph run passes, from its checkpoints to its tools' effects, and the
 #: backends each is killed on: the two windows of the bug on both; the other four, whose code
 #: is the same above either store, on one each, alternating (each case runs 20-30 worker
-#: processes, about 30 s on a quiet machine: all twelve would add minutes to CI for no window
+#: processes, forked from one pre-loaded parent: all twelve would add minutes to CI for no window
 #: the eight do not cover)
 CASES = (("langgraph.put.before_commit", "sqlite"), ("langgraph.put.before_commit", "postgres"),
          ("langgraph.after_writes", "sqlite"), ("langgraph.after_writes", "postgres"),
@@ -57,12 +57,14 @@ def test_a_worker_killed_at_each_hit_of_a_point(tmp_path: Path, backend: StoreBa
     app.start(workflow, agent_app.START_STATE, run_id="agent")
     env = {"CAIRN_TEST_DIR": str(tmp_path)}
     kills, nth, worker = 0, 1, None
+    # every worker is forked from one that imported the agent (LangGraph) once
+    zygote = processes.Zygote("tests.lgdurable.agent_app", log=tmp_path / "zygote.log")
     try:
         for k in range(MOST_WORKERS + 1):
             armed = k < MOST_WORKERS
             before = _progress(app)
-            worker = processes.spawn(
-                "tests.lgdurable.agent_app", ["--worker-id", f"w{k}"],
+            worker = zygote.spawn(
+                ["--worker-id", f"w{k}"],
                 env={**env, "CAIRN_TEST_DB": backend.worker_url(f"w{k}"),
                      **({"CAIRN_FAULTS": f"{point}@{nth}"} if armed else {})},
                 log=tmp_path / f"w{k}.log")
@@ -86,6 +88,7 @@ def test_a_worker_killed_at_each_hit_of_a_point(tmp_path: Path, backend: StoreBa
         if worker is not None and worker.poll() is None:
             worker.kill()
             worker.wait(10)
+        zygote.close()
         app.close()
     clean_dir = tmp_path / "clean"
     clean_dir.mkdir()
