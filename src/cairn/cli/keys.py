@@ -28,7 +28,7 @@ def _use_keyring(ctx: click.Context, param: click.Parameter, spec: str | None) -
 #: ``--keyring SPEC`` on every subcommand (a group option would be taken for the default command's)
 keyring_option = click.option(
     "--keyring", metavar="SPEC", default=None, expose_value=False, callback=_use_keyring, is_eager=True,
-    help="file:/path or env:VARIABLE (default: $CAIRN_KEYRING).")
+    help="file:/path, env:VARIABLE, vault:KEY or aws-kms:KEY (default: $CAIRN_KEYRING).")
 
 
 @click.group(cls=DefaultCommandGroup, default="status")
