@@ -77,12 +77,12 @@ def test_a_moved_key_row_or_a_wrong_key_does_not_unwrap(place: str, kms: KmsStan
     app.close()
     raw("UPDATE data_keys SET wrapped = :w WHERE tenant = 'a'", w=saved)
     kms.create_key("alias/other")
-    raw("UPDATE data_keys SET kek_id = 'aws-kms:alias/other' WHERE tenant = 'a'")  # names the wrong KMS key
+    raw("UPDATE data_keys SET kek_id = :kek WHERE tenant = 'a'", kek="aws-kms:alias/other")  # wrong key
     app = build(place, ring(kms))
     with pytest.raises(SealError, match="IncorrectKeyException"):
         app.store.get_run(a)
     app.close()
-    raw("UPDATE data_keys SET kek_id = 'aws-kms:alias/gone' WHERE tenant = 'a'")
+    raw("UPDATE data_keys SET kek_id = :kek WHERE tenant = 'a'", kek="aws-kms:alias/gone")
     app = build(place, ring(kms))
     with pytest.raises(SealError, match=r"NotFoundException|IncorrectKeyException"):
         app.store.get_run(a)
