@@ -184,6 +184,38 @@ def test_a_pass_never_overwrites_an_artifact_changed_or_collected_since_it_read_
         store.inner.put_artifact_at("../escape", b"x")
 
 
+def test_a_pass_moves_workspace_objects_in_place_too(place: str) -> None:
+    """Workspace objects (at addresses already, ``store.wssealed``): sealed
+    again at theirs, compare-and-set; they read back the same, and another
+    tenant's stay on its key."""
+    app = build(place, keyring())
+    store: Any = app.store
+    objects = {t: {hashlib.sha256(f"{t}{i}".encode()).hexdigest(): os.urandom(300) for i in range(5)}
+               for t in ("a", "b")}
+    for tenant, held in objects.items():
+        run_id = app.start("canary", f"{CANARY}-ws", tenant=tenant).run_id
+        claim = store.claim_run(run_id, "w1", 30.0, 0)
+        store.put_workspace_objects(run_id, claim.run.epoch, held)
+    raw = Raw(place)
+
+    def ws_versions(tenant: str) -> list[int | None]:
+        rows = raw("SELECT data FROM workspace_objects WHERE tenant = :t", t=tenant)
+        return sorted(version_of(bytes(d)) for (d,) in rows)
+
+    assert ws_versions("a") == [1] * 5
+    store.rotate("a")
+    assert store.key_status("a").old >= 5
+    store.reencrypt("a", page=2)
+    assert ws_versions("a") == [2] * 5  # 0 objects left on the retired key
+    assert ws_versions("b") == [1] * 5
+    for tenant, held in objects.items():
+        assert store.workspace_objects(tenant, list(held)) == held
+    (row,) = raw("SELECT oid, data FROM workspace_objects WHERE tenant = 'a' ORDER BY oid LIMIT 1")
+    stale = {"tenant": "a", "oid": row[0], "data": b"resealed", "old_data": bytes(row[1]) + b"x"}
+    assert store.inner.rekey_set("rekey_ws_set", stale) is False  # changed since read: left as it is
+    app.close()
+
+
 def test_cairn_keys_status_and_reencrypt_report_artifacts(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner

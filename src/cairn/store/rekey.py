@@ -23,6 +23,8 @@ read (``replace_artifact``: a collection since leaves nothing to write), and
 no row naming it changes, ``history.payload_ref`` (in the audit chain's
 links) included. An artifact stored before addresses (named by the hash of
 its sealed bytes) keeps its name and is sealed at it from then on.
+Workspace objects (``store.wssealed``) are at such addresses already: each
+is sealed again at its own, compare-and-set on the old bytes.
 """
 
 from __future__ import annotations
@@ -213,6 +215,7 @@ class Rekeyer:
         self._run_memory()
         self._threads()
         self._approvals()
+        self._workspace()
         return self.progress
 
     def _runs(self) -> None:
@@ -364,6 +367,26 @@ class Rekeyer:
                                                        "comment": base64.b64encode(again).decode(),
                                                        "old_comment": comment})
             after_run, after_request = rows[-1][0], rows[-1][1]
+            self._rest()
+
+    def _workspace(self) -> None:
+        """Workspace objects (their stored id is their address). Plaintext
+        ones (stored before encryption, at their ids) are left to reading as
+        they are while adopting: sealing one in place would put it at the
+        wrong address."""
+        after = ""
+        while rows := self.inner.rekey_page("rekey_ws_page", {"tenant": self.tenant, "after": after,
+                                                              "limit": self.page}):
+            for address, data in rows:
+                data = bytes(data)
+                if version_of(data) is None:
+                    continue
+                # ``wssealed.place_of`` (not imported: it imports this module, through ``sealing``)
+                new = self._bytes(Place(self.tenant, "-", "workspace_objects", address, "object"), data)
+                if new is not None:
+                    self._write("rekey_ws_set", {"tenant": self.tenant, "oid": address, "data": new,
+                                                 "old_data": data})
+            after = rows[-1][0]
             self._rest()
 
     def _artifacts(self) -> None:

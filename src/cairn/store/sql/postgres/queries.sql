@@ -1888,6 +1888,16 @@ ON CONFLICT (tenant, oid) DO UPDATE SET stored_at = GREATEST(workspace_objects.s
 SELECT oid, data FROM workspace_objects
 WHERE tenant = %(tenant)s::text AND oid = ANY (%(oids)s::text[])
 
+-- Re-encryption of a tenant's workspace objects (cairn.store.rekey): at
+-- addresses that survive it, so each is rewritten in place, compare-and-set.
+-- name: rekey_ws_page
+SELECT oid, data FROM workspace_objects WHERE tenant = %(tenant)s::text AND oid > %(after)s::text
+ORDER BY oid LIMIT %(limit)s::bigint
+
+-- name: rekey_ws_set
+UPDATE workspace_objects SET data = %(data)s::bytea
+WHERE tenant = %(tenant)s::text AND oid = %(oid)s::text AND data = %(old_data)s::bytea
+
 -- The audit chain (issue 26; cairn/store/auditlinks.py). Entries written
 -- without their link in the transaction in progress (the partial index holds
 -- nothing else), each with the stored link before it.
