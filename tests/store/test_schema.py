@@ -95,6 +95,11 @@ POSTGRES_ONLY = {
     "get_artifact": "artifacts are rows here (SQLite: files)",
     "delete_stale_artifacts": "artifacts are rows here (SQLite: files deleted by the store)",
     "store_artifact": "a tenant's role stores artifact rows only through a SECURITY DEFINER function",
+    "put_artifact_at": "artifacts are rows here (SQLite: files)",
+    "touch_artifact_at": "artifacts are rows here (SQLite: files)",
+    "replace_artifact": "artifacts are rows here (SQLite: a file renamed over under the exclusive lock)",
+    "store_artifact_at": "a tenant's role stores an artifact under a name only through a SECURITY DEFINER "
+                         "function, which never replaces bytes",
     "spend_queue_tokens": "queue-wide token buckets are spent through a SECURITY DEFINER function that "
                           "charges only what the transaction claimed (tenant roles cannot write them)",
     "role_scope": "row-level security and tenant grants are PostgreSQL's (SQLite has no roles)",

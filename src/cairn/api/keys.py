@@ -7,10 +7,11 @@ What ``cairn keys`` does, on the App's sealed store (``cairn.store.sealed``):
 * ``rotate``: a new data key version for a tenant (or every tenant), which
   seals new writes at once; ``rewrap``: KEK rotation, every data key wrapped
   again by the keyring's current KEK (no value is re-encrypted);
-* ``reencrypt``: passes that move a tenant's values to its newest key
-  (``cairn.store.rekey``: compare-and-set, resumable, throttled);
+* ``reencrypt``: passes that move a tenant's values and artifacts to its
+  newest key (``cairn.store.rekey``: compare-and-set, resumable, throttled);
 * ``verify``: open every sealed value of runs, entries and messages, and
-  report any that does not open, by place.
+  every artifact the tenant's rows name, and report any that does not open,
+  by place.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, PayloadError
 from cairn.security.envelope import SealError
 from cairn.store.records import RunFilter
 from cairn.store.rekey import Progress, Rekeyer
@@ -40,8 +41,10 @@ class TenantKeys:
     versions: list[KeyVersion]
     values: dict[int, int]
     old: int
-    #: artifacts on older keys: ``reencrypt`` does not move them yet (docs/design.md)
+    #: artifacts on older keys (``reencrypt`` moves them too)
     old_artifacts: int = 0
+    #: artifacts per key version (0: plaintext, stored before encryption was on)
+    artifacts: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -49,6 +52,7 @@ class Verified:
     tenant: str
     runs: int = 0
     failures: list[str] = field(default_factory=list)
+    artifacts: int = 0
 
 
 def sealed_store(store: Any) -> SealedStore:
@@ -75,7 +79,7 @@ class Keys:
             progress = self.store.key_status(name)
             found.append(TenantKeys(name, [KeyVersion(r.version, r.kek_id, r.created_at) for r in rows],
                                     dict(sorted(progress.versions.items())), progress.old,
-                                    progress.old_artifacts))
+                                    progress.old_artifacts, dict(sorted(progress.artifacts.items()))))
         return found
 
     def rotate(self, tenant: str | None = None) -> list[tuple[str, int]]:
@@ -124,5 +128,20 @@ class Keys:
                         read(run.run_id)
                     except SealError as exc:
                         report.failures.append(str(exc))
+            self._verify_artifacts(report)
             reports.append(report)
         return reports
+
+    def _verify_artifacts(self, report: Verified) -> None:
+        """Open every artifact the tenant's rows name (one missing is a failure too)."""
+        inner: Any = self.store.inner
+        after = ""
+        while rows := inner.rekey_page("rekey_artifact_refs_page", {"tenant": report.tenant, "after": after,
+                                                                     "limit": 200}):
+            for (ref,) in rows:
+                report.artifacts += 1
+                try:
+                    self.store.artifacts.open(report.tenant, ref, inner.read_artifact(ref))
+                except PayloadError as exc:  # SealError included
+                    report.failures.append(f"artifact {ref}: {exc}")
+            after = rows[-1][0]

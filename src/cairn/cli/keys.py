@@ -28,7 +28,7 @@ def _use_keyring(ctx: click.Context, param: click.Parameter, spec: str | None) -
 #: ``--keyring SPEC`` on every subcommand (a group option would be taken for the default command's)
 keyring_option = click.option(
     "--keyring", metavar="SPEC", default=None, expose_value=False, callback=_use_keyring, is_eager=True,
-    help="file:/path or env:VARIABLE (default: $CAIRN_KEYRING).")
+    help="file:/path, env:VARIABLE, vault:KEY or aws-kms:KEY (default: $CAIRN_KEYRING).")
 
 
 @click.group(cls=DefaultCommandGroup, default="status")
@@ -61,14 +61,14 @@ def keys_status(ctx: click.Context, tenant: str | None, as_json: bool, db: str |
             echo_json({"tenant": t.tenant, "versions": [{"version": v.version, "kek": v.kek_id,
                                                          "created_at": v.created_at} for v in t.versions],
                        "values": {str(k): n for k, n in t.values.items()}, "old": t.old,
-                       "old_artifacts": t.old_artifacts})
+                       "old_artifacts": t.old_artifacts,
+                       "artifacts": {str(k): n for k, n in t.artifacts.items()}})
             continue
         newest = max((v.version for v in t.versions), default=0)
         counts = ", ".join(f"v{k}: {n}" for k, n in t.values.items()) or "none"
-        artifacts = (f"; {t.old_artifacts} artifacts on older keys (reencrypt does not move artifacts yet)"
-                     if t.old_artifacts else "")
+        artifacts = ", ".join(f"v{k}: {n}" if k else f"plaintext: {n}" for k, n in t.artifacts.items())
         echo(f"{t.tenant}: newest v{newest} ({len(t.versions)} versions), values {counts}; "
-             f"{t.old} on older keys{artifacts}")
+             f"{t.old} on older keys; artifacts {artifacts or 'none'}; {t.old_artifacts} on older keys")
 
 
 @keys.command("rotate")
@@ -100,8 +100,8 @@ def keys_reencrypt(ctx: click.Context, tenant: str | None, pause: float, page: i
     """Move values sealed under older keys to each tenant's newest (resumable)."""
     with open_session(db_from_context(ctx, db), None) as session:
         for p in Keys(session.app.store).reencrypt(tenant, pause=pause, page=page):
-            echo(f"{p.tenant}: moved {p.moved} rows to v{p.newest}; {p.raced} changed meanwhile "
-                 "(the next pass takes them)")
+            echo(f"{p.tenant}: moved {p.moved} rows to v{p.newest} ({p.artifacts_moved} of them artifacts); "
+                 f"{p.raced} changed meanwhile (the next pass takes them)")
 
 
 @keys.command("adopt")
@@ -132,7 +132,8 @@ def keys_verify(ctx: click.Context, tenant: str | None, db: str | None) -> None:
     failed = False
     with open_session(db_from_context(ctx, db), None) as session:
         for report in Keys(session.app.store).verify(tenant):
-            echo(f"{report.tenant}: {report.runs} runs, {len(report.failures)} failures")
+            echo(f"{report.tenant}: {report.runs} runs, {report.artifacts} artifacts, "
+                 f"{len(report.failures)} failures")
             for failure in report.failures:
                 echo(f"  {failure}")
             failed = failed or bool(report.failures)

@@ -14,7 +14,8 @@ The last one listed is current; the others stay to unwrap data keys wrapped
 before a rotation. ``keyring_from_spec`` opens one from a spec string:
 ``file:/path/to/keys`` or ``env:VARIABLE`` (``$CAIRN_KEYRING`` holds such a
 spec for processes that open a store from a URL: workers, the CLI).
-Cloud KMS or Vault transit adapters implement the same protocol.
+Vault's transit engine (``cairn.security.vault``) and AWS KMS
+(``cairn.security.awskms``) implement the same protocol.
 """
 
 from __future__ import annotations
@@ -143,8 +144,10 @@ def new_kek_line(kek_id: str) -> str:
 
 
 def keyring_from_spec(spec: str) -> Keyring:
-    """A keyring from ``file:/path``, ``env:VARIABLE`` or ``vault:[MOUNT/]KEY``
-    (Vault's transit engine at ``$VAULT_ADDR``, ``cairn.security.vault``)."""
+    """A keyring from ``file:/path``, ``env:VARIABLE``, ``vault:[MOUNT/]KEY``
+    (Vault's transit engine at ``$VAULT_ADDR``, ``cairn.security.vault``) or
+    ``aws-kms:KEY`` (an AWS KMS key id, ARN or ``alias/NAME``, credentials
+    and region from the environment, ``cairn.security.awskms``)."""
     kind, _, where = spec.partition(":")
     if kind == "file" and where:
         return LocalKeyring.from_file(where)
@@ -154,7 +157,12 @@ def keyring_from_spec(spec: str) -> Keyring:
         from cairn.security.vault import VaultTransitKeyring
 
         return VaultTransitKeyring.from_env(where)
-    raise ConfigError(f"unknown keyring {spec[:40]!r}: use file:/path/to/keys, env:VARIABLE or vault:KEY")
+    if kind == "aws-kms" and where:
+        from cairn.security.awskms import AwsKmsKeyring
+
+        return AwsKmsKeyring.from_env(where)
+    raise ConfigError(f"unknown keyring {spec[:40]!r}: use file:/path/to/keys, env:VARIABLE, vault:KEY "
+                      "or aws-kms:KEY")
 
 
 def keyring_from_env() -> Keyring | None:

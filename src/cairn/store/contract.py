@@ -717,6 +717,30 @@ class Store(Protocol):
         they no longer hash to ``ref`` (damaged or edited: never returned)."""
         ...
 
+    # Artifacts stored under a name their writer chose: a sealed store's keyed
+    # address (``cairn.store.sealedartifacts``), which survives re-encryption.
+    # The store does not check such bytes against their name; the envelope,
+    # bound to the name, is what authenticates them.
+
+    def put_artifact_at(self, ref: str, data: bytes) -> None:
+        """Store ``data`` as artifact ``ref`` (64 lower hex digits, else
+        ``PayloadError``) unless bytes are stored under that name already:
+        those are kept, and only when they were last stored is refreshed (so
+        one writer cannot overwrite another's). Durable and queued for
+        collection as ``put_artifact``."""
+        ...
+
+    def read_artifact(self, ref: str) -> bytes:
+        """The bytes stored under ``ref``, unchecked; ``PayloadError`` if absent."""
+        ...
+
+    def replace_artifact(self, ref: str, old: bytes, new: bytes) -> bool:
+        """Compare-and-set: ``ref``'s bytes become ``new`` if they are still
+        ``old`` (``False``: changed or collected since they were read).
+        When they were last stored is kept. Re-encryption's; on PostgreSQL
+        the owner's role only (``StoreError`` for a tenant's)."""
+        ...
+
     # -- workspace objects (store.wssql, cairn.workspace) ------------------------------
 
     def put_workspace_objects(self, run_id: str, epoch: int, objects: Mapping[str, bytes]) -> None:

@@ -544,6 +544,13 @@ def resolve_operation(
 # -- damaged data ---------------------------------------------------------------------------
 
 
+def check_artifact_name(ref: str) -> None:
+    """``PayloadError`` unless ``ref`` is an artifact name: 64 lower hex
+    digits (a SHA-256, or a sealed store's keyed address), never a path."""
+    if len(ref) != 64 or any(c not in "0123456789abcdef" for c in ref):
+        raise PayloadError(f"malformed artifact reference {ref[:80]!r}")
+
+
 def check_artifact(ref: str, data: bytes, where: str) -> None:
     """``PayloadError`` unless ``data`` is what artifact ``ref`` names (its
     SHA-256): an artifact edited or damaged where it is kept is refused,

@@ -1293,15 +1293,43 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         return ref
 
     def get_artifact(self, ref: str) -> bytes:
-        if len(ref) != 64 or any(c not in "0123456789abcdef" for c in ref):
-            raise PayloadError(f"malformed artifact reference {ref!r}")
+        data = self.read_artifact(ref)
+        lc.check_artifact(ref, data, f"{self._where} (schema {self.schema!r})")
+        return data
+
+    def read_artifact(self, ref: str) -> bytes:
+        lc.check_artifact_name(ref)
         with self._conn() as conn:
             row = conn.execute(_Q["get_artifact"], {"ref": ref}).fetchone()
         if row is None:
             raise PayloadError(f"artifact {ref} is missing from {self._where} (schema {self.schema!r})")
-        data = bytes(row[0])
-        lc.check_artifact(ref, data, f"{self._where} (schema {self.schema!r})")
-        return data
+        return bytes(row[0])
+
+    def put_artifact_at(self, ref: str, data: bytes) -> None:
+        """A tenant's role stores under a name only through ``store_artifact_at``
+        (migration 0041), which adds a name never taken and never replaces bytes."""
+        lc.check_artifact_name(ref)
+        params = {"ref": ref, "now": self.clock()}
+        with self._conn() as conn:
+            if not self._exempt:
+                conn.execute(_Q["store_artifact_at"], {**params, "data": data})
+                return
+            if len(data) >= _LOOKUP_BEFORE_SEND and conn.execute(_Q["touch_artifact_at"],
+                                                                 params).rowcount == 1:
+                return
+            conn.execute(_Q["put_artifact_at"], {**params, "data": data})
+
+    def replace_artifact(self, ref: str, old: bytes, new: bytes) -> bool:
+        """The owner's only: a tenant's role that could replace bytes it can
+        read (any artifact a row of its own names, a victim's ref copied into
+        it included) could destroy another tenant's artifact."""
+        lc.check_artifact_name(ref)
+        if not self._exempt:
+            raise StoreError("re-encrypting artifacts takes the database owner's role (a tenant's role "
+                             "may add artifacts, never rewrite one)")
+        with self._conn() as conn:
+            done = conn.execute(_Q["replace_artifact"], {"ref": ref, "old": old, "new": new}).rowcount
+        return bool(done == 1)
 
 
 # -- helpers: each runs inside the caller's transaction (or autocommit statement) --

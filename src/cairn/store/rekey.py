@@ -14,9 +14,17 @@ it: the seconds to sleep after each page.
 
 Memory moves too: long-term items (value and text to embed, and the cold
 copies of their values: thawed, sealed again, frozen again), run memory,
-thread messages; and approvers' decision comments. Not moved yet:
-artifacts (a new envelope is a new address, and every row naming the old
-one would have to follow): they stay readable under their old key.
+thread messages; and approvers' decision comments.
+
+Artifacts move first, in place: a sealed store names each by an address
+that survives re-encryption (``cairn.store.sealedartifacts``), so its bytes
+are sealed again at that name and written back compare-and-set on the bytes
+read (``replace_artifact``: a collection since leaves nothing to write), and
+no row naming it changes, ``history.payload_ref`` (in the audit chain's
+links) included. An artifact stored before addresses (named by the hash of
+its sealed bytes) keeps its name and is sealed at it from then on.
+Workspace objects (``store.wssealed``) are at such addresses already: each
+is sealed again at its own, compare-and-set on the old bytes.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ class Sealing(Protocol):
     inner: Any
     sealer: Any
     keys: Any
+    artifacts: Any
 
 _DECODE = msgspec.json.Decoder()
 _ENCODE = msgspec.json.Encoder()
@@ -73,8 +82,11 @@ class Progress:
     versions: Counter[int] = field(default_factory=Counter)
     moved: int = 0
     raced: int = 0
-    #: artifacts the tenant's rows name, per key version (counted by a status scan only)
+    #: artifacts the tenant's rows name, per key version (0: plaintext), as found before any was moved
     artifacts: Counter[int] = field(default_factory=Counter)
+    #: of ``moved`` and ``raced``, how many were artifacts
+    artifacts_moved: int = 0
+    artifacts_raced: int = 0
 
     @property
     def old(self) -> int:
@@ -83,8 +95,9 @@ class Progress:
 
     @property
     def old_artifacts(self) -> int:
-        """Artifacts still sealed under an older version (a pass does not move them yet)."""
-        return sum(n for v, n in self.artifacts.items() if v < self.newest)
+        """Artifacts still sealed under an older version (plaintext ones are not counted: adoption does
+        not seal artifacts)."""
+        return sum(n for v, n in self.artifacts.items() if 0 < v < self.newest)
 
 
 def version_of(data: bytes | None) -> int | None:
@@ -192,7 +205,8 @@ class Rekeyer:
             time.sleep(self.pause)
 
     def run(self) -> Progress:
-        """One pass over the tenant's runs, entries and messages."""
+        """One pass over the tenant's artifacts, runs, entries, messages and memory."""
+        self._artifacts()
         self._runs()
         self._history()
         self._mailbox()
@@ -201,8 +215,7 @@ class Rekeyer:
         self._run_memory()
         self._threads()
         self._approvals()
-        if not self.move:
-            self._artifacts()
+        self._workspace()
         return self.progress
 
     def _runs(self) -> None:
@@ -356,17 +369,49 @@ class Rekeyer:
             after_run, after_request = rows[-1][0], rows[-1][1]
             self._rest()
 
+    def _workspace(self) -> None:
+        """Workspace objects (their stored id is their address). Plaintext
+        ones (stored before encryption, at their ids) are left to reading as
+        they are while adopting: sealing one in place would put it at the
+        wrong address."""
+        after = ""
+        while rows := self.inner.rekey_page("rekey_ws_page", {"tenant": self.tenant, "after": after,
+                                                              "limit": self.page}):
+            for address, data in rows:
+                data = bytes(data)
+                if version_of(data) is None:
+                    continue
+                # ``wssealed.place_of`` (not imported: it imports this module, through ``sealing``)
+                new = self._bytes(Place(self.tenant, "-", "workspace_objects", address, "object"), data)
+                if new is not None:
+                    self._write("rekey_ws_set", {"tenant": self.tenant, "oid": address, "data": new,
+                                                 "old_data": data})
+            after = rows[-1][0]
+            self._rest()
+
     def _artifacts(self) -> None:
-        """Count the key versions of the artifacts the tenant's rows name
-        (plaintext ones as version 0); a missing artifact is not counted."""
+        """The artifacts the tenant's rows name, counted per key version
+        (plaintext ones as version 0) and, moving, those on an older key
+        sealed again at their name (see the module doc). A missing one (collected
+        since its row was read) is not counted."""
         after = ""
         while rows := self.inner.rekey_page("rekey_artifact_refs_page", {
                 "tenant": self.tenant, "after": after, "limit": self.page}):
             for (ref,) in rows:
                 try:
-                    data = self.inner.get_artifact(ref)
+                    data = self.inner.read_artifact(ref)
                 except PayloadError:
                     continue
-                self.progress.artifacts[version_of(data) or 0] += 1
+                version = version_of(data) or 0
+                self.progress.artifacts[version] += 1
+                if not self.move or not 0 < version < self.progress.newest:
+                    continue
+                again = self.store.artifacts.resealed(self.tenant, ref, data)
+                if self.inner.replace_artifact(ref, data, again):
+                    self.progress.moved += 1
+                    self.progress.artifacts_moved += 1
+                else:
+                    self.progress.raced += 1
+                    self.progress.artifacts_raced += 1
             after = rows[-1][0]
             self._rest()

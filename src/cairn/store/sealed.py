@@ -14,8 +14,8 @@ run error (JSON)           ``runs``, ``-``, ``error``
 entry payload / detail     ``history``, ``seq N``, ``payload`` / ``detail``
 mailbox message (signals,  ``mailbox``, the wait key, ``payload`` (a message's
 approval decisions)        ``seq`` is the store's to assign, after sealing)
-artifact                   ``artifacts``, ``-``, ``data`` (run ``-``: shared by
-                           the tenant's runs; a synthetic nonce, see ``put_artifact``)
+artifact                   ``artifacts``, its address, ``data`` (run ``-``: shared by
+                           the tenant's runs; ``cairn.store.sealedartifacts``)
 memory item value / text   ``memory_items``, ``[namespace, key]``, ``value`` /
                            ``index_text`` (run ``-``)
 run memory                 ``memory_run``, the key, ``value``
@@ -62,14 +62,13 @@ from cairn.security.envelope import (
     Place,
     SealError,
     is_envelope,
-    seal,
-    synthetic_nonce,
     tenant_tag,
 )
 from cairn.security.keyring import Keyring
 from cairn.store.auditkeys import AuditKeys
 from cairn.store.contract import Store
 from cairn.store.keysql import DataKeyRow
+from cairn.store.lifecycle import check_artifact
 from cairn.store.memrecords import (
     ItemPut,
     MemoryItem,
@@ -98,6 +97,7 @@ from cairn.store.records import (
 )
 from cairn.store.rekey import REASON_PREFIX, Progress, Rekeyer
 from cairn.store.schedules import Fired
+from cairn.store.sealedartifacts import SealedArtifacts
 from cairn.store.sealing import DataKeys, Sealer, context
 from cairn.store.vectorindex import EmbeddingClaim
 from cairn.store.wssealed import SealedObjects
@@ -156,7 +156,7 @@ def _new_with_input(run: NewRun, sealed: Payload) -> NewRun:
 
 #: the attributes of a ``SealedStore`` itself (every other one is its inner store's)
 _OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock",
-                  "audit_keys", "_workspace"})
+                  "audit_keys", "_workspace", "artifacts"})
 
 
 class SealedStore:
@@ -181,6 +181,7 @@ class SealedStore:
         inner.audit_digest = self.audit_keys.digest  # type: ignore[attr-defined]
         inner.audit_plain_before = self.audit_keys.plain_before_keys  # type: ignore[attr-defined]
         self._workspace = SealedObjects(inner, self.keys, self.sealer)
+        self.artifacts = SealedArtifacts(inner, self.keys, self.sealer)
 
     def audit_plaintext(self, event: HistoryEvent, tenant: str | None) -> tuple[bytes | None, Any]:
         """``event``'s payload bytes and detail opened: what its audit digest covers."""
@@ -204,9 +205,9 @@ class SealedStore:
         """A stand-in ref for ``data`` (64 random hex digits), nothing stored
         yet: the value codec puts an artifact without saying whose it is, so
         it is sealed and stored when a payload naming it is stored for a run
-        (``_payload``), with that run's tenant key. Its real ref is the
-        SHA-256 of the sealed bytes, whose nonce is derived from the content
-        (``synthetic_nonce``): a keyed hash per tenant, equal content of one
+        (``_payload``), with that run's tenant key. Its real ref is its
+        address, a keyed hash of the content per tenant that survives
+        re-encryption (``cairn.store.sealedartifacts``): equal content of one
         tenant stored once, nothing shared or learnt across tenants."""
         token = secrets.token_hex(32)
         with self._artifact_lock:
@@ -225,10 +226,7 @@ class SealedStore:
         if data is None:
             raise SealError(f"artifact {token} was never stored: its value is gone (put_artifact's "
                             f"stand-ins are kept for the last {PENDING_ARTIFACTS} values)")
-        version, cipher = self.keys.writer(tenant)
-        place = Place(tenant, "-", "artifacts", "-", "data")
-        nonce = synthetic_nonce(self.keys.nonce_key(tenant, version), place, data)
-        ref = self.inner.put_artifact(seal(cipher, version, place, data, nonce))
+        ref = self.artifacts.put(tenant, data)
         with self._artifact_lock:
             self._resolved[(token, tenant)] = ref
             while len(self._resolved) > 16 * PENDING_ARTIFACTS:
@@ -240,9 +238,10 @@ class SealedStore:
             pending = self._pending.get(ref)
         if pending is not None:
             return pending
-        data = self.inner.get_artifact(ref)
+        data = self.inner.read_artifact(ref)
         if not is_envelope(data) and self.keys.adopting():
-            return data  # stored before encryption was turned on
+            check_artifact(ref, data, "the artifact store")  # stored before encryption was turned on
+            return data
         if len(data) < 12 or data[0] != 0xCE:
             raise SealError(f"artifact {ref} is not encrypted (plaintext or damaged): refused, "
                             "encryption is on")
@@ -252,7 +251,7 @@ class SealedStore:
             tenant = next((t for t in self.keys.tenants() if tenant_tag(t) == tag), None)
         if tenant is None:
             raise SealError(f"artifact {ref} was sealed for a tenant without a stored data key: refused")
-        return self.sealer.open(Place(tenant, "-", "artifacts", "-", "data"), data)
+        return self.artifacts.open(tenant, ref, data)
 
     def _payload(self, place: Place, payload: Payload | None) -> Payload | None:
         """``payload`` as stored at ``place``: its bytes sealed, or its

@@ -919,39 +919,65 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         with self._artifact_lock(exclusive=False):
             if _intact(target, ref) and _touch(target, now):
                 return ref  # an existing file is trusted only once its bytes are checked
-            with self._write() as tx:  # queued first: a crash after it leaves no untracked file
-                tx.execute(_Q["queue_artifact"], {"ref": ref, "now": now})
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    if self.durability is Durability.POWER:
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                os.utime(tmp, (now, now))
-                os.replace(tmp, target)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-        if self.durability is Durability.POWER:
-            _fsync_path(target.parent, os.O_RDONLY)
+            self._write_artifact(ref, target, data, now)
         return ref
 
-    def get_artifact(self, ref: str) -> bytes:
-        if len(ref) != 64 or any(c not in "0123456789abcdef" for c in ref):
-            raise PayloadError(f"malformed artifact reference {ref!r}")
+    def _write_artifact(self, ref: str, target: Path, data: bytes, now: float) -> None:
+        """Queue ``ref`` for collection, then write its file (atomically, by rename)."""
+        with self._write() as tx:  # queued first: a crash after it leaves no untracked file
+            tx.execute(_Q["queue_artifact"], {"ref": ref, "now": now})
+        _replace_file(target, data, (now, now), self.durability is Durability.POWER)
+
+    def put_artifact_at(self, ref: str, data: bytes) -> None:
+        lc.check_artifact_name(ref)
+        if self.read_only:
+            raise StoreError(f"SQLite database {str(self.path)!r} is open read-only (for inspection)")
+        target = self.artifact_dir / ref[:2] / ref
+        now = self.clock()
         try:
-            data = (self.artifact_dir / ref[:2] / ref).read_bytes()
-        except FileNotFoundError:
-            raise PayloadError(f"artifact {ref} is missing from {self.artifact_dir}") from None
+            with self._artifact_lock(exclusive=False):
+                if _touch(target, now):
+                    return  # stored already: kept as it is (its bytes are the sealed store's to check)
+                self._write_artifact(ref, target, data, now)
         except OSError as exc:
-            raise StoreError(f"cannot read artifact {ref} from {str(self.artifact_dir)!r}: {exc}") from None
+            raise StoreError(f"cannot store an artifact in {str(self.artifact_dir)!r}: {exc}") from None
+
+    def replace_artifact(self, ref: str, old: bytes, new: bytes) -> bool:
+        lc.check_artifact_name(ref)
+        if self.read_only:
+            raise StoreError(f"SQLite database {str(self.path)!r} is open read-only (for inspection)")
+        target = self.artifact_dir / ref[:2] / ref
+        try:
+            # Exclusive: no put refreshes it and no collection deletes it between the compare and the set.
+            with self._artifact_lock(exclusive=True):
+                try:
+                    if target.read_bytes() != old:
+                        return False
+                    stored = os.stat(target)
+                except FileNotFoundError:
+                    return False  # collected meanwhile: nothing to move
+                # its time kept: re-encrypting is not storing (pruning's grace is not extended)
+                _replace_file(target, new, (stored.st_atime, stored.st_mtime),
+                              self.durability is Durability.POWER)
+        except OSError as exc:
+            raise StoreError(f"cannot rewrite artifact {ref} in {str(self.artifact_dir)!r}: {exc}") from None
+        return True
+
+    def get_artifact(self, ref: str) -> bytes:
+        data = self.read_artifact(ref)
         # The name is the content's hash: bytes that do not match it were
         # edited or damaged, and must never be replayed as the value stored.
         lc.check_artifact(ref, data, str(self.artifact_dir))
         return data
+
+    def read_artifact(self, ref: str) -> bytes:
+        lc.check_artifact_name(ref)
+        try:
+            return (self.artifact_dir / ref[:2] / ref).read_bytes()
+        except FileNotFoundError:
+            raise PayloadError(f"artifact {ref} is missing from {self.artifact_dir}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read artifact {ref} from {str(self.artifact_dir)!r}: {exc}") from None
 
     def _sync_artifacts(self, events: Sequence[HistoryEvent]) -> None:
         """Put the artifact files ``events`` reference (and their directory
@@ -986,6 +1012,28 @@ def _intact(path: Path, ref: str) -> bool:
             return hashlib.file_digest(fh, "sha256").hexdigest() == ref
     except FileNotFoundError:
         return False
+
+
+def _replace_file(target: Path, data: bytes, times: tuple[float, float], power: bool) -> None:
+    """Write ``data`` as ``target`` through a temporary file renamed over it
+    (a reader sees the old bytes or the new, never part of them), with
+    ``times``; synced with its directory entry if ``power``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if power:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.utime(tmp, times)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if power:
+        _fsync_path(target.parent, os.O_RDONLY)
 
 
 def _fsync_path(path: Path, flags: int) -> None:

@@ -416,6 +416,30 @@ ON CONFLICT (ref) DO UPDATE SET touched_at = GREATEST(artifacts.touched_at, excl
 -- name: get_artifact
 SELECT data FROM artifacts WHERE ref = %(ref)s::text
 
+-- An artifact stored under a name its writer chose (a sealed store's keyed
+-- address, cairn.store.sealedartifacts): bytes stored already are kept, only
+-- when they were last stored is refreshed (the sealed store checks them: they
+-- open only at their name).
+-- name: put_artifact_at
+WITH queued AS (
+    INSERT INTO artifact_gc (ref, queued_at) VALUES (%(ref)s::text, %(now)s::float8)
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO artifacts (ref, data, touched_at) VALUES (%(ref)s::text, %(data)s::bytea, %(now)s::float8)
+ON CONFLICT (ref) DO UPDATE SET touched_at = GREATEST(artifacts.touched_at, excluded.touched_at)
+
+-- name: touch_artifact_at
+UPDATE artifacts SET touched_at = GREATEST(touched_at, %(now)s::float8) WHERE ref = %(ref)s::text
+
+-- A tenant's role, through the SECURITY DEFINER function of migration 0041.
+-- name: store_artifact_at
+SELECT store_artifact_at(%(ref)s::text, %(data)s::bytea, %(now)s::float8)
+
+-- Re-encryption: compare-and-set on the bytes read (a collection since then
+-- leaves no row: nothing is written). touched_at is kept: re-encrypting is not storing.
+-- name: replace_artifact
+UPDATE artifacts SET data = %(new)s::bytea WHERE ref = %(ref)s::text AND data = %(old)s::bytea
+
 -- Pruning ------------------------------------------------------------------------
 -- Candidate roots of prunable trees, oldest first, one page after the keyset
 -- (after_at, after_id). The first status term is the predicate of the
@@ -1863,6 +1887,16 @@ ON CONFLICT (tenant, oid) DO UPDATE SET stored_at = GREATEST(workspace_objects.s
 -- name: ws_objects
 SELECT oid, data FROM workspace_objects
 WHERE tenant = %(tenant)s::text AND oid = ANY (%(oids)s::text[])
+
+-- Re-encryption of a tenant's workspace objects (cairn.store.rekey): at
+-- addresses that survive it, so each is rewritten in place, compare-and-set.
+-- name: rekey_ws_page
+SELECT oid, data FROM workspace_objects WHERE tenant = %(tenant)s::text AND oid > %(after)s::text
+ORDER BY oid LIMIT %(limit)s::bigint
+
+-- name: rekey_ws_set
+UPDATE workspace_objects SET data = %(data)s::bytea
+WHERE tenant = %(tenant)s::text AND oid = %(oid)s::text AND data = %(old_data)s::bytea
 
 -- The audit chain (issue 26; cairn/store/auditlinks.py). Entries written
 -- without their link in the transaction in progress (the partial index holds

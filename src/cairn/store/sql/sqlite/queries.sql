@@ -1481,6 +1481,14 @@ ON CONFLICT (tenant, oid) DO UPDATE SET stored_at = max(stored_at, excluded.stor
 SELECT oid, data FROM workspace_objects
 WHERE tenant = :tenant AND oid IN (SELECT value FROM json_each(:oids))
 
+-- Re-encryption of a tenant's workspace objects (cairn.store.rekey): at
+-- addresses that survive it, so each is rewritten in place, compare-and-set.
+-- name: rekey_ws_page
+SELECT oid, data FROM workspace_objects WHERE tenant = :tenant AND oid > :after ORDER BY oid LIMIT :limit
+
+-- name: rekey_ws_set
+UPDATE workspace_objects SET data = :data WHERE tenant = :tenant AND oid = :oid AND data = :old_data
+
 -- The audit chain (issue 26; cairn/store/auditlinks.py). The entry before
 -- the one a store appends: its time (the clamp) and its link.
 -- name: audit_previous
