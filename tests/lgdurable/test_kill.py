@@ -34,13 +34,15 @@ def test_sigkilled_langgraph_workers_resume_with_each_payment_once(tmp_path: Pat
     app, workflow = agent_app.build(backend.url, tmp_path)
     app.start(workflow, agent_app.START_STATE, run_id="agent")
     rnd = random.Random()
-    workers = []
+    workers: list[processes.Forked] = []
     kills = 0
+    # every worker is forked from one that imported the agent (LangGraph) once
+    zygote = processes.Zygote("tests.lgdurable.agent_app", log=tmp_path / "zygote.log")
     try:
         for round_ in range(60):
-            worker = processes.spawn("tests.lgdurable.agent_app", ["--worker-id", f"w{round_}"],
-                                     env={"CAIRN_TEST_DB": backend.worker_url(f"w{round_}"),
-                                          "CAIRN_TEST_DIR": str(tmp_path)}, log=tmp_path / f"w{round_}.log")
+            worker = zygote.spawn(["--worker-id", f"w{round_}"],
+                                  env={"CAIRN_TEST_DB": backend.worker_url(f"w{round_}"),
+                                       "CAIRN_TEST_DIR": str(tmp_path)}, log=tmp_path / f"w{round_}.log")
             workers.append(worker)
             noted = tmp_path / "executions.jsonl"
             seen = len(agent_app.lines(noted))
@@ -71,6 +73,7 @@ def test_sigkilled_langgraph_workers_resume_with_each_payment_once(tmp_path: Pat
             if worker.poll() is None:
                 worker.kill()
                 worker.wait(10)
+        zygote.close()
         app.close()
 
     clean_dir = tmp_path / "clean"
