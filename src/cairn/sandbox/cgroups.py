@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path("/sys/fs/cgroup")
 #: every sandbox cgroup's name starts with this, then the making process's pid
 PREFIX = "cairn-sandbox-"
+#: the kernel's task flag of a task that has begun to exit (include/linux/sched.h)
+PF_EXITING = 0x4
 #: a leftover (its maker dead) is removed once it is older than this, never one just made
 STALE_SECONDS = 60.0
 
@@ -200,10 +202,12 @@ class Group:
         only through its parent-death signal, later. The cgroup holds every
         process of the sandbox from the launcher on, so this is the one
         place that knows them all. On the usual path (the command exited,
-        its namespace ended) the group is already empty: one read."""
+        its namespace ended) the group holds at most bwrap's own helper on
+        its way out: a task already exiting runs no more user code, so it
+        is not waited for (that wait was a millisecond or more a launch)."""
         deadline = time.monotonic() + wait
         while True:
-            tasks = self._tasks()
+            tasks = {pid for pid in self._tasks() if not exiting(pid)}
             if not tasks:
                 return True
             if time.monotonic() > deadline:
@@ -228,6 +232,18 @@ class Group:
         left = [path for path in self.paths if not _try_remove(path)]
         if left:
             threading.Thread(target=_reap, args=(left,), name="cairn-sandbox-cgroup", daemon=True).start()
+
+
+def exiting(pid: int) -> bool:
+    """Whether ``pid`` is gone or on its way out: the kernel's
+    ``PF_EXITING`` flag (``/proc/PID/stat``'s ninth field) is set once a
+    task starts to exit, after which it never returns to user space."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces and ')'
+    return fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
 
 
 def _limit_memory(path: Path, limit: int, *, v2: bool) -> None:
@@ -261,4 +277,4 @@ def _reap(paths: list[Path], wait: float = 10.0) -> None:
             time.sleep(0.01)
 
 
-__all__ = ["PREFIX", "Group", "Place", "available", "place"]
+__all__ = ["PREFIX", "Group", "Place", "available", "exiting", "place"]
