@@ -228,10 +228,13 @@ class Group:
     def remove(self) -> None:
         """Remove the directories, now if their tasks are gone, else from a
         thread once they are (the kernel reaps a killed PID namespace
-        asynchronously; the caller does not wait for it)."""
+        asynchronously; the caller does not wait for it). Not a daemon
+        thread: a process that ends right after its last sandbox waits the
+        few milliseconds (at most ``_reap``'s bound) rather than leave the
+        directories behind (seen: pytest workers exiting left one each)."""
         left = [path for path in self.paths if not _try_remove(path)]
         if left:
-            threading.Thread(target=_reap, args=(left,), name="cairn-sandbox-cgroup", daemon=True).start()
+            threading.Thread(target=_reap, args=(left,), name="cairn-sandbox-cgroup", daemon=False).start()
 
 
 def exiting(pid: int) -> bool:
