@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from cairn.cli.main import main
-from cairn.sandbox import Policy, SandboxUnavailable, controls, run, run_python, seccomp
+from cairn.sandbox import Limits, Policy, SandboxUnavailable, cgroups, controls, run, run_python, seccomp
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def test_all_controls_on_this_host(ws: Path) -> None:
     done = CliRunner().invoke(main, ["sandbox", "check"])
     assert done.exit_code == 0, done.output
     names = [line.split()[1] for line in done.output.splitlines()]
-    assert names == ["bwrap", "namespaces", "processes", "rlimits", "seccomp", "python"]
+    assert names == ["bwrap", "namespaces", "processes", "memory", "rlimits", "seccomp", "python"]
     assert all(line.startswith("ok ") for line in done.output.splitlines())
 
 
@@ -59,3 +59,27 @@ def test_missing_seccomp_refuses_unless_allowed(ws: Path, monkeypatch: pytest.Mo
                           Policy(allow_degraded=frozenset({"seccomp"})))
     assert degraded.degraded == ("seccomp",)
     assert degraded.stdout.strip() == "0"  # ptrace(PTRACE_TRACEME) allowed: weaker, and it says so
+
+
+def test_missing_cgroups_refuse_unless_allowed(ws: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """No cgroup hierarchy where the sandbox looks for one (as on a host
+    without cgroups delegated): both the process and the memory limit are
+    missing, each refuses by name until allowed, and a degraded run says
+    which it ran without (its per-process rlimits still hold)."""
+    monkeypatch.setattr(cgroups, "ROOT", tmp_path / "no-cgroups")
+    controls.check.cache_clear()
+    unavailable = r"^sandbox control unavailable: "
+    with pytest.raises(SandboxUnavailable, match=unavailable + r"processes \(no writable pids"):
+        run(["true"], ws)
+    with pytest.raises(SandboxUnavailable, match=unavailable + r"memory \(no writable memory"):
+        run(["true"], ws, Policy(allow_degraded={"processes"}))
+    without = Policy(limits=Limits(memory_bytes=32 << 20), allow_degraded={"processes", "memory"})
+    degraded = run_python("b = bytearray(64 << 20)\nprint('ran')", ws, without)
+    assert degraded.degraded == ("memory", "processes"), degraded
+    assert "MemoryError" in degraded.stderr, degraded
+    assert not degraded.oom_killed, degraded
+    done = CliRunner().invoke(main, ["sandbox", "check"])
+    assert done.exit_code == 1
+    assert "MISSING  memory" in done.output
+    assert "MISSING  processes" in done.output

@@ -212,6 +212,39 @@ def test_memory_bomb_is_contained(ws: Path) -> None:
     assert "MemoryError" in result.stderr, result
 
 
+def test_a_memory_bomb_of_many_processes_is_killed_by_the_memory_cgroup(ws: Path) -> None:
+    """Six processes, each under the per-process address-space limit, that
+    together want 2.5 times the sandbox's memory: the memory cgroup holds
+    them to ``memory_bytes`` (the kernel's OOM killer acts inside it, not on
+    the host), the result says so, and the host and the next sandbox are fine."""
+    limit = 160 << 20
+    result = run_python("""
+import os, sys, time
+children = []
+for i in range(6):
+    pid = os.fork()
+    if pid == 0:
+        block = b"x" * (64 << 20)  # written: every page resident, charged to the sandbox
+        print("child", i, "holds", len(block), flush=True)
+        time.sleep(1)
+        os._exit(0)
+    children.append(pid)
+codes = [os.waitpid(pid, 0)[1] for pid in children]
+print("started", len(children), "killed", sum(os.WIFSIGNALED(c) for c in codes), flush=True)
+""", ws, Policy(limits=Limits(memory_bytes=limit, wall_seconds=60)))
+    assert result.oom_killed, result
+    assert result.as_dict()["oom_killed"] is True
+    assert not result.timed_out, result
+    held = result.stdout.count(" holds ")
+    assert held < 6, result  # never all six at once: 384 MiB in a 160 MiB sandbox
+    if "started 6" in result.stdout:  # the parent survived: it saw some children killed
+        killed = int(result.stdout.split("killed")[1].split()[0])
+        assert killed >= 6 - (limit // (64 << 20)), result
+    after = run_python("print('next sandbox ok')", ws)
+    assert after.stdout == "next sandbox ok\n", after
+    assert not after.oom_killed, after
+
+
 def test_disk_bombs_are_contained(ws: Path) -> None:
     policy = Policy(limits=Limits(file_bytes=4 << 20, tmp_bytes=8 << 20))
     result = run_python("""

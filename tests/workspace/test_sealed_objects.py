@@ -11,9 +11,12 @@ swapped with another's is refused, naming the object.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +27,10 @@ from cairn import EventType, RunStatus
 from cairn.engine.workspace import DETAIL_KEY
 from cairn.errors import CairnError
 from cairn.security.keyring import LocalKeyring
+from cairn.workspace import TreeCache, snapshot
 from tests.engine.conftest import postgres_url
 from tests.security.test_canary import occurrences
+from tests.store.contract.helpers import claim, new_run
 from tests.workspace.wsapps import root_of
 
 zstandard = pytest.importorskip("zstandard")
@@ -222,11 +227,89 @@ def test_a_swapped_object_row_is_refused_naming_the_object(sealed: cairn.App, db
     assert re.search(r"workspace object [0-9a-f]{64}", message), message
 
 
-def test_a_sealed_tenant_is_still_refused_by_the_collector(sealed: cairn.App) -> None:
-    run(sealed, "c1", "keep", "keep.txt")
-    with pytest.raises(CairnError, match="sealed"):
-        sealed.operator.workspaces.collect("default")
+def _garbage(app: cairn.App, db: str, tmp_path: Path, run_id: str) -> set[str]:
+    """Objects stored by a held run's snapshot that it never records: what
+    a collection must delete. Their row keys (addresses)."""
+    store = app.store
+    store.create_run(new_run(run_id))
+    held = claim(store, run_id)
+    ws = tmp_path / f"garbage-{run_id}"
+    ws.mkdir()
+    (ws / "junk.txt").write_text("never recorded " * 100)
+    shot = snapshot(ws, TreeCache(), lambda batch: store.put_workspace_objects(run_id, held.run.epoch, batch))
+    assert shot.stored == 2  # the file and the root
+    return store.workspace_keys("default", shot.sent) & {o for _, o, _ in object_rows(db)}
 
+
+def test_the_collector_opens_sealed_roots_and_deletes_only_garbage(sealed: cairn.App, db: str,
+                                                                    tmp_path: Path) -> None:
+    """Journal details are sealed, so the roots are read by opening them; the
+    rows are at keyed addresses, so the marked ids are compared as addresses.
+    Only the never-recorded snapshot's objects go, and every recorded
+    snapshot still restores."""
+    roots = run(sealed, "c1", "keep", "keep.txt")
+    garbage = _garbage(sealed, db, tmp_path, "g1")
+    assert len(garbage) == 2
+    before = {o for _, o, _ in object_rows(db)}
+    time.sleep(0.05)  # grace 0: everything stored before now is a candidate
+    done = sealed.operator.workspaces.collect("default", grace_seconds=0)[0]
+    assert done.roots == len(set(roots)), done
+    assert done.deleted == 2, done
+    assert {o for _, o, _ in object_rows(db)} == before - garbage
+    views = sealed.operator.workspaces
+    restored = set()
+    for shot in views.snapshots("c1"):
+        views.restore("c1", shot.position, tmp_path / f"out-{shot.position}")
+        restored.add(root_of(tmp_path / f"out-{shot.position}"))
+    assert restored == set(roots)
+    assert sealed.operator.workspaces.collect("default", grace_seconds=0)[0].deleted == 0
+
+
+def test_a_damaged_sealed_detail_stops_the_collection_with_nothing_deleted(sealed: cairn.App, db: str,
+                                                                          tmp_path: Path) -> None:
+    """A hostile or damaged journal detail that does not open could hide a
+    root (and so get live objects deleted): the collection stops, naming
+    it, and deletes nothing, garbage included."""
+    run(sealed, "d1", "keep", "keep.txt")
+    _garbage(sealed, db, tmp_path, "g2")
+    damage_a_sealed_detail(db, "d1")
+    before = {o for _, o, _ in object_rows(db)}
+    time.sleep(0.05)
+    with pytest.raises(CairnError, match="d1"):
+        sealed.operator.workspaces.collect("default", grace_seconds=0)
+    assert {o for _, o, _ in object_rows(db)} == before
+
+
+def damage_a_sealed_detail(db: str, run_id: str) -> None:
+    """Flip one byte of the ciphertext of the first sealed detail that records a snapshot of ``run_id``."""
+    def damaged(detail: str) -> str:
+        value = json.loads(detail)
+        raw = bytearray(base64.b64decode(value["sealed"]))
+        raw[-5] ^= 1
+        value["sealed"] = base64.b64encode(bytes(raw)).decode()
+        return json.dumps(value)
+
+    if db.startswith("sqlite:///"):
+        import sqlite3
+
+        with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
+            ((seq, detail),) = conn.execute(
+                "SELECT seq, detail FROM history WHERE run_id = ? AND event = 'step.completed' "
+                "AND detail LIKE '%sealed%' ORDER BY seq LIMIT 1", (run_id,)).fetchall()
+            conn.execute("UPDATE history SET detail = ? WHERE run_id = ? AND seq = ?",
+                         (damaged(detail), run_id, seq))
+        return
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        ((schema,),) = conn.execute("SELECT table_schema FROM information_schema.tables "
+                                    "WHERE table_name = 'workspace_objects'").fetchall()
+        ((seq, detail),) = conn.execute(
+            f'SELECT seq, detail::text FROM "{schema}".history WHERE run_id = %s '
+            "AND event = 'step.completed' AND detail::text LIKE '%%sealed%%' ORDER BY seq LIMIT 1",
+            (run_id,)).fetchall()
+        conn.execute(f'UPDATE "{schema}".history SET detail = %s WHERE run_id = %s AND seq = %s',
+                     (damaged(detail), run_id, seq))
 
 
 def test_a_key_rotation_keeps_addresses_and_old_objects_readable(sealed: cairn.App, db: str,

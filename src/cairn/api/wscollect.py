@@ -83,8 +83,10 @@ class Collector:
         self.before = self.store.clock() - self.grace
         roots = self.store.workspace_roots(self.tenant)
         self.done.roots = len(roots)
-        self.live = self._reach(roots)
-        self.done.reachable = len(self.live)
+        reached = self._reach(roots)
+        self.done.reachable = len(reached)
+        # the rows' keys: under encryption an object's row is at its keyed address, not its id
+        self.live = self.store.workspace_keys(self.tenant, reached)
 
     def sweep(self, after: str = "", *, limit: int | None = None, dry_run: bool = False) -> Collected:
         """Delete what the mark did not reach, from id ``after`` on; stop

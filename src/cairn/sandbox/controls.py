@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 
 from cairn.errors import CairnError
-from cairn.sandbox import bwrap, cgroups, seccomp
+from cairn.sandbox import bwrap, cgroups, launcher, seccomp
 from cairn.sandbox.policy import Policy
 
 #: bwrap 0.8.0 is the first with --disable-userns and tmpfs --size
@@ -66,18 +66,21 @@ def _userns() -> Control:
                                        "user namespaces disabled")
 
 
-def _processes() -> Control:
-    problem = cgroups.available()
+def _cgroup(name: str, controller: str, what: str) -> Control:
+    problem = cgroups.available(controller)
+    where = cgroups.place(controller)
+    if problem is not None or where is None:
+        return Control(name, False, problem or f"no {controller} cgroup")
+    version = "v2" if where.v2 else "v1"
+    return Control(name, True, f"{what}: a {controller} cgroup ({version}) per sandbox, under {where.parent}")
+
+
+def _rlimits() -> Control:
+    problem = launcher.verify()
     if problem is not None:
-        return Control("processes", False, problem)
-    return Control("processes", True, f"a pids cgroup per sandbox, under {cgroups.parent()}")
-
-
-def _prlimit() -> Control:
-    path = shutil.which("prlimit")
-    if path is None:
-        return Control("rlimits", False, "prlimit (util-linux) is not installed")
-    return Control("rlimits", True, f"{path}: memory, file size, CPU time, open files")
+        return Control("rlimits", False, problem)
+    return Control("rlimits", True, f"{launcher.SHELL} ulimit: address space, file size, CPU time, open "
+                                    "files, no core dumps")
 
 
 def _seccomp() -> Control:
@@ -92,7 +95,9 @@ def _seccomp() -> Control:
 def check() -> tuple[Control, ...]:
     """Every control, as this host provides it (checked once per process)."""
     bwrap = _bwrap()
-    found = [bwrap, _processes(), _prlimit(), _seccomp()]
+    found = [bwrap, _cgroup("processes", "pids", "process limit"),
+             _cgroup("memory", "memory", "memory limit (RAM and swap, all processes together)"),
+             _rlimits(), _seccomp()]
     if bwrap.available:
         found.insert(1, _userns())
     else:

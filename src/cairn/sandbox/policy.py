@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from cairn.errors import InvalidArgument
 
 #: the controls a host may lack, which ``allow_degraded`` may name (``controls.CONTROLS`` checks them)
-DEGRADABLE = frozenset({"seccomp", "processes"})
+DEGRADABLE = frozenset({"seccomp", "processes", "memory"})
 
 #: a hostname the proxy accepts: lowercase LDH labels, no trailing dot (see ``check_hostname``)
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -55,11 +55,16 @@ def check_hostname(host: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Per-sandbox resource limits. ``processes``, ``memory_bytes`` (address
-    space per process), ``file_bytes`` (largest file written), ``cpu_seconds``
-    (per process) and ``open_files`` are rlimits; ``tmp_bytes`` caps the
-    private ``/tmp``; ``wall_seconds`` ends the whole sandbox;
-    ``output_bytes`` is how much of stdout and stderr each is kept."""
+    """Per-sandbox resource limits. ``processes`` (a ``pids`` cgroup) and
+    ``memory_bytes`` (a ``memory`` cgroup: RAM and swap of all its processes
+    together, the kernel's OOM killer acting inside it; and each process's
+    address space, so one big allocation fails with ``ENOMEM`` first) hold
+    for the whole sandbox. ``file_bytes`` (largest file written),
+    ``cpu_seconds`` (per process) and ``open_files`` are rlimits; the shell
+    that sets them rounds ``memory_bytes`` down to KiB and ``file_bytes`` to
+    512 bytes. ``tmp_bytes`` caps the private ``/tmp``; ``wall_seconds``
+    ends the whole sandbox; ``output_bytes`` is how much of stdout and
+    stderr each is kept."""
 
     processes: int = 64
     memory_bytes: int = 1 << 30

@@ -1,7 +1,7 @@
 """Run one command in a sandbox: the controls required, the workspace
 handed to the sandbox's uid, the proxy started if egress is on, bwrap
-launched under the rlimits, and the whole sandbox killed at the wall-clock
-limit.
+launched by a shell that joins the sandbox's cgroups and sets its rlimits
+(``launcher``), and the whole sandbox killed at the wall-clock limit.
 
 The whole sandbox is one PID namespace whose first process is bwrap's
 init: when it dies the kernel kills every process in the namespace,
@@ -18,7 +18,6 @@ import os
 import select
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,11 +25,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from cairn.errors import InvalidArgument
-from cairn.sandbox import bridge, bwrap, cgroups, controls, seccomp
+from cairn.sandbox import bridge, bwrap, cgroups, controls, launcher, seccomp
 from cairn.sandbox.egress import Proxy
 from cairn.sandbox.policy import Policy
 
-#: the whole environment of prlimit and bwrap (never this process's: see ``run``)
+#: the whole environment of the launcher and bwrap (never this process's: see ``run``)
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
@@ -38,7 +37,9 @@ LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 class Result:
     """How a sandboxed command ended. ``exit_code`` is negative for a signal
     (``-9``: killed, as at the timeout); ``timed_out`` says the wall clock
-    ended it; outputs are cut at ``Limits.output_bytes`` (``truncated``);
+    ended it; ``oom_killed`` that the kernel killed a process of it for
+    going over ``Limits.memory_bytes`` (the command itself, or one of its
+    children); outputs are cut at ``Limits.output_bytes`` (``truncated``);
     ``degraded`` names controls it ran without; ``refused`` lists the egress
     proxy's refusals."""
 
@@ -50,17 +51,22 @@ class Result:
     truncated: bool = False
     degraded: tuple[str, ...] = ()
     refused: tuple[str, ...] = field(default_factory=tuple)
+    oom_killed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
-                "timed_out": self.timed_out, "seconds": round(self.seconds, 3), "truncated": self.truncated,
-                "degraded": list(self.degraded), "refused": list(self.refused)}
+                "timed_out": self.timed_out, "oom_killed": self.oom_killed, "seconds": round(self.seconds, 3),
+                "truncated": self.truncated, "degraded": list(self.degraded), "refused": list(self.refused)}
 
 
-def _rlimits(policy: Policy) -> list[str]:
-    lim = policy.limits
-    return ["prlimit", f"--as={lim.memory_bytes}", f"--fsize={lim.file_bytes}",
-            f"--cpu={lim.cpu_seconds}", f"--nofile={lim.open_files}", "--core=0", "--"]
+def _memory_file(name: str) -> IO[bytes]:
+    """An anonymous in-memory file for one of the command's standard
+    streams: a file, not a pipe, so a command that writes much never blocks
+    on a reader; in memory (``memfd``), since a temporary file on the
+    worker's disk cost milliseconds a launch on a busy machine (the
+    filesystem's journal). What the sandbox writes to it is charged to the
+    sandbox's memory cgroup and capped by its ``file_bytes`` rlimit."""
+    return open(os.memfd_create(f"cairn-sandbox-{name}", os.MFD_CLOEXEC), "w+b")
 
 
 def _read(file: IO[bytes], limit: int) -> tuple[str, bool]:
@@ -129,9 +135,12 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
     degraded = controls.require(policy, python=needs_python)
     with contextlib.ExitStack() as cleanup:  # whatever fails below, nothing made here outlives the call
         group = None
-        if "processes" not in degraded:
-            group = cgroups.Group.make(policy.limits.processes)
+        if not {"processes", "memory"} <= degraded:
+            group = cgroups.Group.make(
+                pids_max=None if "processes" in degraded else policy.limits.processes,
+                memory_max=None if "memory" in degraded else policy.limits.memory_bytes)
             cleanup.callback(group.remove)
+            cleanup.callback(group.stop)  # runs first: nothing of the sandbox outlives the call
         proxy = None
         if policy.egress is not None:
             proxy = Proxy(policy.egress)
@@ -151,14 +160,15 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
         spec = bwrap.Spec(workspace=str(ws), argv=command, env=extra_env,
                           tmp_bytes=policy.limits.tmp_bytes, seccomp_fd=filter_fd,
                           proxy_socket=proxy.path if proxy else None, info_fd=info_write)
-        # the launcher joins the cgroup before it execs anything, so every process of the sandbox is counted
-        launch = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', group.procs] if group is not None else []
-        out, err, given = (cleanup.enter_context(tempfile.TemporaryFile()) for _ in range(3))
+        # the launcher joins the cgroups and sets the rlimits before it execs bwrap, so every process of
+        # the sandbox is counted and limited
+        joins = group.joins if group is not None else ()
+        out, err, given = (cleanup.enter_context(_memory_file(n)) for n in ("stdout", "stderr", "stdin"))
         given.write(stdin or b"")
         given.seek(0)
         started = time.perf_counter()
         process = subprocess.Popen(
-            [*launch, *_rlimits(policy), *bwrap.command(spec)], stdin=given, stdout=out, stderr=err,
+            launcher.command(joins, policy.limits, bwrap.command(spec)), stdin=given, stdout=out, stderr=err,
             # bwrap's init (the sandbox's pid 1) keeps the environment bwrap was given, and the
             # sandbox can read /proc/1/environ: give it nothing of this process's
             env=LAUNCH_ENV, pass_fds=passed, start_new_session=True)
@@ -175,11 +185,12 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
             _kill(process, info_read)
         code = process.wait()
         seconds = time.perf_counter() - started
+        oom_killed = group is not None and group.oom_kills() > 0
         stdout, cut_out = _read(out, policy.limits.output_bytes)
         stderr, cut_err = _read(err, policy.limits.output_bytes)
     return Result(exit_code=code, stdout=stdout, stderr=stderr, timed_out=timed_out, seconds=seconds,
                   truncated=cut_out or cut_err, degraded=tuple(sorted(degraded)),
-                  refused=tuple(proxy.refusals) if proxy else ())
+                  refused=tuple(proxy.refusals) if proxy else (), oom_killed=oom_killed)
 
 
 def _close_all(fds: list[int]) -> None:

@@ -765,8 +765,27 @@ class Store(Protocol):
     def workspace_roots(self, tenant: str) -> set[str]:
         """The snapshot root ids the journal entries of ``tenant``'s existing
         runs record (``detail["workspace"]``), whatever those entries'
-        standing. ``WorkspaceError`` if any of those details is sealed (the
-        roots cannot be read, so nothing may be collected)."""
+        standing. ``WorkspaceError`` if any of those details is sealed and
+        this store cannot open it (no keyring: the roots cannot be read, so
+        nothing may be collected); a sealed store opens them, and a detail
+        that does not open stops the collection (``SealError``)."""
+        ...
+
+    def workspace_plain_roots(self, tenant: str) -> set[str]:
+        """The roots ``workspace_roots`` reads from details that are not
+        sealed, ignoring sealed ones (a sealed store opens those itself)."""
+        ...
+
+    def workspace_sealed_entries(self, tenant: str) -> list[tuple[str, int]]:
+        """``(run_id, seq)`` of every journal entry of ``tenant``'s existing
+        runs whose detail is sealed, in order (a sealed store opens them to
+        read their snapshot roots)."""
+        ...
+
+    def workspace_keys(self, tenant: str, oids: Collection[str]) -> set[str]:
+        """What ``workspace_candidates`` may list for objects ``oids``: the
+        ids themselves, and under encryption also their keyed addresses
+        (``store.wssealed``), so a collection compares like with like."""
         ...
 
     def workspace_candidates(self, tenant: str, before: float, after: str = "", limit: int = 1000

@@ -100,7 +100,8 @@ from cairn.store.schedules import Fired
 from cairn.store.sealedartifacts import SealedArtifacts
 from cairn.store.sealing import DataKeys, Sealer, context
 from cairn.store.vectorindex import EmbeddingClaim
-from cairn.store.wssealed import SealedObjects
+from cairn.store.wssealed import WORKSPACE_KEY, SealedObjects
+from cairn.store.wssql import check_oids
 
 if TYPE_CHECKING:
 
@@ -271,6 +272,25 @@ class SealedStore:
 
     def workspace_objects(self, tenant: str, oids: Collection[str]) -> dict[str, bytes]:
         return self._workspace.get(tenant, oids)
+
+    def workspace_roots(self, tenant: str) -> set[str]:
+        """The roots of plain details and of sealed ones, opened (each at
+        its own place: a detail that does not open raises ``SealError``, and
+        the collection then deletes nothing)."""
+        roots = set(self.inner.workspace_plain_roots(tenant))
+        by_run: dict[str, list[int]] = {}
+        for run_id, seq in self.inner.workspace_sealed_entries(tenant):
+            by_run.setdefault(run_id, []).append(seq)
+        for run_id, seqs in by_run.items():
+            for event in self.history_at(run_id, seqs):
+                root = (event.detail or {}).get(WORKSPACE_KEY)
+                if isinstance(root, str):
+                    roots.add(root)
+        check_oids(roots)
+        return roots
+
+    def workspace_keys(self, tenant: str, oids: Collection[str]) -> set[str]:
+        return self._workspace.keys_of(tenant, oids)
 
     # -- places ------------------------------------------------------------------------
 

@@ -35,6 +35,9 @@ from cairn.security.envelope import NONCE_SIZE, Place, SealError, encode_place, 
 from cairn.store.sealing import DataKeys, Sealer
 from cairn.store.wssql import check_oids
 
+#: the journal detail key of a snapshot's root (``engine.workspace.DETAIL_KEY``; the SQL of
+#: ``workspace_plain_roots`` reads the same key): the store does not import the engine
+WORKSPACE_KEY = "workspace"
 #: the table of a sealed object's place
 TABLE = "workspace_objects"
 #: what the address key is derived for, from the tenant's first data key
@@ -85,6 +88,12 @@ class SealedObjects:
                 nonce, data, head + encode_place(place_of(tenant, address)))))
         self.inner.put_workspace_objects(run_id, epoch, sealed)
 
+    def keys_of(self, tenant: str, oids: Collection[str]) -> set[str]:
+        """The row keys objects ``oids`` may be stored at: their addresses,
+        and their ids (rows stored before encryption was turned on)."""
+        key = self.address_key(tenant)
+        return {address_of(key, oid) for oid in oids} | set(oids)
+
     def get(self, tenant: str, oids: Collection[str]) -> dict[str, bytes]:
         """The stored bytes of those of ``oids`` that ``tenant`` has, opened;
         ``UnsafeSnapshot`` naming the object for a row that does not open."""
@@ -108,4 +117,4 @@ class SealedObjects:
         return found
 
 
-__all__ = ["ADDRESS_CONTEXT", "SealedObjects", "address_of", "place_of"]
+__all__ = ["ADDRESS_CONTEXT", "WORKSPACE_KEY", "SealedObjects", "address_of", "place_of"]

@@ -99,11 +99,21 @@ class SQLWorkspaces(Generic[Tx]):
         sealed = self._select("ws_sealed_detail", {"tenant": tenant})
         if sealed:
             raise WorkspaceError(f"tenant {tenant!r}'s journal details are sealed (run {sealed[0][0]}): "
-                                 "the workspace collector cannot read their snapshot roots, so it collects "
-                                 "nothing")
+                                 "the workspace collector cannot read their snapshot roots without the "
+                                 "keyring, so it collects nothing")
+        return self.workspace_plain_roots(tenant)
+
+    def workspace_plain_roots(self, tenant: str) -> set[str]:
         roots = {str(r) for (r,) in self._select("ws_roots", {"tenant": tenant}) if r is not None}
         check_oids(roots)
         return roots
+
+    def workspace_sealed_entries(self, tenant: str) -> list[tuple[str, int]]:
+        rows = self._select("ws_sealed_entries", {"tenant": tenant})
+        return [(str(run_id), int(seq)) for run_id, seq in rows]
+
+    def workspace_keys(self, tenant: str, oids: Collection[str]) -> set[str]:
+        return set(oids)
 
     def workspace_candidates(self, tenant: str, before: float, after: str = "", limit: int = 1000
                              ) -> list[str]:

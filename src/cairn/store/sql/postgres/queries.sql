@@ -1952,6 +1952,11 @@ SELECT h.run_id FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
 WHERE r.tenant = %(tenant)s::text AND h.detail IS NOT NULL AND h.detail::jsonb ? 'sealed'
 LIMIT 1
 
+-- name: ws_sealed_entries
+SELECT h.run_id, h.seq FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.tenant = %(tenant)s::text AND h.detail IS NOT NULL AND h.detail::jsonb ? 'sealed'
+ORDER BY h.run_id, h.seq
+
 -- name: ws_candidates
 SELECT oid FROM workspace_objects
 WHERE tenant = %(tenant)s::text AND oid > %(after)s::text AND stored_at < %(before)s::float8

@@ -1549,6 +1549,11 @@ SELECT h.run_id FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
 WHERE r.tenant = :tenant AND h.detail IS NOT NULL AND json_type(h.detail, '$.sealed') IS NOT NULL
 LIMIT 1
 
+-- name: ws_sealed_entries
+SELECT h.run_id, h.seq FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.tenant = :tenant AND h.detail IS NOT NULL AND json_type(h.detail, '$.sealed') IS NOT NULL
+ORDER BY h.run_id, h.seq
+
 -- name: ws_candidates
 SELECT oid FROM workspace_objects
 WHERE tenant = :tenant AND oid > :after AND stored_at < :before
