@@ -156,16 +156,12 @@ def synthetic_nonce(nonce_key: bytes, place: Place, plaintext: bytes) -> bytes:
     """A nonce derived from the value (HMAC-SHA-256 with a key of its own,
     derived from the data key): the same value at the same place under the
     same key always gets the same nonce, and two different values collide
-    only as HMAC truncated to 96 bits does. Artifacts use it, so identical
+    only as HMAC truncated to 96 bits does (``nonce_key``: a key derived
+    from the data key, ``cairn.store.sealing.DataKeys.subkey``). Artifacts use it, so identical
     content stored twice by one tenant is one file (dedup within a tenant),
     while another tenant's key gives other bytes (no dedup, nothing learnt
     across tenants)."""
     return hmac.new(nonce_key, place.associated() + plaintext, hashlib.sha256).digest()[:NONCE_SIZE]
-
-
-def nonce_key(data_key: bytes) -> bytes:
-    """The key of ``synthetic_nonce`` for ``data_key`` (never the data key itself)."""
-    return hmac.new(data_key, b"cairn synthetic nonce", hashlib.sha256).digest()
 
 
 def open_sealed(cipher: AESGCM, header: Header, place: Place, data: bytes) -> bytes:

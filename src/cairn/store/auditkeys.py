@@ -20,19 +20,16 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import hashlib
-import hmac
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from cairn.security.envelope import SealError, is_envelope
-from cairn.security.keyring import Keyring
 from cairn.store import auditlinks
 from cairn.store.auditlinks import AuditKey
 from cairn.store.records import HistoryEvent
 from cairn.store.rekey import REASON_PREFIX
-from cairn.store.sealing import context
+from cairn.store.sealing import DataKeys
 
 #: the data key version an audit key is derived from
 AUDIT_KEY_VERSION = 1
@@ -40,6 +37,8 @@ _LABEL = b"cairn audit digest\x00"
 
 #: opens an entry of a tenant: its payload bytes and detail in plaintext
 Open = Callable[[HistoryEvent, "str | None"], "tuple[bytes | None, Any]"]
+#: how many entries sealed but not yet digested an ``AuditKeys`` keeps the plaintext of (``sealed``)
+PLAIN_KEPT = 256
 
 
 class KeyGone(SealError):
@@ -52,19 +51,39 @@ class AuditKeys:
     """The audit keys of a sealed store's tenants, derived once per process,
     and the keyed digest of an entry (``digest``, the store's ``audit_digest``)."""
 
-    def __init__(self, store: Any, keyring: Keyring, open_entry: Open,
+    def __init__(self, store: Any, keys: DataKeys, open_entry: Open,
                  tenant_of: Callable[[str], str]) -> None:
         self._store = store
-        self._keyring = keyring
+        self._data_keys = keys
         self._open = open_entry
         self._tenant_of = tenant_of
         self._keys: dict[str, AuditKey] = {}
         #: tenant -> when its data key 1 was made (``written_before_keys``)
         self._created: dict[str, float] = {}
+        #: id of an entry this process sealed -> (that entry, its tenant, plaintext payload, detail)
+        self._plain: dict[int, tuple[HistoryEvent, str, bytes, Any]] = {}
         self._lock = threading.Lock()
 
+    def sealed(self, event: HistoryEvent, tenant: str, data: bytes, detail: Any) -> None:
+        """Remember that ``event``, just sealed by this process, holds ``data``
+        (its payload's plaintext) and ``detail`` (left unsealed): its digest,
+        asked for by the store a moment later as it writes the entry, is then
+        keyed from them instead of decrypting what was just encrypted (an
+        AES-GCM open and its Python per journaled step: the largest single
+        cost encryption added to a step). Known by the entry object itself,
+        which the map holds (so its id cannot be reused while it is there);
+        an entry the store never digests is forgotten within ``PLAIN_KEPT``
+        others. A row read back from the database is never found here: its
+        digest is of what it opens to, at its place."""
+        plain = self._plain
+        if len(plain) >= PLAIN_KEPT:
+            plain.clear()
+        plain[id(event)] = (event, tenant, data, detail)
+
     def key(self, tenant: str) -> AuditKey:
-        """``tenant``'s audit key; ``KeyGone`` if its data key 1 is not stored."""
+        """``tenant``'s audit key; ``KeyGone`` if its data key 1 is not stored
+        (read from the database, not the keys this process has cached: an
+        erasure is seen at once). Derived by ``DataKeys.subkey``."""
         known = self._keys.get(tenant)
         if known is not None:
             return known
@@ -73,9 +92,8 @@ class AuditKeys:
             if row is None:
                 raise KeyGone(f"the audit key of tenant {tenant!r} is gone (its data key "
                               f"{AUDIT_KEY_VERSION} was destroyed)")
-            data_key = self._keyring.unwrap(row.kek_id, row.wrapped, context(tenant, AUDIT_KEY_VERSION))
-            key = self._keys[tenant] = AuditKey(hmac.new(data_key, _LABEL + tenant.encode(),
-                                                         hashlib.sha256).digest())
+            key = self._keys[tenant] = AuditKey(self._data_keys.subkey(
+                tenant, _LABEL + tenant.encode(), version=AUDIT_KEY_VERSION))
         return key
 
     def digest(self, event: HistoryEvent, tenant: str | None) -> bytes:
@@ -86,6 +104,9 @@ class AuditKeys:
         wrong keyring can still claim and park a run). ``KeyGone`` if a key
         it needs was destroyed, another ``SealError`` if it does not open
         under a key that is stored (edited)."""
+        known = self._plain.pop(id(event), None)
+        if known is not None and known[0] is event:
+            return self.key(known[1]).digest(known[2], known[3])
         payload, detail = event.payload, event.detail
         if (payload is None or payload.data is None) and not _sealed_detail(detail):
             return auditlinks.digest(None if payload is None else payload.data, detail)

@@ -178,7 +178,7 @@ class SealedStore:
         self._resolved: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._artifact_lock = threading.Lock()
         # the audit chain digests what an entry says, keyed by its tenant (store/auditkeys.py)
-        self.audit_keys = AuditKeys(inner, keyring, self.audit_plaintext, self._tenant)
+        self.audit_keys = AuditKeys(inner, self.keys, self.audit_plaintext, self._tenant)
         inner.audit_digest = self.audit_keys.digest  # type: ignore[attr-defined]
         inner.audit_plain_before = self.audit_keys.plain_before_keys  # type: ignore[attr-defined]
         self._workspace = SealedObjects(inner, self.keys, self.sealer)
@@ -323,6 +323,10 @@ class SealedStore:
             if data is not None:
                 payload = Payload(self.sealer.seal_at(tenant, event.run_id, "history", at, "payload", data),
                                   payload.ref)
+                if not detail:  # its audit digest from the plaintext at hand (``AuditKeys.sealed``)
+                    sealed = _with(event, payload, detail)
+                    self.audit_keys.sealed(sealed, tenant, data, detail)
+                    return sealed
             else:
                 payload = self._payload(Place(tenant, event.run_id, "history", at, "payload"), payload)
         if detail:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import threading
 import time
@@ -31,7 +33,6 @@ from cairn.security.envelope import (
     header,
     header_of,
     is_envelope,
-    nonce_key,
     open_sealed,
     seal,
 )
@@ -48,6 +49,8 @@ ADOPTION = ("", 0)
 ADOPTION_CONTEXT = b"cairn adoption of a plaintext database"
 #: how long a process seals with the newest data key it knows before looking for a newer one
 KEY_REFRESH_SECONDS = 5.0
+#: ``DataKeys.subkey``'s purpose of the synthetic-nonce key (``envelope.synthetic_nonce``)
+NONCE_PURPOSE = b"cairn synthetic nonce"
 
 _ENCODE = msgspec.json.Encoder()
 _DECODE = msgspec.json.Decoder()
@@ -69,7 +72,10 @@ class DataKeys:
         self._store = store
         self.keyring = keyring
         self._ciphers: dict[tuple[str, int], AESGCM] = {}
-        self._nonce_keys: dict[tuple[str, int], bytes] = {}
+        #: (tenant, version) -> the data key itself, for ``subkey`` alone
+        self._keys: dict[tuple[str, int], bytes] = {}
+        #: (tenant, version, purpose) -> ``subkey``'s derived key
+        self._subkeys: dict[tuple[str, int, tuple[bytes, ...]], bytes] = {}
         self._adopting: tuple[bool, float] | None = None
         #: tenant -> (its newest version, that key's cipher, when that was looked up)
         self._newest: dict[str, tuple[int, AESGCM, float]] = {}
@@ -83,12 +89,39 @@ class DataKeys:
             key = self.keyring.unwrap(row.kek_id, row.wrapped, context(row.tenant, row.version))
         except SealError as exc:
             raise SealError(f"data key {row.version} of tenant {row.tenant!r}: {exc}") from None
-        self._nonce_keys[(row.tenant, row.version)] = nonce_key(key)
+        self._keys[(row.tenant, row.version)] = key
         return aesgcm(key)
+
+    def subkey(self, tenant: str, *purpose: bytes, version: int = 1) -> bytes:
+        """A key of ``tenant`` for one purpose, never the data key itself:
+        HMAC-SHA-256 of the data key ``version`` with each label of
+        ``purpose`` in turn (``k = HMAC(k, label)``), cached per process.
+        The one derivation of every per-tenant key: the synthetic-nonce key
+        of artifacts (``NONCE_PURPOSE``), the audit digest key
+        (``store.auditkeys``), the workspace object address key
+        (``store.wssealed``, a path of two labels: its addresses were
+        derived that way when stored, so they keep their values). Derived
+        from version 1 unless told (a tenant's first key, which rotation
+        never removes: one value per tenant for good); ``SealError`` if
+        that version is not stored."""
+        known = self._subkeys.get((tenant, version, purpose))
+        if known is not None:
+            return known
+        key = self._keys.get((tenant, version))
+        if key is None:
+            with self._lock:
+                self._load(tenant)
+            key = self._keys.get((tenant, version))
+            if key is None:
+                raise SealError(f"data key {version} of tenant {tenant!r} is not stored")
+        for label in purpose:
+            key = hmac.new(key, label, hashlib.sha256).digest()
+        self._subkeys[(tenant, version, purpose)] = key
+        return key
 
     def nonce_key(self, tenant: str, version: int) -> bytes:
         """The synthetic-nonce key of a key ``writer`` or ``reader`` returned."""
-        return self._nonce_keys[(tenant, version)]
+        return self.subkey(tenant, NONCE_PURPOSE, version=version)
 
     def tenants(self) -> list[str]:
         """Every tenant with a stored data key."""

@@ -25,14 +25,13 @@ when it was last stored.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from cairn.errors import UnsafeSnapshot
 from cairn.security.envelope import NONCE_SIZE, Place, SealError, encode_place, header
-from cairn.store.sealing import DataKeys, Sealer
+from cairn.store.sealing import NONCE_PURPOSE, DataKeys, Sealer
 from cairn.store.wssql import check_oids
 
 #: the journal detail key of a snapshot's root (``engine.workspace.DETAIL_KEY``; the SQL of
@@ -66,9 +65,10 @@ class SealedObjects:
         key = self._address_keys.get(tenant)
         if key is None:
             self.keys.writer(tenant)  # the tenant's first data key, created if it has none
-            self.keys.reader(tenant, ADDRESS_KEY_VERSION, place_of(tenant, "-"))
-            secret = self.keys.nonce_key(tenant, ADDRESS_KEY_VERSION)
-            key = self._address_keys[tenant] = hmac.new(secret, ADDRESS_CONTEXT, hashlib.sha256).digest()
+            # HMAC(HMAC(data key 1, NONCE_PURPOSE), ADDRESS_CONTEXT): the derivation the stored
+            # addresses were made with (through the synthetic-nonce key), kept so they stay valid
+            key = self._address_keys[tenant] = self.keys.subkey(
+                tenant, NONCE_PURPOSE, ADDRESS_CONTEXT, version=ADDRESS_KEY_VERSION)
         return key
 
     def put(self, tenant: str, run_id: str, epoch: int, objects: Mapping[str, bytes]) -> None:
