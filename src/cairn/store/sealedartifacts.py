@@ -33,7 +33,7 @@ import hmac
 from typing import Any
 
 from cairn.security.envelope import Place, seal, synthetic_nonce
-from cairn.store.sealing import DataKeys, Sealer
+from cairn.store.sealing import NONCE_PURPOSE, DataKeys, Sealer
 
 #: the table of an artifact's place
 TABLE = "artifacts"
@@ -69,9 +69,9 @@ class SealedArtifacts:
         key = self._address_keys.get(tenant)
         if key is None:
             self.keys.writer(tenant)  # the tenant's first data key, created if it has none
-            self.keys.reader(tenant, ADDRESS_KEY_VERSION, place_of(tenant, "-"))
-            secret = self.keys.nonce_key(tenant, ADDRESS_KEY_VERSION)
-            key = self._address_keys[tenant] = hmac.new(secret, ADDRESS_CONTEXT, hashlib.sha256).digest()
+            # HMAC(HMAC(data key 1, nonce purpose), address context): the value the addresses were made with
+            key = self._address_keys[tenant] = self.keys.subkey(
+                tenant, NONCE_PURPOSE, ADDRESS_CONTEXT, version=ADDRESS_KEY_VERSION)
         return key
 
     def address(self, tenant: str, data: bytes) -> str:
