@@ -102,14 +102,17 @@ def test_the_databases_encoding_of_a_tenant_is_the_schedulers(
 
 def test_roles_granted_before_the_migration_get_the_schedules_table(deployment: Deployment) -> None:  # noqa: F811
     d = deployment
-    # Undo migration 0008 as the owner, as if the roles had been granted on the version before it.
+    # Undo migration 0008 (and the later ones altering its table) as the owner, as if the roles had
+    # been granted on the version before it.
     with psycopg.connect(d.urls["owner"], autocommit=True) as conn:
         conn.execute(f"SET search_path = {SCHEMA}")
-        version = conn.execute("SELECT version FROM schema_migrations WHERE name = 'schedules'").fetchone()
-        assert version is not None
+        versions = [v for (v,) in conn.execute(
+            "SELECT version FROM schema_migrations WHERE name IN ('schedules', 'schedule_role') "
+            "ORDER BY version")]
+        assert len(versions) == 2
         conn.execute("DROP TABLE schedules")
-        conn.execute("DELETE FROM schema_migrations WHERE version = %s", version)
-    assert d.owner.migrate() == [version[0]]
+        conn.execute("DELETE FROM schema_migrations WHERE version = ANY(%s)", (versions,))
+    assert d.owner.migrate() == versions
     d.acme.register_schedule(spec(tenant="acme"))
     assert [s.tenant for s in d.acme.list_schedules()] == ["acme"]
 
