@@ -265,21 +265,32 @@ class App:
         plain JSON values, read without the graph's code (the CLI, the HTTP API)."""
         return self.travel.state_json(run_id, step)
 
-    def graph_replay(self, origin: str, step: int, /, *, run_id: str | None = None) -> RunHandle[Any]:
+    def graph_replay(self, origin: str, step: int, /, *, run_id: str | None = None,
+                     started_role: str | None = None, started_token: str | None = None,
+                     started_by: Mapping[str, Any] | None = None) -> RunHandle[Any]:
         """A new run of ``origin``'s graph (its newest version registered
         here) that starts from the state after super-step ``step`` and runs
         again every super-step after it: no node, tool, model call or
         approval of ``origin`` after ``step`` is reused. Its lineage is
-        recorded (``app.lineage``). Idempotent on ``run_id``, as ``start``."""
-        return self._forked(self.travel.fork(origin, step, None, run_id, edited=False))
+        recorded (``app.lineage``). Idempotent on ``run_id``, as ``start``.
+        ``started_role``, ``started_token``, ``started_by``: who replays it,
+        as for ``start``: the new run acts with those rights, not with the
+        origin's (``None``: none)."""
+        return self._forked(self.travel.fork(origin, step, None, run_id, edited=False,
+                                             started=StartedWith(started_role, started_token),
+                                             started_by=started_by))
 
     def graph_fork(self, origin: str, step: int, /, *, update: Mapping[str, Any] | Any = None,
-                   run_id: str | None = None) -> RunHandle[Any]:
+                   run_id: str | None = None, started_role: str | None = None,
+                   started_token: str | None = None,
+                   started_by: Mapping[str, Any] | None = None) -> RunHandle[Any]:
         """``graph_replay`` from the state after super-step ``step`` with
         ``update``'s fields set (each replaced, as an interrupt's edit does,
         and validated as its field's type: ``InvalidArgument`` naming the
         field, and no run is created)."""
-        return self._forked(self.travel.fork(origin, step, update, run_id, edited=True))
+        return self._forked(self.travel.fork(origin, step, update, run_id, edited=True,
+                                             started=StartedWith(started_role, started_token),
+                                             started_by=started_by))
 
     def _forked(self, made: tuple[str, bool]) -> RunHandle[Any]:
         return RunHandle(self, made[0], created=made[1])
@@ -410,6 +421,7 @@ class App:
         grace: float = DEFAULT_GRACE,
         queue: str = "default",
         priority: int = 0,
+        role: str | None = None,
     ) -> Any:
         """Start ``workflow`` on the cron timetable ``cron`` (5 fields, or 6
         with seconds first), read in ``timezone`` (an IANA name): one run per
@@ -435,7 +447,7 @@ class App:
                 raise InvalidSchedule(f"schedule {label!r}: {exc}") from None
             declared = Schedule.declare(cron, definition, name=name, tenant=tenant, timezone=timezone,
                                         kwargs=kwargs, tick_arg=tick_arg, missed=missed, grace=grace,
-                                        queue=queue, priority=priority)
+                                        queue=queue, priority=priority, role=role)
             if declared.key in self.runtime.schedules:
                 raise InvalidSchedule(f"schedule {declared.name!r} of tenant {tenant!r} is already declared "
                                       f"(give another name=)")

@@ -41,6 +41,7 @@ from cairn.engine.approvalmessages import decision_message
 from cairn.engine.budget import Budget
 from cairn.engine.bundles import Bundle, BundleDamaged
 from cairn.engine.messaging import check_name, signal_key
+from cairn.engine.startedwith import NOBODY, StartedWith
 from cairn.errors import ApprovalNotFound, InvalidArgument, InvalidEdit, PayloadError, RunNotFound
 from cairn.memory.api import Item, Memory, Message, SearchResult, item_of, message_of
 from cairn.memory.direct import direct_memory
@@ -211,6 +212,12 @@ class Operator:
     def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
         """The run's history entries after ``after_seq`` (at most ``limit``)."""
         return self._store.history(run_id, after_seq, limit)
+
+    def started_with(self, run_id: str) -> StartedWith:
+        """The token role and token id the run was started with, from its
+        row (what per-tool authorization reads: ``engine.startedwith``)."""
+        pair = self._store.started_with(run_id)
+        return NOBODY if pair is None else StartedWith(*pair)
 
     def usage(self, run_id: str) -> UsageTotals:
         """What the run has spent and its last ``seq``, summed by the store

@@ -909,26 +909,28 @@ LIMIT %(limit)s::bigint
 -- name: upsert_schedule
 -- A worker registers what its code declares: the definition is replaced, the
 -- firing state (created_at, last_tick, ...) kept.
-INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at)
+INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at,
+                       started_role)
 VALUES (%(tenant)s::text, %(name)s::text, %(workflow)s::text, %(cron)s::text, %(timezone)s::text,
-        %(missed)s::text, %(grace)s::float8, %(now)s::float8, %(now)s::float8)
+        %(missed)s::text, %(grace)s::float8, %(now)s::float8, %(now)s::float8, %(started_role)s::text)
 ON CONFLICT (tenant, name) DO UPDATE SET
     workflow = excluded.workflow, cron = excluded.cron, timezone = excluded.timezone,
-    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at
+    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at,
+    started_role = excluded.started_role
 RETURNING tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-          last_run_id, fired_at, fired
+          last_run_id, fired_at, fired, started_role
 
 -- name: lock_schedule
 -- The schedule row, locked until the tick's transaction ends: workers firing
 -- the same tick queue here, and each later one finds last_tick moved up.
 SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
+       last_run_id, fired_at, fired, started_role
 FROM schedules WHERE tenant = %(tenant)s::text AND name = %(name)s::text
 FOR UPDATE
 
 -- name: select_schedules
 SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
+       last_run_id, fired_at, fired, started_role
 FROM schedules WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 ORDER BY tenant, name
 

@@ -643,7 +643,11 @@ CREATE TABLE schedules (
     last_run_id TEXT,
     fired_at    DOUBLE PRECISION,
     fired       BIGINT NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, name)
+    -- The role its ticks' runs are started with, as registered (0039; shown:
+    -- the run takes it from the declaration in code).
+    started_role TEXT,
+    PRIMARY KEY (tenant, name),
+    CONSTRAINT schedules_started_role CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation'))
 );
 
 ALTER TABLE schedules ENABLE ROW LEVEL SECURITY;

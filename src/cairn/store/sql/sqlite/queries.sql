@@ -611,23 +611,25 @@ LIMIT :limit
 -- name: upsert_schedule
 -- A worker registers what its code declares: the definition is replaced, the
 -- firing state (created_at, last_tick, ...) kept.
-INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at)
-VALUES (:tenant, :name, :workflow, :cron, :timezone, :missed, :grace, :now, :now)
+INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at,
+                       started_role)
+VALUES (:tenant, :name, :workflow, :cron, :timezone, :missed, :grace, :now, :now, :started_role)
 ON CONFLICT (tenant, name) DO UPDATE SET
     workflow = excluded.workflow, cron = excluded.cron, timezone = excluded.timezone,
-    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at
+    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at,
+    started_role = excluded.started_role
 RETURNING tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-          last_run_id, fired_at, fired
+          last_run_id, fired_at, fired, started_role
 
 -- name: lock_schedule
 -- The schedule row, read under the write lock (PostgreSQL: FOR UPDATE).
 SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
+       last_run_id, fired_at, fired, started_role
 FROM schedules WHERE tenant = :tenant AND name = :name
 
 -- name: select_schedules
 SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
+       last_run_id, fired_at, fired, started_role
 FROM schedules WHERE :tenant IS NULL OR tenant = :tenant
 ORDER BY tenant, name
 

@@ -269,6 +269,9 @@ CREATE TABLE schedules (
     last_run_id TEXT,
     fired_at    REAL,
     fired       INTEGER NOT NULL DEFAULT 0,
+    -- The role its ticks' runs are started with, as registered (0028; shown:
+    -- the run takes it from the declaration in code).
+    started_role TEXT CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation')),
     PRIMARY KEY (tenant, name)
 ) WITHOUT ROWID;
 
