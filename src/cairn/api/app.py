@@ -18,6 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 from cairn.api import actors
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.audit import Audit
+from cairn.api.erasure import Erasure
 from cairn.api.export import export_run
 from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
@@ -926,6 +927,12 @@ class App:
         """Every queue with limits or live runs: its limits, how many of its
         runs are running and how many could be claimed now."""
         return self.operator.queues()
+
+    def erase(self, *, tenant: str = "default", subject: str | None = None, thread: str | None = None,
+              dry_run: bool = False) -> Erasure:
+        """Erase a subject's, a thread's or (neither given) a tenant's runs and
+        memory, crypto-shredding its keys; see ``Operator.erase``."""
+        return self.operator.erase(tenant=tenant, subject=subject, thread=thread, dry_run=dry_run)
 
     def prune(
         self,

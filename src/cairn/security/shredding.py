@@ -152,5 +152,6 @@ def shredder_of(keyring: object) -> Shredder:
     shredder = getattr(keyring, "shredder", None)
     if shredder is None:
         raise ConfigError("runs with a subject need a keyring that holds subject secrets (erasable keys): "
-                          f"a file: keyring (it keeps them in <key file>.subjects), or set ${SUBJECT_KEYS_ENV}")
+                          "a file: keyring (it keeps them in <key file>.subjects), "
+                          f"or set ${SUBJECT_KEYS_ENV}")
     return shredder  # type: ignore[no-any-return]

@@ -30,9 +30,9 @@ from cairn.security.envelope import SealError, is_envelope
 from cairn.security.keyring import Keyring
 from cairn.store import auditlinks
 from cairn.store.auditlinks import AuditKey
+from cairn.store.keysql import SUBJECT_KEY_BASE
 from cairn.store.records import HistoryEvent
 from cairn.store.rekey import REASON_PREFIX
-from cairn.store.keysql import SUBJECT_KEY_BASE
 from cairn.store.sealing import KeyErased, context
 
 #: the data key version an audit key is derived from

@@ -729,6 +729,10 @@ class Store(Protocol):
         ``subject``, of ``thread_id``, or (both ``None``) all of them."""
         ...
 
+    def count_subject_memory(self, tenant: str, subject: str) -> int:
+        """How many rows ``delete_subject_memory`` would delete now (a dry run)."""
+        ...
+
     def delete_subject_memory(self, tenant: str, subject: str) -> int:
         """Delete ``tenant``'s memory items and thread messages of ``subject``
         with their outbox rows, vectors and cold copies, in one transaction;

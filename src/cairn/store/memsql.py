@@ -262,6 +262,10 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
 
         return self._operate(body)
 
+    def count_subject_memory(self, tenant: str, subject: str) -> int:
+        """How many rows ``delete_subject_memory`` would delete now."""
+        return int(self._select("count_subject_memory", {"tenant": tenant, "subject": subject})[0][0])
+
     def delete_subject_memory(self, tenant: str, subject: str) -> int:
         """Delete ``tenant``'s memory items and thread messages of
         ``subject`` (erasure), with the items' outbox rows, vectors and cold

@@ -633,8 +633,9 @@ class SealedStore:
             if isinstance(write, ItemPut):
                 ns, key = write.namespace, write.key
                 subject = write.subject or default
+                place = self._item_place(tenant, ns, key, "value")
                 write = dataclasses.replace(
-                    write, value=self._value(self._item_place(tenant, ns, key, "value"), write.value, subject),
+                    write, value=self._value(place, write.value, subject),
                     index_text=self._seal_text(self._item_place(tenant, ns, key, "index_text"),
                                                write.index_text, subject))
             elif isinstance(write, RunPut):

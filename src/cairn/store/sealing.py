@@ -17,8 +17,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from os import urandom as _urandom
 from collections.abc import Callable
+from os import urandom as _urandom
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -106,9 +106,11 @@ class DataKeys:
         except SealError as exc:
             raise SealError(f"data key {row.version} of tenant {row.tenant!r}: {exc}") from None
         if row.subject is not None:
-            secret = shredder_of(self.keyring).secret(secret_name(row.tenant, row.version), create=False)
+            name = secret_name(row.tenant, row.version)
+            secret = shredder_of(self.keyring).secret(name, create=False)
             if secret is None:
-                raise KeyErased(f"data key {row.version} of tenant {row.tenant!r} was erased (crypto-shredded: "
+                raise KeyErased(f"data key {row.version} of tenant {row.tenant!r} was erased "
+                                "(crypto-shredded: "
                                 "its subject secret is gone)")
             key = hmac.new(secret, b"cairn subject data key\x00" + key, hashlib.sha256).digest()
         self._nonce_keys[(row.tenant, row.version)] = nonce_key(key)

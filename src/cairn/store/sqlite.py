@@ -832,7 +832,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         # Only after the runs are gone for good: a crash from here on leaves
         # queued refs, never a run whose artifacts were deleted.
         try:
-            self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS * grace), lc.prune_page_size(limit))
+            self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS * grace),
+                                    lc.prune_page_size(limit))
         except OSError as exc:
             raise StoreError(f"cannot delete artifacts in {str(self.artifact_dir)!r}: {exc}") from None
         return len(doomed)

@@ -1987,3 +1987,8 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(scope)s::text IS NULL OR (scope = %(scope)s::text AND digest = %(digest)s::text AND finished_at IS NULL))
 ORDER BY started_at DESC, id
 LIMIT %(limit)s::bigint
+
+-- name: count_subject_memory
+-- What delete_memory_items_of_subject and delete_memory_messages_of_subject would delete (a dry run).
+SELECT (SELECT count(*) FROM memory_items WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text)
+     + (SELECT count(*) FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text)

@@ -1610,3 +1610,8 @@ WHERE (:tenant IS NULL OR tenant = :tenant)
   AND (:scope IS NULL OR (scope = :scope AND digest = :digest AND finished_at IS NULL))
 ORDER BY started_at DESC, id
 LIMIT :limit
+
+-- name: count_subject_memory
+-- What delete_memory_items_of_subject and delete_memory_messages_of_subject would delete (a dry run).
+SELECT (SELECT count(*) FROM memory_items WHERE tenant = :tenant AND subject = :subject)
+     + (SELECT count(*) FROM memory_thread_messages WHERE tenant = :tenant AND subject = :subject)
