@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.errors import InvalidArgument
+from cairn.faults import fault_point
 from cairn.store.contract import Store
 from cairn.store.erasuresql import ErasureRecord
 from cairn.store.lifecycle import TERMINAL
@@ -145,6 +146,7 @@ def erase(store: Store, target: Target, *, actor: str, dry_run: bool = False,
     keys = 0
     if target.scope != "thread":
         keys = len(store.shred(target.tenant, None if target.subject is None else digest))
+    fault_point("erase.after_shred")
     if target.subject is not None:
         memory = store.delete_subject_memory(target.tenant, target.subject)
     else:

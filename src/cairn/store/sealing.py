@@ -259,18 +259,18 @@ class DataKeys:
         (``None``: of every subject of ``tenant``). Their secrets go first
         (what makes them unrecoverable, from any copy of the database too),
         then their rows become tombstones; re-run after a crash, it destroys
-        what is left. The versions destroyed."""
+        what is left. The versions whose rows were live until now."""
         rows = [r for r in self._store.data_keys(tenant)
                 if r.subject is not None and (digest is None or r.subject == digest)]
         shredder_of(self.keyring).destroy([secret_name(tenant, r.version) for r in rows])
-        self._store.erase_subject_keys(tenant, digest)
+        destroyed: list[int] = self._store.erase_subject_keys(tenant, digest)
         with self._lock:
             for row in rows:
                 self._ciphers.pop((tenant, row.version), None)
                 self._nonce_keys.pop((tenant, row.version), None)
             for known in [k for k in self._subjects if k[0] == tenant and (digest is None or k[1] == digest)]:
                 self._subjects.pop(known, None)
-        return [r.version for r in rows]
+        return destroyed
 
     def _subject_reader(self, tenant: str, version: int, place: Place) -> AESGCM:
         row = next((r for r in self._store.data_keys(tenant) if r.version == version), None)
