@@ -15,8 +15,11 @@ values with a clear error and reads B's.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
+import signal
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,9 @@ from cairn.errors import InvalidArgument, StoreError
 from cairn.security.envelope import SealError
 from cairn.security.keyring import LocalKeyring
 from cairn.security.shredding import FileShredder
+from cairn.store import sealing
 from cairn.store.sealing import KeyErased
+from tests import processes
 from tests.encryption.test_sealed_store import forms, inflated, rows_at_rest
 from tests.engine.conftest import execute_once, postgres_url
 from tests.store.contract.helpers import new_run
@@ -255,3 +260,38 @@ def _key_row(tenant: str) -> Any:
     from cairn.store.keysql import SUBJECT_KEY_BASE, DataKeyRow
 
     return DataKeyRow(tenant, SUBJECT_KEY_BASE + 1, "k", b"wrapped", 0.0, "digest")
+
+
+@pytest.mark.slow  # the CLI in a process, SIGKILLed
+def test_an_erasure_killed_after_shredding_is_completed_by_running_it_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cairn erase`` dies (SIGKILL, fault point ``erase.after_shred``) once
+    A's key is destroyed and before its rows are deleted: A is unreadable
+    already, its record says unfinished; the same command completes it."""
+    (tmp_path / "db").mkdir()
+    keys = tmp_path / "keys"
+    keys.write_text(f"kek1 {base64.b64encode(os.urandom(32)).decode()}\n")
+    url = f"sqlite:///{tmp_path}/db/cairn.db"
+    app = build(url, LocalKeyring.from_file(keys))
+    runs = start_both(app)
+    command = ["erase", "--subject", SUBJECT["A"], "--db", url, "--keyring", f"file:{keys}", "--json"]
+
+    killed = processes.run("cairn", command, env={"CAIRN_FAULTS": "erase.after_shred"}, timeout=60)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (record,) = app.operator.erasures()
+    assert record.finished_at is None
+    assert app.store.run_subject(runs["A"]) == SUBJECT["A"]  # its rows are still there...
+    monkeypatch.setattr(sealing, "KEY_REFRESH_SECONDS", 0.0)  # this process looks at the keys again now
+    with pytest.raises(KeyErased):
+        app.get_run(runs["A"])  # ...and unreadable already, here too (it had A's key cached)
+    monkeypatch.undo()
+
+    again = processes.run("cairn", command, timeout=60)
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["resumed"] is True and report["record"]["id"] == record.id
+    assert report["counts"]["runs"] == 1 and report["record"]["finished_at"] is not None
+    assert app.store.run_subject(runs["A"]) is None
+    assert occurrences(rows_at_rest(url), SUBJECT["A"]) == 0
+    assert_b_whole(app, runs["B"])
+    app.close()

@@ -93,6 +93,8 @@ class DataKeys:
         self.writing: dict[str, tuple[int, AESGCM, bytes, float]] = {}
         #: (tenant, subject digest) -> (its live key version, cipher, when looked up)
         self._subjects: dict[tuple[str, str], tuple[int, AESGCM, float]] = {}
+        #: (tenant, subject key version) -> when its row was last seen live (``reader``)
+        self._subject_checked: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
 
     def _unwrap(self, row: DataKeyRow) -> AESGCM:
@@ -280,15 +282,20 @@ class DataKeys:
         try:
             cipher = self._unwrap(row)
         except KeyErased:
+            with self._lock:
+                self._ciphers.pop((tenant, version), None)
             raise KeyErased(f"{place} was sealed with the data key of a subject that was erased "
                             f"(data key {version}, crypto-shredded): it can never be read") from None
         with self._lock:
             self._ciphers[(tenant, version)] = cipher
+            self._subject_checked[(tenant, version)] = time.monotonic()
         return cipher
 
     def reader(self, tenant: str, version: int, place: Place) -> AESGCM:
         cipher = self._ciphers.get((tenant, version))
-        if cipher is None and version >= SUBJECT_KEY_BASE:
+        if version >= SUBJECT_KEY_BASE and (cipher is None or time.monotonic() - self._subject_checked.get(
+                (tenant, version), 0.0) > KEY_REFRESH_SECONDS):
+            # a subject's key erased by another process stops opening here within KEY_REFRESH_SECONDS
             return self._subject_reader(tenant, version, place)
         if cipher is None:
             with self._lock:
