@@ -101,6 +101,13 @@ class Erasure:
                 "record": None if self.record is None else self.record.as_dict()}
 
 
+def run_digest(store: Store, tenant: str, run_id: str) -> str:
+    """What an erasure record keeps of a run it deleted (keyed under
+    encryption): enough for ``cairn audit verify`` to tell an anchored run
+    that was erased from one cut out of the history, and nothing more."""
+    return store.subject_digest(tenant, "\x00run\x00" + run_id)
+
+
 def _subject_keys(store: Store, target: Target, digest: str) -> int:
     """How many live subject keys the target's shredding would destroy."""
     rows = getattr(store, "data_keys", None)
@@ -138,6 +145,8 @@ def erase(store: Store, target: Target, *, actor: str, dry_run: bool = False,
         record = ErasureRecord(uuid.uuid4().hex, target.tenant, target.scope, digest, actor, time.time(),
                                None, {})
         store.start_erasure(record)
+    deleting = {run_digest(store, target.tenant, run_id) for run_id, _, _ in runs}
+    store.note_erased_runs(record.id, record.runs | deleting)  # before any run goes
     for run_id in live:  # nothing of the target writes again; every run of it can be deleted
         if kill is not None:
             kill(run_id)

@@ -747,6 +747,14 @@ class Store(Protocol):
         """Record erasure ``erasure_id`` as completed, with its counts."""
         ...
 
+    def note_erased_runs(self, erasure_id: str, digests: Collection[str]) -> None:
+        """Record the digests (``run_digest``) of the runs an erasure deletes."""
+        ...
+
+    def erased_runs(self, tenant: str | None = None) -> dict[str, set[str]]:
+        """tenant -> the digests of the runs its erasures deleted."""
+        ...
+
     def erasures(self, tenant: str | None = None, *, unfinished: tuple[str, str] | None = None,
                  limit: int = 100) -> list[ErasureRecord]:
         """The erasure records, newest first (of ``tenant``; only the

@@ -10,7 +10,7 @@ one run-deletion path), keys destroyed by ``SealedStore.shred``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -36,6 +36,8 @@ class ErasureRecord:
     started_at: float
     finished_at: float | None
     counts: dict[str, int]
+    #: keyed digests of the runs it deleted (``api.erasure.run_digest``)
+    runs: frozenset[str] = frozenset()
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "tenant": self.tenant, "scope": self.scope, "digest": self.digest,
@@ -45,8 +47,9 @@ class ErasureRecord:
 
 def _record(row: tuple[Any, ...]) -> ErasureRecord:
     counts = msgspec.json.decode(row[7]) if row[7] else {}
+    runs = msgspec.json.decode(row[8]) if row[8] else []
     return ErasureRecord(str(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]), float(row[5]),
-                         None if row[6] is None else float(row[6]), dict(counts))
+                         None if row[6] is None else float(row[6]), dict(counts), frozenset(runs))
 
 
 def plain_digest(tenant: str, scope: str, target: str) -> str:
@@ -98,6 +101,19 @@ class SQLErasure(Generic[Tx]):
         self._operate(lambda tx: self._query(tx, "finish_erasure", {
             "id": erasure_id, "counts": msgspec.json.encode(dict(counts)).decode(), "actor": actor,
             "now": self.clock()}))
+
+    def note_erased_runs(self, erasure_id: str, digests: Collection[str]) -> None:
+        """Record the keyed digests of the runs erasure ``erasure_id``
+        deletes (before it deletes them: a resumed erasure adds to them)."""
+        self._operate(lambda tx: self._query(tx, "note_erasure_runs", {
+            "id": erasure_id, "runs": msgspec.json.encode(sorted(digests)).decode()}))
+
+    def erased_runs(self, tenant: str | None = None) -> dict[str, set[str]]:
+        """tenant -> the keyed digests of the runs its erasures deleted."""
+        found: dict[str, set[str]] = {}
+        for owner, runs in self._select("select_erasure_runs", {"tenant": tenant}):
+            found.setdefault(str(owner), set()).update(msgspec.json.decode(runs))
+        return found
 
     def erasures(self, tenant: str | None = None, *, unfinished: tuple[str, str] | None = None,
                  limit: int = 100) -> list[ErasureRecord]:

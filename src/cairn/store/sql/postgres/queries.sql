@@ -1982,7 +1982,7 @@ WHERE id = %(id)s::text
 
 -- name: select_erasures
 -- The erasure records, newest first (of a tenant; an unfinished one of one target).
-SELECT id, tenant, scope, digest, actor, started_at, finished_at, counts FROM erasures
+SELECT id, tenant, scope, digest, actor, started_at, finished_at, counts, runs FROM erasures
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (%(scope)s::text IS NULL OR (scope = %(scope)s::text AND digest = %(digest)s::text AND finished_at IS NULL))
 ORDER BY started_at DESC, id
@@ -1992,3 +1992,10 @@ LIMIT %(limit)s::bigint
 -- What delete_memory_items_of_subject and delete_memory_messages_of_subject would delete (a dry run).
 SELECT (SELECT count(*) FROM memory_items WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text)
      + (SELECT count(*) FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text)
+
+-- name: note_erasure_runs
+UPDATE erasures SET runs = %(runs)s::text WHERE id = %(id)s::text
+
+-- name: select_erasure_runs
+-- The runs each erasure deleted (keyed digests, JSON), of a tenant.
+SELECT tenant, runs FROM erasures WHERE runs IS NOT NULL AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)

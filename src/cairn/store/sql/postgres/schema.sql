@@ -1541,7 +1541,10 @@ CREATE TABLE erasures (
     actor       TEXT NOT NULL,
     started_at  DOUBLE PRECISION NOT NULL,
     finished_at DOUBLE PRECISION,
-    counts      TEXT
+    counts      TEXT,
+    -- keyed digests of the runs it deleted (JSON): an anchored checkpoint
+    -- that names one verifies it as erased, not as a run cut out
+    runs        TEXT
 );
 
 CREATE INDEX erasures_target ON erasures (tenant, scope, digest);

@@ -1605,7 +1605,7 @@ WHERE id = :id
 
 -- name: select_erasures
 -- The erasure records, newest first (of a tenant; an unfinished one of one target).
-SELECT id, tenant, scope, digest, actor, started_at, finished_at, counts FROM erasures
+SELECT id, tenant, scope, digest, actor, started_at, finished_at, counts, runs FROM erasures
 WHERE (:tenant IS NULL OR tenant = :tenant)
   AND (:scope IS NULL OR (scope = :scope AND digest = :digest AND finished_at IS NULL))
 ORDER BY started_at DESC, id
@@ -1615,3 +1615,10 @@ LIMIT :limit
 -- What delete_memory_items_of_subject and delete_memory_messages_of_subject would delete (a dry run).
 SELECT (SELECT count(*) FROM memory_items WHERE tenant = :tenant AND subject = :subject)
      + (SELECT count(*) FROM memory_thread_messages WHERE tenant = :tenant AND subject = :subject)
+
+-- name: note_erasure_runs
+UPDATE erasures SET runs = :runs WHERE id = :id
+
+-- name: select_erasure_runs
+-- The runs each erasure deleted (keyed digests, JSON), of a tenant.
+SELECT tenant, runs FROM erasures WHERE runs IS NOT NULL AND (:tenant IS NULL OR tenant = :tenant)

@@ -655,7 +655,10 @@ CREATE TABLE erasures (
     actor       TEXT NOT NULL,
     started_at  REAL NOT NULL,
     finished_at REAL,
-    counts      TEXT
+    counts      TEXT,
+    -- keyed digests of the runs it deleted (JSON): an anchored checkpoint
+    -- that names one verifies it as erased, not as a run cut out
+    runs        TEXT
 ) WITHOUT ROWID;
 
 CREATE INDEX erasures_target ON erasures (tenant, scope, digest);
