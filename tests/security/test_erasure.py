@@ -325,7 +325,8 @@ def test_an_anchored_run_erased_verifies_as_erased_and_one_cut_out_is_still_tamp
         app.erase(subject=SUBJECT["A"])
         report = app.audit.verify(anchor=anchor)
         assert report.verdict is Verdict.VERIFIED, report.summary()
-        assert report.erased_runs == 1 and "ERASED" in report.summary()
+        assert report.erased_runs == 1
+        assert "ERASED" in report.summary()
 
         # B deleted without an erasure (raw SQL, as a rollback or an intruder would): still caught
         with sqlite3.connect(tmp_path / "cairn.db") as conn:
