@@ -93,6 +93,8 @@ class DataKeys:
         self.writing: dict[str, tuple[int, AESGCM, bytes, float]] = {}
         #: (tenant, subject digest) -> (its live key version, cipher, when looked up)
         self._subjects: dict[tuple[str, str], tuple[int, AESGCM, float]] = {}
+        #: (tenant, subject) -> its keyed digest (``subject_digest``)
+        self._digests: dict[tuple[str, str], str] = {}
         #: (tenant, subject key version) -> when its row was last seen live (``reader``)
         self._subject_checked: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
@@ -216,7 +218,11 @@ class DataKeys:
         """A keyed digest of ``subject`` (HMAC-SHA-256 under a key derived
         from the tenant's data key 1): what the database stores to find a
         subject's key and record its erasure, never the subject itself, and
-        not testable against guessed ids without the keyring."""
+        not testable against guessed ids without the keyring. Cached: a
+        subject's every value sealed asks for it."""
+        known = self._digests.get((tenant, subject))
+        if known is not None:
+            return known
         self.writer(tenant)  # the tenant's keys exist and are loaded
         with self._lock:
             if (tenant, 1) not in self._nonce_keys:
@@ -225,7 +231,11 @@ class DataKeys:
         if base is None:
             raise SealError(f"data key 1 of tenant {tenant!r} is not stored: no subject digest")
         key = hmac.new(base, b"cairn subject digest", hashlib.sha256).digest()
-        return hmac.new(key, subject.encode(), hashlib.sha256).hexdigest()
+        digest = hmac.new(key, subject.encode(), hashlib.sha256).hexdigest()
+        if len(self._digests) >= 65536:  # a worker's lifetime of subjects: start over, never grow
+            self._digests.clear()
+        self._digests[(tenant, subject)] = digest
+        return digest
 
     def subject_writer(self, tenant: str, subject: str) -> tuple[int, AESGCM]:
         """The live data key of ``subject`` of ``tenant`` (created if none:
