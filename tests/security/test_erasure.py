@@ -336,3 +336,36 @@ def test_an_anchored_run_erased_verifies_as_erased_and_one_cut_out_is_still_tamp
         assert "the run is gone" in report.summary()
     finally:
         app.close()
+
+
+def test_erasing_a_thread_or_a_whole_tenant_leaves_every_other_tenant_whole(tmp_path: Path) -> None:
+    app = build(f"sqlite:///{tmp_path}/cairn.db", keyring(tmp_path))
+    try:
+        def run(tenant: str, thread: str, subject: str | None) -> str:
+            run_id = app.start("subjectwork", subject or thread, f"{tenant}/{thread}", tenant=tenant,
+                               thread_id=thread, subject=subject).run_id
+            assert execute_once(app, run_id) == "completed"
+            return run_id
+
+        t1 = {run("t1", "chat-1", "ann"), run("t1", "chat-2", None)}
+        t2 = {run("t2", "chat-1", "ann"), run("t2", "chat-2", None)}
+        done = app.erase(tenant="t2", thread="chat-2")
+        assert done.counts["runs"] == 1
+        assert done.counts["keys"] == 0  # a thread scope deletes, it does not shred
+        assert app.store.thread_messages("t2", "thread-chat-2") == []  # what its run wrote, anywhere
+        assert app.operator.memory("t2").get(("people",), "chat-2") is None
+        assert app.operator.memory("t2").get(("people",), "ann") is not None
+        assert len(app.list_runs(tenant="t2")) == 1
+
+        done = app.erase(tenant="t1")  # the whole tenant: its runs, its memory, its subject keys
+        assert done.counts == {"runs": 2, "killed": 0, "memory": done.counts["memory"], "keys": 1}
+        assert done.counts["memory"] >= 4
+        assert app.list_runs(tenant="t1") == []
+        assert app.store.memory_items("t1") == []
+        (left,) = app.list_runs(tenant="t2")
+        assert left.run_id in t2
+        assert app.handle(left.run_id).result(timeout=5)["tail"].startswith("t2/chat-1")
+        assert {r.scope for r in app.operator.erasures()} == {"thread", "tenant"}
+        assert t1.isdisjoint(r.run_id for r in app.list_runs())
+    finally:
+        app.close()

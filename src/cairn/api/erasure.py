@@ -23,7 +23,8 @@ the strongest guarantee reached so far and running it again completes it:
 
 What each scope covers: ``subject``: the tenant's runs started for the
 subject (their children inherit it) and the memory written for it;
-``thread``: the tenant's runs of the thread and the thread's messages;
+``thread``: the tenant's runs of the thread, the memory they wrote (items,
+run memory, messages) and the thread's messages;
 ``tenant``: every run and all memory of the tenant, and its subject keys.
 """
 
@@ -158,8 +159,11 @@ def erase(store: Store, target: Target, *, actor: str, dry_run: bool = False,
     fault_point("erase.after_shred")
     if target.subject is not None:
         memory = store.delete_subject_memory(target.tenant, target.subject)
-    else:
+    elif target.thread is not None:  # the thread's messages, and what its runs wrote anywhere
         memory = store.delete_memory(MemoryScope(target.tenant, thread_id=target.thread))
+        memory += sum(store.delete_memory(MemoryScope(target.tenant, run_id=run_id)) for run_id, _, _ in runs)
+    else:
+        memory = store.delete_memory(MemoryScope(target.tenant))
     ids = [run_id for run_id, _, _ in store.erasure_runs(target.tenant, target.subject, target.thread)]
     deleted = 0
     statuses = [RunStatus(status) for status in TERMINAL]
