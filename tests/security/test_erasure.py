@@ -369,3 +369,33 @@ def test_erasing_a_thread_or_a_whole_tenant_leaves_every_other_tenant_whole(tmp_
         assert t1.isdisjoint(r.run_id for r in app.list_runs())
     finally:
         app.close()
+
+
+def test_cairn_erase_refuses_bad_input_in_one_line_and_records_the_cli_user(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from cairn.cli.main import main
+
+    url = f"sqlite:///{tmp_path}/cairn.db"
+    app = cairn.App(db=url, lease_seconds=5.0)
+    app.store.create_run(new_run("r1", subject="frank"))
+    app.close()
+    for args, says in ((["erase"], "name what to erase"),
+                       (["erase", "--subject", "a", "--thread", "b"], "exclusive"),
+                       (["erase", "--subject", "bad\x01id"], "control characters"),
+                       (["erase", "--subject", ""], "non-empty")):
+        done = CliRunner().invoke(main, [*args, "--db", url])
+        assert done.exit_code == 2, done.output
+        assert says in done.output
+        assert "Traceback" not in done.output
+    planned = CliRunner().invoke(main, ["erase", "--subject", "frank", "--dry-run", "--json", "--db", url])
+    assert planned.exit_code == 0, planned.output
+    assert json.loads(planned.output)["counts"]["runs"] == 1
+    done = CliRunner(env={"CAIRN_ACTOR": "ops-ada"}).invoke(main, ["erase", "--subject", "frank", "--db", url])
+    assert done.exit_code == 0, done.output
+    assert "erased the subject of tenant 'default': 1 run(s)" in done.output
+    app = cairn.App(db=url, lease_seconds=5.0)
+    (record,) = app.operator.erasures()
+    assert record.actor == "user:ops-ada"  # the CLI operator ($CAIRN_ACTOR: a configured identity)
+    assert app.store.get_run("r1") is None
+    app.close()
