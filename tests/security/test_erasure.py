@@ -391,7 +391,8 @@ def test_cairn_erase_refuses_bad_input_in_one_line_and_records_the_cli_user(tmp_
     planned = CliRunner().invoke(main, ["erase", "--subject", "frank", "--dry-run", "--json", "--db", url])
     assert planned.exit_code == 0, planned.output
     assert json.loads(planned.output)["counts"]["runs"] == 1
-    done = CliRunner(env={"CAIRN_ACTOR": "ops-ada"}).invoke(main, ["erase", "--subject", "frank", "--db", url])
+    runner = CliRunner(env={"CAIRN_ACTOR": "ops-ada"})
+    done = runner.invoke(main, ["erase", "--subject", "frank", "--db", url])
     assert done.exit_code == 0, done.output
     assert "erased the subject of tenant 'default': 1 run(s)" in done.output
     app = cairn.App(db=url, lease_seconds=5.0)
