@@ -38,6 +38,7 @@ POINTS = frozenset(
         "langgraph.after_checkpoint",  # a LangGraph run's root checkpoint is stored; its journal entry is not
         "langgraph.put.before_commit",  # a LangGraph checkpoint's rows are written, not yet committed
         "langgraph.after_writes",  # a LangGraph task's writes are stored; its super-step's checkpoint is not
+        "erase.after_shred",  # an erasure destroyed the subject's keys; its rows are not deleted yet
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",

@@ -121,7 +121,8 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
                     "ORDER BY table_name", (schema,))
     assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",),
                       ("audit_checkpoints",), ("audit_legacy",), ("bundles",),
-                      ("data_keys",), ("history",), ("lg_blobs",), ("lg_checkpoints",), ("lg_threads",),
+                      ("data_keys",), ("erasures",), ("history",), ("lg_blobs",), ("lg_checkpoints",),
+                      ("lg_threads",),
                       ("lg_values",), ("lg_writes",),
                       ("mailbox",), ("memory_item_cold",), ("memory_items",),
                       ("memory_outbox",), ("memory_run",),

@@ -38,6 +38,7 @@ from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
 from cairn.store.admission import QueueLimits, QueueShare, Rate
 from cairn.store.checkpointsql import BlobRow, CheckpointRow, Holder, ThreadKey, ValueRow, WriteRow, pack_refs
+from cairn.store.erasuresql import ErasureRecord
 from cairn.store.memrecords import ItemPut, MemoryScope, Provenance, RunPut, ThreadAppend
 from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
@@ -474,6 +475,9 @@ def _acme_world(d: Deployment) -> str:
         "req-a1", "refund", "dict", None, ("cli:boss@acme",), None))
     d.globex.create_run(new_run("g1", tenant="globex", queue="q"))
     assert [c.run.run_id for c in d.globex.claim_runs("gw", [WF], 1, 30.0, 3)] == ["g1"]
+    # an erasure of acme's (issue 26): its record is the owner's, no tenant's role reads or edits it
+    d.owner.start_erasure(ErasureRecord("er-acme", "acme", "subject", "d" * 64, "cli:ops", 0.0, None, {}))
+    d.owner.note_erased_runs("er-acme", ["e" * 64])
     # schedules (tests/schedules): acme's, fired once, and one of globex's own
     d.acme.register_schedule(ScheduleSpec("acme", "nightly", WF, "* * * * *", "UTC", "once", 60.0))
     assert d.acme.fire_schedule("acme", "nightly", d.clock.now + 60, new_run(
@@ -565,6 +569,8 @@ SNAPSHOTS = {
     # the audit chain's tables: no tenant role is granted them (an operator's)
     "audit_checkpoints": "SELECT * FROM audit_checkpoints ORDER BY tenant, id",
     "audit_legacy": "SELECT * FROM audit_legacy ORDER BY run_id",
+    # erasure records (issue 26): the owner's alone, like the audit tables
+    "erasures": "SELECT * FROM erasures ORDER BY id",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -613,6 +619,7 @@ READS = [
     ("workspace_objects", "SELECT data FROM workspace_objects WHERE tenant = 'acme'"),
     ("audit_checkpoints", "SELECT record FROM audit_checkpoints"),
     ("audit_legacy", "SELECT run_id FROM audit_legacy"),
+    ("erasures", "SELECT digest, runs FROM erasures"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -796,6 +803,11 @@ WRITES = [
     ("audit_checkpoints", "DELETE FROM audit_checkpoints"),
     ("audit_legacy", "INSERT INTO audit_legacy (run_id, last_seq) VALUES ('a1', 99)"),
     ("audit_legacy", "DELETE FROM audit_legacy"),
+    ("erasures", "INSERT INTO erasures (id, tenant, scope, digest, actor, started_at) "
+                 "VALUES ('forged', 'acme', 'subject', 'x', 'evil', 0)"),
+    ("erasures", "UPDATE erasures SET finished_at = 1, runs = '[]'"),
+    ("erasures", "DELETE FROM erasures"),
+    ("data_keys", "UPDATE data_keys SET kek_id = 'erased', wrapped = ''"),  # a forged crypto-shred
     ("workspace_objects", "DELETE FROM workspace_objects"),
     ("workspace_objects", "INSERT INTO workspace_objects (tenant, oid, data, stored_at) "
                           "VALUES ('acme', 'cd', 'evil', 0)"),

@@ -18,6 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 from cairn.api import actors
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.audit import Audit
+from cairn.api.erasure import Erasure
 from cairn.api.export import export_run
 from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
@@ -73,6 +74,7 @@ from cairn.store.records import (
     RunStatus,
     UsageTotals,
     check_names,
+    check_subject,
 )
 from cairn.store.transactions import Tx
 from cairn.worker.inline import InlineDriver
@@ -609,6 +611,7 @@ class App:
         started_by: Mapping[str, Any] | None = None,
         workspace_from: str | os.PathLike[str] | None = None,
         workspace_ref: str = "HEAD",
+        subject: str | None = None,
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
@@ -620,11 +623,14 @@ class App:
         (``cairn.ToolAccess(role=...)``) wherever it runs; ``None``: none.
         ``workspace_from``: a local git repository whose tree at
         ``workspace_ref`` is the run's starting workspace (``api.wsimport``;
-        a bad repository or ref is refused before anything is stored)."""
+        a bad repository or ref is refused before anything is stored).
+        ``subject``: whose data the run holds (a user id, a customer id):
+        its values are sealed with that subject's own key, its children and
+        memory writes inherit it, and ``cairn erase --subject`` erases it."""
         definition = self.definition(workflow, version)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
-                            StartedWith(started_role, started_token), started_by)
+                            StartedWith(started_role, started_token), started_by, subject)
         return self._create(new, workspace_from, workspace_ref)
 
     def _create(self, new: NewRun, workspace_from: str | os.PathLike[str] | None, workspace_ref: str
@@ -652,18 +658,20 @@ class App:
         started_by: Mapping[str, Any] | None = None,
         workspace_from: str | os.PathLike[str] | None = None,
         workspace_ref: str = "HEAD",
+        subject: str | None = None,
     ) -> RunHandle[Any]:
         """Start ``workflow`` with inputs given as JSON values (the CLI's
         ``--input``): an object names parameters, an array lists them, any
         other value is the only argument. Validated against the annotations.
-        ``started_role``, ``started_token``, ``workspace_from``, ``workspace_ref``: as for ``start``."""
+        ``started_role``, ``started_token``, ``workspace_from``, ``workspace_ref``, ``subject``: as
+        for ``start``."""
         definition = self.definition(workflow, version)
         try:
             arguments = definition.inputs_from_json(data)
         except TypeError as exc:
             raise PayloadError(f"input does not fit workflow {workflow!r}: {exc}") from None
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
-                            StartedWith(started_role, started_token), started_by)
+                            StartedWith(started_role, started_token), started_by, subject)
         return self._create(new, workspace_from, workspace_ref)
 
     def run(
@@ -677,6 +685,7 @@ class App:
         started_role: str | None = None,
         started_token: str | None = None,
         started_by: Mapping[str, Any] | None = None,
+        subject: str | None = None,
         **kwargs: Any,
     ) -> R:
         """Start a run and execute it here, in this thread, to the end.
@@ -689,7 +698,7 @@ class App:
         definition = self.definition(workflow)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, "default", 0, budget,
-                            StartedWith(started_role, started_token), started_by)
+                            StartedWith(started_role, started_token), started_by, subject)
         claim = self.store.create_claimed_run(new, self._inline_id, self.lease_seconds)
         result: R = self._drive(new.run_id, claim)
         return result
@@ -712,8 +721,10 @@ class App:
         budget: Budget | None = None,
         started: StartedWith = NOBODY,
         started_by: Mapping[str, Any] | None = None,
+        subject: str | None = None,
     ) -> NewRun:
         NewRun.check_started(started.role, started.token)  # before anything is stored
+        check_subject(subject)
         given = {} if run_id is None else {"run_id": run_id}  # '' is a mistake, not "make one up"
         check_names(tenant=tenant, queue=queue, **given)  # before the input may be stored as an artifact
         me = self.operator.actor
@@ -733,7 +744,7 @@ class App:
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
             budget=budget.to_dict() if budget is not None else None,
             bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id, started_by=context,
-            started_role=started.role, started_token=started.token,
+            started_role=started.role, started_token=started.token, subject=subject,
         )
 
     def _drive(self, run_id: str, claim: Claim | None) -> Any:
@@ -928,6 +939,12 @@ class App:
         """Every queue with limits or live runs: its limits, how many of its
         runs are running and how many could be claimed now."""
         return self.operator.queues()
+
+    def erase(self, *, tenant: str = "default", subject: str | None = None, thread: str | None = None,
+              dry_run: bool = False) -> Erasure:
+        """Erase a subject's, a thread's or (neither given) a tenant's runs and
+        memory, crypto-shredding its keys; see ``Operator.erase``."""
+        return self.operator.erase(tenant=tenant, subject=subject, thread=thread, dry_run=dry_run)
 
     def prune(
         self,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.api import auditanchor
+from cairn.api.erasure import run_digest
 from cairn.errors import InvalidArgument
 from cairn.store.auditverify import Chains, Problem, check_anchor, verify_store
 from cairn.store.contract import Store
@@ -52,6 +53,8 @@ class Report:
     before_chain: int = 0
     #: entries whose key was destroyed (erasure): their links verified, their contents unreadable
     erased: int = 0
+    #: anchored runs an erasure deleted (its record names them): gone, as recorded
+    erased_runs: int = 0
     problems: list[Problem] = field(default_factory=list)
     #: tenant -> time of the checkpoint verified against
     anchors: dict[str, float] = field(default_factory=dict)
@@ -68,6 +71,8 @@ class Report:
         if self.erased:
             counted += (f" ({self.erased} ERASED: their keys were destroyed, their links verified, their "
                         f"contents unreadable)")
+        if self.erased_runs:
+            counted += f" ({self.erased_runs} anchored run(s) ERASED: deleted by a recorded erasure)"
         if self.verdict is Verdict.TAMPERED:
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
             return f"TAMPERED: {self.problems[0]}{more}"
@@ -82,7 +87,7 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "entries": self.entries, "runs": self.runs,
                 "anchored": self.anchored, "unanchored": self.unanchored, "before_chain": self.before_chain,
-                "erased": self.erased,
+                "erased": self.erased, "erased_runs": self.erased_runs,
                 "problems": [{"run_id": p.run_id, "seq": p.seq, "problem": p.what} for p in self.problems],
                 "anchors": self.anchors, "summary": self.summary()}
 
@@ -138,9 +143,10 @@ class Audit:
                     tenant_of[run] = checkpoint.tenant
         chains = verify_store(self._store, tenant=tenant, run_id=run_id,
                               want={run: seq for run, (seq, _) in heads.items()})
+        erased_runs = self._erased_runs(heads, tenant_of, chains)
         report = Report(Verdict.UNANCHORED, chains.entries, len(chains.heads),
                         before_chain=chains.before_chain, erased=chains.erased,
-                        problems=list(chains.problems))
+                        problems=list(chains.problems), erased_runs=erased_runs)
         report.anchors = {t: c.at for t, c in checkpoints.items()}
         stamp = _when(report.anchors) if report.anchors else ""
         report.problems += check_anchor(chains, heads, tenant_of, stamp)
@@ -151,6 +157,24 @@ class Audit:
                 and (checkpoints or not chains.entries):
             report.verdict = Verdict.VERIFIED
         return report, chains
+
+    def _erased_runs(self, heads: dict[str, tuple[int, bytes]], tenant_of: dict[str, str],
+                     chains: Chains) -> int:
+        """Drop from ``heads`` the anchored runs that are gone because an
+        erasure deleted them (its record keeps their keyed digests,
+        ``api.erasure.run_digest``); how many. Any other run gone is still
+        a run cut out of the history."""
+        gone = [run for run in heads if run not in chains.heads]
+        if not gone:
+            return 0
+        erased = self._store.erased_runs()
+        dropped = 0
+        for run in gone:
+            owner = tenant_of[run]
+            if owner in erased and run_digest(self._store, owner, run) in erased[owner]:
+                del heads[run]
+                dropped += 1
+        return dropped
 
     def checkpoint(self, key: Path, *, tenant: str | None = None, anchor: Path | None = None,
                    now: float | None = None) -> list[dict[str, Any]]:

@@ -33,6 +33,8 @@ import msgspec
 
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.approvals import view as approval_view
+from cairn.api.erasure import KILL_REASON, Erasure, Target
+from cairn.api.erasure import erase as erase_target
 from cairn.api.ledger import Ledger, OperationView, resolution_request
 from cairn.api.workspaces import WorkspaceViews
 from cairn.codec import schemas, values
@@ -50,6 +52,7 @@ from cairn.memory.tiering import ItemTiering
 from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueShare, QueueStats
 from cairn.store.contract import Migratable, Store
+from cairn.store.erasuresql import ErasureRecord
 from cairn.store.memrecords import ItemTierMove, ItemTierUsage, MemoryScope
 from cairn.store.namespaces import encode_namespace, encode_prefix
 from cairn.store.records import (
@@ -498,6 +501,20 @@ class Operator:
         while pruned := self._store.prune_runs(cutoff, chosen, batch_size):
             total += pruned
         return total
+
+    def erase(self, *, tenant: str = "default", subject: str | None = None, thread: str | None = None,
+              dry_run: bool = False) -> Erasure:
+        """Erase a subject, a thread or (neither given) a whole tenant: its
+        unfinished runs killed, its subject keys destroyed (crypto-shredding),
+        its runs and memory deleted, the freed space reclaimed, an erasure
+        record kept without personal data, this operator as its actor (see
+        ``cairn.api.erasure``). Interrupted, running it again completes it."""
+        return erase_target(self._store, Target(tenant, subject, thread), actor=self.actor, dry_run=dry_run,
+                            kill=lambda run_id: self._kill_runs(KILL_REASON, run_id, None))
+
+    def erasures(self, tenant: str | None = None, *, limit: int = 100) -> list[ErasureRecord]:
+        """The erasure records, newest first (of ``tenant``)."""
+        return self._store.erasures(tenant, limit=limit)
 
     # -- memory (issue 14): introspection and deletion ---------------------------------------
 

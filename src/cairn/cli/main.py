@@ -19,6 +19,7 @@ from .audit import audit
 from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
+from .erasure import erase
 from .graph import graph
 from .inspection import events, runs, show
 from .keys import keys
@@ -66,5 +67,6 @@ for _command in (
     workspace,                                                  # runs' workspaces (cli/workspace.py)
     sandbox,                                                    # cairn sandbox check (cli/sandbox.py)
     audit,                                                      # the audit chain (cli/audit.py)
+    erase,                                                      # erasure by subject/thread/tenant
 ):
     main.add_command(_command)

@@ -44,6 +44,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from cairn.store.admission import QueueLimits, QueueShare, QueueStats
+from cairn.store.erasuresql import ErasureRecord
 from cairn.store.lifecycle import DEFAULT_PRUNE_STATUSES
 from cairn.store.memrecords import (
     ItemTierMove,
@@ -175,6 +176,11 @@ class Store(Protocol):
         ``None``: started without a token), or ``None`` if there is no such
         run. Written at creation and never changed (the database refuses
         it), so a reader may keep it for as long as it holds the run."""
+        ...
+
+    def run_subject(self, run_id: str) -> str | None:
+        """The subject run ``run_id`` was started for (``None``: none, or no
+        such run). Never changed once written (the database refuses it)."""
         ...
 
     def list_runs(self, filter: RunFilter) -> list[RunRecord]:
@@ -667,6 +673,8 @@ class Store(Protocol):
         limit: int = 1000,
         *,
         dry_run: bool = False,
+        roots: Collection[str] | None = None,
+        grace: bool = True,
     ) -> int:
         """Delete finished runs last changed before ``older_than`` (a time
         of the store's clock), with their histories; return how many runs
@@ -693,7 +701,71 @@ class Store(Protocol):
         ``ARTIFACT_GRACE_SECONDS`` ago (storing the same bytes again counts
         as storing it); until then it stays queued. Every call, including one
         that deletes no run, collects what is ready in the queue.
+
+        ``roots``: only trees whose root is one of these runs (an erasure's,
+        ``cairn.api.erasure``). ``grace=False``: artifacts go once last
+        stored before ``older_than``, without ``ARTIFACT_GRACE_SECONDS`` (an
+        erasure must not leave the subject's artifacts for a later call).
         """
+        ...
+
+    # -- erasure (cairn.api.erasure) ---------------------------------------------
+
+    def subject_digest(self, tenant: str, subject: str) -> str:
+        """What the store records for ``subject`` of ``tenant`` instead of it:
+        a keyed digest under encryption (the tenant's key), SHA-256 without."""
+        ...
+
+    def shred(self, tenant: str, digest: str | None) -> list[int]:
+        """Destroy the data keys of the subject of ``digest`` (``None``: of
+        every subject of ``tenant``): crypto-shredding, so its values cannot
+        be read from this database nor any copy of it. The key versions
+        destroyed (none without encryption). Idempotent."""
+        ...
+
+    def erasure_runs(self, tenant: str, subject: str | None, thread_id: str | None
+                     ) -> list[tuple[str, str, str | None]]:
+        """``(run_id, status, parent_run_id)`` of ``tenant``'s runs of
+        ``subject``, of ``thread_id``, or (both ``None``) all of them."""
+        ...
+
+    def count_subject_memory(self, tenant: str, subject: str) -> int:
+        """How many rows ``delete_subject_memory`` would delete now (a dry run)."""
+        ...
+
+    def delete_subject_memory(self, tenant: str, subject: str) -> int:
+        """Delete ``tenant``'s memory items and thread messages of ``subject``
+        with their outbox rows, vectors and cold copies, in one transaction;
+        offloaded values are queued for collection. Rows deleted."""
+        ...
+
+    def start_erasure(self, record: ErasureRecord) -> None:
+        """Record an erasure as started (no personal data: ``ErasureRecord``)."""
+        ...
+
+    def finish_erasure(self, erasure_id: str, counts: Mapping[str, int], actor: str) -> None:
+        """Record erasure ``erasure_id`` as completed, with its counts."""
+        ...
+
+    def note_erased_runs(self, erasure_id: str, digests: Collection[str]) -> None:
+        """Record the digests (``run_digest``) of the runs an erasure deletes."""
+        ...
+
+    def erased_runs(self, tenant: str | None = None) -> dict[str, set[str]]:
+        """tenant -> the digests of the runs its erasures deleted."""
+        ...
+
+    def erasures(self, tenant: str | None = None, *, unfinished: tuple[str, str] | None = None,
+                 limit: int = 100) -> list[ErasureRecord]:
+        """The erasure records, newest first (of ``tenant``; only the
+        unfinished ones of ``unfinished`` = (scope, digest))."""
+        ...
+
+    def reclaim_space(self) -> dict[str, Any]:
+        """Physically remove deleted rows' bytes (after an erasure): SQLite
+        rewrites the database (``VACUUM``) with ``secure_delete`` on and
+        truncates its WAL; PostgreSQL vacuums the tables that hold run data.
+        What was done, for the erasure's report."""
         ...
 
     # -- payloads too large to keep inline -------------------------------------

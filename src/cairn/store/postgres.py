@@ -1220,19 +1220,22 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         limit: int = 1000,
         *,
         dry_run: bool = False,
+        roots: Collection[str] | None = None,
+        grace: bool = True,
     ) -> int:
         wanted = lc.prune_statuses(statuses)
+        only = None if roots is None else sorted(roots)
         lc.check_prune_limit(limit)
         if dry_run:
             with self._conn() as conn:
-                return len(_select_prunable(conn, older_than, wanted, limit)[1])
+                return len(_select_prunable(conn, older_than, wanted, limit, only)[1])
         if not self._exempt:
             who = "a tenant's role" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
             raise StoreError(f"{who} cannot prune: artifacts are shared, and only the owner role sees "
                              "every reference to them (prune as the owner)")
 
         def body(tx: _Conn) -> int:
-            roots, chosen = _select_prunable(tx, older_than, wanted, limit)
+            roots, chosen = _select_prunable(tx, older_than, wanted, limit, only)
             if not chosen:
                 return 0
             # Lock the chosen runs (one order, like every multi-run lock), then
@@ -1256,9 +1259,22 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         pruned = self._transaction(body)
         # Only after the runs are gone for good (committed): a crash from here
         # on leaves queued refs, never a run whose artifacts were deleted.
-        self._collect_artifacts(min(older_than, self.clock() - ARTIFACT_GRACE_SECONDS),
+        self._collect_artifacts(min(older_than, self.clock() - ARTIFACT_GRACE_SECONDS * grace),
                                 lc.prune_page_size(limit))
         return pruned
+
+    def reclaim_space(self) -> dict[str, Any]:
+        """``VACUUM`` of the tables that hold run data: their dead rows'
+        space is marked free for reuse and their index entries go. Not
+        ``VACUUM FULL`` (an exclusive lock on every table): the dead bytes
+        stay in the data files until overwritten, unreadable through SQL and
+        absent from dumps; see docs/design.md, "Erasure"."""
+        if not self._exempt:
+            raise StoreError("only the owner role reclaims space (VACUUM)")
+        with self._conn() as conn:
+            for table in _RUN_DATA_TABLES:
+                conn.execute(f"VACUUM {table}")
+        return {"vacuumed": list(_RUN_DATA_TABLES)}
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
         """Walk the collection queue a page per transaction: delete the
@@ -1531,12 +1547,20 @@ def _trees(conn: _Conn, roots: Sequence[str]) -> dict[str, list[tuple[str, str, 
     return trees
 
 
+#: the tables an erasure deletes from (``reclaim_space`` vacuums them)
+_RUN_DATA_TABLES = ("runs", "history", "mailbox", "approvals", "artifacts", "artifact_gc", "memory_run",
+                    "memory_thread_messages", "memory_items", "memory_outbox", "memory_vectors",
+                    "memory_item_cold", "data_keys")
+
+
 def _select_prunable(
-    conn: _Conn, older_than: float, statuses: Collection[RunStatus], limit: int
+    conn: _Conn, older_than: float, statuses: Collection[RunStatus], limit: int,
+    roots: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """The roots and the runs ``prune_runs`` would delete now (see
     ``lifecycle.select_prunable``). Reads without locking."""
-    params: dict[str, Any] = {"statuses": sorted(s.value for s in statuses), "cutoff": older_than}
+    params: dict[str, Any] = {"statuses": sorted(s.value for s in statuses), "cutoff": older_than,
+                              "roots": roots}
 
     def roots_after(at: float | None, run_id: str, page: int) -> list[tuple[str, float]]:
         query = {**params, "after_at": at, "after_id": run_id, "page": page}

@@ -351,6 +351,7 @@ def run_params(
         "bundle": run.bundle,
         "started_role": run.started_role,
         "started_token": run.started_token,
+        "subject": run.subject,
         "now": now,
     }
 

@@ -41,6 +41,7 @@ from cairn.store import admission, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.auditsql import SQLAudit
 from cairn.store.checkpointsql import SQLCheckpoints
+from cairn.store.erasuresql import SQLErasure
 from cairn.store.keysql import SQLKeys
 from cairn.store.memsql import SQLMemory
 from cairn.store.records import (
@@ -116,7 +117,8 @@ class Hold(Enum):
     KEY = "key"
 
 
-class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx], SQLAudit[Tx], Generic[Tx]):
+class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx], SQLAudit[Tx],
+               SQLErasure[Tx], Generic[Tx]):
     """The operator transitions of ``contract.Store`` over a dialect's
     primitives; ``Tx`` is the dialect's transaction handle. The memory tiers
     are ``memsql.SQLMemory``'s, over the vector index of long-term memory

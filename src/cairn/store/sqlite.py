@@ -822,15 +822,18 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         limit: int = 1000,
         *,
         dry_run: bool = False,
+        roots: Collection[str] | None = None,
+        grace: bool = True,
     ) -> int:
         wanted = lc.prune_statuses(statuses)
+        only = None if roots is None else sorted(roots)
         lc.check_prune_limit(limit)
         if dry_run:
             with self._read() as conn:
-                return len(_select_prunable(conn, older_than, wanted, limit))
+                return len(_select_prunable(conn, older_than, wanted, limit, only))
         with self._write() as tx:
             now = self.clock()
-            doomed = _select_prunable(tx, older_than, wanted, limit)
+            doomed = _select_prunable(tx, older_than, wanted, limit, only)
             if doomed:
                 ids = {"run_ids": dumps(doomed)}
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
@@ -841,10 +844,31 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         # Only after the runs are gone for good: a crash from here on leaves
         # queued refs, never a run whose artifacts were deleted.
         try:
-            self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), lc.prune_page_size(limit))
+            self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS * grace),
+                                    lc.prune_page_size(limit))
         except OSError as exc:
             raise StoreError(f"cannot delete artifacts in {str(self.artifact_dir)!r}: {exc}") from None
         return len(doomed)
+
+    def reclaim_space(self) -> dict[str, Any]:
+        """``secure_delete`` on (this thread's connection: what it deletes from
+        now on is zeroed), ``VACUUM`` (the file rewritten: no freed page or
+        cell keeps a deleted row's bytes) and a ``TRUNCATE`` checkpoint (the
+        WAL, which holds old page images, emptied). A checkpoint that
+        readers held back is retried; ``wal_truncated`` says if it was not."""
+        self._writing()
+        try:
+            with self._read() as conn:
+                conn.execute("PRAGMA secure_delete = ON")
+                conn.execute("VACUUM")
+                for _ in range(50):
+                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                    if not busy:
+                        break
+                    time.sleep(0.1)
+        finally:
+            self._writer.release()
+        return {"vacuumed": True, "wal_truncated": not busy}
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
         """Walk the collection queue a page per write transaction: delete the
@@ -1057,10 +1081,12 @@ def _touch(path: Path, now: float) -> bool:
 
 
 def _select_prunable(
-    conn: sqlite3.Connection, older_than: float, statuses: Collection[RunStatus], limit: int
+    conn: sqlite3.Connection, older_than: float, statuses: Collection[RunStatus], limit: int,
+    roots: list[str] | None = None,
 ) -> list[str]:
     """The runs ``prune_runs`` deletes now (see ``lifecycle.select_prunable``)."""
-    params: dict[str, Any] = {"statuses": dumps(sorted(s.value for s in statuses)), "cutoff": older_than}
+    params: dict[str, Any] = {"statuses": dumps(sorted(s.value for s in statuses)), "cutoff": older_than,
+                              "roots": None if roots is None else dumps(roots)}
 
     def roots_after(at: float | None, run_id: str, page: int) -> list[tuple[str, float]]:
         query = {**params, "after_at": at, "after_id": run_id, "page": page}

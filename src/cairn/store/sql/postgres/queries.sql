@@ -24,13 +24,13 @@
 WITH ins AS (
     INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                       parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                      runnable_at, budget, created_at, updated_at, bundle, started_role, started_token)
+                      runnable_at, budget, created_at, updated_at, bundle, started_role, started_token, subject)
     VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
             %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
             %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
             %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
             %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text,
-            %(started_role)s::text, %(started_token)s::text)
+            %(started_role)s::text, %(started_token)s::text, %(subject)s::text)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id, tenant
 )
@@ -47,13 +47,13 @@ CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(e
 -- name: create_run_row
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token)
+                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token, subject)
 VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
         %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
         %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
         %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
         %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text,
-            %(started_role)s::text, %(started_token)s::text)
+            %(started_role)s::text, %(started_token)s::text, %(subject)s::text)
 ON CONFLICT (run_id) DO NOTHING
 
 -- name: create_run_entries
@@ -62,6 +62,10 @@ SELECT %(run_id)s::text, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, %(te
 FROM unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
             %(workers)s::text[], %(details)s::text[], %(digests)s::bytea[], %(links)s::bytea[])
      AS e(seq, event, at, epoch, worker, detail, digest, link)
+
+-- name: select_run_subject
+-- The subject a run was started for (erasure; cairn.store.sealed seals its values with the subject's key).
+SELECT subject FROM runs WHERE run_id = %(run_id)s::text
 
 -- name: select_started_with
 -- The role and token a run was started with (cairn.engine.access reads it, once per execution).
@@ -449,6 +453,7 @@ SELECT r.run_id, r.updated_at FROM runs AS r
 WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
   AND r.status = ANY(%(statuses)s::text[])
   AND r.updated_at < %(cutoff)s::float8
+  AND (%(roots)s::text[] IS NULL OR r.run_id = ANY(%(roots)s::text[]))
   AND (%(after_at)s::float8 IS NULL OR r.updated_at > %(after_at)s::float8
        OR (r.updated_at = %(after_at)s::float8 AND r.run_id COLLATE "C" > %(after_id)s::text COLLATE "C"))
   -- a root: no parent, or a parent that is gone (a NULL parent_run_id matches no run)
@@ -983,9 +988,10 @@ SELECT tenant FROM runs WHERE run_id = %(run_id)s::text
 -- A new version of the item; an expired one starts over (created_at).
 INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
                           created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
-                          operation_id, actor, tier)
+                          operation_id, actor, tier, subject)
 VALUES (%(tenant)s::text, %(namespace)s::text, %(key)s::text, %(value)s::bytea, %(value_ref)s::text, %(metadata)s::jsonb, %(index_text)s::text, 1, %(now)s::float8, %(now)s::float8, %(now)s::float8,
-        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot')
+        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot',
+        COALESCE(%(subject)s::text, (SELECT r.subject FROM runs AS r WHERE r.run_id = %(run_id)s::text)))
 ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
     index_text = excluded.index_text, version = memory_items.version + 1,
@@ -993,7 +999,8 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
                       THEN excluded.created_at ELSE memory_items.created_at END,
     updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
     expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot',
+    subject = excluded.subject
 RETURNING version
 
 -- name: put_memory_item_of_run
@@ -1001,9 +1008,10 @@ RETURNING version
 -- (one statement, where reading it first would be two; never the caller's).
 INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
                           created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
-                          operation_id, actor, tier)
+                          operation_id, actor, tier, subject)
 SELECT r.tenant, %(namespace)s::text, %(key)s::text, %(value)s::bytea, %(value_ref)s::text, %(metadata)s::jsonb, %(index_text)s::text, 1, %(now)s::float8, %(now)s::float8, %(now)s::float8,
-        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot'
+        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot',
+        COALESCE(%(subject)s::text, r.subject)
 FROM runs AS r WHERE r.run_id = %(run_id)s::text
 ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
@@ -1012,7 +1020,8 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
                       THEN excluded.created_at ELSE memory_items.created_at END,
     updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
     expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot',
+    subject = excluded.subject
 RETURNING tenant, version
 
 -- name: insert_memory_outbox
@@ -1132,13 +1141,15 @@ RETURNING next_idx
 
 -- name: insert_memory_message
 INSERT INTO memory_thread_messages (tenant, thread_id, idx, kind, value, value_ref, created_at, run_id,
-                                    position, operation_id, actor)
+                                    position, operation_id, actor, subject)
 VALUES (%(tenant)s::text, %(thread_id)s::text, %(idx)s::bigint, %(kind)s::text, %(value)s::bytea, %(value_ref)s::text, %(now)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text,
-        %(actor)s::text)
+        %(actor)s::text,
+        COALESCE(%(subject)s::text, (SELECT r.subject FROM runs AS r WHERE r.run_id = %(run_id)s::text)))
 ON CONFLICT (tenant, thread_id, idx) DO UPDATE SET
     kind = excluded.kind, value = excluded.value, value_ref = excluded.value_ref,
     created_at = excluded.created_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor
+    operation_id = excluded.operation_id, actor = excluded.actor,
+    subject = excluded.subject
 
 -- name: compact_memory_messages
 DELETE FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx < %(upto)s::bigint - 1
@@ -1735,7 +1746,7 @@ DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::
 
 -- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ======================
 -- name: select_data_keys
-SELECT tenant, version, kek_id, wrapped, created_at FROM data_keys
+SELECT tenant, version, kek_id, wrapped, created_at, subject FROM data_keys
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
 ORDER BY tenant, version
 
@@ -1862,6 +1873,25 @@ SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_item
                     UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run) AS t
 WHERE tenant > %(after)s::text ORDER BY tenant LIMIT %(limit)s::bigint
 
+-- name: insert_subject_key
+-- A subject's data key (a version above SUBJECT_KEY_BASE): nothing if the version is taken or the
+-- subject has a live key already (data_keys_live_subject); the caller reads back which.
+INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at, subject)
+VALUES (%(tenant)s::text, %(version)s::bigint, %(kek_id)s::text, %(wrapped)s::bytea, %(created_at)s::float8, %(subject)s::text)
+ON CONFLICT DO NOTHING
+
+-- name: erase_subject_keys
+-- Crypto-shredding: a subject's keys become tombstones (their versions never reused).
+UPDATE data_keys SET kek_id = 'erased', wrapped = ''::bytea
+WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text AND kek_id <> 'erased'
+RETURNING version
+
+-- name: erase_tenant_subject_keys
+-- Crypto-shredding: every subject key of a tenant becomes a tombstone.
+UPDATE data_keys SET kek_id = 'erased', wrapped = ''::bytea
+WHERE tenant = %(tenant)s::text AND subject IS NOT NULL AND kek_id <> 'erased'
+RETURNING version
+
 -- name: delete_data_key
 DELETE FROM data_keys WHERE tenant = %(tenant)s::text AND version = %(version)s::bigint
 
@@ -1967,3 +1997,46 @@ ORDER BY oid LIMIT %(limit)s::int
 -- name: ws_delete
 DELETE FROM workspace_objects
 WHERE tenant = %(tenant)s::text AND oid = ANY (%(oids)s::text[]) AND stored_at < %(before)s::float8
+
+-- Erasure (cairn.api.erasure) -------------------------------------------------------------------
+
+-- name: erasure_runs
+-- The runs an erasure covers: a tenant's runs of one subject, of one thread, or all of them.
+SELECT run_id, status, parent_run_id FROM runs
+WHERE tenant = %(tenant)s::text AND (%(subject)s::text IS NULL OR subject = %(subject)s::text) AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
+
+-- name: delete_memory_items_of_subject
+DELETE FROM memory_items WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text
+RETURNING tenant, namespace, key
+
+-- name: delete_memory_messages_of_subject
+DELETE FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text
+RETURNING 1
+
+-- name: insert_erasure
+INSERT INTO erasures (id, tenant, scope, digest, actor, started_at)
+VALUES (%(id)s::text, %(tenant)s::text, %(scope)s::text, %(digest)s::text, %(actor)s::text, %(now)s::float8)
+
+-- name: finish_erasure
+UPDATE erasures SET finished_at = %(now)s::float8, counts = %(counts)s::text, actor = %(actor)s::text
+WHERE id = %(id)s::text
+
+-- name: select_erasures
+-- The erasure records, newest first (of a tenant; an unfinished one of one target).
+SELECT id, tenant, scope, digest, actor, started_at, finished_at, counts, runs FROM erasures
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (%(scope)s::text IS NULL OR (scope = %(scope)s::text AND digest = %(digest)s::text AND finished_at IS NULL))
+ORDER BY started_at DESC, id
+LIMIT %(limit)s::bigint
+
+-- name: count_subject_memory
+-- What delete_memory_items_of_subject and delete_memory_messages_of_subject would delete (a dry run).
+SELECT (SELECT count(*) FROM memory_items WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text)
+     + (SELECT count(*) FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text)
+
+-- name: note_erasure_runs
+UPDATE erasures SET runs = %(runs)s::text WHERE id = %(id)s::text
+
+-- name: select_erasure_runs
+-- The runs each erasure deleted (keyed digests, JSON), of a tenant.
+SELECT tenant, runs FROM erasures WHERE runs IS NOT NULL AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)

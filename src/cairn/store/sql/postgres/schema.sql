@@ -61,6 +61,8 @@ CREATE TABLE runs (
     -- tenant's role cannot record 'installation' (0033, cairn.engine.access).
     started_role     TEXT,
     started_token    TEXT,
+    -- Whose data the run holds (erasure by subject); never changed (0037).
+    subject          TEXT,
     CONSTRAINT runs_started_role CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation'))
 );
 
@@ -715,6 +717,7 @@ CREATE TABLE memory_thread_messages (
     position     BIGINT,
     operation_id TEXT,
     actor        TEXT,
+    subject      TEXT,
     PRIMARY KEY (tenant, thread_id, idx)
 );
 
@@ -740,6 +743,7 @@ CREATE TABLE memory_items (
     operation_id TEXT,
     actor        TEXT,
     tier         TEXT NOT NULL DEFAULT 'hot',
+    subject      TEXT,
     PRIMARY KEY (tenant, namespace, key)
 );
 
@@ -1421,6 +1425,7 @@ CREATE TABLE data_keys (
     kek_id     TEXT NOT NULL,
     wrapped    BYTEA NOT NULL,
     created_at DOUBLE PRECISION NOT NULL,
+    subject    TEXT,
     PRIMARY KEY (tenant, version)
 );
 
@@ -1541,3 +1546,41 @@ BEGIN
                    current_schema());
 END
 $$;
+
+-- Erasure (0037; issue 26, cairn.api.erasure): the subject indexes, its run's
+-- subject fixed, one live key per subject, and the erasure records (the owner's).
+CREATE INDEX runs_subject ON runs (tenant, subject) WHERE subject IS NOT NULL;
+
+CREATE FUNCTION runs_subject_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.subject IS DISTINCT FROM OLD.subject THEN
+        RAISE EXCEPTION 'the subject of a run never changes';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER runs_subject_fixed BEFORE UPDATE OF subject ON runs
+    FOR EACH ROW EXECUTE FUNCTION runs_subject_fixed();
+
+CREATE INDEX memory_items_subject ON memory_items (tenant, subject) WHERE subject IS NOT NULL;
+CREATE INDEX memory_thread_messages_subject ON memory_thread_messages (tenant, subject)
+    WHERE subject IS NOT NULL;
+
+CREATE UNIQUE INDEX data_keys_live_subject ON data_keys (tenant, subject)
+    WHERE subject IS NOT NULL AND kek_id <> 'erased';
+
+CREATE TABLE erasures (
+    id          TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL,
+    scope       TEXT NOT NULL CHECK (scope IN ('subject', 'thread', 'tenant')),
+    digest      TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    started_at  DOUBLE PRECISION NOT NULL,
+    finished_at DOUBLE PRECISION,
+    counts      TEXT,
+    -- keyed digests of the runs it deleted (JSON): an anchored checkpoint
+    -- that names one verifies it as erased, not as a run cut out
+    runs        TEXT
+);
+
+CREATE INDEX erasures_target ON erasures (tenant, scope, digest);

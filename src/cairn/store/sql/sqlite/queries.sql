@@ -4,11 +4,15 @@
 -- name: insert_run
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token)
+                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token, subject)
 VALUES (:run_id, :tenant, :workflow, :workflow_version, :thread_id, :queue, :priority,
         :parent_run_id, :status, :input, :input_ref, :epoch, :owner, :lease_expires_at,
-        :runnable_at, :budget, :now, :now, :bundle, :started_role, :started_token)
+        :runnable_at, :budget, :now, :now, :bundle, :started_role, :started_token, :subject)
 ON CONFLICT (run_id) DO NOTHING
+
+-- name: select_run_subject
+-- The subject a run was started for (erasure; cairn.store.sealed seals its values with the subject's key).
+SELECT subject FROM runs WHERE run_id = :run_id
 
 -- name: select_started_with
 -- The role and token a run was started with (cairn.engine.access reads it, once per execution).
@@ -275,6 +279,7 @@ SELECT r.run_id, r.updated_at FROM runs AS r
 WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
   AND r.status IN (SELECT value FROM json_each(:statuses))
   AND r.updated_at < :cutoff
+  AND (:roots IS NULL OR r.run_id IN (SELECT value FROM json_each(:roots)))
   AND (:after_at IS NULL OR r.updated_at > :after_at
        OR (r.updated_at = :after_at AND r.run_id > :after_id))
   -- a root: no parent, or a parent that is gone (a NULL parent_run_id matches no run)
@@ -669,9 +674,10 @@ SELECT tenant FROM runs WHERE run_id = :run_id
 -- A new version of the item; an expired one starts over (created_at).
 INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
                           created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
-                          operation_id, actor, tier)
+                          operation_id, actor, tier, subject)
 VALUES (:tenant, :namespace, :key, :value, :value_ref, :metadata, :index_text, 1, :now, :now, :now,
-        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot')
+        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot',
+        COALESCE(:subject, (SELECT r.subject FROM runs AS r WHERE r.run_id = :run_id)))
 ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
     index_text = excluded.index_text, version = memory_items.version + 1,
@@ -679,7 +685,8 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
                       THEN excluded.created_at ELSE memory_items.created_at END,
     updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
     expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot',
+    subject = excluded.subject
 RETURNING version
 
 -- name: put_memory_item_of_run
@@ -687,9 +694,10 @@ RETURNING version
 -- (one statement, where reading it first would be two; never the caller's).
 INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
                           created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
-                          operation_id, actor, tier)
+                          operation_id, actor, tier, subject)
 SELECT r.tenant, :namespace, :key, :value, :value_ref, :metadata, :index_text, 1, :now, :now, :now,
-        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot'
+        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot',
+        COALESCE(:subject, r.subject)
 FROM runs AS r WHERE r.run_id = :run_id
 ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
@@ -698,7 +706,8 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
                       THEN excluded.created_at ELSE memory_items.created_at END,
     updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
     expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot',
+    subject = excluded.subject
 RETURNING tenant, version
 
 -- name: insert_memory_outbox
@@ -818,13 +827,15 @@ RETURNING next_idx
 
 -- name: insert_memory_message
 INSERT INTO memory_thread_messages (tenant, thread_id, idx, kind, value, value_ref, created_at, run_id,
-                                    position, operation_id, actor)
+                                    position, operation_id, actor, subject)
 VALUES (:tenant, :thread_id, :idx, :kind, :value, :value_ref, :now, :run_id, :position, :operation_id,
-        :actor)
+        :actor,
+        COALESCE(:subject, (SELECT r.subject FROM runs AS r WHERE r.run_id = :run_id)))
 ON CONFLICT (tenant, thread_id, idx) DO UPDATE SET
     kind = excluded.kind, value = excluded.value, value_ref = excluded.value_ref,
     created_at = excluded.created_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor
+    operation_id = excluded.operation_id, actor = excluded.actor,
+    subject = excluded.subject
 
 -- name: compact_memory_messages
 DELETE FROM memory_thread_messages WHERE tenant = :tenant AND thread_id = :thread_id AND idx < :upto - 1
@@ -1337,7 +1348,7 @@ DELETE FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
 
 -- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ======================
 -- name: select_data_keys
-SELECT tenant, version, kek_id, wrapped, created_at FROM data_keys
+SELECT tenant, version, kek_id, wrapped, created_at, subject FROM data_keys
 WHERE (:tenant IS NULL OR tenant = :tenant)
 ORDER BY tenant, version
 
@@ -1456,6 +1467,25 @@ SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_item
                     UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run)
 WHERE tenant > :after ORDER BY tenant LIMIT :limit
 
+-- name: insert_subject_key
+-- A subject's data key (a version above SUBJECT_KEY_BASE): nothing if the version is taken or the
+-- subject has a live key already (data_keys_live_subject); the caller reads back which.
+INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at, subject)
+VALUES (:tenant, :version, :kek_id, :wrapped, :created_at, :subject)
+ON CONFLICT DO NOTHING
+
+-- name: erase_subject_keys
+-- Crypto-shredding: a subject's keys become tombstones (their versions never reused).
+UPDATE data_keys SET kek_id = 'erased', wrapped = x''
+WHERE tenant = :tenant AND subject = :subject AND kek_id <> 'erased'
+RETURNING version
+
+-- name: erase_tenant_subject_keys
+-- Crypto-shredding: every subject key of a tenant becomes a tombstone.
+UPDATE data_keys SET kek_id = 'erased', wrapped = x''
+WHERE tenant = :tenant AND subject IS NOT NULL AND kek_id <> 'erased'
+RETURNING version
+
 -- name: delete_data_key
 DELETE FROM data_keys WHERE tenant = :tenant AND version = :version
 
@@ -1564,3 +1594,46 @@ ORDER BY oid LIMIT :limit
 -- name: ws_delete
 DELETE FROM workspace_objects
 WHERE tenant = :tenant AND oid IN (SELECT value FROM json_each(:oids)) AND stored_at < :before
+
+-- Erasure (cairn.api.erasure) -------------------------------------------------------------------
+
+-- name: erasure_runs
+-- The runs an erasure covers: a tenant's runs of one subject, of one thread, or all of them.
+SELECT run_id, status, parent_run_id FROM runs
+WHERE tenant = :tenant AND (:subject IS NULL OR subject = :subject) AND (:thread_id IS NULL OR thread_id = :thread_id)
+
+-- name: delete_memory_items_of_subject
+DELETE FROM memory_items WHERE tenant = :tenant AND subject = :subject
+RETURNING tenant, namespace, key
+
+-- name: delete_memory_messages_of_subject
+DELETE FROM memory_thread_messages WHERE tenant = :tenant AND subject = :subject
+RETURNING 1
+
+-- name: insert_erasure
+INSERT INTO erasures (id, tenant, scope, digest, actor, started_at)
+VALUES (:id, :tenant, :scope, :digest, :actor, :now)
+
+-- name: finish_erasure
+UPDATE erasures SET finished_at = :now, counts = :counts, actor = :actor
+WHERE id = :id
+
+-- name: select_erasures
+-- The erasure records, newest first (of a tenant; an unfinished one of one target).
+SELECT id, tenant, scope, digest, actor, started_at, finished_at, counts, runs FROM erasures
+WHERE (:tenant IS NULL OR tenant = :tenant)
+  AND (:scope IS NULL OR (scope = :scope AND digest = :digest AND finished_at IS NULL))
+ORDER BY started_at DESC, id
+LIMIT :limit
+
+-- name: count_subject_memory
+-- What delete_memory_items_of_subject and delete_memory_messages_of_subject would delete (a dry run).
+SELECT (SELECT count(*) FROM memory_items WHERE tenant = :tenant AND subject = :subject)
+     + (SELECT count(*) FROM memory_thread_messages WHERE tenant = :tenant AND subject = :subject)
+
+-- name: note_erasure_runs
+UPDATE erasures SET runs = :runs WHERE id = :id
+
+-- name: select_erasure_runs
+-- The runs each erasure deleted (keyed digests, JSON), of a tenant.
+SELECT tenant, runs FROM erasures WHERE runs IS NOT NULL AND (:tenant IS NULL OR tenant = :tenant)

@@ -52,7 +52,9 @@ CREATE TABLE runs (
     bundle           TEXT,
     -- The role and token the run was started with; never changed (0024).
     started_role     TEXT CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation')),
-    started_token    TEXT
+    started_token    TEXT,
+    -- Whose data the run holds (erasure by subject); never changed (0026).
+    subject          TEXT
 ) WITHOUT ROWID;  -- the run id B-tree is the table: one tree less to write per commit
 
 -- Deliberately few indexes: each one is written on every claim and finish.
@@ -329,6 +331,7 @@ CREATE TABLE memory_thread_messages (
     position     INTEGER,
     operation_id TEXT,
     actor        TEXT,
+    subject      TEXT,
     PRIMARY KEY (tenant, thread_id, idx)
 ) WITHOUT ROWID;
 
@@ -354,6 +357,7 @@ CREATE TABLE memory_items (
     operation_id TEXT,
     actor        TEXT,
     tier         TEXT NOT NULL DEFAULT 'hot',
+    subject      TEXT,
     PRIMARY KEY (tenant, namespace, key)
 );
 
@@ -583,6 +587,7 @@ CREATE TABLE data_keys (
     kek_id     TEXT NOT NULL,
     wrapped    BLOB NOT NULL,
     created_at REAL NOT NULL,
+    subject    TEXT,
     PRIMARY KEY (tenant, version)
 ) WITHOUT ROWID;
 -- Workspace objects (issue 27, cairn.workspace): the blobs, chunk lists and
@@ -626,3 +631,37 @@ CREATE TABLE audit_legacy (
     run_id   TEXT PRIMARY KEY,
     last_seq INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- Erasure (0026; issue 26, cairn.api.erasure): the subject indexes, its run's
+-- subject fixed, one live key per subject, and the erasure records.
+CREATE INDEX runs_subject ON runs (tenant, subject) WHERE subject IS NOT NULL;
+
+CREATE TRIGGER runs_subject_fixed
+BEFORE UPDATE OF subject ON runs
+WHEN NEW.subject IS NOT OLD.subject
+BEGIN
+    SELECT RAISE(ABORT, 'the subject of a run never changes');
+END;
+
+CREATE INDEX memory_items_subject ON memory_items (tenant, subject) WHERE subject IS NOT NULL;
+CREATE INDEX memory_thread_messages_subject ON memory_thread_messages (tenant, subject)
+    WHERE subject IS NOT NULL;
+
+CREATE UNIQUE INDEX data_keys_live_subject ON data_keys (tenant, subject)
+    WHERE subject IS NOT NULL AND kek_id <> 'erased';
+
+CREATE TABLE erasures (
+    id          TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL,
+    scope       TEXT NOT NULL CHECK (scope IN ('subject', 'thread', 'tenant')),
+    digest      TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    started_at  REAL NOT NULL,
+    finished_at REAL,
+    counts      TEXT,
+    -- keyed digests of the runs it deleted (JSON): an anchored checkpoint
+    -- that names one verifies it as erased, not as a run cut out
+    runs        TEXT
+) WITHOUT ROWID;
+
+CREATE INDEX erasures_target ON erasures (tenant, scope, digest);
