@@ -1937,7 +1937,7 @@ WHERE tenant = %(tenant)s::text AND oid = ANY (%(oids)s::text[]) AND stored_at <
 -- rows read whole for its archive, put back whole by a restore, deleted
 -- from the hot tables once the archive is recorded.
 -- name: archive_mailbox
-SELECT run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position FROM mailbox WHERE run_id = %(run_id)s ORDER BY seq COLLATE "C"
+SELECT run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position FROM mailbox WHERE run_id = %(run_id)s ORDER BY seq
 
 -- name: restore_mailbox
 INSERT INTO mailbox (run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position)
