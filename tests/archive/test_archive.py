@@ -179,10 +179,17 @@ def _stored(place: str, ref: str) -> bool:
 def test_a_damaged_or_swapped_archive_is_refused_naming_the_run(place: str, sealed: bool) -> None:
     app = build(place, keyring() if sealed else None)
     one, two = (app.start("canary", f"x{i}", tenant="a").run_id for i in range(2))
-    for run_id in (one, two):
+    theirs = app.start("canary", "x", tenant="b").run_id
+    for run_id in (one, two, theirs):
         drive(app, run_id, "ok")
     first, second = app.operator.archive_run(one), app.operator.archive_run(two)
     raw = Raw(place)
+    # another tenant's archive under this run's record: its body (or its seal) names tenant a's run
+    third = app.operator.archive_run(theirs)
+    raw("UPDATE run_archives SET ref = :ref WHERE run_id = :r", ref=first.ref, r=theirs)
+    with pytest.raises(ArchiveError, match=f"archive of run '{theirs}' is refused"):
+        app.history(theirs)
+    raw("UPDATE run_archives SET ref = :ref WHERE run_id = :r", ref=third.ref, r=theirs)
     # another run's archive under this run's record
     raw("UPDATE run_archives SET ref = :ref WHERE run_id = :r", ref=second.ref, r=one)
     app.store._archive_cache().clear()  # a fresh process: nothing decoded yet

@@ -89,6 +89,9 @@ class SQLArchive(Generic[Tx]):
 
     # -- dialect hook ------------------------------------------------------------------------
 
+    def _check_archiver(self) -> None:
+        """Refuse a store that may not move a run's rows (PostgreSQL: a tenant's role)."""
+
     def _restore_entry(self, tx: Tx, params: dict[str, Any]) -> None:
         """Insert one archived history row as it was (SQLite spills a large payload)."""
         self._query(tx, "restore_history", params)
@@ -99,6 +102,7 @@ class SQLArchive(Generic[Tx]):
         """Move closed run ``run_id``'s rows into an archive object (see the
         module doc). ``RunNotFound``; ``InvalidRunState`` if the run is not
         closed, is archived already, or changed while it was being archived."""
+        self._check_archiver()
         run, tables = self._in_read(lambda tx: self._archivable(tx, run_id))
         archive = RunArchive(run.tenant, run_id, tables)
         seal, _ = self._archive_codec()
@@ -133,6 +137,7 @@ class SQLArchive(Generic[Tx]):
         bit, and drop its archive record (the object is collected by
         pruning). ``RunNotFound``; ``InvalidRunState`` if it is not archived;
         ``ArchiveError`` if its object is not its archive."""
+        self._check_archiver()
         record = self.run_archive(run_id)
         if record is None:
             if self._select("select_run", {"run_id": run_id}):

@@ -1215,6 +1215,12 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
     # -- contract, dialect code: retention ----------------------------------------------------
 
+    def _check_archiver(self) -> None:
+        if not self._exempt:
+            who = "a tenant's role" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
+            raise StoreError(f"{who} cannot archive or restore runs: a tenant's history is append-only for "
+                             "its role (archive as the owner)")
+
     def prune_runs(
         self,
         older_than: float,

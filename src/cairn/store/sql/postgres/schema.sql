@@ -532,8 +532,8 @@ INSERT INTO tenant_privileges (object_name, object_kind, privileges)
 VALUES ('workspace_objects', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE');
 -- archived runs (0038)
 INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
-    ('run_archives', 'TABLE', 'SELECT, INSERT, DELETE'),
-    ('run_archive_refs', 'TABLE', 'SELECT, INSERT, DELETE');
+    ('run_archives', 'TABLE', 'SELECT'),
+    ('run_archive_refs', 'TABLE', 'SELECT');
 
 CREATE FUNCTION grant_privileges(name TEXT) RETURNS void
 LANGUAGE plpgsql AS $$

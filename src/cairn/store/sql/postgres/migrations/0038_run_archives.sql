@@ -109,9 +109,10 @@ CREATE POLICY referenced ON artifacts FOR SELECT
            OR EXISTS (SELECT 1 FROM run_archives AS a WHERE a.ref = artifacts.ref)
            OR EXISTS (SELECT 1 FROM run_archive_refs AS a WHERE a.ref = artifacts.ref));
 
--- A tenant's role archives and restores its tenants' runs.
+-- A tenant's role reads its tenants' archives (archiving deletes history
+-- rows, which only the owner may: the store archives as the owner).
 INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
-    ('run_archives', 'TABLE', 'SELECT, INSERT, DELETE'),
-    ('run_archive_refs', 'TABLE', 'SELECT, INSERT, DELETE');
+    ('run_archives', 'TABLE', 'SELECT'),
+    ('run_archive_refs', 'TABLE', 'SELECT');
 SELECT grant_privileges('run_archives');
 SELECT grant_privileges('run_archive_refs');
