@@ -160,6 +160,30 @@ def test_a_run_changed_while_being_archived_stays_hot_and_whole(place: str) -> N
     app.close()
 
 
+def test_a_row_added_while_being_archived_keeps_the_run_hot(place: str) -> None:
+    """A closed run that gains a row between the read and the move (any
+    writer: here one behind the store's back) is not archived without it."""
+    app = build(place, None)
+    run_id = app.start("canary", "racing", tenant="a").run_id
+    assert drive(app, run_id, "ok") == "completed"
+    store: Any = app.store
+    put = store.put_artifact
+
+    def put_then_write(data: bytes) -> str:
+        ref = put(data)
+        Raw(place)("INSERT INTO memory_run (run_id, key, tenant, version, created_at, updated_at) "
+                   "VALUES (:r, 'late', 'a', 1, 0, 0)", r=run_id)
+        return ref
+
+    store.put_artifact = put_then_write
+    with pytest.raises(InvalidRunState, match="changed while it was being archived"):
+        store.archive_run(run_id)
+    del store.put_artifact
+    assert store.run_archive(run_id) is None
+    assert ("late",) in Raw(place)("SELECT key FROM memory_run WHERE run_id = :r", r=run_id)
+    app.close()
+
+
 def _object(place: str, app: cairn.App, ref: str) -> tuple[bytes, Any]:
     """The stored bytes of artifact ``ref`` and a function that overwrites them (behind the store's back)."""
     if place.startswith("sqlite"):
