@@ -14,8 +14,9 @@ import pytest
 
 import cairn
 from cairn.errors import InvalidRunState, RunNotFound
-from cairn.store.archive import ArchiveError
+from cairn.store.archive import ArchiveError, decode
 from cairn.store.auditverify import verify_store
+from cairn.store.records import RunStatus
 from tests.encryption.test_sealed_store import Raw, build, drive, keyring
 from tests.graph.test_travel import START_STATE, Agent
 
@@ -67,6 +68,12 @@ def test_a_round_trip_is_bit_exact_for_every_row_of_the_run(place: str, sealed: 
                                                           "runs": 1, "history": 0}
         assert during["runs"] == before["runs"]
         assert app.store.history(run_id) == history  # read from the archive
+        stored, _ = _object(place, app, record.ref)
+        if sealed:  # sealed whole: without the tenant's key nothing of it (names, times, sizes) reads
+            with pytest.raises(ArchiveError, match="sealed and encryption is off"):
+                decode(stored, record.tenant, run_id)
+        else:
+            assert len(decode(stored, record.tenant, run_id).history) == record.entries
         app.operator.restore(run_id)
         assert rows_of(place, run_id) == before
         assert app.store.run_archive(run_id) is None
@@ -252,8 +259,10 @@ def test_pruning_an_archived_run_deletes_its_archive_object(place: str) -> None:
     store: Any = app.store
     now = store.clock()
     store.clock = lambda: now + 10 * 86400  # past the artifacts' grace
-    assert app.store.prune_runs(now + 1, limit=10) == 1
-    app.store.prune_runs(now + 1, limit=10)  # collects what the first call queued
+    # a collection pass while archived: the referenced refs leave the queue (pruning must queue them again)
+    assert store.prune_runs(now + 9 * 86400, [RunStatus.KILLED], limit=10) == 0
+    assert all(_stored(place, ref) for ref in {record.ref} | refs)
+    assert store.prune_runs(now + 1, limit=10) == 1
     for ref in {record.ref} | refs:
         assert not _stored(place, ref)
     assert Raw(place)("SELECT count(*) FROM run_archives")[0][0] == 0
@@ -271,7 +280,8 @@ def test_collection_keeps_what_an_archived_run_references(place: str) -> None:
     store: Any = app.store
     now = store.clock()
     store.clock = lambda: now + 10 * 86400
-    store.prune_runs(now - 86400, limit=10)  # cutoff before every run: no run goes, the queue is collected
+    # a cutoff after everything, for a status no run has: no run goes, the whole queue is collected
+    assert store.prune_runs(now + 9 * 86400, [RunStatus.KILLED], limit=10) == 0
     for ref in {record.ref} | refs:
         assert _stored(place, ref)
     store.clock = lambda: now
