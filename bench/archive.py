@@ -85,13 +85,56 @@ def timed(store: Any, run_id: str) -> float:
     return time.perf_counter() - started
 
 
+def trigger_cost(steps: int, rounds: int) -> None:
+    """What the trigger that freezes an archived run costs a journaled step
+    (SQLite: a probe of ``run_archives`` per update of a run row):
+    the same run on a database with them and one with them dropped,
+    alternated round by round, CPU time per step, medians."""
+    with fresh_dir("archive-triggers") as directory:
+        apps = {}
+        for name in ("with", "without"):
+            app = cairn.App(db=f"sqlite:///{directory / name}.db")
+
+            @app.step()
+            def tick(i: int) -> int:
+                return i
+
+            @app.workflow(name="steps")
+            def run_steps(ctx: cairn.Context, n: int) -> int:
+                return sum(tick(i) for i in range(n))
+
+            apps[name] = app
+            if name == "without":
+                with sqlite3.connect(directory / f"{name}.db") as conn:
+                    conn.execute("DROP TRIGGER runs_archived_fixed")
+        samples: dict[str, list[float]] = {"with": [], "without": []}
+        for r in range(rounds):
+            for name in (("with", "without") if r % 2 else ("without", "with")):
+                settle()
+                started = time.process_time()
+                apps[name].run("steps", steps)
+                samples[name].append((time.process_time() - started) / steps)
+        for app in apps.values():
+            app.close()
+    with_, without = (statistics.median(samples[n]) * 1e6 for n in ("with", "without"))
+    load = os.getloadavg()
+    print(f"bench.archive triggers: {steps} steps x {rounds} rounds, SQLite; load average {load[0]:.1f}")
+    print(f"  CPU per step: with the triggers {with_:.1f} us, without {without:.1f} us "
+          f"(difference {with_ - without:+.1f} us, {with_ / without:.3f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--turns", type=int, default=12)
     parser.add_argument("--reads", type=int, default=200)
     parser.add_argument("--sealed", action="store_true")
+    parser.add_argument("--triggers", action="store_true",
+                        help="only the cost per step of the triggers that freeze archived runs")
     args = parser.parse_args()
+    if args.triggers:
+        trigger_cost(500, 15)
+        return
     with fresh_dir("archive") as directory:
         db = directory / "cairn.db"
         app = build_app(f"sqlite:///{db}", args.turns, args.sealed)

@@ -652,26 +652,6 @@ WHEN EXISTS (SELECT 1 FROM run_archives WHERE run_id = OLD.run_id)
 BEGIN
     SELECT RAISE(ABORT, 'the run is archived: restore it before changing it');
 END;
-CREATE TRIGGER history_archived_fixed BEFORE INSERT ON history
-WHEN EXISTS (SELECT 1 FROM run_archives WHERE run_id = NEW.run_id)
-BEGIN
-    SELECT RAISE(ABORT, 'the run is archived: restore it before changing it');
-END;
-CREATE TRIGGER mailbox_archived_fixed BEFORE INSERT ON mailbox
-WHEN EXISTS (SELECT 1 FROM run_archives WHERE run_id = NEW.run_id)
-BEGIN
-    SELECT RAISE(ABORT, 'the run is archived: restore it before changing it');
-END;
-CREATE TRIGGER approvals_archived_fixed BEFORE INSERT ON approvals
-WHEN EXISTS (SELECT 1 FROM run_archives WHERE run_id = NEW.run_id)
-BEGIN
-    SELECT RAISE(ABORT, 'the run is archived: restore it before changing it');
-END;
-CREATE TRIGGER memory_run_archived_fixed BEFORE INSERT ON memory_run
-WHEN EXISTS (SELECT 1 FROM run_archives WHERE run_id = NEW.run_id)
-BEGIN
-    SELECT RAISE(ABORT, 'the run is archived: restore it before changing it');
-END;
 CREATE TRIGGER run_archives_of_deleted_run AFTER DELETE ON runs
 BEGIN
     DELETE FROM run_archives WHERE run_id = OLD.run_id;
