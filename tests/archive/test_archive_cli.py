@@ -38,6 +38,10 @@ def test_archive_run_dry_run_json_restore_and_show(place: str) -> None:
     assert app.store.run_archive(live) is None
     assert app.history(done) == history
 
+    run_shown = cli(place, "show", done)  # the journal read from the archive, and where it is
+    assert run_shown.exit_code == 0, run_shown.output
+    assert "shout" in run_shown.output
+    assert f"by user:ada (object {record['ref'][:16]}...; cairn archive restore {done})" in run_shown.output
     shown = cli(place, "archive", "show", done)
     assert shown.exit_code == 0
     assert "by user:ada" in shown.output
