@@ -39,6 +39,9 @@ POINTS = frozenset(
         "langgraph.put.before_commit",  # a LangGraph checkpoint's rows are written, not yet committed
         "langgraph.after_writes",  # a LangGraph task's writes are stored; its super-step's checkpoint is not
         "erase.after_shred",  # an erasure destroyed the subject's keys; its rows are not deleted yet
+        "archive.stored",  # a run's archive object is stored; nothing in the database names it yet
+        "archive.deleted",  # a run's hot rows are deleted in the archiving transaction, not committed
+        "archive.restored",  # an archived run's rows are back in the restoring transaction, not committed
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",

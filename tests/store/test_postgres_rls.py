@@ -514,6 +514,14 @@ def _acme_world(d: Deployment) -> str:
                   [ValueRow(7, "msgpack", b"acme's checkpoint secret")], max_depth=8)
     d.acme.lg_put_writes(key, Holder("acme-saver", 1), "c1",
                          [WriteRow("task", 0, "ch", "", "value", pack_refs([7]))], [])
+    # an archived run of acme's (issue 26 item 5; archived by the owner), its step's payload an artifact
+    d.acme.create_run(new_run("a-arch", tenant="acme"))
+    c = claim(d.acme, "a-arch")
+    archived_ref = d.acme.put_artifact(b"archived")
+    step = ev(d.clock, "a-arch", c.next_seq, c.run.epoch, payload=Payload(ref=archived_ref))
+    d.acme.append("a-arch", c.run.epoch, [step])
+    finish(d.acme, d.clock, c, seq=c.next_seq + 1)
+    d.owner.archive_run("a-arch")
     return ref
 
 
@@ -571,6 +579,9 @@ SNAPSHOTS = {
     "audit_legacy": "SELECT * FROM audit_legacy ORDER BY run_id",
     # erasure records (issue 26): the owner's alone, like the audit tables
     "erasures": "SELECT * FROM erasures ORDER BY id",
+    # archived runs (a tenant's role reads its own; only the owner writes)
+    "run_archives": "SELECT * FROM run_archives ORDER BY run_id",
+    "run_archive_refs": "SELECT * FROM run_archive_refs ORDER BY run_id, ref",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -813,6 +824,15 @@ WRITES = [
                           "VALUES ('acme', 'cd', 'evil', 0)"),
     ("data_keys", "INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at) "
                   "VALUES ('acme', 9, 'evil', 'evil', 0)"),
+    # acme's archive: its record, the artifacts it keeps; dropping it would unfreeze the run
+    ("run_archives", "SELECT run_id, ref FROM run_archives"),
+    ("run_archive_refs", "SELECT ref FROM run_archive_refs"),
+    ("run_archives", "DELETE FROM run_archives RETURNING run_id"),
+    ("run_archive_refs", "DELETE FROM run_archive_refs RETURNING ref"),
+    ("run_archives", "UPDATE run_archives SET ref = 'evil' RETURNING run_id"),
+    ("run_archives", "INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, hot_bytes, "
+                     "stored_bytes, archived_at) VALUES ('a1', 'acme', 'evil', 0, 0, 0, 0, 0) "
+                     "RETURNING run_id"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.

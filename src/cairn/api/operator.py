@@ -44,7 +44,14 @@ from cairn.engine.budget import Budget
 from cairn.engine.bundles import Bundle, BundleDamaged
 from cairn.engine.messaging import check_name, signal_key
 from cairn.engine.startedwith import NOBODY, StartedWith
-from cairn.errors import ApprovalNotFound, InvalidArgument, InvalidEdit, PayloadError, RunNotFound
+from cairn.errors import (
+    ApprovalNotFound,
+    InvalidArgument,
+    InvalidEdit,
+    InvalidRunState,
+    PayloadError,
+    RunNotFound,
+)
 from cairn.memory.api import Item, Memory, Message, SearchResult, item_of, message_of
 from cairn.memory.direct import direct_memory
 from cairn.memory.policy import MemoryPolicy
@@ -58,6 +65,7 @@ from cairn.store.namespaces import encode_namespace, encode_prefix
 from cairn.store.records import (
     Approval,
     ApprovalStatus,
+    ArchiveRecord,
     BundleRecord,
     Delivery,
     EventType,
@@ -135,6 +143,15 @@ class Change:
     def changed(self) -> bool:
         """Whether the action changed the run (cancelling a finished run does not)."""
         return self.run.epoch != self.before.epoch or self.run.status is not self.before.status
+
+
+@dataclass(frozen=True, slots=True)
+class Archived:
+    """What an archiving pass did: the runs archived, and those it left hot
+    (each with why: changed meanwhile, archived by another pass...)."""
+
+    archived: list[ArchiveRecord]
+    skipped: list[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,6 +532,38 @@ class Operator:
     def erasures(self, tenant: str | None = None, *, limit: int = 100) -> list[ErasureRecord]:
         """The erasure records, newest first (of ``tenant``)."""
         return self._store.erasures(tenant, limit=limit)
+    # -- tiers (issue 26 item 5): archived runs ------------------------------------------------
+
+    def archivable(self, older_than_seconds: float, *, tenant: str | None = None, limit: int = 1000
+                   ) -> list[str]:
+        """The closed, hot runs last changed more than ``older_than_seconds`` ago, oldest first."""
+        if older_than_seconds < 0:
+            raise ValueError(f"older_than_seconds must not be negative, not {older_than_seconds}")
+        _check_limit(limit)
+        return self._store.archivable_runs(time.time() - older_than_seconds, tenant=tenant, limit=limit)
+
+    def archive(self, older_than_seconds: float, *, tenant: str | None = None, limit: int = 1000) -> Archived:
+        """Archive the runs ``archivable`` names, one at a time (each its own
+        fenced move; a run that changed meanwhile is left hot and named)."""
+        archived, skipped = [], []
+        for run_id in self.archivable(older_than_seconds, tenant=tenant, limit=limit):
+            try:
+                archived.append(self.archive_run(run_id))
+            except (InvalidRunState, RunNotFound) as exc:
+                skipped.append((run_id, str(exc)))
+        return Archived(archived, skipped)
+
+    def archive_run(self, run_id: str) -> ArchiveRecord:
+        """Archive closed run ``run_id`` (``Store.archive_run``), this operator its recorded actor."""
+        return self._store.archive_run(run_id, actor=self.actor)
+
+    def restore(self, run_id: str) -> ArchiveRecord:
+        """Put archived run ``run_id`` back in the hot tables, bit for bit (``Store.restore_run``)."""
+        return self._store.restore_run(run_id, actor=self.actor)
+
+    def run_archive(self, run_id: str) -> ArchiveRecord | None:
+        """Where run ``run_id`` is archived; ``None`` while it is hot."""
+        return self._store.run_archive(run_id)
 
     # -- memory (issue 14): introspection and deletion ---------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import click
 
 from .approvals import approvals, approve, reject
+from .archive import archive
 from .audit import audit
 from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .database import db_group, parse_duration, prune
@@ -68,5 +69,6 @@ for _command in (
     sandbox,                                                    # cairn sandbox check (cli/sandbox.py)
     audit,                                                      # the audit chain (cli/audit.py)
     erase,                                                      # erasure by subject/thread/tenant
+    archive,                                                    # archived runs (cli/archive.py)
 ):
     main.add_command(_command)

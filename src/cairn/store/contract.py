@@ -60,6 +60,7 @@ from cairn.store.records import (
     Approval,
     ApprovalRequest,
     ApprovalStatus,
+    ArchiveRecord,
     BundleRecord,
     Claim,
     Delivery,
@@ -766,6 +767,32 @@ class Store(Protocol):
         rewrites the database (``VACUUM``) with ``secure_delete`` on and
         truncates its WAL; PostgreSQL vacuums the tables that hold run data.
         What was done, for the erasure's report."""
+    # -- tiers: archived runs (store.archivesql) ----------------------------------
+
+    def archive_run(self, run_id: str, *, actor: str | None = None) -> ArchiveRecord:
+        """Move closed run ``run_id``'s rows (history, mailbox, approvals,
+        run memory) out of the hot tables into one compressed archive object
+        in the artifact store (sealed, bound to tenant and run, when
+        encryption is on); the run row stays. Fenced: ``InvalidRunState`` if
+        the run is not closed, is archived already, or changed while being
+        archived; a crash leaves it hot or archived, never both or neither.
+        Until restored, the database refuses every change to the run, and
+        the history reads answer from the archive."""
+        ...
+
+    def restore_run(self, run_id: str, *, actor: str | None = None) -> ArchiveRecord:
+        """Put archived run ``run_id``'s rows back, bit for bit; its record
+        (as it was) is returned. ``InvalidRunState`` if it is not archived,
+        ``ArchiveError`` (naming the run) if its object is damaged or another's."""
+        ...
+
+    def run_archive(self, run_id: str) -> ArchiveRecord | None:
+        """Run ``run_id``'s archive record; ``None`` while it is hot."""
+        ...
+
+    def archivable_runs(self, older_than: float, *, tenant: str | None = None, limit: int = 1000
+                        ) -> list[str]:
+        """Closed, hot runs last changed before ``older_than`` (store clock), oldest first."""
         ...
 
     # -- payloads too large to keep inline -------------------------------------

@@ -842,6 +842,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 row = None
         if row is None:  # the connection is back in the pool: history takes one (pool_size may be 1)
             return _summed_usage(self.history(run_id))
+        if not row[3] and (archived := self.archived_usage(run_id)) is not None:
+            return archived
         return UsageTotals(int(row[0]), float(row[1]), int(row[2]), int(row[3]))
 
     # -- contract, dialect code: claims and leases --------------------------------------------
@@ -1212,6 +1214,12 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         self._query(tx, name, params)
 
     # -- contract, dialect code: retention ----------------------------------------------------
+
+    def _check_archiver(self) -> None:
+        if not self._exempt:
+            who = "a tenant's role" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
+            raise StoreError(f"{who} cannot archive or restore runs: a tenant's history is append-only for "
+                             "its role (archive as the owner)")
 
     def prune_runs(
         self,

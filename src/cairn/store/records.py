@@ -465,3 +465,20 @@ class TokenRecord:
     created_at: float
     created_by: str | None = None
     revoked_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveRecord:
+    """A ``run_archives`` row: where run ``run_id``'s rows are, and what they were."""
+
+    run_id: str
+    tenant: str
+    ref: str
+    entries: int
+    last_seq: int
+    last_link: bytes | None
+    #: the rows' encoded size before compression (what they are without the tables' overhead)
+    hot_bytes: int
+    stored_bytes: int
+    archived_at: float
+    actor: str | None

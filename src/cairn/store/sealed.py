@@ -183,6 +183,8 @@ class SealedStore:
         self.audit_keys = AuditKeys(inner, self.keys, self.audit_plaintext, self._tenant)
         inner.audit_digest = self.audit_keys.digest  # type: ignore[attr-defined]
         inner.audit_plain_before = self.audit_keys.plain_before_keys  # type: ignore[attr-defined]
+        # archives are sealed whole, bound to tenant and run (store/archivesql.py)
+        inner.archive_sealer = self.sealer  # type: ignore[attr-defined]
         self._workspace = SealedObjects(inner, self.keys, self.sealer)
         self.artifacts = SealedArtifacts(inner, self.keys, self.sealer)
 

@@ -450,6 +450,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     def run_usage(self, run_id: str) -> UsageTotals:
         with self._read() as conn:
             tokens, cost, tool_calls, last_seq = conn.execute(_Q["run_usage"], {"run_id": run_id}).fetchone()
+        if not last_seq and (archived := self.archived_usage(run_id)) is not None:
+            return archived
         return UsageTotals(int(tokens), float(cost), int(tool_calls), int(last_seq))
 
     # -- contract, dialect code: claims and leases --------------------------------------------
@@ -806,6 +808,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
 
     def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
         return dumps(list(items))
+
+    def _restore_entry(self, tx: sqlite3.Connection, params: dict[str, Any]) -> None:
+        """An archived entry put back as it was: a payload beyond ``_SPILL_AT``
+        goes to ``history_payloads`` again (a new link, the same bytes)."""
+        payload = params["payload"]
+        if payload is not None and len(payload) > _SPILL_AT:
+            rowid = tx.execute(_INSERT_HISTORY_PAYLOAD, (payload,)).lastrowid
+            params = {**params, "payload": LINK_TAG + str(rowid).encode()}
+        tx.execute(_Q["restore_history"], params)
 
     def _ws_insert(self, tx: sqlite3.Connection, tenant: str, objects: Mapping[str, bytes], now: float
                    ) -> None:

@@ -481,6 +481,10 @@ SELECT ref, %(now)s::float8 FROM (
     SELECT payload_ref FROM history WHERE run_id = ANY(%(run_ids)s::text[]) AND payload_ref IS NOT NULL
     UNION
     SELECT payload_ref FROM mailbox WHERE run_id = ANY(%(run_ids)s::text[]) AND payload_ref IS NOT NULL
+    UNION
+    SELECT ref FROM run_archives WHERE run_id = ANY(%(run_ids)s::text[])
+    UNION
+    SELECT ref FROM run_archive_refs WHERE run_id = ANY(%(run_ids)s::text[])
 ) AS refs
 ON CONFLICT (ref) DO NOTHING
 
@@ -503,7 +507,9 @@ SELECT g.ref, g.queued_at,
        OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref) AS referenced
+       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM run_archives WHERE ref = g.ref)
+       OR EXISTS (SELECT 1 FROM run_archive_refs WHERE ref = g.ref) AS referenced
 FROM artifact_gc AS g
 WHERE %(after_at)s::float8 IS NULL OR g.queued_at > %(after_at)s::float8
       OR (g.queued_at = %(after_at)s::float8 AND g.ref COLLATE "C" > %(after_ref)s::text COLLATE "C")
@@ -2040,3 +2046,72 @@ UPDATE erasures SET runs = %(runs)s::text WHERE id = %(id)s::text
 -- name: select_erasure_runs
 -- The runs each erasure deleted (keyed digests, JSON), of a tenant.
 SELECT tenant, runs FROM erasures WHERE runs IS NOT NULL AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+
+-- Archived runs (issue 26 item 5; cairn/store/archivesql.py): a closed run's
+-- rows read whole for its archive, put back whole by a restore, deleted
+-- from the hot tables once the archive is recorded.
+-- name: archive_mailbox
+SELECT run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position FROM mailbox WHERE run_id = %(run_id)s ORDER BY seq
+
+-- name: restore_mailbox
+INSERT INTO mailbox (run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position)
+VALUES (%(run_id)s, %(seq)s, %(tenant)s, %(key)s, %(payload)s, %(payload_ref)s, %(sender)s, %(dedupe)s, %(sent_at)s, %(taken_at)s, %(taken_position)s)
+
+-- name: delete_archived_mailbox
+DELETE FROM mailbox WHERE run_id = %(run_id)s
+
+-- name: archive_approvals
+SELECT run_id, request_id, tenant, position, request_seq, action, type_name, schema, approvers, requested_at, expires_at, status, decided_by, decided_at, comment, decision_seq FROM approvals WHERE run_id = %(run_id)s ORDER BY request_id COLLATE "C"
+
+-- name: restore_approvals
+INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, type_name, schema, approvers, requested_at, expires_at, status, decided_by, decided_at, comment, decision_seq)
+VALUES (%(run_id)s, %(request_id)s, %(tenant)s, %(position)s, %(request_seq)s, %(action)s, %(type_name)s, %(schema)s, %(approvers)s, %(requested_at)s, %(expires_at)s, %(status)s, %(decided_by)s, %(decided_at)s, %(comment)s, %(decision_seq)s)
+
+-- name: delete_archived_approvals
+DELETE FROM approvals WHERE run_id = %(run_id)s
+
+-- name: archive_memory_run
+SELECT run_id, key, tenant, value, value_ref, version, created_at, updated_at, position, operation_id, actor FROM memory_run WHERE run_id = %(run_id)s ORDER BY key COLLATE "C"
+
+-- name: restore_memory_run
+INSERT INTO memory_run (run_id, key, tenant, value, value_ref, version, created_at, updated_at, position, operation_id, actor)
+VALUES (%(run_id)s, %(key)s, %(tenant)s, %(value)s, %(value_ref)s, %(version)s, %(created_at)s, %(updated_at)s, %(position)s, %(operation_id)s, %(actor)s)
+
+-- name: delete_archived_memory_run
+DELETE FROM memory_run WHERE run_id = %(run_id)s
+
+-- name: restore_history
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt, started_at, payload, payload_ref, detail, digest, link, tenant)
+VALUES (%(run_id)s, %(seq)s, %(event)s, %(at)s, %(epoch)s, %(worker)s, %(position)s, %(step_kind)s, %(name)s, %(input_hash)s, %(attempt)s, %(started_at)s, %(payload)s, %(payload_ref)s, %(detail)s, %(digest)s, %(link)s, %(tenant)s)
+
+-- name: delete_archived_history
+DELETE FROM history WHERE run_id = %(run_id)s
+
+-- name: insert_run_archive
+INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor)
+VALUES (%(run_id)s, %(tenant)s, %(ref)s, %(entries)s, %(last_seq)s, %(last_link)s, %(hot_bytes)s, %(stored_bytes)s, %(archived_at)s, %(actor)s)
+
+-- name: run_archive
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor FROM run_archives WHERE run_id = %(run_id)s
+
+-- name: delete_run_archive
+DELETE FROM run_archives WHERE run_id = %(run_id)s
+
+-- name: insert_run_archive_ref
+INSERT INTO run_archive_refs (run_id, tenant, ref) VALUES (%(run_id)s, %(tenant)s, %(ref)s)
+
+-- name: delete_run_archive_refs
+DELETE FROM run_archive_refs WHERE run_id = %(run_id)s
+
+-- name: archived_runs
+SELECT run_id FROM run_archives WHERE (%(tenant)s ::text IS NULL OR tenant = %(tenant)s) ORDER BY run_id COLLATE "C"
+
+-- The closed runs last changed before the cutoff and not archived yet,
+-- oldest first (the pruning index: its predicate word for word).
+-- name: archivable_runs
+SELECT r.run_id FROM runs AS r
+WHERE r.updated_at < %(cutoff)s::float8
+  AND r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND NOT EXISTS (SELECT 1 FROM run_archives AS a WHERE a.run_id = r.run_id)
+  AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
+ORDER BY r.updated_at, r.run_id COLLATE "C" LIMIT %(limit)s

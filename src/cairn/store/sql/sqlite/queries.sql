@@ -313,6 +313,10 @@ SELECT ref, :now FROM (
     UNION
     SELECT payload_ref FROM mailbox
     WHERE run_id IN (SELECT value FROM json_each(:run_ids)) AND payload_ref IS NOT NULL
+    UNION
+    SELECT ref FROM run_archives WHERE run_id IN (SELECT value FROM json_each(:run_ids))
+    UNION
+    SELECT ref FROM run_archive_refs WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 ) WHERE true
 ON CONFLICT (ref) DO NOTHING
 
@@ -335,7 +339,9 @@ SELECT g.ref, g.queued_at,
        OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref) AS referenced
+       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM run_archives WHERE ref = g.ref)
+       OR EXISTS (SELECT 1 FROM run_archive_refs WHERE ref = g.ref) AS referenced
 FROM artifact_gc AS g
 WHERE :after_at IS NULL OR g.queued_at > :after_at OR (g.queued_at = :after_at AND g.ref > :after_ref)
 ORDER BY g.queued_at, g.ref
@@ -1637,3 +1643,72 @@ UPDATE erasures SET runs = :runs WHERE id = :id
 -- name: select_erasure_runs
 -- The runs each erasure deleted (keyed digests, JSON), of a tenant.
 SELECT tenant, runs FROM erasures WHERE runs IS NOT NULL AND (:tenant IS NULL OR tenant = :tenant)
+
+-- Archived runs (issue 26 item 5; cairn/store/archivesql.py): a closed run's
+-- rows read whole for its archive, put back whole by a restore, deleted
+-- from the hot tables once the archive is recorded.
+-- name: archive_mailbox
+SELECT run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position FROM mailbox WHERE run_id = :run_id ORDER BY seq
+
+-- name: restore_mailbox
+INSERT INTO mailbox (run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position)
+VALUES (:run_id, :seq, :tenant, :key, :payload, :payload_ref, :sender, :dedupe, :sent_at, :taken_at, :taken_position)
+
+-- name: delete_archived_mailbox
+DELETE FROM mailbox WHERE run_id = :run_id
+
+-- name: archive_approvals
+SELECT run_id, request_id, tenant, position, request_seq, action, type_name, schema, approvers, requested_at, expires_at, status, decided_by, decided_at, comment, decision_seq FROM approvals WHERE run_id = :run_id ORDER BY request_id
+
+-- name: restore_approvals
+INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, type_name, schema, approvers, requested_at, expires_at, status, decided_by, decided_at, comment, decision_seq)
+VALUES (:run_id, :request_id, :tenant, :position, :request_seq, :action, :type_name, :schema, :approvers, :requested_at, :expires_at, :status, :decided_by, :decided_at, :comment, :decision_seq)
+
+-- name: delete_archived_approvals
+DELETE FROM approvals WHERE run_id = :run_id
+
+-- name: archive_memory_run
+SELECT run_id, key, tenant, value, value_ref, version, created_at, updated_at, position, operation_id, actor FROM memory_run WHERE run_id = :run_id ORDER BY key
+
+-- name: restore_memory_run
+INSERT INTO memory_run (run_id, key, tenant, value, value_ref, version, created_at, updated_at, position, operation_id, actor)
+VALUES (:run_id, :key, :tenant, :value, :value_ref, :version, :created_at, :updated_at, :position, :operation_id, :actor)
+
+-- name: delete_archived_memory_run
+DELETE FROM memory_run WHERE run_id = :run_id
+
+-- name: restore_history
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt, started_at, payload, payload_ref, detail, digest, link, tenant)
+VALUES (:run_id, :seq, :event, :at, :epoch, :worker, :position, :step_kind, :name, :input_hash, :attempt, :started_at, :payload, :payload_ref, :detail, :digest, :link, :tenant)
+
+-- name: delete_archived_history
+DELETE FROM history WHERE run_id = :run_id
+
+-- name: insert_run_archive
+INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor)
+VALUES (:run_id, :tenant, :ref, :entries, :last_seq, :last_link, :hot_bytes, :stored_bytes, :archived_at, :actor)
+
+-- name: run_archive
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor FROM run_archives WHERE run_id = :run_id
+
+-- name: delete_run_archive
+DELETE FROM run_archives WHERE run_id = :run_id
+
+-- name: insert_run_archive_ref
+INSERT INTO run_archive_refs (run_id, ref) VALUES (:run_id, :ref)
+
+-- name: delete_run_archive_refs
+DELETE FROM run_archive_refs WHERE run_id = :run_id
+
+-- name: archived_runs
+SELECT run_id FROM run_archives WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY run_id
+
+-- The closed runs last changed before the cutoff and not archived yet,
+-- oldest first (the pruning index: its predicate word for word).
+-- name: archivable_runs
+SELECT r.run_id FROM runs AS r
+WHERE r.updated_at < :cutoff
+  AND r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND NOT EXISTS (SELECT 1 FROM run_archives AS a WHERE a.run_id = r.run_id)
+  AND (:tenant IS NULL OR r.tenant = :tenant)
+ORDER BY r.updated_at, r.run_id LIMIT :limit

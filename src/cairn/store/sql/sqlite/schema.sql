@@ -665,3 +665,36 @@ CREATE TABLE erasures (
 ) WITHOUT ROWID;
 
 CREATE INDEX erasures_target ON erasures (tenant, scope, digest);
+-- Archived runs (0027; issue 26 item 5, cairn.store.archive): the run row
+-- stays, its other rows live in one archive object (ref) until restored.
+CREATE TABLE run_archives (
+    run_id       TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    ref          TEXT NOT NULL,
+    entries      INTEGER NOT NULL,
+    last_seq     INTEGER NOT NULL,
+    last_link    BLOB,
+    hot_bytes    INTEGER NOT NULL,
+    stored_bytes INTEGER NOT NULL,
+    archived_at  REAL NOT NULL,
+    actor        TEXT
+) WITHOUT ROWID;
+CREATE INDEX run_archives_ref ON run_archives (ref);
+
+CREATE TABLE run_archive_refs (
+    run_id TEXT NOT NULL,
+    ref    TEXT NOT NULL,
+    PRIMARY KEY (run_id, ref)
+) WITHOUT ROWID;
+CREATE INDEX run_archive_refs_ref ON run_archive_refs (ref);
+
+CREATE TRIGGER runs_archived_fixed BEFORE UPDATE ON runs
+WHEN EXISTS (SELECT 1 FROM run_archives WHERE run_id = OLD.run_id)
+BEGIN
+    SELECT RAISE(ABORT, 'the run is archived: restore it before changing it');
+END;
+CREATE TRIGGER run_archives_of_deleted_run AFTER DELETE ON runs
+BEGIN
+    DELETE FROM run_archives WHERE run_id = OLD.run_id;
+    DELETE FROM run_archive_refs WHERE run_id = OLD.run_id;
+END;
