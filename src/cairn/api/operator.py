@@ -34,6 +34,7 @@ import msgspec
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.approvals import view as approval_view
 from cairn.api.ledger import Ledger, OperationView, resolution_request
+from cairn.api.retention import Retention
 from cairn.api.workspaces import WorkspaceViews
 from cairn.codec import schemas, values
 from cairn.codec.payloads import PayloadCodec
@@ -488,9 +489,16 @@ class Operator:
             return self._store.prune_runs(cutoff, chosen, sys.maxsize, dry_run=True)
         total = 0
         self.sweep_memory(batch_size)  # expired memory first: its artifacts are collected below
-        while pruned := self._store.prune_runs(cutoff, chosen, batch_size):
+        # the one run-deletion path, the retention controller's too (cairn.worker.retention)
+        while pruned := self._store.prune_runs(cutoff, chosen, batch_size, actor=self.actor):
             total += pruned
         return total
+
+    @property
+    def retention(self) -> Retention:
+        """Retention policies per data class, and the controller on demand
+        (``cairn.api.retention``), acting as this operator."""
+        return Retention(self._store, self.actor)
 
     # -- memory (issue 14): introspection and deletion ---------------------------------------
 

@@ -28,6 +28,7 @@ from .memory import memory
 from .ops import ops
 from .options import CairnGroup, db_option
 from .queues import queues
+from .retention import retention
 from .runs import budget, cancel, kill, resume, retry, start
 from .sandbox import sandbox
 from .schedules import schedules
@@ -66,5 +67,6 @@ for _command in (
     workspace,                                                  # runs' workspaces (cli/workspace.py)
     sandbox,                                                    # cairn sandbox check (cli/sandbox.py)
     audit,                                                      # the audit chain (cli/audit.py)
+    retention,                                                  # retention policies (cli/retention.py)
 ):
     main.add_command(_command)

@@ -58,6 +58,7 @@ from cairn.store.records import (
     TokenRecord,
     approval_key,
 )
+from cairn.store.retentionsql import SQLRetention
 from cairn.store.rows import (
     approval_from_row,
     approval_params,
@@ -115,7 +116,8 @@ class Hold(Enum):
     KEY = "key"
 
 
-class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx], SQLAudit[Tx], Generic[Tx]):
+class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx], SQLAudit[Tx],
+               SQLRetention[Tx], Generic[Tx]):
     """The operator transitions of ``contract.Store`` over a dialect's
     primitives; ``Tx`` is the dialect's transaction handle. The memory tiers
     are ``memsql.SQLMemory``'s, over the vector index of long-term memory
