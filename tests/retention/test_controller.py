@@ -14,6 +14,7 @@ import cairn
 from cairn.api.audit import Audit, Verdict
 from cairn.api.auditanchor import generate_key
 from cairn.errors import PayloadError, RetentionFenced
+from cairn.models import Message
 from cairn.store import retention as rt
 from cairn.store.records import RunStatus
 from cairn.store.retention import DataClass
@@ -26,8 +27,8 @@ def aged(place: str, *, sealed: bool = False) -> World:
     """Runs of tenants a and b, workflows chat and other, 40 days old, and
     one of each tenant a day old."""
     world = build(place, keyring=keyring() if sealed else None)
-    for name, tenant, workflow in (("a-chat", "a", "chat"), ("a-chat2", "a", "chat"), ("a-other", "a", "other"),
-                                   ("b-chat", "b", "chat")):
+    for name, tenant, workflow in (("a-chat", "a", "chat"), ("a-chat2", "a", "chat"),
+                                   ("a-other", "a", "other"), ("b-chat", "b", "chat")):
         world.make(name, tenant, workflow)
     world.clock.advance(39 * DAY)
     world.make("a-new", "a")
@@ -74,8 +75,13 @@ def test_the_plan_is_what_a_pass_deletes_and_the_most_specific_policy_decides(pl
     assert len(plan.units[DataClass.THREAD_MEMORY]) == 4
     assert world.raw("SELECT count(*) FROM retention_deleted") == [(0,)]  # a plan changes nothing
 
+    refs = "SELECT payload_ref FROM history WHERE run_id = :r AND payload_ref IS NOT NULL AND step_kind = :k"
+    (expiring,) = [r for (r,) in world.raw(refs, r=runs["b-chat"], k="step")]
+    assert world.store.get_artifact(expiring)
     done = ret.run()
     assert done.fenced is None
+    with pytest.raises(PayloadError, match="missing"):
+        world.store.get_artifact(expiring)  # its artifact collected: the row keeps only the ref
     for cls in DataClass:
         assert sorted(done.units[cls]) == sorted(plan.units[cls]), cls  # plan == what went
 
@@ -99,7 +105,8 @@ def test_the_plan_is_what_a_pass_deletes_and_the_most_specific_policy_decides(pl
     # expired model bodies: a clear error on read, the entries and their digests stay
     with pytest.raises(PayloadError, match="expired under the model-bodies retention policy"):
         body_of(world, runs["a-other"])
-    assert world.raw(f"SELECT count(*) FROM history WHERE {expired_sql(place)}")[0][0] == 3  # 2 bodies + 1 step
+    expired = f"SELECT count(*) FROM history WHERE {expired_sql(place)}"
+    assert world.raw(expired)[0][0] == 3  # 2 model bodies (of the runs kept) and 1 by-reference step result
     # the records of the deleted runs, with the actor
     records = {d.run_id: d for d in world.store.deleted_runs()}
     assert set(records) == {runs["a-chat"], runs["a-chat2"]}
@@ -122,10 +129,14 @@ def test_the_plan_is_what_a_pass_deletes_and_the_most_specific_policy_decides(pl
 
 def test_a_sealed_store_expires_ciphertext_and_still_verifies(place: str) -> None:
     world = aged(place, sealed=True)
-    world.app.operator.retention.set("model-bodies", "10d")
+    world.app.operator.retention.set("model-bodies", "10d")  # no history policy: runs stay
+    refs = "SELECT payload_ref FROM history WHERE run_id = :r AND step_kind = 'model'"
+    (ref,) = [r for (r,) in world.raw(refs, r=world.runs["a-chat"])]
     world.app.operator.retention.run()
     with pytest.raises(PayloadError, match="expired"):
         body_of(world, world.runs["a-chat"])
+    with pytest.raises(PayloadError, match="missing"):
+        world.store.get_artifact(ref)  # the body was an artifact: collected
     assert body_of(world, world.runs["a-new"]).startswith(b"{")
     assert verified(world).expired == 4
     assert dangling(world) == {}
@@ -135,7 +146,7 @@ def test_replaying_an_expired_model_body_is_a_clear_error(place: str, tmp_path: 
     world = build(place)
     flag = tmp_path / "fail"
     flag.write_text("1")
-    model = cairn.models.ScriptedModel(lambda request, n: cairn.models.Message(role="assistant", content="ok"))
+    model = cairn.models.ScriptedModel(lambda request, n: Message(role="assistant", content="ok"))
 
     @world.app.step()
     def check() -> bool:
@@ -143,7 +154,7 @@ def test_replaying_an_expired_model_body_is_a_clear_error(place: str, tmp_path: 
 
     @world.app.workflow(name="flaky")
     def flaky(ctx: cairn.Context, text: str) -> str:
-        reply = ctx.model(model, [cairn.models.Message(role="user", content=text)])
+        reply = ctx.model(model, [Message(role="user", content=text)])
         if check():
             raise ValueError("failed once")
         return reply.message.content or ""
@@ -167,7 +178,8 @@ def test_a_stale_controller_deletes_nothing(place: str) -> None:
     policies(world)
     store = world.store
     stale = Controller(store, "stale", lease_seconds=60)
-    assert stale._renew() and stale.epoch == 1
+    assert stale._renew()
+    assert stale.epoch == 1
     fence = ("stale", 1)
     now = store.clock()
     bodies = rt.cutoffs(store.retention_policies(), DataClass.MODEL_BODIES, now)
@@ -180,7 +192,8 @@ def test_a_stale_controller_deletes_nothing(place: str) -> None:
     with pytest.raises(RetentionFenced):
         store.retention_delete(bodies, due, fence)  # ... an expired lease fences it even before a takeover
     fresh = Controller(store, "fresh", lease_seconds=60)
-    assert fresh._renew() and fresh.epoch == 2  # taken over: a new epoch
+    assert fresh._renew()
+    assert fresh.epoch == 2
     before = world.raw("SELECT run_id, seq, payload FROM history ORDER BY run_id, seq")
     for attempt in (lambda: store.retention_delete(bodies, due, fence),
                     lambda: store.prune_runs(history, fence=fence, actor="stale")):
@@ -190,7 +203,8 @@ def test_a_stale_controller_deletes_nothing(place: str) -> None:
     assert store.deleted_runs() == []
     assert stale.run() is None  # its next pass finds the lease taken
     done = fresh.run()
-    assert done is not None and done.count(DataClass.HISTORY) == 2
+    assert done is not None
+    assert done.count(DataClass.HISTORY) == 2
 
 
 def test_the_worker_side_loop_enforces_within_one_period(place: str) -> None:
@@ -207,7 +221,9 @@ def test_the_worker_side_loop_enforces_within_one_period(place: str) -> None:
     assert other.controller.run() is None  # worker-1 holds the lease: worker-2 deletes nothing
     world.clock.advance(121)  # worker-1 died: its lease expires, worker-2's next period takes over
     taken = other.controller.run()
-    assert taken is not None and taken.fenced is None and other.controller.epoch == 2
+    assert taken is not None
+    assert taken.fenced is None
+    assert other.controller.epoch == 2
 
 
 def test_audit_verify_against_an_anchor_after_retention(place: str, tmp_path: Path) -> None:
@@ -220,8 +236,9 @@ def test_audit_verify_against_an_anchor_after_retention(place: str, tmp_path: Pa
     world.app.operator.retention.run()
     report = audit.verify(anchor=anchor, key=Path(f"{key}.pub"))
     assert report.verdict is not Verdict.TAMPERED, report.summary()
-    assert report.deleted == 2 and report.expired == 3, report.summary()
-    assert "DELETED" in report.summary() and "EXPIRED" in report.summary()
+    assert (report.deleted, report.expired) == (2, 3), report.summary()
+    assert "DELETED" in report.summary()
+    assert "EXPIRED" in report.summary()
 
     # a record does not excuse a run deleted by hand without one, nor a body blanked by hand
     victim = world.runs["a-new"]

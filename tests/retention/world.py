@@ -20,7 +20,8 @@ DAY = 86400.0
 
 
 def answer(request: ModelRequest, n: int) -> Message:
-    return Message(role="assistant", content=f"answer {n} to {request.messages[-1].content[:20]} " + "x" * 300)
+    said = request.messages[-1].content[:20]
+    return Message(role="assistant", content=f"answer {n} to {said} " + "x" * 300)
 
 
 @dataclass
@@ -79,28 +80,26 @@ def build(place: str, *, keyring: Any = None) -> World:
     return World(place, app, clock)
 
 
+def _orphans(table: str, parent: str, *columns: str) -> str:
+    """Rows of ``table`` without the row of ``parent`` their ``columns`` name."""
+    same = " AND ".join(f"p.{c} = o.{c}" for c in columns)
+    return f"SELECT count(*) FROM {table} AS o WHERE NOT EXISTS (SELECT 1 FROM {parent} AS p WHERE {same})"
+
+
+#: the key columns of a long-term item
+ITEM = ("tenant", "namespace", "key")
+
 #: rows that point to a row that is gone, per kind of reference
 DANGLING = {
-    "history of a deleted run": "SELECT count(*) FROM history AS h WHERE NOT EXISTS "
-                                "(SELECT 1 FROM runs AS r WHERE r.run_id = h.run_id)",
-    "mailbox of a deleted run": "SELECT count(*) FROM mailbox AS m WHERE NOT EXISTS "
-                                "(SELECT 1 FROM runs AS r WHERE r.run_id = m.run_id)",
-    "approvals of a deleted run": "SELECT count(*) FROM approvals AS a WHERE NOT EXISTS "
-                                  "(SELECT 1 FROM runs AS r WHERE r.run_id = a.run_id)",
-    "run memory of a deleted run": "SELECT count(*) FROM memory_run AS m WHERE NOT EXISTS "
-                                   "(SELECT 1 FROM runs AS r WHERE r.run_id = m.run_id)",
-    "outbox rows of a deleted item": "SELECT count(*) FROM memory_outbox AS o WHERE NOT EXISTS (SELECT 1 FROM "
-                                     "memory_items AS i WHERE i.tenant = o.tenant AND i.namespace = o.namespace "
-                                     "AND i.key = o.key)",
-    "vectors of a deleted item": "SELECT count(*) FROM memory_vectors AS v WHERE NOT EXISTS (SELECT 1 FROM "
-                                 "memory_items AS i WHERE i.tenant = v.tenant AND i.namespace = v.namespace "
-                                 "AND i.key = v.key)",
-    "cold values of a deleted item": "SELECT count(*) FROM memory_item_cold AS c WHERE NOT EXISTS (SELECT 1 "
-                                     "FROM memory_items AS i WHERE i.tenant = c.tenant AND i.namespace = "
-                                     "c.namespace AND i.key = c.key)",
-    "messages of a deleted thread": "SELECT count(*) FROM memory_thread_messages AS m WHERE NOT EXISTS (SELECT "
-                                    "1 FROM memory_threads AS t WHERE t.tenant = m.tenant AND t.thread_id = "
-                                    "m.thread_id)",
+    "history of a deleted run": _orphans("history", "runs", "run_id"),
+    "mailbox of a deleted run": _orphans("mailbox", "runs", "run_id"),
+    "approvals of a deleted run": _orphans("approvals", "runs", "run_id"),
+    "run memory of a deleted run": _orphans("memory_run", "runs", "run_id"),
+    "outbox rows of a deleted item": _orphans("memory_outbox", "memory_items", *ITEM),
+    "vectors of a deleted item": _orphans("memory_vectors", "memory_items", *ITEM),
+    "cold values of a deleted item": _orphans("memory_item_cold", "memory_items", *ITEM),
+    "messages of a deleted thread": _orphans("memory_thread_messages", "memory_threads", "tenant",
+                                             "thread_id"),
 }
 
 #: every artifact a row still needs (not an expired body's: its ref stays for the audit link)

@@ -144,8 +144,8 @@ class Controller:
         while True:
             fence = self._fence()
             chosen = self.store.prunable_runs(cutoffs, None, self.batch)
-            if not chosen:
-                return gone
+            # called even with nothing to delete: it also collects the artifacts
+            # nothing references any more (those of bodies expired above)
             if not self.store.prune_runs(cutoffs, None, self.batch, fence=fence, actor=self.actor):
                 return gone
             gone += [(run_id,) for run_id in chosen if self.store.get_run(run_id) is None]
