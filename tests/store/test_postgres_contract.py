@@ -126,7 +126,9 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
                       ("mailbox",), ("memory_item_cold",), ("memory_items",),
                       ("memory_outbox",), ("memory_run",),
                       ("memory_thread_messages",), ("memory_threads",), ("memory_vectors",),
-                      ("queue_buckets",), ("queue_shares",), ("queues",), ("runs",), ("schedules",),
+                      ("queue_buckets",), ("queue_shares",), ("queues",),
+                      ("retention_deleted",), ("retention_lease",), ("retention_policies",),
+                      ("runs",), ("schedules",),
                       ("schema_migrations",),
                       ("tenant_grants",),
                       ("tenant_privileges",), ("workspace_objects",)]

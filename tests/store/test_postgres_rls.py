@@ -36,6 +36,7 @@ from cairn.cli.main import main
 from cairn.engine.bundles import Bundle
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store import retention
 from cairn.store.admission import QueueLimits, QueueShare, Rate
 from cairn.store.checkpointsql import BlobRow, CheckpointRow, Holder, ThreadKey, ValueRow, WriteRow, pack_refs
 from cairn.store.memrecords import ItemPut, MemoryScope, Provenance, RunPut, ThreadAppend
@@ -510,6 +511,11 @@ def _acme_world(d: Deployment) -> str:
                   [ValueRow(7, "msgpack", b"acme's checkpoint secret")], max_depth=8)
     d.acme.lg_put_writes(key, Holder("acme-saver", 1), "c1",
                          [WriteRow("task", 0, "ch", "", "value", pack_refs([7]))], [])
+    # retention (issue 26 part 3): acme's policy, the controller's lease, a deleted run's record
+    d.acme.set_retention_policy(retention.policy("acme", None, "model-bodies", "7d"), "acme-op")
+    assert d.owner.take_retention_lease("owner-controller", 3600.0) == 1
+    d.as_role("owner", "INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, "
+                       "deleted_at, deleted_by) VALUES ('a-gone', 'acme', 'wf', 0, 3, 0, 'cli:root')")
     return ref
 
 
@@ -565,6 +571,11 @@ SNAPSHOTS = {
     # the audit chain's tables: no tenant role is granted them (an operator's)
     "audit_checkpoints": "SELECT * FROM audit_checkpoints ORDER BY tenant, id",
     "audit_legacy": "SELECT * FROM audit_legacy ORDER BY run_id",
+    # retention (issue 26 part 3): a tenant's own policies; the lease and the records the owner's
+    "retention_policies": "SELECT * FROM retention_policies WHERE tenant <> 'globex' "
+                          "ORDER BY tenant, workflow, data_class",
+    "retention_lease": "SELECT * FROM retention_lease ORDER BY name",
+    "retention_deleted": "SELECT * FROM retention_deleted ORDER BY run_id",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -613,6 +624,9 @@ READS = [
     ("workspace_objects", "SELECT data FROM workspace_objects WHERE tenant = 'acme'"),
     ("audit_checkpoints", "SELECT record FROM audit_checkpoints"),
     ("audit_legacy", "SELECT run_id FROM audit_legacy"),
+    ("retention_policies", "SELECT keep FROM retention_policies WHERE tenant = 'acme'"),
+    ("retention_lease", "SELECT holder FROM retention_lease"),
+    ("retention_deleted", "SELECT run_id FROM retention_deleted"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -801,6 +815,18 @@ WRITES = [
                           "VALUES ('acme', 'cd', 'evil', 0)"),
     ("data_keys", "INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at) "
                   "VALUES ('acme', 9, 'evil', 'evil', 0)"),
+    ("retention_policies", "UPDATE retention_policies SET keep = 0 WHERE tenant = 'acme'"),
+    ("retention_policies", "DELETE FROM retention_policies WHERE tenant = 'acme'"),
+    ("retention_policies", "INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, "
+                           "updated_by) VALUES ('acme', 'wf', 'history', 0, 0, 'evil')"),
+    ("retention_policies", "INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, "
+                           "updated_by) VALUES ('*', '*', 'history', 0, 0, 'evil')"),
+    ("retention_lease", "UPDATE retention_lease SET holder = 'evil', epoch = epoch + 1"),
+    ("retention_lease", "INSERT INTO retention_lease (name, holder, epoch, expires_at) "
+                        "VALUES ('x', 'evil', 1, 0)"),
+    ("retention_deleted", "DELETE FROM retention_deleted"),
+    ("retention_deleted", "INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, "
+                          "deleted_at, deleted_by) VALUES ('g-fake', 'acme', 'wf', 0, 1, 0, 'evil')"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.

@@ -671,6 +671,7 @@ class Store(Protocol):
         dry_run: bool = False,
         fence: Fence | None = None,
         actor: str | None = None,
+        into: list[str] | None = None,
     ) -> int:
         """Delete finished runs last changed before ``older_than`` (a time
         of the store's clock), with their histories; return how many runs
@@ -686,7 +687,8 @@ class Store(Protocol):
         tenant, workflow, last entry and its audit link, when, and
         ``actor``), written in the same transaction; its run memory goes
         with it (a trigger), and the artifacts it referenced are queued
-        for collection.
+        for collection. ``into``: a list the ids of the deleted runs are
+        appended to (the pass that reports what it deleted).
 
         Runs go in whole trees. A *root* (a run without a parent, or whose
         parent no longer exists) is pruned together with all its descendants,
@@ -735,7 +737,7 @@ class Store(Protocol):
         """Remove the policy of that scope (checked like a change); false: none."""
         ...
 
-    def take_retention_lease(self, holder: str, seconds: float, epoch: int | None = None) -> int | None:
+    def take_retention_lease(self, holder: str, seconds: float, held: int | None = None) -> int | None:
         """Renew or take the controller's lease; its epoch, ``None``: held by another."""
         ...
 

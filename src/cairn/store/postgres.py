@@ -1232,6 +1232,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         dry_run: bool = False,
         fence: Fence | None = None,
         actor: str | None = None,
+        into: list[str] | None = None,
     ) -> int:
         if dry_run:
             return len(self.prunable_runs(older_than, statuses, limit))
@@ -1242,7 +1243,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             raise StoreError(f"{who} cannot prune: artifacts are shared, and only the owner role sees "
                              "every reference to them (prune as the owner)")
 
-        def body(tx: _Conn) -> int:
+        def body(tx: _Conn, taken: list[str]) -> int:
+            taken.clear()  # a deadlock victim's retry starts again
             self.check_fence(tx, fence)
             roots, chosen = _select_prunable(tx, older_than, wanted, limit)
             if not chosen:
@@ -1256,6 +1258,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                      if all(row[0] in locked for row in tree)}
             doomed: list[str] = []
             lc.choose_trees(roots, trees, wanted, older_than, limit, doomed)
+            taken.extend(doomed)
             if doomed:
                 ids = {"run_ids": doomed}
                 tx.execute(_Q["record_deleted_runs"], {**ids, "now": now, "actor": actor or "prune"})
@@ -1266,7 +1269,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 tx.execute(_Q["delete_runs"], ids)
             return len(doomed)
 
-        pruned = self._transaction(body)
+        taken: list[str] = []
+        pruned = self._transaction(lambda tx: body(tx, taken))
+        if into is not None:
+            into.extend(taken)
         # Only after the runs are gone for good (committed): a crash from here
         # on leaves queued refs, never a run whose artifacts were deleted.
         stored_before = self.clock() - ARTIFACT_GRACE_SECONDS

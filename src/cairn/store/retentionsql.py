@@ -113,16 +113,17 @@ class SQLRetention(Generic[Tx]):
 
     # -- the controller's lease ---------------------------------------------------------------
 
-    def take_retention_lease(self, holder: str, seconds: float, epoch: int | None = None) -> int | None:
-        """Renew the lease ``holder`` holds at ``epoch``, or take it if it is
-        free or expired (a new epoch); ``None``: another holder has it."""
+    def take_retention_lease(self, holder: str, seconds: float, held: int | None = None) -> int | None:
+        """Renew the lease ``holder`` holds at epoch ``held``, or take it if it
+        is free or expired (a new epoch); its epoch, ``None``: another holder
+        has it. (Not a run's epoch: this is no holder write of a run.)"""
         if not seconds > 0:
             raise InvalidArgument(f"a lease lasts a positive number of seconds, not {seconds!r}")
 
         def body(tx: Tx) -> int | None:
             now = self.clock()
             rows = self._query(tx, "take_retention_lease",
-                               {"holder": holder, "epoch": epoch, "now": now, "until": now + seconds})
+                               {"holder": holder, "epoch": held, "now": now, "until": now + seconds})
             return int(rows[0][0]) if rows else None
 
         return self._operate(body)

@@ -814,6 +814,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         dry_run: bool = False,
         fence: Fence | None = None,
         actor: str | None = None,
+        into: list[str] | None = None,
     ) -> int:
         if dry_run:
             return len(self.prunable_runs(older_than, statuses, limit))
@@ -831,6 +832,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 tx.execute(_Q["delete_mailbox_of_runs"], ids)
                 tx.execute(_Q["delete_approvals_of_runs"], ids)
                 tx.execute(_Q["delete_runs"], ids)
+        if into is not None:  # committed
+            into.extend(doomed)
         # Only after the runs are gone for good: a crash from here on leaves
         # queued refs, never a run whose artifacts were deleted.
         stored_before = now - ARTIFACT_GRACE_SECONDS

@@ -140,15 +140,13 @@ class Controller:
 
     def _prune(self, cutoffs: rt.Cutoffs) -> list[Key]:
         """Run history through the one run-deletion path (``prune_runs``)."""
-        gone: list[Key] = []
+        gone: list[str] = []
         while True:
             fence = self._fence()
-            chosen = self.store.prunable_runs(cutoffs, None, self.batch)
             # called even with nothing to delete: it also collects the artifacts
             # nothing references any more (those of bodies expired above)
-            if not self.store.prune_runs(cutoffs, None, self.batch, fence=fence, actor=self.actor):
-                return gone
-            gone += [(run_id,) for run_id in chosen if self.store.get_run(run_id) is None]
+            if not self.store.prune_runs(cutoffs, None, self.batch, fence=fence, actor=self.actor, into=gone):
+                return [(run_id,) for run_id in gone]
             if faults.ARMED:
                 fault_point("retention.after_batch")
 
