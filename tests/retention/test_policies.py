@@ -138,3 +138,25 @@ def test_removing_the_history_policy_an_audit_policy_needs_is_refused(place: str
         ret.set("history", "2y")
     assert [(p.data_class, p.keep) for p in world.store.retention_policies()] == [
         (DataClass.AUDIT, 365 * DAY), (DataClass.HISTORY, 30 * DAY)]
+
+
+def test_a_tree_goes_whole_only_when_every_member_is_due_under_its_own_policy() -> None:
+    from cairn.store import lifecycle as lc
+
+    made = [rt.policy(None, None, "history", "30d"), rt.policy("b", None, "history", "forever"),
+            rt.policy("a", "slow", "history", "1y")]
+    cut = rt.cutoffs(made, DataClass.HISTORY, 1000 * DAY)
+    old = 900 * DAY  # 100 days ago
+    trees = {
+        "a": [("a", "completed", old, "a", "wf")],
+        # b's runs are kept forever: its child keeps the tree
+        "mixed": [("mixed", "completed", old, "a", "wf"), ("child", "completed", old, "b", "wf")],
+        "slow": [("slow", "completed", old, "a", "wf"), ("kid", "failed", old, "a", "slow")],  # a/slow: 1y
+        "recent": [("recent", "completed", 990 * DAY, "c", "wf")],  # 10 days old
+        "c": [("c", "cancelled", old, "c", "wf"), ("c1", "completed", old, "c", "other")],
+    }
+    chosen: list[str] = []
+    lc.choose_trees(list(trees), trees, lc.prune_statuses(None), cut, 100, chosen)
+    assert chosen == ["a", "c", "c1"]
+    assert lc.prune_cutoff(cut) == 970 * DAY
+    assert lc.prune_cutoff(rt.cutoffs([], DataClass.HISTORY, 0.0)) is None
