@@ -35,6 +35,8 @@ POINTS = frozenset(
         "indexer.after_claim",  # the embedding worker leased outbox rows; nothing is embedded yet
         "indexer.after_embed",  # the vectors are computed; none is stored yet
         "memory.tier_items.mid_move",  # an item's cold copy is written, its hot value not yet cleared
+        "retention.delete.before_commit",  # a retention batch's rows are deleted, not yet committed
+        "retention.after_batch",  # a retention batch is committed; the pass's next one not yet begun
         "langgraph.after_checkpoint",  # a LangGraph run's root checkpoint is stored; its journal entry is not
         "langgraph.put.before_commit",  # a LangGraph checkpoint's rows are written, not yet committed
         "langgraph.after_writes",  # a LangGraph task's writes are stored; its super-step's checkpoint is not

@@ -129,6 +129,7 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
                       ("memory_thread_messages",), ("memory_threads",), ("memory_vectors",),
                       ("queue_buckets",), ("queue_shares",), ("queues",),
                       ("run_archive_refs",), ("run_archives",),
+                      ("retention_deleted",), ("retention_lease",), ("retention_policies",),
                       ("runs",), ("schedules",),
                       ("schema_migrations",),
                       ("tenant_grants",),

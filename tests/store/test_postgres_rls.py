@@ -36,6 +36,7 @@ from cairn.cli.main import main
 from cairn.engine.bundles import Bundle
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store import retention
 from cairn.store.admission import QueueLimits, QueueShare, Rate
 from cairn.store.checkpointsql import BlobRow, CheckpointRow, Holder, ThreadKey, ValueRow, WriteRow, pack_refs
 from cairn.store.erasuresql import ErasureRecord
@@ -522,6 +523,11 @@ def _acme_world(d: Deployment) -> str:
     d.acme.append("a-arch", c.run.epoch, [step])
     finish(d.acme, d.clock, c, seq=c.next_seq + 1)
     d.owner.archive_run("a-arch")
+    # retention (issue 26 part 3): acme's policy, the controller's lease, a deleted run's record
+    d.acme.set_retention_policy(retention.policy("acme", None, "model-bodies", "7d"), "acme-op")
+    assert d.owner.take_retention_lease("owner-controller", 3600.0) == 1
+    d.as_role("owner", "INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, "
+                       "deleted_at, deleted_by) VALUES ('a-gone', 'acme', 'wf', 0, 3, 0, 'cli:root')")
     return ref
 
 
@@ -582,6 +588,11 @@ SNAPSHOTS = {
     # archived runs (a tenant's role reads its own; only the owner writes)
     "run_archives": "SELECT * FROM run_archives ORDER BY run_id",
     "run_archive_refs": "SELECT * FROM run_archive_refs ORDER BY run_id, ref",
+    # retention (issue 26 part 3): a tenant's own policies; the lease and the records the owner's
+    "retention_policies": "SELECT * FROM retention_policies WHERE tenant <> 'globex' "
+                          "ORDER BY tenant, workflow, data_class",
+    "retention_lease": "SELECT * FROM retention_lease ORDER BY name",
+    "retention_deleted": "SELECT * FROM retention_deleted ORDER BY run_id",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -631,6 +642,9 @@ READS = [
     ("audit_checkpoints", "SELECT record FROM audit_checkpoints"),
     ("audit_legacy", "SELECT run_id FROM audit_legacy"),
     ("erasures", "SELECT digest, runs FROM erasures"),
+    ("retention_policies", "SELECT keep FROM retention_policies WHERE tenant = 'acme'"),
+    ("retention_lease", "SELECT holder FROM retention_lease"),
+    ("retention_deleted", "SELECT run_id FROM retention_deleted"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -833,6 +847,18 @@ WRITES = [
     ("run_archives", "INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, hot_bytes, "
                      "stored_bytes, archived_at) VALUES ('a1', 'acme', 'evil', 0, 0, 0, 0, 0) "
                      "RETURNING run_id"),
+    ("retention_policies", "UPDATE retention_policies SET keep = 0 WHERE tenant = 'acme'"),
+    ("retention_policies", "DELETE FROM retention_policies WHERE tenant = 'acme'"),
+    ("retention_policies", "INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, "
+                           "updated_by) VALUES ('acme', 'wf', 'history', 0, 0, 'evil')"),
+    ("retention_policies", "INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, "
+                           "updated_by) VALUES ('*', '*', 'history', 0, 0, 'evil')"),
+    ("retention_lease", "UPDATE retention_lease SET holder = 'evil', epoch = epoch + 1"),
+    ("retention_lease", "INSERT INTO retention_lease (name, holder, epoch, expires_at) "
+                        "VALUES ('x', 'evil', 1, 0)"),
+    ("retention_deleted", "DELETE FROM retention_deleted"),
+    ("retention_deleted", "INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, "
+                          "deleted_at, deleted_by) VALUES ('g-fake', 'acme', 'wf', 0, 1, 0, 'evil')"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.

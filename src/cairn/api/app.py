@@ -1009,12 +1009,15 @@ class App:
         lease_seconds: float | None = None,
         on_outcome: Callable[[Claim, Outcome], None] | None = None,
         schedules: bool = True,
+        retention: bool = True,
     ) -> Worker:
         """A worker serving every workflow registered on this app.
         ``on_outcome`` is called after each claim ends (for logging).
-        ``schedules=False``: this worker fires none of the app's schedules."""
+        ``schedules=False``: this worker fires none of the app's schedules.
+        ``retention=False``: it runs no retention controller (``cairn.worker.retention``;
+        a worker on a tenant's PostgreSQL role cannot delete anyway)."""
         lease = self.lease_seconds if lease_seconds is None else lease_seconds
-        settings = WorkerSettings(concurrency, lease, poll_interval, queues, schedules)
+        settings = WorkerSettings(concurrency, lease, poll_interval, queues, schedules, retention)
         return Worker(self.runtime, settings, worker_id, on_outcome)
 
     def close(self) -> None:

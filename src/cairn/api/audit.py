@@ -55,6 +55,10 @@ class Report:
     erased: int = 0
     #: anchored runs an erasure deleted (its record names them): gone, as recorded
     erased_runs: int = 0
+    #: entries whose body a retention policy removed: their links verified, their bodies gone
+    expired: int = 0
+    #: anchored runs deleted since (by retention or prune), their deletion recorded up to the anchored entry
+    deleted: int = 0
     problems: list[Problem] = field(default_factory=list)
     #: tenant -> time of the checkpoint verified against
     anchors: dict[str, float] = field(default_factory=dict)
@@ -73,6 +77,11 @@ class Report:
                         f"contents unreadable)")
         if self.erased_runs:
             counted += f" ({self.erased_runs} anchored run(s) ERASED: deleted by a recorded erasure)"
+        if self.expired:
+            counted += (f" ({self.expired} EXPIRED: their bodies were removed by a retention policy, their "
+                        f"links verified)")
+        if self.deleted:
+            counted += f" ({self.deleted} anchored runs DELETED since, by retention or prune, as recorded)"
         if self.verdict is Verdict.TAMPERED:
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
             return f"TAMPERED: {self.problems[0]}{more}"
@@ -87,7 +96,8 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "entries": self.entries, "runs": self.runs,
                 "anchored": self.anchored, "unanchored": self.unanchored, "before_chain": self.before_chain,
-                "erased": self.erased, "erased_runs": self.erased_runs,
+                "erased": self.erased, "erased_runs": self.erased_runs, "expired": self.expired,
+                "deleted": self.deleted,
                 "problems": [{"run_id": p.run_id, "seq": p.seq, "problem": p.what} for p in self.problems],
                 "anchors": self.anchors, "summary": self.summary()}
 
@@ -145,11 +155,13 @@ class Audit:
                               want={run: seq for run, (seq, _) in heads.items()})
         erased_runs = self._erased_runs(heads, tenant_of, chains)
         report = Report(Verdict.UNANCHORED, chains.entries, len(chains.heads),
-                        before_chain=chains.before_chain, erased=chains.erased,
+                        before_chain=chains.before_chain, erased=chains.erased, expired=chains.expired,
                         problems=list(chains.problems), erased_runs=erased_runs)
         report.anchors = {t: c.at for t, c in checkpoints.items()}
         stamp = _when(report.anchors) if report.anchors else ""
-        report.problems += check_anchor(chains, heads, tenant_of, stamp)
+        deleted = {d.run_id: (d.last_seq, d.head) for d in self._store.deleted_runs(tenant)} if heads else {}
+        report.problems += check_anchor(chains, heads, tenant_of, stamp, deleted)
+        report.deleted = chains.deleted
         report.anchored = sum(seq for run, (seq, _) in heads.items() if chains.found.get(run) is not None)
         if report.problems:
             report.verdict = Verdict.TAMPERED

@@ -169,7 +169,7 @@ def erase(store: Store, target: Target, *, actor: str, dry_run: bool = False,
     statuses = [RunStatus(status) for status in TERMINAL]
     while ids:
         cutoff = store.clock() + 0.001  # every run killed above is older
-        pruned = store.prune_runs(cutoff, statuses, ERASE_BATCH, roots=ids, grace=False)
+        pruned = store.prune_runs(cutoff, statuses, ERASE_BATCH, roots=ids, grace=False, record=False)
         deleted += pruned
         left = [run_id for run_id, _, _ in store.erasure_runs(target.tenant, target.subject, target.thread)]
         if not pruned or not left:

@@ -36,6 +36,7 @@ from cairn.api.approvals import view as approval_view
 from cairn.api.erasure import KILL_REASON, Erasure, Target
 from cairn.api.erasure import erase as erase_target
 from cairn.api.ledger import Ledger, OperationView, resolution_request
+from cairn.api.retention import Retention
 from cairn.api.workspaces import WorkspaceViews
 from cairn.codec import schemas, values
 from cairn.codec.payloads import PayloadCodec
@@ -515,7 +516,8 @@ class Operator:
             return self._store.prune_runs(cutoff, chosen, sys.maxsize, dry_run=True)
         total = 0
         self.sweep_memory(batch_size)  # expired memory first: its artifacts are collected below
-        while pruned := self._store.prune_runs(cutoff, chosen, batch_size):
+        # the one run-deletion path, the retention controller's too (cairn.worker.retention)
+        while pruned := self._store.prune_runs(cutoff, chosen, batch_size, actor=self.actor):
             total += pruned
         return total
 
@@ -564,6 +566,11 @@ class Operator:
     def run_archive(self, run_id: str) -> ArchiveRecord | None:
         """Where run ``run_id`` is archived; ``None`` while it is hot."""
         return self._store.run_archive(run_id)
+    @property
+    def retention(self) -> Retention:
+        """Retention policies per data class, and the controller on demand
+        (``cairn.api.retention``), acting as this operator."""
+        return Retention(self._store, self.actor)
 
     # -- memory (issue 14): introspection and deletion ---------------------------------------
 

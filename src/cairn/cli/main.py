@@ -30,6 +30,7 @@ from .memory import memory
 from .ops import ops
 from .options import CairnGroup, db_option
 from .queues import queues
+from .retention import retention
 from .runs import budget, cancel, kill, resume, retry, start
 from .sandbox import sandbox
 from .schedules import schedules
@@ -70,5 +71,6 @@ for _command in (
     audit,                                                      # the audit chain (cli/audit.py)
     erase,                                                      # erasure by subject/thread/tenant
     archive,                                                    # archived runs (cli/archive.py)
+    retention,                                                  # retention policies (cli/retention.py)
 ):
     main.add_command(_command)

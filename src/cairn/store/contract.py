@@ -75,6 +75,8 @@ from cairn.store.records import (
     TokenRecord,
     UsageTotals,
 )
+from cairn.store.retention import Cutoffs, DataClass, Policy
+from cairn.store.retentionsql import DeletedRun, Fence, Key
 from cairn.store.schedules import Fired, ScheduleSpec, ScheduleState
 from cairn.store.transactions import Tx
 from cairn.store.vectorindex import (
@@ -669,17 +671,36 @@ class Store(Protocol):
 
     def prune_runs(
         self,
-        older_than: float,
+        older_than: float | Cutoffs,
         statuses: Collection[RunStatus] | None = None,
         limit: int = 1000,
         *,
         dry_run: bool = False,
         roots: Collection[str] | None = None,
         grace: bool = True,
+        fence: Fence | None = None,
+        actor: str | None = None,
+        into: list[str] | None = None,
+        record: bool = True,
     ) -> int:
         """Delete finished runs last changed before ``older_than`` (a time
         of the store's clock), with their histories; return how many runs
-        were deleted.
+        were deleted. The one path that deletes runs: ``cairn prune`` and
+        the retention controller both come here.
+
+        ``older_than`` may be a retention policy's ``Cutoffs`` (class
+        ``history``): each run is then due by the policy of its own tenant
+        and workflow, and a tree goes when every member is due.
+        ``fence``: the retention controller's lease (``RetentionFenced`` and
+        nothing deleted unless it still holds it, checked in the deleting
+        transaction). Each deleted run leaves a record (``deleted_runs``:
+        tenant, workflow, last entry and its audit link, when, and
+        ``actor``), written in the same transaction; its run memory goes
+        with it (a trigger), and the artifacts it referenced are queued
+        for collection. ``into``: a list the ids of the deleted runs are
+        appended to (the pass that reports what it deleted). ``record=False``:
+        no deletion record (an erasure, whose own record keeps the deleted
+        runs' keyed digests and nothing that could name its subject).
 
         Runs go in whole trees. A *root* (a run without a parent, or whose
         parent no longer exists) is pruned together with all its descendants,
@@ -701,13 +722,53 @@ class Store(Protocol):
         references it and it was last stored before both ``older_than`` and
         ``ARTIFACT_GRACE_SECONDS`` ago (storing the same bytes again counts
         as storing it); until then it stays queued. Every call, including one
-        that deletes no run, collects what is ready in the queue.
+        that deletes no run, collects what is ready in the queue (with
+        ``Cutoffs``: what was stored before ``ARTIFACT_GRACE_SECONDS`` ago).
 
         ``roots``: only trees whose root is one of these runs (an erasure's,
         ``cairn.api.erasure``). ``grace=False``: artifacts go once last
         stored before ``older_than``, without ``ARTIFACT_GRACE_SECONDS`` (an
         erasure must not leave the subject's artifacts for a later call).
         """
+        ...
+
+    def prunable_runs(
+        self, older_than: float | Cutoffs, statuses: Collection[RunStatus] | None = None, limit: int = 1000,
+        *, roots: Collection[str] | None = None,
+    ) -> list[str]:
+        """The runs ``prune_runs`` with these arguments would delete now (the dry run)."""
+        ...
+
+    # -- retention policies and their controller (store.retentionsql) ---------------------
+
+    def retention_policies(self, tenant: str | None = None) -> list[Policy]:
+        """The policies of ``tenant`` and the installation's (``*``); ``None``:
+        every one this store may read (a tenant's role: its own and ``*``)."""
+        ...
+
+    def set_retention_policy(self, policy: Policy, actor: str) -> Policy:
+        """Store ``policy`` as set by ``actor`` unless the policies after it
+        fail ``retention.check`` (``InvalidArgument``, nothing stored)."""
+        ...
+
+    def remove_retention_policy(self, tenant: str, workflow: str, cls: DataClass) -> bool:
+        """Remove the policy of that scope (checked like a change); false: none."""
+        ...
+
+    def take_retention_lease(self, holder: str, seconds: float, held: int | None = None) -> int | None:
+        """Renew or take the controller's lease; its epoch, ``None``: held by another."""
+        ...
+
+    def retention_due(self, cutoffs: Cutoffs, limit: int | None = None) -> list[Key]:
+        """The rows of ``cutoffs``'s class (not ``history``) due now, in key order."""
+        ...
+
+    def retention_delete(self, cutoffs: Cutoffs, keys: Sequence[Key], fence: Fence | None) -> list[Key]:
+        """Delete (bodies: expire) those of ``keys`` still due, fenced; the keys that went."""
+        ...
+
+    def deleted_runs(self, tenant: str | None = None) -> list[DeletedRun]:
+        """The records of deleted runs, oldest first."""
         ...
 
     # -- erasure (cairn.api.erasure) ---------------------------------------------
@@ -767,6 +828,8 @@ class Store(Protocol):
         rewrites the database (``VACUUM``) with ``secure_delete`` on and
         truncates its WAL; PostgreSQL vacuums the tables that hold run data.
         What was done, for the erasure's report."""
+        ...
+
     # -- tiers: archived runs (store.archivesql) ----------------------------------
 
     def archive_run(self, run_id: str, *, actor: str | None = None) -> ArchiveRecord:

@@ -42,6 +42,7 @@ from cairn.security.shredding import shredder_of
 from cairn.store.keysql import SUBJECT_KEY_BASE, DataKeyRow
 from cairn.store.records import Payload
 from cairn.store.rekey import BESIDE_SEALED, PLAIN_DETAIL, REASON_PREFIX, reason_place
+from cairn.store.retention import EXPIRED_TAG
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -404,6 +405,8 @@ class Sealer:
                 self.artifact_tenants[payload.ref] = place.tenant
                 if len(self.artifact_tenants) > 4096:
                     self.artifact_tenants.popitem(last=False)
+            return payload
+        if payload.data[:2] == EXPIRED_TAG:  # its body expired (store.retention): nothing sealed is left
             return payload
         return Payload(self.open(place, payload.data), payload.ref)
 

@@ -62,6 +62,7 @@ from cairn.store.records import (
     TokenRecord,
     approval_key,
 )
+from cairn.store.retentionsql import SQLRetention
 from cairn.store.rows import (
     approval_from_row,
     approval_params,
@@ -120,7 +121,7 @@ class Hold(Enum):
 
 
 class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx], SQLArchive[Tx],
-               SQLAudit[Tx], SQLErasure[Tx], Generic[Tx]):
+               SQLAudit[Tx], SQLErasure[Tx], SQLRetention[Tx], Generic[Tx]):
     """The operator transitions of ``contract.Store`` over a dialect's
     primitives; ``Tx`` is the dialect's transaction handle. The memory tiers
     are ``memsql.SQLMemory``'s, over the vector index of long-term memory

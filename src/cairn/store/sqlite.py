@@ -74,6 +74,8 @@ from cairn.store.records import (
     RunStatus,
     UsageTotals,
 )
+from cairn.store.retention import Cutoffs
+from cairn.store.retentionsql import Fence
 from cairn.store.rows import (
     LINK_TAG,
     claim_history,
@@ -828,35 +830,46 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
 
     def prune_runs(
         self,
-        older_than: float,
+        older_than: float | Cutoffs,
         statuses: Collection[RunStatus] | None = None,
         limit: int = 1000,
         *,
         dry_run: bool = False,
         roots: Collection[str] | None = None,
         grace: bool = True,
+        fence: Fence | None = None,
+        actor: str | None = None,
+        into: list[str] | None = None,
+        record: bool = True,
     ) -> int:
+        if dry_run:
+            return len(self.prunable_runs(older_than, statuses, limit, roots=roots))
         wanted = lc.prune_statuses(statuses)
         only = None if roots is None else sorted(roots)
         lc.check_prune_limit(limit)
-        if dry_run:
-            with self._read() as conn:
-                return len(_select_prunable(conn, older_than, wanted, limit, only))
         with self._write() as tx:
+            self.check_fence(tx, fence)
             now = self.clock()
             doomed = _select_prunable(tx, older_than, wanted, limit, only)
             if doomed:
                 ids = {"run_ids": dumps(doomed)}
+                if record:  # an erasure records its runs by keyed digest only (no run id kept)
+                    tx.execute(_Q["record_deleted_runs"], {**ids, "now": now, "actor": actor or "prune"})
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
                 tx.execute(_Q["delete_history_of_runs"], ids)
                 tx.execute(_Q["delete_mailbox_of_runs"], ids)
                 tx.execute(_Q["delete_approvals_of_runs"], ids)
                 tx.execute(_Q["delete_runs"], ids)
+        if into is not None:  # committed
+            into.extend(doomed)
         # Only after the runs are gone for good: a crash from here on leaves
         # queued refs, never a run whose artifacts were deleted.
+        # without ``grace`` (an erasure), what was stored until now goes too
+        stored_before = now - ARTIFACT_GRACE_SECONDS * grace
+        if not isinstance(older_than, Cutoffs):
+            stored_before = min(older_than, stored_before)
         try:
-            self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS * grace),
-                                    lc.prune_page_size(limit))
+            self._collect_artifacts(stored_before, lc.prune_page_size(limit))
         except OSError as exc:
             raise StoreError(f"cannot delete artifacts in {str(self.artifact_dir)!r}: {exc}") from None
         return len(doomed)
@@ -880,6 +893,14 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         finally:
             self._writer.release()
         return {"vacuumed": True, "wal_truncated": not busy}
+    def prunable_runs(
+        self, older_than: float | Cutoffs, statuses: Collection[RunStatus] | None = None, limit: int = 1000,
+        *, roots: Collection[str] | None = None,
+    ) -> list[str]:
+        wanted = lc.prune_statuses(statuses)
+        lc.check_prune_limit(limit)
+        with self._read() as conn:
+            return _select_prunable(conn, older_than, wanted, limit, None if roots is None else sorted(roots))
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
         """Walk the collection queue a page per write transaction: delete the
@@ -1092,21 +1113,23 @@ def _touch(path: Path, now: float) -> bool:
 
 
 def _select_prunable(
-    conn: sqlite3.Connection, older_than: float, statuses: Collection[RunStatus], limit: int,
+    conn: sqlite3.Connection, older_than: float | Cutoffs, statuses: Collection[RunStatus], limit: int,
     roots: list[str] | None = None,
 ) -> list[str]:
-    """The runs ``prune_runs`` deletes now (see ``lifecycle.select_prunable``)."""
-    params: dict[str, Any] = {"statuses": dumps(sorted(s.value for s in statuses)), "cutoff": older_than,
+    """The runs ``prune_runs`` deletes now (see ``lifecycle.select_prunable``;
+    ``roots``: only the trees of these roots)."""
+    params: dict[str, Any] = {"statuses": dumps(sorted(s.value for s in statuses)),
+                              "cutoff": lc.prune_cutoff(older_than),
                               "roots": None if roots is None else dumps(roots)}
 
     def roots_after(at: float | None, run_id: str, page: int) -> list[tuple[str, float]]:
         query = {**params, "after_at": at, "after_id": run_id, "page": page}
         return [(row[0], row[1]) for row in conn.execute(_Q["select_prune_roots"], query)]
 
-    def trees_of(roots: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
-        trees: dict[str, list[tuple[str, str, float]]] = {}
-        for root, run_id, status, updated_at in conn.execute(_Q["select_trees"], {"roots": dumps(roots)}):
-            trees.setdefault(root, []).append((run_id, status, updated_at))
+    def trees_of(roots: Sequence[str]) -> dict[str, list[lc.TreeRow]]:
+        trees: dict[str, list[lc.TreeRow]] = {}
+        for root, *member in conn.execute(_Q["select_trees"], {"roots": dumps(roots)}):
+            trees.setdefault(root, []).append(tuple(member))
         return trees
 
     return lc.select_prunable(roots_after, trees_of, statuses, older_than, limit)[1]

@@ -468,7 +468,7 @@ WITH RECURSIVE tree(root, run_id) AS (
     UNION
     SELECT tree.root, runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
 )
-SELECT tree.root, runs.run_id, runs.status, runs.updated_at
+SELECT tree.root, runs.run_id, runs.status, runs.updated_at, runs.tenant, runs.workflow
 FROM tree JOIN runs ON runs.run_id = tree.run_id
 
 -- name: queue_artifacts_of_runs
@@ -503,7 +503,9 @@ DELETE FROM runs WHERE run_id = ANY(%(run_ids)s::text[])
 SELECT g.ref, g.queued_at,
        EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
        OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref)
+       -- an entry whose body retention expired keeps its ref (the audit link covers it), not the body
+       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref
+                  AND (payload IS NULL OR substring(payload FROM 1 FOR 2) <> '\x0003'::bytea))
        OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref = g.ref)
@@ -2115,3 +2117,140 @@ WHERE r.updated_at < %(cutoff)s::float8
   AND NOT EXISTS (SELECT 1 FROM run_archives AS a WHERE a.run_id = r.run_id)
   AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
 ORDER BY r.updated_at, r.run_id COLLATE "C" LIMIT %(limit)s
+
+-- == Retention (issue 26 part 3; cairn.store.retentionsql) ====================================
+
+-- name: retention_policies
+SELECT tenant, workflow, data_class, keep, updated_at, updated_by FROM retention_policies
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text OR tenant = '*'
+ORDER BY tenant COLLATE "C", workflow COLLATE "C", data_class COLLATE "C"
+
+-- A policy change and the check of the whole set after it, one at a time
+-- (two concurrent changes, each fine alone, could otherwise pass together).
+-- name: lock_retention_policies
+SELECT pg_advisory_xact_lock(hashtext('cairn.retention_policies'))
+
+-- name: upsert_retention_policy
+INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, updated_by)
+VALUES (%(tenant)s::text, %(workflow)s::text, %(data_class)s::text, %(keep)s::float8, %(now)s::float8,
+        %(actor)s::text)
+ON CONFLICT (tenant, workflow, data_class) DO UPDATE
+SET keep = excluded.keep, updated_at = excluded.updated_at, updated_by = excluded.updated_by
+
+-- name: delete_retention_policy
+DELETE FROM retention_policies
+WHERE tenant = %(tenant)s::text AND workflow = %(workflow)s::text AND data_class = %(data_class)s::text
+RETURNING tenant
+
+-- Take the controller's lease: renew it (same holder and epoch, the epoch
+-- kept), or take it over once it expired (the epoch bumped, so the old
+-- holder's fence fails). No row returned: someone else holds it.
+-- name: take_retention_lease
+INSERT INTO retention_lease (name, holder, epoch, expires_at)
+VALUES ('controller', %(holder)s::text, 1, %(until)s::float8)
+ON CONFLICT (name) DO UPDATE SET
+    epoch = CASE WHEN retention_lease.holder = %(holder)s::text AND retention_lease.epoch = %(epoch)s::bigint
+                 THEN retention_lease.epoch ELSE retention_lease.epoch + 1 END,
+    holder = excluded.holder, expires_at = excluded.expires_at
+WHERE (retention_lease.holder = %(holder)s::text AND retention_lease.epoch = %(epoch)s::bigint)
+   OR retention_lease.expires_at <= %(now)s::float8
+RETURNING epoch
+
+-- The fence of every deletion: the caller still holds the lease at its
+-- epoch. FOR SHARE: a takeover waits until this transaction ends.
+-- name: check_retention_fence
+SELECT 1 FROM retention_lease
+WHERE name = 'controller' AND holder = %(holder)s::text AND epoch = %(epoch)s::bigint
+  AND expires_at > %(now)s::float8
+FOR SHARE
+
+-- Before a run is deleted: its record (audit), with its last entry's link.
+-- name: record_deleted_runs
+INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, deleted_by)
+SELECT r.run_id, r.tenant, r.workflow, r.updated_at,
+       COALESCE((SELECT max(h.seq) FROM history AS h WHERE h.run_id = r.run_id), 0),
+       (SELECT h.link FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1),
+       %(now)s::float8, %(actor)s::text
+FROM runs AS r WHERE r.run_id = ANY(%(run_ids)s::text[])
+ON CONFLICT (run_id) DO UPDATE SET
+    tenant = excluded.tenant, workflow = excluded.workflow, finished_at = excluded.finished_at,
+    last_seq = excluded.last_seq, head = excluded.head, deleted_at = excluded.deleted_at,
+    deleted_by = excluded.deleted_by
+
+-- name: deleted_runs
+SELECT run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, deleted_by FROM retention_deleted
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) ORDER BY finished_at, run_id
+
+-- Audit records finished before the latest cutoff, a page at a time.
+-- name: deleted_run_candidates
+SELECT run_id, tenant, workflow, finished_at FROM retention_deleted
+WHERE finished_at < %(cutoff)s::float8 AND (finished_at, run_id) > (%(after_at)s::float8, %(after_id)s::text)
+ORDER BY finished_at, run_id LIMIT %(page)s::bigint
+
+-- name: forget_deleted_run
+DELETE FROM retention_deleted WHERE run_id = %(run_id)s::text AND finished_at = %(finished_at)s::float8
+RETURNING run_id
+
+-- Entries of finished runs whose body a class expires, older than the latest
+-- cutoff and not expired yet, a page at a time in (run_id, seq) order.
+-- name: body_candidates
+SELECT h.run_id, h.seq, r.tenant, r.workflow, h.at FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND h.at < %(cutoff)s::float8
+  AND (h.run_id, h.seq) > (%(after_run)s::text, %(after_seq)s::bigint)
+  AND ((%(cls)s::text = 'model-bodies' AND h.event = 'step.completed' AND h.step_kind = 'model'
+        AND (h.payload IS NOT NULL OR h.payload_ref IS NOT NULL))
+       OR (%(cls)s::text = 'artifacts' AND h.payload_ref IS NOT NULL))
+  AND (h.payload IS NULL OR substring(h.payload FROM 1 FOR 2) <> '\x0003'::bytea)
+ORDER BY h.run_id, h.seq LIMIT %(page)s::bigint
+
+-- PostgreSQL keeps every payload in its row (TOAST): nothing spilled to drop.
+-- name: drop_spilled_body
+SELECT 1 WHERE %(run_id)s::text IS NULL AND %(seq)s::bigint IS NULL
+
+-- name: queue_body_artifact
+INSERT INTO artifact_gc (ref, queued_at)
+SELECT payload_ref, %(now)s::float8 FROM history
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint AND payload_ref IS NOT NULL
+ON CONFLICT (ref) DO NOTHING
+
+-- name: expire_body
+UPDATE history SET payload = %(marker)s::bytea
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint
+  AND (payload IS NULL OR substring(payload FROM 1 FOR 2) <> '\x0003'::bytea)
+  AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = history.run_id
+              AND r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted'))
+RETURNING run_id
+
+-- Thread messages older than the latest cutoff, a page at a time.
+-- name: message_candidates
+SELECT tenant, thread_id, idx, created_at FROM memory_thread_messages
+WHERE created_at < %(cutoff)s::float8
+  AND (tenant, thread_id, idx) > (%(after_tenant)s::text, %(after_thread)s::text, %(after_idx)s::bigint)
+ORDER BY tenant, thread_id, idx LIMIT %(page)s::bigint
+
+-- name: forget_message
+DELETE FROM memory_thread_messages
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx = %(idx)s::bigint
+  AND created_at < %(cutoff)s::float8
+RETURNING idx
+
+-- A thread left without messages, last written before the cutoff.
+-- name: forget_empty_thread
+DELETE FROM memory_threads
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND updated_at < %(cutoff)s::float8
+  AND NOT EXISTS (SELECT 1 FROM memory_thread_messages AS m
+                  WHERE m.tenant = memory_threads.tenant AND m.thread_id = memory_threads.thread_id)
+
+-- Long-term items last written before the latest cutoff, of one class
+-- (semantic: with index text), a page at a time.
+-- name: item_candidates
+SELECT tenant, namespace, key, updated_at FROM memory_items
+WHERE updated_at < %(cutoff)s::float8
+  AND ((%(semantic)s::boolean AND index_text IS NOT NULL) OR (NOT %(semantic)s::boolean AND index_text IS NULL))
+  AND (tenant, namespace, key) > (%(after_tenant)s::text, %(after_namespace)s::text, %(after_key)s::text)
+ORDER BY tenant, namespace, key LIMIT %(page)s::bigint
+
+-- name: item_unchanged
+SELECT 1 FROM memory_items WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text
+  AND key = %(key)s::text AND updated_at = %(updated_at)s::float8

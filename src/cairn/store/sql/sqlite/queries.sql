@@ -295,7 +295,7 @@ WITH RECURSIVE tree(root, run_id) AS (
     UNION
     SELECT tree.root, runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
 )
-SELECT tree.root, runs.run_id, runs.status, runs.updated_at
+SELECT tree.root, runs.run_id, runs.status, runs.updated_at, runs.tenant, runs.workflow
 FROM tree JOIN runs ON runs.run_id = tree.run_id
 
 -- Queue every artifact the runs in :run_ids reference for collection.
@@ -335,7 +335,9 @@ DELETE FROM runs WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 SELECT g.ref, g.queued_at,
        EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
        OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref)
+       -- an entry whose body retention expired keeps its ref (the audit link covers it), not the body
+       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref
+                  AND (payload IS NULL OR substr(payload, 1, 2) <> X'0003'))
        OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref = g.ref)
@@ -1712,3 +1714,130 @@ WHERE r.updated_at < :cutoff
   AND NOT EXISTS (SELECT 1 FROM run_archives AS a WHERE a.run_id = r.run_id)
   AND (:tenant IS NULL OR r.tenant = :tenant)
 ORDER BY r.updated_at, r.run_id LIMIT :limit
+
+-- == Retention (issue 26 part 3; cairn.store.retentionsql) ====================================
+
+-- name: retention_policies
+SELECT tenant, workflow, data_class, keep, updated_at, updated_by FROM retention_policies
+WHERE :tenant IS NULL OR tenant = :tenant OR tenant = '*'
+ORDER BY tenant, workflow, data_class
+
+-- SQLite has one writer: a policy change and its check are serialised already.
+-- name: lock_retention_policies
+SELECT 1
+
+-- name: upsert_retention_policy
+INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, updated_by)
+VALUES (:tenant, :workflow, :data_class, :keep, :now, :actor)
+ON CONFLICT (tenant, workflow, data_class) DO UPDATE
+SET keep = excluded.keep, updated_at = excluded.updated_at, updated_by = excluded.updated_by
+
+-- name: delete_retention_policy
+DELETE FROM retention_policies WHERE tenant = :tenant AND workflow = :workflow AND data_class = :data_class
+RETURNING tenant
+
+-- Take the controller's lease: renew it (same holder and epoch, the epoch
+-- kept), or take it over once it expired (the epoch bumped, so the old
+-- holder's fence fails). No row returned: someone else holds it.
+-- name: take_retention_lease
+INSERT INTO retention_lease (name, holder, epoch, expires_at) VALUES ('controller', :holder, 1, :until)
+ON CONFLICT (name) DO UPDATE SET
+    epoch = CASE WHEN retention_lease.holder = :holder AND retention_lease.epoch = :epoch
+                 THEN retention_lease.epoch ELSE retention_lease.epoch + 1 END,
+    holder = excluded.holder, expires_at = excluded.expires_at
+WHERE (retention_lease.holder = :holder AND retention_lease.epoch = :epoch) OR retention_lease.expires_at <= :now
+RETURNING epoch
+
+-- The fence of every deletion: the caller still holds the lease at its epoch.
+-- name: check_retention_fence
+SELECT 1 FROM retention_lease
+WHERE name = 'controller' AND holder = :holder AND epoch = :epoch AND expires_at > :now
+
+-- Before a run is deleted: its record (audit), with its last entry's link.
+-- name: record_deleted_runs
+INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, deleted_by)
+SELECT r.run_id, r.tenant, r.workflow, r.updated_at,
+       COALESCE((SELECT max(h.seq) FROM history AS h WHERE h.run_id = r.run_id), 0),
+       (SELECT h.link FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1),
+       :now, :actor
+FROM runs AS r WHERE r.run_id IN (SELECT value FROM json_each(:run_ids))
+ON CONFLICT (run_id) DO UPDATE SET
+    tenant = excluded.tenant, workflow = excluded.workflow, finished_at = excluded.finished_at,
+    last_seq = excluded.last_seq, head = excluded.head, deleted_at = excluded.deleted_at,
+    deleted_by = excluded.deleted_by
+
+-- name: deleted_runs
+SELECT run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, deleted_by FROM retention_deleted
+WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY finished_at, run_id
+
+-- Audit records finished before the latest cutoff, a page at a time.
+-- name: deleted_run_candidates
+SELECT run_id, tenant, workflow, finished_at FROM retention_deleted
+WHERE finished_at < :cutoff AND (finished_at, run_id) > (:after_at, :after_id)
+ORDER BY finished_at, run_id LIMIT :page
+
+-- name: forget_deleted_run
+DELETE FROM retention_deleted WHERE run_id = :run_id AND finished_at = :finished_at RETURNING run_id
+
+-- Entries of finished runs whose body a class expires, older than the latest
+-- cutoff and not expired yet, a page at a time in (run_id, seq) order.
+-- name: body_candidates
+SELECT h.run_id, h.seq, r.tenant, r.workflow, h.at FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND h.at < :cutoff
+  AND (h.run_id, h.seq) > (:after_run, :after_seq)
+  AND ((:cls = 'model-bodies' AND h.event = 'step.completed' AND h.step_kind = 'model'
+        AND (h.payload IS NOT NULL OR h.payload_ref IS NOT NULL))
+       OR (:cls = 'artifacts' AND h.payload_ref IS NOT NULL))
+  AND (h.payload IS NULL OR substr(h.payload, 1, 2) <> X'0003')
+ORDER BY h.run_id, h.seq LIMIT :page
+
+-- Expire one entry's body: a spilled payload's row goes, its artifact is
+-- queued for collection, the payload becomes the marker (the ref stays: the
+-- audit link covers it). Only on a finished run, only once.
+-- name: drop_spilled_body
+DELETE FROM history_payloads WHERE id = (
+    SELECT CAST(substr(payload, 3) AS INTEGER) FROM history
+    WHERE run_id = :run_id AND seq = :seq AND substr(payload, 1, 2) = X'0002')
+
+-- name: queue_body_artifact
+INSERT INTO artifact_gc (ref, queued_at)
+SELECT payload_ref, :now FROM history WHERE run_id = :run_id AND seq = :seq AND payload_ref IS NOT NULL
+ON CONFLICT (ref) DO NOTHING
+
+-- name: expire_body
+UPDATE history SET payload = :marker
+WHERE run_id = :run_id AND seq = :seq AND (payload IS NULL OR substr(payload, 1, 2) <> X'0003')
+  AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = history.run_id
+              AND r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted'))
+RETURNING run_id
+
+-- Thread messages older than the latest cutoff, a page at a time.
+-- name: message_candidates
+SELECT tenant, thread_id, idx, created_at FROM memory_thread_messages
+WHERE created_at < :cutoff AND (tenant, thread_id, idx) > (:after_tenant, :after_thread, :after_idx)
+ORDER BY tenant, thread_id, idx LIMIT :page
+
+-- name: forget_message
+DELETE FROM memory_thread_messages
+WHERE tenant = :tenant AND thread_id = :thread_id AND idx = :idx AND created_at < :cutoff
+RETURNING idx
+
+-- A thread left without messages, last written before the cutoff.
+-- name: forget_empty_thread
+DELETE FROM memory_threads
+WHERE tenant = :tenant AND thread_id = :thread_id AND updated_at < :cutoff
+  AND NOT EXISTS (SELECT 1 FROM memory_thread_messages AS m
+                  WHERE m.tenant = memory_threads.tenant AND m.thread_id = memory_threads.thread_id)
+
+-- Long-term items last written before the latest cutoff, of one class
+-- (semantic: with index text), a page at a time.
+-- name: item_candidates
+SELECT tenant, namespace, key, updated_at FROM memory_items
+WHERE updated_at < :cutoff AND ((:semantic AND index_text IS NOT NULL) OR (NOT :semantic AND index_text IS NULL))
+  AND (tenant, namespace, key) > (:after_tenant, :after_namespace, :after_key)
+ORDER BY tenant, namespace, key LIMIT :page
+
+-- name: item_unchanged
+SELECT 1 FROM memory_items WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+  AND updated_at = :updated_at
