@@ -136,6 +136,8 @@ class Snapshot:
 
 #: a checkpoint's channel chains, oldest first: (kind, refs, whether it names a base)
 Chains = dict[str, list[tuple[str, bytes, bool]]]
+#: a value's stored bytes as its reader reads them: (thread, digest, stored) -> bytes
+Opener = Callable[[str, int, bytes], bytes]
 #: a listed row to read, with how to read its channel versions and which lists the reader holds
 Asked = tuple[CheckpointRow, Callable[[CheckpointRow], Mapping[str, str]], Callable[[str, bytes], bool]]
 
@@ -244,12 +246,15 @@ class SQLCheckpoints(Generic[Tx]):
 
     def lg_read(self, key: ThreadKey, checkpoint_id: str | None,
                 versions_of: Callable[[CheckpointRow], Mapping[str, str]],
-                known: Callable[[str, bytes], bool] = lambda channel, refs: False) -> Snapshot | None:
+                known: Callable[[str, bytes], bool] = lambda channel, refs: False,
+                opener: Opener | None = None) -> Snapshot | None:
         """The checkpoint ``checkpoint_id`` (the latest of the namespace if
         ``None``) with its channels, writes and values, from one snapshot;
         ``versions_of`` decodes the row's channel versions; the values of a
         list channel whose items the caller holds already (``known(channel,
-        refs)``) are not fetched."""
+        refs)``) are not fetched; ``opener(thread, digest, data)``: a value's
+        bytes as the caller reads them (opened, when sealed), applied once per
+        value fetched."""
 
         def work(tx: Tx, whole: bool) -> Snapshot | None:
             where = _where(key)
@@ -259,7 +264,8 @@ class SQLCheckpoints(Generic[Tx]):
                 found = self._query(tx, "lg_checkpoint", {**where, "checkpoint_id": checkpoint_id})
             if not found:
                 return None
-            return self._lg_fill(tx, key.tenant, [(_row(found[0]), versions_of, known)], {}, whole)[0]
+            return self._lg_fill(tx, key.tenant, [(_row(found[0]), versions_of, known)], {}, whole,
+                                 opener)[0]
 
         return self._lg_reading(work)
 
@@ -274,12 +280,13 @@ class SQLCheckpoints(Generic[Tx]):
             name = "lg_list_thread" if before is None else "lg_list_thread_before"
         return self._in_read(lambda tx: [_row(r) for r in self._query(tx, name, params)])
 
-    def lg_snapshots(self, tenant: str, asked: Sequence[Asked]) -> list[Snapshot]:
+    def lg_snapshots(self, tenant: str, asked: Sequence[Asked], opener: Opener | None = None
+                     ) -> list[Snapshot]:
         """Each row's channels, writes and values (a page of a listing), in
         one read: ``asked`` holds each row with its ``versions_of`` and
         ``known`` (as ``lg_read`` takes them)."""
         def work(tx: Tx, whole: bool) -> list[Snapshot]:
-            return self._lg_fill(tx, tenant, asked, {}, whole)  # values fetched for the page: each once
+            return self._lg_fill(tx, tenant, asked, {}, whole, opener)  # a page's values: each fetched once
 
         return self._lg_reading(work) if asked else []
 
@@ -407,7 +414,7 @@ class SQLCheckpoints(Generic[Tx]):
         return self._list_param(items)
 
     def _lg_fill(self, tx: Tx, tenant: str, asked: Sequence[Asked], fetched: dict[int, tuple[str, bytes]],
-                 whole: bool) -> list[Snapshot]:
+                 whole: bool, opener: Opener | None = None) -> list[Snapshot]:
         """Each asked row's chains, writes and values; ``fetched``: values
         already read (a page's), which are not read again. ``whole``: read
         in one snapshot, so a missing chain or value is the row's own
@@ -448,9 +455,10 @@ class SQLCheckpoints(Generic[Tx]):
                 for thread_id in dict.fromkeys(t for t, _ in asking):
                     params = {"tenant": tenant, "thread_id": thread_id,
                               "digests": self._lg_ids_param(sorted({d for t, d in asking if t == thread_id}))}
-                    found += self._query(tx, "lg_values", params)
-            for digest, kind, data in found:
-                fetched[int(digest)] = (str(kind), bytes(data))
+                    found += [(thread_id, *r) for r in self._query(tx, "lg_values", params)]
+            for thread_id, digest, kind, data in found:
+                d, raw = int(digest), bytes(data)
+                fetched[d] = (str(kind), raw if opener is None else opener(str(thread_id), d, raw))
             if not whole and any(d not in fetched for _, d in asking):
                 raise _Incomplete
         return out

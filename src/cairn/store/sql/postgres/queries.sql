@@ -1624,7 +1624,7 @@ ORDER BY i, is_write, s1 COLLATE "C", s2 COLLATE "C", s3
 -- values by (thread, digest), each by its whole primary key (LATERAL ... LIMIT 1: with the
 -- statistics of a freshly filled table the planner took "digest = ANY" as a filter over the
 -- thread's every value, 4 ms at 3,000 of them, instead of one index seek per digest)
-SELECT v.digest, v.kind, v.data
+SELECT w.thread_id, v.digest, v.kind, v.data
 FROM unnest(%(threads)s::text[], %(digests)s::bigint[]) AS w (thread_id, digest),
      LATERAL (SELECT x.digest, x.kind, x.data FROM lg_values AS x
               WHERE x.tenant = %(tenant)s AND x.thread_id = w.thread_id AND x.digest = w.digest
