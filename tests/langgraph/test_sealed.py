@@ -199,3 +199,16 @@ def test_copy_thread_under_encryption_reseals_for_the_target(sealed_app: cairn.A
     assert a == b
     assert len(a) == 5
     assert not hits(_at_rest(db_url))
+
+
+def test_a_durable_langgraph_run_is_sealed_too(sealed_app: cairn.App, db_url: str) -> None:
+    """A graph run as a Cairn workflow (``cairn.lgdurable``: thread ``lg:<run id>``
+    of the run's tenant) runs under encryption, and its checkpoints are sealed
+    (before, its saver refused the sealing store)."""
+    from tests.langgraph.graphs import counting_loop
+
+    workflow = sealed_app.langgraph(counting_loop(3, f"{CANARY} at ").compile(), name="count")
+    final = sealed_app.run(workflow, {"log": []}, run_id="r1")
+    assert final["log"] == [f"{CANARY} at 0", f"{CANARY} at 1", f"{CANARY} at 2"]
+    assert _sql(db_url, "SELECT count(*) FROM lg_checkpoints WHERE thread_id = 'lg:r1'")[0][0] > 0
+    assert not hits(_at_rest(db_url))
