@@ -88,8 +88,9 @@ def test_a_read_finds_each_blob_by_its_whole_key(app: cairn.App, db_url: str) ->
         assert "SCAN b" not in plan, plan
     else:  # a page's chains and writes in one statement
         plan = _explain(db_url, "lg_page_reads", {
-            "tenant": "acme", "rows": [0, 0], "threads": ["t", "t"], "nss": ["", ""], "channels": ["log", "x"],
-            "versions": ["1", "2"], "wrows": [0], "wthreads": ["t"], "wnss": [""], "wids": ["c"]})
+            "tenant": "acme", "rows": [0, 0], "threads": ["t", "t"], "nss": ["", ""],
+            "channels": ["log", "x"], "versions": ["1", "2"], "wrows": [0], "wthreads": ["t"], "wnss": [""],
+            "wids": ["c"]})
         assert plan.count("Index Scan using lg_blobs_pkey") == 2, plan
         assert "(version = w_1.version)" in plan, plan
         assert "(version = c.base)" in plan, plan
@@ -115,7 +116,8 @@ def test_a_read_finds_each_value_by_its_whole_key(app: cairn.App, db_url: str) -
                "digest=?)" in plan, plan
         assert "SCAN lg_values" not in plan, plan
     else:
-        plan = _explain(db_url, "lg_page_values", {"tenant": "acme", "threads": ["t"] * 3, "digests": [1, 2, 3]})
+        plan = _explain(db_url, "lg_page_values",
+                        {"tenant": "acme", "threads": ["t"] * 3, "digests": [1, 2, 3]})
         assert "Index Scan using lg_values_pkey" in plan, plan
         assert "digest = w.digest" in plan, plan
         assert "Filter" not in plan, plan

@@ -61,4 +61,5 @@ def test_a_prune_between_a_reads_statements_never_yields_a_partial_checkpoint(ap
         _whole(read, seen)
     assert saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_id": middle}}) is None
     latest = saver.get_tuple(config)
-    assert latest is not None and len(latest.checkpoint["channel_values"]["log"]) == 12
+    assert latest is not None
+    assert len(latest.checkpoint["channel_values"]["log"]) == 12
