@@ -212,3 +212,24 @@ def test_a_durable_langgraph_run_is_sealed_too(sealed_app: cairn.App, db_url: st
     assert final["log"] == [f"{CANARY} at 0", f"{CANARY} at 1", f"{CANARY} at 2"]
     assert _sql(db_url, "SELECT count(*) FROM lg_checkpoints WHERE thread_id = 'lg:r1'")[0][0] > 0
     assert not hits(_at_rest(db_url))
+
+
+def test_a_thread_written_across_a_key_rotation_reads_whole(sealed_app: cairn.App) -> None:
+    """Values sealed (and digested) with data key 1, then more with key 2 on
+    the same thread (a digest is keyed by the key that sealed it, so the
+    list's old items keep their key-1 digests): a fresh saver reads every
+    checkpoint whole."""
+    from cairn.langgraph import CairnSaver
+    from tests.langgraph.graphs import counting_loop
+
+    saver = CairnSaver(sealed_app, tenant="acme")
+    config: Any = {"configurable": {"thread_id": "t"}}
+    counting_loop(3, "a").compile(checkpointer=saver).invoke({"log": []}, config)
+    assert sealed_app.store.keys.add("acme") == 2  # type: ignore[attr-defined]
+    counting_loop(6, "a").compile(checkpointer=saver).invoke({"log": []}, config)  # on from a2
+    fresh = CairnSaver(sealed_app, tenant="acme")
+    whole = [f"a{i}" for i in range(6)]
+    states = [t.checkpoint["channel_values"].get("log", []) for t in fresh.list(config)]
+    assert states[0] == whole
+    assert {len(s) for s in states} == set(range(7)), states  # each length, from the input to the end
+    assert all(s == whole[:len(s)] for s in states), states
