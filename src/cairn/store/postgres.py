@@ -398,8 +398,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     "now" is the server's clock (``DatabaseClock``).
     """
 
-    #: LangGraph checkpoint rows go in one statement per table (checkpointsql)
+    #: LangGraph checkpoint rows go in one statement per table, and are read
+    #: in few statements outside a transaction (checkpointsql)
     _lg_arrays = True
+    _lg_batched = True
 
 
     def __init__(
@@ -1148,6 +1150,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
     def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
         return list(items)
+
+    def _in_statements(self, work: Callable[[_Conn], _T]) -> _T:
+        # a pooled connection is in autocommit: each statement its own snapshot
+        with self._conn() as conn:
+            return work(conn)
 
     def _ws_insert(self, tx: _Conn, tenant: str, objects: Mapping[str, bytes], now: float) -> None:
         self._query(tx, "ws_put_objects", {"tenant": tenant, "oids": list(objects),

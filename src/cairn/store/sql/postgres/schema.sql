@@ -1308,7 +1308,7 @@ CREATE TABLE lg_checkpoints (
     tenant          TEXT NOT NULL,
     thread_id       TEXT NOT NULL,
     ns              TEXT NOT NULL,
-    checkpoint_id   TEXT NOT NULL,
+    checkpoint_id   TEXT COLLATE "C" NOT NULL,  -- ordered as bytes (0042)
     parent_id       TEXT,
     run_id          TEXT,
     checkpoint_kind TEXT NOT NULL,
