@@ -74,3 +74,38 @@ def test_a_payload_moved_within_a_run_by_the_process_that_sealed_it_is_named(pla
     problems = verify_store(app.store).problems
     assert any(p.seq == second[0] and "does not open" in p.what for p in problems), problems
     app.close()
+
+
+def test_threads_sealing_a_tenants_first_values_make_one_data_key(place: str) -> None:
+    """Two threads sealing the first values of a tenant that has no data key
+    yet (a LangGraph saver's put and put_writes do) create exactly one:
+    the check for a key and the making of the first are one step under the
+    keys' lock. The store's insert is slowed so that both threads are past
+    the check before either has stored a key."""
+    import threading
+    import time
+
+    app = build(place, keyring())
+    store: Any = app.store
+    keys = store.keys
+    slow = keys._store.add_data_key
+
+    def add_slowly(row: Any) -> Any:
+        time.sleep(0.2)
+        return slow(row)
+
+    keys._store.add_data_key = add_slowly
+    start = threading.Barrier(2)
+    got: list[int] = []
+
+    def seal_first() -> None:
+        start.wait()
+        got.append(keys.writer("fresh")[0])
+
+    threads = [threading.Thread(target=seal_first) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got == [1, 1]
+    assert [r.version for r in store.inner.data_keys("fresh")] == [1]

@@ -212,15 +212,19 @@ class DataKeys:
     def add(self, tenant: str) -> int:
         """Create the tenant's next key version (rotation); its number."""
         with self._lock:
-            version = self._load(tenant) + 1
-            kek = self.keyring.current()
-            row = DataKeyRow(tenant, version, kek, self.keyring.wrap(kek, os.urandom(KEY_SIZE),
-                                                                     context(tenant, version)), time.time())
-            stored = self._store.add_data_key(row)
-            cipher = self._ciphers[(tenant, version)] = self._unwrap(stored)
-            self._newest[tenant] = (version, cipher, time.monotonic())
-            self.writing.pop(tenant, None)
-            return version
+            return self._add(tenant)
+
+    def _add(self, tenant: str) -> int:
+        """``add``, holding the lock."""
+        version = self._load(tenant) + 1
+        kek = self.keyring.current()
+        row = DataKeyRow(tenant, version, kek, self.keyring.wrap(kek, os.urandom(KEY_SIZE),
+                                                                 context(tenant, version)), time.time())
+        stored = self._store.add_data_key(row)
+        cipher = self._ciphers[(tenant, version)] = self._unwrap(stored)
+        self._newest[tenant] = (version, cipher, time.monotonic())
+        self.writing.pop(tenant, None)
+        return version
 
     def writer(self, tenant: str) -> tuple[int, AESGCM]:
         """The tenant's newest version and its cipher (created if none): one
@@ -229,10 +233,10 @@ class DataKeys:
         known = self._newest.get(tenant)
         if known is not None and time.monotonic() - known[2] <= KEY_REFRESH_SECONDS:
             return known[0], known[1]
-        with self._lock:
+        with self._lock:  # the first key made once: two threads sealing a tenant's first values made two
             version = self._load(tenant)
-        if version == 0:
-            version = self.add(tenant)
+            if version == 0:
+                version = self._add(tenant)
         return version, self._ciphers[(tenant, version)]
 
     def writing_key(self, tenant: str) -> tuple[int, AESGCM, bytes, float]:
