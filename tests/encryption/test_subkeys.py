@@ -80,21 +80,29 @@ def test_threads_sealing_a_tenants_first_values_make_one_data_key(place: str) ->
     """Two threads sealing the first values of a tenant that has no data key
     yet (a LangGraph saver's put and put_writes do) create exactly one:
     the check for a key and the making of the first are one step under the
-    keys' lock. The store's insert is slowed so that both threads are past
-    the check before either has stored a key."""
+    keys' lock. The lock is made to yield after each release, so that the
+    other thread runs whenever the lock is let go between those two."""
     import threading
     import time
 
     app = build(place, keyring())
     store: Any = app.store
     keys = store.keys
-    slow = keys._store.add_data_key
 
-    def add_slowly(row: Any) -> Any:
-        time.sleep(0.2)
-        return slow(row)
+    class Yielding:
+        """A lock whose holder lets the other thread run once it lets go."""
 
-    keys._store.add_data_key = add_slowly
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+            time.sleep(0.1)
+
+    keys._lock = Yielding()
     start = threading.Barrier(2)
     got: list[int] = []
 
