@@ -169,7 +169,7 @@ def update_type(graph: Pregel[Any, Any, Any, Any]) -> Any:
         return Any
     try:
         hints = typing.get_type_hints(schema)
-    except Exception:  # noqa: BLE001 - a forward reference Cairn cannot resolve: no typed edit
+    except Exception:  # a forward reference Cairn cannot resolve: the edit is not typed
         return Any
     model_fields = getattr(schema, "model_fields", None)
     if isinstance(model_fields, dict):
@@ -180,6 +180,7 @@ def update_type(graph: Pregel[Any, Any, Any, Any]) -> Any:
         names = [n for n, t in hints.items() if typing.get_origin(t) is not ClassVar]
     make = cast(Any, TypedDict)
     partial = make(f"{schema.__name__}Update", {n: hints[n] for n in names if n in hints}, total=False)
+    partial.__module__ = schema.__module__  # the name an approval's type shows
     try:
         schemas.schema_of(partial)
     except PayloadError:

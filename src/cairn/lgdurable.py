@@ -133,11 +133,16 @@ def check(graph: Any, name: Any, version: Any, interrupts: Any = "approval") -> 
         shown = "False" if saver is False else "True" if saver is True else type(saver).__name__
         raise InvalidArgument(f"graph {name!r} was compiled with checkpointer={shown}: compile it without "
                               "one (each run gets a CairnSaver fenced by its lease)")
-    for which in ("interrupt_before", "interrupt_after"):
-        unknown = [n for n in nodes_of(getattr(graph, f"{which}_nodes")) if n != "*" and n not in graph.nodes]
-        if unknown:
-            raise InvalidArgument(f"graph {name!r} was compiled with {which}={unknown!r}: no such node "
-                                  f"(its nodes: {', '.join(n for n in graph.nodes if not n.startswith('__'))})")
+    for node, subgraph in graph.get_subgraphs(recurse=True):
+        found: Any = subgraph  # a Pregel (LangGraph types it by its protocol)
+        static = [*nodes_of(found.interrupt_before_nodes), *nodes_of(found.interrupt_after_nodes)]
+        if static:
+            # LangGraph records a subgraph's stop in the parent task's pending
+            # writes only, and a resume passes it: Cairn stops at the root's nodes
+            raise InvalidArgument(f"graph {name!r}: node {node!r} runs a subgraph compiled with "
+                                  f"interrupt_before/interrupt_after ({', '.join(static)}): compile the "
+                                  f"parent with interrupt_before=[{node!r}] or call "
+                                  "langgraph.types.interrupt() in the subgraph's node")
     return graph
 
 
@@ -405,15 +410,16 @@ class LangGraphRun:
         self._decided.add(checkpoint_id)
         if update is None:
             return False
-        self.graph.update_state(self.config, update, as_node=self.breakpoints.as_node(self.graph, latest, found))
+        as_node = self.breakpoints.as_node(self.graph, latest, found)
+        self.graph.update_state(self.config, update, as_node=as_node)
         return True
 
     def _edit_approved(self, found: Breakpoint, state: Any) -> dict[str, Any] | None:
         """An approval of the stop (details: the state); the edit, if the approver edited."""
         execution = self.execution
         kind = self.breakpoints.details_type(state)
-        made = approvals.ask(execution, f"LangGraph {self.name}: {found.describe()} (step {found.step})", state,
-                             timeout=None, approvers=None, type_=kind)
+        action = f"LangGraph {self.name}: {found.describe()} (step {found.step})"
+        made = approvals.ask(execution, action, state, timeout=None, approvers=None, type_=kind)
         decision = approvals.decision(execution, made, kind)
         if not decision.approved:
             by = f" by {decision.decided_by}" if decision.decided_by else ""
