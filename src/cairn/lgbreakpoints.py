@@ -46,6 +46,9 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in dev
 
 #: a checkpoint source that can be a breakpoint (``input``: the run's input; ``update``: an edit)
 LOOP = "loop"
+#: what an edit is when the graph has no state type (a map; a state type whose fields' types
+#: have no JSON Schema, LangChain messages, still names its fields: each is then ``Any``)
+ANY_UPDATE = dict[str, Any]
 
 
 def nodes_of(found: Any) -> list[str]:
@@ -81,9 +84,7 @@ class Breakpoints:
         self.after = nodes_of(graph.interrupt_after_nodes)
         self._hidden = {name for name, node in graph.nodes.items() if TAG_HIDDEN in (node.tags or ())}
         #: what an edit is decoded as: the state's fields, each optional (an update, as a node returns)
-        self.update_type = update_type(graph)
-        fields = getattr(self.update_type, "__annotations__", None)
-        self._fields = frozenset(fields) if isinstance(fields, dict) else None
+        self.update_type, self._fields = update_type(graph)
 
     def __bool__(self) -> bool:
         return bool(self.before or self.after)
@@ -125,13 +126,13 @@ class Breakpoints:
         return sorted(ran)[0] if ran else "__start__"
 
     def details_type(self, state: Any) -> Any:
-        """The approval's type: the update type when the state decodes as it, else ``Any``."""
-        if self.update_type is Any:
-            return Any
+        """The approval's type: the update type when the state decodes as it, else a map."""
+        if self.update_type is ANY_UPDATE:
+            return ANY_UPDATE
         try:
             values.decode(values.encode(state), self.update_type)
         except PayloadError:
-            return Any
+            return ANY_UPDATE
         return self.update_type
 
     def checked(self, data: Any) -> dict[str, Any]:
@@ -143,6 +144,7 @@ class Breakpoints:
             if unknown:
                 raise InvalidArgument(f"an edit names {', '.join(unknown)}, not a field of the state "
                                       f"({', '.join(sorted(self._fields))})")
+        if self.update_type is not ANY_UPDATE:
             try:
                 decoded = values.decode(values.encode(data), self.update_type, what="the edit of the state")
             except PayloadError as exc:
@@ -160,17 +162,18 @@ def _argument(nodes: list[str]) -> Any:
     return "*" if nodes == ["*"] else nodes
 
 
-def update_type(graph: Pregel[Any, Any, Any, Any]) -> Any:
+def update_type(graph: Pregel[Any, Any, Any, Any]) -> tuple[Any, frozenset[str] | None]:
     """A ``TypedDict`` of the graph's state fields, none required: what an
-    edit of the state is validated as (``Any`` when the graph has no state
-    type Cairn can describe, e.g. LangChain message objects)."""
+    edit of the state is validated as (``ANY_UPDATE`` when Cairn cannot
+    describe their types, e.g. LangChain message objects); and the fields'
+    names (``None``: unknown, a graph without a state type)."""
     schema = getattr(getattr(graph, "builder", None), "state_schema", None)
     if not isinstance(schema, type):
-        return Any
+        return ANY_UPDATE, None
     try:
         hints = typing.get_type_hints(schema)
     except Exception:  # a forward reference Cairn cannot resolve: the edit is not typed
-        return Any
+        return ANY_UPDATE, None
     model_fields = getattr(schema, "model_fields", None)
     if isinstance(model_fields, dict):
         names = list(model_fields)
@@ -178,14 +181,16 @@ def update_type(graph: Pregel[Any, Any, Any, Any]) -> Any:
         names = [f.name for f in dataclasses.fields(schema)]
     else:
         names = [n for n, t in hints.items() if typing.get_origin(t) is not ClassVar]
+    fields = {n: hints[n] for n in names if n in hints}
     make = cast(Any, TypedDict)
-    partial = make(f"{schema.__name__}Update", {n: hints[n] for n in names if n in hints}, total=False)
+    partial = make(f"{schema.__name__}Update", fields, total=False)
     partial.__module__ = schema.__module__  # the name an approval's type shows
     try:
         schemas.schema_of(partial)
-    except PayloadError:
-        return Any
-    return partial
+    except PayloadError:  # the fields are still named: an edit naming another is refused where decided
+        partial = make(f"{schema.__name__}Update", dict.fromkeys(fields, Any), total=False)
+        partial.__module__ = schema.__module__
+    return partial, frozenset(fields)
 
 
-__all__ = ["Breakpoint", "Breakpoints", "nodes_of", "update_type"]
+__all__ = ["ANY_UPDATE", "Breakpoint", "Breakpoints", "nodes_of", "update_type"]

@@ -98,8 +98,9 @@ _log = logging.getLogger(__name__)
 
 
 class InterruptRejected(CairnError):
-    """An ``interrupt()`` of a LangGraph run was rejected (or its approval
-    expired): the run fails, and the graph is not resumed."""
+    """An ``interrupt()`` or a static interrupt of a LangGraph run was
+    rejected (or its approval expired): the run fails, and the graph is not
+    resumed."""
 
 
 def thread_of(run_id: str) -> str:

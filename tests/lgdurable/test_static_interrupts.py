@@ -15,8 +15,10 @@ import operator
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from langgraph.graph import END, START, StateGraph
+from langchain_core.messages import AIMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import interrupt
+from pydantic import BaseModel
 
 import cairn
 from cairn.errors import InvalidEdit, RunFailed, RunSuspended
@@ -246,3 +248,64 @@ def test_a_signal_of_none_goes_on_unchanged(app: cairn.App) -> None:
         published(app, "s")
         app.signal("s", RESUME_SIGNAL, None)
         assert final.result(60) == {"log": ["draft 0"], "amount": 0}
+
+
+class Priced(BaseModel):
+    n: int = 0
+    note: str = ""
+
+
+def test_a_pydantic_state_types_the_edit(app: cairn.App) -> None:
+    builder = StateGraph(Priced)
+    builder.add_node("a", lambda state: {"note": f"a{state.n}"})
+    builder.add_node("b", lambda state: {"note": f"{state.note} b{state.n}"})
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "b")
+    workflow = app.langgraph(builder.compile(interrupt_before=["b"]), name="g")
+    request = suspended(app, lambda: app.run(workflow, {"n": 1}, run_id="r"))
+    assert request.details == {"n": 1, "note": "a1"}
+    with pytest.raises(InvalidEdit, match=r"'x' is not of type 'integer'"):
+        app.approve("r", request.request_id, edit={"n": "x"})
+    app.approve("r", request.request_id, edit={"n": 5})
+    assert app.resume("r") == {"n": 5, "note": "a1 b5"}
+
+
+def test_messages_are_edited_as_langgraph_reads_them_and_their_fields_are_named(app: cairn.App) -> None:
+    """A field Cairn cannot type (LangChain messages): any value, but only
+    the state's fields; ``add_messages`` turns the edit's dicts into messages."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("a", lambda state: {"messages": [AIMessage("hi", id="1")]})
+    builder.add_node("b", lambda state: {"messages": [AIMessage(f"{len(state['messages'])} seen", id="3")]})
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "b")
+    workflow = app.langgraph(builder.compile(interrupt_before=["b"]), name="g")
+    request = suspended(app, lambda: app.run(workflow, {"messages": []}, run_id="r"))
+    with pytest.raises(InvalidEdit, match=r"mesages"):
+        app.approve("r", request.request_id, edit={"mesages": []})
+    app.approve("r", request.request_id, edit={"messages": [{"type": "human", "content": "wait", "id": "2"}]})
+    final = app.resume("r")
+    assert [(m["type"], m["content"]) for m in final["messages"]] == \
+        [("ai", "hi"), ("human", "wait"), ("ai", "2 seen")]
+
+
+def test_async_nodes_stop_too(app: cairn.App) -> None:
+    ran: list[str] = []
+    builder = StateGraph(Order)
+
+    async def draft(state: Order) -> dict[str, Any]:
+        ran.append("draft")
+        return {"log": ["draft"]}
+
+    async def pay(state: Order) -> dict[str, Any]:
+        ran.append("pay")
+        return {"log": [f"pay {state['amount']}"]}
+
+    builder.add_node("draft", draft)
+    builder.add_node("pay", pay)
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", "pay")
+    workflow = app.langgraph(builder.compile(interrupt_before=["pay"]), name="g")
+    request = suspended(app, lambda: app.run(workflow, START_STATE, run_id="r"))
+    assert ran == ["draft"]
+    app.approve("r", request.request_id, edit={"amount": 2})
+    assert app.resume("r") == {"log": ["draft", "pay 2"], "amount": 2}
