@@ -138,7 +138,10 @@ def test_a_rejection_fails_the_run_and_the_node_never_runs(app: cairn.App) -> No
 
 
 @pytest.mark.parametrize(("edit", "why"), [({"amount": "lots"}, r"'lots' is not of type 'integer'"),
-                                           ({"amonut": 3}, r"amonut"), ("everything", r"object")])
+                                           ({"amonut": 3}, r"amonut"), ("everything", r"object"),
+                                           # LangGraph's own channels: routing around the node is no edit
+                                           ({"branch:to:pay": None}, r"branch:to:pay"),
+                                           ({"__interrupt__": []}, r"__interrupt__")])
 def test_an_edit_that_is_not_an_update_of_the_state_is_refused(app: cairn.App, edit: Any, why: str) -> None:
     ran: list[str] = []
     workflow = app.langgraph(chain(ran, "draft", "pay").compile(interrupt_before=["pay"]), name="g")
@@ -233,6 +236,8 @@ def test_a_static_interrupt_as_a_signal_wait(app: cairn.App) -> None:
             ("before pay", ["pay"], {"log": ["draft 0"], "amount": 0})
         app.signal("s", RESUME_SIGNAL, {"amount": "lots"})  # not an int: passed over
         published(app, "s", signals=1)
+        app.signal("s", RESUME_SIGNAL, {"branch:to:pay": None})  # not a field of the state: passed over
+        published(app, "s", signals=2)
         assert ran == ["draft"]
         app.signal("s", RESUME_SIGNAL, {"amount": 6})
         assert final.result(60) == {"log": ["draft 0", "pay 6"], "amount": 6}
@@ -309,3 +314,14 @@ def test_async_nodes_stop_too(app: cairn.App) -> None:
     assert ran == ["draft"]
     app.approve("r", request.request_id, edit={"amount": 2})
     assert app.resume("r") == {"log": ["draft", "pay 2"], "amount": 2}
+
+
+def test_an_edit_before_the_first_node(app: cairn.App) -> None:
+    """At step 0 the super-step before ran only ``__start__``: the edit is applied as it."""
+    ran: list[str] = []
+    workflow = app.langgraph(chain(ran, "a", "b").compile(interrupt_before=["a"]), name="g")
+    request = suspended(app, lambda: app.run(workflow, START_STATE, run_id="r"))
+    assert request.action == "LangGraph g: before a (step 0)"
+    app.approve("r", request.request_id, edit={"amount": 3})
+    assert app.resume("r") == {"log": ["a 3", "b 3"], "amount": 3}
+    assert ran == ["a", "b"]
