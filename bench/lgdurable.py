@@ -12,7 +12,12 @@ compiled once and run three ways on fresh SQLite files:
 * ``app.langgraph``: the same graph as a workflow run inline (``app.run``):
   the run's lease-fenced saver, a journal entry per root checkpoint;
 * ``app.langgraph`` + tool: the node also calls a Cairn ``write`` tool each
-  super-step (an intent behind the effect barrier, then its result).
+  super-step (an intent behind the effect barrier, then its result);
+* ``app.langgraph`` + static interrupt: compiled with
+  ``interrupt_after=["finish"]``, a node run once at the end: every
+  checkpoint is tested for a stop (``cairn.lgbreakpoints``: a stop after a
+  node reads the parent checkpoint's tasks, the dearer of the two rules),
+  and the one stop is approved and resumed inside the figure.
 
 Figure: µs per super-step (wall time / steps), the median of the repeats.
 """
@@ -38,7 +43,7 @@ class Talk(TypedDict):
     n: int
 
 
-def build(steps: int, tool: Any = None) -> Any:
+def build(steps: int, tool: Any = None, *, stop: bool = False) -> Any:
     def talk(state: Talk) -> dict[str, Any]:
         if tool is not None:
             tool(state["n"])
@@ -47,8 +52,13 @@ def build(steps: int, tool: Any = None) -> Any:
     builder = StateGraph(Talk)
     builder.add_node("talk", talk)
     builder.add_edge(START, "talk")
-    builder.add_conditional_edges("talk", lambda s: END if s["n"] >= steps else "talk", ["talk", END])
-    return builder.compile()
+    last = "finish" if stop else END
+    builder.add_conditional_edges("talk", lambda s: last if s["n"] >= steps else "talk", ["talk", last])
+    if not stop:
+        return builder.compile()
+    builder.add_node("finish", lambda state: {"messages": ["done"]})
+    builder.add_edge("finish", END)
+    return builder.compile(interrupt_after=["finish"])
 
 
 def saver_only(directory: Path, steps: int) -> float:
@@ -78,6 +88,22 @@ def as_workflow(directory: Path, steps: int, *, with_tool: bool) -> float:
         return elapsed
 
 
+def with_stop(directory: Path, steps: int) -> float:
+    with cairn.App(db=f"sqlite:///{directory}/run.db") as app:
+        graph = build(steps, stop=True).with_config(recursion_limit=steps + 10)
+        workflow = app.langgraph(graph, name="talk")
+        started = time.perf_counter()
+        try:
+            app.run(workflow, {"messages": [], "n": 0}, run_id="stop")
+        except cairn.RunSuspended:
+            [request] = app.approvals(run_id="stop")
+            app.approve("stop", request.request_id)
+        final = app.resume("stop")
+        elapsed = time.perf_counter() - started
+        assert final["n"] == steps
+        return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
@@ -85,7 +111,8 @@ def main() -> None:
     args = parser.parse_args()
     ways = {"CairnSaver (graph.invoke)": lambda d: saver_only(d, args.steps),
             "app.langgraph": lambda d: as_workflow(d, args.steps, with_tool=False),
-            "app.langgraph + write tool": lambda d: as_workflow(d, args.steps, with_tool=True)}
+            "app.langgraph + write tool": lambda d: as_workflow(d, args.steps, with_tool=True),
+            "app.langgraph + static interrupt": lambda d: with_stop(d, args.steps)}
     with tempfile.TemporaryDirectory() as warm:
         as_workflow(Path(warm), 10, with_tool=True)  # imports and first-use costs, outside the figures
     print(f"{args.steps} super-steps, 1 KB appended per step, SQLite, median of {args.repeats}")

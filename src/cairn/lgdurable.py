@@ -33,6 +33,14 @@ How a run executes (``LangGraphRun``):
   expiry fails the run. With ``interrupts="signal"`` the pending interrupts
   are published (event ``interrupts``) and signal ``resume`` carries the
   answer (a map by interrupt id when there are several).
+* A static interrupt (``compile(interrupt_before=..., interrupt_after=...)``)
+  is an approval of the run too (details: the state), asked before
+  (after) the named nodes run; approved, the graph goes on; edited, the
+  edit is applied as ``update_state`` would (as the node named, validated
+  as the state's fields) first; rejected, the run fails. The driver, not
+  LangGraph, decides where they are (``cairn.lgbreakpoints`` says why).
+  With ``interrupts="signal"`` it is published and signal ``resume``
+  answers it (``None``: go on; a map of fields: the edit).
 * A run is finished when its latest checkpoint has no task left
   (``snapshot.tasks``), not when ``snapshot.next`` is empty: see ``_drive``.
 
@@ -71,6 +79,7 @@ try:  # LangGraph's own modules first: without the extra, the error names this m
 except ImportError as exc:  # pragma: no cover - the extra is installed in dev
     raise MissingExtra("cairn.lgdurable", "langgraph") from exc
 from cairn.langgraph import CairnSaver  # after the extra's check, so its message names this module
+from cairn.lgbreakpoints import Breakpoint, Breakpoints, nodes_of
 
 #: the journal entries of a LangGraph run's root checkpoints (its restore points)
 KIND = "langgraph"
@@ -89,8 +98,9 @@ _log = logging.getLogger(__name__)
 
 
 class InterruptRejected(CairnError):
-    """An ``interrupt()`` of a LangGraph run was rejected (or its approval
-    expired): the run fails, and the graph is not resumed."""
+    """An ``interrupt()`` or a static interrupt of a LangGraph run was
+    rejected (or its approval expired): the run fails, and the graph is not
+    resumed."""
 
 
 def thread_of(run_id: str) -> str:
@@ -124,18 +134,17 @@ def check(graph: Any, name: Any, version: Any, interrupts: Any = "approval") -> 
         shown = "False" if saver is False else "True" if saver is True else type(saver).__name__
         raise InvalidArgument(f"graph {name!r} was compiled with checkpointer={shown}: compile it without "
                               "one (each run gets a CairnSaver fenced by its lease)")
-    static = [*_nodes(graph.interrupt_before_nodes), *_nodes(graph.interrupt_after_nodes)]
-    if static:
-        raise InvalidArgument(f"graph {name!r} was compiled with interrupt_before/interrupt_after "
-                              f"({', '.join(static)}): call langgraph.types.interrupt() in the node instead "
-                              "(it becomes an approval of the run)")
+    for node, subgraph in graph.get_subgraphs(recurse=True):
+        found: Any = subgraph  # a Pregel (LangGraph types it by its protocol)
+        static = [*nodes_of(found.interrupt_before_nodes), *nodes_of(found.interrupt_after_nodes)]
+        if static:
+            # LangGraph records a subgraph's stop in the parent task's pending
+            # writes only, and a resume passes it: Cairn stops at the root's nodes
+            raise InvalidArgument(f"graph {name!r}: node {node!r} runs a subgraph compiled with "
+                                  f"interrupt_before/interrupt_after ({', '.join(static)}): compile the "
+                                  f"parent with interrupt_before=[{node!r}] or call "
+                                  "langgraph.types.interrupt() in the subgraph's node")
     return graph
-
-
-def _nodes(found: Any) -> list[str]:
-    if not found:
-        return []
-    return ["*"] if found == "*" else [str(n) for n in found]
 
 
 def workflow(graph: Graph, name: str, version: str, interrupts: str = "approval") -> WorkflowDef:
@@ -229,7 +238,10 @@ class LangGraphRun:
         self.execution: Execution = execution
         self.thread = thread_of(execution.run_id)
         self.saver = RunSaver(self)
-        self.graph = graph.copy(update={"checkpointer": self.saver})
+        #: the static interrupts, decided by the driver (``cairn.lgbreakpoints`` says why)
+        self.breakpoints = Breakpoints(graph)
+        self.graph = graph.copy(update={"checkpointer": self.saver, "interrupt_before_nodes": (),
+                                        "interrupt_after_nodes": ()})
         #: a node has an async body only (LangGraph's sync API cannot run it)
         self.is_async = any(getattr(n.bound, "func", True) is None and getattr(n.bound, "afunc", None)
                             for n in graph.nodes.values())
@@ -240,6 +252,8 @@ class LangGraphRun:
         self._calls: dict[str, int] = {}
         #: the root checkpoint the latest restore point names
         self._marked: str | None = None
+        #: root checkpoints whose static interrupt this execution has decided (asked once each)
+        self._decided: set[str] = set()
 
     async def run(self, given: Any) -> Any:
         restored = self.execution.restore_point(KIND)
@@ -264,6 +278,8 @@ class LangGraphRun:
                     command: Any = given
                 else:
                     snapshot = self.graph.get_state(self.config)
+                    if self.breakpoints and self._static(latest, snapshot):
+                        continue  # the edit stored a checkpoint: go on from it
                     if snapshot.interrupts:
                         command, stalled = Command(resume=self._answers(snapshot)), None
                     elif snapshot.tasks:
@@ -295,12 +311,13 @@ class LangGraphRun:
     def _invoke(self, command: Any) -> None:
         """One invocation of the graph, in this thread: the async API, on an
         event loop of this thread's own, when a node has only an async body."""
+        stops = self.breakpoints.stops()
         if not self.is_async:
-            self.graph.invoke(command, self.config, durability="sync")
+            self.graph.invoke(command, self.config, durability="sync", **stops)
             return
 
         async def invoke() -> None:
-            await self.graph.ainvoke(command, self.config, durability="sync")
+            await self.graph.ainvoke(command, self.config, durability="sync", **stops)
 
         asyncio.run(invoke())
 
@@ -371,6 +388,63 @@ class LangGraphRun:
                 raise InterruptRejected(f"{made.action}: {decision.status.value}{by}")
             answers[found.id] = decision.data if decision.status is ApprovalStatus.EDITED else found.value
         return answers
+
+    def _static(self, latest: Any, snapshot: Any) -> bool:
+        """Stop at the static interrupt root checkpoint ``latest`` is, if it
+        is one (``Breakpoints.at``) and this execution has not decided it:
+        ask (or replay) its decision. ``True`` when an edit was applied
+        (``update_state``, as the node named), which stored a new checkpoint.
+
+        An edit's checkpoint is never a breakpoint (its source is ``update``)
+        and is what the next execution resumes from once stored, so a crash
+        after it neither asks again nor applies the edit twice; a crash
+        before it asks again only in the journal: the decision replays."""
+        checkpoint_id = latest.checkpoint["id"]
+        if checkpoint_id in self._decided:
+            return False
+        found = self.breakpoints.at(self.graph, latest, snapshot.tasks)
+        if found is None:
+            return False
+        state = snapshot.values
+        update = self._edit_signalled(found, state) if self.interrupts == "signal" else \
+            self._edit_approved(found, state)
+        self._decided.add(checkpoint_id)
+        if update is None:
+            return False
+        as_node = self.breakpoints.as_node(self.graph, latest, found)
+        self.graph.update_state(self.config, update, as_node=as_node)
+        return True
+
+    def _edit_approved(self, found: Breakpoint, state: Any) -> dict[str, Any] | None:
+        """An approval of the stop (details: the state); the edit, if the approver edited."""
+        execution = self.execution
+        kind = self.breakpoints.details_type(state)
+        action = f"LangGraph {self.name}: {found.describe()} (step {found.step})"
+        made = approvals.ask(execution, action, state, timeout=None, approvers=None, type_=kind)
+        decision = approvals.decision(execution, made, kind)
+        if not decision.approved:
+            by = f" by {decision.decided_by}" if decision.decided_by else ""
+            raise InterruptRejected(f"{made.action}: {decision.status.value}{by}")
+        if decision.status is not ApprovalStatus.EDITED:
+            return None
+        return self.breakpoints.checked(decision.data)
+
+    def _edit_signalled(self, found: Breakpoint, state: Any) -> dict[str, Any] | None:
+        """The stop published (event ``interrupts``: the checkpoint's id as the
+        interrupt's, the nodes, the state) and answered by signal ``resume``:
+        ``None`` goes on, a map of state fields is an edit; anything else is
+        logged and passed over (the run waits for the next)."""
+        self.ctx.set_event(INTERRUPTS_EVENT, [{"id": found.checkpoint_id, "node": found.describe(),
+                                               "before": list(found.before), "after": list(found.after),
+                                               "value": state}])
+        while True:
+            data = self.ctx.wait_for_signal(RESUME_SIGNAL)
+            if data is None:
+                return None
+            try:
+                return self.breakpoints.checked(data)
+            except InvalidArgument as exc:
+                _log.warning("run %s: signal %r passed over: %s", self.execution.run_id, RESUME_SIGNAL, exc)
 
     def _signalled(self, pending: list[tuple[str, Any]]) -> dict[str, Any]:
         """The answers carried by signal ``resume``: the pending interrupts are

@@ -26,6 +26,14 @@ def builder() -> StateGraph[Count, Any, Count, Count]:
     return graph
 
 
+def with_subgraph(inner: Any) -> Any:
+    """A graph whose node ``inner`` calls ``inner`` (a subgraph found inside a function)."""
+    graph = StateGraph(Count)
+    graph.add_node("inner", lambda state: inner.invoke(state))
+    graph.add_edge(START, "inner")
+    return graph.compile()
+
+
 @pytest.fixture
 def app(tmp_path: Path) -> Any:
     application = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db")
@@ -40,9 +48,10 @@ def app(tmp_path: Path) -> Any:
     (lambda: builder().compile(checkpointer=InMemorySaver()),
      r"^graph 'g' was compiled with checkpointer=InMemorySaver: compile it without one"),
     (lambda: builder().compile(checkpointer=False), r"^graph 'g' was compiled with checkpointer=False"),
-    (lambda: builder().compile(interrupt_before=["one"]),
-     r"^graph 'g' was compiled with interrupt_before/interrupt_after \(one\): call "
-     r"langgraph.types.interrupt\(\) in the node instead"),
+    (lambda: with_subgraph(builder().compile(interrupt_after=["one"])),
+     r"^graph 'g': node 'inner' runs a subgraph compiled with interrupt_before/interrupt_after \(one\): "
+     r"compile the parent with interrupt_before=\['inner'\] or call langgraph.types.interrupt\(\) in the "
+     r"subgraph's node$"),
 ])
 def test_a_graph_that_cannot_run_is_refused_in_one_line(app: cairn.App, graph: Any, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message) as refused:
