@@ -472,11 +472,13 @@ class Execution:
             self._lowest = self.position = found.position + 1
             return found
 
-    def record_restore_point(self, call: Call, payload: Payload) -> None:
+    def record_restore_point(
+        self, call: Call, payload: Payload, detail: dict[str, Any] | None = None
+    ) -> None:
         """Record ``payload`` as the outcome of ``call``, a restore point
         (``restore_point``), through the fenced commit path: a stale holder's
         is refused like any of its writes, so one run's chain never forks."""
-        event = self._outcome_entry(call, payload, None)
+        event = self._outcome_entry(call, payload, detail)
         self._commit_entries(f"{call.kind} {call.name!r}", (event,), lambda entries: (
             self.store.append(self.run_id, self.epoch, entries, barrier=False)))
 
