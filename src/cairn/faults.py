@@ -38,6 +38,7 @@ POINTS = frozenset(
         "langgraph.after_checkpoint",  # a LangGraph run's root checkpoint is stored; its journal entry is not
         "langgraph.put.before_commit",  # a LangGraph checkpoint's rows are written, not yet committed
         "langgraph.after_writes",  # a LangGraph task's writes are stored; its super-step's checkpoint is not
+        "workspace.import.after_objects",  # a git import's objects are stored; its root is not yet recorded
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",

@@ -40,7 +40,8 @@ def test_sigkill_mid_superstep_resumes_from_the_committed_snapshots(backend: Sto
     try:
         handle = app.start("ws-branches", {"edits": edits, "seen": []}, run_id="k2")
         workers.append(_spawn(backend, tmp_path, "a", shared))
-        _wait(lambda: (tmp_path / "marker").exists(), 120, "worker a never started writing", tmp_path / "a.log")
+        _wait(lambda: (tmp_path / "marker").exists(), 120, "worker a never started writing",
+              tmp_path / "a.log")
         workers[0].send_signal(signal.SIGKILL)
         workers[0].wait(timeout=10)
         assert checkpoint_roots(app, "k2") == {}  # the super-step did not commit

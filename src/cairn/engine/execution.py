@@ -29,6 +29,7 @@ from cairn.engine.journal import Journal
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Ended, Release, Suspend
 from cairn.engine.startedwith import inherited
+from cairn.engine.wsimported import unfinished_import
 from cairn.errors import (
     ChildFailed,
     IncompatiblePayload,
@@ -186,6 +187,8 @@ class Execution:
         self.epoch = claim.run.epoch
         self.worker = worker
         self.journal = Journal(claim.history)
+        #: the run was created for a git import that never recorded its tree (``engine.wsimported``)
+        self.import_unfinished = unfinished_import(claim.history)
         self.budget = Budget.from_dict(claim.run.budget)
         self.seq = claim.next_seq
         #: one past the highest position handed out
