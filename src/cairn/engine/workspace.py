@@ -12,7 +12,11 @@ The protocol, around each step or tool body of a run that uses one:
   a failed attempt's or a crashed worker's half-written files, and changes
   workflow code made between calls, never reach the next body. Bodies
   running side by side in one execution share the live directory: only
-  the first to enter verifies it.
+  the first to enter verifies it. The exception: the tasks of a parallel
+  graph super-step (``Branch``) each work in a directory of their own,
+  made the super-step's starting snapshot, and their recorded trees are
+  merged at its barrier (``merge_branches``, ``workspace.merge``) into the
+  root its checkpoint records.
 * **after the body** (``capture``) the directory is snapshotted; the objects
   the store lacks are stored by a holder write (``put_workspace_objects``,
   fenced: a worker that lost the run stores nothing and stops with
