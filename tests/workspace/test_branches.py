@@ -205,3 +205,34 @@ def test_a_conflict_fails_the_run_naming_the_path_and_the_nodes(app: cairn.App) 
         handle.result(timeout=10)
     assert checkpoint_roots(app, "c1") == {}  # no checkpoint of the super-step, merged or not
     assert len(app.checkpoints("c1")) == 2  # the input's and setup's
+
+
+def test_objects_packed_and_unpacked_in_threads_at_once_stay_intact() -> None:
+    """Parallel branches snapshot and restore in several threads at once:
+    zstandard's compressor is not thread-safe, and one shared by all
+    threads wrote corrupt objects (found by the PostgreSQL run above)."""
+    import os
+    import threading
+
+    from cairn.workspace.objects import BLOB, object_id, pack, unpack
+
+    failures: list[str] = []
+    start = threading.Barrier(4, timeout=10)
+
+    def work() -> None:
+        start.wait()
+        for _ in range(30):
+            data = os.urandom(1 << 14) * 8  # compressible, distinct per call
+            oid = object_id(BLOB, data)
+            try:
+                if unpack(oid, pack(BLOB, data)) != (BLOB, data):
+                    failures.append(oid)
+            except Exception as exc:
+                failures.append(f"{oid}: {exc}")
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
