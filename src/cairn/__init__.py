@@ -74,6 +74,7 @@ if TYPE_CHECKING:
         ToolTimeout,
         TransactionMisuse,
         UnsafeSnapshot,
+        WorkspaceConflict,
         WorkspaceError,
     )
     from cairn.graph.errors import GraphError, InvalidGraph
@@ -174,6 +175,7 @@ _LAZY: dict[str, str] = {
     "ToolTimeout": "cairn.errors",
     "TransactionMisuse": "cairn.errors",
     "UnsafeSnapshot": "cairn.errors",
+    "WorkspaceConflict": "cairn.errors",
     "WorkspaceError": "cairn.errors",
     "Item": "cairn.memory",
     "Memory": "cairn.memory",
@@ -321,6 +323,7 @@ __all__ = [
     "Unknown",
     "UnsafeSnapshot",
     "Workflow",
+    "WorkspaceConflict",
     "WorkspaceError",
     "append",
     "merge",

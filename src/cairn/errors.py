@@ -439,3 +439,15 @@ class UnsafeSnapshot(WorkspaceError):
     """A stored workspace object is refused: damaged (it no longer hashes to
     its id), or hostile (a name with ``/`` or ``..``, an absolute path, an
     unknown entry kind). Nothing of it is written to disk."""
+
+
+class WorkspaceConflict(WorkspaceError):
+    """Parallel graph branches changed one workspace path differently (each
+    ran in a directory of its own, ``workspace.merge``): the super-step fails
+    with nothing of it recorded. ``path`` is the path, ``nodes`` the branches'
+    nodes in task order."""
+
+    def __init__(self, message: str, *, path: str, nodes: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.path = path
+        self.nodes = nodes

@@ -44,6 +44,7 @@ POINTS = frozenset(
         "archive.stored",  # a run's archive object is stored; nothing in the database names it yet
         "archive.deleted",  # a run's hot rows are deleted in the archiving transaction, not committed
         "archive.restored",  # an archived run's rows are back in the restoring transaction, not committed
+        "workspace.import.after_objects",  # a git import's objects are stored; its root is not yet recorded
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",

@@ -12,6 +12,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
+from typing import Annotated, Any, TypedDict
 
 import cairn
 from cairn.workspace import TreeCache, snapshot
@@ -122,7 +123,66 @@ def register(app: cairn.App) -> None:
         return {"slow": slow_write(), "after": look()}
 
 
+class Plan(TypedDict):
+    """The state of ``ws-branches``: what each parallel node does, and what
+    the nodes saw (``seen``: node -> the root of its directory as it found it)."""
+
+    edits: dict[str, Any]
+    seen: Annotated[list[list[str]], cairn.append]
+
+
+def register_branches(app: cairn.App) -> None:
+    """``ws-branches``: ``setup`` writes a base tree; ``left`` and ``right``
+    run side by side, each editing the workspace as ``edits[node]`` says
+    (``writes``: path -> text, ``removes``, ``delay`` before writing,
+    ``hang``: stop mid-write until killed, once per marker file); ``join``
+    looks at the merged tree."""
+
+    @app.step
+    def edit(writes: dict[str, str], removes: list[str], delay: float, hang: bool) -> str:
+        ws = cairn.step_info().workspace
+        before = root_of(ws)
+        time.sleep(delay)
+        for rel, text in writes.items():
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ws / rel).write_text(text)
+        for rel in removes:
+            target = ws / rel
+            if target.is_dir():
+                for child in sorted(target.rglob("*"), reverse=True):
+                    child.unlink() if not child.is_dir() else child.rmdir()
+                target.rmdir()
+            else:
+                target.unlink()
+        marker = os.environ.get(MARKER_ENV)
+        if hang and marker and not Path(marker).exists():
+            (ws / "half-written.bin").write_bytes(os.urandom(1 << 16))
+            Path(marker).write_text(str(os.getpid()))
+            time.sleep(120)  # the worker is SIGKILLed in here
+        return before
+
+    def node(name: str) -> Any:
+        def run(state: Plan) -> dict[str, Any]:
+            spec = state["edits"].get(name, {})
+            before = edit(spec.get("writes", {}), spec.get("removes", []), spec.get("delay", 0.0),
+                          spec.get("hang", False))
+            return {"seen": [[name, before]]}
+        return run
+
+    g = cairn.Graph(Plan)
+    for name in ("setup", "left", "right", "join"):
+        g.node(node(name), name=name)
+    g.edge(cairn.START, "setup")
+    g.edge("setup", "left")
+    g.edge("setup", "right")
+    g.edge("left", "join")
+    g.edge("right", "join")
+    g.edge("join", cairn.END)
+    app.graph("ws-branches", g)
+
+
 def build(db: str, workspaces: str | Path, lease_seconds: float = 1.0) -> cairn.App:
     app = cairn.App(db=db, lease_seconds=lease_seconds, workspaces=workspaces)
     register(app)
+    register_branches(app)
     return app

@@ -20,11 +20,15 @@ worker's ``engine.workspace.latest_root`` finds it like any snapshot), and
 the run given back to the workers. A failure after the run is created
 cancels it.
 
-Not atomic against a crash of this process between creating the run and
-recording the root: a worker that then recovers the run (after the
-import's lease, at least ``IMPORT_LEASE_SECONDS``) finds no import entry
-and starts it on an empty directory. The tree is read and snapshotted
-before the run is created, so the lease covers only database writes.
+A crash of this process between creating the run and recording the root
+leaves a run with the importer's claim and no import entry
+(``engine.wsimported``): the worker that recovers it (after the import's
+lease, at least ``IMPORT_LEASE_SECONDS``) fails it with a message saying
+why instead of running it on an empty directory, and starting it again
+under the same id is refused with that message (a new id imports
+cleanly). The objects already stored are unreferenced: the collector takes
+them. The tree is read and snapshotted before the run is created, so the
+lease covers only database writes.
 """
 
 from __future__ import annotations
@@ -37,17 +41,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cairn import faults
 from cairn.engine.workspace import DETAIL_KEY
+from cairn.engine.wsimported import IMPORT_NAME, IMPORT_POSITION, unfinished_import
 from cairn.errors import InvalidArgument
+from cairn.faults import fault_point
 from cairn.store.contract import Store
 from cairn.store.records import EventType, HistoryEvent, NewRun
 from cairn.workspace.objects import MAX_NAME
 from cairn.workspace.scan import TreeCache, snapshot
 
-#: the journal position of an imported starting workspace (below every call's)
-IMPORT_POSITION = -1
-#: the name of the import's journal entry and the worker that holds the run while importing
-IMPORT_NAME = "workspace.import"
 #: the least lease the importer holds the new run with: storing a large tree's objects must not
 #: outlast it (a worker would take the run over before its starting workspace is recorded)
 IMPORT_LEASE_SECONDS = 600.0
@@ -191,6 +194,10 @@ def start_from_git(store: Store, new: NewRun, path: str | os.PathLike[str], ref:
     ``False`` (nothing imported) if a run with its id exists."""
     commit, root, objects = tree_of(path, ref)  # every input error is raised here, before anything is stored
     if store.get_run(new.run_id) is not None:
+        if unfinished_import(store.history_headers(new.run_id)):
+            raise GitImportError(f"run {new.run_id} exists, but its starting workspace was never recorded "
+                                 "(an earlier import stopped before it finished): a worker fails it rather "
+                                 "than run it without its tree; import again under a new run id")
         return False
     claim = store.create_claimed_run(new, IMPORT_NAME, max(lease_seconds, IMPORT_LEASE_SECONDS))
     if claim is None:
@@ -209,6 +216,8 @@ def start_from_git(store: Store, new: NewRun, path: str | os.PathLike[str], ref:
                 store.put_workspace_objects(new.run_id, epoch, batch)
                 batch = {}
         store.put_workspace_objects(new.run_id, epoch, batch)
+        if faults.ARMED:
+            fault_point("workspace.import.after_objects")
         now = clock()
         store.append(new.run_id, epoch, [HistoryEvent(
             run_id=new.run_id, seq=seq, event=EventType.STEP_COMPLETED, at=now, epoch=epoch,

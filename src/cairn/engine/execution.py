@@ -29,6 +29,7 @@ from cairn.engine.journal import Journal
 from cairn.engine.runtime import Runtime
 from cairn.engine.signals import Abandon, Ended, Release, Suspend
 from cairn.engine.startedwith import inherited
+from cairn.engine.wsimported import unfinished_import
 from cairn.errors import (
     ChildFailed,
     IncompatiblePayload,
@@ -186,6 +187,8 @@ class Execution:
         self.epoch = claim.run.epoch
         self.worker = worker
         self.journal = Journal(claim.history)
+        #: the run was created for a git import that never recorded its tree (``engine.wsimported``)
+        self.import_unfinished = unfinished_import(claim.history)
         self.budget = Budget.from_dict(claim.run.budget)
         self.seq = claim.next_seq
         #: one past the highest position handed out
@@ -473,11 +476,13 @@ class Execution:
             self._lowest = self.position = found.position + 1
             return found
 
-    def record_restore_point(self, call: Call, payload: Payload) -> None:
+    def record_restore_point(
+        self, call: Call, payload: Payload, detail: dict[str, Any] | None = None
+    ) -> None:
         """Record ``payload`` as the outcome of ``call``, a restore point
         (``restore_point``), through the fenced commit path: a stale holder's
         is refused like any of its writes, so one run's chain never forks."""
-        event = self._outcome_entry(call, payload, None)
+        event = self._outcome_entry(call, payload, detail)
         self._commit_entries(f"{call.kind} {call.name!r}", (event,), lambda entries: (
             self.store.append(self.run_id, self.epoch, entries, barrier=False)))
 

@@ -37,6 +37,7 @@ from cairn.errors import (
     RewindFailed,
     SecurityViolation,
     StoreError,
+    WorkspaceError,
 )
 from cairn.security import redaction
 from cairn.security import secrets as security
@@ -387,6 +388,11 @@ def _run_to_end(
     runtime: Runtime, execution: Execution, loops: EventLoops, definition: WorkflowDef
 ) -> Outcome:
     try:
+        if execution.import_unfinished:
+            raise WorkspaceError(
+                f"run {execution.run_id} was started from a git repository (workspace_from) whose import "
+                "never finished (the importing process stopped before recording the tree): it does not run "
+                "on a missing workspace; start it again under a new run id")
         raw = runtime.payloads.load(execution.run.input, Any, what=f"input of run {execution.run_id!r}")
         args, kwargs = definition.call_args(definition.recorded(raw))
         ctx = Context(execution)

@@ -190,7 +190,7 @@ def journaled(
 def _captured(execution: Execution, position: int) -> dict[str, Any] | None:
     """After a body returned: the detail naming its workspace snapshot (``None``: no workspace)."""
     ws = execution.workspace
-    return None if ws is None else {workspace.DETAIL_KEY: ws.capture(position)}
+    return None if ws is None else ws.capture(position)
 
 
 def _abandoned(execution: Execution, position: int) -> None:

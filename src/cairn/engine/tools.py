@@ -464,13 +464,12 @@ class _ToolCall:
                 STEP_INFO.reset(token)
             if captured is None:
                 return self._succeeded(value)
-            snapshot = captured[workspace.DETAIL_KEY]
             try:
-                outcome = self._succeeded(value, snapshot)
+                outcome = self._succeeded(value, captured)
             except BaseException:
                 _abandoned(self.ex, self.call.position)
                 raise
-            self.ex.workspace.recorded(snapshot)
+            self.ex.workspace.recorded(captured[workspace.DETAIL_KEY])
             return outcome
 
     # -- the ledger protocol -------------------------------------------------------
@@ -659,13 +658,13 @@ class _ToolCall:
     def _detail(self) -> dict[str, Any] | None:
         return {"operation_id": self.operation.operation_id} if self.operation is not None else None
 
-    def _succeeded(self, value: Any, snapshot: str | None = None) -> Any:
+    def _succeeded(self, value: Any, snapshot: dict[str, Any] | None = None) -> Any:
         if faults.ARMED:
             fault_point("tool.after_effect")
         op = self.operation
         detail = {"operation_id": op.operation_id} if op is not None else None
         if snapshot is not None:  # the workspace as the body left it (engine.workspace)
-            detail = {**(detail or {}), workspace.DETAIL_KEY: snapshot}
+            detail = {**(detail or {}), **snapshot}
         outcome = self._record(self._validated(value) if self.d.schema is not None else value, detail)
         if faults.ARMED:
             fault_point("tool.after_record")

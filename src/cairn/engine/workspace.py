@@ -12,7 +12,11 @@ The protocol, around each step or tool body of a run that uses one:
   a failed attempt's or a crashed worker's half-written files, and changes
   workflow code made between calls, never reach the next body. Bodies
   running side by side in one execution share the live directory: only
-  the first to enter verifies it.
+  the first to enter verifies it. The exception: the tasks of a parallel
+  graph super-step (``Branch``) each work in a directory of their own,
+  made the super-step's starting snapshot, and their recorded trees are
+  merged at its barrier (``merge_branches``, ``workspace.merge``) into the
+  root its checkpoint records.
 * **after the body** (``capture``) the directory is snapshotted; the objects
   the store lacks are stored by a holder write (``put_workspace_objects``,
   fenced: a worker that lost the run stores nothing and stops with
@@ -35,21 +39,28 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cairn.engine.execution import _TRANSACTING, Execution
 from cairn.engine.signals import Abandon
 from cairn.errors import CairnError, StoreError
 from cairn.store.records import EventType
+from cairn.workspace.merge import merge
 from cairn.workspace.objects import TREE, encode_tree, object_id, pack
 from cairn.workspace.restore import restore
 from cairn.workspace.scan import TreeCache, snapshot
+from cairn.workspace.trees import Objects
 
 #: the root id of an empty directory (never stored: ``_RunSource`` knows it)
 EMPTY_ROOT = object_id(TREE, encode_tree([]))
 _EMPTY_STORED = pack(TREE, encode_tree([]))
 #: the key of a snapshot's root id in a journal entry's detail
 DETAIL_KEY = "workspace"
+#: the key of a parallel branch's ``[super-step, task index]`` in its calls' details (``Branch``)
+BRANCH_KEY = "workspace_branch"
 
 
 class _RunSource:
@@ -72,25 +83,50 @@ class _RunSource:
         return found
 
 
-class RunWorkspace:
-    """One run's workspace directory on this worker, for one execution."""
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One task of a graph super-step of several (``graph.runner`` sets it
+    for the task's flow): its bodies work in a directory of their own, made
+    ``base`` (the super-step's starting snapshot) before its first body."""
 
-    def __init__(self, execution: Execution, expected: str | None) -> None:
-        workspaces = execution.runtime.workspaces
+    #: the super-step (the number of the checkpoint it starts from)
+    step: int
+    #: the task's index in the super-step
+    index: int
+    #: the task's node (for a conflict's message)
+    node: str
+    #: the root id of the super-step's starting snapshot
+    base: str
+
+    @property
+    def key(self) -> list[int]:
+        return [self.step, self.index]
+
+
+#: the branch the current flow runs in (``None``: the run's own directory)
+BRANCH: ContextVar[Branch | None] = ContextVar("cairn_workspace_branch", default=None)
+
+
+class _Tree:
+    """One directory of a run on this worker: the run's own, or a branch's."""
+
+    def __init__(self, execution: Execution, path: Path, expected: str) -> None:
         self.execution = execution
-        self.path: Path = workspaces.path_for(execution.run.tenant, execution.run_id)
-        self.cache: TreeCache = workspaces.cache_for(self.path)
-        #: the root id of the latest snapshot the journal records
-        self.expected = expected or EMPTY_ROOT
+        self.path = path
+        self.cache: TreeCache = execution.runtime.workspaces.cache_for(path)
+        #: the root id of the latest snapshot the journal records for this directory
+        self.expected = expected
         self._lock = threading.Lock()
         #: positions whose bodies are running now
         self._bodies: set[int] = set()
         #: the objects each captured but not yet recorded snapshot stored, by position
         self._unrecorded: dict[int, tuple[str, set[str]]] = {}
 
+    def running(self, position: int) -> bool:
+        with self._lock:
+            return position in self._bodies
+
     def enter(self, position: int) -> None:
-        """A body at ``position`` is about to run: the directory is made the
-        latest recorded snapshot, unless a sibling body is running in it."""
         with self._lock:
             busy = bool(self._bodies)
             self._bodies.add(position)
@@ -115,8 +151,6 @@ class RunWorkspace:
             cache.known.discard(EMPTY_ROOT)
 
     def capture(self, position: int) -> str:
-        """Snapshot the directory after the body at ``position`` returned;
-        its objects stored (fenced). The root id to record with the call."""
         ex = self.execution
 
         def sink(batch: dict[str, bytes]) -> None:
@@ -136,23 +170,12 @@ class RunWorkspace:
                 self._bodies.discard(position)
 
     def recorded(self, root: str) -> None:
-        """The call's entry naming ``root`` committed: it is the latest snapshot."""
         with self._lock:
             self.expected = root
             for position in [p for p, (r, _) in self._unrecorded.items() if r == root]:
                 del self._unrecorded[position]
 
-    def finished(self) -> None:
-        """The run has ended (its end committed): its directory and cache go
-        (every snapshot stays in the store, for ``cairn workspace`` and a retry)."""
-        self.execution.runtime.workspaces.forget(self.path)
-
     def abandon(self, position: int) -> None:
-        """The body at ``position`` failed (or its outcome was not recorded):
-        whatever it wrote is undone by the next body's ``enter``. The objects
-        its snapshot stored, if it took one, are no longer counted as stored:
-        no recorded snapshot keeps them from the collector (``api.wscollect``),
-        so a later snapshot that needs them stores them again."""
         with self._lock:
             self._bodies.discard(position)
             unrecorded = self._unrecorded.pop(position, None)
@@ -160,12 +183,132 @@ class RunWorkspace:
                 self.cache.revoke(unrecorded[1])
 
 
+class RunWorkspace:
+    """One run's workspace on this worker, for one execution: the run's
+    directory, and one per task of a parallel graph super-step (``Branch``):
+    each method acts on the directory of the calling flow's branch."""
+
+    def __init__(self, execution: Execution, expected: str | None) -> None:
+        self.execution = execution
+        self.main = _Tree(execution, execution.runtime.workspaces.path_for(execution.run.tenant,
+                                                                             execution.run_id),
+                          expected or EMPTY_ROOT)
+        self._lock = threading.Lock()
+        #: the directories of branches, by ``Branch.key``
+        self._branches: dict[tuple[int, int], _Tree] = {}
+
+    @property
+    def path(self) -> Path:
+        """The calling flow's directory."""
+        return self._tree().path
+
+    @property
+    def expected(self) -> str:
+        """The run's latest recorded snapshot (its own directory's)."""
+        return self.main.expected
+
+    def _tree(self) -> _Tree:
+        branch = BRANCH.get()
+        if branch is None:
+            return self.main
+        key = (branch.step, branch.index)
+        with self._lock:
+            tree = self._branches.get(key)
+            if tree is None:
+                # one directory per task index, kept from super-step to super-step (a warm
+                # restore touches only what differs); a sibling of the run's, never inside it
+                path = self.main.path.with_name(f"{self.main.path.name}.b{branch.index}")
+                start = branch_roots(self.execution, branch.step).get(branch.index, branch.base)
+                tree = self._branches[key] = _Tree(self.execution, path, start)
+            return tree
+
+    def running(self, position: int) -> bool:
+        return self._tree().running(position)
+
+    def enter(self, position: int) -> None:
+        """A body at ``position`` is about to run: the calling flow's
+        directory is made its latest recorded snapshot, unless a sibling
+        body is running in it."""
+        self._tree().enter(position)
+
+    def capture(self, position: int) -> dict[str, Any]:
+        """Snapshot the calling flow's directory after the body at
+        ``position`` returned; its objects stored (fenced). The detail to
+        record with the call: the root id, and the branch if in one."""
+        root = self._tree().capture(position)
+        branch = BRANCH.get()
+        return {DETAIL_KEY: root} if branch is None else {DETAIL_KEY: root, BRANCH_KEY: branch.key}
+
+    def recorded(self, root: str) -> None:
+        """The call's entry naming ``root`` committed: it is the latest snapshot."""
+        self._tree().recorded(root)
+
+    def merged(self, root: str) -> None:
+        """A super-step's checkpoint recorded ``root``, its branches' merge."""
+        self.main.recorded(root)
+
+    def finished(self) -> None:
+        """The run has ended (its end committed): its directories and caches go
+        (every snapshot stays in the store, for ``cairn workspace`` and a retry)."""
+        workspaces = self.execution.runtime.workspaces
+        path = self.main.path
+        workspaces.forget(path)
+        if path.parent.is_dir():
+            for branch in path.parent.glob(f"{path.name}.b*"):
+                workspaces.forget(branch)
+
+    def abandon(self, position: int) -> None:
+        """The body at ``position`` failed (or its outcome was not recorded):
+        whatever it wrote is undone by the next body's ``enter``. The objects
+        its snapshot stored, if it took one, are no longer counted as stored:
+        no recorded snapshot keeps them from the collector (``api.wscollect``),
+        so a later snapshot that needs them stores them again."""
+        self._tree().abandon(position)
+
+
+def branch_roots(execution: Execution, step: int) -> dict[int, str]:
+    """The latest snapshot each branch of super-step ``step`` recorded, by
+    task index, from the journal's live outcomes (a branch that recorded
+    none is absent: its tree is the super-step's base)."""
+    found: dict[int, tuple[int, str]] = {}
+    for entry in execution.journal.outcomes.values():
+        detail = entry.detail
+        if not detail or entry.event is not EventType.STEP_COMPLETED:
+            continue
+        key, root = detail.get(BRANCH_KEY), detail.get(DETAIL_KEY)
+        if (isinstance(key, list) and len(key) == 2 and key[0] == step and isinstance(key[1], int)
+                and isinstance(root, str)):
+            seen = found.get(key[1])
+            if seen is None or entry.seq > seen[0]:
+                found[key[1]] = (entry.seq, root)
+    return {index: root for index, (_, root) in found.items()}
+
+
+def merge_branches(execution: Execution, step: int, base: str, nodes: list[str]) -> str | None:
+    """The merged root of super-step ``step``'s branches (``nodes`` in task
+    order), its new trees stored by a holder write (fenced); ``None`` if no
+    branch recorded a snapshot. ``WorkspaceConflict`` if two changed one
+    path differently: then nothing is stored."""
+    roots = branch_roots(execution, step)
+    if not roots:
+        return None
+    named = [node if nodes.count(node) == 1 else f"{node}[{i}]" for i, node in enumerate(nodes)]
+    merged = merge(Objects(_RunSource(execution), base), base,
+                   [(named[i], roots.get(i, base)) for i in range(len(nodes))])
+    if merged.new:
+        try:
+            execution.store.put_workspace_objects(execution.run_id, execution.epoch, merged.new)
+        except StoreError as exc:
+            raise Abandon(f"cannot store the workspace of run {execution.run_id}: {exc}") from exc
+    return merged.root
+
+
 def latest_root(execution: Execution) -> str | None:
     """The root id of the latest snapshot among the journal's live outcomes."""
     found: tuple[int, str] | None = None
     for entry in execution.journal.outcomes.values():
         detail = entry.detail
-        if detail and entry.event is EventType.STEP_COMPLETED:
+        if detail and entry.event is EventType.STEP_COMPLETED and BRANCH_KEY not in detail:
             root = detail.get(DETAIL_KEY)
             if isinstance(root, str) and (found is None or entry.seq > found[0]):
                 found = (entry.seq, root)
@@ -197,12 +340,10 @@ def attach(execution: Execution | None, position: int | None = None) -> Path:
         ws = current(execution)
         if ws is None:
             ws = execution.workspace = RunWorkspace(execution, None)
-    if position is not None:
-        with ws._lock:
-            entered = position in ws._bodies
-        if not entered:
-            ws.enter(position)
+    if position is not None and not ws.running(position):
+        ws.enter(position)
     return ws.path
 
 
-__all__ = ["DETAIL_KEY", "EMPTY_ROOT", "RunWorkspace", "attach", "current", "latest_root"]
+__all__ = ["BRANCH", "BRANCH_KEY", "DETAIL_KEY", "EMPTY_ROOT", "Branch", "RunWorkspace", "attach",
+           "branch_roots", "current", "latest_root", "merge_branches"]

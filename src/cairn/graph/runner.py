@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from cairn.engine import execution as executions
+from cairn.engine import workspace
 from cairn.engine.context import Context
 from cairn.engine.definitions import WorkflowDef
-from cairn.errors import IncompatiblePayload, PayloadError
+from cairn.errors import IncompatiblePayload, PayloadError, WorkspaceConflict
 from cairn.graph import checkpoints
 from cairn.graph.checkpoints import KIND, Chain, Task
 from cairn.graph.errors import GraphError, cut
@@ -89,7 +90,9 @@ class GraphRun:
                 raise GraphError(f"graph {self.name!r} ran {self.max_steps} super-steps (max_steps) without "
                                  f"reaching END; next: {', '.join(sorted({t.node for t in tasks}))}")
             state = self._interrupt("before", [t.node for t in tasks], state)
-            updates = await self._superstep(state, tasks)
+            base = (workspace.latest_root(self.execution) or workspace.EMPTY_ROOT) if len(tasks) > 1 else None
+            updates = await self._superstep(state, tasks, step, base)
+            root = self._merged(step, base, tasks) if base is not None else None
             after = dict(state)
             added: dict[str, list[Any]] = {}
             for task, update in zip(tasks, updates, strict=True):
@@ -98,7 +101,7 @@ class GraphRun:
             step += 1
             ran = [t.node for t in tasks]
             tasks = self._commit(step, ran, committed, after, added if state is committed else {}, following,
-                                 versions, step - 1)
+                                 versions, step - 1, root)
             committed = after
             state = self._interrupt("after", ran, committed)
         if state is not committed:  # an edit after the last super-step: a checkpoint of its own
@@ -142,9 +145,11 @@ class GraphRun:
 
     def _commit(self, step: int, nodes: list[str], before: Mapping[str, Any], after: Mapping[str, Any],
                 added: Mapping[str, list[Any]], tasks: list[Task], versions: dict[str, list[int]],
-                parent: int | None) -> list[Task]:
+                parent: int | None, root: str | None = None) -> list[Task]:
         """Record the checkpoint of ``step``; return the next tasks as a
-        resume will read them (a ``Send``'s arg decoded from its record)."""
+        resume will read them (a ``Send``'s arg decoded from its record).
+        ``root``: the merged workspace of a parallel super-step's branches,
+        recorded in the checkpoint's detail (``engine.workspace``)."""
         if self._whole:  # no checkpoint of this version reads a field from an older version's
             before, added, self._whole = {}, {}, False
             versions.clear()  # a field the state type no longer has is not carried on
@@ -153,7 +158,10 @@ class GraphRun:
         execution = self.execution
         call = execution.begin(KIND, checkpoints.entry_name(step))
         if call.recorded is None:
-            execution.record_restore_point(call, execution.runtime.payloads.wrap(raw))
+            detail = {workspace.DETAIL_KEY: root} if root is not None else None
+            execution.record_restore_point(call, execution.runtime.payloads.wrap(raw), detail)
+        if root is not None and execution.workspace is not None:
+            execution.workspace.merged(root)
         return checkpoints.decode(raw).tasks() if any(t.send for t in tasks) else tasks
 
     def _restore(self) -> tuple[int, dict[str, Any], list[Task], dict[str, list[int]], list[str]]:
@@ -206,21 +214,29 @@ class GraphRun:
 
     # -- a super-step -----------------------------------------------------------------
 
-    async def _superstep(self, state: Mapping[str, Any], tasks: list[Task]) -> list[dict[str, Any]]:
+    async def _superstep(self, state: Mapping[str, Any], tasks: list[Task], step: int,
+                         base: str | None) -> list[dict[str, Any]]:
         """Every task's update (validated keys), in task order. Tasks run
         side by side; all of them finish before a failure is raised (the
-        first in task order), so nothing of the super-step outlives it."""
-        if len(tasks) == 1:  # in the workflow's own flow: no task or thread to start
+        first in task order), so nothing of the super-step outlives it.
+        Each task of several works in a workspace directory of its own,
+        made the super-step's starting snapshot ``base`` (``_merged``)."""
+        if len(tasks) == 1 or base is None:  # in the workflow's own flow: no task or thread to start
             return [await self._attempts(tasks[0], state)]
-        outcomes = await asyncio.gather(*(self._attempts(t, state) for t in tasks), return_exceptions=True)
+        outcomes = await asyncio.gather(*(
+            self._attempts(t, state, workspace.Branch(step, i, t.node, base)) for i, t in enumerate(tasks)),
+            return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
         return outcomes  # type: ignore[return-value]
 
-    async def _attempts(self, task: Task, state: Mapping[str, Any]) -> dict[str, Any]:
+    async def _attempts(self, task: Task, state: Mapping[str, Any],
+                        branch: workspace.Branch | None = None) -> dict[str, Any]:
         """Run ``task``'s node under its retry policy (attempts in this
         execution; a node whose super-step did not commit starts again)."""
+        if branch is not None:  # this task's own flow (a task of ``gather``): its bodies use its directory
+            workspace.BRANCH.set(branch)
         node = self.graph.nodes[task.node]
         policy = node.retry
         attempt = 1
@@ -277,6 +293,16 @@ class GraphRun:
             elif value != before:
                 update[name] = value
         return update
+
+    def _merged(self, step: int, base: str, tasks: list[Task]) -> str | None:
+        """The merge of the branches' workspaces (``None``: none used one).
+        Computed from the journal, so the same whatever order the tasks
+        finished in, and again the same by a worker that resumes the run. A
+        conflict fails the run: the same branches would conflict again."""
+        try:
+            return workspace.merge_branches(self.execution, step, base, [t.node for t in tasks])
+        except WorkspaceConflict as exc:
+            raise GraphError(f"graph {self.name!r}, super-step {step + 1}: {exc}") from exc
 
     # -- routing ----------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ formed (``UnsafeSnapshot`` otherwise).
 from __future__ import annotations
 
 import hashlib
+import threading
 import zlib
 from typing import Any
 
@@ -58,8 +59,24 @@ FILE, DIR, LINK = "f", "d", "l"
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder()
-_ZSTD_C = _zstd.ZstdCompressor(level=3) if _zstd is not None else None
-_ZSTD_D = _zstd.ZstdDecompressor() if _zstd is not None else None
+#: one compressor and decompressor per thread: zstandard's are not thread-safe, and snapshots and
+#: restores run in several threads at once (the parallel branches of a graph super-step): one
+#: shared compressor wrote corrupt objects (tests/workspace/test_branches.py, PostgreSQL)
+_ZSTD_LOCAL = threading.local()
+
+
+def _zstd_c() -> Any:
+    compressor = getattr(_ZSTD_LOCAL, "c", None)
+    if compressor is None:
+        compressor = _ZSTD_LOCAL.c = _zstd.ZstdCompressor(level=3)
+    return compressor
+
+
+def _zstd_d() -> Any:
+    decompressor = getattr(_ZSTD_LOCAL, "d", None)
+    if decompressor is None:
+        decompressor = _ZSTD_LOCAL.d = _zstd.ZstdDecompressor()
+    return decompressor
 #: objects below this size are stored uncompressed (a header would outweigh the gain)
 _TINY = 64
 
@@ -76,9 +93,9 @@ def pack(kind: bytes, data: bytes) -> bytes:
     compressed when that makes them smaller."""
     plain = kind + data
     if len(plain) >= _TINY:
-        packed = _ZSTD_C.compress(plain) if _ZSTD_C is not None else zlib.compress(plain, 6)
+        packed = _zstd_c().compress(plain) if _zstd is not None else zlib.compress(plain, 6)
         if len(packed) + 1 < len(plain):
-            return (b"z" if _ZSTD_C is not None else b"d") + packed
+            return (b"z" if _zstd is not None else b"d") + packed
     return b"n" + plain
 
 
@@ -90,15 +107,15 @@ def unpack(oid: str, stored: bytes) -> tuple[bytes, bytes]:
     if codec == b"n":
         plain = body
     elif codec == b"z":
-        if _ZSTD_D is None:
+        if _zstd is None:
             raise WorkspaceError(f"workspace object {oid} is zstd-compressed: install cairn-runtime"
                                  "[workspace] (zstandard)")
         try:
             declared = _zstd.frame_content_size(body)
             if 0 <= declared <= MAX_OBJECT:  # one shot: zstd refuses output beyond the declared size
-                plain = _ZSTD_D.decompress(body)
+                plain = _zstd_d().decompress(body)
             else:  # undeclared, or a bomb's claim: streamed and bounded, never allocated
-                with _ZSTD_D.stream_reader(body) as reader:
+                with _zstd_d().stream_reader(body) as reader:
                     plain = reader.read(MAX_OBJECT + 1)
         except Exception as exc:  # zstandard.ZstdError: damaged
             raise UnsafeSnapshot(f"workspace object {oid} cannot be decompressed: {exc}") from None
