@@ -172,6 +172,14 @@ def test_parallel_nodes_each_find_the_base_and_their_changes_merge(app: cairn.Ap
     restore(out, root, Source(), TreeCache())
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert files == ["left.txt", "right.txt", "sub/keep.txt", "sub/l.txt", "sub/r.txt"]
+    # the run's line of snapshots (ls, diff, export) leaves the branches' out; asked, it has them
+    views = app.operator.workspaces
+    own = views.snapshots("b1")
+    assert [s.branch for s in own] == [None] * len(own)
+    assert [s.root for s in own][-2:] == [root, root]  # the merge's checkpoint, then join's step
+    everything = views.snapshots("b1", branches=True)
+    assert sorted(s.branch for s in everything if s.branch is not None) == [(1, 0), (1, 1)]
+    assert views.pick("b1").root == root
     # the run ended: its directory and its branches' are gone
     main = app.runtime.workspaces.path_for("default", "b1")
     assert not main.exists()

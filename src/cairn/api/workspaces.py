@@ -39,6 +39,8 @@ from cairn.workspace.trees import Change, Objects, diff, walk
 _CUTS = (EventType.RUN_RETRIED, EventType.RUN_REWOUND)
 #: the key of a snapshot's root id in a journal entry's detail (engine.workspace.DETAIL_KEY)
 _DETAIL_KEY = "workspace"
+#: the key naming the graph branch (super-step, task index) a snapshot is of (engine.workspace.BRANCH_KEY)
+_BRANCH_KEY = "workspace_branch"
 
 
 class NoSnapshot(InvalidArgument):
@@ -56,10 +58,13 @@ class SnapshotRef:
     name: str
     root: str
     at: float
+    #: the parallel graph branch it is of, (super-step, task index); ``None``: the run's own
+    branch: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {"run_id": self.run_id, "position": self.position, "seq": self.seq, "kind": self.kind,
-                "name": self.name, "root": self.root, "at": self.at}
+                "name": self.name, "root": self.root, "at": self.at,
+                "branch": None if self.branch is None else list(self.branch)}
 
 
 class _TenantSource:
@@ -76,17 +81,22 @@ class WorkspaceViews:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def snapshots(self, run_id: str) -> list[SnapshotRef]:
-        """Every snapshot the run's live journal records, oldest first."""
+    def snapshots(self, run_id: str, *, branches: bool = False) -> list[SnapshotRef]:
+        """Every snapshot of the run's own tree its live journal records,
+        oldest first; with ``branches``, those of its parallel graph
+        branches too (each task of a super-step works in a tree of its own,
+        merged into the run's at the super-step's end)."""
         if self._store.get_run(run_id) is None:
             raise RunNotFound(run_id)
         found: dict[int, SnapshotRef] = {}
         for e in self._store.history_headers(run_id):
             if e.event is EventType.STEP_COMPLETED and e.detail and e.position is not None:
                 root = e.detail.get(_DETAIL_KEY)
-                if isinstance(root, str):  # a later outcome of a position (after a rewind) replaces it
+                branch = _branch_of(e.detail.get(_BRANCH_KEY))
+                if isinstance(root, str) and (branches or branch is None):
+                    # a later outcome of a position (after a rewind) replaces it
                     found[e.position] = SnapshotRef(run_id, e.position, e.seq, e.step_kind or "",
-                                                    e.name or "", root, e.at)
+                                                    e.name or "", root, e.at, branch)
             elif e.event in _CUTS and e.detail and e.detail.get("from_position") is not None:
                 cut = int(e.detail["from_position"])  # outcomes from there on are void (engine.journal)
                 for position in [p for p in found if p >= cut]:
@@ -94,8 +104,9 @@ class WorkspaceViews:
         return sorted(found.values(), key=lambda s: s.seq)
 
     def pick(self, run_id: str, position: int | None = None) -> SnapshotRef:
-        """The snapshot recorded at ``position`` (``None``: the latest)."""
-        shots = self.snapshots(run_id)
+        """The snapshot recorded at ``position`` (a branch's too; ``None``:
+        the latest of the run's own tree)."""
+        shots = self.snapshots(run_id, branches=position is not None)
         if not shots:
             raise InvalidArgument(f"run {run_id} has recorded no workspace snapshot")
         if position is None:
@@ -125,8 +136,10 @@ class WorkspaceViews:
         """What changed from snapshot ``old`` to ``new`` (``new`` default: the
         latest; ``old`` default: the snapshot before ``new``, none for the first)."""
         after = self.pick(run_id, new)
-        if old is None:
-            earlier = [s for s in self.snapshots(run_id) if s.seq < after.seq]
+        if old is None:  # the one before it in its own line (a branch's: else the run's it started from)
+            line = self.snapshots(run_id, branches=after.branch is not None)
+            earlier = [s for s in line if s.seq < after.seq and s.branch == after.branch] \
+                or [s for s in line if s.seq < after.seq and s.branch is None]
             before = earlier[-1] if earlier else None
         else:
             before = self.pick(run_id, old)
@@ -199,3 +212,10 @@ def _git(cwd: Path, *args: str, date: str | None = None) -> str:
 
 
 __all__ = ["NoSnapshot", "SnapshotRef", "WorkspaceViews"]
+
+
+def _branch_of(found: object) -> tuple[int, int] | None:
+    """A snapshot's ``workspace_branch`` detail as (super-step, task index)."""
+    if isinstance(found, list) and len(found) == 2 and all(isinstance(v, int) for v in found):
+        return (found[0], found[1])
+    return None

@@ -43,18 +43,21 @@ def workspace() -> None:
 @click.argument("run_id")
 @click.argument("position", type=int, required=False)
 @click.option("--snapshots", is_flag=True, help="List the run's snapshots instead of a snapshot's files.")
+@click.option("--branches", is_flag=True,
+              help="With --snapshots: the parallel graph branches' snapshots too (marked step.index).")
 def ls(ctx: click.Context, as_json: bool, app_spec: str | None, db: str | None, run_id: str,
-       position: int | None, snapshots: bool) -> None:
+       position: int | None, snapshots: bool, branches: bool) -> None:
     """The files of a snapshot (default: the latest), or the run's snapshots."""
     with open_session(db_from_context(ctx, db), app_spec, read_only=True) as session:
         views = session.operator.workspaces
         if snapshots:
-            shots = views.snapshots(run_id)
+            shots = views.snapshots(run_id, branches=branches)
             if as_json:
                 echo_json([s.as_dict() for s in shots], indent=2)
                 return
             for s in shots:
-                echo(f"{s.position:>6}  {s.kind:<5} {s.name:<24} {s.root[:16]}")
+                line = "" if s.branch is None else f"  branch {s.branch[0]}.{s.branch[1]}"
+                echo(f"{s.position:>6}  {s.kind:<5} {s.name:<24} {s.root[:16]}{line}")
             if not shots:
                 echo(f"run {run_id} has recorded no workspace snapshot", err=True)
             return
