@@ -274,3 +274,29 @@ def test_prune_is_the_same_path_and_records_its_actor(place: str) -> None:
     assert world.raw("SELECT count(*) FROM memory_run") == [(0,)]
     assert dangling(world) == {}
     verified(world)
+
+
+def test_archived_runs_go_once_their_archive_is_older_than_its_policy(place: str) -> None:
+    """Class ``archives``: an archived run (with its tree and archive object,
+    through prune_runs) goes once archived longer than its tenant's policy;
+    a run archived later, or of a tenant without the policy, stays. The plan
+    names exactly what the pass deletes."""
+    world = build(place)
+    for name, tenant in (("old", "a"), ("young", "a"), ("other", "b")):
+        world.make(name, tenant)
+    operator = world.app.operator
+    operator.archive_run(world.runs["old"])
+    operator.archive_run(world.runs["other"])
+    world.clock.advance(40 * DAY)
+    operator.archive_run(world.runs["young"])  # archived today
+    operator.retention.set("archives", "30d", tenant="a")
+    plan = Controller(world.store, "planner").plan()
+    assert [key[0] for key in plan.units[DataClass.ARCHIVES]] == [world.runs["old"]]
+    done = Controller(world.store, "controller").run()
+    assert done is not None
+    assert done.units[DataClass.ARCHIVES] == plan.units[DataClass.ARCHIVES]
+    assert world.store.get_run(world.runs["old"]) is None
+    assert world.store.run_archive(world.runs["young"]) is not None
+    assert world.store.run_archive(world.runs["other"]) is not None
+    assert dangling(world) == {}
+    assert Controller(world.store, "planner").plan().units[DataClass.ARCHIVES] == []

@@ -154,7 +154,7 @@ class SQLRetention(Generic[Tx]):
         ``limit``): what a pass deletes (or expires)."""
         cls = cutoffs.cls
         latest = cutoffs.latest
-        if latest is None or cls in (DataClass.HISTORY, DataClass.ARCHIVES):
+        if latest is None or cls is DataClass.HISTORY:
             return []
         found: list[Key] = []
         after: Key = _START[cls]
@@ -235,6 +235,7 @@ _CANDIDATES = {
     DataClass.KV_MEMORY: "item_candidates",
     DataClass.SEMANTIC_MEMORY: "item_candidates",
     DataClass.AUDIT: "deleted_run_candidates",
+    DataClass.ARCHIVES: "archive_candidates",
 }
 
 _START: dict[DataClass, Key] = {
@@ -244,6 +245,7 @@ _START: dict[DataClass, Key] = {
     DataClass.KV_MEMORY: (_LOW, _LOW, _LOW, 0.0),
     DataClass.SEMANTIC_MEMORY: (_LOW, _LOW, _LOW, 0.0),
     DataClass.AUDIT: (_LOW, -float("inf")),
+    DataClass.ARCHIVES: (_LOW, -float("inf")),
 }
 
 

@@ -129,6 +129,8 @@ class Controller:
     def _enforce(self, cutoffs: rt.Cutoffs) -> list[Key]:
         if cutoffs.cls is DataClass.HISTORY:
             return self._prune(cutoffs)
+        if cutoffs.cls is DataClass.ARCHIVES:
+            return self._prune_archived(cutoffs)
         gone: list[Key] = []
         due = self.store.retention_due(cutoffs)
         for start in range(0, len(due), self.batch):
@@ -149,6 +151,23 @@ class Controller:
                 return [(run_id,) for run_id in gone]
             if faults.ARMED:
                 fault_point("retention.after_batch")
+
+    def _prune_archived(self, cutoffs: rt.Cutoffs) -> list[Key]:
+        """Archived runs past their policy, through the one run-deletion path
+        (``prune_runs`` of their trees: the archive objects go with them)."""
+        due = self.store.retention_due(cutoffs)
+        latest = cutoffs.latest
+        gone: list[str] = []
+        for start in range(0, len(due), self.batch):
+            roots = [str(key[0]) for key in due[start:start + self.batch]]
+            fence = self._fence()
+            assert latest is not None  # something is due only under a policy
+            self.store.prune_runs(latest, None, len(roots), roots=roots, fence=fence, actor=self.actor,
+                                  into=gone)
+            if faults.ARMED:
+                fault_point("retention.after_batch")
+        deleted = set(gone)
+        return [key for key in due if key[0] in deleted]
 
     def _renew(self) -> bool:
         epoch = self.store.take_retention_lease(self.holder, self.lease_seconds, self.epoch)

@@ -2193,6 +2193,14 @@ SELECT run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, delete
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) ORDER BY finished_at, run_id
 
 -- Audit records finished before the latest cutoff, a page at a time.
+-- Archived roots (run_archives) whose archive is older than the latest cutoff
+-- of class archives: deleted, with their trees, through prune_runs.
+-- name: archive_candidates
+SELECT a.run_id, r.tenant, r.workflow, a.archived_at FROM run_archives AS a JOIN runs AS r ON r.run_id = a.run_id
+WHERE a.archived_at < %(cutoff)s::float8 AND (a.archived_at, a.run_id) > (%(after_at)s::float8, %(after_id)s::text)
+  AND NOT EXISTS (SELECT 1 FROM runs AS p WHERE p.run_id = r.parent_run_id)
+ORDER BY a.archived_at, a.run_id COLLATE "C" LIMIT %(page)s::bigint
+
 -- name: deleted_run_candidates
 SELECT run_id, tenant, workflow, finished_at FROM retention_deleted
 WHERE finished_at < %(cutoff)s::float8 AND (finished_at, run_id) > (%(after_at)s::float8, %(after_id)s::text)

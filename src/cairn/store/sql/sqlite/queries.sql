@@ -1771,6 +1771,14 @@ SELECT run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, delete
 WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY finished_at, run_id
 
 -- Audit records finished before the latest cutoff, a page at a time.
+-- Archived roots (run_archives) whose archive is older than the latest cutoff
+-- of class archives: deleted, with their trees, through prune_runs.
+-- name: archive_candidates
+SELECT a.run_id, r.tenant, r.workflow, a.archived_at FROM run_archives AS a JOIN runs AS r ON r.run_id = a.run_id
+WHERE a.archived_at < :cutoff AND (a.archived_at, a.run_id) > (:after_at, :after_id)
+  AND NOT EXISTS (SELECT 1 FROM runs AS p WHERE p.run_id = r.parent_run_id)
+ORDER BY a.archived_at, a.run_id LIMIT :page
+
 -- name: deleted_run_candidates
 SELECT run_id, tenant, workflow, finished_at FROM retention_deleted
 WHERE finished_at < :cutoff AND (finished_at, run_id) > (:after_at, :after_id)
