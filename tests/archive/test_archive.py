@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import cairn
+from cairn.api.audit import Audit, Verdict
 from cairn.errors import InvalidRunState, RunNotFound
 from cairn.store.archive import ArchiveError, decode
 from cairn.store.auditverify import verify_store
@@ -231,8 +232,13 @@ def test_a_damaged_or_swapped_archive_is_refused_naming_the_run(place: str, seal
     app.store._archive_cache().clear()  # a fresh process: nothing decoded yet
     with pytest.raises(ArchiveError, match=f"archive of run '{one}'"):
         app.history(one)
-    with pytest.raises(ArchiveError, match=one):
-        verify_store(app.store, run_id=one)
+    # the verifier says TAMPERED naming the run, and goes on with the others
+    chains = verify_store(app.store)
+    assert [(p.run_id, "its archive cannot be read" in p.what) for p in chains.problems] == [(one, True)]
+    assert two in chains.heads
+    assert one not in chains.heads
+    report = Audit(app.store).verify()
+    assert report.verdict is Verdict.TAMPERED
     # the record's head edited: the object no longer matches what was archived
     write(data)
     raw("UPDATE run_archives SET last_seq = last_seq - 1 WHERE run_id = :r", r=one)

@@ -190,15 +190,23 @@ class SQLArchive(Generic[Tx]):
         archive = self.run_archived(run_id)
         return None if archive is None else archive.usage()
 
-    def archived_audit_entries(self, *, tenant: str | None = None, run_id: str | None = None
-                               ) -> Iterator[tuple[Any, ...]]:
-        """The audit rows of the archived runs in scope, read from their archives."""
+    def archived_audit_entries(self, *, tenant: str | None = None, run_id: str | None = None,
+                               damaged: list[tuple[str, str]] | None = None) -> Iterator[tuple[Any, ...]]:
+        """The audit rows of the archived runs in scope, read from their
+        archives (one that cannot be read: named in ``damaged``, else raised)."""
         runs = [run_id] if run_id is not None else self.archived_runs(tenant)
         for one in runs:
             record = self.run_archive(one)
             if record is None or (tenant is not None and record.tenant != tenant):
                 continue
-            yield from self._load_archive(record).history
+            try:
+                history = self._load_archive(record).history
+            except ArchiveError as exc:
+                if damaged is None:
+                    raise
+                damaged.append((one, str(exc)))
+                continue
+            yield from history
 
     # -- internals ---------------------------------------------------------------------------
 

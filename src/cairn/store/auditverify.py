@@ -220,10 +220,14 @@ def verify_store(store: Any, *, tenant: str | None = None, run_id: str | None = 
     """``verify_chains`` over a SQL store's rows (``auditsql.SQLAudit``;
     ``store.audit_digest`` opens sealed entries when it is wrapped by a
     ``SealedStore``)."""
-    rows = store.audit_entries(tenant=tenant, run_id=run_id)
+    damaged: list[tuple[str, str]] = []
+    rows = store.audit_entries(tenant=tenant, run_id=run_id, damaged=damaged)
     tenants = store.audit_run_tenants(tenant=tenant, run_id=run_id)
-    return verify_chains(rows, tenants, getattr(store, "audit_digest", None), want, check_digests,
-                         store.audit_legacy(), getattr(store, "audit_plain_before", None))
+    chains = verify_chains(rows, tenants, getattr(store, "audit_digest", None), want, check_digests,
+                           store.audit_legacy(), getattr(store, "audit_plain_before", None))
+    # an archive that cannot be read is a run whose history cannot be shown intact: tampered
+    chains.problems.extend(Problem(run, None, f"its archive cannot be read: {why}") for run, why in damaged)
+    return chains
 
 
 def check_anchor(chains: Chains, heads: dict[str, tuple[int, bytes]], tenant_of: dict[str, str],

@@ -335,11 +335,16 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
         return rows if archive is None else read(archive)
 
     def audit_entries(self, *, tenant: str | None = None, run_id: str | None = None,
-                      page: int = PAGE) -> Iterator[tuple[Any, ...]]:
+                      page: int = PAGE, damaged: list[tuple[str, str]] | None = None
+                      ) -> Iterator[tuple[Any, ...]]:
         """The hot entries, then the archived runs' (each run's entries
-        together, as the verifier reads them: its archive keeps them verbatim)."""
+        together, as the verifier reads them: its archive keeps them
+        verbatim). An archive that cannot be read (damaged, another run's) is
+        passed over and named in ``damaged`` as (run, why), so that the
+        verifier reports it and goes on with the other runs; without
+        ``damaged`` its ``ArchiveError`` is raised."""
         yield from SQLAudit.audit_entries(self, tenant=tenant, run_id=run_id, page=page)
-        yield from self.archived_audit_entries(tenant=tenant, run_id=run_id)
+        yield from self.archived_audit_entries(tenant=tenant, run_id=run_id, damaged=damaged)
 
     # -- holder writes: the lease holder's fenced transitions (contract.HOLDER_WRITES) --
 
