@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from cairn.api import actors
+from cairn.api.actors import acting
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.audit import Audit
 from cairn.api.export import export_run
@@ -554,7 +555,10 @@ class App:
         if reason:
             detail["reason"] = reason
         record = target.bundle.record()
-        self.store.put_bundles([record])
+        by = (operator or self.operator).actor
+        with acting(self.store, by, "", "bundle", record.bundle_id, "bundle.put",
+                    {"for": "migrate", "run_id": run_id}):
+            self.store.put_bundles([record])
         change = (operator or self.operator).migrate(run_id, record, detail,
                                                      checked_seq=history[-1].seq if history else 0)
         return report, change.run

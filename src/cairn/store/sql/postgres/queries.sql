@@ -1965,3 +1965,23 @@ ORDER BY oid LIMIT %(limit)s::int
 -- name: ws_delete
 DELETE FROM workspace_objects
 WHERE tenant = %(tenant)s::text AND oid = ANY (%(oids)s::text[]) AND stored_at < %(before)s::float8
+
+-- name: oplog_lock
+-- Two transactions appending to one tenant's chain queue here (the head is
+-- then read after the other's commit), so neither links from a stale head.
+SELECT pg_advisory_xact_lock(hashtextextended('cairn.operator_log/' || %(tenant)s::text, 0))
+
+-- name: oplog_head
+SELECT seq, link FROM operator_log WHERE tenant = %(tenant)s::text ORDER BY seq DESC LIMIT 1
+
+-- name: insert_oplog
+INSERT INTO operator_log (tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link)
+VALUES (%(tenant)s::text, %(seq)s::bigint, %(at)s::float8, %(kind)s::text, %(object_id)s::text,
+        %(action)s::text, %(actor)s::text, %(auth)s::text, %(change)s::text, %(digest)s::bytea,
+        %(link)s::bytea)
+
+-- name: oplog_entries
+SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link FROM operator_log
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (tenant, seq) > (%(after_tenant)s::text, %(after_seq)s::bigint)
+ORDER BY tenant, seq LIMIT %(page)s::int

@@ -623,3 +623,21 @@ CREATE TABLE audit_legacy (
     run_id   TEXT PRIMARY KEY,
     last_seq INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- The operator log (0032; issue 26, cairn/store/oplog.py): one append-only
+-- record per operator mutation of a non-run object, written in the mutation's
+-- transaction, hash-chained per tenant ('' : the installation's objects).
+CREATE TABLE operator_log (
+    tenant    TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    at        REAL NOT NULL,
+    kind      TEXT NOT NULL,
+    object_id TEXT NOT NULL,
+    action    TEXT NOT NULL,
+    actor     TEXT NOT NULL,
+    auth      TEXT NOT NULL,
+    change    TEXT NOT NULL,
+    digest    BLOB NOT NULL,
+    link      BLOB NOT NULL,
+    PRIMARY KEY (tenant, seq)
+) WITHOUT ROWID;

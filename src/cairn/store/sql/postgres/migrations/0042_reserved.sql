@@ -1,0 +1,1 @@
+-- reserved for another branch
