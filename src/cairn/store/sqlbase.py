@@ -531,9 +531,11 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
 
     def register_schedule(self, spec: ScheduleSpec) -> ScheduleState:
         def body(tx: Tx) -> ScheduleState:
+            before = self._query(tx, "lock_schedule", {"tenant": spec.tenant, "name": spec.name})
             params = schedule_params(spec, self.clock())
             state = schedule_from_row(self._query(tx, "upsert_schedule", params)[0])
-            self._log_action(tx)
+            if not before or schedule_from_row(before[0]).spec != spec:  # each worker's start re-registers
+                self._log_action(tx, created=not before)
             return state
 
         return self._in_write(body)
