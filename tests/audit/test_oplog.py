@@ -57,7 +57,11 @@ def test_python_paths_record_their_actor_in_the_mutations_transaction(place: str
     Scheduler(app.runtime, list(app.runtime.schedules.values()), worker_id="w7").register()
     Scheduler(app.runtime, list(app.runtime.schedules.values()), worker_id="w8").register()  # no change
     token_id = minted.record.token_id
-    assert records(app) == [
+    bundle = app.get_run(app.list_runs()[0].run_id).bundle
+    [published] = records(app, kind="bundle")  # stored by the first start, as whoever started it
+    assert published[:5] == ("", "bundle", bundle, "bundle.publish", ME)
+    assert published[5]["workflow"] == "canary"
+    assert [r for r in records(app) if r[1] != "bundle"] == [
         ("acme", "token", token_id, "token.mint", ME, {"name": "ci-bot", "role": "admin"}),
         ("acme", "token", token_id, "token.revoke", "user:ada", {}),
         ("", "queue", "mail", "queue.set", ME, {"name": "mail", "concurrency": 2, "tenant_concurrency": None,
@@ -83,7 +87,7 @@ def test_python_paths_record_their_actor_in_the_mutations_transaction(place: str
     assert all(bytes(w).hex() not in dump and repr(bytes(w)) not in dump for (w,) in wrapped)
     report = app.audit.verify()
     assert report.problems == [], report.summary()
-    assert report.operator_records == 6
+    assert report.operator_records == 7
     app.close()
 
 
@@ -134,6 +138,14 @@ def test_cli_paths_record_the_os_user_and_audit_log_filters_them(
     code, out = cli_run("audit", "verify", "--db", db)
     assert code == 3, out
     assert "5 entries of 0 runs and operator logs (5 of the entries)" in out, out
+    code, out = cli_run("start", "greet", "--app", "tests.cli.sample_app:app", "--db", db, "--input",
+                        '{"name": "x"}')
+    assert code == 0, out
+    code, out = cli_run("audit", "log", "--db", db, "--kind", "bundle", "--json")
+    [published] = [json.loads(line) for line in out.splitlines()]
+    assert published["event"] == "bundle.publish"
+    assert published["actor"].startswith(me)
+    assert published["detail"]["workflow"] == "greet"
 
 
 def test_the_chain_names_the_first_bad_record_and_the_anchor_catches_a_cut_tail(

@@ -80,10 +80,10 @@ def checked(given: Mapping[str, Any], tenant: str, default_auth: str) -> dict[st
 
 
 def acting(store: Any, actor: str, tenant: str, kind: str, object_id: str, action: str,
-           change: Mapping[str, Any] | None = None) -> AbstractContextManager[None]:
+           change: Mapping[str, Any] | None = None, auth: str | None = None) -> AbstractContextManager[None]:
     """The context in which ``store``'s next recording mutation adds an
     operator log record (``store.oplogsql``) of ``action`` by ``actor``
-    (authenticated as its prefix says) on ``kind``/``object_id`` of
+    (authenticated as ``auth`` says, by default its prefix) on ``kind``/``object_id`` of
     ``tenant``, in the mutation's own transaction. A store without an
     operator log (none of Cairn's) records nothing."""
     from cairn.store.oplog import OperatorAction
@@ -92,5 +92,5 @@ def acting(store: Any, actor: str, tenant: str, kind: str, object_id: str, actio
     if method is None:
         return nullcontext()
     context_manager: AbstractContextManager[None] = method(
-        OperatorAction(tenant, kind, object_id, action, actor, auth_of(actor), dict(change or {})))
+        OperatorAction(tenant, kind, object_id, action, actor, auth or auth_of(actor), dict(change or {})))
     return context_manager

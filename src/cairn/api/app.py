@@ -720,11 +720,14 @@ class App:
             except GraphError as exc:
                 raise PayloadError(f"input 'state' of workflow {definition.name!r}: {exc}") from None
         payload = self.runtime.payloads.wrap(raw)
+        with acting(self.store, str(context["actor"]), "", "bundle", "", "bundle.publish",
+                    {"workflow": definition.name, "version": definition.version}, auth=str(context["auth"])):
+            bundle = self.runtime.registry.bundle_for(definition, self.store).bundle_id  # stored if new
         return NewRun(
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
             budget=budget.to_dict() if budget is not None else None,
-            bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id, started_by=context,
+            bundle=bundle, started_by=context,
             started_role=started.role, started_token=started.token,
         )
 
