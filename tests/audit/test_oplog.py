@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import pwd
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -237,3 +238,29 @@ def test_a_tenant_role_appends_its_own_records_only_and_rewrites_none(deployment
     assert chain_id("globex") in chains.heads
     assert minted.record.tenant == "acme"
 
+
+
+def test_concurrent_operators_append_one_unbroken_chain(place: str) -> None:
+    app = cairn.App(db=place)
+    errors: list[BaseException] = []
+
+    def mint(who: int) -> None:
+        try:
+            tokens = Tokens(app.store, f"user:op{who}")
+            for i in range(8):
+                tokens.mint("acme", "viewer", f"bot-{who}-{i}")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=mint, args=(who,)) for who in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    rows = list(app.store.operator_log(tenant="acme"))  # type: ignore[attr-defined]
+    assert [r[1] for r in rows] == list(range(1, 33))
+    chains = Chains()
+    assert oplog.verify_into(chains, app.store) == 32
+    assert chains.problems == []
+    app.close()
