@@ -264,3 +264,19 @@ def test_concurrent_operators_append_one_unbroken_chain(place: str) -> None:
     assert oplog.verify_into(chains, app.store) == 32
     assert chains.problems == []
     app.close()
+
+
+def test_a_worker_records_the_bundles_it_stores_and_its_schedules(tmp_path: Path) -> None:
+    app = cairn.App(db=f"sqlite:///{tmp_path}/c.db")
+
+    @app.workflow(name="nightly")
+    def nightly(ctx: cairn.Context) -> int:
+        return 1
+
+    app.schedule("0 3 * * *", "nightly", name="at-three", tenant="acme")
+    app.worker(worker_id="w1", poll_interval=0.02).run(install_signals=False, max_idle=0.2)
+    app.worker(worker_id="w2", poll_interval=0.02).run(install_signals=False, max_idle=0.2)  # nothing new
+    found = [(e.tenant, e.kind, e.event, e.actor, e.auth) for e in app.audit.log() if e.kind != "run"]
+    assert sorted(found) == [("", "bundle", "bundle.publish", "worker:w1", "lease"),
+                             ("acme", "schedule", "schedule.register", "worker:w1", "lease")]
+    app.close()
