@@ -37,12 +37,14 @@ from typing import Any
 
 import cairn
 from cairn.security.keyring import LocalKeyring
+from cairn.security.shredding import FileShredder
 
 STEPS = 200
 
 
 def make(path: Path, sealed: bool) -> tuple[cairn.App, Any, Any]:
-    ring = LocalKeyring({"k1": os.urandom(32)}, "k1") if sealed else None
+    shredder = FileShredder(path.with_name(path.name + ".subjects"))  # subject keys' secrets (erasure)
+    ring = LocalKeyring({"k1": os.urandom(32)}, "k1", shredder) if sealed else None
     app = cairn.App(db=f"sqlite:///{path}", keyring=ring)
 
     @app.step()
@@ -94,15 +96,16 @@ def _instrumented_child(mode: str, count: int, ready: Path) -> None:
     """Under callgrind (instrumentation off): warm up, say so, wait to be
     instrumented, then run ``count`` 3-step runs and leave at once."""
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-ir-"))
-    app, _, three = make(work / "x.db", mode == "on")
+    app, _, three = make(work / "x.db", mode != "off")
+    subject = {"subject": "bench-subject"} if mode == "subject" else {}  # sealed with a subject's key
     for _ in range(30):
-        app.run(three)
+        app.run(three, **subject)
     go = ready.with_name(ready.name + ".go")
     ready.write_text(str(os.getpid()))
     while not go.exists():
         time.sleep(0.05)
     for _ in range(count):
-        app.run(three)
+        app.run(three, **subject)
     os._exit(0)  # nothing after the measured runs is counted: no teardown
 
 
@@ -112,7 +115,7 @@ def instructions(count: int) -> None:
         raise SystemExit("--instructions needs valgrind (callgrind and callgrind_control)")
     per_run: dict[str, float] = {}
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-ir-"))
-    for mode in ("off", "on"):
+    for mode in ("off", "on", "subject"):
         ready = work / f"{mode}.ready"
         child = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={work}/{mode}.out",
@@ -131,9 +134,11 @@ def instructions(count: int) -> None:
         if found is None:
             raise SystemExit(f"callgrind printed no count for {mode}: {err[-500:]}")
         per_run[mode] = int(found.group(1)) / count
-    off, on = per_run["off"], per_run["on"]
+    off, on, subject = per_run["off"], per_run["on"], per_run["subject"]
     print(f"instructions per 3-step run (callgrind, {count} runs each), SQLite: off {off:,.0f}  "
           f"on {on:,.0f}  ({(on / off - 1) * 100:+.1f} %; {(on - off) / 5:,.0f} per sealed value, 5 a run)")
+    print(f"  with a subject (its own data key, issue 26 erasure): {subject:,.0f}  "
+          f"({(subject / on - 1) * 100:+.1f} % vs the tenant's key)")
 
 
 def main() -> None:

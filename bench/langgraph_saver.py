@@ -5,6 +5,7 @@ PostgreSQL (issue 24's performance targets).
     python -m bench.langgraph_saver                       # 300 and 3,000 super-steps, all four
     python -m bench.langgraph_saver --steps 300 --only sqlite,cairn-sqlite
     python -m bench.langgraph_saver --json                # the figures as JSON on stdout
+    python -m bench.langgraph_saver --breakdown           # and where PostgreSQL's bytes are
 
 The workload is ``bench.graph``'s LangGraph graph, unchanged: one node,
 ``talk``, looping to itself until ``n`` reaches the step count, each
@@ -166,6 +167,32 @@ class PostgresDatabase(Database):
                 total += int(row[0]) if row else 0
         return total
 
+    def breakdown(self, steps: int) -> list[str]:
+        """Where the saver's bytes are, after ``VACUUM``: per table, its heap
+        (its free space and visibility maps apart), TOAST and each index, and
+        its rows per super-step (``--breakdown``)."""
+        import psycopg
+
+        tables = CAIRN_TABLES if self.cairn else LG_TABLES
+        lines = []
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            for table in tables:
+                conn.execute(f"VACUUM {table}")
+                heap, maps, toast, total, rows = conn.execute(
+                    "SELECT pg_relation_size(c.oid),"
+                    " pg_relation_size(c.oid, 'fsm') + pg_relation_size(c.oid, 'vm'),"
+                    " coalesce(pg_total_relation_size(nullif(c.reltoastrelid, 0)), 0),"
+                    f" pg_total_relation_size(c.oid), (SELECT count(*) FROM {table})"
+                    " FROM pg_class AS c WHERE c.oid = %s::regclass", (table,)).fetchone() or (0, 0, 0, 0, 0)
+                indexes = conn.execute(
+                    "SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid) FROM pg_index AS i"
+                    " WHERE i.indrelid = %s::regclass ORDER BY 1", (table,)).fetchall()
+                lines.append(f"{table}: {total / steps:,.0f} B/step = heap {heap / steps:,.0f} + maps "
+                             f"{maps / steps:,.0f} + TOAST {toast / steps:,.0f} + "
+                             + " + ".join(f"{name} {size / steps:,.0f}" for name, size in indexes)
+                             + f"; {rows / steps:.2f} rows/step")
+        return lines
+
     def checkpoint_ids(self) -> list[str]:
         import psycopg
 
@@ -205,7 +232,7 @@ def run(saver: Any, steps: int) -> float:
     return elapsed()
 
 
-def measure(system: str, steps: int, samples: int, seed: int) -> Figures:
+def measure(system: str, steps: int, samples: int, seed: int, breakdown: bool = False) -> Figures:
     figures = Figures(system, steps)
     with database(system, "warm") as db:  # imports, code paths, connections: outside the figures
         saver, close = db.saver()
@@ -250,6 +277,8 @@ def measure(system: str, steps: int, samples: int, seed: int) -> Figures:
         finally:
             close()
         figures.disk_bytes = db.disk_bytes() - empty
+        if breakdown and isinstance(db, PostgresDatabase):
+            figures.notes += db.breakdown(steps)
     return figures
 
 
@@ -330,6 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100, help="random checkpoints read per size")
     parser.add_argument("--seed", type=int, default=24)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="PostgreSQL: bytes per super-step of each table's heap, maps, TOAST and indexes")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(only) - set(SYSTEMS))
@@ -339,7 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--steps must be at least {HISTORY_PAGE} and --samples at least 2")
     sizes = []
     for steps in args.steps:
-        measured = [measure(system, steps, args.samples, args.seed) for system in SYSTEMS if system in only]
+        measured = [measure(system, steps, args.samples, args.seed, args.breakdown)
+                    for system in SYSTEMS if system in only]
         by = {f.system: f for f in measured}
         sizes.append({"steps": steps, "logical_bytes": steps * MESSAGE_BYTES,
                       **{f.system: f.as_json() for f in measured}, "targets": targets(by)})

@@ -185,6 +185,12 @@ class LeaseLost(BaseException):
         self.epoch = epoch
 
 
+class RetentionFenced(CairnError):
+    """A retention controller's deletion was refused: another controller took
+    its lease (or it expired), so this one deletes nothing more until it
+    takes the lease again (``cairn.worker.retention``)."""
+
+
 class EffectNotApplied(CairnError):
     """Raise from a ``write`` tool when the outside world certainly did *not*
     change (the request was refused before it was applied). Such a failure is

@@ -35,9 +35,15 @@ POINTS = frozenset(
         "indexer.after_claim",  # the embedding worker leased outbox rows; nothing is embedded yet
         "indexer.after_embed",  # the vectors are computed; none is stored yet
         "memory.tier_items.mid_move",  # an item's cold copy is written, its hot value not yet cleared
+        "retention.delete.before_commit",  # a retention batch's rows are deleted, not yet committed
+        "retention.after_batch",  # a retention batch is committed; the pass's next one not yet begun
         "langgraph.after_checkpoint",  # a LangGraph run's root checkpoint is stored; its journal entry is not
         "langgraph.put.before_commit",  # a LangGraph checkpoint's rows are written, not yet committed
         "langgraph.after_writes",  # a LangGraph task's writes are stored; its super-step's checkpoint is not
+        "erase.after_shred",  # an erasure destroyed the subject's keys; its rows are not deleted yet
+        "archive.stored",  # a run's archive object is stored; nothing in the database names it yet
+        "archive.deleted",  # a run's hot rows are deleted in the archiving transaction, not committed
+        "archive.restored",  # an archived run's rows are back in the restoring transaction, not committed
         *(
             f"store.{transition}.{moment}"
             for transition in ("claim", "finish", "suspend", "start_child", "append", "take_delivery",

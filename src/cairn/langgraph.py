@@ -49,6 +49,7 @@ from typing import Any, Protocol, cast
 from cairn.errors import InvalidArgument, MissingExtra, UnreadableCheckpoint
 from cairn.graph.diff import Change
 from cairn.graph.diff import diff as state_diff
+from cairn.security.envelope import Place, SealError
 from cairn.store import open_store
 from cairn.store.checkpointsql import (
     REF_SIZE,
@@ -64,6 +65,8 @@ from cairn.store.checkpointsql import (
     unpack_refs,
 )
 from cairn.store.contract import Store
+from cairn.store.sealed import SealedStore
+from cairn.store.sealing import Sealer
 
 try:
     import ormsgpack
@@ -117,6 +120,8 @@ ZLIB = "zlib:"
 #: the most bytes a compressed row may expand to (a damaged or hostile row
 #: claiming more is refused, not inflated in memory)
 INFLATE_LIMIT = 256 * 1024 * 1024
+#: the table a sealed checkpoint row is bound to (its ``Place``)
+TABLE = "lg_checkpoints"
 
 #: item digests of a list, the new value rows of a write (``list`` is a method of the saver)
 Digests = list[int]
@@ -198,8 +203,15 @@ class CairnSaver(BaseCheckpointSaver[str]):
             store: Any = self._owned
         else:
             store = getattr(source, "store", source)  # an App, or a store
+        #: encryption at rest: the store's sealer, when the store seals (``_sealed``)
+        self._sealer: Sealer | None = None
+        if isinstance(store, SealedStore):
+            self._sealer, store = store.sealer, store.inner
         if not isinstance(store, SQLCheckpoints):
             raise InvalidArgument(f"CairnSaver needs a SQL store, not {type(store).__name__}")
+        if self._sealer is None and store.data_keys(tenant):  # type: ignore[attr-defined]
+            raise InvalidArgument(f"tenant {tenant!r} of this database is encrypted: CairnSaver needs the "
+                                  "App (or a store opened with its keyring), or it would write plaintext")
         self._rows: SQLCheckpoints[Any] = store
         self.tenant = tenant
         self._lists: OrderedDict[ListKey, KnownList] = OrderedDict()
@@ -231,7 +243,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         decoded: dict[str, Any] = {}
         held: dict[str, KnownList] = {}
         snap = self._rows.lg_read(key, get_checkpoint_id(config), lambda r: self._versions(r, decoded),
-                                  functools.partial(self._knows, key.thread_id, key.ns, held))
+                                  functools.partial(self._knows, key.thread_id, key.ns, held), self._opener)
         return None if snap is None else self._tuple(snap, decoded, held)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -266,7 +278,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             asked.append((row, functools.partial(self._versions, decoded=decoded),
                           functools.partial(self._knows, row.thread_id, row.ns, held)))
             kept.append((decoded, held))
-        snaps = self._rows.lg_snapshots(self.tenant, asked)
+        snaps = self._rows.lg_snapshots(self.tenant, asked, self._opener)
         for snap, (decoded, held), (_, metadata) in zip(snaps, kept, page, strict=True):
             yield self._tuple(snap, decoded, held, metadata)
 
@@ -299,6 +311,11 @@ class CairnSaver(BaseCheckpointSaver[str]):
         ckind, cdata = packed(*self._dump(c))
         full_metadata = get_checkpoint_metadata(config, metadata)
         mkind, mdata = self._dump(full_metadata)
+        if self._sealer is not None:
+            rows = self._sealed(key.thread_id, rows)
+            at = _position(key.ns, checkpoint["id"])
+            cdata = self._sealer.seal(Place(self.tenant, key.thread_id, TABLE, at, "checkpoint"), cdata)
+            mdata = self._sealer.seal(Place(self.tenant, key.thread_id, TABLE, at, "metadata"), mdata)
         parent = config["configurable"].get("checkpoint_id")
         if parent is not None:
             self._await_writes((key.thread_id, key.ns, str(parent)))
@@ -328,6 +345,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
             kind, digests = self._encode(value, rows)
             stored.append(WriteRow(task_id, WRITES_IDX_MAP.get(channel, i), channel, task_path, kind,
                                    pack_refs(digests)))
+        if self._sealer is not None:
+            rows = self._sealed(key.thread_id, rows)
         self._held[key.thread_id] = self._rows.lg_put_writes(
             key, self._holder(key), config["configurable"]["checkpoint_id"], stored, rows)
 
@@ -342,7 +361,29 @@ class CairnSaver(BaseCheckpointSaver[str]):
             self._forget()
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        if self._sealer is not None:
+            self._copy_sealed(str(source_thread_id), str(target_thread_id))
+            return
         self._rows.lg_copy_thread(self.tenant, str(source_thread_id), str(target_thread_id))
+
+    def _copy_sealed(self, source: str, target: str) -> None:
+        """``copy_thread`` when the store seals: each row is bound to its
+        thread, so a row copied as it is would not open as the target's; the
+        source's checkpoints are read, oldest first, and put again with their
+        pending writes (stored incrementally as any put, sealed for the target)."""
+        found = [*self.list({"configurable": {"thread_id": source}})]
+        for t in reversed(found):  # newest first within each namespace
+            conf = t.config["configurable"]
+            parent = t.parent_config["configurable"].get("checkpoint_id") if t.parent_config else None
+            where: dict[str, Any] = {"thread_id": target, "checkpoint_ns": conf["checkpoint_ns"]}
+            at: Any = {"configurable": {**where, "checkpoint_id": parent} if parent else where}
+            self.put(at, t.checkpoint, t.metadata, t.checkpoint["channel_versions"])
+            tasks: dict[str, builtins.list[tuple[str, Any]]] = {}
+            for task_id, channel, value in t.pending_writes or ():
+                tasks.setdefault(task_id, []).append((channel, value))
+            for task_id, writes in tasks.items():
+                self.put_writes({"configurable": {**where, "checkpoint_id": conf["checkpoint_id"]}}, writes,
+                                task_id)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -523,7 +564,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         digests: Digests = []
         for item in items:
             kind, data = self._dump(item)
-            d = digest(kind, data)  # of the value as serialized: a compressed copy is the same value
+            d = self._digest(kind, data)  # of the value as serialized: a compressed copy is the same value
             rows.append(ValueRow(d, *packed(kind, data)))
             digests.append(d)
         return ("list" if type(value) is list else "value"), digests
@@ -558,10 +599,49 @@ class CairnSaver(BaseCheckpointSaver[str]):
         with self._lock:
             self._lists.clear()
 
+    # -- encryption at rest -------------------------------------------------------------
+
+    def _digest(self, kind: str, data: bytes) -> int:
+        """A value's digest: keyed by the tenant's data key when the store
+        seals (a plain digest of the plaintext beside its ciphertext would let
+        whoever reads the table confirm a guessed value)."""
+        if self._sealer is None:
+            return digest(kind, data)
+        keys = self._sealer.keys
+        version, _ = keys.writer(self.tenant)
+        return digest(kind, data, keys.nonce_key(self.tenant, version))
+
+    def _sealed(self, thread_id: str, rows: ValueRows) -> ValueRows:
+        """``rows`` sealed for the thread's values table, each bound to its
+        tenant, thread and digest: a value copied to another tenant, thread
+        or digest does not open. (A value is shared by every checkpoint,
+        channel and write of the thread that holds it, by digest, so it is
+        bound to that, not to one of them; what names it, a channel version
+        or a pending write, is a digest in a row bound to its checkpoint.)"""
+        sealer = self._sealer
+        assert sealer is not None
+        return [ValueRow(v.digest, v.kind, sealer.seal(
+            Place(self.tenant, thread_id, "lg_values", str(v.digest), "value"), v.data)) for v in rows]
+
+    def _opener(self, thread_id: str, d: int, data: bytes) -> bytes:
+        """A fetched value's bytes, opened when the store seals."""
+        if self._sealer is None:
+            return data
+        try:
+            return self._sealer.open(Place(self.tenant, thread_id, "lg_values", str(d), "value"), data)
+        except SealError as exc:
+            raise UnreadableCheckpoint(f"a value of thread {thread_id!r}: refused: {exc}") from None
+
     # -- decoding -----------------------------------------------------------------------
 
     def _load(self, kind: str, data: bytes, row: CheckpointRow, what: str) -> Any:
         """Decode one stored value of ``row``, refusing what must not run."""
+        if self._sealer is not None and what in ("checkpoint", "metadata"):
+            place = Place(self.tenant, row.thread_id, TABLE, _position(row.ns, row.checkpoint_id), what)
+            try:
+                data = self._sealer.open(place, data)
+            except SealError as exc:
+                raise UnreadableCheckpoint(f"{_name(row)}: refused its {what}: {exc}") from None
         kind, data = unpacked(kind, data, row, what)
         serde = self.serde
         if isinstance(serde, JsonPlusSerializer):
@@ -685,6 +765,12 @@ class CairnSaver(BaseCheckpointSaver[str]):
 _NOT_EXT_START = bytes(b for b in range(256) if b not in (0xc7, 0xc8, 0xc9, 0xd4, 0xd5, 0xd6, 0xd7, 0xd8))
 
 
+def _position(ns: str, checkpoint_id: str) -> str:
+    """Where a sealed checkpoint row is, in its thread: its namespace and id
+    (the namespace's length first, so no two pairs read alike)."""
+    return f"{len(ns)}:{ns}{checkpoint_id}"
+
+
 def _name(row: CheckpointRow) -> str:
     """How an error names the checkpoint ``row``."""
     name = f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}"
@@ -722,11 +808,12 @@ def is_internal_channel(name: str) -> bool:
     return name.startswith(("__", "branch:"))
 
 
-def digest(kind: str, data: bytes) -> int:
+def digest(kind: str, data: bytes, key: bytes = b"") -> int:
     """A value's 64-bit digest (signed, as the databases' BIGINT): values are
     deduplicated per thread under it, so two different values of one thread
-    colliding is a 2**-64 chance per pair."""
-    raw = hashlib.blake2b(kind.encode() + b"\0" + data, digest_size=8).digest()
+    colliding is a 2**-64 chance per pair. ``key``: a tenant's secret, when
+    its values are sealed (BLAKE2b keyed: at most 64 bytes of it)."""
+    raw = hashlib.blake2b(kind.encode() + b"\0" + data, digest_size=8, key=key[:64]).digest()
     return int.from_bytes(raw, "little", signed=True)
 
 

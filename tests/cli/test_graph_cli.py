@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import cairn
+from cairn.api.operator import cli_actor
 from tests.cli.graph_flows import register
 from tests.cli.test_cli import assert_one_line_error, check_error, cli, run_cli
 
@@ -88,7 +89,7 @@ def test_diff_and_diverge(app: cairn.App, db: str) -> None:
 
 def test_fork_and_replay_start_runs_with_lineage(app: cairn.App, db: str) -> None:
     started = json_of("graph", "fork", "o", "--step", "1", "--update", '{"n": 41}', "--run-id", "f",
-                      "--app", APP, "--json", "--db", db)
+                      "--role", "operator", "--app", APP, "--json", "--db", db)
     assert started["created"] is True
     assert started["run"]["run_id"] == "f"
     assert app.resume("f")["notes"] == ["first", "second n=41"]
@@ -98,6 +99,10 @@ def test_fork_and_replay_start_runs_with_lineage(app: cairn.App, db: str) -> Non
     assert app.resume("r") == app.graph_state("o")
     shown = json_of("show", "f", "--json", "--db", db)
     assert shown["forked_from"] == {"run_id": "o", "step": 1, "edited": True}
+    # the fork acts with the role it was given (cairn start --role's rule), the replay with none
+    assert (shown["started_role"], shown["started_token"]) == ("operator", None)
+    assert shown["started_by"]["actor"] == cli_actor()
+    assert json_of("show", "r", "--json", "--db", db)["started_role"] is None
     assert "forked from o at step 1" in cli("show", "f", "--db", db).stdout
 
 

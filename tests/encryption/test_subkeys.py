@@ -74,3 +74,46 @@ def test_a_payload_moved_within_a_run_by_the_process_that_sealed_it_is_named(pla
     problems = verify_store(app.store).problems
     assert any(p.seq == second[0] and "does not open" in p.what for p in problems), problems
     app.close()
+
+
+def test_threads_sealing_a_tenants_first_values_make_one_data_key(place: str) -> None:
+    """Two threads sealing the first values of a tenant that has no data key
+    yet (a LangGraph saver's put and put_writes do) create exactly one:
+    the check for a key and the making of the first are one step under the
+    keys' lock. The lock is made to yield after each release, so that the
+    other thread runs whenever the lock is let go between those two."""
+    import threading
+    import time
+
+    app = build(place, keyring())
+    store: Any = app.store
+    keys = store.keys
+
+    class Yielding:
+        """A lock whose holder lets the other thread run once it lets go."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+            time.sleep(0.1)
+
+    keys._lock = Yielding()
+    start = threading.Barrier(2)
+    got: list[int] = []
+
+    def seal_first() -> None:
+        start.wait()
+        got.append(keys.writer("fresh")[0])
+
+    threads = [threading.Thread(target=seal_first) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got == [1, 1]
+    assert [r.version for r in store.inner.data_keys("fresh")] == [1]

@@ -19,7 +19,7 @@ import pytest
 
 import cairn
 from cairn.mcp import Egress, EgressRefused, MCPServer, ToolAccess
-from cairn.mcp.server import Listed, _result
+from cairn.mcp.server import Listed, OutputCheck, _result
 from cairn.store.records import EventType, HistoryEvent, RunStatus
 from tests.backends import StoreBackend
 from tests.mcptools.conftest import EGRESS, SERVER_SCRIPT
@@ -230,6 +230,12 @@ def test_structured_output_is_checked_against_the_output_schema() -> None:
     for bad in ({"double": "four"}, None):
         with pytest.raises(cairn.errors.ToolResultInvalid, match="typed"):
             _result("t", listed, types.CallToolResult(content=[], structuredContent=bad))
+    # compiled once per listed tool: a schema its metaschema refuses still fails each call, naming it
+    broken = Listed(name="typed", effect="read", input_schema={}, output_schema={"type": 5})
+    check = OutputCheck("t", broken)
+    for _ in range(2):
+        with pytest.raises(cairn.errors.ToolResultInvalid, match=r"typed.*outputSchema is invalid"):
+            _result("t", broken, good, check)
 
 
 def test_the_egress_rule_refuses_commands_and_urls(app: cairn.App, tmp_path: Path) -> None:

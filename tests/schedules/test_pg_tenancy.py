@@ -12,6 +12,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+import cairn
 from cairn import App, Context
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidArgument, StoreError
@@ -101,14 +102,17 @@ def test_the_databases_encoding_of_a_tenant_is_the_schedulers(
 
 def test_roles_granted_before_the_migration_get_the_schedules_table(deployment: Deployment) -> None:  # noqa: F811
     d = deployment
-    # Undo migration 0008 as the owner, as if the roles had been granted on the version before it.
+    # Undo migration 0008 (and the later ones altering its table) as the owner, as if the roles had
+    # been granted on the version before it.
     with psycopg.connect(d.urls["owner"], autocommit=True) as conn:
         conn.execute(f"SET search_path = {SCHEMA}")
-        version = conn.execute("SELECT version FROM schema_migrations WHERE name = 'schedules'").fetchone()
-        assert version is not None
+        versions = [v for (v,) in conn.execute(
+            "SELECT version FROM schema_migrations WHERE name IN ('schedules', 'schedule_role') "
+            "ORDER BY version")]
+        assert len(versions) == 2
         conn.execute("DROP TABLE schedules")
-        conn.execute("DELETE FROM schema_migrations WHERE version = %s", version)
-    assert d.owner.migrate() == [version[0]]
+        conn.execute("DELETE FROM schema_migrations WHERE version = ANY(%s)", (versions,))
+    assert d.owner.migrate() == versions
     d.acme.register_schedule(spec(tenant="acme"))
     assert [s.tenant for s in d.acme.list_schedules()] == ["acme"]
 
@@ -135,3 +139,40 @@ def test_a_worker_scoped_to_a_tenant_fires_its_schedules_and_names_the_others_on
     refusals = [r for r in caplog.records if "cannot be registered" in r.getMessage()]
     assert len(refusals) == 1
     assert "globex" in refusals[0].getMessage()
+
+
+def test_a_tenants_role_editing_its_schedules_role_raises_no_ticks_rights(
+    deployment: Deployment,  # noqa: F811
+) -> None:
+    """The schedule's row shows the role its ticks' runs are started with;
+    a tenant's role may rewrite its own rows, so the row is never what a
+    run's rights come from: the next tick's run has the declaration's role
+    (none here), and a tool reserved to admin refuses it."""
+    d = deployment
+    ran: list[str] = []
+    app = App(store=d.acme)
+    try:
+        @app.tool(effect="write", access=cairn.ToolAccess(role="admin"))
+        def purge() -> str:
+            ran.append("purged")
+            return "purged"
+
+        @app.workflow(name="wf")
+        def wf(ctx: Context) -> str:
+            return purge()
+
+        app.schedule("* * * * * *", wf, name="nightly", tenant="acme", role="viewer")
+        scheduler = Scheduler(app.runtime, list(app.runtime.schedules.values()))
+        scheduler.run_pass()
+        assert d.as_role("acme", "UPDATE schedules SET started_role = 'admin'") == [(1,)]
+        with pytest.raises(psycopg.errors.CheckViolation):
+            d.as_role("acme", "UPDATE schedules SET started_role = 'root'")
+        d.clock.advance(1.0)
+        scheduler.run_pass()
+        [run] = d.owner.list_runs(RunFilter())
+        assert d.owner.started_with(run.run_id) == ("viewer", None)
+        with pytest.raises(cairn.RunFailed, match="started as viewer may not call it"):
+            app.resume(run.run_id)
+        assert ran == []
+    finally:
+        app.close()

@@ -21,6 +21,7 @@ from cairn.store.contract import Store
 from cairn.store.records import RunFilter
 from cairn.worker.scheduler import Scheduler
 from tests.backends import StoreBackend
+from tests.engine.test_transactions import sql
 from tests.store.contract import FakeClock
 
 START = 1_796_000_000.0  # a whole second
@@ -165,3 +166,64 @@ def test_a_changed_timetable_keeps_its_place(make_app: Callable[..., cairn.App],
     assert ticks_run(app.store) == [START + 1, START + 2, START + 10, START + 20]
     (view,) = deployed.schedules()
     assert view.cron == "*/10 * * * * *"
+
+
+def test_a_ticks_run_acts_with_the_role_the_schedule_declares(backend: StoreBackend,
+                                                               clock: FakeClock) -> None:
+    """``role=`` is recorded on each tick's run (its row: what tools
+    restricted by role read) and on the schedule's row (shown). The run
+    takes it from the declaration: a tick's run whose own SQL rewrites its
+    schedule's row to admin gets no admin rights at the next tick."""
+    ran: list[str] = []
+    app = cairn.App(store=backend.open_store(clock))
+    try:
+        @app.tool(effect="write", access=cairn.ToolAccess(role="admin"))
+        def purge(label: str) -> str:
+            ran.append(label)
+            return f"purged {label}"
+
+        @app.transaction(name="promote-my-schedule")
+        def promote(tx: cairn.Tx) -> int:
+            return tx.execute(sql(tx, "UPDATE schedules SET started_role = 'admin' WHERE name = ?"),
+                              ("plain",)).rowcount
+
+        @app.workflow(name="purge")
+        def purge_flow(ctx: cairn.Context, label: str) -> str:
+            if label == "plain":
+                promote()
+            return purge(label)
+
+        app.schedule("* * * * * *", purge_flow, name="admin", tenant="acme", kwargs={"label": "admin"},
+                     role="admin")
+        app.schedule("* * * * * *", purge_flow, name="plain", tenant="acme", kwargs={"label": "plain"})
+        with pytest.raises(cairn.InvalidArgument, match="role must be one of"):
+            app.schedule("* * * * * *", purge_flow, name="root", tenant="acme", kwargs={"label": "x"},
+                         role="root")
+        sched = scheduler(app)
+        sched.run_pass()
+        clock.advance(1.0)
+        sched.run_pass()
+        admin, plain = tick_run_id("acme", "admin", START + 1), tick_run_id("acme", "plain", START + 1)
+        assert app.store.started_with(admin) == ("admin", None)
+        assert app.store.started_with(plain) == (None, None)
+        created = app.history(admin)[0].detail or {}
+        assert created["started_role"] == "admin"
+        assert created["started_by"] == {"actor": "schedule:admin", "auth": "schedule", "tenant": "acme",
+                                         "role": "admin"}
+        assert {s.name: s.spec.started_role for s in app.store.list_schedules("acme")} == {
+            "admin": "admin", "plain": None}
+        assert {v.name: v.as_dict()["role"] for v in app.schedules()} == {"admin": "admin", "plain": None}
+
+        assert app.resume(admin) == "purged admin"
+        with pytest.raises(cairn.RunFailed, match="a run started without a token role may not call it"):
+            app.resume(plain)  # its promotion step committed: the row now says admin
+        assert {s.name: s.spec.started_role for s in app.store.list_schedules("acme")}["plain"] == "admin"
+        clock.advance(1.0)
+        sched.run_pass()
+        later = tick_run_id("acme", "plain", START + 2)
+        assert app.store.started_with(later) == (None, None)  # the declaration, not the edited row
+        with pytest.raises(cairn.RunFailed, match="a run started without a token role may not call it"):
+            app.resume(later)
+        assert ran == ["admin"]
+    finally:
+        app.close()

@@ -121,12 +121,16 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
                     "ORDER BY table_name", (schema,))
     assert tables == [("api_tokens",), ("approvals",), ("artifact_gc",), ("artifacts",),
                       ("audit_checkpoints",), ("audit_legacy",), ("bundles",),
-                      ("data_keys",), ("history",), ("lg_blobs",), ("lg_checkpoints",), ("lg_threads",),
+                      ("data_keys",), ("erasures",), ("history",), ("lg_blobs",), ("lg_checkpoints",),
+                      ("lg_threads",),
                       ("lg_values",), ("lg_writes",),
                       ("mailbox",), ("memory_item_cold",), ("memory_items",),
                       ("memory_outbox",), ("memory_run",),
                       ("memory_thread_messages",), ("memory_threads",), ("memory_vectors",),
-                      ("queue_buckets",), ("queue_shares",), ("queues",), ("runs",), ("schedules",),
+                      ("queue_buckets",), ("queue_shares",), ("queues",),
+                      ("run_archive_refs",), ("run_archives",),
+                      ("retention_deleted",), ("retention_lease",), ("retention_policies",),
+                      ("runs",), ("schedules",),
                       ("schema_migrations",),
                       ("tenant_grants",),
                       ("tenant_privileges",), ("workspace_objects",)]

@@ -36,8 +36,10 @@ from cairn.cli.main import main
 from cairn.engine.bundles import Bundle
 from cairn.engine.schedules import tick_run_id
 from cairn.errors import InvalidRunState, LeaseLost, PayloadError, RunNotFound, StoreError
+from cairn.store import retention
 from cairn.store.admission import QueueLimits, QueueShare, Rate
 from cairn.store.checkpointsql import BlobRow, CheckpointRow, Holder, ThreadKey, ValueRow, WriteRow, pack_refs
+from cairn.store.erasuresql import ErasureRecord
 from cairn.store.memrecords import ItemPut, MemoryScope, Provenance, RunPut, ThreadAppend
 from cairn.store.namespaces import encode_namespace
 from cairn.store.postgres import PostgresStore
@@ -474,6 +476,9 @@ def _acme_world(d: Deployment) -> str:
         "req-a1", "refund", "dict", None, ("cli:boss@acme",), None))
     d.globex.create_run(new_run("g1", tenant="globex", queue="q"))
     assert [c.run.run_id for c in d.globex.claim_runs("gw", [WF], 1, 30.0, 3)] == ["g1"]
+    # an erasure of acme's (issue 26): its record is the owner's, no tenant's role reads or edits it
+    d.owner.start_erasure(ErasureRecord("er-acme", "acme", "subject", "d" * 64, "cli:ops", 0.0, None, {}))
+    d.owner.note_erased_runs("er-acme", ["e" * 64])
     # schedules (tests/schedules): acme's, fired once, and one of globex's own
     d.acme.register_schedule(ScheduleSpec("acme", "nightly", WF, "* * * * *", "UTC", "once", 60.0))
     assert d.acme.fire_schedule("acme", "nightly", d.clock.now + 60, new_run(
@@ -510,6 +515,19 @@ def _acme_world(d: Deployment) -> str:
                   [ValueRow(7, "msgpack", b"acme's checkpoint secret")], max_depth=8)
     d.acme.lg_put_writes(key, Holder("acme-saver", 1), "c1",
                          [WriteRow("task", 0, "ch", "", "value", pack_refs([7]))], [])
+    # an archived run of acme's (issue 26 item 5; archived by the owner), its step's payload an artifact
+    d.acme.create_run(new_run("a-arch", tenant="acme"))
+    c = claim(d.acme, "a-arch")
+    archived_ref = d.acme.put_artifact(b"archived")
+    step = ev(d.clock, "a-arch", c.next_seq, c.run.epoch, payload=Payload(ref=archived_ref))
+    d.acme.append("a-arch", c.run.epoch, [step])
+    finish(d.acme, d.clock, c, seq=c.next_seq + 1)
+    d.owner.archive_run("a-arch")
+    # retention (issue 26 part 3): acme's policy, the controller's lease, a deleted run's record
+    d.acme.set_retention_policy(retention.policy("acme", None, "model-bodies", "7d"), "acme-op")
+    assert d.owner.take_retention_lease("owner-controller", 3600.0) == 1
+    d.as_role("owner", "INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, "
+                       "deleted_at, deleted_by) VALUES ('a-gone', 'acme', 'wf', 0, 3, 0, 'cli:root')")
     return ref
 
 
@@ -565,6 +583,16 @@ SNAPSHOTS = {
     # the audit chain's tables: no tenant role is granted them (an operator's)
     "audit_checkpoints": "SELECT * FROM audit_checkpoints ORDER BY tenant, id",
     "audit_legacy": "SELECT * FROM audit_legacy ORDER BY run_id",
+    # erasure records (issue 26): the owner's alone, like the audit tables
+    "erasures": "SELECT * FROM erasures ORDER BY id",
+    # archived runs (a tenant's role reads its own; only the owner writes)
+    "run_archives": "SELECT * FROM run_archives ORDER BY run_id",
+    "run_archive_refs": "SELECT * FROM run_archive_refs ORDER BY run_id, ref",
+    # retention (issue 26 part 3): a tenant's own policies; the lease and the records the owner's
+    "retention_policies": "SELECT * FROM retention_policies WHERE tenant <> 'globex' "
+                          "ORDER BY tenant, workflow, data_class",
+    "retention_lease": "SELECT * FROM retention_lease ORDER BY name",
+    "retention_deleted": "SELECT * FROM retention_deleted ORDER BY run_id",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -613,6 +641,10 @@ READS = [
     ("workspace_objects", "SELECT data FROM workspace_objects WHERE tenant = 'acme'"),
     ("audit_checkpoints", "SELECT record FROM audit_checkpoints"),
     ("audit_legacy", "SELECT run_id FROM audit_legacy"),
+    ("erasures", "SELECT digest, runs FROM erasures"),
+    ("retention_policies", "SELECT keep FROM retention_policies WHERE tenant = 'acme'"),
+    ("retention_lease", "SELECT holder FROM retention_lease"),
+    ("retention_deleted", "SELECT run_id FROM retention_deleted"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -796,11 +828,37 @@ WRITES = [
     ("audit_checkpoints", "DELETE FROM audit_checkpoints"),
     ("audit_legacy", "INSERT INTO audit_legacy (run_id, last_seq) VALUES ('a1', 99)"),
     ("audit_legacy", "DELETE FROM audit_legacy"),
+    ("erasures", "INSERT INTO erasures (id, tenant, scope, digest, actor, started_at) "
+                 "VALUES ('forged', 'acme', 'subject', 'x', 'evil', 0)"),
+    ("erasures", "UPDATE erasures SET finished_at = 1, runs = '[]'"),
+    ("erasures", "DELETE FROM erasures"),
+    ("data_keys", "UPDATE data_keys SET kek_id = 'erased', wrapped = ''"),  # a forged crypto-shred
     ("workspace_objects", "DELETE FROM workspace_objects"),
     ("workspace_objects", "INSERT INTO workspace_objects (tenant, oid, data, stored_at) "
                           "VALUES ('acme', 'cd', 'evil', 0)"),
     ("data_keys", "INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at) "
                   "VALUES ('acme', 9, 'evil', 'evil', 0)"),
+    # acme's archive: its record, the artifacts it keeps; dropping it would unfreeze the run
+    ("run_archives", "SELECT run_id, ref FROM run_archives"),
+    ("run_archive_refs", "SELECT ref FROM run_archive_refs"),
+    ("run_archives", "DELETE FROM run_archives RETURNING run_id"),
+    ("run_archive_refs", "DELETE FROM run_archive_refs RETURNING ref"),
+    ("run_archives", "UPDATE run_archives SET ref = 'evil' RETURNING run_id"),
+    ("run_archives", "INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, hot_bytes, "
+                     "stored_bytes, archived_at) VALUES ('a1', 'acme', 'evil', 0, 0, 0, 0, 0) "
+                     "RETURNING run_id"),
+    ("retention_policies", "UPDATE retention_policies SET keep = 0 WHERE tenant = 'acme'"),
+    ("retention_policies", "DELETE FROM retention_policies WHERE tenant = 'acme'"),
+    ("retention_policies", "INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, "
+                           "updated_by) VALUES ('acme', 'wf', 'history', 0, 0, 'evil')"),
+    ("retention_policies", "INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, "
+                           "updated_by) VALUES ('*', '*', 'history', 0, 0, 'evil')"),
+    ("retention_lease", "UPDATE retention_lease SET holder = 'evil', epoch = epoch + 1"),
+    ("retention_lease", "INSERT INTO retention_lease (name, holder, epoch, expires_at) "
+                        "VALUES ('x', 'evil', 1, 0)"),
+    ("retention_deleted", "DELETE FROM retention_deleted"),
+    ("retention_deleted", "INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, "
+                          "deleted_at, deleted_by) VALUES ('g-fake', 'acme', 'wf', 0, 1, 0, 'evil')"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.

@@ -40,6 +40,9 @@ from tests import pgcluster
 #: database lock, so it reads then writes inside its transaction, one row at
 #: a time where that is cheapest; artifacts are files beside the database.
 SQLITE_ONLY = {
+    "lg_blob_chains": "a LangGraph checkpoint's chains, one read at a time (PostgreSQL: lg_page_reads)",
+    "lg_values": "a LangGraph checkpoint's values, one thread at a time (PostgreSQL: lg_page_values)",
+    "lg_writes_of": "a LangGraph checkpoint's writes, one read at a time (PostgreSQL: lg_page_reads)",
     "audit_previous": "the entry before an appended one, read for its audit link (PostgreSQL: in the insert)",
     "rekey_spilled_set": "a re-encrypted payload too large for its row is written back out of it",
     "ws_put_object": "one workspace object per statement (PostgreSQL: ws_put_objects, all in one)",
@@ -71,6 +74,9 @@ SQLITE_ONLY = {
 #: one database lock, pays a round trip per statement, and keeps artifacts in
 #: the database.
 POSTGRES_ONLY = {
+    "lg_page_reads": "a page of LangGraph checkpoints' chains and writes in one round trip (SQLite: "
+                     "a statement per checkpoint, no round trips)",
+    "lg_page_values": "a page's LangGraph values in one round trip (SQLite: per thread)",
     "lg_put_values_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
     "lg_put_blobs_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
     "lg_put_writes_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",

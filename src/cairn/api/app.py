@@ -19,6 +19,7 @@ from cairn.api import actors
 from cairn.api.actors import acting
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.audit import Audit
+from cairn.api.erasure import Erasure
 from cairn.api.export import export_run
 from cairn.api.handles import RunHandle
 from cairn.api.operator import BundleView, Operator, app_actor
@@ -74,6 +75,7 @@ from cairn.store.records import (
     RunStatus,
     UsageTotals,
     check_names,
+    check_subject,
 )
 from cairn.store.transactions import Tx
 from cairn.worker.inline import InlineDriver
@@ -266,21 +268,32 @@ class App:
         plain JSON values, read without the graph's code (the CLI, the HTTP API)."""
         return self.travel.state_json(run_id, step)
 
-    def graph_replay(self, origin: str, step: int, /, *, run_id: str | None = None) -> RunHandle[Any]:
+    def graph_replay(self, origin: str, step: int, /, *, run_id: str | None = None,
+                     started_role: str | None = None, started_token: str | None = None,
+                     started_by: Mapping[str, Any] | None = None) -> RunHandle[Any]:
         """A new run of ``origin``'s graph (its newest version registered
         here) that starts from the state after super-step ``step`` and runs
         again every super-step after it: no node, tool, model call or
         approval of ``origin`` after ``step`` is reused. Its lineage is
-        recorded (``app.lineage``). Idempotent on ``run_id``, as ``start``."""
-        return self._forked(self.travel.fork(origin, step, None, run_id, edited=False))
+        recorded (``app.lineage``). Idempotent on ``run_id``, as ``start``.
+        ``started_role``, ``started_token``, ``started_by``: who replays it,
+        as for ``start``: the new run acts with those rights, not with the
+        origin's (``None``: none)."""
+        return self._forked(self.travel.fork(origin, step, None, run_id, edited=False,
+                                             started=StartedWith(started_role, started_token),
+                                             started_by=started_by))
 
     def graph_fork(self, origin: str, step: int, /, *, update: Mapping[str, Any] | Any = None,
-                   run_id: str | None = None) -> RunHandle[Any]:
+                   run_id: str | None = None, started_role: str | None = None,
+                   started_token: str | None = None,
+                   started_by: Mapping[str, Any] | None = None) -> RunHandle[Any]:
         """``graph_replay`` from the state after super-step ``step`` with
         ``update``'s fields set (each replaced, as an interrupt's edit does,
         and validated as its field's type: ``InvalidArgument`` naming the
         field, and no run is created)."""
-        return self._forked(self.travel.fork(origin, step, update, run_id, edited=True))
+        return self._forked(self.travel.fork(origin, step, update, run_id, edited=True,
+                                             started=StartedWith(started_role, started_token),
+                                             started_by=started_by))
 
     def _forked(self, made: tuple[str, bool]) -> RunHandle[Any]:
         return RunHandle(self, made[0], created=made[1])
@@ -411,6 +424,7 @@ class App:
         grace: float = DEFAULT_GRACE,
         queue: str = "default",
         priority: int = 0,
+        role: str | None = None,
     ) -> Any:
         """Start ``workflow`` on the cron timetable ``cron`` (5 fields, or 6
         with seconds first), read in ``timezone`` (an IANA name): one run per
@@ -436,7 +450,7 @@ class App:
                 raise InvalidSchedule(f"schedule {label!r}: {exc}") from None
             declared = Schedule.declare(cron, definition, name=name, tenant=tenant, timezone=timezone,
                                         kwargs=kwargs, tick_arg=tick_arg, missed=missed, grace=grace,
-                                        queue=queue, priority=priority)
+                                        queue=queue, priority=priority, role=role)
             if declared.key in self.runtime.schedules:
                 raise InvalidSchedule(f"schedule {declared.name!r} of tenant {tenant!r} is already declared "
                                       f"(give another name=)")
@@ -601,6 +615,7 @@ class App:
         started_by: Mapping[str, Any] | None = None,
         workspace_from: str | os.PathLike[str] | None = None,
         workspace_ref: str = "HEAD",
+        subject: str | None = None,
         **kwargs: Any,
     ) -> RunHandle[R]:
         """Create a run for a worker to execute. Idempotent on ``run_id``:
@@ -612,11 +627,14 @@ class App:
         (``cairn.ToolAccess(role=...)``) wherever it runs; ``None``: none.
         ``workspace_from``: a local git repository whose tree at
         ``workspace_ref`` is the run's starting workspace (``api.wsimport``;
-        a bad repository or ref is refused before anything is stored)."""
+        a bad repository or ref is refused before anything is stored).
+        ``subject``: whose data the run holds (a user id, a customer id):
+        its values are sealed with that subject's own key, its children and
+        memory writes inherit it, and ``cairn erase --subject`` erases it."""
         definition = self.definition(workflow, version)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
-                            StartedWith(started_role, started_token), started_by)
+                            StartedWith(started_role, started_token), started_by, subject)
         return self._create(new, workspace_from, workspace_ref)
 
     def _create(self, new: NewRun, workspace_from: str | os.PathLike[str] | None, workspace_ref: str
@@ -644,18 +662,20 @@ class App:
         started_by: Mapping[str, Any] | None = None,
         workspace_from: str | os.PathLike[str] | None = None,
         workspace_ref: str = "HEAD",
+        subject: str | None = None,
     ) -> RunHandle[Any]:
         """Start ``workflow`` with inputs given as JSON values (the CLI's
         ``--input``): an object names parameters, an array lists them, any
         other value is the only argument. Validated against the annotations.
-        ``started_role``, ``started_token``, ``workspace_from``, ``workspace_ref``: as for ``start``."""
+        ``started_role``, ``started_token``, ``workspace_from``, ``workspace_ref``, ``subject``: as
+        for ``start``."""
         definition = self.definition(workflow, version)
         try:
             arguments = definition.inputs_from_json(data)
         except TypeError as exc:
             raise PayloadError(f"input does not fit workflow {workflow!r}: {exc}") from None
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, queue, priority, budget,
-                            StartedWith(started_role, started_token), started_by)
+                            StartedWith(started_role, started_token), started_by, subject)
         return self._create(new, workspace_from, workspace_ref)
 
     def run(
@@ -669,6 +689,7 @@ class App:
         started_role: str | None = None,
         started_token: str | None = None,
         started_by: Mapping[str, Any] | None = None,
+        subject: str | None = None,
         **kwargs: Any,
     ) -> R:
         """Start a run and execute it here, in this thread, to the end.
@@ -681,7 +702,7 @@ class App:
         definition = self.definition(workflow)
         arguments = _bind(definition, args, kwargs)
         new = self._new_run(definition, arguments, run_id, thread_id, tenant, "default", 0, budget,
-                            StartedWith(started_role, started_token), started_by)
+                            StartedWith(started_role, started_token), started_by, subject)
         claim = self.store.create_claimed_run(new, self._inline_id, self.lease_seconds)
         result: R = self._drive(new.run_id, claim)
         return result
@@ -704,8 +725,10 @@ class App:
         budget: Budget | None = None,
         started: StartedWith = NOBODY,
         started_by: Mapping[str, Any] | None = None,
+        subject: str | None = None,
     ) -> NewRun:
         NewRun.check_started(started.role, started.token)  # before anything is stored
+        check_subject(subject)
         given = {} if run_id is None else {"run_id": run_id}  # '' is a mistake, not "make one up"
         check_names(tenant=tenant, queue=queue, **given)  # before the input may be stored as an artifact
         me = self.operator.actor
@@ -728,7 +751,7 @@ class App:
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
             budget=budget.to_dict() if budget is not None else None,
             bundle=bundle, started_by=context,
-            started_role=started.role, started_token=started.token,
+            started_role=started.role, started_token=started.token, subject=subject,
         )
 
     def _drive(self, run_id: str, claim: Claim | None) -> Any:
@@ -924,6 +947,12 @@ class App:
         runs are running and how many could be claimed now."""
         return self.operator.queues()
 
+    def erase(self, *, tenant: str = "default", subject: str | None = None, thread: str | None = None,
+              dry_run: bool = False) -> Erasure:
+        """Erase a subject's, a thread's or (neither given) a tenant's runs and
+        memory, crypto-shredding its keys; see ``Operator.erase``."""
+        return self.operator.erase(tenant=tenant, subject=subject, thread=thread, dry_run=dry_run)
+
     def prune(
         self,
         older_than_seconds: float,
@@ -987,12 +1016,15 @@ class App:
         lease_seconds: float | None = None,
         on_outcome: Callable[[Claim, Outcome], None] | None = None,
         schedules: bool = True,
+        retention: bool = True,
     ) -> Worker:
         """A worker serving every workflow registered on this app.
         ``on_outcome`` is called after each claim ends (for logging).
-        ``schedules=False``: this worker fires none of the app's schedules."""
+        ``schedules=False``: this worker fires none of the app's schedules.
+        ``retention=False``: it runs no retention controller (``cairn.worker.retention``;
+        a worker on a tenant's PostgreSQL role cannot delete anyway)."""
         lease = self.lease_seconds if lease_seconds is None else lease_seconds
-        settings = WorkerSettings(concurrency, lease, poll_interval, queues, schedules)
+        settings = WorkerSettings(concurrency, lease, poll_interval, queues, schedules, retention)
         return Worker(self.runtime, settings, worker_id, on_outcome)
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.api import auditanchor
+from cairn.api.erasure import run_digest
 from cairn.errors import InvalidArgument
 from cairn.store import oplog
 from cairn.store.auditverify import Chains, Problem, check_anchor, verify_store
@@ -57,6 +58,12 @@ class Report:
     erased: int = 0
     #: of ``entries``, the operator log's records (``store.oplog``)
     operator_records: int = 0
+    #: anchored runs an erasure deleted (its record names them): gone, as recorded
+    erased_runs: int = 0
+    #: entries whose body a retention policy removed: their links verified, their bodies gone
+    expired: int = 0
+    #: anchored runs deleted since (by retention or prune), their deletion recorded up to the anchored entry
+    deleted: int = 0
     problems: list[Problem] = field(default_factory=list)
     #: tenant -> time of the checkpoint verified against
     anchors: dict[str, float] = field(default_factory=dict)
@@ -75,6 +82,13 @@ class Report:
         if self.erased:
             counted += (f" ({self.erased} ERASED: their keys were destroyed, their links verified, their "
                         f"contents unreadable)")
+        if self.erased_runs:
+            counted += f" ({self.erased_runs} anchored run(s) ERASED: deleted by a recorded erasure)"
+        if self.expired:
+            counted += (f" ({self.expired} EXPIRED: their bodies were removed by a retention policy, their "
+                        f"links verified)")
+        if self.deleted:
+            counted += f" ({self.deleted} anchored runs DELETED since, by retention or prune, as recorded)"
         if self.verdict is Verdict.TAMPERED:
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
             return f"TAMPERED: {self.problems[0]}{more}"
@@ -89,7 +103,8 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "entries": self.entries, "runs": self.runs,
                 "anchored": self.anchored, "unanchored": self.unanchored, "before_chain": self.before_chain,
-                "erased": self.erased, "operator_records": self.operator_records,
+                "erased": self.erased, "erased_runs": self.erased_runs, "expired": self.expired,
+                "deleted": self.deleted, "operator_records": self.operator_records,
                 "problems": [{"run_id": p.run_id, "seq": p.seq, "problem": p.what} for p in self.problems],
                 "anchors": self.anchors, "summary": self.summary()}
 
@@ -154,13 +169,16 @@ class Audit:
         records = 0
         if run_id is None and hasattr(self._store, "operator_log"):
             records = oplog.verify_into(chains, self._store, tenant=tenant, want=want)
+        erased_runs = self._erased_runs(heads, tenant_of, chains)
         runs = sum(1 for name in chains.heads if not oplog.is_chain(name))
         report = Report(Verdict.UNANCHORED, chains.entries, runs, operator_records=records,
-                        before_chain=chains.before_chain, erased=chains.erased,
-                        problems=list(chains.problems))
+                        before_chain=chains.before_chain, erased=chains.erased, expired=chains.expired,
+                        problems=list(chains.problems), erased_runs=erased_runs)
         report.anchors = {t: c.at for t, c in checkpoints.items()}
         stamp = _when(report.anchors) if report.anchors else ""
-        report.problems += check_anchor(chains, heads, tenant_of, stamp)
+        deleted = {d.run_id: (d.last_seq, d.head) for d in self._store.deleted_runs(tenant)} if heads else {}
+        report.problems += check_anchor(chains, heads, tenant_of, stamp, deleted)
+        report.deleted = chains.deleted
         report.anchored = sum(seq for run, (seq, _) in heads.items() if chains.found.get(run) is not None)
         if report.problems:
             report.verdict = Verdict.TAMPERED
@@ -168,6 +186,24 @@ class Audit:
                 and (checkpoints or not chains.entries):
             report.verdict = Verdict.VERIFIED
         return report, chains
+
+    def _erased_runs(self, heads: dict[str, tuple[int, bytes]], tenant_of: dict[str, str],
+                     chains: Chains) -> int:
+        """Drop from ``heads`` the anchored runs that are gone because an
+        erasure deleted them (its record keeps their keyed digests,
+        ``api.erasure.run_digest``); how many. Any other run gone is still
+        a run cut out of the history."""
+        gone = [run for run in heads if run not in chains.heads]
+        if not gone:
+            return 0
+        erased = self._store.erased_runs()
+        dropped = 0
+        for run in gone:
+            owner = tenant_of[run]
+            if owner in erased and run_digest(self._store, owner, run) in erased[owner]:
+                del heads[run]
+                dropped += 1
+        return dropped
 
     def checkpoint(self, key: Path, *, tenant: str | None = None, anchor: Path | None = None,
                    now: float | None = None) -> list[dict[str, Any]]:

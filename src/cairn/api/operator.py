@@ -34,7 +34,10 @@ import msgspec
 from cairn.api.actors import acting
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.approvals import view as approval_view
+from cairn.api.erasure import KILL_REASON, Erasure, Target
+from cairn.api.erasure import erase as erase_target
 from cairn.api.ledger import Ledger, OperationView, resolution_request
+from cairn.api.retention import Retention
 from cairn.api.workspaces import WorkspaceViews
 from cairn.codec import schemas, values
 from cairn.codec.payloads import PayloadCodec
@@ -42,7 +45,15 @@ from cairn.engine.approvalmessages import decision_message
 from cairn.engine.budget import Budget
 from cairn.engine.bundles import Bundle, BundleDamaged
 from cairn.engine.messaging import check_name, signal_key
-from cairn.errors import ApprovalNotFound, InvalidArgument, InvalidEdit, PayloadError, RunNotFound
+from cairn.engine.startedwith import NOBODY, StartedWith
+from cairn.errors import (
+    ApprovalNotFound,
+    InvalidArgument,
+    InvalidEdit,
+    InvalidRunState,
+    PayloadError,
+    RunNotFound,
+)
 from cairn.memory.api import Item, Memory, Message, SearchResult, item_of, message_of
 from cairn.memory.direct import direct_memory
 from cairn.memory.policy import MemoryPolicy
@@ -50,11 +61,13 @@ from cairn.memory.tiering import ItemTiering
 from cairn.store import dialect, open_store
 from cairn.store.admission import QueueLimits, QueueShare, QueueStats
 from cairn.store.contract import Migratable, Store
+from cairn.store.erasuresql import ErasureRecord
 from cairn.store.memrecords import ItemTierMove, ItemTierUsage, MemoryScope
 from cairn.store.namespaces import encode_namespace, encode_prefix
 from cairn.store.records import (
     Approval,
     ApprovalStatus,
+    ArchiveRecord,
     BundleRecord,
     Delivery,
     EventType,
@@ -142,6 +155,15 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
+class Archived:
+    """What an archiving pass did: the runs archived, and those it left hot
+    (each with why: changed meanwhile, archived by another pass...)."""
+
+    archived: list[ArchiveRecord]
+    skipped: list[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
 class Retried(Change):
     """A retry, and the position the run resumes from (``None``: the top of its journal)."""
 
@@ -219,6 +241,12 @@ class Operator:
     def history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[HistoryEvent]:
         """The run's history entries after ``after_seq`` (at most ``limit``)."""
         return self._store.history(run_id, after_seq, limit)
+
+    def started_with(self, run_id: str) -> StartedWith:
+        """The token role and token id the run was started with, from its
+        row (what per-tool authorization reads: ``engine.startedwith``)."""
+        pair = self._store.started_with(run_id)
+        return NOBODY if pair is None else StartedWith(*pair)
 
     def usage(self, run_id: str) -> UsageTotals:
         """What the run has spent and its last ``seq``, summed by the store
@@ -500,9 +528,61 @@ class Operator:
             return self._store.prune_runs(cutoff, chosen, sys.maxsize, dry_run=True)
         total = 0
         self.sweep_memory(batch_size)  # expired memory first: its artifacts are collected below
-        while pruned := self._store.prune_runs(cutoff, chosen, batch_size):
+        # the one run-deletion path, the retention controller's too (cairn.worker.retention)
+        while pruned := self._store.prune_runs(cutoff, chosen, batch_size, actor=self.actor):
             total += pruned
         return total
+
+    def erase(self, *, tenant: str = "default", subject: str | None = None, thread: str | None = None,
+              dry_run: bool = False) -> Erasure:
+        """Erase a subject, a thread or (neither given) a whole tenant: its
+        unfinished runs killed, its subject keys destroyed (crypto-shredding),
+        its runs and memory deleted, the freed space reclaimed, an erasure
+        record kept without personal data, this operator as its actor (see
+        ``cairn.api.erasure``). Interrupted, running it again completes it."""
+        return erase_target(self._store, Target(tenant, subject, thread), actor=self.actor, dry_run=dry_run,
+                            kill=lambda run_id: self._kill_runs(KILL_REASON, run_id, None))
+
+    def erasures(self, tenant: str | None = None, *, limit: int = 100) -> list[ErasureRecord]:
+        """The erasure records, newest first (of ``tenant``)."""
+        return self._store.erasures(tenant, limit=limit)
+    # -- tiers (issue 26 item 5): archived runs ------------------------------------------------
+
+    def archivable(self, older_than_seconds: float, *, tenant: str | None = None, limit: int = 1000
+                   ) -> list[str]:
+        """The closed, hot runs last changed more than ``older_than_seconds`` ago, oldest first."""
+        if older_than_seconds < 0:
+            raise ValueError(f"older_than_seconds must not be negative, not {older_than_seconds}")
+        _check_limit(limit)
+        return self._store.archivable_runs(time.time() - older_than_seconds, tenant=tenant, limit=limit)
+
+    def archive(self, older_than_seconds: float, *, tenant: str | None = None, limit: int = 1000) -> Archived:
+        """Archive the runs ``archivable`` names, one at a time (each its own
+        fenced move; a run that changed meanwhile is left hot and named)."""
+        archived, skipped = [], []
+        for run_id in self.archivable(older_than_seconds, tenant=tenant, limit=limit):
+            try:
+                archived.append(self.archive_run(run_id))
+            except (InvalidRunState, RunNotFound) as exc:
+                skipped.append((run_id, str(exc)))
+        return Archived(archived, skipped)
+
+    def archive_run(self, run_id: str) -> ArchiveRecord:
+        """Archive closed run ``run_id`` (``Store.archive_run``), this operator its recorded actor."""
+        return self._store.archive_run(run_id, actor=self.actor)
+
+    def restore(self, run_id: str) -> ArchiveRecord:
+        """Put archived run ``run_id`` back in the hot tables, bit for bit (``Store.restore_run``)."""
+        return self._store.restore_run(run_id, actor=self.actor)
+
+    def run_archive(self, run_id: str) -> ArchiveRecord | None:
+        """Where run ``run_id`` is archived; ``None`` while it is hot."""
+        return self._store.run_archive(run_id)
+    @property
+    def retention(self) -> Retention:
+        """Retention policies per data class, and the controller on demand
+        (``cairn.api.retention``), acting as this operator."""
+        return Retention(self._store, self.actor)
 
     # -- memory (issue 14): introspection and deletion ---------------------------------------
 

@@ -30,6 +30,8 @@ class ScheduleView:
     timezone: str
     missed: str
     grace: float
+    #: the token role its ticks' runs are started with (``None``: none)
+    role: str | None
     #: declared by the app the listing was asked of (``None``: no app given)
     declared: bool | None
     #: a worker registered it in the database
@@ -66,7 +68,7 @@ class ScheduleView:
 
         return {
             "tenant": self.tenant, "name": self.name, "workflow": self.workflow, "cron": self.cron,
-            "timezone": self.timezone, "missed": self.missed, "grace": self.grace,
+            "timezone": self.timezone, "missed": self.missed, "grace": self.grace, "role": self.role,
             "declared": self.declared, "registered": self.registered, "last_tick": times(self.last_tick),
             "last_run_id": self.last_run_id, "fired": self.fired, "next_tick": times(self.next_tick),
             "due_since": times(self.due_since),
@@ -88,11 +90,13 @@ def _view(state: ScheduleState | None, schedule: Schedule | None, with_app: bool
         tenant, name, workflow = schedule.tenant, schedule.name, schedule.workflow.name
         cron, zone, missed, grace = (schedule.timetable.cron, schedule.timetable.timezone, schedule.missed,
                                      schedule.grace)
+        role = schedule.started_role
     else:
         assert state is not None
         spec = state.spec
         tenant, name, workflow, cron, zone, missed, grace = (spec.tenant, spec.name, spec.workflow, spec.cron,
                                                              spec.timezone, spec.missed, spec.grace)
+        role = spec.started_role
     next_tick = due_since = None
     try:
         timetable = Timetable.parse(cron, zone)
@@ -104,7 +108,7 @@ def _view(state: ScheduleState | None, schedule: Schedule | None, with_app: bool
         pass
     return ScheduleView(
         tenant=tenant, name=name, workflow=workflow, cron=cron, timezone=zone, missed=missed, grace=grace,
-        declared=(schedule is not None) if with_app else None, registered=state is not None,
+        role=role, declared=(schedule is not None) if with_app else None, registered=state is not None,
         last_tick=None if state is None else state.last_tick,
         last_run_id=None if state is None else state.last_run_id,
         fired=0 if state is None else state.fired, next_tick=next_tick, due_since=due_since,

@@ -10,12 +10,13 @@ origin (its lineage), so that both runs share their history up to the fork.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from cairn.engine.definitions import WorkflowDef
 from cairn.engine.runtime import Runtime
+from cairn.engine.startedwith import StartedWith
 from cairn.errors import InvalidArgument, RunNotFound
 from cairn.graph import diff as diffs
 from cairn.graph import travel
@@ -24,9 +25,10 @@ from cairn.graph.reader import Checkpoint, GraphHistory, Readers, graph_of
 from cairn.graph.travel import Lineage
 from cairn.store.records import NewRun, RunRecord
 
-#: how ``App`` makes a new run's record:
-#: ``(definition, arguments, run_id, thread_id, tenant, queue, priority)``
-NewRunOf = Callable[[WorkflowDef, dict[str, Any], str | None, str | None, str, str, int], NewRun]
+#: how ``App`` makes a new run's record: ``(definition, arguments, run_id,
+#: thread_id, tenant, queue, priority, budget, started, started_by)``
+NewRunOf = Callable[[WorkflowDef, dict[str, Any], str | None, str | None, str, str, int, Any, StartedWith,
+                     Mapping[str, Any] | None], NewRun]
 
 
 class NotAGraphRun(InvalidArgument):
@@ -142,13 +144,20 @@ class TimeTravel:
             raise InvalidArgument(f"run {record.run_id!r} is not a run of a graph registered here")
         return graph
 
-    def fork(self, origin_id: str, step: int, update: Any, run_id: str | None, *,
-             edited: bool) -> tuple[str, bool]:
+    def fork(self, origin_id: str, step: int, update: Any, run_id: str | None, *, edited: bool,
+             started: StartedWith, started_by: Mapping[str, Any] | None) -> tuple[str, bool]:
         """A new run of the graph of run ``origin_id`` (its newest version
         registered here: a fixed node runs fixed), starting from the state
         after super-step ``step`` with ``update``'s fields set, then running the
         tasks that checkpoint named. Checked before anything is stored: the
-        step, the graph's code, the update."""
+        step, the graph's code, the update.
+
+        The new run is a start like any other: it acts with the role of
+        whoever replays or forks (``started``, ``started_by``), never with
+        the origin's. Inheriting the origin's would let an operator run an
+        admin's run again, from a state of its choosing, with the admin's
+        rights; starting it with none would break a fork made by the very
+        token that could start the run."""
         record = self.get_run(origin_id)
         found, at = self.source(origin_id, check_step(step))
         definition = self.runtime.workflows.get(record.workflow)
@@ -161,7 +170,8 @@ class TimeTravel:
         start = travel.edited(graph.schema, base, update)
         seed = travel.seed_of(origin_id, found.chain.record(at))
         arguments = {"state": graph.schema.view(start), travel.SEED_PARAM: seed}
-        new = self.new_run(definition, arguments, run_id, None, record.tenant, record.queue, record.priority)
+        new = self.new_run(definition, arguments, run_id, None, record.tenant, record.queue, record.priority,
+                           None, started, started_by)
         new = replace(new, budget=record.budget, origin=travel.origin(origin_id, at, edited))
         _, created = self.store.create_run(new)
         return new.run_id, created

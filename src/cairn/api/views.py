@@ -152,6 +152,14 @@ class RunDetailOut(RunOut, kw_only=True):
     journal: list[JournalEntryOut] | UnsetType = UNSET
     #: a graph run's replay or fork: where it comes from
     forked_from: LineageOut | UnsetType = UNSET
+    #: the token role and token id it was started with, from its row: what
+    #: tools restricted by role (``cairn.ToolAccess(role=...)``) allow it,
+    #: wherever it runs (``null``: started without a token role)
+    started_role: str | None
+    started_token: str | None
+    #: who started it, as its ``run.created`` entry records (actor, how
+    #: authenticated, tenant, role); ``null`` for a run older than that record
+    started_by: dict[str, Any] | None
 
 
 class EventOut(msgspec.Struct, kw_only=True):
@@ -439,13 +447,22 @@ def run_detail(
         history_length=usage.last_seq,
         attention=attention(history) if record.status is RunStatus.NEEDS_ATTENTION else None,
         approvals=[approval_of(v) for v in pending_approvals(operator, record.run_id, inspecting=inspecting)],
-        waiting=operator.waiting_for_worker(record), **_lineage(operator, record)))
+        waiting=operator.waiting_for_worker(record), **_origin(operator, record)))
 
 
-def _lineage(operator: Operator, record: RunRecord) -> dict[str, Any]:
+def _origin(operator: Operator, record: RunRecord) -> dict[str, Any]:
+    """Where the run comes from: its lineage (a graph run's replay or fork)
+    and who started it with which rights."""
     first = operator.history(record.run_id, 0, 1)
-    found = lineage_of(first[0] if first else None)
-    return {} if found is None else {"forked_from": LineageOut(**found.to_json())}
+    created = first[0] if first and first[0].event is EventType.RUN_CREATED else None
+    started = operator.started_with(record.run_id)
+    by = (created.detail or {}).get("started_by") if created is not None else None
+    found: dict[str, Any] = {"started_role": started.role, "started_token": started.token,
+                             "started_by": by if isinstance(by, dict) else None}
+    lineage = lineage_of(created)
+    if lineage is not None:
+        found["forked_from"] = LineageOut(**lineage.to_json())
+    return found
 
 
 # -- graph runs' checkpoints (time travel) -------------------------------------------------------

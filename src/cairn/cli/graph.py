@@ -18,9 +18,11 @@ from typing import Any
 
 import click
 
-from cairn.api import views
+from cairn.api import actors, views
+from cairn.api.operator import cli_actor
 from cairn.errors import InvalidArgument, PayloadError, RunNotFound, UnknownWorkflow
 from cairn.graph.diff import Change
+from cairn.store.records import STARTED_ROLES
 
 from . import render
 from .loading import Session, open_session
@@ -28,6 +30,12 @@ from .options import app_option, db_from_context, db_option
 from .terminal import echo, echo_json
 
 _STEP = click.IntRange(min=0)
+
+#: the new run of a replay or fork acts with the role it is given here, as ``cairn start --role``;
+#: never with its origin's
+_ROLE = click.option("--role", type=click.Choice(STARTED_ROLES), default=None,
+                     help="The token role the new run is started with (as cairn start --role), whatever "
+                          "RUN was started with. Default: none (tools restricted by role refuse it).")
 
 
 class BadInput(click.ClickException):
@@ -161,6 +169,13 @@ def diverge(ctx: click.Context, run_a: str, run_b: str, as_json: bool, app_spec:
         echo(f"{run_a} and {run_b} diverge at step {step}")
 
 
+def _by_cli(session: Session, origin: str, role: str | None) -> dict[str, Any]:
+    """Who starts a replay or fork from the command line: the CLI's actor,
+    with ``--role`` if given (``cairn start``'s rule)."""
+    tenant = session.app.get_run(origin).tenant
+    return {"started_role": role, "started_by": actors.context(cli_actor(), tenant)}
+
+
 def _started(session: Session, run_id: str, created: bool, as_json: bool) -> None:
     record = session.app.get_run(run_id)
     lineage = session.app.lineage(run_id)
@@ -176,15 +191,16 @@ def _started(session: Session, run_id: str, created: bool, as_json: bool) -> Non
 @click.option("--step", type=_STEP, required=True, help="The checkpoint to replay from.")
 @click.option("--run-id", "new_id", metavar="ID", default=None, help="The new run's id (idempotent).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: created and the run.")
+@_ROLE
 @app_option(required=True)
 @db_option
 @click.pass_context
-def replay(ctx: click.Context, run_id: str, step: int, new_id: str | None, as_json: bool, app_spec: str,
-           db: str | None) -> None:
+def replay(ctx: click.Context, run_id: str, step: int, new_id: str | None, as_json: bool, role: str | None,
+           app_spec: str, db: str | None) -> None:
     """Start a new run that goes on from the state after --step and runs
     every super-step after it again (nothing of RUN after it is reused)."""
     with _session(ctx, db, app_spec, read_only=False) as session:
-        handle = session.app.graph_replay(run_id, step, run_id=new_id)
+        handle = session.app.graph_replay(run_id, step, run_id=new_id, **_by_cli(session, run_id, role))
         _started(session, handle.run_id, bool(handle.created), as_json)
 
 
@@ -195,11 +211,12 @@ def replay(ctx: click.Context, run_id: str, step: int, new_id: str | None, as_js
               help="A JSON object of the fields to set (each replaced, validated as its type).")
 @click.option("--run-id", "new_id", metavar="ID", default=None, help="The new run's id (idempotent).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: created and the run.")
+@_ROLE
 @app_option(required=True)
 @db_option
 @click.pass_context
 def fork(ctx: click.Context, run_id: str, step: int, update: str, new_id: str | None, as_json: bool,
-         app_spec: str, db: str | None) -> None:
+         role: str | None, app_spec: str, db: str | None) -> None:
     """Start a new run from the state after --step with --update's fields set."""
     try:
         fields = json.loads(update)
@@ -208,5 +225,6 @@ def fork(ctx: click.Context, run_id: str, step: int, update: str, new_id: str | 
     if not isinstance(fields, dict):
         raise BadInput(f"--update must be a JSON object of fields, not {type(fields).__name__}")
     with _session(ctx, db, app_spec, read_only=False) as session:
-        handle = session.app.graph_fork(run_id, step, update=fields, run_id=new_id)
+        handle = session.app.graph_fork(run_id, step, update=fields, run_id=new_id,
+                                        **_by_cli(session, run_id, role))
         _started(session, handle.run_id, bool(handle.created), as_json)

@@ -62,11 +62,16 @@ def show(ctx: click.Context, run_id: str, as_json: bool, app_spec: str | None, d
             history = session.app.history(run_id)
             pending = pending_of(session, run_id)
             waiting = session.operator.waiting_for_worker(record)  # no live worker serves its bundle
+            archived = session.operator.run_archive(run_id)
             console = _stdout()
             render.print_run(console, session.codec, record, history)
             print_pending(console, pending)
             if waiting is not None:
                 echo(waiting)
+            if archived is not None:  # read from its archive: say so, and how to bring it back
+                echo(f"archived {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(archived.archived_at))} UTC "
+                     f"by {archived.actor or '-'} (object {archived.ref[:16]}...; cairn archive restore "
+                     f"{run_id})")
 
 
 @click.command()

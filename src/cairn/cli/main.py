@@ -15,10 +15,12 @@ from __future__ import annotations
 import click
 
 from .approvals import approvals, approve, reject
+from .archive import archive
 from .audit import audit
 from .bundles import COMMANDS as BUNDLE_COMMANDS
 from .database import db_group, parse_duration, prune
 from .demos import _payments_demo, demo
+from .erasure import erase
 from .graph import graph
 from .inspection import events, runs, show
 from .keys import keys
@@ -28,6 +30,7 @@ from .memory import memory
 from .ops import ops
 from .options import CairnGroup, db_option
 from .queues import queues
+from .retention import retention
 from .runs import budget, cancel, kill, resume, retry, start
 from .sandbox import sandbox
 from .schedules import schedules
@@ -66,5 +69,8 @@ for _command in (
     workspace,                                                  # runs' workspaces (cli/workspace.py)
     sandbox,                                                    # cairn sandbox check (cli/sandbox.py)
     audit,                                                      # the audit chain (cli/audit.py)
+    erase,                                                      # erasure by subject/thread/tenant
+    archive,                                                    # archived runs (cli/archive.py)
+    retention,                                                  # retention policies (cli/retention.py)
 ):
     main.add_command(_command)

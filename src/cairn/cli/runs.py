@@ -83,13 +83,16 @@ def _wait(app: App, run_id: str, timeout: float | None) -> Any:
               help="A local git repository whose tree (at --workspace-ref) is the run's starting workspace.")
 @click.option("--workspace-ref", metavar="REF", default=None,
               help="With --workspace-from: the commit, branch or tag to import (default: HEAD).")
+@click.option("--subject", default=None, metavar="S",
+              help="Whose data the run holds (a user or customer id): sealed with that subject's own key, "
+                   "inherited by its children and memory writes, erased by 'cairn erase --subject'.")
 @db_option
 @click.pass_context
 def start(
     ctx: click.Context, workflow: str, app_spec: str, input_json: str | None, run_id: str | None,
     thread_id: str | None, tenant: str, queue: str, priority: int, wait: bool, timeout: float | None,
     version: str | None, role: str | None, workspace_from: str | None, workspace_ref: str | None,
-    db: str | None,
+    subject: str | None, db: str | None,
 ) -> None:
     """Start a run of WORKFLOW for a worker to execute; print its id.
 
@@ -106,7 +109,8 @@ def start(
             handle = app.start_json(workflow, data, run_id=run_id, thread_id=thread_id, tenant=tenant,
                                     queue=queue, priority=priority, version=version, started_role=role,
                                     started_by=actors.context(cli_actor(), tenant),
-                                    workspace_from=workspace_from, workspace_ref=workspace_ref or "HEAD")
+                                    workspace_from=workspace_from, workspace_ref=workspace_ref or "HEAD",
+                                    subject=subject)
         except UnknownWorkflow as exc:
             raise click.BadParameter(str(exc), param_hint="'WORKFLOW'") from None
         except PayloadError as exc:

@@ -35,6 +35,8 @@ def _lines(view: ScheduleView) -> list[str]:
     """One schedule as a short block: its definition, then its last and next tick."""
     head = f"{view.tenant}/{view.name}: workflow {view.workflow}, cron {view.cron!r} in {view.timezone}, " \
            f"missed={view.missed}"
+    if view.role is not None:
+        head += f", runs started as {view.role}"
     if view.declared is False:
         head += " (registered, not declared by this app)"
     if not view.registered:
@@ -55,7 +57,8 @@ def describe_schedules(app: App, *, fired: bool) -> list[str]:
     if not fired:
         return [f"  schedules: {len(declared)} declared, none fired by this worker (--no-schedules)"]
     return [f"  schedule {s.tenant}/{s.name}: {s.workflow.name}, cron {s.timetable.cron!r} in "
-            f"{s.timetable.timezone}, missed={s.missed}" for s in declared]
+            f"{s.timetable.timezone}, missed={s.missed}"
+            + (f", runs started as {s.started_role}" if s.started_role is not None else "") for s in declared]
 
 
 def _behind(view: ScheduleView) -> str | None:

@@ -79,6 +79,8 @@ def _parked(app: App, run_id: str) -> str:
 @click.option("--queue", "queues", multiple=True, metavar="Q", help="Serve only these queues (repeatable).")
 @click.option("--no-schedules", "no_schedules", is_flag=True,
               help="Fire none of the app's schedules (other workers do).")
+@click.option("--no-retention", "no_retention", is_flag=True,
+              help="Run no retention controller (other workers do; see 'cairn retention').")
 @click.option("--otel", is_flag=True,
               help="Export live spans and metrics over OTLP/HTTP (OTEL_EXPORTER_OTLP_* variables; "
                    "needs the otel-export extra).")
@@ -89,7 +91,7 @@ def _parked(app: App, run_id: str) -> str:
 def worker(
     ctx: click.Context, app_spec: str, concurrency: int, worker_id: str | None, lease: float | None,
     poll: float, queues: tuple[str, ...], log_level: str, db: str | None, no_schedules: bool = False,
-    otel: bool = False,
+    otel: bool = False, no_retention: bool = False,
 ) -> None:
     """Execute runs of the app's workflows until SIGTERM or Ctrl-C.
 
@@ -103,7 +105,7 @@ def worker(
     with loaded_app(app_spec, _db(ctx, db)) as app:
         w = app.worker(concurrency=concurrency, worker_id=worker_id, poll_interval=poll,
                        queues=queues or None, lease_seconds=lease, on_outcome=_outcome_logger(app),
-                       schedules=not no_schedules)
+                       schedules=not no_schedules, retention=not no_retention)
         served = ", ".join(sorted(w.workflows)) or "(none: the app registers no workflows)"
         echo(f"cairn worker {w.worker_id}: workflows {served}; queues "
              f"{', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "

@@ -15,6 +15,7 @@ from cairn.errors import PayloadError, SecretLeak
 from cairn.security import redaction
 from cairn.store.contract import Store
 from cairn.store.records import Payload
+from cairn.store.retention import EXPIRED_TAG, expired_reason
 
 #: Values whose JSON is larger than this go to the artifact store.
 DEFAULT_INLINE_LIMIT = 256 * 1024
@@ -51,6 +52,8 @@ class PayloadCodec:
     def raw(self, payload: Payload, *, what: str) -> bytes:
         """The JSON bytes behind ``payload`` (fetching an artifact if needed)."""
         if payload.data is not None:
+            if payload.data[:2] == EXPIRED_TAG:  # retention removed the body (store.retention)
+                raise PayloadError(f"cannot load {what}: {expired_reason(payload.data)}")
             return payload.data
         if payload.ref is not None:
             try:

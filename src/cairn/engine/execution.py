@@ -273,6 +273,7 @@ class Execution:
             tenant=run.tenant, thread_id=run.thread_id, input=input_payload, parent_run_id=self.run_id,
             queue=queue, priority=priority, bundle=bundle,
             started_role=parent.role, started_token=parent.token,
+            subject=self.store.run_subject(self.run_id),  # whose data the parent's is, the child's is
             started_by={"actor": f"run:{self.run_id}", "auth": "parent-run", "tenant": run.tenant},
         )
         self._commit_entries(f"the start of child run {child_id}", (event,), lambda entries: (

@@ -31,6 +31,13 @@ Why these choices:
   Ticks within ``grace`` always fire, whatever the policy: a worker that was
   busy or restarting for a few seconds misses nothing. A schedule's first
   registration is its origin: no tick before it ever fires.
+* **The role a tick's run acts with** is declared with the schedule
+  (``role=``, default none), like its workflow and arguments: a run started
+  by the app's own timetable has the rights the app's code gives it
+  (``cairn.ToolAccess(role=...)`` checks them), recorded on its row as a
+  token's would be. The schedule's row shows the role the workers last
+  registered; the run takes it from the declaration, as it takes everything
+  else, so a row edited in the database raises no tick's rights.
 * **Arguments** are fixed at declaration (``kwargs=``, encoded and checked
   against the workflow's signature then, as ``app.start`` would), and the
   tick's time can be passed in as one more argument (``tick_arg=``: a UTC
@@ -52,7 +59,7 @@ from cronsim import CronSim, CronSimError
 from cairn.codec import values
 from cairn.engine.definitions import WorkflowDef
 from cairn.errors import InvalidArgument
-from cairn.store.records import NewRun
+from cairn.store.records import STARTED_ROLES, NewRun
 from cairn.store.runids import id_part, id_problem, tenant_prefix
 from cairn.store.schedules import MISSED_POLICIES, ScheduleSpec, ScheduleState
 
@@ -188,6 +195,8 @@ class Schedule:
     grace: float
     queue: str
     priority: int
+    #: the token role each tick's run is started with (``None``: none)
+    started_role: str | None = None
 
     @classmethod
     def declare(
@@ -204,6 +213,7 @@ class Schedule:
         grace: float,
         queue: str,
         priority: int,
+        role: str | None = None,
     ) -> Schedule:
         """Check everything now: the error names the schedule and the problem."""
         label = workflow.name if name is None else name
@@ -224,6 +234,9 @@ class Schedule:
             raise InvalidSchedule(f"{what}: grace must be a number of seconds >= 0, not {grace!r}")
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise InvalidSchedule(f"{what}: priority must be an integer, not {priority!r}")
+        if role is not None and role not in STARTED_ROLES:
+            raise InvalidSchedule(f"{what}: role must be one of {', '.join(map(repr, STARTED_ROLES))} "
+                                  f"or None, not {role!r}")
         timetable = Timetable.parse(cron, timezone, what=what)
         fixed = dict(kwargs or {})
         if tick_arg is not None:
@@ -237,7 +250,7 @@ class Schedule:
         except Exception as exc:  # the codec's refusal (NaN, an unknown type, ...)
             raise InvalidSchedule(f"{what}: kwargs cannot be stored: {exc}") from None
         schedule = cls(label, tenant, workflow, timetable, raw, tick_arg, missed, float(grace), queue,
-                       priority)
+                       priority, role)
         try:  # as a worker will convert them, with a tick as it will pass it
             schedule.inputs(datetime.now(UTC).timestamp())
         except Exception as exc:  # TypeError from binding, PayloadError from converting
@@ -251,7 +264,7 @@ class Schedule:
     def spec(self) -> ScheduleSpec:
         """What the store records about this schedule."""
         return ScheduleSpec(self.tenant, self.name, self.workflow.name, self.timetable.cron,
-                            self.timetable.timezone, self.missed, self.grace)
+                            self.timetable.timezone, self.missed, self.grace, self.started_role)
 
     def run_id(self, tick: float) -> str:
         return tick_run_id(self.tenant, self.name, tick)
@@ -270,11 +283,14 @@ class Schedule:
         """The run of ``tick``; ``wrap`` turns encoded input into a stored
         payload (``PayloadCodec.wrap``)."""
         raw = values.encode(self.inputs(tick))
+        started_by: dict[str, Any] = {"actor": f"schedule:{self.name}", "auth": "schedule",
+                                      "tenant": self.tenant}
+        if self.started_role is not None:
+            started_by["role"] = self.started_role
         return NewRun(run_id=self.run_id(tick), workflow=self.workflow.name,
                       workflow_version=self.workflow.version, tenant=self.tenant, thread_id=None,
                       input=wrap(raw), queue=self.queue, priority=self.priority, budget=None,
-                      started_by={"actor": f"schedule:{self.name}", "auth": "schedule",
-                                  "tenant": self.tenant})
+                      started_by=started_by, started_role=self.started_role)
 
     def due(self, state: ScheduleState, now: float) -> Due:
         """Which ticks to fire at ``now`` given the stored ``state`` (see the

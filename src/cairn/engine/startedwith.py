@@ -3,8 +3,11 @@
 A run started through the HTTP API (or ``cairn mcp serve``) with a token
 records that token's role and id in its row (``NewRun.started_role``,
 ``started_token``); one started by the app's own code or the CLI records
-them only when told (``app.start(..., role=...)``); a schedule's records
-none. Per-tool authorization by role (``engine.access``) reads them here,
+them only when told (``app.start(..., started_role=...)``, ``cairn start
+--role``); a schedule's tick records the role its declaration gives
+(``app.schedule(..., role=...)``, none by default); a graph run's replay or
+fork records the role of whoever replays or forks it (the HTTP token's, or
+as told), never its origin's. Per-tool authorization by role (``engine.access``) reads them here,
 from the store, once per execution: a run resumed on another worker, after
 a crash or a week's wait, is authorized with the rights it started with,
 never with the worker's. The database refuses any change of either column

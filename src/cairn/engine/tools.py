@@ -212,6 +212,11 @@ class ToolDef:
     arguments_type: Any = None
     #: who may call it (``engine.access``); ``None``: anyone
     access: ToolAccess | None = None
+    #: the body bounds its own wait by ``timeout`` (an MCP call: the session
+    #: stops waiting and cancels the request itself), so the driver calls it
+    #: inline rather than on a thread per call, which cost more than the
+    #: call's own journaling; ``timeout`` still bounds the reconciler
+    timed_by_body: bool = False
 
     @property
     def as_step(self) -> bool:
@@ -237,6 +242,7 @@ class ToolDef:
         approvers: tuple[str, ...] | list[str] | str | None = None,
         approval_timeout: float | None = None,
         access: ToolAccess | None = None,
+        timed_by_body: bool = False,
     ) -> ToolDef:
         kind = Effect(effect)
         if access is not None and not isinstance(access, ToolAccess):
@@ -263,7 +269,8 @@ class ToolDef:
             retry=retry or NO_RETRY, wants_operation=wants_operation,
             reconcile_retry=reconcile_retry or RECONCILE_RETRY,
             call_signature=call_signature, secrets=SecretParams.of(call_signature, hints),
-            positional=_positional_names(call_signature), access=access, **protected,
+            positional=_positional_names(call_signature), access=access, timed_by_body=timed_by_body,
+            **protected,
         )
 
 
@@ -440,7 +447,8 @@ class _ToolCall:
                     ws = workspace.current(self.ex)
                     if ws is not None:  # the directory is the latest snapshot before the body runs
                         ws.enter(self.call.position)
-                value = yield Invoke(self.d.fn, body_args, body_kwargs, self.d.timeout, self.what)
+                value = yield Invoke(self.d.fn, body_args, body_kwargs,
+                                     None if self.d.timed_by_body else self.d.timeout, self.what)
                 captured = _captured(self.ex, self.call.position)
             except Exception as exc:
                 self.ex.drop_memory(self.call.position)  # the body failed: its writes never land

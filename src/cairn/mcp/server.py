@@ -261,28 +261,31 @@ class MCPServer:
                 found = self._tools[key] = Tool(ToolDef.build(
                     body, name=f"{self.name}.{listed.name}", effect=listed.effect,
                     reconcile=self.reconcile.get(listed.name) if listed.effect == Effect.WRITE else None,
-                    timeout=self.timeout, schema=None, retry=self.retry, reconcile_retry=None))
+                    timeout=self.timeout, schema=None, retry=self.retry, reconcile_retry=None,
+                    timed_by_body=True))
             return found
 
     def _body(self, listed: Listed) -> Callable[..., Any]:
         keyed = "idempotency_key" in (listed.input_schema.get("properties") or {})
+        output = OutputCheck(self.name, listed)
 
         def body(op: Operation, arguments: dict[str, Any]) -> Any:
             if keyed and op.effect is not Effect.READ:
                 arguments = {**arguments, "idempotency_key": op.operation_id}
             result = self._session().call_tool(listed.name, arguments, self.timeout)
-            return _result(self.name, listed, result)
+            return _result(self.name, listed, result, output)
 
         return body
 
     def _abody(self, listed: Listed) -> Callable[..., Any]:
         keyed = "idempotency_key" in (listed.input_schema.get("properties") or {})
+        output = OutputCheck(self.name, listed)
 
         async def body(op: Operation, arguments: dict[str, Any]) -> Any:
             if keyed and op.effect is not Effect.READ:
                 arguments = {**arguments, "idempotency_key": op.operation_id}
             result = await self._session().acall_tool(listed.name, arguments, self.timeout)
-            return _result(self.name, listed, result)
+            return _result(self.name, listed, result, output)
 
         return body
 
@@ -307,23 +310,50 @@ class MCPServer:
             return self._connection
 
 
-def _result(server: str, listed: Listed, result: Any) -> dict[str, Any]:
+class OutputCheck:
+    """A tool's ``outputSchema``, compiled once per listed tool.
+
+    ``jsonschema.validate`` checks the schema against its metaschema (with
+    its ``$ref``s resolved) before every instance: that alone was most of
+    what an MCP call cost beyond the direct call. A schema the metaschema
+    refuses is still a failure of each call (``ToolResultInvalid``), as it
+    was, not of the listing: the server's list is journaled as it is."""
+
+    __slots__ = ("invalid", "validator", "where")
+
+    def __init__(self, server: str, listed: Listed) -> None:
+        self.where = f"{server}.{listed.name}"
+        self.validator: Any = None
+        self.invalid: str | None = None
+        schema = listed.output_schema
+        if schema is None:
+            return
+        try:
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+            self.validator = cls(schema)
+        except jsonschema.SchemaError as exc:
+            self.invalid = exc.message[:300]
+
+    def check(self, structured: Any) -> None:
+        if self.invalid is not None:
+            raise ToolResultInvalid(self.where, f"its outputSchema is invalid: {self.invalid}")
+        if self.validator is None:
+            return
+        if structured is None:
+            raise ToolResultInvalid(self.where, "no structuredContent for its outputSchema")
+        error = jsonschema.exceptions.best_match(self.validator.iter_errors(structured))
+        if error is not None:
+            raise ToolResultInvalid(self.where, f"does not match its outputSchema: {error.message[:300]}")
+
+
+def _result(server: str, listed: Listed, result: Any, output: OutputCheck | None = None) -> dict[str, Any]:
     content = [block.model_dump(mode="json", exclude_none=True) for block in result.content]
     text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
     if result.isError:
         raise MCPToolError(f"MCP tool {server}.{listed.name} answered with an error: {text[:300]}")
     structured = result.structuredContent
-    if listed.output_schema is not None:
-        if structured is None:
-            raise ToolResultInvalid(f"{server}.{listed.name}", "no structuredContent for its outputSchema")
-        try:
-            jsonschema.validate(structured, listed.output_schema)
-        except jsonschema.ValidationError as exc:
-            raise ToolResultInvalid(f"{server}.{listed.name}",
-                                    f"does not match its outputSchema: {exc.message[:300]}") from None
-        except jsonschema.SchemaError as exc:
-            raise ToolResultInvalid(f"{server}.{listed.name}",
-                                    f"its outputSchema is invalid: {exc.message[:300]}") from None
+    (output or OutputCheck(server, listed)).check(structured)
     # the text once: a 10 MB answer is not journaled twice
     others = [b for b in content if b.get("type") != "text"]
     return {"text": text, "content": others, "structured": structured}

@@ -38,6 +38,7 @@ from cairn.store.memrecords import (
     ThreadMessage,
 )
 from cairn.store.namespaces import decode_namespace, encode_namespace, encode_prefix
+from cairn.store.records import check_subject
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +120,14 @@ class Memory:
 
     def put(
         self, namespace: Sequence[str], key: str, value: Any, *, index: str | None = None,
-        metadata: Mapping[str, Any] | None = None, ttl: float | None = None,
+        metadata: Mapping[str, Any] | None = None, ttl: float | None = None, subject: str | None = None,
     ) -> None:
         """Put ``value`` under ``key`` of ``namespace`` (a new version).
         ``index``: the text semantic search embeds (``None``: not searchable).
-        ``ttl``: seconds it lives (default: the namespace's ``Retention``)."""
+        ``ttl``: seconds it lives (default: the namespace's ``Retention``).
+        ``subject``: whose data it is (erasure by subject); default: the
+        writing run's subject."""
+        check_subject(subject)
         ns = _ns(namespace)
         _check_key(key)
         if ttl is not None and not ttl > 0:
@@ -134,8 +138,8 @@ class Memory:
         payload, _ = self._c.codec.dump(value)
         if meta is not None:
             self._c.codec.dump(meta)  # refused early if it is not JSON
-        self._c.write("put", (list(namespace), key, value, index, meta, ttl),
-                      ItemPut(ns, key, payload, meta, index, ttl))
+        given = (list(namespace), key, value, index, meta, ttl) + ((subject,) if subject is not None else ())
+        self._c.write("put", given, ItemPut(ns, key, payload, meta, index, ttl, subject))
 
     def get(self, namespace: Sequence[str], key: str) -> Item | None:
         """The live item (``None``: absent or expired)."""

@@ -30,6 +30,7 @@ from typing import Protocol, runtime_checkable
 
 from cairn.errors import ConfigError
 from cairn.security.envelope import KEY_SIZE, NONCE_SIZE, SealError, aesgcm
+from cairn.security.shredding import SUBJECT_KEYS_ENV, FileShredder, Shredder
 
 #: the environment variable naming the keyring of processes that open a store from a URL
 KEYRING_ENV = "CAIRN_KEYRING"
@@ -59,7 +60,7 @@ class LocalKeyring:
     variable (see the module doc). Wrapping is AES-256-GCM with the KEK,
     a random nonce and ``context`` as associated data."""
 
-    def __init__(self, keks: Mapping[str, bytes], current: str) -> None:
+    def __init__(self, keks: Mapping[str, bytes], current: str, shredder: Shredder | None = None) -> None:
         if current not in keks:
             raise ConfigError(f"the current KEK {current!r} is not in the keyring")
         for kek_id, key in keks.items():
@@ -69,9 +70,11 @@ class LocalKeyring:
                 raise ConfigError(f"KEK {kek_id!r} is {len(key)} bytes: a KEK is {KEY_SIZE} bytes (base64)")
         self._keks = dict(keks)
         self._current = current
+        #: where subject secrets live (``cairn.security.shredding``): erasable keys need one
+        self.shredder = shredder
 
     @classmethod
-    def parse(cls, text: str, source: str) -> LocalKeyring:
+    def parse(cls, text: str, source: str, shredder: Shredder | None = None) -> LocalKeyring:
         """A keyring from ``text`` (lines or comma-separated ``id base64``);
         ``ConfigError`` naming ``source`` (never a key) if malformed."""
         keks: dict[str, bytes] = {}
@@ -92,7 +95,9 @@ class LocalKeyring:
             last = parts[0]
         if last is None:
             raise ConfigError(f"{source} holds no key-encryption key")
-        return cls(keks, last)
+        if shredder is None and os.environ.get(SUBJECT_KEYS_ENV):
+            shredder = FileShredder(os.environ[SUBJECT_KEYS_ENV])
+        return cls(keks, last, shredder)
 
     @classmethod
     def from_file(cls, path: str | Path) -> LocalKeyring:
@@ -100,7 +105,8 @@ class LocalKeyring:
             text = Path(path).read_text()
         except OSError as exc:
             raise ConfigError(f"cannot read the key file {str(path)!r}: {exc.strerror or exc}") from None
-        return cls.parse(text, f"key file {str(path)!r}")
+        subjects = os.environ.get(SUBJECT_KEYS_ENV) or f"{path}.subjects"
+        return cls.parse(text, f"key file {str(path)!r}", FileShredder(subjects))
 
     @classmethod
     def from_env(cls, variable: str) -> LocalKeyring:

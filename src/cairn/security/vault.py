@@ -26,6 +26,7 @@ from typing import Any
 
 from cairn.errors import ConfigError
 from cairn.security.envelope import SealError
+from cairn.security.shredding import SUBJECT_KEYS_ENV, FileShredder
 
 
 class VaultTransitKeyring:
@@ -37,6 +38,9 @@ class VaultTransitKeyring:
             raise ConfigError(f"Vault address {address[:60]!r} is not an http(s) URL")
         if not token:
             raise ConfigError("no Vault token: set $VAULT_TOKEN")
+        subjects = os.environ.get(SUBJECT_KEYS_ENV)
+        #: subject secrets (erasable keys) live in a file named by $CAIRN_SUBJECT_KEYS, if set
+        self.shredder = FileShredder(subjects) if subjects else None
         for part, what in ((key, "key"), (mount, "mount")):
             if not part or any(c in part for c in "?#\\ ") or ".." in part:
                 raise ConfigError(f"bad Vault transit {what} {part[:60]!r}")

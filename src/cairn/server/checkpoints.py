@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import msgspec
 from starlette.responses import JSONResponse
 
+from cairn.api import actors
 from cairn.api.ledger import decode
 from cairn.api.tokens import Role
 from cairn.api.travel import NoCheckpoint
@@ -169,11 +170,20 @@ def _same(call: Call[Any], run_id: str, origin: str, step: int, update: dict[str
                                                       "(another run, step or update): choose a new key")
 
 
+def _as_caller(call: Call[Any]) -> dict[str, Any]:
+    """Who replays or forks: the new run acts with the token's role, as a
+    run the token starts does (``start_run``), not with the origin's."""
+    role = call.principal.role.value
+    return {"started_role": role, "started_token": call.principal.token_id,
+            "started_by": actors.context(call.principal.actor, call.principal.tenant, role=role)}
+
+
 def replay_checkpoint(call: Call[Any]) -> Any:
     origin = call.run(call.path["run_id"]).run_id
     body: Replay = call.body
     step = _step(call, "step")
-    return _started(call, origin, lambda run_id: call.app.graph_replay(origin, step, run_id=run_id),
+    return _started(call, origin, lambda run_id: call.app.graph_replay(origin, step, run_id=run_id,
+                                                                      **_as_caller(call)),
                     body.run_id, step, None)
 
 
@@ -182,7 +192,7 @@ def fork_checkpoint(call: Call[Any]) -> Any:
     body: Fork = call.body
     step = _step(call, "step")
     return _started(call, origin, lambda run_id: call.app.graph_fork(origin, step, update=body.update,
-                                                                    run_id=run_id),
+                                                                    run_id=run_id, **_as_caller(call)),
                     body.run_id, step, body.update)
 
 

@@ -4,7 +4,18 @@ the OpenAPI document describes, one list for both."""
 
 from __future__ import annotations
 
-from cairn.server import approvals, checkpoints, events, queues, runs, schedules, signals, tokens, workspaces
+from cairn.server import (
+    approvals,
+    checkpoints,
+    erasures,
+    events,
+    queues,
+    runs,
+    schedules,
+    signals,
+    tokens,
+    workspaces,
+)
 from cairn.server import metrics as prometheus
 from cairn.server.routing import Endpoint
 
@@ -12,3 +23,4 @@ ROUTES: list[Endpoint] = [*runs.ROUTES, *events.ROUTES, *queues.ROUTES, *tokens.
 ROUTES += [*signals.ROUTES, *approvals.ROUTES, *schedules.ROUTES, *prometheus.ROUTES]
 ROUTES += checkpoints.ROUTES
 ROUTES += workspaces.ROUTES
+ROUTES += erasures.ROUTES

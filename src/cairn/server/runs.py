@@ -73,6 +73,8 @@ class StartRun(msgspec.Struct, forbid_unknown_fields=True):
     queue: Name = "default"
     priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] = 0
     budget: BudgetBody | None = None
+    #: whose data the run holds (erasure by subject: ``POST /v1/erasures``)
+    subject: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
 
 
 class ListRuns(msgspec.Struct):
@@ -210,6 +212,7 @@ def start_run(call: Call[Any]) -> Any:
             priority=body.priority, budget=body.budget.budget() if body.budget is not None else None,
             started_role=call.principal.role.value, started_token=call.principal.token_id,
             started_by=actors.context(call.principal.actor, tenant, role=call.principal.role.value),
+            subject=body.subject,
         )
     except PayloadError as exc:  # JSON the document allows, that the workflow's parameters do not take
         raise ApiError(422, "invalid_input", str(exc)) from None

@@ -27,9 +27,10 @@ from typing import Any
 from cairn.security.envelope import SealError, is_envelope
 from cairn.store import auditlinks
 from cairn.store.auditlinks import AuditKey
+from cairn.store.keysql import SUBJECT_KEY_BASE
 from cairn.store.records import HistoryEvent
 from cairn.store.rekey import REASON_PREFIX
-from cairn.store.sealing import DataKeys
+from cairn.store.sealing import DataKeys, KeyErased
 
 #: the data key version an audit key is derived from
 AUDIT_KEY_VERSION = 1
@@ -115,6 +116,8 @@ class AuditKeys:
             data, opened = self._open(event, tenant)
         except KeyGone:
             raise
+        except KeyErased as exc:
+            raise KeyGone(f"a key of entry {event.seq} is gone (erased): {exc}") from None
         except SealError as exc:
             if self._erased(tenant, event):
                 raise KeyGone(f"a key of entry {event.seq} is gone (erased): {exc}") from None
@@ -142,9 +145,12 @@ class AuditKeys:
         """Whether ``event`` was sealed with a data key that was destroyed (the
         stored keys read afresh, not those this process cached): the tenant
         has none left, or the envelope names a version below its newest that
-        is gone. A version above the newest never existed: an edited header,
-        not an erasure."""
-        stored = {row.version for row in self._store.data_keys(tenant)}
+        is gone, or a subject's key that was destroyed (its tombstone, or its
+        secret gone). A version above the newest never existed: an edited
+        header, not an erasure."""
+        rows = self._store.data_keys(tenant)
+        erased = {row.version for row in rows if row.erased}
+        stored = {row.version for row in rows if row.version < SUBJECT_KEY_BASE}
         if not stored:
             return True
         sealed = [None if event.payload is None else event.payload.data]
@@ -153,7 +159,7 @@ class AuditKeys:
                 sealed.append(base64.b64decode(event.detail["sealed"], validate=True))
         versions = [int.from_bytes(data[4:8], "big") for data in sealed
                     if data is not None and is_envelope(data)]
-        return any(v not in stored and 0 < v < max(stored) for v in versions)
+        return any(v in erased or (v not in stored and 0 < v < max(stored)) for v in versions)
 
 
 def _sealed_detail(detail: Any) -> bool:

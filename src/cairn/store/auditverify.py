@@ -25,6 +25,7 @@ import msgspec
 from cairn.security.envelope import SealError
 from cairn.store.auditkeys import KeyGone
 from cairn.store.auditlinks import GENESIS, PENDING, Digester, digest, row_link
+from cairn.store.retention import EXPIRED_TAG
 from cairn.store.rows import DamagedRow, event_from_row, unpack_payload
 
 _decode_json = msgspec.json.decode
@@ -65,6 +66,10 @@ class Chains:
     before_chain: int = 0
     #: entries whose key was destroyed (erased): linked by their stored digest, their content unreadable
     erased: int = 0
+    #: entries whose body a retention policy removed: linked by their stored digest, their body gone
+    expired: int = 0
+    #: anchored runs deleted since, with a record that reaches their anchored entry (``check_anchor``)
+    deleted: int = 0
     heads: dict[str, Head] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     #: (run, seq) -> link, for each entry an anchor's head names (``want``)
@@ -140,6 +145,8 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
             problem = _digest_problem(row, tenant, digester, stored_digest, plain_before)
             if problem is _ERASED:
                 chains.erased += 1
+            elif problem is _EXPIRED:
+                chains.expired += 1
             elif problem is not None:
                 chains.fail(run_id, seq, problem)
                 continue
@@ -162,11 +169,31 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
 
 #: ``_digest_problem``'s answer for an entry whose key was destroyed
 _ERASED = "erased"
+#: ``_digest_problem``'s answer for an entry whose body a retention policy removed
+_EXPIRED = "expired"
+
+
+def _expired(row: tuple[Any, ...]) -> str | None:
+    """``_EXPIRED`` for an entry whose body retention removed, the problem
+    for an expired marker where no retention class puts one (a body hidden
+    by hand), ``None`` for any other entry. The classes that expire bodies:
+    a model call's completion, and an entry stored by reference."""
+    stored = row[12]
+    if stored is None or bytes(stored[:2]) != EXPIRED_TAG:
+        return None
+    model_call = row[2] == "step.completed" and row[7] == "model"
+    if not model_call and row[13] is None:
+        return ("the entry's body is marked expired, but no retention class expires the body of such an "
+                "entry (neither a model call nor a body stored by reference): it was removed by hand")
+    return _EXPIRED
 
 
 def _digest_problem(row: tuple[Any, ...], tenant: str, digester: Digester | None, stored: bytes,
                     plain_before: Callable[[Any, str], bytes | None] | None = None) -> str | None:
     """What is wrong with an entry's payload and detail against its digest (``None``: nothing)."""
+    expired = _expired(row)
+    if expired is not None:
+        return expired  # nothing to check its digest against: its link still is
     try:
         if digester is None:  # the stored values themselves (no entry built)
             detail = None if row[14] is None else _decode_json(row[14])
@@ -200,17 +227,24 @@ def verify_store(store: Any, *, tenant: str | None = None, run_id: str | None = 
 
 
 def check_anchor(chains: Chains, heads: dict[str, tuple[int, bytes]], tenant_of: dict[str, str],
-                 stamp: str) -> list[Problem]:
+                 stamp: str, deleted: dict[str, tuple[int, bytes | None]] | None = None) -> list[Problem]:
     """What differs between ``chains`` (found with ``want`` = these heads'
     seqs) and the run ``heads`` (run -> (seq, link)) an anchored checkpoint
     of ``stamp`` recorded for tenant ``tenant_of[run]``: a run gone, cut
     short, of another tenant now, or whose anchored entry is not the one
-    there now (rewritten and relinked, or rolled back to a copy)."""
+    there now (rewritten and relinked, or rolled back to a copy).
+    ``deleted``: run -> (last seq, its link) of the runs deleted since
+    (``retention_deleted``): a run gone with a record that reaches the
+    anchored entry (the same link there) is not missing."""
     problems = []
     for run, (seq, anchored) in sorted(heads.items()):
         head = chains.heads.get(run)
         if run in chains.broken:
             continue  # its first problem is already named
+        gone = (deleted or {}).get(run)
+        if head is None and gone is not None and (gone[0] > seq or (gone[0] == seq and gone[1] == anchored)):
+            chains.deleted += 1
+            continue
         if head is None:
             problems.append(Problem(run, None, f"the run is gone: the anchor of {stamp} has it at entry "
                                                f"{seq}"))

@@ -134,6 +134,10 @@ class Snapshot:
     values: dict[int, tuple[str, bytes]]
 
 
+#: a checkpoint's channel chains, oldest first: (kind, refs, whether it names a base)
+Chains = dict[str, list[tuple[str, bytes, bool]]]
+#: a value's stored bytes as its reader reads them: (thread, digest, stored) -> bytes
+Opener = Callable[[str, int, bytes], bytes]
 #: a listed row to read, with how to read its channel versions and which lists the reader holds
 Asked = tuple[CheckpointRow, Callable[[CheckpointRow], Mapping[str, str]], Callable[[str, bytes], bool]]
 
@@ -154,6 +158,10 @@ class SQLCheckpoints(Generic[Tx]):
     #: whether the dialect writes a put's rows in one statement per table
     #: (``lg_put_*_many``, PostgreSQL: a round trip each); else row by row
     _lg_arrays = False
+    #: whether the dialect reads checkpoints with few statements outside a
+    #: transaction (``_lg_reading``: PostgreSQL, where each statement is a
+    #: round trip); else row by row in one snapshot (SQLite: a statement is a call)
+    _lg_batched = False
 
     # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
 
@@ -164,6 +172,11 @@ class SQLCheckpoints(Generic[Tx]):
         raise NotImplementedError
 
     def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _in_statements(self, work: Callable[[Tx], T]) -> T:
+        """Run ``work``'s statements each on its own (no transaction around
+        them): only dialects with ``_lg_batched`` provide it."""
         raise NotImplementedError
 
     def _list_param(self, items: Any) -> Any:
@@ -233,14 +246,17 @@ class SQLCheckpoints(Generic[Tx]):
 
     def lg_read(self, key: ThreadKey, checkpoint_id: str | None,
                 versions_of: Callable[[CheckpointRow], Mapping[str, str]],
-                known: Callable[[str, bytes], bool] = lambda channel, refs: False) -> Snapshot | None:
+                known: Callable[[str, bytes], bool] = lambda channel, refs: False,
+                opener: Opener | None = None) -> Snapshot | None:
         """The checkpoint ``checkpoint_id`` (the latest of the namespace if
         ``None``) with its channels, writes and values, from one snapshot;
         ``versions_of`` decodes the row's channel versions; the values of a
         list channel whose items the caller holds already (``known(channel,
-        refs)``) are not fetched."""
+        refs)``) are not fetched; ``opener(thread, digest, data)``: a value's
+        bytes as the caller reads them (opened, when sealed), applied once per
+        value fetched."""
 
-        def work(tx: Tx) -> Snapshot | None:
+        def work(tx: Tx, whole: bool) -> Snapshot | None:
             where = _where(key)
             if checkpoint_id is None:
                 found = self._query(tx, "lg_latest_checkpoint", where)
@@ -248,9 +264,10 @@ class SQLCheckpoints(Generic[Tx]):
                 found = self._query(tx, "lg_checkpoint", {**where, "checkpoint_id": checkpoint_id})
             if not found:
                 return None
-            return self._lg_snapshot(tx, key, _row(found[0]), versions_of, known)
+            return self._lg_fill(tx, key.tenant, [(_row(found[0]), versions_of, known)], {}, whole,
+                                 opener)[0]
 
-        return self._in_read(work)
+        return self._lg_reading(work)
 
     def lg_list(self, tenant: str, thread_id: str | None, ns: str | None, checkpoint_id: str | None,
                 before: str | None, limit: int | None) -> list[CheckpointRow]:
@@ -263,17 +280,32 @@ class SQLCheckpoints(Generic[Tx]):
             name = "lg_list_thread" if before is None else "lg_list_thread_before"
         return self._in_read(lambda tx: [_row(r) for r in self._query(tx, name, params)])
 
-    def lg_snapshots(self, tenant: str, asked: Sequence[Asked]) -> list[Snapshot]:
+    def lg_snapshots(self, tenant: str, asked: Sequence[Asked], opener: Opener | None = None
+                     ) -> list[Snapshot]:
         """Each row's channels, writes and values (a page of a listing), in
         one read: ``asked`` holds each row with its ``versions_of`` and
         ``known`` (as ``lg_read`` takes them)."""
-        def work(tx: Tx) -> list[Snapshot]:
-            page: dict[int, tuple[str, bytes]] = {}  # values fetched for the page: each once
-            return [self._lg_snapshot(tx, ThreadKey(tenant, row.thread_id, row.ns), row, versions_of, known,
-                                      page)
-                    for row, versions_of, known in asked]
+        def work(tx: Tx, whole: bool) -> list[Snapshot]:
+            return self._lg_fill(tx, tenant, asked, {}, whole, opener)  # a page's values: each fetched once
 
-        return self._in_read(work) if asked else []
+        return self._lg_reading(work) if asked else []
+
+    def _lg_reading(self, work: Callable[[Tx, bool], T]) -> T:
+        """``work`` done as the dialect reads best: in one snapshot
+        (``work(tx, True)``), or, with ``_lg_batched``, first as statements
+        of their own (``work(tx, False)``: no BEGIN and COMMIT, two round
+        trips fewer), which holds as long as what they read is whole: a
+        checkpoint's rows never change once written but for a delete, so
+        the statements read what one snapshot would unless a delete (prune,
+        delete_thread, delete_for_runs) ran between them, and then a chain
+        or a value is missing (``_Incomplete``) and the read is done again
+        in one snapshot."""
+        if self._lg_batched:
+            try:
+                return self._in_statements(lambda tx: work(tx, False))
+            except _Incomplete:
+                pass
+        return self._in_read(lambda tx: work(tx, True))
 
     # -- deletions and copies -------------------------------------------------------------
 
@@ -381,39 +413,90 @@ class SQLCheckpoints(Generic[Tx]):
         ``json_each``, an array for PostgreSQL)."""
         return self._list_param(items)
 
-    def _lg_snapshot(self, tx: Tx, key: ThreadKey, row: CheckpointRow,
-                     versions_of: Callable[[CheckpointRow], Mapping[str, str]],
-                     known: Callable[[str, bytes], bool],
-                     fetched: dict[int, tuple[str, bytes]] | None = None) -> Snapshot:
-        """``row``'s chains, writes and values; ``fetched``: values already
-        read in this transaction (a page's), which are not read again."""
-        where = _where(key)
-        chains: dict[str, list[tuple[str, bytes]]] = {}
-        wanted: set[int] = set()
-        versions = versions_of(row)
-        if versions:
-            names = list(versions)
-            for channel, kind, _base, _depth, refs in self._query(tx, "lg_blob_chains", {
+    def _lg_fill(self, tx: Tx, tenant: str, asked: Sequence[Asked], fetched: dict[int, tuple[str, bytes]],
+                 whole: bool, opener: Opener | None = None) -> list[Snapshot]:
+        """Each asked row's chains, writes and values; ``fetched``: values
+        already read (a page's), which are not read again. ``whole``: read
+        in one snapshot, so a missing chain or value is the row's own
+        (reported when decoded); else it raises ``_Incomplete``."""
+        versions = [versions_of(row) for row, versions_of, _ in asked]
+        if self._lg_batched:
+            chains, writes = self._lg_page(tx, tenant, [row for row, _, _ in asked], versions)
+        else:
+            chains, writes = [], []
+            for (row, _, _), named in zip(asked, versions, strict=True):
+                where = _where(ThreadKey(tenant, row.thread_id, row.ns))
+                chains.append(self._lg_chains(tx, where, named))
+                found = self._query(tx, "lg_writes_of", {**where, "checkpoint_id": row.checkpoint_id})
+                writes.append([WriteRow(str(t), int(i), str(c), str(p), str(k), bytes(r))
+                               for t, i, c, p, k, r in found])
+        wanted: dict[tuple[str, int], None] = {}  # (thread, digest), in order
+        out = []
+        for (row, _, known), named, chain_of, written in zip(asked, versions, chains, writes, strict=True):
+            ordered = {n: chain_of[n] for n in named if n in chain_of}  # in the checkpoint's order
+            if not whole and (len(ordered) < len(named) or any(c[0][2] for c in ordered.values())):
+                raise _Incomplete  # a channel version, or a base below one, is gone
+            for channel, chain in ordered.items():
+                if chain[-1][0] == "list" and known(channel, b"".join(refs for _, refs, _ in chain)):
+                    continue
+                for _, refs, _ in chain:
+                    wanted.update(dict.fromkeys((row.thread_id, d) for d in unpack_refs(refs)))
+            for w in written:
+                wanted.update(dict.fromkeys((row.thread_id, d) for d in unpack_refs(w.refs)))
+            out.append(Snapshot(row, {n: [(k, r) for k, r, _ in c] for n, c in ordered.items()}, written,
+                                fetched))
+        asking = [(t, d) for t, d in wanted if d not in fetched]
+        if asking:
+            if self._lg_batched:
+                found = self._query(tx, "lg_page_values", {
+                    "tenant": tenant, "threads": [t for t, _ in asking], "digests": [d for _, d in asking]})
+            else:
+                found = []
+                for thread_id in dict.fromkeys(t for t, _ in asking):
+                    params = {"tenant": tenant, "thread_id": thread_id,
+                              "digests": self._lg_ids_param(sorted({d for t, d in asking if t == thread_id}))}
+                    found += [(thread_id, *r) for r in self._query(tx, "lg_values", params)]
+            for thread_id, digest, kind, data in found:
+                d, raw = int(digest), bytes(data)
+                fetched[d] = (str(kind), raw if opener is None else opener(str(thread_id), d, raw))
+            if not whole and any(d not in fetched for _, d in asking):
+                raise _Incomplete
+        return out
+
+    def _lg_chains(self, tx: Tx, where: Mapping[str, Any], named: Mapping[str, str]) -> Chains:
+        """Each named channel version's chain, oldest first: (kind, refs,
+        whether it names a base)."""
+        chains: Chains = {}
+        if named:
+            names = list(named)
+            for channel, kind, base, _depth, refs in self._query(tx, "lg_blob_chains", {
                     **where, "channels": self._list_param(names),
-                    "versions": self._list_param([versions[n] for n in names])}):
-                chains.setdefault(str(channel), []).append((str(kind), bytes(refs)))
-            chains = {n: chains[n] for n in names if n in chains}  # in the checkpoint's order
-        for channel, chain in chains.items():
-            if chain[-1][0] == "list" and known(channel, b"".join(refs for _, refs in chain)):
-                continue
-            for _, refs in chain:
-                wanted.update(unpack_refs(refs))
-        found = self._query(tx, "lg_writes_of", {**where, "checkpoint_id": row.checkpoint_id})
-        writes = [WriteRow(str(t), int(i), str(c), str(p), str(k), bytes(r)) for t, i, c, p, k, r in found]
-        for w in writes:
-            wanted.update(unpack_refs(w.refs))
-        values: dict[int, tuple[str, bytes]] = {} if fetched is None else fetched
-        wanted.difference_update(values)
-        if wanted:
-            params = {**where, "digests": self._lg_ids_param(sorted(wanted))}
-            for digest, kind, data in self._query(tx, "lg_values", params):
-                values[int(digest)] = (str(kind), bytes(data))
-        return Snapshot(row, chains, writes, values)
+                    "versions": self._list_param([named[n] for n in names])}):
+                chains.setdefault(str(channel), []).append((str(kind), bytes(refs), base is not None))
+        return chains
+
+    def _lg_page(self, tx: Tx, tenant: str, rows: Sequence[CheckpointRow],
+                 versions: Sequence[Mapping[str, str]]) -> tuple[list[Chains], list[list[WriteRow]]]:
+        """The chains and writes of ``rows`` in one statement (``_lg_batched``)."""
+        asked: list[tuple[int, str, str, str, str]] = [
+            (i, row.thread_id, row.ns, channel, version)
+            for i, (row, named) in enumerate(zip(rows, versions, strict=True))
+            for channel, version in named.items()]
+        found = self._query(tx, "lg_page_reads", {
+            "tenant": tenant, "rows": [a[0] for a in asked], "threads": [a[1] for a in asked],
+            "nss": [a[2] for a in asked], "channels": [a[3] for a in asked],
+            "versions": [a[4] for a in asked],
+            "wrows": list(range(len(rows))), "wthreads": [r.thread_id for r in rows],
+            "wnss": [r.ns for r in rows], "wids": [r.checkpoint_id for r in rows]})
+        chains: list[Chains] = [{} for _ in rows]
+        writes: list[list[WriteRow]] = [[] for _ in rows]
+        for i, is_write, channel, kind, base, refs, task_id, idx, task_path in found:
+            if is_write:
+                writes[i].append(WriteRow(str(task_id), int(idx), str(channel), str(task_path), str(kind),
+                                          bytes(refs)))
+            else:
+                chains[i].setdefault(str(channel), []).append((str(kind), bytes(refs), base is not None))
+        return chains, writes
 
     def _lg_collect(self, tx: Tx, where: Mapping[str, Any],
                  versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> None:
@@ -441,6 +524,11 @@ class SQLCheckpoints(Generic[Tx]):
         for (digest,) in self._query(tx, "lg_thread_digests", where):
             if int(digest) not in named:
                 self._query(tx, "lg_delete_value", {**where, "digest": int(digest)})
+
+
+class _Incomplete(Exception):
+    """Statements read outside a transaction missed a row a delete took
+    between them (``_lg_reading``: read again in one snapshot)."""
 
 
 def _where(key: ThreadKey) -> dict[str, Any]:

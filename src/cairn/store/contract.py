@@ -44,6 +44,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from cairn.store.admission import QueueLimits, QueueShare, QueueStats
+from cairn.store.erasuresql import ErasureRecord
 from cairn.store.lifecycle import DEFAULT_PRUNE_STATUSES
 from cairn.store.memrecords import (
     ItemTierMove,
@@ -59,6 +60,7 @@ from cairn.store.records import (
     Approval,
     ApprovalRequest,
     ApprovalStatus,
+    ArchiveRecord,
     BundleRecord,
     Claim,
     Delivery,
@@ -73,6 +75,8 @@ from cairn.store.records import (
     TokenRecord,
     UsageTotals,
 )
+from cairn.store.retention import Cutoffs, DataClass, Policy
+from cairn.store.retentionsql import DeletedRun, Fence, Key
 from cairn.store.schedules import Fired, ScheduleSpec, ScheduleState
 from cairn.store.transactions import Tx
 from cairn.store.vectorindex import (
@@ -175,6 +179,11 @@ class Store(Protocol):
         ``None``: started without a token), or ``None`` if there is no such
         run. Written at creation and never changed (the database refuses
         it), so a reader may keep it for as long as it holds the run."""
+        ...
+
+    def run_subject(self, run_id: str) -> str | None:
+        """The subject run ``run_id`` was started for (``None``: none, or no
+        such run). Never changed once written (the database refuses it)."""
         ...
 
     def list_runs(self, filter: RunFilter) -> list[RunRecord]:
@@ -662,15 +671,36 @@ class Store(Protocol):
 
     def prune_runs(
         self,
-        older_than: float,
+        older_than: float | Cutoffs,
         statuses: Collection[RunStatus] | None = None,
         limit: int = 1000,
         *,
         dry_run: bool = False,
+        roots: Collection[str] | None = None,
+        grace: bool = True,
+        fence: Fence | None = None,
+        actor: str | None = None,
+        into: list[str] | None = None,
+        record: bool = True,
     ) -> int:
         """Delete finished runs last changed before ``older_than`` (a time
         of the store's clock), with their histories; return how many runs
-        were deleted.
+        were deleted. The one path that deletes runs: ``cairn prune`` and
+        the retention controller both come here.
+
+        ``older_than`` may be a retention policy's ``Cutoffs`` (class
+        ``history``): each run is then due by the policy of its own tenant
+        and workflow, and a tree goes when every member is due.
+        ``fence``: the retention controller's lease (``RetentionFenced`` and
+        nothing deleted unless it still holds it, checked in the deleting
+        transaction). Each deleted run leaves a record (``deleted_runs``:
+        tenant, workflow, last entry and its audit link, when, and
+        ``actor``), written in the same transaction; its run memory goes
+        with it (a trigger), and the artifacts it referenced are queued
+        for collection. ``into``: a list the ids of the deleted runs are
+        appended to (the pass that reports what it deleted). ``record=False``:
+        no deletion record (an erasure, whose own record keeps the deleted
+        runs' keyed digests and nothing that could name its subject).
 
         Runs go in whole trees. A *root* (a run without a parent, or whose
         parent no longer exists) is pruned together with all its descendants,
@@ -692,8 +722,140 @@ class Store(Protocol):
         references it and it was last stored before both ``older_than`` and
         ``ARTIFACT_GRACE_SECONDS`` ago (storing the same bytes again counts
         as storing it); until then it stays queued. Every call, including one
-        that deletes no run, collects what is ready in the queue.
+        that deletes no run, collects what is ready in the queue (with
+        ``Cutoffs``: what was stored before ``ARTIFACT_GRACE_SECONDS`` ago).
+
+        ``roots``: only trees whose root is one of these runs (an erasure's,
+        ``cairn.api.erasure``). ``grace=False``: artifacts go once last
+        stored before ``older_than``, without ``ARTIFACT_GRACE_SECONDS`` (an
+        erasure must not leave the subject's artifacts for a later call).
         """
+        ...
+
+    def prunable_runs(
+        self, older_than: float | Cutoffs, statuses: Collection[RunStatus] | None = None, limit: int = 1000,
+        *, roots: Collection[str] | None = None,
+    ) -> list[str]:
+        """The runs ``prune_runs`` with these arguments would delete now (the dry run)."""
+        ...
+
+    # -- retention policies and their controller (store.retentionsql) ---------------------
+
+    def retention_policies(self, tenant: str | None = None) -> list[Policy]:
+        """The policies of ``tenant`` and the installation's (``*``); ``None``:
+        every one this store may read (a tenant's role: its own and ``*``)."""
+        ...
+
+    def set_retention_policy(self, policy: Policy, actor: str) -> Policy:
+        """Store ``policy`` as set by ``actor`` unless the policies after it
+        fail ``retention.check`` (``InvalidArgument``, nothing stored)."""
+        ...
+
+    def remove_retention_policy(self, tenant: str, workflow: str, cls: DataClass) -> bool:
+        """Remove the policy of that scope (checked like a change); false: none."""
+        ...
+
+    def take_retention_lease(self, holder: str, seconds: float, held: int | None = None) -> int | None:
+        """Renew or take the controller's lease; its epoch, ``None``: held by another."""
+        ...
+
+    def retention_due(self, cutoffs: Cutoffs, limit: int | None = None) -> list[Key]:
+        """The rows of ``cutoffs``'s class (not ``history``) due now, in key order."""
+        ...
+
+    def retention_delete(self, cutoffs: Cutoffs, keys: Sequence[Key], fence: Fence | None) -> list[Key]:
+        """Delete (bodies: expire) those of ``keys`` still due, fenced; the keys that went."""
+        ...
+
+    def deleted_runs(self, tenant: str | None = None) -> list[DeletedRun]:
+        """The records of deleted runs, oldest first."""
+        ...
+
+    # -- erasure (cairn.api.erasure) ---------------------------------------------
+
+    def subject_digest(self, tenant: str, subject: str) -> str:
+        """What the store records for ``subject`` of ``tenant`` instead of it:
+        a keyed digest under encryption (the tenant's key), SHA-256 without."""
+        ...
+
+    def shred(self, tenant: str, digest: str | None) -> list[int]:
+        """Destroy the data keys of the subject of ``digest`` (``None``: of
+        every subject of ``tenant``): crypto-shredding, so its values cannot
+        be read from this database nor any copy of it. The key versions
+        destroyed (none without encryption). Idempotent."""
+        ...
+
+    def erasure_runs(self, tenant: str, subject: str | None, thread_id: str | None
+                     ) -> list[tuple[str, str, str | None]]:
+        """``(run_id, status, parent_run_id)`` of ``tenant``'s runs of
+        ``subject``, of ``thread_id``, or (both ``None``) all of them."""
+        ...
+
+    def count_subject_memory(self, tenant: str, subject: str) -> int:
+        """How many rows ``delete_subject_memory`` would delete now (a dry run)."""
+        ...
+
+    def delete_subject_memory(self, tenant: str, subject: str) -> int:
+        """Delete ``tenant``'s memory items and thread messages of ``subject``
+        with their outbox rows, vectors and cold copies, in one transaction;
+        offloaded values are queued for collection. Rows deleted."""
+        ...
+
+    def start_erasure(self, record: ErasureRecord) -> None:
+        """Record an erasure as started (no personal data: ``ErasureRecord``)."""
+        ...
+
+    def finish_erasure(self, erasure_id: str, counts: Mapping[str, int], actor: str) -> None:
+        """Record erasure ``erasure_id`` as completed, with its counts."""
+        ...
+
+    def note_erased_runs(self, erasure_id: str, digests: Collection[str]) -> None:
+        """Record the digests (``run_digest``) of the runs an erasure deletes."""
+        ...
+
+    def erased_runs(self, tenant: str | None = None) -> dict[str, set[str]]:
+        """tenant -> the digests of the runs its erasures deleted."""
+        ...
+
+    def erasures(self, tenant: str | None = None, *, unfinished: tuple[str, str] | None = None,
+                 limit: int = 100) -> list[ErasureRecord]:
+        """The erasure records, newest first (of ``tenant``; only the
+        unfinished ones of ``unfinished`` = (scope, digest))."""
+        ...
+
+    def reclaim_space(self) -> dict[str, Any]:
+        """Physically remove deleted rows' bytes (after an erasure): SQLite
+        rewrites the database (``VACUUM``) with ``secure_delete`` on and
+        truncates its WAL; PostgreSQL vacuums the tables that hold run data.
+        What was done, for the erasure's report."""
+        ...
+
+    # -- tiers: archived runs (store.archivesql) ----------------------------------
+
+    def archive_run(self, run_id: str, *, actor: str | None = None) -> ArchiveRecord:
+        """Move closed run ``run_id``'s rows (history, mailbox, approvals,
+        run memory) out of the hot tables into one compressed archive object
+        in the artifact store (sealed, bound to tenant and run, when
+        encryption is on); the run row stays. Fenced: ``InvalidRunState`` if
+        the run is not closed, is archived already, or changed while being
+        archived; a crash leaves it hot or archived, never both or neither.
+        Until restored, the database refuses every change to the run, and
+        the history reads answer from the archive."""
+        ...
+
+    def restore_run(self, run_id: str, *, actor: str | None = None) -> ArchiveRecord:
+        """Put archived run ``run_id``'s rows back, bit for bit; its record
+        (as it was) is returned. ``InvalidRunState`` if it is not archived,
+        ``ArchiveError`` (naming the run) if its object is damaged or another's."""
+        ...
+
+    def run_archive(self, run_id: str) -> ArchiveRecord | None:
+        """Run ``run_id``'s archive record; ``None`` while it is hot."""
+        ...
+
+    def archivable_runs(self, older_than: float, *, tenant: str | None = None, limit: int = 1000
+                        ) -> list[str]:
+        """Closed, hot runs last changed before ``older_than`` (store clock), oldest first."""
         ...
 
     # -- payloads too large to keep inline -------------------------------------

@@ -19,17 +19,31 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class DataKeyRow:
-    """A tenant's data key of ``version``, wrapped by KEK ``kek_id``."""
+    """A tenant's data key of ``version``, wrapped by KEK ``kek_id``; with
+    ``subject`` (a keyed digest), one subject's key (``SUBJECT_KEY_BASE``)."""
 
     tenant: str
     version: int
     kek_id: str
     wrapped: bytes
     created_at: float
+    subject: str | None = None
+
+    @property
+    def erased(self) -> bool:
+        """Whether this is the tombstone of a destroyed subject key."""
+        return self.kek_id == ERASED_KEK
+
+
+#: subject keys take versions above this one (a tenant's own versions stay below)
+SUBJECT_KEY_BASE = 1 << 30
+#: the ``kek_id`` of a destroyed subject key's tombstone (its version is never reused)
+ERASED_KEK = "erased"
 
 
 def _row(row: tuple[Any, ...]) -> DataKeyRow:
-    return DataKeyRow(str(row[0]), int(row[1]), str(row[2]), bytes(row[3]), float(row[4]))
+    return DataKeyRow(str(row[0]), int(row[1]), str(row[2]), bytes(row[3]), float(row[4]),
+                      None if row[5] is None else str(row[5]))
 
 
 class SQLKeys(Generic[Tx]):
@@ -90,6 +104,31 @@ class SQLKeys(Generic[Tx]):
             raise AssertionError("a data key inserted is not read back")
 
         return self._operate(body)
+
+    def add_subject_key(self, row: DataKeyRow) -> DataKeyRow | None:
+        """Store subject key ``row`` unless its version is taken or its
+        subject has a live key; the subject's live key after that (``None``:
+        the version was another subject's, try the next)."""
+
+        def body(tx: Tx) -> DataKeyRow | None:
+            self._query(tx, "insert_subject_key", {
+                "tenant": row.tenant, "version": row.version, "kek_id": row.kek_id, "wrapped": row.wrapped,
+                "created_at": row.created_at, "subject": row.subject})
+            for found in self._query(tx, "select_data_keys", {"tenant": row.tenant}):
+                key = _row(found)
+                if key.subject == row.subject and not key.erased:
+                    return key
+            return None
+
+        return self._operate(body)
+
+    def erase_subject_keys(self, tenant: str, subject: str | None) -> list[int]:
+        """Destroy the data keys of ``subject`` (a keyed digest; ``None``:
+        of every subject of ``tenant``): their rows become tombstones. The
+        versions destroyed."""
+        name, params = (("erase_tenant_subject_keys", {"tenant": tenant}) if subject is None else
+                        ("erase_subject_keys", {"tenant": tenant, "subject": subject}))
+        return [int(row[0]) for row in self._operate(lambda tx: self._query(tx, name, params))]
 
     def delete_data_key(self, tenant: str, version: int) -> bool:
         """Remove one stored key (the adoption marker; crypto-shredding is issue 26's)."""

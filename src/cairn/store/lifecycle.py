@@ -49,6 +49,7 @@ from cairn.store.records import (
     RunStatus,
     approval_key,
 )
+from cairn.store.retention import Cutoffs
 from cairn.store.runids import check_run_id
 
 #: The terminal statuses as stored (for statements that test them).
@@ -581,19 +582,21 @@ def check_prune_limit(limit: int) -> None:
 
 def choose_trees(
     roots: Sequence[str],
-    trees: Mapping[str, Sequence[tuple[str, str, float]]],
+    trees: Mapping[str, Sequence[TreeRow]],
     statuses: Collection[RunStatus],
-    older_than: float,
+    older_than: float | Cutoffs,
     limit: int,
     chosen: list[str],
 ) -> bool:
     """Add to ``chosen`` the runs ``prune_runs`` deletes from candidate
     ``roots`` (oldest first; ``trees`` maps each to its tree as
-    ``(run_id, status, updated_at)`` rows); return whether the batch is full,
-    that is whether later roots must not be looked at.
+    ``(run_id, status, updated_at, tenant, workflow)`` rows); return whether
+    the batch is full, that is whether later roots must not be looked at.
 
     A tree qualifies when every run in it has one of ``statuses`` and
-    ``updated_at < older_than``. Trees are taken whole, in order, while they
+    ``updated_at < older_than``; with retention ``Cutoffs``, when every run
+    in it is due under the history policy of its own tenant and workflow
+    (a tree goes whole: a run a policy keeps keeps its tree). Trees are taken whole, in order, while they
     fit in ``limit`` runs; the first qualifying tree is always taken, so a
     tree larger than the limit is still pruned (alone) and pruning always
     makes progress.
@@ -601,11 +604,11 @@ def choose_trees(
     allowed = {s.value for s in statuses}
     for root in roots:
         tree = trees.get(root, ())
-        if not tree or not all(str(status) in allowed and at < older_than for _, status, at in tree):
+        if not tree or not all(str(row[1]) in allowed and _due(older_than, row) for row in tree):
             continue
         if chosen and len(chosen) + len(tree) > limit:
             return True
-        chosen.extend(run_id for run_id, _, _ in tree)
+        chosen.extend(row[0] for row in tree)
         if len(chosen) >= limit:
             return True
     return False
@@ -613,8 +616,16 @@ def choose_trees(
 
 #: A candidate root as ``select_prune_roots`` reads it: ``(run_id, updated_at)``.
 RootRow = tuple[str, float]
-#: Trees as ``select_trees`` reads them: root -> ``(run_id, status, updated_at)`` rows.
-Trees = Mapping[str, Sequence[tuple[str, str, float]]]
+#: A member of a tree as ``select_trees`` reads it: ``(run_id, status, updated_at, tenant, workflow)``.
+TreeRow = tuple[str, str, float, str, str]
+#: Trees as ``select_trees`` reads them: root -> ``(run_id, status, updated_at, tenant, workflow)`` rows.
+Trees = Mapping[str, Sequence[TreeRow]]
+
+
+def prune_cutoff(older_than: float | Cutoffs) -> float | None:
+    """The cutoff the candidate roots are read with: ``older_than``, or the
+    latest of the retention policies' (``None``: no policy deletes anything)."""
+    return older_than.latest if isinstance(older_than, Cutoffs) else older_than
 
 
 def prune_page_size(limit: int) -> int:
@@ -628,7 +639,7 @@ def select_prunable(
     roots_after: Callable[[float | None, str, int], Sequence[RootRow]],
     trees_of: Callable[[Sequence[str]], Trees],
     statuses: Collection[RunStatus],
-    older_than: float,
+    older_than: float | Cutoffs,
     limit: int,
 ) -> tuple[list[str], list[str]]:
     """The roots and the runs ``prune_runs`` deletes now: whole qualifying
@@ -638,6 +649,8 @@ def select_prunable(
     trees: the walk is the same in every dialect, only the reads differ."""
     chosen: list[str] = []
     taken_roots: list[str] = []
+    if prune_cutoff(older_than) is None:
+        return taken_roots, chosen
     after: tuple[float | None, str] = (None, "")
     page = prune_page_size(limit)
     while True:
@@ -653,6 +666,12 @@ def select_prunable(
         if full or len(rows) < page:
             break
     return taken_roots, chosen
+
+
+def _due(older_than: float | Cutoffs, row: TreeRow) -> bool:
+    if isinstance(older_than, Cutoffs):
+        return older_than.due(row[3], row[4], row[2])
+    return row[2] < older_than
 
 
 # -- approvals ---------------------------------------------------------------------------------

@@ -25,6 +25,9 @@ class Provenance:
     position: int | None = None
     operation_id: str | None = None
     actor: str | None = None
+    #: whose data the writes are (erasure by subject); ``None``: the run's
+    #: subject (inside a run) or none. A write's own ``subject`` comes first.
+    subject: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,8 @@ class ItemPut:
     metadata: dict[str, Any] | None = None
     index_text: str | None = None
     ttl: float | None = None
+    #: whose data the item is (``None``: the provenance's, else the run's)
+    subject: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,8 @@ class ThreadAppend:
     thread_id: str
     messages: tuple[Payload, ...]
     ttl: float | None = None
+    #: whose data the messages are (``None``: the provenance's, else the run's)
+    subject: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

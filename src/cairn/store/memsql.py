@@ -114,7 +114,7 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
         tenant, which the statements read, for run memory and item puts)."""
         now = self.clock()
         origin = {"run_id": run_id, "position": who.position, "operation_id": who.operation_id,
-                  "actor": who.actor, "now": now}
+                  "actor": who.actor, "subject": who.subject, "now": now}
         for write in writes:
             if isinstance(write, ItemPut):
                 self._put_item(tx, tenant, write, origin)
@@ -143,7 +143,8 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
     def _put_item(self, tx: Tx, tenant: str | None, put: ItemPut, origin: dict[str, Any]) -> None:
         now = origin["now"]
         ttl = put.ttl
-        params = {**origin, "tenant": tenant, "namespace": put.namespace, "key": put.key,
+        params = {**origin, "subject": put.subject or origin["subject"], "tenant": tenant,
+                  "namespace": put.namespace, "key": put.key,
                   "value": put.value.data, "value_ref": put.value.ref,
                   "metadata": None if put.metadata is None else dumps(put.metadata),
                   "index_text": put.index_text, "ttl": ttl, "expires_at": None if ttl is None else now + ttl}
@@ -182,6 +183,7 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
         for i, message in enumerate(append.messages):
             value, ref = _split(message)
             self._query(tx, "insert_memory_message", {**origin, **thread, "idx": int(end) - count + i,
+                                                      "subject": append.subject or origin["subject"],
                                                       "kind": "message", "value": value, "value_ref": ref})
 
     def _compact_thread(self, tx: Tx, tenant: str, compact: ThreadCompact, origin: dict[str, Any]) -> None:
@@ -257,6 +259,26 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
 
         def body(tx: Tx) -> int:
             return self._delete_scope(tx, scope)
+
+        return self._operate(body)
+
+    def count_subject_memory(self, tenant: str, subject: str) -> int:
+        """How many rows ``delete_subject_memory`` would delete now."""
+        return int(self._select("count_subject_memory", {"tenant": tenant, "subject": subject})[0][0])
+
+    def delete_subject_memory(self, tenant: str, subject: str) -> int:
+        """Delete ``tenant``'s memory items and thread messages of
+        ``subject`` (erasure), with the items' outbox rows, vectors and cold
+        copies; offloaded values are queued for collection. Rows deleted."""
+
+        def body(tx: Tx) -> int:
+            params = {"tenant": tenant, "subject": subject}
+            n = _count(self._query(tx, "delete_memory_messages_of_subject", params))
+            items = self._query(tx, "delete_memory_items_of_subject", params)
+            self._query(tx, "delete_orphan_memory_outbox", {"tenant": tenant})
+            for owner, namespace, key in items:
+                self._drop_vectors(tx, owner, namespace, key)
+            return n + len(items)
 
         return self._operate(body)
 

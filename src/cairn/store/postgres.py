@@ -254,6 +254,8 @@ from cairn.store.records import (
     RunStatus,
     UsageTotals,
 )
+from cairn.store.retention import Cutoffs
+from cairn.store.retentionsql import Fence
 from cairn.store.rows import (
     EVENT_COLUMNS,
     claim_history,
@@ -396,8 +398,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     "now" is the server's clock (``DatabaseClock``).
     """
 
-    #: LangGraph checkpoint rows go in one statement per table (checkpointsql)
+    #: LangGraph checkpoint rows go in one statement per table, and are read
+    #: in few statements outside a transaction (checkpointsql)
     _lg_arrays = True
+    _lg_batched = True
 
 
     def __init__(
@@ -842,6 +846,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 row = None
         if row is None:  # the connection is back in the pool: history takes one (pool_size may be 1)
             return _summed_usage(self.history(run_id))
+        if not row[3] and (archived := self.archived_usage(run_id)) is not None:
+            return archived
         return UsageTotals(int(row[0]), float(row[1]), int(row[2]), int(row[3]))
 
     # -- contract, dialect code: claims and leases --------------------------------------------
@@ -1145,6 +1151,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
         return list(items)
 
+    def _in_statements(self, work: Callable[[_Conn], _T]) -> _T:
+        # a pooled connection is in autocommit: each statement its own snapshot
+        with self._conn() as conn:
+            return work(conn)
+
     def _ws_insert(self, tx: _Conn, tenant: str, objects: Mapping[str, bytes], now: float) -> None:
         self._query(tx, "ws_put_objects", {"tenant": tenant, "oids": list(objects),
                                            "datas": list(objects.values()), "now": now})
@@ -1213,26 +1224,49 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
     # -- contract, dialect code: retention ----------------------------------------------------
 
+    def _check_archiver(self) -> None:
+        if not self._exempt:
+            who = "a tenant's role" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
+            raise StoreError(f"{who} cannot archive or restore runs: a tenant's history is append-only for "
+                             "its role (archive as the owner)")
+    def prunable_runs(
+        self, older_than: float | Cutoffs, statuses: Collection[RunStatus] | None = None, limit: int = 1000,
+        *, roots: Collection[str] | None = None,
+    ) -> list[str]:
+        wanted = lc.prune_statuses(statuses)
+        lc.check_prune_limit(limit)
+        with self._conn() as conn:
+            only = None if roots is None else sorted(roots)
+            return _select_prunable(conn, older_than, wanted, limit, only)[1]
+
     def prune_runs(
         self,
-        older_than: float,
+        older_than: float | Cutoffs,
         statuses: Collection[RunStatus] | None = None,
         limit: int = 1000,
         *,
         dry_run: bool = False,
+        roots: Collection[str] | None = None,
+        grace: bool = True,
+        fence: Fence | None = None,
+        actor: str | None = None,
+        into: list[str] | None = None,
+        record: bool = True,
     ) -> int:
-        wanted = lc.prune_statuses(statuses)
-        lc.check_prune_limit(limit)
         if dry_run:
-            with self._conn() as conn:
-                return len(_select_prunable(conn, older_than, wanted, limit)[1])
+            return len(self.prunable_runs(older_than, statuses, limit, roots=roots))
+        wanted = lc.prune_statuses(statuses)
+        only = None if roots is None else sorted(roots)
+        lc.check_prune_limit(limit)
         if not self._exempt:
             who = "a tenant's role" if self.tenant is None else f"a store scoped to tenant {self.tenant!r}"
             raise StoreError(f"{who} cannot prune: artifacts are shared, and only the owner role sees "
                              "every reference to them (prune as the owner)")
 
-        def body(tx: _Conn) -> int:
-            roots, chosen = _select_prunable(tx, older_than, wanted, limit)
+        def body(tx: _Conn, taken: list[str]) -> int:
+            taken.clear()  # a deadlock victim's retry starts again
+            self.check_fence(tx, fence)
+            roots, chosen = _select_prunable(tx, older_than, wanted, limit, only)
             if not chosen:
                 return 0
             # Lock the chosen runs (one order, like every multi-run lock), then
@@ -1241,11 +1275,14 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             locked = {row[0] for row in tx.execute(_Q["lock_runs"], {"run_ids": chosen})}
             now = self.clock()  # read holding the runs: a wait for them is not in the past
             trees = {root: tree for root, tree in _trees(tx, roots).items()
-                     if all(run_id in locked for run_id, _, _ in tree)}
+                     if all(row[0] in locked for row in tree)}
             doomed: list[str] = []
             lc.choose_trees(roots, trees, wanted, older_than, limit, doomed)
+            taken.extend(doomed)
             if doomed:
                 ids = {"run_ids": doomed}
+                if record:  # an erasure records its runs by keyed digest only (no run id kept)
+                    tx.execute(_Q["record_deleted_runs"], {**ids, "now": now, "actor": actor or "prune"})
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
                 tx.execute(_Q["delete_history_of_runs"], ids)
                 tx.execute(_Q["delete_mailbox_of_runs"], ids)
@@ -1253,12 +1290,31 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 tx.execute(_Q["delete_runs"], ids)
             return len(doomed)
 
-        pruned = self._transaction(body)
+        taken: list[str] = []
+        pruned = self._transaction(lambda tx: body(tx, taken))
+        if into is not None:
+            into.extend(taken)
         # Only after the runs are gone for good (committed): a crash from here
         # on leaves queued refs, never a run whose artifacts were deleted.
-        self._collect_artifacts(min(older_than, self.clock() - ARTIFACT_GRACE_SECONDS),
-                                lc.prune_page_size(limit))
+        # without ``grace`` (an erasure), what was stored until now goes too
+        stored_before = self.clock() - ARTIFACT_GRACE_SECONDS * grace
+        if not isinstance(older_than, Cutoffs):
+            stored_before = min(older_than, stored_before)
+        self._collect_artifacts(stored_before, lc.prune_page_size(limit))
         return pruned
+
+    def reclaim_space(self) -> dict[str, Any]:
+        """``VACUUM`` of the tables that hold run data: their dead rows'
+        space is marked free for reuse and their index entries go. Not
+        ``VACUUM FULL`` (an exclusive lock on every table): the dead bytes
+        stay in the data files until overwritten, unreadable through SQL and
+        absent from dumps; see docs/design.md, "Erasure"."""
+        if not self._exempt:
+            raise StoreError("only the owner role reclaims space (VACUUM)")
+        with self._conn() as conn:
+            for table in _RUN_DATA_TABLES:
+                conn.execute(f"VACUUM {table}")
+        return {"vacuumed": list(_RUN_DATA_TABLES)}
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
         """Walk the collection queue a page per transaction: delete the
@@ -1523,20 +1579,29 @@ def _collect_page(tx: _Conn, params: Mapping[str, Any], stored_before: float) ->
     return rows
 
 
-def _trees(conn: _Conn, roots: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
-    """Each root's tree as ``(run_id, status, updated_at)`` rows."""
-    trees: dict[str, list[tuple[str, str, float]]] = {}
-    for root, run_id, status, updated_at in conn.execute(_Q["select_trees"], {"roots": list(roots)}):
-        trees.setdefault(root, []).append((run_id, status, updated_at))
+def _trees(conn: _Conn, roots: Sequence[str]) -> dict[str, list[lc.TreeRow]]:
+    """Each root's tree as ``(run_id, status, updated_at, tenant, workflow)`` rows."""
+    trees: dict[str, list[lc.TreeRow]] = {}
+    for root, *member in conn.execute(_Q["select_trees"], {"roots": list(roots)}):
+        trees.setdefault(root, []).append(tuple(member))
     return trees
 
 
+#: the tables an erasure deletes from (``reclaim_space`` vacuums them)
+_RUN_DATA_TABLES = ("runs", "history", "mailbox", "approvals", "artifacts", "artifact_gc", "memory_run",
+                    "memory_thread_messages", "memory_items", "memory_outbox", "memory_vectors",
+                    "memory_item_cold", "data_keys")
+
+
 def _select_prunable(
-    conn: _Conn, older_than: float, statuses: Collection[RunStatus], limit: int
+    conn: _Conn, older_than: float | Cutoffs, statuses: Collection[RunStatus], limit: int,
+    roots: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """The roots and the runs ``prune_runs`` would delete now (see
-    ``lifecycle.select_prunable``). Reads without locking."""
-    params: dict[str, Any] = {"statuses": sorted(s.value for s in statuses), "cutoff": older_than}
+    ``lifecycle.select_prunable``; ``roots``: only the trees of these
+    roots). Reads without locking."""
+    params: dict[str, Any] = {"statuses": sorted(s.value for s in statuses),
+                              "cutoff": lc.prune_cutoff(older_than), "roots": roots}
 
     def roots_after(at: float | None, run_id: str, page: int) -> list[tuple[str, float]]:
         query = {**params, "after_at": at, "after_id": run_id, "page": page}

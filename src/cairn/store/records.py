@@ -162,12 +162,17 @@ class NewRun:
     #: delegated scopes (``cairn.api.actors``), recorded in its ``run.created``
     #: entry, which the audit chain covers
     started_by: dict[str, Any] | None = None
+    #: whose data the run holds (a user, a customer: erasure by subject,
+    #: ``cairn.api.erasure``); its values are sealed with that subject's data
+    #: key, its children and memory writes inherit it; never changed
+    subject: str | None = None
 
     def __post_init__(self) -> None:
         names = {"run_id": self.run_id, "workflow": self.workflow, "tenant": self.tenant, "queue": self.queue}
         if self.thread_id is not None:
             names["thread_id"] = self.thread_id
         check_names(**names)
+        check_subject(self.subject)
         self.check_started(self.started_role, self.started_token)
         if isinstance(self.priority, bool) or not isinstance(self.priority, int) \
                 or not -(2**63) <= self.priority < 2**63:  # a BIGINT on every backend
@@ -179,6 +184,23 @@ class NewRun:
 #: free text, shown escaped wherever it is shown; only a NUL is refused in it
 #: (PostgreSQL's text cannot hold one, so SQLite must not either).
 _IDS = frozenset({"run_id", "thread_id", "queue"})
+
+
+#: the longest subject id accepted (an email address, a customer id: not a document)
+MAX_SUBJECT = 256
+
+
+def check_subject(subject: str | None) -> None:
+    """Refuse a subject that is not a non-empty string of at most
+    ``MAX_SUBJECT`` characters without control characters (``InvalidArgument``)."""
+    if subject is None:
+        return
+    if not isinstance(subject, str) or not subject.strip():
+        raise InvalidArgument("a subject is a non-empty string")
+    if len(subject) > MAX_SUBJECT:
+        raise InvalidArgument(f"a subject is at most {MAX_SUBJECT} characters, not {len(subject)}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in subject):
+        raise InvalidArgument("a subject holds no control characters")
 
 
 def check_names(**names: str) -> None:
@@ -443,3 +465,20 @@ class TokenRecord:
     created_at: float
     created_by: str | None = None
     revoked_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveRecord:
+    """A ``run_archives`` row: where run ``run_id``'s rows are, and what they were."""
+
+    run_id: str
+    tenant: str
+    ref: str
+    entries: int
+    last_seq: int
+    last_link: bytes | None
+    #: the rows' encoded size before compression (what they are without the tables' overhead)
+    hot_bytes: int
+    stored_bytes: int
+    archived_at: float
+    actor: str | None

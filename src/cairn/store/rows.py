@@ -30,6 +30,7 @@ from cairn.store.records import (
     RunRecord,
     RunStatus,
 )
+from cairn.store.retention import EXPIRED_TAG
 
 _ENCODE_JSON = msgspec.json.Encoder()
 _DECODE_JSON = msgspec.json.Decoder()
@@ -182,6 +183,8 @@ def unpack_payload(stored: Any, what: str = "a history payload", lenient: bool =
             return zlib.decompress(data[2:])
         except zlib.error as exc:
             problem = f"{what} does not decompress: {exc}"
+    elif tag == EXPIRED_TAG:
+        return data  # retention removed the body: the codec says so to whoever reads it (store.retention)
     elif tag == LINK_TAG:
         problem = f"{what} links to a missing stored payload {data[2:].decode(errors='replace')}"
     else:
@@ -351,6 +354,7 @@ def run_params(
         "bundle": run.bundle,
         "started_role": run.started_role,
         "started_token": run.started_token,
+        "subject": run.subject,
         "now": now,
     }
 

@@ -42,6 +42,9 @@ class ScheduleSpec:
     missed: str
     #: seconds after its time within which a tick still fires on time
     grace: float
+    #: the token role its ticks' runs are started with, as registered (shown;
+    #: a tick's run takes it from the declaration in code: ``engine.schedules``)
+    started_role: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +110,8 @@ def check_tick_run(tenant: str, run: NewRun | None) -> None:
 
 def schedule_params(spec: ScheduleSpec, now: float) -> dict[str, Any]:
     return {"tenant": spec.tenant, "name": spec.name, "workflow": spec.workflow, "cron": spec.cron,
-            "timezone": spec.timezone, "missed": spec.missed, "grace": spec.grace, "now": now}
+            "timezone": spec.timezone, "missed": spec.missed, "grace": spec.grace,
+            "started_role": spec.started_role, "now": now}
 
 
 #: the columns every ``select_schedule*`` query returns, in order
@@ -115,10 +119,11 @@ def schedule_from_row(row: Any) -> ScheduleState:
     """A row of ``schedules``; ``DamagedRow`` naming the schedule if a column
     does not hold what it must (an edited SQLite file: its columns are not typed)."""
     (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-     last_run_id, fired_at, fired) = row
+     last_run_id, fired_at, fired, started_role) = row
     try:
         spec = ScheduleSpec(_text(tenant), _text(name), _text(workflow), _text(cron), _text(timezone),
-                            _text(missed), _number(grace))
+                            _text(missed), _number(grace),
+                            None if started_role is None else _text(started_role))
         return ScheduleState(spec, _number(created_at), _number(updated_at),
                              None if last_tick is None else _number(last_tick),
                              None if last_run_id is None else _text(last_run_id),

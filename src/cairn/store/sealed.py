@@ -157,7 +157,7 @@ def _new_with_input(run: NewRun, sealed: Payload) -> NewRun:
 
 #: the attributes of a ``SealedStore`` itself (every other one is its inner store's)
 _OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock",
-                  "audit_keys", "_workspace", "artifacts"})
+                  "audit_keys", "_workspace", "artifacts", "_subjects"})
 
 
 class SealedStore:
@@ -170,8 +170,10 @@ class SealedStore:
     def __init__(self, inner: Store, keyring: Keyring) -> None:
         self.inner = inner
         self.keys = DataKeys(inner, keyring)
-        self.sealer = Sealer(self.keys)
+        self.sealer = Sealer(self.keys, self._subject_of)
         self._tenants: dict[str, str] = {}
+        #: run -> its subject (``None``: none), read once per run (a run's subject never changes)
+        self._subjects: dict[str, str | None] = {}
         #: artifacts put but not yet sealed: a stand-in ref -> the plaintext (see ``put_artifact``)
         self._pending: OrderedDict[str, bytes] = OrderedDict()
         #: (stand-in ref, tenant) -> the ref of the sealed artifact stored for it
@@ -181,6 +183,8 @@ class SealedStore:
         self.audit_keys = AuditKeys(inner, self.keys, self.audit_plaintext, self._tenant)
         inner.audit_digest = self.audit_keys.digest  # type: ignore[attr-defined]
         inner.audit_plain_before = self.audit_keys.plain_before_keys  # type: ignore[attr-defined]
+        # archives are sealed whole, bound to tenant and run (store/archivesql.py)
+        inner.archive_sealer = self.sealer  # type: ignore[attr-defined]
         self._workspace = SealedObjects(inner, self.keys, self.sealer)
         self.artifacts = SealedArtifacts(inner, self.keys, self.sealer)
 
@@ -217,7 +221,7 @@ class SealedStore:
                 self._pending.popitem(last=False)
         return token
 
-    def _artifact_ref(self, tenant: str, token: str) -> str:
+    def _artifact_ref(self, tenant: str, token: str, run: str = "-", subject: str | None = None) -> str:
         """The sealed artifact's ref for stand-in ``token`` in ``tenant``'s data (stored now if needed)."""
         with self._artifact_lock:
             done = self._resolved.get((token, tenant))
@@ -227,7 +231,13 @@ class SealedStore:
         if data is None:
             raise SealError(f"artifact {token} was never stored: its value is gone (put_artifact's "
                             f"stand-ins are kept for the last {PENDING_ARTIFACTS} values)")
-        ref = self.artifacts.put(tenant, data)
+        if subject is None and run != "-":
+            subject = self.sealer.subject_of(run)
+        if subject is None:
+            ref = self.artifacts.put(tenant, data)
+        else:  # sealed with the subject's key, at an address of the subject's: dedup within the subject
+            ref = self.artifacts.put(tenant, data, self.sealer.writer(tenant, run, subject),
+                                     scope=self.keys.subject_digest(tenant, subject))
         with self._artifact_lock:
             self._resolved[(token, tenant)] = ref
             while len(self._resolved) > 16 * PENDING_ARTIFACTS:
@@ -254,15 +264,16 @@ class SealedStore:
             raise SealError(f"artifact {ref} was sealed for a tenant without a stored data key: refused")
         return self.artifacts.open(tenant, ref, data)
 
-    def _payload(self, place: Place, payload: Payload | None) -> Payload | None:
+    def _payload(self, place: Place, payload: Payload | None, subject: str | None = None) -> Payload | None:
         """``payload`` as stored at ``place``: its bytes sealed, or its
-        artifact (a stand-in ref) sealed and stored."""
+        artifact (a stand-in ref) sealed and stored (with ``subject``'s key,
+        else the run's subject's, else the tenant's)."""
         if payload is None:
             return None
         if payload.data is not None:
-            return Payload(self.sealer.seal(place, payload.data), payload.ref)
+            return Payload(self.sealer.seal(place, payload.data, subject), payload.ref)
         if payload.ref is not None:
-            return Payload(None, self._artifact_ref(place.tenant, payload.ref))
+            return Payload(None, self._artifact_ref(place.tenant, payload.ref, place.run, subject))
         return payload
 
     # -- workspace objects (``store.wssealed``) ---------------------------------------------
@@ -303,6 +314,17 @@ class SealedStore:
                 raise RunNotFound(run_id)
             tenant = self._remember(run_id, run.tenant)
         return tenant
+
+    def _subject_of(self, run_id: str) -> str | None:
+        """The run's subject: remembered from its creation here, else read once."""
+        try:
+            return self._subjects[run_id]
+        except KeyError:
+            pass
+        if len(self._subjects) >= TENANT_CACHE:
+            self._subjects.clear()
+        subject = self._subjects[run_id] = self.inner.run_subject(run_id)
+        return subject
 
     def _remember(self, run_id: str, tenant: str) -> str:
         if len(self._tenants) >= TENANT_CACHE:  # a worker's lifetime of runs: start over, never grow
@@ -358,6 +380,7 @@ class SealedStore:
 
     def _seal_new(self, run: NewRun) -> NewRun:
         self._remember(run.run_id, run.tenant)
+        self._subjects[run.run_id] = run.subject
         given = run.input
         if given.data is not None:
             sealed = Payload(self.sealer.seal_at(run.tenant, run.run_id, "runs", "-", "input", given.data),
@@ -479,7 +502,7 @@ class SealedStore:
                       writes: Sequence[MemoryWrite], provenance: Provenance) -> None:
         tenant = self._tenant(run_id)
         self.inner.append_memory(run_id, epoch, [self._seal_event(tenant, e) for e in events],
-                                 self._seal_writes(tenant, run_id, writes), provenance)
+                                 self._seal_writes(tenant, run_id, writes, provenance), provenance)
 
     def transact(self, run_id: str, epoch: int, body: Callable[[Tx], tuple[Sequence[HistoryEvent], R]]) -> R:
         def sealed(tx: Tx) -> tuple[Sequence[HistoryEvent], R]:
@@ -609,8 +632,9 @@ class SealedStore:
     def _item_place(self, tenant: str, namespace: str, key: str, kind: str) -> Place:
         return Place(tenant, "-", "memory_items", _ENCODE.encode([namespace, key]).decode(), kind)
 
-    def _seal_text(self, place: Place, text: str | None) -> str | None:
-        return None if text is None else base64.b64encode(self.sealer.seal(place, text.encode())).decode()
+    def _seal_text(self, place: Place, text: str | None, subject: str | None = None) -> str | None:
+        return None if text is None else base64.b64encode(self.sealer.seal(place, text.encode(),
+                                                                           subject)).decode()
 
     def _open_text(self, place: Place, text: str | None) -> str | None:
         if text is None:
@@ -623,21 +647,28 @@ class SealedStore:
             return text  # written before encryption was turned on
         return self.sealer.open(place, data).decode()
 
-    def _value(self, place: Place, payload: Payload) -> Payload:
-        return cast(Payload, self._payload(place, payload))
+    def _value(self, place: Place, payload: Payload, subject: str | None = None) -> Payload:
+        return cast(Payload, self._payload(place, payload, subject))
 
-    def _seal_writes(self, tenant: str, run_id: str | None,
-                     writes: Sequence[MemoryWrite]) -> list[MemoryWrite]:
+    def _seal_writes(self, tenant: str, run_id: str | None, writes: Sequence[MemoryWrite],
+                     provenance: Provenance) -> list[MemoryWrite]:
         """``writes`` with every value and text to embed sealed for its place
-        (metadata stays plaintext: searches filter on it in SQL)."""
+        (metadata stays plaintext: searches filter on it in SQL), with the
+        key of the write's subject, else the provenance's, else the run's
+        (as the store records it), else the tenant's."""
         sealed: list[MemoryWrite] = []
+        default = provenance.subject
+        if default is None and run_id is not None:
+            default = self._subject_of(run_id)
         for write in writes:
             if isinstance(write, ItemPut):
                 ns, key = write.namespace, write.key
+                subject = write.subject or default
+                place = self._item_place(tenant, ns, key, "value")
                 write = dataclasses.replace(
-                    write, value=self._value(self._item_place(tenant, ns, key, "value"), write.value),
+                    write, value=self._value(place, write.value, subject),
                     index_text=self._seal_text(self._item_place(tenant, ns, key, "index_text"),
-                                               write.index_text))
+                                               write.index_text, subject))
             elif isinstance(write, RunPut):
                 if run_id is None:
                     raise ValueError("run memory is written with its run's entry (append_memory)")
@@ -645,11 +676,11 @@ class SealedStore:
                     Place(tenant, run_id, "memory_run", write.key, "value"), write.value))
             elif isinstance(write, ThreadAppend):
                 place = self._thread_place(tenant, write.thread_id)
-                messages = tuple(self._value(place, m) for m in write.messages)
+                messages = tuple(self._value(place, m, write.subject or default) for m in write.messages)
                 write = dataclasses.replace(write, messages=messages)
             elif isinstance(write, ThreadCompact):
                 write = dataclasses.replace(write, summary=self._value(
-                    self._thread_place(tenant, write.thread_id), write.summary))
+                    self._thread_place(tenant, write.thread_id), write.summary, default))
             sealed.append(write)
         return sealed
 
@@ -665,7 +696,8 @@ class SealedStore:
             index_text=self._open_text(self._item_place(t, ns, key, "index_text"), item.index_text))
 
     def write_memory(self, tenant: str, writes: Sequence[MemoryWrite], provenance: Provenance) -> None:
-        self.inner.write_memory(tenant, self._seal_writes(tenant, None, writes), provenance)
+        self.inner.write_memory(tenant, self._seal_writes(tenant, provenance.run_id, writes, provenance),
+                                provenance)
 
     def memory_item(self, tenant: str, namespace: str, key: str, *,
                     refresh: bool = False) -> MemoryItem | None:
@@ -705,6 +737,16 @@ class SealedStore:
         return dataclasses.replace(claim, tasks=tasks)
 
     # -- keys ----------------------------------------------------------------------------------------
+
+    def subject_digest(self, tenant: str, subject: str) -> str:
+        """A keyed digest of ``subject`` (``DataKeys.subject_digest``)."""
+        return self.keys.subject_digest(tenant, subject)
+
+    def shred(self, tenant: str, digest: str | None) -> list[int]:
+        """Destroy the data keys of a subject (``None``: every subject of ``tenant``)."""
+        versions = self.keys.shred(tenant, digest)
+        self._subjects.clear()  # nothing more is sealed for an erased subject's runs from here
+        return versions
 
     def rotate(self, tenant: str) -> int:
         """A new data key for ``tenant``: it seals every new write from now on

@@ -32,6 +32,8 @@ import hashlib
 import hmac
 from typing import Any
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 from cairn.security.envelope import Place, seal, synthetic_nonce
 from cairn.store.sealing import NONCE_PURPOSE, DataKeys, Sealer
 
@@ -74,22 +76,33 @@ class SealedArtifacts:
                 tenant, NONCE_PURPOSE, ADDRESS_CONTEXT, version=ADDRESS_KEY_VERSION)
         return key
 
-    def address(self, tenant: str, data: bytes) -> str:
-        return hmac.new(self.address_key(tenant), data, hashlib.sha256).hexdigest()
+    def address(self, tenant: str, data: bytes, scope: str = "") -> str:
+        """``data``'s address among ``tenant``'s artifacts, or among those of
+        ``scope`` (a subject's keyed digest) under a key of the scope's own:
+        one subject's artifact never shares an object, so a key, with
+        another's or with the tenant's (erasing the subject destroys its
+        artifacts and nobody else's)."""
+        key = self.address_key(tenant)
+        if scope:
+            key = hmac.new(key, b"cairn subject artifacts\x00" + scope.encode(), hashlib.sha256).digest()
+        return hmac.new(key, data, hashlib.sha256).hexdigest()
 
-    def sealed(self, tenant: str, address: str, data: bytes) -> bytes:
-        """``data`` sealed at ``address`` with the tenant's newest key and a
-        synthetic nonce: the same content under the same key is the same
-        bytes, so concurrent writers of one artifact write one value."""
-        version, cipher = self.keys.writer(tenant)
+    def sealed(self, tenant: str, address: str, data: bytes,
+               writer: tuple[int, AESGCM] | None = None) -> bytes:
+        """``data`` sealed at ``address`` with ``writer`` (the tenant's newest
+        key unless told) and a synthetic nonce: the same content under the
+        same key is the same bytes, so concurrent writers of one artifact
+        write one value."""
+        version, cipher = writer if writer is not None else self.keys.writer(tenant)
         place = place_of(tenant, address)
         nonce = synthetic_nonce(self.keys.nonce_key(tenant, version), place, data)
         return seal(cipher, version, place, data, nonce)
 
-    def put(self, tenant: str, data: bytes) -> str:
-        """Store ``data`` as one of ``tenant``'s artifacts; its address."""
-        address = self.address(tenant, data)
-        self.inner.put_artifact_at(address, self.sealed(tenant, address, data))
+    def put(self, tenant: str, data: bytes, writer: tuple[int, AESGCM] | None = None, scope: str = "") -> str:
+        """Store ``data`` as one of ``tenant``'s artifacts (sealed with
+        ``writer``, at an address within ``scope``: a subject's); its address."""
+        address = self.address(tenant, data, scope)
+        self.inner.put_artifact_at(address, self.sealed(tenant, address, data, writer))
         return address
 
     def open(self, tenant: str, ref: str, stored: bytes) -> bytes:

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from os import urandom as _urandom
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +38,11 @@ from cairn.security.envelope import (
     seal,
 )
 from cairn.security.keyring import Keyring
-from cairn.store.keysql import DataKeyRow
+from cairn.security.shredding import shredder_of
+from cairn.store.keysql import SUBJECT_KEY_BASE, DataKeyRow
 from cairn.store.records import Payload
 from cairn.store.rekey import BESIDE_SEALED, PLAIN_DETAIL, REASON_PREFIX, reason_place
+from cairn.store.retention import EXPIRED_TAG
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -59,6 +62,17 @@ _DECODE = msgspec.json.Decoder()
 def context(tenant: str, version: int) -> bytes:
     """What a wrapped data key is bound to: its tenant and version."""
     return tenant.encode() + b"\x00" + str(version).encode()
+
+
+def secret_name(tenant: str, version: int) -> str:
+    """The name of a subject key's secret in the keyring's shredder: opaque
+    (a digest of the tenant and version), so the secret file names nobody."""
+    return hashlib.blake2b(b"cairn subject secret\x00" + context(tenant, version), digest_size=16).hexdigest()
+
+
+class KeyErased(SealError):
+    """A value sealed with a subject's data key that was destroyed (erasure):
+    it can never be read again, from this database or any copy of it."""
 
 
 class DataKeys:
@@ -82,13 +96,32 @@ class DataKeys:
         #: tenant -> (version, cipher, envelope header, when looked up): ``Sealer.seal_at``'s
         #: cache of the writing key, forgotten when a key is added or a newer one found
         self.writing: dict[str, tuple[int, AESGCM, bytes, float]] = {}
+        #: (tenant, subject digest) -> (its live key version, cipher, when looked up)
+        self._subjects: dict[tuple[str, str], tuple[int, AESGCM, float]] = {}
+        #: (tenant, subject) -> its keyed digest (``subject_digest``)
+        self._digests: dict[tuple[str, str], str] = {}
+        #: (tenant, subject key version) -> when its row was last seen live (``reader``)
+        self._subject_checked: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
 
     def _unwrap(self, row: DataKeyRow) -> AESGCM:
+        """The cipher of ``row``'s key. A subject's key is derived from its
+        unwrapped half and its secret in the keyring's shredder
+        (``cairn.security.shredding``): ``KeyErased`` if either is destroyed."""
+        if row.erased:
+            raise KeyErased(f"data key {row.version} of tenant {row.tenant!r} was erased (crypto-shredded)")
         try:
             key = self.keyring.unwrap(row.kek_id, row.wrapped, context(row.tenant, row.version))
         except SealError as exc:
             raise SealError(f"data key {row.version} of tenant {row.tenant!r}: {exc}") from None
+        if row.subject is not None:
+            name = secret_name(row.tenant, row.version)
+            secret = shredder_of(self.keyring).secret(name, create=False)
+            if secret is None:
+                raise KeyErased(f"data key {row.version} of tenant {row.tenant!r} was erased "
+                                "(crypto-shredded: "
+                                "its subject secret is gone)")
+            key = hmac.new(secret, b"cairn subject data key\x00" + key, hashlib.sha256).digest()
         self._keys[(row.tenant, row.version)] = key
         return aesgcm(key)
 
@@ -164,6 +197,8 @@ class DataKeys:
         """Cache the tenant's stored keys; its newest version (0: none)."""
         newest = 0
         for row in self._store.data_keys(tenant):
+            if row.version >= SUBJECT_KEY_BASE:  # a subject's: unwrapped when first read (``reader``)
+                continue
             if (tenant, row.version) not in self._ciphers:
                 self._ciphers[(tenant, row.version)] = self._unwrap(row)
             newest = max(newest, row.version)
@@ -177,15 +212,19 @@ class DataKeys:
     def add(self, tenant: str) -> int:
         """Create the tenant's next key version (rotation); its number."""
         with self._lock:
-            version = self._load(tenant) + 1
-            kek = self.keyring.current()
-            row = DataKeyRow(tenant, version, kek, self.keyring.wrap(kek, os.urandom(KEY_SIZE),
-                                                                     context(tenant, version)), time.time())
-            stored = self._store.add_data_key(row)
-            cipher = self._ciphers[(tenant, version)] = self._unwrap(stored)
-            self._newest[tenant] = (version, cipher, time.monotonic())
-            self.writing.pop(tenant, None)
-            return version
+            return self._add(tenant)
+
+    def _add(self, tenant: str) -> int:
+        """``add``, holding the lock."""
+        version = self._load(tenant) + 1
+        kek = self.keyring.current()
+        row = DataKeyRow(tenant, version, kek, self.keyring.wrap(kek, os.urandom(KEY_SIZE),
+                                                                 context(tenant, version)), time.time())
+        stored = self._store.add_data_key(row)
+        cipher = self._ciphers[(tenant, version)] = self._unwrap(stored)
+        self._newest[tenant] = (version, cipher, time.monotonic())
+        self.writing.pop(tenant, None)
+        return version
 
     def writer(self, tenant: str) -> tuple[int, AESGCM]:
         """The tenant's newest version and its cipher (created if none): one
@@ -194,10 +233,10 @@ class DataKeys:
         known = self._newest.get(tenant)
         if known is not None and time.monotonic() - known[2] <= KEY_REFRESH_SECONDS:
             return known[0], known[1]
-        with self._lock:
+        with self._lock:  # the first key made once: two threads sealing a tenant's first values made two
             version = self._load(tenant)
-        if version == 0:
-            version = self.add(tenant)
+            if version == 0:
+                version = self._add(tenant)
         return version, self._ciphers[(tenant, version)]
 
     def writing_key(self, tenant: str) -> tuple[int, AESGCM, bytes, float]:
@@ -209,8 +248,97 @@ class DataKeys:
         entry = self.writing[tenant] = (version, cipher, header(0, version, tenant), checked)
         return entry
 
+    # -- subject keys (erasure: cairn.api.erasure) ------------------------------------------------
+
+    def subject_digest(self, tenant: str, subject: str) -> str:
+        """A keyed digest of ``subject`` (HMAC-SHA-256 under a key derived
+        from the tenant's data key 1): what the database stores to find a
+        subject's key and record its erasure, never the subject itself, and
+        not testable against guessed ids without the keyring. Cached: a
+        subject's every value sealed asks for it."""
+        known = self._digests.get((tenant, subject))
+        if known is not None:
+            return known
+        self.writer(tenant)  # the tenant's keys exist and are loaded
+        key = self.subkey(tenant, NONCE_PURPOSE, b"cairn subject digest", version=1)
+        digest = hmac.new(key, subject.encode(), hashlib.sha256).hexdigest()
+        if len(self._digests) >= 65536:  # a worker's lifetime of subjects: start over, never grow
+            self._digests.clear()
+        self._digests[(tenant, subject)] = digest
+        return digest
+
+    def subject_writer(self, tenant: str, subject: str) -> tuple[int, AESGCM]:
+        """The live data key of ``subject`` of ``tenant`` (created if none:
+        a fresh version above ``SUBJECT_KEY_BASE`` and a fresh secret in the
+        keyring's shredder), looked up again every ``KEY_REFRESH_SECONDS``."""
+        digest = self.subject_digest(tenant, subject)
+        known = self._subjects.get((tenant, digest))
+        if known is not None and time.monotonic() - known[2] <= KEY_REFRESH_SECONDS:
+            return known[0], known[1]
+        shredder = shredder_of(self.keyring)
+        with self._lock:
+            for attempt in range(64):
+                rows = self._store.data_keys(tenant)
+                live = next((r for r in rows if r.subject == digest and not r.erased), None)
+                if live is None:
+                    version = max([SUBJECT_KEY_BASE] + [r.version for r in rows]) + 1 + attempt
+                    shredder.secret(secret_name(tenant, version), create=True)
+                    kek = self.keyring.current()
+                    wrapped = self.keyring.wrap(kek, os.urandom(KEY_SIZE), context(tenant, version))
+                    live = self._store.add_subject_key(DataKeyRow(tenant, version, kek, wrapped, time.time(),
+                                                                  digest))
+                    if live is None:
+                        continue  # the version went to another subject meanwhile
+                cipher = self._ciphers.get((tenant, live.version))
+                if cipher is None:
+                    cipher = self._ciphers[(tenant, live.version)] = self._unwrap(live)
+                self._subjects[(tenant, digest)] = (live.version, cipher, time.monotonic())
+                return live.version, cipher
+        raise SealError(f"cannot create a subject key for tenant {tenant!r}: every version tried was taken")
+
+    def shred(self, tenant: str, digest: str | None) -> list[int]:
+        """Crypto-shredding: destroy the keys of the subject of ``digest``
+        (``None``: of every subject of ``tenant``). Their secrets go first
+        (what makes them unrecoverable, from any copy of the database too),
+        then their rows become tombstones; re-run after a crash, it destroys
+        what is left. The versions whose rows were live until now."""
+        rows = [r for r in self._store.data_keys(tenant)
+                if r.subject is not None and (digest is None or r.subject == digest)]
+        shredder_of(self.keyring).destroy([secret_name(tenant, r.version) for r in rows])
+        destroyed: list[int] = self._store.erase_subject_keys(tenant, digest)
+        with self._lock:
+            for row in rows:
+                self._ciphers.pop((tenant, row.version), None)
+                self._keys.pop((tenant, row.version), None)
+                for derived in [k for k in self._subkeys if k[0] == tenant and k[1] == row.version]:
+                    self._subkeys.pop(derived, None)
+            for known in [k for k in self._subjects if k[0] == tenant and (digest is None or k[1] == digest)]:
+                self._subjects.pop(known, None)
+        return destroyed
+
+    def _subject_reader(self, tenant: str, version: int, place: Place) -> AESGCM:
+        row = next((r for r in self._store.data_keys(tenant) if r.version == version), None)
+        if row is None:
+            raise SealError(f"{place} was sealed with data key {version} of tenant {tenant!r}, "
+                            "which is not stored: refused")
+        try:
+            cipher = self._unwrap(row)
+        except KeyErased:
+            with self._lock:
+                self._ciphers.pop((tenant, version), None)
+            raise KeyErased(f"{place} was sealed with the data key of a subject that was erased "
+                            f"(data key {version}, crypto-shredded): it can never be read") from None
+        with self._lock:
+            self._ciphers[(tenant, version)] = cipher
+            self._subject_checked[(tenant, version)] = time.monotonic()
+        return cipher
+
     def reader(self, tenant: str, version: int, place: Place) -> AESGCM:
         cipher = self._ciphers.get((tenant, version))
+        if version >= SUBJECT_KEY_BASE and (cipher is None or time.monotonic() - self._subject_checked.get(
+                (tenant, version), 0.0) > KEY_REFRESH_SECONDS):
+            # a subject's key erased by another process stops opening here within KEY_REFRESH_SECONDS
+            return self._subject_reader(tenant, version, place)
         if cipher is None:
             with self._lock:
                 self._load(tenant)
@@ -224,16 +352,28 @@ class DataKeys:
 class Sealer:
     """Seals and opens values and JSON columns at their places."""
 
-    def __init__(self, keys: DataKeys) -> None:
+    def __init__(self, keys: DataKeys, subject_of: Callable[[str], str | None] = lambda run: None) -> None:
         self.keys = keys
+        #: the subject of a run (``None``: none), whose key seals the values stored at its places
+        self.subject_of = subject_of
         #: the keys' own cache of writing keys (``DataKeys.writing``), shared
         self._writing = keys.writing
         #: artifact ref -> the tenant whose run named it when last read: a ref
         #: copied into another tenant's row is opened as that tenant's, and refused
         self.artifact_tenants: OrderedDict[str, str] = OrderedDict()
 
-    def seal(self, place: Place, data: bytes) -> bytes:
-        version, cipher = self.keys.writer(place.tenant)
+    def writer(self, tenant: str, run: str, subject: str | None = None) -> tuple[int, AESGCM]:
+        """The key that seals a value of ``run`` (``"-"``: of no run) of
+        ``tenant``: the data key of ``subject``, else of the run's subject,
+        else the tenant's."""
+        if subject is None and run != "-":
+            subject = self.subject_of(run)
+        if subject is not None:
+            return self.keys.subject_writer(tenant, subject)
+        return self.keys.writer(tenant)
+
+    def seal(self, place: Place, data: bytes, subject: str | None = None) -> bytes:
+        version, cipher = self.writer(place.tenant, place.run, subject)
         return seal(cipher, version, place, data)
 
     def seal_at(self, tenant: str, run: str, table: str, position: str, kind: str, data: bytes) -> bytes:
@@ -243,6 +383,8 @@ class Sealer:
         ``Place`` or going through ``writer`` and ``envelope.seal``. Each
         Python call is about a microsecond of a journaled step, as much as
         the AES-GCM of a kilobyte; ``bench/encryption.py`` measures it."""
+        if run != "-" and self.subject_of(run) is not None:  # sealed with the subject's key
+            return self.seal(Place(tenant, run, table, position, kind), data)
         known = self._writing.get(tenant)
         if known is None or len(data) >= COMPRESS_AT or time.monotonic() - known[3] > KEY_REFRESH_SECONDS:
             if len(data) >= COMPRESS_AT:
@@ -268,16 +410,18 @@ class Sealer:
                 if len(self.artifact_tenants) > 4096:
                     self.artifact_tenants.popitem(last=False)
             return payload
+        if payload.data[:2] == EXPIRED_TAG:  # its body expired (store.retention): nothing sealed is left
+            return payload
         return Payload(self.open(place, payload.data), payload.ref)
 
     def seal_json(self, place: Place, value: dict[str, Any] | None,
-                  plain: frozenset[str] = PLAIN_DETAIL) -> dict[str, Any] | None:
+                  plain: frozenset[str] = PLAIN_DETAIL, subject: str | None = None) -> dict[str, Any] | None:
         if value is None:
             return None
         kept = {k: v for k, v in value.items() if k in plain}
         rest = {k: v for k, v in value.items() if k not in plain}
         if rest:
-            kept["sealed"] = base64.b64encode(self.seal(place, _ENCODE.encode(rest))).decode()
+            kept["sealed"] = base64.b64encode(self.seal(place, _ENCODE.encode(rest), subject)).decode()
         return kept
 
     def seal_text(self, tenant: str, text: str) -> str:

@@ -74,6 +74,8 @@ from cairn.store.records import (
     RunStatus,
     UsageTotals,
 )
+from cairn.store.retention import Cutoffs
+from cairn.store.retentionsql import Fence
 from cairn.store.rows import (
     LINK_TAG,
     claim_history,
@@ -450,6 +452,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     def run_usage(self, run_id: str) -> UsageTotals:
         with self._read() as conn:
             tokens, cost, tool_calls, last_seq = conn.execute(_Q["run_usage"], {"run_id": run_id}).fetchone()
+        if not last_seq and (archived := self.archived_usage(run_id)) is not None:
+            return archived
         return UsageTotals(int(tokens), float(cost), int(tool_calls), int(last_seq))
 
     # -- contract, dialect code: claims and leases --------------------------------------------
@@ -807,6 +811,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
         return dumps(list(items))
 
+    def _restore_entry(self, tx: sqlite3.Connection, params: dict[str, Any]) -> None:
+        """An archived entry put back as it was: a payload beyond ``_SPILL_AT``
+        goes to ``history_payloads`` again (a new link, the same bytes)."""
+        payload = params["payload"]
+        if payload is not None and len(payload) > _SPILL_AT:
+            rowid = tx.execute(_INSERT_HISTORY_PAYLOAD, (payload,)).lastrowid
+            params = {**params, "payload": LINK_TAG + str(rowid).encode()}
+        tx.execute(_Q["restore_history"], params)
+
     def _ws_insert(self, tx: sqlite3.Connection, tenant: str, objects: Mapping[str, bytes], now: float
                    ) -> None:
         """One prepared statement for the whole batch (``executemany``)."""
@@ -817,34 +830,77 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
 
     def prune_runs(
         self,
-        older_than: float,
+        older_than: float | Cutoffs,
         statuses: Collection[RunStatus] | None = None,
         limit: int = 1000,
         *,
         dry_run: bool = False,
+        roots: Collection[str] | None = None,
+        grace: bool = True,
+        fence: Fence | None = None,
+        actor: str | None = None,
+        into: list[str] | None = None,
+        record: bool = True,
     ) -> int:
-        wanted = lc.prune_statuses(statuses)
-        lc.check_prune_limit(limit)
         if dry_run:
-            with self._read() as conn:
-                return len(_select_prunable(conn, older_than, wanted, limit))
+            return len(self.prunable_runs(older_than, statuses, limit, roots=roots))
+        wanted = lc.prune_statuses(statuses)
+        only = None if roots is None else sorted(roots)
+        lc.check_prune_limit(limit)
         with self._write() as tx:
+            self.check_fence(tx, fence)
             now = self.clock()
-            doomed = _select_prunable(tx, older_than, wanted, limit)
+            doomed = _select_prunable(tx, older_than, wanted, limit, only)
             if doomed:
                 ids = {"run_ids": dumps(doomed)}
+                if record:  # an erasure records its runs by keyed digest only (no run id kept)
+                    tx.execute(_Q["record_deleted_runs"], {**ids, "now": now, "actor": actor or "prune"})
                 tx.execute(_Q["queue_artifacts_of_runs"], {**ids, "now": now})
                 tx.execute(_Q["delete_history_of_runs"], ids)
                 tx.execute(_Q["delete_mailbox_of_runs"], ids)
                 tx.execute(_Q["delete_approvals_of_runs"], ids)
                 tx.execute(_Q["delete_runs"], ids)
+        if into is not None:  # committed
+            into.extend(doomed)
         # Only after the runs are gone for good: a crash from here on leaves
         # queued refs, never a run whose artifacts were deleted.
+        # without ``grace`` (an erasure), what was stored until now goes too
+        stored_before = now - ARTIFACT_GRACE_SECONDS * grace
+        if not isinstance(older_than, Cutoffs):
+            stored_before = min(older_than, stored_before)
         try:
-            self._collect_artifacts(min(older_than, now - ARTIFACT_GRACE_SECONDS), lc.prune_page_size(limit))
+            self._collect_artifacts(stored_before, lc.prune_page_size(limit))
         except OSError as exc:
             raise StoreError(f"cannot delete artifacts in {str(self.artifact_dir)!r}: {exc}") from None
         return len(doomed)
+
+    def reclaim_space(self) -> dict[str, Any]:
+        """``secure_delete`` on (this thread's connection: what it deletes from
+        now on is zeroed), ``VACUUM`` (the file rewritten: no freed page or
+        cell keeps a deleted row's bytes) and a ``TRUNCATE`` checkpoint (the
+        WAL, which holds old page images, emptied). A checkpoint that
+        readers held back is retried; ``wal_truncated`` says if it was not."""
+        self._writing()
+        try:
+            with self._read() as conn:
+                conn.execute("PRAGMA secure_delete = ON")
+                conn.execute("VACUUM")
+                for _ in range(50):
+                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                    if not busy:
+                        break
+                    time.sleep(0.1)
+        finally:
+            self._writer.release()
+        return {"vacuumed": True, "wal_truncated": not busy}
+    def prunable_runs(
+        self, older_than: float | Cutoffs, statuses: Collection[RunStatus] | None = None, limit: int = 1000,
+        *, roots: Collection[str] | None = None,
+    ) -> list[str]:
+        wanted = lc.prune_statuses(statuses)
+        lc.check_prune_limit(limit)
+        with self._read() as conn:
+            return _select_prunable(conn, older_than, wanted, limit, None if roots is None else sorted(roots))
 
     def _collect_artifacts(self, stored_before: float, page: int) -> None:
         """Walk the collection queue a page per write transaction: delete the
@@ -1057,19 +1113,23 @@ def _touch(path: Path, now: float) -> bool:
 
 
 def _select_prunable(
-    conn: sqlite3.Connection, older_than: float, statuses: Collection[RunStatus], limit: int
+    conn: sqlite3.Connection, older_than: float | Cutoffs, statuses: Collection[RunStatus], limit: int,
+    roots: list[str] | None = None,
 ) -> list[str]:
-    """The runs ``prune_runs`` deletes now (see ``lifecycle.select_prunable``)."""
-    params: dict[str, Any] = {"statuses": dumps(sorted(s.value for s in statuses)), "cutoff": older_than}
+    """The runs ``prune_runs`` deletes now (see ``lifecycle.select_prunable``;
+    ``roots``: only the trees of these roots)."""
+    params: dict[str, Any] = {"statuses": dumps(sorted(s.value for s in statuses)),
+                              "cutoff": lc.prune_cutoff(older_than),
+                              "roots": None if roots is None else dumps(roots)}
 
     def roots_after(at: float | None, run_id: str, page: int) -> list[tuple[str, float]]:
         query = {**params, "after_at": at, "after_id": run_id, "page": page}
         return [(row[0], row[1]) for row in conn.execute(_Q["select_prune_roots"], query)]
 
-    def trees_of(roots: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
-        trees: dict[str, list[tuple[str, str, float]]] = {}
-        for root, run_id, status, updated_at in conn.execute(_Q["select_trees"], {"roots": dumps(roots)}):
-            trees.setdefault(root, []).append((run_id, status, updated_at))
+    def trees_of(roots: Sequence[str]) -> dict[str, list[lc.TreeRow]]:
+        trees: dict[str, list[lc.TreeRow]] = {}
+        for root, *member in conn.execute(_Q["select_trees"], {"roots": dumps(roots)}):
+            trees.setdefault(root, []).append(tuple(member))
         return trees
 
     return lc.select_prunable(roots_after, trees_of, statuses, older_than, limit)[1]

@@ -30,6 +30,7 @@ from cairn.memory.tiering import ItemTiering
 from cairn.store.contract import Notifier
 from cairn.store.records import Claim
 from cairn.worker.leases import LeaseKeeper
+from cairn.worker.retention import RetentionLoop
 from cairn.worker.scheduler import Scheduler
 from cairn.worker.stopsignal import StopOnSignal
 
@@ -53,6 +54,10 @@ class WorkerSettings:
     queues: tuple[str, ...] | None = None
     #: whether this worker fires the app's schedules (``cairn.worker.scheduler``)
     schedules: bool = True
+    #: whether this worker runs the retention controller's side loop (``cairn.worker.retention``;
+    #: every worker may: one at a time holds its lease), and how often
+    retention: bool = True
+    retention_interval: float = 300.0
 
 
 class Worker:
@@ -92,6 +97,10 @@ class Worker:
         cold_after = runtime.memory.cold_after
         self.tiering = None if cold_after is None else ItemTiering(
             runtime.store, cold_after, name=f"tiering-{self.worker_id}")
+
+        #: enforces the stored retention policies, one worker at a time (its lease)
+        self.retention = None if not self.settings.retention else RetentionLoop(
+            runtime.store, self.worker_id, interval=self.settings.retention_interval)
 
         #: the bundles this worker claims runs of (``engine.bundles``), and when it last looked
         self.bundles: set[str] = set()
@@ -155,6 +164,8 @@ class Worker:
             self.indexer.start()
         if self.tiering is not None:
             self.tiering.start()
+        if self.retention is not None:
+            self.retention.start()
         try:
             # ``signals.received`` is set by the handler itself: no claim starts
             # after a signal, even before its watcher thread has called ``stop``
@@ -179,6 +190,8 @@ class Worker:
                 self.indexer.stop()
             if self.tiering is not None:
                 self.tiering.stop()
+            if self.retention is not None:
+                self.retention.stop()
             if stop_listening is not None:
                 stop_listening()
             self._drain(pool)

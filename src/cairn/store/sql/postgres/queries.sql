@@ -24,13 +24,13 @@
 WITH ins AS (
     INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                       parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                      runnable_at, budget, created_at, updated_at, bundle, started_role, started_token)
+                      runnable_at, budget, created_at, updated_at, bundle, started_role, started_token, subject)
     VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
             %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
             %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
             %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
             %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text,
-            %(started_role)s::text, %(started_token)s::text)
+            %(started_role)s::text, %(started_token)s::text, %(subject)s::text)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id, tenant
 )
@@ -47,13 +47,13 @@ CROSS JOIN unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(e
 -- name: create_run_row
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token)
+                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token, subject)
 VALUES (%(run_id)s::text, %(tenant)s::text, %(workflow)s::text, %(workflow_version)s::text,
         %(thread_id)s::text, %(queue)s::text, %(priority)s::bigint, %(parent_run_id)s::text,
         %(status)s::text, %(input)s::bytea, %(input_ref)s::text, %(epoch)s::bigint,
         %(owner)s::text, %(lease_expires_at)s::float8, %(runnable_at)s::float8,
         %(budget)s::text, %(now)s::float8, %(now)s::float8, %(bundle)s::text,
-            %(started_role)s::text, %(started_token)s::text)
+            %(started_role)s::text, %(started_token)s::text, %(subject)s::text)
 ON CONFLICT (run_id) DO NOTHING
 
 -- name: create_run_entries
@@ -62,6 +62,10 @@ SELECT %(run_id)s::text, e.seq, e.event, e.at, e.epoch, e.worker, e.detail, %(te
 FROM unnest(%(seqs)s::bigint[], %(events)s::text[], %(ats)s::float8[], %(epochs)s::bigint[],
             %(workers)s::text[], %(details)s::text[], %(digests)s::bytea[], %(links)s::bytea[])
      AS e(seq, event, at, epoch, worker, detail, digest, link)
+
+-- name: select_run_subject
+-- The subject a run was started for (erasure; cairn.store.sealed seals its values with the subject's key).
+SELECT subject FROM runs WHERE run_id = %(run_id)s::text
 
 -- name: select_started_with
 -- The role and token a run was started with (cairn.engine.access reads it, once per execution).
@@ -449,6 +453,7 @@ SELECT r.run_id, r.updated_at FROM runs AS r
 WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
   AND r.status = ANY(%(statuses)s::text[])
   AND r.updated_at < %(cutoff)s::float8
+  AND (%(roots)s::text[] IS NULL OR r.run_id = ANY(%(roots)s::text[]))
   AND (%(after_at)s::float8 IS NULL OR r.updated_at > %(after_at)s::float8
        OR (r.updated_at = %(after_at)s::float8 AND r.run_id COLLATE "C" > %(after_id)s::text COLLATE "C"))
   -- a root: no parent, or a parent that is gone (a NULL parent_run_id matches no run)
@@ -463,7 +468,7 @@ WITH RECURSIVE tree(root, run_id) AS (
     UNION
     SELECT tree.root, runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
 )
-SELECT tree.root, runs.run_id, runs.status, runs.updated_at
+SELECT tree.root, runs.run_id, runs.status, runs.updated_at, runs.tenant, runs.workflow
 FROM tree JOIN runs ON runs.run_id = tree.run_id
 
 -- name: queue_artifacts_of_runs
@@ -476,6 +481,10 @@ SELECT ref, %(now)s::float8 FROM (
     SELECT payload_ref FROM history WHERE run_id = ANY(%(run_ids)s::text[]) AND payload_ref IS NOT NULL
     UNION
     SELECT payload_ref FROM mailbox WHERE run_id = ANY(%(run_ids)s::text[]) AND payload_ref IS NOT NULL
+    UNION
+    SELECT ref FROM run_archives WHERE run_id = ANY(%(run_ids)s::text[])
+    UNION
+    SELECT ref FROM run_archive_refs WHERE run_id = ANY(%(run_ids)s::text[])
 ) AS refs
 ON CONFLICT (ref) DO NOTHING
 
@@ -494,11 +503,15 @@ DELETE FROM runs WHERE run_id = ANY(%(run_ids)s::text[])
 SELECT g.ref, g.queued_at,
        EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
        OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref)
+       -- an entry whose body retention expired keeps its ref (the audit link covers it), not the body
+       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref
+                  AND (payload IS NULL OR substring(payload FROM 1 FOR 2) <> '\x0003'::bytea))
        OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref) AS referenced
+       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM run_archives WHERE ref = g.ref)
+       OR EXISTS (SELECT 1 FROM run_archive_refs WHERE ref = g.ref) AS referenced
 FROM artifact_gc AS g
 WHERE %(after_at)s::float8 IS NULL OR g.queued_at > %(after_at)s::float8
       OR (g.queued_at = %(after_at)s::float8 AND g.ref COLLATE "C" > %(after_ref)s::text COLLATE "C")
@@ -909,26 +922,28 @@ LIMIT %(limit)s::bigint
 -- name: upsert_schedule
 -- A worker registers what its code declares: the definition is replaced, the
 -- firing state (created_at, last_tick, ...) kept.
-INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at)
+INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at,
+                       started_role)
 VALUES (%(tenant)s::text, %(name)s::text, %(workflow)s::text, %(cron)s::text, %(timezone)s::text,
-        %(missed)s::text, %(grace)s::float8, %(now)s::float8, %(now)s::float8)
+        %(missed)s::text, %(grace)s::float8, %(now)s::float8, %(now)s::float8, %(started_role)s::text)
 ON CONFLICT (tenant, name) DO UPDATE SET
     workflow = excluded.workflow, cron = excluded.cron, timezone = excluded.timezone,
-    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at
+    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at,
+    started_role = excluded.started_role
 RETURNING tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-          last_run_id, fired_at, fired
+          last_run_id, fired_at, fired, started_role
 
 -- name: lock_schedule
 -- The schedule row, locked until the tick's transaction ends: workers firing
 -- the same tick queue here, and each later one finds last_tick moved up.
 SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
+       last_run_id, fired_at, fired, started_role
 FROM schedules WHERE tenant = %(tenant)s::text AND name = %(name)s::text
 FOR UPDATE
 
 -- name: select_schedules
 SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
+       last_run_id, fired_at, fired, started_role
 FROM schedules WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 ORDER BY tenant, name
 
@@ -981,9 +996,10 @@ SELECT tenant FROM runs WHERE run_id = %(run_id)s::text
 -- A new version of the item; an expired one starts over (created_at).
 INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
                           created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
-                          operation_id, actor, tier)
+                          operation_id, actor, tier, subject)
 VALUES (%(tenant)s::text, %(namespace)s::text, %(key)s::text, %(value)s::bytea, %(value_ref)s::text, %(metadata)s::jsonb, %(index_text)s::text, 1, %(now)s::float8, %(now)s::float8, %(now)s::float8,
-        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot')
+        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot',
+        COALESCE(%(subject)s::text, (SELECT r.subject FROM runs AS r WHERE r.run_id = %(run_id)s::text)))
 ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
     index_text = excluded.index_text, version = memory_items.version + 1,
@@ -991,7 +1007,8 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
                       THEN excluded.created_at ELSE memory_items.created_at END,
     updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
     expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot',
+    subject = excluded.subject
 RETURNING version
 
 -- name: put_memory_item_of_run
@@ -999,9 +1016,10 @@ RETURNING version
 -- (one statement, where reading it first would be two; never the caller's).
 INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
                           created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
-                          operation_id, actor, tier)
+                          operation_id, actor, tier, subject)
 SELECT r.tenant, %(namespace)s::text, %(key)s::text, %(value)s::bytea, %(value_ref)s::text, %(metadata)s::jsonb, %(index_text)s::text, 1, %(now)s::float8, %(now)s::float8, %(now)s::float8,
-        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot'
+        %(ttl)s::float8, %(expires_at)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text, %(actor)s::text, 'hot',
+        COALESCE(%(subject)s::text, r.subject)
 FROM runs AS r WHERE r.run_id = %(run_id)s::text
 ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
@@ -1010,7 +1028,8 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
                       THEN excluded.created_at ELSE memory_items.created_at END,
     updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
     expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot',
+    subject = excluded.subject
 RETURNING tenant, version
 
 -- name: insert_memory_outbox
@@ -1130,13 +1149,15 @@ RETURNING next_idx
 
 -- name: insert_memory_message
 INSERT INTO memory_thread_messages (tenant, thread_id, idx, kind, value, value_ref, created_at, run_id,
-                                    position, operation_id, actor)
+                                    position, operation_id, actor, subject)
 VALUES (%(tenant)s::text, %(thread_id)s::text, %(idx)s::bigint, %(kind)s::text, %(value)s::bytea, %(value_ref)s::text, %(now)s::float8, %(run_id)s::text, %(position)s::bigint, %(operation_id)s::text,
-        %(actor)s::text)
+        %(actor)s::text,
+        COALESCE(%(subject)s::text, (SELECT r.subject FROM runs AS r WHERE r.run_id = %(run_id)s::text)))
 ON CONFLICT (tenant, thread_id, idx) DO UPDATE SET
     kind = excluded.kind, value = excluded.value, value_ref = excluded.value_ref,
     created_at = excluded.created_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor
+    operation_id = excluded.operation_id, actor = excluded.actor,
+    subject = excluded.subject
 
 -- name: compact_memory_messages
 DELETE FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx < %(upto)s::bigint - 1
@@ -1530,7 +1551,7 @@ ON CONFLICT (tenant, thread_id, digest) DO NOTHING
 -- name: lg_put_blobs_many
 -- a put's channel versions in one statement: a list naming a base still stored whose
 -- chain is below max_depth keeps its base and holds only its added items, else it is whole
--- (the base found by its whole primary key: see lg_blob_chains)
+-- (the base found by its whole primary key: see lg_page_reads)
 INSERT INTO lg_blobs (tenant, thread_id, ns, channel, version, kind, base, depth, refs)
 SELECT %(tenant)s, %(thread_id)s::text, %(ns)s::text, u.channel, u.version, u.kind,
        CASE WHEN b.depth + 1 < %(max_depth)s THEN u.base END,
@@ -1590,9 +1611,8 @@ ORDER BY thread_id COLLATE "C", ns COLLATE "C", checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
 
 -- name: lg_list_thread
--- a page of one thread's namespace, newest first (ids compared as "C" strings, as in
--- lg_list_checkpoints: the key's own collation is the database's, so this still sorts the
--- namespace's checkpoints; a "C" key would let the primary key serve the order)
+-- a page of one thread's namespace, newest first: ids in "C" order, the key's own since
+-- migration 0042, so the primary key is read backwards and stops after the page
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
@@ -1607,41 +1627,53 @@ WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::t
 ORDER BY checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
 
--- name: lg_blob_chains
--- each asked channel's version and the bases below it, by channel, the oldest first; each
--- blob is found by its whole primary key (LATERAL ... LIMIT 1: the planner, with the
--- statistics of a freshly filled table, would otherwise scan the thread's blobs per step)
-WITH RECURSIVE chain (channel, kind, base, depth, refs) AS (
-    SELECT b.channel, b.kind, b.base, b.depth, b.refs
-    FROM unnest(%(channels)s::text[], %(versions)s::text[]) AS w (channel, version),
+-- name: lg_page_reads
+-- the channel chains and the pending writes of a page of checkpoints (row i of the page:
+-- its channels' versions, and its (thread, ns, checkpoint id)) in one statement, one round
+-- trip (checkpointsql._lg_page); chains by channel, the oldest first, then writes by task
+-- path, task id and index. Each blob is found by its whole primary key (LATERAL ... LIMIT 1:
+-- the planner, with the statistics of a freshly filled table, scanned the thread's every blob
+-- per chain step: 120 ms at 300 super-steps).
+WITH RECURSIVE chain (i, thread_id, ns, channel, kind, base, depth, refs) AS (
+    SELECT w.i, w.thread_id, w.ns, b.channel, b.kind, b.base, b.depth, b.refs
+    FROM unnest(%(rows)s::bigint[], %(threads)s::text[], %(nss)s::text[], %(channels)s::text[],
+                %(versions)s::text[]) AS w (i, thread_id, ns, channel, version),
          LATERAL (SELECT x.channel, x.kind, x.base, x.depth, x.refs FROM lg_blobs AS x
-                  WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text
-                    AND x.ns = %(ns)s::text AND x.channel = w.channel AND x.version = w.version
+                  WHERE x.tenant = %(tenant)s AND x.thread_id = w.thread_id AND x.ns = w.ns
+                    AND x.channel = w.channel AND x.version = w.version
                   LIMIT 1) AS b
     UNION ALL
-    SELECT b.channel, b.kind, b.base, b.depth, b.refs
+    SELECT c.i, c.thread_id, c.ns, b.channel, b.kind, b.base, b.depth, b.refs
     FROM chain AS c,
          LATERAL (SELECT x.channel, x.kind, x.base, x.depth, x.refs FROM lg_blobs AS x
-                  WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text
-                    AND x.ns = %(ns)s::text AND x.channel = c.channel AND x.version = c.base
+                  WHERE x.tenant = %(tenant)s AND x.thread_id = c.thread_id AND x.ns = c.ns
+                    AND x.channel = c.channel AND x.version = c.base
                   LIMIT 1) AS b
 )
-SELECT channel, kind, base, depth, refs FROM chain ORDER BY channel, depth
+SELECT i, is_write, channel, kind, base, refs, task_id, idx, task_path FROM (
+    SELECT i, false AS is_write, channel, kind, base, refs, NULL::text AS task_id, NULL::bigint AS idx,
+           NULL::text AS task_path, channel AS s1, ''::text AS s2, depth AS s3
+    FROM chain
+    UNION ALL
+    SELECT w.i, true, x.channel, x.kind, NULL, x.refs, x.task_id, x.idx, x.task_path, x.task_path, x.task_id, x.idx
+    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::text[])
+             AS w (i, thread_id, ns, checkpoint_id),
+         LATERAL (SELECT * FROM lg_writes AS y
+                  WHERE y.tenant = %(tenant)s AND y.thread_id = w.thread_id AND y.ns = w.ns
+                    AND y.checkpoint_id = w.checkpoint_id
+                  OFFSET 0) AS x  -- not pulled up: sought by the key, not a join over the tenant's writes
+) AS r
+ORDER BY i, is_write, s1 COLLATE "C", s2 COLLATE "C", s3
 
--- name: lg_values
--- each asked value by its whole primary key (LATERAL ... LIMIT 1: with the statistics of a
--- freshly filled table the planner would take "digest = ANY" as a filter over the thread's
--- every value, 4 ms at 3,000 of them, instead of one index seek per digest)
-SELECT v.digest, v.kind, v.data
-FROM unnest(%(digests)s::bigint[]) AS w (digest),
+-- name: lg_page_values
+-- values by (thread, digest), each by its whole primary key (LATERAL ... LIMIT 1: with the
+-- statistics of a freshly filled table the planner took "digest = ANY" as a filter over the
+-- thread's every value, 4 ms at 3,000 of them, instead of one index seek per digest)
+SELECT w.thread_id, v.digest, v.kind, v.data
+FROM unnest(%(threads)s::text[], %(digests)s::bigint[]) AS w (thread_id, digest),
      LATERAL (SELECT x.digest, x.kind, x.data FROM lg_values AS x
-              WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.digest = w.digest
+              WHERE x.tenant = %(tenant)s AND x.thread_id = w.thread_id AND x.digest = w.digest
               LIMIT 1) AS v
-
--- name: lg_writes_of
-SELECT task_id, idx, channel, task_path, kind, refs FROM lg_writes
-WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = %(checkpoint_id)s::text
-ORDER BY task_path COLLATE "C", task_id COLLATE "C", idx
 
 -- name: lg_delete_thread_checkpoints
 DELETE FROM lg_checkpoints WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
@@ -1733,7 +1765,7 @@ DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::
 
 -- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ======================
 -- name: select_data_keys
-SELECT tenant, version, kek_id, wrapped, created_at FROM data_keys
+SELECT tenant, version, kek_id, wrapped, created_at, subject FROM data_keys
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
 ORDER BY tenant, version
 
@@ -1860,6 +1892,25 @@ SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_item
                     UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run) AS t
 WHERE tenant > %(after)s::text ORDER BY tenant LIMIT %(limit)s::bigint
 
+-- name: insert_subject_key
+-- A subject's data key (a version above SUBJECT_KEY_BASE): nothing if the version is taken or the
+-- subject has a live key already (data_keys_live_subject); the caller reads back which.
+INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at, subject)
+VALUES (%(tenant)s::text, %(version)s::bigint, %(kek_id)s::text, %(wrapped)s::bytea, %(created_at)s::float8, %(subject)s::text)
+ON CONFLICT DO NOTHING
+
+-- name: erase_subject_keys
+-- Crypto-shredding: a subject's keys become tombstones (their versions never reused).
+UPDATE data_keys SET kek_id = 'erased', wrapped = ''::bytea
+WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text AND kek_id <> 'erased'
+RETURNING version
+
+-- name: erase_tenant_subject_keys
+-- Crypto-shredding: every subject key of a tenant becomes a tombstone.
+UPDATE data_keys SET kek_id = 'erased', wrapped = ''::bytea
+WHERE tenant = %(tenant)s::text AND subject IS NOT NULL AND kek_id <> 'erased'
+RETURNING version
+
 -- name: delete_data_key
 DELETE FROM data_keys WHERE tenant = %(tenant)s::text AND version = %(version)s::bigint
 
@@ -1966,6 +2017,254 @@ ORDER BY oid LIMIT %(limit)s::int
 DELETE FROM workspace_objects
 WHERE tenant = %(tenant)s::text AND oid = ANY (%(oids)s::text[]) AND stored_at < %(before)s::float8
 
+-- Erasure (cairn.api.erasure) -------------------------------------------------------------------
+
+-- name: erasure_runs
+-- The runs an erasure covers: a tenant's runs of one subject, of one thread, or all of them.
+SELECT run_id, status, parent_run_id FROM runs
+WHERE tenant = %(tenant)s::text AND (%(subject)s::text IS NULL OR subject = %(subject)s::text) AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
+
+-- name: delete_memory_items_of_subject
+DELETE FROM memory_items WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text
+RETURNING tenant, namespace, key
+
+-- name: delete_memory_messages_of_subject
+DELETE FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text
+RETURNING 1
+
+-- name: insert_erasure
+INSERT INTO erasures (id, tenant, scope, digest, actor, started_at)
+VALUES (%(id)s::text, %(tenant)s::text, %(scope)s::text, %(digest)s::text, %(actor)s::text, %(now)s::float8)
+
+-- name: finish_erasure
+UPDATE erasures SET finished_at = %(now)s::float8, counts = %(counts)s::text, actor = %(actor)s::text
+WHERE id = %(id)s::text
+
+-- name: select_erasures
+-- The erasure records, newest first (of a tenant; an unfinished one of one target).
+SELECT id, tenant, scope, digest, actor, started_at, finished_at, counts, runs FROM erasures
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (%(scope)s::text IS NULL OR (scope = %(scope)s::text AND digest = %(digest)s::text AND finished_at IS NULL))
+ORDER BY started_at DESC, id
+LIMIT %(limit)s::bigint
+
+-- name: count_subject_memory
+-- What delete_memory_items_of_subject and delete_memory_messages_of_subject would delete (a dry run).
+SELECT (SELECT count(*) FROM memory_items WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text)
+     + (SELECT count(*) FROM memory_thread_messages WHERE tenant = %(tenant)s::text AND subject = %(subject)s::text)
+
+-- name: note_erasure_runs
+UPDATE erasures SET runs = %(runs)s::text WHERE id = %(id)s::text
+
+-- name: select_erasure_runs
+-- The runs each erasure deleted (keyed digests, JSON), of a tenant.
+SELECT tenant, runs FROM erasures WHERE runs IS NOT NULL AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+
+-- Archived runs (issue 26 item 5; cairn/store/archivesql.py): a closed run's
+-- rows read whole for its archive, put back whole by a restore, deleted
+-- from the hot tables once the archive is recorded.
+-- name: archive_mailbox
+SELECT run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position FROM mailbox WHERE run_id = %(run_id)s ORDER BY seq
+
+-- name: restore_mailbox
+INSERT INTO mailbox (run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position)
+VALUES (%(run_id)s, %(seq)s, %(tenant)s, %(key)s, %(payload)s, %(payload_ref)s, %(sender)s, %(dedupe)s, %(sent_at)s, %(taken_at)s, %(taken_position)s)
+
+-- name: delete_archived_mailbox
+DELETE FROM mailbox WHERE run_id = %(run_id)s
+
+-- name: archive_approvals
+SELECT run_id, request_id, tenant, position, request_seq, action, type_name, schema, approvers, requested_at, expires_at, status, decided_by, decided_at, comment, decision_seq FROM approvals WHERE run_id = %(run_id)s ORDER BY request_id COLLATE "C"
+
+-- name: restore_approvals
+INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, type_name, schema, approvers, requested_at, expires_at, status, decided_by, decided_at, comment, decision_seq)
+VALUES (%(run_id)s, %(request_id)s, %(tenant)s, %(position)s, %(request_seq)s, %(action)s, %(type_name)s, %(schema)s, %(approvers)s, %(requested_at)s, %(expires_at)s, %(status)s, %(decided_by)s, %(decided_at)s, %(comment)s, %(decision_seq)s)
+
+-- name: delete_archived_approvals
+DELETE FROM approvals WHERE run_id = %(run_id)s
+
+-- name: archive_memory_run
+SELECT run_id, key, tenant, value, value_ref, version, created_at, updated_at, position, operation_id, actor FROM memory_run WHERE run_id = %(run_id)s ORDER BY key COLLATE "C"
+
+-- name: restore_memory_run
+INSERT INTO memory_run (run_id, key, tenant, value, value_ref, version, created_at, updated_at, position, operation_id, actor)
+VALUES (%(run_id)s, %(key)s, %(tenant)s, %(value)s, %(value_ref)s, %(version)s, %(created_at)s, %(updated_at)s, %(position)s, %(operation_id)s, %(actor)s)
+
+-- name: delete_archived_memory_run
+DELETE FROM memory_run WHERE run_id = %(run_id)s
+
+-- name: restore_history
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt, started_at, payload, payload_ref, detail, digest, link, tenant)
+VALUES (%(run_id)s, %(seq)s, %(event)s, %(at)s, %(epoch)s, %(worker)s, %(position)s, %(step_kind)s, %(name)s, %(input_hash)s, %(attempt)s, %(started_at)s, %(payload)s, %(payload_ref)s, %(detail)s, %(digest)s, %(link)s, %(tenant)s)
+
+-- name: delete_archived_history
+DELETE FROM history WHERE run_id = %(run_id)s
+
+-- name: insert_run_archive
+INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor)
+VALUES (%(run_id)s, %(tenant)s, %(ref)s, %(entries)s, %(last_seq)s, %(last_link)s, %(hot_bytes)s, %(stored_bytes)s, %(archived_at)s, %(actor)s)
+
+-- name: run_archive
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor FROM run_archives WHERE run_id = %(run_id)s
+
+-- name: delete_run_archive
+DELETE FROM run_archives WHERE run_id = %(run_id)s
+
+-- name: insert_run_archive_ref
+INSERT INTO run_archive_refs (run_id, tenant, ref) VALUES (%(run_id)s, %(tenant)s, %(ref)s)
+
+-- name: delete_run_archive_refs
+DELETE FROM run_archive_refs WHERE run_id = %(run_id)s
+
+-- name: archived_runs
+SELECT run_id FROM run_archives WHERE (%(tenant)s ::text IS NULL OR tenant = %(tenant)s) ORDER BY run_id COLLATE "C"
+
+-- The closed runs last changed before the cutoff and not archived yet,
+-- oldest first (the pruning index: its predicate word for word).
+-- name: archivable_runs
+SELECT r.run_id FROM runs AS r
+WHERE r.updated_at < %(cutoff)s::float8
+  AND r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND NOT EXISTS (SELECT 1 FROM run_archives AS a WHERE a.run_id = r.run_id)
+  AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
+ORDER BY r.updated_at, r.run_id COLLATE "C" LIMIT %(limit)s
+
+-- == Retention (issue 26 part 3; cairn.store.retentionsql) ====================================
+
+-- name: retention_policies
+SELECT tenant, workflow, data_class, keep, updated_at, updated_by FROM retention_policies
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text OR tenant = '*'
+ORDER BY tenant COLLATE "C", workflow COLLATE "C", data_class COLLATE "C"
+
+-- A policy change and the check of the whole set after it, one at a time
+-- (two concurrent changes, each fine alone, could otherwise pass together).
+-- name: lock_retention_policies
+SELECT pg_advisory_xact_lock(hashtext('cairn.retention_policies'))
+
+-- name: upsert_retention_policy
+INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, updated_by)
+VALUES (%(tenant)s::text, %(workflow)s::text, %(data_class)s::text, %(keep)s::float8, %(now)s::float8,
+        %(actor)s::text)
+ON CONFLICT (tenant, workflow, data_class) DO UPDATE
+SET keep = excluded.keep, updated_at = excluded.updated_at, updated_by = excluded.updated_by
+
+-- name: delete_retention_policy
+DELETE FROM retention_policies
+WHERE tenant = %(tenant)s::text AND workflow = %(workflow)s::text AND data_class = %(data_class)s::text
+RETURNING tenant
+
+-- Take the controller's lease: renew it (same holder and epoch, the epoch
+-- kept), or take it over once it expired (the epoch bumped, so the old
+-- holder's fence fails). No row returned: someone else holds it.
+-- name: take_retention_lease
+INSERT INTO retention_lease (name, holder, epoch, expires_at)
+VALUES ('controller', %(holder)s::text, 1, %(until)s::float8)
+ON CONFLICT (name) DO UPDATE SET
+    epoch = CASE WHEN retention_lease.holder = %(holder)s::text AND retention_lease.epoch = %(epoch)s::bigint
+                 THEN retention_lease.epoch ELSE retention_lease.epoch + 1 END,
+    holder = excluded.holder, expires_at = excluded.expires_at
+WHERE (retention_lease.holder = %(holder)s::text AND retention_lease.epoch = %(epoch)s::bigint)
+   OR retention_lease.expires_at <= %(now)s::float8
+RETURNING epoch
+
+-- The fence of every deletion: the caller still holds the lease at its
+-- epoch. FOR SHARE: a takeover waits until this transaction ends.
+-- name: check_retention_fence
+SELECT 1 FROM retention_lease
+WHERE name = 'controller' AND holder = %(holder)s::text AND epoch = %(epoch)s::bigint
+  AND expires_at > %(now)s::float8
+FOR SHARE
+
+-- Before a run is deleted: its record (audit), with its last entry's link.
+-- name: record_deleted_runs
+INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, deleted_by)
+SELECT r.run_id, r.tenant, r.workflow, r.updated_at,
+       COALESCE((SELECT max(h.seq) FROM history AS h WHERE h.run_id = r.run_id), 0),
+       (SELECT h.link FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1),
+       %(now)s::float8, %(actor)s::text
+FROM runs AS r WHERE r.run_id = ANY(%(run_ids)s::text[])
+ON CONFLICT (run_id) DO UPDATE SET
+    tenant = excluded.tenant, workflow = excluded.workflow, finished_at = excluded.finished_at,
+    last_seq = excluded.last_seq, head = excluded.head, deleted_at = excluded.deleted_at,
+    deleted_by = excluded.deleted_by
+
+-- name: deleted_runs
+SELECT run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, deleted_by FROM retention_deleted
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) ORDER BY finished_at, run_id
+
+-- Audit records finished before the latest cutoff, a page at a time.
+-- name: deleted_run_candidates
+SELECT run_id, tenant, workflow, finished_at FROM retention_deleted
+WHERE finished_at < %(cutoff)s::float8 AND (finished_at, run_id) > (%(after_at)s::float8, %(after_id)s::text)
+ORDER BY finished_at, run_id LIMIT %(page)s::bigint
+
+-- name: forget_deleted_run
+DELETE FROM retention_deleted WHERE run_id = %(run_id)s::text AND finished_at = %(finished_at)s::float8
+RETURNING run_id
+
+-- Entries of finished runs whose body a class expires, older than the latest
+-- cutoff and not expired yet, a page at a time in (run_id, seq) order.
+-- name: body_candidates
+SELECT h.run_id, h.seq, r.tenant, r.workflow, h.at FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND h.at < %(cutoff)s::float8
+  AND (h.run_id, h.seq) > (%(after_run)s::text, %(after_seq)s::bigint)
+  AND ((%(cls)s::text = 'model-bodies' AND h.event = 'step.completed' AND h.step_kind = 'model'
+        AND (h.payload IS NOT NULL OR h.payload_ref IS NOT NULL))
+       OR (%(cls)s::text = 'artifacts' AND h.payload_ref IS NOT NULL))
+  AND (h.payload IS NULL OR substring(h.payload FROM 1 FOR 2) <> '\x0003'::bytea)
+ORDER BY h.run_id, h.seq LIMIT %(page)s::bigint
+
+-- PostgreSQL keeps every payload in its row (TOAST): nothing spilled to drop.
+-- name: drop_spilled_body
+SELECT 1 WHERE %(run_id)s::text IS NULL AND %(seq)s::bigint IS NULL
+
+-- name: queue_body_artifact
+INSERT INTO artifact_gc (ref, queued_at)
+SELECT payload_ref, %(now)s::float8 FROM history
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint AND payload_ref IS NOT NULL
+ON CONFLICT (ref) DO NOTHING
+
+-- name: expire_body
+UPDATE history SET payload = %(marker)s::bytea
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint
+  AND (payload IS NULL OR substring(payload FROM 1 FOR 2) <> '\x0003'::bytea)
+  AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = history.run_id
+              AND r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted'))
+RETURNING run_id
+
+-- Thread messages older than the latest cutoff, a page at a time.
+-- name: message_candidates
+SELECT tenant, thread_id, idx, created_at FROM memory_thread_messages
+WHERE created_at < %(cutoff)s::float8
+  AND (tenant, thread_id, idx) > (%(after_tenant)s::text, %(after_thread)s::text, %(after_idx)s::bigint)
+ORDER BY tenant, thread_id, idx LIMIT %(page)s::bigint
+
+-- name: forget_message
+DELETE FROM memory_thread_messages
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND idx = %(idx)s::bigint
+  AND created_at < %(cutoff)s::float8
+RETURNING idx
+
+-- A thread left without messages, last written before the cutoff.
+-- name: forget_empty_thread
+DELETE FROM memory_threads
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND updated_at < %(cutoff)s::float8
+  AND NOT EXISTS (SELECT 1 FROM memory_thread_messages AS m
+                  WHERE m.tenant = memory_threads.tenant AND m.thread_id = memory_threads.thread_id)
+
+-- Long-term items last written before the latest cutoff, of one class
+-- (semantic: with index text), a page at a time.
+-- name: item_candidates
+SELECT tenant, namespace, key, updated_at FROM memory_items
+WHERE updated_at < %(cutoff)s::float8
+  AND ((%(semantic)s::boolean AND index_text IS NOT NULL) OR (NOT %(semantic)s::boolean AND index_text IS NULL))
+  AND (tenant, namespace, key) > (%(after_tenant)s::text, %(after_namespace)s::text, %(after_key)s::text)
+ORDER BY tenant, namespace, key LIMIT %(page)s::bigint
+
+-- name: item_unchanged
+SELECT 1 FROM memory_items WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text
+  AND key = %(key)s::text AND updated_at = %(updated_at)s::float8
 -- name: oplog_lock
 -- Two transactions appending to one tenant's chain queue here (the head is
 -- then read after the other's commit), so neither links from a stale head.

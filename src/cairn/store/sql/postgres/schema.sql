@@ -61,6 +61,8 @@ CREATE TABLE runs (
     -- tenant's role cannot record 'installation' (0033, cairn.engine.access).
     started_role     TEXT,
     started_token    TEXT,
+    -- Whose data the run holds (erasure by subject); never changed (0037).
+    subject          TEXT,
     CONSTRAINT runs_started_role CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation'))
 );
 
@@ -530,6 +532,10 @@ INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
 -- the workspace objects (0030; UPDATE since 0034: storing one again moves its stored_at)
 INSERT INTO tenant_privileges (object_name, object_kind, privileges)
 VALUES ('workspace_objects', 'TABLE', 'SELECT, INSERT, UPDATE, DELETE');
+-- archived runs (0038)
+INSERT INTO tenant_privileges (object_name, object_kind, privileges) VALUES
+    ('run_archives', 'TABLE', 'SELECT'),
+    ('run_archive_refs', 'TABLE', 'SELECT');
 
 CREATE FUNCTION grant_privileges(name TEXT) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -643,7 +649,11 @@ CREATE TABLE schedules (
     last_run_id TEXT,
     fired_at    DOUBLE PRECISION,
     fired       BIGINT NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, name)
+    -- The role its ticks' runs are started with, as registered (0039; shown:
+    -- the run takes it from the declaration in code).
+    started_role TEXT,
+    PRIMARY KEY (tenant, name),
+    CONSTRAINT schedules_started_role CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation'))
 );
 
 ALTER TABLE schedules ENABLE ROW LEVEL SECURITY;
@@ -711,6 +721,7 @@ CREATE TABLE memory_thread_messages (
     position     BIGINT,
     operation_id TEXT,
     actor        TEXT,
+    subject      TEXT,
     PRIMARY KEY (tenant, thread_id, idx)
 );
 
@@ -736,6 +747,7 @@ CREATE TABLE memory_items (
     operation_id TEXT,
     actor        TEXT,
     tier         TEXT NOT NULL DEFAULT 'hot',
+    subject      TEXT,
     PRIMARY KEY (tenant, namespace, key)
 );
 
@@ -1296,7 +1308,7 @@ CREATE TABLE lg_checkpoints (
     tenant          TEXT NOT NULL,
     thread_id       TEXT NOT NULL,
     ns              TEXT NOT NULL,
-    checkpoint_id   TEXT NOT NULL,
+    checkpoint_id   TEXT COLLATE "C" NOT NULL,  -- ordered as bytes (0042)
     parent_id       TEXT,
     run_id          TEXT,
     checkpoint_kind TEXT NOT NULL,
@@ -1417,6 +1429,7 @@ CREATE TABLE data_keys (
     kek_id     TEXT NOT NULL,
     wrapped    BYTEA NOT NULL,
     created_at DOUBLE PRECISION NOT NULL,
+    subject    TEXT,
     PRIMARY KEY (tenant, version)
 );
 
@@ -1538,6 +1551,177 @@ BEGIN
 END
 $$;
 
+-- Erasure (0037; issue 26, cairn.api.erasure): the subject indexes, its run's
+-- subject fixed, one live key per subject, and the erasure records (the owner's).
+CREATE INDEX runs_subject ON runs (tenant, subject) WHERE subject IS NOT NULL;
+
+CREATE FUNCTION runs_subject_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.subject IS DISTINCT FROM OLD.subject THEN
+        RAISE EXCEPTION 'the subject of a run never changes';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER runs_subject_fixed BEFORE UPDATE OF subject ON runs
+    FOR EACH ROW EXECUTE FUNCTION runs_subject_fixed();
+
+CREATE INDEX memory_items_subject ON memory_items (tenant, subject) WHERE subject IS NOT NULL;
+CREATE INDEX memory_thread_messages_subject ON memory_thread_messages (tenant, subject)
+    WHERE subject IS NOT NULL;
+
+CREATE UNIQUE INDEX data_keys_live_subject ON data_keys (tenant, subject)
+    WHERE subject IS NOT NULL AND kek_id <> 'erased';
+
+CREATE TABLE erasures (
+    id          TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL,
+    scope       TEXT NOT NULL CHECK (scope IN ('subject', 'thread', 'tenant')),
+    digest      TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    started_at  DOUBLE PRECISION NOT NULL,
+    finished_at DOUBLE PRECISION,
+    counts      TEXT,
+    -- keyed digests of the runs it deleted (JSON): an anchored checkpoint
+    -- that names one verifies it as erased, not as a run cut out
+    runs        TEXT
+);
+
+CREATE INDEX erasures_target ON erasures (tenant, scope, digest);
+
+-- Archived runs (0038; issue 26 item 5, cairn.store.archive): the run row
+-- stays, its other rows live in one archive object (ref) until restored.
+CREATE TABLE run_archives (
+    run_id       TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    ref          TEXT NOT NULL,
+    entries      BIGINT NOT NULL,
+    last_seq     BIGINT NOT NULL,
+    last_link    BYTEA,
+    hot_bytes    BIGINT NOT NULL,
+    stored_bytes BIGINT NOT NULL,
+    archived_at  DOUBLE PRECISION NOT NULL,
+    actor        TEXT
+);
+CREATE INDEX run_archives_ref ON run_archives (ref);
+
+CREATE TABLE run_archive_refs (
+    run_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    ref    TEXT NOT NULL,
+    PRIMARY KEY (run_id, ref)
+);
+CREATE INDEX run_archive_refs_ref ON run_archive_refs (ref);
+
+ALTER TABLE run_archives ENABLE ROW LEVEL SECURITY;
+ALTER TABLE run_archive_refs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON run_archives
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = run_archives.run_id
+                                                      AND r.tenant = run_archives.tenant));
+CREATE POLICY tenant_isolation ON run_archive_refs
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
+                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = run_archive_refs.run_id
+                                                      AND r.tenant = run_archive_refs.tenant));
+
+-- An archived run cannot be mutated: its run row cannot change, whoever
+-- writes (this trigger; restore it first). Every store write of the run's
+-- other rows is fenced on the run being running (a lease holder's) or
+-- changes the run row in its transaction (an operator's), so none reaches an
+-- archived run. No trigger on history itself: it would cost every journaled
+-- step (~15 us on SQLite, bench/archive.py --triggers) to stop writers
+-- outside the store, whom the audit chain catches.
+CREATE FUNCTION archived_run_fixed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM run_archives WHERE run_id = OLD.run_id) THEN
+        RAISE EXCEPTION 'the run is archived: restore it before changing it' USING ERRCODE = '55000';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER runs_archived_fixed BEFORE UPDATE ON runs
+    FOR EACH ROW EXECUTE FUNCTION archived_run_fixed();
+
+-- Deleting a run (pruning) deletes its archive rows; prune_runs queues the
+-- archive object and the refs for collection first.
+CREATE FUNCTION run_archives_drop() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM run_archives WHERE run_id = OLD.run_id;
+    DELETE FROM run_archive_refs WHERE run_id = OLD.run_id;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER run_archives_of_deleted_run AFTER DELETE ON runs
+    FOR EACH ROW EXECUTE FUNCTION run_archives_drop();
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION archived_run_fixed() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION run_archives_drop() SET search_path = %I, pg_temp', current_schema());
+END
+$$;
+
+-- An archive and the artifacts it references are readable through its row (0038).
+DROP POLICY referenced ON artifacts;
+CREATE POLICY referenced ON artifacts FOR SELECT
+    USING (EXISTS (SELECT 1 FROM runs AS r WHERE r.input_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM runs AS r WHERE r.result_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM history AS h WHERE h.payload_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM mailbox AS m WHERE m.payload_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM memory_run AS m WHERE m.value_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM memory_thread_messages AS m WHERE m.value_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM memory_items AS m WHERE m.value_ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM run_archives AS a WHERE a.ref = artifacts.ref)
+           OR EXISTS (SELECT 1 FROM run_archive_refs AS a WHERE a.ref = artifacts.ref));
+
+-- The retention controller (0036; issue 26 part 3, cairn.store.retention): the
+-- policies per data class, the controller's lease, and the record of each
+-- run deleted (its audit record once its history is gone).
+--
+-- A policy keeps one data class of one tenant's runs (or '*': every tenant
+-- without its own) of one workflow (or '*') for `keep` seconds (NULL:
+-- forever); the most specific policy that matches decides. `updated_by` is
+-- the actor who set it.
+CREATE TABLE retention_policies (
+    tenant     TEXT NOT NULL CHECK (tenant <> ''),
+    workflow   TEXT NOT NULL CHECK (workflow <> ''),
+    data_class TEXT NOT NULL,
+    keep       DOUBLE PRECISION CHECK (keep IS NULL OR keep >= 0),
+    updated_at DOUBLE PRECISION NOT NULL,
+    updated_by TEXT NOT NULL,
+    PRIMARY KEY (tenant, workflow, data_class)
+);
+
+-- A tenant's role reads its own tenants' policies and the installation's
+-- defaults ('*'), and writes only its own tenants' (the '*' rows are the owner's).
+ALTER TABLE retention_policies ENABLE ROW LEVEL SECURITY;
+CREATE POLICY read_own_policies ON retention_policies FOR SELECT
+    USING (tenant = '*' OR tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+CREATE POLICY insert_own_policies ON retention_policies FOR INSERT
+    WITH CHECK (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+CREATE POLICY update_own_policies ON retention_policies FOR UPDATE
 -- The operator log (0043; issue 26, cairn/store/oplog.py): one append-only record
 -- per operator mutation of a non-run object (tokens, queues, schedules, keys,
 -- bundles, retention policies...), written in the mutation's transaction and
@@ -1572,5 +1756,41 @@ CREATE POLICY tenant_isolation ON operator_log
         SELECT g.tenant FROM tenant_grants AS g
         WHERE g.role = current_user
           AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+CREATE POLICY delete_own_policies ON retention_policies FOR DELETE
+    USING (tenant = ANY (ARRAY(
+        SELECT g.tenant FROM tenant_grants AS g
+        WHERE g.role = current_user
+          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+
+INSERT INTO tenant_privileges (object_name, privileges) VALUES
+    ('retention_policies', 'SELECT, INSERT, UPDATE, DELETE');
+
+-- Who enforces the policies now: one controller at a time. Every deletion
+-- checks, in its own transaction, that its holder still holds the lease at
+-- its epoch (a takeover bumps the epoch), so a stale controller deletes
+-- nothing. The owner's alone (the controller deletes as the owner).
+CREATE TABLE retention_lease (
+    name       TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    epoch      BIGINT NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL
+);
+
+-- A run deleted (by retention or prune), written in the transaction that
+-- deletes it: its tenant, workflow, when it finished, its last entry and that
+-- entry's audit link (the head an anchor may have signed), when and by whom.
+-- The owner's alone.
+CREATE TABLE retention_deleted (
+    run_id      TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL,
+    workflow    TEXT NOT NULL,
+    finished_at DOUBLE PRECISION NOT NULL,
+    last_seq    BIGINT NOT NULL,
+    head        BYTEA,
+    deleted_at  DOUBLE PRECISION NOT NULL,
+    deleted_by  TEXT NOT NULL
+);
+
+CREATE INDEX retention_deleted_finished ON retention_deleted (finished_at);
 INSERT INTO tenant_privileges (object_name, privileges) VALUES ('operator_log', 'SELECT, INSERT');
 SELECT grant_privileges('operator_log');

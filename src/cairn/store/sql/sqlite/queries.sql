@@ -4,11 +4,15 @@
 -- name: insert_run
 INSERT INTO runs (run_id, tenant, workflow, workflow_version, thread_id, queue, priority,
                   parent_run_id, status, input, input_ref, epoch, owner, lease_expires_at,
-                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token)
+                  runnable_at, budget, created_at, updated_at, bundle, started_role, started_token, subject)
 VALUES (:run_id, :tenant, :workflow, :workflow_version, :thread_id, :queue, :priority,
         :parent_run_id, :status, :input, :input_ref, :epoch, :owner, :lease_expires_at,
-        :runnable_at, :budget, :now, :now, :bundle, :started_role, :started_token)
+        :runnable_at, :budget, :now, :now, :bundle, :started_role, :started_token, :subject)
 ON CONFLICT (run_id) DO NOTHING
+
+-- name: select_run_subject
+-- The subject a run was started for (erasure; cairn.store.sealed seals its values with the subject's key).
+SELECT subject FROM runs WHERE run_id = :run_id
 
 -- name: select_started_with
 -- The role and token a run was started with (cairn.engine.access reads it, once per execution).
@@ -275,6 +279,7 @@ SELECT r.run_id, r.updated_at FROM runs AS r
 WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
   AND r.status IN (SELECT value FROM json_each(:statuses))
   AND r.updated_at < :cutoff
+  AND (:roots IS NULL OR r.run_id IN (SELECT value FROM json_each(:roots)))
   AND (:after_at IS NULL OR r.updated_at > :after_at
        OR (r.updated_at = :after_at AND r.run_id > :after_id))
   -- a root: no parent, or a parent that is gone (a NULL parent_run_id matches no run)
@@ -290,7 +295,7 @@ WITH RECURSIVE tree(root, run_id) AS (
     UNION
     SELECT tree.root, runs.run_id FROM runs JOIN tree ON runs.parent_run_id = tree.run_id
 )
-SELECT tree.root, runs.run_id, runs.status, runs.updated_at
+SELECT tree.root, runs.run_id, runs.status, runs.updated_at, runs.tenant, runs.workflow
 FROM tree JOIN runs ON runs.run_id = tree.run_id
 
 -- Queue every artifact the runs in :run_ids reference for collection.
@@ -308,6 +313,10 @@ SELECT ref, :now FROM (
     UNION
     SELECT payload_ref FROM mailbox
     WHERE run_id IN (SELECT value FROM json_each(:run_ids)) AND payload_ref IS NOT NULL
+    UNION
+    SELECT ref FROM run_archives WHERE run_id IN (SELECT value FROM json_each(:run_ids))
+    UNION
+    SELECT ref FROM run_archive_refs WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 ) WHERE true
 ON CONFLICT (ref) DO NOTHING
 
@@ -326,11 +335,15 @@ DELETE FROM runs WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 SELECT g.ref, g.queued_at,
        EXISTS (SELECT 1 FROM runs WHERE input_ref = g.ref)
        OR EXISTS (SELECT 1 FROM runs WHERE result_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref)
+       -- an entry whose body retention expired keeps its ref (the audit link covers it), not the body
+       OR EXISTS (SELECT 1 FROM history WHERE payload_ref = g.ref
+                  AND (payload IS NULL OR substr(payload, 1, 2) <> X'0003'))
        OR EXISTS (SELECT 1 FROM mailbox WHERE payload_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_run WHERE value_ref = g.ref)
        OR EXISTS (SELECT 1 FROM memory_thread_messages WHERE value_ref = g.ref)
-       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref) AS referenced
+       OR EXISTS (SELECT 1 FROM memory_items WHERE value_ref = g.ref)
+       OR EXISTS (SELECT 1 FROM run_archives WHERE ref = g.ref)
+       OR EXISTS (SELECT 1 FROM run_archive_refs WHERE ref = g.ref) AS referenced
 FROM artifact_gc AS g
 WHERE :after_at IS NULL OR g.queued_at > :after_at OR (g.queued_at = :after_at AND g.ref > :after_ref)
 ORDER BY g.queued_at, g.ref
@@ -611,23 +624,25 @@ LIMIT :limit
 -- name: upsert_schedule
 -- A worker registers what its code declares: the definition is replaced, the
 -- firing state (created_at, last_tick, ...) kept.
-INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at)
-VALUES (:tenant, :name, :workflow, :cron, :timezone, :missed, :grace, :now, :now)
+INSERT INTO schedules (tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at,
+                       started_role)
+VALUES (:tenant, :name, :workflow, :cron, :timezone, :missed, :grace, :now, :now, :started_role)
 ON CONFLICT (tenant, name) DO UPDATE SET
     workflow = excluded.workflow, cron = excluded.cron, timezone = excluded.timezone,
-    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at
+    missed = excluded.missed, grace = excluded.grace, updated_at = excluded.updated_at,
+    started_role = excluded.started_role
 RETURNING tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-          last_run_id, fired_at, fired
+          last_run_id, fired_at, fired, started_role
 
 -- name: lock_schedule
 -- The schedule row, read under the write lock (PostgreSQL: FOR UPDATE).
 SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
+       last_run_id, fired_at, fired, started_role
 FROM schedules WHERE tenant = :tenant AND name = :name
 
 -- name: select_schedules
 SELECT tenant, name, workflow, cron, timezone, missed, grace, created_at, updated_at, last_tick,
-       last_run_id, fired_at, fired
+       last_run_id, fired_at, fired, started_role
 FROM schedules WHERE :tenant IS NULL OR tenant = :tenant
 ORDER BY tenant, name
 
@@ -667,9 +682,10 @@ SELECT tenant FROM runs WHERE run_id = :run_id
 -- A new version of the item; an expired one starts over (created_at).
 INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
                           created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
-                          operation_id, actor, tier)
+                          operation_id, actor, tier, subject)
 VALUES (:tenant, :namespace, :key, :value, :value_ref, :metadata, :index_text, 1, :now, :now, :now,
-        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot')
+        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot',
+        COALESCE(:subject, (SELECT r.subject FROM runs AS r WHERE r.run_id = :run_id)))
 ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
     index_text = excluded.index_text, version = memory_items.version + 1,
@@ -677,7 +693,8 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
                       THEN excluded.created_at ELSE memory_items.created_at END,
     updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
     expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot',
+    subject = excluded.subject
 RETURNING version
 
 -- name: put_memory_item_of_run
@@ -685,9 +702,10 @@ RETURNING version
 -- (one statement, where reading it first would be two; never the caller's).
 INSERT INTO memory_items (tenant, namespace, key, value, value_ref, metadata, index_text, version,
                           created_at, updated_at, accessed_at, ttl, expires_at, run_id, position,
-                          operation_id, actor, tier)
+                          operation_id, actor, tier, subject)
 SELECT r.tenant, :namespace, :key, :value, :value_ref, :metadata, :index_text, 1, :now, :now, :now,
-        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot'
+        :ttl, :expires_at, :run_id, :position, :operation_id, :actor, 'hot',
+        COALESCE(:subject, r.subject)
 FROM runs AS r WHERE r.run_id = :run_id
 ON CONFLICT (tenant, namespace, key) DO UPDATE SET
     value = excluded.value, value_ref = excluded.value_ref, metadata = excluded.metadata,
@@ -696,7 +714,8 @@ ON CONFLICT (tenant, namespace, key) DO UPDATE SET
                       THEN excluded.created_at ELSE memory_items.created_at END,
     updated_at = excluded.updated_at, accessed_at = excluded.accessed_at, ttl = excluded.ttl,
     expires_at = excluded.expires_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot'
+    operation_id = excluded.operation_id, actor = excluded.actor, tier = 'hot',
+    subject = excluded.subject
 RETURNING tenant, version
 
 -- name: insert_memory_outbox
@@ -816,13 +835,15 @@ RETURNING next_idx
 
 -- name: insert_memory_message
 INSERT INTO memory_thread_messages (tenant, thread_id, idx, kind, value, value_ref, created_at, run_id,
-                                    position, operation_id, actor)
+                                    position, operation_id, actor, subject)
 VALUES (:tenant, :thread_id, :idx, :kind, :value, :value_ref, :now, :run_id, :position, :operation_id,
-        :actor)
+        :actor,
+        COALESCE(:subject, (SELECT r.subject FROM runs AS r WHERE r.run_id = :run_id)))
 ON CONFLICT (tenant, thread_id, idx) DO UPDATE SET
     kind = excluded.kind, value = excluded.value, value_ref = excluded.value_ref,
     created_at = excluded.created_at, run_id = excluded.run_id, position = excluded.position,
-    operation_id = excluded.operation_id, actor = excluded.actor
+    operation_id = excluded.operation_id, actor = excluded.actor,
+    subject = excluded.subject
 
 -- name: compact_memory_messages
 DELETE FROM memory_thread_messages WHERE tenant = :tenant AND thread_id = :thread_id AND idx < :upto - 1
@@ -1335,7 +1356,7 @@ DELETE FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
 
 -- == Encryption at rest: data keys (cairn.store.keysql, migration data_keys) ======================
 -- name: select_data_keys
-SELECT tenant, version, kek_id, wrapped, created_at FROM data_keys
+SELECT tenant, version, kek_id, wrapped, created_at, subject FROM data_keys
 WHERE (:tenant IS NULL OR tenant = :tenant)
 ORDER BY tenant, version
 
@@ -1454,6 +1475,25 @@ SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_item
                     UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run)
 WHERE tenant > :after ORDER BY tenant LIMIT :limit
 
+-- name: insert_subject_key
+-- A subject's data key (a version above SUBJECT_KEY_BASE): nothing if the version is taken or the
+-- subject has a live key already (data_keys_live_subject); the caller reads back which.
+INSERT INTO data_keys (tenant, version, kek_id, wrapped, created_at, subject)
+VALUES (:tenant, :version, :kek_id, :wrapped, :created_at, :subject)
+ON CONFLICT DO NOTHING
+
+-- name: erase_subject_keys
+-- Crypto-shredding: a subject's keys become tombstones (their versions never reused).
+UPDATE data_keys SET kek_id = 'erased', wrapped = x''
+WHERE tenant = :tenant AND subject = :subject AND kek_id <> 'erased'
+RETURNING version
+
+-- name: erase_tenant_subject_keys
+-- Crypto-shredding: every subject key of a tenant becomes a tombstone.
+UPDATE data_keys SET kek_id = 'erased', wrapped = x''
+WHERE tenant = :tenant AND subject IS NOT NULL AND kek_id <> 'erased'
+RETURNING version
+
 -- name: delete_data_key
 DELETE FROM data_keys WHERE tenant = :tenant AND version = :version
 
@@ -1563,6 +1603,244 @@ ORDER BY oid LIMIT :limit
 DELETE FROM workspace_objects
 WHERE tenant = :tenant AND oid IN (SELECT value FROM json_each(:oids)) AND stored_at < :before
 
+-- Erasure (cairn.api.erasure) -------------------------------------------------------------------
+
+-- name: erasure_runs
+-- The runs an erasure covers: a tenant's runs of one subject, of one thread, or all of them.
+SELECT run_id, status, parent_run_id FROM runs
+WHERE tenant = :tenant AND (:subject IS NULL OR subject = :subject) AND (:thread_id IS NULL OR thread_id = :thread_id)
+
+-- name: delete_memory_items_of_subject
+DELETE FROM memory_items WHERE tenant = :tenant AND subject = :subject
+RETURNING tenant, namespace, key
+
+-- name: delete_memory_messages_of_subject
+DELETE FROM memory_thread_messages WHERE tenant = :tenant AND subject = :subject
+RETURNING 1
+
+-- name: insert_erasure
+INSERT INTO erasures (id, tenant, scope, digest, actor, started_at)
+VALUES (:id, :tenant, :scope, :digest, :actor, :now)
+
+-- name: finish_erasure
+UPDATE erasures SET finished_at = :now, counts = :counts, actor = :actor
+WHERE id = :id
+
+-- name: select_erasures
+-- The erasure records, newest first (of a tenant; an unfinished one of one target).
+SELECT id, tenant, scope, digest, actor, started_at, finished_at, counts, runs FROM erasures
+WHERE (:tenant IS NULL OR tenant = :tenant)
+  AND (:scope IS NULL OR (scope = :scope AND digest = :digest AND finished_at IS NULL))
+ORDER BY started_at DESC, id
+LIMIT :limit
+
+-- name: count_subject_memory
+-- What delete_memory_items_of_subject and delete_memory_messages_of_subject would delete (a dry run).
+SELECT (SELECT count(*) FROM memory_items WHERE tenant = :tenant AND subject = :subject)
+     + (SELECT count(*) FROM memory_thread_messages WHERE tenant = :tenant AND subject = :subject)
+
+-- name: note_erasure_runs
+UPDATE erasures SET runs = :runs WHERE id = :id
+
+-- name: select_erasure_runs
+-- The runs each erasure deleted (keyed digests, JSON), of a tenant.
+SELECT tenant, runs FROM erasures WHERE runs IS NOT NULL AND (:tenant IS NULL OR tenant = :tenant)
+
+-- Archived runs (issue 26 item 5; cairn/store/archivesql.py): a closed run's
+-- rows read whole for its archive, put back whole by a restore, deleted
+-- from the hot tables once the archive is recorded.
+-- name: archive_mailbox
+SELECT run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position FROM mailbox WHERE run_id = :run_id ORDER BY seq
+
+-- name: restore_mailbox
+INSERT INTO mailbox (run_id, seq, tenant, key, payload, payload_ref, sender, dedupe, sent_at, taken_at, taken_position)
+VALUES (:run_id, :seq, :tenant, :key, :payload, :payload_ref, :sender, :dedupe, :sent_at, :taken_at, :taken_position)
+
+-- name: delete_archived_mailbox
+DELETE FROM mailbox WHERE run_id = :run_id
+
+-- name: archive_approvals
+SELECT run_id, request_id, tenant, position, request_seq, action, type_name, schema, approvers, requested_at, expires_at, status, decided_by, decided_at, comment, decision_seq FROM approvals WHERE run_id = :run_id ORDER BY request_id
+
+-- name: restore_approvals
+INSERT INTO approvals (run_id, request_id, tenant, position, request_seq, action, type_name, schema, approvers, requested_at, expires_at, status, decided_by, decided_at, comment, decision_seq)
+VALUES (:run_id, :request_id, :tenant, :position, :request_seq, :action, :type_name, :schema, :approvers, :requested_at, :expires_at, :status, :decided_by, :decided_at, :comment, :decision_seq)
+
+-- name: delete_archived_approvals
+DELETE FROM approvals WHERE run_id = :run_id
+
+-- name: archive_memory_run
+SELECT run_id, key, tenant, value, value_ref, version, created_at, updated_at, position, operation_id, actor FROM memory_run WHERE run_id = :run_id ORDER BY key
+
+-- name: restore_memory_run
+INSERT INTO memory_run (run_id, key, tenant, value, value_ref, version, created_at, updated_at, position, operation_id, actor)
+VALUES (:run_id, :key, :tenant, :value, :value_ref, :version, :created_at, :updated_at, :position, :operation_id, :actor)
+
+-- name: delete_archived_memory_run
+DELETE FROM memory_run WHERE run_id = :run_id
+
+-- name: restore_history
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt, started_at, payload, payload_ref, detail, digest, link, tenant)
+VALUES (:run_id, :seq, :event, :at, :epoch, :worker, :position, :step_kind, :name, :input_hash, :attempt, :started_at, :payload, :payload_ref, :detail, :digest, :link, :tenant)
+
+-- name: delete_archived_history
+DELETE FROM history WHERE run_id = :run_id
+
+-- name: insert_run_archive
+INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor)
+VALUES (:run_id, :tenant, :ref, :entries, :last_seq, :last_link, :hot_bytes, :stored_bytes, :archived_at, :actor)
+
+-- name: run_archive
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor FROM run_archives WHERE run_id = :run_id
+
+-- name: delete_run_archive
+DELETE FROM run_archives WHERE run_id = :run_id
+
+-- name: insert_run_archive_ref
+INSERT INTO run_archive_refs (run_id, ref) VALUES (:run_id, :ref)
+
+-- name: delete_run_archive_refs
+DELETE FROM run_archive_refs WHERE run_id = :run_id
+
+-- name: archived_runs
+SELECT run_id FROM run_archives WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY run_id
+
+-- The closed runs last changed before the cutoff and not archived yet,
+-- oldest first (the pruning index: its predicate word for word).
+-- name: archivable_runs
+SELECT r.run_id FROM runs AS r
+WHERE r.updated_at < :cutoff
+  AND r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND NOT EXISTS (SELECT 1 FROM run_archives AS a WHERE a.run_id = r.run_id)
+  AND (:tenant IS NULL OR r.tenant = :tenant)
+ORDER BY r.updated_at, r.run_id LIMIT :limit
+
+-- == Retention (issue 26 part 3; cairn.store.retentionsql) ====================================
+
+-- name: retention_policies
+SELECT tenant, workflow, data_class, keep, updated_at, updated_by FROM retention_policies
+WHERE :tenant IS NULL OR tenant = :tenant OR tenant = '*'
+ORDER BY tenant, workflow, data_class
+
+-- SQLite has one writer: a policy change and its check are serialised already.
+-- name: lock_retention_policies
+SELECT 1
+
+-- name: upsert_retention_policy
+INSERT INTO retention_policies (tenant, workflow, data_class, keep, updated_at, updated_by)
+VALUES (:tenant, :workflow, :data_class, :keep, :now, :actor)
+ON CONFLICT (tenant, workflow, data_class) DO UPDATE
+SET keep = excluded.keep, updated_at = excluded.updated_at, updated_by = excluded.updated_by
+
+-- name: delete_retention_policy
+DELETE FROM retention_policies WHERE tenant = :tenant AND workflow = :workflow AND data_class = :data_class
+RETURNING tenant
+
+-- Take the controller's lease: renew it (same holder and epoch, the epoch
+-- kept), or take it over once it expired (the epoch bumped, so the old
+-- holder's fence fails). No row returned: someone else holds it.
+-- name: take_retention_lease
+INSERT INTO retention_lease (name, holder, epoch, expires_at) VALUES ('controller', :holder, 1, :until)
+ON CONFLICT (name) DO UPDATE SET
+    epoch = CASE WHEN retention_lease.holder = :holder AND retention_lease.epoch = :epoch
+                 THEN retention_lease.epoch ELSE retention_lease.epoch + 1 END,
+    holder = excluded.holder, expires_at = excluded.expires_at
+WHERE (retention_lease.holder = :holder AND retention_lease.epoch = :epoch) OR retention_lease.expires_at <= :now
+RETURNING epoch
+
+-- The fence of every deletion: the caller still holds the lease at its epoch.
+-- name: check_retention_fence
+SELECT 1 FROM retention_lease
+WHERE name = 'controller' AND holder = :holder AND epoch = :epoch AND expires_at > :now
+
+-- Before a run is deleted: its record (audit), with its last entry's link.
+-- name: record_deleted_runs
+INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, deleted_by)
+SELECT r.run_id, r.tenant, r.workflow, r.updated_at,
+       COALESCE((SELECT max(h.seq) FROM history AS h WHERE h.run_id = r.run_id), 0),
+       (SELECT h.link FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1),
+       :now, :actor
+FROM runs AS r WHERE r.run_id IN (SELECT value FROM json_each(:run_ids))
+ON CONFLICT (run_id) DO UPDATE SET
+    tenant = excluded.tenant, workflow = excluded.workflow, finished_at = excluded.finished_at,
+    last_seq = excluded.last_seq, head = excluded.head, deleted_at = excluded.deleted_at,
+    deleted_by = excluded.deleted_by
+
+-- name: deleted_runs
+SELECT run_id, tenant, workflow, finished_at, last_seq, head, deleted_at, deleted_by FROM retention_deleted
+WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY finished_at, run_id
+
+-- Audit records finished before the latest cutoff, a page at a time.
+-- name: deleted_run_candidates
+SELECT run_id, tenant, workflow, finished_at FROM retention_deleted
+WHERE finished_at < :cutoff AND (finished_at, run_id) > (:after_at, :after_id)
+ORDER BY finished_at, run_id LIMIT :page
+
+-- name: forget_deleted_run
+DELETE FROM retention_deleted WHERE run_id = :run_id AND finished_at = :finished_at RETURNING run_id
+
+-- Entries of finished runs whose body a class expires, older than the latest
+-- cutoff and not expired yet, a page at a time in (run_id, seq) order.
+-- name: body_candidates
+SELECT h.run_id, h.seq, r.tenant, r.workflow, h.at FROM history AS h JOIN runs AS r ON r.run_id = h.run_id
+WHERE r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted')
+  AND h.at < :cutoff
+  AND (h.run_id, h.seq) > (:after_run, :after_seq)
+  AND ((:cls = 'model-bodies' AND h.event = 'step.completed' AND h.step_kind = 'model'
+        AND (h.payload IS NOT NULL OR h.payload_ref IS NOT NULL))
+       OR (:cls = 'artifacts' AND h.payload_ref IS NOT NULL))
+  AND (h.payload IS NULL OR substr(h.payload, 1, 2) <> X'0003')
+ORDER BY h.run_id, h.seq LIMIT :page
+
+-- Expire one entry's body: a spilled payload's row goes, its artifact is
+-- queued for collection, the payload becomes the marker (the ref stays: the
+-- audit link covers it). Only on a finished run, only once.
+-- name: drop_spilled_body
+DELETE FROM history_payloads WHERE id = (
+    SELECT CAST(substr(payload, 3) AS INTEGER) FROM history
+    WHERE run_id = :run_id AND seq = :seq AND substr(payload, 1, 2) = X'0002')
+
+-- name: queue_body_artifact
+INSERT INTO artifact_gc (ref, queued_at)
+SELECT payload_ref, :now FROM history WHERE run_id = :run_id AND seq = :seq AND payload_ref IS NOT NULL
+ON CONFLICT (ref) DO NOTHING
+
+-- name: expire_body
+UPDATE history SET payload = :marker
+WHERE run_id = :run_id AND seq = :seq AND (payload IS NULL OR substr(payload, 1, 2) <> X'0003')
+  AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = history.run_id
+              AND r.status IN ('completed', 'failed', 'cancelled', 'quarantined', 'killed', 'halted'))
+RETURNING run_id
+
+-- Thread messages older than the latest cutoff, a page at a time.
+-- name: message_candidates
+SELECT tenant, thread_id, idx, created_at FROM memory_thread_messages
+WHERE created_at < :cutoff AND (tenant, thread_id, idx) > (:after_tenant, :after_thread, :after_idx)
+ORDER BY tenant, thread_id, idx LIMIT :page
+
+-- name: forget_message
+DELETE FROM memory_thread_messages
+WHERE tenant = :tenant AND thread_id = :thread_id AND idx = :idx AND created_at < :cutoff
+RETURNING idx
+
+-- A thread left without messages, last written before the cutoff.
+-- name: forget_empty_thread
+DELETE FROM memory_threads
+WHERE tenant = :tenant AND thread_id = :thread_id AND updated_at < :cutoff
+  AND NOT EXISTS (SELECT 1 FROM memory_thread_messages AS m
+                  WHERE m.tenant = memory_threads.tenant AND m.thread_id = memory_threads.thread_id)
+
+-- Long-term items last written before the latest cutoff, of one class
+-- (semantic: with index text), a page at a time.
+-- name: item_candidates
+SELECT tenant, namespace, key, updated_at FROM memory_items
+WHERE updated_at < :cutoff AND ((:semantic AND index_text IS NOT NULL) OR (NOT :semantic AND index_text IS NULL))
+  AND (tenant, namespace, key) > (:after_tenant, :after_namespace, :after_key)
+ORDER BY tenant, namespace, key LIMIT :page
+
+-- name: item_unchanged
+SELECT 1 FROM memory_items WHERE tenant = :tenant AND namespace = :namespace AND key = :key
+  AND updated_at = :updated_at
 -- name: oplog_lock
 -- The tenant's chain head is read under the write lock SQLite already holds.
 SELECT 1

@@ -52,7 +52,9 @@ CREATE TABLE runs (
     bundle           TEXT,
     -- The role and token the run was started with; never changed (0024).
     started_role     TEXT CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation')),
-    started_token    TEXT
+    started_token    TEXT,
+    -- Whose data the run holds (erasure by subject); never changed (0026).
+    subject          TEXT
 ) WITHOUT ROWID;  -- the run id B-tree is the table: one tree less to write per commit
 
 -- Deliberately few indexes: each one is written on every claim and finish.
@@ -269,6 +271,9 @@ CREATE TABLE schedules (
     last_run_id TEXT,
     fired_at    REAL,
     fired       INTEGER NOT NULL DEFAULT 0,
+    -- The role its ticks' runs are started with, as registered (0028; shown:
+    -- the run takes it from the declaration in code).
+    started_role TEXT CHECK (started_role IN ('viewer', 'operator', 'admin', 'installation')),
     PRIMARY KEY (tenant, name)
 ) WITHOUT ROWID;
 
@@ -326,6 +331,7 @@ CREATE TABLE memory_thread_messages (
     position     INTEGER,
     operation_id TEXT,
     actor        TEXT,
+    subject      TEXT,
     PRIMARY KEY (tenant, thread_id, idx)
 ) WITHOUT ROWID;
 
@@ -351,6 +357,7 @@ CREATE TABLE memory_items (
     operation_id TEXT,
     actor        TEXT,
     tier         TEXT NOT NULL DEFAULT 'hot',
+    subject      TEXT,
     PRIMARY KEY (tenant, namespace, key)
 );
 
@@ -580,6 +587,7 @@ CREATE TABLE data_keys (
     kek_id     TEXT NOT NULL,
     wrapped    BLOB NOT NULL,
     created_at REAL NOT NULL,
+    subject    TEXT,
     PRIMARY KEY (tenant, version)
 ) WITHOUT ROWID;
 -- Workspace objects (issue 27, cairn.workspace): the blobs, chunk lists and
@@ -624,6 +632,115 @@ CREATE TABLE audit_legacy (
     last_seq INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+-- Erasure (0026; issue 26, cairn.api.erasure): the subject indexes, its run's
+-- subject fixed, one live key per subject, and the erasure records.
+CREATE INDEX runs_subject ON runs (tenant, subject) WHERE subject IS NOT NULL;
+
+CREATE TRIGGER runs_subject_fixed
+BEFORE UPDATE OF subject ON runs
+WHEN NEW.subject IS NOT OLD.subject
+BEGIN
+    SELECT RAISE(ABORT, 'the subject of a run never changes');
+END;
+
+CREATE INDEX memory_items_subject ON memory_items (tenant, subject) WHERE subject IS NOT NULL;
+CREATE INDEX memory_thread_messages_subject ON memory_thread_messages (tenant, subject)
+    WHERE subject IS NOT NULL;
+
+CREATE UNIQUE INDEX data_keys_live_subject ON data_keys (tenant, subject)
+    WHERE subject IS NOT NULL AND kek_id <> 'erased';
+
+CREATE TABLE erasures (
+    id          TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL,
+    scope       TEXT NOT NULL CHECK (scope IN ('subject', 'thread', 'tenant')),
+    digest      TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    started_at  REAL NOT NULL,
+    finished_at REAL,
+    counts      TEXT,
+    -- keyed digests of the runs it deleted (JSON): an anchored checkpoint
+    -- that names one verifies it as erased, not as a run cut out
+    runs        TEXT
+) WITHOUT ROWID;
+
+CREATE INDEX erasures_target ON erasures (tenant, scope, digest);
+-- Archived runs (0027; issue 26 item 5, cairn.store.archive): the run row
+-- stays, its other rows live in one archive object (ref) until restored.
+CREATE TABLE run_archives (
+    run_id       TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    ref          TEXT NOT NULL,
+    entries      INTEGER NOT NULL,
+    last_seq     INTEGER NOT NULL,
+    last_link    BLOB,
+    hot_bytes    INTEGER NOT NULL,
+    stored_bytes INTEGER NOT NULL,
+    archived_at  REAL NOT NULL,
+    actor        TEXT
+) WITHOUT ROWID;
+CREATE INDEX run_archives_ref ON run_archives (ref);
+
+CREATE TABLE run_archive_refs (
+    run_id TEXT NOT NULL,
+    ref    TEXT NOT NULL,
+    PRIMARY KEY (run_id, ref)
+) WITHOUT ROWID;
+CREATE INDEX run_archive_refs_ref ON run_archive_refs (ref);
+
+CREATE TRIGGER runs_archived_fixed BEFORE UPDATE ON runs
+WHEN EXISTS (SELECT 1 FROM run_archives WHERE run_id = OLD.run_id)
+BEGIN
+    SELECT RAISE(ABORT, 'the run is archived: restore it before changing it');
+END;
+CREATE TRIGGER run_archives_of_deleted_run AFTER DELETE ON runs
+BEGIN
+    DELETE FROM run_archives WHERE run_id = OLD.run_id;
+    DELETE FROM run_archive_refs WHERE run_id = OLD.run_id;
+END;
+-- The retention controller (0025; issue 26 part 3, cairn.store.retention): the
+-- policies per data class, the controller's lease, and the record of each
+-- run deleted (its audit record once its history is gone).
+--
+-- A policy keeps one data class of one tenant's runs (or '*': every tenant
+-- without its own) of one workflow (or '*') for `keep` seconds (NULL:
+-- forever); the most specific policy that matches decides. `updated_by` is
+-- the actor who set it.
+CREATE TABLE retention_policies (
+    tenant     TEXT NOT NULL CHECK (tenant <> ''),
+    workflow   TEXT NOT NULL CHECK (workflow <> ''),
+    data_class TEXT NOT NULL,
+    keep       REAL CHECK (keep IS NULL OR keep >= 0),
+    updated_at REAL NOT NULL,
+    updated_by TEXT NOT NULL,
+    PRIMARY KEY (tenant, workflow, data_class)
+) WITHOUT ROWID;
+
+-- Who enforces the policies now: one controller at a time. Every deletion
+-- checks, in its own transaction, that its holder still holds the lease at
+-- its epoch (a takeover bumps the epoch), so a stale controller deletes nothing.
+CREATE TABLE retention_lease (
+    name       TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    epoch      INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID;
+
+-- A run deleted (by retention or prune), written in the transaction that
+-- deletes it: its tenant, workflow, when it finished, its last entry and that
+-- entry's audit link (the head an anchor may have signed), when and by whom.
+CREATE TABLE retention_deleted (
+    run_id      TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL,
+    workflow    TEXT NOT NULL,
+    finished_at REAL NOT NULL,
+    last_seq    INTEGER NOT NULL,
+    head        BLOB,
+    deleted_at  REAL NOT NULL,
+    deleted_by  TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE INDEX retention_deleted_finished ON retention_deleted (finished_at);
 -- The operator log (0032; issue 26, cairn/store/oplog.py): one append-only
 -- record per operator mutation of a non-run object, written in the mutation's
 -- transaction, hash-chained per tenant ('' : the installation's objects).
