@@ -280,3 +280,24 @@ def test_a_worker_records_the_bundles_it_stores_and_its_schedules(tmp_path: Path
     assert sorted(found) == [("", "bundle", "bundle.publish", "worker:w1", "lease"),
                              ("acme", "schedule", "schedule.register", "worker:w1", "lease")]
     app.close()
+
+
+def test_retention_policies_set_and_removed_are_recorded(place: str) -> None:
+    app = cairn.App(db=place)
+    app.operator.acting_as("user:ada").retention.set("model-bodies", "30d", tenant="acme")
+    with pytest.raises(InvalidArgument):  # audit shorter than history: refused in the transaction, no record
+        app.operator.retention.set("audit", "1d", tenant="acme")
+    assert app.operator.retention.remove("model-bodies", tenant="acme")
+    assert not app.operator.retention.remove("model-bodies", tenant="acme")  # none left: nothing recorded
+    app.operator.retention.set("history", "1y")  # the installation's default
+    found = [(e.tenant, e.object_id, e.event, e.actor, e.detail) for e in app.audit.log(kind="retention")]
+    assert found == [
+        ("acme", "*/model-bodies", "retention.set", "user:ada",
+         {"tenant": "acme", "workflow": "*", "class": "model-bodies", "keep": 30 * 86400.0}),
+        ("acme", "*/model-bodies", "retention.remove", ME,
+         {"tenant": "acme", "workflow": "*", "class": "model-bodies"}),
+        ("", "*/history", "retention.set", ME,
+         {"tenant": "*", "workflow": "*", "class": "history", "keep": 365 * 86400.0}),
+    ]
+    assert app.audit.verify().problems == []
+    app.close()
