@@ -60,7 +60,7 @@ def test_python_paths_record_their_actor_in_the_mutations_transaction(place: str
     token_id = minted.record.token_id
     bundle = app.get_run(app.list_runs()[0].run_id).bundle
     [published] = records(app, kind="bundle")  # stored by the first start, as whoever started it
-    assert published[:5] == ("", "bundle", bundle, "bundle.publish", ME)
+    assert published[:5] == ("acme", "bundle", bundle, "bundle.publish", ME)  # the starting tenant's log
     assert published[5]["workflow"] == "canary"
     assert [r for r in records(app) if r[1] != "bundle"] == [
         ("acme", "token", token_id, "token.mint", ME, {"name": "ci-bot", "role": "admin"}),

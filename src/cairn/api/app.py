@@ -743,7 +743,8 @@ class App:
             except GraphError as exc:
                 raise PayloadError(f"input 'state' of workflow {definition.name!r}: {exc}") from None
         payload = self.runtime.payloads.wrap(raw)
-        with acting(self.store, str(context["actor"]), "", "bundle", "", "bundle.publish",
+        # recorded in the starting tenant's log: a tenant's role may append to its own only
+        with acting(self.store, str(context["actor"]), tenant, "bundle", "", "bundle.publish",
                     {"workflow": definition.name, "version": definition.version}, auth=str(context["auth"])):
             bundle = self.runtime.registry.bundle_for(definition, self.store).bundle_id  # stored if new
         return NewRun(

@@ -23,7 +23,10 @@ Why plain digests even under encryption: the change holds no secret and no
 personal data (``record`` refuses the names of secret fields; a token's
 secret, a key's material never reach it), only what an auditor reads.
 
-Tenant ``""`` holds the installation's own objects (queue limits, bundles).
+Tenant ``""`` holds the installation's own objects (queue limits, retention
+defaults, bundles a worker not scoped to a tenant stores); a bundle stored
+when a run starts goes to that run's tenant's log (a tenant's PostgreSQL
+role may append to its own log only).
 """
 
 from __future__ import annotations

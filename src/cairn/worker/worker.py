@@ -122,7 +122,8 @@ class Worker:
         self._bundles_at = now
         store = self.runtime.store
         try:
-            with acting(store, f"worker:{self.worker_id}", "", "bundle", "", "bundle.publish"):
+            scoped = getattr(store, "tenant", None) or ""  # a tenant's role appends to its own log only
+            with acting(store, f"worker:{self.worker_id}", scoped, "bundle", "", "bundle.publish"):
                 registry.publish(store)  # each bundle new to the store is recorded
             self.bundles = registry.refresh(store)
             store.serve_bundles(self.bundles)
