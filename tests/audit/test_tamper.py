@@ -30,9 +30,11 @@ from typing import Any
 import pytest
 
 import cairn
+from cairn.store import oplog
+from cairn.store.admission import QueueLimits, QueueShare
 from cairn.store.auditlinks import GENESIS, digest, link
 from cairn.store.auditsql import ENTRY_COLUMNS
-from cairn.store.auditverify import Problem, check_anchor, verify_chains, verify_store
+from cairn.store.auditverify import Chains, Problem, check_anchor, verify_chains, verify_store
 from tests.audit.test_chain import made
 from tests.encryption.test_sealed_store import Raw, drive
 
@@ -283,4 +285,133 @@ def test_every_tampering_of_the_history_is_detected(place: str, sealed: bool) ->
         assert problems, f"{kind} written to the database went unnoticed"
     write_back(raw, rows)
     assert verify_store(store).problems == []  # and the original rows, written back, verify again
+    app.close()
+
+
+# -- the operator log (store.oplog): the same kinds of tampering, per tenant's chain ------------------
+
+OPLOG_TRIALS = 3000
+OCOL = {name: i for i, name in enumerate(oplog.COLUMNS)}
+
+
+class Rows:
+    """Operator log rows as a store answers them (``operator_log``), for the verifier."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = sorted(rows, key=lambda r: (r[0], r[1]))
+
+    def operator_log(self, tenant: str | None = None) -> list[Row]:
+        return [r for r in self.rows if tenant is None or r[0] == tenant]
+
+
+def oplog_verdict(rows: list[Row], heads: dict[str, tuple[int, bytes]]) -> list[Problem]:
+    chains = Chains()
+    oplog.verify_into(chains, Rows(rows), want={chain: seq for chain, (seq, _) in heads.items()})
+    tenant_of = {chain: oplog.tenant_of_chain(chain) for chain in heads}
+    return chains.problems + check_anchor(chains, heads, tenant_of, "the checkpoint")
+
+
+def oplog_tampered(rows: list[Row], backup: list[Row], kind: str, rng: random.Random) -> list[Row]:
+    """``rows`` with one tampering of ``kind``, as an attacker with write access would make it."""
+    logs: dict[str, list[Row]] = {}
+    for row in rows:
+        logs.setdefault(row[0], []).append(row)
+    tenant = rng.choice(sorted(t for t in logs if len(logs[t]) >= 2))
+    log = logs[tenant]
+    i = rng.randrange(len(log))
+    row = list(log[i])
+
+    def renumber(items: list[Row]) -> list[Row]:
+        return [(item[0], seq, *item[2:]) for seq, item in enumerate(items, 1)]
+
+    if kind in ("edit", "forge_actor", "relink"):
+        column = rng.choice(oplog.COLUMNS[2:]) if kind == "edit" else rng.choice(("actor", "auth"))
+        value = row[OCOL[column]]
+        if column == "at":
+            row[OCOL[column]] = value + rng.choice((0.001, -1.0, 3600.0))
+        elif column in ("digest", "link"):
+            data = bytearray(value)
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+            row[OCOL[column]] = bytes(data)
+        elif column == "change":
+            change = json.loads(value)
+            change["forged"] = rng.randrange(1000)
+            row[OCOL[column]] = json.dumps(change, sort_keys=True, separators=(",", ":"))
+        else:
+            row[OCOL[column]] = rng.choice(("cli:mallory@host", "user:mallory", "os-user", "x")) \
+                if value != "user:mallory" else "http:forged#1"
+        log[i] = tuple(row)
+        if kind == "relink":  # the digest and every link from there recomputed, as one knowing the algorithm
+            previous = GENESIS if i == 0 else bytes(log[i - 1][OCOL["link"]])
+            for j in range(i, len(log)):
+                item = list(log[j])
+                item[OCOL["digest"]] = oplog.change_digest(item[OCOL["change"]])
+                item[OCOL["link"]] = oplog.row_link(previous, tuple(item), item[OCOL["digest"]])
+                log[j] = tuple(item)
+                previous = item[OCOL["link"]]
+    elif kind == "delete":
+        del log[rng.randrange(len(log) - 1)]
+        if rng.random() < 0.5:
+            logs[tenant] = renumber(log)
+    elif kind == "insert":
+        donor = rng.choice(rows)
+        log.insert(rng.randrange(len(log) + 1), (tenant, 0, *donor[2:]))
+        logs[tenant] = renumber(log)
+    elif kind == "reorder":
+        a, b = sorted(rng.sample(range(len(log)), 2))
+        log[a], log[b] = log[b], log[a]
+        logs[tenant] = renumber(log)
+    elif kind == "truncate":
+        logs[tenant] = log[:-rng.randrange(1, len(log) + 1)]
+    elif kind == "rollback":
+        return list(backup)
+    elif kind == "splice":  # a record of another tenant's log, put in this one's place
+        other = rng.choice([r for r in rows if r[0] != tenant])
+        log[i] = (tenant, log[i][1], *other[2:])
+    return [r for t in sorted(logs) for r in logs[t]]
+
+
+def test_every_tampering_of_the_operator_log_is_detected(place: str) -> None:
+    app = cairn.App(db=place)
+    for i in range(3):
+        for tenant in ("a", "b"):
+            app.tokens.mint(tenant, "viewer", f"bot-{i}")
+        app.operator.set_queue(QueueLimits(f"q{i}", concurrency=i + 1))
+    store: Any = app.store
+    backup = list(store.operator_log())  # the "backup copy" a rollback restores
+    for tenant in ("a", "b"):
+        app.operator.set_queue_share(QueueShare("q1", tenant, concurrency=1))
+    rows = list(store.operator_log())
+    chains = Chains()
+    oplog.verify_into(chains, store)
+    assert chains.problems == []
+    heads = {chain: (h.seq, h.link) for chain, h in chains.heads.items()}  # the anchored checkpoint
+    assert oplog_verdict(rows, heads) == []  # the control: untouched rows pass
+    rng = random.Random(f"oplog-{place[:6]}")
+    tried: Counter[str] = Counter()
+    missed: list[tuple[str, int]] = []
+    for trial in range(OPLOG_TRIALS):
+        kind = KINDS[trial % len(KINDS)]
+        tampered = oplog_tampered(rows, backup, kind, rng)
+        if tampered == rows:
+            continue
+        tried[kind] += 1
+        if not oplog_verdict(tampered, heads):
+            missed.append((kind, trial))
+    print(f"\noperator log, {place.split(':')[0]}: {sum(tried.values())} trials, "
+          f"{sum(tried.values()) - len(missed)} detected; by kind {dict(tried)}")
+    assert sum(tried.values()) >= OPLOG_TRIALS - 10
+    assert missed == []
+    raw = Raw(place)  # a sample written into the database and verified by the store: the same verdicts
+    for trial in range(len(KINDS)):
+        tampered = oplog_tampered(rows, backup, KINDS[trial], rng)
+        raw("DELETE FROM operator_log")
+        for row in tampered:
+            raw("INSERT INTO operator_log VALUES (:a, :b, :c, :d, :e, :f, :g, :h, :i, :j, :k)",
+                **dict(zip("abcdefghijk", row, strict=True)))
+        stored = oplog_verdict(list(store.operator_log()), heads)
+        assert [str(p) for p in stored] == [str(p) for p in oplog_verdict(tampered, heads)]
+        assert stored, f"{KINDS[trial]} written to the database went unnoticed"
+        unanchored = KINDS[trial] in ("truncate", "rollback", "relink")  # the anchor alone catches these
+        assert app.audit.verify().verdict.value == "TAMPERED" or unanchored
     app.close()

@@ -129,7 +129,7 @@ def test_a_threads_history_page_is_read_from_the_end_of_its_key(app: cairn.App, 
     ``get_state_history`` asks) reads the newest rows of its primary key on
     SQLite, sorting nothing (the catch-all listing sorted every checkpoint of
     the tenant: 4.7 ms a first page at 3,000), and on PostgreSQL too since its
-    ids are "C" strings (migration 0042: before, the "C" order of ids in a key
+    ids are "C" strings (migration 0041: before, the "C" order of ids in a key
     of the database's collation sorted the thread's checkpoints). On both, the
     pages, with ``before`` too, are the newest first, as LangGraph lists them."""
     from cairn.langgraph import CairnSaver

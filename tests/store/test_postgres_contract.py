@@ -127,10 +127,10 @@ def test_migrations_are_applied_once_and_recorded_in_a_custom_schema(pg_url: str
                       ("mailbox",), ("memory_item_cold",), ("memory_items",),
                       ("memory_outbox",), ("memory_run",),
                       ("memory_thread_messages",), ("memory_threads",), ("memory_vectors",),
+                      ("operator_log",),
                       ("queue_buckets",), ("queue_shares",), ("queues",),
                       ("retention_deleted",), ("retention_lease",), ("retention_policies",),
-                      ("run_archive_refs",), ("run_archives",),
-                      ("runs",), ("schedules",),
+                      ("run_archive_refs",), ("run_archives",), ("runs",), ("schedules",),
                       ("schema_migrations",),
                       ("tenant_grants",),
                       ("tenant_privileges",), ("workspace_objects",)]

@@ -42,6 +42,7 @@ from cairn.store.checkpointsql import BlobRow, CheckpointRow, Holder, ThreadKey,
 from cairn.store.erasuresql import ErasureRecord
 from cairn.store.memrecords import ItemPut, MemoryScope, Provenance, RunPut, ThreadAppend
 from cairn.store.namespaces import encode_namespace
+from cairn.store.oplog import OperatorAction
 from cairn.store.postgres import PostgresStore
 from cairn.store.records import ApprovalRequest, Claim, EventType, Payload, RunFilter, RunStatus, TokenRecord
 from cairn.store.schedules import Fired, ScheduleSpec
@@ -528,6 +529,10 @@ def _acme_world(d: Deployment) -> str:
     assert d.owner.take_retention_lease("owner-controller", 3600.0) == 1
     d.as_role("owner", "INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, "
                        "deleted_at, deleted_by) VALUES ('a-gone', 'acme', 'wf', 0, 3, 0, 'cli:root')")
+    # the operator log (issue 26): a record of acme's, appended by its role through the store
+    mint = OperatorAction("acme", "token", "t-a", "token.mint", "http:acme#1", "api-token",
+                          {"name": "acme-bot"})
+    d.acme._operate(lambda tx: d.acme.record_operator_action(tx, mint))
     return ref
 
 
@@ -593,6 +598,8 @@ SNAPSHOTS = {
                           "ORDER BY tenant, workflow, data_class",
     "retention_lease": "SELECT * FROM retention_lease ORDER BY name",
     "retention_deleted": "SELECT * FROM retention_deleted ORDER BY run_id",
+    # the operator log (issue 26): a tenant's role reads and appends its own records only
+    "operator_log": "SELECT * FROM operator_log WHERE tenant <> 'globex' ORDER BY tenant, seq",
 }
 
 #: (table, statement): reads of acme's rows, which must return no row.
@@ -645,6 +652,8 @@ READS = [
     ("retention_policies", "SELECT keep FROM retention_policies WHERE tenant = 'acme'"),
     ("retention_lease", "SELECT holder FROM retention_lease"),
     ("retention_deleted", "SELECT run_id FROM retention_deleted"),
+    ("operator_log", "SELECT actor, change FROM operator_log WHERE tenant = 'acme'"),
+    ("operator_log", "SELECT seq FROM operator_log WHERE tenant = 'acme' FOR UPDATE"),
 ]
 
 #: (table, statement): writes to acme's rows or to shared state, which must change nothing.
@@ -859,6 +868,11 @@ WRITES = [
     ("retention_deleted", "DELETE FROM retention_deleted"),
     ("retention_deleted", "INSERT INTO retention_deleted (run_id, tenant, workflow, finished_at, last_seq, "
                           "deleted_at, deleted_by) VALUES ('g-fake', 'acme', 'wf', 0, 1, 0, 'evil')"),
+    ("operator_log", "UPDATE operator_log SET actor = 'evil'"),
+    ("operator_log", "DELETE FROM operator_log"),
+    ("operator_log", "INSERT INTO operator_log (tenant, seq, at, kind, object_id, action, actor, auth, "
+                     "change, digest, link) VALUES ('acme', 2, 0, 'token', 'x', 'token.revoke', 'evil', 'x', "
+                     "'{}', '\\x00', '\\x00')"),
 ]
 
 #: The session settings an attacker may choose: its own tenant, another's, none.

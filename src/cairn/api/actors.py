@@ -25,6 +25,7 @@ covers it, and ``cairn audit log`` shows it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from cairn.errors import InvalidArgument
@@ -76,3 +77,20 @@ def checked(given: Mapping[str, Any], tenant: str, default_auth: str) -> dict[st
     extra = {k: v for k, v in given.items() if k not in ("actor", "role", "scopes", "tenant", "auth")}
     vouched = f"{default_auth}, vouched for by the program"
     return context(actor, tenant, role=role, scopes=scopes, auth=auth or vouched, **extra)
+
+
+def acting(store: Any, actor: str, tenant: str, kind: str, object_id: str, action: str,
+           change: Mapping[str, Any] | None = None, auth: str | None = None) -> AbstractContextManager[None]:
+    """The context in which ``store``'s next recording mutation adds an
+    operator log record (``store.oplogsql``) of ``action`` by ``actor``
+    (authenticated as ``auth`` says, by default its prefix) on ``kind``/``object_id`` of
+    ``tenant``, in the mutation's own transaction. A store without an
+    operator log (none of Cairn's) records nothing."""
+    from cairn.store.oplog import OperatorAction
+
+    method = getattr(store, "acting", None)
+    if method is None:
+        return nullcontext()
+    context_manager: AbstractContextManager[None] = method(
+        OperatorAction(tenant, kind, object_id, action, actor, auth or auth_of(actor), dict(change or {})))
+    return context_manager

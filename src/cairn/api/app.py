@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from cairn.api import actors
+from cairn.api.actors import acting
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.audit import Audit
 from cairn.api.erasure import Erasure
@@ -568,7 +569,10 @@ class App:
         if reason:
             detail["reason"] = reason
         record = target.bundle.record()
-        self.store.put_bundles([record])
+        by = (operator or self.operator).actor
+        with acting(self.store, by, "", "bundle", record.bundle_id, "bundle.put",
+                    {"for": "migrate", "run_id": run_id}):
+            self.store.put_bundles([record])
         change = (operator or self.operator).migrate(run_id, record, detail,
                                                      checked_seq=history[-1].seq if history else 0)
         return report, change.run
@@ -739,11 +743,15 @@ class App:
             except GraphError as exc:
                 raise PayloadError(f"input 'state' of workflow {definition.name!r}: {exc}") from None
         payload = self.runtime.payloads.wrap(raw)
+        # recorded in the starting tenant's log: a tenant's role may append to its own only
+        with acting(self.store, str(context["actor"]), tenant, "bundle", "", "bundle.publish",
+                    {"workflow": definition.name, "version": definition.version}, auth=str(context["auth"])):
+            bundle = self.runtime.registry.bundle_for(definition, self.store).bundle_id  # stored if new
         return NewRun(
             run_id=run_id or new_run_id(), workflow=definition.name, workflow_version=definition.version,
             tenant=tenant, thread_id=thread_id, input=payload, queue=queue, priority=priority,
             budget=budget.to_dict() if budget is not None else None,
-            bundle=self.runtime.registry.bundle_for(definition, self.store).bundle_id, started_by=context,
+            bundle=bundle, started_by=context,
             started_role=started.role, started_token=started.token, subject=subject,
         )
 

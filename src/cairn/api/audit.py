@@ -16,8 +16,10 @@ entries with their actor.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import Any
 from cairn.api import auditanchor
 from cairn.api.erasure import run_digest
 from cairn.errors import InvalidArgument
+from cairn.store import oplog
 from cairn.store.auditverify import Chains, Problem, check_anchor, verify_store
 from cairn.store.contract import Store
 
@@ -53,6 +56,8 @@ class Report:
     before_chain: int = 0
     #: entries whose key was destroyed (erasure): their links verified, their contents unreadable
     erased: int = 0
+    #: of ``entries``, the operator log's records (``store.oplog``)
+    operator_records: int = 0
     #: anchored runs an erasure deleted (its record names them): gone, as recorded
     erased_runs: int = 0
     #: entries whose body a retention policy removed: their links verified, their bodies gone
@@ -70,6 +75,8 @@ class Report:
     def summary(self) -> str:
         """The verdict and why, in one line."""
         counted = f"{self.entries} entries of {self.runs} runs"
+        if self.operator_records:
+            counted += f" and operator logs ({self.operator_records} of the entries)"
         if self.before_chain:
             counted += f" ({self.before_chain} written before the audit chain existed, not verifiable)"
         if self.erased:
@@ -97,7 +104,7 @@ class Report:
         return {"verdict": self.verdict.value, "entries": self.entries, "runs": self.runs,
                 "anchored": self.anchored, "unanchored": self.unanchored, "before_chain": self.before_chain,
                 "erased": self.erased, "erased_runs": self.erased_runs, "expired": self.expired,
-                "deleted": self.deleted,
+                "deleted": self.deleted, "operator_records": self.operator_records,
                 "problems": [{"run_id": p.run_id, "seq": p.seq, "problem": p.what} for p in self.problems],
                 "anchors": self.anchors, "summary": self.summary()}
 
@@ -119,10 +126,16 @@ class AuditEvent:
     actor: str
     auth: str
     detail: dict[str, Any] | None
+    #: what was acted on: ``run`` (a history entry, ``object_id`` the run) or
+    #: an operator log record's object (``token``, ``queue``, ``key``...; ``run_id``
+    #: is then its chain's id, ``event`` its action, ``detail`` what changed)
+    kind: str = "run"
+    object_id: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"at": self.at, "tenant": self.tenant, "run_id": self.run_id, "seq": self.seq,
-                "event": self.event, "actor": self.actor, "auth": self.auth, "detail": self.detail}
+                "event": self.event, "actor": self.actor, "auth": self.auth, "detail": self.detail,
+                "kind": self.kind, "object_id": self.object_id or self.run_id}
 
 
 class Audit:
@@ -151,10 +164,14 @@ class Audit:
                 if run_id is None or run == run_id:
                     heads[run] = head
                     tenant_of[run] = checkpoint.tenant
-        chains = verify_store(self._store, tenant=tenant, run_id=run_id,
-                              want={run: seq for run, (seq, _) in heads.items()})
+        want = {run: seq for run, (seq, _) in heads.items()}
+        chains = verify_store(self._store, tenant=tenant, run_id=run_id, want=want)
+        records = 0
+        if run_id is None and hasattr(self._store, "operator_log"):
+            records = oplog.verify_into(chains, self._store, tenant=tenant, want=want)
         erased_runs = self._erased_runs(heads, tenant_of, chains)
-        report = Report(Verdict.UNANCHORED, chains.entries, len(chains.heads),
+        runs = sum(1 for name in chains.heads if not oplog.is_chain(name))
+        report = Report(Verdict.UNANCHORED, chains.entries, runs, operator_records=records,
                         before_chain=chains.before_chain, erased=chains.erased, expired=chains.expired,
                         problems=list(chains.problems), erased_runs=erased_runs)
         report.anchors = {t: c.at for t, c in checkpoints.items()}
@@ -219,14 +236,21 @@ class Audit:
 
     def log(self, *, tenant: str | None = None, run_id: str | None = None, actor: str | None = None,
             event: str | None = None, since: float | None = None,
-            limit: int | None = None) -> list[AuditEvent]:
+            limit: int | None = None, kind: str | None = None) -> list[AuditEvent]:
         """Who did what: every entry with its actor, oldest first (the last
-        ``limit``), filtered by tenant, run, actor (a substring), event (a
-        prefix) and time."""
+        ``limit``), filtered by tenant, run, actor (a substring), event or
+        operator action (a prefix), kind of object (``run``, ``token``,
+        ``queue``...) and time. Operator log records come with the runs'
+        entries unless ``run_id`` is given."""
         found: list[AuditEvent] = []
-        rows = self._store.audit_entries(tenant=tenant, run_id=run_id)  # type: ignore[attr-defined]
-        for row in rows:
-            item = event_of(row)
+        items: Iterable[AuditEvent] = ()
+        if kind in (None, "run"):
+            rows = self._store.audit_entries(tenant=tenant, run_id=run_id)  # type: ignore[attr-defined]
+            items = (event_of(row) for row in rows)
+        if run_id is None and kind != "run" and hasattr(self._store, "operator_log"):
+            records = (record_of(row) for row in self._store.operator_log(tenant=tenant))
+            items = itertools.chain(items, (r for r in records if kind is None or r.kind == kind))
+        for item in items:
             if actor is not None and actor not in item.actor:
                 continue
             if event is not None and not item.event.startswith(event):
@@ -236,6 +260,17 @@ class Audit:
             found.append(item)
         found.sort(key=lambda e: (e.at, e.run_id, e.seq))
         return found[-limit:] if limit else found
+
+
+def record_of(row: tuple[Any, ...]) -> AuditEvent:
+    """The log's view of an operator log row (``oplog.COLUMNS``)."""
+    try:
+        change = json.loads(row[8])
+    except (ValueError, TypeError):
+        change = {"damaged": str(row[8])[:200]}
+    return AuditEvent(float(row[2]), str(row[0]), oplog.chain_id(str(row[0])), int(row[1]), str(row[5]),
+                      str(row[6]), str(row[7]), change if isinstance(change, dict) else {"value": change},
+                      kind=str(row[3]), object_id=str(row[4]))
 
 
 def event_of(row: tuple[Any, ...]) -> AuditEvent:

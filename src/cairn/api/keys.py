@@ -16,9 +16,11 @@ What ``cairn keys`` does, on the App's sealed store (``cairn.store.sealed``):
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from cairn.api.actors import acting
 from cairn.errors import ConfigError, PayloadError
 from cairn.security.envelope import SealError
 from cairn.store.records import RunFilter
@@ -66,8 +68,10 @@ def sealed_store(store: Any) -> SealedStore:
 class Keys:
     """``cairn keys`` over one App's store."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, actor: str | None = None) -> None:
         self.store = sealed_store(store)
+        #: who rotates keys (the operator log's actor; default: this program)
+        self.actor = actor or f"app:{os.getpid()}"
 
     def tenants(self, tenant: str | None = None) -> list[str]:
         return [tenant] if tenant is not None else self.store.keys.tenants()
@@ -83,7 +87,11 @@ class Keys:
         return found
 
     def rotate(self, tenant: str | None = None) -> list[tuple[str, int]]:
-        return [(name, self.store.rotate(name)) for name in self.tenants(tenant)]
+        done = []
+        for name in self.tenants(tenant):
+            with acting(self.store, self.actor, name, "key", name, "key.rotate"):
+                done.append((name, self.store.rotate(name)))
+        return done
 
     def rewrap(self) -> int:
         return self.store.rewrap()

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from cairn.api.actors import acting
 from cairn.api.approvals import NO_EDIT, ApprovalView
 from cairn.api.approvals import view as approval_view
 from cairn.api.erasure import KILL_REASON, Erasure, Target
@@ -107,6 +108,13 @@ class BundleView:
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def limits_change(limits: QueueLimits | QueueShare) -> dict[str, Any]:
+    """A queue's limits or a tenant's share as the operator log records them."""
+    return {f.name: (None if v is None else {"limit": v.limit, "period": v.period, "burst": v.burst}
+                     if hasattr(v, "period") else v)
+            for f in fields(limits) for v in (getattr(limits, f.name),)}
 
 
 def app_actor() -> str:
@@ -407,7 +415,9 @@ class Operator:
 
     def set_queue(self, limits: QueueLimits) -> QueueLimits:
         """Replace a queue's limits for every worker (none: unlimited)."""
-        self._store.set_queue(limits)
+        with acting(self._store, self.actor, "", "queue", limits.name,
+                    "queue.clear" if limits.unlimited else "queue.set", limits_change(limits)):
+            self._store.set_queue(limits)
         return limits
 
     def clear_queue(self, name: str) -> QueueLimits:
@@ -421,7 +431,9 @@ class Operator:
         never raises them, never touches another tenant; a rate above the
         queue's per-tenant rate raises ``InvalidArgument``
         (``cairn.store.admission``)."""
-        self._store.set_queue_share(share)
+        with acting(self._store, self.actor, share.tenant, "queue_share", share.queue,
+                    "queue_share.clear" if share.unset else "queue_share.set", limits_change(share)):
+            self._store.set_queue_share(share)
         return share
 
     def queue_shares(self, tenant: str | None = None) -> list[QueueShare]:

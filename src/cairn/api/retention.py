@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import AbstractContextManager
+from typing import Any
 
+from cairn.api.actors import acting
 from cairn.errors import InvalidArgument
 from cairn.store import retention as rt
 from cairn.store.contract import Store
@@ -40,7 +43,8 @@ class Retention:
         a bad class, period or scope, or an audit policy shorter than the
         history it covers; nothing is stored then."""
         checked = rt.policy(tenant, workflow, data_class, keep)
-        stored = self._store.set_retention_policy(checked, self.actor)
+        with self._acting(checked, "retention.set", {"keep": checked.keep}):
+            stored = self._store.set_retention_policy(checked, self.actor)
         log.info("retention policy set by %s: %s", self.actor, stored.describe())
         return stored
 
@@ -52,7 +56,8 @@ class Retention:
         """Remove a policy (refused if audit records would then outlive
         less than their history); false when there was none."""
         checked = rt.policy(tenant, workflow, data_class, None)
-        gone = self._store.remove_retention_policy(checked.tenant, checked.workflow, checked.data_class)
+        with self._acting(checked, "retention.remove", {}):
+            gone = self._store.remove_retention_policy(checked.tenant, checked.workflow, checked.data_class)
         if gone:
             log.info("retention policy removed by %s: %s of tenant %s workflow %s", self.actor,
                      checked.data_class, checked.tenant, checked.workflow)
@@ -70,6 +75,14 @@ class Retention:
             raise InvalidArgument("another retention controller (a worker's) holds the lease: it "
                                   "enforces the policies now; try again once its pass is over")
         return done
+
+    def _acting(self, policy: Policy, action: str, change: dict[str, Any]) -> AbstractContextManager[None]:
+        """The operator log's record of a policy change (the installation's
+        defaults, tenant ``*``, under the installation's log, ``''``)."""
+        tenant = "" if policy.tenant == "*" else policy.tenant
+        return acting(self._store, self.actor, tenant, "retention", f"{policy.workflow}/{policy.data_class}",
+                      action, {"tenant": policy.tenant, "workflow": policy.workflow,
+                               "class": str(policy.data_class), **change})
 
     def _holder(self) -> str:
         return f"{self.actor}#{os.getpid()}"

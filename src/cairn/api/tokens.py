@@ -27,6 +27,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from cairn.api.actors import acting
 from cairn.errors import CairnError, InvalidArgument
 from cairn.store.contract import Store
 from cairn.store.records import TokenRecord, check_names
@@ -107,7 +108,9 @@ class Tokens:
         secret = secrets.token_urlsafe(32)
         record = TokenRecord(token_id=token_id, tenant=tenant, role=chosen.value, name=name,
                              digest=digest(secret), created_at=time.time(), created_by=self.actor)
-        self._store.create_token(record)
+        with acting(self._store, self.actor, tenant, "token", token_id, "token.mint",
+                    {"name": name, "role": chosen.value}):
+            self._store.create_token(record)
         return Minted(record, f"{_PREFIX}{token_id}_{secret}")
 
     def check(self, token: str) -> Principal:
@@ -140,4 +143,7 @@ class Tokens:
 
     def revoke(self, token_id: str) -> bool:
         """Refuse the token from now on; false if it was unknown or revoked already."""
-        return self._store.revoke_token(token_id)
+        record = self._store.get_token(token_id)
+        tenant = record.tenant if record is not None else ""
+        with acting(self._store, self.actor, tenant, "token", token_id, "token.revoke"):
+            return self._store.revoke_token(token_id)

@@ -37,7 +37,8 @@ def audit(db: str | None) -> None:
     cairn audit keygen KEYFILE             a signing key (KEYFILE, KEYFILE.pub)
     cairn audit checkpoint --key K --anchor FILE [--tenant T]
     cairn audit verify --anchor FILE [--key K.pub] [--tenant T] [--run R]
-    cairn audit log [--tenant T] [--run R] [--actor A] [--event E] [--since 1d] [--json]
+    cairn audit log [--tenant T] [--run R] [--actor A] [--event E] [--kind K] [--action A] [--since 1d]
+                    [--json]
 
     Every history entry is chained to the one before it (SHA-256 over its
     metadata, its actor included, and the digest of its plaintext) by the
@@ -109,18 +110,25 @@ def audit_verify(ctx: click.Context, anchor: Path | None, key: Path | None, tena
 @click.option("--run", "run_id", default=None, help="Only this run.")
 @click.option("--actor", default=None, help="Only actors containing this text (e.g. cli:, http:, worker:).")
 @click.option("--event", default=None, help="Only entries whose type starts so (e.g. run.cancelled, run.).")
+@click.option("--kind", default=None,
+              help="Only this kind of object: run, or an operator log's (token, queue, queue_share, "
+                   "schedule, key, bundle...).")
+@click.option("--action", default=None, help="Only operator actions starting so (e.g. token., queue.set).")
 @click.option("--since", default=None, help="Only the last duration (e.g. 1d, 12h).")
 @click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True, help="The last N.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @db_option
 @click.pass_context
 def audit_log(ctx: click.Context, tenant: str | None, run_id: str | None, actor: str | None,
-              event: str | None, since: str | None, limit: int, as_json: bool, db: str | None) -> None:
-    """Who did what: every history entry with its actor and how it was authenticated."""
+              event: str | None, kind: str | None, action: str | None, since: str | None, limit: int,
+              as_json: bool, db: str | None) -> None:
+    """Who did what: every history entry and operator action with its actor and how it was authenticated."""
     after = time.time() - parse_duration(since) if since is not None else None
+    if event is not None and action is not None:
+        raise click.UsageError("give --event or --action, not both (both filter the same field)")
     with open_session(db_from_context(ctx, db), None, read_only=True) as session:
-        found = session.app.audit.log(tenant=tenant, run_id=run_id, actor=actor, event=event, since=after,
-                                      limit=limit)
+        found = session.app.audit.log(tenant=tenant, run_id=run_id, actor=actor, event=event or action,
+                                      since=after, limit=limit, kind=kind)
     if as_json:
         for item in found:
             echo_json(item.as_dict())
@@ -130,4 +138,6 @@ def audit_log(ctx: click.Context, tenant: str | None, run_id: str | None, actor:
         return
     for item in found:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(item.at))
-        echo(f"{stamp}  {item.tenant}  {item.run_id}#{item.seq}  {item.event}  {item.actor} ({item.auth})")
+        where = f"{item.run_id}#{item.seq}" if item.kind == "run" else f"{item.kind} {item.object_id} " \
+            f"({item.run_id}#{item.seq})"
+        echo(f"{stamp}  {item.tenant or '(installation)'}  {where}  {item.event}  {item.actor} ({item.auth})")

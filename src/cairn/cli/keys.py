@@ -80,7 +80,7 @@ def keys_status(ctx: click.Context, tenant: str | None, as_json: bool, db: str |
 def keys_rotate(ctx: click.Context, tenant: str | None, kek: bool, db: str | None) -> None:
     """A new data key version (sealing new writes at once), or a KEK rewrap."""
     with open_session(db_from_context(ctx, db), None) as session:
-        admin = Keys(session.app.store)
+        admin = Keys(session.app.store, session.operator.actor)
         if kek:
             echo(f"rewrapped {admin.rewrap()} data keys with the current KEK")
             return

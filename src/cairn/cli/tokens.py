@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from cairn.api.tokens import Role
+from cairn.api.tokens import Role, Tokens
 
 from . import render
 from .loading import open_session
@@ -92,7 +92,7 @@ def tokens_list(ctx: click.Context, tenant: str | None, as_json: bool, db: str |
 def tokens_revoke(ctx: click.Context, token_id: str, db: str | None) -> None:
     """Refuse a token from now on."""
     with open_session(db_from_context(ctx, db), None) as session:
-        revoked = session.app.tokens.revoke(token_id)
+        revoked = Tokens(session.app.store, session.operator.actor).revoke(token_id)  # the log's actor
         known = any(t.token_id == token_id for t in session.app.tokens.list())
     if revoked:
         echo(f"revoked token {token_id}")

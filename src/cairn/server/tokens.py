@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import msgspec
 from starlette.responses import JSONResponse
 
-from cairn.api.tokens import Role
+from cairn.api.tokens import Role, Tokens
 from cairn.server.errors import ApiError, not_found
 from cairn.server.routing import Call, Endpoint
 from cairn.store.records import TokenRecord
@@ -46,9 +46,7 @@ def mint_token(call: Call[Any]) -> Any:
     if not call.principal.role.allows(body.role):  # a tenant admin never makes itself the installation
         raise ApiError(403, "forbidden", f"a {call.principal.role.value} token cannot mint a "
                                          f"{body.role.value} token (cairn tokens mint can)")
-    tokens = call.app.tokens
-    tokens.actor = call.principal.actor
-    minted = tokens.mint(call.principal.tenant, body.role, body.name)
+    minted = _as_caller(call).mint(call.principal.tenant, body.role, body.name)
     return JSONResponse({**token_json(minted.record), "token": minted.secret}, status_code=201)
 
 
@@ -57,7 +55,14 @@ def revoke_token(call: Call[Any]) -> Any:
     mine = {t.token_id for t in call.app.tokens.list(call.principal.tenant)}
     if token_id not in mine:
         raise not_found(f"no token with id {token_id!r}")
-    return {"token_id": token_id, "revoked": call.app.tokens.revoke(token_id)}
+    return {"token_id": token_id, "revoked": _as_caller(call).revoke(token_id)}
+
+
+def _as_caller(call: Call[Any]) -> Tokens:
+    """The tokens acting as the presented token (its identity is the
+    operator log's actor), of this request only: never the app's shared
+    ``Tokens``, whose actor a concurrent request would see changed."""
+    return Tokens(call.app.store, call.principal.actor)
 
 
 ROUTES = [

@@ -93,7 +93,14 @@ class SQLKeys(Generic[Tx]):
                 "created_at": row.created_at})
             for found in self._query(tx, "select_data_keys", {"tenant": row.tenant}):
                 if int(found[1]) == row.version:
-                    return _row(found)
+                    stored = _row(found)
+                    if stored.kek_id == row.kek_id and stored.created_at == row.created_at:
+                        # ours (not a concurrent rotation's): the operator log's record, if acting
+                        # (store.oplogsql); the version and KEK id only, never the key
+                        log = getattr(self, "_log_action", None)
+                        if log is not None:
+                            log(tx, version=row.version, kek_id=row.kek_id)
+                    return stored
             raise AssertionError("a data key inserted is not read back")
 
         return self._operate(body)

@@ -1363,7 +1363,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
     def put_artifact_at(self, ref: str, data: bytes) -> None:
         """A tenant's role stores under a name only through ``store_artifact_at``
-        (migration 0041), which adds a name never taken and never replaces bytes."""
+        (migration 0040), which adds a name never taken and never replaces bytes."""
         lc.check_artifact_name(ref)
         params = {"ref": ref, "now": self.clock()}
         with self._conn() as conn:

@@ -92,6 +92,7 @@ class SQLRetention(Generic[Tx]):
             self._query(tx, "upsert_retention_policy", {
                 "tenant": policy.tenant, "workflow": policy.workflow, "data_class": policy.data_class.value,
                 "keep": policy.keep, "now": now, "actor": actor})
+            _log(self, tx)
             return Policy(policy.tenant, policy.workflow, policy.data_class, policy.keep, now, actor)
 
         return self._operate(body)
@@ -107,7 +108,10 @@ class SQLRetention(Generic[Tx]):
                 return False
             rt.check([p for p in current if p.scope != (tenant, workflow, cls)])
             params = {"tenant": tenant, "workflow": workflow, "data_class": cls.value}
-            return bool(self._query(tx, "delete_retention_policy", params))
+            gone = bool(self._query(tx, "delete_retention_policy", params))
+            if gone:
+                _log(self, tx)
+            return gone
 
         return self._operate(body)
 
@@ -221,6 +225,14 @@ class SQLRetention(Generic[Tx]):
             run_id, finished_at = key
             return bool(self._query(tx, "forget_deleted_run", {"run_id": run_id, "finished_at": finished_at}))
         return False
+
+
+def _log(store: Any, tx: Any) -> None:
+    """The operator log's record of the change, if the caller is acting
+    (``store.oplogsql``), in the change's transaction."""
+    log = getattr(store, "_log_action", None)
+    if log is not None:
+        log(tx)
 
 
 def _policy(row: Sequence[Any]) -> Policy:

@@ -46,6 +46,7 @@ from cairn.store.checkpointsql import SQLCheckpoints
 from cairn.store.erasuresql import SQLErasure
 from cairn.store.keysql import SQLKeys
 from cairn.store.memsql import SQLMemory
+from cairn.store.oplogsql import SQLOperatorLog
 from cairn.store.records import (
     Approval,
     ApprovalRequest,
@@ -121,7 +122,8 @@ class Hold(Enum):
 
 
 class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx], SQLArchive[Tx],
-               SQLAudit[Tx], SQLErasure[Tx], SQLRetention[Tx], Generic[Tx]):
+               SQLAudit[Tx], SQLErasure[Tx], SQLRetention[Tx],
+               SQLOperatorLog[Tx], Generic[Tx]):
     """The operator transitions of ``contract.Store`` over a dialect's
     primitives; ``Tx`` is the dialect's transaction handle. The memory tiers
     are ``memsql.SQLMemory``'s, over the vector index of long-term memory
@@ -531,6 +533,7 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
             params = queue_params(limits, self.clock())  # in the transaction: SQLite's write lock held
             self._changed(tx, "delete_queue" if limits.unlimited else "upsert_queue", params)
             self._changed(tx, "delete_stale_buckets", params)
+            self._log_action(tx)
 
         self._in_write(body)
 
@@ -552,6 +555,7 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
             admission.check_share(share, limits.get(share.queue))
             params = share_params(share, self.clock())  # in the transaction: SQLite's write lock held
             self._changed(tx, "delete_share" if share.unset else "upsert_share", params)
+            self._log_action(tx)
 
         self._in_write(body)
 
@@ -561,8 +565,15 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
     # -- schedules (store/schedules.py) ------------------------------------------
 
     def register_schedule(self, spec: ScheduleSpec) -> ScheduleState:
-        return self._in_write(lambda tx: schedule_from_row(
-            self._query(tx, "upsert_schedule", schedule_params(spec, self.clock()))[0]))
+        def body(tx: Tx) -> ScheduleState:
+            before = self._query(tx, "lock_schedule", {"tenant": spec.tenant, "name": spec.name})
+            params = schedule_params(spec, self.clock())
+            state = schedule_from_row(self._query(tx, "upsert_schedule", params)[0])
+            if not before or schedule_from_row(before[0]).spec != spec:  # each worker's start re-registers
+                self._log_action(tx, created=not before)
+            return state
+
+        return self._in_write(body)
 
     def list_schedules(self, tenant: str | None = None) -> list[ScheduleState]:
         return [schedule_from_row(row) for row in self._select("select_schedules", {"tenant": tenant})]
@@ -706,6 +717,7 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
             self._query(tx, "insert_token", {
                 "token_id": token.token_id, "tenant": token.tenant, "role": token.role, "name": token.name,
                 "digest": token.digest, "created_at": token.created_at, "created_by": token.created_by})
+            self._log_action(tx)
 
         self._operate(body)
 
@@ -721,6 +733,7 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
             live = any(row[7] is None for row in self._query(tx, "select_token", {"token_id": token_id}))
             if live:
                 self._query(tx, "revoke_token", {"token_id": token_id, "now": self.clock()})
+                self._log_action(tx)
             return live
 
         return self._operate(body)
@@ -739,9 +752,12 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
         def body(tx: Tx) -> None:
             now = self.clock()
             for b in bundles:
-                self._query(tx, "insert_bundle", {"bundle_id": b.bundle_id, "workflow": b.workflow,
-                                                  "version": b.version, "code": b.code,
-                                                  "content": b.content, "now": now})
+                if self._changed(tx, "insert_bundle", {"bundle_id": b.bundle_id, "workflow": b.workflow,
+                                                       "version": b.version, "code": b.code,
+                                                       "content": b.content, "now": now}):
+                    # a bundle new to the store (one already there is not a change)
+                    self._log_action(tx, object_id=b.bundle_id, workflow=b.workflow, version=b.version,
+                                     code=b.code)
 
         if bundles:
             self._operate(body)

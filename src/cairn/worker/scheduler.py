@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from cairn.api.actors import acting
 from cairn.engine.runtime import Runtime
 from cairn.engine.schedules import MAX_TICKS_PER_PASS, Schedule, tick_text
 from cairn.errors import StoreError
@@ -67,7 +68,12 @@ class Scheduler(SideLoop):
             if key in self._registered or self._retry_at.get(key, 0.0) > now:
                 continue
             try:
-                self.store.register_schedule(schedule.spec())
+                spec = schedule.spec()
+                with acting(self.store, f"worker:{self.worker_id or 'scheduler'}", spec.tenant, "schedule",
+                            spec.name, "schedule.register", {"workflow": spec.workflow, "cron": spec.cron,
+                                                             "timezone": spec.timezone, "missed": spec.missed,
+                                                             "grace": spec.grace}):
+                    self.store.register_schedule(spec)
             except StoreError as exc:
                 self._retry_at[key] = now + REGISTER_RETRY_SECONDS
                 log.warning("schedule %s of tenant %s cannot be registered (%s); this worker will not "

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from cairn.api.actors import acting
 from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
 from cairn.errors import StoreError
@@ -121,7 +122,9 @@ class Worker:
         self._bundles_at = now
         store = self.runtime.store
         try:
-            registry.publish(store)
+            scoped = getattr(store, "tenant", None) or ""  # a tenant's role appends to its own log only
+            with acting(store, f"worker:{self.worker_id}", scoped, "bundle", "", "bundle.publish"):
+                registry.publish(store)  # each bundle new to the store is recorded
             self.bundles = registry.refresh(store)
             store.serve_bundles(self.bundles)
         except StoreError as exc:

@@ -435,7 +435,7 @@ ON CONFLICT (ref) DO UPDATE SET touched_at = GREATEST(artifacts.touched_at, excl
 -- name: touch_artifact_at
 UPDATE artifacts SET touched_at = GREATEST(touched_at, %(now)s::float8) WHERE ref = %(ref)s::text
 
--- A tenant's role, through the SECURITY DEFINER function of migration 0041.
+-- A tenant's role, through the SECURITY DEFINER function of migration 0040.
 -- name: store_artifact_at
 SELECT store_artifact_at(%(ref)s::text, %(data)s::bytea, %(now)s::float8)
 
@@ -1612,7 +1612,7 @@ LIMIT %(limit)s::bigint
 
 -- name: lg_list_thread
 -- a page of one thread's namespace, newest first: ids in "C" order, the key's own since
--- migration 0042, so the primary key is read backwards and stops after the page
+-- migration 0041, so the primary key is read backwards and stops after the page
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
@@ -2273,3 +2273,22 @@ ORDER BY tenant, namespace, key LIMIT %(page)s::bigint
 -- name: item_unchanged
 SELECT 1 FROM memory_items WHERE tenant = %(tenant)s::text AND namespace = %(namespace)s::text
   AND key = %(key)s::text AND updated_at = %(updated_at)s::float8
+-- name: oplog_lock
+-- Two transactions appending to one tenant's chain queue here (the head is
+-- then read after the other's commit), so neither links from a stale head.
+SELECT pg_advisory_xact_lock(hashtextextended('cairn.operator_log/' || %(tenant)s::text, 0))
+
+-- name: oplog_head
+SELECT seq, link FROM operator_log WHERE tenant = %(tenant)s::text ORDER BY seq DESC LIMIT 1
+
+-- name: insert_oplog
+INSERT INTO operator_log (tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link)
+VALUES (%(tenant)s::text, %(seq)s::bigint, %(at)s::float8, %(kind)s::text, %(object_id)s::text,
+        %(action)s::text, %(actor)s::text, %(auth)s::text, %(change)s::text, %(digest)s::bytea,
+        %(link)s::bytea)
+
+-- name: oplog_entries
+SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link FROM operator_log
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+  AND (tenant, seq) > (%(after_tenant)s::text, %(after_seq)s::bigint)
+ORDER BY tenant, seq LIMIT %(page)s::int

@@ -1849,3 +1849,18 @@ ORDER BY tenant, namespace, key LIMIT :page
 -- name: item_unchanged
 SELECT 1 FROM memory_items WHERE tenant = :tenant AND namespace = :namespace AND key = :key
   AND updated_at = :updated_at
+-- name: oplog_lock
+-- The tenant's chain head is read under the write lock SQLite already holds.
+SELECT 1
+
+-- name: oplog_head
+SELECT seq, link FROM operator_log WHERE tenant = :tenant ORDER BY seq DESC LIMIT 1
+
+-- name: insert_oplog
+INSERT INTO operator_log (tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link)
+VALUES (:tenant, :seq, :at, :kind, :object_id, :action, :actor, :auth, :change, :digest, :link)
+
+-- name: oplog_entries
+SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link FROM operator_log
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (tenant, seq) > (:after_tenant, :after_seq)
+ORDER BY tenant, seq LIMIT :page

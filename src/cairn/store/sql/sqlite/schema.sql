@@ -741,3 +741,20 @@ CREATE TABLE retention_deleted (
 ) WITHOUT ROWID;
 
 CREATE INDEX retention_deleted_finished ON retention_deleted (finished_at);
+-- The operator log (0029; issue 26, cairn/store/oplog.py): one append-only
+-- record per operator mutation of a non-run object, written in the mutation's
+-- transaction, hash-chained per tenant ('' : the installation's objects).
+CREATE TABLE operator_log (
+    tenant    TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    at        REAL NOT NULL,
+    kind      TEXT NOT NULL,
+    object_id TEXT NOT NULL,
+    action    TEXT NOT NULL,
+    actor     TEXT NOT NULL,
+    auth      TEXT NOT NULL,
+    change    TEXT NOT NULL,
+    digest    BLOB NOT NULL,
+    link      BLOB NOT NULL,
+    PRIMARY KEY (tenant, seq)
+) WITHOUT ROWID;

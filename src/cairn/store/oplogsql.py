@@ -1,0 +1,99 @@
+"""The operator log's rows in the SQL stores (``store.oplog``): appended in
+the transaction of the mutation they record, read a page at a time.
+
+Two ways in:
+
+- ``record_operator_action(tx, action)``: for a store method that has the
+  transaction at hand (a new mutation such as retention policies' set/rm
+  calls it in its own ``_operate`` body).
+- ``acting(action)``: a context in which the next mutation of the existing
+  store methods that record (tokens, queues, schedules, keys, bundles) adds
+  ``action`` inside its transaction. The façades above the store (``Tokens``,
+  ``Operator``, ``Keys``, the scheduler, the bundle registry) know the actor;
+  the layers in between (a ``SealedStore``, its ``DataKeys``) need not. A
+  mutation that fails rolls its record back with it; one that writes nothing
+  records nothing. The action is this store's and this thread's only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Generic, TypeVar
+
+from cairn.store.auditlinks import GENESIS
+from cairn.store.auditlinks import link as chain_link
+from cairn.store.oplog import OperatorAction, change_digest, meta
+
+Tx = TypeVar("Tx")
+T = TypeVar("T")
+
+PAGE = 2000
+
+_ambient = threading.local()
+
+
+class SQLOperatorLog(Generic[Tx]):
+    """Operator log rows over a dialect's primitives."""
+
+    clock: Callable[[], float]
+
+    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def record_operator_action(self, tx: Tx, action: OperatorAction, at: float | None = None) -> int:
+        """Append ``action`` to its tenant's operator log inside ``tx``, the
+        transaction of the mutation it records; its ``seq``."""
+        change = action.canonical_change()
+        self._query(tx, "oplog_lock", {"tenant": action.tenant})
+        head = self._query(tx, "oplog_head", {"tenant": action.tenant})
+        seq, previous = (int(head[0][0]) + 1, bytes(head[0][1])) if head else (1, GENESIS)
+        when = self.clock() if at is None else float(at)
+        record_digest = change_digest(change)
+        record_link = chain_link(previous, meta(action.tenant, seq, when, action.kind, action.object_id,
+                                                action.action, action.actor, action.auth), record_digest)
+        self._query(tx, "insert_oplog", {
+            "tenant": action.tenant, "seq": seq, "at": when, "kind": action.kind,
+            "object_id": action.object_id, "action": action.action, "actor": action.actor,
+            "auth": action.auth, "change": change, "digest": record_digest, "link": record_link})
+        return seq
+
+    @contextmanager
+    def acting(self, action: OperatorAction) -> Iterator[None]:
+        """Within the block, the next recording mutation of this thread adds
+        ``action`` in its transaction (see the module doc)."""
+        outer = getattr(_ambient, "action", None)
+        _ambient.action = (self, action)
+        try:
+            yield
+        finally:
+            _ambient.action = outer
+
+    def _log_action(self, tx: Tx, object_id: str | None = None, **more: Any) -> None:
+        """Record the ambient action (``acting``), if any, inside ``tx``;
+        ``object_id`` (if given) names the object, ``more`` is added to its
+        change (what the transaction found)."""
+        ambient: tuple[object, OperatorAction] | None = getattr(_ambient, "action", None)
+        if ambient is None or ambient[0] is not self:
+            return
+        action = ambient[1]  # not consumed: a transaction retried after a rollback records it again
+        if more or object_id is not None:
+            action = OperatorAction(action.tenant, action.kind, object_id or action.object_id, action.action,
+                                    action.actor, action.auth, {**action.change, **more})
+        self.record_operator_action(tx, action)
+
+    def operator_log(self, *, tenant: str | None = None, page: int = PAGE) -> Iterator[tuple[Any, ...]]:
+        """Every operator log row (``oplog.COLUMNS``) of ``tenant`` or of
+        all, in ``(tenant, seq)`` order, a page at a time."""
+        after_tenant, after_seq = "", 0
+        while True:
+            rows = self._select("oplog_entries", {"tenant": tenant, "after_tenant": after_tenant,
+                                                  "after_seq": after_seq, "page": page})
+            yield from rows
+            if len(rows) < page:
+                return
+            after_tenant, after_seq = str(rows[-1][0]), int(rows[-1][1])

@@ -1,1 +1,0 @@
--- reserved for another branch
