@@ -62,6 +62,7 @@ IMPORT_NEEDS = {
     "cairn.memory.langgraph": "langgraph",
     "cairn.langgraph": "langgraph",
     "cairn.lgdurable": "langgraph",
+    "cairn.lgbreakpoints": "langgraph",
 }
 
 failures: list[str] = []

@@ -25,19 +25,14 @@ covers it, and ``cairn audit log`` shows it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from cairn.errors import InvalidArgument
 
-#: how each kind of actor was authenticated (its prefix)
-AUTH = {"cli": "os-user", "user": "configured", "http": "api-token", "app": "in-process",
-        "schedule": "schedule", "run": "parent-run", "worker": "lease"}
-
-
-def auth_of(actor: str) -> str:
-    """How the actor ``actor`` was authenticated, from its prefix."""
-    return AUTH.get(actor.partition(":")[0], "unknown")
+# in the store's layer, so that a worker records with them too (re-exported here)
+from cairn.store.oplog import AUTH as AUTH
+from cairn.store.oplog import acting as acting
+from cairn.store.oplog import auth_of as auth_of
 
 
 def context(actor: str, tenant: str, *, role: str | None = None, scopes: Sequence[str] | None = None,
@@ -79,18 +74,3 @@ def checked(given: Mapping[str, Any], tenant: str, default_auth: str) -> dict[st
     return context(actor, tenant, role=role, scopes=scopes, auth=auth or vouched, **extra)
 
 
-def acting(store: Any, actor: str, tenant: str, kind: str, object_id: str, action: str,
-           change: Mapping[str, Any] | None = None, auth: str | None = None) -> AbstractContextManager[None]:
-    """The context in which ``store``'s next recording mutation adds an
-    operator log record (``store.oplogsql``) of ``action`` by ``actor``
-    (authenticated as ``auth`` says, by default its prefix) on ``kind``/``object_id`` of
-    ``tenant``, in the mutation's own transaction. A store without an
-    operator log (none of Cairn's) records nothing."""
-    from cairn.store.oplog import OperatorAction
-
-    method = getattr(store, "acting", None)
-    if method is None:
-        return nullcontext()
-    context_manager: AbstractContextManager[None] = method(
-        OperatorAction(tenant, kind, object_id, action, actor, auth or auth_of(actor), dict(change or {})))
-    return context_manager

@@ -108,7 +108,8 @@ def document(routes: list[Endpoint]) -> dict[str, Any]:
                                             "schema": cursor})
         if spec.idempotent:
             operation["parameters"].append({"name": "Idempotency-Key", "in": "header", "required": False,
-                                            "schema": {"type": "string", "minLength": 1, "maxLength": 200}})
+                                            "schema": {"type": "string", "minLength": 1, "maxLength": 200,
+                                                       "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]+$"}})
         if spec.body is not NoBody:
             (schema,), extra = msgspec.json.schema_components([spec.body],
                                                               ref_template="#/components/schemas/{name}")

@@ -193,8 +193,8 @@ def chosen_run_id(call: Call[Any], given: str | None) -> str | None:
         try:
             key = msgspec.convert(key, RunId)
         except msgspec.ValidationError:
-            raise ApiError(400, "invalid", "the Idempotency-Key header must be 1 to 200 printable "
-                                           "characters") from None
+            raise ApiError(422, "invalid", "the Idempotency-Key header must be 1 to 200 printable "
+                                           "characters, not . or ..") from None
         if given is not None and given != key:
             raise ApiError(422, "invalid", "run_id and the Idempotency-Key header differ")
     chosen = given or key

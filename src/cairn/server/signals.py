@@ -92,7 +92,7 @@ def _dedupe(call: Call[Any]) -> str | None:
     try:
         return msgspec.convert(key, _KEY)
     except msgspec.ValidationError:
-        raise ApiError(400, "invalid", "the Idempotency-Key header must be 1 to 200 printable characters") \
+        raise ApiError(422, "invalid", "the Idempotency-Key header must be 1 to 200 printable characters") \
             from None
 
 

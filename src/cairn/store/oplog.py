@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,3 +202,29 @@ def _problem(row: tuple[Any, ...], seq: int, expected: int, previous: bytes) -> 
         return ("the record does not match its link: its actor, authentication, time, action or object was "
                 "edited, it was inserted or moved, or a record before it was rewritten")
     return None
+
+
+#: how each kind of actor was authenticated (its prefix)
+AUTH = {"cli": "os-user", "user": "configured", "http": "api-token", "app": "in-process",
+        "schedule": "schedule", "run": "parent-run", "worker": "lease"}
+
+
+def auth_of(actor: str) -> str:
+    """How the actor ``actor`` was authenticated, from its prefix."""
+    return AUTH.get(actor.partition(":")[0], "unknown")
+
+
+def acting(store: Any, actor: str, tenant: str, kind: str, object_id: str, action: str,
+           change: Mapping[str, Any] | None = None, auth: str | None = None) -> AbstractContextManager[None]:
+    """The context in which ``store``'s next recording mutation adds an
+    operator log record (``store.oplogsql``) of ``action`` by ``actor``
+    (authenticated as ``auth`` says, by default its prefix) on ``kind``/``object_id`` of
+    ``tenant``, in the mutation's own transaction. A store without an
+    operator log (none of Cairn's) records nothing. Here, in the store's
+    layer, so that a worker (below the API) records its actions too."""
+    method = getattr(store, "acting", None)
+    if method is None:
+        return nullcontext()
+    context_manager: AbstractContextManager[None] = method(
+        OperatorAction(tenant, kind, object_id, action, actor, auth or auth_of(actor), dict(change or {})))
+    return context_manager

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
-
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING, Any
 
 from cairn.security.envelope import Place, seal, synthetic_nonce
 from cairn.store.sealing import NONCE_PURPOSE, DataKeys, Sealer
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 #: the table of an artifact's place
 TABLE = "artifacts"

@@ -24,11 +24,11 @@ import logging
 import time
 from collections.abc import Sequence
 
-from cairn.api.actors import acting
 from cairn.engine.runtime import Runtime
 from cairn.engine.schedules import MAX_TICKS_PER_PASS, Schedule, tick_text
 from cairn.errors import StoreError
 from cairn.sideloop import SideLoop
+from cairn.store.oplog import acting
 from cairn.store.schedules import Fired, ScheduleState
 
 log = logging.getLogger("cairn.scheduler")

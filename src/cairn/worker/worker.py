@@ -21,13 +21,13 @@ from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from cairn.api.actors import acting
 from cairn.engine.executor import EventLoops, Outcome, execute
 from cairn.engine.runtime import Runtime
 from cairn.errors import StoreError
 from cairn.memory.indexer import Indexer
 from cairn.memory.tiering import ItemTiering
 from cairn.store.contract import Notifier
+from cairn.store.oplog import acting
 from cairn.store.records import Claim
 from cairn.worker.leases import LeaseKeeper
 from cairn.worker.retention import RetentionLoop
