@@ -324,3 +324,32 @@ def test_a_key_rotation_keeps_addresses_and_old_objects_readable(sealed: cairn.A
     assert {o for _, o, _ in object_rows(db)} == before  # nothing new: dedup across the rotation
     sealed.operator.workspaces.restore("k1", None, tmp_path / "old")
     assert root_of(tmp_path / "old") == roots[-1]
+
+
+def test_an_object_copied_to_another_kinds_address_is_refused_by_the_seal(sealed: cairn.App, db: str,
+                                                                          tmp_path: Path) -> None:
+    """A blob's sealed row copied over the root tree's row (an attacker
+    with write access to the table, no key) is refused when the row is
+    opened, before the workspace layer sees its bytes: the object's kind is
+    bound into the seal through its address (the address is a keyed hash
+    of the id, and the id hashes the kind byte with the bytes), so a row
+    sealed for a blob never opens where a tree belongs."""
+    from cairn.workspace.objects import BLOB, TREE, unpack
+
+    roots = run(sealed, "x1", "kind swap", "kind.txt")
+    store = sealed.store
+    rows = {address: data for tenant, address, data in object_rows(db) if tenant == "default"}
+    root = roots[-1]
+    ((root_address,),) = [store.workspace_keys("default", [root]) & rows.keys()]
+    opened = store.workspace_objects("default", [root])
+    assert unpack(root, opened[root])[0] == TREE
+    blob = cairn.workspace.objects.object_id(BLOB, b"later")  # the second step's file: a blob object
+    ((blob_address,),) = [store.workspace_keys("default", [blob]) & rows.keys()]
+    assert unpack(blob, store.workspace_objects("default", [blob])[blob])[0] == BLOB
+    set_row(db, root_address, rows[blob_address])
+    with pytest.raises(CairnError) as refused:
+        sealed.operator.workspaces.restore("x1", None, tmp_path / "out")
+    message = str(refused.value)
+    assert f"workspace object {root}" in message, message
+    assert "does not open at its address" in message, message  # the seal refused it, not a later check
+    assert not (tmp_path / "out" / "later.txt").exists()

@@ -13,9 +13,14 @@ place ``(tenant, "-", "workspace_objects", address, "object")``.
 
 A row read back opens only at its own address of its own tenant: another
 object's row copied there does not decrypt and is refused, naming the
-object. The object's kind is bound too, through its id: the workspace
-layer checks that the opened bytes hash (kind included) to the id that
-the address was derived from. The objects are already compressed by the
+object. The object's kind (blob, chunk list, tree) is bound by the seal
+too, through the address: the id hashes the kind byte with the bytes, and
+the address is a keyed hash of the id, so a row sealed for a blob does not
+open at a tree's address (tests/workspace/test_sealed_objects.py). The kind
+is not added to the associated data on its own: the reader does not always
+know it (a file's ref is a blob or a chunk list), and it would bind nothing
+the address does not; the workspace layer checks again that the opened
+bytes hash (kind included) to the id. The objects are already compressed by the
 workspace layer, so they are sealed without the envelope's compression.
 
 What remains visible: each object's size (to within its compression) and
