@@ -1,4 +1,6 @@
-"""Escape attempts from a standard-tier sandbox: each must fail.
+"""Escape attempts from a standard-tier sandbox: each must fail, from a
+sandbox launched for its command (cold) and from one launched ahead and
+handed the command (warm, ``cairn.sandbox.pool``): every test runs both.
 
 Every test also checks that its hostile code really ran (it prints what it
 saw), so a sandbox that failed to start cannot pass as one that held. The
@@ -10,15 +12,46 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cairn.sandbox import Limits, Policy, Result, run, run_python
+from cairn.sandbox.pool import Pool
 from tests.sandbox.conftest import Listener, UdpListener
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, params=("cold", "warm"))
+def launch(request: pytest.FixtureRequest, ws: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """``warm``: this module's ``run`` and ``run_python`` hand each command
+    to a sandbox of a pool, launched for it ahead (one for the default
+    policy before the test starts, as a worker's pool would hold), and
+    check that a pooled sandbox ran it."""
+    if request.param == "cold":
+        yield "cold"
+        return
+    pool = Pool(size=2, refill=False)
+    pool.prepare(ws)
+
+    def warm(call: Any) -> Any:
+        def launched(command: Any, workspace: Path, policy: Policy | None = None, **kwargs: Any) -> Result:
+            pool.prepare(workspace, policy)
+            result: Result = call(command, workspace, policy, **kwargs)
+            assert result.warm, pool.last_failure
+            return result
+        return launched
+
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "run", warm(pool.run))
+    monkeypatch.setattr(module, "run_python", warm(pool.run_python))
+    yield "warm"
+    pool.close()
 
 
 def attempt(code: str, ws: Path, policy: Policy | None = None) -> dict[str, object]:
