@@ -315,11 +315,10 @@ class Pool:
             warm = found.pop(0) if found else None
             if found:
                 self._ready[key] = found  # most recently used: last
-        if warm is not None and _still(key):
-            return warm
-        if warm is not None:
-            warm.discard()
-        return None
+        # the key holds the workspace's device and inode as the caller's path names them now, and
+        # the bound directory's inode cannot be another's while the sandbox's mount holds it: a
+        # directory that replaced it at the same path has another key
+        return warm
 
     def _fill(self) -> None:
         while True:
