@@ -16,6 +16,7 @@ import cairn
 from cairn import EventType
 from cairn.engine.workspace import DETAIL_KEY
 from cairn.sandbox import Limits, Policy
+from cairn.sandbox.pool import Pool
 from cairn.sandbox.tool import sandbox_tool
 from tests.engine.conftest import postgres_url
 
@@ -77,3 +78,37 @@ def test_the_commands_files_are_the_runs_workspace(app: cairn.App, tmp_path: Pat
     assert isinstance(result["flaky"], str), result["flaky"]
     assert "exited 3" in result["flaky"], result["flaky"]
     assert "garbage.txt" not in result["files"]
+
+
+def test_the_tool_runs_in_a_warm_sandbox_of_its_pool(tmp_path: Path, ws: Path) -> None:
+    """With ``pool=``, a command of the run is handed to a sandbox launched
+    ahead for the run's workspace (here by the step before it), and its
+    files are the run's like a cold one's."""
+    app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", workspaces=tmp_path / "workspaces")
+    pool = Pool(size=1, refill=False)
+    sandbox = sandbox_tool(app, pool=pool)
+
+    @app.step
+    def ahead() -> None:
+        ws = cairn.step_info().workspace
+        (ws / "input.txt").write_text("41")
+        pool.prepare(ws)
+
+    @app.step
+    def files() -> dict[str, str]:
+        return {p.name: p.read_text() for p in sorted(cairn.step_info().workspace.iterdir())}
+
+    @app.workflow(name="sbx-warm")
+    def flow(ctx: cairn.Context) -> dict[str, object]:
+        ahead()
+        done = sandbox(command=["sh", "-c", "echo $(( $(cat input.txt) + 1 )) > output.txt"])
+        return {"done": done, "files": files()}
+
+    try:
+        result = app.run(flow, run_id="sbx-warm-1")
+    finally:
+        pool.close()
+        app.close()
+    assert result["done"]["warm"] is True, (result, pool.last_failure)
+    assert result["done"]["exit_code"] == 0, result
+    assert result["files"] == {"input.txt": "41", "output.txt": "42\n"}

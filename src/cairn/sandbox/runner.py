@@ -164,7 +164,7 @@ class Sandbox:
                 pids_max=None if "processes" in degraded else policy.limits.processes,
                 memory_max=None if "memory" in degraded else policy.limits.memory_bytes)
             cleanup.callback(group.remove)
-            cleanup.callback(group.stop)  # runs first: nothing of the sandbox outlives the call
+            cleanup.callback(self._stop)  # runs first: nothing of the sandbox outlives the call
         command, extra_env = list(command), dict(env or {})
         if egress and policy.egress is not None:
             proxy = self.proxy = Proxy(policy.egress)
@@ -237,10 +237,18 @@ class Sandbox:
             else:
                 self.process.wait()
 
+    def _stop(self) -> None:
+        assert self.group is not None
+        if self._reap_later:
+            self.group.kill()
+        else:
+            self.group.stop()
+
     def close(self, *, wait: bool = True) -> None:
         """Kill what is left of the sandbox and release all that was made
-        for it; ``wait=False``: without waiting for bwrap's exit (it is
-        SIGKILLed and reaped by a thread of its own)."""
+        for it; ``wait=False``: without waiting for its processes' exits
+        (each is SIGKILLed, through the cgroup where there is one; bwrap is
+        reaped by a thread of its own)."""
         self._reap_later = not wait
         self._cleanup.close()
 

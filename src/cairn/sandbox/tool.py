@@ -21,6 +21,7 @@ from cairn.engine.tools import Effect, Operation
 from cairn.errors import CairnError, InvalidArgument
 from cairn.retry import RetryPolicy
 from cairn.sandbox.policy import Policy
+from cairn.sandbox.pool import Pool
 from cairn.sandbox.runner import run, run_python
 
 
@@ -29,12 +30,16 @@ class SandboxFailed(CairnError):
 
 
 def sandbox_tool(app: App, *, name: str = "sandbox", policy: Policy | None = None,
-                 effect: Effect | str = Effect.IDEMPOTENT, retry: RetryPolicy | None = None) -> Any:
+                 effect: Effect | str = Effect.IDEMPOTENT, retry: RetryPolicy | None = None,
+                 pool: Pool | None = None) -> Any:
     """Register the sandbox tool on ``app``. Call it with ``command=[...]``
     or ``code="..."`` (Python), optionally ``stdin`` and ``check=True``
     (raise ``SandboxFailed`` unless it exits 0, so ``retry`` applies); it
-    returns ``Result.as_dict()``."""
+    returns ``Result.as_dict()``. With ``pool``, commands run in its warm
+    sandboxes (``cairn.sandbox.pool``): a run's first command is cold, the
+    next ones of its workspace warm once the pool has refilled."""
     chosen = policy or Policy()
+    launch, launch_python = (pool.run, pool.run_python) if pool is not None else (run, run_python)
 
     def sandbox(op: Operation, command: list[str] | None = None, code: str | None = None,
                 stdin: str | None = None, check: bool = False) -> dict[str, Any]:
@@ -42,8 +47,8 @@ def sandbox_tool(app: App, *, name: str = "sandbox", policy: Policy | None = Non
             raise InvalidArgument("the sandbox tool takes exactly one of command= and code=")
         given = stdin.encode() if stdin is not None else None
         ws = op.workspace
-        result = (run_python(code, ws, chosen, stdin=given) if code is not None
-                  else run(command or [], ws, chosen, stdin=given))
+        result = (launch_python(code, ws, chosen, stdin=given) if code is not None
+                  else launch(command or [], ws, chosen, stdin=given))
         if check and (result.exit_code != 0 or result.timed_out):
             why = "timed out" if result.timed_out else f"exited {result.exit_code}"
             raise SandboxFailed(f"sandboxed command {why}: {result.stderr.strip()[-500:]}")
