@@ -195,8 +195,8 @@ class Warm:
                     events = dict(poller.poll(left * 1000))
                 except InterruptedError:
                     continue
-                except BaseException:  # interrupted: the sandbox does not outlive the call
-                    self.discard()
+                except BaseException:  # interrupted: the sandbox does not outlive the call (its
+                    self.discard(wait=True)  # processes' exits waited for, as a cold one's)
                     raise
                 if self.status in events:
                     report = os.read(self.status, 32)
@@ -209,14 +209,15 @@ class Warm:
             os.close(fd)
         return self.sandbox.wait(max(deadline - time.monotonic(), 0.001))
 
-    def discard(self) -> None:
+    def discard(self, *, wait: bool = False) -> None:
+        """End the sandbox (``Sandbox.close``)."""
         if self._ctl >= 0:
             os.close(self._ctl)  # an empty pipe: the stub exits
             self._ctl = -1
         if self.status >= 0:
             os.close(self.status)
             self.status = -1
-        self.sandbox.close(wait=False)
+        self.sandbox.close(wait=wait)
 
 
 def _ready(fd: int, timeout: float) -> tuple[int, int] | None:
@@ -292,6 +293,7 @@ class Pool:
         sandbox = warm.sandbox
         try:
             code, timed_out = warm.wait(policy.limits.wall_seconds)
+            sandbox.kill()  # the streams are read once nothing of the sandbox can write to them
             result = sandbox.result(code, timed_out, time.perf_counter() - sandbox.started, policy.limits)
         finally:
             warm.discard()

@@ -237,6 +237,15 @@ class Sandbox:
             else:
                 self.process.wait()
 
+    def kill(self) -> None:
+        """SIGKILL every process of the sandbox now, without waiting for
+        their exits (``cgroups.Group.kill``): a warm sandbox's command has
+        reported its exit, and what it left running must not write to its
+        streams while they are read."""
+        _kill(self.process, self._info)
+        if self.group is not None:
+            self.group.kill()
+
     def _stop(self) -> None:
         assert self.group is not None
         if self._reap_later:
