@@ -105,3 +105,18 @@ def test_no_pooled_process_outlives_its_worker(tmp_path: Path, ws: Path) -> None
         for pid in _survivors(marker):  # only after a failure: nothing of this test stays behind
             with contextlib.suppress(OSError):
                 os.kill(int(pid), signal.SIGKILL)
+
+
+def test_the_pool_refills_the_workspace_it_served(ws: Path) -> None:
+    """A run's first command is cold; once it is done the pool launches the
+    workspace's next sandbox by itself, so the next command is warm."""
+    pool = Pool(size=1)
+    try:
+        assert not pool.run(["true"], ws).warm
+        deadline = time.monotonic() + 30
+        while pool.ready() == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pool.ready() == 1, pool.last_failure
+        assert pool.run(["true"], ws).warm
+    finally:
+        pool.close()

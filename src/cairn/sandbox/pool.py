@@ -281,9 +281,16 @@ class Pool:
             return run(argv, ws, policy, stdin=stdin, env=env, python=python)
         controls.require(policy, python=python)
         key = _key(ws, policy)
+        try:
+            return self._run(key, argv, ws, policy, stdin, env, python)
+        finally:
+            if self.refill:  # the workspace's next command is warm; launched once this one is done, so
+                # the launch does not compete with the command for the CPU (a run's commands come in turn)
+                self._wanted.put((key, policy, threading.Event()))
+
+    def _run(self, key: Key, argv: Sequence[str], ws: Path, policy: Policy, stdin: bytes | None,
+             env: Mapping[str, str] | None, python: bool) -> Result:
         warm = self._take(key)
-        if self.refill:
-            self._wanted.put((key, policy, threading.Event()))  # the workspace's next command is warm
         if warm is None or not warm.hand_over(argv, {**_base_env(), **(env or {})}, stdin):
             if warm is not None:
                 warm.discard()
