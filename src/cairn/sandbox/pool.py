@@ -8,17 +8,17 @@ sandboxes ahead, each for one workspace and one set of limits, with a stub
 as their command: a Python interpreter (the system's, isolated) inside the
 finished sandbox, under its filter and limits, blocked reading a pipe. A
 command is handed over by writing it (argv and environment) to that pipe;
-the stub execs it. So a pooled sandbox is exactly a cold one whose
-command started later:
+the stub starts it and reports its exit code the moment it ends. So a
+pooled sandbox is a cold one whose command started later:
 
 * one sandbox, one command: once handed over it leaves the pool, and it
   ends when its command does (its PID namespace, cgroups and streams with
   it), as a cold one;
 * one workspace: a sandbox is launched for a workspace, bound at launch as
-  a cold sandbox's is, and only a command for that workspace is handed to
-  it; at hand-over the workspace's path must still be the directory that
-  was bound (same device and inode), or the sandbox is discarded: a
-  workspace replaced or removed since is never the one a command sees;
+  a cold sandbox's is, and only a command whose workspace path names that
+  same directory now (same device and inode: the bound inode is pinned by
+  the mount, so no other directory has it) is handed to it: a directory
+  that replaced the workspace at its path is never served by the old bind;
 * nothing outlives the worker: every pooled sandbox is bwrap's
   ``--die-with-parent`` child of the pool's own thread, which lives as
   long as the pool (the kernel's parent-death signal follows the thread
@@ -30,9 +30,11 @@ The pool refills the workspace it served after each command (the next
 command of a run usually comes from the same workspace): the first
 command of a workspace is cold, the next ones are warm. ``prepare``
 launches ahead explicitly. Egress sandboxes are always cold (their proxy
-and relay are per command). Differences from a cold launch: the stub's
-start-up CPU time (~20 ms) counts against ``Limits.cpu_seconds``, and a
-sandbox waits with its stub's memory (~10 MB) charged to its own cgroup.
+and relay are per command). Differences from a cold launch: the stub is
+one more process of the sandbox (``Limits.processes``), its start-up CPU
+time (tens of ms) counts against ``Limits.cpu_seconds``, and a sandbox
+waits with its stub's memory (~10 MB) charged to its own cgroup.
+docs/sandbox.md has the threat model's side of it.
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ class Warm:
         """As ``Sandbox.wait``, but done the moment the stub reports the
         command's exit code: what is left of the sandbox then (the stub on
         its way out, bwrap's init, anything the command left running) is
-        killed by ``discard`` (its cgroup) without being waited for. A
+        SIGKILLed (``Sandbox.kill``) without being waited for. A
         sandbox that ends without a report (its stub killed) gives bwrap's
         exit code."""
         process = self.sandbox.process
