@@ -31,8 +31,9 @@ import msgspec
 
 from cairn.errors import InvalidRunState, RunNotFound
 from cairn.faults import fault_point
-from cairn.security.envelope import Place
+from cairn.security.envelope import Place, SealError
 from cairn.store.archive import TABLES, ArchiveError, Open, RunArchive, Seal, decode, encode
+from cairn.store.archiveseal import holds_opened, opened, resealed
 from cairn.store.auditsql import ENTRY_COLUMNS
 from cairn.store.records import ArchiveRecord, RunRecord, UsageTotals
 
@@ -106,7 +107,10 @@ class SQLArchive(Generic[Tx]):
         run, tables = self._in_read(lambda tx: self._archivable(tx, run_id))
         archive = RunArchive(run.tenant, run_id, tables)
         seal, _ = self._archive_codec()
-        stored = encode(archive, seal)
+        sealer = self.archive_sealer
+        # sealed whole, so its values are stored opened, to compress (store.archiveseal)
+        stored = encode(archive if sealer is None else
+                        RunArchive(run.tenant, run_id, opened(run.tenant, run_id, tables, sealer)), seal)
         ref = self.put_artifact(stored)
         fault_point("archive.stored")
         history = tables["history"]
@@ -254,6 +258,14 @@ class SQLArchive(Generic[Tx]):
         except Exception as exc:  # PayloadError (missing, or bytes no longer hashing to the ref), StoreError
             raise ArchiveError(record.run_id, f"its object {record.ref} cannot be read: {exc}") from None
         archive = decode(stored, record.tenant, record.run_id, self._archive_codec()[1])
+        if self.archive_sealer is not None:  # each value sealed again, to the byte (store.archiveseal)
+            try:
+                tables = resealed(archive.tenant, archive.run_id, archive.tables, self.archive_sealer)
+            except (SealError, KeyError, TypeError, ValueError) as exc:
+                raise ArchiveError(record.run_id, f"a value in it cannot be sealed again: {exc}") from None
+            archive = RunArchive(archive.tenant, archive.run_id, tables)
+        elif holds_opened(archive.tables):
+            raise ArchiveError(record.run_id, "it holds opened values but is not sealed (damaged)")
         history = archive.history
         last = (int(history[-1][1]), None if history[-1][16] is None else bytes(history[-1][16])) if history \
             else (0, None)
