@@ -18,11 +18,11 @@ import cairn
 from cairn.security.envelope import FLAG_ZLIB, Place, header, is_envelope
 from cairn.security.keyring import LocalKeyring
 from cairn.security.shredding import FileShredder
-from cairn.store.archive import ArchiveError, decode
+from cairn.store.archive import ArchiveError, RunArchive, decode, encode
 from cairn.store.archiveseal import RAW, TEXT, holds_opened, opened, resealed
 from cairn.store.auditverify import verify_store
 from tests.archive.test_archive import _object, rows_of
-from tests.encryption.test_sealed_store import CANARY, build, drive, forms, inflated, keyring
+from tests.encryption.test_sealed_store import CANARY, Raw, build, drive, forms, inflated, keyring
 from tests.engine.conftest import execute_once
 
 
@@ -120,4 +120,25 @@ def test_another_subjects_value_stays_under_its_key_and_erasure_shreds_the_archi
     app.erase(subject="alice", tenant="a")
     with pytest.raises(ArchiveError, match="erased"):
         decode(copy, "a", run_id, open_)  # a copy kept from before the erasure: shredded with the key
+    app.close()
+
+
+def test_opened_values_in_an_unsealed_archive_are_refused(tmp_path: Path) -> None:
+    """Plaintext stand-ins are accepted only inside a sealed object: an
+    unsealed archive holding one (forged with write access to the database
+    and the artifact store) is refused naming the run, never read as a value."""
+    place = f"sqlite:///{tmp_path}/p.db"
+    app = build(place, None)
+    run_id = app.start("canary", "forged", tenant="a").run_id
+    assert drive(app, run_id, "ok") == "completed"
+    app.operator.archive_run(run_id)
+    archived = app.store.run_archived(run_id)
+    history = list(archived.history)
+    seq = next(i for i, row in enumerate(history) if type(row[12]) is bytes)
+    history[seq] = (*history[seq][:12], {"v": 1, "n": bytes(12), "p": b"forged"}, *history[seq][13:])
+    forged = app.store.put_artifact(encode(RunArchive("a", run_id, {**archived.tables, "history": history})))
+    Raw(place)("UPDATE run_archives SET ref = :ref WHERE run_id = :r", ref=forged, r=run_id)
+    app.store._archive_cache().clear()  # a fresh process: nothing decoded yet
+    with pytest.raises(ArchiveError, match=f"run '{run_id}' is refused: it holds opened values but is not"):
+        app.history(run_id)
     app.close()
