@@ -18,6 +18,7 @@ from cairn.errors import InvalidRunState, RunNotFound
 from cairn.store.archive import ArchiveError, decode
 from cairn.store.auditverify import verify_store
 from cairn.store.records import RunStatus
+from tests.archive.test_archive_cli import moves
 from tests.encryption.test_sealed_store import Raw, build, drive, keyring
 from tests.graph.test_travel import START_STATE, Agent
 
@@ -75,7 +76,10 @@ def test_a_round_trip_is_bit_exact_for_every_row_of_the_run(place: str, sealed: 
                 decode(stored, record.tenant, run_id)
         else:
             assert len(decode(stored, record.tenant, run_id).history) == record.entries
-        app.operator.restore(run_id)
+        back = app.operator.restore(run_id)
+        assert (back.restored_by, back.actor) == (app.operator.actor, app.operator.actor)
+        assert moves(app, run_id) == [("run.archive", app.operator.actor, "in-process"),
+                                      ("run.restore", app.operator.actor, "in-process")]
         assert rows_of(place, run_id) == before
         assert app.store.run_archive(run_id) is None
     assert before["approvals"] or rows_of(place, canary)["approvals"]

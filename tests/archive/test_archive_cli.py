@@ -6,6 +6,7 @@ exit and nothing changed."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from click.testing import CliRunner, Result
 
@@ -15,6 +16,11 @@ from tests.encryption.test_sealed_store import build, drive
 
 def cli(place: str, *args: str) -> Result:
     return CliRunner().invoke(main, ["--db", place, *args], env={"COLUMNS": "200", "CAIRN_ACTOR": "ada"})
+
+
+def moves(app: Any, run_id: str) -> list[tuple[str, str, str]]:
+    """The operator log's archive records of ``run_id``: (action, actor, how it was authenticated)."""
+    return [(r[5], r[6], r[7]) for r in app.store.operator_log() if r[3] == "archive" and r[4] == run_id]
 
 
 def test_archive_run_dry_run_json_restore_and_show(place: str) -> None:
@@ -51,6 +57,13 @@ def test_archive_run_dry_run_json_restore_and_show(place: str) -> None:
     restored = cli(place, "archive", "restore", done, "--json")
     assert restored.exit_code == 0, restored.output
     assert json.loads(restored.output)["run_id"] == done
+    assert json.loads(restored.output)["restored_by"] == "user:ada"  # who restored, as who archived
+    assert moves(app, done) == [("run.archive", "user:ada", "configured"),
+                                ("run.restore", "user:ada", "configured")]
+    logged = cli(place, "audit", "log", "--kind", "archive", "--json")
+    assert logged.exit_code == 0, logged.output
+    assert [(e["event"], e["actor"]) for e in map(json.loads, logged.output.splitlines())] == [
+        ("run.archive", "user:ada"), ("run.restore", "user:ada")]
     assert app.store.run_archive(done) is None
     assert app.history(done) == history
     app.close()

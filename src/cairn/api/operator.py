@@ -572,7 +572,8 @@ class Operator:
         return self._store.archive_run(run_id, actor=self.actor)
 
     def restore(self, run_id: str) -> ArchiveRecord:
-        """Put archived run ``run_id`` back in the hot tables, bit for bit (``Store.restore_run``)."""
+        """Put archived run ``run_id`` back in the hot tables, bit for bit
+        (``Store.restore_run``), this operator its recorded ``restored_by``."""
         return self._store.restore_run(run_id, actor=self.actor)
 
     def run_archive(self, run_id: str) -> ArchiveRecord | None:

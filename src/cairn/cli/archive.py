@@ -42,7 +42,9 @@ def archive(db: str | None) -> None:
 def _as_dict(record: ArchiveRecord) -> dict[str, Any]:
     return {"run_id": record.run_id, "tenant": record.tenant, "ref": record.ref, "entries": record.entries,
             "last_seq": record.last_seq, "rows_bytes": record.hot_bytes, "stored_bytes": record.stored_bytes,
-            "archived_at": record.archived_at, "actor": record.actor}
+            "archived_at": record.archived_at, "actor": record.actor,
+            **({"restored_by": record.restored_by, "restored_at": record.restored_at}
+               if record.restored_by is not None else {})}
 
 
 def _line(verb: str, record: ArchiveRecord) -> str:
@@ -93,7 +95,7 @@ def archive_restore(ctx: click.Context, run_id: str, as_json: bool, db: str | No
     """Put archived run RUN back in the hot tables, bit for bit."""
     with open_session(db_from_context(ctx, db), None) as session:
         record = session.operator.restore(run_id)
-    echo_json(_as_dict(record)) if as_json else echo(_line("restored", record))
+    echo_json(_as_dict(record)) if as_json else echo(_line("restored", record) + f" by {record.restored_by}")
 
 
 @archive.command("show")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from cairn.server import (
     approvals,
+    archives,
     checkpoints,
     erasures,
     events,
@@ -24,3 +25,4 @@ ROUTES += [*signals.ROUTES, *approvals.ROUTES, *schedules.ROUTES, *prometheus.RO
 ROUTES += checkpoints.ROUTES
 ROUTES += workspaces.ROUTES
 ROUTES += erasures.ROUTES
+ROUTES += archives.ROUTES

@@ -137,6 +137,50 @@ class RunArchive:
         found = [r[:15] for r in self.history if r[7] == "event" and r[8] == key and r[2] == "step.completed"]
         return found[-1] if found else None
 
+    def workspace_details(self) -> tuple[set[str], list[int]]:
+        """The workspace snapshot roots its plain details name (``ws_roots``),
+        and the seqs of its sealed details (``ws_sealed_entries``)."""
+        roots: set[str] = set()
+        sealed: list[int] = []
+        for r in self.history:
+            try:
+                detail = _JSON.decode(r[14]) if isinstance(r[14], str | bytes) else None
+            except msgspec.DecodeError:
+                continue
+            if not isinstance(detail, dict):
+                continue
+            if "sealed" in detail:
+                sealed.append(int(r[1]))
+            elif isinstance(detail.get("workspace"), str):
+                roots.add(detail["workspace"])
+        return roots, sealed
+
+    # -- the mailbox, approval and run memory reads, as their queries answer them -------------
+
+    def messages(self, key: str | None = None, after_seq: int = 0) -> list[Row]:
+        """``select_messages``: the mailbox rows after ``after_seq`` (of ``key``), by seq."""
+        return [(r[0], r[1], *r[3:]) for r in self.tables["mailbox"]
+                if r[1] > after_seq and (key is None or r[3] == key)]
+
+    def message(self, key: str, seq: int | None) -> Row | None:
+        """``message_at`` (``seq`` of ``key``), or ``next_message`` (its first not taken)."""
+        found = [r for r in self.messages(key) if (r[1] == seq if seq is not None else r[8] is None)]
+        return found[0] if found else None
+
+    def approvals(self, request_id: str | None, run_status: str) -> list[Row]:
+        """``select_approvals`` of this run (the run closed: none pending),
+        each with its request's payload and its decision's, by request time."""
+        requests = {r[1]: (r[12], r[13]) for r in self.history}
+        decisions = {r[1]: (r[4], r[5]) for r in self.tables["mailbox"]}
+        rows = [(*r, *requests.get(r[4], (None, None)), *decisions.get(r[15], (None, None)), run_status)
+                for r in self.tables["approvals"] if request_id is None or r[1] == request_id]
+        return sorted(rows, key=lambda r: (r[9], r[0], r[1]))
+
+    def run_memory(self, key: str | None, tenant: str | None) -> list[Row]:
+        """``select_memory_run``: the run's memory (only ``key``; only if of ``tenant``), by key."""
+        return [(r[0], r[2], r[1], *r[3:]) for r in self.tables["memory_run"]
+                if (key is None or r[1] == key) and (tenant is None or r[2] == tenant)]
+
 
 def encode(archive: RunArchive, seal: Seal | None = None) -> bytes:
     """The stored bytes of ``archive`` (compressed; sealed when ``seal`` is given)."""

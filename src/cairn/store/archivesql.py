@@ -22,6 +22,7 @@ when the hot tables have nothing for it (one primary-key probe of
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -31,9 +32,11 @@ import msgspec
 
 from cairn.errors import InvalidRunState, RunNotFound
 from cairn.faults import fault_point
-from cairn.security.envelope import Place
+from cairn.security.envelope import Place, SealError
 from cairn.store.archive import TABLES, ArchiveError, Open, RunArchive, Seal, decode, encode
+from cairn.store.archiveseal import holds_opened, opened, resealed
 from cairn.store.auditsql import ENTRY_COLUMNS
+from cairn.store.oplog import OperatorAction, auth_of
 from cairn.store.records import ArchiveRecord, RunRecord, UsageTotals
 
 Tx = TypeVar("Tx")
@@ -60,6 +63,8 @@ class SQLArchive(Generic[Tx]):
     """``archive_run``, ``restore_run`` and the archived reads over a dialect's primitives."""
 
     clock: Callable[[], float]
+    #: ``oplogsql.SQLOperatorLog``'s, later in the store's bases (declared, not defined, so not hidden)
+    record_operator_action: Callable[..., int]
     #: a ``sealing.Sealer`` when a ``SealedStore`` wraps this store: archives are sealed with it
     archive_sealer: Any = None
 
@@ -106,7 +111,10 @@ class SQLArchive(Generic[Tx]):
         run, tables = self._in_read(lambda tx: self._archivable(tx, run_id))
         archive = RunArchive(run.tenant, run_id, tables)
         seal, _ = self._archive_codec()
-        stored = encode(archive, seal)
+        sealer = self.archive_sealer
+        # sealed whole, so its values are stored opened, to compress (store.archiveseal)
+        stored = encode(archive if sealer is None else
+                        RunArchive(run.tenant, run_id, opened(run.tenant, run_id, tables, sealer)), seal)
         ref = self.put_artifact(stored)
         fault_point("archive.stored")
         history = tables["history"]
@@ -128,6 +136,7 @@ class SQLArchive(Generic[Tx]):
             for extra in sorted(archive.refs()):
                 self._query(tx, "insert_run_archive_ref",
                             {"run_id": run_id, "tenant": run.tenant, "ref": extra})
+            self._log_archive(tx, record, "run.archive", actor)
             return record
 
         return self._in_write(move)
@@ -159,8 +168,10 @@ class SQLArchive(Generic[Tx]):
                         self._restore_entry(tx, params)
                     else:
                         self._query(tx, f"restore_{table}", params)
+            when = self.clock()
+            self._log_archive(tx, record, "run.restore", actor, when)
             fault_point("archive.restored")
-            return record
+            return dataclasses.replace(record, restored_by=_actor(actor), restored_at=when)
 
         return self._in_write(put_back)
 
@@ -210,6 +221,17 @@ class SQLArchive(Generic[Tx]):
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _log_archive(self, tx: Tx, record: ArchiveRecord, action: str, actor: str | None,
+                     at: float | None = None) -> None:
+        """The operator log record of an archive or a restore, in its
+        transaction: who moved the run's rows, chained with the tenant's
+        other operator actions (``store.oplog``), so ``cairn audit log``
+        shows it and editing it breaks the chain."""
+        who = _actor(actor)
+        self.record_operator_action(tx, OperatorAction(
+            record.tenant, "archive", record.run_id, action, who, auth_of(who),
+            {"ref": record.ref, "entries": record.entries, "last_seq": record.last_seq}), at)
+
     def _archivable(self, tx: Tx, run_id: str, held: bool = False) -> tuple[RunRecord, dict[str, list[Any]]]:
         run = self._held_run(tx, run_id) if held else self._read_run(tx, run_id)
         if run is None:
@@ -254,6 +276,14 @@ class SQLArchive(Generic[Tx]):
         except Exception as exc:  # PayloadError (missing, or bytes no longer hashing to the ref), StoreError
             raise ArchiveError(record.run_id, f"its object {record.ref} cannot be read: {exc}") from None
         archive = decode(stored, record.tenant, record.run_id, self._archive_codec()[1])
+        if self.archive_sealer is not None:  # each value sealed again, to the byte (store.archiveseal)
+            try:
+                tables = resealed(archive.tenant, archive.run_id, archive.tables, self.archive_sealer)
+            except (SealError, KeyError, TypeError, ValueError) as exc:
+                raise ArchiveError(record.run_id, f"a value in it cannot be sealed again: {exc}") from None
+            archive = RunArchive(archive.tenant, archive.run_id, tables)
+        elif holds_opened(archive.tables):
+            raise ArchiveError(record.run_id, "it holds opened values but is not sealed (damaged)")
         history = archive.history
         last = (int(history[-1][1]), None if history[-1][16] is None else bytes(history[-1][16])) if history \
             else (0, None)
@@ -278,6 +308,11 @@ _CACHE_LOCK = threading.Lock()
 def _place(tenant: str, run_id: str) -> Place:
     """Where an archive is sealed: bound to its tenant and run."""
     return Place(tenant, run_id, "archives", "-", "run")
+
+
+def _actor(actor: str | None) -> str:
+    """Who archived or restored: the caller's actor, else the store itself (a direct contract call)."""
+    return actor if actor else "system:store"
 
 
 def _plain(value: Any) -> Any:

@@ -840,12 +840,17 @@ class Store(Protocol):
         the run is not closed, is archived already, or changed while being
         archived; a crash leaves it hot or archived, never both or neither.
         Until restored, the database refuses every change to the run, and
-        the history reads answer from the archive."""
+        the reads of its rows (history, mailbox, approvals of the run, run
+        memory) answer from the archive. ``actor`` is recorded in the
+        archive record and, with the move, in the tenant's operator log
+        (``run.archive``)."""
         ...
 
     def restore_run(self, run_id: str, *, actor: str | None = None) -> ArchiveRecord:
         """Put archived run ``run_id``'s rows back, bit for bit; its record
-        (as it was) is returned. ``InvalidRunState`` if it is not archived,
+        is returned with ``restored_by`` (``actor``) and ``restored_at``,
+        which the tenant's operator log keeps (``run.restore``, written in
+        the restore's transaction). ``InvalidRunState`` if it is not archived,
         ``ArchiveError`` (naming the run) if its object is damaged or another's."""
         ...
 

@@ -42,6 +42,7 @@ from cairn import faults
 from cairn.errors import InvalidArgument, PayloadError
 from cairn.faults import fault_point
 from cairn.store import coldvalues
+from cairn.store.archive import RunArchive
 from cairn.store.memrecords import (
     ItemDelete,
     ItemPut,
@@ -81,6 +82,10 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
         """Append ``events`` fenced (as ``append``) and run ``body`` in the same
         transaction, holding the fence until it commits."""
         raise NotImplementedError
+
+    #: run ``run_id``'s archived rows, ``None`` while hot (``archivesql.SQLArchive``'s, later in the
+    #: store's bases: declared, not defined, so this class does not hide it)
+    run_archived: Callable[[str], RunArchive | None]
 
     # -- writes ---------------------------------------------------------------------
 
@@ -250,6 +255,8 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
         self, run_id: str, key: str | None = None, *, tenant: str | None = None
     ) -> list[RunMemory]:
         rows = self._select("select_memory_run", {"run_id": run_id, "key": key, "tenant": tenant})
+        if not rows and (archive := self.run_archived(run_id)) is not None:  # read from its archive
+            rows = archive.run_memory(key, tenant)
         return [_run_memory(row) for row in rows]
 
     # -- deletion and retention -----------------------------------------------------

@@ -482,3 +482,7 @@ class ArchiveRecord:
     stored_bytes: int
     archived_at: float
     actor: str | None
+    #: who put the rows back and when: set on the record ``restore_run`` returns (the
+    #: operator log keeps it, ``run.restore``, as it keeps ``run.archive``'s actor)
+    restored_by: str | None = None
+    restored_at: float | None = None

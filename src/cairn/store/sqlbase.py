@@ -629,13 +629,21 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
 
     def deliveries(self, run_id: str, key: str | None = None, after_seq: int = 0) -> list[Delivery]:
         params = {"run_id": run_id, "key": key, "after_seq": after_seq}
-        return [delivery_from_row(row) for row in self._select("select_messages", params)]
+        rows = self._or_archived(self._select("select_messages", params), run_id,
+                                 lambda a: a.messages(key, after_seq))
+        return [delivery_from_row(row) for row in rows]
 
     def delivery(self, run_id: str, key: str, seq: int | None = None) -> Delivery | None:
         if seq is None:
             rows = self._select("next_message", {"run_id": run_id, "key": key})
         else:
             rows = self._select("message_at", {"run_id": run_id, "key": key, "seq": seq})
+
+        def archived(archive: RunArchive) -> list[tuple[Any, ...]]:
+            row = archive.message(key, seq)
+            return [] if row is None else [row]
+
+        rows = self._or_archived(rows, run_id, archived)
         return delivery_from_row(rows[0]) if rows else None
 
     def latest_event(self, run_id: str, key: str) -> HistoryEvent | None:
@@ -697,7 +705,18 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
         pending: bool = True, limit: int = 1000,
     ) -> list[Approval]:
         params = self._approval_filter(run_id, request_id, tenant, pending, limit)
-        return [approval_from_row(row) for row in self._select("select_approvals", params)]
+        rows = self._select("select_approvals", params)
+        if run_id is not None and not pending:  # an archived run's from its archive (none is pending)
+            rows = self._or_archived(rows, run_id,
+                                     lambda a: self._archived_approvals(a, request_id, tenant, limit))
+        return [approval_from_row(row) for row in rows]
+
+    def _archived_approvals(self, archive: RunArchive, request_id: str | None, tenant: str | None,
+                            limit: int) -> list[tuple[Any, ...]]:
+        if tenant is not None and archive.tenant != tenant:
+            return []
+        run = self.get_run(archive.run_id)
+        return archive.approvals(request_id, "" if run is None else run.status.value)[:limit]
 
     def _approval_filter(
         self, run_id: str | None, request_id: str | None, tenant: str | None = None, pending: bool = False,

@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, Generic, TypeVar
 
 from cairn.errors import InvalidArgument, WorkspaceError
+from cairn.store.archive import RunArchive
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -47,6 +48,10 @@ class SQLWorkspaces(Generic[Tx]):
     clock: Callable[[], float]
 
     # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
+
+    #: ``archivesql.SQLArchive``'s, later in the store's bases (declared, not defined, so not hidden)
+    archived_runs: Callable[..., list[str]]
+    run_archived: Callable[[str], RunArchive | None]
 
     def _held_write(self, run_id: str, epoch: int, write: Callable[[Tx, float], T]) -> T:
         raise NotImplementedError
@@ -96,7 +101,8 @@ class SQLWorkspaces(Generic[Tx]):
         return [str(t) for (t,) in self._select("ws_tenants", {})]
 
     def workspace_roots(self, tenant: str) -> set[str]:
-        sealed = self._select("ws_sealed_detail", {"tenant": tenant})
+        sealed = self._select("ws_sealed_detail", {"tenant": tenant}) or [
+            (run_id,) for run_id, _ in self._archived_workspace(tenant)[1][:1]]
         if sealed:
             raise WorkspaceError(f"tenant {tenant!r}'s journal details are sealed (run {sealed[0][0]}): "
                                  "the workspace collector cannot read their snapshot roots without the "
@@ -105,12 +111,29 @@ class SQLWorkspaces(Generic[Tx]):
 
     def workspace_plain_roots(self, tenant: str) -> set[str]:
         roots = {str(r) for (r,) in self._select("ws_roots", {"tenant": tenant}) if r is not None}
+        roots.update(self._archived_workspace(tenant)[0])
         check_oids(roots)
         return roots
 
     def workspace_sealed_entries(self, tenant: str) -> list[tuple[str, int]]:
         rows = self._select("ws_sealed_entries", {"tenant": tenant})
-        return [(str(run_id), int(seq)) for run_id, seq in rows]
+        return [(str(run_id), int(seq)) for run_id, seq in rows] + self._archived_workspace(tenant)[1]
+
+    def _archived_workspace(self, tenant: str) -> tuple[set[str], list[tuple[str, int]]]:
+        """The snapshot roots in the plain details of ``tenant``'s archived
+        runs, and ``(run_id, seq)`` of their sealed ones: an archived run's
+        snapshots stay reachable, so collection keeps their objects for a
+        restore or a fork (each archive read once per collection)."""
+        roots: set[str] = set()
+        sealed: list[tuple[str, int]] = []
+        for run_id in self.archived_runs(tenant):
+            archive = self.run_archived(run_id)
+            if archive is None:
+                continue
+            plain, seqs = archive.workspace_details()
+            roots.update(plain)
+            sealed.extend((run_id, seq) for seq in seqs)
+        return roots, sealed
 
     def workspace_keys(self, tenant: str, oids: Collection[str]) -> set[str]:
         return set(oids)
