@@ -1315,6 +1315,7 @@ CREATE TABLE lg_checkpoints (
     checkpoint      BYTEA NOT NULL,
     metadata_kind   TEXT NOT NULL,
     metadata        BYTEA NOT NULL,
+    writes          BYTEA,  -- its pending writes, folded in by the next put (0043)
     PRIMARY KEY (tenant, thread_id, ns, checkpoint_id)
 );
 

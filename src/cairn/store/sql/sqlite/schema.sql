@@ -525,6 +525,7 @@ CREATE TABLE lg_checkpoints (
     checkpoint      BLOB NOT NULL,
     metadata_kind   TEXT NOT NULL,
     metadata        BLOB NOT NULL,
+    writes          BLOB,  -- its pending writes, folded in by the next put (0030)
     PRIMARY KEY (tenant, thread_id, ns, checkpoint_id)
 ) WITHOUT ROWID;
 
