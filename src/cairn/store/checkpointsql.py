@@ -63,6 +63,12 @@ REF_SIZE = 8
 FOLD_TAG = b"W1"
 #: the most bytes folded writes may inflate to (a damaged or hostile record claiming more is refused)
 FOLD_LIMIT = 64 * 1024 * 1024
+#: the preset dictionary a folded record is deflated with (what a record of LangGraph's
+#: writes spells: its JSON, task ids, task paths, channels; fixed forever, named by
+#: ``FOLD_TAG``): a super-step's three writes took 157 bytes with zlib alone, 116 with it
+FOLD_DICTIONARY = (b'[["00000000-0000-0000-0000-000000000000",-1,"__error__","","value",""],["__interrupt__",'
+                   b'"__resume__","__scheduled__","~__pregel_push, ","branch:to:","messages","list","value",'
+                   b'"~__pregel_pull, __start__"],["",0,"","~__pregel_pull, ","list","')
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +180,10 @@ def write_order(w: WriteRow) -> tuple[str, str, int]:
 def fold_writes(writes: Sequence[WriteRow]) -> bytes:
     """A checkpoint's pending writes as one record of its row: JSON (never
     anything a decoder could execute) of each write's fields, refs in hex,
-    zlib-compressed (a super-step's writes repeat their task id and path)."""
+    deflated with ``FOLD_DICTIONARY`` (a super-step's writes repeat their task id and path)."""
     doc = [[w.task_id, w.idx, w.channel, w.task_path, w.kind, w.refs.hex()] for w in writes]
-    return FOLD_TAG + zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=FOLD_DICTIONARY)
+    return FOLD_TAG + deflate.compress(json.dumps(doc, separators=(",", ":")).encode()) + deflate.flush()
 
 
 def unfold_writes(data: bytes, thread_id: str, checkpoint_id: str) -> list[WriteRow]:
@@ -185,7 +192,7 @@ def unfold_writes(data: bytes, thread_id: str, checkpoint_id: str) -> list[Write
     try:
         if not data.startswith(FOLD_TAG):
             raise ValueError("it is not a record of folded writes")
-        inflate = zlib.decompressobj()
+        inflate = zlib.decompressobj(-15, zdict=FOLD_DICTIONARY)
         raw = inflate.decompress(data[len(FOLD_TAG):], FOLD_LIMIT)
         if inflate.unconsumed_tail or not inflate.eof:
             raise ValueError(f"it is truncated or inflates beyond {FOLD_LIMIT:,} bytes")
@@ -355,7 +362,10 @@ class SQLCheckpoints(Generic[Tx]):
         if thread_id is not None and ns is not None and checkpoint_id is None:
             # one thread's namespace (a graph's history): read from its key's end, not sorted whole
             name = "lg_list_thread" if before is None else "lg_list_thread_before"
-        return self._in_read(lambda tx: [_row(r) for r in self._query(tx, name, params)])
+        read = self._in_statements if self._lg_batched else self._in_read
+        # one statement: a snapshot of its own, no BEGIN and COMMIT around it
+        # (PostgreSQL: a history page's first round trip, not three)
+        return read(lambda tx: [_row(r) for r in self._query(tx, name, params)])
 
     def lg_snapshots(self, tenant: str, asked: Sequence[Asked], opener: Opener | None = None
                      ) -> list[Snapshot]:

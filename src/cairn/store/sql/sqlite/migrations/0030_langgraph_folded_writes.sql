@@ -7,3 +7,10 @@
 -- child was put after yet; rows written before this migration stay there and
 -- read as before (a checkpoint's writes are its folded record and its rows).
 ALTER TABLE lg_checkpoints ADD COLUMN writes BLOB;
+
+-- The run index holds only checkpoints that have a run id (delete_for_runs
+-- looks up given ids, never NULL): a graph invoked without one (LangGraph's
+-- default outside its server) spent an index entry a super-step on NULL,
+-- 68 of its bytes on SQLite.
+DROP INDEX lg_checkpoints_run;
+CREATE INDEX lg_checkpoints_run ON lg_checkpoints (tenant, run_id) WHERE run_id IS NOT NULL;
