@@ -188,35 +188,46 @@ def test_an_allowlisted_copy_reads_the_type_and_the_original_still_refuses(app: 
     assert found.checkpoint["channel_values"]["c"] == Point(1, 2)
 
 
+@pytest.mark.parametrize("prefix", ["zd1:", "zlib:"])
 def test_a_compressed_row_that_does_not_inflate_is_refused_naming_it(
-        app: cairn.App, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A long value is stored compressed (type ``zlib:<type>``); a damaged
-    one, a truncated one, or one inflating beyond the limit (a "zip bomb"
-    written behind the saver's back) is an ``UnreadableCheckpoint`` naming
-    the checkpoint, and a compressed pickle is still a pickle: refused."""
+        app: cairn.App, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str) -> None:
+    """A long value is stored compressed (type ``zd1:<type>``: raw DEFLATE
+    with the saver's dictionary; ``zlib:<type>`` before migration 0030 /
+    0043); a damaged one, a truncated one, or one inflating beyond the limit
+    (a "zip bomb" written behind the saver's back) is an
+    ``UnreadableCheckpoint`` naming the checkpoint, and a compressed pickle
+    is still a pickle: refused."""
     import zlib
 
     import cairn.langgraph as lg
 
+    def deflated(data: bytes) -> bytes:
+        if prefix == lg.ZLIB:
+            return zlib.compress(data)
+        deflate = zlib.compressobj(1, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=lg.ZDICT_1)
+        return deflate.compress(data) + deflate.flush()
+
     text = " ".join(f"word{n % 50}" for n in range(300))
     saver, config = _saved(app, text)
     checkpoint_id = config["configurable"]["checkpoint_id"]
-    _execute(db_url, "UPDATE lg_values SET data = ? WHERE kind = 'zlib:msgpack'", (b"\x78\x01 damaged",))
+    _execute(db_url, "UPDATE lg_values SET kind = ?, data = ? WHERE kind = 'zd1:msgpack'",
+             (f"{prefix}msgpack", b"\xff\xff damaged"))
+    stored = f"SET data = ? WHERE kind = '{prefix}msgpack'"
     with pytest.raises(UnreadableCheckpoint, match=f"checkpoint '{checkpoint_id}' of thread 't': cannot "
                                                    "decompress its channel 'c'"):
         saver.get_tuple(config)
-    whole = zlib.compress(b"\xa5hello" * 1000)
-    _execute(db_url, "UPDATE lg_values SET data = ? WHERE kind = 'zlib:msgpack'", (whole[:-6],))
+    whole = deflated(b"\xa5hello" * 1000)
+    _execute(db_url, f"UPDATE lg_values {stored}", (whole[:-6],))
     with pytest.raises(UnreadableCheckpoint, match="it is truncated or inflates beyond"):
         saver.get_tuple(config)
     monkeypatch.setattr(lg, "INFLATE_LIMIT", 4096)
-    _execute(db_url, "UPDATE lg_values SET data = ? WHERE kind = 'zlib:msgpack'", (whole,))
+    _execute(db_url, f"UPDATE lg_values {stored}", (whole,))
     with pytest.raises(UnreadableCheckpoint, match="inflates beyond 4,096 bytes"):
         saver.get_tuple(config)
     monkeypatch.undo()
     marker = tmp_path / "pwned"
-    _execute(db_url, "UPDATE lg_values SET kind = 'zlib:pickle', data = ? WHERE kind = 'zlib:msgpack'",
-             (zlib.compress(pickle.dumps(Evil(str(marker)))),))
+    _execute(db_url, f"UPDATE lg_values SET kind = '{prefix}pickle', data = ? WHERE kind = '{prefix}msgpack'",
+             (deflated(pickle.dumps(Evil(str(marker)))),))
     with pytest.raises(UnreadableCheckpoint, match="serializer type 'pickle'"):
         saver.get_tuple(config)
     assert not marker.exists()

@@ -56,6 +56,13 @@ def _loop(steps: int, size: int) -> Any:
     return g
 
 
+def _inflated(data: bytes) -> bytes:
+    """A value the saver stored compressed (``cairn.langgraph.ZDICT``), inflated."""
+    from cairn.langgraph import ZDICT_1
+
+    return zlib.decompressobj(-15, zdict=ZDICT_1).decompress(data)
+
+
 def _config(thread: str) -> Any:
     return {"configurable": {"thread_id": thread}, "recursion_limit": 10 * STEPS}
 
@@ -208,7 +215,7 @@ def test_an_add_messages_list_stores_each_message_once(app: cairn.App, db_url: s
     out = graph.invoke({"messages": []}, _config("chat"))
     assert [m.content for m in out["messages"]] == [f"reply {n}" for n in range(40)]
     messages = [data for kind, data in _rows(db_url, "SELECT kind, data FROM lg_values")
-                if b"reply" in (zlib.decompress(data) if kind.startswith("zlib:") else data)]
+                if b"reply" in (_inflated(data) if kind.startswith("zd1:") else data)]
     assert len(messages) == 40, messages
     assert graph.get_state(_config("chat")).values["messages"] == out["messages"]
 
@@ -285,10 +292,11 @@ def test_a_list_read_walks_a_few_rows_however_long_the_list(app: cairn.App, db_u
 
 def test_a_long_value_is_stored_compressed_and_rows_stored_whole_still_read(
         app: cairn.App, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 1 KB message of words is stored zlib-compressed (its row about 2/3
-    of its bytes, the type saying so) and reads back the same, from a new
-    saver too; rows a saver stored whole (an older Cairn, or values too
-    short or too random to gain) read as before, side by side with them."""
+    """A 1 KB message of words is stored compressed (raw DEFLATE with the
+    saver's preset dictionary: its row about 2/3 of its bytes, the type
+    saying so) and reads back the same, from a new saver too; rows an older
+    saver stored whole (or values too short or too random to gain) or
+    zlib-compressed read as before, side by side with them."""
     import cairn.langgraph as lg
     from tests.langgraph.graphs import counting_loop
 
@@ -296,15 +304,21 @@ def test_a_long_value_is_stored_compressed_and_rows_stored_whole_still_read(
     monkeypatch.setattr(lg, "COMPRESS_AT", 10**9)  # what an older saver wrote: every row whole
     counting_loop(3, word).compile(checkpointer=_saver(app, tenant="acme")).invoke({"log": []}, _config("t"))
     monkeypatch.undo()
-    graph = counting_loop(6, word).compile(checkpointer=_saver(app, tenant="acme"))
+    # what a saver before migration 0030 / 0043 wrote: zlib with its header, no dictionary
+    monkeypatch.setattr(lg, "packed", lambda kind, data: (
+        (lg.ZLIB + kind, zlib.compress(data, 1)) if len(data) >= lg.COMPRESS_AT else (kind, data)))
+    counting_loop(6, word).compile(checkpointer=_saver(app, tenant="acme")).invoke({"log": []}, _config("t"))
+    monkeypatch.undo()
+    graph = counting_loop(9, word).compile(checkpointer=_saver(app, tenant="acme"))
     out = graph.invoke({"log": []}, _config("t"))
-    assert out["log"] == [f"{word}{n}" for n in range(6)]
+    assert out["log"] == [f"{word}{n}" for n in range(9)]
     kinds = "SELECT count(*) FROM lg_values WHERE tenant = 'acme' AND kind = "
-    assert _count(db_url, kinds + "'zlib:msgpack'") == 3, "the 3 new messages compressed"
+    assert _count(db_url, kinds + "'zd1:msgpack'") == 3, "the 3 new messages compressed"
+    assert _count(db_url, kinds + "'zlib:msgpack'") == 3, "the 3 before them as zlib"
     assert _count(db_url, kinds + f"'msgpack' AND length(data) > {len(word)}") == 3, "the 3 old ones whole"
-    longest = _count(db_url, "SELECT max(length(data)) FROM lg_values WHERE kind = 'zlib:msgpack'")
+    longest = _count(db_url, "SELECT max(length(data)) FROM lg_values WHERE kind = 'zd1:msgpack'")
     assert longest < 0.7 * len(word), longest
-    fresh = counting_loop(6, word).compile(checkpointer=_saver(app, tenant="acme"))
+    fresh = counting_loop(9, word).compile(checkpointer=_saver(app, tenant="acme"))
     assert fresh.get_state(_config("t")).values["log"] == out["log"]
     history = [s.values.get("log") for s in fresh.get_state_history(_config("t"))]
     assert all(log == out["log"][:len(log)] for log in history if log), history

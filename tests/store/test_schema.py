@@ -43,6 +43,8 @@ SQLITE_ONLY = {
     "lg_blob_chains": "a LangGraph checkpoint's chains, one read at a time (PostgreSQL: lg_page_reads)",
     "lg_values": "a LangGraph checkpoint's values, one thread at a time (PostgreSQL: lg_page_values)",
     "lg_writes_of": "a LangGraph checkpoint's writes, one read at a time (PostgreSQL: lg_page_reads)",
+    "lg_set_folded": "a checkpoint's folded pending writes written into its row (PostgreSQL: in the "
+                     "insert of the checkpoint that folds them, lg_put_checkpoint)",
     "audit_previous": "the entry before an appended one, read for its audit link (PostgreSQL: in the insert)",
     "rekey_spilled_set": "a re-encrypted payload too large for its row is written back out of it",
     "ws_put_object": "one workspace object per statement (PostgreSQL: ws_put_objects, all in one)",

@@ -402,6 +402,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     #: in few statements outside a transaction (checkpointsql)
     _lg_arrays = True
     _lg_batched = True
+    _lg_fold_in_put = True
 
 
     def __init__(

@@ -1517,6 +1517,13 @@ DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::
 SELECT pg_advisory_xact_lock(hashtextextended(%(tenant)s || '/' || %(thread_id)s::text, 0))
 
 -- name: lg_put_checkpoint
+-- and the parent's pending writes folded into its row, when the put moved them
+-- (checkpointsql._lg_fold: folded_id NULL when not), in the same statement
+WITH folded AS (
+    UPDATE lg_checkpoints SET writes = %(folded)s::bytea
+    WHERE %(folded_id)s::text IS NOT NULL AND tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+      AND ns = %(ns)s::text AND checkpoint_id = %(folded_id)s::text AND writes IS NULL
+)
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
                             checkpoint_kind, checkpoint, metadata_kind, metadata)
 VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(parent_id)s::text, %(run_id)s::text,
@@ -1525,6 +1532,17 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
     metadata_kind = excluded.metadata_kind, metadata = excluded.metadata
+
+-- name: lg_fold_writes
+-- a put moves its parent's pending writes out of lg_writes, to fold them into the parent's
+-- row (checkpointsql._lg_fold): only a parent that is stored and not folded yet
+DELETE FROM lg_writes
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
+  AND checkpoint_id = %(checkpoint_id)s::text
+  AND EXISTS (SELECT 1 FROM lg_checkpoints AS c
+              WHERE c.tenant = %(tenant)s AND c.thread_id = %(thread_id)s::text AND c.ns = %(ns)s::text
+                AND c.checkpoint_id = %(checkpoint_id)s::text AND c.writes IS NULL)
+RETURNING task_id, idx, channel, task_path, kind, refs
 
 -- name: lg_put_value
 INSERT INTO lg_values (tenant, thread_id, digest, kind, data)
@@ -1662,6 +1680,17 @@ SELECT i, is_write, channel, kind, base, refs, task_id, idx, task_path FROM (
                   WHERE y.tenant = %(tenant)s AND y.thread_id = w.thread_id AND y.ns = w.ns
                     AND y.checkpoint_id = w.checkpoint_id
                   OFFSET 0) AS x  -- not pulled up: sought by the key, not a join over the tenant's writes
+    UNION ALL
+    -- the checkpoint's folded writes, read in this statement's snapshot with its rows of lg_writes
+    -- (a put folding them between this and the statement that read the checkpoint moves them
+    -- from one to the other): a row with NULL task id (checkpointsql.read_writes)
+    SELECT f.i, true, NULL, NULL, NULL, z.writes, NULL, NULL, NULL, '', '', NULL
+    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::text[])
+             AS f (i, thread_id, ns, checkpoint_id),
+         LATERAL (SELECT y.writes FROM lg_checkpoints AS y
+                  WHERE y.tenant = %(tenant)s AND y.thread_id = f.thread_id AND y.ns = f.ns
+                    AND y.checkpoint_id = f.checkpoint_id AND y.writes IS NOT NULL
+                  LIMIT 1) AS z
 ) AS r
 ORDER BY i, is_write, s1 COLLATE "C", s2 COLLATE "C", s3
 
@@ -1718,9 +1747,13 @@ DELETE FROM lg_blobs
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND channel = %(channel)s AND version = %(version)s
 
 -- name: lg_thread_refs
-SELECT refs FROM lg_blobs WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+-- every packed digest list of the thread (and, with their checkpoint id, its folded writes)
+SELECT refs, NULL::text FROM lg_blobs WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
 UNION ALL
-SELECT refs FROM lg_writes WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+SELECT refs, NULL FROM lg_writes WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+UNION ALL
+SELECT writes, checkpoint_id FROM lg_checkpoints
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND writes IS NOT NULL
 
 -- name: lg_thread_digests
 SELECT digest FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
@@ -1730,8 +1763,9 @@ DELETE FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::t
 
 -- name: lg_copy_checkpoints
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
-                            checkpoint_kind, checkpoint, metadata_kind, metadata)
-SELECT tenant, %(target)s::text, ns, checkpoint_id, parent_id, run_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+                            checkpoint_kind, checkpoint, metadata_kind, metadata, writes)
+SELECT tenant, %(target)s::text, ns, checkpoint_id, parent_id, run_id, checkpoint_kind, checkpoint, metadata_kind, metadata,
+       writes
 FROM lg_checkpoints WHERE tenant = %(tenant)s AND thread_id = %(source)s::text
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO NOTHING
 

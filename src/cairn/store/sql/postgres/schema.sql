@@ -1315,11 +1315,12 @@ CREATE TABLE lg_checkpoints (
     checkpoint      BYTEA NOT NULL,
     metadata_kind   TEXT NOT NULL,
     metadata        BYTEA NOT NULL,
+    writes          BYTEA,  -- its pending writes, folded in by the next put (0043)
     PRIMARY KEY (tenant, thread_id, ns, checkpoint_id)
 );
 
--- delete_for_runs: a tenant's checkpoints by run id (migration 0028)
-CREATE INDEX lg_checkpoints_run ON lg_checkpoints (tenant, run_id);
+-- delete_for_runs: a tenant's checkpoints by run id (migration 0028; only those with one: 0043)
+CREATE INDEX lg_checkpoints_run ON lg_checkpoints (tenant, run_id) WHERE run_id IS NOT NULL;
 
 CREATE TABLE lg_blobs (
     tenant    TEXT NOT NULL,

@@ -1176,6 +1176,21 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
     metadata_kind = excluded.metadata_kind, metadata = excluded.metadata
 
+-- name: lg_fold_writes
+-- a put moves its parent's pending writes out of lg_writes, to fold them into the parent's
+-- row (checkpointsql._lg_fold): only a parent that is stored and not folded yet
+DELETE FROM lg_writes
+WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
+  AND EXISTS (SELECT 1 FROM lg_checkpoints AS c
+              WHERE c.tenant = :tenant AND c.thread_id = :thread_id AND c.ns = :ns
+                AND c.checkpoint_id = :checkpoint_id AND c.writes IS NULL)
+RETURNING task_id, idx, channel, task_path, kind, refs
+
+-- name: lg_set_folded
+UPDATE lg_checkpoints SET writes = :folded
+WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
+  AND writes IS NULL
+
 -- name: lg_put_value
 INSERT INTO lg_values (tenant, thread_id, digest, kind, data)
 VALUES (:tenant, :thread_id, :digest, :kind, :data)
@@ -1262,6 +1277,13 @@ SELECT digest, kind, data FROM lg_values
 WHERE tenant = :tenant AND thread_id = :thread_id AND digest IN (SELECT value FROM json_each(:digests))
 
 -- name: lg_writes_of
+-- the checkpoint's folded writes (a row with NULL task id: checkpointsql.read_writes), then
+-- its rows of lg_writes
+SELECT NULL AS task_id, NULL AS idx, NULL AS channel, NULL AS task_path, NULL AS kind, writes AS refs
+FROM lg_checkpoints
+WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
+  AND writes IS NOT NULL
+UNION ALL
 SELECT task_id, idx, channel, task_path, kind, refs FROM lg_writes
 WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
 ORDER BY task_path, task_id, idx
@@ -1309,9 +1331,13 @@ DELETE FROM lg_blobs
 WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND channel = :channel AND version = :version
 
 -- name: lg_thread_refs
-SELECT refs FROM lg_blobs WHERE tenant = :tenant AND thread_id = :thread_id
+-- every packed digest list of the thread (and, with their checkpoint id, its folded writes)
+SELECT refs, NULL FROM lg_blobs WHERE tenant = :tenant AND thread_id = :thread_id
 UNION ALL
-SELECT refs FROM lg_writes WHERE tenant = :tenant AND thread_id = :thread_id
+SELECT refs, NULL FROM lg_writes WHERE tenant = :tenant AND thread_id = :thread_id
+UNION ALL
+SELECT writes, checkpoint_id FROM lg_checkpoints
+WHERE tenant = :tenant AND thread_id = :thread_id AND writes IS NOT NULL
 
 -- name: lg_thread_digests
 SELECT digest FROM lg_values WHERE tenant = :tenant AND thread_id = :thread_id
@@ -1321,8 +1347,9 @@ DELETE FROM lg_values WHERE tenant = :tenant AND thread_id = :thread_id AND dige
 
 -- name: lg_copy_checkpoints
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
-                            checkpoint_kind, checkpoint, metadata_kind, metadata)
-SELECT tenant, :target, ns, checkpoint_id, parent_id, run_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+                            checkpoint_kind, checkpoint, metadata_kind, metadata, writes)
+SELECT tenant, :target, ns, checkpoint_id, parent_id, run_id, checkpoint_kind, checkpoint, metadata_kind, metadata,
+       writes
 FROM lg_checkpoints WHERE tenant = :tenant AND thread_id = :source
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO NOTHING
 

@@ -525,11 +525,12 @@ CREATE TABLE lg_checkpoints (
     checkpoint      BLOB NOT NULL,
     metadata_kind   TEXT NOT NULL,
     metadata        BLOB NOT NULL,
+    writes          BLOB,  -- its pending writes, folded in by the next put (0030)
     PRIMARY KEY (tenant, thread_id, ns, checkpoint_id)
 ) WITHOUT ROWID;
 
--- delete_for_runs: a tenant's checkpoints by run id (migration 0019)
-CREATE INDEX lg_checkpoints_run ON lg_checkpoints (tenant, run_id);
+-- delete_for_runs: a tenant's checkpoints by run id (migration 0019; only those with one: 0030)
+CREATE INDEX lg_checkpoints_run ON lg_checkpoints (tenant, run_id) WHERE run_id IS NOT NULL;
 
 CREATE TABLE lg_blobs (
     tenant    TEXT NOT NULL,

@@ -1,0 +1,184 @@
+"""Pending writes folded into their checkpoint's row (``cairn.store.checkpointsql``,
+migrations 0030 / 0043), on both backends: a put moves its parent's rows of
+``lg_writes`` into the parent's row, and every read returns the same pending
+writes, in the same order, as before the fold; a write put after the fold is
+read with the folded ones; a put refused by the fence moves nothing; garbage
+collection keeps the values only folded writes name; a damaged or hostile
+folded record is refused naming its checkpoint, nothing executed."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sqlite3
+import zlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+
+import cairn
+from cairn.errors import ThreadTaken, UnreadableCheckpoint
+
+if TYPE_CHECKING:
+    from cairn.langgraph import CairnSaver
+
+
+def _sql(db_url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Rows read, or changed, behind the saver's back."""
+    if db_url.startswith("sqlite"):
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            return conn.execute(statement, params).fetchall()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SET search_path = cairn")
+        cursor = conn.execute(statement.replace("?", "%s"), params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def _put(saver: CairnSaver, parent: Any, n: int, run_id: str = "r1") -> Any:
+    """A checkpoint of thread ``t`` after ``parent`` (a config, or ``None``), channel ``n`` = ``n``."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"n": n}
+    version = saver.get_next_version(None if n == 0 else f"{n:010d}", None)
+    checkpoint["channel_versions"] = {"n": version}
+    config = parent or {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    return saver.put(config, checkpoint, {"source": "loop", "step": n, "run_id": run_id}, {"n": version})
+
+
+def _writes(saver: CairnSaver, config: Any) -> list[tuple[str, str, Any]]:
+    found = saver.get_tuple(config)
+    assert found is not None
+    return list(found.pending_writes or [])
+
+
+def _side_rows(db_url: str, checkpoint_id: str) -> int:
+    return int(_sql(db_url, "SELECT count(*) FROM lg_writes WHERE checkpoint_id = ?", (checkpoint_id,))[0][0])
+
+
+def _folded(db_url: str, checkpoint_id: str) -> Any:
+    return _sql(db_url, "SELECT writes FROM lg_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,))[0][0]
+
+
+def _deflated(data: bytes) -> bytes:
+    """``data`` as a folded record deflates it (with the record's dictionary)."""
+    from cairn.store.checkpointsql import FOLD_DICTIONARY
+
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=FOLD_DICTIONARY)
+    return deflate.compress(data) + deflate.flush()
+
+
+def _new_saver(app: cairn.App) -> CairnSaver:
+    from cairn.langgraph import CairnSaver
+
+    return CairnSaver(app, tenant="acme")
+
+
+def test_a_put_folds_its_parents_writes_and_reads_return_them_unchanged(app: cairn.App, db_url: str) -> None:
+    from langgraph.checkpoint.base import ERROR
+
+    saver = _new_saver(app)
+    c1 = _put(saver, None, 0)
+    saver.put_writes(c1, [("n", 1), ("log", ["a", "b"])], "task-b", "~path, b")
+    saver.put_writes(c1, [("n", 2)], "task-a", "~path, a")
+    saver.put_writes(c1, [(ERROR, "boom")], "task-c")  # a special write (negative index)
+    before = _writes(saver, c1)
+    assert len(before) == 4
+    assert _side_rows(db_url, c1["configurable"]["checkpoint_id"]) == 4
+    c2 = _put(saver, c1, 1)
+    c1_id = c1["configurable"]["checkpoint_id"]
+    assert _side_rows(db_url, c1_id) == 0, "the parent's writes left lg_writes"
+    assert _folded(db_url, c1_id) is not None, "and are in the parent's row"
+    assert _writes(saver, c1) == before
+    assert _writes(_new_saver(app), c1) == before  # a reader that holds nothing of the thread
+    thread = {"configurable": {"thread_id": "t"}}
+    listed = {t.config["configurable"]["checkpoint_id"]: t.pending_writes for t in saver.list(thread)}
+    assert listed == {c1_id: before, c2["configurable"]["checkpoint_id"]: []}
+
+
+def test_a_write_put_after_the_fold_is_read_with_the_folded_ones(app: cairn.App, db_url: str) -> None:
+    saver = _new_saver(app)
+    c1 = _put(saver, None, 0)
+    saver.put_writes(c1, [("n", 1)], "task-b")
+    _put(saver, c1, 1)
+    saver.put_writes(c1, [("n", 2)], "task-a")  # after the fold: a row of lg_writes again
+    c1_id = c1["configurable"]["checkpoint_id"]
+    assert _side_rows(db_url, c1_id) == 1
+    expected = [("task-a", "n", 2), ("task-b", "n", 1)]  # in the read order: by task id
+    assert _writes(saver, c1) == expected
+    _put(saver, c1, 2)  # a second child (a fork) folds nothing more: the parent is folded
+    assert _side_rows(db_url, c1_id) == 1
+    assert _writes(_new_saver(app), c1) == expected
+
+
+def test_a_put_refused_by_the_fence_moves_none_of_its_parents_writes(app: cairn.App, db_url: str) -> None:
+    first, second = _new_saver(app), _new_saver(app)
+    c1 = _put(first, None, 0)
+    first.put_writes(c1, [("n", 1)], "task")
+    second.hold("t")  # another process takes the thread
+    with pytest.raises(ThreadTaken):
+        _put(first, c1, 1)
+    c1_id = c1["configurable"]["checkpoint_id"]
+    assert _side_rows(db_url, c1_id) == 1
+    assert _folded(db_url, c1_id) is None
+    assert _writes(second, c1) == [("task", "n", 1)]
+
+
+def test_writes_of_a_parent_that_is_not_stored_stay_where_they_are(app: cairn.App, db_url: str) -> None:
+    """A put naming a parent with no row (LangGraph's loop never does; a caller
+    may) has nowhere to fold its writes into: they stay rows of ``lg_writes``."""
+    saver = _new_saver(app)
+    ghost = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "ghost"}}
+    saver.put_writes(ghost, [("n", 1)], "task")
+    _put(saver, ghost, 1)
+    assert _side_rows(db_url, "ghost") == 1
+
+
+def test_values_only_folded_writes_name_survive_a_collection(app: cairn.App) -> None:
+    saver = _new_saver(app)
+    c1 = _put(saver, None, 0, run_id="r1")
+    saver.put_writes(c1, [("note", "named by this write alone")], "task")
+    c2 = _put(saver, c1, 1, run_id="r1")
+    _put(saver, c2, 2, run_id="r2")
+    saver.delete_for_runs(["r2"])  # collects the values nothing names any more
+    assert _writes(_new_saver(app), c1) == [("task", "note", "named by this write alone")]
+
+
+@pytest.mark.parametrize("record", [b"W1 not zlib", b"junk", b"W1" + _deflated(b'{"a": 1}')])
+def test_a_damaged_folded_record_is_refused_naming_its_checkpoint(app: cairn.App, db_url: str,
+                                                                 record: bytes) -> None:
+    saver = _new_saver(app)
+    c1 = _put(saver, None, 0)
+    saver.put_writes(c1, [("n", 1)], "task")
+    c2 = _put(saver, c1, 1)
+    _put(saver, c2, 2, run_id="r2")
+    _sql(db_url, "UPDATE lg_checkpoints SET writes = ? WHERE writes IS NOT NULL", (record,))
+    c1_id = c1["configurable"]["checkpoint_id"]
+    match = f"checkpoint '{c1_id}' of thread 't': cannot read its folded pending writes"
+    with pytest.raises(UnreadableCheckpoint, match=match):
+        _new_saver(app).get_tuple(c1)
+    with pytest.raises(UnreadableCheckpoint, match=match):
+        list(_new_saver(app).list(c1))
+    with pytest.raises(UnreadableCheckpoint, match=match):  # nor is a collection blind to it
+        saver.delete_for_runs(["r2"])
+
+
+def test_a_pickle_in_a_folded_record_is_refused_and_not_run(app: cairn.App, db_url: str,
+                                                            tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.mkdir, (str(marker),))
+
+    saver = _new_saver(app)
+    c1 = _put(saver, None, 0)
+    saver.put_writes(c1, [("n", 1)], "task")
+    _put(saver, c1, 1)
+    hostile = b"W1" + pickle.dumps(Evil())
+    _sql(db_url, "UPDATE lg_checkpoints SET writes = ? WHERE writes IS NOT NULL", (hostile,))
+    with pytest.raises(UnreadableCheckpoint, match="cannot read its folded pending writes"):
+        _new_saver(app).get_tuple(c1)
+    assert not marker.exists()
