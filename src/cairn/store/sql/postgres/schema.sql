@@ -238,31 +238,36 @@ CREATE TABLE tenant_grants (
 ALTER TABLE tenant_grants ENABLE ROW LEVEL SECURITY;
 CREATE POLICY own_grants ON tenant_grants FOR SELECT USING (role = current_user);
 
--- The tenant rule is written out in each policy rather than called as a
--- function: an uncorrelated ARRAY(SELECT ...) is evaluated once per query
--- (an init plan) and tenant = ANY(...) can use the indexes, where a function
--- call would run the lookup for every row.
+-- The tenant rule, in one place (0049): the tenants tenant_grants grants the
+-- calling role, narrowed (never widened) by its setting cairn.tenant. Every
+-- tenant policy calls it as tenant = ANY ((SELECT cairn_tenants())::TEXT[]):
+-- the scalar subquery is an init plan, run once per query, and tenant =
+-- ANY ($n) can be an index condition; called bare, it would be a filter run
+-- per row. (The cast is needed: ANY ((SELECT ...)) would be ANY over the
+-- subquery's rows, comparing a tenant with an array.)
+-- SECURITY INVOKER: it reads tenant_grants as the caller (own_grants). Its
+-- search_path is pinned (below) because a function's body is resolved when it
+-- runs: under the caller's search_path, a table (or temporary table) of the
+-- caller's named tenant_grants would grant it any tenant. PARALLEL SAFE as
+-- the written-out rule was: it only reads, and workers share the setting.
+-- EXECUTE stays granted to PUBLIC: it returns what the caller may read anyway.
+CREATE FUNCTION cairn_tenants() RETURNS TEXT[]
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY INVOKER AS $$
+    SELECT ARRAY(SELECT g.tenant FROM tenant_grants AS g
+                 WHERE g.role = current_user
+                   AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))
+$$;
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION cairn_tenants() SET search_path = %I, pg_temp', current_schema());
+END
+$$;
+
 ALTER TABLE runs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE history ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON runs
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
-CREATE POLICY tenant_isolation ON history
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
-                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = history.run_id AND r.tenant = history.tenant));
+-- Their policies (tenant_isolation), and those of every tenant table, are
+-- created by one loop at the end of this file (0049).
 
 -- A run's mailbox (0008): what was delivered to it (signals, decisions), in
 -- order of arrival, each message consumed at most once by the journal entry
@@ -291,16 +296,6 @@ CREATE INDEX mailbox_payload_ref ON mailbox (payload_ref) WHERE payload_ref IS N
 -- consumes from the mailboxes of the tenants granted to it only; a row it
 -- writes must belong to a run of its own tenant (as for history, since 0008).
 ALTER TABLE mailbox ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON mailbox
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
-                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = mailbox.run_id AND r.tenant = mailbox.tenant));
 
 ALTER TABLE artifacts ENABLE ROW LEVEL SECURITY;
 -- Its policy (referenced) is at the end, after the memory tables it names.
@@ -313,10 +308,7 @@ CREATE POLICY lock_limits ON queues FOR UPDATE USING (true) WITH CHECK (false);
 
 ALTER TABLE queue_buckets ENABLE ROW LEVEL SECURITY;
 CREATE POLICY read_buckets ON queue_buckets FOR SELECT
-    USING (tenant = '' OR tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+    USING (tenant = '' OR tenant = ANY ((SELECT cairn_tenants())::TEXT[]));
 
 ALTER TABLE schema_migrations ENABLE ROW LEVEL SECURITY;
 CREATE POLICY read_versions ON schema_migrations FOR SELECT USING (true);
@@ -426,15 +418,6 @@ CREATE INDEX runs_tenant_updated ON runs (tenant, updated_at, run_id COLLATE "C"
 -- revokes the tokens of its granted tenants only (the server that checks
 -- tokens of every tenant connects as the owner).
 ALTER TABLE api_tokens ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON api_tokens
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 -- ...and never writes an installation token (0035): `installation` is the
 -- installation's operator, above a tenant's admin; the owner still mints them.
@@ -620,16 +603,6 @@ CREATE TABLE approvals (
 CREATE INDEX approvals_pending ON approvals (tenant, requested_at) WHERE status = 'pending';
 
 ALTER TABLE approvals ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON approvals
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
-                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = approvals.run_id AND r.tenant = approvals.tenant));
 
 -- Schedules: the definition the workers last registered, and the latest tick
 -- fired or passed over (UTC epoch seconds; NULL: none yet). A tick fires in
@@ -657,15 +630,6 @@ CREATE TABLE schedules (
 );
 
 ALTER TABLE schedules ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON schedules
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 -- Memory tiers (issue 14). Three tiers with their own tables and lifecycles:
 -- run memory (scratch of one run, deleted with it), thread memory (ordered
@@ -815,60 +779,10 @@ CREATE TRIGGER memory_items_gc AFTER DELETE OR UPDATE OF value_ref ON memory_ite
 -- file a memory as written by another tenant's run. A tenant's role may
 -- delete its own memory (forgetting is the tenant's right).
 ALTER TABLE memory_run ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON memory_run
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
-                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = memory_run.run_id AND r.tenant = memory_run.tenant));
 ALTER TABLE memory_threads ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON memory_threads
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 ALTER TABLE memory_thread_messages ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON memory_thread_messages
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
-                AND (memory_thread_messages.run_id IS NULL
-                     OR EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = memory_thread_messages.run_id AND r.tenant = memory_thread_messages.tenant)));
 ALTER TABLE memory_items ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON memory_items
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
-                AND (memory_items.run_id IS NULL
-                     OR EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = memory_items.run_id AND r.tenant = memory_items.tenant)));
 ALTER TABLE memory_outbox ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON memory_outbox
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 -- The collection queue's reference checks (select_gc_page): one index probe each.
 CREATE INDEX memory_run_ref ON memory_run (value_ref) WHERE value_ref IS NOT NULL;
@@ -947,15 +861,6 @@ $$;
 -- A tenant's role reads, stores, re-tiers and drops only its own tenants'
 -- vectors (its embedding worker and its deletions).
 ALTER TABLE memory_vectors ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON memory_vectors
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 -- The cold tier of long-term memory item values (issue 14): the value of an
 -- item nobody read or wrote for MemoryPolicy(cold_after=) seconds leaves its
@@ -996,15 +901,6 @@ CREATE TRIGGER memory_items_cold_rewarmed AFTER UPDATE OF tier ON memory_items
 
 -- Row-level security: the grant rule of memory_items (0015).
 ALTER TABLE memory_item_cold ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON memory_item_cold
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 DO $$
 BEGIN
@@ -1111,15 +1007,9 @@ CREATE TABLE queue_shares (
 
 ALTER TABLE queue_shares ENABLE ROW LEVEL SECURITY;
 CREATE POLICY read_own_shares ON queue_shares FOR SELECT
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+    USING (tenant = ANY ((SELECT cairn_tenants())::TEXT[]));
 CREATE POLICY lock_own_shares ON queue_shares FOR UPDATE
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
+    USING (tenant = ANY ((SELECT cairn_tenants())::TEXT[]))
     WITH CHECK (false);
 
 INSERT INTO tenant_privileges (object_name, privileges) VALUES ('queue_shares', 'SELECT, UPDATE (updated_at)');
@@ -1360,45 +1250,9 @@ CREATE TABLE lg_values (
 
 -- Row-level security: the grant rule of the memory tables (0015).
 ALTER TABLE lg_checkpoints ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON lg_checkpoints
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 ALTER TABLE lg_blobs ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON lg_blobs
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 ALTER TABLE lg_writes ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON lg_writes
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 ALTER TABLE lg_values ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON lg_values
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 -- Who writes a thread (fencing): the saver that took it (owner, a random id
 -- per CairnSaver) and how many times it changed hands (epoch). A saver takes
@@ -1413,15 +1267,6 @@ CREATE TABLE lg_threads (
     PRIMARY KEY (tenant, thread_id)
 );
 ALTER TABLE lg_threads ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON lg_threads
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 -- Encryption at rest: each tenant's data keys, wrapped by a KEK (0029, cairn.store.sealed).
 CREATE TABLE data_keys (
@@ -1436,15 +1281,6 @@ CREATE TABLE data_keys (
 
 -- Row-level security: the grant rule of the memory tables (0015).
 ALTER TABLE data_keys ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON data_keys
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 -- Workspace objects (issue 27, cairn.workspace): the blobs, chunk lists and
 -- trees of runs' workspace snapshots, content addressed per tenant (oid:
@@ -1465,15 +1301,6 @@ ALTER TABLE workspace_objects ALTER COLUMN data SET STORAGE EXTERNAL;  -- compre
 
 -- Row-level security: the grant rule of the memory tables (0015).
 ALTER TABLE workspace_objects ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON workspace_objects
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 
 -- The role and token a run was started with (0033, cairn.engine.access).
 CREATE FUNCTION runs_started_with_checked() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -1616,28 +1443,6 @@ CREATE INDEX run_archive_refs_ref ON run_archive_refs (ref);
 
 ALTER TABLE run_archives ENABLE ROW LEVEL SECURITY;
 ALTER TABLE run_archive_refs ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON run_archives
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
-                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = run_archives.run_id
-                                                      AND r.tenant = run_archives.tenant));
-CREATE POLICY tenant_isolation ON run_archive_refs
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant)))
-                AND EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = run_archive_refs.run_id
-                                                      AND r.tenant = run_archive_refs.tenant));
 
 -- An archived run cannot be mutated: its run row cannot change, whoever
 -- writes (this trigger; restore it first). Every store write of the run's
@@ -1713,29 +1518,14 @@ CREATE TABLE retention_policies (
 -- defaults ('*'), and writes only its own tenants' (the '*' rows are the owner's).
 ALTER TABLE retention_policies ENABLE ROW LEVEL SECURITY;
 CREATE POLICY read_own_policies ON retention_policies FOR SELECT
-    USING (tenant = '*' OR tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+    USING (tenant = '*' OR tenant = ANY ((SELECT cairn_tenants())::TEXT[]));
 CREATE POLICY insert_own_policies ON retention_policies FOR INSERT
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+    WITH CHECK (tenant = ANY ((SELECT cairn_tenants())::TEXT[]));
 CREATE POLICY update_own_policies ON retention_policies FOR UPDATE
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+    USING (tenant = ANY ((SELECT cairn_tenants())::TEXT[]))
+    WITH CHECK (tenant = ANY ((SELECT cairn_tenants())::TEXT[]));
 CREATE POLICY delete_own_policies ON retention_policies FOR DELETE
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
+    USING (tenant = ANY ((SELECT cairn_tenants())::TEXT[]));
 
 INSERT INTO tenant_privileges (object_name, privileges) VALUES
     ('retention_policies', 'SELECT, INSERT, UPDATE, DELETE');
@@ -1793,14 +1583,34 @@ CREATE TABLE operator_log (
     PRIMARY KEY (tenant, seq)
 );
 ALTER TABLE operator_log ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON operator_log
-    USING (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))))
-    WITH CHECK (tenant = ANY (ARRAY(
-        SELECT g.tenant FROM tenant_grants AS g
-        WHERE g.role = current_user
-          AND g.tenant = COALESCE(NULLIF(current_setting('cairn.tenant', true), ''), g.tenant))));
 INSERT INTO tenant_privileges (object_name, privileges) VALUES ('operator_log', 'SELECT, INSERT');
 SELECT grant_privileges('operator_log');
+
+-- The tenant boundary of every tenant table (0049): one policy each, created
+-- here in one loop so that the rule (cairn_tenants) is called the same way
+-- everywhere. A table added later goes into its list here, and its migration
+-- creates the same policy.
+DO $$
+DECLARE
+    rule CONSTANT TEXT := 'tenant = ANY ((SELECT cairn_tenants())::TEXT[])';
+    of_run CONSTANT TEXT := 'EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = %1$I.run_id AND r.tenant = %1$I.tenant)';
+    tbl TEXT;
+BEGIN
+    -- rows of a tenant
+    FOREACH tbl IN ARRAY ARRAY['runs', 'api_tokens', 'schedules', 'memory_threads', 'memory_outbox', 'memory_vectors',
+                               'memory_item_cold', 'lg_checkpoints', 'lg_blobs', 'lg_writes', 'lg_values',
+                               'lg_threads', 'data_keys', 'workspace_objects', 'operator_log'] LOOP
+        EXECUTE format('CREATE POLICY tenant_isolation ON %I USING (%s) WITH CHECK (%s)', tbl, rule, rule);
+    END LOOP;
+    -- rows of a run: written only for a run of the same tenant
+    FOREACH tbl IN ARRAY ARRAY['history', 'mailbox', 'approvals', 'memory_run', 'run_archives', 'run_archive_refs'] LOOP
+        EXECUTE format('CREATE POLICY tenant_isolation ON %I USING (%s) WITH CHECK (%s AND %s)',
+                       tbl, rule, rule, format(of_run, tbl));
+    END LOOP;
+    -- rows that may belong to a run: then written only for a run of the same tenant
+    FOREACH tbl IN ARRAY ARRAY['memory_thread_messages', 'memory_items'] LOOP
+        EXECUTE format('CREATE POLICY tenant_isolation ON %1$I USING (%2$s) '
+                       'WITH CHECK (%2$s AND (%1$I.run_id IS NULL OR %3$s))', tbl, rule, format(of_run, tbl));
+    END LOOP;
+END
+$$;
