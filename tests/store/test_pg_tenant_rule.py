@@ -1,4 +1,4 @@
-"""The tenant rule of row-level security, written once (migration 0049).
+"""The tenant rule of row-level security, written once (migration 0044).
 
 Every tenant policy calls ``cairn_tenants()`` as
 ``tenant = ANY ((SELECT cairn_tenants())::TEXT[])``. These tests pin what
@@ -34,7 +34,7 @@ TENANTS = ["acme", "globex", *(f"t{i}" for i in range(6))]
 RUNS_PER_TENANT = 200
 
 #: A typical query of a tenant's role (the store's own SQL), its parameters,
-#: and the index its plan used before 0049 (the same data, sequential scans off).
+#: and the index its plan used before 0044 (the same data, sequential scans off).
 QUERIES: dict[str, tuple[dict[str, Any], str]] = {
     "select_run": ({"run_id": "acme-17"}, "runs_pkey"),
     "select_history": ({"run_id": "acme-17", "after_seq": 0, "limit": 100}, "history_pkey"),

@@ -238,7 +238,7 @@ CREATE TABLE tenant_grants (
 ALTER TABLE tenant_grants ENABLE ROW LEVEL SECURITY;
 CREATE POLICY own_grants ON tenant_grants FOR SELECT USING (role = current_user);
 
--- The tenant rule, in one place (0049): the tenants tenant_grants grants the
+-- The tenant rule, in one place (0044): the tenants tenant_grants grants the
 -- calling role, narrowed (never widened) by its setting cairn.tenant. Every
 -- tenant policy calls it as tenant = ANY ((SELECT cairn_tenants())::TEXT[]):
 -- the scalar subquery is an init plan, run once per query, and tenant =
@@ -267,7 +267,7 @@ $$;
 ALTER TABLE runs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE history ENABLE ROW LEVEL SECURITY;
 -- Their policies (tenant_isolation), and those of every tenant table, are
--- created by one loop at the end of this file (0049).
+-- created by one loop at the end of this file (0044).
 
 -- A run's mailbox (0008): what was delivered to it (signals, decisions), in
 -- order of arrival, each message consumed at most once by the journal entry
@@ -1586,7 +1586,7 @@ ALTER TABLE operator_log ENABLE ROW LEVEL SECURITY;
 INSERT INTO tenant_privileges (object_name, privileges) VALUES ('operator_log', 'SELECT, INSERT');
 SELECT grant_privileges('operator_log');
 
--- The tenant boundary of every tenant table (0049): one policy each, created
+-- The tenant boundary of every tenant table (0044): one policy each, created
 -- here in one loop so that the rule (cairn_tenants) is called the same way
 -- everywhere. A table added later goes into its list here, and its migration
 -- creates the same policy.
