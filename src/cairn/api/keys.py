@@ -65,6 +65,17 @@ def sealed_store(store: Any) -> SealedStore:
     return store
 
 
+def owner_only(store: SealedStore, what: str) -> None:
+    """``ConfigError`` (one line) unless the store's role passes row-level
+    security by (PostgreSQL's owner; SQLite has no roles): a pass rewrites
+    every tenant's artifacts, which a tenant's role may add, never rewrite,
+    and a tenant's role sees only its own rows, so it would fail half-way."""
+    inner: Any = store.inner
+    if getattr(inner, "owner_role", True) is False:
+        raise ConfigError(f"{what} takes the database owner's role: this connection is a tenant's role "
+                          "(row-level security); connect as the owner")
+
+
 class Keys:
     """``cairn keys`` over one App's store."""
 
@@ -97,6 +108,7 @@ class Keys:
         return self.store.rewrap()
 
     def reencrypt(self, tenant: str | None = None, *, pause: float = 0.0, page: int = 200) -> list[Progress]:
+        owner_only(self.store, "cairn keys reencrypt")
         return [self.store.reencrypt(name, pause=pause, page=page) for name in self.tenants(tenant)]
 
     def adopt(self, *, pause: float = 0.0, page: int = 200, passes: int = 10) -> list[Progress]:
@@ -107,6 +119,7 @@ class Keys:
         from then on plaintext is refused. Refused (``ConfigError``) while a
         row names an artifact: artifacts are not adopted yet."""
         inner: Any = self.store.inner
+        owner_only(self.store, "cairn keys adopt")
         if inner.rekey_page("rekey_any_artifact_page", {}):
             raise ConfigError("this database holds artifacts (values over the inline limit), which "
                               "adoption does not seal yet: not adopted")
@@ -125,6 +138,12 @@ class Keys:
                           "adoption goes on (run 'cairn keys adopt' again)")
 
     def verify(self, tenant: str | None = None, *, limit: int = 1_000_000) -> list[Verified]:
+        """Each tenant's runs read as a worker reads them (record, history,
+        messages), then every sealed column opened at its place by a
+        verifying pass (``Rekeyer(verify=True)``: the pages a re-encryption
+        moves, so memory, decision comments, workspace objects and LangGraph
+        checkpoints too), then every artifact its rows name. A failure found
+        both ways is listed once."""
         reports = []
         for name in self.tenants(tenant):
             report = Verified(name)
@@ -136,7 +155,9 @@ class Keys:
                         read(run.run_id)
                     except SealError as exc:
                         report.failures.append(str(exc))
+            report.failures += Rekeyer(self.store, name, verify=True).run().failures
             self._verify_artifacts(report)
+            report.failures = list(dict.fromkeys(report.failures))
             reports.append(report)
         return reports
 

@@ -1376,6 +1376,12 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 return
             conn.execute(_Q["put_artifact_at"], {**params, "data": data})
 
+    @property
+    def owner_role(self) -> bool:
+        """Whether this store's role passes row-level security by (the
+        owner's, a superuser's): what ``cairn keys reencrypt`` and ``adopt`` need."""
+        return self._exempt
+
     def replace_artifact(self, ref: str, old: bytes, new: bytes) -> bool:
         """The owner's only: a tenant's role that could replace bytes it can
         read (any artifact a row of its own names, a victim's ref copied into

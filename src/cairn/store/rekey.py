@@ -25,6 +25,19 @@ links) included. An artifact stored before addresses (named by the hash of
 its sealed bytes) keeps its name and is sealed at it from then on.
 Workspace objects (``store.wssealed``) are at such addresses already: each
 is sealed again at its own, compare-and-set on the old bytes.
+
+LangGraph checkpoints (``cairn.langgraph.CairnSaver``) move too: a thread's
+values (``lg_values``, at their digest) and its checkpoints and metadata
+(``lg_checkpoints``), each sealed again at its own place. Their digests are
+not changed: a value keeps the digest it was stored under (the rows naming
+it stay as they are), and the place it is bound to names that digest.
+
+``SEALED_COLUMNS`` lists every column of the schema that holds sealed bytes,
+and the pass that moves it; a test reads both dialects' schemas and fails on
+a column holding bytes that neither it nor ``PLAIN_COLUMNS`` names, and
+after a pass finds no value left on an older key in any table. A ``verify``
+pass (``cairn keys verify``) reads the same pages and opens every value at
+its place, so what rotation covers is what verification covers.
 """
 
 from __future__ import annotations
@@ -39,8 +52,9 @@ from typing import Any, Protocol
 import msgspec
 
 from cairn.errors import PayloadError
-from cairn.security.envelope import HEADER_SIZE, MAGIC, Place
+from cairn.security.envelope import HEADER_SIZE, MAGIC, Place, SealError
 from cairn.store.coldvalues import freeze, thaw
+from cairn.store.retention import EXPIRED_TAG
 from cairn.store.rows import LINK_TAG, unpack_payload
 
 #: detail keys the database reads itself, kept in plaintext beside ``"sealed"`` (``cairn.store.sealed``)
@@ -66,6 +80,37 @@ _ENCODE = msgspec.json.Encoder()
 #: how a sealed operator text starts in a JSON column (``Sealer.seal_text``)
 REASON_PREFIX = "cairn-sealed:"
 
+#: every column that holds sealed values -> the pass of ``Rekeyer`` that moves (and verifies) it
+SEALED_COLUMNS: dict[tuple[str, str], str] = {
+    ("runs", "input"): "_runs", ("runs", "result"): "_runs", ("runs", "error"): "_runs",
+    ("history", "payload"): "_history", ("history", "detail"): "_history",
+    ("history_payloads", "data"): "_history",
+    ("mailbox", "payload"): "_mailbox",
+    ("approvals", "comment"): "_approvals",
+    ("memory_items", "value"): "_items", ("memory_items", "index_text"): "_items",
+    ("memory_item_cold", "value"): "_cold",
+    ("memory_run", "value"): "_run_memory",
+    ("memory_thread_messages", "value"): "_threads",
+    ("workspace_objects", "data"): "_workspace",
+    ("artifacts", "data"): "_artifacts",  # PostgreSQL's artifact store (SQLite's: files, the same pass)
+    ("lg_values", "data"): "_lg_values",
+    ("lg_checkpoints", "checkpoint"): "_lg_checkpoints", ("lg_checkpoints", "metadata"): "_lg_checkpoints",
+}
+#: the columns holding bytes that are not sealed values, and why
+PLAIN_COLUMNS: dict[tuple[str, str], str] = {
+    ("bundles", "content"): "workflow code, not run data",
+    ("data_keys", "wrapped"): "the data keys themselves, wrapped by the keyring's KEK",
+    ("history", "digest"): "the audit digest (keyed when the entry is sealed)",
+    ("history", "link"): "the audit chain's link (a hash)",
+    ("operator_log", "digest"): "the operator log's audit digest",
+    ("operator_log", "link"): "the operator log's audit link",
+    ("lg_blobs", "refs"): "value digests (keyed when the saver seals)",
+    ("lg_writes", "refs"): "value digests (keyed when the saver seals)",
+    ("memory_vectors", "embedding"): "embeddings stay plaintext vectors (docs/design.md)",
+    ("retention_deleted", "head"): "the audit chain's last link of a deleted run",
+    ("run_archives", "last_link"): "the audit chain's last link of an archived run",
+}
+
 
 def reason_place(tenant: str) -> Place:
     """Where operator text is sealed: one tenant, any run (one reason goes to every run an action reaches)."""
@@ -87,6 +132,8 @@ class Progress:
     #: of ``moved`` and ``raced``, how many were artifacts
     artifacts_moved: int = 0
     artifacts_raced: int = 0
+    #: a verifying pass: each value that does not open at its place, by place
+    failures: list[str] = field(default_factory=list)
 
     @property
     def old(self) -> int:
@@ -122,9 +169,13 @@ class Rekeyer:
     """Moves a tenant's values to its newest data key (see the module doc)."""
 
     def __init__(self, store: Sealing, tenant: str, *, page: int = 200, pause: float = 0.0,
-                 move: bool = True, adopt: bool = False) -> None:
+                 move: bool = True, adopt: bool = False, verify: bool = False) -> None:
         #: seal plaintext values too (turning encryption on for an existing database); counted as version 0
         self.adopt = adopt
+        #: open every value at its place (nothing moved): ``Progress.failures`` lists those that do not
+        self.verify = verify
+        if verify:
+            move = False
         self.store = store
         self.inner: Any = store.inner
         self.tenant = tenant
@@ -140,6 +191,8 @@ class Rekeyer:
         if data is None:
             return None
         version = version_of(data)
+        if self.verify:
+            self._check(place, data, version, packed)
         if version is None:
             if not self.adopt:
                 return None
@@ -151,6 +204,21 @@ class Rekeyer:
             return None
         again: bytes = self.store.sealer.seal(place, self.store.sealer.open(place, data))
         return again
+
+    def _check(self, place: Place, data: bytes, version: int | None, packed: bool) -> None:
+        """A verifying pass: ``data`` opens at ``place`` (a value that is not
+        an envelope is plaintext: a failure unless adopting; a history
+        payload whose body retention removed holds nothing sealed)."""
+        if version is None:
+            if packed and data[:2] == EXPIRED_TAG:
+                return
+            if not self.store.keys.adopting():
+                self.progress.failures.append(f"{place} is not encrypted (plaintext or damaged)")
+            return
+        try:
+            self.store.sealer.open(place, data)
+        except SealError as exc:
+            self.progress.failures.append(str(exc))
 
     def _json(self, place: Place, text: Any, plain: frozenset[str] = frozenset()) -> str | None:
         """A JSON column's text with its sealed part and its operator texts
@@ -216,7 +284,49 @@ class Rekeyer:
         self._threads()
         self._approvals()
         self._workspace()
+        self._lg_values()
+        self._lg_checkpoints()
         return self.progress
+
+    def _lg_values(self) -> None:
+        """A LangGraph thread's values (``CairnSaver``), at their digest: the
+        digest stays (the rows naming the value keep naming it)."""
+        after_thread, after_digest, first = "", 0, True  # ``first``: from the start (a thread id may be "")
+        while rows := self.inner.rekey_page("rekey_lg_values_page", {
+                "tenant": self.tenant, "first": first, "after_thread": after_thread,
+                "after_digest": after_digest, "limit": self.page}):
+            for thread_id, digest, data in rows:
+                data = bytes(data)
+                new = self._bytes(Place(self.tenant, thread_id, "lg_values", str(digest), "value"), data)
+                if new is not None:
+                    self._write("rekey_lg_value_set", {"tenant": self.tenant, "thread_id": thread_id,
+                                                       "digest": digest, "data": new, "old_data": data})
+            after_thread, after_digest, first = rows[-1][0], rows[-1][1], False
+            self._rest()
+
+    def _lg_checkpoints(self) -> None:
+        """A LangGraph thread's checkpoints and their metadata, each at its
+        place (``lg_checkpoints``, the namespace and the checkpoint id, as
+        ``cairn.langgraph._position`` names it: not imported, the saver needs
+        the langgraph extra)."""
+        after_thread, after_ns, after_id, first = "", "", "", True
+        while rows := self.inner.rekey_page("rekey_lg_checkpoints_page", {
+                "tenant": self.tenant, "first": first, "after_thread": after_thread, "after_ns": after_ns,
+                "after_id": after_id, "limit": self.page}):
+            for thread_id, ns, checkpoint_id, checkpoint, metadata in rows:
+                checkpoint, metadata = bytes(checkpoint), bytes(metadata)
+                at = f"{len(ns)}:{ns}{checkpoint_id}"
+                new_checkpoint, new_metadata = (
+                    self._bytes(Place(self.tenant, thread_id, "lg_checkpoints", at, kind), data)
+                    for kind, data in (("checkpoint", checkpoint), ("metadata", metadata)))
+                if new_checkpoint is not None or new_metadata is not None:
+                    self._write("rekey_lg_checkpoint_set", {
+                        "tenant": self.tenant, "thread_id": thread_id, "ns": ns,
+                        "checkpoint_id": checkpoint_id, "checkpoint": new_checkpoint or checkpoint,
+                        "metadata": new_metadata or metadata, "old_checkpoint": checkpoint,
+                        "old_metadata": metadata})
+            after_thread, after_ns, after_id, first = rows[-1][0], rows[-1][1], rows[-1][2], False
+            self._rest()
 
     def _runs(self) -> None:
         after = ""

@@ -1920,10 +1920,12 @@ ORDER BY run_id, request_id LIMIT %(limit)s::bigint
 UPDATE approvals SET comment = %(comment)s::text
 WHERE run_id = %(run_id)s::text AND request_id = %(request_id)s::text AND comment = %(old_comment)s::text
 
--- Every tenant with runs or memory: what turning encryption on for an existing database seals.
+-- Every tenant with runs, memory or LangGraph checkpoints: what turning encryption on for an
+-- existing database seals.
 -- name: rekey_tenants_page
 SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_items
-                    UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run) AS t
+                    UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run
+                    UNION SELECT tenant FROM lg_values UNION SELECT tenant FROM lg_checkpoints) AS t
 WHERE tenant > %(after)s::text ORDER BY tenant LIMIT %(limit)s::bigint
 
 -- name: insert_subject_key
@@ -1982,6 +1984,36 @@ ORDER BY oid LIMIT %(limit)s::bigint
 -- name: rekey_ws_set
 UPDATE workspace_objects SET data = %(data)s::bytea
 WHERE tenant = %(tenant)s::text AND oid = %(oid)s::text AND data = %(old_data)s::bytea
+
+-- LangGraph checkpoints (cairn.langgraph.CairnSaver): a tenant's values and checkpoints by key
+-- (first: from the start, where a thread id or namespace may be empty), each rewritten in
+-- place, compare-and-set. Their rows and digests stay: the places name them.
+-- name: rekey_lg_values_page
+SELECT thread_id, digest, data FROM lg_values
+WHERE tenant = %(tenant)s::text
+  AND (%(first)s::boolean OR thread_id > %(after_thread)s::text
+       OR (thread_id = %(after_thread)s::text AND digest > %(after_digest)s::bigint))
+ORDER BY thread_id, digest LIMIT %(limit)s::bigint
+
+-- name: rekey_lg_value_set
+UPDATE lg_values SET data = %(data)s::bytea
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND digest = %(digest)s::bigint
+  AND data = %(old_data)s::bytea
+
+-- name: rekey_lg_checkpoints_page
+SELECT thread_id, ns, checkpoint_id, checkpoint, metadata FROM lg_checkpoints
+WHERE tenant = %(tenant)s::text
+  AND (%(first)s::boolean OR thread_id > %(after_thread)s::text
+       OR (thread_id = %(after_thread)s::text AND ns > %(after_ns)s::text)
+       OR (thread_id = %(after_thread)s::text AND ns = %(after_ns)s::text
+           AND checkpoint_id > %(after_id)s::text))
+ORDER BY thread_id, ns, checkpoint_id LIMIT %(limit)s::bigint
+
+-- name: rekey_lg_checkpoint_set
+UPDATE lg_checkpoints SET checkpoint = %(checkpoint)s::bytea, metadata = %(metadata)s::bytea
+WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
+  AND checkpoint_id = %(checkpoint_id)s::text
+  AND checkpoint = %(old_checkpoint)s::bytea AND metadata = %(old_metadata)s::bytea
 
 -- The audit chain (issue 26; cairn/store/auditlinks.py). Entries written
 -- without their link in the transaction in progress (the partial index holds

@@ -1496,10 +1496,12 @@ ORDER BY run_id, request_id LIMIT :limit
 UPDATE approvals SET comment = :comment
 WHERE run_id = :run_id AND request_id = :request_id AND comment = :old_comment
 
--- Every tenant with runs or memory: what turning encryption on for an existing database seals.
+-- Every tenant with runs, memory or LangGraph checkpoints: what turning encryption on for an
+-- existing database seals.
 -- name: rekey_tenants_page
 SELECT tenant FROM (SELECT tenant FROM runs UNION SELECT tenant FROM memory_items
-                    UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run)
+                    UNION SELECT tenant FROM memory_threads UNION SELECT tenant FROM memory_run
+                    UNION SELECT tenant FROM lg_values UNION SELECT tenant FROM lg_checkpoints)
 WHERE tenant > :after ORDER BY tenant LIMIT :limit
 
 -- name: insert_subject_key
@@ -1555,6 +1557,31 @@ SELECT oid, data FROM workspace_objects WHERE tenant = :tenant AND oid > :after 
 
 -- name: rekey_ws_set
 UPDATE workspace_objects SET data = :data WHERE tenant = :tenant AND oid = :oid AND data = :old_data
+
+-- LangGraph checkpoints (cairn.langgraph.CairnSaver): a tenant's values and checkpoints by key
+-- (:first: from the start, where a thread id or namespace may be empty), each rewritten in
+-- place, compare-and-set. Their rows and digests stay: the places name them.
+-- name: rekey_lg_values_page
+SELECT thread_id, digest, data FROM lg_values
+WHERE tenant = :tenant
+  AND (:first OR thread_id > :after_thread OR (thread_id = :after_thread AND digest > :after_digest))
+ORDER BY thread_id, digest LIMIT :limit
+
+-- name: rekey_lg_value_set
+UPDATE lg_values SET data = :data
+WHERE tenant = :tenant AND thread_id = :thread_id AND digest = :digest AND data = :old_data
+
+-- name: rekey_lg_checkpoints_page
+SELECT thread_id, ns, checkpoint_id, checkpoint, metadata FROM lg_checkpoints
+WHERE tenant = :tenant
+  AND (:first OR thread_id > :after_thread OR (thread_id = :after_thread AND ns > :after_ns)
+       OR (thread_id = :after_thread AND ns = :after_ns AND checkpoint_id > :after_id))
+ORDER BY thread_id, ns, checkpoint_id LIMIT :limit
+
+-- name: rekey_lg_checkpoint_set
+UPDATE lg_checkpoints SET checkpoint = :checkpoint, metadata = :metadata
+WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
+  AND checkpoint = :old_checkpoint AND metadata = :old_metadata
 
 -- The audit chain (issue 26; cairn/store/auditlinks.py). The entry before
 -- the one a store appends: its time (the clamp) and its link.
