@@ -34,6 +34,7 @@ from cairn.faults import fault_point
 from cairn.security.envelope import Place
 from cairn.store.archive import TABLES, ArchiveError, Open, RunArchive, Seal, decode, encode
 from cairn.store.auditsql import ENTRY_COLUMNS
+from cairn.store.oplogsql import move_change, record_move
 from cairn.store.records import ArchiveRecord, RunRecord, UsageTotals
 
 Tx = TypeVar("Tx")
@@ -128,6 +129,7 @@ class SQLArchive(Generic[Tx]):
             for extra in sorted(archive.refs()):
                 self._query(tx, "insert_run_archive_ref",
                             {"run_id": run_id, "tenant": run.tenant, "ref": extra})
+            record_move(self, tx, "archive.move", run.tenant, run_id, actor, move_change(record))
             return record
 
         return self._in_write(move)
@@ -159,6 +161,7 @@ class SQLArchive(Generic[Tx]):
                         self._restore_entry(tx, params)
                     else:
                         self._query(tx, f"restore_{table}", params)
+            record_move(self, tx, "archive.restore", record.tenant, run_id, actor, move_change(record))
             fault_point("archive.restored")
             return record
 

@@ -805,8 +805,8 @@ class Store(Protocol):
         """Record an erasure as started (no personal data: ``ErasureRecord``)."""
         ...
 
-    def finish_erasure(self, erasure_id: str, counts: Mapping[str, int], actor: str) -> None:
-        """Record erasure ``erasure_id`` as completed, with its counts."""
+    def finish_erasure(self, erasure_id: str, counts: Mapping[str, int], actor: str, *, tenant: str) -> None:
+        """Record erasure ``erasure_id`` of ``tenant`` as completed, with its counts."""
         ...
 
     def note_erased_runs(self, erasure_id: str, digests: Collection[str]) -> None:
