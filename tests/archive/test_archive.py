@@ -78,8 +78,8 @@ def test_a_round_trip_is_bit_exact_for_every_row_of_the_run(place: str, sealed: 
             assert len(decode(stored, record.tenant, run_id).history) == record.entries
         back = app.operator.restore(run_id)
         assert (back.restored_by, back.actor) == (app.operator.actor, app.operator.actor)
-        assert moves(app, run_id) == [("run.archive", app.operator.actor, "in-process"),
-                                      ("run.restore", app.operator.actor, "in-process")]
+        assert moves(app, run_id) == [("archive.move", app.operator.actor, "in-process"),
+                                      ("archive.restore", app.operator.actor, "in-process")]
         assert rows_of(place, run_id) == before
         assert app.store.run_archive(run_id) is None
     assert before["approvals"] or rows_of(place, canary)["approvals"]

@@ -58,12 +58,12 @@ def test_archive_run_dry_run_json_restore_and_show(place: str) -> None:
     assert restored.exit_code == 0, restored.output
     assert json.loads(restored.output)["run_id"] == done
     assert json.loads(restored.output)["restored_by"] == "user:ada"  # who restored, as who archived
-    assert moves(app, done) == [("run.archive", "user:ada", "configured"),
-                                ("run.restore", "user:ada", "configured")]
+    assert moves(app, done) == [("archive.move", "user:ada", "configured"),
+                                ("archive.restore", "user:ada", "configured")]
     logged = cli(place, "audit", "log", "--kind", "archive", "--json")
     assert logged.exit_code == 0, logged.output
     assert [(e["event"], e["actor"]) for e in map(json.loads, logged.output.splitlines())] == [
-        ("run.archive", "user:ada"), ("run.restore", "user:ada")]
+        ("archive.move", "user:ada"), ("archive.restore", "user:ada")]
     assert app.store.run_archive(done) is None
     assert app.history(done) == history
     app.close()

@@ -324,9 +324,14 @@ def test_an_anchored_run_erased_verifies_as_erased_and_one_cut_out_is_still_tamp
 
         app.erase(subject=SUBJECT["A"])
         report = app.audit.verify(anchor=anchor)
-        assert report.verdict is Verdict.VERIFIED, report.summary()
+        # the erasure's own two operator log records (started, finished) are newer than the anchor
+        assert report.verdict is Verdict.UNANCHORED, report.summary()
+        assert report.problems == []
+        assert "2 newer entries" in report.summary()
         assert report.erased_runs == 1
         assert "ERASED" in report.summary()
+        app.audit.checkpoint(key, anchor=anchor)
+        assert app.audit.verify(anchor=anchor).verdict is Verdict.VERIFIED
 
         # B deleted without an erasure (raw SQL, as a rollback or an intruder would): still caught
         with sqlite3.connect(tmp_path / "cairn.db") as conn:

@@ -47,7 +47,7 @@ def test_archive_show_and_restore_a_run_over_http(setup: Setup, client: httpx.Cl
     assert app.store.run_archive(run_id) is None
     assert client.post(path + "/restore", headers=setup.headers("admin")).status_code == 409  # hot
     log = [(r[5], r[6], r[7]) for r in app.store.operator_log(tenant=TENANT) if r[4] == run_id]
-    assert log == [("run.archive", operator, "api-token"), ("run.restore", admin, "api-token")]
+    assert log == [("archive.move", operator, "api-token"), ("archive.restore", admin, "api-token")]
     assert not [r for r in app.store.operator_log(tenant=OTHER) if r[4] == run_id]
 
 

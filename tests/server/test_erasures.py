@@ -44,4 +44,8 @@ def test_only_an_admin_erases_and_only_its_own_tenants_subject(setup: Setup, cli
     admin = app.tokens.check(setup.tokens["admin"])
     listed = client.get("/api/erasures", headers=setup.headers("admin")).json()["erasures"]
     assert [(r["tenant"], r["actor"]) for r in listed] == [(TENANT, f"http:admin-bot#{admin.token_id}")]
+    # the operator log of the tenant has the erasure's start and finish, by the token (issue 26)
+    logged = [(e.event, e.actor, e.auth) for e in app.audit.log(kind="erasure", tenant=TENANT)]
+    assert logged == [(action, f"http:admin-bot#{admin.token_id}", "api-token")
+                      for action in ("erasure.start", "erasure.finish")]
     assert "zoe" not in str(listed)

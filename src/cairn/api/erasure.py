@@ -181,6 +181,6 @@ def erase(store: Store, target: Target, *, actor: str, dry_run: bool = False,
         ids = left
     reclaimed = store.reclaim_space()
     counts = {"runs": deleted, "killed": len(unfinished_runs), "memory": memory, "keys": keys}
-    store.finish_erasure(record.id, counts, actor)
+    store.finish_erasure(record.id, counts, actor, tenant=record.tenant)
     done = next((r for r in store.erasures(target.tenant, limit=100) if r.id == record.id), record)
     return Erasure(target, False, counts, done, reclaimed, resumed=bool(unfinished))

@@ -20,9 +20,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.api.actors import acting
+from cairn.api.actors import acting, auth_of
 from cairn.errors import ConfigError, PayloadError
 from cairn.security.envelope import SealError
+from cairn.store.oplog import OperatorAction
 from cairn.store.records import RunFilter
 from cairn.store.rekey import Progress, Rekeyer
 from cairn.store.sealed import SealedStore
@@ -105,11 +106,33 @@ class Keys:
         return done
 
     def rewrap(self) -> int:
-        return self.store.rewrap()
+        """KEK rotation (``SealedStore.rewrap``): each data key rewrapped is
+        recorded in its tenant's operator log (``key.rewrap``: the version
+        and both KEK ids), in the transaction that rewraps it."""
+        with acting(self.store, self.actor, "", "key", "", "key.rewrap"):
+            return self.store.rewrap()
 
     def reencrypt(self, tenant: str | None = None, *, pause: float = 0.0, page: int = 200) -> list[Progress]:
+        """One re-encryption pass per tenant; a pass that moved anything is
+        recorded in the tenant's operator log (``key.reencrypt``) once done:
+        a pass is many transactions, and a killed one is taken up again by
+        the next, which records what it moved then."""
         owner_only(self.store, "cairn keys reencrypt")
-        return [self.store.reencrypt(name, pause=pause, page=page) for name in self.tenants(tenant)]
+        done = []
+        for name in self.tenants(tenant):
+            progress = self.store.reencrypt(name, pause=pause, page=page)
+            self._record_pass(name, "key.reencrypt", progress)
+            done.append(progress)
+        return done
+
+    def _record_pass(self, tenant: str, action: str, progress: Progress) -> None:
+        if not (progress.moved or progress.artifacts_moved):
+            return  # nothing changed: nothing to record
+        record: Any = getattr(self.store.inner, "append_operator_action", None)
+        if record is not None:
+            change = {"newest": progress.newest, "moved": progress.moved,
+                      "artifacts_moved": progress.artifacts_moved}
+            record(OperatorAction(tenant, "key", tenant, action, self.actor, auth_of(self.actor), change))
 
     def adopt(self, *, pause: float = 0.0, page: int = 200, passes: int = 10) -> list[Progress]:
         """Turn encryption on for a database written without it: mark it as
@@ -130,6 +153,8 @@ class Keys:
                                                                    "limit": 500}):
                 tenants += [str(r[0]) for r in rows]
             done = [Rekeyer(self.store, t, page=page, pause=pause, adopt=True).run() for t in tenants]
+            for progress in done:
+                self._record_pass(progress.tenant, "key.adopt", progress)
             check = [Rekeyer(self.store, t, adopt=True, move=False).run() for t in tenants]
             if not any(p.versions[0] for p in check):
                 self.store.keys.end_adoption()

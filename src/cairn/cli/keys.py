@@ -99,7 +99,7 @@ def keys_rotate(ctx: click.Context, tenant: str | None, kek: bool, db: str | Non
 def keys_reencrypt(ctx: click.Context, tenant: str | None, pause: float, page: int, db: str | None) -> None:
     """Move values sealed under older keys to each tenant's newest (resumable)."""
     with open_session(db_from_context(ctx, db), None) as session:
-        for p in Keys(session.app.store).reencrypt(tenant, pause=pause, page=page):
+        for p in Keys(session.app.store, session.operator.actor).reencrypt(tenant, pause=pause, page=page):
             echo(f"{p.tenant}: moved {p.moved} rows to v{p.newest} ({p.artifacts_moved} of them artifacts); "
                  f"{p.raced} changed meanwhile (the next pass takes them)")
 
@@ -116,7 +116,8 @@ def keys_adopt(ctx: click.Context, pause: float, db: str | None) -> None:
         raise click.UsageError("give the keyring to seal with: --keyring or $CAIRN_KEYRING")
     try:
         with open_session(db_from_context(ctx, db), None) as session:
-            done = Keys(SealedStore(session.app.store, keyring_from_spec(spec))).adopt(pause=pause)
+            sealed = SealedStore(session.app.store, keyring_from_spec(spec))
+            done = Keys(sealed, session.operator.actor).adopt(pause=pause)
     finally:
         os.environ[KEYRING_ENV] = spec
     echo(f"sealed {sum(p.moved for p in done)} rows of {len(done)} tenants; plaintext is refused from now on")

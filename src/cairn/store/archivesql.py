@@ -36,7 +36,8 @@ from cairn.security.envelope import Place, SealError
 from cairn.store.archive import TABLES, ArchiveError, Open, RunArchive, Seal, decode, encode
 from cairn.store.archiveseal import holds_opened, opened, resealed
 from cairn.store.auditsql import ENTRY_COLUMNS
-from cairn.store.oplog import OperatorAction, auth_of
+from cairn.store.oplog import SYSTEM_ACTOR
+from cairn.store.oplogsql import move_change, record_move
 from cairn.store.records import ArchiveRecord, RunRecord, UsageTotals
 
 Tx = TypeVar("Tx")
@@ -136,7 +137,7 @@ class SQLArchive(Generic[Tx]):
             for extra in sorted(archive.refs()):
                 self._query(tx, "insert_run_archive_ref",
                             {"run_id": run_id, "tenant": run.tenant, "ref": extra})
-            self._log_archive(tx, record, "run.archive", actor)
+            record_move(self, tx, "archive.move", run.tenant, run_id, actor, move_change(record))
             return record
 
         return self._in_write(move)
@@ -169,7 +170,7 @@ class SQLArchive(Generic[Tx]):
                     else:
                         self._query(tx, f"restore_{table}", params)
             when = self.clock()
-            self._log_archive(tx, record, "run.restore", actor, when)
+            record_move(self, tx, "archive.restore", record.tenant, run_id, actor, move_change(record))
             fault_point("archive.restored")
             return dataclasses.replace(record, restored_by=_actor(actor), restored_at=when)
 
@@ -220,17 +221,6 @@ class SQLArchive(Generic[Tx]):
             yield from history
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _log_archive(self, tx: Tx, record: ArchiveRecord, action: str, actor: str | None,
-                     at: float | None = None) -> None:
-        """The operator log record of an archive or a restore, in its
-        transaction: who moved the run's rows, chained with the tenant's
-        other operator actions (``store.oplog``), so ``cairn audit log``
-        shows it and editing it breaks the chain."""
-        who = _actor(actor)
-        self.record_operator_action(tx, OperatorAction(
-            record.tenant, "archive", record.run_id, action, who, auth_of(who),
-            {"ref": record.ref, "entries": record.entries, "last_seq": record.last_seq}), at)
 
     def _archivable(self, tx: Tx, run_id: str, held: bool = False) -> tuple[RunRecord, dict[str, list[Any]]]:
         run = self._held_run(tx, run_id) if held else self._read_run(tx, run_id)
@@ -312,7 +302,7 @@ def _place(tenant: str, run_id: str) -> Place:
 
 def _actor(actor: str | None) -> str:
     """Who archived or restored: the caller's actor, else the store itself (a direct contract call)."""
-    return actor if actor else "system:store"
+    return actor if actor else SYSTEM_ACTOR
 
 
 def _plain(value: Any) -> Any:

@@ -805,8 +805,8 @@ class Store(Protocol):
         """Record an erasure as started (no personal data: ``ErasureRecord``)."""
         ...
 
-    def finish_erasure(self, erasure_id: str, counts: Mapping[str, int], actor: str) -> None:
-        """Record erasure ``erasure_id`` as completed, with its counts."""
+    def finish_erasure(self, erasure_id: str, counts: Mapping[str, int], actor: str, *, tenant: str) -> None:
+        """Record erasure ``erasure_id`` of ``tenant`` as completed, with its counts."""
         ...
 
     def note_erased_runs(self, erasure_id: str, digests: Collection[str]) -> None:
@@ -843,13 +843,13 @@ class Store(Protocol):
         the reads of its rows (history, mailbox, approvals of the run, run
         memory) answer from the archive. ``actor`` is recorded in the
         archive record and, with the move, in the tenant's operator log
-        (``run.archive``)."""
+        (``archive.move``)."""
         ...
 
     def restore_run(self, run_id: str, *, actor: str | None = None) -> ArchiveRecord:
         """Put archived run ``run_id``'s rows back, bit for bit; its record
         is returned with ``restored_by`` (``actor``) and ``restored_at``,
-        which the tenant's operator log keeps (``run.restore``, written in
+        which the tenant's operator log keeps (``archive.restore``, written in
         the restore's transaction). ``InvalidRunState`` if it is not archived,
         ``ArchiveError`` (naming the run) if its object is damaged or another's."""
         ...

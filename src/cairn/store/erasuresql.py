@@ -16,6 +16,9 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from cairn.store.oplog import OperatorAction, auth_of
+from cairn.store.oplogsql import record_in
+
 Tx = TypeVar("Tx")
 T = TypeVar("T")
 
@@ -93,14 +96,33 @@ class SQLErasure(Generic[Tx]):
         return [(str(r[0]), str(r[1]), None if r[2] is None else str(r[2])) for r in rows]
 
     def start_erasure(self, record: ErasureRecord) -> None:
-        self._operate(lambda tx: self._query(tx, "insert_erasure", {
-            "id": record.id, "tenant": record.tenant, "scope": record.scope, "digest": record.digest,
-            "actor": record.actor, "now": record.started_at}))
+        """Insert the record and, in the same transaction, its tenant's
+        operator log record (``erasure.start``: the scope and the target's
+        digest, no personal data; who)."""
 
-    def finish_erasure(self, erasure_id: str, counts: Mapping[str, int], actor: str) -> None:
-        self._operate(lambda tx: self._query(tx, "finish_erasure", {
-            "id": erasure_id, "counts": msgspec.json.encode(dict(counts)).decode(), "actor": actor,
-            "now": self.clock()}))
+        def body(tx: Tx) -> None:
+            self._query(tx, "insert_erasure", {
+                "id": record.id, "tenant": record.tenant, "scope": record.scope, "digest": record.digest,
+                "actor": record.actor, "now": record.started_at})
+            record_in(self, tx, OperatorAction(record.tenant, "erasure", record.id, "erasure.start",
+                                               record.actor, auth_of(record.actor),
+                                               {"scope": record.scope, "target": record.digest}))
+
+        self._operate(body)
+
+    def finish_erasure(self, erasure_id: str, counts: Mapping[str, int], actor: str, *, tenant: str) -> None:
+        """Mark erasure ``erasure_id`` of ``tenant`` finished with its counts,
+        and record ``erasure.finish`` in the tenant's operator log, in one
+        transaction."""
+
+        def body(tx: Tx) -> None:
+            self._query(tx, "finish_erasure", {
+                "id": erasure_id, "counts": msgspec.json.encode(dict(counts)).decode(), "actor": actor,
+                "now": self.clock()})
+            record_in(self, tx, OperatorAction(tenant, "erasure", erasure_id, "erasure.finish", actor,
+                                               auth_of(actor), {"counts": dict(counts)}))
+
+        self._operate(body)
 
     def note_erased_runs(self, erasure_id: str, digests: Collection[str]) -> None:
         """Record the keyed digests of the runs erasure ``erasure_id``

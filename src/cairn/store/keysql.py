@@ -139,9 +139,15 @@ class SQLKeys(Generic[Tx]):
         """Replace the wrapping of ``row``'s key if still wrapped by ``old_kek_id``."""
 
         def body(tx: Tx) -> bool:
-            self._query(tx, "rewrap_data_key", {
-                "tenant": row.tenant, "version": row.version, "kek_id": row.kek_id, "wrapped": row.wrapped,
-                "old_kek_id": old_kek_id})
+            if self._changed(tx, "rewrap_data_key", {
+                    "tenant": row.tenant, "version": row.version, "kek_id": row.kek_id,
+                    "wrapped": row.wrapped, "old_kek_id": old_kek_id}):
+                # the operator log's record in the rewrapped key's tenant's log, if acting (the KEK
+                # ids and the version, never the key); a row another rewrap took first: none
+                log = getattr(self, "_log_action", None)
+                if log is not None:
+                    log(tx, object_id=row.tenant, tenant=row.tenant, version=row.version, kek_id=row.kek_id,
+                        old_kek_id=old_kek_id)
             return any(int(r[1]) == row.version and r[2] == row.kek_id
                        for r in self._query(tx, "select_data_keys", {"tenant": row.tenant}))
 

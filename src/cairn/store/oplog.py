@@ -51,7 +51,7 @@ SECRET_FIELDS = frozenset({"secret", "token", "digest", "wrapped", "key", "mater
                            "private_key"})
 
 #: The kinds of object recorded (retention policies and others may add theirs).
-KINDS = ("token", "queue", "queue_share", "schedule", "key", "bundle", "retention")
+KINDS = ("token", "queue", "queue_share", "schedule", "key", "bundle", "retention", "erasure", "archive")
 
 
 def chain_id(tenant: str) -> str:
@@ -206,7 +206,10 @@ def _problem(row: tuple[Any, ...], seq: int, expected: int, previous: bytes) -> 
 
 #: how each kind of actor was authenticated (its prefix)
 AUTH = {"cli": "os-user", "user": "configured", "http": "api-token", "app": "in-process",
-        "schedule": "schedule", "run": "parent-run", "worker": "lease"}
+        "schedule": "schedule", "run": "parent-run", "worker": "lease", "system": "system"}
+
+#: the actor of a move no operator named (a store method called without ``actor``)
+SYSTEM_ACTOR = "system:store"
 
 
 def auth_of(actor: str) -> str:

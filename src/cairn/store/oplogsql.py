@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from cairn.store.auditlinks import GENESIS
 from cairn.store.auditlinks import link as chain_link
-from cairn.store.oplog import OperatorAction, change_digest, meta
+from cairn.store.oplog import SYSTEM_ACTOR, OperatorAction, auth_of, change_digest, meta
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -38,6 +38,9 @@ class SQLOperatorLog(Generic[Tx]):
     """Operator log rows over a dialect's primitives."""
 
     clock: Callable[[], float]
+
+    def _operate(self, body: Callable[[Tx], T]) -> T:
+        raise NotImplementedError
 
     def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         raise NotImplementedError
@@ -73,18 +76,28 @@ class SQLOperatorLog(Generic[Tx]):
         finally:
             _ambient.action = outer
 
-    def _log_action(self, tx: Tx, object_id: str | None = None, **more: Any) -> None:
+    def _log_action(self, tx: Tx, object_id: str | None = None, *, tenant: str | None = None,
+                    **more: Any) -> None:
         """Record the ambient action (``acting``), if any, inside ``tx``;
-        ``object_id`` (if given) names the object, ``more`` is added to its
-        change (what the transaction found)."""
+        ``object_id`` (if given) names the object, ``tenant`` (if given) the
+        log it goes to (an action over every tenant's objects, such as a KEK
+        rewrap, records in each tenant's log what it did there), ``more`` is
+        added to its change (what the transaction found)."""
         ambient: tuple[object, OperatorAction] | None = getattr(_ambient, "action", None)
         if ambient is None or ambient[0] is not self:
             return
         action = ambient[1]  # not consumed: a transaction retried after a rollback records it again
-        if more or object_id is not None:
-            action = OperatorAction(action.tenant, action.kind, object_id or action.object_id, action.action,
-                                    action.actor, action.auth, {**action.change, **more})
+        if more or object_id is not None or tenant is not None:
+            action = OperatorAction(action.tenant if tenant is None else tenant, action.kind,
+                                    object_id or action.object_id, action.action, action.actor, action.auth,
+                                    {**action.change, **more})
         self.record_operator_action(tx, action)
+
+    def append_operator_action(self, action: OperatorAction) -> int:
+        """Append ``action`` in a transaction of its own: for an operation
+        made of many transactions (a re-encryption pass), recorded once it
+        is done, with what it did; its ``seq``."""
+        return self._operate(lambda tx: self.record_operator_action(tx, action))
 
     def operator_log(self, *, tenant: str | None = None, page: int = PAGE) -> Iterator[tuple[Any, ...]]:
         """Every operator log row (``oplog.COLUMNS``) of ``tenant`` or of
@@ -97,3 +110,31 @@ class SQLOperatorLog(Generic[Tx]):
             if len(rows) < page:
                 return
             after_tenant, after_seq = str(rows[-1][0]), int(rows[-1][1])
+
+
+def record_in(store: Any, tx: Any, action: OperatorAction) -> None:
+    """Append ``action`` inside ``tx`` if ``store`` keeps an operator log (a
+    ``SQLOperatorLog``): for the mixins of a SQL store that come before it
+    (erasure, archives), which cannot name its methods for the type checker."""
+    record = getattr(store, "record_operator_action", None)
+    if record is not None:
+        record(tx, action)
+
+
+def record_move(store: Any, tx: Any, action: str, tenant: str, run_id: str, actor: str | None,
+                change: Mapping[str, Any]) -> None:
+    """Record an archive move of run ``run_id`` (``archive.move``,
+    ``archive.restore``) inside ``tx``, the move's own transaction: by
+    ``actor``, or by the system (``SYSTEM_ACTOR``) when no operator is named."""
+    who = actor or SYSTEM_ACTOR
+    record_in(store, tx, OperatorAction(tenant, "archive", run_id, action, who, auth_of(who), dict(change)))
+
+
+def move_change(record: Any) -> dict[str, Any]:
+    """What an archive move's record says of the archive (a
+    ``records.ArchiveRecord``): its object (the content address), how many
+    entries it holds and the run's head link, so the chain of the operator
+    log holds the archive's digest and the run's anchored head with it."""
+    return {"ref": record.ref, "entries": record.entries, "last_seq": record.last_seq,
+            "head": None if record.last_link is None else bytes(record.last_link).hex(),
+            "stored_bytes": record.stored_bytes}

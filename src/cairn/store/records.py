@@ -483,6 +483,6 @@ class ArchiveRecord:
     archived_at: float
     actor: str | None
     #: who put the rows back and when: set on the record ``restore_run`` returns (the
-    #: operator log keeps it, ``run.restore``, as it keeps ``run.archive``'s actor)
+    #: operator log keeps it, ``archive.restore``, as it keeps ``archive.move``'s actor)
     restored_by: str | None = None
     restored_at: float | None = None

@@ -31,6 +31,7 @@ face down, to what a dialect must supply.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -345,8 +346,8 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
         passed over and named in ``damaged`` as (run, why), so that the
         verifier reports it and goes on with the other runs; without
         ``damaged`` its ``ArchiveError`` is raised."""
-        yield from SQLAudit.audit_entries(self, tenant=tenant, run_id=run_id, page=page)
-        yield from self.archived_audit_entries(tenant=tenant, run_id=run_id, damaged=damaged)
+        return itertools.chain(SQLAudit.audit_entries(self, tenant=tenant, run_id=run_id, page=page),
+                               self.archived_audit_entries(tenant=tenant, run_id=run_id, damaged=damaged))
 
     # -- holder writes: the lease holder's fenced transitions (contract.HOLDER_WRITES) --
 

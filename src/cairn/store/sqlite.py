@@ -1301,6 +1301,10 @@ def _audited(
 ) -> tuple[bytes, bytes]:
     """``(digest, link)`` of the entry ``event`` written as ``values`` (its
     ``at`` final) after ``previous`` (``None``: pending, linked at commit)."""
+    if digester is None and previous is not None:  # the hot path's: one call
+        payload = event.payload
+        return auditlinks.digest_and_link(previous, values, None if payload is None else payload.data,
+                                          event.detail)
     if digester is None:
         payload = event.payload
         digest = auditlinks.digest(None if payload is None else payload.data, event.detail)
