@@ -9,6 +9,8 @@ import base64
 import json
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -175,18 +177,43 @@ def test_rotation_under_load_with_a_sigkilled_reencryption(place: str, tmp_path:
     status = store.key_status("a")
     total, artifacts = status.old, status.old_artifacts
     assert artifacts >= 12  # each run's large step result
+    # the load (new runs meanwhile) comes from a thread with an app of its own, so that
+    # this thread watches the pass closely and kills it as soon as a third moved: watching
+    # between two runs instead, a run slower than the pass (a busy machine) let it finish
+    load: list[str] = []
+    failed: list[BaseException] = []
+    stop, writing = threading.Event(), threading.Event()
+
+    def keep_writing() -> None:
+        writer = build(url, LocalKeyring.from_file(keys))
+        try:
+            while not stop.is_set():
+                run_id = writer.start("canary", f"{CANARY}-load", tenant="a").run_id
+                load.append(run_id)
+                writing.set()
+                assert drive(writer, run_id, "ok") == "completed"
+        except BaseException as exc:  # reported by the test's thread
+            failed.append(exc)
+        finally:
+            writing.set()
+            writer.close()
+
+    loader = threading.Thread(target=keep_writing)
+    loader.start()
+    writing.wait()  # the load is under way before the pass starts
     child = spawn("cairn", ["--db", url, "keys", "reencrypt", "--keyring", f"file:{keys}", "--tenant", "a",
                             "--page", "1", "--pause", "0.2"], log=tmp_path / "rekey.log")
-    load = []
     try:
         while store.key_status("a").old_artifacts > artifacts * 2 // 3:  # a third moved: kill it mid-pass
-            run_id = app.start("canary", f"{CANARY}-load", tenant="a").run_id  # load: new writes meanwhile
-            load.append(run_id)
-            assert drive(app, run_id, "ok") == "completed"
             assert child.poll() is None, (tmp_path / "rekey.log").read_text()
+            time.sleep(0.02)
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+        stop.set()
+        loader.join()
+    assert not failed, failed
+    assert load  # the pass ran under load
     left = store.key_status("a")
     assert 0 < left.old_artifacts < artifacts
     assert 0 < left.old <= total  # values come after the artifacts (the load rewrote a memory item)
