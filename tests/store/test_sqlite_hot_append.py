@@ -189,3 +189,20 @@ def test_a_spilled_entry_at_a_seq_taken_meanwhile_is_refused_and_leaves_no_paylo
     assert payload_rows(store) == 0
     assert [e.event for e in store.history("r1")][-1] is EventType.RUN_BUDGET_CHANGED
     store.close()
+
+
+def test_a_spilled_entry_is_fenced_by_the_run_row_even_at_a_free_seq(tmp_path: Path) -> None:
+    """The run row's epoch moved on and nothing took the next seq (a
+    takeover's own entries would; here only the row changed): the view's
+    trigger refuses the entry on the row alone, and keeps no payload."""
+    clock = FakeClock()
+    store, epoch, seq = running(tmp_path, clock)
+    store.append("r1", epoch, [ev(clock, "r1", seq, epoch)])
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("UPDATE runs SET epoch = epoch + 1 WHERE run_id = 'r1'")
+    other.close()
+    with pytest.raises(LeaseLost):
+        store.append("r1", epoch, [spilled(clock, seq + 1, epoch)])
+    assert payload_rows(store) == 0
+    assert seqs(store)[-1] == seq
+    store.close()
