@@ -72,6 +72,52 @@ def test_a_checkpoint_stores_new_items_changed_values_and_nothing_unchanged(app:
         assert stored[step]["parent"] == step - 1
 
 
+class Pad(TypedDict):
+    notes: Annotated[list[dict[str, int]], cairn.append]
+    tags: list[str]
+    n: int
+
+
+def test_a_checkpoint_stores_a_value_as_a_router_left_it_and_encodes_a_new_text_once(
+        app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint stores the record its values were validated from, not a
+    second encoding of them, when they cannot have changed since (text, a
+    number); a list or a dict a router changed in place (it sees the state)
+    is encoded as it is when the checkpoint is written, as the run holds it."""
+    from cairn.codec import values
+
+    g = cairn.Graph(Pad)
+
+    @g.node
+    def write(state: Pad) -> dict[str, Any]:
+        return {"notes": [{"n": state["n"]}], "tags": ["t"], "n": state["n"] + 1}
+
+    def route(state: Pad) -> str:
+        state["tags"].append("router")  # in place: the state's own list
+        state["notes"][-1]["by"] = 1  # in place: the item just appended
+        return cairn.END if state["n"] >= 2 else "write"
+
+    g.edge(cairn.START, "write")
+    g.route("write", route)
+    encoded: list[Any] = []
+    encode = values.encode
+
+    def counting(value: Any, as_type: Any = None) -> bytes:
+        encoded.append(value)
+        return encode(value, as_type)
+
+    monkeypatch.setattr(values, "encode", counting)
+    app.run(app.graph("pad", g), {"notes": [], "tags": ["x", "y"], "n": 0}, run_id="p")
+    stored = records(app, "p")
+    assert stored[1]["set"]["tags"] == ["t", "router"]  # at 2 the same again: unchanged, not stored
+    for step in (1, 2):
+        assert stored[step]["add"]["notes"] == [{"n": step - 1, "by": 1}]
+        assert stored[step]["set"]["n"] == step
+    assert encoded.count(1) == encoded.count(2) == 1  # n: validated, then stored as validated
+    assert app.graph_state("p") == {"notes": [{"n": 0, "by": 1}, {"n": 1, "by": 1}], "tags": ["t", "router"],
+                                    "n": 2}
+
+
 def test_the_state_at_every_checkpoint_and_the_history_newest_first(app: cairn.App) -> None:
     final = app.run(app.graph("chat", chat_graph(12, size=8)), START_STATE, run_id="c")
     for step in range(13):

@@ -124,6 +124,77 @@ def test_a_cold_history_page_fetches_the_payloads_of_the_page_not_the_run(
     assert cold.graph_state_json("c", steps // 2) == (steps // 2, expected(steps // 2))  # the rest, when read
 
 
+def spy_index(monkeypatch: pytest.MonkeyPatch, store: Any) -> list[tuple[int, int | None, int]]:
+    """Every ``history_index`` call on ``store``: (after_seq, last, entries returned)."""
+    calls: list[tuple[int, int | None, int]] = []
+    index = store.history_index
+
+    def spying(run_id: str, after_seq: int = 0, last: int | None = None) -> Any:
+        found = index(run_id, after_seq, last)
+        calls.append((after_seq, last, len(found)))
+        return found
+
+    monkeypatch.setattr(store, "history_index", spying)
+    return calls
+
+
+def test_a_cold_first_page_reads_the_tail_of_the_index_not_every_entry(
+        app: cairn.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that has read nothing of a run lists its first page from the
+    newest ``TAIL`` index entries; any other read takes in the whole index,
+    and reads what a reader that took it in from the start reads."""
+    from cairn.graph import reader
+
+    steps = 2 * reader.TAIL
+    app.run(app.graph("chat", chat_graph(steps)), {"messages": [], "log": [], "n": 0}, run_id="c")
+    whole = cairn.App(store=app.store)
+    assert whole.graph_state_json("c", 1) == (1, expected(1))  # took in the whole index
+    first, older = whole.checkpoints("c", limit=10), whole.checkpoints("c", before=steps - 40, limit=10)
+    every = whole.checkpoints("c", limit=steps + 1)
+    calls = spy_index(monkeypatch, app.store)
+    cold = cairn.App(store=app.store)
+    assert cold.checkpoints("c", limit=10) == first
+    assert [c.step for c in first] == list(range(steps, steps - 10, -1))
+    assert calls == [(0, reader.TAIL, reader.TAIL)]  # the tail only
+    assert cold.checkpoints("c", before=steps - 40, limit=10) == older  # beyond the tail: the whole index
+    assert [c.step for c in older] == list(range(steps - 41, steps - 51, -1))
+    # what is new since the tail (nothing), then every entry, once (created, claimed, started, finished)
+    assert calls[1:] == [(steps + 5, None, 0), (0, None, steps + 5)]
+    assert cold.graph_state_json("c", 7) == (7, expected(7))
+    assert cold.checkpoints("c", limit=steps + 1) == every
+    assert calls[3:] == [(steps + 5, None, 0)] * 2  # what is new since: nothing
+
+
+@pytest.mark.parametrize("back", [3, 60])
+def test_a_cold_first_page_after_a_rewind_lists_the_live_checkpoints(app: cairn.App, back: int) -> None:
+    """A rewind voids the checkpoints after its point: a cold reader's first
+    page lists the run's live checkpoints whether the rewind's cut is in the
+    tail it reads (``back`` = 3) or before it (60: the tail is all after it)."""
+    from cairn.graph import reader
+
+    turn = reader.TAIL + 10
+    g = cairn.Graph(Trip)
+
+    @g.node
+    def talk(state: Trip, ctx: cairn.Context) -> dict[str, Any]:
+        again = bool(ctx.rewinds())
+        n = state["n"]
+        if n == turn and not again:
+            raise LogicalFailure("the turn was wrong", rewind_to=format_.entry_name(turn - back))
+        return {"messages": [f"{'again' if again else 'first'} {n}"], "n": n + 1, "again": again}
+
+    g.edge(cairn.START, "talk")
+    g.route("talk", lambda s: cairn.END if s["n"] >= (turn - back + 80 if s["again"] else turn + 50)
+            else "talk")
+    app.run(app.graph("trip", g), {"messages": [], "n": 0, "again": False}, run_id="t")
+    last = turn - back + 80
+    cold = cairn.App(store=app.store)
+    page = cold.checkpoints("t", limit=10)
+    assert [c.step for c in page] == list(range(last, last - 10, -1))
+    assert page == cairn.App(store=app.store).checkpoints("t", limit=last + 1)[:10]
+    assert cold.graph_state_json("t")[1]["messages"][turn - back:turn - back + 1] == [f"again {turn - back}"]
+
+
 class Notes(TypedDict):
     messages: Annotated[list[str], cairn.append]
     big: dict[str, str]

@@ -9,13 +9,18 @@ accept what the full statement (``insert_event_fenced``) refuses.
 
 from __future__ import annotations
 
+import base64
+import json
+import random
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cairn.errors import LeaseLost
-from cairn.store.records import EventType, RunStatus
+from cairn.store.records import EventType, HistoryEvent, Payload, RunStatus
+from cairn.store.rows import LINK_TAG
 from cairn.store.sqlite import SQLiteStore
 from tests.store.contract.helpers import FakeClock, claim, ev, new_run
 
@@ -116,4 +121,88 @@ def test_an_ended_claim_forgets_its_last_entry(tmp_path: Path) -> None:
     record = store.get_run("r1")
     assert record is not None
     assert record.status is RunStatus.PENDING
+    store.close()
+
+
+# -- a payload that goes to history_payloads, in one statement (the ``cairn_spilled`` view) --------
+
+
+def spilled(clock: FakeClock, seq: int, epoch: int, **extra: Any) -> HistoryEvent:
+    """A step's entry whose payload stays larger than a history row keeps, even compressed."""
+    data = json.dumps(base64.b64encode(random.Random(seq).randbytes(3000)).decode()).encode()
+    return ev(clock, "r1", seq, epoch, position=seq, payload=Payload(data=data), **extra)
+
+
+def payload_rows(store: SQLiteStore) -> int:
+    with store._read() as conn:
+        return int(conn.execute("SELECT count(*) FROM history_payloads").fetchone()[0])
+
+
+def test_a_spilled_entry_after_a_known_one_is_one_statement(tmp_path: Path) -> None:
+    """No transaction (no BEGIN, no COMMIT): the view's trigger writes the
+    payload and the entry linking to it; both read back whole."""
+    clock = FakeClock()
+    store, epoch, seq = running(tmp_path, clock)
+    store.append("r1", epoch, [ev(clock, "r1", seq, epoch)])
+    statements: list[str] = []
+    store._conn().set_trace_callback(statements.append)
+    entry = spilled(clock, seq + 1, epoch)
+    store.append("r1", epoch, [entry])
+    store._conn().set_trace_callback(None)
+    # one statement (the trace repeats it for each statement of its trigger): no BEGIN, no COMMIT
+    assert {" ".join(s.split()[:3]) for s in statements} == {"INSERT INTO cairn_spilled"}
+    assert payload_rows(store) == 1
+    [read] = store.history_at("r1", [seq + 1])
+    assert read.payload == entry.payload
+    with store._read() as conn:
+        (stored,) = conn.execute("SELECT payload FROM history WHERE run_id = 'r1' AND seq = ?",
+                                 (seq + 1,)).fetchone()
+    assert stored.startswith(LINK_TAG)
+    store.close()
+
+
+def test_a_takeover_fences_out_a_spilled_entry_and_leaves_no_payload(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store, epoch, seq = running(tmp_path, clock)
+    store.append("r1", epoch, [ev(clock, "r1", seq, epoch)])
+    rival = SQLiteStore(store.path, clock=clock)
+    clock.advance(1000)
+    taken = claim(rival, "r1", worker="w2")
+    with pytest.raises(LeaseLost):
+        store.append("r1", epoch, [spilled(clock, seq + 1, epoch)])
+    assert payload_rows(store) == 0
+    assert seqs(store) == list(range(1, taken.next_seq))
+    rival.close()
+    store.close()
+
+
+def test_a_spilled_entry_at_a_seq_taken_meanwhile_is_refused_and_leaves_no_payload(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store, epoch, seq = running(tmp_path, clock)
+    store.append("r1", epoch, [ev(clock, "r1", seq, epoch)])
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("INSERT INTO history (run_id, seq, tenant, event, at, epoch) VALUES ('r1', ?, 'default', "
+                  "'run.budget_changed', ?, ?)", (seq + 1, clock(), epoch))
+    other.close()
+    with pytest.raises(LeaseLost):
+        store.append("r1", epoch, [spilled(clock, seq + 1, epoch)])
+    assert payload_rows(store) == 0
+    assert [e.event for e in store.history("r1")][-1] is EventType.RUN_BUDGET_CHANGED
+    store.close()
+
+
+def test_a_spilled_entry_is_fenced_by_the_run_row_even_at_a_free_seq(tmp_path: Path) -> None:
+    """The run row's epoch moved on and nothing took the next seq (a
+    takeover's own entries would; here only the row changed): the view's
+    trigger refuses the entry on the row alone, and keeps no payload."""
+    clock = FakeClock()
+    store, epoch, seq = running(tmp_path, clock)
+    store.append("r1", epoch, [ev(clock, "r1", seq, epoch)])
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("UPDATE runs SET epoch = epoch + 1 WHERE run_id = 'r1'")
+    other.close()
+    with pytest.raises(LeaseLost):
+        store.append("r1", epoch, [spilled(clock, seq + 1, epoch)])
+    assert payload_rows(store) == 0
+    assert seqs(store)[-1] == seq
     store.close()

@@ -74,7 +74,7 @@ class TimeTravel:
         (``InvalidArgument`` for a run that has none: not a graph run)."""
         record = self.get_run(run_id)
         found = self.graph_readers.of(record)
-        if not found.entries and self.lineage(run_id) is None and not self._is_graph(record):
+        if not found.any() and self.lineage(run_id) is None and not self._is_graph(record):
             raise NotAGraphRun(f"run {run_id!r} has no checkpoint: it is not a graph run, or it has not "
                                   "started yet")
         return found

@@ -68,7 +68,7 @@ import msgspec
 from cairn.codec import upcasters, values
 from cairn.errors import PayloadError
 from cairn.graph.errors import cut
-from cairn.graph.state import Schema, _list_of
+from cairn.graph.state import Records, Schema, _list_of
 
 #: the ``step_kind`` of a checkpoint's journal entry
 KIND = "graph"
@@ -251,10 +251,17 @@ def check_link(record: Record, parent: Record | None, what: str, steps: Sequence
 
 def write(schema: Schema, step: int, nodes: Sequence[str], before: Mapping[str, Any],
           after: Mapping[str, Any], added: Mapping[str, list[Any]], tasks: Sequence[Task],
-          versions: dict[str, list[int]], parent: int | None, run: str | None = None) -> bytes:
+          versions: dict[str, list[int]], parent: int | None, run: str | None = None,
+          records: Records | None = None) -> bytes:
     """The checkpoint of super-step ``step`` of run ``run``, which took the
     state from ``before`` to ``after`` (``added``: the items
-    ``cairn.append`` fields gained); ``versions`` is updated in place."""
+    ``cairn.append`` fields gained); ``versions`` is updated in place.
+    ``records``: a value's (or appended items') record, already encoded as
+    it was validated (``Schema.apply``), used when the value stored is that
+    very object and cannot have changed since (the routers, which ran
+    after it was validated, see the state: a list or a dict they changed
+    in place is encoded again, as it is now)."""
+    known = records or {}
     sets: dict[str, msgspec.Raw] = {}
     adds: dict[str, msgspec.Raw] = {}
     for name, field in schema.fields.items():
@@ -275,11 +282,17 @@ def write(schema: Schema, step: int, nodes: Sequence[str], before: Mapping[str, 
             items = new[len(old):]
         else:
             items = None
+        # the record validated, for a value no router could have changed since (text, a number)
+        cached = known.get(name)
         if items is None:
-            sets[name] = msgspec.Raw(values.encode(new, field.type))
+            raw = (cached[1] if cached is not None and cached[0] is new and type(new) in _ATOMS
+                   else values.encode(new, field.type))
+            sets[name] = msgspec.Raw(raw)
             versions[name] = [step, step]
         elif items:
-            adds[name] = msgspec.Raw(values.encode(items, _list_of(field.item_type)))
+            raw = (cached[1] if cached is not None and cached[0] is items and set(map(type, items)) <= _ATOMS
+                   else values.encode(items, _list_of(field.item_type)))
+            adds[name] = msgspec.Raw(raw)
             versions[name] = [step, versions.get(name, [step, step])[1]]
     next_tasks = [[msgspec.Raw(_ENCODER.encode(t.node)), msgspec.Raw(values.encode(t.arg))] if t.send
                   else [msgspec.Raw(_ENCODER.encode(t.node))] for t in tasks]

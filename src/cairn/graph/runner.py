@@ -29,6 +29,7 @@ from cairn.graph.checkpoints import KIND, Chain, Task
 from cairn.graph.errors import GraphError, cut
 from cairn.graph.graph import END, START, Compiled, Node, Send
 from cairn.graph.reader import GraphHistory, graph_of
+from cairn.graph.state import Records
 from cairn.graph.travel import SEED_PARAM, Seed
 from cairn.store.records import ApprovalStatus, EventType, HistoryEvent
 
@@ -95,13 +96,14 @@ class GraphRun:
             root = self._merged(step, base, tasks) if base is not None else None
             after = dict(state)
             added: dict[str, list[Any]] = {}
+            records: Records = {}
             for task, update in zip(tasks, updates, strict=True):
-                self.schema.apply(task.node, after, update, added)
+                self.schema.apply(task.node, after, update, added, records)
             following = self._next(tuple((t.node, None) for t in tasks), after)
             step += 1
             ran = [t.node for t in tasks]
             tasks = self._commit(step, ran, committed, after, added if state is committed else {}, following,
-                                 versions, step - 1, root)
+                                 versions, step - 1, root, records)
             committed = after
             state = self._interrupt("after", ran, committed)
         if state is not committed:  # an edit after the last super-step: a checkpoint of its own
@@ -145,16 +147,16 @@ class GraphRun:
 
     def _commit(self, step: int, nodes: list[str], before: Mapping[str, Any], after: Mapping[str, Any],
                 added: Mapping[str, list[Any]], tasks: list[Task], versions: dict[str, list[int]],
-                parent: int | None, root: str | None = None) -> list[Task]:
+                parent: int | None, root: str | None = None, records: Records | None = None) -> list[Task]:
         """Record the checkpoint of ``step``; return the next tasks as a
         resume will read them (a ``Send``'s arg decoded from its record).
         ``root``: the merged workspace of a parallel super-step's branches,
         recorded in the checkpoint's detail (``engine.workspace``)."""
         if self._whole:  # no checkpoint of this version reads a field from an older version's
-            before, added, self._whole = {}, {}, False
+            before, added, records, self._whole = {}, {}, None, False
             versions.clear()  # a field the state type no longer has is not carried on
         raw = checkpoints.write(self.schema, step, nodes, before, after, added, tasks, versions, parent,
-                                self.execution.run_id)
+                                self.execution.run_id, records)
         execution = self.execution
         call = execution.begin(KIND, checkpoints.entry_name(step))
         if call.recorded is None:

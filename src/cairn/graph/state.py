@@ -22,6 +22,8 @@ from cairn.graph import reducers
 from cairn.graph.errors import GraphError, InvalidGraph, cut
 
 Reducer = Callable[[Any, Any], Any]
+#: a field's validated value (or appended items) and the record it was decoded from, by field
+Records = dict[str, tuple[Any, bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +47,14 @@ class Field:
     def validate(self, value: Any, as_type: Any, what: Callable[[], str]) -> Any:
         """``value`` as ``as_type`` decodes it back from its record: the form
         stored and the form every node sees, first run and replay alike."""
+        return self.validated(value, as_type, what)[0]
+
+    def validated(self, value: Any, as_type: Any, what: Callable[[], str]) -> tuple[Any, bytes]:
+        """``validate``'s value and the record it was decoded from (which the
+        checkpoint stores rather than encoding the value a second time)."""
         try:
-            return values.decode(values.encode(value, as_type), as_type, what="it")
+            raw = values.encode(value, as_type)
+            return values.decode(raw, as_type, what="it"), raw
         except PayloadError as exc:
             raise GraphError(f"{what()}: field {self.name!r}: {exc}") from None
 
@@ -187,22 +195,36 @@ class Schema:
         return update
 
     def apply(self, node: str, state: dict[str, Any], update: Mapping[str, Any],
-              added: dict[str, list[Any]]) -> None:
+              added: dict[str, list[Any]], records: Records | None = None) -> None:
         """Apply node ``node``'s ``update`` to ``state`` in place, validating
         each value; the items appended by ``cairn.append`` fields go to
-        ``added`` too (the checkpoint stores only those)."""
+        ``added`` too (the checkpoint stores only those). ``records``: for a
+        field one update of the super-step set or appended to, the value (or
+        the list of items) and its record, which the checkpoint stores as it
+        is if the value is still that very object (``checkpoints.write``)."""
         def what() -> str:
             return f"node {node!r} returned an invalid update"
 
         for name, new in update.items():
             field = self.fields[name]
             if field.appends:
-                items = field.validate(reducers.appended_items(new), _list_of(field.item_type), what)
+                items, raw = field.validated(reducers.appended_items(new), _list_of(field.item_type), what)
                 state[name] = [*state.get(name, ()), *items]
-                added.setdefault(name, []).extend(items)
+                if name in added:  # a second update of the super-step: its record is no longer the items'
+                    added[name].extend(items)
+                    if records is not None:
+                        records.pop(name, None)
+                else:
+                    added[name] = items
+                    if records is not None:
+                        records[name] = (items, raw)
                 continue
+            if records is not None:
+                records.pop(name, None)
             if field.reducer is None:
-                state[name] = field.validate(new, field.type, what)
+                state[name], raw = field.validated(new, field.type, what)
+                if records is not None:
+                    records[name] = (state[name], raw)
                 continue
             try:
                 reduced = field.reducer(state.get(name), new)

@@ -202,11 +202,13 @@ class Store(Protocol):
         checkpoints, not all of them, nor decompresses the rest)."""
         ...
 
-    def history_index(self, run_id: str, after_seq: int = 0) -> list[IndexEntry]:
+    def history_index(self, run_id: str, after_seq: int = 0, last: int | None = None) -> list[IndexEntry]:
         r"""The entries of ``run_id`` after ``after_seq``, in order, as their
         seq, entry type, position, step kind, name and time only: a graph
         run's reader lists its checkpoints from these (a 3,000-super-step
-        run's cold history page built 3,000 ``HistoryEvent``\ s it did not need)."""
+        run's cold history page built 3,000 ``HistoryEvent``\ s it did not need).
+        With ``last``, only the newest ``last`` of them (still in order): a
+        cold reader's first page reads the run's tail, not its whole index."""
         ...
 
     def history_at(self, run_id: str, seqs: Collection[int]) -> list[HistoryEvent]:

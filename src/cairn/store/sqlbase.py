@@ -306,10 +306,15 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
                                  lambda a: a.headers(after_seq))
         return [event_from_row(row) for row in rows]
 
-    def history_index(self, run_id: str, after_seq: int = 0) -> list[IndexEntry]:
-        params = {"run_id": run_id, "after_seq": after_seq}
-        rows = self._or_archived(self._select("select_history_index", params), run_id,
-                                 lambda a: a.index(after_seq))
+    def history_index(self, run_id: str, after_seq: int = 0, last: int | None = None) -> list[IndexEntry]:
+        if last is None:
+            params: dict[str, Any] = {"run_id": run_id, "after_seq": after_seq}
+            rows = self._or_archived(self._select("select_history_index", params), run_id,
+                                     lambda a: a.index(after_seq))
+        else:
+            params = {"run_id": run_id, "after_seq": after_seq, "last": max(0, last)}
+            rows = self._or_archived(self._select("select_history_index_last", params), run_id,
+                                     lambda a: _newest(a.index(after_seq), last))
         # ``tuple.__new__`` straight from C: ``IndexEntry._make`` is a Python
         # frame per row, 40% of a cold reader's first page of a 3,000-step run
         return list(map(functools.partial(tuple.__new__, IndexEntry), rows))
@@ -811,6 +816,11 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
             return self._apply(tx, lc.migrate(run, run_id, bundle, detail, self.clock(), actor, journal))
 
         return self._operate(body)
+
+
+def _newest(rows: list[tuple[Any, ...]], last: int) -> list[tuple[Any, ...]]:
+    """The last ``last`` of ``rows`` (none for ``last`` <= 0)."""
+    return rows[max(0, len(rows) - last):] if last > 0 else []
 
 
 def _limit(limit: int | None) -> int | None:

@@ -279,6 +279,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 conn.execute(statement)
             if _has_audit_columns(conn):
                 conn.execute(_UNLINKED_TRIGGER)
+                conn.execute(_SPILLED_VIEW)
+                conn.execute(_SPILLED_TRIGGER)
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
@@ -578,9 +580,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             self._sync_artifacts(events)  # before the entries that reference them can be durable
             self.append(run_id, epoch, events)
             self._sync_wal()
-        elif len(events) == 1 and not (  # the per-step hot path: one statement; a payload that
-                # may go to history_payloads (packed, at most 2 bytes longer) is written in a transaction
-                (p := events[0].payload) is not None and p.data is not None and len(p.data) + 2 > _SPILL_AT):
+        elif len(events) == 1 and (not (  # the per-step hot path: one statement; a payload that
+                # may go to history_payloads (packed, at most 2 bytes longer) too once the run's last
+                # entry is known (``_append_next``: the ``cairn_spilled`` view), else in a transaction
+                spills := (p := events[0].payload) is not None and p.data is not None
+                and len(p.data) + 2 > _SPILL_AT) or _follows(self._tails.get(run_id), epoch, events[0])):
             # ``_conn``, ``_writing``, ``_fenced`` and ``_tail`` written out: a
             # call costs more than each of them does
             event = events[0]
@@ -596,16 +600,24 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             try:
                 known = self._links.pop(run_id, None)
                 previous = known[1] if known is not None and known[0] == event.seq - 1 else None
+                written: tuple[float, bytes] | None
                 if tail is not None and tail[0] == epoch and tail[1] == event.seq - 1:
-                    at, link = _append_next(conn, event, tail[2], previous, self.audit_digest)
+                    written = _append_next(conn, event, tail[2], previous, self.audit_digest)
+                elif spills:  # the tail went meanwhile: the payload and the entry in a transaction
+                    written = None
                 else:
-                    at, link = _append_fenced(conn, run_id, epoch, event, self.audit_digest)
+                    written = _append_fenced(conn, run_id, epoch, event, self.audit_digest)
             except sqlite3.Error as exc:
                 raise self._failure(exc) from None
             except UnicodeEncodeError as exc:
                 raise lc.unstorable_text(exc) from None
             finally:
                 self._writer.release()
+            if written is None:
+                self._in_write(lambda tx: self._append_held(tx, run_id, epoch, events),
+                               faults=commit_faults("append"))
+                return
+            at, link = written
             if len(tails) >= _MAX_TAILS:
                 tails.clear()
             tails[run_id] = (epoch, event.seq, at)
@@ -1245,6 +1257,12 @@ def _append_fenced(
     return float(rows[0][0]), link[1]
 
 
+def _follows(tail: tuple[int, int, float] | None, epoch: int, event: HistoryEvent) -> bool:
+    """Whether ``event`` is the entry right after ``tail``, the run's last
+    one this store appended itself under ``epoch`` (``_append_next``)."""
+    return tail is not None and tail[0] == epoch and tail[1] == event.seq - 1
+
+
 def _append_next(
     conn: sqlite3.Connection, event: HistoryEvent, last_at: float, previous: bytes | None,
     digester: Digester | None,
@@ -1269,12 +1287,14 @@ def _append_next(
     if previous is None:
         previous = _previous_link(conn, event)
     link = _audited(values, event, previous, digester)
-    if values[12] is not None and len(values[12]) > _SPILL_AT:  # _event_row, written out: once per step
-        values = _spilled(conn, values)
     try:
-        inserted = conn.execute(_INSERT_EVENT_NEXT, values + link).rowcount
+        if values[12] is not None and len(values[12]) > _SPILL_AT:  # to history_payloads, in one statement
+            conn.execute(_INSERT_EVENT_SPILLED, values + link)  # a fenced one: the trigger's error
+            inserted = 1
+        else:
+            inserted = conn.execute(_INSERT_EVENT_NEXT, values + link).rowcount
     except sqlite3.IntegrityError:
-        raise LeaseLost(event.run_id, event.epoch) from None  # seq taken: someone else appended
+        raise LeaseLost(event.run_id, event.epoch) from None  # seq taken or fenced: someone else appended
     if inserted != 1:
         raise LeaseLost(event.run_id, event.epoch)
     return at, link[1]
@@ -1313,6 +1333,39 @@ def _audited(
     if previous is None:
         return digest, auditlinks.PENDING
     return digest, auditlinks.row_link(previous, values, digest)
+
+
+#: A step's entry whose payload goes to ``history_payloads``, in one statement
+#: (``_append_next``): an insert into this view, whose trigger checks the
+#: fence (the run row running at this epoch), writes the payload, then the
+#: entry linking to it (the tenant read from the run row, as
+#: ``insert_event_next`` does). One statement is atomic without a
+#: transaction: a fence refused (the trigger's ``RAISE``) or a ``seq`` taken
+#: (the primary key) rolls the payload back with the entry. A graph run's
+#: checkpoint (1 KB appended a super-step) is such an entry at every
+#: super-step; it took a transaction of four statements (``BEGIN``, the
+#: payload, the entry, ``COMMIT``). Temporary, like ``_UNLINKED_TRIGGER``: a
+#: connection's own, no migration. (``RAISE`` leaves ``rowcount`` at 0 for
+#: a view, so the fence is the trigger's error, not a count.)
+_SPILLED_VIEW = """CREATE TEMP VIEW IF NOT EXISTS cairn_spilled AS
+   SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt,
+          started_at, payload, payload_ref, detail, digest, link FROM main.history"""
+_SPILLED_TRIGGER = """CREATE TEMP TRIGGER IF NOT EXISTS cairn_spilled_insert
+   INSTEAD OF INSERT ON cairn_spilled BEGIN
+     SELECT RAISE(ABORT, 'cairn: fenced') WHERE NOT EXISTS (SELECT 1 FROM runs
+       WHERE run_id = NEW.run_id AND epoch = NEW.epoch AND status = 'running');
+     INSERT INTO history_payloads (data) VALUES (NEW.payload);
+     INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                          attempt, started_at, payload, payload_ref, detail, tenant, digest, link)
+     SELECT NEW.run_id, NEW.seq, NEW.event, NEW.at, NEW.epoch, NEW.worker, NEW.position, NEW.step_kind,
+            NEW.name, NEW.input_hash, NEW.attempt, NEW.started_at,
+            CAST(X'0002' || last_insert_rowid() AS BLOB), NEW.payload_ref, NEW.detail, r.tenant,
+            NEW.digest, NEW.link
+     FROM runs AS r WHERE r.run_id = NEW.run_id;
+   END"""
+_INSERT_EVENT_SPILLED = """INSERT INTO cairn_spilled (run_id, seq, event, at, epoch, worker, position,
+   step_kind, name, input_hash, attempt, started_at, payload, payload_ref, detail, digest, link)
+   VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"""
 
 
 #: Marks a connection whose transaction wrote an entry without its link

@@ -243,6 +243,10 @@ class BudgetsContract(ContractBase):
             (e.seq, e.event.value, e.position, e.step_kind, e.name, e.at) for e in headers]
         assert len(store.history_index("r1")) == len(whole)
         assert store.history_index("nobody") == []
+        # the newest entries only, still in order (a cold reader's first page of a graph run)
+        assert store.history_index("r1", seq, last=2) == index[-2:]
+        assert store.history_index("r1", last=len(whole) + 5) == store.history_index("r1")
+        assert store.history_index("r1", last=0) == []
         assert whole[seq].payload == big  # the spilled payload comes back whole
         assert store.model_calls("r1") == [whole[s] for s in (seq, seq + 4, seq + 6)]
         assert store.model_calls("r1", seq, 1) == [whole[seq + 4]]

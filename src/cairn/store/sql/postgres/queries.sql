@@ -126,6 +126,14 @@ FROM history WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint ORD
 SELECT seq, event, position, step_kind, name, at
 FROM history WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint ORDER BY seq
 
+-- The same for the newest %(last)s entries only (history_index(last=)): a
+-- cold reader's first page of a long graph run reads its tail, not every entry.
+-- name: select_history_index_last
+SELECT seq, event, position, step_kind, name, at FROM (
+    SELECT seq, event, position, step_kind, name, at FROM history
+    WHERE run_id = %(run_id)s::text AND seq > %(after_seq)s::bigint ORDER BY seq DESC LIMIT %(last)s::bigint
+) AS newest ORDER BY seq
+
 -- The entries of a run at the seqs given: what rebuilding a page's model
 -- calls needs, and nothing else (modelcalls.needs).
 -- name: select_history_at

@@ -58,6 +58,14 @@ FROM history WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq
 -- name: select_history_index
 SELECT seq, event, position, step_kind, name, at FROM history WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq
 
+-- The same for the newest :last entries only (history_index(last=)): a cold
+-- reader's first page of a long graph run reads its tail, not every entry.
+-- name: select_history_index_last
+SELECT seq, event, position, step_kind, name, at FROM (
+    SELECT seq, event, position, step_kind, name, at FROM history
+    WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq DESC LIMIT :last)
+ORDER BY seq
+
 -- The entries of a run at the seqs given (a JSON array): what rebuilding a
 -- page's model calls needs, and nothing else (modelcalls.needs).
 -- name: select_history_at
