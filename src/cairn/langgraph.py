@@ -12,8 +12,8 @@ channels (``cairn.store.checkpointsql``): values are stored once per thread
 by digest (compressed when long), a list channel that grew stores only its
 new items against an earlier version chosen so that a read walks about
 log2(versions) rows (``next_base``; the value a node wrote and the item
-appended to the list are the same row), and a checkpoint row holds only the
-checkpoint's own fields.
+appended to the list are the same row), and a channel whose value is not a
+list is held by the checkpoint's own row (``INLINE``), not a row of its own.
 
 Writes are fenced: the saver that wrote a thread and lost it to another
 saver (another process took it since) is refused with ``ThreadTaken``, so

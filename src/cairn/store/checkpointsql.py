@@ -11,7 +11,8 @@ thread's storage linear:
   (``refs``): one for a plain value, the items for a list. A list that grew
   from a version still stored names that version as its ``base`` and holds
   only the new items; ``depth`` counts the bases below it, so the saver can
-  bound the chain a read walks;
+  bound the chain a read walks. A channel the saver holds inline in the
+  checkpoint (its value is not a list: ``Named.inline``) has no row here;
 * ``lg_writes``: pending writes, each a packed digest list too, so the value
   a node wrote and the item the next checkpoint appends are one row;
 * ``lg_checkpoints``: the checkpoint (channel values removed) and metadata,
