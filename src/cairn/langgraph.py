@@ -12,8 +12,8 @@ channels (``cairn.store.checkpointsql``): values are stored once per thread
 by digest (compressed when long), a list channel that grew stores only its
 new items against an earlier version chosen so that a read walks about
 log2(versions) rows (``next_base``; the value a node wrote and the item
-appended to the list are the same row), and a checkpoint row holds only the
-checkpoint's own fields.
+appended to the list are the same row), and a channel whose value is not a
+list is held by the checkpoint's own row (``INLINE``), not a row of its own.
 
 Writes are fenced: the saver that wrote a thread and lost it to another
 saver (another process took it since) is refused with ``ThreadTaken``, so
@@ -56,6 +56,7 @@ from cairn.store.checkpointsql import (
     BlobRow,
     CheckpointRow,
     Holder,
+    Named,
     Snapshot,
     SQLCheckpoints,
     ThreadKey,
@@ -145,6 +146,17 @@ ZDICT_1 = bytes.fromhex(
 #: the most bytes a compressed row may expand to (a damaged or hostile row
 #: claiming more is refused, not inflated in memory)
 INFLATE_LIMIT = 256 * 1024 * 1024
+#: The key of a checkpoint (as stored: LangGraph never sees it) holding its
+#: channel versions inline, ``{channel: digest of its value, or None when
+#: empty}``: every channel of ``channel_versions`` whose value is not a list,
+#: those the checkpoint wrote and those it carries from its parent. A
+#: super-step's plain channels (``n``, ``branch:to:<node>`` in the bench) were
+#: a row of ``lg_blobs`` each, ~87 bytes on SQLite with its key (thread,
+#: namespace, channel, version); inline they take a digest (9 bytes of
+#: msgpack) in a row compressed anyway. A list channel keeps its rows (its
+#: versions are bases of later ones, found by version). A checkpoint stored
+#: before has no such key: all its channels are rows, read as before.
+INLINE = "_cv"
 #: the table a sealed checkpoint row is bound to (its ``Place``)
 TABLE = "lg_checkpoints"
 
@@ -240,6 +252,11 @@ class CairnSaver(BaseCheckpointSaver[str]):
         self._rows: SQLCheckpoints[Any] = store
         self.tenant = tenant
         self._lists: OrderedDict[ListKey, KnownList] = OrderedDict()
+        #: checkpoints this saver last wrote or read: (thread, namespace, id) ->
+        #: (channel versions, inline record), so a put carries its parent's
+        #: inline channels without reading the parent (``_carried``)
+        self._records: OrderedDict[tuple[str, str, str], tuple[dict[str, str], dict[str, int | None]]] = \
+            OrderedDict()
         self._lock = threading.Lock()
         #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
         self._owner = secrets.token_hex(8)
@@ -333,6 +350,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
             blob, spine = self._list_blob(channel, ver, value, known, rows)
             blobs.append(blob)
             lists[list_key] = KnownList(ver, tuple(value), blob.refs, spine)
+        parent = config["configurable"].get("checkpoint_id")
+        versions = {str(k): str(v) for k, v in c["channel_versions"].items()}
+        inline = self._carried(key, None if parent is None else str(parent), versions, new_versions)
+        for blob in [b for b in blobs if b.kind != "list"]:  # a plain channel goes inline, not to a row
+            blobs.remove(blob)
+            inline[blob.channel] = unpack_refs(blob.refs)[0] if blob.kind == "value" else None
+        c[INLINE] = inline
         ckind, cdata = packed(*self._dump(c))
         full_metadata = get_checkpoint_metadata(config, metadata)
         mkind, mdata = self._dump(full_metadata)
@@ -341,7 +365,6 @@ class CairnSaver(BaseCheckpointSaver[str]):
             at = _position(key.ns, checkpoint["id"])
             cdata = self._sealer.seal(Place(self.tenant, key.thread_id, TABLE, at, "checkpoint"), cdata)
             mdata = self._sealer.seal(Place(self.tenant, key.thread_id, TABLE, at, "metadata"), mdata)
-        parent = config["configurable"].get("checkpoint_id")
         if parent is not None:
             self._await_writes((key.thread_id, key.ns, str(parent)))
         row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata)
@@ -350,6 +373,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                                                       None if run_id is None else str(run_id), blobs, rows,
                                                       max_depth=MAX_CHAIN)
         self._remember(lists)
+        self._record((key.thread_id, key.ns, checkpoint["id"]), versions, inline)
         return {"configurable": {"thread_id": key.thread_id, "checkpoint_ns": key.ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -623,6 +647,42 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def _forget(self) -> None:
         with self._lock:
             self._lists.clear()
+            self._records.clear()
+
+    def _record(self, at: tuple[str, str, str], versions: dict[str, str],
+                inline: dict[str, int | None]) -> None:
+        """Keep checkpoint ``at``'s channel versions and inline record (``_carried``)."""
+        with self._lock:
+            self._records[at] = (versions, inline)
+            self._records.move_to_end(at)
+            while len(self._records) > LIST_CACHE:
+                self._records.popitem(last=False)
+
+    def _carried(self, key: ThreadKey, parent: str | None, versions: Mapping[str, str],
+                 new_versions: ChannelVersions) -> dict[str, int | None]:
+        """The inline channels a new checkpoint carries from ``parent``: each
+        channel it did not write whose version is the parent's and inline in
+        the parent's row (one this saver does not hold is read; a parent that
+        is gone or unreadable carries nothing, and its channels are looked up
+        as rows of ``lg_blobs`` by version, as before the inline record)."""
+        if parent is None:
+            return {}
+        at = (key.thread_id, key.ns, parent)
+        with self._lock:
+            held = self._records.get(at)
+        if held is None:
+            row = self._rows.lg_row(key, parent)
+            if row is None:
+                return {}
+            decoded: dict[str, Any] = {}
+            try:
+                self._versions(row, decoded)
+            except UnreadableCheckpoint:
+                return {}
+            held = decoded["versions"], decoded["inline"]
+        theirs, inline = held
+        return {ch: inline[ch] for ch, ver in versions.items()
+                if ch not in new_versions and ch in inline and theirs.get(ch) == ver}
 
     # -- encryption at rest -------------------------------------------------------------
 
@@ -716,14 +776,27 @@ class CairnSaver(BaseCheckpointSaver[str]):
             out.append(self._load(kind, data, row, what))
         return out
 
-    def _versions(self, row: CheckpointRow, decoded: dict[str, Any] | None = None) -> dict[str, str]:
+    def _versions(self, row: CheckpointRow, decoded: dict[str, Any] | None = None) -> Named:
+        """What ``row`` names: its channel versions stored as rows, and the
+        digests of its inline channels (``INLINE``); ``decoded`` receives the
+        checkpoint (without its inline record), its versions and the record.
+        An inline record that is not one is refused, naming the checkpoint."""
         checkpoint = self._load(row.checkpoint_kind, row.checkpoint, row, "checkpoint")
         if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("channel_versions"), dict):
             raise UnreadableCheckpoint(f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}: "
                                        "its checkpoint is not a LangGraph checkpoint")
+        inline = checkpoint.pop(INLINE, {})
+        if not isinstance(inline, dict) or not all(
+                isinstance(k, str) and (v is None or (type(v) is int and -2**63 <= v < 2**63))
+                for k, v in inline.items()):
+            raise UnreadableCheckpoint(f"{_name(row)}: refused its checkpoint: its inline channel versions "
+                                       "are malformed")
+        versions = {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
         if decoded is not None:
-            decoded["checkpoint"] = checkpoint
-        return {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
+            decoded.update(checkpoint=checkpoint, versions=versions, inline=inline)
+            self._record((row.thread_id, row.ns, row.checkpoint_id), versions, inline)
+        return Named({k: v for k, v in versions.items() if k not in inline},
+                     [d for d in inline.values() if d is not None])
 
     def _tuple(self, snap: Snapshot, decoded: dict[str, Any], held: Mapping[str, KnownList],
                metadata: Any = None) -> CheckpointTuple:
@@ -743,7 +816,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
         channel_values: dict[str, Any] = {}
         lists: dict[ListKey, KnownList] = {}
-        versions = {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
+        versions = decoded["versions"]
+        for channel, d in decoded["inline"].items():
+            if d is not None and channel in versions:
+                channel_values[channel] = item(d, f"channel {channel!r}")
         for channel, chain in snap.chains.items():
             kind = chain[-1][0]
             if kind == "empty":
@@ -766,6 +842,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
             channel_values[channel] = items
             lists[(row.thread_id, row.ns, channel)] = KnownList.root(versions[channel], tuple(items), refs)
         self._remember(lists, longer_kept=True)
+        # in the checkpoint's order of channels, inline or rows
+        channel_values = {k: channel_values[k] for k in versions if k in channel_values}
         pending = []
         for w in snap.writes:
             what = f"pending write {w.task_id!r}/{w.idx}"

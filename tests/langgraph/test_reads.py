@@ -7,19 +7,20 @@ again in one snapshot, never handed back with channels or values missing."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import cairn
-from cairn.store.checkpointsql import CheckpointRow, Snapshot, ThreadKey, unpack_refs
+from cairn.store.checkpointsql import CheckpointRow, Named, Snapshot, ThreadKey, unpack_refs
 
 
-def _whole(snap: Snapshot, versions: Mapping[str, str]) -> None:
-    """Every channel version the checkpoint names has its chain, down to a
-    root, and every value its chains and writes name is there."""
-    assert set(snap.chains) == set(versions), (sorted(snap.chains), sorted(versions))
+def _whole(snap: Snapshot, names: Named) -> None:
+    """Every channel version the checkpoint names as a row has its chain,
+    down to a root, and every value its chains, writes and inline channel
+    versions name is there."""
+    assert set(snap.chains) == set(names.versions), (sorted(snap.chains), sorted(names.versions))
+    assert names.inline  # the loop's plain channels are inline in its rows
     named = {d for chain in snap.chains.values() for _, refs in chain for d in unpack_refs(refs)}
-    named |= {d for w in snap.writes for d in unpack_refs(w.refs)}
+    named |= {d for w in snap.writes for d in unpack_refs(w.refs)} | set(names.inline)
     assert named <= set(snap.values), named - set(snap.values)
 
 
@@ -33,14 +34,14 @@ def test_a_prune_between_a_reads_statements_never_yields_a_partial_checkpoint(ap
     ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
     middle = ids[len(ids) // 2]
     key = ThreadKey("acme", "t", "")
-    seen: dict[str, str] = {}
-    untouched = saver._rows.lg_read(key, middle, lambda row: seen.update(saver._versions(row)) or seen)
+    seen: list[Named] = []
+    untouched = saver._rows.lg_read(key, middle, lambda row: seen.append(saver._versions(row)) or seen[-1])
     assert untouched is not None
-    _whole(untouched, seen)  # a read with nothing in between is whole
+    _whole(untouched, seen[-1])  # a read with nothing in between is whole
 
     pruned: list[bool] = []
 
-    def versions_then_prune(row: CheckpointRow) -> dict[str, str]:
+    def versions_then_prune(row: CheckpointRow) -> Named:
         """The row's versions; the first time, after the checkpoint row was
         read and before its chains and values are, another saver prunes the
         thread to its latest checkpoint (``middle``'s own rows are deleted)."""
@@ -58,7 +59,7 @@ def test_a_prune_between_a_reads_statements_never_yields_a_partial_checkpoint(ap
     # in one snapshot, after the prune: the checkpoint is gone. SQLite: the read
     # transaction's snapshot predates the prune: the checkpoint whole, as it was.
     if read is not None:
-        _whole(read, seen)
+        _whole(read, seen[-1])
     assert saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_id": middle}}) is None
     latest = saver.get_tuple(config)
     assert latest is not None

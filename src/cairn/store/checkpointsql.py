@@ -11,7 +11,8 @@ thread's storage linear:
   (``refs``): one for a plain value, the items for a list. A list that grew
   from a version still stored names that version as its ``base`` and holds
   only the new items; ``depth`` counts the bases below it, so the saver can
-  bound the chain a read walks;
+  bound the chain a read walks. A channel the saver holds inline in the
+  checkpoint (its value is not a list: ``Named.inline``) has no row here;
 * ``lg_writes``: pending writes, each a packed digest list too, so the value
   a node wrote and the item the next checkpoint appends are one row;
 * ``lg_checkpoints``: the checkpoint (channel values removed) and metadata,
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -153,12 +154,26 @@ class Snapshot:
     values: dict[int, tuple[str, bytes]]
 
 
+@dataclass(frozen=True, slots=True)
+class Named:
+    """What a checkpoint row names, as its reader decodes it: the channel
+    versions stored as rows of ``lg_blobs`` (``versions``: channel ->
+    version), and the digests of the values its row holds inline
+    (``inline``: a channel version folded into the checkpoint's own row,
+    ``cairn.langgraph``), which garbage collection keeps and a read fetches."""
+
+    versions: Mapping[str, str]
+    inline: Collection[int] = ()
+
+
+#: how the reader decodes what a checkpoint row names
+VersionsOf = Callable[[CheckpointRow], Named]
 #: a checkpoint's channel chains, oldest first: (kind, refs, whether it names a base)
 Chains = dict[str, list[tuple[str, bytes, bool]]]
 #: a value's stored bytes as its reader reads them: (thread, digest, stored) -> bytes
 Opener = Callable[[str, int, bytes], bytes]
 #: a listed row to read, with how to read its channel versions and which lists the reader holds
-Asked = tuple[CheckpointRow, Callable[[CheckpointRow], Mapping[str, str]], Callable[[str, bytes], bool]]
+Asked = tuple[CheckpointRow, VersionsOf, Callable[[str, bytes], bool]]
 
 
 def unpack_refs(refs: bytes) -> list[int]:
@@ -329,7 +344,7 @@ class SQLCheckpoints(Generic[Tx]):
     # -- reads --------------------------------------------------------------------------
 
     def lg_read(self, key: ThreadKey, checkpoint_id: str | None,
-                versions_of: Callable[[CheckpointRow], Mapping[str, str]],
+                versions_of: VersionsOf,
                 known: Callable[[str, bytes], bool] = lambda channel, refs: False,
                 opener: Opener | None = None) -> Snapshot | None:
         """The checkpoint ``checkpoint_id`` (the latest of the namespace if
@@ -352,6 +367,13 @@ class SQLCheckpoints(Generic[Tx]):
                                  opener)[0]
 
         return self._lg_reading(work)
+
+    def lg_row(self, key: ThreadKey, checkpoint_id: str) -> CheckpointRow | None:
+        """The row of checkpoint ``checkpoint_id``, alone (a put reads its
+        parent's inline channel versions when its reader does not hold them)."""
+        found = self._in_read(lambda tx: self._query(tx, "lg_checkpoint", {**_where(key),
+                                                                            "checkpoint_id": checkpoint_id}))
+        return _row(found[0]) if found else None
 
     def lg_list(self, tenant: str, thread_id: str | None, ns: str | None, checkpoint_id: str | None,
                 before: str | None, limit: int | None) -> list[CheckpointRow]:
@@ -405,7 +427,7 @@ class SQLCheckpoints(Generic[Tx]):
         self._operate(body)
 
     def lg_delete_runs(self, tenant: str, run_ids: Sequence[str],
-                       versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> None:
+                       versions_of: VersionsOf) -> None:
         """Delete the checkpoints written by ``run_ids``, their writes, and what nothing names any more."""
 
         def body(tx: Tx) -> None:
@@ -419,7 +441,7 @@ class SQLCheckpoints(Generic[Tx]):
         self._operate(body)
 
     def lg_prune(self, tenant: str, thread_ids: Sequence[str], keep_latest: bool,
-                 versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> None:
+                 versions_of: VersionsOf) -> None:
         """Keep only each namespace's latest checkpoint (or nothing) of each thread."""
 
         def body(tx: Tx) -> None:
@@ -527,7 +549,8 @@ class SQLCheckpoints(Generic[Tx]):
         already read (a page's), which are not read again. ``whole``: read
         in one snapshot, so a missing chain or value is the row's own
         (reported when decoded); else it raises ``_Incomplete``."""
-        versions = [versions_of(row) for row, versions_of, _ in asked]
+        names = [versions_of(row) for row, versions_of, _ in asked]
+        versions = [n.versions for n in names]
         if self._lg_batched:
             chains, writes = self._lg_page(tx, tenant, [row for row, _, _ in asked], versions)
         else:
@@ -539,7 +562,9 @@ class SQLCheckpoints(Generic[Tx]):
                 writes.append(read_writes(found, row.thread_id, row.checkpoint_id))
         wanted: dict[tuple[str, int], None] = {}  # (thread, digest), in order
         out = []
-        for (row, _, known), named, chain_of, written in zip(asked, versions, chains, writes, strict=True):
+        for (row, _, known), named, inline, chain_of, written in zip(
+                asked, versions, names, chains, writes, strict=True):
+            wanted.update(dict.fromkeys((row.thread_id, d) for d in inline.inline))
             ordered = {n: chain_of[n] for n in named if n in chain_of}  # in the checkpoint's order
             if not whole and (len(ordered) < len(named) or any(c[0][2] for c in ordered.values())):
                 raise _Incomplete  # a channel version, or a base below one, is gone
@@ -607,14 +632,17 @@ class SQLCheckpoints(Generic[Tx]):
         return chains, writes
 
     def _lg_collect(self, tx: Tx, where: Mapping[str, Any],
-                 versions_of: Callable[[CheckpointRow], Mapping[str, str]]) -> None:
+                 versions_of: VersionsOf) -> None:
         """Delete the thread's channel versions no checkpoint reaches (through
         list bases too), then the values nothing names."""
         live: set[tuple[str, str, str]] = set()
+        named: set[int] = set()  # values a checkpoint row names inline, then those of rows
         for ns, checkpoint_id, kind, data in self._query(tx, "lg_thread_checkpoints", where):
             row = CheckpointRow(where["thread_id"], str(ns), str(checkpoint_id), None, str(kind), bytes(data),
                                 "", b"")
-            live.update((str(ns), channel, version) for channel, version in versions_of(row).items())
+            names = versions_of(row)
+            live.update((str(ns), channel, version) for channel, version in names.versions.items())
+            named.update(names.inline)
         bases = {(str(ns), str(ch), str(v)): (None if b is None else str(b))
                  for ns, ch, v, b in self._query(tx, "lg_thread_blobs", where)}
         reached: set[tuple[str, str, str]] = set()
@@ -626,7 +654,6 @@ class SQLCheckpoints(Generic[Tx]):
                 at = None if base is None else (at[0], at[1], base)
         for ns, channel, version in bases.keys() - reached:
             self._query(tx, "lg_delete_blob", {**where, "ns": ns, "channel": channel, "version": version})
-        named: set[int] = set()
         for refs, folded_in in self._query(tx, "lg_thread_refs", where):
             if folded_in is None:
                 named.update(unpack_refs(bytes(refs)))
