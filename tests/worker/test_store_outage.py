@@ -52,18 +52,22 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 def fill(mount: Path) -> Path:
-    """Fill the file system to the last byte; the filler file, to delete later."""
+    """Fill the file system to the last byte; the filler file, to delete later.
+
+    Unbuffered: a buffered file keeps what the write that hit ENOSPC could not
+    write, and its close writes it again: ENOSPC once more, out of the block
+    that expected the first one (seen in CI when the last write was partial)."""
     filler = mount / "filler"
     chunk = b"\0" * (1 << 16)
-    def write_until_full(fh: BinaryIO) -> None:
+    def write_until_full(fh: BinaryIO) -> None:  # a raw file: each write is one system call
         while True:
             fh.write(chunk)
             fh.flush()
 
-    with open(filler, "wb") as fh, pytest.raises(OSError, match="No space left") as full:
+    with open(filler, "wb", buffering=0) as fh, pytest.raises(OSError, match="No space left") as full:
         write_until_full(fh)
     assert full.value.errno == errno.ENOSPC
-    with contextlib.suppress(OSError), open(filler, "ab") as fh:
+    with contextlib.suppress(OSError), open(filler, "ab", buffering=0) as fh:
         while True:  # the last few bytes too
             fh.write(b"\0")
             fh.flush()
