@@ -17,6 +17,8 @@ from cairn.errors import InvalidArgument
 
 #: the controls a host may lack, which ``allow_degraded`` may name (``controls.CONTROLS`` checks them)
 DEGRADABLE = frozenset({"seccomp", "processes", "memory"})
+#: the isolation tiers: bubblewrap (``runner``) and gVisor's ``runsc`` where installed (``gvisor``)
+TIERS = ("standard", "gvisor")
 
 #: a hostname the proxy accepts: lowercase LDH labels, no trailing dot (see ``check_hostname``)
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -130,13 +132,20 @@ class Egress:
 class Policy:
     """A sandbox's limits, its network (``egress=None``: none at all) and the
     controls it may run without where the host lacks them (``allow_degraded``:
-    names from ``DEGRADABLE``; anything else missing refuses to start)."""
+    names from ``DEGRADABLE``; anything else missing refuses to start).
+    ``tier``: ``"standard"`` (bubblewrap) or ``"gvisor"`` (``runsc``, a
+    user-space kernel; no egress yet, and never a fallback to bubblewrap)."""
 
     limits: Limits = Limits()
     egress: Egress | None = None
     allow_degraded: Collection[str] = frozenset()
+    tier: str = "standard"
 
     def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise InvalidArgument(f"sandbox tier {self.tier!r} is not one of {list(TIERS)}")
+        if self.tier == "gvisor" and self.egress is not None:
+            raise InvalidArgument("sandbox tier 'gvisor' does not support egress (use tier='standard')")
         if isinstance(self.allow_degraded, str):
             raise InvalidArgument("allow_degraded is a set of control names, not a string")
         object.__setattr__(self, "allow_degraded", frozenset(self.allow_degraded))  # a set or list is fine
@@ -146,4 +155,4 @@ class Policy:
                                   f"(known: {sorted(DEGRADABLE)})")
 
 
-__all__ = ["DEGRADABLE", "Egress", "Limits", "Policy", "Resolver", "check_hostname"]
+__all__ = ["DEGRADABLE", "TIERS", "Egress", "Limits", "Policy", "Resolver", "check_hostname"]

@@ -267,9 +267,14 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
     """Run ``argv`` in a sandbox whose only writable, lasting directory is
     ``workspace`` (at ``/workspace``, the working directory). ``env`` is
     added to a clean environment (nothing of this process's). Raises
-    ``SandboxUnavailable`` if a required control is missing here."""
+    ``SandboxUnavailable`` if a required control is missing here.
+    ``Policy(tier="gvisor")`` runs it under gVisor instead (``gvisor``)."""
     policy = policy or Policy()
     ws = check_command(argv, env, workspace)
+    if policy.tier == "gvisor":
+        from cairn.sandbox import gvisor  # it imports this module
+
+        return gvisor.run(argv, ws, policy, stdin=stdin, env=env)
     degraded = controls.require(policy, python=python or policy.egress is not None)
     sandbox = Sandbox(argv, ws, policy, degraded, env=env, stdin=stdin, egress=True)
     try:
