@@ -35,9 +35,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cairn.sandbox import bwrap, runner
+from cairn.sandbox import bwrap
 from cairn.sandbox.controls import SandboxUnavailable
 from cairn.sandbox.policy import Limits, Policy
+from cairn.sandbox.result import Result, exited, memory_file, read_output
 
 #: the environment ``runsc`` itself runs with (nothing of this process's)
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -119,7 +120,7 @@ def _runsc(runsc: str, state: str, *args: str, timeout: float = 30) -> None:
 
 
 def run(argv: Sequence[str], ws: Path, policy: Policy, *, stdin: bytes | None = None,
-        env: Mapping[str, str] | None = None) -> runner.Result:
+        env: Mapping[str, str] | None = None) -> Result:
     """Run ``argv`` under ``runsc`` in a fresh bundle; the same ``Result``
     as the standard tier (``degraded`` empty, ``oom_killed`` not detected)."""
     runsc = runsc_path()
@@ -133,7 +134,7 @@ def run(argv: Sequence[str], ws: Path, policy: Policy, *, stdin: bytes | None = 
         state.mkdir(mode=0o700)
         _rootfs(bundle / "rootfs")
         (bundle / "config.json").write_text(json.dumps(config(argv, env or {}, str(ws), limits, f"/{name}")))
-        out, err, inp = (stack.enter_context(runner._memory_file(n)) for n in ("stdout", "stderr", "stdin"))
+        out, err, inp = (stack.enter_context(memory_file(n)) for n in ("stdout", "stderr", "stdin"))
         inp.write(stdin or b"")
         inp.flush()
         inp.seek(0)
@@ -144,7 +145,7 @@ def run(argv: Sequence[str], ws: Path, policy: Policy, *, stdin: bytes | None = 
         # runs last-registered first: the container is killed and deleted before its directories go
         stack.callback(_end, process, runsc, str(state), name)
         try:
-            timed_out = not runner._exited(process, limits.wall_seconds)
+            timed_out = not exited(process, limits.wall_seconds)
         except BaseException:
             _kill(process, runsc, str(state), name)
             raise
@@ -152,14 +153,14 @@ def run(argv: Sequence[str], ws: Path, policy: Policy, *, stdin: bytes | None = 
             _kill(process, runsc, str(state), name)
         code = process.wait()
         seconds = time.perf_counter() - started
-        stdout, cut_out = runner._read(out, limits.output_bytes)
-        stderr, cut_err = runner._read(err, limits.output_bytes)
+        stdout, cut_out = read_output(out, limits.output_bytes)
+        stderr, cut_err = read_output(err, limits.output_bytes)
         if timed_out:
             code = -signal.SIGKILL
         elif code > 128 and code - 128 in (signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV, signal.SIGXCPU,
                                             signal.SIGXFSZ, signal.SIGABRT):
             code = 128 - code  # runsc reports a signal death as 128+N; the standard tier as -N
-        return runner.Result(exit_code=code, stdout=stdout, stderr=stderr, timed_out=timed_out,
+        return Result(exit_code=code, stdout=stdout, stderr=stderr, timed_out=timed_out,
                              seconds=seconds, truncated=cut_out or cut_err)
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -15,97 +15,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
 
 from cairn.errors import InvalidArgument
-from cairn.sandbox import bridge, bwrap, cgroups, controls, launcher, seccomp
+from cairn.sandbox import bridge, bwrap, cgroups, controls, gvisor, launcher, seccomp
 from cairn.sandbox.egress import Proxy
 from cairn.sandbox.policy import Limits, Policy
+from cairn.sandbox.result import Result
+from cairn.sandbox.result import exited as _exited
+from cairn.sandbox.result import memory_file as _memory_file
+from cairn.sandbox.result import read_output as _read
 
 #: the whole environment of the launcher and bwrap (never this process's: see ``run``)
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """How a sandboxed command ended. ``exit_code`` is negative for a signal
-    (``-9``: killed, as at the timeout); ``timed_out`` says the wall clock
-    ended it; ``oom_killed`` that the kernel killed a process of it for
-    going over ``Limits.memory_bytes`` (the command itself, or one of its
-    children); outputs are cut at ``Limits.output_bytes`` (``truncated``);
-    ``degraded`` names controls it ran without; ``refused`` lists the egress
-    proxy's refusals; ``warm`` that a sandbox launched ahead ran it
-    (``pool.Pool``)."""
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    timed_out: bool
-    seconds: float
-    truncated: bool = False
-    degraded: tuple[str, ...] = ()
-    refused: tuple[str, ...] = field(default_factory=tuple)
-    oom_killed: bool = False
-    warm: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
-                "timed_out": self.timed_out, "oom_killed": self.oom_killed, "seconds": round(self.seconds, 3),
-                "truncated": self.truncated, "degraded": list(self.degraded), "refused": list(self.refused),
-                "warm": self.warm}
-
-
-def _memory_file(name: str) -> IO[bytes]:
-    """An anonymous in-memory file for one of the command's standard
-    streams: a file, not a pipe, so a command that writes much never blocks
-    on a reader; in memory (``memfd``), since a temporary file on the
-    worker's disk cost milliseconds a launch on a busy machine (the
-    filesystem's journal). What the sandbox writes to it is charged to the
-    sandbox's memory cgroup and capped by its ``file_bytes`` rlimit."""
-    return open(os.memfd_create(f"cairn-sandbox-{name}", os.MFD_CLOEXEC), "w+b")
-
-
-def _read(file: IO[bytes], limit: int) -> tuple[str, bool]:
-    file.seek(0)
-    data = file.read(limit + 1)
-    return data[:limit].decode("utf-8", "replace"), len(data) > limit
-
-
-def _exited(process: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Wait until the process exits or ``timeout`` passes; whether it exited.
-    A pidfd wakes this thread the moment it exits: ``Popen.wait(timeout=)``
-    polls with sleeps growing to 50 ms, which was most of a launch's cost."""
-    try:
-        fd = os.pidfd_open(process.pid)
-    except OSError:  # a kernel before 5.3
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            try:
-                if poller.poll(left * 1000):
-                    return True
-            except InterruptedError:
-                continue
-    finally:
-        os.close(fd)
 
 
 def _kill(process: subprocess.Popen[bytes], info: int) -> None:
@@ -272,8 +199,6 @@ def run(argv: Sequence[str], workspace: str | os.PathLike[str], policy: Policy |
     policy = policy or Policy()
     ws = check_command(argv, env, workspace)
     if policy.tier == "gvisor":
-        from cairn.sandbox import gvisor  # it imports this module
-
         return gvisor.run(argv, ws, policy, stdin=stdin, env=env)
     degraded = controls.require(policy, python=python or policy.egress is not None)
     sandbox = Sandbox(argv, ws, policy, degraded, env=env, stdin=stdin, egress=True)
