@@ -2,7 +2,8 @@
 ``sandbox_tool`` of an App): bubblewrap namespaces, a seccomp filter,
 rlimits, a wall clock that ends the whole sandbox, and no network but an
 allowlisted egress proxy; ``Pool``: sandboxes launched ahead of their
-commands. docs/sandbox.md is the threat model.
+commands; ``Policy(tier="gvisor")``: the same under gVisor's ``runsc``
+(``gvisor``). docs/sandbox.md is the threat model.
 """
 
 from cairn.sandbox.controls import Control, SandboxUnavailable, check
