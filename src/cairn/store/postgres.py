@@ -1083,9 +1083,16 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
     def _user_tx(self, tx: _Conn) -> transactions.Tx:
         def many(query: str, params: Iterable[transactions.Params]) -> int:
+            # one command at a time, each answered before the next is sent:
+            # psycopg's executemany is a pipeline, and a client frozen inside
+            # one keeps its session active (no idle-in-transaction timeout)
+            # with its locks held (see _transaction)
+            count = 0
             with tx.cursor() as cursor:
-                cursor.executemany(query, params)
-                return int(cursor.rowcount)
+                for one in params:
+                    cursor.execute(query, one)
+                    count += max(cursor.rowcount, 0)
+            return count
 
         def run(query: str, params: transactions.Params | None) -> psycopg.Cursor[TupleRow]:
             # binary: the extended protocol even without parameters, which
@@ -1476,7 +1483,7 @@ def _link_unlinked(conn: _Conn, digester: Digester | None) -> None:
     if not rows:
         return
     done: dict[tuple[str, int], bytes] = {}
-    updates = []
+    updates: dict[str, list[Any]] = {"run_ids": [], "seqs": [], "digests": [], "links": []}
     for row in rows:
         run_id, seq = row[0], int(row[1])
         previous = done.get((run_id, seq - 1)) or auditlinks.previous_of(row[16])
@@ -1488,9 +1495,11 @@ def _link_unlinked(conn: _Conn, digester: Digester | None) -> None:
                 None if event.payload is None else event.payload.data, event.detail)
         link = auditlinks.link(previous, (*row[:12], row[13]), bytes(digest))
         done[(run_id, seq)] = link
-        updates.append({"run_id": run_id, "seq": seq, "digest": bytes(digest), "link": link})
-    with conn.cursor() as cursor:
-        cursor.executemany(_Q["audit_set_link"], updates)
+        updates["run_ids"].append(run_id)
+        updates["seqs"].append(seq)
+        updates["digests"].append(bytes(digest))
+        updates["links"].append(link)
+    conn.execute(_Q["audit_set_link"], updates)  # one command: no pipeline (see the query)
 
 
 def _end_transaction(conn: _Conn) -> None:

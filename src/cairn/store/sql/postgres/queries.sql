@@ -2033,8 +2033,14 @@ SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.position, h.step_kin
 FROM history AS h WHERE h.link = '\x'::bytea ORDER BY h.run_id, h.seq
 
 -- name: audit_set_link
-UPDATE history SET digest = %(digest)s::bytea, link = %(link)s::bytea
-WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint
+-- every entry the transaction left unlinked, in one statement (never
+-- executemany: psycopg sends that as a pipeline, and a client frozen in the
+-- middle of one leaves its session active, where idle_in_transaction_session_timeout
+-- never fires, with its locks held)
+UPDATE history AS h SET digest = u.digest, link = u.link
+FROM unnest(%(run_ids)s::text[], %(seqs)s::bigint[], %(digests)s::bytea[], %(links)s::bytea[])
+     AS u(run_id, seq, digest, link)
+WHERE h.run_id = u.run_id AND h.seq = u.seq
 
 -- A page of entries as the audit verifier reads them (after a key, in
 -- (run_id, seq) order, compared as the database sorts; one tenant's or one run's).
