@@ -10,30 +10,18 @@ from __future__ import annotations
 
 import os
 import pickle
-import sqlite3
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 import pytest
 
 import cairn
 from cairn.errors import ThreadTaken, UnreadableCheckpoint
+from tests.langgraph.rawsql import raw_sql as _sql
 
 if TYPE_CHECKING:
     from cairn.langgraph import CairnSaver
-
-
-def _sql(db_url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Rows read, or changed, behind the saver's back."""
-    if db_url.startswith("sqlite"):
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-            return conn.execute(statement, params).fetchall()
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("SET search_path = cairn")
-        cursor = conn.execute(statement.replace("?", "%s"), params)
-        return cursor.fetchall() if cursor.description is not None else []
 
 
 def _put(saver: CairnSaver, parent: Any, n: int, run_id: str = "r1") -> Any:

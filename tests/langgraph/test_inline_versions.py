@@ -8,28 +8,16 @@ inline record names; a malformed record is refused naming its checkpoint."""
 
 from __future__ import annotations
 
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 import pytest
 
 import cairn
 from cairn.errors import UnreadableCheckpoint
+from tests.langgraph.rawsql import raw_sql as _sql
 
 if TYPE_CHECKING:
     from cairn.langgraph import CairnSaver
-
-
-def _sql(db_url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Rows read, or changed, behind the saver's back."""
-    if db_url.startswith("sqlite"):
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-            return conn.execute(statement, params).fetchall()
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("SET search_path = cairn")
-        cursor = conn.execute(statement.replace("?", "%s"), params)
-        return cursor.fetchall() if cursor.description is not None else []
 
 
 def _saver(app: cairn.App) -> CairnSaver:

@@ -11,30 +11,18 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
 import cairn
 from cairn.errors import ConfigError, InvalidArgument, UnreadableCheckpoint
 from cairn.security.keyring import LocalKeyring
 from tests.encryption.test_sealed_store import CANARY, hits
+from tests.langgraph.rawsql import raw_sql as _sql
 
 TABLES = ("lg_checkpoints", "lg_blobs", "lg_writes", "lg_values", "lg_threads")
-
-
-def _sql(db_url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Run ``statement`` on the database as its owner (``?`` placeholders)."""
-    if db_url.startswith("sqlite"):
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-            return conn.execute(statement, params).fetchall()
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("SET search_path = cairn")
-        cursor = conn.execute(statement.replace("?", "%s"), params)
-        return cursor.fetchall() if cursor.description is not None else []
 
 
 def _at_rest(db_url: str) -> bytes:
