@@ -715,14 +715,30 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
         if run_id is not None and not pending:  # an archived run's from its archive (none is pending)
             rows = self._or_archived(rows, run_id,
                                      lambda a: self._archived_approvals(a, request_id, tenant, limit))
+        elif not pending:  # across runs: the archived runs' too, merged in the statement's order
+            rows = _merged_approvals(rows, self._all_archived_approvals(request_id, tenant, limit), limit)
         return [approval_from_row(row) for row in rows]
+
+    def _all_archived_approvals(self, request_id: str | None, tenant: str | None,
+                                limit: int) -> list[tuple[Any, ...]]:
+        """The approvals of every archived run of ``tenant`` (of all, without
+        one), each run's first ``limit`` (none is pending: an archived run is
+        closed). Every archive in scope is read: ``run_archives`` does not
+        say which hold approvals (the archive cache keeps the last ones)."""
+        found: list[tuple[Any, ...]] = []
+        for one in self.archived_runs(tenant):
+            archive = self.run_archived(one)
+            if archive is not None:
+                found.extend(self._archived_approvals(archive, request_id, tenant, limit))
+        return found
 
     def _archived_approvals(self, archive: RunArchive, request_id: str | None, tenant: str | None,
                             limit: int) -> list[tuple[Any, ...]]:
         if tenant is not None and archive.tenant != tenant:
             return []
         run = self.get_run(archive.run_id)
-        return archive.approvals(request_id, "" if run is None else run.status.value)[:limit]
+        rows = archive.approvals(request_id, "" if run is None else run.status.value)
+        return rows if limit < 0 else rows[:limit]
 
     def _approval_filter(
         self, run_id: str | None, request_id: str | None, tenant: str | None = None, pending: bool = False,
@@ -821,6 +837,16 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
 def _newest(rows: list[tuple[Any, ...]], last: int) -> list[tuple[Any, ...]]:
     """The last ``last`` of ``rows`` (none for ``last`` <= 0)."""
     return rows[max(0, len(rows) - last):] if last > 0 else []
+
+
+def _merged_approvals(hot: list[tuple[Any, ...]], archived: list[tuple[Any, ...]],
+                      limit: int) -> list[tuple[Any, ...]]:
+    """``select_approvals``' hot rows and archived runs' rows, in its order
+    (request time, run, request id) and its limit (a negative one: none)."""
+    if not archived:
+        return hot
+    rows = sorted(hot + archived, key=lambda r: (r[9], r[0], r[1]))
+    return rows if limit < 0 else rows[:limit]
 
 
 def _limit(limit: int | None) -> int | None:

@@ -876,7 +876,8 @@ WHERE run_id = %(run_id)s::text AND request_id = %(request_id)s::text AND status
 -- Approvals with what a reader needs beside the row: the request's journal
 -- entry payload (its details), the decision's message payload (its edit)
 -- and the run's status. pending keeps only the requests still open: pending,
--- of a run that is not finished.
+-- of a run that is not finished. Ids are ordered as bytes, as SQLite and the
+-- store's merge of archived runs' approvals order them.
 -- name: select_approvals
 SELECT a.run_id, a.request_id, a.tenant, a.position, a.request_seq, a.action, a.type_name, a.schema,
        a.approvers, a.requested_at, a.expires_at, a.status, a.decided_by, a.decided_at, a.comment,
@@ -889,7 +890,7 @@ WHERE (%(run_id)s::text IS NULL OR a.run_id = %(run_id)s::text)
   AND (%(request_id)s::text IS NULL OR a.request_id = %(request_id)s::text)
   AND (%(tenant)s::text IS NULL OR a.tenant = %(tenant)s::text)
   AND (NOT %(pending)s::boolean OR (a.status = 'pending' AND r.status <> ALL(%(terminal)s::text[])))
-ORDER BY a.requested_at, a.run_id, a.request_id
+ORDER BY a.requested_at, a.run_id COLLATE "C", a.request_id COLLATE "C"
 LIMIT %(limit)s::bigint
 
 -- name: delete_approvals_of_runs
