@@ -49,6 +49,15 @@ class TenantKeys:
     #: artifacts per key version (0: plaintext, stored before encryption was on)
     artifacts: dict[int, int] = field(default_factory=dict)
 
+    def as_dict(self) -> dict[str, Any]:
+        """What ``cairn keys status --json`` prints and ``GET /api/keys``
+        answers: ids, versions and counts (a key's material is never here)."""
+        return {"tenant": self.tenant, "versions": [{"version": v.version, "kek": v.kek_id,
+                                                     "created_at": v.created_at} for v in self.versions],
+                "values": {str(k): n for k, n in self.values.items()}, "old": self.old,
+                "old_artifacts": self.old_artifacts,
+                "artifacts": {str(k): n for k, n in self.artifacts.items()}}
+
 
 @dataclass(slots=True)
 class Verified:

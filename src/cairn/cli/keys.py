@@ -58,11 +58,7 @@ def keys_status(ctx: click.Context, tenant: str | None, as_json: bool, db: str |
         found = Keys(session.app.store).status(tenant)
     for t in found:
         if as_json:
-            echo_json({"tenant": t.tenant, "versions": [{"version": v.version, "kek": v.kek_id,
-                                                         "created_at": v.created_at} for v in t.versions],
-                       "values": {str(k): n for k, n in t.values.items()}, "old": t.old,
-                       "old_artifacts": t.old_artifacts,
-                       "artifacts": {str(k): n for k, n in t.artifacts.items()}})
+            echo_json(t.as_dict())
             continue
         newest = max((v.version for v in t.versions), default=0)
         counts = ", ".join(f"v{k}: {n}" for k, n in t.values.items()) or "none"

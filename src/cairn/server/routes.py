@@ -10,6 +10,7 @@ from cairn.server import (
     checkpoints,
     erasures,
     events,
+    governance,
     queues,
     runs,
     schedules,
@@ -26,3 +27,4 @@ ROUTES += checkpoints.ROUTES
 ROUTES += workspaces.ROUTES
 ROUTES += erasures.ROUTES
 ROUTES += archives.ROUTES
+ROUTES += governance.ROUTES

@@ -1,0 +1,121 @@
+"""``/api/audit/log`` and ``/api/keys``: who did what, and the state of the
+encryption keys, over the API (issue 26; ``cairn audit log`` and ``cairn
+keys status`` / ``verify`` on the command line).
+
+Both are for a tenant's admins, and always of the token's tenant: the CLI
+reads every tenant (its operator runs the installation); a token never names
+another tenant, and a run of another tenant is the 404 an unknown id gets.
+The log is ``Audit.log`` filtered to the tenant (its runs' entries, hot and
+archived, and its operator log records; the installation's own records, with
+no tenant, are not a tenant's). The key routes answer ids, versions, counts
+and the places that fail to open, never a key's material (a data key is
+stored wrapped and never leaves ``cairn.security``): what ``--json`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from cairn.api.keys import Keys
+from cairn.api.tokens import Role
+from cairn.server.routing import Call, Endpoint, Ident
+from cairn.store.sealed import SealedStore
+
+#: the most log entries one request answers (the CLI's default is 200)
+MAX_LOG = 10_000
+
+
+class LogQuery(msgspec.Struct):
+    """``cairn audit log``'s filters; ``since`` is a Unix time (seconds)."""
+
+    run_id: Ident | None = None
+    actor: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    event: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    kind: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
+    since: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LOG)] = 200
+
+
+class LogEntryOut(msgspec.Struct, kw_only=True):
+    """One entry: a run's history entry (``kind`` ``run``) or an operator
+    log record (``kind`` its object's: ``token``, ``queue``, ``key``...)."""
+
+    at: float
+    tenant: str
+    run_id: str
+    seq: int
+    event: str
+    actor: str
+    auth: str
+    detail: dict[str, Any] | None
+    kind: str
+    object_id: str
+
+
+class LogOut(msgspec.Struct, kw_only=True):
+    entries: list[LogEntryOut]
+
+
+class KeyVersionOut(msgspec.Struct, kw_only=True):
+    version: int
+    kek: str
+    created_at: float
+
+
+class KeysOut(msgspec.Struct, kw_only=True):
+    """The tenant's data key versions (the KEK id wrapping each) and how
+    many values and artifacts each seals (``0``: plaintext artifacts)."""
+
+    tenant: str
+    encrypted: bool
+    versions: list[KeyVersionOut]
+    values: dict[str, int]
+    old: int
+    old_artifacts: int
+    artifacts: dict[str, int]
+
+
+class VerifiedOut(msgspec.Struct, kw_only=True):
+    """What ``cairn keys verify`` reports: the runs and artifacts opened, and each failure by place."""
+
+    tenant: str
+    runs: int
+    artifacts: int
+    failures: list[str]
+
+
+def audit_log(call: Call[Any]) -> Any:
+    query: LogQuery = call.query
+    run_id = None if query.run_id is None else call.run(query.run_id).run_id
+    found = call.app.audit.log(tenant=call.principal.tenant, run_id=run_id, actor=query.actor,
+                               event=query.event, since=query.since, limit=query.limit, kind=query.kind)
+    return {"entries": [item.as_dict() for item in found]}
+
+
+def key_status(call: Call[Any]) -> Any:
+    tenant = call.principal.tenant
+    if not isinstance(call.app.store, SealedStore):
+        return {"tenant": tenant, "encrypted": False, "versions": [], "values": {}, "old": 0,
+                "old_artifacts": 0, "artifacts": {}}
+    (found,) = Keys(call.app.store).status(tenant)
+    return {"encrypted": True, **found.as_dict()}
+
+
+def verify_keys(call: Call[Any]) -> Any:
+    (report,) = Keys(call.app.store).verify(call.principal.tenant)  # ConfigError (400) when encryption is off
+    return {"tenant": report.tenant, "runs": report.runs, "artifacts": report.artifacts,
+            "failures": report.failures}
+
+
+ROUTES = [
+    Endpoint("GET", "/api/audit/log", Role.ADMIN, "Who did what in the tenant: its runs' entries and its "
+             "operator actions, each with its actor and how it was authenticated (cairn audit log)",
+             audit_log, query=LogQuery, tag="governance", response=LogOut),
+    Endpoint("GET", "/api/keys", Role.ADMIN, "The tenant's data key versions and what each seals "
+             "(ids and counts, never key material)", key_status, tag="governance", response=KeysOut),
+    Endpoint("GET", "/api/keys/verify", Role.ADMIN, "Open every sealed value and artifact of the tenant; "
+             "list what does not open (cairn keys verify)", verify_keys, tag="governance",
+             response=VerifiedOut),
+]
