@@ -50,12 +50,16 @@ class SQLAudit(Generic[Tx]):
                      page: int) -> Iterator[list[tuple[Any, ...]]]:
         after_run, after_seq = "", 0
         while True:
-            rows = self._select("audit_entries", {"tenant": tenant, "run_id": run_id, "after_run": after_run,
-                                                  "after_seq": after_seq, "page": page})
+            rows = self._audit_page({"tenant": tenant, "run_id": run_id, "after_run": after_run,
+                                     "after_seq": after_seq, "page": page})
             yield rows
             if len(rows) < page:
                 return
             after_run, after_seq = rows[-1][0], int(rows[-1][1])
+
+    def _audit_page(self, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """One page of ``audit_entries`` (PostgreSQL pins its plan to the primary key)."""
+        return self._select("audit_entries", params)
 
     def audit_run_tenants(self, *, tenant: str | None = None, run_id: str | None = None) -> dict[str, str]:
         """run -> tenant of the runs in scope (the run rows, to check each entry's tenant against)."""
