@@ -51,4 +51,10 @@ def test_cross_run_approval_listings_include_archived_runs(place: str, sealed: b
     app.operator.archive_run(runs[2])
     app.operator.archive_run(runs[3])  # every run archived: the listings read only archives
     assert listings(app) == hot
+    assert listings(app) == hot  # again: each archive's approvals kept once read
+
+    app.operator.restore(runs[0])  # hot again: listed once, from the table, not from what was kept
+    assert listings(app) == hot
+    app.operator.archive_run(runs[0])
+    assert listings(app) == hot
     app.close()

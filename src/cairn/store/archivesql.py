@@ -39,6 +39,7 @@ from cairn.store.auditsql import ENTRY_COLUMNS
 from cairn.store.oplog import SYSTEM_ACTOR
 from cairn.store.oplogsql import move_change, record_move
 from cairn.store.records import ArchiveRecord, RunRecord, UsageTotals
+from cairn.store.rows import run_from_row
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -56,6 +57,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 #: decoded archives kept, by ref (an archived run's pages are read one after another)
 CACHED = 16
+#: archived runs whose approval rows are kept (``archived_approvals``; most runs have none)
+MEMO_APPROVALS = 100_000
 #: entries per archive read of a run's history when it is read from the table
 _ALL = 1 << 62
 
@@ -197,6 +200,30 @@ class SQLArchive(Generic[Tx]):
         record = self.run_archive(run_id)
         return None if record is None else self._load_archive(record)
 
+    def archived_approvals(self, tenant: str | None = None) -> list[tuple[Any, ...]]:
+        """The approval rows (``select_approvals``') of every archived run
+        (of ``tenant``), by run. An archived run never changes, so each
+        run's rows are kept by its archive object (``ref``): a listing reads
+        the archive records, and opens only archives it has not met
+        (``ArchiveError`` naming the run if one cannot be read)."""
+        memo = self._approvals_memo()
+        found: list[tuple[Any, ...]] = []
+        for row in self._select("archived_records", {"tenant": tenant}):
+            record = _record(row)
+            key = (record.ref, record.run_id)
+            with _CACHE_LOCK:
+                rows = memo.get(key)
+            if rows is None:
+                run = self._select("select_run", {"run_id": record.run_id})
+                status = run_from_row(run[0]).status.value if run else ""
+                rows = self._load_archive(record).approvals(None, status)
+                with _CACHE_LOCK:
+                    if len(memo) >= MEMO_APPROVALS:
+                        memo.clear()
+                    memo[key] = rows
+            found.extend(rows)
+        return found
+
     def archived_usage(self, run_id: str) -> UsageTotals | None:
         """``run_usage`` of an archived run, summed from its archive as the SQL sums it."""
         archive = self.run_archived(run_id)
@@ -284,6 +311,12 @@ class SQLArchive(Generic[Tx]):
             while len(cache) > CACHED:
                 cache.popitem(last=False)
         return archive
+
+    def _approvals_memo(self) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
+        memo: dict[tuple[str, str], list[tuple[Any, ...]]] | None = self.__dict__.get("_archived_approvals")
+        if memo is None:
+            memo = self.__dict__.setdefault("_archived_approvals", {})
+        return memo
 
     def _archive_cache(self) -> OrderedDict[tuple[str, str], RunArchive]:
         cache: OrderedDict[tuple[str, str], RunArchive] | None = self.__dict__.get("_archives")

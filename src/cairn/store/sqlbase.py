@@ -723,13 +723,12 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
                                 limit: int) -> list[tuple[Any, ...]]:
         """The approvals of every archived run of ``tenant`` (of all, without
         one), each run's first ``limit`` (none is pending: an archived run is
-        closed). Every archive in scope is read: ``run_archives`` does not
-        say which hold approvals (the archive cache keeps the last ones)."""
+        closed); ``archived_approvals`` keeps each archive's rows once read."""
         found: list[tuple[Any, ...]] = []
-        for one in self.archived_runs(tenant):
-            archive = self.run_archived(one)
-            if archive is not None:
-                found.extend(self._archived_approvals(archive, request_id, tenant, limit))
+        for _, rows in itertools.groupby(self.archived_approvals(tenant), key=lambda r: r[0]):
+            chosen = [r for r in rows if (tenant is None or r[2] == tenant)  # (the records' filter, again)
+                      and (request_id is None or r[1] == request_id)]
+            found.extend(chosen if limit < 0 else chosen[:limit])
         return found
 
     def _archived_approvals(self, archive: RunArchive, request_id: str | None, tenant: str | None,

@@ -1764,6 +1764,12 @@ INSERT INTO run_archive_refs (run_id, ref) VALUES (:run_id, :ref)
 -- name: delete_run_archive_refs
 DELETE FROM run_archive_refs WHERE run_id = :run_id
 
+-- The archive records of the archived runs (of a tenant), by run: a
+-- cross-run listing's one read of where each archived run's rows are.
+-- name: archived_records
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor FROM run_archives
+WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY run_id
+
 -- name: archived_runs
 SELECT run_id FROM run_archives WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY run_id
 
