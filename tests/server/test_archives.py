@@ -7,6 +7,8 @@ run reads the same while archived."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from .conftest import OTHER, TENANT, Setup
@@ -57,3 +59,33 @@ def test_only_a_closed_run_is_archived_over_http(setup: Setup, client: httpx.Cli
     assert refused.status_code == 409
     assert "only a closed run is archived" in refused.json()["message"]
     assert setup.app.store.run_archive(run_id) is None
+
+
+def test_the_decided_approvals_inbox_lists_archived_runs_of_its_tenant_only(setup: Setup,
+                                                                            client: httpx.Client) -> None:
+    """``GET /api/approvals?pending=false`` (and the MCP and CLI listings over the same store
+    call) answers the same after the runs are archived; the other tenant's never shows."""
+    app = setup.app
+    ours = [app.start(setup.workflows["payout"], "ada", i, tenant=TENANT).run_id for i in (1, 2)]
+    theirs = app.start(setup.workflows["payout"], "eve", 9, tenant=OTHER).run_id
+    drain(app)
+    for run_id, who in ((ours[0], "operator"), (ours[1], "operator"), (theirs, "other-admin")):
+        (request,) = client.get("/api/approvals", params={"run_id": run_id},
+                                headers=setup.headers(who)).json()["approvals"]
+        decided = client.post(f"/api/runs/{run_id}/approvals/{request['request_id']}/approve", json={},
+                              headers=setup.headers(who))
+        assert decided.status_code == 200, decided.text
+    drain(app)
+
+    def inbox(who: str, **query: Any) -> Any:
+        found = client.get("/api/approvals", params={"pending": "false", **query}, headers=setup.headers(who))
+        assert found.status_code == 200, found.text
+        return found.json()["approvals"]
+
+    hot = {"ours": inbox("viewer"), "first": inbox("viewer", limit=1), "theirs": inbox("other-admin")}
+    assert [a["run_id"] for a in hot["ours"]] == ours
+    assert [a["run_id"] for a in hot["theirs"]] == [theirs]
+    for run_id in (*ours, theirs):
+        assert app.get_run(run_id).status.value == "completed"
+        app.operator.archive_run(run_id)
+    assert {"ours": inbox("viewer"), "first": inbox("viewer", limit=1), "theirs": inbox("other-admin")} == hot
