@@ -233,9 +233,11 @@ class SQLArchive(Generic[Tx]):
                                damaged: list[tuple[str, str]] | None = None) -> Iterator[tuple[Any, ...]]:
         """The audit rows of the archived runs in scope, read from their
         archives (one that cannot be read: named in ``damaged``, else raised)."""
-        runs = [run_id] if run_id is not None else self.archived_runs(tenant)
-        for one in runs:
-            record = self.run_archive(one)
+        if run_id is not None:
+            records = [self.run_archive(run_id)]
+        else:  # one read of the records, not a probe per run
+            records = [_record(row) for row in self._select("archived_records", {"tenant": tenant})]
+        for record in records:
             if record is None or (tenant is not None and record.tenant != tenant):
                 continue
             try:
@@ -243,7 +245,7 @@ class SQLArchive(Generic[Tx]):
             except ArchiveError as exc:
                 if damaged is None:
                     raise
-                damaged.append((one, str(exc)))
+                damaged.append((record.run_id, str(exc)))
                 continue
             yield from history
 
