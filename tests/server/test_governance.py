@@ -25,6 +25,7 @@ from cairn.security.keyring import LocalKeyring
 from tests.engine.conftest import postgres_url
 
 from .conftest import OTHER, TENANT, LiveServer, Setup
+from .test_shapes import _validator
 from .workflows import drain, register
 
 
@@ -47,6 +48,7 @@ def test_each_tenants_admin_reads_only_its_own_log(setup: Setup, client: httpx.C
     assert {e["run_id"] for e in entries if e["kind"] == "run"} == set(ours)
     assert {"token.mint", "archive.move"} <= {e["event"] for e in entries if e["kind"] != "run"}
     assert theirs not in json.dumps(entries)
+    assert not list(_validator("get", "/api/audit/log").iter_errors(mine.json()))  # as documented
 
     hostile = _log(client, setup, "other-admin", limit=10_000).json()["entries"]
     assert hostile, "the other tenant has its run and its token: an empty answer would prove nothing"
@@ -117,6 +119,8 @@ def test_key_status_and_verify_are_the_tenants_own_and_hold_no_key_material(seal
         for secret in _material(app):
             assert secret not in answer.content
     assert verified.json() == {"tenant": TENANT, "runs": 2, "artifacts": 0, "failures": []}
+    for route, answer in (("/api/keys", mine), ("/api/keys/verify", verified)):  # as documented
+        assert not list(_validator("get", route).iter_errors(answer.json())), route
     assert verified_hostile.json() == {"tenant": OTHER, "runs": 1, "artifacts": 0, "failures": []}
 
 
