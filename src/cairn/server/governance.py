@@ -20,6 +20,8 @@ import msgspec
 
 from cairn.api.keys import Keys
 from cairn.api.tokens import Role
+from cairn.errors import ConfigError
+from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint, Ident
 from cairn.store.sealed import SealedStore
 
@@ -104,7 +106,11 @@ def key_status(call: Call[Any]) -> Any:
 
 
 def verify_keys(call: Call[Any]) -> Any:
-    (report,) = Keys(call.app.store).verify(call.principal.tenant)  # ConfigError (400) when encryption is off
+    try:
+        keys = Keys(call.app.store)
+    except ConfigError as exc:  # encryption is off: the database's state, not a bad request
+        raise ApiError(409, "conflict", str(exc)) from None
+    (report,) = keys.verify(call.principal.tenant)
     return {"tenant": report.tenant, "runs": report.runs, "artifacts": report.artifacts,
             "failures": report.failures}
 
