@@ -1321,12 +1321,12 @@ def _audited(
 ) -> tuple[bytes, bytes]:
     """``(digest, link)`` of the entry ``event`` written as ``values`` (its
     ``at`` final) after ``previous`` (``None``: pending, linked at commit)."""
-    if digester is None and previous is not None:  # the hot path's: one call
-        payload = event.payload
+    payload = event.payload
+    if previous is not None and (digester is None or (payload is None and event.detail is None)):
+        # the hot path's: one call (an entry holding no value has nothing sealed to key a digest of)
         return auditlinks.digest_and_link(previous, values, None if payload is None else payload.data,
                                           event.detail)
     if digester is None:
-        payload = event.payload
         digest = auditlinks.digest(None if payload is None else payload.data, event.detail)
     else:
         digest = digester(event, None)
@@ -1405,7 +1405,7 @@ def _link_unlinked(conn: sqlite3.Connection, digester: Digester | None) -> None:
         digest = row[15]
         if digest is None:
             event = event_from_row(row[:15])
-            if digester is None:
+            if digester is None or (event.payload is None and event.detail is None):  # nothing sealed
                 data = None if event.payload is None else event.payload.data
                 digest = auditlinks.digest(data, event.detail)
             else:
