@@ -43,7 +43,9 @@ details: counts, times, worker names, limits; no run value). LangGraph
 checkpoints are sealed by the saver (``cairn.langgraph``) with this store's
 sealer. Keys and the sealing itself are ``cairn.store.sealing``; rotation,
 adoption and verification passes ``cairn.store.rekey`` (whose
-``SEALED_COLUMNS`` lists every sealed column).
+``SEALED_COLUMNS`` lists every sealed column); a step's entry, what a run
+appends most, is sealed and digested in one pass by ``cairn.store.sealedsteps``
+(``append``).
 """
 
 from __future__ import annotations
