@@ -51,7 +51,7 @@ def test_a_just_sealed_entry_is_digested_as_its_row_opens(place: str) -> None:
     app = build(place, keyring())
     run_id = runs_of_one(app)
     store: Any = app.store
-    assert store.audit_keys._plain == {}  # every entry sealed was digested as it was written
+    assert store.audit_keys.known == {}  # every entry sealed was digested as it was written
     raw = Raw(place)
     rows = raw("SELECT seq, digest FROM history WHERE run_id = :r AND payload IS NOT NULL ORDER BY seq",
                r=run_id)

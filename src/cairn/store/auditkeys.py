@@ -22,7 +22,9 @@ import binascii
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from cairn.security.envelope import SealError, is_envelope
 from cairn.store import auditlinks
@@ -38,8 +40,14 @@ _LABEL = b"cairn audit digest\x00"
 
 #: opens an entry of a tenant: its payload bytes and detail in plaintext
 Open = Callable[[HistoryEvent, "str | None"], "tuple[bytes | None, Any]"]
-#: how many entries sealed but not yet digested an ``AuditKeys`` keeps the plaintext of (``sealed``)
+#: how many entries sealed but not yet digested an ``AuditKeys`` keeps the digest of (``sealed``)
 PLAIN_KEPT = 256
+#: what an entry's digest covers, encoded as ``auditlinks.digest`` and ``AuditKey.digest`` encode it
+#: (MessagePack, maps by sorted key): for ``cairn.store.sealedsteps``, which keys it inline
+encode_digested = msgspec.msgpack.Encoder(order="sorted").encode
+
+if TYPE_CHECKING:
+    import hashlib
 
 
 class KeyGone(SealError):
@@ -61,25 +69,32 @@ class AuditKeys:
         self._keys: dict[str, AuditKey] = {}
         #: tenant -> when its data key 1 was made (``written_before_keys``)
         self._created: dict[str, float] = {}
-        #: id of an entry this process sealed -> (that entry, its tenant, plaintext payload, detail)
-        self._plain: dict[int, tuple[HistoryEvent, str, bytes, Any]] = {}
+        #: id of an entry this process sealed -> (that entry, its keyed digest, from its plaintext)
+        self.known: dict[int, tuple[HistoryEvent, bytes]] = {}
+        #: tenant -> its audit key's padded key blocks, hashed (``AuditKey``'s inner and outer
+        #: SHA-256): ``cairn.store.sealedsteps`` keys a step's digest from them without a call
+        self.pads: dict[str, tuple[hashlib._Hash, hashlib._Hash]] = {}
         self._lock = threading.Lock()
 
     def sealed(self, event: HistoryEvent, tenant: str, data: bytes, detail: Any) -> None:
         """Remember that ``event``, just sealed by this process, holds ``data``
-        (its payload's plaintext) and ``detail`` (left unsealed): its digest,
-        asked for by the store a moment later as it writes the entry, is then
-        keyed from them instead of decrypting what was just encrypted (an
-        AES-GCM open and its Python per journaled step: the largest single
-        cost encryption added to a step). Known by the entry object itself,
-        which the map holds (so its id cannot be reused while it is there);
-        an entry the store never digests is forgotten within ``PLAIN_KEPT``
-        others. A row read back from the database is never found here: its
-        digest is of what it opens to, at its place."""
-        plain = self._plain
+        (its payload's plaintext) and ``detail`` (left unsealed): its digest is
+        keyed from them now, and handed to the store when it asks for it a
+        moment later as it writes the entry, instead of decrypting what was
+        just encrypted (an AES-GCM open and its Python per journaled step: the
+        largest single cost encryption added to a step) or looking the entry
+        over again. Known by the entry object itself, which the map holds (so
+        its id cannot be reused while it is there); an entry the store never
+        digests is forgotten within ``PLAIN_KEPT`` others. A row read back
+        from the database is never found here: its digest is of what it opens
+        to, at its place."""
+        key = self._keys.get(tenant)
+        if key is None:
+            key = self.key(tenant)
+        plain = self.known
         if len(plain) >= PLAIN_KEPT:
             plain.clear()
-        plain[id(event)] = (event, tenant, data, detail)
+        plain[id(event)] = (event, key.digest(data, detail))
 
     def key(self, tenant: str) -> AuditKey:
         """``tenant``'s audit key; ``KeyGone`` if its data key 1 is not stored
@@ -95,6 +110,7 @@ class AuditKeys:
                               f"{AUDIT_KEY_VERSION} was destroyed)")
             key = self._keys[tenant] = AuditKey(self._data_keys.subkey(
                 tenant, _LABEL + tenant.encode(), version=AUDIT_KEY_VERSION))
+            self.pads[tenant] = (key._inner, key._outer)  # its own, never updated: copied per digest
         return key
 
     def digest(self, event: HistoryEvent, tenant: str | None) -> bytes:
@@ -105,12 +121,12 @@ class AuditKeys:
         wrong keyring can still claim and park a run). ``KeyGone`` if a key
         it needs was destroyed, another ``SealError`` if it does not open
         under a key that is stored (edited)."""
-        known = self._plain.pop(id(event), None)
+        known = self.known.pop(id(event), None)
         if known is not None and known[0] is event:
-            return self.key(known[1]).digest(known[2], known[3])
+            return known[1]
         payload, detail = event.payload, event.detail
-        if (payload is None or payload.data is None) and not _sealed_detail(detail):
-            return auditlinks.digest(None if payload is None else payload.data, detail)
+        if (payload is None or payload.data is None) and (detail is None or not _sealed_detail(detail)):
+            return auditlinks.digest(None, detail)  # a lifecycle entry's without a detail: no call more
         tenant = tenant if tenant is not None else self._tenant_of(event.run_id)
         try:
             data, opened = self._open(event, tenant)
@@ -163,6 +179,14 @@ class AuditKeys:
 
 
 def _sealed_detail(detail: Any) -> bool:
-    """Whether an entry's stored detail holds a sealed value (``Sealer.seal_json``, ``seal_text``)."""
-    return isinstance(detail, dict) and ("sealed" in detail or any(
-        isinstance(v, str) and v.startswith(REASON_PREFIX) for v in detail.values()))
+    """Whether an entry's stored detail holds a sealed value (``Sealer.seal_json``, ``seal_text``).
+    A loop, not ``any`` over a generator: asked of every lifecycle entry's detail as it is
+    written, and a generator is a frame more."""
+    if not isinstance(detail, dict):
+        return False
+    if "sealed" in detail:
+        return True
+    for value in detail.values():  # noqa: SIM110 (not ``any``: see the docstring)
+        if isinstance(value, str) and value.startswith(REASON_PREFIX):
+            return True
+    return False

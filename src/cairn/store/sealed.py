@@ -43,7 +43,9 @@ details: counts, times, worker names, limits; no run value). LangGraph
 checkpoints are sealed by the saver (``cairn.langgraph``) with this store's
 sealer. Keys and the sealing itself are ``cairn.store.sealing``; rotation,
 adoption and verification passes ``cairn.store.rekey`` (whose
-``SEALED_COLUMNS`` lists every sealed column).
+``SEALED_COLUMNS`` lists every sealed column); a step's entry, what a run
+appends most, is sealed and digested in one pass by ``cairn.store.sealedsteps``
+(``append``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from cairn.security.envelope import (
     tenant_tag,
 )
 from cairn.security.keyring import Keyring
+from cairn.store import sealedsteps
 from cairn.store.auditkeys import AuditKeys
 from cairn.store.contract import Store
 from cairn.store.keysql import DataKeyRow
@@ -159,7 +162,7 @@ def _new_with_input(run: NewRun, sealed: Payload) -> NewRun:
 
 #: the attributes of a ``SealedStore`` itself (every other one is its inner store's)
 _OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock",
-                  "audit_keys", "_workspace", "artifacts", "_subjects"})
+                  "audit_keys", "_workspace", "artifacts", "_subjects", "_hot", "acting"})
 
 
 class SealedStore:
@@ -189,6 +192,15 @@ class SealedStore:
         inner.archive_sealer = self.sealer  # type: ignore[attr-defined]
         self._workspace = SealedObjects(inner, self.keys, self.sealer)
         self.artifacts = SealedArtifacts(inner, self.keys, self.sealer)
+        #: what a step's sealing uses, read in one attribute lookup: every lookup on this object
+        #: goes through ``__getattr__``'s hook, which the interpreter cannot specialize (about 600
+        #: instructions each, a dozen a step); the inner store itself, so that a method set on it
+        #: later is the one called
+        self._hot = (self._tenants, self.keys.writing, self._subjects, self.audit_keys.pads,
+                     self.audit_keys.known, self.sealer.seal_at, self.audit_keys.sealed, inner)
+        acting = getattr(inner, "acting", None)
+        if acting is not None:  # ``oplog.acting`` asks for it every run: found here, not by ``__getattr__``
+            self.acting = acting
 
     def audit_plaintext(self, event: HistoryEvent, tenant: str | None) -> tuple[bytes | None, Any]:
         """``event``'s payload bytes and detail opened: what its audit digest covers."""
@@ -386,7 +398,7 @@ class SealedStore:
     def _sealed_input(self, run: NewRun) -> Payload:
         """``run``'s input sealed at its place (its tenant and subject remembered)."""
         run_id = run.run_id
-        tenants = self._tenants
+        tenants, _, _, _, _, seal_at, _, _ = self._hot
         if len(tenants) >= TENANT_CACHE:  # ``_remember``, written out: once per run
             tenants.clear()
         tenants[run_id] = run.tenant
@@ -396,8 +408,7 @@ class SealedStore:
         subjects[run_id] = run.subject
         given = run.input
         if given.data is not None:
-            sealed = self.sealer.seal_at(run.tenant, run_id, "runs", "-", "input", given.data)
-            return Payload(sealed, given.ref)
+            return Payload(seal_at(run.tenant, run_id, "runs", "-", "input", given.data), given.ref)
         return self._value(_run_place(run, "input"), given)
 
     def _seal_new(self, run: NewRun) -> NewRun:
@@ -518,37 +529,8 @@ class SealedStore:
 
     # -- the holder's writes -------------------------------------------------------------------
 
-    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *,
-               barrier: bool = False) -> None:
-        tenant = self._tenants.get(run_id)
-        if tenant is not None and len(events) == 1:  # a step's entry: two calls fewer per step
-            event = events[0]
-            given = event.payload
-            if given is not None and given.data is not None and not event.detail:
-                self._append_step(tenant, run_id, epoch, event, given, barrier)
-            else:
-                self.inner.append(run_id, epoch, [self._seal_event(tenant, event)], barrier=barrier)
-        else:
-            self.inner.append(run_id, epoch, self._seal_events(run_id, events), barrier=barrier)
-
-    def _append_step(self, tenant: str, run_id: str, epoch: int, event: HistoryEvent, given: Payload,
-                     barrier: bool) -> None:
-        """A step's entry (a payload, no detail) appended with its payload
-        sealed in place: swapped into the caller's entry for the inner
-        store's call and put back after, whatever happens, rather than a copy
-        of the entry's 14 fields per step. The entry is the engine's
-        (``Execution.record_outcome``), built for this append and
-        read by no other thread meanwhile; its audit digest is keyed from
-        the plaintext at hand (``AuditKeys.sealed``)."""
-        data = given.data
-        assert data is not None
-        event.payload = Payload(self.sealer.seal_at(tenant, event.run_id, "history", f"seq {event.seq}",
-                                                    "payload", data), given.ref)
-        try:
-            self.audit_keys.sealed(event, tenant, data, None)
-            self.inner.append(run_id, epoch, (event,), barrier=barrier)
-        finally:
-            event.payload = given
+    #: a step's entry sealed and digested in one pass (``cairn.store.sealedsteps``)
+    append = sealedsteps.append
 
     def append_memory(self, run_id: str, epoch: int, events: Sequence[HistoryEvent],
                       writes: Sequence[MemoryWrite], provenance: Provenance) -> None:
@@ -575,15 +557,17 @@ class SealedStore:
 
     def finish_run(self, run_id: str, epoch: int, event: HistoryEvent, status: RunStatus,
                    result: Payload | None, error: dict[str, Any] | None) -> None:
-        tenant = self._tenants.get(run_id) or self._tenant(run_id)
+        tenants, _, _, _, _, seal_at, _, inner = self._hot
+        tenant = tenants.get(run_id) or self._tenant(run_id)
         sealed: Payload | None
         if result is not None and result.data is not None:
-            sealed = Payload(self.sealer.seal_at(tenant, run_id, "runs", "-", "result", result.data),
-                             result.ref)
+            sealed = Payload(seal_at(tenant, run_id, "runs", "-", "result", result.data), result.ref)
         else:
             sealed = self._payload(Place(tenant, run_id, "runs", "-", "result"), result)
-        self.inner.finish_run(run_id, epoch, self._seal_event(tenant, event), status, sealed,
-                              None if error is None else self._seal_error(run_id, error))
+        if event.payload is not None or event.detail:  # a run's last entry mostly holds neither
+            event = self._seal_event(tenant, event)
+        inner.finish_run(run_id, epoch, event, status, sealed,
+                         None if error is None else self._seal_error(run_id, error))
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
         sealed = self._seal_error(run_id, error)

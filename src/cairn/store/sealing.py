@@ -58,7 +58,8 @@ NONCE_PURPOSE = b"cairn synthetic nonce"
 _ENCODE = msgspec.json.Encoder()
 _DECODE = msgspec.json.Decoder()
 #: a run ``Sealer.seal_at`` does not know the subject of yet
-_UNKNOWN: Any = object()
+UNKNOWN_SUBJECT: Any = object()
+_UNKNOWN = UNKNOWN_SUBJECT
 
 
 def context(tenant: str, version: int) -> bytes:

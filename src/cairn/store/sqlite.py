@@ -74,6 +74,7 @@ from cairn.store.records import (
     RunStatus,
     UsageTotals,
 )
+from cairn.store.rekey import REASON_PREFIX
 from cairn.store.retention import Cutoffs
 from cairn.store.retentionsql import Fence
 from cairn.store.rows import (
@@ -1316,17 +1317,32 @@ def _previous_link(conn: sqlite3.Connection, event: HistoryEvent) -> bytes | Non
     return auditlinks.GENESIS if before is None else auditlinks.previous_of(before[1])
 
 
+#: What the JSON text of an entry's detail holding a sealed value contains: its ``"sealed"``
+#: key, or a value of sealed operator text (``auditkeys._sealed_detail``, which the digester
+#: asks of every entry without a payload). A detail whose text holds neither holds nothing
+#: sealed (JSON escapes none of these characters), so its digest is the plain one without a
+#: call to the digester (a lifecycle entry's: a tenth of what sealing added to a 3-step run);
+#: one that does is left to the digester, which looks at its values.
+_SEALED_MARKS = ('"sealed"', '"' + REASON_PREFIX)
+
+
+def _may_be_sealed(detail: str | None) -> bool:
+    """Whether a detail's JSON text may hold a sealed value (see ``_SEALED_MARKS``)."""
+    return detail is not None and (_SEALED_MARKS[0] in detail or _SEALED_MARKS[1] in detail)
+
+
 def _audited(
     values: tuple[Any, ...], event: HistoryEvent, previous: bytes | None, digester: Digester | None
 ) -> tuple[bytes, bytes]:
     """``(digest, link)`` of the entry ``event`` written as ``values`` (its
     ``at`` final) after ``previous`` (``None``: pending, linked at commit)."""
-    if digester is None and previous is not None:  # the hot path's: one call
-        payload = event.payload
+    payload = event.payload
+    if previous is not None and (digester is None or (
+            (payload is None or payload.data is None) and not _may_be_sealed(values[14]))):
+        # the hot path's: one call (an entry holding no sealed value has its plain digest)
         return auditlinks.digest_and_link(previous, values, None if payload is None else payload.data,
                                           event.detail)
     if digester is None:
-        payload = event.payload
         digest = auditlinks.digest(None if payload is None else payload.data, event.detail)
     else:
         digest = digester(event, None)
@@ -1405,7 +1421,8 @@ def _link_unlinked(conn: sqlite3.Connection, digester: Digester | None) -> None:
         digest = row[15]
         if digest is None:
             event = event_from_row(row[:15])
-            if digester is None:
+            if digester is None or (  # nothing sealed in it: its plain digest, as the digester gives it
+                    (event.payload is None or event.payload.data is None) and not _may_be_sealed(row[14])):
                 data = None if event.payload is None else event.payload.data
                 digest = auditlinks.digest(data, event.detail)
             else:

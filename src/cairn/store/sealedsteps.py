@@ -1,0 +1,88 @@
+"""A journaled step's entry, sealed and digested in one pass: ``SealedStore.append``.
+
+A step's entry (one entry, a payload, no detail) is what a run appends most,
+and what encryption at rest adds to it is mostly Python around two C calls
+(the AES-GCM of its payload, the HMAC of its audit digest): each Python call
+is about a microsecond of a journaled step, as much as the AES-GCM of a
+kilobyte (bench/encryption.py, ``--instructions``). So the common case is
+written out here in the one method the engine calls, with what it needs read
+from ``SealedStore._hot`` in one attribute lookup (every lookup on a
+``SealedStore`` goes through its ``__getattr__`` hook, which the interpreter
+cannot specialize):
+
+- the payload sealed as ``Sealer.seal_at`` seals it (the same envelope,
+  bound to the same place: tenant, run, ``history``, ``seq N``,
+  ``payload``) with the tenant's writing key as ``DataKeys.writing`` caches
+  it; any other case (a run with a subject, no key cached or its
+  ``KEY_REFRESH_SECONDS`` past, a payload to compress, a tenant whose audit
+  key is not derived yet) goes through ``seal_at`` and ``AuditKeys.sealed``
+  themselves, which load or refresh what is cached;
+- its audit digest keyed from the plaintext at hand, as ``AuditKey.digest``
+  keys it (HMAC-SHA-256 from the tenant's padded key blocks,
+  ``AuditKeys.pads``), and left in ``AuditKeys.known`` for the store, which
+  asks for it (``audit_digest``) as it writes the entry;
+- the sealed payload swapped into the caller's entry for the inner store's
+  call and put back after, whatever happens, rather than a copy of the
+  entry's 14 fields. The entry is the engine's (``Execution.record_outcome``),
+  built for this append and read by no other thread meanwhile.
+
+Anything else (several entries, a detail, an artifact's payload, a run whose
+tenant this store has not seen) is sealed entry by entry (``_seal_events``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from os import urandom as _urandom
+from time import monotonic as _monotonic
+from typing import TYPE_CHECKING
+
+from cairn.security.envelope import COMPRESS_AT, NONCE_SIZE, encode_place
+from cairn.store import sealing
+from cairn.store.auditkeys import PLAIN_KEPT, encode_digested
+from cairn.store.records import HistoryEvent, Payload
+
+if TYPE_CHECKING:
+    from cairn.store.sealed import SealedStore
+
+#: ``Sealer.seal_at``'s mark of a run whose subject it does not know yet
+_UNKNOWN = sealing.UNKNOWN_SUBJECT
+
+
+def append(store: SealedStore, run_id: str, epoch: int, events: Sequence[HistoryEvent], *,
+           barrier: bool = False) -> None:
+    """``Store.append`` with the entries' values sealed (see the module doc)."""
+    tenants, writing, subjects, pads, known, seal_at, digested, inner = store._hot
+    tenant = tenants.get(run_id)
+    if tenant is None or len(events) != 1:
+        inner.append(run_id, epoch, store._seal_events(run_id, events), barrier=barrier)
+        return
+    event = events[0]
+    given = event.payload
+    if given is None or event.detail or (data := given.data) is None:
+        inner.append(run_id, epoch, [store._seal_event(tenant, event)], barrier=barrier)
+        return
+    key = writing.get(tenant)
+    pad = pads.get(tenant)
+    run = event.run_id  # its place's run (the inner store refuses it if it is not ``run_id``)
+    if (key is not None and pad is not None and len(data) < COMPRESS_AT
+            and subjects.get(run, _UNKNOWN) is None and _monotonic() - key[3] <= sealing.KEY_REFRESH_SECONDS):
+        head = key[2]
+        nonce = _urandom(NONCE_SIZE)
+        sealed = head + nonce + key[1].encrypt(
+            nonce, data, head + encode_place((tenant, run, "history", f"seq {event.seq}", "payload")))
+        hashed = pad[0].copy()
+        hashed.update(encode_digested((data, None)))
+        keyed = pad[1].copy()
+        keyed.update(hashed.digest())
+        if len(known) >= PLAIN_KEPT:
+            known.clear()
+        known[id(event)] = (event, keyed.digest())
+    else:
+        sealed = seal_at(tenant, run, "history", f"seq {event.seq}", "payload", data)
+        digested(event, tenant, data, None)
+    event.payload = Payload(sealed, given.ref)
+    try:
+        inner.append(run_id, epoch, events, barrier=barrier)
+    finally:
+        event.payload = given
