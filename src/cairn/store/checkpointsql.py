@@ -141,6 +141,11 @@ class CheckpointRow:
     checkpoint: bytes
     metadata_kind: str
     metadata: bytes
+    #: what the server may read of it (PostgreSQL, ``lg_read_one``): its channel
+    #: versions stored as rows (``join_names``), and the packed digests of the
+    #: values it names inline; ``None``: not written (a row of an older format)
+    names: str | None = None
+    refs: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +189,27 @@ def unpack_refs(refs: bytes) -> list[int]:
 
 def pack_refs(digests: Iterable[int]) -> bytes:
     return b"".join(d.to_bytes(REF_SIZE, "little", signed=True) for d in digests)
+
+
+#: what separates the channels and versions of ``CheckpointRow.names`` (the unit separator)
+NAME_SEPARATOR = "\x1f"
+
+
+def join_names(versions: Mapping[str, str]) -> str | None:
+    """A checkpoint's channel versions stored as rows, as the server reads
+    them (``lg_read_one``): ``channel, version, ...`` joined by
+    ``NAME_SEPARATOR``; ``None`` when a name holds it (that row is read in
+    three statements, as a row of an older format)."""
+    parts = [p for pair in versions.items() for p in pair]
+    if any(NAME_SEPARATOR in p for p in parts):
+        return None
+    return NAME_SEPARATOR.join(parts)
+
+
+def split_names(names: str) -> dict[str, str]:
+    """The channel versions ``join_names`` joined."""
+    parts = names.split(NAME_SEPARATOR) if names else []
+    return dict(zip(parts[0::2], parts[1::2], strict=False))
 
 
 def write_order(w: WriteRow) -> tuple[str, str, int]:
@@ -310,8 +336,10 @@ class SQLCheckpoints(Generic[Tx]):
             self._query(tx, "lg_put_checkpoint", {
                 **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
                 "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
-                "metadata_kind": row.metadata_kind, "metadata": row.metadata,
-                "folded_id": row.parent_id if folded is not None else None, "folded": folded})
+                "metadata_kind": row.metadata_kind, "metadata": row.metadata, "names": row.names,
+                "refs": row.refs, "folded_id": row.parent_id if folded is not None else None,
+                "folded": None if folded is None else folded[0],
+                "folded_refs": None if folded is None else folded[1]})
             if faults.ARMED:
                 fault_point("langgraph.put.before_commit")
             return epoch
@@ -346,14 +374,20 @@ class SQLCheckpoints(Generic[Tx]):
     def lg_read(self, key: ThreadKey, checkpoint_id: str | None,
                 versions_of: VersionsOf,
                 known: Callable[[str, bytes], bool] = lambda channel, refs: False,
-                opener: Opener | None = None) -> Snapshot | None:
+                opener: Opener | None = None, lists: Mapping[str, bytes] | None = None) -> Snapshot | None:
         """The checkpoint ``checkpoint_id`` (the latest of the namespace if
         ``None``) with its channels, writes and values, from one snapshot;
         ``versions_of`` decodes the row's channel versions; the values of a
         list channel whose items the caller holds already (``known(channel,
         refs)``) are not fetched; ``opener(thread, digest, data)``: a value's
         bytes as the caller reads them (opened, when sealed), applied once per
-        value fetched."""
+        value fetched. ``lists``: the digests of the lists the caller holds,
+        by channel (``known`` answers from them), which a dialect reading in
+        one statement (``lg_read_one``) sends so the server leaves their values out."""
+        if self._lg_batched:
+            one = self._lg_read_one(key, checkpoint_id, versions_of, known, opener, lists or {})
+            if not isinstance(one, _Older):
+                return one
 
         def work(tx: Tx, whole: bool) -> Snapshot | None:
             where = _where(key)
@@ -367,6 +401,58 @@ class SQLCheckpoints(Generic[Tx]):
                                  opener)[0]
 
         return self._lg_reading(work)
+
+    def _lg_read_one(self, key: ThreadKey, checkpoint_id: str | None, versions_of: VersionsOf,
+                     known: Callable[[str, bytes], bool], opener: Opener | None,
+                     lists: Mapping[str, bytes]) -> Snapshot | _Older | None:
+        """``lg_read`` in one statement, one snapshot (``lg_read_one``:
+        PostgreSQL, whose rows since migration 0045 name their channel
+        versions and values in columns the server reads). ``_OLDER`` when
+        the row cannot be read so (written before, or its columns disagree
+        with its checkpoint), or a value the server left out as the caller's
+        is not the caller's any more and is gone too: ``lg_read`` reads it
+        as before."""
+        held = list(lists)
+        found = self._in_statements(lambda tx: self._query(tx, "lg_read_one", {
+            **_where(key), "checkpoint_id": checkpoint_id, "known_channels": held,
+            "known_refs": [lists[n] for n in held]}))
+        head = [r for r in found if r[0] == 0]
+        if not head:
+            return None
+        _, cid, parent, ckind, mkind, names, ckpt, meta, _ = head[0]
+        if names is None:
+            return _OLDER
+        row = CheckpointRow(key.thread_id, key.ns, str(cid), None if parent is None else str(parent),
+                            str(ckind), bytes(ckpt), str(mkind), bytes(meta))
+        named = versions_of(row)
+        if split_names(str(names)) != dict(named.versions):
+            return _OLDER
+        links: dict[str, list[tuple[int, str, bytes, bool]]] = {}
+        written: list[tuple[Any, ...]] = []
+        values: dict[int, tuple[str, bytes]] = {}
+        for part, a, b, c, d, _, data, _, n in found:
+            if part == 1:  # a chain's blob: channel, kind, base, depth
+                links.setdefault(str(a), []).append((int(n), str(b), bytes(data), c is not None))
+            elif part == 2:  # a row of lg_writes: task id, channel, task path, kind, index
+                written.append((str(a), int(n), str(b), str(c), str(d), bytes(data)))
+            elif part == 3:  # the folded writes
+                written.append((None, None, None, None, None, bytes(data)))
+            elif part == 4:  # a value: kind, digest
+                raw = bytes(data)
+                values[int(n)] = (str(b), raw if opener is None else opener(key.thread_id, int(n), raw))
+        written.sort(key=lambda w: ("", "", 0) if w[0] is None else (w[3], w[0], w[1]))
+        writes = read_writes(written, key.thread_id, row.checkpoint_id)
+        chains = {ch: [(k, r) for _, k, r, _ in sorted(links[ch])] for ch in named.versions if ch in links}
+        wanted = set(named.inline)
+        for channel, chain in chains.items():
+            refs = b"".join(r for _, r in chain)
+            if not (chain[-1][0] == "list" and known(channel, refs)):
+                wanted.update(unpack_refs(refs))
+        for w in writes:
+            wanted.update(unpack_refs(w.refs))
+        if wanted - values.keys():  # left out as the caller's, which its copy no longer starts with
+            return _OLDER
+        return Snapshot(row, chains, writes, values)
 
     def lg_row(self, key: ThreadKey, checkpoint_id: str) -> CheckpointRow | None:
         """The row of checkpoint ``checkpoint_id``, alone (a put reads its
@@ -506,7 +592,7 @@ class SQLCheckpoints(Generic[Tx]):
         self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": lease})
         return lease
 
-    def _lg_fold(self, tx: Tx, where: Mapping[str, Any], row: CheckpointRow) -> bytes | None:
+    def _lg_fold(self, tx: Tx, where: Mapping[str, Any], row: CheckpointRow) -> tuple[bytes, bytes] | None:
         """Move the pending writes of ``row``'s parent out of ``lg_writes``
         (``lg_fold_writes``: only if the parent is stored and not folded
         yet), returning them folded for its row. They were committed before
@@ -514,7 +600,9 @@ class SQLCheckpoints(Generic[Tx]):
         and move in this put's transaction, so a crash keeps them either as
         rows or folded, never neither. The dialect writes them into the
         parent's row: with the checkpoint's insert (``_lg_fold_in_put``,
-        PostgreSQL: no round trip more) or in a statement of its own."""
+        PostgreSQL: no round trip more, the writes' digests appended to the
+        parent's ``refs`` for ``lg_read_one``) or in a statement of its own.
+        Returns the folded record and the writes' packed digests."""
         parent = row.parent_id
         if parent is None or parent == row.checkpoint_id:
             return None
@@ -522,10 +610,11 @@ class SQLCheckpoints(Generic[Tx]):
         moved = read_writes(self._query(tx, "lg_fold_writes", at), where["thread_id"], parent)
         if not moved:
             return None
-        folded = fold_writes(sorted(moved, key=write_order))
+        ordered = sorted(moved, key=write_order)
+        folded = fold_writes(ordered)
         if not self._lg_fold_in_put:
             self._query(tx, "lg_set_folded", {**at, "folded": folded})
-        return folded
+        return folded, b"".join(w.refs for w in ordered)
 
     def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
         unique = list({v.digest: v for v in values}.values())
@@ -663,6 +752,13 @@ class SQLCheckpoints(Generic[Tx]):
         for (digest,) in self._query(tx, "lg_thread_digests", where):
             if int(digest) not in named:
                 self._query(tx, "lg_delete_value", {**where, "digest": int(digest)})
+
+
+class _Older:
+    """``_lg_read_one`` could not read the row in one statement (``_OLDER``)."""
+
+
+_OLDER = _Older()
 
 
 class _Incomplete(Exception):

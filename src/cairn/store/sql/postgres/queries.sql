@@ -1527,19 +1527,23 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(tenant)s || '/' || %(thread_id)s
 -- name: lg_put_checkpoint
 -- and the parent's pending writes folded into its row, when the put moved them
 -- (checkpointsql._lg_fold: folded_id NULL when not), in the same statement
+-- (and the folded writes' digests appended to the parent's refs, for lg_read_one: a parent
+-- written before migration 0045 keeps NULL there and is read as before)
 WITH folded AS (
-    UPDATE lg_checkpoints SET writes = %(folded)s::bytea
+    UPDATE lg_checkpoints SET writes = %(folded)s::bytea, refs = refs || %(folded_refs)s::bytea
     WHERE %(folded_id)s::text IS NOT NULL AND tenant = %(tenant)s AND thread_id = %(thread_id)s::text
       AND ns = %(ns)s::text AND checkpoint_id = %(folded_id)s::text AND writes IS NULL
 )
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
-                            checkpoint_kind, checkpoint, metadata_kind, metadata)
+                            checkpoint_kind, checkpoint, metadata_kind, metadata, names, refs)
 VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(parent_id)s::text, %(run_id)s::text,
-        %(checkpoint_kind)s, %(checkpoint)s, %(metadata_kind)s, %(metadata)s)
+        %(checkpoint_kind)s, %(checkpoint)s, %(metadata_kind)s, %(metadata)s, %(names)s::text, %(refs)s::bytea)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
-    metadata_kind = excluded.metadata_kind, metadata = excluded.metadata
+    metadata_kind = excluded.metadata_kind, metadata = excluded.metadata,
+    -- a row already folded keeps its writes, and is read as before (its refs lack theirs)
+    names = CASE WHEN lg_checkpoints.writes IS NULL THEN excluded.names END, refs = excluded.refs
 
 -- name: lg_fold_writes
 -- a put moves its parent's pending writes out of lg_writes, to fold them into the parent's
@@ -1652,6 +1656,80 @@ WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::t
   AND checkpoint_id COLLATE "C" < %(before)s::text
 ORDER BY checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
+
+-- name: lg_read_one
+-- a checkpoint (checkpoint_id, or the namespace's latest when NULL) with its channel chains,
+-- pending writes and their values, in one statement, one round trip (get_state;
+-- checkpointsql.lg_read_one), from the columns of migration 0045. Rows by part: 0 the checkpoint,
+-- 1 a chain's blob, 2 a row of lg_writes, 3 its folded writes, 4 a value. The values of a list
+-- whose digests start the caller's copy of that channel (known_channels, known_refs) are not
+-- sent. The id is a range of the primary key (one id, or all of them read backwards, LIMIT 1):
+-- one plan for both, never a filter over the thread's checkpoints.
+WITH RECURSIVE c AS (
+    SELECT x.checkpoint_id, x.parent_id, x.checkpoint_kind, x.checkpoint, x.metadata_kind, x.metadata,
+           x.writes, x.names, x.refs
+    FROM lg_checkpoints AS x
+    WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
+      AND x.checkpoint_id COLLATE "C" >= coalesce(%(checkpoint_id)s::text, '')
+      AND x.checkpoint_id COLLATE "C" <= coalesce(%(checkpoint_id)s::text, chr(1114111))
+    ORDER BY x.checkpoint_id COLLATE "C" DESC
+    LIMIT 1
+),
+named (channel, version) AS (
+    SELECT n.channel, n.version FROM c, LATERAL lg_names(c.names) AS n
+),
+chain (channel, kind, base, depth, refs) AS (
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs
+    FROM named AS w,
+         LATERAL (SELECT x.channel, x.kind, x.base, x.depth, x.refs FROM lg_blobs AS x
+                  WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
+                    AND x.channel = w.channel AND x.version = w.version
+                  LIMIT 1) AS b
+    UNION ALL
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs
+    FROM chain AS h,
+         LATERAL (SELECT x.channel, x.kind, x.base, x.depth, x.refs FROM lg_blobs AS x
+                  WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
+                    AND x.channel = h.channel AND x.version = h.base
+                  LIMIT 1) AS b
+),
+held AS (
+    -- the list channels whose items the caller holds: its copy starts with the chain's digests
+    SELECT l.channel
+    FROM (SELECT channel, string_agg(refs, ''::bytea ORDER BY depth) AS whole, bool_and(kind = 'list') AS list
+          FROM chain GROUP BY channel) AS l
+    JOIN unnest(%(known_channels)s::text[], %(known_refs)s::bytea[]) AS k (channel, refs) ON k.channel = l.channel
+    WHERE l.list AND substring(k.refs FROM 1 FOR length(l.whole)) = l.whole
+),
+side AS (
+    SELECT y.task_id, y.idx, y.channel, y.task_path, y.kind, y.refs
+    FROM c, LATERAL (SELECT * FROM lg_writes AS z
+                     WHERE z.tenant = %(tenant)s AND z.thread_id = %(thread_id)s::text AND z.ns = %(ns)s::text
+                       AND z.checkpoint_id = c.checkpoint_id COLLATE "default"  -- lg_writes' key's collation
+                     OFFSET 0) AS y
+),
+wanted (digest) AS (
+    SELECT d FROM c, LATERAL lg_digests(c.refs) AS d
+    UNION
+    SELECT d FROM chain AS h, LATERAL lg_digests(h.refs) AS d WHERE h.channel NOT IN (SELECT channel FROM held)
+    UNION
+    SELECT d FROM side AS w, LATERAL lg_digests(w.refs) AS d
+)
+SELECT 0 AS part, checkpoint_id, parent_id, checkpoint_kind, metadata_kind, names, checkpoint, metadata,
+       NULL::bigint AS n
+FROM c
+UNION ALL
+SELECT 1, channel, kind, base, NULL, NULL, refs, NULL, depth FROM chain
+UNION ALL
+SELECT 2, task_id, channel, task_path, kind, NULL, refs, NULL, idx FROM side
+UNION ALL
+SELECT 3, NULL, NULL, NULL, NULL, NULL, writes, NULL, NULL FROM c WHERE writes IS NOT NULL
+UNION ALL
+SELECT 4, NULL, v.kind, NULL, NULL, NULL, v.data, NULL, v.digest
+FROM wanted AS w,
+     LATERAL (SELECT x.digest, x.kind, x.data FROM lg_values AS x
+              WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.digest = w.digest
+              LIMIT 1) AS v
 
 -- name: lg_page_reads
 -- the channel chains and the pending writes of a page of checkpoints (row i of the page:
