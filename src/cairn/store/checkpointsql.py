@@ -407,11 +407,13 @@ class SQLCheckpoints(Generic[Tx]):
                      lists: Mapping[str, bytes]) -> Snapshot | _Older | None:
         """``lg_read`` in one statement, one snapshot (``lg_read_one``:
         PostgreSQL, whose rows since migration 0045 name their channel
-        versions and values in columns the server reads). ``_OLDER`` when
-        the row cannot be read so (written before, or its columns disagree
-        with its checkpoint), or a value the server left out as the caller's
-        is not the caller's any more and is gone too: ``lg_read`` reads it
-        as before."""
+        versions and values in columns the server reads). A list the caller
+        holds (its digests in ``lists`` start with the chain's: the server
+        compares) comes back as that prefix of ``lists``, its chain and
+        values not sent. ``_OLDER`` when the row cannot be read so (written
+        before, or its columns disagree with its checkpoint), or when the
+        caller no longer holds a list the server left out (``known`` says
+        no: its copy changed since): ``lg_read`` reads it as before."""
         held = list(lists)
         found = self._in_statements(lambda tx: self._query(tx, "lg_read_one", {
             **_where(key), "checkpoint_id": checkpoint_id, "known_channels": held,
@@ -440,6 +442,8 @@ class SQLCheckpoints(Generic[Tx]):
             elif part == 4:  # a value: kind, digest
                 raw = bytes(data)
                 values[int(n)] = (str(b), raw if opener is None else opener(key.thread_id, int(n), raw))
+            elif part == 5:  # a list the caller holds: the first n bytes of the digests it sent
+                links[str(a)] = [(0, "list", lists[str(a)][:int(n)], False)]
         written.sort(key=lambda w: ("", "", 0) if w[0] is None else (w[3], w[0], w[1]))
         writes = read_writes(written, key.thread_id, row.checkpoint_id)
         chains = {ch: [(k, r) for _, k, r, _ in sorted(links[ch])] for ch in named.versions if ch in links}

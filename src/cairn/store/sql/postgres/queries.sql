@@ -1661,9 +1661,10 @@ LIMIT %(limit)s::bigint
 -- a checkpoint (checkpoint_id, or the namespace's latest when NULL) with its channel chains,
 -- pending writes and their values, in one statement, one round trip (get_state;
 -- checkpointsql.lg_read_one), from the columns of migration 0045. Rows by part: 0 the checkpoint,
--- 1 a chain's blob, 2 a row of lg_writes, 3 its folded writes, 4 a value. The values of a list
--- whose digests start the caller's copy of that channel (known_channels, known_refs) are not
--- sent. The id is a range of the primary key (one id, or all of them read backwards, LIMIT 1):
+-- 1 a chain's blob, 2 a row of lg_writes, 3 its folded writes, 4 a value, 5 a held list. A list
+-- whose digests start the caller's copy of that channel (known_channels, known_refs) is held:
+-- neither its chain nor its values are sent, only how many bytes of the caller's copy it is (those digests go in binary, %b: a list of 3,000 items is 24 KB, which psycopg's text
+-- format spelled in hex and escaped, 0.5 ms a read). The id is a range of the primary key (one id, or all of them read backwards, LIMIT 1):
 -- one plan for both, never a filter over the thread's checkpoints.
 WITH RECURSIVE c AS (
     SELECT x.checkpoint_id, x.parent_id, x.checkpoint_kind, x.checkpoint, x.metadata_kind, x.metadata,
@@ -1695,10 +1696,10 @@ chain (channel, kind, base, depth, refs) AS (
 ),
 held AS (
     -- the list channels whose items the caller holds: its copy starts with the chain's digests
-    SELECT l.channel
+    SELECT l.channel, length(l.whole) AS size
     FROM (SELECT channel, string_agg(refs, ''::bytea ORDER BY depth) AS whole, bool_and(kind = 'list') AS list
           FROM chain GROUP BY channel) AS l
-    JOIN unnest(%(known_channels)s::text[], %(known_refs)s::bytea[]) AS k (channel, refs) ON k.channel = l.channel
+    JOIN unnest(%(known_channels)s::text[], %(known_refs)b::bytea[]) AS k (channel, refs) ON k.channel = l.channel
     WHERE l.list AND substring(k.refs FROM 1 FOR length(l.whole)) = l.whole
 ),
 side AS (
@@ -1720,6 +1721,9 @@ SELECT 0 AS part, checkpoint_id, parent_id, checkpoint_kind, metadata_kind, name
 FROM c
 UNION ALL
 SELECT 1, channel, kind, base, NULL, NULL, refs, NULL, depth FROM chain
+WHERE channel NOT IN (SELECT channel FROM held)
+UNION ALL
+SELECT 5, channel, NULL, NULL, NULL, NULL, NULL, NULL, size FROM held
 UNION ALL
 SELECT 2, task_id, channel, task_path, kind, NULL, refs, NULL, idx FROM side
 UNION ALL
