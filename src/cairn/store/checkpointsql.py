@@ -228,31 +228,56 @@ def fold_writes(writes: Sequence[WriteRow]) -> bytes:
 
 
 def unfold_writes(data: bytes, thread_id: str, checkpoint_id: str) -> list[WriteRow]:
-    """The writes ``fold_writes`` folded; a record that is not one (damaged,
-    hostile, oversized) is an ``UnreadableCheckpoint`` naming the checkpoint."""
+    """The writes ``fold_writes`` folded, in the read order (``write_order``);
+    a record that is not one (damaged, hostile, oversized) is an
+    ``UnreadableCheckpoint`` naming the checkpoint.
+
+    ``data`` may be records one after another (PostgreSQL appends each
+    ``put_writes``' record to the checkpoint's row: ``lg_put_writes_many``;
+    a DEFLATE stream ends itself, so the next record starts where it ends).
+    Across records, as ``lg_writes`` keeps them, a regular write (index >= 0)
+    of a task is kept as first written and a special one (index < 0) as last written."""
     try:
-        if not data.startswith(FOLD_TAG):
-            raise ValueError("it is not a record of folded writes")
-        inflate = zlib.decompressobj(-15, zdict=FOLD_DICTIONARY)
-        raw = inflate.decompress(data[len(FOLD_TAG):], FOLD_LIMIT)
-        if inflate.unconsumed_tail or not inflate.eof:
-            raise ValueError(f"it is truncated or inflates beyond {FOLD_LIMIT:,} bytes")
-        doc = json.loads(raw)
-        if not isinstance(doc, list):
-            raise ValueError("it is not a list")
-        out = []
-        for w in doc:
-            if (not isinstance(w, list) or len(w) != 6 or type(w[1]) is not int
-                    or not all(isinstance(w[i], str) for i in (0, 2, 3, 4, 5))):
-                raise ValueError(f"a write is malformed: {str(w)[:60]}")
-            refs = bytes.fromhex(w[5])
-            if len(refs) % REF_SIZE:
-                raise ValueError("a write's digests are truncated")
-            out.append(WriteRow(w[0], w[1], w[2], w[3], w[4], refs))
-        return out
+        out: list[WriteRow] = []
+        rest, records, budget = data, 0, FOLD_LIMIT
+        while rest or not records:  # the records' JSON together inflates to FOLD_LIMIT at most
+            writes, rest, budget = _unfold_one(rest, budget)
+            out += writes
+            records += 1
+        kept: dict[tuple[str, int], WriteRow] = {}
+        for w in out:
+            if w.idx < 0 or (w.task_id, w.idx) not in kept:
+                kept[(w.task_id, w.idx)] = w
+        return sorted(kept.values(), key=write_order)
     except (ValueError, zlib.error, RecursionError) as exc:
         raise UnreadableCheckpoint(f"checkpoint {checkpoint_id!r} of thread {thread_id!r}: cannot read its "
                                    f"folded pending writes: {exc}") from None
+
+
+def _unfold_one(data: bytes, budget: int) -> tuple[list[WriteRow], bytes, int]:
+    """The writes of the record ``data`` starts with, the bytes after it, and
+    what is left of ``budget`` (the bytes it may inflate to)."""
+    if not data.startswith(FOLD_TAG):
+        raise ValueError("it is not a record of folded writes")
+    if budget <= 0:  # (zlib reads a limit of 0 as none)
+        raise ValueError(f"it inflates beyond {FOLD_LIMIT:,} bytes")
+    inflate = zlib.decompressobj(-15, zdict=FOLD_DICTIONARY)
+    raw = inflate.decompress(data[len(FOLD_TAG):], budget)
+    if inflate.unconsumed_tail or not inflate.eof:
+        raise ValueError(f"it is truncated or inflates beyond {FOLD_LIMIT:,} bytes")
+    doc = json.loads(raw)
+    if not isinstance(doc, list):
+        raise ValueError("it is not a list")
+    out = []
+    for w in doc:
+        if (not isinstance(w, list) or len(w) != 6 or type(w[1]) is not int
+                or not all(isinstance(w[i], str) for i in (0, 2, 3, 4, 5))):
+            raise ValueError(f"a write is malformed: {str(w)[:60]}")
+        refs = bytes.fromhex(w[5])
+        if len(refs) % REF_SIZE:
+            raise ValueError("a write's digests are truncated")
+        out.append(WriteRow(w[0], w[1], w[2], w[3], w[4], refs))
+    return out, inflate.unused_data, budget - len(raw)
 
 
 def read_writes(found: Iterable[tuple[Any, ...]], thread_id: str, checkpoint_id: str) -> list[WriteRow]:
@@ -360,7 +385,9 @@ class SQLCheckpoints(Generic[Tx]):
                     **where, "checkpoint_id": checkpoint_id, "task_ids": [w.task_id for w in writes],
                     "idxs": [w.idx for w in writes], "channels": [w.channel for w in writes],
                     "task_paths": [w.task_path for w in writes], "kinds": [w.kind for w in writes],
-                    "refs": [w.refs for w in writes]})
+                    "refs": [w.refs for w in writes],
+                    # PostgreSQL: appended to the checkpoint's row when it is stored (lg_put_writes_many)
+                    "record": fold_writes(writes), "record_refs": b"".join(w.refs for w in writes)})
             for w in () if self._lg_arrays else writes:
                 self._query(tx, "lg_replace_write" if w.idx < 0 else "lg_put_write", {
                     **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
