@@ -1521,8 +1521,10 @@ DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::
 -- statement names its tenant: another tenant's thread is absent.
 
 -- name: lg_lock_thread
--- one writer per thread at a time (SQLite has one writer per database)
-SELECT pg_advisory_xact_lock(hashtextextended(%(tenant)s || '/' || %(thread_id)s::text, 0))
+-- one writer per thread at a time (SQLite has one writer per database); and, for this
+-- transaction, index scans over sequential ones (lg_fold_writes)
+SELECT pg_advisory_xact_lock(hashtextextended(%(tenant)s || '/' || %(thread_id)s::text, 0)),
+       set_config('enable_seqscan', 'off', true)
 
 -- name: lg_put_checkpoint
 -- and the parent's pending writes folded into its row, when the put moved them
@@ -1547,10 +1549,15 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
 
 -- name: lg_fold_writes
 -- a put moves its parent's pending writes out of lg_writes, to fold them into the parent's
--- row (checkpointsql._lg_fold): only a parent that is stored and not folded yet
+-- row (checkpointsql._lg_fold): only a parent that is stored and not folded yet. It walks the
+-- thread's keys up to the parent's by the index (the parent's id is matched as an expression,
+-- no index bound; lg_lock_thread turns sequential scans off: the planner took one once the
+-- table was vacuumed empty), so PostgreSQL marks the keys earlier folds deleted as dead and
+-- cleans the page they fill instead of splitting it: the index kept every key ever inserted
+-- until a VACUUM, 385 bytes a super-step at 3,000 (tests/langgraph/test_writes_index.py)
 DELETE FROM lg_writes
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-  AND checkpoint_id = %(checkpoint_id)s::text
+  AND checkpoint_id <= %(checkpoint_id)s::text AND (checkpoint_id || '') = %(checkpoint_id)s::text
   AND EXISTS (SELECT 1 FROM lg_checkpoints AS c
               WHERE c.tenant = %(tenant)s AND c.thread_id = %(thread_id)s::text AND c.ns = %(ns)s::text
                 AND c.checkpoint_id = %(checkpoint_id)s::text AND c.writes IS NULL)
