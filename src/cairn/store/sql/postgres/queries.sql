@@ -1685,15 +1685,19 @@ LIMIT %(limit)s::bigint
 -- 1 a chain's blob, 2 a row of lg_writes, 3 its folded writes, 4 a value, 5 a held list. A list
 -- whose digests start the caller's copy of that channel (known_channels, known_refs) is held:
 -- neither its chain nor its values are sent, only how many bytes of the caller's copy it is (those digests go in binary, %b: a list of 3,000 items is 24 KB, which psycopg's text
--- format spelled in hex and escaped, 0.5 ms a read). The id is a range of the primary key (one id, or all of them read backwards, LIMIT 1):
--- one plan for both, never a filter over the thread's checkpoints.
+-- format spelled in hex and escaped, 0.5 ms a read). The id is a range of the primary key (one id, or up to the
+-- namespace's greatest, read backwards, LIMIT 1): one plan for both, never a filter over the
+-- thread's checkpoints, and no bound a database's encoding could refuse.
 WITH RECURSIVE c AS (
     SELECT x.checkpoint_id, x.parent_id, x.checkpoint_kind, x.checkpoint, x.metadata_kind, x.metadata,
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
       AND x.checkpoint_id COLLATE "C" >= coalesce(%(checkpoint_id)s::text, '')
-      AND x.checkpoint_id COLLATE "C" <= coalesce(%(checkpoint_id)s::text, chr(1114111))
+      AND x.checkpoint_id COLLATE "C" <= coalesce(%(checkpoint_id)s::text,
+                                                  (SELECT max(m.checkpoint_id COLLATE "C") FROM lg_checkpoints AS m
+                                                   WHERE m.tenant = %(tenant)s AND m.thread_id = %(thread_id)s::text
+                                                     AND m.ns = %(ns)s::text))
     ORDER BY x.checkpoint_id COLLATE "C" DESC
     LIMIT 1
 ),
