@@ -52,5 +52,8 @@ def test_the_index_of_lg_writes_does_not_grow_with_folded_writes(pg_url: str) ->
     assert live == 3, "only the latest checkpoint's writes are rows"
     raw_sql(url, "VACUUM lg_writes")
     size = int(raw_sql(url, "SELECT pg_relation_size('lg_writes_pkey')")[0][0])
-    # 900 keys of ~130 bytes were inserted: ~15 pages if none is reclaimed
-    assert size <= 4 * 8192, f"lg_writes_pkey is {size:,} bytes after {STEPS} folds"
+    # 900 keys of ~130 bytes were inserted: 16 pages when no page is cleaned; 2 when every fold
+    # marks the keys before it; a key not marked when a concurrent snapshot (an autovacuum's
+    # ANALYZE of this database) still saw its row is marked by a later fold, unless its page
+    # split first: half the unreclaimed size is the bound
+    assert size <= 8 * 8192, f"lg_writes_pkey is {size:,} bytes after {STEPS} folds"
