@@ -62,6 +62,7 @@ from cairn.store.checkpointsql import (
     ThreadKey,
     ValueRow,
     WriteRow,
+    join_names,
     pack_refs,
     unpack_refs,
 )
@@ -284,8 +285,12 @@ class CairnSaver(BaseCheckpointSaver[str]):
         key = self._key(config)
         decoded: dict[str, Any] = {}
         held: dict[str, KnownList] = {}
+        with self._lock:
+            lists = {ch: known.refs for (t, ns, ch), known in self._lists.items()
+                     if t == key.thread_id and ns == key.ns}
         snap = self._rows.lg_read(key, get_checkpoint_id(config), lambda r: self._versions(r, decoded),
-                                  functools.partial(self._knows, key.thread_id, key.ns, held), self._opener)
+                                  functools.partial(self._knows, key.thread_id, key.ns, held), self._opener,
+                                  lists)
         return None if snap is None else self._tuple(snap, decoded, held)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -367,7 +372,11 @@ class CairnSaver(BaseCheckpointSaver[str]):
             mdata = self._sealer.seal(Place(self.tenant, key.thread_id, TABLE, at, "metadata"), mdata)
         if parent is not None:
             self._await_writes((key.thread_id, key.ns, str(parent)))
-        row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata)
+        # what the server may read of the row (PostgreSQL reads a checkpoint in one statement with them)
+        names = join_names({k: v for k, v in versions.items() if k not in inline})
+        refs = pack_refs(d for d in inline.values() if d is not None)
+        row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata,
+                            names, refs)
         run_id = full_metadata.get("run_id")
         self._held[key.thread_id] = self._rows.lg_put(key, self._holder(key), row,
                                                       None if run_id is None else str(run_id), blobs, rows,

@@ -4,7 +4,11 @@ migrations 0030 / 0043), on both backends: a put moves its parent's rows of
 writes, in the same order, as before the fold; a write put after the fold is
 read with the folded ones; a put refused by the fence moves nothing; garbage
 collection keeps the values only folded writes name; a damaged or hostile
-folded record is refused naming its checkpoint, nothing executed."""
+folded record is refused naming its checkpoint, nothing executed.
+
+On PostgreSQL a ``put_writes`` to a stored checkpoint appends its record to
+the row itself (``lg_put_writes_many``: no row of ``lg_writes`` inserted, then
+deleted by the fold, its key left in the index): the reads are the same."""
 
 from __future__ import annotations
 
@@ -58,6 +62,11 @@ def _deflated(data: bytes) -> bytes:
     return deflate.compress(data) + deflate.flush()
 
 
+def _in_row(db_url: str) -> bool:
+    """Whether ``put_writes`` writes into the checkpoint's row (PostgreSQL)."""
+    return db_url.startswith("postgresql")
+
+
 def _new_saver(app: cairn.App) -> CairnSaver:
     from cairn.langgraph import CairnSaver
 
@@ -74,7 +83,8 @@ def test_a_put_folds_its_parents_writes_and_reads_return_them_unchanged(app: cai
     saver.put_writes(c1, [(ERROR, "boom")], "task-c")  # a special write (negative index)
     before = _writes(saver, c1)
     assert len(before) == 4
-    assert _side_rows(db_url, c1["configurable"]["checkpoint_id"]) == 4
+    assert _side_rows(db_url, c1["configurable"]["checkpoint_id"]) == (0 if _in_row(db_url) else 4)
+    assert (_folded(db_url, c1["configurable"]["checkpoint_id"]) is not None) == _in_row(db_url)
     c2 = _put(saver, c1, 1)
     c1_id = c1["configurable"]["checkpoint_id"]
     assert _side_rows(db_url, c1_id) == 0, "the parent's writes left lg_writes"
@@ -91,13 +101,13 @@ def test_a_write_put_after_the_fold_is_read_with_the_folded_ones(app: cairn.App,
     c1 = _put(saver, None, 0)
     saver.put_writes(c1, [("n", 1)], "task-b")
     _put(saver, c1, 1)
-    saver.put_writes(c1, [("n", 2)], "task-a")  # after the fold: a row of lg_writes again
+    saver.put_writes(c1, [("n", 2)], "task-a")  # after the fold: a row of lg_writes again (SQLite)
     c1_id = c1["configurable"]["checkpoint_id"]
-    assert _side_rows(db_url, c1_id) == 1
+    assert _side_rows(db_url, c1_id) == (0 if _in_row(db_url) else 1)
     expected = [("task-a", "n", 2), ("task-b", "n", 1)]  # in the read order: by task id
     assert _writes(saver, c1) == expected
     _put(saver, c1, 2)  # a second child (a fork) folds nothing more: the parent is folded
-    assert _side_rows(db_url, c1_id) == 1
+    assert _side_rows(db_url, c1_id) == (0 if _in_row(db_url) else 1)
     assert _writes(_new_saver(app), c1) == expected
 
 
@@ -106,11 +116,12 @@ def test_a_put_refused_by_the_fence_moves_none_of_its_parents_writes(app: cairn.
     c1 = _put(first, None, 0)
     first.put_writes(c1, [("n", 1)], "task")
     second.hold("t")  # another process takes the thread
+    c1_id = c1["configurable"]["checkpoint_id"]
+    stored = _side_rows(db_url, c1_id), _folded(db_url, c1_id)
+    assert stored[0] == (0 if _in_row(db_url) else 1)
     with pytest.raises(ThreadTaken):
         _put(first, c1, 1)
-    c1_id = c1["configurable"]["checkpoint_id"]
-    assert _side_rows(db_url, c1_id) == 1
-    assert _folded(db_url, c1_id) is None
+    assert (_side_rows(db_url, c1_id), _folded(db_url, c1_id)) == stored
     assert _writes(second, c1) == [("task", "n", 1)]
 
 
@@ -170,3 +181,64 @@ def test_a_pickle_in_a_folded_record_is_refused_and_not_run(app: cairn.App, db_u
     with pytest.raises(UnreadableCheckpoint, match="cannot read its folded pending writes"):
         _new_saver(app).get_tuple(c1)
     assert not marker.exists()
+
+
+def test_writes_put_one_by_one_read_as_rows_of_lg_writes_keep_them(app: cairn.App, db_url: str) -> None:
+    """Records appended one per ``put_writes`` (PostgreSQL) read as rows of
+    ``lg_writes`` keep them (SQLite): a task's regular write as first written,
+    its special write as last written, in the read order."""
+    from langgraph.checkpoint.base import ERROR
+
+    saver = _new_saver(app)
+    c1 = _put(saver, None, 0)
+    saver.put_writes(c1, [("n", 1)], "task-c")
+    saver.put_writes(c1, [("n", 9)], "task-c")  # a retried task: the first write is kept
+    saver.put_writes(c1, [(ERROR, "one")], "task-a")
+    saver.put_writes(c1, [(ERROR, "two")], "task-a")  # a special write: the last is kept
+    saver.put_writes(c1, [("n", 3), ("log", ["x"])], "task-b")
+    expected = [("task-a", ERROR, "two"), ("task-b", "n", 3), ("task-b", "log", ["x"]), ("task-c", "n", 1)]
+    assert _writes(saver, c1) == expected
+    assert _writes(_new_saver(app), c1) == expected
+    c1_id = c1["configurable"]["checkpoint_id"]
+    assert _side_rows(db_url, c1_id) == (0 if _in_row(db_url) else 4)
+    _put(saver, c1, 1)
+    assert _writes(_new_saver(app), c1) == expected  # folded (SQLite) or as they were (PostgreSQL)
+
+
+def test_rows_of_lg_writes_from_before_are_read_and_folded(app: cairn.App, db_url: str) -> None:
+    """Rows of ``lg_writes`` a saver wrote before writes went into the row
+    (databases in the field) are read, and folded by the next put, as before."""
+    from cairn.store.checkpointsql import pack_refs
+
+    saver = _new_saver(app)
+    c1 = _put(saver, None, 0)
+    c1_id = c1["configurable"]["checkpoint_id"]
+    saver.put_writes(c1, [("n", 5)], "task-a")  # its value row; then the write as the old code stored it
+    digest = saver._digest(*saver._dump(5))
+    found = _writes(_new_saver(app), c1)
+    _sql(db_url, "DELETE FROM lg_writes")
+    _sql(db_url, "UPDATE lg_checkpoints SET writes = NULL")
+    if _in_row(db_url):
+        _sql(db_url, "UPDATE lg_checkpoints SET refs = NULL, names = NULL")
+    _sql(db_url, "INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, "
+                 "task_path, kind, refs) VALUES ('acme', 't', '', ?, 'task-a', 0, 'n', '', 'value', ?)",
+         (c1_id, pack_refs([digest])))
+    assert found == [("task-a", "n", 5)]
+    assert _writes(_new_saver(app), c1) == found
+    _put(saver, c1, 1)
+    assert _side_rows(db_url, c1_id) == 0
+    assert _folded(db_url, c1_id) is not None
+    assert _writes(_new_saver(app), c1) == found
+
+
+def test_a_damaged_record_after_a_good_one_is_refused_naming_its_checkpoint(app: cairn.App,
+                                                                           db_url: str) -> None:
+    saver = _new_saver(app)
+    c1 = _put(saver, None, 0)
+    saver.put_writes(c1, [("n", 1)], "task")
+    _put(saver, c1, 1)
+    c1_id = c1["configurable"]["checkpoint_id"]
+    _sql(db_url, "UPDATE lg_checkpoints SET writes = ? WHERE checkpoint_id = ?",
+         (bytes(_folded(db_url, c1_id)) + b"W1\x00junk", c1_id))
+    with pytest.raises(UnreadableCheckpoint, match=c1["configurable"]["checkpoint_id"]):
+        _writes(_new_saver(app), c1)

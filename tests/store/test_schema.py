@@ -78,6 +78,8 @@ SQLITE_ONLY = {
 POSTGRES_ONLY = {
     "lg_page_reads": "a page of LangGraph checkpoints' chains and writes in one round trip (SQLite: "
                      "a statement per checkpoint, no round trips)",
+    "lg_read_one": "a LangGraph checkpoint with its chains, writes and values in one round trip, from "
+                   "columns the server reads (SQLite: a statement is a call, lg_checkpoint and the rest)",
     "lg_page_values": "a page's LangGraph values in one round trip (SQLite: per thread)",
     "lg_put_values_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
     "lg_put_blobs_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",

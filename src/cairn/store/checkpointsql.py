@@ -141,6 +141,11 @@ class CheckpointRow:
     checkpoint: bytes
     metadata_kind: str
     metadata: bytes
+    #: what the server may read of it (PostgreSQL, ``lg_read_one``): its channel
+    #: versions stored as rows (``join_names``), and the packed digests of the
+    #: values it names inline; ``None``: not written (a row of an older format)
+    names: str | None = None
+    refs: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +191,27 @@ def pack_refs(digests: Iterable[int]) -> bytes:
     return b"".join(d.to_bytes(REF_SIZE, "little", signed=True) for d in digests)
 
 
+#: what separates the channels and versions of ``CheckpointRow.names`` (the unit separator)
+NAME_SEPARATOR = "\x1f"
+
+
+def join_names(versions: Mapping[str, str]) -> str | None:
+    """A checkpoint's channel versions stored as rows, as the server reads
+    them (``lg_read_one``): ``channel, version, ...`` joined by
+    ``NAME_SEPARATOR``; ``None`` when a name holds it (that row is read in
+    three statements, as a row of an older format)."""
+    parts = [p for pair in versions.items() for p in pair]
+    if any(NAME_SEPARATOR in p for p in parts):
+        return None
+    return NAME_SEPARATOR.join(parts)
+
+
+def split_names(names: str) -> dict[str, str]:
+    """The channel versions ``join_names`` joined."""
+    parts = names.split(NAME_SEPARATOR) if names else []
+    return dict(zip(parts[0::2], parts[1::2], strict=False))
+
+
 def write_order(w: WriteRow) -> tuple[str, str, int]:
     """The order a checkpoint's pending writes are read in (the queries' own:
     task path, task id, index, as "C" strings)."""
@@ -202,31 +228,56 @@ def fold_writes(writes: Sequence[WriteRow]) -> bytes:
 
 
 def unfold_writes(data: bytes, thread_id: str, checkpoint_id: str) -> list[WriteRow]:
-    """The writes ``fold_writes`` folded; a record that is not one (damaged,
-    hostile, oversized) is an ``UnreadableCheckpoint`` naming the checkpoint."""
+    """The writes ``fold_writes`` folded, in the read order (``write_order``);
+    a record that is not one (damaged, hostile, oversized) is an
+    ``UnreadableCheckpoint`` naming the checkpoint.
+
+    ``data`` may be records one after another (PostgreSQL appends each
+    ``put_writes``' record to the checkpoint's row: ``lg_put_writes_many``;
+    a DEFLATE stream ends itself, so the next record starts where it ends).
+    Across records, as ``lg_writes`` keeps them, a regular write (index >= 0)
+    of a task is kept as first written and a special one (index < 0) as last written."""
     try:
-        if not data.startswith(FOLD_TAG):
-            raise ValueError("it is not a record of folded writes")
-        inflate = zlib.decompressobj(-15, zdict=FOLD_DICTIONARY)
-        raw = inflate.decompress(data[len(FOLD_TAG):], FOLD_LIMIT)
-        if inflate.unconsumed_tail or not inflate.eof:
-            raise ValueError(f"it is truncated or inflates beyond {FOLD_LIMIT:,} bytes")
-        doc = json.loads(raw)
-        if not isinstance(doc, list):
-            raise ValueError("it is not a list")
-        out = []
-        for w in doc:
-            if (not isinstance(w, list) or len(w) != 6 or type(w[1]) is not int
-                    or not all(isinstance(w[i], str) for i in (0, 2, 3, 4, 5))):
-                raise ValueError(f"a write is malformed: {str(w)[:60]}")
-            refs = bytes.fromhex(w[5])
-            if len(refs) % REF_SIZE:
-                raise ValueError("a write's digests are truncated")
-            out.append(WriteRow(w[0], w[1], w[2], w[3], w[4], refs))
-        return out
+        out: list[WriteRow] = []
+        rest, records, budget = data, 0, FOLD_LIMIT
+        while rest or not records:  # the records' JSON together inflates to FOLD_LIMIT at most
+            writes, rest, budget = _unfold_one(rest, budget)
+            out += writes
+            records += 1
+        kept: dict[tuple[str, int], WriteRow] = {}
+        for w in out:
+            if w.idx < 0 or (w.task_id, w.idx) not in kept:
+                kept[(w.task_id, w.idx)] = w
+        return sorted(kept.values(), key=write_order)
     except (ValueError, zlib.error, RecursionError) as exc:
         raise UnreadableCheckpoint(f"checkpoint {checkpoint_id!r} of thread {thread_id!r}: cannot read its "
                                    f"folded pending writes: {exc}") from None
+
+
+def _unfold_one(data: bytes, budget: int) -> tuple[list[WriteRow], bytes, int]:
+    """The writes of the record ``data`` starts with, the bytes after it, and
+    what is left of ``budget`` (the bytes it may inflate to)."""
+    if not data.startswith(FOLD_TAG):
+        raise ValueError("it is not a record of folded writes")
+    if budget <= 0:  # (zlib reads a limit of 0 as none)
+        raise ValueError(f"it inflates beyond {FOLD_LIMIT:,} bytes")
+    inflate = zlib.decompressobj(-15, zdict=FOLD_DICTIONARY)
+    raw = inflate.decompress(data[len(FOLD_TAG):], budget)
+    if inflate.unconsumed_tail or not inflate.eof:
+        raise ValueError(f"it is truncated or inflates beyond {FOLD_LIMIT:,} bytes")
+    doc = json.loads(raw)
+    if not isinstance(doc, list):
+        raise ValueError("it is not a list")
+    out = []
+    for w in doc:
+        if (not isinstance(w, list) or len(w) != 6 or type(w[1]) is not int
+                or not all(isinstance(w[i], str) for i in (0, 2, 3, 4, 5))):
+            raise ValueError(f"a write is malformed: {str(w)[:60]}")
+        refs = bytes.fromhex(w[5])
+        if len(refs) % REF_SIZE:
+            raise ValueError("a write's digests are truncated")
+        out.append(WriteRow(w[0], w[1], w[2], w[3], w[4], refs))
+    return out, inflate.unused_data, budget - len(raw)
 
 
 def read_writes(found: Iterable[tuple[Any, ...]], thread_id: str, checkpoint_id: str) -> list[WriteRow]:
@@ -310,8 +361,10 @@ class SQLCheckpoints(Generic[Tx]):
             self._query(tx, "lg_put_checkpoint", {
                 **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
                 "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
-                "metadata_kind": row.metadata_kind, "metadata": row.metadata,
-                "folded_id": row.parent_id if folded is not None else None, "folded": folded})
+                "metadata_kind": row.metadata_kind, "metadata": row.metadata, "names": row.names,
+                "refs": row.refs, "folded_id": row.parent_id if folded is not None else None,
+                "folded": None if folded is None else folded[0],
+                "folded_refs": None if folded is None else folded[1]})
             if faults.ARMED:
                 fault_point("langgraph.put.before_commit")
             return epoch
@@ -332,7 +385,9 @@ class SQLCheckpoints(Generic[Tx]):
                     **where, "checkpoint_id": checkpoint_id, "task_ids": [w.task_id for w in writes],
                     "idxs": [w.idx for w in writes], "channels": [w.channel for w in writes],
                     "task_paths": [w.task_path for w in writes], "kinds": [w.kind for w in writes],
-                    "refs": [w.refs for w in writes]})
+                    "refs": [w.refs for w in writes],
+                    # PostgreSQL: appended to the checkpoint's row when it is stored (lg_put_writes_many)
+                    "record": fold_writes(writes), "record_refs": b"".join(w.refs for w in writes)})
             for w in () if self._lg_arrays else writes:
                 self._query(tx, "lg_replace_write" if w.idx < 0 else "lg_put_write", {
                     **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
@@ -346,14 +401,20 @@ class SQLCheckpoints(Generic[Tx]):
     def lg_read(self, key: ThreadKey, checkpoint_id: str | None,
                 versions_of: VersionsOf,
                 known: Callable[[str, bytes], bool] = lambda channel, refs: False,
-                opener: Opener | None = None) -> Snapshot | None:
+                opener: Opener | None = None, lists: Mapping[str, bytes] | None = None) -> Snapshot | None:
         """The checkpoint ``checkpoint_id`` (the latest of the namespace if
         ``None``) with its channels, writes and values, from one snapshot;
         ``versions_of`` decodes the row's channel versions; the values of a
         list channel whose items the caller holds already (``known(channel,
         refs)``) are not fetched; ``opener(thread, digest, data)``: a value's
         bytes as the caller reads them (opened, when sealed), applied once per
-        value fetched."""
+        value fetched. ``lists``: the digests of the lists the caller holds,
+        by channel (``known`` answers from them), which a dialect reading in
+        one statement (``lg_read_one``) sends so the server leaves their values out."""
+        if self._lg_batched:
+            one = self._lg_read_one(key, checkpoint_id, versions_of, known, opener, lists or {})
+            if not isinstance(one, _Older):
+                return one
 
         def work(tx: Tx, whole: bool) -> Snapshot | None:
             where = _where(key)
@@ -367,6 +428,62 @@ class SQLCheckpoints(Generic[Tx]):
                                  opener)[0]
 
         return self._lg_reading(work)
+
+    def _lg_read_one(self, key: ThreadKey, checkpoint_id: str | None, versions_of: VersionsOf,
+                     known: Callable[[str, bytes], bool], opener: Opener | None,
+                     lists: Mapping[str, bytes]) -> Snapshot | _Older | None:
+        """``lg_read`` in one statement, one snapshot (``lg_read_one``:
+        PostgreSQL, whose rows since migration 0045 name their channel
+        versions and values in columns the server reads). A list the caller
+        holds (its digests in ``lists`` start with the chain's: the server
+        compares) comes back as that prefix of ``lists``, its chain and
+        values not sent. ``_OLDER`` when the row cannot be read so (written
+        before, or its columns disagree with its checkpoint), or when the
+        caller no longer holds a list the server left out (``known`` says
+        no: its copy changed since): ``lg_read`` reads it as before."""
+        held = list(lists)
+        found = self._in_statements(lambda tx: self._query(tx, "lg_read_one", {
+            **_where(key), "checkpoint_id": checkpoint_id, "known_channels": held,
+            "known_refs": [lists[n] for n in held]}))
+        head = [r for r in found if r[0] == 0]
+        if not head:
+            return None
+        _, cid, parent, ckind, mkind, names, ckpt, meta, _ = head[0]
+        if names is None:
+            return _OLDER
+        row = CheckpointRow(key.thread_id, key.ns, str(cid), None if parent is None else str(parent),
+                            str(ckind), bytes(ckpt), str(mkind), bytes(meta))
+        named = versions_of(row)
+        if split_names(str(names)) != dict(named.versions):
+            return _OLDER
+        links: dict[str, list[tuple[int, str, bytes, bool]]] = {}
+        written: list[tuple[Any, ...]] = []
+        values: dict[int, tuple[str, bytes]] = {}
+        for part, a, b, c, d, _, data, _, n in found:
+            if part == 1:  # a chain's blob: channel, kind, base, depth
+                links.setdefault(str(a), []).append((int(n), str(b), bytes(data), c is not None))
+            elif part == 2:  # a row of lg_writes: task id, channel, task path, kind, index
+                written.append((str(a), int(n), str(b), str(c), str(d), bytes(data)))
+            elif part == 3:  # the folded writes
+                written.append((None, None, None, None, None, bytes(data)))
+            elif part == 4:  # a value: kind, digest
+                raw = bytes(data)
+                values[int(n)] = (str(b), raw if opener is None else opener(key.thread_id, int(n), raw))
+            elif part == 5:  # a list the caller holds: the first n bytes of the digests it sent
+                links[str(a)] = [(0, "list", lists[str(a)][:int(n)], False)]
+        written.sort(key=lambda w: ("", "", 0) if w[0] is None else (w[3], w[0], w[1]))
+        writes = read_writes(written, key.thread_id, row.checkpoint_id)
+        chains = {ch: [(k, r) for _, k, r, _ in sorted(links[ch])] for ch in named.versions if ch in links}
+        wanted = set(named.inline)
+        for channel, chain in chains.items():
+            refs = b"".join(r for _, r in chain)
+            if not (chain[-1][0] == "list" and known(channel, refs)):
+                wanted.update(unpack_refs(refs))
+        for w in writes:
+            wanted.update(unpack_refs(w.refs))
+        if wanted - values.keys():  # left out as the caller's, which its copy no longer starts with
+            return _OLDER
+        return Snapshot(row, chains, writes, values)
 
     def lg_row(self, key: ThreadKey, checkpoint_id: str) -> CheckpointRow | None:
         """The row of checkpoint ``checkpoint_id``, alone (a put reads its
@@ -506,7 +623,7 @@ class SQLCheckpoints(Generic[Tx]):
         self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": lease})
         return lease
 
-    def _lg_fold(self, tx: Tx, where: Mapping[str, Any], row: CheckpointRow) -> bytes | None:
+    def _lg_fold(self, tx: Tx, where: Mapping[str, Any], row: CheckpointRow) -> tuple[bytes, bytes] | None:
         """Move the pending writes of ``row``'s parent out of ``lg_writes``
         (``lg_fold_writes``: only if the parent is stored and not folded
         yet), returning them folded for its row. They were committed before
@@ -514,7 +631,9 @@ class SQLCheckpoints(Generic[Tx]):
         and move in this put's transaction, so a crash keeps them either as
         rows or folded, never neither. The dialect writes them into the
         parent's row: with the checkpoint's insert (``_lg_fold_in_put``,
-        PostgreSQL: no round trip more) or in a statement of its own."""
+        PostgreSQL: no round trip more, the writes' digests appended to the
+        parent's ``refs`` for ``lg_read_one``) or in a statement of its own.
+        Returns the folded record and the writes' packed digests."""
         parent = row.parent_id
         if parent is None or parent == row.checkpoint_id:
             return None
@@ -522,10 +641,11 @@ class SQLCheckpoints(Generic[Tx]):
         moved = read_writes(self._query(tx, "lg_fold_writes", at), where["thread_id"], parent)
         if not moved:
             return None
-        folded = fold_writes(sorted(moved, key=write_order))
+        ordered = sorted(moved, key=write_order)
+        folded = fold_writes(ordered)
         if not self._lg_fold_in_put:
             self._query(tx, "lg_set_folded", {**at, "folded": folded})
-        return folded
+        return folded, b"".join(w.refs for w in ordered)
 
     def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
         unique = list({v.digest: v for v in values}.values())
@@ -663,6 +783,13 @@ class SQLCheckpoints(Generic[Tx]):
         for (digest,) in self._query(tx, "lg_thread_digests", where):
             if int(digest) not in named:
                 self._query(tx, "lg_delete_value", {**where, "digest": int(digest)})
+
+
+class _Older:
+    """``_lg_read_one`` could not read the row in one statement (``_OLDER``)."""
+
+
+_OLDER = _Older()
 
 
 class _Incomplete(Exception):

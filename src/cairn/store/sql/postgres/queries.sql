@@ -1522,32 +1522,43 @@ DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::
 -- statement names its tenant: another tenant's thread is absent.
 
 -- name: lg_lock_thread
--- one writer per thread at a time (SQLite has one writer per database)
-SELECT pg_advisory_xact_lock(hashtextextended(%(tenant)s || '/' || %(thread_id)s::text, 0))
+-- one writer per thread at a time (SQLite has one writer per database); and, for this
+-- transaction, index scans over sequential ones (lg_fold_writes)
+SELECT pg_advisory_xact_lock(hashtextextended(%(tenant)s || '/' || %(thread_id)s::text, 0)),
+       set_config('enable_seqscan', 'off', true)
 
 -- name: lg_put_checkpoint
 -- and the parent's pending writes folded into its row, when the put moved them
 -- (checkpointsql._lg_fold: folded_id NULL when not), in the same statement
+-- (and the folded writes' digests appended to the parent's refs, for lg_read_one: a parent
+-- written before migration 0045 keeps NULL there and is read as before)
 WITH folded AS (
-    UPDATE lg_checkpoints SET writes = %(folded)s::bytea
+    UPDATE lg_checkpoints SET writes = %(folded)s::bytea, refs = refs || %(folded_refs)s::bytea
     WHERE %(folded_id)s::text IS NOT NULL AND tenant = %(tenant)s AND thread_id = %(thread_id)s::text
       AND ns = %(ns)s::text AND checkpoint_id = %(folded_id)s::text AND writes IS NULL
 )
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
-                            checkpoint_kind, checkpoint, metadata_kind, metadata)
+                            checkpoint_kind, checkpoint, metadata_kind, metadata, names, refs)
 VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(parent_id)s::text, %(run_id)s::text,
-        %(checkpoint_kind)s, %(checkpoint)s, %(metadata_kind)s, %(metadata)s)
+        %(checkpoint_kind)s, %(checkpoint)s, %(metadata_kind)s, %(metadata)s, %(names)s::text, %(refs)s::bytea)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
-    metadata_kind = excluded.metadata_kind, metadata = excluded.metadata
+    metadata_kind = excluded.metadata_kind, metadata = excluded.metadata,
+    -- a row already folded keeps its writes, and is read as before (its refs lack theirs)
+    names = CASE WHEN lg_checkpoints.writes IS NULL THEN excluded.names END, refs = excluded.refs
 
 -- name: lg_fold_writes
 -- a put moves its parent's pending writes out of lg_writes, to fold them into the parent's
--- row (checkpointsql._lg_fold): only a parent that is stored and not folded yet
+-- row (checkpointsql._lg_fold): only a parent that is stored and not folded yet. It walks the
+-- thread's keys up to the parent's by the index (the parent's id is matched as an expression,
+-- no index bound; lg_lock_thread turns sequential scans off: the planner took one once the
+-- table was vacuumed empty), so PostgreSQL marks the keys earlier folds deleted as dead and
+-- cleans the page they fill instead of splitting it: the index kept every key ever inserted
+-- until a VACUUM, 385 bytes a super-step at 3,000 (tests/langgraph/test_writes_index.py)
 DELETE FROM lg_writes
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-  AND checkpoint_id = %(checkpoint_id)s::text
+  AND checkpoint_id <= %(checkpoint_id)s::text AND (checkpoint_id || '') = %(checkpoint_id)s::text
   AND EXISTS (SELECT 1 FROM lg_checkpoints AS c
               WHERE c.tenant = %(tenant)s AND c.thread_id = %(thread_id)s::text AND c.ns = %(ns)s::text
                 AND c.checkpoint_id = %(checkpoint_id)s::text AND c.writes IS NULL)
@@ -1594,13 +1605,27 @@ ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
     kind = excluded.kind, base = excluded.base, depth = excluded.depth, refs = excluded.refs
 
 -- name: lg_put_writes_many
--- pending writes in one statement: a regular write (idx >= 0) is kept as first written,
--- a special one (idx < 0) replaces the last one (as lg_put_write and lg_replace_write)
+-- pending writes in one statement, into their checkpoint's row: one more record appended to its
+-- folded writes (checkpointsql.fold_writes; unfold_writes reads the records in order, a regular
+-- write (idx >= 0) kept as first written, a special one (idx < 0) as last written) and their
+-- digests to its refs. A row updated, not a row of lg_writes inserted and then deleted by the
+-- fold: those left their key in lg_writes' index until a VACUUM, 385 bytes a super-step at 3,000
+-- (0.38 of the logical bytes). A checkpoint not stored (yet) gets rows of lg_writes, as before:
+-- a regular write kept as first written, a special one replacing the last (as lg_put_write and
+-- lg_replace_write).
+WITH kept AS (
+    UPDATE lg_checkpoints SET writes = coalesce(writes, ''::bytea) || %(record)s::bytea,
+                              refs = refs || %(record_refs)s::bytea
+    WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
+      AND checkpoint_id = %(checkpoint_id)s::text
+    RETURNING 1
+)
 INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
 SELECT %(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s, u.task_id, u.idx, u.channel,
        u.task_path, u.kind, u.refs
 FROM unnest(%(task_ids)s::text[], %(idxs)s::bigint[], %(channels)s::text[], %(task_paths)s::text[],
             %(kinds)s::text[], %(refs)s::bytea[]) AS u (task_id, idx, channel, task_path, kind, refs)
+WHERE NOT EXISTS (SELECT 1 FROM kept)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
     WHERE excluded.idx < 0
@@ -1653,6 +1678,88 @@ WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::t
   AND checkpoint_id COLLATE "C" < %(before)s::text
 ORDER BY checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
+
+-- name: lg_read_one
+-- a checkpoint (checkpoint_id, or the namespace's latest when NULL) with its channel chains,
+-- pending writes and their values, in one statement, one round trip (get_state;
+-- checkpointsql.lg_read_one), from the columns of migration 0045. Rows by part: 0 the checkpoint,
+-- 1 a chain's blob, 2 a row of lg_writes, 3 its folded writes, 4 a value, 5 a held list. A list
+-- whose digests start the caller's copy of that channel (known_channels, known_refs) is held:
+-- neither its chain nor its values are sent, only how many bytes of the caller's copy it is (those digests go in binary, %b: a list of 3,000 items is 24 KB, which psycopg's text
+-- format spelled in hex and escaped, 0.5 ms a read). The id is a range of the primary key (one id, or up to the
+-- namespace's greatest, read backwards, LIMIT 1): one plan for both, never a filter over the
+-- thread's checkpoints, and no bound a database's encoding could refuse.
+WITH RECURSIVE c AS (
+    SELECT x.checkpoint_id, x.parent_id, x.checkpoint_kind, x.checkpoint, x.metadata_kind, x.metadata,
+           x.writes, x.names, x.refs
+    FROM lg_checkpoints AS x
+    WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
+      AND x.checkpoint_id COLLATE "C" >= coalesce(%(checkpoint_id)s::text, '')
+      AND x.checkpoint_id COLLATE "C" <= coalesce(%(checkpoint_id)s::text,
+                                                  (SELECT max(m.checkpoint_id COLLATE "C") FROM lg_checkpoints AS m
+                                                   WHERE m.tenant = %(tenant)s AND m.thread_id = %(thread_id)s::text
+                                                     AND m.ns = %(ns)s::text))
+    ORDER BY x.checkpoint_id COLLATE "C" DESC
+    LIMIT 1
+),
+named (channel, version) AS (
+    SELECT n.channel, n.version FROM c, LATERAL lg_names(c.names) AS n
+),
+chain (channel, kind, base, depth, refs) AS (
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs
+    FROM named AS w,
+         LATERAL (SELECT x.channel, x.kind, x.base, x.depth, x.refs FROM lg_blobs AS x
+                  WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
+                    AND x.channel = w.channel AND x.version = w.version
+                  LIMIT 1) AS b
+    UNION ALL
+    SELECT b.channel, b.kind, b.base, b.depth, b.refs
+    FROM chain AS h,
+         LATERAL (SELECT x.channel, x.kind, x.base, x.depth, x.refs FROM lg_blobs AS x
+                  WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
+                    AND x.channel = h.channel AND x.version = h.base
+                  LIMIT 1) AS b
+),
+held AS (
+    -- the list channels whose items the caller holds: its copy starts with the chain's digests
+    SELECT l.channel, length(l.whole) AS size
+    FROM (SELECT channel, string_agg(refs, ''::bytea ORDER BY depth) AS whole, bool_and(kind = 'list') AS list
+          FROM chain GROUP BY channel) AS l
+    JOIN unnest(%(known_channels)s::text[], %(known_refs)b::bytea[]) AS k (channel, refs) ON k.channel = l.channel
+    WHERE l.list AND substring(k.refs FROM 1 FOR length(l.whole)) = l.whole
+),
+side AS (
+    SELECT y.task_id, y.idx, y.channel, y.task_path, y.kind, y.refs
+    FROM c, LATERAL (SELECT * FROM lg_writes AS z
+                     WHERE z.tenant = %(tenant)s AND z.thread_id = %(thread_id)s::text AND z.ns = %(ns)s::text
+                       AND z.checkpoint_id = c.checkpoint_id COLLATE "default"  -- lg_writes' key's collation
+                     OFFSET 0) AS y
+),
+wanted (digest) AS (
+    SELECT d FROM c, LATERAL lg_digests(c.refs) AS d
+    UNION
+    SELECT d FROM chain AS h, LATERAL lg_digests(h.refs) AS d WHERE h.channel NOT IN (SELECT channel FROM held)
+    UNION
+    SELECT d FROM side AS w, LATERAL lg_digests(w.refs) AS d
+)
+SELECT 0 AS part, checkpoint_id, parent_id, checkpoint_kind, metadata_kind, names, checkpoint, metadata,
+       NULL::bigint AS n
+FROM c
+UNION ALL
+SELECT 1, channel, kind, base, NULL, NULL, refs, NULL, depth FROM chain
+WHERE channel NOT IN (SELECT channel FROM held)
+UNION ALL
+SELECT 5, channel, NULL, NULL, NULL, NULL, NULL, NULL, size FROM held
+UNION ALL
+SELECT 2, task_id, channel, task_path, kind, NULL, refs, NULL, idx FROM side
+UNION ALL
+SELECT 3, NULL, NULL, NULL, NULL, NULL, writes, NULL, NULL FROM c WHERE writes IS NOT NULL
+UNION ALL
+SELECT 4, NULL, v.kind, NULL, NULL, NULL, v.data, NULL, v.digest
+FROM wanted AS w,
+     LATERAL (SELECT x.digest, x.kind, x.data FROM lg_values AS x
+              WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.digest = w.digest
+              LIMIT 1) AS v
 
 -- name: lg_page_reads
 -- the channel chains and the pending writes of a page of checkpoints (row i of the page:
@@ -1772,9 +1879,9 @@ DELETE FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::t
 
 -- name: lg_copy_checkpoints
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
-                            checkpoint_kind, checkpoint, metadata_kind, metadata, writes)
+                            checkpoint_kind, checkpoint, metadata_kind, metadata, writes, names, refs)
 SELECT tenant, %(target)s::text, ns, checkpoint_id, parent_id, run_id, checkpoint_kind, checkpoint, metadata_kind, metadata,
-       writes
+       writes, names, refs
 FROM lg_checkpoints WHERE tenant = %(tenant)s AND thread_id = %(source)s::text
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO NOTHING
 

@@ -1206,8 +1206,37 @@ CREATE TABLE lg_checkpoints (
     metadata_kind   TEXT NOT NULL,
     metadata        BYTEA NOT NULL,
     writes          BYTEA,  -- its pending writes, folded in by the next put (0043)
+    names           TEXT,   -- its channel versions in lg_blobs, "channel<US>version" pairs (0045)
+    refs            BYTEA,  -- packed digests of the values it names: inline, folded writes' (0045)
     PRIMARY KEY (tenant, thread_id, ns, checkpoint_id)
 );
+
+-- What lg_read_one reads of a row (cairn.store.checkpointsql): lg_names, the
+-- channel versions of names; lg_digests, the digests packed in refs
+-- (checkpointsql.unpack_refs: signed 64-bit little-endian; the last byte
+-- shifted by 56 wraps into the sign, no overflow). STRICT keeps them from
+-- being inlined, so the planner takes ROWS as their size: inlined, it took
+-- generate_series's default of 1,000 rows a call, costed the read at 4e8 and
+-- JIT-compiled it (1.4 s). Builtins are named with their schema.
+CREATE FUNCTION lg_names(names TEXT) RETURNS TABLE (channel TEXT, version TEXT)
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE ROWS 2 AS $$
+    SELECT n[2 * k - 1], n[2 * k]
+    FROM pg_catalog.string_to_array(names, pg_catalog.chr(31)) AS n,
+         pg_catalog.generate_series(1, pg_catalog.cardinality(n) / 2) AS k
+$$;
+
+CREATE FUNCTION lg_digests(refs BYTEA) RETURNS SETOF BIGINT
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE ROWS 4 AS $$
+    SELECT (pg_catalog.get_byte(refs, o)::bigint
+            | (pg_catalog.get_byte(refs, o + 1)::bigint << 8)
+            | (pg_catalog.get_byte(refs, o + 2)::bigint << 16)
+            | (pg_catalog.get_byte(refs, o + 3)::bigint << 24)
+            | (pg_catalog.get_byte(refs, o + 4)::bigint << 32)
+            | (pg_catalog.get_byte(refs, o + 5)::bigint << 40)
+            | (pg_catalog.get_byte(refs, o + 6)::bigint << 48)
+            | (pg_catalog.get_byte(refs, o + 7)::bigint << 56))
+    FROM pg_catalog.generate_series(0, pg_catalog.length(refs) - 8, 8) AS o
+$$;
 
 -- delete_for_runs: a tenant's checkpoints by run id (migration 0028; only those with one: 0043)
 CREATE INDEX lg_checkpoints_run ON lg_checkpoints (tenant, run_id) WHERE run_id IS NOT NULL;
