@@ -25,6 +25,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 import cairn
+from tests import processes
 
 ROUNDS = 3
 #: payments per round: two ``pay`` tasks, ``check`` and ``stamp``, each
@@ -37,6 +38,10 @@ PAYMENTS = {**{f"pay {r}.{k}": 1 for r in range(1, ROUNDS + 1) for k in range(2)
 START_STATE = {"log": [], "n": 0, "paid": 0}
 #: the worker processes' lease in seconds (default 1)
 LEASE_ENV = "CAIRN_TEST_LEASE"
+#: a ``processes.Zygote``'s ``preload`` for this module: ``import cairn`` is lazy, so a zygote
+#: of this module alone left each forked worker to import Cairn's runtime and its LangGraph
+#: integration (some 250 modules: 0.4 s of CPU, a second and more on a loaded machine)
+PRELOAD = (*processes.WORKER_PRELOAD, "cairn.langgraph", "cairn.lgdurable")
 
 
 class Agent(TypedDict):

@@ -61,8 +61,9 @@ def test_a_worker_killed_at_each_hit_of_a_point(tmp_path: Path, backend: StoreBa
     app.start(workflow, agent_app.START_STATE, run_id="agent")
     env = {"CAIRN_TEST_DIR": str(tmp_path), agent_app.LEASE_ENV: f"{LEASE:g}"}
     kills, nth, worker = 0, 1, None
-    # every worker is forked from one that imported the agent (LangGraph) once
-    zygote = processes.Zygote("tests.lgdurable.agent_app", log=tmp_path / "zygote.log")
+    # every worker is forked from one that imported the agent (LangGraph) and Cairn once
+    zygote = processes.Zygote("tests.lgdurable.agent_app", log=tmp_path / "zygote.log",
+                              preload=agent_app.PRELOAD)
     try:
         for k in range(MOST_WORKERS + 1):
             armed = k < MOST_WORKERS
