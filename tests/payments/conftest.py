@@ -225,8 +225,8 @@ class World:
     def chaos_worker(self, worker_id: str, *, lease: float, app_spec: str = PAYMENTS_SPEC) -> Proc:
         """A worker that tolerates many takeovers (see ``tests.payments.run_worker``),
         forked from a zygote that imported Cairn and the app's dependencies once:
-        the chaos test starts some sixty of them, each in about a tenth of the
-        half second an interpreter takes to import them."""
+        the chaos test starts some sixty of them, and a fresh interpreter spent
+        ~0.5 s of a quiet machine's CPU on those imports (seconds under load)."""
         args = ["--app", app_spec, "--db", self.db_url, "--worker-id", worker_id, "--lease", f"{lease:g}",
                 "--max-recoveries", "1000"]
         return self.procs.fork(worker_id, "tests.payments.run_worker", args, self.env(),
