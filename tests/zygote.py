@@ -1,7 +1,10 @@
 """A pre-loaded parent of worker processes (``processes.Zygote``): run as
-``python -m tests.zygote MODULE``, it imports ``MODULE`` once (for the
-LangGraph crash tests, LangGraph and Cairn: about 1.5 s of CPU a process)
-and then forks a child per request, which runs ``MODULE`` as ``__main__``
+``python -m tests.zygote MODULE [PRELOAD...]``, it imports ``MODULE`` once (for
+the LangGraph crash tests, LangGraph and Cairn: about 1.5 s of CPU a process),
+and each ``PRELOAD`` module (what ``MODULE`` imports only when it runs: the
+payments worker imports its app's module, which builds an App from
+``$CAIRN_DB``, so only that module's dependencies can be loaded ahead), and
+then forks a child per request, which runs ``MODULE`` as ``__main__``
 the way ``python -m MODULE ARGS`` would, with the environment and log file
 asked for. A child is a real process of its own session, killed by SIGKILL
 like any other; only its start is cheap.
@@ -64,7 +67,8 @@ def _child(module: str, args: list[str], env: dict[str, str], log: str) -> int:
 
 def main() -> int:
     module = sys.argv[1]
-    importlib.import_module(module)
+    for name in (module, *sys.argv[2:]):
+        importlib.import_module(name)
     children: set[int] = set()
     answer = sys.stdout
     for line in sys.stdin:
@@ -101,4 +105,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # no interpreter finalization: tearing down everything it imported (LangGraph, Cairn) took
+    # 0.2 s of each crash test's teardown, and the zygote holds nothing that needs it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -74,7 +74,8 @@ class WorkerProcess:
     """One worker subprocess and what the test did to it."""
 
     worker_id: str
-    popen: subprocess.Popen[bytes]
+    #: a child of the test process, or of a ``processes.Zygote`` (``WorkerPool._launch``'s ``preload``)
+    popen: subprocess.Popen[bytes] | processes.Forked
     log_path: Path
     spawned_at: float
     #: when the test saw the process gone (after a kill, or an exit it waited for)
@@ -214,18 +215,35 @@ class WorkerPool:
         self.effects_path.touch()
         self.workers: list[WorkerProcess] = []
         self._apps: list[cairn.App] = []
+        self._zygotes: dict[str, processes.Zygote] = {}
 
     @property
     def db_url(self) -> str:
         return self.backend.url
 
-    def _launch(self, module: str, worker_id: str, args: list[str], env: Mapping[str, str]) -> WorkerProcess:
+    def _launch(self, module: str, worker_id: str, args: list[str], env: Mapping[str, str], *,
+                preload: Sequence[str] | None = None) -> WorkerProcess:
         """Start ``python -m module --worker-id worker_id *args`` in its own
-        session, from the repository root, its output in a log file."""
+        session, from the repository root, its output in a log file. With
+        ``preload`` it is forked from this pool's zygote of ``module``, which
+        imported ``module`` and ``preload`` once (``processes.Zygote``): a test
+        that starts a worker again after each of dozens of kills waits for no
+        imports."""
         log_path = self.directory / f"worker-{len(self.workers):03d}-{worker_id}.log"
-        spawned_at = time.time()
-        # (a fault plan of the test process is not the worker's unless the test passes one)
-        popen = processes.spawn(module, ["--worker-id", worker_id, *args], env=env, log=log_path)
+        arguments = ["--worker-id", worker_id, *args]
+        popen: subprocess.Popen[bytes] | processes.Forked
+        if preload is None:
+            spawned_at = time.time()
+            # (a fault plan of the test process is not the worker's unless the test passes one)
+            popen = processes.spawn(module, arguments, env=env, log=log_path)
+        else:
+            zygote = self._zygotes.get(module)
+            if zygote is None:
+                zygote = processes.Zygote(module, preload=preload,
+                                          log=self.directory / f"zygote-{module}.log")
+                self._zygotes[module] = zygote
+            spawned_at = time.time()
+            popen = zygote.spawn(arguments, env=env, log=log_path)
         worker = WorkerProcess(worker_id, popen, log_path, spawned_at)
         self.workers.append(worker)
         return worker
@@ -259,6 +277,9 @@ class WorkerPool:
                 worker.popen.wait(timeout=10)
             except subprocess.TimeoutExpired:  # pragma: no cover - would leak a process
                 print(f"could not reap worker pid {worker.pid}", file=sys.stderr)
+        for zygote in self._zygotes.values():  # after its children: a poll asks the zygote
+            zygote.close()
+        self._zygotes.clear()
         for app in self._apps:
             with contextlib.suppress(Exception):
                 app.close()
@@ -289,13 +310,16 @@ class Cluster(WorkerPool):
         poll_interval: float = 0.02,
         max_recoveries: int = 50,
         env: dict[str, str] | None = None,
+        forked: bool = False,
     ) -> WorkerProcess:
-        """Start ``python -m tests.acceptance.run_worker`` in its own session."""
+        """Start ``python -m tests.acceptance.run_worker`` in its own session
+        (``forked``: from a zygote that imported Cairn once, see ``_launch``)."""
         environment = {DB_ENV: self.backend.worker_url(worker_id), EFFECTS_ENV: str(self.effects_path)}
         environment.update(env or {})
         args = ["--concurrency", str(concurrency), "--lease", str(lease),
                 "--poll-interval", str(poll_interval), "--max-recoveries", str(max_recoveries)]
-        return self._launch("tests.acceptance.run_worker", worker_id, args, environment)
+        preload = processes.WORKER_PRELOAD if forked else None
+        return self._launch("tests.acceptance.run_worker", worker_id, args, environment, preload=preload)
 
 
 # -- reading what happened ---------------------------------------------------------

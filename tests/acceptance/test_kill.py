@@ -78,9 +78,12 @@ def test_random_sigkills_never_repeat_recorded_steps(cluster: Cluster, concurren
     for k in range(KILLS):
         if k % 2 == 0:  # a fresh id: the dead worker's runs wait for its lease to expire
             worker_id = f"kw-{k}"
-        worker = cluster.spawn(worker_id, concurrency=concurrency, lease=LEASE)
+        # forked from a zygote that imported Cairn once: a real process, killed like any, that
+        # starts without the imports (a same-id restart waited for them, a new one for the lease)
+        worker = cluster.spawn(worker_id, concurrency=concurrency, lease=LEASE, forked=True)
         early = k % EARLY_EVERY == EARLY_EVERY - 1
-        # from the spawn: around start-up (~0.2s), reclaim, claim and replay
+        # from the spawn: around start-up (a forked worker's: its App and first poll), reclaim,
+        # claim and replay
         delay = rng.uniform(0.1, 0.45) if early else rng.uniform(0.0, MAX_DELAY)
         if not early:
             wait_until(lambda w=worker: first_begin(w.pid) or all_completed(), LEASE + 15,

@@ -25,6 +25,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 import cairn
+from tests import processes
 
 ROUNDS = 3
 #: payments per round: two ``pay`` tasks, ``check`` and ``stamp``, each
@@ -35,6 +36,12 @@ PAYMENTS = {**{f"pay {r}.{k}": 1 for r in range(1, ROUNDS + 1) for k in range(2)
             **{f"fee {r}": 2 for r in range(1, ROUNDS + 1)},
             **{f"close {r}": 1 for r in range(1, ROUNDS + 1)}}
 START_STATE = {"log": [], "n": 0, "paid": 0}
+#: the worker processes' lease in seconds (default 1)
+LEASE_ENV = "CAIRN_TEST_LEASE"
+#: a ``processes.Zygote``'s ``preload`` for this module: ``import cairn`` is lazy, so a zygote
+#: of this module alone left each forked worker to import Cairn's runtime and its LangGraph
+#: integration (some 250 modules: 0.4 s of CPU, a second and more on a loaded machine)
+PRELOAD = (*processes.WORKER_PRELOAD, "cairn.langgraph", "cairn.lgdurable")
 
 
 class Agent(TypedDict):
@@ -150,7 +157,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker-id", required=True)
     args = parser.parse_args()
-    app, _ = build(os.environ["CAIRN_TEST_DB"], Path(os.environ["CAIRN_TEST_DIR"]))
+    # the lease a test gives its workers (``CAIRN_TEST_LEASE``): a new worker takes a killed
+    # one's run over once it expired, so a chain of kills waits it out once a kill
+    lease = float(os.environ.get(LEASE_ENV, "1.0"))
+    app, _ = build(os.environ["CAIRN_TEST_DB"], Path(os.environ["CAIRN_TEST_DIR"]), lease_seconds=lease)
     app.worker(concurrency=1, worker_id=args.worker_id, poll_interval=0.02).run()
     app.close()
     return 0

@@ -42,6 +42,10 @@ CASES = (("langgraph.put.before_commit", "sqlite"), ("langgraph.put.before_commi
          ("tool.after_effect", "postgres"), ("tool.after_record", "sqlite"))
 #: more workers than any point has hits in one run (the agent makes 21 payments, 23 checkpoints)
 MOST_WORKERS = 80
+#: the workers' lease: each worker has a new id, so it takes the killed one's run over once its
+#: lease expired (up to a lease after the kill, the renewals coming every third of it); at 1 s
+#: that wait was most of each worker's life
+LEASE = 0.5
 
 
 def _progress(app: cairn.App) -> int:
@@ -53,12 +57,13 @@ def _progress(app: cairn.App) -> int:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(("point", "backend"), CASES, indirect=["backend"])
 def test_a_worker_killed_at_each_hit_of_a_point(tmp_path: Path, backend: StoreBackend, point: str) -> None:
-    app, workflow = agent_app.build(backend.url, tmp_path, lease_seconds=0.5)
+    app, workflow = agent_app.build(backend.url, tmp_path, lease_seconds=LEASE)
     app.start(workflow, agent_app.START_STATE, run_id="agent")
-    env = {"CAIRN_TEST_DIR": str(tmp_path)}
+    env = {"CAIRN_TEST_DIR": str(tmp_path), agent_app.LEASE_ENV: f"{LEASE:g}"}
     kills, nth, worker = 0, 1, None
-    # every worker is forked from one that imported the agent (LangGraph) once
-    zygote = processes.Zygote("tests.lgdurable.agent_app", log=tmp_path / "zygote.log")
+    # every worker is forked from one that imported the agent (LangGraph) and Cairn once
+    zygote = processes.Zygote("tests.lgdurable.agent_app", log=tmp_path / "zygote.log",
+                              preload=agent_app.PRELOAD)
     try:
         for k in range(MOST_WORKERS + 1):
             armed = k < MOST_WORKERS
