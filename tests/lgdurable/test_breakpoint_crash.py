@@ -31,7 +31,7 @@ import cairn
 from cairn.store.records import RunStatus
 from tests import processes
 from tests.backends import StoreBackend
-from tests.lgdurable import breakpoint_app
+from tests.lgdurable import agent_app, breakpoint_app
 from tests.lgdurable.agent_app import lines
 
 #: the armed workers, in order: the point each dies at (steps 1, 3, 4 and 5 of the docstring)
@@ -51,7 +51,8 @@ def _until(what: str, done: object, seconds: float = 120) -> None:
 def test_workers_killed_around_a_static_interrupt(tmp_path: Path, backend: StoreBackend) -> None:
     app, workflow = breakpoint_app.build(backend.url, tmp_path)
     app.start(workflow, breakpoint_app.START_STATE, run_id="bill")
-    zygote = processes.Zygote("tests.lgdurable.breakpoint_app", log=tmp_path / "zygote.log")
+    zygote = processes.Zygote("tests.lgdurable.breakpoint_app", log=tmp_path / "zygote.log",
+                              preload=agent_app.PRELOAD)
     workers: list[processes.Forked] = []
 
     def fork(name: str, point: str | None = None) -> processes.Forked:

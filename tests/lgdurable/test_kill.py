@@ -54,7 +54,8 @@ def test_sigkilled_langgraph_workers_resume_with_each_payment_once(tmp_path: Pat
     workers: list[processes.Forked] = []
     kills = 0
     # every worker is forked from one that imported the agent (LangGraph) once
-    zygote = processes.Zygote("tests.lgdurable.agent_app", log=tmp_path / "zygote.log")
+    zygote = processes.Zygote("tests.lgdurable.agent_app", log=tmp_path / "zygote.log",
+                              preload=agent_app.PRELOAD)
     try:
         for round_ in range(60):
             worker = zygote.spawn(["--worker-id", f"w{round_}"],
