@@ -107,6 +107,7 @@ PLAIN_COLUMNS: dict[tuple[str, str], str] = {
     ("lg_blobs", "refs"): "value digests (keyed when the saver seals)",
     ("lg_writes", "refs"): "value digests (keyed when the saver seals)",
     ("lg_checkpoints", "writes"): "a parent's folded lg_writes rows: channels, task ids, value digests",
+    ("lg_checkpoints", "refs"): "value digests the row names (keyed when the saver seals)",
     ("memory_vectors", "embedding"): "embeddings stay plaintext vectors (docs/design.md)",
     ("retention_deleted", "head"): "the audit chain's last link of a deleted run",
     ("run_archives", "last_link"): "the audit chain's last link of an archived run",
