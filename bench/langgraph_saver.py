@@ -5,7 +5,7 @@ PostgreSQL (issue 24's performance targets).
     python -m bench.langgraph_saver                       # 300 and 3,000 super-steps, all four
     python -m bench.langgraph_saver --steps 300 --only sqlite,cairn-sqlite
     python -m bench.langgraph_saver --json                # the figures as JSON on stdout
-    python -m bench.langgraph_saver --breakdown           # and where PostgreSQL's bytes are
+    python -m bench.langgraph_saver --breakdown           # and where the Cairn savers' bytes are
 
 The workload is ``bench.graph``'s LangGraph graph, unchanged: one node,
 ``talk``, looping to itself until ``n`` reaches the step count, each
@@ -131,6 +131,22 @@ class SqliteFile(Database):
     def disk_bytes(self) -> int:
         return file_bytes(self.path, vacuum=True)
 
+    def breakdown(self, steps: int) -> list[str]:
+        """Where the file's bytes are, after ``VACUUM``: the pages of each
+        ``lg_*`` table and index (``dbstat``) and the bytes of those pages
+        not in use, per super-step (``--breakdown``)."""
+        file_bytes(self.path, vacuum=True)
+        lines = []
+        with sqlite3.connect(self.path) as conn:
+            rows = conn.execute(
+                "SELECT name, sum(pgsize), sum(unused), sum(ncell) FROM dbstat WHERE name LIKE 'lg%'"
+                " OR name LIKE 'sqlite_autoindex_lg%' GROUP BY name ORDER BY name").fetchall()
+        for name, size, unused, cells in rows:
+            if size:
+                lines.append(f"{name}: {size / steps:,.0f} B/step (unused {unused / steps:,.0f});"
+                             f" {cells / steps:.2f} cells/step")
+        return lines
+
     def checkpoint_ids(self) -> list[str]:
         table, where = ("lg_checkpoints", "tenant = 'bench' AND ") if self.cairn else ("checkpoints", "")
         with sqlite3.connect(self.path) as conn:
@@ -176,6 +192,11 @@ class PostgresDatabase(Database):
         tables = CAIRN_TABLES if self.cairn else LG_TABLES
         lines = []
         with psycopg.connect(self.url, autocommit=True) as conn:
+            try:  # the heap's live tuple bytes and free space (a contrib module: absent, no figure)
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+                stattuple = True
+            except psycopg.Error:
+                stattuple = False
             for table in tables:
                 conn.execute(f"VACUUM {table}")
                 heap, maps, toast, total, rows = conn.execute(
@@ -187,7 +208,13 @@ class PostgresDatabase(Database):
                 indexes = conn.execute(
                     "SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid) FROM pg_index AS i"
                     " WHERE i.indrelid = %s::regclass ORDER BY 1", (table,)).fetchall()
-                lines.append(f"{table}: {total / steps:,.0f} B/step = heap {heap / steps:,.0f} + maps "
+                live = ""
+                if stattuple:
+                    tuple_len, free = conn.execute(
+                        "SELECT tuple_len, free_space FROM pgstattuple(%s::regclass)", (table,)
+                    ).fetchone() or (0, 0)
+                    live = f" (tuples {tuple_len / steps:,.0f}, free {free / steps:,.0f})"
+                lines.append(f"{table}: {total / steps:,.0f} B/step = heap {heap / steps:,.0f}{live} + maps "
                              f"{maps / steps:,.0f} + TOAST {toast / steps:,.0f} + "
                              + " + ".join(f"{name} {size / steps:,.0f}" for name, size in indexes)
                              + f"; {rows / steps:.2f} rows/step")
@@ -277,7 +304,8 @@ def measure(system: str, steps: int, samples: int, seed: int, breakdown: bool = 
         finally:
             close()
         figures.disk_bytes = db.disk_bytes() - empty
-        if breakdown and isinstance(db, PostgresDatabase):
+        if breakdown and isinstance(db, PostgresDatabase | SqliteFile) and (
+                db.cairn or isinstance(db, PostgresDatabase)):
             figures.notes += db.breakdown(steps)
     return figures
 

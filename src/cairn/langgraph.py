@@ -62,7 +62,10 @@ from cairn.store.checkpointsql import (
     ThreadKey,
     ValueRow,
     WriteRow,
+    is_literal,
     join_names,
+    literal,
+    literal_bytes,
     pack_refs,
     unpack_refs,
 )
@@ -374,7 +377,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             self._await_writes((key.thread_id, key.ns, str(parent)))
         # what the server may read of the row (PostgreSQL reads a checkpoint in one statement with them)
         names = join_names({k: v for k, v in versions.items() if k not in inline})
-        refs = pack_refs(d for d in inline.values() if d is not None)
+        refs = pack_refs(d for d in inline.values() if d is not None and not is_literal(d))
         row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata,
                             names, refs)
         run_id = full_metadata.get("run_id")
@@ -620,8 +623,14 @@ class CairnSaver(BaseCheckpointSaver[str]):
         its value rows are added to ``rows``."""
         items = value if type(value) is list else [value]
         digests: Digests = []
+        # a plain value (a counter, a flag) may be a literal; a list's items are rows, as messages are
+        plain = type(value) is not list and self._sealer is None
         for item in items:
             kind, data = self._dump(item)
+            short = literal(data) if plain and kind == "msgpack" else None
+            if short is not None:  # a counter, a flag: the ref holds it, no row (never when sealed)
+                digests.append(short)
+                continue
             d = self._digest(kind, data)  # of the value as serialized: a compressed copy is the same value
             rows.append(ValueRow(d, *packed(kind, data)))
             digests.append(d)
@@ -771,7 +780,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         out: builtins.list[Any] = []
         unpack, option = ormsgpack.unpackb, ormsgpack.OPT_NON_STR_KEYS
         for d in digests:
-            found = values.get(d)
+            found = self._value(values, d)
             if found is None:
                 raise UnreadableCheckpoint(f"{_name(row)}: its {what} names a value that is not stored")
             kind, data = unpacked(*found, row, what)
@@ -784,6 +793,19 @@ class CairnSaver(BaseCheckpointSaver[str]):
                     pass
             out.append(self._load(kind, data, row, what))
         return out
+
+    def _value(self, values: Mapping[int, tuple[str, bytes]], d: int) -> tuple[str, bytes] | None:
+        """The stored value ``d`` names: its row if fetched (a digest written
+        before literals may have a literal's tag: its row comes first), else
+        the msgpack bytes ``d`` holds itself when it is a literal
+        (``checkpointsql.literal``); never under encryption, where every value
+        is sealed and bound to its thread: there a literal is not stored."""
+        found = values.get(d)
+        if found is None and self._sealer is None:
+            data = literal_bytes(d)
+            if data is not None:
+                return "msgpack", data
+        return found
 
     def _versions(self, row: CheckpointRow, decoded: dict[str, Any] | None = None) -> Named:
         """What ``row`` names: its channel versions stored as rows, and the
@@ -817,7 +839,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         values = snap.values
 
         def item(d: int, what: str) -> Any:
-            found = values.get(d)
+            found = self._value(values, d)
             if found is None:
                 raise UnreadableCheckpoint(f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}: "
                                            f"its {what} names a value that is not stored")
@@ -930,7 +952,9 @@ def digest(kind: str, data: bytes, key: bytes = b"") -> int:
     colliding is a 2**-64 chance per pair. ``key``: a tenant's secret, when
     its values are sealed (BLAKE2b keyed: at most 64 bytes of it)."""
     raw = hashlib.blake2b(kind.encode() + b"\0" + data, digest_size=8, key=key[:64]).digest()
-    return int.from_bytes(raw, "little", signed=True)
+    d = int.from_bytes(raw, "little", signed=True)
+    # never a literal's tag (checkpointsql.literal): one bit of the tag flipped, a 2**-16 chance
+    return d ^ (1 << 48) if is_literal(d) else d
 
 
 def _looks_pickled(data: bytes) -> bool:

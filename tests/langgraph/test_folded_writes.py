@@ -213,8 +213,9 @@ def test_rows_of_lg_writes_from_before_are_read_and_folded(app: cairn.App, db_ur
     saver = _new_saver(app)
     c1 = _put(saver, None, 0)
     c1_id = c1["configurable"]["checkpoint_id"]
-    saver.put_writes(c1, [("n", 5)], "task-a")  # its value row; then the write as the old code stored it
-    digest = saver._digest(*saver._dump(5))
+    # its value row (longer than a literal: checkpointsql.literal); then the write as the old code stored it
+    saver.put_writes(c1, [("n", 10**12)], "task-a")
+    digest = saver._digest(*saver._dump(10**12))
     found = _writes(_new_saver(app), c1)
     _sql(db_url, "DELETE FROM lg_writes")
     _sql(db_url, "UPDATE lg_checkpoints SET writes = NULL")
@@ -223,7 +224,7 @@ def test_rows_of_lg_writes_from_before_are_read_and_folded(app: cairn.App, db_ur
     _sql(db_url, "INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, "
                  "task_path, kind, refs) VALUES ('acme', 't', '', ?, 'task-a', 0, 'n', '', 'value', ?)",
          (c1_id, pack_refs([digest])))
-    assert found == [("task-a", "n", 5)]
+    assert found == [("task-a", "n", 10**12)]
     assert _writes(_new_saver(app), c1) == found
     _put(saver, c1, 1)
     assert _side_rows(db_url, c1_id) == 0

@@ -104,7 +104,7 @@ def test_a_value_that_is_not_stored_is_refused_not_defaulted(app: cairn.App, db_
 def test_a_pickle_row_is_refused_and_not_run(app: cairn.App, db_url: str, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     payload = pickle.dumps(Evil(str(marker)))
-    saver, config = _saved(app, "fine")
+    saver, config = _saved(app, "fine, and a row")  # longer than a literal (checkpointsql.literal)
     _execute(db_url, "UPDATE lg_values SET kind = 'pickle', data = ?", (payload,))
     with pytest.raises(UnreadableCheckpoint, match="refused its channel 'c': serializer type 'pickle'"):
         saver.get_tuple(config)
@@ -159,7 +159,7 @@ def test_a_constructor_outside_the_allowlist_is_refused_and_not_run(
     JsonPlusSerializer(allowed_msgpack_modules=True).loads_typed(("msgpack", payload))
     assert marker.exists()
     marker.rmdir()
-    saver, config = _saved(app, "fine")
+    saver, config = _saved(app, "fine, and a row")  # longer than a literal (checkpointsql.literal)
     _execute(db_url, "UPDATE lg_values SET data = ?", (payload,))
     refused = r"refused its channel 'c': os\.mkdir is not in the allowlist"
     with pytest.raises(UnreadableCheckpoint, match=refused):

@@ -103,20 +103,21 @@ def test_a_checkpoint_stored_before_inline_versions_reads_as_before(app: cairn.A
     from cairn.langgraph import digest
 
     saver = _saver(app)
-    c1 = _put(saver, None, {"a": 1, "b": "old"}, {"a": "1", "b": "1"}, {"a": "1", "b": "1"})
+    big = 10**12  # longer than a literal (checkpointsql.literal): a value row, as every value was
+    c1 = _put(saver, None, {"a": big, "b": "old, a row"}, {"a": "1", "b": "1"}, {"a": "1", "b": "1"})
     # as stored before: no inline record, each channel a row of lg_blobs
     _rewrite(db_url, saver, c1, lambda c: c.pop("_cv"))
-    for channel, value in (("a", 1), ("b", "old")):
+    for channel, value in (("a", big), ("b", "old, a row")):
         d = digest(*saver.serde.dumps_typed(value))
         _sql(db_url, "INSERT INTO lg_blobs (tenant, thread_id, ns, channel, version, kind, base, depth, "
              "refs) VALUES ('acme', 't', '', ?, '1', 'value', NULL, 0, ?)",
              (channel, d.to_bytes(8, "little", signed=True)))
-    assert _values(_saver(app), c1) == {"a": 1, "b": "old"}
+    assert _values(_saver(app), c1) == {"a": big, "b": "old, a row"}
     # a checkpoint after it carries nothing inline from it: its channel is found as a row
-    c2 = _put(_saver(app), c1, {"a": 2, "b": "old"}, {"a": "2", "b": "1"}, {"a": "2"})
-    assert _values(_saver(app), c2) == {"a": 2, "b": "old"}
+    c2 = _put(_saver(app), c1, {"a": 2, "b": "old, a row"}, {"a": "2", "b": "1"}, {"a": "2"})
+    assert _values(_saver(app), c2) == {"a": 2, "b": "old, a row"}
     _saver(app).prune(["t"])  # the legacy row c2 still names survives a collection
-    assert _values(_saver(app), c2) == {"a": 2, "b": "old"}
+    assert _values(_saver(app), c2) == {"a": 2, "b": "old, a row"}
 
 
 def test_values_only_an_inline_record_names_survive_a_collection(app: cairn.App) -> None:

@@ -191,6 +191,51 @@ def pack_refs(digests: Iterable[int]) -> bytes:
     return b"".join(d.to_bytes(REF_SIZE, "little", signed=True) for d in digests)
 
 
+#: A *literal* ref (branch lgdisk): a value of at most ``LITERAL_BYTES`` bytes
+#: of msgpack held in the 8 bytes a digest takes instead of a row of
+#: ``lg_values`` it would name (a counter channel and the write that sets it
+#: cost a value row a super-step: ~60 bytes on SQLite, ~100 on PostgreSQL
+#: with its index entry). Its top 16 bits are ``LITERAL_TAG``, then the length,
+#: then the bytes, zero-padded. A saver never gives a real digest those top
+#: bits (``cairn.langgraph.digest`` moves it), so a literal is never a value's
+#: digest; one written before (a 2**-16 chance per value) still has its row,
+#: which a read finds and uses first. Never under encryption: a literal is
+#: the value in plain.
+LITERAL_TAG = 0xA5C3
+LITERAL_BYTES = 5
+_U64 = (1 << 64) - 1
+
+
+def is_literal(d: int) -> bool:
+    """Whether the ref ``d`` has a literal's tag (``literal``)."""
+    return (d & _U64) >> 48 == LITERAL_TAG
+
+
+def literal(data: bytes) -> int | None:
+    """``data`` as a literal ref, or ``None`` when it is too long to be one."""
+    if len(data) > LITERAL_BYTES:
+        return None
+    u = (LITERAL_TAG << 48) | (len(data) << 40) | int.from_bytes(data.ljust(LITERAL_BYTES, b"\0"), "big")
+    return u - (1 << 64) if u >> 63 else u
+
+
+def row_refs(refs: Iterable[bytes]) -> bytes:
+    """The packed digests of ``refs`` that name rows (literals left out): what
+    a checkpoint's ``refs`` column lists for ``lg_read_one`` to fetch."""
+    return pack_refs(d for r in refs for d in unpack_refs(r) if not is_literal(d))
+
+
+def literal_bytes(d: int) -> bytes | None:
+    """The bytes of the literal ref ``d``; ``None`` if it is not a well-formed one."""
+    u = d & _U64
+    if u >> 48 != LITERAL_TAG:
+        return None
+    size, payload = (u >> 40) & 0xFF, (u & ((1 << 40) - 1)).to_bytes(LITERAL_BYTES, "big")
+    if size > LITERAL_BYTES or payload[size:].strip(b"\0"):
+        return None
+    return payload[:size]
+
+
 #: what separates the channels and versions of ``CheckpointRow.names`` (the unit separator)
 NAME_SEPARATOR = "\x1f"
 
@@ -387,7 +432,7 @@ class SQLCheckpoints(Generic[Tx]):
                     "task_paths": [w.task_path for w in writes], "kinds": [w.kind for w in writes],
                     "refs": [w.refs for w in writes],
                     # PostgreSQL: appended to the checkpoint's row when it is stored (lg_put_writes_many)
-                    "record": fold_writes(writes), "record_refs": b"".join(w.refs for w in writes)})
+                    "record": fold_writes(writes), "record_refs": row_refs(w.refs for w in writes)})
             for w in () if self._lg_arrays else writes:
                 self._query(tx, "lg_replace_write" if w.idx < 0 else "lg_put_write", {
                     **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
@@ -481,7 +526,8 @@ class SQLCheckpoints(Generic[Tx]):
                 wanted.update(unpack_refs(refs))
         for w in writes:
             wanted.update(unpack_refs(w.refs))
-        if wanted - values.keys():  # left out as the caller's, which its copy no longer starts with
+        # left out as the caller's, which its copy no longer starts with (a literal names no row)
+        if any(not is_literal(d) for d in wanted - values.keys()):
             return _OLDER
         return Snapshot(row, chains, writes, values)
 
@@ -645,7 +691,7 @@ class SQLCheckpoints(Generic[Tx]):
         folded = fold_writes(ordered)
         if not self._lg_fold_in_put:
             self._query(tx, "lg_set_folded", {**at, "folded": folded})
-        return folded, b"".join(w.refs for w in ordered)
+        return folded, row_refs(w.refs for w in ordered)
 
     def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
         unique = list({v.digest: v for v in values}.values())
@@ -711,7 +757,7 @@ class SQLCheckpoints(Generic[Tx]):
             for thread_id, digest, kind, data in found:
                 d, raw = int(digest), bytes(data)
                 fetched[d] = (str(kind), raw if opener is None else opener(str(thread_id), d, raw))
-            if not whole and any(d not in fetched for _, d in asking):
+            if not whole and any(d not in fetched and not is_literal(d) for _, d in asking):
                 raise _Incomplete
         return out
 
