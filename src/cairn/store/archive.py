@@ -35,6 +35,7 @@ import msgspec
 
 from cairn.errors import PayloadError
 from cairn.store.auditlinks import GENESIS, row_link
+from cairn.store.auditverify import recomputed_digest
 from cairn.store.records import UsageTotals
 from cairn.store.rows import pack_payload
 
@@ -269,10 +270,11 @@ def _relinked(rows: list[Row]) -> list[bytes | None]:
     links: list[bytes | None] = []
     previous = GENESIS
     for row in rows:
-        if row[_LINK] is None or row[15] is None:
+        entry_digest = row[15] if row[15] is not None or row[_LINK] is None else recomputed_digest(row)
+        if row[_LINK] is None or entry_digest is None:
             links.append(None if row[_LINK] is None else bytes(row[_LINK]))
             continue
-        previous = row_link(previous, row, bytes(row[15]))
+        previous = row_link(previous, row, bytes(entry_digest))
         links.append(previous)
     return links
 

@@ -12,6 +12,8 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+from cairn.store.auditverify import recomputed_digest
+
 Tx = TypeVar("Tx")
 T = TypeVar("T")
 
@@ -60,6 +62,22 @@ class SQLAudit(Generic[Tx]):
     def _audit_page(self, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """One page of ``audit_entries`` (PostgreSQL pins its plan to the primary key)."""
         return self._select("audit_entries", params)
+
+    def _store_audit_digest(self, tx: Tx, run_id: str, seq: int) -> None:
+        """Store the digest of entry ``seq`` of ``run_id`` if it was written
+        without one (no keyring: the verifier recomputes it from the body),
+        in ``tx``, before the caller removes or seals that body: after, the
+        digest could not be recomputed and the entry could not be linked.
+        A body that already cannot give it (damaged) is left as found: the
+        verifier reports it."""
+        rows = self._query(tx, "audit_unstored_digest", {"run_id": run_id, "seq": seq})
+        found = recomputed_digest(rows[0]) if rows else None
+        if found is not None:
+            self._query(tx, "audit_store_digest", {"run_id": run_id, "seq": seq, "digest": found})
+
+    def store_audit_digest(self, run_id: str, seq: int) -> None:
+        """``_store_audit_digest`` in a transaction of its own (``store.rekey``)."""
+        self._operate(lambda tx: self._store_audit_digest(tx, run_id, seq))
 
     def audit_run_tenants(self, *, tenant: str | None = None, run_id: str | None = None) -> dict[str, str]:
         """run -> tenant of the runs in scope (the run rows, to check each entry's tenant against)."""

@@ -134,28 +134,38 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
         prefix = False
         if type(stored_link) is not bytes:  # PostgreSQL may read back a memoryview
             stored_link = bytes(stored_link)
-        if stored_link == PENDING or stored_digest is None:
+        if stored_link == PENDING:
             chains.fail(run_id, seq, "the entry was never linked (written outside Cairn)")
             continue
-        if type(stored_digest) is not bytes:
-            stored_digest = bytes(stored_digest)
         if tenants.get(run_id) != tenant:
             chains.fail(run_id, seq, f"the entry's tenant {tenant!r} is not its run's "
                                      f"({tenants.get(run_id)!r}): moved across tenants")
             continue
-        if check_digests and not (digester is None and _plain_matches(row, stored_digest)):
-            problem = _digest_problem(row, tenant, digester, stored_digest, plain_before)
-            if problem is _ERASED:
-                chains.erased += 1
-            elif problem is _EXPIRED:
-                chains.expired += 1
-            elif problem is not None:
-                chains.fail(run_id, seq, problem)
+        recomputed = stored_digest is None
+        if recomputed:  # not stored: the plaintext beside it gives it, the link checks it
+            stored_digest = recomputed_digest(row)
+            if stored_digest is None:
+                chains.fail(run_id, seq, "the entry's digest was not stored and its body cannot be read "
+                                         "back to recompute it (removed or damaged)")
                 continue
+        else:
+            if type(stored_digest) is not bytes:
+                stored_digest = bytes(stored_digest)
+            if check_digests and not (digester is None and _plain_matches(row, stored_digest)):
+                problem = _digest_problem(row, tenant, digester, stored_digest, plain_before)
+                if problem is _ERASED:
+                    chains.erased += 1
+                elif problem is _EXPIRED:
+                    chains.expired += 1
+                elif problem is not None:
+                    chains.fail(run_id, seq, problem)
+                    continue
         if row_link(previous, row, stored_digest) != stored_link:
-            chains.fail(run_id, seq, "the entry does not match its link: its metadata (type, time, actor, "
-                                     "position, name...) was edited, it was moved or copied from elsewhere, "
-                                     "or an entry before it was rewritten")
+            what = "payload or detail (its digest, not stored, recomputed from them) or its " \
+                if recomputed else ""
+            chains.fail(run_id, seq, "the entry does not match its link: its " + what + "metadata (type, "
+                                     "time, actor, position, name...) was edited, it was moved or copied "
+                                     "from elsewhere, or an entry before it was rewritten")
             continue
         previous = stored_link
         if wanted and wanted.get(run_id) == seq:
@@ -188,6 +198,27 @@ def _expired(row: tuple[Any, ...]) -> str | None:
         return ("the entry's body is marked expired, but no retention class expires the body of such an "
                 "entry (neither a model call nor a body stored by reference): it was removed by hand")
     return _EXPIRED
+
+
+def recomputed_digest(row: tuple[Any, ...]) -> bytes | None:
+    """The plain digest of an entry whose digest was not stored (a store
+    without a keyring: ``sqlite._audited``), from its payload and detail as
+    stored (``auditsql.ENTRY_COLUMNS``); ``None`` if they cannot give it
+    (a body expired, packed bytes damaged): such an entry cannot be checked,
+    which is why retention and adoption store the digest before they
+    change the body (``retentionsql``, ``rekey``)."""
+    payload = row[12]
+    try:
+        if payload is not None and type(payload) is not bytes:
+            payload = bytes(payload)
+        detail = None if row[14] is None else _decode_json(row[14])
+        if payload is not None and payload[:1] == b"\x00":
+            if payload[:2] == EXPIRED_TAG:
+                return None
+            payload = unpack_payload(payload, f"the payload of entry {row[1]}", False)
+        return digest(payload, detail)
+    except (DamagedRow, ValueError, TypeError, msgspec.DecodeError):
+        return None
 
 
 def _plain_matches(row: tuple[Any, ...], stored: bytes) -> bool:

@@ -363,6 +363,8 @@ class Rekeyer:
                                           packed=True)
                 new_detail = self._json(Place(self.tenant, run_id, "history", at, "detail"), detail,
                                         PLAIN_DETAIL)
+                if new_payload is not None or new_detail is not None:  # sealed from now on: keep its
+                    self.inner.store_audit_digest(run_id, seq)  # plain digest (not recomputable then)
                 if new_payload is not None and linked:
                     self._write("rekey_spilled_set", {"link": payload, "payload": new_payload,
                                                       "old_payload": envelope})

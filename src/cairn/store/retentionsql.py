@@ -196,12 +196,16 @@ class SQLRetention(Generic[Tx]):
 
         return self._operate(body)
 
+    def _store_audit_digest(self, tx: Tx, run_id: str, seq: int) -> None:
+        raise NotImplementedError  # store.auditsql.SQLAudit's
+
     def _delete_one(self, tx: Tx, cls: DataClass, cutoffs: Cutoffs, key: Key, now: float,
                     threads: set[tuple[str, str, float]]) -> bool:
         if cls in (DataClass.MODEL_BODIES, DataClass.ARTIFACTS):
             run_id, seq = key
             entry = {"run_id": run_id, "seq": seq}
             marker = rt.expired_marker(cls, now)
+            self._store_audit_digest(tx, run_id, seq)  # the body goes: its digest must stay
             self._query(tx, "drop_spilled_body", entry)
             self._query(tx, "queue_body_artifact", {**entry, "now": now})
             return bool(self._query(tx, "expire_body", {**entry, "marker": marker}))

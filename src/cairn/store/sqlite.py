@@ -1333,13 +1333,18 @@ def _may_be_sealed(detail: str | None) -> bool:
 
 def _audited(
     values: tuple[Any, ...], event: HistoryEvent, previous: bytes | None, digester: Digester | None
-) -> tuple[bytes, bytes]:
+) -> tuple[bytes | None, bytes]:
     """``(digest, link)`` of the entry ``event`` written as ``values`` (its
-    ``at`` final) after ``previous`` (``None``: pending, linked at commit)."""
+    ``at`` final) after ``previous`` (``None``: pending, linked at commit).
+    Without a keyring the digest is not stored (``None``): the verifier
+    recomputes it from the plaintext stored beside it, and whatever removes
+    that plaintext stores the digest first (``auditlinks.RECOMPUTED``)."""
     payload = event.payload
-    if previous is not None and (digester is None or (
-            (payload is None or payload.data is None) and not _may_be_sealed(values[14]))):
-        # the hot path's: one call (an entry holding no sealed value has its plain digest)
+    if previous is not None and digester is None:  # the hot path's: one call, the link alone stored
+        return None, auditlinks.digest_and_link(previous, values, None if payload is None else payload.data,
+                                                event.detail)[1]
+    if previous is not None and (payload is None or payload.data is None) and not _may_be_sealed(values[14]):
+        # an entry holding no sealed value has its plain digest (a keyed store stores every digest)
         return auditlinks.digest_and_link(previous, values, None if payload is None else payload.data,
                                           event.detail)
     if digester is None:

@@ -2161,6 +2161,19 @@ WHERE (h.run_id, h.seq) > (%(after_run)s::text, %(after_seq)s::bigint)
   AND (%(run_id)s::text IS NULL OR h.run_id = %(run_id)s::text)
 ORDER BY h.run_id, h.seq LIMIT %(page)s::bigint
 
+-- An entry whose digest was not stored (a SQLite store without a keyring writes none; a database
+-- moved over keeps them so), read to store it before its body is changed (retention, adoption).
+-- name: audit_unstored_digest
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name, h.input_hash,
+       h.attempt, h.started_at, h.payload, h.payload_ref, h.detail, h.digest, h.link, h.tenant
+FROM history AS h
+WHERE h.run_id = %(run_id)s::text AND h.seq = %(seq)s::bigint AND h.digest IS NULL
+  AND h.link IS NOT NULL AND h.link <> ''::bytea
+
+-- name: audit_store_digest
+UPDATE history SET digest = %(digest)s::bytea
+WHERE run_id = %(run_id)s::text AND seq = %(seq)s::bigint AND digest IS NULL
+
 -- name: audit_run_tenants
 SELECT run_id, tenant FROM runs
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
