@@ -120,6 +120,15 @@ class TestDatabases:
         finally:
             self.drop(name)
 
+    def wait_idle(self) -> None:
+        """Wait for the copies and drops under way. Each runs a transaction
+        with an xid, and a transaction anywhere on the server keeps every
+        database's scans from marking rows deleted after it began as dead
+        (tests/langgraph/test_writes_index.py, which counts index pages)."""
+        for future in [*self._ready, *self._dropping]:
+            with contextlib.suppress(Exception):  # a failed copy is made again by clone()
+                future.result()
+
     def close(self) -> None:
         """Drop every copy (used or made ahead) and the template."""
         if self._executor is None:

@@ -171,13 +171,17 @@ class Worker:
             # ``signals.received`` is set by the handler itself: no claim starts
             # after a signal, even before its watcher thread has called ``stop``
             while not self._stopping.is_set() and not (signals is not None and signals.received):
+                # Idle is read before the claim pass: an execution that ends during the pass may
+                # have made work the pass did not see (a child's end readies its parent), so only
+                # a pass that began with nothing running may end the loop (tests/worker/test_max_idle.py)
+                idle = self._idle()
                 claims = self._claim()
                 for claim in claims:
                     pool.submit(self._execute, claim)
                 if claims:
                     idle_since = time.monotonic()
                     continue
-                if max_idle is not None and self._idle() and time.monotonic() - idle_since > max_idle:
+                if max_idle is not None and idle and time.monotonic() - idle_since > max_idle:
                     break
                 self._wakeup.wait(self._poll_delay())
                 self._wakeup.clear()
