@@ -185,3 +185,42 @@ def test_lg_digests_unpacks_as_the_saver_packs(pg_app: cairn.App, pg_url: str) -
     found = raw_sql(url, "SELECT d FROM lg_digests(?) AS d", (pack_refs(digests),))
     assert [int(r[0]) for r in found] == digests
     assert raw_sql(url, "SELECT count(*) FROM lg_digests(?)", (b"",)) == [(0,)]
+
+
+def test_a_history_page_on_postgresql_is_one_statement(pg_app: cairn.App,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``get_state_history(limit=10)`` (the saver's ``list``): one
+    ``lg_read_page`` a page of LIST_PAGE, held lists or not, and the same
+    tuples as the statements of before (``lg_list_thread``, ``lg_page_reads``,
+    ``lg_page_values``)."""
+    from cairn.langgraph import LIST_PAGE, CairnSaver
+
+    writer = CairnSaver(pg_app, tenant="acme")
+    ids = _run(writer, steps=40)
+    assert len(ids) >= 2 * LIST_PAGE + 5
+    page = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}  # as get_state_history asks
+    # (before, limit, statements): a page of LIST_PAGE a statement; unbounded, until one is short
+    cases = ((None, 10, 1), (ids[5], 10, 1), (None, None, len(ids) // LIST_PAGE + 1),
+             (ids[3], 2 * LIST_PAGE + 1, 3))
+    for cold in (False, True):
+        reader = CairnSaver(pg_app, tenant="acme") if cold else writer
+        for before, limit, statements in cases:
+            ran = _statements(reader)
+            got = list(reader.list(page, before=None if before is None else _conf("t", before), limit=limit))
+            start = 0 if before is None else ids.index(before) + 1
+            want = ids[start:] if limit is None else ids[start:start + limit]
+            assert [t.config["configurable"]["checkpoint_id"] for t in got] == want
+            assert ran == ["lg_read_page"] * statements, (cold, before, limit, ran)
+    now = list(CairnSaver(pg_app, tenant="acme").list(page))
+    warm = list(writer.list(page))
+    _as_before(writer, monkeypatch)
+    monkeypatch.setattr(type(writer._rows), "lg_read_page", lambda self, *a: None)
+    reader = CairnSaver(pg_app, tenant="acme")
+    ran = _statements(reader)
+    before = list(reader.list(page))
+    assert "lg_read_page" not in ran and "lg_page_reads" in ran
+    assert len(now) == len(warm) == len(before) == len(ids)
+    for a, b, c in zip(now, warm, before, strict=True):
+        _same(a, c)
+        _same(b, c)
+    assert before[0].pending_writes and any(t.pending_writes for t in before[1:])  # rows and folded writes
