@@ -1688,7 +1688,9 @@ LIMIT %(limit)s::bigint
 -- neither its chain nor its values are sent, only how many bytes of the caller's copy it is (those digests go in binary, %b: a list of 3,000 items is 24 KB, which psycopg's text
 -- format spelled in hex and escaped, 0.5 ms a read). The id is a range of the primary key (one id, or up to the
 -- namespace's greatest, read backwards, LIMIT 1): one plan for both, never a filter over the
--- thread's checkpoints, and no bound a database's encoding could refuse.
+-- thread's checkpoints, and no bound a database's encoding could refuse. The greatest id is the
+-- key's last entry (ORDER BY ... LIMIT 1): max(checkpoint_id COLLATE "C") was an aggregate over
+-- the namespace's every key, 1.05 ms at 3,000 checkpoints (EXPLAIN ANALYZE).
 WITH RECURSIVE c AS (
     SELECT x.checkpoint_id, x.parent_id, x.checkpoint_kind, x.checkpoint, x.metadata_kind, x.metadata,
            x.writes, x.names, x.refs
@@ -1696,9 +1698,10 @@ WITH RECURSIVE c AS (
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
       AND x.checkpoint_id COLLATE "C" >= coalesce(%(checkpoint_id)s::text, '')
       AND x.checkpoint_id COLLATE "C" <= coalesce(%(checkpoint_id)s::text,
-                                                  (SELECT max(m.checkpoint_id COLLATE "C") FROM lg_checkpoints AS m
+                                                  (SELECT m.checkpoint_id FROM lg_checkpoints AS m
                                                    WHERE m.tenant = %(tenant)s AND m.thread_id = %(thread_id)s::text
-                                                     AND m.ns = %(ns)s::text))
+                                                     AND m.ns = %(ns)s::text
+                                                   ORDER BY m.checkpoint_id COLLATE "C" DESC LIMIT 1))
     ORDER BY x.checkpoint_id COLLATE "C" DESC
     LIMIT 1
 ),
@@ -1775,9 +1778,10 @@ WITH RECURSIVE c AS (
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
       AND x.checkpoint_id COLLATE "C" <= coalesce(%(before)s::text,
-                                                  (SELECT max(m.checkpoint_id COLLATE "C") FROM lg_checkpoints AS m
+                                                  (SELECT m.checkpoint_id FROM lg_checkpoints AS m
                                                    WHERE m.tenant = %(tenant)s AND m.thread_id = %(thread_id)s::text
-                                                     AND m.ns = %(ns)s::text))
+                                                     AND m.ns = %(ns)s::text
+                                                   ORDER BY m.checkpoint_id COLLATE "C" DESC LIMIT 1))
       AND x.checkpoint_id IS DISTINCT FROM %(before)s::text
     ORDER BY x.checkpoint_id COLLATE "C" DESC
     LIMIT %(limit)s::bigint
