@@ -218,9 +218,45 @@ def test_a_history_page_on_postgresql_is_one_statement(pg_app: cairn.App,
     reader = CairnSaver(pg_app, tenant="acme")
     ran = _statements(reader)
     before = list(reader.list(page))
-    assert "lg_read_page" not in ran and "lg_page_reads" in ran
+    assert "lg_read_page" not in ran
+    assert "lg_page_reads" in ran
     assert len(now) == len(warm) == len(before) == len(ids)
     for a, b, c in zip(now, warm, before, strict=True):
         _same(a, c)
         _same(b, c)
-    assert before[0].pending_writes and any(t.pending_writes for t in before[1:])  # rows and folded writes
+    assert before[0].pending_writes  # rows of lg_writes
+    assert any(t.pending_writes for t in before[1:])  # folded writes
+
+
+def test_a_history_page_checks_what_the_listed_read_checks(pg_app: cairn.App, pg_url: str) -> None:
+    """Through ``lg_read_page``: another tenant's thread is not listed, rows
+    written before migration 0045 read the same in the statements of before,
+    and a missing value or a damaged checkpoint is an error naming the
+    checkpoint (never a page with a default in it)."""
+    from cairn.errors import UnreadableCheckpoint
+    from cairn.langgraph import CairnSaver
+
+    url = postgres_url(pg_url)
+    page = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    writer = CairnSaver(pg_app, tenant="acme")
+    ids = _run(writer)
+    assert list(CairnSaver(pg_app, tenant="globex").list(page, limit=10)) == []
+    now = list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))
+    raw_sql(url, "UPDATE lg_checkpoints SET names = NULL, refs = NULL WHERE checkpoint_id = ?", (ids[4],))
+    reader = CairnSaver(pg_app, tenant="acme")
+    ran = _statements(reader)
+    old = list(reader.list(page, limit=10))
+    assert ran[0] == "lg_read_page", ran
+    assert "lg_page_reads" in ran, ran
+    for a, b in zip(now, old, strict=True):
+        _same(a, b)
+    raw_sql(url, "CREATE TABLE kept_values AS SELECT * FROM lg_values")
+    raw_sql(url, "DELETE FROM lg_values")
+    with pytest.raises(UnreadableCheckpoint, match=f"'{ids[0]}'.* names a value that is not stored"):
+        list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))
+    raw_sql(url, "INSERT INTO lg_values SELECT * FROM kept_values")
+    assert len(list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))) == 10
+    raw_sql(url, "UPDATE lg_checkpoints SET checkpoint = ? WHERE checkpoint_id = ?",
+            (b"\xc1\xff damaged", ids[0]))
+    with pytest.raises(UnreadableCheckpoint, match=f"checkpoint '{ids[0]}'"):
+        list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))
