@@ -239,8 +239,35 @@ def test_a_history_page_checks_what_the_listed_read_checks(pg_app: cairn.App, pg
     url = postgres_url(pg_url)
     page = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     writer = CairnSaver(pg_app, tenant="acme")
-    ids = _run(writer)
-    assert list(CairnSaver(pg_app, tenant="globex").list(page, limit=10)) == []
+    ids = _run(writer, steps=30)
+    other = CairnSaver(pg_app, tenant="globex")
+    ran = _statements(other)
+    assert list(other.list(page, limit=10)) == []
+    assert ran == ["lg_read_page"]  # found nothing, not a fallback
+    # the server leaves out the values of a list the reader holds; one it no longer holds is read as before
+    key = checkpointsql.ThreadKey("acme", "t", "")
+    whole = writer._rows.lg_read(key, None, writer._versions)
+    assert whole is not None
+    refs = b"".join(r for _, r in whole.chains["log"])
+    items = set(checkpointsql.unpack_refs(refs))
+    held = writer._rows.lg_read_page(key, None, 10, lambda row: (writer._versions, lambda c, r: True),
+                                     None, {"log": refs})
+    assert held is not None
+    assert len(held) == 10
+    by_writes = {d for snap in held for w in snap.writes for d in checkpointsql.unpack_refs(w.refs)}
+    assert items - by_writes  # items only the list names (the page's folded writes name the later ones)
+    assert not (items - by_writes) & set(held[0].values), "the held list's items were sent"
+    assert writer._rows.lg_read_page(key, None, 10, lambda row: (writer._versions, lambda c, r: False),
+                                     None, {"log": refs}) is None
+    # a row whose names disagree with its checkpoint reads as before
+    raw_sql(url, "UPDATE lg_checkpoints SET names = 'log, 0000000001.x' WHERE checkpoint_id = ?", (ids[6],))
+    reader = CairnSaver(pg_app, tenant="acme")
+    ran = _statements(reader)
+    for a, b in zip(list(CairnSaver(pg_app, tenant="acme").list(page, limit=10)), reader.list(page, limit=10),
+                    strict=True):
+        _same(a, b)
+    assert ran[0] == "lg_read_page", ran
+    assert "lg_page_reads" in ran, ran
     now = list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))
     raw_sql(url, "UPDATE lg_checkpoints SET names = NULL, refs = NULL WHERE checkpoint_id = ?", (ids[4],))
     reader = CairnSaver(pg_app, tenant="acme")
