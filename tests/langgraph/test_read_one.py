@@ -193,10 +193,21 @@ def test_a_history_page_on_postgresql_is_one_statement(pg_app: cairn.App,
     ``lg_read_page`` a page of LIST_PAGE, held lists or not, and the same
     tuples as the statements of before (``lg_list_thread``, ``lg_page_reads``,
     ``lg_page_values``)."""
+    from langgraph.checkpoint.base.id import uuid6
+
     from cairn.langgraph import LIST_PAGE, CairnSaver
 
     writer = CairnSaver(pg_app, tenant="acme")
-    ids = _run(writer, steps=40)
+    _run(writer, steps=40)
+    # writes put before their checkpoint is: rows of lg_writes (no child folds them yet)
+    latest = writer.get_tuple(_conf("t"))
+    assert latest is not None
+    early = str(uuid6())
+    writer.put_writes({"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": early}},
+                      [("log", ["early"])], "task-e")
+    writer.put(latest.config, {**latest.checkpoint, "id": early}, latest.metadata, {})
+    ids = [t.config["configurable"]["checkpoint_id"] for t in writer.list(_conf("t"))]
+    assert ids[0] == early
     assert len(ids) >= 2 * LIST_PAGE + 5
     page = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}  # as get_state_history asks
     # (before, limit, statements): a page of LIST_PAGE a statement; unbounded, until one is short
@@ -224,7 +235,7 @@ def test_a_history_page_on_postgresql_is_one_statement(pg_app: cairn.App,
     for a, b, c in zip(now, warm, before, strict=True):
         _same(a, c)
         _same(b, c)
-    assert before[0].pending_writes  # rows of lg_writes
+    assert ("task-e", "log", ["early"]) in before[0].pending_writes  # rows of lg_writes
     assert any(t.pending_writes for t in before[1:])  # folded writes
 
 
