@@ -299,6 +299,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
         conf = config["configurable"] if config else {}
+        if (config is not None and conf.get("thread_id") is not None and conf.get("checkpoint_ns") is not None
+                and conf.get("checkpoint_id") is None and not filter):
+            # a history page: one statement a page where the store can (PostgreSQL)
+            paged = self._list_pages(self._key(config), get_checkpoint_id(before) if before else None, limit)
+            if paged is not None:
+                yield from paged
+                return
         rows = self._rows.lg_list(self.tenant, conf.get("thread_id"), conf.get("checkpoint_ns"),
                                   conf.get("checkpoint_id"), get_checkpoint_id(before) if before else None,
                                   None if filter else limit)
@@ -317,6 +324,63 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 yield from self._page(page)
                 page = []
         yield from self._page(page)
+
+    def _list_pages(self, key: ThreadKey, before: str | None, limit: int | None
+                    ) -> Iterator[CheckpointTuple] | None:
+        """A namespace's checkpoints, newest first, a page of ``LIST_PAGE``
+        per statement (``lg_read_page``: rows, chains, writes and values at
+        once); ``None`` when the first page cannot be read so (SQLite, rows
+        written before migration 0045, a damaged row: ``list`` reads as
+        before). A later page that cannot is listed and read as before."""
+        first = self._read_page(key, before, LIST_PAGE if limit is None else min(limit, LIST_PAGE))
+        if first is None:
+            return None
+        return self._more_pages(key, first, limit)
+
+    def _more_pages(self, key: ThreadKey, page: builtins.list[CheckpointTuple], limit: int | None
+                    ) -> Iterator[CheckpointTuple]:
+        left = limit
+        while True:
+            yield from page
+            if left is not None:
+                left -= len(page)
+            if len(page) < LIST_PAGE or (left is not None and left <= 0):
+                return
+            last = page[-1].config["configurable"]["checkpoint_id"]
+            asked = LIST_PAGE if left is None else min(left, LIST_PAGE)
+            read = self._read_page(key, last, asked)
+            if read is None:  # read as before, from this page on
+                rows = self._rows.lg_list(self.tenant, key.thread_id, key.ns, None, last, left)
+                listed = [(row, self._load(row.metadata_kind, row.metadata, row, "metadata")) for row in rows]
+                for at in range(0, len(listed), LIST_PAGE):
+                    yield from self._page(listed[at:at + LIST_PAGE])
+                return
+            page = read
+
+    def _read_page(self, key: ThreadKey, before: str | None, limit: int
+                   ) -> builtins.list[CheckpointTuple] | None:
+        """One page in one statement (``lg_read_page``), or ``None``."""
+        kept: dict[str, tuple[dict[str, Any], dict[str, KnownList]]] = {}
+
+        def asking(row: CheckpointRow) -> tuple[Any, Any]:
+            decoded: dict[str, Any] = {}
+            held: dict[str, KnownList] = {}
+            kept[row.checkpoint_id] = (decoded, held)
+            return (functools.partial(self._versions, decoded=decoded),
+                    functools.partial(self._knows, row.thread_id, row.ns, held))
+
+        with self._lock:
+            lists = {ch: known.refs for (t, ns, ch), known in self._lists.items()
+                     if t == key.thread_id and ns == key.ns}
+        snaps = self._rows.lg_read_page(key, before, limit, asking, self._opener, lists)
+        if snaps is None:
+            return None
+        out = []
+        for snap in snaps:
+            decoded, held = kept[snap.row.checkpoint_id]
+            metadata = self._load(snap.row.metadata_kind, snap.row.metadata, snap.row, "metadata")
+            out.append(self._tuple(snap, decoded, held, metadata))
+        return out
 
     def _page(self, page: Sequence[tuple[CheckpointRow, Any]]) -> Iterator[CheckpointTuple]:
         """The tuples of a page of listed rows (with their metadata), read in one transaction."""

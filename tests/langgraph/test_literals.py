@@ -95,6 +95,11 @@ def test_a_counter_and_its_write_store_no_value_row(app: cairn.App, db_url: str)
             {"configurable": {"thread_id": "t"}}, limit=3)] == [11, 10, 9]
         if db_url.startswith("postgresql"):  # not read again, in a snapshot, for a literal it did not find
             assert ran.count("lg_page_reads") == 1, ran
+        ran = _statements(reader)
+        assert [t.checkpoint["channel_values"]["n"] for t in reader.list(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, limit=3)] == [11, 10, 9]
+        if db_url.startswith("postgresql"):  # a history page: one statement, a literal not taken as missing
+            assert ran == ["lg_read_page"], ran
 
 
 def test_rows_written_before_literals_read_as_before(app: cairn.App, db_url: str,

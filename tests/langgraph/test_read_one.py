@@ -185,3 +185,116 @@ def test_lg_digests_unpacks_as_the_saver_packs(pg_app: cairn.App, pg_url: str) -
     found = raw_sql(url, "SELECT d FROM lg_digests(?) AS d", (pack_refs(digests),))
     assert [int(r[0]) for r in found] == digests
     assert raw_sql(url, "SELECT count(*) FROM lg_digests(?)", (b"",)) == [(0,)]
+
+
+def test_a_history_page_on_postgresql_is_one_statement(pg_app: cairn.App,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``get_state_history(limit=10)`` (the saver's ``list``): one
+    ``lg_read_page`` a page of LIST_PAGE, held lists or not, and the same
+    tuples as the statements of before (``lg_list_thread``, ``lg_page_reads``,
+    ``lg_page_values``)."""
+    from langgraph.checkpoint.base.id import uuid6
+
+    from cairn.langgraph import LIST_PAGE, CairnSaver
+
+    writer = CairnSaver(pg_app, tenant="acme")
+    _run(writer, steps=40)
+    # writes put before their checkpoint is: rows of lg_writes (no child folds them yet)
+    latest = writer.get_tuple(_conf("t"))
+    assert latest is not None
+    early = str(uuid6())
+    writer.put_writes({"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": early}},
+                      [("log", ["early"])], "task-e")
+    writer.put(latest.config, {**latest.checkpoint, "id": early}, latest.metadata, {})
+    ids = [t.config["configurable"]["checkpoint_id"] for t in writer.list(_conf("t"))]
+    assert ids[0] == early
+    assert len(ids) >= 2 * LIST_PAGE + 5
+    page = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}  # as get_state_history asks
+    # (before, limit, statements): a page of LIST_PAGE a statement; unbounded, until one is short
+    cases = ((None, 10, 1), (ids[5], 10, 1), (None, None, len(ids) // LIST_PAGE + 1),
+             (ids[3], 2 * LIST_PAGE + 1, 3))
+    for cold in (False, True):
+        reader = CairnSaver(pg_app, tenant="acme") if cold else writer
+        for before, limit, statements in cases:
+            ran = _statements(reader)
+            got = list(reader.list(page, before=None if before is None else _conf("t", before), limit=limit))
+            start = 0 if before is None else ids.index(before) + 1
+            want = ids[start:] if limit is None else ids[start:start + limit]
+            assert [t.config["configurable"]["checkpoint_id"] for t in got] == want
+            assert ran == ["lg_read_page"] * statements, (cold, before, limit, ran)
+    now = list(CairnSaver(pg_app, tenant="acme").list(page))
+    warm = list(writer.list(page))
+    _as_before(writer, monkeypatch)
+    monkeypatch.setattr(type(writer._rows), "lg_read_page", lambda self, *a: None)
+    reader = CairnSaver(pg_app, tenant="acme")
+    ran = _statements(reader)
+    before = list(reader.list(page))
+    assert "lg_read_page" not in ran
+    assert "lg_page_reads" in ran
+    assert len(now) == len(warm) == len(before) == len(ids)
+    for a, b, c in zip(now, warm, before, strict=True):
+        _same(a, c)
+        _same(b, c)
+    assert ("task-e", "log", ["early"]) in before[0].pending_writes  # rows of lg_writes
+    assert any(t.pending_writes for t in before[1:])  # folded writes
+
+
+def test_a_history_page_checks_what_the_listed_read_checks(pg_app: cairn.App, pg_url: str) -> None:
+    """Through ``lg_read_page``: another tenant's thread is not listed, rows
+    written before migration 0045 read the same in the statements of before,
+    and a missing value or a damaged checkpoint is an error naming the
+    checkpoint (never a page with a default in it)."""
+    from cairn.errors import UnreadableCheckpoint
+    from cairn.langgraph import CairnSaver
+
+    url = postgres_url(pg_url)
+    page = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    writer = CairnSaver(pg_app, tenant="acme")
+    ids = _run(writer, steps=30)
+    other = CairnSaver(pg_app, tenant="globex")
+    ran = _statements(other)
+    assert list(other.list(page, limit=10)) == []
+    assert ran == ["lg_read_page"]  # found nothing, not a fallback
+    # the server leaves out the values of a list the reader holds; one it no longer holds is read as before
+    key = checkpointsql.ThreadKey("acme", "t", "")
+    whole = writer._rows.lg_read(key, None, writer._versions)
+    assert whole is not None
+    refs = b"".join(r for _, r in whole.chains["log"])
+    items = set(checkpointsql.unpack_refs(refs))
+    held = writer._rows.lg_read_page(key, None, 10, lambda row: (writer._versions, lambda c, r: True),
+                                     None, {"log": refs})
+    assert held is not None
+    assert len(held) == 10
+    by_writes = {d for snap in held for w in snap.writes for d in checkpointsql.unpack_refs(w.refs)}
+    assert items - by_writes  # items only the list names (the page's folded writes name the later ones)
+    assert not (items - by_writes) & set(held[0].values), "the held list's items were sent"
+    assert writer._rows.lg_read_page(key, None, 10, lambda row: (writer._versions, lambda c, r: False),
+                                     None, {"log": refs}) is None
+    # a row whose names disagree with its checkpoint reads as before
+    raw_sql(url, "UPDATE lg_checkpoints SET names = 'log, 0000000001.x' WHERE checkpoint_id = ?", (ids[6],))
+    reader = CairnSaver(pg_app, tenant="acme")
+    ran = _statements(reader)
+    for a, b in zip(list(CairnSaver(pg_app, tenant="acme").list(page, limit=10)), reader.list(page, limit=10),
+                    strict=True):
+        _same(a, b)
+    assert ran[0] == "lg_read_page", ran
+    assert "lg_page_reads" in ran, ran
+    now = list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))
+    raw_sql(url, "UPDATE lg_checkpoints SET names = NULL, refs = NULL WHERE checkpoint_id = ?", (ids[4],))
+    reader = CairnSaver(pg_app, tenant="acme")
+    ran = _statements(reader)
+    old = list(reader.list(page, limit=10))
+    assert ran[0] == "lg_read_page", ran
+    assert "lg_page_reads" in ran, ran
+    for a, b in zip(now, old, strict=True):
+        _same(a, b)
+    raw_sql(url, "CREATE TABLE kept_values AS SELECT * FROM lg_values")
+    raw_sql(url, "DELETE FROM lg_values")
+    with pytest.raises(UnreadableCheckpoint, match=f"'{ids[0]}'.* names a value that is not stored"):
+        list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))
+    raw_sql(url, "INSERT INTO lg_values SELECT * FROM kept_values")
+    assert len(list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))) == 10
+    raw_sql(url, "UPDATE lg_checkpoints SET checkpoint = ? WHERE checkpoint_id = ?",
+            (b"\xc1\xff damaged", ids[0]))
+    with pytest.raises(UnreadableCheckpoint, match=f"checkpoint '{ids[0]}'"):
+        list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))

@@ -531,6 +531,87 @@ class SQLCheckpoints(Generic[Tx]):
             return _OLDER
         return Snapshot(row, chains, writes, values)
 
+    def lg_read_page(self, key: ThreadKey, before: str | None, limit: int,
+                     asking: Callable[[CheckpointRow], tuple[VersionsOf, Callable[[str, bytes], bool]]],
+                     opener: Opener | None = None, lists: Mapping[str, bytes] | None = None
+                     ) -> list[Snapshot] | None:
+        """A page of the namespace's checkpoints, newest first (before
+        ``before``, at most ``limit``), with their channels, writes and
+        values, in one statement, one snapshot (``lg_read_page``: a history
+        page on PostgreSQL, ``lg_read_one`` for several rows); ``asking(row)``
+        gives a row's ``versions_of`` and ``known`` (as ``lg_snapshots``
+        takes them), ``lists`` as ``lg_read``. ``None`` when the dialect does
+        not, or when a row cannot be read so (written before migration 0045,
+        its columns disagree with its checkpoint, a value is missing, a held
+        list is no longer held): the caller lists and reads it as before,
+        which reports a damaged row naming its checkpoint."""
+        if not self._lg_batched:
+            return None
+        lists = lists or {}
+        held_names = list(lists)
+        found = self._in_statements(lambda tx: self._query(tx, "lg_read_page", {
+            **_where(key), "before": before, "limit": limit, "known_channels": held_names,
+            "known_refs": [lists[n] for n in held_names]}))
+        blobs: dict[tuple[str, str], tuple[str, str | None, bytes]] = {}
+        held: dict[tuple[str, str], int] = {}
+        written: dict[str, list[tuple[Any, ...]]] = {}
+        values: dict[int, tuple[str, bytes]] = {}
+        heads = []
+        for part, a, b, c, d, e, data, meta, n in found:
+            if part == 0:  # a checkpoint: id, parent, kinds, names
+                heads.append((a, b, c, d, e, data, meta))
+            elif part == 1:  # a blob: channel, version, kind, base
+                blobs[(str(a), str(b))] = (str(c), None if d is None else str(d), bytes(data))
+            elif part == 5:  # a list the caller holds at that version: the first n bytes of its copy
+                held[(str(a), str(b))] = int(n)
+            elif part == 2:  # a row of lg_writes: task id, channel, task path, kind, checkpoint, index
+                written.setdefault(str(e), []).append((str(a), int(n), str(b), str(c), str(d), bytes(data)))
+            elif part == 3:  # a checkpoint's folded writes
+                written.setdefault(str(a), []).append((None, None, None, None, None, bytes(data)))
+            elif part == 4:  # a value: kind, digest
+                raw = bytes(data)
+                values[int(n)] = (str(b), raw if opener is None else opener(key.thread_id, int(n), raw))
+        heads.sort(key=lambda h: str(h[0]).encode(), reverse=True)  # the key's "C" order, newest first
+        out = []
+        wanted: set[int] = set()
+        for cid, parent, ckind, mkind, names, ckpt, meta in heads:
+            if names is None:
+                return None
+            row = CheckpointRow(key.thread_id, key.ns, str(cid), None if parent is None else str(parent),
+                                str(ckind), bytes(ckpt), str(mkind), bytes(meta))
+            versions_of, known = asking(row)
+            named = versions_of(row)
+            if split_names(str(names)) != dict(named.versions):
+                return None
+            chains: Chains = {}
+            for channel, version in named.versions.items():
+                if (channel, version) in held:
+                    chains[channel] = [("list", lists[channel][:held[(channel, version)]], False)]
+                    continue
+                links: list[tuple[str, bytes, bool]] = []
+                at: str | None = version
+                while at is not None and (channel, at) in blobs and len(links) <= len(blobs):
+                    kind, at, refs = blobs[(channel, at)]
+                    links.append((kind, refs, at is not None))
+                if links:
+                    chains[channel] = links[::-1]  # oldest first
+            wanted.update(named.inline)
+            for channel, chain in chains.items():
+                refs = b"".join(r for _, r, _ in chain)
+                if not (chain[-1][0] == "list" and known(channel, refs)):
+                    wanted.update(unpack_refs(refs))
+            ordered = sorted(written.get(row.checkpoint_id, []),
+                             key=lambda w: ("", "", 0) if w[0] is None else (w[3], w[0], w[1]))
+            writes = read_writes(ordered, key.thread_id, row.checkpoint_id)
+            for w in writes:
+                wanted.update(unpack_refs(w.refs))
+            out.append(Snapshot(row, {ch: [(k, r) for k, r, _ in chain] for ch, chain in chains.items()},
+                                writes, values))
+        # a value missing, or left out as the caller's list which its copy no longer starts with
+        if any(not is_literal(d) for d in wanted - values.keys()):
+            return None
+        return out
+
     def lg_row(self, key: ThreadKey, checkpoint_id: str) -> CheckpointRow | None:
         """The row of checkpoint ``checkpoint_id``, alone (a put reads its
         parent's inline channel versions when its reader does not hold them)."""
