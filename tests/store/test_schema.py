@@ -80,6 +80,8 @@ POSTGRES_ONLY = {
                      "a statement per checkpoint, no round trips)",
     "lg_read_one": "a LangGraph checkpoint with its chains, writes and values in one round trip, from "
                    "columns the server reads (SQLite: a statement is a call, lg_checkpoint and the rest)",
+    "lg_read_page": "a page of LangGraph checkpoints with their chains, writes and values in one round "
+                    "trip, as lg_read_one (SQLite: a statement is a call)",
     "lg_page_values": "a page's LangGraph values in one round trip (SQLite: per thread)",
     "lg_put_values_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
     "lg_put_blobs_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
