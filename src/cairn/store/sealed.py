@@ -196,7 +196,7 @@ class SealedStore:
         #: goes through ``__getattr__``'s hook, which the interpreter cannot specialize (about 600
         #: instructions each, a dozen a step); the inner store itself, so that a method set on it
         #: later is the one called
-        self._hot = (self._tenants, self.keys.writing, self._subjects, self.audit_keys.pads,
+        self._hot: sealedsteps.Hot = (self._tenants, self.keys.writing, self._subjects, self.audit_keys.pads,
                      self.audit_keys.known, self.sealer.seal_at, self.audit_keys.sealed, inner)
         acting = getattr(inner, "acting", None)
         if acting is not None:  # ``oplog.acting`` asks for it every run: found here, not by ``__getattr__``

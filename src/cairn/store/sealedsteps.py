@@ -32,10 +32,10 @@ tenant this store has not seen) is sealed entry by entry (``_seal_events``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from os import urandom as _urandom
 from time import monotonic as _monotonic
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cairn.security.envelope import COMPRESS_AT, NONCE_SIZE, encode_place
 from cairn.store import sealing
@@ -43,13 +43,38 @@ from cairn.store.auditkeys import PLAIN_KEPT, encode_digested
 from cairn.store.records import HistoryEvent, Payload
 
 if TYPE_CHECKING:
-    from cairn.store.sealed import SealedStore
+    import hashlib
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from cairn.store.contract import Store
+
+#: what a step's sealing reads of ``SealedStore`` in one lookup (``SealedStore._hot``): its
+#: runs' tenants, the tenants' writing keys, the runs' subjects, the audit keys' HMAC pads and
+#: their known digests, ``Sealer.seal_at``, ``AuditKeys.sealed`` and the inner store
+Hot = tuple[
+    dict[str, str], dict[str, "tuple[int, AESGCM, bytes, float]"], dict[str, str | None],
+    dict[str, "tuple[hashlib._Hash, hashlib._Hash]"], dict[int, tuple[HistoryEvent, bytes]],
+    Callable[[str, str, str, str, str, bytes], bytes], Callable[[HistoryEvent, str, bytes, Any], None],
+    "Store",
+]
+
+
+class HotStore(Protocol):
+    """What ``append`` needs of ``SealedStore`` (named here, not imported:
+    ``cairn.store.sealed`` imports this module)."""
+
+    _hot: Hot
+
+    def _seal_event(self, tenant: str, event: HistoryEvent) -> HistoryEvent: ...
+
+    def _seal_events(self, run_id: str, events: Sequence[HistoryEvent]) -> list[HistoryEvent]: ...
 
 #: ``Sealer.seal_at``'s mark of a run whose subject it does not know yet
 _UNKNOWN = sealing.UNKNOWN_SUBJECT
 
 
-def append(store: SealedStore, run_id: str, epoch: int, events: Sequence[HistoryEvent], *,
+def append(store: HotStore, run_id: str, epoch: int, events: Sequence[HistoryEvent], *,
            barrier: bool = False) -> None:
     """``Store.append`` with the entries' values sealed (see the module doc)."""
     tenants, writing, subjects, pads, known, seal_at, digested, inner = store._hot
