@@ -268,8 +268,9 @@ print("started", len(children), "killed", sum(os.WIFSIGNALED(c) for c in codes),
     assert result.oom_killed, result
     assert result.as_dict()["oom_killed"] is True
     assert not result.timed_out, result
-    held = result.stdout.count(" holds ")
-    assert held < 6, result  # never all six at once: 384 MiB in a 160 MiB sandbox
+    # How many children printed "holds" says nothing: the OOM killer may take a child after its
+    # print, freeing room for the next (CI saw all six print, with oom_killed and most killed).
+    # What holds them to the limit shows in the kills: 384 MiB wanted at once, 2 blocks fit.
     if "started 6" in result.stdout:  # the parent survived: it saw some children killed
         killed = int(result.stdout.split("killed")[1].split()[0])
         assert killed >= 6 - (limit // (64 << 20)), result
