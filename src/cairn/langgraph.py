@@ -428,6 +428,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
         for blob in [b for b in blobs if b.kind != "list"]:  # a plain channel goes inline, not to a row
             blobs.remove(blob)
             inline[blob.channel] = unpack_refs(blob.refs)[0] if blob.kind == "value" else None
+        for channel in self._never_stored(key, None if parent is None else str(parent), versions,
+                                          new_versions, inline):
+            inline[channel] = None  # named but never stored: the channel is empty, and reads so
         c[INLINE] = inline
         ckind, cdata = packed(*self._dump(c))
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -766,6 +769,34 @@ class CairnSaver(BaseCheckpointSaver[str]):
         return {ch: inline[ch] for ch, ver in versions.items()
                 if ch not in new_versions and ch in inline and theirs.get(ch) == ver}
 
+    def _never_stored(self, key: ThreadKey, parent: str | None, versions: Mapping[str, str],
+                      new_versions: ChannelVersions, inline: Mapping[str, int | None]) -> builtins.list[str]:
+        """The channels a new checkpoint names at a version no row holds: not
+        written by it, not inline, not named by its parent at that version and
+        not a list this saver holds at it (LangGraph's own loop never does
+        this; a hand-made checkpoint may). They go inline as empty, so every
+        version left in ``names`` is one a row holds, and a read that finds
+        one missing raises ``UnreadableCheckpoint`` instead of reading the
+        channel as empty (its row was deleted or damaged, not never written).
+        Only channels no record accounts for cost a look-up (``lg_stored``)."""
+        theirs: Mapping[str, str] = {}
+        if parent is not None:
+            with self._lock:
+                held = self._records.get((key.thread_id, key.ns, parent))
+            theirs = held[0] if held is not None else {}
+        unknown = {}
+        for channel, version in versions.items():
+            if channel in inline or channel in new_versions or theirs.get(channel) == version:
+                continue
+            with self._lock:
+                known = self._lists.get((key.thread_id, key.ns, channel))
+            if known is None or known.version != version:
+                unknown[channel] = version
+        if not unknown:
+            return []
+        stored = self._rows.lg_stored(key, unknown)
+        return [channel for channel in unknown if channel not in stored]
+
     # -- encryption at rest -------------------------------------------------------------
 
     def _digest(self, kind: str, data: bytes) -> int:
@@ -912,6 +943,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
         channel_values: dict[str, Any] = {}
         lists: dict[ListKey, KnownList] = {}
         versions = decoded["versions"]
+        for channel, version in versions.items():
+            if channel not in decoded["inline"] and channel not in snap.chains:
+                raise UnreadableCheckpoint(f"{_name(row)}: its channel {channel!r} at version {version!r} "
+                                           "is not stored")
         for channel, d in decoded["inline"].items():
             if d is not None and channel in versions:
                 channel_values[channel] = item(d, f"channel {channel!r}")

@@ -619,6 +619,15 @@ class SQLCheckpoints(Generic[Tx]):
                                                                             "checkpoint_id": checkpoint_id}))
         return _row(found[0]) if found else None
 
+    def lg_stored(self, key: ThreadKey, versions: Mapping[str, str]) -> set[str]:
+        """The channels of ``versions`` whose version is a row of ``lg_blobs``
+        (a put naming versions it does not write checks they exist)."""
+        def work(tx: Tx) -> set[str]:
+            where = _where(key)
+            return {channel for channel, version in versions.items()
+                    if self._query(tx, "lg_blob_depth", {**where, "channel": channel, "version": version})}
+        return self._in_read(work)
+
     def lg_list(self, tenant: str, thread_id: str | None, ns: str | None, checkpoint_id: str | None,
                 before: str | None, limit: int | None) -> list[CheckpointRow]:
         """Checkpoint rows, newest first within each thread and namespace."""

@@ -1253,6 +1253,8 @@ CREATE TABLE lg_blobs (
     refs      BYTEA NOT NULL,
     PRIMARY KEY (tenant, thread_id, ns, channel, version)
 );
+-- a long delta of the version spine stays in its row, not in TOAST (0046)
+ALTER TABLE lg_blobs ALTER COLUMN refs SET STORAGE MAIN;
 
 CREATE TABLE lg_writes (
     tenant        TEXT NOT NULL,
