@@ -432,6 +432,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                                           new_versions, inline):
             inline[channel] = None  # named but never stored: the channel is empty, and reads so
         c[INLINE] = inline
+        del c["id"]  # the row's key holds it (``_with_id``)
         ckind, cdata = packed(*self._dump(c))
         full_metadata = get_checkpoint_metadata(config, metadata)
         mkind, mdata = self._dump(full_metadata)
@@ -911,6 +912,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("channel_versions"), dict):
             raise UnreadableCheckpoint(f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}: "
                                        "its checkpoint is not a LangGraph checkpoint")
+        if "id" not in checkpoint:
+            checkpoint = _with_id(checkpoint, row.checkpoint_id)
         inline = checkpoint.pop(INLINE, {})
         if not isinstance(inline, dict) or not all(
                 isinstance(k, str) and (v is None or (type(v) is int and -2**63 <= v < 2**63))
@@ -1008,6 +1011,21 @@ def _name(row: CheckpointRow) -> str:
     """How an error names the checkpoint ``row``."""
     name = f"checkpoint {row.checkpoint_id!r} of thread {row.thread_id!r}"
     return f"{name} (namespace {row.ns!r})" if row.ns else name
+
+
+def _with_id(checkpoint: dict[str, Any], checkpoint_id: str) -> dict[str, Any]:
+    """``checkpoint`` as LangGraph gave it: a put stores it without its
+    ``id`` (branch lgpgdisk), which is the row's key already; 34 of the ~167
+    compressed bytes of the bench graph's checkpoint, a uuid's random hex
+    digits. It goes back after ``ts``, where LangGraph puts it. A checkpoint
+    stored before keeps its own ``id`` and is read as stored."""
+    out: dict[str, Any] = {}
+    for key, value in checkpoint.items():
+        out[key] = value
+        if key == "ts":
+            out["id"] = checkpoint_id
+    out.setdefault("id", checkpoint_id)
+    return out
 
 
 def packed(kind: str, data: bytes) -> tuple[str, bytes]:

@@ -153,3 +153,30 @@ def test_another_tenant_reads_nothing_of_an_inline_thread(app: cairn.App) -> Non
 
     c1 = _put(_saver(app), None, {"a": 1}, {"a": "1"}, {"a": "1"})
     assert CairnSaver(app, tenant="other").get_tuple(c1) is None
+
+
+def test_a_checkpoint_is_stored_without_its_id_and_read_with_it(app: cairn.App, db_url: str) -> None:
+    """The row's key holds the checkpoint's id, so the stored checkpoint does
+    not (34 compressed bytes a super-step in the bench graph); a read gives it
+    back where LangGraph has it. A checkpoint stored before, with its id,
+    reads as stored, beside newer ones in one thread."""
+    from cairn.langgraph import unpacked
+    from cairn.store.checkpointsql import CheckpointRow
+
+    saver = _saver(app)
+    c1 = _put(saver, None, {"n": 10, "log": ["a"]}, {"n": "1", "log": "1"}, {"n": "1", "log": "1"})
+    c2 = _put(saver, c1, {"n": 11, "log": ["a", "b"]}, {"n": "2", "log": "2"}, {"n": "2", "log": "2"})
+    for kind, data, checkpoint_id in _sql(db_url, "SELECT checkpoint_kind, checkpoint, checkpoint_id "
+                                          "FROM lg_checkpoints"):
+        row = CheckpointRow("t", "", checkpoint_id, None, kind, bytes(data), "", b"")
+        assert "id" not in saver.serde.loads_typed(unpacked(kind, bytes(data), row, "checkpoint"))
+    # c1 as the code before stored it: with its id (one it never had, to tell them apart)
+    _rewrite(db_url, saver, c1, lambda c: c.update(id="as-stored"))
+    for config, expected in ((c1, "as-stored"), (c2, c2["configurable"]["checkpoint_id"])):
+        found = _saver(app).get_tuple(config)
+        assert found is not None and found.checkpoint["id"] == expected
+    found = _saver(app).get_tuple(c2)
+    assert found is not None and list(found.checkpoint)[:3] == ["v", "ts", "id"]  # where LangGraph has it
+    listed = [t.checkpoint for t in _saver(app).list({"configurable": {"thread_id": "t"}})]
+    assert [c["id"] for c in listed] == [c2["configurable"]["checkpoint_id"], "as-stored"]
+    assert [c["channel_values"] for c in listed] == [{"n": 11, "log": ["a", "b"]}, {"n": 10, "log": ["a"]}]
