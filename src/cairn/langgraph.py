@@ -695,7 +695,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         plain = type(value) is not list and self._sealer is None
         for item in items:
             kind, data = self._dump(item)
-            short = literal(data) if plain and kind == "msgpack" else None
+            # LangGraph's None is ("null", b""): the literal of no bytes (never a msgpack value's)
+            short = literal(data) if plain and (kind == "msgpack" or (kind == "null" and not data)) else None
             if short is not None:  # a counter, a flag: the ref holds it, no row (never when sealed)
                 digests.append(short)
                 continue
@@ -894,13 +895,14 @@ class CairnSaver(BaseCheckpointSaver[str]):
         """The stored value ``d`` names: its row if fetched (a digest written
         before literals may have a literal's tag: its row comes first), else
         the msgpack bytes ``d`` holds itself when it is a literal
-        (``checkpointsql.literal``); never under encryption, where every value
+        (``checkpointsql.literal``; the literal of no bytes, never a msgpack
+        value's, is LangGraph's ``None``, ``("null", b"")``); never under encryption, where every value
         is sealed and bound to its thread: there a literal is not stored."""
         found = values.get(d)
         if found is None and self._sealer is None:
             data = literal_bytes(d)
             if data is not None:
-                return "msgpack", data
+                return ("msgpack", data) if data else ("null", b"")
         return found
 
     def _versions(self, row: CheckpointRow, decoded: dict[str, Any] | None = None) -> Named:

@@ -33,6 +33,7 @@ def test_a_long_list_version_stays_in_its_row(pg_url: str) -> None:
                         "WHERE oid = 'lg_blobs'::regclass")
         assert toast == [(0,)]
         found = CairnSaver(app, tenant="acme").get_tuple(config)
-        assert found is not None and found.checkpoint["channel_values"]["m"] == items
+        assert found is not None
+        assert found.checkpoint["channel_values"]["m"] == items
     finally:
         app.close()

@@ -174,9 +174,11 @@ def test_a_checkpoint_is_stored_without_its_id_and_read_with_it(app: cairn.App, 
     _rewrite(db_url, saver, c1, lambda c: c.update(id="as-stored"))
     for config, expected in ((c1, "as-stored"), (c2, c2["configurable"]["checkpoint_id"])):
         found = _saver(app).get_tuple(config)
-        assert found is not None and found.checkpoint["id"] == expected
+        assert found is not None
+        assert found.checkpoint["id"] == expected
     found = _saver(app).get_tuple(c2)
-    assert found is not None and list(found.checkpoint)[:3] == ["v", "ts", "id"]  # where LangGraph has it
+    assert found is not None
+    assert list(found.checkpoint)[:3] == ["v", "ts", "id"]
     listed = [t.checkpoint for t in _saver(app).list({"configurable": {"thread_id": "t"}})]
     assert [c["id"] for c in listed] == [c2["configurable"]["checkpoint_id"], "as-stored"]
     assert [c["channel_values"] for c in listed] == [{"n": 11, "log": ["a", "b"]}, {"n": 10, "log": ["a"]}]

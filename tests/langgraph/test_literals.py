@@ -146,3 +146,33 @@ def test_a_literal_planted_in_a_sealed_thread_is_refused(db_url: str) -> None:
             CairnSaver(app, tenant="acme").get_tuple(stored)
     finally:
         app.close()
+
+
+def test_none_is_the_literal_of_no_bytes(app: cairn.App, db_url: str) -> None:
+    """LangGraph serializes ``None`` as ``("null", b"")``: a plain ``None`` (the
+    bench graph's ``branch:to:<node>`` channel and the write that sets it) is the
+    literal of no bytes, no row and no digest in ``refs``; a ``None`` item of a
+    list stays a row, as every item does."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = _saver(app)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"branch": None, "items": ["x"]}
+    checkpoint["channel_versions"] = {"branch": "1", "items": "1"}
+    stored = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint,
+                       {"source": "loop", "step": 0}, {"branch": "1", "items": "1"})
+    saver.put_writes(stored, [("branch", None)], "task-1")
+    assert [str(k) for (k,) in _sql(db_url, "SELECT kind FROM lg_values")] == ["msgpack"]  # "x" alone
+    if db_url.startswith("postgresql"):  # the row names no value of its own to fetch
+        assert _sql(db_url, "SELECT length(refs) FROM lg_checkpoints") == [(0,)]
+    found = _saver(app).get_tuple(stored)  # a fresh saver: through the one-statement read on PostgreSQL
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"branch": None, "items": ["x"]}
+    assert found.pending_writes == [("task-1", "branch", None)]
+    checkpoint["channel_values"] = {"branch": None, "items": ["x", None]}
+    checkpoint["channel_versions"] = {"branch": "1", "items": "2"}
+    child = saver.put(stored, checkpoint, {"source": "loop", "step": 1}, {"items": "2"})
+    assert sorted(str(k) for (k,) in _sql(db_url, "SELECT kind FROM lg_values")) == ["msgpack", "null"]
+    found = _saver(app).get_tuple(child)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"branch": None, "items": ["x", None]}

@@ -45,7 +45,8 @@ def test_a_deleted_version_row_is_refused_naming_the_checkpoint(app: cairn.App, 
     child = _put(saver, first, {"m": ["a", "b"], "n": 7}, {"m": "1", "n": "2"}, {"n": "2"})
     reader = _saver(app)  # holds nothing of the thread: reads every row
     found = reader.get_tuple(child)
-    assert found is not None and found.checkpoint["channel_values"] == {"m": ["a", "b"], "n": 7}
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"m": ["a", "b"], "n": 7}
     assert _sql(db_url, "DELETE FROM lg_blobs WHERE channel = 'm' RETURNING version") == [("1",)]
     for config in (first, child):
         checkpoint_id = config["configurable"]["checkpoint_id"]
@@ -87,4 +88,5 @@ def test_a_list_version_the_saver_holds_costs_no_look_up(app: cairn.App, db_url:
     child = _put(saver, first, {"m": ["a"], "n": 1}, {"m": "1", "n": "2"}, {"n": "2"})
     assert asked == []
     found = _saver(app).get_tuple(child)
-    assert found is not None and found.checkpoint["channel_values"] == {"m": ["a"], "n": 1}
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"m": ["a"], "n": 1}
