@@ -188,6 +188,7 @@ class SealedStore:
         self.audit_keys = AuditKeys(inner, self.keys, self.audit_plaintext, self._tenant)
         inner.audit_digest = self.audit_keys.digest  # type: ignore[attr-defined]
         inner.audit_plain_before = self.audit_keys.plain_before_keys  # type: ignore[attr-defined]
+        inner.audit_earlier = self.audit_keys.earlier  # type: ignore[attr-defined]
         # archives are sealed whole, bound to tenant and run (store/archivesql.py)
         inner.archive_sealer = self.sealer  # type: ignore[attr-defined]
         self._workspace = SealedObjects(inner, self.keys, self.sealer)
@@ -196,7 +197,7 @@ class SealedStore:
         #: goes through ``__getattr__``'s hook, which the interpreter cannot specialize (about 600
         #: instructions each, a dozen a step); the inner store itself, so that a method set on it
         #: later is the one called
-        self._hot: sealedsteps.Hot = (self._tenants, self.keys.writing, self._subjects, self.audit_keys.pads,
+        self._hot: sealedsteps.Hot = (self._tenants, self.keys.writing, self._subjects, self.audit_keys.keyed,
                      self.audit_keys.known, self.sealer.seal_at, self.audit_keys.sealed, inner)
         acting = getattr(inner, "acting", None)
         if acting is not None:  # ``oplog.acting`` asks for it every run: found here, not by ``__getattr__``
