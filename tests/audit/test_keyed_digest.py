@@ -147,10 +147,11 @@ def test_a_chain_digested_with_hmac_before_blake2b_still_verifies(place: str,
 def relink(raw: Raw, run_id: str, seq: int) -> None:
     """Recompute the links of ``run_id`` from entry ``seq`` on, as a forger could."""
     rows = raw("SELECT seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt, "
-               "started_at, payload_ref, digest FROM history WHERE run_id = :r AND seq >= :s - 1 ORDER BY seq",
+               "started_at, payload_ref, digest FROM history WHERE run_id = :r AND seq >= :s ORDER BY seq",
                r=run_id, s=seq)
-    previous = bytes(raw("SELECT link FROM history WHERE run_id = :r AND seq = :s", r=run_id, s=seq - 1)[0][0])
-    for row in rows[1:]:
+    previous = bytes(raw("SELECT link FROM history WHERE run_id = :r AND seq = :s",
+                         r=run_id, s=seq - 1)[0][0])
+    for row in rows:
         previous = link(previous, (run_id, *row[:12]), bytes(row[12]))
         raw("UPDATE history SET link = :l WHERE run_id = :r AND seq = :s", l=previous, r=run_id, s=row[0])
 

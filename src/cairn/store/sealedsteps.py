@@ -21,10 +21,12 @@ cannot specialize):
   keys it (keyed BLAKE2b-256, a copy of the tenant's keyed state,
   ``AuditKeys.keyed``), and left in ``AuditKeys.known`` for the store, which
   asks for it (``audit_digest``) as it writes the entry;
-- the sealed payload swapped into the caller's entry for the inner store's
+- the sealed bytes swapped into the caller's payload for the inner store's
   call and put back after, whatever happens, rather than a copy of the
-  entry's 14 fields. The entry is the engine's (``Execution.record_outcome``),
-  built for this append and read by no other thread meanwhile.
+  entry's 14 fields or a new ``Payload`` (1,200 instructions a step). The
+  entry and its payload are the engine's (``Execution.record_outcome``,
+  ``PayloadCodec.wrap``), built for this append and read by no other thread
+  meanwhile.
 
 Anything else (several entries, a detail, an artifact's payload, a run whose
 tenant this store has not seen) is sealed entry by entry (``_seal_events``).
@@ -33,14 +35,13 @@ tenant this store has not seen) is sealed entry by entry (``_seal_events``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from os import urandom as _urandom
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cairn.security.envelope import COMPRESS_AT, NONCE_SIZE, encode_place
+from cairn.security.envelope import COMPRESS_AT, encode_place, fresh_nonce, take_nonce
 from cairn.store import sealing
 from cairn.store.auditkeys import PLAIN_KEPT, encode_digested
-from cairn.store.records import HistoryEvent, Payload
+from cairn.store.records import HistoryEvent
 
 if TYPE_CHECKING:
     import hashlib
@@ -93,7 +94,10 @@ def append(store: HotStore, run_id: str, epoch: int, events: Sequence[HistoryEve
     if (key is not None and audit is not None and len(data) < COMPRESS_AT
             and subjects.get(run, _UNKNOWN) is None and _monotonic() - key[3] <= sealing.KEY_REFRESH_SECONDS):
         head = key[2]
-        nonce = _urandom(NONCE_SIZE)
+        try:
+            nonce = take_nonce()
+        except IndexError:
+            nonce = fresh_nonce()
         sealed = head + nonce + key[1].encrypt(
             nonce, data, head + encode_place((tenant, run, "history", f"seq {event.seq}", "payload")))
         keyed = audit.copy()
@@ -104,8 +108,8 @@ def append(store: HotStore, run_id: str, epoch: int, events: Sequence[HistoryEve
     else:
         sealed = seal_at(tenant, run, "history", f"seq {event.seq}", "payload", data)
         digested(event, tenant, data, None)
-    event.payload = Payload(sealed, given.ref)
+    given.data = sealed
     try:
         inner.append(run_id, epoch, events, barrier=barrier)
     finally:
-        event.payload = given
+        given.data = data
