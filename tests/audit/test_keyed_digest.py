@@ -1,11 +1,13 @@
 """The keyed digest and erasure (issue 26, audit2): with encryption on, an
-entry's stored digest is an HMAC under the tenant's audit key, so a guessed
+entry's stored digest is keyed under the tenant's audit key (keyed BLAKE2b;
+HMAC-SHA-256 in entries written before, still verified), so a guessed
 plaintext cannot be confirmed from it; a rotation and re-encryption keep it;
 an entry whose data key was destroyed is reported erased, its link still
 checked, while an edited ciphertext under a live key stays tampered."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,11 @@ from click.testing import CliRunner
 import cairn
 from cairn.cli.main import main as cli
 from cairn.security.keyring import LocalKeyring, new_kek_line
-from cairn.store.auditlinks import AuditKey, digest, link
+from cairn.store.auditkeys import AuditKeys
+from cairn.store.auditlinks import DIGEST_PERSON, AuditKey, digest, link
 from cairn.store.auditverify import verify_store
 from tests.audit.test_chain import a_step, made
-from tests.encryption.test_sealed_store import Raw, build, drive, runs_of
+from tests.encryption.test_sealed_store import Raw, build, drive, execute_once, keyring, runs_of
 
 
 def reopened(app: cairn.App, place: str) -> cairn.App:
@@ -76,12 +79,90 @@ def test_each_tenant_has_its_own_audit_key_and_it_is_not_a_data_key(place: str) 
     app.close()
 
 
-def test_the_audit_digest_is_rfc_2104_hmac_sha256() -> None:
-    """``AuditKey``'s precomputed pads give what the standard library's HMAC gives."""
+def test_the_audit_digest_is_keyed_blake2b_and_its_first_version_rfc_2104_hmac_sha256() -> None:
+    """``AuditKey.digest`` (version 2) is BLAKE2b-256 keyed with the audit key
+    and personalized; ``digest_v1``'s precomputed pads give what the standard
+    library's HMAC gives; the two never agree."""
     key = bytes(range(32))
-    expected = hmac.digest(key, msgspec.msgpack.Encoder(order="sorted").encode((b"x", {"b": 1, "a": 2})),
-                           "sha256")
-    assert AuditKey(key).digest(b"x", {"a": 2, "b": 1}) == expected
+    body = msgspec.msgpack.Encoder(order="sorted").encode((b"x", {"b": 1, "a": 2}))
+    v2 = hashlib.blake2b(body, key=key, digest_size=32, person=b"cairn audit 2").digest()
+    assert DIGEST_PERSON == b"cairn audit 2"
+    assert AuditKey(key).digest(b"x", {"a": 2, "b": 1}) == v2
+    assert AuditKey(key).digest_v1(b"x", {"a": 2, "b": 1}) == hmac.digest(key, body, "sha256") != v2
+    assert AuditKey(bytes(32)).digest(b"x", {"a": 2, "b": 1}) != v2  # keyed
+
+
+def test_a_chain_digested_with_hmac_before_blake2b_still_verifies(place: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries written before version 2 (their keyed digests HMAC-SHA-256, by
+    a writer as it was: ``AuditKey.digest`` then, and no keyed state for the
+    one-pass step) verify after the change, and so does a run begun then and
+    finished after, whose chain holds both versions; an edit of an old entry
+    is still found."""
+    ring = keyring()
+    with monkeypatch.context() as old:
+        old.setattr(AuditKey, "digest", AuditKey.digest_v1)
+        key_of = AuditKeys.key
+
+        def without_keyed_state(self: AuditKeys, tenant: str) -> AuditKey:
+            found = key_of(self, tenant)
+            self.keyed.pop(tenant, None)  # the step's inline digest did not exist: ``AuditKeys.sealed``
+            return found
+
+        old.setattr(AuditKeys, "key", without_keyed_state)
+        app = build(place, ring)
+        runs = runs_of(app)
+        begun = app.start("canary", "begun before", tenant="a").run_id
+        assert execute_once(app, begun) == "suspended"
+        app.close()
+    raw = Raw(place)
+    app = build(place, ring)  # the writer of today
+    assert drive_on(app, begun) == "completed"
+    chains = verify_store(app.store)
+    assert chains.problems == [], chains.problems
+    keys = app.store.audit_keys  # type: ignore[attr-defined]
+    versions = {}
+    for run_id, seq in sealed_entries(raw):
+        (event,) = app.store.history_at(run_id, [seq])
+        data = None if event.payload is None else event.payload.data
+        key = keys.key(raw("SELECT tenant FROM runs WHERE run_id = :r", r=run_id)[0][0])
+        stored = stored_digest(raw, run_id, seq)
+        version = 2 if stored == key.digest(data, event.detail) else 1
+        assert version == 2 or stored == key.digest_v1(data, event.detail), (run_id, seq)
+        versions.setdefault(run_id, set()).add(version)
+    assert all(versions[run] == {1} for run in runs.values())
+    assert versions[begun] == {1, 2}
+    # an old entry's digest rewritten (an HMAC of another plaintext, under the right key) and every
+    # link after it recomputed (the links are keyless): only the digest check can tell
+    run_id, seq = runs["a2"], a_step(raw, runs["a2"])
+    forged = keys.key("a").digest_v1(b'"forged"', None)
+    raw("UPDATE history SET digest = :d WHERE run_id = :r AND seq = :s", d=forged, r=run_id, s=seq)
+    relink(raw, run_id, seq)
+    problems = verify_store(app.store).problems
+    assert [(p.run_id, p.seq) for p in problems] == [(run_id, seq)], problems
+    assert "differs from the digest recorded" in str(problems[0])
+    app.close()
+
+
+def relink(raw: Raw, run_id: str, seq: int) -> None:
+    """Recompute the links of ``run_id`` from entry ``seq`` on, as a forger could."""
+    rows = raw("SELECT seq, event, at, epoch, worker, position, step_kind, name, input_hash, attempt, "
+               "started_at, payload_ref, digest FROM history WHERE run_id = :r AND seq >= :s ORDER BY seq",
+               r=run_id, s=seq)
+    previous = bytes(raw("SELECT link FROM history WHERE run_id = :r AND seq = :s",
+                         r=run_id, s=seq - 1)[0][0])
+    for row in rows:
+        previous = link(previous, (run_id, *row[:12]), bytes(row[12]))
+        raw("UPDATE history SET link = :l WHERE run_id = :r AND seq = :s", l=previous, r=run_id, s=row[0])
+
+
+def drive_on(app: cairn.App, run_id: str) -> str:
+    """``drive`` from the signal on, for a run already at its signal."""
+    app.signal(run_id, "go", "ok")
+    assert execute_once(app, run_id) == "suspended"  # at the approval
+    (request,) = app.approvals(run_id=run_id)
+    app.approve(run_id, request.request_id)
+    return execute_once(app, run_id)
 
 
 def test_unsealed_digest_stays_plain_sha256(place: str) -> None:

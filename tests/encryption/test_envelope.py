@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from cairn.security.envelope import (
     SealError,
     aesgcm,
     header_of,
+    nonce,
     open_sealed,
     seal,
 )
@@ -76,6 +78,52 @@ def test_no_nonce_repeats_over_a_million_encryptions_with_one_key() -> None:
         sealed = seal(cipher, 1, PLACE, b"v")
         seen.add(sealed[HEADER_SIZE:HEADER_SIZE + NONCE_SIZE])
     assert len(seen) == 1_000_000
+
+
+def test_threads_drawing_nonces_from_the_pool_never_get_the_same_one() -> None:
+    """Eight threads, each 20,000 nonces (the pool refilled about 2,500 times,
+    often by two threads at once): every nonce handed out once."""
+    drawn: list[list[bytes]] = [[] for _ in range(8)]
+    start = threading.Barrier(8)
+
+    def draw(mine: list[bytes]) -> None:
+        start.wait()
+        for _ in range(20_000):
+            mine.append(nonce())
+
+    threads = [threading.Thread(target=draw, args=(mine,)) for mine in drawn]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = [n for mine in drawn for n in mine]
+    assert all(len(n) == NONCE_SIZE for n in every)
+    assert len(set(every)) == len(every) == 160_000
+
+
+@pytest.mark.slow  # a forked process
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_forked_child_never_seals_with_its_parents_pooled_nonces() -> None:
+    """A child forked with nonces left in the pool draws new ones: parent and
+    child seal under the same keys, so one shared nonce would be a reuse."""
+    nonce()  # the pool holds what this draw left
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's; its nonces reach the parent through the pipe)
+        try:
+            os.write(write, b"".join(nonce() for _ in range(200)))
+        finally:
+            os._exit(0)
+    os.close(write)
+    received = b""
+    while chunk := os.read(read, 65536):
+        received += chunk
+    os.close(read)
+    os.waitpid(child, 0)
+    theirs = {received[at:at + NONCE_SIZE] for at in range(0, len(received), NONCE_SIZE)}
+    ours = {nonce() for _ in range(200)}
+    assert len(theirs) == 200
+    assert not ours & theirs
 
 
 def test_the_local_keyring_from_a_file_and_an_environment_variable(tmp_path: Path,

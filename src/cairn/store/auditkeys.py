@@ -7,6 +7,8 @@ derived from the tenant's data key version 1, unwrapped by the keyring:
 
     audit key = HMAC-SHA-256(data key 1, "cairn audit digest" || 0x00 || tenant)
 
+and the digest is keyed BLAKE2b-256 under it (``AuditKey.digest``; entries
+written before 2026-12-06 hold HMAC-SHA-256, still verified: ``earlier``),
 so it is the same before and after any rotation (a newer data key seals
 new writes; version 1 stays stored while anything it sealed or digested
 does), is never the data key itself, and is gone when the tenant's keys are
@@ -71,9 +73,9 @@ class AuditKeys:
         self._created: dict[str, float] = {}
         #: id of an entry this process sealed -> (that entry, its keyed digest, from its plaintext)
         self.known: dict[int, tuple[HistoryEvent, bytes]] = {}
-        #: tenant -> its audit key's padded key blocks, hashed (``AuditKey``'s inner and outer
-        #: SHA-256): ``cairn.store.sealedsteps`` keys a step's digest from them without a call
-        self.pads: dict[str, tuple[hashlib._Hash, hashlib._Hash]] = {}
+        #: tenant -> its audit key's keyed BLAKE2b state (``AuditKey.keyed``): ``cairn.store.sealedsteps``
+        #: keys a step's digest from it without a call
+        self.keyed: dict[str, hashlib.blake2b] = {}
         self._lock = threading.Lock()
 
     def sealed(self, event: HistoryEvent, tenant: str, data: bytes, detail: Any) -> None:
@@ -110,7 +112,7 @@ class AuditKeys:
                               f"{AUDIT_KEY_VERSION} was destroyed)")
             key = self._keys[tenant] = AuditKey(self._data_keys.subkey(
                 tenant, _LABEL + tenant.encode(), version=AUDIT_KEY_VERSION))
-            self.pads[tenant] = (key._inner, key._outer)  # its own, never updated: copied per digest
+            self.keyed[tenant] = key.keyed  # its own, never updated: copied per digest
         return key
 
     def digest(self, event: HistoryEvent, tenant: str | None) -> bytes:
@@ -128,8 +130,24 @@ class AuditKeys:
         if (payload is None or payload.data is None) and (detail is None or not _sealed_detail(detail)):
             return auditlinks.digest(None, detail)  # a lifecycle entry's without a detail: no call more
         tenant = tenant if tenant is not None else self._tenant_of(event.run_id)
+        data, opened = self._opened(event, tenant)
+        return self.key(tenant).digest(data, opened)
+
+    def earlier(self, event: HistoryEvent, tenant: str) -> bytes | None:
+        """The keyed digest ``event`` had if it was written before version 2
+        (``AuditKey.digest_v1``, HMAC-SHA-256), for the verifier to try when
+        ``digest`` differs from the stored one; ``None`` for an entry that
+        holds no sealed value (its digest is plain, in every version)."""
+        payload, detail = event.payload, event.detail
+        if (payload is None or payload.data is None) and (detail is None or not _sealed_detail(detail)):
+            return None
+        data, opened = self._opened(event, tenant)
+        return self.key(tenant).digest_v1(data, opened)
+
+    def _opened(self, event: HistoryEvent, tenant: str) -> tuple[bytes | None, Any]:
+        """``event``'s payload bytes and detail opened; ``KeyGone`` if a key it needs was destroyed."""
         try:
-            data, opened = self._open(event, tenant)
+            return self._open(event, tenant)
         except KeyGone:
             raise
         except KeyErased as exc:
@@ -138,7 +156,6 @@ class AuditKeys:
             if self._erased(tenant, event):
                 raise KeyGone(f"a key of entry {event.seq} is gone (erased): {exc}") from None
             raise
-        return self.key(tenant).digest(data, opened)
 
     def plain_before_keys(self, event: HistoryEvent, tenant: str) -> bytes | None:
         """The plain SHA-256 digest of ``event`` if it was written before its

@@ -88,7 +88,8 @@ class Chains:
 def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], digester: Digester | None,
                   want: dict[str, int] | None = None, check_digests: bool = True,
                   legacy: dict[str, int] | None = None,
-                  plain_before: Callable[[Any, str], bytes | None] | None = None) -> Chains:
+                  plain_before: Callable[[Any, str], bytes | None] | None = None,
+                  earlier: Callable[[Any, str], bytes | None] | None = None) -> Chains:
     """Check every row (``auditsql.ENTRY_COLUMNS``, in ``(run_id, seq)``
     order). ``tenants``: run -> tenant from the run rows; ``legacy``: run ->
     its last entry written before the chain (``audit_legacy``: only those
@@ -96,7 +97,10 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
     entry's keyed digest (``None``: the store does not seal); ``want``: run ->
     seq whose link to keep in ``found``; ``plain_before``: the plain digest
     of an entry written before its tenant's audit key existed (``None`` for
-    a later one: ``auditkeys.AuditKeys.plain_before_keys``). ``check_digests=False`` checks the
+    a later one: ``auditkeys.AuditKeys.plain_before_keys``); ``earlier``: a
+    sealed entry's keyed digest of the version before ``digester``'s
+    (``auditkeys.AuditKeys.earlier``: entries written before keyed BLAKE2b
+    hold HMAC-SHA-256). ``check_digests=False`` checks the
     links only (no payload read back, no decryption)."""
     chains = Chains()
     wanted = want or {}
@@ -152,7 +156,7 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
             if type(stored_digest) is not bytes:
                 stored_digest = bytes(stored_digest)
             if check_digests and not (digester is None and _plain_matches(row, stored_digest)):
-                problem = _digest_problem(row, tenant, digester, stored_digest, plain_before)
+                problem = _digest_problem(row, tenant, digester, stored_digest, plain_before, earlier)
                 if problem is _ERASED:
                     chains.erased += 1
                 elif problem is _EXPIRED:
@@ -241,7 +245,8 @@ def _plain_matches(row: tuple[Any, ...], stored: bytes) -> bool:
 
 
 def _digest_problem(row: tuple[Any, ...], tenant: str, digester: Digester | None, stored: bytes,
-                    plain_before: Callable[[Any, str], bytes | None] | None = None) -> str | None:
+                    plain_before: Callable[[Any, str], bytes | None] | None = None,
+                    earlier: Callable[[Any, str], bytes | None] | None = None) -> str | None:
     """What is wrong with an entry's payload and detail against its digest (``None``: nothing)."""
     expired = _expired(row)
     if expired is not None:
@@ -253,6 +258,8 @@ def _digest_problem(row: tuple[Any, ...], tenant: str, digester: Digester | None
         else:
             event = event_from_row(row[:15], lenient=False)
             found = digester(event, tenant)
+            if found != stored and earlier is not None:  # keyed as written before the current version
+                found = earlier(event, tenant) or found
             if found != stored and plain_before is not None:
                 found = plain_before(event, tenant) or found
     except KeyGone:
@@ -276,7 +283,8 @@ def verify_store(store: Any, *, tenant: str | None = None, run_id: str | None = 
     rows = store.audit_entries(tenant=tenant, run_id=run_id, damaged=damaged)
     tenants = store.audit_run_tenants(tenant=tenant, run_id=run_id)
     chains = verify_chains(rows, tenants, getattr(store, "audit_digest", None), want, check_digests,
-                           store.audit_legacy(), getattr(store, "audit_plain_before", None))
+                           store.audit_legacy(), getattr(store, "audit_plain_before", None),
+                           getattr(store, "audit_earlier", None))
     # an archive that cannot be read is a run whose history cannot be shown intact: tampered
     chains.problems.extend(Problem(run, None, f"its archive cannot be read: {why}") for run, why in damaged)
     return chains

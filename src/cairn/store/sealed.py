@@ -188,6 +188,7 @@ class SealedStore:
         self.audit_keys = AuditKeys(inner, self.keys, self.audit_plaintext, self._tenant)
         inner.audit_digest = self.audit_keys.digest  # type: ignore[attr-defined]
         inner.audit_plain_before = self.audit_keys.plain_before_keys  # type: ignore[attr-defined]
+        inner.audit_earlier = self.audit_keys.earlier  # type: ignore[attr-defined]
         # archives are sealed whole, bound to tenant and run (store/archivesql.py)
         inner.archive_sealer = self.sealer  # type: ignore[attr-defined]
         self._workspace = SealedObjects(inner, self.keys, self.sealer)
@@ -196,7 +197,7 @@ class SealedStore:
         #: goes through ``__getattr__``'s hook, which the interpreter cannot specialize (about 600
         #: instructions each, a dozen a step); the inner store itself, so that a method set on it
         #: later is the one called
-        self._hot: sealedsteps.Hot = (self._tenants, self.keys.writing, self._subjects, self.audit_keys.pads,
+        self._hot: sealedsteps.Hot = (self._tenants, self.keys.writing, self._subjects, self.audit_keys.keyed,
                      self.audit_keys.known, self.sealer.seal_at, self.audit_keys.sealed, inner)
         acting = getattr(inner, "acting", None)
         if acting is not None:  # ``oplog.acting`` asks for it every run: found here, not by ``__getattr__``
@@ -470,28 +471,48 @@ class SealedStore:
         return self._open_run(record), created
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
-        """The run created with its input sealed, without a copy of ``run``:
-        its input is swapped for the sealed one for the inner store's call
-        and put back after, whatever happens (a copy of the frozen record,
-        field by field, was 32,000 instructions, a seventh of what sealing
-        added to a 3-step run on main, callgrind). ``run`` is the caller's, built for this
-        call (``App.run``, a workspace import), and never shared with another
-        thread meanwhile."""
+        """The run created with its input sealed, without a copy of ``run``
+        or of its input: the input's bytes are swapped for the sealed ones
+        for the inner store's call and put back after, whatever happens (a
+        copy of the frozen record, field by field, was 32,000 instructions,
+        a seventh of what sealing added to a 3-step run on main, callgrind;
+        a new ``Payload`` for the sealed bytes and another for the claim's
+        plaintext, 2,400 more). ``run`` and its input are the caller's,
+        built for this call (``App.run``, a workspace import), and never
+        shared with another thread meanwhile."""
         given = run.input
-        sealed = self._sealed_input(run)
+        data = given.data
+        if data is None:  # an artifact's stand-in: sealed and stored, and its real ref put in
+            return self._create_claimed_with(run, self._sealed_input(run), worker, lease_seconds)
+        tenants, _, subjects, _, _, seal_at, _, inner = self._hot
+        run_id, tenant = run.run_id, run.tenant
+        if len(tenants) >= TENANT_CACHE:  # ``_remember``, written out: once per run
+            tenants.clear()
+        tenants[run_id] = tenant
+        if len(subjects) >= TENANT_CACHE:
+            subjects.clear()
+        subjects[run_id] = run.subject
+        given.data = seal_at(tenant, run_id, "runs", "-", "input", data)
+        try:
+            claim = inner.create_claimed_run(run, worker, lease_seconds)
+        finally:
+            given.data = data
+        if claim is not None and claim.run.input is not given:  # read back, not the record passed in
+            object.__setattr__(claim.run, "input", Payload(data, claim.run.input.ref))
+        return claim
+
+    def _create_claimed_with(self, run: NewRun, sealed: Payload, worker: str,
+                             lease_seconds: float) -> Claim | None:
+        """``create_claimed_run`` of a run whose input is an artifact: ``sealed``
+        (its stored ref) swapped in for the inner store's call. Its first
+        entries are the store's own (created, claimed, started): nothing to
+        open, and the claim's input is the stored ref, which opens as it is."""
+        given = run.input
         object.__setattr__(run, "input", sealed)
         try:
-            claim = self.inner.create_claimed_run(run, worker, lease_seconds)
+            return self.inner.create_claimed_run(run, worker, lease_seconds)
         finally:
             object.__setattr__(run, "input", given)
-        if claim is None:
-            return None
-        # Its input is the one just sealed (its artifact's ref is the stored one), and its first
-        # entries are the store's own (created, claimed, started): nothing to open. The record is
-        # the inner store's, built for this call alone: its input is put in place rather than
-        # copied (``dataclasses.replace`` of a frozen record: a tenth of a 3-step run's CPU).
-        object.__setattr__(claim.run, "input", Payload(given.data, claim.run.input.ref))
-        return claim
 
     def get_run(self, run_id: str) -> RunRecord | None:
         run = self.inner.get_run(run_id)
@@ -557,17 +578,24 @@ class SealedStore:
 
     def finish_run(self, run_id: str, epoch: int, event: HistoryEvent, status: RunStatus,
                    result: Payload | None, error: dict[str, Any] | None) -> None:
+        """The run's result sealed in place for the inner store's call and put
+        back after, whatever happens (no new ``Payload``): ``result`` is the
+        engine's, built for this call (``Execution.complete``)."""
         tenants, _, _, _, _, seal_at, _, inner = self._hot
         tenant = tenants.get(run_id) or self._tenant(run_id)
-        sealed: Payload | None
-        if result is not None and result.data is not None:
-            sealed = Payload(seal_at(tenant, run_id, "runs", "-", "result", result.data), result.ref)
-        else:
-            sealed = self._payload(Place(tenant, run_id, "runs", "-", "result"), result)
         if event.payload is not None or event.detail:  # a run's last entry mostly holds neither
             event = self._seal_event(tenant, event)
-        inner.finish_run(run_id, epoch, event, status, sealed,
-                         None if error is None else self._seal_error(run_id, error))
+        sealed_error = None if error is None else self._seal_error(run_id, error)
+        data = None if result is None else result.data
+        if result is None or data is None:
+            sealed = self._payload(Place(tenant, run_id, "runs", "-", "result"), result)
+            inner.finish_run(run_id, epoch, event, status, sealed, sealed_error)
+            return
+        result.data = seal_at(tenant, run_id, "runs", "-", "result", data)
+        try:
+            inner.finish_run(run_id, epoch, event, status, result, sealed_error)
+        finally:
+            result.data = data
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
         sealed = self._seal_error(run_id, error)

@@ -18,13 +18,15 @@ cannot specialize):
   key is not derived yet) goes through ``seal_at`` and ``AuditKeys.sealed``
   themselves, which load or refresh what is cached;
 - its audit digest keyed from the plaintext at hand, as ``AuditKey.digest``
-  keys it (HMAC-SHA-256 from the tenant's padded key blocks,
-  ``AuditKeys.pads``), and left in ``AuditKeys.known`` for the store, which
+  keys it (keyed BLAKE2b-256, a copy of the tenant's keyed state,
+  ``AuditKeys.keyed``), and left in ``AuditKeys.known`` for the store, which
   asks for it (``audit_digest``) as it writes the entry;
-- the sealed payload swapped into the caller's entry for the inner store's
+- the sealed bytes swapped into the caller's payload for the inner store's
   call and put back after, whatever happens, rather than a copy of the
-  entry's 14 fields. The entry is the engine's (``Execution.record_outcome``),
-  built for this append and read by no other thread meanwhile.
+  entry's 14 fields or a new ``Payload`` (1,200 instructions a step). The
+  entry and its payload are the engine's (``Execution.record_outcome``,
+  ``PayloadCodec.wrap``), built for this append and read by no other thread
+  meanwhile.
 
 Anything else (several entries, a detail, an artifact's payload, a run whose
 tenant this store has not seen) is sealed entry by entry (``_seal_events``).
@@ -33,14 +35,13 @@ tenant this store has not seen) is sealed entry by entry (``_seal_events``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from os import urandom as _urandom
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cairn.security.envelope import COMPRESS_AT, NONCE_SIZE, encode_place
+from cairn.security.envelope import COMPRESS_AT, encode_place, fresh_nonce, take_nonce
 from cairn.store import sealing
 from cairn.store.auditkeys import PLAIN_KEPT, encode_digested
-from cairn.store.records import HistoryEvent, Payload
+from cairn.store.records import HistoryEvent
 
 if TYPE_CHECKING:
     import hashlib
@@ -50,11 +51,11 @@ if TYPE_CHECKING:
     from cairn.store.contract import Store
 
 #: what a step's sealing reads of ``SealedStore`` in one lookup (``SealedStore._hot``): its
-#: runs' tenants, the tenants' writing keys, the runs' subjects, the audit keys' HMAC pads and
+#: runs' tenants, the tenants' writing keys, the runs' subjects, the audit keys' keyed states and
 #: their known digests, ``Sealer.seal_at``, ``AuditKeys.sealed`` and the inner store
 Hot = tuple[
     dict[str, str], dict[str, "tuple[int, AESGCM, bytes, float]"], dict[str, str | None],
-    dict[str, "tuple[hashlib._Hash, hashlib._Hash]"], dict[int, tuple[HistoryEvent, bytes]],
+    dict[str, "hashlib.blake2b"], dict[int, tuple[HistoryEvent, bytes]],
     Callable[[str, str, str, str, str, bytes], bytes], Callable[[HistoryEvent, str, bytes, Any], None],
     "Store",
 ]
@@ -77,7 +78,7 @@ _UNKNOWN = sealing.UNKNOWN_SUBJECT
 def append(store: HotStore, run_id: str, epoch: int, events: Sequence[HistoryEvent], *,
            barrier: bool = False) -> None:
     """``Store.append`` with the entries' values sealed (see the module doc)."""
-    tenants, writing, subjects, pads, known, seal_at, digested, inner = store._hot
+    tenants, writing, subjects, keyeds, known, seal_at, digested, inner = store._hot
     tenant = tenants.get(run_id)
     if tenant is None or len(events) != 1:
         inner.append(run_id, epoch, store._seal_events(run_id, events), barrier=barrier)
@@ -88,26 +89,27 @@ def append(store: HotStore, run_id: str, epoch: int, events: Sequence[HistoryEve
         inner.append(run_id, epoch, [store._seal_event(tenant, event)], barrier=barrier)
         return
     key = writing.get(tenant)
-    pad = pads.get(tenant)
+    audit = keyeds.get(tenant)
     run = event.run_id  # its place's run (the inner store refuses it if it is not ``run_id``)
-    if (key is not None and pad is not None and len(data) < COMPRESS_AT
+    if (key is not None and audit is not None and len(data) < COMPRESS_AT
             and subjects.get(run, _UNKNOWN) is None and _monotonic() - key[3] <= sealing.KEY_REFRESH_SECONDS):
         head = key[2]
-        nonce = _urandom(NONCE_SIZE)
+        try:
+            nonce = take_nonce()
+        except IndexError:
+            nonce = fresh_nonce()
         sealed = head + nonce + key[1].encrypt(
             nonce, data, head + encode_place((tenant, run, "history", f"seq {event.seq}", "payload")))
-        hashed = pad[0].copy()
-        hashed.update(encode_digested((data, None)))
-        keyed = pad[1].copy()
-        keyed.update(hashed.digest())
+        keyed = audit.copy()
+        keyed.update(encode_digested((data, None)))
         if len(known) >= PLAIN_KEPT:
             known.clear()
         known[id(event)] = (event, keyed.digest())
     else:
         sealed = seal_at(tenant, run, "history", f"seq {event.seq}", "payload", data)
         digested(event, tenant, data, None)
-    event.payload = Payload(sealed, given.ref)
+    given.data = sealed
     try:
         inner.append(run_id, epoch, events, barrier=barrier)
     finally:
-        event.payload = given
+        given.data = data

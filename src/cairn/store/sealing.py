@@ -18,7 +18,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from os import urandom as _urandom
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -26,16 +25,17 @@ import msgspec
 from cairn.security.envelope import (
     COMPRESS_AT,
     KEY_SIZE,
-    NONCE_SIZE,
     Place,
     SealError,
     aesgcm,
     encode_place,
+    fresh_nonce,
     header,
     header_of,
     is_envelope,
     open_sealed,
     seal,
+    take_nonce,
 )
 from cairn.security.keyring import Keyring
 from cairn.security.shredding import shredder_of
@@ -400,7 +400,10 @@ class Sealer:
                 return self.seal(Place(tenant, run, table, position, kind), data)
             known = self.keys.writing_key(tenant)
         head = known[2]
-        nonce = _urandom(NONCE_SIZE)
+        try:
+            nonce = take_nonce()
+        except IndexError:
+            nonce = fresh_nonce()
         return b"".join((head, nonce, known[1].encrypt(
             nonce, data, head + encode_place((tenant, run, table, position, kind)))))
 
