@@ -18,6 +18,7 @@ from cairn.engine.steps import Step
 from cairn.errors import InvalidArgument, InvalidRunState, MigrationRefused, ReplayDivergence
 from cairn.retry import NO_RETRY
 from cairn.store.records import EventType, RunStatus
+from tests.timing import NAP
 
 EXECUTED: list[str] = []
 
@@ -397,7 +398,7 @@ def test_migrate_commits_only_on_the_journal_it_checked(
     from tests.acceptance.harness import wait_until
 
     old = code(twice_recorded, "1")
-    handle = old.start("flow", 0.3)
+    handle = old.start("flow", NAP)  # suspends, however slow the commit of its deadline
     _drain(old, 0.1)
     assert old.get_run(handle.run_id).status is RunStatus.SUSPENDED
     new = code(twice_new, "2")

@@ -32,6 +32,7 @@ from cairn.models import (
     Usage,
 )
 from cairn.models.window import SUMMARY_PROMPT
+from tests.timing import NAP
 
 __all__ = ["POLICY", "SUMMARY_PROMPT", "SYSTEM", "TASK", "WINDOW", "WindowModel", "register", "true_tokens"]
 
@@ -109,7 +110,7 @@ def register(app: cairn.App, model: WindowModel, sleep_every: int = 0, policy: C
         while True:
             turn += 1
             if sleep_every and turn % sleep_every == 0:
-                ctx.sleep(0.3)
+                ctx.sleep(NAP)  # suspends, however slow the commit of its deadline
             reply = ctx.model(model, history, tools=TOOLS, context=None if POLICY_OFF else policy)
             history.append(reply.message)
             if not reply.message.tool_calls:

@@ -30,6 +30,7 @@ import pytest
 
 import cairn
 from cairn.store.records import EventType, HistoryEvent, RunStatus
+from tests.timing import NAP
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -132,7 +133,7 @@ def test_gather_payment_with_a_sibling_that_ends_the_execution_pays_once(app: ca
     async def pay(ctx: cairn.Context) -> list[str]:
         async def sibling() -> str:
             if ending == "sleep":
-                ctx.sleep(0.05)
+                ctx.sleep(NAP)  # suspends, however slow the commit of its deadline
                 return "ok"
             return str(await (flaky() if ending == "retry" else refuse()))
 

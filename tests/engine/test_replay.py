@@ -13,6 +13,7 @@ import cairn
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls
 from tests.engine.kinds import Flow, Kind, both
+from tests.timing import NAP
 
 
 @dataclasses.dataclass
@@ -83,7 +84,7 @@ def test_context_values_are_recorded_once(app: cairn.App) -> None:
     @app.workflow(name="vals")
     def vals(ctx: cairn.Context) -> None:
         observed.append((ctx.now(), ctx.uuid(), ctx.random()))
-        ctx.sleep(0.05)
+        ctx.sleep(NAP)  # suspends, however slow the commit of its deadline
 
     app.run(vals, run_id="v1")
     assert len(observed) == 2  # first pass, then the replay after the timer

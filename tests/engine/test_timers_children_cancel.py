@@ -13,7 +13,7 @@ import cairn
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls, execute_once
 from tests.engine.kinds import Flow, Kind, both
-from tests.timing import SLACK
+from tests.timing import NAP, SLACK, wait_out_nap
 
 
 def test_timer_suspends_frees_the_worker_and_survives_a_restart(tmp_path: Path, calls: Calls) -> None:
@@ -35,7 +35,7 @@ def test_timer_suspends_frees_the_worker_and_survives_a_restart(tmp_path: Path, 
         @app.workflow(name="nap")
         def nap(ctx: cairn.Context) -> str:
             x = before()
-            ctx.sleep(0.3)
+            ctx.sleep(NAP)  # not due before its entry commits, nor before the checks below
             return x + after()
 
         return app, nap
@@ -52,7 +52,7 @@ def test_timer_suspends_frees_the_worker_and_survives_a_restart(tmp_path: Path, 
     app.close()  # the process "restarts"
 
     app2, _ = build()
-    time.sleep(0.31)
+    wait_out_nap()
     assert app2.resume("n") == "ba"
     assert calls.counts == {"before": 1, "after": 1}
     events = [e.event for e in app2.history("n")]

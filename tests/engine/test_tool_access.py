@@ -8,6 +8,7 @@ import pytest
 
 import cairn
 from cairn.store.records import EventType
+from tests.timing import NAP
 
 
 def test_only_the_allowed_tenants_and_workflows_call_the_tool(app: cairn.App) -> None:
@@ -58,7 +59,7 @@ def test_a_recorded_refusal_is_raised_again_on_replay(app: cairn.App) -> None:
             secret()
         except cairn.StepFailed as exc:
             seen.append(str(exc))
-        ctx.sleep(0.3)
+        ctx.sleep(NAP)  # a suspension whatever the machine's load: the replay is what is checked
         return "gave up"
 
     assert app.run(curious, run_id="curious") == "gave up"

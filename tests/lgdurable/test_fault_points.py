@@ -10,7 +10,10 @@ moving on (a resumed worker passes the same point again first: the redone
 entry of the checkpoint stored before the kill), so the chain dies once at
 each hit of the point, from the first to the last. An unarmed worker then
 finishes the run, which must end COMPLETED with each payment made once and
-the final state of an uninterrupted run.
+the final state of an uninterrupted run. The workers alternate between the
+two ways a run leaves a dead worker: a new worker id takes it over once the
+dead one's lease expired, the dead one's own id (a restarted worker)
+reclaims it at start-up, at once.
 
 Regression test of issue 24's "a resumed run ends before its last nodes
 ran": killed at ``langgraph.put.before_commit`` or ``langgraph.after_writes``
@@ -19,6 +22,7 @@ the graph for finished (``get_state().next`` leaves those tasks out)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,7 +30,7 @@ from pathlib import Path
 import pytest
 
 import cairn
-from cairn.store.records import RunStatus
+from cairn.store.records import EventType, RunStatus
 from tests import processes
 from tests.backends import StoreBackend
 from tests.lgdurable import agent_app
@@ -42,10 +46,19 @@ CASES = (("langgraph.put.before_commit", "sqlite"), ("langgraph.put.before_commi
          ("tool.after_effect", "postgres"), ("tool.after_record", "sqlite"))
 #: more workers than any point has hits in one run (the agent makes 21 payments, 23 checkpoints)
 MOST_WORKERS = 80
-#: the workers' lease: each worker has a new id, so it takes the killed one's run over once its
-#: lease expired (up to a lease after the kill, the renewals coming every third of it); at 1 s
-#: that wait was most of each worker's life
+#: the workers' lease: a worker with a new id takes the killed one's run over once its lease
+#: expired (up to a lease after the kill, the renewals coming every third of it); at 1 s that
+#: wait was most of each worker's life, and at 0.5 s it still was (a worker reaches its fault
+#: point some 20 ms after its takeover), hence every other worker restarts under the dead one's
+#: id (``worker_id``), which reclaims the run without waiting
 LEASE = 0.5
+
+
+def worker_id(k: int) -> str:
+    """The id of the chain's ``k``-th worker: a new id after an even number of
+    kills, the killed worker's own id (a restart: ``reclaim_owned``) after an
+    odd number, so half the takeovers wait out a lease and half do not."""
+    return f"w{k - k % 2}"
 
 
 def _progress(app: cairn.App) -> int:
@@ -69,8 +82,8 @@ def test_a_worker_killed_at_each_hit_of_a_point(tmp_path: Path, backend: StoreBa
             armed = k < MOST_WORKERS
             before = _progress(app)
             worker = zygote.spawn(
-                ["--worker-id", f"w{k}"],
-                env={**env, "CAIRN_TEST_DB": backend.worker_url(f"w{k}"),
+                ["--worker-id", worker_id(k)],
+                env={**env, "CAIRN_TEST_DB": backend.worker_url(worker_id(k)),
                      **({"CAIRN_FAULTS": f"{point}@{nth}"} if armed else {})},
                 log=tmp_path / f"w{k}.log")
             deadline = time.monotonic() + 120
@@ -88,6 +101,11 @@ def test_a_worker_killed_at_each_hit_of_a_point(tmp_path: Path, backend: StoreBa
         paid = Counter(e["what"] for e in agent_app.lines(tmp_path / "bank.jsonl"))
         assert paid == Counter(agent_app.PAYMENTS), paid
         assert kills >= 3, f"{point} fired {kills} time(s)"
+        holders = [e.worker for e in app.history("agent")
+                   if e.event in (EventType.LEASE_CLAIMED, EventType.LEASE_TAKEN_OVER)]
+        same_id = Counter(held == took for held, took in itertools.pairwise(holders))
+        assert same_id[True], f"no run taken back by a restarted worker's own id: {holders}"
+        assert same_id[False], f"no run taken over by a new id once the lease expired: {holders}"
         final = app.handle("agent").result()
     finally:
         if worker is not None and worker.poll() is None:

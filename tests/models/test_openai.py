@@ -16,6 +16,7 @@ from cairn.models import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from cairn.models.openai import DEFAULT_BASE_URL, ModelRequestError, ModelUnavailable, OpenAIChat
 from cairn.store.records import EventType
 from tests.models.fake_openai import FakeOpenAI, Reply, completion, error, json_reply
+from tests.timing import NAP
 
 MakeChat = Callable[..., OpenAIChat]
 
@@ -343,7 +344,7 @@ def test_a_recorded_model_call_is_not_repeated_after_suspension(
     @app.workflow(name="ask_once")
     def ask_once(ctx: cairn.Context) -> str:
         response = ctx.model(chat, [Message(role="user", content="hi")], temperature=0)
-        ctx.sleep(0.05)  # suspends: the run is replayed from its journal after the timer
+        ctx.sleep(NAP)  # suspends: the run is replayed from its journal after the timer
         return response.message.content or ""
 
     assert app.run(ask_once, run_id="once") == "the recorded answer"

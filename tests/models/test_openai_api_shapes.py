@@ -19,6 +19,7 @@ from cairn.models import FunctionCall, Message, ModelRequest, ModelResponse, Too
 from cairn.models.openai import OpenAIChat
 from cairn.store.records import EventType
 from tests.models.fake_openai import FakeOpenAI, Reply
+from tests.timing import NAP
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessage
@@ -121,7 +122,7 @@ def test_each_shape_is_journaled_and_sent_back_exactly(
     @app.workflow(name="two_turns")
     def two_turns(ctx: cairn.Context) -> list[Any]:
         first = ctx.model(chat, [Message(role="user", content="hi")])
-        ctx.sleep(0.05)  # the run is replayed: `first` now comes from the journal
+        ctx.sleep(NAP)  # the run is replayed: `first` now comes from the journal
         ctx.model(chat, [Message(role="user", content="hi"), first.message])
         return [first.message.refusal, first.message.function_call is not None, len(first.message.tool_calls)]
 

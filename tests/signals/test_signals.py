@@ -114,7 +114,7 @@ def test_a_timeout_raises_signal_timeout_and_is_journaled(app: cairn.App, kind: 
     @kind.workflow(app, "timeout")
     def flow(ctx: cairn.Context) -> Flow[str]:
         try:
-            yield recv(kind, ctx, "late", timeout=0.2)
+            yield recv(kind, ctx, "late", timeout=NAP)  # not due before its entry commits
         except cairn.SignalTimeout as timeout:
             return f"timed out: {timeout.name}"
         return "signalled"
@@ -124,7 +124,7 @@ def test_a_timeout_raises_signal_timeout_and_is_journaled(app: cairn.App, kind: 
     record = app.get_run(run_id)
     assert record.waiting_for == "signal:late"
     assert record.wake_at is not None
-    time.sleep(0.25)
+    wait_out_nap()
     assert execute_once(app, run_id) == "completed"
     assert app.handle(run_id).result(timeout=5) == "timed out: late"
     failed = [e for e in app.history(run_id) if e.step_kind == "signal"]
@@ -141,7 +141,7 @@ def test_the_deadline_is_recorded_once_and_fires_on_another_app(app: cairn.App, 
     @kind.workflow(app, "deadline")
     def flow(ctx: cairn.Context) -> Flow[str]:
         try:
-            value = yield recv(kind, ctx, "go", timeout=0.3)
+            value = yield recv(kind, ctx, "go", timeout=NAP)
         except cairn.SignalTimeout:
             return "timeout"
         return str(value)
@@ -149,7 +149,7 @@ def test_the_deadline_is_recorded_once_and_fires_on_another_app(app: cairn.App, 
     run_id = app.start(flow).run_id
     assert execute_once(app, run_id) == "suspended"
     deadline = next(e for e in app.history(run_id) if e.step_kind == "signal_deadline")
-    time.sleep(0.35)
+    wait_out_nap()
     other = cairn.App(db=app.db_url)
     try:
         kind.workflow(other, "deadline")(flow.definition.fn.__wrapped__)
