@@ -226,7 +226,12 @@ def test_kills_and_server_restarts_never_repeat_a_recorded_step(
                               int(rows[0][0]) if rows else -1))
             slots[slot] = dist.spawn(worker_id, concurrency=CONCURRENCY, lease=LEASE)
             slow.watch(slots[slot])
-            next_kill = time.monotonic() + rng.uniform(*KILL_PAUSE) * slow.factor()
+            # Kills keep pace with progress: while fewer than MIN_KILLS (and a margin) are spread over
+            # the share of runs completed so far, the next comes after the shortest pause, so a machine
+            # that finishes runs faster than the paced schedule kills still meets the minimum.
+            behind = len(kills) < 1.5 * MIN_KILLS * max(completed, 1) / RUNS
+            pause = KILL_PAUSE[0] if behind else rng.uniform(*KILL_PAUSE)
+            next_kill = time.monotonic() + pause * slow.factor()
         time.sleep(0.1)
     chaos_seconds = time.monotonic() - started
     dist.terminate_gracefully(slots)
