@@ -5,6 +5,7 @@ with the chain off, and how fast the verifier checks entries.
     python -m bench.audit --sqlite-only
     python -m bench.audit --quick            # small sizes
     python -m bench.audit --verify-only      # verify end to end, medians of --passes, both backends
+    python -m bench.audit --instructions     # instructions per step, chain on and off (needs valgrind)
 
 Keyed digests (encryption on): each entry's digest alone, plain SHA-256
 against HMAC-SHA-256 under a tenant's audit key, and a step's cost on an
@@ -22,6 +23,14 @@ no body (the statement's ``sha256`` of NULL is NULL). What "off" keeps
 ``history_monotonic_at`` trigger did before) is not counted, so the
 PostgreSQL figure is the chain's Python side plus the hash in the server.
 
+``--instructions`` counts the CPU instructions of a journaled step instead
+(callgrind, only the measured run: each mode's process is instrumented
+after its warm-up, with the WAL emptied so each window starts at the same
+point of SQLite's checkpoint cycle), a figure other processes' load does
+not move: the one to compare changes by on a shared machine. Valgrind runs
+SHA-256 without the CPU's SHA extensions, so its share is larger there
+than natively.
+
 Also measured in-process, without a database: the chain's own work per
 entry (digest, link), and the verifier's speed over rows already read,
 links only and links plus digests (entries/s, CPU time).
@@ -31,9 +40,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import re
+import shutil
+import sqlite3
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from bench.cairn_workloads import CairnWorkloads, build, build_url
@@ -310,7 +327,68 @@ def verify_postgres(admin: str, runs: int, run_steps: int, repeat: int) -> None:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def _instrumented_child(mode: str, steps: int, ready: Path) -> None:
+    """Under callgrind (instrumentation off): warm up, say so, wait to be
+    instrumented, then run one run of ``steps`` steps and leave at once."""
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-audit-ir-"))
+    with chain(mode == "on"):
+        w = build(work / "cairn.sqlite")
+        for _ in range(3):
+            w.app.run(w.chain, 50)
+        with sqlite3.connect(work / "cairn.sqlite") as conn:  # see the module doc
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        go = ready.with_name(ready.name + ".go")
+        ready.write_text(str(os.getpid()))
+        while not go.exists():
+            time.sleep(0.05)
+        result = w.app.run(w.chain, steps)
+    if result != steps:
+        raise SystemExit(f"chain returned {result!r}, expected {steps}")
+    os._exit(0)  # nothing after the measured run is counted: no teardown
+
+
+def counted(mode: str, steps: int, work: Path) -> float:
+    """Instructions per step of one run of ``steps`` steps in a child under callgrind."""
+    ready = work / f"{mode}.ready"
+    child = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={work}/{mode}.out",
+         sys.executable, "-m", "bench.audit", "--child", mode, str(steps), str(ready)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"})  # one hash seed: counts repeat
+    while not ready.exists():
+        if child.poll() is not None:
+            raise SystemExit(f"the {mode} process ended before its run: {child.communicate()[1][-500:]}")
+        time.sleep(0.2)
+    subprocess.run(["callgrind_control", "-i", "on", ready.read_text()], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ready.with_name(ready.name + ".go").touch()
+    _, err = child.communicate()
+    found = re.search(r"Collected : (\d+)", err)
+    if found is None:
+        raise SystemExit(f"callgrind printed no count for {mode}: {err[-500:]}")
+    return int(found.group(1)) / steps
+
+
+def instructions(steps: int, rounds: int) -> None:
+    """Instructions per journaled step on SQLite, chain on and off, alternated."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (callgrind and callgrind_control)")
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-audit-ir-"))
+    counts: dict[str, list[float]] = {"on": [], "off": []}
+    for i in range(rounds):
+        for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
+            counts[mode].append(counted(mode, steps, work))
+    on, off = statistics.median(counts["on"]), statistics.median(counts["off"])
+    print(f"sqlite     instructions per step (callgrind, one run of {steps} steps, median of {rounds}): "
+          f"chain on {on:,.0f}, off {off:,.0f}, difference {on - off:+,.0f} ({on / off:.3f}x); "
+          f"on {', '.join(f'{x:,.0f}' for x in counts['on'])}; "
+          f"off {', '.join(f'{x:,.0f}' for x in counts['off'])}")
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        _instrumented_child(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
@@ -319,7 +397,12 @@ def main() -> None:
     parser.add_argument("--verify-only", action="store_true",
                         help="Only verify's speed end to end (both backends unless --sqlite-only)")
     parser.add_argument("--passes", type=int, default=7, help="verify passes (the median is reported)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per step under callgrind instead (SQLite; needs valgrind)")
     args = parser.parse_args()
+    if args.instructions:
+        instructions(200 if args.quick else args.steps, 1 if args.quick else 3)
+        return
     if args.verify_only:
         runs, run_steps = (5, 200) if args.quick else (20, 1000)
         verify_sqlite(runs, run_steps, args.passes)
