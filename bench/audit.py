@@ -338,7 +338,9 @@ def _instrumented_child(mode: str, steps: int, ready: Path) -> None:
         with sqlite3.connect(work / "cairn.sqlite") as conn:  # see the module doc
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         go = ready.with_name(ready.name + ".go")
-        ready.write_text(str(os.getpid()))
+        written = ready.with_name(ready.name + ".tmp")
+        written.write_text(str(os.getpid()))
+        written.replace(ready)  # whole: the parent never reads it half written
         while not go.exists():
             time.sleep(0.05)
         result = w.app.run(w.chain, steps)
@@ -348,25 +350,33 @@ def _instrumented_child(mode: str, steps: int, ready: Path) -> None:
 
 
 def counted(mode: str, steps: int, work: Path) -> float:
-    """Instructions per step of one run of ``steps`` steps in a child under callgrind."""
-    ready = work / f"{mode}.ready"
-    child = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={work}/{mode}.out",
-         sys.executable, "-m", "bench.audit", "--child", mode, str(steps), str(ready)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"})  # one hash seed: counts repeat
-    while not ready.exists():
-        if child.poll() is not None:
-            raise SystemExit(f"the {mode} process ended before its run: {child.communicate()[1][-500:]}")
-        time.sleep(0.2)
-    subprocess.run(["callgrind_control", "-i", "on", ready.read_text()], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ready.with_name(ready.name + ".go").touch()
-    _, err = child.communicate()
-    found = re.search(r"Collected : (\d+)", err)
-    if found is None:
-        raise SystemExit(f"callgrind printed no count for {mode}: {err[-500:]}")
-    return int(found.group(1)) / steps
+    """Instructions per step of one run of ``steps`` steps in a child under
+    callgrind. Tried again (three times at most) when callgrind counted
+    nothing: under load its ``-i on`` was seen to reach the child after
+    the run (``Collected : 0``)."""
+    for _ in range(3):
+        ready = work / f"{mode}.ready"
+        for stale in (ready, ready.with_name(ready.name + ".go")):
+            stale.unlink(missing_ok=True)
+        child = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={work}/{mode}.out",
+             sys.executable, "-m", "bench.audit", "--child", mode, str(steps), str(ready)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"})  # one hash seed: counts repeat
+        while not ready.exists():
+            if child.poll() is not None:
+                raise SystemExit(f"the {mode} process ended before its run: {child.communicate()[1][-500:]}")
+            time.sleep(0.2)
+        subprocess.run(["callgrind_control", "-i", "on", ready.read_text()], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ready.with_name(ready.name + ".go").touch()
+        _, err = child.communicate()
+        found = re.search(r"Collected : (\d+)", err)
+        if found is None:
+            raise SystemExit(f"callgrind printed no count for {mode}: {err[-500:]}")
+        if int(found.group(1)):
+            return int(found.group(1)) / steps
+    raise SystemExit(f"callgrind counted nothing for {mode} three times")
 
 
 def instructions(steps: int, rounds: int) -> None:
