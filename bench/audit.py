@@ -24,12 +24,11 @@ no body (the statement's ``sha256`` of NULL is NULL). What "off" keeps
 PostgreSQL figure is the chain's Python side plus the hash in the server.
 
 ``--instructions`` counts the CPU instructions of a journaled step instead
-(callgrind, only the measured run: each mode's process is instrumented
-after its warm-up, with the WAL emptied so each window starts at the same
-point of SQLite's checkpoint cycle), a figure other processes' load does
-not move: the one to compare changes by on a shared machine. Valgrind runs
-SHA-256 without the CPU's SHA extensions, so its share is larger there
-than natively.
+(``bench.callcount``'s child, with the chain's work taken out for "off";
+``--tree`` counts another checkout's src/), a figure other processes' load
+does not move: the one to compare changes by on a shared machine. Valgrind
+runs SHA-256 without the CPU's SHA extensions, so its share is larger
+there than natively.
 
 Also measured in-process, without a database: the chain's own work per
 entry (digest, link), and the verifier's speed over rows already read,
@@ -41,12 +40,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import shutil
-import sqlite3
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -213,7 +208,6 @@ def keyed(on: bool) -> Iterator[None]:
 def sealed_step(on: bool, steps: int) -> tuple[float, float]:
     """A step's cost on an encrypted SQLite app, its digests keyed or plain."""
     import base64
-    import os
 
     ring = "kek1 " + base64.b64encode(bytes(32)).decode()
     os.environ["CAIRN_BENCH_KEYS"], os.environ["CAIRN_KEYRING"] = ring, "env:CAIRN_BENCH_KEYS"
@@ -327,78 +321,26 @@ def verify_postgres(admin: str, runs: int, run_steps: int, repeat: int) -> None:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def _instrumented_child(mode: str, steps: int, ready: Path) -> None:
-    """Under callgrind (instrumentation off): warm up, say so, wait to be
-    instrumented, then run one run of ``steps`` steps and leave at once."""
-    work = Path(tempfile.mkdtemp(prefix="cairn-bench-audit-ir-"))
-    with chain(mode == "on"):
-        w = build(work / "cairn.sqlite")
-        for _ in range(3):
-            w.app.run(w.chain, 50)
-        with sqlite3.connect(work / "cairn.sqlite") as conn:  # see the module doc
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        go = ready.with_name(ready.name + ".go")
-        written = ready.with_name(ready.name + ".tmp")
-        written.write_text(str(os.getpid()))
-        written.replace(ready)  # whole: the parent never reads it half written
-        while not go.exists():
-            time.sleep(0.05)
-        result = w.app.run(w.chain, steps)
-    if result != steps:
-        raise SystemExit(f"chain returned {result!r}, expected {steps}")
-    os._exit(0)  # nothing after the measured run is counted: no teardown
+def instructions(tree: Path, sizes: tuple[int, int]) -> None:
+    """Instructions per journaled step on SQLite, chain on and off, as
+    ``bench.callcount step`` counts them in ``tree`` (two run sizes, the
+    difference over the difference of steps: start-up and the run's own
+    entries cancel out), each mode's two counts alternated with the other's."""
+    from bench import callcount
 
-
-def counted(mode: str, steps: int, work: Path) -> float:
-    """Instructions per step of one run of ``steps`` steps in a child under
-    callgrind. Tried again (three times at most) when callgrind counted
-    nothing: under load its ``-i on`` was seen to reach the child after
-    the run (``Collected : 0``)."""
-    for _ in range(3):
-        ready = work / f"{mode}.ready"
-        for stale in (ready, ready.with_name(ready.name + ".go")):
-            stale.unlink(missing_ok=True)
-        child = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={work}/{mode}.out",
-             sys.executable, "-m", "bench.audit", "--child", mode, str(steps), str(ready)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONHASHSEED": "0"})  # one hash seed: counts repeat
-        while not ready.exists():
-            if child.poll() is not None:
-                raise SystemExit(f"the {mode} process ended before its run: {child.communicate()[1][-500:]}")
-            time.sleep(0.2)
-        subprocess.run(["callgrind_control", "-i", "on", ready.read_text()], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        ready.with_name(ready.name + ".go").touch()
-        _, err = child.communicate()
-        found = re.search(r"Collected : (\d+)", err)
-        if found is None:
-            raise SystemExit(f"callgrind printed no count for {mode}: {err[-500:]}")
-        if int(found.group(1)):
-            return int(found.group(1)) / steps
-    raise SystemExit(f"callgrind counted nothing for {mode} three times")
-
-
-def instructions(steps: int, rounds: int) -> None:
-    """Instructions per journaled step on SQLite, chain on and off, alternated."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (callgrind and callgrind_control)")
-    work = Path(tempfile.mkdtemp(prefix="cairn-bench-audit-ir-"))
-    counts: dict[str, list[float]] = {"on": [], "off": []}
-    for i in range(rounds):
-        for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
-            counts[mode].append(counted(mode, steps, work))
-    on, off = statistics.median(counts["on"]), statistics.median(counts["off"])
-    print(f"sqlite     instructions per step (callgrind, one run of {steps} steps, median of {rounds}): "
-          f"chain on {on:,.0f}, off {off:,.0f}, difference {on - off:+,.0f} ({on / off:.3f}x); "
-          f"on {', '.join(f'{x:,.0f}' for x in counts['on'])}; "
-          f"off {', '.join(f'{x:,.0f}' for x in counts['off'])}")
+    small, large = sizes
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-audit-ir-") as name:
+        work = Path(name)
+        counts = {(off, n): callcount.count(tree, "step", n, work, chain_off=off)
+                  for n in (small, large) for off in (False, True)}
+    on, off = ((counts[(o, large)] - counts[(o, small)]) / (large - small) for o in (False, True))
+    print(f"sqlite     instructions per step ({tree}; callgrind, runs of {small} and {large} steps): "
+          f"chain on {on:,.0f}, off {off:,.0f}, difference {on - off:+,.0f} ({on / off:.3f}x)")
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        _instrumented_child(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
-        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
@@ -409,9 +351,11 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=7, help="verify passes (the median is reported)")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions per step under callgrind instead (SQLite; needs valgrind)")
+    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parent.parent,
+                        help="with --instructions: the source tree counted (default: this one)")
     args = parser.parse_args()
     if args.instructions:
-        instructions(200 if args.quick else args.steps, 1 if args.quick else 3)
+        instructions(args.tree.resolve(), (20, 120) if args.quick else (100, 1100))
         return
     if args.verify_only:
         runs, run_steps = (5, 200) if args.quick else (20, 1000)
