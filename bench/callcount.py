@@ -76,7 +76,7 @@ def count(tree: Path, kind: str, n: int, workdir: Path, chain_off: bool = False)
     signal_path = str(workdir / f"{kind}-{n}{'-off' if chain_off else ''}")
     for stale in (".ready", ".go"):  # of an earlier count in ``workdir``: it would start this one unseen
         Path(signal_path + stale).unlink(missing_ok=True)
-    out = workdir / f"{kind}-{n}.callgrind"
+    out = Path(signal_path + ".callgrind")
     paths = [str(tree / "src"), str(Path(__file__).resolve().parent.parent)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     proc = subprocess.Popen(
