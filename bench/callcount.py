@@ -37,10 +37,19 @@ from pathlib import Path
 KINDS = ("step", "read", "write", "three")
 
 
-def child(kind: str, n: int, signal_path: str) -> int:
-    """The counted process: set up, announce readiness, wait, run ``n`` calls."""
+def child(kind: str, n: int, signal_path: str, chain_off: bool = False) -> int:
+    """The counted process: set up, announce readiness, wait, run ``n`` calls
+    (with the audit chain's work taken out of the write if ``chain_off``:
+    ``bench.audit.chain``)."""
     from bench.cairn_workloads import build
 
+    if chain_off:
+        from bench.audit import chain
+
+        # kept referenced for the process's life (it ends in os._exit): a context manager
+        # dropped at once is closed by the collector, which undid the patch (counted "off" = on)
+        chain_taken_out = chain(False)
+        chain_taken_out.__enter__()
     w = build(Path(tempfile.mkdtemp(prefix="cairn-callcount-")) / "cairn.sqlite")
     if kind == "three":
         w.app.run(w.three)
@@ -62,15 +71,18 @@ def child(kind: str, n: int, signal_path: str) -> int:
     os._exit(0)  # no teardown: nothing after the measured run is counted
 
 
-def count(tree: Path, kind: str, n: int, workdir: Path) -> int:
+def count(tree: Path, kind: str, n: int, workdir: Path, chain_off: bool = False) -> int:
     """Instructions of one child process running ``n`` calls (instrumented from the go signal on)."""
-    signal_path = str(workdir / f"{kind}-{n}")
-    out = workdir / f"{kind}-{n}.callgrind"
+    signal_path = str(workdir / f"{kind}-{n}{'-off' if chain_off else ''}")
+    for stale in (".ready", ".go"):  # of an earlier count in ``workdir``: it would start this one unseen
+        Path(signal_path + stale).unlink(missing_ok=True)
+    out = Path(signal_path + ".callgrind")
     paths = [str(tree / "src"), str(Path(__file__).resolve().parent.parent)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
-         "-m", "bench.callcount", "--child", kind, str(n), signal_path],
+         "-m", "bench.callcount", "--child", kind, str(n), signal_path,
+         *(["--chain-off"] if chain_off else [])],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     ready = Path(signal_path + ".ready")
@@ -95,9 +107,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="source tree whose src/cairn is counted (default: this one)")
     parser.add_argument("--sizes", type=int, nargs=2, default=(20, 120), metavar=("SMALL", "LARGE"))
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--chain-off", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return child(args.child[0], int(args.child[1]), args.child[2])
+        return child(args.child[0], int(args.child[1]), args.child[2], args.chain_off)
     small, large = args.sizes
     if not 0 < small < large:
         parser.error("--sizes: SMALL must be positive and below LARGE")

@@ -33,6 +33,20 @@ def _log(client: httpx.Client, setup: Setup, who: str, **query: Any) -> httpx.Re
     return client.get("/api/audit/log", params=query, headers=setup.headers(who))
 
 
+def _whole(client: httpx.Client, setup: Setup, who: str, **query: Any) -> list[dict[str, Any]]:
+    """Every page, newest first, each answer as documented; the entries oldest first."""
+    found: list[dict[str, Any]] = []
+    while True:
+        answer = _log(client, setup, who, **query)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert not list(_validator("get", "/api/audit/log").iter_errors(body))  # as documented
+        found += body["entries"]
+        if body["next_after"] is None:
+            return found[::-1]
+        query["after"] = body["next_after"]
+
+
 def test_each_tenants_admin_reads_only_its_own_log(setup: Setup, client: httpx.Client) -> None:
     app = setup.app
     ours = [app.start(setup.workflows["echo"], f"ours {i}", tenant=TENANT).run_id for i in range(2)]
@@ -40,21 +54,27 @@ def test_each_tenants_admin_reads_only_its_own_log(setup: Setup, client: httpx.C
     drain(app)
     app.operator.archive_run(ours[0])  # its entries are read from its archive
 
-    mine = _log(client, setup, "admin", limit=10_000)
-    assert mine.status_code == 200, mine.text
-    entries = mine.json()["entries"]
+    entries = _whole(client, setup, "admin", limit=1000)
     assert entries, "the test would prove nothing"
     assert {e["tenant"] for e in entries} == {TENANT}
     assert {e["run_id"] for e in entries if e["kind"] == "run"} == set(ours)
     assert {"token.mint", "archive.move"} <= {e["event"] for e in entries if e["kind"] != "run"}
     assert theirs not in json.dumps(entries)
-    assert not list(_validator("get", "/api/audit/log").iter_errors(mine.json()))  # as documented
+    assert _whole(client, setup, "admin", limit=3) == entries  # pages of 3 put together
+    oldest = _log(client, setup, "admin", limit=5, order="oldest").json()
+    assert oldest["entries"] == entries[:5]
+    assert oldest["next_after"] is not None
 
-    hostile = _log(client, setup, "other-admin", limit=10_000).json()["entries"]
+    hostile = _whole(client, setup, "other-admin", limit=1000)
     assert hostile, "the other tenant has its run and its token: an empty answer would prove nothing"
     assert {e["tenant"] for e in hostile} == {OTHER}
     assert {e["run_id"] for e in hostile if e["kind"] == "run"} == {theirs}
     assert not any(run in json.dumps(hostile) for run in ours)
+    # our cursor holds a place in the log, not our tenant: with it the other admin pages its own entries
+    ours_next = _log(client, setup, "admin", limit=2).json()["next_after"]
+    assert _whole(client, setup, "other-admin", after=ours_next, limit=1) == [
+        e for e in hostile if (e["at"], e["run_id"], e["seq"]) < (entries[-2]["at"], entries[-2]["run_id"],
+                                                                  entries[-2]["seq"])]
     for run_id in ours:  # naming our run is the 404 of an unknown run, archived or not
         assert _log(client, setup, "other-admin", run_id=run_id).status_code == 404
     refused = _log(client, setup, "other-admin", tenant=TENANT)
@@ -63,11 +83,15 @@ def test_each_tenants_admin_reads_only_its_own_log(setup: Setup, client: httpx.C
     for who in ("viewer", "operator"):
         assert _log(client, setup, who).status_code == 403
 
-    one = _log(client, setup, "admin", run_id=ours[1], limit=10_000).json()["entries"]
+    one = _whole(client, setup, "admin", run_id=ours[1], limit=2)
     assert one == [e for e in entries if e["kind"] == "run" and e["run_id"] == ours[1]]
-    tokens = _log(client, setup, "admin", kind="token", limit=10_000).json()["entries"]
+    tokens = _whole(client, setup, "admin", kind="token", limit=1000)
     assert tokens == [e for e in entries if e["kind"] == "token"]
-    assert _log(client, setup, "admin", limit=1).json()["entries"] == entries[-1:]
+    assert _log(client, setup, "admin", limit=1).json()["entries"] == entries[-1:]  # the newest
+    for bad in ({"after": "not-a-cursor"}, {"limit": 1001}, {"order": "sideways"}):
+        refused = _log(client, setup, "admin", **bad)
+        assert refused.status_code == 400, (bad, refused.text)
+        assert "\n" not in refused.json()["message"], refused.text
 
     assert app.db_url is not None
     printed = CliRunner().invoke(main, ["audit", "log", "--tenant", TENANT, "--limit", "10000", "--json",

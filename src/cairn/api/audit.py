@@ -11,21 +11,20 @@ line: their links still hold, their contents can no longer be checked.
 ``Audit.checkpoint`` signs each tenant's run heads only after verifying
 them (against the anchor too, when one exists: a rolled-back database is
 never re-anchored in its rolled-back state). ``Audit.log`` lists the
-entries with their actor.
+entries with their actor, a page at a time (``auditlog``).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from cairn.api import auditanchor
+from cairn.api import auditanchor, auditlog
+from cairn.api.auditlog import AuditEvent, LogFilter, LogPage
 from cairn.api.erasure import run_digest
 from cairn.errors import InvalidArgument
 from cairn.store import oplog
@@ -112,30 +111,6 @@ class Report:
 def _when(anchors: dict[str, float]) -> str:
     latest = max(anchors.values())
     return f"checkpoint of {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(latest))} UTC"
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEvent:
-    """One entry of the log: who did what to which run, when."""
-
-    at: float
-    tenant: str
-    run_id: str
-    seq: int
-    event: str
-    actor: str
-    auth: str
-    detail: dict[str, Any] | None
-    #: what was acted on: ``run`` (a history entry, ``object_id`` the run) or
-    #: an operator log record's object (``token``, ``queue``, ``key``...; ``run_id``
-    #: is then its chain's id, ``event`` its action, ``detail`` what changed)
-    kind: str = "run"
-    object_id: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"at": self.at, "tenant": self.tenant, "run_id": self.run_id, "seq": self.seq,
-                "event": self.event, "actor": self.actor, "auth": self.auth, "detail": self.detail,
-                "kind": self.kind, "object_id": self.object_id or self.run_id}
 
 
 class Audit:
@@ -241,71 +216,17 @@ class Audit:
         ``limit``), filtered by tenant, run, actor (a substring), event or
         operator action (a prefix), kind of object (``run``, ``token``,
         ``queue``...) and time. Operator log records come with the runs'
-        entries unless ``run_id`` is given."""
-        found: list[AuditEvent] = []
-        items: Iterable[AuditEvent] = ()
-        if kind in (None, "run"):
-            rows = self._store.audit_entries(tenant=tenant, run_id=run_id)  # type: ignore[attr-defined]
-            items = (event_of(row) for row in rows)
-        if run_id is None and kind != "run" and hasattr(self._store, "operator_log"):
-            records = (record_of(row) for row in self._store.operator_log(tenant=tenant))
-            items = itertools.chain(items, (r for r in records if kind is None or r.kind == kind))
-        for item in items:
-            if actor is not None and actor not in item.actor:
-                continue
-            if event is not None and not item.event.startswith(event):
-                continue
-            if since is not None and item.at < since:
-                continue
-            found.append(item)
-        found.sort(key=lambda e: (e.at, e.run_id, e.seq))
-        return found[-limit:] if limit else found
+        entries unless ``run_id`` is given. The last ``limit`` are read
+        newest first and stop there (``auditlog``), not the whole log."""
+        wanted = LogFilter(tenant, run_id, actor, event, since, kind)
+        if limit:
+            return auditlog.page(self._store, wanted, limit, newest=True).entries[::-1]
+        return list(auditlog.entries(self._store, wanted, None, newest=False))
 
-
-def record_of(row: tuple[Any, ...]) -> AuditEvent:
-    """The log's view of an operator log row (``oplog.COLUMNS``)."""
-    try:
-        change = json.loads(row[8])
-    except (ValueError, TypeError):
-        change = {"damaged": str(row[8])[:200]}
-    return AuditEvent(float(row[2]), str(row[0]), oplog.chain_id(str(row[0])), int(row[1]), str(row[5]),
-                      str(row[6]), str(row[7]), change if isinstance(change, dict) else {"value": change},
-                      kind=str(row[3]), object_id=str(row[4]))
-
-
-def event_of(row: tuple[Any, ...]) -> AuditEvent:
-    """The log's view of a stored entry (``auditsql.ENTRY_COLUMNS``). A
-    sealed detail shows only its plaintext keys (the actor is one)."""
-    detail: Any = None
-    if row[14] is not None:
-        try:
-            detail = json.loads(row[14])
-        except (ValueError, TypeError):
-            detail = {"damaged": str(row[14])[:200]}
-    if not isinstance(detail, dict):
-        detail = None if detail is None else {"value": detail}
-    who, auth = actor_of(str(row[2]), row[5], int(row[4]), detail)
-    return AuditEvent(float(row[3]), str(row[17]), str(row[0]), int(row[1]), str(row[2]), who, auth, detail)
-
-
-def actor_of(event: str, worker: Any, epoch: int, detail: dict[str, Any] | None) -> tuple[str, str]:
-    """Who wrote an entry and how they were authenticated: a run's starter
-    (its ``run.created`` entry's ``started_by``), an operator's
-    (``detail.actor``; the prefix says how: ``cli:`` the OS user, ``user:``
-    a configured identity, ``http:`` an API token, ``app:`` a program
-    in-process), a lease holder's (the worker, by its lease epoch), else the
-    system's."""
-    started = detail.get("started_by") if detail is not None and event == "run.created" else None
-    if isinstance(started, dict) and isinstance(started.get("actor"), str):
-        return str(started["actor"]), str(started.get("auth") or "unknown")
-    if detail is not None and isinstance(detail.get("actor"), str):
-        actor = str(detail["actor"])
-        return actor, str(detail.get("auth") or AUTH.get(actor.partition(":")[0], "unknown"))
-    if worker is not None:
-        return f"worker:{worker}", f"lease epoch {epoch}"
-    return "system", "none"
-
-
-#: how each kind of operator actor was authenticated (its prefix)
-AUTH = {"cli": "os-user", "user": "configured", "http": "api-token", "app": "in-process",
-        "schedule": "schedule", "run": "parent-run"}
+    def log_page(self, wanted: LogFilter, limit: int, *, after: str | None = None,
+                 newest: bool = True) -> LogPage:
+        """One page of the log: at most ``limit`` entries past the cursor
+        ``after`` (a page's ``next_after``), newest first unless ``newest``
+        is false. A cursor that is not one is ``InvalidArgument``."""
+        return auditlog.page(self._store, wanted, limit, newest=newest,
+                             after=None if after is None else auditlog.position_of(after))

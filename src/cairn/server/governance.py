@@ -5,19 +5,22 @@ keys status`` / ``verify`` on the command line).
 Both are for a tenant's admins, and always of the token's tenant: the CLI
 reads every tenant (its operator runs the installation); a token never names
 another tenant, and a run of another tenant is the 404 an unknown id gets.
-The log is ``Audit.log`` filtered to the tenant (its runs' entries, hot and
-archived, and its operator log records; the installation's own records, with
-no tenant, are not a tenant's). The key routes answer ids, versions, counts
+The log is ``Audit.log_page`` filtered to the tenant (its runs' entries, hot
+and archived, and its operator log records; the installation's own records,
+with no tenant, are not a tenant's), a page at a time: ``next_after`` gives
+the next page's ``after``, a cursor that holds a place in the log and no
+tenant (``api.auditlog``); one not given by the log is a 400. The key routes answer ids, versions, counts
 and the places that fail to open, never a key's material (a data key is
 stored wrapped and never leaves ``cairn.security``): what ``--json`` prints.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from cairn.api.auditlog import MAX_CURSOR, AuditEvent, LogFilter
 from cairn.api.keys import Keys
 from cairn.api.tokens import Role
 from cairn.errors import ConfigError
@@ -25,12 +28,14 @@ from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint, Ident
 from cairn.store.sealed import SealedStore
 
-#: the most log entries one request answers (the CLI's default is 200)
-MAX_LOG = 10_000
+#: the most log entries one page answers (the CLI's default is 200); more come page by page
+MAX_LOG = 1000
 
 
 class LogQuery(msgspec.Struct):
-    """``cairn audit log``'s filters; ``since`` is a Unix time (seconds)."""
+    """``cairn audit log``'s filters; ``since`` is a Unix time (seconds);
+    ``after`` the ``next_after`` of the page before; ``order`` newest first
+    (from the last entry back) or oldest first."""
 
     run_id: Ident | None = None
     actor: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
@@ -38,26 +43,16 @@ class LogQuery(msgspec.Struct):
     kind: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     since: Annotated[float, msgspec.Meta(ge=0)] | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LOG)] = 200
-
-
-class LogEntryOut(msgspec.Struct, kw_only=True):
-    """One entry: a run's history entry (``kind`` ``run``) or an operator
-    log record (``kind`` its object's: ``token``, ``queue``, ``key``...)."""
-
-    at: float
-    tenant: str
-    run_id: str
-    seq: int
-    event: str
-    actor: str
-    auth: str
-    detail: dict[str, Any] | None
-    kind: str
-    object_id: str
+    after: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CURSOR)] | None = None
+    order: Literal["newest", "oldest"] = "newest"
 
 
 class LogOut(msgspec.Struct, kw_only=True):
-    entries: list[LogEntryOut]
+    """A page of the log (``cairn audit log --json``'s objects) and the
+    ``after`` of the next page (``None``: this is the last)."""
+
+    entries: list[AuditEvent]
+    next_after: str | None
 
 
 class KeyVersionOut(msgspec.Struct, kw_only=True):
@@ -91,9 +86,9 @@ class VerifiedOut(msgspec.Struct, kw_only=True):
 def audit_log(call: Call[Any]) -> Any:
     query: LogQuery = call.query
     run_id = None if query.run_id is None else call.run(query.run_id).run_id
-    found = call.app.audit.log(tenant=call.principal.tenant, run_id=run_id, actor=query.actor,
-                               event=query.event, since=query.since, limit=query.limit, kind=query.kind)
-    return {"entries": [item.as_dict() for item in found]}
+    wanted = LogFilter(call.principal.tenant, run_id, query.actor, query.event, query.since, query.kind)
+    found = call.app.audit.log_page(wanted, query.limit, after=query.after, newest=query.order == "newest")
+    return {"entries": [item.as_dict() for item in found.entries], "next_after": found.next_after}
 
 
 def key_status(call: Call[Any]) -> Any:
@@ -117,7 +112,8 @@ def verify_keys(call: Call[Any]) -> Any:
 
 ROUTES = [
     Endpoint("GET", "/api/audit/log", Role.ADMIN, "Who did what in the tenant: its runs' entries and its "
-             "operator actions, each with its actor and how it was authenticated (cairn audit log)",
+             "operator actions, each with its actor and how it was authenticated (cairn audit log), a page "
+             "at a time, newest first unless order=oldest",
              audit_log, query=LogQuery, tag="governance", response=LogOut),
     Endpoint("GET", "/api/keys", Role.ADMIN, "The tenant's data key versions and what each seals "
              "(ids and counts, never key material)", key_status, tag="governance", response=KeysOut),

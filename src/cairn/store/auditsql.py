@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+from cairn.store.auditlinks import PENDING
 from cairn.store.auditverify import recomputed_digest
 
 Tx = TypeVar("Tx")
@@ -21,6 +22,9 @@ T = TypeVar("T")
 ENTRY_COLUMNS = ("run_id", "seq", "event", "at", "epoch", "worker", "position", "step_kind", "name",
                  "input_hash", "attempt", "started_at", "payload", "payload_ref", "detail", "digest", "link",
                  "tenant")
+
+#: The columns of an audit log row (``audit_log_rows``), in order.
+LOG_COLUMNS = ("run_id", "seq", "event", "at", "epoch", "worker", "detail", "tenant")
 
 #: Rows read per page.
 PAGE = 2000
@@ -69,15 +73,40 @@ class SQLAudit(Generic[Tx]):
         in ``tx``, before the caller removes or seals that body: after, the
         digest could not be recomputed and the entry could not be linked.
         A body that already cannot give it (damaged) is left as found: the
-        verifier reports it."""
-        rows = self._query(tx, "audit_unstored_digest", {"run_id": run_id, "seq": seq})
-        found = recomputed_digest(rows[0]) if rows else None
+        verifier reports it. The entry is read as the verifier reads it
+        (``audit_entries``, a page of one from just before it)."""
+        rows = self._query(tx, "audit_entries", {"tenant": None, "run_id": run_id, "after_run": run_id,
+                                                 "after_seq": seq - 1, "page": 1})
+        row = rows[0] if rows and int(rows[0][1]) == seq else None
+        if row is None or row[15] is not None or row[16] is None or bytes(row[16]) == PENDING:
+            return  # gone, its digest stored, or not linked (yet): nothing to keep
+        found = recomputed_digest(row)
         if found is not None:
             self._query(tx, "audit_store_digest", {"run_id": run_id, "seq": seq, "digest": found})
 
     def store_audit_digest(self, run_id: str, seq: int) -> None:
         """``_store_audit_digest`` in a transaction of its own (``store.rekey``)."""
         self._operate(lambda tx: self._store_audit_digest(tx, run_id, seq))
+
+    def audit_log_rows(self, *, tenant: str | None = None, run_id: str | None = None,
+                       since: float | None = None, after: tuple[float, str, int] | None = None,
+                       newest: bool = False, page: int = PAGE) -> Iterator[tuple[Any, ...]]:
+        """The hot entries as the audit log shows them (``LOG_COLUMNS``), in
+        ``(at, run_id, seq)`` order (reversed if ``newest``), past the
+        position ``after`` in that order, since ``since``; read a page at a
+        time as the caller goes on (a log's page stops early: most of the
+        history is never read into Python)."""
+        name = "audit_log_newest" if newest else "audit_log_oldest"
+        position = after
+        while True:
+            at, after_run, after_seq = (None, "", 0) if position is None else position
+            rows = self._select(name, {"tenant": tenant, "run_id": run_id, "since": since, "at": at,
+                                       "after_run": after_run, "after_seq": after_seq, "page": page})
+            yield from rows
+            if len(rows) < page:
+                return
+            last = rows[-1]
+            position = (float(last[3]), str(last[0]), int(last[1]))
 
     def audit_run_tenants(self, *, tenant: str | None = None, run_id: str | None = None) -> dict[str, str]:
         """run -> tenant of the runs in scope (the run rows, to check each entry's tenant against)."""

@@ -2251,14 +2251,29 @@ WHERE (h.run_id, h.seq) > (%(after_run)s::text, %(after_seq)s::bigint)
   AND (%(run_id)s::text IS NULL OR h.run_id = %(run_id)s::text)
 ORDER BY h.run_id, h.seq LIMIT %(page)s::bigint
 
--- An entry whose digest was not stored (a SQLite store without a keyring writes none; a database
--- moved over keeps them so), read to store it before its body is changed (retention, adoption).
--- name: audit_unstored_digest
-SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name, h.input_hash,
-       h.attempt, h.started_at, h.payload, h.payload_ref, h.detail, h.digest, h.link, h.tenant
+-- The audit log's entries (``api.audit.Audit.log``), a page after a position in
+-- (at, run_id, seq) order, or before it newest first; one tenant's or one run's, since a
+-- time. Only the columns the log shows: no payload read. Run ids compare byte-wise
+-- (COLLATE "C"), as Python merges them with the archived runs' and the operator log's.
+-- name: audit_log_oldest
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
 FROM history AS h
-WHERE h.run_id = %(run_id)s::text AND h.seq = %(seq)s::bigint AND h.digest IS NULL
-  AND h.link IS NOT NULL AND h.link <> ''::bytea
+WHERE (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
+  AND (%(run_id)s::text IS NULL OR h.run_id = %(run_id)s::text)
+  AND (%(since)s::float8 IS NULL OR h.at >= %(since)s::float8)
+  AND (%(at)s::float8 IS NULL OR (h.at, h.run_id COLLATE "C", h.seq)
+                                  > (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint))
+ORDER BY h.at, h.run_id COLLATE "C", h.seq LIMIT %(page)s::bigint
+
+-- name: audit_log_newest
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
+FROM history AS h
+WHERE (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
+  AND (%(run_id)s::text IS NULL OR h.run_id = %(run_id)s::text)
+  AND (%(since)s::float8 IS NULL OR h.at >= %(since)s::float8)
+  AND (%(at)s::float8 IS NULL OR (h.at, h.run_id COLLATE "C", h.seq)
+                                  < (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint))
+ORDER BY h.at DESC, h.run_id COLLATE "C" DESC, h.seq DESC LIMIT %(page)s::bigint
 
 -- name: audit_store_digest
 UPDATE history SET digest = %(digest)s::bytea

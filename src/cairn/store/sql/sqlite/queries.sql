@@ -1625,17 +1625,24 @@ WHERE (h.run_id, h.seq) > (:after_run, :after_seq)
   AND (:tenant IS NULL OR h.tenant = :tenant) AND (:run_id IS NULL OR h.run_id = :run_id)
 ORDER BY h.run_id, h.seq LIMIT :page
 
--- An entry whose digest was not stored (no keyring), as audit_entries reads it: its digest is
--- stored before its body is changed (retention, adoption), so it can still be linked after.
--- name: audit_unstored_digest
-SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.position, h.step_kind, h.name, h.input_hash,
-       h.attempt, h.started_at,
-       CASE WHEN substr(h.payload, 1, 2) = X'0002'
-            THEN (SELECT p.data FROM history_payloads AS p WHERE p.id = CAST(substr(h.payload, 3) AS INTEGER))
-            ELSE h.payload END,
-       h.payload_ref, h.detail, h.digest, h.link, h.tenant
+-- The audit log's entries (``api.audit.Audit.log``), a page after a position in
+-- (at, run_id, seq) order, or before it newest first; one tenant's or one run's, since a
+-- time. Only the columns the log shows: no payload read.
+-- name: audit_log_oldest
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
 FROM history AS h
-WHERE h.run_id = :run_id AND h.seq = :seq AND h.digest IS NULL AND h.link IS NOT NULL AND h.link <> X''
+WHERE (:tenant IS NULL OR h.tenant = :tenant) AND (:run_id IS NULL OR h.run_id = :run_id)
+  AND (:since IS NULL OR h.at >= :since)
+  AND (:at IS NULL OR (h.at, h.run_id, h.seq) > (:at, :after_run, :after_seq))
+ORDER BY h.at, h.run_id, h.seq LIMIT :page
+
+-- name: audit_log_newest
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
+FROM history AS h
+WHERE (:tenant IS NULL OR h.tenant = :tenant) AND (:run_id IS NULL OR h.run_id = :run_id)
+  AND (:since IS NULL OR h.at >= :since)
+  AND (:at IS NULL OR (h.at, h.run_id, h.seq) < (:at, :after_run, :after_seq))
+ORDER BY h.at DESC, h.run_id DESC, h.seq DESC LIMIT :page
 
 -- name: audit_store_digest
 UPDATE history SET digest = :digest WHERE run_id = :run_id AND seq = :seq AND digest IS NULL
