@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent
 
 #: seconds of a ``ctx.sleep`` that must suspend the run (never due before its own entry is committed)
 NAP = 0.5
@@ -23,6 +25,26 @@ def wait_out_nap() -> None:
     """Sleep until a ``NAP`` timer set before this call is due (with a margin
     for the clock's resolution), so the next execution finds it passed."""
     time.sleep(NAP + 0.05)
+
+
+def napped(history: Sequence[HistoryEvent]) -> tuple[list[HistoryEvent], list[HistoryEvent]]:
+    """The journal entries a run wrote before and after its one ``NAP`` timer
+    suspended it, once the history shows that it did: a ``sleep`` suspension,
+    then a new claim that woke the run. A test that says the rest of its run is
+    a replay calls this, so that it fails if the timer was already due when the
+    engine checked it and the first execution simply ran on (every assertion
+    about the result would hold either way)."""
+    sleeps = [i for i, e in enumerate(history)
+              if e.event is EventType.RUN_SUSPENDED and (e.detail or {}).get("reason") == "sleep"]
+    kinds = [str(e.event) for e in history]
+    assert len(sleeps) == 1, f"expected the run to suspend once on its timer, history: {kinds}"
+    [at] = sleeps
+    woken = [e.event for e in history[at + 1:] if e.event in (EventType.LEASE_CLAIMED, EventType.RUN_WOKEN)]
+    assert woken[:2] == [EventType.LEASE_CLAIMED, EventType.RUN_WOKEN], \
+        f"the timer's suspension was not followed by a new execution, history: {kinds}"
+    journal = [e for e in history if e.event in JOURNAL_EVENTS]
+    return ([e for e in journal if e.seq < history[at].seq],
+            [e for e in journal if e.seq > history[at].seq])
 
 
 # -- waiting on a busy machine: progress, not wall clock ----------------------------------------

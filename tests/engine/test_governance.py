@@ -12,6 +12,7 @@ from cairn.models import Message, ModelRequest, ToolCall
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls, execute_once
 from tests.engine.kinds import Flow, Kind, both
+from tests.timing import NAP, napped
 
 
 def transfer_policy(request: ModelRequest, n: int) -> Message:
@@ -34,12 +35,15 @@ def test_model_decision_is_recorded_and_replayed(app: cairn.App, kind: Kind, cal
     def agent(ctx: cairn.Context) -> Flow[str]:
         reply = yield kind.model(ctx, model, [Message(role="user", content="refund order 7")], temperature=0)
         args = reply.message.tool_calls[0].parsed_arguments()
-        ctx.sleep(0.05)  # the run suspends; the second pass is a replay
+        ctx.sleep(NAP)  # the run suspends; the second pass is a replay
         return (yield transfer(**args))
 
     assert app.run(agent, run_id="sem") == "tx-0"
     assert model.calls == 1  # never re-asked: the replay used the recorded decision
     assert calls.counts == {"tx-0": 1}
+    before, after = napped(app.history("sem"))  # decided in one execution, transferred in the next
+    assert [e.step_kind for e in before] == ["model", "sleep"]
+    assert [e.name for e in after if e.event is EventType.STEP_COMPLETED] == ["transfer"]
     entry = next(e for e in app.history("sem") if e.step_kind == "model")
     assert entry.name == "scripted-1"
     assert entry.detail is not None

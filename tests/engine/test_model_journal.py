@@ -25,6 +25,7 @@ from cairn.engine import modelcalls
 from cairn.models import Message, ModelRequest, ToolCall
 from cairn.store.records import EventType, HistoryEvent
 from tests.engine.kinds import Flow, Kind, both
+from tests.timing import NAP, napped
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,7 +92,7 @@ def test_rebuilt_requests_are_exactly_what_was_sent(app: cairn.App, kind: Kind) 
             messages.append(Message(role="tool", content=f"result {turn}", tool_call_id=call.id,
                                     name=call.name))
             if turn == 1:
-                ctx.sleep(0.01)  # suspends: the next calls are written by a new execution
+                ctx.sleep(NAP)  # suspends: the next calls are written by a new execution
         # a trimmed context keeps a prefix; a fresh one shares only the system message
         yield kind.model(ctx, model, messages[:3], seed=1)
         yield kind.model(ctx, model, [system, Message(role="user", content="start over")])
@@ -100,6 +101,9 @@ def test_rebuilt_requests_are_exactly_what_was_sent(app: cairn.App, kind: Kind) 
 
     app.run(agent, run_id="exact")
     history = app.history("exact")
+    before, after = napped(history)
+    assert [e.step_kind for e in before].count("model") == 2  # turns 0 and 1; the rest came after
+    assert [e.step_kind for e in after].count("model") == 5
     rebuilt = modelcalls.records(history, app.runtime.payloads)
     entries = model_entries(history)
     assert [values.encode(rebuilt[e.seq].request) for e in entries] == sent
@@ -232,9 +236,10 @@ def test_an_async_workflow_asks_a_client_without_acomplete_in_a_thread(app: cair
     @app.workflow(name="asks")
     async def asks(ctx: cairn.Context) -> str:
         reply = await ctx.model_async(model, [Message(role="user", content="hi")])
-        ctx.sleep(0.01)  # the second pass replays the recorded answer
+        ctx.sleep(NAP)  # the second pass replays the recorded answer
         return reply.message.content or ""
 
     assert app.run(asks, run_id="thread") == "answer 0"
+    assert [e.step_kind for e in napped(app.history("thread"))[0]] == ["model", "sleep"]
     assert len(threads) == 1
     assert threads[0] != threading.current_thread().name  # the loop was never blocked by the client

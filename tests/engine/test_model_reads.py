@@ -23,6 +23,7 @@ from cairn.errors import PayloadError
 from cairn.models import Message, ModelRequest, ToolCall
 from cairn.store.records import EventType, HistoryEvent
 from tests.engine.kinds import Kind
+from tests.timing import NAP, napped
 
 SYSTEM = Message(role="system", content="You are terse. " * 10)
 
@@ -74,7 +75,7 @@ def test_any_window_of_calls_rebuilds_as_the_whole_history_does(app: cairn.App) 
             messages.append(reply.message)
             messages.append(Message(role="tool", content=note(turn), name="note"))
             if turn == 5:
-                ctx.sleep(0.01)  # the next calls are written by a new execution, its log read back
+                ctx.sleep(NAP)  # the next calls are written by a new execution, its log read back
             if turn == 8 and not rewound["done"]:
                 rewound["done"] = True
                 raise cairn.LogicalFailure("again", rewind_to="m")
@@ -95,6 +96,9 @@ def test_any_window_of_calls_rebuilds_as_the_whole_history_does(app: cairn.App) 
     app.run(mixed, run_id="mixed")
     history = app.history("mixed")
     assert any(e.event is EventType.RUN_REWOUND for e in history)
+    before, after = napped(history)  # turns 0 to 5 first; a new execution wrote the rest
+    assert [e.step_kind for e in before].count("model") == 6
+    assert after[0].step_kind == "model"
     full = modelcalls.records(history, app.runtime.payloads)
     calls = model_entries(history)
     assert len(calls) > 20

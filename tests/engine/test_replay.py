@@ -13,7 +13,7 @@ import cairn
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls
 from tests.engine.kinds import Flow, Kind, both
-from tests.timing import NAP
+from tests.timing import NAP, napped
 
 
 @dataclasses.dataclass
@@ -135,11 +135,14 @@ def test_async_workflow_with_async_and_sync_steps(app: cairn.App, calls: Calls) 
     @app.workflow(name="async_wf")
     async def async_wf(ctx: cairn.Context, x: int) -> int:
         y = await fetch(x)
-        ctx.sleep(0.01)
+        ctx.sleep(NAP)  # suspends: the second pass replays fetch, awaited
         return square(y)
 
     assert app.run(async_wf, 2, run_id="a1") == 9
     assert calls.counts == {"fetch": 1, "square": 1}
+    before, after = napped(app.history("a1"))
+    assert [e.name for e in before] == ["fetch", "sleep"]
+    assert [e.name for e in after] == ["square"]
     assert app.get_run("a1").status is RunStatus.COMPLETED
 
 

@@ -13,7 +13,7 @@ import cairn
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls, execute_once
 from tests.engine.kinds import Flow, Kind, both
-from tests.timing import NAP, SLACK, wait_out_nap
+from tests.timing import NAP, SLACK, napped, wait_out_nap
 
 
 def test_timer_suspends_frees_the_worker_and_survives_a_restart(tmp_path: Path, calls: Calls) -> None:
@@ -104,10 +104,13 @@ def test_child_failure_raises_child_failed(app: cairn.App, kind: Kind) -> None:
             yield ctx.child(bad_child)
         except cairn.ChildFailed as failure:
             outcome = f"{failure.status}: {failure.error}"
-        ctx.sleep(0.01)  # the second pass raises the recorded failure again, without asking the store
+        ctx.sleep(NAP)  # the second pass raises the recorded failure again, without asking the store
         return outcome
 
     assert app.run(parent2, run_id="p2") == "failed: child broke"
+    before, after = napped(app.history("p2"))
+    assert [e.step_kind for e in before] == ["child", "wait", "sleep"]
+    assert after == []
     [failed] = [e for e in app.history("p2") if e.event is EventType.STEP_FAILED]
     assert (failed.step_kind, failed.name) == ("wait", "p2:0")
     assert failed.detail is not None

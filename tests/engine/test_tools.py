@@ -16,6 +16,7 @@ import cairn
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import Calls, execute_once
 from tests.engine.kinds import Flow, Kind, both
+from tests.timing import NAP, napped
 
 
 @dataclasses.dataclass
@@ -64,12 +65,15 @@ def test_a_read_tool_records_no_intent_and_no_operation(app: cairn.App, kind: Ki
     @kind.workflow(app, "reader")
     def reader(ctx: cairn.Context) -> Flow[str]:
         first = yield tool("a")
-        ctx.sleep(0.01)  # suspends: the second pass replays the recorded read
+        ctx.sleep(NAP)  # suspends: the second pass replays the recorded read
         return first + (yield tool("b"))
 
     assert app.run(reader, run_id="rd") == "a@0b@2"
-    assert calls["look"] == 2
+    assert calls["look"] == 2  # not 3: the read of "a" was replayed, not made again
     history = app.history("rd")
+    before, after = napped(history)
+    assert [e.position for e in before] == [0, 1]
+    assert [e.position for e in after] == [2]
     assert not [e for e in history if e.event is EventType.OP_INTENT]
     completed = [e for e in history if e.event is EventType.STEP_COMPLETED and e.step_kind == "tool"]
     assert [e.detail for e in completed] == [None, None]

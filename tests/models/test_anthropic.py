@@ -29,6 +29,7 @@ from cairn.retry import RetryPolicy
 from cairn.store.records import EventType
 from tests.models.fake_anthropic import error, message, text, tool_use
 from tests.models.fake_openai import FakeOpenAI, Reply, json_reply
+from tests.timing import NAP, napped
 
 MakeClaude = Callable[..., AnthropicChat]
 SECRET = "sk-ant-api03-LEAKME-5b2e9d"
@@ -210,7 +211,7 @@ def test_thinking_compaction_and_context_edits_are_kept_verbatim_and_sent_back(
     def verbatim(ctx: cairn.Context) -> list[Any]:
         history = [Message(role="user", content="Weather in Oslo?")]
         answer = ctx.model(claude, history)
-        ctx.sleep(0.01)  # suspends: the rest runs on a replay of the journal
+        ctx.sleep(NAP)  # suspends: the rest runs on a replay of the journal
         call = answer.message.tool_calls[0]
         history += [answer.message, Message(role="tool", content="-5 C", tool_call_id=call.id)]
         final = ctx.model(claude, history)
@@ -218,6 +219,9 @@ def test_thinking_compaction_and_context_edits_are_kept_verbatim_and_sent_back(
 
     assert app.run(verbatim, run_id="v") == [{"context_management": EDITS}, "Checking.", "Cold."]
     assert len(server.requests) == 2
+    before, after = napped(app.history("v"))
+    assert [e.step_kind for e in before] == ["model", "sleep"]
+    assert [e.step_kind for e in after] == ["model"]
     assert server.requests[1].body["messages"][1] == {"role": "assistant", "content": first}
     assert server.requests[1].body["messages"][2]["content"] == [
         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "-5 C"}]

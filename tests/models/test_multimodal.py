@@ -17,6 +17,7 @@ from cairn.models.base import Message, ModelRequest
 from cairn.models.openai import OpenAIChat
 from cairn.store.records import EventType
 from tests.models.fake_openai import FakeOpenAI, completion, json_reply
+from tests.timing import NAP, napped
 
 PARTS = [
     {"type": "text", "text": "What is in this picture?"},
@@ -48,10 +49,11 @@ def test_multimodal_request_is_sent_journaled_and_replayed(
     @app.workflow(name="describe")
     def describe(ctx: cairn.Context) -> Any:
         reply = ctx.model(chat, [Message(role="user", content=PARTS)])
-        ctx.sleep(0.01)  # suspends: the next execution replays the model call from the journal
+        ctx.sleep(NAP)  # suspends: the next execution replays the model call from the journal
         return reply.message.content
 
     assert app.run(describe, run_id="img") == "a cat"
+    napped(app.history("img"))
     [received] = server.requests  # asked once: the replay after the timer did not ask again
     assert received.body["messages"] == [{"role": "user", "content": PARTS}]
     completed = [e.step_kind for e in app.history("img") if e.event is EventType.STEP_COMPLETED]
