@@ -9,7 +9,8 @@ The log is ``Audit.log_page`` filtered to the tenant (its runs' entries, hot
 and archived, and its operator log records; the installation's own records,
 with no tenant, are not a tenant's), a page at a time: ``next_after`` gives
 the next page's ``after``, a cursor that holds a place in the log and no
-tenant (``api.auditlog``); one not given by the log is a 400. The key routes answer ids, versions, counts
+tenant (``api.auditlog``); text that is not base64url is a 400, base64url the log did not give a 422
+(the OpenAPI contract: a value its schema admits is never a 400). The key routes answer ids, versions, counts
 and the places that fail to open, never a key's material (a data key is
 stored wrapped and never leaves ``cairn.security``): what ``--json`` prints.
 """
@@ -23,10 +24,13 @@ import msgspec
 from cairn.api.auditlog import MAX_CURSOR, AuditEvent, LogFilter
 from cairn.api.keys import Keys
 from cairn.api.tokens import Role
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, InvalidArgument
 from cairn.server.errors import ApiError
 from cairn.server.routing import Call, Endpoint, Ident
 from cairn.store.sealed import SealedStore
+
+#: what a cursor is made of (``api.auditlog.cursor_of``: unpadded base64url); other text is a 400
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"
 
 #: the most log entries one page answers (the CLI's default is 200); more come page by page
 MAX_LOG = 1000
@@ -43,7 +47,7 @@ class LogQuery(msgspec.Struct):
     kind: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     since: Annotated[float, msgspec.Meta(ge=0)] | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LOG)] = 200
-    after: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CURSOR)] | None = None
+    after: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CURSOR, pattern=CURSOR_PATTERN)] | None = None
     order: Literal["newest", "oldest"] = "newest"
 
 
@@ -87,7 +91,10 @@ def audit_log(call: Call[Any]) -> Any:
     query: LogQuery = call.query
     run_id = None if query.run_id is None else call.run(query.run_id).run_id
     wanted = LogFilter(call.principal.tenant, run_id, query.actor, query.event, query.since, query.kind)
-    found = call.app.audit.log_page(wanted, query.limit, after=query.after, newest=query.order == "newest")
+    try:
+        found = call.app.audit.log_page(wanted, query.limit, after=query.after, newest=query.order == "newest")
+    except InvalidArgument as exc:  # base64url, but no position the log gave: well-formed, not acceptable
+        raise ApiError(422, "invalid", str(exc)) from None
     return {"entries": [item.as_dict() for item in found.entries], "next_after": found.next_after}
 
 
