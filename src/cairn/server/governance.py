@@ -32,6 +32,8 @@ from cairn.store.sealed import SealedStore
 #: what a cursor is made of (``api.auditlog.cursor_of``: unpadded base64url); other text is a 400
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"
 
+Cursor = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CURSOR, pattern=CURSOR_PATTERN)]
+
 #: the most log entries one page answers (the CLI's default is 200); more come page by page
 MAX_LOG = 1000
 
@@ -47,7 +49,7 @@ class LogQuery(msgspec.Struct):
     kind: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     since: Annotated[float, msgspec.Meta(ge=0)] | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LOG)] = 200
-    after: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CURSOR, pattern=CURSOR_PATTERN)] | None = None
+    after: Cursor | None = None
     order: Literal["newest", "oldest"] = "newest"
 
 
@@ -92,7 +94,8 @@ def audit_log(call: Call[Any]) -> Any:
     run_id = None if query.run_id is None else call.run(query.run_id).run_id
     wanted = LogFilter(call.principal.tenant, run_id, query.actor, query.event, query.since, query.kind)
     try:
-        found = call.app.audit.log_page(wanted, query.limit, after=query.after, newest=query.order == "newest")
+        found = call.app.audit.log_page(wanted, query.limit, after=query.after,
+                                        newest=query.order == "newest")
     except InvalidArgument as exc:  # base64url, but no position the log gave: well-formed, not acceptable
         raise ApiError(422, "invalid", str(exc)) from None
     return {"entries": [item.as_dict() for item in found.entries], "next_after": found.next_after}
