@@ -56,13 +56,7 @@ def child(kind: str, n: int, signal_path: str, chain_off: bool = False) -> int:
     else:
         workflow = {"step": w.chain, "read": w.reads, "write": w.writes}[kind]
         w.app.run(workflow, 3)
-    w.app.store._conn().execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[attr-defined]
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    Path(signal_path + ".ready").write_text(str(os.getpid()))
-    while not os.path.exists(signal_path + ".go"):
-        time.sleep(0.05)
+    settle(w.app.store, signal_path)
     if kind == "three":
         for _ in range(n):
             w.app.run(w.three)
@@ -71,18 +65,29 @@ def child(kind: str, n: int, signal_path: str, chain_off: bool = False) -> int:
     os._exit(0)  # no teardown: nothing after the measured run is counted
 
 
-def count(tree: Path, kind: str, n: int, workdir: Path, chain_off: bool = False) -> int:
-    """Instructions of one child process running ``n`` calls (instrumented from the go signal on)."""
-    signal_path = str(workdir / f"{kind}-{n}{'-off' if chain_off else ''}")
-    for stale in (".ready", ".go"):  # of an earlier count in ``workdir``: it would start this one unseen
+def settle(store: object, signal_path: str) -> None:
+    """In the counted child, after its warm-up: take out what lands in a window
+    or not by chance (WAL auto-checkpoints on ``store``'s connection, garbage
+    collections: the warmed-up objects frozen, the collector off), say so in
+    ``signal_path + ".ready"``, and wait for ``".go"`` (instrumentation is on
+    by then)."""
+    store._conn().execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[attr-defined]
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    Path(signal_path + ".ready").write_text(str(os.getpid()))
+    while not os.path.exists(signal_path + ".go"):
+        time.sleep(0.05)
+
+
+def collected(module_args: list[str], signal_path: str, env: dict[str, str]) -> int:
+    """Instructions of one ``python -m MODULE_ARGS`` child under callgrind,
+    instrumented from its go signal on (the child calls ``settle`` first)."""
+    for stale in (".ready", ".go"):  # of an earlier count in the same place: it would start this one unseen
         Path(signal_path + stale).unlink(missing_ok=True)
-    out = Path(signal_path + ".callgrind")
-    paths = [str(tree / "src"), str(Path(__file__).resolve().parent.parent)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
-         "-m", "bench.callcount", "--child", kind, str(n), signal_path,
-         *(["--chain-off"] if chain_off else [])],
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+         f"--callgrind-out-file={signal_path}.callgrind", sys.executable, "-m", *module_args],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     ready = Path(signal_path + ".ready")
@@ -98,6 +103,19 @@ def count(tree: Path, kind: str, n: int, workdir: Path, chain_off: bool = False)
     if found is None:
         raise RuntimeError(f"no instruction count in callgrind's output:\n{output[-2000:]}")
     return int(found.group(1))
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment of a child counting ``tree``'s ``src/cairn`` with this ``bench``."""
+    paths = [str(tree / "src"), str(Path(__file__).resolve().parent.parent)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def count(tree: Path, kind: str, n: int, workdir: Path, chain_off: bool = False) -> int:
+    """Instructions of one child process running ``n`` calls (instrumented from the go signal on)."""
+    signal_path = str(workdir / f"{kind}-{n}{'-off' if chain_off else ''}")
+    return collected(["bench.callcount", "--child", kind, str(n), signal_path,
+                      *(["--chain-off"] if chain_off else [])], signal_path, tree_env(tree))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,23 +14,27 @@ off gives the added cost. Runs/s: 3-step runs of 100-byte results, back to
 back. Figures only: no assertion (tests/ holds none on time either).
 
     python -m bench.encryption --instructions     # needs valgrind
+    python -m bench.encryption --instructions --quick --tree ../main
 
-counts the CPU instructions of 3-step runs instead (callgrind, only the
-measured runs: each mode's process is instrumented after its warm-up), a
-figure that other processes' load does not move: the one to compare
-changes by on a shared machine.
+counts the CPU instructions of 3-step runs instead, a figure that other
+processes' load does not move: the one to compare changes by on a shared
+machine. It counts the way ``bench.callcount`` does, each mode alike: one
+process per mode and window size under callgrind, instrumented only after
+its warm-up, with WAL auto-checkpoints off and the garbage collector frozen
+and off (a collection or a checkpoint falling into a window or not moved a
+mode by up to 0.5 %), and two window sizes, so that what a window costs
+once (its first run's extra work, instrumentation's start) cancels: a run's
+count is the difference of the two windows over the difference of their
+runs. ``--tree`` counts another tree's ``src/cairn`` with this bench.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sqlite3
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -94,9 +98,11 @@ def seal_cost(app: cairn.App, size: int, count: int = 20000) -> tuple[float, flo
     return statistics.median(seal_times), statistics.median(open_times)
 
 
-def _instrumented_child(mode: str, count: int, ready: Path) -> None:
-    """Under callgrind (instrumentation off): warm up, say so, wait to be
-    instrumented, then run ``count`` 3-step runs and leave at once."""
+def _instrumented_child(mode: str, count: int, signal_path: str) -> None:
+    """Under callgrind (instrumentation off): warm up, settle (``bench.callcount.settle``),
+    then run ``count`` 3-step runs and leave at once."""
+    from bench.callcount import settle
+
     # The tenant's key is looked up again every KEY_REFRESH_SECONDS of wall time: at this
     # process's speed under callgrind (about 50 times slower, more under load) that is a read
     # of data_keys every few runs, a count that follows the machine's load, not the code's
@@ -108,50 +114,43 @@ def _instrumented_child(mode: str, count: int, ready: Path) -> None:
     subject = {"subject": "bench-subject"} if mode == "subject" else {}  # sealed with a subject's key
     for _ in range(30):
         app.run(three, **subject)
-    # The WAL is checkpointed every 1,000 pages (about 4.3M instructions each): emptied here, so
-    # every measured window starts at the same point of that cycle (else whether one more
-    # checkpoint fell inside it moved a mode's count by 2 %).
+    # emptied, so every mode's window starts from the same WAL (settle turns its checkpoints off)
     with sqlite3.connect(work / "x.db") as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    go = ready.with_name(ready.name + ".go")
-    ready.write_text(str(os.getpid()))
-    while not go.exists():
-        time.sleep(0.05)
+    settle(app.store, signal_path)
     for _ in range(count):
         app.run(three, **subject)
     os._exit(0)  # nothing after the measured runs is counted: no teardown
 
 
-def instructions(count: int) -> None:
+MODES = ("off", "on", "subject")
+
+
+def instructions(sizes: tuple[int, int], tree: Path) -> None:
     """Instructions per 3-step run, encryption off and on (see the module doc)."""
+    from bench.callcount import collected, tree_env
+
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (callgrind and callgrind_control)")
-    per_run: dict[str, float] = {}
-    work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-ir-"))
-    for mode in ("off", "on", "subject"):
-        ready = work / f"{mode}.ready"
-        child = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={work}/{mode}.out",
-             sys.executable, "-m", "bench.encryption", "--child", mode, str(count), str(ready)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONHASHSEED": "0"})  # one hash seed: counts repeat (±0.5 %)
-        while not ready.exists():
-            if child.poll() is not None:
-                raise SystemExit(f"the {mode} process ended before its runs: {child.communicate()[1][-500:]}")
-            time.sleep(0.2)
-        subprocess.run(["callgrind_control", "-i", "on", ready.read_text()], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        ready.with_name(ready.name + ".go").touch()
-        _, err = child.communicate()
-        found = re.search(r"Collected : (\d+)", err)
-        if found is None:
-            raise SystemExit(f"callgrind printed no count for {mode}: {err[-500:]}")
-        per_run[mode] = int(found.group(1)) / count
+    env = {**tree_env(tree), "PYTHONHASHSEED": "0"}  # one hash seed: counts repeat
+    totals: dict[tuple[str, int], int] = {}
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-enc-ir-") as work:
+        for size in sizes:
+            for mode in MODES:  # the modes alternate within a size: every mode counted alike
+                signal_path = f"{work}/{mode}-{size}"
+                totals[mode, size] = collected(["bench.encryption", "--child", mode, str(size), signal_path],
+                                               signal_path, env)
+    small, large = sizes
+    per_run = {mode: (totals[mode, large] - totals[mode, small]) / (large - small) for mode in MODES}
+    for mode in MODES:
+        low, high = totals[mode, small], totals[mode, large]
+        print(f"  {mode:>7}: {small} runs {low:,} Ir, {large} runs {high:,} Ir")
     off, on, subject = per_run["off"], per_run["on"], per_run["subject"]
-    print(f"instructions per 3-step run (callgrind, {count} runs each), SQLite: off {off:,.0f}  "
-          f"on {on:,.0f}  ({(on / off - 1) * 100:+.1f} %; {(on - off) / 5:,.0f} per sealed value, 5 a run)")
+    print(f"instructions per 3-step run (callgrind, windows of {small} and {large} runs), SQLite: "
+          f"off {off:,.0f}  "
+          f"on {on:,.0f}  ({(on / off - 1) * 100:+.2f} %; {(on - off) / 5:,.0f} per sealed value, 5 a run)")
     print(f"  with a subject (its own data key, issue 26 erasure): {subject:,.0f}  "
-          f"({(subject / on - 1) * 100:+.1f} % vs the tenant's key)")
+          f"({(subject / on - 1) * 100:+.2f} % vs the tenant's key)")
 
 
 def main() -> None:
@@ -159,14 +158,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions per 3-step run under callgrind instead (needs valgrind)")
+    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parent.parent,
+                        help="with --instructions: the tree whose src/cairn is counted (default: this one)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        mode, count, ready = args.child
-        _instrumented_child(mode, int(count), Path(ready))
+        mode, count, signal_path = args.child
+        _instrumented_child(mode, int(count), signal_path)
         return
     if args.instructions:
-        instructions(20 if args.quick else 100)
+        instructions((20, 60) if args.quick else (20, 220), args.tree.resolve())
         return
     rounds = 3 if args.quick else 15
     sizes = (100, 1024, 4096)
