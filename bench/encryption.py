@@ -48,10 +48,10 @@ from cairn.store import sealing
 STEPS = 200
 
 
-def make(path: Path, sealed: bool) -> tuple[cairn.App, Any, Any]:
+def make(path: Path, sealed: bool, lease_seconds: float = 30.0) -> tuple[cairn.App, Any, Any]:
     shredder = FileShredder(path.with_name(path.name + ".subjects"))  # subject keys' secrets (erasure)
     ring = LocalKeyring({"k1": os.urandom(32)}, "k1", shredder) if sealed else None
-    app = cairn.App(db=f"sqlite:///{path}", keyring=ring)
+    app = cairn.App(db=f"sqlite:///{path}", keyring=ring, lease_seconds=lease_seconds)
 
     @app.step()
     def produce(size: int, i: int) -> str:
@@ -109,8 +109,12 @@ def _instrumented_child(mode: str, count: int, signal_path: str) -> None:
     # (main measured +8.0 % and +12.4 % an hour apart). At full speed it is one read per
     # thousands of runs, so the counted runs leave it out.
     sealing.KEY_REFRESH_SECONDS = 1e9
+    # Likewise the lease thread renews the running run's lease every lease_seconds / 3 of wall
+    # time (a write transaction): under callgrind a few fall into a 220-run window or not, with
+    # the load (main's count of one mode moved by 26,000 a run between two sessions); at full
+    # speed that is one renewal per thousands of runs. A lease of an hour keeps them out.
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-ir-"))
-    app, _, three = make(work / "x.db", mode != "off")
+    app, _, three = make(work / "x.db", mode != "off", lease_seconds=3600.0)
     subject = {"subject": "bench-subject"} if mode == "subject" else {}  # sealed with a subject's key
     for _ in range(30):
         app.run(three, **subject)
