@@ -1,9 +1,9 @@
-"""A sealed store hands what it does not seal to its inner store without a
-``__getattr__`` hook (``cairn.store.forwarding``), on both backends: a
-lookup on it is the interpreter's plain one; a forwarded name reads the
-inner store at each lookup (a method set on it later is the one called), an
-attribute set through the wrapper is the inner store's and reads back; and
-no contract method that carries a run's values is forwarded unsealed."""
+"""A sealed store hands what it does not seal to its inner store, on both
+backends: a forwarded name reads the inner store at each lookup (a method
+set on it later is the one called), an attribute set through the wrapper is
+the inner store's and reads back; and no contract method that carries a
+run's values is forwarded unsealed (a pin for any change to how the wrapper
+forwards, such as taking its ``__getattr__`` hook off the hot path)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,6 @@ VALUE_TYPES = ("Payload", "HistoryEvent", "RunRecord", "NewRun", "Delivery", "Ap
 def sealed(place: str) -> tuple[cairn.App, Any]:
     app = cairn.App(db=place, keyring=keyring())
     return app, app.store
-
-
-def test_a_sealed_store_has_no_getattr_hook(place: str) -> None:
-    app, store = sealed(place)
-    try:
-        assert isinstance(store, SealedStore)
-        assert not hasattr(type(store), "__getattr__")  # a hook takes every lookup off the specialized path
-        assert type(store).__getattribute__ is object.__getattribute__
-    finally:
-        app.close()
 
 
 def test_forwarded_names_read_the_inner_store_at_each_lookup(place: str) -> None:

@@ -72,7 +72,6 @@ from cairn.security.keyring import Keyring
 from cairn.store import sealedsteps
 from cairn.store.auditkeys import AuditKeys
 from cairn.store.contract import Store
-from cairn.store.forwarding import forward, forwarding_class
 from cairn.store.keysql import DataKeyRow
 from cairn.store.lifecycle import check_artifact
 from cairn.store.memrecords import (
@@ -173,12 +172,6 @@ class SealedStore:
     #: what ``cairn.store.with_keyring`` tells a sealed store by
     sealed = True
 
-    def __new__(cls, inner: Store, keyring: Keyring) -> SealedStore:
-        """An instance of this class subclassed to forward what ``inner`` has
-        (``cairn.store.forwarding``: no ``__getattr__`` hook on the hot path)."""
-        made: SealedStore = object.__new__(forwarding_class(cls, type(inner)))
-        return made
-
     def __init__(self, inner: Store, keyring: Keyring) -> None:
         self.inner = inner
         self.keys = DataKeys(inner, keyring)
@@ -200,24 +193,23 @@ class SealedStore:
         inner.archive_sealer = self.sealer  # type: ignore[attr-defined]
         self._workspace = SealedObjects(inner, self.keys, self.sealer)
         self.artifacts = SealedArtifacts(inner, self.keys, self.sealer)
-        #: what a step's sealing uses, read in one attribute lookup (a tuple unpacked in one
-        #: instruction, where eight lookups were eight); the inner store itself, so that a method set
-        #: on it later is the one called
+        #: what a step's sealing uses, read in one attribute lookup: every lookup on this object
+        #: goes through ``__getattr__``'s hook, which the interpreter cannot specialize (about 600
+        #: instructions each, a dozen a step); the inner store itself, so that a method set on it
+        #: later is the one called
         self._hot: sealedsteps.Hot = (self._tenants, self.keys.writing, self._subjects, self.audit_keys.keyed,
                      self.audit_keys.known, self.sealer.seal_at, self.audit_keys.sealed, inner)
         acting = getattr(inner, "acting", None)
-        if acting is not None:  # ``oplog.acting`` asks for it every run: found here, not forwarded
+        if acting is not None:  # ``oplog.acting`` asks for it every run: found here, not by ``__getattr__``
             self.acting = acting
-        forward(type(self), getattr(inner, "__dict__", ()))  # the inner store's own attributes, as of now
 
     def audit_plaintext(self, event: HistoryEvent, tenant: str | None) -> tuple[bytes | None, Any]:
         """``event``'s payload bytes and detail opened: what its audit digest covers."""
         opened = self._open_event(tenant if tenant is not None else self._tenant(event.run_id), event)
         return (None if opened.payload is None else opened.payload.data), opened.detail
 
-    if TYPE_CHECKING:  # every other attribute is the inner store's (``cairn.store.forwarding``)
-
-        def __getattr__(self, name: str) -> Any: ...
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """The wrapper's own state is its own; any other attribute set on it
@@ -226,7 +218,6 @@ class SealedStore:
             object.__setattr__(self, name, value)
         else:
             setattr(self.inner, name, value)
-            forward(type(self), (name,))
 
     # -- artifacts -------------------------------------------------------------------------
 

@@ -6,7 +6,9 @@ and what encryption at rest adds to it is mostly Python around two C calls
 is about a microsecond of a journaled step, as much as the AES-GCM of a
 kilobyte (bench/encryption.py, ``--instructions``). So the common case is
 written out here in the one method the engine calls, with what it needs read
-from ``SealedStore._hot`` in one attribute lookup:
+from ``SealedStore._hot`` in one attribute lookup (every lookup on a
+``SealedStore`` goes through its ``__getattr__`` hook, which the interpreter
+cannot specialize):
 
 - the payload sealed as ``Sealer.seal_at`` seals it (the same envelope,
   bound to the same place: tenant, run, ``history``, ``seq N``,
