@@ -16,7 +16,7 @@ from cairn.models import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from cairn.models.openai import DEFAULT_BASE_URL, ModelRequestError, ModelUnavailable, OpenAIChat
 from cairn.store.records import EventType
 from tests.models.fake_openai import FakeOpenAI, Reply, completion, error, json_reply
-from tests.timing import NAP
+from tests.timing import NAP, napped
 
 MakeChat = Callable[..., OpenAIChat]
 
@@ -419,11 +419,14 @@ def test_async_workflows_use_acomplete(app: cairn.App, server: FakeOpenAI, make_
     @app.workflow(name="async_ask")
     async def async_ask(ctx: cairn.Context) -> str:
         response = await ctx.model_async(chat, [Message(role="user", content="hi")])
-        ctx.sleep(0.05)
+        ctx.sleep(NAP)  # suspends: the answer below is the journal's on the replay, not a second call
         return response.message.content or ""
 
-    answer: object = app.run(async_ask)
+    answer: object = app.run(async_ask, run_id="async-ask")
     assert answer == "from the async client"
     assert used == ["acomplete"]
     assert len(server.requests) == 1
+    before, after = napped(app.history("async-ask"))
+    assert [e.step_kind for e in before] == ["model", "sleep"]
+    assert after == []
     assert server.requests[0].body["messages"] == [{"role": "user", "content": "hi"}]
