@@ -3,10 +3,13 @@ with its actor and how it was authenticated (``cairn audit log``,
 ``GET /api/audit/log``).
 
 The log is three streams merged in ``(at, run_id, seq)`` order, each
-already in that order: the hot history (the store's ``audit_log_rows``,
-read a page at a time, so a page of the log reads about that many rows and
-not the whole history), the archived runs' entries (read from their
-archives, as the verifier does) and the operator log's records. A page is
+already in that order and each read past the cursor as the merge asks for
+it, so a page's cost does not grow with the tenant's history: the hot
+history (the store's ``audit_log_rows``, a page at a time by the index
+``history_audit_log``), the archived runs' entries (``archived``: only the
+archives whose recorded time range reaches the page are opened) and the
+operator log's records (``operator_log_rows``, a page at a time by
+``operator_log_at``). A page is
 what the merge gives past a position, in either direction; its cursor is
 that position, the last entry answered, encoded. The cursor carries no
 tenant: the caller's tenant scopes every stream, so a cursor made up from
@@ -131,22 +134,73 @@ def page(store: Store, wanted: LogFilter, limit: int, *, newest: bool,
 def entries(store: Store, wanted: LogFilter, after: Position | None, *, newest: bool,
             limit: int | None = None) -> Iterator[AuditEvent]:
     """The entries ``wanted`` past ``after``, in log order (reversed if
-    ``newest``), the hot ones read as they are asked for."""
+    ``newest``), each stream read as the merge asks for it."""
+    filtered = wanted.actor is not None or wanted.event is not None
+    page_rows = FILTERED_PAGE if filtered or limit is None else min(limit + 1, FILTERED_PAGE)
     streams: list[Iterable[AuditEvent]] = []
     if wanted.kind in (None, "run"):
-        filtered = wanted.actor is not None or wanted.event is not None
         rows = store.audit_log_rows(  # type: ignore[attr-defined]
             tenant=wanted.tenant, run_id=wanted.run_id, since=wanted.since, after=after, newest=newest,
-            page=FILTERED_PAGE if filtered or limit is None else min(limit + 1, FILTERED_PAGE))
+            page=page_rows)
         streams.append(map(event_of, rows))
-        archived = store.archived_audit_entries(  # type: ignore[attr-defined]
-            tenant=wanted.tenant, run_id=wanted.run_id)
-        streams.append(_ordered((event_of(_log_columns(row)) for row in archived), after, newest))
-    if wanted.run_id is None and wanted.kind != "run" and hasattr(store, "operator_log"):
-        records = (record_of(row) for row in store.operator_log(tenant=wanted.tenant))
-        streams.append(_ordered((r for r in records if wanted.kind is None or r.kind == wanted.kind), after,
-                                newest))
+        streams.append(archived(store, wanted, after, newest))
+    if wanted.run_id is None and wanted.kind != "run" and hasattr(store, "operator_log_rows"):
+        records = store.operator_log_rows(
+            tenant=wanted.tenant, kind=wanted.kind, since=wanted.since, after=after, newest=newest,
+            page=page_rows if wanted.kind is None else FILTERED_PAGE)
+        streams.append(map(record_of, records))
     return (item for item in heapq.merge(*streams, key=position, reverse=newest) if wanted.admits(item))
+
+
+def archived(store: Store, wanted: LogFilter, after: Position | None, newest: bool) -> Iterator[AuditEvent]:
+    """The archived runs' entries past ``after``, in log order (reversed if
+    ``newest``). The store gives the archives in the order their entries
+    start (``audit_log_archives``); one is opened only when the next entry
+    to give is not before its start (an entry before it may come from it),
+    so a page opens the archives its entries come from (and those whose
+    range straddles it), not every archive of the tenant."""
+    records = store.audit_log_archives(  # type: ignore[attr-defined]
+        tenant=wanted.tenant, run_id=wanted.run_id, after=after, since=wanted.since, newest=newest)
+    ahead: list[tuple[Any, int, AuditEvent, Iterator[AuditEvent]]] = []  # each opened archive's next entry
+    order = itertools.count()
+    upcoming = next(records, None)
+    while True:
+        while upcoming is not None and (not ahead or _reaches(upcoming[0], ahead[0][2].at, newest)):
+            history = store.archived_history(upcoming[1])  # type: ignore[attr-defined]
+            items = iter(_ordered((event_of(_log_columns(row)) for row in history), after, newest))
+            first = next(items, None)
+            if first is not None:
+                heapq.heappush(ahead, (_key(first, newest), next(order), first, items))
+            upcoming = next(records, None)
+        if not ahead:
+            return
+        _, _, item, items = heapq.heappop(ahead)
+        yield item
+        following = next(items, None)
+        if following is not None:
+            heapq.heappush(ahead, (_key(following, newest), next(order), following, items))
+
+
+def _reaches(start: float, at: float, newest: bool) -> bool:
+    """Whether an archive whose entries start at ``start`` may hold an entry
+    that comes before (or ties with) one at time ``at``."""
+    return start >= at if newest else start <= at
+
+
+class _Later:
+    """A position that sorts first when it is the later one (a min-heap of the newest first)."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: Position) -> None:
+        self.where = where
+
+    def __lt__(self, other: _Later) -> bool:
+        return self.where > other.where
+
+
+def _key(item: AuditEvent, newest: bool) -> Any:
+    return _Later(position(item)) if newest else position(item)
 
 
 def _ordered(items: Iterable[AuditEvent], after: Position | None, newest: bool) -> list[AuditEvent]:

@@ -8,6 +8,7 @@ link from them and never trusts a decoded copy.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
@@ -28,6 +29,13 @@ LOG_COLUMNS = ("run_id", "seq", "event", "at", "epoch", "worker", "detail", "ten
 
 #: Rows read per page.
 PAGE = 2000
+
+_INF = float("inf")
+
+
+def _log_key(row: tuple[Any, ...]) -> tuple[float, str, int]:
+    """A ``LOG_COLUMNS`` row's place in the log: ``(at, run_id, seq)``."""
+    return (float(row[3]), str(row[0]), int(row[1]))
 
 
 class SQLAudit(Generic[Tx]):
@@ -95,12 +103,27 @@ class SQLAudit(Generic[Tx]):
         ``(at, run_id, seq)`` order (reversed if ``newest``), past the
         position ``after`` in that order, since ``since``; read a page at a
         time as the caller goes on (a log's page stops early: most of the
-        history is never read into Python)."""
-        name = "audit_log_newest" if newest else "audit_log_oldest"
-        position = after
+        history is never read into Python). A tenant's come in the order of
+        its index (``history_audit_log``), one run's by its primary key;
+        every tenant's (no tenant, no run) merge one stream per tenant."""
+        if tenant is None and run_id is None:
+            tenants = [str(t) for (t,) in self._select("audit_log_tenants", {})]
+            return heapq.merge(*(self._log_rows(t, None, since, after, newest, page) for t in tenants),
+                               key=_log_key, reverse=newest)
+        return self._log_rows(tenant, run_id, since, after, newest, page)
+
+    def _log_rows(self, tenant: str | None, run_id: str | None, since: float | None,
+                  after: tuple[float, str, int] | None, newest: bool, page: int) -> Iterator[tuple[Any, ...]]:
+        name = ("audit_log_newest" if newest else "audit_log_oldest") if run_id is None else \
+            ("audit_log_run_newest" if newest else "audit_log_run_oldest")
+        # the first page starts past every entry: below all (oldest first) or above all (newest)
+        position = after if after is not None else ((_INF, "", 0) if newest else (-_INF, "", 0))
+        floor = -_INF if since is None else float(since)
+        if not newest and since is not None:  # oldest first, the floor is the lower bound the index seeks
+            position = max(position, (floor, "", -1))  # below every entry at the floor: run ids are not empty
         while True:
-            at, after_run, after_seq = (None, "", 0) if position is None else position
-            rows = self._select(name, {"tenant": tenant, "run_id": run_id, "since": since, "at": at,
+            at, after_run, after_seq = position
+            rows = self._select(name, {"tenant": tenant, "run_id": run_id, "since": floor, "at": at,
                                        "after_run": after_run, "after_seq": after_seq, "page": page})
             yield from rows
             if len(rows) < page:

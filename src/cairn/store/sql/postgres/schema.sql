@@ -113,6 +113,8 @@ CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'ev
 -- The audit chain (0031; cairn/store/auditlinks.py): entries not linked yet
 -- (only inside a transaction in progress: the store links them before commit).
 CREATE INDEX history_unlinked ON history (run_id, seq) WHERE link = '\x'::bytea;
+-- The audit log's hot stream by tenant in log order, run ids byte-wise (0049; cairn/api/auditlog.py).
+CREATE INDEX history_audit_log ON history (tenant, at, run_id COLLATE "C", seq);
 
 -- Large payloads, content-addressed by SHA-256, in the database because
 -- workers may share nothing but this server. touched_at: when last stored
@@ -1460,9 +1462,14 @@ CREATE TABLE run_archives (
     hot_bytes    BIGINT NOT NULL,
     stored_bytes BIGINT NOT NULL,
     archived_at  DOUBLE PRECISION NOT NULL,
-    actor        TEXT
+    actor        TEXT,
+    -- the first and last entry's time (0049; NULL: archived before it), for the audit log's pages
+    first_at     DOUBLE PRECISION,
+    last_at      DOUBLE PRECISION
 );
 CREATE INDEX run_archives_ref ON run_archives (ref);
+CREATE INDEX run_archives_first_at ON run_archives (tenant, first_at, last_at, run_id COLLATE "C");
+CREATE INDEX run_archives_last_at ON run_archives (tenant, last_at, first_at, run_id COLLATE "C");
 
 CREATE TABLE run_archive_refs (
     run_id TEXT NOT NULL,
@@ -1613,6 +1620,8 @@ CREATE TABLE operator_log (
     link      BYTEA NOT NULL,
     PRIMARY KEY (tenant, seq)
 );
+-- The operator log by tenant in time order, for the audit log's pages (0049).
+CREATE INDEX operator_log_at ON operator_log (tenant, at, seq);
 ALTER TABLE operator_log ENABLE ROW LEVEL SECURITY;
 INSERT INTO tenant_privileges (object_name, privileges) VALUES ('operator_log', 'SELECT, INSERT');
 SELECT grant_privileges('operator_log');

@@ -105,6 +105,8 @@ CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'ev
 -- The audit chain (0022; cairn/store/auditlinks.py): entries not linked yet
 -- (only inside a transaction in progress: the store links them before commit).
 CREATE INDEX history_unlinked ON history (run_id, seq) WHERE link = X'';
+-- The audit log's hot stream by tenant in log order (0031; cairn/api/auditlog.py).
+CREATE INDEX history_audit_log ON history (tenant, at, run_id, seq);
 
 -- A history payload too large for its row, even compressed (0014): the row
 -- keeps a link (X'0002' and this id's digits) and the store's queries put
@@ -678,9 +680,14 @@ CREATE TABLE run_archives (
     hot_bytes    INTEGER NOT NULL,
     stored_bytes INTEGER NOT NULL,
     archived_at  REAL NOT NULL,
-    actor        TEXT
+    actor        TEXT,
+    -- the first and last entry's time (0031; NULL: archived before it), for the audit log's pages
+    first_at     REAL,
+    last_at      REAL
 ) WITHOUT ROWID;
 CREATE INDEX run_archives_ref ON run_archives (ref);
+CREATE INDEX run_archives_first_at ON run_archives (tenant, first_at, last_at);
+CREATE INDEX run_archives_last_at ON run_archives (tenant, last_at, first_at);
 
 CREATE TABLE run_archive_refs (
     run_id TEXT NOT NULL,
@@ -759,3 +766,5 @@ CREATE TABLE operator_log (
     link      BLOB NOT NULL,
     PRIMARY KEY (tenant, seq)
 ) WITHOUT ROWID;
+-- The operator log by tenant in time order, for the audit log's pages (0031).
+CREATE INDEX operator_log_at ON operator_log (tenant, at, seq);
