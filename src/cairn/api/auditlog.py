@@ -5,11 +5,11 @@ with its actor and how it was authenticated (``cairn audit log``,
 The log is three streams merged in ``(at, run_id, seq)`` order, each
 already in that order and each read past the cursor as the merge asks for
 it, so a page's cost does not grow with the tenant's history: the hot
-history (the store's ``audit_log_rows``, a page at a time by the index
-``history_audit_log``), the archived runs' entries (``archived``: only the
-archives whose recorded time range reaches the page are opened) and the
-operator log's records (``operator_log_rows``, a page at a time by
-``operator_log_at``). A page is
+history (the store's ``audit_log_rows``: run by run by primary key, a run
+read only once the merge reaches its time), the archived runs' entries
+(``archived``: only the archives whose recorded time range reaches the page
+are opened) and the operator log's records (``operator_log_rows``, a page
+at a time by ``operator_log_at``). A page is
 what the merge gives past a position, in either direction; its cursor is
 that position, the last entry answered, encoded. The cursor carries no
 tenant: the caller's tenant scopes every stream, so a cursor made up from
@@ -24,7 +24,7 @@ import binascii
 import heapq
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ import msgspec
 from cairn.errors import InvalidArgument
 from cairn.store import oplog
 from cairn.store.contract import Store
+from cairn.store.logmerge import lazy_merge
 
 #: An entry's place in the log: ``(at, run_id, seq)``, unique (a run's
 #: ``seq``, or an operator log chain's record number, is its own).
@@ -156,51 +157,18 @@ def archived(store: Store, wanted: LogFilter, after: Position | None, newest: bo
     """The archived runs' entries past ``after``, in log order (reversed if
     ``newest``). The store gives the archives in the order their entries
     start (``audit_log_archives``); one is opened only when the next entry
-    to give is not before its start (an entry before it may come from it),
-    so a page opens the archives its entries come from (and those whose
-    range straddles it), not every archive of the tenant."""
+    to give is not before its start (``store.logmerge``), so a page opens
+    the archives its entries come from (and those whose range straddles
+    it), not every archive of the tenant."""
     records = store.audit_log_archives(  # type: ignore[attr-defined]
         tenant=wanted.tenant, run_id=wanted.run_id, after=after, since=wanted.since, newest=newest)
-    ahead: list[tuple[Any, int, AuditEvent, Iterator[AuditEvent]]] = []  # each opened archive's next entry
-    order = itertools.count()
-    upcoming = next(records, None)
-    while True:
-        while upcoming is not None and (not ahead or _reaches(upcoming[0], ahead[0][2].at, newest)):
-            history = store.archived_history(upcoming[1])  # type: ignore[attr-defined]
-            items = iter(_ordered((event_of(_log_columns(row)) for row in history), after, newest))
-            first = next(items, None)
-            if first is not None:
-                heapq.heappush(ahead, (_key(first, newest), next(order), first, items))
-            upcoming = next(records, None)
-        if not ahead:
-            return
-        _, _, item, items = heapq.heappop(ahead)
-        yield item
-        following = next(items, None)
-        if following is not None:
-            heapq.heappush(ahead, (_key(following, newest), next(order), following, items))
 
+    def opener(record: Any) -> Callable[[], list[AuditEvent]]:
+        return lambda: _ordered((event_of(_log_columns(row)) for row in store.archived_history(record)),  # type: ignore[attr-defined]
+                                after, newest)
 
-def _reaches(start: float, at: float, newest: bool) -> bool:
-    """Whether an archive whose entries start at ``start`` may hold an entry
-    that comes before (or ties with) one at time ``at``."""
-    return start >= at if newest else start <= at
-
-
-class _Later:
-    """A position that sorts first when it is the later one (a min-heap of the newest first)."""
-
-    __slots__ = ("where",)
-
-    def __init__(self, where: Position) -> None:
-        self.where = where
-
-    def __lt__(self, other: _Later) -> bool:
-        return self.where > other.where
-
-
-def _key(item: AuditEvent, newest: bool) -> Any:
-    return _Later(position(item)) if newest else position(item)
+    return lazy_merge(((start, opener(record)) for start, record in records), position,
+                      lambda item: item.at, newest=newest)
 
 
 def _ordered(items: Iterable[AuditEvent], after: Position | None, newest: bool) -> list[AuditEvent]:

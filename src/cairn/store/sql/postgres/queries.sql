@@ -2251,52 +2251,54 @@ WHERE (h.run_id, h.seq) > (%(after_run)s::text, %(after_seq)s::bigint)
   AND (%(run_id)s::text IS NULL OR h.run_id = %(run_id)s::text)
 ORDER BY h.run_id, h.seq LIMIT %(page)s::bigint
 
--- The audit log's hot entries (``api.auditlog``), a page past a position in
--- (at, run_id, seq) order (or before it, newest first), of one tenant, since
--- a time (-Infinity: all; the first page's position is -Infinity or
--- Infinity; oldest first, the time is folded into the position: the one
--- lower bound the index seeks). Only the columns the log shows: no payload read. Run ids compare
--- byte-wise (COLLATE "C"), as Python merges them with the archived runs' and
--- the operator log's; history_audit_log (0049) serves the order and both
--- bounds: a page reads about :page rows, however deep.
--- name: audit_log_oldest
-SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
-FROM history AS h
-WHERE h.tenant = %(tenant)s::text
-  AND (h.at, h.run_id COLLATE "C", h.seq) > (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint)
-ORDER BY h.at, h.run_id COLLATE "C", h.seq LIMIT %(page)s::bigint
+-- The audit log's hot entries (``store.auditsql.audit_log_rows``): a
+-- tenant's are its hot runs' merged, each run opened only once the merge
+-- reaches where its entries start, no index on history by time (it would
+-- cost every journaled step). A run's entries are in time order by seq
+-- (history_monotonic_at) and none is before its run's created_at. Run ids
+-- compare byte-wise (COLLATE "C"), as Python merges them.
+-- The hot runs of a tenant with an entry at or after :at (the last one: a
+-- primary key probe; an archived run has none), in created order, a page at
+-- a time (runs_tenant_created).
+-- name: audit_log_runs_oldest
+SELECT r.run_id, r.created_at FROM runs AS r
+WHERE r.tenant = %(tenant)s::text
+  AND r.created_at >= %(after_created)s::float8
+  AND (r.created_at > %(after_created)s::float8 OR r.run_id COLLATE "C" > %(after_run)s::text COLLATE "C")
+  AND (SELECT h.at FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1) >= %(at)s::float8
+ORDER BY r.created_at, r.run_id COLLATE "C" LIMIT %(page)s::bigint
 
--- name: audit_log_newest
-SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
-FROM history AS h
-WHERE h.tenant = %(tenant)s::text AND h.at >= %(since)s::float8
-  AND (h.at, h.run_id COLLATE "C", h.seq) < (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint)
-ORDER BY h.at DESC, h.run_id COLLATE "C" DESC, h.seq DESC LIMIT %(page)s::bigint
+-- Newest first: the tenant's runs created by :at, each with its last
+-- entry's time (NULL: archived, no hot entry), ordered by the caller.
+-- name: audit_log_runs_newest
+SELECT r.run_id, (SELECT h.at FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1)
+FROM runs AS r WHERE r.tenant = %(tenant)s::text AND r.created_at <= %(at)s::float8
 
--- One run's (of a tenant, or any): its rows by primary key, sorted.
+-- One run's entries past a position, by seq (its time order) from :seq on,
+-- a page at a time (the primary key; of a tenant, or any).
 -- name: audit_log_run_oldest
 SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
 FROM history AS h
-WHERE h.run_id = %(run_id)s::text AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
-  AND h.at >= %(since)s::float8
+WHERE h.run_id = %(run_id)s::text AND h.seq > %(seq)s::bigint
+  AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
   AND (h.at, h.run_id COLLATE "C", h.seq) > (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint)
-ORDER BY h.at, h.run_id COLLATE "C", h.seq LIMIT %(page)s::bigint
+ORDER BY h.seq LIMIT %(page)s::bigint
 
 -- name: audit_log_run_newest
 SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
 FROM history AS h
-WHERE h.run_id = %(run_id)s::text AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
-  AND h.at >= %(since)s::float8
+WHERE h.run_id = %(run_id)s::text AND h.seq < %(seq)s::bigint
+  AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text) AND h.at >= %(since)s::float8
   AND (h.at, h.run_id COLLATE "C", h.seq) < (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint)
-ORDER BY h.at DESC, h.run_id COLLATE "C" DESC, h.seq DESC LIMIT %(page)s::bigint
+ORDER BY h.seq DESC LIMIT %(page)s::bigint
 
--- The tenants with entries, one index seek each (the log of every tenant
--- merges one stream per tenant, each served by its index).
+-- The tenants with runs, one index seek each (the log of every tenant merges
+-- one stream per tenant).
 -- name: audit_log_tenants
 WITH RECURSIVE t(tenant) AS (
-    SELECT MIN(tenant) FROM history
+    SELECT MIN(tenant) FROM runs
     UNION ALL
-    SELECT (SELECT MIN(h.tenant) FROM history AS h WHERE h.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+    SELECT (SELECT MIN(r.tenant) FROM runs AS r WHERE r.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
 )
 SELECT tenant FROM t WHERE tenant IS NOT NULL
 

@@ -113,8 +113,6 @@ CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'ev
 -- The audit chain (0031; cairn/store/auditlinks.py): entries not linked yet
 -- (only inside a transaction in progress: the store links them before commit).
 CREATE INDEX history_unlinked ON history (run_id, seq) WHERE link = '\x'::bytea;
--- The audit log's hot stream by tenant in log order, run ids byte-wise (0049; cairn/api/auditlog.py).
-CREATE INDEX history_audit_log ON history (tenant, at, run_id COLLATE "C", seq);
 
 -- Large payloads, content-addressed by SHA-256, in the database because
 -- workers may share nothing but this server. touched_at: when last stored

@@ -1625,47 +1625,50 @@ WHERE (h.run_id, h.seq) > (:after_run, :after_seq)
   AND (:tenant IS NULL OR h.tenant = :tenant) AND (:run_id IS NULL OR h.run_id = :run_id)
 ORDER BY h.run_id, h.seq LIMIT :page
 
--- The audit log's hot entries (``api.auditlog``), a page past a position in
--- (at, run_id, seq) order (or before it, newest first), of one tenant, since
--- a time (-inf: all; the first page's position is -inf or +inf; oldest
--- first, the time is folded into the position: the one lower bound the index
--- seeks). Only the columns the log shows: no payload read. history_audit_log (0031) serves the
--- order and both bounds: a page reads about :page rows, however deep.
--- name: audit_log_oldest
-SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
-FROM history AS h
-WHERE h.tenant = :tenant AND (h.at, h.run_id, h.seq) > (:at, :after_run, :after_seq)
-ORDER BY h.at, h.run_id, h.seq LIMIT :page
+-- The audit log's hot entries (``store.auditsql.audit_log_rows``): a
+-- tenant's are its hot runs' merged, each run opened only once the merge
+-- reaches where its entries start, no index on history by time (it would
+-- cost every journaled step). A run's entries are in time order by seq
+-- (each clamped to the one before) and none is before its run's created_at.
+-- The hot runs of a tenant with an entry at or after :at (the last one: a
+-- primary key probe; an archived run has none), in created order, a page at
+-- a time (runs_tenant_created).
+-- name: audit_log_runs_oldest
+SELECT r.run_id, r.created_at FROM runs AS r
+WHERE r.tenant = :tenant
+  AND r.created_at >= :after_created AND (r.created_at > :after_created OR r.run_id > :after_run)
+  AND (SELECT h.at FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1) >= :at
+ORDER BY r.created_at, r.run_id LIMIT :page
 
--- name: audit_log_newest
-SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
-FROM history AS h
-WHERE h.tenant = :tenant AND h.at >= :since AND (h.at, h.run_id, h.seq) < (:at, :after_run, :after_seq)
-ORDER BY h.at DESC, h.run_id DESC, h.seq DESC LIMIT :page
+-- Newest first: the tenant's runs created by :at, each with its last
+-- entry's time (NULL: archived, no hot entry), ordered by the caller.
+-- name: audit_log_runs_newest
+SELECT r.run_id, (SELECT h.at FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1)
+FROM runs AS r WHERE r.tenant = :tenant AND r.created_at <= :at
 
--- One run's (of a tenant, or any): its rows by primary key, sorted (the
--- unary + keeps the tenant index out: it would read the whole tenant).
+-- One run's entries past a position, by seq (its time order) from :seq on,
+-- a page at a time (the primary key; of a tenant, or any).
 -- name: audit_log_run_oldest
 SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
 FROM history AS h
-WHERE h.run_id = :run_id AND (:tenant IS NULL OR +h.tenant = :tenant) AND +h.at >= :since
-  AND (+h.at, h.run_id, h.seq) > (:at, :after_run, :after_seq)
-ORDER BY h.at, h.run_id, h.seq LIMIT :page
+WHERE h.run_id = :run_id AND h.seq > :seq AND (:tenant IS NULL OR h.tenant = :tenant)
+  AND (h.at, h.run_id, h.seq) > (:at, :after_run, :after_seq)
+ORDER BY h.seq LIMIT :page
 
 -- name: audit_log_run_newest
 SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
 FROM history AS h
-WHERE h.run_id = :run_id AND (:tenant IS NULL OR +h.tenant = :tenant) AND +h.at >= :since
-  AND (+h.at, h.run_id, h.seq) < (:at, :after_run, :after_seq)
-ORDER BY h.at DESC, h.run_id DESC, h.seq DESC LIMIT :page
+WHERE h.run_id = :run_id AND h.seq < :seq AND (:tenant IS NULL OR h.tenant = :tenant) AND h.at >= :since
+  AND (h.at, h.run_id, h.seq) < (:at, :after_run, :after_seq)
+ORDER BY h.seq DESC LIMIT :page
 
--- The tenants with entries, one index seek each (the log of every tenant
--- merges one stream per tenant, each served by its index).
+-- The tenants with runs, one index seek each (the log of every tenant merges
+-- one stream per tenant).
 -- name: audit_log_tenants
 WITH RECURSIVE t(tenant) AS (
-    SELECT MIN(tenant) FROM history
+    SELECT MIN(tenant) FROM runs
     UNION ALL
-    SELECT (SELECT MIN(h.tenant) FROM history AS h WHERE h.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+    SELECT (SELECT MIN(r.tenant) FROM runs AS r WHERE r.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
 )
 SELECT tenant FROM t WHERE tenant IS NOT NULL
 

@@ -105,8 +105,6 @@ CREATE INDEX history_events ON history (run_id, name, seq) WHERE step_kind = 'ev
 -- The audit chain (0022; cairn/store/auditlinks.py): entries not linked yet
 -- (only inside a transaction in progress: the store links them before commit).
 CREATE INDEX history_unlinked ON history (run_id, seq) WHERE link = X'';
--- The audit log's hot stream by tenant in log order (0031; cairn/api/auditlog.py).
-CREATE INDEX history_audit_log ON history (tenant, at, run_id, seq);
 
 -- A history payload too large for its row, even compressed (0014): the row
 -- keeps a link (X'0002' and this id's digits) and the store's queries put
