@@ -3,8 +3,8 @@
 -- page at a time, so a page's cost does not grow with the tenant's history.
 -- (The hot history needs no index of its own: it is read run by run, by
 -- primary key, the runs found by runs_tenant_created. An index on history
--- by (tenant, at, run_id, seq) was measured at +7.6 us CPU a journaled entry
--- on SQLite: bench/results/auditpage-2026-12-06.txt.)
+-- by (tenant, at, run_id, seq) was measured at +5.4 to +7.6 us CPU a store
+-- append on SQLite: bench/results/auditpage-2026-12-06.txt.)
 -- Each archive's first and last entry time, so a page opens only the archives
 -- whose range reaches past its cursor (NULL: archived before this migration,
 -- opened by every page until restored and archived again).
