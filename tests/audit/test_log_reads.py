@@ -20,6 +20,7 @@ import cairn
 from cairn.api.auditlog import AuditEvent, LogFilter, cursor_of, position
 from cairn.store.oplog import chain_id
 from tests.audit.test_log_pages import paged, whole_log
+from tests.encryption.test_sealed_store import Raw
 
 RUNS = 12  # runs of tenant a, two in three archived (each an archive of its own, in its own time)
 MINTED = 3  # operator records of tenant a between two runs
@@ -130,6 +131,8 @@ def test_a_page_reads_what_it_shows_first_or_deep(place: str) -> None:
 @pytest.mark.parametrize("newest", [True, False], ids=["newest", "oldest"])
 def test_pages_put_together_are_the_whole_log_with_each_filter(place: str, newest: bool) -> None:
     app, reads = made(place)
+    # an archive made before its range was recorded (migration 0031 / 0049): read by every page
+    Raw(place)("UPDATE run_archives SET first_at = NULL, last_at = NULL WHERE run_id = 'a05'")
     want = whole_log(app, "a")
     runs = [e for e in want if e.kind == "run"]
     middle = want[len(want) // 2].at
