@@ -3,10 +3,13 @@ with its actor and how it was authenticated (``cairn audit log``,
 ``GET /api/audit/log``).
 
 The log is three streams merged in ``(at, run_id, seq)`` order, each
-already in that order: the hot history (the store's ``audit_log_rows``,
-read a page at a time, so a page of the log reads about that many rows and
-not the whole history), the archived runs' entries (read from their
-archives, as the verifier does) and the operator log's records. A page is
+already in that order and each read past the cursor as the merge asks for
+it, so a page's cost does not grow with the tenant's history: the hot
+history (the store's ``audit_log_rows``: run by run by primary key, a run
+read only once the merge reaches its time), the archived runs' entries
+(``archived``: only the archives whose recorded time range reaches the page
+are opened) and the operator log's records (``operator_log_rows``, a page
+at a time by ``operator_log_at``). A page is
 what the merge gives past a position, in either direction; its cursor is
 that position, the last entry answered, encoded. The cursor carries no
 tenant: the caller's tenant scopes every stream, so a cursor made up from
@@ -21,7 +24,7 @@ import binascii
 import heapq
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +33,7 @@ import msgspec
 from cairn.errors import InvalidArgument
 from cairn.store import oplog
 from cairn.store.contract import Store
+from cairn.store.logmerge import lazy_merge
 
 #: An entry's place in the log: ``(at, run_id, seq)``, unique (a run's
 #: ``seq``, or an operator log chain's record number, is its own).
@@ -131,22 +135,40 @@ def page(store: Store, wanted: LogFilter, limit: int, *, newest: bool,
 def entries(store: Store, wanted: LogFilter, after: Position | None, *, newest: bool,
             limit: int | None = None) -> Iterator[AuditEvent]:
     """The entries ``wanted`` past ``after``, in log order (reversed if
-    ``newest``), the hot ones read as they are asked for."""
+    ``newest``), each stream read as the merge asks for it."""
+    filtered = wanted.actor is not None or wanted.event is not None
+    page_rows = FILTERED_PAGE if filtered or limit is None else min(limit + 1, FILTERED_PAGE)
     streams: list[Iterable[AuditEvent]] = []
     if wanted.kind in (None, "run"):
-        filtered = wanted.actor is not None or wanted.event is not None
         rows = store.audit_log_rows(  # type: ignore[attr-defined]
             tenant=wanted.tenant, run_id=wanted.run_id, since=wanted.since, after=after, newest=newest,
-            page=FILTERED_PAGE if filtered or limit is None else min(limit + 1, FILTERED_PAGE))
+            page=page_rows)
         streams.append(map(event_of, rows))
-        archived = store.archived_audit_entries(  # type: ignore[attr-defined]
-            tenant=wanted.tenant, run_id=wanted.run_id)
-        streams.append(_ordered((event_of(_log_columns(row)) for row in archived), after, newest))
-    if wanted.run_id is None and wanted.kind != "run" and hasattr(store, "operator_log"):
-        records = (record_of(row) for row in store.operator_log(tenant=wanted.tenant))
-        streams.append(_ordered((r for r in records if wanted.kind is None or r.kind == wanted.kind), after,
-                                newest))
+        streams.append(archived(store, wanted, after, newest))
+    if wanted.run_id is None and wanted.kind != "run" and hasattr(store, "operator_log_rows"):
+        records = store.operator_log_rows(
+            tenant=wanted.tenant, kind=wanted.kind, since=wanted.since, after=after, newest=newest,
+            page=page_rows if wanted.kind is None else FILTERED_PAGE)
+        streams.append(map(record_of, records))
     return (item for item in heapq.merge(*streams, key=position, reverse=newest) if wanted.admits(item))
+
+
+def archived(store: Store, wanted: LogFilter, after: Position | None, newest: bool) -> Iterator[AuditEvent]:
+    """The archived runs' entries past ``after``, in log order (reversed if
+    ``newest``). The store gives the archives in the order their entries
+    start (``audit_log_archives``); one is opened only when the next entry
+    to give is not before its start (``store.logmerge``), so a page opens
+    the archives its entries come from (and those whose range straddles
+    it), not every archive of the tenant."""
+    records = store.audit_log_archives(  # type: ignore[attr-defined]
+        tenant=wanted.tenant, run_id=wanted.run_id, after=after, since=wanted.since, newest=newest)
+
+    def opener(record: Any) -> Callable[[], list[AuditEvent]]:
+        return lambda: _ordered((event_of(_log_columns(row)) for row in store.archived_history(record)),  # type: ignore[attr-defined]
+                                after, newest)
+
+    return lazy_merge(((start, opener(record)) for start, record in records), position,
+                      lambda item: item.at, newest=newest)
 
 
 def _ordered(items: Iterable[AuditEvent], after: Position | None, newest: bool) -> list[AuditEvent]:

@@ -23,6 +23,7 @@ when the hot tables have nothing for it (one primary-key probe of
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -55,6 +56,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "memory_run": ("run_id", "key", "tenant", "value", "value_ref", "version", "created_at", "updated_at",
                    "position", "operation_id", "actor"),
 }
+#: archive records read per page of ``audit_log_archives``
+ARCHIVE_PAGE = 64
+_INF = float("inf")
 #: decoded archives kept, by ref (an archived run's pages are read one after another)
 CACHED = 16
 #: archived runs whose approval rows are kept (``archived_approvals``; most runs have none)
@@ -136,7 +140,10 @@ class SQLArchive(Generic[Tx]):
             for table in TABLES:
                 self._query(tx, f"delete_archived_{table}", params)
             fault_point("archive.deleted")
-            self._query(tx, "insert_run_archive", {**_record_params(record), "archived_at": self.clock()})
+            times = [float(row[3]) for row in history]  # each entry's at: the log's pages seek the range
+            self._query(tx, "insert_run_archive", {**_record_params(record), "archived_at": self.clock(),
+                                                   "first_at": min(times, default=None),
+                                                   "last_at": max(times, default=None)})
             for extra in sorted(archive.refs()):
                 self._query(tx, "insert_run_archive_ref",
                             {"run_id": run_id, "tenant": run.tenant, "ref": extra})
@@ -249,6 +256,57 @@ class SQLArchive(Generic[Tx]):
                 continue
             yield from history
 
+    def audit_log_archives(self, *, tenant: str | None = None, run_id: str | None = None,
+                           after: tuple[float, str, int] | None = None, since: float | None = None,
+                           newest: bool = False, page: int = ARCHIVE_PAGE
+                           ) -> Iterator[tuple[float, ArchiveRecord]]:
+        """The archive records of the archived runs in scope whose entries
+        may come past the log position ``after`` (and since ``since``), each
+        with where its entries start in the log's direction (its first
+        entry's time oldest first, its last's newest first), in that order,
+        read a page at a time: the audit log opens an archive only once its
+        merge reaches that time (``api.auditlog``). An archive without a
+        recorded range (made before migration 0031 / 0049) starts before
+        everything. Every tenant's (no tenant, no run) merge one stream per
+        tenant."""
+        if run_id is not None:
+            record = self.run_archive(run_id)
+            if record is not None and (tenant is None or record.tenant == tenant):
+                found = self._select("audit_log_archive_range", {"run_id": run_id})
+                first_at, last_at = found[0] if found else (None, None)
+                yield _start(first_at, last_at, newest), record
+            return
+        if tenant is None:
+            tenants = [str(t) for (t,) in self._select("audit_log_archive_tenants", {})]
+            yield from heapq.merge(*(self._log_archives(t, after, since, newest, page) for t in tenants),
+                                   key=_first, reverse=newest)
+            return
+        yield from self._log_archives(tenant, after, since, newest, page)
+
+    def _log_archives(self, tenant: str, after: tuple[float, str, int] | None, since: float | None,
+                      newest: bool, page: int) -> Iterator[tuple[float, ArchiveRecord]]:
+        for row in self._select("audit_log_archives_unranged", {"tenant": tenant}):
+            yield _start(None, None, newest), _record(row)
+        floor = -_INF if since is None else float(since)
+        # past the position: oldest first, ending at or after it and the floor; newest, starting before it
+        at = (_INF if newest else -_INF) if after is None else after[0]
+        at = at if newest else max(at, floor)
+        key: tuple[float, float, str] = (_INF, _INF, "") if newest else (-_INF, -_INF, "")
+        name = "audit_log_archives_newest" if newest else "audit_log_archives_oldest"
+        while True:
+            rows = self._select(name, {"tenant": tenant, "at": at, "since": floor, "after_first": key[0],
+                                       "after_last": key[1], "after_run": key[2], "page": page})
+            for row in rows:
+                yield _start(row[10], row[11], newest), _record(row)
+            if len(rows) < page:
+                return
+            last = rows[-1]
+            key = (float(last[10]), float(last[11]), str(last[0]))
+
+    def archived_history(self, record: ArchiveRecord) -> list[tuple[Any, ...]]:
+        """The history rows (``ENTRY_COLUMNS``) of an archived run, read from its archive."""
+        return list(self._load_archive(record).history)
+
     # -- internals ---------------------------------------------------------------------------
 
     def _archivable(self, tx: Tx, run_id: str, held: bool = False) -> tuple[RunRecord, dict[str, list[Any]]]:
@@ -330,6 +388,20 @@ class SQLArchive(Generic[Tx]):
 _CACHE_LOCK = threading.Lock()
 
 
+
+
+def _start(first_at: Any, last_at: Any, newest: bool) -> float:
+    """Where an archive's entries start in the log's direction; an archive
+    without a recorded range starts before everything."""
+    if newest:
+        return _INF if last_at is None else float(last_at)
+    return -_INF if first_at is None else float(first_at)
+
+
+def _first(item: tuple[float, ArchiveRecord]) -> float:
+    return item[0]
+
+
 def _place(tenant: str, run_id: str) -> Place:
     """Where an archive is sealed: bound to its tenant and run."""
     return Place(tenant, run_id, "archives", "-", "run")
@@ -346,6 +418,7 @@ def _plain(value: Any) -> Any:
 
 
 def _record(row: tuple[Any, ...]) -> ArchiveRecord:
+    """A ``run_archives`` row's record (its first ten columns: the range after them is the log's)."""
     return ArchiveRecord(str(row[0]), str(row[1]), str(row[2]), int(row[3]), int(row[4]),
                          None if row[5] is None else bytes(row[5]), int(row[6]), int(row[7]), float(row[8]),
                          row[9])

@@ -8,10 +8,12 @@ link from them and never trusts a decoded copy.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+from cairn.store import logmerge
 from cairn.store.auditlinks import PENDING
 from cairn.store.auditverify import recomputed_digest
 
@@ -28,6 +30,21 @@ LOG_COLUMNS = ("run_id", "seq", "event", "at", "epoch", "worker", "detail", "ten
 
 #: Rows read per page.
 PAGE = 2000
+
+_INF = float("inf")
+#: above every seq
+_SEQ_MAX = 1 << 62
+#: hot runs read per page of a tenant's runs, oldest first
+RUNS_PAGE = 64
+
+
+def _log_key(row: tuple[Any, ...]) -> tuple[float, str, int]:
+    """A ``LOG_COLUMNS`` row's place in the log: ``(at, run_id, seq)``."""
+    return (float(row[3]), str(row[0]), int(row[1]))
+
+
+def _log_at(row: tuple[Any, ...]) -> float:
+    return float(row[3])
 
 
 class SQLAudit(Generic[Tx]):
@@ -93,20 +110,69 @@ class SQLAudit(Generic[Tx]):
                        newest: bool = False, page: int = PAGE) -> Iterator[tuple[Any, ...]]:
         """The hot entries as the audit log shows them (``LOG_COLUMNS``), in
         ``(at, run_id, seq)`` order (reversed if ``newest``), past the
-        position ``after`` in that order, since ``since``; read a page at a
-        time as the caller goes on (a log's page stops early: most of the
-        history is never read into Python)."""
-        name = "audit_log_newest" if newest else "audit_log_oldest"
-        position = after
+        position ``after`` in that order, since ``since``; read as the
+        caller goes on, so a log's page reads about what it shows.
+
+        No index orders ``history`` by time (one would cost every journaled
+        step its insert: bench/results/auditpage-2026-12-06.txt). A run's
+        entries are in time order by ``seq`` (each is clamped to the one
+        before) and none is before the run's creation (its first entry is
+        written at ``created_at``): so a tenant's entries are its hot runs'
+        merged (``logmerge``), each run read by its primary key and opened
+        only once the merge reaches where it starts: its ``created_at``
+        oldest first (``runs_tenant_created``), its last entry's time newest
+        first. Every tenant's (no tenant, no run) merge one stream per tenant."""
+        position = after if after is not None else ((_INF, "", 0) if newest else (-_INF, "", 0))
+        floor = -_INF if since is None else float(since)
+        if not newest and since is not None:  # oldest first, the floor is the lower bound of the reads
+            position = max(position, (floor, "", -1))  # below every entry at the floor: run ids are not empty
+        if run_id is not None:
+            return self._run_log_rows(run_id, tenant, position, floor, newest, page)
+        tenants = [tenant] if tenant is not None else \
+            [str(t) for (t,) in self._select("audit_log_tenants", {})]
+        streams = [logmerge.lazy_merge(self._hot_runs(t, position, floor, newest, page), _log_key, _log_at,
+                                       newest=newest) for t in tenants]
+        return streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_log_key, reverse=newest)
+
+    def _hot_runs(self, tenant: str, position: tuple[float, str, int], floor: float, newest: bool,
+                  page: int) -> Iterator[tuple[float, Callable[[], Iterator[tuple[Any, ...]]]]]:
+        """The tenant's hot runs that may have entries past ``position``, in
+        the order their entries start in the log's direction, each with its
+        start and how to read its entries (``logmerge``'s sources)."""
+        def opener(run: str) -> Callable[[], Iterator[tuple[Any, ...]]]:
+            return lambda: self._run_log_rows(run, None, position, floor, newest, page)
+
+        if newest:  # every hot run created by then, by its last entry's time (one statement)
+            rows = self._select("audit_log_runs_newest", {"tenant": tenant, "at": position[0]})
+            for last, run in sorted(((float(at), str(r)) for r, at in rows if at is not None and at >= floor),
+                                    reverse=True):
+                yield last, opener(run)
+            return
+        after_created, after_run = -_INF, ""
+        while True:  # the runs created after the position, and those before it with an entry after it
+            rows = self._select("audit_log_runs_oldest", {"tenant": tenant, "at": position[0],
+                                                          "after_created": after_created,
+                                                          "after_run": after_run, "page": RUNS_PAGE})
+            for run, created in rows:
+                yield float(created), opener(str(run))
+            if len(rows) < RUNS_PAGE:
+                return
+            after_created, after_run = float(rows[-1][1]), str(rows[-1][0])
+
+    def _run_log_rows(self, run_id: str, tenant: str | None, position: tuple[float, str, int], floor: float,
+                      newest: bool, page: int) -> Iterator[tuple[Any, ...]]:
+        """One run's entries past ``position``, by ``seq`` (its time order), a page at a time."""
+        name = "audit_log_run_newest" if newest else "audit_log_run_oldest"
+        at, after_run, after_seq = position
+        bound = _SEQ_MAX if newest else 0
         while True:
-            at, after_run, after_seq = (None, "", 0) if position is None else position
-            rows = self._select(name, {"tenant": tenant, "run_id": run_id, "since": since, "at": at,
-                                       "after_run": after_run, "after_seq": after_seq, "page": page})
+            rows = self._select(name, {"tenant": tenant, "run_id": run_id, "since": floor, "at": at,
+                                       "after_run": after_run, "after_seq": after_seq, "seq": bound,
+                                       "page": page})
             yield from rows
             if len(rows) < page:
                 return
-            last = rows[-1]
-            position = (float(last[3]), str(last[0]), int(last[1]))
+            bound = int(rows[-1][1])
 
     def audit_run_tenants(self, *, tenant: str | None = None, run_id: str | None = None) -> dict[str, str]:
         """run -> tenant of the runs in scope (the run rows, to check each entry's tenant against)."""

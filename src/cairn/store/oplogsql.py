@@ -17,6 +17,7 @@ Two ways in:
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from cairn.store.auditlinks import GENESIS
 from cairn.store.auditlinks import link as chain_link
-from cairn.store.oplog import SYSTEM_ACTOR, OperatorAction, auth_of, change_digest, meta
+from cairn.store.oplog import SYSTEM_ACTOR, OperatorAction, auth_of, chain_id, change_digest, meta
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -110,6 +111,61 @@ class SQLOperatorLog(Generic[Tx]):
             if len(rows) < page:
                 return
             after_tenant, after_seq = str(rows[-1][0]), int(rows[-1][1])
+
+
+    def operator_log_rows(self, *, tenant: str | None = None, kind: str | None = None,
+                          since: float | None = None, after: tuple[float, str, int] | None = None,
+                          newest: bool = False, page: int = PAGE) -> Iterator[tuple[Any, ...]]:
+        """The operator log's rows (``oplog.COLUMNS``) as the audit log
+        merges them: in ``(at, chain id, seq)`` order (reversed if
+        ``newest``), past the log position ``after``, since ``since``, of
+        object kind ``kind`` if given; a tenant's read a page at a time in
+        the order of its index (``operator_log_at``), every tenant's (no
+        tenant) merged one stream per tenant."""
+        if tenant is not None:
+            return self._log_records(tenant, kind, since, after, newest, page)
+        tenants = [str(t) for (t,) in self._select("oplog_tenants", {})]
+        return heapq.merge(*(self._log_records(t, kind, since, after, newest, page) for t in tenants),
+                           key=_record_key, reverse=newest)
+
+    def _log_records(self, tenant: str, kind: str | None, since: float | None,
+                     after: tuple[float, str, int] | None, newest: bool,
+                     page: int) -> Iterator[tuple[Any, ...]]:
+        name = "oplog_log_newest" if newest else "oplog_log_oldest"
+        at, after_seq = _past(chain_id(tenant), after, newest)
+        floor = -_INF if since is None else float(since)
+        if not newest:  # oldest first, the floor is the lower bound the index seeks (seq 0: below all)
+            at, after_seq = max((at, after_seq), (floor, 0))
+        while True:
+            rows = self._select(name, {"tenant": tenant, "kind": kind, "since": floor, "at": at,
+                                       "after_seq": after_seq, "page": page})
+            yield from rows
+            if len(rows) < page:
+                return
+            at, after_seq = float(rows[-1][2]), int(rows[-1][1])
+
+
+_INF = float("inf")
+#: above every record number
+_SEQ_MAX = 1 << 62
+
+
+def _record_key(row: tuple[Any, ...]) -> tuple[float, str, int]:
+    """An operator log row's place in the audit log: ``(at, its chain id, seq)``."""
+    return (float(row[2]), chain_id(str(row[0])), int(row[1]))
+
+
+def _past(chain: str, after: tuple[float, str, int] | None, newest: bool) -> tuple[float, int]:
+    """The ``(at, seq)`` keyset bound, within chain ``chain``, of the log
+    position ``after``: a record at the position's time is past it by its
+    seq in the position's own chain, by the chain ids' order in another's (all
+    of it, or none: seq 0 is below every record, ``_SEQ_MAX`` above)."""
+    if after is None:
+        return (_INF if newest else -_INF), 0
+    at, run_id, seq = after
+    if chain == run_id:
+        return at, seq
+    return at, (0 if chain > run_id else _SEQ_MAX)
 
 
 def record_in(store: Any, tx: Any, action: OperatorAction) -> None:

@@ -2251,29 +2251,56 @@ WHERE (h.run_id, h.seq) > (%(after_run)s::text, %(after_seq)s::bigint)
   AND (%(run_id)s::text IS NULL OR h.run_id = %(run_id)s::text)
 ORDER BY h.run_id, h.seq LIMIT %(page)s::bigint
 
--- The audit log's entries (``api.audit.Audit.log``), a page after a position in
--- (at, run_id, seq) order, or before it newest first; one tenant's or one run's, since a
--- time. Only the columns the log shows: no payload read. Run ids compare byte-wise
--- (COLLATE "C"), as Python merges them with the archived runs' and the operator log's.
--- name: audit_log_oldest
-SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
-FROM history AS h
-WHERE (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
-  AND (%(run_id)s::text IS NULL OR h.run_id = %(run_id)s::text)
-  AND (%(since)s::float8 IS NULL OR h.at >= %(since)s::float8)
-  AND (%(at)s::float8 IS NULL OR (h.at, h.run_id COLLATE "C", h.seq)
-                                  > (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint))
-ORDER BY h.at, h.run_id COLLATE "C", h.seq LIMIT %(page)s::bigint
+-- The audit log's hot entries (``store.auditsql.audit_log_rows``): a
+-- tenant's are its hot runs' merged, each run opened only once the merge
+-- reaches where its entries start, no index on history by time (it would
+-- cost every journaled step). A run's entries are in time order by seq
+-- (history_monotonic_at) and none is before its run's created_at. Run ids
+-- compare byte-wise (COLLATE "C"), as Python merges them.
+-- The hot runs of a tenant with an entry at or after :at (the last one: a
+-- primary key probe; an archived run has none), in created order, a page at
+-- a time (runs_tenant_created).
+-- name: audit_log_runs_oldest
+SELECT r.run_id, r.created_at FROM runs AS r
+WHERE r.tenant = %(tenant)s::text
+  AND r.created_at >= %(after_created)s::float8
+  AND (r.created_at > %(after_created)s::float8 OR r.run_id COLLATE "C" > %(after_run)s::text COLLATE "C")
+  AND (SELECT h.at FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1) >= %(at)s::float8
+ORDER BY r.created_at, r.run_id COLLATE "C" LIMIT %(page)s::bigint
 
--- name: audit_log_newest
+-- Newest first: the tenant's runs created by :at, each with its last
+-- entry's time (NULL: archived, no hot entry), ordered by the caller.
+-- name: audit_log_runs_newest
+SELECT r.run_id, (SELECT h.at FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1)
+FROM runs AS r WHERE r.tenant = %(tenant)s::text AND r.created_at <= %(at)s::float8
+
+-- One run's entries past a position, by seq (its time order) from :seq on,
+-- a page at a time (the primary key; of a tenant, or any).
+-- name: audit_log_run_oldest
 SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
 FROM history AS h
-WHERE (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
-  AND (%(run_id)s::text IS NULL OR h.run_id = %(run_id)s::text)
-  AND (%(since)s::float8 IS NULL OR h.at >= %(since)s::float8)
-  AND (%(at)s::float8 IS NULL OR (h.at, h.run_id COLLATE "C", h.seq)
-                                  < (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint))
-ORDER BY h.at DESC, h.run_id COLLATE "C" DESC, h.seq DESC LIMIT %(page)s::bigint
+WHERE h.run_id = %(run_id)s::text AND h.seq > %(seq)s::bigint
+  AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text)
+  AND (h.at, h.run_id COLLATE "C", h.seq) > (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint)
+ORDER BY h.seq LIMIT %(page)s::bigint
+
+-- name: audit_log_run_newest
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
+FROM history AS h
+WHERE h.run_id = %(run_id)s::text AND h.seq < %(seq)s::bigint
+  AND (%(tenant)s::text IS NULL OR h.tenant = %(tenant)s::text) AND h.at >= %(since)s::float8
+  AND (h.at, h.run_id COLLATE "C", h.seq) < (%(at)s::float8, %(after_run)s::text COLLATE "C", %(after_seq)s::bigint)
+ORDER BY h.seq DESC LIMIT %(page)s::bigint
+
+-- The tenants with runs, one index seek each (the log of every tenant merges
+-- one stream per tenant).
+-- name: audit_log_tenants
+WITH RECURSIVE t(tenant) AS (
+    SELECT MIN(tenant) FROM runs
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM runs AS r WHERE r.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL
 
 -- name: audit_store_digest
 UPDATE history SET digest = %(digest)s::bytea
@@ -2407,8 +2434,10 @@ VALUES (%(run_id)s, %(seq)s, %(event)s, %(at)s, %(epoch)s, %(worker)s, %(positio
 DELETE FROM history WHERE run_id = %(run_id)s
 
 -- name: insert_run_archive
-INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor)
-VALUES (%(run_id)s, %(tenant)s, %(ref)s, %(entries)s, %(last_seq)s, %(last_link)s, %(hot_bytes)s, %(stored_bytes)s, %(archived_at)s, %(actor)s)
+INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor,
+                          first_at, last_at)
+VALUES (%(run_id)s, %(tenant)s, %(ref)s, %(entries)s, %(last_seq)s, %(last_link)s, %(hot_bytes)s, %(stored_bytes)s, %(archived_at)s, %(actor)s,
+        %(first_at)s::float8, %(last_at)s::float8)
 
 -- name: run_archive
 SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor FROM run_archives WHERE run_id = %(run_id)s
@@ -2427,6 +2456,46 @@ DELETE FROM run_archive_refs WHERE run_id = %(run_id)s
 -- name: archived_records
 SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor FROM run_archives
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) ORDER BY run_id COLLATE "C"
+
+-- The audit log's archived runs of a tenant whose entries reach past a
+-- position (an archive's first and last entry time, 0049), a page at a time
+-- in the order their first entry comes (oldest first) or their last (newest
+-- first), so a page opens only the archives it reaches; both read in the
+-- order of run_archives_first_at / _last_at. Archives without a range (made
+-- before 0049): audit_log_archives_unranged, opened by every page.
+-- name: audit_log_archives_oldest
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor,
+       first_at, last_at
+FROM run_archives
+WHERE tenant = %(tenant)s::text AND last_at >= %(at)s::float8
+  AND (first_at, last_at, run_id COLLATE "C") > (%(after_first)s::float8, %(after_last)s::float8, %(after_run)s::text COLLATE "C")
+ORDER BY first_at, last_at, run_id COLLATE "C" LIMIT %(page)s::bigint
+
+-- name: audit_log_archives_newest
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor,
+       first_at, last_at
+FROM run_archives
+WHERE tenant = %(tenant)s::text AND first_at <= %(at)s::float8 AND last_at >= %(since)s::float8
+  AND (last_at, first_at, run_id COLLATE "C") < (%(after_last)s::float8, %(after_first)s::float8, %(after_run)s::text COLLATE "C")
+ORDER BY last_at DESC, first_at DESC, run_id COLLATE "C" DESC LIMIT %(page)s::bigint
+
+-- One archived run's range (the log of one run).
+-- name: audit_log_archive_range
+SELECT first_at, last_at FROM run_archives WHERE run_id = %(run_id)s
+
+-- name: audit_log_archives_unranged
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor,
+       first_at, last_at
+FROM run_archives
+WHERE tenant = %(tenant)s::text AND first_at IS NULL ORDER BY run_id COLLATE "C"
+
+-- name: audit_log_archive_tenants
+WITH RECURSIVE t(tenant) AS (
+    SELECT MIN(tenant) FROM run_archives
+    UNION ALL
+    SELECT (SELECT MIN(a.tenant) FROM run_archives AS a WHERE a.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL
 
 -- name: archived_runs
 SELECT run_id FROM run_archives WHERE (%(tenant)s ::text IS NULL OR tenant = %(tenant)s) ORDER BY run_id COLLATE "C"
@@ -2604,3 +2673,26 @@ SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, li
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (tenant, seq) > (%(after_tenant)s::text, %(after_seq)s::bigint)
 ORDER BY tenant, seq LIMIT %(page)s::int
+
+-- The audit log's operator records of a tenant, a page past a position in
+-- (at, seq) order (its chain id is the tenant's: api.auditlog turns a cursor
+-- into this pair), of a kind of object if given; operator_log_at (0049).
+-- name: oplog_log_oldest
+SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link FROM operator_log
+WHERE tenant = %(tenant)s::text
+  AND (at, seq) > (%(at)s::float8, %(after_seq)s::bigint) AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ORDER BY at, seq LIMIT %(page)s::bigint
+
+-- name: oplog_log_newest
+SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link FROM operator_log
+WHERE tenant = %(tenant)s::text AND at >= %(since)s::float8
+  AND (at, seq) < (%(at)s::float8, %(after_seq)s::bigint) AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ORDER BY at DESC, seq DESC LIMIT %(page)s::bigint
+
+-- name: oplog_tenants
+WITH RECURSIVE t(tenant) AS (
+    SELECT MIN(tenant) FROM operator_log
+    UNION ALL
+    SELECT (SELECT MIN(o.tenant) FROM operator_log AS o WHERE o.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL

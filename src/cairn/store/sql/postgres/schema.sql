@@ -1460,9 +1460,14 @@ CREATE TABLE run_archives (
     hot_bytes    BIGINT NOT NULL,
     stored_bytes BIGINT NOT NULL,
     archived_at  DOUBLE PRECISION NOT NULL,
-    actor        TEXT
+    actor        TEXT,
+    -- the first and last entry's time (0049; NULL: archived before it), for the audit log's pages
+    first_at     DOUBLE PRECISION,
+    last_at      DOUBLE PRECISION
 );
 CREATE INDEX run_archives_ref ON run_archives (ref);
+CREATE INDEX run_archives_first_at ON run_archives (tenant, first_at, last_at, run_id COLLATE "C");
+CREATE INDEX run_archives_last_at ON run_archives (tenant, last_at, first_at, run_id COLLATE "C");
 
 CREATE TABLE run_archive_refs (
     run_id TEXT NOT NULL,
@@ -1613,6 +1618,8 @@ CREATE TABLE operator_log (
     link      BYTEA NOT NULL,
     PRIMARY KEY (tenant, seq)
 );
+-- The operator log by tenant in time order, for the audit log's pages (0049).
+CREATE INDEX operator_log_at ON operator_log (tenant, at, seq);
 ALTER TABLE operator_log ENABLE ROW LEVEL SECURITY;
 INSERT INTO tenant_privileges (object_name, privileges) VALUES ('operator_log', 'SELECT, INSERT');
 SELECT grant_privileges('operator_log');

@@ -1625,24 +1625,52 @@ WHERE (h.run_id, h.seq) > (:after_run, :after_seq)
   AND (:tenant IS NULL OR h.tenant = :tenant) AND (:run_id IS NULL OR h.run_id = :run_id)
 ORDER BY h.run_id, h.seq LIMIT :page
 
--- The audit log's entries (``api.audit.Audit.log``), a page after a position in
--- (at, run_id, seq) order, or before it newest first; one tenant's or one run's, since a
--- time. Only the columns the log shows: no payload read.
--- name: audit_log_oldest
-SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
-FROM history AS h
-WHERE (:tenant IS NULL OR h.tenant = :tenant) AND (:run_id IS NULL OR h.run_id = :run_id)
-  AND (:since IS NULL OR h.at >= :since)
-  AND (:at IS NULL OR (h.at, h.run_id, h.seq) > (:at, :after_run, :after_seq))
-ORDER BY h.at, h.run_id, h.seq LIMIT :page
+-- The audit log's hot entries (``store.auditsql.audit_log_rows``): a
+-- tenant's are its hot runs' merged, each run opened only once the merge
+-- reaches where its entries start, no index on history by time (it would
+-- cost every journaled step). A run's entries are in time order by seq
+-- (each clamped to the one before) and none is before its run's created_at.
+-- The hot runs of a tenant with an entry at or after :at (the last one: a
+-- primary key probe; an archived run has none), in created order, a page at
+-- a time (runs_tenant_created).
+-- name: audit_log_runs_oldest
+SELECT r.run_id, r.created_at FROM runs AS r
+WHERE r.tenant = :tenant
+  AND r.created_at >= :after_created AND (r.created_at > :after_created OR r.run_id > :after_run)
+  AND (SELECT h.at FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1) >= :at
+ORDER BY r.created_at, r.run_id LIMIT :page
 
--- name: audit_log_newest
+-- Newest first: the tenant's runs created by :at, each with its last
+-- entry's time (NULL: archived, no hot entry), ordered by the caller.
+-- name: audit_log_runs_newest
+SELECT r.run_id, (SELECT h.at FROM history AS h WHERE h.run_id = r.run_id ORDER BY h.seq DESC LIMIT 1)
+FROM runs AS r WHERE r.tenant = :tenant AND r.created_at <= :at
+
+-- One run's entries past a position, by seq (its time order) from :seq on,
+-- a page at a time (the primary key; of a tenant, or any).
+-- name: audit_log_run_oldest
 SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
 FROM history AS h
-WHERE (:tenant IS NULL OR h.tenant = :tenant) AND (:run_id IS NULL OR h.run_id = :run_id)
-  AND (:since IS NULL OR h.at >= :since)
-  AND (:at IS NULL OR (h.at, h.run_id, h.seq) < (:at, :after_run, :after_seq))
-ORDER BY h.at DESC, h.run_id DESC, h.seq DESC LIMIT :page
+WHERE h.run_id = :run_id AND h.seq > :seq AND (:tenant IS NULL OR h.tenant = :tenant)
+  AND (h.at, h.run_id, h.seq) > (:at, :after_run, :after_seq)
+ORDER BY h.seq LIMIT :page
+
+-- name: audit_log_run_newest
+SELECT h.run_id, h.seq, h.event, h.at, h.epoch, h.worker, h.detail, h.tenant
+FROM history AS h
+WHERE h.run_id = :run_id AND h.seq < :seq AND (:tenant IS NULL OR h.tenant = :tenant) AND h.at >= :since
+  AND (h.at, h.run_id, h.seq) < (:at, :after_run, :after_seq)
+ORDER BY h.seq DESC LIMIT :page
+
+-- The tenants with runs, one index seek each (the log of every tenant merges
+-- one stream per tenant).
+-- name: audit_log_tenants
+WITH RECURSIVE t(tenant) AS (
+    SELECT MIN(tenant) FROM runs
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM runs AS r WHERE r.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL
 
 -- name: audit_store_digest
 UPDATE history SET digest = :digest WHERE run_id = :run_id AND seq = :seq AND digest IS NULL
@@ -1771,8 +1799,10 @@ VALUES (:run_id, :seq, :event, :at, :epoch, :worker, :position, :step_kind, :nam
 DELETE FROM history WHERE run_id = :run_id
 
 -- name: insert_run_archive
-INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor)
-VALUES (:run_id, :tenant, :ref, :entries, :last_seq, :last_link, :hot_bytes, :stored_bytes, :archived_at, :actor)
+INSERT INTO run_archives (run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor,
+                          first_at, last_at)
+VALUES (:run_id, :tenant, :ref, :entries, :last_seq, :last_link, :hot_bytes, :stored_bytes, :archived_at, :actor,
+        :first_at, :last_at)
 
 -- name: run_archive
 SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor FROM run_archives WHERE run_id = :run_id
@@ -1791,6 +1821,44 @@ DELETE FROM run_archive_refs WHERE run_id = :run_id
 -- name: archived_records
 SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor FROM run_archives
 WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY run_id
+
+-- The audit log's archived runs of a tenant whose entries reach past a
+-- position (an archive's first and last entry time, 0031), a page at a time
+-- in the order their first entry comes (oldest first) or their last (newest
+-- first), so a page opens only the archives it reaches; both read in the
+-- order of run_archives_first_at / _last_at. Archives without a range (made
+-- before 0031): audit_log_archives_unranged, opened by every page.
+-- name: audit_log_archives_oldest
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor,
+       first_at, last_at
+FROM run_archives
+WHERE tenant = :tenant AND last_at >= :at AND (first_at, last_at, run_id) > (:after_first, :after_last, :after_run)
+ORDER BY first_at, last_at, run_id LIMIT :page
+
+-- name: audit_log_archives_newest
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor,
+       first_at, last_at
+FROM run_archives
+WHERE tenant = :tenant AND first_at <= :at AND last_at >= :since
+  AND (last_at, first_at, run_id) < (:after_last, :after_first, :after_run)
+ORDER BY last_at DESC, first_at DESC, run_id DESC LIMIT :page
+
+-- One archived run's range (the log of one run).
+-- name: audit_log_archive_range
+SELECT first_at, last_at FROM run_archives WHERE run_id = :run_id
+
+-- name: audit_log_archives_unranged
+SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor,
+       first_at, last_at
+FROM run_archives WHERE tenant = :tenant AND first_at IS NULL ORDER BY run_id
+
+-- name: audit_log_archive_tenants
+WITH RECURSIVE t(tenant) AS (
+    SELECT MIN(tenant) FROM run_archives
+    UNION ALL
+    SELECT (SELECT MIN(a.tenant) FROM run_archives AS a WHERE a.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL
 
 -- name: archived_runs
 SELECT run_id FROM run_archives WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY run_id
@@ -1954,3 +2022,24 @@ VALUES (:tenant, :seq, :at, :kind, :object_id, :action, :actor, :auth, :change, 
 SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link FROM operator_log
 WHERE (:tenant IS NULL OR tenant = :tenant) AND (tenant, seq) > (:after_tenant, :after_seq)
 ORDER BY tenant, seq LIMIT :page
+
+-- The audit log's operator records of a tenant, a page past a position in
+-- (at, seq) order (its chain id is the tenant's: api.auditlog turns a cursor
+-- into this pair), of a kind of object if given; operator_log_at (0031).
+-- name: oplog_log_oldest
+SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link FROM operator_log
+WHERE tenant = :tenant AND (at, seq) > (:at, :after_seq) AND (:kind IS NULL OR kind = :kind)
+ORDER BY at, seq LIMIT :page
+
+-- name: oplog_log_newest
+SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link FROM operator_log
+WHERE tenant = :tenant AND at >= :since AND (at, seq) < (:at, :after_seq) AND (:kind IS NULL OR kind = :kind)
+ORDER BY at DESC, seq DESC LIMIT :page
+
+-- name: oplog_tenants
+WITH RECURSIVE t(tenant) AS (
+    SELECT MIN(tenant) FROM operator_log
+    UNION ALL
+    SELECT (SELECT MIN(o.tenant) FROM operator_log AS o WHERE o.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL

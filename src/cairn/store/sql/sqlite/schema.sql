@@ -678,9 +678,14 @@ CREATE TABLE run_archives (
     hot_bytes    INTEGER NOT NULL,
     stored_bytes INTEGER NOT NULL,
     archived_at  REAL NOT NULL,
-    actor        TEXT
+    actor        TEXT,
+    -- the first and last entry's time (0031; NULL: archived before it), for the audit log's pages
+    first_at     REAL,
+    last_at      REAL
 ) WITHOUT ROWID;
 CREATE INDEX run_archives_ref ON run_archives (ref);
+CREATE INDEX run_archives_first_at ON run_archives (tenant, first_at, last_at);
+CREATE INDEX run_archives_last_at ON run_archives (tenant, last_at, first_at);
 
 CREATE TABLE run_archive_refs (
     run_id TEXT NOT NULL,
@@ -759,3 +764,5 @@ CREATE TABLE operator_log (
     link      BLOB NOT NULL,
     PRIMARY KEY (tenant, seq)
 ) WITHOUT ROWID;
+-- The operator log by tenant in time order, for the audit log's pages (0031).
+CREATE INDEX operator_log_at ON operator_log (tenant, at, seq);
