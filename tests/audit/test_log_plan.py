@@ -1,5 +1,5 @@
 """The audit log's page statements seek their index on both backends (issue
-26; migrations SQLite 0031 / PostgreSQL 0049): a tenant's hot runs are
+26; migrations SQLite 0031 / PostgreSQL 0047): a tenant's hot runs are
 found by ``runs_tenant_created`` and each run's entries read by primary key
 from the cursor, with no sort and no scan of ``history``; the operator
 log's pages walk ``operator_log_at``; the archive records' pages walk

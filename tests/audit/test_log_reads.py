@@ -131,7 +131,7 @@ def test_a_page_reads_what_it_shows_first_or_deep(place: str) -> None:
 @pytest.mark.parametrize("newest", [True, False], ids=["newest", "oldest"])
 def test_pages_put_together_are_the_whole_log_with_each_filter(place: str, newest: bool) -> None:
     app, reads = made(place)
-    # an archive made before its range was recorded (migration 0031 / 0049): read by every page
+    # an archive made before its range was recorded (migration 0031 / 0047): read by every page
     Raw(place)("UPDATE run_archives SET first_at = NULL, last_at = NULL WHERE run_id = 'a05'")
     want = whole_log(app, "a")
     runs = [e for e in want if e.kind == "run"]

@@ -266,7 +266,7 @@ class SQLArchive(Generic[Tx]):
         entry's time oldest first, its last's newest first), in that order,
         read a page at a time: the audit log opens an archive only once its
         merge reaches that time (``api.auditlog``). An archive without a
-        recorded range (made before migration 0031 / 0049) starts before
+        recorded range (made before migration 0031 / 0047) starts before
         everything. Every tenant's (no tenant, no run) merge one stream per
         tenant."""
         if run_id is not None:

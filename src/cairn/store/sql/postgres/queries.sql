@@ -2458,11 +2458,11 @@ SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_byte
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text) ORDER BY run_id COLLATE "C"
 
 -- The audit log's archived runs of a tenant whose entries reach past a
--- position (an archive's first and last entry time, 0049), a page at a time
+-- position (an archive's first and last entry time, 0047), a page at a time
 -- in the order their first entry comes (oldest first) or their last (newest
 -- first), so a page opens only the archives it reaches; both read in the
 -- order of run_archives_first_at / _last_at. Archives without a range (made
--- before 0049): audit_log_archives_unranged, opened by every page.
+-- before 0047): audit_log_archives_unranged, opened by every page.
 -- name: audit_log_archives_oldest
 SELECT run_id, tenant, ref, entries, last_seq, last_link, hot_bytes, stored_bytes, archived_at, actor,
        first_at, last_at
@@ -2676,7 +2676,7 @@ ORDER BY tenant, seq LIMIT %(page)s::int
 
 -- The audit log's operator records of a tenant, a page past a position in
 -- (at, seq) order (its chain id is the tenant's: api.auditlog turns a cursor
--- into this pair), of a kind of object if given; operator_log_at (0049).
+-- into this pair), of a kind of object if given; operator_log_at (0047).
 -- name: oplog_log_oldest
 SELECT tenant, seq, at, kind, object_id, action, actor, auth, change, digest, link FROM operator_log
 WHERE tenant = %(tenant)s::text

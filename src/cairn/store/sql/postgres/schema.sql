@@ -1461,7 +1461,7 @@ CREATE TABLE run_archives (
     stored_bytes BIGINT NOT NULL,
     archived_at  DOUBLE PRECISION NOT NULL,
     actor        TEXT,
-    -- the first and last entry's time (0049; NULL: archived before it), for the audit log's pages
+    -- the first and last entry's time (0047; NULL: archived before it), for the audit log's pages
     first_at     DOUBLE PRECISION,
     last_at      DOUBLE PRECISION
 );
@@ -1618,7 +1618,7 @@ CREATE TABLE operator_log (
     link      BYTEA NOT NULL,
     PRIMARY KEY (tenant, seq)
 );
--- The operator log by tenant in time order, for the audit log's pages (0049).
+-- The operator log by tenant in time order, for the audit log's pages (0047).
 CREATE INDEX operator_log_at ON operator_log (tenant, at, seq);
 ALTER TABLE operator_log ENABLE ROW LEVEL SECURITY;
 INSERT INTO tenant_privileges (object_name, privileges) VALUES ('operator_log', 'SELECT, INSERT');
