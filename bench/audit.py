@@ -3,9 +3,11 @@ with the chain off, and how fast the verifier checks entries.
 
     python -m bench.audit                    # SQLite and PostgreSQL (a throwaway cluster)
     python -m bench.audit --sqlite-only
+    python -m bench.audit --postgres-only    # the step's cost on PostgreSQL alone
     python -m bench.audit --quick            # small sizes
     python -m bench.audit --verify-only      # verify end to end, medians of --passes, both backends
     python -m bench.audit --instructions     # instructions per step, chain on and off (needs valgrind)
+    python -m bench.audit --instructions --sqlite-only --repeat 3
 
 Keyed digests (encryption on): each entry's digest alone, plain SHA-256
 against HMAC-SHA-256 under a tenant's audit key, and a step's cost on an
@@ -15,17 +17,22 @@ digest swapped in, alternated round by round like the chain's.
 Step cost: one run of ``--steps`` steps (``app.run``, durability ``process``)
 on a fresh database, with the chain and without it, alternated round by
 round so drift hits both alike; medians of ``--rounds``, wall and CPU time
-per step. "Off" is the same code with the chain's work taken out of the
-write: SQLite's ``_audited`` (the digest and the link) returns no link and
-no previous link is read; PostgreSQL's entry parameters carry no digest and
-no body (the statement's ``sha256`` of NULL is NULL). What "off" keeps
-(PostgreSQL's read of the entry before, which also does the time clamp the
-``history_monotonic_at`` trigger did before) is not counted, so the
-PostgreSQL figure is the chain's Python side plus the hash in the server.
+per step (the client's: this process), and on PostgreSQL the server's CPU
+per step too (``server``: its processes' time on the CPU, ``server_cpu``).
+"Off" is the same code with the chain's work taken out of the write:
+SQLite's ``_audited`` (the digest and the link) returns no link and no
+previous link is read; PostgreSQL's entry parameters carry no digest, no
+link and no body (the statement's ``sha256`` of NULL is NULL; the hot path's
+``insert_event_linked`` stores the NULL link its parameters carry, after a
+NULL one). What "off" keeps (PostgreSQL's read of the entry before, which
+also does the time clamp the ``history_monotonic_at`` trigger did before,
+and the hot path's check of its link, NULL then) is not counted, so the
+PostgreSQL figure is the chain's Python side plus its work in the server.
 
 ``--instructions`` counts the CPU instructions of a journaled step instead
 (``bench.callcount``'s child, with the chain's work taken out for "off";
-``--tree`` counts another checkout's src/), a figure other processes' load
+``--tree`` counts another checkout's src/; on PostgreSQL the client's
+instructions, each count on a fresh database), a figure other processes' load
 does not move: the one to compare changes by on a shared machine. Valgrind
 runs SHA-256 without the CPU's SHA extensions, so its share is larger
 there than natively.
@@ -57,7 +64,9 @@ from cairn.store.auditverify import verify_chains
 @contextlib.contextmanager
 def chain(on: bool) -> Iterator[None]:
     """The stores' chain work on (as shipped) or taken out of the write."""
-    kept = sqlite._audited, sqlite._previous_link, postgres._event_params
+    # (``_linked_params`` is absent from a tree before the hot path computed links: --tree main)
+    kept = (sqlite._audited, sqlite._previous_link, postgres._event_params,
+            getattr(postgres, "_linked_params", None))
     if not on:
         def no_link(values: Any, event: Any, previous: Any, digester: Any) -> tuple[None, None]:
             return None, None
@@ -67,29 +76,73 @@ def chain(on: bool) -> Iterator[None]:
             params.update(digest=None, audit_head=None, audit_tail=None)
             return params
 
+        def plain_linked(event: Any, at_before: float, link_before: Any,
+                         digester: Any = None) -> dict[str, Any]:
+            values = postgres.event_values(event)
+            if values[3] < at_before:  # the clamp is the statement's, not the chain's: kept
+                values = (*values[:3], at_before, *values[4:])
+            params = dict(zip(postgres._EVENT_KEYS, values, strict=True))
+            params.update(digest=None, link=None, previous=link_before)
+            return params
+
         sqlite._audited = no_link  # type: ignore[assignment]
         sqlite._previous_link = lambda conn, event: auditlinks.GENESIS  # type: ignore[assignment]
         postgres._event_params = plain_params  # type: ignore[assignment]
+        postgres._linked_params = plain_linked  # type: ignore[assignment]
     try:
         yield
     finally:
-        sqlite._audited, sqlite._previous_link, postgres._event_params = kept  # type: ignore[assignment]
+        sqlite._audited, sqlite._previous_link, postgres._event_params = kept[:3]  # type: ignore[assignment]
+        if kept[3] is not None:
+            postgres._linked_params = kept[3]
 
 
-def step_cost(make: Callable[[], CairnWorkloads], steps: int) -> tuple[float, float]:
-    """(wall, CPU) microseconds per step of one run of ``steps`` steps."""
+def step_cost(make: Callable[[], CairnWorkloads], steps: int,
+              server: Callable[[], float] | None = None) -> tuple[float, ...]:
+    """(wall, CPU) microseconds per step of one run of ``steps`` steps, and
+    the server's CPU per step if ``server`` (its CPU seconds so far) is given."""
     w = make()
     try:
         w.app.run(w.chain, 1)  # warm-up: connection and statements ready
         settle()
+        served = server() if server is not None else 0.0
         wall, cpu = time.perf_counter(), time.process_time()
         result = w.app.run(w.chain, steps)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        served = server() - served if server is not None else 0.0
     finally:
         w.close()
     if result != steps:
         raise RuntimeError(f"chain returned {result!r}, expected {steps}")
-    return wall / steps * 1e6, cpu / steps * 1e6
+    return (wall / steps * 1e6, cpu / steps * 1e6) + ((served / steps * 1e6,) if server is not None else ())
+
+
+def server_cpu(admin: str) -> Callable[[], float]:
+    """The CPU seconds the server of ``admin`` has run so far: the
+    postmaster and every process it started (backends, WAL writer,
+    checkpointer...), from ``/proc/PID/schedstat`` (nanoseconds on the CPU,
+    not ticks). A process that ended meanwhile drops out: the benchmark's
+    connections stay open through a measured run."""
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    postmaster = int(Path(f"/proc/{row[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+    def cpu() -> float:
+        total = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                if entry.name != str(postmaster) and int(stat.rsplit(")", 1)[1].split()[1]) != postmaster:
+                    continue
+                total += int((entry / "schedstat").read_text().split()[0])
+        return total / 1e9
+
+    return cpu
 
 
 def sqlite_step(on: bool, steps: int) -> tuple[float, float]:
@@ -97,13 +150,14 @@ def sqlite_step(on: bool, steps: int) -> tuple[float, float]:
         return step_cost(lambda: build(d / "cairn.sqlite"), steps)
 
 
-def pg_step(admin: str) -> Callable[[bool, int], tuple[float, float]]:
+def pg_step(admin: str) -> Callable[[bool, int], tuple[float, ...]]:
     import psycopg
     from psycopg import sql
 
     counter = iter(range(10**6))
+    server = server_cpu(admin)
 
-    def measure(on: bool, steps: int) -> tuple[float, float]:
+    def measure(on: bool, steps: int) -> tuple[float, ...]:
         name = f"cairn_bench_audit_{next(counter)}"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -113,7 +167,7 @@ def pg_step(admin: str) -> Callable[[bool, int], tuple[float, float]]:
 
             url = postgres_url(make_conninfo(admin, dbname=name))
             with chain(on):
-                return step_cost(lambda: build_url(url), steps)
+                return step_cost(lambda: build_url(url), steps, server)
         finally:
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -121,14 +175,14 @@ def pg_step(admin: str) -> Callable[[bool, int], tuple[float, float]]:
     return measure
 
 
-def side_by_side(name: str, measure: Callable[[bool, int], tuple[float, float]], steps: int,
+def side_by_side(name: str, measure: Callable[[bool, int], tuple[float, ...]], steps: int,
                  rounds: int, labels: tuple[str, str] = ("chain on", "off")) -> None:
-    on: list[tuple[float, float]] = []
-    off: list[tuple[float, float]] = []
+    on: list[tuple[float, ...]] = []
+    off: list[tuple[float, ...]] = []
     for i in range(rounds):
         for state in ((True, False) if i % 2 == 0 else (False, True)):
             (on if state else off).append(measure(state, steps))
-    for label, index in (("wall", 0), ("CPU", 1)):
+    for label, index in (("wall", 0), ("CPU", 1), ("server", 2))[:len(on[0])]:
         a = statistics.median(x[index] for x in on)
         b = statistics.median(x[index] for x in off)
         print(f"{name:10} {label:4} per step: {labels[0]} {a:8.1f} us, {labels[1]} {b:8.1f} us, "
@@ -321,23 +375,54 @@ def verify_postgres(admin: str, runs: int, run_steps: int, repeat: int) -> None:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def instructions(tree: Path, sizes: tuple[int, int]) -> None:
-    """Instructions per journaled step on SQLite, chain on and off, as
-    ``bench.callcount step`` counts them in ``tree`` (two run sizes, the
-    difference over the difference of steps: start-up and the run's own
-    entries cancel out)."""
+def instructions(tree: Path, sizes: tuple[int, int], admin: str | None = None, repeat: int = 1) -> None:
+    """Instructions per journaled step, chain on and off, as ``bench.callcount
+    step`` counts them in ``tree`` (two run sizes, the difference over the
+    difference of steps: start-up and the run's own entries cancel out): on
+    SQLite, and with ``admin`` (a PostgreSQL administration URL) on a fresh
+    database of that server per count as well, the client's instructions
+    only (the server's hash is the server's CPU, not counted). ``repeat``
+    counts each pair that many times, on and off alternated."""
     from bench import callcount
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (callgrind and callgrind_control)")
     small, large = sizes
+    backends: list[tuple[str, Callable[[], contextlib.AbstractContextManager[str | None]]]] = [
+        ("sqlite", lambda: contextlib.nullcontext(None))]
+    if admin is not None:
+        backends.append(("postgres", lambda: fresh_database(admin)))
     with tempfile.TemporaryDirectory(prefix="cairn-bench-audit-ir-") as name:
         work = Path(name)
-        counts = {(off, n): callcount.count(tree, "step", n, work, chain_off=off)
-                  for n in (small, large) for off in (False, True)}
-    on, off = ((counts[(o, large)] - counts[(o, small)]) / (large - small) for o in (False, True))
-    print(f"sqlite     instructions per step ({tree}; callgrind, runs of {small} and {large} steps): "
-          f"chain on {on:,.0f}, off {off:,.0f}, difference {on - off:+,.0f} ({on / off:.3f}x)")
+        for backend, database in backends:
+            for _ in range(repeat):
+                counts = {}
+                for n in (small, large):
+                    for off in (False, True):
+                        with database() as url:
+                            counts[(off, n)] = callcount.count(tree, "step", n, work, chain_off=off, url=url)
+                on, off = ((counts[(o, large)] - counts[(o, small)]) / (large - small) for o in (False, True))
+                print(f"{backend:10} instructions per step ({tree}; callgrind, runs of {small} and {large} "
+                      f"steps): chain on {on:,.0f}, off {off:,.0f}, difference {on - off:+,.0f} "
+                      f"({on / off:.3f}x)", flush=True)
+
+
+@contextlib.contextmanager
+def fresh_database(admin: str) -> Iterator[str]:
+    """A new database on ``admin``'s server, as a ``cairn.App`` URL; dropped after."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+    from tests.engine.conftest import postgres_url
+
+    name = f"cairn_bench_audit_ir_{os.getpid()}_{time.monotonic_ns()}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield postgres_url(make_conninfo(admin, dbname=name))
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def main() -> None:
@@ -345,12 +430,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--sqlite-only", action="store_true")
+    parser.add_argument("--postgres-only", action="store_true",
+                        help="only the step's cost on PostgreSQL, chain on and off")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--verify-only", action="store_true",
                         help="Only verify's speed end to end (both backends unless --sqlite-only)")
     parser.add_argument("--passes", type=int, default=7, help="verify passes (the median is reported)")
     parser.add_argument("--instructions", action="store_true",
-                        help="count instructions per step under callgrind instead (SQLite; needs valgrind)")
+                        help="count instructions per step under callgrind instead (SQLite, and PostgreSQL's "
+                             "client unless --sqlite-only; needs valgrind)")
+    parser.add_argument("--repeat", type=int, default=1, help="with --instructions: counts per backend")
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parent.parent,
                         help="with --instructions: the source tree counted (default: this one)")
     args = parser.parse_args()
@@ -358,7 +447,16 @@ def main() -> None:
         # not larger: with the collector off, runs of 100 and 1100 steps grew the heap past what
         # valgrind's brk segment holds ("brk segment overflow"), and the same "off" code counted
         # 160,646 and 171,901 a step in two trees; runs of 20 and 220 repeat within 0.1 %
-        instructions(args.tree.resolve(), (10, 60) if args.quick else (20, 220))
+        sizes = (10, 60) if args.quick else (20, 220)
+        if args.sqlite_only:
+            instructions(args.tree.resolve(), sizes, repeat=args.repeat)
+            return
+        from tests import pgcluster
+
+        try:
+            instructions(args.tree.resolve(), sizes, pgcluster.admin_url(), args.repeat)
+        finally:
+            pgcluster.shutdown()
         return
     if args.verify_only:
         runs, run_steps = (5, 200) if args.quick else (20, 1000)
@@ -373,6 +471,9 @@ def main() -> None:
         return
     steps, rounds = (300, 3) if args.quick else (args.steps, args.rounds)
     print(f"bench.audit {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    if args.postgres_only:
+        postgres_side_by_side(steps, rounds)
+        return
     rows, tenants = rows_of(5 if args.quick else 20, 200 if args.quick else 1000)
     work = chain_work(rows, 3)
     print(f"chain work alone: {work:.2f} us CPU per entry (digest + link), {len(rows)} entries")
@@ -386,12 +487,17 @@ def main() -> None:
     side_by_side("append", store_append, steps * 5, rounds)
     side_by_side("sqlite", sqlite_step, steps, rounds)
     if not args.sqlite_only:
-        from tests import pgcluster
+        postgres_side_by_side(steps, rounds)
 
-        try:
-            side_by_side("postgres", pg_step(pgcluster.admin_url()), steps, rounds)
-        finally:
-            pgcluster.shutdown()
+
+def postgres_side_by_side(steps: int, rounds: int) -> None:
+    """The step's cost on PostgreSQL, chain on and off, on a throwaway cluster."""
+    from tests import pgcluster
+
+    try:
+        side_by_side("postgres", pg_step(pgcluster.admin_url()), steps, rounds)
+    finally:
+        pgcluster.shutdown()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,13 @@ makes a count take minutes rather than a quarter of an hour.
 ``KIND`` is ``step`` (a chain of steps), ``read`` or ``write`` (a loop of
 tool calls; the fsync is the kernel's and not counted) or ``three`` (that
 many 3-step runs, each ``app.run``: instructions per run).
+
+``url`` (``count``'s, ``--url`` of the child) runs the child on that
+PostgreSQL database instead of a fresh SQLite file: what is counted is then
+the client's side of each call (psycopg, libpq, the store), not the
+server's. Its runs are leased for an hour, so the lease thread's renewal (a
+round trip every ``lease_seconds / 3`` of wall time, which valgrind
+stretches) does not fall into one window and not the other.
 """
 
 from __future__ import annotations
@@ -37,11 +44,11 @@ from pathlib import Path
 KINDS = ("step", "read", "write", "three")
 
 
-def child(kind: str, n: int, signal_path: str, chain_off: bool = False) -> int:
+def child(kind: str, n: int, signal_path: str, chain_off: bool = False, url: str | None = None) -> int:
     """The counted process: set up, announce readiness, wait, run ``n`` calls
     (with the audit chain's work taken out of the write if ``chain_off``:
-    ``bench.audit.chain``)."""
-    from bench.cairn_workloads import build
+    ``bench.audit.chain``), on a fresh SQLite file or the PostgreSQL ``url``."""
+    from bench.cairn_workloads import build, build_url
 
     if chain_off:
         from bench.audit import chain
@@ -50,7 +57,10 @@ def child(kind: str, n: int, signal_path: str, chain_off: bool = False) -> int:
         # dropped at once is closed by the collector, which undid the patch (counted "off" = on)
         chain_taken_out = chain(False)
         chain_taken_out.__enter__()
-    w = build(Path(tempfile.mkdtemp(prefix="cairn-callcount-")) / "cairn.sqlite")
+    if url is None:
+        w = build(Path(tempfile.mkdtemp(prefix="cairn-callcount-")) / "cairn.sqlite")
+    else:
+        w = build_url(url, lease_seconds=3600.0)
     if kind == "three":
         w.app.run(w.three)
     else:
@@ -71,7 +81,10 @@ def settle(store: object, signal_path: str) -> None:
     collections: the warmed-up objects frozen, the collector off), say so in
     ``signal_path + ".ready"``, and wait for ``".go"`` (instrumentation is on
     by then)."""
-    store._conn().execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[attr-defined]
+    from cairn.store.sqlite import SQLiteStore
+
+    if isinstance(store, SQLiteStore):  # PostgreSQL checkpoints in its server, not counted
+        store._conn().execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[attr-defined]
     gc.collect()
     gc.freeze()
     gc.disable()
@@ -111,11 +124,14 @@ def tree_env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
-def count(tree: Path, kind: str, n: int, workdir: Path, chain_off: bool = False) -> int:
-    """Instructions of one child process running ``n`` calls (instrumented from the go signal on)."""
-    signal_path = str(workdir / f"{kind}-{n}{'-off' if chain_off else ''}")
+def count(tree: Path, kind: str, n: int, workdir: Path, chain_off: bool = False,
+          url: str | None = None) -> int:
+    """Instructions of one child process running ``n`` calls (instrumented
+    from the go signal on), on SQLite or the PostgreSQL database ``url``."""
+    signal_path = str(workdir / f"{kind}-{n}{'-off' if chain_off else ''}{'-pg' if url else ''}")
     return collected(["bench.callcount", "--child", kind, str(n), signal_path,
-                      *(["--chain-off"] if chain_off else [])], signal_path, tree_env(tree))
+                      *(["--chain-off"] if chain_off else []), *(["--url", url] if url else [])],
+                     signal_path, tree_env(tree))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,9 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs=2, default=(20, 120), metavar=("SMALL", "LARGE"))
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--chain-off", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return child(args.child[0], int(args.child[1]), args.child[2], args.chain_off)
+        return child(args.child[0], int(args.child[1]), args.child[2], args.chain_off, args.url)
     small, large = args.sizes
     if not 0 < small < large:
         parser.error("--sizes: SMALL must be positive and below LARGE")

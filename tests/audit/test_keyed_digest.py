@@ -171,16 +171,14 @@ def test_unsealed_digest_stays_plain_sha256(place: str) -> None:
     seq = a_step(raw, runs["a1"])
     plain = plain_digest(app, runs["a1"], seq)
     stored = raw("SELECT digest FROM history WHERE run_id = :r AND seq = :s", r=runs["a1"], s=seq)[0][0]
-    if stored is None:  # not stored (SQLite without a keyring): the link holds the plain digest
-        assert place.startswith("sqlite")
-        row = raw("SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, "
-                  "attempt, started_at, payload_ref, link FROM history WHERE run_id = :r AND seq = :s",
-                  r=runs["a1"], s=seq)[0]
-        previous = raw("SELECT link FROM history WHERE run_id = :r AND seq = :s",
-                       r=runs["a1"], s=seq - 1)[0][0]
-        assert bytes(row[13]) == link(bytes(previous), row[:13], plain)
-    else:
-        assert bytes(stored) == plain
+    # not stored (no keyring, either backend): the link holds the plain digest
+    assert stored is None
+    row = raw("SELECT run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash, "
+              "attempt, started_at, payload_ref, link FROM history WHERE run_id = :r AND seq = :s",
+              r=runs["a1"], s=seq)[0]
+    previous = raw("SELECT link FROM history WHERE run_id = :r AND seq = :s",
+                   r=runs["a1"], s=seq - 1)[0][0]
+    assert bytes(row[13]) == link(bytes(previous), row[:13], plain)
     app.close()
 
 

@@ -24,7 +24,7 @@ def test_a_body_removed_from_an_entry_without_its_digest_is_tampering(place: str
     app, runs = made(place, False)
     raw = Raw(place)
     seq = a_step(raw, runs["a1"])
-    # (PostgreSQL stores every digest: taken off here too)
+    # (taken off here too, should the entry have been written with it stored)
     raw("UPDATE history SET digest = NULL, payload = :p WHERE run_id = :r AND seq = :s",
         p=expired_marker(DataClass.MODEL_BODIES, 1.0), r=runs["a1"], s=seq)
     chains = verify_store(app.store)

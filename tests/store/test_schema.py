@@ -76,6 +76,9 @@ SQLITE_ONLY = {
 #: one database lock, pays a round trip per statement, and keeps artifacts in
 #: the database.
 POSTGRES_ONLY = {
+    "insert_event_linked": "a step's entry with its audit link computed by the client from the one it "
+                           "wrote before, stored only if that link is still there (SQLite: "
+                           "insert_event_next, its writer the only one)",
     "lg_page_reads": "a page of LangGraph checkpoints' chains and writes in one round trip (SQLite: "
                      "a statement per checkpoint, no round trips)",
     "lg_read_one": "a LangGraph checkpoint with its chains, writes and values in one round trip, from "

@@ -166,7 +166,7 @@ def row_link(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> byt
 def chained(previous: bytes, values: tuple[Any, ...], data: bytes | None,
             detail: dict[str, Any] | None) -> bytes:
     """The link of an entry written as ``values`` after ``previous``, its
-    plaintext ``data`` and ``detail`` unkeyed: the SQLite hot path's whole
+    plaintext ``data`` and ``detail`` unkeyed: the hot paths' whole
     chain work in one call (``digest`` and ``row_link`` written out: a
     journaled step pays for each Python call it makes). Its digest is not
     returned: without a keyring it is not stored (the verifier recomputes it)."""

@@ -285,6 +285,11 @@ _TERMINAL = list(lc.TERMINAL)
 #: An entry's parameter names: ``epoch`` is the fence's, so the entry's own is ``event_epoch``.
 _EVENT_KEYS = tuple("event_epoch" if column == "epoch" else column for column in EVENT_COLUMNS)
 
+#: The hot path's append with its link computed by the client (``PostgresStore._append_one``).
+_INSERT_LINKED = _Q["insert_event_linked"]
+#: Runs whose last entry and link a store keeps at most (``PostgresStore._links``).
+_MAX_LINKS = 4096
+
 #: How a page of ``audit_entries`` is read: by the primary key, whatever the
 #: statistics. A table filled since its last ANALYZE (a fresh one has none)
 #: was read by a sequential scan that sorted the whole table for each page of
@@ -442,6 +447,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         self.audit_digest: Digester | None = None
         #: whether history has the audit columns (migration 0031); ``None``: not looked yet
         self._audit_columns: bool | None = None
+        #: run -> (epoch, seq, at, link) of the last entry the hot path appended to it, committed:
+        #: the next entry's link is computed here from it (``_append_one``)
+        self._links: dict[str, tuple[int, int, float, bytes | None]] = {}
         try:
             params = conninfo_to_dict(url)
         except psycopg.Error as exc:
@@ -1030,11 +1038,44 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         elif len(events) > 1:  # a batch is linked before its commit (store/auditlinks.py)
             self._transaction(lambda tx: _append_fenced(tx, run_id, epoch, events, digester),
                               faults=commit_faults("append"))
-        else:  # the per-step hot path: one autocommit statement, its audit link computed in it
+        else:  # the per-step hot path: one autocommit statement
             with self._conn() as conn:
                 fault_point("store.append.before_commit")
-                _append_fenced(conn, run_id, epoch, events, digester)
+                self._append_one(conn, run_id, epoch, events[0], digester)
             fault_point("store.append.after_commit")
+
+    def _append_one(self, conn: _Conn, run_id: str, epoch: int, event: HistoryEvent,
+                    digester: Digester | None) -> None:
+        """Append one entry in an autocommit statement. When this store
+        appended the entry before it (``_links``: same epoch, the seq before)
+        the link is computed here from that one's (``insert_event_linked``),
+        and the statement stores it only if the entry before still holds that
+        link and time: a stale or wrong cache is refused, never forks the
+        chain. Refused (or not known), ``insert_event_fenced`` reads the entry
+        before and hashes the link in the server, and says whether the fence
+        or the seq failed. What was stored is remembered once committed."""
+        links = self._links
+        known = links.pop(run_id, None)
+        if known is not None and known[0] == epoch and known[1] == event.seq - 1 and event.run_id == run_id:
+            params = _linked_params(event, known[2], known[3], digester)
+            params["epoch"] = epoch
+            try:
+                inserted = conn.execute(_INSERT_LINKED, params).rowcount
+            except pg_errors.UniqueViolation:
+                raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
+            if inserted == 1:
+                _remember(links, run_id, (epoch, event.seq, params["at"], params["link"]))
+                return
+        query, params = _fenced_insert(run_id, epoch, [event], digester)
+        try:
+            row = conn.execute(query, params).fetchone()
+        except pg_errors.UniqueViolation:
+            raise LeaseLost(run_id, epoch) from None
+        if row is None:
+            raise LeaseLost(run_id, epoch)
+        stored = row[1]
+        if stored is None or bytes(stored) != auditlinks.PENDING:  # a pending link is linked later
+            _remember(links, run_id, (epoch, event.seq, row[0], None if stored is None else bytes(stored)))
 
     def finish_run(
         self,
@@ -1050,6 +1091,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
         if event.run_id != run_id:
             raise ValueError(f"event for run {event.run_id!r} appended to run {run_id!r}")
+        self._links.pop(run_id, None)  # the run ends: nothing follows its last entry
         params.update(_event_params(event, self.audit_digest))
         # lock_fenced then finish_fenced, one transaction in one message: one
         # round trip. The lock is a statement of its own so that
@@ -1672,15 +1714,53 @@ def _event_params(event: HistoryEvent, digester: Digester | None = None) -> dict
     values = event_values(event)
     params = dict(zip(_EVENT_KEYS, values, strict=True))
     if digester is None:
+        # not stored, as on SQLite (``sqlite._audited``): the plain digest of the plaintext stored
+        # beside it, which the verifier recomputes and the link checks; whatever removes that
+        # plaintext stores it first (``SQLAudit._store_audit_digest``)
         digest = auditlinks.digest(None if event.payload is None else event.payload.data, event.detail)
+        params["digest"] = None
     else:
-        digest = digester(event, None)
-    params["digest"] = digest
+        digest = params["digest"] = digester(event, None)
     # the body a link hashes, split around ``at``: the statement puts in the
     # time it stores (clamped to the entry before's, as history_monotonic_at would)
     params["audit_head"], params["audit_tail"] = auditlinks.body_around_at(
         (*values[:12], values[13]), digest)
     return params
+
+
+def _linked_params(event: HistoryEvent, at_before: float, link_before: bytes | None,
+                   digester: Digester | None = None) -> dict[str, Any]:
+    """The parameters of ``insert_event_linked``: the entry's, its time
+    clamped to ``at_before`` (the entry before's, as ``insert_event_fenced``
+    does), its digest (``None`` without a keyring: recomputed by the
+    verifier) and its link, computed here from ``link_before`` (the entry
+    before's stored link, ``None`` if written before the chain: the chain
+    starts after it), which the statement checks is still there."""
+    values = event_values(event)
+    if values[3] < at_before:
+        values = (*values[:3], at_before, *values[4:])
+    params = dict(zip(_EVENT_KEYS, values, strict=True))
+    previous = auditlinks.GENESIS if link_before is None else link_before
+    if digester is None:
+        payload = event.payload
+        params["digest"] = None
+        params["link"] = auditlinks.chained(previous, values, None if payload is None else payload.data,
+                                            event.detail)
+    else:
+        digest = params["digest"] = digester(event, None)
+        params["link"] = auditlinks.row_link(previous, values, digest)
+    params["previous"] = link_before
+    return params
+
+
+def _remember(links: dict[str, tuple[int, int, float, bytes | None]], run_id: str,
+              last: tuple[int, int, float, bytes | None]) -> None:
+    """Keep ``last`` as ``run_id``'s last entry (``PostgresStore._links``),
+    at most ``_MAX_LINKS`` runs (executions that end pop theirs; this only
+    bounds those that never said)."""
+    if len(links) >= _MAX_LINKS:
+        links.clear()
+    links[run_id] = last
 
 
 def _batch_params(run_id: str, epoch: int, events: Sequence[HistoryEvent]) -> dict[str, Any]:

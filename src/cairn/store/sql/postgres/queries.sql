@@ -177,6 +177,29 @@ SELECT %(run_id)s::text, %(seq)s::bigint, %(event)s::text, GREATEST(%(at)s::floa
                         || float8send(GREATEST(%(at)s::float8, COALESCE((SELECT at FROM prev), %(at)s::float8))) || %(audit_tail)s::bytea) END
 FROM fence
 WHERE %(seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = %(run_id)s::text)
+RETURNING at, link
+
+-- The same with the link computed by the client (postgres.PostgresStore._append_one),
+-- from the entry before as the client last wrote it: stored only if that entry
+-- still holds the link (and a time no later than this one's: the client clamps
+-- to it) the client chained from. A stale or wrong cache is refused (no row),
+-- never forks the chain: the client then sends insert_event_fenced.
+-- name: insert_event_linked
+WITH fence AS (
+    SELECT tenant FROM runs
+    WHERE run_id = %(run_id)s::text AND epoch = %(epoch)s::bigint AND status = 'running'
+    FOR SHARE
+)
+INSERT INTO history (run_id, seq, event, at, epoch, worker, position, step_kind, name, input_hash,
+                     attempt, started_at, payload, payload_ref, detail, tenant, digest, link)
+SELECT %(run_id)s::text, %(seq)s::bigint, %(event)s::text, %(at)s::float8, %(event_epoch)s::bigint,
+       %(worker)s::text, %(position)s::bigint, %(step_kind)s::text, %(name)s::text,
+       %(input_hash)s::text, %(attempt)s::bigint, %(started_at)s::float8, %(payload)s::bytea,
+       %(payload_ref)s::text, %(detail)s::text, fence.tenant, %(digest)s::bytea, %(link)s::bytea
+FROM fence
+WHERE %(seq)s::bigint = (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE run_id = %(run_id)s::text)
+  AND EXISTS (SELECT 1 FROM history AS b WHERE b.run_id = %(run_id)s::text AND b.seq = %(seq)s::bigint - 1
+              AND b.link IS NOT DISTINCT FROM %(previous)s::bytea AND b.at <= %(at)s::float8)
 
 -- The same for a batch (the caller checks the seqs are consecutive): all rows
 -- or none, still one statement.
