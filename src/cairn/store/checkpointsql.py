@@ -488,6 +488,9 @@ class SQLCheckpoints(Generic[Tx]):
     _lg_fold_in_put = False
     #: whether the dialect folds writes into the binary record (``FOLD_TAG_2``); else JSON (``FOLD_TAG``)
     _lg_compact_fold = False
+    #: a saver stores a list's versions as rows of ``lg_blobs`` every this many versions, and
+    #: those between as tails in the checkpoint's row (``cairn.langgraph.TAIL``); 1: every version a row
+    lg_tail_every = 1
 
     # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
 
