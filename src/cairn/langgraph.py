@@ -13,7 +13,9 @@ by digest (compressed when long), a list channel that grew stores only its
 new items against an earlier version chosen so that a read walks about
 log2(versions) rows (``next_base``; the value a node wrote and the item
 appended to the list are the same row), and a channel whose value is not a
-list is held by the checkpoint's own row (``INLINE``), not a row of its own.
+list is held by the checkpoint's own row (``INLINE``), not a row of its own;
+on PostgreSQL every other version of a list is too, as a tail over the last
+version stored as a row (``TAIL``).
 
 Writes are fenced: the saver that wrote a thread and lost it to another
 saver (another process took it since) is refused with ``ThreadTaken``, so

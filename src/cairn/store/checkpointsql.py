@@ -12,7 +12,9 @@ thread's storage linear:
   from a version still stored names that version as its ``base`` and holds
   only the new items; ``depth`` counts the bases below it, so the saver can
   bound the chain a read walks. A channel the saver holds inline in the
-  checkpoint (its value is not a list: ``Named.inline``) has no row here;
+  checkpoint (its value is not a list: ``Named.inline``) has no row here,
+  nor has a list version held as a tail (``lg_tail_every``): the row names
+  its base version and the tail's digests are among its inline ones;
 * ``lg_writes``: pending writes, each a packed digest list too, so the value
   a node wrote and the item the next checkpoint appends are one row;
 * ``lg_checkpoints``: the checkpoint (channel values removed) and metadata,
