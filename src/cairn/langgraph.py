@@ -13,7 +13,9 @@ by digest (compressed when long), a list channel that grew stores only its
 new items against an earlier version chosen so that a read walks about
 log2(versions) rows (``next_base``; the value a node wrote and the item
 appended to the list are the same row), and a channel whose value is not a
-list is held by the checkpoint's own row (``INLINE``), not a row of its own.
+list is held by the checkpoint's own row (``INLINE``), not a row of its own;
+on PostgreSQL every other version of a list is too, as a tail over the last
+version stored as a row (``TAIL``).
 
 Writes are fenced: the saver that wrote a thread and lost it to another
 saver (another process took it since) is refused with ``ThreadTaken``, so
@@ -161,6 +163,20 @@ INFLATE_LIMIT = 256 * 1024 * 1024
 #: versions are bases of later ones, found by version). A checkpoint stored
 #: before has no such key: all its channels are rows, read as before.
 INLINE = "_cv"
+#: The key of a checkpoint (as stored) holding the list channels it names as a
+#: *tail* (branch lgpgrow, PostgreSQL: a store's ``lg_tail_every`` > 1): ``{channel:
+#: [base version, [digests of the items after it]]}``, the base a version stored
+#: as a row of ``lg_blobs``. A saver's own appends store a list's version ``j``
+#: (counted from its root) as a row only when ``j`` is a multiple of
+#: ``lg_tail_every``, and in between as a tail on the last such row
+#: (``next_base``): on PostgreSQL a row of ``lg_blobs`` cost ~225 bytes a
+#: super-step at 3,000 (tuple header, key columns, a key entry) for ~50 bytes
+#: of digests. A checkpoint that carries a tailed channel from its parent
+#: carries its tail (``_carried``). What the row names for the server
+#: (``names``, ``refs``) is the base version and the tail's digests, so
+#: reads, garbage collection and copies treat a tail as inline values over
+#: a stored version. A checkpoint stored before has no such key.
+TAIL = "_lt"
 #: the table a sealed checkpoint row is bound to (its ``Place``)
 TABLE = "lg_checkpoints"
 
@@ -172,6 +188,11 @@ ListKey = tuple[str, str, str]
 #: the list versions a new version of a channel may name as its base, newest
 #: first: (index, version, items) of each (see ``next_base``)
 Spine = tuple[tuple[int, str, int], ...]
+#: a checkpoint's tailed list channels (``TAIL``): channel -> (base version, item digests)
+Tails = dict[str, tuple[str, Digests]]
+#: what a saver keeps of a checkpoint it wrote or read (``_record``): its channel
+#: versions, its inline record and its tails
+Record = tuple[dict[str, str], dict[str, int | None], Tails]
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +213,7 @@ class KnownList:
         return cls(version, items, refs, ((0, version, len(refs) // REF_SIZE),))
 
 
-def next_base(spine: Spine) -> tuple[int, tuple[int, str, int], Spine]:
+def next_base(spine: Spine, every: int = 1) -> tuple[int, tuple[int, str, int], Spine]:
     """The base of the next version of a list whose versions since its root
     are ``spine``, and the spine without what the next version no longer
     needs: version ``j`` (counted from the root, 0) is stored against
@@ -201,9 +222,14 @@ def next_base(spine: Spine) -> tuple[int, tuple[int, str, int], Spine]:
     stores about n * log2(n) / 2 item digests in all (basing each version
     on the previous one walked up to n rows, and restated the list whole
     every ``MAX_CHAIN`` versions). ``j - lowbit(j)`` is always on the spine
-    of ``j - 1``: clearing the lowest set bits of ``j - 1`` one by one reaches it."""
+    of ``j - 1``: clearing the lowest set bits of ``j - 1`` one by one reaches it.
+
+    ``every`` > 1 (``TAIL``): a version ``j`` that is not a multiple of it is
+    stored against the last multiple (``j - j % every``, the newest row on
+    the spine), a multiple against ``j - lowbit(j)`` (a multiple too), so a
+    base is always a multiple, which is on the spine as above."""
     j = spine[0][0] + 1
-    target = j - (j & -j)
+    target = j - j % every if j % every else j - (j & -j)
     kept = tuple(e for e in spine if e[0] <= target)
     return j, kept[0], kept
 
@@ -259,8 +285,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
         #: checkpoints this saver last wrote or read: (thread, namespace, id) ->
         #: (channel versions, inline record), so a put carries its parent's
         #: inline channels without reading the parent (``_carried``)
-        self._records: OrderedDict[tuple[str, str, str], tuple[dict[str, str], dict[str, int | None]]] = \
-            OrderedDict()
+        self._records: OrderedDict[tuple[str, str, str], Record] = OrderedDict()
+        #: list versions between rows of ``lg_blobs`` are tails (``TAIL``) where the store says so
+        self._tail_every = max(1, int(getattr(store, "lg_tail_every", 1)))
         self._lock = threading.Lock()
         #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
         self._owner = secrets.token_hex(8)
@@ -406,6 +433,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         blobs: builtins.list[BlobRow] = []
         rows: ValueRows = []
         lists: dict[ListKey, KnownList] = {}
+        tails: Tails = {}
         for channel, version in new_versions.items():
             ver = str(version)
             if channel not in values:
@@ -420,18 +448,24 @@ class CairnSaver(BaseCheckpointSaver[str]):
             with self._lock:
                 known = self._lists.get(list_key)
             blob, spine = self._list_blob(channel, ver, value, known, rows)
-            blobs.append(blob)
             lists[list_key] = KnownList(ver, tuple(value), blob.refs, spine)
+            if blob.base is not None and spine[0][0] % self._tail_every:  # between rows: a tail
+                tails[channel] = (blob.base, unpack_refs(blob.added))
+                continue
+            blobs.append(blob)
         parent = config["configurable"].get("checkpoint_id")
         versions = {str(k): str(v) for k, v in c["channel_versions"].items()}
-        inline = self._carried(key, None if parent is None else str(parent), versions, new_versions)
+        inline, carried = self._carried(key, None if parent is None else str(parent), versions, new_versions)
+        tails = {ch: t for ch, t in {**carried, **tails}.items() if ch in versions}
         for blob in [b for b in blobs if b.kind != "list"]:  # a plain channel goes inline, not to a row
             blobs.remove(blob)
             inline[blob.channel] = unpack_refs(blob.refs)[0] if blob.kind == "value" else None
         for channel in self._never_stored(key, None if parent is None else str(parent), versions,
-                                          new_versions, inline):
+                                          new_versions, {**inline, **dict.fromkeys(tails)}):
             inline[channel] = None  # named but never stored: the channel is empty, and reads so
         c[INLINE] = inline
+        if tails:
+            c[TAIL] = {ch: [base, digests] for ch, (base, digests) in tails.items()}
         del c["id"]  # the row's key holds it (``_with_id``)
         ckind, cdata = packed(*self._dump(c))
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -444,8 +478,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if parent is not None:
             self._await_writes((key.thread_id, key.ns, str(parent)))
         # what the server may read of the row (PostgreSQL reads a checkpoint in one statement with them)
-        names = join_names({k: v for k, v in versions.items() if k not in inline})
-        refs = pack_refs(d for d in inline.values() if d is not None and not is_literal(d))
+        names = join_names({k: tails[k][0] if k in tails else v
+                            for k, v in versions.items() if k not in inline})
+        refs = pack_refs(d for d in [*inline.values(), *(d for _, ds in tails.values() for d in ds)]
+                         if d is not None and not is_literal(d))
         row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata,
                             names, refs)
         run_id = full_metadata.get("run_id")
@@ -453,7 +489,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                                                       None if run_id is None else str(run_id), blobs, rows,
                                                       max_depth=MAX_CHAIN)
         self._remember(lists)
-        self._record((key.thread_id, key.ns, checkpoint["id"]), versions, inline)
+        self._record((key.thread_id, key.ns, checkpoint["id"]), versions, inline, tails)
         return {"configurable": {"thread_id": key.thread_id, "checkpoint_ns": key.ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -681,7 +717,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             if known is None or not refs.startswith(known.refs):
                 return BlobRow(channel, version, "list", refs), KnownList.root(version, (), refs).spine
         spine = known.spine or KnownList.root(known.version, (), known.refs).spine
-        index, (_, base, count), kept = next_base(spine)
+        index, (_, base, count), kept = next_base(spine, self._tail_every)
         # every version on a spine holds a prefix of ``known``'s items, so of ``value``'s
         grown = ((index, version, len(refs) // REF_SIZE), *kept)
         return BlobRow(channel, version, "list", refs, base, refs[count * REF_SIZE:]), grown
@@ -737,39 +773,40 @@ class CairnSaver(BaseCheckpointSaver[str]):
             self._records.clear()
 
     def _record(self, at: tuple[str, str, str], versions: dict[str, str],
-                inline: dict[str, int | None]) -> None:
-        """Keep checkpoint ``at``'s channel versions and inline record (``_carried``)."""
+                inline: dict[str, int | None], tails: Tails) -> None:
+        """Keep checkpoint ``at``'s channel versions, inline record and tails (``_carried``)."""
         with self._lock:
-            self._records[at] = (versions, inline)
+            self._records[at] = (versions, inline, tails)
             self._records.move_to_end(at)
             while len(self._records) > LIST_CACHE:
                 self._records.popitem(last=False)
 
     def _carried(self, key: ThreadKey, parent: str | None, versions: Mapping[str, str],
-                 new_versions: ChannelVersions) -> dict[str, int | None]:
-        """The inline channels a new checkpoint carries from ``parent``: each
-        channel it did not write whose version is the parent's and inline in
-        the parent's row (one this saver does not hold is read; a parent that
-        is gone or unreadable carries nothing, and its channels are looked up
-        as rows of ``lg_blobs`` by version, as before the inline record)."""
+                 new_versions: ChannelVersions) -> tuple[dict[str, int | None], Tails]:
+        """The inline channels and the tails (``TAIL``) a new checkpoint carries
+        from ``parent``: each channel it did not write whose version is the
+        parent's and inline or a tail in the parent's row (one this saver does
+        not hold is read; a parent that is gone or unreadable carries nothing,
+        and its channels are looked up as rows of ``lg_blobs`` by version, as
+        before the inline record)."""
         if parent is None:
-            return {}
+            return {}, {}
         at = (key.thread_id, key.ns, parent)
         with self._lock:
             held = self._records.get(at)
         if held is None:
             row = self._rows.lg_row(key, parent)
             if row is None:
-                return {}
+                return {}, {}
             decoded: dict[str, Any] = {}
             try:
                 self._versions(row, decoded)
             except UnreadableCheckpoint:
-                return {}
-            held = decoded["versions"], decoded["inline"]
-        theirs, inline = held
-        return {ch: inline[ch] for ch, ver in versions.items()
-                if ch not in new_versions and ch in inline and theirs.get(ch) == ver}
+                return {}, {}
+            held = decoded["versions"], decoded["inline"], decoded["tails"]
+        theirs, inline, tails = held
+        kept = [ch for ch, ver in versions.items() if ch not in new_versions and theirs.get(ch) == ver]
+        return {ch: inline[ch] for ch in kept if ch in inline}, {ch: tails[ch] for ch in kept if ch in tails}
 
     def _never_stored(self, key: ThreadKey, parent: str | None, versions: Mapping[str, str],
                       new_versions: ChannelVersions, inline: Mapping[str, int | None]) -> builtins.list[str]:
@@ -922,12 +959,14 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 for k, v in inline.items()):
             raise UnreadableCheckpoint(f"{_name(row)}: refused its checkpoint: its inline channel versions "
                                        "are malformed")
+        tails = _tails(checkpoint.pop(TAIL, {}), inline, row)
         versions = {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
         if decoded is not None:
-            decoded.update(checkpoint=checkpoint, versions=versions, inline=inline)
-            self._record((row.thread_id, row.ns, row.checkpoint_id), versions, inline)
-        return Named({k: v for k, v in versions.items() if k not in inline},
-                     [d for d in inline.values() if d is not None])
+            decoded.update(checkpoint=checkpoint, versions=versions, inline=inline, tails=tails)
+            self._record((row.thread_id, row.ns, row.checkpoint_id), versions, inline, tails)
+        return Named({k: tails[k][0] if k in tails else v for k, v in versions.items() if k not in inline},
+                     [*(d for d in inline.values() if d is not None),
+                      *(d for ch, (_, ds) in tails.items() if ch in versions for d in ds)])
 
     def _tuple(self, snap: Snapshot, decoded: dict[str, Any], held: Mapping[str, KnownList],
                metadata: Any = None) -> CheckpointTuple:
@@ -964,18 +1003,27 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 channel_values[channel] = item(unpack_refs(chain[-1][1])[0], what)
                 continue
             refs = b"".join(r for _, r in chain)
+            tail = decoded["tails"].get(channel)  # items after the stored version (``TAIL``), fetched
+            whole = refs if tail is None else refs + pack_refs(tail[1])
             known = held.get(channel)  # its values were not fetched: this saver holds its items
             if known is None:  # or it holds them now (an earlier checkpoint of a listed page)
                 with self._lock:
                     latest = self._lists.get((row.thread_id, row.ns, channel))
                 if latest is not None and latest.refs.startswith(refs):
                     known = latest
-            if known is not None:
-                channel_values[channel] = [*known.items[:len(refs) // REF_SIZE]]
+            if known is not None and known.refs.startswith(whole):
+                channel_values[channel] = [*known.items[:len(whole) // REF_SIZE]]
                 continue
-            items = self._items(unpack_refs(refs), values, row, what)
+            if known is not None:  # it holds the stored version's items, not the tail's
+                items = [*known.items[:len(refs) // REF_SIZE], *self._items(unpack_refs(whole[len(refs):]),
+                                                                            values, row, what)]
+            else:
+                items = self._items(unpack_refs(whole), values, row, what)
             channel_values[channel] = items
-            lists[(row.thread_id, row.ns, channel)] = KnownList.root(versions[channel], tuple(items), refs)
+            # a saver's next version of the list is stored against a stored version: the tail's base
+            lists[(row.thread_id, row.ns, channel)] = (
+                KnownList.root(versions[channel], tuple(items), refs) if tail is None else
+                KnownList(versions[channel], tuple(items), whole, ((0, tail[0], len(refs) // REF_SIZE),)))
         self._remember(lists, longer_kept=True)
         # in the checkpoint's order of channels, inline or rows
         channel_values = {k: channel_values[k] for k in versions if k in channel_values}
@@ -1001,6 +1049,26 @@ class CairnSaver(BaseCheckpointSaver[str]):
 #: every byte but the first byte of a msgpack extension (ext 8/16/32, fixext 1-16):
 #: ``data.translate(None, _NOT_EXT_START)`` is empty when ``data`` holds none
 _NOT_EXT_START = bytes(b for b in range(256) if b not in (0xc7, 0xc8, 0xc9, 0xd4, 0xd5, 0xd6, 0xd7, 0xd8))
+
+
+def _tails(found: Any, inline: Mapping[str, Any], row: CheckpointRow) -> Tails:
+    """A checkpoint's tails (``TAIL``) as stored: ``{channel: [base version,
+    [digest, ...]]}``, no channel also inline; anything else is refused, naming the checkpoint."""
+    def digests_of(ds: Any) -> Digests | None:
+        if isinstance(ds, list) and all(type(d) is int and -2**63 <= d < 2**63 for d in ds):
+            return ds
+        return None
+
+    out: Tails = {}
+    if isinstance(found, dict):
+        for channel, tail in found.items():
+            if (not isinstance(channel, str) or channel in inline or not isinstance(tail, list)
+                    or len(tail) != 2 or not isinstance(tail[0], str) or (ds := digests_of(tail[1])) is None):
+                break
+            out[channel] = (tail[0], ds)
+        else:
+            return out
+    raise UnreadableCheckpoint(f"{_name(row)}: refused its checkpoint: its list tails are malformed")
 
 
 def _position(ns: str, checkpoint_id: str) -> str:

@@ -210,7 +210,8 @@ def test_a_compressed_row_that_does_not_inflate_is_refused_naming_it(
     text = " ".join(f"word{n % 50}" for n in range(300))
     saver, config = _saved(app, text)
     checkpoint_id = config["configurable"]["checkpoint_id"]
-    _execute(db_url, "UPDATE lg_values SET kind = ?, data = ? WHERE kind = 'zd1:msgpack'",
+    _execute(db_url, "UPDATE lg_values SET kind = ?, data = ? "
+             "WHERE coalesce(kind, 'zd1:msgpack') = 'zd1:msgpack'",
              (f"{prefix}msgpack", b"\xff\xff damaged"))
     stored = f"SET data = ? WHERE kind = '{prefix}msgpack'"
     with pytest.raises(UnreadableCheckpoint, match=f"checkpoint '{checkpoint_id}' of thread 't': cannot "

@@ -418,6 +418,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     _lg_arrays = True
     _lg_batched = True
     _lg_fold_in_put = True
+    #: folded writes in the binary record (checkpointsql.FOLD_TAG_2: ~55 bytes a super-step, not ~107)
+    _lg_compact_fold = True
+    #: every other list version is a tail in the checkpoint's row, not a row of lg_blobs
+    #: (cairn.langgraph.TAIL: a row of lg_blobs cost ~225 bytes a super-step at 3,000)
+    lg_tail_every = 2
 
 
     def __init__(

@@ -1542,7 +1542,9 @@ SELECT spend_share_tokens(%(queues)s::text[], %(tenants)s::text[], %(counts)s::b
 DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::text
 
 -- LangGraph checkpoints (cairn.store.checkpointsql, migration lg). Every
--- statement names its tenant: another tenant's thread is absent.
+-- statement names its tenant: another tenant's thread is absent. The kinds a
+-- saver writes most are stored as NULL (migration 0047): checkpoint_kind and
+-- lg_values.kind 'zd1:msgpack', metadata_kind 'msgpack'; every read coalesces them back.
 
 -- name: lg_lock_thread
 -- one writer per thread at a time (SQLite has one writer per database); and, for this
@@ -1563,7 +1565,8 @@ WITH folded AS (
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
                             checkpoint_kind, checkpoint, metadata_kind, metadata, names, refs)
 VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(parent_id)s::text, %(run_id)s::text,
-        %(checkpoint_kind)s, %(checkpoint)s, %(metadata_kind)s, %(metadata)s, %(names)s::text, %(refs)s::bytea)
+        nullif(%(checkpoint_kind)s::text, 'zd1:msgpack'), %(checkpoint)s,
+        nullif(%(metadata_kind)s::text, 'msgpack'), %(metadata)s, %(names)s::text, %(refs)s::bytea)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
@@ -1589,7 +1592,7 @@ RETURNING task_id, idx, channel, task_path, kind, refs
 
 -- name: lg_put_value
 INSERT INTO lg_values (tenant, thread_id, digest, kind, data)
-VALUES (%(tenant)s, %(thread_id)s::text, %(digest)s, %(kind)s, %(data)s)
+VALUES (%(tenant)s, %(thread_id)s::text, %(digest)s, nullif(%(kind)s::text, 'zd1:msgpack'), %(data)s)
 ON CONFLICT (tenant, thread_id, digest) DO NOTHING
 
 -- name: lg_blob_depth
@@ -1605,7 +1608,7 @@ ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
 -- name: lg_put_values_many
 -- a put's new values in one statement (SQLite inserts them one by one)
 INSERT INTO lg_values (tenant, thread_id, digest, kind, data)
-SELECT %(tenant)s, %(thread_id)s::text, u.digest, u.kind, u.data
+SELECT %(tenant)s, %(thread_id)s::text, u.digest, nullif(u.kind, 'zd1:msgpack'), u.data
 FROM unnest(%(digests)s::bigint[], %(kinds)s::text[], %(datas)s::bytea[]) AS u (digest, kind, data)
 ON CONFLICT (tenant, thread_id, digest) DO NOTHING
 
@@ -1667,18 +1670,21 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
 
 -- name: lg_latest_checkpoint
-SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
 ORDER BY checkpoint_id COLLATE "C" DESC LIMIT 1
 
 -- name: lg_checkpoint
-SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = %(checkpoint_id)s::text
 
 -- name: lg_list_checkpoints
-SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text) AND (%(ns)s::text IS NULL OR ns = %(ns)s::text)
   AND (%(checkpoint_id)s::text IS NULL OR checkpoint_id = %(checkpoint_id)s::text) AND (%(before)s::text IS NULL OR checkpoint_id COLLATE "C" < %(before)s::text)
@@ -1688,14 +1694,16 @@ LIMIT %(limit)s::bigint
 -- name: lg_list_thread
 -- a page of one thread's namespace, newest first: ids in "C" order, the key's own since
 -- migration 0041, so the primary key is read backwards and stops after the page
-SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
 ORDER BY checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
 
 -- name: lg_list_thread_before
-SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
+SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
   AND checkpoint_id COLLATE "C" < %(before)s::text
@@ -1715,7 +1723,8 @@ LIMIT %(limit)s::bigint
 -- key's last entry (ORDER BY ... LIMIT 1): max(checkpoint_id COLLATE "C") was an aggregate over
 -- the namespace's every key, 1.05 ms at 3,000 checkpoints (EXPLAIN ANALYZE).
 WITH RECURSIVE c AS (
-    SELECT x.checkpoint_id, x.parent_id, x.checkpoint_kind, x.checkpoint, x.metadata_kind, x.metadata,
+    SELECT x.checkpoint_id, x.parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
+           x.checkpoint, coalesce(x.metadata_kind, 'msgpack') AS metadata_kind, x.metadata,
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
@@ -1783,7 +1792,7 @@ SELECT 3, NULL, NULL, NULL, NULL, NULL, writes, NULL, NULL FROM c WHERE writes I
 UNION ALL
 SELECT 4, NULL, v.kind, NULL, NULL, NULL, v.data, NULL, v.digest
 FROM wanted AS w,
-     LATERAL (SELECT x.digest, x.kind, x.data FROM lg_values AS x
+     LATERAL (SELECT x.digest, coalesce(x.kind, 'zd1:msgpack') AS kind, x.data FROM lg_values AS x
               WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.digest = w.digest
               LIMIT 1) AS v
 
@@ -1796,7 +1805,8 @@ FROM wanted AS w,
 -- version and how many bytes of the caller's copy it is). The page is a range of the primary
 -- key read backwards (up to before, or to the namespace's greatest id), as in lg_read_one.
 WITH RECURSIVE c AS (
-    SELECT x.checkpoint_id, x.parent_id, x.checkpoint_kind, x.checkpoint, x.metadata_kind, x.metadata,
+    SELECT x.checkpoint_id, x.parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
+           x.checkpoint, coalesce(x.metadata_kind, 'msgpack') AS metadata_kind, x.metadata,
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
@@ -1870,7 +1880,7 @@ SELECT 3, checkpoint_id, NULL, NULL, NULL, NULL, writes, NULL, NULL FROM c WHERE
 UNION ALL
 SELECT 4, NULL, v.kind, NULL, NULL, NULL, v.data, NULL, v.digest
 FROM wanted AS w,
-     LATERAL (SELECT x.digest, x.kind, x.data FROM lg_values AS x
+     LATERAL (SELECT x.digest, coalesce(x.kind, 'zd1:msgpack') AS kind, x.data FROM lg_values AS x
               WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.digest = w.digest
               LIMIT 1) AS v
 
@@ -1929,7 +1939,7 @@ ORDER BY i, is_write, s1 COLLATE "C", s2 COLLATE "C", s3
 -- thread's every value, 4 ms at 3,000 of them, instead of one index seek per digest)
 SELECT w.thread_id, v.digest, v.kind, v.data
 FROM unnest(%(threads)s::text[], %(digests)s::bigint[]) AS w (thread_id, digest),
-     LATERAL (SELECT x.digest, x.kind, x.data FROM lg_values AS x
+     LATERAL (SELECT x.digest, coalesce(x.kind, 'zd1:msgpack') AS kind, x.data FROM lg_values AS x
               WHERE x.tenant = %(tenant)s AND x.thread_id = w.thread_id AND x.digest = w.digest
               LIMIT 1) AS v
 
@@ -1965,7 +1975,7 @@ WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
                     AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id)
 
 -- name: lg_thread_checkpoints
-SELECT ns, checkpoint_id, checkpoint_kind, checkpoint FROM lg_checkpoints
+SELECT ns, checkpoint_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
 
 -- name: lg_thread_blobs
