@@ -1,5 +1,5 @@
 """PostgreSQL stores the serializer kinds a saver writes most as NULL
-(migration 0047): a checkpoint's 'zd1:msgpack' and its metadata's 'msgpack',
+(migration 0048): a checkpoint's 'zd1:msgpack' and its metadata's 'msgpack',
 a value's 'zd1:msgpack'; every read (one statement, a history page, the
 statements of before, a listing) gives them back, rows written before with
 their kinds spelled out read the same, and any other kind is stored as it is."""

@@ -51,7 +51,7 @@ def _rewrite(db_url: str, saver: CairnSaver, config: Any, change: Any) -> None:
     from cairn.store.checkpointsql import CheckpointRow
 
     checkpoint_id = config["configurable"]["checkpoint_id"]
-    # (PostgreSQL stores the default kind as NULL: migration 0047)
+    # (PostgreSQL stores the default kind as NULL: migration 0048)
     kind, data = _sql(db_url, "SELECT coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint "
                       "FROM lg_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,))[0]
 

@@ -214,7 +214,7 @@ def test_an_add_messages_list_stores_each_message_once(app: cairn.App, db_url: s
     graph = g.compile(checkpointer=_saver(app, tenant="acme"))
     out = graph.invoke({"messages": []}, _config("chat"))
     assert [m.content for m in out["messages"]] == [f"reply {n}" for n in range(40)]
-    stored = _rows(db_url, "SELECT coalesce(kind, 'zd1:msgpack'), data FROM lg_values")  # NULL: 0047
+    stored = _rows(db_url, "SELECT coalesce(kind, 'zd1:msgpack'), data FROM lg_values")  # NULL: 0048
     messages = [data for kind, data in stored
                 if b"reply" in (_inflated(data) if kind.startswith("zd1:") else data)]
     assert len(messages) == 40, messages
@@ -313,7 +313,7 @@ def test_a_long_value_is_stored_compressed_and_rows_stored_whole_still_read(
     graph = counting_loop(9, word).compile(checkpointer=_saver(app, tenant="acme"))
     out = graph.invoke({"log": []}, _config("t"))
     assert out["log"] == [f"{word}{n}" for n in range(9)]
-    # (PostgreSQL stores the default kind as NULL: migration 0047)
+    # (PostgreSQL stores the default kind as NULL: migration 0048)
     kinds = "SELECT count(*) FROM lg_values WHERE tenant = 'acme' AND coalesce(kind, 'zd1:msgpack') = "
     assert _count(db_url, kinds + "'zd1:msgpack'") == 3, "the 3 new messages compressed"
     assert _count(db_url, kinds + "'zlib:msgpack'") == 3, "the 3 before them as zlib"

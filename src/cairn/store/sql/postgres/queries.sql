@@ -1543,7 +1543,7 @@ DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::
 
 -- LangGraph checkpoints (cairn.store.checkpointsql, migration lg). Every
 -- statement names its tenant: another tenant's thread is absent. The kinds a
--- saver writes most are stored as NULL (migration 0047): checkpoint_kind and
+-- saver writes most are stored as NULL (migration 0048): checkpoint_kind and
 -- lg_values.kind 'zd1:msgpack', metadata_kind 'msgpack'; every read coalesces them back.
 
 -- name: lg_lock_thread

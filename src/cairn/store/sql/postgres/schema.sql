@@ -1201,9 +1201,9 @@ CREATE TABLE lg_checkpoints (
     checkpoint_id   TEXT COLLATE "C" NOT NULL,  -- ordered as bytes (0041)
     parent_id       TEXT,
     run_id          TEXT,
-    checkpoint_kind TEXT,   -- NULL: 'zd1:msgpack' (0047)
+    checkpoint_kind TEXT,   -- NULL: 'zd1:msgpack' (0048)
     checkpoint      BYTEA NOT NULL,
-    metadata_kind   TEXT,   -- NULL: 'msgpack' (0047)
+    metadata_kind   TEXT,   -- NULL: 'msgpack' (0048)
     metadata        BYTEA NOT NULL,
     writes          BYTEA,  -- its pending writes, folded in by the next put (0043)
     names           TEXT,   -- its channel versions in lg_blobs, "channel<US>version" pairs (0045)
@@ -1274,7 +1274,7 @@ CREATE TABLE lg_values (
     tenant    TEXT NOT NULL,
     thread_id TEXT NOT NULL,
     digest    BIGINT NOT NULL,
-    kind      TEXT,  -- NULL: 'zd1:msgpack' (0047)
+    kind      TEXT,  -- NULL: 'zd1:msgpack' (0048)
     data      BYTEA NOT NULL,
     PRIMARY KEY (tenant, thread_id, digest)
 );
