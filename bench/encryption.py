@@ -15,6 +15,7 @@ back. Figures only: no assertion (tests/ holds none on time either).
 
     python -m bench.encryption --instructions     # needs valgrind
     python -m bench.encryption --instructions --quick --tree ../main
+    python -m bench.encryption --instructions --quick --layouts 5
 
 counts the CPU instructions of 3-step runs instead, a figure that other
 processes' load does not move: the one to compare changes by on a shared
@@ -25,12 +26,17 @@ and off (a collection or a checkpoint falling into a window or not moved a
 mode by up to 0.5 %), and two window sizes, so that what a window costs
 once (its first run's extra work, instrumentation's start) cancels: a run's
 count is the difference of the two windows over the difference of their
-runs. ``--tree`` counts another tree's ``src/cairn`` with this bench.
+runs. Its wall clock and random bytes are pinned (``pin_inputs``), so a
+session repeats another's to a few hundred instructions a run; where its
+objects land in memory still moves the count by a few thousand a run, so
+``--layouts N`` counts in N heap layouts (``LAYOUT_OBJECTS``). ``--tree``
+counts another tree's ``src/cairn`` with this bench.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import sqlite3
@@ -98,6 +104,57 @@ def seal_cost(app: cairn.App, size: int, count: int = 20000) -> tuple[float, flo
     return statistics.median(seal_times), statistics.median(open_times)
 
 
+#: the counted child's clock: starts at 2026-12-06 00:00 UTC, 137,113 ns a reading (an odd step, so
+#: its times have as many digits as a real clock's)
+CLOCK_START_NS, CLOCK_STEP_NS = 1_796_515_200_000_000_000, 137_113
+#: Heap layouts (``--layouts``): how many 64-byte objects a child allocates and keeps before
+#: building its app. With its inputs pinned a child's count repeats, but where its objects land
+#: still moves it (dictionaries keyed by identity, the allocators' free lists): the same code's
+#: per-run count moved by 3,900 instructions over these five, and by about 10,000 after an
+#: unrelated change to what the child allocated. A change's effect is told from that by the
+#: median and range over several layouts.
+LAYOUT_OBJECTS = (0, 1, 7, 50, 333)
+#: nonces a 3-step run draws at most (its input, three results, its result; ``pin_inputs``)
+NONCES_A_RUN = 5
+
+
+def pin_inputs(runs: int) -> None:
+    """Make the counted child's inputs the same in every session (``runs``:
+    how many 3-step runs it makes in all): the wall clock (``time.time``,
+    ``time.time_ns``) a counter that moves by ``CLOCK_STEP_NS`` a reading,
+    and ``os.urandom`` (run ids, worker names, data and key encryption keys,
+    nonces) a seeded generator's bytes. Both moved a count between sessions
+    (main's per-run count by up to 14,000 instructions): what a run writes
+    (timestamps in the rows and their indexes, the run ids' time and random
+    bits) steered SQLite's B-tree work, and under callgrind the clock's
+    readings followed the machine's load. Pinned, three children of one mode
+    and window count the same to a few hundred instructions in 44 million
+    (bench/results/encryption-2026-12-06-sealcount.txt). The stand-ins are
+    C callables (``itertools``, ``functools.partial``, ``random.Random``'s
+    ``randbytes``), so the Python around them costs what the real ones'
+    does. Only the counted child does this, never a real app."""
+    import functools
+    import itertools
+    import operator
+    import random
+
+    readings = itertools.count(CLOCK_START_NS, CLOCK_STEP_NS)
+    time.time_ns = functools.partial(next, readings)  # type: ignore[assignment]
+    seconds = map(operator.truediv, readings, itertools.repeat(1e9))
+    time.time = functools.partial(next, seconds)  # type: ignore[assignment]
+    draw = random.Random(20261206).randbytes
+    os.urandom = draw  # type: ignore[assignment]
+    # The nonce pool's refills (``envelope._urandom``, bound at import) are drawn now, before the
+    # window: the generator's work for 768 bytes a refill (about 2,000 instructions a run) would
+    # be counted where the real call's is the kernel's, which callgrind does not count. Handed out
+    # by ``next`` (the size it is called with is ``next``'s default, never reached).
+    from cairn.security import envelope
+
+    size = envelope.NONCE_SIZE * envelope.NONCE_BATCH
+    refills = [draw(size) for _ in range(runs * NONCES_A_RUN // envelope.NONCE_BATCH + 1)]
+    envelope._urandom = functools.partial(next, iter(refills))  # type: ignore[assignment]
+
+
 def _instrumented_child(mode: str, count: int, signal_path: str) -> None:
     """Under callgrind (instrumentation off): warm up, settle (``bench.callcount.settle``),
     then run ``count`` 3-step runs and leave at once."""
@@ -113,6 +170,9 @@ def _instrumented_child(mode: str, count: int, signal_path: str) -> None:
     # time (a write transaction): under callgrind a few fall into a 220-run window or not, with
     # the load (main's count of one mode moved by 26,000 a run between two sessions); at full
     # speed that is one renewal per thousands of runs. A lease of an hour keeps them out.
+    pin_inputs(30 + count)
+    # this layout's objects, kept for the process's life (``LAYOUT_OBJECTS``)
+    _kept = [bytes(64) for _ in range(LAYOUT_OBJECTS[int(os.environ.get("CAIRN_BENCH_LAYOUT", "0"))])]
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-ir-"))
     app, _, three = make(work / "x.db", mode != "off", lease_seconds=3600.0)
     subject = {"subject": "bench-subject"} if mode == "subject" else {}  # sealed with a subject's key
@@ -130,31 +190,45 @@ def _instrumented_child(mode: str, count: int, signal_path: str) -> None:
 MODES = ("off", "on", "subject")
 
 
-def instructions(sizes: tuple[int, int], tree: Path) -> None:
-    """Instructions per 3-step run, encryption off and on (see the module doc)."""
+def instructions(sizes: tuple[int, int], tree: Path, layouts: int) -> None:
+    """Instructions per 3-step run, encryption off and on (see the module
+    doc), in each of ``layouts`` heap layouts (``LAYOUT_OBJECTS``)."""
     from bench.callcount import collected, tree_env
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (callgrind and callgrind_control)")
-    env = {**tree_env(tree), "PYTHONHASHSEED": "0"}  # one hash seed: counts repeat
-    totals: dict[tuple[str, int], int] = {}
-    with tempfile.TemporaryDirectory(prefix="cairn-bench-enc-ir-") as work:
-        for size in sizes:
-            for mode in MODES:  # the modes alternate within a size: every mode counted alike
-                signal_path = f"{work}/{mode}-{size}"
-                totals[mode, size] = collected(["bench.encryption", "--child", mode, str(size), signal_path],
-                                               signal_path, env)
+    if not 1 <= layouts <= len(LAYOUT_OBJECTS):
+        raise SystemExit(f"--layouts: 1 to {len(LAYOUT_OBJECTS)}, not {layouts}")
+    # compiled before the first child, which would otherwise compile what changed since the last
+    # count on its way to the window: its heap laid out otherwise, its count off by up to 33,000
+    compileall.compile_dir(tree / "src" / "cairn", quiet=1)
+    compileall.compile_dir(Path(__file__).resolve().parent, quiet=1)
     small, large = sizes
-    per_run = {mode: (totals[mode, large] - totals[mode, small]) / (large - small) for mode in MODES}
-    for mode in MODES:
-        low, high = totals[mode, small], totals[mode, large]
-        print(f"  {mode:>7}: {small} runs {low:,} Ir, {large} runs {high:,} Ir")
-    off, on, subject = per_run["off"], per_run["on"], per_run["subject"]
-    print(f"instructions per 3-step run (callgrind, windows of {small} and {large} runs), SQLite: "
-          f"off {off:,.0f}  "
-          f"on {on:,.0f}  ({(on / off - 1) * 100:+.2f} %; {(on - off) / 5:,.0f} per sealed value, 5 a run)")
-    print(f"  with a subject (its own data key, issue 26 erasure): {subject:,.0f}  "
-          f"({(subject / on - 1) * 100:+.2f} % vs the tenant's key)")
+    added: list[float] = []
+    for layout in range(layouts):
+        env = {**tree_env(tree), "PYTHONHASHSEED": "0", "CAIRN_BENCH_LAYOUT": str(layout)}  # one hash seed
+        totals: dict[tuple[str, int], int] = {}
+        with tempfile.TemporaryDirectory(prefix="cairn-bench-enc-ir-") as work:
+            for size in sizes:
+                for mode in MODES:  # the modes alternate within a size: every mode counted alike
+                    signal_path = f"{work}/{mode}-{size}"
+                    child = ["bench.encryption", "--child", mode, str(size), signal_path]
+                    totals[mode, size] = collected(child, signal_path, env)
+        per_run = {mode: (totals[mode, large] - totals[mode, small]) / (large - small) for mode in MODES}
+        print(f"layout {layout} ({LAYOUT_OBJECTS[layout]} objects kept first):")
+        for mode in MODES:
+            low, high = totals[mode, small], totals[mode, large]
+            print(f"  {mode:>7}: {small} runs {low:,} Ir, {large} runs {high:,} Ir")
+        off, on, subject = per_run["off"], per_run["on"], per_run["subject"]
+        added.append((on / off - 1) * 100)
+        print(f"instructions per 3-step run (callgrind, windows of {small} and {large} runs), SQLite: "
+              f"off {off:,.0f}  "
+              f"on {on:,.0f}  ({added[-1]:+.2f} %; {(on - off) / 5:,.0f} per sealed value, 5 a run)")
+        print(f"  with a subject (its own data key, issue 26 erasure): {subject:,.0f}  "
+              f"({(subject / on - 1) * 100:+.2f} % vs the tenant's key)")
+    if layouts > 1:
+        print(f"encryption on over {layouts} layouts: median {statistics.median(added):+.2f} %, "
+              f"range {min(added):+.2f} to {max(added):+.2f} %")
 
 
 def main() -> None:
@@ -164,6 +238,8 @@ def main() -> None:
                         help="count instructions per 3-step run under callgrind instead (needs valgrind)")
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parent.parent,
                         help="with --instructions: the tree whose src/cairn is counted (default: this one)")
+    parser.add_argument("--layouts", type=int, default=1,
+                        help=f"with --instructions: count in N heap layouts (1-{len(LAYOUT_OBJECTS)})")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -171,7 +247,7 @@ def main() -> None:
         _instrumented_child(mode, int(count), signal_path)
         return
     if args.instructions:
-        instructions((20, 60) if args.quick else (20, 220), args.tree.resolve())
+        instructions((20, 60) if args.quick else (20, 220), args.tree.resolve(), args.layouts)
         return
     rounds = 3 if args.quick else 15
     sizes = (100, 1024, 4096)
