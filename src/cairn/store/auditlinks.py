@@ -186,19 +186,9 @@ def digest_and_link(previous: bytes, values: tuple[Any, ...], data: bytes | None
                     detail: dict[str, Any] | None) -> tuple[bytes, bytes]:
     """``(digest, link)`` of an entry written as ``values`` after
     ``previous``, its plaintext ``data`` and ``detail`` unkeyed (a keyed
-    store's entry that holds nothing sealed: its digest is stored), with
-    ``digest`` and ``row_link`` written out as in ``chained`` (a sealed run's
-    lifecycle entries: two Python calls less each)."""
-    if data is None and detail is None:
-        entry_digest = _EMPTY
-    else:
-        encoded = _ENCODE((data, detail))
-        entry_digest = (_ONE_BLOCK(encoded) if len(encoded) <= _ONE_BLOCK_MAX else _SHA256(encoded)).digest()
-    v = values
-    if type(v[3]) is float and (v[11] is None or type(v[11]) is float):
-        return entry_digest, _SHA256(previous + _ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],
-                                                         v[9], v[10], v[11], v[13], entry_digest))).digest()
-    return entry_digest, link(previous, (*v[:12], v[13]), entry_digest)
+    store's entry that holds nothing sealed: its digest is stored)."""
+    entry_digest = digest(data, detail)
+    return entry_digest, row_link(previous, values, entry_digest)
 
 
 def link(previous: bytes, meta: Sequence[Any], entry_digest: bytes) -> bytes:

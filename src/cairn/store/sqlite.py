@@ -1324,7 +1324,6 @@ def _previous_link(conn: sqlite3.Connection, event: HistoryEvent) -> bytes | Non
 #: call to the digester (a lifecycle entry's: a tenth of what sealing added to a 3-step run);
 #: one that does is left to the digester, which looks at its values.
 _SEALED_MARKS = ('"sealed"', '"' + REASON_PREFIX)
-_SEALED_KEY, _SEALED_TEXT = _SEALED_MARKS
 
 
 def _may_be_sealed(detail: str | None) -> bool:
@@ -1344,10 +1343,8 @@ def _audited(
     if previous is not None and digester is None:  # the hot path's: one call, the link alone stored
         return None, auditlinks.chained(previous, values, None if payload is None else payload.data,
                                         event.detail)
-    if previous is not None and (payload is None or payload.data is None) and (
-            (text := values[14]) is None or (_SEALED_KEY not in text and _SEALED_TEXT not in text)):
-        # an entry holding no sealed value has its plain digest (a keyed store stores every digest);
-        # ``_may_be_sealed`` written out (a sealed run's lifecycle entries: a Python call less each)
+    if previous is not None and (payload is None or payload.data is None) and not _may_be_sealed(values[14]):
+        # an entry holding no sealed value has its plain digest (a keyed store stores every digest)
         return auditlinks.digest_and_link(previous, values, None if payload is None else payload.data,
                                           event.detail)
     if digester is None:
