@@ -53,7 +53,6 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import functools
 import secrets
 import threading
 from collections import OrderedDict
@@ -163,8 +162,7 @@ def _new_with_input(run: NewRun, sealed: Payload) -> NewRun:
 
 #: the attributes of a ``SealedStore`` itself (every other one is its inner store's)
 _OWN = frozenset({"inner", "keys", "sealer", "_tenants", "_pending", "_resolved", "_artifact_lock",
-                  "audit_keys", "_workspace", "artifacts", "_subjects", "_hot", "acting",
-                  "append", "create_claimed_run", "finish_run"})
+                  "audit_keys", "_workspace", "artifacts", "_subjects", "_hot", "acting"})
 
 
 class SealedStore:
@@ -201,12 +199,6 @@ class SealedStore:
         #: later is the one called
         self._hot: sealedsteps.Hot = (self._tenants, self.keys.writing, self._subjects, self.audit_keys.keyed,
                      self.audit_keys.known, self.sealer.seal_at, self.audit_keys.sealed, inner)
-        # The three writes a run makes most, bound here to ``_hot``: each read it from this
-        # object at every call, one more lookup through the hook for each (about 600 instructions,
-        # five a 3-step run). The class's methods of the same names do the same, reading ``_hot``.
-        for name, write in (("append", sealedsteps.append), ("create_claimed_run", _create_claimed),
-                            ("finish_run", _finish)):
-            object.__setattr__(self, name, functools.partial(write, self, self._hot))
         acting = getattr(inner, "acting", None)
         if acting is not None:  # ``oplog.acting`` asks for it every run: found here, not by ``__getattr__``
             self.acting = acting
@@ -479,9 +471,35 @@ class SealedStore:
         return self._open_run(record), created
 
     def create_claimed_run(self, run: NewRun, worker: str, lease_seconds: float) -> Claim | None:
-        """The run created with its input sealed (``_create_claimed``; an
-        instance calls it bound to ``_hot`` in ``__init__``)."""
-        return _create_claimed(self, self._hot, run, worker, lease_seconds)
+        """The run created with its input sealed, without a copy of ``run``
+        or of its input: the input's bytes are swapped for the sealed ones
+        for the inner store's call and put back after, whatever happens (a
+        copy of the frozen record, field by field, was 32,000 instructions,
+        a seventh of what sealing added to a 3-step run on main, callgrind;
+        a new ``Payload`` for the sealed bytes and another for the claim's
+        plaintext, 2,400 more). ``run`` and its input are the caller's,
+        built for this call (``App.run``, a workspace import), and never
+        shared with another thread meanwhile."""
+        given = run.input
+        data = given.data
+        if data is None:  # an artifact's stand-in: sealed and stored, and its real ref put in
+            return self._create_claimed_with(run, self._sealed_input(run), worker, lease_seconds)
+        tenants, _, subjects, _, _, seal_at, _, inner = self._hot
+        run_id, tenant = run.run_id, run.tenant
+        if len(tenants) >= TENANT_CACHE:  # ``_remember``, written out: once per run
+            tenants.clear()
+        tenants[run_id] = tenant
+        if len(subjects) >= TENANT_CACHE:
+            subjects.clear()
+        subjects[run_id] = run.subject
+        given.data = seal_at(tenant, run_id, "runs", "-", "input", data)
+        try:
+            claim = inner.create_claimed_run(run, worker, lease_seconds)
+        finally:
+            given.data = data
+        if claim is not None and claim.run.input is not given:  # read back, not the record passed in
+            object.__setattr__(claim.run, "input", Payload(data, claim.run.input.ref))
+        return claim
 
     def _create_claimed_with(self, run: NewRun, sealed: Payload, worker: str,
                              lease_seconds: float) -> Claim | None:
@@ -532,11 +550,8 @@ class SealedStore:
 
     # -- the holder's writes -------------------------------------------------------------------
 
-    def append(self, run_id: str, epoch: int, events: Sequence[HistoryEvent], *,
-               barrier: bool = False) -> None:
-        """A step's entry sealed and digested in one pass (``cairn.store.sealedsteps``; an
-        instance calls it bound to ``_hot`` in ``__init__``)."""
-        sealedsteps.append(self, self._hot, run_id, epoch, events, barrier=barrier)
+    #: a step's entry sealed and digested in one pass (``cairn.store.sealedsteps``)
+    append = sealedsteps.append
 
     def append_memory(self, run_id: str, epoch: int, events: Sequence[HistoryEvent],
                       writes: Sequence[MemoryWrite], provenance: Provenance) -> None:
@@ -563,9 +578,24 @@ class SealedStore:
 
     def finish_run(self, run_id: str, epoch: int, event: HistoryEvent, status: RunStatus,
                    result: Payload | None, error: dict[str, Any] | None) -> None:
-        """The run finished with its result sealed (``_finish``; an instance
-        calls it bound to ``_hot`` in ``__init__``)."""
-        _finish(self, self._hot, run_id, epoch, event, status, result, error)
+        """The run's result sealed in place for the inner store's call and put
+        back after, whatever happens (no new ``Payload``): ``result`` is the
+        engine's, built for this call (``Execution.complete``)."""
+        tenants, _, _, _, _, seal_at, _, inner = self._hot
+        tenant = tenants.get(run_id) or self._tenant(run_id)
+        if event.payload is not None or event.detail:  # a run's last entry mostly holds neither
+            event = self._seal_event(tenant, event)
+        sealed_error = None if error is None else self._seal_error(run_id, error)
+        data = None if result is None else result.data
+        if result is None or data is None:
+            sealed = self._payload(Place(tenant, run_id, "runs", "-", "result"), result)
+            inner.finish_run(run_id, epoch, event, status, sealed, sealed_error)
+            return
+        result.data = seal_at(tenant, run_id, "runs", "-", "result", data)
+        try:
+            inner.finish_run(run_id, epoch, event, status, result, sealed_error)
+        finally:
+            result.data = data
 
     def halt_run(self, run_id: str, epoch: int, event: HistoryEvent, error: dict[str, Any]) -> None:
         sealed = self._seal_error(run_id, error)
@@ -810,63 +840,6 @@ class SealedStore:
             again = DataKeyRow(row.tenant, row.version, current, wrapped, row.created_at)
             count += bool(inner.rewrap_data_key(again, row.kek_id))
         return count
-
-
-def _create_claimed(store: SealedStore, hot: sealedsteps.Hot, run: NewRun, worker: str,
-                    lease_seconds: float) -> Claim | None:
-    """``SealedStore.create_claimed_run`` (``hot``: its ``_hot``): the run
-    created with its input sealed, without a copy of ``run`` or of its
-    input: the input's bytes are swapped for the sealed ones for the inner
-    store's call and put back after, whatever happens (a copy of the frozen
-    record, field by field, was 32,000 instructions, a seventh of what
-    sealing added to a 3-step run on main, callgrind; a new ``Payload`` for
-    the sealed bytes and another for the claim's plaintext, 2,400 more).
-    ``run`` and its input are the caller's, built for this call
-    (``App.run``, a workspace import), and never shared with another thread
-    meanwhile."""
-    given = run.input
-    data = given.data
-    if data is None:  # an artifact's stand-in: sealed and stored, and its real ref put in
-        return store._create_claimed_with(run, store._sealed_input(run), worker, lease_seconds)
-    tenants, _, subjects, _, _, seal_at, _, inner = hot
-    run_id, tenant = run.run_id, run.tenant
-    if len(tenants) >= TENANT_CACHE:  # ``_remember``, written out: once per run
-        tenants.clear()
-    tenants[run_id] = tenant
-    if len(subjects) >= TENANT_CACHE:
-        subjects.clear()
-    subjects[run_id] = run.subject
-    given.data = seal_at(tenant, run_id, "runs", "-", "input", data)
-    try:
-        claim = inner.create_claimed_run(run, worker, lease_seconds)
-    finally:
-        given.data = data
-    if claim is not None and claim.run.input is not given:  # read back, not the record passed in
-        object.__setattr__(claim.run, "input", Payload(data, claim.run.input.ref))
-    return claim
-
-
-def _finish(store: SealedStore, hot: sealedsteps.Hot, run_id: str, epoch: int, event: HistoryEvent,
-            status: RunStatus, result: Payload | None, error: dict[str, Any] | None) -> None:
-    """``SealedStore.finish_run`` (``hot``: its ``_hot``): the run's result
-    sealed in place for the inner store's call and put back after, whatever
-    happens (no new ``Payload``): ``result`` is the engine's, built for this
-    call (``Execution.complete``)."""
-    tenants, _, _, _, _, seal_at, _, inner = hot
-    tenant = tenants.get(run_id) or store._tenant(run_id)
-    if event.payload is not None or event.detail:  # a run's last entry mostly holds neither
-        event = store._seal_event(tenant, event)
-    sealed_error = None if error is None else store._seal_error(run_id, error)
-    data = None if result is None else result.data
-    if result is None or data is None:
-        sealed = store._payload(Place(tenant, run_id, "runs", "-", "result"), result)
-        inner.finish_run(run_id, epoch, event, status, sealed, sealed_error)
-        return
-    result.data = seal_at(tenant, run_id, "runs", "-", "result", data)
-    try:
-        inner.finish_run(run_id, epoch, event, status, result, sealed_error)
-    finally:
-        result.data = data
 
 
 def sealed_store(inner: Store, keyring: Keyring) -> Store:

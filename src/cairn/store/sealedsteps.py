@@ -5,11 +5,10 @@ and what encryption at rest adds to it is mostly Python around two C calls
 (the AES-GCM of its payload, the HMAC of its audit digest): each Python call
 is about a microsecond of a journaled step, as much as the AES-GCM of a
 kilobyte (bench/encryption.py, ``--instructions``). So the common case is
-written out here in the one method the engine calls, with what it needs
-given as ``SealedStore._hot``, bound to it once per store (every attribute
-lookup on a ``SealedStore`` goes through its ``__getattr__`` hook, which the
-interpreter cannot specialize, so reading ``store._hot`` at each step was one
-more of them):
+written out here in the one method the engine calls, with what it needs read
+from ``SealedStore._hot`` in one attribute lookup (every lookup on a
+``SealedStore`` goes through its ``__getattr__`` hook, which the interpreter
+cannot specialize):
 
 - the payload sealed as ``Sealer.seal_at`` seals it (the same envelope,
   bound to the same place: tenant, run, ``history``, ``seq N``,
@@ -63,8 +62,10 @@ Hot = tuple[
 
 
 class HotStore(Protocol):
-    """What ``append`` needs of ``SealedStore`` beside its ``Hot`` (named
-    here, not imported: ``cairn.store.sealed`` imports this module)."""
+    """What ``append`` needs of ``SealedStore`` (named here, not imported:
+    ``cairn.store.sealed`` imports this module)."""
+
+    _hot: Hot
 
     def _seal_event(self, tenant: str, event: HistoryEvent) -> HistoryEvent: ...
 
@@ -74,11 +75,10 @@ class HotStore(Protocol):
 _UNKNOWN = sealing.UNKNOWN_SUBJECT
 
 
-def append(store: HotStore, hot: Hot, run_id: str, epoch: int, events: Sequence[HistoryEvent], *,
+def append(store: HotStore, run_id: str, epoch: int, events: Sequence[HistoryEvent], *,
            barrier: bool = False) -> None:
-    """``Store.append`` with the entries' values sealed (see the module doc);
-    ``hot`` is ``store._hot``, bound with it by ``SealedStore.__init__``."""
-    tenants, writing, subjects, keyeds, known, seal_at, digested, inner = hot
+    """``Store.append`` with the entries' values sealed (see the module doc)."""
+    tenants, writing, subjects, keyeds, known, seal_at, digested, inner = store._hot
     tenant = tenants.get(run_id)
     if tenant is None or len(events) != 1:
         inner.append(run_id, epoch, store._seal_events(run_id, events), barrier=barrier)
