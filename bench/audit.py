@@ -193,29 +193,38 @@ def store_append(on: bool, steps: int) -> tuple[float, float]:
     """(wall, CPU) microseconds per ``SQLiteStore.append`` of one journal
     entry (a step's result, 40 bytes), the store alone: what the chain adds
     to the write itself, without the engine's noise around it."""
+    with fresh_dir(f"audit-append-{'on' if on else 'off'}") as d, chain(on):
+        return timed_appends(str(d / "cairn.sqlite"), steps)
+
+
+def timed_appends(path: str, steps: int, prepare: Callable[[str], None] | None = None) -> tuple[float, float]:
+    """(wall, CPU) microseconds per ``append`` of one 40-byte step result to
+    one run of a fresh SQLite store at ``path`` (``prepare``, given the
+    store's URL, runs once the store has made its tables)."""
     from cairn.store.records import EventType, HistoryEvent, NewRun, Payload
     from cairn.store.sqlite import SQLiteStore
 
-    with fresh_dir(f"audit-append-{'on' if on else 'off'}") as d, chain(on):
-        store = SQLiteStore(str(d / "cairn.sqlite"))
-        try:
-            run = NewRun(run_id="r", workflow="w", workflow_version="1", tenant="default", thread_id=None,
-                         input=Payload(b"null", None))
-            claim = store.create_claimed_run(run, "bench", 60.0)
-            assert claim is not None
-            seq, epoch = claim.next_seq, claim.run.epoch
-            data = b'"' + b"r" * 38 + b'"'
-            events = [HistoryEvent("r", seq + i, EventType.STEP_COMPLETED, time.time(), epoch, "bench", i,
-                                   "step", "inc", "0123456789abcdef", 1, time.time(), Payload(data, None))
-                      for i in range(steps + 1)]
-            store.append("r", epoch, events[:1])  # warm-up
-            settle()
-            wall, cpu = time.perf_counter(), time.process_time()
-            for event in events[1:]:
-                store.append("r", epoch, [event])
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        finally:
-            store.close()
+    store = SQLiteStore(path)
+    try:
+        if prepare is not None:
+            prepare(f"sqlite:///{path}")
+        run = NewRun(run_id="r", workflow="w", workflow_version="1", tenant="default", thread_id=None,
+                     input=Payload(b"null", None))
+        claim = store.create_claimed_run(run, "bench", 60.0)
+        assert claim is not None
+        seq, epoch = claim.next_seq, claim.run.epoch
+        data = b'"' + b"r" * 38 + b'"'
+        events = [HistoryEvent("r", seq + i, EventType.STEP_COMPLETED, time.time(), epoch, "bench", i,
+                               "step", "inc", "0123456789abcdef", 1, time.time(), Payload(data, None))
+                  for i in range(steps + 1)]
+        store.append("r", epoch, events[:1])  # warm-up
+        settle()
+        wall, cpu = time.perf_counter(), time.process_time()
+        for event in events[1:]:
+            store.append("r", epoch, [event])
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        store.close()
     return wall / steps * 1e6, cpu / steps * 1e6
 
 

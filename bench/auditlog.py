@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.audit import timed_appends
 from bench.common import fresh_dir, settle
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,33 +163,8 @@ def step_cost(url: str, kept: bool, steps: int) -> tuple[float, float]:
 
 def store_append(kept: bool, steps: int) -> tuple[float, float]:
     """(wall, CPU) microseconds per ``SQLiteStore.append`` of one journal entry, the store alone."""
-    from cairn.store.records import EventType, HistoryEvent, NewRun, Payload
-    from cairn.store.sqlite import SQLiteStore
-
     with fresh_dir(f"auditlog-append-{'kept' if kept else 'dropped'}") as d:
-        path = str(d / "cairn.sqlite")
-        store = SQLiteStore(path)
-        try:
-            if kept:
-                _add_index(f"sqlite:///{path}")
-            run = NewRun(run_id="r", workflow="w", workflow_version="1", tenant="default", thread_id=None,
-                         input=Payload(b"null", None))
-            claim = store.create_claimed_run(run, "bench", 60.0)
-            assert claim is not None
-            seq, epoch = claim.next_seq, claim.run.epoch
-            data = b'"' + b"r" * 38 + b'"'
-            events = [HistoryEvent("r", seq + i, EventType.STEP_COMPLETED, time.time(), epoch, "bench", i,
-                                   "step", "inc", "0123456789abcdef", 1, time.time(), Payload(data, None))
-                      for i in range(steps + 1)]
-            store.append("r", epoch, events[:1])  # warm-up
-            settle()
-            wall, cpu = time.perf_counter(), time.process_time()
-            for event in events[1:]:
-                store.append("r", epoch, [event])
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        finally:
-            store.close()
-    return wall / steps * 1e6, cpu / steps * 1e6
+        return timed_appends(str(d / "cairn.sqlite"), steps, _add_index if kept else None)
 
 
 def side_by_side(name: str, measure: Callable[[bool, int], tuple[float, float]], steps: int,
