@@ -164,7 +164,7 @@ INFLATE_LIMIT = 256 * 1024 * 1024
 #: before has no such key: all its channels are rows, read as before.
 INLINE = "_cv"
 #: The key of a checkpoint (as stored) holding the list channels it names as a
-#: *tail* (branch lgpgrow, PostgreSQL: a store's ``lg_tail_every`` > 1): ``{channel:
+#: *tail* (PostgreSQL since 2026-12-06, issue 24: a store's ``lg_tail_every`` > 1): ``{channel:
 #: [base version, [digests of the items after it]]}``, the base a version stored
 #: as a row of ``lg_blobs``. A saver's own appends store a list's version ``j``
 #: (counted from its root) as a row only when ``j`` is a multiple of

@@ -76,7 +76,7 @@ FOLD_DICTIONARY = (b'[["00000000-0000-0000-0000-000000000000",-1,"__error__","",
 
 
 #: the first bytes of a binary record of folded writes (``fold_writes(compact=True)``,
-#: PostgreSQL since branch lgpgrow; both formats are read, records of both may follow each other)
+#: PostgreSQL since 2026-12-06, issue 24; both formats are read, records of both may follow each other)
 FOLD_TAG_2 = b"W2"
 #: how a ``FOLD_TAG_2`` write gives its task id: the previous write's, a UUID's 16 bytes, or text
 TASK_SAME, TASK_UUID, TASK_TEXT = 0, 1, 2
@@ -287,7 +287,7 @@ def fold_writes(writes: Sequence[WriteRow], *, compact: bool = False) -> bytes:
     """A checkpoint's pending writes as one record of its row: JSON (never
     anything a decoder could execute) of each write's fields, refs in hex,
     deflated with ``FOLD_DICTIONARY`` (a super-step's writes repeat their task id and path);
-    ``compact``: the binary record instead (``FOLD_TAG_2``, PostgreSQL since branch lgpgrow)."""
+    ``compact``: the binary record instead (``FOLD_TAG_2``, PostgreSQL since 2026-12-06, issue 24)."""
     if compact:
         deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=FOLD_DICTIONARY_2)
         return FOLD_TAG_2 + deflate.compress(_binary_writes(writes)) + deflate.flush()
