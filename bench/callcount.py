@@ -83,6 +83,13 @@ def settle(store: object, signal_path: str) -> None:
     by then)."""
     from cairn.store.sqlite import SQLiteStore
 
+    # A sealed store (encryption at rest) wraps the SQLite store: its checkpoints are that store's.
+    # Until 2026-12-06 only a bare SQLiteStore was found here, so a count with encryption on kept
+    # its auto-checkpoints while one with it off did not: one checkpoint (about 213,000
+    # instructions) fell into on's 60-run window and none into its 20-run one, 5,300 a run counted
+    # on "on" alone (bench/results/encryption-2026-12-06-enctime.txt).
+    while getattr(type(store), "sealed", False):
+        store = store.inner  # type: ignore[attr-defined]
     if isinstance(store, SQLiteStore):  # PostgreSQL checkpoints in its server, not counted
         store._conn().execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[attr-defined]
     gc.collect()
