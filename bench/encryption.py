@@ -12,18 +12,23 @@ process's CPU time (``time.process_time``), a 3-step run's also split into
 user and system time: on a shared, loaded machine the wall figures are
 mostly other processes' noise, the CPU figures what encryption itself adds.
 
-The CPU that encryption adds is more than its instructions say (callgrind,
-``--instructions``: about +5 % a run, where the timed runs per CPU second
-showed -8 to -14 %). Not the kernel (system time and system calls are
-alike but for 1.4 more ``pwrite`` a run, the larger rows' 0.7 more WAL
-frames), not another thread, not garbage collection (none in a window in
-either mode): the added code runs cold. Its AES-GCM calls, about 3,900
-instructions each under callgrind and about a microsecond in a loop, take
-four to six between a run's other work (``aes_in_situ``, printed at the
-end: OpenSSL's cipher context copied, set up and freed per call by
-``cryptography``, its code and data evicted by the time the next step
-seals), 20-30 us a run; the Python of sealing costs about 1.4 times its
-share of the run's instructions (bench/results/encryption-2026-12-06-enctime.txt).
+The CPU that encryption adds is more than its instructions say (callgrind:
+about +5 % a 3-step run, where the timed runs per CPU second showed -8 to
+-20 %). Not the kernel: system time is alike, and a run makes 1.4 more
+``pwrite`` (0.7 more WAL frames for the larger rows) and 0.08 more
+``getrandom`` calls, no ``stat``, ``open`` or ``mmap``; not another thread
+nor garbage collection (none in a window in either mode). The added code
+runs cold: callgrind's simulation (``--simulate``) counts +5.1 % instructions
+a run but +10.7 % first-level instruction cache misses and +10.7 %
+mispredicted conditional branches (+6.9 % indirect). The five AES-GCM calls
+(``cryptography``'s OpenSSL copies, sets up and frees a cipher context per
+call) make 19,500 instructions and 1,660 of those misses a run; timed where
+a run makes them they take 3 to 6 us each against under one in a loop
+(``aes_in_situ``, printed by the timed mode), 18 to 25 us a run. (Under
+valgrind OpenSSL takes its AES-NI path, valgrind's CPU having no AVX-512;
+natively its VAES/AVX-512 one, which, masked off by ``OPENSSL_ia32cap``,
+cost the same in situ.) bench/results/encryption-2026-12-06-enctime.txt.
+
 Per-step cost:
 a run of ``STEPS`` steps each returning a payload of the given size, its
 wall time over ``STEPS`` (median of the rounds); the same with encryption
@@ -33,6 +38,7 @@ back. Figures only: no assertion (tests/ holds none on time either).
     python -m bench.encryption --instructions     # needs valgrind
     python -m bench.encryption --instructions --quick --tree ../main
     python -m bench.encryption --instructions --quick --layouts 5
+    python -m bench.encryption --instructions --quick --simulate  # + cache misses, mispredicts
 
 counts the CPU instructions of 3-step runs instead, a figure that other
 processes' load does not move: the one to compare changes by on a shared
@@ -244,10 +250,18 @@ def _instrumented_child(mode: str, count: int, signal_path: str) -> None:
 MODES = ("off", "on", "subject")
 
 
-def instructions(sizes: tuple[int, int], tree: Path, layouts: int) -> None:
+#: what ``--simulate`` shows per run, of callgrind's simulated events: first-level instruction
+#: and data cache read misses, last-level misses, mispredicted conditional and indirect branches
+SIMULATED = (("I1mr", "I1 misses"), ("D1mr", "D1 read misses"), ("DLmr", "LL data misses"),
+             ("Bcm", "cond. mispredicts"), ("Bim", "ind. mispredicts"))
+
+
+def instructions(sizes: tuple[int, int], tree: Path, layouts: int, simulate: bool = False) -> None:
     """Instructions per 3-step run, encryption off and on (see the module
-    doc), in each of ``layouts`` heap layouts (``LAYOUT_OBJECTS``)."""
-    from bench.callcount import collected, tree_env
+    doc), in each of ``layouts`` heap layouts (``LAYOUT_OBJECTS``); with
+    ``simulate``, callgrind's simulated cache misses and branch
+    mispredictions per run too (``SIMULATED``)."""
+    from bench.callcount import collected, events, tree_env
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (callgrind and callgrind_control)")
@@ -262,12 +276,14 @@ def instructions(sizes: tuple[int, int], tree: Path, layouts: int) -> None:
     for layout in range(layouts):
         env = {**tree_env(tree), "PYTHONHASHSEED": "0", "CAIRN_BENCH_LAYOUT": str(layout)}  # one hash seed
         totals: dict[tuple[str, int], int] = {}
+        simulated: dict[tuple[str, int], dict[str, int]] = {}
         with tempfile.TemporaryDirectory(prefix="cairn-bench-enc-ir-") as work:
             for size in sizes:
                 for mode in MODES:  # the modes alternate within a size: every mode counted alike
                     signal_path = f"{work}/{mode}-{size}"
                     child = ["bench.encryption", "--child", mode, str(size), signal_path]
-                    totals[mode, size] = collected(child, signal_path, env)
+                    totals[mode, size] = collected(child, signal_path, env, simulate)
+                    simulated[mode, size] = events(signal_path)
         per_run = {mode: (totals[mode, large] - totals[mode, small]) / (large - small) for mode in MODES}
         print(f"layout {layout} ({LAYOUT_OBJECTS[layout]} objects kept first):")
         for mode in MODES:
@@ -280,6 +296,12 @@ def instructions(sizes: tuple[int, int], tree: Path, layouts: int) -> None:
               f"on {on:,.0f}  ({added[-1]:+.2f} %; {(on - off) / 5:,.0f} per sealed value, 5 a run)")
         print(f"  with a subject (its own data key, issue 26 erasure): {subject:,.0f}  "
               f"({(subject / on - 1) * 100:+.2f} % vs the tenant's key)")
+        for event, name in SIMULATED if simulate else ():
+            run = {mode: (simulated[mode, large][event] - simulated[mode, small][event]) / (large - small)
+                   for mode in ("off", "on")}
+            added = (f"{(run['on'] / run['off'] - 1) * 100:+.1f} %" if run["off"] >= 100
+                     else f"{run['on'] - run['off']:+,.0f}")
+            print(f"  {name} per run (simulated): off {run['off']:,.0f}  on {run['on']:,.0f}  ({added})")
     if layouts > 1:
         print(f"encryption on over {layouts} layouts: median {statistics.median(added):+.2f} %, "
               f"range {min(added):+.2f} to {max(added):+.2f} %")
@@ -294,6 +316,8 @@ def main() -> None:
                         help="with --instructions: the tree whose src/cairn is counted (default: this one)")
     parser.add_argument("--layouts", type=int, default=1,
                         help=f"with --instructions: count in N heap layouts (1-{len(LAYOUT_OBJECTS)})")
+    parser.add_argument("--simulate", action="store_true",
+                        help="with --instructions: simulate caches and branch prediction too (slower)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -301,7 +325,7 @@ def main() -> None:
         _instrumented_child(mode, int(count), signal_path)
         return
     if args.instructions:
-        instructions((20, 60) if args.quick else (20, 220), args.tree.resolve(), args.layouts)
+        instructions((20, 60) if args.quick else (20, 220), args.tree.resolve(), args.layouts, args.simulate)
         return
     rounds = 3 if args.quick else 15
     sizes = (100, 1024, 4096)
