@@ -83,6 +83,13 @@ def settle(store: object, signal_path: str) -> None:
     by then)."""
     from cairn.store.sqlite import SQLiteStore
 
+    # A sealed store (encryption at rest) wraps the SQLite store: its checkpoints are that store's.
+    # Until 2026-12-06 only a bare SQLiteStore was found here, so a count with encryption on kept
+    # its auto-checkpoints while one with it off did not: one checkpoint (about 213,000
+    # instructions) fell into on's 60-run window and none into its 20-run one, 5,300 a run counted
+    # on "on" alone (bench/results/encryption-2026-12-06-enctime.txt).
+    while getattr(type(store), "sealed", False):
+        store = store.inner  # type: ignore[attr-defined]
     if isinstance(store, SQLiteStore):  # PostgreSQL checkpoints in its server, not counted
         store._conn().execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[attr-defined]
     gc.collect()
@@ -93,13 +100,19 @@ def settle(store: object, signal_path: str) -> None:
         time.sleep(0.05)
 
 
-def collected(module_args: list[str], signal_path: str, env: dict[str, str]) -> int:
+#: callgrind's cache and branch-predictor simulation (``collected(..., simulate=True)``)
+SIMULATE = ("--cache-sim=yes", "--branch-sim=yes")
+
+
+def collected(module_args: list[str], signal_path: str, env: dict[str, str], simulate: bool = False) -> int:
     """Instructions of one ``python -m MODULE_ARGS`` child under callgrind,
-    instrumented from its go signal on (the child calls ``settle`` first)."""
+    instrumented from its go signal on (the child calls ``settle`` first);
+    with ``simulate``, its cache misses and branch mispredictions are
+    simulated too (``events`` reads them)."""
     for stale in (".ready", ".go"):  # of an earlier count in the same place: it would start this one unseen
         Path(signal_path + stale).unlink(missing_ok=True)
     proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", *(SIMULATE if simulate else ()),
          f"--callgrind-out-file={signal_path}.callgrind", sys.executable, "-m", *module_args],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -116,6 +129,18 @@ def collected(module_args: list[str], signal_path: str, env: dict[str, str]) -> 
     if found is None:
         raise RuntimeError(f"no instruction count in callgrind's output:\n{output[-2000:]}")
     return int(found.group(1))
+
+
+def events(signal_path: str) -> dict[str, int]:
+    """The totals of the child ``collected`` ran at ``signal_path``, by event
+    (``Ir``; with ``simulate`` also ``I1mr``, ``D1mr``, ``Bcm``, ``Bim``...)."""
+    names: list[str] = []
+    for line in Path(signal_path + ".callgrind").read_text().splitlines():
+        if line.startswith("events:"):
+            names = line.split()[1:]
+        elif line.startswith("totals:"):
+            return dict(zip(names, map(int, line.split()[1:]), strict=True))
+    raise RuntimeError(f"no totals in {signal_path}.callgrind")
 
 
 def tree_env(tree: Path) -> dict[str, str]:

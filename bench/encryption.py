@@ -4,10 +4,32 @@
     python -m bench.encryption --quick
 
 One embedded App per mode on its own SQLite file (durability ``process``);
-the modes alternate round by round so drift hits both alike. Each figure is
-given as wall time and as this process's CPU time (``time.process_time``):
-on a shared, loaded machine the wall figures are mostly other processes'
-noise, the CPU figures what encryption itself adds. Per-step cost:
+the modes alternate round by round so drift hits both alike, and which goes
+first alternates too (the one that follows starts with the other's code and
+pages in the caches); a first round is not counted (compiling, caches, the
+tenant's first data key). Each figure is given as wall time and as this
+process's CPU time (``time.process_time``), a 3-step run's also split into
+user and system time: on a shared, loaded machine the wall figures are
+mostly other processes' noise, the CPU figures what encryption itself adds.
+
+The CPU that encryption adds is more than its instructions say (callgrind:
+about +5 % a 3-step run, where the timed runs per CPU second showed -8 to
+-20 %). Not the kernel: system time is alike, and a run makes 1.4 more
+``pwrite`` (0.7 more WAL frames for the larger rows) and 0.08 more
+``getrandom`` calls, no ``stat``, ``open`` or ``mmap``; not another thread
+nor garbage collection (none in a window in either mode). The added code
+runs cold: callgrind's simulation (``--simulate``) counts +5.1 % instructions
+a run but +10.7 % first-level instruction cache misses and +10.7 %
+mispredicted conditional branches (+6.9 % indirect). The five AES-GCM calls
+(``cryptography``'s OpenSSL copies, sets up and frees a cipher context per
+call) make 19,500 instructions and 1,660 of those misses a run; timed where
+a run makes them they take 3 to 6 us each against under one in a loop
+(``aes_in_situ``, printed by the timed mode), 18 to 25 us a run. (Under
+valgrind OpenSSL takes its AES-NI path, valgrind's CPU having no AVX-512;
+natively its VAES/AVX-512 one, which, masked off by ``OPENSSL_ia32cap``,
+cost the same in situ.) bench/results/encryption-2026-12-06-enctime.txt.
+
+Per-step cost:
 a run of ``STEPS`` steps each returning a payload of the given size, its
 wall time over ``STEPS`` (median of the rounds); the same with encryption
 off gives the added cost. Runs/s: 3-step runs of 100-byte results, back to
@@ -16,6 +38,7 @@ back. Figures only: no assertion (tests/ holds none on time either).
     python -m bench.encryption --instructions     # needs valgrind
     python -m bench.encryption --instructions --quick --tree ../main
     python -m bench.encryption --instructions --quick --layouts 5
+    python -m bench.encryption --instructions --quick --simulate  # + cache misses, mispredicts
 
 counts the CPU instructions of 3-step runs instead, a figure that other
 processes' load does not move: the one to compare changes by on a shared
@@ -38,6 +61,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -103,6 +127,42 @@ def seal_cost(app: cairn.App, size: int, count: int = 20000) -> tuple[float, flo
         open_times.append((time.process_time() - started) / batch * 1e6)
     return statistics.median(seal_times), statistics.median(open_times)
 
+
+
+def aes_in_situ(app: cairn.App, three: Any, count: int) -> tuple[float, float]:
+    """Median microseconds of one AES-GCM encryption as ``app``'s 3-step runs
+    make it (its tenant's writing key wrapped in a timer for ``count`` runs,
+    then restored), and of the same call repeated in a loop."""
+    keys = app.store.keys  # type: ignore[attr-defined]
+    times: list[int] = []
+    clock = time.perf_counter_ns
+
+    class Timed:
+        def __init__(self, cipher: Any) -> None:
+            self.cipher = cipher
+
+        def encrypt(self, nonce: bytes, data: bytes, associated: bytes) -> bytes:
+            started = clock()
+            sealed: bytes = self.cipher.encrypt(nonce, data, associated)
+            times.append(clock() - started)
+            return sealed
+
+    saved = dict(keys.writing)
+    try:
+        for tenant, (version, cipher, head, checked) in saved.items():
+            keys.writing[tenant] = (version, Timed(cipher), head, checked)
+        for _ in range(count):
+            app.run(three)
+    finally:
+        keys.writing.update(saved)
+    cipher = next(iter(saved.values()))[1]
+    nonce, associated, data = os.urandom(12), os.urandom(60), b"x" * 100
+    loop = []
+    for _ in range(5000):
+        started = clock()
+        cipher.encrypt(nonce, data, associated)
+        loop.append(clock() - started)
+    return statistics.median(times) / 1e3, statistics.median(loop) / 1e3
 
 #: the counted child's clock: starts at 2026-12-06 00:00 UTC, 137,113 ns a reading (an odd step, so
 #: its times have as many digits as a real clock's)
@@ -190,10 +250,18 @@ def _instrumented_child(mode: str, count: int, signal_path: str) -> None:
 MODES = ("off", "on", "subject")
 
 
-def instructions(sizes: tuple[int, int], tree: Path, layouts: int) -> None:
+#: what ``--simulate`` shows per run, of callgrind's simulated events: first-level instruction
+#: and data cache read misses, last-level misses, mispredicted conditional and indirect branches
+SIMULATED = (("I1mr", "I1 misses"), ("D1mr", "D1 read misses"), ("DLmr", "LL data misses"),
+             ("Bcm", "cond. mispredicts"), ("Bim", "ind. mispredicts"))
+
+
+def instructions(sizes: tuple[int, int], tree: Path, layouts: int, simulate: bool = False) -> None:
     """Instructions per 3-step run, encryption off and on (see the module
-    doc), in each of ``layouts`` heap layouts (``LAYOUT_OBJECTS``)."""
-    from bench.callcount import collected, tree_env
+    doc), in each of ``layouts`` heap layouts (``LAYOUT_OBJECTS``); with
+    ``simulate``, callgrind's simulated cache misses and branch
+    mispredictions per run too (``SIMULATED``)."""
+    from bench.callcount import collected, events, tree_env
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (callgrind and callgrind_control)")
@@ -208,12 +276,14 @@ def instructions(sizes: tuple[int, int], tree: Path, layouts: int) -> None:
     for layout in range(layouts):
         env = {**tree_env(tree), "PYTHONHASHSEED": "0", "CAIRN_BENCH_LAYOUT": str(layout)}  # one hash seed
         totals: dict[tuple[str, int], int] = {}
+        simulated: dict[tuple[str, int], dict[str, int]] = {}
         with tempfile.TemporaryDirectory(prefix="cairn-bench-enc-ir-") as work:
             for size in sizes:
                 for mode in MODES:  # the modes alternate within a size: every mode counted alike
                     signal_path = f"{work}/{mode}-{size}"
                     child = ["bench.encryption", "--child", mode, str(size), signal_path]
-                    totals[mode, size] = collected(child, signal_path, env)
+                    totals[mode, size] = collected(child, signal_path, env, simulate)
+                    simulated[mode, size] = events(signal_path)
         per_run = {mode: (totals[mode, large] - totals[mode, small]) / (large - small) for mode in MODES}
         print(f"layout {layout} ({LAYOUT_OBJECTS[layout]} objects kept first):")
         for mode in MODES:
@@ -226,6 +296,12 @@ def instructions(sizes: tuple[int, int], tree: Path, layouts: int) -> None:
               f"on {on:,.0f}  ({added[-1]:+.2f} %; {(on - off) / 5:,.0f} per sealed value, 5 a run)")
         print(f"  with a subject (its own data key, issue 26 erasure): {subject:,.0f}  "
               f"({(subject / on - 1) * 100:+.2f} % vs the tenant's key)")
+        for event, name in SIMULATED if simulate else ():
+            run = {mode: (simulated[mode, large][event] - simulated[mode, small][event]) / (large - small)
+                   for mode in ("off", "on")}
+            added = (f"{(run['on'] / run['off'] - 1) * 100:+.1f} %" if run["off"] >= 100
+                     else f"{run['on'] - run['off']:+,.0f}")
+            print(f"  {name} per run (simulated): off {run['off']:,.0f}  on {run['on']:,.0f}  ({added})")
     if layouts > 1:
         print(f"encryption on over {layouts} layouts: median {statistics.median(added):+.2f} %, "
               f"range {min(added):+.2f} to {max(added):+.2f} %")
@@ -240,6 +316,8 @@ def main() -> None:
                         help="with --instructions: the tree whose src/cairn is counted (default: this one)")
     parser.add_argument("--layouts", type=int, default=1,
                         help=f"with --instructions: count in N heap layouts (1-{len(LAYOUT_OBJECTS)})")
+    parser.add_argument("--simulate", action="store_true",
+                        help="with --instructions: simulate caches and branch prediction too (slower)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -247,7 +325,7 @@ def main() -> None:
         _instrumented_child(mode, int(count), signal_path)
         return
     if args.instructions:
-        instructions((20, 60) if args.quick else (20, 220), args.tree.resolve(), args.layouts)
+        instructions((20, 60) if args.quick else (20, 220), args.tree.resolve(), args.layouts, args.simulate)
         return
     rounds = 3 if args.quick else 15
     sizes = (100, 1024, 4096)
@@ -257,19 +335,35 @@ def main() -> None:
     cpu_step: dict[tuple[str, int], list[float]] = {}
     runs_per_s: dict[str, list[float]] = {}
     cpu_runs_per_s: dict[str, list[float]] = {}
-    for _ in range(rounds):
-        for mode, (app, steps, three) in apps.items():
+    user_sys: dict[str, list[tuple[float, float]]] = {}
+    count = 50 if args.quick else 200
+    load_before = os.getloadavg()
+    # A round not counted first: each mode's first runs compile, fill caches and (on) make the
+    # tenant's data key. Then the modes alternate which goes first, round by round: the one that
+    # follows the other starts with the other's code and pages in the caches.
+    for number in range(-1, rounds):
+        for mode in (("off", "on") if number % 2 == 0 else ("on", "off")):
+            app, steps, three = apps[mode]
             for size in sizes:
                 started, cpu = time.perf_counter(), time.process_time()
                 app.run(steps, size, STEPS)
-                per_step.setdefault((mode, size), []).append((time.perf_counter() - started) / STEPS * 1e6)
-                cpu_step.setdefault((mode, size), []).append((time.process_time() - cpu) / STEPS * 1e6)
-            count = 50 if args.quick else 200
+                wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+                if number >= 0:
+                    per_step.setdefault((mode, size), []).append(wall / STEPS * 1e6)
+                    cpu_step.setdefault((mode, size), []).append(cpu / STEPS * 1e6)
+            usage = resource.getrusage(resource.RUSAGE_SELF)
             started, cpu = time.perf_counter(), time.process_time()
             for _ in range(count):
                 app.run(three)
-            runs_per_s.setdefault(mode, []).append(count / (time.perf_counter() - started))
-            cpu_runs_per_s.setdefault(mode, []).append(count / (time.process_time() - cpu))
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            if number >= 0:
+                runs_per_s.setdefault(mode, []).append(count / wall)
+                cpu_runs_per_s.setdefault(mode, []).append(count / cpu)
+                user_sys.setdefault(mode, []).append(((after.ru_utime - usage.ru_utime) / count * 1e6,
+                                                      (after.ru_stime - usage.ru_stime) / count * 1e6))
+    load_after = os.getloadavg()
+    print(f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after (1 min; 2 shared cores)")
     print(f"per journaled step (median of {rounds} rounds of {STEPS} steps), SQLite:")
     for size in sizes:
         off = statistics.median(per_step[("off", size)])
@@ -283,6 +377,14 @@ def main() -> None:
     c_off_r, c_on_r = statistics.median(cpu_runs_per_s["off"]), statistics.median(cpu_runs_per_s["on"])
     change = (c_on_r / c_off_r - 1) * 100
     print(f"3-step runs per CPU second: off {c_off_r:7.1f}  on {c_on_r:7.1f}  ({change:+.1f} %)")
+    split = {mode: (statistics.median(u for u, _ in pairs), statistics.median(s for _, s in pairs))
+             for mode, pairs in user_sys.items()}
+    (u_off, s_off), (u_on, s_on) = split["off"], split["on"]
+    print("  a 3-step run's CPU, user + system (getrusage; the split is the kernel's tick sampling): "
+          f"off {u_off:.0f} + {s_off:.0f} us, on {u_on:.0f} + {s_on:.0f} us")
+    in_situ, hot = aes_in_situ(apps["on"][0], apps["on"][2], count)
+    print(f"AES-GCM in 3-step runs (5 a run), each call timed where the run makes it: median "
+          f"{in_situ:.2f} us a call; the same call in a loop: {hot:.2f} us (aes_in_situ)")
     print("sealing alone, CPU (an entry's payload of random hex, in process, no database):")
     for size in sizes:
         sealing, opening = seal_cost(apps["on"][0], size)
