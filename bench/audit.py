@@ -8,6 +8,8 @@ with the chain off, and how fast the verifier checks entries.
     python -m bench.audit --verify-only      # verify end to end, medians of --passes, both backends
     python -m bench.audit --instructions     # instructions per step, chain on and off (needs valgrind)
     python -m bench.audit --instructions --sqlite-only --repeat 3
+    python -m bench.audit --in-loop --steps 200 --rounds 40   # the chain's cost in the step loop
+    python -m bench.audit --postgres-only --raw               # every round's figures too
 
 Keyed digests (encryption on): each entry's digest alone, plain SHA-256
 against HMAC-SHA-256 under a tenant's audit key, and a step's cost on an
@@ -18,7 +20,13 @@ Step cost: one run of ``--steps`` steps (``app.run``, durability ``process``)
 on a fresh database, with the chain and without it, alternated round by
 round so drift hits both alike; medians of ``--rounds``, wall and CPU time
 per step (the client's: this process), and on PostgreSQL the server's CPU
-per step too (``server``: its processes' time on the CPU, ``server_cpu``).
+per step too (``server``: its processes' time on the CPU, ``server_cpu``);
+also the client's CPU split into user and system time (``getrusage``: its
+split is tick-sampled, its sum exact), its voluntary context switches and
+garbage collections, and beside the difference of the medians the median of
+each round's on-minus-off (the two runs of a round ran next to each other).
+``--in-loop`` alternates the chain run by run on one app instead and times
+the store's chain function where the step loop calls it (``in_loop``).
 "Off" is the same code with the chain's work taken out of the write:
 SQLite's ``_audited`` (the digest and the link) returns no link and no
 previous link is read; PostgreSQL's entry parameters carry no digest, no
@@ -205,10 +213,13 @@ def side_by_side(name: str, measure: Callable[[bool, int], dict[str, float]], st
     for label in on[0]:
         a = statistics.median(x[label] for x in on)
         b = statistics.median(x[label] for x in off)
+        # the two runs of a round ran next to each other: the median of their differences is
+        # less moved by load that changes from round to round than the difference of the medians
+        paired = statistics.median(x[label] - y[label] for x, y in zip(on, off, strict=True))
         unit = "us" if label in _MICROSECONDS else "  "
         print(f"{name:10} {label:6} per step: {labels[0]} {a:8.2f} {unit}, {labels[1]} {b:8.2f} {unit}, "
-              f"difference {a - b:+6.2f} {unit} ({a / b if b else float('nan'):.3f}x); "
-              f"{rounds} rounds of {steps} steps", flush=True)
+              f"difference {a - b:+6.2f} {unit} ({a / b if b else float('nan'):.3f}x), of the rounds' "
+              f"pairs {paired:+6.2f}; {rounds} rounds of {steps} steps", flush=True)
 
 
 #: print each round's figures too (``--raw``)

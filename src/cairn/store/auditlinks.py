@@ -91,16 +91,19 @@ _ONE_BLOCK_MAX = 55
 #: OpenSSL's (``chained``, ``written_link``): 8 blocks (8 x 64 less 9 of
 #: padding). A journaled step's link hashes about 190 bytes (4 blocks). In a
 #: loop of hashes OpenSSL's SHA extensions win (460 against 950 ns at 247
-#: bytes), but a writer hashes once a step, between a step's other work and,
-#: on PostgreSQL, a wait on the server (the process sleeps: a context switch
-#: each step). Measured in the benchmark's PostgreSQL step loop (2026-12-06,
-#: chaintime, ``bench.audit --in-loop``): OpenSSL's hash of a 192-byte link
-#: took 11.8 us a call (median; 5 to 19 between the quartiles), CPython's 1.8
-#: us; on SQLite (no sleep) 1.5 against 1.4 us. OpenSSL's path to a hash
-#: (EVP context made and fetched, an engine looked up, the context copied,
-#: cleansed and freed: some twenty functions across libcrypto, samples spread
-#: thin over all of them in ``perf``) runs cold after each wait; CPython's
-#: is one small module. Above 8 blocks OpenSSL's per-block gain takes over.
+#: bytes), but a writer hashes twice a step, between a step's other work and,
+#: on PostgreSQL, a sleep on the server's answer, and there OpenSSL's path to
+#: a hash (an EVP context made, its digest fetched, an engine looked up, the
+#: context copied, cleansed and freed: some twenty functions across
+#: libcrypto, ``perf`` samples spread thin over all of them) runs cold.
+#: Measured in the PostgreSQL step loop (``bench.audit --in-loop``,
+#: 2026-12-06, chaintime; load 2-6): each of the chain's hashes by OpenSSL
+#: 1.4-1.8 us (median), a quarter of them over 4.0-6.0 us, by CPython
+#: 1.05-1.4 us, its upper quartile 1.1-1.7; ``postgres._linked_params`` +3.2
+#: to +4.8 us a call over the chain off, against +6.0 to +9.8 with OpenSSL's
+#: link. Callgrind counts CPython's 4 blocks at some 2,000 instructions more
+#: than OpenSSL's (it sees instructions, not where they miss). Above 8
+#: blocks OpenSSL's per-block gain takes over.
 _WRITTEN_MAX = 8 * 64 - 9
 
 #: Gives an entry's digest (a sealed store opens the entry and keys the
