@@ -8,6 +8,8 @@ with the chain off, and how fast the verifier checks entries.
     python -m bench.audit --verify-only      # verify end to end, medians of --passes, both backends
     python -m bench.audit --instructions     # instructions per step, chain on and off (needs valgrind)
     python -m bench.audit --instructions --sqlite-only --repeat 3
+    python -m bench.audit --in-loop --steps 200 --rounds 40   # the chain's cost in the step loop
+    python -m bench.audit --postgres-only --raw               # every round's figures too
 
 Keyed digests (encryption on): each entry's digest alone, plain SHA-256
 against HMAC-SHA-256 under a tenant's audit key, and a step's cost on an
@@ -18,7 +20,13 @@ Step cost: one run of ``--steps`` steps (``app.run``, durability ``process``)
 on a fresh database, with the chain and without it, alternated round by
 round so drift hits both alike; medians of ``--rounds``, wall and CPU time
 per step (the client's: this process), and on PostgreSQL the server's CPU
-per step too (``server``: its processes' time on the CPU, ``server_cpu``).
+per step too (``server``: its processes' time on the CPU, ``server_cpu``);
+also the client's CPU split into user and system time (``getrusage``: its
+split is tick-sampled, its sum exact), its voluntary context switches and
+garbage collections, and beside the difference of the medians the median of
+each round's on-minus-off (the two runs of a round ran next to each other).
+``--in-loop`` alternates the chain run by run on one app instead and times
+the store's chain function where the step loop calls it (``in_loop``).
 "Off" is the same code with the chain's work taken out of the write:
 SQLite's ``_audited`` (the digest and the link) returns no link and no
 previous link is read; PostgreSQL's entry parameters carry no digest, no
@@ -46,7 +54,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -98,23 +108,37 @@ def chain(on: bool) -> Iterator[None]:
 
 
 def step_cost(make: Callable[[], CairnWorkloads], steps: int,
-              server: Callable[[], float] | None = None) -> tuple[float, ...]:
-    """(wall, CPU) microseconds per step of one run of ``steps`` steps, and
-    the server's CPU per step if ``server`` (its CPU seconds so far) is given."""
+              server: Callable[[], float] | None = None) -> dict[str, float]:
+    """Per step of one run of ``steps`` steps: wall and CPU microseconds (the
+    client's, this process's), the CPU split into user and system time
+    (``getrusage``: its split is the kernel's tick sampling, its sum exact),
+    voluntary context switches (a wait on the server that found no answer
+    ready), garbage collections (per 1,000 steps), and the server's CPU if
+    ``server`` (its CPU seconds so far) is given."""
     w = make()
     try:
         w.app.run(w.chain, 1)  # warm-up: connection and statements ready
         settle()
         served = server() if server is not None else 0.0
+        collections = sum(g["collections"] for g in gc.get_stats())
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         wall, cpu = time.perf_counter(), time.process_time()
         result = w.app.run(w.chain, steps)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        collections = sum(g["collections"] for g in gc.get_stats()) - collections
         served = server() - served if server is not None else 0.0
     finally:
         w.close()
     if result != steps:
         raise RuntimeError(f"chain returned {result!r}, expected {steps}")
-    return (wall / steps * 1e6, cpu / steps * 1e6) + ((served / steps * 1e6,) if server is not None else ())
+    per = 1e6 / steps
+    cost = {"wall": wall * per, "CPU": cpu * per,
+            "user": (after.ru_utime - usage.ru_utime) * per, "sys": (after.ru_stime - usage.ru_stime) * per,
+            "vcsw": (after.ru_nvcsw - usage.ru_nvcsw) / steps, "gc/1k": collections * 1000 / steps}
+    if server is not None:
+        cost["server"] = served * per
+    return cost
 
 
 def server_cpu(admin: str) -> Callable[[], float]:
@@ -145,19 +169,19 @@ def server_cpu(admin: str) -> Callable[[], float]:
     return cpu
 
 
-def sqlite_step(on: bool, steps: int) -> tuple[float, float]:
+def sqlite_step(on: bool, steps: int) -> dict[str, float]:
     with fresh_dir(f"audit-{'on' if on else 'off'}") as d, chain(on):
         return step_cost(lambda: build(d / "cairn.sqlite"), steps)
 
 
-def pg_step(admin: str) -> Callable[[bool, int], tuple[float, ...]]:
+def pg_step(admin: str) -> Callable[[bool, int], dict[str, float]]:
     import psycopg
     from psycopg import sql
 
     counter = iter(range(10**6))
     server = server_cpu(admin)
 
-    def measure(on: bool, steps: int) -> tuple[float, ...]:
+    def measure(on: bool, steps: int) -> dict[str, float]:
         name = f"cairn_bench_audit_{next(counter)}"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -175,26 +199,42 @@ def pg_step(admin: str) -> Callable[[bool, int], tuple[float, ...]]:
     return measure
 
 
-def side_by_side(name: str, measure: Callable[[bool, int], tuple[float, ...]], steps: int,
+def side_by_side(name: str, measure: Callable[[bool, int], dict[str, float]], steps: int,
                  rounds: int, labels: tuple[str, str] = ("chain on", "off")) -> None:
-    on: list[tuple[float, ...]] = []
-    off: list[tuple[float, ...]] = []
+    on: list[dict[str, float]] = []
+    off: list[dict[str, float]] = []
     for i in range(rounds):
         for state in ((True, False) if i % 2 == 0 else (False, True)):
-            (on if state else off).append(measure(state, steps))
-    for label, index in (("wall", 0), ("CPU", 1), ("server", 2))[:len(on[0])]:
-        a = statistics.median(x[index] for x in on)
-        b = statistics.median(x[index] for x in off)
-        print(f"{name:10} {label:4} per step: {labels[0]} {a:8.1f} us, {labels[1]} {b:8.1f} us, "
-              f"difference {a - b:+6.1f} us ({a / b:.3f}x); {rounds} rounds of {steps} steps")
+            cost = measure(state, steps)
+            (on if state else off).append(cost)
+            if RAW:
+                print(f"  {name} round {i} {labels[0] if state else labels[1]}: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in cost.items()), flush=True)
+    for label in on[0]:
+        a = statistics.median(x[label] for x in on)
+        b = statistics.median(x[label] for x in off)
+        # the two runs of a round ran next to each other: the median of their differences is
+        # less moved by load that changes from round to round than the difference of the medians
+        paired = statistics.median(x[label] - y[label] for x, y in zip(on, off, strict=True))
+        unit = "us" if label in _MICROSECONDS else "  "
+        print(f"{name:10} {label:6} per step: {labels[0]} {a:8.2f} {unit}, {labels[1]} {b:8.2f} {unit}, "
+              f"difference {a - b:+6.2f} {unit} ({a / b if b else float('nan'):.3f}x), of the rounds' "
+              f"pairs {paired:+6.2f}; {rounds} rounds of {steps} steps", flush=True)
 
 
-def store_append(on: bool, steps: int) -> tuple[float, float]:
+#: print each round's figures too (``--raw``)
+RAW = False
+#: the figures of ``step_cost`` in microseconds (the others are counts)
+_MICROSECONDS = frozenset(("wall", "CPU", "user", "sys", "server"))
+
+
+def store_append(on: bool, steps: int) -> dict[str, float]:
     """(wall, CPU) microseconds per ``SQLiteStore.append`` of one journal
     entry (a step's result, 40 bytes), the store alone: what the chain adds
     to the write itself, without the engine's noise around it."""
     with fresh_dir(f"audit-append-{'on' if on else 'off'}") as d, chain(on):
-        return timed_appends(str(d / "cairn.sqlite"), steps)
+        wall, cpu = timed_appends(str(d / "cairn.sqlite"), steps)
+    return {"wall": wall, "CPU": cpu}
 
 
 def timed_appends(path: str, steps: int, prepare: Callable[[str], None] | None = None) -> tuple[float, float]:
@@ -268,7 +308,7 @@ def keyed(on: bool) -> Iterator[None]:
         auditlinks.AuditKey.digest = kept  # type: ignore[method-assign]
 
 
-def sealed_step(on: bool, steps: int) -> tuple[float, float]:
+def sealed_step(on: bool, steps: int) -> dict[str, float]:
     """A step's cost on an encrypted SQLite app, its digests keyed or plain."""
     import base64
 
@@ -434,6 +474,116 @@ def fresh_database(admin: str) -> Iterator[str]:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def in_loop(url: str, backend: str, steps: int, rounds: int) -> None:
+    """The chain's cost measured inside the engine's step loop, one app on one
+    database (``url``), runs of ``steps`` steps with the chain on and off
+    alternated run by run (ABBA), so drift and other processes' load fall on
+    both within a fraction of a second:
+
+    * the CPU per step of each run (``time.process_time``), medians, and the
+      median of the differences of the runs side by side;
+    * the wall time of each call of the store's chain function as the loop
+      calls it (``postgres._linked_params``, ``sqlite._audited``; chain off:
+      ``chain(False)``'s stand-ins), median over the calls: the chain's own
+      work in place, caches and TLB as the step leaves them, which a loop of
+      hashes in isolation does not see;
+    * the link's SHA-256 in the loop, OpenSSL's (``hashlib.sha256``) against
+      CPython's own, alternated run by run the same way.
+    """
+    module: Any = postgres if backend == "postgres" else sqlite
+    name = "_linked_params" if backend == "postgres" else "_audited"
+    calls: list[int] = []
+    clock = time.perf_counter_ns
+
+    def timed(function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            started = clock()
+            result = function(*args)
+            calls.append(clock() - started)
+            return result
+        return call
+
+    w = build_url(url)
+    try:
+        for state in (True, False):
+            with chain(state):
+                w.app.run(w.chain, steps)
+        cpu: dict[bool, list[float]] = {True: [], False: []}
+        per_call: dict[bool, list[int]] = {True: [], False: []}
+        for i in range(rounds):
+            for state in ((True, False) if i % 2 == 0 else (False, True)):
+                with chain(state):
+                    function = getattr(module, name)
+                    setattr(module, name, timed(function))
+                    calls.clear()
+                    started = time.process_time()
+                    w.app.run(w.chain, steps)
+                    cpu[state].append((time.process_time() - started) / steps * 1e6)
+                    setattr(module, name, function)
+                    per_call[state].extend(calls)
+        paired = statistics.median(a - b for a, b in zip(cpu[True], cpu[False], strict=True))
+        print(f"{backend:10} in loop, CPU per step: chain on {statistics.median(cpu[True]):.2f} us, off "
+              f"{statistics.median(cpu[False]):.2f} us, median of the runs' differences {paired:+.2f} us "
+              f"({rounds} runs of {steps} steps each)", flush=True)
+        on, off = (statistics.median(per_call[s]) / 1e3 for s in (True, False))
+        print(f"{backend:10} in loop, {name} a call: chain on {on:.2f} us, off {off:.2f} us, difference "
+              f"{on - off:+.2f} us (medians of {len(per_call[True])} calls)", flush=True)
+        hashes: dict[str, list[int]] = {"OpenSSL": [], "CPython": []}
+        kept = auditlinks._SHA256, auditlinks._ONE_BLOCK
+
+        class Hashed:
+            __slots__ = ("value",)
+
+            def __init__(self, value: bytes) -> None:
+                self.value = value
+
+            def digest(self) -> bytes:
+                return self.value
+
+        def timed_hash(sha: Callable[[bytes], Any]) -> Callable[[bytes], Hashed]:
+            def call(data: bytes) -> Hashed:
+                started = clock()
+                value = sha(data).digest()
+                calls.append(clock() - started)
+                return Hashed(value)
+            return call
+
+        try:
+            for i in range(rounds):
+                for which in (("OpenSSL", "CPython") if i % 2 == 0 else ("CPython", "OpenSSL")):
+                    sha = kept[0] if which == "OpenSSL" else auditlinks._builtin_sha256()
+                    # every hash of the chain's writers (entry digest and link) by ``which``
+                    auditlinks._SHA256 = auditlinks._ONE_BLOCK = timed_hash(sha)  # type: ignore[assignment]
+                    calls.clear()
+                    w.app.run(w.chain, steps)
+                    hashes[which].extend(calls)
+        finally:
+            auditlinks._SHA256, auditlinks._ONE_BLOCK = kept
+        quartiles = {which: statistics.quantiles(v, n=4) for which, v in hashes.items()}
+        print(f"{backend:10} in loop, a SHA-256 of the chain: " + ", ".join(
+            f"{which} {statistics.median(v) / 1e3:.2f} us (quartiles {quartiles[which][0] / 1e3:.2f}"
+            f"-{quartiles[which][2] / 1e3:.2f})" for which, v in hashes.items())
+            + f"; {len(hashes['OpenSSL'])} hashes each (entry digests and links)", flush=True)
+    finally:
+        w.close()
+
+
+def in_loop_both(steps: int, rounds: int, sqlite_only: bool) -> None:
+    """``in_loop`` on a fresh SQLite file and (unless ``sqlite_only``) a fresh PostgreSQL database."""
+    with fresh_dir("audit-in-loop") as d:
+        in_loop(f"sqlite:///{d / 'cairn.sqlite'}", "sqlite", steps, rounds)
+    if sqlite_only:
+        return
+    from tests import pgcluster
+
+    try:
+        with fresh_database(pgcluster.admin_url()) as url:
+            assert url is not None
+            in_loop(url, "postgres", steps, rounds)
+    finally:
+        pgcluster.shutdown()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
@@ -451,7 +601,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="with --instructions: counts per backend")
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parent.parent,
                         help="with --instructions: the source tree counted (default: this one)")
+    parser.add_argument("--raw", action="store_true", help="print every round's figures too")
+    parser.add_argument("--in-loop", action="store_true",
+                        help="the chain's cost inside the step loop: runs of --steps alternated on one app "
+                             "(--rounds each), the chain function's calls timed in place, OpenSSL's SHA-256 "
+                             "against CPython's there")
     args = parser.parse_args()
+    global RAW
+    RAW = args.raw
     if args.instructions:
         # not larger: with the collector off, runs of 100 and 1100 steps grew the heap past what
         # valgrind's brk segment holds ("brk segment overflow"), and the same "off" code counted
@@ -479,7 +636,10 @@ def main() -> None:
                 pgcluster.shutdown()
         return
     steps, rounds = (300, 3) if args.quick else (args.steps, args.rounds)
-    print(f"bench.audit {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    print(f"bench.audit {time.strftime('%Y-%m-%d %H:%M:%S')}, load {os.getloadavg()[0]:.2f}")
+    if args.in_loop:
+        in_loop_both(steps, rounds, args.sqlite_only)
+        return
     if args.postgres_only:
         postgres_side_by_side(steps, rounds)
         return

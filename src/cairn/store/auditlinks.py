@@ -69,8 +69,8 @@ _SHA256 = hashlib.sha256
 #: CPython's own SHA-256 (no OpenSSL): for input of one block (at most 55
 #: bytes: an entry's digest of a small step result) it skips OpenSSL's
 #: context set-up and cleansing, 4,200 instructions and 340 ns a hash against
-#: 5,900 and 370; for longer input OpenSSL's SHA extensions win (measured:
-#: 950 against 460 ns at 247 bytes). Same bytes either way: SHA-256.
+#: 5,900 and 370; for longer input OpenSSL's SHA extensions win in a loop
+#: (measured: 950 against 460 ns at 247 bytes). Same bytes either way: SHA-256.
 
 
 def _builtin_sha256() -> Callable[[bytes], hashlib._Hash]:
@@ -86,6 +86,25 @@ _ONE_BLOCK = _builtin_sha256()
 
 #: The longest input that is one SHA-256 block (64 bytes less 9 of padding).
 _ONE_BLOCK_MAX = 55
+
+#: The longest input the writers hash with CPython's SHA-256 rather than
+#: OpenSSL's (``chained``, ``written_link``): 8 blocks (8 x 64 less 9 of
+#: padding). A journaled step's link hashes about 190 bytes (4 blocks). In a
+#: loop of hashes OpenSSL's SHA extensions win (460 against 950 ns at 247
+#: bytes), but a writer hashes twice a step, between a step's other work and,
+#: on PostgreSQL, a sleep on the server's answer, and there OpenSSL's path to
+#: a hash (an EVP context made, its digest fetched, an engine looked up, the
+#: context copied, cleansed and freed: some twenty functions across
+#: libcrypto, ``perf`` samples spread thin over all of them) runs cold.
+#: Measured in the PostgreSQL step loop (``bench.audit --in-loop``,
+#: 2026-12-06, chaintime; load 2-6): each of the chain's hashes by OpenSSL
+#: 1.4-1.8 us (median), a quarter of them over 4.0-6.0 us, by CPython
+#: 1.05-1.4 us, its upper quartile 1.1-1.7; ``postgres._linked_params`` +3.2
+#: to +4.8 us a call over the chain off, against +6.0 to +9.8 with OpenSSL's
+#: link. Callgrind counts CPython's 4 blocks at some 2,000 instructions more
+#: than OpenSSL's (it sees instructions, not where they miss). Above 8
+#: blocks OpenSSL's per-block gain takes over.
+_WRITTEN_MAX = 8 * 64 - 9
 
 #: Gives an entry's digest (a sealed store opens the entry and keys the
 #: digest), given the entry and its run's tenant if the caller knows it.
@@ -152,7 +171,7 @@ class AuditKey:
 
 def row_link(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> bytes:
     """``link`` of an entry written as ``values`` (``rows.EVENT_COLUMNS``
-    order), the hot path's and the verifier's: one hash of the previous link
+    order), the verifier's (the writers': ``written_link``): one hash of the previous link
     and the body joined (cheaper than a hash object fed twice), the body's
     items one tuple display (no slices joined) when its times are floats.
     ``values`` may be any sequence (a row as read)."""
@@ -174,12 +193,26 @@ def chained(previous: bytes, values: tuple[Any, ...], data: bytes | None,
         entry_digest = _EMPTY
     else:
         encoded = _ENCODE((data, detail))
-        entry_digest = (_ONE_BLOCK(encoded) if len(encoded) <= _ONE_BLOCK_MAX else _SHA256(encoded)).digest()
+        entry_digest = (_ONE_BLOCK(encoded) if len(encoded) <= _WRITTEN_MAX else _SHA256(encoded)).digest()
     v = values
     if type(v[3]) is float and (v[11] is None or type(v[11]) is float):
-        return _SHA256(previous + _ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10],
-                                           v[11], v[13], entry_digest))).digest()
-    return link(previous, (*v[:12], v[13]), entry_digest)
+        hashed = previous + _ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10],
+                                     v[11], v[13], entry_digest))
+    else:
+        hashed = previous + body((*v[:12], v[13]), entry_digest)
+    return (_ONE_BLOCK(hashed) if len(hashed) <= _WRITTEN_MAX else _SHA256(hashed)).digest()
+
+
+def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> bytes:
+    """``row_link`` as the writers compute it, once an entry: hashed by
+    CPython's SHA-256 up to ``_WRITTEN_MAX`` bytes (the same hash; see there)."""
+    v = values
+    if type(v[3]) is float and (v[11] is None or type(v[11]) is float):
+        hashed = previous + _ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10],
+                                     v[11], v[13], entry_digest))
+    else:
+        hashed = previous + body((*v[:12], v[13]), entry_digest)
+    return (_ONE_BLOCK(hashed) if len(hashed) <= _WRITTEN_MAX else _SHA256(hashed)).digest()
 
 
 def digest_and_link(previous: bytes, values: tuple[Any, ...], data: bytes | None,
@@ -188,7 +221,7 @@ def digest_and_link(previous: bytes, values: tuple[Any, ...], data: bytes | None
     ``previous``, its plaintext ``data`` and ``detail`` unkeyed (a keyed
     store's entry that holds nothing sealed: its digest is stored)."""
     entry_digest = digest(data, detail)
-    return entry_digest, row_link(previous, values, entry_digest)
+    return entry_digest, written_link(previous, values, entry_digest)
 
 
 def link(previous: bytes, meta: Sequence[Any], entry_digest: bytes) -> bytes:

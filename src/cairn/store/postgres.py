@@ -1753,7 +1753,7 @@ def _linked_params(event: HistoryEvent, at_before: float, link_before: bytes | N
                                             event.detail)
     else:
         digest = params["digest"] = digester(event, None)
-        params["link"] = auditlinks.row_link(previous, values, digest)
+        params["link"] = auditlinks.written_link(previous, values, digest)
     params["previous"] = link_before
     return params
 

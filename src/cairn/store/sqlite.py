@@ -1353,7 +1353,7 @@ def _audited(
         digest = digester(event, None)
     if previous is None:
         return digest, auditlinks.PENDING
-    return digest, auditlinks.row_link(previous, values, digest)
+    return digest, auditlinks.written_link(previous, values, digest)
 
 
 #: A step's entry whose payload goes to ``history_payloads``, in one statement
