@@ -186,21 +186,15 @@ def chained(previous: bytes, values: tuple[Any, ...], data: bytes | None,
             detail: dict[str, Any] | None) -> bytes:
     """The link of an entry written as ``values`` after ``previous``, its
     plaintext ``data`` and ``detail`` unkeyed: the hot paths' whole
-    chain work in one call (``digest`` and ``row_link`` written out: a
-    journaled step pays for each Python call it makes). Its digest is not
+    chain work in one call (``digest`` written out: a journaled step pays
+    for each Python call it makes; the link is ``written_link``'s). Its digest is not
     returned: without a keyring it is not stored (the verifier recomputes it)."""
     if data is None and detail is None:
         entry_digest = _EMPTY
     else:
         encoded = _ENCODE((data, detail))
         entry_digest = (_ONE_BLOCK(encoded) if len(encoded) <= _WRITTEN_MAX else _SHA256(encoded)).digest()
-    v = values
-    if type(v[3]) is float and (v[11] is None or type(v[11]) is float):
-        hashed = previous + _ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10],
-                                     v[11], v[13], entry_digest))
-    else:
-        hashed = previous + body((*v[:12], v[13]), entry_digest)
-    return (_ONE_BLOCK(hashed) if len(hashed) <= _WRITTEN_MAX else _SHA256(hashed)).digest()
+    return written_link(previous, values, entry_digest)
 
 
 def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> bytes:
