@@ -1564,7 +1564,7 @@ WITH folded AS (
 )
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
                             checkpoint_kind, checkpoint, metadata_kind, metadata, names, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(parent_id)s::text, %(run_id)s::text,
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, lg_id_pack(%(parent_id)s::text), %(run_id)s::text,
         nullif(%(checkpoint_kind)s::text, 'zd1:msgpack'), %(checkpoint)s,
         nullif(%(metadata_kind)s::text, 'msgpack'), %(metadata)s, %(names)s::text, %(refs)s::bytea)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
@@ -1670,20 +1670,20 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
 
 -- name: lg_latest_checkpoint
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
        coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
 ORDER BY checkpoint_id COLLATE "C" DESC LIMIT 1
 
 -- name: lg_checkpoint
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
        coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = %(checkpoint_id)s::text
 
 -- name: lg_list_checkpoints
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
        coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text) AND (%(ns)s::text IS NULL OR ns = %(ns)s::text)
@@ -1694,7 +1694,7 @@ LIMIT %(limit)s::bigint
 -- name: lg_list_thread
 -- a page of one thread's namespace, newest first: ids in "C" order, the key's own since
 -- migration 0041, so the primary key is read backwards and stops after the page
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
        coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
@@ -1702,7 +1702,7 @@ ORDER BY checkpoint_id COLLATE "C" DESC
 LIMIT %(limit)s::bigint
 
 -- name: lg_list_thread_before
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
        coalesce(metadata_kind, 'msgpack'), metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
@@ -1723,7 +1723,7 @@ LIMIT %(limit)s::bigint
 -- key's last entry (ORDER BY ... LIMIT 1): max(checkpoint_id COLLATE "C") was an aggregate over
 -- the namespace's every key, 1.05 ms at 3,000 checkpoints (EXPLAIN ANALYZE).
 WITH RECURSIVE c AS (
-    SELECT x.checkpoint_id, x.parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
+    SELECT x.checkpoint_id, lg_id_text(x.parent_id) AS parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
            x.checkpoint, coalesce(x.metadata_kind, 'msgpack') AS metadata_kind, x.metadata,
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
@@ -1805,7 +1805,7 @@ FROM wanted AS w,
 -- version and how many bytes of the caller's copy it is). The page is a range of the primary
 -- key read backwards (up to before, or to the namespace's greatest id), as in lg_read_one.
 WITH RECURSIVE c AS (
-    SELECT x.checkpoint_id, x.parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
+    SELECT x.checkpoint_id, lg_id_text(x.parent_id) AS parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
            x.checkpoint, coalesce(x.metadata_kind, 'msgpack') AS metadata_kind, x.metadata,
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x

@@ -1199,7 +1199,7 @@ CREATE TABLE lg_checkpoints (
     thread_id       TEXT NOT NULL,
     ns              TEXT NOT NULL,
     checkpoint_id   TEXT COLLATE "C" NOT NULL,  -- ordered as bytes (0041)
-    parent_id       TEXT,
+    parent_id       BYTEA,  -- packed: lg_id_pack, read with lg_id_text (0049)
     run_id          TEXT,
     checkpoint_kind TEXT,   -- NULL: 'zd1:msgpack' (0048)
     checkpoint      BYTEA NOT NULL,
@@ -1236,6 +1236,27 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE ROWS 4 AS $$
             | (pg_catalog.get_byte(refs, o + 6)::bigint << 48)
             | (pg_catalog.get_byte(refs, o + 7)::bigint << 56))
     FROM pg_catalog.generate_series(0, pg_catalog.length(refs) - 8, 8) AS o
+$$;
+
+-- A parent id packed (0049): a canonical lowercase UUID as 0x01 and its 16 bytes,
+-- any other id as 0x00 and its UTF-8 bytes.
+CREATE FUNCTION lg_id_pack(id TEXT) RETURNS BYTEA
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN (id COLLATE "C") OPERATOR(pg_catalog.~)
+                     '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                THEN '\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                     pg_catalog.decode(pg_catalog.replace(id, '-', ''), 'hex')
+                ELSE '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.convert_to(id, 'UTF8') END
+$$;
+
+-- the text lg_id_pack packed (anything else, which it never writes, reads as NULL)
+CREATE FUNCTION lg_id_text(packed BYTEA) RETURNS TEXT
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN pg_catalog.length(packed) = 17
+                     AND pg_catalog.substr(packed, 1, 1) OPERATOR(pg_catalog.=) '\x01'::pg_catalog.bytea
+                THEN pg_catalog.encode(pg_catalog.substr(packed, 2), 'hex')::pg_catalog.uuid::pg_catalog.text
+                WHEN pg_catalog.substr(packed, 1, 1) OPERATOR(pg_catalog.=) '\x00'::pg_catalog.bytea
+                THEN pg_catalog.convert_from(pg_catalog.substr(packed, 2), 'UTF8') END
 $$;
 
 -- delete_for_runs: a tenant's checkpoints by run id (migration 0028; only those with one: 0043)
