@@ -493,6 +493,10 @@ class SQLCheckpoints(Generic[Tx]):
     #: a saver stores a list's versions as rows of ``lg_blobs`` every this many versions, and
     #: those between as tails in the checkpoint's row (``cairn.langgraph.TAIL``); 1: every version a row
     lg_tail_every = 1
+    #: a saver compresses a checkpoint's metadata whatever its length (``cairn.langgraph.CHECKPOINT_LEVEL``):
+    #: PostgreSQL stores its kind as '' (queries.sql); SQLite keeps metadata whole (its kind text would
+    #: take back most of the ~19 bytes)
+    lg_pack_metadata = False
 
     # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
 

@@ -1545,6 +1545,9 @@ DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::
 -- statement names its tenant: another tenant's thread is absent. The kinds a
 -- saver writes most are stored as NULL (migration 0048): checkpoint_kind and
 -- lg_values.kind 'zd1:msgpack', metadata_kind 'msgpack'; every read coalesces them back.
+-- Metadata compressed ('zd1:msgpack', since issue 24's branch lgpgid) is stored with the
+-- empty kind '' (1 byte, where the text took 12): no serializer type is empty, and rows
+-- written before never hold it.
 
 -- name: lg_lock_thread
 -- one writer per thread at a time (SQLite has one writer per database); and, for this
@@ -1566,7 +1569,8 @@ INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run
                             checkpoint_kind, checkpoint, metadata_kind, metadata, names, refs)
 VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, lg_id_pack(%(parent_id)s::text), %(run_id)s::text,
         nullif(%(checkpoint_kind)s::text, 'zd1:msgpack'), %(checkpoint)s,
-        nullif(%(metadata_kind)s::text, 'msgpack'), %(metadata)s, %(names)s::text, %(refs)s::bytea)
+        CASE %(metadata_kind)s::text WHEN 'msgpack' THEN NULL WHEN 'zd1:msgpack' THEN ''
+             ELSE %(metadata_kind)s::text END, %(metadata)s, %(names)s::text, %(refs)s::bytea)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
@@ -1671,20 +1675,20 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
 
 -- name: lg_latest_checkpoint
 SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
 ORDER BY checkpoint_id COLLATE "C" DESC LIMIT 1
 
 -- name: lg_checkpoint
 SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = %(checkpoint_id)s::text
 
 -- name: lg_list_checkpoints
 SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text) AND (%(ns)s::text IS NULL OR ns = %(ns)s::text)
   AND (%(checkpoint_id)s::text IS NULL OR checkpoint_id = %(checkpoint_id)s::text) AND (%(before)s::text IS NULL OR checkpoint_id COLLATE "C" < %(before)s::text)
@@ -1695,7 +1699,7 @@ LIMIT %(limit)s::bigint
 -- a page of one thread's namespace, newest first: ids in "C" order, the key's own since
 -- migration 0041, so the primary key is read backwards and stops after the page
 SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
 ORDER BY checkpoint_id COLLATE "C" DESC
@@ -1703,7 +1707,7 @@ LIMIT %(limit)s::bigint
 
 -- name: lg_list_thread_before
 SELECT thread_id, ns, checkpoint_id, lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
   AND checkpoint_id COLLATE "C" < %(before)s::text
@@ -1724,7 +1728,8 @@ LIMIT %(limit)s::bigint
 -- the namespace's every key, 1.05 ms at 3,000 checkpoints (EXPLAIN ANALYZE).
 WITH RECURSIVE c AS (
     SELECT x.checkpoint_id, lg_id_text(x.parent_id) AS parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
-           x.checkpoint, coalesce(x.metadata_kind, 'msgpack') AS metadata_kind, x.metadata,
+           x.checkpoint, CASE x.metadata_kind WHEN '' THEN 'zd1:msgpack'
+                       ELSE coalesce(x.metadata_kind, 'msgpack') END AS metadata_kind, x.metadata,
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
@@ -1806,7 +1811,8 @@ FROM wanted AS w,
 -- key read backwards (up to before, or to the namespace's greatest id), as in lg_read_one.
 WITH RECURSIVE c AS (
     SELECT x.checkpoint_id, lg_id_text(x.parent_id) AS parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
-           x.checkpoint, coalesce(x.metadata_kind, 'msgpack') AS metadata_kind, x.metadata,
+           x.checkpoint, CASE x.metadata_kind WHEN '' THEN 'zd1:msgpack'
+                       ELSE coalesce(x.metadata_kind, 'msgpack') END AS metadata_kind, x.metadata,
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text

@@ -1203,7 +1203,7 @@ CREATE TABLE lg_checkpoints (
     run_id          TEXT,
     checkpoint_kind TEXT,   -- NULL: 'zd1:msgpack' (0048)
     checkpoint      BYTEA NOT NULL,
-    metadata_kind   TEXT,   -- NULL: 'msgpack' (0048)
+    metadata_kind   TEXT,   -- NULL: 'msgpack' (0048); '': 'zd1:msgpack' (queries.sql)
     metadata        BYTEA NOT NULL,
     writes          BYTEA,  -- its pending writes, folded in by the next put (0043)
     names           TEXT,   -- its channel versions in lg_blobs, "channel<US>version" pairs (0045)
