@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 import cairn
+from cairn.store.checkpointsql import pack_id, pack_id_key
 from tests.engine.conftest import postgres_url
 from tests.langgraph.rawsql import raw_sql
 
@@ -130,6 +131,11 @@ def test_packed_keys_order_as_their_text_whatever_their_forms(pg_url: str) -> No
     by_key = [r[0] for r in raw_sql(url, listed + "lg_id_key(i)", (ids,))]
     assert by_key == by_text
     assert by_text == sorted(ids, key=lambda i: i.encode())
+    # the saver packs the ids it gives the statements as the migrations packed the rows (0049, 0050)
+    packed = raw_sql(url, "SELECT i, lg_id_key(i), lg_id_pack(i) FROM unnest(?::text[]) AS i", (ids,))
+    assert [(i, bytes(k), bytes(p)) for i, k, p in packed] == [(i, pack_id_key(i), pack_id(i))
+                                                             for i, _, _ in packed]
+    assert sorted(ids, key=pack_id_key) == by_text
     assert raw_sql(url, "SELECT count(DISTINCT lg_id_key(i)), "
                         "count(*) FILTER (WHERE lg_id_text(lg_id_key(i)) = i), "
                         "count(*) FILTER (WHERE lg_id_text(lg_id_pack(i)) = i) FROM unnest(?::text[]) AS i",

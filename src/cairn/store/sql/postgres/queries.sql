@@ -1562,12 +1562,12 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(tenant)s || '/' || %(thread_id)s
 -- written before migration 0045 keeps NULL there and is read as before)
 WITH folded AS (
     UPDATE lg_checkpoints SET writes = %(folded)s::bytea, refs = refs || %(folded_refs)s::bytea
-    WHERE %(folded_id)s::text IS NOT NULL AND tenant = %(tenant)s AND thread_id = %(thread_id)s::text
-      AND ns = %(ns)s::text AND checkpoint_id = lg_id_key(%(folded_id)s::text) AND writes IS NULL
+    WHERE %(folded_id)s::bytea IS NOT NULL AND tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+      AND ns = %(ns)s::text AND checkpoint_id = %(folded_id)s::bytea AND writes IS NULL
 )
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
                             checkpoint_kind, checkpoint, metadata_kind, metadata, names, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, lg_id_key(%(checkpoint_id)s::text), lg_id_pack(%(parent_id)s::text), %(run_id)s::text,
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, %(parent_id)s::bytea, %(run_id)s::text,
         nullif(%(checkpoint_kind)s::text, 'zd1:msgpack'), %(checkpoint)s,
         CASE %(metadata_kind)s::text WHEN 'msgpack' THEN NULL WHEN 'zd1:msgpack' THEN ''
              ELSE %(metadata_kind)s::text END, %(metadata)s, %(names)s::text, %(refs)s::bytea)
@@ -1588,11 +1588,11 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
 -- until a VACUUM, 385 bytes a super-step at 3,000 (tests/langgraph/test_writes_index.py)
 DELETE FROM lg_writes
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-  AND checkpoint_id <= lg_id_key(%(checkpoint_id)s::text)
-  AND (checkpoint_id || ''::bytea) = lg_id_key(%(checkpoint_id)s::text)
+  AND checkpoint_id <= %(checkpoint_id)s::bytea
+  AND (checkpoint_id || ''::bytea) = %(checkpoint_id)s::bytea
   AND EXISTS (SELECT 1 FROM lg_checkpoints AS c
               WHERE c.tenant = %(tenant)s AND c.thread_id = %(thread_id)s::text AND c.ns = %(ns)s::text
-                AND c.checkpoint_id = lg_id_key(%(checkpoint_id)s::text) AND c.writes IS NULL)
+                AND c.checkpoint_id = %(checkpoint_id)s::bytea AND c.writes IS NULL)
 RETURNING task_id, idx, channel, task_path, kind, refs
 
 -- name: lg_put_value
@@ -1648,11 +1648,11 @@ WITH kept AS (
     UPDATE lg_checkpoints SET writes = coalesce(writes, ''::bytea) || %(record)s::bytea,
                               refs = refs || %(record_refs)s::bytea
     WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-      AND checkpoint_id = lg_id_key(%(checkpoint_id)s::text)
+      AND checkpoint_id = %(checkpoint_id)s::bytea
     RETURNING 1
 )
 INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-SELECT %(tenant)s, %(thread_id)s::text, %(ns)s::text, lg_id_key(%(checkpoint_id)s::text), u.task_id, u.idx, u.channel,
+SELECT %(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, u.task_id, u.idx, u.channel,
        u.task_path, u.kind, u.refs
 FROM unnest(%(task_ids)s::text[], %(idxs)s::bigint[], %(channels)s::text[], %(task_paths)s::text[],
             %(kinds)s::text[], %(refs)s::bytea[]) AS u (task_id, idx, channel, task_path, kind, refs)
@@ -1664,13 +1664,13 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
 -- name: lg_put_write
 -- a regular write is kept as first written (a retried task writes the same)
 INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, lg_id_key(%(checkpoint_id)s::text), %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO NOTHING
 
 -- name: lg_replace_write
 -- a special write (error, interrupt, resume, scheduled: negative idx) replaces the last one
 INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, lg_id_key(%(checkpoint_id)s::text), %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
 
@@ -1685,14 +1685,14 @@ ORDER BY checkpoint_id DESC LIMIT 1
 SELECT thread_id, ns, lg_id_text(checkpoint_id), lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
        CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
-WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = lg_id_key(%(checkpoint_id)s::text)
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = %(checkpoint_id)s::bytea
 
 -- name: lg_list_checkpoints
 SELECT thread_id, ns, lg_id_text(checkpoint_id), lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
        CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text) AND (%(ns)s::text IS NULL OR ns = %(ns)s::text)
-  AND (%(checkpoint_id)s::text IS NULL OR checkpoint_id = lg_id_key(%(checkpoint_id)s::text)) AND (%(before)s::text IS NULL OR checkpoint_id < lg_id_key(%(before)s::text))
+  AND (%(checkpoint_id)s::bytea IS NULL OR checkpoint_id = %(checkpoint_id)s::bytea) AND (%(before)s::bytea IS NULL OR checkpoint_id < %(before)s::bytea)
 ORDER BY thread_id COLLATE "C", ns COLLATE "C", checkpoint_id DESC
 LIMIT %(limit)s::bigint
 
@@ -1711,7 +1711,7 @@ SELECT thread_id, ns, lg_id_text(checkpoint_id), lg_id_text(parent_id), coalesce
        CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-  AND checkpoint_id < lg_id_key(%(before)s::text)
+  AND checkpoint_id < %(before)s::bytea
 ORDER BY checkpoint_id DESC
 LIMIT %(limit)s::bigint
 
@@ -1734,8 +1734,8 @@ WITH RECURSIVE c AS (
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
-      AND x.checkpoint_id >= coalesce(lg_id_key(%(checkpoint_id)s::text), ''::bytea)
-      AND x.checkpoint_id <= coalesce(lg_id_key(%(checkpoint_id)s::text),
+      AND x.checkpoint_id >= coalesce(%(checkpoint_id)s::bytea, ''::bytea)
+      AND x.checkpoint_id <= coalesce(%(checkpoint_id)s::bytea,
                                                   (SELECT m.checkpoint_id FROM lg_checkpoints AS m
                                                    WHERE m.tenant = %(tenant)s AND m.thread_id = %(thread_id)s::text
                                                      AND m.ns = %(ns)s::text
@@ -1817,12 +1817,12 @@ WITH RECURSIVE c AS (
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
-      AND x.checkpoint_id <= coalesce(lg_id_key(%(before)s::text),
+      AND x.checkpoint_id <= coalesce(%(before)s::bytea,
                                                   (SELECT m.checkpoint_id FROM lg_checkpoints AS m
                                                    WHERE m.tenant = %(tenant)s AND m.thread_id = %(thread_id)s::text
                                                      AND m.ns = %(ns)s::text
                                                    ORDER BY m.checkpoint_id DESC LIMIT 1))
-      AND x.checkpoint_id IS DISTINCT FROM lg_id_key(%(before)s::text)
+      AND x.checkpoint_id IS DISTINCT FROM %(before)s::bytea
     ORDER BY x.checkpoint_id DESC
     LIMIT %(limit)s::bigint
 ),
@@ -1920,22 +1920,22 @@ SELECT i, is_write, channel, kind, base, refs, task_id, idx, task_path FROM (
     FROM chain
     UNION ALL
     SELECT w.i, true, x.channel, x.kind, NULL, x.refs, x.task_id, x.idx, x.task_path, x.task_path, x.task_id, x.idx
-    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::text[])
+    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::bytea[])
              AS w (i, thread_id, ns, checkpoint_id),
          LATERAL (SELECT * FROM lg_writes AS y
                   WHERE y.tenant = %(tenant)s AND y.thread_id = w.thread_id AND y.ns = w.ns
-                    AND y.checkpoint_id = lg_id_key(w.checkpoint_id)
+                    AND y.checkpoint_id = w.checkpoint_id
                   OFFSET 0) AS x  -- not pulled up: sought by the key, not a join over the tenant's writes
     UNION ALL
     -- the checkpoint's folded writes, read in this statement's snapshot with its rows of lg_writes
     -- (a put folding them between this and the statement that read the checkpoint moves them
     -- from one to the other): a row with NULL task id (checkpointsql.read_writes)
     SELECT f.i, true, NULL, NULL, NULL, z.writes, NULL, NULL, NULL, '', '', NULL
-    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::text[])
+    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::bytea[])
              AS f (i, thread_id, ns, checkpoint_id),
          LATERAL (SELECT y.writes FROM lg_checkpoints AS y
                   WHERE y.tenant = %(tenant)s AND y.thread_id = f.thread_id AND y.ns = f.ns
-                    AND y.checkpoint_id = lg_id_key(f.checkpoint_id) AND y.writes IS NOT NULL
+                    AND y.checkpoint_id = f.checkpoint_id AND y.writes IS NOT NULL
                   LIMIT 1) AS z
 ) AS r
 ORDER BY i, is_write, s1 COLLATE "C", s2 COLLATE "C", s3

@@ -1247,7 +1247,7 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
                 THEN '\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||)
                      pg_catalog.decode(pg_catalog.replace(id, '-', ''), 'hex')
                 ELSE '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
-                     pg_catalog.convert_to(id, pg_catalog.getdatabaseencoding()) END
+                     pg_catalog.convert_to(id, 'UTF8') END
 $$;
 
 -- An id packed so that keys order as their text does in "C" order (its bytes;
@@ -1256,11 +1256,13 @@ $$;
 -- as 0x00 and its bytes; any other id as 0x01, the 16 bytes of the greatest
 -- UUID below it, then its bytes. Between two UUIDs u < v, an id s (u < s < v)
 -- packs as u's bytes and more: after u's key, before v's; two such ids in one
--- gap order by their bytes.
+-- gap order by their bytes. Their UTF-8 bytes, whatever the database's
+-- encoding: the order Python compares ids in. cairn.store.checkpointsql
+-- packs alike (pack_id_key, pack_id): the statements take ids packed.
 CREATE FUNCTION lg_id_key_other(id TEXT) RETURNS BYTEA
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
-    b BYTEA := pg_catalog.convert_to(id, pg_catalog.getdatabaseencoding());
+    b BYTEA := pg_catalog.convert_to(id, 'UTF8');
     n INTEGER := pg_catalog.length(b);
     p INTEGER := 0;
     k INTEGER;
@@ -1314,9 +1316,9 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
                 THEN CASE WHEN pg_catalog.length(packed) = 17
                           THEN pg_catalog.encode(pg_catalog.substr(packed, 2), 'hex')::pg_catalog.uuid::pg_catalog.text
                           WHEN pg_catalog.length(packed) > 17
-                          THEN pg_catalog.convert_from(pg_catalog.substr(packed, 18), pg_catalog.getdatabaseencoding()) END
+                          THEN pg_catalog.convert_from(pg_catalog.substr(packed, 18), 'UTF8') END
                 WHEN pg_catalog.substr(packed, 1, 1) OPERATOR(pg_catalog.=) '\x00'::pg_catalog.bytea
-                THEN pg_catalog.convert_from(pg_catalog.substr(packed, 2), pg_catalog.getdatabaseencoding()) END
+                THEN pg_catalog.convert_from(pg_catalog.substr(packed, 2), 'UTF8') END
 $$;
 
 -- delete_for_runs: a tenant's checkpoints by run id (migration 0028; only those with one: 0043)

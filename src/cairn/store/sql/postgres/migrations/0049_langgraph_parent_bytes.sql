@@ -3,7 +3,7 @@
 -- bytes on disk, in every row of lg_checkpoints. parent_id is no key and no
 -- query compares or orders it, so it is stored packed (lg_id_pack): a
 -- canonical lowercase UUID as 0x01 and its 16 bytes, any other id as 0x00 and
--- its bytes (in the database's encoding); every read gives back the text
+-- its UTF-8 bytes; every read gives back the text
 -- (lg_id_text), the same characters as written (an upper-case UUID is not
 -- canonical: it keeps its text). Rows stored before are rewritten here, their
 -- ids packed the same. lg_id_key, the packing of a key that must keep the
@@ -15,7 +15,7 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
                 THEN '\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||)
                      pg_catalog.decode(pg_catalog.replace(id, '-', ''), 'hex')
                 ELSE '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
-                     pg_catalog.convert_to(id, pg_catalog.getdatabaseencoding()) END
+                     pg_catalog.convert_to(id, 'UTF8') END
 $$;
 
 -- An id packed so that keys order as their text does in "C" order (its bytes;
@@ -24,11 +24,13 @@ $$;
 -- as 0x00 and its bytes; any other id as 0x01, the 16 bytes of the greatest
 -- UUID below it, then its bytes. Between two UUIDs u < v, an id s (u < s < v)
 -- packs as u's bytes and more: after u's key, before v's; two such ids in one
--- gap order by their bytes.
+-- gap order by their bytes. Their UTF-8 bytes, whatever the database's
+-- encoding: the order Python compares ids in. cairn.store.checkpointsql
+-- packs alike (pack_id_key, pack_id): the statements take ids packed.
 CREATE FUNCTION lg_id_key_other(id TEXT) RETURNS BYTEA
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
-    b BYTEA := pg_catalog.convert_to(id, pg_catalog.getdatabaseencoding());
+    b BYTEA := pg_catalog.convert_to(id, 'UTF8');
     n INTEGER := pg_catalog.length(b);
     p INTEGER := 0;
     k INTEGER;
@@ -82,9 +84,9 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
                 THEN CASE WHEN pg_catalog.length(packed) = 17
                           THEN pg_catalog.encode(pg_catalog.substr(packed, 2), 'hex')::pg_catalog.uuid::pg_catalog.text
                           WHEN pg_catalog.length(packed) > 17
-                          THEN pg_catalog.convert_from(pg_catalog.substr(packed, 18), pg_catalog.getdatabaseencoding()) END
+                          THEN pg_catalog.convert_from(pg_catalog.substr(packed, 18), 'UTF8') END
                 WHEN pg_catalog.substr(packed, 1, 1) OPERATOR(pg_catalog.=) '\x00'::pg_catalog.bytea
-                THEN pg_catalog.convert_from(pg_catalog.substr(packed, 2), pg_catalog.getdatabaseencoding()) END
+                THEN pg_catalog.convert_from(pg_catalog.substr(packed, 2), 'UTF8') END
 $$;
 
 ALTER TABLE lg_checkpoints ALTER COLUMN parent_id TYPE BYTEA USING lg_id_pack(parent_id);
