@@ -225,9 +225,10 @@ class PostgresDatabase(Database):
 
         table = "cairn.lg_checkpoints" if self.cairn else "checkpoints"
         where = "tenant = 'bench' AND " if self.cairn else ""
+        column = "cairn.lg_id_text(checkpoint_id)" if self.cairn else "checkpoint_id"  # packed (0050)
         with psycopg.connect(self.url, autocommit=True) as conn:
             return [str(r[0]) for r in conn.execute(
-                f"SELECT checkpoint_id FROM {table} WHERE {where}thread_id = 'chat'")]
+                f"SELECT {column} FROM {table} WHERE {where}thread_id = 'chat'")]
 
 
 @contextmanager

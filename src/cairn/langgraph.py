@@ -133,6 +133,15 @@ ZLIB = "zlib:"
 #: prefix); ``ZLIB`` rows stored before read as before. The serializer's own
 #: checks (allowlist, no pickle) run on the inflated bytes as on any row.
 ZDICT = "zd1:"
+#: A checkpoint is DEFLATEd at level 6, not 1 (issue 24, branch lgpgid): the
+#: bench graph's 386 bytes of msgpack took 142 bytes at 1 and take 137 at 6,
+#: in about the same time (~20 us: a checkpoint is a few hundred bytes).
+#: Metadata is compressed whatever its length on PostgreSQL (its kind stored
+#: as '', a store's ``lg_pack_metadata``): LangGraph's loop
+#: writes ~29 bytes of msgpack a checkpoint (source, step, parents), which
+#: the dictionary's templates take to ~10 (stored when it saves
+#: ``COMPRESS_GAIN``). Rows stored before stay as they are and read as before.
+CHECKPOINT_LEVEL = 6
 #: the preset dictionary of ``ZDICT`` rows (msgpack of templates: never change it)
 ZDICT_1 = bytes.fromhex(
     "97b76c616e67636861696e5f636f72652e6d65737361676573a941494d657373616765ac48756d616e4d657373616765"
@@ -288,6 +297,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         self._records: OrderedDict[tuple[str, str, str], Record] = OrderedDict()
         #: list versions between rows of ``lg_blobs`` are tails (``TAIL``) where the store says so
         self._tail_every = max(1, int(getattr(store, "lg_tail_every", 1)))
+        #: metadata compressed whatever its length where the store says so (``CHECKPOINT_LEVEL``)
+        self._pack_metadata = bool(getattr(store, "lg_pack_metadata", False))
         self._lock = threading.Lock()
         #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
         self._owner = secrets.token_hex(8)
@@ -467,9 +478,11 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if tails:
             c[TAIL] = {ch: [base, digests] for ch, (base, digests) in tails.items()}
         del c["id"]  # the row's key holds it (``_with_id``)
-        ckind, cdata = packed(*self._dump(c))
+        ckind, cdata = packed(*self._dump(c), level=CHECKPOINT_LEVEL)
         full_metadata = get_checkpoint_metadata(config, metadata)
         mkind, mdata = self._dump(full_metadata)
+        if self._pack_metadata:  # whatever its length (see CHECKPOINT_LEVEL)
+            mkind, mdata = packed(mkind, mdata, at=0)
         if self._sealer is not None:
             rows = self._sealed(key.thread_id, rows)
             at = _position(key.ns, checkpoint["id"])
@@ -1098,10 +1111,10 @@ def _with_id(checkpoint: dict[str, Any], checkpoint_id: str) -> dict[str, Any]:
     return out
 
 
-def packed(kind: str, data: bytes) -> tuple[str, bytes]:
-    """A value as stored: compressed when long and worth it (``COMPRESS_AT``, ``ZDICT``)."""
-    if len(data) >= COMPRESS_AT:
-        deflate = zlib.compressobj(1, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=ZDICT_1)
+def packed(kind: str, data: bytes, *, at: int | None = None, level: int = 1) -> tuple[str, bytes]:
+    """A value as stored: compressed when long (``at``, else ``COMPRESS_AT``) and worth it (``ZDICT``)."""
+    if len(data) >= (COMPRESS_AT if at is None else at):
+        deflate = zlib.compressobj(level, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=ZDICT_1)
         small = deflate.compress(data) + deflate.flush()
         if len(small) + COMPRESS_GAIN <= len(data):
             return ZDICT + kind, small

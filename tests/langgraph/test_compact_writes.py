@@ -76,7 +76,8 @@ def test_a_damaged_compact_record_is_refused_naming_its_checkpoint(body: bytes) 
 
 
 def _record(db_url: str, checkpoint_id: str) -> bytes:
-    found = _sql(db_url, "SELECT writes FROM lg_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,))
+    found = _sql(db_url, "SELECT writes FROM lg_checkpoints WHERE checkpoint_id = lg_id_key(?)",
+                 (checkpoint_id,))
     return bytes(found[0][0])
 
 
@@ -93,7 +94,7 @@ def test_postgresql_folds_into_the_compact_record_sqlite_into_json(app: cairn.Ap
     assert _writes(_new_saver(app), c1) == expected
     # a row folded before (a JSON record) reads the same
     as_json = fold_writes(unfold_writes(record, "t", c1_id))
-    _sql(db_url, "UPDATE lg_checkpoints SET writes = ? WHERE checkpoint_id = ?", (as_json, c1_id))
+    _sql(db_url, "UPDATE lg_checkpoints SET writes = ? WHERE checkpoint_id = lg_id_key(?)", (as_json, c1_id))
     assert _writes(_new_saver(app), c1) == expected
     thread: Any = {"configurable": {"thread_id": "t"}}
     assert [t.pending_writes for t in _new_saver(app).list(thread)][-1] == expected

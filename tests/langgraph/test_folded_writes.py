@@ -47,11 +47,13 @@ def _writes(saver: CairnSaver, config: Any) -> list[tuple[str, str, Any]]:
 
 
 def _side_rows(db_url: str, checkpoint_id: str) -> int:
-    return int(_sql(db_url, "SELECT count(*) FROM lg_writes WHERE checkpoint_id = ?", (checkpoint_id,))[0][0])
+    return int(_sql(db_url, "SELECT count(*) FROM lg_writes WHERE checkpoint_id = lg_id_key(?)",
+                    (checkpoint_id,))[0][0])
 
 
 def _folded(db_url: str, checkpoint_id: str) -> Any:
-    return _sql(db_url, "SELECT writes FROM lg_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,))[0][0]
+    return _sql(db_url, "SELECT writes FROM lg_checkpoints WHERE checkpoint_id = lg_id_key(?)",
+                (checkpoint_id,))[0][0]
 
 
 def _deflated(data: bytes) -> bytes:
@@ -222,7 +224,8 @@ def test_rows_of_lg_writes_from_before_are_read_and_folded(app: cairn.App, db_ur
     if _in_row(db_url):
         _sql(db_url, "UPDATE lg_checkpoints SET refs = NULL, names = NULL")
     _sql(db_url, "INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, "
-                 "task_path, kind, refs) VALUES ('acme', 't', '', ?, 'task-a', 0, 'n', '', 'value', ?)",
+                 "task_path, kind, refs) "
+                 "VALUES ('acme', 't', '', lg_id_key(?), 'task-a', 0, 'n', '', 'value', ?)",
          (c1_id, pack_refs([digest])))
     assert found == [("task-a", "n", 10**12)]
     assert _writes(_new_saver(app), c1) == found
@@ -239,7 +242,7 @@ def test_a_damaged_record_after_a_good_one_is_refused_naming_its_checkpoint(app:
     saver.put_writes(c1, [("n", 1)], "task")
     _put(saver, c1, 1)
     c1_id = c1["configurable"]["checkpoint_id"]
-    _sql(db_url, "UPDATE lg_checkpoints SET writes = ? WHERE checkpoint_id = ?",
+    _sql(db_url, "UPDATE lg_checkpoints SET writes = ? WHERE checkpoint_id = lg_id_key(?)",
          (bytes(_folded(db_url, c1_id)) + b"W1\x00junk", c1_id))
     with pytest.raises(UnreadableCheckpoint, match=c1["configurable"]["checkpoint_id"]):
         _writes(_new_saver(app), c1)

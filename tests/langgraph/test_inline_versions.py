@@ -53,13 +53,14 @@ def _rewrite(db_url: str, saver: CairnSaver, config: Any, change: Any) -> None:
     checkpoint_id = config["configurable"]["checkpoint_id"]
     # (PostgreSQL stores the default kind as NULL: migration 0048)
     kind, data = _sql(db_url, "SELECT coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint "
-                      "FROM lg_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,))[0]
+                      "FROM lg_checkpoints WHERE checkpoint_id = lg_id_key(?)", (checkpoint_id,))[0]
 
     row = CheckpointRow("t", "", checkpoint_id, None, kind, bytes(data), "", b"")
     checkpoint = saver.serde.loads_typed(unpacked(kind, bytes(data), row, "checkpoint"))
     change(checkpoint)
     kind, data = packed(*saver.serde.dumps_typed(checkpoint))
-    _sql(db_url, "UPDATE lg_checkpoints SET checkpoint_kind = ?, checkpoint = ? WHERE checkpoint_id = ?",
+    _sql(db_url, "UPDATE lg_checkpoints SET checkpoint_kind = ?, checkpoint = ? "
+                 "WHERE checkpoint_id = lg_id_key(?)",
          (kind, data, checkpoint_id))
 
 
@@ -168,7 +169,7 @@ def test_a_checkpoint_is_stored_without_its_id_and_read_with_it(app: cairn.App, 
     c1 = _put(saver, None, {"n": 10, "log": ["a"]}, {"n": "1", "log": "1"}, {"n": "1", "log": "1"})
     c2 = _put(saver, c1, {"n": 11, "log": ["a", "b"]}, {"n": "2", "log": "2"}, {"n": "2", "log": "2"})
     for kind, data, checkpoint_id in _sql(db_url, "SELECT coalesce(checkpoint_kind, 'zd1:msgpack'), "
-                                          "checkpoint, checkpoint_id FROM lg_checkpoints"):
+                                          "checkpoint, lg_id_text(checkpoint_id) FROM lg_checkpoints"):
         row = CheckpointRow("t", "", checkpoint_id, None, kind, bytes(data), "", b"")
         assert "id" not in saver.serde.loads_typed(unpacked(kind, bytes(data), row, "checkpoint"))
     # c1 as the code before stored it: with its id (one it never had, to tell them apart)

@@ -273,7 +273,8 @@ def test_a_history_page_checks_what_the_listed_read_checks(pg_app: cairn.App, pg
     assert writer._rows.lg_read_page(key, None, 10, lambda row: (writer._versions, lambda c, r: False),
                                      None, {"log": refs}) is None
     # a row whose names disagree with its checkpoint reads as before
-    raw_sql(url, "UPDATE lg_checkpoints SET names = 'log, 0000000001.x' WHERE checkpoint_id = ?", (ids[6],))
+    raw_sql(url, "UPDATE lg_checkpoints SET names = 'log, 0000000001.x' WHERE checkpoint_id = lg_id_key(?)",
+            (ids[6],))
     reader = CairnSaver(pg_app, tenant="acme")
     ran = _statements(reader)
     for a, b in zip(list(CairnSaver(pg_app, tenant="acme").list(page, limit=10)), reader.list(page, limit=10),
@@ -282,7 +283,8 @@ def test_a_history_page_checks_what_the_listed_read_checks(pg_app: cairn.App, pg
     assert ran[0] == "lg_read_page", ran
     assert "lg_page_reads" in ran, ran
     now = list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))
-    raw_sql(url, "UPDATE lg_checkpoints SET names = NULL, refs = NULL WHERE checkpoint_id = ?", (ids[4],))
+    raw_sql(url, "UPDATE lg_checkpoints SET names = NULL, refs = NULL WHERE checkpoint_id = lg_id_key(?)",
+            (ids[4],))
     reader = CairnSaver(pg_app, tenant="acme")
     ran = _statements(reader)
     old = list(reader.list(page, limit=10))
@@ -296,7 +298,7 @@ def test_a_history_page_checks_what_the_listed_read_checks(pg_app: cairn.App, pg
         list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))
     raw_sql(url, "INSERT INTO lg_values SELECT * FROM kept_values")
     assert len(list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))) == 10
-    raw_sql(url, "UPDATE lg_checkpoints SET checkpoint = ? WHERE checkpoint_id = ?",
+    raw_sql(url, "UPDATE lg_checkpoints SET checkpoint = ? WHERE checkpoint_id = lg_id_key(?)",
             (b"\xc1\xff damaged", ids[0]))
     with pytest.raises(UnreadableCheckpoint, match=f"checkpoint '{ids[0]}'"):
         list(CairnSaver(pg_app, tenant="acme").list(page, limit=10))

@@ -306,7 +306,7 @@ def test_a_long_value_is_stored_compressed_and_rows_stored_whole_still_read(
     counting_loop(3, word).compile(checkpointer=_saver(app, tenant="acme")).invoke({"log": []}, _config("t"))
     monkeypatch.undo()
     # what a saver before migration 0030 / 0043 wrote: zlib with its header, no dictionary
-    monkeypatch.setattr(lg, "packed", lambda kind, data: (
+    monkeypatch.setattr(lg, "packed", lambda kind, data, **_: (
         (lg.ZLIB + kind, zlib.compress(data, 1)) if len(data) >= lg.COMPRESS_AT else (kind, data)))
     counting_loop(6, word).compile(checkpointer=_saver(app, tenant="acme")).invoke({"log": []}, _config("t"))
     monkeypatch.undo()

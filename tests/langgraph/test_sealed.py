@@ -140,23 +140,24 @@ def test_sealed_rows_moved_elsewhere_do_not_open(sealed_app: cairn.App, db_url: 
     # a checkpoint's sealed bytes moved to another checkpoint of the thread
     (latest, older) = ids[0], ids[1]
     (row,) = _sql(db_url, "SELECT checkpoint, metadata FROM lg_checkpoints WHERE tenant = 'acme' "
-                          "AND thread_id = 't' AND checkpoint_id = ?", (older,))
+                          "AND thread_id = 't' AND checkpoint_id = lg_id_key(?)", (older,))
     _sql(db_url, "UPDATE lg_checkpoints SET checkpoint = ? WHERE tenant = 'acme' AND thread_id = 't' "
-                 "AND checkpoint_id = ?", (bytes(row[0]), latest))
+                 "AND checkpoint_id = lg_id_key(?)", (bytes(row[0]), latest))
     refused(f"checkpoint {latest!r} of thread 't'.*refused its checkpoint")
     # or to the same checkpoint id of thread u
-    (theirs_row,) = _sql(db_url, "SELECT checkpoint_id FROM lg_checkpoints WHERE tenant = 'acme' "
+    (theirs_row,) = _sql(db_url, "SELECT lg_id_text(checkpoint_id) FROM lg_checkpoints WHERE tenant = 'acme' "
                                  "AND thread_id = 'u' ORDER BY checkpoint_id DESC LIMIT 1")
-    _sql(db_url, "UPDATE lg_checkpoints SET checkpoint_id = ? WHERE tenant = 'acme' AND thread_id = 't' "
-                 "AND checkpoint_id = ?", (theirs_row[0], latest))
+    _sql(db_url, "UPDATE lg_checkpoints SET checkpoint_id = lg_id_key(?) "
+                 "WHERE tenant = 'acme' AND thread_id = 't' "
+                 "AND checkpoint_id = lg_id_key(?)", (theirs_row[0], latest))
     _sql(db_url, "UPDATE lg_checkpoints SET checkpoint = (SELECT c.checkpoint FROM lg_checkpoints AS c "
-                 "WHERE c.tenant = 'acme' AND c.thread_id = 'u' AND c.checkpoint_id = ?) "
-                 "WHERE tenant = 'acme' AND thread_id = 't' AND checkpoint_id = ?",
+                 "WHERE c.tenant = 'acme' AND c.thread_id = 'u' AND c.checkpoint_id = lg_id_key(?)) "
+                 "WHERE tenant = 'acme' AND thread_id = 't' AND checkpoint_id = lg_id_key(?)",
          (theirs_row[0], theirs_row[0]))
     refused("refused its checkpoint")
     # metadata moved between checkpoints: the listing refuses it
     _sql(db_url, "UPDATE lg_checkpoints SET metadata = ? WHERE tenant = 'acme' AND thread_id = 't' "
-                 "AND checkpoint_id = ?", (bytes(row[1]), ids[2]))
+                 "AND checkpoint_id = lg_id_key(?)", (bytes(row[1]), ids[2]))
     with pytest.raises(UnreadableCheckpoint, match="refused its metadata"):
         [*fresh().list(config)]
 

@@ -48,6 +48,7 @@ write never takes the thread back from the run's next lease).
 from __future__ import annotations
 
 import json
+import re
 import uuid
 import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -63,6 +64,57 @@ T = TypeVar("T")
 
 #: bytes of one digest in ``refs``
 REF_SIZE = 8
+#: A canonical checkpoint id: a lowercase UUID as ``str(uuid.UUID(...))`` spells it (``pack_id_key``).
+_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_DASHES = (8, 13, 18, 23)
+_GREATEST = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+
+
+def _below(position: int, c: int) -> int | None:
+    """The greatest byte a canonical UUID may hold at ``position`` that is less than ``c``."""
+    if position in _DASHES:
+        return 45 if c > 45 else None
+    if c > 102:
+        return 102
+    if c > 97:
+        return c - 1
+    if c > 57:
+        return 57
+    return c - 1 if c > 48 else None
+
+
+def pack_id_key(checkpoint_id: str) -> bytes:
+    """A checkpoint id as PostgreSQL keys it (migration 0050; ``lg_id_key``
+    in SQL, which packs alike): a canonical UUID as 0x01 and its 16 bytes;
+    an id below every UUID as 0x00 and its UTF-8 bytes; any other id as 0x01,
+    the 16 bytes of the greatest UUID below it, then its bytes. Keys so
+    packed order as the ids' bytes do, whatever their forms."""
+    if len(checkpoint_id) == 36 and _CANONICAL.fullmatch(checkpoint_id):
+        return b"\x01" + uuid.UUID(checkpoint_id).bytes
+    b = checkpoint_id.encode()
+    p = 0  # how many of its first bytes spell the start of a canonical UUID
+    while p < 36 and p < len(b):
+        c = b[p]
+        if not (c == 45 if p in _DASHES else 48 <= c <= 57 or 97 <= c <= 102):
+            break
+        p += 1
+    if p == 36:  # a UUID and more: the greatest UUID below it is that UUID
+        return b"\x01" + uuid.UUID(b[:36].decode()).bytes + b
+    for k in range(min(p, len(b) - 1), -1, -1):  # the greatest UUID below differs first at some k <= p
+        below = _below(k, b[k])
+        if below is not None:
+            return b"\x01" + uuid.UUID(b[:k].decode() + chr(below) + _GREATEST[k + 1:]).bytes + b
+    return b"\x00" + b  # below every UUID
+
+
+def pack_id(checkpoint_id: str) -> bytes:
+    """A parent id as PostgreSQL stores it (migration 0049, ``lg_id_pack``): a
+    canonical UUID as 0x01 and its 16 bytes, any other id as 0x00 and its bytes."""
+    if len(checkpoint_id) == 36 and _CANONICAL.fullmatch(checkpoint_id):
+        return b"\x01" + uuid.UUID(checkpoint_id).bytes
+    return b"\x00" + checkpoint_id.encode()
+
+
 #: the first bytes of a checkpoint's folded pending writes (``fold_writes``): the format's version
 FOLD_TAG = b"W1"
 #: the most bytes folded writes may inflate to (a damaged or hostile record claiming more is refused)
@@ -493,6 +545,10 @@ class SQLCheckpoints(Generic[Tx]):
     #: a saver stores a list's versions as rows of ``lg_blobs`` every this many versions, and
     #: those between as tails in the checkpoint's row (``cairn.langgraph.TAIL``); 1: every version a row
     lg_tail_every = 1
+    #: a saver compresses a checkpoint's metadata whatever its length (``cairn.langgraph.CHECKPOINT_LEVEL``):
+    #: PostgreSQL stores its kind as '' (queries.sql); SQLite keeps metadata whole (its kind text would
+    #: take back most of the ~19 bytes)
+    lg_pack_metadata = False
 
     # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
 

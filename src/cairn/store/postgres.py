@@ -242,6 +242,7 @@ from cairn.faults import fault_point
 from cairn.store import admission, auditlinks, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.auditlinks import Digester
+from cairn.store.checkpointsql import pack_id, pack_id_key
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.records import (
     Claim,
@@ -398,6 +399,22 @@ class DatabaseClock:
             conn.close()
 
 
+#: the parameters of the LangGraph statements that name checkpoints by id (``_packed_ids``)
+_KEY_IDS = ("checkpoint_id", "folded_id", "before")
+
+
+def _packed_ids(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``params`` with its checkpoint ids packed as the columns hold them
+    (migrations 0049, 0050): packed here, not by ``lg_id_key`` in the
+    statement, which took ~0.1 ms a statement to inline and run."""
+    packed: dict[str, Any] = {k: pack_id_key(params[k]) for k in _KEY_IDS if isinstance(params.get(k), str)}
+    if isinstance(params.get("parent_id"), str):
+        packed["parent_id"] = pack_id(params["parent_id"])
+    if "wids" in params:
+        packed["wids"] = [pack_id_key(str(i)) for i in params["wids"]]
+    return {**params, **packed} if packed else params
+
+
 class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     """Store contract on a PostgreSQL database (see ``contract.Store``).
 
@@ -423,6 +440,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     #: every other list version is a tail in the checkpoint's row, not a row of lg_blobs
     #: (cairn.langgraph.TAIL: a row of lg_blobs cost ~225 bytes a super-step at 3,000)
     lg_tail_every = 2
+    lg_pack_metadata = True  # metadata compressed, its kind stored as '' (branch lgpgid)
 
 
     def __init__(
@@ -1196,6 +1214,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         return _apply(tx, transition)
 
     def _query(self, tx: _Conn, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        if name.startswith("lg_"):
+            params = _packed_ids(params)
         cursor = tx.execute(_Q[name], params)
         return cursor.fetchall() if cursor.description is not None else []
 

@@ -1545,6 +1545,9 @@ DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::
 -- statement names its tenant: another tenant's thread is absent. The kinds a
 -- saver writes most are stored as NULL (migration 0048): checkpoint_kind and
 -- lg_values.kind 'zd1:msgpack', metadata_kind 'msgpack'; every read coalesces them back.
+-- Metadata compressed ('zd1:msgpack', since issue 24's branch lgpgid) is stored with the
+-- empty kind '' (1 byte, where the text took 12): no serializer type is empty, and rows
+-- written before never hold it.
 
 -- name: lg_lock_thread
 -- one writer per thread at a time (SQLite has one writer per database); and, for this
@@ -1559,14 +1562,15 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(tenant)s || '/' || %(thread_id)s
 -- written before migration 0045 keeps NULL there and is read as before)
 WITH folded AS (
     UPDATE lg_checkpoints SET writes = %(folded)s::bytea, refs = refs || %(folded_refs)s::bytea
-    WHERE %(folded_id)s::text IS NOT NULL AND tenant = %(tenant)s AND thread_id = %(thread_id)s::text
-      AND ns = %(ns)s::text AND checkpoint_id = %(folded_id)s::text AND writes IS NULL
+    WHERE %(folded_id)s::bytea IS NOT NULL AND tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+      AND ns = %(ns)s::text AND checkpoint_id = %(folded_id)s::bytea AND writes IS NULL
 )
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
                             checkpoint_kind, checkpoint, metadata_kind, metadata, names, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(parent_id)s::text, %(run_id)s::text,
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, %(parent_id)s::bytea, %(run_id)s::text,
         nullif(%(checkpoint_kind)s::text, 'zd1:msgpack'), %(checkpoint)s,
-        nullif(%(metadata_kind)s::text, 'msgpack'), %(metadata)s, %(names)s::text, %(refs)s::bytea)
+        CASE %(metadata_kind)s::text WHEN 'msgpack' THEN NULL WHEN 'zd1:msgpack' THEN ''
+             ELSE %(metadata_kind)s::text END, %(metadata)s, %(names)s::text, %(refs)s::bytea)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
@@ -1584,10 +1588,11 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
 -- until a VACUUM, 385 bytes a super-step at 3,000 (tests/langgraph/test_writes_index.py)
 DELETE FROM lg_writes
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-  AND checkpoint_id <= %(checkpoint_id)s::text AND (checkpoint_id || '') = %(checkpoint_id)s::text
+  AND checkpoint_id <= %(checkpoint_id)s::bytea
+  AND (checkpoint_id || ''::bytea) = %(checkpoint_id)s::bytea
   AND EXISTS (SELECT 1 FROM lg_checkpoints AS c
               WHERE c.tenant = %(tenant)s AND c.thread_id = %(thread_id)s::text AND c.ns = %(ns)s::text
-                AND c.checkpoint_id = %(checkpoint_id)s::text AND c.writes IS NULL)
+                AND c.checkpoint_id = %(checkpoint_id)s::bytea AND c.writes IS NULL)
 RETURNING task_id, idx, channel, task_path, kind, refs
 
 -- name: lg_put_value
@@ -1643,11 +1648,11 @@ WITH kept AS (
     UPDATE lg_checkpoints SET writes = coalesce(writes, ''::bytea) || %(record)s::bytea,
                               refs = refs || %(record_refs)s::bytea
     WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-      AND checkpoint_id = %(checkpoint_id)s::text
+      AND checkpoint_id = %(checkpoint_id)s::bytea
     RETURNING 1
 )
 INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-SELECT %(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s, u.task_id, u.idx, u.channel,
+SELECT %(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, u.task_id, u.idx, u.channel,
        u.task_path, u.kind, u.refs
 FROM unnest(%(task_ids)s::text[], %(idxs)s::bigint[], %(channels)s::text[], %(task_paths)s::text[],
             %(kinds)s::text[], %(refs)s::bytea[]) AS u (task_id, idx, channel, task_path, kind, refs)
@@ -1659,55 +1664,55 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
 -- name: lg_put_write
 -- a regular write is kept as first written (a retried task writes the same)
 INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO NOTHING
 
 -- name: lg_replace_write
 -- a special write (error, interrupt, resume, scheduled: negative idx) replaces the last one
 INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::text, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
+VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
 
 -- name: lg_latest_checkpoint
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+SELECT thread_id, ns, lg_id_text(checkpoint_id), lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-ORDER BY checkpoint_id COLLATE "C" DESC LIMIT 1
+ORDER BY checkpoint_id DESC LIMIT 1
 
 -- name: lg_checkpoint
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+SELECT thread_id, ns, lg_id_text(checkpoint_id), lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
-WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = %(checkpoint_id)s::text
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND checkpoint_id = %(checkpoint_id)s::bytea
 
 -- name: lg_list_checkpoints
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+SELECT thread_id, ns, lg_id_text(checkpoint_id), lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text) AND (%(ns)s::text IS NULL OR ns = %(ns)s::text)
-  AND (%(checkpoint_id)s::text IS NULL OR checkpoint_id = %(checkpoint_id)s::text) AND (%(before)s::text IS NULL OR checkpoint_id COLLATE "C" < %(before)s::text)
-ORDER BY thread_id COLLATE "C", ns COLLATE "C", checkpoint_id COLLATE "C" DESC
+  AND (%(checkpoint_id)s::bytea IS NULL OR checkpoint_id = %(checkpoint_id)s::bytea) AND (%(before)s::bytea IS NULL OR checkpoint_id < %(before)s::bytea)
+ORDER BY thread_id COLLATE "C", ns COLLATE "C", checkpoint_id DESC
 LIMIT %(limit)s::bigint
 
 -- name: lg_list_thread
 -- a page of one thread's namespace, newest first: ids in "C" order, the key's own since
 -- migration 0041, so the primary key is read backwards and stops after the page
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+SELECT thread_id, ns, lg_id_text(checkpoint_id), lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-ORDER BY checkpoint_id COLLATE "C" DESC
+ORDER BY checkpoint_id DESC
 LIMIT %(limit)s::bigint
 
 -- name: lg_list_thread_before
-SELECT thread_id, ns, checkpoint_id, parent_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
-       coalesce(metadata_kind, 'msgpack'), metadata
+SELECT thread_id, ns, lg_id_text(checkpoint_id), lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,
+       CASE metadata_kind WHEN '' THEN 'zd1:msgpack' ELSE coalesce(metadata_kind, 'msgpack') END, metadata
 FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-  AND checkpoint_id COLLATE "C" < %(before)s::text
-ORDER BY checkpoint_id COLLATE "C" DESC
+  AND checkpoint_id < %(before)s::bytea
+ORDER BY checkpoint_id DESC
 LIMIT %(limit)s::bigint
 
 -- name: lg_read_one
@@ -1723,18 +1728,19 @@ LIMIT %(limit)s::bigint
 -- key's last entry (ORDER BY ... LIMIT 1): max(checkpoint_id COLLATE "C") was an aggregate over
 -- the namespace's every key, 1.05 ms at 3,000 checkpoints (EXPLAIN ANALYZE).
 WITH RECURSIVE c AS (
-    SELECT x.checkpoint_id, x.parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
-           x.checkpoint, coalesce(x.metadata_kind, 'msgpack') AS metadata_kind, x.metadata,
+    SELECT x.checkpoint_id, lg_id_text(x.parent_id) AS parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
+           x.checkpoint, CASE x.metadata_kind WHEN '' THEN 'zd1:msgpack'
+                       ELSE coalesce(x.metadata_kind, 'msgpack') END AS metadata_kind, x.metadata,
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
-      AND x.checkpoint_id COLLATE "C" >= coalesce(%(checkpoint_id)s::text, '')
-      AND x.checkpoint_id COLLATE "C" <= coalesce(%(checkpoint_id)s::text,
+      AND x.checkpoint_id >= coalesce(%(checkpoint_id)s::bytea, ''::bytea)
+      AND x.checkpoint_id <= coalesce(%(checkpoint_id)s::bytea,
                                                   (SELECT m.checkpoint_id FROM lg_checkpoints AS m
                                                    WHERE m.tenant = %(tenant)s AND m.thread_id = %(thread_id)s::text
                                                      AND m.ns = %(ns)s::text
-                                                   ORDER BY m.checkpoint_id COLLATE "C" DESC LIMIT 1))
-    ORDER BY x.checkpoint_id COLLATE "C" DESC
+                                                   ORDER BY m.checkpoint_id DESC LIMIT 1))
+    ORDER BY x.checkpoint_id DESC
     LIMIT 1
 ),
 named (channel, version) AS (
@@ -1767,7 +1773,7 @@ side AS (
     SELECT y.task_id, y.idx, y.channel, y.task_path, y.kind, y.refs
     FROM c, LATERAL (SELECT * FROM lg_writes AS z
                      WHERE z.tenant = %(tenant)s AND z.thread_id = %(thread_id)s::text AND z.ns = %(ns)s::text
-                       AND z.checkpoint_id = c.checkpoint_id COLLATE "default"  -- lg_writes' key's collation
+                       AND z.checkpoint_id = c.checkpoint_id
                      OFFSET 0) AS y
 ),
 wanted (digest) AS (
@@ -1777,7 +1783,7 @@ wanted (digest) AS (
     UNION
     SELECT d FROM side AS w, LATERAL lg_digests(w.refs) AS d
 )
-SELECT 0 AS part, checkpoint_id, parent_id, checkpoint_kind, metadata_kind, names, checkpoint, metadata,
+SELECT 0 AS part, lg_id_text(checkpoint_id), parent_id, checkpoint_kind, metadata_kind, names, checkpoint, metadata,
        NULL::bigint AS n
 FROM c
 UNION ALL
@@ -1805,18 +1811,19 @@ FROM wanted AS w,
 -- version and how many bytes of the caller's copy it is). The page is a range of the primary
 -- key read backwards (up to before, or to the namespace's greatest id), as in lg_read_one.
 WITH RECURSIVE c AS (
-    SELECT x.checkpoint_id, x.parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
-           x.checkpoint, coalesce(x.metadata_kind, 'msgpack') AS metadata_kind, x.metadata,
+    SELECT x.checkpoint_id, lg_id_text(x.parent_id) AS parent_id, coalesce(x.checkpoint_kind, 'zd1:msgpack') AS checkpoint_kind,
+           x.checkpoint, CASE x.metadata_kind WHEN '' THEN 'zd1:msgpack'
+                       ELSE coalesce(x.metadata_kind, 'msgpack') END AS metadata_kind, x.metadata,
            x.writes, x.names, x.refs
     FROM lg_checkpoints AS x
     WHERE x.tenant = %(tenant)s AND x.thread_id = %(thread_id)s::text AND x.ns = %(ns)s::text
-      AND x.checkpoint_id COLLATE "C" <= coalesce(%(before)s::text,
+      AND x.checkpoint_id <= coalesce(%(before)s::bytea,
                                                   (SELECT m.checkpoint_id FROM lg_checkpoints AS m
                                                    WHERE m.tenant = %(tenant)s AND m.thread_id = %(thread_id)s::text
                                                      AND m.ns = %(ns)s::text
-                                                   ORDER BY m.checkpoint_id COLLATE "C" DESC LIMIT 1))
-      AND x.checkpoint_id IS DISTINCT FROM %(before)s::text
-    ORDER BY x.checkpoint_id COLLATE "C" DESC
+                                                   ORDER BY m.checkpoint_id DESC LIMIT 1))
+      AND x.checkpoint_id IS DISTINCT FROM %(before)s::bytea
+    ORDER BY x.checkpoint_id DESC
     LIMIT %(limit)s::bigint
 ),
 named (channel, version) AS (
@@ -1853,10 +1860,10 @@ sent AS (
     WHERE NOT EXISTS (SELECT 1 FROM held AS k WHERE k.channel = h.channel AND k.start = h.start)
 ),
 side AS (
-    SELECT c.checkpoint_id AS at, y.task_id, y.idx, y.channel, y.task_path, y.kind, y.refs
+    SELECT lg_id_text(c.checkpoint_id) AS at, y.task_id, y.idx, y.channel, y.task_path, y.kind, y.refs
     FROM c, LATERAL (SELECT * FROM lg_writes AS z
                      WHERE z.tenant = %(tenant)s AND z.thread_id = %(thread_id)s::text AND z.ns = %(ns)s::text
-                       AND z.checkpoint_id = c.checkpoint_id COLLATE "default"  -- lg_writes' key's collation
+                       AND z.checkpoint_id = c.checkpoint_id
                      OFFSET 0) AS y
 ),
 wanted (digest) AS (
@@ -1866,7 +1873,7 @@ wanted (digest) AS (
     UNION
     SELECT d FROM side AS w, LATERAL lg_digests(w.refs) AS d
 )
-SELECT 0 AS part, checkpoint_id, parent_id, checkpoint_kind, metadata_kind, names, checkpoint, metadata,
+SELECT 0 AS part, lg_id_text(checkpoint_id), parent_id, checkpoint_kind, metadata_kind, names, checkpoint, metadata,
        NULL::bigint AS n
 FROM c
 UNION ALL
@@ -1876,7 +1883,7 @@ SELECT 5, channel, start, NULL, NULL, NULL, NULL, NULL, size FROM held
 UNION ALL
 SELECT 2, task_id, channel, task_path, kind, at, refs, NULL, idx FROM side
 UNION ALL
-SELECT 3, checkpoint_id, NULL, NULL, NULL, NULL, writes, NULL, NULL FROM c WHERE writes IS NOT NULL
+SELECT 3, lg_id_text(checkpoint_id), NULL, NULL, NULL, NULL, writes, NULL, NULL FROM c WHERE writes IS NOT NULL
 UNION ALL
 SELECT 4, NULL, v.kind, NULL, NULL, NULL, v.data, NULL, v.digest
 FROM wanted AS w,
@@ -1913,7 +1920,7 @@ SELECT i, is_write, channel, kind, base, refs, task_id, idx, task_path FROM (
     FROM chain
     UNION ALL
     SELECT w.i, true, x.channel, x.kind, NULL, x.refs, x.task_id, x.idx, x.task_path, x.task_path, x.task_id, x.idx
-    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::text[])
+    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::bytea[])
              AS w (i, thread_id, ns, checkpoint_id),
          LATERAL (SELECT * FROM lg_writes AS y
                   WHERE y.tenant = %(tenant)s AND y.thread_id = w.thread_id AND y.ns = w.ns
@@ -1924,7 +1931,7 @@ SELECT i, is_write, channel, kind, base, refs, task_id, idx, task_path FROM (
     -- (a put folding them between this and the statement that read the checkpoint moves them
     -- from one to the other): a row with NULL task id (checkpointsql.read_writes)
     SELECT f.i, true, NULL, NULL, NULL, z.writes, NULL, NULL, NULL, '', '', NULL
-    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::text[])
+    FROM unnest(%(wrows)s::bigint[], %(wthreads)s::text[], %(wnss)s::text[], %(wids)s::bytea[])
              AS f (i, thread_id, ns, checkpoint_id),
          LATERAL (SELECT y.writes FROM lg_checkpoints AS y
                   WHERE y.tenant = %(tenant)s AND y.thread_id = f.thread_id AND y.ns = f.ns
@@ -1963,9 +1970,9 @@ RETURNING thread_id
 -- every checkpoint of the thread but the latest of each namespace
 DELETE FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
-  AND checkpoint_id COLLATE "C" < (SELECT max(c.checkpoint_id COLLATE "C") FROM lg_checkpoints AS c
+  AND checkpoint_id < (SELECT c.checkpoint_id FROM lg_checkpoints AS c
                        WHERE c.tenant = lg_checkpoints.tenant AND c.thread_id = lg_checkpoints.thread_id
-                         AND c.ns = lg_checkpoints.ns)
+                         AND c.ns = lg_checkpoints.ns ORDER BY c.checkpoint_id DESC LIMIT 1)
 
 -- name: lg_delete_orphan_writes
 DELETE FROM lg_writes
@@ -1975,7 +1982,7 @@ WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
                     AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id)
 
 -- name: lg_thread_checkpoints
-SELECT ns, checkpoint_id, coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint FROM lg_checkpoints
+SELECT ns, lg_id_text(checkpoint_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
 
 -- name: lg_thread_blobs
@@ -1991,7 +1998,7 @@ SELECT refs, NULL::text FROM lg_blobs WHERE tenant = %(tenant)s AND thread_id = 
 UNION ALL
 SELECT refs, NULL FROM lg_writes WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
 UNION ALL
-SELECT writes, checkpoint_id FROM lg_checkpoints
+SELECT writes, lg_id_text(checkpoint_id) FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND writes IS NOT NULL
 
 -- name: lg_thread_digests
@@ -2240,18 +2247,18 @@ WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND digest =
   AND data = %(old_data)s::bytea
 
 -- name: rekey_lg_checkpoints_page
-SELECT thread_id, ns, checkpoint_id, checkpoint, metadata FROM lg_checkpoints
+SELECT thread_id, ns, lg_id_text(checkpoint_id), checkpoint, metadata FROM lg_checkpoints
 WHERE tenant = %(tenant)s::text
   AND (%(first)s::boolean OR thread_id > %(after_thread)s::text
        OR (thread_id = %(after_thread)s::text AND ns > %(after_ns)s::text)
        OR (thread_id = %(after_thread)s::text AND ns = %(after_ns)s::text
-           AND checkpoint_id > %(after_id)s::text))
+           AND checkpoint_id > lg_id_key(%(after_id)s::text)))
 ORDER BY thread_id, ns, checkpoint_id LIMIT %(limit)s::bigint
 
 -- name: rekey_lg_checkpoint_set
 UPDATE lg_checkpoints SET checkpoint = %(checkpoint)s::bytea, metadata = %(metadata)s::bytea
 WHERE tenant = %(tenant)s::text AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text
-  AND checkpoint_id = %(checkpoint_id)s::text
+  AND checkpoint_id = lg_id_key(%(checkpoint_id)s::text)
   AND checkpoint = %(old_checkpoint)s::bytea AND metadata = %(old_metadata)s::bytea
 
 -- The audit chain (issue 26; cairn/store/auditlinks.py). Entries written

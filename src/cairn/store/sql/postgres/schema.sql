@@ -1198,12 +1198,12 @@ CREATE TABLE lg_checkpoints (
     tenant          TEXT NOT NULL,
     thread_id       TEXT NOT NULL,
     ns              TEXT NOT NULL,
-    checkpoint_id   TEXT COLLATE "C" NOT NULL,  -- ordered as bytes (0041)
-    parent_id       TEXT,
+    checkpoint_id   BYTEA NOT NULL,  -- packed by lg_id_key, in the order of its text's bytes (0041, 0050)
+    parent_id       BYTEA,  -- packed: lg_id_pack, read with lg_id_text (0049)
     run_id          TEXT,
     checkpoint_kind TEXT,   -- NULL: 'zd1:msgpack' (0048)
     checkpoint      BYTEA NOT NULL,
-    metadata_kind   TEXT,   -- NULL: 'msgpack' (0048)
+    metadata_kind   TEXT,   -- NULL: 'msgpack' (0048); '': 'zd1:msgpack' (queries.sql)
     metadata        BYTEA NOT NULL,
     writes          BYTEA,  -- its pending writes, folded in by the next put (0043)
     names           TEXT,   -- its channel versions in lg_blobs, "channel<US>version" pairs (0045)
@@ -1238,6 +1238,91 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE ROWS 4 AS $$
     FROM pg_catalog.generate_series(0, pg_catalog.length(refs) - 8, 8) AS o
 $$;
 
+-- A parent id packed (0049): a canonical lowercase UUID as 0x01 and its 16 bytes,
+-- any other id as 0x00 and its bytes.
+CREATE FUNCTION lg_id_pack(id TEXT) RETURNS BYTEA
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN (id COLLATE "C") OPERATOR(pg_catalog.~)
+                     '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                THEN '\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                     pg_catalog.decode(pg_catalog.replace(id, '-', ''), 'hex')
+                ELSE '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                     pg_catalog.convert_to(id, 'UTF8') END
+$$;
+
+-- An id packed so that keys order as their text does in "C" order (its bytes;
+-- 0041): a canonical UUID as 0x01 and its 16 bytes (hex digits and dashes at
+-- fixed places order as the bytes they spell); any other id below every UUID
+-- as 0x00 and its bytes; any other id as 0x01, the 16 bytes of the greatest
+-- UUID below it, then its bytes. Between two UUIDs u < v, an id s (u < s < v)
+-- packs as u's bytes and more: after u's key, before v's; two such ids in one
+-- gap order by their bytes. Their UTF-8 bytes, whatever the database's
+-- encoding: the order Python compares ids in. cairn.store.checkpointsql
+-- packs alike (pack_id_key, pack_id): the statements take ids packed.
+CREATE FUNCTION lg_id_key_other(id TEXT) RETURNS BYTEA
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    b BYTEA := pg_catalog.convert_to(id, 'UTF8');
+    n INTEGER := pg_catalog.length(b);
+    p INTEGER := 0;
+    k INTEGER;
+    c INTEGER;
+    below INTEGER;
+BEGIN
+    -- p: how many of its first bytes spell the start of a canonical UUID
+    WHILE p < 36 AND p < n LOOP
+        c := pg_catalog.get_byte(b, p);
+        EXIT WHEN NOT CASE WHEN p IN (8, 13, 18, 23) THEN c = 45
+                           ELSE c BETWEEN 48 AND 57 OR c BETWEEN 97 AND 102 END;
+        p := p + 1;
+    END LOOP;
+    IF p = 36 THEN  -- a UUID and more: the greatest UUID below it is that UUID
+        RETURN '\x01'::BYTEA || pg_catalog.decode(pg_catalog.replace(
+            pg_catalog.encode(pg_catalog.substr(b, 1, 36), 'escape'), '-', ''), 'hex') || b;
+    END IF;
+    -- the greatest UUID below it first differs from it at some k <= p, by a smaller character
+    k := p;
+    WHILE k >= 0 LOOP
+        IF k < n THEN
+            c := pg_catalog.get_byte(b, k);
+            below := CASE WHEN k IN (8, 13, 18, 23) THEN CASE WHEN c > 45 THEN 45 END
+                          WHEN c > 102 THEN 102 WHEN c > 97 THEN c - 1 WHEN c > 57 THEN 57
+                          WHEN c > 48 THEN c - 1 END;
+            IF below IS NOT NULL THEN
+                RETURN '\x01'::BYTEA || pg_catalog.decode(pg_catalog.replace(
+                    pg_catalog.encode(pg_catalog.substr(b, 1, k), 'escape') || pg_catalog.chr(below)
+                    || pg_catalog.substr('ffffffff-ffff-ffff-ffff-ffffffffffff', k + 2), '-', ''), 'hex') || b;
+            END IF;
+        END IF;
+        k := k - 1;
+    END LOOP;
+    RETURN '\x00'::BYTEA || b;  -- below every UUID
+END
+$$;
+
+CREATE FUNCTION lg_id_key(id TEXT) RETURNS BYTEA
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN (id COLLATE "C") OPERATOR(pg_catalog.~)
+                     '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                THEN '\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                     pg_catalog.decode(pg_catalog.replace(id, '-', ''), 'hex')
+                ELSE lg_id_key_other(id) END
+$$;
+
+-- the text lg_id_pack or lg_id_key packed (anything else, which they never write, reads as NULL).
+-- STABLE (convert_from is) and not STRICT, so a statement inlines it (IMMUTABLE or STRICT, it ran
+-- as a call of its own: ~50 us a column a statement); lg_id_pack and lg_id_key likewise.
+CREATE FUNCTION lg_id_text(packed BYTEA) RETURNS TEXT
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN pg_catalog.substr(packed, 1, 1) OPERATOR(pg_catalog.=) '\x01'::pg_catalog.bytea
+                THEN CASE WHEN pg_catalog.length(packed) = 17
+                          THEN pg_catalog.encode(pg_catalog.substr(packed, 2), 'hex')::pg_catalog.uuid::pg_catalog.text
+                          WHEN pg_catalog.length(packed) > 17
+                          THEN pg_catalog.convert_from(pg_catalog.substr(packed, 18), 'UTF8') END
+                WHEN pg_catalog.substr(packed, 1, 1) OPERATOR(pg_catalog.=) '\x00'::pg_catalog.bytea
+                THEN pg_catalog.convert_from(pg_catalog.substr(packed, 2), 'UTF8') END
+$$;
+
 -- delete_for_runs: a tenant's checkpoints by run id (migration 0028; only those with one: 0043)
 CREATE INDEX lg_checkpoints_run ON lg_checkpoints (tenant, run_id) WHERE run_id IS NOT NULL;
 
@@ -1260,7 +1345,7 @@ CREATE TABLE lg_writes (
     tenant        TEXT NOT NULL,
     thread_id     TEXT NOT NULL,
     ns            TEXT NOT NULL,
-    checkpoint_id TEXT NOT NULL,
+    checkpoint_id BYTEA NOT NULL,  -- lg_id_key (0050)
     task_id       TEXT NOT NULL,
     idx           BIGINT NOT NULL,
     channel       TEXT NOT NULL,
