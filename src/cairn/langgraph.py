@@ -133,7 +133,7 @@ ZLIB = "zlib:"
 #: prefix); ``ZLIB`` rows stored before read as before. The serializer's own
 #: checks (allowlist, no pickle) run on the inflated bytes as on any row.
 ZDICT = "zd1:"
-#: A checkpoint is DEFLATEd at level 6, not 1 (issue 24, branch lgpgid): the
+#: A checkpoint is DEFLATEd at level 6, not 1 (issue 24, 2026-12-06): the
 #: bench graph's 386 bytes of msgpack took 142 bytes at 1 and take 137 at 6,
 #: in about the same time (~20 us: a checkpoint is a few hundred bytes).
 #: Metadata is compressed whatever its length on PostgreSQL (its kind stored

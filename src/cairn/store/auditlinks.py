@@ -97,7 +97,7 @@ _ONE_BLOCK_MAX = 55
 #: context copied, cleansed and freed: some twenty functions across
 #: libcrypto, ``perf`` samples spread thin over all of them) runs cold.
 #: Measured in the PostgreSQL step loop (``bench.audit --in-loop``,
-#: 2026-12-06, chaintime; load 2-6): each of the chain's hashes by OpenSSL
+#: 2026-12-06, issue 26; load 2-6): each of the chain's hashes by OpenSSL
 #: 1.4-1.8 us (median), a quarter of them over 4.0-6.0 us, by CPython
 #: 1.05-1.4 us, its upper quartile 1.1-1.7; ``postgres._linked_params`` +3.2
 #: to +4.8 us a call over the chain off, against +6.0 to +9.8 with OpenSSL's
@@ -175,11 +175,17 @@ def row_link(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> byt
     and the body joined (cheaper than a hash object fed twice), the body's
     items one tuple display (no slices joined) when its times are floats.
     ``values`` may be any sequence (a row as read)."""
+    return _SHA256(_linked_bytes(previous, values, entry_digest)).digest()
+
+
+def _linked_bytes(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> bytes:
+    """What ``row_link`` and ``written_link`` hash: ``previous`` and ``body``
+    joined, the body one tuple display when its times are floats."""
     v = values
     if type(v[3]) is float and (v[11] is None or type(v[11]) is float):
-        return _SHA256(previous + _ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10],
-                                           v[11], v[13], entry_digest))).digest()
-    return link(previous, (*v[:12], v[13]), entry_digest)
+        return previous + _ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10],
+                                   v[11], v[13], entry_digest))
+    return previous + body((*v[:12], v[13]), entry_digest)
 
 
 def chained(previous: bytes, values: tuple[Any, ...], data: bytes | None,
@@ -200,12 +206,7 @@ def chained(previous: bytes, values: tuple[Any, ...], data: bytes | None,
 def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> bytes:
     """``row_link`` as the writers compute it, once an entry: hashed by
     CPython's SHA-256 up to ``_WRITTEN_MAX`` bytes (the same hash; see there)."""
-    v = values
-    if type(v[3]) is float and (v[11] is None or type(v[11]) is float):
-        hashed = previous + _ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10],
-                                     v[11], v[13], entry_digest))
-    else:
-        hashed = previous + body((*v[:12], v[13]), entry_digest)
+    hashed = _linked_bytes(previous, values, entry_digest)
     return (_ONE_BLOCK(hashed) if len(hashed) <= _WRITTEN_MAX else _SHA256(hashed)).digest()
 
 

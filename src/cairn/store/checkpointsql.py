@@ -89,8 +89,9 @@ def pack_id_key(checkpoint_id: str) -> bytes:
     an id below every UUID as 0x00 and its UTF-8 bytes; any other id as 0x01,
     the 16 bytes of the greatest UUID below it, then its bytes. Keys so
     packed order as the ids' bytes do, whatever their forms."""
-    if len(checkpoint_id) == 36 and _CANONICAL.fullmatch(checkpoint_id):
-        return b"\x01" + uuid.UUID(checkpoint_id).bytes
+    canonical = _packed_uuid(checkpoint_id)
+    if canonical is not None:
+        return canonical
     b = checkpoint_id.encode()
     p = 0  # how many of its first bytes spell the start of a canonical UUID
     while p < 36 and p < len(b):
@@ -110,9 +111,15 @@ def pack_id_key(checkpoint_id: str) -> bytes:
 def pack_id(checkpoint_id: str) -> bytes:
     """A parent id as PostgreSQL stores it (migration 0049, ``lg_id_pack``): a
     canonical UUID as 0x01 and its 16 bytes, any other id as 0x00 and its bytes."""
+    canonical = _packed_uuid(checkpoint_id)
+    return canonical if canonical is not None else b"\x00" + checkpoint_id.encode()
+
+
+def _packed_uuid(checkpoint_id: str) -> bytes | None:
+    """0x01 and the 16 bytes of a canonical UUID id (both packings' first case), else None."""
     if len(checkpoint_id) == 36 and _CANONICAL.fullmatch(checkpoint_id):
         return b"\x01" + uuid.UUID(checkpoint_id).bytes
-    return b"\x00" + checkpoint_id.encode()
+    return None
 
 
 #: the first bytes of a checkpoint's folded pending writes (``fold_writes``): the format's version

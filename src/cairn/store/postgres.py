@@ -440,7 +440,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     #: every other list version is a tail in the checkpoint's row, not a row of lg_blobs
     #: (cairn.langgraph.TAIL: a row of lg_blobs cost ~225 bytes a super-step at 3,000)
     lg_tail_every = 2
-    lg_pack_metadata = True  # metadata compressed, its kind stored as '' (branch lgpgid)
+    lg_pack_metadata = True  # metadata compressed, its kind stored as '' (issue 24, 2026-12-06)
 
 
     def __init__(

@@ -1545,7 +1545,7 @@ DELETE FROM queue_shares WHERE queue = %(queue)s::text AND tenant = %(tenant)s::
 -- statement names its tenant: another tenant's thread is absent. The kinds a
 -- saver writes most are stored as NULL (migration 0048): checkpoint_kind and
 -- lg_values.kind 'zd1:msgpack', metadata_kind 'msgpack'; every read coalesces them back.
--- Metadata compressed ('zd1:msgpack', since issue 24's branch lgpgid) is stored with the
+-- Metadata compressed ('zd1:msgpack', since issue 24, 2026-12-06) is stored with the
 -- empty kind '' (1 byte, where the text took 12): no serializer type is empty, and rows
 -- written before never hold it.
 
