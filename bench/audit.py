@@ -553,7 +553,8 @@ def in_loop(url: str, backend: str, steps: int, rounds: int) -> None:
       median, and the spread of the runs' on-minus-off pairs with the
       target's verdict: the whole of the chain's cost in the write (the
       link computed, stored, and on PostgreSQL checked by the server),
-      robust to a preempted call;
+      robust to a preempted call; then the same by the thread's CPU
+      (``thread_time_ns``), PostgreSQL's client side alone;
     * the wall time of each call of the store's chain function as the loop
       calls it (``postgres._linked_params``, ``sqlite._audited``; chain off:
       ``chain(False)``'s stand-ins), median over the calls: the chain's own
@@ -612,6 +613,33 @@ def in_loop(url: str, backend: str, steps: int, rounds: int) -> None:
         print(f"{backend:10} in loop, store.append a call (wall, runs' medians): chain on "
               f"{statistics.median(writes[True]):.2f} us, off {statistics.median(writes[False]):.2f} us; on "
               f"minus off, {paired(diffs)}; target {verdict(diffs)}", flush=True)
+        # the same calls by the calling thread's CPU (``thread_time_ns``: the client's alone on
+        # PostgreSQL, where the wall time holds the server's answer and, under load, its waits on
+        # the CPU; a system call of about 3 us here, on and off alike)
+        thread_clock = time.thread_time_ns
+        thread_cpu: dict[bool, list[float]] = {True: [], False: []}
+
+        def thread_timed(function: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: Any, **keywords: Any) -> Any:
+                started = thread_clock()
+                result = function(*args, **keywords)
+                calls.append(thread_clock() - started)
+                return result
+            return call
+
+        for i in range(rounds):
+            for state in ((True, False) if i % 2 == 0 else (False, True)):
+                with chain(state):
+                    store.append = thread_timed(type(store).append.__get__(store))
+                    calls.clear()
+                    w.app.run(w.chain, steps)
+                    del store.append
+                    thread_cpu[state].append(statistics.median(calls) / 1e3)
+        diffs = [a - b for a, b in zip(thread_cpu[True], thread_cpu[False], strict=True)]
+        print(f"{backend:10} in loop, store.append a call (thread CPU, runs' medians): chain on "
+              f"{statistics.median(thread_cpu[True]):.2f} us, off "
+              f"{statistics.median(thread_cpu[False]):.2f} us; on minus off, {paired(diffs)}; target "
+              f"{verdict(diffs)}", flush=True)
         per_call: dict[bool, list[int]] = {True: [], False: []}
         per_run: dict[bool, list[float]] = {True: [], False: []}
         for i in range(rounds):
