@@ -7,21 +7,28 @@ from __future__ import annotations
 import base64
 import os
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
 
 from cairn.errors import ConfigError
+from cairn.security import envelope
 from cairn.security.envelope import (
+    FLAG_ZLIB,
     HEADER_SIZE,
+    NONCE_BATCH,
     NONCE_SIZE,
     Place,
     SealError,
     aesgcm,
+    fresh_nonce,
+    header,
     header_of,
     nonce,
     open_sealed,
     seal,
+    synthetic_nonce,
 )
 from cairn.security.keyring import LocalKeyring, keyring_from_spec, new_kek_line
 
@@ -40,6 +47,57 @@ def test_a_value_opens_at_its_place_small_and_compressed() -> None:
         assert header_of(sealed, PLACE).key_version == 7
         assert opened(cipher, PLACE, sealed) == value
     assert len(seal(cipher, 1, PLACE, b"y" * 5000)) < 200  # compressed before sealing
+
+
+def _sealed_plaintext(cipher: object, place: Place, sealed: bytes) -> bytes:
+    """What ``sealed`` encrypted, as stored (compressed or not): AES-GCM opened without ``open_sealed``."""
+    nonce_at = sealed[HEADER_SIZE:HEADER_SIZE + NONCE_SIZE]
+    associated = sealed[:HEADER_SIZE] + envelope.encode_place(place)
+    return cipher.decrypt(nonce_at, sealed[HEADER_SIZE + NONCE_SIZE:], associated)  # type: ignore[attr-defined, no-any-return]
+
+
+def test_a_value_is_compressed_in_a_window_fitted_to_it_and_content_addressed_ones_as_before() -> None:
+    """A value under a random nonce is compressed with a window just large
+    enough for it (``envelope.compress``: no 256 KB of zlib state per value,
+    issue 25, 2026-12-07); under a synthetic nonce (artifacts: their address
+    is a hash of the sealed bytes) with ``zlib.compress`` as before, so equal
+    content still seals to the bytes it sealed to; an envelope compressed
+    either way opens."""
+    cipher = aesgcm(os.urandom(32))
+    value = b'"' + b"y" * 1000 + b'"'
+    sealed = seal(cipher, 1, PLACE, value)
+    assert header_of(sealed, PLACE).flags & FLAG_ZLIB
+    stored = _sealed_plaintext(cipher, PLACE, sealed)
+    assert (stored[0] >> 4) + 8 == (len(value) - 1).bit_length() < 15  # the window fitted, not 32 KB
+    assert zlib.decompress(stored) == opened(cipher, PLACE, sealed) == value
+    fixed = synthetic_nonce(os.urandom(32), PLACE, value)
+    addressed = seal(cipher, 1, PLACE, value, fixed)
+    assert _sealed_plaintext(cipher, PLACE, addressed) == zlib.compress(value, 1)  # the bytes it always had
+    assert seal(cipher, 1, PLACE, value, fixed) == addressed
+    assert opened(cipher, PLACE, addressed) == value
+    # an envelope written before 2026-12-07 (zlib.compress's default window) opens
+    head = header(FLAG_ZLIB, 1, PLACE.tenant)
+    old_nonce = os.urandom(NONCE_SIZE)
+    associated = head + envelope.encode_place(PLACE)
+    old = head + old_nonce + cipher.encrypt(old_nonce, zlib.compress(value, 1), associated)
+    assert opened(cipher, PLACE, old) == value
+
+
+def test_a_refill_hands_out_each_nonce_of_one_draw_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fresh_nonce`` cuts one ``os.urandom`` draw into ``NONCE_BATCH``
+    nonces (one C call, issue 25, 2026-12-07): the one it returns and those
+    it pools are that draw's consecutive ``NONCE_SIZE``-byte pieces, each
+    handed out once."""
+    drawn = os.urandom(NONCE_SIZE * NONCE_BATCH)
+    sizes: list[int] = []
+    monkeypatch.setattr(envelope, "_urandom", lambda size: sizes.append(size) or drawn)
+    monkeypatch.setattr(envelope, "_nonces", [])
+    first = fresh_nonce()
+    rest = list(envelope._nonces)
+    assert sizes == [NONCE_SIZE * NONCE_BATCH]
+    pieces = [drawn[at:at + NONCE_SIZE] for at in range(0, len(drawn), NONCE_SIZE)]
+    assert sorted([first, *rest]) == sorted(pieces)
+    assert len(set(pieces)) == NONCE_BATCH
 
 
 @pytest.mark.parametrize("field", ["tenant", "run", "table", "position", "kind"])

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import cairn
-from cairn.security.envelope import Place, SealError
+from cairn.security.envelope import FLAG_ZLIB, Place, SealError, header_of
 from cairn.security.keyring import LocalKeyring
 from cairn.security.shredding import FileShredder
 from cairn.store import sealing
@@ -32,14 +32,15 @@ from tests.engine.conftest import execute_once
 STEPS = 4
 
 
-def build(url: str, ring: Any, during: Callable[[int], None] = lambda i: None) -> tuple[cairn.App, Any]:
-    """An app whose ``steps`` runs ``STEPS`` steps, ``during(i)`` inside step ``i``."""
+def build(url: str, ring: Any, during: Callable[[int], None] = lambda i: None,
+          value: Callable[[int], str] = lambda i: f"value {i}") -> tuple[cairn.App, Any]:
+    """An app whose ``steps`` runs ``STEPS`` steps, ``during(i)`` in step ``i``, returning ``value(i)``."""
     app = cairn.App(db=url, keyring=ring, lease_seconds=5.0)
 
     @app.step()
     def echo(i: int) -> str:
         during(i)
-        return f"value {i}"
+        return value(i)
 
     @app.workflow(name="steps")
     def steps(ctx: cairn.Context) -> int:
@@ -100,6 +101,62 @@ def test_a_step_is_sealed_at_its_place_and_digested_from_its_plaintext_in_one_pa
     assert [e.payload.data for e in store.history(run_id) if e.event.value == "step.completed"] == [
         f'"value {i}"'.encode() for i in range(STEPS)]
     assert verify_store(store).problems == []
+    app.close()
+
+
+def large(i: int) -> str:
+    """A step result of 2,000 bytes that compresses well (``COMPRESS_AT`` is 512)."""
+    return f"value {i} " + "z" * 2000
+
+
+def test_a_large_step_result_is_compressed_and_sealed_in_the_one_pass(
+        place: str, seal_at_calls: list[str]) -> None:
+    """A step result of ``COMPRESS_AT`` bytes or more takes the one pass too
+    (issue 25, 2026-12-07; it took ``seal_at`` and ``envelope.seal`` before):
+    compressed, then sealed at its place, its digest keyed from the plaintext."""
+    app, _ = build(place, keyring(), value=large)
+    store: Any = app.store
+    run_once(app)
+    del seal_at_calls[:]
+    run_id = run_once(app)
+    rows = step_rows(place, run_id)
+    assert len(rows) == STEPS
+    assert not [c for c in seal_at_calls if c.startswith("history")]
+    for i, (seq, payload, stored) in enumerate(rows):
+        at = Place("default", run_id, "history", f"seq {seq}", "payload")
+        assert header_of(payload, at).flags & FLAG_ZLIB
+        assert len(payload) < 200  # compressed before sealing
+        value = store.sealer.open(at, payload)
+        assert value == f'"{large(i)}"'.encode()
+        assert stored == store.audit_keys.key("default").digest(value, None)
+        for other in (at._replace(run="another"), at._replace(position=f"seq {seq + 1}"),
+                      at._replace(tenant="b")):
+            with pytest.raises(SealError, match=r"refused|does not decrypt"):
+                store.sealer.open(other, payload)
+    assert verify_store(store).problems == []
+    app.close()
+
+
+def test_a_large_run_input_or_result_is_compressed_by_seal_at(place: str) -> None:
+    """``Sealer.seal_at`` (a run's input and result) compresses a value of
+    ``COMPRESS_AT`` bytes or more before sealing it, as ``envelope.seal``
+    does (issue 25, 2026-12-07: it went through ``envelope.seal`` before),
+    bound to its place; a small one is sealed as it is."""
+    app, _ = build(place, keyring())
+    store: Any = app.store
+    run_id = run_once(app)
+    big = b'{"text": "' + b"q" * 3000 + b'"}'
+    for kind in ("input", "result"):
+        at = Place("default", run_id, "runs", "-", kind)
+        sealed = store.sealer.seal_at("default", run_id, "runs", "-", kind, big)
+        assert header_of(sealed, at).flags & FLAG_ZLIB
+        assert len(sealed) < 200
+        assert store.sealer.open(at, sealed) == big
+        with pytest.raises(SealError, match=r"does not decrypt"):
+            store.sealer.open(at._replace(kind="error"), sealed)
+        small = store.sealer.seal_at("default", run_id, "runs", "-", kind, b"{}")
+        assert not header_of(small, at).flags & FLAG_ZLIB
+        assert store.sealer.open(at, small) == b"{}"
     app.close()
 
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from cairn.errors import StoreError
+from cairn.security.envelope import compress
 from cairn.store.admission import Bucket, QueueLimits, QueueShare, Rate
 from cairn.store.lifecycle import RunUpdate, check_finish_status
 from cairn.store.records import (
@@ -155,27 +156,13 @@ LINK_TAG = b"\x00\x02"
 ENVELOPE = 0xCE
 
 
-def _compress(data: bytes) -> bytes:
-    """``data`` zlib-compressed at level 1, with a window just large enough
-    to hold it (and a hash table to match): the same bytes out as the
-    default 32 KB window for a payload up to the window's size, without
-    allocating and clearing about 256 KB of zlib state for a 1 KB payload
-    (a quarter of a graph checkpoint's compression). ``zlib.decompress``
-    reads any window size from the stream's header."""
-    if len(data) > 16384:
-        return zlib.compress(data, 1)
-    wbits = max(9, (len(data) - 1).bit_length())
-    compressor = zlib.compressobj(1, zlib.DEFLATED, wbits, wbits - 6)
-    return compressor.compress(data) + compressor.flush()
-
-
 def pack_payload(data: bytes | None) -> bytes | None:
     """A history payload as stored: compressed if large and compressible,
     escaped if it starts with a NUL byte, else unchanged (see ``COMPRESS_AT``)."""
     if data is None:
         return None
     if len(data) >= COMPRESS_AT and data[0] != ENVELOPE:  # an envelope's ciphertext does not compress
-        packed = _compress(data)
+        packed = compress(data)
         if len(packed) + len(_ZLIB_TAG) < len(data):
             return _ZLIB_TAG + packed
     if data[:1] == b"\x00":

@@ -13,9 +13,10 @@ cannot specialize):
 - the payload sealed as ``Sealer.seal_at`` seals it (the same envelope,
   bound to the same place: tenant, run, ``history``, ``seq N``,
   ``payload``) with the tenant's writing key as ``DataKeys.writing`` caches
-  it; any other case (a run with a subject, no key cached or its
-  ``KEY_REFRESH_SECONDS`` past, a payload to compress, a tenant whose audit
-  key is not derived yet) goes through ``seal_at`` and ``AuditKeys.sealed``
+  it, a payload of ``COMPRESS_AT`` bytes or more compressed first
+  (``envelope.compress``); any other case (a run with a subject, no key
+  cached or its ``KEY_REFRESH_SECONDS`` past, a tenant whose audit key is
+  not derived yet) goes through ``seal_at`` and ``AuditKeys.sealed``
   themselves, which load or refresh what is cached;
 - its audit digest keyed from the plaintext at hand, as ``AuditKey.digest``
   keys it (keyed BLAKE2b-256, a copy of the tenant's keyed state,
@@ -38,7 +39,15 @@ from collections.abc import Callable, Sequence
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cairn.security.envelope import COMPRESS_AT, encode_place, fresh_nonce, take_nonce
+from cairn.security.envelope import (
+    COMPRESS_AT,
+    FLAG_ZLIB,
+    compress,
+    encode_place,
+    fresh_nonce,
+    header,
+    take_nonce,
+)
 from cairn.store import sealing
 from cairn.store.auditkeys import PLAIN_KEPT, encode_digested
 from cairn.store.records import HistoryEvent
@@ -91,15 +100,19 @@ def append(store: HotStore, run_id: str, epoch: int, events: Sequence[HistoryEve
     key = writing.get(tenant)
     audit = keyeds.get(tenant)
     run = event.run_id  # its place's run (the inner store refuses it if it is not ``run_id``)
-    if (key is not None and audit is not None and len(data) < COMPRESS_AT
+    if (key is not None and audit is not None
             and subjects.get(run, _UNKNOWN) is None and _monotonic() - key[3] <= sealing.KEY_REFRESH_SECONDS):
-        head = key[2]
+        head, plain = key[2], data
+        if len(data) >= COMPRESS_AT:  # compressed first, as ``envelope.seal`` would (issue 25, 2026-12-07)
+            packed = compress(data)
+            if len(packed) < len(data):
+                plain, head = packed, header(FLAG_ZLIB, key[0], tenant)
         try:
             nonce = take_nonce()
         except IndexError:
             nonce = fresh_nonce()
         sealed = head + nonce + key[1].encrypt(
-            nonce, data, head + encode_place((tenant, run, "history", f"seq {event.seq}", "payload")))
+            nonce, plain, head + encode_place((tenant, run, "history", f"seq {event.seq}", "payload")))
         keyed = audit.copy()
         keyed.update(encode_digested((data, None)))
         if len(known) >= PLAIN_KEPT:

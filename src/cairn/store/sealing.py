@@ -24,10 +24,12 @@ import msgspec
 
 from cairn.security.envelope import (
     COMPRESS_AT,
+    FLAG_ZLIB,
     KEY_SIZE,
     Place,
     SealError,
     aesgcm,
+    compress,
     encode_place,
     fresh_nonce,
     header,
@@ -384,22 +386,29 @@ class Sealer:
         return seal(cipher, version, place, data)
 
     def seal_at(self, tenant: str, run: str, table: str, position: str, kind: str, data: bytes) -> bytes:
-        """``seal(Place(tenant, run, table, position, kind), data)``, the same
-        bytes, in one call for what a step journals: a small value (not to be
-        compressed) sealed with the tenant's writing key without building a
-        ``Place`` or going through ``writer`` and ``envelope.seal``. Each
-        Python call is about a microsecond of a journaled step, as much as
-        the AES-GCM of a kilobyte; ``bench/encryption.py`` measures it."""
+        """``seal(Place(tenant, run, table, position, kind), data)`` in one call
+        for what a run stores most (its input and result; a step's entry
+        takes ``cairn.store.sealedsteps``): the same envelope, bound to the
+        same place, sealed with the tenant's writing key as ``DataKeys.writing``
+        caches it, without building a ``Place`` or going through ``writer``
+        and ``envelope.seal``. A value of ``COMPRESS_AT`` bytes or more is
+        compressed here too (``envelope.compress``), as ``envelope.seal``
+        would: until 2026-12-07 (issue 25) it took that longer way, and
+        ``zlib.compress``'s 256 KB of state. Each Python call is about a
+        microsecond of a journaled step, as much as the AES-GCM of a
+        kilobyte; ``bench/encryption.py`` measures it."""
         if run != "-":
             subject = self._subjects.get(run, _UNKNOWN)
             if subject is not None and (subject is not _UNKNOWN or self.subject_of(run) is not None):
                 return self.seal(Place(tenant, run, table, position, kind), data)  # the subject's key
         known = self._writing.get(tenant)
-        if known is None or len(data) >= COMPRESS_AT or time.monotonic() - known[3] > KEY_REFRESH_SECONDS:
-            if len(data) >= COMPRESS_AT:
-                return self.seal(Place(tenant, run, table, position, kind), data)
+        if known is None or time.monotonic() - known[3] > KEY_REFRESH_SECONDS:
             known = self.keys.writing_key(tenant)
         head = known[2]
+        if len(data) >= COMPRESS_AT:
+            packed = compress(data)
+            if len(packed) < len(data):
+                data, head = packed, header(FLAG_ZLIB, known[0], tenant)
         try:
             nonce = take_nonce()
         except IndexError:
