@@ -534,6 +534,10 @@ def read_writes(found: Iterable[tuple[Any, ...]], thread_id: str, checkpoint_id:
     return folded or side
 
 
+#: statements that close a LangGraph write's transaction (``SQLCheckpoints._lg_operate``)
+Closing = list[tuple[str, dict[str, Any]]]
+
+
 class SQLCheckpoints(Generic[Tx]):
     """The LangGraph checkpoint methods of the SQL stores over a dialect's primitives."""
 
@@ -601,7 +605,7 @@ class SQLCheckpoints(Generic[Tx]):
             if folding:
                 opening.append(("lg_fold_writes", {**where, "checkpoint_id": row.parent_id}))
 
-        def body(tx: Tx, where: dict[str, Any], found: list[list[tuple[Any, ...]]]) -> int:
+        def body(tx: Tx, where: dict[str, Any], found: list[list[tuple[Any, ...]]]) -> tuple[int, Closing]:
             # the fence is read under the lock: a refused put raises before its commit, and
             # the opening's writes roll back with the transaction
             epoch = self._lg_hold(tx, where, holder, found[0])
@@ -618,18 +622,16 @@ class SQLCheckpoints(Generic[Tx]):
                     **where, "channel": blob.channel, "version": blob.version, "kind": blob.kind,
                     "base": base, "depth": depth, "refs": refs})
             folded = self._lg_fold(tx, where, row, found[-1] if self._lg_arrays and folding else None)
-            self._query(tx, "lg_put_checkpoint", {
+            # the checkpoint closes the transaction (_lg_operate: on PostgreSQL sent with the COMMIT)
+            return epoch, [("lg_put_checkpoint", {
                 **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
                 "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
                 "metadata_kind": row.metadata_kind, "metadata": row.metadata, "names": row.names,
                 "refs": row.refs, "folded_id": row.parent_id if folded is not None else None,
                 "folded": None if folded is None else folded[0],
-                "folded_refs": None if folded is None else folded[1]})
-            if faults.ARMED:
-                fault_point("langgraph.put.before_commit")
-            return epoch
+                "folded_refs": None if folded is None else folded[1]})]
 
-        return self._lg_operate(key, body, opening)
+        return self._lg_operate(key, body, opening, before_commit="langgraph.put.before_commit")
 
     def lg_put_writes(self, key: ThreadKey, holder: Holder, checkpoint_id: str, writes: Sequence[WriteRow],
                       values: Sequence[ValueRow]) -> int:
@@ -649,7 +651,7 @@ class SQLCheckpoints(Generic[Tx]):
                     "record": fold_writes(writes, compact=self._lg_compact_fold),
                     "record_refs": row_refs(w.refs for w in writes)}))
 
-        def body(tx: Tx, where: dict[str, Any], found: list[list[tuple[Any, ...]]]) -> int:
+        def body(tx: Tx, where: dict[str, Any], found: list[list[tuple[Any, ...]]]) -> tuple[int, Closing]:
             epoch = self._lg_hold(tx, where, holder, found[0])  # a refused write rolls back
             if not self._lg_arrays:
                 self._lg_put_values(tx, where, values)
@@ -660,7 +662,7 @@ class SQLCheckpoints(Generic[Tx]):
                             **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
                             "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs}
                             for w in kept])
-            return epoch
+            return epoch, []
 
         return self._lg_operate(key, body, opening)
 
@@ -952,20 +954,29 @@ class SQLCheckpoints(Generic[Tx]):
         return where
 
     def _lg_operate(self, key: ThreadKey,
-                    body: Callable[[Tx, dict[str, Any], list[list[tuple[Any, ...]]]], T],
-                    opening: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> T:
+                    body: Callable[[Tx, dict[str, Any], list[list[tuple[Any, ...]]]], tuple[T, Closing]],
+                    opening: Sequence[tuple[str, Mapping[str, Any]]] = (),
+                    before_commit: str | None = None) -> T:
         """Run ``body(tx, where, found)`` in one durable write transaction
         holding the thread (``lg_lock_thread``): ``found`` holds the thread's
         holder rows as read after the lock was granted (``lg_thread_holder``,
         for ``_lg_hold``), then the rows of each statement of ``opening``, run
-        after it. A dialect may send all that as one message (PostgreSQL:
-        issue 24, 2026-12-07, ``PostgresStore._lg_operate``); ``opening``
-        therefore never depends on what an earlier statement returned."""
+        after it. ``body`` returns its result and the statements that close
+        the transaction, run after it, then the fault point ``before_commit``.
+        A dialect may send the opening as one message and the closing with
+        the ``COMMIT`` (PostgreSQL: issue 24, 2026-12-07,
+        ``PostgresStore._lg_operate``); ``opening`` therefore never depends
+        on what an earlier statement returned, nor the closing on what it returns."""
         def run(tx: Tx) -> T:
             where = self._lg_lock(tx, key)
             found = [self._query(tx, "lg_thread_holder", where)]
             found += [self._query(tx, name, params) for name, params in opening]
-            return body(tx, where, found)
+            result, closing = body(tx, where, found)
+            for name, params in closing:
+                self._query(tx, name, params)
+            if before_commit is not None and faults.ARMED:
+                fault_point(before_commit)
+            return result
 
         return self._operate(run)
 
