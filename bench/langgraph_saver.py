@@ -19,7 +19,9 @@ run on another one. One run per size, no repeats.
 
 Figures:
 
-* **µs per super-step**: the ``invoke``'s wall time / steps;
+* **µs per super-step**: the ``invoke``'s wall time / steps; **CPU µs per
+  super-step**: the process CPU time (all threads) of the same invoke / steps
+  (the database server's is not in it);
 * **on disk / logical**: SQLite, the file after ``PRAGMA wal_checkpoint(TRUNCATE)``
   and ``VACUUM`` minus the same for the database before the run (tables
   made); PostgreSQL, ``pg_total_relation_size`` (heap, TOAST, indexes) of the
@@ -79,6 +81,8 @@ class Figures:
     system: str
     steps: int
     step_us: float | None = None
+    #: the same invoke's process CPU time (all threads; the database server's not counted)
+    step_cpu_us: float | None = None
     disk_bytes: int | None = None
     state_p50_ms: float | None = None
     state_p99_ms: float | None = None
@@ -258,13 +262,16 @@ def config(**conf: str) -> Any:
     return {"configurable": {"thread_id": "chat", **conf}}
 
 
-def run(saver: Any, steps: int) -> float:
+def run(saver: Any, steps: int) -> tuple[float, float]:
+    """The invoke's wall seconds and the process's CPU seconds (every thread) in it."""
     graph = langgraph_builder(steps, {}).compile(checkpointer=saver)
+    cpu = time.process_time()
     with stopwatch() as elapsed:
         final = graph.invoke({"messages": [], "n": 0}, {**config(), "recursion_limit": steps + 10})
+    cpu = time.process_time() - cpu
     if final["n"] != steps or len(final["messages"]) != steps:
         raise RuntimeError(f"ended at n={final['n']} with {len(final['messages'])} messages")
-    return elapsed()
+    return elapsed(), cpu
 
 
 def measure(system: str, steps: int, samples: int, seed: int, breakdown: bool = False) -> Figures:
@@ -279,7 +286,8 @@ def measure(system: str, steps: int, samples: int, seed: int, breakdown: bool = 
         saver, close = db.saver()
         try:
             empty = db.disk_bytes()
-            figures.step_us = run(saver, steps) / steps * 1e6
+            wall, cpu = run(saver, steps)
+            figures.step_us, figures.step_cpu_us = wall / steps * 1e6, cpu / steps * 1e6
             graph = langgraph_builder(2, {}).compile(checkpointer=saver)
             ids = db.checkpoint_ids()
             figures.checkpoints = len(ids)
@@ -325,6 +333,7 @@ def measure(system: str, steps: int, samples: int, seed: int, breakdown: bool = 
 
 ROWS = (
     ("µs per super-step", "step_us"),
+    ("CPU µs per super-step", "step_cpu_us"),
     ("on disk, bytes", "disk_bytes"),
     ("on disk / logical", "disk_ratio"),
     ("get_state p50, ms", "state_p50_ms"),

@@ -38,7 +38,9 @@ POINTS = frozenset(
         "retention.delete.before_commit",  # a retention batch's rows are deleted, not yet committed
         "retention.after_batch",  # a retention batch is committed; the pass's next one not yet begun
         "langgraph.after_checkpoint",  # a LangGraph run's root checkpoint is stored; its journal entry is not
-        "langgraph.put.before_commit",  # a LangGraph checkpoint's rows are written, not yet committed
+        # a LangGraph checkpoint's rows are written, not yet committed (PostgreSQL sends its
+        # checkpoint row with the COMMIT, issue 24, 2026-12-07: its values, versions and fold)
+        "langgraph.put.before_commit",
         "langgraph.after_writes",  # a LangGraph task's writes are stored; its super-step's checkpoint is not
         "erase.after_shred",  # an erasure destroyed the subject's keys; its rows are not deleted yet
         "archive.stored",  # a run's archive object is stored; nothing in the database names it yet

@@ -112,6 +112,8 @@ except ImportError as exc:
 MAX_CHAIN = 256
 #: How many channels' last known list (version, items, their digests) a saver keeps.
 LIST_CACHE = 256
+#: How many value rows a saver remembers committing (``CairnSaver._stored``).
+STORED_CACHE = 1024
 #: How many listed checkpoints are read in one transaction (``list``'s pages).
 LIST_PAGE = 16
 #: Serializer types a row may have; anything else (``pickle`` above all) is refused.
@@ -304,6 +306,18 @@ class CairnSaver(BaseCheckpointSaver[str]):
         self._owner = secrets.token_hex(8)
         self._held: dict[str, int] = {}
         self.lease = lease
+        #: list items this saver encoded lately, by identity: id -> (the item, its value row), so
+        #: the message a node wrote (its pending write) is not serialized, hashed and compressed
+        #: again when the next checkpoint appends it to the list (issue 24, 2026-12-07: ~25 us a
+        #: super-step); the item is kept, so its id is not reused while it is here. Not when
+        #: the store seals (a value's digest is keyed there). An item mutated in place after it
+        #: was encoded is not seen as changed, as ``_list_blob`` does not see it either.
+        self._encoded: OrderedDict[int, tuple[Any, ValueRow]] = OrderedDict()
+        #: (thread, digest) of value rows this saver committed lately: a put does not send them
+        #: again (on PostgreSQL no statement then: a round trip a super-step). A saver already
+        #: takes the items of a list it holds as stored (``_list_blob`` sends only new ones); a
+        #: delete or prune through this saver forgets them (``_forget``).
+        self._stored: OrderedDict[tuple[str, int], None] = OrderedDict()
         #: this saver's ``put_writes`` in flight, per (thread, namespace, checkpoint id)
         self._writing: dict[tuple[str, str, str], int] = {}
         self._written = threading.Condition(self._lock)
@@ -483,6 +497,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         mkind, mdata = self._dump(full_metadata)
         if self._pack_metadata:  # whatever its length (see CHECKPOINT_LEVEL)
             mkind, mdata = packed(mkind, mdata, at=0)
+        rows = self._unstored(key.thread_id, rows)
         if self._sealer is not None:
             rows = self._sealed(key.thread_id, rows)
             at = _position(key.ns, checkpoint["id"])
@@ -501,6 +516,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         self._held[key.thread_id] = self._rows.lg_put(key, self._holder(key), row,
                                                       None if run_id is None else str(run_id), blobs, rows,
                                                       max_depth=MAX_CHAIN)
+        self._committed(key.thread_id, rows)
         self._remember(lists)
         self._record((key.thread_id, key.ns, checkpoint["id"]), versions, inline, tails)
         return {"configurable": {"thread_id": key.thread_id, "checkpoint_ns": key.ns,
@@ -527,6 +543,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             rows = self._sealed(key.thread_id, rows)
         self._held[key.thread_id] = self._rows.lg_put_writes(
             key, self._holder(key), config["configurable"]["checkpoint_id"], stored, rows)
+        self._committed(key.thread_id, rows)
 
     def delete_thread(self, thread_id: str) -> None:
         self._rows.lg_delete_thread(self.tenant, str(thread_id))
@@ -742,7 +759,15 @@ class CairnSaver(BaseCheckpointSaver[str]):
         digests: Digests = []
         # a plain value (a counter, a flag) may be a literal; a list's items are rows, as messages are
         plain = type(value) is not list and self._sealer is None
+        cached = type(value) is list and self._sealer is None
+        encoded = self._encoded
         for item in items:
+            if cached:
+                hit = encoded.get(id(item))
+                if hit is not None and hit[0] is item:  # encoded lately (``_encoded``)
+                    rows.append(hit[1])
+                    digests.append(hit[1].digest)
+                    continue
             kind, data = self._dump(item)
             # LangGraph's None is ("null", b""): the literal of no bytes (never a msgpack value's)
             short = literal(data) if plain and (kind == "msgpack" or (kind == "null" and not data)) else None
@@ -750,9 +775,33 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 digests.append(short)
                 continue
             d = self._digest(kind, data)  # of the value as serialized: a compressed copy is the same value
-            rows.append(ValueRow(d, *packed(kind, data)))
+            row = ValueRow(d, *packed(kind, data))
+            rows.append(row)
             digests.append(d)
+            if cached:
+                with self._lock:
+                    encoded[id(item)] = (item, row)
+                    if len(encoded) > LIST_CACHE:
+                        encoded.popitem(last=False)
         return ("list" if type(value) is list else "value"), digests
+
+    def _unstored(self, thread_id: str, rows: ValueRows) -> ValueRows:
+        """``rows`` without those this saver committed lately to the thread (``_stored``)."""
+        with self._lock:
+            stored = self._stored
+            return [r for r in rows if (thread_id, r.digest) not in stored]
+
+    def _committed(self, thread_id: str, rows: ValueRows) -> None:
+        """Remember ``rows`` as committed to the thread (``_stored``)."""
+        if not rows:
+            return
+        with self._lock:
+            stored = self._stored
+            for r in rows:
+                stored[(thread_id, r.digest)] = None
+                stored.move_to_end((thread_id, r.digest))
+            while len(stored) > STORED_CACHE:
+                stored.popitem(last=False)
 
     def _knows(self, thread_id: str, ns: str, held: dict[str, KnownList], channel: str, refs: bytes) -> bool:
         """Whether this saver holds the items of a list whose digests are
@@ -784,6 +833,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         with self._lock:
             self._lists.clear()
             self._records.clear()
+            self._stored.clear()
 
     def _record(self, at: tuple[str, str, str], versions: dict[str, str],
                 inline: dict[str, int | None], tails: Tails) -> None:

@@ -534,6 +534,10 @@ def read_writes(found: Iterable[tuple[Any, ...]], thread_id: str, checkpoint_id:
     return folded or side
 
 
+#: statements that close a LangGraph write's transaction (``SQLCheckpoints._lg_operate``)
+Closing = list[tuple[str, dict[str, Any]]]
+
+
 class SQLCheckpoints(Generic[Tx]):
     """The LangGraph checkpoint methods of the SQL stores over a dialect's primitives."""
 
@@ -556,6 +560,9 @@ class SQLCheckpoints(Generic[Tx]):
     #: PostgreSQL stores its kind as '' (queries.sql); SQLite keeps metadata whole (its kind text would
     #: take back most of the ~19 bytes)
     lg_pack_metadata = False
+    #: whether ``lg_lock_thread`` is a statement to run: SQLite's is ``SELECT 1`` (its write
+    #: transaction, ``BEGIN IMMEDIATE``, holds the whole database), a call a write for nothing
+    _lg_lock_statement = True
 
     # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
 
@@ -582,66 +589,82 @@ class SQLCheckpoints(Generic[Tx]):
                blobs: Sequence[BlobRow], values: Sequence[ValueRow], *, max_depth: int) -> int:
         """Store a checkpoint, the channel versions it made and their values, in
         one transaction; the epoch ``holder`` holds the thread at."""
-
-        def body(tx: Tx) -> int:
-            where = self._lg_lock(tx, key)
-            epoch = self._lg_hold(tx, where, holder)
-            self._lg_put_values(tx, where, values)
-            if self._lg_arrays:
-                self._query(tx, "lg_put_blobs_many", {
+        where = _where(key)
+        folding = row.parent_id is not None and row.parent_id != row.checkpoint_id
+        # the statements that need nothing read first go in the opening (_lg_operate): on
+        # PostgreSQL one message with BEGIN, the lock and the holder (issue 24, 2026-12-07)
+        opening: list[tuple[str, dict[str, Any]]] = []
+        if self._lg_arrays:
+            opening += self._lg_values_many(where, values)
+            if blobs:  # none when every list version is a tail (TAIL)
+                opening.append(("lg_put_blobs_many", {
                     **where, "max_depth": max_depth, "channels": [b.channel for b in blobs],
                     "versions": [b.version for b in blobs], "kinds": [b.kind for b in blobs],
                     "bases": [b.base for b in blobs], "refs": [b.refs for b in blobs],
-                    "added": [b.added for b in blobs]})
+                    "added": [b.added for b in blobs]}))
+            if folding:
+                opening.append(("lg_fold_writes", {**where, "checkpoint_id": row.parent_id}))
+
+        def body(tx: Tx, where: dict[str, Any], found: list[list[tuple[Any, ...]]]) -> tuple[int, Closing]:
+            # the fence is read under the lock: a refused put raises before its commit, and
+            # the opening's writes roll back with the transaction
+            epoch = self._lg_hold(tx, where, holder, found[0])
+            if not self._lg_arrays:
+                self._lg_put_values(tx, where, values)
             for blob in () if self._lg_arrays else blobs:
                 base, depth, refs = None, 0, blob.refs
                 if blob.base is not None and blob.base != blob.version:
-                    found = self._query(tx, "lg_blob_depth", {**where, "channel": blob.channel,
-                                                               "version": blob.base})
-                    if found and int(found[0][0]) + 1 < max_depth:
-                        base, depth, refs = blob.base, int(found[0][0]) + 1, blob.added
+                    depths = self._query(tx, "lg_blob_depth", {**where, "channel": blob.channel,
+                                                                "version": blob.base})
+                    if depths and int(depths[0][0]) + 1 < max_depth:
+                        base, depth, refs = blob.base, int(depths[0][0]) + 1, blob.added
                 self._query(tx, "lg_put_blob", {
                     **where, "channel": blob.channel, "version": blob.version, "kind": blob.kind,
                     "base": base, "depth": depth, "refs": refs})
-            folded = self._lg_fold(tx, where, row)
-            self._query(tx, "lg_put_checkpoint", {
+            folded = self._lg_fold(tx, where, row, found[-1] if self._lg_arrays and folding else None)
+            # the checkpoint closes the transaction (_lg_operate: on PostgreSQL sent with the COMMIT)
+            return epoch, [("lg_put_checkpoint", {
                 **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
                 "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
                 "metadata_kind": row.metadata_kind, "metadata": row.metadata, "names": row.names,
                 "refs": row.refs, "folded_id": row.parent_id if folded is not None else None,
                 "folded": None if folded is None else folded[0],
-                "folded_refs": None if folded is None else folded[1]})
-            if faults.ARMED:
-                fault_point("langgraph.put.before_commit")
-            return epoch
+                "folded_refs": None if folded is None else folded[1]})]
 
-        return self._operate(body)
+        return self._lg_operate(key, body, opening, before_commit="langgraph.put.before_commit")
 
     def lg_put_writes(self, key: ThreadKey, holder: Holder, checkpoint_id: str, writes: Sequence[WriteRow],
                       values: Sequence[ValueRow]) -> int:
         """Store pending writes in one transaction, committed before this
         returns; the epoch ``holder`` holds the thread at."""
-
-        def body(tx: Tx) -> int:
-            where = self._lg_lock(tx, key)
-            epoch = self._lg_hold(tx, where, holder)
-            self._lg_put_values(tx, where, values)
-            if self._lg_arrays and writes:
-                self._query(tx, "lg_put_writes_many", {
+        where = _where(key)
+        opening: list[tuple[str, dict[str, Any]]] = []
+        if self._lg_arrays:  # all in the opening (_lg_operate): then only the commit is left
+            opening += self._lg_values_many(where, values)
+            if writes:
+                opening.append(("lg_put_writes_many", {
                     **where, "checkpoint_id": checkpoint_id, "task_ids": [w.task_id for w in writes],
                     "idxs": [w.idx for w in writes], "channels": [w.channel for w in writes],
                     "task_paths": [w.task_path for w in writes], "kinds": [w.kind for w in writes],
                     "refs": [w.refs for w in writes],
                     # PostgreSQL: appended to the checkpoint's row when it is stored (lg_put_writes_many)
                     "record": fold_writes(writes, compact=self._lg_compact_fold),
-                    "record_refs": row_refs(w.refs for w in writes)})
-            for w in () if self._lg_arrays else writes:
-                self._query(tx, "lg_replace_write" if w.idx < 0 else "lg_put_write", {
-                    **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
-                    "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs})
-            return epoch
+                    "record_refs": row_refs(w.refs for w in writes)}))
 
-        return self._operate(body)
+        def body(tx: Tx, where: dict[str, Any], found: list[list[tuple[Any, ...]]]) -> tuple[int, Closing]:
+            epoch = self._lg_hold(tx, where, holder, found[0])  # a refused write rolls back
+            if not self._lg_arrays:
+                self._lg_put_values(tx, where, values)
+                for name, kept in (("lg_put_write", [w for w in writes if w.idx >= 0]),
+                                   ("lg_replace_write", [w for w in writes if w.idx < 0])):
+                    if kept:  # one call for all the rows of a statement
+                        self._lg_many(tx, name, [{
+                            **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
+                            "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs}
+                            for w in kept])
+            return epoch, []
+
+        return self._lg_operate(key, body, opening)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -926,12 +949,45 @@ class SQLCheckpoints(Generic[Tx]):
 
     def _lg_lock(self, tx: Tx, key: ThreadKey) -> dict[str, Any]:
         where = _where(key)
-        self._query(tx, "lg_lock_thread", where)
+        if self._lg_lock_statement:
+            self._query(tx, "lg_lock_thread", where)
         return where
 
-    def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder) -> int:
-        """The epoch ``holder`` holds the thread at, taking it if it may (see the module)."""
-        found = self._query(tx, "lg_thread_holder", where)
+    def _lg_operate(self, key: ThreadKey,
+                    body: Callable[[Tx, dict[str, Any], list[list[tuple[Any, ...]]]], tuple[T, Closing]],
+                    opening: Sequence[tuple[str, Mapping[str, Any]]] = (),
+                    before_commit: str | None = None) -> T:
+        """Run ``body(tx, where, found)`` in one durable write transaction
+        holding the thread (``lg_lock_thread``): ``found`` holds the thread's
+        holder rows as read after the lock was granted (``lg_thread_holder``,
+        for ``_lg_hold``), then the rows of each statement of ``opening``, run
+        after it. ``body`` returns its result and the statements that close
+        the transaction, run after it, then the fault point ``before_commit``.
+        A dialect may send the opening as one message and the closing with
+        the ``COMMIT`` (PostgreSQL: issue 24, 2026-12-07,
+        ``PostgresStore._lg_operate``); ``opening`` therefore never depends
+        on what an earlier statement returned, nor the closing on what it returns."""
+        def run(tx: Tx) -> T:
+            where = self._lg_lock(tx, key)
+            found = [self._query(tx, "lg_thread_holder", where)]
+            found += [self._query(tx, name, params) for name, params in opening]
+            result, closing = body(tx, where, found)
+            for name, params in closing:
+                self._query(tx, name, params)
+            if before_commit is not None and faults.ARMED:
+                fault_point(before_commit)
+            return result
+
+        return self._operate(run)
+
+    def _lg_many(self, tx: Tx, name: str, params: Sequence[Mapping[str, Any]]) -> None:
+        """Run statement ``name`` once per parameter set (SQLite: ``executemany``)."""
+        for one in params:
+            self._query(tx, name, one)
+
+    def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder, found: list[tuple[Any, ...]]) -> int:
+        """The epoch ``holder`` holds the thread at, taking it if it may (see
+        the module); ``found``: the thread's holder row, read under the lock."""
         if holder.lease is not None:
             return self._lg_hold_lease(tx, where, holder, found)
         if found:
@@ -961,7 +1017,8 @@ class SQLCheckpoints(Generic[Tx]):
         self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": lease})
         return lease
 
-    def _lg_fold(self, tx: Tx, where: Mapping[str, Any], row: CheckpointRow) -> tuple[bytes, bytes] | None:
+    def _lg_fold(self, tx: Tx, where: Mapping[str, Any], row: CheckpointRow,
+                 moved_rows: list[tuple[Any, ...]] | None = None) -> tuple[bytes, bytes] | None:
         """Move the pending writes of ``row``'s parent out of ``lg_writes``
         (``lg_fold_writes``: only if the parent is stored and not folded
         yet), returning them folded for its row. They were committed before
@@ -971,12 +1028,15 @@ class SQLCheckpoints(Generic[Tx]):
         parent's row: with the checkpoint's insert (``_lg_fold_in_put``,
         PostgreSQL: no round trip more, the writes' digests appended to the
         parent's ``refs`` for ``lg_read_one``) or in a statement of its own.
-        Returns the folded record and the writes' packed digests."""
+        Returns the folded record and the writes' packed digests.
+        ``moved_rows``: what ``lg_fold_writes`` returned, run already (in ``_lg_operate``'s opening)."""
         parent = row.parent_id
         if parent is None or parent == row.checkpoint_id:
             return None
         at = {**where, "checkpoint_id": parent}
-        moved = read_writes(self._query(tx, "lg_fold_writes", at), where["thread_id"], parent)
+        if moved_rows is None:
+            moved_rows = self._query(tx, "lg_fold_writes", at)
+        moved = read_writes(moved_rows, where["thread_id"], parent)
         if not moved:
             return None
         ordered = sorted(moved, key=write_order)
@@ -985,14 +1045,22 @@ class SQLCheckpoints(Generic[Tx]):
             self._query(tx, "lg_set_folded", {**at, "folded": folded})
         return folded, row_refs(w.refs for w in ordered)
 
-    def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
+    def _lg_values_many(self, where: Mapping[str, Any], values: Sequence[ValueRow]
+                        ) -> list[tuple[str, dict[str, Any]]]:
+        """The statement storing ``values`` in one (``_lg_arrays``), if there are any."""
         unique = list({v.digest: v for v in values}.values())
+        if not unique:
+            return []
+        return [("lg_put_values_many", {
+            **where, "digests": [v.digest for v in unique], "kinds": [v.kind for v in unique],
+            "datas": [v.data for v in unique]})]
+
+    def _lg_put_values(self, tx: Tx, where: Mapping[str, Any], values: Sequence[ValueRow]) -> None:
         if self._lg_arrays:
-            if unique:
-                self._query(tx, "lg_put_values_many", {
-                    **where, "digests": [v.digest for v in unique], "kinds": [v.kind for v in unique],
-                    "datas": [v.data for v in unique]})
+            for name, params in self._lg_values_many(where, values):
+                self._query(tx, name, params)
             return
+        unique = list({v.digest: v for v in values}.values())
         for v in unique:
             self._query(tx, "lg_put_value", {**where, "digest": v.digest, "kind": v.kind, "data": v.data})
 

@@ -160,6 +160,10 @@ _MAX_TAILS = 4096
 class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     """Store contract on one SQLite database file (see ``contract.Store``)."""
 
+    #: a LangGraph write holds the database from its BEGIN IMMEDIATE: ``lg_lock_thread``
+    #: (``SELECT 1``) is not run (issue 24, 2026-12-07)
+    _lg_lock_statement = False
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -791,6 +795,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
 
     def _changed(self, tx: sqlite3.Connection, name: str, params: Mapping[str, Any]) -> int:
         return int(tx.execute(_Q[name], params).rowcount)
+
+    def _lg_many(self, tx: sqlite3.Connection, name: str, params: Sequence[Mapping[str, Any]]) -> None:
+        # one call for a put_writes' rows (LangGraph's bench graph: three a super-step)
+        tx.executemany(_Q[name], params)
 
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._read() as conn:

@@ -1,0 +1,164 @@
+"""The write path's cost (issue 24, 2026-12-07: CairnSaver >= 2x faster a
+super-step than LangGraph's savers): a put does not encode, hash, compress or
+send again the value its super-step's ``put_writes`` stored (the message a
+node wrote is the item the next checkpoint appends), and on PostgreSQL a put
+is 2 round trips and a put_writes 2 (BEGIN, the thread's lock, its holder
+and every statement that needs nothing read first in one message; the
+checkpoint with the COMMIT)."""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Iterator
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import pytest
+
+import cairn
+from tests.engine.conftest import postgres_url
+
+#: the items the graph appends, made once: the same objects in every run
+ITEMS = [f"item-{n}-" + "x" * 200 for n in range(12)]
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _loop(steps: int) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    def step(state: Log) -> dict[str, list[str]]:
+        return {"log": [ITEMS[len(state["log"])]]}
+
+    def route(state: Log) -> str:
+        return END if len(state["log"]) >= steps else "step"
+
+    g = StateGraph(Log)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", route)
+    return g
+
+
+def _config(thread: str, checkpoint_id: str | None = None) -> Any:
+    conf = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf, "recursion_limit": 100}
+
+
+def _checkpoint(n: int, items: list[str]) -> Any:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    c = empty_checkpoint()
+    c["id"] = f"1ef00000-0000-6000-8000-{n:012d}"
+    c["channel_values"] = {"log": list(items)}
+    c["channel_versions"] = {"log": f"{n:010d}.aa"}
+    return c
+
+
+def test_a_put_neither_encodes_nor_sends_again_what_its_writes_stored(app: cairn.App) -> None:
+    """As LangGraph's loop calls a saver: a node's write of an item
+    (put_writes on checkpoint n), then checkpoint n + 1 with the list grown
+    by it. Each item is serialized once (before, the put encoded, hashed and
+    compressed it again), and no put sends a value row its saver committed
+    already (on PostgreSQL the values statement is not sent at all)."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from cairn.langgraph import CairnSaver
+
+    dumped: Counter[str] = Counter()
+
+    class Counting(JsonPlusSerializer):
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            if isinstance(obj, str) and obj.startswith("item-"):
+                dumped[obj] += 1
+            return super().dumps_typed(obj)
+
+    saver = CairnSaver(app, tenant="acme", serde=Counting(allowed_msgpack_modules=None))
+    sent: list[int] = []
+    rows = saver._rows
+    put = rows.lg_put
+
+    def counted(*args: Any, **kwargs: Any) -> int:
+        sent.append(len(args[5]))  # the value rows this put sends
+        return put(*args, **kwargs)
+
+    rows.lg_put = counted  # type: ignore[method-assign]
+    metadata: Any = {"source": "loop", "step": 0, "parents": {}}
+    config = saver.put(_config("t"), _checkpoint(0, []), metadata, {"log": "0000000000.aa"})
+    for n in range(1, 11):
+        saver.put_writes(config, [("log", [ITEMS[n - 1]])], f"task-{n}")
+        c = _checkpoint(n, ITEMS[:n])
+        config = saver.put(config, c, metadata, {"log": c["channel_versions"]["log"]})
+    assert dumped == Counter(ITEMS[:10])  # each once
+    assert sent == [0] * 11, sent
+    found = CairnSaver(app, tenant="acme").get_tuple(_config("t"))  # and it all reads back
+    assert found is not None
+    assert found.checkpoint["channel_values"]["log"] == ITEMS[:10]
+
+
+def test_a_value_deleted_through_the_saver_is_sent_again(app: cairn.App) -> None:
+    """A saver forgets what it committed when it deletes (``_forget``): a
+    put after ``delete_thread`` that names the same objects stores their rows
+    again, and the checkpoint reads."""
+    from cairn.langgraph import CairnSaver
+
+    saver = CairnSaver(app, tenant="acme")
+    metadata: Any = {"source": "loop", "step": 0, "parents": {}}
+    config = saver.put(_config("t"), _checkpoint(1, []), metadata, {"log": "0000000001.aa"})
+    saver.put_writes(config, [("log", ITEMS[:3])], "task")
+    saver.put(config, _checkpoint(2, ITEMS[:3]), metadata, {"log": "0000000002.aa"})
+    saver.delete_thread("t")
+    assert saver.get_tuple(_config("t")) is None
+    saver.put(_config("t"), _checkpoint(3, ITEMS[:3]), metadata, {"log": "0000000003.aa"})
+    found = CairnSaver(app, tenant="acme").get_tuple(_config("t"))
+    assert found is not None
+    assert found.checkpoint["channel_values"]["log"] == ITEMS[:3]
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every command psycopg sends (each one round trip), by its first words."""
+    sent: Counter[str] = Counter()
+    execute = psycopg.Cursor.execute
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent[" ".join(str(query).split()[:2])] += 1
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    return sent
+
+
+@pytest.fixture
+def pg_app(pg_url: str) -> Iterator[cairn.App]:
+    """An App on a fresh PostgreSQL database alone: round trips are PostgreSQL's."""
+    application = cairn.App(db=postgres_url(pg_url), lease_seconds=5.0)
+    yield application
+    application.close()
+
+
+def test_a_super_step_is_four_round_trips_on_postgresql(pg_app: cairn.App, statements: Counter[str]) -> None:
+    """On PostgreSQL a put is 2 round trips (the opening message; the
+    checkpoint with the COMMIT) and a put_writes 2 (the opening message,
+    COMMIT): before, 9 and 7 (BEGIN, the lock, the holder, each statement,
+    the audit chain's look for entries to link, which a LangGraph write never
+    has, COMMIT)."""
+    from cairn.langgraph import CairnSaver
+
+    saver = CairnSaver(pg_app, tenant="acme")
+    graph = _loop(9).compile(checkpointer=saver)
+    graph.invoke({"log": []}, _config("warm"))  # the thread is taken, statements prepared
+    statements.clear()
+    graph.invoke({"log": []}, _config("t"))
+    # 11 puts (the input's checkpoint, 10 super-steps) and 10 put_writes (the input's, 9 nodes')
+    assert statements["BEGIN; SELECT"] == 21, statements
+    assert statements["WITH folded"] == 11, statements  # the checkpoint and the COMMIT
+    assert statements["COMMIT"] == 10, statements
+    # and once each: the first read of the thread, its take (and a new pooled connection's settings)
+    others = sum(n for s, n in statements.items() if s != "SELECT set_config('search_path',")
+    assert others == 2 * 11 + 2 * 10 + 2, statements
