@@ -336,6 +336,25 @@ def split_names(names: str) -> dict[str, str]:
     return dict(zip(parts[0::2], parts[1::2], strict=False))
 
 
+def held_lists(lists: Mapping[str, bytes]) -> tuple[str, bytes]:
+    """The lists a reader holds as ``lg_read_one`` takes them: two scalars,
+    not two arrays (psycopg dumps a list parameter in Python: ~40 us a read;
+    issue 24, 2026-12-07). Every list's digests one after the other, and
+    ``channel, offset, length, ...`` joined by ``NAME_SEPARATOR``. A channel
+    whose name holds the separator is left out: the server then sends its
+    chain and values, as for a list the reader does not hold."""
+    parts: list[str] = []
+    chunks: list[bytes] = []
+    at = 0
+    for channel, refs in lists.items():
+        if NAME_SEPARATOR in channel:
+            continue
+        parts += (channel, str(at), str(len(refs)))
+        chunks.append(refs)
+        at += len(refs)
+    return NAME_SEPARATOR.join(parts), b"".join(chunks)
+
+
 def write_order(w: WriteRow) -> tuple[str, str, int]:
     """The order a checkpoint's pending writes are read in (the queries' own:
     task path, task id, index, as "C" strings)."""
@@ -688,10 +707,9 @@ class SQLCheckpoints(Generic[Tx]):
         before, or its columns disagree with its checkpoint), or when the
         caller no longer holds a list the server left out (``known`` says
         no: its copy changed since): ``lg_read`` reads it as before."""
-        held = list(lists)
+        held, held_refs = held_lists(lists)
         found = self._in_statements(lambda tx: self._query(tx, "lg_read_one", {
-            **_where(key), "checkpoint_id": checkpoint_id, "known_channels": held,
-            "known_refs": [lists[n] for n in held]}))
+            **_where(key), "checkpoint_id": checkpoint_id, "known": held, "known_refs": held_refs}))
         head = [r for r in found if r[0] == 0]
         if not head:
             return None
