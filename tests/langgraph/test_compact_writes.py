@@ -60,6 +60,8 @@ def test_json_and_compact_records_read_together_in_one_row() -> None:
     b"\x02\x04task\x00\x01n\x00\x05value\x10" + bytes(8),  # refs shorter than their length says
     b"\x02\x02\xff\xfe\x00\x01n\x00\x05value\x00",  # a task id that is not UTF-8
     b"\x02\x04task" + b"\xff" * 12,  # a number with no end
+    b"\x01" + bytes(10),  # a task's UUID cut short
+    b"\x02\x09task",  # a text shorter than its length says
     b"",  # no write at all
 ])
 def test_a_damaged_compact_record_is_refused_naming_its_checkpoint(body: bytes) -> None:

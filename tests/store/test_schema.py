@@ -126,6 +126,61 @@ POSTGRES_ONLY = {
 }
 
 
+
+def _quoted_across_lines(text: str) -> list[int]:
+    """The lines of ``text`` (SQL) that end inside a quoted string or
+    identifier ('...', "...", $tag$...$tag$); comments are skipped."""
+    found: list[int] = []
+    i, line, quote = 0, 1, ""
+    while i < len(text):
+        ch = text[i]
+        if ch == "\n":
+            if quote:
+                found.append(line)
+            line += 1
+        if quote:
+            if text.startswith(quote, i):
+                if quote in ("'", '"') and text.startswith(quote * 2, i):
+                    i += 2  # a doubled quote inside: still quoted
+                    continue
+                i += len(quote)
+                quote = ""
+                continue
+            i += 1
+            continue
+        if text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        if ch in ("'", '"'):
+            quote = ch
+        elif ch == "$":
+            end = text.find("$", i + 1)
+            tag = text[i:end + 1] if end > 0 else ""
+            if tag and all(c.isalnum() or c == "_" for c in tag[1:-1]) and not tag[1:2].isdigit():
+                quote = tag
+                i = end + 1
+                continue
+        i += 1
+    return found
+
+
+def test_no_query_quotes_across_lines() -> None:
+    """``load_queries`` leaves out each line's indentation (psycopg caches
+    the parse of statements of at most 4,096 bytes only: issue 24,
+    2026-12-07), which is whitespace between tokens unless a quoted string
+    spans lines: none does, in either dialect."""
+    from importlib import resources
+
+    assert _quoted_across_lines("SELECT 'a\n  b'") == [1]
+    assert _quoted_across_lines("SELECT $x$a\n b$x$, 'it''s' -- don't\nFROM t") == [1]
+    assert _quoted_across_lines("SELECT 'it''s' -- don't\nFROM t") == []
+    for dialect in ("sqlite", "postgres"):
+        text = resources.files("cairn.store").joinpath("sql", dialect, "queries.sql").read_text("utf-8")
+        assert _quoted_across_lines(text) == [], dialect
+        for name, statement in load_queries(dialect).items():
+            assert not any(ln[:1].isspace() for ln in statement.splitlines()), name
+
 def test_both_dialects_offer_the_same_queries_except_the_listed_ones() -> None:
     sqlite_names = set(load_queries("sqlite"))
     postgres_names = set(load_queries("postgres"))

@@ -280,6 +280,7 @@ from cairn.store.sqlfiles import load_migrations, load_queries
 from cairn.store.vectorindex import ExactScorer, Scored
 
 _Q = load_queries("postgres")
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 #: rows scored at a time by the client's exact vector scan (7.5 MB at 384 float32 dimensions)
 _SCAN_CHUNK = 5000
 _TERMINAL = list(lc.TERMINAL)
@@ -1279,7 +1280,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         if name.startswith("lg_"):
             params = _packed_ids(params)
         cursor = tx.execute(_Q[name], params)
-        return cursor.fetchall() if cursor.description is not None else []
+        # whether the statement returned rows, from its result's status:
+        # ``cursor.description`` builds a Column per column to say the same
+        # (~25 us for lg_read_one's nine: issue 24, 2026-12-07)
+        return cursor.fetchall() if _has_rows(cursor) else []
 
     def _changed(self, tx: _Conn, name: str, params: Mapping[str, Any]) -> int:
         return int(tx.execute(_Q[name], params).rowcount)
@@ -1579,6 +1583,13 @@ def _nul_parameter(exc: psycopg.Error) -> bool:
     """Whether ``exc`` is psycopg refusing, before sending, a text parameter
     that holds a NUL (PostgreSQL's text has no NUL; SQLite's has)."""
     return isinstance(exc, psycopg.DataError) and exc.sqlstate is None and "NUL" in str(exc)
+
+
+def _has_rows(cursor: psycopg.Cursor[Any]) -> bool:
+    """Whether the cursor's statement returned rows (``cursor.description is
+    not None``, without making its columns' descriptions)."""
+    res = cursor.pgresult
+    return res is not None and (bool(res.nfields) or res.status == _TUPLES_OK)
 
 
 def _connection_lost(exc: BaseException) -> bool:

@@ -1720,9 +1720,18 @@ LIMIT %(limit)s::bigint
 -- pending writes and their values, in one statement, one round trip (get_state;
 -- checkpointsql.lg_read_one), from the columns of migration 0045. Rows by part: 0 the checkpoint,
 -- 1 a chain's blob, 2 a row of lg_writes, 3 its folded writes, 4 a value, 5 a held list. A list
--- whose digests start the caller's copy of that channel (known_channels, known_refs) is held:
--- neither its chain nor its values are sent, only how many bytes of the caller's copy it is (those digests go in binary, %b: a list of 3,000 items is 24 KB, which psycopg's text
--- format spelled in hex and escaped, 0.5 ms a read). The id is a range of the primary key (one id, or up to the
+-- whose digests start the caller's copy of that channel is held: neither its chain nor its values
+-- are sent, only how many bytes of the caller's copy it is. The caller's copies are two scalars
+-- (issue 24, 2026-12-07: psycopg dumps a list parameter in Python, ~40 us a read for the two
+-- arrays this took before): known_refs, every copy's digests one after the other, in binary (%b:
+-- a list of 3,000 items is 24 KB, which psycopg's text format spelled in hex and escaped, 0.5 ms
+-- a read), and known, "channel, offset, length, ..." joined by the unit separator.
+-- lg_names and lg_digests are spelled out here, not called: declared STRICT, they are never
+-- inlined, and each call site planned its function's body at every execution (~0.1 ms a read of
+-- the server's CPU). unnest, not generate_series, so the planner expects ~10 rows, not 1,000 (it
+-- sized the values' hash table for 40,000 digests: 1.5 MB a read). Statements of at most 4,096
+-- bytes once loaded (sqlfiles: psycopg caches the parse of those only).
+-- The id is a range of the primary key (one id, or up to the
 -- namespace's greatest, read backwards, LIMIT 1): one plan for both, never a filter over the
 -- thread's checkpoints, and no bound a database's encoding could refuse. The greatest id is the
 -- key's last entry (ORDER BY ... LIMIT 1): max(checkpoint_id COLLATE "C") was an aggregate over
@@ -1743,8 +1752,9 @@ WITH RECURSIVE c AS (
     ORDER BY x.checkpoint_id DESC
     LIMIT 1
 ),
-named (channel, version) AS (
-    SELECT n.channel, n.version FROM c, LATERAL lg_names(c.names) AS n
+named (channel, version) AS (  -- lg_names(c.names)
+    SELECT u.x, n[u.k + 1] FROM c, string_to_array(c.names, chr(31)) AS n, unnest(n) WITH ORDINALITY AS u (x, k)
+    WHERE u.k %% 2 = 1
 ),
 chain (channel, kind, base, depth, refs) AS (
     SELECT b.channel, b.kind, b.base, b.depth, b.refs
@@ -1766,8 +1776,11 @@ held AS (
     SELECT l.channel, length(l.whole) AS size
     FROM (SELECT channel, string_agg(refs, ''::bytea ORDER BY depth) AS whole, bool_and(kind = 'list') AS list
           FROM chain GROUP BY channel) AS l
-    JOIN unnest(%(known_channels)s::text[], %(known_refs)b::bytea[]) AS k (channel, refs) ON k.channel = l.channel
-    WHERE l.list AND substring(k.refs FROM 1 FOR length(l.whole)) = l.whole
+    JOIN (SELECT u.x, a[u.k + 1]::int, a[u.k + 2]::int
+          FROM string_to_array(%(known)s::text, chr(31)) AS a, unnest(a) WITH ORDINALITY AS u (x, k)
+          WHERE u.k %% 3 = 1) AS k (channel, at, size) ON k.channel = l.channel
+    WHERE l.list AND length(l.whole) <= k.size
+      AND substring(%(known_refs)b::bytea FROM k.at + 1 FOR length(l.whole)) = l.whole
 ),
 side AS (
     SELECT y.task_id, y.idx, y.channel, y.task_path, y.kind, y.refs
@@ -1776,12 +1789,15 @@ side AS (
                        AND z.checkpoint_id = c.checkpoint_id
                      OFFSET 0) AS y
 ),
-wanted (digest) AS (
-    SELECT d FROM c, LATERAL lg_digests(c.refs) AS d
-    UNION
-    SELECT d FROM chain AS h, LATERAL lg_digests(h.refs) AS d WHERE h.channel NOT IN (SELECT channel FROM held)
-    UNION
-    SELECT d FROM side AS w, LATERAL lg_digests(w.refs) AS d
+wanted (digest) AS (  -- lg_digests of each refs, each digest once
+    SELECT DISTINCT d
+    FROM (SELECT refs FROM c UNION ALL SELECT refs FROM side
+          UNION ALL SELECT refs FROM chain WHERE channel NOT IN (SELECT channel FROM held)) AS w (r),
+         unnest(ARRAY(SELECT get_byte(r, o)::bigint | (get_byte(r, o + 1)::bigint << 8)
+                             | (get_byte(r, o + 2)::bigint << 16) | (get_byte(r, o + 3)::bigint << 24)
+                             | (get_byte(r, o + 4)::bigint << 32) | (get_byte(r, o + 5)::bigint << 40)
+                             | (get_byte(r, o + 6)::bigint << 48) | (get_byte(r, o + 7)::bigint << 56)
+                      FROM generate_series(0, length(r) - 8, 8) AS o)) AS d
 )
 SELECT 0 AS part, lg_id_text(checkpoint_id), parent_id, checkpoint_kind, metadata_kind, names, checkpoint, metadata,
        NULL::bigint AS n
