@@ -595,51 +595,44 @@ def in_loop(url: str, backend: str, steps: int, rounds: int) -> None:
         print(f"{backend:10} in loop, CPU per step: chain on {statistics.median(cpu[True]):.2f} us, off "
               f"{statistics.median(cpu[False]):.2f} us; on minus off, {paired(diffs)}; runs of {steps} "
               f"steps; target {verdict(diffs)}", flush=True)
-        # the journaled write itself, each ``store.append`` timed (wall: on PostgreSQL the server's
-        # part too), a run's median: a call the scheduler preempted or another process's burst
-        # slowed is an outlier the median leaves out, where a run's CPU total keeps it (issue 26,
-        # 2026-12-07: the pairs of CPU totals spread over 15-20 us under load; these over 1-2)
+        # the journaled write itself, each ``store.append`` timed, a run's median: a call the
+        # scheduler preempted or another process's burst slowed is an outlier the median leaves
+        # out, where a run's CPU total keeps it (issue 26, 2026-12-07: the pairs of CPU totals
+        # spread over 15-20 us under load; these over 1-2)
         store: Any = w.app.store
-        writes: dict[bool, list[float]] = {True: [], False: []}
-        for i in range(rounds):
-            for state in ((True, False) if i % 2 == 0 else (False, True)):
-                with chain(state):
-                    store.append = timed(type(store).append.__get__(store))
-                    calls.clear()
-                    w.app.run(w.chain, steps)
-                    del store.append
-                    writes[state].append(statistics.median(calls) / 1e3)
-        diffs = [a - b for a, b in zip(writes[True], writes[False], strict=True)]
-        print(f"{backend:10} in loop, store.append a call (wall, runs' medians): chain on "
-              f"{statistics.median(writes[True]):.2f} us, off {statistics.median(writes[False]):.2f} us; on "
-              f"minus off, {paired(diffs)}; target {verdict(diffs)}", flush=True)
-        # the same calls by the calling thread's CPU (``thread_time_ns``: the client's alone on
-        # PostgreSQL, where the wall time holds the server's answer and, under load, its waits on
-        # the CPU; a system call of about 3 us here, on and off alike)
-        thread_clock = time.thread_time_ns
-        thread_cpu: dict[bool, list[float]] = {True: [], False: []}
 
-        def thread_timed(function: Callable[..., Any]) -> Callable[..., Any]:
-            def call(*args: Any, **keywords: Any) -> Any:
-                started = thread_clock()
-                result = function(*args, **keywords)
-                calls.append(thread_clock() - started)
-                return result
-            return call
+        def append_medians(clock: Callable[[], int]) -> dict[bool, list[float]]:
+            """Each run's median ``store.append`` call by ``clock``, chain on and off, ABBA."""
+            medians: dict[bool, list[float]] = {True: [], False: []}
 
-        for i in range(rounds):
-            for state in ((True, False) if i % 2 == 0 else (False, True)):
-                with chain(state):
-                    store.append = thread_timed(type(store).append.__get__(store))
-                    calls.clear()
-                    w.app.run(w.chain, steps)
-                    del store.append
-                    thread_cpu[state].append(statistics.median(calls) / 1e3)
-        diffs = [a - b for a, b in zip(thread_cpu[True], thread_cpu[False], strict=True)]
-        print(f"{backend:10} in loop, store.append a call (thread CPU, runs' medians): chain on "
-              f"{statistics.median(thread_cpu[True]):.2f} us, off "
-              f"{statistics.median(thread_cpu[False]):.2f} us; on minus off, {paired(diffs)}; target "
-              f"{verdict(diffs)}", flush=True)
+            def timing(function: Callable[..., Any], taken: list[int]) -> Callable[..., Any]:
+                def call(*args: Any, **keywords: Any) -> Any:
+                    started = clock()
+                    result = function(*args, **keywords)
+                    taken.append(clock() - started)
+                    return result
+                return call
+
+            for i in range(rounds):
+                for state in ((True, False) if i % 2 == 0 else (False, True)):
+                    with chain(state):
+                        taken: list[int] = []
+                        store.append = timing(type(store).append.__get__(store), taken)
+                        w.app.run(w.chain, steps)
+                        del store.append
+                        medians[state].append(statistics.median(taken) / 1e3)
+            return medians
+
+        # by wall time (on PostgreSQL the server's part too) and by the calling thread's CPU
+        # (``thread_time_ns``: the client's alone on PostgreSQL, where the wall time holds the
+        # server's answer and, under load, its waits on the CPU; a system call of about 3 us
+        # here, on and off alike)
+        for what, clock_of in (("wall", time.perf_counter_ns), ("thread CPU", time.thread_time_ns)):
+            writes = append_medians(clock_of)
+            diffs = [a - b for a, b in zip(writes[True], writes[False], strict=True)]
+            print(f"{backend:10} in loop, store.append a call ({what}, runs' medians): chain on "
+                  f"{statistics.median(writes[True]):.2f} us, off {statistics.median(writes[False]):.2f} us; "
+                  f"on minus off, {paired(diffs)}; target {verdict(diffs)}", flush=True)
         per_call: dict[bool, list[int]] = {True: [], False: []}
         per_run: dict[bool, list[float]] = {True: [], False: []}
         for i in range(rounds):

@@ -11,15 +11,15 @@ class Log(TypedDict):
     log: Annotated[list[str], operator.add]
 
 
-def counting_loop(steps: int, tag: str, pause: Callable[[int], None] | None = None) -> Any:
-    """One node looping until the log has ``steps`` items, each ``<tag><n>``
-    (``pause(n)`` first, when given)."""
+def appending_loop(steps: int, item: Callable[[int], str], pause: Callable[[int], None] | None = None) -> Any:
+    """One node looping until the log has ``steps`` items, the ``n``-th
+    ``item(n)`` (``pause(n)`` first, when given)."""
     from langgraph.graph import END, START, StateGraph
 
     def step(state: Log) -> dict[str, list[str]]:
         if pause is not None:
             pause(len(state["log"]))
-        return {"log": [f"{tag}{len(state['log'])}"]}
+        return {"log": [item(len(state["log"]))]}
 
     def route(state: Log) -> str:
         return END if len(state["log"]) >= steps else "step"
@@ -29,6 +29,11 @@ def counting_loop(steps: int, tag: str, pause: Callable[[int], None] | None = No
     g.add_edge(START, "step")
     g.add_conditional_edges("step", route)
     return g
+
+
+def counting_loop(steps: int, tag: str, pause: Callable[[int], None] | None = None) -> Any:
+    """``appending_loop`` whose items are ``<tag><n>``."""
+    return appending_loop(steps, lambda n: f"{tag}{n}", pause)
 
 
 def ledger_loop(steps: int, ledger: str) -> Any:

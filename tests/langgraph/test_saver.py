@@ -18,6 +18,7 @@ import pytest
 
 import cairn
 from cairn.errors import InvalidArgument
+from tests.langgraph.graphs import appending_loop
 
 if TYPE_CHECKING:
     from cairn.langgraph import CairnSaver
@@ -41,19 +42,7 @@ def _saver(app: cairn.App, **kwargs: Any) -> CairnSaver:
 def _loop(steps: int, size: int) -> Any:
     """A graph of one node looping ``steps`` super-steps, each appending an
     item of ``size`` distinct bytes (random text: nothing to deduplicate)."""
-    from langgraph.graph import END, START, StateGraph
-
-    def step(state: Log) -> dict[str, list[str]]:
-        return {"log": [os.urandom(size // 2).hex()]}
-
-    def route(state: Log) -> str:
-        return END if len(state["log"]) >= steps else "step"
-
-    g = StateGraph(Log)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_conditional_edges("step", route)
-    return g
+    return appending_loop(steps, lambda n: os.urandom(size // 2).hex())
 
 
 def _inflated(data: bytes) -> bytes:

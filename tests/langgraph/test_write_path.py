@@ -8,39 +8,24 @@ checkpoint with the COMMIT)."""
 
 from __future__ import annotations
 
-import operator
 from collections import Counter
 from collections.abc import Iterator
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import psycopg
 import pytest
 
 import cairn
 from tests.engine.conftest import postgres_url
+from tests.langgraph.graphs import appending_loop
 
 #: the items the graph appends, made once: the same objects in every run
 ITEMS = [f"item-{n}-" + "x" * 200 for n in range(12)]
 
 
-class Log(TypedDict):
-    log: Annotated[list[str], operator.add]
-
-
 def _loop(steps: int) -> Any:
-    from langgraph.graph import END, START, StateGraph
-
-    def step(state: Log) -> dict[str, list[str]]:
-        return {"log": [ITEMS[len(state["log"])]]}
-
-    def route(state: Log) -> str:
-        return END if len(state["log"]) >= steps else "step"
-
-    g = StateGraph(Log)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_conditional_edges("step", route)
-    return g
+    """One node looping ``steps`` super-steps, the ``n``-th appending ``ITEMS[n]``."""
+    return appending_loop(steps, ITEMS.__getitem__)
 
 
 def _config(thread: str, checkpoint_id: str | None = None) -> Any:
