@@ -83,9 +83,13 @@ Why these choices:
   pipeline, before its Sync, the server reports the session ``active`` and
   no timeout applies: a worker frozen there used to wedge its runs forever.)
   Transactions are either one message (``finish_run``: the server runs all
-  of it on receipt, so a freeze holds nothing) or commands sent whole and
-  answered one at a time (everything else, the claim's ``BEGIN; SET LOCAL``
-  included). On top, ``statement_timeout`` (30 s) bounds each statement and
+  of it on receipt, so a freeze holds nothing), two whole messages
+  (LangGraph's writes, ``_lg_operate``: ``BEGIN``, the thread's lock, its
+  holder and the statements that need nothing read, then, after the fence
+  is checked, the closing statements with ``COMMIT``; between the two the
+  session is idle in transaction, so the timeout applies) or commands sent
+  whole and answered one at a time (everything else, the claim's
+  ``BEGIN; SET LOCAL`` included). On top, ``statement_timeout`` (30 s) bounds each statement and
   ``lock_timeout`` (10 s) each wait for a lock, so no statement waits for
   good on a peer that holds a lock. A frozen worker that wakes up finds its
   session gone (``StoreError``) and its lease fenced.
