@@ -295,6 +295,17 @@ def store_append(on: bool, steps: int) -> dict[str, float]:
     return {"wall": wall, "CPU": cpu}
 
 
+def timed(function: Callable[..., Any], taken: list[int],
+          clock: Callable[[], int] = time.perf_counter_ns) -> Callable[..., Any]:
+    """``function``, each call's duration by ``clock`` appended to ``taken``."""
+    def call(*args: Any, **keywords: Any) -> Any:
+        started = clock()
+        result = function(*args, **keywords)
+        taken.append(clock() - started)
+        return result
+    return call
+
+
 def timed_appends(path: str, steps: int, prepare: Callable[[str], None] | None = None) -> tuple[float, float]:
     """(wall, CPU) microseconds per ``append`` of one 40-byte step result to
     one run of a fresh SQLite store at ``path`` (``prepare``, given the
@@ -566,16 +577,6 @@ def in_loop(url: str, backend: str, steps: int, rounds: int) -> None:
     module: Any = postgres if backend == "postgres" else sqlite
     name = "_linked_params" if backend == "postgres" else "_audited"
     calls: list[int] = []
-    clock = time.perf_counter_ns
-
-    def timed(function: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **keywords: Any) -> Any:
-            started = clock()
-            result = function(*args, **keywords)
-            calls.append(clock() - started)
-            return result
-        return call
-
     w = build_url(url)
     try:
         for state in (True, False):
@@ -604,20 +605,11 @@ def in_loop(url: str, backend: str, steps: int, rounds: int) -> None:
         def append_medians(clock: Callable[[], int]) -> dict[bool, list[float]]:
             """Each run's median ``store.append`` call by ``clock``, chain on and off, ABBA."""
             medians: dict[bool, list[float]] = {True: [], False: []}
-
-            def timing(function: Callable[..., Any], taken: list[int]) -> Callable[..., Any]:
-                def call(*args: Any, **keywords: Any) -> Any:
-                    started = clock()
-                    result = function(*args, **keywords)
-                    taken.append(clock() - started)
-                    return result
-                return call
-
             for i in range(rounds):
                 for state in ((True, False) if i % 2 == 0 else (False, True)):
                     with chain(state):
                         taken: list[int] = []
-                        store.append = timing(type(store).append.__get__(store), taken)
+                        store.append = timed(type(store).append.__get__(store), taken, clock)
                         w.app.run(w.chain, steps)
                         del store.append
                         medians[state].append(statistics.median(taken) / 1e3)
@@ -639,7 +631,7 @@ def in_loop(url: str, backend: str, steps: int, rounds: int) -> None:
             for state in ((True, False) if i % 2 == 0 else (False, True)):
                 with chain(state):
                     function = getattr(module, name)
-                    setattr(module, name, timed(function))
+                    setattr(module, name, timed(function, calls))
                     calls.clear()
                     w.app.run(w.chain, steps)
                     setattr(module, name, function)
@@ -665,9 +657,9 @@ def in_loop(url: str, backend: str, steps: int, rounds: int) -> None:
 
         def timed_hash(sha: Callable[[bytes], Any]) -> Callable[[bytes], Hashed]:
             def call(data: bytes) -> Hashed:
-                started = clock()
+                started = time.perf_counter_ns()
                 value = sha(data).digest()
-                calls.append(clock() - started)
+                calls.append(time.perf_counter_ns() - started)
                 return Hashed(value)
             return call
 
