@@ -105,6 +105,23 @@ def test_a_value_deleted_through_the_saver_is_sent_again(app: cairn.App) -> None
     assert found.checkpoint["channel_values"]["log"] == ITEMS[:3]
 
 
+def test_a_value_committed_to_one_thread_is_still_sent_to_another(app: cairn.App) -> None:
+    """What a saver remembers committing is per thread (values are stored
+    per thread): the same message put to a second thread is stored there
+    too, and that thread reads whole from a new saver."""
+    from cairn.langgraph import CairnSaver
+
+    saver = CairnSaver(app, tenant="acme")
+    metadata: Any = {"source": "loop", "step": 0, "parents": {}}
+    config = saver.put(_config("a"), _checkpoint(1, []), metadata, {"log": "0000000001.aa"})
+    saver.put_writes(config, [("log", ITEMS[:3])], "task")
+    saver.put(config, _checkpoint(2, ITEMS[:3]), metadata, {"log": "0000000002.aa"})
+    saver.put(_config("b"), _checkpoint(3, ITEMS[:3]), metadata, {"log": "0000000003.aa"})
+    found = CairnSaver(app, tenant="acme").get_tuple(_config("b"))
+    assert found is not None
+    assert found.checkpoint["channel_values"]["log"] == ITEMS[:3]
+
+
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Every command psycopg sends (each one round trip), by its first words."""
