@@ -329,7 +329,7 @@ def test_every_pooled_connection_is_scoped(deployment: Deployment) -> None:
     store = PostgresStore(deployment.urls["acme"], schema=SCHEMA, tenant="acme", pool_size=4)
     try:
         with contextlib.ExitStack() as stack:
-            conns = [stack.enter_context(store._pool.connection()) for _ in range(4)]
+            conns = [stack.enter_context(store._conn()) for _ in range(4)]
             assert len({conn.info.backend_pid for conn in conns}) == 4
             settings = [conn.execute("SELECT current_setting('cairn.tenant', true)").fetchone()
                         for conn in conns]

@@ -16,6 +16,8 @@ Why these choices:
   is here is how PostgreSQL holds rows and how the hot paths (one-statement
   append, pipelined finish, set-based claim) are made cheap. Every psycopg
   error leaves as ``StoreError`` (``_conn``, the only way to a connection).
+  ``_conn`` hands out the pooled connection used last first (``pgrecent``):
+  a thread working alone stays on one backend and its prepared statements.
 * **Row locks, not a global write lock.** Transactions run at READ COMMITTED
   (a read of several statements, ``_in_read``, at REPEATABLE READ: one snapshot).
   Every writer that bumps a run's epoch (claims, takeovers, cancels, kills,
@@ -236,7 +238,7 @@ from cairn.errors import LeaseLost, MissingExtra, PayloadError, StoreError, Tran
 try:
     import psycopg
     from psycopg import errors as pg_errors
-    from psycopg import sql
+    from psycopg import pq, sql
     from psycopg.conninfo import conninfo_to_dict
     from psycopg.rows import TupleRow
     from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
@@ -248,6 +250,7 @@ from cairn.store import lifecycle as lc
 from cairn.store.auditlinks import Digester
 from cairn.store.checkpointsql import Closing, ThreadKey, pack_id, pack_id_key
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
+from cairn.store.pgrecent import Recent
 from cairn.store.records import (
     Claim,
     Durability,
@@ -519,6 +522,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             timeout=_CONNECT_TIMEOUT,
             name=f"cairn:{schema}",
         )
+        #: the pool's connections, the one used last first (issue 24, 2026-12-07: see pgrecent)
+        self._recent = Recent(self._pool, _idle)
         try:
             self._pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
         except PoolTimeout:
@@ -594,7 +599,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         if self._closed:
             raise StoreError("store is closed")
         try:
-            with self._pool.connection() as conn:
+            with self._recent.connection() as conn:
                 yield conn
         except PoolClosed:
             raise StoreError("store is closed") from None
@@ -795,6 +800,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         if self._closed:
             return
         self._closed = True
+        self._recent.close()
         self._pool.close()
         if isinstance(self.clock, DatabaseClock):
             self.clock.close()
@@ -1828,6 +1834,11 @@ def _event_params(event: HistoryEvent, digester: Digester | None = None) -> dict
     params["audit_head"], params["audit_tail"] = auditlinks.body_around_at(
         (*values[:12], values[13]), digest)
     return params
+
+
+def _idle(conn: _Conn) -> bool:
+    """Whether ``conn`` is open and outside any transaction (``Recent`` may hand it out again)."""
+    return not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE
 
 
 def _linked_params(event: HistoryEvent, at_before: float, link_before: bytes | None,
