@@ -164,13 +164,22 @@ def is_envelope(data: bytes | None) -> bool:
     return data is not None and len(data) >= HEADER_SIZE + NONCE_SIZE + TAG_SIZE and data[0] == MAGIC
 
 
-def header_of(data: bytes, place: Place) -> Header:
-    """The header of envelope ``data`` read at ``place``; ``SealError`` if it is none."""
+def key_version(data: bytes, place: Place) -> int:
+    """The data key version that sealed envelope ``data`` read at ``place``
+    (its header checked: an envelope, of this format and algorithm);
+    ``SealError`` if it is none. What an opener needs to pick the key,
+    without a ``Header`` built (``header_of``)."""
     if not is_envelope(data):
         raise SealError(f"{place} is not encrypted (plaintext or damaged): refused, encryption is on")
     if data[1] != VERSION or data[2] != AES_256_GCM:
         raise SealError(f"{place} is sealed in an unknown format (version {data[1]}, algorithm {data[2]})")
-    return Header(data[3], int.from_bytes(data[4:8], "big"), bytes(data[8:12]))
+    return int.from_bytes(data[4:8], "big")
+
+
+def header_of(data: bytes, place: Place) -> Header:
+    """The header of envelope ``data`` read at ``place``; ``SealError`` if it is none."""
+    version = key_version(data, place)  # checked before any byte of it is read
+    return Header(data[3], version, bytes(data[8:12]))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -228,22 +237,32 @@ def synthetic_nonce(nonce_key: bytes, place: Place, plaintext: bytes) -> bytes:
     return hmac.new(nonce_key, place.associated() + plaintext, hashlib.sha256).digest()[:NONCE_SIZE]
 
 
-def open_sealed(cipher: AESGCM, header: Header, place: Place, data: bytes) -> bytes:
-    """The plaintext of envelope ``data`` (its ``header`` read by
-    ``header_of``) stored at ``place``; ``SealError`` naming the place if it
-    was sealed for another place or damaged."""
-    if header.tenant_tag != tenant_tag(place.tenant):
-        raise SealError(f"{place} was sealed for another tenant: refused")
-    from cryptography.exceptions import InvalidTag  # the extra's; a dictionary lookup once imported
+@functools.cache
+def _invalid_tag() -> type[Exception]:
+    """``cryptography``'s ``InvalidTag`` (the extra's): looked up only when a
+    decryption raises, since an ``except`` clause's class is evaluated only
+    then. Until 2026-12-07 (issue 25) ``open_sealed`` imported it at every
+    call, an import statement per value opened."""
+    from cryptography.exceptions import InvalidTag
 
-    nonce = data[HEADER_SIZE:HEADER_SIZE + NONCE_SIZE]
+    return InvalidTag
+
+
+def open_sealed(cipher: AESGCM, place: Place, data: bytes) -> bytes:
+    """The plaintext of envelope ``data`` (its header checked by
+    ``key_version`` or ``header_of``, which named the key of ``cipher``)
+    stored at ``place``; ``SealError`` naming the place if it was sealed for
+    another place or damaged. The tenant tag and flags are read from the
+    header bytes themselves (authenticated with the ciphertext below)."""
+    if data[8:HEADER_SIZE] != tenant_tag(place[0]):
+        raise SealError(f"{place} was sealed for another tenant: refused")
     try:
-        sealed = data[HEADER_SIZE + NONCE_SIZE:]
-        plaintext = cipher.decrypt(nonce, sealed, data[:HEADER_SIZE] + _ENCODE_PLACE(place))
-    except InvalidTag:
+        plaintext = cipher.decrypt(data[HEADER_SIZE:HEADER_SIZE + NONCE_SIZE],
+                                   data[HEADER_SIZE + NONCE_SIZE:], data[:HEADER_SIZE] + _ENCODE_PLACE(place))
+    except _invalid_tag():
         raise SealError(f"{place} does not decrypt: sealed for another run, table or position, "
                         f"or damaged") from None
-    if header.flags & FLAG_ZLIB:
+    if data[3] & FLAG_ZLIB:
         try:
             return zlib.decompress(plaintext)
         except zlib.error as exc:  # authenticated, so only a bug could get here

@@ -65,7 +65,7 @@ def opened(tenant: str, run_id: str, tables: dict[str, list[Row]], sealer: Any) 
             if head.key_version >= SUBJECT_KEY_BASE and head.key_version != archive_version:
                 return None  # another subject's: stays under its key (erasure)
             cipher = sealer.keys.reader(tenant, head.key_version, place)
-            plain = open_sealed(cipher, head, place, data)
+            plain = open_sealed(cipher, place, data)
         except SealError:
             return None  # does not open here: kept as stored, and read as stored
         nonce = data[_NONCE]

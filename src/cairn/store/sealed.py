@@ -375,6 +375,14 @@ class SealedStore:
 
     def _open_event(self, tenant: str, event: HistoryEvent) -> HistoryEvent:
         payload, detail = event.payload, event.detail
+        if detail is None:  # a step's entry: its payload alone, at ``seq N`` (``_entry_position``)
+            if payload is None or payload.data is None:
+                return event
+            e = event  # ``_with``, written out: once per entry read (replay, recovery)
+            return HistoryEvent(e.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.position, e.step_kind,
+                                e.name, e.input_hash, e.attempt, e.started_at, self.sealer.open_payload(
+                                    Place(tenant, e.run_id, "history", f"seq {e.seq}", "payload"), payload),
+                                None)
         sealed_detail = isinstance(detail, dict) and ("sealed" in detail or any(
             isinstance(v, str) and v.startswith(REASON_PREFIX) for v in detail.values()))
         if (payload is None or payload.data is None) and not sealed_detail:

@@ -33,8 +33,8 @@ from cairn.security.envelope import (
     encode_place,
     fresh_nonce,
     header,
-    header_of,
     is_envelope,
+    key_version,
     open_sealed,
     seal,
     take_nonce,
@@ -417,10 +417,18 @@ class Sealer:
             nonce, data, head + encode_place((tenant, run, table, position, kind)))))
 
     def open(self, place: Place, data: bytes) -> bytes:
-        if not is_envelope(data) and self.keys.adopting():
-            return data  # written before encryption was turned on, not sealed yet (``cairn keys adopt``)
-        header = header_of(data, place)
-        return open_sealed(self.keys.reader(place.tenant, header.key_version, place), header, place, data)
+        """The plaintext of ``data`` stored at ``place``; ``SealError`` if it
+        is not an envelope that opens there. A value that is no envelope is
+        refused (no plaintext fallback), unless an existing database is being
+        sealed (``cairn keys adopt``) and it was written before: that is
+        asked only once the header is found wrong, not of every value."""
+        try:
+            version = key_version(data, place)
+        except SealError:
+            if not is_envelope(data) and self.keys.adopting():
+                return data  # written before encryption was turned on, not sealed yet
+            raise
+        return open_sealed(self.keys.reader(place.tenant, version, place), place, data)
 
     def open_payload(self, place: Place, payload: Payload | None) -> Payload | None:
         if payload is None:
