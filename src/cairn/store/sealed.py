@@ -52,11 +52,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import dataclasses
+import itertools
+import operator
 import secrets
 import threading
+import types
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
@@ -145,18 +149,51 @@ def _with(e: HistoryEvent, payload: Payload | None, detail: dict[str, Any] | Non
                         e.input_hash, e.attempt, e.started_at, payload, detail)
 
 
-_NEW_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(NewRun))
+D = TypeVar("D")
 
 
-def _new_with_input(run: NewRun, sealed: Payload) -> NewRun:
-    """``run`` with its input sealed. Not ``dataclasses.replace``: that runs
-    ``NewRun.__post_init__`` again (its names' checks, regular expressions:
-    the largest single cost sealing added to a run's start in the profile);
-    ``run`` was checked when it was built and only its input changes here."""
-    new = object.__new__(NewRun)
-    for name in _NEW_RUN_FIELDS:
-        object.__setattr__(new, name, getattr(run, name))
-    object.__setattr__(new, "input", sealed)
+#: a frozen, slotted dataclass's fields read in one call, their slots (member descriptors) in the
+#: same order, and the slots by name (``_replaced``)
+_Slots = tuple[Callable[[Any], tuple[Any, ...]], tuple[Any, ...], dict[str, Any]]
+#: sets a slot of an object, given the slot's member descriptor: what the generated ``__init__`` of a
+#: frozen, slotted class does through ``object.__setattr__``, which its own ``__setattr__`` refuses
+_SET_SLOT = types.MemberDescriptorType.__set__
+#: runs an iterator to its end in C, keeping nothing
+_CONSUME: Callable[[Iterable[Any]], None] = collections.deque[Any](maxlen=0).extend
+
+
+#: ``_slots`` of each class ``_replaced`` has copied
+_SLOTS: dict[type, _Slots] = {}
+
+
+def _slots(cls: type) -> _Slots:
+    """``cls``'s fields as ``_replaced`` copies them (see ``_Slots``), kept in ``_SLOTS``."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    slots = {name: cls.__dict__[name] for name in names}
+    read: Callable[[Any], tuple[Any, ...]] = operator.attrgetter(*names)
+    if len(names) == 1:  # ``attrgetter`` of one name gives the value, not a tuple of it
+        one = operator.attrgetter(names[0])
+        read = lambda record: (one(record),)  # noqa: E731
+    found = _SLOTS[cls] = (read, tuple(slots.values()), slots)
+    return found
+
+
+def _replaced(record: D, **changes: Any) -> D:
+    """``dataclasses.replace(record, **changes)`` for a record the store
+    built and checked (a ``NewRun``, ``RunRecord``, ``Claim``), without
+    running its ``__init__`` and ``__post_init__`` again: ``NewRun``'s
+    checks its names with regular expressions (the largest single cost
+    sealing added to a run's start in the profile), and ``replace`` itself
+    loops over the fields in Python before calling ``__init__`` (opening a
+    run record: 886 of the 1,759 bytecodes ``get_run`` ran with encryption
+    on, sys.settrace; issue 25, 2026-12-07). Its fields are read in one call
+    and set in one, slot by slot, in C; then the changed ones."""
+    cls: type[Any] = type(record)
+    read, slots, by_name = _SLOTS.get(cls) or _slots(cls)
+    new: D = object.__new__(cls)
+    _CONSUME(map(_SET_SLOT, slots, itertools.repeat(new), read(record)))
+    for name, value in changes.items():
+        _SET_SLOT(by_name[name], new, value)
     return new
 
 
@@ -422,11 +459,11 @@ class SealedStore:
 
     def _seal_new(self, run: NewRun) -> NewRun:
         """A copy of ``run`` with its input sealed (``create_claimed_run`` swaps it in place instead)."""
-        return _new_with_input(run, self._sealed_input(run))
+        return _replaced(run, input=self._sealed_input(run))
 
     def _open_run(self, run: RunRecord) -> RunRecord:
         self._remember(run.run_id, run.tenant)
-        return dataclasses.replace(
+        return _replaced(
             run,
             input=self.sealer.open_payload(_run_place(run, "input"), run.input) or run.input,
             result=self.sealer.open_payload(_run_place(run, "result"), run.result),
@@ -463,7 +500,7 @@ class SealedStore:
         written, nothing executes)."""
         run = claim.run
         try:
-            return dataclasses.replace(claim, run=self._open_run(run),
+            return _replaced(claim, run=self._open_run(run),
                                        history=self._open_events(run.run_id, claim.history))
         except SealError as exc:
             stop = HistoryEvent(run_id=run.run_id, seq=claim.next_seq, event=EventType.RUN_NEEDS_ATTENTION,
