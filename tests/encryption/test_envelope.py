@@ -27,6 +27,7 @@ from cairn.security.envelope import (
     header_of,
     nonce,
     open_sealed,
+    place_of,
     seal,
     synthetic_nonce,
 )
@@ -241,3 +242,13 @@ def test_encryption_without_its_extra_is_one_line_naming_it(monkeypatch: pytest.
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "c.db").exists()  # refused before anything was opened
     cairn.App(db=f"sqlite:///{tmp_path}/plain.db").close()  # without a keyring: not needed
+
+
+def test_place_of_builds_the_same_place_as_its_constructor() -> None:
+    parts = ("acme", "run-1", "history", "seq 3", "payload")
+    built = place_of(parts)
+    assert type(built) is Place
+    assert built == PLACE
+    assert str(built) == str(PLACE)
+    assert built.associated() == PLACE.associated()
+    assert built.tenant == "acme"

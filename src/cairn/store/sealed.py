@@ -70,6 +70,7 @@ from cairn.security.envelope import (
     Place,
     SealError,
     is_envelope,
+    place_of,
     tenant_tag,
 )
 from cairn.security.keyring import Keyring
@@ -128,7 +129,7 @@ _DECODE = msgspec.json.Decoder()
 
 
 def _run_place(run: RunRecord | NewRun, kind: str) -> Place:
-    return Place(run.tenant, run.run_id, "runs", "-", kind)
+    return place_of((run.tenant, run.run_id, "runs", "-", kind))
 
 
 def _comment_place(tenant: str, run_id: str, request_id: str) -> Place:
@@ -416,10 +417,10 @@ class SealedStore:
             if payload is None or payload.data is None:
                 return event
             e = event  # ``_with``, written out: once per entry read (replay, recovery)
+            place = place_of((tenant, e.run_id, "history", f"seq {e.seq}", "payload"))
+            opened = self.sealer.open_payload(place, payload)
             return HistoryEvent(e.run_id, e.seq, e.event, e.at, e.epoch, e.worker, e.position, e.step_kind,
-                                e.name, e.input_hash, e.attempt, e.started_at, self.sealer.open_payload(
-                                    Place(tenant, e.run_id, "history", f"seq {e.seq}", "payload"), payload),
-                                None)
+                                e.name, e.input_hash, e.attempt, e.started_at, opened, None)
         sealed_detail = isinstance(detail, dict) and ("sealed" in detail or any(
             isinstance(v, str) and v.startswith(REASON_PREFIX) for v in detail.values()))
         if (payload is None or payload.data is None) and not sealed_detail:
