@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import cairn
-from cairn.store.auditlinks import GENESIS, digest, link
-from cairn.store.auditverify import verify_store
+from cairn.store.auditlinks import GENESIS, digest, link, link_version, row_link
+from cairn.store.auditsql import ENTRY_COLUMNS
+from cairn.store.auditverify import recomputed_digest, verify_store
 from tests.encryption.test_sealed_store import Raw, build, drive, keyring, runs_of
 
 
@@ -25,7 +26,11 @@ def made(place: str, sealed: bool) -> tuple[cairn.App, dict[str, str]]:
 def test_every_entry_is_linked_when_written_and_verifies(place: str, sealed: bool) -> None:
     app, runs = made(place, sealed)
     raw = Raw(place)
-    assert raw("SELECT count(*) FROM history WHERE link IS NULL OR length(link) <> 32") == [(0,)]
+    # a link says its version (auditlinks.link_version): 32 bytes version 1 (linked at commit, a
+    # new run's first entries, PostgreSQL's statements that hash in the server), 33 bytes starting
+    # 0x02 version 2 (a journaled step's, hashed by the client on both backends)
+    assert raw("SELECT count(*) FROM history WHERE link IS NULL OR length(link) NOT IN (32, 33)") == [(0,)]
+    assert raw("SELECT count(*) FROM history WHERE length(link) = 33")[0][0] > 0
     # a digest is not stored only where the verifier can recompute it: without a keyring, on
     # SQLite and PostgreSQL alike (journaled entries; entries linked at commit keep theirs), never
     # when sealed
@@ -78,6 +83,53 @@ def test_rotation_and_reencryption_keep_the_chain_verified(place: str) -> None:
 
 
 # -- each edit behind the store's back, named --------------------------------------------------
+
+
+def chain_rows(raw: Raw, run_id: str) -> list[tuple[Any, ...]]:
+    """A run's entries as the verifier reads them (``ENTRY_COLUMNS``), links as bytes."""
+    rows = raw(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM history WHERE run_id = :r ORDER BY seq", r=run_id)
+    return [(*row[:16], None if row[16] is None else bytes(row[16]), row[17]) for row in rows]
+
+
+def test_links_of_version_1_verify_and_a_relabelled_link_is_named(place: str) -> None:
+    """A run whose every link is of version 1 (SHA-256, 32 bytes: as written
+    before version 2, issue 26, 2026-12-07) verifies; a link of version 2
+    replaced by the version-1 link of the same entry (its label downgraded,
+    the hash recomputed correctly) no longer is what the next entry's link
+    chained from, which is named."""
+    app, runs = made(place, False)
+    raw = Raw(place)
+    run_id = runs["a1"]
+    rows = chain_rows(raw, run_id)
+    assert {link_version(row[16]) for row in rows} == {1, 2}  # both versions in one chain as written
+    # the run rewritten as the code before version 2 wrote it: every link SHA-256 from the one before
+    previous = GENESIS
+    for row in rows:
+        entry_digest = row[15] if row[15] is not None else recomputed_digest(row)
+        assert entry_digest is not None
+        previous = row_link(previous, row, bytes(entry_digest), 1)
+        raw("UPDATE history SET link = :l WHERE run_id = :r AND seq = :s", l=previous, r=run_id, s=row[1])
+    assert {link_version(row[16]) for row in chain_rows(raw, run_id)} == {1}
+    assert verify_store(app.store).problems == []
+    app.close()
+    # again as written, then one version-2 link (not the last) relabelled to version 1
+    app, runs = made(place, False)
+    raw = Raw(place)
+    run_id = runs["a1"]
+    rows = chain_rows(raw, run_id)
+    index = next(i for i, row in enumerate(rows[:-1]) if link_version(row[16]) == 2)
+    row = rows[index]
+    previous = GENESIS if index == 0 else rows[index - 1][16]
+    entry_digest = row[15] if row[15] is not None else recomputed_digest(row)
+    assert entry_digest is not None
+    downgraded = row_link(previous, row, bytes(entry_digest), 1)
+    raw("UPDATE history SET link = :l WHERE run_id = :r AND seq = :s", l=downgraded, r=run_id, s=row[1])
+    problem = first_problem(app)
+    assert f"run {run_id!r} entry {row[1] + 1}" in problem
+    assert "does not match its link" in problem
+    app.close()
+
+
 
 
 def first_problem(app: cairn.App) -> str:

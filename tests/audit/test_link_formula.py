@@ -1,8 +1,10 @@
 """The chain's hashing as the hot path computes it, against the documented
 formula recomputed here with ``hashlib`` and ``msgspec`` alone (issue 26;
-store/auditlinks.py): an entry's digest and link by CPython's own SHA-256
-for the writers up to 8 blocks of input (one block for ``digest``) and
-OpenSSL's beyond, its link from a tuple written out item by item. A slip
+store/auditlinks.py): an entry's digest by CPython's own SHA-256 for the
+writers up to 8 blocks of input (one block for ``digest``) and OpenSSL's
+beyond, its link from a tuple written out item by item, of version 2
+(BLAKE2b, 0x02 before it) as the writers compute it and of either version
+as the verifier recomputes it from the version the stored link declares. A slip
 in either (a wrong threshold, an item left out or swapped, an int time
 not encoded as the float the column returns) gives other bytes than the
 formula, which the verifier would call tampering."""
@@ -24,11 +26,27 @@ def formula_digest(data: bytes | None, detail: dict[str, Any] | None) -> bytes:
     return hashlib.sha256(_ENCODE([data, detail])).digest()
 
 
-def formula_link(previous: bytes, values: tuple[Any, ...], entry_digest: bytes) -> bytes:
+def formula_body(values: tuple[Any, ...], entry_digest: bytes) -> bytes:
     meta = [*values[:12], values[13]]
     meta[3] = float(meta[3])
     meta[11] = None if meta[11] is None else float(meta[11])
-    return hashlib.sha256(previous + _ENCODE([*meta, entry_digest])).digest()
+    return _ENCODE([*meta, entry_digest])
+
+
+def formula_link_v1(previous: bytes, values: tuple[Any, ...], entry_digest: bytes) -> bytes:
+    return hashlib.sha256(previous + formula_body(values, entry_digest)).digest()
+
+
+def formula_link(previous: bytes, values: tuple[Any, ...], entry_digest: bytes) -> bytes:
+    """Version 2, what the writers store."""
+    return b"\x02" + hashlib.blake2b(previous + formula_body(values, entry_digest), digest_size=32,
+                                     person=b"cairn link 2").digest()
+
+
+def recomputed(previous: bytes, values: tuple[Any, ...], entry_digest: bytes) -> tuple[bytes, bytes]:
+    """The verifier's links of both versions, each as the version it is asked for."""
+    return (auditlinks.row_link(previous, values, entry_digest, 1),
+            auditlinks.row_link(previous, values, entry_digest, 2))
 
 
 def values_of(at: float | int, started: float | int | None, data: bytes | None,
@@ -51,28 +69,41 @@ def test_digest_and_link_follow_the_formula_across_the_one_block_boundary(detail
         assert auditlinks.digest(data, detail) == expected, size
         assert auditlinks.chained(previous, values, data, detail) == expected_link, size
         assert auditlinks.digest_and_link(previous, values, data, detail) == (expected, expected_link), size
-        assert auditlinks.row_link(previous, values, expected) == expected_link, size
+        assert recomputed(previous, values, expected) == (formula_link_v1(previous, values, expected),
+                                                          expected_link), size
         assert auditlinks.written_link(previous, values, expected) == expected_link, size
 
 
-def test_links_follow_the_formula_across_the_writers_boundary() -> None:
-    """The link's own input (the previous link and the body) from below to
-    above the 503 bytes the writers hash with CPython's SHA-256 (a long
+def test_links_follow_the_formula_across_blocks() -> None:
+    """The link's own input (the previous link, of either version's length,
+    and the body) over BLAKE2b's and SHA-256's block boundaries (a long
     payload reference makes it long), times as floats and as ints."""
-    previous = bytes(range(32))
     lengths = set()
-    for size in range(300, 420):
-        for at, started in ((1.5e9 + size, 1.5e9), (1_500_000_000 + size, None)):
-            values = values_of(at, started, b"42", ref="r" * size)
-            d = formula_digest(b"42", None)
-            expected = formula_link(previous, values, d)
-            assert auditlinks.chained(previous, values, b"42", None) == expected, size
-            assert auditlinks.written_link(previous, values, d) == expected, size
-            assert auditlinks.row_link(previous, values, d) == expected, size
-            as_float = [*values[:12], values[13]]
-            as_float[3], as_float[11] = float(at), None if started is None else float(started)
-            lengths.add(len(previous) + len(auditlinks.body(as_float, d)))
-    assert min(lengths) < auditlinks._WRITTEN_MAX < max(lengths)
+    for previous in (bytes(range(32)), b"\x02" + bytes(range(32))):
+        for size in range(60, 420):
+            for at, started in ((1.5e9 + size, 1.5e9), (1_500_000_000 + size, None)):
+                values = values_of(at, started, b"42", ref="r" * size)
+                d = formula_digest(b"42", None)
+                expected = formula_link(previous, values, d)
+                assert auditlinks.chained(previous, values, b"42", None) == expected, size
+                assert auditlinks.written_link(previous, values, d) == expected, size
+                v1 = formula_link_v1(previous, values, d)
+                assert recomputed(previous, values, d) == (v1, expected), size
+                lengths.add(len(previous) + len(formula_body(values, d)))
+    assert min(lengths) < 256 < 512 < max(lengths)  # BLAKE2b's 128-byte blocks, SHA-256's 64
+
+
+def test_a_stored_link_says_its_version_and_nothing_else_matches() -> None:
+    """32 bytes is version 1, 33 starting 0x02 version 2; any other length or
+    first byte is no version, whose recomputation (``PENDING``) matches no
+    stored link, so a forged label cannot pick a check of its own."""
+    assert auditlinks.link_version(bytes(32)) == 1
+    assert auditlinks.link_version(b"\x02" + bytes(32)) == 2
+    for stored in (b"", bytes(31), b"\x01" + bytes(32), b"\x03" + bytes(32), b"\x02" + bytes(33),
+                   bytes(64)):
+        assert auditlinks.link_version(stored) == 0, stored
+    values = values_of(1.5e9, None, b"42")
+    assert auditlinks.row_link(bytes(32), values, bytes(32), 0) == auditlinks.PENDING
 
 
 def test_an_entry_without_payload_or_detail_has_the_empty_digest() -> None:
@@ -92,6 +123,7 @@ def test_int_times_link_as_the_floats_the_column_returns(at: Any, started: Any) 
     d = formula_digest(b"42", None)
     expected = formula_link(bytes(32), as_read, d)
     assert auditlinks.chained(bytes(32), values, b"42", None) == expected
-    assert auditlinks.row_link(bytes(32), values, d) == expected
-    assert auditlinks.row_link(bytes(32), as_read, d) == expected
+    assert auditlinks.row_link(bytes(32), values, d, 2) == expected
+    assert auditlinks.row_link(bytes(32), as_read, d, 2) == expected
+    assert auditlinks.row_link(bytes(32), values, d, 1) == formula_link_v1(bytes(32), as_read, d)
     assert auditlinks.written_link(bytes(32), values, d) == expected

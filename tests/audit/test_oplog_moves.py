@@ -165,7 +165,7 @@ def test_archive_moves_record_their_actor_and_the_archives_digest(place: str) ->
     assert moves[2][3:5] == ("archive.move", "system:store")
     assert [e.auth for e in app.audit.log(kind="archive")] == ["configured", "configured", "system"]
     assert record.last_link is not None
-    assert len(record.last_link) == 32
+    assert len(record.last_link) in (32, 33)  # a link of version 1 or 2 (auditlinks.link_version)
     for statement in (FORGE_ACTOR, FORGE_AUTH, EDIT_CHANGE):
         tampered_at(app, place, "acme", "archive.move", statement)
         tampered_at(app, place, "acme", "archive.restore", statement)

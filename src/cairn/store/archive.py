@@ -34,7 +34,7 @@ from typing import Any
 import msgspec
 
 from cairn.errors import PayloadError
-from cairn.store.auditlinks import GENESIS, row_link
+from cairn.store.auditlinks import GENESIS, link_version, row_link
 from cairn.store.auditverify import recomputed_digest
 from cairn.store.records import UsageTotals
 from cairn.store.rows import pack_payload
@@ -236,8 +236,12 @@ def _columns(table: str, rows: list[Row]) -> list[Any]:
     packed = _PAYLOAD.get(table)
     if packed is not None and columns:
         columns[packed] = [_inflated(value) for value in columns[packed]]
-    if table == "history" and columns and _relinked(rows) == columns[_LINK]:
-        columns[_LINK] = [None if link is None else True for link in columns[_LINK]]
+    if table == "history" and columns:
+        versions = [None if link is None else link_version(bytes(link)) for link in columns[_LINK]]
+        if _relinked(rows, versions) == columns[_LINK]:
+            # the mark says the link's version: ``True`` version 1 (as archives written before
+            # version 2 hold it), else the version's number
+            columns[_LINK] = [None if v is None else True if v == 1 else v for v in versions]
     return [len(rows), columns]
 
 
@@ -249,8 +253,9 @@ def _rows(table: str, stored: Any) -> list[Row]:
     if packed is not None and columns:
         columns[packed] = [_deflated(value) for value in columns[packed]]
     rows = list(zip(*columns, strict=True)) if columns else []
-    if table == "history" and columns and any(link is True for link in columns[_LINK]):
-        relinked = _relinked(rows)
+    if table == "history" and columns and any(type(link) in (bool, int) for link in columns[_LINK]):
+        relinked = _relinked(rows, [None if link is None else _MARKS.get(link, 0) if type(link) in (bool, int)
+                                    else link_version(bytes(link)) for link in columns[_LINK]])
         rows = [(*row[:_LINK], link, *row[_LINK + 1:]) for row, link in zip(rows, relinked, strict=True)]
     return rows
 
@@ -259,22 +264,27 @@ def _rows(table: str, stored: Any) -> list[Row]:
 _LINK = 16
 
 
-def _relinked(rows: list[Row]) -> list[bytes | None]:
+#: an archive's mark of a link that recomputes (``_columns``) -> the link's version
+_MARKS: dict[bool | int, int] = {True: 1, 2: 2}
+
+
+def _relinked(rows: list[Row], versions: list[int | None]) -> list[bytes | None]:
     """Each entry's audit link recomputed from the entries before it, as the
     verifier chains them (an entry without a link was written before the
-    chain, which starts after it). An archive keeps only a mark for a link
+    chain, which starts after it), of the version ``versions`` names for it
+    (``auditlinks.link_version``). An archive keeps only a mark for a link
     that recomputes to the stored one: 32 incompressible bytes per entry
     less. Nothing is trusted by it: an edited entry recomputes other links,
     whose last no longer is the head its ``run_archives`` row records (and
     anchored checkpoints hold), and reading the archive refuses it there."""
     links: list[bytes | None] = []
     previous = GENESIS
-    for row in rows:
+    for row, version in zip(rows, versions, strict=True):
         entry_digest = row[15] if row[15] is not None or row[_LINK] is None else recomputed_digest(row)
-        if row[_LINK] is None or entry_digest is None:
+        if row[_LINK] is None or entry_digest is None or version is None:
             links.append(None if row[_LINK] is None else bytes(row[_LINK]))
             continue
-        previous = row_link(previous, row, bytes(entry_digest))
+        previous = row_link(previous, row, bytes(entry_digest), version)
         links.append(previous)
     return links
 

@@ -24,7 +24,7 @@ import msgspec
 
 from cairn.security.envelope import SealError
 from cairn.store.auditkeys import KeyGone
-from cairn.store.auditlinks import GENESIS, PENDING, Digester, digest, row_link
+from cairn.store.auditlinks import GENESIS, PENDING, Digester, digest, link_version, row_link
 from cairn.store.retention import EXPIRED_TAG
 from cairn.store.rows import DamagedRow, event_from_row, unpack_payload
 
@@ -164,7 +164,9 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
                 elif problem is not None:
                     chains.fail(run_id, seq, problem)
                     continue
-        if row_link(previous, row, stored_digest) != stored_link:
+        # the formula is the one the stored link declares (32 bytes: SHA-256, 33 with 0x02: BLAKE2b):
+        # each checks every byte the other does, so a relabelled row is no weaker check
+        if row_link(previous, row, stored_digest, link_version(stored_link)) != stored_link:
             what = "payload or detail (its digest, not stored, recomputed from them) or its " \
                 if recomputed else ""
             chains.fail(run_id, seq, "the entry does not match its link: its " + what + "metadata (type, "
