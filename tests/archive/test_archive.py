@@ -16,9 +16,11 @@ import cairn
 from cairn.api.audit import Audit, Verdict
 from cairn.errors import InvalidRunState, RunNotFound
 from cairn.store.archive import ArchiveError, decode
+from cairn.store.auditlinks import link_version
 from cairn.store.auditverify import verify_store
 from cairn.store.records import RunStatus
 from tests.archive.test_archive_cli import moves
+from tests.audit.test_chain import chain_rows, rewrite_in_version_1
 from tests.encryption.test_sealed_store import Raw, build, drive, keyring
 from tests.graph.test_travel import START_STATE, Agent
 
@@ -47,6 +49,31 @@ def rows_of(place: str, run_id: str) -> dict[str, list[tuple[Any, ...]]]:
 def graph_app(place: str, sealed: bool) -> tuple[cairn.App, Agent]:
     app = cairn.App(db=place, keyring=keyring() if sealed else None, lease_seconds=5.0)
     return app, Agent(app)
+
+
+def test_a_run_linked_before_version_2_archives_and_restores(place: str) -> None:
+    """A run whose links are all of version 1 (written before version 2, issue
+    26, 2026-12-07) archives with its links marked as archives did before
+    and comes back with the same links; a run holding both versions comes
+    back with each."""
+    app = build(place, None)
+    old = app.start("canary", "linked before", tenant="a").run_id
+    assert drive(app, old, "ok") == "completed"
+    mixed = app.start("canary", "linked since", tenant="a").run_id
+    assert drive(app, mixed, "ok") == "completed"
+    raw = Raw(place)
+    rewrite_in_version_1(raw, old)
+    for run_id, versions in ((old, {1}), (mixed, {1, 2})):
+        links = [row[16] for row in chain_rows(raw, run_id)]
+        assert {link_version(link) for link in links} == versions
+        record = app.operator.archive_run(run_id)
+        stored, _ = _object(place, app, record.ref)
+        assert [bytes(e[16]) for e in decode(stored, record.tenant, run_id).history] == links
+        assert verify_store(app.store).problems == []  # verified while archived
+        app.operator.restore(run_id)
+        assert [row[16] for row in chain_rows(raw, run_id)] == links
+    assert verify_store(app.store).problems == []
+    app.close()
 
 
 def test_a_round_trip_is_bit_exact_for_every_row_of_the_run(place: str, sealed: bool) -> None:

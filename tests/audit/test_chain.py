@@ -91,6 +91,18 @@ def chain_rows(raw: Raw, run_id: str) -> list[tuple[Any, ...]]:
     return [(*row[:16], None if row[16] is None else bytes(row[16]), row[17]) for row in rows]
 
 
+def rewrite_in_version_1(raw: Raw, run_id: str) -> None:
+    """Rewrite a run's links as the code before version 2 wrote them: every
+    link SHA-256 (version 1) from the one before."""
+    previous = GENESIS
+    for row in chain_rows(raw, run_id):
+        entry_digest = row[15] if row[15] is not None else recomputed_digest(row)
+        assert entry_digest is not None
+        previous = row_link(previous, row, bytes(entry_digest), 1)
+        raw("UPDATE history SET link = :l WHERE run_id = :r AND seq = :s", l=previous, r=run_id, s=row[1])
+    assert {link_version(row[16]) for row in chain_rows(raw, run_id)} == {1}
+
+
 def test_links_of_version_1_verify_and_a_relabelled_link_is_named(place: str) -> None:
     """A run whose every link is of version 1 (SHA-256, 32 bytes: as written
     before version 2, issue 26, 2026-12-07) verifies; a link of version 2
@@ -100,16 +112,8 @@ def test_links_of_version_1_verify_and_a_relabelled_link_is_named(place: str) ->
     app, runs = made(place, False)
     raw = Raw(place)
     run_id = runs["a1"]
-    rows = chain_rows(raw, run_id)
-    assert {link_version(row[16]) for row in rows} == {1, 2}  # both versions in one chain as written
-    # the run rewritten as the code before version 2 wrote it: every link SHA-256 from the one before
-    previous = GENESIS
-    for row in rows:
-        entry_digest = row[15] if row[15] is not None else recomputed_digest(row)
-        assert entry_digest is not None
-        previous = row_link(previous, row, bytes(entry_digest), 1)
-        raw("UPDATE history SET link = :l WHERE run_id = :r AND seq = :s", l=previous, r=run_id, s=row[1])
-    assert {link_version(row[16]) for row in chain_rows(raw, run_id)} == {1}
+    assert {link_version(row[16]) for row in chain_rows(raw, run_id)} == {1, 2}  # both in one chain
+    rewrite_in_version_1(raw, run_id)
     assert verify_store(app.store).problems == []
     app.close()
     # again as written, then one version-2 link (not the last) relabelled to version 1
