@@ -678,7 +678,8 @@ def in_loop(url: str, backend: str, steps: int, rounds: int) -> None:
         print(f"{backend:10} in loop, a SHA-256 of the chain: " + ", ".join(
             f"{which} {statistics.median(v) / 1e3:.2f} us (quartiles {quartiles[which][0] / 1e3:.2f}"
             f"-{quartiles[which][2] / 1e3:.2f})" for which, v in hashes.items())
-            + f"; {len(hashes['OpenSSL'])} hashes each (entry digests and links)", flush=True)
+            + f"; {len(hashes['OpenSSL'])} hashes each (the writers' SHA-256 calls: entry digests, and links "
+            "of version 1)", flush=True)
     finally:
         w.close()
 
