@@ -2,21 +2,15 @@
 super-step than LangGraph's savers): a put does not encode, hash, compress or
 send again the value its super-step's ``put_writes`` stored (the message a
 node wrote is the item the next checkpoint appends), and on PostgreSQL a put
-is 2 round trips and a put_writes 2 (BEGIN, the thread's lock, its holder
-and every statement that needs nothing read first in one message; the
-checkpoint with the COMMIT)."""
+is 1 round trip and a put_writes 1: the fence checked in the server
+(``lg_hold``), every statement and the COMMIT in one message."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg
-import pytest
-
 import cairn
-from tests.engine.conftest import postgres_url
 from tests.langgraph.graphs import appending_loop
 
 #: the items the graph appends, made once: the same objects in every run
@@ -122,34 +116,12 @@ def test_a_value_committed_to_one_thread_is_still_sent_to_another(app: cairn.App
     assert found.checkpoint["channel_values"]["log"] == ITEMS[:3]
 
 
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """Every command psycopg sends (each one round trip), by its first words."""
-    sent: Counter[str] = Counter()
-    execute = psycopg.Cursor.execute
-
-    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent[" ".join(str(query).split()[:2])] += 1
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
-    return sent
-
-
-@pytest.fixture
-def pg_app(pg_url: str) -> Iterator[cairn.App]:
-    """An App on a fresh PostgreSQL database alone: round trips are PostgreSQL's."""
-    application = cairn.App(db=postgres_url(pg_url), lease_seconds=5.0)
-    yield application
-    application.close()
-
-
-def test_a_super_step_is_four_round_trips_on_postgresql(pg_app: cairn.App, statements: Counter[str]) -> None:
-    """On PostgreSQL a put is 2 round trips (the opening message; the
-    checkpoint with the COMMIT) and a put_writes 2 (the opening message,
-    COMMIT): before, 9 and 7 (BEGIN, the lock, the holder, each statement,
-    the audit chain's look for entries to link, which a LangGraph write never
-    has, COMMIT)."""
+def test_a_super_step_is_two_round_trips_on_postgresql(pg_app: cairn.App, statements: Counter[str]) -> None:
+    """On PostgreSQL a put is 1 round trip and a put_writes 1: one message
+    each, from the fence (lg_hold) to the COMMIT, the put folding its
+    parent's writes stored before it as the rows it expects (issue 24,
+    2026-12-07). Before, 2 and 2 (the fence was checked by the client
+    between two messages); before that, 9 and 7."""
     from cairn.langgraph import CairnSaver
 
     saver = CairnSaver(pg_app, tenant="acme")
@@ -158,9 +130,7 @@ def test_a_super_step_is_four_round_trips_on_postgresql(pg_app: cairn.App, state
     statements.clear()
     graph.invoke({"log": []}, _config("t"))
     # 11 puts (the input's checkpoint, 10 super-steps) and 10 put_writes (the input's, 9 nodes')
-    assert statements["BEGIN; SELECT"] == 21, statements
-    assert statements["WITH folded"] == 11, statements  # the checkpoint and the COMMIT
-    assert statements["COMMIT"] == 10, statements
-    # and once each: the first read of the thread, its take (and a new pooled connection's settings)
+    assert statements["SELECT lg_hold('acme',"] == 21, statements
+    # and once: the first read of the thread (and a new pooled connection's settings)
     others = sum(n for s, n in statements.items() if s != "SELECT set_config('search_path',")
-    assert others == 2 * 11 + 2 * 10 + 2, statements
+    assert others == 21 + 1, statements

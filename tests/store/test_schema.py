@@ -45,6 +45,9 @@ SQLITE_ONLY = {
     "lg_writes_of": "a LangGraph checkpoint's writes, one read at a time (PostgreSQL: lg_page_reads)",
     "lg_set_folded": "a checkpoint's folded pending writes written into its row (PostgreSQL: in the "
                      "insert of the checkpoint that folds them, lg_put_checkpoint)",
+    "lg_thread_holder": "a LangGraph thread's holder, read for the client's fence (checkpointsql.hold_rule; "
+                        "PostgreSQL: lg_hold, the same rule in the server)",
+    "lg_take_thread": "a LangGraph thread taken by the client's fence (PostgreSQL: in lg_hold)",
     "audit_previous": "the entry before an appended one, read for its audit link (PostgreSQL: in the insert)",
     "rekey_spilled_set": "a re-encrypted payload too large for its row is written back out of it",
     "ws_put_object": "one workspace object per statement (PostgreSQL: ws_put_objects, all in one)",
@@ -85,6 +88,8 @@ POSTGRES_ONLY = {
                    "columns the server reads (SQLite: a statement is a call, lg_checkpoint and the rest)",
     "lg_read_page": "a page of LangGraph checkpoints with their chains, writes and values in one round "
                     "trip, as lg_read_one (SQLite: a statement is a call)",
+    "lg_hold": "a LangGraph thread's lock, holder and fence in one statement, so a write is one message with "
+               "its COMMIT (SQLite: in-process, the client's rule, lg_thread_holder and lg_take_thread)",
     "lg_page_values": "a page's LangGraph values in one round trip (SQLite: per thread)",
     "lg_put_values_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",
     "lg_put_blobs_many": "a LangGraph put's rows in one statement per table (SQLite: row by row)",

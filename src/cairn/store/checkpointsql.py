@@ -563,6 +563,39 @@ def read_writes(found: Iterable[tuple[Any, ...]], thread_id: str, checkpoint_id:
     return folded or side
 
 
+def thread_taken(thread_id: str, epoch: int, lease: int | None) -> ThreadTaken:
+    """The refusal of a writer whose thread another holds at ``epoch`` (``hold_rule``;
+    PostgreSQL's ``lg_hold`` raises SQLSTATE LGT01 with ``epoch``, mapped here)."""
+    if lease is None:
+        return ThreadTaken(f"LangGraph thread {thread_id!r} was taken by another saver (epoch {epoch}): "
+                           f"this saver's writes to it are refused")
+    return ThreadTaken(f"LangGraph thread {thread_id!r} is held by a later lease (epoch {epoch}, this "
+                       f"writer's is {lease}): this writer's writes are refused")
+
+
+def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) -> tuple[int, bool]:
+    """The fence (see the module): the epoch ``holder`` holds the thread at
+    and whether it takes it (writes its row of ``lg_threads``), given the
+    thread's holder row ``found`` (none: nobody holds it), read under the
+    thread's lock; ``ThreadTaken`` when refused. SQLite runs it in the
+    client; PostgreSQL's ``lg_hold`` (migration 0053) is the same rule in the
+    server, held to the same answers by tests/langgraph/test_server_fence.py."""
+    held = (str(found[0][0]), int(found[0][1])) if found else None
+    lease = holder.lease
+    if lease is not None:  # fenced by a run's lease: refused once a later lease took the thread
+        if held is not None and held[1] > lease:
+            raise thread_taken(thread_id, held[1], lease)
+        return lease, held != (holder.owner, lease)
+    if held is None:
+        return 1, True
+    owner, epoch = held
+    if owner == holder.owner:
+        return epoch, False
+    if holder.epoch is not None:  # it held the thread, and another took it since
+        raise thread_taken(thread_id, epoch, None)
+    return epoch + 1, True
+
+
 #: statements that close a LangGraph write's transaction (``SQLCheckpoints._lg_operate``)
 Closing = list[tuple[str, dict[str, Any]]]
 
@@ -621,8 +654,9 @@ class SQLCheckpoints(Generic[Tx]):
         where = _where(key)
         folding = row.parent_id is not None and row.parent_id != row.checkpoint_id
         # the statements that need nothing read first go in the opening (_lg_operate): on
-        # PostgreSQL one message with BEGIN, the lock and the holder (issue 24, 2026-12-07)
+        # PostgreSQL one message with the fence and, unless the fold moves rows, the COMMIT
         opening: list[tuple[str, dict[str, Any]]] = []
+        fold: tuple[str, dict[str, Any]] | None = None
         if self._lg_arrays:
             opening += self._lg_values_many(where, values)
             if blobs:  # none when every list version is a tail (TAIL)
@@ -632,12 +666,9 @@ class SQLCheckpoints(Generic[Tx]):
                     "bases": [b.base for b in blobs], "refs": [b.refs for b in blobs],
                     "added": [b.added for b in blobs]}))
             if folding:
-                opening.append(("lg_fold_writes", {**where, "checkpoint_id": row.parent_id}))
+                fold = ("lg_fold_writes", {**where, "checkpoint_id": row.parent_id})
 
-        def body(tx: Tx, where: dict[str, Any], found: list[list[tuple[Any, ...]]]) -> tuple[int, Closing]:
-            # the fence is read under the lock: a refused put raises before its commit, and
-            # the opening's writes roll back with the transaction
-            epoch = self._lg_hold(tx, where, holder, found[0])
+        def close(tx: Tx, moved: list[tuple[Any, ...]] | None) -> Closing:
             if not self._lg_arrays:
                 self._lg_put_values(tx, where, values)
             for blob in () if self._lg_arrays else blobs:
@@ -650,9 +681,9 @@ class SQLCheckpoints(Generic[Tx]):
                 self._query(tx, "lg_put_blob", {
                     **where, "channel": blob.channel, "version": blob.version, "kind": blob.kind,
                     "base": base, "depth": depth, "refs": refs})
-            folded = self._lg_fold(tx, where, row, found[-1] if self._lg_arrays and folding else None)
+            folded = self._lg_fold(tx, where, row, moved)
             # the checkpoint closes the transaction (_lg_operate: on PostgreSQL sent with the COMMIT)
-            return epoch, [("lg_put_checkpoint", {
+            return [("lg_put_checkpoint", {
                 **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
                 "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
                 "metadata_kind": row.metadata_kind, "metadata": row.metadata, "names": row.names,
@@ -660,7 +691,8 @@ class SQLCheckpoints(Generic[Tx]):
                 "folded": None if folded is None else folded[0],
                 "folded_refs": None if folded is None else folded[1]})]
 
-        return self._lg_operate(key, body, opening, before_commit="langgraph.put.before_commit")
+        return self._lg_operate(key, holder, opening, close, fold,
+                                before_commit="langgraph.put.before_commit")
 
     def lg_put_writes(self, key: ThreadKey, holder: Holder, checkpoint_id: str, writes: Sequence[WriteRow],
                       values: Sequence[ValueRow]) -> int:
@@ -668,7 +700,7 @@ class SQLCheckpoints(Generic[Tx]):
         returns; the epoch ``holder`` holds the thread at."""
         where = _where(key)
         opening: list[tuple[str, dict[str, Any]]] = []
-        if self._lg_arrays:  # all in the opening (_lg_operate): then only the commit is left
+        if self._lg_arrays:  # all in the opening (_lg_operate): on PostgreSQL one message with the COMMIT
             opening += self._lg_values_many(where, values)
             if writes:
                 opening.append(("lg_put_writes_many", {
@@ -680,8 +712,7 @@ class SQLCheckpoints(Generic[Tx]):
                     "record": fold_writes(writes, compact=self._lg_compact_fold),
                     "record_refs": row_refs(w.refs for w in writes)}))
 
-        def body(tx: Tx, where: dict[str, Any], found: list[list[tuple[Any, ...]]]) -> tuple[int, Closing]:
-            epoch = self._lg_hold(tx, where, holder, found[0])  # a refused write rolls back
+        def close(tx: Tx, moved: list[tuple[Any, ...]] | None) -> Closing:
             if not self._lg_arrays:
                 self._lg_put_values(tx, where, values)
                 for name, kept in (("lg_put_write", [w for w in writes if w.idx >= 0]),
@@ -691,9 +722,9 @@ class SQLCheckpoints(Generic[Tx]):
                             **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
                             "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs}
                             for w in kept])
-            return epoch, []
+            return []
 
-        return self._lg_operate(key, body, opening)
+        return self._lg_operate(key, holder, opening, close)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -981,30 +1012,33 @@ class SQLCheckpoints(Generic[Tx]):
             self._query(tx, "lg_lock_thread", where)
         return where
 
-    def _lg_operate(self, key: ThreadKey,
-                    body: Callable[[Tx, dict[str, Any], list[list[tuple[Any, ...]]]], tuple[T, Closing]],
-                    opening: Sequence[tuple[str, Mapping[str, Any]]] = (),
-                    before_commit: str | None = None) -> T:
-        """Run ``body(tx, where, found)`` in one durable write transaction
-        holding the thread (``lg_lock_thread``): ``found`` holds the thread's
-        holder rows as read after the lock was granted (``lg_thread_holder``,
-        for ``_lg_hold``), then the rows of each statement of ``opening``, run
-        after it. ``body`` returns its result and the statements that close
-        the transaction, run after it, then the fault point ``before_commit``.
-        A dialect may send the opening as one message and the closing with
-        the ``COMMIT`` (PostgreSQL: issue 24, 2026-12-07,
-        ``PostgresStore._lg_operate``); ``opening`` therefore never depends
-        on what an earlier statement returned, nor the closing on what it returns."""
-        def run(tx: Tx) -> T:
+    def _lg_operate(self, key: ThreadKey, holder: Holder,
+                    opening: Sequence[tuple[str, Mapping[str, Any]]],
+                    close: Callable[[Tx, list[tuple[Any, ...]] | None], Closing],
+                    fold: tuple[str, Mapping[str, Any]] | None = None,
+                    before_commit: str | None = None) -> int:
+        """Run a write in one durable transaction holding the thread
+        (``lg_lock_thread``) for ``holder`` (``hold_rule``: a refused write
+        raises ``ThreadTaken`` and writes nothing), returning the epoch it
+        holds the thread at. Then the statements of ``opening``, then the
+        statement ``fold`` (``lg_fold_writes``), then the statements
+        ``close(tx, rows fold moved)`` returns (``None`` without ``fold``),
+        then the fault point ``before_commit``. ``opening`` therefore never
+        depends on what an earlier statement returned, nor the closing on
+        anything but the rows ``fold`` moved: PostgreSQL sends the write as
+        one message with its COMMIT when ``fold`` moves nothing, else in two
+        (issue 24, 2026-12-07, ``PostgresStore._lg_operate``)."""
+        def run(tx: Tx) -> int:
             where = self._lg_lock(tx, key)
-            found = [self._query(tx, "lg_thread_holder", where)]
-            found += [self._query(tx, name, params) for name, params in opening]
-            result, closing = body(tx, where, found)
-            for name, params in closing:
+            epoch = self._lg_hold(tx, where, holder, self._query(tx, "lg_thread_holder", where))
+            for name, params in opening:
+                self._query(tx, name, params)
+            moved = None if fold is None else self._query(tx, *fold)
+            for name, params in close(tx, moved):
                 self._query(tx, name, params)
             if before_commit is not None and faults.ARMED:
                 fault_point(before_commit)
-            return result
+            return epoch
 
         return self._operate(run)
 
@@ -1014,36 +1048,12 @@ class SQLCheckpoints(Generic[Tx]):
             self._query(tx, name, one)
 
     def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder, found: list[tuple[Any, ...]]) -> int:
-        """The epoch ``holder`` holds the thread at, taking it if it may (see
-        the module); ``found``: the thread's holder row, read under the lock."""
-        if holder.lease is not None:
-            return self._lg_hold_lease(tx, where, holder, found)
-        if found:
-            owner, epoch = str(found[0][0]), int(found[0][1])
-            if owner == holder.owner:
-                return epoch
-            if holder.epoch is not None:
-                raise ThreadTaken(f"LangGraph thread {where['thread_id']!r} was taken by another saver "
-                                  f"(epoch {epoch}): this saver's writes to it are refused")
-            taken = epoch + 1
-        else:
-            taken = 1
-        self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": taken})
-        return taken
-
-    def _lg_hold_lease(self, tx: Tx, where: Mapping[str, Any], holder: Holder, found: Any) -> int:
-        """The thread held at ``holder.lease``, refused if a later lease holds it."""
-        lease = holder.lease
-        assert lease is not None
-        if found:
-            owner, epoch = str(found[0][0]), int(found[0][1])
-            if epoch > lease:
-                raise ThreadTaken(f"LangGraph thread {where['thread_id']!r} is held by a later lease (epoch "
-                                  f"{epoch}, this writer's is {lease}): this writer's writes are refused")
-            if owner == holder.owner and epoch == lease:
-                return lease
-        self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": lease})
-        return lease
+        """The epoch ``holder`` holds the thread at, taking it if it may
+        (``hold_rule``); ``found``: the thread's holder row, read under the lock."""
+        epoch, take = hold_rule(found, holder, where["thread_id"])
+        if take:
+            self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": epoch})
+        return epoch
 
     def _lg_fold(self, tx: Tx, where: Mapping[str, Any], row: CheckpointRow,
                  moved_rows: list[tuple[Any, ...]] | None = None) -> tuple[bytes, bytes] | None:
@@ -1057,7 +1067,7 @@ class SQLCheckpoints(Generic[Tx]):
         PostgreSQL: no round trip more, the writes' digests appended to the
         parent's ``refs`` for ``lg_read_one``) or in a statement of its own.
         Returns the folded record and the writes' packed digests.
-        ``moved_rows``: what ``lg_fold_writes`` returned, run already (in ``_lg_operate``'s opening)."""
+        ``moved_rows``: what ``lg_fold_writes`` returned, run already (``_lg_operate``'s ``fold``)."""
         parent = row.parent_id
         if parent is None or parent == row.checkpoint_id:
             return None

@@ -84,14 +84,16 @@ Why these choices:
   transaction here is ever sent as a pipeline. (Between the commands of a
   pipeline, before its Sync, the server reports the session ``active`` and
   no timeout applies: a worker frozen there used to wedge its runs forever.)
-  Transactions are either one message (``finish_run``: the server runs all
-  of it on receipt, so a freeze holds nothing), two whole messages
-  (LangGraph's writes, ``_lg_operate``: ``BEGIN``, the thread's lock, its
-  holder and the statements that need nothing read, then, after the fence
-  is checked, the closing statements with ``COMMIT``; between the two the
-  session is idle in transaction, so the timeout applies) or commands sent
-  whole and answered one at a time (everything else, the claim's
-  ``BEGIN; SET LOCAL`` included). On top, ``statement_timeout`` (30 s) bounds each statement and
+  Transactions are either one message (``finish_run``, and LangGraph's
+  writes, ``_lg_operate``: the fence checked in the server by ``lg_hold``,
+  migration 0053, then every statement, as one implicit transaction: the
+  server runs all of it on receipt, so a freeze holds nothing), two whole
+  messages (a LangGraph put whose parent's pending writes are not the rows
+  its store expects to fold: ``BEGIN``, the fence and the statements that
+  need nothing read, then, once the client folded the rows that moved, the
+  checkpoint with ``COMMIT``; between the two the session is idle in
+  transaction, so the timeout applies) or commands sent whole and answered
+  one at a time (everything else, the claim's ``BEGIN; SET LOCAL`` included). On top, ``statement_timeout`` (30 s) bounds each statement and
   ``lock_timeout`` (10 s) each wait for a lock, so no statement waits for
   good on a peer that holds a lock. A frozen worker that wakes up finds its
   session gone (``StoreError``) and its lease fenced.
@@ -230,6 +232,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -248,7 +251,7 @@ from cairn.faults import fault_point
 from cairn.store import admission, auditlinks, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.auditlinks import Digester
-from cairn.store.checkpointsql import Closing, ThreadKey, pack_id, pack_id_key
+from cairn.store.checkpointsql import Closing, Holder, ThreadKey, pack_id, pack_id_key, thread_taken
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.pgrecent import Recent
 from cairn.store.records import (
@@ -287,6 +290,24 @@ from cairn.store.sqlfiles import load_migrations, load_queries
 from cairn.store.vectorindex import ExactScorer, Scored
 
 _Q = load_queries("postgres")
+#: lg_fold_writes refusing its transaction unless it moved exactly the rows given (the
+#: writes' arrays, as lg_put_writes_many takes them; migration 0053, lg_fold_as_sent): a put
+#: sent as one message with its COMMIT folds the rows it expects (``PostgresStore._lg_operate``)
+#: and is sent again in two otherwise. The same statement, so it moves what the two-message
+#: put moves and walks the index alike. (FULL JOIN needs "=": no column of lg_writes is NULL.)
+_Q["lg_fold_as_sent"] = (
+    f"WITH moved AS (\n{_Q['lg_fold_writes']}\n)\n"
+    "SELECT lg_fold_as_sent(count(*)) FROM moved AS m FULL JOIN unnest(\n"
+    "    %(task_ids)s::text[], %(idxs)s::bigint[], %(channels)s::text[], %(task_paths)s::text[],\n"
+    "    %(kinds)s::text[], %(refs)s::bytea[]) AS e (task_id, idx, channel, task_path, kind, refs)\n"
+    "  ON m.task_id = e.task_id AND m.idx = e.idx AND m.channel = e.channel\n"
+    "  AND m.task_path = e.task_path AND m.kind = e.kind AND m.refs = e.refs\n"
+    "WHERE m.idx IS NULL OR e.idx IS NULL")
+#: how many checkpoints' expected rows of lg_writes a store remembers (``_lg_expect``)
+_LG_EXPECTED = 1024
+#: SQLSTATEs of migration 0053: ``lg_hold`` refused the writer (its DETAIL: the holder's
+#: epoch), ``lg_nothing_to_fold`` found pending writes to fold
+_LG_TAKEN, _LG_FOLD = "LGT01", "LGF01"
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 #: rows scored at a time by the client's exact vector scan (7.5 MB at 384 float32 dimensions)
 _SCAN_CHUNK = 5000
@@ -423,6 +444,16 @@ def _packed_ids(params: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**params, **packed} if packed else params
 
 
+#: a row of lg_writes as ``lg_fold_writes`` returns it: task id, index, channel, task path, kind, refs
+_LgRow = tuple[Any, ...]
+
+
+def _write_arrays(rows: Sequence[_LgRow]) -> dict[str, list[Any]]:
+    """``rows`` of lg_writes as the arrays ``lg_put_writes_many`` and ``lg_fold_as_sent`` take."""
+    names = ("task_ids", "idxs", "channels", "task_paths", "kinds", "refs")
+    return {name: [row[i] for row in rows] for i, name in enumerate(names)}
+
+
 class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     """Store contract on a PostgreSQL database (see ``contract.Store``).
 
@@ -474,6 +505,11 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         self.tenant = tenant
         self._closed = False
         self._lane_cursor = admission.LaneCursor()
+        #: rows of lg_writes this store inserted and no put folded yet, per (tenant, thread,
+        #: namespace, checkpoint id): what a put folding that checkpoint expects (``_lg_operate``)
+        self._lg_expected: OrderedDict[tuple[str, str, str, str], dict[tuple[str, int], _LgRow]] = (
+            OrderedDict())
+        self._lg_expected_lock = threading.Lock()
         #: opens a sealed entry's payload and detail for its digest (a ``SealedStore`` sets it)
         self.audit_digest: Digester | None = None
         #: whether history has the audit columns (migration 0031); ``None``: not looked yet
@@ -645,6 +681,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         self, body: Callable[[_Conn, list[list[tuple[Any, ...]]]], _T], *, durable: bool = False,
         faults: Faults = NO_FAULTS, begin: str | Callable[[_Conn], str] = "BEGIN", links: bool = True,
         commit: Callable[[_Conn, _T], str] | None = None,
+        errors: Callable[[psycopg.Error], BaseException | None] | None = None,
     ) -> _T:
         """``_transaction``, its opening message ``begin`` (or what it
         returns for the connection, its parameters bound on the client) sent
@@ -655,7 +692,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         link before the commit (``_link_unlinked``: a round trip spared), and
         the COMMIT goes as a simple query (LangGraph's writes, issue 24, 2026-12-07).
         ``commit``: the closing message for the body's result, its last
-        statement ``COMMIT`` (a simple query: one round trip for both)."""
+        statement ``COMMIT`` (a simple query: one round trip for both).
+        ``errors``: what a database error means instead (``None``: itself),
+        raised once the transaction is rolled back."""
         read_only = isinstance(begin, str) and "READ ONLY" in begin
         with self._conn() as conn:
             for attempt in range(1, _TX_ATTEMPTS + 1):
@@ -681,6 +720,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                         psycopg.ClientCursor(conn).execute(closing)
                 except BaseException as exc:
                     _end_transaction(conn)
+                    meant = errors(exc) if errors is not None and isinstance(exc, psycopg.Error) else None
+                    if meant is not None:
+                        raise meant from None
                     if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
                         raise
                     time.sleep(0.005 * attempt)
@@ -1253,38 +1295,133 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     def _apply(self, tx: _Conn, transition: lc.Transition) -> RunRecord:
         return _apply(tx, transition)
 
-    def _lg_operate(self, key: ThreadKey,
-                    body: Callable[[_Conn, dict[str, Any], list[list[tuple[Any, ...]]]], tuple[_T, Closing]],
-                    opening: Sequence[tuple[str, Mapping[str, Any]]] = (),
-                    before_commit: str | None = None) -> _T:
-        # BEGIN, the thread's lock, its holder and the opening's statements in one message,
-        # the closing statements with the COMMIT in another (issue 24, 2026-12-07): a
-        # LangGraph super-step's put took 9 round trips and its put_writes 7; now 2 and 2.
-        # Every statement of a simple query takes its own snapshot (READ COMMITTED), so the
-        # holder is read after the lock was granted, as when sent one by one; the fence is
-        # checked (body) before the closing message is sent, and a refused write rolls back.
-        # Each message is whole: the server runs it all on receipt, then waits for this
-        # client idle in transaction (see _transaction). Their statements are bound here and
-        # planned on each call, as finish_run's (_one_message).
+    def _lg_operate(self, key: ThreadKey, holder: Holder,
+                    opening: Sequence[tuple[str, Mapping[str, Any]]],
+                    close: Callable[[_Conn, list[tuple[Any, ...]] | None], Closing],
+                    fold: tuple[str, Mapping[str, Any]] | None = None,
+                    before_commit: str | None = None) -> int:
+        # One message, COMMIT included (issue 24, 2026-12-07): the fence is checked in the server
+        # (lg_hold, migration 0053: the thread's lock, its holder and hold_rule in one statement),
+        # so nothing waits for this client; a super-step (put_writes, put) is 2 round trips, not 4.
+        # Sent as one simple query without BEGIN, the statements are one implicit transaction,
+        # each with its own snapshot (READ COMMITTED): lg_hold reads the holder after its lock
+        # was granted. A statement that fails (lg_hold refusing the writer: LGT01) stops the
+        # message and rolls all of it back, the COMMIT included.
+        # A put folds its parent's pending writes that are rows of lg_writes (LangGraph's loop
+        # often stores a node's writes before the put of their checkpoint) with a record built
+        # here (checkpointsql._lg_fold): it builds it from the rows this store inserted
+        # (_lg_expect), and the fold refuses the message (LGF01) unless exactly those rows moved;
+        # then the put is sent again in two messages, the second built from the rows that moved.
         where: dict[str, Any] = {"tenant": key.tenant, "thread_id": key.thread_id, "ns": key.ns}
-        statements = [("lg_lock_thread", where), ("lg_thread_holder", where), *opening]
+        hold = ("lg_hold", {**where, "owner": holder.owner, "epoch": holder.epoch, "lease": holder.lease})
+        expected = [] if fold is None else self._lg_expect(key, str(fold[1]["checkpoint_id"]))
 
         def bound(conn: _Conn, sent: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
             bind = psycopg.ClientCursor(conn).mogrify
             return [bind(_Q[name], _packed_ids(params)) for name, params in sent]
 
-        def run(tx: _Conn, found: list[list[tuple[Any, ...]]]) -> tuple[_T, Closing]:
-            # the rows of each statement after BEGIN and the lock: the holder's, then the opening's
-            out = body(tx, where, found[2:])
+        def refused(exc: psycopg.Error) -> BaseException | None:
+            if exc.sqlstate != _LG_TAKEN:
+                return None
+            return thread_taken(key.thread_id, int(exc.diag.message_detail or "0"), holder.lease)
+
+        def whole(conn: _Conn) -> list[str]:
+            sent = [hold, *opening]
+            if fold is not None:
+                sent.append(("lg_fold_as_sent", {**fold[1], **_write_arrays(expected)}))
+            return [*bound(conn, sent), *bound(conn, close(conn, None if fold is None else expected)),
+                    *self._durable_statement(conn)]
+
+        done = self._lg_message(whole, refused, before_commit)
+        if done is not None:
+            epoch, counts = done
+            for (name, params), inserted in zip(opening, counts[1:], strict=False):
+                if name == "lg_put_writes_many" and inserted:  # rows, not appended to a stored checkpoint
+                    self._lg_inserted(key, params)
+            return epoch
+
+        def run(tx: _Conn, found: list[list[tuple[Any, ...]]]) -> tuple[int, Closing]:
+            # found: BEGIN's, lg_hold's, the opening's, the fold's rows
+            closing = close(tx, found[-1])
             if before_commit is not None:
                 fault_point(before_commit)  # nothing of the write is committed yet
-            return out
+            return int(found[1][0][0]), closing
 
+        assert fold is not None  # only a fold refuses the one message
         # A LangGraph write touches the lg_ tables alone (no trigger of theirs writes
         # history): no entry of its transaction to link, a round trip less (links=False).
-        return self._opened(run, durable=True, links=False,
-                            begin=lambda conn: ";\n".join(["BEGIN", *bound(conn, statements)]),
+        return self._opened(run, durable=True, links=False, errors=refused,
+                            begin=lambda conn: ";\n".join(["BEGIN", *bound(conn, [hold, *opening, fold])]),
                             commit=lambda conn, out: ";\n".join([*bound(conn, out[1]), "COMMIT"]))[0]
+
+    def _lg_inserted(self, key: ThreadKey, params: Mapping[str, Any]) -> None:
+        """Remember the rows ``lg_put_writes_many`` inserted (its checkpoint
+        was not stored), as the statement keeps them: a regular write as
+        first written, a special one (index < 0) as last written."""
+        at = (key.tenant, key.thread_id, key.ns, str(params["checkpoint_id"]))
+        with self._lg_expected_lock:
+            rows = self._lg_expected.setdefault(at, {})
+            for row in zip(params["task_ids"], params["idxs"], params["channels"], params["task_paths"],
+                           params["kinds"], params["refs"], strict=True):
+                if row[1] < 0 or (row[0], row[1]) not in rows:
+                    rows[(row[0], row[1])] = row
+            self._lg_expected.move_to_end(at)
+            while len(self._lg_expected) > _LG_EXPECTED:
+                self._lg_expected.popitem(last=False)
+
+    def _lg_expect(self, key: ThreadKey, checkpoint_id: str) -> list[_LgRow]:
+        """The rows of lg_writes of ``checkpoint_id`` a put folding it expects
+        to move: those this store inserted (``_lg_inserted``), forgotten here
+        (the put moves them, or they are read from the table). A guess: the
+        fold refuses the put unless they are exactly the rows there."""
+        with self._lg_expected_lock:
+            rows = self._lg_expected.pop((key.tenant, key.thread_id, key.ns, checkpoint_id), {})
+        return list(rows.values())
+
+    def _durable_statement(self, conn: _Conn) -> list[str]:
+        """What makes a transaction sent as one message commit durably
+        (``_commit_durably``'s setting; none where every commit is)."""
+        if self._default_level == self._durable_level:
+            return []
+        return [psycopg.ClientCursor(conn).mogrify("SELECT set_config('synchronous_commit', %s, true)",
+                                                   (self._durable_level,))]
+
+    def _lg_message(self, statements: Callable[[_Conn], list[str]],
+                    errors: Callable[[psycopg.Error], BaseException | None],
+                    before_commit: str | None) -> tuple[int, list[int]] | None:
+        """Send a LangGraph write as one simple query with no BEGIN, one
+        implicit transaction committed when its last statement is done
+        (``_lg_operate``): the epoch its first statement (``lg_hold``)
+        returned and how many rows each statement changed, or ``None`` when
+        its fold refused it (``_LG_FOLD``), rolled back. The fault point
+        ``before_commit`` is hit before it is sent: nothing of the write is
+        committed yet. Again if it was a deadlock victim."""
+        with self._conn() as conn:
+            message = ";\n".join(statements(conn))
+            if before_commit is not None:
+                fault_point(before_commit)
+            for attempt in range(1, _TX_ATTEMPTS + 1):
+                try:
+                    cursor = psycopg.ClientCursor(conn)
+                    cursor.execute(message)
+                    row = cursor.fetchone()
+                    counts = [cursor.rowcount]
+                    while cursor.nextset():
+                        counts.append(cursor.rowcount)
+                except psycopg.Error as exc:
+                    _end_transaction(conn)  # (a failed implicit transaction is rolled back already)
+                    if exc.sqlstate == _LG_FOLD:
+                        return None
+                    meant = errors(exc)
+                    if meant is not None:
+                        raise meant from None
+                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
+                        raise
+                    time.sleep(0.005 * attempt)
+                    continue
+                assert row is not None
+                return int(row[0]), counts
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _query(self, tx: _Conn, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         if name.startswith("lg_"):

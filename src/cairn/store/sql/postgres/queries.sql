@@ -2049,12 +2049,10 @@ SELECT tenant, %(target)s::text, digest, kind, data
 FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(source)s::text
 ON CONFLICT (tenant, thread_id, digest) DO NOTHING
 
--- name: lg_thread_holder
-SELECT owner, epoch FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
-
--- name: lg_take_thread
-INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES (%(tenant)s, %(thread_id)s::text, %(owner)s::text, %(epoch)s)
-ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch
+-- name: lg_hold
+-- the thread's lock, its holder and the fence in one statement (migration 0053): the epoch
+-- held, or SQLSTATE LGT01 (ThreadTaken) and nothing after it in the message runs
+SELECT lg_hold(%(tenant)s, %(thread_id)s::text, %(owner)s::text, %(epoch)s::bigint, %(lease)s::bigint)
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text

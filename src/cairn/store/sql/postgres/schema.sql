@@ -1384,6 +1384,58 @@ CREATE TABLE lg_threads (
 );
 ALTER TABLE lg_threads ENABLE ROW LEVEL SECURITY;
 
+-- LangGraph's fence checked in the server (0053): the thread's lock, its holder and the
+-- rule of checkpointsql.hold_rule in one statement; SQLSTATE LGT01 when refused.
+CREATE FUNCTION lg_hold(p_tenant TEXT, p_thread TEXT, p_owner TEXT, p_epoch BIGINT, p_lease BIGINT)
+RETURNS BIGINT LANGUAGE plpgsql AS $$
+DECLARE
+    held_owner TEXT;
+    held_epoch BIGINT;
+    taken BIGINT;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_tenant || '/' || p_thread, 0)),
+            set_config('enable_seqscan', 'off', true);
+    SELECT owner, epoch INTO held_owner, held_epoch FROM lg_threads
+    WHERE tenant = p_tenant AND thread_id = p_thread;
+    IF p_lease IS NOT NULL THEN
+        IF FOUND AND held_epoch > p_lease THEN
+            RAISE EXCEPTION 'LangGraph thread % is held by a later lease', p_thread
+                USING ERRCODE = 'LGT01', DETAIL = held_epoch::TEXT;
+        END IF;
+        IF FOUND AND held_owner = p_owner AND held_epoch = p_lease THEN
+            RETURN p_lease;
+        END IF;
+        taken := p_lease;
+    ELSIF FOUND THEN
+        IF held_owner = p_owner THEN
+            RETURN held_epoch;
+        END IF;
+        IF p_epoch IS NOT NULL THEN
+            RAISE EXCEPTION 'LangGraph thread % was taken by another saver', p_thread
+                USING ERRCODE = 'LGT01', DETAIL = held_epoch::TEXT;
+        END IF;
+        taken := held_epoch + 1;
+    ELSE
+        taken := 1;
+    END IF;
+    INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES (p_tenant, p_thread, p_owner, taken)
+    ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch;
+    RETURN taken;
+END
+$$;
+
+-- A put sent in one message folds the pending writes it expects, or refuses itself
+-- (SQLSTATE LGF01) and is sent again in two (0053).
+CREATE FUNCTION lg_fold_as_sent(mismatched BIGINT) RETURNS BIGINT LANGUAGE plpgsql AS $$
+BEGIN
+    IF mismatched > 0 THEN
+        RAISE EXCEPTION 'the pending writes to fold are not those the put sent folded'
+            USING ERRCODE = 'LGF01';
+    END IF;
+    RETURN mismatched;
+END
+$$;
+
 -- Encryption at rest: each tenant's data keys, wrapped by a KEK (0029, cairn.store.sealed).
 CREATE TABLE data_keys (
     tenant     TEXT NOT NULL,
