@@ -93,7 +93,8 @@ Why these choices:
   need nothing read, then, once the client folded the rows that moved, the
   checkpoint with ``COMMIT``; between the two the session is idle in
   transaction, so the timeout applies) or commands sent whole and answered
-  one at a time (everything else, the claim's ``BEGIN; SET LOCAL`` included). On top, ``statement_timeout`` (30 s) bounds each statement and
+  one at a time (everything else, the claim's ``BEGIN; SET LOCAL``
+  included). On top, ``statement_timeout`` (30 s) bounds each statement and
   ``lock_timeout`` (10 s) each wait for a lock, so no statement waits for
   good on a peer that holds a lock. A frozen worker that wakes up finds its
   session gone (``StoreError``) and its lease fenced.
@@ -306,7 +307,7 @@ _Q["lg_fold_as_sent"] = (
 #: how many checkpoints' expected rows of lg_writes a store remembers (``_lg_expect``)
 _LG_EXPECTED = 1024
 #: SQLSTATEs of migration 0053: ``lg_hold`` refused the writer (its DETAIL: the holder's
-#: epoch), ``lg_nothing_to_fold`` found pending writes to fold
+#: epoch), ``lg_fold_as_sent`` found other rows to fold than those the put sent folded
 _LG_TAKEN, _LG_FOLD = "LGT01", "LGF01"
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 #: rows scored at a time by the client's exact vector scan (7.5 MB at 384 float32 dimensions)
