@@ -54,10 +54,9 @@ def test_the_fence_answers_as_the_clients_rule_on_both_backends(app: cairn.App, 
     server, on SQLite the rule itself; so the two agree."""
     rows = _saver(app)._rows
     cases = [(f"t{n}", held, holder) for n, (held, holder) in enumerate(itertools.product(HELD, HOLDERS))]
-    for thread, held, _ in cases:
-        if held is not None:
-            _sql(db_url, "INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES ('acme', ?, ?, ?)",
-                 (thread, *held))
+    planted = [(thread, *held) for thread, held, _ in cases if held is not None]
+    _sql(db_url, "INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES "
+                 + ", ".join(["('acme', ?, ?, ?)"] * len(planted)), tuple(v for row in planted for v in row))
     answers = []
     for thread, _, holder in cases:
         try:
