@@ -1,5 +1,5 @@
 """A LangGraph write in one message on PostgreSQL (issue 24, 2026-12-07): the
-fence checked in the server (``lg_hold``, migration 0053) gives the answers of
+fence checked in the server (``lg_hold``, migration 0051) gives the answers of
 the client's rule (``checkpointsql.hold_rule``, which SQLite runs), a refused
 write commits nothing of its message, and a put folds its parent's writes
 stored before it (rows of ``lg_writes``) in its one message when they are the

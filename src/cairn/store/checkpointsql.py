@@ -578,7 +578,7 @@ def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) 
     and whether it takes it (writes its row of ``lg_threads``), given the
     thread's holder row ``found`` (none: nobody holds it), read under the
     thread's lock; ``ThreadTaken`` when refused. SQLite runs it in the
-    client; PostgreSQL's ``lg_hold`` (migration 0053) is the same rule in the
+    client; PostgreSQL's ``lg_hold`` (migration 0051) is the same rule in the
     server, held to the same answers by tests/langgraph/test_server_fence.py."""
     held = (str(found[0][0]), int(found[0][1])) if found else None
     lease = holder.lease

@@ -86,7 +86,7 @@ Why these choices:
   no timeout applies: a worker frozen there used to wedge its runs forever.)
   Transactions are either one message (``finish_run``, and LangGraph's
   writes, ``_lg_operate``: the fence checked in the server by ``lg_hold``,
-  migration 0053, then every statement, as one implicit transaction: the
+  migration 0051, then every statement, as one implicit transaction: the
   server runs all of it on receipt, so a freeze holds nothing), two whole
   messages (a LangGraph put whose parent's pending writes are not the rows
   its store expects to fold: ``BEGIN``, the fence and the statements that
@@ -292,7 +292,7 @@ from cairn.store.vectorindex import ExactScorer, Scored
 
 _Q = load_queries("postgres")
 #: lg_fold_writes refusing its transaction unless it moved exactly the rows given (the
-#: writes' arrays, as lg_put_writes_many takes them; migration 0053, lg_fold_as_sent): a put
+#: writes' arrays, as lg_put_writes_many takes them; migration 0051, lg_fold_as_sent): a put
 #: sent as one message with its COMMIT folds the rows it expects (``PostgresStore._lg_operate``)
 #: and is sent again in two otherwise. The same statement, so it moves what the two-message
 #: put moves and walks the index alike. (FULL JOIN needs "=": no column of lg_writes is NULL.)
@@ -306,7 +306,7 @@ _Q["lg_fold_as_sent"] = (
     "WHERE m.idx IS NULL OR e.idx IS NULL")
 #: how many checkpoints' expected rows of lg_writes a store remembers (``_lg_expect``)
 _LG_EXPECTED = 1024
-#: SQLSTATEs of migration 0053: ``lg_hold`` refused the writer (its DETAIL: the holder's
+#: SQLSTATEs of migration 0051: ``lg_hold`` refused the writer (its DETAIL: the holder's
 #: epoch), ``lg_fold_as_sent`` found other rows to fold than those the put sent folded
 _LG_TAKEN, _LG_FOLD = "LGT01", "LGF01"
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
@@ -1302,7 +1302,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                     fold: tuple[str, Mapping[str, Any]] | None = None,
                     before_commit: str | None = None) -> int:
         # One message, COMMIT included (issue 24, 2026-12-07): the fence is checked in the server
-        # (lg_hold, migration 0053: the thread's lock, its holder and hold_rule in one statement),
+        # (lg_hold, migration 0051: the thread's lock, its holder and hold_rule in one statement),
         # so nothing waits for this client; a super-step (put_writes, put) is 2 round trips, not 4.
         # Sent as one simple query without BEGIN, the statements are one implicit transaction,
         # each with its own snapshot (READ COMMITTED): lg_hold reads the holder after its lock

@@ -2050,7 +2050,7 @@ FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(source)s::text
 ON CONFLICT (tenant, thread_id, digest) DO NOTHING
 
 -- name: lg_hold
--- the thread's lock, its holder and the fence in one statement (migration 0053): the epoch
+-- the thread's lock, its holder and the fence in one statement (migration 0051): the epoch
 -- held, or SQLSTATE LGT01 (ThreadTaken) and nothing after it in the message runs
 SELECT lg_hold(%(tenant)s, %(thread_id)s::text, %(owner)s::text, %(epoch)s::bigint, %(lease)s::bigint)
 

@@ -1384,7 +1384,7 @@ CREATE TABLE lg_threads (
 );
 ALTER TABLE lg_threads ENABLE ROW LEVEL SECURITY;
 
--- LangGraph's fence checked in the server (0053): the thread's lock, its holder and the
+-- LangGraph's fence checked in the server (0051): the thread's lock, its holder and the
 -- rule of checkpointsql.hold_rule in one statement; SQLSTATE LGT01 when refused.
 CREATE FUNCTION lg_hold(p_tenant TEXT, p_thread TEXT, p_owner TEXT, p_epoch BIGINT, p_lease BIGINT)
 RETURNS BIGINT LANGUAGE plpgsql AS $$
@@ -1425,7 +1425,7 @@ END
 $$;
 
 -- A put sent in one message folds the pending writes it expects, or refuses itself
--- (SQLSTATE LGF01) and is sent again in two (0053).
+-- (SQLSTATE LGF01) and is sent again in two (0051).
 CREATE FUNCTION lg_fold_as_sent(mismatched BIGINT) RETURNS BIGINT LANGUAGE plpgsql AS $$
 BEGIN
     IF mismatched > 0 THEN
