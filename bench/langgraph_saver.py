@@ -6,6 +6,7 @@ PostgreSQL (issue 24's performance targets).
     python -m bench.langgraph_saver --steps 300 --only sqlite,cairn-sqlite
     python -m bench.langgraph_saver --json                # the figures as JSON on stdout
     python -m bench.langgraph_saver --breakdown           # and where the Cairn savers' bytes are
+    python -m bench.langgraph_saver --floor-runs 0        # without the graph's floors
 
 The workload is ``bench.graph``'s LangGraph graph, unchanged: one node,
 ``talk``, looping to itself until ``n`` reaches the step count, each
@@ -34,6 +35,16 @@ Figures:
 * **CPU**: the process CPU time (``time.process_time``) of the same
   get_state reads (p50) and history pages (median): on a shared machine
   under load, wall times mostly measure the wait for a core.
+
+**Floors** (``--floor-runs``, 3 by default; 0: none): the same graph in the
+same process, run without a checkpointer, with a saver that stores nothing
+(``NoopSaver``) and with LangGraph's ``InMemorySaver``, wall and CPU µs per
+super-step, each the median of its runs (after one warm-up run). What is
+above the no-op saver's floor is the saver's own work (and its threads'
+waits); below each size the report puts every saver's share beside the
+floor, and the ratio the target asks for in context: the most a saver that
+cost nothing could reach against LangGraph's saver (its time / the floor),
+and the CPU a super-step of a Cairn saver may take for 2x.
 
 Ratios are against LangGraph's saver on the same database in the same run
 (``cairn-sqlite`` / ``sqlite``, ``cairn-postgres`` / ``postgres``). Below each
@@ -71,6 +82,8 @@ HISTORY_READS = 20
 #: main and on the packed ids alike, 2026-12-06); a service reads the latest state all day.
 LATEST_WARMUP = 10
 LATEST_READS = 100
+#: the graph's floors: label -> how it is compiled (``floor``)
+FLOORS = ("no checkpointer", "no-op saver", "InMemorySaver")
 LG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations")
 CAIRN_TABLES = ("cairn.lg_checkpoints", "cairn.lg_blobs", "cairn.lg_writes", "cairn.lg_values",
                 "cairn.lg_threads")
@@ -274,6 +287,61 @@ def run(saver: Any, steps: int) -> tuple[float, float]:
     return elapsed(), cpu
 
 
+def noop_saver() -> Any:
+    """A checkpointer that stores nothing (a floor): LangGraph's loop still
+    builds and hands over every checkpoint and pending write, so its floor is
+    the graph's cost with a checkpointer, before any saver's own work."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    class NoopSaver(BaseCheckpointSaver[str]):
+        def get_tuple(self, config: Any) -> None:
+            return None
+
+        def list(self, config: Any, **kw: Any) -> Iterator[Any]:
+            return iter(())
+
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            conf = config["configurable"]
+            return {"configurable": {"thread_id": conf["thread_id"],
+                                     "checkpoint_ns": conf.get("checkpoint_ns", ""),
+                                     "checkpoint_id": checkpoint["id"]}}
+
+        def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+            return None
+
+    return NoopSaver()
+
+
+def floor_saver(label: str) -> Any:
+    """The checkpointer of floor ``label`` (``FLOORS``): ``None`` for none."""
+    if label == "no checkpointer":
+        return None
+    if label == "no-op saver":
+        return noop_saver()
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    return InMemorySaver()
+
+
+def floor(label: str, steps: int, runs: int) -> tuple[float, float]:
+    """Floor ``label``'s median wall and CPU µs per super-step over ``runs``
+    runs of the graph (each with a fresh checkpointer), after one warm-up run."""
+    walls, cpus = [], []
+    for i in range(runs + 1):
+        saver = floor_saver(label)
+        graph = langgraph_builder(steps, {}).compile(checkpointer=saver)
+        cpu = time.process_time()
+        with stopwatch() as elapsed:
+            final = graph.invoke({"messages": [], "n": 0}, {**config(), "recursion_limit": steps + 10})
+        cpu = time.process_time() - cpu
+        if final["n"] != steps:
+            raise RuntimeError(f"floor {label}: ended at n={final['n']}")
+        if i:  # the first run warms imports and code paths
+            walls.append(elapsed() / steps * 1e6)
+            cpus.append(cpu / steps * 1e6)
+    return statistics.median(walls), statistics.median(cpus)
+
+
 def measure(system: str, steps: int, samples: int, seed: int, breakdown: bool = False) -> Figures:
     figures = Figures(system, steps)
     with database(system, "warm") as db:  # imports, code paths, connections: outside the figures
@@ -375,7 +443,32 @@ def targets(by: dict[str, Figures]) -> list[dict[str, Any]]:
     return out
 
 
-def report(steps: int, measured: Sequence[Figures]) -> None:
+def floor_lines(floors: dict[str, tuple[float, float]], measured: Sequence[Figures]) -> list[str]:
+    """The floors, each saver's work above the no-op saver's, and the target's ratio in context."""
+    lines = [f"floor {label}: {fmt(wall)} µs wall, {fmt(cpu)} CPU µs per super-step"
+             for label, (wall, cpu) in floors.items()]
+    noop = floors.get("no-op saver")
+    if noop is None:
+        return lines
+    for f in measured:
+        if f.step_us is not None and f.step_cpu_us is not None:
+            lines.append(f"saver's own work, {f.system} (above the no-op saver): {fmt(f.step_us - noop[0])}"
+                         f" µs wall, {fmt(f.step_cpu_us - noop[1])} CPU µs per super-step")
+    by = {f.system: f for f in measured}
+    for system, base in BASELINE.items():
+        b = by.get(base)
+        if b is None or b.step_us is None or b.step_cpu_us is None:
+            continue
+        half = b.step_us / 2
+        lines.append(f"context {base} / {system} >= 2: a saver costing nothing would reach "
+                     f"{b.step_us / noop[0]:.2f}x wall ({b.step_cpu_us / noop[1]:.2f}x CPU); 2x needs "
+                     f"{system} <= {fmt(half)} µs wall, its own work <= {fmt(half - noop[0])} µs"
+                     " above the floor")
+    return lines
+
+
+def report(steps: int, measured: Sequence[Figures],
+           floors: dict[str, tuple[float, float]] | None = None) -> None:
     print(f"\n== {steps:,} super-steps, 1 KB appended per step: {steps * MESSAGE_BYTES:,} logical bytes")
     by = {f.system: f for f in measured}
     pairs = [(c, b) for c, b in BASELINE.items() if c in by and b in by]
@@ -392,6 +485,8 @@ def report(steps: int, measured: Sequence[Figures]) -> None:
     for f in measured:
         for note in f.notes:
             print(f"{f.system}: {note}")
+    for line in floor_lines(floors or {}, measured):
+        print(line)
     for t in targets(by):
         verdict = "—" if t["met"] is None else "met" if t["met"] else "MISSED"
         print(f"target {t['target']}: {fmt(t['measured'])} {verdict}")
@@ -406,6 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100, help="random checkpoints read per size")
     parser.add_argument("--seed", type=int, default=24)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
+    parser.add_argument("--floor-runs", type=int, default=3,
+                        help="runs of each floor of the graph (no checkpointer, a no-op saver, "
+                             "InMemorySaver) per size, their median reported; 0: no floors")
     parser.add_argument("--breakdown", action="store_true",
                         help="PostgreSQL: bytes per super-step of each table's heap, maps, TOAST and indexes")
     args = parser.parse_args(argv)
@@ -413,17 +511,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(only) - set(SYSTEMS))
     if unknown:
         parser.error(f"--only: unknown system {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
-    if any(n < HISTORY_PAGE for n in args.steps) or args.samples < 2:
-        parser.error(f"--steps must be at least {HISTORY_PAGE} and --samples at least 2")
+    if any(n < HISTORY_PAGE for n in args.steps) or args.samples < 2 or args.floor_runs < 0:
+        parser.error(f"--steps must be at least {HISTORY_PAGE}, --samples at least 2, "
+                     "--floor-runs at least 0")
     sizes = []
     for steps in args.steps:
         measured = [measure(system, steps, args.samples, args.seed, args.breakdown)
                     for system in SYSTEMS if system in only]
+        floors = {label: floor(label, steps, args.floor_runs) for label in FLOORS} if args.floor_runs else {}
         by = {f.system: f for f in measured}
         sizes.append({"steps": steps, "logical_bytes": steps * MESSAGE_BYTES,
-                      **{f.system: f.as_json() for f in measured}, "targets": targets(by)})
+                      **{f.system: f.as_json() for f in measured}, "targets": targets(by),
+                      "floors": {label: {"step_us": wall, "step_cpu_us": cpu}
+                                 for label, (wall, cpu) in floors.items()}})
         if not args.json:
-            report(steps, measured)
+            report(steps, measured, floors)
     if args.json:
         json.dump({**environment(), "sizes": sizes}, sys.stdout, indent=2, default=str)
     return 0
