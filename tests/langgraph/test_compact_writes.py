@@ -1,6 +1,7 @@
 """The binary record of folded writes (``checkpointsql.FOLD_TAG_2``, branch
-lgpgrow): PostgreSQL folds a checkpoint's pending writes into it (SQLite keeps
-the JSON record, ``FOLD_TAG``); it gives back every field as written, reads
+lgpgrow): PostgreSQL folds a checkpoint's pending writes into it, and SQLite
+since 2026-12-07 (issue 24; it kept the JSON record, ``FOLD_TAG``, which still
+reads); it gives back every field as written, reads
 after and before JSON records in one row (rows written before keep theirs),
 and a damaged one is refused naming its checkpoint."""
 
@@ -83,7 +84,7 @@ def _record(db_url: str, checkpoint_id: str) -> bytes:
     return bytes(found[0][0])
 
 
-def test_postgresql_folds_into_the_compact_record_sqlite_into_json(app: cairn.App, db_url: str) -> None:
+def test_both_backends_fold_into_the_compact_record_and_read_json_ones(app: cairn.App, db_url: str) -> None:
     saver = _new_saver(app)
     c1 = _put(saver, None, 0)
     saver.put_writes(c1, [("n", 10**12), ("log", ["a"])], "task-b", "~path, b")
@@ -91,11 +92,12 @@ def test_postgresql_folds_into_the_compact_record_sqlite_into_json(app: cairn.Ap
     _put(saver, c1, 1)
     c1_id = c1["configurable"]["checkpoint_id"]
     record = _record(db_url, c1_id)
-    assert record.startswith(FOLD_TAG_2 if db_url.startswith("postgresql") else FOLD_TAG)
+    assert record.startswith(FOLD_TAG_2)
     expected = [("task-a", "n", 2), ("task-b", "n", 10**12), ("task-b", "log", ["a"])]
     assert _writes(_new_saver(app), c1) == expected
     # a row folded before (a JSON record) reads the same
     as_json = fold_writes(unfold_writes(record, "t", c1_id))
+    assert as_json.startswith(FOLD_TAG)
     _sql(db_url, "UPDATE lg_checkpoints SET writes = ? WHERE checkpoint_id = lg_id_key(?)", (as_json, c1_id))
     assert _writes(_new_saver(app), c1) == expected
     thread: Any = {"configurable": {"thread_id": "t"}}
