@@ -686,15 +686,11 @@ class SQLCheckpoints(Generic[Tx]):
             if not self._lg_arrays:
                 self._lg_put_values(tx, where, values)
             for blob in () if self._lg_arrays else blobs:
-                base, depth, refs = None, 0, blob.refs
-                if blob.base is not None and blob.base != blob.version:
-                    depths = self._query(tx, "lg_blob_depth", {**where, "channel": blob.channel,
-                                                                "version": blob.base})
-                    if depths and int(depths[0][0]) + 1 < max_depth:
-                        base, depth, refs = blob.base, int(depths[0][0]) + 1, blob.added
+                # the base's depth is read by the insert itself (a base not stored, or as deep as
+                # max_depth: the version is stored whole)
                 self._query(tx, "lg_put_blob", {
                     **where, "channel": blob.channel, "version": blob.version, "kind": blob.kind,
-                    "base": base, "depth": depth, "refs": refs})
+                    "base": blob.base, "max_depth": max_depth, "refs": blob.refs, "added": blob.added})
             folded = self._lg_fold(tx, where, row, moved)
             # the checkpoint closes the transaction (_lg_operate: on PostgreSQL sent with the COMMIT)
             return [("lg_put_checkpoint", {

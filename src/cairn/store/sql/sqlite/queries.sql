@@ -1209,8 +1209,19 @@ SELECT depth FROM lg_blobs
 WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND channel = :channel AND version = :version
 
 -- name: lg_put_blob
+-- a channel version in one statement (issue 24, 2026-12-07: it read its base's depth in a
+-- statement of its own before): a list naming a base still stored whose chain is below
+-- max_depth keeps its base and holds only its added items, else it is whole (as PostgreSQL's
+-- lg_put_blobs_many); WHERE true: SQLite's upsert after a SELECT needs a WHERE clause
 INSERT INTO lg_blobs (tenant, thread_id, ns, channel, version, kind, base, depth, refs)
-VALUES (:tenant, :thread_id, :ns, :channel, :version, :kind, :base, :depth, :refs)
+SELECT :tenant, :thread_id, :ns, :channel, :version, :kind,
+       CASE WHEN b.depth + 1 < :max_depth THEN :base END,
+       CASE WHEN b.depth + 1 < :max_depth THEN b.depth + 1 ELSE 0 END,
+       CASE WHEN b.depth + 1 < :max_depth THEN :added ELSE :refs END
+FROM (SELECT (SELECT x.depth FROM lg_blobs AS x
+              WHERE x.tenant = :tenant AND x.thread_id = :thread_id AND x.ns = :ns
+                AND x.channel = :channel AND x.version = :base AND :base <> :version) AS depth) AS b
+WHERE true
 ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
     kind = excluded.kind, base = excluded.base, depth = excluded.depth, refs = excluded.refs
 
