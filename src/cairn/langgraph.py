@@ -51,7 +51,7 @@ from typing import Any, Protocol, cast
 from cairn.errors import InvalidArgument, MissingExtra, UnreadableCheckpoint
 from cairn.graph.diff import Change
 from cairn.graph.diff import diff as state_diff
-from cairn.security.envelope import Place, SealError
+from cairn.security.envelope import Place, SealError, deflate_raw
 from cairn.store import open_store
 from cairn.store.checkpointsql import (
     REF_SIZE,
@@ -1164,8 +1164,7 @@ def _with_id(checkpoint: dict[str, Any], checkpoint_id: str) -> dict[str, Any]:
 def packed(kind: str, data: bytes, *, at: int | None = None, level: int = 1) -> tuple[str, bytes]:
     """A value as stored: compressed when long (``at``, else ``COMPRESS_AT``) and worth it (``ZDICT``)."""
     if len(data) >= (COMPRESS_AT if at is None else at):
-        deflate = zlib.compressobj(level, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=ZDICT_1)
-        small = deflate.compress(data) + deflate.flush()
+        small = deflate_raw(data, level, ZDICT_1)
         if len(small) + COMPRESS_GAIN <= len(data):
             return ZDICT + kind, small
     return kind, data

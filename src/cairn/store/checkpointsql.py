@@ -59,6 +59,7 @@ from typing import Any, Generic, TypeVar
 from cairn import faults
 from cairn.errors import ThreadTaken, UnreadableCheckpoint
 from cairn.faults import fault_point
+from cairn.security.envelope import deflate_raw
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -377,11 +378,9 @@ def fold_writes(writes: Sequence[WriteRow], *, compact: bool = False) -> bytes:
     deflated with ``FOLD_DICTIONARY`` (a super-step's writes repeat their task id and path);
     ``compact``: the binary record instead (``FOLD_TAG_2``, PostgreSQL since 2026-12-06, issue 24)."""
     if compact:
-        deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=FOLD_DICTIONARY_2)
-        return FOLD_TAG_2 + deflate.compress(_binary_writes(writes)) + deflate.flush()
+        return FOLD_TAG_2 + deflate_raw(_binary_writes(writes), 9, FOLD_DICTIONARY_2)
     doc = [[w.task_id, w.idx, w.channel, w.task_path, w.kind, w.refs.hex()] for w in writes]
-    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict=FOLD_DICTIONARY)
-    return FOLD_TAG + deflate.compress(json.dumps(doc, separators=(",", ":")).encode()) + deflate.flush()
+    return FOLD_TAG + deflate_raw(json.dumps(doc, separators=(",", ":")).encode(), 6, FOLD_DICTIONARY)
 
 
 def _varint(n: int) -> bytes:
