@@ -452,8 +452,8 @@ def floor_lines(floors: dict[str, tuple[float, float]], measured: Sequence[Figur
         return lines
     for f in measured:
         if f.step_us is not None and f.step_cpu_us is not None:
-            lines.append(f"saver's own work, {f.system} (above the no-op saver): {fmt(f.step_us - noop[0])}"
-                         f" µs wall, {fmt(f.step_cpu_us - noop[1])} CPU µs per super-step")
+            lines.append(f"saver's own work, {f.system} (above the no-op saver): {f.step_us - noop[0]:,.0f}"
+                         f" µs wall, {f.step_cpu_us - noop[1]:,.0f} CPU µs per super-step")
     by = {f.system: f for f in measured}
     for system, base in BASELINE.items():
         b = by.get(base)
@@ -462,7 +462,7 @@ def floor_lines(floors: dict[str, tuple[float, float]], measured: Sequence[Figur
         half = b.step_us / 2
         lines.append(f"context {base} / {system} >= 2: a saver costing nothing would reach "
                      f"{b.step_us / noop[0]:.2f}x wall ({b.step_cpu_us / noop[1]:.2f}x CPU); 2x needs "
-                     f"{system} <= {fmt(half)} µs wall, its own work <= {fmt(half - noop[0])} µs"
+                     f"{system} <= {half:,.0f} µs wall, its own work <= {half - noop[0]:,.0f} µs"
                      " above the floor")
     return lines
 
