@@ -48,6 +48,8 @@ SQLITE_ONLY = {
     "lg_thread_holder": "a LangGraph thread's holder, read for the client's fence (checkpointsql.hold_rule; "
                         "PostgreSQL: lg_hold, the same rule in the server)",
     "lg_take_thread": "a LangGraph thread taken by the client's fence (PostgreSQL: in lg_hold)",
+    "lg_put_blob": "a list channel's version, its base's depth read by the insert (PostgreSQL: "
+                   "lg_put_blobs_many, all of a put's in one statement)",
     "audit_previous": "the entry before an appended one, read for its audit link (PostgreSQL: in the insert)",
     "rekey_spilled_set": "a re-encrypted payload too large for its row is written back out of it",
     "ws_put_object": "one workspace object per statement (PostgreSQL: ws_put_objects, all in one)",

@@ -1604,12 +1604,6 @@ ON CONFLICT (tenant, thread_id, digest) DO NOTHING
 SELECT depth FROM lg_blobs
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND ns = %(ns)s::text AND channel = %(channel)s AND version = %(version)s
 
--- name: lg_put_blob
-INSERT INTO lg_blobs (tenant, thread_id, ns, channel, version, kind, base, depth, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(channel)s, %(version)s, %(kind)s, %(base)s::text, %(depth)s, %(refs)s)
-ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
-    kind = excluded.kind, base = excluded.base, depth = excluded.depth, refs = excluded.refs
-
 -- name: lg_put_values_many
 -- a put's new values in one statement (SQLite inserts them one by one)
 INSERT INTO lg_values (tenant, thread_id, digest, kind, data)
