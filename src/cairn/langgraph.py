@@ -459,16 +459,17 @@ class CairnSaver(BaseCheckpointSaver[str]):
         rows: ValueRows = []
         lists: dict[ListKey, KnownList] = {}
         tails: Tails = {}
+        # a plain channel (a value, or empty) goes inline in the row, not to a row of its own
+        plain: dict[str, int | None] = {}
         for channel, version in new_versions.items():
-            ver = str(version)
             if channel not in values:
-                blobs.append(BlobRow(channel, ver, "empty", b""))
+                plain[channel] = None
                 continue
             value = values[channel]
             if type(value) is not list:
-                kind, digests = self._encode(value, rows)
-                blobs.append(BlobRow(channel, ver, kind, pack_refs(digests)))
+                plain[channel] = self._encode(value, rows)[1][0]
                 continue
+            ver = str(version)
             list_key = (key.thread_id, key.ns, channel)
             with self._lock:
                 known = self._lists.get(list_key)
@@ -482,9 +483,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         versions = {str(k): str(v) for k, v in c["channel_versions"].items()}
         inline, carried = self._carried(key, None if parent is None else str(parent), versions, new_versions)
         tails = {ch: t for ch, t in {**carried, **tails}.items() if ch in versions}
-        for blob in [b for b in blobs if b.kind != "list"]:  # a plain channel goes inline, not to a row
-            blobs.remove(blob)
-            inline[blob.channel] = unpack_refs(blob.refs)[0] if blob.kind == "value" else None
+        inline.update(plain)  # never a channel carried: those are the ones this put did not write
         for channel in self._never_stored(key, None if parent is None else str(parent), versions,
                                           new_versions, {**inline, **dict.fromkeys(tails)}):
             inline[channel] = None  # named but never stored: the channel is empty, and reads so
@@ -508,8 +507,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         # what the server may read of the row (PostgreSQL reads a checkpoint in one statement with them)
         names = join_names({k: tails[k][0] if k in tails else v
                             for k, v in versions.items() if k not in inline})
-        refs = pack_refs(d for d in [*inline.values(), *(d for _, ds in tails.values() for d in ds)]
-                         if d is not None and not is_literal(d))
+        refs = pack_refs([d for d in [*inline.values(), *(d for _, ds in tails.values() for d in ds)]
+                          if d is not None and not is_literal(d)])
         row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata,
                             names, refs)
         run_id = full_metadata.get("run_id")
@@ -702,7 +701,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         by the time a checkpoint's transaction begins, the writes of its
         parent that this saver was handed are durable."""
         with self._written:
-            self._written.wait_for(lambda: parent not in self._writing)
+            if parent in self._writing:  # most often none is: no predicate to make and call
+                self._written.wait_for(lambda: parent not in self._writing)
 
     # -- encoding -----------------------------------------------------------------------
 
@@ -887,13 +887,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 held = self._records.get((key.thread_id, key.ns, parent))
             theirs = held[0] if held is not None else {}
         unknown = {}
-        for channel, version in versions.items():
-            if channel in inline or channel in new_versions or theirs.get(channel) == version:
-                continue
-            with self._lock:
+        with self._lock:  # once for every channel (issue 24, 2026-12-07: a put's few microseconds)
+            for channel, version in versions.items():
+                if channel in inline or channel in new_versions or theirs.get(channel) == version:
+                    continue
                 known = self._lists.get((key.thread_id, key.ns, channel))
-            if known is None or known.version != version:
-                unknown[channel] = version
+                if known is None or known.version != version:
+                    unknown[channel] = version
         if not unknown:
             return []
         stored = self._rows.lg_stored(key, unknown)

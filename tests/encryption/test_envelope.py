@@ -252,3 +252,35 @@ def test_place_of_builds_the_same_place_as_its_constructor() -> None:
     assert str(built) == str(PLACE)
     assert built.associated() == PLACE.associated()
     assert built.tenant == "acme"
+
+
+def test_raw_deflate_gives_a_freshly_primed_compressors_bytes_at_any_level_and_size() -> None:
+    """``deflate_raw`` copies a primed compressor (issue 24, 2026-12-07):
+    each call's bytes are those of a compressor set up and primed for it
+    alone, whatever was compressed before or beside it, and inflate back."""
+    zdict = b"the dictionary: messages, channel_versions, branch:to:, __start__ " * 4
+
+    def fresh(data: bytes, level: int) -> bytes:
+        wbits = envelope.fitted_window(len(zdict) + len(data))
+        c = zlib.compressobj(level, zlib.DEFLATED, -wbits, wbits - 6, zlib.Z_DEFAULT_STRATEGY, zdict=zdict)
+        return c.compress(data) + c.flush()
+
+    datas = [b"", b"x", zdict[:100], os.urandom(300), zdict * 3 + os.urandom(2000), b"ab" * 9000]
+    for level in (1, 6, 9):
+        for data in datas * 2:  # the second time from the compressor kept by the first
+            out = envelope.deflate_raw(data, level, zdict)
+            assert out == fresh(data, level)
+            assert zlib.decompressobj(-15, zdict=zdict).decompress(out) == data
+    wrong: list[bytes] = []
+
+    def many() -> None:
+        for data in datas * 20:
+            if envelope.deflate_raw(data, 1, zdict) != fresh(data, 1):
+                wrong.append(data)
+
+    threads = [threading.Thread(target=many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []

@@ -274,6 +274,8 @@ def pack_refs(digests: Iterable[int]) -> bytes:
     """``digests``, ``REF_SIZE`` bytes each, little-endian and signed, in one
     C call (issue 24, 2026-12-07: a super-step packs eight sets of them)."""
     ds = digests if isinstance(digests, list) else list(digests)
+    if len(ds) == 1:  # a value's, a write's: the struct made once, no format to build and look up
+        return _REF.pack(ds[0])
     return struct.pack(f"<{len(ds)}q", *ds)
 
 
@@ -312,7 +314,7 @@ def literal(data: bytes) -> int | None:
 def row_refs(refs: Iterable[bytes]) -> bytes:
     """The packed digests of ``refs`` that name rows (literals left out): what
     a checkpoint's ``refs`` column lists for ``lg_read_one`` to fetch."""
-    return pack_refs(d for r in refs for d in unpack_refs(r) if not is_literal(d))
+    return pack_refs([d for r in refs for d in unpack_refs(r) if not is_literal(d)])
 
 
 def literal_bytes(d: int) -> bytes | None:
