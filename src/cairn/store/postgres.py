@@ -721,12 +721,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                         psycopg.ClientCursor(conn).execute(closing)
                 except BaseException as exc:
                     _end_transaction(conn)
-                    meant = errors(exc) if errors is not None and isinstance(exc, psycopg.Error) else None
-                    if meant is not None:
-                        raise meant from None
-                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
-                        raise
-                    time.sleep(0.005 * attempt)
+                    _again_after(exc, attempt, errors)
                     continue
                 fault_point(faults[1])
                 return result
@@ -771,9 +766,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                 except pg_errors.UniqueViolation:
                     raise LeaseLost(run_id, epoch) from None  # seq taken: someone else appended
                 except psycopg.OperationalError as exc:
-                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
-                        raise
-                    time.sleep(0.005 * attempt)
+                    _again_after(exc, attempt, None)
                     continue
                 fault_point(faults[1])
                 return rows
@@ -1117,9 +1110,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                     held = {row[0] for row in conn.execute(_Q["renew_leases"], params)}
                     break
                 except psycopg.OperationalError as exc:
-                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
-                        raise
-                    time.sleep(0.005 * attempt)
+                    _again_after(exc, attempt, None)
         return set(leases) - held
 
     # -- contract, dialect code: the hot append and the pipelined finish ----------------------
@@ -1413,12 +1404,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                     _end_transaction(conn)  # (a failed implicit transaction is rolled back already)
                     if exc.sqlstate == _LG_FOLD:
                         return None
-                    meant = errors(exc)
-                    if meant is not None:
-                        raise meant from None
-                    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
-                        raise
-                    time.sleep(0.005 * attempt)
+                    _again_after(exc, attempt, errors)
                     continue
                 assert row is not None
                 return int(row[0]), counts
@@ -1972,6 +1958,20 @@ def _event_params(event: HistoryEvent, digester: Digester | None = None) -> dict
     params["audit_head"], params["audit_tail"] = auditlinks.body_around_at(
         (*values[:12], values[13]), digest)
     return params
+
+
+def _again_after(exc: BaseException, attempt: int,
+                 errors: Callable[[psycopg.Error], BaseException | None] | None) -> None:
+    """After attempt ``attempt`` of a transaction failed with ``exc`` and was
+    rolled back: raise what ``exc`` means instead (``errors``), or ``exc``
+    itself unless it was a deadlock or serialization victim with attempts
+    left; else wait a little before the next attempt."""
+    meant = errors(exc) if errors is not None and isinstance(exc, psycopg.Error) else None
+    if meant is not None:
+        raise meant from None
+    if not _rolled_back(exc) or attempt == _TX_ATTEMPTS:
+        raise exc
+    time.sleep(0.005 * attempt)
 
 
 def _idle(conn: _Conn) -> bool:
