@@ -827,6 +827,12 @@ WRITES = [
     ("lg_threads", "DELETE FROM lg_threads"),
     ("lg_threads", "INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES ('acme', 'lg-thread', "
                    "'evil', 9) ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = 'evil'"),
+    # the same through the server's fence (lg_hold, SECURITY INVOKER, migration 0051): taking
+    # acme's thread as a new saver, as one that held it, or under a later lease
+    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', NULL, NULL)"),
+    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', 1, NULL)"),
+    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', NULL, 999)"),
+    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'acme-saver', NULL, 999)"),
     # a data key of acme's (encryption at rest): replacing it, planting one, or shredding it
     ("data_keys", "UPDATE data_keys SET wrapped = 'evil'"),
     ("data_keys", "DELETE FROM data_keys"),
@@ -925,8 +931,13 @@ def test_a_tenant_role_reads_and_writes_nothing_of_another_tenant_with_raw_sql(
     changed = {table: (before[table], after[table]) for table in SNAPSHOTS if before[table] != after[table]}
     assert changed == {}
     assert d.acme.get_artifact(ref) == SECRET
+    # acme's saver still holds its thread at the epoch it held (none of lg_hold's calls took it)
+    d.acme.lg_put_writes(ThreadKey("acme", "lg-thread", ""), Holder("acme-saver", 1), "c1",
+                         [WriteRow("task", 1, "ch", "", "value", pack_refs([7]))], [])
     # The role still works for its own tenant (the matrix is not vacuous).
     if setting != "forged":
+        own_thread = "SELECT lg_hold('globex', 'own', 'g', NULL, NULL)"
+        assert _attack(d, SETTINGS[setting], own_thread, params) == [(1,)]
         assert _attack(d, SETTINGS[setting], "SELECT run_id FROM runs", params) == [("g1",)]
         assert _attack(d, SETTINGS[setting], "UPDATE runs SET priority = 1 WHERE run_id = 'g1' "
                                              "RETURNING run_id", params) == [("g1",)]
