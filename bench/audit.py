@@ -274,16 +274,17 @@ def paired(diffs: list[float]) -> str:
             f"{high:+.2f} ({len(diffs)} pairs)")
 
 
-def verdict(diffs: list[float], bound: float = TARGET_US) -> str:
-    """Whether the pairs show the chain within ``bound`` us: the upper end
-    of the median's 95 % interval at or under it ("shown"), its lower end
-    over it ("exceeded"), else "not shown" (the noise spans the bound)."""
+def verdict(diffs: list[float], bound: float = TARGET_US, unit: str = "us") -> str:
+    """Whether the pairs show the chain within ``bound`` (in ``unit``: other
+    benches judge percentages too, bench.encryption): the upper end of the
+    median's 95 % interval at or under it ("shown"), its lower end over it
+    ("exceeded"), else "not shown" (the noise spans the bound)."""
     low, high = median_interval(diffs)
     if high <= bound:
-        return f"<= {bound:g} us: shown"
+        return f"<= {bound:g} {unit}: shown"
     if low > bound:
-        return f"<= {bound:g} us: exceeded"
-    return f"<= {bound:g} us: not shown (the interval spans it)"
+        return f"<= {bound:g} {unit}: exceeded"
+    return f"<= {bound:g} {unit}: not shown (the interval spans it)"
 
 
 def store_append(on: bool, steps: int) -> dict[str, float]:

@@ -39,3 +39,9 @@ def test_the_verdict_needs_the_whole_interval_on_one_side() -> None:
     assert verdict([4.0 + i / 10 for i in range(40)]).endswith("exceeded")  # 5.3 and 6.6
     assert verdict([5.5 + i / 100 for i in range(40)]).endswith("exceeded")
     assert "IQR" in paired([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+
+
+def test_the_verdict_names_its_unit() -> None:
+    """bench.encryption judges per cent of runs/s lost as well as microseconds a step."""
+    assert verdict([1.0 + i / 100 for i in range(40)], 5.0, "%") == "<= 5 %: shown"
+    assert verdict([1.0 + i / 100 for i in range(40)], 5.0) == "<= 5 us: shown"
