@@ -60,14 +60,15 @@ def values_of(at: float | int, started: float | int | None, data: bytes | None,
 def test_digest_and_link_follow_the_formula_across_the_one_block_boundary(detail: Any) -> None:
     previous = bytes(range(32))
     # input lengths from a few bytes to several blocks: the one-block hash up to 55 bytes, OpenSSL's
-    # beyond; the writers' (``chained``) CPython's up to 503 bytes (8 blocks), OpenSSL's beyond
+    # beyond; the writers' (``written_link`` given no digest) CPython's up to 503 bytes (8 blocks),
+    # OpenSSL's beyond
     for size in [*range(0, 80), 119, 120, 183, *range(490, 510), 1000]:
         data = bytes([size % 251]) * size
         values = values_of(1.5e9 + size / 7, 1.5e9, data)
         expected = formula_digest(data, detail)
         expected_link = formula_link(previous, values, expected)
         assert auditlinks.digest(data, detail) == expected, size
-        assert auditlinks.chained(previous, values, data, detail) == expected_link, size
+        assert auditlinks.written_link(previous, values, None, data, detail) == expected_link, size
         assert auditlinks.digest_and_link(previous, values, data, detail) == (expected, expected_link), size
         assert recomputed(previous, values, expected) == (formula_link_v1(previous, values, expected),
                                                           expected_link), size
@@ -85,7 +86,7 @@ def test_links_follow_the_formula_across_blocks() -> None:
                 values = values_of(at, started, b"42", ref="r" * size)
                 d = formula_digest(b"42", None)
                 expected = formula_link(previous, values, d)
-                assert auditlinks.chained(previous, values, b"42", None) == expected, size
+                assert auditlinks.written_link(previous, values, None, b"42", None) == expected, size
                 assert auditlinks.written_link(previous, values, d) == expected, size
                 v1 = formula_link_v1(previous, values, d)
                 assert recomputed(previous, values, d) == (v1, expected), size
@@ -111,7 +112,7 @@ def test_an_entry_without_payload_or_detail_has_the_empty_digest() -> None:
     empty = formula_digest(None, None)
     assert auditlinks.digest(None, None) == empty
     expected = formula_link(auditlinks.GENESIS, values, empty)
-    assert auditlinks.chained(auditlinks.GENESIS, values, None, None) == expected
+    assert auditlinks.written_link(auditlinks.GENESIS, values, None, None, None) == expected
 
 
 @pytest.mark.parametrize(("at", "started"), [(1_500_000_000, None), (1_500_000_000, 1_499_999_999),
@@ -122,7 +123,7 @@ def test_int_times_link_as_the_floats_the_column_returns(at: Any, started: Any) 
     as_read = values_of(float(at), None if started is None else float(started), b"42", ref="artifact-1")
     d = formula_digest(b"42", None)
     expected = formula_link(bytes(32), as_read, d)
-    assert auditlinks.chained(bytes(32), values, b"42", None) == expected
+    assert auditlinks.written_link(bytes(32), values, None, b"42", None) == expected
     assert auditlinks.row_link(bytes(32), values, d, 2) == expected
     assert auditlinks.row_link(bytes(32), as_read, d, 2) == expected
     assert auditlinks.row_link(bytes(32), values, d, 1) == formula_link_v1(bytes(32), as_read, d)

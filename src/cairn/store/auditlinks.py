@@ -16,7 +16,7 @@ with 32 zero bytes before a run's first entry. A stored link says its own
 version: 33 bytes starting 0x02 is version 2, 32 bytes version 1, anything
 else no version (it matches nothing: TAMPERED). Version 2 (issue 26,
 2026-12-07) is what the client-side writers compute for a journaled step
-(``written_link``, ``chained``: both backends' hot paths): BLAKE2b's 2
+(``written_link``: both backends' hot paths): BLAKE2b's 2
 compressions of 128 bytes where SHA-256 took 4 of 64 in CPython's code,
 about 5,900 instructions a link against 13,800 (callgrind). Version 1 is
 what every link written before was, and what PostgreSQL's statements that
@@ -102,7 +102,7 @@ _ONE_BLOCK = _builtin_sha256()
 _ONE_BLOCK_MAX = 55
 
 #: The longest input the writers hash with CPython's SHA-256 rather than
-#: OpenSSL's (``chained``'s entry digest; a link of version 2 is BLAKE2b, and
+#: OpenSSL's (``written_link``'s entry digest; a link of version 2 is BLAKE2b, and
 #: this was measured on the links of version 1): 8 blocks (8 x 64 less 9 of
 #: padding). A journaled step's link hashes about 190 bytes (4 blocks). In a
 #: loop of hashes OpenSSL's SHA extensions win (460 against 950 ns at 247
@@ -216,41 +216,44 @@ def row_link(previous: bytes, values: Sequence[Any], entry_digest: bytes, versio
     if version == 2:
         return written_link(previous, values, entry_digest)
     if version == 1:
-        return _SHA256(_linked_bytes(previous, values, entry_digest)).digest()
+        return _SHA256(previous + body(meta_of_values(values), entry_digest)).digest()
     return PENDING
 
 
-def _linked_bytes(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> bytes:
-    """What ``row_link`` and ``written_link`` hash: ``previous`` and ``body``
-    joined, the body one tuple display when its times are floats."""
+def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes | None,
+                 data: bytes | None = None, detail: dict[str, Any] | None = None) -> bytes:
+    """The link of version 2 of an entry written as ``values`` after
+    ``previous``, as the writers compute it once an entry (and the verifier,
+    ``row_link``). ``entry_digest`` ``None``: the entry's plain digest is
+    computed here from its plaintext ``data`` and ``detail`` (a store
+    without a keyring, which does not store it: the verifier recomputes it).
+
+    One Python call for the whole of a journaled step's chain work, both
+    hashes and the body: each call the hot path made (``chained``, then this,
+    then the bytes joined in a third) cost a frame, and the previous link was
+    copied into a joined bytes object only to be hashed. Measured with
+    callgrind on captured PostgreSQL steps (issue 26, 2026-12-07):
+    ``postgres._linked_params`` 33,649 -> 32,723 instructions a call (the
+    chain's share of it about 14,800, 6,400 of which are the two hashes'
+    compression functions: no rearranging of the Python removes those).
+    The digest is ``digest``'s bytes, CPython's SHA-256 up to 8 blocks
+    (``_WRITTEN_MAX``)."""
+    if entry_digest is None:
+        if data is None and detail is None:
+            entry_digest = _EMPTY
+        else:
+            encoded = _ENCODE((data, detail))
+            hashed = _ONE_BLOCK(encoded) if len(encoded) <= _WRITTEN_MAX else _SHA256(encoded)
+            entry_digest = hashed.digest()
+    linked = _LINK2.copy()
+    linked.update(previous)  # two updates: BLAKE2b buffers them as one input, no joined copy
     v = values
-    if type(v[3]) is float and (v[11] is None or type(v[11]) is float):
-        return previous + _ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10],
-                                   v[11], v[13], entry_digest))
-    return previous + body((*v[:12], v[13]), entry_digest)
-
-
-def chained(previous: bytes, values: tuple[Any, ...], data: bytes | None,
-            detail: dict[str, Any] | None) -> bytes:
-    """The link of an entry written as ``values`` after ``previous``, its
-    plaintext ``data`` and ``detail`` unkeyed: the hot paths' whole
-    chain work in one call (``digest`` written out: a journaled step pays
-    for each Python call it makes; the link is ``written_link``'s). Its digest is not
-    returned: without a keyring it is not stored (the verifier recomputes it)."""
-    if data is None and detail is None:
-        entry_digest = _EMPTY
+    if type(v[3]) is float and (v[11] is None or type(v[11]) is float):  # the body in one tuple display
+        linked.update(_ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
+                               v[13], entry_digest)))
     else:
-        encoded = _ENCODE((data, detail))
-        entry_digest = (_ONE_BLOCK(encoded) if len(encoded) <= _WRITTEN_MAX else _SHA256(encoded)).digest()
-    return written_link(previous, values, entry_digest)
-
-
-def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes) -> bytes:
-    """The link of version 2 of an entry written as ``values`` after ``previous``,
-    as the writers compute it once an entry (and the verifier, ``row_link``)."""
-    hashed = _LINK2.copy()
-    hashed.update(_linked_bytes(previous, values, entry_digest))
-    return LINK_V2 + hashed.digest()
+        linked.update(body(meta_of_values(v), entry_digest))
+    return LINK_V2 + linked.digest()
 
 
 def digest_and_link(previous: bytes, values: tuple[Any, ...], data: bytes | None,

@@ -1995,8 +1995,8 @@ def _linked_params(event: HistoryEvent, at_before: float, link_before: bytes | N
     if digester is None:
         payload = event.payload
         params["digest"] = None
-        params["link"] = auditlinks.chained(previous, values, None if payload is None else payload.data,
-                                            event.detail)
+        params["link"] = auditlinks.written_link(previous, values, None,
+                                                 None if payload is None else payload.data, event.detail)
     else:
         digest = params["digest"] = digester(event, None)
         params["link"] = auditlinks.written_link(previous, values, digest)

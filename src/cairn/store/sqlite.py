@@ -1353,8 +1353,8 @@ def _audited(
     that plaintext stores the digest first (``auditlinks.RECOMPUTED``)."""
     payload = event.payload
     if previous is not None and digester is None:  # the hot path's: one call, the link alone stored
-        return None, auditlinks.chained(previous, values, None if payload is None else payload.data,
-                                        event.detail)
+        return None, auditlinks.written_link(previous, values, None,
+                                             None if payload is None else payload.data, event.detail)
     if previous is not None and (payload is None or payload.data is None) and not _may_be_sealed(values[14]):
         # an entry holding no sealed value has its plain digest (a keyed store stores every digest)
         return auditlinks.digest_and_link(previous, values, None if payload is None else payload.data,
