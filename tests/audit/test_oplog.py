@@ -168,9 +168,8 @@ def test_the_chain_names_the_first_bad_record_and_the_anchor_catches_a_cut_tail(
 
     def restore() -> None:
         raw("DELETE FROM operator_log WHERE tenant = 'acme'")
-        for row in kept:
-            raw("INSERT INTO operator_log VALUES (:a, :b, :c, :d, :e, :f, :g, :h, :i, :j, :k)",
-                **dict(zip("abcdefghijk", row, strict=True)))
+        raw.each("INSERT INTO operator_log VALUES (:a, :b, :c, :d, :e, :f, :g, :h, :i, :j, :k)",
+                 [dict(zip("abcdefghijk", row, strict=True)) for row in kept])
 
     forged_link = bytes(32)
     tampers = {

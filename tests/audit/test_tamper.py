@@ -242,8 +242,8 @@ def write_back(raw: Raw, rows: list[Row]) -> None:
     raw("DELETE FROM history")
     columns = ", ".join(ENTRY_COLUMNS)
     marks = ", ".join(f":{c}" for c in ENTRY_COLUMNS)
-    for row in rows:
-        raw(f"INSERT INTO history ({columns}) VALUES ({marks})", **dict(zip(ENTRY_COLUMNS, row, strict=True)))
+    raw.each(f"INSERT INTO history ({columns}) VALUES ({marks})",
+             [dict(zip(ENTRY_COLUMNS, row, strict=True)) for row in rows])
 
 
 @pytest.mark.slow
@@ -415,9 +415,8 @@ def test_every_tampering_of_the_operator_log_is_detected(place: str) -> None:
     for trial in range(len(KINDS)):
         tampered = oplog_tampered(rows, backup, KINDS[trial], rng)
         raw("DELETE FROM operator_log")
-        for row in tampered:
-            raw("INSERT INTO operator_log VALUES (:a, :b, :c, :d, :e, :f, :g, :h, :i, :j, :k)",
-                **dict(zip("abcdefghijk", row, strict=True)))
+        raw.each("INSERT INTO operator_log VALUES (:a, :b, :c, :d, :e, :f, :g, :h, :i, :j, :k)",
+                 [dict(zip("abcdefghijk", row, strict=True)) for row in tampered])
         stored = oplog_verdict(list(store.operator_log()), heads)
         assert [str(p) for p in stored] == [str(p) for p in oplog_verdict(tampered, heads)]
         assert stored, f"{KINDS[trial]} written to the database went unnoticed"

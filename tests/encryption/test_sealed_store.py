@@ -11,10 +11,11 @@ import base64
 import json
 import logging
 import os
+import re
 import sqlite3
 import subprocess
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -190,13 +191,32 @@ class Raw:
         if self.url.startswith("sqlite"):
             with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
                 return conn.execute(statement, params).fetchall()
-        import re
-
-        text = re.sub(r":(\w+)", r"%(\1)s", statement)
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute("SET search_path TO cairn")
-            cursor = conn.execute(text, params)
+        with self._postgres() as conn:
+            cursor = conn.execute(self._pyformat(statement), params)
             return cursor.fetchall() if cursor.description is not None else []
+
+    def each(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Run ``statement`` once for each of ``rows`` (its parameters), on one
+        connection and, on SQLite, in one transaction: as an attacker rewriting
+        a table would. A call of ``self`` per row cost a connection each (a
+        server process forked on PostgreSQL, a commit on SQLite), which made
+        the tamper tests' write-backs (thousands of rows) their slowest part."""
+        if self.url.startswith("sqlite"):
+            with sqlite3.connect(self.url.removeprefix("sqlite:///")) as lite:
+                lite.executemany(statement, rows)
+            return
+        with self._postgres() as conn, conn.cursor() as cursor:
+            cursor.executemany(self._pyformat(statement), rows)
+
+    def _postgres(self) -> psycopg.Connection[tuple[Any, ...]]:
+        conn = psycopg.connect(self.url, autocommit=True)
+        conn.execute("SET search_path TO cairn")
+        return conn
+
+    @staticmethod
+    def _pyformat(statement: str) -> str:
+        """``statement`` with psycopg's ``%(name)s`` for each ``:name``."""
+        return re.sub(r":(\w+)", r"%(\1)s", statement)
 
 
 #: every sealed column: (table, column, the key columns of its row)
