@@ -24,7 +24,7 @@ import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -32,6 +32,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from cairn.store.contract import Store
+
+if TYPE_CHECKING:  # not imported at run time: worker processes import this module
+    from tests.store.pg import TestDatabases
 
 #: the names of the backends, as test ids show them
 BACKENDS = ("sqlite", "postgres")
@@ -130,13 +133,24 @@ def write_locked(db_path: Path) -> bool:
 
 
 class PostgresBackend(StoreBackend):
-    """A fresh, empty database on the tests' server (the store creates its
-    schema, ``schema``, on first open: the crash tiers exercise ``?schema=``)."""
+    """A fresh database on the tests' server, its store in schema ``schema``
+    (the crash tiers exercise ``?schema=``): an empty one, where the store
+    creates its schema on first open, or, given ``copies``, a copy of their
+    template, migrated into ``copies.schema`` once a session (``backend``:
+    migrating every crash test's database took it about a second of its
+    setup; the migrations of a custom schema are pinned by
+    ``tests/store/test_postgres_contract.py``)."""
 
     name = "postgres"
 
-    def __init__(self, admin_url: str, *, schema: str = "cairn_dist", prefix: str = "cairn_crash") -> None:
+    def __init__(self, admin_url: str, *, schema: str = "cairn_dist", prefix: str = "cairn_crash",
+                 copies: TestDatabases | None = None) -> None:
         self.admin_url = admin_url
+        self.copies = copies
+        if copies is not None:
+            self.schema = copies.schema
+            self.name_in_server = copies.clone()
+            return
         self.schema = schema
         self.name_in_server = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
         self._admin(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name_in_server)))
@@ -177,6 +191,11 @@ class PostgresBackend(StoreBackend):
         return PostgresStore(libpq_url(self.admin_url, self.name_in_server), schema=self.schema, clock=clock)
 
     def drop(self) -> None:
+        """Drop the database ``WITH (FORCE)`` (a killed worker's sessions may
+        linger): a copy in the background, as its siblings are."""
+        if self.copies is not None:
+            self.copies.drop(self.name_in_server)
+            return
         self._admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             sql.Identifier(self.name_in_server)))
 

@@ -137,9 +137,8 @@ def pg_admin_url() -> str:
     return pgcluster.require()
 
 
-@pytest.fixture(scope="session")
-def pg_databases(pg_admin_url: str) -> Iterator[TestDatabases]:
-    databases = TestDatabases(pg_admin_url)
+def _started(databases: TestDatabases) -> Iterator[TestDatabases]:
+    """``databases`` with their template built, for a session fixture; closed after."""
     problem = None
     try:
         databases.start()
@@ -149,6 +148,19 @@ def pg_databases(pg_admin_url: str) -> Iterator[TestDatabases]:
         pytest.fail(problem, pytrace=False)
     yield databases
     databases.close()
+
+
+@pytest.fixture(scope="session")
+def pg_databases(pg_admin_url: str) -> Iterator[TestDatabases]:
+    yield from _started(TestDatabases(pg_admin_url))
+
+
+@pytest.fixture(scope="session")
+def pg_crash_databases(pg_admin_url: str) -> Iterator[TestDatabases]:
+    """The crash tiers' PostgreSQL databases (``backend``, ``database``):
+    copies of a template migrated into their schema, ``cairn_dist``, made
+    two ahead (fewer tests use them than ``pg_url``)."""
+    yield from _started(TestDatabases(pg_admin_url, ahead=2, schema="cairn_dist", prefix="cairn_crash"))
 
 
 @pytest.fixture
@@ -167,7 +179,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBac
     and a reason."""
     store: StoreBackend
     if request.param == "postgres":
-        store = PostgresBackend(request.getfixturevalue("pg_admin_url"))
+        store = PostgresBackend(request.getfixturevalue("pg_admin_url"),
+                                copies=request.getfixturevalue("pg_crash_databases"))
     else:
         store = SqliteBackend(tmp_path)
     try:

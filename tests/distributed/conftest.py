@@ -21,6 +21,7 @@ from cairn.demo.bank import BankProcess
 from tests import pgcluster
 from tests.backends import PostgresBackend
 from tests.distributed.cluster import DistCluster, PgServer
+from tests.store.pg import TestDatabases
 
 
 @pytest.fixture
@@ -40,10 +41,10 @@ def pg_server(pg_admin_url: str) -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def database(pg_admin_url: str) -> Iterator[PostgresBackend]:
+def database(pg_admin_url: str, pg_crash_databases: TestDatabases) -> Iterator[PostgresBackend]:
     """A fresh database for this test, dropped at the end (the server is
     started first if a test left it stopped)."""
-    db = PostgresBackend(pg_admin_url)
+    db = PostgresBackend(pg_admin_url, copies=pg_crash_databases)
     try:
         yield db
     finally:

@@ -36,7 +36,8 @@ def vector_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[S
     if request.param == "pgvector":
         store = PgvectorBackend(request.getfixturevalue("pgvector_admin_url"), prefix="cairn_vec")
     elif request.param == "postgres":
-        store = PostgresBackend(request.getfixturevalue("pg_admin_url"))
+        store = PostgresBackend(request.getfixturevalue("pg_admin_url"),
+                                copies=request.getfixturevalue("pg_crash_databases"))
     else:
         store = SqliteBackend(tmp_path)
     try:

@@ -55,9 +55,11 @@ class TestDatabases:
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
 
-    def __init__(self, url: str | None = None, *, ahead: int = 6) -> None:
+    def __init__(self, url: str | None = None, *, ahead: int = 6, schema: str = "cairn",
+                 prefix: str = "cairn_test") -> None:
         self.url = url or server_url()
-        self.prefix = f"cairn_test_{os.getpid()}_{secrets.token_hex(3)}"
+        self.schema = schema
+        self.prefix = f"{prefix}_{os.getpid()}_{secrets.token_hex(3)}"
         self.template = f"{self.prefix}_template"
         self.ahead = ahead
         self._numbers = itertools.count(1)
@@ -84,7 +86,7 @@ class TestDatabases:
             ) from None
         try:
             self._create(self.template)
-            PostgresStore(self.url_for(self.template)).close()  # applies the migrations once
+            PostgresStore(self.url_for(self.template), schema=self.schema).close()  # the migrations, once
         except Exception as exc:
             with contextlib.suppress(psycopg.Error):
                 self._drop(self.template)
