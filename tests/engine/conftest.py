@@ -15,7 +15,6 @@ indirect=True)`` and a comment giving the reason.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -32,13 +31,13 @@ def postgres_url(conninfo: str) -> str:
 
 
 @pytest.fixture(params=BACKENDS)
-def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[cairn.App]:
+def app(request: pytest.FixtureRequest) -> Iterator[cairn.App]:
     if request.param == "postgres":
         # only a PostgreSQL test starts the cluster: ``-k sqlite`` needs none
         url = postgres_url(request.getfixturevalue("pg_url"))
         application = cairn.App(db=url, lease_seconds=5.0)
     else:
-        application = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
+        application = cairn.App(db=request.getfixturevalue("sqlite_url"), lease_seconds=5.0)
     yield application
     application.close()
 

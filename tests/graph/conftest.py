@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,11 +14,11 @@ BACKENDS = ("sqlite", "postgres")
 
 
 @pytest.fixture(params=BACKENDS)
-def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[cairn.App]:
+def app(request: pytest.FixtureRequest) -> Iterator[cairn.App]:
     if request.param == "postgres":
         url = postgres_url(request.getfixturevalue("pg_url"))
         application = cairn.App(db=url, lease_seconds=5.0)
     else:
-        application = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
+        application = cairn.App(db=request.getfixturevalue("sqlite_url"), lease_seconds=5.0)
     yield application
     application.close()

@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,11 +38,11 @@ class Setup:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
+def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
     if request.param == "postgres":
         app = cairn.App(db=postgres_url(request.getfixturevalue("pg_url")), lease_seconds=5.0)
     else:
-        app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
+        app = cairn.App(db=request.getfixturevalue("sqlite_url"), lease_seconds=5.0)
     workflows = register(app)
     tokens = {role: app.tokens.mint(TENANT, role, f"{role}-bot").secret for role in ROLES}
     tokens["other-admin"] = app.tokens.mint(OTHER, "admin", "intruder").secret
@@ -56,8 +55,8 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
 
 
 @pytest.fixture
-def sqlite_setup(tmp_path: Path) -> Iterator[Setup]:
-    app = cairn.App(db=f"sqlite:///{tmp_path}/cairn.db", lease_seconds=5.0)
+def sqlite_setup(sqlite_url: str) -> Iterator[Setup]:
+    app = cairn.App(db=sqlite_url, lease_seconds=5.0)
     workflows = register(app)
     tokens = {role: app.tokens.mint(TENANT, role, f"{role}-bot").secret for role in ROLES}
     tokens["other-admin"] = app.tokens.mint(OTHER, "admin", "intruder").secret

@@ -22,29 +22,14 @@ from tests.store.queue_contract import QueueContract
 from tests.store.schedule_contract import ScheduleContract
 
 
-@pytest.fixture(scope="session")
-def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store file with every migration applied, made once a session: each
-    contract test starts from a copy of it, as PostgreSQL's start from a
-    template database (``tests/store/pg.py``). Migrating a new file took
-    60-270 ms of each of its ~630 tests' setup, a copy takes 2; opening,
-    migrating and recording the migrations is pinned by this module's own
-    tests, which make their files themselves."""
-    path = tmp_path_factory.mktemp("sqlite-template") / "migrated.db"
-    SQLiteStore(path).close()
-    leftovers = [p.name for p in path.parent.iterdir() if p != path]
-    assert leftovers == [], f"closing the store left {leftovers}: a copy of the file alone would miss them"
-    return path
-
-
 class TestSQLiteStore(StoreContract, QueueContract, ScheduleContract, MemoryContract, MemoryColdContract):
     @pytest.fixture
     def clock(self) -> FakeClock:
         return FakeClock()
 
     @pytest.fixture
-    def store(self, clock: FakeClock, tmp_path: Path, migrated: Path) -> Iterator[SQLiteStore]:
-        shutil.copyfile(migrated, tmp_path / "contract.db")
+    def store(self, clock: FakeClock, tmp_path: Path, migrated_sqlite: Path) -> Iterator[SQLiteStore]:
+        shutil.copyfile(migrated_sqlite, tmp_path / "contract.db")  # every migration applied
         store = SQLiteStore(tmp_path / "contract.db", clock=clock)
         yield store
         store.close()
