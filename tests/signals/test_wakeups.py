@@ -67,6 +67,22 @@ def test_a_new_run_and_a_delivery_wake_a_listener_of_another_store(
     listener.stop()
 
 
+def test_a_stopped_listener_is_called_no_more_and_its_socket_is_gone(
+    stores: tuple[SQLiteStore, SQLiteStore], tmp_path: Path,
+) -> None:
+    """``stop`` wakes the listener's thread (it does not wait out its receive
+    timeout) and that wake-up, like any after it, calls nobody back."""
+    writer, reader = stores
+    listener = Listener(reader)
+    directory = wake_directory(tmp_path / "cairn.db")
+    assert len(list(directory.glob("*.sock"))) == 1
+    listener.stop()
+    writer.create_run(new_run("r1"))
+    assert not listener.wait(0.3)
+    assert listener.count == 1  # the call at the start only
+    assert list(directory.glob("*.sock")) == []
+
+
 def test_a_timer_set_for_later_wakes_nobody(stores: tuple[SQLiteStore, SQLiteStore]) -> None:
     writer, reader = stores
     writer.create_run(new_run("r1"))
