@@ -26,8 +26,8 @@ import dataclasses
 import heapq
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -41,6 +41,7 @@ from cairn.store.oplog import SYSTEM_ACTOR
 from cairn.store.oplogsql import move_change, record_move
 from cairn.store.records import ArchiveRecord, RunRecord, UsageTotals
 from cairn.store.rows import run_from_row
+from cairn.store.sqlprimitives import SQLPrimitives
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -67,25 +68,15 @@ MEMO_APPROVALS = 100_000
 _ALL = 1 << 62
 
 
-class SQLArchive(Generic[Tx]):
+class SQLArchive(SQLPrimitives[Tx]):
     """``archive_run``, ``restore_run`` and the archived reads over a dialect's primitives."""
 
-    clock: Callable[[], float]
     #: ``oplogsql.SQLOperatorLog``'s, later in the store's bases (declared, not defined, so not hidden)
     record_operator_action: Callable[..., int]
     #: a ``sealing.Sealer`` when a ``SealedStore`` wraps this store: archives are sealed with it
     archive_sealer: Any = None
 
     def _in_write(self, work: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _in_read(self, work: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
     def _held_run(self, tx: Tx, run_id: str) -> RunRecord | None:

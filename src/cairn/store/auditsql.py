@@ -11,14 +11,14 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from cairn.store import logmerge
 from cairn.store.auditlinks import PENDING
 from cairn.store.auditverify import recomputed_digest
+from cairn.store.sqlprimitives import SQLPrimitives
 
 Tx = TypeVar("Tx")
-T = TypeVar("T")
 
 #: The columns of an ``audit_entries`` row, in order.
 ENTRY_COLUMNS = ("run_id", "seq", "event", "at", "epoch", "worker", "position", "step_kind", "name",
@@ -47,19 +47,8 @@ def _log_at(row: tuple[Any, ...]) -> float:
     return float(row[3])
 
 
-class SQLAudit(Generic[Tx]):
+class SQLAudit(SQLPrimitives[Tx]):
     """Audit reads and checkpoint rows over a dialect's primitives."""
-
-    clock: Callable[[], float]
-
-    def _operate(self, body: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
 
     def audit_entries(self, *, tenant: str | None = None, run_id: str | None = None,
                       page: int = PAGE) -> Iterator[tuple[Any, ...]]:

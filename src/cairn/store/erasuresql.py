@@ -10,17 +10,17 @@ one run-deletion path), keys destroyed by ``SealedStore.shred``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
 from cairn.store.oplog import OperatorAction, auth_of
 from cairn.store.oplogsql import record_in
+from cairn.store.sqlprimitives import SQLPrimitives
 
 Tx = TypeVar("Tx")
-T = TypeVar("T")
 
 #: what an erasure covers
 SCOPES = ("subject", "thread", "tenant")
@@ -61,19 +61,8 @@ def plain_digest(tenant: str, scope: str, target: str) -> str:
     return hashlib.sha256(f"cairn erasure\x00{tenant}\x00{scope}\x00{target}".encode()).hexdigest()
 
 
-class SQLErasure(Generic[Tx]):
+class SQLErasure(SQLPrimitives[Tx]):
     """Erasure's rows over a dialect's primitives (declared here, defined by the store)."""
-
-    clock: Callable[[], float]
-
-    def _operate(self, body: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
 
     def run_subject(self, run_id: str) -> str | None:
         """The subject run ``run_id`` was started for (``None``: none, or no such run)."""

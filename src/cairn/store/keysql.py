@@ -9,12 +9,13 @@ winner's). Rewrapping (a KEK rotation) is compare-and-set on the KEK id.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
+
+from cairn.store.sqlprimitives import SQLPrimitives
 
 Tx = TypeVar("Tx")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,22 +47,8 @@ def _row(row: tuple[Any, ...]) -> DataKeyRow:
                       None if row[5] is None else str(row[5]))
 
 
-class SQLKeys(Generic[Tx]):
+class SQLKeys(SQLPrimitives[Tx]):
     """``data_keys`` over a dialect's primitives (declared here, defined by the store)."""
-
-    clock: Callable[[], float]
-
-    def _operate(self, body: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _changed(self, tx: Tx, name: str, params: Mapping[str, Any]) -> int:
-        raise NotImplementedError
 
     # -- re-encryption (cairn.store.rekey): pages of sealed columns, compare-and-set writes --------
 

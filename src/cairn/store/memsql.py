@@ -74,7 +74,7 @@ class SQLMemory(VectorIndex[Tx], Generic[Tx]):
     """The memory methods of ``contract.Store`` over a dialect's primitives."""
 
     # -- dialect primitives (sqlbase.SQLStore and the dialects provide them;
-    # ``_operate``, ``_query`` and ``_select`` are declared by ``VectorIndex``) ----
+    # ``_operate``, ``_query`` and the rest are declared by ``sqlprimitives.SQLPrimitives``) ----
 
     def _append_with(
         self, run_id: str, epoch: int, events: Sequence[HistoryEvent], body: Callable[[Tx], None]

@@ -19,35 +19,24 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from cairn.store.auditlinks import GENESIS
 from cairn.store.auditlinks import link as chain_link
 from cairn.store.oplog import SYSTEM_ACTOR, OperatorAction, auth_of, chain_id, change_digest, meta
+from cairn.store.sqlprimitives import SQLPrimitives
 
 Tx = TypeVar("Tx")
-T = TypeVar("T")
 
 PAGE = 2000
 
 _ambient = threading.local()
 
 
-class SQLOperatorLog(Generic[Tx]):
+class SQLOperatorLog(SQLPrimitives[Tx]):
     """Operator log rows over a dialect's primitives."""
-
-    clock: Callable[[], float]
-
-    def _operate(self, body: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
 
     def record_operator_action(self, tx: Tx, action: OperatorAction, at: float | None = None) -> int:
         """Append ``action`` to its tenant's operator log inside ``tx``, the

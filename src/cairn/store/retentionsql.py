@@ -13,9 +13,9 @@ condition, so a row written again since the read stays).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from cairn import faults
 from cairn.errors import InvalidArgument, RetentionFenced
@@ -23,9 +23,9 @@ from cairn.faults import fault_point
 from cairn.store import retention as rt
 from cairn.store.memrecords import MemoryScope
 from cairn.store.retention import Cutoffs, DataClass, Policy
+from cairn.store.sqlprimitives import SQLPrimitives
 
 Tx = TypeVar("Tx")
-T = TypeVar("T")
 
 #: ``(holder, epoch)`` of the controller's lease, as every deletion is fenced on it
 Fence = tuple[str, int]
@@ -54,19 +54,8 @@ class DeletedRun:
     deleted_by: str
 
 
-class SQLRetention(Generic[Tx]):
+class SQLRetention(SQLPrimitives[Tx]):
     """Retention over a dialect's primitives (``sqlbase.SQLStore``'s)."""
-
-    clock: Callable[[], float]
-
-    def _operate(self, body: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
 
     def _delete_scope(self, tx: Tx, scope: MemoryScope) -> int:
         raise NotImplementedError

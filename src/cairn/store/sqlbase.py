@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
@@ -130,8 +130,6 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
     are ``memsql.SQLMemory``'s, over the vector index of long-term memory
     (``vectorindex.VectorIndex``), over the same primitives."""
 
-    clock: Callable[[], float]
-
     # -- dialect primitives: transactions and holds --------------------------------
 
     def _in_write(self, work: Callable[[Tx], T], *, faults: Faults = NO_FAULTS, durable: bool = False) -> T:
@@ -160,13 +158,9 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
         entry, inside ``tx``; ``False`` (nothing written) if its id is taken."""
         raise NotImplementedError
 
-    def _changed(self, tx: Tx, name: str, params: Mapping[str, Any]) -> int:
-        """Run the dialect's statement ``name``; the number of rows it changed."""
-        raise NotImplementedError
-
     def _operate(self, body: Callable[[Tx], T]) -> T:
-        """Run ``body`` in one write transaction that commits durably (an
-        operator's decision survives whatever crashes next)."""
+        """Durably (``sqlprimitives.SQLPrimitives._operate``): an operator's
+        decision survives whatever crashes next."""
         return self._in_write(body, durable=True)
 
     # -- dialect primitives: rows held and statements -----------------------------
@@ -193,27 +187,6 @@ class SQLStore(SQLMemory[Tx], SQLCheckpoints[Tx], SQLKeys[Tx], SQLWorkspaces[Tx]
 
     def _apply(self, tx: Tx, transition: lc.Transition) -> RunRecord:
         """Apply ``transition`` to its held run; the run as it is after it."""
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """Run the dialect's query ``name``; its rows (none for a statement
-        that returns nothing)."""
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """Run the read-only query ``name`` outside any write transaction
-        (inspection stores opened read-only answer it too)."""
-        raise NotImplementedError
-
-    def _in_read(self, work: Callable[[Tx], T]) -> T:
-        """Run ``work`` in one read-only transaction: every statement it runs
-        (``_query``) reads the same snapshot, and it takes no write lock
-        (inspection stores opened read-only answer it too)."""
-        raise NotImplementedError
-
-    def _list_param(self, items: Collection[str] | Collection[int]) -> Any:
-        """A list of strings or integers as the dialect's statements take one
-        (SQLite: JSON text for ``json_each``; PostgreSQL: an array)."""
         raise NotImplementedError
 
     def cancel_run(self, run_id: str, reason: str, *, actor: str | None = None) -> RunRecord:

@@ -42,15 +42,15 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from cairn.errors import InvalidArgument
 from cairn.faults import fault_point
+from cairn.store.sqlprimitives import SQLPrimitives
 
 Tx = TypeVar("Tx")
-T = TypeVar("T")
 
 #: the most hits one search returns
 MAX_K = 1000
@@ -148,20 +148,9 @@ def encode_filter(filter: Mapping[str, Scalar] | None) -> str | None:
     return json.dumps(dict(filter), sort_keys=True)
 
 
-class VectorIndex(Generic[Tx]):
+class VectorIndex(SQLPrimitives[Tx]):
     """The vector methods of the store contract over a dialect's primitives
     (mixed into ``sqlbase.SQLStore``; the dialect may score in SQL)."""
-
-    clock: Callable[[], float]
-
-    def _operate(self, body: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
 
     def _scored_in_sql(self, params: dict[str, Any], query: bytes) -> list[Scored] | None:
         """``(namespace, key, version, distance)`` of the best ``params['k']``

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TypeVar
 
 from cairn.errors import InvalidArgument, WorkspaceError
 from cairn.store.archive import RunArchive
+from cairn.store.sqlprimitives import SQLPrimitives
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -42,33 +43,17 @@ def check_oids(oids: Collection[str]) -> None:
             raise InvalidArgument(f"not a workspace object id: {oid!r}")
 
 
-class SQLWorkspaces(Generic[Tx]):
+class SQLWorkspaces(SQLPrimitives[Tx]):
     """The workspace object methods of the SQL stores over a dialect's primitives."""
 
-    clock: Callable[[], float]
-
-    # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
+    # -- dialect primitives beyond ``sqlprimitives.SQLPrimitives``'s (sqlbase.SQLStore and the
+    # dialects provide them) ------------
 
     #: ``archivesql.SQLArchive``'s, later in the store's bases (declared, not defined, so not hidden)
     archived_runs: Callable[..., list[str]]
     run_archived: Callable[[str], RunArchive | None]
 
     def _held_write(self, run_id: str, epoch: int, write: Callable[[Tx, float], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _list_param(self, items: Any) -> Any:
-        raise NotImplementedError
-
-    def _operate(self, body: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _changed(self, tx: Tx, name: str, params: Mapping[str, Any]) -> int:
         raise NotImplementedError
 
     def _ws_insert(self, tx: Tx, tenant: str, objects: Mapping[str, bytes], now: float) -> None:
