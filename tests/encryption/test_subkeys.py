@@ -38,10 +38,12 @@ def test_the_tenant_keys_keep_the_values_they_were_derived_with(place: str) -> N
     nonce = _hmac(data_key, b"cairn synthetic nonce")
     assert store.keys.nonce_key("default", 1) == nonce
     assert store._workspace.address_key("default") == _hmac(nonce, b"cairn workspace object address")
+    assert store.artifacts.address_key("default") == _hmac(nonce, b"cairn artifact address")
     audit = AuditKey(_hmac(data_key, b"cairn audit digest\x00default"))
     assert store.audit_keys.key("default").digest(b"x", {"k": 1}) == audit.digest(b"x", {"k": 1})
     # none of them is the data key, and each purpose has its own
-    assert len({data_key, nonce, store._workspace.address_key("default")}) == 3
+    assert len({data_key, nonce, store._workspace.address_key("default"),
+                store.artifacts.address_key("default")}) == 4
     with pytest.raises(SealError, match="data key 7 of tenant 'default' is not stored"):
         store.keys.subkey("default", b"any purpose", version=7)
     app.close()

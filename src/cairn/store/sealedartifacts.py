@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cairn.security.envelope import Place, seal, synthetic_nonce
-from cairn.store.sealing import NONCE_PURPOSE, DataKeys, Sealer
+from cairn.store.sealing import KeyedAddresses
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 TABLE = "artifacts"
 #: what the address key is derived for, from the tenant's first data key
 ADDRESS_CONTEXT = b"cairn artifact address"
-#: the data key version whose key derives a tenant's addresses (a tenant's first: never deleted by a rotation)
-ADDRESS_KEY_VERSION = 1
 
 
 def place_of(tenant: str, address: str) -> Place:
@@ -61,21 +59,10 @@ def is_legacy(ref: str, stored: bytes) -> bool:
     return hmac.compare_digest(hashlib.sha256(stored).hexdigest(), ref)
 
 
-class SealedArtifacts:
+class SealedArtifacts(KeyedAddresses):
     """A sealed store's artifacts: stored at their tenant's addresses, opened, re-sealed."""
 
-    def __init__(self, inner: Any, keys: DataKeys, sealer: Sealer) -> None:
-        self.inner, self.keys, self.sealer = inner, keys, sealer
-        self._address_keys: dict[str, bytes] = {}
-
-    def address_key(self, tenant: str) -> bytes:
-        key = self._address_keys.get(tenant)
-        if key is None:
-            self.keys.writer(tenant)  # the tenant's first data key, created if it has none
-            # HMAC(HMAC(data key 1, nonce purpose), address context): the value the addresses were made with
-            key = self._address_keys[tenant] = self.keys.subkey(
-                tenant, NONCE_PURPOSE, ADDRESS_CONTEXT, version=ADDRESS_KEY_VERSION)
-        return key
+    address_context = ADDRESS_CONTEXT
 
     def address(self, tenant: str, data: bytes, scope: str = "") -> str:
         """``data``'s address among ``tenant``'s artifacts, or among those of

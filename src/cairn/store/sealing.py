@@ -18,7 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
@@ -56,6 +56,9 @@ ADOPTION_CONTEXT = b"cairn adoption of a plaintext database"
 KEY_REFRESH_SECONDS = 5.0
 #: ``DataKeys.subkey``'s purpose of the synthetic-nonce key (``envelope.synthetic_nonce``)
 NONCE_PURPOSE = b"cairn synthetic nonce"
+#: the data key version whose key derives a tenant's addresses (``KeyedAddresses``): a
+#: tenant's first, never deleted by a rotation
+ADDRESS_KEY_VERSION = 1
 
 _ENCODE = msgspec.json.Encoder()
 _DECODE = msgspec.json.Decoder()
@@ -494,3 +497,30 @@ class Sealer:
         if not isinstance(opened, dict):
             raise SealError(f"{place} holds no JSON object")
         return {**{k: v for k, v in value.items() if k != "sealed"}, **opened}
+
+
+class KeyedAddresses:
+    """What a sealed store keeps at keyed addresses (artifacts:
+    ``store.sealedartifacts``; workspace objects: ``store.wssealed``) over
+    ``inner``, the store under it. An address must survive re-encryption, so
+    each tenant's address key is derived from its data key 1 (never removed
+    by a rotation) through the synthetic-nonce key, ``HMAC(HMAC(data key 1,
+    NONCE_PURPOSE), address_context)``: the derivation the stored addresses
+    were made with, kept so they stay valid. One derivation for both kinds;
+    each names its own ``address_context``, so their keys differ."""
+
+    #: what the address key is derived for (each kind of object its own)
+    address_context: ClassVar[bytes]
+
+    def __init__(self, inner: Any, keys: DataKeys, sealer: Sealer) -> None:
+        self.inner, self.keys, self.sealer = inner, keys, sealer
+        self._address_keys: dict[str, bytes] = {}
+
+    def address_key(self, tenant: str) -> bytes:
+        """``tenant``'s address key (derived once, then cached: it never changes)."""
+        key = self._address_keys.get(tenant)
+        if key is None:
+            self.keys.writer(tenant)  # the tenant's first data key, created if it has none
+            key = self._address_keys[tenant] = self.keys.subkey(
+                tenant, NONCE_PURPOSE, self.address_context, version=ADDRESS_KEY_VERSION)
+        return key

@@ -32,11 +32,10 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from cairn.errors import UnsafeSnapshot
 from cairn.security.envelope import NONCE_SIZE, Place, SealError, encode_place, header
-from cairn.store.sealing import NONCE_PURPOSE, DataKeys, Sealer
+from cairn.store.sealing import KeyedAddresses
 from cairn.store.wssql import check_oids
 
 #: the journal detail key of a snapshot's root (``engine.workspace.DETAIL_KEY``; the SQL of
@@ -46,8 +45,6 @@ WORKSPACE_KEY = "workspace"
 TABLE = "workspace_objects"
 #: what the address key is derived for, from the tenant's first data key
 ADDRESS_CONTEXT = b"cairn workspace object address"
-#: the data key version whose key derives a tenant's addresses (a tenant's first: never deleted)
-ADDRESS_KEY_VERSION = 1
 
 
 def address_of(key: bytes, oid: str) -> str:
@@ -59,22 +56,10 @@ def place_of(tenant: str, address: str) -> Place:
     return Place(tenant, "-", TABLE, address, "object")
 
 
-class SealedObjects:
+class SealedObjects(KeyedAddresses):
     """A tenant's workspace objects, sealed at keyed addresses in ``inner``."""
 
-    def __init__(self, inner: Any, keys: DataKeys, sealer: Sealer) -> None:
-        self.inner, self.keys, self.sealer = inner, keys, sealer
-        self._address_keys: dict[str, bytes] = {}
-
-    def address_key(self, tenant: str) -> bytes:
-        key = self._address_keys.get(tenant)
-        if key is None:
-            self.keys.writer(tenant)  # the tenant's first data key, created if it has none
-            # HMAC(HMAC(data key 1, NONCE_PURPOSE), ADDRESS_CONTEXT): the derivation the stored
-            # addresses were made with (through the synthetic-nonce key), kept so they stay valid
-            key = self._address_keys[tenant] = self.keys.subkey(
-                tenant, NONCE_PURPOSE, ADDRESS_CONTEXT, version=ADDRESS_KEY_VERSION)
-        return key
+    address_context = ADDRESS_CONTEXT
 
     def put(self, tenant: str, run_id: str, epoch: int, objects: Mapping[str, bytes]) -> None:
         """Seal ``objects`` (id -> stored bytes) for ``tenant`` and store them
