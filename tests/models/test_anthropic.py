@@ -181,6 +181,19 @@ def test_text_answer_usage_with_cache_tokens_and_cost(server: FakeOpenAI, make_c
     assert response.provider is None
 
 
+@pytest.mark.parametrize(("usage", "counted"), [
+    ({"input_tokens": 7, "output_tokens": -3, "cache_read_input_tokens": True,
+      "cache_creation_input_tokens": "9"}, Usage(7, 0, 7)),
+    ("not an object", Usage()),
+])
+def test_a_malformed_usage_count_counts_zero(server: FakeOpenAI, make_claude: MakeClaude, usage: Any,
+                                             counted: Usage) -> None:
+    """A count that is negative, a bool or not an integer counts 0 (``transport.token_counts``):
+    the answer still arrives and no budget sees a negative or ``True``."""
+    server.script(message(text("ok"), usage=usage))
+    assert make_claude().complete(ask()).usage == counted
+
+
 def test_tool_use_answer_becomes_tool_calls(server: FakeOpenAI, make_claude: MakeClaude) -> None:
     server.script(message(text("Let me check."), tool_use("toolu_9", "get_weather", {"city": "Oslo"}),
                           stop_reason="tool_use"))

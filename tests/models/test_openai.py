@@ -8,6 +8,7 @@ import asyncio
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,6 +112,19 @@ def test_text_reply_is_parsed(server: FakeOpenAI, make_chat: MakeChat) -> None:
     assert response.finish_reason == "stop"
     assert response.usage == Usage(12, 3, 15)
     assert response.cost is None
+
+
+@pytest.mark.parametrize(("usage", "counted"), [
+    ({"prompt_tokens": 5, "completion_tokens": False, "total_tokens": -1}, Usage(5, 0, 5)),
+    ({"prompt_tokens": 5, "completion_tokens": 2.0, "total_tokens": 9}, Usage(5, 0, 9)),
+    (["not", "an", "object"], Usage()),
+])
+def test_a_malformed_usage_count_counts_zero(server: FakeOpenAI, make_chat: MakeChat, usage: Any,
+                                             counted: Usage) -> None:
+    """A count that is negative, a bool or not an integer counts 0 (``transport.token_counts``),
+    and a total that is not a count is the sum of the others."""
+    server.script(completion("ok", usage=usage))
+    assert make_chat().complete(ask()).usage == counted
 
 
 def test_tool_call_reply_is_parsed(server: FakeOpenAI, make_chat: MakeChat) -> None:

@@ -46,7 +46,7 @@ try:
 except ImportError as exc:
     raise MissingExtra("cairn.models.anthropic", "anthropic") from exc
 
-from cairn.models.transport import HTTPModel, Malformed, endpoint
+from cairn.models.transport import HTTPModel, Malformed, endpoint, token_counts
 
 __all__ = ["API_VERSION", "COMPACTION_BETA", "COMPACTION_EDIT", "CONTEXT_EDITING_BETA", "DEFAULT_BASE_URL",
            "AnthropicChat"]
@@ -338,13 +338,7 @@ def _tool_call(block: dict[str, Any], index: int) -> ToolCall:
 
 
 def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-
-    def count(key: str) -> int:
-        value = raw.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-    read, write = count("cache_read_input_tokens"), count("cache_creation_input_tokens")
-    prompt, completion = count("input_tokens") + read + write, count("output_tokens")
+    fresh, completion, read, write = token_counts(
+        raw, "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    prompt = fresh + read + write
     return Usage(prompt, completion, prompt + completion, cache_read_tokens=read, cache_write_tokens=write)

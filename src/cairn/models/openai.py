@@ -39,7 +39,7 @@ try:
 except ImportError as exc:
     raise MissingExtra("cairn.models.openai", "openai") from exc
 
-from cairn.models.transport import RETRYABLE_STATUSES, HTTPModel, Malformed, endpoint
+from cairn.models.transport import RETRYABLE_STATUSES, HTTPModel, Malformed, endpoint, token_counts
 
 __all__ = ["DEFAULT_BASE_URL", "ModelRequestError", "ModelUnavailable", "OpenAIChat"]
 
@@ -275,12 +275,5 @@ def _arguments(value: Any) -> str:
 
 
 def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-
-    def count(key: str) -> int:
-        value = raw.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-    prompt, completion = count("prompt_tokens"), count("completion_tokens")
-    return Usage(prompt, completion, count("total_tokens") or prompt + completion)
+    prompt, completion, total = token_counts(raw, "prompt_tokens", "completion_tokens", "total_tokens")
+    return Usage(prompt, completion, total or prompt + completion)

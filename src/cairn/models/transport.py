@@ -40,7 +40,7 @@ try:
 except ImportError as exc:  # the adapters check first, naming their own extra; this is for a direct import
     raise MissingExtra("cairn.models.transport", "openai") from exc
 
-__all__ = ["SECRET_PARAM", "HTTPModel", "Malformed", "Redactor", "endpoint", "shown"]
+__all__ = ["SECRET_PARAM", "HTTPModel", "Malformed", "Redactor", "endpoint", "shown", "token_counts"]
 
 #: statuses a later attempt may get past (with 5xx): a timeout, a rate limit
 RETRYABLE_STATUSES = frozenset({408, 429})
@@ -322,6 +322,17 @@ class Redactor:
 
 #: query parameters whose values are credentials (Azure ``api-key``, SAS ``sig``, ``token``...)
 SECRET_PARAM = re.compile(r"key|token|secret|sig|pass|auth|cred", re.IGNORECASE)
+
+
+def token_counts(raw: Any, *keys: str) -> list[int]:
+    """The counts ``keys`` of a usage object as a provider sent it, each 0
+    where it is missing or not a non-negative integer, all 0 where ``raw``
+    is not an object: a malformed count must not fail a call that
+    otherwise answered, nor reach a budget as a negative or a bool."""
+    if not isinstance(raw, dict):
+        return [0] * len(keys)
+    return [value if isinstance(value := raw.get(key), int) and not isinstance(value, bool) and value >= 0
+            else 0 for key in keys]
 
 
 def endpoint(base_url: str, suffix: str) -> tuple[httpx.URL, str, list[str]]:
