@@ -114,7 +114,8 @@ def test_reject_and_a_second_decision(app: cairn.App) -> None:
 def test_bad_input_is_one_line_exit_2_and_stores_nothing(app: cairn.App, tmp_path: Path) -> None:
     request_id = _waiting(app)
     db = _db(app)
-    check_error(cli("approve", "r1", request_id, "--db", db, "--edit", "{bad"), 2, "not valid JSON")
+    check_error(cli("approve", "r1", request_id, "--db", db, "--edit", "{bad"), 2,
+                "'--edit': --edit is not valid JSON")
     check_error(cli("approve", "r1", request_id, "--db", db, "--edit", "NaN"), 2, "not valid JSON")
     check_error(cli("approve", "r1", request_id, "--db", db, "--edit", '{"cents": "many", "note": "x"}'), 2,
                 "does not fit", "'many' is not of type 'integer'")

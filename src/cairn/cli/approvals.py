@@ -9,10 +9,6 @@ text, never markup (``cli/terminal.py``).
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import Any
-
 import click
 from rich.console import Console
 from rich.table import Table
@@ -25,6 +21,7 @@ from cairn.errors import InvalidEdit
 from . import render
 from .loading import Session, open_session
 from .options import app_option, db_from_context, db_option, stdout_console
+from .signals import parse_json_option
 from .terminal import echo, echo_json
 
 
@@ -121,32 +118,6 @@ def approvals(
 _TABLE_WIDTH = 150
 
 
-def _parse_edit(text: str) -> Any:
-    """``--edit``: JSON text, ``@PATH`` for a file's contents or ``-`` for standard input."""
-    source = "--edit"
-    if text == "-":
-        text, source = sys.stdin.read(), "standard input"
-    elif text.startswith("@"):
-        path = text[1:]
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise click.BadParameter(f"cannot read {path!r}: {reason}", param_hint="'--edit'") from None
-        source = repr(path)
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint="'--edit'") from None
-    except RecursionError:
-        raise click.BadParameter(f"{source} is nested too deeply", param_hint="'--edit'") from None
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def _decided(view: ApprovalView) -> None:
     what = {"approved": "approved", "edited": "approved with edits", "rejected": "rejected"}.get(
         view.status.value, view.status.value)
@@ -168,7 +139,7 @@ def approve(
     app_spec: str | None, db: str | None,
 ) -> None:
     """Approve an approval request, as requested or edited (--edit)."""
-    edit = NO_EDIT if edit_json is None else _parse_edit(edit_json)
+    edit = NO_EDIT if edit_json is None else parse_json_option(edit_json, "--edit")
     with open_session(db_from_context(ctx, db), app_spec) as session:
         try:
             view = session.operator.approve(run_id, request_id, comment=comment, edit=edit)
