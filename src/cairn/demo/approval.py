@@ -20,19 +20,16 @@ Everything comes from the environment for the worker processes: ``$CAIRN_DB``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -40,6 +37,7 @@ from rich.text import Text
 
 import cairn
 from cairn.demo.bank import BankClient, BankProcess, BankRejected, Transfer
+from cairn.demo.children import Worker, child_env
 from cairn.models import Message, ModelRequest, ToolCall
 from cairn.models.scripted import ScriptedModel
 
@@ -131,52 +129,24 @@ SMALL = {"order": "ORD-2078", "account": "acct_ben_okafor", "amount_cents": 1_29
 EDITED_CENTS = 12_475
 
 
-@dataclass
-class _Worker:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    log: IO[bytes]
-
-    def tail(self, lines: int = 12) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self.log.close()
-
-
 class _ApprovalDemo:
     def __init__(self, console: Console, db_url: str, workdir: Path) -> None:
         self.console = console
         self.db_url = db_url
         self.workdir = workdir
-        self.workers: list[_Worker] = []
+        self.workers: list[Worker] = []
         self.bank: BankProcess | None = None
 
     def env(self) -> dict[str, str]:
         assert self.bank is not None
-        env = {k: v for k, v in os.environ.items() if k != "CAIRN_FAULTS"}
-        package_root = str(Path(cairn.__file__).resolve().parent.parent)
-        env.update({"CAIRN_DB": self.db_url, BANK_URL_ENV: self.bank.url, "PYTHONUNBUFFERED": "1",
-                    "PYTHONPATH": os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)})
+        env = child_env(drop=("CAIRN_FAULTS",))
+        env.update({"CAIRN_DB": self.db_url, BANK_URL_ENV: self.bank.url, "PYTHONUNBUFFERED": "1"})
         return env
 
-    def spawn(self, name: str) -> _Worker:
+    def spawn(self, name: str) -> Worker:
         command = [sys.executable, "-m", "cairn", "worker", "--app", APP_SPEC, "--db", self.db_url,
                    "--worker-id", name, "--concurrency", "1", "--lease", f"{LEASE:g}", "--poll", "0.05"]
-        log_path = self.workdir / f"{name}.log"
-        log = log_path.open("wb")
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=self.env(), start_new_session=True)
-        worker = _Worker(name, proc, log_path, log)
+        worker = Worker.spawn(name, command, self.workdir, self.env())
         self.workers.append(worker)
         return worker
 
@@ -195,7 +165,7 @@ class _ApprovalDemo:
             for worker in self.workers:
                 if worker.proc.poll() is not None and not getattr(worker, "killed", False):
                     raise RuntimeError(f"{worker.name} exited ({worker.proc.returncode}) while waiting for "
-                                       f"{what}:\n{worker.tail()}")
+                                       f"{what}:\n{worker.log_tail()}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {DEADLINE:g} s waiting for {what}")
             time.sleep(0.05)
@@ -341,7 +311,7 @@ def run_approval_demo(db_url: str | None, console: Console) -> int:
     except (TimeoutError, RuntimeError) as exc:
         console.print(Text(f"error: {exc}", style="red"))
         for worker in demo.workers:
-            console.print(Text(f"--- {worker.name} ---\n{worker.tail()}", style="dim"))
+            console.print(Text(f"--- {worker.name} ---\n{worker.log_tail()}", style="dim"))
     finally:
         demo.cleanup()
     if code != 0:

@@ -61,6 +61,8 @@ from typing import IO, Any
 
 import msgspec
 
+from cairn.demo.children import child_env, launch, stop, tail
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS transfers (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -432,8 +434,7 @@ class BankProcess:
         command = [sys.executable, "-m", "cairn.demo.bank", "--db", str(db_path), "--port", "0",
                    "--ready-file", str(ready), "--delay-ms", str(delay_ms),
                    "--reply-delay-ms", str(reply_delay_ms)]
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=env if env is not None else _child_env(), start_new_session=True)
+        proc = launch(command, log, env if env is not None else child_env())
         bank = cls(proc, "", db_path, log_path, log)
         deadline = time.monotonic() + timeout
         try:
@@ -458,23 +459,11 @@ class BankProcess:
         return BankClient(self.url, timeout)
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
+        return tail(self.log_path, lines)
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM, then SIGKILL if it lingers; always reaps the process."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    self.proc.kill()
-                self.proc.wait(timeout=grace)
-        self._log.close()
+        stop(self.proc, self._log, grace)
 
     def __enter__(self) -> BankProcess:
         return self
@@ -482,14 +471,6 @@ class BankProcess:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-
-def _child_env() -> dict[str, str]:
-    """This environment, with this copy of the package importable by ``python -m``."""
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    return env
 
 
 @contextlib.contextmanager

@@ -39,7 +39,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,7 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 from rich.console import Console
@@ -58,6 +57,7 @@ from rich.text import Text
 
 import cairn
 from cairn.demo.bank import BankClient, BankProcess, BankRejected, Transfer
+from cairn.demo.children import Worker, child_env
 from cairn.models import Message, ModelRequest, ModelResponse, ScriptedModel, ToolCall
 from cairn.models.scripted import Policy
 
@@ -312,48 +312,18 @@ def _sqlite_file(url: str) -> Path | None:
 
 
 @dataclass
-class _Worker:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    log: IO[bytes]
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log_tail(self, lines: int = 12) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM (the worker drains), SIGKILL if it lingers; always reaped."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    self.proc.kill()
-                self.proc.wait(timeout=grace)
-        self.log.close()
-
-
-@dataclass
 class _PaymentsDemo:
     console: Console
     db_url: str
     workdir: Path
-    workers: list[_Worker] = field(default_factory=list)
+    workers: list[Worker] = field(default_factory=list)
     bank: BankProcess | None = None
     seen_seq: int = 0
 
     def env(self, bank_url: str, faults: str | None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("CAIRN_FAULTS", ORDERS_ENV)}
+        env = child_env(drop=("CAIRN_FAULTS", ORDERS_ENV))
         env.update({"CAIRN_DB": self.db_url, BANK_URL_ENV: bank_url, ASKS_ENV: str(self.asks_path),
                     "PYTHONUNBUFFERED": "1"})
-        package_root = str(Path(cairn.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         if faults:
             env["CAIRN_FAULTS"] = faults
         return env
@@ -362,14 +332,10 @@ class _PaymentsDemo:
     def asks_path(self) -> Path:
         return self.workdir / "model-asks.jsonl"
 
-    def spawn(self, name: str, bank_url: str, faults: str | None = None) -> _Worker:
+    def spawn(self, name: str, bank_url: str, faults: str | None = None) -> Worker:
         command = [sys.executable, "-m", "cairn", "worker", "--app", APP_SPEC, "--db", self.db_url,
                    "--worker-id", name, "--lease", f"{DEMO_LEASE:g}"]
-        log_path = self.workdir / f"{name}.log"
-        log = log_path.open("wb")
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=self.env(bank_url, faults), start_new_session=True)
-        worker = _Worker(name, proc, log_path, log)
+        worker = Worker.spawn(name, command, self.workdir, self.env(bank_url, faults))
         self.workers.append(worker)
         return worker
 
