@@ -194,6 +194,15 @@ def test_a_malformed_usage_count_counts_zero(server: FakeOpenAI, make_claude: Ma
     assert make_claude().complete(ask()).usage == counted
 
 
+def test_an_answer_naming_no_model_and_an_odd_stop_reason(server: FakeOpenAI,
+                                                          make_claude: MakeClaude) -> None:
+    """A gateway may name no model, or send a stop reason that is not a string: the
+    response names the adapter's model, and no reason (``transport.HTTPModel._answer``)."""
+    server.script(message(text("ok"), model="", stop_reason=7))  # type: ignore[arg-type]
+    response = make_claude().complete(ask())
+    assert (response.model, response.finish_reason) == ("claude-test", None)
+
+
 def test_tool_use_answer_becomes_tool_calls(server: FakeOpenAI, make_claude: MakeClaude) -> None:
     server.script(message(text("Let me check."), tool_use("toolu_9", "get_weather", {"city": "Oslo"}),
                           stop_reason="tool_use"))

@@ -127,6 +127,14 @@ def test_a_malformed_usage_count_counts_zero(server: FakeOpenAI, make_chat: Make
     assert make_chat().complete(ask()).usage == counted
 
 
+def test_a_reply_naming_no_model_and_an_odd_finish_reason(server: FakeOpenAI, make_chat: MakeChat) -> None:
+    """A gateway may name no model, or send a finish reason that is not a string: the
+    response names the adapter's model, and no reason (``transport.HTTPModel._answer``)."""
+    server.script(completion("ok", model="", finish_reason=7))  # type: ignore[arg-type]
+    response = make_chat().complete(ask())
+    assert (response.model, response.finish_reason) == ("gpt-test", None)
+
+
 def test_tool_call_reply_is_parsed(server: FakeOpenAI, make_chat: MakeChat) -> None:
     server.script(completion(
         None,

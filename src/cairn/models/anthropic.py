@@ -211,18 +211,9 @@ class AnthropicChat(HTTPModel):
         role = body.get("role")
         message = Message(role=role if isinstance(role, str) and role else "assistant", content=content,
                           tool_calls=tuple(calls))
-        usage = _usage(body.get("usage"))
-        finish = body.get("stop_reason")
-        model = body.get("model")
         provider = body.get("context_management")
-        return ModelResponse(
-            message=message,
-            model=model if isinstance(model, str) and model else self.model,
-            usage=usage,
-            finish_reason=finish if isinstance(finish, str) else None,
-            cost=self._cost(usage),
-            provider={"context_management": provider} if isinstance(provider, dict) else None,
-        )
+        return self._answer(message, body, body.get("stop_reason"), _usage(body.get("usage")),
+                            {"context_management": provider} if isinstance(provider, dict) else None)
 
     def _cost(self, usage: Usage) -> float | None:
         if self.price_per_1k_input is None and self.price_per_1k_output is None:

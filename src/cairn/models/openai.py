@@ -181,16 +181,7 @@ class OpenAIChat(HTTPModel):
             refusal=_text(raw, "refusal"),
             function_call=_function_call(raw.get("function_call")),
         )
-        usage = _usage(body.get("usage"))
-        finish = choice.get("finish_reason")
-        model = body.get("model")
-        return ModelResponse(
-            message=message,
-            model=model if isinstance(model, str) and model else self.model,
-            usage=usage,
-            finish_reason=finish if isinstance(finish, str) else None,
-            cost=self._cost(usage),
-        )
+        return self._answer(message, body, choice.get("finish_reason"), _usage(body.get("usage")))
 
     def _cost(self, usage: Usage) -> float | None:
         if self.price_per_1k_input is None and self.price_per_1k_output is None:

@@ -28,7 +28,7 @@ from typing import Any, Self
 import msgspec
 
 from cairn.errors import CairnError, MissingExtra
-from cairn.models.base import ModelResponse
+from cairn.models.base import Message, ModelResponse, Usage
 from cairn.models.errors import ModelRequestError, ModelUnavailable, error_message, one_line, retry_after
 from cairn.security import redaction
 from cairn.security import secrets as security
@@ -199,6 +199,21 @@ class HTTPModel:
     def _parse(self, body: Any) -> ModelResponse:
         """The answer in ``body`` (decoded JSON); ``Malformed`` if it is not one."""
         raise NotImplementedError
+
+    def _cost(self, usage: Usage) -> float | None:
+        """What ``usage`` cost at the adapter's prices (``None``: none set)."""
+        raise NotImplementedError
+
+    def _answer(self, message: Message, body: dict[str, Any], finish: Any, usage: Usage,
+                provider: dict[str, Any] | None = None) -> ModelResponse:
+        """The response holding ``message``: the model the server names in
+        ``body`` (this adapter's own if it names none: a gateway may not),
+        ``finish`` if it is a string (anything else the server sends is not a
+        reason), ``usage`` and what it cost."""
+        model = body.get("model")
+        return ModelResponse(message=message, model=model if isinstance(model, str) and model else self.model,
+                             usage=usage, finish_reason=finish if isinstance(finish, str) else None,
+                             cost=self._cost(usage), provider=provider)
 
     def _in_body(self, response: httpx.Response, retryable: bool) -> CairnError:
         """An error found in a 2xx body: unavailable if waiting may help."""
