@@ -45,7 +45,6 @@ import select
 import signal
 import socket
 import sqlite3
-import subprocess
 import sys
 import time
 import urllib.error
@@ -57,11 +56,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 
-from cairn.demo.children import child_env, launch, stop, tail
+from cairn.demo.children import Child, child_env, launch
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS transfers (
@@ -406,14 +405,13 @@ class BankClient:
 
 
 @dataclass
-class BankProcess:
+class BankProcess(Child):
     """A running bank subprocess (``start``); ``stop`` ends and reaps it."""
 
-    proc: subprocess.Popen[bytes]
     url: str
     db_path: Path
-    log_path: Path
-    _log: IO[bytes]
+
+    tail_lines = 20
 
     @classmethod
     def start(
@@ -435,7 +433,7 @@ class BankProcess:
                    "--ready-file", str(ready), "--delay-ms", str(delay_ms),
                    "--reply-delay-ms", str(reply_delay_ms)]
         proc = launch(command, log, env if env is not None else child_env())
-        bank = cls(proc, "", db_path, log_path, log)
+        bank = cls(proc=proc, log_path=log_path, log=log, url="", db_path=db_path)
         deadline = time.monotonic() + timeout
         try:
             while not ready.exists():
@@ -451,19 +449,8 @@ class BankProcess:
             raise
         return bank
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
     def client(self, timeout: float = 10.0) -> BankClient:
         return BankClient(self.url, timeout)
-
-    def log_tail(self, lines: int = 20) -> str:
-        return tail(self.log_path, lines)
-
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM, then SIGKILL if it lingers; always reaps the process."""
-        stop(self.proc, self._log, grace)
 
     def __enter__(self) -> BankProcess:
         return self

@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, ClassVar
 
 
 def child_env(drop: Collection[str] = ()) -> dict[str, str]:
@@ -62,30 +62,40 @@ def tail(log_path: Path, lines: int) -> str:
 
 
 @dataclass
-class Worker:
-    """A ``cairn worker`` a demo started (``spawn``), logging to ``log_path``."""
+class Child:
+    """A child process a demo started, logging to ``log_path`` through ``log``."""
 
-    name: str
     proc: subprocess.Popen[bytes]
     log_path: Path
     log: IO[bytes]
+
+    #: the lines of its log ``log_tail`` shows unless told
+    tail_lines: ClassVar[int] = 12
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_tail(self, lines: int | None = None) -> str:
+        return tail(self.log_path, self.tail_lines if lines is None else lines)
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL if it lingers past ``grace`` seconds; always reaped."""
+        stop(self.proc, self.log, grace)
+
+
+@dataclass
+class Worker(Child):
+    """A ``cairn worker`` a demo started (``spawn``)."""
+
+    name: str
 
     @classmethod
     def spawn(cls, name: str, command: Sequence[str], workdir: Path, env: dict[str, str]) -> Worker:
         """Start ``command`` as worker ``name``, logging to ``workdir/<name>.log``."""
         log_path = workdir / f"{name}.log"
         log = log_path.open("wb")
-        return cls(name, launch(command, log, env), log_path, log)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log_tail(self, lines: int = 12) -> str:
-        return tail(self.log_path, lines)
-
-    def stop(self, grace: float = 5.0) -> None:
-        stop(self.proc, self.log, grace)
+        return cls(proc=launch(command, log, env), log_path=log_path, log=log, name=name)
 
 
-__all__ = ["Worker", "child_env", "launch", "stop", "tail"]
+__all__ = ["Child", "Worker", "child_env", "launch", "stop", "tail"]
