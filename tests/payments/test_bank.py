@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cairn.demo.bank import BankClient, BankProcess, BankRejected, BankUnavailable
+from cairn.demo.bank import BANK_URL_ENV, BankClient, BankProcess, BankRejected, BankUnavailable
 from tests.timing import SLACK
 
 StartBank = Callable[..., BankProcess]
@@ -219,3 +219,11 @@ def test_a_request_abandoned_before_processing_is_dropped(start_bank: StartBank)
     # a caller that waits gets its transfer
     assert bank.client().create_transfer(idempotency_key="patient", from_account="a", to_account="b",
                                          amount_cents=1).amount_cents == 1
+
+
+def test_a_worker_reaches_the_bank_its_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(BANK_URL_ENV, "http://127.0.0.1:9/")
+    assert BankClient.from_env().base_url == "http://127.0.0.1:9"
+    monkeypatch.setenv(BANK_URL_ENV, "")
+    with pytest.raises(RuntimeError, match=r"\$CAIRN_BANK_URL is not set"):
+        BankClient.from_env()

@@ -36,7 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 import cairn
-from cairn.demo.bank import BankClient, BankProcess, BankRejected, Transfer
+from cairn.demo.bank import BANK_URL_ENV, BankClient, BankProcess, BankRejected, Transfer
 from cairn.demo.children import Worker, child_env
 from cairn.models import Message, ModelRequest, ToolCall
 from cairn.models.scripted import ScriptedModel
@@ -46,19 +46,11 @@ app = cairn.App()
 
 WORKFLOW = "refund-with-approval"
 APP_SPEC = "cairn.demo.approval:app"
-BANK_URL_ENV = "CAIRN_BANK_URL"
 MERCHANT = "acct_cairn_shop"
 #: refunds above this many cents need a person's approval
 APPROVAL_OVER = 10_000
 LEASE = 1.0
 DEADLINE = 45.0
-
-
-def bank() -> BankClient:
-    url = os.environ.get(BANK_URL_ENV)
-    if not url:
-        raise RuntimeError(f"${BANK_URL_ENV} is not set: where is the bank?")
-    return BankClient(url)
 
 
 def draft_policy(request: ModelRequest, n: int) -> Message:
@@ -75,7 +67,7 @@ MODEL = ScriptedModel(draft_policy, model_id="scripted-drafter-1")
 
 def find_refund(op: cairn.Operation) -> cairn.Done[Transfer] | cairn.NotFound:
     """After a crash: did the bank commit the transfer keyed by this operation id?"""
-    found = bank().transfer_by_key(op.operation_id)
+    found = BankClient.from_env().transfer_by_key(op.operation_id)
     return cairn.Done(found) if found is not None else cairn.NotFound()
 
 
@@ -86,8 +78,8 @@ def needs_approval(arguments: dict[str, Any]) -> bool:
 
 def _issue_refund(op: cairn.Operation, to: str, amount_cents: int, memo: str) -> Transfer:
     try:
-        return bank().create_transfer(idempotency_key=op.operation_id, from_account=MERCHANT, to_account=to,
-                                      amount_cents=amount_cents, memo=memo)
+        return BankClient.from_env().create_transfer(idempotency_key=op.operation_id, from_account=MERCHANT,
+                                                     to_account=to, amount_cents=amount_cents, memo=memo)
     except BankRejected as exc:
         raise cairn.EffectNotApplied(str(exc)) from exc
 

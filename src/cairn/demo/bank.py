@@ -327,12 +327,25 @@ class BankRejected(BankError):
     """The bank refused the request (4xx): it was not applied."""
 
 
+#: the variable a demo hands its workers the bank's URL in (``BankClient.from_env``)
+BANK_URL_ENV = "CAIRN_BANK_URL"
+
+
 class BankClient:
     """A tiny client of the fake bank (urllib only)."""
 
     def __init__(self, base_url: str, timeout: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+
+    @classmethod
+    def from_env(cls) -> BankClient:
+        """The bank ``$CAIRN_BANK_URL`` names: a demo's workers call the bank the
+        demo started, on whatever port it got."""
+        url = os.environ.get(BANK_URL_ENV)
+        if not url:
+            raise RuntimeError(f"${BANK_URL_ENV} is not set: where is the bank?")
+        return cls(url)
 
     def __repr__(self) -> str:
         return f"BankClient({self.base_url!r})"

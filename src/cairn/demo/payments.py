@@ -56,7 +56,7 @@ from rich.table import Table
 from rich.text import Text
 
 import cairn
-from cairn.demo.bank import BankClient, BankProcess, BankRejected, Transfer
+from cairn.demo.bank import BANK_URL_ENV, BankClient, BankProcess, BankRejected, Transfer
 from cairn.demo.children import Worker, child_env
 from cairn.models import Message, ModelRequest, ModelResponse, ScriptedModel, ToolCall
 from cairn.models.scripted import Policy
@@ -66,7 +66,6 @@ app = cairn.App()
 
 WORKFLOW = "refund-agent"
 APP_SPEC = "cairn.demo.payments:app"
-BANK_URL_ENV = "CAIRN_BANK_URL"
 ORDERS_ENV = "CAIRN_PAYMENTS_ORDERS"
 ASKS_ENV = "CAIRN_PAYMENTS_ASKS"
 #: The shop's account at the bank: every refund is paid from it.
@@ -111,13 +110,6 @@ def load_orders() -> dict[str, Order]:
     orders = (msgspec.json.decode(Path(path).read_bytes(), type=list[Order]) if path
               else list(DEMO_ORDERS))
     return {order.order_id: order for order in orders}
-
-
-def bank() -> BankClient:
-    url = os.environ.get(BANK_URL_ENV)
-    if not url:
-        raise RuntimeError(f"${BANK_URL_ENV} is not set: where is the bank?")
-    return BankClient(url)
 
 
 # -- the model ------------------------------------------------------------------------------------
@@ -236,14 +228,15 @@ def find_refund(op: cairn.Operation) -> cairn.Done[Transfer] | cairn.NotFound:
     """Reconcile an uncertain refund: did the bank commit the transfer whose
     idempotency key is this operation's id? (Raising means "cannot tell yet":
     Cairn asks again later.)"""
-    transfer = bank().transfer_by_key(op.operation_id)
+    transfer = BankClient.from_env().transfer_by_key(op.operation_id)
     return cairn.Done(transfer) if transfer is not None else cairn.NotFound()
 
 
 def _issue_refund(op: cairn.Operation, to: str, amount_cents: int, memo: str) -> Transfer:
     try:
-        return bank().create_transfer(idempotency_key=op.operation_id, from_account=MERCHANT_ACCOUNT,
-                                      to_account=to, amount_cents=amount_cents, memo=memo)
+        return BankClient.from_env().create_transfer(
+            idempotency_key=op.operation_id, from_account=MERCHANT_ACCOUNT, to_account=to,
+            amount_cents=amount_cents, memo=memo)
     except BankRejected as exc:  # refused before it was applied: a definite failure
         raise cairn.EffectNotApplied(str(exc)) from exc
 
