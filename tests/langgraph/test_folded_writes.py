@@ -6,9 +6,9 @@ read with the folded ones; a put refused by the fence moves nothing; garbage
 collection keeps the values only folded writes name; a damaged or hostile
 folded record is refused naming its checkpoint, nothing executed.
 
-On PostgreSQL a ``put_writes`` to a stored checkpoint appends its record to
-the row itself (``lg_put_writes_many``: no row of ``lg_writes`` inserted, then
-deleted by the fold, its key left in the index): the reads are the same."""
+A ``put_writes`` to a stored checkpoint appends its record to the row itself
+(PostgreSQL's ``lg_put_writes_many``, SQLite's ``lg_append_writes``: no row of
+``lg_writes`` inserted, then deleted by the fold): the reads are the same."""
 
 from __future__ import annotations
 
@@ -64,11 +64,6 @@ def _deflated(data: bytes) -> bytes:
     return deflate.compress(data) + deflate.flush()
 
 
-def _in_row(db_url: str) -> bool:
-    """Whether ``put_writes`` writes into the checkpoint's row (PostgreSQL)."""
-    return db_url.startswith("postgresql")
-
-
 def _new_saver(app: cairn.App) -> CairnSaver:
     from cairn.langgraph import CairnSaver
 
@@ -85,8 +80,8 @@ def test_a_put_folds_its_parents_writes_and_reads_return_them_unchanged(app: cai
     saver.put_writes(c1, [(ERROR, "boom")], "task-c")  # a special write (negative index)
     before = _writes(saver, c1)
     assert len(before) == 4
-    assert _side_rows(db_url, c1["configurable"]["checkpoint_id"]) == (0 if _in_row(db_url) else 4)
-    assert (_folded(db_url, c1["configurable"]["checkpoint_id"]) is not None) == _in_row(db_url)
+    assert _side_rows(db_url, c1["configurable"]["checkpoint_id"]) == 0
+    assert _folded(db_url, c1["configurable"]["checkpoint_id"]) is not None
     c2 = _put(saver, c1, 1)
     c1_id = c1["configurable"]["checkpoint_id"]
     assert _side_rows(db_url, c1_id) == 0, "the parent's writes left lg_writes"
@@ -103,13 +98,13 @@ def test_a_write_put_after_the_fold_is_read_with_the_folded_ones(app: cairn.App,
     c1 = _put(saver, None, 0)
     saver.put_writes(c1, [("n", 1)], "task-b")
     _put(saver, c1, 1)
-    saver.put_writes(c1, [("n", 2)], "task-a")  # after the fold: a row of lg_writes again (SQLite)
+    saver.put_writes(c1, [("n", 2)], "task-a")  # after the fold: one more record in the row
     c1_id = c1["configurable"]["checkpoint_id"]
-    assert _side_rows(db_url, c1_id) == (0 if _in_row(db_url) else 1)
+    assert _side_rows(db_url, c1_id) == 0
     expected = [("task-a", "n", 2), ("task-b", "n", 1)]  # in the read order: by task id
     assert _writes(saver, c1) == expected
     _put(saver, c1, 2)  # a second child (a fork) folds nothing more: the parent is folded
-    assert _side_rows(db_url, c1_id) == (0 if _in_row(db_url) else 1)
+    assert _side_rows(db_url, c1_id) == 0
     assert _writes(_new_saver(app), c1) == expected
 
 
@@ -120,7 +115,7 @@ def test_a_put_refused_by_the_fence_moves_none_of_its_parents_writes(app: cairn.
     second.hold("t")  # another process takes the thread
     c1_id = c1["configurable"]["checkpoint_id"]
     stored = _side_rows(db_url, c1_id), _folded(db_url, c1_id)
-    assert stored[0] == (0 if _in_row(db_url) else 1)
+    assert stored[0] == 0
     with pytest.raises(ThreadTaken):
         _put(first, c1, 1)
     assert (_side_rows(db_url, c1_id), _folded(db_url, c1_id)) == stored
@@ -186,9 +181,9 @@ def test_a_pickle_in_a_folded_record_is_refused_and_not_run(app: cairn.App, db_u
 
 
 def test_writes_put_one_by_one_read_as_rows_of_lg_writes_keep_them(app: cairn.App, db_url: str) -> None:
-    """Records appended one per ``put_writes`` (PostgreSQL) read as rows of
-    ``lg_writes`` keep them (SQLite): a task's regular write as first written,
-    its special write as last written, in the read order."""
+    """Records appended one per ``put_writes`` read as rows of ``lg_writes``
+    kept them: a task's regular write as first written, its special write as
+    last written, in the read order."""
     from langgraph.checkpoint.base import ERROR
 
     saver = _new_saver(app)
@@ -202,9 +197,9 @@ def test_writes_put_one_by_one_read_as_rows_of_lg_writes_keep_them(app: cairn.Ap
     assert _writes(saver, c1) == expected
     assert _writes(_new_saver(app), c1) == expected
     c1_id = c1["configurable"]["checkpoint_id"]
-    assert _side_rows(db_url, c1_id) == (0 if _in_row(db_url) else 4)
+    assert _side_rows(db_url, c1_id) == 0
     _put(saver, c1, 1)
-    assert _writes(_new_saver(app), c1) == expected  # folded (SQLite) or as they were (PostgreSQL)
+    assert _writes(_new_saver(app), c1) == expected  # as they were: the parent's row holds them
 
 
 def test_rows_of_lg_writes_from_before_are_read_and_folded(app: cairn.App, db_url: str) -> None:
@@ -221,7 +216,7 @@ def test_rows_of_lg_writes_from_before_are_read_and_folded(app: cairn.App, db_ur
     found = _writes(_new_saver(app), c1)
     _sql(db_url, "DELETE FROM lg_writes")
     _sql(db_url, "UPDATE lg_checkpoints SET writes = NULL")
-    if _in_row(db_url):
+    if db_url.startswith("postgresql"):
         _sql(db_url, "UPDATE lg_checkpoints SET refs = NULL, names = NULL")
     _sql(db_url, "INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, "
                  "task_path, kind, refs) "

@@ -736,6 +736,10 @@ class SQLCheckpoints(Generic[Tx]):
         def close(tx: Tx, moved: list[tuple[Any, ...]] | None) -> Closing:
             if not self._lg_arrays:
                 self._lg_put_values(tx, where, values)
+                if writes and self._query(tx, "lg_append_writes", {
+                        **where, "checkpoint_id": checkpoint_id,
+                        "record": fold_writes(writes, compact=self._lg_compact_fold)}):
+                    return []  # into the checkpoint's row (a checkpoint stored: LangGraph's loop)
                 for name, kept in (("lg_put_write", [w for w in writes if w.idx >= 0]),
                                    ("lg_replace_write", [w for w in writes if w.idx < 0])):
                     if kept:  # one call for all the rows of a statement

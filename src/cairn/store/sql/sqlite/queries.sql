@@ -1225,6 +1225,17 @@ WHERE true
 ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
     kind = excluded.kind, base = excluded.base, depth = excluded.depth, refs = excluded.refs
 
+-- name: lg_append_writes
+-- a put_writes into its checkpoint's row: one more record appended to its folded writes
+-- (checkpointsql.fold_writes; unfold_writes reads the records in order, a regular write kept as
+-- first written, a special one as last written), as PostgreSQL's lg_put_writes_many (issue 24,
+-- 2026-12-07): one row updated, not three rows of lg_writes inserted and deleted again by the
+-- next put's fold. No row returned: the checkpoint is not stored (yet), its writes are rows of
+-- lg_writes (lg_put_write, lg_replace_write)
+UPDATE lg_checkpoints SET writes = CAST(coalesce(writes, x'') || :record AS BLOB)  -- || makes text
+WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
+RETURNING 1
+
 -- name: lg_put_write
 -- a regular write is kept as first written (a retried task writes the same)
 INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
