@@ -28,11 +28,13 @@ if TYPE_CHECKING:
     from cairn.langgraph import CairnSaver
 
 
-def _put(saver: CairnSaver, parent: Any, n: int, run_id: str = "r1") -> Any:
+def _put(saver: CairnSaver, parent: Any, n: int, run_id: str = "r1", checkpoint_id: str | None = None) -> Any:
     """A checkpoint of thread ``t`` after ``parent`` (a config, or ``None``), channel ``n`` = ``n``."""
     from langgraph.checkpoint.base import empty_checkpoint
 
     checkpoint = empty_checkpoint()
+    if checkpoint_id is not None:
+        checkpoint["id"] = checkpoint_id
     checkpoint["channel_values"] = {"n": n}
     version = saver.get_next_version(None if n == 0 else f"{n:010d}", None)
     checkpoint["channel_versions"] = {"n": version}
@@ -224,10 +226,29 @@ def test_rows_of_lg_writes_from_before_are_read_and_folded(app: cairn.App, db_ur
          (c1_id, pack_refs([digest])))
     assert found == [("task-a", "n", 10**12)]
     assert _writes(_new_saver(app), c1) == found
-    _put(saver, c1, 1)
+    assert _writes(saver, c1) == found  # rows this writer did not put: read all the same
+    _put(_new_saver(app), c1, 1)  # a process after the upgrade: its first write takes the thread, and folds
     assert _side_rows(db_url, c1_id) == 0
     assert _folded(db_url, c1_id) is not None
     assert _writes(_new_saver(app), c1) == found
+
+
+def test_writes_put_before_their_checkpoint_are_folded_by_its_childs_put(app: cairn.App, db_url: str) -> None:
+    """A ``put_writes`` that comes before its checkpoint is stored (LangGraph's
+    loop may run the two in either order) leaves rows of ``lg_writes``; the put
+    of the checkpoint's child folds them, by a writer that held the thread already too."""
+    import uuid
+
+    saver = _new_saver(app)
+    c0 = _put(saver, None, 0)  # the saver holds the thread from here
+    c1_id = str(uuid.uuid4())
+    early = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": c1_id}}
+    saver.put_writes(early, [("n", 5)], "task-a")
+    assert _side_rows(db_url, c1_id) == 1
+    c1 = _put(saver, c0, 1, checkpoint_id=c1_id)
+    _put(saver, c1, 2)
+    assert (_side_rows(db_url, c1_id), _folded(db_url, c1_id) is not None) == (0, True)
+    assert _writes(_new_saver(app), c1) == [("task-a", "n", 5)]
 
 
 def test_a_damaged_record_after_a_good_one_is_refused_naming_its_checkpoint(app: cairn.App,

@@ -690,8 +690,8 @@ class SQLCheckpoints(Generic[Tx]):
                     "versions": [b.version for b in blobs], "kinds": [b.kind for b in blobs],
                     "bases": [b.base for b in blobs], "refs": [b.refs for b in blobs],
                     "added": [b.added for b in blobs]}))
-            if folding:
-                fold = ("lg_fold_writes", {**where, "checkpoint_id": row.parent_id})
+        if folding:
+            fold = ("lg_fold_writes", {**where, "checkpoint_id": row.parent_id})
 
         def close(tx: Tx, moved: list[tuple[Any, ...]] | None) -> Closing:
             if not self._lg_arrays:
@@ -740,6 +740,8 @@ class SQLCheckpoints(Generic[Tx]):
                         **where, "checkpoint_id": checkpoint_id,
                         "record": fold_writes(writes, compact=self._lg_compact_fold)}):
                     return []  # into the checkpoint's row (a checkpoint stored: LangGraph's loop)
+                if writes:
+                    self._lg_side_rows({**where, "checkpoint_id": checkpoint_id})
                 for name, kept in (("lg_put_write", [w for w in writes if w.idx >= 0]),
                                    ("lg_replace_write", [w for w in writes if w.idx < 0])):
                     if kept:  # one call for all the rows of a statement
@@ -1055,10 +1057,12 @@ class SQLCheckpoints(Generic[Tx]):
         (issue 24, 2026-12-07, ``PostgresStore._lg_operate``)."""
         def run(tx: Tx) -> int:
             where = self._lg_lock(tx, key)
-            epoch = self._lg_hold(tx, where, holder, self._query(tx, "lg_thread_holder", where))
+            epoch, took = self._lg_hold(tx, where, holder, self._query(tx, "lg_thread_holder", where))
             for name, params in opening:
                 self._query(tx, name, params)
-            moved = None if fold is None else self._query(tx, *fold)
+            moved = None
+            if fold is not None:  # not run (nothing to move): none moved
+                moved = self._query(tx, *fold) if took or self._lg_fold_wanted(fold[1]) else []
             for name, params in close(tx, moved):
                 self._query(tx, name, params)
             if before_commit is not None and faults.ARMED:
@@ -1072,13 +1076,26 @@ class SQLCheckpoints(Generic[Tx]):
         for one in params:
             self._query(tx, name, one)
 
-    def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder, found: list[tuple[Any, ...]]) -> int:
+    def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder, found: list[tuple[Any, ...]]
+                 ) -> tuple[int, bool]:
         """The epoch ``holder`` holds the thread at, taking it if it may
-        (``hold_rule``); ``found``: the thread's holder row, read under the lock."""
+        (``hold_rule``), and whether it took it now; ``found``: the thread's
+        holder row, read under the lock."""
         epoch, take = hold_rule(found, holder, where["thread_id"])
         if take:
             self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": epoch})
-        return epoch
+        return epoch, take
+
+    def _lg_side_rows(self, at: Mapping[str, Any]) -> None:
+        """Note that this write puts pending writes of checkpoint ``at`` (its
+        tenant, thread, namespace and id) as rows of ``lg_writes`` (``_lg_fold_wanted``)."""
+
+    def _lg_fold_wanted(self, at: Mapping[str, Any]) -> bool:
+        """Whether a put of a child of checkpoint ``at`` runs ``lg_fold_writes``
+        when its writer held the thread already (one that takes it always
+        does): a dialect that knows which checkpoints its writers gave rows of
+        ``lg_writes`` answers for those only (SQLite); by default, always."""
+        return True
 
     def _lg_fold(self, tx: Tx, where: Mapping[str, Any], row: CheckpointRow,
                  moved_rows: list[tuple[Any, ...]] | None = None) -> tuple[bytes, bytes] | None:

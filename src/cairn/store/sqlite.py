@@ -154,6 +154,8 @@ _INSERT_HISTORY_PAYLOAD = _Q["insert_history_payload"]
 #: Runs whose last entry this store keeps in ``_tails`` at most (executions
 #: that end pop theirs; this only bounds those that never told it).
 _MAX_TAILS = 4096
+#: checkpoints ``SQLiteStore._lg_sided`` keeps at most
+_MAX_SIDED = 1024
 
 
 
@@ -210,6 +212,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         self._tails: dict[str, tuple[int, int, float]] = {}
         #: run -> (seq, link) of its last entry this store appended and committed (the audit chain)
         self._links: dict[str, tuple[int, bytes]] = {}
+        #: checkpoints (tenant, thread, namespace, id) given rows of lg_writes by this store's
+        #: LangGraph writers lately, the newest last (``_lg_fold_wanted``)
+        self._lg_sided: dict[tuple[str, str, str, str], None] = {}
         #: opens a sealed entry's payload and detail for its digest (a ``SealedStore`` sets it)
         self.audit_digest: Digester | None = None
         #: whether the connections score vectors with sqlite-vec (``store.sqlitevec``)
@@ -799,6 +804,23 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
 
     def _changed(self, tx: sqlite3.Connection, name: str, params: Mapping[str, Any]) -> int:
         return int(tx.execute(_Q[name], params).rowcount)
+
+    def _lg_side_rows(self, at: Mapping[str, Any]) -> None:
+        sided = self._lg_sided
+        if len(sided) >= _MAX_SIDED:  # the oldest goes: its child was put long ago
+            del sided[next(iter(sided))]
+        sided[(at["tenant"], at["thread_id"], at["ns"], at["checkpoint_id"])] = None
+
+    def _lg_fold_wanted(self, at: Mapping[str, Any]) -> bool:
+        """Only for a checkpoint this store's writers gave rows of lg_writes
+        (issue 24, 2026-12-07: a put's no-op ``lg_fold_writes`` was one of its
+        six statements; a put_writes to a stored checkpoint goes into its row,
+        ``lg_append_writes``). Asked only when the writer held the thread
+        already: no writer of another store wrote the thread since this one's
+        last write (it would have taken it, and this one would be refused), so
+        rows of lg_writes it has were put by this store, or before this writer
+        took the thread (then they stay rows, read with the record as ever)."""
+        return (at["tenant"], at["thread_id"], at["ns"], at["checkpoint_id"]) in self._lg_sided
 
     def _lg_many(self, tx: sqlite3.Connection, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         # one call for a put_writes' rows (LangGraph's bench graph: three a super-step)
