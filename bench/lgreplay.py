@@ -6,15 +6,16 @@
     valgrind --tool=callgrind python -m bench.lgreplay replay /tmp/calls.pickle --upto 300   # and --upto 0
 
 ``record`` runs ``bench.graph``'s LangGraph graph (the one ``bench.langgraph_saver``
-times) with a saver that stores nothing and keeps every ``put`` and
-``put_writes`` LangGraph hands it (durability ``"sync"``: one order, the
-loop's), pickled in one piece so the objects shared between calls (a
+times) and keeps every ``put`` and ``put_writes`` LangGraph hands the saver,
+in the order they begin (``--durability``: ``sync``, each checkpoint's put
+before its writes; ``async``, LangGraph's default and the bench's, its writes
+nearly always first: see ``record``), pickled in one piece so the objects shared between calls (a
 message in a pending write and in the next checkpoint's list) stay shared,
 as the saver's caches rely on identity. ``replay`` makes those calls in
 order on a ``CairnSaver`` over a fresh SQLite file, in one thread:
 
 * ``--windows a:b,...``: the process CPU time of the calls of super-steps
-  ``a`` to ``b`` (a super-step: a ``put_writes`` and the ``put`` after it),
+  ``a`` to ``b`` (a super-step: a ``put_writes`` and the calls up to the next one),
   µs a super-step, the median of ``--repeat`` replays on fresh files. A
   window late in the thread costing more than an early one is work that
   grows with the thread's length.
@@ -42,11 +43,18 @@ from bench.graph import langgraph_builder
 Call = tuple[str, tuple[Any, ...]]
 
 
-def record(steps: int) -> list[Call]:
-    """The calls LangGraph makes of a saver running the bench graph ``steps`` super-steps."""
+def record(steps: int, durability: str) -> list[Call]:
+    """The calls LangGraph makes of a saver running the bench graph ``steps``
+    super-steps, in the order they begin. ``"sync"``: with a saver that stores
+    nothing (each put before the writes that follow it); ``"async"``: with a
+    SQLite CairnSaver (LangGraph's default, the bench's: a super-step's writes
+    nearly always begin before its checkpoint's put, which waits for the put before it)."""
     from bench.langgraph_saver import noop_saver
+    from cairn.langgraph import CairnSaver
 
-    saver = noop_saver()
+    scratch = tempfile.TemporaryDirectory()
+    saver = noop_saver() if durability == "sync" else CairnSaver(f"sqlite:///{scratch.name}/r.sqlite",
+                                                                 tenant="bench")
     calls: list[Call] = []
     put, put_writes = saver.put, saver.put_writes
 
@@ -65,7 +73,8 @@ def record(steps: int) -> list[Call]:
     saver.put, saver.put_writes = keep_put, keep_writes  # type: ignore[method-assign]
     graph = langgraph_builder(steps, {}).compile(checkpointer=saver)
     graph.invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "chat"},
-                                            "recursion_limit": steps + 10}, durability="sync")
+                                            "recursion_limit": steps + 10}, durability=durability)
+    scratch.cleanup()
     return calls
 
 
@@ -104,12 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("mode", choices=("record", "replay"))
     parser.add_argument("path", type=Path)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--durability", choices=("sync", "async"), default="sync")
     parser.add_argument("--windows", default="")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--upto", type=int, default=None)
     args = parser.parse_args(argv)
     if args.mode == "record":
-        args.path.write_bytes(pickle.dumps(record(args.steps)))
+        args.path.write_bytes(pickle.dumps(record(args.steps, args.durability)))
         return 0
     calls: list[Call] = pickle.loads(args.path.read_bytes())  # a file this tool wrote
     gc.collect()

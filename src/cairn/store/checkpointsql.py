@@ -716,9 +716,13 @@ class SQLCheckpoints(Generic[Tx]):
                                 before_commit="langgraph.put.before_commit")
 
     def lg_put_writes(self, key: ThreadKey, holder: Holder, checkpoint_id: str, writes: Sequence[WriteRow],
-                      values: Sequence[ValueRow]) -> int:
+                      values: Sequence[ValueRow], *, stored: bool = True) -> int:
         """Store pending writes in one transaction, committed before this
-        returns; the epoch ``holder`` holds the thread at."""
+        returns; the epoch ``holder`` holds the thread at. ``stored``: whether
+        the caller knows the checkpoint stored; if not, SQLite does not try its
+        row first (``lg_append_writes``: a statement that finds nothing when
+        LangGraph's loop hands the writes over before the checkpoint's put,
+        as its default durability, ``"async"``, does nearly every super-step)."""
         where = _where(key)
         opening: list[tuple[str, dict[str, Any]]] = []
         if self._lg_arrays:  # all in the opening (_lg_operate): on PostgreSQL one message with the COMMIT
@@ -736,7 +740,7 @@ class SQLCheckpoints(Generic[Tx]):
         def close(tx: Tx, moved: list[tuple[Any, ...]] | None) -> Closing:
             if not self._lg_arrays:
                 self._lg_put_values(tx, where, values)
-                if writes and self._query(tx, "lg_append_writes", {
+                if writes and stored and self._query(tx, "lg_append_writes", {
                         **where, "checkpoint_id": checkpoint_id,
                         "record": fold_writes(writes, compact=self._lg_compact_fold)}):
                     return []  # into the checkpoint's row (a checkpoint stored: LangGraph's loop)
