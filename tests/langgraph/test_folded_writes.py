@@ -233,10 +233,12 @@ def test_rows_of_lg_writes_from_before_are_read_and_folded(app: cairn.App, db_ur
     assert _writes(_new_saver(app), c1) == found
 
 
-def test_writes_put_before_their_checkpoint_are_folded_by_its_childs_put(app: cairn.App, db_url: str) -> None:
+def test_writes_put_before_their_checkpoint_are_folded(app: cairn.App, db_url: str) -> None:
     """A ``put_writes`` that comes before its checkpoint is stored (LangGraph's
-    loop may run the two in either order) leaves rows of ``lg_writes``; the put
-    of the checkpoint's child folds them, by a writer that held the thread already too."""
+    loop, durability "async", nearly always does) leaves rows of ``lg_writes``;
+    on SQLite the checkpoint's own put folds them into its row (a writer that
+    held the thread already too), and a write put after it goes into the row;
+    on both backends every read returns them, a task's regular write as first written."""
     import uuid
 
     saver = _new_saver(app)
@@ -246,9 +248,32 @@ def test_writes_put_before_their_checkpoint_are_folded_by_its_childs_put(app: ca
     saver.put_writes(early, [("n", 5)], "task-a")
     assert _side_rows(db_url, c1_id) == 1
     c1 = _put(saver, c0, 1, checkpoint_id=c1_id)
+    sqlite = not db_url.startswith("postgresql")
+    if sqlite:  # by its own put
+        assert (_side_rows(db_url, c1_id), _folded(db_url, c1_id) is not None) == (0, True)
+    saver.put_writes(c1, [("n", 7)], "task-b")
+    if sqlite:  # a retried task: its regular write is kept as first written (PostgreSQL: not across the two)
+        saver.put_writes(c1, [("n", 6)], "task-a")
     _put(saver, c1, 2)
-    assert (_side_rows(db_url, c1_id), _folded(db_url, c1_id) is not None) == (0, True)
-    assert _writes(_new_saver(app), c1) == [("task-a", "n", 5)]
+    if sqlite:
+        assert (_side_rows(db_url, c1_id), _folded(db_url, c1_id) is not None) == (0, True)
+    assert _writes(saver, c1) == _writes(_new_saver(app), c1) == [("task-a", "n", 5), ("task-b", "n", 7)]
+
+
+def test_a_checkpoint_put_again_keeps_its_pending_writes(app: cairn.App, db_url: str) -> None:
+    """A put of a checkpoint stored already (the same id) keeps the writes its
+    row holds, and adds those put as rows before it (SQLite's ``own_writes``)."""
+    import uuid
+
+    saver = _new_saver(app)
+    c0 = _put(saver, None, 0)
+    c1_id = str(uuid.uuid4())
+    c1 = _put(saver, c0, 1, checkpoint_id=c1_id)
+    saver.put_writes(c1, [("n", 5)], "task-a")  # into the row
+    other = _new_saver(app)  # a writer that does not know c1 stored: rows of lg_writes
+    other.put_writes(c1, [("n", 7)], "task-b")
+    _put(other, c0, 1, checkpoint_id=c1_id)  # c1 again
+    assert _writes(_new_saver(app), c1) == [("task-a", "n", 5), ("task-b", "n", 7)]
 
 
 def test_a_damaged_record_after_a_good_one_is_refused_naming_its_checkpoint(app: cairn.App,

@@ -704,13 +704,16 @@ class SQLCheckpoints(Generic[Tx]):
                     "base": blob.base, "max_depth": max_depth, "refs": blob.refs, "added": blob.added})
             folded = self._lg_fold(tx, where, row, moved)
             # the checkpoint closes the transaction (_lg_operate: on PostgreSQL sent with the COMMIT)
-            return [("lg_put_checkpoint", {
+            params = {
                 **where, "checkpoint_id": row.checkpoint_id, "parent_id": row.parent_id, "run_id": run_id,
                 "checkpoint_kind": row.checkpoint_kind, "checkpoint": row.checkpoint,
                 "metadata_kind": row.metadata_kind, "metadata": row.metadata, "names": row.names,
                 "refs": row.refs, "folded_id": row.parent_id if folded is not None else None,
                 "folded": None if folded is None else folded[0],
-                "folded_refs": None if folded is None else folded[1]})]
+                "folded_refs": None if folded is None else folded[1]}
+            if not self._lg_arrays:
+                params["own_writes"] = self._lg_own_writes(tx, {**where, "checkpoint_id": row.checkpoint_id})
+            return [("lg_put_checkpoint", params)]
 
         return self._lg_operate(key, holder, opening, close, fold,
                                 before_commit="langgraph.put.before_commit")
@@ -1089,6 +1092,24 @@ class SQLCheckpoints(Generic[Tx]):
         if take:
             self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": epoch})
         return epoch, take
+
+    def _lg_own_writes(self, tx: Tx, at: Mapping[str, Any]) -> bytes | None:
+        """The folded record of the rows of ``lg_writes`` a put of checkpoint
+        ``at`` moves into its own row (``own_writes`` of ``lg_put_checkpoint``),
+        or ``None``: those this store's writers put before the checkpoint was
+        stored (``_lg_side_rows``: LangGraph's default durability hands a
+        super-step's writes over before its checkpoint's put nearly every
+        time), moved by the put itself instead of the next put's fold and its
+        update of the parent's row (SQLite, issue 24, 2026-12-07)."""
+        if not self._lg_fold_own(at):
+            return None
+        moved = read_writes(self._query(tx, "lg_take_writes", at), at["thread_id"], at["checkpoint_id"])
+        return fold_writes(sorted(moved, key=write_order), compact=self._lg_compact_fold) if moved else None
+
+    def _lg_fold_own(self, at: Mapping[str, Any]) -> bool:
+        """Whether a put of checkpoint ``at`` moves its own rows of
+        ``lg_writes`` (``_lg_own_writes``), forgetting them: by default never."""
+        return False
 
     def _lg_side_rows(self, at: Mapping[str, Any]) -> None:
         """Note that this write puts pending writes of checkpoint ``at`` (its

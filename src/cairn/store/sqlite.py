@@ -822,6 +822,11 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         took the thread (then they stay rows, read with the record as ever)."""
         return (at["tenant"], at["thread_id"], at["ns"], at["checkpoint_id"]) in self._lg_sided
 
+    def _lg_fold_own(self, at: Mapping[str, Any]) -> bool:
+        """For a checkpoint this store's writers gave rows of lg_writes: its put
+        moves them (a put that does not commit leaves them rows, read as ever)."""
+        return self._lg_sided.pop((at["tenant"], at["thread_id"], at["ns"], at["checkpoint_id"]), 0) is None
+
     def _lg_many(self, tx: sqlite3.Connection, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         # one call for a put_writes' rows (LangGraph's bench graph: three a super-step)
         tx.executemany(_Q[name], params)

@@ -1175,14 +1175,24 @@ DELETE FROM queue_shares WHERE queue = :queue AND tenant = :tenant
 SELECT 1
 
 -- name: lg_put_checkpoint
+-- :own_writes: its own pending writes put before it, moved from lg_writes (lg_take_writes),
+-- appended to those it holds if it was stored before
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
-                            checkpoint_kind, checkpoint, metadata_kind, metadata)
+                            checkpoint_kind, checkpoint, metadata_kind, metadata, writes)
 VALUES (:tenant, :thread_id, :ns, :checkpoint_id, :parent_id, :run_id,
-        :checkpoint_kind, :checkpoint, :metadata_kind, :metadata)
+        :checkpoint_kind, :checkpoint, :metadata_kind, :metadata, :own_writes)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
-    metadata_kind = excluded.metadata_kind, metadata = excluded.metadata
+    metadata_kind = excluded.metadata_kind, metadata = excluded.metadata,
+    writes = CASE WHEN excluded.writes IS NULL THEN lg_checkpoints.writes
+                  ELSE CAST(coalesce(lg_checkpoints.writes, x'') || excluded.writes AS BLOB) END
+
+-- name: lg_take_writes
+-- a put's own pending writes, put before it as rows (SQLiteStore._lg_fold_own)
+DELETE FROM lg_writes
+WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
+RETURNING task_id, idx, channel, task_path, kind, refs
 
 -- name: lg_fold_writes
 -- a put moves its parent's pending writes out of lg_writes, to fold them into the parent's
