@@ -252,12 +252,35 @@ def test_writes_put_before_their_checkpoint_are_folded(app: cairn.App, db_url: s
     if sqlite:  # by its own put
         assert (_side_rows(db_url, c1_id), _folded(db_url, c1_id) is not None) == (0, True)
     saver.put_writes(c1, [("n", 7)], "task-b")
-    if sqlite:  # a retried task: its regular write is kept as first written (PostgreSQL: not across the two)
-        saver.put_writes(c1, [("n", 6)], "task-a")
+    saver.put_writes(c1, [("n", 6)], "task-a")  # a retried task: its regular write is kept as first written
     _put(saver, c1, 2)
     if sqlite:
         assert (_side_rows(db_url, c1_id), _folded(db_url, c1_id) is not None) == (0, True)
     assert _writes(saver, c1) == _writes(_new_saver(app), c1) == [("task-a", "n", 5), ("task-b", "n", 7)]
+
+
+def test_a_write_put_as_a_row_and_again_into_the_record_is_read_once(app: cairn.App, db_url: str) -> None:
+    """A task's writes put before its checkpoint was stored (rows of
+    ``lg_writes``) and again after (into the checkpoint's record), as a
+    retried task does: a read returns each write once, as ``lg_writes`` keeps
+    one (a regular write as first written, a special one as last written).
+    On PostgreSQL the rows stay beside the record (the fold moves rows only
+    into a row that holds no record yet), so the read merges the two; until
+    2026-12-07 it returned both, and LangGraph would have applied a retried
+    task's write twice on resuming."""
+    import uuid
+
+    saver = _new_saver(app)
+    c0 = _put(saver, None, 0)
+    c1_id = str(uuid.uuid4())
+    early = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": c1_id}}
+    saver.put_writes(early, [("n", 5), ("__error__", "first")], "task-a")
+    c1 = _put(saver, c0, 1, checkpoint_id=c1_id)
+    saver.put_writes(c1, [("n", 6), ("__error__", "second")], "task-a")
+    expected = [("task-a", "__error__", "second"), ("task-a", "n", 5)]
+    assert sorted(_writes(saver, c1)) == sorted(_writes(_new_saver(app), c1)) == expected
+    _put(saver, c1, 2)
+    assert sorted(_writes(saver, c1)) == sorted(_writes(_new_saver(app), c1)) == expected
 
 
 def test_a_checkpoint_put_again_keeps_its_pending_writes(app: cairn.App, db_url: str) -> None:

@@ -583,9 +583,27 @@ def read_writes(found: Iterable[tuple[Any, ...]], thread_id: str, checkpoint_id:
         else:
             side.append(WriteRow(str(task_id), int(idx), str(channel), str(task_path), str(kind),
                                  bytes(refs)))
-    if folded and side:  # writes put after the fold: one list, in the read order
-        return sorted(folded + side, key=write_order)
+    if folded and side:
+        return _merged(folded, side)
     return folded or side
+
+
+def _merged(folded: list[WriteRow], side: list[WriteRow]) -> list[WriteRow]:
+    """A checkpoint's folded writes and its rows of ``lg_writes`` as one list,
+    in the read order, one write per task and index, as ``lg_writes`` keeps
+    them (a regular write as first written, a special one as last written).
+    A write goes into the record once its checkpoint is stored, so a row is
+    the earlier write: it wins a regular write and loses a special one. (On
+    SQLite a saver that neither put nor read the checkpoint puts rows even
+    after a record, ``lg_put_writes``' ``stored``; its row then wins a regular
+    write though written later: one write either way, never two.) Returning
+    both (as until 2026-12-07) gave LangGraph a retried task's write twice,
+    which it would apply twice on resuming the checkpoint."""
+    kept = {(w.task_id, w.idx): w for w in folded}
+    for w in side:
+        if w.idx >= 0 or (w.task_id, w.idx) not in kept:
+            kept[(w.task_id, w.idx)] = w
+    return sorted(kept.values(), key=write_order)
 
 
 def thread_taken(thread_id: str, epoch: int, lease: int | None) -> ThreadTaken:
