@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,7 +14,7 @@ import pytest
 
 import cairn
 from cairn.errors import RunNotFound
-from cairn.store.postgres import PostgresStore
+from cairn.store.postgres import PostgresStore, _relay
 from tests.store.pg import TestDatabases
 from tests.timing import SLACK
 
@@ -143,3 +145,49 @@ def _exists(app: cairn.App, run_id: str) -> bool:
     except RunNotFound:
         return False
     return True
+
+
+def test_stopping_a_listener_wakes_its_thread_which_ends(app: tuple[cairn.App, str]) -> None:
+    """The listener's thread waits on its connection with no timeout: only
+    a stop (which closes the other end of a socket pair it also waits on) or
+    a failed connection ends that wait, so the thread being gone when
+    ``stop`` returns shows the stop woke it. It used to wait up to 0.5 s for
+    a ``notifies`` timeout. The thread is first seen calling back for a
+    notification, so it is waiting, not on its way to wait, when stopped."""
+    store = app[0].store
+    assert isinstance(store, PostgresStore)
+    woken = threading.Semaphore(0)
+    before = set(threading.enumerate())
+    stop = store.listen(woken.release)
+    assert woken.acquire(timeout=10), "listen() calls back once LISTEN is in place"
+    [thread] = [t for t in threading.enumerate() if t not in before and t.name.startswith("cairn-listen-")]
+    with psycopg.connect(app[1], autocommit=True) as conn:
+        conn.execute("SELECT pg_notify('cairn_runnable', 'cairn')")
+    assert woken.acquire(timeout=10), "the notification called nobody back"
+    stop()
+    assert not thread.is_alive()
+    stop()  # a second stop is harmless
+
+
+def test_a_notification_that_arrives_with_the_stop_calls_nobody(pg_url: str) -> None:
+    """Once stopped, ``_relay`` calls nobody back, even for a notification
+    already at its socket when the stop came."""
+    calls: list[int] = []
+    stop = threading.Event()
+
+    def woken() -> None:
+        calls.append(1)
+        stop.set()  # ends _relay, as a stop would
+
+    wake, waker = socket.socketpair()
+    with wake, waker, psycopg.connect(pg_url, autocommit=True) as conn, \
+            psycopg.connect(pg_url, autocommit=True) as other:
+        conn.execute("LISTEN cairn_runnable")
+        other.execute("SELECT pg_notify('cairn_runnable', 'cairn')")
+        _relay(conn, wake, stop, "cairn", woken)
+        assert calls == [1]
+        other.execute("SELECT pg_notify('cairn_runnable', 'cairn')")
+        assert select.select([conn], [], [], 10)[0], "the notification never reached the listener"
+        waker.close()  # what a stop does
+        _relay(conn, wake, stop, "cairn", woken)  # stopped: returns without calling back
+    assert calls == [1]

@@ -231,6 +231,8 @@ import contextlib
 import functools
 import hashlib
 import logging
+import selectors
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -359,6 +361,34 @@ _Conn = psycopg.Connection[TupleRow]
 def _one_line(exc: BaseException) -> str:
     """libpq messages span lines (a hint on the second); a StoreError is one line."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _relay(
+    conn: _Conn, wake: socket.socket, stop: threading.Event, schema: str, callback: Callable[[], None]
+) -> None:
+    """Call ``callback`` for each notification on ``conn`` (which LISTENs)
+    whose payload is ``schema``, until ``stop`` is set; returns then, without
+    calling back again, even for notifications that came with the stop.
+
+    It waits on the connection's socket and on ``wake`` together, with no
+    timeout, so a stop, which closes ``wake``'s peer, ends the wait at once: a
+    ``notifies`` wait cannot be interrupted from another thread, and its
+    timeout made every stop wait. ``notifies(timeout=0)`` then reads what
+    arrived, and what arrived while ``LISTEN`` ran (psycopg keeps those for
+    the next ``notifies``); a connection the server closed reads as an error,
+    which the caller retries."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(conn.fileno(), selectors.EVENT_READ)
+        selector.register(wake, selectors.EVENT_READ)
+        while True:
+            for note in conn.notifies(timeout=0):
+                if stop.is_set():
+                    return
+                if note.payload == schema:
+                    callback()
+            if stop.is_set():
+                return
+            selector.select()
 
 
 class DatabaseClock:
@@ -849,32 +879,42 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         listening. Runs on its own thread and connection; reconnects with
         backoff, and calls ``callback`` after every (re)connection because
         notifications sent while it was away are lost. Workers keep polling
-        too: a lost notification costs latency, never a stuck run."""
+        too: a lost notification costs latency, never a stuck run.
+
+        Stopping closes one end of a socket pair whose other end the thread
+        waits on beside the connection (``_relay``), so it returns at once,
+        and no call is made once it is stopped. It used to wait in ``notifies(timeout=0.5)`` and
+        see the stop only at that timeout: every worker drain and app close
+        on PostgreSQL paid up to half a second. That wake-up needs no
+        database, so a stop while the server is down or unreachable is as
+        prompt, and no pooled connection is borrowed to send a NOTIFY."""
         stop = threading.Event()
+        wake, waker = socket.socketpair()
 
         def loop() -> None:
             backoff = 0.1
-            while not stop.is_set():
-                try:
-                    with psycopg.connect(self._url, **self._connect_kwargs) as conn:
-                        conn.execute("LISTEN cairn_runnable")
-                        backoff = 0.1
-                        callback()
-                        while not stop.is_set():
-                            for note in conn.notifies(timeout=0.5):
-                                if note.payload == self.schema:
-                                    callback()
-                except psycopg.Error as exc:
-                    log.warning("listening for runnable runs failed (%s); retrying", _one_line(exc))
-                    stop.wait(backoff)
-                    backoff = min(backoff * 2, 5.0)
+            with wake:
+                while not stop.is_set():
+                    try:
+                        with psycopg.connect(self._url, **self._connect_kwargs) as conn:
+                            conn.execute("LISTEN cairn_runnable")
+                            backoff = 0.1
+                            if stop.is_set():
+                                return
+                            callback()
+                            _relay(conn, wake, stop, self.schema, callback)
+                    except psycopg.Error as exc:
+                        log.warning("listening for runnable runs failed (%s); retrying", _one_line(exc))
+                        stop.wait(backoff)
+                        backoff = min(backoff * 2, 5.0)
 
         thread = threading.Thread(target=loop, name=f"cairn-listen-{self.schema}", daemon=True)
         thread.start()
 
         def close() -> None:
             stop.set()
-            thread.join(timeout=5)
+            waker.close()  # its peer reads as ready (end of file): the thread's wait ends
+            thread.join(timeout=5)  # a reconnection may be stuck in its connect timeout
 
         return close
 
