@@ -15,7 +15,8 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent
+import cairn
+from cairn.store.records import JOURNAL_EVENTS, EventType, HistoryEvent, RunStatus
 
 #: seconds of a ``ctx.sleep`` that must suspend the run (never due before its own entry is committed)
 NAP = 0.5
@@ -25,6 +26,20 @@ def wait_out_nap() -> None:
     """Sleep until a ``NAP`` timer set before this call is due (with a margin
     for the clock's resolution), so the next execution finds it passed."""
     time.sleep(NAP + 0.05)
+
+
+def wait_until_due(app: cairn.App, *run_ids: str) -> None:
+    """Return once the timer each run is suspended on is due by the store's
+    clock (the one a worker compares a run's ``wake_at`` with), so the next
+    drain finds it runnable. A fixed ``time.sleep`` had to cover the whole
+    timer and a margin; this waits only for what is left of it when called."""
+    for run_id in run_ids:
+        record = app.get_run(run_id)
+        assert record.status is RunStatus.SUSPENDED, f"run {run_id} is {record.status}, not suspended"
+        wake_at = record.wake_at
+        assert wake_at is not None, f"run {run_id} is suspended on no timer"
+        while (left := wake_at - app.store.clock()) > 0:
+            time.sleep(left)
 
 
 def napped(history: Sequence[HistoryEvent]) -> tuple[list[HistoryEvent], list[HistoryEvent]]:

@@ -6,7 +6,6 @@ recorded a run, and the new code a check or a migration replays it on."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from cairn.engine.steps import Step
 from cairn.errors import InvalidArgument, InvalidRunState, MigrationRefused, ReplayDivergence
 from cairn.retry import NO_RETRY
 from cairn.store.records import EventType, RunStatus
-from tests.timing import NAP
+from tests.timing import NAP, wait_until_due
 
 EXECUTED: list[str] = []
 
@@ -182,7 +181,7 @@ def test_patched_is_false_on_replay_of_runs_past_it_and_true_for_new_progress(
     code: Callable[[Callable[..., str], str], cairn.App],
 ) -> None:
     old = code(before_fix, "1")
-    old_run = old.start("flow", 1.0)
+    old_run = old.start("flow", NAP)
     _drain(old, 0.1)
     assert old.get_run(old_run.run_id).status is RunStatus.SUSPENDED  # passed the patch point: at its timer
     new = code(with_fix, "2")
@@ -190,7 +189,7 @@ def test_patched_is_false_on_replay_of_runs_past_it_and_true_for_new_progress(
     assert report.compatible, report.describe()
     new.migrate(old_run.run_id)
     fresh = new.start("flow", 0.0)
-    time.sleep(1.0)
+    wait_until_due(new, old_run.run_id)
     _drain(new, 0.3)
     assert new.handle(old_run.run_id).result(timeout=5) == "ab"  # the old branch, replayed exactly
     assert fresh.result(timeout=5) == "acb"  # the new one
@@ -239,7 +238,7 @@ def slow_compatible(ctx: cairn.Context, pause: float) -> str:
 
 def _suspended(code: Callable[[Callable[..., str], str], cairn.App]) -> tuple[cairn.App, str]:
     old = code(slow_recorded, "1")
-    handle = old.start("flow", 0.6)
+    handle = old.start("flow", NAP)
     _drain(old, 0.1)
     assert old.get_run(handle.run_id).status is RunStatus.SUSPENDED
     return old, handle.run_id
@@ -268,7 +267,7 @@ def test_migrate_moves_a_compatible_run_and_the_history_shows_it(
     assert entry["actor"] == f"app:{__import__('os').getpid()}"
     assert entry["forced"] is False
     assert [e for e in new.history(run_id) if e.position is not None] == journal  # the journal stays
-    time.sleep(0.6)
+    wait_until_due(new, run_id)
     _drain(new, 0.3)
     assert new.handle(run_id).result(timeout=5) == "ABC"  # it finished on the new code
 
@@ -315,7 +314,7 @@ def test_migrate_refuses_running_finished_and_foreign_targets(
             other.migrate(run_id, foreign)
     finally:
         other.close()
-    time.sleep(0.6)
+    wait_until_due(new, run_id)
     claim = new.store.claim_run(run_id, "holder", 30.0, 5)
     assert claim is not None
     with pytest.raises(InvalidRunState, match="is running"):

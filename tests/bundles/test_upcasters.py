@@ -5,7 +5,6 @@ run is retried (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +17,7 @@ from cairn.engine.steps import Step
 from cairn.errors import IncompatiblePayload, InvalidRunState
 from cairn.retry import NO_RETRY
 from cairn.store.records import EventType, RunStatus
+from tests.timing import NAP, wait_until_due
 
 
 @dataclass
@@ -122,11 +122,11 @@ def test_an_unreadable_payload_parks_the_run_until_an_upcaster_is_deployed(db_ur
     try:
         old.workflow(name="order")(order_flow)
         new.workflow(name="order")(order_flow)
-        run = old.start("order", 1.0)
+        run = old.start("order", NAP)
         _drain(old, 0.1)
         assert old.get_run(run.run_id).status is RunStatus.SUSPENDED
         DEPLOYED[0] = Step(StepDef.build(_make_v2, "make_order", NO_RETRY))  # the deploy
-        time.sleep(1.0)
+        wait_until_due(old, run.run_id)
         _drain(new, 0.3)
         record = new.get_run(run.run_id)
         assert record.status is RunStatus.INCOMPATIBLE
@@ -173,10 +173,10 @@ def test_an_incompatible_payload_cannot_be_swallowed_by_workflow_code(db_url: st
 
     try:
         app.workflow(name="swallow")(swallowing)
-        run = app.start("swallow", 1.0)
+        run = app.start("swallow", NAP)
         _drain(app, 0.1)
         DEPLOYED[0] = Step(StepDef.build(_make_v2, "make_order", NO_RETRY))
-        time.sleep(1.0)
+        wait_until_due(app, run.run_id)
         _drain(app, 0.3)
         assert app.get_run(run.run_id).status is RunStatus.INCOMPATIBLE
     finally:
@@ -230,11 +230,11 @@ def _park(db_url: str, before: Any, after: Any, workflow: str = "nested") -> tup
     DEPLOYED[0] = Step(StepDef.build(before, "make_order", NO_RETRY))
     app = cairn.App(db=db_url, lease_seconds=1.0)
     app.workflow(name=workflow)(nested_flow)
-    run = app.start(workflow, 1.0)
+    run = app.start(workflow, NAP)
     _drain(app, 0.1)
     assert app.get_run(run.run_id).status is RunStatus.SUSPENDED
     DEPLOYED[0] = Step(StepDef.build(after, "make_order", NO_RETRY))  # the deploy
-    time.sleep(1.0)
+    wait_until_due(app, run.run_id)
     _drain(app, 0.3)
     record = app.get_run(run.run_id)
     assert record.status is RunStatus.INCOMPATIBLE, record.error

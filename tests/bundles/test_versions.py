@@ -15,6 +15,7 @@ from cairn.engine.bundles import Bundle, code_hash
 from cairn.errors import UnknownWorkflow
 from cairn.store.records import EventType, RunStatus
 from tests.bundles import apps, flows
+from tests.timing import NAP, wait_until_due
 
 Deploy = Callable[[Callable[[str | None], cairn.App]], cairn.App]
 
@@ -118,12 +119,12 @@ def test_the_same_name_and_version_with_other_code_is_refused(deploy: Deploy) ->
 
 def test_v1_runs_wait_for_a_worker_serving_v1_and_finish_on_v1_code(deploy: Deploy) -> None:
     old = deploy(apps.serving_v1)
-    runs = [old.start("order", 1, 1.0) for _ in range(3)]
+    runs = [old.start("order", 1, NAP) for _ in range(3)]
     _drain(old, 0.1)  # they run to their timers and suspend
     assert {old.get_run(r.run_id).status for r in runs} == {RunStatus.SUSPENDED}
     v1_bundle = old.get_run(runs[0].run_id).bundle
+    wait_until_due(old, *(r.run_id for r in runs))
     old.close()
-    time.sleep(1.0)  # timers due
 
     new = deploy(apps.serving_v2)
     worker = _drain(new, 0.5)
@@ -176,10 +177,9 @@ def test_a_drifted_worker_refuses_the_bundle_and_says_why(
 
 def test_a_run_resumes_with_the_prompt_it_started_with(deploy: Deploy, db_url: str) -> None:
     first = deploy(apps.serving_v1)
-    run = first.start("order", 1, 1.0)
+    run = first.start("order", 1, NAP)
     _drain(first, 0.1)
-    assert first.get_run(run.run_id).status is RunStatus.SUSPENDED
-    time.sleep(1.0)
+    wait_until_due(first, run.run_id)
     later = cairn.App(db=db_url, lease_seconds=1.0)  # same code, another prompt
     try:
         later.prompt("greeting", "HIJACKED")

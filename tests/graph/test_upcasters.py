@@ -11,7 +11,6 @@ The readers read old checkpoints through the upcaster too."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from cairn.errors import IncompatiblePayload
 from cairn.graph import checkpoints as format_
 from cairn.store.records import EventType, RunStatus
 from tests.engine.conftest import postgres_url
+from tests.timing import NAP, wait_until_due
 
 from .conftest import BACKENDS
 
@@ -44,13 +44,13 @@ class TallyV2:  # the deployed code's state: ``n`` is now ``count``
 
 def work_v1(state: TallyV1, ctx: cairn.Context) -> dict[str, Any]:
     if state.n == 1:
-        ctx.sleep(1.0)  # the run waits here (suspended) while the new code is deployed
+        ctx.sleep(NAP)  # the run waits here (suspended) while the new code is deployed
     return {"log": [f"v1:{state.n}"], "n": state.n + 1}
 
 
 def work_v2(state: TallyV2, ctx: cairn.Context) -> dict[str, Any]:
     if state.count == 1:
-        ctx.sleep(1.0)
+        ctx.sleep(NAP)
     return {"log": [f"v2:{state.count}"], "count": state.count + 1}
 
 
@@ -97,7 +97,7 @@ def paused(old: cairn.App) -> str:
     _drain(old, 0.1)
     assert old.get_run(run.run_id).status is RunStatus.SUSPENDED
     assert [c.step for c in old.checkpoints(run.run_id)] == [1, 0]
-    time.sleep(1.0)  # the sleep is due
+    wait_until_due(old, run.run_id)
     return run.run_id
 
 
@@ -210,13 +210,13 @@ class CartV2:
 
 def cart_v1(state: CartV1, ctx: cairn.Context) -> dict[str, Any]:
     if state.n == 1:
-        ctx.sleep(1.0)
+        ctx.sleep(NAP)
     return {"items": [ItemV1(f"v1:{state.n}")], "n": state.n + 1}
 
 
 def cart_v2(state: CartV2, ctx: cairn.Context) -> dict[str, Any]:
     if state.n == 1:
-        ctx.sleep(1.0)
+        ctx.sleep(NAP)
     return {"items": [ItemV2(f"v2:{state.n}", sum(i.qty for i in state.items))], "n": state.n + 1}
 
 
@@ -233,8 +233,7 @@ def test_a_changed_item_type_in_an_appended_list_reads_through_its_upcaster(
     app, new_app = apps
     run = app.start(app.graph("cart", cart(CartV1, cart_v1)), CartV1([], 0))
     _drain(app, 0.1)
-    assert app.get_run(run.run_id).status is RunStatus.SUSPENDED
-    time.sleep(1.0)
+    wait_until_due(app, run.run_id)
     new_app.graph("cart", cart(CartV2, cart_v2))
     new_app.upcaster(ItemV2, from_version=1)(lambda data: {**data, "qty": 1})
     try:
