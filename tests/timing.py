@@ -36,10 +36,24 @@ def wait_until_due(app: cairn.App, *run_ids: str) -> None:
     for run_id in run_ids:
         record = app.get_run(run_id)
         assert record.status is RunStatus.SUSPENDED, f"run {run_id} is {record.status}, not suspended"
-        wake_at = record.wake_at
-        assert wake_at is not None, f"run {run_id} is suspended on no timer"
-        while (left := wake_at - app.store.clock()) > 0:
-            time.sleep(left)
+        assert record.wake_at is not None, f"run {run_id} is suspended on no timer"
+        _until_store_time(app, record.wake_at)
+
+
+def wait_until_lease_lapsed(app: cairn.App, run_id: str) -> None:
+    """Return once the lease of a running run (its holder killed) has run out
+    by the store's clock, so another holder may take the run over: what a
+    fixed sleep of the lease's length and a margin stood for."""
+    record = app.get_run(run_id)
+    assert record.status is RunStatus.RUNNING, f"run {run_id} is {record.status}, not running"
+    assert record.lease_expires_at is not None, f"run {run_id} is running without a lease"
+    _until_store_time(app, record.lease_expires_at)
+
+
+def _until_store_time(app: cairn.App, when: float) -> None:
+    """Sleep until ``app``'s store clock reads ``when`` or later."""
+    while (left := when - app.store.clock()) > 0:
+        time.sleep(left)
 
 
 def napped(history: Sequence[HistoryEvent]) -> tuple[list[HistoryEvent], list[HistoryEvent]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import time
 from collections.abc import Callable
 from types import ModuleType
 
@@ -11,12 +10,13 @@ import pytest
 
 import cairn
 from cairn.store.records import EventType, RunStatus
+from tests.timing import wait_until_lease_lapsed
 
 
 def recover(run_id: str) -> tuple[ModuleType, object]:
     """Load the app in this process and finish the run once the dead child's lease expired."""
     module = importlib.import_module("tests.effects.ledger_app")
-    time.sleep(0.6)  # the child's 0.5 s lease must expire before another holder may take over
+    wait_until_lease_lapsed(module.app, run_id)  # before another holder may take over
     return module, module.app.resume(run_id)
 
 
@@ -64,7 +64,7 @@ def test_write_without_reconcile_waits_for_an_operator(
     crash_at("tool.after_effect", "r3", "unreconciled", 9)
     module = importlib.import_module("tests.effects.ledger_app")
     app: cairn.App = module.app
-    time.sleep(0.6)
+    wait_until_lease_lapsed(app, "r3")
     with pytest.raises(TimeoutError):
         app.handle("r3").result(timeout=0.01)
     # resume parks the run: it never guesses
@@ -94,7 +94,7 @@ def test_operator_can_say_not_done_and_it_is_sent_with_the_same_key(
     crash_at("tool.after_intent", "r4", "unreconciled", 11)
     module = importlib.import_module("tests.effects.ledger_app")
     app: cairn.App = module.app
-    time.sleep(0.6)
+    wait_until_lease_lapsed(app, "r4")
     with pytest.raises(cairn.CairnError, match="no operation to resolve"):
         app.resolve_operation("r4", 0, done=False)
     claim = app.store.claim_run("r4", "w", 5.0, 5)
@@ -162,7 +162,7 @@ def test_a_deploy_that_removed_a_write_call_does_not_complete_over_its_effect(
     crash_at("tool.after_effect", "gone", "once", 40)
     module = importlib.import_module("tests.effects.ledger_app")
     module.CHANGED["write_removed"] = True
-    time.sleep(0.6)  # the dead child's lease must expire
+    wait_until_lease_lapsed(module.app, "gone")
     with pytest.raises(cairn.RunNeedsAttention, match="unresolved"):
         module.app.resume("gone")
     assert module.app.get_run("gone").status is RunStatus.NEEDS_ATTENTION

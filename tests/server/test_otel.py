@@ -8,7 +8,6 @@ import importlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from cairn.api.telemetry import RunTracer, trace_id_of
+from tests.timing import wait_until_lease_lapsed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def test_one_trace_per_run_across_a_kill_and_a_takeover(tmp_path: Path) -> None:
                                "--worker-id", "doomed", "--lease", "1"], env=env, cwd=REPO, timeout=60,
                               capture_output=True, text=True, check=False)
         assert dead.returncode == -9, dead.stderr
-        time.sleep(1.2)  # the dead worker's lease expires
+        wait_until_lease_lapsed(app, handle.run_id)  # the killed worker's lease
         app.worker(worker_id="rescuer", poll_interval=0.05).run(install_signals=False, max_idle=0.5)
         assert handle.result(timeout=10) == 10
 
