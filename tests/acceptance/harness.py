@@ -165,6 +165,21 @@ def sleeping_in_syscall(pid: int) -> bool:
     return fields[0].isdigit() and int(fields[0]) in _SLEEP_SYSCALLS.get(os.uname().machine, set())
 
 
+def any_thread_sleeping_in_syscall(pid: int) -> bool:
+    """Whether some thread of ``pid`` is in nanosleep: a worker's claim waiting
+    in SQLite's busy handler, whichever thread makes it."""
+    sleeps = _SLEEP_SYSCALLS.get(os.uname().machine, set())
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/syscall") as f:
+                fields = f.read().split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if fields and fields[0].isdigit() and int(fields[0]) in sleeps:
+            return True
+    return False
+
+
 def thread_syscalls(pid: int) -> str:
     """Each thread of ``pid`` with the system call it is in (or ``running``):
     for the message of a test that waited in vain for ``sleeping_in_syscall``."""

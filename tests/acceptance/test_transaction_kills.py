@@ -35,7 +35,15 @@ import cairn
 from cairn import EventType, RunStatus
 from cairn.engine.transactions import KIND
 from tests.acceptance.apps import DB_ENV, EFFECTS_ENV, SLOW_ENV
-from tests.acceptance.harness import WorkerPool, WorkerProcess, audit_history, format_history, wait_until
+from tests.acceptance.harness import (
+    WorkerPool,
+    WorkerProcess,
+    any_thread_sleeping_in_syscall,
+    audit_history,
+    format_history,
+    thread_syscalls,
+    wait_until,
+)
 from tests.acceptance.txn_apps import build_app, expected_orders
 from tests.backends import PostgresBackend, SqliteBackend, StoreBackend
 
@@ -216,7 +224,13 @@ def test_a_worker_frozen_inside_a_body_commits_nothing_twice(txn_cluster: TxnClu
         rows_by_pid = _row_pids(backend, run_id)
         assert rows_by_pid == {0: [rescuer.pid], 2: [rescuer.pid]}, rows_by_pid  # its rows only
     else:
-        # the frozen body holds the write lock: no takeover can be written meanwhile
+        # the frozen body holds the write lock: no takeover can be written meanwhile, though
+        # the rescuer is up and trying (its claim waits in SQLite's busy handler; until
+        # 2026-12-07 the test did not wait for it, and once, under CI's load, SIGTERMed a
+        # rescuer that had not started yet)
+        wait_until(lambda: any_thread_sleeping_in_syscall(rescuer.pid), 30,
+                   lambda: f"the rescuer to wait for the write lock (its threads: "
+                           f"{thread_syscalls(rescuer.pid)}; log:\n{rescuer.log_tail()})")
         time.sleep(3 * LEASE)
         assert not any(e.event is EventType.LEASE_TAKEN_OVER for e in app.history(run_id))
         frozen.send(signal.SIGCONT)
