@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import select
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -191,3 +193,23 @@ def test_a_notification_that_arrives_with_the_stop_calls_nobody(pg_url: str) -> 
         waker.close()  # what a stop does
         _relay(conn, wake, stop, "cairn", woken)  # stopped: returns without calling back
     assert calls == [1]
+
+
+def test_a_listener_whose_stop_was_dropped_ends_its_thread(app: tuple[cairn.App, str]) -> None:
+    """A caller that drops ``listen``'s stop function without calling it (a
+    public path: ``App.listen_for_changes``) closes the socket pair's peer
+    when the function is collected: the listener's thread ends, rather than
+    waking on that end of file again and again, spinning a core."""
+    store = app[0].store
+    assert isinstance(store, PostgresStore)
+    woken = threading.Semaphore(0)
+    before = set(threading.enumerate())
+    stop: Callable[[], None] | None = store.listen(woken.release)
+    assert woken.acquire(timeout=10), "listen() calls back once LISTEN is in place"
+    [thread] = [t for t in threading.enumerate() if t not in before and t.name.startswith("cairn-listen-")]
+    with warnings.catch_warnings():  # the dropped peer is collected unclosed: that is the point
+        warnings.simplefilter("ignore", ResourceWarning)
+        del stop
+        gc.collect()
+    thread.join(timeout=10 * SLACK)
+    assert not thread.is_alive(), "the listener went on after its stop function was dropped"

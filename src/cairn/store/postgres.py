@@ -367,8 +367,12 @@ def _relay(
     conn: _Conn, wake: socket.socket, stop: threading.Event, schema: str, callback: Callable[[], None]
 ) -> None:
     """Call ``callback`` for each notification on ``conn`` (which LISTENs)
-    whose payload is ``schema``, until ``stop`` is set; returns then, without
-    calling back again, even for notifications that came with the stop.
+    whose payload is ``schema``, until ``stop`` is set or ``wake``'s peer is
+    closed; returns then, without calling back again, even for notifications
+    that came with the stop. The peer closed is a stop whether or not
+    ``stop`` was set: a caller that dropped ``listen``'s stop function
+    without calling it closes the peer when it is collected, and a wait that
+    went on would find ``wake`` at end of file at once, again and again.
 
     It waits on the connection's socket and on ``wake`` together, with no
     timeout, so a stop, which closes ``wake``'s peer, ends the wait at once: a
@@ -388,7 +392,8 @@ def _relay(
                     callback()
             if stop.is_set():
                 return
-            selector.select()
+            if any(key.fileobj is wake for key, _ in selector.select()):
+                return
 
 
 class DatabaseClock:
@@ -903,6 +908,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                                 return
                             callback()
                             _relay(conn, wake, stop, self.schema, callback)
+                            return  # stopped (_relay returns for nothing else; a lost connection raises)
                     except psycopg.Error as exc:
                         log.warning("listening for runnable runs failed (%s); retrying", _one_line(exc))
                         stop.wait(backoff)
