@@ -54,12 +54,13 @@ import uuid
 import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from cairn import faults
 from cairn.errors import ThreadTaken, UnreadableCheckpoint
 from cairn.faults import fault_point
 from cairn.security.envelope import deflate_raw
+from cairn.store.sqlprimitives import SQLPrimitives
 
 Tx = TypeVar("Tx")
 T = TypeVar("T")
@@ -643,7 +644,7 @@ def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) 
 Closing = list[tuple[str, dict[str, Any]]]
 
 
-class SQLCheckpoints(Generic[Tx]):
+class SQLCheckpoints(SQLPrimitives[Tx]):
     """The LangGraph checkpoint methods of the SQL stores over a dialect's primitives."""
 
     #: whether the dialect writes a put's rows in one statement per table
@@ -669,23 +670,11 @@ class SQLCheckpoints(Generic[Tx]):
     #: transaction, ``BEGIN IMMEDIATE``, holds the whole database), a call a write for nothing
     _lg_lock_statement = True
 
-    # -- dialect primitives (sqlbase.SQLStore and the dialects provide them) ------------
-
-    def _operate(self, body: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _in_read(self, work: Callable[[Tx], T]) -> T:
-        raise NotImplementedError
-
-    def _query(self, tx: Tx, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+    # -- dialect primitive of its own (the others: sqlprimitives.SQLPrimitives) --------
 
     def _in_statements(self, work: Callable[[Tx], T]) -> T:
         """Run ``work``'s statements each on its own (no transaction around
         them): only dialects with ``_lg_batched`` provide it."""
-        raise NotImplementedError
-
-    def _list_param(self, items: Any) -> Any:
         raise NotImplementedError
 
     # -- writes -------------------------------------------------------------------------
