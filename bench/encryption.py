@@ -44,14 +44,22 @@ back per mode a round; per pair, the per cent of runs/s encryption took away,
 ``1 - (time off) / (time on)``. Figures only: no assertion (tests/ holds
 none on time either).
 
+    python -m bench.encryption --ablate           # what each piece costs a run, in CPU time
     python -m bench.encryption --instructions     # needs valgrind
     python -m bench.encryption --instructions --quick --tree ../main
     python -m bench.encryption --instructions --quick --layouts 5
     python -m bench.encryption --instructions --quick --simulate  # + cache misses, mispredicts
 
-counts the CPU instructions of 3-step runs instead, a figure that other
-processes' load does not move: the one to compare changes by on a shared
-machine. It counts the way ``bench.callcount`` does, each mode alike: one
+``--ablate`` times 3-step runs in one app off, one on and one on per piece of
+sealing taken out (``take_out``: AES-GCM replaced by a stand-in of the same
+lengths, a step's keyed digest by a constant, the run's input or result passed
+through unsealed), all in one process, each round's apps in a shuffled order;
+a piece's cost is the full app's CPU a run minus its app's in the same round.
+Where the time goes, not what is stored: those apps' rows do not verify.
+
+``--instructions`` counts the CPU instructions of 3-step runs instead, a
+figure that other processes' load does not move: the one to compare changes
+by on a shared machine. It counts the way ``bench.callcount`` does, each mode alike: one
 process per mode and window size under callgrind, instrumented only after
 its warm-up, with WAL auto-checkpoints off and the garbage collector frozen
 and off (a collection or a checkpoint falling into a window or not moved a
@@ -404,6 +412,106 @@ def timed_pairs(rounds: int, count: int) -> None:
         app.close()
 
 
+#: ``--ablate``: each piece of what encryption does in a 3-step run, taken out of one more app
+#: (a probe's stand-in, never a real store's): its cost in situ is that app's time against the
+#: full one's, paired round by round
+PIECES = ("aes", "digest", "input", "result")
+
+
+class _AesStandIn:
+    """AES-GCM's stand-in for ``--ablate``: the same length out (the plaintext and 16 zero
+    bytes), the Python call kept, none of ``cryptography``'s work."""
+
+    TAG = bytes(16)
+
+    def encrypt(self, nonce: bytes, data: bytes, associated: bytes) -> bytes:
+        return data + self.TAG
+
+
+class _DigestStandIn:
+    """A tenant's keyed BLAKE2b state's stand-in for ``--ablate``: copied, fed and asked
+    for a digest as ``sealedsteps.append`` does, each a Python call, no hashing."""
+
+    DIGEST = bytes(32)
+
+    def copy(self) -> _DigestStandIn:
+        return self
+
+    def update(self, data: bytes) -> None:
+        pass
+
+    def digest(self) -> bytes:
+        return self.DIGEST
+
+
+def take_out(app: cairn.App, piece: str) -> None:
+    """``app``'s sealed store with ``piece`` (``PIECES``) taken out: ``aes`` AES-GCM replaced
+    by ``_AesStandIn``, ``digest`` a step's keyed digest by ``_DigestStandIn``, ``input`` and
+    ``result`` the run's input or result passed to the store under it unsealed. The store's
+    caches hold the stand-ins from the app's first runs on: it is warmed up first."""
+    store: Any = app.store
+    if piece == "aes":
+        for tenant, (version, _, head, _) in list(store.keys.writing.items()):
+            store.keys.writing[tenant] = (version, _AesStandIn(), head, float("inf"))
+    elif piece == "digest":
+        for tenant in list(store.audit_keys.keyed):
+            store.audit_keys.keyed[tenant] = _DigestStandIn()
+    elif piece == "input":
+        inner, tenants, subjects = store.inner, store._tenants, store._subjects
+
+        def create_claimed_run(run: Any, worker: str, lease_seconds: float) -> Any:
+            tenants[run.run_id], subjects[run.run_id] = run.tenant, run.subject
+            return inner.create_claimed_run(run, worker, lease_seconds)
+
+        object.__setattr__(store, "create_claimed_run", create_claimed_run)
+    elif piece == "result":
+        object.__setattr__(store, "finish_run", store.inner.finish_run)
+    else:
+        raise SystemExit(f"--ablate: one of {', '.join(PIECES)}, not {piece!r}")
+
+
+def ablated(rounds: int, count: int) -> None:
+    """What each piece costs a 3-step run, in CPU time: one app off, one on, and one on per
+    piece of ``PIECES`` with it taken out (``take_out``); each round runs every app's
+    ``count`` runs, in a shuffled order, and a piece's cost is the full app's time minus its
+    app's in the same round (paired)."""
+    import random
+
+    from bench.audit import paired
+
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-ablate-"))
+    names = ("off", "on", *PIECES)
+    apps = {name: make(work / f"{name}.db", name != "off") for name in names}
+    for name, (app, _, three) in apps.items():
+        for _ in range(20):  # warmed up: compiled, the tenant's key made and cached
+            app.run(three)
+        if name in PIECES:
+            take_out(app, name)
+            app.run(three)
+    load_before = os.getloadavg()
+    order, shuffle = list(names), random.Random(25).shuffle
+    taken: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(rounds):
+        shuffle(order)
+        for name in order:
+            app, _, three = apps[name]
+            started = time.process_time()
+            for _ in range(count):
+                app.run(three)
+            taken[name].append((time.process_time() - started) / count * 1e6)
+    load_after = os.getloadavg()
+    off, on = taken["off"], taken["on"]
+    print(f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; {rounds} rounds of {count} "
+          f"3-step runs per app, shuffled; CPU a run: off {statistics.median(off):.1f} us, "
+          f"on {statistics.median(on):.1f} us")
+    print(f"  on minus off: {paired([b - a for a, b in zip(off, on, strict=True)])}")
+    for piece in PIECES:
+        saved = [a - b for a, b in zip(on, taken[piece], strict=True)]
+        print(f"  {piece:>6} taken out, on minus it (what it costs): {paired(saved)}")
+    for app, _, _ in apps.values():
+        app.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -417,6 +525,8 @@ def main() -> None:
                         help="with --instructions: simulate caches and branch prediction too (slower)")
     parser.add_argument("--rounds", type=int, default=80,
                         help="timed mode: rounds, each one pair of off and on (default 80; --quick: 12)")
+    parser.add_argument("--ablate", action="store_true",
+                        help="timed: what each piece of sealing costs a 3-step run (take_out), paired")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -425,6 +535,9 @@ def main() -> None:
         return
     if args.instructions:
         instructions((20, 60) if args.quick else (20, 220), args.tree.resolve(), args.layouts, args.simulate)
+        return
+    if args.ablate:
+        ablated(rounds=12 if args.quick else args.rounds, count=10 if args.quick else 20)
         return
     timed_pairs(rounds=12 if args.quick else args.rounds, count=10 if args.quick else 20)
 
