@@ -295,9 +295,15 @@ def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes | N
 def _linked(linked: hashlib.blake2b, version: bytes, previous: bytes, values: Sequence[Any],
             entry_digest: bytes) -> bytes:
     """``written_link``'s tail: ``version`` and the BLAKE2b ``linked`` (a blank
-    state) of ``previous`` and the body of ``values`` with ``entry_digest``."""
+    state) of ``previous`` and the body of ``values`` with ``entry_digest``
+    (the verifier's version 3)."""
     linked.update(previous)
-    linked.update(body(meta_of_values(values), entry_digest))
+    v = values
+    if type(v[3]) is float and (v[11] is None or type(v[11]) is float):  # the body in one tuple display
+        linked.update(_ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
+                               v[13], entry_digest)))
+    else:
+        linked.update(body(meta_of_values(v), entry_digest))
     return version + linked.digest()
 
 

@@ -24,7 +24,16 @@ import msgspec
 
 from cairn.security.envelope import SealError
 from cairn.store.auditkeys import KeyGone
-from cairn.store.auditlinks import GENESIS, PENDING, Digester, link_version, plain_digest, row_link
+from cairn.store.auditlinks import (
+    GENESIS,
+    PENDING,
+    Digester,
+    digest,
+    digest_v3,
+    link_version,
+    plain_digest,
+    row_link,
+)
 from cairn.store.retention import EXPIRED_TAG
 from cairn.store.rows import DamagedRow, event_from_row, unpack_payload
 
@@ -229,7 +238,7 @@ def recomputed_digest(row: tuple[Any, ...], version: int | None = None) -> bytes
             if payload[:2] == EXPIRED_TAG:
                 return None
             payload = unpack_payload(payload, f"the payload of entry {row[1]}", False)
-        return plain_digest(payload, detail, version)
+        return digest_v3(payload, detail) if version == 3 else digest(payload, detail)
     except (DamagedRow, ValueError, TypeError, msgspec.DecodeError):
         return None
 
@@ -250,7 +259,7 @@ def _plain_matches(row: tuple[Any, ...], stored: bytes, version: int) -> bool:
         detail = None if detail_text is None else _decode_json(detail_text)
     except (msgspec.DecodeError, TypeError):
         return False
-    return plain_digest(payload, detail, version) == stored
+    return (digest_v3(payload, detail) if version == 3 else digest(payload, detail)) == stored
 
 
 def _digest_problem(row: tuple[Any, ...], tenant: str, digester: Digester | None, stored: bytes,
