@@ -20,7 +20,7 @@ from cairn.store.auditlinks import link_version
 from cairn.store.auditverify import verify_store
 from cairn.store.records import RunStatus
 from tests.archive.test_archive_cli import moves
-from tests.audit.test_chain import chain_rows, rewrite_in_version_1
+from tests.audit.test_chain import chain_rows, rewrite_in_version
 from tests.encryption.test_sealed_store import Raw, build, drive, keyring
 from tests.graph.test_travel import START_STATE, Agent
 
@@ -53,17 +53,21 @@ def graph_app(place: str, sealed: bool) -> tuple[cairn.App, Agent]:
 
 def test_a_run_linked_before_version_2_archives_and_restores(place: str) -> None:
     """A run whose links are all of version 1 (written before version 2, issue
-    26, 2026-12-07) archives with its links marked as archives did before
-    and comes back with the same links; a run holding both versions comes
-    back with each."""
+    26, 2026-12-07), and one whose links are all of version 2 (written before
+    version 3, chain26), archive with their links marked as archives did
+    before and come back with the same links; a run holding versions 1 and 3
+    (as written now) comes back with each."""
     app = build(place, None)
     old = app.start("canary", "linked before", tenant="a").run_id
     assert drive(app, old, "ok") == "completed"
+    old2 = app.start("canary", "linked before version 3", tenant="a").run_id
+    assert drive(app, old2, "ok") == "completed"
     mixed = app.start("canary", "linked since", tenant="a").run_id
     assert drive(app, mixed, "ok") == "completed"
     raw = Raw(place)
-    rewrite_in_version_1(raw, old)
-    for run_id, versions in ((old, {1}), (mixed, {1, 2})):
+    rewrite_in_version(raw, old, 1)
+    rewrite_in_version(raw, old2, 2)
+    for run_id, versions in ((old, {1}), (old2, {2}), (mixed, {1, 3})):
         links = [row[16] for row in chain_rows(raw, run_id)]
         assert {link_version(link) for link in links} == versions
         record = app.operator.archive_run(run_id)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import cairn
 from cairn.store.auditlinks import GENESIS, digest, link, link_version, row_link
 from cairn.store.auditsql import ENTRY_COLUMNS
@@ -28,7 +30,8 @@ def test_every_entry_is_linked_when_written_and_verifies(place: str, sealed: boo
     raw = Raw(place)
     # a link says its version (auditlinks.link_version): 32 bytes version 1 (linked at commit, a
     # new run's first entries, PostgreSQL's statements that hash in the server), 33 bytes starting
-    # 0x02 version 2 (a journaled step's, hashed by the client on both backends)
+    # 0x02 version 2 (a journaled step's with a keyring, hashed by the client on both backends),
+    # 0x03 version 3 (the same without a keyring: its plain digest BLAKE2b)
     assert raw("SELECT count(*) FROM history WHERE link IS NULL OR length(link) NOT IN (32, 33)") == [(0,)]
     assert raw("SELECT count(*) FROM history WHERE length(link) = 33")[0][0] > 0
     # a digest is not stored only where the verifier can recompute it: without a keyring, on
@@ -91,29 +94,34 @@ def chain_rows(raw: Raw, run_id: str) -> list[tuple[Any, ...]]:
     return [(*row[:16], None if row[16] is None else bytes(row[16]), row[17]) for row in rows]
 
 
-def rewrite_in_version_1(raw: Raw, run_id: str) -> None:
-    """Rewrite a run's links as the code before version 2 wrote them: every
-    link SHA-256 (version 1) from the one before."""
+def rewrite_in_version(raw: Raw, run_id: str, version: int) -> None:
+    """Rewrite a run's links as the code before version 3 wrote them: every
+    link of ``version`` (1: SHA-256, as before version 2; 2: BLAKE2b over the
+    plain SHA-256 digest, as before version 3) from the one before."""
     previous = GENESIS
     for row in chain_rows(raw, run_id):
-        entry_digest = row[15] if row[15] is not None else recomputed_digest(row)
+        entry_digest = row[15] if row[15] is not None else recomputed_digest(row, version)
         assert entry_digest is not None
-        previous = row_link(previous, row, bytes(entry_digest), 1)
+        previous = row_link(previous, row, bytes(entry_digest), version)
         raw("UPDATE history SET link = :l WHERE run_id = :r AND seq = :s", l=previous, r=run_id, s=row[1])
-    assert {link_version(row[16]) for row in chain_rows(raw, run_id)} == {1}
+    assert {link_version(row[16]) for row in chain_rows(raw, run_id)} == {version}
 
 
-def test_links_of_version_1_verify_and_a_relabelled_link_is_named(place: str) -> None:
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_links_of_earlier_versions_verify_and_a_relabelled_link_is_named(place: str, version: int) -> None:
     """A run whose every link is of version 1 (SHA-256, 32 bytes: as written
-    before version 2, issue 26, 2026-12-07) verifies; a link of version 2
-    replaced by the version-1 link of the same entry (its label downgraded,
-    the hash recomputed correctly) no longer is what the next entry's link
-    chained from, which is named."""
+    before version 2, issue 26, 2026-12-07) or of version 2 (BLAKE2b over the
+    plain SHA-256 digest: as written before version 3, chain26) verifies; a
+    link of version 3 replaced by the link of an earlier version of the same
+    entry (its label downgraded, the hash and its digest recomputed
+    correctly) no longer is what the next entry's link chained from, which
+    is named."""
     app, runs = made(place, False)
     raw = Raw(place)
     run_id = runs["a1"]
-    assert {link_version(row[16]) for row in chain_rows(raw, run_id)} == {1, 2}  # both in one chain
-    rewrite_in_version_1(raw, run_id)
+    assert {link_version(row[16]) for row in chain_rows(raw, run_id)} == {1, 3}  # both in one chain
+    rewrite_in_version(raw, run_id, version)
     assert verify_store(app.store).problems == []
     app.close()
     # again as written, then one version-2 link (not the last) relabelled to version 1
@@ -121,12 +129,13 @@ def test_links_of_version_1_verify_and_a_relabelled_link_is_named(place: str) ->
     raw = Raw(place)
     run_id = runs["a1"]
     rows = chain_rows(raw, run_id)
-    index = next(i for i, row in enumerate(rows[:-1]) if link_version(row[16]) == 2)
+    index = next(i for i, row in enumerate(rows[:-1]) if link_version(row[16]) == 3)
     row = rows[index]
     previous = GENESIS if index == 0 else rows[index - 1][16]
-    entry_digest = row[15] if row[15] is not None else recomputed_digest(row)
+    entry_digest = row[15] if row[15] is not None else recomputed_digest(row, version)
     assert entry_digest is not None
-    downgraded = row_link(previous, row, bytes(entry_digest), 1)
+    downgraded = row_link(previous, row, bytes(entry_digest), version)
+    assert link_version(downgraded) == version
     raw("UPDATE history SET link = :l WHERE run_id = :r AND seq = :s", l=downgraded, r=run_id, s=row[1])
     problem = first_problem(app)
     assert f"run {run_id!r} entry {row[1] + 1}" in problem

@@ -20,7 +20,7 @@ import cairn
 from cairn.cli.main import main as cli
 from cairn.security.keyring import LocalKeyring, new_kek_line
 from cairn.store.auditkeys import AuditKeys
-from cairn.store.auditlinks import DIGEST_PERSON, LINK_V2, AuditKey, body, digest, link, link_version
+from cairn.store.auditlinks import DIGEST_PERSON, AuditKey, body, digest, link, link_version
 from cairn.store.auditverify import verify_store
 from tests.audit.test_chain import a_step, made
 from tests.encryption.test_sealed_store import Raw, build, drive, execute_once, keyring, runs_of
@@ -166,10 +166,17 @@ def drive_on(app: cairn.App, run_id: str) -> str:
 
 
 def test_unsealed_digest_stays_plain_sha256(place: str) -> None:
+    """Without a keyring a step's digest is not stored and its link holds the
+    plain digest: BLAKE2b (``cairn digest 3``) in a link of version 3 where the
+    client hashed it, SHA-256 in a link of version 1 where PostgreSQL did."""
     app, runs = made(place, False)
     raw = Raw(place)
     seq = a_step(raw, runs["a1"])
     plain = plain_digest(app, runs["a1"], seq)
+    (event,) = app.store.history_at(runs["a1"], [seq])
+    encoded = msgspec.msgpack.Encoder(order="sorted").encode(
+        [None if event.payload is None else event.payload.data, event.detail])
+    plain_v3 = hashlib.blake2b(encoded, digest_size=32, person=b"cairn digest 3").digest()
     stored = raw("SELECT digest FROM history WHERE run_id = :r AND seq = :s", r=runs["a1"], s=seq)[0][0]
     # not stored (no keyring, either backend): the link holds the plain digest
     assert stored is None
@@ -178,12 +185,12 @@ def test_unsealed_digest_stays_plain_sha256(place: str) -> None:
               r=runs["a1"], s=seq)[0]
     previous = raw("SELECT link FROM history WHERE run_id = :r AND seq = :s",
                    r=runs["a1"], s=seq - 1)[0][0]
-    # a step's link of version 2 where the client hashed it, of version 1 where PostgreSQL did
+    # a step's link of version 3 where the client hashed it, of version 1 where PostgreSQL did
     stored_link = bytes(row[13])
-    if link_version(stored_link) == 2:
-        hashed = bytes(previous) + body(row[:13], plain)
-        v2 = hashlib.blake2b(hashed, digest_size=32, person=b"cairn link 2").digest()
-        assert stored_link == LINK_V2 + v2
+    if link_version(stored_link) == 3:
+        hashed = bytes(previous) + body(row[:13], plain_v3)
+        v3 = hashlib.blake2b(hashed, digest_size=32, person=b"cairn link 3").digest()
+        assert stored_link == b"\x03" + v3
     else:
         assert stored_link == link(bytes(previous), row[:13], plain)
     app.close()

@@ -265,7 +265,7 @@ _LINK = 16
 
 
 #: an archive's mark of a link that recomputes (``_columns``) -> the link's version
-_MARKS: dict[bool | int, int] = {True: 1, 2: 2}
+_MARKS: dict[bool | int, int] = {True: 1, 2: 2, 3: 3}
 
 
 def _relinked(rows: list[Row], versions: list[int | None]) -> list[bytes | None]:
@@ -280,7 +280,8 @@ def _relinked(rows: list[Row], versions: list[int | None]) -> list[bytes | None]
     links: list[bytes | None] = []
     previous = GENESIS
     for row, version in zip(rows, versions, strict=True):
-        entry_digest = row[15] if row[15] is not None or row[_LINK] is None else recomputed_digest(row)
+        entry_digest = (row[15] if row[15] is not None or row[_LINK] is None or version is None
+                        else recomputed_digest(row, version))
         if row[_LINK] is None or entry_digest is None or version is None:
             links.append(None if row[_LINK] is None else bytes(row[_LINK]))
             continue

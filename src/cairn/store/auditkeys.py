@@ -157,8 +157,9 @@ class AuditKeys:
                 raise KeyGone(f"a key of entry {event.seq} is gone (erased): {exc}") from None
             raise
 
-    def plain_before_keys(self, event: HistoryEvent, tenant: str) -> bytes | None:
-        """The plain SHA-256 digest of ``event`` if it was written before its
+    def plain_before_keys(self, event: HistoryEvent, tenant: str, version: int = 2) -> bytes | None:
+        """The plain digest of ``event`` (of the formula its link's ``version``
+        covers: ``auditlinks.plain_digest``) if it was written before its
         tenant's first data key (so before its audit key), else ``None``: its
         digest was plain then, and ``cairn keys adopt`` sealed it keeping
         the digest. The verifier accepts a plain digest for such an entry
@@ -172,7 +173,7 @@ class AuditKeys:
         if float(event.at) >= created:
             return None
         data, detail = self._open(event, tenant)
-        return auditlinks.digest(data, detail)
+        return auditlinks.plain_digest(data, detail, version)
 
     def _erased(self, tenant: str, event: HistoryEvent) -> bool:
         """Whether ``event`` was sealed with a data key that was destroyed (the

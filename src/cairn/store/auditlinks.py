@@ -4,17 +4,30 @@ in ``seq`` order (issue 26; docs/design.md, "Audit chain").
 ::
 
     digest(n) = SHA-256(msgpack([payload plaintext, detail plaintext]))          (no keyring)
+              = BLAKE2b-256(the same bytes, person = "cairn digest 3")   (no keyring, link version 3)
               = BLAKE2b-256(the same bytes, key = audit key of the run's tenant,
                             person = "cairn audit 2")                        (encryption on)
               = HMAC-SHA-256(audit key, the same bytes)    (encryption on, written before v2)
-    link(n)   = 0x02 || BLAKE2b-256(link(n-1) || body(n), person = "cairn link 2")   (version 2)
+    link(n)   = 0x03 || BLAKE2b-256(link(n-1) || body(n), person = "cairn link 3")   (version 3)
+              = 0x02 || BLAKE2b-256(link(n-1) || body(n), person = "cairn link 2")   (version 2)
               = SHA-256(link(n-1) || body(n))                                      (version 1)
     body(n)   = msgpack([run_id, seq, event, at, epoch, worker, position, step_kind, name,
                          input_hash, attempt, started_at, payload_ref, digest(n)])
 
 with 32 zero bytes before a run's first entry. A stored link says its own
-version: 33 bytes starting 0x02 is version 2, 32 bytes version 1, anything
-else no version (it matches nothing: TAMPERED). Version 2 (issue 26,
+version: 33 bytes starting 0x03 is version 3, starting 0x02 version 2, 32
+bytes version 1, anything else no version (it matches nothing: TAMPERED).
+Version 3 (issue 26, chain26, 2026-12-07) is version 2 with the plain
+digest (no keyring: not stored, the verifier recomputes it) by BLAKE2b in
+its own domain instead of SHA-256: what a store without a keyring writes for
+a journaled step (``written_link`` given no digest). The step's hot path
+then runs one hash function, not two: CPython's SHA-256 compression is
+6.6 KB of unrolled code that the step loop evicts between steps, about 110
+instruction-cache misses and 3,300 instructions a step (callgrind
+``--cache-sim``), where the digest's BLAKE2b runs in the code the link's
+then uses warm. A digest stored later for such an entry (retention,
+adoption) is its version 3 digest (``plain_digest``, ``recomputed_digest``
+given the link's version). Version 2 (issue 26,
 2026-12-07) is what the client-side writers compute for a journaled step
 (``written_link``: both backends' hot paths): BLAKE2b's 2
 compressions of 128 bytes where SHA-256 took 4 of 64 in CPython's code,
@@ -101,25 +114,13 @@ _ONE_BLOCK = _builtin_sha256()
 #: The longest input that is one SHA-256 block (64 bytes less 9 of padding).
 _ONE_BLOCK_MAX = 55
 
-#: The longest input the writers hash with CPython's SHA-256 rather than
-#: OpenSSL's (``written_link``'s entry digest; a link of version 2 is BLAKE2b, and
-#: this was measured on the links of version 1): 8 blocks (8 x 64 less 9 of
-#: padding). A journaled step's link hashes about 190 bytes (4 blocks). In a
-#: loop of hashes OpenSSL's SHA extensions win (460 against 950 ns at 247
-#: bytes), but a writer hashes twice a step, between a step's other work and,
-#: on PostgreSQL, a sleep on the server's answer, and there OpenSSL's path to
-#: a hash (an EVP context made, its digest fetched, an engine looked up, the
-#: context copied, cleansed and freed: some twenty functions across
-#: libcrypto, ``perf`` samples spread thin over all of them) runs cold.
-#: Measured in the PostgreSQL step loop (``bench.audit --in-loop``,
-#: 2026-12-06, issue 26; load 2-6): each of the chain's hashes by OpenSSL
-#: 1.4-1.8 us (median), a quarter of them over 4.0-6.0 us, by CPython
-#: 1.05-1.4 us, its upper quartile 1.1-1.7; ``postgres._linked_params`` +3.2
-#: to +4.8 us a call over the chain off, against +6.0 to +9.8 with OpenSSL's
-#: link. Callgrind counts CPython's 4 blocks at some 2,000 instructions more
-#: than OpenSSL's (it sees instructions, not where they miss). Above 8
-#: blocks OpenSSL's per-block gain takes over.
-_WRITTEN_MAX = 8 * 64 - 9
+#: The writers hashed entry digests of up to 8 blocks with CPython's SHA-256
+#: too, not OpenSSL's, until version 3 of the link made their digest BLAKE2b
+#: (chain26): in the PostgreSQL step loop OpenSSL's path to a hash (an EVP
+#: context made, its digest fetched, copied, cleansed, freed: some twenty
+#: functions across libcrypto) ran cold, a quarter of its hashes over 4-6 us
+#: against CPython's 1.1-1.7 (``bench.audit --in-loop``, 2026-12-06). The
+#: verifier, which hashes in a loop, keeps OpenSSL beyond one block.
 
 #: Gives an entry's digest (a sealed store opens the entry and keys the
 #: digest), given the entry and its run's tenant if the caller knows it.
@@ -135,6 +136,30 @@ def digest(data: bytes | None, detail: dict[str, Any] | None) -> bytes:
 
 
 _EMPTY = _SHA256(_ENCODE((None, None))).digest()
+
+#: The blank BLAKE2b-256 state of the plain digest of version 3 (links of
+#: version 3), its own personalization: copied per digest, never fed itself.
+_DIGEST3 = hashlib.blake2b(digest_size=32, person=b"cairn digest 3")
+
+#: The plain digest of version 3 of an entry without payload and detail.
+_EMPTY3 = hashlib.blake2b(_ENCODE((None, None)), digest_size=32, person=b"cairn digest 3").digest()
+
+
+def digest_v3(data: bytes | None, detail: dict[str, Any] | None) -> bytes:
+    """The plain digest of version 3 (BLAKE2b-256, ``cairn digest 3``) of an
+    entry's plaintext payload bytes and detail: what a link of version 3
+    covers when the store has no keyring."""
+    if data is None and detail is None:
+        return _EMPTY3
+    hashed = _DIGEST3.copy()
+    hashed.update(_ENCODE((data, detail)))
+    return hashed.digest()
+
+
+def plain_digest(data: bytes | None, detail: dict[str, Any] | None, version: int) -> bytes:
+    """The plain digest an entry whose link is of ``version`` covers: version 3's
+    BLAKE2b, SHA-256 (``digest``) for every other."""
+    return digest_v3(data, detail) if version == 3 else digest(data, detail)
 
 
 #: the personalization of a keyed digest of version 2 (``AuditKey.digest``): its own domain, so
@@ -196,12 +221,20 @@ _V2_LENGTH = 33
 #: with its keyword arguments parsed per call.
 _LINK2 = hashlib.blake2b(digest_size=32, person=b"cairn link 2")
 
+#: The first byte of a link of version 3 (see the module's docstring).
+LINK_V3 = b"\x03"
+
+#: The blank BLAKE2b-256 state of version 3's links (``_LINK2``'s, in its own domain).
+_LINK3 = hashlib.blake2b(digest_size=32, person=b"cairn link 3")
+
 
 def link_version(stored: bytes) -> int:
-    """The version a stored link declares: 2 for 33 bytes starting ``LINK_V2``,
-    1 for 32 bytes, 0 for anything else (no formula gives it: never matches)."""
-    if len(stored) == _V2_LENGTH and stored[0] == LINK_V2[0]:
-        return 2
+    """The version a stored link declares: 3 for 33 bytes starting ``LINK_V3``,
+    2 for 33 bytes starting ``LINK_V2``, 1 for 32 bytes, 0 for anything else
+    (no formula gives it: never matches)."""
+    if len(stored) == _V2_LENGTH:
+        first = stored[0]
+        return 3 if first == 3 else 2 if first == 2 else 0
     return 1 if len(stored) == 32 else 0
 
 
@@ -215,6 +248,8 @@ def row_link(previous: bytes, values: Sequence[Any], entry_digest: bytes, versio
     link the verifier checks equals."""
     if version == 2:
         return written_link(previous, values, entry_digest)
+    if version == 3:
+        return _linked(_LINK3.copy(), LINK_V3, previous, values, entry_digest)
     if version == 1:
         return _SHA256(previous + body(meta_of_values(values), entry_digest)).digest()
     return PENDING
@@ -222,30 +257,31 @@ def row_link(previous: bytes, values: Sequence[Any], entry_digest: bytes, versio
 
 def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes | None,
                  data: bytes | None = None, detail: dict[str, Any] | None = None) -> bytes:
-    """The link of version 2 of an entry written as ``values`` after
-    ``previous``, as the writers compute it once an entry (and the verifier,
-    ``row_link``). ``entry_digest`` ``None``: the entry's plain digest is
-    computed here from its plaintext ``data`` and ``detail`` (a store
-    without a keyring, which does not store it: the verifier recomputes it).
+    """The link an entry written as ``values`` after ``previous`` gets from
+    the writers, computed once an entry (and by the verifier, ``row_link``,
+    for version 2). ``entry_digest`` given (keyed, or stored beside the
+    entry): version 2. ``None``: version 3, the entry's plain digest
+    computed here from its plaintext ``data`` and ``detail`` by BLAKE2b
+    (``digest_v3``; a store without a keyring, which does not store it: the
+    verifier recomputes it), so the step runs one hash function's code, not
+    SHA-256's and BLAKE2b's (issue 26, chain26: 3,300 instructions and about
+    110 instruction-cache misses a step less, callgrind).
 
     One Python call for the whole of a journaled step's chain work, both
     hashes and the body: each call the hot path made (``chained``, then this,
     then the bytes joined in a third) cost a frame, and the previous link was
-    copied into a joined bytes object only to be hashed. Measured with
-    callgrind on captured PostgreSQL steps (issue 26, 2026-12-07):
-    ``postgres._linked_params`` 33,649 -> 32,723 instructions a call (the
-    chain's share of it about 14,800, 6,400 of which are the two hashes'
-    compression functions: no rearranging of the Python removes those).
-    The digest is ``digest``'s bytes, CPython's SHA-256 up to 8 blocks
-    (``_WRITTEN_MAX``)."""
+    copied into a joined bytes object only to be hashed (``_linked`` is this
+    function's tail, for the verifier's version 3)."""
     if entry_digest is None:
         if data is None and detail is None:
-            entry_digest = _EMPTY
+            entry_digest = _EMPTY3
         else:
-            encoded = _ENCODE((data, detail))
-            hashed = _ONE_BLOCK(encoded) if len(encoded) <= _WRITTEN_MAX else _SHA256(encoded)
+            hashed = _DIGEST3.copy()
+            hashed.update(_ENCODE((data, detail)))
             entry_digest = hashed.digest()
-    linked = _LINK2.copy()
+        linked, version = _LINK3.copy(), LINK_V3
+    else:
+        linked, version = _LINK2.copy(), LINK_V2
     linked.update(previous)  # two updates: BLAKE2b buffers them as one input, no joined copy
     v = values
     if type(v[3]) is float and (v[11] is None or type(v[11]) is float):  # the body in one tuple display
@@ -253,7 +289,22 @@ def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes | N
                                v[13], entry_digest)))
     else:
         linked.update(body(meta_of_values(v), entry_digest))
-    return LINK_V2 + linked.digest()
+    return version + linked.digest()
+
+
+def _linked(linked: hashlib.blake2b, version: bytes, previous: bytes, values: Sequence[Any],
+            entry_digest: bytes) -> bytes:
+    """``written_link``'s tail: ``version`` and the BLAKE2b ``linked`` (a blank
+    state) of ``previous`` and the body of ``values`` with ``entry_digest``
+    (the verifier's version 3)."""
+    linked.update(previous)
+    v = values
+    if type(v[3]) is float and (v[11] is None or type(v[11]) is float):  # the body in one tuple display
+        linked.update(_ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
+                               v[13], entry_digest)))
+    else:
+        linked.update(body(meta_of_values(v), entry_digest))
+    return version + linked.digest()
 
 
 def digest_and_link(previous: bytes, values: tuple[Any, ...], data: bytes | None,

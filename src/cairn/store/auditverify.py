@@ -24,7 +24,16 @@ import msgspec
 
 from cairn.security.envelope import SealError
 from cairn.store.auditkeys import KeyGone
-from cairn.store.auditlinks import GENESIS, PENDING, Digester, digest, link_version, row_link
+from cairn.store.auditlinks import (
+    GENESIS,
+    PENDING,
+    Digester,
+    digest,
+    digest_v3,
+    link_version,
+    plain_digest,
+    row_link,
+)
 from cairn.store.retention import EXPIRED_TAG
 from cairn.store.rows import DamagedRow, event_from_row, unpack_payload
 
@@ -88,7 +97,7 @@ class Chains:
 def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], digester: Digester | None,
                   want: dict[str, int] | None = None, check_digests: bool = True,
                   legacy: dict[str, int] | None = None,
-                  plain_before: Callable[[Any, str], bytes | None] | None = None,
+                  plain_before: Callable[[Any, str, int], bytes | None] | None = None,
                   earlier: Callable[[Any, str], bytes | None] | None = None) -> Chains:
     """Check every row (``auditsql.ENTRY_COLUMNS``, in ``(run_id, seq)``
     order). ``tenants``: run -> tenant from the run rows; ``legacy``: run ->
@@ -145,9 +154,13 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
             chains.fail(run_id, seq, f"the entry's tenant {tenant!r} is not its run's "
                                      f"({tenants.get(run_id)!r}): moved across tenants")
             continue
+        # the formula is the one the stored link declares (32 bytes: SHA-256, 33 with 0x02: BLAKE2b,
+        # with 0x03: BLAKE2b over a plain digest by BLAKE2b): each checks every byte the others do,
+        # so a relabelled row is no weaker check
+        version = link_version(stored_link)
         recomputed = stored_digest is None
         if recomputed:  # not stored: the plaintext beside it gives it, the link checks it
-            stored_digest = recomputed_digest(row)
+            stored_digest = recomputed_digest(row, version)
             if stored_digest is None:
                 chains.fail(run_id, seq, "the entry's digest was not stored and its body cannot be read "
                                          "back to recompute it (removed or damaged)")
@@ -155,8 +168,9 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
         else:
             if type(stored_digest) is not bytes:
                 stored_digest = bytes(stored_digest)
-            if check_digests and not (digester is None and _plain_matches(row, stored_digest)):
-                problem = _digest_problem(row, tenant, digester, stored_digest, plain_before, earlier)
+            if check_digests and not (digester is None and _plain_matches(row, stored_digest, version)):
+                problem = _digest_problem(row, tenant, digester, stored_digest, plain_before, earlier,
+                                          version)
                 if problem is _ERASED:
                     chains.erased += 1
                 elif problem is _EXPIRED:
@@ -164,9 +178,7 @@ def verify_chains(rows: Iterable[tuple[Any, ...]], tenants: dict[str, str], dige
                 elif problem is not None:
                     chains.fail(run_id, seq, problem)
                     continue
-        # the formula is the one the stored link declares (32 bytes: SHA-256, 33 with 0x02: BLAKE2b):
-        # each checks every byte the other does, so a relabelled row is no weaker check
-        if row_link(previous, row, stored_digest, link_version(stored_link)) != stored_link:
+        if row_link(previous, row, stored_digest, version) != stored_link:
             what = "payload or detail (its digest, not stored, recomputed from them) or its " \
                 if recomputed else ""
             chains.fail(run_id, seq, "the entry does not match its link: its " + what + "metadata (type, "
@@ -206,13 +218,17 @@ def _expired(row: tuple[Any, ...]) -> str | None:
     return _EXPIRED
 
 
-def recomputed_digest(row: tuple[Any, ...]) -> bytes | None:
+def recomputed_digest(row: tuple[Any, ...], version: int | None = None) -> bytes | None:
     """The plain digest of an entry whose digest was not stored (a store
     without a keyring: ``sqlite._audited``), from its payload and detail as
-    stored (``auditsql.ENTRY_COLUMNS``); ``None`` if they cannot give it
+    stored (``auditsql.ENTRY_COLUMNS``), of the formula its link's
+    ``version`` covers (``None``: the version of the link stored in the
+    row; 3: BLAKE2b, else SHA-256); ``None`` if they cannot give it
     (a body expired, packed bytes damaged): such an entry cannot be checked,
     which is why retention and adoption store the digest before they
     change the body (``retentionsql``, ``rekey``)."""
+    if version is None:
+        version = 0 if row[16] is None else link_version(bytes(row[16]))
     payload = row[12]
     try:
         if payload is not None and type(payload) is not bytes:
@@ -222,12 +238,12 @@ def recomputed_digest(row: tuple[Any, ...]) -> bytes | None:
             if payload[:2] == EXPIRED_TAG:
                 return None
             payload = unpack_payload(payload, f"the payload of entry {row[1]}", False)
-        return digest(payload, detail)
+        return digest_v3(payload, detail) if version == 3 else digest(payload, detail)
     except (DamagedRow, ValueError, TypeError, msgspec.DecodeError):
         return None
 
 
-def _plain_matches(row: tuple[Any, ...], stored: bytes) -> bool:
+def _plain_matches(row: tuple[Any, ...], stored: bytes, version: int) -> bool:
     """Whether an unsealed entry stored as it is (no packed, spilled or
     expired payload: none starts with a NUL byte) matches its digest: the
     verifier's common case, checked without ``_digest_problem``'s calls.
@@ -243,27 +259,31 @@ def _plain_matches(row: tuple[Any, ...], stored: bytes) -> bool:
         detail = None if detail_text is None else _decode_json(detail_text)
     except (msgspec.DecodeError, TypeError):
         return False
-    return digest(payload, detail) == stored
+    return (digest_v3(payload, detail) if version == 3 else digest(payload, detail)) == stored
 
 
 def _digest_problem(row: tuple[Any, ...], tenant: str, digester: Digester | None, stored: bytes,
-                    plain_before: Callable[[Any, str], bytes | None] | None = None,
-                    earlier: Callable[[Any, str], bytes | None] | None = None) -> str | None:
-    """What is wrong with an entry's payload and detail against its digest (``None``: nothing)."""
+                    plain_before: Callable[[Any, str, int], bytes | None] | None = None,
+                    earlier: Callable[[Any, str], bytes | None] | None = None,
+                    version: int = 2) -> str | None:
+    """What is wrong with an entry's payload and detail against its digest
+    (``None``: nothing); a plain digest is of the formula the entry's link
+    ``version`` covers (``auditlinks.plain_digest``)."""
     expired = _expired(row)
     if expired is not None:
         return expired  # nothing to check its digest against: its link still is
     try:
         if digester is None:  # the stored values themselves (no entry built)
             detail = None if row[14] is None else _decode_json(row[14])
-            found = digest(unpack_payload(row[12], f"the payload of entry {row[1]}", False), detail)
+            found = plain_digest(unpack_payload(row[12], f"the payload of entry {row[1]}", False), detail,
+                                 version)
         else:
             event = event_from_row(row[:15], lenient=False)
             found = digester(event, tenant)
             if found != stored and earlier is not None:  # keyed as written before the current version
                 found = earlier(event, tenant) or found
             if found != stored and plain_before is not None:
-                found = plain_before(event, tenant) or found
+                found = plain_before(event, tenant, version) or found
     except KeyGone:
         return _ERASED  # nothing to check its digest against: its link still is
     except SealError as exc:
