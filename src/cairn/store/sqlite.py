@@ -1377,7 +1377,8 @@ def _audited(
     ``at`` final) after ``previous`` (``None``: pending, linked at commit).
     Without a keyring the digest is not stored (``None``): the verifier
     recomputes it from the plaintext stored beside it, and whatever removes
-    that plaintext stores the digest first (``auditlinks.RECOMPUTED``)."""
+    that plaintext stores the digest first, by the formula of the row's link
+    version (``auditlinks.plain_digest``)."""
     payload = event.payload
     if previous is not None and digester is None:  # the hot path's: one call, the link alone stored
         return None, auditlinks.written_link(previous, values, None,
