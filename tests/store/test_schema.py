@@ -54,6 +54,8 @@ SQLITE_ONLY = {
                         "lg_put_writes_many, the row or else rows of lg_writes in one statement)",
     "lg_take_writes": "a put's own pending writes, put before it as rows, moved into its row (PostgreSQL: "
                       "left as rows for the next put's fold)",
+    "lg_put_record": "a put_writes' record appended to its checkpoint's one row of records in lg_writes, "
+                     "the fence checked by the insert (PostgreSQL: lg_put_writes_many, a row a write)",
     "audit_previous": "the entry before an appended one, read for its audit link (PostgreSQL: in the insert)",
     "rekey_spilled_set": "a re-encrypted payload too large for its row is written back out of it",
     "ws_put_object": "one workspace object per statement (PostgreSQL: ws_put_objects, all in one)",

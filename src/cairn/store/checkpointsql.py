@@ -153,6 +153,13 @@ FOLD_DICTIONARY_2 = bytes.fromhex(
     "205f5f73746172745f5f0576616c756508000000000001c3a500040a6272616e63683a746f3a197e5f5f70726567656c"
     "5f70756c6c2c205f5f73746172745f5f0576616c756508000000000000c3a5"
 )
+#: the index of a row of ``lg_writes`` that holds records (``fold_writes``), not one write (SQLite
+#: since issue 24, 2026-12-07 afternoon): one row a checkpoint (task id ''), each ``put_writes`` to
+#: it before it is stored appending its record to ``refs`` (``lg_put_record``), so a super-step's
+#: writes are one row and one index entry, not three, and the put that stores the checkpoint moves
+#: the records into its row as they are (``lg_take_writes``: no inflating and deflating again).
+#: No write of LangGraph's has this index (its special ones are -1 to -4); queries.sql spells it.
+RECORD_IDX = -(2**31)
 
 @dataclass(frozen=True, slots=True)
 class ThreadKey:
@@ -574,19 +581,37 @@ def _unfold_one(data: bytes, budget: int) -> tuple[list[WriteRow], bytes, int]:
 
 def read_writes(found: Iterable[tuple[Any, ...]], thread_id: str, checkpoint_id: str) -> list[WriteRow]:
     """A checkpoint's pending writes from the rows a query returned: rows of
-    ``lg_writes`` (task id, index, channel, task path, kind, refs) and, as a
-    row whose task id is NULL, the record folded in its checkpoint's row."""
+    ``lg_writes`` (task id, index, channel, task path, kind, refs), a row of
+    its records (index ``RECORD_IDX``) and, as a row whose task id is NULL,
+    the record folded in its checkpoint's row."""
     folded: list[WriteRow] = []
     side: list[WriteRow] = []
+    records: list[WriteRow] = []
     for task_id, idx, channel, task_path, kind, refs in found:
         if task_id is None:
             folded += unfold_writes(bytes(refs), thread_id, checkpoint_id)
+        elif idx == RECORD_IDX:
+            records += unfold_writes(bytes(refs), thread_id, checkpoint_id)
         else:
             side.append(WriteRow(str(task_id), int(idx), str(channel), str(task_path), str(kind),
                                  bytes(refs)))
+    if records:  # a row of one write (a saver from before RECORD_IDX) is the earlier write
+        side = _merged(records, side) if side else records
     if folded and side:
         return _merged(folded, side)
     return folded or side
+
+
+def moved_records(rows: Sequence[tuple[Any, ...]]) -> bytes | None:
+    """The records of rows of ``lg_writes`` a put moved (``lg_take_writes``,
+    ``lg_fold_writes``) as they go into a checkpoint's row, when every row is
+    a row of records (``RECORD_IDX``): one after another, as they were
+    appended (``None``: a row of one write is among them, so they are read and
+    folded again). Not inflated here: a damaged record is refused when read,
+    as in the row it came from."""
+    if not rows or any(r[1] != RECORD_IDX for r in rows):
+        return None
+    return b"".join(bytes(r[5]) for r in rows)
 
 
 def _merged(folded: list[WriteRow], side: list[WriteRow]) -> list[WriteRow]:
@@ -642,6 +667,9 @@ def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) 
 
 #: statements that close a LangGraph write's transaction (``SQLCheckpoints._lg_operate``)
 Closing = list[tuple[str, dict[str, Any]]]
+#: what a fenced statement checks (``SQLCheckpoints._lg_operate``): the thread's holder row is
+#: ``{"owner": ..., "epoch": ...}``, else it changes nothing (``_Unfenced``)
+Fence = dict[str, Any]
 
 
 class SQLCheckpoints(SQLPrimitives[Tx]):
@@ -700,7 +728,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         if folding:
             fold = ("lg_fold_writes", {**where, "checkpoint_id": row.parent_id})
 
-        def close(tx: Tx, moved: list[tuple[Any, ...]] | None) -> Closing:
+        def close(tx: Tx, moved: list[tuple[Any, ...]] | None, fence: Fence | None = None) -> Closing:
             if not self._lg_arrays:
                 self._lg_put_values(tx, where, values)
             for blob in () if self._lg_arrays else blobs:
@@ -718,9 +746,13 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                 "refs": row.refs, "folded_id": row.parent_id if folded is not None else None,
                 "folded": None if folded is None else folded[0],
                 "folded_refs": None if folded is None else folded[1]}
-            if not self._lg_arrays:
-                params["own_writes"] = self._lg_own_writes(tx, {**where, "checkpoint_id": row.checkpoint_id})
-            return [("lg_put_checkpoint", params)]
+            if fence is None:
+                return [("lg_put_checkpoint", params)]
+            # the fence and the row in one statement: it inserts nothing unless the holder is the fence's
+            params["own_writes"] = self._lg_own_writes(tx, {**where, "checkpoint_id": row.checkpoint_id})
+            if not self._changed(tx, "lg_put_checkpoint", {**params, **fence}):
+                raise _Unfenced
+            return []
 
         return self._lg_operate(key, holder, opening, close, fold,
                                 before_commit="langgraph.put.before_commit")
@@ -747,22 +779,24 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                     "record": fold_writes(writes, compact=self._lg_compact_fold),
                     "record_refs": row_refs(w.refs for w in writes)}))
 
-        def close(tx: Tx, moved: list[tuple[Any, ...]] | None) -> Closing:
-            if not self._lg_arrays:
-                self._lg_put_values(tx, where, values)
-                if writes and stored and self._query(tx, "lg_append_writes", {
-                        **where, "checkpoint_id": checkpoint_id,
-                        "record": fold_writes(writes, compact=self._lg_compact_fold)}):
-                    return []  # into the checkpoint's row (a checkpoint stored: LangGraph's loop)
-                if writes:
-                    self._lg_side_rows({**where, "checkpoint_id": checkpoint_id})
-                for name, kept in (("lg_put_write", [w for w in writes if w.idx >= 0]),
-                                   ("lg_replace_write", [w for w in writes if w.idx < 0])):
-                    if kept:  # one call for all the rows of a statement
-                        self._lg_many(tx, name, [{
-                            **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
-                            "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs}
-                            for w in kept])
+        def close(tx: Tx, moved: list[tuple[Any, ...]] | None, fence: Fence | None = None) -> Closing:
+            if fence is None:
+                return []
+            self._lg_put_values(tx, where, values)
+            if not writes:  # (``hold``) nothing to write: the fence alone, read
+                if [tuple(r) for r in self._query(tx, "lg_thread_holder", where)] != [
+                        (fence["owner"], fence["epoch"])]:
+                    raise _Unfenced
+                return []
+            # the fence and the write in one statement: each changes nothing unless the holder is the fence's
+            at = {**where, **fence, "checkpoint_id": checkpoint_id,
+                  "record": fold_writes(writes, compact=self._lg_compact_fold)}
+            if stored and self._query(tx, "lg_append_writes", at):
+                return []  # into the checkpoint's row (a checkpoint stored: LangGraph's loop)
+            # not stored (or not fenced: this tells): the record appended to the checkpoint's row of records
+            if not self._changed(tx, "lg_put_record", at):
+                raise _Unfenced
+            self._lg_side_rows(at)
             return []
 
         return self._lg_operate(key, holder, opening, close)
@@ -1055,7 +1089,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
 
     def _lg_operate(self, key: ThreadKey, holder: Holder,
                     opening: Sequence[tuple[str, Mapping[str, Any]]],
-                    close: Callable[[Tx, list[tuple[Any, ...]] | None], Closing],
+                    close: Callable[..., Closing],
                     fold: tuple[str, Mapping[str, Any]] | None = None,
                     before_commit: str | None = None) -> int:
         """Run a write in one durable transaction holding the thread
@@ -1064,31 +1098,42 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         holds the thread at. Then the statements of ``opening``, then the
         statement ``fold`` (``lg_fold_writes``), then the statements
         ``close(tx, rows fold moved)`` returns (``None`` without ``fold``),
-        then the fault point ``before_commit``. ``opening`` therefore never
+        then the fault point ``before_commit``. ``close`` also takes the
+        ``Fence`` its fenced statements check (a dialect that checks the fence
+        itself, PostgreSQL's ``lg_hold``, gives none). ``opening`` therefore never
         depends on what an earlier statement returned, nor the closing on
         anything but the rows ``fold`` moved: PostgreSQL sends the write as
         one message with its COMMIT when ``fold`` moves nothing, else in two
         (issue 24, 2026-12-07, ``PostgresStore._lg_operate``)."""
-        def run(tx: Tx) -> int:
-            where = self._lg_lock(tx, key)
-            epoch, took = self._lg_hold(tx, where, holder, self._query(tx, "lg_thread_holder", where))
+        def run(tx: Tx, guess: int | None) -> int:
+            if guess is not None:  # the fence checked by the write's own statements
+                epoch, took = guess, False
+            else:
+                where = self._lg_lock(tx, key)
+                epoch, took = self._lg_hold(tx, where, holder, self._query(tx, "lg_thread_holder", where))
             for name, params in opening:
                 self._query(tx, name, params)
             moved = None
             if fold is not None:  # not run (nothing to move): none moved
                 moved = self._query(tx, *fold) if took or self._lg_fold_wanted(fold[1]) else []
-            for name, params in close(tx, moved):
+            for name, params in close(tx, moved, {"owner": holder.owner, "epoch": epoch}):
                 self._query(tx, name, params)
             if before_commit is not None and faults.ARMED:
                 fault_point(before_commit)
             return epoch
 
-        return self._operate(run)
-
-    def _lg_many(self, tx: Tx, name: str, params: Sequence[Mapping[str, Any]]) -> None:
-        """Run statement ``name`` once per parameter set (SQLite: ``executemany``)."""
-        for one in params:
-            self._query(tx, name, one)
+        # A writer that held the thread (or holds a lease) expects its holder row as it left it:
+        # its statements check it themselves (issue 24, 2026-12-07 afternoon: on SQLite the
+        # holder's SELECT was one of a super-step's 13 statements, twice). If one finds another
+        # holder (``_Unfenced``: nothing written), the write is rolled back and run again as
+        # ever, the holder read and ``hold_rule`` deciding: refused, taken, or written.
+        guess = holder.lease if holder.lease is not None else holder.epoch
+        if guess is not None:
+            try:
+                return self._operate(lambda tx: run(tx, guess))
+            except _Unfenced:
+                pass
+        return self._operate(lambda tx: run(tx, None))
 
     def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder, found: list[tuple[Any, ...]]
                  ) -> tuple[int, bool]:
@@ -1110,7 +1155,11 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         update of the parent's row (SQLite, issue 24, 2026-12-07)."""
         if not self._lg_fold_own(at):
             return None
-        moved = read_writes(self._query(tx, "lg_take_writes", at), at["thread_id"], at["checkpoint_id"])
+        rows = self._query(tx, "lg_take_writes", at)
+        records = moved_records(rows)
+        if records is not None:
+            return records
+        moved = read_writes(rows, at["thread_id"], at["checkpoint_id"])
         return fold_writes(sorted(moved, key=write_order), compact=self._lg_compact_fold) if moved else None
 
     def _lg_fold_own(self, at: Mapping[str, Any]) -> bool:
@@ -1148,6 +1197,10 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         at = {**where, "checkpoint_id": parent}
         if moved_rows is None:
             moved_rows = self._query(tx, "lg_fold_writes", at)
+        records = None if self._lg_fold_in_put else moved_records(moved_rows)
+        if records is not None:  # rows of records (SQLite): moved as they are (its row has no refs column)
+            self._query(tx, "lg_set_folded", {**at, "folded": records})
+            return records, b""
         moved = read_writes(moved_rows, where["thread_id"], parent)
         if not moved:
             return None
@@ -1308,6 +1361,12 @@ class _Older:
 
 
 _OLDER = _Older()
+
+
+class _Unfenced(Exception):
+    """A fenced statement found the thread held otherwise than its ``Fence``
+    and changed nothing (``SQLCheckpoints._lg_operate``: the write is rolled
+    back and run again with the holder read)."""
 
 
 class _Incomplete(Exception):

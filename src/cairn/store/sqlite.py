@@ -827,10 +827,6 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         moves them (a put that does not commit leaves them rows, read as ever)."""
         return self._lg_sided.pop((at["tenant"], at["thread_id"], at["ns"], at["checkpoint_id"]), 0) is None
 
-    def _lg_many(self, tx: sqlite3.Connection, name: str, params: Sequence[Mapping[str, Any]]) -> None:
-        # one call for a put_writes' rows (LangGraph's bench graph: three a super-step)
-        tx.executemany(_Q[name], params)
-
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._read() as conn:
             return conn.execute(_Q[name], params).fetchall()

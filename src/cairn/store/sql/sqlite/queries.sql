@@ -1176,11 +1176,15 @@ SELECT 1
 
 -- name: lg_put_checkpoint
 -- :own_writes: its own pending writes put before it, moved from lg_writes (lg_take_writes),
--- appended to those it holds if it was stored before
+-- appended to those it holds if it was stored before. Fenced: nothing is written unless the
+-- thread's holder is :owner at :epoch (checkpointsql._lg_operate; issue 24, 2026-12-07 afternoon:
+-- the holder's SELECT of its own was a statement a write)
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
                             checkpoint_kind, checkpoint, metadata_kind, metadata, writes)
-VALUES (:tenant, :thread_id, :ns, :checkpoint_id, :parent_id, :run_id,
-        :checkpoint_kind, :checkpoint, :metadata_kind, :metadata, :own_writes)
+SELECT :tenant, :thread_id, :ns, :checkpoint_id, :parent_id, :run_id,
+       :checkpoint_kind, :checkpoint, :metadata_kind, :metadata, :own_writes
+WHERE EXISTS (SELECT 1 FROM lg_threads
+              WHERE tenant = :tenant AND thread_id = :thread_id AND owner = :owner AND epoch = :epoch)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
@@ -1240,11 +1244,28 @@ ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
 -- (checkpointsql.fold_writes; unfold_writes reads the records in order, a regular write kept as
 -- first written, a special one as last written), as PostgreSQL's lg_put_writes_many (issue 24,
 -- 2026-12-07): one row updated, not three rows of lg_writes inserted and deleted again by the
--- next put's fold. No row returned: the checkpoint is not stored (yet), its writes are rows of
--- lg_writes (lg_put_write, lg_replace_write)
+-- next put's fold. No row returned: the checkpoint is not stored (yet), its writes go to
+-- lg_writes (lg_put_record), or the thread's holder is not :owner at :epoch (fenced, as
+-- lg_put_checkpoint; lg_put_record tells which)
 UPDATE lg_checkpoints SET writes = CAST(coalesce(writes, x'') || :record AS BLOB)  -- || makes text
 WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
+  AND EXISTS (SELECT 1 FROM lg_threads
+              WHERE tenant = :tenant AND thread_id = :thread_id AND owner = :owner AND epoch = :epoch)
 RETURNING 1
+
+-- name: lg_put_record
+-- a put_writes to a checkpoint not stored (yet): its record (checkpointsql.fold_writes) appended
+-- to the checkpoint's one row of records in lg_writes (task id '', index RECORD_IDX; unfold_writes
+-- reads them in order, a regular write kept as first written, a special one as last written), moved
+-- as it is into the checkpoint's row by its put (lg_take_writes). Fenced, as lg_put_checkpoint: no
+-- row changed when the thread's holder is not :owner at :epoch. (Issue 24, 2026-12-07 afternoon:
+-- a row a write, three a super-step, each with its index entry, before.)
+INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
+SELECT :tenant, :thread_id, :ns, :checkpoint_id, '', -2147483648, '', '', 'value', :record
+WHERE EXISTS (SELECT 1 FROM lg_threads
+              WHERE tenant = :tenant AND thread_id = :thread_id AND owner = :owner AND epoch = :epoch)
+ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    refs = CAST(lg_writes.refs || excluded.refs AS BLOB)
 
 -- name: lg_put_write
 -- a regular write is kept as first written (a retried task writes the same)
@@ -1371,10 +1392,12 @@ DELETE FROM lg_blobs
 WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND channel = :channel AND version = :version
 
 -- name: lg_thread_refs
--- every packed digest list of the thread (and, with their checkpoint id, its folded writes)
+-- every packed digest list of the thread (and, with their checkpoint id, its folded writes and
+-- its rows of records, index RECORD_IDX)
 SELECT refs, NULL FROM lg_blobs WHERE tenant = :tenant AND thread_id = :thread_id
 UNION ALL
-SELECT refs, NULL FROM lg_writes WHERE tenant = :tenant AND thread_id = :thread_id
+SELECT refs, CASE WHEN idx = -2147483648 THEN checkpoint_id END FROM lg_writes
+WHERE tenant = :tenant AND thread_id = :thread_id
 UNION ALL
 SELECT writes, checkpoint_id FROM lg_checkpoints
 WHERE tenant = :tenant AND thread_id = :thread_id AND writes IS NOT NULL
