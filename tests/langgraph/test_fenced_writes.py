@@ -8,10 +8,11 @@ with nothing written (values included); nobody holds it (deleted), taken
 again; its epoch moved under the same owner, written.
 
 On SQLite a ``put_writes`` to a checkpoint not stored yet (LangGraph's
-default durability, nearly every super-step) appends one record to the
-checkpoint's one row of records in ``lg_writes`` (``RECORD_IDX``), which the
-checkpoint's put moves into its row as it is; garbage collection keeps the
-values such a row names. A super-step is 8.5 statements (13 before)."""
+default durability, nearly every super-step) appends its record to the
+checkpoint's *pending* row in ``lg_checkpoints`` (no checkpoint: no read lists
+it or returns it), which the checkpoint's put fills in; a prune drops such a
+row with the writes of checkpoints not stored (as rows of ``lg_writes``) and
+collects its values. A super-step is 7.5 statements (13 before)."""
 
 from __future__ import annotations
 
@@ -89,45 +90,60 @@ def test_a_writer_whose_epoch_moved_under_it_still_writes(app: cairn.App, db_url
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_writes_before_their_checkpoint_are_one_row_moved_into_it(app: cairn.App, db_url: str) -> None:
+def test_writes_before_their_checkpoint_are_its_pending_row(app: cairn.App, db_url: str) -> None:
     from langgraph.checkpoint.base import ERROR
 
     saver = _saver(app)
     c1 = _put(saver, None, 0)
-    c2_id = "1f0e0000-0000-6000-8000-000000000002"
+    c2_id = "1fff0000-0000-6000-8000-000000000002"
     c2 = {"configurable": {**c1["configurable"], "checkpoint_id": c2_id}}
     saver.put_writes(c2, [("log", LONG), ("n", 7)], "task-b", "~path, b")
     saver.put_writes(c2, [("log", "retried")], "task-b", "~path, b")  # a regular write: the first stays
     saver.put_writes(c2, [(ERROR, "boom")], "task-c")
     saver.put_writes(c2, [(ERROR, "boom again")], "task-c")  # a special write: the last stays
-    rows = _sql(db_url, "SELECT task_id, idx FROM lg_writes")
-    assert rows == [("", -(2**31))], "one row of records for the checkpoint"
+    assert _sql(db_url, "SELECT count(*) FROM lg_writes")[0][0] == 0
+    pending = _sql(db_url, "SELECT checkpoint_kind FROM lg_checkpoints WHERE checkpoint_id = ?", (c2_id,))
+    assert pending == [("",)]
+    thread = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    for reader in (saver, _saver(app)):  # a pending row is no checkpoint
+        assert reader.get_tuple(c2) is None
+        latest = reader.get_tuple(thread)
+        assert latest is not None
+        assert latest.config == c1
+        assert [t.config for t in reader.list(thread)] == [c1]
     expected = [("task-c", ERROR, "boom again"), ("task-b", "log", LONG), ("task-b", "n", 7)]
-    _put(saver, c1, 1, checkpoint_id=c2_id)
-    assert _sql(db_url, "SELECT count(*) FROM lg_writes")[0][0] == 0, "moved into the checkpoint's row"
+    assert _put(saver, c1, 1, checkpoint_id=c2_id) == c2
     assert _writes(saver, c2) == expected
     assert _writes(_saver(app), c2) == expected
+    saver.put_writes(c2, [("log", "after")], "task-d")  # into the row, after the pending ones
+    # read in task path order: task-d (no path) before task-b
+    assert _writes(_saver(app), c2) == [expected[0], ("task-d", "log", "after"), *expected[1:]]
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_collection_keeps_the_values_a_row_of_records_names(app: cairn.App, db_url: str) -> None:
-    """A writer that does not know the checkpoint stored puts its writes as a
-    row of records; a prune must count the values it names."""
-    first = _saver(app)
-    c1 = _put(first, None, 0)
-    other = _saver(app)
-    other.put_writes(c1, [("log", LONG)], "task-a")
-    assert _sql(db_url, "SELECT count(*) FROM lg_writes")[0][0] == 1
-    other.prune(["t"])
+def test_a_prune_keeps_what_stored_writes_name_and_drops_pending_rows(app: cairn.App, db_url: str) -> None:
+    """Values named by a stored checkpoint's writes survive a prune; a pending
+    row (writes of a checkpoint not stored) is dropped by it, as rows of
+    ``lg_writes`` of such a checkpoint were, and its values collected."""
+    saver = _saver(app)
+    c1 = _put(saver, None, 0)
+    _saver(app).put_writes(c1, [("log", LONG)], "task-a")  # another saver: it takes the thread
+    ahead = {"configurable": {**c1["configurable"], "checkpoint_id": "1fff0000-0000-6000-8000-0000000000ff"}}
+    writer = _saver(app)
+    writer.put_writes(ahead, [("log", LONG + "ahead")], "task-b")
+    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 2
+    writer.prune(["t"])
     assert _writes(_saver(app), c1) == [("task-a", "log", LONG)]
+    assert _sql(db_url, "SELECT count(*) FROM lg_checkpoints")[0][0] == 1
+    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 1
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_two_super_steps_are_seventeen_statements_on_sqlite(app: cairn.App, db_url: str) -> None:
+def test_two_super_steps_are_fifteen_statements_on_sqlite(app: cairn.App, db_url: str) -> None:
     """LangGraph's default durability: a super-step's writes, then its
-    checkpoint's put. put_writes: BEGIN, its value, its record, COMMIT; put:
-    BEGIN, its list version (every other one: a tail in the checkpoint's row),
-    taking its writes, the checkpoint, COMMIT."""
+    checkpoint's put. put_writes: BEGIN, its value, its record (the
+    checkpoint's pending row), COMMIT; put: BEGIN, its list version (every
+    other one: a tail in the checkpoint's row), the checkpoint, COMMIT."""
     from langgraph.checkpoint.base import empty_checkpoint
 
     saver = _saver(app)
@@ -148,8 +164,8 @@ def test_two_super_steps_are_seventeen_statements_on_sqlite(app: cairn.App, db_u
         saver.put_writes(at, [("log", [messages[-1]])], "task")
         config = saver.put(config, checkpoint, {"step": step}, {"log": version})
     conn.set_trace_callback(None)
-    writes = ["BEGIN IMMEDIATE", "INSERT INTO lg_values", "INSERT INTO lg_writes", "COMMIT"]
-    put = ["BEGIN IMMEDIATE", "DELETE FROM lg_writes", "INSERT INTO lg_checkpoints", "COMMIT"]
+    writes = ["BEGIN IMMEDIATE", "INSERT INTO lg_values", "INSERT INTO lg_checkpoints", "COMMIT"]
+    put = ["BEGIN IMMEDIATE", "INSERT INTO lg_checkpoints", "COMMIT"]
     row = [*put[:1], "INSERT INTO lg_blobs", *put[1:]]
     assert [" ".join(s.split()[:3]) for s in sent] in ([*writes, *row, *writes, *put],
                                                        [*writes, *put, *writes, *row])

@@ -16,7 +16,10 @@ thread's storage linear:
   nor has a list version held as a tail (``lg_tail_every``): the row names
   its base version and the tail's digests are among its inline ones;
 * ``lg_writes``: pending writes, each a packed digest list too, so the value
-  a node wrote and the item the next checkpoint appends are one row;
+  a node wrote and the item the next checkpoint appends are one row (SQLite
+  since 2026-12-07 writes none: a put_writes' record goes to its checkpoint's
+  row, a *pending* one, ``checkpoint_kind`` '', while the checkpoint is not
+  stored: ``lg_put_record``);
 * ``lg_checkpoints``: the checkpoint (channel values removed) and metadata,
   and (``writes``) its pending writes folded in: a put moves its parent's
   rows of ``lg_writes`` into the parent's row, one compressed record
@@ -153,13 +156,6 @@ FOLD_DICTIONARY_2 = bytes.fromhex(
     "205f5f73746172745f5f0576616c756508000000000001c3a500040a6272616e63683a746f3a197e5f5f70726567656c"
     "5f70756c6c2c205f5f73746172745f5f0576616c756508000000000000c3a5"
 )
-#: the index of a row of ``lg_writes`` that holds records (``fold_writes``), not one write (SQLite
-#: since issue 24, 2026-12-07 afternoon): one row a checkpoint (task id ''), each ``put_writes`` to
-#: it before it is stored appending its record to ``refs`` (``lg_put_record``), so a super-step's
-#: writes are one row and one index entry, not three, and the put that stores the checkpoint moves
-#: the records into its row as they are (``lg_take_writes``: no inflating and deflating again).
-#: No write of LangGraph's has this index (its special ones are -1 to -4); queries.sql spells it.
-RECORD_IDX = -(2**31)
 
 @dataclass(frozen=True, slots=True)
 class ThreadKey:
@@ -581,37 +577,19 @@ def _unfold_one(data: bytes, budget: int) -> tuple[list[WriteRow], bytes, int]:
 
 def read_writes(found: Iterable[tuple[Any, ...]], thread_id: str, checkpoint_id: str) -> list[WriteRow]:
     """A checkpoint's pending writes from the rows a query returned: rows of
-    ``lg_writes`` (task id, index, channel, task path, kind, refs), a row of
-    its records (index ``RECORD_IDX``) and, as a row whose task id is NULL,
-    the record folded in its checkpoint's row."""
+    ``lg_writes`` (task id, index, channel, task path, kind, refs) and, as a
+    row whose task id is NULL, the record folded in its checkpoint's row."""
     folded: list[WriteRow] = []
     side: list[WriteRow] = []
-    records: list[WriteRow] = []
     for task_id, idx, channel, task_path, kind, refs in found:
         if task_id is None:
             folded += unfold_writes(bytes(refs), thread_id, checkpoint_id)
-        elif idx == RECORD_IDX:
-            records += unfold_writes(bytes(refs), thread_id, checkpoint_id)
         else:
             side.append(WriteRow(str(task_id), int(idx), str(channel), str(task_path), str(kind),
                                  bytes(refs)))
-    if records:  # a row of one write (a saver from before RECORD_IDX) is the earlier write
-        side = _merged(records, side) if side else records
     if folded and side:
         return _merged(folded, side)
     return folded or side
-
-
-def moved_records(rows: Sequence[tuple[Any, ...]]) -> bytes | None:
-    """The records of rows of ``lg_writes`` a put moved (``lg_take_writes``,
-    ``lg_fold_writes``) as they go into a checkpoint's row, when every row is
-    a row of records (``RECORD_IDX``): one after another, as they were
-    appended (``None``: a row of one write is among them, so they are read and
-    folded again). Not inflated here: a damaged record is refused when read,
-    as in the row it came from."""
-    if not rows or any(r[1] != RECORD_IDX for r in rows):
-        return None
-    return b"".join(bytes(r[5]) for r in rows)
 
 
 def _merged(folded: list[WriteRow], side: list[WriteRow]) -> list[WriteRow]:
@@ -619,10 +597,7 @@ def _merged(folded: list[WriteRow], side: list[WriteRow]) -> list[WriteRow]:
     in the read order, one write per task and index, as ``lg_writes`` keeps
     them (a regular write as first written, a special one as last written).
     A write goes into the record once its checkpoint is stored, so a row is
-    the earlier write: it wins a regular write and loses a special one. (On
-    SQLite a saver that neither put nor read the checkpoint puts rows even
-    after a record, ``lg_put_writes``' ``stored``; its row then wins a regular
-    write though written later: one write either way, never two.) Returning
+    the earlier write: it wins a regular write and loses a special one. Returning
     both (as until 2026-12-07) gave LangGraph a retried task's write twice,
     which it would apply twice on resuming the checkpoint."""
     kept = {(w.task_id, w.idx): w for w in folded}
@@ -748,8 +723,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                 "folded_refs": None if folded is None else folded[1]}
             if fence is None:
                 return [("lg_put_checkpoint", params)]
-            # the fence and the row in one statement: it inserts nothing unless the holder is the fence's
-            params["own_writes"] = self._lg_own_writes(tx, {**where, "checkpoint_id": row.checkpoint_id})
+            # the fence and the row in one statement: it writes nothing unless the holder is the fence's
             if not self._changed(tx, "lg_put_checkpoint", {**params, **fence}):
                 raise _Unfenced
             return []
@@ -758,13 +732,9 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                                 before_commit="langgraph.put.before_commit")
 
     def lg_put_writes(self, key: ThreadKey, holder: Holder, checkpoint_id: str, writes: Sequence[WriteRow],
-                      values: Sequence[ValueRow], *, stored: bool = True) -> int:
+                      values: Sequence[ValueRow]) -> int:
         """Store pending writes in one transaction, committed before this
-        returns; the epoch ``holder`` holds the thread at. ``stored``: whether
-        the caller knows the checkpoint stored; if not, SQLite does not try its
-        row first (``lg_append_writes``: a statement that finds nothing when
-        LangGraph's loop hands the writes over before the checkpoint's put,
-        as its default durability, ``"async"``, does nearly every super-step)."""
+        returns; the epoch ``holder`` holds the thread at."""
         where = _where(key)
         opening: list[tuple[str, dict[str, Any]]] = []
         if self._lg_arrays:  # all in the opening (_lg_operate): on PostgreSQL one message with the COMMIT
@@ -788,15 +758,12 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                         (fence["owner"], fence["epoch"])]:
                     raise _Unfenced
                 return []
-            # the fence and the write in one statement: each changes nothing unless the holder is the fence's
-            at = {**where, **fence, "checkpoint_id": checkpoint_id,
-                  "record": fold_writes(writes, compact=self._lg_compact_fold)}
-            if stored and self._query(tx, "lg_append_writes", at):
-                return []  # into the checkpoint's row (a checkpoint stored: LangGraph's loop)
-            # not stored (or not fenced: this tells): the record appended to the checkpoint's row of records
-            if not self._changed(tx, "lg_put_record", at):
+            # the record appended to the checkpoint's row, stored or pending (SQLite's lg_put_record), in
+            # one statement with the fence: it changes nothing unless the holder is the fence's
+            if not self._changed(tx, "lg_put_record", {
+                    **where, **fence, "checkpoint_id": checkpoint_id,
+                    "record": fold_writes(writes, compact=self._lg_compact_fold)}):
                 raise _Unfenced
-            self._lg_side_rows(at)
             return []
 
         return self._lg_operate(key, holder, opening, close)
@@ -1048,6 +1015,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
             for thread_id in sorted({r[0] for r in gone}):
                 where = self._lg_lock(tx, ThreadKey(tenant, thread_id, ""))
                 self._query(tx, "lg_delete_orphan_writes", where)
+                self._lg_drop_pending(tx, where)
                 self._lg_collect(tx, where, versions_of)
 
         self._operate(body)
@@ -1065,6 +1033,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                     continue
                 self._query(tx, "lg_delete_older", where)
                 self._query(tx, "lg_delete_orphan_writes", where)
+                self._lg_drop_pending(tx, where)
                 self._lg_collect(tx, where, versions_of)
 
         self._operate(body)
@@ -1145,31 +1114,10 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
             self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": epoch})
         return epoch, take
 
-    def _lg_own_writes(self, tx: Tx, at: Mapping[str, Any]) -> bytes | None:
-        """The folded record of the rows of ``lg_writes`` a put of checkpoint
-        ``at`` moves into its own row (``own_writes`` of ``lg_put_checkpoint``),
-        or ``None``: those this store's writers put before the checkpoint was
-        stored (``_lg_side_rows``: LangGraph's default durability hands a
-        super-step's writes over before its checkpoint's put nearly every
-        time), moved by the put itself instead of the next put's fold and its
-        update of the parent's row (SQLite, issue 24, 2026-12-07)."""
-        if not self._lg_fold_own(at):
-            return None
-        rows = self._query(tx, "lg_take_writes", at)
-        records = moved_records(rows)
-        if records is not None:
-            return records
-        moved = read_writes(rows, at["thread_id"], at["checkpoint_id"])
-        return fold_writes(sorted(moved, key=write_order), compact=self._lg_compact_fold) if moved else None
-
-    def _lg_fold_own(self, at: Mapping[str, Any]) -> bool:
-        """Whether a put of checkpoint ``at`` moves its own rows of
-        ``lg_writes`` (``_lg_own_writes``), forgetting them: by default never."""
-        return False
-
-    def _lg_side_rows(self, at: Mapping[str, Any]) -> None:
-        """Note that this write puts pending writes of checkpoint ``at`` (its
-        tenant, thread, namespace and id) as rows of ``lg_writes`` (``_lg_fold_wanted``)."""
+    def _lg_drop_pending(self, tx: Tx, where: Mapping[str, Any]) -> None:
+        """Delete the thread's pending rows (writes of checkpoints not stored),
+        as ``lg_delete_orphan_writes`` deletes such rows of ``lg_writes``: a
+        dialect that keeps them in ``lg_checkpoints`` (SQLite's ``lg_put_record``)."""
 
     def _lg_fold_wanted(self, at: Mapping[str, Any]) -> bool:
         """Whether a put of a child of checkpoint ``at`` runs ``lg_fold_writes``
@@ -1197,10 +1145,6 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         at = {**where, "checkpoint_id": parent}
         if moved_rows is None:
             moved_rows = self._query(tx, "lg_fold_writes", at)
-        records = None if self._lg_fold_in_put else moved_records(moved_rows)
-        if records is not None:  # rows of records (SQLite): moved as they are (its row has no refs column)
-            self._query(tx, "lg_set_folded", {**at, "folded": records})
-            return records, b""
         moved = read_writes(moved_rows, where["thread_id"], parent)
         if not moved:
             return None
