@@ -169,3 +169,26 @@ def test_two_super_steps_are_fifteen_statements_on_sqlite(app: cairn.App, db_url
     row = [*put[:1], "INSERT INTO lg_blobs", *put[1:]]
     assert [" ".join(s.split()[:3]) for s in sent] in ([*writes, *row, *writes, *put],
                                                        [*writes, *put, *writes, *row])
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_key_verification_and_rotation_pass_a_pending_row(db_url: str) -> None:
+    """A pending row holds no checkpoint (its checkpoint and metadata are empty,
+    not sealed): re-encryption and its verification leave it to its put."""
+    from cairn.api.keys import Keys
+    from cairn.langgraph import CairnSaver
+    from tests.encryption.test_sealed_store import build, keyring
+
+    app = build(db_url, keyring())
+    saver = CairnSaver(app, tenant="a")
+    c1 = _put(saver, None, 0)
+    ahead = {"configurable": {**c1["configurable"], "checkpoint_id": "1fff0000-0000-6000-8000-0000000000ff"}}
+    saver.put_writes(ahead, [("log", LONG)], "task-b")
+    keys = Keys(app.store)
+    assert all(not r.failures for r in keys.verify()), [r.failures for r in keys.verify()]
+    keys.rotate()
+    keys.reencrypt(page=3)
+    assert all(not r.failures for r in keys.verify()), [r.failures for r in keys.verify()]
+    assert _put(saver, c1, 1, checkpoint_id=ahead["configurable"]["checkpoint_id"]) == ahead
+    assert _writes(CairnSaver(app, tenant="a"), ahead) == [("task-b", "log", LONG)]
+    app.close()

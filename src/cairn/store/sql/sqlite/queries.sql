@@ -1366,7 +1366,8 @@ DELETE FROM lg_writes
 WHERE tenant = :tenant AND thread_id = :thread_id
   AND NOT EXISTS (SELECT 1 FROM lg_checkpoints AS c
                   WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
-                    AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id)
+                    AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id
+                    AND c.checkpoint_kind <> '')  -- a pending row is no checkpoint
 
 -- name: lg_thread_checkpoints
 SELECT ns, checkpoint_id, checkpoint_kind, checkpoint FROM lg_checkpoints
@@ -1623,7 +1624,7 @@ WHERE tenant = :tenant AND thread_id = :thread_id AND digest = :digest AND data 
 
 -- name: rekey_lg_checkpoints_page
 SELECT thread_id, ns, checkpoint_id, checkpoint, metadata FROM lg_checkpoints
-WHERE tenant = :tenant
+WHERE tenant = :tenant AND checkpoint_kind <> ''  -- a pending row (lg_put_record) holds no checkpoint
   AND (:first OR thread_id > :after_thread OR (thread_id = :after_thread AND ns > :after_ns)
        OR (thread_id = :after_thread AND ns = :after_ns AND checkpoint_id > :after_id))
 ORDER BY thread_id, ns, checkpoint_id LIMIT :limit
