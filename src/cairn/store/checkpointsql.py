@@ -409,6 +409,13 @@ def _text(value: str) -> bytes:
     return _varint(len(data)) + data
 
 
+#: a write's channel, task path and kind as ``_binary_writes`` spells them, by the three: a graph's
+#: writes repeat a few (issue 24, 2026-12-07 afternoon: three ``_text`` calls a write were ~1/3 of
+#: the record's Python); cleared when it holds ``_NAMES_MAX``
+_NAMES: dict[tuple[str, str, str], bytes] = {}
+_NAMES_MAX = 4096
+
+
 def _binary_writes(writes: Sequence[WriteRow]) -> bytes:
     """The body of a ``FOLD_TAG_2`` record: per write its task id (``TASK_SAME``
     as the write before it, ``TASK_UUID`` and the 16 bytes of a UUID written in
@@ -435,9 +442,14 @@ def _binary_writes(writes: Sequence[WriteRow]) -> bytes:
         previous = task_id
         idx = w.idx
         add(_varint(idx << 1 if idx >= 0 else ((-idx) << 1) - 1))
-        add(_text(w.channel))
-        add(_text(w.task_path))
-        add(_text(w.kind))
+        names = (w.channel, w.task_path, w.kind)
+        spelled = _NAMES.get(names)
+        if spelled is None:
+            spelled = _text(w.channel) + _text(w.task_path) + _text(w.kind)
+            if len(_NAMES) >= _NAMES_MAX:
+                _NAMES.clear()
+            _NAMES[names] = spelled
+        add(spelled)
         add(_varint(len(w.refs)))
         add(w.refs)
     return b"".join(parts)
