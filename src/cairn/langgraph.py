@@ -541,10 +541,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if self._sealer is not None:
             rows = self._sealed(key.thread_id, rows)
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
-        with self._lock:  # a checkpoint this saver put or read: stored (most likely), its row tried first
-            known = (key.thread_id, key.ns, checkpoint_id) in self._records
-        self._held[key.thread_id] = self._rows.lg_put_writes(
-            key, self._holder(key), checkpoint_id, stored, rows, stored=known)
+        self._held[key.thread_id] = self._rows.lg_put_writes(key, self._holder(key), checkpoint_id, stored,
+                                                             rows)
         self._committed(key.thread_id, rows)
 
     def delete_thread(self, thread_id: str) -> None:

@@ -7,8 +7,11 @@ collection keeps the values only folded writes name; a damaged or hostile
 folded record is refused naming its checkpoint, nothing executed.
 
 A ``put_writes`` to a stored checkpoint appends its record to the row itself
-(PostgreSQL's ``lg_put_writes_many``, SQLite's ``lg_append_writes``: no row of
-``lg_writes`` inserted, then deleted by the fold): the reads are the same."""
+(PostgreSQL's ``lg_put_writes_many``, SQLite's ``lg_put_record``: no row of
+``lg_writes`` inserted, then deleted by the fold): the reads are the same. On
+SQLite a ``put_writes`` to a checkpoint not stored appends to the checkpoint's
+*pending* row (no row of ``lg_writes`` since 2026-12-07 afternoon), which its
+put fills in."""
 
 from __future__ import annotations
 
@@ -126,12 +129,18 @@ def test_a_put_refused_by_the_fence_moves_none_of_its_parents_writes(app: cairn.
 
 def test_writes_of_a_parent_that_is_not_stored_stay_where_they_are(app: cairn.App, db_url: str) -> None:
     """A put naming a parent with no row (LangGraph's loop never does; a caller
-    may) has nowhere to fold its writes into: they stay rows of ``lg_writes``."""
+    may) has nowhere to fold its writes into: they stay rows of ``lg_writes``
+    (SQLite: the parent's pending row, which no read lists)."""
     saver = _new_saver(app)
     ghost = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "ghost"}}
     saver.put_writes(ghost, [("n", 1)], "task")
-    _put(saver, ghost, 1)
-    assert _side_rows(db_url, "ghost") == 1
+    child = _put(saver, ghost, 1)
+    if db_url.startswith("postgresql"):
+        assert _side_rows(db_url, "ghost") == 1
+    else:
+        assert (_side_rows(db_url, "ghost"), _folded(db_url, "ghost") is not None) == (0, True)
+    assert saver.get_tuple(ghost) is None
+    assert [t.config for t in saver.list({"configurable": {"thread_id": "t"}})] == [child]
 
 
 def test_values_only_folded_writes_name_survive_a_collection(app: cairn.App) -> None:
@@ -246,10 +255,11 @@ def test_writes_put_before_their_checkpoint_are_folded(app: cairn.App, db_url: s
     c1_id = str(uuid.uuid4())
     early = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": c1_id}}
     saver.put_writes(early, [("n", 5)], "task-a")
-    assert _side_rows(db_url, c1_id) == 1
-    c1 = _put(saver, c0, 1, checkpoint_id=c1_id)
     sqlite = not db_url.startswith("postgresql")
-    if sqlite:  # by its own put
+    assert _side_rows(db_url, c1_id) == (0 if sqlite else 1)  # SQLite: the checkpoint's pending row
+    assert saver.get_tuple(early) is None
+    c1 = _put(saver, c0, 1, checkpoint_id=c1_id)
+    if sqlite:  # filled in by its own put
         assert (_side_rows(db_url, c1_id), _folded(db_url, c1_id) is not None) == (0, True)
     saver.put_writes(c1, [("n", 7)], "task-b")
     saver.put_writes(c1, [("n", 6)], "task-a")  # a retried task: its regular write is kept as first written

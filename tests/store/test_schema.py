@@ -50,10 +50,11 @@ SQLITE_ONLY = {
     "lg_take_thread": "a LangGraph thread taken by the client's fence (PostgreSQL: in lg_hold)",
     "lg_put_blob": "a list channel's version, its base's depth read by the insert (PostgreSQL: "
                    "lg_put_blobs_many, all of a put's in one statement)",
-    "lg_append_writes": "a put_writes' record appended to its stored checkpoint's row (PostgreSQL: "
-                        "lg_put_writes_many, the row or else rows of lg_writes in one statement)",
-    "lg_take_writes": "a put's own pending writes, put before it as rows, moved into its row (PostgreSQL: "
-                      "left as rows for the next put's fold)",
+    "lg_put_record": "a put_writes' record appended to its checkpoint's row, a pending one if it is not "
+                     "stored, the fence checked by the insert (PostgreSQL: lg_put_writes_many, the row or "
+                     "else rows of lg_writes in one statement)",
+    "lg_delete_pending": "the pending rows of a thread's checkpoints not stored (PostgreSQL: rows of "
+                         "lg_writes, lg_delete_orphan_writes)",
     "audit_previous": "the entry before an appended one, read for its audit link (PostgreSQL: in the insert)",
     "rekey_spilled_set": "a re-encrypted payload too large for its row is written back out of it",
     "ws_put_object": "one workspace object per statement (PostgreSQL: ws_put_objects, all in one)",

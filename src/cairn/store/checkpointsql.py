@@ -16,7 +16,10 @@ thread's storage linear:
   nor has a list version held as a tail (``lg_tail_every``): the row names
   its base version and the tail's digests are among its inline ones;
 * ``lg_writes``: pending writes, each a packed digest list too, so the value
-  a node wrote and the item the next checkpoint appends are one row;
+  a node wrote and the item the next checkpoint appends are one row (SQLite
+  since 2026-12-07 writes none: a put_writes' record goes to its checkpoint's
+  row, a *pending* one, ``checkpoint_kind`` '', while the checkpoint is not
+  stored: ``lg_put_record``);
 * ``lg_checkpoints``: the checkpoint (channel values removed) and metadata,
   and (``writes``) its pending writes folded in: a put moves its parent's
   rows of ``lg_writes`` into the parent's row, one compressed record
@@ -406,6 +409,13 @@ def _text(value: str) -> bytes:
     return _varint(len(data)) + data
 
 
+#: a write's channel, task path and kind as ``_binary_writes`` spells them, by the three: a graph's
+#: writes repeat a few (issue 24, 2026-12-07 afternoon: three ``_text`` calls a write were ~1/3 of
+#: the record's Python); cleared when it holds ``_NAMES_MAX``
+_NAMES: dict[tuple[str, str, str], bytes] = {}
+_NAMES_MAX = 4096
+
+
 def _binary_writes(writes: Sequence[WriteRow]) -> bytes:
     """The body of a ``FOLD_TAG_2`` record: per write its task id (``TASK_SAME``
     as the write before it, ``TASK_UUID`` and the 16 bytes of a UUID written in
@@ -432,9 +442,14 @@ def _binary_writes(writes: Sequence[WriteRow]) -> bytes:
         previous = task_id
         idx = w.idx
         add(_varint(idx << 1 if idx >= 0 else ((-idx) << 1) - 1))
-        add(_text(w.channel))
-        add(_text(w.task_path))
-        add(_text(w.kind))
+        names = (w.channel, w.task_path, w.kind)
+        spelled = _NAMES.get(names)
+        if spelled is None:
+            spelled = _text(w.channel) + _text(w.task_path) + _text(w.kind)
+            if len(_NAMES) >= _NAMES_MAX:
+                _NAMES.clear()
+            _NAMES[names] = spelled
+        add(spelled)
         add(_varint(len(w.refs)))
         add(w.refs)
     return b"".join(parts)
@@ -594,10 +609,7 @@ def _merged(folded: list[WriteRow], side: list[WriteRow]) -> list[WriteRow]:
     in the read order, one write per task and index, as ``lg_writes`` keeps
     them (a regular write as first written, a special one as last written).
     A write goes into the record once its checkpoint is stored, so a row is
-    the earlier write: it wins a regular write and loses a special one. (On
-    SQLite a saver that neither put nor read the checkpoint puts rows even
-    after a record, ``lg_put_writes``' ``stored``; its row then wins a regular
-    write though written later: one write either way, never two.) Returning
+    the earlier write: it wins a regular write and loses a special one. Returning
     both (as until 2026-12-07) gave LangGraph a retried task's write twice,
     which it would apply twice on resuming the checkpoint."""
     kept = {(w.task_id, w.idx): w for w in folded}
@@ -642,6 +654,9 @@ def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) 
 
 #: statements that close a LangGraph write's transaction (``SQLCheckpoints._lg_operate``)
 Closing = list[tuple[str, dict[str, Any]]]
+#: what a fenced statement checks (``SQLCheckpoints._lg_operate``): the thread's holder row is
+#: ``{"owner": ..., "epoch": ...}``, else it changes nothing (``_Unfenced``)
+Fence = dict[str, Any]
 
 
 class SQLCheckpoints(SQLPrimitives[Tx]):
@@ -700,7 +715,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         if folding:
             fold = ("lg_fold_writes", {**where, "checkpoint_id": row.parent_id})
 
-        def close(tx: Tx, moved: list[tuple[Any, ...]] | None) -> Closing:
+        def close(tx: Tx, moved: list[tuple[Any, ...]] | None, fence: Fence | None = None) -> Closing:
             if not self._lg_arrays:
                 self._lg_put_values(tx, where, values)
             for blob in () if self._lg_arrays else blobs:
@@ -718,21 +733,20 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                 "refs": row.refs, "folded_id": row.parent_id if folded is not None else None,
                 "folded": None if folded is None else folded[0],
                 "folded_refs": None if folded is None else folded[1]}
-            if not self._lg_arrays:
-                params["own_writes"] = self._lg_own_writes(tx, {**where, "checkpoint_id": row.checkpoint_id})
-            return [("lg_put_checkpoint", params)]
+            if fence is None:
+                return [("lg_put_checkpoint", params)]
+            # the fence and the row in one statement: it writes nothing unless the holder is the fence's
+            if not self._changed(tx, "lg_put_checkpoint", {**params, **fence}):
+                raise _Unfenced
+            return []
 
         return self._lg_operate(key, holder, opening, close, fold,
                                 before_commit="langgraph.put.before_commit")
 
     def lg_put_writes(self, key: ThreadKey, holder: Holder, checkpoint_id: str, writes: Sequence[WriteRow],
-                      values: Sequence[ValueRow], *, stored: bool = True) -> int:
+                      values: Sequence[ValueRow]) -> int:
         """Store pending writes in one transaction, committed before this
-        returns; the epoch ``holder`` holds the thread at. ``stored``: whether
-        the caller knows the checkpoint stored; if not, SQLite does not try its
-        row first (``lg_append_writes``: a statement that finds nothing when
-        LangGraph's loop hands the writes over before the checkpoint's put,
-        as its default durability, ``"async"``, does nearly every super-step)."""
+        returns; the epoch ``holder`` holds the thread at."""
         where = _where(key)
         opening: list[tuple[str, dict[str, Any]]] = []
         if self._lg_arrays:  # all in the opening (_lg_operate): on PostgreSQL one message with the COMMIT
@@ -747,22 +761,21 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                     "record": fold_writes(writes, compact=self._lg_compact_fold),
                     "record_refs": row_refs(w.refs for w in writes)}))
 
-        def close(tx: Tx, moved: list[tuple[Any, ...]] | None) -> Closing:
-            if not self._lg_arrays:
-                self._lg_put_values(tx, where, values)
-                if writes and stored and self._query(tx, "lg_append_writes", {
-                        **where, "checkpoint_id": checkpoint_id,
-                        "record": fold_writes(writes, compact=self._lg_compact_fold)}):
-                    return []  # into the checkpoint's row (a checkpoint stored: LangGraph's loop)
-                if writes:
-                    self._lg_side_rows({**where, "checkpoint_id": checkpoint_id})
-                for name, kept in (("lg_put_write", [w for w in writes if w.idx >= 0]),
-                                   ("lg_replace_write", [w for w in writes if w.idx < 0])):
-                    if kept:  # one call for all the rows of a statement
-                        self._lg_many(tx, name, [{
-                            **where, "checkpoint_id": checkpoint_id, "task_id": w.task_id, "idx": w.idx,
-                            "channel": w.channel, "task_path": w.task_path, "kind": w.kind, "refs": w.refs}
-                            for w in kept])
+        def close(tx: Tx, moved: list[tuple[Any, ...]] | None, fence: Fence | None = None) -> Closing:
+            if fence is None:
+                return []
+            self._lg_put_values(tx, where, values)
+            if not writes:  # (``hold``) nothing to write: the fence alone, read
+                if [tuple(r) for r in self._query(tx, "lg_thread_holder", where)] != [
+                        (fence["owner"], fence["epoch"])]:
+                    raise _Unfenced
+                return []
+            # the record appended to the checkpoint's row, stored or pending (SQLite's lg_put_record), in
+            # one statement with the fence: it changes nothing unless the holder is the fence's
+            if not self._changed(tx, "lg_put_record", {
+                    **where, **fence, "checkpoint_id": checkpoint_id,
+                    "record": fold_writes(writes, compact=self._lg_compact_fold)}):
+                raise _Unfenced
             return []
 
         return self._lg_operate(key, holder, opening, close)
@@ -1014,6 +1027,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
             for thread_id in sorted({r[0] for r in gone}):
                 where = self._lg_lock(tx, ThreadKey(tenant, thread_id, ""))
                 self._query(tx, "lg_delete_orphan_writes", where)
+                self._lg_drop_pending(tx, where)
                 self._lg_collect(tx, where, versions_of)
 
         self._operate(body)
@@ -1031,6 +1045,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                     continue
                 self._query(tx, "lg_delete_older", where)
                 self._query(tx, "lg_delete_orphan_writes", where)
+                self._lg_drop_pending(tx, where)
                 self._lg_collect(tx, where, versions_of)
 
         self._operate(body)
@@ -1055,7 +1070,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
 
     def _lg_operate(self, key: ThreadKey, holder: Holder,
                     opening: Sequence[tuple[str, Mapping[str, Any]]],
-                    close: Callable[[Tx, list[tuple[Any, ...]] | None], Closing],
+                    close: Callable[..., Closing],
                     fold: tuple[str, Mapping[str, Any]] | None = None,
                     before_commit: str | None = None) -> int:
         """Run a write in one durable transaction holding the thread
@@ -1064,31 +1079,42 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         holds the thread at. Then the statements of ``opening``, then the
         statement ``fold`` (``lg_fold_writes``), then the statements
         ``close(tx, rows fold moved)`` returns (``None`` without ``fold``),
-        then the fault point ``before_commit``. ``opening`` therefore never
+        then the fault point ``before_commit``. ``close`` also takes the
+        ``Fence`` its fenced statements check (a dialect that checks the fence
+        itself, PostgreSQL's ``lg_hold``, gives none). ``opening`` therefore never
         depends on what an earlier statement returned, nor the closing on
         anything but the rows ``fold`` moved: PostgreSQL sends the write as
         one message with its COMMIT when ``fold`` moves nothing, else in two
         (issue 24, 2026-12-07, ``PostgresStore._lg_operate``)."""
-        def run(tx: Tx) -> int:
-            where = self._lg_lock(tx, key)
-            epoch, took = self._lg_hold(tx, where, holder, self._query(tx, "lg_thread_holder", where))
+        def run(tx: Tx, guess: int | None) -> int:
+            if guess is not None:  # the fence checked by the write's own statements
+                epoch, took = guess, False
+            else:
+                where = self._lg_lock(tx, key)
+                epoch, took = self._lg_hold(tx, where, holder, self._query(tx, "lg_thread_holder", where))
             for name, params in opening:
                 self._query(tx, name, params)
             moved = None
             if fold is not None:  # not run (nothing to move): none moved
                 moved = self._query(tx, *fold) if took or self._lg_fold_wanted(fold[1]) else []
-            for name, params in close(tx, moved):
+            for name, params in close(tx, moved, {"owner": holder.owner, "epoch": epoch}):
                 self._query(tx, name, params)
             if before_commit is not None and faults.ARMED:
                 fault_point(before_commit)
             return epoch
 
-        return self._operate(run)
-
-    def _lg_many(self, tx: Tx, name: str, params: Sequence[Mapping[str, Any]]) -> None:
-        """Run statement ``name`` once per parameter set (SQLite: ``executemany``)."""
-        for one in params:
-            self._query(tx, name, one)
+        # A writer that held the thread (or holds a lease) expects its holder row as it left it:
+        # its statements check it themselves (issue 24, 2026-12-07 afternoon: on SQLite the
+        # holder's SELECT was one of a super-step's 13 statements, twice). If one finds another
+        # holder (``_Unfenced``: nothing written), the write is rolled back and run again as
+        # ever, the holder read and ``hold_rule`` deciding: refused, taken, or written.
+        guess = holder.lease if holder.lease is not None else holder.epoch
+        if guess is not None:
+            try:
+                return self._operate(lambda tx: run(tx, guess))
+            except _Unfenced:
+                pass
+        return self._operate(lambda tx: run(tx, None))
 
     def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder, found: list[tuple[Any, ...]]
                  ) -> tuple[int, bool]:
@@ -1100,27 +1126,10 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
             self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": epoch})
         return epoch, take
 
-    def _lg_own_writes(self, tx: Tx, at: Mapping[str, Any]) -> bytes | None:
-        """The folded record of the rows of ``lg_writes`` a put of checkpoint
-        ``at`` moves into its own row (``own_writes`` of ``lg_put_checkpoint``),
-        or ``None``: those this store's writers put before the checkpoint was
-        stored (``_lg_side_rows``: LangGraph's default durability hands a
-        super-step's writes over before its checkpoint's put nearly every
-        time), moved by the put itself instead of the next put's fold and its
-        update of the parent's row (SQLite, issue 24, 2026-12-07)."""
-        if not self._lg_fold_own(at):
-            return None
-        moved = read_writes(self._query(tx, "lg_take_writes", at), at["thread_id"], at["checkpoint_id"])
-        return fold_writes(sorted(moved, key=write_order), compact=self._lg_compact_fold) if moved else None
-
-    def _lg_fold_own(self, at: Mapping[str, Any]) -> bool:
-        """Whether a put of checkpoint ``at`` moves its own rows of
-        ``lg_writes`` (``_lg_own_writes``), forgetting them: by default never."""
-        return False
-
-    def _lg_side_rows(self, at: Mapping[str, Any]) -> None:
-        """Note that this write puts pending writes of checkpoint ``at`` (its
-        tenant, thread, namespace and id) as rows of ``lg_writes`` (``_lg_fold_wanted``)."""
+    def _lg_drop_pending(self, tx: Tx, where: Mapping[str, Any]) -> None:
+        """Delete the thread's pending rows (writes of checkpoints not stored),
+        as ``lg_delete_orphan_writes`` deletes such rows of ``lg_writes``: a
+        dialect that keeps them in ``lg_checkpoints`` (SQLite's ``lg_put_record``)."""
 
     def _lg_fold_wanted(self, at: Mapping[str, Any]) -> bool:
         """Whether a put of a child of checkpoint ``at`` runs ``lg_fold_writes``
@@ -1308,6 +1317,12 @@ class _Older:
 
 
 _OLDER = _Older()
+
+
+class _Unfenced(Exception):
+    """A fenced statement found the thread held otherwise than its ``Fence``
+    and changed nothing (``SQLCheckpoints._lg_operate``: the write is rolled
+    back and run again with the holder read)."""
 
 
 class _Incomplete(Exception):

@@ -154,8 +154,6 @@ _INSERT_HISTORY_PAYLOAD = _Q["insert_history_payload"]
 #: Runs whose last entry this store keeps in ``_tails`` at most (executions
 #: that end pop theirs; this only bounds those that never told it).
 _MAX_TAILS = 4096
-#: checkpoints ``SQLiteStore._lg_sided`` keeps at most
-_MAX_SIDED = 1024
 
 
 
@@ -169,6 +167,10 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     #: 2026-12-07): the bench graph's three writes a super-step take 66 bytes, not 107 in JSON, in
     #: about the same CPU; JSON records folded before read as before
     _lg_compact_fold = True
+    #: every other version of a list a tail in the checkpoint's row, not a row of lg_blobs (as
+    #: PostgreSQL; issue 24, 2026-12-07 afternoon: callgrind on the bench's recorded calls, ~24,000
+    #: instructions of ~1.25 million a super-step less, 0.5 statement; on disk 1.19x either way)
+    lg_tail_every = 2
 
     def __init__(
         self,
@@ -212,9 +214,6 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         self._tails: dict[str, tuple[int, int, float]] = {}
         #: run -> (seq, link) of its last entry this store appended and committed (the audit chain)
         self._links: dict[str, tuple[int, bytes]] = {}
-        #: checkpoints (tenant, thread, namespace, id) given rows of lg_writes by this store's
-        #: LangGraph writers lately, the newest last (``_lg_fold_wanted``)
-        self._lg_sided: dict[tuple[str, str, str, str], None] = {}
         #: opens a sealed entry's payload and detail for its digest (a ``SealedStore`` sets it)
         self.audit_digest: Digester | None = None
         #: whether the connections score vectors with sqlite-vec (``store.sqlitevec``)
@@ -805,31 +804,15 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
     def _changed(self, tx: sqlite3.Connection, name: str, params: Mapping[str, Any]) -> int:
         return int(tx.execute(_Q[name], params).rowcount)
 
-    def _lg_side_rows(self, at: Mapping[str, Any]) -> None:
-        sided = self._lg_sided
-        if len(sided) >= _MAX_SIDED:  # the oldest goes: its child was put long ago
-            del sided[next(iter(sided))]
-        sided[(at["tenant"], at["thread_id"], at["ns"], at["checkpoint_id"])] = None
-
     def _lg_fold_wanted(self, at: Mapping[str, Any]) -> bool:
-        """Only for a checkpoint this store's writers gave rows of lg_writes
-        (issue 24, 2026-12-07: a put's no-op ``lg_fold_writes`` was one of its
-        six statements; a put_writes to a stored checkpoint goes into its row,
-        ``lg_append_writes``). Asked only when the writer held the thread
-        already: no writer of another store wrote the thread since this one's
-        last write (it would have taken it, and this one would be refused), so
-        rows of lg_writes it has were put by this store, or before this writer
-        took the thread (then they stay rows, read with the record as ever)."""
-        return (at["tenant"], at["thread_id"], at["ns"], at["checkpoint_id"]) in self._lg_sided
+        """Never for a writer that held the thread already: this store's writers put no
+        rows of lg_writes (a put_writes goes into its checkpoint's row, stored or pending:
+        lg_put_record), and rows from before stay rows, read with the record as ever; a
+        writer that takes the thread folds whatever rows its parent has."""
+        return False
 
-    def _lg_fold_own(self, at: Mapping[str, Any]) -> bool:
-        """For a checkpoint this store's writers gave rows of lg_writes: its put
-        moves them (a put that does not commit leaves them rows, read as ever)."""
-        return self._lg_sided.pop((at["tenant"], at["thread_id"], at["ns"], at["checkpoint_id"]), 0) is None
-
-    def _lg_many(self, tx: sqlite3.Connection, name: str, params: Sequence[Mapping[str, Any]]) -> None:
-        # one call for a put_writes' rows (LangGraph's bench graph: three a super-step)
-        tx.executemany(_Q[name], params)
+    def _lg_drop_pending(self, tx: sqlite3.Connection, where: Mapping[str, Any]) -> None:
+        tx.execute(_Q["lg_delete_pending"], where)
 
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._read() as conn:

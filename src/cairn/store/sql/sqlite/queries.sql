@@ -1175,24 +1175,20 @@ DELETE FROM queue_shares WHERE queue = :queue AND tenant = :tenant
 SELECT 1
 
 -- name: lg_put_checkpoint
--- :own_writes: its own pending writes put before it, moved from lg_writes (lg_take_writes),
--- appended to those it holds if it was stored before
+-- the checkpoint's row: a new one, or its pending row filled in (lg_put_record: its writes kept).
+-- Fenced: nothing is written unless the thread's holder is :owner at :epoch
+-- (checkpointsql._lg_operate; issue 24, 2026-12-07 afternoon: the holder's SELECT of its own was a
+-- statement a write)
 INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run_id,
-                            checkpoint_kind, checkpoint, metadata_kind, metadata, writes)
-VALUES (:tenant, :thread_id, :ns, :checkpoint_id, :parent_id, :run_id,
-        :checkpoint_kind, :checkpoint, :metadata_kind, :metadata, :own_writes)
+                            checkpoint_kind, checkpoint, metadata_kind, metadata)
+SELECT :tenant, :thread_id, :ns, :checkpoint_id, :parent_id, :run_id,
+       :checkpoint_kind, :checkpoint, :metadata_kind, :metadata
+WHERE EXISTS (SELECT 1 FROM lg_threads
+              WHERE tenant = :tenant AND thread_id = :thread_id AND owner = :owner AND epoch = :epoch)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
-    metadata_kind = excluded.metadata_kind, metadata = excluded.metadata,
-    writes = CASE WHEN excluded.writes IS NULL THEN lg_checkpoints.writes
-                  ELSE CAST(coalesce(lg_checkpoints.writes, x'') || excluded.writes AS BLOB) END
-
--- name: lg_take_writes
--- a put's own pending writes, put before it as rows (SQLiteStore._lg_fold_own)
-DELETE FROM lg_writes
-WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
-RETURNING task_id, idx, channel, task_path, kind, refs
+    metadata_kind = excluded.metadata_kind, metadata = excluded.metadata
 
 -- name: lg_fold_writes
 -- a put moves its parent's pending writes out of lg_writes, to fold them into the parent's
@@ -1235,16 +1231,26 @@ WHERE true
 ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
     kind = excluded.kind, base = excluded.base, depth = excluded.depth, refs = excluded.refs
 
--- name: lg_append_writes
--- a put_writes into its checkpoint's row: one more record appended to its folded writes
--- (checkpointsql.fold_writes; unfold_writes reads the records in order, a regular write kept as
--- first written, a special one as last written), as PostgreSQL's lg_put_writes_many (issue 24,
--- 2026-12-07): one row updated, not three rows of lg_writes inserted and deleted again by the
--- next put's fold. No row returned: the checkpoint is not stored (yet), its writes are rows of
--- lg_writes (lg_put_write, lg_replace_write)
-UPDATE lg_checkpoints SET writes = CAST(coalesce(writes, x'') || :record AS BLOB)  -- || makes text
-WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
-RETURNING 1
+-- name: lg_put_record
+-- a put_writes' record (checkpointsql.fold_writes) appended to its checkpoint's writes: to the
+-- checkpoint's row when it is stored, else to its *pending* row (checkpoint_kind '': the writes of a
+-- checkpoint not stored yet, which no query but the writes' reads, lg_writes_of, and which its put
+-- fills in, lg_put_checkpoint). unfold_writes reads the records in order, a regular write kept as
+-- first written, a special one as last written, as lg_writes kept its rows. Fenced, as
+-- lg_put_checkpoint: no row changed unless the thread's holder is :owner at :epoch. (Issue 24,
+-- 2026-12-07 afternoon: under LangGraph's default durability a super-step's writes were three rows
+-- of lg_writes, inserted, then deleted by the put: two statements and two tables' pages a step more.)
+INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, checkpoint_kind, checkpoint,
+                            metadata_kind, metadata, writes)
+SELECT :tenant, :thread_id, :ns, :checkpoint_id, '', x'', '', x'', :record
+WHERE EXISTS (SELECT 1 FROM lg_threads
+              WHERE tenant = :tenant AND thread_id = :thread_id AND owner = :owner AND epoch = :epoch)
+ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
+    writes = CAST(coalesce(lg_checkpoints.writes, x'') || excluded.writes AS BLOB)  -- || makes text
+
+-- name: lg_delete_pending
+-- the thread's pending rows (lg_put_record), as lg_delete_orphan_writes its rows of lg_writes
+DELETE FROM lg_checkpoints WHERE tenant = :tenant AND thread_id = :thread_id AND checkpoint_kind = ''
 
 -- name: lg_put_write
 -- a regular write is kept as first written (a retried task writes the same)
@@ -1262,19 +1268,21 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
 -- name: lg_latest_checkpoint
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
 FROM lg_checkpoints
-WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns
+WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_kind <> ''  -- not pending
 ORDER BY checkpoint_id DESC LIMIT 1
 
 -- name: lg_checkpoint
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
 FROM lg_checkpoints
 WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id = :checkpoint_id
+  AND checkpoint_kind <> ''
 
 -- name: lg_list_checkpoints
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
 FROM lg_checkpoints
 WHERE tenant = :tenant AND (:thread_id IS NULL OR thread_id = :thread_id) AND (:ns IS NULL OR ns = :ns)
   AND (:checkpoint_id IS NULL OR checkpoint_id = :checkpoint_id) AND (:before IS NULL OR checkpoint_id < :before)
+  AND checkpoint_kind <> ''
 ORDER BY thread_id, ns, checkpoint_id DESC
 LIMIT coalesce(:limit, -1)
 
@@ -1284,7 +1292,7 @@ LIMIT coalesce(:limit, -1)
 -- first page at 3,000 checkpoints)
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
 FROM lg_checkpoints
-WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns
+WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_kind <> ''
 ORDER BY checkpoint_id DESC
 LIMIT coalesce(:limit, -1)
 
@@ -1292,6 +1300,7 @@ LIMIT coalesce(:limit, -1)
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
 FROM lg_checkpoints
 WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND checkpoint_id < :before
+  AND checkpoint_kind <> ''
 ORDER BY checkpoint_id DESC
 LIMIT coalesce(:limit, -1)
 
@@ -1345,23 +1354,24 @@ DELETE FROM lg_checkpoints WHERE tenant = :tenant AND run_id IN (SELECT value FR
 RETURNING thread_id
 
 -- name: lg_delete_older
--- every checkpoint of the thread but the latest of each namespace
+-- every checkpoint of the thread but the latest of each namespace (pending rows: lg_delete_pending)
 DELETE FROM lg_checkpoints
 WHERE tenant = :tenant AND thread_id = :thread_id
   AND checkpoint_id < (SELECT max(c.checkpoint_id) FROM lg_checkpoints AS c
                        WHERE c.tenant = lg_checkpoints.tenant AND c.thread_id = lg_checkpoints.thread_id
-                         AND c.ns = lg_checkpoints.ns)
+                         AND c.ns = lg_checkpoints.ns AND c.checkpoint_kind <> '')
 
 -- name: lg_delete_orphan_writes
 DELETE FROM lg_writes
 WHERE tenant = :tenant AND thread_id = :thread_id
   AND NOT EXISTS (SELECT 1 FROM lg_checkpoints AS c
                   WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
-                    AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id)
+                    AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id
+                    AND c.checkpoint_kind <> '')  -- a pending row is no checkpoint
 
 -- name: lg_thread_checkpoints
 SELECT ns, checkpoint_id, checkpoint_kind, checkpoint FROM lg_checkpoints
-WHERE tenant = :tenant AND thread_id = :thread_id
+WHERE tenant = :tenant AND thread_id = :thread_id AND checkpoint_kind <> ''  -- pending rows: writes only
 
 -- name: lg_thread_blobs
 SELECT ns, channel, version, base FROM lg_blobs WHERE tenant = :tenant AND thread_id = :thread_id
@@ -1371,7 +1381,8 @@ DELETE FROM lg_blobs
 WHERE tenant = :tenant AND thread_id = :thread_id AND ns = :ns AND channel = :channel AND version = :version
 
 -- name: lg_thread_refs
--- every packed digest list of the thread (and, with their checkpoint id, its folded writes)
+-- every packed digest list of the thread (and, with their checkpoint id, its folded writes,
+-- pending rows' included)
 SELECT refs, NULL FROM lg_blobs WHERE tenant = :tenant AND thread_id = :thread_id
 UNION ALL
 SELECT refs, NULL FROM lg_writes WHERE tenant = :tenant AND thread_id = :thread_id
@@ -1613,7 +1624,7 @@ WHERE tenant = :tenant AND thread_id = :thread_id AND digest = :digest AND data 
 
 -- name: rekey_lg_checkpoints_page
 SELECT thread_id, ns, checkpoint_id, checkpoint, metadata FROM lg_checkpoints
-WHERE tenant = :tenant
+WHERE tenant = :tenant AND checkpoint_kind <> ''  -- a pending row (lg_put_record) holds no checkpoint
   AND (:first OR thread_id > :after_thread OR (thread_id = :after_thread AND ns > :after_ns)
        OR (thread_id = :after_thread AND ns = :after_ns AND checkpoint_id > :after_id))
 ORDER BY thread_id, ns, checkpoint_id LIMIT :limit
