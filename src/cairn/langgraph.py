@@ -725,6 +725,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if "pickle" in kind or _looks_pickled(data):
             raise InvalidArgument(f"CairnSaver never stores pickles (the serializer returned one, "
                                   f"type {kind!r})")
+        if not kind:  # SQLite's pending rows are the ones of kind '' (lg_put_record): never a value's
+            raise InvalidArgument("CairnSaver needs a serializer type: the serializer returned an empty one")
         return kind, bytes(data)
 
     def _list_blob(self, channel: str, version: str, value: builtins.list[Any], known: KnownList | None,

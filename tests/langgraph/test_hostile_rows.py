@@ -132,6 +132,24 @@ def test_a_pickle_row_is_refused_and_not_run(app: cairn.App, db_url: str, tmp_pa
     assert not marker.exists()
 
 
+def test_a_serializer_type_that_is_empty_is_refused_and_nothing_is_stored(app: cairn.App) -> None:
+    """An empty type is what marks SQLite's pending rows (a checkpoint's
+    writes put before the checkpoint): a serializer returning one is refused
+    in one line, so no checkpoint can be taken for a pending row and skipped."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class Untyped(JsonPlusSerializer):
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            return "", super().dumps_typed(obj)[1]
+
+    with pytest.raises(InvalidArgument, match=r"^CairnSaver needs a serializer type: .* empty one$"):
+        _saved(app, "x", serde=Untyped(allowed_msgpack_modules=None))
+    from cairn.langgraph import CairnSaver
+
+    assert CairnSaver(app, tenant="acme").get_tuple({"configurable": {"thread_id": "t",
+                                                                      "checkpoint_ns": ""}}) is None
+
+
 class Json:
     """A custom (untyped) serializer: plain JSON."""
 

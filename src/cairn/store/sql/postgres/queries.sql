@@ -1636,8 +1636,7 @@ ON CONFLICT (tenant, thread_id, ns, channel, version) DO UPDATE SET
 -- digests to its refs. A row updated, not a row of lg_writes inserted and then deleted by the
 -- fold: those left their key in lg_writes' index until a VACUUM, 385 bytes a super-step at 3,000
 -- (0.38 of the logical bytes). A checkpoint not stored (yet) gets rows of lg_writes, as before:
--- a regular write kept as first written, a special one replacing the last (as lg_put_write and
--- lg_replace_write).
+-- a regular write kept as first written, a special one replacing the last.
 WITH kept AS (
     UPDATE lg_checkpoints SET writes = coalesce(writes, ''::bytea) || %(record)s::bytea,
                               refs = refs || %(record_refs)s::bytea
@@ -1654,19 +1653,6 @@ WHERE NOT EXISTS (SELECT 1 FROM kept)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
     WHERE excluded.idx < 0
-
--- name: lg_put_write
--- a regular write is kept as first written (a retried task writes the same)
-INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
-ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO NOTHING
-
--- name: lg_replace_write
--- a special write (error, interrupt, resume, scheduled: negative idx) replaces the last one
-INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-VALUES (%(tenant)s, %(thread_id)s::text, %(ns)s::text, %(checkpoint_id)s::bytea, %(task_id)s, %(idx)s, %(channel)s, %(task_path)s, %(kind)s, %(refs)s)
-ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
-    channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
 
 -- name: lg_latest_checkpoint
 SELECT thread_id, ns, lg_id_text(checkpoint_id), lg_id_text(parent_id), coalesce(checkpoint_kind, 'zd1:msgpack'), checkpoint,

@@ -1252,19 +1252,6 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
 -- the thread's pending rows (lg_put_record), as lg_delete_orphan_writes its rows of lg_writes
 DELETE FROM lg_checkpoints WHERE tenant = :tenant AND thread_id = :thread_id AND checkpoint_kind = ''
 
--- name: lg_put_write
--- a regular write is kept as first written (a retried task writes the same)
-INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-VALUES (:tenant, :thread_id, :ns, :checkpoint_id, :task_id, :idx, :channel, :task_path, :kind, :refs)
-ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO NOTHING
-
--- name: lg_replace_write
--- a special write (error, interrupt, resume, scheduled: negative idx) replaces the last one
-INSERT INTO lg_writes (tenant, thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, kind, refs)
-VALUES (:tenant, :thread_id, :ns, :checkpoint_id, :task_id, :idx, :channel, :task_path, :kind, :refs)
-ON CONFLICT (tenant, thread_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
-    channel = excluded.channel, task_path = excluded.task_path, kind = excluded.kind, refs = excluded.refs
-
 -- name: lg_latest_checkpoint
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
 FROM lg_checkpoints
