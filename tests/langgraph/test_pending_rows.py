@@ -16,11 +16,12 @@ uninterrupted run reaches, its pending row never read."""
 from __future__ import annotations
 
 import asyncio
+import operator
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import pytest
 
@@ -411,9 +412,25 @@ def test_a_graph_pruned_by_another_saver_mid_run_stays_readable(app: cairn.App, 
     put = store.lg_put
     pruner = _saver(app)
 
-    def pruned_first(*args: Any, **kwargs: Any) -> Any:
-        pruner.prune(["t"])  # before every put: whatever writes wait for their checkpoint
-        return put(*args, **kwargs)
+    pruned: list[str] = []
+    puts: list[str] = []
+
+    def pruned_first(key: Any, holder: Any, row: Any, *args: Any, **kwargs: Any) -> Any:
+        """Once, past the input's two puts: when the node's write to this checkpoint came
+        first (the loop runs the node while its checkpoint's put waits), another process's
+        maintenance prunes the thread."""
+        import time
+
+        puts.append(row.checkpoint_id)
+        wait = 100 if len(puts) >= 3 and not pruned else 0
+        pending = "SELECT 1 FROM lg_checkpoints WHERE checkpoint_id = ? AND checkpoint_kind = ''"
+        for _ in range(wait):
+            if _sql(db_url, pending, (row.checkpoint_id,)):
+                pruner.prune(["t"])
+                pruned.append(row.checkpoint_id)
+                break
+            time.sleep(0.005)
+        return put(key, holder, row, *args, **kwargs)
 
     store.lg_put = pruned_first
     try:
@@ -422,6 +439,7 @@ def test_a_graph_pruned_by_another_saver_mid_run_stays_readable(app: cairn.App, 
         graph.invoke({"log": []}, config)
     finally:
         del store.lg_put
+    assert pruned
     assert _saver(app).get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}) is not None
     assert graph.get_state(config).values == {"log": [f"{LONG}{n}" for n in range(4)]}
 
@@ -569,3 +587,83 @@ def test_copying_again_after_the_put_gives_the_target_the_stored_checkpoint(
     reader = _saver(app)
     assert _ids(reader.list({"configurable": {"thread_id": "u", "checkpoint_ns": ""}})) == [_id(2), _id(1)]
     assert _writes(reader, _at(_id(2), "u")) == [("task-b", "log", LONG)]
+
+
+# -- real graphs: fan-out and an interrupt under the default durability ---------------------------
+
+
+class State(TypedDict):
+    log: Annotated[list[str], operator.add]
+    rounds: int
+
+
+def test_a_fan_out_and_an_interrupt_resume_from_the_filled_rows(app: cairn.App, db_url: str) -> None:
+    """Five nodes in parallel each super-step (their writes appended to one
+    pending row from the loop's threads); in round 1 one of them interrupts.
+    The resumed run (another saver, as another process would) takes the four
+    others' writes from the checkpoint's filled row: none of them runs again
+    (the interrupted one does, from its start: LangGraph's rule), every item
+    is there once, and no pending row is left once a run ended."""
+    from collections import Counter
+
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import Command, interrupt
+
+    ran: Counter[tuple[str, int]] = Counter()
+
+    def branch(name: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            ran[(name, state["rounds"])] += 1
+            if name == "b0" and state["rounds"] == 1:
+                return {"log": [f"{LONG}{name}{state['rounds']} {interrupt('go on?')}"]}
+            return {"log": [f"{LONG}{name}{state['rounds']}"]}
+
+        return node
+
+    def join(state: State) -> dict[str, Any]:
+        return {"rounds": state["rounds"] + 1}
+
+    def route(state: State) -> Any:
+        return END if state["rounds"] >= 3 else [f"b{i}" for i in range(5)]
+
+    def build() -> Any:
+        g = StateGraph(State)
+        for i in range(5):
+            g.add_node(f"b{i}", branch(f"b{i}"))
+            g.add_edge(f"b{i}", "join")
+        g.add_node("join", join)
+        g.add_conditional_edges(START, route)
+        g.add_conditional_edges("join", route)
+        return g
+
+    config: Any = {"configurable": {"thread_id": "t"}}
+    first = build().compile(checkpointer=_saver(app))
+    first.invoke({"log": [], "rounds": 0}, config)
+    assert first.get_state(config).next == ("b0",)
+    assert _pending(db_url) == []
+    second = build().compile(checkpointer=_saver(app))
+    second.invoke(Command(resume="yes"), config)
+    values = second.get_state(config).values
+    expected = [f"{LONG}b{i}{r}" + (" yes" if (i, r) == (0, 1) else "") for r in range(3) for i in range(5)]
+    assert sorted(values["log"]) == sorted(expected)
+    assert values["rounds"] == 3
+    assert ran == {(f"b{i}", r): 2 if (i, r) == (0, 1) else 1 for r in range(3) for i in range(5)}
+    assert _pending(db_url) == []
+
+
+def test_a_pending_row_of_a_subgraph_namespace_alone_is_no_checkpoint(app: cairn.App, db_url: str) -> None:
+    """A namespace whose only row is pending (a subgraph's first writes): it
+    has no checkpoint, hides none of the root's, and a prune drops it."""
+    saver = _saver(app)
+    c1 = _put(saver, None, 0, checkpoint_id=_id(1))
+    child = {"configurable": {"thread_id": "t", "checkpoint_ns": "child:1", "checkpoint_id": _id(9)}}
+    saver.put_writes(child, [("log", LONG)], "task-c")
+    reader = _saver(app)
+    assert reader.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": "child:1"}}) is None
+    assert reader.get_tuple(child) is None
+    assert _ids(reader.list({"configurable": {"thread_id": "t", "checkpoint_ns": "child:1"}})) == []
+    assert _ids(reader.list({"configurable": {"thread_id": "t"}})) == [_id(1)]
+    reader.prune(["t"])
+    assert _pending(db_url) == []
+    assert _ids(_saver(app).list(THREAD)) == [_id(1)]
+    assert _writes(_saver(app), c1) == []
