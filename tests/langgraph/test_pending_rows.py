@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
@@ -34,6 +32,7 @@ import pytest
 
 import cairn
 from cairn.errors import InvalidArgument, ThreadTaken, UnreadableCheckpoint
+from tests import processes
 from tests.langgraph.rawsql import raw_sql as _sql
 from tests.langgraph.test_folded_writes import _put, _writes
 
@@ -341,13 +340,8 @@ def test_async_writes_and_put_of_one_checkpoint_race_without_loss(app: cairn.App
 
 
 def _drive(db: str, ledger: Path, kill_at: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tests.langgraph.pending_crash_main", db, "t", "6", str(ledger), str(kill_at)],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parents[2],
-        env={**os.environ},
-        check=False,
+    return processes.run(
+        "tests.langgraph.pending_crash_main", [db, "t", "6", str(ledger), str(kill_at)], timeout=120
     )
 
 
