@@ -123,8 +123,9 @@ def test_writes_before_their_checkpoint_are_its_pending_row(app: cairn.App, db_u
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_prune_keeps_what_stored_writes_name_and_drops_pending_rows(app: cairn.App, db_url: str) -> None:
     """Values named by a stored checkpoint's writes survive a prune; a pending
-    row (writes of a checkpoint not stored) is dropped by it, as rows of
-    ``lg_writes`` of such a checkpoint were, and its values collected."""
+    row (writes of a checkpoint not stored) after the latest checkpoint is a
+    writer's in flight and is kept with its value; once a later checkpoint is
+    stored it is a leftover, dropped by the prune and its value collected."""
     saver = _saver(app)
     c1 = _put(saver, None, 0)
     _saver(app).put_writes(c1, [("log", LONG)], "task-a")  # another saver: it takes the thread
@@ -134,8 +135,13 @@ def test_a_prune_keeps_what_stored_writes_name_and_drops_pending_rows(app: cairn
     assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 2
     writer.prune(["t"])
     assert _writes(_saver(app), c1) == [("task-a", "log", LONG)]
+    assert _sql(db_url, "SELECT count(*) FROM lg_checkpoints")[0][0] == 2  # c1 and the pending row
+    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 2
+    above = {"configurable": {**c1["configurable"], "checkpoint_id": "1fff0000-0000-6000-8000-000000000fff"}}
+    _put(writer, c1, 1, checkpoint_id=above["configurable"]["checkpoint_id"])
+    writer.prune(["t"])
     assert _sql(db_url, "SELECT count(*) FROM lg_checkpoints")[0][0] == 1
-    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 1
+    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 0
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

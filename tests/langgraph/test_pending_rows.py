@@ -14,11 +14,13 @@ SIGKILLed between a checkpoint's writes and its put resumes to the state an
 uninterrupted run reaches, its pending row never read. The fence tests run on
 PostgreSQL too (the fallback in ``_lg_operate`` is shared code).
 
-Bugs pinned as strict xfails (the lead fixes product code): a second
-copy_thread keeps the target's copied pending row instead of the stored
-checkpoint (lgsql only); a prune by another saver between a checkpoint's
-writes and its put leaves the checkpoint naming a value it collected (main
-too, both backends)."""
+Two bugs these tests found, fixed: a second copy_thread kept the target's
+copied pending row instead of the stored checkpoint (lg_copy_checkpoints now
+replaces a pending target row); a prune by another saver between a
+checkpoint's writes and its put dropped those writes and collected their
+values, which the writer's saver still took for stored, so the checkpoint
+named a value not stored (before pending rows too, on both backends: a prune
+now keeps writes after their namespace's latest checkpoint)."""
 
 from __future__ import annotations
 
@@ -234,9 +236,15 @@ def test_a_copied_thread_has_no_readable_pending_row(app: cairn.App, db_url: str
     assert _ids(target.list({"configurable": {"thread_id": "u", "checkpoint_ns": ""}})) == [_id(1)]
     assert _writes(target, _at(_id(1), "u")) == [("task-a", "log", LONG)]
     saver.delete_thread("t")
-    target.prune(["u"])  # the copied pending row goes, the copied checkpoint and its writes stay
-    assert _pending(db_url) == []
+    # a prune keeps the copied pending row (after the latest checkpoint: a writer's, in flight), the
+    # copied checkpoint and its writes; once a later checkpoint is stored, the pending row goes
+    target.prune(["u"])
+    assert _pending(db_url) == [("acme", "u", _id(2))]
     assert _writes(_saver(app), _at(_id(1), "u")) == [("task-a", "log", LONG)]
+    _put(target, _at(_id(1), "u"), 1, checkpoint_id=_id(3))
+    target.prune(["u"])
+    assert _pending(db_url) == []
+    assert _ids(target.list({"configurable": {"thread_id": "u", "checkpoint_ns": ""}})) == [_id(3)]
 
 
 @SQLITE
@@ -256,9 +264,10 @@ def test_delete_for_runs_keeps_the_other_runs_writes(app: cairn.App, db_url: str
 
 
 @SQLITE
-def test_prune_keeps_the_latests_writes_and_drops_pending_rows_around_it(app: cairn.App, db_url: str) -> None:
+def test_prune_keeps_the_pending_rows_above_the_latest_only(app: cairn.App, db_url: str) -> None:
     """A pending row below the latest (a crash's leftover: its checkpoint
-    never stored, the run resumed from before it) and one above."""
+    never stored, the run resumed from before it) goes; one above (a writer
+    in flight, its checkpoint's put to come) stays, and its value with it."""
     saver = _saver(app)
     c1 = _put(saver, None, 0, checkpoint_id=_id(10))
     saver.put_writes(_at(_id(15)), [("log", LONG + "orphan")], "task-x")
@@ -269,8 +278,8 @@ def test_prune_keeps_the_latests_writes_and_drops_pending_rows_around_it(app: ca
     reader = _saver(app)
     assert _ids(reader.list(THREAD)) == [_id(20)]
     assert _writes(reader, c2) == [("task-a", "log", LONG)]
-    assert _pending(db_url) == []
-    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 1
+    assert _pending(db_url) == [("acme", "t", _id(30))]
+    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 2  # task-a's and task-y's
 
 
 @SQLITE
@@ -283,10 +292,16 @@ def test_a_damaged_pending_record_does_not_block_a_prune_or_a_delete(app: cairn.
             _put(saver, {"configurable": {"thread_id": "v", "checkpoint_ns": ""}}, 0, run_id="r9")
         saver.put_writes(_at(_id(2), thread), [("log", LONG + "ahead")], "task-b")
     _sql(db_url, "UPDATE lg_checkpoints SET writes = x'ff00ff00deadbeef' WHERE checkpoint_kind = ''")
+    # above the latest checkpoint the pending row is kept, so its record is read for the values it
+    # names: refused naming it, nothing deleted (as a stored checkpoint's damaged record)
+    with pytest.raises(UnreadableCheckpoint, match=_id(2)):
+        saver.prune(["t"])
+    assert _writes(_saver(app), c1) == [("task-a", "log", LONG)]
+    _put(saver, c1, 1, checkpoint_id=_id(3))  # below the latest now: a leftover, dropped unread
     saver.prune(["t"])
     saver.delete_for_runs(["r9"])
     assert _pending(db_url) == []
-    assert _writes(_saver(app), c1) == [("task-a", "log", LONG)]
+    assert _ids(_saver(app).list(THREAD)) == [_id(3)]
 
 
 @SQLITE
@@ -383,15 +398,7 @@ def test_a_process_killed_between_writes_and_their_put_resumes_to_the_same_state
 
 # -- a prune by another saver between a checkpoint's writes and its put ---------------------------
 
-PRUNE_LOSES_VALUE = (
-    "bug (also on main, and on PostgreSQL): a prune by another saver drops the pending writes of "
-    "a checkpoint not stored yet and collects their values; the writer's saver still takes those values "
-    "as stored (CairnSaver._stored / _encoded), so the checkpoint's put names a value not "
-    "stored: the checkpoint is unreadable (UnreadableCheckpoint)"
-)
 
-
-@pytest.mark.xfail(strict=True, reason=PRUNE_LOSES_VALUE)  # both backends
 def test_a_prune_between_writes_and_their_put_leaves_the_checkpoint_readable(
     app: cairn.App, db_url: str
 ) -> None:
@@ -413,7 +420,6 @@ def test_a_prune_between_writes_and_their_put_leaves_the_checkpoint_readable(
 
 
 @SQLITE
-@pytest.mark.xfail(strict=True, reason=PRUNE_LOSES_VALUE)
 def test_a_graph_pruned_by_another_saver_mid_run_stays_readable(app: cairn.App, db_url: str) -> None:
     """LangGraph's default durability: a node's message is a pending write,
     then the item its checkpoint's list appends (the value the saver encoded
@@ -478,11 +484,16 @@ def _legacy_row(carrier: CairnSaver, db_url: str, checkpoint_id: str, task_id: s
 @SQLITE
 def test_a_prune_drops_old_rows_of_a_checkpoint_that_is_only_pending(app: cairn.App, db_url: str) -> None:
     """Rows of lg_writes of a checkpoint not stored, beside its pending row (a
-    thread upgraded mid-run): a pending row is no checkpoint, so both go."""
+    thread upgraded mid-run): a pending row is no checkpoint, so both go once
+    a later checkpoint is stored; until then both are a writer's in flight."""
     saver = _saver(app)
-    _put(saver, None, 0, checkpoint_id=_id(1))
+    c1 = _put(saver, None, 0, checkpoint_id=_id(1))
     _legacy_row(saver, db_url, _id(2), "task-old", 10**12)
     saver.put_writes(_at(_id(2)), [("log", LONG)], "task-new")
+    saver.prune(["t"])
+    assert _sql(db_url, "SELECT count(*) FROM lg_writes WHERE checkpoint_id = ?", (_id(2),))[0][0] == 1
+    assert _pending(db_url) == [("acme", "t", _id(2))]
+    _put(saver, c1, 1, checkpoint_id=_id(3))
     saver.prune(["t"])
     assert _sql(db_url, "SELECT count(*) FROM lg_writes")[0][0] == 0
     assert _pending(db_url) == []
@@ -584,16 +595,8 @@ def test_a_sealed_thread_with_a_pending_row_copies_rekeys_and_prunes(db_url: str
         app.close()
 
 
-COPY_KEEPS_PENDING = (
-    "bug (branch lgsql, not on main): copy_thread copies a pending row; a later "
-    "copy_thread after the source stored that checkpoint keeps the target's pending row "
-    "(lg_copy_checkpoints: ON CONFLICT DO NOTHING), so the target never gets the "
-    "checkpoint"
-)
-
 
 @SQLITE
-@pytest.mark.xfail(strict=True, reason=COPY_KEEPS_PENDING)
 def test_copying_again_after_the_put_gives_the_target_the_stored_checkpoint(
     app: cairn.App, db_url: str
 ) -> None:

@@ -1252,6 +1252,30 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
 -- the thread's pending rows (lg_put_record), as lg_delete_orphan_writes its rows of lg_writes
 DELETE FROM lg_checkpoints WHERE tenant = :tenant AND thread_id = :thread_id AND checkpoint_kind = ''
 
+-- name: lg_delete_stale_pending
+-- a prune's: the thread's pending rows but those after their namespace's latest checkpoint (the
+-- writes of a super-step whose checkpoint's put is still to come, a writer in flight: dropping
+-- them collected the values they name, which that writer's saver still took for stored)
+DELETE FROM lg_checkpoints
+WHERE tenant = :tenant AND thread_id = :thread_id AND checkpoint_kind = ''
+  AND NOT coalesce(checkpoint_id > (SELECT max(c.checkpoint_id) FROM lg_checkpoints AS c
+                                    WHERE c.tenant = lg_checkpoints.tenant
+                                      AND c.thread_id = lg_checkpoints.thread_id
+                                      AND c.ns = lg_checkpoints.ns AND c.checkpoint_kind <> ''), false)
+
+-- name: lg_delete_stale_writes
+-- a prune's lg_delete_orphan_writes: rows of lg_writes of checkpoints not stored, but those after
+-- their namespace's latest checkpoint (lg_delete_stale_pending)
+DELETE FROM lg_writes
+WHERE tenant = :tenant AND thread_id = :thread_id
+  AND NOT EXISTS (SELECT 1 FROM lg_checkpoints AS c
+                  WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
+                    AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id
+                    AND c.checkpoint_kind <> '')
+  AND NOT coalesce(checkpoint_id > (SELECT max(c.checkpoint_id) FROM lg_checkpoints AS c
+                                    WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
+                                      AND c.ns = lg_writes.ns AND c.checkpoint_kind <> ''), false)
+
 -- name: lg_latest_checkpoint
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
 FROM lg_checkpoints
@@ -1389,7 +1413,13 @@ INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run
 SELECT tenant, :target, ns, checkpoint_id, parent_id, run_id, checkpoint_kind, checkpoint, metadata_kind, metadata,
        writes
 FROM lg_checkpoints WHERE tenant = :tenant AND thread_id = :source
-ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO NOTHING
+-- a row the target has is kept, but for a pending one (a copy made before the source's put): the
+-- source's row replaces it, so a copy made again once the checkpoint is stored brings it over
+ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
+    parent_id = excluded.parent_id, run_id = excluded.run_id, checkpoint_kind = excluded.checkpoint_kind,
+    checkpoint = excluded.checkpoint, metadata_kind = excluded.metadata_kind, metadata = excluded.metadata,
+    writes = excluded.writes
+WHERE lg_checkpoints.checkpoint_kind = ''
 
 -- name: lg_copy_blobs
 INSERT INTO lg_blobs (tenant, thread_id, ns, channel, version, kind, base, depth, refs)
