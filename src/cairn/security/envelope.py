@@ -255,15 +255,21 @@ _PRIMED_MAX = 64
 
 
 def seal(cipher: AESGCM, key_version: int, place: Place, plaintext: bytes,
-         nonce: bytes | None = None) -> bytes:
+         nonce: bytes | None = None, *, fitted: bool | None = None) -> bytes:
     """``plaintext`` sealed for ``place`` with ``cipher`` (the tenant's data
     key of ``key_version``), under a random nonce; or under ``nonce``, which
     must then be a keyed hash of the plaintext and place (``synthetic_nonce``:
-    one nonce per distinct value, so equal values seal to equal bytes)."""
+    one nonce per distinct value, so equal values seal to equal bytes), or
+    the nonce of an envelope sealed again to its very bytes (an archive's
+    values, ``store.archiveseal``). ``fitted``: whether a long plaintext is
+    compressed in a window fitted to it (``compress``) or by
+    ``zlib.compress``; by default fitted under a random nonce only."""
     flags = 0
     if len(plaintext) >= COMPRESS_AT:
         # a synthetic nonce's value keeps its compressor: equal content, equal bytes, one artifact
-        packed = compress(plaintext) if nonce is None else zlib.compress(plaintext, 1)
+        if fitted is None:
+            fitted = nonce is None
+        packed = compress(plaintext) if fitted else zlib.compress(plaintext, 1)
         if len(packed) < len(plaintext):
             plaintext, flags = packed, FLAG_ZLIB
     head = header(flags, key_version, place[0])
