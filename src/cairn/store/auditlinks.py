@@ -270,8 +270,8 @@ def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes | N
     One Python call for the whole of a journaled step's chain work, both
     hashes and the body: each call the hot path made (``chained``, then this,
     then the bytes joined in a third) cost a frame, and the previous link was
-    copied into a joined bytes object only to be hashed (``_linked`` is this
-    function's tail, for the verifier's version 3)."""
+    copied into a joined bytes object only to be hashed (its tail, ``_linked``,
+    is shared with the verifier's version 3: one Python call more, +53 ns a link in a loop)."""
     if entry_digest is None:
         if data is None and detail is None:
             entry_digest = _EMPTY3
@@ -282,22 +282,15 @@ def written_link(previous: bytes, values: Sequence[Any], entry_digest: bytes | N
         linked, version = _LINK3.copy(), LINK_V3
     else:
         linked, version = _LINK2.copy(), LINK_V2
-    linked.update(previous)  # two updates: BLAKE2b buffers them as one input, no joined copy
-    v = values
-    if type(v[3]) is float and (v[11] is None or type(v[11]) is float):  # the body in one tuple display
-        linked.update(_ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
-                               v[13], entry_digest)))
-    else:
-        linked.update(body(meta_of_values(v), entry_digest))
-    return version + linked.digest()
+    return _linked(linked, version, previous, values, entry_digest)
 
 
 def _linked(linked: hashlib.blake2b, version: bytes, previous: bytes, values: Sequence[Any],
             entry_digest: bytes) -> bytes:
     """``written_link``'s tail: ``version`` and the BLAKE2b ``linked`` (a blank
     state) of ``previous`` and the body of ``values`` with ``entry_digest``
-    (the verifier's version 3)."""
-    linked.update(previous)
+    (also the verifier's, for version 3)."""
+    linked.update(previous)  # two updates: BLAKE2b buffers them as one input, no joined copy
     v = values
     if type(v[3]) is float and (v[11] is None or type(v[11]) is float):  # the body in one tuple display
         linked.update(_ENCODE((v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
