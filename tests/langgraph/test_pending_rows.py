@@ -20,7 +20,8 @@ replaces a pending target row); a prune by another saver between a
 checkpoint's writes and its put dropped those writes and collected their
 values, which the writer's saver still took for stored, so the checkpoint
 named a value not stored (before pending rows too, on both backends: a prune
-now keeps writes after their namespace's latest checkpoint)."""
+and deleting an older run now keep writes after their namespace's latest
+checkpoint)."""
 
 from __future__ import annotations
 
@@ -259,8 +260,12 @@ def test_delete_for_runs_keeps_the_other_runs_writes(app: cairn.App, db_url: str
     reader = _saver(app)
     assert _ids(reader.list(THREAD)) == [_id(2)]
     assert _writes(reader, c2) == [("task-2", "log", LONG + "2")]
+    # the pending row after the latest checkpoint is a writer's in flight: kept, its value too
+    assert _pending(db_url) == [("acme", "t", _id(3))]
+    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 2  # task-2's and task-3's
+    saver.delete_for_runs(["r2"])  # no checkpoint left: nothing is after one, all goes
     assert _pending(db_url) == []
-    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 1  # task-2's value alone
+    assert _sql(db_url, "SELECT count(*) FROM lg_values")[0][0] == 0
 
 
 @SQLITE
@@ -399,22 +404,30 @@ def test_a_process_killed_between_writes_and_their_put_resumes_to_the_same_state
 # -- a prune by another saver between a checkpoint's writes and its put ---------------------------
 
 
+@pytest.mark.parametrize("maintenance", ["prune", "delete_for_runs"])
 def test_a_prune_between_writes_and_their_put_leaves_the_checkpoint_readable(
-    app: cairn.App, db_url: str
+    app: cairn.App, db_url: str, maintenance: str
 ) -> None:
+    """Another process's maintenance (a prune, or deleting an older run)
+    between a checkpoint's writes and its put keeps those writes and the
+    values they name: the writer's saver takes them as stored."""
     from langgraph.checkpoint.base import empty_checkpoint
 
     writer = _saver(app)
-    c1 = _put(writer, None, 0, checkpoint_id=_id(1))
-    writer.put_writes(_at(_id(2)), [("log", LONG)], "task")  # the node's write: a pending row
-    _saver(app).prune(["t"])  # another process's maintenance: the pending row and its value go
+    c0 = _put(writer, None, 0, run_id="r0", checkpoint_id=_id(1))
+    c1 = _put(writer, c0, 1, run_id="r1", checkpoint_id=_id(2))
+    writer.put_writes(_at(_id(3)), [("log", LONG)], "task")  # the node's write: a pending row
+    if maintenance == "prune":
+        _saver(app).prune(["t"])
+    else:
+        _saver(app).delete_for_runs(["r0"])
     checkpoint = empty_checkpoint()
-    checkpoint["id"] = _id(2)
+    checkpoint["id"] = _id(3)
     checkpoint["channel_values"] = {"log": LONG}  # the value the node wrote, now the channel's
     version = writer.get_next_version(None, None)
     checkpoint["channel_versions"] = {"log": version}
-    writer.put(c1, checkpoint, {"step": 1}, {"log": version})
-    found = _saver(app).get_tuple(_at(_id(2)))
+    writer.put(c1, checkpoint, {"step": 2}, {"log": version})
+    found = _saver(app).get_tuple(_at(_id(3)))
     assert found is not None
     assert found.checkpoint["channel_values"]["log"] == LONG
 

@@ -53,8 +53,6 @@ SQLITE_ONLY = {
     "lg_put_record": "a put_writes' record appended to its checkpoint's row, a pending one if it is not "
                      "stored, the fence checked by the insert (PostgreSQL: lg_put_writes_many, the row or "
                      "else rows of lg_writes in one statement)",
-    "lg_delete_stale_pending": "a prune's: the pending rows but those after their namespace's latest "
-                               "checkpoint (PostgreSQL: rows of lg_writes, lg_delete_stale_writes)",
     "lg_delete_pending": "the pending rows of a thread's checkpoints not stored (PostgreSQL: rows of "
                          "lg_writes, lg_delete_orphan_writes)",
     "audit_previous": "the entry before an appended one, read for its audit link (PostgreSQL: in the insert)",

@@ -1044,10 +1044,8 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                         self._query(tx, f"lg_delete_thread_{table}", where)
                     continue
                 self._query(tx, "lg_delete_older", where)
-                # writes of checkpoints not stored go, but those after the latest: a writer in
-                # flight, its checkpoint's put to come, whose saver takes their values as stored
-                self._query(tx, "lg_delete_stale_writes", where)
-                self._lg_drop_pending(tx, where, stale=True)
+                self._query(tx, "lg_delete_orphan_writes", where)
+                self._lg_drop_pending(tx, where)
                 self._lg_collect(tx, where, versions_of)
 
         self._operate(body)
@@ -1128,12 +1126,13 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
             self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": epoch})
         return epoch, take
 
-    def _lg_drop_pending(self, tx: Tx, where: Mapping[str, Any], stale: bool = False) -> None:
+    def _lg_drop_pending(self, tx: Tx, where: Mapping[str, Any]) -> None:
         """Delete the thread's pending rows (writes of checkpoints not stored),
         as ``lg_delete_orphan_writes`` deletes such rows of ``lg_writes``: a
         dialect that keeps them in ``lg_checkpoints`` (SQLite's ``lg_put_record``).
-        ``stale``: but those after their namespace's latest checkpoint (a prune's,
-        ``lg_delete_stale_writes``)."""
+        Both keep the writes after their namespace's latest checkpoint: a
+        writer in flight, its checkpoint's put to come, whose saver takes their
+        values as stored (deleting them collected those values)."""
 
     def _lg_fold_wanted(self, at: Mapping[str, Any]) -> bool:
         """Whether a put of a child of checkpoint ``at`` runs ``lg_fold_writes``

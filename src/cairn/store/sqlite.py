@@ -811,8 +811,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         writer that takes the thread folds whatever rows its parent has."""
         return False
 
-    def _lg_drop_pending(self, tx: sqlite3.Connection, where: Mapping[str, Any], stale: bool = False) -> None:
-        tx.execute(_Q["lg_delete_stale_pending" if stale else "lg_delete_pending"], where)
+    def _lg_drop_pending(self, tx: sqlite3.Connection, where: Mapping[str, Any]) -> None:
+        tx.execute(_Q["lg_delete_pending"], where)
 
     def _select(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._read() as conn:

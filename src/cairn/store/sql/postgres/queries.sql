@@ -1971,16 +1971,9 @@ WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
                          AND c.ns = lg_checkpoints.ns ORDER BY c.checkpoint_id DESC LIMIT 1)
 
 -- name: lg_delete_orphan_writes
-DELETE FROM lg_writes
-WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
-  AND NOT EXISTS (SELECT 1 FROM lg_checkpoints AS c
-                  WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
-                    AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id)
-
--- name: lg_delete_stale_writes
--- a prune's lg_delete_orphan_writes: but the writes after their namespace's latest checkpoint (a
--- super-step whose checkpoint's put is still to come, a writer in flight: deleting them collected
--- the values they name, which that writer's saver still took for stored)
+-- writes of checkpoints not stored (a prune's, delete_for_runs'), but those after their namespace's
+-- latest checkpoint: a super-step whose checkpoint's put is still to come, a writer in flight
+-- (deleting them collected the values they name, which that writer's saver still took for stored)
 DELETE FROM lg_writes
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
   AND NOT EXISTS (SELECT 1 FROM lg_checkpoints AS c

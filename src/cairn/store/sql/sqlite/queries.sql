@@ -1249,32 +1249,16 @@ ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     writes = CAST(coalesce(lg_checkpoints.writes, x'') || excluded.writes AS BLOB)  -- || makes text
 
 -- name: lg_delete_pending
--- the thread's pending rows (lg_put_record), as lg_delete_orphan_writes its rows of lg_writes
-DELETE FROM lg_checkpoints WHERE tenant = :tenant AND thread_id = :thread_id AND checkpoint_kind = ''
-
--- name: lg_delete_stale_pending
--- a prune's: the thread's pending rows but those after their namespace's latest checkpoint (the
--- writes of a super-step whose checkpoint's put is still to come, a writer in flight: dropping
--- them collected the values they name, which that writer's saver still took for stored)
+-- the thread's pending rows (lg_put_record), as lg_delete_orphan_writes its rows of lg_writes: but
+-- those after their namespace's latest checkpoint, a super-step whose checkpoint's put is still to
+-- come, a writer in flight (dropping them collected the values they name, which that writer's saver
+-- still took for stored)
 DELETE FROM lg_checkpoints
 WHERE tenant = :tenant AND thread_id = :thread_id AND checkpoint_kind = ''
   AND NOT coalesce(checkpoint_id > (SELECT max(c.checkpoint_id) FROM lg_checkpoints AS c
                                     WHERE c.tenant = lg_checkpoints.tenant
                                       AND c.thread_id = lg_checkpoints.thread_id
                                       AND c.ns = lg_checkpoints.ns AND c.checkpoint_kind <> ''), false)
-
--- name: lg_delete_stale_writes
--- a prune's lg_delete_orphan_writes: rows of lg_writes of checkpoints not stored, but those after
--- their namespace's latest checkpoint (lg_delete_stale_pending)
-DELETE FROM lg_writes
-WHERE tenant = :tenant AND thread_id = :thread_id
-  AND NOT EXISTS (SELECT 1 FROM lg_checkpoints AS c
-                  WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
-                    AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id
-                    AND c.checkpoint_kind <> '')
-  AND NOT coalesce(checkpoint_id > (SELECT max(c.checkpoint_id) FROM lg_checkpoints AS c
-                                    WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
-                                      AND c.ns = lg_writes.ns AND c.checkpoint_kind <> ''), false)
 
 -- name: lg_latest_checkpoint
 SELECT thread_id, ns, checkpoint_id, parent_id, checkpoint_kind, checkpoint, metadata_kind, metadata
@@ -1373,12 +1357,17 @@ WHERE tenant = :tenant AND thread_id = :thread_id
                          AND c.ns = lg_checkpoints.ns AND c.checkpoint_kind <> '')
 
 -- name: lg_delete_orphan_writes
+-- rows of lg_writes of checkpoints not stored (a prune's, delete_for_runs'), but those after their
+-- namespace's latest checkpoint (as lg_delete_pending)
 DELETE FROM lg_writes
 WHERE tenant = :tenant AND thread_id = :thread_id
   AND NOT EXISTS (SELECT 1 FROM lg_checkpoints AS c
                   WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
                     AND c.ns = lg_writes.ns AND c.checkpoint_id = lg_writes.checkpoint_id
-                    AND c.checkpoint_kind <> '')  -- a pending row is no checkpoint
+                    AND c.checkpoint_kind <> '')
+  AND NOT coalesce(checkpoint_id > (SELECT max(c.checkpoint_id) FROM lg_checkpoints AS c
+                                    WHERE c.tenant = lg_writes.tenant AND c.thread_id = lg_writes.thread_id
+                                      AND c.ns = lg_writes.ns AND c.checkpoint_kind <> ''), false)
 
 -- name: lg_thread_checkpoints
 SELECT ns, checkpoint_id, checkpoint_kind, checkpoint FROM lg_checkpoints
