@@ -61,6 +61,7 @@ from cairn.store.checkpointsql import (
     Named,
     Snapshot,
     SQLCheckpoints,
+    Stale,
     ThreadKey,
     ValueRow,
     WriteRow,
@@ -304,7 +305,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         self._lock = threading.Lock()
         #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
         self._owner = secrets.token_hex(8)
-        self._held: dict[str, int] = {}
+        self._held: dict[str, tuple[int | None, int | None]] = {}
         self.lease = lease
         #: list items this saver encoded lately, by identity: id -> (the item, its value row), so
         #: the message a node wrote (its pending write) is not serialized, hashed and compressed
@@ -453,6 +454,15 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         key = self._key(config)
+        while True:
+            holder = self._expecting(key)
+            try:
+                return self._put(key, holder, config, checkpoint, metadata, new_versions)
+            except Stale as stale:
+                self._stale(key, stale)
+
+    def _put(self, key: ThreadKey, holder: Holder, config: RunnableConfig, checkpoint: Checkpoint,
+             metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
         blobs: builtins.list[BlobRow] = []
@@ -512,9 +522,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         row = CheckpointRow(key.thread_id, key.ns, checkpoint["id"], parent, ckind, cdata, mkind, mdata,
                             names, refs)
         run_id = full_metadata.get("run_id")
-        self._held[key.thread_id] = self._rows.lg_put(key, self._holder(key), row,
-                                                      None if run_id is None else str(run_id), blobs, rows,
-                                                      max_depth=MAX_CHAIN)
+        self._held[key.thread_id] = self._rows.lg_put(
+            key, holder, row, None if run_id is None else str(run_id), blobs, rows, max_depth=MAX_CHAIN)
         self._committed(key.thread_id, rows)
         self._remember(lists)
         self._record((key.thread_id, key.ns, checkpoint["id"]), versions, inline, tails)
@@ -532,6 +541,15 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                     task_path: str) -> None:
         key = self._key(config)
+        while True:
+            holder = self._expecting(key)
+            try:
+                return self._put_writes_held(key, holder, config, writes, task_id, task_path)
+            except Stale as stale:
+                self._stale(key, stale)
+
+    def _put_writes_held(self, key: ThreadKey, holder: Holder, config: RunnableConfig,
+                         writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
         rows: ValueRows = []
         stored: builtins.list[WriteRow] = []
         for i, (channel, value) in enumerate(writes):
@@ -541,8 +559,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if self._sealer is not None:
             rows = self._sealed(key.thread_id, rows)
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
-        self._held[key.thread_id] = self._rows.lg_put_writes(key, self._holder(key), checkpoint_id, stored,
-                                                             rows)
+        self._held[key.thread_id] = self._rows.lg_put_writes(key, holder, checkpoint_id, stored, rows)
         self._committed(key.thread_id, rows)
 
     def delete_thread(self, thread_id: str) -> None:
@@ -711,14 +728,41 @@ class CairnSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         return ThreadKey(self.tenant, str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")))
 
-    def _holder(self, key: ThreadKey) -> Holder:
-        return Holder(self._owner, self._held.get(key.thread_id), self.lease)
+    def _expecting(self, key: ThreadKey) -> Holder:
+        """The holder a write of ``key``'s thread names, taken before the write
+        consults this saver's memory: the epoch this saver last held the thread
+        at and the collection count that memory was made under. With no count
+        (no write yet, or the thread was deleted), what it remembers of the
+        thread (from reads) is forgotten first: nothing vouches for it."""
+        epoch, collected = self._held.get(key.thread_id, (None, None))
+        if collected is None:
+            self._forget_thread(key.thread_id)
+        return Holder(self._owner, epoch, self.lease, collected)
+
+    def _stale(self, key: ThreadKey, stale: Stale) -> None:
+        """A write was refused, nothing written: the thread was collected or
+        deleted since this saver's memory of it was made (``Stale``). Forget
+        it; the write is made again whole, expecting the count now (or, the
+        thread deleted, as this saver's first)."""
+        self._forget_thread(key.thread_id)
+        with self._lock:
+            if stale.collected is None:
+                self._held.pop(key.thread_id, None)
+            else:
+                epoch = self._held.get(key.thread_id, (None, None))[0]
+                self._held[key.thread_id] = (epoch, stale.collected)
 
     def hold(self, thread_id: str) -> None:
         """Take thread ``thread_id`` now, writing nothing else: from here on
         a writer it was taken from is refused (before this saver reads it)."""
         key = ThreadKey(self.tenant, str(thread_id), "")
-        self._held[key.thread_id] = self._rows.lg_put_writes(key, self._holder(key), "", [], [])
+        while True:
+            holder = self._expecting(key)
+            try:
+                self._held[key.thread_id] = self._rows.lg_put_writes(key, holder, "", [], [])
+                return
+            except Stale as stale:
+                self._stale(key, stale)
 
     def _dump(self, value: Any) -> tuple[str, bytes]:
         kind, data = self.serde.dumps_typed(value)
@@ -837,6 +881,16 @@ class CairnSaver(BaseCheckpointSaver[str]):
             self._lists.clear()
             self._records.clear()
             self._stored.clear()
+
+    def _forget_thread(self, thread_id: str) -> None:
+        """Forget what this saver remembers of one thread (``_expecting``, ``_stale``)."""
+        with self._lock:
+            for k in [k for k in self._lists if k[0] == thread_id]:
+                del self._lists[k]
+            for r in [r for r in self._records if r[0] == thread_id]:
+                del self._records[r]
+            for v in [v for v in self._stored if v[0] == thread_id]:
+                del self._stored[v]
 
     def _record(self, at: tuple[str, str, str], versions: dict[str, str],
                 inline: dict[str, int | None], tails: Tails) -> None:

@@ -27,7 +27,8 @@ def test_a_version_is_a_delta_below_max_depth_and_whole_at_it_or_without_its_bas
         refs = pack_refs(range(n))  # n items; the last one is what this version added
         row = CheckpointRow("t", "", checkpoint_id, parent, "msgpack", b"\x80", "msgpack", b"\x80")
         blob = BlobRow("m", version, "list", refs, base, pack_refs([n - 1]))
-        holder = Holder("me", store.lg_put(key, holder, row, None, [blob], [], max_depth=3))
+        epoch, collected = store.lg_put(key, holder, row, None, [blob], [], max_depth=3)
+        holder = Holder("me", epoch, collected=collected)
         parent = checkpoint_id
     stored = raw_sql(db_url, "SELECT version, base, depth, length(refs) FROM lg_blobs ORDER BY version")
     assert stored == [

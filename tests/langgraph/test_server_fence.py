@@ -1,5 +1,5 @@
 """A LangGraph write in one message on PostgreSQL (issue 24, 2026-12-07): the
-fence checked in the server (``lg_hold``, migration 0051) gives the answers of
+fence checked in the server (``lg_hold``, migrations 0051 and 0052) gives the answers of
 the client's rule (``checkpointsql.hold_rule``, which SQLite runs), a refused
 write commits nothing of its message, and a put folds its parent's writes
 stored before it (rows of ``lg_writes``) in its one message when they are the
@@ -16,18 +16,19 @@ import pytest
 
 import cairn
 from cairn.errors import ThreadTaken
-from cairn.store.checkpointsql import Holder, ThreadKey, hold_rule
+from cairn.store.checkpointsql import Holder, Stale, ThreadKey, hold_rule
 from tests.engine.conftest import postgres_url
 from tests.langgraph.rawsql import raw_sql as _sql
 
 if TYPE_CHECKING:
     from cairn.langgraph import CairnSaver
 
-#: who holds a thread before a write: nobody, or (owner, epoch)
-HELD: list[tuple[str, int] | None] = [None, ("a", 1), ("a", 3), ("b", 3)]
-#: the writers: every owner, last-held epoch and lease against every holder above
-HOLDERS = [Holder(owner, epoch, lease) for owner, epoch, lease in
-           itertools.product(("a", "b"), (None, 1, 3), (None, 2, 3, 4))]
+#: who holds a thread before a write: nobody, or (owner, epoch, collection count)
+HELD: list[tuple[str, int, int] | None] = [None, ("a", 1, 0), ("a", 3, 0), ("b", 3, 0), ("a", 3, 2)]
+#: the writers: every owner, last-held epoch, lease and expected collection count against
+#: every holder above
+HOLDERS = [Holder(owner, epoch, lease, collected) for owner, epoch, lease, collected in
+           itertools.product(("a", "b"), (None, 1, 3), (None, 2, 3, 4), (None, 0, 2))]
 
 
 def _saver(app: cairn.App) -> CairnSaver:
@@ -36,46 +37,55 @@ def _saver(app: cairn.App) -> CairnSaver:
     return CairnSaver(app, tenant="acme")
 
 
-def _expected(held: tuple[str, int] | None, holder: Holder, thread: str) -> tuple[Any, ...]:
+def _expected(held: tuple[str, int, int] | None, holder: Holder, thread: str) -> tuple[Any, ...]:
     """What the client's rule answers, and the holder row it leaves."""
     found = [] if held is None else [held]
     try:
-        epoch, take = hold_rule(found, holder, thread)
-    except ThreadTaken as exc:
-        return "refused", str(exc), held
-    return "held", epoch, (holder.owner, epoch) if take else held
+        epoch, take, collected = hold_rule(found, holder, thread)
+    except (ThreadTaken, Stale) as exc:
+        return "refused", type(exc).__name__, str(exc), held
+    return "held", (epoch, collected), (holder.owner, epoch, collected) if take else held
 
 
 def test_the_fence_answers_as_the_clients_rule_on_both_backends(app: cairn.App, db_url: str) -> None:
     """Every holder row (none, owner a or b at an epoch) against every
     writer (owner, the epoch it last held, a lease or none): the write's
-    answer (the epoch held, or ThreadTaken and its message) and the holder
-    row after it are ``hold_rule``'s. On PostgreSQL that is lg_hold in the
-    server, on SQLite the rule itself; so the two agree."""
+    answer (the epoch held and the collection count, or ThreadTaken or Stale
+    and its message) and the holder row after it are ``hold_rule``'s. On
+    PostgreSQL that is lg_hold in the server, on SQLite the rule itself; so
+    the two agree."""
     rows = _saver(app)._rows
     cases = [(f"t{n}", held, holder) for n, (held, holder) in enumerate(itertools.product(HELD, HOLDERS))]
     planted = [(thread, *held) for thread, held, _ in cases if held is not None]
-    _sql(db_url, "INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES "
-                 + ", ".join(["('acme', ?, ?, ?)"] * len(planted)), tuple(v for row in planted for v in row))
-    answers = []
+    _sql(db_url, "INSERT INTO lg_threads (tenant, thread_id, owner, epoch, collected) VALUES "
+                 + ", ".join(["('acme', ?, ?, ?, ?)"] * len(planted)),
+         tuple(v for row in planted for v in row))
+    answers: list[tuple[Any, ...]] = []
     for thread, _, holder in cases:
         try:
             answers.append(("held", rows.lg_put_writes(ThreadKey("acme", thread, ""), holder, "", [], [])))
-        except ThreadTaken as exc:
-            answers.append(("refused", str(exc)))
-    after = {str(t): (str(o), int(e)) for t, o, e in
-             _sql(db_url, "SELECT thread_id, owner, epoch FROM lg_threads WHERE tenant = 'acme'")}
+        except (ThreadTaken, Stale) as exc:
+            answers.append(("refused", type(exc).__name__, str(exc)))
+    after = {str(t): (str(o), int(e), int(c)) for t, o, e, c in
+             _sql(db_url, "SELECT thread_id, owner, epoch, collected FROM lg_threads WHERE tenant = 'acme'")}
     got = [(*answer, after.get(thread)) for answer, (thread, _, _) in zip(answers, cases, strict=True)]
     assert got == [_expected(held, holder, thread) for thread, held, holder in cases]
     # and the rule is the one the module states (a few of the answers, spelled out)
     by_case = {(held, holder): answer for (_, held, holder), answer in zip(cases, got, strict=True)}
-    assert by_case[(None, Holder("a", None))] == ("held", 1, ("a", 1))
-    assert by_case[(("b", 3), Holder("a", None))] == ("held", 4, ("a", 4))  # never held it: takes it
-    assert by_case[(("a", 3), Holder("a", 1))] == ("held", 3, ("a", 3))
-    assert by_case[(("b", 3), Holder("a", 1))][:1] == ("refused",)  # held it, lost it
-    assert by_case[(("b", 3), Holder("a", 1, lease=2))][:1] == ("refused",)  # a later lease holds it
-    assert by_case[(("b", 3), Holder("a", 1, lease=3))] == ("held", 3, ("a", 3))
-    assert by_case[(("a", 1), Holder("b", 3, lease=4))] == ("held", 4, ("b", 4))
+    assert by_case[(None, Holder("a", None))] == ("held", (1, 0), ("a", 1, 0))
+    assert by_case[(("b", 3, 0), Holder("a", None))] == ("held", (4, 0), ("a", 4, 0))  # never held: took it
+    assert by_case[(("a", 3, 0), Holder("a", 1))] == ("held", (3, 0), ("a", 3, 0))
+    assert by_case[(("b", 3, 0), Holder("a", 1))][:2] == ("refused", "ThreadTaken")  # held it, lost it
+    assert by_case[(("b", 3, 0), Holder("a", 1, lease=2))][:2] == ("refused", "ThreadTaken")  # a later lease
+    assert by_case[(("b", 3, 0), Holder("a", 1, lease=3))] == ("held", (3, 0), ("a", 3, 0))
+    assert by_case[(("a", 1, 0), Holder("b", 3, lease=4))] == ("held", (4, 0), ("b", 4, 0))
+    # a writer whose memory was made at another collection count, or of a thread deleted since
+    assert by_case[(("a", 3, 2), Holder("a", 3, collected=0))][:2] == ("refused", "Stale")
+    assert by_case[(("a", 3, 2), Holder("a", 3, collected=2))] == ("held", (3, 2), ("a", 3, 2))
+    assert by_case[(("a", 3, 2), Holder("a", 3, collected=None))] == ("held", (3, 2), ("a", 3, 2))
+    assert by_case[(None, Holder("a", 3, collected=0))][:2] == ("refused", "Stale")  # deleted since
+    assert by_case[(None, Holder("a", None, collected=0))] == ("held", (1, 0), ("a", 1, 0))
+    assert by_case[(("a", 3, 2), Holder("a", 1, lease=3, collected=0))][:2] == ("refused", "Stale")
 
 
 def test_a_refused_write_commits_nothing_of_its_message(app: cairn.App, db_url: str) -> None:
@@ -153,7 +163,7 @@ def test_a_put_folds_the_rows_its_store_inserted_in_one_message(pg_app: cairn.Ap
     c1 = _writes_before_their_checkpoint(saver, db_url)
     statements.clear()
     _put(saver, c1, IDS[2], ["a", "b"])
-    assert statements["SELECT lg_hold('acme',"] == 1, statements
+    assert statements["SELECT held,"] == 1, statements
     assert statements["BEGIN; SELECT"] == 0, statements  # not sent again in two
     assert _folded_writes(pg_app, db_url, c1) == sorted(EXPECTED, key=str)
 
@@ -182,6 +192,6 @@ def test_a_put_folding_rows_its_store_did_not_insert_is_sent_again_in_two(
         expected = [w for w in expected if w[1] != ERROR]
     statements.clear()
     _put(saver, c1, IDS[2], ["a", "b"])
-    assert statements["SELECT lg_hold('acme',"] == 1, statements  # refused, rolled back
+    assert statements["SELECT held,"] == 1, statements  # refused, rolled back
     assert statements["BEGIN; SELECT"] == 1, statements  # and sent again in two
     assert _folded_writes(pg_app, db_url, c1) == expected

@@ -130,7 +130,7 @@ def test_a_super_step_is_two_round_trips_on_postgresql(pg_app: cairn.App, statem
     statements.clear()
     graph.invoke({"log": []}, _config("t"))
     # 11 puts (the input's checkpoint, 10 super-steps) and 10 put_writes (the input's, 9 nodes')
-    assert statements["SELECT lg_hold('acme',"] == 21, statements
+    assert statements["SELECT held,"] == 21, statements
     # and once: the first read of the thread (and a new pooled connection's settings)
     others = sum(n for s, n in statements.items() if s != "SELECT set_config('search_path',")
     assert others == 21 + 1, statements

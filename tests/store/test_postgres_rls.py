@@ -829,10 +829,10 @@ WRITES = [
                    "'evil', 9) ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = 'evil'"),
     # the same through the server's fence (lg_hold, SECURITY INVOKER, migration 0051): taking
     # acme's thread as a new saver, as one that held it, or under a later lease
-    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', NULL, NULL)"),
-    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', 1, NULL)"),
-    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', NULL, 999)"),
-    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'acme-saver', NULL, 999)"),
+    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', NULL, NULL, NULL)"),
+    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', 1, NULL, NULL)"),
+    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', NULL, 999, NULL)"),
+    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'acme-saver', NULL, 999, NULL)"),
     # a data key of acme's (encryption at rest): replacing it, planting one, or shredding it
     ("data_keys", "UPDATE data_keys SET wrapped = 'evil'"),
     ("data_keys", "DELETE FROM data_keys"),
@@ -936,7 +936,7 @@ def test_a_tenant_role_reads_and_writes_nothing_of_another_tenant_with_raw_sql(
                          [WriteRow("task", 1, "ch", "", "value", pack_refs([7]))], [])
     # The role still works for its own tenant (the matrix is not vacuous).
     if setting != "forged":
-        own_thread = "SELECT lg_hold('globex', 'own', 'g', NULL, NULL)"
+        own_thread = "SELECT held FROM lg_hold('globex', 'own', 'g', NULL, NULL, NULL)"
         assert _attack(d, SETTINGS[setting], own_thread, params) == [(1,)]
         assert _attack(d, SETTINGS[setting], "SELECT run_id FROM runs", params) == [("g1",)]
         assert _attack(d, SETTINGS[setting], "UPDATE runs SET priority = 1 WHERE run_id = 'g1' "

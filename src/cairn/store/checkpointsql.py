@@ -46,6 +46,17 @@ thread ``lg:<run id>`` with one) is fenced by it instead: it holds the
 thread at that epoch, and is refused once a holder of a later lease has
 written, whether or not it wrote before (a worker frozen before its first
 write never takes the thread back from the run's next lease).
+
+A saver remembers what it wrote (values, a list's last version) and skips
+writing it again; a prune or ``delete_for_runs`` may collect those rows
+meanwhile, from another saver or process. Each collection counts itself in
+the thread's holder row (``collected``, migrations 0032 / 0052), a writer
+names the count its memory was made under (``Holder.collected``), and a
+writer whose memory is stale (the thread collected or deleted since) is
+refused with ``Stale`` before anything is written: the saver forgets the
+thread and writes the whole checkpoint again, expecting the count now
+(issue 24, 2026-12-07 fifth session: the checkpoint it put
+named values no longer stored, unreadable for every reader).
 """
 
 from __future__ import annotations
@@ -174,6 +185,20 @@ class Holder:
     epoch: int | None
     #: a run's lease epoch fencing the writes (see the module); ``None``: owner fencing
     lease: int | None = None
+    #: the thread's collection count the writer's memory of it was made under (``Stale``);
+    #: ``None``: it remembers nothing of the thread, and expects nothing of it
+    collected: int | None = None
+
+
+class Stale(Exception):
+    """A writer's memory of a thread is stale (see the module): nothing was
+    written; ``collected`` is the thread's collection count now, ``None``
+    when the thread was deleted since the writer held it."""
+
+    def __init__(self, thread_id: str, collected: int | None) -> None:
+        what = "was deleted" if collected is None else f"was collected ({collected} times)"
+        super().__init__(f"LangGraph thread {thread_id!r} {what} since this writer last wrote it")
+        self.collected = collected
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,33 +654,43 @@ def thread_taken(thread_id: str, epoch: int, lease: int | None) -> ThreadTaken:
                        f"writer's is {lease}): this writer's writes are refused")
 
 
-def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) -> tuple[int, bool]:
-    """The fence (see the module): the epoch ``holder`` holds the thread at
-    and whether it takes it (writes its row of ``lg_threads``), given the
-    thread's holder row ``found`` (none: nobody holds it), read under the
-    thread's lock; ``ThreadTaken`` when refused. SQLite runs it in the
-    client; PostgreSQL's ``lg_hold`` (migration 0051) is the same rule in the
-    server, held to the same answers by tests/langgraph/test_server_fence.py."""
+def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) -> tuple[int, bool, int]:
+    """The fence (see the module): the epoch ``holder`` holds the thread at,
+    whether it takes it (writes its row of ``lg_threads``) and the thread's
+    collection count, given its holder row ``found`` (owner, epoch,
+    collected; none: nobody holds it), read under the thread's lock;
+    ``ThreadTaken`` when refused, ``Stale`` when the holder's memory is
+    (its count is not the thread's, or it held a thread deleted since).
+    SQLite runs it in the client; PostgreSQL's ``lg_hold`` (migrations 0051,
+    0052) is the same rule in the server, held to the same answers by
+    tests/langgraph/test_server_fence.py."""
     held = (str(found[0][0]), int(found[0][1])) if found else None
+    collected = int(found[0][2]) if found else 0
     lease = holder.lease
     if lease is not None:  # fenced by a run's lease: refused once a later lease took the thread
         if held is not None and held[1] > lease:
             raise thread_taken(thread_id, held[1], lease)
-        return lease, held != (holder.owner, lease)
+    elif held is not None and held[0] != holder.owner and holder.epoch is not None:
+        raise thread_taken(thread_id, held[1], None)  # it held the thread, and another took it since
+    if holder.collected is not None:  # what it remembers of the thread was made at that count
+        if held is None and holder.epoch is not None:
+            raise Stale(thread_id, None)  # deleted since it wrote
+        if held is not None and collected != holder.collected:
+            raise Stale(thread_id, collected)  # collected since it wrote
+    if lease is not None:
+        return lease, held != (holder.owner, lease), collected
     if held is None:
-        return 1, True
+        return 1, True, collected
     owner, epoch = held
     if owner == holder.owner:
-        return epoch, False
-    if holder.epoch is not None:  # it held the thread, and another took it since
-        raise thread_taken(thread_id, epoch, None)
-    return epoch + 1, True
+        return epoch, False, collected
+    return epoch + 1, True, collected
 
 
 #: statements that close a LangGraph write's transaction (``SQLCheckpoints._lg_operate``)
 Closing = list[tuple[str, dict[str, Any]]]
 #: what a fenced statement checks (``SQLCheckpoints._lg_operate``): the thread's holder row is
-#: ``{"owner": ..., "epoch": ...}``, else it changes nothing (``_Unfenced``)
+#: ``{"owner": ..., "epoch": ..., "collected": ...}``, else it changes nothing (``_Unfenced``)
 Fence = dict[str, Any]
 
 
@@ -695,9 +730,10 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
     # -- writes -------------------------------------------------------------------------
 
     def lg_put(self, key: ThreadKey, holder: Holder, row: CheckpointRow, run_id: str | None,
-               blobs: Sequence[BlobRow], values: Sequence[ValueRow], *, max_depth: int) -> int:
+               blobs: Sequence[BlobRow], values: Sequence[ValueRow], *, max_depth: int) -> tuple[int, int]:
         """Store a checkpoint, the channel versions it made and their values, in
-        one transaction; the epoch ``holder`` holds the thread at."""
+        one transaction; the epoch ``holder`` holds the thread at and the
+        thread's collection count (``Stale``: nothing written)."""
         where = _where(key)
         folding = row.parent_id is not None and row.parent_id != row.checkpoint_id
         # the statements that need nothing read first go in the opening (_lg_operate): on
@@ -744,9 +780,10 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                                 before_commit="langgraph.put.before_commit")
 
     def lg_put_writes(self, key: ThreadKey, holder: Holder, checkpoint_id: str, writes: Sequence[WriteRow],
-                      values: Sequence[ValueRow]) -> int:
+                      values: Sequence[ValueRow]) -> tuple[int, int]:
         """Store pending writes in one transaction, committed before this
-        returns; the epoch ``holder`` holds the thread at."""
+        returns; the epoch ``holder`` holds the thread at and the thread's
+        collection count (``Stale``: nothing written)."""
         where = _where(key)
         opening: list[tuple[str, dict[str, Any]]] = []
         if self._lg_arrays:  # all in the opening (_lg_operate): on PostgreSQL one message with the COMMIT
@@ -767,7 +804,7 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
             self._lg_put_values(tx, where, values)
             if not writes:  # (``hold``) nothing to write: the fence alone, read
                 if [tuple(r) for r in self._query(tx, "lg_thread_holder", where)] != [
-                        (fence["owner"], fence["epoch"])]:
+                        (fence["owner"], fence["epoch"], fence["collected"])]:
                     raise _Unfenced
                 return []
             # the record appended to the checkpoint's row, stored or pending (SQLite's lg_put_record), in
@@ -1072,11 +1109,12 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                     opening: Sequence[tuple[str, Mapping[str, Any]]],
                     close: Callable[..., Closing],
                     fold: tuple[str, Mapping[str, Any]] | None = None,
-                    before_commit: str | None = None) -> int:
+                    before_commit: str | None = None) -> tuple[int, int]:
         """Run a write in one durable transaction holding the thread
         (``lg_lock_thread``) for ``holder`` (``hold_rule``: a refused write
-        raises ``ThreadTaken`` and writes nothing), returning the epoch it
-        holds the thread at. Then the statements of ``opening``, then the
+        raises ``ThreadTaken`` or ``Stale`` and writes nothing), returning
+        the epoch it holds the thread at and the thread's collection count.
+        Then the statements of ``opening``, then the
         statement ``fold`` (``lg_fold_writes``), then the statements
         ``close(tx, rows fold moved)`` returns (``None`` without ``fold``),
         then the fault point ``before_commit``. ``close`` also takes the
@@ -1086,29 +1124,33 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         anything but the rows ``fold`` moved: PostgreSQL sends the write as
         one message with its COMMIT when ``fold`` moves nothing, else in two
         (issue 24, 2026-12-07, ``PostgresStore._lg_operate``)."""
-        def run(tx: Tx, guess: int | None) -> int:
+        def run(tx: Tx, guess: tuple[int, int] | None) -> tuple[int, int]:
             if guess is not None:  # the fence checked by the write's own statements
-                epoch, took = guess, False
+                (epoch, collected), took = guess, False
             else:
                 where = self._lg_lock(tx, key)
-                epoch, took = self._lg_hold(tx, where, holder, self._query(tx, "lg_thread_holder", where))
+                epoch, took, collected = self._lg_hold(tx, where, holder,
+                                                       self._query(tx, "lg_thread_holder", where))
             for name, params in opening:
                 self._query(tx, name, params)
             moved = None
             if fold is not None:  # not run (nothing to move): none moved
                 moved = self._query(tx, *fold) if took or self._lg_fold_wanted(fold[1]) else []
-            for name, params in close(tx, moved, {"owner": holder.owner, "epoch": epoch}):
+            fence = {"owner": holder.owner, "epoch": epoch, "collected": collected}
+            for name, params in close(tx, moved, fence):
                 self._query(tx, name, params)
             if before_commit is not None and faults.ARMED:
                 fault_point(before_commit)
-            return epoch
+            return epoch, collected
 
         # A writer that held the thread (or holds a lease) expects its holder row as it left it:
         # its statements check it themselves (issue 24, 2026-12-07 afternoon: on SQLite the
         # holder's SELECT was one of a super-step's 13 statements, twice). If one finds another
         # holder (``_Unfenced``: nothing written), the write is rolled back and run again as
-        # ever, the holder read and ``hold_rule`` deciding: refused, taken, or written.
-        guess = holder.lease if holder.lease is not None else holder.epoch
+        # ever, the holder read and ``hold_rule`` deciding: refused, taken, stale, or written.
+        # A writer that expects no collection count (``Holder.collected``) reads the holder.
+        epoch = holder.lease if holder.lease is not None else holder.epoch
+        guess = None if epoch is None or holder.collected is None else (epoch, holder.collected)
         if guess is not None:
             try:
                 return self._operate(lambda tx: run(tx, guess))
@@ -1117,14 +1159,14 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         return self._operate(lambda tx: run(tx, None))
 
     def _lg_hold(self, tx: Tx, where: Mapping[str, Any], holder: Holder, found: list[tuple[Any, ...]]
-                 ) -> tuple[int, bool]:
+                 ) -> tuple[int, bool, int]:
         """The epoch ``holder`` holds the thread at, taking it if it may
-        (``hold_rule``), and whether it took it now; ``found``: the thread's
-        holder row, read under the lock."""
-        epoch, take = hold_rule(found, holder, where["thread_id"])
+        (``hold_rule``), whether it took it now, and the thread's collection
+        count; ``found``: the thread's holder row, read under the lock."""
+        epoch, take, collected = hold_rule(found, holder, where["thread_id"])
         if take:
             self._query(tx, "lg_take_thread", {**where, "owner": holder.owner, "epoch": epoch})
-        return epoch, take
+        return epoch, take, collected
 
     def _lg_drop_pending(self, tx: Tx, where: Mapping[str, Any]) -> None:
         """Delete the thread's pending rows (writes of checkpoints not stored),
@@ -1284,7 +1326,10 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
     def _lg_collect(self, tx: Tx, where: Mapping[str, Any],
                  versions_of: VersionsOf) -> None:
         """Delete the thread's channel versions no checkpoint reaches (through
-        list bases too), then the values nothing names."""
+        list bases too), then the values nothing names; count the collection
+        in the thread's holder row, so a writer remembering what it wrote
+        before learns its memory is stale (``Stale``)."""
+        self._query(tx, "lg_count_collection", where)
         live: set[tuple[str, str, str]] = set()
         named: set[int] = set()  # values a checkpoint row names inline, then those of rows
         for ns, checkpoint_id, kind, data in self._query(tx, "lg_thread_checkpoints", where):

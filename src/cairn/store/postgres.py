@@ -254,7 +254,15 @@ from cairn.faults import fault_point
 from cairn.store import admission, auditlinks, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.auditlinks import Digester
-from cairn.store.checkpointsql import Closing, Holder, ThreadKey, pack_id, pack_id_key, thread_taken
+from cairn.store.checkpointsql import (
+    Closing,
+    Holder,
+    Stale,
+    ThreadKey,
+    pack_id,
+    pack_id_key,
+    thread_taken,
+)
 from cairn.store.contract import ARTIFACT_GRACE_SECONDS, Migratable, Notifier
 from cairn.store.pgrecent import Recent
 from cairn.store.records import (
@@ -308,9 +316,10 @@ _Q["lg_fold_as_sent"] = (
     "WHERE m.idx IS NULL OR e.idx IS NULL")
 #: how many checkpoints' expected rows of lg_writes a store remembers (``_lg_expect``)
 _LG_EXPECTED = 1024
-#: SQLSTATEs of migration 0051: ``lg_hold`` refused the writer (its DETAIL: the holder's
-#: epoch), ``lg_fold_as_sent`` found other rows to fold than those the put sent folded
-_LG_TAKEN, _LG_FOLD = "LGT01", "LGF01"
+#: SQLSTATEs of migrations 0051 and 0052: ``lg_hold`` refused the writer (its DETAIL: the
+#: holder's epoch), or its memory of the thread (``Stale``; its DETAIL: the collection count),
+#: ``lg_fold_as_sent`` found other rows to fold than those the put sent folded
+_LG_TAKEN, _LG_STALE, _LG_FOLD = "LGT01", "LGS01", "LGF01"
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 #: rows scored at a time by the client's exact vector scan (7.5 MB at 384 float32 dimensions)
 _SCAN_CHUNK = 5000
@@ -1337,7 +1346,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                     opening: Sequence[tuple[str, Mapping[str, Any]]],
                     close: Callable[[_Conn, list[tuple[Any, ...]] | None], Closing],
                     fold: tuple[str, Mapping[str, Any]] | None = None,
-                    before_commit: str | None = None) -> int:
+                    before_commit: str | None = None) -> tuple[int, int]:
         # One message, COMMIT included (issue 24, 2026-12-07): the fence is checked in the server
         # (lg_hold, migration 0051: the thread's lock, its holder and hold_rule in one statement),
         # so nothing waits for this client; a super-step (put_writes, put) is 2 round trips, not 4.
@@ -1351,7 +1360,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         # (_lg_expect), and the fold refuses the message (LGF01) unless exactly those rows moved;
         # then the put is sent again in two messages, the second built from the rows that moved.
         where: dict[str, Any] = {"tenant": key.tenant, "thread_id": key.thread_id, "ns": key.ns}
-        hold = ("lg_hold", {**where, "owner": holder.owner, "epoch": holder.epoch, "lease": holder.lease})
+        hold = ("lg_hold", {**where, "owner": holder.owner, "epoch": holder.epoch, "lease": holder.lease,
+                            "collected": holder.collected})
         expected = [] if fold is None else self._lg_expect(key, str(fold[1]["checkpoint_id"]))
 
         def bound(conn: _Conn, sent: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
@@ -1359,6 +1369,9 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
             return [bind(_Q[name], _packed_ids(params)) for name, params in sent]
 
         def refused(exc: psycopg.Error) -> BaseException | None:
+            if exc.sqlstate == _LG_STALE:
+                detail = exc.diag.message_detail or "0"
+                return Stale(key.thread_id, None if detail == "deleted" else int(detail))
             if exc.sqlstate != _LG_TAKEN:
                 return None
             return thread_taken(key.thread_id, int(exc.diag.message_detail or "0"), holder.lease)
@@ -1372,18 +1385,18 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
         done = self._lg_message(whole, refused, before_commit)
         if done is not None:
-            epoch, counts = done
+            held, counts = done
             for (name, params), inserted in zip(opening, counts[1:], strict=False):
                 if name == "lg_put_writes_many" and inserted:  # rows, not appended to a stored checkpoint
                     self._lg_inserted(key, params)
-            return epoch
+            return held
 
-        def run(tx: _Conn, found: list[list[tuple[Any, ...]]]) -> tuple[int, Closing]:
+        def run(tx: _Conn, found: list[list[tuple[Any, ...]]]) -> tuple[tuple[int, int], Closing]:
             # found: BEGIN's, lg_hold's, the opening's, the fold's rows
             closing = close(tx, found[-1])
             if before_commit is not None:
                 fault_point(before_commit)  # nothing of the write is committed yet
-            return int(found[1][0][0]), closing
+            return (int(found[1][0][0]), int(found[1][0][1])), closing
 
         assert fold is not None  # only a fold refuses the one message
         # A LangGraph write touches the lg_ tables alone (no trigger of theirs writes
@@ -1426,10 +1439,10 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
 
     def _lg_message(self, statements: Callable[[_Conn], list[str]],
                     errors: Callable[[psycopg.Error], BaseException | None],
-                    before_commit: str | None) -> tuple[int, list[int]] | None:
+                    before_commit: str | None) -> tuple[tuple[int, int], list[int]] | None:
         """Send a LangGraph write as one simple query with no BEGIN, one
         implicit transaction committed when its last statement is done
-        (``_lg_operate``): the epoch its first statement (``lg_hold``)
+        (``_lg_operate``): the epoch and collection count its first statement (``lg_hold``)
         returned and how many rows each statement changed, or ``None`` when
         its fold refused it (``_LG_FOLD``), rolled back. The fault point
         ``before_commit`` is hit before it is sent: nothing of the write is
@@ -1453,7 +1466,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
                     _again_after(exc, attempt, errors)
                     continue
                 assert row is not None
-                return int(row[0]), counts
+                return (int(row[0]), int(row[1])), counts
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _query(self, tx: _Conn, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

@@ -2038,9 +2038,16 @@ FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(source)s::text
 ON CONFLICT (tenant, thread_id, digest) DO NOTHING
 
 -- name: lg_hold
--- the thread's lock, its holder and the fence in one statement (migration 0051): the epoch
--- held, or SQLSTATE LGT01 (ThreadTaken) and nothing after it in the message runs
-SELECT lg_hold(%(tenant)s, %(thread_id)s::text, %(owner)s::text, %(epoch)s::bigint, %(lease)s::bigint)
+-- the thread's lock, its holder and the fence in one statement (migrations 0051, 0052): the
+-- epoch held and the thread's collection count, or SQLSTATE LGT01 (ThreadTaken) or LGS01
+-- (Stale) and nothing after it in the message runs
+SELECT held, collections
+FROM lg_hold(%(tenant)s, %(thread_id)s::text, %(owner)s::text, %(epoch)s::bigint, %(lease)s::bigint,
+             %(collected)s::bigint)
+
+-- name: lg_count_collection
+-- a prune or delete_for_runs collected the thread's rows (checkpointsql._lg_collect, migration 0052)
+UPDATE lg_threads SET collected = collected + 1 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text

@@ -1380,47 +1380,60 @@ CREATE TABLE lg_threads (
     thread_id TEXT NOT NULL,
     owner     TEXT NOT NULL,
     epoch     BIGINT NOT NULL,
-    PRIMARY KEY (tenant, thread_id)
+    PRIMARY KEY (tenant, thread_id),
+    collected BIGINT NOT NULL DEFAULT 0  -- prunes and deletions that collected its rows (0052)
 );
 ALTER TABLE lg_threads ENABLE ROW LEVEL SECURITY;
 
--- LangGraph's fence checked in the server (0051): the thread's lock, its holder and the
--- rule of checkpointsql.hold_rule in one statement; SQLSTATE LGT01 when refused.
-CREATE FUNCTION lg_hold(p_tenant TEXT, p_thread TEXT, p_owner TEXT, p_epoch BIGINT, p_lease BIGINT)
-RETURNS BIGINT LANGUAGE plpgsql AS $$
+-- LangGraph's fence checked in the server (0051; the collection count, 0052): the thread's lock,
+-- its holder and the rule of checkpointsql.hold_rule in one statement; SQLSTATE LGT01 when
+-- taken, LGS01 when the writer's memory of the thread is stale.
+CREATE FUNCTION lg_hold(p_tenant TEXT, p_thread TEXT, p_owner TEXT, p_epoch BIGINT, p_lease BIGINT,
+                        p_collected BIGINT, OUT held BIGINT, OUT collections BIGINT)
+LANGUAGE plpgsql AS $$
 DECLARE
     held_owner TEXT;
     held_epoch BIGINT;
-    taken BIGINT;
+    held_collected BIGINT;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended(p_tenant || '/' || p_thread, 0)),
             set_config('enable_seqscan', 'off', true);
-    SELECT owner, epoch INTO held_owner, held_epoch FROM lg_threads
+    SELECT owner, epoch, collected INTO held_owner, held_epoch, held_collected FROM lg_threads
     WHERE tenant = p_tenant AND thread_id = p_thread;
     IF p_lease IS NOT NULL THEN
         IF FOUND AND held_epoch > p_lease THEN
             RAISE EXCEPTION 'LangGraph thread % is held by a later lease', p_thread
                 USING ERRCODE = 'LGT01', DETAIL = held_epoch::TEXT;
         END IF;
+    ELSIF FOUND AND held_owner <> p_owner AND p_epoch IS NOT NULL THEN
+        RAISE EXCEPTION 'LangGraph thread % was taken by another saver', p_thread
+            USING ERRCODE = 'LGT01', DETAIL = held_epoch::TEXT;
+    END IF;
+    collections := coalesce(held_collected, 0);
+    IF p_collected IS NOT NULL AND NOT FOUND AND p_epoch IS NOT NULL THEN
+        RAISE EXCEPTION 'LangGraph thread % was deleted since this writer last wrote it', p_thread
+            USING ERRCODE = 'LGS01', DETAIL = 'deleted';
+    END IF;
+    IF p_collected IS NOT NULL AND FOUND AND held_collected <> p_collected THEN
+        RAISE EXCEPTION 'LangGraph thread % was collected since this writer last wrote it', p_thread
+            USING ERRCODE = 'LGS01', DETAIL = held_collected::TEXT;
+    END IF;
+    IF p_lease IS NOT NULL THEN
+        held := p_lease;
         IF FOUND AND held_owner = p_owner AND held_epoch = p_lease THEN
-            RETURN p_lease;
+            RETURN;
         END IF;
-        taken := p_lease;
     ELSIF FOUND THEN
         IF held_owner = p_owner THEN
-            RETURN held_epoch;
+            held := held_epoch;
+            RETURN;
         END IF;
-        IF p_epoch IS NOT NULL THEN
-            RAISE EXCEPTION 'LangGraph thread % was taken by another saver', p_thread
-                USING ERRCODE = 'LGT01', DETAIL = held_epoch::TEXT;
-        END IF;
-        taken := held_epoch + 1;
+        held := held_epoch + 1;
     ELSE
-        taken := 1;
+        held := 1;
     END IF;
-    INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES (p_tenant, p_thread, p_owner, taken)
+    INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES (p_tenant, p_thread, p_owner, held)
     ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch;
-    RETURN taken;
 END
 $$;
 

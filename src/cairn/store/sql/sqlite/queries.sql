@@ -1184,7 +1184,8 @@ INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, parent_id, run
 SELECT :tenant, :thread_id, :ns, :checkpoint_id, :parent_id, :run_id,
        :checkpoint_kind, :checkpoint, :metadata_kind, :metadata
 WHERE EXISTS (SELECT 1 FROM lg_threads
-              WHERE tenant = :tenant AND thread_id = :thread_id AND owner = :owner AND epoch = :epoch)
+              WHERE tenant = :tenant AND thread_id = :thread_id AND owner = :owner AND epoch = :epoch
+                AND collected = :collected)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     parent_id = excluded.parent_id, run_id = excluded.run_id,
     checkpoint_kind = excluded.checkpoint_kind, checkpoint = excluded.checkpoint,
@@ -1244,7 +1245,8 @@ INSERT INTO lg_checkpoints (tenant, thread_id, ns, checkpoint_id, checkpoint_kin
                             metadata_kind, metadata, writes)
 SELECT :tenant, :thread_id, :ns, :checkpoint_id, '', x'', '', x'', :record
 WHERE EXISTS (SELECT 1 FROM lg_threads
-              WHERE tenant = :tenant AND thread_id = :thread_id AND owner = :owner AND epoch = :epoch)
+              WHERE tenant = :tenant AND thread_id = :thread_id AND owner = :owner AND epoch = :epoch
+                AND collected = :collected)
 ON CONFLICT (tenant, thread_id, ns, checkpoint_id) DO UPDATE SET
     writes = CAST(coalesce(lg_checkpoints.writes, x'') || excluded.writes AS BLOB)  -- || makes text
 
@@ -1429,7 +1431,11 @@ FROM lg_values WHERE tenant = :tenant AND thread_id = :source
 ON CONFLICT (tenant, thread_id, digest) DO NOTHING
 
 -- name: lg_thread_holder
-SELECT owner, epoch FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
+SELECT owner, epoch, collected FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
+
+-- name: lg_count_collection
+-- a prune or delete_for_runs collected the thread's rows (checkpointsql._lg_collect, migration 0032)
+UPDATE lg_threads SET collected = collected + 1 WHERE tenant = :tenant AND thread_id = :thread_id
 
 -- name: lg_take_thread
 INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES (:tenant, :thread_id, :owner, :epoch)

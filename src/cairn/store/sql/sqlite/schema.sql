@@ -578,6 +578,7 @@ CREATE TABLE lg_threads (
     thread_id TEXT NOT NULL,
     owner     TEXT NOT NULL,
     epoch     INTEGER NOT NULL,
+    collected INTEGER NOT NULL DEFAULT 0,  -- prunes and deletions that collected its rows (0032)
     PRIMARY KEY (tenant, thread_id)
 ) WITHOUT ROWID;
 
