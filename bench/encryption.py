@@ -49,13 +49,27 @@ none on time either).
     python -m bench.encryption --instructions --quick --tree ../main
     python -m bench.encryption --instructions --quick --layouts 5
     python -m bench.encryption --instructions --quick --simulate  # + cache misses, mispredicts
+    python -m bench.encryption --layer --tree ../main  # the sealing layer alone, over a stub store
 
 ``--ablate`` times 3-step runs in one app off, one on and one on per piece of
 sealing taken out (``take_out``: AES-GCM replaced by a stand-in of the same
 lengths, a step's keyed digest by a constant, the run's input or result passed
 through unsealed), all in one process, each round's apps in a shuffled order;
 a piece's cost is the full app's CPU a run minus its app's in the same round.
-Where the time goes, not what is stored: those apps' rows do not verify.
+Where the time goes, not what is stored: those apps' rows do not verify. One
+more app is an off one making the same five AES-GCM encryptions where a run
+makes them and nothing else of sealing (``bare_aes``): against the off app,
+the floor of any sealing with these ``cryptography`` calls (2026-12-07,
+branch ``encrun``, five sessions: 2.6 to 6.1 % of 3-step runs per CPU second,
+where the whole of sealing took 10.1 to 11.8 %).
+
+``--layer`` counts the instructions of the sealing layer alone
+(``layer_calls``: a 3-step run's ``create_claimed_run``, three ``append`` and
+``finish_run`` on the sealed store over a stub in place of the SQL store): no
+SQLite, no engine, no heap layout to move it, so the same code counts the same
+to about a hundred instructions in 110,000 (the whole run's count moves by
+thousands between layouts): the figure to judge a change of the sealed store's
+own code by, before the whole run's count and the timed pairs.
 
 ``--instructions`` counts the CPU instructions of 3-step runs instead, a
 figure that other processes' load does not move: the one to compare changes
@@ -264,6 +278,94 @@ def _instrumented_child(mode: str, count: int, signal_path: str) -> None:
 
 
 MODES = ("off", "on", "subject")
+#: ``--layer``'s two windows, in 3-step runs' worth of calls
+LAYER_WINDOWS = (200, 1200)
+
+
+class _StubInner:
+    """``--layer``'s store under the sealed one: takes each call and keeps nothing, asking for a
+    step entry's audit digest as the SQL stores do when they write one (``audit_digest``)."""
+
+    def __init__(self, digest: Any) -> None:
+        self.digest = digest
+
+    def create_claimed_run(self, run: Any, worker: str, lease_seconds: float) -> None:
+        return None
+
+    def append(self, run_id: str, epoch: int, events: Any, *, barrier: bool = False) -> None:
+        for event in events:
+            self.digest(event, None)
+
+    def finish_run(self, run_id: str, epoch: int, event: Any, status: Any, result: Any, error: Any) -> None:
+        return None
+
+
+def layer_calls(app: cairn.App) -> Any:
+    """A function making, on ``app``'s sealed store, the calls of one 3-step run as the engine
+    makes them (``create_claimed_run``, three ``append``, ``finish_run``, with the values a run of
+    ``three`` stores: its input ``{}``, three results of 102 bytes, its result ``3``), over
+    ``_StubInner`` in place of the SQL store: what the sealing layer itself does a run, no
+    database. ``app`` is warmed up first (its tenant's keys made and cached)."""
+    from cairn.store.records import EventType, HistoryEvent, NewRun, Payload, RunStatus
+
+    store: Any = app.store
+    hot = list(store._hot)
+    hot[-1] = _StubInner(store.audit_keys.digest)
+    object.__setattr__(store, "_hot", tuple(hot))
+    run = NewRun("r" + "0" * 28, "three", "v", "default", None, Payload(b"{}"))
+    steps = [(HistoryEvent(run.run_id, 4 + i, EventType.STEP_COMPLETED, 0.0, 1, "w", i, "step", "produce",
+                           "h", 1, 0.0, Payload(b'"' + b"x" * 100 + b'"'), None),) for i in range(3)]
+    finish = HistoryEvent(run.run_id, 7, EventType.RUN_COMPLETED, 0.0, 1, "w")
+    result = Payload(b"3")
+
+    def one() -> None:
+        store.create_claimed_run(run, "w", 3600.0)
+        for entries in steps:
+            store.append(run.run_id, 1, entries, barrier=False)
+        store.finish_run(run.run_id, 1, finish, RunStatus.COMPLETED, result, None)
+
+    return one
+
+
+def _layer_child(count: int, signal_path: str) -> None:
+    """Under callgrind (instrumentation off): ``layer_calls`` warmed up, then ``count`` of them."""
+    from bench.callcount import settle
+
+    sealing.KEY_REFRESH_SECONDS = 1e9  # as ``_instrumented_child``
+    pin_inputs(100 + count)
+    app, _, three = make(Path(tempfile.mkdtemp(prefix="cairn-bench-enc-layer-")) / "x.db", True, 3600.0)
+    for _ in range(20):
+        app.run(three)
+    one = layer_calls(app)
+    for _ in range(50):
+        one()
+    settle(app.store, signal_path)
+    for _ in range(count):
+        one()
+    os._exit(0)
+
+
+def layer(tree: Path) -> None:
+    """Instructions of the sealing layer alone a 3-step run (``layer_calls``): no SQLite, no
+    engine, no heap layout moving it by thousands (the same code counts the same to a few
+    instructions), so the figure to judge a change of ``cairn.store.sealed*`` by."""
+    from bench.callcount import collected, tree_env
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--layer needs valgrind (callgrind and callgrind_control)")
+    compileall.compile_dir(tree / "src" / "cairn", quiet=1)
+    compileall.compile_dir(Path(__file__).resolve().parent, quiet=1)
+    env = {**tree_env(tree), "PYTHONHASHSEED": "0"}
+    totals = {}
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-enc-layer-") as work:
+        for size in LAYER_WINDOWS:
+            signal_path = f"{work}/layer-{size}"
+            totals[size] = collected(["bench.encryption", "--child", "layer", str(size), signal_path],
+                                     signal_path, env)
+    small, large = LAYER_WINDOWS
+    print(f"sealing layer alone (create_claimed_run, 3 appends, finish_run over a stub store; "
+          f"windows of {small} and {large}), {tree}: "
+          f"{(totals[large] - totals[small]) / (large - small):,.0f} instructions a 3-step run")
 
 
 #: what ``--simulate`` shows per run, of callgrind's simulated events: first-level instruction
@@ -470,6 +572,45 @@ def take_out(app: cairn.App, piece: str) -> None:
         raise SystemExit(f"--ablate: one of {', '.join(PIECES)}, not {piece!r}")
 
 
+#: ``bare_aes``'s associated data: as long as a step's place with its header (what the five
+#: calls of a sealed run authenticate)
+BARE_ASSOCIATED = bytes(64)
+
+
+def bare_aes(app: cairn.App, cipher: Any = None) -> None:
+    """``app`` (encryption off) making the five AES-GCM encryptions a sealed 3-step run makes, and
+    nothing else of sealing: each value its store is handed (the run's input, each entry's payload,
+    the result) is encrypted by ``cipher`` (default: AES-256-GCM of a random key) with a nonce and
+    associated data of the real lengths, and the ciphertext dropped; the store keeps the plaintext.
+    What ``--ablate`` reports of it, against the off app, is the floor of any sealing that makes
+    these five ``cryptography`` calls where the run makes them: the calls and their cold caches,
+    none of the Python around them. A probe: nothing it encrypts is kept."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    store: Any = app.store
+    encrypt = (AESGCM(os.urandom(32)) if cipher is None else cipher).encrypt
+    nonce, associated = os.urandom(12), BARE_ASSOCIATED
+    append, create_claimed_run, finish_run = store.append, store.create_claimed_run, store.finish_run
+
+    def appended(run_id: str, epoch: int, events: Any, *, barrier: bool = False) -> None:
+        for event in events:
+            if event.payload is not None and event.payload.data is not None:
+                encrypt(nonce, event.payload.data, associated)
+        append(run_id, epoch, events, barrier=barrier)
+
+    def created(run: Any, worker: str, lease_seconds: float) -> Any:
+        if run.input.data is not None:
+            encrypt(nonce, run.input.data, associated)
+        return create_claimed_run(run, worker, lease_seconds)
+
+    def finished(run_id: str, epoch: int, event: Any, status: Any, result: Any, error: Any) -> None:
+        if result is not None and result.data is not None:
+            encrypt(nonce, result.data, associated)
+        finish_run(run_id, epoch, event, status, result, error)
+
+    store.append, store.create_claimed_run, store.finish_run = appended, created, finished
+
+
 def ablated(rounds: int, count: int) -> None:
     """What each piece costs a 3-step run, in CPU time: one app off, one on, and one on per
     piece of ``PIECES`` with it taken out (``take_out``); each round runs every app's
@@ -480,13 +621,16 @@ def ablated(rounds: int, count: int) -> None:
     from bench.audit import paired
 
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-enc-ablate-"))
-    names = ("off", "on", *PIECES)
-    apps = {name: make(work / f"{name}.db", name != "off") for name in names}
+    names = ("off", "on", *PIECES, "bare")
+    apps = {name: make(work / f"{name}.db", name not in ("off", "bare")) for name in names}
     for name, (app, _, three) in apps.items():
         for _ in range(20):  # warmed up: compiled, the tenant's key made and cached
             app.run(three)
         if name in PIECES:
             take_out(app, name)
+            app.run(three)
+        elif name == "bare":
+            bare_aes(app)
             app.run(three)
     load_before = os.getloadavg()
     order, shuffle = list(names), random.Random(25).shuffle
@@ -508,6 +652,13 @@ def ablated(rounds: int, count: int) -> None:
     for piece in PIECES:
         saved = [a - b for a, b in zip(on, taken[piece], strict=True)]
         print(f"  {piece:>6} taken out, on minus it (what it costs): {paired(saved)}")
+    bare = taken["bare"]
+    print(f"  bare AES-GCM (an off app making the five calls, nothing else; bare_aes), it minus off: "
+          f"{paired([b - a for a, b in zip(off, bare, strict=True)])}")
+    lost = {name: [(1 - a / b) * 100 for a, b in zip(off, taken[name], strict=True)]
+            for name in ("on", "bare")}
+    print(f"  per cent of 3-step runs per CPU second lost: on {paired(lost['on'])}")
+    print(f"                                             bare AES-GCM {paired(lost['bare'])}")
     for app, _, _ in apps.values():
         app.close()
 
@@ -518,7 +669,7 @@ def main() -> None:
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions per 3-step run under callgrind instead (needs valgrind)")
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parent.parent,
-                        help="with --instructions: the tree whose src/cairn is counted (default: this one)")
+                        help="with --instructions or --layer: the tree whose src/cairn is counted")
     parser.add_argument("--layouts", type=int, default=1,
                         help=f"with --instructions: count in N heap layouts (1-{len(LAYOUT_OBJECTS)})")
     parser.add_argument("--simulate", action="store_true",
@@ -527,11 +678,19 @@ def main() -> None:
                         help="timed mode: rounds, each one pair of off and on (default 80; --quick: 12)")
     parser.add_argument("--ablate", action="store_true",
                         help="timed: what each piece of sealing costs a 3-step run (take_out), paired")
+    parser.add_argument("--layer", action="store_true",
+                        help="instructions of the sealing layer alone a 3-step run (needs valgrind)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         mode, count, signal_path = args.child
-        _instrumented_child(mode, int(count), signal_path)
+        if mode == "layer":
+            _layer_child(int(count), signal_path)
+        else:
+            _instrumented_child(mode, int(count), signal_path)
+        return
+    if args.layer:
+        layer(args.tree.resolve())
         return
     if args.instructions:
         instructions((20, 60) if args.quick else (20, 220), args.tree.resolve(), args.layouts, args.simulate)
