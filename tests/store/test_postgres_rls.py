@@ -516,6 +516,9 @@ def _acme_world(d: Deployment) -> str:
                   [ValueRow(7, "msgpack", b"acme's checkpoint secret")], max_depth=8)
     d.acme.lg_put_writes(key, Holder("acme-saver", 1), "c1",
                          [WriteRow("task", 0, "ch", "", "value", pack_refs([7]))], [])
+    for _ in range(2):  # two collections counted, as acme's prunes leave them (migration 0052)
+        d.acme._operate(lambda tx: d.acme._query(tx, "lg_count_collection",
+                                                 {"tenant": "acme", "thread_id": "lg-thread"}))
     # an archived run of acme's (issue 26 item 5; archived by the owner), its step's payload an artifact
     d.acme.create_run(new_run("a-arch", tenant="acme"))
     c = claim(d.acme, "a-arch")
@@ -825,6 +828,8 @@ WRITES = [
     # taking acme's thread away from its saver (fencing), or freeing it
     ("lg_threads", "UPDATE lg_threads SET owner = 'evil', epoch = epoch + 1"),
     ("lg_threads", "DELETE FROM lg_threads"),
+    # resetting its collection count, so acme's saver builds on values a prune collected (0052)
+    ("lg_threads", "UPDATE lg_threads SET collected = 0"),
     ("lg_threads", "INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES ('acme', 'lg-thread', "
                    "'evil', 9) ON CONFLICT (tenant, thread_id) DO UPDATE SET owner = 'evil'"),
     # the same through the server's fence (lg_hold, SECURITY INVOKER, migration 0051): taking
@@ -833,6 +838,7 @@ WRITES = [
     ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', 1, NULL, NULL)"),
     ("functions", "SELECT lg_hold('acme', 'lg-thread', 'evil', NULL, 999, NULL)"),
     ("functions", "SELECT lg_hold('acme', 'lg-thread', 'acme-saver', NULL, 999, NULL)"),
+    ("functions", "SELECT lg_hold('acme', 'lg-thread', 'acme-saver', 1, NULL, 0)"),
     # a data key of acme's (encryption at rest): replacing it, planting one, or shredding it
     ("data_keys", "UPDATE data_keys SET wrapped = 'evil'"),
     ("data_keys", "DELETE FROM data_keys"),
