@@ -44,9 +44,9 @@ import secrets
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from cairn.errors import InvalidArgument, MissingExtra, UnreadableCheckpoint
 from cairn.graph.diff import Change
@@ -189,6 +189,8 @@ INLINE = "_cv"
 #: reads, garbage collection and copies treat a tail as inline values over
 #: a stored version. A checkpoint stored before has no such key.
 TAIL = "_lt"
+#: what a write through ``CairnSaver._held_write`` returns
+_W = TypeVar("_W")
 #: the table a sealed checkpoint row is bound to (its ``Place``)
 TABLE = "lg_checkpoints"
 
@@ -454,12 +456,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         key = self._key(config)
-        while True:
-            holder = self._expecting(key)
-            try:
-                return self._put(key, holder, config, checkpoint, metadata, new_versions)
-            except Stale as stale:
-                self._stale(key, stale)
+        return self._held_write(key, lambda holder: self._put(key, holder, config, checkpoint, metadata,
+                                                              new_versions))
 
     def _put(self, key: ThreadKey, holder: Holder, config: RunnableConfig, checkpoint: Checkpoint,
              metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
@@ -541,12 +539,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                     task_path: str) -> None:
         key = self._key(config)
-        while True:
-            holder = self._expecting(key)
-            try:
-                return self._put_writes_held(key, holder, config, writes, task_id, task_path)
-            except Stale as stale:
-                self._stale(key, stale)
+        self._held_write(key, lambda holder: self._put_writes_held(key, holder, config, writes, task_id,
+                                                                   task_path))
 
     def _put_writes_held(self, key: ThreadKey, holder: Holder, config: RunnableConfig,
                          writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
@@ -728,6 +722,18 @@ class CairnSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         return ThreadKey(self.tenant, str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")))
 
+    def _held_write(self, key: ThreadKey, write: Callable[[Holder], _W]) -> _W:
+        """``write(holder)`` for ``key``'s thread (``_expecting``), made again
+        whole while it is refused as stale (``Stale``: nothing written; the
+        saver forgets the thread, ``_stale``). Once more at most after each
+        collection it missed: a write that expects no count is never stale."""
+        while True:
+            holder = self._expecting(key)
+            try:
+                return write(holder)
+            except Stale as stale:
+                self._stale(key, stale)
+
     def _expecting(self, key: ThreadKey) -> Holder:
         """The holder a write of ``key``'s thread names, taken before the write
         consults this saver's memory: the epoch this saver last held the thread
@@ -756,13 +762,11 @@ class CairnSaver(BaseCheckpointSaver[str]):
         """Take thread ``thread_id`` now, writing nothing else: from here on
         a writer it was taken from is refused (before this saver reads it)."""
         key = ThreadKey(self.tenant, str(thread_id), "")
-        while True:
-            holder = self._expecting(key)
-            try:
-                self._held[key.thread_id] = self._rows.lg_put_writes(key, holder, "", [], [])
-                return
-            except Stale as stale:
-                self._stale(key, stale)
+
+        def take(holder: Holder) -> None:
+            self._held[key.thread_id] = self._rows.lg_put_writes(key, holder, "", [], [])
+
+        self._held_write(key, take)
 
     def _dump(self, value: Any) -> tuple[str, bytes]:
         kind, data = self.serde.dumps_typed(value)
