@@ -62,6 +62,22 @@ def test_a_value_collected_by_another_savers_prune_is_written_again(app: cairn.A
     assert _log(app, c3) == [SECOND, FIRST, THIRD]
 
 
+def test_a_prune_that_collects_nothing_counts_nothing(app: cairn.App, db_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a collection that deleted a row counts: one that deleted nothing
+    leaves every saver's memory true, and its next write is not refused."""
+    writer, pruner = _saver(app), _saver(app)
+    c0 = _put(writer, None, 0, [FIRST])
+    c1 = _put(writer, c0, 1, [FIRST, SECOND])  # checkpoint 1 names every value and version kept
+    pruner.prune(["t"])
+    assert _sql(db_url, "SELECT collected FROM lg_threads WHERE thread_id = 't'") == [(0,)]
+    refused: list[Any] = []
+    monkeypatch.setattr(writer, "_stale", lambda key, exc: refused.append(exc))
+    c2 = _put(writer, c1, 2, [FIRST, SECOND, THIRD])
+    assert refused == []
+    assert _log(app, c2) == [FIRST, SECOND, THIRD]
+
+
 def test_pending_writes_naming_a_collected_value_are_written_again(app: cairn.App, db_url: str) -> None:
     """A put_writes stores its values whatever its saver remembers (it skips
     none): the same scenario through a node's writes reads back too."""

@@ -1326,10 +1326,11 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
     def _lg_collect(self, tx: Tx, where: Mapping[str, Any],
                  versions_of: VersionsOf) -> None:
         """Delete the thread's channel versions no checkpoint reaches (through
-        list bases too), then the values nothing names; count the collection
-        in the thread's holder row, so a writer remembering what it wrote
-        before learns its memory is stale (``Stale``)."""
-        self._query(tx, "lg_count_collection", where)
+        list bases too), then the values nothing names; a collection that
+        deleted any counts itself in the thread's holder row, so a writer
+        remembering what it wrote or read before learns its memory is stale
+        (``Stale``). One that deleted nothing leaves every memory true: no
+        saver's next write is refused and made whole for it."""
         live: set[tuple[str, str, str]] = set()
         named: set[int] = set()  # values a checkpoint row names inline, then those of rows
         for ns, checkpoint_id, kind, data in self._query(tx, "lg_thread_checkpoints", where):
@@ -1347,7 +1348,8 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                 reached.add(at)
                 base = bases[at]
                 at = None if base is None else (at[0], at[1], base)
-        for ns, channel, version in bases.keys() - reached:
+        unreached = bases.keys() - reached
+        for ns, channel, version in unreached:
             self._query(tx, "lg_delete_blob", {**where, "ns": ns, "channel": channel, "version": version})
         for refs, folded_in in self._query(tx, "lg_thread_refs", where):
             if folded_in is None:
@@ -1355,9 +1357,11 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                 continue
             for w in unfold_writes(bytes(refs), where["thread_id"], str(folded_in)):
                 named.update(unpack_refs(w.refs))
-        for (digest,) in self._query(tx, "lg_thread_digests", where):
-            if int(digest) not in named:
-                self._query(tx, "lg_delete_value", {**where, "digest": int(digest)})
+        unnamed = [int(d) for (d,) in self._query(tx, "lg_thread_digests", where) if int(d) not in named]
+        for digest in unnamed:
+            self._query(tx, "lg_delete_value", {**where, "digest": digest})
+        if unreached or unnamed:
+            self._query(tx, "lg_count_collection", where)
 
 
 class _Older:
