@@ -7,6 +7,8 @@ PostgreSQL (issue 24's performance targets).
     python -m bench.langgraph_saver --json                # the figures as JSON on stdout
     python -m bench.langgraph_saver --breakdown           # and where the Cairn savers' bytes are
     python -m bench.langgraph_saver --floor-runs 0        # without the graph's floors
+    python -m bench.langgraph_saver --steps 300 --rounds 9 --only sqlite,cairn-sqlite   # 9 paired rounds
+    python -m bench.langgraph_saver --rounds 0            # the single runs alone
 
 The workload is ``bench.graph``'s LangGraph graph, unchanged: one node,
 ``talk``, looping to itself until ``n`` reaches the step count, each
@@ -16,7 +18,27 @@ compressible as prose) to an ``operator.add`` list and setting ``n``.
 LangGraph's defaults (durability ``"async"``) on a fresh database: SQLite
 files in a fresh temporary directory, PostgreSQL databases created on
 ``$CAIRN_BENCH_PG`` (``bench.pgdb``) and dropped after, after a short warm-up
-run on another one. One run per size, no repeats.
+run on another one. The table is one run per size of each system (the
+first full-length run of that saver in the process, typically its slowest).
+
+**Paired rounds** (``--rounds K``, 7 by default; 0: none, the output as
+without them): one run is not a measurement on this machine (2 vCPUs,
+shared: one 300-step run of CairnSaver on SQLite moved 800-1,600 µs a
+super-step from run to run in one process, 2026-12-07). So after the table,
+for each size and each pair ``--only`` selects (``sqlite`` with
+``cairn-sqlite``, ``postgres`` with ``cairn-postgres``): each of the two
+savers first runs the graph once at full length, uncounted (warm-up), then K
+rounds each run LangGraph's saver and Cairn's once (``run``), each on a fresh
+database (file), garbage collected and file systems synced before each run
+(``bench.common.settle``), the order alternated round by round so that drift
+hits both alike. Each round gives the two savers' µs per super-step (wall and
+CPU) and their ratio (LangGraph's / Cairn's: the two ran next to each
+other); reported are the median ratio, a distribution-free 95 % interval of
+that median (``bench.audit.median_interval``: it needs 6 rounds or more,
+fewer give an unbounded interval), the per-round differences
+(``bench.audit.paired``), and the target judged on the interval
+(``judge``): "shown" only when its lower end is >= 2, "missed" when its
+upper end is under 2, else "not shown" (the noise spans 2).
 
 Figures:
 
@@ -69,7 +91,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import environment, fresh_dir, stopwatch
+from bench.audit import median_interval, paired
+from bench.common import environment, fresh_dir, settle, stopwatch
 from bench.graph import MESSAGE_BYTES, file_bytes, langgraph_builder, percentile, timed_ms
 
 SYSTEMS = ("sqlite", "cairn-sqlite", "postgres", "cairn-postgres")
@@ -85,6 +108,8 @@ LATEST_READS = 100
 #: the graph's floors: label -> how it is compiled (``floor``)
 FLOORS = ("no checkpointer", "no-op saver", "InMemorySaver")
 LG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations")
+#: the issue's target: LangGraph's saver's µs per super-step / the Cairn saver's, at least
+TARGET_SPEEDUP = 2.0
 CAIRN_TABLES = ("cairn.lg_checkpoints", "cairn.lg_blobs", "cairn.lg_writes", "cairn.lg_values",
                 "cairn.lg_threads")
 
@@ -492,6 +517,108 @@ def report(steps: int, measured: Sequence[Figures],
         print(f"target {t['target']}: {fmt(t['measured'])} {verdict}")
 
 
+# -- paired rounds ---------------------------------------------------------------------
+
+
+def judge(ratios: Sequence[float], bound: float = TARGET_SPEEDUP) -> tuple[float, float, float, str]:
+    """The median of per-round ratios (higher is better), the 95 % interval
+    of that median (``bench.audit.median_interval``) and the target judged on
+    it, as ``bench.audit.verdict`` judges a bound the other way round:
+    "shown" when the interval's lower end is at or over ``bound``, "missed"
+    when its upper end is under it, else "not shown" (the interval spans it)."""
+    low, high = median_interval(list(ratios))
+    word = "shown" if low >= bound else "missed" if high < bound else "not shown"
+    return statistics.median(ratios), low, high, word
+
+
+def step_run(system: str, steps: int, label: str) -> tuple[float, float]:
+    """One run of ``steps`` super-steps by ``system``'s saver on a fresh
+    database: wall and CPU µs per super-step."""
+    with database(system, label) as db:
+        saver, close = db.saver()
+        try:
+            settle()
+            wall, cpu = run(saver, steps)
+        finally:
+            close()
+    return wall / steps * 1e6, cpu / steps * 1e6
+
+
+def finite(value: float) -> float | None:
+    """``value``, or ``None`` for an unbounded end of an interval (JSON has no infinity)."""
+    return value if abs(value) != float("inf") else None
+
+
+def paired_rounds(base: str, system: str, steps: int, rounds: int,
+                  echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``rounds`` paired runs of LangGraph's saver ``base`` and Cairn's
+    ``system`` at ``steps`` super-steps, after one uncounted full-length run
+    of each; the order alternates round by round. Each round's line is passed
+    to ``echo`` as it ends (a long run shows progress)."""
+    for s in (base, system):  # the first full-length run of a saver in a process is its slowest
+        step_run(s, steps, f"warm_{s}")
+    out: list[dict[str, Any]] = []
+    for i in range(rounds):
+        order = (base, system) if i % 2 == 0 else (system, base)
+        got = {s: step_run(s, steps, f"r{i}_{s}") for s in order}
+        one = {"round": i + 1, "first": order[0],
+               "baseline_us": got[base][0], "system_us": got[system][0],
+               "baseline_cpu_us": got[base][1], "system_cpu_us": got[system][1],
+               "ratio": got[base][0] / got[system][0],
+               "cpu_ratio": got[base][1] / got[system][1] if got[system][1] else None}
+        out.append(one)
+        if echo is not None:
+            echo(round_line(base, system, one))
+    return paired_figures(base, system, steps, out)
+
+
+def paired_figures(base: str, system: str, steps: int, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paired section's figures (JSON-ready) from its rounds."""
+    ratio, low, high, word = judge([r["ratio"] for r in rounds])
+    cpus = [r["cpu_ratio"] for r in rounds if r["cpu_ratio"] is not None]
+    cpu_ratio, cpu_low, cpu_high, _ = judge(cpus) if cpus else (None, None, None, None)
+    return {"baseline": base, "system": system, "steps": steps, "rounds": rounds,
+            "ratio_median": ratio, "ratio_low": finite(low), "ratio_high": finite(high),
+            "cpu_ratio_median": cpu_ratio,
+            "cpu_ratio_low": None if cpu_low is None else finite(cpu_low),
+            "cpu_ratio_high": None if cpu_high is None else finite(cpu_high),
+            "target": f"{base} / {system} per super-step >= {TARGET_SPEEDUP:g}"
+                      f" (paired, {len(rounds)} rounds)",
+            "verdict": word}
+
+
+def round_line(base: str, system: str, r: dict[str, Any]) -> str:
+    cpu = f"{r['cpu_ratio']:.2f}x" if r["cpu_ratio"] is not None else "—"
+    return (f"round {r['round']} ({r['first']} first): {base} {r['baseline_us']:,.0f} µs, {system} "
+            f"{r['system_us']:,.0f} µs per super-step, ratio {r['ratio']:.2f}x; CPU "
+            f"{r['baseline_cpu_us']:,.0f} / {r['system_cpu_us']:,.0f} µs, {cpu}")
+
+
+def interval(low: float | None, high: float | None) -> str:
+    return f"[{'-inf' if low is None else f'{low:.2f}'}, {'inf' if high is None else f'{high:.2f}'}]"
+
+
+def paired_lines(p: dict[str, Any]) -> list[str]:
+    """The paired section's summary and its target line (the rounds' lines come first, as they end)."""
+    base, system, rounds = p["baseline"], p["system"], p["rounds"]
+    lines = [f"paired {base} / {system} per super-step: median {p['ratio_median']:.2f}x, 95 % interval "
+             f"of the median {interval(p['ratio_low'], p['ratio_high'])} ({len(rounds)} rounds)"]
+    if p["cpu_ratio_median"] is not None:
+        lines.append(f"paired {base} / {system} CPU per super-step: median {p['cpu_ratio_median']:.2f}x, "
+                     f"95 % interval of the median {interval(p['cpu_ratio_low'], p['cpu_ratio_high'])}")
+    if len(rounds) >= 2:
+        diffs = [r["baseline_us"] - r["system_us"] for r in rounds]
+        lines.append(f"{base} minus {system} µs per super-step: {paired(diffs)}")
+    lines.append(f"target {p['target']}: {p['ratio_median']:.2f} "
+                 f"{interval(p['ratio_low'], p['ratio_high'])} {p['verdict']}")
+    return lines
+
+
+def pairs_of(only: Sequence[str]) -> list[tuple[str, str]]:
+    """The (LangGraph's saver, Cairn's) pairs ``--only`` selects both of."""
+    return [(base, system) for system, base in BASELINE.items() if system in only and base in only]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -506,14 +633,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "InMemorySaver) per size, their median reported; 0: no floors")
     parser.add_argument("--breakdown", action="store_true",
                         help="PostgreSQL: bytes per super-step of each table's heap, maps, TOAST and indexes")
+    parser.add_argument("--rounds", type=int, default=7,
+                        help="after the single runs, paired rounds of each pair --only selects (LangGraph's "
+                             "saver and Cairn's, alternated, after one full-length warm-up run of each): "
+                             "the median ratio, its 95 %% interval and the 2x target on it; 0: none")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(only) - set(SYSTEMS))
     if unknown:
         parser.error(f"--only: unknown system {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
-    if any(n < HISTORY_PAGE for n in args.steps) or args.samples < 2 or args.floor_runs < 0:
+    if any(n < HISTORY_PAGE for n in args.steps) or args.samples < 2 or min(args.floor_runs, args.rounds) < 0:
         parser.error(f"--steps must be at least {HISTORY_PAGE}, --samples at least 2, "
-                     "--floor-runs at least 0")
+                     "--floor-runs and --rounds at least 0")
     sizes = []
     for steps in args.steps:
         measured = [measure(system, steps, args.samples, args.seed, args.breakdown)
@@ -526,6 +657,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  for label, (wall, cpu) in floors.items()}})
         if not args.json:
             report(steps, measured, floors)
+        if args.rounds:
+            sizes[-1]["paired"] = []
+            for base, system in pairs_of(only):
+                if not args.json:
+                    print(f"\n-- paired rounds, {steps:,} super-steps: {base} and {system}, {args.rounds}"
+                          " rounds (each saver warmed by one uncounted full-length run; every run on a fresh"
+                          " database; the order alternated round by round)", flush=True)
+                p = paired_rounds(base, system, steps, args.rounds,
+                                  None if args.json else lambda line: print(line, flush=True))
+                sizes[-1]["paired"].append(p)
+                if not args.json:
+                    for line in paired_lines(p):
+                        print(line, flush=True)
     if args.json:
         json.dump({**environment(), "sizes": sizes}, sys.stdout, indent=2, default=str)
     return 0
