@@ -38,7 +38,9 @@ that median (``bench.audit.median_interval``: it needs 6 rounds or more,
 fewer give an unbounded interval), the per-round differences
 (``bench.audit.paired``), and the target judged on the interval
 (``judge``): "shown" only when its lower end is >= 2, "missed" when its
-upper end is under 2, else "not shown" (the noise spans 2).
+upper end is under 2, else "not shown" (the noise spans 2). Rounds run at
+sizes up to ``ROUNDS_UP_TO`` (1,000) super-steps: at 3,000 each LangGraph
+run writes ~4.6 GB and the savers' single runs are 10x apart or more.
 
 Figures:
 
@@ -549,6 +551,11 @@ def finite(value: float) -> float | None:
     return value if abs(value) != float("inf") else None
 
 
+#: paired rounds run at sizes up to this many super-steps: at 3,000 LangGraph's savers write ~4.6 GB a
+#: run (16 more runs a pair would take most of an hour) and the single runs are 10x apart or more
+ROUNDS_UP_TO = 1_000
+
+
 def paired_rounds(base: str, system: str, steps: int, rounds: int,
                   echo: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``rounds`` paired runs of LangGraph's saver ``base`` and Cairn's
@@ -657,7 +664,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  for label, (wall, cpu) in floors.items()}})
         if not args.json:
             report(steps, measured, floors)
-        if args.rounds:
+        if args.rounds and steps <= ROUNDS_UP_TO:
             sizes[-1]["paired"] = []
             for base, system in pairs_of(only):
                 if not args.json:
