@@ -153,7 +153,7 @@ def test_two_super_steps_are_fifteen_statements_on_sqlite(app: cairn.App, db_url
     from langgraph.checkpoint.base import empty_checkpoint
 
     saver = _saver(app)
-    conn = saver._rows._conn()  # type: ignore[attr-defined]  # the test thread's connection
+    conn = saver._rows._writer_conn()  # type: ignore[attr-defined]  # the one every write runs on
     config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     sent: list[str] = []
     messages: list[str] = []

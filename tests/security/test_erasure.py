@@ -120,7 +120,7 @@ def test_an_erased_subjects_canary_is_nowhere_at_rest_and_the_others_reads_back(
         url = f"sqlite:///{tmp_path}/db/cairn.db"
     app = build(url, keyring(tmp_path) if sealed else None)
     if backend == "sqlite":  # as a SQLite built without SECURE_DELETE (Debian's has it on): deleted
-        app.store._conn().execute("PRAGMA secure_delete = OFF")  # cells keep their bytes until VACUUM
+        app.store._writer_conn().execute("PRAGMA secure_delete = OFF")  # cells keep their bytes until VACUUM
     try:
         runs = start_both(app)
         before = rows_at_rest(url)

@@ -62,9 +62,9 @@ def test_durability_modes_set_the_sqlite_pragmas(
     tmp_path: Path, durability: Durability, synchronous: int
 ) -> None:
     store = SQLiteStore(tmp_path / "d.db", durability=durability)
-    conn = store._conn()
-    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA synchronous").fetchone()[0] == synchronous  # NORMAL=1, FULL=2
+    for conn in (store._conn(), store._writer_conn()):  # a thread's reads, and every write
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == synchronous  # NORMAL=1, FULL=2
     store.close()
 
 
@@ -83,7 +83,7 @@ def test_barrier_append_restores_normal_synchronous(tmp_path: Path) -> None:
     it does so even when the fenced append is refused."""
     store = SQLiteStore(tmp_path / "b.db", durability=Durability.PROCESS)
     try:
-        conn = store._conn()
+        conn = store._writer_conn()
         claimed = store.create_claimed_run(new_run("r1"), "w1", 30.0)
         assert claimed is not None
         epoch, seq = claimed.run.epoch, claimed.next_seq

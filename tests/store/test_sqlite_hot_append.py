@@ -145,10 +145,10 @@ def test_a_spilled_entry_after_a_known_one_is_one_statement(tmp_path: Path) -> N
     store, epoch, seq = running(tmp_path, clock)
     store.append("r1", epoch, [ev(clock, "r1", seq, epoch)])
     statements: list[str] = []
-    store._conn().set_trace_callback(statements.append)
+    store._writer_conn().set_trace_callback(statements.append)
     entry = spilled(clock, seq + 1, epoch)
     store.append("r1", epoch, [entry])
-    store._conn().set_trace_callback(None)
+    store._writer_conn().set_trace_callback(None)
     # one statement (the trace repeats it for each statement of its trigger): no BEGIN, no COMMIT
     assert {" ".join(s.split()[:3]) for s in statements} == {"INSERT INTO cairn_spilled"}
     assert payload_rows(store) == 1

@@ -14,8 +14,16 @@ Why these choices (see docs/design.md for the long form):
 * **BEGIN IMMEDIATE** for every write transaction: it takes the write lock up
   front, so concurrent writers queue on ``busy_timeout`` instead of failing
   with a lock upgrade error halfway through.
-* One connection per thread: sqlite3 connections are not shared across
-  threads, and opening one is cheap compared with locking around one.
+* **One write connection, a read connection per thread.** Every write of a
+  store's threads holds its writer lock (``_writing``) and runs on the one
+  connection that lock guards (``_writer_conn``): SQLite writes one
+  transaction at a time anyway, and a connection that finds the database
+  changed by another connection drops its whole page cache at its next
+  transaction, so writers taking turns on a connection each (LangGraph's
+  executor threads, a worker's pool) re-read every b-tree page they touched
+  (issue 24, 2026-12-07 evening). Reads run on the calling thread's own
+  connection, concurrently with the writer (WAL); a read inside a write
+  runs on the write's connection and sees what it wrote.
 * **Tenancy.** Every history row carries its run's tenant, read from the run
   row by the INSERT itself, so the per-step append stays one statement.
   Artifacts are files named by their SHA-256, shared by every tenant.
@@ -199,6 +207,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         self.artifact_dir = self.path.with_name(self.path.name + ".artifacts")
         self._busy_ms = int(busy_timeout * 1000)
         self._local = threading.local()
+        #: the connection every write runs on, guarded by ``_writer`` (``_writer_conn``)
+        self._shared: _Connection | None = None
         self._connections: list[sqlite3.Connection] = []
         self._wal_fds: list[int] = []
         self._lock = threading.Lock()
@@ -225,7 +235,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             conn = self._conn()
             if auto_migrate and not read_only:
                 self._migrate(conn)
-                self._install_wake(conn)
+                self._install_wakes(conn)
         except (StoreError, sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open SQLite database {str(self.path)!r}: {_reason(exc)}") from None
 
@@ -245,29 +255,45 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                                   f"this Cairn needs {latest}): run 'cairn db migrate' ({text})")
         return StoreError(f"SQLite error ({str(self.path)!r}): {text}")
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+    def _conn(self) -> _Connection:
+        """The calling thread's connection: the write's while it holds one
+        (``_write``), else its own read connection."""
+        local = self._local
+        conn: _Connection | None = getattr(local, "writing", None) or getattr(local, "conn", None)
         if conn is None:
-            if self._closed:
-                raise StoreError("store is closed")
-            try:
-                conn = self._connect()
-                self.sqlite_vec = sqlitevec.load(conn)
-            except sqlite3.Error as exc:
-                raise self._failure(exc) from None
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
+            conn = local.conn = self._open(shared=False)
         return conn
 
-    def _connect(self) -> sqlite3.Connection:
+    def _writer_conn(self) -> _Connection:
+        """The connection every write runs on; the caller holds ``_writer``."""
+        conn = self._shared
+        if conn is None:
+            conn = self._shared = self._open(shared=True)
+        return conn
+
+    def _open(self, *, shared: bool) -> _Connection:
+        if self._closed:
+            raise StoreError("store is closed")
+        try:
+            conn = self._connect(shared=shared)
+            self.sqlite_vec = sqlitevec.load(conn)
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from None
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    def _connect(self, *, shared: bool = False) -> _Connection:
+        # a shared connection is used by one thread at a time, under ``_writer``
         if self.read_only:
             uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=self._busy_ms / 1000)
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=self._busy_ms / 1000,
+                                   factory=_Connection)
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             conn.execute("PRAGMA query_only = 1")
             return conn
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_ms / 1000)
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_ms / 1000,
+                               factory=_Connection, check_same_thread=not shared)
         conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode.lower() != "wal":
@@ -275,14 +301,22 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         sync = "FULL" if self.durability is Durability.POWER else "NORMAL"
         conn.execute(f"PRAGMA synchronous = {sync}")
         conn.execute("PRAGMA foreign_keys = OFF")
-        self._local.mark = mark = Mark(self.clock)
+        conn.mark = mark = Mark(self.clock)
         conn.create_function("cairn_wake", 1, mark)
-        self._local.unlinked = unlinked = _Unlinked()
+        conn.unlinked = unlinked = _Unlinked()
         conn.create_function("cairn_unlinked", 0, unlinked)
         self._install_wake(conn)
         return conn
 
-    def _install_wake(self, conn: sqlite3.Connection) -> None:
+    def _install_wakes(self, conn: _Connection) -> None:
+        """After migrating: the triggers on this thread's connection and on the
+        writer's, which the migration's writes may have opened before the
+        schema existed."""
+        self._install_wake(conn)
+        with self._holding_writer() as writer:
+            self._install_wake(writer)
+
+    def _install_wake(self, conn: _Connection) -> None:
         """The temp triggers that mark this connection's commits that make a
         run runnable (``store.wakeups``), and the one that marks an entry
         written without its audit link (``_UNLINKED_TRIGGER``); none before
@@ -297,41 +331,53 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
-        self._local.temp_objects = frozenset(conn.execute(_Q["transact_session_check"]))
+        conn.temp_objects = frozenset(conn.execute(_Q["transact_session_check"]))
 
     @contextlib.contextmanager
     def _write(self, faults: Faults = NO_FAULTS) -> Iterator[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE``), with its fault points."""
         if self.read_only:
             raise StoreError(f"SQLite database {str(self.path)!r} is open read-only (for inspection)")
-        conn = self._conn()
-        mark: Mark | None = getattr(self._local, "mark", None)
-        if mark is not None:
-            mark.marked = False
-        unlinked: _Unlinked = self._local.unlinked
-        unlinked.marked = False
-        self._writing()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        woke = False
+        with self._holding_writer() as conn:
+            mark, unlinked = conn.mark, conn.unlinked
+            assert mark is not None  # a writable connection's (_connect)
+            assert unlinked is not None
+            mark.marked = unlinked.marked = False
             try:
-                yield conn
-                if unlinked.marked:  # an entry went in without its link: link it now
-                    _link_unlinked(conn, self.audit_digest)
-                fault_point(faults[0])
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise self._failure(exc) from None
-        except UnicodeEncodeError as exc:  # a parameter no database can hold (rolled back above)
-            raise lc.unstorable_text(exc) from None
-        finally:
-            self._writer.release()
-        self._waker.after_commit(mark)  # only now can another process see the change
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    if unlinked.marked:  # an entry went in without its link: link it now
+                        _link_unlinked(conn, self.audit_digest)
+                    fault_point(faults[0])
+                    conn.execute("COMMIT")
+                    woke, mark.marked = mark.marked, False  # the next writer's to set once this lock goes
+                except BaseException:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise self._failure(exc) from None
+            except UnicodeEncodeError as exc:  # a parameter no database can hold (rolled back above)
+                raise lc.unstorable_text(exc) from None
+        if woke:  # only now can another process see the change
+            self._waker.wake()
         fault_point(faults[1])
+
+    @contextlib.contextmanager
+    def _holding_writer(self) -> Iterator[_Connection]:
+        """This store's writer lock (``_writing``) and the connection it
+        guards, which the thread's statements run on meanwhile (``_conn``)."""
+        self._writing()
+        local = self._local
+        try:
+            conn = local.writing = self._writer_conn()
+            yield conn
+        finally:
+            local.writing = None
+            self._writer.release()
 
     def _writing(self) -> None:
         """Take this store's writer lock, which every write of its threads
@@ -390,7 +436,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             conn = self._conn()
             applied = self._migrate(conn)
             if not self.read_only:
-                self._install_wake(conn)
+                self._install_wakes(conn)
             return applied
         except StoreError as exc:
             raise StoreError(f"cannot migrate SQLite database {str(self.path)!r}: {_reason(exc)}") from None
@@ -411,6 +457,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
             self._connections.clear()
+            self._shared = None
             for fd in self._wal_fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -603,7 +650,6 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             event = events[0]
             if event.run_id != run_id or event.epoch != epoch:
                 _check_fenced(run_id, epoch, event)
-            conn = getattr(self._local, "conn", None) or self._conn()
             if faults.ARMED:
                 fault_point("store.append.before_commit")
             tails = self._tails
@@ -611,6 +657,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
             if not self._writer.acquire(False):  # the common case, without the timeout's cost
                 self._writing()
             try:
+                conn = self._shared or self._writer_conn()
                 known = self._links.pop(run_id, None)
                 previous = known[1] if known is not None and known[0] == event.seq - 1 else None
                 written: tuple[float, bytes] | None
@@ -774,7 +821,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
 
     def _check_session(self, tx: sqlite3.Connection) -> None:
         # what the temporary schema holds must be what _install_wake left there
-        if frozenset(tx.execute(_Q["transact_session_check"])) != getattr(self._local, "temp_objects", None):
+        if frozenset(tx.execute(_Q["transact_session_check"])) != getattr(tx, "temp_objects", None):
             raise TransactionMisuse(_TEMP_OBJECT)
 
     # -- primitives for sqlbase: rows held, statements, reads ---------------------------------
@@ -910,23 +957,20 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         return len(doomed)
 
     def reclaim_space(self) -> dict[str, Any]:
-        """``secure_delete`` on (this thread's connection: what it deletes from
-        now on is zeroed), ``VACUUM`` (the file rewritten: no freed page or
-        cell keeps a deleted row's bytes) and a ``TRUNCATE`` checkpoint (the
-        WAL, which holds old page images, emptied). A checkpoint that
-        readers held back is retried; ``wal_truncated`` says if it was not."""
-        self._writing()
-        try:
-            with self._read() as conn:
-                conn.execute("PRAGMA secure_delete = ON")
-                conn.execute("VACUUM")
-                for _ in range(50):
-                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-                    if not busy:
-                        break
-                    time.sleep(0.1)
-        finally:
-            self._writer.release()
+        """``secure_delete`` on (the write connection's: what this store
+        deletes from now on is zeroed), ``VACUUM`` (the file rewritten: no
+        freed page or cell keeps a deleted row's bytes) and a ``TRUNCATE``
+        checkpoint (the WAL, which holds old page images, emptied). A
+        checkpoint that readers held back is retried; ``wal_truncated`` says
+        if it was not."""
+        with self._holding_writer(), self._read() as conn:
+            conn.execute("PRAGMA secure_delete = ON")
+            conn.execute("VACUUM")
+            for _ in range(50):
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                if not busy:
+                    break
+                time.sleep(0.1)
         return {"vacuumed": True, "wal_truncated": not busy}
     def prunable_runs(
         self, older_than: float | Cutoffs, statuses: Collection[RunStatus] | None = None, limit: int = 1000,
@@ -1419,6 +1463,16 @@ _INSERT_EVENT_SPILLED = """INSERT INTO cairn_spilled (run_id, seq, event, at, ep
 #: The database decides, not a list of writers to keep in step.
 _UNLINKED_TRIGGER = """CREATE TEMP TRIGGER IF NOT EXISTS cairn_unlinked AFTER INSERT ON main.history
    FOR EACH ROW WHEN NEW.link = X'' BEGIN SELECT cairn_unlinked(); END"""
+
+
+class _Connection(sqlite3.Connection):
+    """A connection with its session's state: the marks its SQL functions set
+    (``cairn_wake``, ``cairn_unlinked``) and what its temporary schema holds
+    (``_install_wake``), which go with the connection, not the thread."""
+
+    mark: Mark | None = None
+    unlinked: _Unlinked | None = None
+    temp_objects: frozenset[Any] | None = None
 
 
 class _Unlinked:
