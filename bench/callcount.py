@@ -91,7 +91,8 @@ def settle(store: object, signal_path: str) -> None:
     while getattr(type(store), "sealed", False):
         store = store.inner  # type: ignore[attr-defined]
     if isinstance(store, SQLiteStore):  # PostgreSQL checkpoints in its server, not counted
-        store._conn().execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[attr-defined]
+        # on the connection every write commits on (SQLiteStore._writer_conn: a commit there checkpoints)
+        store._writer_conn().execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[attr-defined]
     gc.collect()
     gc.freeze()
     gc.disable()

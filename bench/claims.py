@@ -71,13 +71,12 @@ def _fill(store: Store, dialect: str, backlog: int, tenants: int) -> None:
     runs, history = _fill_sql(dialect)
     params = {"n": backlog, "tenants": tenants, "t0": time.time() - 3600}
     if isinstance(store, SQLiteStore):
-        conn = store._conn()  # bench only: bulk SQL the store has no method for
-        with store._write():
+        with store._write() as conn:  # bench only: bulk SQL the store has no method for
             conn.execute(runs, params)
             conn.execute(history, params)
             conn.execute("DELETE FROM runs WHERE run_id = 'seed'")
             conn.execute("DELETE FROM history WHERE run_id = 'seed'")
-        conn.execute("ANALYZE")
+        store._conn().execute("ANALYZE")
     else:
         assert isinstance(store, PostgresStore)
         with store._conn() as conn:

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 import cairn
+from cairn.store.runids import scoped_run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,7 +220,9 @@ def main() -> None:
             starts: list[tuple[str, object]] = [("/api/runs", {"workflow": "bench", "run_id": i})
                                                 for i in ids]
             post, post_s = _load(url, "POST", starts, auth, opts.clients)
-            get, get_s = _load(url, "GET", [(f"/api/runs/{i}", None) for i in ids], auth, opts.clients)
+            # a run id chosen over HTTP is in the tenant's namespace (the token's tenant: "bench")
+            gets: list[tuple[str, object]] = [(f"/api/runs/{scoped_run_id('bench', i)}", None) for i in ids]
+            get, get_s = _load(url, "GET", gets, auth, opts.clients)
             floor, floor_s = _load(bare_url, "GET", [(f"/bare/{i}", None) for i in ids], {}, opts.clients)
             for name, lat, secs in (("POST /api/runs", post, post_s), ("GET /api/runs/{id}", get, get_s),
                                     ("bare GET (floor)", floor, floor_s)):
@@ -233,7 +236,7 @@ def main() -> None:
         rss_empty = _rss_kb(server.pid)
         app = cairn.App(db=db)
         subscribers = opts.subscribers
-        run_id = "sse-run"
+        run_id = scoped_run_id("bench", "sse-run")
         with httpx.Client(base_url=url, headers=auth, timeout=30) as http:
             assert http.post("/api/runs", json={"workflow": "bench", "run_id": run_id,
                                                 "input": {"n": opts.steps}}).status_code in (200, 201)

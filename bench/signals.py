@@ -217,11 +217,10 @@ def fill_waiting(app: cairn.App, n: int) -> None:
                     f"WHERE run_id = {seed_param}")
     params = {"n": n, "seed": seed}
     if isinstance(store, SQLiteStore):
-        conn = store._conn()
-        with store._write():
+        with store._write() as conn:
             conn.execute(copy_runs, params)
             conn.execute(copy_history, params)
-        conn.execute("ANALYZE")
+        store._conn().execute("ANALYZE")
     else:
         assert isinstance(store, PostgresStore)
         with store._conn() as conn:

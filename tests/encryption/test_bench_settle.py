@@ -33,7 +33,7 @@ def test_settle_turns_auto_checkpoints_off_in_either_mode(tmp_path: Path, sealed
         app.run(three)
         store = app.store.inner if sealed else app.store  # type: ignore[attr-defined]
         assert type(app.store).__name__ == ("SealedStore" if sealed else "SQLiteStore")
-        conn = store._conn()
+        conn = store._writer_conn()  # where every commit runs, and so where checkpoints start
         assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] > 0  # SQLite's default: 1000 pages
         signal = str(tmp_path / "signal")
         Path(signal + ".go").touch()  # already given: settle returns at once
