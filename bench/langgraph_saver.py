@@ -19,7 +19,12 @@ LangGraph's defaults (durability ``"async"``) on a fresh database: SQLite
 files in a fresh temporary directory, PostgreSQL databases created on
 ``$CAIRN_BENCH_PG`` (``bench.pgdb``) and dropped after, after a short warm-up
 run on another one. The table is one run per size of each system (the
-first full-length run of that saver in the process, typically its slowest).
+first full-length run of that saver in the process), garbage collected and
+file systems synced before it (``bench.common.settle``, as every timed run
+here): until 2026-12-07 the run after SqliteSaver's paid for the kernel
+writing back SqliteSaver's ~47 MB (CairnSaver on SQLite 1,061 µs a
+super-step in the table against 782-933 in the paired rounds of the same
+process; synced first, 849-868).
 
 **Paired rounds** (``--rounds K``, 7 by default; 0: none, the output as
 without them): one run is not a measurement on this machine (2 vCPUs,
@@ -357,6 +362,7 @@ def floor(label: str, steps: int, runs: int) -> tuple[float, float]:
     for i in range(runs + 1):
         saver = floor_saver(label)
         graph = langgraph_builder(steps, {}).compile(checkpointer=saver)
+        settle()
         cpu = time.process_time()
         with stopwatch() as elapsed:
             final = graph.invoke({"messages": [], "n": 0}, {**config(), "recursion_limit": steps + 10})
@@ -381,6 +387,7 @@ def measure(system: str, steps: int, samples: int, seed: int, breakdown: bool = 
         saver, close = db.saver()
         try:
             empty = db.disk_bytes()
+            settle()  # the previous system's dirty pages written back before, not during, this run
             wall, cpu = run(saver, steps)
             figures.step_us, figures.step_cpu_us = wall / steps * 1e6, cpu / steps * 1e6
             graph = langgraph_builder(2, {}).compile(checkpointer=saver)
