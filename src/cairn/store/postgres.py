@@ -251,7 +251,7 @@ try:
 except ImportError as exc:
     raise MissingExtra("cairn.store.postgres", "postgres") from exc
 from cairn.faults import fault_point
-from cairn.store import admission, auditlinks, transactions
+from cairn.store import admission, auditlinks, pgliterals, transactions
 from cairn.store import lifecycle as lc
 from cairn.store.auditlinks import Digester
 from cairn.store.checkpointsql import (
@@ -487,6 +487,28 @@ def _packed_ids(params: Mapping[str, Any]) -> Mapping[str, Any]:
     if "wids" in params:
         packed["wids"] = [pack_id_key(str(i)) for i in params["wids"]]
     return {**params, **packed} if packed else params
+
+
+def _lg_binder(conn: _Conn) -> Callable[[str, Mapping[str, Any]], str]:
+    """How a LangGraph write sent as one message binds its statements'
+    parameters on the client (``_lg_operate``): ``pgliterals.bind`` (~5x less
+    CPU than psycopg's ``mogrify``) where its literals mean what they say, the
+    connection's ``standard_conforming_strings`` on (else a backslash in a
+    string escapes the next character) and its encoding UTF8; psycopg's
+    ``mogrify`` otherwise, and for any statement ``bind`` does not render
+    (``pgliterals.Unrenderable``: another type, NUL in text, a name missing),
+    which then raises psycopg's own error."""
+    status = conn.pgconn.parameter_status
+    if status(b"standard_conforming_strings") != b"on" or status(b"client_encoding") != b"UTF8":
+        return psycopg.ClientCursor(conn).mogrify
+
+    def bind(query: str, params: Mapping[str, Any]) -> str:
+        try:
+            return pgliterals.bind(query, params)
+        except pgliterals.Unrenderable:
+            return psycopg.ClientCursor(conn).mogrify(query, params)
+
+    return bind
 
 
 #: a row of lg_writes as ``lg_fold_writes`` returns it: task id, index, channel, task path, kind, refs
@@ -1365,7 +1387,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         expected = [] if fold is None else self._lg_expect(key, str(fold[1]["checkpoint_id"]))
 
         def bound(conn: _Conn, sent: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-            bind = psycopg.ClientCursor(conn).mogrify
+            bind = _lg_binder(conn)
             return [bind(_Q[name], _packed_ids(params)) for name, params in sent]
 
         def refused(exc: psycopg.Error) -> BaseException | None:
@@ -1434,8 +1456,8 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
         (``_commit_durably``'s setting; none where every commit is)."""
         if self._default_level == self._durable_level:
             return []
-        return [psycopg.ClientCursor(conn).mogrify("SELECT set_config('synchronous_commit', %s, true)",
-                                                   (self._durable_level,))]
+        return [_lg_binder(conn)("SELECT set_config('synchronous_commit', %(level)s, true)",
+                                 {"level": self._durable_level})]
 
     def _lg_message(self, statements: Callable[[_Conn], list[str]],
                     errors: Callable[[psycopg.Error], BaseException | None],
