@@ -10,10 +10,13 @@ another thread's write takes the lock before it goes out.
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from cairn.store.sqlite import SQLiteStore
 from tests.store.contract.helpers import new_run
@@ -109,5 +112,42 @@ def test_reclaim_space_turns_secure_delete_on_where_the_deletes_run(tmp_path: Pa
         store._writer_conn().execute("PRAGMA secure_delete = OFF")  # a build without it on by default
         assert store.reclaim_space()["vacuumed"]
         assert store._writer_conn().execute("PRAGMA secure_delete").fetchone()[0] == 1
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_a_forked_child_writes_on_its_own_connection(tmp_path: Path) -> None:
+    """Every thread's writes share one connection; a connection never crosses
+    a fork, so a child forked with the store open opens its own (and a writer
+    lock held by another thread of the parent at the fork does not hang it)."""
+    store = SQLiteStore(tmp_path / "f.db")
+    try:
+        store.create_run(new_run("parent"))
+        parents = id(store._writer_conn())
+        holding, release = threading.Event(), threading.Event()
+
+        def hold_the_lock() -> None:
+            with store._holding_writer():
+                holding.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold_the_lock)
+        holder.start()
+        holding.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the child: exit status says what it found
+            code = 1
+            try:
+                store.create_run(new_run("child"))
+                code = 0 if id(store._writer_conn()) != parents else 2
+            finally:
+                os._exit(code)
+        release.set()
+        holder.join()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert store.get_run("child") is not None
+        store.create_run(new_run("parent again"))  # the parent's connection still writes
     finally:
         store.close()

@@ -163,6 +163,26 @@ _INSERT_HISTORY_PAYLOAD = _Q["insert_history_payload"]
 #: that end pop theirs; this only bounds those that never told it).
 _MAX_TAILS = 4096
 
+#: the stores open in this process: a child forked from it drops their connections (``_after_fork``)
+_OPEN: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child: forget every store's connections, which are the
+    parent's (SQLite's rule: a connection never crosses a fork); each opens
+    its own on first use. Since every thread's writes share one connection
+    (``_writer_conn``), any thread of the child would otherwise write on it."""
+    for store in list(_OPEN):
+        store._shared = None
+        store._local = threading.local()
+        store._connections = []
+        store._wal_fds = []
+        store._lock = threading.Lock()
+        store._writer = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
 
 
 class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
@@ -218,6 +238,7 @@ class SQLiteStore(SQLStore[sqlite3.Connection], Migratable, Notifier):
         self._lane_cursor = admission.LaneCursor()
         #: wake-ups for other processes' workers (``listen``; see ``store.wakeups``)
         self._waker = Waker(self.path)
+        _OPEN.add(self)
         #: run -> (epoch, seq, at) of the last entry this store appended to
         #: it under that epoch: the hot path's fence needs no read of history
         #: when the next entry follows it (see ``append``)
