@@ -15,7 +15,7 @@ methods to keep in step: each write connection carries two ``TEMP`` triggers
 (``install``) on ``runs`` that mirror PostgreSQL's ``runs_notify_runnable``
 (an inserted or updated run that is not running and has a ``runnable_at`` due
 now). The trigger only marks the connection; the datagrams go out after the
-``COMMIT`` (``Waker.after_commit``), so a worker never wakes to a change it
+``COMMIT`` (``SQLiteStore._write``: ``Waker.wake``), so a worker never wakes to a change it
 cannot see yet, and a rolled-back write wakes nobody. Temp triggers live in
 the connection, not in the schema: other programs writing the file are
 unaffected, and nothing needs migrating.
@@ -99,12 +99,6 @@ class Waker:
         self._listed_at: int | None = None  # the directory's mtime when listed
 
     # -- sending -------------------------------------------------------------------
-
-    def after_commit(self, mark: Mark | None) -> None:
-        """Send the wake-ups a committed transaction owes (``mark`` set)."""
-        if mark is not None and mark.marked:
-            mark.marked = False
-            self.wake()
 
     def wake(self) -> None:
         """One datagram to every listener; never raises (a lost wake-up costs
