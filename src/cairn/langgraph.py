@@ -39,6 +39,7 @@ import asyncio
 import builtins
 import functools
 import hashlib
+import itertools
 import operator
 import secrets
 import threading
@@ -113,6 +114,10 @@ except ImportError as exc:
 MAX_CHAIN = 256
 #: How many channels' last known list (version, items, their digests) a saver keeps.
 LIST_CACHE = 256
+#: threads whose last forget a saver keeps apart (``CairnSaver._forgot``); past it, it forgets all
+GENS_KEPT = 4096
+#: when a saver last forgot a thread: (its last forget of everything, of the thread; 0: never)
+Gen = tuple[int, int]
 #: How many value rows a saver remembers committing (``CairnSaver._stored``).
 STORED_CACHE = 1024
 #: How many listed checkpoints are read in one transaction (``list``'s pages).
@@ -308,6 +313,15 @@ class CairnSaver(BaseCheckpointSaver[str]):
         #: this saver's id as a thread's writer, and the epoch it holds each thread it wrote at
         self._owner = secrets.token_hex(8)
         self._held: dict[str, tuple[int | None, int | None]] = {}
+        #: when this saver last forgot each thread (``_forget_thread``: a number of ``_forgets``)
+        #: and everything (``_forgot_all``): a read or write remembers what it learnt only if
+        #: neither changed since it began (``_capture``), so nothing learnt before a forget
+        #: outlives it. Its entries go all at once, with everything remembered, past ``GENS_KEPT``.
+        self._forgets = itertools.count(1)
+        self._forgot: dict[str, int] = {}
+        self._forgot_all = 0
+        #: held while a first write reads its thread's count (``_expecting``)
+        self._first_writes = threading.Lock()
         self.lease = lease
         #: list items this saver encoded lately, by identity: id -> (the item, its value row), so
         #: the message a node wrote (its pending write) is not serialized, hashed and compressed
@@ -343,13 +357,14 @@ class CairnSaver(BaseCheckpointSaver[str]):
         key = self._key(config)
         decoded: dict[str, Any] = {}
         held: dict[str, KnownList] = {}
+        gen = self._capture(key.thread_id)
         with self._lock:
             lists = {ch: known.refs for (t, ns, ch), known in self._lists.items()
                      if t == key.thread_id and ns == key.ns}
-        snap = self._rows.lg_read(key, get_checkpoint_id(config), lambda r: self._versions(r, decoded),
+        snap = self._rows.lg_read(key, get_checkpoint_id(config), lambda r: self._versions(r, decoded, gen),
                                   functools.partial(self._knows, key.thread_id, key.ns, held), self._opener,
                                   lists)
-        return None if snap is None else self._tuple(snap, decoded, held)
+        return None if snap is None else self._tuple(snap, decoded, held, gen)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
@@ -361,6 +376,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             if paged is not None:
                 yield from paged
                 return
+        gens = self._captured_all()  # before the rows are read: what they say is as new or newer
         rows = self._rows.lg_list(self.tenant, conf.get("thread_id"), conf.get("checkpoint_ns"),
                                   conf.get("checkpoint_id"), get_checkpoint_id(before) if before else None,
                                   None if filter else limit)
@@ -376,9 +392,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 left -= 1
             page.append((row, metadata))
             if len(page) == LIST_PAGE:
-                yield from self._page(page)
+                yield from self._page(page, gens)
                 page = []
-        yield from self._page(page)
+        yield from self._page(page, gens)
 
     def _list_pages(self, key: ThreadKey, before: str | None, limit: int | None
                     ) -> Iterator[CheckpointTuple] | None:
@@ -405,10 +421,11 @@ class CairnSaver(BaseCheckpointSaver[str]):
             asked = LIST_PAGE if left is None else min(left, LIST_PAGE)
             read = self._read_page(key, last, asked)
             if read is None:  # read as before, from this page on
+                gens = self._captured_all()
                 rows = self._rows.lg_list(self.tenant, key.thread_id, key.ns, None, last, left)
                 listed = [(row, self._load(row.metadata_kind, row.metadata, row, "metadata")) for row in rows]
                 for at in range(0, len(listed), LIST_PAGE):
-                    yield from self._page(listed[at:at + LIST_PAGE])
+                    yield from self._page(listed[at:at + LIST_PAGE], gens)
                 return
             page = read
 
@@ -416,12 +433,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
                    ) -> builtins.list[CheckpointTuple] | None:
         """One page in one statement (``lg_read_page``), or ``None``."""
         kept: dict[str, tuple[dict[str, Any], dict[str, KnownList]]] = {}
+        gen = self._capture(key.thread_id)
 
         def asking(row: CheckpointRow) -> tuple[Any, Any]:
             decoded: dict[str, Any] = {}
             held: dict[str, KnownList] = {}
             kept[row.checkpoint_id] = (decoded, held)
-            return (functools.partial(self._versions, decoded=decoded),
+            return (functools.partial(self._versions, decoded=decoded, gen=gen),
                     functools.partial(self._knows, row.thread_id, row.ns, held))
 
         with self._lock:
@@ -434,32 +452,35 @@ class CairnSaver(BaseCheckpointSaver[str]):
         for snap in snaps:
             decoded, held = kept[snap.row.checkpoint_id]
             metadata = self._load(snap.row.metadata_kind, snap.row.metadata, snap.row, "metadata")
-            out.append(self._tuple(snap, decoded, held, metadata))
+            out.append(self._tuple(snap, decoded, held, gen, metadata))
         return out
 
-    def _page(self, page: Sequence[tuple[CheckpointRow, Any]]) -> Iterator[CheckpointTuple]:
-        """The tuples of a page of listed rows (with their metadata), read in one transaction."""
+    def _page(self, page: Sequence[tuple[CheckpointRow, Any]], gens: Callable[[str], Gen]
+              ) -> Iterator[CheckpointTuple]:
+        """The tuples of a page of listed rows (with their metadata), read in
+        one transaction; ``gens``: each thread's ``_capture`` from before the
+        rows were listed."""
         asked = []
         kept: builtins.list[tuple[dict[str, Any], dict[str, KnownList]]] = []
         for row, _ in page:
             decoded: dict[str, Any] = {}
             held: dict[str, KnownList] = {}
-            asked.append((row, functools.partial(self._versions, decoded=decoded),
+            asked.append((row, functools.partial(self._versions, decoded=decoded, gen=gens(row.thread_id)),
                           functools.partial(self._knows, row.thread_id, row.ns, held)))
             kept.append((decoded, held))
         snaps = self._rows.lg_snapshots(self.tenant, asked, self._opener)
-        for snap, (decoded, held), (_, metadata) in zip(snaps, kept, page, strict=True):
-            yield self._tuple(snap, decoded, held, metadata)
+        for snap, (decoded, held), (row, metadata) in zip(snaps, kept, page, strict=True):
+            yield self._tuple(snap, decoded, held, gens(row.thread_id), metadata)
 
     # -- writes -------------------------------------------------------------------------
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         key = self._key(config)
-        return self._held_write(key, lambda holder: self._put(key, holder, config, checkpoint, metadata,
-                                                              new_versions))
+        return self._held_write(key, lambda holder, gen: self._put(key, holder, gen, config, checkpoint,
+                                                                   metadata, new_versions))
 
-    def _put(self, key: ThreadKey, holder: Holder, config: RunnableConfig, checkpoint: Checkpoint,
+    def _put(self, key: ThreadKey, holder: Holder, gen: Gen, config: RunnableConfig, checkpoint: Checkpoint,
              metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
@@ -489,7 +510,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
             blobs.append(blob)
         parent = config["configurable"].get("checkpoint_id")
         versions = {str(k): str(v) for k, v in c["channel_versions"].items()}
-        inline, carried = self._carried(key, None if parent is None else str(parent), versions, new_versions)
+        inline, carried = self._carried(key, gen, None if parent is None else str(parent), versions,
+                                        new_versions)
         tails = {ch: t for ch, t in {**carried, **tails}.items() if ch in versions}
         inline.update(plain)  # never a channel carried: those are the ones this put did not write
         for channel in self._never_stored(key, None if parent is None else str(parent), versions,
@@ -522,9 +544,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
         run_id = full_metadata.get("run_id")
         self._held[key.thread_id] = self._rows.lg_put(
             key, holder, row, None if run_id is None else str(run_id), blobs, rows, max_depth=MAX_CHAIN)
-        self._committed(key.thread_id, rows)
-        self._remember(lists)
-        self._record((key.thread_id, key.ns, checkpoint["id"]), versions, inline, tails)
+        self._committed(key.thread_id, rows, gen)
+        self._remember(key.thread_id, lists, gen)
+        self._record((key.thread_id, key.ns, checkpoint["id"]), versions, inline, tails, gen)
         return {"configurable": {"thread_id": key.thread_id, "checkpoint_ns": key.ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -539,10 +561,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                     task_path: str) -> None:
         key = self._key(config)
-        self._held_write(key, lambda holder: self._put_writes_held(key, holder, config, writes, task_id,
-                                                                   task_path))
+        self._held_write(key, lambda holder, gen: self._put_writes_held(key, holder, gen, config, writes,
+                                                                        task_id, task_path))
 
-    def _put_writes_held(self, key: ThreadKey, holder: Holder, config: RunnableConfig,
+    def _put_writes_held(self, key: ThreadKey, holder: Holder, gen: Gen, config: RunnableConfig,
                          writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
         rows: ValueRows = []
         stored: builtins.list[WriteRow] = []
@@ -554,7 +576,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             rows = self._sealed(key.thread_id, rows)
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
         self._held[key.thread_id] = self._rows.lg_put_writes(key, holder, checkpoint_id, stored, rows)
-        self._committed(key.thread_id, rows)
+        self._committed(key.thread_id, rows, gen)
 
     def delete_thread(self, thread_id: str) -> None:
         self._rows.lg_delete_thread(self.tenant, str(thread_id))
@@ -722,7 +744,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         return ThreadKey(self.tenant, str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")))
 
-    def _held_write(self, key: ThreadKey, write: Callable[[Holder], _W]) -> _W:
+    def _held_write(self, key: ThreadKey, write: Callable[[Holder, Gen], _W]) -> _W:
         """``write(holder)`` for ``key``'s thread (``_expecting``), made again
         whole while it is refused as stale (``Stale``: nothing written; the
         saver forgets the thread, ``_stale``). Once more at most after each
@@ -730,7 +752,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         while True:
             holder = self._expecting(key)
             try:
-                return write(holder)
+                return write(holder, self._capture(key.thread_id))
             except Stale as stale:
                 self._stale(key, stale)
 
@@ -738,11 +760,24 @@ class CairnSaver(BaseCheckpointSaver[str]):
         """The holder a write of ``key``'s thread names, taken before the write
         consults this saver's memory: the epoch this saver last held the thread
         at and the collection count that memory was made under. With no count
-        (no write yet, or the thread was deleted), what it remembers of the
-        thread (from reads) is forgotten first: nothing vouches for it."""
+        (no write yet, or the thread was deleted), the thread's count is read
+        and then what this saver remembers of the thread (from reads) is
+        forgotten: nothing vouches for it. In that order, so everything the
+        write then reads of the thread (its parent's row) and every read that
+        begins after the forget is as new as the count, or newer, and a
+        collection before the write commits refuses it (``Stale``): a first
+        write that expected no count was never refused, and one whose reads
+        raced a prune was stored naming what the prune took."""
         epoch, collected = self._held.get(key.thread_id, (None, None))
         if collected is None:
-            self._forget_thread(key.thread_id)
+            # one read a thread, not one a write (LangGraph's first put and put_writes begin at
+            # once): the writes that begin before this one commits expect the same count
+            with self._first_writes:
+                epoch, collected = self._held.get(key.thread_id, (None, None))
+                if collected is None:
+                    collected = self._rows.lg_collected(key)
+                    self._forget_thread(key.thread_id)
+                    self._held[key.thread_id] = (None, collected)
         return Holder(self._owner, epoch, self.lease, collected)
 
     def _stale(self, key: ThreadKey, stale: Stale) -> None:
@@ -763,7 +798,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         a writer it was taken from is refused (before this saver reads it)."""
         key = ThreadKey(self.tenant, str(thread_id), "")
 
-        def take(holder: Holder) -> None:
+        def take(holder: Holder, gen: Gen) -> None:
             self._held[key.thread_id] = self._rows.lg_put_writes(key, holder, "", [], [])
 
         self._held_write(key, take)
@@ -842,11 +877,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
             stored = self._stored
             return [r for r in rows if (thread_id, r.digest) not in stored]
 
-    def _committed(self, thread_id: str, rows: ValueRows) -> None:
-        """Remember ``rows`` as committed to the thread (``_stored``)."""
+    def _committed(self, thread_id: str, rows: ValueRows, gen: Gen) -> None:
+        """Remember ``rows`` as committed to the thread (``_stored``) by a write that began at ``gen``."""
         if not rows:
             return
         with self._lock:
+            if self._current(thread_id) != gen:
+                return
             stored = self._stored
             for r in rows:
                 stored[(thread_id, r.digest)] = None
@@ -867,10 +904,14 @@ class CairnSaver(BaseCheckpointSaver[str]):
         held[channel] = known
         return True
 
-    def _remember(self, lists: Mapping[ListKey, KnownList], longer_kept: bool = False) -> None:
-        """Keep ``lists`` as the channels' last known lists (a read, with
+    def _remember(self, thread_id: str, lists: Mapping[ListKey, KnownList], gen: Gen,
+                  longer_kept: bool = False) -> None:
+        """Keep ``lists`` (of thread ``thread_id``) as the channels' last known
+        lists, learnt by a read or write that began at ``gen`` (a read, with
         ``longer_kept``, does not replace a list that extends what it read)."""
         with self._lock:
+            if self._current(thread_id) != gen:
+                return
             for k, v in lists.items():
                 old = self._lists.get(k)
                 if longer_kept and old is not None and old.refs.startswith(v.refs):
@@ -882,13 +923,41 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     def _forget(self) -> None:
         with self._lock:
-            self._lists.clear()
-            self._records.clear()
-            self._stored.clear()
+            self._forget_all()
+
+    def _forget_all(self) -> None:
+        self._forgot_all = next(self._forgets)
+        self._forgot.clear()
+        self._lists.clear()
+        self._records.clear()
+        self._stored.clear()
+
+    def _current(self, thread_id: str) -> Gen:
+        return self._forgot_all, self._forgot.get(thread_id, 0)
+
+    def _capture(self, thread_id: str) -> Gen:
+        """When this saver last forgot ``thread_id`` (or everything): taken as
+        a read or write begins, and compared when it would remember what it
+        learnt. A read whose snapshot came before another saver's collection
+        and that returns after this saver's next write (which counted the
+        collection) was remembered and built on: the rows it names could be
+        gone. Each forget since the read began now voids what it learnt."""
+        with self._lock:
+            return self._current(thread_id)
+
+    def _captured_all(self) -> Callable[[str], Gen]:
+        """``_capture`` of every thread at once (a listing of several threads)."""
+        with self._lock:
+            everything, forgot = self._forgot_all, dict(self._forgot)
+        return lambda thread_id: (everything, forgot.get(thread_id, 0))
 
     def _forget_thread(self, thread_id: str) -> None:
         """Forget what this saver remembers of one thread (``_expecting``, ``_stale``)."""
         with self._lock:
+            if len(self._forgot) >= GENS_KEPT:
+                self._forget_all()
+                return
+            self._forgot[thread_id] = next(self._forgets)
             for k in [k for k in self._lists if k[0] == thread_id]:
                 del self._lists[k]
             for r in [r for r in self._records if r[0] == thread_id]:
@@ -897,15 +966,18 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 del self._stored[v]
 
     def _record(self, at: tuple[str, str, str], versions: dict[str, str],
-                inline: dict[str, int | None], tails: Tails) -> None:
-        """Keep checkpoint ``at``'s channel versions, inline record and tails (``_carried``)."""
+                inline: dict[str, int | None], tails: Tails, gen: Gen) -> None:
+        """Keep checkpoint ``at``'s channel versions, inline record and tails
+        (``_carried``), learnt by a read or write that began at ``gen``."""
         with self._lock:
+            if self._current(at[0]) != gen:
+                return
             self._records[at] = (versions, inline, tails)
             self._records.move_to_end(at)
             while len(self._records) > LIST_CACHE:
                 self._records.popitem(last=False)
 
-    def _carried(self, key: ThreadKey, parent: str | None, versions: Mapping[str, str],
+    def _carried(self, key: ThreadKey, gen: Gen, parent: str | None, versions: Mapping[str, str],
                  new_versions: ChannelVersions) -> tuple[dict[str, int | None], Tails]:
         """The inline channels and the tails (``TAIL``) a new checkpoint carries
         from ``parent``: each channel it did not write whose version is the
@@ -924,7 +996,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 return {}, {}
             decoded: dict[str, Any] = {}
             try:
-                self._versions(row, decoded)
+                self._versions(row, decoded, gen)
             except UnreadableCheckpoint:
                 return {}, {}
             held = decoded["versions"], decoded["inline"], decoded["tails"]
@@ -1066,10 +1138,12 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 return ("msgpack", data) if data else ("null", b"")
         return found
 
-    def _versions(self, row: CheckpointRow, decoded: dict[str, Any] | None = None) -> Named:
+    def _versions(self, row: CheckpointRow, decoded: dict[str, Any] | None = None,
+                  gen: Gen | None = None) -> Named:
         """What ``row`` names: its channel versions stored as rows, and the
         digests of its inline channels (``INLINE``); ``decoded`` receives the
-        checkpoint (without its inline record), its versions and the record.
+        checkpoint (without its inline record), its versions and the record,
+        which is remembered (``_record``) when the read began at ``gen``.
         An inline record that is not one is refused, naming the checkpoint."""
         checkpoint = self._load(row.checkpoint_kind, row.checkpoint, row, "checkpoint")
         if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("channel_versions"), dict):
@@ -1087,17 +1161,18 @@ class CairnSaver(BaseCheckpointSaver[str]):
         versions = {str(k): str(v) for k, v in checkpoint["channel_versions"].items()}
         if decoded is not None:
             decoded.update(checkpoint=checkpoint, versions=versions, inline=inline, tails=tails)
-            self._record((row.thread_id, row.ns, row.checkpoint_id), versions, inline, tails)
+            if gen is not None:
+                self._record((row.thread_id, row.ns, row.checkpoint_id), versions, inline, tails, gen)
         return Named({k: tails[k][0] if k in tails else v for k, v in versions.items() if k not in inline},
                      [*(d for d in inline.values() if d is not None),
                       *(d for ch, (_, ds) in tails.items() if ch in versions for d in ds)])
 
-    def _tuple(self, snap: Snapshot, decoded: dict[str, Any], held: Mapping[str, KnownList],
+    def _tuple(self, snap: Snapshot, decoded: dict[str, Any], held: Mapping[str, KnownList], gen: Gen,
                metadata: Any = None) -> CheckpointTuple:
         row = snap.row
         checkpoint = decoded.get("checkpoint")
         if checkpoint is None:  # a checkpoint with no channels: versions_of still ran
-            self._versions(row, decoded)
+            self._versions(row, decoded, gen)
             checkpoint = decoded["checkpoint"]
         values = snap.values
 
@@ -1148,7 +1223,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             lists[(row.thread_id, row.ns, channel)] = (
                 KnownList.root(versions[channel], tuple(items), refs) if tail is None else
                 KnownList(versions[channel], tuple(items), whole, ((0, tail[0], len(refs) // REF_SIZE),)))
-        self._remember(lists, longer_kept=True)
+        self._remember(row.thread_id, lists, gen, longer_kept=True)
         # in the checkpoint's order of channels, inline or rows
         channel_values = {k: channel_values[k] for k in versions if k in channel_values}
         pending = []

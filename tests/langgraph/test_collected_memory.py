@@ -13,6 +13,7 @@ both backends."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -150,3 +151,195 @@ def test_a_stale_write_is_refused_whole_before_it_is_made_again(app: cairn.App, 
     c2 = _put(writer, c1, 2, [SECOND, FIRST])
     assert [r.collected for r in refusals] == [1]
     assert _log(app, c2) == [SECOND, FIRST]
+
+
+# -- the two narrower races (2026-12-07, seventh session) -------------------------------
+# A read made before a collection that returns after the saver's next write, and a first
+# write whose reads of the thread race a collection: both let a saver build on rows the
+# collection took. The first fails with the read's memory kept whatever forgets happened
+# while it ran (``CairnSaver._capture``); the second with a first write that expects no
+# count (``CairnSaver._expecting``).
+
+
+def _put_channels(saver: CairnSaver, config: Any, step: int, values: dict[str, Any],
+                  versions: dict[str, str], written: dict[str, str]) -> Any:
+    """Checkpoint ``step`` of thread ``t`` after ``config`` naming ``versions``,
+    holding ``values``, having written the channels of ``written``."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = f"1f0e0000-0000-6000-8000-{step:012d}"
+    checkpoint["channel_values"] = dict(values)
+    checkpoint["channel_versions"] = dict(versions)
+    return saver.put(config or {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint,
+                     {"source": "loop", "step": step, "run_id": "r1"}, written)
+
+
+def test_a_read_returning_after_a_collection_and_a_write_is_not_built_on(
+        app: cairn.App, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader reads checkpoint 0 ([FIRST]); its snapshot is taken before
+    another saver's prune collects FIRST, and it returns after the reader's
+    first write, which counted the prune. What the read remembers must not
+    vouch for FIRST being stored: the reader's next list that starts with
+    the item it read stores FIRST again."""
+    writer, reader, pruner = _saver(app), _saver(app), _saver(app)
+    c0 = _put(writer, None, 0, [FIRST])
+    c1 = _put(writer, c0, 1, [SECOND])  # FIRST is named by checkpoint 0 alone
+    made = reader._tuple
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(reader, "_tuple", made)
+        pruner.prune(["t"])  # after the read's snapshot, before it is remembered
+        _put(reader, c1, 2, [SECOND, THIRD])  # the reader's first write: it holds the count now
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(reader, "_tuple", late)
+    found = reader.get_tuple(c0)
+    assert found is not None
+    first = found.checkpoint["channel_values"]["log"][0]  # the item object the read decoded
+    c3 = _put(reader, {"configurable": {"thread_id": "t", "checkpoint_ns": "",
+                                        "checkpoint_id": "1f0e0000-0000-6000-8000-000000000002"}},
+              3, [first, THIRD])
+    assert _log(app, c3) == [FIRST, THIRD]
+
+
+def test_a_first_write_whose_parent_read_races_a_collection_is_refused_and_made_whole(
+        app: cairn.App, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader's first write forks from checkpoint 0 and carries its
+    channel ``note`` (not written by the put: read from checkpoint 0's row).
+    Another saver's prune collects checkpoint 0 and its note between that
+    read and the write's commit. A first write that expected no count was
+    stored naming the collected note (unreadable for every reader); it now
+    expects the count it read before anything else, is refused, and is made
+    again whole: the note, gone with its checkpoint, reads as never written."""
+    from cairn.store.checkpointsql import Stale
+
+    writer, reader, pruner = _saver(app), _saver(app), _saver(app)
+    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
+    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
+                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v})
+    note_v1 = writer.get_next_version(note_v, None)
+    _put_channels(writer, c0, 1, {"log": [FIRST], "note": THIRD}, {"log": log_v, "note": note_v1},
+                  {"note": note_v1})  # SECOND (the first note) is named by checkpoint 0 alone
+    refusals: list[Stale] = []
+    stale = reader._stale
+    monkeypatch.setattr(reader, "_stale", lambda key, exc: (refusals.append(exc), stale(key, exc)))
+    waited = reader._await_writes
+
+    def racing(parent: Any) -> None:  # after the put read its parent's row, before its transaction
+        monkeypatch.setattr(reader, "_await_writes", waited)
+        pruner.prune(["t"])
+        waited(parent)
+
+    monkeypatch.setattr(reader, "_await_writes", racing)
+    log_v2 = reader.get_next_version(log_v, None)
+    c2 = _put_channels(reader, c0, 2, {"log": [FIRST, THIRD]}, {"log": log_v2, "note": note_v},
+                       {"log": log_v2})
+    assert [r.collected for r in refusals] == [1]
+    found = _saver(app).get_tuple(c2)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"log": [FIRST, THIRD]}
+
+
+def test_a_read_made_while_a_first_write_reads_the_count_is_not_built_on(
+        app: cairn.App, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first write reads the thread's count, then forgets the thread, in
+    that order. A read of checkpoint 0 made meanwhile, whose snapshot came
+    before another saver's prune (which the count then includes), is not
+    built on: with the forget first and the count after, the reader kept
+    checkpoint 0's record, and its later fork from checkpoint 0 carried the
+    note the prune took (unreadable)."""
+    writer, reader, pruner = _saver(app), _saver(app), _saver(app)
+    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
+    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
+                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v})
+    note_v1 = writer.get_next_version(note_v, None)
+    c1 = _put_channels(writer, c0, 1, {"log": [FIRST], "note": THIRD}, {"log": log_v, "note": note_v1},
+                       {"note": note_v1})  # SECOND (the first note) is named by checkpoint 0 alone
+    store = reader._rows
+    counted, made = store.lg_collected, reader._tuple
+
+    def pruned_late(*args: Any, **kwargs: Any) -> Any:  # after the read's snapshot
+        monkeypatch.setattr(reader, "_tuple", made)
+        pruner.prune(["t"])
+        return made(*args, **kwargs)
+
+    def count(key: Any) -> int:  # the reader's first write reads the count: a read races it
+        monkeypatch.setattr(store, "lg_collected", counted)
+        monkeypatch.setattr(reader, "_tuple", pruned_late)
+        assert reader.get_tuple(c0) is not None
+        return counted(key)
+
+    monkeypatch.setattr(store, "lg_collected", count)
+    log_v2 = reader.get_next_version(log_v, None)
+    _put_channels(reader, c1, 2, {"log": [FIRST, THIRD], "note": THIRD}, {"log": log_v2, "note": note_v1},
+                  {"log": log_v2})
+    log_v3 = reader.get_next_version(log_v2, None)
+    c3 = _put_channels(reader, c0, 3, {"log": [THIRD]}, {"log": log_v3, "note": note_v}, {"log": log_v3})
+    found = _saver(app).get_tuple(c3)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"log": [THIRD]}
+
+
+def test_a_record_read_before_a_collection_and_a_write_is_not_carried(
+        app: cairn.App, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a list, so a checkpoint's record (its inline channels): the reader
+    reads checkpoint 0, another saver's prune takes it and its note after the
+    read's snapshot, the reader's first write lands, then the read returns.
+    The reader's fork from checkpoint 0 must not carry the note it read."""
+    writer, reader, pruner = _saver(app), _saver(app), _saver(app)
+    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
+    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
+                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v})
+    note_v1 = writer.get_next_version(note_v, None)
+    c1 = _put_channels(writer, c0, 1, {"log": [FIRST], "note": THIRD}, {"log": log_v, "note": note_v1},
+                       {"note": note_v1})  # SECOND (the first note) is named by checkpoint 0 alone
+    made = reader._versions
+    log_v2 = reader.get_next_version(log_v, None)
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(reader, "_versions", made)
+
+        def meanwhile() -> None:  # another thread: SQLite's read transaction is still open here
+            pruner.prune(["t"])
+            _put_channels(reader, c1, 2, {"log": [FIRST, THIRD], "note": THIRD},
+                          {"log": log_v2, "note": note_v1}, {"log": log_v2})
+
+        other = threading.Thread(target=meanwhile)
+        other.start()
+        other.join()
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(reader, "_versions", late)  # as the read decodes the row it fetched
+    assert reader.get_tuple(c0) is not None
+    log_v3 = reader.get_next_version(log_v2, None)
+    c3 = _put_channels(reader, c0, 3, {"log": [THIRD]}, {"log": log_v3, "note": note_v}, {"log": log_v3})
+    found = _saver(app).get_tuple(c3)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"log": [THIRD]}
+
+
+def test_values_a_write_committed_before_a_collection_another_write_counted_are_sent_again(
+        app: cairn.App, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's pending write on checkpoint 0 (not the latest) commits
+    FIRST; another saver's prune then takes those writes and FIRST, and the
+    writer's next write, refused (``Stale``), forgets the thread and is made
+    whole, all before the first write remembers FIRST as committed. The
+    writer's next checkpoint naming FIRST must send it again."""
+    writer, pruner = _saver(app), _saver(app)
+    c0 = _put(writer, None, 0, [SECOND])
+    c1 = _put(writer, c0, 1, [SECOND, THIRD])
+    made = writer._committed
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(writer, "_committed", made)
+        pruner.prune(["t"])  # checkpoint 0 and its pending write go, and FIRST with them
+        _put(writer, c1, 2, [SECOND, THIRD])  # refused once (the count), then made whole
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(writer, "_committed", late)
+    writer.put_writes(c0, [("log", [FIRST])], "task")
+    c3 = _put(writer, {"configurable": {"thread_id": "t", "checkpoint_ns": "",
+                                        "checkpoint_id": "1f0e0000-0000-6000-8000-000000000002"}},
+              3, [SECOND, THIRD, FIRST])
+    assert _log(app, c3) == [SECOND, THIRD, FIRST]

@@ -131,6 +131,8 @@ def test_a_super_step_is_two_round_trips_on_postgresql(pg_app: cairn.App, statem
     graph.invoke({"log": []}, _config("t"))
     # 11 puts (the input's checkpoint, 10 super-steps) and 10 put_writes (the input's, 9 nodes')
     assert statements["SELECT held,"] == 21, statements
-    # and once: the first read of the thread (and a new pooled connection's settings)
+    # and once each: the first read of the thread, and its collection count, read by the first
+    # write (CairnSaver._expecting); a new pooled connection's settings aside
+    assert statements["SELECT collected"] == 1, statements
     others = sum(n for s, n in statements.items() if s != "SELECT set_config('search_path',")
-    assert others == 21 + 1, statements
+    assert others == 21 + 1 + 1, statements

@@ -987,6 +987,15 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
             return None
         return out
 
+    def lg_collected(self, key: ThreadKey) -> int:
+        """The thread's collection count now (``lg_threads.collected``; 0 when
+        nobody holds it): what a saver's first write expects (``Holder.collected``)."""
+        where = {"tenant": key.tenant, "thread_id": key.thread_id}
+        # one statement: on PostgreSQL without a transaction around it (one round trip, not three)
+        run = self._in_statements if self._lg_batched else self._in_read
+        found = run(lambda tx: self._query(tx, "lg_thread_count", where))
+        return int(found[0][0]) if found else 0
+
     def lg_row(self, key: ThreadKey, checkpoint_id: str) -> CheckpointRow | None:
         """The row of checkpoint ``checkpoint_id``, alone (a put reads its
         parent's inline channel versions when its reader does not hold them)."""

@@ -2045,6 +2045,11 @@ SELECT held, collections
 FROM lg_hold(%(tenant)s, %(thread_id)s::text, %(owner)s::text, %(epoch)s::bigint, %(lease)s::bigint,
              %(collected)s::bigint)
 
+-- name: lg_thread_count
+-- the thread's collection count, read by a saver's first write before it reads anything else
+-- of the thread (CairnSaver._expecting); none: nobody holds the thread
+SELECT collected FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
 -- name: lg_count_collection
 -- a prune or delete_for_runs collected the thread's rows (checkpointsql._lg_collect, migration 0052)
 UPDATE lg_threads SET collected = collected + 1 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text

@@ -1433,6 +1433,11 @@ ON CONFLICT (tenant, thread_id, digest) DO NOTHING
 -- name: lg_thread_holder
 SELECT owner, epoch, collected FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
 
+-- name: lg_thread_count
+-- the thread's collection count, read by a saver's first write before it reads anything else
+-- of the thread (CairnSaver._expecting); none: nobody holds the thread
+SELECT collected FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
+
 -- name: lg_count_collection
 -- a prune or delete_for_runs collected the thread's rows (checkpointsql._lg_collect, migration 0032)
 UPDATE lg_threads SET collected = collected + 1 WHERE tenant = :tenant AND thread_id = :thread_id
