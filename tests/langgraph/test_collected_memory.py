@@ -162,8 +162,8 @@ def test_a_stale_write_is_refused_whole_before_it_is_made_again(app: cairn.App, 
 
 
 def _put_channels(saver: CairnSaver, config: Any, step: int, values: dict[str, Any],
-                  versions: dict[str, str], written: dict[str, str]) -> Any:
-    """Checkpoint ``step`` of thread ``t`` after ``config`` naming ``versions``,
+                  versions: dict[str, str], written: dict[str, str], thread: str = "t") -> Any:
+    """Checkpoint ``step`` of ``thread`` after ``config`` naming ``versions``,
     holding ``values``, having written the channels of ``written``."""
     from langgraph.checkpoint.base import empty_checkpoint
 
@@ -171,7 +171,7 @@ def _put_channels(saver: CairnSaver, config: Any, step: int, values: dict[str, A
     checkpoint["id"] = f"1f0e0000-0000-6000-8000-{step:012d}"
     checkpoint["channel_values"] = dict(values)
     checkpoint["channel_versions"] = dict(versions)
-    return saver.put(config or {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint,
+    return saver.put(config or {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, checkpoint,
                      {"source": "loop", "step": step, "run_id": "r1"}, written)
 
 
@@ -343,3 +343,43 @@ def test_values_a_write_committed_before_a_collection_another_write_counted_are_
                                         "checkpoint_id": "1f0e0000-0000-6000-8000-000000000002"}},
               3, [SECOND, THIRD, FIRST])
     assert _log(app, c3) == [SECOND, THIRD, FIRST]
+
+
+def test_a_first_write_to_a_copy_racing_a_prune_of_the_copy_is_refused_and_made_whole(
+        app: cairn.App, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``copy_thread`` target has rows and no holder row. A prune of it
+    counted nothing (it updated the row that is not there), so a first write
+    there whose parent read raced that prune was stored naming the note the
+    prune took. The collection now makes a row owned by nobody, which counts."""
+    from cairn.store.checkpointsql import NOBODY, Stale
+
+    writer, reader, pruner = _saver(app), _saver(app), _saver(app)
+    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
+    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
+                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v}, thread="src")
+    note_v1 = writer.get_next_version(note_v, None)
+    _put_channels(writer, c0, 1, {"log": [FIRST], "note": THIRD}, {"log": log_v, "note": note_v1},
+                  {"note": note_v1}, thread="src")
+    writer.copy_thread("src", "t")
+    assert _sql(db_url, "SELECT count(*) FROM lg_threads WHERE thread_id = 't'") == [(0,)]
+    refusals: list[Stale] = []
+    stale = reader._stale
+    monkeypatch.setattr(reader, "_stale", lambda key, exc: (refusals.append(exc), stale(key, exc)))
+    waited = reader._await_writes
+
+    def racing(parent: Any) -> None:  # after the put read its parent's row, before its transaction
+        monkeypatch.setattr(reader, "_await_writes", waited)
+        pruner.prune(["t"])
+        assert _sql(db_url, "SELECT owner, collected FROM lg_threads WHERE thread_id = 't'") == [(NOBODY, 1)]
+        waited(parent)
+
+    monkeypatch.setattr(reader, "_await_writes", racing)
+    log_v2 = reader.get_next_version(log_v, None)
+    at = {"configurable": {**c0["configurable"], "thread_id": "t"}}
+    c2 = _put_channels(reader, at, 2, {"log": [FIRST, THIRD]}, {"log": log_v2, "note": note_v},
+                       {"log": log_v2})
+    assert [r.collected for r in refusals] == [1]
+    found = _saver(app).get_tuple(c2)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"log": [FIRST, THIRD]}
+    assert _sql(db_url, "SELECT owner <> '' FROM lg_threads WHERE thread_id = 't'") == [(True,)]

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from cairn.langgraph import CairnSaver
 
 #: who holds a thread before a write: nobody, or (owner, epoch, collection count)
-HELD: list[tuple[str, int, int] | None] = [None, ("a", 1, 0), ("a", 3, 0), ("b", 3, 0), ("a", 3, 2)]
+HELD: list[tuple[str, int, int] | None] = [None, ("a", 1, 0), ("a", 3, 0), ("b", 3, 0), ("a", 3, 2),
+                                           ("", 0, 1), ("", 0, 2)]  # rows a collection made (NOBODY)
 #: the writers: every owner, last-held epoch, lease and expected collection count against
 #: every holder above
 HOLDERS = [Holder(owner, epoch, lease, collected) for owner, epoch, lease, collected in

@@ -1401,3 +1401,21 @@ def test_a_tenant_role_cannot_mint_itself_an_installation_token(deployment: Depl
     assert deployment.as_role("owner", "SELECT * FROM api_tokens ORDER BY token_id") == before
     assert [row[:3] for row in before] == [("glob000000000001", "globex", "admin"),
                                            ("inst000000000001", "globex", "installation")]
+
+
+def test_a_tenant_cannot_count_a_collection_in_another_tenants_thread(deployment: Deployment) -> None:
+    """A collection of a thread nobody holds makes its holder row (migration
+    0053, owned by nobody): globex's role asking its store to count one in
+    acme's thread is refused by row-level security, and acme's row keeps its
+    count, where the row existed and where it did not."""
+    from cairn.store.checkpointsql import NOBODY
+
+    d = deployment
+    count = {"tenant": "acme", "thread_id": "held"}
+    d.acme._operate(lambda tx: d.acme._query(tx, "lg_count_collection", count))
+    for thread in ("held", "unheld"):
+        where = {"tenant": "acme", "thread_id": thread}
+        with pytest.raises(StoreError):
+            d.globex._operate(lambda tx, w=where: d.globex._query(tx, "lg_count_collection", w))
+    rows = d.as_role("owner", "SELECT tenant, thread_id, owner, collected FROM lg_threads ORDER BY 2")
+    assert rows == [("acme", "held", NOBODY, 1)]

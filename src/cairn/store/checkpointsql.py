@@ -654,6 +654,13 @@ def thread_taken(thread_id: str, epoch: int, lease: int | None) -> ThreadTaken:
                        f"writer's is {lease}): this writer's writes are refused")
 
 
+#: the owner of a holder row made by a collection (``lg_count_collection``) of a thread that
+#: nobody held (a ``copy_thread`` target never written): nobody holds the thread, and a first
+#: write that read the count before that collection is refused (``Stale``). A saver's owner
+#: is never empty.
+NOBODY = ""
+
+
 def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) -> tuple[int, bool, int]:
     """The fence (see the module): the epoch ``holder`` holds the thread at,
     whether it takes it (writes its row of ``lg_threads``) and the thread's
@@ -664,7 +671,9 @@ def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) 
     SQLite runs it in the client; PostgreSQL's ``lg_hold`` (migrations 0051,
     0052) is the same rule in the server, held to the same answers by
     tests/langgraph/test_server_fence.py."""
-    held = (str(found[0][0]), int(found[0][1])) if found else None
+    # a row whose owner is NOBODY was made by a collection of a thread nobody held: it counts,
+    # nobody holds the thread
+    held = (str(found[0][0]), int(found[0][1])) if found and found[0][0] != NOBODY else None
     collected = int(found[0][2]) if found else 0
     lease = holder.lease
     if lease is not None:  # fenced by a run's lease: refused once a later lease took the thread
@@ -675,8 +684,8 @@ def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) 
     if holder.collected is not None:  # what it remembers of the thread was made at that count
         if held is None and holder.epoch is not None:
             raise Stale(thread_id, None)  # deleted since it wrote
-        if held is not None and collected != holder.collected:
-            raise Stale(thread_id, collected)  # collected since it wrote
+        if found and collected != holder.collected:
+            raise Stale(thread_id, collected)  # collected since it wrote, or since it read the count
     if lease is not None:
         return lease, held != (holder.owner, lease), collected
     if held is None:

@@ -2051,8 +2051,12 @@ FROM lg_hold(%(tenant)s, %(thread_id)s::text, %(owner)s::text, %(epoch)s::bigint
 SELECT collected FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
 
 -- name: lg_count_collection
--- a prune or delete_for_runs collected the thread's rows (checkpointsql._lg_collect, migration 0052)
-UPDATE lg_threads SET collected = collected + 1 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+-- a prune or delete_for_runs collected the thread's rows (checkpointsql._lg_collect, migration
+-- 0052); a thread nobody holds (a copy_thread target never written) gets a row owned by
+-- nobody (checkpointsql.NOBODY, seventh session), so the collection counts there too
+INSERT INTO lg_threads (tenant, thread_id, owner, epoch, collected)
+VALUES (%(tenant)s, %(thread_id)s::text, '', 0, 1)
+ON CONFLICT (tenant, thread_id) DO UPDATE SET collected = lg_threads.collected + 1
 
 -- name: lg_delete_thread_holder
 DELETE FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text

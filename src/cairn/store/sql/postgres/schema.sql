@@ -1385,9 +1385,10 @@ CREATE TABLE lg_threads (
 );
 ALTER TABLE lg_threads ENABLE ROW LEVEL SECURITY;
 
--- LangGraph's fence checked in the server (0051; the collection count, 0052): the thread's lock,
--- its holder and the rule of checkpointsql.hold_rule in one statement; SQLSTATE LGT01 when
--- taken, LGS01 when the writer's memory of the thread is stale.
+-- LangGraph's fence checked in the server (0051; the collection count, 0052; a row owned by
+-- nobody, made by a collection, 0053): the thread's lock, its holder and the rule of
+-- checkpointsql.hold_rule in one statement; SQLSTATE LGT01 when taken, LGS01 when the
+-- writer's memory of the thread is stale.
 CREATE FUNCTION lg_hold(p_tenant TEXT, p_thread TEXT, p_owner TEXT, p_epoch BIGINT, p_lease BIGINT,
                         p_collected BIGINT, OUT held BIGINT, OUT collections BIGINT)
 LANGUAGE plpgsql AS $$
@@ -1395,35 +1396,40 @@ DECLARE
     held_owner TEXT;
     held_epoch BIGINT;
     held_collected BIGINT;
+    has_row BOOLEAN;
+    holding BOOLEAN;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended(p_tenant || '/' || p_thread, 0)),
             set_config('enable_seqscan', 'off', true);
     SELECT owner, epoch, collected INTO held_owner, held_epoch, held_collected FROM lg_threads
     WHERE tenant = p_tenant AND thread_id = p_thread;
+    has_row := FOUND;
+    -- a row owned by nobody ('') was made by a collection: it counts, nobody holds the thread
+    holding := has_row AND held_owner <> '';
     IF p_lease IS NOT NULL THEN
-        IF FOUND AND held_epoch > p_lease THEN
+        IF holding AND held_epoch > p_lease THEN
             RAISE EXCEPTION 'LangGraph thread % is held by a later lease', p_thread
                 USING ERRCODE = 'LGT01', DETAIL = held_epoch::TEXT;
         END IF;
-    ELSIF FOUND AND held_owner <> p_owner AND p_epoch IS NOT NULL THEN
+    ELSIF holding AND held_owner <> p_owner AND p_epoch IS NOT NULL THEN
         RAISE EXCEPTION 'LangGraph thread % was taken by another saver', p_thread
             USING ERRCODE = 'LGT01', DETAIL = held_epoch::TEXT;
     END IF;
     collections := coalesce(held_collected, 0);
-    IF p_collected IS NOT NULL AND NOT FOUND AND p_epoch IS NOT NULL THEN
+    IF p_collected IS NOT NULL AND NOT holding AND p_epoch IS NOT NULL THEN
         RAISE EXCEPTION 'LangGraph thread % was deleted since this writer last wrote it', p_thread
             USING ERRCODE = 'LGS01', DETAIL = 'deleted';
     END IF;
-    IF p_collected IS NOT NULL AND FOUND AND held_collected <> p_collected THEN
+    IF p_collected IS NOT NULL AND has_row AND held_collected <> p_collected THEN
         RAISE EXCEPTION 'LangGraph thread % was collected since this writer last wrote it', p_thread
             USING ERRCODE = 'LGS01', DETAIL = held_collected::TEXT;
     END IF;
     IF p_lease IS NOT NULL THEN
         held := p_lease;
-        IF FOUND AND held_owner = p_owner AND held_epoch = p_lease THEN
+        IF holding AND held_owner = p_owner AND held_epoch = p_lease THEN
             RETURN;
         END IF;
-    ELSIF FOUND THEN
+    ELSIF holding THEN
         IF held_owner = p_owner THEN
             held := held_epoch;
             RETURN;

@@ -1439,8 +1439,12 @@ SELECT owner, epoch, collected FROM lg_threads WHERE tenant = :tenant AND thread
 SELECT collected FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
 
 -- name: lg_count_collection
--- a prune or delete_for_runs collected the thread's rows (checkpointsql._lg_collect, migration 0032)
-UPDATE lg_threads SET collected = collected + 1 WHERE tenant = :tenant AND thread_id = :thread_id
+-- a prune or delete_for_runs collected the thread's rows (checkpointsql._lg_collect, migration
+-- 0032); a thread nobody holds (a copy_thread target never written) gets a row owned by
+-- nobody (checkpointsql.NOBODY, seventh session), so the collection counts there too
+INSERT INTO lg_threads (tenant, thread_id, owner, epoch, collected)
+VALUES (:tenant, :thread_id, '', 0, 1)
+ON CONFLICT (tenant, thread_id) DO UPDATE SET collected = lg_threads.collected + 1
 
 -- name: lg_take_thread
 INSERT INTO lg_threads (tenant, thread_id, owner, epoch) VALUES (:tenant, :thread_id, :owner, :epoch)
