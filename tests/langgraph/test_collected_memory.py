@@ -383,3 +383,35 @@ def test_a_first_write_to_a_copy_racing_a_prune_of_the_copy_is_refused_and_made_
     assert found is not None
     assert found.checkpoint["channel_values"] == {"log": [FIRST, THIRD]}
     assert _sql(db_url, "SELECT owner <> '' FROM lg_threads WHERE thread_id = 't'") == [(True,)]
+
+
+def test_a_first_write_whose_parent_read_races_a_deletion_is_refused_and_made_whole(
+        app: cairn.App, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a prune, a deletion of the thread between a first write's read of
+    its parent and its commit: the write expected the count of a holder row
+    that is gone, is refused, and is made again whole, carrying nothing of the
+    deleted parent (it was stored naming the deleted note, unreadable)."""
+    from cairn.store.checkpointsql import Stale
+
+    writer, reader, deleter = _saver(app), _saver(app), _saver(app)
+    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
+    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
+                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v})
+    refusals: list[Stale] = []
+    stale = reader._stale
+    monkeypatch.setattr(reader, "_stale", lambda key, exc: (refusals.append(exc), stale(key, exc)))
+    waited = reader._await_writes
+
+    def racing(parent: Any) -> None:  # after the put read its parent's row, before its transaction
+        monkeypatch.setattr(reader, "_await_writes", waited)
+        deleter.delete_thread("t")
+        waited(parent)
+
+    monkeypatch.setattr(reader, "_await_writes", racing)
+    log_v1 = reader.get_next_version(log_v, None)
+    c1 = _put_channels(reader, c0, 1, {"log": [FIRST, THIRD]}, {"log": log_v1, "note": note_v},
+                       {"log": log_v1})
+    assert [r.collected for r in refusals] == [None]
+    found = _saver(app).get_tuple(c1)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"log": [FIRST, THIRD]}

@@ -16,7 +16,7 @@ import pytest
 
 import cairn
 from cairn.errors import ThreadTaken
-from cairn.store.checkpointsql import Holder, Stale, ThreadKey, hold_rule
+from cairn.store.checkpointsql import NO_ROW, Holder, Stale, ThreadKey, hold_rule
 from tests.engine.conftest import postgres_url
 from tests.langgraph.rawsql import raw_sql as _sql
 
@@ -29,7 +29,7 @@ HELD: list[tuple[str, int, int] | None] = [None, ("a", 1, 0), ("a", 3, 0), ("b",
 #: the writers: every owner, last-held epoch, lease and expected collection count against
 #: every holder above
 HOLDERS = [Holder(owner, epoch, lease, collected) for owner, epoch, lease, collected in
-           itertools.product(("a", "b"), (None, 1, 3), (None, 2, 3, 4), (None, 0, 2))]
+           itertools.product(("a", "b"), (None, 1, 3), (None, 2, 3, 4), (None, NO_ROW, 0, 2))]
 
 
 def _saver(app: cairn.App) -> CairnSaver:
@@ -85,7 +85,12 @@ def test_the_fence_answers_as_the_clients_rule_on_both_backends(app: cairn.App, 
     assert by_case[(("a", 3, 2), Holder("a", 3, collected=2))] == ("held", (3, 2), ("a", 3, 2))
     assert by_case[(("a", 3, 2), Holder("a", 3, collected=None))] == ("held", (3, 2), ("a", 3, 2))
     assert by_case[(None, Holder("a", 3, collected=0))][:2] == ("refused", "Stale")  # deleted since
-    assert by_case[(None, Holder("a", None, collected=0))] == ("held", (1, 0), ("a", 1, 0))
+    # a first write expects the count it read, NO_ROW if the thread had no holder row then
+    assert by_case[(None, Holder("a", None, collected=0))][:2] == ("refused", "Stale")  # deleted since
+    assert by_case[(None, Holder("a", None, collected=NO_ROW))] == ("held", (1, 0), ("a", 1, 0))
+    assert by_case[(("b", 3, 0), Holder("a", None, collected=NO_ROW))] == ("held", (4, 0), ("a", 4, 0))
+    assert by_case[(("", 0, 1), Holder("a", None, collected=NO_ROW))][:2] == ("refused", "Stale")
+    assert by_case[(("", 0, 2), Holder("a", None, collected=2))] == ("held", (1, 2), ("a", 1, 2))
     assert by_case[(("a", 3, 2), Holder("a", 1, lease=3, collected=0))][:2] == ("refused", "Stale")
 
 

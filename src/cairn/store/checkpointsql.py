@@ -659,6 +659,10 @@ def thread_taken(thread_id: str, epoch: int, lease: int | None) -> ThreadTaken:
 #: write that read the count before that collection is refused (``Stale``). A saver's owner
 #: is never empty.
 NOBODY = ""
+#: the count a saver's first write expects of a thread that had no holder row when it read
+#: it (``lg_collected``): a row made since by a collection refuses it, and a thread whose row
+#: was there then and is gone now (deleted since) refuses a write expecting its count
+NO_ROW = -1
 
 
 def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) -> tuple[int, bool, int]:
@@ -684,7 +688,9 @@ def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) 
     if holder.collected is not None:  # what it remembers of the thread was made at that count
         if held is None and holder.epoch is not None:
             raise Stale(thread_id, None)  # deleted since it wrote
-        if found and collected != holder.collected:
+        if not found and holder.collected != NO_ROW:
+            raise Stale(thread_id, None)  # deleted since it read the count
+        if found and collected != max(holder.collected, 0):
             raise Stale(thread_id, collected)  # collected since it wrote, or since it read the count
     if lease is not None:
         return lease, held != (holder.owner, lease), collected
@@ -997,13 +1003,14 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         return out
 
     def lg_collected(self, key: ThreadKey) -> int:
-        """The thread's collection count now (``lg_threads.collected``; 0 when
-        nobody holds it): what a saver's first write expects (``Holder.collected``)."""
+        """The thread's collection count now (``lg_threads.collected``;
+        ``NO_ROW`` when it has no holder row): what a saver's first write
+        expects (``Holder.collected``)."""
         where = {"tenant": key.tenant, "thread_id": key.thread_id}
         # one statement: on PostgreSQL without a transaction around it (one round trip, not three)
         run = self._in_statements if self._lg_batched else self._in_read
         found = run(lambda tx: self._query(tx, "lg_thread_count", where))
-        return int(found[0][0]) if found else 0
+        return int(found[0][0]) if found else NO_ROW
 
     def lg_row(self, key: ThreadKey, checkpoint_id: str) -> CheckpointRow | None:
         """The row of checkpoint ``checkpoint_id``, alone (a put reads its
@@ -1168,7 +1175,8 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         # ever, the holder read and ``hold_rule`` deciding: refused, taken, stale, or written.
         # A writer that expects no collection count (``Holder.collected``) reads the holder.
         epoch = holder.lease if holder.lease is not None else holder.epoch
-        guess = None if epoch is None or holder.collected is None else (epoch, holder.collected)
+        guess = (None if epoch is None or holder.collected is None or holder.collected == NO_ROW
+                 else (epoch, holder.collected))
         if guess is not None:
             try:
                 return self._operate(lambda tx: run(tx, guess))

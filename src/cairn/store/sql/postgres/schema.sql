@@ -1420,7 +1420,12 @@ BEGIN
         RAISE EXCEPTION 'LangGraph thread % was deleted since this writer last wrote it', p_thread
             USING ERRCODE = 'LGS01', DETAIL = 'deleted';
     END IF;
-    IF p_collected IS NOT NULL AND has_row AND held_collected <> p_collected THEN
+    -- a first write expects the count it read, or -1 if the thread had no holder row then
+    IF p_collected IS NOT NULL AND p_collected <> -1 AND NOT has_row AND p_epoch IS NULL THEN
+        RAISE EXCEPTION 'LangGraph thread % was deleted since this writer read it', p_thread
+            USING ERRCODE = 'LGS01', DETAIL = 'deleted';
+    END IF;
+    IF p_collected IS NOT NULL AND has_row AND held_collected <> greatest(p_collected, 0) THEN
         RAISE EXCEPTION 'LangGraph thread % was collected since this writer last wrote it', p_thread
             USING ERRCODE = 'LGS01', DETAIL = held_collected::TEXT;
     END IF;

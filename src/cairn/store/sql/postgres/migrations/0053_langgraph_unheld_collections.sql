@@ -5,7 +5,10 @@
 -- reading anything of the thread) was not refused by a prune that raced it: it was stored
 -- naming what the prune took. The collection now makes the row, owned by nobody (''), and
 -- lg_hold reads such a row as held by nobody whose count counts (checkpointsql.hold_rule,
--- NOBODY: tests/langgraph/test_server_fence.py holds the two to the same answers).
+-- NOBODY: tests/langgraph/test_server_fence.py holds the two to the same answers). And a
+-- first write expects the count it read before reading anything of the thread, or -1 when
+-- the thread had no holder row then (checkpointsql.NO_ROW): a thread whose row was there and
+-- is gone (deleted since) refuses it as stale, and it is made again whole.
 CREATE OR REPLACE FUNCTION lg_hold(p_tenant TEXT, p_thread TEXT, p_owner TEXT, p_epoch BIGINT, p_lease BIGINT,
                                    p_collected BIGINT, OUT held BIGINT, OUT collections BIGINT)
 LANGUAGE plpgsql AS $$
@@ -37,7 +40,12 @@ BEGIN
         RAISE EXCEPTION 'LangGraph thread % was deleted since this writer last wrote it', p_thread
             USING ERRCODE = 'LGS01', DETAIL = 'deleted';
     END IF;
-    IF p_collected IS NOT NULL AND has_row AND held_collected <> p_collected THEN
+    -- a first write expects the count it read, or -1 if the thread had no holder row then
+    IF p_collected IS NOT NULL AND p_collected <> -1 AND NOT has_row AND p_epoch IS NULL THEN
+        RAISE EXCEPTION 'LangGraph thread % was deleted since this writer read it', p_thread
+            USING ERRCODE = 'LGS01', DETAIL = 'deleted';
+    END IF;
+    IF p_collected IS NOT NULL AND has_row AND held_collected <> greatest(p_collected, 0) THEN
         RAISE EXCEPTION 'LangGraph thread % was collected since this writer last wrote it', p_thread
             USING ERRCODE = 'LGS01', DETAIL = held_collected::TEXT;
     END IF;
