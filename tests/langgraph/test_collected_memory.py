@@ -415,3 +415,25 @@ def test_a_first_write_whose_parent_read_races_a_deletion_is_refused_and_made_wh
     found = _saver(app).get_tuple(c1)
     assert found is not None
     assert found.checkpoint["channel_values"] == {"log": [FIRST, THIRD]}
+
+
+def test_past_its_forget_numbers_a_saver_forgets_everything(app: cairn.App, db_url: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saver keeps when it last forgot each thread for ``GENS_KEPT``
+    threads; the next forget forgets everything at once (a new number for
+    all), so no read or write in flight on any thread remembers what it
+    learnt before it: an entry dropped alone could be taken for never forgotten."""
+    import cairn.langgraph as lg
+
+    monkeypatch.setattr(lg, "GENS_KEPT", 2)
+    saver = _saver(app)
+    before = saver._capture("t")  # as a read of thread t begins, before any forget of it
+    c0 = _put(saver, None, 0, [FIRST])  # thread t: a first write, a forget
+    assert saver._capture("t") != before
+    assert saver._lists  # what the write learnt is kept
+    for thread in ("u", "v"):  # two more first writes: the third forget goes past GENS_KEPT
+        _put(saver, {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, 0, [SECOND])
+    assert saver._capture("t") != before
+    assert not any(k[0] == "t" for k in saver._lists)
+    c1 = _put(saver, c0, 1, [FIRST, THIRD])  # and it writes on, whole
+    assert _log(app, c1) == [FIRST, THIRD]
