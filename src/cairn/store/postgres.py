@@ -477,6 +477,15 @@ class DatabaseClock:
 _KEY_IDS = ("checkpoint_id", "folded_id", "before")
 
 
+#: statements prepared at their first execution on a connection, not at psycopg's sixth: the
+#: one-statement LangGraph reads, whose text takes longer to parse, analyse and plan than to
+#: run (issue 24, 2026-12-07 seventh session: a new pooled connection's first five history
+#: pages took 15-17 ms each against 7-9 once prepared, its first get_state reads 4-7 ms against
+#: ~1; prepared at once, only the first of each pays it, then custom plans until the server
+#: settles on its generic one)
+_PREPARED_AT_ONCE = frozenset({"lg_read_page", "lg_read_one"})
+
+
 def _packed_ids(params: Mapping[str, Any]) -> Mapping[str, Any]:
     """``params`` with its checkpoint ids packed as the columns hold them
     (migrations 0049, 0050): packed here, not by ``lg_id_key`` in the
@@ -1494,7 +1503,7 @@ class PostgresStore(SQLStore[_Conn], Migratable, Notifier):
     def _query(self, tx: _Conn, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         if name.startswith("lg_"):
             params = _packed_ids(params)
-        cursor = tx.execute(_Q[name], params)
+        cursor = tx.execute(_Q[name], params, prepare=True if name in _PREPARED_AT_ONCE else None)
         # whether the statement returned rows, from its result's status:
         # ``cursor.description`` builds a Column per column to say the same
         # (~25 us for lg_read_one's nine: issue 24, 2026-12-07)
