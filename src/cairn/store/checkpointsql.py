@@ -673,8 +673,10 @@ def hold_rule(found: Sequence[tuple[Any, ...]], holder: Holder, thread_id: str) 
     ``ThreadTaken`` when refused, ``Stale`` when the holder's memory is
     (its count is not the thread's, or it held a thread deleted since).
     SQLite runs it in the client; PostgreSQL's ``lg_hold`` (migrations 0051,
-    0052) is the same rule in the server, held to the same answers by
-    tests/langgraph/test_server_fence.py."""
+    0052, 0053) is the same rule in the server, held to the same answers by
+    tests/langgraph/test_server_fence.py. A row owned by ``NOBODY`` is held by
+    nobody, and its count counts; a first write expects the count it read,
+    or ``NO_ROW``."""
     # a row whose owner is NOBODY was made by a collection of a thread nobody held: it counts,
     # nobody holds the thread
     held = (str(found[0][0]), int(found[0][1])) if found and found[0][0] != NOBODY else None
@@ -1175,7 +1177,9 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         # ever, the holder read and ``hold_rule`` deciding: refused, taken, stale, or written.
         # A writer that expects no collection count (``Holder.collected``) reads the holder.
         epoch = holder.lease if holder.lease is not None else holder.epoch
-        guess = (None if epoch is None or holder.collected is None or holder.collected == NO_ROW
+        # A first write (this saver never held the thread: ``holder.epoch`` is None, even under a
+        # lease) reads the holder: its row, if any, names another owner, so a guess would only fail.
+        guess = (None if epoch is None or holder.epoch is None or holder.collected is None
                  else (epoch, holder.collected))
         if guess is not None:
             try:

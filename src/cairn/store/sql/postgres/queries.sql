@@ -2047,7 +2047,7 @@ FROM lg_hold(%(tenant)s, %(thread_id)s::text, %(owner)s::text, %(epoch)s::bigint
 
 -- name: lg_thread_count
 -- the thread's collection count, read by a saver's first write before it reads anything else
--- of the thread (CairnSaver._expecting); none: nobody holds the thread
+-- of the thread (CairnSaver._expecting); no row: checkpointsql.NO_ROW
 SELECT collected FROM lg_threads WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
 
 -- name: lg_count_collection

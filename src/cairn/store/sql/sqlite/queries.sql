@@ -1435,7 +1435,7 @@ SELECT owner, epoch, collected FROM lg_threads WHERE tenant = :tenant AND thread
 
 -- name: lg_thread_count
 -- the thread's collection count, read by a saver's first write before it reads anything else
--- of the thread (CairnSaver._expecting); none: nobody holds the thread
+-- of the thread (CairnSaver._expecting); no row: checkpointsql.NO_ROW
 SELECT collected FROM lg_threads WHERE tenant = :tenant AND thread_id = :thread_id
 
 -- name: lg_count_collection
