@@ -14,12 +14,14 @@ both backends."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import pytest
 
 import cairn
 from cairn.langgraph import CairnSaver
+from cairn.store.checkpointsql import Stale
 from tests.langgraph.rawsql import raw_sql as _sql
 
 FIRST = "the first message, long enough to be a value row of its own; " * 4
@@ -130,7 +132,6 @@ def test_a_stale_write_is_refused_whole_before_it_is_made_again(app: cairn.App, 
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The refused attempt writes nothing (the store's fence), then the
     saver forgets the thread and the write is made once, whole."""
-    from cairn.store.checkpointsql import Stale
 
     writer, pruner = _saver(app), _saver(app)
     c0 = _put(writer, None, 0, [FIRST])
@@ -175,6 +176,48 @@ def _put_channels(saver: CairnSaver, config: Any, step: int, values: dict[str, A
                      {"source": "loop", "step": step, "run_id": "r1"}, written)
 
 
+class Notes(NamedTuple):
+    """Checkpoints 0 (``log`` [FIRST], ``note`` SECOND) and 1 (``note``
+    THIRD) of a thread: SECOND is named by checkpoint 0 alone."""
+
+    c0: Any
+    c1: Any
+    log_v: str
+    note_v: str
+    note_v1: str
+
+
+def _notes(writer: CairnSaver, thread: str = "t") -> Notes:
+    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
+    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
+                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v}, thread=thread)
+    note_v1 = writer.get_next_version(note_v, None)
+    c1 = _put_channels(writer, c0, 1, {"log": [FIRST], "note": THIRD}, {"log": log_v, "note": note_v1},
+                       {"note": note_v1}, thread=thread)
+    return Notes(c0, c1, log_v, note_v, note_v1)
+
+
+def _refusals(saver: CairnSaver, monkeypatch: pytest.MonkeyPatch) -> list[Stale]:
+    """The ``Stale`` refusals ``saver``'s writes meet from here on (each still handled)."""
+    refusals: list[Stale] = []
+    stale = saver._stale
+    monkeypatch.setattr(saver, "_stale", lambda key, exc: (refusals.append(exc), stale(key, exc)))
+    return refusals
+
+
+def _before_transaction(saver: CairnSaver, monkeypatch: pytest.MonkeyPatch, race: Callable[[], None]) -> None:
+    """Run ``race`` once, in ``saver``'s next put, after it read its parent's
+    row and before its transaction begins."""
+    waited = saver._await_writes
+
+    def racing(parent: Any) -> None:
+        monkeypatch.setattr(saver, "_await_writes", waited)
+        race()
+        waited(parent)
+
+    monkeypatch.setattr(saver, "_await_writes", racing)
+
+
 def test_a_read_returning_after_a_collection_and_a_write_is_not_built_on(
         app: cairn.App, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reader reads checkpoint 0 ([FIRST]); its snapshot is taken before
@@ -212,28 +255,12 @@ def test_a_first_write_whose_parent_read_races_a_collection_is_refused_and_made_
     stored naming the collected note (unreadable for every reader); it now
     expects the count it read before anything else, is refused, and is made
     again whole: the note, gone with its checkpoint, reads as never written."""
-    from cairn.store.checkpointsql import Stale
-
     writer, reader, pruner = _saver(app), _saver(app), _saver(app)
-    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
-    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
-                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v})
-    note_v1 = writer.get_next_version(note_v, None)
-    _put_channels(writer, c0, 1, {"log": [FIRST], "note": THIRD}, {"log": log_v, "note": note_v1},
-                  {"note": note_v1})  # SECOND (the first note) is named by checkpoint 0 alone
-    refusals: list[Stale] = []
-    stale = reader._stale
-    monkeypatch.setattr(reader, "_stale", lambda key, exc: (refusals.append(exc), stale(key, exc)))
-    waited = reader._await_writes
-
-    def racing(parent: Any) -> None:  # after the put read its parent's row, before its transaction
-        monkeypatch.setattr(reader, "_await_writes", waited)
-        pruner.prune(["t"])
-        waited(parent)
-
-    monkeypatch.setattr(reader, "_await_writes", racing)
-    log_v2 = reader.get_next_version(log_v, None)
-    c2 = _put_channels(reader, c0, 2, {"log": [FIRST, THIRD]}, {"log": log_v2, "note": note_v},
+    n = _notes(writer)
+    refusals = _refusals(reader, monkeypatch)
+    _before_transaction(reader, monkeypatch, lambda: pruner.prune(["t"]))
+    log_v2 = reader.get_next_version(n.log_v, None)
+    c2 = _put_channels(reader, n.c0, 2, {"log": [FIRST, THIRD]}, {"log": log_v2, "note": n.note_v},
                        {"log": log_v2})
     assert [r.collected for r in refusals] == [1]
     found = _saver(app).get_tuple(c2)
@@ -250,12 +277,7 @@ def test_a_read_made_while_a_first_write_reads_the_count_is_not_built_on(
     checkpoint 0's record, and its later fork from checkpoint 0 carried the
     note the prune took (unreadable)."""
     writer, reader, pruner = _saver(app), _saver(app), _saver(app)
-    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
-    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
-                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v})
-    note_v1 = writer.get_next_version(note_v, None)
-    c1 = _put_channels(writer, c0, 1, {"log": [FIRST], "note": THIRD}, {"log": log_v, "note": note_v1},
-                       {"note": note_v1})  # SECOND (the first note) is named by checkpoint 0 alone
+    n = _notes(writer)
     store = reader._rows
     counted, made = store.lg_collected, reader._tuple
 
@@ -267,15 +289,15 @@ def test_a_read_made_while_a_first_write_reads_the_count_is_not_built_on(
     def count(key: Any) -> int:  # the reader's first write reads the count: a read races it
         monkeypatch.setattr(store, "lg_collected", counted)
         monkeypatch.setattr(reader, "_tuple", pruned_late)
-        assert reader.get_tuple(c0) is not None
+        assert reader.get_tuple(n.c0) is not None
         return counted(key)
 
     monkeypatch.setattr(store, "lg_collected", count)
-    log_v2 = reader.get_next_version(log_v, None)
-    _put_channels(reader, c1, 2, {"log": [FIRST, THIRD], "note": THIRD}, {"log": log_v2, "note": note_v1},
-                  {"log": log_v2})
+    log_v2 = reader.get_next_version(n.log_v, None)
+    _put_channels(reader, n.c1, 2, {"log": [FIRST, THIRD], "note": THIRD},
+                  {"log": log_v2, "note": n.note_v1}, {"log": log_v2})
     log_v3 = reader.get_next_version(log_v2, None)
-    c3 = _put_channels(reader, c0, 3, {"log": [THIRD]}, {"log": log_v3, "note": note_v}, {"log": log_v3})
+    c3 = _put_channels(reader, n.c0, 3, {"log": [THIRD]}, {"log": log_v3, "note": n.note_v}, {"log": log_v3})
     found = _saver(app).get_tuple(c3)
     assert found is not None
     assert found.checkpoint["channel_values"] == {"log": [THIRD]}
@@ -288,22 +310,17 @@ def test_a_record_read_before_a_collection_and_a_write_is_not_carried(
     read's snapshot, the reader's first write lands, then the read returns.
     The reader's fork from checkpoint 0 must not carry the note it read."""
     writer, reader, pruner = _saver(app), _saver(app), _saver(app)
-    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
-    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
-                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v})
-    note_v1 = writer.get_next_version(note_v, None)
-    c1 = _put_channels(writer, c0, 1, {"log": [FIRST], "note": THIRD}, {"log": log_v, "note": note_v1},
-                       {"note": note_v1})  # SECOND (the first note) is named by checkpoint 0 alone
+    n = _notes(writer)
     made = reader._versions
-    log_v2 = reader.get_next_version(log_v, None)
+    log_v2 = reader.get_next_version(n.log_v, None)
 
     def late(*args: Any, **kwargs: Any) -> Any:
         monkeypatch.setattr(reader, "_versions", made)
 
         def meanwhile() -> None:  # another thread: SQLite's read transaction is still open here
             pruner.prune(["t"])
-            _put_channels(reader, c1, 2, {"log": [FIRST, THIRD], "note": THIRD},
-                          {"log": log_v2, "note": note_v1}, {"log": log_v2})
+            _put_channels(reader, n.c1, 2, {"log": [FIRST, THIRD], "note": THIRD},
+                          {"log": log_v2, "note": n.note_v1}, {"log": log_v2})
 
         other = threading.Thread(target=meanwhile)
         other.start()
@@ -311,9 +328,9 @@ def test_a_record_read_before_a_collection_and_a_write_is_not_carried(
         return made(*args, **kwargs)
 
     monkeypatch.setattr(reader, "_versions", late)  # as the read decodes the row it fetched
-    assert reader.get_tuple(c0) is not None
+    assert reader.get_tuple(n.c0) is not None
     log_v3 = reader.get_next_version(log_v2, None)
-    c3 = _put_channels(reader, c0, 3, {"log": [THIRD]}, {"log": log_v3, "note": note_v}, {"log": log_v3})
+    c3 = _put_channels(reader, n.c0, 3, {"log": [THIRD]}, {"log": log_v3, "note": n.note_v}, {"log": log_v3})
     found = _saver(app).get_tuple(c3)
     assert found is not None
     assert found.checkpoint["channel_values"] == {"log": [THIRD]}
@@ -351,32 +368,22 @@ def test_a_first_write_to_a_copy_racing_a_prune_of_the_copy_is_refused_and_made_
     counted nothing (it updated the row that is not there), so a first write
     there whose parent read raced that prune was stored naming the note the
     prune took. The collection now makes a row owned by nobody, which counts."""
-    from cairn.store.checkpointsql import NOBODY, Stale
+    from cairn.store.checkpointsql import NOBODY
 
     writer, reader, pruner = _saver(app), _saver(app), _saver(app)
-    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
-    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
-                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v}, thread="src")
-    note_v1 = writer.get_next_version(note_v, None)
-    _put_channels(writer, c0, 1, {"log": [FIRST], "note": THIRD}, {"log": log_v, "note": note_v1},
-                  {"note": note_v1}, thread="src")
+    n = _notes(writer, thread="src")
     writer.copy_thread("src", "t")
     assert _sql(db_url, "SELECT count(*) FROM lg_threads WHERE thread_id = 't'") == [(0,)]
-    refusals: list[Stale] = []
-    stale = reader._stale
-    monkeypatch.setattr(reader, "_stale", lambda key, exc: (refusals.append(exc), stale(key, exc)))
-    waited = reader._await_writes
+    refusals = _refusals(reader, monkeypatch)
 
-    def racing(parent: Any) -> None:  # after the put read its parent's row, before its transaction
-        monkeypatch.setattr(reader, "_await_writes", waited)
+    def prune() -> None:
         pruner.prune(["t"])
         assert _sql(db_url, "SELECT owner, collected FROM lg_threads WHERE thread_id = 't'") == [(NOBODY, 1)]
-        waited(parent)
 
-    monkeypatch.setattr(reader, "_await_writes", racing)
-    log_v2 = reader.get_next_version(log_v, None)
-    at = {"configurable": {**c0["configurable"], "thread_id": "t"}}
-    c2 = _put_channels(reader, at, 2, {"log": [FIRST, THIRD]}, {"log": log_v2, "note": note_v},
+    _before_transaction(reader, monkeypatch, prune)
+    log_v2 = reader.get_next_version(n.log_v, None)
+    at = {"configurable": {**n.c0["configurable"], "thread_id": "t"}}
+    c2 = _put_channels(reader, at, 2, {"log": [FIRST, THIRD]}, {"log": log_v2, "note": n.note_v},
                        {"log": log_v2})
     assert [r.collected for r in refusals] == [1]
     found = _saver(app).get_tuple(c2)
@@ -391,28 +398,15 @@ def test_a_first_write_whose_parent_read_races_a_deletion_is_refused_and_made_wh
     its parent and its commit: the write expected the count of a holder row
     that is gone, is refused, and is made again whole, carrying nothing of the
     deleted parent (it was stored naming the deleted note, unreadable)."""
-    from cairn.store.checkpointsql import Stale
-
     writer, reader, deleter = _saver(app), _saver(app), _saver(app)
-    note_v, log_v = writer.get_next_version(None, None), writer.get_next_version(None, None)
-    c0 = _put_channels(writer, None, 0, {"log": [FIRST], "note": SECOND},
-                       {"log": log_v, "note": note_v}, {"log": log_v, "note": note_v})
-    refusals: list[Stale] = []
-    stale = reader._stale
-    monkeypatch.setattr(reader, "_stale", lambda key, exc: (refusals.append(exc), stale(key, exc)))
-    waited = reader._await_writes
-
-    def racing(parent: Any) -> None:  # after the put read its parent's row, before its transaction
-        monkeypatch.setattr(reader, "_await_writes", waited)
-        deleter.delete_thread("t")
-        waited(parent)
-
-    monkeypatch.setattr(reader, "_await_writes", racing)
-    log_v1 = reader.get_next_version(log_v, None)
-    c1 = _put_channels(reader, c0, 1, {"log": [FIRST, THIRD]}, {"log": log_v1, "note": note_v},
-                       {"log": log_v1})
+    n = _notes(writer)
+    refusals = _refusals(reader, monkeypatch)
+    _before_transaction(reader, monkeypatch, lambda: deleter.delete_thread("t"))
+    log_v2 = reader.get_next_version(n.log_v, None)
+    c2 = _put_channels(reader, n.c0, 2, {"log": [FIRST, THIRD]}, {"log": log_v2, "note": n.note_v},
+                       {"log": log_v2})
     assert [r.collected for r in refusals] == [None]
-    found = _saver(app).get_tuple(c1)
+    found = _saver(app).get_tuple(c2)
     assert found is not None
     assert found.checkpoint["channel_values"] == {"log": [FIRST, THIRD]}
 
