@@ -52,6 +52,8 @@ from typing import Any, Protocol, TypeVar, cast
 from cairn.errors import InvalidArgument, MissingExtra, UnreadableCheckpoint
 from cairn.graph.diff import Change
 from cairn.graph.diff import diff as state_diff
+from cairn.lgdictionary import MARK as DICT_MARK
+from cairn.lgdictionary import Dictionaries
 from cairn.security.envelope import Place, SealError, deflate_raw
 from cairn.store import open_store
 from cairn.store.checkpointsql import (
@@ -212,6 +214,9 @@ Tails = dict[str, tuple[str, Digests]]
 #: what a saver keeps of a checkpoint it wrote or read (``_record``): its channel
 #: versions, its inline record and its tails
 Record = tuple[dict[str, str], dict[str, int | None], Tails]
+#: a value's bytes -> an inflater primed with the thread dictionary they name, and the stream
+#: after their header; ``None`` if they name none (``cairn.lgdictionary.Dictionaries.inflater``)
+Inflater = Callable[[bytes], "tuple[zlib._Decompress, bytes] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +334,11 @@ class CairnSaver(BaseCheckpointSaver[str]):
         #: super-step); the item is kept, so its id is not reused while it is here. Not when
         #: the store seals (a value's digest is keyed there). An item mutated in place after it
         #: was encoded is not seen as changed, as ``_list_blob`` does not see it either.
-        self._encoded: OrderedDict[int, tuple[Any, ValueRow]] = OrderedDict()
+        self._encoded: OrderedDict[int, tuple[Any, ValueRow, ValueRow | None]] = OrderedDict()
+        #: the threads' own compression dictionaries (``cairn.lgdictionary``); the third part of an
+        #: entry of ``_encoded`` is the dictionary row its value row needs stored beside it
+        self._dictionaries = None if self._sealer is not None else Dictionaries(
+            ZDICT_1, digest, functools.partial(store.lg_dictionary, tenant))
         #: (thread, digest) of value rows this saver committed lately: a put does not send them
         #: again (on PostgreSQL no statement then: a round trip a super-step). A saver already
         #: takes the items of a list it holds as stored (``_list_blob`` sends only new ones); a
@@ -496,13 +505,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 continue
             value = values[channel]
             if type(value) is not list:
-                plain[channel] = self._encode(value, rows)[1][0]
+                plain[channel] = self._encode(value, rows, key.thread_id)[1][0]
                 continue
             ver = str(version)
             list_key = (key.thread_id, key.ns, channel)
             with self._lock:
                 known = self._lists.get(list_key)
-            blob, spine = self._list_blob(channel, ver, value, known, rows)
+            blob, spine = self._list_blob(key.thread_id, channel, ver, value, known, rows)
             lists[list_key] = KnownList(ver, tuple(value), blob.refs, spine)
             if blob.base is not None and spine[0][0] % self._tail_every:  # between rows: a tail
                 tails[channel] = (blob.base, unpack_refs(blob.added))
@@ -569,9 +578,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
         rows: ValueRows = []
         stored: builtins.list[WriteRow] = []
         for i, (channel, value) in enumerate(writes):
-            kind, digests = self._encode(value, rows)
+            kind, digests = self._encode(value, rows, key.thread_id)
             stored.append(WriteRow(task_id, WRITES_IDX_MAP.get(channel, i), channel, task_path, kind,
                                    pack_refs(digests)))
+        rows = self._unstored(key.thread_id, rows)
         if self._sealer is not None:
             rows = self._sealed(key.thread_id, rows)
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
@@ -812,8 +822,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
             raise InvalidArgument("CairnSaver needs a serializer type: the serializer returned an empty one")
         return kind, bytes(data)
 
-    def _list_blob(self, channel: str, version: str, value: builtins.list[Any], known: KnownList | None,
-                   rows: ValueRows) -> tuple[BlobRow, Spine]:
+    def _list_blob(self, thread_id: str, channel: str, version: str, value: builtins.list[Any],
+                   known: KnownList | None, rows: ValueRows) -> tuple[BlobRow, Spine]:
         """A list channel's blob, as the items it gained over a version of
         ``known``'s spine when it only grew (``next_base``), and its spine.
         Items are recognised by identity first: LangGraph's
@@ -825,10 +835,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
         to it, so it does not see such a change either."""
         if known is not None and len(known.items) <= len(value) and all(
                 map(operator.is_, known.items, value)):
-            _, digests = self._encode(value[len(known.items):], rows)
+            _, digests = self._encode(value[len(known.items):], rows, thread_id)
             refs = known.refs + pack_refs(digests)
         else:
-            _, digests = self._encode(value, rows)
+            _, digests = self._encode(value, rows, thread_id)
             refs = pack_refs(digests)
             if known is None or not refs.startswith(known.refs):
                 return BlobRow(channel, version, "list", refs), KnownList.root(version, (), refs).spine
@@ -838,9 +848,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
         grown = ((index, version, len(refs) // REF_SIZE), *kept)
         return BlobRow(channel, version, "list", refs, base, refs[count * REF_SIZE:]), grown
 
-    def _encode(self, value: Any, rows: ValueRows) -> tuple[str, Digests]:
-        """``value`` as ``('list', item digests)`` or ``('value', [digest])``;
-        its value rows are added to ``rows``."""
+    def _encode(self, value: Any, rows: ValueRows, thread_id: str) -> tuple[str, Digests]:
+        """``value`` as ``('list', item digests)`` or ``('value', [digest])``
+        in thread ``thread_id``; its value rows are added to ``rows``, with the
+        dictionary rows they are compressed with (``cairn.lgdictionary``)."""
         items = value if type(value) is list else [value]
         digests: Digests = []
         # a plain value (a counter, a flag) may be a literal; a list's items are rows, as messages are
@@ -852,6 +863,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 hit = encoded.get(id(item))
                 if hit is not None and hit[0] is item:  # encoded lately (``_encoded``)
                     rows.append(hit[1])
+                    if hit[2] is not None:  # its dictionary (another thread's, if it was encoded there)
+                        rows.append(hit[2])
                     digests.append(hit[1].digest)
                     continue
             kind, data = self._dump(item)
@@ -861,21 +874,40 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 digests.append(short)
                 continue
             d = self._digest(kind, data)  # of the value as serialized: a compressed copy is the same value
-            row = ValueRow(d, *packed(kind, data))
+            row, needs = self._value_row(thread_id, d, kind, data)
             rows.append(row)
+            if needs is not None:
+                rows.append(needs)
             digests.append(d)
             if cached:
                 with self._lock:
-                    encoded[id(item)] = (item, row)
+                    encoded[id(item)] = (item, row, needs)
                     if len(encoded) > LIST_CACHE:
                         encoded.popitem(last=False)
         return ("list" if type(value) is list else "value"), digests
 
+    def _value_row(self, thread_id: str, d: int, kind: str, data: bytes) -> tuple[ValueRow, ValueRow | None]:
+        """A value's row: compressed with the thread's dictionary when it has
+        one (and the dictionary's row, to be stored with it), else ``packed``."""
+        if self._dictionaries is not None and len(data) >= COMPRESS_AT:
+            small = self._dictionaries.pack(thread_id, data)
+            if small is not None:
+                return ValueRow(d, ZDICT + kind, small[0]), small[1]
+        return ValueRow(d, *packed(kind, data)), None
+
     def _unstored(self, thread_id: str, rows: ValueRows) -> ValueRows:
-        """``rows`` without those this saver committed lately to the thread (``_stored``)."""
+        """``rows`` without those this saver committed lately to the thread
+        (``_stored``), each once (a dictionary row comes with each value
+        compressed with it)."""
+        out: ValueRows = []
+        seen: set[int] = set()
         with self._lock:
             stored = self._stored
-            return [r for r in rows if (thread_id, r.digest) not in stored]
+            for r in rows:
+                if r.digest not in seen and (thread_id, r.digest) not in stored:
+                    seen.add(r.digest)
+                    out.append(r)
+        return out
 
     def _committed(self, thread_id: str, rows: ValueRows, gen: Gen) -> None:
         """Remember ``rows`` as committed to the thread (``_stored``) by a write that began at ``gen``."""
@@ -1075,7 +1107,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 data = self._sealer.open(place, data)
             except SealError as exc:
                 raise UnreadableCheckpoint(f"{_name(row)}: refused its {what}: {exc}") from None
-        kind, data = unpacked(kind, data, row, what)
+        kind, data = unpacked(kind, data, row, what, self._inflater(row.thread_id))
         serde = self.serde
         if isinstance(serde, JsonPlusSerializer):
             if kind not in KNOWN_TYPES:
@@ -1109,11 +1141,12 @@ class CairnSaver(BaseCheckpointSaver[str]):
         direct = type(self.serde).loads_typed is JsonPlusSerializer.loads_typed
         out: builtins.list[Any] = []
         unpack, option = ormsgpack.unpackb, ormsgpack.OPT_NON_STR_KEYS
+        inflater = self._inflater(row.thread_id)
         for d in digests:
             found = self._value(values, d)
             if found is None:
                 raise UnreadableCheckpoint(f"{_name(row)}: its {what} names a value that is not stored")
-            kind, data = unpacked(*found, row, what)
+            kind, data = unpacked(*found, row, what, inflater)
             if (direct and kind == "msgpack" and not data.translate(None, _NOT_EXT_START)
                     and not _looks_pickled(data)):
                 try:
@@ -1123,6 +1156,11 @@ class CairnSaver(BaseCheckpointSaver[str]):
                     pass
             out.append(self._load(kind, data, row, what))
         return out
+
+    def _inflater(self, thread_id: str) -> Inflater | None:
+        """What inflates the thread's values compressed with its own dictionaries."""
+        found = self._dictionaries
+        return None if found is None else functools.partial(found.inflater, thread_id)
 
     def _value(self, values: Mapping[int, tuple[str, bytes]], d: int) -> tuple[str, bytes] | None:
         """The stored value ``d`` names: its row if fetched (a digest written
@@ -1306,11 +1344,24 @@ def packed(kind: str, data: bytes, *, at: int | None = None, level: int = 1) -> 
     return kind, data
 
 
-def unpacked(kind: str, data: bytes, row: CheckpointRow, what: str) -> tuple[str, bytes]:
-    """The value ``packed`` stored (a row that does not inflate, or inflates
-    beyond ``INFLATE_LIMIT``, is an ``UnreadableCheckpoint`` naming ``row``)."""
+def unpacked(kind: str, data: bytes, row: CheckpointRow, what: str,
+             inflater: Inflater | None = None) -> tuple[str, bytes]:
+    """The value ``packed`` stored, or compressed with a thread's own
+    dictionary (``inflater``, ``cairn.lgdictionary``); a row that does not
+    inflate, or inflates beyond ``INFLATE_LIMIT``, or names a dictionary not
+    stored or damaged, is an ``UnreadableCheckpoint`` naming ``row``."""
     if kind.startswith(ZDICT):
-        inflate, kind = zlib.decompressobj(-15, zdict=ZDICT_1), ZLIB + kind[len(ZDICT):]
+        primed = None
+        if inflater is not None and data[:1] == DICT_MARK:
+            try:
+                primed = inflater(data)
+            except LookupError as exc:
+                raise UnreadableCheckpoint(f"{_name(row)}: cannot decompress its {what}: {exc}") from None
+        if primed is None:
+            inflate = zlib.decompressobj(-15, zdict=ZDICT_1)
+        else:
+            inflate, data = primed
+        kind = ZLIB + kind[len(ZDICT):]
     elif kind.startswith(ZLIB):
         inflate = zlib.decompressobj()
     else:

@@ -81,7 +81,7 @@ def test_a_values_digest_is_keyed(sealed_app: cairn.App) -> None:
     saver = _chat(sealed_app, "acme", "t")
     guessed = saver._dump(f"{CANARY} says hello, step 1")
     where = {"tenant": "acme", "thread_id": "t"}
-    stored = {int(d) for (d,) in saver._rows._select("lg_thread_digests", where)}
+    stored = {int(d) for d, _ in saver._rows._select("lg_thread_digests", where)}
     assert saver._digest(*guessed) in stored  # the keyed digest names it
     assert digest(*guessed) not in stored
 

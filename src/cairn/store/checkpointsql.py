@@ -1014,6 +1014,17 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
         found = run(lambda tx: self._query(tx, "lg_thread_count", where))
         return int(found[0][0]) if found else NO_ROW
 
+    def lg_dictionary(self, tenant: str, thread_id: str, digest: int | None) -> tuple[int, bytes] | None:
+        """A compression dictionary of the thread (``cairn.lgdictionary``):
+        the one of ``digest``, or with ``None`` the thread's first (by
+        digest, so every saver of the thread finds the same); its digest and bytes."""
+        where = {"tenant": tenant, "thread_id": thread_id}
+        if digest is None:
+            found = self._in_read(lambda tx: self._query(tx, "lg_first_dictionary", where))
+        else:
+            found = self._in_read(lambda tx: self._query(tx, "lg_dictionary", {**where, "digest": digest}))
+        return (int(found[0][0]), bytes(found[0][1])) if found else None
+
     def lg_row(self, key: ThreadKey, checkpoint_id: str) -> CheckpointRow | None:
         """The row of checkpoint ``checkpoint_id``, alone (a put reads its
         parent's inline channel versions when its reader does not hold them)."""
@@ -1387,7 +1398,11 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                 continue
             for w in unfold_writes(bytes(refs), where["thread_id"], str(folded_in)):
                 named.update(unpack_refs(w.refs))
-        unnamed = [int(d) for (d,) in self._query(tx, "lg_thread_digests", where) if int(d) not in named]
+        # a compression dictionary (cairn.lgdictionary) is named by the bytes of values, not by
+        # refs: kept while a value is (any may be compressed with it)
+        kept = bool(named)
+        unnamed = [int(d) for d, dictionary in self._query(tx, "lg_thread_digests", where)
+                   if int(d) not in named and not (dictionary and kept)]
         for digest in unnamed:
             self._query(tx, "lg_delete_value", {**where, "digest": digest})
         if unreached or unnamed:

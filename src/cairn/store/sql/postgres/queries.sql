@@ -2006,7 +2006,18 @@ SELECT writes, lg_id_text(checkpoint_id) FROM lg_checkpoints
 WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND writes IS NOT NULL
 
 -- name: lg_thread_digests
-SELECT digest FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+-- every value of the thread, and whether it is a compression dictionary (cairn.lgdictionary)
+SELECT digest, kind IS NOT DISTINCT FROM 'lgdict' FROM lg_values
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text
+
+-- name: lg_dictionary
+SELECT digest, data FROM lg_values
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND digest = %(digest)s AND kind = 'lgdict'
+
+-- name: lg_first_dictionary
+SELECT digest, data FROM lg_values
+WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND kind = 'lgdict'
+ORDER BY digest LIMIT 1
 
 -- name: lg_delete_value
 DELETE FROM lg_values WHERE tenant = %(tenant)s AND thread_id = %(thread_id)s::text AND digest = %(digest)s

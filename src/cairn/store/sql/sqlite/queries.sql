@@ -1393,7 +1393,16 @@ SELECT writes, checkpoint_id FROM lg_checkpoints
 WHERE tenant = :tenant AND thread_id = :thread_id AND writes IS NOT NULL
 
 -- name: lg_thread_digests
-SELECT digest FROM lg_values WHERE tenant = :tenant AND thread_id = :thread_id
+-- every value of the thread, and whether it is a compression dictionary (cairn.lgdictionary)
+SELECT digest, kind = 'lgdict' FROM lg_values WHERE tenant = :tenant AND thread_id = :thread_id
+
+-- name: lg_dictionary
+SELECT digest, data FROM lg_values
+WHERE tenant = :tenant AND thread_id = :thread_id AND digest = :digest AND kind = 'lgdict'
+
+-- name: lg_first_dictionary
+SELECT digest, data FROM lg_values WHERE tenant = :tenant AND thread_id = :thread_id AND kind = 'lgdict'
+ORDER BY digest LIMIT 1
 
 -- name: lg_delete_value
 DELETE FROM lg_values WHERE tenant = :tenant AND thread_id = :thread_id AND digest = :digest

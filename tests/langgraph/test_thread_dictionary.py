@@ -1,0 +1,248 @@
+"""A thread's own compression dictionary (``cairn.lgdictionary``, issue 24:
+PostgreSQL's bytes on disk). Once a saver has written ~31 KB of a thread's
+values, it compresses the rest with a dictionary made of them, stored as a
+row of the thread's values. Each test reads back through a new saver (no
+memory of the thread), on both backends, and attacks what the dictionary
+adds: a value is only as readable as its dictionary, so the dictionary must
+be stored with the first value that uses it, survive every collection that
+keeps a value, follow a copy, be made again after a deletion, and be refused
+(never used to decode other text) when it is damaged, substituted, missing,
+or another thread's or tenant's."""
+
+from __future__ import annotations
+
+import os
+import random
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import cairn
+from cairn.errors import UnreadableCheckpoint
+from cairn.langgraph import ZDICT_1, CairnSaver
+from cairn.lgdictionary import KIND, MARK
+from cairn.security.envelope import deflate_raw
+from cairn.security.keyring import LocalKeyring
+from tests.langgraph.rawsql import raw_sql as _sql
+
+#: messages a test thread holds: past the dictionary's ~31 KB, so the last ten or so use it
+MESSAGES = 42
+_PICK = random.Random(7)
+#: a vocabulary as large as a conversation's: a message repeats few of its own words
+_WORDS = ["".join(_PICK.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(_PICK.randint(2, 9)))
+          for _ in range(3000)]
+
+
+def _message(n: int, thread: str = "t") -> str:
+    """About 1 KB of words from a shared vocabulary, distinct per message."""
+    pick = random.Random(f"{thread} {n}")
+    return f"{thread} {n}: " + " ".join(pick.choice(_WORDS) for _ in range(160))
+
+
+def _saver(app: cairn.App, tenant: str = "acme") -> CairnSaver:
+    return CairnSaver(app, tenant=tenant)
+
+
+def _put(saver: CairnSaver, config: Any, step: int, log: list[str], thread: str = "t",
+         run_id: str = "r1") -> Any:
+    """Checkpoint ``step`` of ``thread`` after ``config``, channel ``log`` = ``log``."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = f"1f0e0000-0000-6000-8000-{step:012d}"
+    version = saver.get_next_version(None if step == 0 else f"{step:010d}", None)
+    checkpoint["channel_values"] = {"log": list(log)}
+    checkpoint["channel_versions"] = {"log": version}
+    return saver.put(config or {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, checkpoint,
+                     {"source": "loop", "step": step, "run_id": run_id}, {"log": version})
+
+
+def _chat(saver: CairnSaver, thread: str = "t", messages: int = MESSAGES, first: int = 0,
+          config: Any = None, log: list[str] | None = None) -> tuple[Any, list[str]]:
+    """Append ``messages`` messages to ``thread``, one checkpoint each; the last config and log."""
+    log = list(log or [])
+    for n in range(first, first + messages):
+        log.append(_message(n, thread))
+        config = _put(saver, config, n, log, thread)
+    return config, log
+
+
+def _log(app: cairn.App, config: Any, tenant: str = "acme") -> list[str]:
+    """Channel ``log`` of ``config``'s checkpoint, as a new saver reads it."""
+    found = _saver(app, tenant).get_tuple(config)
+    assert found is not None
+    return list(found.checkpoint["channel_values"]["log"])
+
+
+def _dictionaries(db_url: str, thread: str = "t") -> list[tuple[int, bytes]]:
+    return [(int(d), bytes(data)) for d, data in _sql(
+        db_url, "SELECT digest, data FROM lg_values WHERE thread_id = ? AND kind = ?", (thread, KIND))]
+
+
+def _compressed_with_it(db_url: str, thread: str = "t") -> int:
+    """How many of the thread's values name a dictionary (their bytes start with ``MARK``)."""
+    return sum(data[:1] == MARK for data in _values(db_url, thread))
+
+
+def _values(db_url: str, thread: str = "t") -> list[bytes]:
+    """The bytes of the thread's values (not its dictionaries)."""
+    return [bytes(d) for (d,) in _sql(
+        db_url, "SELECT data FROM lg_values WHERE thread_id = ? AND coalesce(kind, '') <> ?", (thread, KIND))]
+
+
+def test_a_long_thread_is_compressed_with_its_own_dictionary_and_reads_back(app: cairn.App,
+                                                                           db_url: str) -> None:
+    config, log = _chat(_saver(app))
+    assert len(_dictionaries(db_url)) == 1
+    assert _compressed_with_it(db_url) >= 8  # the messages after the first ~31 KB
+    assert _log(app, config) == log
+    history = list(_saver(app).list({"configurable": {"thread_id": "t"}}))
+    assert [len(t.checkpoint["channel_values"]["log"]) for t in history] == list(range(MESSAGES, 0, -1))
+    assert history[0].checkpoint["channel_values"]["log"] == log
+
+
+def test_it_saves_bytes(app: cairn.App, db_url: str) -> None:
+    """The point of it: the values after the dictionary take fewer bytes than
+    the same messages compressed with the preset dictionary alone."""
+    _chat(_saver(app))
+    marked = [d for d in _values(db_url) if d[:1] == MARK]
+    alone = [len(deflate_raw(_message(n).encode(), 1, ZDICT_1))
+             for n in range(MESSAGES - len(marked), MESSAGES)]
+    assert sum(map(len, marked)) < 0.9 * sum(alone)
+
+
+def test_a_second_saver_of_the_thread_takes_the_stored_dictionary(app: cairn.App, db_url: str) -> None:
+    config, log = _chat(_saver(app))
+    config, log = _chat(_saver(app), first=MESSAGES, config=config, log=log)  # another process goes on
+    assert len(_dictionaries(db_url)) == 1
+    assert _log(app, config) == log
+
+
+def test_a_damaged_dictionary_is_refused_naming_the_checkpoint(app: cairn.App, db_url: str) -> None:
+    config, _ = _chat(_saver(app))
+    [(digest, data)] = _dictionaries(db_url)
+    damaged = data[:100] + bytes([data[100] ^ 0x40]) + data[101:]
+    _sql(db_url, "UPDATE lg_values SET data = ? WHERE digest = ?", (damaged, digest))
+    with pytest.raises(UnreadableCheckpoint, match=r"checkpoint .*dictionary"):
+        _log(app, config)
+
+
+def test_a_substituted_dictionary_is_refused_not_used(app: cairn.App, db_url: str) -> None:
+    """A well-formed dictionary of other text, under the digest the values
+    name: inflating with it would give other words; its digest is checked."""
+    config, _ = _chat(_saver(app))
+    [(digest, data)] = _dictionaries(db_url)
+    length = len(zlib.decompressobj(-15, zdict=ZDICT_1).decompress(data))
+    # as long as the real one: every distance a value's stream names reaches into it
+    other = deflate_raw(" ".join(_message(n, "other") for n in range(40)).encode()[:length], 9, ZDICT_1)
+    _sql(db_url, "UPDATE lg_values SET data = ? WHERE digest = ?", (other, digest))
+    with pytest.raises(UnreadableCheckpoint, match="damaged"):
+        _log(app, config)
+
+
+def test_a_missing_dictionary_is_refused(app: cairn.App, db_url: str) -> None:
+    config, _ = _chat(_saver(app))
+    _sql(db_url, "DELETE FROM lg_values WHERE kind = ?", (KIND,))
+    with pytest.raises(UnreadableCheckpoint, match="not stored"):
+        _log(app, config)
+
+
+def test_another_threads_dictionary_is_not_found(app: cairn.App, db_url: str) -> None:
+    """A value moved to another thread names a dictionary that thread does
+    not have: looked up in the value's own thread, it is not found."""
+    config, _ = _chat(_saver(app))
+    _chat(_saver(app), "u", messages=2)  # u has no dictionary
+    marked = [d for d in _values(db_url) if d[:1] == MARK]
+    u_config = {"configurable": {"thread_id": "u", "checkpoint_ns": "",
+                                 "checkpoint_id": "1f0e0000-0000-6000-8000-000000000001"}}
+    u_log = _log(app, u_config)
+    # every value of u's last checkpoint takes a marked value's bytes
+    _sql(db_url, "UPDATE lg_values SET data = ? WHERE thread_id = 'u'", (marked[0],))
+    assert len(u_log) == 2
+    with pytest.raises(UnreadableCheckpoint, match="not stored"):
+        _log(app, u_config)
+    assert _log(app, config)  # t itself reads
+
+
+def test_another_tenants_saver_cannot_read_through_the_dictionary(app: cairn.App, db_url: str) -> None:
+    config, _ = _chat(_saver(app))
+    assert _saver(app, "globex").get_tuple(config) is None
+
+
+def test_a_prune_keeps_the_dictionary_of_the_values_it_keeps(app: cairn.App, db_url: str) -> None:
+    config, log = _chat(_saver(app))
+    _saver(app).prune(["t"])
+    assert len(_dictionaries(db_url)) == 1
+    assert _log(app, config) == log
+
+
+def test_a_prune_of_everything_and_a_deletion_take_the_dictionary(app: cairn.App, db_url: str) -> None:
+    _chat(_saver(app))
+    _chat(_saver(app), "u")
+    _saver(app).prune(["t"], strategy="delete")
+    _saver(app).delete_thread("u")
+    assert _dictionaries(db_url, "t") == []
+    assert _dictionaries(db_url, "u") == []
+    assert _sql(db_url, "SELECT count(*) FROM lg_values") == [(0,)]
+
+
+def test_deleting_every_run_of_a_thread_collects_its_dictionary(app: cairn.App, db_url: str) -> None:
+    _chat(_saver(app))
+    _saver(app).delete_for_runs(["r1"])
+    assert _sql(db_url, "SELECT count(*) FROM lg_values WHERE thread_id = 't'") == [(0,)]
+
+
+def test_a_copy_reads_with_the_copied_dictionary(app: cairn.App, db_url: str) -> None:
+    config, log = _chat(_saver(app))
+    _saver(app).copy_thread("t", "t2")
+    copied = {"configurable": {**config["configurable"], "thread_id": "t2"}}
+    assert _log(app, copied) == log
+    _saver(app).delete_thread("t")
+    assert _log(app, copied) == log
+
+
+def test_a_writer_whose_thread_was_deleted_stores_its_dictionary_again(app: cairn.App,
+                                                                        db_url: str) -> None:
+    """The writer remembers its dictionary's row as stored; another saver
+    deletes the thread; the writer's next checkpoint, compressed with that
+    dictionary, must bring the row back with it (its write is refused as
+    stale and made again whole)."""
+    writer = _saver(app)
+    _chat(writer)
+    _saver(app).delete_thread("t")
+    assert _dictionaries(db_url) == []
+    log2 = [_message(n, "t") for n in range(MESSAGES, MESSAGES + 3)]
+    again = _put(writer, None, MESSAGES, log2)
+    assert _compressed_with_it(db_url) == 3
+    assert len(_dictionaries(db_url)) == 1
+    assert _log(app, again) == log2
+
+
+def test_a_value_encoded_for_one_thread_brings_its_dictionary_to_another(app: cairn.App,
+                                                                         db_url: str) -> None:
+    """The saver reuses a list item's row by identity (``_encoded``): the same
+    object appended in another thread carries its first thread's dictionary."""
+    saver = _saver(app)
+    _, log = _chat(saver)
+    shared = log[-1]
+    other = _put(saver, None, 0, [shared], "u")
+    assert len(_dictionaries(db_url, "u")) == 1
+    assert _log(app, other) == [shared]
+
+
+@pytest.fixture
+def sealed_app(db_url: str) -> Iterator[cairn.App]:
+    application = cairn.App(db=db_url, keyring=LocalKeyring({"kek1": os.urandom(32)}, "kek1"),
+                            lease_seconds=5.0)
+    yield application
+    application.close()
+
+
+def test_a_sealed_thread_has_no_dictionary(sealed_app: cairn.App, db_url: str) -> None:
+    """A dictionary of plaintext values beside their ciphertext would give
+    away what sealing hides: none is made."""
+    config, log = _chat(_saver(sealed_app))
+    assert _dictionaries(db_url) == []
+    assert _log(sealed_app, config) == log
