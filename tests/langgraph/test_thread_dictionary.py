@@ -246,3 +246,37 @@ def test_a_sealed_thread_has_no_dictionary(sealed_app: cairn.App, db_url: str) -
     config, log = _chat(_saver(sealed_app))
     assert _dictionaries(db_url) == []
     assert _log(sealed_app, config) == log
+
+
+def test_two_savers_that_each_made_a_dictionary_both_read(app: cairn.App, db_url: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two savers that made their dictionaries at once (neither found the
+    other's stored yet): each value names its own, and a prune keeps both."""
+    config, log = _chat(_saver(app))
+    second = _saver(app)
+    assert second._dictionaries is not None
+    monkeypatch.setattr(second._dictionaries, "_find", lambda thread_id, digest: None)
+    # the list restarted: the second saver's dictionary is made of other messages
+    latest, log2 = _chat(second, first=MESSAGES, config=config)
+    assert len(_dictionaries(db_url)) == 2
+    assert _log(app, config) == log
+    assert _log(app, latest) == log2
+    _saver(app).prune(["t"])
+    assert _log(app, latest) == log2
+
+
+def test_a_dictionary_that_inflates_beyond_a_window_is_refused(app: cairn.App, db_url: str) -> None:
+    config, _ = _chat(_saver(app))
+    [(digest, _)] = _dictionaries(db_url)
+    bomb = deflate_raw(bytes(1 << 20), 9, ZDICT_1)
+    _sql(db_url, "UPDATE lg_values SET data = ? WHERE digest = ?", (bomb, digest))
+    with pytest.raises(UnreadableCheckpoint, match="damaged"):
+        _log(app, config)
+
+
+def test_a_value_whose_dictionary_digest_is_cut_short_is_refused(app: cairn.App, db_url: str) -> None:
+    config, _ = _chat(_saver(app))
+    marked = [d for d in _values(db_url) if d[:1] == MARK]
+    _sql(db_url, "UPDATE lg_values SET data = ? WHERE data = ?", (marked[-1][:5], marked[-1]))
+    with pytest.raises(UnreadableCheckpoint, match="cut short"):
+        _log(app, config)
