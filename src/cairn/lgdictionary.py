@@ -58,8 +58,11 @@ KIND = "lgdict"
 WINDOW = 32768
 #: room left in the window for the value itself
 ROOM = 1024
-#: threads whose dictionary (or the bytes it is being made of) a saver keeps
-THREADS = 64
+#: threads whose dictionary (or the bytes it is being made of: at most ~31 KB
+#: each, and ~48 KB once made) a saver keeps: a saver writing more threads than
+#: this in turn, one value each, makes none for them (their values are
+#: compressed with the preset dictionary alone, as before)
+THREADS = 256
 #: bytes of a value compressed with a dictionary before its stream: ``MARK`` and the digest
 HEADER = 1 + 8
 #: a dictionary's row is DEFLATEd at this level (once a thread, ~31 KB: a few milliseconds)

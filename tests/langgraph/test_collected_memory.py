@@ -82,8 +82,10 @@ def test_a_prune_that_collects_nothing_counts_nothing(app: cairn.App, db_url: st
 
 
 def test_pending_writes_naming_a_collected_value_are_written_again(app: cairn.App, db_url: str) -> None:
-    """A put_writes stores its values whatever its saver remembers (it skips
-    none): the same scenario through a node's writes reads back too."""
+    """A put_writes skips the values its saver remembers committing, as a put
+    does (a thread's dictionary row comes with each value compressed with
+    it): the same scenario through a node's writes is refused as stale, made
+    whole, and reads back."""
     writer, pruner = _saver(app), _saver(app)
     c0 = _put(writer, None, 0, [FIRST])
     c1 = _put(writer, c0, 1, [SECOND])

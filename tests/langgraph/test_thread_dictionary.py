@@ -280,3 +280,18 @@ def test_a_value_whose_dictionary_digest_is_cut_short_is_refused(app: cairn.App,
     _sql(db_url, "UPDATE lg_values SET data = ? WHERE data = ?", (marked[-1][:5], marked[-1]))
     with pytest.raises(UnreadableCheckpoint, match="cut short"):
         _log(app, config)
+
+
+def test_a_thread_whose_dictionary_the_saver_let_go_takes_it_again(app: cairn.App, db_url: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saver keeps the dictionaries of so many threads (``THREADS``): one it
+    let go is found stored once the thread has grown enough again, not made anew."""
+    monkeypatch.setattr("cairn.lgdictionary.THREADS", 1)
+    saver = _saver(app)
+    config, log = _chat(saver)
+    _chat(saver, "u")  # lets t's dictionary go
+    before = _compressed_with_it(db_url)
+    config, log = _chat(saver, first=MESSAGES, config=config, log=log)
+    assert len(_dictionaries(db_url)) == 1
+    assert _compressed_with_it(db_url) > before
+    assert _log(app, config) == log
