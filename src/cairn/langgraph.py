@@ -337,8 +337,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         self._encoded: OrderedDict[int, tuple[Any, ValueRow, ValueRow | None]] = OrderedDict()
         #: the threads' own compression dictionaries (``cairn.lgdictionary``); the third part of an
         #: entry of ``_encoded`` is the dictionary row its value row needs stored beside it
-        self._dictionaries = None if self._sealer is not None else Dictionaries(
-            ZDICT_1, digest, functools.partial(store.lg_dictionary, tenant))
+        self._dictionaries = Dictionaries(ZDICT_1, digest, self._stored_dictionary,
+                                          making=self._sealer is None)
         #: (thread, digest) of value rows this saver committed lately: a put does not send them
         #: again (on PostgreSQL no statement then: a round trip a super-step). A saver already
         #: takes the items of a list it holds as stored (``_list_blob`` sends only new ones); a
@@ -889,7 +889,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def _value_row(self, thread_id: str, d: int, kind: str, data: bytes) -> tuple[ValueRow, ValueRow | None]:
         """A value's row: compressed with the thread's dictionary when it has
         one (and the dictionary's row, to be stored with it), else ``packed``."""
-        if self._dictionaries is not None and len(data) >= COMPRESS_AT:
+        if self._dictionaries.making and len(data) >= COMPRESS_AT:
             small = self._dictionaries.pack(thread_id, data)
             if small is not None:
                 return ValueRow(d, ZDICT + kind, small[0]), small[1]
@@ -1157,10 +1157,20 @@ class CairnSaver(BaseCheckpointSaver[str]):
             out.append(self._load(kind, data, row, what))
         return out
 
-    def _inflater(self, thread_id: str) -> Inflater | None:
+    def _inflater(self, thread_id: str) -> Inflater:
         """What inflates the thread's values compressed with its own dictionaries."""
-        found = self._dictionaries
-        return None if found is None else functools.partial(found.inflater, thread_id)
+        return functools.partial(self._dictionaries.inflater, thread_id)
+
+    def _stored_dictionary(self, thread_id: str, d: int | None) -> tuple[int, bytes] | None:
+        """A dictionary's row (``SQLCheckpoints.lg_dictionary``), opened when
+        the store seals (a dictionary made before encryption was adopted)."""
+        found = self._rows.lg_dictionary(self.tenant, thread_id, d)
+        if found is None:
+            return None
+        try:
+            return found[0], self._opener(thread_id, found[0], found[1])
+        except UnreadableCheckpoint as exc:
+            raise LookupError(f"its compression dictionary {found[0]} does not open ({exc})") from None
 
     def _value(self, values: Mapping[int, tuple[str, bytes]], d: int) -> tuple[str, bytes] | None:
         """The stored value ``d`` names: its row if fetched (a digest written

@@ -34,8 +34,10 @@ How a thread's dictionary is made, stored and read:
   their bytes; ``delete_thread`` deletes them with the thread, and
   ``copy_thread`` copies them with its values.
 
-Not when the store seals: a dictionary of plaintext values beside their
-ciphertext would give away what sealing hides.
+None is made when the store seals: a dictionary of plaintext values beside
+their ciphertext would give away what sealing hides. A sealing saver still
+reads those made before (``cairn keys adopt`` seals them, dictionaries
+included, and the saver opens a dictionary's row as it opens a value's).
 """
 
 from __future__ import annotations
@@ -90,7 +92,10 @@ class Dictionaries:
     adopted per thread, and those it read with, by (thread, digest). Both
     are bounded (``THREADS``); thread-safe."""
 
-    def __init__(self, preset: bytes, digest_of: Callable[[str, bytes], int], find: Find) -> None:
+    def __init__(self, preset: bytes, digest_of: Callable[[str, bytes], int], find: Find,
+                 *, making: bool = True) -> None:
+        #: whether this saver makes dictionaries (not when its store seals), or only reads them
+        self.making = making
         self._preset = preset
         self._digest_of = digest_of
         self._find = find
@@ -104,7 +109,10 @@ class Dictionaries:
         """``data`` (a long value's serialized bytes) compressed with the
         thread's dictionary, and the dictionary's row, which must be stored
         with it; ``None`` while the thread has none yet (``data`` then counts
-        towards making it) or when it does not save ``HEADER`` bytes."""
+        towards making it) or when it does not save ``HEADER`` bytes, or
+        when this saver makes none (``making``)."""
+        if not self.making:
+            return None
         made = self._for_writing(thread_id, data)
         if made is None:
             return None
@@ -142,7 +150,10 @@ class Dictionaries:
             if len(held) < self.source_bytes:
                 return None
             source = bytes(held)
-        stored = self._find(thread_id, None)  # a dictionary another saver (or this one, before) made
+        try:  # a dictionary another saver (or this one, before) made
+            stored = self._find(thread_id, None)
+        except LookupError:  # one that does not open: this saver makes its own
+            stored = None
         made = None if stored is None else self._checked(thread_id, *stored)
         if made is None:
             made = self._made(source)

@@ -295,3 +295,32 @@ def test_a_thread_whose_dictionary_the_saver_let_go_takes_it_again(app: cairn.Ap
     assert len(_dictionaries(db_url)) == 1
     assert _compressed_with_it(db_url) > before
     assert _log(app, config) == log
+
+
+def test_a_thread_sealed_by_adopting_encryption_reads_through_its_sealed_dictionary(
+        db_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cairn keys adopt`` seals every value row, the dictionary's too: a
+    sealing saver makes no dictionary but opens and reads the one made before."""
+    from click.testing import CliRunner
+
+    from cairn.cli.main import main as cli
+    from cairn.security.keyring import new_kek_line
+    from cairn.store.rekey import version_of
+
+    monkeypatch.setenv("CAIRN_KEYRING", "")
+    plain = cairn.App(db=db_url, lease_seconds=5.0)
+    config, log = _chat(_saver(plain))
+    plain.close()
+    ring = tmp_path / "keys"
+    ring.write_text(new_kek_line("k1") + "\n")
+    done = CliRunner().invoke(cli, ["--db", db_url, "keys", "adopt", "--keyring", f"file:{ring}"])
+    assert done.exit_code == 0, done.output
+    assert {version_of(data) for _, data in _dictionaries(db_url)} == {1}  # sealed
+    sealed = cairn.App(db=db_url, lease_seconds=5.0, keyring=LocalKeyring.from_file(ring))
+    try:
+        assert _log(sealed, config) == log
+        config, log = _chat(_saver(sealed), first=MESSAGES, messages=3, config=config, log=log)
+        assert _log(sealed, config) == log
+        assert len(_dictionaries(db_url)) == 1
+    finally:
+        sealed.close()
