@@ -1142,11 +1142,17 @@ class CairnSaver(BaseCheckpointSaver[str]):
         out: builtins.list[Any] = []
         unpack, option = ormsgpack.unpackb, ormsgpack.OPT_NON_STR_KEYS
         inflater = self._inflater(row.thread_id)
+        # the first long values, towards the thread's own dictionary (``Dictionaries.learn``)
+        learnt: builtins.list[bytes] = []
+        room = self._dictionaries.source_bytes if self._dictionaries.making else 0
         for d in digests:
             found = self._value(values, d)
             if found is None:
                 raise UnreadableCheckpoint(f"{_name(row)}: its {what} names a value that is not stored")
             kind, data = unpacked(*found, row, what, inflater)
+            if room > 0 and len(data) >= COMPRESS_AT:
+                learnt.append(data)
+                room -= len(data)
             if (direct and kind == "msgpack" and not data.translate(None, _NOT_EXT_START)
                     and not _looks_pickled(data)):
                 try:
@@ -1155,6 +1161,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 except Exception:
                     pass
             out.append(self._load(kind, data, row, what))
+        if learnt:
+            self._dictionaries.learn(row.thread_id, learnt)
         return out
 
     def _inflater(self, thread_id: str) -> Inflater:

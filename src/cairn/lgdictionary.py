@@ -12,7 +12,7 @@ logical bytes, the target 1.3x). A dictionary made of the thread's own first
 How a thread's dictionary is made, stored and read:
 
 * A saver collects the serialized bytes of the long values it writes to a
-  thread until it has ``source_bytes`` (with the preset dictionary in front,
+  thread, and of those it reads from it, until it has ``source_bytes`` (with the preset dictionary in front,
   they fill DEFLATE's 32 KB window but for a message's room). It then takes
   the thread's first stored dictionary if there is one (two savers of one
   thread then share it) or makes its own of them.
@@ -45,7 +45,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cairn.security.envelope import deflate_raw
@@ -136,16 +136,37 @@ class Dictionaries:
 
     # -- inside ---------------------------------------------------------------------------
 
+    def learn(self, thread_id: str, values: Sequence[bytes]) -> None:
+        """Long values read from the thread (serialized), towards its
+        dictionary as the values this saver writes are: a thread whose savers
+        each write a little of it (a run resumed by a new execution every
+        turn, each execution a new saver that reads the thread first) still
+        gets one once it holds enough."""
+        if not self.making:
+            return
+        with self._lock:
+            held = self._held(thread_id)
+            for data in values:
+                if isinstance(held, Dictionary) or len(held) >= self.source_bytes:
+                    return
+                held += data[:self.source_bytes - len(held)]
+
+    def _held(self, thread_id: str) -> bytearray | Dictionary:
+        """The thread's dictionary, or the bytes it is being made of (under ``_lock``)."""
+        held = self._writing.get(thread_id)
+        if held is None:
+            held = self._writing[thread_id] = bytearray()
+            while len(self._writing) > THREADS:
+                self._writing.popitem(last=False)
+        else:
+            self._writing.move_to_end(thread_id)
+        return held
+
     def _for_writing(self, thread_id: str, data: bytes) -> Dictionary | None:
         with self._lock:
-            held = self._writing.get(thread_id)
+            held = self._held(thread_id)
             if isinstance(held, Dictionary):
-                self._writing.move_to_end(thread_id)
                 return held
-            if held is None:
-                held = self._writing[thread_id] = bytearray()
-                while len(self._writing) > THREADS:
-                    self._writing.popitem(last=False)
             held += data[:self.source_bytes - len(held)]
             if len(held) < self.source_bytes:
                 return None

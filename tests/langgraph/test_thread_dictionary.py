@@ -324,3 +324,29 @@ def test_a_thread_sealed_by_adopting_encryption_reads_through_its_sealed_diction
         assert len(_dictionaries(db_url)) == 1
     finally:
         sealed.close()
+
+
+def test_a_thread_whose_savers_each_write_a_little_still_gets_a_dictionary(app: cairn.App,
+                                                                           db_url: str) -> None:
+    """A durable run resumed by a new execution every turn writes through a
+    new saver each time, which reads the thread first, then stores the node's
+    write (``put_writes``: the new message, its one long value), then the
+    checkpoint. What it reads counts towards the dictionary as what it writes
+    does, so the new message is compressed with one."""
+    config: Any = None
+    log: list[str] = []
+    for n in range(MESSAGES):
+        saver = _saver(app)
+        if config is not None:
+            found = saver.get_tuple(config)
+            assert found is not None
+            assert found.checkpoint["channel_values"]["log"] == log
+            log = found.checkpoint["channel_values"]["log"]  # the objects read, as LangGraph's loop goes on
+        message = _message(n)
+        if config is not None:
+            saver.put_writes(config, [("log", [message])], "task")
+        log.append(message)
+        config = _put(saver, config, n, log)
+    assert len(_dictionaries(db_url)) == 1
+    assert _compressed_with_it(db_url) >= 8
+    assert _log(app, config) == log

@@ -60,6 +60,14 @@ class Payment(TypedDict):
     k: int
 
 
+def thought(n: int) -> str:
+    """Round ``n``'s plan, ~14 KB of words: by the third round the thread has
+    written more than a thread dictionary is made of (``cairn.lgdictionary``),
+    so the rest of its long values are compressed with one, made by whichever
+    worker got there, and read by the workers after it."""
+    return f"thought {n}: " + " ".join(f"w{(n * 7919 + i * 104729) % 3001}" for i in range(2400))
+
+
 def note(path: Path, record: dict[str, Any]) -> None:
     with path.open("a") as out:
         out.write(json.dumps(record) + "\n")
@@ -99,7 +107,7 @@ def build(db: str, directory: Path, *, lease_seconds: float = 1.0) -> tuple[cair
     def plan(state: Agent) -> dict[str, Any]:
         noted("plan", dict(state))
         pause(0.03)
-        return {"n": state["n"] + 1, "log": [f"plan {state['n'] + 1}"]}
+        return {"n": state["n"] + 1, "log": [f"plan {state['n'] + 1}", thought(state["n"] + 1)]}
 
     def fan_out(state: Agent) -> list[Any]:
         return [Send("pay", Payment(round=state["n"], k=k)) for k in range(2)] + ["audit"]

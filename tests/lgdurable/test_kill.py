@@ -18,10 +18,13 @@ from typing import Any
 
 import pytest
 
+from cairn.lgdictionary import KIND as DICTIONARY
+from cairn.lgdictionary import MARK
 from cairn.lgdurable import KIND
 from cairn.store.records import RunStatus
 from tests import processes
-from tests.backends import StoreBackend
+from tests.backends import PostgresBackend, StoreBackend
+from tests.langgraph.rawsql import raw_sql
 from tests.lgdurable import agent_app
 
 #: where the run stops for good: finished, or waiting for an operator (an unresolved effect)
@@ -30,6 +33,17 @@ SETTLED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
 
 #: the root graph's nodes (``audit``'s subgraph runs inside ``audit``'s step)
 GRAPH_NODES = {"plan", "pay", "audit", "decide"}
+
+
+def dictionary_compressed(backend: StoreBackend) -> int:
+    """How many stored LangGraph values are compressed with a thread's own dictionary."""
+    query = "SELECT data FROM lg_values WHERE coalesce(kind, '') <> ?"
+    if isinstance(backend, PostgresBackend):
+        with backend.connect() as conn:
+            rows = conn.execute(query.replace("?", "%s"), (DICTIONARY,)).fetchall()
+    else:
+        rows = raw_sql(backend.url, query, (DICTIONARY,))
+    return sum(bytes(data)[:1] == MARK for (data,) in rows)
 
 
 def journal_names(app: Any) -> list[str]:
@@ -89,6 +103,8 @@ def test_sigkilled_langgraph_workers_resume_with_each_payment_once(tmp_path: Pat
         assert named <= GRAPH_NODES, named
         final = app.handle("agent").result()
         executions = agent_app.lines(tmp_path / "executions.jsonl")
+        # the run's long values went through a thread dictionary some worker made
+        assert dictionary_compressed(backend) > 0
     finally:
         for worker in workers:
             if worker.poll() is None:
