@@ -1025,6 +1025,29 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
             found = self._in_read(lambda tx: self._query(tx, "lg_dictionary", {**where, "digest": digest}))
         return (int(found[0][0]), bytes(found[0][1])) if found else None
 
+    def lg_present(self, key: ThreadKey, channel: str, versions: Collection[str],
+                   digests: Collection[int]) -> bool:
+        """Whether each of the channel's ``versions`` is a row of ``lg_blobs``
+        and each value of ``digests`` is stored: a saver's first write keeps a
+        list it read before the thread's count only if so (``CairnSaver._expecting``)."""
+        wanted = sorted({d for d in digests if not is_literal(d)})
+
+        def work(tx: Tx) -> bool:
+            where = _where(key)
+            if not all(self._query(tx, "lg_blob_depth", {**where, "channel": channel, "version": v})
+                       for v in versions):
+                return False
+            if not wanted:
+                return True
+            if self._lg_batched:
+                found = {int(r[1]) for r in self._query(tx, "lg_page_values", {
+                    "tenant": key.tenant, "threads": [key.thread_id] * len(wanted), "digests": wanted})}
+            else:
+                found = {int(r[0]) for r in self._query(tx, "lg_values", {
+                    "tenant": key.tenant, "thread_id": key.thread_id, "digests": self._lg_ids_param(wanted)})}
+            return found.issuperset(wanted)
+        return self._in_read(work)
+
     def lg_row(self, key: ThreadKey, checkpoint_id: str) -> CheckpointRow | None:
         """The row of checkpoint ``checkpoint_id``, alone (a put reads its
         parent's inline channel versions when its reader does not hold them)."""
