@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import cairn
 from cairn.langgraph import READ_CHAIN, CairnSaver
 from cairn.store.checkpointsql import unpack_refs
@@ -136,3 +138,29 @@ def test_a_saver_a_request_stores_a_list_as_one_saver_does(app: cairn.App, db_ur
         # each saver's version on top of the one it read: a read walks at most READ_CHAIN rows and a few
         depth = _sql(db_url, "SELECT max(depth) FROM lg_blobs WHERE thread_id = ?", (thread,))[0][0]
         assert depth <= READ_CHAIN + 2, (thread, depth)
+
+
+def test_a_prune_between_the_check_and_the_commit_refuses_the_write(app: cairn.App, db_url: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check passes; a prune then takes what the kept list names before
+    the write commits. The write expects the count read before the check:
+    it is refused as stale and made again whole."""
+    writer = _saver(app)
+    c0 = _put(writer, None, 0, [FIRST])
+    c1 = _put(writer, c0, 1, [FIRST, SECOND])
+    _put(writer, c1, 2, [THIRD])
+    reader = _saver(app)
+    found = reader.get_tuple(c1)
+    assert found is not None
+    log = found.checkpoint["channel_values"]["log"]
+    present = reader._rows.lg_present
+
+    def then_pruned(*args: Any, **kwargs: Any) -> bool:
+        answer = present(*args, **kwargs)
+        assert answer  # the list's rows are there now
+        _saver(app).prune(["t"])  # and go before the write commits
+        return answer
+
+    monkeypatch.setattr(reader._rows, "lg_present", then_pruned)
+    forked = _put(reader, c1, 3, [*log, FOURTH])
+    assert _read(_saver(app), forked) == [FIRST, SECOND, FOURTH]
