@@ -12,10 +12,11 @@ logical bytes, the target 1.3x). A dictionary made of the thread's own first
 How a thread's dictionary is made, stored and read:
 
 * A saver collects the serialized bytes of the long values it writes to a
-  thread, and of those it reads from it, until it has ``source_bytes`` (with the preset dictionary in front,
-  they fill DEFLATE's 32 KB window but for a message's room). It then takes
-  the thread's first stored dictionary if there is one (two savers of one
-  thread then share it) or makes its own of them.
+  thread, and of those it reads from it, until it has ``source_bytes``
+  (with the preset dictionary in front, they fill DEFLATE's 32 KB window but
+  for a message's room). It then takes the thread's first stored dictionary
+  if there is one (two savers of one thread then share it) or makes its own
+  of them.
 * The dictionary is a row of the thread's values (kind ``KIND``) under the
   digest of its bytes, which it holds DEFLATEd with the preset dictionary
   (the bench graph's 31 KB in ~16 KB: PostgreSQL's own TOAST compression
@@ -30,8 +31,8 @@ How a thread's dictionary is made, stored and read:
   that digest against the bytes before inflating with them, so a damaged or
   substituted row is refused, never decoded into other text.
 * Collection (a prune, ``delete_for_runs``) keeps a thread's dictionaries
-  while the thread has a checkpoint: nothing names them, but values do in
-  their bytes; ``delete_thread`` deletes them with the thread, and
+  while it keeps any of the thread's values: nothing names them in
+  ``refs``, but values do in their bytes; ``delete_thread`` deletes them with the thread, and
   ``copy_thread`` copies them with its values.
 
 None is made when the store seals: a dictionary of plaintext values beside
