@@ -934,7 +934,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
         with self._lock:
             stored = self._stored
             for r in rows:
-                if r.digest not in seen and (thread_id, r.digest) not in stored:
+                if (thread_id, r.digest) in stored:  # kept as used lately: a thread's dictionary row
+                    stored.move_to_end((thread_id, r.digest))  # comes with every value it compressed
+                elif r.digest not in seen:
                     seen.add(r.digest)
                     out.append(r)
         return out

@@ -350,3 +350,23 @@ def test_a_thread_whose_savers_each_write_a_little_still_gets_a_dictionary(app: 
     assert len(_dictionaries(db_url)) == 1
     assert _compressed_with_it(db_url) >= 8
     assert _log(app, config) == log
+
+
+def test_a_dictionary_row_is_sent_once_however_many_values_follow(app: cairn.App, db_url: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The saver remembers the rows it committed lately (``STORED_CACHE``) and
+    sends the others again; the dictionary's row comes with every value it
+    compressed, so it stays remembered as used, not sent again ~16 KB at a time."""
+    monkeypatch.setattr("cairn.langgraph.STORED_CACHE", 8)
+    saver = _saver(app)
+    sent: list[int] = []
+    put = saver._rows.lg_put
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        sent.extend(r.digest for r in args[5] if r.kind == KIND)
+        return put(*args, **kwargs)
+
+    monkeypatch.setattr(saver._rows, "lg_put", counted)
+    config, log = _chat(saver, messages=MESSAGES + 20)
+    assert len(sent) == 1
+    assert _log(app, config) == log
