@@ -236,6 +236,10 @@ class KnownList:
     refs: bytes
     spine: Spine = ()
 
+    def bases(self) -> Spine:
+        """Its spine, or the list itself as a root when it has none."""
+        return self.spine or KnownList.root(self.version, (), self.refs).spine
+
     @classmethod
     def root(cls, version: str, items: tuple[Any, ...], refs: bytes) -> KnownList:
         """A list the saver writes whole, or read: index 0 of the spines after it."""
@@ -811,8 +815,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         request (1.4 MB over 600 checkpoints of one list, against 23 KB)."""
         kept = {}
         for (thread_id, ns, channel), known in lists.items():
-            spine = known.spine or KnownList.root(known.version, (), known.refs).spine
-            rows = [e for e in spine if e[0] % self._tail_every == 0]
+            rows = [e for e in known.bases() if e[0] % self._tail_every == 0]
             covered = max((e[2] for e in rows), default=0)
             tail = unpack_refs(known.refs[covered * REF_SIZE:])
             if rows and self._rows.lg_present(ThreadKey(self.tenant, thread_id, ns), channel,
@@ -872,7 +875,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             refs = pack_refs(digests)
             if known is None or not refs.startswith(known.refs):
                 return BlobRow(channel, version, "list", refs), KnownList.root(version, (), refs).spine
-        spine = known.spine or KnownList.root(known.version, (), known.refs).spine
+        spine = known.bases()
         index, (_, base, count), kept = next_base(spine, self._tail_every)
         # every version on a spine holds a prefix of ``known``'s items, so of ``value``'s
         grown = ((index, version, len(refs) // REF_SIZE), *kept)

@@ -22,35 +22,14 @@ import pytest
 import cairn
 from cairn.langgraph import CairnSaver
 from cairn.store.checkpointsql import Stale
+from tests.langgraph.logs import FIRST, SECOND, THIRD
+from tests.langgraph.logs import log_of as _log
+from tests.langgraph.logs import put_log as _put
 from tests.langgraph.rawsql import raw_sql as _sql
-
-FIRST = "the first message, long enough to be a value row of its own; " * 4
-SECOND = "the second message, long enough to be a value row of its own; " * 4
-THIRD = "the third message, long enough to be a value row of its own; " * 4
 
 
 def _saver(app: cairn.App) -> CairnSaver:
     return CairnSaver(app, tenant="acme")
-
-
-def _put(saver: CairnSaver, config: Any, step: int, log: list[str], run_id: str = "r1") -> Any:
-    """Checkpoint ``step`` of thread ``t`` after ``config``, channel ``log`` = ``log``."""
-    from langgraph.checkpoint.base import empty_checkpoint
-
-    checkpoint = empty_checkpoint()
-    checkpoint["id"] = f"1f0e0000-0000-6000-8000-{step:012d}"
-    version = saver.get_next_version(None if step == 0 else f"{step:010d}", None)
-    checkpoint["channel_values"] = {"log": list(log)}
-    checkpoint["channel_versions"] = {"log": version}
-    return saver.put(config or {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint,
-                     {"source": "loop", "step": step, "run_id": run_id}, {"log": version})
-
-
-def _log(app: cairn.App, config: Any) -> list[str]:
-    """Channel ``log`` of ``config``'s checkpoint, as a new saver reads it."""
-    found = _saver(app).get_tuple(config)
-    assert found is not None
-    return list(found.checkpoint["channel_values"]["log"])
 
 
 def test_a_value_collected_by_another_savers_prune_is_written_again(app: cairn.App, db_url: str) -> None:

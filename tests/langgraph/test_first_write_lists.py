@@ -20,29 +20,13 @@ import pytest
 import cairn
 from cairn.langgraph import READ_CHAIN, CairnSaver
 from cairn.store.checkpointsql import unpack_refs
+from tests.langgraph.logs import FIRST, FOURTH, SECOND, THIRD
+from tests.langgraph.logs import put_log as _put
 from tests.langgraph.rawsql import raw_sql as _sql
-
-FIRST = "the first message, long enough to be a value row of its own; " * 4
-SECOND = "the second message, long enough to be a value row of its own; " * 4
-THIRD = "the third message, long enough to be a value row of its own; " * 4
-FOURTH = "the fourth message, long enough to be a value row of its own; " * 4
 
 
 def _saver(app: cairn.App) -> CairnSaver:
     return CairnSaver(app, tenant="acme")
-
-
-def _put(saver: CairnSaver, config: Any, step: int, log: list[str], thread: str = "t") -> Any:
-    """Checkpoint ``step`` of ``thread`` after ``config``, channel ``log`` = ``log``."""
-    from langgraph.checkpoint.base import empty_checkpoint
-
-    checkpoint = empty_checkpoint()
-    checkpoint["id"] = f"1f0e0000-0000-6000-8000-{step:012d}"
-    version = saver.get_next_version(f"{step + 100:010d}", None)
-    checkpoint["channel_values"] = {"log": log}
-    checkpoint["channel_versions"] = {"log": version}
-    return saver.put(config or {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, checkpoint,
-                     {"source": "loop", "step": step}, {"log": version})
 
 
 def _read(saver: CairnSaver, config: Any) -> list[str]:

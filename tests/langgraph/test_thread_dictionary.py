@@ -25,6 +25,8 @@ from cairn.langgraph import ZDICT_1, CairnSaver
 from cairn.lgdictionary import KIND, MARK
 from cairn.security.envelope import deflate_raw
 from cairn.security.keyring import LocalKeyring
+from tests.langgraph.logs import log_of as _log
+from tests.langgraph.logs import put_log as _put
 from tests.langgraph.rawsql import raw_sql as _sql
 
 #: messages a test thread holds: past the dictionary's ~31 KB, so the last ten or so use it
@@ -45,20 +47,6 @@ def _saver(app: cairn.App, tenant: str = "acme") -> CairnSaver:
     return CairnSaver(app, tenant=tenant)
 
 
-def _put(saver: CairnSaver, config: Any, step: int, log: list[str], thread: str = "t",
-         run_id: str = "r1") -> Any:
-    """Checkpoint ``step`` of ``thread`` after ``config``, channel ``log`` = ``log``."""
-    from langgraph.checkpoint.base import empty_checkpoint
-
-    checkpoint = empty_checkpoint()
-    checkpoint["id"] = f"1f0e0000-0000-6000-8000-{step:012d}"
-    version = saver.get_next_version(None if step == 0 else f"{step:010d}", None)
-    checkpoint["channel_values"] = {"log": list(log)}
-    checkpoint["channel_versions"] = {"log": version}
-    return saver.put(config or {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, checkpoint,
-                     {"source": "loop", "step": step, "run_id": run_id}, {"log": version})
-
-
 def _chat(saver: CairnSaver, thread: str = "t", messages: int = MESSAGES, first: int = 0,
           config: Any = None, log: list[str] | None = None) -> tuple[Any, list[str]]:
     """Append ``messages`` messages to ``thread``, one checkpoint each; the last config and log."""
@@ -67,13 +55,6 @@ def _chat(saver: CairnSaver, thread: str = "t", messages: int = MESSAGES, first:
         log.append(_message(n, thread))
         config = _put(saver, config, n, log, thread)
     return config, log
-
-
-def _log(app: cairn.App, config: Any, tenant: str = "acme") -> list[str]:
-    """Channel ``log`` of ``config``'s checkpoint, as a new saver reads it."""
-    found = _saver(app, tenant).get_tuple(config)
-    assert found is not None
-    return list(found.checkpoint["channel_values"]["log"])
 
 
 def _dictionaries(db_url: str, thread: str = "t") -> list[tuple[int, bytes]]:

@@ -1037,15 +1037,8 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
             if not all(self._query(tx, "lg_blob_depth", {**where, "channel": channel, "version": v})
                        for v in versions):
                 return False
-            if not wanted:
-                return True
-            if self._lg_batched:
-                found = {int(r[1]) for r in self._query(tx, "lg_page_values", {
-                    "tenant": key.tenant, "threads": [key.thread_id] * len(wanted), "digests": wanted})}
-            else:
-                found = {int(r[0]) for r in self._query(tx, "lg_values", {
-                    "tenant": key.tenant, "thread_id": key.thread_id, "digests": self._lg_ids_param(wanted)})}
-            return found.issuperset(wanted)
+            found = self._lg_values_of(tx, key.tenant, [(key.thread_id, d) for d in wanted]) if wanted else []
+            return {int(r[1]) for r in found}.issuperset(wanted)
         return self._in_read(work)
 
     def lg_row(self, key: ThreadKey, checkpoint_id: str) -> CheckpointRow | None:
@@ -1335,21 +1328,25 @@ class SQLCheckpoints(SQLPrimitives[Tx]):
                                 fetched))
         asking = [(t, d) for t, d in wanted if d not in fetched]
         if asking:
-            if self._lg_batched:
-                found = self._query(tx, "lg_page_values", {
-                    "tenant": tenant, "threads": [t for t, _ in asking], "digests": [d for _, d in asking]})
-            else:
-                found = []
-                for thread_id in dict.fromkeys(t for t, _ in asking):
-                    params = {"tenant": tenant, "thread_id": thread_id,
-                              "digests": self._lg_ids_param(sorted({d for t, d in asking if t == thread_id}))}
-                    found += [(thread_id, *r) for r in self._query(tx, "lg_values", params)]
-            for thread_id, digest, kind, data in found:
+            for thread_id, digest, kind, data in self._lg_values_of(tx, tenant, asking):
                 d, raw = int(digest), bytes(data)
                 fetched[d] = (str(kind), raw if opener is None else opener(str(thread_id), d, raw))
             if not whole and any(d not in fetched and not is_literal(d) for _, d in asking):
                 raise _Incomplete
         return out
+
+    def _lg_values_of(self, tx: Tx, tenant: str, asking: Sequence[tuple[str, int]]) -> list[tuple[Any, ...]]:
+        """The stored values of ``asking``'s (thread, digest) pairs: (thread,
+        digest, kind, data) each, in one statement (``_lg_batched``) or one a thread."""
+        if self._lg_batched:
+            return list(self._query(tx, "lg_page_values", {
+                "tenant": tenant, "threads": [t for t, _ in asking], "digests": [d for _, d in asking]}))
+        found: list[tuple[Any, ...]] = []
+        for thread_id in dict.fromkeys(t for t, _ in asking):
+            params = {"tenant": tenant, "thread_id": thread_id,
+                      "digests": self._lg_ids_param(sorted({d for t, d in asking if t == thread_id}))}
+            found += [(thread_id, *r) for r in self._query(tx, "lg_values", params)]
+        return found
 
     def _lg_chains(self, tx: Tx, where: Mapping[str, Any], named: Mapping[str, str]) -> Chains:
         """Each named channel version's chain, oldest first: (kind, refs,
